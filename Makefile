@@ -1,0 +1,104 @@
+# afinar — build
+#   make              library (static + shared) and the CLI in build/
+#   make test         build and run every test (prints "N passed, N failed")
+#   make sanitize     the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-san/)
+#   make install PREFIX=/usr/local   header, libs, afinar.pc, CLI
+#   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
+# Options: OPENMP=0 disables OpenMP; DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder.
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+BUILD   ?= build
+OPENMP  ?= 1
+DEBUG   ?= 0
+
+PKGS       := libpcre2-8 libcjson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+OPT     := -O2
+ifeq ($(DEBUG),1)
+OPT     := -O0 -g
+endif
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -fPIC -Iinclude -Isrc $(PKG_CFLAGS)
+
+# Probe OpenMP: reported, not assumed.
+HAVE_OMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1 || echo 0)
+ifeq ($(OPENMP),1)
+ifeq ($(HAVE_OMP),1)
+OMPFLAGS := -fopenmp
+endif
+endif
+
+CFLAGS  := $(CFLAGS_BASE) $(OMPFLAGS) $(EXTRA_CFLAGS)
+LDLIBS  := $(PKG_LIBS) $(OMPFLAGS) -lm -lpthread $(EXTRA_LDFLAGS)
+
+LIB_SRC  := $(sort $(shell find src -name '*.c'))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_SRC  := $(sort $(wildcard cli/*.c))
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_COMMON := $(BUILD)/tests/testlib.o
+
+.PHONY: all lib cli test tests sanitize install clean probe bench
+all: probe lib cli
+
+probe:
+	@printf 'afinar build: C compiler %s; OpenMP %s; PCRE2 %s; cJSON %s\n' "$$($(CC) -dumpversion)" \
+	  "$$( [ '$(OMPFLAGS)' ] && echo '✓' || echo '✗')" \
+	  "$$(pkg-config --exists libpcre2-8 && echo '✓' || echo '✗ (apt-get install libpcre2-dev)')" \
+	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')"
+
+lib: $(BUILD)/libafinar.a $(BUILD)/libafinar.so
+cli: $(BUILD)/afinar
+
+$(BUILD)/%.o: %.c $(shell find include src -name '*.h')
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libafinar.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libafinar.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(BUILD)/afinar: $(CLI_OBJ) $(BUILD)/libafinar.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libafinar.a $(LDLIBS)
+
+$(BUILD)/tests/testlib.o: tests/testlib.c tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libafinar.a tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_COMMON) $(BUILD)/libafinar.a $(LDLIBS)
+
+tests: $(TEST_BIN) $(BUILD)/afinar
+
+# Runs every test binary from the repository root; each prints its own checks and the
+# runner prints the closing "N passed, N failed[, N skipped]" line over all test programs.
+test: tests
+	@AFINAR_BIN=$(BUILD)/afinar sh tests/run_all.sh $(TEST_BIN)
+
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+sanitize:
+	$(MAKE) BUILD=build-san OPENMP=0 EXTRA_CFLAGS="$(SAN_FLAGS) -O1" EXTRA_LDFLAGS="$(SAN_FLAGS)" \
+	  AF_TEST_SANITIZE=1 test
+
+install: lib cli
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/afinar.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libafinar.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libafinar.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/afinar $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(PKG_LIBS) $(OMPFLAGS) -lm -lpthread|g' afinar.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/afinar.pc
+
+bench: all
+	bash bench/run_decode.sh
+
+clean:
+	rm -rf build build-san

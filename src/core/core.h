@@ -1,0 +1,86 @@
+/*
+ * core.h — internal helpers shared by every module: error messages, invariants, CPU features,
+ * small allocation helpers. Not part of the public API.
+ */
+#ifndef AF_CORE_H
+#define AF_CORE_H
+
+#include "afinar.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define AF_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define AF_PRINTF(a, b)
+#endif
+
+/* Record a failure message for this thread (printf-style) and return `st`, so callers write
+ *   return af_fail(AF_ERR_FORMAT, "%s: tensor '%s': offset %llu past end of file", path, ...);
+ * Convention for messages: "<file>: <field>: <problem>[ at offset N]". */
+af_status af_fail(af_status st, const char *fmt, ...) AF_PRINTF(2, 3);
+
+/* Clear this thread's message. */
+void af_clear_error(void);
+
+/* Internal invariant (a bug if it fails): records AF_ERR_INTERNAL with file:line and returns it
+ * from the enclosing function, which must return af_status. */
+#define AF_CHECK(cond)                                                                          \
+    do {                                                                                        \
+        if (!(cond))                                                                            \
+            return af_fail(AF_ERR_INTERNAL, "%s:%d: internal check failed: %s", __FILE__,       \
+                           __LINE__, #cond);                                                    \
+    } while (0)
+
+/* Propagate a non-OK status. */
+#define AF_TRY(expr)                                                                            \
+    do {                                                                                        \
+        af_status af_try_st_ = (expr);                                                          \
+        if (af_try_st_ != AF_OK) return af_try_st_;                                             \
+    } while (0)
+
+/* Allocation helpers: return NULL on overflow or failure (never abort). */
+void *af_malloc(size_t n);
+void *af_calloc(size_t count, size_t size);
+void *af_realloc_array(void *p, size_t count, size_t size);
+/* 64-byte aligned allocation for SIMD kernels; free with af_free_aligned(). */
+void *af_malloc_aligned(size_t n);
+void af_free_aligned(void *p);
+
+/* Checked arithmetic: return false on overflow. */
+static inline bool af_mul_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool af_add_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* ---- CPU features (detected once, at first use; thread-safe after that) ---- */
+typedef struct af_cpu_info {
+    bool sse3, ssse3, avx, avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512dq, avx512_bf16, avx512_vnni, avx_vnni;
+    bool amx_tile, amx_bf16, amx_int8;
+    bool neon, arm_dotprod; /* ARM */
+} af_cpu_info;
+
+const af_cpu_info *af_cpu(void);
+
+/* Kernel path actually in use (after af_set_kernel_path / auto-detection). */
+typedef enum af_kpath { AF_KPATH_SCALAR = 0, AF_KPATH_AVX2 = 1, AF_KPATH_AVX512 = 2 } af_kpath;
+af_kpath af_kernel_path(void);
+
+/* ---- fp16 / bf16 conversion (IEEE binary16 incl. subnormals; bf16 = top half of f32) ---- */
+float af_fp16_to_f32(uint16_t h);
+uint16_t af_f32_to_fp16(float f); /* round to nearest even */
+static inline float af_bf16_to_f32(uint16_t b) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)b << 16;
+    return v.f;
+}
+
+/* Monotonic wall clock in seconds. */
+double af_time_sec(void);
+
+#endif /* AF_CORE_H */

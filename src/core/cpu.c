@@ -1,0 +1,131 @@
+/* cpu.c — run-time CPU feature detection (cpuid + xgetbv on x86-64) and kernel path choice. */
+#include "core/core.h"
+#include "core/threads.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+static af_cpu_info g_cpu;
+static int g_cpu_done;
+static af_kpath g_path;
+static int g_path_forced;
+static char g_desc[256];
+
+static void detect(void) {
+    memset(&g_cpu, 0, sizeof g_cpu);
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    g_cpu.sse3 = c & (1u << 0);
+    g_cpu.ssse3 = c & (1u << 9);
+    g_cpu.fma = c & (1u << 12);
+    g_cpu.f16c = c & (1u << 29);
+    int osxsave = (c >> 27) & 1;
+    int avx_hw = (c >> 28) & 1;
+    unsigned long long xcr0 = 0;
+    if (osxsave) {
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        xcr0 = ((unsigned long long)hi << 32) | lo;
+    }
+    int os_avx = (xcr0 & 0x6) == 0x6;
+    int os_avx512 = (xcr0 & 0xE6) == 0xE6;
+    g_cpu.avx = avx_hw && os_avx;
+    if (!g_cpu.avx) g_cpu.fma = g_cpu.f16c = false;
+    unsigned max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        g_cpu.avx2 = g_cpu.avx && (b & (1u << 5));
+        if (os_avx512) {
+            g_cpu.avx512f = b & (1u << 16);
+            g_cpu.avx512dq = b & (1u << 17);
+            g_cpu.avx512bw = b & (1u << 30);
+            g_cpu.avx512vl = b & (1u << 31);
+            g_cpu.avx512_vnni = c & (1u << 11);
+        }
+        g_cpu.amx_bf16 = d & (1u << 22);
+        g_cpu.amx_tile = d & (1u << 24);
+        g_cpu.amx_int8 = d & (1u << 25);
+        unsigned a1, b1, c1, d1;
+        __cpuid_count(7, 1, a1, b1, c1, d1);
+        g_cpu.avx_vnni = g_cpu.avx2 && (a1 & (1u << 4));
+        if (os_avx512) g_cpu.avx512_bf16 = a1 & (1u << 5);
+    }
+#elif defined(__aarch64__)
+    g_cpu.neon = true;
+#endif
+}
+
+const af_cpu_info *af_cpu(void) {
+    if (!__atomic_load_n(&g_cpu_done, __ATOMIC_ACQUIRE)) {
+        detect();
+        if (!g_path_forced) {
+            if (g_cpu.avx512f && g_cpu.avx512bw && g_cpu.avx512vl && g_cpu.fma)
+                g_path = AF_KPATH_AVX512;
+            else if (g_cpu.avx2 && g_cpu.fma)
+                g_path = AF_KPATH_AVX2;
+            else
+                g_path = AF_KPATH_SCALAR;
+        }
+        __atomic_store_n(&g_cpu_done, 1, __ATOMIC_RELEASE);
+    }
+    return &g_cpu;
+}
+
+af_kpath af_kernel_path(void) {
+    af_cpu();
+    return g_path;
+}
+
+static const char *path_name(af_kpath p) {
+    return p == AF_KPATH_AVX512 ? "avx512" : p == AF_KPATH_AVX2 ? "avx2" : "scalar";
+}
+
+af_status af_set_kernel_path(const char *name) {
+    const af_cpu_info *c = af_cpu();
+    if (!name || !strcmp(name, "auto")) {
+        g_path_forced = 0;
+        __atomic_store_n(&g_cpu_done, 0, __ATOMIC_RELEASE);
+        af_cpu();
+        return AF_OK;
+    }
+    af_kpath p;
+    if (!strcmp(name, "scalar")) p = AF_KPATH_SCALAR;
+    else if (!strcmp(name, "avx2")) {
+        if (!(c->avx2 && c->fma)) return af_fail(AF_ERR_UNSUPPORTED, "kernel path 'avx2': this CPU lacks AVX2/FMA");
+        p = AF_KPATH_AVX2;
+    } else if (!strcmp(name, "avx512")) {
+        if (!(c->avx512f && c->avx512bw && c->avx512vl && c->fma))
+            return af_fail(AF_ERR_UNSUPPORTED, "kernel path 'avx512': this CPU lacks AVX-512 F/BW/VL");
+        p = AF_KPATH_AVX512;
+    } else
+        return af_fail(AF_ERR_INVALID_ARG, "kernel path '%s': expected auto, scalar, avx2 or avx512", name);
+    g_path = p;
+    g_path_forced = 1;
+    return AF_OK;
+}
+
+const char *af_cpu_features(void) {
+    const af_cpu_info *c = af_cpu();
+    snprintf(g_desc, sizeof g_desc, "%s%s%s%s%s%s%s%s%s%s%s-> %s",
+             c->avx ? "avx " : "", c->avx2 ? "avx2 " : "", c->fma ? "fma " : "", c->f16c ? "f16c " : "",
+             c->avx512f ? "avx512f " : "", c->avx512bw ? "avx512bw " : "", c->avx512vl ? "avx512vl " : "",
+             c->avx512_vnni ? "avx512_vnni " : "", c->avx512_bf16 ? "avx512_bf16 " : "",
+             c->amx_tile ? "amx " : "", c->neon ? "neon " : "", path_name(af_kernel_path()));
+    return g_desc;
+}
+
+void af_set_num_threads(int n) {
+#ifdef _OPENMP
+    if (n <= 0) n = omp_get_num_procs();
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+int af_get_num_threads(void) { return AF_OMP_MAX_THREADS(); }

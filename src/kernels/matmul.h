@@ -1,0 +1,34 @@
+/*
+ * matmul.h — products with weights kept in their stored (possibly quantized) block format.
+ *
+ * W is a frozen weight matrix [out, in] (a PyTorch Linear weight; GGUF dims [in, out]):
+ * row o holds `in` elements of `type`, i.e. af_row_bytes(type, in) bytes, rows contiguous.
+ * Blocks are dequantized inside the kernel (per tile, in registers / L1), never into an f32 copy
+ * of the whole matrix. Accumulation is f32. Threads: OpenMP over output tiles.
+ * The SIMD path (scalar / AVX2+FMA / AVX-512) is chosen at run time (core.h af_kernel_path()).
+ */
+#ifndef AF_MATMUL_H
+#define AF_MATMUL_H
+
+#include <stdint.h>
+
+/* y[n, out] = x[n, in] · W[out, in]ᵀ   (forward of a bias-free Linear layer).
+ * If `accumulate` is nonzero, y += x·Wᵀ instead of y = x·Wᵀ.
+ * Preconditions: in % af_type_block_size(type) == 0; af_type_can_dequantize(type). */
+void af_matmul_xwt(float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
+                   int64_t out, int accumulate);
+
+/* dx[n, in] (+)= dy[n, out] · W[out, in]   (backward of a Linear layer w.r.t. its input).
+ * Same storage conventions as af_matmul_xwt. */
+void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
+                   int64_t out, int accumulate);
+
+/* Plain f32 GEMM helpers for activations and LoRA factors (row-major):
+ * C[m, n] (+)= A[m, k] · B[n, k]ᵀ */
+void af_gemm_abt(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
+/* C[m, n] (+)= A[m, k] · B[k, n] */
+void af_gemm_ab(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
+/* C[m, n] (+)= A[k, m]ᵀ · B[k, n]   (weight gradients: dW = dyᵀ x) */
+void af_gemm_atb(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
+
+#endif /* AF_MATMUL_H */

@@ -1,0 +1,73 @@
+/*
+ * ops.h — transformer ops on float32 activations, each forward beside its backward
+ * (convention from karpathy/llm.c train_gpt2.c). Row-major; argument order: outputs (and saved
+ * tensors) first, then inputs, then weights, then sizes. Backward functions ADD into gradient
+ * buffers (`d_*`), so accumulation over micro-batches is free; callers zero them first.
+ * Formulas: shared/reference/FORMATS.md §4 and §7; sources named at each function.
+ */
+#ifndef AF_OPS_H
+#define AF_OPS_H
+
+#include <stdint.h>
+
+/* ---- RMSNorm (Zhang & Sennrich 2019; llama/transformers LlamaRMSNorm) ----
+ * y[t, :] = x[t, :] * rstd[t] * w[:],  rstd[t] = 1 / sqrt(mean(x[t, :]^2) + eps)
+ * x, y: [n, dim]; w: [dim]; rstd (may be NULL): [n], saved for the backward. y may alias x. */
+void af_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
+                        float eps);
+/* dx[t,:] += rstd*g - rstd^3/dim * x * sum(g*x),  g = w*dy;  dw[:] += sum_t dy*x*rstd  (dw may be NULL) */
+void af_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                         const float *rstd, int64_t n, int64_t dim);
+
+/* ---- RoPE, rotating pairs in place ----
+ * x: [n, n_heads, head_dim]; pos: [n] absolute positions; rotary dims = head_dim (full).
+ * theta_i = pos * base^(-2i/head_dim), i in [0, head_dim/2).
+ * neox = 0: "NORM" mode, pairs (2i, 2i+1) — llama.cpp's rope for GGUF llama tensors, whose
+ *           q/k rows the converter permuted (FORMATS.md §3.3).
+ * neox = 1: "NEOX" mode, pairs (i, i + head_dim/2) — HF rotate_half, used by gemma3 GGUF. */
+void af_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
+                     float base, int neox);
+/* In-place inverse rotation of the gradient: dx = R(-theta) dy. */
+void af_rope_backward(float *dx, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
+                      float base, int neox);
+
+/* ---- SwiGLU (Shazeer 2020): h = silu(gate) * up, silu(x) = x * sigmoid(x) ----
+ * gate, up, h: [n] (flattened). h may alias gate. */
+void af_swiglu_forward(float *h, const float *gate, const float *up, int64_t n);
+/* d_gate += dh * up * silu'(gate);  d_up += dh * silu(gate) */
+void af_swiglu_backward(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+                        int64_t n);
+
+/* ---- GeGLU with tanh-approximate GELU (Gemma): h = gelu_tanh(gate) * up ---- */
+void af_geglu_forward(float *h, const float *gate, const float *up, int64_t n);
+void af_geglu_backward(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+                       int64_t n);
+
+/* ---- Causal grouped-query self-attention over ONE sequence (a packed sample) ----
+ * q:   [n_q, n_heads, head_dim]        queries at positions q_pos0 .. q_pos0+n_q-1
+ * k,v: [n_kv, n_kv_heads, head_dim]    keys/values at positions 0 .. n_kv-1 (n_kv >= q_pos0+n_q)
+ *      (k/v rows may be strided: kv_stride floats between consecutive positions, for KV caches)
+ * out: [n_q, n_heads, head_dim]
+ * Query head h uses kv head h / (n_heads / n_kv_heads). Query at position p sees keys
+ * p' with p' <= p and, when window > 0, p - p' < window (sliding window, gemma3).
+ * scores = q·kᵀ * scale; softmax over allowed keys.
+ * lse (may be NULL): [n_heads, n_q] log-sum-exp of the scaled scores, saved for the backward.
+ * Source: Vaswani et al. 2017; GQA Ainslie et al. 2023; lse recomputation as FlashAttention-2. */
+void af_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                          int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t kv_stride, int64_t n_heads,
+                          int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window);
+/* Gradients (added into dq, dk, dv; same shapes as q, k, v with kv_stride = n_kv_heads*head_dim)
+ * recomputing probabilities from the saved lse: p = exp(s - lse);
+ * dv += pᵀ·dout; dp = dout·vᵀ; ds = p * (dp - rowsum(dout*out)); dq += ds·k*scale; dk += dsᵀ·q*scale */
+void af_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v, int64_t n_q,
+                           int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+                           int64_t head_dim, float scale, int64_t window);
+
+/* ---- misc ---- */
+/* y[i] = a[i] + b[i] (y may alias a or b) */
+void af_add(float *y, const float *a, const float *b, int64_t n);
+/* Softmax over one row in place. */
+void af_softmax_inplace(float *x, int64_t n);
+
+#endif /* AF_OPS_H */

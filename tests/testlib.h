@@ -1,0 +1,46 @@
+/*
+ * testlib.h — a tiny test harness. Every check counts as passed or failed; a failing check prints
+ * where and the worst difference. test_main_end() prints one "RESULT passed=P failed=F skipped=S"
+ * line that tests/run_all.sh sums, and returns the exit code (non-zero on any failure).
+ */
+#ifndef AF_TESTLIB_H
+#define AF_TESTLIB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern int tl_passed, tl_failed, tl_skipped;
+
+/* Record one check. Prints "FAIL file:line: message" on failure. Returns cond. */
+bool tl_check(bool cond, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define CHECK(cond, ...) tl_check((cond), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Compare n floats: |a-b| <= atol + rtol*|b| everywhere. On failure prints the worst element
+ * (index, a, b, abs and rel difference). Always prints max abs diff when verbose env TL_VERBOSE=1. */
+bool tl_close(const char *what, const float *a, const float *b, size_t n, double atol, double rtol,
+              const char *file, int line);
+#define CHECK_CLOSE(what, a, b, n, atol, rtol) tl_close((what), (a), (b), (n), (atol), (rtol), __FILE__, __LINE__)
+
+/* Max |a-b| over n floats, and its index (if idx non-NULL). */
+double tl_max_abs_diff(const float *a, const float *b, size_t n, size_t *idx);
+
+/* Mark a check (or a group of checks) skipped with a reason printed as "SKIP: reason". */
+void tl_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Path of a real model file under models/ (or $AF_MODEL_DIR); NULL (and a SKIP) if absent. */
+const char *tl_model_path(const char *file_name);
+
+/* Read a whole file into a malloc'ed buffer (NUL-terminated); NULL if missing. */
+char *tl_read_file(const char *path, size_t *len);
+
+/* Small deterministic RNG for tests. */
+uint64_t tl_rand_u64(uint64_t *s);
+float tl_rand_uniform(uint64_t *s, float lo, float hi);
+float tl_rand_normal(uint64_t *s);
+
+int tl_finish(const char *test_name);
+
+#endif
