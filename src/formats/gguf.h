@@ -15,6 +15,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Deepest array nesting accepted on open (1 = a plain array value; 2 = an array of arrays). */
+#define AF_GGUF_MAX_DEPTH 8
+
 typedef enum af_gguf_vtype {
     AF_GGUF_UINT8 = 0,
     AF_GGUF_INT8 = 1,
@@ -84,10 +87,22 @@ typedef struct af_gguf {
     uint64_t n_tensors;
     af_gguf_tensor *tensors;   /* [n_tensors], owned */
     uint64_t data_offset;      /* start of the tensor data section in the file */
-    int fd;
+    int fd;                    /* -1: the descriptor is closed once the file is mapped */
 } af_gguf;
+/* An af_gguf is only ever created by af_gguf_open() (the reader keeps private lookup tables
+ * behind it); never build one by hand. */
 
 /* Open and fully validate a GGUF file. `*out` receives a new reader; free with af_gguf_close().
+ * The file is mapped read-only (MAP_PRIVATE) and its descriptor closed (fd is -1); every
+ * pointer into the file (strings, arrays, tensor data) is borrowed: valid until af_gguf_close().
+ * Checks: magic "GGUF"; version 2 or 3 (1, >3 and byte-swapped versions are refused); counts
+ * plausible for the bytes left (each KV needs >= 14 bytes, each tensor info >= 33) before any
+ * allocation; every value type incl. arrays nested up to AF_GGUF_MAX_DEPTH; bools 0/1; keys
+ * non-empty and <= 65535 bytes, unique; general.alignment (u32, power of two, default 32);
+ * tensor names 1..63 bytes, unique; n_dims 1..4; dims >= 1 without overflow; type known to
+ * af_type_block_size(); ne[0] % block size == 0; offset % alignment == 0; data inside the file.
+ * The data section starts at align_up(end of the tensor infos, alignment).
+ * A reader (after open) is read-only and may be shared between threads.
  * Errors (message names the file, the field and the byte offset):
  *  AF_ERR_IO (cannot open/stat/map), AF_ERR_FORMAT (bad magic, version, truncation, counts or
  *  offsets past the end, duplicate keys/tensors, bad string lengths, invalid bool, alignment not a
@@ -96,9 +111,9 @@ typedef struct af_gguf {
 af_status af_gguf_open(const char *path, af_gguf **out);
 void af_gguf_close(af_gguf *g);
 
-/* Lookup by key; NULL when absent. */
+/* Lookup by key (hashed, O(1)); NULL when absent. Borrowed: valid until af_gguf_close(). */
 const af_gguf_value *af_gguf_find(const af_gguf *g, const char *key);
-/* Lookup tensor by name; NULL when absent. */
+/* Lookup tensor by name (hashed, O(1)); NULL when absent. Borrowed like af_gguf_find(). */
 const af_gguf_tensor *af_gguf_find_tensor(const af_gguf *g, const char *name);
 
 /* Typed getters. Integers accept any integer type (and bool) whose value fits; floats accept
@@ -113,11 +128,14 @@ af_status af_gguf_get_i64_or(const af_gguf *g, const char *key, int64_t def, int
 af_status af_gguf_get_f32_or(const af_gguf *g, const char *key, float def, float *out);
 af_status af_gguf_get_bool_or(const af_gguf *g, const char *key, bool def, bool *out);
 
-/* Array element access (no bounds errors possible after open if i < arr_n; callers check i). */
+/* Array element access (no bounds errors possible after open if i < arr_n; callers check i).
+ * Wrong element type or i >= arr_n yields an empty string / 0. af_gguf_arr_str is O(1) for
+ * top-level arrays (str_offsets) and a linear walk for sub-arrays from af_gguf_arr_sub. */
 af_gguf_str af_gguf_arr_str(const af_gguf_value *arr, uint64_t i);
 int64_t af_gguf_arr_int(const af_gguf_value *arr, uint64_t i);   /* any integer element type */
 double af_gguf_arr_float(const af_gguf_value *arr, uint64_t i);  /* FLOAT32/64 or integer */
-/* Nested array element i as a value view (its str_offsets is NULL: use linear walk helpers). */
+/* Nested array element i as a value view (its str_offsets is NULL: use linear walk helpers).
+ * O(size of elements 0..i-1). Errors: AF_ERR_INVALID_ARG (not an array of arrays, i >= arr_n). */
 af_status af_gguf_arr_sub(const af_gguf_value *arr, uint64_t i, af_gguf_value *out);
 
 /* Name of a metadata value type ("u32", "string", ...). */

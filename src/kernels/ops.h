@@ -4,6 +4,9 @@
  * tensors) first, then inputs, then weights, then sizes. Backward functions ADD into gradient
  * buffers (`d_*`), so accumulation over micro-batches is free; callers zero them first.
  * Formulas: shared/reference/FORMATS.md §4 and §7; sources named at each function.
+ * Implementation: src/kernels/cpu/ops.c, ops_attention.c (OpenMP inside when a call is large enough;
+ * results do not depend on the thread count). None of these allocate except af_attention_backward
+ * (a small [n_heads, n_q] scratch; without memory it recomputes instead), none fail.
  */
 #ifndef AF_OPS_H
 #define AF_OPS_H
@@ -15,7 +18,8 @@
  * x, y: [n, dim]; w: [dim]; rstd (may be NULL): [n], saved for the backward. y may alias x. */
 void af_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
                         float eps);
-/* dx[t,:] += rstd*g - rstd^3/dim * x * sum(g*x),  g = w*dy;  dw[:] += sum_t dy*x*rstd  (dw may be NULL) */
+/* dx[t,:] += rstd*g - rstd^3/dim * x * sum(g*x),  g = w*dy;  dw[:] += sum_t dy*x*rstd  (dw may be NULL)
+ * rstd: the [n] saved by the forward. Row sums (forward Σx², backward Σg·x) are accumulated in double. */
 void af_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
                          const float *rstd, int64_t n, int64_t dim);
 
@@ -24,7 +28,9 @@ void af_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
  * theta_i = pos * base^(-2i/head_dim), i in [0, head_dim/2).
  * neox = 0: "NORM" mode, pairs (2i, 2i+1) — llama.cpp's rope for GGUF llama tensors, whose
  *           q/k rows the converter permuted (FORMATS.md §3.3).
- * neox = 1: "NEOX" mode, pairs (i, i + head_dim/2) — HF rotate_half, used by gemma3 GGUF. */
+ * neox = 1: "NEOX" mode, pairs (i, i + head_dim/2) — HF rotate_half, used by gemma3 GGUF.
+ * head_dim must be even. θ is formed in double and reduced mod 2π before cosf/sinf, so it stays
+ * exact at large positions (ggml's iterated f32 θ drifts by ~1e-3 rad at pos ~4k). */
 void af_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
                      float base, int neox);
 /* In-place inverse rotation of the gradient: dx = R(-theta) dy. */
@@ -52,6 +58,10 @@ void af_geglu_backward(float *d_gate, float *d_up, const float *dh, const float 
  * p' with p' <= p and, when window > 0, p - p' < window (sliding window, gemma3).
  * scores = q·kᵀ * scale; softmax over allowed keys.
  * lse (may be NULL): [n_heads, n_q] log-sum-exp of the scaled scores, saved for the backward.
+ * Requires n_heads % n_kv_heads == 0 and kv_stride >= n_kv_heads*head_dim. Keys after the query's
+ * position are never read (a KV cache may pass n_kv = its capacity with garbage beyond q_pos0+n_q).
+ * Online softmax in f32 with max-subtraction; masked keys contribute exactly 0. A decode call
+ * (n_q = 1, q_pos0 = p) returns bit-for-bit the row p of the full forward on the same keys.
  * Source: Vaswani et al. 2017; GQA Ainslie et al. 2023; lse recomputation as FlashAttention-2. */
 void af_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                           int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t kv_stride, int64_t n_heads,

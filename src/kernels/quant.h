@@ -59,4 +59,8 @@ void af_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
  * Returns false for unsupported types. */
 bool af_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 
+/* Dequantize a row of Q8_K blocks (activation-side format, not a weight type, so not handled by
+ * af_dequantize_row): y = d * qs per block. n must be a multiple of 256. Used by tests. */
+void af_dequantize_row_q8_k(const void *src, float *dst, int64_t n);
+
 #endif /* AF_QUANT_H */

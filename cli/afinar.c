@@ -1,0 +1,86 @@
+/* afinar — command-line tool: dispatches subcommands. Exit codes: 0 success, 1 failure,
+ * 2 usage error, 130 interrupted. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_error(const char *cmd, const char *fmt, ...) {
+    fprintf(stderr, "afinar %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int cli_fail(const char *cmd, af_status st) {
+    const char *msg = af_last_error();
+    fprintf(stderr, "afinar %s: %s\n", cmd, (msg && *msg) ? msg : af_status_name(st));
+    return 1;
+}
+
+int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_error(cmd, "%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        cli_error(cmd, "%s: expected a number in [%g, %g], got '%s'", flag, lo, hi, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static void usage(FILE *fp) {
+    fprintf(fp,
+            "afinar %s — fine-tune and run transformer language models (GGUF)\n"
+            "\n"
+            "usage: afinar <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  info FILE          describe a GGUF file: architecture, hyper-parameters, tokenizer, tensors\n"
+            "  generate -m FILE -p TEXT [options]\n"
+            "                     generate text (streams tokens; --temp 0 is greedy)\n"
+            "  version            print version and the CPU features detected\n"
+            "\n"
+            "Run 'afinar <command> --help' for the options of a command.\n",
+            af_version());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("afinar %s\ncpu: %s\nthreads: %d\n", af_version(), af_cpu_features(), af_get_num_threads());
+        return 0;
+    }
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    fprintf(stderr, "afinar: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,18 @@
+/* cli.h — shared helpers of the afinar command-line tool. */
+#ifndef AF_CLI_H
+#define AF_CLI_H
+
+#include "afinar.h"
+
+/* Print "afinar <cmd>: <message>" on stderr. */
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Report a failed library call: "afinar <cmd>: <af_last_error()>" and return the exit code 1. */
+int cli_fail(const char *cmd, af_status st);
+/* Parse numbers strictly (whole string); on failure print a message naming the flag and return 0. */
+int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
+int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
+
+int cmd_info(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+
+#endif

@@ -1,0 +1,248 @@
+/* afinar generate — stream a continuation of a prompt (or a chat answer) from a GGUF model. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static volatile sig_atomic_t g_stop;
+static void on_sigint(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void help(void) {
+    printf("usage: afinar generate -m FILE (-p TEXT | -f FILE) [options]\n"
+           "\n"
+           "  -m, --model FILE     GGUF model\n"
+           "  -p, --prompt TEXT    prompt text (special tokens such as <|im_start|> are recognised)\n"
+           "  -f, --file FILE      read the prompt from FILE\n"
+           "  -n, --n-predict N    tokens to generate (default 128; stops earlier at end-of-generation)\n"
+           "      --temp T         temperature (default 0.8; 0 = greedy, deterministic)\n"
+           "      --top-k K        keep the K most likely tokens (default 40; 0 = off)\n"
+           "      --top-p P        nucleus sampling threshold (default 0.95; 1 = off)\n"
+           "      --seed S         random seed (default 42)\n"
+           "      --chat           wrap the prompt in the model's chat template (SmolLM2: ChatML)\n"
+           "      --system TEXT    system message for --chat (default: the template's own)\n"
+           "      --ignore-eos     do not stop at end-of-generation tokens\n"
+           "  -c, --ctx N          context size (default: prompt + n-predict)\n"
+           "  -t, --threads N      compute threads (default: all cores)\n"
+           "      --kernel PATH    auto | scalar | avx2 | avx512 (default auto)\n"
+           "      --timings        print prompt and decode speed on stderr at the end\n"
+           "      --echo           print the prompt before the generated text\n");
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *C = "generate";
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *kernel = NULL;
+    long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42;
+    double temp = 0.8, top_p = 0.95;
+    int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
+        {"file", required_argument, 0, 'f'},    {"n-predict", required_argument, 0, 'n'},
+        {"ctx", required_argument, 0, 'c'},     {"threads", required_argument, 0, 't'},
+        {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
+        {"top-p", required_argument, 0, O_TOPP}, {"seed", required_argument, 0, O_SEED},
+        {"chat", no_argument, 0, O_CHAT},       {"system", required_argument, 0, O_SYSTEM},
+        {"timings", no_argument, 0, O_TIMINGS}, {"kernel", required_argument, 0, O_KERNEL},
+        {"echo", no_argument, 0, O_ECHO},       {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:p:f:n:c:t:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model_path = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'f': prompt_file = optarg; break;
+        case 'n': if (!cli_parse_int(C, "--n-predict", optarg, 1, 1 << 20, &n_predict)) return 2; break;
+        case 'c': if (!cli_parse_int(C, "--ctx", optarg, 1, 1 << 20, &n_ctx)) return 2; break;
+        case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
+        case O_TEMP: if (!cli_parse_float(C, "--temp", optarg, 0, 100, &temp)) return 2; break;
+        case O_TOPK: if (!cli_parse_int(C, "--top-k", optarg, 0, 1 << 30, &top_k)) return 2; break;
+        case O_TOPP: if (!cli_parse_float(C, "--top-p", optarg, 0, 1, &top_p)) return 2; break;
+        case O_SEED: if (!cli_parse_int(C, "--seed", optarg, 0, 0x7fffffffL, &seed)) return 2; break;
+        case O_CHAT: chat = 1; break;
+        case O_SYSTEM: system = optarg; break;
+        case O_TIMINGS: timings = 1; break;
+        case O_KERNEL: kernel = optarg; break;
+        case O_ECHO: echo = 1; break;
+        case O_IGNORE_EOS: ignore_eos = 1; break;
+        case 'h': help(); return 0;
+        case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
+        default: cli_error(C, "unknown option '%s' (see 'afinar generate --help')", argv[optind - 1]); return 2;
+        }
+    }
+    if (optind < argc) {
+        cli_error(C, "unexpected argument '%s'", argv[optind]);
+        return 2;
+    }
+    if (!model_path) {
+        cli_error(C, "missing -m FILE (the GGUF model)");
+        return 2;
+    }
+    if (!prompt == !prompt_file) {
+        cli_error(C, "give exactly one of -p TEXT or -f FILE");
+        return 2;
+    }
+    if (system && !chat) {
+        cli_error(C, "--system needs --chat");
+        return 2;
+    }
+    if (kernel) {
+        af_status st = af_set_kernel_path(kernel);
+        if (st != AF_OK) return cli_fail(C, st);
+    }
+    af_set_num_threads((int)threads);
+
+    char *file_text = NULL;
+    if (prompt_file) {
+        FILE *f = fopen(prompt_file, "rb");
+        if (!f) {
+            cli_error(C, "%s: cannot open prompt file", prompt_file);
+            return 1;
+        }
+        size_t cap = 4096, len = 0, r;
+        file_text = malloc(cap + 1);
+        while (file_text && (r = fread(file_text + len, 1, cap - len, f)) > 0) {
+            len += r;
+            if (len == cap) {
+                char *p = realloc(file_text, 2 * cap + 1);
+                if (!p) { free(file_text); file_text = NULL; break; }
+                file_text = p;
+                cap *= 2;
+            }
+        }
+        fclose(f);
+        if (!file_text) {
+            cli_error(C, "out of memory reading %s", prompt_file);
+            return 1;
+        }
+        file_text[len] = 0;
+        prompt = file_text;
+    }
+
+    int rc = 1;
+    af_model *model = NULL;
+    af_session *sess = NULL;
+    char *chat_text = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    af_status st = af_model_load(model_path, &model);
+    if (st != AF_OK) {
+        rc = cli_fail(C, st);
+        goto done;
+    }
+    const af_tokenizer *tok = af_model_tokenizer(model);
+    if (!tok) {
+        cli_error(C, "%s: the model has no usable tokenizer, so text cannot be generated", model_path);
+        goto done;
+    }
+    const char *text = prompt;
+    if (chat) {
+        st = af_chat_format(model, system, prompt, &chat_text);
+        if (st != AF_OK) {
+            rc = cli_fail(C, st);
+            goto done;
+        }
+        text = chat_text;
+    }
+    size_t n_ids = 0;
+    st = af_tokenize(tok, text, strlen(text), 1, 1, &ids, &n_ids);
+    if (st != AF_OK) {
+        rc = cli_fail(C, st);
+        goto done;
+    }
+    if (n_ids == 0) {
+        cli_error(C, "the prompt is empty after tokenization");
+        goto done;
+    }
+    const af_model_config *cfg = af_model_get_config(model);
+    long need = (long)n_ids + n_predict;
+    if (n_ctx == 0) n_ctx = need;
+    if (n_ctx > cfg->max_position_embeddings) {
+        cli_error(C, "context %ld (prompt %zu + n-predict %ld) exceeds the model's %d positions", n_ctx, n_ids,
+                  n_predict, cfg->max_position_embeddings);
+        rc = 2;
+        goto done;
+    }
+    if ((long)n_ids >= n_ctx) {
+        cli_error(C, "the prompt has %zu tokens, more than the context (%ld)", n_ids, n_ctx);
+        rc = 2;
+        goto done;
+    }
+    if (need > n_ctx) n_predict = n_ctx - (long)n_ids;
+    st = af_session_new(model, (int)n_ctx, &sess);
+    if (st != AF_OK) {
+        rc = cli_fail(C, st);
+        goto done;
+    }
+    logits = malloc(sizeof(float) * (size_t)cfg->vocab_size);
+    if (!logits) {
+        cli_error(C, "out of memory");
+        goto done;
+    }
+    signal(SIGINT, on_sigint);
+    if (echo) {
+        fwrite(text, 1, strlen(text), stdout);
+        fflush(stdout);
+    }
+    double t0 = now_sec();
+    st = af_session_eval(sess, ids, (int)n_ids, logits, NULL);
+    double t_prompt = now_sec() - t0;
+    if (st != AF_OK) {
+        rc = cli_fail(C, st);
+        goto done;
+    }
+    af_sampling sp = {(float)temp, (int32_t)top_k, (float)top_p, (uint64_t)seed};
+    uint64_t rng = af_rng_seed(sp.seed);
+    double t_decode = 0;
+    long n_decode = 0, n_gen = 0;
+    char piece[256];
+    while (n_gen < n_predict && !g_stop) {
+        int32_t id = af_sample(logits, cfg->vocab_size, &sp, &rng);
+        n_gen++;
+        if (!ignore_eos && af_token_is_eog(tok, id)) break;
+        int len = af_token_to_bytes(tok, id, 0, piece, sizeof piece);
+        if (len > 0) {
+            fwrite(piece, 1, (size_t)(len < (int)sizeof piece ? len : (int)sizeof piece), stdout);
+            fflush(stdout);
+        }
+        if (n_gen == n_predict) break;
+        double t1 = now_sec();
+        st = af_session_eval(sess, &id, 1, logits, NULL);
+        t_decode += now_sec() - t1;
+        n_decode++;
+        if (st != AF_OK) {
+            fputc('\n', stdout);
+            rc = cli_fail(C, st);
+            goto done;
+        }
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (timings)
+        fprintf(stderr, "timings: prompt %zu tokens %.3f s (%.2f tok/s), decode %ld tokens %.3f s (%.2f tok/s)\n",
+                n_ids, t_prompt, t_prompt > 0 ? (double)n_ids / t_prompt : 0.0, n_decode, t_decode,
+                t_decode > 0 ? (double)n_decode / t_decode : 0.0);
+    rc = g_stop ? 130 : 0;
+done:
+    free(logits);
+    free(ids);
+    free(chat_text);
+    free(file_text);
+    af_session_free(sess);
+    af_model_free(model);
+    return rc;
+}

@@ -1,0 +1,21 @@
+/* afinar info FILE — describe a GGUF file. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cmd_info(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: afinar info FILE.gguf\n"
+               "Prints architecture, hyper-parameters (Hugging Face names), tokenizer kind and a tensor\n"
+               "table (name, type, shape [out, in], bytes) of a GGUF file.\n");
+        return 0;
+    }
+    if (argc != 2) {
+        cli_error("info", "expected exactly one FILE argument (see 'afinar info --help')");
+        return 2;
+    }
+    af_status st = af_gguf_describe(argv[1], stdout);
+    if (st != AF_OK) return cli_fail("info", st);
+    return 0;
+}

@@ -1,0 +1,301 @@
+/*
+ * matmul.c — products with block-format weights (kernels/matmul.h): run-time dispatch between the
+ * scalar / AVX2 / AVX-512 kernels (core.h af_kernel_path()), the tiling and OpenMP drivers shared
+ * by all paths, the scalar kernels, and the f32 GEMMs.
+ *
+ * Regimes of af_matmul_xwt (y[n,out] = x[n,in] · W[out,in]ᵀ):
+ *  - n <= AF_MM_DECODE_N on a SIMD path with a block type: x is quantized once to int8 per
+ *    32 values (matmul_internal.h af_mm_xq) and each weight row is unpacked in registers and
+ *    dotted with integer instructions (vpdpbusd / vpmaddubsw), one f32 scale per 16 or 32 values.
+ *    Error: |y - y_exact| <= sum_k |W[o,k]| d_k / 2 with d_k = max|x| of k's 32-block / 127.
+ *  - other n <= AF_MM_DECODE_N (scalar path, F32/F16/BF16 weights): a row chunk of W is
+ *    dequantized to a stack buffer and dotted with each token in f32.
+ *  - n > AF_MM_DECODE_N: a tile of ops.nr rows x KC columns of W is dequantized once into a
+ *    transposed f32 panel (stack, L1/L2) and reused for every token by the register-tiled
+ *    micro-kernel ops.panel. Exact up to f32 rounding.
+ * Threads: OpenMP over disjoint output tiles (rows of y for xwt, columns of dx for dyw), so no
+ * two threads write the same cache line except at tile edges, which are written by one thread.
+ */
+#include "kernels/matmul.h"
+
+#include "core/core.h"
+#include "core/threads.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KC 256      /* columns of W per dequantized tile (a multiple of every block size) */
+#define DOT_BUF 1024 /* floats in the dot path's row buffer (multiple of 256) */
+#define PAR_MIN_WORK 200000 /* multiply-adds below which a call stays on one thread */
+
+/* ---------------------------------------------------------------- scalar kernels */
+
+/* C[t, j] (+)= sum_k X(t,k) P(k,j); plain C, see matmul_internal.h for the strides. */
+static void panel_scalar(int64_t m, int64_t k, const float *x, int64_t sxt, int64_t sxk,
+                         const float *p, int64_t spk, int nr, float *c, int64_t ldc, int accumulate) {
+    for (int64_t t = 0; t < m; t++) {
+        float acc[32] = {0};
+        const float *xt = x + t * sxt;
+        for (int64_t kk = 0; kk < k; kk++) {
+            float xv = xt[kk * sxk];
+            const float *pk = p + kk * spk;
+            for (int j = 0; j < nr; j++) acc[j] += xv * pk[j];
+        }
+        float *ct = c + t * ldc;
+        for (int j = 0; j < nr; j++) ct[j] = accumulate ? ct[j] + acc[j] : acc[j];
+    }
+}
+
+/* Rows [r0, r0+nr) x columns [k0, k0+kc) of W to f32 (af_dequantize_row per row segment). */
+static void dequant_scalar(uint32_t type, const uint8_t *w, int64_t row_bytes, int64_t r0,
+                           int64_t nr, int64_t k0, int64_t kc, float *out, int64_t ldo) {
+    int64_t bs = (int64_t)af_type_block_size(type), bb = (int64_t)af_type_block_bytes(type);
+    for (int64_t r = 0; r < nr; r++)
+        af_dequantize_row(type, w + (r0 + r) * row_bytes + k0 / bs * bb, out + r * ldo, kc);
+}
+
+static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, NULL};
+
+static const af_mm_ops *ops_get(void) {
+#if defined(__x86_64__)
+    switch (af_kernel_path()) {
+    case AF_KPATH_AVX512: return &af_mm_ops_avx512;
+    case AF_KPATH_AVX2: return &af_mm_ops_avx2;
+    default: break;
+    }
+#endif
+    return &ops_scalar;
+}
+
+static bool is_block_type(uint32_t t) {
+    return t != AF_TYPE_F32 && t != AF_TYPE_F16 && t != AF_TYPE_BF16 && af_type_block_size(t) >= 32;
+}
+
+static int threads_for(double work) { return work >= PAR_MIN_WORK ? AF_OMP_MAX_THREADS() : 1; }
+
+/* ---------------------------------------------------------------- activation quantization */
+
+/* x[n, in] -> af_mm_xq (see matmul_internal.h). `in` is a multiple of 32. */
+static void quantize_x(const float *x, int64_t n, int64_t in, af_mm_xq *q) {
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t b = 0; b < q->nb32; b++) {
+            const float *xb = x + t * in + 32 * b;
+            float amax = 0.f;
+            for (int j = 0; j < 32; j++) {
+                float a = xb[j] < 0 ? -xb[j] : xb[j];
+                if (a > amax) amax = a;
+            }
+            float d = amax / 127.f, id = amax > 0 ? 127.f / amax : 0.f;
+            int8_t *qb = q->q + t * in + 32 * b;
+            for (int g = 0; g < 2; g++) {
+                int sq = 0;
+                for (int j = 16 * g; j < 16 * g + 16; j++) {
+                    float v = xb[j] * id;
+                    int qi = (int)(v + (v >= 0 ? 0.5f : -0.5f));
+                    qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+                    qb[j] = (int8_t)qi;
+                    sq += qi;
+                }
+                q->sq[t * q->nb16 + 2 * b + g] = d * (float)sq;
+            }
+            q->d[t * q->nb32 + b] = d;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- drivers */
+
+/* n <= AF_MM_DECODE_N without integer kernel: per row, dequantize DOT_BUF columns to the stack
+ * and dot with each token (f32). */
+static void xwt_dot(const af_mm_ops *ops, float *y, const float *x, const uint8_t *w, uint32_t type,
+                    int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
+    int nth = threads_for((double)n * in * out);
+    (void)nth;
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (int64_t o = 0; o < out; o++) {
+        float buf[DOT_BUF];
+        float acc[AF_MM_DECODE_N] = {0};
+        for (int64_t k0 = 0; k0 < in; k0 += DOT_BUF) {
+            int64_t kc = in - k0 < DOT_BUF ? in - k0 : DOT_BUF;
+            ops->dequant(type, w, (int64_t)rb, o, 1, k0, kc, buf, kc);
+            for (int64_t t = 0; t < n; t++) {
+                const float *xt = x + t * in + k0;
+                float s = 0.f;
+                for (int64_t k = 0; k < kc; k++) s += xt[k] * buf[k];
+                acc[t] += s;
+            }
+        }
+        for (int64_t t = 0; t < n; t++) y[t * out + o] = accumulate ? y[t * out + o] + acc[t] : acc[t];
+    }
+}
+
+/* Integer decode path; false if not available (allocation failure or unsupported type). */
+static bool xwt_decode(const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
+                       uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
+    af_mm_xq q;
+    q.in = in;
+    q.nb32 = in / 32;
+    q.nb16 = in / 16;
+    if (!ops->decode(type, w, (int64_t)rb, 0, 0, &q, n, y, out, accumulate)) return false;
+    size_t nq = (size_t)(n * in), nf = (size_t)(n * (q.nb32 + q.nb16));
+    void *mem = af_malloc_aligned(nq + 64 + nf * sizeof(float));
+    if (!mem) return false;
+    q.d = (float *)mem;
+    q.sq = q.d + n * q.nb32;
+    q.q = (int8_t *)(q.sq + n * q.nb16);
+    quantize_x(x, n, in, &q);
+    const int64_t RB = 8;
+    int64_t nblk = (out + RB - 1) / RB;
+    int nth = threads_for((double)n * in * out);
+    (void)nth;
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t o1 = (b + 1) * RB < out ? (b + 1) * RB : out;
+        ops->decode(type, w, (int64_t)rb, b * RB, o1, &q, n, y, out, accumulate);
+    }
+    af_free_aligned(mem);
+    return true;
+}
+
+/* Generic strided GEMM on panels: C[m, n] (+)= X[m, k] · P[k, n] with X(t,kk) = x[t*sxt + kk*sxk],
+ * P(kk,j) = p[kk*spk + j]. Threads over (panel of nr columns) x (block of tokens). */
+static void gemm_strided(const af_mm_ops *ops, float *c, int64_t ldc, const float *x, int64_t sxt,
+                         int64_t sxk, const float *p, int64_t spk, int64_t m, int64_t n, int64_t k,
+                         int accumulate) {
+    const int NR = ops->nr;
+    int64_t npan = (n + NR - 1) / NR;
+    int nth = threads_for((double)m * n * k);
+    int64_t mb = m;
+    if (npan < 2 * nth) mb = ((m + nth - 1) / nth + 7) / 8 * 8;
+    if (mb < 1) mb = 1;
+    int64_t ntb = (m + mb - 1) / mb;
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (int64_t idx = 0; idx < npan * ntb; idx++) {
+        int64_t j0 = idx / ntb * NR, t0 = idx % ntb * mb;
+        int nr = (int)(n - j0 < NR ? n - j0 : NR);
+        int64_t mm = m - t0 < mb ? m - t0 : mb;
+        for (int64_t k0 = 0; k0 < k; k0 += KC) {
+            int64_t kc = k - k0 < KC ? k - k0 : KC;
+            ops->panel(mm, kc, x + t0 * sxt + k0 * sxk, sxt, sxk, p + k0 * spk + j0, spk, nr,
+                       c + t0 * ldc + j0, ldc, k0 ? 1 : accumulate);
+        }
+    }
+}
+
+static void zero_or_keep(float *c, int64_t m, int64_t n, int accumulate) {
+    if (!accumulate && m > 0 && n > 0) memset(c, 0, (size_t)(m * n) * sizeof(float));
+}
+
+/* n > AF_MM_DECODE_N: dequantize ops.nr rows x KC columns, transpose into a stack panel, run the
+ * micro-kernel over the tokens. */
+static void xwt_tiles(const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
+                      uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
+    const int NR = ops->nr;
+    int64_t ntile = (out + NR - 1) / NR;
+    int nth = threads_for((double)n * in * out);
+    int64_t mb = n;
+    if (ntile < 2 * nth) mb = ((n + nth - 1) / nth + 7) / 8 * 8;
+    int64_t ntb = (n + mb - 1) / mb;
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (int64_t idx = 0; idx < ntile * ntb; idx++) {
+        float pk[KC * 32] __attribute__((aligned(64)));
+        float row[KC] __attribute__((aligned(64)));
+        int64_t o0 = idx / ntb * NR, t0 = idx % ntb * mb;
+        int nr = (int)(out - o0 < NR ? out - o0 : NR);
+        int64_t mm = n - t0 < mb ? n - t0 : mb;
+        for (int64_t k0 = 0; k0 < in; k0 += KC) {
+            int64_t kc = in - k0 < KC ? in - k0 : KC;
+            for (int r = 0; r < nr; r++) {
+                ops->dequant(type, w, (int64_t)rb, o0 + r, 1, k0, kc, row, kc);
+                for (int64_t k = 0; k < kc; k++) pk[k * NR + r] = row[k];
+            }
+            ops->panel(mm, kc, x + t0 * in + k0, in, 1, pk, NR, nr, y + t0 * out + o0, out,
+                       k0 ? 1 : accumulate);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- public API */
+
+void af_matmul_xwt(float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
+                   int64_t out, int accumulate) {
+    if (n <= 0 || out <= 0) return;
+    if (in <= 0) {
+        zero_or_keep(y, n, out, accumulate);
+        return;
+    }
+    const af_mm_ops *ops = ops_get();
+    size_t rb = af_row_bytes(type, in);
+    if (n <= AF_MM_DECODE_N) {
+        if (ops->decode && is_block_type(type) &&
+            xwt_decode(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate))
+            return;
+        xwt_dot(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
+        return;
+    }
+    xwt_tiles(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
+}
+
+void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
+                   int64_t out, int accumulate) {
+    if (n <= 0 || in <= 0) return;
+    if (out <= 0) {
+        zero_or_keep(dx, n, in, accumulate);
+        return;
+    }
+    const af_mm_ops *ops = ops_get();
+    const int NR = ops->nr;
+    size_t rb = af_row_bytes(type, in);
+    int64_t bs = (int64_t)af_type_block_size(type);
+    /* column chunk CW x row block OB of W dequantized per step: 32 KiB on the stack */
+    const int64_t CW = bs == 256 ? 256 : 128, OB = 8192 / CW;
+    int64_t nchunk = (in + CW - 1) / CW;
+    int nth = threads_for((double)n * in * out);
+    int64_t mb = n;
+    if (nchunk < 2 * nth) mb = ((n + nth - 1) / nth + 7) / 8 * 8;
+    int64_t ntb = (n + mb - 1) / mb;
+    const uint8_t *wb = (const uint8_t *)w;
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (int64_t idx = 0; idx < nchunk * ntb; idx++) {
+        float buf[8192] __attribute__((aligned(64)));
+        int64_t k0 = idx / ntb * CW, t0 = idx % ntb * mb;
+        int64_t kc = in - k0 < CW ? in - k0 : CW;
+        int64_t mm = n - t0 < mb ? n - t0 : mb;
+        for (int64_t o0 = 0; o0 < out; o0 += OB) {
+            int64_t ob = out - o0 < OB ? out - o0 : OB;
+            ops->dequant(type, wb, (int64_t)rb, o0, ob, k0, kc, buf, kc);
+            for (int64_t p0 = 0; p0 < kc; p0 += NR) {
+                int nr = (int)(kc - p0 < NR ? kc - p0 : NR);
+                ops->panel(mm, ob, dy + t0 * out + o0, out, 1, buf + p0, kc, nr,
+                           dx + t0 * in + k0 + p0, in, (o0 > 0) || accumulate);
+            }
+        }
+    }
+}
+
+void af_gemm_abt(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
+                 int accumulate) {
+    af_matmul_xwt(c, a, b, AF_TYPE_F32, m, k, n, accumulate);
+}
+
+void af_gemm_ab(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
+                int accumulate) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        zero_or_keep(c, m, n, accumulate);
+        return;
+    }
+    gemm_strided(ops_get(), c, n, a, k, 1, b, n, m, n, k, accumulate);
+}
+
+void af_gemm_atb(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
+                 int accumulate) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        zero_or_keep(c, m, n, accumulate);
+        return;
+    }
+    gemm_strided(ops_get(), c, n, a, 1, m, b, n, m, n, k, accumulate);
+}

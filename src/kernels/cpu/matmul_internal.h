@@ -1,0 +1,55 @@
+/*
+ * matmul_internal.h — private contract between the matmul driver (matmul.c: dispatch, tiling,
+ * threads, scalar path) and the per-ISA kernel files (matmul_avx2.c, matmul_avx512.c).
+ * Not used outside src/kernels/cpu/matmul*.c.
+ *
+ * Every kernel path provides an af_mm_ops table of three kernels; the driver does the rest:
+ *  - panel:   C[t, j] (+)= sum_k X(t, k) * P(k, j) for t < m, j < nr (nr <= ops.nr), where
+ *             X(t, k) = x[t*sxt + k*sxk] and P(k, j) = p[k*spk + j] (only j < nr is read).
+ *             This one strided f32 micro-kernel driver serves the dequantized-tile path of
+ *             af_matmul_xwt (P = packed W tile, transposed), af_matmul_dyw (P = W rows), and the
+ *             three f32 GEMMs.
+ *  - dequant: rows [r0, r0+nr) x columns [k0, k0+kc) of a weight matrix in block format `type`
+ *             (row stride row_bytes) to f32 out[r*ldo + k]; k0 and kc multiples of the block size.
+ *  - decode:  y[t*ldy + o] (+)= sum_k x[t, k] * W[o, k] for o in [o0, o1), t < n <= AF_MM_DECODE_N,
+ *             from int8-quantized activations (af_mm_xq below) and integer dot products; NULL if
+ *             the path has none (the driver then uses the f32 tile path).
+ */
+#ifndef AF_MATMUL_INTERNAL_H
+#define AF_MATMUL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Largest token count handled by the integer decode kernels. */
+#define AF_MM_DECODE_N 4
+
+/* Activations quantized per 32-element block, like ggml's Q8_0 activation side:
+ *   d[t*nb32 + b]      = max_j |x[t, 32b + j]| / 127            (f32; 0 for an all-zero block)
+ *   q[t*in + k]        = round(x[t, k] / d), clamped to [-127, 127]   (int8, never -128)
+ *   sq[t*nb16 + g]     = d * sum of the 16 int8 q in group g             (for offsets and mins)
+ * Error bound: |x - d*q| <= d/2 per element (plus f32 rounding), so
+ * |y_int - y_exact| <= sum_k |W[o,k]| * d_block(k) / 2. */
+typedef struct af_mm_xq {
+    int8_t *q;
+    float *d, *sq;
+    int64_t in, nb32, nb16;
+} af_mm_xq;
+
+typedef struct af_mm_ops {
+    int nr; /* panel width (outputs per micro-tile), <= 32 */
+    void (*panel)(int64_t m, int64_t k, const float *x, int64_t sxt, int64_t sxk, const float *p,
+                  int64_t spk, int nr, float *c, int64_t ldc, int accumulate);
+    void (*dequant)(uint32_t type, const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t nr,
+                    int64_t k0, int64_t kc, float *out, int64_t ldo);
+    /* Returns false when it does not handle `type` (the driver falls back to the tile path). */
+    bool (*decode)(uint32_t type, const uint8_t *w, int64_t row_bytes, int64_t o0, int64_t o1,
+                   const af_mm_xq *xq, int64_t n, float *y, int64_t ldy, int accumulate);
+} af_mm_ops;
+
+#if defined(__x86_64__)
+extern const af_mm_ops af_mm_ops_avx2;
+extern const af_mm_ops af_mm_ops_avx512;
+#endif
+
+#endif /* AF_MATMUL_INTERNAL_H */

@@ -1,0 +1,514 @@
+/*
+ * ops_attention.c — causal grouped-query attention (optional sliding window, strided K/V cache),
+ * forward saving the log-sum-exp, and the backward recomputing probabilities from it
+ * (FlashAttention-2, Dao 2023, Alg. 1/2, one query row at a time). Contract: ops.h.
+ *
+ * Forward: one query row × (up to 4 heads of one kv group) per work item, an online softmax over
+ * blocks of ATT_BLK keys (running max m and sum l; the output row itself is the accumulator,
+ * rescaled by e^(m_old−m_new) when the max grows), so no scratch memory beyond stack blocks of
+ * scores. Masked keys are never visited, so they contribute exactly 0. All accumulation in f32 with
+ * max-subtraction; exp is expf on the scalar path and a vector polynomial (~2 ulp) on AVX2/AVX-512.
+ * Backward, in two race-free parallel passes (scores are recomputed in each):
+ *   A. over (query row i, head h): D_i = dout_i·out_i; dq_i += scale · Σ_j ds_ij k_j
+ *   B. over (key j, kv head g):    dv_j += Σ_{h∈g, i} p_ij dout_i;  dk_j += scale · Σ_{h∈g, i} ds_ij q_i
+ * with p_ij = exp(s_ij − lse_i), ds_ij = p_ij (dout_i·v_j − D_i).
+ * SIMD: block primitives (dot of one vector with nb rows; y += Σ c_b·row_b kept in registers; exp of
+ * a block) in scalar C (vectorisable at baseline x86-64), AVX2+FMA and AVX-512 variants; the work
+ * items are instantiated once per path (constant P) and chosen by af_kernel_path() per call.
+ * Threads: OpenMP over work items (dynamic schedule: causal rows differ in cost) when the call is
+ * big enough; results do not depend on the thread count.
+ */
+#include "kernels/ops.h"
+
+#include "core/core.h"
+#include "core/threads.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define ATT_X86 1
+#include <immintrin.h>
+#else
+#define ATT_X86 0
+#endif
+
+#define ATT_BLK 64 /* keys per online-softmax block */
+
+/* ---- primitives: scalar ---- */
+static inline float dot_sc(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) acc[u] += a[i + u] * b[i + u];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Block primitives over nb rows r_b = base + b*stride (b < nb <= ATT_BLK), each of n floats:
+ *   dotblk:  s[b] = x · r_b
+ *   axpyblk: y += Σ_b c[b] · r_b   (y stays in registers over the whole block: no store→load chain) */
+static inline void dotblk_sc(float *s, const float *x, const float *base, int64_t stride, int64_t nb, int64_t n) {
+    for (int64_t b = 0; b < nb; b++) s[b] = dot_sc(x, base + b * stride, n);
+}
+static inline void axpyblk_sc(float *y, const float *c, const float *base, int64_t stride, int64_t nb, int64_t n) {
+    int64_t d = 0;
+    for (; d + 16 <= n; d += 16) {
+        float acc[16];
+        for (int u = 0; u < 16; u++) acc[u] = y[d + u];
+        for (int64_t b = 0; b < nb; b++) {
+            const float *r = base + b * stride + d;
+            for (int u = 0; u < 16; u++) acc[u] += c[b] * r[u];
+        }
+        for (int u = 0; u < 16; u++) y[d + u] = acc[u];
+    }
+    for (; d < n; d++) {
+        float acc = y[d];
+        for (int64_t b = 0; b < nb; b++) acc += c[b] * base[b * stride + d];
+        y[d] = acc;
+    }
+}
+static inline void expblk_sc(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = expf(x[i]);
+}
+
+#if ATT_X86
+/* ---- AVX2 + FMA ---- */
+__attribute__((target("avx2,fma"))) static inline float dot_256(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s0 = _mm256_add_ps(s0, s1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float s = _mm_cvtss_f32(h);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* ---- AVX-512 F (masked tails) ---- */
+#define ATT_T512 __attribute__((target("avx512f,avx512vl,avx512bw,avx2,fma")))
+ATT_T512 static inline float dot_512(const float *a, const float *b, int64_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+/* ---- x[0..n) = exp(x[0..n)) in place, n <= ATT_BLK, x has room for ATT_BLK floats ----
+ * SIMD: Cody–Waite reduction x = k·ln2 + r (ln2 split in two), degree-6 minimax polynomial for e^r
+ * (Cephes expf coefficients), times 2^k; max rel. error ~2 ulp. Inputs here are s − max <= 0 (or
+ * s − lse, ~<= 0); below −87 the result is clamped to ~1e-38, i.e. numerically 0 next to the max. */
+#define EXP_C1 0.693359375f
+#define EXP_C2 (-2.12194440e-4f)
+#define EXP_P0 1.9875691500e-4f
+#define EXP_P1 1.3981999507e-3f
+#define EXP_P2 8.3334519073e-3f
+#define EXP_P3 4.1665795894e-2f
+#define EXP_P4 1.6666665459e-1f
+#define EXP_P5 5.0000001201e-1f
+
+__attribute__((target("avx2,fma"))) static inline __m256 exp_256v(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_C1), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_C2), r);
+    __m256 p = _mm256_set1_ps(EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P5));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+__attribute__((target("avx2,fma"))) static inline void expblk_256(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8) {
+        if (n - i >= 8) {
+            _mm256_storeu_ps(x + i, exp_256v(_mm256_loadu_ps(x + i)));
+        } else {
+            float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int64_t u = 0; u < n - i; u++) t[u] = x[i + u];
+            _mm256_storeu_ps(t, exp_256v(_mm256_loadu_ps(t)));
+            for (int64_t u = 0; u < n - i; u++) x[i + u] = t[u];
+        }
+    }
+}
+ATT_T512 static inline void expblk_512(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.0f));
+        __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_C1), v);
+        r = _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_C2), r);
+        __m512 p = _mm512_set1_ps(EXP_P0);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P1));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P2));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P3));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P4));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_P5));
+        p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+        _mm512_mask_storeu_ps(x + i, m, _mm512_scalef_ps(p, k)); /* p·2^k, underflows to 0 */
+    }
+}
+/* ---- block primitives (see dotblk_sc / axpyblk_sc) ---- */
+/* four 8-lane sums -> one vector of the 4 totals */
+__attribute__((target("avx2,fma"))) static inline __m128 hsum4_128(__m128 a, __m128 b, __m128 c, __m128 d) {
+    return _mm_hadd_ps(_mm_hadd_ps(a, b), _mm_hadd_ps(c, d));
+}
+__attribute__((target("avx2,fma"))) static inline __m128 fold256(__m256 a) {
+    return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+}
+__attribute__((target("avx2,fma"))) static inline void dotblk_256(float *s, const float *x, const float *base,
+                                                                  int64_t stride, int64_t nb, int64_t n) {
+    int64_t b = 0;
+    for (; b + 4 <= nb && n >= 8; b += 4) {
+        const float *r0 = base + b * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t d = 0;
+        for (; d + 8 <= n; d += 8) {
+            __m256 xv = _mm256_loadu_ps(x + d);
+            a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(r0 + d), a0);
+            a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(r1 + d), a1);
+            a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(r2 + d), a2);
+            a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(r3 + d), a3);
+        }
+        _mm_storeu_ps(s + b, hsum4_128(fold256(a0), fold256(a1), fold256(a2), fold256(a3)));
+        for (; d < n; d++) {
+            s[b] += x[d] * r0[d], s[b + 1] += x[d] * r1[d];
+            s[b + 2] += x[d] * r2[d], s[b + 3] += x[d] * r3[d];
+        }
+    }
+    for (; b < nb; b++) s[b] = dot_256(x, base + b * stride, n);
+}
+__attribute__((target("avx2,fma"))) static inline void axpyblk_256(float *y, const float *c, const float *base,
+                                                                   int64_t stride, int64_t nb, int64_t n) {
+    int64_t d = 0;
+    for (; d + 32 <= n; d += 32) {
+        __m256 a0 = _mm256_loadu_ps(y + d), a1 = _mm256_loadu_ps(y + d + 8);
+        __m256 a2 = _mm256_loadu_ps(y + d + 16), a3 = _mm256_loadu_ps(y + d + 24);
+        for (int64_t b = 0; b < nb; b++) {
+            const float *r = base + b * stride + d;
+            __m256 cb = _mm256_set1_ps(c[b]);
+            a0 = _mm256_fmadd_ps(cb, _mm256_loadu_ps(r), a0);
+            a1 = _mm256_fmadd_ps(cb, _mm256_loadu_ps(r + 8), a1);
+            a2 = _mm256_fmadd_ps(cb, _mm256_loadu_ps(r + 16), a2);
+            a3 = _mm256_fmadd_ps(cb, _mm256_loadu_ps(r + 24), a3);
+        }
+        _mm256_storeu_ps(y + d, a0), _mm256_storeu_ps(y + d + 8, a1);
+        _mm256_storeu_ps(y + d + 16, a2), _mm256_storeu_ps(y + d + 24, a3);
+    }
+    for (; d + 8 <= n; d += 8) {
+        __m256 a0 = _mm256_loadu_ps(y + d);
+        for (int64_t b = 0; b < nb; b++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(c[b]), _mm256_loadu_ps(base + b * stride + d), a0);
+        _mm256_storeu_ps(y + d, a0);
+    }
+    for (; d < n; d++) {
+        float acc = y[d];
+        for (int64_t b = 0; b < nb; b++) acc += c[b] * base[b * stride + d];
+        y[d] = acc;
+    }
+}
+ATT_T512 static inline __m128 fold512(__m512 a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+ATT_T512 static inline void dotblk_512(float *s, const float *x, const float *base, int64_t stride, int64_t nb,
+                                       int64_t n) {
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const float *r0 = base + b * stride, *r1 = r0 + stride, *r2 = r1 + stride, *r3 = r2 + stride;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t d = 0;
+        for (; d + 16 <= n; d += 16) {
+            __m512 xv = _mm512_loadu_ps(x + d);
+            a0 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(r0 + d), a0);
+            a1 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(r1 + d), a1);
+            a2 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(r2 + d), a2);
+            a3 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(r3 + d), a3);
+        }
+        if (d < n) {
+            __mmask16 m = (__mmask16)((1u << (n - d)) - 1u);
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + d);
+            a0 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, r0 + d), a0);
+            a1 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, r1 + d), a1);
+            a2 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, r2 + d), a2);
+            a3 = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, r3 + d), a3);
+        }
+        _mm_storeu_ps(s + b, hsum4_128(fold512(a0), fold512(a1), fold512(a2), fold512(a3)));
+    }
+    for (; b < nb; b++) s[b] = dot_512(x, base + b * stride, n);
+}
+ATT_T512 static inline void axpyblk_512(float *y, const float *c, const float *base, int64_t stride, int64_t nb,
+                                        int64_t n) {
+    int64_t d = 0;
+    for (; d + 64 <= n; d += 64) {
+        __m512 a0 = _mm512_loadu_ps(y + d), a1 = _mm512_loadu_ps(y + d + 16);
+        __m512 a2 = _mm512_loadu_ps(y + d + 32), a3 = _mm512_loadu_ps(y + d + 48);
+        for (int64_t b = 0; b < nb; b++) {
+            const float *r = base + b * stride + d;
+            __m512 cb = _mm512_set1_ps(c[b]);
+            a0 = _mm512_fmadd_ps(cb, _mm512_loadu_ps(r), a0);
+            a1 = _mm512_fmadd_ps(cb, _mm512_loadu_ps(r + 16), a1);
+            a2 = _mm512_fmadd_ps(cb, _mm512_loadu_ps(r + 32), a2);
+            a3 = _mm512_fmadd_ps(cb, _mm512_loadu_ps(r + 48), a3);
+        }
+        _mm512_storeu_ps(y + d, a0), _mm512_storeu_ps(y + d + 16, a1);
+        _mm512_storeu_ps(y + d + 32, a2), _mm512_storeu_ps(y + d + 48, a3);
+    }
+    for (; d < n; d += 16) {
+        __mmask16 m = n - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - d)) - 1u);
+        __m512 a0 = _mm512_maskz_loadu_ps(m, y + d);
+        for (int64_t b = 0; b < nb; b++)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(c[b]), _mm512_maskz_loadu_ps(m, base + b * stride + d), a0);
+        _mm512_mask_storeu_ps(y + d, m, a0);
+    }
+}
+#define DOTBLK(P, s, x, base, stride, nb, n)                                                       \
+    ((P) == 2 ? dotblk_512(s, x, base, stride, nb, n)                                              \
+              : (P) == 1 ? dotblk_256(s, x, base, stride, nb, n) : dotblk_sc(s, x, base, stride, nb, n))
+#define AXPYBLK(P, y, c, base, stride, nb, n)                                                      \
+    ((P) == 2 ? axpyblk_512(y, c, base, stride, nb, n)                                             \
+              : (P) == 1 ? axpyblk_256(y, c, base, stride, nb, n) : axpyblk_sc(y, c, base, stride, nb, n))
+#define DOT(P, a, b, n) ((P) == 2 ? dot_512(a, b, n) : (P) == 1 ? dot_256(a, b, n) : dot_sc(a, b, n))
+#define EXPBLK(P, x, n) ((P) == 2 ? expblk_512(x, n) : (P) == 1 ? expblk_256(x, n) : expblk_sc(x, n))
+#else
+#define DOT(P, a, b, n) dot_sc(a, b, n)
+#define DOTBLK(P, s, x, base, stride, nb, n) dotblk_sc(s, x, base, stride, nb, n)
+#define AXPYBLK(P, y, c, base, stride, nb, n) axpyblk_sc(y, c, base, stride, nb, n)
+#define EXPBLK(P, x, n) expblk_sc(x, n)
+#endif
+
+#define ATT_INLINE static inline __attribute__((always_inline))
+
+/* Keys visible to the query at absolute position p: [*lo, *hi] (empty when hi < lo). */
+static inline void key_range(int64_t p, int64_t n_kv, int64_t window, int64_t *lo, int64_t *hi) {
+    *hi = p < n_kv - 1 ? p : n_kv - 1;
+    *lo = (window > 0 && p - window + 1 > 0) ? p - window + 1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Forward. A work item is one query row i and up to ATT_HG query heads h0.. of one kv group g: the
+ * heads share each block of K/V rows while it is in L1/L2 (GQA: 3× less K/V traffic for SmolLM2,
+ * 4× for Gemma 3 — decode is bound by reading the cache). Per head, the arithmetic is the same
+ * whatever the grouping, so a decode row equals the matching row of a full forward bit for bit.
+ * ---------------------------------------------------------------------------------------------- */
+#define ATT_HG 4
+
+typedef struct fwd_args {
+    float *out, *lse;
+    const float *q, *k, *v;
+    int64_t n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, hd, window;
+    float scale;
+    int64_t n_sub; /* head sub-groups per kv group: ceil(group / ATT_HG) */
+} fwd_args;
+
+/* Work item it = (i * n_kv_heads + g) * n_sub + sub. */
+ATT_INLINE void fwd_item(const int P, const fwd_args *a, int64_t it) {
+    const int64_t hd = a->hd, stride = a->kv_stride, group = a->n_heads / a->n_kv_heads;
+    int64_t sub = it % a->n_sub, ig = it / a->n_sub, g = ig % a->n_kv_heads, i = ig / a->n_kv_heads;
+    int64_t h0 = g * group + sub * ATT_HG, nh = group - sub * ATT_HG < ATT_HG ? group - sub * ATT_HG : ATT_HG;
+    const float *kh = a->k + g * hd, *vh = a->v + g * hd;
+    float s[ATT_BLK], m[ATT_HG], l[ATT_HG];
+    int64_t lo, hi;
+    key_range(a->q_pos0 + i, a->n_kv, a->window, &lo, &hi);
+    for (int64_t hh = 0; hh < nh; hh++) {
+        float *o = a->out + (i * a->n_heads + h0 + hh) * hd;
+        for (int64_t d = 0; d < hd; d++) o[d] = 0.0f;
+        m[hh] = -INFINITY, l[hh] = 0.0f;
+    }
+    for (int64_t j0 = lo; j0 <= hi; j0 += ATT_BLK) {
+        int64_t nb = hi - j0 + 1 < ATT_BLK ? hi - j0 + 1 : ATT_BLK;
+        for (int64_t hh = 0; hh < nh; hh++) {
+            const float *qr = a->q + (i * a->n_heads + h0 + hh) * hd;
+            float *o = a->out + (i * a->n_heads + h0 + hh) * hd;
+            float bm = -INFINITY;
+            DOTBLK(P, s, qr, kh + j0 * stride, stride, nb, hd);
+            for (int64_t b = 0; b < nb; b++) {
+                s[b] *= a->scale;
+                bm = s[b] > bm ? s[b] : bm;
+            }
+            if (bm > m[hh]) { /* new running max: rescale the accumulated sum and row (0 at first) */
+                float f = expf(m[hh] - bm);
+                l[hh] *= f;
+                if (f != 1.0f)
+                    for (int64_t d = 0; d < hd; d++) o[d] *= f;
+                m[hh] = bm;
+            }
+            for (int64_t b = 0; b < nb; b++) s[b] -= m[hh];
+            EXPBLK(P, s, nb);
+            for (int64_t b = 0; b < nb; b++) l[hh] += s[b];
+            AXPYBLK(P, o, s, vh + j0 * stride, stride, nb, hd);
+        }
+    }
+    for (int64_t hh = 0; hh < nh; hh++) {
+        float *o = a->out + (i * a->n_heads + h0 + hh) * hd;
+        float L = -INFINITY; /* no visible key (impossible when n_kv >= q_pos0+n_q): zero row */
+        if (l[hh] > 0.0f) {
+            float inv = 1.0f / l[hh];
+            for (int64_t d = 0; d < hd; d++) o[d] *= inv;
+            L = m[hh] + logf(l[hh]);
+        }
+        if (a->lse) a->lse[(h0 + hh) * a->n_q + i] = L;
+    }
+}
+
+typedef struct bwd_args {
+    float *dq, *dk, *dv, *D;
+    const float *dout, *out, *lse, *q, *k, *v;
+    int64_t n_q, q_pos0, n_kv, n_heads, n_kv_heads, hd, window;
+    float scale;
+} bwd_args;
+
+/* Pass A: D and dq for work item it = i * n_heads + h. */
+ATT_INLINE void bwd_item_q(const int P, const bwd_args *a, int64_t it) {
+    const int64_t n_q = a->n_q, n_heads = a->n_heads, hd = a->hd;
+    const int64_t qs = n_heads * hd, ks = a->n_kv_heads * hd; /* row strides */
+    int64_t i = it / n_heads, h = it % n_heads, g = h / (n_heads / a->n_kv_heads);
+    const float *qi = a->q + i * qs + h * hd, *doi = a->dout + i * qs + h * hd;
+    float *dqi = a->dq + i * qs + h * hd;
+    float D = DOT(P, doi, a->out + i * qs + h * hd, hd);
+    if (a->D) a->D[h * n_q + i] = D;
+    float L = a->lse[h * n_q + i];
+    int64_t lo, hi;
+    key_range(a->q_pos0 + i, a->n_kv, a->window, &lo, &hi);
+    float p[ATT_BLK], dp[ATT_BLK];
+    for (int64_t j0 = lo; j0 <= hi; j0 += ATT_BLK) {
+        int64_t nb = hi - j0 + 1 < ATT_BLK ? hi - j0 + 1 : ATT_BLK;
+        const float *kb = a->k + j0 * ks + g * hd, *vb = a->v + j0 * ks + g * hd;
+        DOTBLK(P, p, qi, kb, ks, nb, hd);
+        DOTBLK(P, dp, doi, vb, ks, nb, hd);
+        for (int64_t b = 0; b < nb; b++) p[b] = p[b] * a->scale - L;
+        EXPBLK(P, p, nb);
+        for (int64_t b = 0; b < nb; b++) dp[b] = p[b] * (dp[b] - D) * a->scale; /* scale · ds */
+        AXPYBLK(P, dqi, dp, kb, ks, nb, hd);
+    }
+}
+
+/* Pass B: dk, dv for work item it = j * n_kv_heads + g, over the queries i that see key j. */
+ATT_INLINE void bwd_item_kv(const int P, const bwd_args *a, int64_t it) {
+    const int64_t n_q = a->n_q, n_heads = a->n_heads, nkh = a->n_kv_heads, hd = a->hd;
+    const int64_t group = n_heads / nkh, qs = n_heads * hd, ks = nkh * hd;
+    int64_t j = it / nkh, g = it % nkh;
+    int64_t i0 = j - a->q_pos0 > 0 ? j - a->q_pos0 : 0;
+    int64_t i1 = n_q - 1;
+    if (a->window > 0 && j + a->window - 1 - a->q_pos0 < i1) i1 = j + a->window - 1 - a->q_pos0;
+    const float *kj = a->k + j * ks + g * hd, *vj = a->v + j * ks + g * hd;
+    float *dkj = a->dk + j * ks + g * hd, *dvj = a->dv + j * ks + g * hd;
+    float p[ATT_BLK], dp[ATT_BLK];
+    for (int64_t h = g * group; h < (g + 1) * group; h++) {
+        for (int64_t c0 = i0; c0 <= i1; c0 += ATT_BLK) {
+            int64_t nb = i1 - c0 + 1 < ATT_BLK ? i1 - c0 + 1 : ATT_BLK;
+            const float *qb = a->q + c0 * qs + h * hd, *dob = a->dout + c0 * qs + h * hd;
+            DOTBLK(P, p, kj, qb, qs, nb, hd);
+            DOTBLK(P, dp, vj, dob, qs, nb, hd);
+            for (int64_t b = 0; b < nb; b++) {
+                int64_t i = c0 + b;
+                float D = a->D ? a->D[h * n_q + i] : DOT(P, dob + b * qs, a->out + i * qs + h * hd, hd);
+                p[b] = p[b] * a->scale - a->lse[h * n_q + i];
+                dp[b] -= D;
+            }
+            EXPBLK(P, p, nb);
+            AXPYBLK(P, dvj, p, dob, qs, nb, hd);
+            for (int64_t b = 0; b < nb; b++) dp[b] *= p[b] * a->scale; /* scale · ds */
+            AXPYBLK(P, dkj, dp, qb, qs, nb, hd);
+        }
+    }
+}
+
+/* The OpenMP loops must sit in the target-specific functions themselves: GCC outlines a parallel
+ * region before inlining, and the outlined body inherits its parent's target ISA. */
+#ifdef _OPENMP
+#define ATT_PRAGMA(x) _Pragma(#x)
+#define ATT_PAR_FOR ATT_PRAGMA(omp parallel for schedule(dynamic, 4) if (par))
+#else
+#define ATT_PAR_FOR
+#endif
+#define ATT_DEFINE_PATH(SUFFIX, ATTR, P)                                                           \
+    ATTR static void fwd_##SUFFIX(const fwd_args *a, int64_t items, int par) {                     \
+        (void)par;                                                                                 \
+        ATT_PAR_FOR                                                                                \
+        for (int64_t it = 0; it < items; it++) fwd_item(P, a, it);                                 \
+    }                                                                                              \
+    ATTR static void bwd_##SUFFIX(const bwd_args *a, int par) {                                    \
+        (void)par;                                                                                 \
+        int64_t qitems = a->n_q * a->n_heads, kitems = a->n_kv * a->n_kv_heads;                    \
+        ATT_PAR_FOR                                                                                \
+        for (int64_t it = 0; it < qitems; it++) bwd_item_q(P, a, it);                              \
+        ATT_PAR_FOR                                                                                \
+        for (int64_t it = 0; it < kitems; it++) bwd_item_kv(P, a, it);                             \
+    }
+
+ATT_DEFINE_PATH(sc, , 0)
+#if ATT_X86
+ATT_DEFINE_PATH(256, __attribute__((target("avx2,fma"))), 1)
+ATT_DEFINE_PATH(512, ATT_T512, 2)
+#endif
+
+/* Parallel only when the work (rows × up to 64 keys × head_dim) pays for a parallel region. */
+static int att_par(int64_t items, int64_t n_kv, int64_t hd) {
+    return items > 1 && items * (n_kv < 64 ? n_kv : 64) * hd >= 65536;
+}
+
+void af_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                          int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t kv_stride, int64_t n_heads,
+                          int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window) {
+    if (n_q <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
+    int64_t group = n_heads / n_kv_heads, n_sub = (group + ATT_HG - 1) / ATT_HG;
+    fwd_args a = {out, lse, q, k, v, n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, window,
+                  scale, n_sub};
+    int64_t items = n_q * n_kv_heads * n_sub;
+    int par = items > 1 && att_par(n_q * n_heads, n_kv, head_dim);
+#if ATT_X86
+    af_kpath path = af_kernel_path();
+    if (path == AF_KPATH_AVX512) {
+        fwd_512(&a, items, par);
+        return;
+    }
+    if (path == AF_KPATH_AVX2) {
+        fwd_256(&a, items, par);
+        return;
+    }
+#endif
+    fwd_sc(&a, items, par);
+}
+
+void af_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v, int64_t n_q,
+                           int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+                           int64_t head_dim, float scale, int64_t window) {
+    if (n_q <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
+    bwd_args a = {dq, dk, dv, NULL, dout, out, lse, q, k, v, n_q, q_pos0, n_kv, n_heads, n_kv_heads,
+                  head_dim, window, scale};
+    int par = att_par(n_q * n_heads, n_kv, head_dim);
+    /* D = rowsum(dout ⊙ out), saved by pass A for pass B; without memory pass B recomputes it. */
+    a.D = malloc((size_t)(n_q * n_heads) * sizeof(float));
+#if ATT_X86
+    af_kpath path = af_kernel_path();
+    if (path == AF_KPATH_AVX512)
+        bwd_512(&a, par);
+    else if (path == AF_KPATH_AVX2)
+        bwd_256(&a, par);
+    else
+#endif
+        bwd_sc(&a, par);
+    free(a.D);
+}

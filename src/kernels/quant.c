@@ -1,0 +1,698 @@
+/*
+ * quant.c — ggml tensor types: block geometry, dequantization to f32 and reference quantizers.
+ *
+ * Sources of the layouts and formulas: ggml src/ggml-common.h (block structs), src/ggml-quants.c
+ * (dequantize_row_* / quantize_row_*_ref), summarised in shared/reference/FORMATS.md §2 and
+ * cross-checked against the numpy implementation in the `gguf` Python package (gguf/quants.py),
+ * which tests/ref/make_quant_vectors.py uses to produce the bit-exact fixtures for tests/test_quant.c.
+ *
+ * Everything is little-endian. Blocks are read/written byte-wise (no packed structs, no alignment
+ * requirements on `src`/`dst`). Every block format is described element by element: for a block of
+ * 256 values "element e" is y[e] of that block.
+ *
+ * Bit-exactness: the dequantizers evaluate the float expressions in the same order as ggml and
+ * gguf-py (e.g. Q4_K: (d*sc)*q - (dmin*m), two products and one subtraction, each rounded to f32).
+ * This relies on the compiler NOT contracting a*b+c into an FMA: GCC does not contract in ISO C
+ * mode (-std=c11, as the Makefile uses: -ffp-contract=off is implied); under -std=gnu11 together
+ * with an FMA-capable -march the results may differ by 1 ulp from the reference.
+ */
+#include "kernels/quant.h"
+
+#include "core/core.h"
+
+#include <math.h>
+#include <string.h>
+
+#define QK 32   /* elements per block of the legacy formats Q4_0 .. Q8_1 */
+#define QK_K 256 /* elements per super-block of the K-quants */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Type table (FORMATS.md §1.4; ids and sizes as in ggml.c type_traits).                       */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct type_info {
+    const char *name;
+    uint16_t block_size; /* 0: geometry not known to afinar */
+    uint16_t block_bytes;
+} type_info;
+
+static const type_info k_types[AF_TYPE_COUNT] = {
+    [0] = {"F32", 1, 4},
+    [1] = {"F16", 1, 2},
+    [2] = {"Q4_0", QK, 18},
+    [3] = {"Q4_1", QK, 20},
+    [4] = {"Q4_2", 0, 0}, /* removed from ggml */
+    [5] = {"Q4_3", 0, 0}, /* removed from ggml */
+    [6] = {"Q5_0", QK, 22},
+    [7] = {"Q5_1", QK, 24},
+    [8] = {"Q8_0", QK, 34},
+    [9] = {"Q8_1", QK, 36}, /* fp16 d, fp16 s, 32 x int8 (gguf-py's table still says 40: stale) */
+    [10] = {"Q2_K", QK_K, 84},
+    [11] = {"Q3_K", QK_K, 110},
+    [12] = {"Q4_K", QK_K, 144},
+    [13] = {"Q5_K", QK_K, 176},
+    [14] = {"Q6_K", QK_K, 210},
+    [15] = {"Q8_K", QK_K, 292},
+    [16] = {"IQ2_XXS", 0, 0},
+    [17] = {"IQ2_XS", 0, 0},
+    [18] = {"IQ3_XXS", 0, 0},
+    [19] = {"IQ1_S", 0, 0},
+    [20] = {"IQ4_NL", 0, 0},
+    [21] = {"IQ3_S", 0, 0},
+    [22] = {"IQ2_S", 0, 0},
+    [23] = {"IQ4_XS", 0, 0},
+    [24] = {"I8", 1, 1},
+    [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},
+    [27] = {"I64", 1, 8},
+    [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 0, 0},
+    [30] = {"BF16", 1, 2},
+    [31] = {"Q4_0_4_4", 0, 0}, /* removed from ggml */
+    [32] = {"Q4_0_4_8", 0, 0}, /* removed from ggml */
+    [33] = {"Q4_0_8_8", 0, 0}, /* removed from ggml */
+    [34] = {"TQ1_0", QK_K, 54},
+    [35] = {"TQ2_0", QK_K, 66},
+    [36] = {"IQ4_NL_4_4", 0, 0}, /* removed from ggml */
+    [37] = {"IQ4_NL_4_8", 0, 0}, /* removed from ggml */
+    [38] = {"IQ4_NL_8_8", 0, 0}, /* removed from ggml */
+    [39] = {"MXFP4", QK, 17},
+    [40] = {"NVFP4", 0, 0},
+    [41] = {"Q1_0", 0, 0},
+    [42] = {"Q2_0", 0, 0},
+};
+
+size_t af_type_block_size(uint32_t type) {
+    return type < AF_TYPE_COUNT ? k_types[type].block_size : 0;
+}
+
+size_t af_type_block_bytes(uint32_t type) {
+    return type < AF_TYPE_COUNT ? k_types[type].block_bytes : 0;
+}
+
+const char *af_type_name(uint32_t type) {
+    if (type < AF_TYPE_COUNT && k_types[type].name) return k_types[type].name;
+    return "unknown";
+}
+
+bool af_type_can_dequantize(uint32_t type) {
+    switch (type) {
+    case AF_TYPE_F32: case AF_TYPE_F16: case AF_TYPE_BF16:
+    case AF_TYPE_Q4_0: case AF_TYPE_Q4_1: case AF_TYPE_Q5_0: case AF_TYPE_Q5_1: case AF_TYPE_Q8_0:
+    case AF_TYPE_Q2_K: case AF_TYPE_Q3_K: case AF_TYPE_Q4_K: case AF_TYPE_Q5_K: case AF_TYPE_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+size_t af_row_bytes(uint32_t type, int64_t n) {
+    size_t bs = af_type_block_size(type), bb = af_type_block_bytes(type);
+    if (bs == 0 || n < 0 || (uint64_t)n % bs != 0) return 0;
+    size_t out;
+    if (!af_mul_ok((size_t)((uint64_t)n / bs), bb, &out)) return 0;
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Little-endian byte helpers.                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline void wr16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void wr32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline float h2f(const uint8_t *p) { return af_fp16_to_f32(rd16(p)); }
+static inline float f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* K-quant 6-bit scale/min unpacking shared by Q4_K and Q5_K (FORMATS.md §2 Q4_K):
+ * sub-block k = 0..7 of a super-block; s = the 12 packed bytes. */
+static inline void get_scale_min_k4(int k, const uint8_t *s, uint8_t *sc, uint8_t *mn) {
+    if (k < 4) {
+        *sc = s[k] & 63;
+        *mn = s[k + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[k + 4] & 0x0F) | ((s[k - 4] >> 6) << 4));
+        *mn = (uint8_t)((s[k + 4] >> 4) | ((s[k] >> 6) << 4));
+    }
+}
+
+/* Q3_K 6-bit raw scale k = 0..15 from the 12 packed bytes (value = raw - 32). */
+static inline int q3k_scale(int k, const uint8_t *s) {
+    int lo = k < 8 ? (s[k] & 0x0F) : (s[k - 8] >> 4);
+    int hi = (s[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dequantization, one block at a time: `b` = block bytes, `y` = block_size outputs.            */
+/* ------------------------------------------------------------------------------------------ */
+
+static void dq_q4_0(const uint8_t *b, float *y) {
+    const float d = h2f(b);
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < QK / 2; j++) {
+        y[j] = (float)((qs[j] & 0x0F) - 8) * d;
+        y[j + QK / 2] = (float)((qs[j] >> 4) - 8) * d;
+    }
+}
+
+static void dq_q4_1(const uint8_t *b, float *y) {
+    const float d = h2f(b), m = h2f(b + 2);
+    const uint8_t *qs = b + 4;
+    for (int j = 0; j < QK / 2; j++) {
+        y[j] = (float)(qs[j] & 0x0F) * d + m;
+        y[j + QK / 2] = (float)(qs[j] >> 4) * d + m;
+    }
+}
+
+static void dq_q5_0(const uint8_t *b, float *y) {
+    const float d = h2f(b);
+    const uint32_t qh = rd32(b + 2);
+    const uint8_t *qs = b + 6;
+    for (int j = 0; j < QK / 2; j++) {
+        int q0 = (qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
+        int q1 = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+        y[j] = (float)(q0 - 16) * d;
+        y[j + QK / 2] = (float)(q1 - 16) * d;
+    }
+}
+
+static void dq_q5_1(const uint8_t *b, float *y) {
+    const float d = h2f(b), m = h2f(b + 2);
+    const uint32_t qh = rd32(b + 4);
+    const uint8_t *qs = b + 8;
+    for (int j = 0; j < QK / 2; j++) {
+        int q0 = (qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
+        int q1 = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+        y[j] = (float)q0 * d + m;
+        y[j + QK / 2] = (float)q1 * d + m;
+    }
+}
+
+static void dq_q8_0(const uint8_t *b, float *y) {
+    const float d = h2f(b);
+    const int8_t *qs = (const int8_t *)(b + 2);
+    for (int j = 0; j < QK; j++) y[j] = (float)qs[j] * d;
+}
+
+/* Q2_K: scales[16] qs[64] d dmin. Element e: sub-block e/16, 2-bit field (qs[32*(e/128) + e%32]
+ * >> 2*((e%128)/32)) & 3; y = (d*sc)*q - (dmin*m). */
+static void dq_q2_k(const uint8_t *b, float *y) {
+    const uint8_t *sc = b, *qs = b + 16;
+    const float d = h2f(b + 80), dmin = h2f(b + 82);
+    for (int e = 0; e < QK_K; e += 16) {
+        const float dl = d * (float)(sc[e / 16] & 0x0F);
+        const float ml = dmin * (float)(sc[e / 16] >> 4);
+        const uint8_t *q = qs + 32 * (e / 128) + (e % 32);
+        const int shift = 2 * ((e % 128) / 32);
+        for (int l = 0; l < 16; l++) y[e + l] = dl * (float)((q[l] >> shift) & 3) - ml;
+    }
+}
+
+/* Q3_K: hmask[32] qs[64] scales[12] d. Element e: low 2 bits as Q2_K, high bit = bit e/32 of
+ * hmask[e%32]; q = low2 - (high ? 0 : 4); y = (d*(raw_scale-32))*q. */
+static void dq_q3_k(const uint8_t *b, float *y) {
+    const uint8_t *hm = b, *qs = b + 32, *sc = b + 96;
+    const float d = h2f(b + 108);
+    for (int e = 0; e < QK_K; e += 16) {
+        const float dl = d * (float)q3k_scale(e / 16, sc);
+        const uint8_t *q = qs + 32 * (e / 128) + (e % 32);
+        const uint8_t *h = hm + (e % 32);
+        const int shift = 2 * ((e % 128) / 32), bit = e / 32;
+        for (int l = 0; l < 16; l++) {
+            int v = ((q[l] >> shift) & 3) - (((h[l] >> bit) & 1) ? 0 : 4);
+            y[e + l] = dl * (float)v;
+        }
+    }
+}
+
+/* Q4_K: d dmin scales[12] qs[128]. Element e: sub-block k = e/32, nibble (e%64)/32 of
+ * qs[32*(e/64) + e%32]; y = (d*sc[k])*q - (dmin*m[k]). */
+static void dq_q4_k(const uint8_t *b, float *y) {
+    const float d = h2f(b), dmin = h2f(b + 2);
+    const uint8_t *s = b + 4, *qs = b + 16;
+    for (int k = 0; k < 8; k++) {
+        uint8_t sc, mn;
+        get_scale_min_k4(k, s, &sc, &mn);
+        const float dl = d * (float)sc, ml = dmin * (float)mn;
+        const uint8_t *q = qs + 32 * (k / 2);
+        const int shift = 4 * (k & 1);
+        for (int l = 0; l < 32; l++) y[32 * k + l] = dl * (float)((q[l] >> shift) & 0x0F) - ml;
+    }
+}
+
+/* Q5_K: d dmin scales[12] qh[32] qs[128]. As Q4_K, plus bit k of qh[l] as the 5th bit. */
+static void dq_q5_k(const uint8_t *b, float *y) {
+    const float d = h2f(b), dmin = h2f(b + 2);
+    const uint8_t *s = b + 4, *qh = b + 16, *qs = b + 48;
+    for (int k = 0; k < 8; k++) {
+        uint8_t sc, mn;
+        get_scale_min_k4(k, s, &sc, &mn);
+        const float dl = d * (float)sc, ml = dmin * (float)mn;
+        const uint8_t *q = qs + 32 * (k / 2);
+        const int shift = 4 * (k & 1);
+        for (int l = 0; l < 32; l++) {
+            int v = ((q[l] >> shift) & 0x0F) | (((qh[l] >> k) & 1) << 4);
+            y[32 * k + l] = dl * (float)v - ml;
+        }
+    }
+}
+
+/* Q6_K: ql[128] qh[64] scales[16] (int8) d. Element e: half h = e/128, r = e%128;
+ * low nibble (r/64) of ql[64h + r%64], high 2 bits (qh[32h + r%32] >> 2*(r/32)) & 3;
+ * q = (low | high<<4) - 32; y = (d*sc[e/16])*q. */
+static void dq_q6_k(const uint8_t *b, float *y) {
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    const float d = h2f(b + 208);
+    for (int e = 0; e < QK_K; e += 16) {
+        const float dl = d * (float)sc[e / 16];
+        const int h = e / 128, r = e % 128;
+        const uint8_t *lo = ql + 64 * h + (r % 64), *hi = qh + 32 * h + (r % 32);
+        const int lshift = 4 * (r / 64), hshift = 2 * (r / 32);
+        for (int l = 0; l < 16; l++) {
+            int v = ((lo[l] >> lshift) & 0x0F) | (((hi[l] >> hshift) & 3) << 4);
+            y[e + l] = dl * (float)(v - 32);
+        }
+    }
+}
+
+void af_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
+    const uint8_t *p = (const uint8_t *)src;
+    void (*blk)(const uint8_t *, float *) = NULL;
+    if (n <= 0) return;
+    switch (type) {
+    case AF_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    case AF_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) dst[i] = af_fp16_to_f32(rd16(p + 2 * i));
+        return;
+    case AF_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) dst[i] = af_bf16_to_f32(rd16(p + 2 * i));
+        return;
+    case AF_TYPE_Q4_0: blk = dq_q4_0; break;
+    case AF_TYPE_Q4_1: blk = dq_q4_1; break;
+    case AF_TYPE_Q5_0: blk = dq_q5_0; break;
+    case AF_TYPE_Q5_1: blk = dq_q5_1; break;
+    case AF_TYPE_Q8_0: blk = dq_q8_0; break;
+    case AF_TYPE_Q2_K: blk = dq_q2_k; break;
+    case AF_TYPE_Q3_K: blk = dq_q3_k; break;
+    case AF_TYPE_Q4_K: blk = dq_q4_k; break;
+    case AF_TYPE_Q5_K: blk = dq_q5_k; break;
+    case AF_TYPE_Q6_K: blk = dq_q6_k; break;
+    default:
+        /* Unsupported (precondition violated): write zeros rather than leave garbage. */
+        memset(dst, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    const int64_t bs = (int64_t)af_type_block_size(type);
+    const size_t bb = af_type_block_bytes(type);
+    for (int64_t i = 0; i + bs <= n; i += bs, p += bb) blk(p, dst + i);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Reference quantizers for the legacy formats: same formulas as ggml's quantize_row_*_ref     */
+/* (and gguf-py's numpy quantize), so their output matches those bit for bit.                  */
+/* ------------------------------------------------------------------------------------------ */
+
+static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+/* Round half to even (current FP environment: round-to-nearest). NaN/huge give an unspecified int. */
+static inline int nearest(float v) { return (int)lrintf(v); }
+/* Truncation toward zero clamped to [0, hi] (the "(int8_t)(v) then MIN(hi, .)" of ggml's refs
+ * for the non-negative v that occur there), defined for any float including NaN. */
+static inline int trunc_clamp(float v, int hi) {
+    if (!(v >= 0.0f)) return 0;
+    return v >= (float)hi ? hi : (int)v;
+}
+
+/* Value with the largest magnitude (the first one on ties), keeping its sign. */
+static float signed_absmax(const float *x, int n) {
+    float amax = 0.0f, vmax = 0.0f;
+    for (int j = 0; j < n; j++) {
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            vmax = x[j];
+        }
+    }
+    return vmax;
+}
+
+static void min_max(const float *x, int n, float *mn, float *mx) {
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < n; j++) {
+        if (x[j] < lo) lo = x[j];
+        if (x[j] > hi) hi = x[j];
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+/* Q4_0: d = vmax / -8 (vmax = signed absmax), q = min(15, (int)(x/d + 8.5)). */
+static void q_q4_0(const float *x, uint8_t *b) {
+    const float d = signed_absmax(x, QK) / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr16(b, af_f32_to_fp16(d));
+    for (int j = 0; j < QK / 2; j++) {
+        const int q0 = trunc_clamp(x[j] * id + 8.5f, 15), q1 = trunc_clamp(x[j + QK / 2] * id + 8.5f, 15);
+        b[2 + j] = (uint8_t)(q0 | (q1 << 4));
+    }
+}
+
+/* Q4_1: d = (max-min)/15, m = min, q = min(15, (int)((x-min)/d + 0.5)). */
+static void q_q4_1(const float *x, uint8_t *b) {
+    float lo, hi;
+    min_max(x, QK, &lo, &hi);
+    const float d = (hi - lo) / 15.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr16(b, af_f32_to_fp16(d));
+    wr16(b + 2, af_f32_to_fp16(lo));
+    for (int j = 0; j < QK / 2; j++) {
+        const int q0 = trunc_clamp((x[j] - lo) * id + 0.5f, 15);
+        const int q1 = trunc_clamp((x[j + QK / 2] - lo) * id + 0.5f, 15);
+        b[4 + j] = (uint8_t)(q0 | (q1 << 4));
+    }
+}
+
+/* Q5_0: d = vmax / -16, q = min(31, (int)(x/d + 16.5)); bit 4 of q(j) goes to bit j of qh. */
+static void q_q5_0(const float *x, uint8_t *b) {
+    const float d = signed_absmax(x, QK) / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint32_t qh = 0;
+    wr16(b, af_f32_to_fp16(d));
+    for (int j = 0; j < QK / 2; j++) {
+        const int q0 = trunc_clamp(x[j] * id + 16.5f, 31), q1 = trunc_clamp(x[j + QK / 2] * id + 16.5f, 31);
+        b[6 + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+        qh |= (uint32_t)((q0 >> 4) & 1) << j;
+        qh |= (uint32_t)((q1 >> 4) & 1) << (j + QK / 2);
+    }
+    wr32(b + 2, qh);
+}
+
+/* Q5_1: d = (max-min)/31, m = min, q = min(31, (int)((x-min)/d + 0.5)). */
+static void q_q5_1(const float *x, uint8_t *b) {
+    float lo, hi;
+    min_max(x, QK, &lo, &hi);
+    const float d = (hi - lo) / 31.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint32_t qh = 0;
+    wr16(b, af_f32_to_fp16(d));
+    wr16(b + 2, af_f32_to_fp16(lo));
+    for (int j = 0; j < QK / 2; j++) {
+        const int q0 = trunc_clamp((x[j] - lo) * id + 0.5f, 31);
+        const int q1 = trunc_clamp((x[j + QK / 2] - lo) * id + 0.5f, 31);
+        b[8 + j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+        qh |= (uint32_t)((q0 >> 4) & 1) << j;
+        qh |= (uint32_t)((q1 >> 4) & 1) << (j + QK / 2);
+    }
+    wr32(b + 4, qh);
+}
+
+/* Q8_0: d = amax/127, q = roundf(x/d) (half away from zero). */
+static void q_q8_0(const float *x, uint8_t *b) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr16(b, af_f32_to_fp16(d));
+    for (int j = 0; j < QK; j++) {
+        const float r = roundf(x[j] * id); /* in [-127, 127] for finite input */
+        b[2 + j] = (uint8_t)(int8_t)(r >= -127.0f && r <= 127.0f ? (int)r : 0);
+    }
+}
+
+/* Q8_K (activation format): f32 d, int8 qs[256], int16 bsums[16]. iscale = -127/vmax
+ * (vmax = signed absmax), q = min(127, nearest-even(iscale*x)), d = 1/iscale. */
+static void q_q8_k(const float *x, uint8_t *b) {
+    const float vmax = signed_absmax(x, QK_K);
+    int8_t qs[QK_K];
+    float d = 0.0f;
+    if (vmax == 0.0f) {
+        memset(qs, 0, sizeof qs);
+    } else {
+        const float iscale = -127.0f / vmax;
+        for (int j = 0; j < QK_K; j++) {
+            long v = lrintf(iscale * x[j]);
+            qs[j] = (int8_t)(v > 127 ? 127 : (v < -128 ? -128 : v));
+        }
+        d = 1.0f / iscale;
+    }
+    wr32(b, f32_bits(d));
+    memcpy(b + 4, qs, QK_K);
+    for (int g = 0; g < QK_K / 16; g++) {
+        int s = 0;
+        for (int l = 0; l < 16; l++) s += qs[16 * g + l];
+        wr16(b + 4 + QK_K + 2 * g, (uint16_t)(int16_t)s);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Simple K-quant quantizers. Not ggml's (which search scales iteratively): per sub-block       */
+/* they take the min/max, quantize the sub-block scales against one fp16 super-scale, then     */
+/* try the neighbouring integer scale (and min) and keep the choice with the smallest squared  */
+/* error. Output blocks are valid and dequantize close to the input (see tests/test_quant.c).  */
+/* ------------------------------------------------------------------------------------------ */
+
+
+/* Asymmetric scheme y = (D*sc)*q - (M*mn), q in [0,qmax], sc/mn in [0,smax].
+ * x: nsub*len values. Writes sc[nsub], mn[nsub], q[nsub*len], and the fp16 D and M. */
+static void kq_asym(const float *x, int nsub, int len, int qmax, int smax, uint8_t *sc,
+                    uint8_t *mn, uint8_t *q, uint16_t *dh, uint16_t *mh) {
+    float scale[16], offs[16], smx = 0.0f, omx = 0.0f;
+    for (int s = 0; s < nsub; s++) {
+        float lo, hi;
+        min_max(x + s * len, len, &lo, &hi);
+        if (lo > 0.0f) lo = 0.0f; /* the offset -M*mn can only lower values */
+        scale[s] = (hi - lo) / (float)qmax;
+        offs[s] = -lo;
+        smx = fmaxf(smx, scale[s]);
+        omx = fmaxf(omx, offs[s]);
+    }
+    *dh = af_f32_to_fp16(smx / (float)smax);
+    *mh = af_f32_to_fp16(omx / (float)smax);
+    const float D = af_fp16_to_f32(*dh), M = af_fp16_to_f32(*mh);
+    for (int s = 0; s < nsub; s++) {
+        const float *xs = x + s * len;
+        int s0 = D > 0.0f ? (int)floorf(scale[s] / D) : 0;
+        int m0 = M > 0.0f ? (int)floorf(offs[s] / M) : 0;
+        float best = INFINITY;
+        int bsc = 0, bmn = 0;
+        for (int a = 0; a < 2; a++) {
+            for (int c = 0; c < 2; c++) {
+                const int tsc = clampi(s0 + a, 0, smax), tmn = clampi(m0 + c, 0, smax);
+                const float dl = D * (float)tsc, ml = M * (float)tmn;
+                float err = 0.0f;
+                for (int l = 0; l < len; l++) {
+                    int v = dl > 0.0f ? clampi(nearest((xs[l] + ml) / dl), 0, qmax) : 0;
+                    float r = dl * (float)v - ml - xs[l];
+                    err += r * r;
+                }
+                if (err < best) {
+                    best = err;
+                    bsc = tsc;
+                    bmn = tmn;
+                }
+            }
+        }
+        sc[s] = (uint8_t)bsc;
+        mn[s] = (uint8_t)bmn;
+        const float dl = D * (float)bsc, ml = M * (float)bmn;
+        for (int l = 0; l < len; l++)
+            q[s * len + l] = (uint8_t)(dl > 0.0f ? clampi(nearest((xs[l] + ml) / dl), 0, qmax) : 0);
+    }
+}
+
+/* Symmetric scheme y = (D*sc)*q, q in [-qneg, qpos], sc in [-sneg, spos]. Sub-block scale maps its
+ * largest-magnitude value to -qneg; D maps the largest-magnitude sub-block scale to -sneg. */
+static void kq_sym(const float *x, int nsub, int len, int qneg, int qpos, int sneg, int spos,
+                   int *sc, int *q, uint16_t *dh) {
+    float scale[16], smax = 0.0f, amax = 0.0f;
+    for (int s = 0; s < nsub; s++) {
+        scale[s] = signed_absmax(x + s * len, len) / (float)-qneg;
+        if (fabsf(scale[s]) > amax) {
+            amax = fabsf(scale[s]);
+            smax = scale[s];
+        }
+    }
+    *dh = af_f32_to_fp16(smax / (float)-sneg);
+    const float D = af_fp16_to_f32(*dh);
+    for (int s = 0; s < nsub; s++) {
+        const float *xs = x + s * len;
+        const int s0 = D != 0.0f ? nearest(scale[s] / D) : 0;
+        float best = INFINITY;
+        int bsc = 0;
+        for (int a = -1; a <= 1; a++) {
+            const int t = clampi(s0 + a, -sneg, spos);
+            const float dl = D * (float)t;
+            float err = 0.0f;
+            for (int l = 0; l < len; l++) {
+                int v = dl != 0.0f ? clampi(nearest(xs[l] / dl), -qneg, qpos) : 0;
+                float r = dl * (float)v - xs[l];
+                err += r * r;
+            }
+            if (err < best) {
+                best = err;
+                bsc = t;
+            }
+        }
+        sc[s] = bsc;
+        const float dl = D * (float)bsc;
+        for (int l = 0; l < len; l++)
+            q[s * len + l] = dl != 0.0f ? clampi(nearest(xs[l] / dl), -qneg, qpos) : 0;
+    }
+}
+
+static void q_q2_k(const float *x, uint8_t *b) {
+    uint8_t sc[16], mn[16], q[QK_K];
+    uint16_t dh, mh;
+    kq_asym(x, 16, 16, 3, 15, sc, mn, q, &dh, &mh);
+    memset(b, 0, 84);
+    for (int k = 0; k < 16; k++) b[k] = (uint8_t)(sc[k] | (mn[k] << 4));
+    for (int e = 0; e < QK_K; e++)
+        b[16 + 32 * (e / 128) + (e % 32)] |= (uint8_t)(q[e] << (2 * ((e % 128) / 32)));
+    wr16(b + 80, dh);
+    wr16(b + 82, mh);
+}
+
+static void q_q3_k(const float *x, uint8_t *b) {
+    int sc[16], q[QK_K];
+    uint16_t dh;
+    kq_sym(x, 16, 16, 4, 3, 32, 31, sc, q, &dh);
+    memset(b, 0, 110);
+    for (int e = 0; e < QK_K; e++) {
+        const int u = q[e] + 4; /* 0..7: low 2 bits in qs, bit 2 in hmask */
+        b[32 + 32 * (e / 128) + (e % 32)] |= (uint8_t)((u & 3) << (2 * ((e % 128) / 32)));
+        b[e % 32] |= (uint8_t)((u >> 2) << (e / 32));
+    }
+    uint8_t *s = b + 96;
+    for (int k = 0; k < 16; k++) {
+        const int r = sc[k] + 32;
+        if (k < 8)
+            s[k] |= (uint8_t)(r & 0x0F);
+        else
+            s[k - 8] |= (uint8_t)((r & 0x0F) << 4);
+        s[8 + (k & 3)] |= (uint8_t)(((r >> 4) & 3) << (2 * (k >> 2)));
+    }
+    wr16(b + 108, dh);
+}
+
+/* Pack 8 six-bit scales and mins into the 12 bytes used by Q4_K/Q5_K (inverse of
+ * get_scale_min_k4). */
+static void pack_scale_min_k4(const uint8_t *sc, const uint8_t *mn, uint8_t *s) {
+    for (int k = 0; k < 4; k++) {
+        s[k] = (uint8_t)(sc[k] | ((sc[k + 4] >> 4) << 6));
+        s[k + 4] = (uint8_t)(mn[k] | ((mn[k + 4] >> 4) << 6));
+        s[k + 8] = (uint8_t)((sc[k + 4] & 0x0F) | ((mn[k + 4] & 0x0F) << 4));
+    }
+}
+
+static void q_q4_k(const float *x, uint8_t *b) {
+    uint8_t sc[8], mn[8], q[QK_K];
+    uint16_t dh, mh;
+    kq_asym(x, 8, 32, 15, 63, sc, mn, q, &dh, &mh);
+    wr16(b, dh);
+    wr16(b + 2, mh);
+    pack_scale_min_k4(sc, mn, b + 4);
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+            b[16 + 32 * c + l] = (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+}
+
+static void q_q5_k(const float *x, uint8_t *b) {
+    uint8_t sc[8], mn[8], q[QK_K];
+    uint16_t dh, mh;
+    kq_asym(x, 8, 32, 31, 63, sc, mn, q, &dh, &mh);
+    wr16(b, dh);
+    wr16(b + 2, mh);
+    pack_scale_min_k4(sc, mn, b + 4);
+    uint8_t *qh = b + 16, *qs = b + 48;
+    memset(qh, 0, 32);
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+            qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 0x0F) | ((q[64 * c + 32 + l] & 0x0F) << 4));
+    for (int e = 0; e < QK_K; e++) qh[e % 32] |= (uint8_t)((q[e] >> 4) << (e / 32));
+}
+
+static void q_q6_k(const float *x, uint8_t *b) {
+    int sc[16], q[QK_K];
+    uint16_t dh;
+    kq_sym(x, 16, 16, 32, 31, 128, 127, sc, q, &dh);
+    memset(b, 0, 210);
+    uint8_t *ql = b, *qh = b + 128;
+    for (int e = 0; e < QK_K; e++) {
+        const int u = q[e] + 32, h = e / 128, r = e % 128;
+        ql[64 * h + (r % 64)] |= (uint8_t)((u & 0x0F) << (4 * (r / 64)));
+        qh[32 * h + (r % 32)] |= (uint8_t)((u >> 4) << (2 * (r / 32)));
+    }
+    for (int k = 0; k < 16; k++) b[192 + k] = (uint8_t)(int8_t)sc[k];
+    wr16(b + 208, dh);
+}
+
+/* f32 -> bf16, round to nearest even, NaN forced quiet (as ggml_compute_fp32_to_bf16). */
+static uint16_t f32_to_bf16(float f) {
+    const uint32_t u = f32_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
+}
+
+bool af_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
+    uint8_t *p = (uint8_t *)dst;
+    void (*blk)(const float *, uint8_t *) = NULL;
+    if (n < 0) return false;
+    switch (type) {
+    case AF_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return true;
+    case AF_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) wr16(p + 2 * i, af_f32_to_fp16(src[i]));
+        return true;
+    case AF_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) wr16(p + 2 * i, f32_to_bf16(src[i]));
+        return true;
+    case AF_TYPE_Q4_0: blk = q_q4_0; break;
+    case AF_TYPE_Q4_1: blk = q_q4_1; break;
+    case AF_TYPE_Q5_0: blk = q_q5_0; break;
+    case AF_TYPE_Q5_1: blk = q_q5_1; break;
+    case AF_TYPE_Q8_0: blk = q_q8_0; break;
+    case AF_TYPE_Q8_K: blk = q_q8_k; break;
+    case AF_TYPE_Q2_K: blk = q_q2_k; break;
+    case AF_TYPE_Q3_K: blk = q_q3_k; break;
+    case AF_TYPE_Q4_K: blk = q_q4_k; break;
+    case AF_TYPE_Q5_K: blk = q_q5_k; break;
+    case AF_TYPE_Q6_K: blk = q_q6_k; break;
+    default:
+        return false;
+    }
+    const int64_t bs = (int64_t)af_type_block_size(type);
+    const size_t bb = af_type_block_bytes(type);
+    if (n % bs != 0) return false;
+    for (int64_t i = 0; i < n; i += bs, p += bb) blk(src + i, p);
+    return true;
+}
+
+/* Q8_K blocks are not dequantized by af_dequantize_row (activation-only format); tests read them
+ * with this helper: y = d * qs. `n` multiple of 256. */
+void af_dequantize_row_q8_k(const void *src, float *dst, int64_t n) {
+    const uint8_t *p = (const uint8_t *)src;
+    for (int64_t i = 0; i + QK_K <= n; i += QK_K, p += 292) {
+        const float d = f32_from_bits(rd32(p));
+        for (int j = 0; j < QK_K; j++) dst[i + j] = d * (float)(int8_t)p[4 + j];
+    }
+}

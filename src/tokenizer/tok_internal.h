@@ -1,0 +1,102 @@
+/*
+ * tok_internal.h — private to src/tokenizer/: the tokenizer struct and the per-model encoders.
+ * Not part of any contract; only tokenizer.c, bpe.c, spm.c and chat.c include it.
+ */
+#ifndef AF_TOK_INTERNAL_H
+#define AF_TOK_INTERNAL_H
+
+#include "tokenizer/tokenizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* GGUF tokenizer.ggml.token_type values (llama.cpp LLAMA_TOKEN_TYPE_*). */
+enum { AF_TT_NORMAL = 1, AF_TT_UNKNOWN = 2, AF_TT_CONTROL = 3, AF_TT_USER = 4, AF_TT_UNUSED = 5,
+       AF_TT_BYTE = 6 };
+
+typedef enum af_tok_kind { AF_TOK_GPT2 = 1, AF_TOK_SPM = 2 } af_tok_kind;
+
+/* A growable id vector used while encoding. */
+typedef struct af_ids {
+    int32_t *v;
+    size_t n, cap;
+} af_ids;
+af_status af_ids_push(af_ids *o, int32_t id);
+
+/* Open-addressing hash from a byte string to a token id. `slots[i]` = id + 1, 0 = empty. */
+typedef struct af_strmap {
+    uint32_t *slots;
+    uint32_t mask;
+} af_strmap;
+
+/* (left id, right id) -> (merge rank, merged id); open addressing, key UINT64_MAX = empty. */
+typedef struct af_pairmap {
+    uint64_t *keys;
+    int32_t *rank;
+    int32_t *res;
+    uint64_t mask;
+} af_pairmap;
+
+typedef struct af_bpe_pre af_bpe_pre; /* compiled pre-tokenizer regexes (bpe.c) */
+
+struct af_tokenizer {
+    af_tok_kind kind;
+    int32_t n_vocab;
+    char *text;       /* token texts as stored in the GGUF, back to back */
+    uint32_t *off;    /* [n_vocab + 1] offsets into text */
+    char *dec;        /* decoded bytes of every token (byte map undone, '▁' -> ' ', <0xNN> -> byte) */
+    uint32_t *doff;   /* [n_vocab + 1] offsets into dec */
+    int32_t *type;    /* [n_vocab] AF_TT_* */
+    float *score;     /* [n_vocab] SPM scores (NULL for gpt2) */
+    uint8_t *eog;     /* [n_vocab] 1 = ends generation */
+    af_strmap vocab;  /* token text -> id */
+
+    /* literal special / added tokens (types unknown, control, user-defined) */
+    af_strmap special;         /* text -> id, only those tokens */
+    uint32_t *special_lens;    /* per first byte: distinct lengths, longest first, 0-terminated */
+    uint32_t special_lens_off[257];
+    uint32_t special_max_len;
+
+    int32_t bos, eos, unk, eot;
+    bool add_bos, add_eos;
+
+    /* gpt2 */
+    int32_t byte_tok[256];     /* id of the one-char token for each byte (-1 if absent) */
+    af_pairmap merges;
+    int32_t n_merges;
+    af_bpe_pre *pre;
+    char pre_name[32];
+
+    /* spm */
+    bool add_space_prefix;
+    bool spm_rank_by_id;       /* Gemma: merge priority = lower merged-token id (see spm.c) */
+
+    char *chat_template; /* owned copy or NULL */
+    char desc[160];
+};
+
+/* Hash tables (tokenizer.c). */
+int32_t af_strmap_get(const af_strmap *m, const char *texts, const uint32_t *off, const char *s,
+                      size_t len);
+
+/* gpt2 (bpe.c). */
+/* Load merges, byte map and the pre-tokenizer named `pre`. Errors: AF_ERR_UNSUPPORTED (pre),
+ * AF_ERR_FORMAT (merges), AF_ERR_NOMEM. */
+af_status af_bpe_load(af_tokenizer *tok, const af_gguf *g, const char *pre, size_t pre_len);
+void af_bpe_free(af_tokenizer *tok);
+/* Decode one byte-level token text s[0..len) (GPT-2 byte-to-unicode map undone; code points outside
+ * the map are copied as UTF-8). Writes at most `len` bytes to `out`, returns the count. */
+size_t af_bpe_decode_token(const char *s, size_t len, char *out);
+/* Encode a valid UTF-8 run (no special tokens inside). Errors: AF_ERR_NOMEM. */
+af_status af_bpe_encode(const af_tokenizer *tok, const char *s, size_t len, af_ids *out);
+
+/* spm (spm.c). */
+size_t af_spm_decode_token(const af_tokenizer *tok, int32_t id, char *out);
+af_status af_spm_encode(const af_tokenizer *tok, const char *s, size_t len, bool first, af_ids *out);
+
+/* Length of the valid UTF-8 sequence starting at s[0] (1..4), or 0 if s[0..] is not valid UTF-8
+ * (overlong, surrogate, > U+10FFFF, truncated). `n` = bytes available. */
+int af_utf8_valid_len(const unsigned char *s, size_t n);
+
+#endif /* AF_TOK_INTERNAL_H */

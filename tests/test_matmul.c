@@ -1,0 +1,293 @@
+/*
+ * test_matmul.c — kernels/matmul.h against dequantize-then-multiply in double, for every weight
+ * type and every kernel path this CPU has (forced with af_set_kernel_path).
+ *
+ * Weights: half the rows are random f32 quantized with af_quantize_row (when it supports the
+ * type), the other half random block bytes with finite random fp16 scale fields, so every bit
+ * pattern of the packed quants is exercised. Reference: af_dequantize_row + f64 products.
+ *
+ * Tolerances (per output element, rigorous bounds rather than guesses):
+ *  - f32 paths (scalar, tile GEMM for n > 4, dyw, f32 GEMMs): |err| <= 3e-5 * sum_k |x_k w_k|
+ *    + 1e-6 (f32 accumulation over k <= 1024 terms: a few ulps times sqrt(k) in practice).
+ *  - integer decode path (SIMD paths, block types, n <= 4): activations are rounded to int8 with
+ *    step d = max|x| / 127 per 32-block, so |err| <= sum_k |w_k| d_k / 2, plus the f32 term.
+ *    The kernel folds weight offsets and mins into d*sum(q) of the quantized block, so the result
+ *    is exactly sum_k w_k * xq_k and this bound holds for every type. The measured relative error
+ *    ||y - y_ref|| / ||y_ref|| of that path is printed (about 3e-3 for Gaussian x, the same as
+ *    llama.cpp's Q8 activations).
+ */
+#include "testlib.h"
+
+#include "core/core.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const uint32_t TYPES[] = {AF_TYPE_F32,  AF_TYPE_F16,  AF_TYPE_BF16, AF_TYPE_Q4_0, AF_TYPE_Q4_1,
+                                 AF_TYPE_Q5_0, AF_TYPE_Q5_1, AF_TYPE_Q8_0, AF_TYPE_Q2_K, AF_TYPE_Q3_K,
+                                 AF_TYPE_Q4_K, AF_TYPE_Q5_K, AF_TYPE_Q6_K};
+#define NTYPES (int)(sizeof TYPES / sizeof TYPES[0])
+
+static uint64_t g_rng = 0x1234567887654321ull;
+
+static void put_h(uint8_t *p, float v) {
+    uint16_t h = af_f32_to_fp16(v);
+    memcpy(p, &h, 2);
+}
+static float rnd_scale(void) {
+    float v = tl_rand_uniform(&g_rng, 0.002f, 0.05f);
+    return (tl_rand_u64(&g_rng) & 1) ? v : -v;
+}
+
+/* Random bytes for one row of `in` values with the fp16 scale fields made finite. */
+static void random_row(uint32_t type, uint8_t *row, int64_t in) {
+    size_t rb = af_row_bytes(type, in), bb = af_type_block_bytes(type);
+    for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)tl_rand_u64(&g_rng);
+    for (size_t off = 0; off < rb; off += bb) {
+        uint8_t *b = row + off;
+        switch (type) {
+        case AF_TYPE_F32: {
+            float v = tl_rand_normal(&g_rng);
+            memcpy(b, &v, 4);
+        } break;
+        case AF_TYPE_F16: put_h(b, tl_rand_normal(&g_rng)); break;
+        case AF_TYPE_BF16: {
+            float v = tl_rand_normal(&g_rng);
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            uint16_t h = (uint16_t)(u >> 16);
+            memcpy(b, &h, 2);
+        } break;
+        case AF_TYPE_Q4_0: case AF_TYPE_Q5_0: case AF_TYPE_Q8_0: put_h(b, rnd_scale()); break;
+        case AF_TYPE_Q4_1: case AF_TYPE_Q5_1: case AF_TYPE_Q4_K: case AF_TYPE_Q5_K:
+            put_h(b, rnd_scale());
+            put_h(b + 2, rnd_scale());
+            break;
+        case AF_TYPE_Q2_K: put_h(b + 80, rnd_scale()); put_h(b + 82, rnd_scale()); break;
+        case AF_TYPE_Q3_K: put_h(b + 108, rnd_scale()); break;
+        case AF_TYPE_Q6_K: put_h(b + 208, rnd_scale()); break;
+        default: break;
+        }
+    }
+}
+
+/* W[out, in] of `type` (bytes) and its f32 dequantization wd. */
+static uint8_t *make_w(uint32_t type, int64_t out, int64_t in, float *wd) {
+    size_t rb = af_row_bytes(type, in);
+    uint8_t *w = malloc(rb * (size_t)out);
+    float *tmp = malloc(sizeof(float) * (size_t)in);
+    for (int64_t o = 0; o < out; o++) {
+        bool done = false;
+        if (o % 2 == 0) {
+            for (int64_t k = 0; k < in; k++) tmp[k] = tl_rand_normal(&g_rng) * 0.1f;
+            done = af_quantize_row(type, tmp, w + o * rb, in);
+        }
+        if (!done) random_row(type, w + o * rb, in);
+        af_dequantize_row(type, w + o * rb, wd + o * in, in);
+    }
+    free(tmp);
+    return w;
+}
+
+static void rand_vec(float *v, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) v[i] = tl_rand_normal(&g_rng) * scale;
+}
+
+static const char *PATHS[] = {"scalar", "avx2", "avx512"};
+static bool path_ok[3];
+
+/* Worst ratio |err| / tolerance over all elements; reports the worst one on failure. */
+typedef struct worst {
+    double ratio, rel; /* rel: max over cases with >= 64 outputs of ||err|| / ||ref|| */
+} worst;
+
+static bool check_vs(const char *what, const float *got, const double *ref, const double *tol, int64_t cnt,
+                     worst *wst) {
+    double e2 = 0, r2 = 0;
+    int64_t wi = 0;
+    double wr = -1;
+    for (int64_t i = 0; i < cnt; i++) {
+        double e = fabs((double)got[i] - ref[i]);
+        double r = e / tol[i];
+        if (!(r <= wr)) {
+            wr = r;
+            wi = i;
+        }
+        e2 += e * e;
+        r2 += ref[i] * ref[i];
+    }
+    if (cnt >= 64 && r2 > 0 && sqrt(e2 / r2) > wst->rel) wst->rel = sqrt(e2 / r2);
+    if (wr > wst->ratio) wst->ratio = wr;
+    bool ok = wr <= 1.0;
+    if (!ok)
+        fprintf(stderr, "%s: worst [%lld] got %.8g want %.8g |err| %.3g tol %.3g\n", what, (long long)wi,
+                got[wi], ref[wi], fabs(got[wi] - ref[wi]), tol[wi]);
+    return ok;
+}
+
+/* One (type, n, in, out) case on every path. */
+static void run_case(uint32_t type, int64_t n, int64_t in, int64_t out, worst *wi, worst *wf, worst *wd_) {
+    float *wd = malloc(sizeof(float) * (size_t)(out * in));
+    uint8_t *w = make_w(type, out, in, wd);
+    float *x = malloc(sizeof(float) * (size_t)(n * in)), *dy = malloc(sizeof(float) * (size_t)(n * out));
+    rand_vec(x, n * in, 1.0f);
+    if (in >= 64) memset(x + 32, 0, 32 * sizeof(float)); /* an all-zero activation block */
+    rand_vec(dy, n * out, 1.0f);
+    double *yr = malloc(sizeof(double) * (size_t)(n * out)), *tf = malloc(sizeof(double) * (size_t)(n * out));
+    double *ti = malloc(sizeof(double) * (size_t)(n * out));
+    double *dxr = malloc(sizeof(double) * (size_t)(n * in)), *td = malloc(sizeof(double) * (size_t)(n * in));
+    for (int64_t t = 0; t < n; t++) {
+        const float *xt = x + t * in;
+        for (int64_t o = 0; o < out; o++) {
+            const float *wo = wd + o * in;
+            double s = 0, a = 0, q = 0;
+            for (int64_t k = 0; k < in; k++) {
+                s += (double)xt[k] * wo[k];
+                a += fabs((double)xt[k] * wo[k]);
+            }
+            for (int64_t b = 0; b + 32 <= in; b += 32) {
+                double amax = 0, sw = 0;
+                for (int j = 0; j < 32; j++) {
+                    amax = fmax(amax, fabs(xt[b + j]));
+                    sw += fabs(wo[b + j]);
+                }
+                q += sw * amax / 127.0 / 2.0;
+            }
+            yr[t * out + o] = s;
+            tf[t * out + o] = 3e-5 * a + 1e-6;
+            ti[t * out + o] = 1.001 * q + 3e-5 * a + 1e-6;
+        }
+        for (int64_t k = 0; k < in; k++) {
+            double s = 0, a = 0;
+            for (int64_t o = 0; o < out; o++) {
+                s += (double)dy[t * out + o] * wd[o * in + k];
+                a += fabs((double)dy[t * out + o] * wd[o * in + k]);
+            }
+            dxr[t * in + k] = s;
+            td[t * in + k] = 3e-5 * a + 1e-6;
+        }
+    }
+    float *y = malloc(sizeof(float) * (size_t)(n * out)), *dx = malloc(sizeof(float) * (size_t)(n * in));
+    float *y0 = malloc(sizeof(float) * (size_t)(n * out));
+    double *yr2 = malloc(sizeof(double) * (size_t)(n * out));
+    bool is_block = af_type_block_size(type) >= 32;
+    char what[160];
+    for (int p = 0; p < 3; p++) {
+        if (!path_ok[p]) continue;
+        af_set_kernel_path(PATHS[p]);
+        bool intp = p > 0 && is_block && n <= 4;
+        snprintf(what, sizeof what, "xwt %s %s n=%lld in=%lld out=%lld", PATHS[p], af_type_name(type),
+                 (long long)n, (long long)in, (long long)out);
+        for (int64_t i = 0; i < n * out; i++) y[i] = NAN;
+        af_matmul_xwt(y, x, w, type, n, in, out, 0);
+        CHECK(check_vs(what, y, yr, intp ? ti : tf, n * out, intp ? wi : wf), "%s", what);
+        /* accumulate = 1 on top of random values */
+        rand_vec(y0, n * out, 1.0f);
+        memcpy(y, y0, sizeof(float) * (size_t)(n * out));
+        for (int64_t i = 0; i < n * out; i++) yr2[i] = yr[i] + y0[i];
+        af_matmul_xwt(y, x, w, type, n, in, out, 1);
+        snprintf(what, sizeof what, "xwt+acc %s %s n=%lld in=%lld out=%lld", PATHS[p], af_type_name(type),
+                 (long long)n, (long long)in, (long long)out);
+        CHECK(check_vs(what, y, yr2, intp ? ti : tf, n * out, intp ? wi : wf), "%s", what);
+
+        snprintf(what, sizeof what, "dyw %s %s n=%lld in=%lld out=%lld", PATHS[p], af_type_name(type),
+                 (long long)n, (long long)in, (long long)out);
+        for (int64_t i = 0; i < n * in; i++) dx[i] = NAN;
+        af_matmul_dyw(dx, dy, w, type, n, in, out, 0);
+        CHECK(check_vs(what, dx, dxr, td, n * in, wd_), "%s", what);
+    }
+    af_set_kernel_path("auto");
+    free(w); free(wd); free(x); free(dy); free(yr); free(tf); free(ti); free(dxr); free(td);
+    free(y); free(dx); free(y0); free(yr2);
+}
+
+static void test_types(void) {
+    static const int64_t NS[] = {1, 2, 3, 5, 8, 17, 64};
+    static const int64_t OUTS[] = {1, 7, 33};
+    for (int ti = 0; ti < NTYPES; ti++) {
+        uint32_t type = TYPES[ti];
+        int64_t bs = (int64_t)af_type_block_size(type);
+        int64_t ins[2];
+        if (bs == 256) { ins[0] = 256; ins[1] = 512; }
+        else if (bs == 32) { ins[0] = 32; ins[1] = 160; }
+        else { ins[0] = 7; ins[1] = 136; }
+        worst wi = {0, 0}, wf = {0, 0}, wd = {0, 0};
+        for (int a = 0; a < 2; a++)
+            for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
+                for (size_t oi = 0; oi < sizeof OUTS / sizeof OUTS[0]; oi++)
+                    run_case(type, NS[ni], ins[a], OUTS[oi], &wi, &wf, &wd);
+        /* model-like shapes: odd large outputs, threads engaged */
+        int64_t big_in = bs == 256 ? 256 : 576;
+        run_case(type, 1, big_in, 1536, &wi, &wf, &wd);
+        run_case(type, 4, big_in, 576, &wi, &wf, &wd);
+        run_case(type, 9, big_in, 576, &wi, &wf, &wd);
+        printf("%-5s worst err/tol: int8-decode %.3f (rel %.2e), f32 xwt %.3f (rel %.2e), "
+               "dyw %.3f (rel %.2e)\n",
+               af_type_name(type), wi.ratio, wi.rel, wf.ratio, wf.rel, wd.ratio, wd.rel);
+    }
+}
+
+/* ---- f32 GEMMs vs naive f64 ---- */
+static void test_gemm(void) {
+    static const int64_t SZ[][3] = {{1, 1, 1}, {3, 5, 7}, {8, 32, 16}, {17, 33, 65}, {2, 16, 576},
+                                    {64, 16, 576}, {130, 70, 300}, {5, 100, 3}, {33, 1, 9}};
+    for (size_t si = 0; si < sizeof SZ / sizeof SZ[0]; si++) {
+        int64_t m = SZ[si][0], n = SZ[si][1], k = SZ[si][2];
+        float *a = malloc(sizeof(float) * (size_t)(m * k)), *b = malloc(sizeof(float) * (size_t)(n * k));
+        float *c = malloc(sizeof(float) * (size_t)(m * n)), *c0 = malloc(sizeof(float) * (size_t)(m * n));
+        double *r = malloc(sizeof(double) * (size_t)(m * n)), *tol = malloc(sizeof(double) * (size_t)(m * n));
+        rand_vec(a, m * k, 1.f);
+        rand_vec(b, n * k, 1.f);
+        rand_vec(c0, m * n, 1.f);
+        for (int form = 0; form < 3; form++) {
+            /* form 0: abt (A[m,k], B[n,k]); 1: ab (A[m,k], B[k,n]); 2: atb (A[k,m], B[k,n]) */
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0, ab = 0;
+                    for (int64_t kk = 0; kk < k; kk++) {
+                        double av = form == 2 ? a[kk * m + i] : a[i * k + kk];
+                        double bv = form == 0 ? b[j * k + kk] : b[kk * n + j];
+                        s += av * bv;
+                        ab += fabs(av * bv);
+                    }
+                    r[i * n + j] = s;
+                    tol[i * n + j] = 3e-5 * ab + 1e-6;
+                }
+            for (int p = 0; p < 3; p++) {
+                if (!path_ok[p]) continue;
+                af_set_kernel_path(PATHS[p]);
+                for (int acc = 0; acc < 2; acc++) {
+                    if (acc) memcpy(c, c0, sizeof(float) * (size_t)(m * n));
+                    else for (int64_t i = 0; i < m * n; i++) c[i] = NAN;
+                    if (form == 0) af_gemm_abt(c, a, b, m, n, k, acc);
+                    else if (form == 1) af_gemm_ab(c, a, b, m, n, k, acc);
+                    else af_gemm_atb(c, a, b, m, n, k, acc);
+                    if (acc) for (int64_t i = 0; i < m * n; i++) c[i] -= c0[i];
+                    char what[128];
+                    snprintf(what, sizeof what, "gemm_%s %s m=%lld n=%lld k=%lld acc=%d",
+                             form == 0 ? "abt" : form == 1 ? "ab" : "atb", PATHS[p], (long long)m,
+                             (long long)n, (long long)k, acc);
+                    worst wst = {0, 0};
+                    CHECK(check_vs(what, c, r, tol, m * n, &wst), "%s", what);
+                }
+            }
+            af_set_kernel_path("auto");
+        }
+        free(a); free(b); free(c); free(c0); free(r); free(tol);
+    }
+}
+
+int main(void) {
+    for (int p = 0; p < 3; p++) {
+        path_ok[p] = af_set_kernel_path(PATHS[p]) == AF_OK;
+        if (!path_ok[p]) tl_skip("kernel path %s: not supported by this CPU", PATHS[p]);
+    }
+    af_set_kernel_path("auto");
+    printf("cpu: %s\n", af_cpu_features());
+    test_gemm();
+    test_types();
+    return tl_finish("test_matmul");
+}
