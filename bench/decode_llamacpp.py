@@ -251,7 +251,8 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu_model(), "cores_online": os.cpu_count(), "threads": a.threads,
         "model": os.path.basename(a.model), "n_gen": a.n_gen, "reps": a.reps,
-        "git": git_rev(), "prompt": PROMPT,
+        "git": git_rev(), "nice": os.nice(0), "loadavg_before": os.getloadavg(),
+        "prompt": PROMPT,
     }
     if do_llama:
         info.update(llama_info())
@@ -275,6 +276,7 @@ def main():
             print(f"  rep {r + 1} afinar:    prompt {A[-1]['prompt_tps']:.1f} tok/s, "
                   f"decode {A[-1]['decode_tps']:.1f} tok/s", file=sys.stderr)
 
+    info["loadavg_after"] = os.getloadavg()
     res = {"info": info, "llama_cpp": {"runs": [{k: v for k, v in x.items() if k != "text"}
                                                 for x in L]},
            "afinar": {"runs": [{k: v for k, v in x.items() if k != "text"} for x in A]}}
@@ -314,6 +316,8 @@ def main():
                             f"({info.get('system_info', '')[:200]})"
                             if "llama_cpp_python" in info else "not run")),
         f"- afinar: {info.get('afinar_version', 'not run')}",
+        f"- load average (1/5/15 min) before: {' '.join(f'{x:.2f}' for x in info['loadavg_before'])}"
+        f", after: {' '.join(f'{x:.2f}' for x in info['loadavg_after'])}; nice {info['nice']}",
         "",
         "| phase | afinar tok/s | llama.cpp tok/s | ratio afinar/llama.cpp |",
         "|---|---:|---:|---:|",
@@ -328,6 +332,10 @@ def main():
         f"{fmt(lm.get('median_decode_tps_wall'))} (decode) tok/s. "
         "afinar tok/s are from its `--timings` line.",
     ]
+    if info["loadavg_before"][0] > 0.5 * (os.cpu_count() or 1):
+        md += ["", f"**Warning**: the machine was busy (load {info['loadavg_before'][0]:.1f} on "
+                   f"{os.cpu_count()} cores) when the benchmark started; absolute numbers are "
+                   "unreliable, the ratio less so."]
     if ratio["decode_tps"] is not None:
         ok = ratio["decode_tps"] >= a.aim
         md += ["", f"Aim decode >= {a.aim}x llama.cpp: **{'met' if ok else 'not met'}** "

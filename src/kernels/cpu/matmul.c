@@ -30,6 +30,13 @@
 #define DOT_BUF 1024 /* floats in the dot path's row buffer (multiple of 256) */
 #define PAR_MIN_WORK 200000 /* multiply-adds below which a call stays on one thread */
 
+/* OpenMP pragma that vanishes (without an unknown-pragma warning) when built without -fopenmp. */
+#ifdef _OPENMP
+#define MM_OMP(x) _Pragma(#x)
+#else
+#define MM_OMP(x)
+#endif
+
 /* ---------------------------------------------------------------- scalar kernels */
 
 /* C[t, j] (+)= sum_k X(t,k) P(k,j); plain C, see matmul_internal.h for the strides. */
@@ -56,7 +63,15 @@ static void dequant_scalar(uint32_t type, const uint8_t *w, int64_t row_bytes, i
         af_dequantize_row(type, w + (r0 + r) * row_bytes + k0 / bs * bb, out + r * ldo, kc);
 }
 
-static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, NULL};
+static void dot_scalar(int64_t n, int64_t k, const float *x, int64_t ldx, const float *w, float *acc) {
+    for (int64_t t = 0; t < n; t++) {
+        float s = 0.f;
+        for (int64_t i = 0; i < k; i++) s += x[t * ldx + i] * w[i];
+        acc[t] += s;
+    }
+}
+
+static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, dot_scalar, NULL};
 
 static const af_mm_ops *ops_get(void) {
 #if defined(__x86_64__)
@@ -113,19 +128,18 @@ static void xwt_dot(const af_mm_ops *ops, float *y, const float *x, const uint8_
                     int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
     int nth = threads_for((double)n * in * out);
     (void)nth;
-#pragma omp parallel for schedule(static) num_threads(nth)
+MM_OMP(omp parallel for schedule(static) num_threads(nth))
     for (int64_t o = 0; o < out; o++) {
         float buf[DOT_BUF];
         float acc[AF_MM_DECODE_N] = {0};
         for (int64_t k0 = 0; k0 < in; k0 += DOT_BUF) {
             int64_t kc = in - k0 < DOT_BUF ? in - k0 : DOT_BUF;
-            ops->dequant(type, w, (int64_t)rb, o, 1, k0, kc, buf, kc);
-            for (int64_t t = 0; t < n; t++) {
-                const float *xt = x + t * in + k0;
-                float s = 0.f;
-                for (int64_t k = 0; k < kc; k++) s += xt[k] * buf[k];
-                acc[t] += s;
-            }
+            const float *wr = buf;
+            if (type == AF_TYPE_F32)
+                wr = (const float *)(const void *)(w + o * rb) + k0;
+            else
+                ops->dequant(type, w, (int64_t)rb, o, 1, k0, kc, buf, kc);
+            ops->dot(n, kc, x + k0, in, wr, acc);
         }
         for (int64_t t = 0; t < n; t++) y[t * out + o] = accumulate ? y[t * out + o] + acc[t] : acc[t];
     }
@@ -134,7 +148,7 @@ static void xwt_dot(const af_mm_ops *ops, float *y, const float *x, const uint8_
 /* Integer decode path; false if not available (allocation failure or unsupported type). */
 static bool xwt_decode(const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
                        uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
-    af_mm_xq q;
+    af_mm_xq q = {0};
     q.in = in;
     q.nb32 = in / 32;
     q.nb16 = in / 16;
@@ -150,7 +164,7 @@ static bool xwt_decode(const af_mm_ops *ops, float *y, const float *x, const uin
     int64_t nblk = (out + RB - 1) / RB;
     int nth = threads_for((double)n * in * out);
     (void)nth;
-#pragma omp parallel for schedule(static) num_threads(nth)
+MM_OMP(omp parallel for schedule(static) num_threads(nth))
     for (int64_t b = 0; b < nblk; b++) {
         int64_t o1 = (b + 1) * RB < out ? (b + 1) * RB : out;
         ops->decode(type, w, (int64_t)rb, b * RB, o1, &q, n, y, out, accumulate);
@@ -171,7 +185,7 @@ static void gemm_strided(const af_mm_ops *ops, float *c, int64_t ldc, const floa
     if (npan < 2 * nth) mb = ((m + nth - 1) / nth + 7) / 8 * 8;
     if (mb < 1) mb = 1;
     int64_t ntb = (m + mb - 1) / mb;
-#pragma omp parallel for schedule(static) num_threads(nth)
+MM_OMP(omp parallel for schedule(static) num_threads(nth))
     for (int64_t idx = 0; idx < npan * ntb; idx++) {
         int64_t j0 = idx / ntb * NR, t0 = idx % ntb * mb;
         int nr = (int)(n - j0 < NR ? n - j0 : NR);
@@ -198,7 +212,7 @@ static void xwt_tiles(const af_mm_ops *ops, float *y, const float *x, const uint
     int64_t mb = n;
     if (ntile < 2 * nth) mb = ((n + nth - 1) / nth + 7) / 8 * 8;
     int64_t ntb = (n + mb - 1) / mb;
-#pragma omp parallel for schedule(static) num_threads(nth)
+MM_OMP(omp parallel for schedule(static) num_threads(nth))
     for (int64_t idx = 0; idx < ntile * ntb; idx++) {
         float pk[KC * 32] __attribute__((aligned(64)));
         float row[KC] __attribute__((aligned(64)));
@@ -257,7 +271,7 @@ void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int
     if (nchunk < 2 * nth) mb = ((n + nth - 1) / nth + 7) / 8 * 8;
     int64_t ntb = (n + mb - 1) / mb;
     const uint8_t *wb = (const uint8_t *)w;
-#pragma omp parallel for schedule(static) num_threads(nth)
+MM_OMP(omp parallel for schedule(static) num_threads(nth))
     for (int64_t idx = 0; idx < nchunk * ntb; idx++) {
         float buf[8192] __attribute__((aligned(64)));
         int64_t k0 = idx / ntb * CW, t0 = idx % ntb * mb;

@@ -85,7 +85,7 @@ static AF_MM_TARGET bool decode512(uint32_t type, const uint8_t *w, int64_t rb, 
     return mm_decode(type, w, rb, o0, o1, xq, n, y, ldy, acc);
 }
 
-const af_mm_ops af_mm_ops_avx512 = {32, panel512, mm_dequant, decode512};
+const af_mm_ops af_mm_ops_avx512 = {32, panel512, mm_dequant, mm_dot, decode512};
 
 #else
 typedef int af_matmul_avx512_empty; /* ISO C forbids an empty translation unit */

@@ -3,7 +3,7 @@
  * threads, scalar path) and the per-ISA kernel files (matmul_avx2.c, matmul_avx512.c).
  * Not used outside src/kernels/cpu/matmul*.c.
  *
- * Every kernel path provides an af_mm_ops table of three kernels; the driver does the rest:
+ * Every kernel path provides an af_mm_ops table of kernels; the driver does the rest:
  *  - panel:   C[t, j] (+)= sum_k X(t, k) * P(k, j) for t < m, j < nr (nr <= ops.nr), where
  *             X(t, k) = x[t*sxt + k*sxk] and P(k, j) = p[k*spk + j] (only j < nr is read).
  *             This one strided f32 micro-kernel driver serves the dequantized-tile path of
@@ -11,6 +11,7 @@
  *             three f32 GEMMs.
  *  - dequant: rows [r0, r0+nr) x columns [k0, k0+kc) of a weight matrix in block format `type`
  *             (row stride row_bytes) to f32 out[r*ldo + k]; k0 and kc multiples of the block size.
+ *  - dot:     f32 dot products of one (dequantized) weight row with n <= AF_MM_DECODE_N tokens.
  *  - decode:  y[t*ldy + o] (+)= sum_k x[t, k] * W[o, k] for o in [o0, o1), t < n <= AF_MM_DECODE_N,
  *             from int8-quantized activations (af_mm_xq below) and integer dot products; NULL if
  *             the path has none (the driver then uses the f32 tile path).
@@ -42,6 +43,8 @@ typedef struct af_mm_ops {
                   int64_t spk, int nr, float *c, int64_t ldc, int accumulate);
     void (*dequant)(uint32_t type, const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t nr,
                     int64_t k0, int64_t kc, float *out, int64_t ldo);
+    /* acc[t] += sum_k x[t*ldx + k] * w[k], t < n (f32 dot products of the decode fallback). */
+    void (*dot)(int64_t n, int64_t k, const float *x, int64_t ldx, const float *w, float *acc);
     /* Returns false when it does not handle `type` (the driver falls back to the tile path). */
     bool (*decode)(uint32_t type, const uint8_t *w, int64_t row_bytes, int64_t o0, int64_t o1,
                    const af_mm_xq *xq, int64_t n, float *y, int64_t ldy, int accumulate);

@@ -1,7 +1,9 @@
 /*
- * matmul_unpack.h — in-register unpacking of ggml weight blocks, shared by matmul_avx2.c and
- * matmul_avx512.c (included after defining AF_MM_TARGET to that file's target attribute; uses
- * AVX2 instructions only, so it is valid in both).
+ * matmul_unpack.h — in-register unpacking of ggml weight blocks and the kernels built on it
+ * (ops.dequant, ops.dot, ops.decode of matmul_internal.h), shared by matmul_avx2.c and
+ * matmul_avx512.c. Each includes it after defining AF_MM_TARGET (its target attribute) and
+ * AF_MM_DOT(u, q) (u8 x s8 -> 8 x i32 sums of 4 products: vpdpbusd or vpmaddubsw+vpmaddwd).
+ * Uses AVX2 + F16C instructions only, so it is valid in both.
  *
  * Every quantized type is viewed the same way: a block of bs = 32 or 256 values is cut into
  * 32-value chunks j = 0 .. bs/32-1 and 16-value groups g = 0 .. bs/16-1, and
@@ -274,14 +276,34 @@ static AF_MM_TARGET void mm_dequant(uint32_t type, const uint8_t *w, int64_t row
     }
 }
 
-/* ---------------------------------------------------------------- integer decode */
-
 AF_MM_INLINE float mm_hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+
+/* ops.dot: acc[t] += sum_k x[t*ldx + k] * w[k] for t < n (f32, 4 partial sums per token). */
+static AF_MM_TARGET void mm_dot(int64_t n, int64_t k, const float *x, int64_t ldx, const float *w,
+                                float *acc) {
+    for (int64_t t = 0; t < n; t++) {
+        const float *xt = x + t * ldx;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t i = 0;
+        for (; i + 32 <= k; i += 32) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i), _mm256_loadu_ps(w + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 8), _mm256_loadu_ps(w + i + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 16), _mm256_loadu_ps(w + i + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 24), _mm256_loadu_ps(w + i + 24), a3);
+        }
+        for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i), _mm256_loadu_ps(w + i), a0);
+        float r = 0.f;
+        for (; i < k; i++) r += xt[i] * w[i];
+        acc[t] += mm_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + r;
+    }
+}
+
+/* ---------------------------------------------------------------- integer decode */
 
 /* One 32-value chunk j of block `blk` (x block kb) for nt tokens: P = AF_MM_DOT(u, q) gives 8
  * int32 partial sums (lanes 0-3 = values 0-15, lanes 4-7 = values 16-31), then

@@ -1,0 +1,198 @@
+/*
+ * fsutil.c — atomic file replacement and mkdir -p. See fsutil.h for the recipe and guarantees.
+ */
+#include "core/fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+struct af_atomic_file {
+    char *path; /* target */
+    char *tmp;  /* temporary next to it */
+    char *dir;  /* directory holding both (for the final fsync) */
+    int fd;
+    size_t size;
+};
+
+static atomic_uint g_tmp_counter;
+
+char *af_path_join(const char *dir, const char *name) {
+    size_t ld = strlen(dir), ln = strlen(name);
+    int slash = ld > 0 && dir[ld - 1] != '/';
+    char *s = af_malloc(ld + (size_t)slash + ln + 1);
+    if (!s) return NULL;
+    memcpy(s, dir, ld);
+    if (slash) s[ld] = '/';
+    memcpy(s + ld + (size_t)slash, name, ln + 1);
+    return s;
+}
+
+static void atomic_free(af_atomic_file *f) {
+    if (!f) return;
+    free(f->path);
+    free(f->tmp);
+    free(f->dir);
+    free(f);
+}
+
+af_status af_atomic_open(const char *path, af_atomic_file **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "af_atomic_open: out is NULL");
+    *out = NULL;
+    if (!path || !*path) return af_fail(AF_ERR_INVALID_ARG, "af_atomic_open: empty path");
+    size_t len = strlen(path);
+    if (path[len - 1] == '/') return af_fail(AF_ERR_INVALID_ARG, "%s: path names a directory", path);
+
+    af_atomic_file *f = af_calloc(1, sizeof *f);
+    if (!f) return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    f->fd = -1;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
+    f->path = strdup(path);
+    f->dir = af_malloc(dlen + 2);
+    size_t tcap = len + 64;
+    f->tmp = af_malloc(tcap);
+    if (!f->path || !f->dir || !f->tmp) {
+        atomic_free(f);
+        return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    }
+    if (slash) {
+        memcpy(f->dir, path, dlen);
+        f->dir[dlen] = '\0';
+        if (dlen == 0) strcpy(f->dir, "/"); /* "/file" */
+    } else {
+        strcpy(f->dir, ".");
+    }
+    for (int attempt = 0; attempt < 100; attempt++) {
+        unsigned c = atomic_fetch_add(&g_tmp_counter, 1u);
+        snprintf(f->tmp, tcap, "%.*s%s.%s.tmp-%ld-%u", (int)dlen, path, slash ? "/" : "", base, (long)getpid(), c);
+        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (f->fd >= 0 || errno != EEXIST) break;
+    }
+    if (f->fd < 0) {
+        int e = errno;
+        af_status st = af_fail(AF_ERR_IO, "%s: cannot create temporary file %s: %s", path, f->tmp, strerror(e));
+        atomic_free(f);
+        return st;
+    }
+    *out = f;
+    return AF_OK;
+}
+
+af_status af_atomic_write(af_atomic_file *f, const void *data, size_t n) {
+    if (!f || f->fd < 0) return af_fail(AF_ERR_INVALID_ARG, "af_atomic_write: file not open");
+    const unsigned char *p = data;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t w = write(f->fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return af_fail(AF_ERR_IO, "%s: write failed at offset %zu: %s", f->path, f->size, strerror(errno));
+        }
+        if (w == 0) return af_fail(AF_ERR_IO, "%s: write made no progress at offset %zu", f->path, f->size);
+        p += w;
+        n -= (size_t)w;
+        f->size += (size_t)w;
+    }
+    return AF_OK;
+}
+
+size_t af_atomic_size(const af_atomic_file *f) { return f ? f->size : 0; }
+
+void af_atomic_abort(af_atomic_file *f) {
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    if (f->tmp) unlink(f->tmp);
+    atomic_free(f);
+}
+
+/* fsync a directory so a rename inside it is durable. Some file systems refuse fsync on a
+ * directory descriptor (EINVAL/ENOTSUP): that is not an error, there is nothing more to do. */
+static af_status fsync_dir(const char *dir, const char *path) {
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return af_fail(AF_ERR_IO, "%s: cannot open directory %s to sync it: %s", path, dir, strerror(errno));
+    int rc = fsync(dfd);
+    int e = errno;
+    close(dfd);
+    if (rc != 0 && e != EINVAL && e != ENOTSUP)
+        return af_fail(AF_ERR_IO, "%s: fsync of directory %s failed: %s", path, dir, strerror(e));
+    return AF_OK;
+}
+
+af_status af_atomic_commit(af_atomic_file *f) {
+    if (!f) return af_fail(AF_ERR_INVALID_ARG, "af_atomic_commit: NULL file");
+    if (f->fd < 0) {
+        af_atomic_abort(f);
+        return af_fail(AF_ERR_INVALID_ARG, "af_atomic_commit: file not open");
+    }
+    if (fsync(f->fd) != 0) {
+        af_status st = af_fail(AF_ERR_IO, "%s: fsync of %s failed: %s", f->path, f->tmp, strerror(errno));
+        af_atomic_abort(f);
+        return st;
+    }
+    int rc = close(f->fd);
+    f->fd = -1;
+    if (rc != 0) {
+        af_status st = af_fail(AF_ERR_IO, "%s: close of %s failed: %s", f->path, f->tmp, strerror(errno));
+        af_atomic_abort(f);
+        return st;
+    }
+    if (rename(f->tmp, f->path) != 0) {
+        af_status st =
+            af_fail(AF_ERR_IO, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
+        af_atomic_abort(f);
+        return st;
+    }
+    af_status st = fsync_dir(f->dir, f->path);
+    atomic_free(f); /* the temporary no longer exists under its own name */
+    return st;
+}
+
+af_status af_write_file_atomic(const char *path, const void *data, size_t n) {
+    af_atomic_file *f = NULL;
+    AF_TRY(af_atomic_open(path, &f));
+    af_status st = af_atomic_write(f, data, n);
+    if (st != AF_OK) {
+        af_atomic_abort(f);
+        return st;
+    }
+    return af_atomic_commit(f);
+}
+
+af_status af_mkdir_p(const char *path) {
+    if (!path || !*path) return af_fail(AF_ERR_INVALID_ARG, "af_mkdir_p: empty path");
+    char *buf = strdup(path);
+    if (!buf) return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    size_t len = strlen(buf);
+    while (len > 1 && buf[len - 1] == '/') buf[--len] = '\0';
+    af_status st = AF_OK;
+    for (size_t i = 1; i <= len && st == AF_OK; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0) {
+            int e = errno;
+            struct stat sb;
+            if (e == EEXIST || e == EISDIR || e == EACCES || e == EROFS) {
+                /* An existing directory is fine (EACCES/EROFS can come from a parent we may not
+                 * write but that already exists). */
+                if (stat(buf, &sb) != 0)
+                    st = af_fail(AF_ERR_IO, "%s: cannot create %s: %s", path, buf, strerror(e));
+                else if (!S_ISDIR(sb.st_mode))
+                    st = af_fail(AF_ERR_IO, "%s: %s exists and is not a directory", path, buf);
+            } else {
+                st = af_fail(AF_ERR_IO, "%s: cannot create %s: %s", path, buf, strerror(e));
+            }
+        }
+        buf[i] = saved;
+    }
+    free(buf);
+    return st;
+}

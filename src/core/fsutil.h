@@ -1,0 +1,61 @@
+/*
+ * fsutil.h — crash-safe file writing and directory creation (POSIX).
+ *
+ * Atomic replace (the classic POSIX recipe, see rename(2) and the "write-temp, fsync, rename,
+ * fsync dir" pattern used by e.g. SQLite and git): data goes to a temporary file created with
+ * O_EXCL in the SAME directory as the target (so rename(2) never crosses a file system), the
+ * temporary is fsync'ed and closed, renamed over the target, and finally the directory is fsync'ed
+ * so the new directory entry is durable. A reader therefore sees either the old complete file or
+ * the new complete file, never a half-written one; on any failure the temporary is removed and the
+ * target is untouched.
+ *
+ * Temporary names: "<dir>/.<base>.tmp-<pid>-<counter>" (hidden, unique per process and call).
+ * Final permissions: 0666 & ~umask, as for a file created with open(2)/fopen(3).
+ */
+#ifndef AF_FSUTIL_H
+#define AF_FSUTIL_H
+
+#include "core/core.h"
+
+#include <stddef.h>
+
+/* An in-progress atomic write (opaque). */
+typedef struct af_atomic_file af_atomic_file;
+
+/* Start an atomic write of `path`: creates the temporary next to it.
+ * `*out` is owned by the caller until af_atomic_commit() or af_atomic_abort(), which free it.
+ * Errors: AF_ERR_INVALID_ARG (NULL/empty path, path ending in '/'), AF_ERR_IO (directory missing,
+ * not writable, ...; the message names the temporary path and strerror), AF_ERR_NOMEM. */
+af_status af_atomic_open(const char *path, af_atomic_file **out);
+
+/* Append n bytes (loops over short writes, retries EINTR). On error the file stays open: the
+ * caller must still call af_atomic_abort(). Errors: AF_ERR_IO naming the target, the byte offset
+ * reached and strerror (e.g. ENOSPC, EFBIG). */
+af_status af_atomic_write(af_atomic_file *f, const void *data, size_t n);
+
+/* Bytes written so far. */
+size_t af_atomic_size(const af_atomic_file *f);
+
+/* Finish: fsync + close the temporary, rename it over the target, fsync the directory.
+ * Always frees `f` (on failure the temporary is removed and the target is untouched — except
+ * that a failing directory fsync after a successful rename is reported while the new file
+ * is already in place). Errors: AF_ERR_IO. */
+af_status af_atomic_commit(af_atomic_file *f);
+
+/* Give up: close and unlink the temporary, free `f`. The target is untouched. NULL is a no-op. */
+void af_atomic_abort(af_atomic_file *f);
+
+/* Write `n` bytes of `data` to `path` atomically (open + write + commit).
+ * Errors: as af_atomic_open / af_atomic_write / af_atomic_commit. */
+af_status af_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* mkdir -p: create `path` and any missing parents with mode 0777 & ~umask. An existing directory
+ * is fine; an existing non-directory is AF_ERR_IO. Errors: AF_ERR_INVALID_ARG (NULL/empty),
+ * AF_ERR_IO (naming the component that failed and strerror), AF_ERR_NOMEM. */
+af_status af_mkdir_p(const char *path);
+
+/* Join a directory and a file name with one '/': returns a malloc'ed string owned by the caller
+ * (free()), or NULL on allocation failure. */
+char *af_path_join(const char *dir, const char *name);
+
+#endif /* AF_FSUTIL_H */

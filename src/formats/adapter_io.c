@@ -1,0 +1,576 @@
+/*
+ * adapter_io.c — PEFT-compatible LoRA adapter directories. Naming, files and checks: see
+ * adapter_io.h (facts from peft 0.21.2: utils/save_and_load.py get_peft_model_state_dict,
+ * tuners/lora/config.py LoraConfig, utils/constants.py).
+ */
+#include "formats/adapter_io.h"
+
+#include "core/fsutil.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Same strings as af_proj_name() (lora.c); kept here so this module does not need lora.c. */
+static const char *const k_proj_name[AF_PROJ_COUNT] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                       "gate_proj", "up_proj", "down_proj"};
+static const char *const k_proj_block[AF_PROJ_COUNT] = {"self_attn", "self_attn", "self_attn", "self_attn",
+                                                        "mlp",       "mlp",       "mlp"};
+
+#define MAX_JSON_FILE (64u << 20)
+
+/* Shortest decimal that round-trips the float, as a double (so JSON shows 0.05, not 0.0500000007). */
+static double clean_double(float x) {
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)x);
+        if (strtof(buf, NULL) == x) return strtod(buf, NULL);
+    }
+    return (double)x;
+}
+
+static af_status write_json(const char *dir, const char *name, const cJSON *root) {
+    char *path = af_path_join(dir, name);
+    char *text = cJSON_Print(root);
+    af_status st;
+    if (!path || !text) st = af_fail(AF_ERR_NOMEM, "%s/%s: out of memory", dir, name);
+    else {
+        size_t n = strlen(text);
+        text[n] = '\n'; /* replace the terminator: the file ends with a newline */
+        st = af_write_file_atomic(path, text, n + 1);
+    }
+    free(path);
+    free(text);
+    return st;
+}
+
+static cJSON *targets_array(uint32_t mask) {
+    cJSON *a = cJSON_CreateArray();
+    for (int p = 0; a && p < AF_PROJ_COUNT; p++)
+        if (mask & (1u << p)) cJSON_AddItemToArray(a, cJSON_CreateString(k_proj_name[p]));
+    return a;
+}
+
+static cJSON *nullable_string(const char *s) { return s ? cJSON_CreateString(s) : cJSON_CreateNull(); }
+
+static cJSON *make_adapter_config(const af_param_layout *lay, const af_adapter_save_opts *o, const char *task,
+                                  const char *head_module, uint32_t mask) {
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return NULL;
+    cJSON_AddItemToObject(c, "alpha_pattern", cJSON_CreateObject());
+    cJSON_AddItemToObject(c, "auto_mapping", cJSON_CreateNull());
+    cJSON_AddItemToObject(c, "base_model_name_or_path", nullable_string(o->base_model_name_or_path));
+    cJSON_AddStringToObject(c, "bias", "none");
+    cJSON_AddBoolToObject(c, "fan_in_fan_out", 0);
+    cJSON_AddBoolToObject(c, "inference_mode", 1); /* save_pretrained always writes true */
+    cJSON_AddBoolToObject(c, "init_lora_weights", 1);
+    cJSON_AddItemToObject(c, "layers_pattern", cJSON_CreateNull());
+    cJSON_AddItemToObject(c, "layers_to_transform", cJSON_CreateNull());
+    cJSON_AddNumberToObject(c, "lora_alpha", clean_double(lay->lora.alpha));
+    cJSON_AddBoolToObject(c, "lora_bias", 0);
+    cJSON_AddNumberToObject(c, "lora_dropout", clean_double(lay->lora.dropout));
+    if (lay->num_classes > 0) {
+        cJSON *m = cJSON_CreateArray();
+        cJSON_AddItemToArray(m, cJSON_CreateString(head_module));
+        cJSON_AddItemToObject(c, "modules_to_save", m);
+    } else {
+        cJSON_AddItemToObject(c, "modules_to_save", cJSON_CreateNull());
+    }
+    cJSON_AddStringToObject(c, "peft_type", "LORA");
+    cJSON_AddNumberToObject(c, "r", lay->lora.r);
+    cJSON_AddItemToObject(c, "rank_pattern", cJSON_CreateObject());
+    cJSON_AddItemToObject(c, "revision", cJSON_CreateNull());
+    cJSON_AddItemToObject(c, "target_modules", targets_array(mask));
+    cJSON_AddStringToObject(c, "task_type", task);
+    cJSON_AddBoolToObject(c, "use_dora", 0);
+    cJSON_AddBoolToObject(c, "use_rslora", lay->lora.use_rslora != 0);
+    return c;
+}
+
+static cJSON *make_afinar_json(const af_param_layout *lay, const af_adapter_save_opts *o, uint32_t mask) {
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return NULL;
+    cJSON_AddStringToObject(c, "format", "afinar-adapter");
+    cJSON_AddNumberToObject(c, "version", 1);
+    if (o->architecture) cJSON_AddStringToObject(c, "architecture", o->architecture);
+    cJSON_AddNumberToObject(c, "n_layers", lay->n_layers);
+    cJSON_AddNumberToObject(c, "num_classes", lay->num_classes);
+    cJSON_AddNumberToObject(c, "hidden", lay->hidden);
+    if (o->labels) {
+        cJSON *a = cJSON_CreateArray();
+        for (int32_t i = 0; i < o->n_labels; i++) cJSON_AddItemToArray(a, cJSON_CreateString(o->labels[i]));
+        cJSON_AddItemToObject(c, "labels", a);
+    }
+    if (o->pooling) cJSON_AddStringToObject(c, "pooling", o->pooling);
+    if (o->max_seq_len > 0) cJSON_AddNumberToObject(c, "max_seq_len", o->max_seq_len);
+    cJSON_AddBoolToObject(c, "head_bias", o->write_head_bias != 0);
+    cJSON *l = cJSON_AddObjectToObject(c, "lora");
+    if (l) {
+        cJSON_AddNumberToObject(l, "r", lay->lora.r);
+        cJSON_AddNumberToObject(l, "alpha", clean_double(lay->lora.alpha));
+        cJSON_AddNumberToObject(l, "dropout", clean_double(lay->lora.dropout));
+        cJSON_AddBoolToObject(l, "use_rslora", lay->lora.use_rslora != 0);
+        cJSON_AddNumberToObject(l, "scale", clean_double(lay->scale));
+        cJSON_AddItemToObject(l, "targets", targets_array(mask));
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o->extra) {
+        cJSON *dup = cJSON_Duplicate(e, 1);
+        if (!dup) {
+            cJSON_Delete(c);
+            return NULL;
+        }
+        if (cJSON_GetObjectItemCaseSensitive(c, e->string)) cJSON_ReplaceItemInObjectCaseSensitive(c, e->string, dup);
+        else cJSON_AddItemToObject(c, e->string, dup);
+    }
+    return c;
+}
+
+af_status af_adapter_save(const char *dir, const af_param_layout *lay, const float *P,
+                          const af_adapter_save_opts *opts) {
+    af_adapter_save_opts zero = {0};
+    const af_adapter_save_opts *o = opts ? opts : &zero;
+    if (!dir || !*dir || !lay || !P) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_save: NULL argument");
+    if (lay->lora.r <= 0 || lay->n_layers < 0 || !lay->slots)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: layout: r = %d, n_layers = %d", dir, lay->lora.r, lay->n_layers);
+    if (o->labels && o->n_labels != lay->num_classes)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: %d labels given for %d classes", dir, o->n_labels, lay->num_classes);
+    if (o->extra && !cJSON_IsObject(o->extra))
+        return af_fail(AF_ERR_INVALID_ARG, "%s: extra afinar.json fields must be a JSON object", dir);
+    const char *lp = o->layers_prefix ? o->layers_prefix : AF_ADAPTER_DEFAULT_LAYERS_PREFIX;
+    const char *hp = o->head_prefix ? o->head_prefix : AF_ADAPTER_DEFAULT_HEAD_PREFIX;
+    const char *hm = strrchr(hp, '.') ? strrchr(hp, '.') + 1 : hp;
+    const char *task = o->task_type ? o->task_type : lay->num_classes > 0 ? "SEQ_CLS" : "CAUSAL_LM";
+    af_st_dtype dt = (o->dtype == AF_ST_F16 || o->dtype == AF_ST_BF16) ? o->dtype : AF_ST_F32;
+    const int32_t r = lay->lora.r;
+
+    size_t cap = (size_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2, n = 0;
+    af_st_write_tensor *t = af_calloc(cap, sizeof *t);
+    size_t name_len = strlen(lp) + strlen(hp) + 96;
+    char *names = af_calloc(cap, name_len);
+    if (!t || !names) {
+        free(t);
+        free(names);
+        return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    }
+    af_status st = AF_OK;
+    uint32_t mask = 0;
+    for (int32_t l = 0; l < lay->n_layers && st == AF_OK; l++) {
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            if (s->a_off < 0) continue;
+            if (s->in <= 0 || s->out <= 0 || s->b_off < 0 || s->a_off + r * s->in > lay->n_total ||
+                s->b_off + s->out * r > lay->n_total) {
+                st = af_fail(AF_ERR_INVALID_ARG, "%s: layout: layer %d %s: bad slot (in %lld, out %lld)", dir, l,
+                             k_proj_name[p], (long long)s->in, (long long)s->out);
+                break;
+            }
+            mask |= 1u << p;
+            for (int ab = 0; ab < 2; ab++) {
+                char *nm = names + n * name_len;
+                snprintf(nm, name_len, "%s.%d.%s.%s.lora_%c.weight", lp, l, k_proj_block[p], k_proj_name[p],
+                         ab ? 'B' : 'A');
+                t[n].name = nm;
+                t[n].dtype = dt;
+                t[n].n_dims = 2;
+                t[n].shape[0] = ab ? s->out : r;
+                t[n].shape[1] = ab ? r : s->in;
+                t[n].f32 = P + (ab ? s->b_off : s->a_off);
+                n++;
+            }
+        }
+    }
+    if (st == AF_OK && lay->num_classes > 0 && lay->head_w_off >= 0) {
+        char *nm = names + n * name_len;
+        snprintf(nm, name_len, "%s.weight", hp);
+        t[n] = (af_st_write_tensor){.name = nm, .dtype = dt, .n_dims = 2, .f32 = P + lay->head_w_off};
+        t[n].shape[0] = lay->num_classes;
+        t[n].shape[1] = lay->hidden;
+        n++;
+        if (o->write_head_bias && lay->head_b_off >= 0) {
+            nm = names + n * name_len;
+            snprintf(nm, name_len, "%s.bias", hp);
+            t[n] = (af_st_write_tensor){.name = nm, .dtype = dt, .n_dims = 1, .f32 = P + lay->head_b_off};
+            t[n].shape[0] = lay->num_classes;
+            n++;
+        }
+    }
+    if (st == AF_OK) st = af_mkdir_p(dir);
+    char *path = st == AF_OK ? af_path_join(dir, AF_ADAPTER_WEIGHTS_FILE) : NULL;
+    if (st == AF_OK && !path) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    static const char *const meta_k[] = {"format"}, *const meta_v[] = {"pt"}; /* as PEFT writes */
+    if (st == AF_OK) st = af_st_write(path, t, n, meta_k, meta_v, 1);
+    free(path);
+    free(t);
+    free(names);
+    if (st != AF_OK) return st;
+
+    cJSON *cfg = make_adapter_config(lay, o, task, hm, mask);
+    if (!cfg) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    st = write_json(dir, AF_ADAPTER_CONFIG_FILE, cfg);
+    cJSON_Delete(cfg);
+    if (st != AF_OK) return st;
+    cJSON *af = make_afinar_json(lay, o, mask);
+    if (!af) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    st = write_json(dir, AF_ADAPTER_AFINAR_FILE, af);
+    cJSON_Delete(af);
+    return st;
+}
+
+/* ------------------------------------------------------------------ loading */
+
+void af_adapter_info_free(af_adapter_info *info) {
+    if (!info) return;
+    free(info->peft_type);
+    free(info->task_type);
+    free(info->base_model);
+    cJSON_Delete(info->afinar);
+    memset(info, 0, sizeof *info);
+}
+
+/* Read and parse a JSON file; *out NULL with AF_OK when `optional` and the file is missing. */
+static af_status read_json(const char *dir, const char *name, int optional, cJSON **out) {
+    *out = NULL;
+    char *path = af_path_join(dir, name);
+    if (!path) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    af_status st = AF_OK;
+    FILE *fp = fopen(path, "rb");
+    char *text = NULL;
+    if (!fp) {
+        if (!(optional && errno == ENOENT)) st = af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        free(path);
+        return st;
+    }
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) != 0 || sb.st_size < 0 || (uint64_t)sb.st_size > MAX_JSON_FILE)
+        st = af_fail(AF_ERR_FORMAT, "%s: unreadable or larger than %u bytes", path, MAX_JSON_FILE);
+    size_t n = st == AF_OK ? (size_t)sb.st_size : 0;
+    if (st == AF_OK && !(text = af_malloc(n + 1))) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    if (st == AF_OK && fread(text, 1, n, fp) != n) st = af_fail(AF_ERR_IO, "%s: short read", path);
+    fclose(fp);
+    if (st == AF_OK) {
+        text[n] = '\0';
+        const char *end = NULL;
+        *out = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+        if (!*out)
+            st = af_fail(AF_ERR_FORMAT, "%s: malformed JSON at offset %zu", path, end ? (size_t)(end - text) : 0);
+        else if (!cJSON_IsObject(*out)) {
+            st = af_fail(AF_ERR_FORMAT, "%s: top level is not a JSON object", path);
+            cJSON_Delete(*out);
+            *out = NULL;
+        }
+    }
+    free(text);
+    free(path);
+    return st;
+}
+
+static af_status dup_str(char **dst, const char *s, const char *dir) {
+    if (!s) return AF_OK;
+    *dst = strdup(s);
+    return *dst ? AF_OK : af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+}
+
+/* Fields of adapter_config.json. */
+static af_status parse_config(const char *dir, const cJSON *c, af_adapter_info *info) {
+    const char *F = AF_ADAPTER_CONFIG_FILE;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, "peft_type");
+    if (!cJSON_IsString(v)) return af_fail(AF_ERR_FORMAT, "%s/%s: peft_type: missing or not a string", dir, F);
+    AF_TRY(dup_str(&info->peft_type, v->valuestring, dir));
+    if (strcmp(v->valuestring, "LORA") != 0)
+        return af_fail(AF_ERR_UNSUPPORTED, "%s/%s: peft_type: \"%s\" (only LORA is supported)", dir, F, v->valuestring);
+    v = cJSON_GetObjectItemCaseSensitive(c, "task_type");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsString(v))
+        return af_fail(AF_ERR_FORMAT, "%s/%s: task_type: not a string", dir, F);
+    if (cJSON_IsString(v)) AF_TRY(dup_str(&info->task_type, v->valuestring, dir));
+    v = cJSON_GetObjectItemCaseSensitive(c, "base_model_name_or_path");
+    if (cJSON_IsString(v)) AF_TRY(dup_str(&info->base_model, v->valuestring, dir));
+
+    v = cJSON_GetObjectItemCaseSensitive(c, "r");
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e6 || floor(v->valuedouble) != v->valuedouble)
+        return af_fail(AF_ERR_FORMAT, "%s/%s: r: missing or not a positive integer", dir, F);
+    info->r = (int32_t)v->valuedouble;
+    v = cJSON_GetObjectItemCaseSensitive(c, "lora_alpha");
+    if (!v) info->alpha = 8.0f; /* LoraConfig default */
+    else if (!cJSON_IsNumber(v) || !(v->valuedouble > 0))
+        return af_fail(AF_ERR_FORMAT, "%s/%s: lora_alpha: not a positive number", dir, F);
+    else info->alpha = (float)v->valuedouble;
+    v = cJSON_GetObjectItemCaseSensitive(c, "lora_dropout");
+    if (v && (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1)))
+        return af_fail(AF_ERR_FORMAT, "%s/%s: lora_dropout: not a number in [0, 1)", dir, F);
+    info->dropout = v ? (float)v->valuedouble : 0.0f;
+
+    static const char *const flags_off[] = {"use_dora", "fan_in_fan_out", "lora_bias"};
+    for (size_t i = 0; i < sizeof flags_off / sizeof *flags_off; i++) {
+        v = cJSON_GetObjectItemCaseSensitive(c, flags_off[i]);
+        if (v && !cJSON_IsBool(v)) return af_fail(AF_ERR_FORMAT, "%s/%s: %s: not a boolean", dir, F, flags_off[i]);
+        if (cJSON_IsTrue(v)) return af_fail(AF_ERR_UNSUPPORTED, "%s/%s: %s: true is not supported", dir, F, flags_off[i]);
+    }
+    v = cJSON_GetObjectItemCaseSensitive(c, "use_rslora");
+    if (v && !cJSON_IsBool(v)) return af_fail(AF_ERR_FORMAT, "%s/%s: use_rslora: not a boolean", dir, F);
+    info->use_rslora = cJSON_IsTrue(v);
+    v = cJSON_GetObjectItemCaseSensitive(c, "bias");
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s/%s: bias: only \"none\" is supported", dir, F);
+    static const char *const patterns[] = {"rank_pattern", "alpha_pattern"};
+    for (size_t i = 0; i < 2; i++) {
+        v = cJSON_GetObjectItemCaseSensitive(c, patterns[i]);
+        if (v && !cJSON_IsNull(v) && !(cJSON_IsObject(v) && !v->child))
+            return af_fail(AF_ERR_UNSUPPORTED, "%s/%s: %s: per-module ranks/alphas are not supported", dir, F,
+                           patterns[i]);
+    }
+    return AF_OK;
+}
+
+/* What a tensor name means. kind: 0 unknown, 1 LoRA A, 2 LoRA B, 3 head weight, 4 head bias. */
+typedef struct name_map {
+    int kind;
+    int32_t layer;
+    af_proj proj;
+} name_map;
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0 && (a == b || s[a - b - 1] == '.');
+}
+
+static name_map map_name(const char *name) {
+    name_map m = {0, -1, AF_PROJ_Q};
+    static const char *const heads[] = {"score", "classifier"};
+    for (int h = 0; h < 2; h++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%s.weight", heads[h]);
+        if (ends_with(name, buf)) return (name_map){3, -1, AF_PROJ_Q};
+        snprintf(buf, sizeof buf, "%s.bias", heads[h]);
+        if (ends_with(name, buf)) return (name_map){4, -1, AF_PROJ_Q};
+    }
+    /* last "layers." that starts a component */
+    const char *at = NULL;
+    for (const char *p = strstr(name, "layers."); p; p = strstr(p + 1, "layers."))
+        if (p == name || p[-1] == '.') at = p;
+    if (!at) return m;
+    const char *p = at + 7;
+    char *end;
+    if (*p < '0' || *p > '9') return m;
+    errno = 0;
+    long layer = strtol(p, &end, 10);
+    if (errno || layer > 1000000 || *end != '.') return m;
+    p = end + 1;
+    for (int q = 0; q < AF_PROJ_COUNT; q++) {
+        size_t lb = strlen(k_proj_block[q]), ln = strlen(k_proj_name[q]);
+        if (strncmp(p, k_proj_block[q], lb) || p[lb] != '.' || strncmp(p + lb + 1, k_proj_name[q], ln)) continue;
+        const char *rest = p + lb + 1 + ln;
+        if (strcmp(rest, ".lora_A.weight") == 0) return (name_map){1, (int32_t)layer, (af_proj)q};
+        if (strcmp(rest, ".lora_B.weight") == 0) return (name_map){2, (int32_t)layer, (af_proj)q};
+    }
+    return m;
+}
+
+static int readable_dtype(af_st_dtype d) {
+    return d == AF_ST_F32 || d == AF_ST_F16 || d == AF_ST_BF16 || d == AF_ST_F64;
+}
+
+/* Info from an open weights file. */
+static af_status scan_tensors(const af_st_file *f, af_adapter_info *info) {
+    info->n_layers = 0;
+    info->targets = 0;
+    for (size_t i = 0; i < af_st_count(f); i++) {
+        const af_st_tensor *t = af_st_tensor_at(f, i);
+        name_map m = map_name(t->name);
+        if (m.kind == 1 || m.kind == 2) {
+            info->targets |= 1u << m.proj;
+            if (m.layer + 1 > info->n_layers) info->n_layers = m.layer + 1;
+        } else if (m.kind == 3) {
+            if (t->n_dims != 2 || t->shape[0] > INT32_MAX || t->shape[1] > INT32_MAX)
+                return af_fail(AF_ERR_FORMAT, "%s: tensor '%s': head weight must be 2-D [num_classes, hidden]",
+                               af_st_path(f), t->name);
+            info->num_classes = (int32_t)t->shape[0];
+            info->hidden = (int32_t)t->shape[1];
+        } else if (m.kind == 4) {
+            info->has_head_bias = 1;
+        }
+    }
+    return AF_OK;
+}
+
+static af_status open_weights(const char *dir, af_st_file **f) {
+    char *path = af_path_join(dir, AF_ADAPTER_WEIGHTS_FILE);
+    if (!path) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    struct stat sb;
+    af_status st;
+    if (stat(path, &sb) != 0) {
+        char *bin = af_path_join(dir, "adapter_model.bin");
+        struct stat sb2;
+        if (bin && stat(bin, &sb2) == 0)
+            st = af_fail(AF_ERR_UNSUPPORTED, "%s: only adapter_model.bin (pickle) found; re-save the adapter with "
+                                             "safe_serialization=True", dir);
+        else
+            st = af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        free(bin);
+    } else {
+        st = af_st_open(path, f);
+    }
+    free(path);
+    return st;
+}
+
+static af_status read_info_open(const char *dir, af_adapter_info *info, af_st_file **fout) {
+    memset(info, 0, sizeof *info);
+    *fout = NULL;
+    cJSON *cfg = NULL;
+    af_status st = read_json(dir, AF_ADAPTER_CONFIG_FILE, 0, &cfg);
+    if (st == AF_OK) st = parse_config(dir, cfg, info);
+    cJSON_Delete(cfg);
+    if (st == AF_OK) st = read_json(dir, AF_ADAPTER_AFINAR_FILE, 1, &info->afinar);
+    if (st == AF_OK) st = open_weights(dir, fout);
+    if (st == AF_OK) st = scan_tensors(*fout, info);
+    if (st != AF_OK) {
+        af_st_close(*fout);
+        *fout = NULL;
+        af_adapter_info_free(info);
+    }
+    return st;
+}
+
+af_status af_adapter_read_info(const char *dir, af_adapter_info *info) {
+    if (!dir || !info) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_read_info: NULL argument");
+    af_st_file *f = NULL;
+    AF_TRY(read_info_open(dir, info, &f));
+    af_st_close(f);
+    return AF_OK;
+}
+
+/* Append "name" to a bounded comma list used in error messages. */
+static void note(char *buf, size_t cap, size_t *count, const char *name) {
+    if (*count < 4) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, cap - l, "%s%s", l ? ", " : "", name);
+    }
+    (*count)++;
+}
+
+static int shape_is(const af_st_tensor *t, int64_t d0, int64_t d1, int nd) {
+    return t->n_dims == nd && t->shape[0] == d0 && (nd == 1 || t->shape[1] == d1);
+}
+
+af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, unsigned flags,
+                          af_adapter_info *info_out) {
+    if (!dir || !lay || !P) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_load: NULL argument");
+    af_adapter_info info;
+    af_st_file *f = NULL;
+    AF_TRY(read_info_open(dir, &info, &f));
+    const char *W = af_st_path(f);
+    const int32_t r = lay->lora.r;
+    const size_t nslots = (size_t)lay->n_layers * AF_PROJ_COUNT;
+    af_status st = AF_OK;
+    const af_st_tensor **src = NULL; /* [nslots*2 + 2]: A, B per slot, then head W, b */
+    if (info.r != r)
+        st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: r = %d but the layout has r = %d", dir, AF_ADAPTER_CONFIG_FILE,
+                     info.r, r);
+    else if (fabsf(info.alpha - lay->lora.alpha) > 1e-6f * fabsf(lay->lora.alpha))
+        st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: lora_alpha = %g but the layout has %g", dir, AF_ADAPTER_CONFIG_FILE,
+                     (double)info.alpha, (double)lay->lora.alpha);
+    else if (!info.use_rslora != !lay->lora.use_rslora)
+        st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: use_rslora = %s but the layout has %s", dir, AF_ADAPTER_CONFIG_FILE,
+                     info.use_rslora ? "true" : "false", lay->lora.use_rslora ? "true" : "false");
+    if (st == AF_OK && !(src = af_calloc(nslots * 2 + 2, sizeof *src)))
+        st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+
+    char unexpected[512] = "", missing[512] = "";
+    size_t n_unexp = 0, n_miss = 0;
+    const int has_head = lay->num_classes > 0 && lay->head_w_off >= 0;
+    for (size_t i = 0; st == AF_OK && i < af_st_count(f); i++) {
+        const af_st_tensor *t = af_st_tensor_at(f, i);
+        name_map m = map_name(t->name);
+        const af_st_tensor **dst = NULL;
+        int ok_shape = 0;
+        int64_t e0 = 0, e1 = 0;
+        if ((m.kind == 1 || m.kind == 2) && m.layer < lay->n_layers) {
+            const af_lora_slot *s = af_lora_slot_at(lay, m.layer, m.proj);
+            if (s->a_off >= 0) {
+                dst = &src[((size_t)m.layer * AF_PROJ_COUNT + m.proj) * 2 + (size_t)(m.kind - 1)];
+                e0 = m.kind == 1 ? r : s->out;
+                e1 = m.kind == 1 ? s->in : r;
+                ok_shape = shape_is(t, e0, e1, 2);
+            }
+        } else if ((m.kind == 3 || m.kind == 4) && (flags & AF_ADAPTER_IGNORE_HEAD) && !has_head) {
+            continue;
+        } else if ((m.kind == 3 || m.kind == 4) && has_head && (m.kind == 3 || lay->head_b_off >= 0)) {
+            dst = &src[nslots * 2 + (size_t)(m.kind - 3)];
+            e0 = lay->num_classes;
+            e1 = lay->hidden;
+            ok_shape = shape_is(t, e0, e1, m.kind == 3 ? 2 : 1);
+        }
+        if (!dst) {
+            note(unexpected, sizeof unexpected, &n_unexp, t->name);
+            continue;
+        }
+        if (*dst) {
+            st = af_fail(AF_ERR_FORMAT, "%s: tensors '%s' and '%s' both map to the same parameter", W, (*dst)->name,
+                         t->name);
+        } else if (!ok_shape) {
+            char got[96] = "";
+            for (int d = 0; d < t->n_dims && d < 4; d++) {
+                size_t l = strlen(got);
+                snprintf(got + l, sizeof got - l, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            }
+            if (m.kind == 4)
+                st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld]", W, t->name, got,
+                             (long long)e0);
+            else
+                st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld, %lld]%s", W, t->name, got,
+                             (long long)e0, (long long)e1,
+                             m.kind <= 2 && (t->shape[0] == r || t->n_dims < 2 || t->shape[1] == r)
+                                 ? ""
+                                 : " (different LoRA rank or model?)");
+        } else if (!readable_dtype(t->dtype)) {
+            st = af_fail(AF_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported for adapters", W, t->name,
+                         af_st_dtype_name(t->dtype));
+        } else {
+            *dst = t;
+        }
+    }
+    if (st == AF_OK && n_unexp)
+        st = af_fail(AF_ERR_FORMAT, "%s: %zu unexpected tensor(s) for this model/layout: %s%s", W, n_unexp, unexpected,
+                     n_unexp > 4 ? ", ..." : "");
+    for (size_t k = 0; st == AF_OK && k < nslots; k++) {
+        const af_lora_slot *s = &lay->slots[k];
+        if (s->a_off < 0) continue;
+        for (int ab = 0; ab < 2; ab++) {
+            if (src[k * 2 + (size_t)ab]) continue;
+            char nm[96];
+            snprintf(nm, sizeof nm, "layers.%zu.%s.%s.lora_%c.weight", k / AF_PROJ_COUNT,
+                     k_proj_block[k % AF_PROJ_COUNT], k_proj_name[k % AF_PROJ_COUNT], ab ? 'B' : 'A');
+            note(missing, sizeof missing, &n_miss, nm);
+        }
+    }
+    if (st == AF_OK && has_head && !src[nslots * 2] && !(flags & AF_ADAPTER_ALLOW_MISSING_HEAD))
+        note(missing, sizeof missing, &n_miss, "score.weight (classification head)");
+    if (st == AF_OK && n_miss)
+        st = af_fail(AF_ERR_NOT_FOUND, "%s: %zu missing tensor(s): %s%s", W, n_miss, missing, n_miss > 4 ? ", ..." : "");
+
+    /* Everything checked: fill P. */
+    for (size_t k = 0; st == AF_OK && k < nslots; k++) {
+        const af_lora_slot *s = &lay->slots[k];
+        if (s->a_off < 0) continue;
+        st = af_st_read_f32(f, src[2 * k], P + s->a_off, (size_t)(r * s->in));
+        if (st == AF_OK) st = af_st_read_f32(f, src[2 * k + 1], P + s->b_off, (size_t)(s->out * r));
+    }
+    if (st == AF_OK && has_head && src[nslots * 2]) {
+        st = af_st_read_f32(f, src[nslots * 2], P + lay->head_w_off, (size_t)lay->num_classes * (size_t)lay->hidden);
+        if (st == AF_OK && lay->head_b_off >= 0) {
+            if (src[nslots * 2 + 1])
+                st = af_st_read_f32(f, src[nslots * 2 + 1], P + lay->head_b_off, (size_t)lay->num_classes);
+            else
+                memset(P + lay->head_b_off, 0, (size_t)lay->num_classes * sizeof(float));
+        }
+    }
+    free(src);
+    af_st_close(f);
+    if (st == AF_OK && info_out) *info_out = info;
+    else af_adapter_info_free(&info);
+    return st;
+}

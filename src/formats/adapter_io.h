@@ -1,0 +1,128 @@
+/*
+ * adapter_io.h — save / load LoRA adapters (+ classification head) as a Hugging Face PEFT adapter
+ * directory, so that `PeftModel.from_pretrained(base, dir)` (peft 0.21) loads what afinar trained
+ * and afinar loads what PEFT trained.
+ *
+ * Directory contents (names from peft/utils/constants.py SAFETENSORS_WEIGHTS_NAME / CONFIG_NAME):
+ *   adapter_model.safetensors   F32 (or F16/BF16) tensors, names exactly as PEFT's save_pretrained
+ *                               writes them (get_peft_model_state_dict strips the adapter name):
+ *     base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj.lora_A.weight      [r, in]
+ *     base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj.lora_B.weight      [out, r]
+ *     base_model.model.model.layers.{i}.mlp.{gate,up,down}_proj.lora_{A,B}.weight   same
+ *     base_model.model.score.weight                                                 [num_classes, hidden]
+ *     base_model.model.score.bias   [num_classes]   only with opts.write_head_bias (see below)
+ *   (verified against peft 0.21.2 save_pretrained on a LlamaForSequenceClassification with
+ *   task_type SEQ_CLS: the modules_to_save head is saved WITHOUT ".modules_to_save.default.",
+ *   as "base_model.model.score.weight"; tests/ref/check_peft_adapter.py.)
+ *   adapter_config.json         LoraConfig fields: peft_type "LORA", task_type, r, lora_alpha,
+ *                               lora_dropout, use_rslora, target_modules, modules_to_save ["score"]
+ *                               (SEQ_CLS only), bias "none", fan_in_fan_out false, use_dora false,
+ *                               init_lora_weights true, inference_mode true (as PEFT's
+ *                               save_pretrained), base_model_name_or_path, ...
+ *   afinar.json                 afinar's own record: format/version, architecture, num_classes,
+ *                               hidden, n_layers, labels, pooling, max_seq_len, lora {r, alpha,
+ *                               dropout, use_rslora, scale, targets}, head_bias, + caller extras.
+ * Each file is written atomically (core/fsutil.h); the directory is created if missing.
+ *
+ * About the head: transformers' LlamaForSequenceClassification (and the other *ForSequence-
+ * Classification models) use `score = nn.Linear(hidden, num_labels, bias=False)` applied to the
+ * hidden state of the LAST non-pad token. PEFT silently ignores unexpected keys on load
+ * (set_peft_model_state_dict loads with strict=False), so a "score.bias" tensor is dropped by a
+ * stock model; write it only if the consumer adds a biased score layer (or keep b == 0). Mean
+ * pooling has no PEFT/transformers equivalent; it is recorded in afinar.json only.
+ */
+#ifndef AF_ADAPTER_IO_H
+#define AF_ADAPTER_IO_H
+
+#include "core/core.h"
+#include "formats/safetensors.h"
+#include "lora/lora.h"
+
+#include <cJSON.h>
+#include <stdint.h>
+
+#define AF_ADAPTER_WEIGHTS_FILE "adapter_model.safetensors"
+#define AF_ADAPTER_CONFIG_FILE "adapter_config.json"
+#define AF_ADAPTER_AFINAR_FILE "afinar.json"
+
+/* Defaults of the PEFT naming (a Llama-style decoder under PeftModelFor*). */
+#define AF_ADAPTER_DEFAULT_LAYERS_PREFIX "base_model.model.model.layers"
+#define AF_ADAPTER_DEFAULT_HEAD_PREFIX "base_model.model.score"
+
+/* Save options; a zero-initialised struct gives the defaults noted on each field. All pointers
+ * are borrowed for the call. */
+typedef struct af_adapter_save_opts {
+    const char *base_model_name_or_path; /* adapter_config.json; NULL -> null */
+    const char *task_type;      /* NULL -> "SEQ_CLS" when lay->num_classes > 0, else "CAUSAL_LM" */
+    const char *layers_prefix;  /* NULL -> AF_ADAPTER_DEFAULT_LAYERS_PREFIX */
+    const char *head_prefix;    /* NULL -> AF_ADAPTER_DEFAULT_HEAD_PREFIX; its last component
+                                   ("score") is the modules_to_save entry */
+    int write_head_bias;        /* also store <head_prefix>.bias [num_classes] (see above) */
+    af_st_dtype dtype;          /* AF_ST_F16 or AF_ST_BF16 store halves; anything else -> F32 */
+    /* afinar.json */
+    const char *architecture;   /* e.g. "llama"; NULL -> omitted */
+    const char *pooling;        /* e.g. "last" / "mean"; NULL -> omitted */
+    int32_t max_seq_len;        /* <= 0 -> omitted */
+    const char *const *labels;  /* [n_labels] class names; may be NULL */
+    int32_t n_labels;
+    const cJSON *extra;         /* object whose members are copied into afinar.json (replacing
+                                   same-named fields); NULL -> none */
+} af_adapter_save_opts;
+
+/* Save the parameters P [lay->n_total] laid out by `lay` to directory `dir` (created with
+ * mkdir -p). Errors: AF_ERR_INVALID_ARG (NULL args, lay inconsistent: r <= 0, a targeted slot
+ * with in/out <= 0, n_labels != num_classes when labels given, extra not an object),
+ * AF_ERR_IO (naming the file), AF_ERR_NOMEM. Files already written stay on failure (each one
+ * is complete: old or new). */
+af_status af_adapter_save(const char *dir, const af_param_layout *lay, const float *P,
+                          const af_adapter_save_opts *opts);
+
+/* What an adapter directory holds, read without a layout (so the caller can build a matching
+ * layout first). Strings and `afinar` are owned; free with af_adapter_info_free(). */
+typedef struct af_adapter_info {
+    char *peft_type;          /* "LORA" */
+    char *task_type;          /* "SEQ_CLS", "CAUSAL_LM", ... or NULL when null/absent */
+    char *base_model;         /* base_model_name_or_path or NULL */
+    int32_t r;
+    float alpha;
+    float dropout;
+    int use_rslora;
+    uint32_t targets;         /* projections (1u << af_proj) that have LoRA tensors */
+    int32_t n_layers;         /* 1 + the highest layer index among the LoRA tensors */
+    int32_t num_classes;      /* rows of the head weight; 0 when the file has no head */
+    int32_t hidden;           /* columns of the head weight (0 when no head) */
+    int has_head_bias;
+    cJSON *afinar;            /* parsed afinar.json, NULL when the file is absent */
+} af_adapter_info;
+
+/* Read adapter_config.json, the tensor names/shapes of adapter_model.safetensors and (if present)
+ * afinar.json. Errors: AF_ERR_IO (missing file; a pickle adapter_model.bin without safetensors is
+ * reported as AF_ERR_UNSUPPORTED), AF_ERR_FORMAT (malformed JSON / safetensors, a field of the
+ * wrong type), AF_ERR_UNSUPPORTED (peft_type other than LORA, use_dora, fan_in_fan_out,
+ * bias != "none", non-empty rank_pattern/alpha_pattern), AF_ERR_NOMEM. */
+af_status af_adapter_read_info(const char *dir, af_adapter_info *info);
+void af_adapter_info_free(af_adapter_info *info);
+
+/* Load flags. */
+enum {
+    AF_ADAPTER_ALLOW_MISSING_HEAD = 1u << 0, /* layout has a head, file has none (e.g. a CAUSAL_LM
+                                                adapter): leave P's head as it is */
+    AF_ADAPTER_IGNORE_HEAD = 1u << 1,        /* file has a head the layout lacks: skip it */
+};
+
+/* Load `dir` into P [lay->n_total]. Every tensor is mapped and checked first (names, shapes,
+ * dtype) and P is written only when everything matches, so on error P is unchanged.
+ * Checks: peft_type LORA; r == lay->lora.r; lora_alpha == lay->lora.alpha (relative 1e-6);
+ * use_rslora equal; every targeted slot of `lay` has lora_A [r, in] and lora_B [out, r]; every
+ * LoRA tensor maps to a targeted slot; the head weight is [num_classes, hidden] and the bias (if
+ * present) [num_classes]; a head weight without bias sets b = 0. Tensor names are matched by
+ * their tail ("layers.{i}.self_attn.q_proj.lora_A.weight", "score.weight", "classifier.weight"),
+ * so any PEFT prefix is accepted. Stored F32/F16/BF16/F64 are converted to f32.
+ * `info_out` (may be NULL) receives the directory's info (free with af_adapter_info_free()).
+ * Errors: those of af_adapter_read_info; AF_ERR_INVALID_ARG (r / alpha / rslora mismatch);
+ * AF_ERR_NOT_FOUND (missing tensors: lists the first few and the count); AF_ERR_FORMAT
+ * (unexpected tensors, likewise listed; wrong shapes naming expected and found). */
+af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, unsigned flags,
+                          af_adapter_info *info_out);
+
+#endif /* AF_ADAPTER_IO_H */

@@ -1,0 +1,89 @@
+/*
+ * jsonl.h — classification corpora in JSON Lines (https://jsonlines.org): one JSON object per line,
+ *   single-label:  {"input": "text ...", "label": 3}          or  {"input": "...", "label": "sport"}
+ *   multi-label:   {"input": "text ...", "labels": [0, 4]}    or  {"input": "...", "labels": ["a","b"]}
+ * Field names are configurable. Lines are parsed with cJSON (Debian libcjson); blank lines (only
+ * spaces, tabs, CR) are skipped; other keys in an object are ignored.
+ *
+ * Labels
+ *  - Integer labels must be integral numbers >= 0 (and < num_classes when that is known: from the
+ *    label-name list, or from opts.num_classes). Without either, num_classes = max label + 1.
+ *  - String labels are mapped to ids. With a label-name list (labels.txt, --labels a,b,c) the id is
+ *    the name's position in the list and an unknown name is an error. Without a list the distinct
+ *    names of the file are collected and sorted by byte value (strcmp), so ids are stable for the
+ *    same set of names whatever the line order.
+ *  - A file uses either integer or string labels, and either the single-label or the multi-label
+ *    form, throughout (decided by its first labelled line); mixing is an error.
+ *  - In the multi-label form a repeated label in one list counts once; an empty list is allowed
+ *    (a sample with no positive class).
+ *
+ * Errors (never crash, never abort; the message is kept by af_fail, read with af_last_error):
+ *   AF_ERR_IO      "FILE: cannot open: <strerror>"
+ *   AF_ERR_FORMAT  "FILE:LINE: invalid JSON at column C" (C = 1-based byte column where cJSON
+ *                  stopped), "FILE:LINE: expected a JSON object",
+ *                  "FILE:LINE: field 'input': missing" / ": expected a string, got number",
+ *                  "FILE:LINE: field 'label': value 7 out of range [0, 5)",
+ *                  "FILE:LINE: field 'label': unknown label name \"spam\" (known: a, b, c)",
+ *                  "FILE:LINE: line longer than N bytes", "FILE: no samples (empty data set)"
+ *   AF_ERR_NOMEM, AF_ERR_INVALID_ARG (bad options, e.g. duplicate names in the label list).
+ * Memory: the texts are kept (about the file size) plus O(lines) bookkeeping; one line at a time
+ * is parsed.
+ */
+#ifndef AF_JSONL_H
+#define AF_JSONL_H
+
+#include "core/core.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define AF_JSONL_DEFAULT_MAX_LINE ((size_t)16 << 20) /* 16 MiB per line */
+
+typedef struct af_corpus_opts {
+    const char *text_field;   /* NULL -> "input" */
+    const char *label_field;  /* NULL -> "label" (single) and "labels" (multi) are both accepted;
+                                 when set, only this key is read, in either form */
+    const char *const *label_names; /* [n_label_names] optional label list (borrowed), NULL = none */
+    int32_t n_label_names;
+    int32_t num_classes;      /* > 0: integer labels must be < num_classes; 0: unknown */
+    int labels_optional;      /* 1: a line without a label is kept with label -1 / no labels
+                                 (e.g. for `predict`); 0: a missing label is an error */
+    size_t max_line_bytes;    /* 0 -> AF_JSONL_DEFAULT_MAX_LINE */
+} af_corpus_opts;
+
+typedef struct af_corpus {
+    char *path;               /* owned copy of the file name */
+    int32_t n;                /* samples (non-blank lines) */
+    char **texts;             /* [n] owned NUL-terminated UTF-8 texts (JSON unescaped) */
+    size_t *text_len;         /* [n] byte lengths (a "\u0000" escape ends the text there) */
+    int32_t *line_no;         /* [n] 1-based source line of each sample (for messages) */
+    int multi_label;          /* 0: labels[]; 1: label_off/label_ids */
+    int32_t *labels;          /* single-label: [n] class ids, -1 = no label (labels_optional); else NULL */
+    int32_t *label_off;       /* multi-label: [n + 1] offsets into label_ids (CSR); else NULL */
+    int32_t *label_ids;       /* multi-label: [label_off[n]] sorted, unique class ids per sample */
+    int32_t n_labelled;       /* samples that carried a label field */
+    int32_t num_classes;      /* number of classes (see the header comment) */
+    char **label_names;       /* [num_classes] owned names, or NULL for integer labels without a list */
+} af_corpus;
+
+/* Fill `o` with the defaults (all zero / NULL). */
+void af_corpus_opts_init(af_corpus_opts *o);
+
+/* Read a JSONL corpus. `opts` may be NULL (defaults). `*out`: caller frees with af_corpus_free().
+ * Errors as listed in the header comment. */
+af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus **out);
+
+void af_corpus_free(af_corpus *c);
+
+/* Label-name lists.
+ * af_labels_parse_list: split "a,b,c" at commas (spaces around names are trimmed).
+ * af_labels_read_file:  one name per line (labels.txt); trailing CR/spaces trimmed, blank lines
+ *                       skipped.
+ * Both reject empty lists and duplicate names (AF_ERR_INVALID_ARG / AF_ERR_FORMAT naming the name
+ * and, for files, the line); AF_ERR_IO when the file cannot be read.
+ * `*names`: malloc'ed array of `*n` malloc'ed strings; free with af_labels_free(names, n). */
+af_status af_labels_parse_list(const char *list, char ***names, int32_t *n);
+af_status af_labels_read_file(const char *path, char ***names, int32_t *n);
+void af_labels_free(char **names, int32_t n);
+
+#endif /* AF_JSONL_H */

@@ -1,0 +1,298 @@
+/*
+ * lora.c — LoRA adapters (lora.h): target parsing, the flat parameter layout, PEFT-like
+ * initialisation with a counter-based RNG, the forward correction and its backward, merge/unmerge.
+ * Conventions: peft/tuners/lora/layer.py (Linear.forward: result += lora_B(lora_A(dropout(x))) *
+ * scaling; reset_lora_parameters: kaiming_uniform_(A, a=sqrt(5)), zeros_(B)).
+ */
+#include "lora/lora.h"
+
+#include "core/core.h"
+#include "kernels/matmul.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const proj_names[AF_PROJ_COUNT] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                      "gate_proj", "up_proj", "down_proj"};
+static const char *const proj_short[AF_PROJ_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
+
+const char *af_proj_name(af_proj p) {
+    return (p >= 0 && p < AF_PROJ_COUNT) ? proj_names[p] : "unknown";
+}
+
+/* ---------------------------------------------------------------- counter RNG */
+
+static inline uint64_t mix64(uint64_t z) {
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ULL;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z;
+}
+
+uint64_t af_ctr_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ULL);
+    h = mix64(h ^ (a * 0xd1b54a32d192ed03ULL + 1));
+    h = mix64(h ^ (b * 0xaef17502108ef2d9ULL + 2));
+    h = mix64(h ^ (c * 0xf58f7a5c5b1b1b4dULL + 3));
+    return h;
+}
+
+float af_ctr_u01(uint64_t key, uint64_t i) {
+    uint64_t h = mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL);
+    return (float)(h >> 40) * (1.0f / 16777216.0f);
+}
+
+void af_lora_dropout_mask(float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
+                          int64_t in, float p) {
+    const float keep = 1.0f / (1.0f - p);
+    for (int64_t t = 0; t < n; t++) {
+        uint64_t key = af_ctr_key(seed, (uint64_t)layer, (uint64_t)proj, (uint64_t)(t0 + t + 1));
+        float *m = mask + t * in;
+        for (int64_t i = 0; i < in; i++) m[i] = af_ctr_u01(key, (uint64_t)i) >= p ? keep : 0.0f;
+    }
+}
+
+/* ---------------------------------------------------------------- targets */
+
+static int match_name(const char *s, size_t len, af_proj *out) {
+    for (int p = 0; p < AF_PROJ_COUNT; p++) {
+        if ((strlen(proj_short[p]) == len && !strncmp(s, proj_short[p], len)) ||
+            (strlen(proj_names[p]) == len && !strncmp(s, proj_names[p], len))) {
+            *out = (af_proj)p;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+af_status af_lora_parse_targets(const char *spec, uint32_t *mask) {
+    if (!mask) return af_fail(AF_ERR_INVALID_ARG, "lora targets: NULL mask");
+    *mask = 0;
+    if (!spec || !*spec || !strcmp(spec, "qv")) {
+        *mask = (1u << AF_PROJ_Q) | (1u << AF_PROJ_V);
+        return AF_OK;
+    }
+    if (!strcmp(spec, "qkv")) {
+        *mask = (1u << AF_PROJ_Q) | (1u << AF_PROJ_K) | (1u << AF_PROJ_V);
+        return AF_OK;
+    }
+    if (!strcmp(spec, "all-linear") || !strcmp(spec, "all_linear") || !strcmp(spec, "all")) {
+        *mask = (1u << AF_PROJ_COUNT) - 1;
+        return AF_OK;
+    }
+    uint32_t m = 0;
+    const char *s = spec;
+    for (;;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        const char *b = s;
+        while (len && isspace((unsigned char)*b)) b++, len--;
+        while (len && isspace((unsigned char)b[len - 1])) len--;
+        af_proj p;
+        if (!len)
+            return af_fail(AF_ERR_INVALID_ARG, "lora targets '%s': empty entry (use presets qv, qkv, all-linear "
+                                               "or a comma list of q,k,v,o,gate,up,down)",
+                           spec);
+        if (!match_name(b, len, &p))
+            return af_fail(AF_ERR_INVALID_ARG,
+                           "lora targets '%s': unknown target '%.*s' (known: q,k,v,o,gate,up,down, their "
+                           "PEFT names q_proj..down_proj, presets qv, qkv, all-linear)",
+                           spec, (int)(len > 64 ? 64 : len), b);
+        m |= 1u << p;
+        if (!e) break;
+        s = e + 1;
+    }
+    *mask = m;
+    return AF_OK;
+}
+
+/* ---------------------------------------------------------------- layout */
+
+static void proj_shape(const af_model *model, af_proj p, int64_t *in, int64_t *out) {
+    const af_model_config *c = &model->cfg;
+    const int64_t H = c->hidden_size, F = c->intermediate_size;
+    const int64_t qd = (int64_t)c->num_attention_heads * c->head_dim;
+    const int64_t kvd = (int64_t)c->num_key_value_heads * c->head_dim;
+    switch (p) {
+    case AF_PROJ_Q: *in = H, *out = qd; break;
+    case AF_PROJ_K:
+    case AF_PROJ_V: *in = H, *out = kvd; break;
+    case AF_PROJ_O: *in = qd, *out = H; break;
+    case AF_PROJ_GATE:
+    case AF_PROJ_UP: *in = H, *out = F; break;
+    default: *in = F, *out = H; break;
+    }
+}
+
+af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
+                               int32_t num_classes) {
+    if (!lay || !model || !cfg) return af_fail(AF_ERR_INVALID_ARG, "lora layout: NULL argument");
+    memset(lay, 0, sizeof *lay);
+    if (cfg->targets == 0 || (cfg->targets >> AF_PROJ_COUNT) != 0)
+        return af_fail(AF_ERR_INVALID_ARG, "lora: targets mask 0x%x selects no (or an unknown) projection",
+                       cfg->targets);
+    if (cfg->r <= 0) return af_fail(AF_ERR_INVALID_ARG, "lora: rank r = %d must be >= 1", cfg->r);
+    if (!(cfg->alpha > 0) || !isfinite(cfg->alpha))
+        return af_fail(AF_ERR_INVALID_ARG, "lora: alpha = %g must be > 0", (double)cfg->alpha);
+    if (!(cfg->dropout >= 0 && cfg->dropout < 1))
+        return af_fail(AF_ERR_INVALID_ARG, "lora: dropout = %g must be in [0, 1)", (double)cfg->dropout);
+    if (num_classes < 0) return af_fail(AF_ERR_INVALID_ARG, "lora: num_classes = %d < 0", num_classes);
+    for (int p = 0; p < AF_PROJ_COUNT; p++) {
+        if (!(cfg->targets & (1u << p))) continue;
+        int64_t in, out;
+        proj_shape(model, (af_proj)p, &in, &out);
+        int64_t mn = in < out ? in : out;
+        if (cfg->r > mn)
+            return af_fail(AF_ERR_INVALID_ARG, "lora: rank r = %d exceeds min(in, out) = %lld of %s", cfg->r,
+                           (long long)mn, proj_names[p]);
+    }
+    const int32_t nl = model->cfg.num_hidden_layers;
+    lay->slots = af_calloc((size_t)nl * AF_PROJ_COUNT, sizeof(af_lora_slot));
+    if (!lay->slots) return af_fail(AF_ERR_NOMEM, "lora: out of memory for the layout (%d layers)", nl);
+    lay->lora = *cfg;
+    lay->scale = cfg->use_rslora ? cfg->alpha / sqrtf((float)cfg->r) : cfg->alpha / (float)cfg->r;
+    lay->n_layers = nl;
+    lay->num_classes = num_classes;
+    lay->hidden = model->cfg.hidden_size;
+    int64_t off = 0;
+    for (int32_t l = 0; l < nl; l++) {
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            af_lora_slot *s = &lay->slots[(int64_t)l * AF_PROJ_COUNT + p];
+            proj_shape(model, (af_proj)p, &s->in, &s->out);
+            s->a_off = s->b_off = -1;
+            if (!(cfg->targets & (1u << p))) continue;
+            s->a_off = off;
+            off += (int64_t)cfg->r * s->in;
+            s->b_off = off;
+            off += s->out * cfg->r;
+        }
+    }
+    lay->n_lora = off;
+    lay->head_w_off = lay->head_b_off = -1;
+    if (num_classes > 0) {
+        lay->head_w_off = off;
+        off += (int64_t)num_classes * lay->hidden;
+        lay->head_b_off = off;
+        off += num_classes;
+    }
+    lay->n_total = off;
+    return AF_OK;
+}
+
+void af_param_layout_free(af_param_layout *lay) {
+    if (!lay) return;
+    free(lay->slots);
+    lay->slots = NULL;
+}
+
+void af_lora_init_params(const af_param_layout *lay, float *P) {
+    const int32_t r = lay->lora.r;
+    for (int32_t l = 0; l < lay->n_layers; l++) {
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            if (s->a_off < 0) continue;
+            const float bound = 1.0f / sqrtf((float)s->in);
+            const uint64_t key = af_ctr_key(lay->lora.seed, (uint64_t)l, (uint64_t)p, 0);
+            float *A = P + s->a_off;
+            for (int64_t i = 0; i < (int64_t)r * s->in; i++) A[i] = (2.0f * af_ctr_u01(key, (uint64_t)i) - 1.0f) * bound;
+            memset(P + s->b_off, 0, sizeof(float) * (size_t)(s->out * r));
+        }
+    }
+    if (lay->head_w_off >= 0) {
+        const float bound = 1.0f / sqrtf((float)lay->hidden);
+        const uint64_t key = af_ctr_key(lay->lora.seed, (uint64_t)lay->n_layers, AF_PROJ_COUNT, 0);
+        float *W = P + lay->head_w_off;
+        for (int64_t i = 0; i < (int64_t)lay->num_classes * lay->hidden; i++)
+            W[i] = (2.0f * af_ctr_u01(key, (uint64_t)i) - 1.0f) * bound;
+        memset(P + lay->head_b_off, 0, sizeof(float) * (size_t)lay->num_classes);
+    }
+}
+
+/* ---------------------------------------------------------------- forward / backward */
+
+#define DROP_CHUNK_FLOATS 16384 /* stack floats for masked input rows in the forward (64 KiB) */
+
+void af_lora_forward(float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
+                     int64_t n, int64_t in, int64_t out, int32_t r, float scale) {
+    if (n <= 0) return;
+    if (!drop_mask) {
+        af_gemm_abt(xa, x, A, n, r, in, 0); /* xa[n, r] = x · Aᵀ */
+    } else {
+        float buf[DROP_CHUNK_FLOATS];
+        int64_t rows = DROP_CHUNK_FLOATS / in;
+        if (rows < 1) {
+            /* very wide input: one dot product at a time (accumulated in double) */
+            for (int64_t t = 0; t < n; t++)
+                for (int32_t j = 0; j < r; j++) {
+                    double s = 0;
+                    for (int64_t i = 0; i < in; i++) s += (double)x[t * in + i] * drop_mask[t * in + i] * A[j * in + i];
+                    xa[t * r + j] = (float)s;
+                }
+        } else {
+            for (int64_t t0 = 0; t0 < n; t0 += rows) {
+                int64_t m = n - t0 < rows ? n - t0 : rows;
+                for (int64_t i = 0; i < m * in; i++) buf[i] = x[t0 * in + i] * drop_mask[t0 * in + i];
+                af_gemm_abt(xa + t0 * r, buf, A, m, r, in, 0);
+            }
+        }
+    }
+    if (scale == 1.0f) {
+        af_gemm_abt(y, xa, B, n, out, r, 1); /* y += xa · Bᵀ */
+        return;
+    }
+    /* y += scale · xa · Bᵀ: scale the (small) xa, multiply, and restore xa exactly by re-forming it
+     * would lose bits, so instead scale a copy chunk-wise on the stack. */
+    float buf[DROP_CHUNK_FLOATS];
+    int64_t rows = DROP_CHUNK_FLOATS / r;
+    for (int64_t t0 = 0; t0 < n; t0 += rows) {
+        int64_t m = n - t0 < rows ? n - t0 : rows;
+        for (int64_t i = 0; i < m * r; i++) buf[i] = scale * xa[t0 * r + i];
+        af_gemm_abt(y + t0 * out, buf, B, m, out, r, 1);
+    }
+}
+
+void af_lora_backward(float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
+                      const float *drop_mask, const float *A, const float *B, int64_t n, int64_t in, int64_t out,
+                      int32_t r, float scale) {
+    if (n <= 0) return;
+    float *t = tmp;           /* [n, r] */
+    float *xd = tmp + n * r;  /* [n, in], only with a mask */
+    /* dB[out, r] += dyᵀ · (scale · xa) */
+    for (int64_t i = 0; i < n * r; i++) t[i] = scale * xa[i];
+    af_gemm_atb(dB, dy, t, out, r, n, 1);
+    /* t[n, r] = scale · dy · B */
+    af_gemm_ab(t, dy, B, n, r, out, 0);
+    for (int64_t i = 0; i < n * r; i++) t[i] *= scale;
+    /* dA[r, in] += tᵀ · dropout(x) */
+    const float *xin = x;
+    if (drop_mask) {
+        for (int64_t i = 0; i < n * in; i++) xd[i] = x[i] * drop_mask[i];
+        xin = xd;
+    }
+    af_gemm_atb(dA, t, xin, r, in, n, 1);
+    /* dx[n, in] += (t · A) ⊙ mask */
+    if (!dx) return;
+    if (!drop_mask) {
+        af_gemm_ab(dx, t, A, n, in, r, 1);
+    } else {
+        af_gemm_ab(xd, t, A, n, in, r, 0);
+        for (int64_t i = 0; i < n * in; i++) dx[i] += xd[i] * drop_mask[i];
+    }
+}
+
+void af_lora_merge(float *Wd, const float *A, const float *B, int64_t in, int64_t out, int32_t r, float scale,
+                   int sign) {
+    const float s = sign < 0 ? -scale : scale;
+    for (int64_t o = 0; o < out; o++) {
+        float *w = Wd + o * in;
+        for (int32_t j = 0; j < r; j++) {
+            const float c = s * B[o * r + j];
+            const float *a = A + (int64_t)j * in;
+            for (int64_t i = 0; i < in; i++) w[i] += c * a[i];
+        }
+    }
+}

@@ -1,0 +1,122 @@
+/*
+ * lora.h — LoRA adapters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models";
+ * rsLoRA: Kalajdzievski 2023) on the seven projections of every layer, in PEFT's conventions
+ * (peft/tuners/lora/layer.py):
+ *   y = x·Wᵀ + scale · (dropout(x)·Aᵀ)·Bᵀ,   A [r, in], B [out, r],
+ *   scale = lora_alpha / r   (or lora_alpha / sqrt(r) with use_rslora),
+ *   init: A ~ kaiming_uniform(a = sqrt(5)) i.e. U(-1/sqrt(in), 1/sqrt(in)); B = 0.
+ *
+ * All trainable parameters of a run (every LoRA A and B, then the classification head W and b)
+ * live in ONE flat float buffer described by an af_param_layout. The same layout indexes the
+ * parameters, their gradients and AdamW's first and second moments (llm.c ParameterTensors
+ * convention), so the optimizer is a loop over one vector.
+ */
+#ifndef AF_LORA_H
+#define AF_LORA_H
+
+#include "model/model.h"
+
+#include <stdint.h>
+
+typedef enum af_proj {
+    AF_PROJ_Q = 0, /* self_attn.q_proj   [n_head*head_dim, hidden] */
+    AF_PROJ_K,     /* self_attn.k_proj   [n_kv_head*head_dim, hidden] */
+    AF_PROJ_V,     /* self_attn.v_proj   [n_kv_head*head_dim, hidden] */
+    AF_PROJ_O,     /* self_attn.o_proj   [hidden, n_head*head_dim] */
+    AF_PROJ_GATE,  /* mlp.gate_proj      [ffn, hidden] */
+    AF_PROJ_UP,    /* mlp.up_proj        [ffn, hidden] */
+    AF_PROJ_DOWN,  /* mlp.down_proj      [hidden, ffn] */
+    AF_PROJ_COUNT
+} af_proj;
+
+/* PEFT module name of a projection: "q_proj", ..., "down_proj". */
+const char *af_proj_name(af_proj p);
+/* Parse a target list: preset "qv" (default), "qkv", "all-linear", or a comma list of
+ * q,k,v,o,gate,up,down (or their PEFT names q_proj,...). Writes a bit mask (1u << af_proj).
+ * Errors: AF_ERR_INVALID_ARG naming the unknown target. */
+af_status af_lora_parse_targets(const char *spec, uint32_t *mask);
+
+typedef struct af_lora_config {
+    int32_t r;           /* rank, 1 <= r <= min(in, out) of every targeted projection */
+    float alpha;         /* lora_alpha */
+    float dropout;       /* lora_dropout probability in [0, 1) applied to the adapter input */
+    int32_t use_rslora;  /* scale = alpha / sqrt(r) instead of alpha / r */
+    uint32_t targets;    /* bit mask of af_proj */
+    uint64_t seed;       /* initialisation seed */
+} af_lora_config;
+
+/* Where one adapter lives in the flat buffer. */
+typedef struct af_lora_slot {
+    int64_t a_off, b_off; /* float offsets of A [r, in] and B [out, r]; -1 when not targeted */
+    int64_t in, out;
+} af_lora_slot;
+
+typedef struct af_param_layout {
+    af_lora_config lora;
+    float scale;             /* alpha/r or alpha/sqrt(r) */
+    int32_t n_layers;
+    af_lora_slot *slots;     /* [n_layers * AF_PROJ_COUNT], owned; slot(l, p) = slots[l*AF_PROJ_COUNT + p] */
+    int32_t num_classes;     /* 0 when there is no classification head */
+    int32_t hidden;
+    int64_t head_w_off;      /* W [num_classes, hidden], -1 if no head */
+    int64_t head_b_off;      /* b [num_classes], -1 if no head */
+    int64_t n_lora;          /* floats in the LoRA part (offsets [0, n_lora)) */
+    int64_t n_total;         /* floats in the whole buffer */
+} af_param_layout;
+
+/* Build the layout for `model`: adapters on cfg->targets of every layer, then (if num_classes > 0)
+ * the head. Errors: AF_ERR_INVALID_ARG (r <= 0, r > min(in, out) of a target, alpha <= 0,
+ * dropout outside [0, 1), no target), AF_ERR_NOMEM. Free with af_param_layout_free(). */
+af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
+                               int32_t num_classes);
+void af_param_layout_free(af_param_layout *lay);
+
+static inline const af_lora_slot *af_lora_slot_at(const af_param_layout *lay, int32_t layer, af_proj p) {
+    return &lay->slots[(int64_t)layer * AF_PROJ_COUNT + p];
+}
+
+/* Initialise parameters P [n_total] like PEFT: every A row-major [r, in] from
+ * U(-1/sqrt(in), 1/sqrt(in)) with a counter-based RNG keyed by (seed, layer, proj), every B = 0;
+ * head W from U(-1/sqrt(hidden), 1/sqrt(hidden)) (nn.Linear default), b = 0. Deterministic for a
+ * seed, independent of thread count. */
+void af_lora_init_params(const af_param_layout *lay, float *P);
+
+/* Forward correction of one projection for n tokens:
+ *   xa[n, r] = dropout(x)[n, in] · Aᵀ   (saved for the backward)
+ *   y[n, out] += scale · xa · Bᵀ
+ * `drop_mask` [n, in] (may be NULL when dropout == 0) holds 0 or 1/(1-p) per element. */
+void af_lora_forward(float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
+                     int64_t n, int64_t in, int64_t out, int32_t r, float scale);
+
+/* Backward of the correction, given dy [n, out]:
+ *   dB[out, r] += scale · dyᵀ · xa
+ *   t[n, r]     = scale · dy · B
+ *   dA[r, in]  += tᵀ · dropout(x)
+ *   dx[n, in]  += (t · A) ⊙ drop_mask     (the frozen path's dx = dy·W is added by the caller)
+ * `tmp` is scratch of n*r floats (+ n*in when drop_mask != NULL). */
+void af_lora_backward(float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
+                      const float *drop_mask, const float *A, const float *B, int64_t n, int64_t in, int64_t out,
+                      int32_t r, float scale);
+
+/* Merge: Wd[out, in] += scale · B·A (Wd is a dequantized f32 copy); unmerge subtracts it. */
+void af_lora_merge(float *Wd, const float *A, const float *B, int64_t in, int64_t out, int32_t r, float scale,
+                   int sign);
+
+/* ---- Counter-based RNG (added by the LoRA implementation; also used for dropout masks) ----
+ * af_ctr_key mixes (seed, a, b, c) into a 64-bit stream key with the splitmix64 finaliser
+ * (Steele et al. 2014, "Fast splittable pseudorandom number generators"); af_ctr_u01 returns the
+ * i-th uniform of that stream in [0, 1) with 24 random bits (exact in f32). Pure functions of
+ * their arguments: results never depend on thread count or call order.
+ * Keys used: LoRA A of (layer, proj): af_ctr_key(seed, layer, proj, 0), index = row-major element;
+ * head W: af_ctr_key(seed, n_layers, AF_PROJ_COUNT, 0); dropout mask of (layer, proj, token):
+ * af_ctr_key(dropout_seed, layer, proj, token + 1), index = input feature. */
+uint64_t af_ctr_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
+float af_ctr_u01(uint64_t key, uint64_t i);
+
+/* Fill mask [n, in] for the dropout of adapter (layer, proj) with probability p: element (t, i) is
+ * 1/(1-p) when af_ctr_u01(af_ctr_key(seed, layer, proj, t0 + t + 1), i) >= p, else 0. t0 is the
+ * index of the first row's token in the packed batch. */
+void af_lora_dropout_mask(float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
+                          int64_t in, float p);
+
+#endif /* AF_LORA_H */

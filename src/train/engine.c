@@ -1,0 +1,485 @@
+/*
+ * engine.c — training forward/backward through the frozen (quantized) transformer with LoRA
+ * corrections, a pooled classification head and its loss (engine.h).
+ *
+ * Per layer (llama; gemma3 additions in brackets), the forward of forward.c with LoRA on the
+ * targeted projections (lora.h) and per-sample attention over a packed batch:
+ *   h1 = rmsnorm(x)·attn_norm
+ *   q = h1·Wqᵀ (+lora) [q = rmsnorm_head(q)·q_norm]; k likewise; v = h1·Wvᵀ (+lora); rope(q), rope(k)
+ *   attn = attention(q, k, v) per sample;  o = attn·Woᵀ (+lora) [o = rmsnorm(o)·post_attn_norm]
+ *   x_mid = x + o;  h2 = rmsnorm(x_mid)·ffn_norm
+ *   gate, up = h2·W{gate,up}ᵀ (+lora);  act = silu(gate)·up [gelu_tanh];  d = act·Wdownᵀ (+lora)
+ *   [d = rmsnorm(d)·post_ffw_norm];  x_out = x_mid + d
+ * and the backward through each of these in reverse (ops.h backward functions, af_matmul_dyw for
+ * the frozen weights, af_lora_backward for the adapters). Norm weights are frozen (dw = NULL).
+ *
+ * Memory: the residual stream entering every layer (and the final one) is always kept,
+ * [n_layers+1, n, H]. Without checkpointing each layer keeps its own activation set (below);
+ * with checkpointing there is ONE set, refilled by recomputing the layer's forward from its saved
+ * input just before its backward (Chen et al. 2016). `act` is never saved: the backward
+ * recomputes it from gate and up (one elementwise pass). Dropout masks come from a counter-based
+ * RNG keyed by (dropout_seed, layer, proj, token) so a recomputation regenerates the same masks.
+ */
+#include "train/engine.h"
+
+#include "core/core.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* af_matmul_xwt quantizes the activations to int8 for very small n (matmul.c decode regime, n <=
+ * AF_MM_DECODE_N = 4): not differentiable and not f32-exact. Training products with fewer rows than
+ * this are computed on a zero-padded copy so every row count gives the same f32 result. */
+#define MIN_ROWS 16
+
+/* One layer's saved activations; every field is [cap, width] (width in floats per token). */
+typedef struct lset {
+    float *h1, *rstd1, *q, *k, *v, *attn, *lse, *xmid, *rstd2, *h2, *gate, *up;
+    float *qraw, *rstdq, *kraw, *rstdk, *oraw, *rstdpa, *draw, *rstdpf; /* gemma3 only */
+    float *xa[AF_PROJ_COUNT], *mask[AF_PROJ_COUNT];                       /* targeted only */
+} lset;
+
+struct af_engine {
+    const af_model *m;
+    const af_param_layout *lay;
+    int64_t cap;    /* tokens the workspace holds */
+    int32_t n_sets; /* 1 (checkpointing / forward only) or n_layers */
+    void *mem;
+    float *xs;      /* [n_layers+1, cap, H] residual stream at each layer input (and the output) */
+    lset *sets;     /* [n_sets] */
+    int32_t *pos;   /* [cap] per-sample positions */
+    /* scratch [cap, width] */
+    float *dX, *dT, *dh, *tH, *dattn, *dq, *dk, *dv, *dqr, *dkr, *act, *dact, *dgate, *dup, *ltmp, *hN, *rstdN;
+    float *padx, *pady; /* [MIN_ROWS, maxdim] */
+};
+
+typedef struct dims {
+    int64_t H, F, nh, nkv, hd, qd, kvd, L, maxd, r;
+    int gem;
+} dims;
+
+static dims get_dims(const af_model *m, const af_param_layout *lay) {
+    const af_model_config *c = &m->cfg;
+    dims d;
+    d.H = c->hidden_size;
+    d.F = c->intermediate_size;
+    d.nh = c->num_attention_heads;
+    d.nkv = c->num_key_value_heads;
+    d.hd = c->head_dim;
+    d.qd = d.nh * d.hd;
+    d.kvd = d.nkv * d.hd;
+    d.L = c->num_hidden_layers;
+    d.maxd = d.H > d.qd ? d.H : d.qd;
+    if (d.F > d.maxd) d.maxd = d.F;
+    d.r = lay->lora.r;
+    d.gem = m->arch == AF_ARCH_GEMMA3;
+    return d;
+}
+
+/* Bump allocator over `base` (NULL: only count). Every region is rounded to 64 bytes. */
+typedef struct carver {
+    char *base;
+    size_t used;
+} carver;
+
+static float *carve(carver *cv, int64_t nfloats) {
+    size_t b = ((size_t)nfloats * sizeof(float) + 63) & ~(size_t)63;
+    float *p = cv->base ? (float *)(cv->base + cv->used) : NULL;
+    cv->used += b;
+    return p;
+}
+
+/* Lay out (or count) the whole workspace for `cap` tokens and `n_sets` activation sets. */
+static void plan(carver *cv, af_engine *e, const af_model *m, const af_param_layout *lay, int64_t cap,
+                 int32_t n_sets) {
+    dims d = get_dims(m, lay);
+    const int masks = lay->lora.dropout > 0;
+    af_engine tmp;
+    lset stmp;
+    if (!e) e = &tmp;
+    e->xs = carve(cv, (d.L + 1) * cap * d.H);
+    e->pos = (int32_t *)carve(cv, cap);
+    e->dX = carve(cv, cap * d.H);
+    e->dT = carve(cv, cap * d.H);
+    e->dh = carve(cv, cap * d.H);
+    e->tH = carve(cv, cap * d.H);
+    e->hN = carve(cv, cap * d.H);
+    e->rstdN = carve(cv, cap);
+    e->dattn = carve(cv, cap * d.qd);
+    e->dq = carve(cv, cap * d.qd);
+    e->dk = carve(cv, cap * d.kvd);
+    e->dv = carve(cv, cap * d.kvd);
+    e->dqr = d.gem ? carve(cv, cap * d.qd) : NULL;
+    e->dkr = d.gem ? carve(cv, cap * d.kvd) : NULL;
+    e->act = carve(cv, cap * d.F);
+    e->dact = carve(cv, cap * d.F);
+    e->dgate = carve(cv, cap * d.F);
+    e->dup = carve(cv, cap * d.F);
+    e->ltmp = carve(cv, cap * (d.r + (masks ? d.maxd : 0)));
+    e->padx = carve(cv, MIN_ROWS * d.maxd);
+    e->pady = carve(cv, MIN_ROWS * d.maxd);
+    for (int32_t i = 0; i < n_sets; i++) {
+        lset *S = (cv->base && e->sets) ? &e->sets[i] : &stmp;
+        memset(S, 0, sizeof *S);
+        S->h1 = carve(cv, cap * d.H);
+        S->rstd1 = carve(cv, cap);
+        S->q = carve(cv, cap * d.qd);
+        S->k = carve(cv, cap * d.kvd);
+        S->v = carve(cv, cap * d.kvd);
+        S->attn = carve(cv, cap * d.qd);
+        S->lse = carve(cv, cap * d.nh);
+        S->xmid = carve(cv, cap * d.H);
+        S->rstd2 = carve(cv, cap);
+        S->h2 = carve(cv, cap * d.H);
+        S->gate = carve(cv, cap * d.F);
+        S->up = carve(cv, cap * d.F);
+        if (d.gem) {
+            S->qraw = carve(cv, cap * d.qd);
+            S->rstdq = carve(cv, cap * d.nh);
+            S->kraw = carve(cv, cap * d.kvd);
+            S->rstdk = carve(cv, cap * d.nkv);
+            S->oraw = carve(cv, cap * d.H);
+            S->rstdpa = carve(cv, cap);
+            S->draw = carve(cv, cap * d.H);
+            S->rstdpf = carve(cv, cap);
+        }
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, 0, (af_proj)p);
+            if (!(lay->lora.targets & (1u << p))) continue;
+            S->xa[p] = carve(cv, cap * d.r);
+            if (masks) S->mask[p] = carve(cv, cap * s->in);
+        }
+    }
+}
+
+size_t af_engine_bytes(const af_model *model, const af_param_layout *lay, int64_t n_tok, int checkpointing) {
+    carver cv = {NULL, 0};
+    plan(&cv, NULL, model, lay, n_tok, checkpointing ? 1 : model->cfg.num_hidden_layers);
+    return cv.used;
+}
+
+af_status af_engine_new(const af_model *model, const af_param_layout *lay, af_engine **out) {
+    if (!model || !lay || !out) return af_fail(AF_ERR_INVALID_ARG, "engine: NULL argument");
+    *out = NULL;
+    if (lay->n_layers != model->cfg.num_hidden_layers || lay->hidden != model->cfg.hidden_size)
+        return af_fail(AF_ERR_INVALID_ARG, "engine: parameter layout (%d layers, hidden %d) does not match the "
+                                           "model (%d layers, hidden %d)",
+                       lay->n_layers, lay->hidden, model->cfg.num_hidden_layers, model->cfg.hidden_size);
+    af_engine *e = af_calloc(1, sizeof *e);
+    if (!e) return af_fail(AF_ERR_NOMEM, "engine: out of memory");
+    e->m = model;
+    e->lay = lay;
+    *out = e;
+    return AF_OK;
+}
+
+void af_engine_free(af_engine *e) {
+    if (!e) return;
+    af_free_aligned(e->mem);
+    free(e->sets);
+    free(e);
+}
+
+/* Make room for n tokens and at least `n_sets` activation sets. */
+static af_status reserve(af_engine *e, int64_t n, int32_t n_sets) {
+    if (e->mem && n <= e->cap && n_sets <= e->n_sets) return AF_OK;
+    int64_t cap = n > e->cap ? n : e->cap;
+    if (n_sets < e->n_sets) n_sets = e->n_sets;
+    carver cv = {NULL, 0};
+    plan(&cv, NULL, e->m, e->lay, cap, n_sets);
+    af_free_aligned(e->mem);
+    free(e->sets);
+    e->mem = NULL;
+    e->cap = 0;
+    e->n_sets = 0;
+    e->sets = af_calloc((size_t)n_sets, sizeof(lset));
+    e->mem = af_malloc_aligned(cv.used);
+    if (!e->mem || !e->sets) {
+        af_free_aligned(e->mem);
+        free(e->sets);
+        e->mem = NULL;
+        e->sets = NULL;
+        return af_fail(AF_ERR_NOMEM, "engine: out of memory for a workspace of %zu bytes (%lld tokens)", cv.used,
+                       (long long)cap);
+    }
+    cv.base = e->mem;
+    cv.used = 0;
+    plan(&cv, e, e->m, e->lay, cap, n_sets);
+    e->cap = cap;
+    e->n_sets = n_sets;
+    return AF_OK;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+typedef struct run {
+    const float *P;
+    const int32_t *ss; /* seq_start [B+1] */
+    int32_t B;
+    int64_t n;
+    int drop;          /* dropout active */
+    uint64_t seed;
+} run;
+
+/* y[n, out] = x[n, in] · Wᵀ, f32-exact for every n (see MIN_ROWS). */
+static void mm_xwt(af_engine *e, float *y, const float *x, const af_weight *w, int64_t n) {
+    const int64_t in = w->cols, out = w->rows;
+    if (n >= MIN_ROWS) {
+        af_matmul_xwt(y, x, w->data, w->type, n, in, out, 0);
+        return;
+    }
+    memcpy(e->padx, x, sizeof(float) * (size_t)(n * in));
+    memset(e->padx + n * in, 0, sizeof(float) * (size_t)((MIN_ROWS - n) * in));
+    af_matmul_xwt(e->pady, e->padx, w->data, w->type, MIN_ROWS, in, out, 0);
+    memcpy(y, e->pady, sizeof(float) * (size_t)(n * out));
+}
+
+/* Projection p of layer l: y = x·Wᵀ plus the LoRA correction when p is targeted. */
+static void proj_fwd(af_engine *e, const run *R, lset *S, int32_t l, af_proj p, const af_weight *w, float *y,
+                     const float *x) {
+    mm_xwt(e, y, x, w, R->n);
+    const af_param_layout *lay = e->lay;
+    const af_lora_slot *s = af_lora_slot_at(lay, l, p);
+    if (s->a_off < 0) return;
+    float *mask = NULL;
+    if (R->drop && S->mask[p]) {
+        mask = S->mask[p];
+        af_lora_dropout_mask(mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
+    }
+    af_lora_forward(y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
+                    lay->scale);
+}
+
+/* Layer l: x [n, H] -> xo [n, H], filling the activation set S. */
+static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const float *x, float *xo) {
+    const af_model *m = e->m;
+    const af_layer *Ly = &m->layers[l];
+    const dims d = get_dims(m, e->lay);
+    const float eps = m->cfg.rms_norm_eps;
+    const int64_t n = R->n;
+    af_rmsnorm_forward(S->h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+    proj_fwd(e, R, S, l, AF_PROJ_Q, &Ly->wq, d.gem ? S->qraw : S->q, S->h1);
+    proj_fwd(e, R, S, l, AF_PROJ_K, &Ly->wk, d.gem ? S->kraw : S->k, S->h1);
+    proj_fwd(e, R, S, l, AF_PROJ_V, &Ly->wv, S->v, S->h1);
+    if (d.gem) {
+        af_rmsnorm_forward(S->q, S->rstdq, S->qraw, Ly->q_norm, n * d.nh, d.hd, eps);
+        af_rmsnorm_forward(S->k, S->rstdk, S->kraw, Ly->k_norm, n * d.nkv, d.hd, eps);
+    }
+    af_rope_forward(S->q, e->pos, n, d.nh, d.hd, Ly->rope_base, m->rope_neox);
+    af_rope_forward(S->k, e->pos, n, d.nkv, d.hd, Ly->rope_base, m->rope_neox);
+    for (int32_t b = 0; b < R->B; b++) {
+        const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
+        af_attention_forward(S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
+                             S->v + s0 * d.kvd, len, 0, len, d.kvd, d.nh, d.nkv, d.hd, m->attn_scale, Ly->window);
+    }
+    float *o = d.gem ? S->oraw : e->tH;
+    proj_fwd(e, R, S, l, AF_PROJ_O, &Ly->wo, o, S->attn);
+    if (d.gem) {
+        af_rmsnorm_forward(e->tH, S->rstdpa, S->oraw, Ly->post_attn_norm, n, d.H, eps);
+        o = e->tH;
+    }
+    af_add(S->xmid, x, o, n * d.H);
+    af_rmsnorm_forward(S->h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+    proj_fwd(e, R, S, l, AF_PROJ_GATE, &Ly->w_gate, S->gate, S->h2);
+    proj_fwd(e, R, S, l, AF_PROJ_UP, &Ly->w_up, S->up, S->h2);
+    if (m->act_gelu) af_geglu_forward(e->act, S->gate, S->up, n * d.F);
+    else af_swiglu_forward(e->act, S->gate, S->up, n * d.F);
+    float *dn = d.gem ? S->draw : e->tH;
+    proj_fwd(e, R, S, l, AF_PROJ_DOWN, &Ly->w_down, dn, e->act);
+    if (d.gem) {
+        af_rmsnorm_forward(e->tH, S->rstdpf, S->draw, Ly->post_ffw_norm, n, d.H, eps);
+        dn = e->tH;
+    }
+    af_add(xo, S->xmid, dn, n * d.H);
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* Backward of projection p: dx[n, in] (+)= dy·W (+ LoRA dx), LoRA grads into G. */
+static void proj_bwd(af_engine *e, const run *R, lset *S, float *G, int32_t l, af_proj p, const af_weight *w,
+                     float *dx, const float *dy, const float *x, int accumulate) {
+    af_matmul_dyw(dx, dy, w->data, w->type, R->n, w->cols, w->rows, accumulate);
+    const af_param_layout *lay = e->lay;
+    const af_lora_slot *s = af_lora_slot_at(lay, l, p);
+    if (s->a_off < 0) return;
+    af_lora_backward(dx, G + s->a_off, G + s->b_off, e->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
+                     R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, lay->scale);
+}
+
+static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
+
+/* dX [n, H]: gradient w.r.t. the layer output on entry, w.r.t. its input x on return. */
+static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float *G, const float *x) {
+    const af_model *m = e->m;
+    const af_layer *Ly = &m->layers[l];
+    const dims d = get_dims(m, e->lay);
+    const int64_t n = R->n;
+    float *dX = e->dX;
+    /* FFN branch */
+    const float *dd = dX;
+    if (d.gem) {
+        zero(e->dT, n * d.H);
+        af_rmsnorm_backward(e->dT, NULL, dX, S->draw, Ly->post_ffw_norm, S->rstdpf, n, d.H);
+        dd = e->dT;
+    }
+    if (m->act_gelu) af_geglu_forward(e->act, S->gate, S->up, n * d.F);
+    else af_swiglu_forward(e->act, S->gate, S->up, n * d.F);
+    proj_bwd(e, R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, e->dact, dd, e->act, 0);
+    zero(e->dgate, n * d.F);
+    zero(e->dup, n * d.F);
+    if (m->act_gelu) af_geglu_backward(e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
+    else af_swiglu_backward(e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
+    proj_bwd(e, R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, e->dh, e->dgate, S->h2, 0);
+    proj_bwd(e, R, S, G, l, AF_PROJ_UP, &Ly->w_up, e->dh, e->dup, S->h2, 1);
+    af_rmsnorm_backward(dX, NULL, e->dh, S->xmid, Ly->ffn_norm, S->rstd2, n, d.H); /* dX = d x_mid */
+    /* attention branch */
+    const float *dob = dX;
+    if (d.gem) {
+        zero(e->dT, n * d.H);
+        af_rmsnorm_backward(e->dT, NULL, dX, S->oraw, Ly->post_attn_norm, S->rstdpa, n, d.H);
+        dob = e->dT;
+    }
+    proj_bwd(e, R, S, G, l, AF_PROJ_O, &Ly->wo, e->dattn, dob, S->attn, 0);
+    zero(e->dq, n * d.qd);
+    zero(e->dk, n * d.kvd);
+    zero(e->dv, n * d.kvd);
+    for (int32_t b = 0; b < R->B; b++) {
+        const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
+        af_attention_backward(e->dq + s0 * d.qd, e->dk + s0 * d.kvd, e->dv + s0 * d.kvd, e->dattn + s0 * d.qd,
+                              S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
+                              S->v + s0 * d.kvd, len, 0, len, d.nh, d.nkv, d.hd, m->attn_scale, Ly->window);
+    }
+    af_rope_backward(e->dq, e->pos, n, d.nh, d.hd, Ly->rope_base, m->rope_neox);
+    af_rope_backward(e->dk, e->pos, n, d.nkv, d.hd, Ly->rope_base, m->rope_neox);
+    const float *gq = e->dq, *gk = e->dk;
+    if (d.gem) {
+        zero(e->dqr, n * d.qd);
+        zero(e->dkr, n * d.kvd);
+        af_rmsnorm_backward(e->dqr, NULL, e->dq, S->qraw, Ly->q_norm, S->rstdq, n * d.nh, d.hd);
+        af_rmsnorm_backward(e->dkr, NULL, e->dk, S->kraw, Ly->k_norm, S->rstdk, n * d.nkv, d.hd);
+        gq = e->dqr;
+        gk = e->dkr;
+    }
+    proj_bwd(e, R, S, G, l, AF_PROJ_Q, &Ly->wq, e->dh, gq, S->h1, 0);
+    proj_bwd(e, R, S, G, l, AF_PROJ_K, &Ly->wk, e->dh, gk, S->h1, 1);
+    proj_bwd(e, R, S, G, l, AF_PROJ_V, &Ly->wv, e->dh, e->dv, S->h1, 1);
+    af_rmsnorm_backward(dX, NULL, e->dh, x, Ly->attn_norm, S->rstd1, n, d.H); /* dX = d x_in */
+}
+
+/* ---------------------------------------------------------------- driver */
+
+static af_status check_batch(const af_engine *e, const af_batch *b, int need_labels) {
+    const af_model *m = e->m;
+    const af_param_layout *lay = e->lay;
+    if (!b || !b->tokens || !b->seq_start) return af_fail(AF_ERR_INVALID_ARG, "batch: NULL tokens or seq_start");
+    if (lay->num_classes <= 0 || lay->head_w_off < 0)
+        return af_fail(AF_ERR_INVALID_ARG, "batch: the parameter layout has no classification head");
+    if (b->n_samples < 1) return af_fail(AF_ERR_INVALID_ARG, "batch: n_samples = %d < 1", b->n_samples);
+    if (b->seq_start[0] != 0) return af_fail(AF_ERR_INVALID_ARG, "batch: seq_start[0] = %d, expected 0", b->seq_start[0]);
+    for (int32_t i = 0; i < b->n_samples; i++)
+        if (b->seq_start[i + 1] <= b->seq_start[i])
+            return af_fail(AF_ERR_INVALID_ARG, "batch: sample %d is empty or seq_start decreases (%d -> %d)", i,
+                           b->seq_start[i], b->seq_start[i + 1]);
+    if (b->seq_start[b->n_samples] != b->n_tok)
+        return af_fail(AF_ERR_INVALID_ARG, "batch: seq_start[%d] = %d but n_tok = %lld", b->n_samples,
+                       b->seq_start[b->n_samples], (long long)b->n_tok);
+    for (int64_t t = 0; t < b->n_tok; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= m->cfg.vocab_size)
+            return af_fail(AF_ERR_INVALID_ARG, "batch: token %d at position %lld is outside the vocabulary [0, %d)",
+                           b->tokens[t], (long long)t, m->cfg.vocab_size);
+    if (need_labels) {
+        if (!b->labels && !b->multi_hot) return af_fail(AF_ERR_INVALID_ARG, "batch: no labels and no multi_hot targets");
+        if (b->labels)
+            for (int32_t i = 0; i < b->n_samples; i++)
+                if (b->labels[i] < 0 || b->labels[i] >= lay->num_classes)
+                    return af_fail(AF_ERR_INVALID_ARG, "batch: label %d of sample %d is outside [0, %d)", b->labels[i],
+                                   i, lay->num_classes);
+    }
+    return AF_OK;
+}
+
+/* Embedding, positions and every layer; final normed states in e->hN, pooled [B, H] and logits. */
+static void forward_all(af_engine *e, const run *R, const af_batch *b, int save, float *pooled, float *logits,
+                        af_pooling pool) {
+    const af_model *m = e->m;
+    const dims d = get_dims(m, e->lay);
+    const int64_t n = R->n;
+    for (int32_t s = 0; s < b->n_samples; s++)
+        for (int32_t t = b->seq_start[s]; t < b->seq_start[s + 1]; t++) e->pos[t] = t - b->seq_start[s];
+    for (int64_t t = 0; t < n; t++) {
+        float *row = e->xs + t * d.H;
+        af_weight_row(&m->tok_embd, b->tokens[t], row);
+        if (m->embd_scale != 1.0f)
+            for (int64_t i = 0; i < d.H; i++) row[i] *= m->embd_scale;
+    }
+    for (int32_t l = 0; l < d.L; l++) {
+        lset *S = &e->sets[save ? l : 0];
+        layer_forward(e, R, l, S, e->xs + (int64_t)l * n * d.H, e->xs + (int64_t)(l + 1) * n * d.H);
+    }
+    af_rmsnorm_forward(e->hN, e->rstdN, e->xs + d.L * n * d.H, m->output_norm, n, d.H, m->cfg.rms_norm_eps);
+    af_pool_forward(pooled, e->hN, b->seq_start, b->n_samples, d.H, pool);
+    const af_param_layout *lay = e->lay;
+    af_head_forward(logits, pooled, R->P + lay->head_w_off, R->P + lay->head_b_off, b->n_samples, d.H,
+                    lay->num_classes);
+}
+
+static const af_step_opts default_opts = {AF_POOL_MEAN, NULL, 0, 0, 0};
+
+af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, const af_step_opts *o, float *logits) {
+    if (!e || !P || !logits) return af_fail(AF_ERR_INVALID_ARG, "engine forward: NULL argument");
+    if (!o) o = &default_opts;
+    AF_TRY(check_batch(e, b, 0));
+    AF_TRY(reserve(e, b->n_tok, 1));
+    const int64_t H = e->m->cfg.hidden_size;
+    float *pooled = af_malloc(sizeof(float) * (size_t)(b->n_samples * H));
+    if (!pooled) return af_fail(AF_ERR_NOMEM, "engine forward: out of memory");
+    run R = {P, b->seq_start, b->n_samples, b->n_tok, o->train && e->lay->lora.dropout > 0, o->dropout_seed};
+    forward_all(e, &R, b, 0, pooled, logits, o->pooling);
+    free(pooled);
+    return AF_OK;
+}
+
+af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch *b, const af_step_opts *o,
+                         float grad_scale, double *loss, float *logits) {
+    if (!e || !P || !G || !loss) return af_fail(AF_ERR_INVALID_ARG, "engine step: NULL argument");
+    if (!o) o = &default_opts;
+    AF_TRY(check_batch(e, b, 1));
+    const af_model *m = e->m;
+    const af_param_layout *lay = e->lay;
+    const dims d = get_dims(m, lay);
+    const int ckpt = o->checkpointing != 0;
+    AF_TRY(reserve(e, b->n_tok, ckpt ? 1 : (int32_t)d.L));
+    const int32_t B = b->n_samples, C = lay->num_classes;
+    const int64_t n = b->n_tok;
+    float *small = af_malloc(sizeof(float) * (size_t)(2 * B * d.H + 2 * B * C));
+    if (!small) return af_fail(AF_ERR_NOMEM, "engine step: out of memory");
+    float *pooled = small, *dpooled = small + B * d.H, *lg = dpooled + B * d.H, *dlg = lg + B * C;
+    run R = {P, b->seq_start, B, n, o->train && lay->lora.dropout > 0, o->dropout_seed};
+    forward_all(e, &R, b, !ckpt, pooled, lg, o->pooling);
+    if (logits) memcpy(logits, lg, sizeof(float) * (size_t)(B * C));
+    double L = b->labels ? af_ce_loss(dlg, NULL, lg, b->labels, o->class_w, B, C)
+                         : af_bce_loss(dlg, lg, b->multi_hot, B, C);
+    *loss = L;
+    if (!isfinite(L)) { /* the caller decides (skip the step); no gradient is added */
+        free(small);
+        return AF_OK;
+    }
+    for (int64_t i = 0; i < (int64_t)B * C; i++) dlg[i] *= grad_scale;
+    zero(dpooled, B * d.H);
+    af_head_backward(dpooled, G + lay->head_w_off, G + lay->head_b_off, dlg, pooled, P + lay->head_w_off, B, d.H, C);
+    zero(e->dT, n * d.H);
+    af_pool_backward(e->dT, dpooled, b->seq_start, B, d.H, o->pooling);
+    zero(e->dX, n * d.H);
+    af_rmsnorm_backward(e->dX, NULL, e->dT, e->xs + d.L * n * d.H, m->output_norm, e->rstdN, n, d.H);
+    for (int32_t l = (int32_t)d.L - 1; l >= 0; l--) {
+        const float *x = e->xs + (int64_t)l * n * d.H;
+        lset *S = &e->sets[ckpt ? 0 : l];
+        if (ckpt) layer_forward(e, &R, l, S, x, e->xs + (int64_t)(l + 1) * n * d.H); /* recompute */
+        layer_backward(e, &R, l, S, G, x);
+    }
+    free(small);
+    return AF_OK;
+}

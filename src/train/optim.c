@@ -1,0 +1,120 @@
+/*
+ * optim.c — AdamW, global-norm gradient clipping and learning-rate schedules (contracts in optim.h).
+ *
+ * Sources: Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (ICLR 2019); Kingma & Ba,
+ * "Adam" (ICLR 2015); the update order and scalar handling of torch.optim.AdamW
+ * (_single_tensor_adamw: param *= 1 − lr·wd; exp_avg.lerp_(g, 1 − β1);
+ * exp_avg_sq = exp_avg_sq·β2 + (1 − β2)·g·g; denom = sqrt(exp_avg_sq)/sqrt(bc2) + eps;
+ * param += −(lr/bc1) · exp_avg / denom) and torch.nn.utils.clip_grad_norm_ (coef =
+ * max_norm / (norm + 1e-6), clamped at 1). Schedules: transformers' get_cosine_schedule_with_warmup /
+ * get_linear_schedule_with_warmup shapes with the warm-up counted from step+1 and a floor lr_min.
+ */
+#include "train/optim.h"
+
+#include "core/threads.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Elements above which the AdamW loop runs on OpenMP threads. */
+#define ADAMW_OMP_MIN (1 << 15)
+#define NORM_LANES 8
+
+void af_adamw_defaults(af_adamw *o, float lr) {
+    o->lr = lr;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->eps = 1e-8f;
+    o->weight_decay = 0.01f;
+    o->t = 0;
+}
+
+void af_adamw_step(af_adamw *o, float *P, const float *G, float *M, float *V, int64_t n, float lr,
+                   const uint8_t *decay_mask) {
+    o->t++;
+    const double t = (double)o->t;
+    const double b1 = (double)o->beta1, b2 = (double)o->beta2;
+    /* Scalars formed in double, rounded to float once (as torch passes Python floats to float32
+     * tensor kernels). */
+    const float decay = (float)(1.0 - (double)lr * (double)o->weight_decay);
+    const float w1 = (float)(1.0 - b1);            /* lerp weight */
+    const float fb2 = o->beta2;
+    const float w2 = (float)(1.0 - b2);
+    const float neg_step = (float)(-((double)lr / (1.0 - pow(b1, t))));
+    const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
+    const float eps = o->eps;
+    const int wd_on = o->weight_decay != 0.0f;
+    const int big = n >= ADAMW_OMP_MIN;
+    (void)big;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (big)
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        float p = P[i];
+        const float g = G[i];
+        if (wd_on && (!decay_mask || decay_mask[i])) p *= decay;
+        float m = M[i];
+        m = m + w1 * (g - m);          /* torch lerp for weight < 0.5: self + w·(end − self) */
+        float v = V[i] * fb2;
+        v = v + w2 * g * g;            /* addcmul: self + value·t1·t2 */
+        const float denom = sqrtf(v) / bc2_sqrt + eps;
+        p = p + neg_step * m / denom;  /* addcdiv: self + value·t1/t2 */
+        M[i] = m;
+        V[i] = v;
+        P[i] = p;
+    }
+}
+
+double af_clip_grad_norm(float *G, int64_t n, double max_norm) {
+    /* Sequential lanes in double: a fixed summation order (same result for any thread count);
+     * double squares cannot overflow for finite floats. */
+    double acc[NORM_LANES] = {0};
+    int64_t i = 0;
+    for (; i + NORM_LANES <= n; i += NORM_LANES)
+        for (int j = 0; j < NORM_LANES; j++) acc[j] += (double)G[i + j] * (double)G[i + j];
+    double ss = 0.0;
+    for (; i < n; i++) ss += (double)G[i] * (double)G[i];
+    for (int j = 0; j < NORM_LANES; j++) ss += acc[j];
+    const double norm = sqrt(ss);
+    if (!isfinite(norm)) return norm;
+    if (max_norm > 0.0) {
+        const double coef = max_norm / (norm + 1e-6);
+        if (coef < 1.0) {
+            const float c = (float)coef;
+            const int big = n >= ADAMW_OMP_MIN;
+            (void)big;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (big)
+#endif
+            for (int64_t k = 0; k < n; k++) G[k] *= c;
+        }
+    }
+    return norm;
+}
+
+float af_lr_at(af_sched s, float lr, float lr_min, int64_t step, int64_t warmup, int64_t total) {
+    if (step < 0) step = 0;
+    if (warmup > 0 && step < warmup) return (float)((double)lr * (double)(step + 1) / (double)warmup);
+    if (s == AF_SCHED_CONSTANT) return lr;
+    if (warmup < 0) warmup = 0;
+    const int64_t span = total - 1 - warmup;
+    if (span <= 0) return lr;
+    double progress = (double)(step - warmup) / (double)span;
+    if (progress > 1.0) progress = 1.0;
+    const double hi = (double)lr, lo = (double)lr_min;
+    double f;
+    if (s == AF_SCHED_COSINE)
+        f = 0.5 * (1.0 + cos(M_PI * progress));
+    else
+        f = 1.0 - progress;
+    return (float)(lo + (hi - lo) * f);
+}
+
+int af_sched_parse(const char *name, af_sched *out) {
+    if (!name) return -1;
+    if (strcmp(name, "constant") == 0) *out = AF_SCHED_CONSTANT;
+    else if (strcmp(name, "cosine") == 0) *out = AF_SCHED_COSINE;
+    else if (strcmp(name, "linear") == 0) *out = AF_SCHED_LINEAR;
+    else return -1;
+    return 0;
+}

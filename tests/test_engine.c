@@ -1,0 +1,362 @@
+/*
+ * test_engine.c — the training step (src/train/engine.c) on tiny random models written as GGUF by
+ * the test (tests/tinymodel.c), for llama and gemma3 and for base weights in several block types:
+ *  (a) gradients of af_engine_step vs central finite differences of the loss on LoRA A, B and head
+ *      parameters: directional derivatives along random ±1 directions over each group, plus the
+ *      largest-gradient elements one by one. The forward is f32 and eps is 1e-2 (directions) /
+ *      2e-2 (elements), so the expected relative error is ~1e-3; tolerance 2e-2 relative plus
+ *      an absolute floor of 1e-3 of the group's gradient norm.
+ *      Checkpointing on and off must give bitwise identical gradients and losses (recomputation is
+ *      deterministic), also with dropout active (masks are regenerated from the counter RNG).
+ *  (b) packing: a packed batch of 3 samples of different lengths gives the same logits and the same
+ *      summed gradients as the samples one by one (tolerance 1e-4 relative to the largest value).
+ *  (c) errors on bad input.
+ */
+#include "testlib.h"
+#include "tinymodel.c"
+
+#include "kernels/quant.h"
+#include "train/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fixture {
+    af_model *m;
+    af_param_layout lay;
+    af_engine *e;
+    float *P, *G;
+} fixture;
+
+static int fx_init(fixture *f, const tm_spec *s, float dropout, int32_t classes) {
+    memset(f, 0, sizeof *f);
+    if (!CHECK(tm_load(s, &f->m) == AF_OK, "tiny %s %s: %s", s->arch, af_type_name(s->wtype), af_last_error()))
+        return 0;
+    af_lora_config c = {4, 8.0f, dropout, 0, 127, 5};
+    if (!CHECK(af_param_layout_init(&f->lay, f->m, &c, classes) == AF_OK, "layout: %s", af_last_error())) return 0;
+    if (!CHECK(af_engine_new(f->m, &f->lay, &f->e) == AF_OK, "engine: %s", af_last_error())) return 0;
+    f->P = malloc(sizeof(float) * (size_t)f->lay.n_total);
+    f->G = calloc((size_t)f->lay.n_total, sizeof(float));
+    af_lora_init_params(&f->lay, f->P);
+    /* B non-zero (else dA = 0), head bias non-zero */
+    uint64_t rng = 77;
+    for (int32_t l = 0; l < f->lay.n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *sl = af_lora_slot_at(&f->lay, l, (af_proj)p);
+            for (int64_t i = 0; i < sl->out * 4; i++) f->P[sl->b_off + i] = tl_rand_uniform(&rng, -0.1f, 0.1f);
+        }
+    for (int i = 0; i < classes; i++) f->P[f->lay.head_b_off + i] = tl_rand_uniform(&rng, -0.5f, 0.5f);
+    /* a stronger head so the loss is sensitive */
+    for (int64_t i = 0; i < (int64_t)classes * f->lay.hidden; i++) f->P[f->lay.head_w_off + i] *= 4.0f;
+    return 1;
+}
+
+static void fx_free(fixture *f) {
+    af_engine_free(f->e);
+    af_param_layout_free(&f->lay);
+    af_model_free(f->m);
+    free(f->P);
+    free(f->G);
+}
+
+/* A batch of 3 samples of lengths 7, 12, 5 with fixed tokens and labels. */
+static int32_t g_tok[64], g_ss[4] = {0, 7, 19, 24}, g_lab[3] = {2, 0, 1};
+static af_batch make_batch(int vocab) {
+    uint64_t rng = 5;
+    for (int i = 0; i < 24; i++) g_tok[i] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)vocab);
+    af_batch b = {g_tok, g_ss, 3, 24, g_lab, NULL};
+    return b;
+}
+
+/* Loss from a forward-only pass (cheaper than a step; the same forward code). */
+static double loss_at(fixture *f, const af_batch *b, const af_step_opts *o) {
+    float lg[64], dl[64];
+    if (af_engine_forward(f->e, f->P, b, o, lg) != AF_OK) return NAN;
+    return af_ce_loss(dl, NULL, lg, b->labels, o->class_w, b->n_samples, f->lay.num_classes);
+}
+
+typedef struct group {
+    const char *name;
+    int64_t *idx;
+    int64_t n;
+} group;
+
+/* Collect indices of a parameter group: A (which=0), B (1) of every adapter, or the head (2). */
+static group make_group(const af_param_layout *lay, int which) {
+    static const char *names[3] = {"LoRA A", "LoRA B", "head"};
+    group g = {names[which], malloc(sizeof(int64_t) * (size_t)lay->n_total), 0};
+    if (which == 2) {
+        for (int64_t i = lay->head_w_off; i < lay->n_total; i++) g.idx[g.n++] = i;
+        return g;
+    }
+    for (int32_t l = 0; l < lay->n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            if (s->a_off < 0) continue;
+            int64_t off = which ? s->b_off : s->a_off, len = which ? s->out * lay->lora.r : lay->lora.r * s->in;
+            for (int64_t i = 0; i < len; i++) g.idx[g.n++] = off + i;
+        }
+    return g;
+}
+
+static double worst_rel_global;
+
+static void grad_check(fixture *f, const af_batch *b, const af_step_opts *o, const char *tag) {
+    double L0 = 0;
+    memset(f->G, 0, sizeof(float) * (size_t)f->lay.n_total);
+    if (!CHECK(af_engine_step(f->e, f->P, f->G, b, o, 1.0f, &L0, NULL) == AF_OK, "%s step: %s", tag, af_last_error()))
+        return;
+    CHECK(isfinite(L0) && L0 > 0, "%s loss %g", tag, L0);
+    for (int which = 0; which < 3; which++) {
+        group g = make_group(&f->lay, which);
+        double gn = 0;
+        for (int64_t i = 0; i < g.n; i++) gn += (double)f->G[g.idx[i]] * f->G[g.idx[i]];
+        gn = sqrt(gn);
+        CHECK(gn > 0, "%s %s gradient non-zero", tag, g.name);
+        uint64_t rng = 1000 + (uint64_t)which;
+        double worst = 0;
+        /* 3 random ±1 directions over the group */
+        for (int dir = 0; dir < 3; dir++) {
+            float *v = malloc(sizeof(float) * (size_t)g.n);
+            double gv = 0, vn = sqrt((double)g.n);
+            for (int64_t i = 0; i < g.n; i++) {
+                v[i] = (tl_rand_u64(&rng) & 1) ? 1.0f : -1.0f;
+                gv += (double)v[i] * f->G[g.idx[i]];
+            }
+            const float eps = 1e-2f / (float)sqrt(vn); /* |step| = 1e-2 * n^(1/4) */
+            float *save = malloc(sizeof(float) * (size_t)g.n);
+            for (int64_t i = 0; i < g.n; i++) save[i] = f->P[g.idx[i]];
+            for (int64_t i = 0; i < g.n; i++) f->P[g.idx[i]] = save[i] + eps * v[i];
+            double lp = loss_at(f, b, o);
+            for (int64_t i = 0; i < g.n; i++) f->P[g.idx[i]] = save[i] - eps * v[i];
+            double lm = loss_at(f, b, o);
+            for (int64_t i = 0; i < g.n; i++) f->P[g.idx[i]] = save[i];
+            double fd = (lp - lm) / (2.0 * eps);
+            double err = fabs(fd - gv), lim = 2e-2 * fabs(gv) + 1e-3 * gn * vn;
+            double rel = err / (fabs(gv) + 1e-3 * gn * vn);
+            if (rel > worst) worst = rel;
+            CHECK(err <= lim, "%s %s direction %d: FD %.6g vs grad %.6g (|g| %.3g)", tag, g.name, dir, fd, gv, gn);
+            free(v);
+            free(save);
+        }
+        /* the 3 largest-gradient elements one by one */
+        for (int k = 0; k < 3; k++) {
+            int64_t best = -1;
+            for (int64_t i = 0; i < g.n; i++) {
+                float a = fabsf(f->G[g.idx[i]]);
+                int taken = 0;
+                (void)taken;
+                if (best < 0 || a > fabsf(f->G[g.idx[best]])) best = i;
+            }
+            /* exclude it next round by marking through a copy */
+            int64_t pi = g.idx[best];
+            float save = f->P[pi];
+            const float eps = 2e-2f;
+            f->P[pi] = save + eps;
+            double lp = loss_at(f, b, o);
+            f->P[pi] = save - eps;
+            double lm = loss_at(f, b, o);
+            f->P[pi] = save;
+            double fd = (lp - lm) / (2.0 * eps), gi = f->G[pi];
+            double err = fabs(fd - gi), lim = 2e-2 * fabs(gi) + 1e-3 * gn;
+            double rel = err / (fabs(gi) + 1e-3 * gn);
+            if (rel > worst) worst = rel;
+            CHECK(err <= lim, "%s %s element %lld: FD %.6g vs grad %.6g", tag, g.name, (long long)pi, fd, gi);
+            g.idx[best] = g.idx[--g.n]; /* drop it from the candidates */
+        }
+        if (worst > worst_rel_global) worst_rel_global = worst;
+        if (getenv("TL_VERBOSE")) printf("  %s %s: |g| %.4g, worst relative FD error %.2e\n", tag, g.name, gn, worst);
+        free(g.idx);
+    }
+}
+
+static void test_model_type(const char *arch, uint32_t type) {
+    tm_spec s = tm_default(arch, type);
+    fixture f;
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s/%s", arch, af_type_name(type));
+    if (!fx_init(&f, &s, 0.0f, 3)) {
+        fx_free(&f);
+        return;
+    }
+    af_batch b = make_batch(s.vocab);
+    af_step_opts o = {AF_POOL_MEAN, NULL, 0, 1, 0};
+    grad_check(&f, &b, &o, tag);
+    /* checkpointing: identical gradients */
+    float *G1 = calloc((size_t)f.lay.n_total, sizeof(float)), *G2 = calloc((size_t)f.lay.n_total, sizeof(float));
+    double L1 = 0, L2 = 0;
+    float lg1[9], lg2[9];
+    af_engine_step(f.e, f.P, G1, &b, &o, 1.0f, &L1, lg1);
+    o.checkpointing = 1;
+    af_engine_step(f.e, f.P, G2, &b, &o, 1.0f, &L2, lg2);
+    CHECK(L1 == L2 && !memcmp(G1, G2, sizeof(float) * (size_t)f.lay.n_total) && !memcmp(lg1, lg2, sizeof lg1),
+          "%s checkpointing on/off identical (loss %.9g vs %.9g, max |dG| %.3g)", tag, L1, L2,
+          tl_max_abs_diff(G1, G2, (size_t)f.lay.n_total, NULL));
+    /* forward-only logits equal the step's */
+    float lg3[9];
+    CHECK(af_engine_forward(f.e, f.P, &b, &o, lg3) == AF_OK, "forward");
+    CHECK(!memcmp(lg1, lg3, sizeof lg1), "%s forward-only logits equal the step's", tag);
+    /* grad_scale scales and accumulation adds */
+    af_engine_step(f.e, f.P, G2, &b, &o, 0.5f, &L2, NULL);
+    for (int64_t i = 0; i < f.lay.n_total; i++) G1[i] *= 1.5f;
+    CHECK_CLOSE("gradients accumulate with grad_scale", G2, G1, (size_t)f.lay.n_total, 1e-7, 1e-5);
+    free(G1);
+    free(G2);
+    fx_free(&f);
+}
+
+static void test_dropout(const char *arch) {
+    tm_spec s = tm_default(arch, AF_TYPE_Q8_0);
+    fixture f;
+    if (!fx_init(&f, &s, 0.25f, 3)) {
+        fx_free(&f);
+        return;
+    }
+    af_batch b = make_batch(s.vocab);
+    af_step_opts o = {AF_POOL_LAST, NULL, 0, 1, 31};
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s/dropout/last-pool", arch);
+    grad_check(&f, &b, &o, tag);
+    float *G1 = calloc((size_t)f.lay.n_total, sizeof(float)), *G2 = calloc((size_t)f.lay.n_total, sizeof(float));
+    double L1 = 0, L2 = 0, L3 = 0;
+    af_engine_step(f.e, f.P, G1, &b, &o, 1.0f, &L1, NULL);
+    o.checkpointing = 1;
+    af_engine_step(f.e, f.P, G2, &b, &o, 1.0f, &L2, NULL);
+    CHECK(L1 == L2 && !memcmp(G1, G2, sizeof(float) * (size_t)f.lay.n_total), "%s checkpointing identical", tag);
+    o.dropout_seed = 32;
+    af_engine_step(f.e, f.P, G2, &b, &o, 1.0f, &L3, NULL);
+    CHECK(L3 != L1, "%s another dropout seed changes the loss", tag);
+    o.train = 0;
+    float lg_eval[9], lg_tr[9];
+    af_engine_forward(f.e, f.P, &b, &o, lg_eval);
+    o.train = 1;
+    af_engine_forward(f.e, f.P, &b, &o, lg_tr);
+    CHECK(memcmp(lg_eval, lg_tr, sizeof lg_eval) != 0, "%s eval mode has no dropout", tag);
+    free(G1);
+    free(G2);
+    fx_free(&f);
+}
+
+static void test_packing(const char *arch, uint32_t type) {
+    tm_spec s = tm_default(arch, type);
+    fixture f;
+    if (!fx_init(&f, &s, 0.0f, 4)) {
+        fx_free(&f);
+        return;
+    }
+    int32_t len[3] = {9, 17, 6}, lab[3] = {3, 1, 0}, ss[4] = {0, 9, 26, 32}, tok[32];
+    uint64_t rng = 11;
+    for (int i = 0; i < 32; i++) tok[i] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)s.vocab);
+    af_batch b = {tok, ss, 3, 32, lab, NULL};
+    af_step_opts o = {AF_POOL_MEAN, NULL, 0, 1, 0};
+    int64_t nt = f.lay.n_total;
+    float *Gp = calloc((size_t)nt, sizeof(float)), *Gs = calloc((size_t)nt, sizeof(float));
+    float lp[12], ls[12];
+    double Lp = 0, Ls = 0;
+    af_engine_step(f.e, f.P, Gp, &b, &o, 1.0f, &Lp, lp);
+    for (int k = 0; k < 3; k++) {
+        int32_t ss1[2] = {0, len[k]};
+        af_batch b1 = {tok + ss[k], ss1, 1, len[k], &lab[k], NULL};
+        double L = 0;
+        CHECK(af_engine_step(f.e, f.P, Gs, &b1, &o, 1.0f / 3, &L, ls + 4 * k) == AF_OK, "single %d: %s", k,
+              af_last_error());
+        Ls += L / 3;
+    }
+    char w[96];
+    snprintf(w, sizeof w, "%s/%s packed vs single logits", arch, af_type_name(type));
+    CHECK_CLOSE(w, lp, ls, 12, 1e-5, 1e-4);
+    CHECK(fabs(Lp - Ls) <= 1e-5 * (1 + fabs(Ls)), "%s packed loss %.8g vs mean of single %.8g", w, Lp, Ls);
+    float gmax = 0;
+    for (int64_t i = 0; i < nt; i++) gmax = fmaxf(gmax, fabsf(Gs[i]));
+    snprintf(w, sizeof w, "%s/%s packed vs summed single gradients", arch, af_type_name(type));
+    CHECK_CLOSE(w, Gp, Gs, (size_t)nt, 1e-4 * gmax, 1e-3);
+    free(Gp);
+    free(Gs);
+    fx_free(&f);
+}
+
+static void test_errors(void) {
+    tm_spec s = tm_default("llama", AF_TYPE_F32);
+    fixture f;
+    if (!fx_init(&f, &s, 0.0f, 3)) {
+        fx_free(&f);
+        return;
+    }
+    af_batch b = make_batch(s.vocab);
+    af_step_opts o = {AF_POOL_MEAN, NULL, 0, 1, 0};
+    double L;
+    int32_t tok[24], ss[4] = {0, 7, 7, 24}, lab[3] = {0, 3, 1};
+    memcpy(tok, g_tok, sizeof tok);
+    af_batch bad = b;
+    bad.seq_start = ss;
+    CHECK(af_engine_step(f.e, f.P, f.G, &bad, &o, 1, &L, NULL) == AF_ERR_INVALID_ARG &&
+              strstr(af_last_error(), "empty"),
+          "empty sample: %s", af_last_error());
+    bad = b;
+    bad.labels = lab;
+    CHECK(af_engine_step(f.e, f.P, f.G, &bad, &o, 1, &L, NULL) == AF_ERR_INVALID_ARG &&
+              strstr(af_last_error(), "label 3"),
+          "label out of range: %s", af_last_error());
+    bad = b;
+    tok[10] = s.vocab;
+    bad.tokens = tok;
+    CHECK(af_engine_step(f.e, f.P, f.G, &bad, &o, 1, &L, NULL) == AF_ERR_INVALID_ARG &&
+              strstr(af_last_error(), "token 97"),
+          "token out of range: %s", af_last_error());
+    tok[10] = -1;
+    CHECK(af_engine_forward(f.e, f.P, &bad, &o, NULL) == AF_ERR_INVALID_ARG, "forward NULL logits");
+    float lg[9];
+    CHECK(af_engine_forward(f.e, f.P, &bad, &o, lg) == AF_ERR_INVALID_ARG, "negative token");
+    bad = b;
+    bad.n_tok = 23;
+    CHECK(af_engine_step(f.e, f.P, f.G, &bad, &o, 1, &L, NULL) == AF_ERR_INVALID_ARG, "n_tok mismatch");
+    bad = b;
+    bad.labels = NULL;
+    CHECK(af_engine_step(f.e, f.P, f.G, &bad, &o, 1, &L, NULL) == AF_ERR_INVALID_ARG, "no labels");
+    bad = b;
+    bad.n_samples = 0;
+    CHECK(af_engine_step(f.e, f.P, f.G, &bad, &o, 1, &L, NULL) == AF_ERR_INVALID_ARG, "no samples");
+    /* multi-label BCE runs */
+    float mh[9] = {1, 0, 1, 0, 0, 0, 0, 1, 1};
+    bad = b;
+    bad.labels = NULL;
+    bad.multi_hot = mh;
+    CHECK(af_engine_step(f.e, f.P, f.G, &bad, &o, 1, &L, NULL) == AF_OK && isfinite(L) && L > 0, "BCE step");
+    /* non-finite parameters: loss returned as is, no gradient added */
+    float *G = calloc((size_t)f.lay.n_total, sizeof(float));
+    f.P[f.lay.head_b_off] = NAN;
+    CHECK(af_engine_step(f.e, f.P, G, &b, &o, 1, &L, NULL) == AF_OK && !isfinite(L), "NaN loss returned");
+    int zero = 1;
+    for (int64_t i = 0; i < f.lay.n_total; i++) zero &= G[i] == 0;
+    CHECK(zero, "no gradient on a non-finite loss");
+    free(G);
+    /* layout without head */
+    af_param_layout lay2;
+    af_lora_config c = {2, 4, 0, 0, 3, 1};
+    af_engine *e2 = NULL;
+    if (CHECK(af_param_layout_init(&lay2, f.m, &c, 0) == AF_OK, "layout without head")) {
+        CHECK(af_engine_new(f.m, &lay2, &e2) == AF_OK, "engine");
+        CHECK(af_engine_step(e2, f.P, f.G, &b, &o, 1, &L, NULL) == AF_ERR_INVALID_ARG, "no head rejected");
+        af_engine_free(e2);
+        af_param_layout_free(&lay2);
+    }
+    size_t b0 = af_engine_bytes(f.m, &f.lay, 100, 0), b1 = af_engine_bytes(f.m, &f.lay, 100, 1);
+    CHECK(b1 < b0 && b0 > 100 * 4 * (size_t)s.hidden * (size_t)s.n_layer, "bytes: %zu (ckpt %zu)", b0, b1);
+    fx_free(&f);
+}
+
+int main(void) {
+    static const uint32_t types[] = {AF_TYPE_F32, AF_TYPE_Q8_0, AF_TYPE_Q4_1, AF_TYPE_Q4_K, AF_TYPE_Q6_K,
+                                     AF_TYPE_Q5_0, AF_TYPE_Q5_K, AF_TYPE_F16};
+    const char *archs[2] = {"llama", "gemma3"};
+    for (int a = 0; a < 2; a++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) test_model_type(archs[a], types[t]);
+    printf("worst relative FD error over all models: %.2e\n", worst_rel_global);
+    test_dropout("llama");
+    test_dropout("gemma3");
+    test_packing("llama", AF_TYPE_Q4_1);
+    test_packing("gemma3", AF_TYPE_Q4_K);
+    test_errors();
+    return tl_finish("engine");
+}

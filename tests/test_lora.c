@@ -1,0 +1,260 @@
+/*
+ * test_lora.c — LoRA adapters (src/lora/lora.c): the forward correction and its backward against
+ * central finite differences (the correction is linear in x, in A and in B separately, so central
+ * differences are exact up to f32 rounding and the tolerance is tight), with and without a dropout
+ * mask; merge/unmerge; target parsing; the parameter layout and its validation; initialisation.
+ */
+#include "testlib.h"
+#include "tinymodel.c"
+
+#include "kernels/quant.h"
+#include "lora/lora.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* loss = sum(y ⊙ R) with y = lora_forward(x, A, B) (y starts at zero). */
+static double lora_loss(const float *x, const float *mask, const float *A, const float *B, const float *R, int64_t n,
+                        int64_t in, int64_t out, int32_t r, float scale) {
+    float *y = calloc((size_t)(n * out), sizeof(float));
+    float *xa = malloc(sizeof(float) * (size_t)(n * r));
+    af_lora_forward(y, xa, x, mask, A, B, n, in, out, r, scale);
+    double s = 0;
+    for (int64_t i = 0; i < n * out; i++) s += (double)y[i] * R[i];
+    free(y);
+    free(xa);
+    return s;
+}
+
+static void fill(float *p, int64_t n, uint64_t *rng, float b) {
+    for (int64_t i = 0; i < n; i++) p[i] = tl_rand_uniform(rng, -b, b);
+}
+
+/* FD on every element of `p` (n of them) vs the analytic gradient g. */
+static void fd_group(const char *what, float *p, const float *g, int64_t n, const float *x, const float *mask,
+                     const float *A, const float *B, const float *R, int64_t nt, int64_t in, int64_t out, int32_t r,
+                     float scale) {
+    float *fd = malloc(sizeof(float) * (size_t)n);
+    const float eps = 0.125f; /* a power of two: p ± eps is exact for |p| < 1 */
+    for (int64_t i = 0; i < n; i++) {
+        float save = p[i];
+        p[i] = save + eps;
+        double lp = lora_loss(x, mask, A, B, R, nt, in, out, r, scale);
+        p[i] = save - eps;
+        double lm = lora_loss(x, mask, A, B, R, nt, in, out, r, scale);
+        p[i] = save;
+        fd[i] = (float)((lp - lm) / (2 * eps));
+    }
+    CHECK_CLOSE(what, g, fd, (size_t)n, 2e-4, 2e-3);
+    free(fd);
+}
+
+static void test_fd(int with_mask) {
+    uint64_t rng = 42 + (uint64_t)with_mask;
+    const int64_t n = 7, in = 40, out = 24;
+    const int32_t r = 3;
+    const float scale = 2.5f, p = 0.3f;
+    float *x = malloc(sizeof(float) * n * in), *A = malloc(sizeof(float) * r * in), *B = malloc(sizeof(float) * out * r);
+    float *R = malloc(sizeof(float) * n * out), *mask = NULL;
+    fill(x, n * in, &rng, 1.0f);
+    fill(A, r * in, &rng, 0.3f);
+    fill(B, out * r, &rng, 0.3f);
+    fill(R, n * out, &rng, 1.0f);
+    if (with_mask) {
+        mask = malloc(sizeof(float) * n * in);
+        af_lora_dropout_mask(mask, 99, 1, AF_PROJ_V, 0, n, in, p);
+        int zeros = 0;
+        for (int64_t i = 0; i < n * in; i++) {
+            zeros += mask[i] == 0;
+            if (mask[i] != 0 && fabsf(mask[i] - 1 / (1 - p)) > 1e-6f) zeros = -100000;
+        }
+        CHECK(zeros > n * in * p * 0.6 && zeros < n * in * p * 1.4, "dropout mask: %d zeros of %lld (p = %.2f)", zeros,
+              (long long)(n * in), (double)p);
+        float *m2 = malloc(sizeof(float) * n * in);
+        af_lora_dropout_mask(m2, 99, 1, AF_PROJ_V, 3, n - 3, in, p);
+        CHECK(!memcmp(m2, mask + 3 * in, sizeof(float) * (size_t)((n - 3) * in)), "dropout mask rows keyed by token");
+        free(m2);
+    }
+    /* analytic */
+    float *y = calloc((size_t)(n * out), sizeof(float)), *xa = malloc(sizeof(float) * n * r);
+    float *dx = calloc((size_t)(n * in), sizeof(float)), *dA = calloc((size_t)(r * in), sizeof(float));
+    float *dB = calloc((size_t)(out * r), sizeof(float)), *tmp = malloc(sizeof(float) * (size_t)(n * (r + in)));
+    af_lora_forward(y, xa, x, mask, A, B, n, in, out, r, scale);
+    af_lora_backward(dx, dA, dB, tmp, R, x, xa, mask, A, B, n, in, out, r, scale);
+    char w[64];
+    snprintf(w, sizeof w, "lora dx (mask %d)", with_mask);
+    fd_group(w, x, dx, n * in, x, mask, A, B, R, n, in, out, r, scale);
+    snprintf(w, sizeof w, "lora dA (mask %d)", with_mask);
+    fd_group(w, A, dA, r * in, x, mask, A, B, R, n, in, out, r, scale);
+    snprintf(w, sizeof w, "lora dB (mask %d)", with_mask);
+    fd_group(w, B, dB, out * r, x, mask, A, B, R, n, in, out, r, scale);
+    /* backward adds into gradients */
+    af_lora_backward(dx, dA, dB, tmp, R, x, xa, mask, A, B, n, in, out, r, scale);
+    float *dB2 = malloc(sizeof(float) * out * r);
+    for (int64_t i = 0; i < out * r; i++) dB2[i] = 0.5f * dB[i];
+    float *dB1 = calloc((size_t)(out * r), sizeof(float));
+    af_lora_backward(NULL, dA, dB1, tmp, R, x, xa, mask, A, B, n, in, out, r, scale);
+    CHECK_CLOSE("lora backward accumulates", dB1, dB2, (size_t)(out * r), 1e-6, 1e-5);
+    free(dB2);
+    free(dB1);
+    free(x), free(A), free(B), free(R), free(mask), free(y), free(xa), free(dx), free(dA), free(dB), free(tmp);
+}
+
+static void test_merge(void) {
+    uint64_t rng = 7;
+    const int64_t in = 48, out = 20, n = 5;
+    const int32_t r = 4;
+    const float scale = 0.75f;
+    float *W = malloc(sizeof(float) * out * in), *W0 = malloc(sizeof(float) * out * in);
+    float *A = malloc(sizeof(float) * r * in), *B = malloc(sizeof(float) * out * r), *x = malloc(sizeof(float) * n * in);
+    fill(W, out * in, &rng, 0.5f);
+    fill(A, r * in, &rng, 0.5f);
+    fill(B, out * r, &rng, 0.5f);
+    fill(x, n * in, &rng, 1.0f);
+    memcpy(W0, W, sizeof(float) * out * in);
+    float *y1 = calloc((size_t)(n * out), sizeof(float)), *y2 = calloc((size_t)(n * out), sizeof(float));
+    float *xa = malloc(sizeof(float) * n * r);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t o = 0; o < out; o++) {
+            double s = 0;
+            for (int64_t i = 0; i < in; i++) s += (double)x[t * in + i] * W0[o * in + i];
+            y1[t * out + o] = (float)s;
+        }
+    af_lora_forward(y1, xa, x, NULL, A, B, n, in, out, r, scale);
+    af_lora_merge(W, A, B, in, out, r, scale, +1);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t o = 0; o < out; o++) {
+            double s = 0;
+            for (int64_t i = 0; i < in; i++) s += (double)x[t * in + i] * W[o * in + i];
+            y2[t * out + o] = (float)s;
+        }
+    CHECK_CLOSE("merged W gives x·Wᵀ + lora", y2, y1, (size_t)(n * out), 1e-5, 1e-5);
+    af_lora_merge(W, A, B, in, out, r, scale, -1);
+    CHECK_CLOSE("unmerge restores W", W, W0, (size_t)(out * in), 1e-6, 1e-6);
+    free(W), free(W0), free(A), free(B), free(x), free(y1), free(y2), free(xa);
+}
+
+static void test_targets(void) {
+    uint32_t m = 0;
+    CHECK(af_lora_parse_targets("qv", &m) == AF_OK && m == ((1u << AF_PROJ_Q) | (1u << AF_PROJ_V)), "qv");
+    CHECK(af_lora_parse_targets(NULL, &m) == AF_OK && m == ((1u << AF_PROJ_Q) | (1u << AF_PROJ_V)), "default qv");
+    CHECK(af_lora_parse_targets("qkv", &m) == AF_OK && m == 7u, "qkv");
+    CHECK(af_lora_parse_targets("all-linear", &m) == AF_OK && m == 127u, "all-linear");
+    CHECK(af_lora_parse_targets("o,gate, up ,down", &m) == AF_OK &&
+              m == ((1u << AF_PROJ_O) | (1u << AF_PROJ_GATE) | (1u << AF_PROJ_UP) | (1u << AF_PROJ_DOWN)),
+          "comma list with spaces");
+    CHECK(af_lora_parse_targets("q_proj,k_proj,down_proj", &m) == AF_OK &&
+              m == ((1u << AF_PROJ_Q) | (1u << AF_PROJ_K) | (1u << AF_PROJ_DOWN)),
+          "PEFT names");
+    af_status st = af_lora_parse_targets("q,foo", &m);
+    CHECK(st == AF_ERR_INVALID_ARG && strstr(af_last_error(), "'foo'"), "unknown target named: %s", af_last_error());
+    CHECK(af_lora_parse_targets("q,,v", &m) == AF_ERR_INVALID_ARG, "empty entry rejected");
+    CHECK(af_lora_parse_targets("qproj", &m) == AF_ERR_INVALID_ARG, "qproj rejected");
+    CHECK(!strcmp(af_proj_name(AF_PROJ_GATE), "gate_proj") && !strcmp(af_proj_name(AF_PROJ_DOWN), "down_proj"),
+          "proj names");
+}
+
+static void test_layout(void) {
+    tm_spec s = tm_default("llama", AF_TYPE_F32);
+    af_model *m = NULL;
+    if (!CHECK(tm_load(&s, &m) == AF_OK, "tiny model: %s", af_last_error())) return;
+    af_lora_config c = {4, 8.0f, 0.0f, 0, 0, 7};
+    af_param_layout lay;
+    CHECK(af_lora_parse_targets("all-linear", &c.targets) == AF_OK, "targets");
+    if (CHECK(af_param_layout_init(&lay, m, &c, 3) == AF_OK, "layout: %s", af_last_error())) {
+        CHECK(fabsf(lay.scale - 2.0f) < 1e-7f, "scale alpha/r");
+        /* every region disjoint, covering [0, n_total) exactly */
+        char *cover = calloc((size_t)lay.n_total, 1);
+        int ok = 1;
+        int64_t sum = 0;
+        for (int32_t l = 0; l < lay.n_layers; l++)
+            for (int p = 0; p < AF_PROJ_COUNT; p++) {
+                const af_lora_slot *sl = af_lora_slot_at(&lay, l, (af_proj)p);
+                int64_t offs[2] = {sl->a_off, sl->b_off}, lens[2] = {4 * sl->in, sl->out * 4};
+                for (int k = 0; k < 2; k++) {
+                    for (int64_t i = 0; i < lens[k]; i++) {
+                        if (offs[k] < 0 || offs[k] + i >= lay.n_lora || cover[offs[k] + i]) ok = 0;
+                        else cover[offs[k] + i] = 1;
+                    }
+                    sum += lens[k];
+                }
+            }
+        CHECK(sum == lay.n_lora, "LoRA part sums to n_lora (%lld vs %lld)", (long long)sum, (long long)lay.n_lora);
+        CHECK(lay.head_w_off == lay.n_lora && lay.head_b_off == lay.head_w_off + 3 * s.hidden &&
+                  lay.n_total == lay.head_b_off + 3,
+              "head after the adapters");
+        for (int64_t i = lay.n_lora; i < lay.n_total; i++) cover[i] = 1;
+        for (int64_t i = 0; i < lay.n_total; i++) ok &= cover[i];
+        CHECK(ok, "slots disjoint and covering");
+        const af_lora_slot *q = af_lora_slot_at(&lay, 1, AF_PROJ_Q), *dn = af_lora_slot_at(&lay, 1, AF_PROJ_DOWN);
+        CHECK(q->in == s.hidden && q->out == s.n_head * s.head_dim && dn->in == s.ffn && dn->out == s.hidden,
+              "slot shapes");
+        free(cover);
+        /* init: A uniform within bound, B zero, head W within bound, b zero; deterministic */
+        float *P = malloc(sizeof(float) * (size_t)lay.n_total), *P2 = malloc(sizeof(float) * (size_t)lay.n_total);
+        af_lora_init_params(&lay, P);
+        af_lora_init_params(&lay, P2);
+        CHECK(!memcmp(P, P2, sizeof(float) * (size_t)lay.n_total), "init deterministic");
+        const af_lora_slot *v = af_lora_slot_at(&lay, 0, AF_PROJ_V);
+        double mx = 0, mean = 0, bsum = 0;
+        for (int64_t i = 0; i < 4 * v->in; i++) {
+            mx = fmax(mx, fabs(P[v->a_off + i]));
+            mean += P[v->a_off + i];
+        }
+        for (int64_t i = 0; i < v->out * 4; i++) bsum += fabs(P[v->b_off + i]);
+        double bound = 1 / sqrt((double)v->in);
+        CHECK(mx <= bound && mx > 0.8 * bound && fabs(mean / (4 * v->in)) < 0.2 * bound && bsum == 0,
+              "A ~ U(-1/sqrt(in), 1/sqrt(in)) (max %.4f, bound %.4f), B = 0", mx, bound);
+        CHECK(memcmp(P + v->a_off, P + af_lora_slot_at(&lay, 1, AF_PROJ_V)->a_off, sizeof(float) * 8) != 0,
+              "layers get different A");
+        c.seed = 8;
+        af_param_layout lay2;
+        if (CHECK(af_param_layout_init(&lay2, m, &c, 3) == AF_OK, "layout 2")) {
+            af_lora_init_params(&lay2, P2);
+            CHECK(memcmp(P, P2, sizeof(float) * 16) != 0, "seed changes init");
+            af_param_layout_free(&lay2);
+        }
+        double hb = 0, hbias = 0;
+        for (int64_t i = 0; i < 3 * s.hidden; i++) hb = fmax(hb, fabs(P[lay.head_w_off + i]));
+        for (int i = 0; i < 3; i++) hbias += fabs(P[lay.head_b_off + i]);
+        CHECK(hb <= 1 / sqrt((double)s.hidden) && hb > 0 && hbias == 0, "head init");
+        free(P);
+        free(P2);
+        af_param_layout_free(&lay);
+    }
+    /* rsLoRA scale, qv-only layout */
+    af_lora_config c2 = {16, 16.0f, 0.1f, 1, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 1};
+    if (CHECK(af_param_layout_init(&lay, m, &c2, 0) == AF_OK, "qv layout")) {
+        CHECK(fabsf(lay.scale - 4.0f) < 1e-6f && lay.head_w_off == -1 && lay.n_total == lay.n_lora &&
+                  af_lora_slot_at(&lay, 0, AF_PROJ_K)->a_off == -1,
+              "rslora scale, no head, untargeted slot -1");
+        af_param_layout_free(&lay);
+    }
+    /* validation */
+    af_lora_config bad = c2;
+    bad.r = 0;
+    CHECK(af_param_layout_init(&lay, m, &bad, 2) == AF_ERR_INVALID_ARG, "r = 0 rejected");
+    bad.r = s.n_kv_head * s.head_dim + 1; /* > out of k/v... but only q,v targeted: v has out = kvd */
+    CHECK(af_param_layout_init(&lay, m, &bad, 2) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "v_proj"),
+          "r > min(in, out) rejected: %s", af_last_error());
+    bad = c2;
+    bad.alpha = 0;
+    CHECK(af_param_layout_init(&lay, m, &bad, 2) == AF_ERR_INVALID_ARG, "alpha 0 rejected");
+    bad = c2;
+    bad.dropout = 1.0f;
+    CHECK(af_param_layout_init(&lay, m, &bad, 2) == AF_ERR_INVALID_ARG, "dropout 1 rejected");
+    bad = c2;
+    bad.targets = 0;
+    CHECK(af_param_layout_init(&lay, m, &bad, 2) == AF_ERR_INVALID_ARG, "no target rejected");
+    af_model_free(m);
+}
+
+int main(void) {
+    test_fd(0);
+    test_fd(1);
+    test_merge();
+    test_targets();
+    test_layout();
+    return tl_finish("lora");
+}

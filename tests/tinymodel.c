@@ -1,0 +1,132 @@
+/* tinymodel.c — see tinymodel.h. */
+#include "tinymodel.h"
+
+#include "formats/gguf_write.h"
+#include "kernels/quant.h"
+#include "model/model.h"
+#include "testlib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+tm_spec tm_default(const char *arch, uint32_t wtype) {
+    tm_spec s;
+    memset(&s, 0, sizeof s);
+    s.arch = arch;
+    s.wtype = wtype;
+    s.vocab = 97;
+    s.n_layer = 2;
+    s.n_head = 4;
+    s.n_kv_head = 2;
+    s.window = 5;
+    s.seed = 1234;
+    if (af_type_block_size(wtype) >= 256) {
+        s.hidden = 256;
+        s.ffn = 256;
+        s.head_dim = 64;
+    } else {
+        s.hidden = 64;
+        s.ffn = 128;
+        s.head_dim = 16;
+    }
+    return s;
+}
+
+/* Add a [rows, cols] matrix of `type` with uniform random values (bound * wscale). */
+static af_status tm_matrix(af_gguf_writer *w, const char *name, uint32_t type, int64_t rows, int64_t cols,
+                           float bound, uint64_t *rng) {
+    size_t rb = af_row_bytes(type, cols);
+    if (!rb) return af_fail(AF_ERR_INVALID_ARG, "%s: %lld columns do not fit type %s", name, (long long)cols,
+                            af_type_name(type));
+    unsigned char *q = malloc(rb * (size_t)rows);
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    af_status st = (q && row) ? AF_OK : AF_ERR_NOMEM;
+    for (int64_t r = 0; st == AF_OK && r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++) row[i] = tl_rand_uniform(rng, -bound, bound);
+        if (!af_quantize_row(type, row, q + (size_t)r * rb, cols)) st = AF_ERR_UNSUPPORTED;
+    }
+    int64_t ne[2] = {cols, rows};
+    if (st == AF_OK) st = af_gguf_writer_add_tensor(w, name, type, 2, ne, q, rb * (size_t)rows);
+    free(q);
+    free(row);
+    return st;
+}
+
+static af_status tm_vector(af_gguf_writer *w, const char *name, int64_t n, uint64_t *rng) {
+    float *v = malloc(sizeof(float) * (size_t)n);
+    if (!v) return AF_ERR_NOMEM;
+    for (int64_t i = 0; i < n; i++) v[i] = 1.0f + tl_rand_uniform(rng, -0.2f, 0.2f);
+    int64_t ne[1] = {n};
+    af_status st = af_gguf_writer_add_tensor(w, name, AF_TYPE_F32, 1, ne, v, sizeof(float) * (size_t)n);
+    free(v);
+    return st;
+}
+
+af_status tm_write(const tm_spec *s, const char *path) {
+    af_gguf_writer *w;
+    af_status st = af_gguf_writer_new(&w);
+    if (st != AF_OK) return st;
+    const char *a = s->arch;
+    const int gem = !strcmp(a, "gemma3");
+    char k[128];
+    uint64_t rng = s->seed * 2654435761u + 17;
+    const int64_t H = s->hidden, F = s->ffn, qd = (int64_t)s->n_head * s->head_dim,
+                  kvd = (int64_t)s->n_kv_head * s->head_dim;
+#define KEY(x) (snprintf(k, sizeof k, "%s.%s", a, x), k)
+    af_gguf_writer_add_str(w, "general.architecture", a);
+    af_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)H);
+    af_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)s->n_layer);
+    af_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)F);
+    af_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)s->n_head);
+    af_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_kv_head);
+    af_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
+    af_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)s->head_dim);
+    af_gguf_writer_add_u32(w, KEY("context_length"), 256);
+    af_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    af_gguf_writer_add_f32(w, KEY("rope.freq_base"), gem ? 1000000.0f : 10000.0f);
+    if (gem) {
+        af_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)s->window);
+        af_gguf_writer_add_f32(w, KEY("rope.freq_base_swa"), 10000.0f);
+    }
+#undef KEY
+    /* embeddings: F32, std ~ 1 (llama) or 1/sqrt(H) (gemma3 scales them by sqrt(H)) */
+    st = tm_matrix(w, "token_embd.weight", AF_TYPE_F32, s->vocab, H, gem ? 1.7f / sqrtf((float)H) : 1.7f, &rng);
+    if (st == AF_OK) st = tm_vector(w, "output_norm.weight", H, &rng);
+    const float wb = 1.0f; /* bound multiplier on 1/sqrt(in) */
+    for (int l = 0; st == AF_OK && l < s->n_layer; l++) {
+        char n[96];
+#define NM(x) (snprintf(n, sizeof n, "blk.%d.%s", l, x), n)
+        st = tm_vector(w, NM("attn_norm.weight"), H, &rng);
+        if (st == AF_OK) st = tm_matrix(w, NM("attn_q.weight"), s->wtype, qd, H, wb / sqrtf((float)H), &rng);
+        if (st == AF_OK) st = tm_matrix(w, NM("attn_k.weight"), s->wtype, kvd, H, wb / sqrtf((float)H), &rng);
+        if (st == AF_OK) st = tm_matrix(w, NM("attn_v.weight"), s->wtype, kvd, H, wb / sqrtf((float)H), &rng);
+        if (st == AF_OK) st = tm_matrix(w, NM("attn_output.weight"), s->wtype, H, qd, wb / sqrtf((float)qd), &rng);
+        if (st == AF_OK) st = tm_vector(w, NM("ffn_norm.weight"), H, &rng);
+        if (st == AF_OK) st = tm_matrix(w, NM("ffn_gate.weight"), s->wtype, F, H, wb / sqrtf((float)H), &rng);
+        if (st == AF_OK) st = tm_matrix(w, NM("ffn_up.weight"), s->wtype, F, H, wb / sqrtf((float)H), &rng);
+        if (st == AF_OK) st = tm_matrix(w, NM("ffn_down.weight"), s->wtype, H, F, wb / sqrtf((float)F), &rng);
+        if (gem) {
+            if (st == AF_OK) st = tm_vector(w, NM("attn_q_norm.weight"), s->head_dim, &rng);
+            if (st == AF_OK) st = tm_vector(w, NM("attn_k_norm.weight"), s->head_dim, &rng);
+            if (st == AF_OK) st = tm_vector(w, NM("post_attention_norm.weight"), H, &rng);
+            if (st == AF_OK) st = tm_vector(w, NM("post_ffw_norm.weight"), H, &rng);
+        }
+#undef NM
+    }
+    if (st == AF_OK) st = af_gguf_writer_write_file(w, path);
+    af_gguf_writer_free(w);
+    return st;
+}
+
+af_status tm_load(const tm_spec *s, af_model **out) {
+    static int counter;
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/afinar_tiny_%ld_%d.gguf", (long)getpid(), counter++);
+    af_status st = tm_write(s, path);
+    if (st == AF_OK) st = af_model_load(path, out);
+    unlink(path);
+    return st;
+}

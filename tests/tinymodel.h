@@ -1,0 +1,36 @@
+/*
+ * tinymodel.h — tiny random transformers written as GGUF files, for engine and LoRA tests.
+ * Not built on its own: test files #include "tinymodel.c".
+ *
+ * The model has the tensors and keys model.c reads for "llama" or "gemma3" (FORMATS.md §3-§5):
+ * token_embd (F32), output_norm, and per layer attn_norm, attn_q/k/v/output, ffn_norm,
+ * ffn_gate/up/down (+ attn_q_norm, attn_k_norm, post_attention_norm, post_ffw_norm for gemma3),
+ * projection matrices quantized to `wtype` with af_quantize_row. No tokenizer (af_model_load
+ * accepts that). Weights: U(-1/sqrt(in), 1/sqrt(in)) * wscale; norm weights 1 + U(-0.2, 0.2).
+ */
+#ifndef AF_TINYMODEL_H
+#define AF_TINYMODEL_H
+
+#include "afinar.h"
+
+#include <stdint.h>
+
+typedef struct tm_spec {
+    const char *arch; /* "llama" or "gemma3" */
+    uint32_t wtype;   /* af_type of the projection matrices */
+    int hidden, ffn, n_head, n_kv_head, head_dim, n_layer, vocab;
+    int window;       /* gemma3 sliding window */
+    uint64_t seed;
+} tm_spec;
+
+/* Small defaults: hidden 64 / ffn 128 (or 256 / 256 with head_dim 64 when wtype is a K-quant). */
+tm_spec tm_default(const char *arch, uint32_t wtype);
+
+/* Write the model to `path`. Errors: as af_gguf_writer_*. */
+af_status tm_write(const tm_spec *s, const char *path);
+
+/* Write to a unique temporary file and load it; the file is removed after loading (the mapping
+ * stays valid). *out: free with af_model_free. */
+af_status tm_load(const tm_spec *s, af_model **out);
+
+#endif
