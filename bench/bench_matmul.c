@@ -11,6 +11,7 @@
  * Also prints, for n = 1, ||y_path - y_scalar|| / ||y_scalar|| (int8 activation error).
  */
 #include "core/core.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
@@ -87,8 +88,8 @@ int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     static const char *PATHS[] = {"scalar", "avx2", "avx512"};
     printf("cpu: %s\n", af_cpu_features());
-    printf("%-14s %-5s %-6s %-8s %3s %4s %10s %9s %8s %s\n", "shape", "type", "op", "path", "thr", "n",
-           "us", "GFLOP/s", "GB/s(w)", "rel-err-vs-scalar");
+    printf("%-14s %-5s %-6s %-8s %-4s %3s %4s %10s %9s %8s %s\n", "shape", "type", "op", "path", "mode",
+           "thr", "n", "us", "GFLOP/s", "GB/s(w)", "rel-err-vs-scalar");
     for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) {
         const shape *s = &SHAPES[si];
         uint8_t *w = make_w(s->type, s->out, s->in);
@@ -107,20 +108,29 @@ int main(int argc, char **argv) {
                 for (int p = 0; p < 3; p++) {
                     if (af_set_kernel_path(PATHS[p]) != AF_OK) continue;
                     if (p == 0 && (n > 1 || op)) continue; /* scalar: decode only */
-                    for (int th = 1; th <= 2; th++) {
+                    /* decode modes: f32 (fused, default), int8 activations, dot (dequant + dot) */
+                    static const char *MODES[] = {"f32", "int8", "dot"};
+                    int nmode = (n == 1 && !op && p > 0) ? 3 : 1;
+                    for (int th = 1; th <= 2; th++)
+                    for (int md = 0; md < nmode; md++) {
                         char label[128];
-                        snprintf(label, sizeof label, "%s %s %s %s th=%d n=%lld ", s->what, af_type_name(s->type),
-                                 op ? "dyw" : "xwt", PATHS[p], th, (long long)n);
+                        snprintf(label, sizeof label, "%s %s %s %s %s th=%d n=%lld ", s->what, af_type_name(s->type),
+                                 op ? "dyw" : "xwt", PATHS[p], MODES[md], th, (long long)n);
                         if (filter && !strstr(label, filter)) continue;
                         af_set_num_threads(th);
+                        af_matmul_set_int8_activations(md == 1);
+                        af_mm_set_fused_decode(md != 2);
                         double t = time_call(y, x, w, s->type, n, op ? s->in : in, op ? s->out : out, op);
+                        af_matmul_set_int8_activations(0);
+                        af_mm_set_fused_decode(1);
                         double e2 = 0, r2 = 0;
                         for (int64_t i = 0; i < n * out; i++) {
                             e2 += ((double)y[i] - yref[i]) * ((double)y[i] - yref[i]);
                             r2 += (double)yref[i] * yref[i];
                         }
-                        printf("%-14s %-5s %-6s %-8s %3d %4lld %10.1f %9.1f %8.1f %.2e\n", s->what,
-                               af_type_name(s->type), op ? "dyw" : "xwt", PATHS[p], th, (long long)n, t * 1e6,
+                        printf("%-14s %-5s %-6s %-8s %-4s %3d %4lld %10.1f %9.1f %8.1f %.2e\n", s->what,
+                               af_type_name(s->type), op ? "dyw" : "xwt", PATHS[p], nmode > 1 ? MODES[md] : "-",
+                               th, (long long)n, t * 1e6,
                                2.0 * (double)n * (double)s->in * (double)s->out / t * 1e-9, wbytes / t * 1e-9,
                                r2 > 0 ? sqrt(e2 / r2) : 0.0);
                         fflush(stdout);

@@ -30,6 +30,7 @@ import json
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -118,13 +119,28 @@ def llama_child(model, threads, n_gen):
     print(json.dumps(res))
 
 
+def run_child(cmd, **kw):
+    """subprocess.run that also returns the child's CPU share: (user+sys CPU s) / wall s.
+    With T busy threads an undisturbed run shows about T; much less means the machine was
+    busy (on few cores, spinning thread barriers then slow both engines badly)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return p, cpu / wall if wall > 0 else None
+
+
 def run_llama_rep(args):
     cmd = [sys.executable, os.path.abspath(__file__), "--child-llama", "--model", args.model,
            "--threads", str(args.threads), "--n-gen", str(args.n_gen)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    p, share = run_child(cmd)
     if p.returncode != 0:
         raise RuntimeError(f"llama.cpp child failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    res["cpu_share"] = share
+    return res
 
 
 def llama_info():
@@ -157,7 +173,7 @@ def afinar_cmd(args):
 
 def run_afinar_rep(cmd, threads):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    p, share = run_child(cmd, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"afinar failed (rc {p.returncode}): {' '.join(cmd[:4])} ...\n"
                            f"{p.stderr[-3000:]}")
@@ -169,6 +185,7 @@ def run_afinar_rep(cmd, threads):
     if out.startswith(PROMPT):  # if the CLI echoes the prompt, keep only the continuation
         out = out[len(PROMPT):]
     t["text"] = out
+    t["cpu_share"] = share
     return t
 
 
@@ -233,6 +250,10 @@ def main():
     ap.add_argument("--skip-afinar", action="store_true")
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--aim", type=float, default=0.8, help="decode ratio aim (report only)")
+    ap.add_argument("--wait-idle", type=float, default=0,
+                    help="wait up to this many seconds for the 1-min load average to drop "
+                         "below --idle-load before measuring")
+    ap.add_argument("--idle-load", type=float, default=None, help="default 0.5")
     ap.add_argument("--child-llama", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
 
@@ -256,6 +277,15 @@ def main():
     }
     if do_llama:
         info.update(llama_info())
+    if a.wait_idle > 0:
+        limit = a.idle_load if a.idle_load is not None else 0.5
+        t_end = time.time() + a.wait_idle
+        while os.getloadavg()[0] > limit and time.time() < t_end:
+            print(f"decode bench: waiting for the machine to be idle (load "
+                  f"{os.getloadavg()[0]:.2f} > {limit})", file=sys.stderr)
+            time.sleep(15)
+        info["loadavg_before"] = os.getloadavg()
+
     if do_afinar:
         info["afinar_version"] = afinar_version(a.afinar)
         acmd = afinar_cmd(a)
@@ -281,9 +311,10 @@ def main():
                                                 for x in L]},
            "afinar": {"runs": [{k: v for k, v in x.items() if k != "text"} for x in A]}}
     for name, runs, keys in (("llama_cpp", L, ("prompt_tps", "decode_tps", "prompt_tps_wall",
-                                              "decode_tps_wall", "prompt_tokens", "decode_tokens")),
+                                              "decode_tps_wall", "prompt_tokens", "decode_tokens",
+                                              "cpu_share")),
                              ("afinar", A, ("prompt_tps", "decode_tps", "prompt_tokens",
-                                           "decode_tokens"))):
+                                           "decode_tokens", "cpu_share"))):
         for k in keys:
             res[name]["median_" + k] = med(runs, k)
     ratio = {}
@@ -331,11 +362,14 @@ def main():
         f"Python loop they are {fmt(lm.get('median_prompt_tps_wall'))} (prompt) and "
         f"{fmt(lm.get('median_decode_tps_wall'))} (decode) tok/s. "
         "afinar tok/s are from its `--timings` line.",
+        "",
+        f"CPU share (CPU s / wall s of each child; about {a.threads} when undisturbed): "
+        f"llama.cpp {fmt(lm.get('median_cpu_share'), 2)}, afinar {fmt(am.get('median_cpu_share'), 2)}.",
     ]
     if info["loadavg_before"][0] > 0.5 * (os.cpu_count() or 1):
         md += ["", f"**Warning**: the machine was busy (load {info['loadavg_before'][0]:.1f} on "
                    f"{os.cpu_count()} cores) when the benchmark started; absolute numbers are "
-                   "unreliable, the ratio less so."]
+                   "unreliable and so is the ratio (threads that spin in barriers suffer most)."]
     if ratio["decode_tps"] is not None:
         ok = ratio["decode_tps"] >= a.aim
         md += ["", f"Aim decode >= {a.aim}x llama.cpp: **{'met' if ok else 'not met'}** "

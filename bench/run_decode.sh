@@ -6,7 +6,8 @@
 # Usage: bench/run_decode.sh [extra args for bench/decode_llamacpp.py]
 #   env: MODEL (models/SmolLM2-135M-Instruct.Q4_1.gguf), AFINAR (build/afinar),
 #        THREADS (2), REPS (3), NGEN (128), PY (python3 used to create .venv-bench),
-#        PRIO (-15: nice level of the measurement when allowed; 0 = leave as is)
+#        PRIO (-15: nice level of the measurement when allowed; 0 = leave as is),
+#        WAIT_IDLE (600: wait up to this many s for load < IDLE_LOAD (0.5) before measuring)
 # First run: creates .venv-bench and builds llama.cpp (10-30 min on 2 cores; log in
 # .venv-bench/llama_build.log). Later runs reuse it.
 set -euo pipefail
@@ -64,4 +65,5 @@ elif [ "$PRIO" != 0 ]; then
 fi
 echo "run_decode: load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 exec "${RUN[@]}" "$VPY" bench/decode_llamacpp.py --model "$MODEL" --afinar "$AFINAR" \
-  --threads "$THREADS" --reps "$REPS" --n-gen "$NGEN" --out bench/results "$@"
+  --threads "$THREADS" --reps "$REPS" --n-gen "$NGEN" --out bench/results \
+  --wait-idle "${WAIT_IDLE:-600}" --idle-load "${IDLE_LOAD:-0.5}" "$@"

@@ -58,6 +58,14 @@ static void usage(FILE *fp) {
             "  info FILE          describe a GGUF file: architecture, hyper-parameters, tokenizer, tensors\n"
             "  generate -m FILE -p TEXT [options]\n"
             "                     generate text (streams tokens; --temp 0 is greedy)\n"
+            "  train -m FILE --train DATA.jsonl -o DIR [options]\n"
+            "                     fine-tune a LoRA sequence classifier (checkpoints, best/, metrics.jsonl)\n"
+            "  check -m FILE --train DATA.jsonl [options]\n"
+            "                     data statistics and diagnostics of a training configuration (exit 1 on errors)\n"
+            "  eval -m FILE -a ADAPTER --data DATA.jsonl [--json OUT.json]\n"
+            "                     accuracy, macro-F1, per-class table, confusion matrix, calibration\n"
+            "  predict -m FILE -a ADAPTER [--input DATA.jsonl]\n"
+            "                     one JSON line per input text (stdin lines without --input)\n"
             "  version            print version and the CPU features detected\n"
             "\n"
             "Run 'afinar <command> --help' for the options of a command.\n",
@@ -80,6 +88,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
+    if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -14,5 +14,9 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo,
 
 int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
 
 #endif

@@ -37,6 +37,7 @@ static void help(void) {
            "  -c, --ctx N          context size (default: prompt + n-predict)\n"
            "  -t, --threads N      compute threads (default: all cores)\n"
            "      --kernel PATH    auto | scalar | avx2 | avx512 (default auto)\n"
+           "      --int8-act       int8 activations in decode (llama.cpp-style; faster, not exact)\n"
            "      --timings        print prompt and decode speed on stderr at the end\n"
            "      --echo           print the prompt before the generated text\n");
 }
@@ -47,7 +48,7 @@ int cmd_generate(int argc, char **argv) {
     long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42;
     double temp = 0.8, top_p = 0.95;
     int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8 };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},    {"n-predict", required_argument, 0, 'n'},
@@ -57,6 +58,7 @@ int cmd_generate(int argc, char **argv) {
         {"chat", no_argument, 0, O_CHAT},       {"system", required_argument, 0, O_SYSTEM},
         {"timings", no_argument, 0, O_TIMINGS}, {"kernel", required_argument, 0, O_KERNEL},
         {"echo", no_argument, 0, O_ECHO},       {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
+        {"int8-act", no_argument, 0, O_INT8},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -79,6 +81,7 @@ int cmd_generate(int argc, char **argv) {
         case O_KERNEL: kernel = optarg; break;
         case O_ECHO: echo = 1; break;
         case O_IGNORE_EOS: ignore_eos = 1; break;
+        case O_INT8: af_set_int8_activations(1); break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
         default: cli_error(C, "unknown option '%s' (see 'afinar generate --help')", argv[optind - 1]); return 2;

@@ -65,6 +65,11 @@ const char *af_cpu_features(void);
  * are refused with AF_ERR_UNSUPPORTED. Not thread-safe: call before any model work. */
 af_status af_set_kernel_path(const char *name);
 
+/* Single-token (decode) products with int8-quantized activations, as llama.cpp does: faster, but
+ * logits move by up to ~0.5 on SmolLM2 compared with exact f32 (greedy text can then differ from
+ * the reference stack). Off by default. Process-wide; set before any model work. */
+void af_set_int8_activations(int on);
+
 /* Number of threads used by compute kernels (OpenMP). n <= 0 selects all available cores.
  * Without OpenMP support compiled in, this is a no-op and kernels run on one thread. */
 void af_set_num_threads(int n);

@@ -358,5 +358,16 @@ int main(void) {
     test_packing("llama", AF_TYPE_Q4_1);
     test_packing("gemma3", AF_TYPE_Q4_K);
     test_errors();
+    /* the other kernel paths (scalar C, AVX2) on one model each */
+    const char *paths[2] = {"scalar", "avx2"};
+    for (int k = 0; k < 2; k++) {
+        if (af_set_kernel_path(paths[k]) != AF_OK) {
+            tl_skip("kernel path %s not available here", paths[k]);
+            continue;
+        }
+        test_model_type(k ? "gemma3" : "llama", AF_TYPE_Q4_K);
+        test_packing(k ? "llama" : "gemma3", AF_TYPE_Q4_1);
+    }
+    af_set_kernel_path("auto");
     return tl_finish("engine");
 }

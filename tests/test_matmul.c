@@ -224,6 +224,8 @@ static void test_types(void) {
         run_case(type, 1, big_in, 1536, &wi, &wf, &wd);
         run_case(type, 4, big_in, 576, &wi, &wf, &wd);
         run_case(type, 9, big_in, 576, &wi, &wf, &wd);
+        /* out >= 4*in: dyw streams rows with per-thread accumulators */
+        run_case(type, 17, bs == 256 ? 256 : 64, 1100, &wi, &wf, &wd);
         printf("%-5s worst err/tol: int8-decode %.3f (rel %.2e), f32 xwt %.3f (rel %.2e), "
                "dyw %.3f (rel %.2e)\n",
                af_type_name(type), wi.ratio, wi.rel, wf.ratio, wf.rel, wd.ratio, wd.rel);

@@ -1,6 +1,7 @@
 /* session.c — an inference session: KV cache for one sequence and batched evaluation. */
 #include "model/model.h"
 
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 
 #include <stdlib.h>
@@ -15,6 +16,8 @@ struct af_session {
     af_fwd_scratch s;
     float *logit_tmp; /* [vocab] when only the last logits are requested of a multi-chunk eval */
 };
+
+void af_set_int8_activations(int on) { af_matmul_set_int8_activations(on); }
 
 af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     if (!m || !out) return af_fail(AF_ERR_INVALID_ARG, "af_session_new: NULL argument");

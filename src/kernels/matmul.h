@@ -23,6 +23,14 @@ void af_matmul_xwt(float *y, const float *x, const void *w, uint32_t type, int64
 void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
                    int64_t out, int accumulate);
 
+/* Decode precision (n <= 4 tokens): when on, activations are quantized to int8 per 32-block and
+ * multiplied with integer dot products (llama.cpp's scheme: faster, relative error ~5e-3 per
+ * product, which moves logits by up to ~0.5 over 30 layers); when off (the default) decode uses
+ * f32 activations and is exact up to f32 rounding. Process-wide; not thread-safe to change while
+ * kernels run. */
+void af_matmul_set_int8_activations(int on);
+int af_matmul_int8_activations(void);
+
 /* Plain f32 GEMM helpers for activations and LoRA factors (row-major):
  * C[m, n] (+)= A[m, k] · B[n, k]ᵀ */
 void af_gemm_abt(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);

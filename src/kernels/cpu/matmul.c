@@ -13,8 +13,11 @@
  *  - n > AF_MM_DECODE_N: a tile of ops.nr rows x KC columns of W is dequantized once into a
  *    transposed f32 panel (stack, L1/L2) and reused for every token by the register-tiled
  *    micro-kernel ops.panel. Exact up to f32 rounding.
- * Threads: OpenMP over disjoint output tiles (rows of y for xwt, columns of dx for dyw), so no
- * two threads write the same cache line except at tile edges, which are written by one thread.
+ * af_matmul_dyw dequantizes 32 KiB tiles of W and runs the same micro-kernel with P = W rows:
+ * split over column chunks of dx (each thread owns its columns), or, for n <= 4 or out >= 4*in,
+ * over row ranges of W streamed sequentially into per-thread dx copies summed at the end.
+ * Threads: OpenMP over disjoint output tiles (rows of y for xwt, columns of dx for dyw); the
+ * f32 GEMMs also split tokens when there are too few column panels.
  */
 #include "kernels/matmul.h"
 
@@ -71,7 +74,7 @@ static void dot_scalar(int64_t n, int64_t k, const float *x, int64_t ldx, const 
     }
 }
 
-static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, dot_scalar, NULL};
+static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, dot_scalar, NULL, NULL};
 
 static const af_mm_ops *ops_get(void) {
 #if defined(__x86_64__)
@@ -143,6 +146,28 @@ MM_OMP(omp parallel for schedule(static) num_threads(nth))
         }
         for (int64_t t = 0; t < n; t++) y[t * out + o] = accumulate ? y[t * out + o] + acc[t] : acc[t];
     }
+}
+
+/* f32 decode with in-register dequantization (ops.decode_f32); false if the path or type has
+ * none. Rows are split into RB-row blocks, contiguous per thread (schedule static), so each
+ * thread streams one range of W. */
+static int g_fused_decode = 1;
+void af_mm_set_fused_decode(int on) { g_fused_decode = on != 0; }
+
+static bool xwt_decode_f32(const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
+                           uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
+    if (!g_fused_decode || !ops->decode_f32 || !ops->decode_f32(type, w, (int64_t)rb, 0, 0, x, in, n, y, out, accumulate))
+        return false;
+    const int64_t RB = 16;
+    int64_t nblk = (out + RB - 1) / RB;
+    int nth = threads_for((double)n * in * out);
+    (void)nth;
+MM_OMP(omp parallel for schedule(static) num_threads(nth))
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t o1 = (b + 1) * RB < out ? (b + 1) * RB : out;
+        ops->decode_f32(type, w, (int64_t)rb, b * RB, o1, x, in, n, y, out, accumulate);
+    }
+    return true;
 }
 
 /* Integer decode path; false if not available (allocation failure or unsupported type). */
@@ -233,6 +258,12 @@ MM_OMP(omp parallel for schedule(static) num_threads(nth))
 
 /* ---------------------------------------------------------------- public API */
 
+/* Off by default: decode products are then exact up to f32 rounding, like the tile path. */
+static int g_int8_act;
+
+void af_matmul_set_int8_activations(int on) { g_int8_act = on != 0; }
+int af_matmul_int8_activations(void) { return g_int8_act; }
+
 void af_matmul_xwt(float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
                    int64_t out, int accumulate) {
     if (n <= 0 || out <= 0) return;
@@ -243,13 +274,57 @@ void af_matmul_xwt(float *y, const float *x, const void *w, uint32_t type, int64
     const af_mm_ops *ops = ops_get();
     size_t rb = af_row_bytes(type, in);
     if (n <= AF_MM_DECODE_N) {
-        if (ops->decode && is_block_type(type) &&
+        if (g_int8_act && ops->decode && is_block_type(type) &&
             xwt_decode(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate))
             return;
+        if (xwt_decode_f32(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate)) return;
         xwt_dot(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
         return;
     }
     xwt_tiles(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
+}
+
+/* dyw split over rows of W: each thread streams a contiguous range of rows (sequential reads of
+ * W, good for many rows or few tokens) into a private dx copy; the copies are summed at the end.
+ * False on allocation failure. */
+static bool dyw_rows(const af_mm_ops *ops, float *dx, const float *dy, const uint8_t *w,
+                     uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
+    const int NR = ops->nr;
+    const int64_t RB = 32, CW = 256; /* 32 KiB dequantized tile */
+    int nth = threads_for((double)n * in * out);
+    size_t per = (size_t)(n * in);
+    float *priv = NULL;
+    if (nth > 1 && !(priv = af_malloc_aligned((size_t)(nth - 1) * per * sizeof(float)))) return false;
+    int64_t nrb = (out + RB - 1) / RB;
+    MM_OMP(omp parallel num_threads(nth))
+    {
+        float buf[RB * CW] __attribute__((aligned(64)));
+        int tid = AF_OMP_THREAD_NUM(), nt = AF_OMP_NUM_THREADS();
+        float *dst = tid == 0 ? dx : priv + (size_t)(tid - 1) * per;
+        if (tid != 0 || !accumulate) memset(dst, 0, per * sizeof(float));
+        for (int64_t b = nrb * tid / nt; b < nrb * (tid + 1) / nt; b++) {
+            int64_t o0 = b * RB, ob = out - o0 < RB ? out - o0 : RB;
+            for (int64_t k0 = 0; k0 < in; k0 += CW) {
+                int64_t kc = in - k0 < CW ? in - k0 : CW;
+                ops->dequant(type, w, (int64_t)rb, o0, ob, k0, kc, buf, kc);
+                for (int64_t p0 = 0; p0 < kc; p0 += NR) {
+                    int nr = (int)(kc - p0 < NR ? kc - p0 : NR);
+                    ops->panel(n, ob, dy + o0, out, 1, buf + p0, kc, nr, dst + k0 + p0, in, 1);
+                }
+            }
+        }
+        if (nt > 1) {
+            MM_OMP(omp barrier)
+            MM_OMP(omp for schedule(static))
+            for (int64_t i = 0; i < (int64_t)per; i++) {
+                float v = dx[i];
+                for (int j = 0; j < nt - 1; j++) v += priv[(size_t)j * per + (size_t)i];
+                dx[i] = v;
+            }
+        }
+    }
+    af_free_aligned(priv);
+    return true;
 }
 
 void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
@@ -271,6 +346,10 @@ void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int
     if (nchunk < 2 * nth) mb = ((n + nth - 1) / nth + 7) / 8 * 8;
     int64_t ntb = (n + mb - 1) / mb;
     const uint8_t *wb = (const uint8_t *)w;
+    /* few tokens or many rows: stream W rows (private accumulators) instead of column chunks */
+    if ((n <= AF_MM_DECODE_N || out >= 4 * in) && (double)n * in * nth <= 4e6 &&
+        dyw_rows(ops, dx, dy, wb, type, n, in, out, rb, accumulate))
+        return;
 MM_OMP(omp parallel for schedule(static) num_threads(nth))
     for (int64_t idx = 0; idx < nchunk * ntb; idx++) {
         float buf[8192] __attribute__((aligned(64)));

@@ -88,7 +88,7 @@ static AF_MM_TARGET void panel256(int64_t m, int64_t k, const float *x, int64_t 
     mk256_f(0, m, k, x, sxt, sxk, p, spk, m0, m1, c, ldc, accumulate);
 }
 
-const af_mm_ops af_mm_ops_avx2 = {16, panel256, mm_dequant, mm_dot, mm_decode};
+const af_mm_ops af_mm_ops_avx2 = {16, panel256, mm_dequant, mm_dot, mm_decode, NULL};
 
 #else
 typedef int af_matmul_avx2_empty; /* ISO C forbids an empty translation unit */

@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_unpack.h"
+#include <stdlib.h>
 
 /* C[0..mr)[0..32) (+)= X[0..mr)[0..k) · P[0..k)[0..32); nh = number of 16-wide halves in use. */
 AF_MM_INLINE void mk512(int mr, int nh, int64_t k, const float *x, int64_t sxt, int64_t sxk,
@@ -85,7 +86,245 @@ static AF_MM_TARGET bool decode512(uint32_t type, const uint8_t *w, int64_t rb, 
     return mm_decode(type, w, rb, o0, o1, xq, n, y, ldy, acc);
 }
 
-const af_mm_ops af_mm_ops_avx512 = {32, panel512, mm_dequant, mm_dot, decode512};
+/* ---------------------------------------------------------------- f32 decode (ops.decode_f32) */
+
+/* Weights are dequantized in registers to exactly the f32 values of af_dequantize_row (each is
+ * u*s + c with u*s exact, rounded once) and multiplied-added with f32 x: the result is the
+ * dequantize-then-multiply product up to f32 accumulation rounding. Two weight rows are done at
+ * once (R = 2) so every x vector loaded from L1 serves both; per (row, token) two accumulators
+ * alternate to hide the FMA latency. */
+
+/* 16 f32 table entries u*s + c for u = 0..15: the dequantized values of a 4-bit group. */
+AF_MM_INLINE __m512 f5_tab(float s, float c) {
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_fmadd_ps(iota, _mm512_set1_ps(s), _mm512_set1_ps(c));
+}
+
+/* The 32 values of one 32-block (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) as two zmm.
+ * Q4_0/Q4_1: the 16 packed bytes are widened to dwords once; vpermps reads only the low 4 bits
+ * of each index, so byte q gives tab[q & 15] and q >> 4 gives tab[q >> 4] without masking. */
+AF_MM_INLINE void f5_w32(uint32_t t, const uint8_t *blk, __m512 *w0, __m512 *w1) {
+    if (t == AF_TYPE_Q4_0 || t == AF_TYPE_Q4_1) {
+        float s, c;
+        if (t == AF_TYPE_Q4_1) {
+            uint32_t dm;
+            memcpy(&dm, blk, 4);
+            __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+            s = _mm_cvtss_f32(v);
+            c = _mm_cvtss_f32(_mm_movehdup_ps(v));
+        } else {
+            s = mm_h(blk);
+            c = -8.f * s;
+        }
+        __m512 tab = f5_tab(s, c);
+        __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + (t == AF_TYPE_Q4_1 ? 4 : 2))));
+        *w0 = _mm512_permutexvar_ps(idx, tab);
+        *w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), tab);
+        return;
+    }
+    if (t == AF_TYPE_Q5_0 || t == AF_TYPE_Q5_1) {
+        /* 5-bit u = nibble + 16 * (bit of qh): the nibble picks from tab(u < 16) and the lanes
+         * whose qh bit is set are re-picked from tab(u >= 16) (vpermps with a write mask). */
+        float s, c;
+        if (t == AF_TYPE_Q5_1) {
+            uint32_t dm;
+            memcpy(&dm, blk, 4);
+            __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+            s = _mm_cvtss_f32(v);
+            c = _mm_cvtss_f32(_mm_movehdup_ps(v));
+        } else {
+            s = mm_h(blk);
+            c = -16.f * s;
+        }
+        const int o = t == AF_TYPE_Q5_1 ? 4 : 2;
+        uint32_t qh;
+        memcpy(&qh, blk + o, 4);
+        __m512 lo = f5_tab(s, c), hi = f5_tab(s, c + 16.f * s);
+        if (t == AF_TYPE_Q5_1) /* (u+16)*s + m rounded once, as af_dequantize_row */
+            hi = _mm512_fmadd_ps(_mm512_add_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                                              14, 15), _mm512_set1_ps(16.f)),
+                                 _mm512_set1_ps(s), _mm512_set1_ps(c));
+        __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + o + 4)));
+        __m512i idx1 = _mm512_srli_epi32(idx, 4);
+        *w0 = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(idx, lo), (__mmask16)qh, idx, hi);
+        *w1 = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(idx1, lo), (__mmask16)(qh >> 16), idx1, hi);
+        return;
+    }
+    float s[2], b[2];
+    mm_prep(t, blk, s, b);
+    const float c = b[0] - (float)mm_off(t) * s[0];
+    __m256i u = mm_unpack(t, blk, 0);
+    __m128i h0 = _mm256_castsi256_si128(u), h1 = _mm256_extracti128_si256(u, 1);
+    __m512i v0 = mm_signed(t) ? _mm512_cvtepi8_epi32(h0) : _mm512_cvtepu8_epi32(h0);
+    __m512i v1 = mm_signed(t) ? _mm512_cvtepi8_epi32(h1) : _mm512_cvtepu8_epi32(h1);
+    __m512 vs = _mm512_set1_ps(s[0]), vc = _mm512_set1_ps(c);
+    *w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v0), vs, vc);
+    *w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v1), vs, vc);
+}
+
+/* Values 64h .. 64h+63 (chunks 2h, 2h+1) of a 256-value K-quant super-block as four zmm, with
+ * s/b its per-16-group scales and biases (mm_prep). Q4_K: 32 packed bytes hold chunk 2h in the
+ * low and chunk 2h+1 in the high nibbles, one table each. */
+AF_MM_INLINE void f5_w256(uint32_t t, const uint8_t *blk, int h, const float *s, const float *b, __m512 *W) {
+    if (t == AF_TYPE_Q4_K) {
+        const uint8_t *qs = blk + 16 + 32 * h;
+        __m512i i0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+        __m512i i1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16)));
+        __m512 t0 = f5_tab(s[4 * h], b[4 * h]), t1 = f5_tab(s[4 * h + 2], b[4 * h + 2]);
+        W[0] = _mm512_permutexvar_ps(i0, t0);
+        W[1] = _mm512_permutexvar_ps(i1, t0);
+        W[2] = _mm512_permutexvar_ps(_mm512_srli_epi32(i0, 4), t1);
+        W[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(i1, 4), t1);
+        return;
+    }
+    const float O = (float)mm_off(t);
+    for (int jj = 0; jj < 2; jj++) {
+        const int j = 2 * h + jj;
+        __m256i u = mm_unpack(t, blk, j);
+        __m512i v0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(u));
+        __m512i v1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(u, 1));
+        W[2 * jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v0), _mm512_set1_ps(s[2 * j]),
+                                    _mm512_set1_ps(b[2 * j] - O * s[2 * j]));
+        W[2 * jj + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v1), _mm512_set1_ps(s[2 * j + 1]),
+                                        _mm512_set1_ps(b[2 * j + 1] - O * s[2 * j + 1]));
+    }
+}
+
+/* acc[r][i][v & 1] += W[r][v] * x[i][k + 16v .. +16) for r < R, i < nt, v < nv. */
+AF_MM_INLINE void f5_fma(int R, int nt, int nv, __m512 acc[2][AF_MM_DECODE_N][2], __m512 W[2][4],
+                         const float *x, int64_t in, int64_t k) {
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            __m512 xv = _mm512_loadu_ps(x + i * in + k + 16 * v);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) acc[r][i][v & 1] = _mm512_fmadd_ps(W[r][v], xv, acc[r][i][v & 1]);
+        }
+}
+
+/* y rows o .. o+R-1 (R = 1 or 2) for nt tokens of a quantized type (compile-time constants). */
+AF_MM_INLINE void f5_quant(uint32_t t, int R, int nt, const uint8_t *w, int64_t rb, int64_t o,
+                           const float *x, int64_t in, float *y, int64_t ldy, int accumulate) {
+    const int bs = mm_bs(t), bb = mm_bb(t);
+    __m512 acc[2][AF_MM_DECODE_N][2], W[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < nt; i++) acc[r][i][0] = acc[r][i][1] = _mm512_setzero_ps();
+    if (bs == 32) {
+        int64_t k = 0;
+        for (; k + 64 <= in; k += 64) {
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                const uint8_t *blk = w + (o + r) * rb + (k >> 5) * bb;
+                f5_w32(t, blk, &W[r][0], &W[r][1]);
+                f5_w32(t, blk + bb, &W[r][2], &W[r][3]);
+            }
+            f5_fma(R, nt, 4, acc, W, x, in, k);
+        }
+        if (k < in) {
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) f5_w32(t, w + (o + r) * rb + (k >> 5) * bb, &W[r][0], &W[r][1]);
+            f5_fma(R, nt, 2, acc, W, x, in, k);
+        }
+    } else {
+        float s[2][16], b[2][16];
+        for (int64_t k = 0; k < in; k += 256) {
+            const uint8_t *blk[2];
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                blk[r] = w + (o + r) * rb + (k >> 8) * bb;
+                mm_prep(t, blk[r], s[r], b[r]);
+            }
+#pragma GCC unroll 4
+            for (int h = 0; h < 4; h++) {
+#pragma GCC unroll 2
+                for (int r = 0; r < R; r++) f5_w256(t, blk[r], h, s[r], b[r], W[r]);
+                f5_fma(R, nt, 4, acc, W, x, in, k + 64 * h);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < nt; i++) {
+            float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][i][0], acc[r][i][1]));
+            float *yo = y + i * ldy + o + r;
+            *yo = accumulate ? *yo + v : v;
+        }
+}
+
+/* 16 f32 weights of an F32 / F16 / BF16 row from element k; m selects the valid lanes. */
+AF_MM_INLINE __m512 f5_flt(uint32_t t, const uint8_t *row, int64_t k, __mmask16 m) {
+    if (t == AF_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)(const void *)row + k);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)(const void *)row + k);
+    if (t == AF_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* y row o for nt tokens of an F32 / F16 / BF16 matrix (any `in`, masked tail). */
+AF_MM_INLINE void f5_float(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64_t o, const float *x,
+                           int64_t in, float *y, int64_t ldy, int accumulate) {
+    const uint8_t *row = w + o * rb;
+    __m512 acc[AF_MM_DECODE_N][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < in; k += 32) {
+        __mmask16 m0 = (__mmask16)(in - k >= 16 ? 0xFFFF : (1u << (in - k)) - 1);
+        __mmask16 m1 = (__mmask16)(in - k >= 32 ? 0xFFFF : in - k > 16 ? (1u << (in - k - 16)) - 1 : 0);
+        __m512 w0 = f5_flt(t, row, k, m0), w1 = f5_flt(t, row, k + 16, m1);
+#pragma GCC unroll 4
+        for (int i = 0; i < nt; i++) {
+            acc[i][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, x + i * in + k), acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, x + i * in + k + 16), acc[i][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++) {
+        float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+        y[i * ldy + o] = accumulate ? y[i * ldy + o] + v : v;
+    }
+}
+
+AF_MM_INLINE void f5_rows(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1,
+                          const float *x, int64_t in, float *y, int64_t ldy, int acc) {
+    int64_t o = o0;
+    if (t == AF_TYPE_F32 || t == AF_TYPE_F16 || t == AF_TYPE_BF16) {
+        for (; o < o1; o++) f5_float(t, nt, w, rb, o, x, in, y, ldy, acc);
+        return;
+    }
+    for (; o + 2 <= o1 && getenv("R1") == NULL; o += 2) f5_quant(t, 2, nt, w, rb, o, x, in, y, ldy, acc);
+    if (o < o1) f5_quant(t, 1, nt, w, rb, o, x, in, y, ldy, acc);
+}
+
+AF_MM_INLINE void f5_n(uint32_t t, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, const float *x,
+                       int64_t in, int64_t n, float *y, int64_t ldy, int acc) {
+    switch (n) {
+    case 1: f5_rows(t, 1, w, rb, o0, o1, x, in, y, ldy, acc); break;
+    case 2: f5_rows(t, 2, w, rb, o0, o1, x, in, y, ldy, acc); break;
+    case 3: f5_rows(t, 3, w, rb, o0, o1, x, in, y, ldy, acc); break;
+    default: f5_rows(t, 4, w, rb, o0, o1, x, in, y, ldy, acc); break;
+    }
+}
+
+/* ops.decode_f32 (matmul_internal.h): F32/F16/BF16 and every block type of matmul_unpack.h. */
+static AF_MM_TARGET bool decode_f32_512(uint32_t type, const uint8_t *w, int64_t rb, int64_t o0,
+                                        int64_t o1, const float *x, int64_t in, int64_t n, float *y,
+                                        int64_t ldy, int acc) {
+    if (n < 1 || n > AF_MM_DECODE_N) return false;
+    switch (type) {
+#define F5(T) case T: f5_n(T, w, rb, o0, o1, x, in, n, y, ldy, acc); break;
+        F5(AF_TYPE_F32) F5(AF_TYPE_F16) F5(AF_TYPE_BF16)
+        F5(AF_TYPE_Q4_0) F5(AF_TYPE_Q4_1) F5(AF_TYPE_Q5_0) F5(AF_TYPE_Q5_1) F5(AF_TYPE_Q8_0)
+        F5(AF_TYPE_Q2_K) F5(AF_TYPE_Q3_K) F5(AF_TYPE_Q4_K) F5(AF_TYPE_Q5_K) F5(AF_TYPE_Q6_K)
+#undef F5
+    default: return false;
+    }
+    return true;
+}
+
+const af_mm_ops af_mm_ops_avx512 = {32, panel512, mm_dequant, mm_dot, decode512, decode_f32_512};
 
 #else
 typedef int af_matmul_avx512_empty; /* ISO C forbids an empty translation unit */

@@ -14,7 +14,12 @@
  *  - dot:     f32 dot products of one (dequantized) weight row with n <= AF_MM_DECODE_N tokens.
  *  - decode:  y[t*ldy + o] (+)= sum_k x[t, k] * W[o, k] for o in [o0, o1), t < n <= AF_MM_DECODE_N,
  *             from int8-quantized activations (af_mm_xq below) and integer dot products; NULL if
- *             the path has none (the driver then uses the f32 tile path).
+ *             the path has none (the driver then uses the f32 tile path). Opt-in only
+ *             (af_matmul_set_int8_activations).
+ *  - decode_f32: the same product from f32 activations x[t*in + k], exact up to f32 rounding:
+ *             each weight chunk is dequantized in registers to the same f32 values as
+ *             af_dequantize_row and multiplied-added in f32 (no int8 rounding of x). NULL, or
+ *             false for an unsupported type, sends the driver to the dequant + dot fallback.
  */
 #ifndef AF_MATMUL_INTERNAL_H
 #define AF_MATMUL_INTERNAL_H
@@ -48,7 +53,14 @@ typedef struct af_mm_ops {
     /* Returns false when it does not handle `type` (the driver falls back to the tile path). */
     bool (*decode)(uint32_t type, const uint8_t *w, int64_t row_bytes, int64_t o0, int64_t o1,
                    const af_mm_xq *xq, int64_t n, float *y, int64_t ldy, int accumulate);
+    /* x: [n, in] f32 row-major, n in 1..AF_MM_DECODE_N; W rows of row_bytes bytes. */
+    bool (*decode_f32)(uint32_t type, const uint8_t *w, int64_t row_bytes, int64_t o0, int64_t o1,
+                       const float *x, int64_t in, int64_t n, float *y, int64_t ldy, int accumulate);
 } af_mm_ops;
+
+/* Tests and benchmarks only: off sends f32 decode to the dequant + dot fallback (xwt_dot) even
+ * where ops.decode_f32 exists, to compare the two. On by default. Not thread-safe. */
+void af_mm_set_fused_decode(int on);
 
 #if defined(__x86_64__)
 extern const af_mm_ops af_mm_ops_avx2;

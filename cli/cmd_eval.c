@@ -1,0 +1,133 @@
+/* afinar eval — accuracy, macro-F1, per-class precision/recall/F1/support, confusion matrix and
+ * calibration (ECE) of a trained adapter on labelled JSONL data; text to stdout, JSON to a file. */
+#include "cli.h"
+
+#include "core/fsutil.h"
+#include "formats/jsonl.h"
+#include "train/trainer.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void help(void) {
+    printf("usage: afinar eval -m MODEL.gguf -a ADAPTER_DIR --data FILE.jsonl [options]\n"
+           "\n"
+           "  -m, --model FILE       GGUF base model (with its tokenizer)\n"
+           "  -a, --adapter DIR      adapter directory written by 'afinar train' (OUT/best, OUT/final, a checkpoint)\n"
+           "      --data FILE        labelled JSONL ({\"input\": ..., \"label\": ...} or \"labels\": [...])\n"
+           "      --text-field NAME  JSON field with the text (default input)\n"
+           "      --label-field NAME JSON field with the label(s) (default label / labels)\n"
+           "      --batch N          samples per forward batch (default 16)\n"
+           "      --json FILE        also write the metrics as JSON\n"
+           "  -t, --threads N        compute threads (default: all cores)\n");
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *C = "eval";
+    const char *model_path = NULL, *adapter = NULL, *data = NULL, *json_out = NULL, *text_field = NULL,
+               *label_field = NULL;
+    long batch = 16, threads = 0;
+    enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},        {"adapter", required_argument, 0, 'a'},
+        {"data", required_argument, 0, O_DATA},      {"json", required_argument, 0, O_JSON},
+        {"batch", required_argument, 0, O_BATCH},    {"text-field", required_argument, 0, O_TEXT},
+        {"label-field", required_argument, 0, O_LABEL}, {"threads", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:a:t:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model_path = optarg; break;
+        case 'a': adapter = optarg; break;
+        case O_DATA: data = optarg; break;
+        case O_JSON: json_out = optarg; break;
+        case O_TEXT: text_field = optarg; break;
+        case O_LABEL: label_field = optarg; break;
+        case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &batch)) return 2; break;
+        case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
+        case 'h': help(); return 0;
+        case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
+        default: cli_error(C, "unknown option '%s' (see 'afinar eval --help')", argv[optind - 1]); return 2;
+        }
+    }
+    if (optind < argc) {
+        cli_error(C, "unexpected argument '%s'", argv[optind]);
+        return 2;
+    }
+    if (!model_path || !adapter || !data) {
+        cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : !adapter ? "-a ADAPTER_DIR" : "--data FILE.jsonl");
+        return 2;
+    }
+    af_set_num_threads((int)threads);
+    int rc = 1;
+    af_classifier *c = NULL;
+    af_corpus *corp = NULL;
+    af_dataset *ds = NULL;
+    float *probs = NULL;
+    af_metrics *m = NULL;
+    char *js = NULL;
+    af_status st = af_classifier_load(model_path, NULL, adapter, &c);
+    if (st != AF_OK) goto fail;
+    const af_tokenizer *tok = af_model_tokenizer(c->model);
+    if (!tok) {
+        cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);
+        goto done;
+    }
+    af_corpus_opts co;
+    af_corpus_opts_init(&co);
+    co.text_field = text_field;
+    co.label_field = label_field;
+    co.label_names = (const char *const *)c->label_names;
+    co.n_label_names = c->label_names ? c->num_classes : 0;
+    co.num_classes = c->num_classes;
+    st = af_corpus_read(data, &co, &corp);
+    if (st != AF_OK) goto fail;
+    if (corp->multi_label != c->multi_label) {
+        cli_error(C, "%s: the data are %s but the adapter is %s", data, corp->multi_label ? "multi-label" : "single-label",
+                  c->multi_label ? "multi-label" : "single-label");
+        goto done;
+    }
+    st = af_dataset_build(corp, tok, c->max_seq_len, &ds);
+    if (st != AF_OK) goto fail;
+    probs = malloc(sizeof(float) * (size_t)ds->n * (size_t)c->num_classes);
+    if (!probs) {
+        cli_error(C, "out of memory");
+        goto done;
+    }
+    st = af_classifier_probs(c, ds, (int32_t)batch, probs);
+    if (st == AF_OK) st = af_eval_metrics(ds, probs, &m);
+    if (st != AF_OK) goto fail;
+    printf("%s on %s (%d samples)\n", adapter, data, ds->n);
+    af_metrics_print(m, (const char *const *)c->label_names, stdout);
+    if (json_out) {
+        cJSON *j = af_metrics_to_json(m, (const char *const *)c->label_names);
+        if (j) {
+            cJSON_AddStringToObject(j, "data", data);
+            cJSON_AddStringToObject(j, "adapter", adapter);
+            js = cJSON_Print(j);
+            cJSON_Delete(j);
+        }
+        if (!js) {
+            cli_error(C, "out of memory");
+            goto done;
+        }
+        st = af_write_file_atomic(json_out, js, strlen(js));
+        if (st != AF_OK) goto fail;
+    }
+    rc = 0;
+    goto done;
+fail:
+    rc = cli_fail(C, st);
+done:
+    free(js);
+    af_metrics_free(m);
+    free(probs);
+    af_dataset_free(ds);
+    af_corpus_free(corp);
+    af_classifier_free(c);
+    return rc;
+}

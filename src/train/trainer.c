@@ -1,0 +1,343 @@
+/* trainer.c — trainer setup: options, model, data, split, statistics, class weights, plan,
+ * memory estimate, diagnostics and the pre-training report (see trainer.h). */
+#include "train/trainer_internal.h"
+
+#include "formats/jsonl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void af_trainer_opts_defaults(af_trainer_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->targets = "qv";
+    o->lora_r = 16;
+    o->lora_alpha = 32;
+    o->lora_dropout = 0.05;
+    o->pooling = AF_POOL_MEAN;
+    o->lr = 2e-4;
+    o->schedule = AF_SCHED_COSINE;
+    o->warmup_steps = -1;
+    o->warmup_ratio = 0.06;
+    o->epochs = 1;
+    o->batch = 8;
+    o->grad_accum = 2;
+    o->max_grad_norm = 1.0;
+    o->weight_decay = 0.01;
+    o->seed = 42;
+    o->max_seq_len = 256;
+    o->save_total_limit = 2;
+    o->max_nonfinite = 5;
+    o->progress_tty = -1;
+    o->plot = 1;
+}
+
+void af_trainer_free(af_trainer *t) {
+    if (!t) return;
+    af_dataset_free(t->train_owned);
+    af_dataset_free(t->val_owned);
+    if (t->label_names) af_labels_free(t->label_names, t->num_classes);
+    if (t->have_st_train) af_data_stats_free(&t->st_train);
+    if (t->have_st_val) af_data_stats_free(&t->st_val);
+    if (t->have_lay) af_param_layout_free(&t->lay);
+    free(t->class_w);
+    af_diag_list_free(&t->diags);
+    af_model_free(t->model_owned);
+    free(t);
+}
+
+static af_status copy_names(char ***dst, char *const *src, int32_t n) {
+    *dst = af_calloc((size_t)n, sizeof(char *));
+    if (!*dst) return af_fail(AF_ERR_NOMEM, "trainer: out of memory");
+    for (int32_t i = 0; i < n; i++)
+        if (!((*dst)[i] = strdup(src[i]))) return af_fail(AF_ERR_NOMEM, "trainer: out of memory");
+    return AF_OK;
+}
+
+/* Read, check and tokenize the JSONL data; fills t->train_owned, t->val_owned, names, classes. */
+static af_status load_text_data(af_trainer *t) {
+    const af_trainer_opts *o = &t->o;
+    const af_tokenizer *tok = af_model_tokenizer(t->model);
+    if (!tok)
+        return af_fail(AF_ERR_NOT_FOUND, "%s: the model has no usable tokenizer (%s); text data cannot be read",
+                       o->model_path ? o->model_path : "model",
+                       t->model->tok_error[0] ? t->model->tok_error : "no tokenizer.ggml.* keys");
+    char **names = NULL;
+    int32_t n_names = 0;
+    af_status st = AF_OK;
+    if (o->labels) {
+        struct stat sb;
+        if (stat(o->labels, &sb) == 0 && S_ISREG(sb.st_mode)) st = af_labels_read_file(o->labels, &names, &n_names);
+        else st = af_labels_parse_list(o->labels, &names, &n_names);
+        if (st != AF_OK) return st;
+        if (o->num_classes > 0 && o->num_classes != n_names) {
+            af_labels_free(names, n_names);
+            return af_fail(AF_ERR_INVALID_ARG, "--num-classes %d disagrees with the %d names of --labels", o->num_classes,
+                           n_names);
+        }
+    }
+    af_corpus_opts co;
+    af_corpus_opts_init(&co);
+    co.text_field = o->text_field;
+    co.label_field = o->label_field;
+    co.label_names = (const char *const *)names;
+    co.n_label_names = n_names;
+    co.num_classes = o->num_classes;
+    af_corpus *ct = NULL, *cv = NULL;
+    st = af_corpus_read(o->train_path, &co, &ct);
+    if (st != AF_OK) goto done;
+    if (o->multi_label && !ct->multi_label) {
+        st = af_fail(AF_ERR_FORMAT, "%s: --multi-label given but the data are single-label (field '%s' holds one label)",
+                     o->train_path, o->label_field ? o->label_field : "label");
+        goto done;
+    }
+    t->multi_label = ct->multi_label;
+    t->num_classes = ct->num_classes;
+    if (names) {
+        t->label_names = names;
+        names = NULL;
+        n_names = 0;
+    } else if (ct->label_names) {
+        st = copy_names(&t->label_names, ct->label_names, ct->num_classes);
+        if (st != AF_OK) goto done;
+    }
+    if (o->val_path) {
+        co.label_names = (const char *const *)t->label_names;
+        co.n_label_names = t->label_names ? t->num_classes : 0;
+        co.num_classes = t->num_classes;
+        st = af_corpus_read(o->val_path, &co, &cv);
+        if (st != AF_OK) goto done;
+        if (cv->multi_label != ct->multi_label) {
+            st = af_fail(AF_ERR_FORMAT, "%s: validation data are %s but the training data are %s", o->val_path,
+                         cv->multi_label ? "multi-label" : "single-label", ct->multi_label ? "multi-label" : "single-label");
+            goto done;
+        }
+    }
+    st = af_dataset_build(ct, tok, o->max_seq_len, &t->train_owned);
+    if (st == AF_OK && cv) st = af_dataset_build(cv, tok, o->max_seq_len, &t->val_owned);
+done:
+    af_corpus_free(ct);
+    af_corpus_free(cv);
+    if (names) af_labels_free(names, n_names);
+    return st;
+}
+
+static af_status split_train(af_trainer *t) {
+    int32_t *ti = NULL, *vi = NULL, nt = 0, nv = 0;
+    AF_TRY(af_dataset_split_stratified(t->train, t->o.val_split, t->o.seed, &ti, &nt, &vi, &nv));
+    af_dataset *tr = NULL, *va = NULL;
+    af_status st = af_dataset_subset(t->train, ti, nt, &tr);
+    if (st == AF_OK) st = af_dataset_subset(t->train, vi, nv, &va);
+    free(ti);
+    free(vi);
+    if (st != AF_OK) {
+        af_dataset_free(tr);
+        af_dataset_free(va);
+        return st;
+    }
+    af_dataset_free(t->train_owned);
+    t->train_owned = tr;
+    t->train = tr;
+    af_dataset_free(t->val_owned);
+    t->val_owned = va;
+    t->val = va;
+    return AF_OK;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* Sum of the `k` largest sample lengths of ds (the tokens of the biggest packed batch). */
+static int64_t top_tokens(const af_dataset *ds, int32_t k) {
+    if (!ds || ds->n == 0) return 0;
+    int32_t *len = af_malloc(sizeof(int32_t) * (size_t)ds->n);
+    if (!len) return (int64_t)k * ds->max_seq_len;
+    for (int32_t i = 0; i < ds->n; i++) len[i] = af_dataset_len(ds, i);
+    qsort(len, (size_t)ds->n, sizeof *len, cmp_desc);
+    int64_t s = 0;
+    for (int32_t i = 0; i < k && i < ds->n; i++) s += len[i];
+    free(len);
+    return s;
+}
+
+static void plan(af_trainer *t) {
+    const af_trainer_opts *o = &t->o;
+    const int64_t n = t->train->n;
+    t->n_micro = (n + o->batch - 1) / o->batch;
+    t->spe = (t->n_micro + o->grad_accum - 1) / o->grad_accum;
+    if (o->max_steps > 0) t->total = o->max_steps;
+    else if (o->epochs > 0) {
+        double s = ceil(o->epochs * (double)t->spe - 1e-9);
+        t->total = s < 1 ? 1 : (int64_t)s;
+    } else t->total = 0;
+    t->warmup = o->warmup_steps >= 0 ? o->warmup_steps : (int64_t)ceil(o->warmup_ratio * (double)t->total - 1e-9);
+    if (t->warmup < 0) t->warmup = 0;
+    /* memory: model mapping + engine workspace of the biggest micro-batch + P, G, M, V + logits */
+    t->max_mb_tokens = top_tokens(t->train, o->batch);
+    int64_t ev = top_tokens(t->val, o->eval_batch > 0 ? o->eval_batch : o->batch);
+    size_t eng = af_engine_bytes(t->model, &t->lay, t->max_mb_tokens, o->checkpointing);
+    size_t eng_ev = t->val ? af_engine_bytes(t->model, &t->lay, ev, 1) : 0;
+    if (eng_ev > eng) eng = eng_ev;
+    size_t model_bytes = t->model->gguf ? (size_t)t->model->gguf->size : 0;
+    t->mem_need = model_bytes + eng + (size_t)t->lay.n_total * 4 * sizeof(float) + (size_t)t->lay.n_total;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    t->mem_ram = (pages > 0 && psz > 0) ? (size_t)pages * (size_t)psz : 0;
+    const af_model_config *c = af_model_get_config(t->model);
+    int64_t H = c->hidden_size, qd = (int64_t)c->num_attention_heads * c->head_dim,
+            kvd = (int64_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
+    t->n_model_params = (int64_t)c->vocab_size * H * (c->tie_word_embeddings ? 1 : 2) +
+                        (int64_t)c->num_hidden_layers * (2 * H * qd + 2 * H * kvd + 3 * H * F + 2 * H) + H;
+}
+
+af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
+    if (!opts || !out) return af_fail(AF_ERR_INVALID_ARG, "trainer: NULL argument");
+    *out = NULL;
+    af_trainer *t = af_calloc(1, sizeof *t);
+    if (!t) return af_fail(AF_ERR_NOMEM, "trainer: out of memory");
+    t->o = *opts;
+    af_trainer_opts *o = &t->o;
+    if (!o->targets) o->targets = "qv";
+    if (!o->class_weights) o->class_weights = "uniform";
+    af_status st = AF_OK;
+#define FAIL(...) do { st = af_fail(__VA_ARGS__); goto fail; } while (0)
+    if (o->batch < 1) FAIL(AF_ERR_INVALID_ARG, "--batch %d: must be >= 1", o->batch);
+    if (o->grad_accum < 1) FAIL(AF_ERR_INVALID_ARG, "--grad-accum %d: must be >= 1", o->grad_accum);
+    if (o->max_seq_len < 1) FAIL(AF_ERR_INVALID_ARG, "--max-seq-len %d: must be >= 1", o->max_seq_len);
+    if (o->val_split < 0 || o->val_split >= 1)
+        FAIL(AF_ERR_INVALID_ARG, "--val-split %g: must be in (0, 1) (0 = none)", o->val_split);
+    if ((o->val_path || o->val_data) && o->val_split > 0)
+        FAIL(AF_ERR_INVALID_ARG, "give either --val FILE or --val-split FRACTION, not both");
+    if (!o->train_data && !o->train_path) FAIL(AF_ERR_INVALID_ARG, "no training data (--train FILE.jsonl)");
+    if (!o->model && !o->model_path) FAIL(AF_ERR_INVALID_ARG, "no model (-m FILE.gguf)");
+    uint32_t targets = 0;
+    st = af_lora_parse_targets(o->targets, &targets);
+    if (st != AF_OK) goto fail;
+    if (o->threads != 0) af_set_num_threads(o->threads);
+    if (o->model) t->model = o->model;
+    else {
+        st = af_model_load(o->model_path, &t->model_owned);
+        if (st != AF_OK) goto fail;
+        t->model = t->model_owned;
+    }
+    if (o->train_data) {
+        t->train = o->train_data;
+        t->val = o->val_data;
+        t->num_classes = o->train_data->num_classes;
+        t->multi_label = o->train_data->multi_label;
+        if (o->train_data->label_names) {
+            st = copy_names(&t->label_names, o->train_data->label_names, t->num_classes);
+            if (st != AF_OK) goto fail;
+        }
+        if (t->val && (t->val->num_classes != t->num_classes || t->val->multi_label != t->multi_label))
+            FAIL(AF_ERR_INVALID_ARG, "validation data: %d classes (%s), training data: %d (%s)", t->val->num_classes,
+                 t->val->multi_label ? "multi" : "single", t->num_classes, t->multi_label ? "multi" : "single");
+    } else {
+        st = load_text_data(t);
+        if (st != AF_OK) goto fail;
+        t->train = t->train_owned;
+        t->val = t->val_owned;
+    }
+    if (o->val_split > 0) {
+        st = split_train(t);
+        if (st != AF_OK) goto fail;
+    }
+    st = af_data_stats_compute(t->train, &t->st_train);
+    if (st != AF_OK) goto fail;
+    t->have_st_train = 1;
+    if (t->val) {
+        st = af_data_stats_compute(t->val, &t->st_val);
+        if (st != AF_OK) goto fail;
+        t->have_st_val = 1;
+    }
+    af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed};
+    st = af_param_layout_init(&t->lay, t->model, &lc, t->num_classes > 0 ? t->num_classes : 1);
+    if (st != AF_OK) goto fail;
+    t->have_lay = 1;
+    if (strcmp(o->class_weights, "uniform") != 0) {
+        if (t->multi_label)
+            FAIL(AF_ERR_INVALID_ARG, "--class-weights %s: class weights apply to single-label data only "
+                                     "(multi-label uses BCE)", o->class_weights);
+        t->class_w = af_malloc(sizeof(float) * (size_t)t->num_classes);
+        if (!t->class_w) FAIL(AF_ERR_NOMEM, "trainer: out of memory");
+        st = af_class_weights(&t->st_train, o->class_weights, t->class_w);
+        if (st != AF_OK) goto fail;
+    }
+    plan(t);
+    af_train_config hc = {o->lr, o->lora_r, o->lora_alpha, o->use_rslora, o->batch, o->grad_accum, o->max_grad_norm,
+                          o->epochs, o->max_steps, o->max_seq_len, t->n_model_params, t->num_classes,
+                          (const char *const *)t->label_names, o->class_weights};
+    st = af_hparams_check(&hc, &t->st_train, &t->diags);
+    if (st != AF_OK) goto fail;
+#undef FAIL
+    *out = t;
+    return AF_OK;
+fail:
+    af_trainer_free(t);
+    return st;
+}
+
+const af_diag_list *af_trainer_diags(const af_trainer *t) { return &t->diags; }
+
+void af_trainer_memory(const af_trainer *t, size_t *need, size_t *ram) {
+    if (need) *need = t->mem_need;
+    if (ram) *ram = t->mem_ram;
+}
+
+int af_trainer_has_errors(const af_trainer *t) {
+    return af_diag_has_error(&t->diags) || (t->mem_ram > 0 && t->mem_need > t->mem_ram);
+}
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+void af_trainer_report(const af_trainer *t, FILE *fp) {
+    if (!fp) return;
+    const af_trainer_opts *o = &t->o;
+    const char *const *names = (const char *const *)t->label_names;
+    af_data_stats_print(&t->st_train, names, o->val_split > 0 ? "training data (after the validation split)"
+                                                               : "training data", fp);
+    if (t->have_st_val) af_data_stats_print(&t->st_val, names, o->val_split > 0 ? "validation data (split)" : "validation data", fp);
+    else fprintf(fp, "validation: none (give --val FILE or --val-split 0.1 for evaluation, best checkpoint "
+                     "selection and early stopping)\n");
+    const af_param_layout *l = &t->lay;
+    fprintf(fp, "\nplan: %lld optimizer steps (%lld per epoch = %lld micro-batches of %d / grad-accum %d; "
+                "effective batch %d), warm-up %lld, schedule %s, lr %g -> %g\n",
+            (long long)t->total, (long long)t->spe, (long long)t->n_micro, o->batch, o->grad_accum,
+            o->batch * o->grad_accum, (long long)t->warmup,
+            o->schedule == AF_SCHED_COSINE ? "cosine" : o->schedule == AF_SCHED_LINEAR ? "linear" : "constant", o->lr,
+            o->schedule == AF_SCHED_CONSTANT ? o->lr : o->lr_min);
+    if (o->max_steps > 0 && o->epochs > 0 && t->spe > 0)
+        fprintf(fp, "      --max-steps %lld sets the length (%.2f epochs); --epochs is not used\n",
+                (long long)o->max_steps, (double)o->max_steps / (double)t->spe);
+    char tg[128] = "";
+    for (int p = 0; p < AF_PROJ_COUNT; p++)
+        if (l->lora.targets & (1u << p)) {
+            if (tg[0]) strncat(tg, ",", sizeof tg - strlen(tg) - 1);
+            strncat(tg, af_proj_name((af_proj)p), sizeof tg - strlen(tg) - 1);
+        }
+    fprintf(fp, "      LoRA r %d alpha %g (scale %g) dropout %g on %s; head %d x %d %s; pooling %s; %lld trainable "
+                "parameters (base model ~%.1fM)\n",
+            l->lora.r, l->lora.alpha, l->scale, l->lora.dropout, tg, l->num_classes, l->hidden,
+            o->head_bias ? "+ bias" : "(no bias)", o->pooling == AF_POOL_LAST ? "last" : "mean",
+            (long long)(l->n_total - (o->head_bias ? 0 : l->num_classes)), (double)t->n_model_params / 1e6);
+    if (t->class_w) {
+        fprintf(fp, "      class weights (%s):", o->class_weights);
+        for (int32_t c = 0; c < t->num_classes; c++) fprintf(fp, " %.3g", t->class_w[c]);
+        fputc('\n', fp);
+    }
+    fprintf(fp, "memory: about %.0f MiB (model %.0f MiB mapped, activations for %lld tokens per micro-batch%s, "
+                "parameters + AdamW %.1f MiB); RAM %.0f MiB\n",
+            mib(t->mem_need), mib(t->model->gguf ? (size_t)t->model->gguf->size : 0), (long long)t->max_mb_tokens,
+            o->checkpointing ? " with checkpointing" : "", mib((size_t)l->n_total * 16), mib(t->mem_ram));
+    if (t->mem_ram > 0 && t->mem_need > t->mem_ram)
+        fprintf(fp, "error [memory] the estimate exceeds the machine's RAM -> %s\n",
+                o->checkpointing ? "use a smaller --batch or --max-seq-len"
+                                 : "use --checkpointing, or a smaller --batch or --max-seq-len");
+    if (t->diags.n) {
+        fprintf(fp, "\ndiagnostics:\n");
+        af_diag_print(&t->diags, fp);
+    }
+}

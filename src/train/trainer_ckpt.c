@@ -1,0 +1,501 @@
+/* trainer_ckpt.c — the trainer's files: output-directory checks, atomic checkpoint directories,
+ * trainer state (save / load / compatibility check), checkpoint rotation, metrics.jsonl truncation
+ * on resume, and the gnuplot curves (see trainer.h for the layout). */
+#include "train/trainer_internal.h"
+
+#include "core/fsutil.h"
+#include "formats/adapter_io.h"
+#include "formats/safetensors.h"
+
+#include <cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STATE_FILE "trainer_state.safetensors"
+#define CONFIG_FILE "train_config.json"
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+static int is_file(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* "checkpoint-N" -> N, else -1. */
+static int64_t ckpt_step(const char *name) {
+    if (strncmp(name, "checkpoint-", 11) != 0 || !name[11]) return -1;
+    int64_t v = 0;
+    for (const char *p = name + 11; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (int64_t)1e15) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int is_artifact(const char *n) {
+    return !strcmp(n, "metrics.jsonl") || !strcmp(n, "run.json") || !strcmp(n, "best") || !strcmp(n, "final") ||
+           !strcmp(n, "curves.png") || ckpt_step(n) >= 0;
+}
+static int is_stale_tmp(const char *n) { return n[0] == '.' && strstr(n, ".tmp-") != NULL; }
+
+int af_tr_dir_has_run(const char *dir, char *what, size_t cap) {
+    if (cap) what[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!is_artifact(e->d_name)) continue;
+        if (found < 4 && cap) {
+            size_t l = strlen(what);
+            snprintf(what + l, cap - l, "%s%s", found ? ", " : "", e->d_name);
+        }
+        found++;
+    }
+    closedir(d);
+    if (found > 4 && cap) {
+        size_t l = strlen(what);
+        snprintf(what + l, cap - l, ", ...");
+    }
+    return found > 0;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p) ? -1 : 0;
+}
+static af_status rm_tree(const char *p) {
+    struct stat sb;
+    if (lstat(p, &sb) != 0) return AF_OK;
+    if (nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return af_fail(AF_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
+    return AF_OK;
+}
+
+af_status af_tr_clear_run(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return AF_OK;
+    af_status st = AF_OK;
+    struct dirent *e;
+    while (st == AF_OK && (e = readdir(d))) {
+        if (!is_artifact(e->d_name) && !is_stale_tmp(e->d_name)) continue;
+        char *p = af_path_join(dir, e->d_name);
+        if (!p) st = af_fail(AF_ERR_NOMEM, "out of memory");
+        else st = rm_tree(p);
+        free(p);
+    }
+    closedir(d);
+    return st;
+}
+
+af_status af_trainer_find_checkpoint(const char *arg, char **ckpt) {
+    *ckpt = NULL;
+    char *f = af_path_join(arg, STATE_FILE);
+    if (!f) return af_fail(AF_ERR_NOMEM, "out of memory");
+    int direct = is_file(f);
+    free(f);
+    if (direct) {
+        *ckpt = strdup(arg);
+        return *ckpt ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
+    }
+    DIR *d = opendir(arg);
+    if (!d) return af_fail(AF_ERR_NOT_FOUND, "--resume %s: cannot open: %s", arg, strerror(errno));
+    int64_t best = -1;
+    char name[300] = "";
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s = ckpt_step(e->d_name);
+        if (s <= best) continue;
+        char *dn = af_path_join(arg, e->d_name), *sf = dn ? af_path_join(dn, STATE_FILE) : NULL;
+        if (sf && is_file(sf)) {
+            best = s;
+            snprintf(name, sizeof name, "%s", e->d_name);
+        }
+        free(dn);
+        free(sf);
+    }
+    closedir(d);
+    if (best < 0)
+        return af_fail(AF_ERR_NOT_FOUND, "--resume %s: no %s there and no checkpoint-N directory holding one", arg,
+                       STATE_FILE);
+    *ckpt = af_path_join(arg, name);
+    return *ckpt ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
+}
+
+static void fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+/* Compatibility fields stored in the state metadata; all must match to resume. */
+#define N_CHECK 11
+static void check_fields(const af_trainer *t, const char *key[N_CHECK], char val[N_CHECK][48]) {
+    const af_trainer_opts *o = &t->o;
+    static const char *const k[N_CHECK] = {"n_train", "num_classes", "n_params", "batch", "grad_accum", "seed",
+                                           "total_steps", "warmup_steps", "schedule", "lr", "lr_min"};
+    for (int i = 0; i < N_CHECK; i++) key[i] = k[i];
+    snprintf(val[0], 48, "%d", t->train->n);
+    snprintf(val[1], 48, "%d", t->num_classes);
+    snprintf(val[2], 48, "%lld", (long long)t->lay.n_total);
+    snprintf(val[3], 48, "%d", o->batch);
+    snprintf(val[4], 48, "%d", o->grad_accum);
+    snprintf(val[5], 48, "%llu", (unsigned long long)o->seed);
+    snprintf(val[6], 48, "%lld", (long long)t->total);
+    snprintf(val[7], 48, "%lld", (long long)t->warmup);
+    snprintf(val[8], 48, "%d", (int)o->schedule);
+    snprintf(val[9], 48, "%.9g", (double)(float)o->lr);
+    snprintf(val[10], 48, "%.9g", (double)(float)o->lr_min);
+}
+
+#define N_I64 9
+#define N_F64 6
+static void pack_state(const af_run_state *rs, int64_t *c, double *v) {
+    int64_t ci[N_I64] = {rs->step,  rs->adam_t, rs->best_step,      rs->bad_evals,   rs->nonfinite_run,
+                         rs->n_nonfinite, rs->ema_n, rs->last_eval_step, rs->samples_seen};
+    double vi[N_F64] = {rs->best, rs->ema_loss, rs->ema_acc, rs->elapsed, rs->last_val_acc, rs->last_val_f1};
+    memcpy(c, ci, sizeof ci);
+    memcpy(v, vi, sizeof vi);
+}
+static void unpack_state(af_run_state *rs, const int64_t *c, const double *v) {
+    rs->step = c[0], rs->adam_t = c[1], rs->best_step = c[2], rs->bad_evals = c[3], rs->nonfinite_run = c[4];
+    rs->n_nonfinite = c[5], rs->ema_n = c[6], rs->last_eval_step = c[7], rs->samples_seen = c[8];
+    rs->best = v[0], rs->ema_loss = v[1], rs->ema_acc = v[2], rs->elapsed = v[3], rs->last_val_acc = v[4];
+    rs->last_val_f1 = v[5];
+}
+
+static af_status write_state(const af_trainer *t, const char *dir, const float *P, const float *M, const float *V,
+                             const af_run_state *rs) {
+    int64_t c[N_I64];
+    double v[N_F64];
+    pack_state(rs, c, v);
+    const int64_t n = t->lay.n_total;
+    af_st_write_tensor ts[5];
+    memset(ts, 0, sizeof ts);
+    const char *nm[3] = {"params", "adam_m", "adam_v"};
+    const float *src[3] = {P, M, V};
+    for (int i = 0; i < 3; i++) {
+        ts[i].name = nm[i];
+        ts[i].dtype = AF_ST_F32;
+        ts[i].n_dims = 1;
+        ts[i].shape[0] = n;
+        ts[i].f32 = src[i];
+    }
+    ts[3] = (af_st_write_tensor){"counters", AF_ST_I64, 1, {N_I64}, NULL, c};
+    ts[4] = (af_st_write_tensor){"values", AF_ST_F64, 1, {N_F64}, NULL, v};
+    const char *keys[N_CHECK + 2], *vals[N_CHECK + 2];
+    char buf[N_CHECK][48];
+    check_fields(t, keys, buf);
+    for (int i = 0; i < N_CHECK; i++) vals[i] = buf[i];
+    keys[N_CHECK] = "format", vals[N_CHECK] = "afinar-trainer-state";
+    keys[N_CHECK + 1] = "version", vals[N_CHECK + 1] = "1";
+    char *path = af_path_join(dir, STATE_FILE);
+    if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
+    af_status st = af_st_write(path, ts, 5, keys, vals, N_CHECK + 2);
+    free(path);
+    return st;
+}
+
+af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, float *M, float *V, af_run_state *rs) {
+    char *path = af_path_join(ckpt, STATE_FILE);
+    if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
+    af_st_file *f = NULL;
+    af_status st = af_st_open(path, &f);
+    if (st != AF_OK) {
+        free(path);
+        return st;
+    }
+    const char *fmt = af_st_meta_get(f, "format");
+    if (!fmt || strcmp(fmt, "afinar-trainer-state") != 0) {
+        st = af_fail(AF_ERR_FORMAT, "%s: __metadata__.format: not an afinar trainer state", path);
+        goto done;
+    }
+    const char *keys[N_CHECK];
+    char buf[N_CHECK][48];
+    check_fields(t, keys, buf);
+    for (int i = 0; i < N_CHECK; i++) {
+        const char *v = af_st_meta_get(f, keys[i]);
+        if (!v || strcmp(v, buf[i]) != 0) {
+            st = af_fail(AF_ERR_INVALID_ARG,
+                         "%s: cannot resume exactly: %s is %s in the checkpoint but %s now (resume with the same data "
+                         "and settings)",
+                         path, keys[i], v ? v : "(missing)", buf[i]);
+            goto done;
+        }
+    }
+    const af_st_tensor *tp = af_st_find(f, "params"), *tm = af_st_find(f, "adam_m"), *tv = af_st_find(f, "adam_v"),
+                       *tc = af_st_find(f, "counters"), *tf = af_st_find(f, "values");
+    const size_t n = (size_t)t->lay.n_total;
+    if (!tp || !tm || !tv || !tc || !tf || tc->dtype != AF_ST_I64 || tc->n_elem != N_I64 || tf->dtype != AF_ST_F64 ||
+        tf->n_elem != N_F64 || tp->dtype != AF_ST_F32 || tm->dtype != AF_ST_F32 || tv->dtype != AF_ST_F32) {
+        st = af_fail(AF_ERR_FORMAT, "%s: missing or malformed tensors (params, adam_m, adam_v F32 [%zu]; counters I64 "
+                                    "[%d]; values F64 [%d])", path, n, N_I64, N_F64);
+        goto done;
+    }
+    st = af_st_read_f32(f, tp, P, n);
+    if (st == AF_OK) st = af_st_read_f32(f, tm, M, n);
+    if (st == AF_OK) st = af_st_read_f32(f, tv, V, n);
+    if (st != AF_OK) goto done;
+    int64_t c[N_I64];
+    double v[N_F64];
+    memcpy(c, tc->data, sizeof c); /* little-endian host assumed (x86-64, aarch64) */
+    memcpy(v, tf->data, sizeof v);
+    unpack_state(rs, c, v);
+    if (rs->step < 0 || rs->step > t->total) st = af_fail(AF_ERR_FORMAT, "%s: counters: step %lld out of range", path, (long long)rs->step);
+done:
+    af_st_close(f);
+    free(path);
+    return st;
+}
+
+af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, const float *M, const float *V,
+                         const af_run_state *rs, const char *selected_by) {
+    const af_trainer_opts *o = &t->o;
+    char tmpname[256];
+    static unsigned counter;
+    snprintf(tmpname, sizeof tmpname, ".%s.tmp-%ld-%u", name, (long)getpid(), counter++);
+    char *tmp = af_path_join(o->output_dir, tmpname), *fin = af_path_join(o->output_dir, name);
+    cJSON *extra = cJSON_CreateObject();
+    af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
+    if (st == AF_OK) st = rm_tree(tmp);
+    if (st == AF_OK) st = af_mkdir_p(tmp);
+    if (st == AF_OK) {
+        cJSON_AddBoolToObject(extra, "multi_label", t->multi_label);
+        cJSON_AddNumberToObject(extra, "step", (double)rs->step);
+        if (selected_by) cJSON_AddStringToObject(extra, "selected_by", selected_by);
+        if (rs->best_step > 0 && isfinite(rs->best)) cJSON_AddNumberToObject(extra, "best_val_macro_f1", rs->best);
+        if (o->model_path) cJSON_AddStringToObject(extra, "base_model_path", o->model_path);
+        cJSON_AddStringToObject(extra, "text_field", o->text_field ? o->text_field : "input");
+        if (o->head_bias)
+            cJSON_AddStringToObject(extra, "head_bias_note",
+                                    "score.bias is stored, but transformers' *ForSequenceClassification score layer "
+                                    "has no bias and PEFT drops the tensor on load: outside afinar the bias is lost");
+        if (o->pooling == AF_POOL_MEAN)
+            cJSON_AddStringToObject(extra, "pooling_note",
+                                    "mean pooling has no transformers equivalent (*ForSequenceClassification pools "
+                                    "the last token); train with --pooling last for a faithful PEFT export");
+        const af_model_config *mc = af_model_get_config(t->model);
+        af_adapter_save_opts ao;
+        memset(&ao, 0, sizeof ao);
+        ao.base_model_name_or_path = o->model_path;
+        ao.write_head_bias = o->head_bias;
+        ao.architecture = mc->architecture;
+        ao.pooling = o->pooling == AF_POOL_LAST ? "last" : "mean";
+        ao.max_seq_len = o->max_seq_len;
+        ao.labels = (const char *const *)t->label_names;
+        ao.n_labels = t->label_names ? t->num_classes : 0;
+        ao.extra = extra;
+        st = af_adapter_save(tmp, &t->lay, P, &ao);
+    }
+    if (st == AF_OK && M) st = write_state(t, tmp, P, M, V, rs);
+    if (st == AF_OK && M && o->config_json) {
+        char *cp = af_path_join(tmp, CONFIG_FILE);
+        st = cp ? af_write_file_atomic(cp, o->config_json, strlen(o->config_json)) : af_fail(AF_ERR_NOMEM, "out of memory");
+        free(cp);
+    }
+    if (st == AF_OK) {
+        if (is_dir(fin)) {
+            /* swap atomically, then delete the old one (now at tmp) */
+#ifdef RENAME_EXCHANGE
+            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
+                st = rm_tree(tmp);
+            } else
+#endif
+            {
+                char old[300];
+                snprintf(old, sizeof old, ".%s.old-%ld-%u", name, (long)getpid(), counter++);
+                char *op = af_path_join(o->output_dir, old);
+                if (!op) st = af_fail(AF_ERR_NOMEM, "out of memory");
+                else if (rename(fin, op) != 0 || rename(tmp, fin) != 0)
+                    st = af_fail(AF_ERR_IO, "%s: cannot replace: %s", fin, strerror(errno));
+                else st = rm_tree(op);
+                free(op);
+            }
+        } else if (rename(tmp, fin) != 0) {
+            st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", fin, tmp, strerror(errno));
+        }
+        if (st == AF_OK) fsync_dir(o->output_dir);
+    }
+    if (st != AF_OK && tmp) {
+        char keep[1024];
+        snprintf(keep, sizeof keep, "%s", af_last_error());
+        (void)rm_tree(tmp);
+        af_fail(st, "%s", keep);
+    }
+    cJSON_Delete(extra);
+    free(tmp);
+    free(fin);
+    return st;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void af_tr_rotate(const af_trainer *t) {
+    const int32_t keep = t->o.save_total_limit;
+    if (keep <= 0) return;
+    DIR *d = opendir(t->o.output_dir);
+    if (!d) return;
+    int64_t steps[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        int64_t s = ckpt_step(e->d_name);
+        if (s >= 0) steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, cmp_i64);
+    for (int i = 0; i + keep < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint-%lld", (long long)steps[i]);
+        char *p = af_path_join(t->o.output_dir, name);
+        if (p) (void)rm_tree(p);
+        free(p);
+    }
+}
+
+/* Whole file into a malloc'ed NUL-terminated buffer; NULL when missing. */
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, r;
+    char *b = malloc(cap + 1);
+    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(b, 2 * cap + 1);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (b) b[n] = 0;
+    if (len) *len = n;
+    return b;
+}
+
+af_status af_tr_truncate_metrics(const char *out_dir, int64_t step) {
+    char *path = af_path_join(out_dir, "metrics.jsonl");
+    if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
+    size_t len;
+    char *b = slurp(path, &len);
+    if (!b) {
+        free(path);
+        return AF_OK;
+    }
+    size_t w = 0;
+    for (char *line = b; *line;) {
+        char *nl = strchr(line, '\n');
+        if (!nl) break; /* an unterminated last line is a partial write: drop it */
+        *nl = 0;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *s = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
+        int keep = cJSON_IsNumber(s) && s->valuedouble <= (double)step;
+        cJSON_Delete(j);
+        size_t l = (size_t)(nl - line);
+        if (keep) {
+            memmove(b + w, line, l);
+            w += l;
+            b[w++] = '\n';
+        }
+        line = nl + 1;
+    }
+    af_status st = af_write_file_atomic(path, b, w);
+    free(b);
+    free(path);
+    return st;
+}
+
+static int have_gnuplot(void) {
+    const char *path = getenv("PATH");
+    if (!path) return 0;
+    char buf[4096];
+    for (const char *p = path; *p;) {
+        const char *c = strchr(p, ':');
+        size_t l = c ? (size_t)(c - p) : strlen(p);
+        snprintf(buf, sizeof buf, "%.*s/gnuplot", (int)l, p);
+        if (l && access(buf, X_OK) == 0) return 1;
+        if (!c) break;
+        p = c + 1;
+    }
+    return 0;
+}
+
+void af_tr_plot(const char *out_dir, FILE *log) {
+    if (!have_gnuplot()) {
+        if (log) fprintf(log, "plot: gnuplot not found, no curves.png (apt-get install gnuplot-nox)\n");
+        return;
+    }
+    char *mp = af_path_join(out_dir, "metrics.jsonl"), *png = af_path_join(out_dir, "curves.png");
+    char *tmp = af_path_join(out_dir, ".curves.png.tmp");
+    char *b = mp ? slurp(mp, NULL) : NULL;
+    FILE *gp = (b && png && tmp) ? popen("gnuplot", "w") : NULL;
+    if (!gp) {
+        if (log) fprintf(log, "plot: cannot run gnuplot or read metrics.jsonl\n");
+        free(mp), free(png), free(tmp), free(b);
+        return;
+    }
+    fprintf(gp, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1000,760 } "
+                "else { set terminal png size 1000,760 }\nset output '%s'\n", tmp);
+    int n_eval = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        fprintf(gp, "$%s << EOD\n", pass ? "E" : "T");
+        for (char *line = b; *line;) {
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = 0;
+            cJSON *j = cJSON_Parse(line);
+            if (nl) *nl = '\n';
+            const cJSON *ty = j ? cJSON_GetObjectItemCaseSensitive(j, "type") : NULL;
+            double s = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "step"));
+            if (cJSON_IsString(ty) && !strcmp(ty->valuestring, pass ? "eval" : "train")) {
+                const char *k1 = pass ? "accuracy" : "acc";
+                double l = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "loss"));
+                double a = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, k1));
+                double f = pass ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "macro_f1")) : 0;
+                if (isfinite(l) && isfinite(a)) fprintf(gp, "%g %g %g %g\n", s, l, a, isfinite(f) ? f : 0);
+                n_eval += pass;
+            }
+            cJSON_Delete(j);
+            if (!nl) break;
+            line = nl + 1;
+        }
+        fprintf(gp, "EOD\n");
+    }
+    fprintf(gp, "set multiplot layout 2,1\nset grid\nset xlabel 'optimizer step'\nset ylabel 'loss'\n"
+                "plot $T using 1:2 with lines lc rgb '#88aadd' title 'train loss (per step)'%s\n"
+                "set ylabel 'accuracy'\nset yrange [0:1.05]\nset key bottom right\n"
+                "plot $T using 1:3 with lines lc rgb '#88aadd' title 'train accuracy (per step)'%s\n"
+                "unset multiplot\nset output\n",
+            n_eval ? ", $E using 1:2 with linespoints lw 2 lc rgb '#cc3333' title 'val loss'" : "",
+            n_eval ? ", $E using 1:3 with linespoints lw 2 lc rgb '#cc3333' title 'val accuracy', "
+                     "$E using 1:4 with linespoints lw 2 lc rgb '#339933' title 'val macro-F1'" : "");
+    int rc = pclose(gp);
+    if (rc == 0 && rename(tmp, png) == 0) {
+        if (log) fprintf(log, "plot: %s\n", png);
+    } else {
+        unlink(tmp);
+        if (log) fprintf(log, "plot: gnuplot failed (exit status %d), no curves.png\n", rc);
+    }
+    free(mp), free(png), free(tmp), free(b);
+}

@@ -1,0 +1,72 @@
+/*
+ * trainer_internal.h — state shared by trainer.c (setup, report), trainer_run.c (the loop) and
+ * trainer_ckpt.c (checkpoints, output directory, metrics log, plot). Not part of any API.
+ */
+#ifndef AF_TRAINER_INTERNAL_H
+#define AF_TRAINER_INTERNAL_H
+
+#include "train/trainer.h"
+
+struct af_trainer {
+    af_trainer_opts o;                 /* copy; strings borrowed from the caller */
+    af_model *model_owned;
+    const af_model *model;
+    af_dataset *train_owned, *val_owned;
+    const af_dataset *train, *val;     /* val may be NULL */
+    char **label_names;                /* [num_classes] owned, or NULL */
+    int32_t num_classes;
+    int multi_label;
+    af_data_stats st_train, st_val;
+    int have_st_train, have_st_val;
+    af_param_layout lay;
+    int have_lay;
+    float *class_w;                    /* [num_classes] or NULL (uniform) */
+    af_diag_list diags;
+    int64_t n_micro;                   /* micro-batches per epoch */
+    int64_t spe;                       /* optimizer steps per epoch */
+    int64_t total;                     /* optimizer steps of the run */
+    int64_t warmup;                    /* warm-up steps */
+    int64_t max_mb_tokens;             /* tokens of the largest possible micro-batch */
+    size_t mem_need, mem_ram;
+    int64_t n_model_params;
+    int ran;
+};
+
+/* Everything that changes during training besides P, M, V (saved in trainer_state). */
+typedef struct af_run_state {
+    int64_t step;            /* optimizer steps completed */
+    int64_t adam_t;          /* AdamW updates applied (skipped steps excluded) */
+    int64_t best_step;       /* 0: none */
+    int64_t bad_evals;       /* evaluations since the last improvement */
+    int64_t nonfinite_run;   /* consecutive skipped steps */
+    int64_t n_nonfinite;     /* skipped steps in total */
+    int64_t ema_n;           /* values folded into the EMAs */
+    int64_t last_eval_step;  /* 0: none */
+    int64_t samples_seen;
+    double best;             /* best validation macro-F1 (NaN: none) */
+    double ema_loss, ema_acc;/* raw EMAs (bias-corrected when shown) */
+    double elapsed;          /* training seconds before this session */
+    double last_val_acc, last_val_f1;
+} af_run_state;
+
+#define AF_EMA_BETA 0.98
+
+/* ---- trainer_ckpt.c ---- */
+/* Whether `dir` holds artifacts of a run (metrics.jsonl, run.json, checkpoint-*, best, final);
+ * `what` receives a short list for messages. */
+int af_tr_dir_has_run(const char *dir, char *what, size_t cap);
+/* Remove the run artifacts from `dir` (and stale hidden temporaries). Errors: AF_ERR_IO. */
+af_status af_tr_clear_run(const char *dir);
+/* Write adapter (+ state when rs != NULL) to OUT/<name> atomically (temp dir, rename/exchange). */
+af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, const float *M, const float *V,
+                         const af_run_state *rs, const char *selected_by);
+/* Delete the oldest checkpoint-N beyond save_total_limit. */
+void af_tr_rotate(const af_trainer *t);
+/* Load trainer_state.safetensors of `ckpt` into P, M, V, *rs after checking it matches `t`. */
+af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, float *M, float *V, af_run_state *rs);
+/* Keep only metrics.jsonl lines with step <= `step` (rewritten atomically). Missing file: OK. */
+af_status af_tr_truncate_metrics(const char *out_dir, int64_t step);
+/* curves.png from metrics.jsonl with gnuplot; prints one line to `log` either way. */
+void af_tr_plot(const char *out_dir, FILE *log);
+
+#endif /* AF_TRAINER_INTERNAL_H */

@@ -1,0 +1,211 @@
+/* trainer_predict.c — evaluation probabilities, metrics, and a trained adapter as a classifier
+ * (see trainer.h). */
+#include "train/trainer.h"
+
+#include "formats/adapter_io.h"
+#include "formats/jsonl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+af_status af_eval_probs(af_engine *e, const float *P, const af_param_layout *lay, const af_dataset *ds,
+                        int32_t batch, af_pooling pooling, int multi_label, float *probs, double *loss) {
+    if (!e || !P || !lay || !ds || !probs || batch < 1)
+        return af_fail(AF_ERR_INVALID_ARG, "evaluation: NULL argument or batch < 1");
+    const int32_t C = lay->num_classes;
+    af_batcher *bt = NULL;
+    AF_TRY(af_batcher_new(ds, NULL, ds->n, batch, &bt));
+    float *logits = af_malloc(sizeof(float) * (size_t)batch * (size_t)C * 2);
+    if (!logits) {
+        af_batcher_free(bt);
+        return af_fail(AF_ERR_NOMEM, "evaluation: out of memory");
+    }
+    float *dl = logits + (size_t)batch * (size_t)C;
+    af_step_opts so = {pooling, NULL, 0, 0, 0};
+    double lsum = 0;
+    int64_t lcount = 0;
+    af_status st = AF_OK;
+    int32_t done = 0;
+    af_packed_batch pb;
+    int r;
+    while ((r = af_batcher_next(bt, &pb)) == 1) {
+        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL};
+        st = af_engine_forward(e, P, &b, &so, logits);
+        if (st != AF_OK) break;
+        float *out = probs + (size_t)done * (size_t)C;
+        for (int32_t i = 0; i < pb.n_samples; i++) {
+            const float *x = logits + (size_t)i * C;
+            float *p = out + (size_t)i * C;
+            if (multi_label) {
+                for (int32_t c = 0; c < C; c++) p[c] = (float)(1.0 / (1.0 + exp(-(double)x[c])));
+            } else {
+                double mx = x[0], s = 0;
+                for (int32_t c = 1; c < C; c++) mx = x[c] > mx ? x[c] : mx;
+                for (int32_t c = 0; c < C; c++) s += exp((double)x[c] - mx);
+                for (int32_t c = 0; c < C; c++) p[c] = (float)(exp((double)x[c] - mx) / s);
+            }
+        }
+        if (loss) {
+            if (multi_label) {
+                if (!pb.multi_hot) continue;
+                lsum += af_bce_loss(dl, logits, pb.multi_hot, pb.n_samples, C) * pb.n_samples;
+                lcount += pb.n_samples;
+            } else {
+                for (int32_t i = 0; i < pb.n_samples; i++) {
+                    int32_t y = pb.labels ? pb.labels[i] : -1;
+                    if (y < 0 || y >= C) continue;
+                    lsum += af_ce_loss(dl, NULL, logits + (size_t)i * C, &y, NULL, 1, C);
+                    lcount++;
+                }
+            }
+        }
+        done += pb.n_samples;
+    }
+    if (r < 0 && st == AF_OK) st = AF_ERR_NOMEM;
+    if (loss) *loss = lcount ? lsum / (double)lcount : NAN;
+    free(logits);
+    af_batcher_free(bt);
+    return st;
+}
+
+af_status af_eval_metrics(const af_dataset *ds, const float *probs, af_metrics **out) {
+    const int32_t C = ds->num_classes;
+    if (ds->multi_label) {
+        float *pp = af_malloc(sizeof(float) * (size_t)ds->n * (size_t)C);
+        if (!pp) return af_fail(AF_ERR_NOMEM, "metrics: out of memory");
+        memcpy(pp, probs, sizeof(float) * (size_t)ds->n * (size_t)C);
+        af_status st = af_metrics_compute_multi(pp, ds->multi_hot, ds->n, C, 0.5f, out);
+        free(pp);
+        return st;
+    }
+    int32_t m = 0;
+    for (int32_t i = 0; i < ds->n; i++) m += ds->labels[i] >= 0;
+    if (m == 0) return af_fail(AF_ERR_INVALID_ARG, "%s: no labelled sample to evaluate", ds->path ? ds->path : "data");
+    if (m == ds->n) return af_metrics_compute(probs, ds->labels, ds->n, C, out);
+    float *pp = af_malloc(sizeof(float) * (size_t)m * (size_t)C);
+    int32_t *ll = af_malloc(sizeof(int32_t) * (size_t)m);
+    if (!pp || !ll) {
+        free(pp);
+        free(ll);
+        return af_fail(AF_ERR_NOMEM, "metrics: out of memory");
+    }
+    int32_t k = 0;
+    for (int32_t i = 0; i < ds->n; i++)
+        if (ds->labels[i] >= 0) {
+            memcpy(pp + (size_t)k * C, probs + (size_t)i * C, sizeof(float) * (size_t)C);
+            ll[k++] = ds->labels[i];
+        }
+    af_status st = af_metrics_compute(pp, ll, m, C, out);
+    free(pp);
+    free(ll);
+    return st;
+}
+
+void af_classifier_free(af_classifier *c) {
+    if (!c) return;
+    af_engine_free(c->eng);
+    free(c->P);
+    af_param_layout_free(&c->lay);
+    if (c->label_names) af_labels_free(c->label_names, c->num_classes);
+    af_model_free(c->model_owned);
+    free(c);
+}
+
+af_status af_classifier_load(const char *model_path, const af_model *model, const char *adapter_dir,
+                             af_classifier **out) {
+    if (!out || !adapter_dir || (!model && !model_path))
+        return af_fail(AF_ERR_INVALID_ARG, "classifier: NULL argument");
+    *out = NULL;
+    af_classifier *c = af_calloc(1, sizeof *c);
+    if (!c) return af_fail(AF_ERR_NOMEM, "classifier: out of memory");
+    af_adapter_info info;
+    memset(&info, 0, sizeof info);
+    af_status st = af_adapter_read_info(adapter_dir, &info);
+    if (st != AF_OK) goto fail;
+    if (info.num_classes < 1) {
+        st = af_fail(AF_ERR_INVALID_ARG, "%s: the adapter has no classification head (score.weight)", adapter_dir);
+        goto fail;
+    }
+    if (!model) {
+        st = af_model_load(model_path, &c->model_owned);
+        if (st != AF_OK) goto fail;
+        model = c->model_owned;
+    }
+    c->model = model;
+    const af_model_config *mc = af_model_get_config(model);
+    if (info.hidden != mc->hidden_size || info.n_layers > mc->num_hidden_layers) {
+        st = af_fail(AF_ERR_INVALID_ARG,
+                     "%s: adapter made for a model with hidden size %d and >= %d layers, but %s has hidden "
+                     "size %d and %d layers",
+                     adapter_dir, info.hidden, info.n_layers, model_path ? model_path : "the model",
+                     mc->hidden_size, mc->num_hidden_layers);
+        goto fail;
+    }
+    c->num_classes = info.num_classes;
+    c->pooling = AF_POOL_LAST; /* transformers *ForSequenceClassification */
+    c->max_seq_len = 512;
+    const cJSON *a = info.afinar;
+    if (a) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, "pooling");
+        if (cJSON_IsString(v)) {
+            if (!strcmp(v->valuestring, "mean")) c->pooling = AF_POOL_MEAN;
+            else if (!strcmp(v->valuestring, "last")) c->pooling = AF_POOL_LAST;
+            else {
+                st = af_fail(AF_ERR_FORMAT, "%s/afinar.json: field 'pooling': unknown value \"%s\" (mean, last)",
+                             adapter_dir, v->valuestring);
+                goto fail;
+            }
+        }
+        v = cJSON_GetObjectItemCaseSensitive(a, "max_seq_len");
+        if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 1e7) c->max_seq_len = (int32_t)v->valuedouble;
+        v = cJSON_GetObjectItemCaseSensitive(a, "multi_label");
+        c->multi_label = cJSON_IsTrue(v);
+        v = cJSON_GetObjectItemCaseSensitive(a, "labels");
+        if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == c->num_classes) {
+            c->label_names = af_calloc((size_t)c->num_classes, sizeof(char *));
+            if (!c->label_names) {
+                st = af_fail(AF_ERR_NOMEM, "classifier: out of memory");
+                goto fail;
+            }
+            int32_t i = 0;
+            const cJSON *e;
+            cJSON_ArrayForEach(e, v) {
+                c->label_names[i] = strdup(cJSON_IsString(e) ? e->valuestring : "?");
+                if (!c->label_names[i]) {
+                    st = af_fail(AF_ERR_NOMEM, "classifier: out of memory");
+                    goto fail;
+                }
+                i++;
+            }
+        }
+    }
+    af_lora_config lc = {info.r, info.alpha, info.dropout, info.use_rslora, info.targets, 0};
+    st = af_param_layout_init(&c->lay, model, &lc, c->num_classes);
+    if (st != AF_OK) goto fail;
+    c->P = af_calloc((size_t)c->lay.n_total, sizeof(float));
+    if (!c->P) {
+        st = af_fail(AF_ERR_NOMEM, "classifier: out of memory (%lld parameters)", (long long)c->lay.n_total);
+        goto fail;
+    }
+    st = af_adapter_load(adapter_dir, &c->lay, c->P, 0, NULL);
+    if (st != AF_OK) goto fail;
+    st = af_engine_new(model, &c->lay, &c->eng);
+    if (st != AF_OK) goto fail;
+    af_adapter_info_free(&info);
+    *out = c;
+    return AF_OK;
+fail:
+    af_adapter_info_free(&info);
+    af_classifier_free(c);
+    return st;
+}
+
+af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t batch, float *probs) {
+    if (!c || !ds) return af_fail(AF_ERR_INVALID_ARG, "classifier: NULL argument");
+    if (ds->num_classes > c->num_classes || (ds->multi_label && !c->multi_label))
+        return af_fail(AF_ERR_INVALID_ARG, "%s: data have %d %s classes, the adapter %d %s",
+                       ds->path ? ds->path : "data", ds->num_classes, ds->multi_label ? "multi-label" : "single-label",
+                       c->num_classes, c->multi_label ? "multi-label" : "single-label");
+    return af_eval_probs(c->eng, c->P, &c->lay, ds, batch, c->pooling, c->multi_label, probs, NULL);
+}

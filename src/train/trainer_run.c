@@ -1,0 +1,454 @@
+/* trainer_run.c — the training loop: steps, evaluation, best/early stopping, checkpoints, resume,
+ * progress and the metrics log (see trainer.h). */
+#include "train/trainer_internal.h"
+
+#include "core/fsutil.h"
+
+#include <cJSON.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct loop {
+    af_trainer *t;
+    float *P, *G, *M, *V;
+    uint8_t *decay;
+    af_engine *eng;
+    af_batcher *bt;
+    int32_t *perm;
+    int64_t perm_epoch;
+    float *logits;       /* [batch, C] */
+    float *vprobs;       /* [n_val, C] */
+    FILE *mf;            /* metrics.jsonl */
+    af_run_state rs;
+    double t0;           /* session start */
+    int64_t session_steps, session_samples;
+    int tty;
+    int64_t log_every;
+    int live;            /* a '\r' line is on screen */
+    char last_ckpt[1024];
+} loop;
+
+static double now(void) { return af_time_sec(); }
+
+static double ema_shown(double v, int64_t n) { return n > 0 ? v / (1.0 - pow(AF_EMA_BETA, (double)n)) : NAN; }
+
+static void fmt_time(double s, char *buf, size_t cap) {
+    if (!isfinite(s) || s < 0) snprintf(buf, cap, "?");
+    else if (s < 60) snprintf(buf, cap, "%.0fs", s);
+    else if (s < 3600) snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
+static void end_live(loop *L) {
+    FILE *lg = L->t->o.log;
+    if (L->live && lg) fputc('\n', lg);
+    L->live = 0;
+}
+
+static void progress(loop *L, double lr, double gn, int force) {
+    af_trainer *t = L->t;
+    FILE *lg = t->o.log;
+    if (!lg) return;
+    const af_run_state *rs = &L->rs;
+    if (!L->tty && !force && rs->step % L->log_every != 0) return;
+    double el = now() - L->t0;
+    double sps = el > 0 ? (double)L->session_samples / el : 0;
+    double eta = L->session_steps > 0 ? el / (double)L->session_steps * (double)(t->total - rs->step) : NAN;
+    char e[32];
+    fmt_time(eta, e, sizeof e);
+    fprintf(lg, "%sepoch %.2f | step %lld/%lld | loss %.4f | acc %.3f | lr %.2e | grad-norm %.3g | %.1f samples/s | ETA %s%s",
+            L->tty ? "\r\033[K" : "", (double)rs->step / (double)t->spe, (long long)rs->step, (long long)t->total,
+            ema_shown(rs->ema_loss, rs->ema_n), ema_shown(rs->ema_acc, rs->ema_n), lr, gn, sps, e,
+            L->tty ? "" : "\n");
+    fflush(lg);
+    L->live = L->tty;
+}
+
+static void log_line(loop *L, const char *s) {
+    if (!L->mf) return;
+    fputs(s, L->mf);
+    fputc('\n', L->mf);
+    fflush(L->mf);
+}
+
+/* One optimizer step (global step rs.step): forward/backward over its micro-batches, clip, AdamW. */
+static af_status train_step(loop *L, af_adamw *opt, int *finite, double *loss, double *acc, double *gn, double *lr,
+                            int64_t *n_step_out) {
+    af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    const af_dataset *ds = t->train;
+    const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
+    const int32_t B = o->batch, C = t->num_classes;
+    if (L->perm_epoch != e) {
+        af_shuffle_perm(L->perm, ds->n, o->seed, (uint64_t)e);
+        L->perm_epoch = e;
+    }
+    const int64_t mb0 = k * o->grad_accum, mb1 = mb0 + o->grad_accum < t->n_micro ? mb0 + o->grad_accum : t->n_micro;
+    const int64_t i_end = mb1 * B < ds->n ? mb1 * B : ds->n, n_step = i_end - mb0 * B;
+    const int64_t n_total = t->lay.n_total;
+    memset(L->G, 0, sizeof(float) * (size_t)n_total);
+    double lsum = 0;
+    int64_t correct = 0;
+    *finite = 1;
+    for (int64_t j = mb0; j < mb1; j++) {
+        const int64_t i0 = j * B;
+        const int32_t m = (int32_t)(ds->n - i0 < B ? ds->n - i0 : B);
+        af_packed_batch pb;
+        AF_TRY(af_batcher_pack(L->bt, L->perm + i0, m, &pb));
+        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot};
+        af_step_opts so = {o->pooling, t->class_w, o->checkpointing, 1,
+                           af_ctr_key(o->seed, (uint64_t)g, (uint64_t)j, 0x64726f70u)};
+        double l = 0;
+        AF_TRY(af_engine_step(L->eng, L->P, L->G, &b, &so, (float)((double)m / (double)n_step), &l, L->logits));
+        if (!isfinite(l)) {
+            *finite = 0;
+            lsum = l;
+            break;
+        }
+        lsum += l * m;
+        for (int32_t i = 0; i < m; i++) {
+            const float *x = L->logits + (size_t)i * C;
+            if (pb.labels) {
+                int32_t am = 0;
+                for (int32_t c = 1; c < C; c++) am = x[c] > x[am] ? c : am;
+                correct += am == pb.labels[i];
+            } else {
+                int ok = 1;
+                for (int32_t c = 0; c < C; c++) ok &= (x[c] > 0) == (pb.multi_hot[(size_t)i * C + c] > 0.5f);
+                correct += ok;
+            }
+        }
+    }
+    *loss = *finite ? lsum / (double)n_step : lsum;
+    *acc = (double)correct / (double)n_step;
+    *n_step_out = n_step;
+    if (!o->head_bias) memset(L->G + t->lay.head_b_off, 0, sizeof(float) * (size_t)C);
+    *gn = *finite ? af_clip_grad_norm(L->G, n_total, o->max_grad_norm > 0 ? o->max_grad_norm : 0) : NAN;
+    if (!isfinite(*gn)) *finite = 0;
+    *lr = af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total);
+    if (*finite) {
+        opt->t = L->rs.adam_t;
+        af_adamw_step(opt, L->P, L->G, L->M, L->V, n_total, (float)*lr, L->decay);
+        L->rs.adam_t = opt->t;
+    }
+    return AF_OK;
+}
+
+static af_status evaluate(loop *L, int *improved) {
+    af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    af_run_state *rs = &L->rs;
+    double vloss = NAN;
+    AF_TRY(af_eval_probs(L->eng, L->P, &t->lay, t->val, o->eval_batch > 0 ? o->eval_batch : o->batch, o->pooling,
+                         t->multi_label, L->vprobs, &vloss));
+    af_metrics *m = NULL;
+    AF_TRY(af_eval_metrics(t->val, L->vprobs, &m));
+    rs->last_eval_step = rs->step;
+    rs->last_val_acc = m->accuracy;
+    rs->last_val_f1 = m->macro_f1;
+    *improved = !(rs->best >= m->macro_f1); /* NaN best: first evaluation */
+    if (*improved) {
+        rs->best = m->macro_f1;
+        rs->best_step = rs->step;
+        rs->bad_evals = 0;
+    } else rs->bad_evals++;
+    char line[512];
+    snprintf(line, sizeof line,
+             "{\"type\":\"eval\",\"split\":\"val\",\"step\":%lld,\"epoch\":%.6g,\"accuracy\":%.9g,\"macro_f1\":%.9g,"
+             "\"loss\":%.9g,\"ece\":%.9g}",
+             (long long)rs->step, (double)rs->step / (double)t->spe, m->accuracy, m->macro_f1,
+             isfinite(vloss) ? vloss : -1.0, isfinite(m->ece) ? m->ece : -1.0);
+    log_line(L, line);
+    if (o->log) {
+        end_live(L);
+        fprintf(o->log, "eval  step %lld (epoch %.2f): accuracy %.4f  macro-F1 %.4f  loss %.4f", (long long)rs->step,
+                (double)rs->step / (double)t->spe, m->accuracy, m->macro_f1, vloss);
+        if (isfinite(m->ece)) fprintf(o->log, "  ECE %.4f", m->ece);
+        fprintf(o->log, "%s\n", *improved ? "  (best so far)" : "");
+        fflush(o->log);
+    }
+    af_metrics_free(m);
+    return AF_OK;
+}
+
+static af_status save_checkpoint(loop *L) {
+    char name[64];
+    snprintf(name, sizeof name, "checkpoint-%lld", (long long)L->rs.step);
+    af_run_state rs = L->rs;
+    rs.elapsed += now() - L->t0; /* total training seconds so far */
+    af_status st = af_tr_save_dir(L->t, name, L->P, L->M, L->V, &rs, NULL);
+    if (st != AF_OK) return st;
+    snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s/%s", L->t->o.output_dir, name);
+    af_tr_rotate(L->t);
+    return AF_OK;
+}
+
+static af_status write_run_json(const af_trainer *t) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return af_fail(AF_ERR_NOMEM, "out of memory");
+    cJSON *cfg = t->o.config_json ? cJSON_Parse(t->o.config_json) : NULL;
+    cJSON_AddItemToObject(j, "config", cfg ? cfg : cJSON_CreateNull());
+    cJSON_AddStringToObject(j, "afinar_version", af_version());
+    if (t->o.model_path) cJSON_AddStringToObject(j, "model", t->o.model_path);
+    cJSON_AddNumberToObject(j, "n_train", t->train->n);
+    cJSON_AddNumberToObject(j, "n_val", t->val ? t->val->n : 0);
+    cJSON_AddNumberToObject(j, "num_classes", t->num_classes);
+    cJSON_AddBoolToObject(j, "multi_label", t->multi_label);
+    if (t->label_names) {
+        cJSON *a = cJSON_AddArrayToObject(j, "labels");
+        for (int32_t i = 0; i < t->num_classes; i++) cJSON_AddItemToArray(a, cJSON_CreateString(t->label_names[i]));
+    }
+    cJSON_AddNumberToObject(j, "total_steps", (double)t->total);
+    cJSON_AddNumberToObject(j, "steps_per_epoch", (double)t->spe);
+    cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
+    cJSON_AddNumberToObject(j, "trainable_parameters", (double)t->lay.n_total);
+    char *s = cJSON_Print(j);
+    cJSON_Delete(j);
+    char *p = af_path_join(t->o.output_dir, "run.json");
+    af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
+    free(s);
+    free(p);
+    return st;
+}
+
+/* Output directory: derive from the checkpoint, refuse another run unless overwrite/resume-in-place. */
+static af_status prepare_output(af_trainer *t, const char *ckpt, char **owned_out) {
+    af_trainer_opts *o = &t->o;
+    *owned_out = NULL;
+    char *parent = NULL;
+    if (ckpt) {
+        char *c = strdup(ckpt);
+        if (!c) return af_fail(AF_ERR_NOMEM, "out of memory");
+        parent = strdup(dirname(c));
+        free(c);
+        if (!parent) return af_fail(AF_ERR_NOMEM, "out of memory");
+    }
+    if (!o->output_dir) {
+        if (!parent) return af_fail(AF_ERR_INVALID_ARG, "no output directory (-o DIR)");
+        o->output_dir = *owned_out = strdup(parent);
+        if (!*owned_out) {
+            free(parent);
+            return af_fail(AF_ERR_NOMEM, "out of memory");
+        }
+    }
+    char what[256];
+    af_status st = AF_OK;
+    if (af_tr_dir_has_run(o->output_dir, what, sizeof what)) {
+        char a[PATH_MAX], b[PATH_MAX];
+        int same = parent && realpath(parent, a) && realpath(o->output_dir, b) && !strcmp(a, b);
+        if (same) st = AF_OK;
+        else if (o->overwrite) st = af_tr_clear_run(o->output_dir);
+        else
+            st = af_fail(AF_ERR_INVALID_ARG,
+                         "%s: holds another run (%s); use --overwrite to replace it, --resume %s to continue it, or "
+                         "another -o DIR",
+                         o->output_dir, what, o->output_dir);
+    }
+    free(parent);
+    if (st == AF_OK) st = af_mkdir_p(o->output_dir);
+    return st;
+}
+
+static void free_loop(loop *L) {
+    free(L->P), free(L->G), free(L->M), free(L->V), free(L->decay), free(L->perm), free(L->logits), free(L->vprobs);
+    af_engine_free(L->eng);
+    af_batcher_free(L->bt);
+    if (L->mf) fclose(L->mf);
+}
+
+af_status af_trainer_run(af_trainer *t, af_train_result *res) {
+    if (!t) return af_fail(AF_ERR_INVALID_ARG, "trainer: NULL argument");
+    af_train_result dummy;
+    if (!res) res = &dummy;
+    memset(res, 0, sizeof *res);
+    res->best_macro_f1 = res->last_val_accuracy = res->last_val_macro_f1 = NAN;
+    if (t->ran) return af_fail(AF_ERR_INVALID_ARG, "trainer: af_trainer_run may be called once");
+    t->ran = 1;
+    af_trainer_opts *o = &t->o;
+    if (af_diag_has_error(&t->diags))
+        return af_fail(AF_ERR_INVALID_ARG, "the configuration has errors (see the diagnostics); not training");
+    if (t->mem_ram > 0 && t->mem_need > t->mem_ram)
+        return af_fail(AF_ERR_NOMEM, "training needs about %.0f MiB but the machine has %.0f MiB of RAM; %s",
+                       (double)t->mem_need / 1048576.0, (double)t->mem_ram / 1048576.0,
+                       o->checkpointing ? "use a smaller --batch or --max-seq-len"
+                                        : "use --checkpointing, or a smaller --batch or --max-seq-len");
+    const double t_start = now();
+    char *ckpt = NULL, *owned_out = NULL;
+    loop L;
+    memset(&L, 0, sizeof L);
+    L.t = t;
+    L.perm_epoch = -1;
+    L.rs.best = L.rs.last_val_acc = L.rs.last_val_f1 = NAN;
+    af_status st = AF_OK;
+    af_stop_reason stop = AF_STOP_DONE;
+    if (o->resume) st = af_trainer_find_checkpoint(o->resume, &ckpt);
+    if (st == AF_OK) st = prepare_output(t, ckpt, &owned_out);
+    const int64_t n = t->lay.n_total;
+    const int32_t C = t->num_classes;
+    if (st == AF_OK) {
+        L.P = af_calloc((size_t)n, sizeof(float));
+        L.G = af_calloc((size_t)n, sizeof(float));
+        L.M = af_calloc((size_t)n, sizeof(float));
+        L.V = af_calloc((size_t)n, sizeof(float));
+        L.decay = af_malloc((size_t)n);
+        L.perm = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
+        L.logits = af_malloc(sizeof(float) * (size_t)o->batch * (size_t)C);
+        L.vprobs = t->val ? af_malloc(sizeof(float) * (size_t)t->val->n * (size_t)C) : NULL;
+        if (!L.P || !L.G || !L.M || !L.V || !L.decay || !L.perm || !L.logits || (t->val && !L.vprobs))
+            st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
+    }
+    if (st == AF_OK) {
+        memset(L.decay, 1, (size_t)n);
+        memset(L.decay + t->lay.head_b_off, 0, (size_t)C); /* no weight decay on the head bias */
+        af_lora_init_params(&t->lay, L.P);
+        if (ckpt) st = af_tr_load_state(t, ckpt, L.P, L.M, L.V, &L.rs);
+    }
+    if (st == AF_OK && ckpt) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
+    if (st == AF_OK) st = af_engine_new(t->model, &t->lay, &L.eng);
+    if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L.bt);
+    if (st == AF_OK) st = write_run_json(t);
+    if (st == AF_OK) {
+        char *mp = af_path_join(o->output_dir, "metrics.jsonl");
+        L.mf = mp ? fopen(mp, "a") : NULL;
+        if (!L.mf) st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: cannot open for writing", o->output_dir);
+        free(mp);
+    }
+    if (st != AF_OK) goto out;
+    if (ckpt) snprintf(L.last_ckpt, sizeof L.last_ckpt, "%s", ckpt);
+    L.tty = o->progress_tty >= 0 ? o->progress_tty : (o->log && isatty(fileno(o->log)));
+    L.log_every = o->log_every > 0 ? o->log_every : (t->total >= 20 ? t->total / 20 : 1);
+    if (o->log) {
+        if (ckpt) fprintf(o->log, "resuming from %s at step %lld of %lld\n", ckpt, (long long)L.rs.step, (long long)t->total);
+        fprintf(o->log, "training: %lld steps, output %s\n", (long long)t->total, o->output_dir);
+        fflush(o->log);
+    }
+    af_adamw opt;
+    af_adamw_defaults(&opt, (float)o->lr);
+    opt.weight_decay = (float)o->weight_decay;
+    L.t0 = now();
+    int saved_now = 0;
+    while (L.rs.step < t->total) {
+        int finite;
+        double loss, acc, gn, lr;
+        int64_t n_step;
+        st = train_step(&L, &opt, &finite, &loss, &acc, &gn, &lr, &n_step);
+        if (st != AF_OK) goto out;
+        af_run_state *rs = &L.rs;
+        rs->step++;
+        rs->samples_seen += n_step;
+        L.session_steps++;
+        L.session_samples += n_step;
+        saved_now = 0;
+        char line[512];
+        double el = rs->elapsed + (now() - L.t0);
+        snprintf(line, sizeof line,
+                 "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"acc\":%.9g,\"lr\":%.9g,"
+                 "\"grad_norm\":%.9g,\"samples_per_s\":%.4g,\"elapsed\":%.3f%s}",
+                 (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, acc, lr,
+                 isfinite(gn) ? gn : -1.0, (now() - L.t0) > 0 ? (double)L.session_samples / (now() - L.t0) : 0.0, el,
+                 finite ? "" : ",\"skipped\":true");
+        log_line(&L, line);
+        if (!finite) {
+            rs->nonfinite_run++;
+            rs->n_nonfinite++;
+            if (o->log) {
+                end_live(&L);
+                fprintf(o->log, "warn  step %lld: loss or gradient not finite (loss %g, grad-norm %g): step skipped "
+                                "(%lld in a row)\n", (long long)rs->step, loss, gn, (long long)rs->nonfinite_run);
+            }
+            if (rs->nonfinite_run >= (o->max_nonfinite > 0 ? o->max_nonfinite : 1)) {
+                stop = AF_STOP_NONFINITE;
+                st = af_fail(AF_ERR_RANGE,
+                             "step %lld: loss or gradient not finite for %lld consecutive steps; stopped. Last good "
+                             "checkpoint: %s. Try a lower --lr (now %g) or --max-grad-norm 1",
+                             (long long)rs->step, (long long)rs->nonfinite_run,
+                             L.last_ckpt[0] ? L.last_ckpt : "none (no checkpoint saved yet)", o->lr);
+                break;
+            }
+        } else {
+            rs->nonfinite_run = 0;
+            rs->ema_loss = AF_EMA_BETA * rs->ema_loss + (1 - AF_EMA_BETA) * loss;
+            rs->ema_acc = AF_EMA_BETA * rs->ema_acc + (1 - AF_EMA_BETA) * acc;
+            rs->ema_n++;
+        }
+        const int last = rs->step == t->total;
+        progress(&L, lr, gn, last);
+        const int epoch_end = rs->step % t->spe == 0;
+        int evaluated = 0;
+        if (t->val && (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
+            int improved = 0;
+            st = evaluate(&L, &improved);
+            if (st != AF_OK) goto out;
+            evaluated = 1;
+            if (improved) {
+                st = af_tr_save_dir(t, "best", L.P, NULL, NULL, rs, "val_macro_f1");
+                if (st != AF_OK) goto out;
+            } else if (o->patience > 0 && rs->bad_evals >= o->patience) {
+                stop = AF_STOP_EARLY;
+                if (o->log)
+                    fprintf(o->log, "early stop: no macro-F1 improvement in %lld evaluations (best %.4f at step %lld)\n",
+                            (long long)rs->bad_evals, rs->best, (long long)rs->best_step);
+            }
+        }
+        const int interrupted = (o->interrupt && *o->interrupt) || (o->stop_after > 0 && rs->step >= o->stop_after);
+        if (interrupted && stop == AF_STOP_DONE && !last) stop = AF_STOP_INTERRUPTED;
+        int save = o->save_every > 0 ? rs->step % o->save_every == 0 : (t->val ? evaluated : epoch_end);
+        if (save || last || stop != AF_STOP_DONE) {
+            end_live(&L);
+            st = save_checkpoint(&L);
+            if (st != AF_OK) goto out;
+            saved_now = 1;
+        }
+        if (stop != AF_STOP_DONE) break;
+    }
+    end_live(&L);
+    if (stop == AF_STOP_DONE || stop == AF_STOP_EARLY) {
+        st = af_tr_save_dir(t, "final", L.P, NULL, NULL, &L.rs, "last_step");
+        if (st == AF_OK && !t->val) st = af_tr_save_dir(t, "best", L.P, NULL, NULL, &L.rs, "last_step");
+        if (st != AF_OK) goto out;
+    }
+    (void)saved_now;
+out:
+    end_live(&L);
+    res->stop = stop;
+    res->steps_done = L.rs.step;
+    res->total_steps = t->total;
+    res->best_step = L.rs.best_step;
+    res->best_macro_f1 = L.rs.best_step > 0 ? L.rs.best : NAN;
+    res->last_val_accuracy = L.rs.last_val_acc;
+    res->last_val_macro_f1 = L.rs.last_val_f1;
+    res->last_train_loss = ema_shown(L.rs.ema_loss, L.rs.ema_n);
+    res->n_nonfinite = L.rs.n_nonfinite;
+    res->seconds = now() - t_start;
+    snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", L.last_ckpt);
+    if (o->log && L.mf) {
+        char tb[32];
+        fmt_time(res->seconds, tb, sizeof tb);
+        if (stop == AF_STOP_INTERRUPTED)
+            fprintf(o->log, "stopped at step %lld of %lld; checkpoint %s (continue with --resume %s)\n",
+                    (long long)L.rs.step, (long long)t->total, L.last_ckpt, L.last_ckpt);
+        else if (st == AF_OK) {
+            fprintf(o->log, "done: %lld steps in %s", (long long)L.rs.step, tb);
+            if (res->best_step > 0)
+                fprintf(o->log, "; best val macro-F1 %.4f at step %lld -> %s/best", res->best_macro_f1,
+                        (long long)res->best_step, o->output_dir);
+            else fprintf(o->log, "; no validation data: %s/best is the last step", o->output_dir);
+            fprintf(o->log, "; final adapter %s/final; log %s/metrics.jsonl\n", o->output_dir, o->output_dir);
+            if (L.rs.n_nonfinite) fprintf(o->log, "note: %lld non-finite steps were skipped\n", (long long)L.rs.n_nonfinite);
+        }
+    }
+    if (L.mf && o->plot && (st == AF_OK || stop == AF_STOP_NONFINITE)) {
+        fclose(L.mf);
+        L.mf = NULL;
+        af_tr_plot(o->output_dir, o->log);
+    }
+    free_loop(&L);
+    if (owned_out) o->output_dir = NULL;
+    free(owned_out);
+    free(ckpt);
+    return st;
+}

@@ -1,0 +1,546 @@
+/*
+ * test_trainer.c — the training loop (src/train/trainer*.c) and the CLI commands train / eval /
+ * predict / check on a tiny random llama model that the test writes as GGUF WITH a small byte-level
+ * BPE tokenizer (256 byte tokens, 2 merges, <|endoftext|>), and a synthetic 3-class corpus whose
+ * class is decided by a keyword repeated in the text.
+ *  (a) training reaches 100% training accuracy; the validation evaluation logged in metrics.jsonl
+ *      equals an independent evaluation of OUT/final through af_classifier (bit-identical probs ->
+ *      identical accuracy / macro-F1); output files are complete, no temporaries are left, only
+ *      save_total_limit checkpoints are kept.
+ *  (b) exact resume: stop after K steps, resume -> final adapter file byte-identical to an
+ *      uninterrupted run, and identical per-step losses (compared as the %.17g strings) —
+ *      with dropout, gradient accumulation, an uneven last micro-batch, eval every 3 steps.
+ *  (c) the interrupt flag saves a checkpoint and stops; non-finite losses stop the run with
+ *      AF_ERR_RANGE naming the step; a checkpoint save that fails (RLIMIT_FSIZE -> EFBIG, as a full
+ *      disk) returns AF_ERR_IO and leaves the previous checkpoint byte-identical and no temporary.
+ *  (d) bad input: missing file, invalid JSON line, unknown label, out-of-range label, empty data,
+ *      model without tokenizer, output directory holding another run, resume with other settings,
+ *      --val with --val-split.
+ *  (e) CLI (when AFINAR_BIN points at the built binary, as `make test` does): exit codes and
+ *      outputs of train (--config + flags), eval --json, predict (stdin lines and --input), check.
+ */
+#include "testlib.h"
+#include "tinymodel.c"
+
+#include "formats/gguf.h"
+#include "formats/gguf_write.h"
+#include "kernels/quant.h"
+#include "train/trainer_internal.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char g_dir[256];
+
+static const char *P_(const char *name) {
+    static char buf[256][512];
+    static int k;
+    k = (k + 1) % 256;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+/* GPT-2 byte -> unicode code point (printable bytes map to themselves, the rest to 256 + k). */
+static unsigned byte_cp(unsigned b) {
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return b;
+    unsigned k = 0;
+    for (unsigned x = 0; x < b; x++)
+        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) k++;
+    return 256 + k;
+}
+static void put_cp(unsigned cp, char *out) {
+    if (cp < 0x80) out[0] = (char)cp, out[1] = 0;
+    else out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
+}
+
+#define N_VOCAB 259
+/* Tiny llama (tinymodel.c) + gpt2 tokenizer keys, written to `path`. */
+static af_status write_model(const char *path, int with_tok) {
+    tm_spec s = tm_default("llama", AF_TYPE_Q8_0);
+    s.vocab = N_VOCAB;
+    s.seed = 77;
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.base", path);
+    AF_TRY(tm_write(&s, tmp));
+    if (!with_tok) return rename(tmp, path) == 0 ? AF_OK : AF_ERR_IO;
+    af_gguf *g = NULL;
+    AF_TRY(af_gguf_open(tmp, &g));
+    af_gguf_writer *w = NULL;
+    af_status st = af_gguf_writer_new(&w);
+    for (uint64_t i = 0; st == AF_OK && i < g->n_kv; i++) {
+        const af_gguf_kv *kv = &g->kv[i];
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        if (kv->val.type == AF_GGUF_UINT32) st = af_gguf_writer_add_u32(w, key, (uint32_t)kv->val.v.u64);
+        else if (kv->val.type == AF_GGUF_FLOAT32) st = af_gguf_writer_add_f32(w, key, (float)kv->val.v.f64);
+        else if (kv->val.type == AF_GGUF_STRING) st = af_gguf_writer_add_strn(w, key, kv->val.v.str.ptr, kv->val.v.str.len);
+    }
+    static char toks[N_VOCAB][16];
+    const char *tp[N_VOCAB];
+    int32_t types[N_VOCAB];
+    for (unsigned b = 0; b < 256; b++) put_cp(byte_cp(b), toks[b]);
+    snprintf(toks[256], 16, "ab");
+    snprintf(toks[257], 16, "\xC4\xA0x"); /* "Ġx" */
+    snprintf(toks[258], 16, "<|endoftext|>");
+    for (int i = 0; i < N_VOCAB; i++) tp[i] = toks[i], types[i] = i == 258 ? 3 : 1;
+    const char *merges[2] = {"a b", "\xC4\xA0 x"};
+    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.pre", "gpt2");
+    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tp, N_VOCAB);
+    if (st == AF_OK) st = af_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", AF_GGUF_INT32, types, N_VOCAB);
+    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, 2);
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 258);
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 258);
+    for (uint64_t i = 0; st == AF_OK && i < g->n_tensors; i++) {
+        const af_gguf_tensor *t = &g->tensors[i];
+        st = af_gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
+    }
+    if (st == AF_OK) st = af_gguf_writer_write_file(w, path);
+    af_gguf_writer_free(w);
+    af_gguf_close(g);
+    unlink(tmp);
+    return st;
+}
+
+static const char *const k_names[3] = {"sport", "tech", "food"};
+static const char *const k_keys[3] = {"goal", "chip", "soup"};
+
+/* n samples, class i % 3 (shuffled by the rng): random filler words + the class keyword 2 times. */
+static void write_corpus(const char *path, int n, uint64_t seed, int string_labels) {
+    FILE *f = fopen(path, "w");
+    uint64_t r = seed;
+    for (int i = 0; i < n; i++) {
+        int c = (int)(tl_rand_u64(&r) % 3);
+        char text[256] = "";
+        int nw = 3 + (int)(tl_rand_u64(&r) % 4), pos1 = (int)(tl_rand_u64(&r) % (unsigned)nw);
+        for (int w = 0; w < nw; w++) {
+            char word[8];
+            int len = 2 + (int)(tl_rand_u64(&r) % 3);
+            for (int k = 0; k < len; k++) word[k] = (char)('d' + tl_rand_u64(&r) % 20);
+            word[len] = 0;
+            strcat(text, w ? " " : "");
+            strcat(text, word);
+            if (w == pos1) {
+                strcat(text, " ");
+                strcat(text, k_keys[c]);
+                strcat(text, " ");
+                strcat(text, k_keys[c]);
+            }
+        }
+        if (string_labels) fprintf(f, "{\"input\": \"%s\", \"label\": \"%s\"}\n", text, k_names[c]);
+        else fprintf(f, "{\"input\": \"%s\", \"label\": %d}\n", text, c);
+    }
+    fclose(f);
+}
+
+static void write_text(const char *path, const char *s) {
+    FILE *f = fopen(path, "w");
+    fputs(s, f);
+    fclose(f);
+}
+
+static int exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+static int count_entries(const char *dir, const char *prefix, const char *contains) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if ((!prefix || !strncmp(e->d_name, prefix, strlen(prefix))) && (!contains || strstr(e->d_name, contains))) n++;
+    closedir(d);
+    return n;
+}
+
+static int files_equal(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = tl_read_file(a, &la), *y = tl_read_file(b, &lb);
+    int eq = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+static void base_opts(af_trainer_opts *o, const char *out) {
+    af_trainer_opts_defaults(o);
+    o->model_path = P_("tiny.gguf");
+    o->train_path = P_("train.jsonl");
+    o->val_path = P_("val.jsonl");
+    o->output_dir = out;
+    o->lr = 2e-2;
+    o->lora_r = 4;
+    o->lora_alpha = 8;
+    o->batch = 8;
+    o->grad_accum = 1;
+    o->max_steps = 36;
+    o->warmup_steps = 2;
+    o->max_seq_len = 64;
+    o->eval_every = 12;
+    o->threads = 1;
+    o->plot = 0;
+    o->log = getenv("TL_VERBOSE") ? stderr : NULL;
+    o->progress_tty = 0;
+}
+
+static af_status run(const af_trainer_opts *o, af_train_result *res) {
+    af_trainer *t = NULL;
+    af_status st = af_trainer_new(o, &t);
+    if (st == AF_OK) st = af_trainer_run(t, res);
+    af_trainer_free(t);
+    return st;
+}
+
+/* Last line of metrics.jsonl with "type":"eval" (malloc'ed) */
+static char *last_eval_line(const char *out) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    char *b = tl_read_file(p, NULL), *last = NULL;
+    for (char *l = b ? strtok(b, "\n") : NULL; l; l = strtok(NULL, "\n"))
+        if (strstr(l, "\"type\":\"eval\"")) last = l;
+    char *r = last ? strdup(last) : NULL;
+    free(b);
+    return r;
+}
+
+static double json_num(const char *line, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = line ? strstr(line, k) : NULL;
+    return p ? strtod(p + strlen(k), NULL) : NAN;
+}
+
+static void test_train_eval(void) {
+    af_trainer_opts o;
+    base_opts(&o, P_("out_a"));
+    o.save_total_limit = 2;
+    af_train_result res;
+    af_status st = run(&o, &res);
+    if (!CHECK(st == AF_OK, "train: %s", af_last_error())) return;
+    CHECK(res.stop == AF_STOP_DONE && res.steps_done == 36, "stop %d steps %lld", res.stop, (long long)res.steps_done);
+    /* training accuracy of the final adapter */
+    af_classifier *c = NULL;
+    if (!CHECK(af_classifier_load(P_("tiny.gguf"), NULL, P_("out_a/final"), &c) == AF_OK, "classifier: %s",
+               af_last_error()))
+        return;
+    CHECK(c->pooling == AF_POOL_MEAN && c->num_classes == 3 && c->label_names && !strcmp(c->label_names[1], "sport"),
+          "classifier metadata (pooling %d, C %d)", c->pooling, c->num_classes);
+    af_trainer *t = NULL;
+    af_trainer_opts o2;
+    base_opts(&o2, NULL);
+    CHECK(af_trainer_new(&o2, &t) == AF_OK, "trainer_new: %s", af_last_error());
+    for (int split = 0; t && split < 2; split++) {
+        const af_dataset *ds = split ? t->val : t->train;
+        float *probs = malloc(sizeof(float) * (size_t)ds->n * 3);
+        af_metrics *m = NULL;
+        CHECK(af_classifier_probs(c, ds, 5, probs) == AF_OK, "probs: %s", af_last_error());
+        CHECK(af_eval_metrics(ds, probs, &m) == AF_OK, "metrics");
+        if (m && split == 0) CHECK(m->accuracy == 1.0, "training accuracy %.4f, expected 1", m->accuracy);
+        if (m && split == 1) {
+            char *ev = last_eval_line(P_("out_a"));
+            double a = json_num(ev, "accuracy"), f = json_num(ev, "macro_f1");
+            CHECK(fabs(a - m->accuracy) < 1e-8 && fabs(f - m->macro_f1) < 1e-8,
+                  "eval in metrics.jsonl (acc %.9g F1 %.9g) != af_classifier (acc %.9g F1 %.9g)", a, f, m->accuracy,
+                  m->macro_f1);
+            CHECK(m->accuracy >= 0.8, "validation accuracy %.3f < 0.8", m->accuracy);
+            free(ev);
+        }
+        af_metrics_free(m);
+        free(probs);
+    }
+    af_trainer_free(t);
+    af_classifier_free(c);
+    /* files */
+    const char *must[] = {"out_a/metrics.jsonl", "out_a/run.json", "out_a/best/adapter_model.safetensors",
+                          "out_a/best/adapter_config.json", "out_a/best/afinar.json", "out_a/final/afinar.json",
+                          "out_a/checkpoint-36/trainer_state.safetensors", "out_a/checkpoint-36/adapter_model.safetensors",
+                          "out_a/checkpoint-36/adapter_config.json", "out_a/checkpoint-24/afinar.json"};
+    for (size_t i = 0; i < sizeof must / sizeof *must; i++) CHECK(exists(P_(must[i])), "missing %s", must[i]);
+    CHECK(count_entries(P_("out_a"), "checkpoint-", NULL) == 2, "checkpoints kept: %d (limit 2)",
+          count_entries(P_("out_a"), "checkpoint-", NULL));
+    CHECK(count_entries(P_("out_a"), NULL, ".tmp") == 0, "temporaries left in out_a");
+    /* a second run into the same directory is refused */
+    st = run(&o, &res);
+    CHECK(st == AF_ERR_INVALID_ARG && strstr(af_last_error(), "holds another run"), "rerun: %s", af_last_error());
+}
+
+/* Compare train lines of two metrics.jsonl for steps > from (ignoring elapsed / samples_per_s). */
+static int same_train_lines(const char *a, const char *b, int from, int *n_cmp) {
+    char *x = tl_read_file(a, NULL), *y = tl_read_file(b, NULL);
+    int ok = x && y;
+    *n_cmp = 0;
+    char *sx = NULL, *sy = NULL;
+    char *lx = ok ? strtok_r(x, "\n", &sx) : NULL, *ly = ok ? strtok_r(y, "\n", &sy) : NULL;
+    while (ok && lx) {
+        if (!strstr(lx, "\"type\":\"train\"") || json_num(lx, "step") <= from) {
+            lx = strtok_r(NULL, "\n", &sx);
+            continue;
+        }
+        while (ly && (!strstr(ly, "\"type\":\"train\"") || json_num(ly, "step") < json_num(lx, "step")))
+            ly = strtok_r(NULL, "\n", &sy);
+        if (!ly) { ok = 0; break; }
+        char *ex = strstr(lx, ",\"samples_per_s\""), *ey = strstr(ly, ",\"samples_per_s\"");
+        if (!ex || !ey || ex - lx != ey - ly || memcmp(lx, ly, (size_t)(ex - lx)) != 0) {
+            printf("  differs:\n    %s\n    %s\n", lx, ly);
+            ok = 0;
+        }
+        (*n_cmp)++;
+        lx = strtok_r(NULL, "\n", &sx);
+    }
+    free(x);
+    free(y);
+    return ok;
+}
+
+static void resume_opts(af_trainer_opts *o, const char *out) {
+    base_opts(o, out);
+    o->lora_dropout = 0.1;
+    o->batch = 4;
+    o->grad_accum = 3;
+    o->max_steps = 10; /* 46 samples: 12 micro-batches (last has 2), 4 steps per epoch */
+    o->eval_every = 3;
+    o->patience = 50;
+    o->save_every = 2;
+    o->lr = 1e-2;
+}
+
+static void test_resume(void) {
+    af_trainer_opts o;
+    af_train_result ra, rb, rc;
+    resume_opts(&o, P_("res_a"));
+    o.train_path = P_("train46.jsonl");
+    af_status st = run(&o, &ra);
+    if (!CHECK(st == AF_OK, "uninterrupted: %s", af_last_error())) return;
+    resume_opts(&o, P_("res_b"));
+    o.train_path = P_("train46.jsonl");
+    o.stop_after = 5;
+    st = run(&o, &rb);
+    CHECK(st == AF_OK && rb.stop == AF_STOP_INTERRUPTED && rb.steps_done == 5, "stop after 5: %s (stop %d, steps %lld)",
+          af_last_error(), rb.stop, (long long)rb.steps_done);
+    CHECK(exists(P_("res_b/checkpoint-5/trainer_state.safetensors")), "checkpoint-5 saved at the interruption");
+    CHECK(!exists(P_("res_b/final")), "no final/ after an interruption");
+    /* resume with another batch size: refused, naming the field */
+    resume_opts(&o, NULL);
+    o.train_path = P_("train46.jsonl");
+    o.resume = P_("res_b/checkpoint-5");
+    o.batch = 5;
+    st = run(&o, &rc);
+    CHECK(st == AF_ERR_INVALID_ARG && strstr(af_last_error(), "batch"), "mismatched resume: %s", af_last_error());
+    /* proper resume (output dir derived from the checkpoint) */
+    resume_opts(&o, NULL);
+    o.train_path = P_("train46.jsonl");
+    o.resume = P_("res_b");
+    st = run(&o, &rc);
+    if (!CHECK(st == AF_OK && rc.stop == AF_STOP_DONE && rc.steps_done == 10, "resume: %s", af_last_error())) return;
+    CHECK(files_equal(P_("res_a/final/adapter_model.safetensors"), P_("res_b/final/adapter_model.safetensors")),
+          "final adapter after resume differs from the uninterrupted run");
+    CHECK(files_equal(P_("res_a/best/adapter_model.safetensors"), P_("res_b/best/adapter_model.safetensors")),
+          "best adapter after resume differs");
+    int n_cmp = 0;
+    CHECK(same_train_lines(P_("res_a/metrics.jsonl"), P_("res_b/metrics.jsonl"), 0, &n_cmp) && n_cmp == 10,
+          "per-step train lines differ (%d compared)", n_cmp);
+    CHECK(ra.best_step == rc.best_step && ra.best_macro_f1 == rc.best_macro_f1, "best step %lld vs %lld",
+          (long long)ra.best_step, (long long)rc.best_step);
+    char *ea = last_eval_line(P_("res_a")), *eb = last_eval_line(P_("res_b"));
+    CHECK(ea && eb && !strcmp(ea, eb), "last eval lines differ:\n  %s\n  %s", ea, eb);
+    free(ea);
+    free(eb);
+}
+
+static void test_stops(void) {
+    af_trainer_opts o;
+    af_train_result r;
+    volatile sig_atomic_t flag = 1;
+    base_opts(&o, P_("int"));
+    o.interrupt = &flag;
+    af_status st = run(&o, &r);
+    CHECK(st == AF_OK && r.stop == AF_STOP_INTERRUPTED && r.steps_done == 1 && exists(P_("int/checkpoint-1/afinar.json")),
+          "interrupt: %s stop %d steps %lld", af_last_error(), r.stop, (long long)r.steps_done);
+    base_opts(&o, P_("nan"));
+    o.lr = 1e30;
+    o.max_grad_norm = 0;
+    o.warmup_steps = 0;
+    o.schedule = AF_SCHED_CONSTANT;
+    o.max_nonfinite = 2;
+    st = run(&o, &r);
+    CHECK(st == AF_ERR_RANGE && r.stop == AF_STOP_NONFINITE && strstr(af_last_error(), "not finite") &&
+              strstr(af_last_error(), "step"),
+          "non-finite stop: %s (status %s)", af_last_error(), af_status_name(st));
+    /* a failing save (file size limit = full disk) keeps the good checkpoint */
+    base_opts(&o, P_("full"));
+    o.max_steps = 4;
+    o.save_every = 2;
+    o.stop_after = 2;
+    st = run(&o, &r);
+    CHECK(st == AF_OK && exists(P_("full/checkpoint-2/trainer_state.safetensors")), "save: %s", af_last_error());
+    size_t len0 = 0;
+    char *before = tl_read_file(P_("full/checkpoint-2/trainer_state.safetensors"), &len0);
+    base_opts(&o, NULL);
+    o.max_steps = 4;
+    o.save_every = 2;
+    o.resume = P_("full/checkpoint-2");
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 4096;
+    signal(SIGXFSZ, SIG_IGN);
+    af_trainer *t = NULL;
+    st = af_trainer_new(&o, &t);
+    if (st == AF_OK) {
+        setrlimit(RLIMIT_FSIZE, &lim);
+        st = af_trainer_run(t, &r);
+        setrlimit(RLIMIT_FSIZE, &old);
+    }
+    af_trainer_free(t);
+    CHECK(st == AF_ERR_IO && strstr(af_last_error(), ".safetensors"), "disk full: %s (%s)", af_last_error(),
+          af_status_name(st));
+    size_t len1 = 0;
+    char *after = tl_read_file(P_("full/checkpoint-2/trainer_state.safetensors"), &len1);
+    CHECK(before && after && len0 == len1 && !memcmp(before, after, len0), "checkpoint-2 changed by the failed save");
+    CHECK(!exists(P_("full/checkpoint-4")) && count_entries(P_("full"), NULL, ".tmp") == 0,
+          "partial checkpoint or temporaries left after the failed save");
+    free(before);
+    free(after);
+}
+
+static void expect_new_error(af_trainer_opts *o, af_status want, const char *needle, const char *what) {
+    af_trainer *t = NULL;
+    af_status st = af_trainer_new(o, &t);
+    CHECK(st == want && strstr(af_last_error(), needle), "%s: got %s '%s', want %s containing '%s'", what,
+          af_status_name(st), af_last_error(), af_status_name(want), needle);
+    af_trainer_free(t);
+}
+
+static void test_bad_input(void) {
+    af_trainer_opts o;
+    base_opts(&o, P_("bad"));
+    o.train_path = P_("missing.jsonl");
+    expect_new_error(&o, AF_ERR_IO, "missing.jsonl", "missing file");
+    write_text(P_("badjson.jsonl"), "{\"input\": \"a\", \"label\": \"sport\"}\n{\"input\": \"b\", \"label\": \"tech\"}\n"
+                                    "{\"input\": \"c\" \"label\": 1}\n");
+    o.train_path = P_("badjson.jsonl");
+    expect_new_error(&o, AF_ERR_FORMAT, "badjson.jsonl:3", "invalid JSON line 3");
+    write_text(P_("badlabel.jsonl"), "{\"input\": \"a\", \"label\": \"sport\"}\n{\"input\": \"b\", \"label\": \"golf\"}\n");
+    o.train_path = P_("badlabel.jsonl");
+    o.labels = "sport,tech,food";
+    expect_new_error(&o, AF_ERR_FORMAT, "golf", "unknown label name");
+    o.labels = NULL;
+    write_text(P_("range.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": 5}\n");
+    o.train_path = P_("range.jsonl");
+    o.val_path = NULL;
+    o.num_classes = 3;
+    expect_new_error(&o, AF_ERR_FORMAT, "range.jsonl:2", "label out of range");
+    o.num_classes = 0;
+    write_text(P_("empty.jsonl"), "\n\n");
+    o.train_path = P_("empty.jsonl");
+    expect_new_error(&o, AF_ERR_FORMAT, "no samples", "empty data");
+    base_opts(&o, P_("bad"));
+    o.model_path = P_("notok.gguf");
+    expect_new_error(&o, AF_ERR_NOT_FOUND, "tokenizer", "model without tokenizer");
+    base_opts(&o, P_("bad"));
+    o.val_split = 0.2;
+    expect_new_error(&o, AF_ERR_INVALID_ARG, "--val-split", "--val with --val-split");
+    base_opts(&o, P_("bad"));
+    o.lr = -1;
+    af_trainer *t = NULL;
+    CHECK(af_trainer_new(&o, &t) == AF_OK && af_trainer_has_errors(t), "lr -1 must be a diagnostic error");
+    if (t) CHECK(af_trainer_run(t, NULL) == AF_ERR_INVALID_ARG, "run with diagnostic errors must be refused");
+    af_trainer_free(t);
+}
+
+/* ---------------------------------------------------------------- CLI */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void test_cli(void) {
+    const char *bin = getenv("AFINAR_BIN");
+    char abs[1024];
+    if (!bin || !realpath(bin, abs) || access(abs, X_OK) != 0) {
+        tl_skip("CLI checks: AFINAR_BIN not set or not executable (make test sets it)");
+        return;
+    }
+    const char *m = P_("tiny.gguf");
+    write_text(P_("cfg.json"), "{\"lr\": 0.02, \"lora-r\": 4, \"lora-alpha\": 8, \"batch\": 8, \"grad-accum\": 1,"
+                               " \"max-steps\": 30, \"warmup\": 2, \"max-seq-len\": 64, \"eval-every\": 10, \"seed\": 42}");
+    int rc = sh("%s train -m %s --train %s --val %s --config %s --threads 1 -o %s --no-plot > %s 2>&1", abs, m,
+                P_("train.jsonl"), P_("val.jsonl"), P_("cfg.json"), P_("cli_out"), P_("train.log"));
+    if (!CHECK(rc == 0, "afinar train exit %d (log %s)", rc, P_("train.log"))) {
+        sh("cat %s", P_("train.log"));
+        return;
+    }
+    CHECK(exists(P_("cli_out/best/adapter_model.safetensors")) && exists(P_("cli_out/checkpoint-30/train_config.json")),
+          "CLI train outputs");
+    rc = sh("%s eval -m %s -a %s --data %s --json %s > %s 2>&1", abs, m, P_("cli_out/final"), P_("train.jsonl"),
+            P_("eval.json"), P_("eval.txt"));
+    CHECK(rc == 0, "afinar eval exit %d", rc);
+    char *ej = tl_read_file(P_("eval.json"), NULL);
+    CHECK(ej && strstr(ej, "\"accuracy\":\t1") && strstr(ej, "\"confusion\""), "eval JSON: %.200s", ej ? ej : "(none)");
+    free(ej);
+    /* predict: stdin raw lines vs --input JSONL */
+    write_text(P_("pred_in.txt"), "xx goal goal yy\nchip chip\nsoup soup zz\n");
+    rc = sh("%s predict -m %s -a %s < %s > %s 2>&1", abs, m, P_("cli_out/final"), P_("pred_in.txt"), P_("pred.jsonl"));
+    CHECK(rc == 0, "afinar predict exit %d", rc);
+    char *pj = tl_read_file(P_("pred.jsonl"), NULL);
+    CHECK(pj && strstr(pj, "\"label\":\"sport\"") && strstr(pj, "\"label\":\"tech\"") && strstr(pj, "\"label\":\"food\"") &&
+              strstr(pj, "\"probs\":["),
+          "predict output: %s", pj ? pj : "(none)");
+    free(pj);
+    rc = sh("%s predict -m %s -a %s --input %s > %s 2>&1", abs, m, P_("cli_out/final"), P_("val.jsonl"), P_("pred2.jsonl"));
+    CHECK(rc == 0, "afinar predict --input exit %d", rc);
+    /* check: good data 0, bad data 1; usage errors 2 */
+    rc = sh("%s check -m %s --train %s --lr 2e-4 > /dev/null 2>&1", abs, m, P_("train.jsonl"));
+    CHECK(rc == 0, "afinar check (good) exit %d", rc);
+    rc = sh("%s check -m %s --train %s > /dev/null 2>&1", abs, m, P_("badjson.jsonl"));
+    CHECK(rc == 1, "afinar check (invalid JSON) exit %d, want 1", rc);
+    rc = sh("%s check -m %s --train %s --lr 0 > /dev/null 2>&1", abs, m, P_("train.jsonl"));
+    CHECK(rc == 1 || rc == 2, "afinar check (--lr 0) exit %d, want non-zero", rc);
+    rc = sh("%s train -m %s --train %s --bogus 1 -o %s > /dev/null 2>&1", abs, m, P_("train.jsonl"), P_("x"));
+    CHECK(rc == 2, "unknown flag exit %d, want 2", rc);
+    write_text(P_("cfg_bad.json"), "{\"lr\": 0.01, \"lerning-rate\": 3}");
+    rc = sh("%s train -m %s --train %s --config %s -o %s > %s 2>&1", abs, m, P_("train.jsonl"), P_("cfg_bad.json"),
+            P_("x"), P_("cfgbad.log"));
+    char *lg = tl_read_file(P_("cfgbad.log"), NULL);
+    CHECK(rc == 2 && lg && strstr(lg, "lerning-rate"), "unknown config key: exit %d, log %s", rc, lg ? lg : "");
+    free(lg);
+    rc = sh("%s train -m %s --train %s --val %s --config %s -o %s --no-plot > /dev/null 2>&1", abs, m, P_("train.jsonl"),
+            P_("val.jsonl"), P_("cfg.json"), P_("cli_out"));
+    CHECK(rc == 1, "train into a used output dir: exit %d, want 1", rc);
+    rc = sh("%s eval -m %s -a %s --data %s > /dev/null 2>&1", abs, m, P_("nonexistent"), P_("val.jsonl"));
+    CHECK(rc == 1, "eval with a missing adapter: exit %d, want 1", rc);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/afinar_trainer_%ld", (long)getpid());
+    if (!CHECK(mkdir(g_dir, 0777) == 0, "mkdir %s", g_dir)) return tl_finish("trainer");
+    if (!CHECK(write_model(P_("tiny.gguf"), 1) == AF_OK, "tiny model: %s", af_last_error())) return tl_finish("trainer");
+    CHECK(write_model(P_("notok.gguf"), 0) == AF_OK, "tiny model without tokenizer: %s", af_last_error());
+    write_corpus(P_("train.jsonl"), 48, 11, 1);
+    write_corpus(P_("val.jsonl"), 24, 12, 1);
+    write_corpus(P_("train46.jsonl"), 46, 13, 1);
+    test_train_eval();
+    test_resume();
+    test_stops();
+    test_bad_input();
+    test_cli();
+    if (!tl_failed && !getenv("TL_KEEP")) sh("rm -rf %s", g_dir);
+    else printf("test files kept in %s\n", g_dir);
+    return tl_finish("trainer");
+}
