@@ -72,7 +72,7 @@ $(BUILD)/tests/testlib.o: tests/testlib.c tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@
 
-$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libafinar.a tests/testlib.h
+$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libafinar.a tests/testlib.h $(wildcard tests/tinymodel.*)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_COMMON) $(BUILD)/libafinar.a $(LDLIBS)
 

@@ -7,7 +7,12 @@
  * Build (from the repository root, after `make lib`):
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -fopenmp bench/bench_matmul.c build/libafinar.a \
  *       -o build/bench_matmul -lpcre2-8 -lcjson -lm
- * Run: build/bench_matmul [filter]   (filter: substring of the line label, e.g. "Q4_1" or "n=1 ")
+ * Run: build/bench_matmul [filter]   (filter: substring of the line label, e.g. "Q4_1" or "n=1 ";
+ *      a label is "<shape> <type> <op> <path> <mode> th=<threads> n=<tokens> ")
+ * Each line is the minimum time over AF_BENCH_SEC seconds (default 0.3) of repetitions.
+ * Decode (n = 1, xwt, SIMD paths) is timed in three modes: f32 (fused in-register dequantization,
+ * the default), int8 (af_matmul_set_int8_activations(1)) and dot (dequantize a row chunk to the
+ * stack, then f32 dot: the earlier default, af_mm_set_fused_decode(0)).
  * Also prints, for n = 1, ||y_path - y_scalar|| / ||y_scalar|| (int8 activation error).
  */
 #include "core/core.h"
@@ -67,11 +72,13 @@ static const shape SHAPES[] = {
     {AF_TYPE_F16, 576, 576, "f16 576"},        {AF_TYPE_F32, 576, 576, "f32 576"},
 };
 
+static double g_sec = 0.3; /* seconds of repetitions per line (env AF_BENCH_SEC); the min is kept */
+
 static double time_call(float *y, const float *x, const uint8_t *w, uint32_t type, int64_t n,
                         int64_t in, int64_t out, int dyw) {
     double best = 1e30, total = 0;
     int reps = 0;
-    while (total < 0.3 || reps < 3) {
+    while (total < g_sec || reps < 3) {
         double t0 = af_time_sec();
         if (dyw) af_matmul_dyw(y, x, w, type, n, in, out, 0);
         else af_matmul_xwt(y, x, w, type, n, in, out, 0);
@@ -86,6 +93,7 @@ static double time_call(float *y, const float *x, const uint8_t *w, uint32_t typ
 
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
+    if (getenv("AF_BENCH_SEC")) g_sec = atof(getenv("AF_BENCH_SEC"));
     static const char *PATHS[] = {"scalar", "avx2", "avx512"};
     printf("cpu: %s\n", af_cpu_features());
     printf("%-14s %-5s %-6s %-8s %-4s %3s %4s %10s %9s %8s %s\n", "shape", "type", "op", "path", "mode",

@@ -37,7 +37,7 @@ if ! "$VPY" -c 'import llama_cpp' 2>/dev/null; then
   # no multimodal (mtmd/llava) library: only what the benchmark loads.
   export CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=ON -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF"
+    -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF -DGGML_CCACHE=OFF"
   export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
   # --no-cache-dir: never reuse a wheel built elsewhere with other flags.
   if ! "$VPY" -m pip install -v --no-cache-dir --disable-pip-version-check \

@@ -316,6 +316,10 @@ static int to_opts(const char *cmd, train_cli *tc) {
         else if (IS("plot")) o->plot = b;
 #undef IS
     }
+    if (o->val_path && o->val_split > 0) {
+        cli_error(cmd, "--val and --val-split conflict: give a validation file or a split fraction, not both");
+        return 2;
+    }
     if (have_steps && !have_epochs) o->epochs = 0; /* --max-steps alone: the default epochs play no part */
     return 0;
 }

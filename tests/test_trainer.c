@@ -141,6 +141,35 @@ static void write_corpus(const char *path, int n, uint64_t seed, int string_labe
     fclose(f);
 }
 
+/* Multi-label: each of the 3 keywords is present with probability 1/2; labels = keywords present. */
+static void write_multi(const char *path, int n, uint64_t seed) {
+    FILE *f = fopen(path, "w");
+    uint64_t r = seed;
+    for (int i = 0; i < n; i++) {
+        char text[256] = "", labels[64] = "";
+        for (int c = 0; c < 3; c++) {
+            char word[8];
+            int len = 2 + (int)(tl_rand_u64(&r) % 3);
+            for (int k = 0; k < len; k++) word[k] = (char)('d' + tl_rand_u64(&r) % 20);
+            word[len] = 0;
+            strcat(text, word);
+            strcat(text, " ");
+            if (tl_rand_u64(&r) % 2) {
+                strcat(text, k_keys[c]);
+                strcat(text, " ");
+                strcat(text, k_keys[c]);
+                strcat(text, " ");
+                strcat(labels, labels[0] ? ", " : "");
+                strcat(labels, "\"");
+                strcat(labels, k_names[c]);
+                strcat(labels, "\"");
+            }
+        }
+        fprintf(f, "{\"input\": \"%s\", \"labels\": [%s]}\n", text, labels);
+    }
+    fclose(f);
+}
+
 static void write_text(const char *path, const char *s) {
     FILE *f = fopen(path, "w");
     fputs(s, f);
@@ -413,6 +442,49 @@ static void test_stops(void) {
     free(after);
 }
 
+static void expect_new_error(af_trainer_opts *o, af_status want, const char *needle, const char *what);
+
+/* Multi-label with a head bias and last-token pooling: trains, the bias is saved and loaded. */
+static void test_variants(void) {
+    af_trainer_opts o;
+    af_train_result r;
+    base_opts(&o, P_("multi"));
+    o.train_path = P_("multi.jsonl");
+    o.val_path = NULL;
+    o.val_split = 0.25;
+    o.multi_label = 1;
+    o.head_bias = 1;
+    o.pooling = AF_POOL_LAST;
+    o.lr = 3e-2;
+    o.max_steps = 40;
+    af_status st = run(&o, &r);
+    if (!CHECK(st == AF_OK, "multi-label run: %s", af_last_error())) return;
+    af_classifier *c = NULL;
+    if (!CHECK(af_classifier_load(NULL, NULL, P_("multi/best"), &c) == AF_ERR_INVALID_ARG, "NULL model must fail"))
+        af_classifier_free(c);
+    c = NULL;
+    if (!CHECK(af_classifier_load(P_("tiny.gguf"), NULL, P_("multi/final"), &c) == AF_OK, "load: %s", af_last_error()))
+        return;
+    CHECK(c->multi_label && c->pooling == AF_POOL_LAST && c->num_classes == 3, "multi-label metadata");
+    float bmax = 0;
+    for (int k = 0; k < 3; k++) bmax = fmaxf(bmax, fabsf(c->P[c->lay.head_b_off + k]));
+    CHECK(bmax > 0, "head bias trained and loaded (max |b| %g)", bmax);
+    CHECK(isfinite(r.best_macro_f1) && r.best_macro_f1 >= 0.7, "multi-label val macro-F1 %.3f", r.best_macro_f1);
+    af_classifier_free(c);
+    /* without --head-bias the bias stays exactly zero */
+    af_classifier *c0 = NULL;
+    if (CHECK(af_classifier_load(P_("tiny.gguf"), NULL, P_("out_a/final"), &c0) == AF_OK, "load: %s", af_last_error())) {
+        float b0 = 0;
+        for (int k = 0; k < 3; k++) b0 = fmaxf(b0, fabsf(c0->P[c0->lay.head_b_off + k]));
+        CHECK(b0 == 0, "head bias off but |b| = %g", b0);
+    }
+    af_classifier_free(c0);
+    /* single-label data with --multi-label is refused */
+    base_opts(&o, P_("multi2"));
+    o.multi_label = 1;
+    expect_new_error(&o, AF_ERR_FORMAT, "--multi-label", "single-label data with --multi-label");
+}
+
 static void expect_new_error(af_trainer_opts *o, af_status want, const char *needle, const char *what) {
     af_trainer *t = NULL;
     af_status st = af_trainer_new(o, &t);
@@ -505,6 +577,18 @@ static void test_cli(void) {
     free(pj);
     rc = sh("%s predict -m %s -a %s --input %s > %s 2>&1", abs, m, P_("cli_out/final"), P_("val.jsonl"), P_("pred2.jsonl"));
     CHECK(rc == 0, "afinar predict --input exit %d", rc);
+    char *p2 = tl_read_file(P_("pred2.jsonl"), NULL);
+    int n_lines = 0;
+    for (char *q = p2; q && *q; q++) n_lines += *q == '\n';
+    CHECK(n_lines == 24, "predict --input: %d lines for 24 inputs", n_lines);
+    free(p2);
+    if (exists(P_("multi/final/afinar.json"))) {
+        rc = sh("%s predict -m %s -a %s < %s > %s 2>&1", abs, m, P_("multi/final"), P_("pred_in.txt"), P_("pred3.jsonl"));
+        char *p3 = tl_read_file(P_("pred3.jsonl"), NULL);
+        CHECK(rc == 0 && p3 && strstr(p3, "{\"labels\":[\"sport\"],\"label_ids\":[1],"), "multi-label predict: %s",
+              p3 ? p3 : "");
+        free(p3);
+    }
     /* check: good data 0, bad data 1; usage errors 2 */
     rc = sh("%s check -m %s --train %s --lr 2e-4 > /dev/null 2>&1", abs, m, P_("train.jsonl"));
     CHECK(rc == 0, "afinar check (good) exit %d", rc);
@@ -535,10 +619,12 @@ int main(void) {
     write_corpus(P_("train.jsonl"), 48, 11, 1);
     write_corpus(P_("val.jsonl"), 24, 12, 1);
     write_corpus(P_("train46.jsonl"), 46, 13, 1);
+    write_multi(P_("multi.jsonl"), 64, 14);
     test_train_eval();
     test_resume();
     test_stops();
     test_bad_input();
+    test_variants();
     test_cli();
     if (!tl_failed && !getenv("TL_KEEP")) sh("rm -rf %s", g_dir);
     else printf("test files kept in %s\n", g_dir);

@@ -30,9 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* af_matmul_xwt quantizes the activations to int8 for very small n (matmul.c decode regime, n <=
- * AF_MM_DECODE_N = 4): not differentiable and not f32-exact. Training products with fewer rows than
- * this are computed on a zero-padded copy so every row count gives the same f32 result. */
+/* When af_matmul_set_int8_activations(1) is on, af_matmul_xwt quantizes the activations to int8
+ * for very small n (matmul.c decode regime, n <= AF_MM_DECODE_N = 4): not differentiable and not
+ * f32-exact. Training products with fewer than MIN_ROWS rows are computed on a zero-padded copy so
+ * the training forward is f32-exact for every row count and every process setting. */
 #define MIN_ROWS 16
 
 /* One layer's saved activations; every field is [cap, width] (width in floats per token). */

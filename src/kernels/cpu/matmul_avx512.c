@@ -203,6 +203,7 @@ AF_MM_INLINE void f5_fma(int R, int nt, int nv, __m512 acc[2][AF_MM_DECODE_N][2]
         }
 }
 
+static int PFD;
 /* y rows o .. o+R-1 (R = 1 or 2) for nt tokens of a quantized type (compile-time constants). */
 AF_MM_INLINE void f5_quant(uint32_t t, int R, int nt, const uint8_t *w, int64_t rb, int64_t o,
                            const float *x, int64_t in, float *y, int64_t ldy, int accumulate) {
@@ -218,6 +219,10 @@ AF_MM_INLINE void f5_quant(uint32_t t, int R, int nt, const uint8_t *w, int64_t 
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) {
                 const uint8_t *blk = w + (o + r) * rb + (k >> 5) * bb;
+                if (PFD) {
+                    _mm_prefetch((const char *)(blk + PFD * rb), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(blk + PFD * rb + 64), _MM_HINT_T0);
+                }
                 f5_w32(t, blk, &W[r][0], &W[r][1]);
                 f5_w32(t, blk + bb, &W[r][2], &W[r][3]);
             }
@@ -294,7 +299,9 @@ AF_MM_INLINE void f5_rows(uint32_t t, int nt, const uint8_t *w, int64_t rb, int6
         for (; o < o1; o++) f5_float(t, nt, w, rb, o, x, in, y, ldy, acc);
         return;
     }
-    for (; o + 2 <= o1 && getenv("R1") == NULL; o += 2) f5_quant(t, 2, nt, w, rb, o, x, in, y, ldy, acc);
+    PFD = getenv("PFD") ? atoi(getenv("PFD")) : 0;
+    if (getenv("R1")) { for (; o < o1; o++) f5_quant(t, 1, nt, w, rb, o, x, in, y, ldy, acc); return; }
+    for (; o + 2 <= o1; o += 2) f5_quant(t, 2, nt, w, rb, o, x, in, y, ldy, acc);
     if (o < o1) f5_quant(t, 1, nt, w, rb, o, x, in, y, ldy, acc);
 }
 
