@@ -9,6 +9,8 @@
  *       -o build/bench_matmul -lpcre2-8 -lcjson -lm
  * Run: build/bench_matmul [filter]   (filter: substring of the line label, e.g. "Q4_1" or "n=1 ";
  *      a label is "<shape> <type> <op> <path> <mode> th=<threads> n=<tokens> ")
+ * AF_BENCH_COLD=1 cycles through copies of W (> 128 MiB in all) so W streams from DRAM as in a
+ * real decode step; otherwise one copy is reused and stays in L2/L3 when it fits.
  * Each line is the minimum time over AF_BENCH_SEC seconds (default 0.3) of repetitions.
  * Decode (n = 1, xwt, SIMD paths) is timed in three modes: f32 (fused in-register dequantization,
  * the default), int8 (af_matmul_set_int8_activations(1)) and dot (dequantize a row chunk to the
@@ -74,11 +76,17 @@ static const shape SHAPES[] = {
 
 static double g_sec = 0.3; /* seconds of repetitions per line (env AF_BENCH_SEC); the min is kept */
 
-static double time_call(float *y, const float *x, const uint8_t *w, uint32_t type, int64_t n,
+/* Cold mode (env AF_BENCH_COLD=1): calls cycle through g_ncopy copies of W totalling >= 128 MiB,
+ * so every call streams W from DRAM as in real decode (the model does not fit in the caches). */
+static int g_ncopy = 1;
+static uint8_t *g_copy[512];
+
+static double time_call(float *y, const float *x, const uint8_t *w0, uint32_t type, int64_t n,
                         int64_t in, int64_t out, int dyw) {
     double best = 1e30, total = 0;
     int reps = 0;
     while (total < g_sec || reps < 3) {
+        const uint8_t *w = g_ncopy > 1 ? g_copy[reps % g_ncopy] : w0;
         double t0 = af_time_sec();
         if (dyw) af_matmul_dyw(y, x, w, type, n, in, out, 0);
         else af_matmul_xwt(y, x, w, type, n, in, out, 0);
@@ -94,6 +102,9 @@ static double time_call(float *y, const float *x, const uint8_t *w, uint32_t typ
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     if (getenv("AF_BENCH_SEC")) g_sec = atof(getenv("AF_BENCH_SEC"));
+    const int cold = getenv("AF_BENCH_COLD") && atoi(getenv("AF_BENCH_COLD"));
+    printf("weights: %s\n", cold ? "cold (cycling through copies > 128 MiB: streamed from DRAM)"
+                                  : "warm (one copy: cache-resident when it fits)");
     static const char *PATHS[] = {"scalar", "avx2", "avx512"};
     printf("cpu: %s\n", af_cpu_features());
     printf("%-14s %-5s %-6s %-8s %-4s %3s %4s %10s %9s %8s %s\n", "shape", "type", "op", "path", "mode",
@@ -102,6 +113,16 @@ int main(int argc, char **argv) {
         const shape *s = &SHAPES[si];
         uint8_t *w = make_w(s->type, s->out, s->in);
         double wbytes = (double)af_row_bytes(s->type, s->in) * (double)s->out;
+        g_ncopy = 1;
+        if (cold) {
+            g_ncopy = (int)(128.0 * 1048576.0 / wbytes) + 1;
+            if (g_ncopy > 512) g_ncopy = 512;
+            if (g_ncopy < 2) g_ncopy = 2;
+            for (int c = 0; c < g_ncopy; c++) {
+                g_copy[c] = af_malloc_aligned((size_t)wbytes);
+                memcpy(g_copy[c], w, (size_t)wbytes);
+            }
+        }
         for (int op = 0; op < 2; op++)
             for (int ni = 0; ni < 2; ni++) {
                 int64_t n = ni ? 128 : 1;
@@ -148,6 +169,8 @@ int main(int argc, char **argv) {
                 af_free_aligned(y);
                 af_free_aligned(yref);
             }
+        if (cold)
+            for (int c = 0; c < g_ncopy; c++) af_free_aligned(g_copy[c]);
         af_free_aligned(w);
     }
     af_set_kernel_path("auto");

@@ -32,6 +32,7 @@ static const opt_def k_defs[] = {
     {"num-classes", K_INT, 0, 0, 1e6, "N", "number of classes for integer labels (default: max label + 1)"},
     {"multi-label", K_BOOL, 0, 0, 0, NULL, "require multi-label data (BCE loss; the data decide otherwise)"},
     {"targets", K_STR, 0, 0, 0, "SPEC", "LoRA targets: qv (default), qkv, all-linear, or a list of q,k,v,o,gate,up,down"},
+    {"lora-layers", K_STR, 0, 0, 0, "A-B|topN", "layers with adapters, 0-based: all (default), A-B, A-, topN (backward stops at the lowest)"},
     {"lora-r", K_INT, 0, 1, 4096, "R", "LoRA rank (default 16)"},
     {"lora-alpha", K_NUM, 0, 1e-9, 1e6, "A", "LoRA alpha (default 32; scale alpha/r)"},
     {"lora-dropout", K_NUM, 0, 0, 0.99, "P", "dropout on the LoRA input (default 0.05)"},
@@ -51,6 +52,7 @@ static const opt_def k_defs[] = {
     {"weight-decay", K_NUM, 0, 0, 10, "X", "AdamW weight decay (default 0.01; not on the head bias)"},
     {"seed", K_INT, 0, 0, 9007199254740991.0, "N", "seed of init, shuffles, split and dropout (default 42)"},
     {"max-seq-len", K_INT, 0, 1, 1 << 20, "N", "truncate samples to N tokens (default 256)"},
+    {"prefix-cache", K_INT, 0, 0, 1 << 24, "MIB", "keep the frozen layers' output per sample (default 2048; 0 = off)"},
     {"checkpointing", K_BOOL, 0, 0, 0, NULL, "recompute activations in the backward (less memory, ~1.3x time)"},
     {"eval-every", K_INT, 0, 0, BIG, "N", "evaluate every N steps (default 0: at each epoch end)"},
     {"eval-batch", K_INT, 0, 0, 1e6, "N", "samples per evaluation batch (default: --batch)"},
@@ -271,6 +273,7 @@ static int to_opts(const char *cmd, train_cli *tc) {
         else if (IS("num-classes")) o->num_classes = (int32_t)v;
         else if (IS("multi-label")) o->multi_label = b;
         else if (IS("targets")) o->targets = s;
+        else if (IS("lora-layers")) o->lora_layers = s;
         else if (IS("lora-r")) o->lora_r = (int32_t)v;
         else if (IS("lora-alpha")) o->lora_alpha = v;
         else if (IS("lora-dropout")) o->lora_dropout = v;
@@ -302,6 +305,7 @@ static int to_opts(const char *cmd, train_cli *tc) {
         else if (IS("seed")) o->seed = (uint64_t)v;
         else if (IS("max-seq-len")) o->max_seq_len = (int32_t)v;
         else if (IS("checkpointing")) o->checkpointing = b;
+        else if (IS("prefix-cache")) o->prefix_cache_mb = (int32_t)v;
         else if (IS("eval-every")) o->eval_every = (int64_t)v;
         else if (IS("eval-batch")) o->eval_batch = (int32_t)v;
         else if (IS("patience")) o->patience = (int32_t)v;

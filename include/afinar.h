@@ -190,6 +190,203 @@ typedef struct af_sampling {
 int32_t af_sample(const float *logits, int32_t vocab_size, const af_sampling *p, uint64_t *rng_state);
 uint64_t af_rng_seed(uint64_t seed);
 
+/* ---------------------------------------------------------------------------------------------
+ * LoRA training engine
+ *
+ * A trainer holds LoRA adapters (Hu et al. 2021; PEFT conventions: y = x·Wᵀ + scale·(dropout(x)·Aᵀ)·Bᵀ,
+ * A [r, in], B [out, r], scale = lora_alpha/r or lora_alpha/sqrt(r) with rsLoRA) on the chosen
+ * projections of every layer of a loaded model, an optional sequence-classification head
+ * (logits = pool(final hidden states)·Wᵀ + b, W [num_classes, hidden], b [num_classes]), their
+ * gradients and AdamW state (PyTorch torch.optim.AdamW semantics). The model stays frozen and
+ * quantized. One optimizer step is:
+ *     af_lora_trainer_accumulate() once per micro-batch   (forward + loss + backward, ADDS gradients)
+ *     af_lora_trainer_step()                               (clip, AdamW, zero the gradients)
+ * which is exactly what `afinar train` does.
+ *
+ * Packed batches (every function taking tokens): the samples of a batch are concatenated without
+ * padding; sample b owns tokens [seq_start[b], seq_start[b+1]) of `tokens`:
+ *     tokens    [seq_start[n_samples]]   token ids in [0, vocab_size)
+ *     seq_start [n_samples + 1]          seq_start[0] = 0, strictly increasing (no empty sample)
+ * RoPE positions restart at 0 for every sample; attention never crosses a sample boundary.
+ * All arrays are borrowed for the duration of the call.
+ *
+ * Losses are means over the batch's samples: weighted softmax cross-entropy for single-label data
+ * (sum_b w[y_b]·(-log softmax(logits_b)[y_b]) / n_samples) and BCE-with-logits averaged over the
+ * [n_samples, num_classes] entries for multi-label data.
+ *
+ * Determinism: results depend only on the options, the data and the call sequence (not on the
+ * thread count). LoRA A is initialised from U(-1/sqrt(in), 1/sqrt(in)) with a counter-based RNG keyed
+ * by opts.seed, B = 0, the head W from U(-1/sqrt(hidden), 1/sqrt(hidden)), b = 0.
+ * Threading: a trainer is used by one thread at a time; several trainers may share one model.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct af_lora_trainer af_lora_trainer;
+
+/* Pooling of a sample's final hidden states before the head. */
+typedef enum af_head_pooling {
+    AF_POOLING_MEAN = 0, /* mean over the sample's tokens */
+    AF_POOLING_LAST = 1  /* the sample's last token (transformers *ForSequenceClassification) */
+} af_head_pooling;
+
+/* Trainer options. Fill with af_lora_trainer_opts_defaults() and change what you need (a
+ * zero-filled struct is NOT valid: r = 0 is refused). Defaults in parentheses. */
+typedef struct af_lora_trainer_opts {
+    /* ---- adapters ---- */
+    int32_t r;               /* LoRA rank (16); 1 <= r <= min(in, out) of every targeted projection */
+    float lora_alpha;        /* (32) > 0 */
+    float lora_dropout;      /* (0.05) in [0, 1), on the adapter input during accumulate only */
+    int32_t use_rslora;      /* (0) 1: scale = lora_alpha / sqrt(r) instead of lora_alpha / r */
+    const char *targets;     /* ("qv") "qv", "qkv", "all-linear", or a comma list of
+                                q,k,v,o,gate,up,down (or q_proj, ...); borrowed for af_lora_trainer_new */
+    uint64_t seed;           /* (42) initialisation and dropout masks */
+    /* ---- head ---- */
+    int32_t num_classes;     /* (0) 0: no head (adapters only; accumulate/forward then fail) */
+    af_head_pooling pooling; /* (AF_POOLING_MEAN) */
+    int32_t head_bias;       /* (0) 0: b stays 0 (its gradient is dropped), as PEFT's bias-less score */
+    int32_t checkpointing;   /* (0) 1: recompute activations layer by layer in the backward: far less
+                                memory, one more forward of compute, bitwise identical results */
+    /* ---- optimizer ---- */
+    float lr;                /* (2e-4) used by af_lora_trainer_step when it is given lr < 0 */
+    float weight_decay;      /* (0.01) decoupled; applied to LoRA A, B and head W, never to b */
+    float beta1, beta2, eps; /* (0.9, 0.999, 1e-8) */
+    float max_grad_norm;     /* (1.0) global L2 clipping threshold; <= 0 disables clipping */
+} af_lora_trainer_opts;
+
+/* Fill `o` with the defaults listed above. */
+void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o);
+
+/* Create a trainer on `model` (borrowed: must outlive the trainer) with `opts` (NULL: defaults;
+ * copied, `targets` is parsed here). Parameters are initialised from opts.seed; gradients and AdamW
+ * state start at zero. `*out`: caller frees with af_lora_trainer_free().
+ * Errors: AF_ERR_INVALID_ARG (NULL model/out, r < 1 or above min(in, out) of a target, lora_alpha
+ * <= 0, lora_dropout outside [0, 1), unknown target, num_classes < 0, pooling not an
+ * af_head_pooling, lr / weight_decay / eps negative or not finite, beta outside [0, 1)),
+ * AF_ERR_NOMEM. */
+af_status af_lora_trainer_new(const af_model *model, const af_lora_trainer_opts *opts, af_lora_trainer **out);
+
+/* Frees the trainer and everything it owns. NULL is ignored. */
+void af_lora_trainer_free(af_lora_trainer *tr);
+
+/* Class weights of the cross-entropy: `w` [num_classes] (copied; each finite and >= 0), or NULL for
+ * uniform weights (the default). Errors: AF_ERR_INVALID_ARG (NULL tr, no head, a bad weight). */
+af_status af_lora_trainer_set_class_weights(af_lora_trainer *tr, const float *w);
+
+/* Forward + loss + backward of one packed micro-batch (training mode: LoRA dropout active),
+ * ADDING the gradient of (grad_scale · mean loss) into the trainer's gradient. For the gradient of
+ * the mean over a whole step of several micro-batches, pass grad_scale = n_samples / step_samples.
+ *   labels [n_samples] class ids in [0, num_classes)
+ *   *loss   receives the batch's mean loss (unscaled); required
+ *   logits  [n_samples, num_classes] receives the logits when not NULL
+ * Dropout masks are keyed by (opts.seed, optimizer step index, micro-batch index within the step),
+ * so they are the same masks `afinar train` uses.
+ * A non-finite loss is reported in *loss with AF_OK; no gradient is added and the next
+ * af_lora_trainer_step() skips its update.
+ * Errors: AF_ERR_INVALID_ARG (NULL argument, no head, n_samples < 1, bad seq_start, token or label
+ * out of range: the message names the sample/position), AF_ERR_NOMEM (activations of the batch:
+ * see opts.checkpointing). On error the gradient is unchanged. */
+af_status af_lora_trainer_accumulate(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                     int32_t n_samples, const int32_t *labels, float grad_scale, double *loss,
+                                     float *logits);
+
+/* As af_lora_trainer_accumulate() for multi-label data: `targets` [n_samples, num_classes] with
+ * entries in [0, 1] (multi-hot), loss BCE-with-logits. */
+af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32_t *tokens,
+                                                const int32_t *seq_start, int32_t n_samples, const float *targets,
+                                                float grad_scale, double *loss, float *logits);
+
+/* One optimizer step on the accumulated gradient, then the gradient is zeroed:
+ *   head-bias gradient dropped unless opts.head_bias; global L2 norm clipped to opts.max_grad_norm
+ *   (torch.nn.utils.clip_grad_norm_); AdamW with learning rate `lr` (lr >= 0, e.g. from your
+ *   schedule; lr < 0: opts.lr).
+ * `grad_norm` (may be NULL) receives the PRE-clip global gradient norm (NaN when a micro-batch loss
+ * was non-finite).
+ * Non-finite loss or gradient: the update is SKIPPED (parameters and AdamW moments unchanged, the
+ * gradient is still zeroed, the step still counts for af_lora_trainer_step_count) and
+ * AF_ERR_RANGE is returned; the trainer stays usable, so a caller may count and continue.
+ * Errors: AF_ERR_INVALID_ARG (NULL tr, lr NaN, nothing accumulated since the last step),
+ * AF_ERR_RANGE (skipped, as above). */
+af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm);
+
+/* Discard the gradient accumulated since the last step (and a pending non-finite flag). */
+void af_lora_trainer_zero_grad(af_lora_trainer *tr);
+
+/* Evaluation forward (no dropout, no gradient): logits [n_samples, num_classes] of a packed batch.
+ * Errors: as af_lora_trainer_accumulate() (labels are not needed). */
+af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                  int32_t n_samples, float *logits);
+
+/* Optimizer steps taken so far (updates applied + skipped), 0 for NULL. */
+int64_t af_lora_trainer_step_count(const af_lora_trainer *tr);
+
+/* Number of trainable floats (all LoRA A and B, then head W and b), 0 for NULL. */
+int64_t af_lora_trainer_n_params(const af_lora_trainer *tr);
+
+/* ---- Tensors, by their Hugging Face PEFT names ----
+ * Tensor i in [0, n_tensors): for every layer l and every targeted projection in the order
+ * q, k, v, o, gate, up, down: lora_A then lora_B, then (with a head) score.weight and score.bias:
+ *   base_model.model.model.layers.{l}.self_attn.{q,k,v,o}_proj.lora_A.weight    [r, in]
+ *   base_model.model.model.layers.{l}.self_attn.{q,k,v,o}_proj.lora_B.weight    [out, r]
+ *   base_model.model.model.layers.{l}.mlp.{gate,up,down}_proj.lora_{A,B}.weight  same
+ *   base_model.model.score.weight                                                [num_classes, hidden]
+ *   base_model.model.score.bias      [num_classes] (reported as shape {num_classes, 1})
+ * These are the names af_lora_trainer_save_adapter() writes. Contents are in PEFT's convention:
+ * for llama GGUF models (q/k rows permuted by the GGUF converter), the rows of q_proj/k_proj lora_B
+ * are given and taken in Hugging Face order, as PEFT holds them. The tensors together hold exactly
+ * the n_params floats of the flat parameter vector. */
+int32_t af_lora_trainer_n_tensors(const af_lora_trainer *tr);
+
+/* Describe tensor i. Any output may be NULL. `*name`: borrowed, valid while `tr` lives;
+ * shape {rows, cols}; `*offset`: float offset of the tensor's block in the flat parameter vector
+ * (af_lora_trainer_get_params), which holds the same elements in afinar's internal row order.
+ * Errors: AF_ERR_INVALID_ARG (NULL tr), AF_ERR_RANGE (i outside [0, n_tensors)). */
+af_status af_lora_trainer_tensor_info(const af_lora_trainer *tr, int32_t i, const char **name, int64_t shape[2],
+                                      int64_t *offset);
+
+/* Index of the tensor called `name` (exact match) in `*index`.
+ * Errors: AF_ERR_INVALID_ARG (NULL argument), AF_ERR_NOT_FOUND. */
+af_status af_lora_trainer_find_tensor(const af_lora_trainer *tr, const char *name, int32_t *index);
+
+/* Copy tensor i out to `out` [rows, cols] / in from `in` [rows, cols] (PEFT row order, see above).
+ * Setting a tensor does not touch the gradient or the AdamW state.
+ * Errors: AF_ERR_INVALID_ARG (NULL argument; a non-finite value in `in`, then nothing is written),
+ * AF_ERR_RANGE (bad i). */
+af_status af_lora_trainer_get_tensor(const af_lora_trainer *tr, int32_t i, float *out);
+af_status af_lora_trainer_set_tensor(af_lora_trainer *tr, int32_t i, const float *in);
+
+/* ---- Whole state, for checkpoints written by other programs ----
+ * The flat parameter vector [n_params] in afinar's internal order (layout: af_lora_trainer_tensor_info
+ * offsets; q/k lora_B rows of llama models in GGUF order). Restoring params, AdamW moments and the
+ * two counters into a trainer created with the same model and options continues a run bit for bit.
+ * Errors: AF_ERR_INVALID_ARG (NULL argument; set_params: a non-finite value, nothing written). */
+af_status af_lora_trainer_get_params(const af_lora_trainer *tr, float *out);
+af_status af_lora_trainer_set_params(af_lora_trainer *tr, const float *in);
+
+/* AdamW first/second moments m, v [n_params] (either may be NULL to skip), `adam_t` (updates
+ * applied; bias correction uses it) and `step_count` (af_lora_trainer_step_count; keys the dropout
+ * masks); pointers may be NULL to skip. set: v must be >= 0, t and step_count >= 0, adam_t <=
+ * step_count. Errors: AF_ERR_INVALID_ARG (NULL tr, an invalid value: nothing is written). */
+af_status af_lora_trainer_get_optim_state(const af_lora_trainer *tr, float *m, float *v, int64_t *adam_t,
+                                          int64_t *step_count);
+af_status af_lora_trainer_set_optim_state(af_lora_trainer *tr, const float *m, const float *v,
+                                          const int64_t *adam_t, const int64_t *step_count);
+
+/* ---- PEFT adapter directories ----
+ * Save the adapters (+ head) to `dir` (created if missing) as a Hugging Face PEFT adapter:
+ * adapter_model.safetensors (F32, the names above), adapter_config.json (task_type SEQ_CLS with a
+ * head, CAUSAL_LM without; base_model_name_or_path = `base_model_name`, may be NULL) and afinar.json
+ * (architecture, pooling, LoRA settings). score.bias is written only with opts.head_bias (PEFT's
+ * score layer has none). Each file is written atomically.
+ * Errors: AF_ERR_INVALID_ARG (NULL tr/dir), AF_ERR_IO (naming the file), AF_ERR_NOMEM. */
+af_status af_lora_trainer_save_adapter(const af_lora_trainer *tr, const char *dir, const char *base_model_name);
+
+/* Load an adapter directory (written by afinar or by PEFT's save_pretrained) into the trainer's
+ * parameters. The directory must match the trainer: same r, lora_alpha, use_rslora, targets and
+ * head shape (a head weight without bias sets b = 0). On success the gradient, the AdamW state and
+ * the step count are reset (a fresh optimizer on the loaded weights); on error nothing changes.
+ * Errors: AF_ERR_INVALID_ARG (NULL argument; r / alpha / rslora mismatch), AF_ERR_IO (missing
+ * files), AF_ERR_FORMAT (malformed files, unexpected tensors, wrong shapes, a non-finite value),
+ * AF_ERR_NOT_FOUND (missing tensors), AF_ERR_UNSUPPORTED (not a plain LoRA adapter), AF_ERR_NOMEM. */
+af_status af_lora_trainer_load_adapter(af_lora_trainer *tr, const char *dir);
+
 #ifdef __cplusplus
 }
 #endif

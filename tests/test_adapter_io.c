@@ -4,8 +4,12 @@
  *   - adapters saved by PEFT itself (tests/fixtures/peft_adapter_small/{seq_cls,causal_lm}, made by
  *     tests/ref/check_peft_adapter.py make-fixture) load with the values listed in expected.json;
  *   - bad inputs give clear errors and leave P unchanged.
- * With AF_TEST_ADAPTER_OUT=DIR set, also writes DIR/tiny (dims of the script's TINY model) and
- * DIR/smollm2 (SmolLM2-135M dims) for `check_peft_adapter.py check DIR/... [--gguf ...]`.
+ *   - llama q/k row order: GGUF <-> HF row permutation by hand on small cases, in the saved file,
+ *     round trip, version-1 files, gemma3 (no conversion), head counts that do not fit;
+ *   - layers_to_transform written for a layer subset, read back, af_adapter_restrict_layout.
+ * With AF_TEST_ADAPTER_OUT=DIR set, also writes DIR/tiny (dims of the script's TINY model),
+ * DIR/tiny_layers (TINY, adapters on layer 1 only) and DIR/smollm2 (SmolLM2-135M dims) for
+ * `check_peft_adapter.py check DIR/... [--gguf ...]`.
  */
 #include "formats/adapter_io.h"
 #include "testlib.h"
@@ -272,7 +276,7 @@ static void test_peft_fixtures(void) {
     P[lay.head_w_off] = 0.5f;
     CHECK(af_adapter_load(FIX "/causal_lm", &lay, P, 0, NULL) == AF_ERR_NOT_FOUND &&
               strstr(af_last_error(), "score.weight"), "missing head reported: %s", af_last_error());
-    CHECK(af_adapter_load(FIX "/causal_lm", &lay, P, AF_ADAPTER_ALLOW_MISSING_HEAD, NULL) == AF_OK &&
+    CHECK(af_adapter_load(FIX "/causal_lm", &lay, P, &(af_adapter_load_opts){.flags = AF_ADAPTER_ALLOW_MISSING_HEAD}, NULL) == AF_OK &&
               P[lay.head_w_off] == 0.5f && P[0] != 0.0f, "ALLOW_MISSING_HEAD keeps the head");
     free(P);
     free(lay.slots);
@@ -283,7 +287,7 @@ static void test_peft_fixtures(void) {
     CHECK(af_adapter_load(FIX "/seq_cls", &lay, P, 0, NULL) == AF_ERR_FORMAT &&
               strstr(af_last_error(), "1 unexpected tensor(s)") && strstr(af_last_error(), "score.weight"),
           "head unexpected: %s", af_last_error());
-    CHECK(af_adapter_load(FIX "/seq_cls", &lay, P, AF_ADAPTER_IGNORE_HEAD, NULL) == AF_OK, "IGNORE_HEAD");
+    CHECK(af_adapter_load(FIX "/seq_cls", &lay, P, &(af_adapter_load_opts){.flags = AF_ADAPTER_IGNORE_HEAD}, NULL) == AF_OK, "IGNORE_HEAD");
     free(P);
     free(lay.slots);
 }
@@ -390,6 +394,196 @@ static void test_bad_inputs(void) {
     free(lay.slots);
 }
 
+
+/* Hand-computed q/k row orders: GGUF row (h*hd + 2b + a) <-> HF row (h*hd + a*hd/2 + b). */
+static void test_qk_rows_hand(void) {
+    /* hd = 4, 2 heads, r = 1: HF row i holds GGUF row want[i]. */
+    float B[8], tmp[16];
+    static const float want4[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    for (int i = 0; i < 8; i++) B[i] = (float)i;
+    af_adapter_qk_rows(B, 2, 4, 1, 1, tmp);
+    CHECK(memcmp(B, want4, sizeof B) == 0, "hd 4 GGUF->HF: got %g %g %g %g %g %g %g %g", B[0], B[1], B[2], B[3], B[4],
+          B[5], B[6], B[7]);
+    af_adapter_qk_rows(B, 2, 4, 1, 0, tmp);
+    int ok = 1;
+    for (int i = 0; i < 8; i++) ok &= B[i] == (float)i;
+    CHECK(ok, "hd 4 HF->GGUF restores");
+    /* hd = 6, 1 head, r = 2 (whole rows move): HF rows = GGUF rows 0, 2, 4, 1, 3, 5. */
+    float C[12];
+    static const int rows6[6] = {0, 2, 4, 1, 3, 5};
+    for (int i = 0; i < 12; i++) C[i] = (float)(10 * (i / 2) + i % 2); /* row w: (10w, 10w + 1) */
+    af_adapter_qk_rows(C, 1, 6, 2, 1, tmp);
+    ok = 1;
+    for (int i = 0; i < 6; i++) ok &= C[2 * i] == 10.0f * rows6[i] && C[2 * i + 1] == 10.0f * rows6[i] + 1;
+    CHECK(ok, "hd 6, r 2 GGUF->HF: rows %g %g %g %g %g %g", C[0], C[2], C[4], C[6], C[8], C[10]);
+    af_adapter_qk_rows(C, 1, 6, 2, 0, tmp);
+    ok = 1;
+    for (int i = 0; i < 12; i++) ok &= C[i] == (float)(10 * (i / 2) + i % 2);
+    CHECK(ok, "hd 6 HF->GGUF restores");
+    CHECK(af_adapter_qk_permuted("llama") && !af_adapter_qk_permuted("gemma3") && !af_adapter_qk_permuted(NULL),
+          "only llama is permuted");
+}
+
+/* Read tensor `name` of DIR's weights as f32 [n]. */
+static int read_tensor(const char *dir, const char *name, float *out, size_t n) {
+    af_st_file *f = NULL;
+    if (af_st_open(path2(dir, AF_ADAPTER_WEIGHTS_FILE), &f) != AF_OK) return 0;
+    const af_st_tensor *t = af_st_find(f, name);
+    int ok = t && af_st_read_f32(f, t, out, n) == AF_OK;
+    af_st_close(f);
+    return ok;
+}
+
+/* Save with the llama q/k conversion (TINY: 4 heads, 2 kv heads, head_dim 16): the file holds HF
+ * order, loading with the same model converts back bit-exactly, loading without model info gives
+ * the HF order, version-1 afinar.json files are taken as GGUF order, gemma3 is never converted. */
+static void test_qk_save_load(void) {
+    af_param_layout lay;
+    make_layout(&lay, TINY, 0x7f, 2, 16.0f, 0, 3);
+    float *P = rand_params(&lay, 21);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/qk", g_dir);
+    af_adapter_save_opts o = {.architecture = "llama", .n_head = 4, .n_kv_head = 2, .head_dim = 16,
+                              .write_head_bias = 1};
+    CHECK(af_adapter_save(dir, &lay, P, &o) == AF_OK, "save llama: %s", af_last_error());
+    float tmp[16 * 2];
+    int32_t r = lay.lora.r;
+    /* expected file contents: q/k B rows permuted, everything else as in P */
+    float *E = malloc((size_t)lay.n_total * sizeof *E);
+    memcpy(E, P, (size_t)lay.n_total * sizeof *E);
+    for (int l = 0; l < 2; l++) {
+        const af_lora_slot *q = af_lora_slot_at(&lay, l, AF_PROJ_Q), *k = af_lora_slot_at(&lay, l, AF_PROJ_K);
+        af_adapter_qk_rows(E + q->b_off, 4, 16, r, 1, tmp);
+        af_adapter_qk_rows(E + k->b_off, 2, 16, r, 1, tmp);
+    }
+    /* the file's q_proj B of layer 1, element by element against the formula */
+    float fq[64 * 2];
+    const af_lora_slot *q1 = af_lora_slot_at(&lay, 1, AF_PROJ_Q);
+    int ok = read_tensor(dir, "base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight", fq, 64 * 2);
+    for (int h = 0; ok && h < 4; h++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 8; b++)
+                for (int j = 0; j < r; j++)
+                    ok &= fq[(h * 16 + a * 8 + b) * r + j] == P[q1->b_off + (h * 16 + 2 * b + a) * r + j];
+    CHECK(ok, "file q_proj B row HF(h*hd + a*hd/2 + b) = P row GGUF(h*hd + 2b + a)");
+    float fv[32 * 2];
+    const af_lora_slot *v1 = af_lora_slot_at(&lay, 1, AF_PROJ_V);
+    CHECK(read_tensor(dir, "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight", fv, 32 * 2) &&
+              memcmp(fv, P + v1->b_off, sizeof fv) == 0, "v_proj B unchanged");
+
+    float *Q = calloc((size_t)lay.n_total, sizeof *Q);
+    af_adapter_load_opts lo = {0, "llama", 4, 2, 16};
+    CHECK(af_adapter_load(dir, &lay, Q, &lo, NULL) == AF_OK, "load llama: %s", af_last_error());
+    CHECK(memcmp(P, Q, (size_t)lay.n_total * sizeof *P) == 0, "llama q/k round trip bit-exact");
+    CHECK(af_adapter_load(dir, &lay, Q, NULL, NULL) == AF_OK, "load raw: %s", af_last_error());
+    CHECK(memcmp(E, Q, (size_t)lay.n_total * sizeof *P) == 0, "without model info the HF order is loaded");
+    CHECK(memcmp(P, Q, (size_t)lay.n_total * sizeof *P) != 0, "HF order differs from GGUF order");
+    af_adapter_load_opts lg = {0, "gemma3", 4, 2, 16};
+    CHECK(af_adapter_load(dir, &lay, Q, &lg, NULL) == AF_OK && memcmp(E, Q, (size_t)lay.n_total * sizeof *P) == 0,
+          "gemma3: no conversion");
+    size_t n;
+    char *af = tl_read_file(path2(dir, AF_ADAPTER_AFINAR_FILE), &n);
+    CHECK(af && strstr(af, "\"qk_row_order\":\t\"hf\"") && strstr(af, "\"version\":\t2"), "afinar.json v2, hf");
+    free(af);
+
+    /* A version-1 afinar.json (GGUF order in the file) is loaded without conversion. */
+    af_adapter_info info;
+    write_text(path2(dir, AF_ADAPTER_AFINAR_FILE), "{\"format\": \"afinar-adapter\", \"version\": 1}");
+    CHECK(af_adapter_load(dir, &lay, Q, &lo, &info) == AF_OK && info.qk_rows_gguf &&
+              memcmp(E, Q, (size_t)lay.n_total * sizeof *P) == 0, "version 1: file order kept");
+    af_adapter_info_free(&info);
+    write_text(path2(dir, AF_ADAPTER_AFINAR_FILE), "{\"qk_row_order\": \"sideways\"}");
+    expect_load_fail("bad qk_row_order", dir, &lay, AF_ERR_FORMAT, "qk_row_order");
+
+    /* Head counts that do not fit the rows: refused before anything is written / changed. */
+    char bad[256];
+    snprintf(bad, sizeof bad, "%s/qk_bad", g_dir);
+    o.n_head = 3;
+    CHECK(af_adapter_save(bad, &lay, P, &o) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "q_proj: 64 rows"),
+          "save with wrong n_head: %s", af_last_error());
+    o.n_head = 4;
+    o.head_dim = 0;
+    CHECK(af_adapter_save(bad, &lay, P, &o) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "head_dim"),
+          "save with head_dim 0: %s", af_last_error());
+    remove(path2(dir, AF_ADAPTER_AFINAR_FILE));
+    for (int64_t i = 0; i < lay.n_total; i++) Q[i] = 3.0f;
+    af_adapter_load_opts lb = {0, "llama", 4, 1, 16};
+    CHECK(af_adapter_load(dir, &lay, Q, &lb, NULL) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "k_proj") &&
+              Q[0] == 3.0f && Q[lay.n_total - 1] == 3.0f, "load with wrong n_kv_head refused, P unchanged: %s",
+          af_last_error());
+    free(Q);
+    free(E);
+    free(P);
+    free(lay.slots);
+}
+
+/* Adapters on a layer subset: layers_to_transform written, read back, and a full layout
+ * restricted to it loads the file. */
+static void test_layers_to_transform(void) {
+    dims d3 = TINY;
+    d3.n_layers = 3;
+    af_param_layout lay, full;
+    make_layout(&lay, d3, 0x5, 2, 16.0f, 0, 3);
+    for (int p = 0; p < AF_PROJ_COUNT; p++) {
+        af_lora_slot *s = &lay.slots[1 * AF_PROJ_COUNT + p];
+        s->a_off = s->b_off = -1;
+    }
+    float *P = rand_params(&lay, 5);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/subset", g_dir);
+    CHECK(af_adapter_save(dir, &lay, P, NULL) == AF_OK, "save subset: %s", af_last_error());
+    size_t n;
+    char *cfg = tl_read_file(path2(dir, AF_ADAPTER_CONFIG_FILE), &n);
+    cJSON *c = cfg ? cJSON_Parse(cfg) : NULL;
+    const cJSON *lt = cJSON_GetObjectItem(c, "layers_to_transform");
+    CHECK(cJSON_GetArraySize(lt) == 2 && cJSON_GetArrayItem(lt, 0)->valueint == 0 &&
+              cJSON_GetArrayItem(lt, 1)->valueint == 2, "layers_to_transform [0, 2]");
+    cJSON_Delete(c);
+    free(cfg);
+    af_adapter_info info;
+    CHECK(af_adapter_read_info(dir, &info) == AF_OK && info.n_layers_to_transform == 2 &&
+              info.layers_to_transform[0] == 0 && info.layers_to_transform[1] == 2, "read back: %s", af_last_error());
+    make_layout(&full, d3, 0x5, 2, 16.0f, 0, 3);
+    float *Q = calloc((size_t)full.n_total, sizeof *Q);
+    expect_load_fail("subset into a full layout", dir, &full, AF_ERR_NOT_FOUND, "layers.1.self_attn.q_proj");
+    af_adapter_restrict_layout(&full, &info);
+    CHECK(af_lora_slot_at(&full, 1, AF_PROJ_Q)->a_off < 0 && af_lora_slot_at(&full, 2, AF_PROJ_V)->a_off >= 0,
+          "restricted layout");
+    CHECK(af_adapter_load(dir, &full, Q, NULL, NULL) == AF_OK, "load subset: %s", af_last_error());
+    /* the two layouts have different offsets: compare slot by slot */
+    int ok = 1;
+    for (int l = 0; l < 3; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *a = af_lora_slot_at(&lay, l, (af_proj)p), *b = af_lora_slot_at(&full, l, (af_proj)p);
+            if (a->a_off < 0) continue;
+            ok &= !memcmp(P + a->a_off, Q + b->a_off, sizeof(float) * (size_t)(2 * a->in)) &&
+                  !memcmp(P + a->b_off, Q + b->b_off, sizeof(float) * (size_t)(2 * a->out));
+        }
+    CHECK(ok, "subset values loaded");
+    af_adapter_info_free(&info);
+    /* every layer: null; an integer is accepted too */
+    snprintf(dir, sizeof dir, "%s/subset_int", g_dir);
+    free(full.slots);
+    make_layout(&full, d3, 0x5, 2, 16.0f, 0, 3);
+    free(Q);
+    free(P);
+    free(lay.slots);
+    P = rand_params(&full, 6);
+    CHECK(af_adapter_save(dir, &full, P, NULL) == AF_OK, "save full");
+    cfg = tl_read_file(path2(dir, AF_ADAPTER_CONFIG_FILE), &n);
+    CHECK(cfg && strstr(cfg, "\"layers_to_transform\":\tnull"), "all layers: null");
+    free(cfg);
+    edit_config(dir, "\"layers_to_transform\":\tnull", "\"layers_to_transform\": 2");
+    CHECK(af_adapter_read_info(dir, &info) == AF_OK && info.n_layers_to_transform == 1 &&
+              info.layers_to_transform[0] == 2, "integer layers_to_transform");
+    af_adapter_info_free(&info);
+    edit_config(dir, "\"layers_to_transform\": 2", "\"layers_to_transform\": [1.5]");
+    CHECK(af_adapter_read_info(dir, &info) == AF_ERR_FORMAT && strstr(af_last_error(), "layers_to_transform[0]"),
+          "bad layers_to_transform: %s", af_last_error());
+    free(P);
+    free(full.slots);
+}
+
 static void write_for_python(const char *out) {
     af_param_layout lay;
     char d[512];
@@ -399,15 +593,24 @@ static void write_for_python(const char *out) {
     CHECK(af_adapter_save(d, &lay, P, NULL) == AF_OK, "write %s: %s", d, af_last_error());
     free(P);
     free(lay.slots);
+    /* layer subset: only layer 1 of 2 (layers_to_transform [1]) */
+    make_layout(&lay, TINY, 0x7f, 2, 4.0f, 0, 3);
+    for (int p = 0; p < AF_PROJ_COUNT; p++) lay.slots[p].a_off = lay.slots[p].b_off = -1;
+    P = rand_params(&lay, 13);
+    snprintf(d, sizeof d, "%s/tiny_layers", out);
+    CHECK(af_adapter_save(d, &lay, P, NULL) == AF_OK, "write %s: %s", d, af_last_error());
+    free(P);
+    free(lay.slots);
     make_layout(&lay, SMOL, 0x7f, 2, 4.0f, 0, 5);
     P = rand_params(&lay, 12);
     af_adapter_save_opts o = {.base_model_name_or_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                              .architecture = "llama", .pooling = "last"};
+                              .architecture = "llama", .pooling = "last", .n_head = 9, .n_kv_head = 3,
+                              .head_dim = 64};
     snprintf(d, sizeof d, "%s/smollm2", out);
     CHECK(af_adapter_save(d, &lay, P, &o) == AF_OK, "write %s: %s", d, af_last_error());
     free(P);
     free(lay.slots);
-    printf("  wrote %s/tiny and %s/smollm2\n", out, out);
+    printf("  wrote %s/tiny, %s/tiny_layers and %s/smollm2\n", out, out, out);
 }
 
 int main(void) {
@@ -419,6 +622,9 @@ int main(void) {
     test_round_trip();
     test_peft_fixtures();
     test_bad_inputs();
+    test_qk_rows_hand();
+    test_qk_save_load();
+    test_layers_to_transform();
     if (getenv("AF_TEST_ADAPTER_OUT")) write_for_python(getenv("AF_TEST_ADAPTER_OUT"));
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -10,7 +10,11 @@
  *      deterministic), also with dropout active (masks are regenerated from the counter RNG).
  *  (b) packing: a packed batch of 3 samples of different lengths gives the same logits and the same
  *      summed gradients as the samples one by one (tolerance 1e-4 relative to the largest value).
- *  (c) errors on bad input.
+ *  (c) layer ranges (PEFT layers_to_transform, backward truncated at the lowest adapted layer):
+ *      logits, loss and gradients identical to the full model with B = 0 outside the range; FD
+ *      check; checkpointing identity; smaller workspace. The frozen-prefix cache gives identical
+ *      results cold, warm, partly warm and over budget.
+ *  (d) errors on bad input.
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -29,12 +33,16 @@ typedef struct fixture {
     float *P, *G;
 } fixture;
 
-static int fx_init(fixture *f, const tm_spec *s, float dropout, int32_t classes) {
+/* Adapters on `targets` of the layers [lmin, lend) (lend = 0: through the last layer). */
+static int fx_init_ex(fixture *f, const tm_spec *s, float dropout, int32_t classes, uint32_t targets, int32_t lmin,
+                      int32_t lend) {
     memset(f, 0, sizeof *f);
     if (!CHECK(tm_load(s, &f->m) == AF_OK, "tiny %s %s: %s", s->arch, af_type_name(s->wtype), af_last_error()))
         return 0;
-    af_lora_config c = {4, 8.0f, dropout, 0, 127, 5};
-    if (!CHECK(af_param_layout_init(&f->lay, f->m, &c, classes) == AF_OK, "layout: %s", af_last_error())) return 0;
+    af_lora_config c = {4, 8.0f, dropout, 0, targets, 5};
+    if (!CHECK(af_param_layout_init_layers(&f->lay, f->m, &c, classes, lmin, lend) == AF_OK, "layout: %s",
+               af_last_error()))
+        return 0;
     if (!CHECK(af_engine_new(f->m, &f->lay, &f->e) == AF_OK, "engine: %s", af_last_error())) return 0;
     f->P = malloc(sizeof(float) * (size_t)f->lay.n_total);
     f->G = calloc((size_t)f->lay.n_total, sizeof(float));
@@ -44,12 +52,17 @@ static int fx_init(fixture *f, const tm_spec *s, float dropout, int32_t classes)
     for (int32_t l = 0; l < f->lay.n_layers; l++)
         for (int p = 0; p < AF_PROJ_COUNT; p++) {
             const af_lora_slot *sl = af_lora_slot_at(&f->lay, l, (af_proj)p);
+            if (sl->a_off < 0) continue;
             for (int64_t i = 0; i < sl->out * 4; i++) f->P[sl->b_off + i] = tl_rand_uniform(&rng, -0.1f, 0.1f);
         }
     for (int i = 0; i < classes; i++) f->P[f->lay.head_b_off + i] = tl_rand_uniform(&rng, -0.5f, 0.5f);
     /* a stronger head so the loss is sensitive */
     for (int64_t i = 0; i < (int64_t)classes * f->lay.hidden; i++) f->P[f->lay.head_w_off + i] *= 4.0f;
     return 1;
+}
+
+static int fx_init(fixture *f, const tm_spec *s, float dropout, int32_t classes) {
+    return fx_init_ex(f, s, dropout, classes, 127, 0, 0);
 }
 
 static void fx_free(fixture *f) {
@@ -276,6 +289,159 @@ static void test_packing(const char *arch, uint32_t type) {
     fx_free(&f);
 }
 
+/* Layer range (PEFT layers_to_transform): adapters on `targets` of layers [lmin, lend) of a 4-layer
+ * model. The engine keeps nothing below lmin and stops the backward there (no dx of lmin's input,
+ * and inside layer lmin none below its lowest adapter). Checks: (1) the truncated model against the
+ * full one (adapters on every layer) whose adapters outside the range have B = 0 and the same A/B
+ * inside: the forwards are then the same computation, so logits, loss and every gradient of the
+ * range's adapters and of the head must be identical (B = 0 adds exact zeros); (2) finite
+ * differences on the truncated model; (3) checkpointing on/off identical; (4) less workspace. */
+static void test_layer_range(const char *arch, uint32_t type, uint32_t targets, int32_t lmin, int32_t lend,
+                             float dropout, af_pooling pool) {
+    tm_spec s = tm_default(arch, type);
+    s.n_layer = 4;
+    fixture full, part;
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s/%s targets 0x%x layers [%d,%d)%s", arch, af_type_name(type), targets, lmin,
+             lend ? lend : s.n_layer, dropout > 0 ? " dropout" : "");
+    int ok = fx_init_ex(&full, &s, dropout, 3, targets, 0, 0);
+    ok = fx_init_ex(&part, &s, dropout, 3, targets, lmin, lend) && ok;
+    if (!ok) {
+        fx_free(&full);
+        fx_free(&part);
+        return;
+    }
+    const int32_t le = lend ? lend : s.n_layer;
+    CHECK(part.lay.n_total < full.lay.n_total, "%s fewer parameters (%lld vs %lld)", tag,
+          (long long)part.lay.n_total, (long long)full.lay.n_total);
+    /* full P: the range's values copied, B = 0 elsewhere; the head copied */
+    for (int32_t l = 0; l < s.n_layer; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *sf = af_lora_slot_at(&full.lay, l, (af_proj)p), *sp = af_lora_slot_at(&part.lay, l, (af_proj)p);
+            if (sf->a_off < 0) continue;
+            const int in_range = l >= lmin && l < le;
+            CHECK(in_range == (sp->a_off >= 0), "%s slot (%d, %d) adapted iff in the range", tag, l, p);
+            if (!in_range) {
+                memset(full.P + sf->b_off, 0, sizeof(float) * (size_t)(sf->out * 4));
+                continue;
+            }
+            memcpy(full.P + sf->a_off, part.P + sp->a_off, sizeof(float) * (size_t)(sf->in * 4));
+            memcpy(full.P + sf->b_off, part.P + sp->b_off, sizeof(float) * (size_t)(sf->out * 4));
+        }
+    memcpy(full.P + full.lay.head_w_off, part.P + part.lay.head_w_off,
+           sizeof(float) * (size_t)(part.lay.n_total - part.lay.head_w_off));
+    af_batch b = make_batch(s.vocab);
+    af_step_opts o = {pool, NULL, 0, 1, 17};
+    float lgf[9], lgp[9];
+    double Lf = 0, Lp = 0;
+    CHECK(af_engine_step(full.e, full.P, full.G, &b, &o, 1.0f, &Lf, lgf) == AF_OK, "%s full step", tag);
+    CHECK(af_engine_step(part.e, part.P, part.G, &b, &o, 1.0f, &Lp, lgp) == AF_OK, "%s range step: %s", tag,
+          af_last_error());
+    CHECK(Lf == Lp && !memcmp(lgf, lgp, sizeof lgf), "%s loss %.9g vs full model %.9g (identical expected)", tag, Lp,
+          Lf);
+    double worst = 0, gmax = 0;
+    for (int32_t l = lmin; l < le; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *sf = af_lora_slot_at(&full.lay, l, (af_proj)p), *sp = af_lora_slot_at(&part.lay, l, (af_proj)p);
+            if (sp->a_off < 0) continue;
+            int64_t na = sp->in * 4, nb = sp->out * 4;
+            worst = fmax(worst, tl_max_abs_diff(full.G + sf->a_off, part.G + sp->a_off, (size_t)na, NULL));
+            worst = fmax(worst, tl_max_abs_diff(full.G + sf->b_off, part.G + sp->b_off, (size_t)nb, NULL));
+            for (int64_t i = 0; i < na; i++) gmax = fmax(gmax, fabs(part.G[sp->a_off + i]));
+            for (int64_t i = 0; i < nb; i++) gmax = fmax(gmax, fabs(part.G[sp->b_off + i]));
+        }
+    worst = fmax(worst, tl_max_abs_diff(full.G + full.lay.head_w_off, part.G + part.lay.head_w_off,
+                                        (size_t)(part.lay.n_total - part.lay.head_w_off), NULL));
+    CHECK(worst == 0 && gmax > 0, "%s gradients equal the full model's (max |diff| %.3g, max |g| %.3g)", tag, worst,
+          gmax);
+    /* finite differences on the truncated model */
+    grad_check(&part, &b, &o, tag);
+    /* checkpointing: identical */
+    float *G1 = calloc((size_t)part.lay.n_total, sizeof(float)), *G2 = calloc((size_t)part.lay.n_total, sizeof(float));
+    double L1 = 0, L2 = 0;
+    af_engine_step(part.e, part.P, G1, &b, &o, 1.0f, &L1, NULL);
+    o.checkpointing = 1;
+    af_engine_step(part.e, part.P, G2, &b, &o, 1.0f, &L2, NULL);
+    CHECK(L1 == L2 && !memcmp(G1, G2, sizeof(float) * (size_t)part.lay.n_total), "%s checkpointing identical", tag);
+    free(G1);
+    free(G2);
+    size_t bf = af_engine_bytes(full.m, &full.lay, 100, 0), bp = af_engine_bytes(part.m, &part.lay, 100, 0);
+    CHECK(lmin == 0 || bp < bf, "%s workspace %zu < full %zu bytes", tag, bp, bf);
+    fx_free(&full);
+    fx_free(&part);
+}
+
+/* One step (fresh gradients) into G [n_total] and logits lg [n_samples * 3]. */
+static double step_into(fixture *f, af_engine *e, const af_batch *b, float *G, float *lg) {
+    af_step_opts o = {AF_POOL_MEAN, NULL, 0, 1, 3};
+    double L = NAN;
+    memset(G, 0, sizeof(float) * (size_t)f->lay.n_total);
+    if (af_engine_step(e, f->P, G, b, &o, 1.0f, &L, lg) != AF_OK) return NAN;
+    return L;
+}
+
+/* Frozen-prefix cache: steps with the cache cold, warm, partly warm (new samples, a duplicate) and
+ * over budget give the same loss, logits and gradients as an engine without the cache. */
+static void test_prefix_cache(const char *arch, uint32_t type) {
+    tm_spec s = tm_default(arch, type);
+    s.n_layer = 4;
+    fixture f;
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s/%s prefix cache", arch, af_type_name(type));
+    if (!fx_init_ex(&f, &s, 0.1f, 3, 127, 2, 0)) {
+        fx_free(&f);
+        return;
+    }
+    af_engine *ref = NULL;
+    if (!CHECK(af_engine_new(f.m, &f.lay, &ref) == AF_OK, "engine")) {
+        fx_free(&f);
+        return;
+    }
+    CHECK(af_engine_first_layer(f.e) == 2, "%s first layer 2", tag);
+    const int64_t nt = f.lay.n_total;
+    float *G0 = malloc(sizeof(float) * (size_t)nt), *G1 = malloc(sizeof(float) * (size_t)nt);
+    float lg0[12], lg1[12];
+    af_batch b = make_batch(s.vocab);
+    /* batch 2: sample 1 of b (cached after the first steps), a new sample, sample 1 again */
+    int32_t tok2[40], ss2[4] = {0, 12, 20, 32}, lab2[3] = {1, 2, 0};
+    memcpy(tok2, g_tok + 7, sizeof(int32_t) * 12);
+    for (int i = 12; i < 20; i++) tok2[i] = (i * 7) % s.vocab;
+    memcpy(tok2 + 20, g_tok + 7, sizeof(int32_t) * 12);
+    af_batch b2 = {tok2, ss2, 3, 32, lab2, NULL};
+    CHECK(af_engine_set_prefix_cache(f.e, 1 << 20) == AF_OK, "enable");
+    const af_batch *batches[4] = {&b, &b, &b2, &b2};
+    static const char *what[4] = {"cold", "warm", "partly warm with a duplicate", "warm again"};
+    for (int k = 0; k < 4; k++) {
+        double L0 = step_into(&f, ref, batches[k], G0, lg0), L1 = step_into(&f, f.e, batches[k], G1, lg1);
+        CHECK(L0 == L1 && !memcmp(lg0, lg1, sizeof(float) * 9) && !memcmp(G0, G1, sizeof(float) * (size_t)nt),
+              "%s %s: loss %.9g vs %.9g, max |dG| %.3g", tag, what[k], L1, L0,
+              tl_max_abs_diff(G0, G1, (size_t)nt, NULL));
+    }
+    int64_t ent = 0, hits = 0, misses = 0;
+    size_t bytes = 0;
+    af_engine_prefix_cache_stats(f.e, &ent, &bytes, &hits, &misses);
+    CHECK(ent == 4 && misses == 4 && hits == 8 && bytes >= 24 * 4 * (size_t)s.hidden,
+          "%s stats: %lld entries, %zu bytes, %lld hits, %lld misses (expected 4, 8, 4)", tag, (long long)ent, bytes,
+          (long long)hits, (long long)misses);
+    /* forward-only uses it too */
+    float lg2[12];
+    af_step_opts o = {AF_POOL_MEAN, NULL, 0, 0, 0};
+    af_engine_forward(ref, f.P, &b2, &o, lg0);
+    af_engine_forward(f.e, f.P, &b2, &o, lg2);
+    CHECK(!memcmp(lg0, lg2, sizeof(float) * 9), "%s forward", tag);
+    /* over budget: nothing cached, still correct */
+    af_engine_set_prefix_cache(f.e, 0);
+    af_engine_set_prefix_cache(f.e, 100);
+    double L0 = step_into(&f, ref, &b, G0, lg0), L1 = step_into(&f, f.e, &b, G1, lg1);
+    af_engine_prefix_cache_stats(f.e, &ent, &bytes, &hits, &misses);
+    CHECK(L0 == L1 && !memcmp(G0, G1, sizeof(float) * (size_t)nt) && ent == 0 && bytes == 0 && misses == 3,
+          "%s over budget: %lld entries, %lld misses", tag, (long long)ent, (long long)misses);
+    free(G0);
+    free(G1);
+    af_engine_free(ref);
+    fx_free(&f);
+}
+
 static void test_errors(void) {
     tm_spec s = tm_default("llama", AF_TYPE_F32);
     fixture f;
@@ -357,6 +523,17 @@ int main(void) {
     test_dropout("gemma3");
     test_packing("llama", AF_TYPE_Q4_1);
     test_packing("gemma3", AF_TYPE_Q4_K);
+    /* layer ranges: every early exit of the truncated backward (lowest adapter on q/v, o, gate/up, down) */
+    const uint32_t QV = (1u << AF_PROJ_Q) | (1u << AF_PROJ_V);
+    test_layer_range("llama", AF_TYPE_Q4_1, 127, 1, 3, 0.25f, AF_POOL_MEAN);
+    test_layer_range("llama", AF_TYPE_Q8_0, 1u << AF_PROJ_DOWN, 2, 0, 0.0f, AF_POOL_LAST);
+    test_layer_range("llama", AF_TYPE_F16, (1u << AF_PROJ_GATE) | (1u << AF_PROJ_UP), 1, 0, 0.0f, AF_POOL_MEAN);
+    test_layer_range("gemma3", AF_TYPE_Q4_K, 1u << AF_PROJ_O, 2, 0, 0.0f, AF_POOL_MEAN);
+    test_layer_range("gemma3", AF_TYPE_F32, QV, 3, 0, 0.0f, AF_POOL_LAST);
+    test_layer_range("gemma3", AF_TYPE_Q8_0, 127, 1, 2, 0.0f, AF_POOL_MEAN);
+    test_layer_range("llama", AF_TYPE_F32, 1u << AF_PROJ_Q, 3, 0, 0.0f, AF_POOL_MEAN);
+    test_prefix_cache("llama", AF_TYPE_Q4_1);
+    test_prefix_cache("gemma3", AF_TYPE_Q4_K);
     test_errors();
     /* the other kernel paths (scalar C, AVX2) on one model each */
     const char *paths[2] = {"scalar", "avx2"};

@@ -2,7 +2,8 @@
  * test_lora.c — LoRA adapters (src/lora/lora.c): the forward correction and its backward against
  * central finite differences (the correction is linear in x, in A and in B separately, so central
  * differences are exact up to f32 rounding and the tolerance is tight), with and without a dropout
- * mask; merge/unmerge; target parsing; the parameter layout and its validation; initialisation.
+ * mask; merge/unmerge; target parsing; the parameter layout and its validation; initialisation;
+ * layer selections (af_lora_parse_layers, af_param_layout_init_layers).
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -250,7 +251,69 @@ static void test_layout(void) {
     af_model_free(m);
 }
 
+/* Layer selection: af_lora_parse_layers and af_param_layout_init_layers. */
+static void test_layers(void) {
+    int32_t lo = -1, le = -1;
+    static const struct {
+        const char *spec;
+        int32_t lo, le;
+    } ok[] = {{NULL, 0, 0}, {"", 0, 0}, {"all", 0, 0}, {"20-29", 20, 0}, {"3-7", 3, 8}, {"5", 5, 6},
+              {"29", 29, 0}, {"12-", 12, 0}, {"top10", 20, 0}, {"last:1", 29, 0}, {"top30", 0, 0}, {"0-29", 0, 0}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        CHECK(af_lora_parse_layers(ok[i].spec, 30, &lo, &le) == AF_OK && lo == ok[i].lo && le == ok[i].le,
+              "layers '%s' -> [%d, %d) expected [%d, %d): %s", ok[i].spec ? ok[i].spec : "(null)", lo, le, ok[i].lo,
+              ok[i].le, af_last_error());
+    static const char *const bad[] = {"30", "5-3", "top0", "top31", "x", "-3", "3-x", "1,2", "top", "2-40", "3 -5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(af_lora_parse_layers(bad[i], 30, &lo, &le) == AF_ERR_INVALID_ARG && strstr(af_last_error(), bad[i]),
+              "layers '%s' rejected: %s", bad[i], af_last_error());
+
+    tm_spec s = tm_default("llama", AF_TYPE_F32);
+    s.n_layer = 4;
+    af_model *m = NULL;
+    if (!CHECK(tm_load(&s, &m) == AF_OK, "tiny model: %s", af_last_error())) return;
+    af_lora_config c = {4, 8.0f, 0.0f, 0, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 7};
+    af_param_layout full, part;
+    if (CHECK(af_param_layout_init(&full, m, &c, 3) == AF_OK, "full layout")) {
+        CHECK(af_lora_lowest_layer(&full) == 0 && full.layer_min == 0 && full.layer_end == 4, "full: lowest layer 0");
+        if (CHECK(af_param_layout_init_layers(&part, m, &c, 3, 1, 3) == AF_OK, "layers [1, 3): %s", af_last_error())) {
+            int ok_slots = 1;
+            for (int32_t l = 0; l < 4; l++)
+                for (int p = 0; p < AF_PROJ_COUNT; p++) {
+                    const af_lora_slot *sl = af_lora_slot_at(&part, l, (af_proj)p);
+                    int want = l >= 1 && l < 3 && (c.targets & (1u << p));
+                    ok_slots &= want ? (sl->a_off >= 0 && sl->b_off >= 0) : (sl->a_off == -1 && sl->b_off == -1);
+                }
+            CHECK(ok_slots, "only layers 1, 2 have adapters");
+            CHECK(part.n_lora * 2 == full.n_lora && part.head_w_off == part.n_lora && af_lora_lowest_layer(&part) == 1 &&
+                      part.layer_min == 1 && part.layer_end == 3,
+                  "half the LoRA parameters (%lld vs %lld), lowest layer %d", (long long)part.n_lora,
+                  (long long)full.n_lora, af_lora_lowest_layer(&part));
+            /* the same A for the same (layer, proj) whatever the range */
+            float *Pf = malloc(sizeof(float) * (size_t)full.n_total), *Pp = malloc(sizeof(float) * (size_t)part.n_total);
+            af_lora_init_params(&full, Pf);
+            af_lora_init_params(&part, Pp);
+            const af_lora_slot *af = af_lora_slot_at(&full, 2, AF_PROJ_V), *ap = af_lora_slot_at(&part, 2, AF_PROJ_V);
+            CHECK(!memcmp(Pf + af->a_off, Pp + ap->a_off, sizeof(float) * (size_t)(4 * af->in)),
+                  "A of layer 2 v_proj independent of the range");
+            CHECK(!memcmp(Pf + full.head_w_off, Pp + part.head_w_off, sizeof(float) * (size_t)(3 * s.hidden)),
+                  "head init independent of the range");
+            free(Pf);
+            free(Pp);
+            af_param_layout_free(&part);
+        }
+        af_param_layout_free(&full);
+    }
+    static const int32_t bad_ranges[][2] = {{-1, 0}, {4, 0}, {2, 2}, {3, 1}, {0, 5}, {0, -1}};
+    for (size_t i = 0; i < sizeof bad_ranges / sizeof bad_ranges[0]; i++)
+        CHECK(af_param_layout_init_layers(&part, m, &c, 3, bad_ranges[i][0], bad_ranges[i][1]) == AF_ERR_INVALID_ARG &&
+                  strstr(af_last_error(), "layer range"),
+              "range [%d, %d) rejected: %s", bad_ranges[i][0], bad_ranges[i][1], af_last_error());
+    af_model_free(m);
+}
+
 int main(void) {
+    test_layers();
     test_fd(0);
     test_fd(1);
     test_merge();

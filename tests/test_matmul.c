@@ -6,10 +6,15 @@
  * type), the other half random block bytes with finite random fp16 scale fields, so every bit
  * pattern of the packed quants is exercised. Reference: af_dequantize_row + f64 products.
  *
+ * Decode (n <= 4) is run in each of its modes: the default f32 decode (weights dequantized in
+ * registers, ops.decode_f32), the dequantize-to-stack + dot fallback (af_mm_set_fused_decode(0))
+ * and, for block types on SIMD paths, int8 activations (af_matmul_set_int8_activations(1)).
+ *
  * Tolerances (per output element, rigorous bounds rather than guesses):
- *  - f32 paths (scalar, tile GEMM for n > 4, dyw, f32 GEMMs): |err| <= 3e-5 * sum_k |x_k w_k|
- *    + 1e-6 (f32 accumulation over k <= 1024 terms: a few ulps times sqrt(k) in practice).
- *  - integer decode path (SIMD paths, block types, n <= 4): activations are rounded to int8 with
+ *  - f32 paths (scalar, f32 decode, dot decode, tile GEMM for n > 4, dyw, f32 GEMMs):
+ *    |err| <= 3e-5 * sum_k |x_k w_k| + 1e-6 (f32 accumulation over k <= 1536 terms: a few ulps
+ *    times sqrt(k) in practice; the measured worst is ~3% of it, rel ~5e-7).
+ *  - int8 decode (opt-in, SIMD paths, block types, n <= 4): activations are rounded to int8 with
  *    step d = max|x| / 127 per 32-block, so |err| <= sum_k |w_k| d_k / 2, plus the f32 term.
  *    The kernel folds weight offsets and mins into d*sum(q) of the quantized block, so the result
  *    is exactly sum_k w_k * xq_k and this bound holds for every type. The measured relative error
@@ -19,6 +24,7 @@
 #include "testlib.h"
 
 #include "core/core.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
@@ -128,8 +134,12 @@ static bool check_vs(const char *what, const float *got, const double *ref, cons
     return ok;
 }
 
-/* One (type, n, in, out) case on every path. */
-static void run_case(uint32_t type, int64_t n, int64_t in, int64_t out, worst *wi, worst *wf, worst *wd_) {
+static const char *MODES[] = {"f32-decode", "dot-decode", "int8-decode"};
+
+/* One (type, n, in, out) case on every path and decode mode; worst ratios go to wi (int8
+ * decode), wf (f32 decode, n <= 4), wt (tiles, n > 4) and wd_ (dyw). */
+static void run_case(uint32_t type, int64_t n, int64_t in, int64_t out, worst *wi, worst *wf, worst *wt,
+                     worst *wd_) {
     float *wd = malloc(sizeof(float) * (size_t)(out * in));
     uint8_t *w = make_w(type, out, in, wd);
     float *x = malloc(sizeof(float) * (size_t)(n * in)), *dy = malloc(sizeof(float) * (size_t)(n * out));
@@ -174,24 +184,35 @@ static void run_case(uint32_t type, int64_t n, int64_t in, int64_t out, worst *w
     float *y0 = malloc(sizeof(float) * (size_t)(n * out));
     double *yr2 = malloc(sizeof(double) * (size_t)(n * out));
     bool is_block = af_type_block_size(type) >= 32;
-    char what[160];
+    char what[200];
     for (int p = 0; p < 3; p++) {
         if (!path_ok[p]) continue;
         af_set_kernel_path(PATHS[p]);
-        bool intp = p > 0 && is_block && n <= 4;
-        snprintf(what, sizeof what, "xwt %s %s n=%lld in=%lld out=%lld", PATHS[p], af_type_name(type),
-                 (long long)n, (long long)in, (long long)out);
-        for (int64_t i = 0; i < n * out; i++) y[i] = NAN;
-        af_matmul_xwt(y, x, w, type, n, in, out, 0);
-        CHECK(check_vs(what, y, yr, intp ? ti : tf, n * out, intp ? wi : wf), "%s", what);
-        /* accumulate = 1 on top of random values */
-        rand_vec(y0, n * out, 1.0f);
-        memcpy(y, y0, sizeof(float) * (size_t)(n * out));
-        for (int64_t i = 0; i < n * out; i++) yr2[i] = yr[i] + y0[i];
-        af_matmul_xwt(y, x, w, type, n, in, out, 1);
-        snprintf(what, sizeof what, "xwt+acc %s %s n=%lld in=%lld out=%lld", PATHS[p], af_type_name(type),
-                 (long long)n, (long long)in, (long long)out);
-        CHECK(check_vs(what, y, yr2, intp ? ti : tf, n * out, intp ? wi : wf), "%s", what);
+        /* decode modes (n <= 4): 0 f32 fused (default), 1 dequant + dot fallback, 2 int8 activations */
+        for (int mode = 0; mode < 3; mode++) {
+            if (mode > 0 && (n > 4 || p == 0)) continue;
+            if (mode == 2 && !is_block) continue;
+            af_mm_set_fused_decode(mode != 1);
+            af_matmul_set_int8_activations(mode == 2);
+            bool intp = mode == 2;
+            worst *wx = intp ? wi : n <= 4 ? wf : wt;
+            const char *mname = n > 4 ? "tiles" : MODES[mode];
+            snprintf(what, sizeof what, "xwt %s %s %s n=%lld in=%lld out=%lld", PATHS[p], mname,
+                     af_type_name(type), (long long)n, (long long)in, (long long)out);
+            for (int64_t i = 0; i < n * out; i++) y[i] = NAN;
+            af_matmul_xwt(y, x, w, type, n, in, out, 0);
+            CHECK(check_vs(what, y, yr, intp ? ti : tf, n * out, wx), "%s", what);
+            /* accumulate = 1 on top of random values */
+            rand_vec(y0, n * out, 1.0f);
+            memcpy(y, y0, sizeof(float) * (size_t)(n * out));
+            for (int64_t i = 0; i < n * out; i++) yr2[i] = yr[i] + y0[i];
+            af_matmul_xwt(y, x, w, type, n, in, out, 1);
+            snprintf(what, sizeof what, "xwt+acc %s %s %s n=%lld in=%lld out=%lld", PATHS[p], mname,
+                     af_type_name(type), (long long)n, (long long)in, (long long)out);
+            CHECK(check_vs(what, y, yr2, intp ? ti : tf, n * out, wx), "%s", what);
+        }
+        af_mm_set_fused_decode(1);
+        af_matmul_set_int8_activations(0);
 
         snprintf(what, sizeof what, "dyw %s %s n=%lld in=%lld out=%lld", PATHS[p], af_type_name(type),
                  (long long)n, (long long)in, (long long)out);
@@ -214,21 +235,21 @@ static void test_types(void) {
         if (bs == 256) { ins[0] = 256; ins[1] = 512; }
         else if (bs == 32) { ins[0] = 32; ins[1] = 160; }
         else { ins[0] = 7; ins[1] = 136; }
-        worst wi = {0, 0}, wf = {0, 0}, wd = {0, 0};
+        worst wi = {0, 0}, wf = {0, 0}, wt = {0, 0}, wd = {0, 0};
         for (int a = 0; a < 2; a++)
             for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
                 for (size_t oi = 0; oi < sizeof OUTS / sizeof OUTS[0]; oi++)
-                    run_case(type, NS[ni], ins[a], OUTS[oi], &wi, &wf, &wd);
+                    run_case(type, NS[ni], ins[a], OUTS[oi], &wi, &wf, &wt, &wd);
         /* model-like shapes: odd large outputs, threads engaged */
         int64_t big_in = bs == 256 ? 256 : 576;
-        run_case(type, 1, big_in, 1536, &wi, &wf, &wd);
-        run_case(type, 4, big_in, 576, &wi, &wf, &wd);
-        run_case(type, 9, big_in, 576, &wi, &wf, &wd);
+        run_case(type, 1, big_in, 1536, &wi, &wf, &wt, &wd);
+        run_case(type, 4, big_in, 576, &wi, &wf, &wt, &wd);
+        run_case(type, 9, big_in, 576, &wi, &wf, &wt, &wd);
         /* out >= 4*in: dyw streams rows with per-thread accumulators */
-        run_case(type, 17, bs == 256 ? 256 : 64, 1100, &wi, &wf, &wd);
-        printf("%-5s worst err/tol: int8-decode %.3f (rel %.2e), f32 xwt %.3f (rel %.2e), "
-               "dyw %.3f (rel %.2e)\n",
-               af_type_name(type), wi.ratio, wi.rel, wf.ratio, wf.rel, wd.ratio, wd.rel);
+        run_case(type, 17, bs == 256 ? 256 : 64, 1100, &wi, &wf, &wt, &wd);
+        printf("%-5s worst err/tol: f32 decode %.3f (rel %.2e), int8 decode %.3f (rel %.2e), "
+               "tiles %.3f (rel %.2e), dyw %.3f (rel %.2e)\n",
+               af_type_name(type), wf.ratio, wf.rel, wi.ratio, wi.rel, wt.ratio, wt.rel, wd.ratio, wd.rel);
     }
 }
 

@@ -4,12 +4,14 @@
  * consistency of batched vs incremental evaluation and error paths.
  *
  * Tolerances (logits, whose magnitude on these prompts is up to ~30):
- *  - batched prompt evaluation: |diff| <= 0.02 + 0.002*|ref|. transformers dequantizes the same
- *    Q4_1/Q8_0 blocks to f32 exactly as we do; what differs is f32 summation order in every
- *    matmul and softmax (and expf implementations), amplified through 30 layers. Measured values
- *    are printed with TL_VERBOSE=1.
- *  - incremental decoding vs batched: the same bound (decode kernels may quantize activations to
- *    int8 per 32-block, as llama.cpp does, which is the larger of the two error sources).
+ *  - batched prompt evaluation: |diff| <= 2e-3 + 2e-4*|ref|. transformers dequantizes the same
+ *    blocks to the same f32 values as we do (tests/test_quant.c: bit-exact vs gguf-py), so what
+ *    differs is only f32 rounding: summation order in every matmul, softmax and norm, and the
+ *    expf/sinf implementations, each ~1e-6 relative, accumulated through 30 (18) layers of the
+ *    residual stream. Measured: max |diff| 8e-5 on both models (printed below), so the bound has
+ *    ~25x headroom for other kernel paths (scalar, AVX2) whose summation orders differ.
+ *  - incremental decoding vs batched: the same bound (decode uses exact f32 activations by
+ *    default; measured 5e-5). With af_set_int8_activations(1) this would NOT hold (~0.5).
  *  - greedy continuation: the 32 ids must be identical.
  */
 #include "afinar.h"
@@ -104,11 +106,11 @@ static void test_reference(const char *path, const char *fixture, int gemma) {
             for (uint32_t j = 0; j < n_sub; j++) got_sub[t * n_sub + j] = all[(size_t)t * n_vocab + (size_t)sub[j]];
         char what[64];
         snprintf(what, sizeof what, "prompt %u all-position logits", pi);
-        CHECK_CLOSE(what, got_sub, ref_sub, (size_t)n_tok * n_sub, 0.02, 0.002);
+        CHECK_CLOSE(what, got_sub, ref_sub, (size_t)n_tok * n_sub, 2e-3, 2e-4);
         float *got_last = malloc(sizeof(float) * n_last);
         for (uint32_t j = 0; j < n_last; j++) got_last[j] = last[last_ids[j]];
         snprintf(what, sizeof what, "prompt %u last logits", pi);
-        CHECK_CLOSE(what, got_last, ref_last, n_last, 0.02, 0.002);
+        CHECK_CLOSE(what, got_last, ref_last, n_last, 2e-3, 2e-4);
         double d = tl_max_abs_diff(got_sub, ref_sub, (size_t)n_tok * n_sub, NULL);
         double d2 = tl_max_abs_diff(got_last, ref_last, n_last, NULL);
         free(got_last);
@@ -137,7 +139,7 @@ static void test_reference(const char *path, const char *fixture, int gemma) {
         af_session_reset(s);
         for (uint32_t t = 0; t < n_tok; t++) af_session_eval(s, &ids[t], 1, dl, NULL);
         snprintf(what, sizeof what, "prompt %u incremental vs batched", pi);
-        CHECK_CLOSE(what, dl, last, n_vocab, 0.02, 0.002);
+        CHECK_CLOSE(what, dl, last, n_vocab, 2e-3, 2e-4);
         double d3 = tl_max_abs_diff(dl, last, n_vocab, NULL);
         if (d3 > worst_dec) worst_dec = d3;
         free(dl);

@@ -56,8 +56,9 @@ static cJSON *targets_array(uint32_t mask) {
 
 static cJSON *nullable_string(const char *s) { return s ? cJSON_CreateString(s) : cJSON_CreateNull(); }
 
+/* layers: JSON array for layers_to_transform (ownership taken), or NULL -> null. */
 static cJSON *make_adapter_config(const af_param_layout *lay, const af_adapter_save_opts *o, const char *task,
-                                  const char *head_module, uint32_t mask) {
+                                  const char *head_module, uint32_t mask, cJSON *layers) {
     cJSON *c = cJSON_CreateObject();
     if (!c) return NULL;
     cJSON_AddItemToObject(c, "alpha_pattern", cJSON_CreateObject());
@@ -68,7 +69,7 @@ static cJSON *make_adapter_config(const af_param_layout *lay, const af_adapter_s
     cJSON_AddBoolToObject(c, "inference_mode", 1); /* save_pretrained always writes true */
     cJSON_AddBoolToObject(c, "init_lora_weights", 1);
     cJSON_AddItemToObject(c, "layers_pattern", cJSON_CreateNull());
-    cJSON_AddItemToObject(c, "layers_to_transform", cJSON_CreateNull());
+    cJSON_AddItemToObject(c, "layers_to_transform", layers ? layers : cJSON_CreateNull());
     cJSON_AddNumberToObject(c, "lora_alpha", clean_double(lay->lora.alpha));
     cJSON_AddBoolToObject(c, "lora_bias", 0);
     cJSON_AddNumberToObject(c, "lora_dropout", clean_double(lay->lora.dropout));
@@ -94,7 +95,8 @@ static cJSON *make_afinar_json(const af_param_layout *lay, const af_adapter_save
     cJSON *c = cJSON_CreateObject();
     if (!c) return NULL;
     cJSON_AddStringToObject(c, "format", "afinar-adapter");
-    cJSON_AddNumberToObject(c, "version", 1);
+    cJSON_AddNumberToObject(c, "version", 2);
+    cJSON_AddStringToObject(c, "qk_row_order", "hf"); /* version >= 2: B rows of q/k in HF order */
     if (o->architecture) cJSON_AddStringToObject(c, "architecture", o->architecture);
     cJSON_AddNumberToObject(c, "n_layers", lay->n_layers);
     cJSON_AddNumberToObject(c, "num_classes", lay->num_classes);
@@ -129,6 +131,51 @@ static cJSON *make_afinar_json(const af_param_layout *lay, const af_adapter_save
     return c;
 }
 
+int af_adapter_qk_permuted(const char *architecture) {
+    return architecture && strcmp(architecture, "llama") == 0;
+}
+
+void af_adapter_qk_rows(float *B, int64_t n_heads, int64_t head_dim, int64_t r, int to_hf, float *tmp) {
+    const int64_t half = head_dim / 2;
+    const size_t row = (size_t)r * sizeof(float);
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *hb = B + h * head_dim * r;
+        memcpy(tmp, hb, (size_t)head_dim * row);
+        for (int64_t w = 0; w < head_dim; w++) { /* w = GGUF row in the head = 2b + a */
+            int64_t hf = (w % 2) * half + w / 2;  /* HF row a*hd/2 + b */
+            if (to_hf) memcpy(hb + hf * r, tmp + w * r, row);
+            else memcpy(hb + w * r, tmp + hf * r, row);
+        }
+    }
+}
+
+void af_adapter_restrict_layout(af_param_layout *lay, const af_adapter_info *info) {
+    if (!lay || !info || !info->layers_to_transform) return;
+    for (int32_t l = 0; l < lay->n_layers; l++) {
+        int listed = 0;
+        for (int32_t i = 0; i < info->n_layers_to_transform; i++) listed |= info->layers_to_transform[i] == l;
+        if (listed) continue;
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            af_lora_slot *s = &lay->slots[(int64_t)l * AF_PROJ_COUNT + p];
+            s->a_off = s->b_off = -1;
+        }
+    }
+}
+
+/* Heads of the q (p = AF_PROJ_Q) or k projection for the row conversion, checked against the
+ * slot's rows. */
+static af_status qk_heads(const char *where, int32_t layer, int p, int64_t out, int32_t n_head, int32_t n_kv_head,
+                          int32_t head_dim, int64_t *nh) {
+    *nh = p == AF_PROJ_Q ? n_head : n_kv_head;
+    if (head_dim <= 0 || head_dim % 2 || *nh <= 0 || *nh * head_dim != out)
+        return af_fail(AF_ERR_INVALID_ARG,
+                       "%s: layer %d %s: %lld rows, but %s = %lld and head_dim = %d (even) are needed for the llama "
+                       "q/k row order (set n_head, n_kv_head, head_dim)",
+                       where, layer, k_proj_name[p], (long long)out, p == AF_PROJ_Q ? "n_head" : "n_kv_head",
+                       (long long)*nh, head_dim);
+    return AF_OK;
+}
+
 af_status af_adapter_save(const char *dir, const af_param_layout *lay, const float *P,
                           const af_adapter_save_opts *opts) {
     af_adapter_save_opts zero = {0};
@@ -147,15 +194,31 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
     af_st_dtype dt = (o->dtype == AF_ST_F16 || o->dtype == AF_ST_BF16) ? o->dtype : AF_ST_F32;
     const int32_t r = lay->lora.r;
 
+    /* q/k rows GGUF -> HF: permuted copies of the q/k B matrices, in slot order. */
+    const int perm = af_adapter_qk_permuted(o->architecture) && (o->n_head || o->n_kv_head || o->head_dim);
+    size_t n_perm = 0;
+    for (int32_t l = 0; perm && l < lay->n_layers; l++)
+        for (int p = AF_PROJ_Q; p <= AF_PROJ_K; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            int64_t nh;
+            if (s->a_off < 0 || s->out <= 0) continue;
+            AF_TRY(qk_heads(dir, l, p, s->out, o->n_head, o->n_kv_head, o->head_dim, &nh));
+            n_perm += (size_t)s->out * (size_t)r;
+        }
     size_t cap = (size_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2, n = 0;
     af_st_write_tensor *t = af_calloc(cap, sizeof *t);
     size_t name_len = strlen(lp) + strlen(hp) + 96;
     char *names = af_calloc(cap, name_len);
-    if (!t || !names) {
+    float *pbuf = n_perm ? af_malloc((n_perm + (size_t)o->head_dim * (size_t)r) * sizeof(float)) : NULL;
+    unsigned char *has_layer = af_calloc((size_t)lay->n_layers + 1, 1);
+    if (!t || !names || (n_perm && !pbuf) || !has_layer) {
         free(t);
         free(names);
+        free(pbuf);
+        free(has_layer);
         return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
     }
+    float *pnext = pbuf, *ptmp = pbuf ? pbuf + n_perm : NULL;
     af_status st = AF_OK;
     uint32_t mask = 0;
     for (int32_t l = 0; l < lay->n_layers && st == AF_OK; l++) {
@@ -169,6 +232,7 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
                 break;
             }
             mask |= 1u << p;
+            has_layer[l] = 1;
             for (int ab = 0; ab < 2; ab++) {
                 char *nm = names + n * name_len;
                 snprintf(nm, name_len, "%s.%d.%s.%s.lora_%c.weight", lp, l, k_proj_block[p], k_proj_name[p],
@@ -179,6 +243,12 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
                 t[n].shape[0] = ab ? s->out : r;
                 t[n].shape[1] = ab ? r : s->in;
                 t[n].f32 = P + (ab ? s->b_off : s->a_off);
+                if (ab && perm && (p == AF_PROJ_Q || p == AF_PROJ_K)) {
+                    memcpy(pnext, P + s->b_off, (size_t)s->out * (size_t)r * sizeof(float));
+                    af_adapter_qk_rows(pnext, s->out / o->head_dim, o->head_dim, r, 1, ptmp);
+                    t[n].f32 = pnext;
+                    pnext += (size_t)s->out * (size_t)r;
+                }
                 n++;
             }
         }
@@ -206,10 +276,27 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
     free(path);
     free(t);
     free(names);
-    if (st != AF_OK) return st;
+    free(pbuf);
+    if (st != AF_OK) {
+        free(has_layer);
+        return st;
+    }
 
-    cJSON *cfg = make_adapter_config(lay, o, task, hm, mask);
-    if (!cfg) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    /* layers_to_transform when some layers have adapters and others not */
+    int32_t n_with = 0;
+    for (int32_t l = 0; l < lay->n_layers; l++) n_with += has_layer[l];
+    cJSON *layers = NULL;
+    if (n_with > 0 && n_with < lay->n_layers) {
+        layers = cJSON_CreateArray();
+        for (int32_t l = 0; layers && l < lay->n_layers; l++)
+            if (has_layer[l]) cJSON_AddItemToArray(layers, cJSON_CreateNumber(l));
+    }
+    free(has_layer);
+    cJSON *cfg = make_adapter_config(lay, o, task, hm, mask, layers);
+    if (!cfg) {
+        cJSON_Delete(layers);
+        return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    }
     st = write_json(dir, AF_ADAPTER_CONFIG_FILE, cfg);
     cJSON_Delete(cfg);
     if (st != AF_OK) return st;
@@ -227,6 +314,7 @@ void af_adapter_info_free(af_adapter_info *info) {
     free(info->peft_type);
     free(info->task_type);
     free(info->base_model);
+    free(info->layers_to_transform);
     cJSON_Delete(info->afinar);
     memset(info, 0, sizeof *info);
 }
@@ -315,6 +403,29 @@ static af_status parse_config(const char *dir, const cJSON *c, af_adapter_info *
     v = cJSON_GetObjectItemCaseSensitive(c, "bias");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0))
         return af_fail(AF_ERR_UNSUPPORTED, "%s/%s: bias: only \"none\" is supported", dir, F);
+    v = cJSON_GetObjectItemCaseSensitive(c, "layers_to_transform");
+    if (v && !cJSON_IsNull(v)) {
+        int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 1;
+        if (!cJSON_IsArray(v) && !cJSON_IsNumber(v))
+            return af_fail(AF_ERR_FORMAT, "%s/%s: layers_to_transform: not an integer or a list", dir, F);
+        if (n > 0) {
+            info->layers_to_transform = af_calloc((size_t)n, sizeof(int32_t));
+            if (!info->layers_to_transform) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+            const cJSON *e = cJSON_IsArray(v) ? v->child : v;
+            for (int i = 0; i < n; i++, e = e->next) {
+                if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e6 ||
+                    floor(e->valuedouble) != e->valuedouble)
+                    return af_fail(AF_ERR_FORMAT, "%s/%s: layers_to_transform[%d]: not a layer index", dir, F, i);
+                int32_t x = (int32_t)e->valuedouble, k = info->n_layers_to_transform;
+                while (k > 0 && info->layers_to_transform[k - 1] > x) { /* insertion: ascending */
+                    info->layers_to_transform[k] = info->layers_to_transform[k - 1];
+                    k--;
+                }
+                info->layers_to_transform[k] = x;
+                info->n_layers_to_transform++;
+            }
+        }
+    }
     static const char *const patterns[] = {"rank_pattern", "alpha_pattern"};
     for (size_t i = 0; i < 2; i++) {
         v = cJSON_GetObjectItemCaseSensitive(c, patterns[i]);
@@ -425,6 +536,20 @@ static af_status read_info_open(const char *dir, af_adapter_info *info, af_st_fi
     if (st == AF_OK) st = parse_config(dir, cfg, info);
     cJSON_Delete(cfg);
     if (st == AF_OK) st = read_json(dir, AF_ADAPTER_AFINAR_FILE, 1, &info->afinar);
+    if (st == AF_OK && info->afinar) {
+        const cJSON *ord = cJSON_GetObjectItemCaseSensitive(info->afinar, "qk_row_order");
+        const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(info->afinar, "format");
+        const cJSON *ver = cJSON_GetObjectItemCaseSensitive(info->afinar, "version");
+        if (cJSON_IsString(ord)) {
+            if (!strcmp(ord->valuestring, "gguf")) info->qk_rows_gguf = 1;
+            else if (strcmp(ord->valuestring, "hf") != 0)
+                st = af_fail(AF_ERR_FORMAT, "%s/%s: qk_row_order: \"%s\" (hf or gguf)", dir, AF_ADAPTER_AFINAR_FILE,
+                             ord->valuestring);
+        } else if (cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "afinar-adapter") && cJSON_IsNumber(ver) &&
+                   ver->valuedouble < 2) {
+            info->qk_rows_gguf = 1; /* written before the HF-order export existed */
+        }
+    }
     if (st == AF_OK) st = open_weights(dir, fout);
     if (st == AF_OK) st = scan_tensors(*fout, info);
     if (st != AF_OK) {
@@ -456,9 +581,12 @@ static int shape_is(const af_st_tensor *t, int64_t d0, int64_t d1, int nd) {
     return t->n_dims == nd && t->shape[0] == d0 && (nd == 1 || t->shape[1] == d1);
 }
 
-af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, unsigned flags,
+af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, const af_adapter_load_opts *opts,
                           af_adapter_info *info_out) {
     if (!dir || !lay || !P) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_load: NULL argument");
+    const af_adapter_load_opts zero = {0};
+    const af_adapter_load_opts *lo = opts ? opts : &zero;
+    const unsigned flags = lo->flags;
     af_adapter_info info;
     af_st_file *f = NULL;
     AF_TRY(read_info_open(dir, &info, &f));
@@ -552,12 +680,29 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     if (st == AF_OK && n_miss)
         st = af_fail(AF_ERR_NOT_FOUND, "%s: %zu missing tensor(s): %s%s", W, n_miss, missing, n_miss > 4 ? ", ..." : "");
 
+    /* q/k rows HF -> GGUF: head counts checked and scratch allocated before P is touched. */
+    const int perm = af_adapter_qk_permuted(lo->architecture) && (lo->n_head || lo->n_kv_head || lo->head_dim) &&
+                     !info.qk_rows_gguf;
+    float *ptmp = NULL;
+    for (int32_t l = 0; st == AF_OK && perm && l < lay->n_layers; l++)
+        for (int p = AF_PROJ_Q; st == AF_OK && p <= AF_PROJ_K; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            int64_t nh;
+            if (s->a_off < 0) continue;
+            st = qk_heads(dir, l, p, s->out, lo->n_head, lo->n_kv_head, lo->head_dim, &nh);
+            if (st == AF_OK && !ptmp && !(ptmp = af_malloc((size_t)lo->head_dim * (size_t)r * sizeof(float))))
+                st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+        }
+
     /* Everything checked: fill P. */
     for (size_t k = 0; st == AF_OK && k < nslots; k++) {
         const af_lora_slot *s = &lay->slots[k];
         if (s->a_off < 0) continue;
         st = af_st_read_f32(f, src[2 * k], P + s->a_off, (size_t)(r * s->in));
         if (st == AF_OK) st = af_st_read_f32(f, src[2 * k + 1], P + s->b_off, (size_t)(s->out * r));
+        const int p = (int)(k % AF_PROJ_COUNT);
+        if (st == AF_OK && perm && (p == AF_PROJ_Q || p == AF_PROJ_K))
+            af_adapter_qk_rows(P + s->b_off, s->out / lo->head_dim, lo->head_dim, r, 0, ptmp);
     }
     if (st == AF_OK && has_head && src[nslots * 2]) {
         st = af_st_read_f32(f, src[nslots * 2], P + lay->head_w_off, (size_t)lay->num_classes * (size_t)lay->hidden);
@@ -569,6 +714,7 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
         }
     }
     free(src);
+    free(ptmp);
     af_st_close(f);
     if (st == AF_OK && info_out) *info_out = info;
     else af_adapter_info_free(&info);

@@ -21,7 +21,10 @@
  *                               save_pretrained), base_model_name_or_path, ...
  *   afinar.json                 afinar's own record: format/version, architecture, num_classes,
  *                               hidden, n_layers, labels, pooling, max_seq_len, lora {r, alpha,
- *                               dropout, use_rslora, scale, targets}, head_bias, + caller extras.
+ *                               dropout, use_rslora, scale, targets}, head_bias, qk_row_order
+ *                               ("hf"), + caller extras. Optional: without it (a PEFT-made
+ *                               directory) the loaders default (trainer.h af_classifier_load:
+ *                               pooling last, no bias, integer labels 0..num_labels-1).
  * Each file is written atomically (core/fsutil.h); the directory is created if missing.
  *
  * About the head: transformers' LlamaForSequenceClassification (and the other *ForSequence-
@@ -30,6 +33,26 @@
  * (set_peft_model_state_dict loads with strict=False), so a "score.bias" tensor is dropped by a
  * stock model; write it only if the consumer adds a biased score layer (or keep b == 0). Mean
  * pooling has no PEFT/transformers equivalent; it is recorded in afinar.json only.
+ *
+ * q/k row order. llama.cpp's converter (convert_hf_to_gguf.py LlamaModel.permute, FORMATS.md §3.3)
+ * permutes the rows of attn_q / attn_k of llama-architecture GGUF files so that RoPE can rotate
+ * adjacent pairs; afinar computes in that GGUF order, so the LoRA B matrices of q_proj / k_proj
+ * ([out, r], out = rows) are in GGUF row order in P, while transformers un-permutes on GGUF load and
+ * PEFT expects HF order. Per head h (head_dim hd, a in {0,1}, b in [0, hd/2)):
+ *     GGUF row (h*hd + 2b + a)  <->  HF row (h*hd + a*hd/2 + b)
+ * over n_head heads for q_proj and n_kv_head heads for k_proj. A matrices (columns = input
+ * features) and every other projection are unaffected; Gemma 3 GGUF tensors are not permuted
+ * (Gemma3Model in convert_hf_to_gguf.py has no permute). af_adapter_save converts P's GGUF order
+ * to HF order, and af_adapter_load converts back, when the caller names a permuted architecture
+ * (af_adapter_qk_permuted) AND gives its head counts (n_head / n_kv_head / head_dim not all 0);
+ * with the head counts left 0 nothing is converted (for callers that hold P in HF order already).
+ * afinar.json records "qk_row_order": "hf" (version 2); an afinar.json of version 1 (written
+ * before this conversion existed) holds GGUF order and is loaded without conversion.
+ *
+ * Layer subsets. When some layers have adapters and others none, adapter_config.json gets
+ * "layers_to_transform": [the layers with adapters] (PEFT then only wraps those; layers_pattern
+ * stays null, which makes PEFT take the first numbered component of the module name, i.e.
+ * "layers.{i}" — peft/tuners/tuners_utils.py check_target_module_exists).
  */
 #ifndef AF_ADAPTER_IO_H
 #define AF_ADAPTER_IO_H
@@ -59,8 +82,14 @@ typedef struct af_adapter_save_opts {
                                    ("score") is the modules_to_save entry */
     int write_head_bias;        /* also store <head_prefix>.bias [num_classes] (see above) */
     af_st_dtype dtype;          /* AF_ST_F16 or AF_ST_BF16 store halves; anything else -> F32 */
+    /* q/k row order (see above): when af_adapter_qk_permuted(architecture) and these are not all
+     * 0, B rows of q_proj / k_proj are converted from GGUF to HF order; then n_head * head_dim
+     * must equal q_proj's rows and n_kv_head * head_dim k_proj's (head_dim even) for every
+     * targeted q/k slot. All 0: P is written as it is. */
+    int32_t n_head, n_kv_head, head_dim;
     /* afinar.json */
-    const char *architecture;   /* e.g. "llama"; NULL -> omitted */
+    const char *architecture;   /* e.g. "llama" (also selects the q/k row conversion); NULL ->
+                                   omitted, no conversion */
     const char *pooling;        /* e.g. "last" / "mean"; NULL -> omitted */
     int32_t max_seq_len;        /* <= 0 -> omitted */
     const char *const *labels;  /* [n_labels] class names; may be NULL */
@@ -92,6 +121,11 @@ typedef struct af_adapter_info {
     int32_t num_classes;      /* rows of the head weight; 0 when the file has no head */
     int32_t hidden;           /* columns of the head weight (0 when no head) */
     int has_head_bias;
+    int32_t *layers_to_transform; /* adapter_config.json's layers_to_transform, ascending, or NULL
+                                     when null/absent (every layer); owned */
+    int32_t n_layers_to_transform;
+    int qk_rows_gguf;         /* 1: the file's q/k B rows are in GGUF order (afinar.json version 1,
+                                 or "qk_row_order": "gguf"); 0: HF order (PEFT, afinar >= 2) */
     cJSON *afinar;            /* parsed afinar.json, NULL when the file is absent */
 } af_adapter_info;
 
@@ -110,8 +144,36 @@ enum {
     AF_ADAPTER_IGNORE_HEAD = 1u << 1,        /* file has a head the layout lacks: skip it */
 };
 
+/* Load options; a zero-initialised struct (or NULL) means: no flags, no q/k row conversion. */
+typedef struct af_adapter_load_opts {
+    unsigned flags;             /* AF_ADAPTER_* above */
+    /* The model the adapter is loaded onto: when af_adapter_qk_permuted(architecture) and the
+     * head counts are not all 0, q_proj / k_proj B rows are converted from the file's HF order to
+     * GGUF order (not for files whose info.qk_rows_gguf is set). Head counts as in
+     * af_adapter_save_opts. */
+    const char *architecture;
+    int32_t n_head, n_kv_head, head_dim;
+} af_adapter_load_opts;
+
+/* 1 when GGUF files of `architecture` have permuted q/k rows: "llama" (llama.cpp's LlamaModel
+ * converter; the only such architecture afinar runs). 0 for NULL, "gemma3" and anything else. */
+int af_adapter_qk_permuted(const char *architecture);
+
+/* Reorder the rows of B [n_heads*head_dim, r] (row-major) in place between GGUF and HF order
+ * (to_hf = 1: row GGUF (h*hd + 2b + a) moves to HF (h*hd + a*hd/2 + b); to_hf = 0: the inverse).
+ * `tmp`: scratch of head_dim * r floats. head_dim must be even (not checked here). */
+void af_adapter_qk_rows(float *B, int64_t n_heads, int64_t head_dim, int64_t r, int to_hf, float *tmp);
+
+/* Disable (a_off = b_off = -1) every slot of `lay` on a layer that info->layers_to_transform does
+ * not list, so a layout built by af_param_layout_init for all layers matches an adapter trained on
+ * a layer subset (the skipped slots' floats stay in the buffer, unused). No-op when the list is
+ * NULL. */
+void af_adapter_restrict_layout(af_param_layout *lay, const af_adapter_info *info);
+
 /* Load `dir` into P [lay->n_total]. Every tensor is mapped and checked first (names, shapes,
  * dtype) and P is written only when everything matches, so on error P is unchanged.
+ * `opts` may be NULL (see af_adapter_load_opts); q/k B rows are converted to GGUF order when it
+ * names a permuted architecture.
  * Checks: peft_type LORA; r == lay->lora.r; lora_alpha == lay->lora.alpha (relative 1e-6);
  * use_rslora equal; every targeted slot of `lay` has lora_A [r, in] and lora_B [out, r]; every
  * LoRA tensor maps to a targeted slot; the head weight is [num_classes, hidden] and the bias (if
@@ -119,10 +181,11 @@ enum {
  * their tail ("layers.{i}.self_attn.q_proj.lora_A.weight", "score.weight", "classifier.weight"),
  * so any PEFT prefix is accepted. Stored F32/F16/BF16/F64 are converted to f32.
  * `info_out` (may be NULL) receives the directory's info (free with af_adapter_info_free()).
- * Errors: those of af_adapter_read_info; AF_ERR_INVALID_ARG (r / alpha / rslora mismatch);
+ * Errors: those of af_adapter_read_info; AF_ERR_INVALID_ARG (r / alpha / rslora mismatch, head
+ * counts that do not match the q/k rows when converting);
  * AF_ERR_NOT_FOUND (missing tensors: lists the first few and the count); AF_ERR_FORMAT
  * (unexpected tensors, likewise listed; wrong shapes naming expected and found). */
-af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, unsigned flags,
+af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, const af_adapter_load_opts *opts,
                           af_adapter_info *info_out);
 
 #endif /* AF_ADAPTER_IO_H */

@@ -110,6 +110,68 @@ af_status af_lora_parse_targets(const char *spec, uint32_t *mask) {
     return AF_OK;
 }
 
+/* ---------------------------------------------------------------- layers */
+
+/* Parse a non-negative decimal integer at *s (advancing it); -1 when there is none or it overflows. */
+static int64_t parse_uint(const char **s) {
+    const char *p = *s;
+    if (!isdigit((unsigned char)*p)) return -1;
+    int64_t v = 0;
+    while (isdigit((unsigned char)*p)) {
+        v = v * 10 + (*p++ - '0');
+        if (v > 1000000000) return -1;
+    }
+    *s = p;
+    return v;
+}
+
+af_status af_lora_parse_layers(const char *spec, int32_t n_layers, int32_t *layer_min, int32_t *layer_end) {
+    if (!layer_min || !layer_end || n_layers < 1) return af_fail(AF_ERR_INVALID_ARG, "lora layers: bad argument");
+    *layer_min = 0;
+    *layer_end = 0;
+    if (!spec || !*spec || !strcmp(spec, "all")) return AF_OK;
+    const char *s = spec;
+    int64_t lo, hi;
+    if (!strncmp(s, "top", 3) || !strncmp(s, "last:", 5)) {
+        s += s[0] == 't' ? 3 : 5;
+        int64_t k = parse_uint(&s);
+        if (k < 1 || *s)
+            return af_fail(AF_ERR_INVALID_ARG, "lora layers '%s': expected topN with N >= 1 (e.g. top10)", spec);
+        if (k > n_layers)
+            return af_fail(AF_ERR_INVALID_ARG, "lora layers '%s': the model has only %d layers", spec, n_layers);
+        lo = n_layers - k;
+        hi = n_layers - 1;
+    } else {
+        lo = parse_uint(&s);
+        if (lo < 0)
+            return af_fail(AF_ERR_INVALID_ARG, "lora layers '%s': expected all, A-B, A-, A or topN (0-based layer "
+                                               "indices)", spec);
+        hi = lo;
+        if (*s == '-') {
+            s++;
+            hi = *s ? parse_uint(&s) : n_layers - 1;
+        }
+        if (hi < 0 || *s)
+            return af_fail(AF_ERR_INVALID_ARG, "lora layers '%s': expected all, A-B, A-, A or topN (0-based layer "
+                                               "indices)", spec);
+        if (lo > hi) return af_fail(AF_ERR_INVALID_ARG, "lora layers '%s': first layer %lld > last layer %lld", spec,
+                                    (long long)lo, (long long)hi);
+        if (hi >= n_layers)
+            return af_fail(AF_ERR_INVALID_ARG, "lora layers '%s': layer %lld does not exist (layers 0..%d)", spec,
+                           (long long)hi, n_layers - 1);
+    }
+    *layer_min = (int32_t)lo;
+    *layer_end = hi == n_layers - 1 ? 0 : (int32_t)(hi + 1);
+    return AF_OK;
+}
+
+int32_t af_lora_lowest_layer(const af_param_layout *lay) {
+    for (int32_t l = 0; l < lay->n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++)
+            if (af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0) return l;
+    return lay->n_layers;
+}
+
 /* ---------------------------------------------------------------- layout */
 
 static void proj_shape(const af_model *model, af_proj p, int64_t *in, int64_t *out) {
@@ -130,6 +192,11 @@ static void proj_shape(const af_model *model, af_proj p, int64_t *in, int64_t *o
 
 af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
                                int32_t num_classes) {
+    return af_param_layout_init_layers(lay, model, cfg, num_classes, 0, 0);
+}
+
+af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
+                                      int32_t num_classes, int32_t layer_min, int32_t layer_end) {
     if (!lay || !model || !cfg) return af_fail(AF_ERR_INVALID_ARG, "lora layout: NULL argument");
     memset(lay, 0, sizeof *lay);
     if (cfg->targets == 0 || (cfg->targets >> AF_PROJ_COUNT) != 0)
@@ -151,11 +218,17 @@ af_status af_param_layout_init(af_param_layout *lay, const af_model *model, cons
                            (long long)mn, proj_names[p]);
     }
     const int32_t nl = model->cfg.num_hidden_layers;
+    const int32_t lend = layer_end == 0 ? nl : layer_end;
+    if (layer_min < 0 || layer_end < 0 || lend > nl || layer_min >= lend)
+        return af_fail(AF_ERR_INVALID_ARG, "lora: layer range [%d, %d) is empty or outside the model's %d layers",
+                       layer_min, layer_end, nl);
     lay->slots = af_calloc((size_t)nl * AF_PROJ_COUNT, sizeof(af_lora_slot));
     if (!lay->slots) return af_fail(AF_ERR_NOMEM, "lora: out of memory for the layout (%d layers)", nl);
     lay->lora = *cfg;
     lay->scale = cfg->use_rslora ? cfg->alpha / sqrtf((float)cfg->r) : cfg->alpha / (float)cfg->r;
     lay->n_layers = nl;
+    lay->layer_min = layer_min;
+    lay->layer_end = lend;
     lay->num_classes = num_classes;
     lay->hidden = model->cfg.hidden_size;
     int64_t off = 0;
@@ -164,7 +237,7 @@ af_status af_param_layout_init(af_param_layout *lay, const af_model *model, cons
             af_lora_slot *s = &lay->slots[(int64_t)l * AF_PROJ_COUNT + p];
             proj_shape(model, (af_proj)p, &s->in, &s->out);
             s->a_off = s->b_off = -1;
-            if (!(cfg->targets & (1u << p))) continue;
+            if (!(cfg->targets & (1u << p)) || l < layer_min || l >= lend) continue;
             s->a_off = off;
             off += (int64_t)cfg->r * s->in;
             s->b_off = off;

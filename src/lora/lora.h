@@ -55,6 +55,8 @@ typedef struct af_param_layout {
     af_lora_config lora;
     float scale;             /* alpha/r or alpha/sqrt(r) */
     int32_t n_layers;
+    int32_t layer_min, layer_end; /* adapted layers [layer_min, layer_end), layer_end resolved (never 0);
+                                     informational (0, 0 in hand-built layouts): the slots decide */
     af_lora_slot *slots;     /* [n_layers * AF_PROJ_COUNT], owned; slot(l, p) = slots[l*AF_PROJ_COUNT + p] */
     int32_t num_classes;     /* 0 when there is no classification head */
     int32_t hidden;
@@ -64,12 +66,35 @@ typedef struct af_param_layout {
     int64_t n_total;         /* floats in the whole buffer */
 } af_param_layout;
 
+/* Parse a layer selection for n_layers layers into [*layer_min, *layer_end) (layer_end = 0 means
+ * "through the last layer"; see af_param_layout_init_layers):
+ *   NULL, "" or "all": every layer (0, 0);  "A-B": layers A..B inclusive;  "A-": A to the last;
+ *   "A": layer A only;  "topN" (or "last:N"): the N highest layers (n_layers-N .. n_layers-1).
+ * Layers are 0-based (transformers' model.layers.{i}). When the range reaches the last layer,
+ * *layer_end is written as 0. Errors: AF_ERR_INVALID_ARG naming the spec (syntax, A > B, a
+ * layer >= n_layers, N < 1 or N > n_layers). */
+af_status af_lora_parse_layers(const char *spec, int32_t n_layers, int32_t *layer_min, int32_t *layer_end);
+
 /* Build the layout for `model`: adapters on cfg->targets of every layer, then (if num_classes > 0)
  * the head. Errors: AF_ERR_INVALID_ARG (r <= 0, r > min(in, out) of a target, alpha <= 0,
  * dropout outside [0, 1), no target), AF_ERR_NOMEM. Free with af_param_layout_free(). */
 af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
                                int32_t num_classes);
+
+/* Same, with adapters only on the layers [layer_min, layer_end) (PEFT's layers_to_transform as a
+ * contiguous range; layer_end = 0 means "through the last layer", so (0, 0) is every layer and
+ * equals af_param_layout_init). Slots of the other layers have a_off = b_off = -1. Layers below
+ * layer_min are frozen completely: the engine keeps no activations for them and stops its backward
+ * at layer_min (engine.h). The A matrices of a layer are initialised identically whatever the range
+ * (the RNG is keyed by (seed, layer, proj)). Extra error: AF_ERR_INVALID_ARG when the range is
+ * empty or outside [0, n_layers]. */
+af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
+                                      int32_t num_classes, int32_t layer_min, int32_t layer_end);
 void af_param_layout_free(af_param_layout *lay);
+
+/* Lowest layer holding at least one adapter, or n_layers when there is none. Everything below it
+ * is frozen: the engine needs neither saved activations nor a backward there. */
+int32_t af_lora_lowest_layer(const af_param_layout *lay);
 
 static inline const af_lora_slot *af_lora_slot_at(const af_param_layout *lay, int32_t layer, af_proj p) {
     return &lay->slots[(int64_t)layer * AF_PROJ_COUNT + p];

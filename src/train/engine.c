@@ -43,18 +43,38 @@ typedef struct lset {
     float *xa[AF_PROJ_COUNT], *mask[AF_PROJ_COUNT];                       /* targeted only */
 } lset;
 
+/* Frozen-prefix cache (af_engine_set_prefix_cache): residual stream entering layer lo per sample,
+ * keyed by the sample's tokens. Open addressing with linear probing; no eviction. */
+typedef struct pc_entry {
+    uint64_t h;    /* hash of the tokens; 0 = empty slot */
+    int32_t len;
+    int32_t *tok;  /* [len], then x [len, H] in the same allocation */
+    float *x;
+} pc_entry;
+
+typedef struct prefix_cache {
+    pc_entry *tab;
+    int64_t cap, used;   /* slots (a power of two), entries */
+    size_t bytes, max_bytes;
+    int64_t hits, misses;
+} prefix_cache;
+
 struct af_engine {
     const af_model *m;
     const af_param_layout *lay;
+    int32_t lo;     /* lowest layer with an adapter (af_lora_lowest_layer): layers below are frozen */
     int64_t cap;    /* tokens the workspace holds */
-    int32_t n_sets; /* 1 (checkpointing / forward only) or n_layers */
+    int32_t n_sets; /* 1 (checkpointing / forward only) or n_layers - lo */
     void *mem;
-    float *xs;      /* [n_layers+1, cap, H] residual stream at each layer input (and the output) */
-    lset *sets;     /* [n_sets] */
+    float *xs;      /* [n_layers-lo+1, cap, H] residual stream at the input of layers lo..L-1 and the output */
+    lset *sets;     /* [n_sets]; set i belongs to layer lo + i (set 0 is also the frozen layers' scratch) */
     int32_t *pos;   /* [cap] per-sample positions */
     /* scratch [cap, width] */
     float *dX, *dT, *dh, *tH, *dattn, *dq, *dk, *dv, *dqr, *dkr, *act, *dact, *dgate, *dup, *ltmp, *hN, *rstdN;
     float *padx, *pady; /* [MIN_ROWS, maxdim] */
+    int32_t *sub_tok, *sub_ss, *sub_idx; /* [cap], [cap + 1], [cap]: the samples of a batch missing from the
+                                            prefix cache: their tokens, sample starts, batch indices */
+    prefix_cache pc;
 };
 
 typedef struct dims {
@@ -98,10 +118,11 @@ static void plan(carver *cv, af_engine *e, const af_model *m, const af_param_lay
                  int32_t n_sets) {
     dims d = get_dims(m, lay);
     const int masks = lay->lora.dropout > 0;
+    const int64_t lo = af_lora_lowest_layer(lay);
     af_engine tmp;
     lset stmp;
     if (!e) e = &tmp;
-    e->xs = carve(cv, (d.L + 1) * cap * d.H);
+    e->xs = carve(cv, (d.L - lo + 1) * cap * d.H);
     e->pos = (int32_t *)carve(cv, cap);
     e->dX = carve(cv, cap * d.H);
     e->dT = carve(cv, cap * d.H);
@@ -122,6 +143,9 @@ static void plan(carver *cv, af_engine *e, const af_model *m, const af_param_lay
     e->ltmp = carve(cv, cap * (d.r + (masks ? d.maxd : 0)));
     e->padx = carve(cv, MIN_ROWS * d.maxd);
     e->pady = carve(cv, MIN_ROWS * d.maxd);
+    e->sub_tok = (int32_t *)carve(cv, cap);
+    e->sub_ss = (int32_t *)carve(cv, cap + 1);
+    e->sub_idx = (int32_t *)carve(cv, cap);
     for (int32_t i = 0; i < n_sets; i++) {
         lset *S = (cv->base && e->sets) ? &e->sets[i] : &stmp;
         memset(S, 0, sizeof *S);
@@ -158,7 +182,8 @@ static void plan(carver *cv, af_engine *e, const af_model *m, const af_param_lay
 
 size_t af_engine_bytes(const af_model *model, const af_param_layout *lay, int64_t n_tok, int checkpointing) {
     carver cv = {NULL, 0};
-    plan(&cv, NULL, model, lay, n_tok, checkpointing ? 1 : model->cfg.num_hidden_layers);
+    const int32_t n_adapted = model->cfg.num_hidden_layers - af_lora_lowest_layer(lay);
+    plan(&cv, NULL, model, lay, n_tok, checkpointing || n_adapted < 1 ? 1 : n_adapted);
     return cv.used;
 }
 
@@ -173,12 +198,23 @@ af_status af_engine_new(const af_model *model, const af_param_layout *lay, af_en
     if (!e) return af_fail(AF_ERR_NOMEM, "engine: out of memory");
     e->m = model;
     e->lay = lay;
+    e->lo = af_lora_lowest_layer(lay);
     *out = e;
     return AF_OK;
 }
 
+static void pc_clear(prefix_cache *pc) {
+    for (int64_t i = 0; i < pc->cap; i++) free(pc->tab[i].tok);
+    free(pc->tab);
+    pc->tab = NULL;
+    pc->cap = pc->used = 0;
+    pc->bytes = 0;
+    pc->hits = pc->misses = 0;
+}
+
 void af_engine_free(af_engine *e) {
     if (!e) return;
+    pc_clear(&e->pc);
     af_free_aligned(e->mem);
     free(e->sets);
     free(e);
@@ -299,10 +335,11 @@ static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const 
 
 /* ---------------------------------------------------------------- backward */
 
-/* Backward of projection p: dx[n, in] (+)= dy·W (+ LoRA dx), LoRA grads into G. */
+/* Backward of projection p: dx[n, in] (+)= dy·W (+ LoRA dx), LoRA grads into G.
+ * dx = NULL: the input gradient is not needed (nothing trainable below): only the LoRA grads. */
 static void proj_bwd(af_engine *e, const run *R, lset *S, float *G, int32_t l, af_proj p, const af_weight *w,
                      float *dx, const float *dy, const float *x, int accumulate) {
-    af_matmul_dyw(dx, dy, w->data, w->type, R->n, w->cols, w->rows, accumulate);
+    if (dx) af_matmul_dyw(dx, dy, w->data, w->type, R->n, w->cols, w->rows, accumulate);
     const af_param_layout *lay = e->lay;
     const af_lora_slot *s = af_lora_slot_at(lay, l, p);
     if (s->a_off < 0) return;
@@ -312,13 +349,24 @@ static void proj_bwd(af_engine *e, const run *R, lset *S, float *G, int32_t l, a
 
 static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
 
-/* dX [n, H]: gradient w.r.t. the layer output on entry, w.r.t. its input x on return. */
-static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float *G, const float *x) {
+static int adapted(const af_param_layout *lay, int32_t l, af_proj p) { return af_lora_slot_at(lay, l, p)->a_off >= 0; }
+
+/* dX [n, H]: gradient w.r.t. the layer output on entry, w.r.t. its input x on return when
+ * `need_in`. Without need_in (the lowest adapted layer) the backward stops as soon as every
+ * adapter of the layer has its gradient: no dx is formed for inputs that lead only to frozen
+ * parameters (e.g. with adapters on q/v only: no dy·W of Wq/Wk/Wv, no input rmsnorm backward). */
+static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float *G, const float *x, int need_in) {
     const af_model *m = e->m;
     const af_layer *Ly = &m->layers[l];
-    const dims d = get_dims(m, e->lay);
+    const af_param_layout *lay = e->lay;
+    const dims d = get_dims(m, lay);
     const int64_t n = R->n;
     float *dX = e->dX;
+    /* which gradients below each point are still needed */
+    const int need_qkv = need_in || adapted(lay, l, AF_PROJ_Q) || adapted(lay, l, AF_PROJ_K) ||
+                         adapted(lay, l, AF_PROJ_V);                         /* d attn (input of o_proj) */
+    const int need_mid = need_qkv || adapted(lay, l, AF_PROJ_O);             /* d x_mid */
+    const int need_ffn = need_mid || adapted(lay, l, AF_PROJ_GATE) || adapted(lay, l, AF_PROJ_UP); /* d act */
     /* FFN branch */
     const float *dd = dX;
     if (d.gem) {
@@ -326,15 +374,19 @@ static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float
         af_rmsnorm_backward(e->dT, NULL, dX, S->draw, Ly->post_ffw_norm, S->rstdpf, n, d.H);
         dd = e->dT;
     }
-    if (m->act_gelu) af_geglu_forward(e->act, S->gate, S->up, n * d.F);
-    else af_swiglu_forward(e->act, S->gate, S->up, n * d.F);
-    proj_bwd(e, R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, e->dact, dd, e->act, 0);
+    if (adapted(lay, l, AF_PROJ_DOWN)) { /* act is the input of down_proj's adapter */
+        if (m->act_gelu) af_geglu_forward(e->act, S->gate, S->up, n * d.F);
+        else af_swiglu_forward(e->act, S->gate, S->up, n * d.F);
+    }
+    proj_bwd(e, R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, need_ffn ? e->dact : NULL, dd, e->act, 0);
+    if (!need_ffn) return;
     zero(e->dgate, n * d.F);
     zero(e->dup, n * d.F);
     if (m->act_gelu) af_geglu_backward(e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
     else af_swiglu_backward(e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
-    proj_bwd(e, R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, e->dh, e->dgate, S->h2, 0);
-    proj_bwd(e, R, S, G, l, AF_PROJ_UP, &Ly->w_up, e->dh, e->dup, S->h2, 1);
+    proj_bwd(e, R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, need_mid ? e->dh : NULL, e->dgate, S->h2, 0);
+    proj_bwd(e, R, S, G, l, AF_PROJ_UP, &Ly->w_up, need_mid ? e->dh : NULL, e->dup, S->h2, 1);
+    if (!need_mid) return;
     af_rmsnorm_backward(dX, NULL, e->dh, S->xmid, Ly->ffn_norm, S->rstd2, n, d.H); /* dX = d x_mid */
     /* attention branch */
     const float *dob = dX;
@@ -343,7 +395,8 @@ static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float
         af_rmsnorm_backward(e->dT, NULL, dX, S->oraw, Ly->post_attn_norm, S->rstdpa, n, d.H);
         dob = e->dT;
     }
-    proj_bwd(e, R, S, G, l, AF_PROJ_O, &Ly->wo, e->dattn, dob, S->attn, 0);
+    proj_bwd(e, R, S, G, l, AF_PROJ_O, &Ly->wo, need_qkv ? e->dattn : NULL, dob, S->attn, 0);
+    if (!need_qkv) return;
     zero(e->dq, n * d.qd);
     zero(e->dk, n * d.kvd);
     zero(e->dv, n * d.kvd);
@@ -364,9 +417,11 @@ static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float
         gq = e->dqr;
         gk = e->dkr;
     }
-    proj_bwd(e, R, S, G, l, AF_PROJ_Q, &Ly->wq, e->dh, gq, S->h1, 0);
-    proj_bwd(e, R, S, G, l, AF_PROJ_K, &Ly->wk, e->dh, gk, S->h1, 1);
-    proj_bwd(e, R, S, G, l, AF_PROJ_V, &Ly->wv, e->dh, e->dv, S->h1, 1);
+    float *dh = need_in ? e->dh : NULL;
+    proj_bwd(e, R, S, G, l, AF_PROJ_Q, &Ly->wq, dh, gq, S->h1, 0);
+    proj_bwd(e, R, S, G, l, AF_PROJ_K, &Ly->wk, dh, gk, S->h1, 1);
+    proj_bwd(e, R, S, G, l, AF_PROJ_V, &Ly->wv, dh, e->dv, S->h1, 1);
+    if (!need_in) return;
     af_rmsnorm_backward(dX, NULL, e->dh, x, Ly->attn_norm, S->rstd1, n, d.H); /* dX = d x_in */
 }
 
@@ -402,30 +457,170 @@ static af_status check_batch(const af_engine *e, const af_batch *b, int need_lab
     return AF_OK;
 }
 
-/* Embedding, positions and every layer; final normed states in e->hN, pooled [B, H] and logits. */
+/* Residual stream at the input of layer l (lo <= l <= L; l = L: the last layer's output), [n, H]. */
+static float *xs_at(const af_engine *e, int64_t l, int64_t n) {
+    return e->xs + (l - e->lo) * n * e->m->cfg.hidden_size;
+}
+
+static void set_pos(af_engine *e, const int32_t *ss, int32_t B) {
+    for (int32_t s = 0; s < B; s++)
+        for (int32_t t = ss[s]; t < ss[s + 1]; t++) e->pos[t] = t - ss[s];
+}
+
+/* The frozen prefix for the R->B samples of R (tokens [R->n]): embedding and layers 0..lo-1 into
+ * out [R->n, H] (out must not be dT or dh). Nothing is kept: the residual stream ping-pongs between
+ * the scratch buffers dT and dh (unused in the forward) and the activations go to set 0, which
+ * layer lo overwrites next. Leaves e->pos set for R. */
+static void frozen_prefix(af_engine *e, const run *R, const int32_t *tokens, float *out) {
+    const af_model *m = e->m;
+    const int64_t H = m->cfg.hidden_size, n = R->n;
+    const int32_t lo = e->lo;
+    set_pos(e, R->ss, R->B);
+    float *x = lo == 0 ? out : e->dT;
+    for (int64_t t = 0; t < n; t++) {
+        float *row = x + t * H;
+        af_weight_row(&m->tok_embd, tokens[t], row);
+        if (m->embd_scale != 1.0f)
+            for (int64_t i = 0; i < H; i++) row[i] *= m->embd_scale;
+    }
+    for (int32_t l = 0; l < lo; l++) {
+        float *xo = l == lo - 1 ? out : x == e->dT ? e->dh : e->dT;
+        layer_forward(e, R, l, &e->sets[0], x, xo);
+        x = xo;
+    }
+}
+
+/* splitmix64 finaliser (Steele et al. 2014) chained over the tokens; never 0. */
+static uint64_t tok_hash(const int32_t *tok, int32_t len) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)len;
+    for (int32_t i = 0; i < len; i++) {
+        h ^= (uint64_t)(uint32_t)tok[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+        h ^= h >> 30;
+        h *= 0xbf58476d1ce4e5b9ULL;
+        h ^= h >> 27;
+    }
+    return h ? h : 1;
+}
+
+/* Slot of (tok, len): the matching entry, or the empty slot where it would go. */
+static pc_entry *pc_slot(prefix_cache *pc, uint64_t h, const int32_t *tok, int32_t len) {
+    for (int64_t i = (int64_t)(h & (uint64_t)(pc->cap - 1));; i = (i + 1) & (pc->cap - 1)) {
+        pc_entry *en = &pc->tab[i];
+        if (!en->h || (en->h == h && en->len == len && !memcmp(en->tok, tok, sizeof(int32_t) * (size_t)len)))
+            return en;
+    }
+}
+
+/* Insert a copy of (tok, x [len, H]) if the byte budget allows; silently skipped otherwise (also on
+ * allocation failure: the cache is an optimisation only). */
+static void pc_insert(prefix_cache *pc, uint64_t h, const int32_t *tok, int32_t len, const float *x, int64_t H) {
+    const size_t sz = sizeof(int32_t) * (size_t)len + sizeof(float) * (size_t)(len * H) + 64;
+    if (pc->bytes + sz > pc->max_bytes) return;
+    if (2 * (pc->used + 1) > pc->cap) { /* grow to keep the load <= 1/2 */
+        int64_t ncap = pc->cap ? 2 * pc->cap : 1024;
+        pc_entry *nt = calloc((size_t)ncap, sizeof *nt);
+        if (!nt) return;
+        prefix_cache g = *pc;
+        g.tab = nt;
+        g.cap = ncap;
+        for (int64_t i = 0; i < pc->cap; i++)
+            if (pc->tab[i].h) *pc_slot(&g, pc->tab[i].h, pc->tab[i].tok, pc->tab[i].len) = pc->tab[i];
+        free(pc->tab);
+        pc->tab = nt;
+        pc->cap = ncap;
+    }
+    pc_entry *en = pc_slot(pc, h, tok, len);
+    if (en->h) return; /* already there */
+    int32_t *mem = malloc(sz);
+    if (!mem) return;
+    memcpy(mem, tok, sizeof(int32_t) * (size_t)len);
+    float *xc = (float *)(((uintptr_t)(mem + len) + 63) & ~(uintptr_t)63);
+    memcpy(xc, x, sizeof(float) * (size_t)(len * H));
+    en->h = h;
+    en->len = len;
+    en->tok = mem;
+    en->x = xc;
+    pc->used++;
+    pc->bytes += sz;
+}
+
+/* Residual stream entering layer lo for the batch, into xs_at(lo): from the prefix cache for the
+ * samples it holds, computed (and cached) for the others as one sub-batch. Samples are independent
+ * (positions restart, attention stays inside a sample), so this equals computing the whole batch. */
+static void prefix_cached(af_engine *e, const run *R, const af_batch *b) {
+    prefix_cache *pc = &e->pc;
+    const int64_t H = e->m->cfg.hidden_size;
+    float *dst = xs_at(e, e->lo, R->n);
+    int32_t nmiss = 0;
+    int64_t nt = 0;
+    e->sub_ss[0] = 0;
+    for (int32_t s = 0; s < b->n_samples; s++) {
+        const int32_t s0 = b->seq_start[s], len = b->seq_start[s + 1] - s0;
+        const uint64_t h = tok_hash(b->tokens + s0, len);
+        pc_entry *en = pc->cap ? pc_slot(pc, h, b->tokens + s0, len) : NULL;
+        if (en && en->h) {
+            memcpy(dst + (int64_t)s0 * H, en->x, sizeof(float) * (size_t)(len * H));
+            pc->hits++;
+            continue;
+        }
+        pc->misses++;
+        memcpy(e->sub_tok + nt, b->tokens + s0, sizeof(int32_t) * (size_t)len);
+        nt += len;
+        e->sub_idx[nmiss] = s;
+        e->sub_ss[++nmiss] = (int32_t)nt;
+    }
+    if (!nmiss) return;
+    run Rs = *R;
+    Rs.ss = e->sub_ss;
+    Rs.B = nmiss;
+    Rs.n = nt;
+    frozen_prefix(e, &Rs, e->sub_tok, e->hN); /* hN is free until the final norm */
+    for (int32_t k = 0; k < nmiss; k++) {
+        const int32_t s = e->sub_idx[k], s0 = b->seq_start[s], len = b->seq_start[s + 1] - s0;
+        const float *src = e->hN + (int64_t)e->sub_ss[k] * H;
+        memcpy(dst + (int64_t)s0 * H, src, sizeof(float) * (size_t)(len * H));
+        pc_insert(pc, tok_hash(b->tokens + s0, len), b->tokens + s0, len, src, H);
+    }
+}
+
+/* Embedding, positions and every layer; final normed states in e->hN, pooled [B, H] and logits.
+ * The frozen layers below e->lo run without keeping anything (frozen_prefix), or come from the
+ * prefix cache. Only layers lo.. keep their input (xs) and, with `save`, their own activation set. */
 static void forward_all(af_engine *e, const run *R, const af_batch *b, int save, float *pooled, float *logits,
                         af_pooling pool) {
     const af_model *m = e->m;
     const dims d = get_dims(m, e->lay);
     const int64_t n = R->n;
-    for (int32_t s = 0; s < b->n_samples; s++)
-        for (int32_t t = b->seq_start[s]; t < b->seq_start[s + 1]; t++) e->pos[t] = t - b->seq_start[s];
-    for (int64_t t = 0; t < n; t++) {
-        float *row = e->xs + t * d.H;
-        af_weight_row(&m->tok_embd, b->tokens[t], row);
-        if (m->embd_scale != 1.0f)
-            for (int64_t i = 0; i < d.H; i++) row[i] *= m->embd_scale;
+    const int32_t lo = e->lo;
+    if (lo > 0 && e->pc.max_bytes > 0) prefix_cached(e, R, b);
+    else frozen_prefix(e, R, b->tokens, xs_at(e, lo, n));
+    set_pos(e, b->seq_start, b->n_samples);
+    for (int32_t l = lo; l < d.L; l++) {
+        lset *S = &e->sets[save ? l - lo : 0];
+        layer_forward(e, R, l, S, xs_at(e, l, n), xs_at(e, l + 1, n));
     }
-    for (int32_t l = 0; l < d.L; l++) {
-        lset *S = &e->sets[save ? l : 0];
-        layer_forward(e, R, l, S, e->xs + (int64_t)l * n * d.H, e->xs + (int64_t)(l + 1) * n * d.H);
-    }
-    af_rmsnorm_forward(e->hN, e->rstdN, e->xs + d.L * n * d.H, m->output_norm, n, d.H, m->cfg.rms_norm_eps);
+    af_rmsnorm_forward(e->hN, e->rstdN, xs_at(e, d.L, n), m->output_norm, n, d.H, m->cfg.rms_norm_eps);
     af_pool_forward(pooled, e->hN, b->seq_start, b->n_samples, d.H, pool);
     const af_param_layout *lay = e->lay;
     af_head_forward(logits, pooled, R->P + lay->head_w_off, R->P + lay->head_b_off, b->n_samples, d.H,
                     lay->num_classes);
 }
+
+af_status af_engine_set_prefix_cache(af_engine *e, size_t max_bytes) {
+    if (!e) return af_fail(AF_ERR_INVALID_ARG, "engine: NULL argument");
+    if (max_bytes == 0) pc_clear(&e->pc);
+    e->pc.max_bytes = max_bytes;
+    return AF_OK;
+}
+
+void af_engine_prefix_cache_stats(const af_engine *e, int64_t *entries, size_t *bytes, int64_t *hits, int64_t *misses) {
+    if (entries) *entries = e->pc.used;
+    if (bytes) *bytes = e->pc.bytes;
+    if (hits) *hits = e->pc.hits;
+    if (misses) *misses = e->pc.misses;
+}
+
+int32_t af_engine_first_layer(const af_engine *e) { return e->lo; }
 
 static const af_step_opts default_opts = {AF_POOL_MEAN, NULL, 0, 0, 0};
 
@@ -452,7 +647,8 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     const af_param_layout *lay = e->lay;
     const dims d = get_dims(m, lay);
     const int ckpt = o->checkpointing != 0;
-    AF_TRY(reserve(e, b->n_tok, ckpt ? 1 : (int32_t)d.L));
+    const int32_t lo = e->lo;
+    AF_TRY(reserve(e, b->n_tok, ckpt || lo >= d.L - 1 ? 1 : (int32_t)d.L - lo));
     const int32_t B = b->n_samples, C = lay->num_classes;
     const int64_t n = b->n_tok;
     float *small = af_malloc(sizeof(float) * (size_t)(2 * B * d.H + 2 * B * C));
@@ -474,12 +670,13 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     zero(e->dT, n * d.H);
     af_pool_backward(e->dT, dpooled, b->seq_start, B, d.H, o->pooling);
     zero(e->dX, n * d.H);
-    af_rmsnorm_backward(e->dX, NULL, e->dT, e->xs + d.L * n * d.H, m->output_norm, e->rstdN, n, d.H);
-    for (int32_t l = (int32_t)d.L - 1; l >= 0; l--) {
-        const float *x = e->xs + (int64_t)l * n * d.H;
-        lset *S = &e->sets[ckpt ? 0 : l];
-        if (ckpt) layer_forward(e, &R, l, S, x, e->xs + (int64_t)(l + 1) * n * d.H); /* recompute */
-        layer_backward(e, &R, l, S, G, x);
+    af_rmsnorm_backward(e->dX, NULL, e->dT, xs_at(e, d.L, n), m->output_norm, e->rstdN, n, d.H);
+    /* down to the lowest adapted layer only: nothing below it is trainable */
+    for (int32_t l = (int32_t)d.L - 1; l >= lo; l--) {
+        const float *x = xs_at(e, l, n);
+        lset *S = &e->sets[ckpt ? 0 : l - lo];
+        if (ckpt) layer_forward(e, &R, l, S, x, xs_at(e, l + 1, n)); /* recompute */
+        layer_backward(e, &R, l, S, G, x, l > lo);
     }
     free(small);
     return AF_OK;

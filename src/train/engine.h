@@ -6,7 +6,8 @@
  * concatenated token array; RoPE positions restart at 0 for every sample and attention never
  * crosses a sample boundary (causal within each sample). Pooling is per sample (head.h).
  *
- * Saved activations per layer (when checkpointing is off) — floats per token:
+ * Saved activations per adapted layer and above (layers >= lo, see "Layer range" below; when
+ * checkpointing is off) — floats per token:
  *   x_in [H], rstd1 [1], h1 [H], q [qd] (after RoPE), k [kvd] (after RoPE), v [kvd], attn [qd],
  *   lse [n_head], x_mid [H], rstd2 [1], h2 [H], gate [F], up [F]
  *   + LoRA xa [r] for each targeted projection (+ dropout masks [in] when dropout > 0).
@@ -71,6 +72,27 @@ af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, con
  * head in the layout), AF_ERR_NOMEM. */
 af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch *b, const af_step_opts *o,
                          float grad_scale, double *loss, float *logits);
+
+/* Layer range and frozen prefix. Layers below lo = af_lora_lowest_layer(lay) (the first layer
+ * with an adapter; af_engine_first_layer) are frozen: the step runs them forward without keeping
+ * activations, keeps the residual stream only from layer lo up, and stops the backward at layer lo
+ * (inside layer lo it stops below its lowest adapter: e.g. q/v adapters need no dy·W of Wq/Wk/Wv
+ * and no input-norm backward). Cost of a step ~ L forward + (L - lo) backward layers.
+ *
+ * The frozen prefix of a sample (embedding + layers 0..lo-1) depends only on its tokens, not on P,
+ * dropout or the other samples of the batch. af_engine_set_prefix_cache(e, max_bytes) keeps it
+ * per sample (keyed by the exact token sequence, verified on lookup), up to max_bytes (about
+ * 4·H bytes per token: SmolLM2-135M 2.3 KiB/token, so BBC's 1558 samples x 128 tokens ~ 0.45 GiB);
+ * later forwards/steps of the same sample start at layer lo: epochs after the first and repeated
+ * evaluations then cost ~ (L - lo) forward layers. Samples missing from the cache are computed as
+ * one sub-batch; once the budget is reached no new sample is added (no eviction). Results equal
+ * the uncached computation (the same per-row arithmetic). max_bytes = 0 (default) disables and
+ * frees it. No effect when lo = 0. Errors: AF_ERR_INVALID_ARG (NULL engine). */
+af_status af_engine_set_prefix_cache(af_engine *e, size_t max_bytes);
+/* Entries, bytes held, lookups that hit / missed since the cache was enabled. Any pointer may be NULL. */
+void af_engine_prefix_cache_stats(const af_engine *e, int64_t *entries, size_t *bytes, int64_t *hits, int64_t *misses);
+/* lo: the first layer the backward reaches (n_layers when the layout has no adapter). */
+int32_t af_engine_first_layer(const af_engine *e);
 
 /* Bytes of workspace the engine would use for a batch of n_tok tokens (activations + scratch),
  * with or without checkpointing. */

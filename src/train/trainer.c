@@ -28,6 +28,7 @@ void af_trainer_opts_defaults(af_trainer_opts *o) {
     o->weight_decay = 0.01;
     o->seed = 42;
     o->max_seq_len = 256;
+    o->prefix_cache_mb = 2048;
     o->save_total_limit = 2;
     o->max_nonfinite = 5;
     o->progress_tty = -1;
@@ -254,7 +255,10 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
         t->have_st_val = 1;
     }
     af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed};
-    st = af_param_layout_init(&t->lay, t->model, &lc, t->num_classes > 0 ? t->num_classes : 1);
+    int32_t lmin = 0, lend = 0;
+    st = af_lora_parse_layers(o->lora_layers, t->model->cfg.num_hidden_layers, &lmin, &lend);
+    if (st != AF_OK) goto fail;
+    st = af_param_layout_init_layers(&t->lay, t->model, &lc, t->num_classes > 0 ? t->num_classes : 1, lmin, lend);
     if (st != AF_OK) goto fail;
     t->have_lay = 1;
     if (strcmp(o->class_weights, "uniform") != 0) {
@@ -318,9 +322,12 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
             if (tg[0]) strncat(tg, ",", sizeof tg - strlen(tg) - 1);
             strncat(tg, af_proj_name((af_proj)p), sizeof tg - strlen(tg) - 1);
         }
-    fprintf(fp, "      LoRA r %d alpha %g (scale %g) dropout %g on %s; head %d x %d %s; pooling %s; %lld trainable "
+    char ly[64] = "";
+    if (l->layer_min > 0 || l->layer_end < l->n_layers)
+        snprintf(ly, sizeof ly, " of layers %d-%d (of %d)", l->layer_min, l->layer_end - 1, l->n_layers);
+    fprintf(fp, "      LoRA r %d alpha %g (scale %g) dropout %g on %s%s; head %d x %d %s; pooling %s; %lld trainable "
                 "parameters (base model ~%.1fM)\n",
-            l->lora.r, l->lora.alpha, l->scale, l->lora.dropout, tg, l->num_classes, l->hidden,
+            l->lora.r, l->lora.alpha, l->scale, l->lora.dropout, tg, ly, l->num_classes, l->hidden,
             o->head_bias ? "+ bias" : "(no bias)", o->pooling == AF_POOL_LAST ? "last" : "mean",
             (long long)(l->n_total - (o->head_bias ? 0 : l->num_classes)), (double)t->n_model_params / 1e6);
     if (t->class_w) {

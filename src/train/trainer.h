@@ -73,6 +73,7 @@ typedef struct af_trainer_opts {
     int multi_label;             /* 1: require multi-label data (the data decide otherwise) */
     /* ---- LoRA and head ---- */
     const char *targets;         /* af_lora_parse_targets spec; NULL -> "qv" */
+    const char *lora_layers;     /* af_lora_parse_layers spec ("all", "A-B", "topN"); NULL -> every layer */
     int32_t lora_r;              /* 16 */
     double lora_alpha;           /* 32 */
     double lora_dropout;         /* 0.05 */
@@ -95,6 +96,8 @@ typedef struct af_trainer_opts {
     uint64_t seed;               /* 42: LoRA/head init, shuffles, split, dropout */
     int32_t max_seq_len;         /* 256 */
     int checkpointing;           /* recompute activations in the backward */
+    int32_t prefix_cache_mb;     /* 2048: MiB (at most half the free RAM) to keep, per sample, the output of the
+                                    frozen layers below lora_layers (af_engine_set_prefix_cache); 0: off */
     /* ---- evaluation and checkpoints ---- */
     int64_t eval_every;          /* 0: every epoch end; N: every N steps */
     int32_t eval_batch;          /* 0 -> batch */

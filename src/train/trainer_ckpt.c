@@ -294,6 +294,9 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         ao.base_model_name_or_path = o->model_path;
         ao.write_head_bias = o->head_bias;
         ao.architecture = mc->architecture;
+        ao.n_head = mc->num_attention_heads; /* q/k B rows exported in HF order (adapter_io.h) */
+        ao.n_kv_head = mc->num_key_value_heads;
+        ao.head_dim = mc->head_dim;
         ao.pooling = o->pooling == AF_POOL_LAST ? "last" : "mean";
         ao.max_seq_len = o->max_seq_len;
         ao.labels = (const char *const *)t->label_names;

@@ -309,6 +309,11 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     }
     if (st == AF_OK && ckpt) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
     if (st == AF_OK) st = af_engine_new(t->model, &t->lay, &L.eng);
+    if (st == AF_OK && o->prefix_cache_mb > 0) { /* layers below --lora-layers: run once per sample */
+        size_t cb = (size_t)o->prefix_cache_mb << 20;
+        if (t->mem_ram > t->mem_need && cb > (t->mem_ram - t->mem_need) / 2) cb = (t->mem_ram - t->mem_need) / 2;
+        st = af_engine_set_prefix_cache(L.eng, cb);
+    }
     if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L.bt);
     if (st == AF_OK) st = write_run_json(t);
     if (st == AF_OK) {

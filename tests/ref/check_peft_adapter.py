@@ -18,7 +18,12 @@ Run with the reference venv: /work/main/.venv-ref/bin/python tests/ref/check_pef
       transformers (AutoModelForSequenceClassification for SEQ_CLS, AutoModelForCausalLM
       otherwise; num_labels from the score tensor). Compares the keys PEFT would save
       (get_peft_model_state_dict) with the file's keys and values; prints missing/unexpected keys
-      and exits non-zero unless everything loaded bit-exactly.
+      and exits non-zero unless everything loaded bit-exactly. The C test writes such directories
+      with AF_TEST_ADAPTER_OUT=DIR build/tests/test_adapter_io: DIR/tiny, DIR/tiny_layers (adapters
+      on layer 1 only: checks that PEFT honours the layers_to_transform afinar writes) and
+      DIR/smollm2 (use --gguf).
+
+  End-to-end prediction agreement (afinar <-> PEFT on real data): tests/ref/peft_interop.py.
 """
 import json
 import os

@@ -5,6 +5,8 @@
  *  - decode: integer dot products with vpmaddubsw + vpmaddwd (u8 weights x s8 activations; the
  *    unsigned weight values are < 64, or |q| <= 128 for Q8_0 with the sign moved to x, so the
  *    pairwise i16 sums never saturate: 2*128*127 < 32767), unpacking in matmul_unpack.h.
+ *  - decode_f32: f32 activations, weights dequantized in registers (mm_unpack) to the exact
+ *    values of af_dequantize_row, f32 FMAs; one row at a time, 2 accumulators per token.
  *  - dequant: matmul_unpack.h.
  * Compiled for baseline x86-64; every function carries the AVX2 target attribute and is only
  * called when af_kernel_path() selects AVX2 (or AVX-512 without VNNI, for decode).
@@ -88,7 +90,119 @@ static AF_MM_TARGET void panel256(int64_t m, int64_t k, const float *x, int64_t 
     mk256_f(0, m, k, x, sxt, sxk, p, spk, m0, m1, c, ldc, accumulate);
 }
 
-const af_mm_ops af_mm_ops_avx2 = {16, panel256, mm_dequant, mm_dot, mm_decode, NULL};
+/* ---------------------------------------------------------------- f32 decode (ops.decode_f32) */
+
+/* The 32 values of chunk j of a block as four ymm, dequantized in registers to exactly the f32
+ * values of af_dequantize_row: u*s + (b - O*s) per 16-group, u*s exact, one rounding. */
+AF_MM_INLINE void f2_w(uint32_t t, const uint8_t *blk, int j, const float *s, const float *b, __m256 *W) {
+    const float O = (float)mm_off(t);
+    __m256i u = mm_unpack(t, blk, j);
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) {
+        __m128i h = g ? _mm256_extracti128_si256(u, 1) : _mm256_castsi256_si128(u);
+        __m128i h8 = _mm_srli_si128(h, 8);
+        __m256i v0 = mm_signed(t) ? _mm256_cvtepi8_epi32(h) : _mm256_cvtepu8_epi32(h);
+        __m256i v1 = mm_signed(t) ? _mm256_cvtepi8_epi32(h8) : _mm256_cvtepu8_epi32(h8);
+        const float sg = s[2 * j + g];
+        __m256 vs = _mm256_set1_ps(sg), vc = _mm256_set1_ps(b[2 * j + g] - O * sg);
+        W[2 * g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), vs, vc);
+        W[2 * g + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), vs, vc);
+    }
+}
+
+/* acc[i][v & 1] += W[v] * x[i][k + 8v .. +8) for i < nt, v < 4. */
+AF_MM_INLINE void f2_fma(int nt, __m256 acc[AF_MM_DECODE_N][2], const __m256 *W, const float *x, int64_t in,
+                         int64_t k) {
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            acc[i][v & 1] = _mm256_fmadd_ps(W[v], _mm256_loadu_ps(x + i * in + k + 8 * v), acc[i][v & 1]);
+}
+
+/* 8 f32 weights of an F32 / F16 / BF16 row from element k. */
+AF_MM_INLINE __m256 f2_flt(uint32_t t, const uint8_t *row, int64_t k) {
+    if (t == AF_TYPE_F32) return _mm256_loadu_ps((const float *)(const void *)row + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)(const void *)row + k));
+    if (t == AF_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* y row o (+)= W[o, :] . x[i, :] for nt tokens (t, nt compile-time constants). */
+AF_MM_INLINE void f2_row(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64_t o, const float *x,
+                         int64_t in, float *y, int64_t ldy, int accumulate) {
+    const uint8_t *row = w + o * rb;
+    __m256 acc[AF_MM_DECODE_N][2], W[4];
+    float tail[AF_MM_DECODE_N] = {0};
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    if (t == AF_TYPE_F32 || t == AF_TYPE_F16 || t == AF_TYPE_BF16) {
+        int64_t k = 0;
+        for (; k + 32 <= in; k += 32) {
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) W[v] = f2_flt(t, row, k + 8 * v);
+            f2_fma(nt, acc, W, x, in, k);
+        }
+        for (; k + 8 <= in; k += 8) {
+            __m256 wv = f2_flt(t, row, k);
+#pragma GCC unroll 4
+            for (int i = 0; i < nt; i++) acc[i][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i * in + k), acc[i][0]);
+        }
+        for (; k < in; k++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * k, 2);
+            float wk = t == AF_TYPE_F32 ? ((const float *)(const void *)row)[k]
+                       : t == AF_TYPE_F16 ? mm_h(row + 2 * k) : af_bf16_to_f32(h);
+            for (int i = 0; i < nt; i++) tail[i] += wk * x[i * in + k];
+        }
+    } else {
+        const int bs = mm_bs(t), bb = mm_bb(t);
+        float s[16], b[16];
+        for (int64_t k = 0; k < in; k += bs, row += bb) {
+            mm_prep(t, row, s, b);
+#pragma GCC unroll 8
+            for (int j = 0; j < bs / 32; j++) {
+                f2_w(t, row, j, s, b, W);
+                f2_fma(nt, acc, W, x, in, k + 32 * j);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++) {
+        float v = mm_hsum(_mm256_add_ps(acc[i][0], acc[i][1])) + tail[i];
+        y[i * ldy + o] = accumulate ? y[i * ldy + o] + v : v;
+    }
+}
+
+AF_MM_INLINE void f2_n(uint32_t t, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, const float *x,
+                       int64_t in, int64_t n, float *y, int64_t ldy, int acc) {
+    for (int64_t o = o0; o < o1; o++) {
+        switch (n) {
+        case 1: f2_row(t, 1, w, rb, o, x, in, y, ldy, acc); break;
+        case 2: f2_row(t, 2, w, rb, o, x, in, y, ldy, acc); break;
+        case 3: f2_row(t, 3, w, rb, o, x, in, y, ldy, acc); break;
+        default: f2_row(t, 4, w, rb, o, x, in, y, ldy, acc); break;
+        }
+    }
+}
+
+/* ops.decode_f32 (matmul_internal.h): F32/F16/BF16 and every block type of matmul_unpack.h. */
+static AF_MM_TARGET bool decode_f32_256(uint32_t type, const uint8_t *w, int64_t rb, int64_t o0,
+                                        int64_t o1, const float *x, int64_t in, int64_t n, float *y,
+                                        int64_t ldy, int acc) {
+    if (n < 1 || n > AF_MM_DECODE_N) return false;
+    switch (type) {
+#define F2(T) case T: f2_n(T, w, rb, o0, o1, x, in, n, y, ldy, acc); break;
+        F2(AF_TYPE_F32) F2(AF_TYPE_F16) F2(AF_TYPE_BF16)
+        F2(AF_TYPE_Q4_0) F2(AF_TYPE_Q4_1) F2(AF_TYPE_Q5_0) F2(AF_TYPE_Q5_1) F2(AF_TYPE_Q8_0)
+        F2(AF_TYPE_Q2_K) F2(AF_TYPE_Q3_K) F2(AF_TYPE_Q4_K) F2(AF_TYPE_Q5_K) F2(AF_TYPE_Q6_K)
+#undef F2
+    default: return false;
+    }
+    return true;
+}
+
+const af_mm_ops af_mm_ops_avx2 = {16, panel256, mm_dequant, mm_dot, mm_decode, decode_f32_256};
 
 #else
 typedef int af_matmul_avx2_empty; /* ISO C forbids an empty translation unit */

@@ -5,6 +5,11 @@
  *  - decode: integer dot products with AVX512-VNNI vpdpbusd on 256-bit vectors
  *    (u8 weights x s8 activations -> i32), unpacking in matmul_unpack.h; falls back to the AVX2
  *    decode (vpmaddubsw) when the CPU lacks VNNI.
+ *  - decode_f32 (the default decode, n <= 4): f32 activations; each weight row is dequantized in
+ *    zmm registers to exactly the values of af_dequantize_row and multiplied-added in f32.
+ *    4-bit types use a 16-entry f32 table per block (u*s + c for u = 0..15) read with vpermps,
+ *    Q5_0/Q5_1 two tables selected by the qh bits as a write mask, Q8_0 q*d, other types
+ *    mm_unpack + vcvtdq2ps + one fma. See the section comment for what was measured.
  *  - dequant: matmul_unpack.h (AVX2 width).
  * Compiled for baseline x86-64; every function carries the AVX-512 target attribute and is only
  * called when af_kernel_path() == AF_KPATH_AVX512.
@@ -16,7 +21,6 @@
 
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_unpack.h"
-#include <stdlib.h>
 
 /* C[0..mr)[0..32) (+)= X[0..mr)[0..k) · P[0..k)[0..32); nh = number of 16-wide halves in use. */
 AF_MM_INLINE void mk512(int mr, int nh, int64_t k, const float *x, int64_t sxt, int64_t sxk,
@@ -150,6 +154,12 @@ AF_MM_INLINE void f5_w32(uint32_t t, const uint8_t *blk, __m512 *w0, __m512 *w1)
         *w1 = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(idx1, lo), (__mmask16)(qh >> 16), idx1, hi);
         return;
     }
+    if (t == AF_TYPE_Q8_0) { /* q*d, exact */
+        __m512 d = _mm512_set1_ps(mm_h(blk));
+        *w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))), d);
+        *w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18)))), d);
+        return;
+    }
     float s[2], b[2];
     mm_prep(t, blk, s, b);
     const float c = b[0] - (float)mm_off(t) * s[0];
@@ -162,102 +172,113 @@ AF_MM_INLINE void f5_w32(uint32_t t, const uint8_t *blk, __m512 *w0, __m512 *w1)
     *w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v1), vs, vc);
 }
 
+/* Per-block constants of a 256-value K-quant super-block, computed with vector instructions
+ * (the scalar mm_prep was half the time of a Q4_K row):
+ *  Q4_K: s[j] = d*sc_j, s[8+j] = -dmin*m_j for the 8 sub-blocks of 32 (6-bit sc/m unpacked four
+ *        at a time as bytes of 32-bit words: FORMATS.md §2 Q4_K, get_scale_min_k4);
+ *  Q6_K: s[g] = d*sc_g, c[g] = -32*s[g] for the 16 groups of 16;
+ *  other: s[g] and c[g] = b[g] - O*s[g] per 16-group from mm_prep. */
+AF_MM_INLINE void f5_prep256(uint32_t t, const uint8_t *blk, float *s, float *c) {
+    if (t == AF_TYPE_Q4_K) {
+        uint32_t q[3], dm;
+        memcpy(q, blk + 4, 12);
+        memcpy(&dm, blk, 4);
+        const uint32_t sc_lo = q[0] & 0x3f3f3f3fu, mn_lo = q[1] & 0x3f3f3f3fu;
+        const uint32_t sc_hi = (q[2] & 0x0f0f0f0fu) | (((q[0] >> 6) & 0x03030303u) << 4);
+        const uint32_t mn_hi = ((q[2] >> 4) & 0x0f0f0f0fu) | (((q[1] >> 6) & 0x03030303u) << 4);
+        __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi)));
+        __m128 h = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)); /* d, dmin */
+        __m512 k = _mm512_mask_blend_ps((__mmask16)0xFF00, _mm512_broadcastss_ps(h),
+                                        _mm512_broadcastss_ps(_mm_sub_ps(_mm_setzero_ps(), _mm_movehdup_ps(h))));
+        _mm512_storeu_ps(s, _mm512_mul_ps(f, k));
+        return;
+    }
+    if (t == AF_TYPE_Q6_K) {
+        __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192))));
+        __m512 v = _mm512_mul_ps(sc, _mm512_set1_ps(mm_h(blk + 208)));
+        _mm512_storeu_ps(s, v);
+        _mm512_storeu_ps(c, _mm512_mul_ps(v, _mm512_set1_ps(-32.f)));
+        return;
+    }
+    float b[16];
+    mm_prep(t, blk, s, b);
+    const float O = (float)mm_off(t);
+    for (int g = 0; g < 16; g++) c[g] = b[g] - O * s[g];
+}
+
 /* Values 64h .. 64h+63 (chunks 2h, 2h+1) of a 256-value K-quant super-block as four zmm, with
- * s/b its per-16-group scales and biases (mm_prep). Q4_K: 32 packed bytes hold chunk 2h in the
- * low and chunk 2h+1 in the high nibbles, one table each. */
-AF_MM_INLINE void f5_w256(uint32_t t, const uint8_t *blk, int h, const float *s, const float *b, __m512 *W) {
+ * s/c from f5_prep256. Q4_K: 32 packed bytes hold chunk 2h in the low and chunk 2h+1 in the high
+ * nibbles, one table each. Others: u from mm_unpack, value = u*s[g] + c[g]. */
+AF_MM_INLINE void f5_w256(uint32_t t, const uint8_t *blk, int h, const float *s, const float *c, __m512 *W) {
     if (t == AF_TYPE_Q4_K) {
         const uint8_t *qs = blk + 16 + 32 * h;
         __m512i i0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
         __m512i i1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16)));
-        __m512 t0 = f5_tab(s[4 * h], b[4 * h]), t1 = f5_tab(s[4 * h + 2], b[4 * h + 2]);
+        __m512 t0 = f5_tab(s[2 * h], s[8 + 2 * h]), t1 = f5_tab(s[2 * h + 1], s[9 + 2 * h]);
         W[0] = _mm512_permutexvar_ps(i0, t0);
         W[1] = _mm512_permutexvar_ps(i1, t0);
         W[2] = _mm512_permutexvar_ps(_mm512_srli_epi32(i0, 4), t1);
         W[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(i1, 4), t1);
         return;
     }
-    const float O = (float)mm_off(t);
+#pragma GCC unroll 2
     for (int jj = 0; jj < 2; jj++) {
         const int j = 2 * h + jj;
         __m256i u = mm_unpack(t, blk, j);
         __m512i v0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(u));
         __m512i v1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(u, 1));
-        W[2 * jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v0), _mm512_set1_ps(s[2 * j]),
-                                    _mm512_set1_ps(b[2 * j] - O * s[2 * j]));
+        W[2 * jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v0), _mm512_set1_ps(s[2 * j]), _mm512_set1_ps(c[2 * j]));
         W[2 * jj + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v1), _mm512_set1_ps(s[2 * j + 1]),
-                                        _mm512_set1_ps(b[2 * j + 1] - O * s[2 * j + 1]));
+                                        _mm512_set1_ps(c[2 * j + 1]));
     }
 }
 
-/* acc[r][i][v & 1] += W[r][v] * x[i][k + 16v .. +16) for r < R, i < nt, v < nv. */
-AF_MM_INLINE void f5_fma(int R, int nt, int nv, __m512 acc[2][AF_MM_DECODE_N][2], __m512 W[2][4],
-                         const float *x, int64_t in, int64_t k) {
+/* acc[i][v & 1] += W[v] * x[i][k + 16v .. +16) for i < nt, v < nv. */
+AF_MM_INLINE void f5_fma(int nt, int nv, __m512 acc[AF_MM_DECODE_N][2], const __m512 *W, const float *x,
+                         int64_t in, int64_t k) {
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) {
-            __m512 xv = _mm512_loadu_ps(x + i * in + k + 16 * v);
-#pragma GCC unroll 2
-            for (int r = 0; r < R; r++) acc[r][i][v & 1] = _mm512_fmadd_ps(W[r][v], xv, acc[r][i][v & 1]);
-        }
+        for (int v = 0; v < nv; v++)
+            acc[i][v & 1] = _mm512_fmadd_ps(W[v], _mm512_loadu_ps(x + i * in + k + 16 * v), acc[i][v & 1]);
 }
 
-static int PFD;
-/* y rows o .. o+R-1 (R = 1 or 2) for nt tokens of a quantized type (compile-time constants). */
-AF_MM_INLINE void f5_quant(uint32_t t, int R, int nt, const uint8_t *w, int64_t rb, int64_t o,
-                           const float *x, int64_t in, float *y, int64_t ldy, int accumulate) {
+/* y row o for nt tokens of a quantized type t (both compile-time constants). One row at a time:
+ * interleaving two rows was measured 2-3x slower when W streams from DRAM (hardware prefetch). */
+AF_MM_INLINE void f5_quant(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64_t o, const float *x,
+                           int64_t in, float *y, int64_t ldy, int accumulate) {
     const int bs = mm_bs(t), bb = mm_bb(t);
-    __m512 acc[2][AF_MM_DECODE_N][2], W[2][4];
-#pragma GCC unroll 2
-    for (int r = 0; r < R; r++)
+    const uint8_t *row = w + o * rb;
+    __m512 acc[AF_MM_DECODE_N][2], W[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < nt; i++) acc[r][i][0] = acc[r][i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < nt; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     if (bs == 32) {
         int64_t k = 0;
-        for (; k + 64 <= in; k += 64) {
-#pragma GCC unroll 2
-            for (int r = 0; r < R; r++) {
-                const uint8_t *blk = w + (o + r) * rb + (k >> 5) * bb;
-                if (PFD) {
-                    _mm_prefetch((const char *)(blk + PFD * rb), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(blk + PFD * rb + 64), _MM_HINT_T0);
-                }
-                f5_w32(t, blk, &W[r][0], &W[r][1]);
-                f5_w32(t, blk + bb, &W[r][2], &W[r][3]);
-            }
-            f5_fma(R, nt, 4, acc, W, x, in, k);
+        for (; k + 64 <= in; k += 64, row += 2 * bb) {
+            f5_w32(t, row, &W[0], &W[1]);
+            f5_w32(t, row + bb, &W[2], &W[3]);
+            f5_fma(nt, 4, acc, W, x, in, k);
         }
         if (k < in) {
-#pragma GCC unroll 2
-            for (int r = 0; r < R; r++) f5_w32(t, w + (o + r) * rb + (k >> 5) * bb, &W[r][0], &W[r][1]);
-            f5_fma(R, nt, 2, acc, W, x, in, k);
+            f5_w32(t, row, &W[0], &W[1]);
+            f5_fma(nt, 2, acc, W, x, in, k);
         }
     } else {
-        float s[2][16], b[2][16];
-        for (int64_t k = 0; k < in; k += 256) {
-            const uint8_t *blk[2];
-#pragma GCC unroll 2
-            for (int r = 0; r < R; r++) {
-                blk[r] = w + (o + r) * rb + (k >> 8) * bb;
-                mm_prep(t, blk[r], s[r], b[r]);
-            }
+        float s[16], c[16];
+        for (int64_t k = 0; k < in; k += 256, row += bb) {
+            f5_prep256(t, row, s, c);
 #pragma GCC unroll 4
             for (int h = 0; h < 4; h++) {
-#pragma GCC unroll 2
-                for (int r = 0; r < R; r++) f5_w256(t, blk[r], h, s[r], b[r], W[r]);
-                f5_fma(R, nt, 4, acc, W, x, in, k + 64 * h);
+                f5_w256(t, row, h, s, c, W);
+                f5_fma(nt, 4, acc, W, x, in, k + 64 * h);
             }
         }
     }
-#pragma GCC unroll 2
-    for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int i = 0; i < nt; i++) {
-            float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][i][0], acc[r][i][1]));
-            float *yo = y + i * ldy + o + r;
-            *yo = accumulate ? *yo + v : v;
-        }
+    for (int i = 0; i < nt; i++) {
+        float v = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+        y[i * ldy + o] = accumulate ? y[i * ldy + o] + v : v;
+    }
 }
 
 /* 16 f32 weights of an F32 / F16 / BF16 row from element k; m selects the valid lanes. */
@@ -275,7 +296,30 @@ AF_MM_INLINE void f5_float(uint32_t t, int nt, const uint8_t *w, int64_t rb, int
     __m512 acc[AF_MM_DECODE_N][2];
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < in; k += 32) {
+    int64_t k = 0;
+    for (; k + 32 <= in; k += 32) {
+        __m512 w0, w1;
+        if (t == AF_TYPE_F32) {
+            w0 = _mm512_loadu_ps((const float *)(const void *)row + k);
+            w1 = _mm512_loadu_ps((const float *)(const void *)row + k + 16);
+        } else {
+            __m256i h0 = _mm256_loadu_si256((const __m256i *)((const uint16_t *)(const void *)row + k));
+            __m256i h1 = _mm256_loadu_si256((const __m256i *)((const uint16_t *)(const void *)row + k + 16));
+            if (t == AF_TYPE_F16) {
+                w0 = _mm512_cvtph_ps(h0);
+                w1 = _mm512_cvtph_ps(h1);
+            } else {
+                w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16));
+                w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < nt; i++) {
+            acc[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i * in + k), acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i * in + k + 16), acc[i][1]);
+        }
+    }
+    for (; k < in; k += 32) {
         __mmask16 m0 = (__mmask16)(in - k >= 16 ? 0xFFFF : (1u << (in - k)) - 1);
         __mmask16 m1 = (__mmask16)(in - k >= 32 ? 0xFFFF : in - k > 16 ? (1u << (in - k - 16)) - 1 : 0);
         __m512 w0 = f5_flt(t, row, k, m0), w1 = f5_flt(t, row, k + 16, m1);
@@ -299,10 +343,7 @@ AF_MM_INLINE void f5_rows(uint32_t t, int nt, const uint8_t *w, int64_t rb, int6
         for (; o < o1; o++) f5_float(t, nt, w, rb, o, x, in, y, ldy, acc);
         return;
     }
-    PFD = getenv("PFD") ? atoi(getenv("PFD")) : 0;
-    if (getenv("R1")) { for (; o < o1; o++) f5_quant(t, 1, nt, w, rb, o, x, in, y, ldy, acc); return; }
-    for (; o + 2 <= o1; o += 2) f5_quant(t, 2, nt, w, rb, o, x, in, y, ldy, acc);
-    if (o < o1) f5_quant(t, 1, nt, w, rb, o, x, in, y, ldy, acc);
+    for (; o < o1; o++) f5_quant(t, nt, w, rb, o, x, in, y, ldy, acc);
 }
 
 AF_MM_INLINE void f5_n(uint32_t t, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, const float *x,

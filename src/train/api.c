@@ -1,0 +1,541 @@
+/*
+ * api.c — the public LoRA training API of afinar.h (af_lora_trainer_*), a thin layer over the
+ * internal modules:
+ *   lora/lora.h         target parsing, the flat parameter layout, PEFT-like initialisation
+ *   train/engine.h      forward + loss + backward of a packed batch (gradients ADDED into G)
+ *   train/optim.h       global-norm clipping and AdamW
+ *   formats/adapter_io  PEFT adapter directories (through adapter_save_peft / adapter_load_peft)
+ * One optimizer step follows src/train/trainer_run.c exactly (dropout seed per micro-batch, head
+ * bias gradient dropped when the bias is off, clip, AdamW without decay on the head bias, skip on a
+ * non-finite loss or norm), so a program driving this API the way the trainer does gets the same
+ * numbers bit for bit.
+ *
+ * Row order of q/k: on llama GGUF models (af_adapter_qk_permuted) the converter permuted the rows
+ * of Wq/Wk per head, and the engine's LoRA acts on that order (FORMATS.md §3.3):
+ *   GGUF row (h·hd + 2b + a)  <->  HF row (h·hd + a·hd/2 + b),  a ∈ {0,1}, b ∈ [0, hd/2).
+ * Tensors handed out by name are converted here (copy_rows); adapter files are converted by
+ * adapter_io (given the architecture and head counts); the flat vector of
+ * af_lora_trainer_get_params stays in the internal (GGUF) order.
+ */
+#include "afinar.h"
+
+#include "core/core.h"
+#include "formats/adapter_io.h"
+#include "lora/lora.h"
+#include "model/model.h"
+#include "train/engine.h"
+#include "train/head.h"
+#include "train/optim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert((int)AF_POOLING_MEAN == (int)AF_POOL_MEAN && (int)AF_POOLING_LAST == (int)AF_POOL_LAST,
+               "public and internal pooling enums must agree");
+
+/* Dropout-seed tag of trainer_run.c: seed of micro-batch j of step g = af_ctr_key(seed, g, j, TAG). */
+#define DROPOUT_TAG 0x64726f70u
+
+typedef struct tensor_desc {
+    char *name;             /* PEFT name, owned */
+    int64_t rows, cols, off; /* shape and float offset in the flat vector */
+    int qk_rows;            /* 1: lora_B of q/k whose rows are GGUF-permuted internally */
+} tensor_desc;
+
+struct af_lora_trainer {
+    const af_model *model;      /* borrowed */
+    af_lora_trainer_opts o;     /* copy; o.targets is NULL (parsed into lay.lora.targets) */
+    af_param_layout lay;
+    af_engine *eng;
+    float *P, *G, *M, *V;       /* [n_total] each */
+    uint8_t *decay;             /* [n_total] weight-decay mask (0 on the head bias), NULL without head */
+    float *class_w;             /* [num_classes] or NULL (uniform) */
+    int64_t adam_t;             /* AdamW updates applied */
+    int64_t step_count;         /* optimizer steps taken (applied + skipped) */
+    int32_t n_micro;            /* micro-batches accumulated since the last step */
+    int nonfinite;              /* a micro-batch loss since the last step was not finite */
+    int64_t head_dim;           /* for the q/k row map */
+    int32_t n_tensors;
+    tensor_desc *tensors;       /* [n_tensors] */
+};
+
+/* Prefix the current message with the public function's name, keeping the status. */
+static af_status refail(af_status st, const char *fn) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", af_last_error());
+    return af_fail(st, "%s: %s", fn, buf);
+}
+
+void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->r = 16;
+    o->lora_alpha = 32.0f;
+    o->lora_dropout = 0.05f;
+    o->targets = "qv";
+    o->seed = 42;
+    o->pooling = AF_POOLING_MEAN;
+    o->lr = 2e-4f;
+    o->weight_decay = 0.01f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->eps = 1e-8f;
+    o->max_grad_norm = 1.0f;
+}
+
+/* HF row of internal row o of a permuted q/k lora_B (head_dim hd). */
+static inline int64_t hf_row(int64_t o, int64_t hd) {
+    const int64_t h = o / hd, w = o % hd;
+    return h * hd + (w % 2) * (hd / 2) + w / 2;
+}
+
+/* Copy the [rows, cols] block of tensor t from `src` to `dst` (block bases): internal -> PEFT row
+ * order (to_peft) or back; rows move only for permuted q/k lora_B. */
+static void copy_rows(float *dst, const float *src, const tensor_desc *t, int64_t hd, int to_peft) {
+    const size_t row = sizeof(float) * (size_t)t->cols;
+    for (int64_t o = 0; o < t->rows; o++) {
+        const int64_t e = t->qk_rows ? hf_row(o, hd) : o;
+        if (to_peft)
+            memcpy(dst + e * t->cols, src + o * t->cols, row);
+        else
+            memcpy(dst + o * t->cols, src + e * t->cols, row);
+    }
+}
+
+static af_status add_tensor(af_lora_trainer *tr, const char *name, int64_t rows, int64_t cols, int64_t off,
+                            int qk_rows) {
+    tensor_desc *t = &tr->tensors[tr->n_tensors];
+    size_t len = strlen(name) + 1;
+    t->name = af_malloc(len);
+    if (!t->name) return af_fail(AF_ERR_NOMEM, "af_lora_trainer_new: out of memory");
+    memcpy(t->name, name, len);
+    t->rows = rows;
+    t->cols = cols;
+    t->off = off;
+    t->qk_rows = qk_rows;
+    tr->n_tensors++;
+    return AF_OK;
+}
+
+/* Names as adapter_io writes them (AF_ADAPTER_DEFAULT_*_PREFIX). */
+static af_status build_tensors(af_lora_trainer *tr) {
+    const af_param_layout *lay = &tr->lay;
+    int32_t n = lay->num_classes > 0 ? 2 : 0;
+    for (int32_t l = 0; l < lay->n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) n += af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0 ? 2 : 0;
+    tr->tensors = af_calloc((size_t)n, sizeof(tensor_desc));
+    if (!tr->tensors) return af_fail(AF_ERR_NOMEM, "af_lora_trainer_new: out of memory");
+    /* same criterion as adapter_io, so tensors by name and adapter files always agree */
+    const int permuted = af_adapter_qk_permuted(af_model_get_config(tr->model)->architecture);
+    const int64_t r = lay->lora.r;
+    char name[256];
+    for (int32_t l = 0; l < lay->n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            if (s->a_off < 0) continue;
+            const char *block = p <= AF_PROJ_O ? "self_attn" : "mlp";
+            const int qk = permuted && (p == AF_PROJ_Q || p == AF_PROJ_K);
+            snprintf(name, sizeof name, "%s.%d.%s.%s.lora_A.weight", AF_ADAPTER_DEFAULT_LAYERS_PREFIX, l, block,
+                     af_proj_name((af_proj)p));
+            AF_TRY(add_tensor(tr, name, r, s->in, s->a_off, 0));
+            snprintf(name, sizeof name, "%s.%d.%s.%s.lora_B.weight", AF_ADAPTER_DEFAULT_LAYERS_PREFIX, l, block,
+                     af_proj_name((af_proj)p));
+            AF_TRY(add_tensor(tr, name, s->out, r, s->b_off, qk));
+        }
+    if (lay->num_classes > 0) {
+        AF_TRY(add_tensor(tr, AF_ADAPTER_DEFAULT_HEAD_PREFIX ".weight", lay->num_classes, lay->hidden,
+                          lay->head_w_off, 0));
+        AF_TRY(add_tensor(tr, AF_ADAPTER_DEFAULT_HEAD_PREFIX ".bias", lay->num_classes, 1, lay->head_b_off, 0));
+    }
+    return AF_OK;
+}
+
+static af_status check_opts(const af_lora_trainer_opts *o) {
+    static const char *fn = "af_lora_trainer_new";
+    if (o->pooling != AF_POOLING_MEAN && o->pooling != AF_POOLING_LAST)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: pooling = %d is not AF_POOLING_MEAN or AF_POOLING_LAST", fn,
+                       (int)o->pooling);
+    if (o->num_classes < 0) return af_fail(AF_ERR_INVALID_ARG, "%s: num_classes = %d < 0", fn, o->num_classes);
+    if (!(o->lr >= 0) || !isfinite(o->lr))
+        return af_fail(AF_ERR_INVALID_ARG, "%s: lr = %g must be finite and >= 0", fn, (double)o->lr);
+    if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
+        return af_fail(AF_ERR_INVALID_ARG, "%s: weight_decay = %g must be finite and >= 0", fn, (double)o->weight_decay);
+    if (!(o->eps >= 0) || !isfinite(o->eps))
+        return af_fail(AF_ERR_INVALID_ARG, "%s: eps = %g must be finite and >= 0", fn, (double)o->eps);
+    if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+        return af_fail(AF_ERR_INVALID_ARG, "%s: beta1 = %g, beta2 = %g must be in [0, 1)", fn, (double)o->beta1,
+                       (double)o->beta2);
+    if (isnan(o->max_grad_norm)) return af_fail(AF_ERR_INVALID_ARG, "%s: max_grad_norm is NaN", fn);
+    return AF_OK;
+}
+
+af_status af_lora_trainer_new(const af_model *model, const af_lora_trainer_opts *opts, af_lora_trainer **out) {
+    static const char *fn = "af_lora_trainer_new";
+    if (out) *out = NULL;
+    if (!model || !out) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL model or out", fn);
+    af_lora_trainer_opts o;
+    if (opts)
+        o = *opts;
+    else
+        af_lora_trainer_opts_defaults(&o);
+    AF_TRY(check_opts(&o));
+    uint32_t mask = 0;
+    af_status st = af_lora_parse_targets(o.targets ? o.targets : "qv", &mask);
+    if (st != AF_OK) return refail(st, fn);
+    o.targets = NULL;
+    af_lora_trainer *tr = af_calloc(1, sizeof *tr);
+    if (!tr) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
+    tr->model = model;
+    tr->o = o;
+    tr->head_dim = model->cfg.head_dim;
+    af_lora_config cfg = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora != 0, mask, o.seed};
+    st = af_param_layout_init(&tr->lay, model, &cfg, o.num_classes);
+    if (st != AF_OK) {
+        st = refail(st, fn);
+        af_lora_trainer_free(tr);
+        return st;
+    }
+    const size_t n = (size_t)tr->lay.n_total;
+    tr->P = af_calloc(n, sizeof(float));
+    tr->G = af_calloc(n, sizeof(float));
+    tr->M = af_calloc(n, sizeof(float));
+    tr->V = af_calloc(n, sizeof(float));
+    if (tr->lay.num_classes > 0) tr->decay = af_malloc(n);
+    if (!tr->P || !tr->G || !tr->M || !tr->V || (tr->lay.num_classes > 0 && !tr->decay)) {
+        af_lora_trainer_free(tr);
+        return af_fail(AF_ERR_NOMEM, "%s: out of memory for %zu parameters", fn, n);
+    }
+    if (tr->decay) {
+        memset(tr->decay, 1, n);
+        memset(tr->decay + tr->lay.head_b_off, 0, (size_t)tr->lay.num_classes); /* no decay on the bias */
+    }
+    af_lora_init_params(&tr->lay, tr->P);
+    st = build_tensors(tr);
+    if (st == AF_OK) {
+        st = af_engine_new(model, &tr->lay, &tr->eng);
+        if (st != AF_OK) st = refail(st, fn);
+    }
+    if (st != AF_OK) {
+        af_lora_trainer_free(tr);
+        return st;
+    }
+    *out = tr;
+    return AF_OK;
+}
+
+void af_lora_trainer_free(af_lora_trainer *tr) {
+    if (!tr) return;
+    af_engine_free(tr->eng);
+    if (tr->tensors)
+        for (int32_t i = 0; i < tr->n_tensors; i++) free(tr->tensors[i].name);
+    free(tr->tensors);
+    af_param_layout_free(&tr->lay);
+    free(tr->P);
+    free(tr->G);
+    free(tr->M);
+    free(tr->V);
+    free(tr->decay);
+    free(tr->class_w);
+    free(tr);
+}
+
+af_status af_lora_trainer_set_class_weights(af_lora_trainer *tr, const float *w) {
+    static const char *fn = "af_lora_trainer_set_class_weights";
+    if (!tr) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer", fn);
+    const int32_t C = tr->lay.num_classes;
+    if (C <= 0) return af_fail(AF_ERR_INVALID_ARG, "%s: the trainer has no classification head", fn);
+    if (!w) {
+        free(tr->class_w);
+        tr->class_w = NULL;
+        return AF_OK;
+    }
+    for (int32_t c = 0; c < C; c++)
+        if (!(w[c] >= 0) || !isfinite(w[c]))
+            return af_fail(AF_ERR_INVALID_ARG, "%s: weight %g of class %d must be finite and >= 0", fn, (double)w[c], c);
+    if (!tr->class_w) tr->class_w = af_malloc(sizeof(float) * (size_t)C);
+    if (!tr->class_w) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
+    memcpy(tr->class_w, w, sizeof(float) * (size_t)C);
+    return AF_OK;
+}
+
+/* Checks shared by accumulate and forward that the engine does not make (it validates the batch
+ * itself: seq_start, tokens, labels). */
+static af_status check_call(const af_lora_trainer *tr, const char *fn, const int32_t *tokens,
+                            const int32_t *seq_start, int32_t n_samples) {
+    if (!tr || !tokens || !seq_start) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (tr->lay.num_classes <= 0)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: the trainer has no classification head (num_classes = 0)", fn);
+    if (n_samples < 1) return af_fail(AF_ERR_INVALID_ARG, "%s: n_samples = %d < 1", fn, n_samples);
+    return AF_OK;
+}
+
+static af_status accumulate(af_lora_trainer *tr, const char *fn, const int32_t *tokens, const int32_t *seq_start,
+                            int32_t n_samples, const int32_t *labels, const float *targets, float grad_scale,
+                            double *loss, float *logits) {
+    AF_TRY(check_call(tr, fn, tokens, seq_start, n_samples));
+    if (!loss || (!labels && !targets)) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (!isfinite(grad_scale)) return af_fail(AF_ERR_INVALID_ARG, "%s: grad_scale = %g is not finite", fn, (double)grad_scale);
+    const int32_t C = tr->lay.num_classes;
+    if (targets)
+        for (int64_t i = 0; i < (int64_t)n_samples * C; i++)
+            if (!(targets[i] >= 0 && targets[i] <= 1))
+                return af_fail(AF_ERR_INVALID_ARG, "%s: target %g of sample %lld, class %lld is outside [0, 1]", fn,
+                               (double)targets[i], (long long)(i / C), (long long)(i % C));
+    af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], labels, labels ? NULL : targets};
+    af_step_opts so = {(af_pooling)tr->o.pooling, tr->class_w, tr->o.checkpointing != 0, 1,
+                       af_ctr_key(tr->o.seed, (uint64_t)tr->step_count, (uint64_t)tr->n_micro, DROPOUT_TAG)};
+    af_status st = af_engine_step(tr->eng, tr->P, tr->G, &b, &so, grad_scale, loss, logits);
+    if (st != AF_OK) return refail(st, fn);
+    if (!isfinite(*loss)) tr->nonfinite = 1;
+    tr->n_micro++;
+    return AF_OK;
+}
+
+af_status af_lora_trainer_accumulate(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                     int32_t n_samples, const int32_t *labels, float grad_scale, double *loss,
+                                     float *logits) {
+    static const char *fn = "af_lora_trainer_accumulate";
+    if (!labels) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL labels", fn);
+    return accumulate(tr, fn, tokens, seq_start, n_samples, labels, NULL, grad_scale, loss, logits);
+}
+
+af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32_t *tokens,
+                                                const int32_t *seq_start, int32_t n_samples, const float *targets,
+                                                float grad_scale, double *loss, float *logits) {
+    static const char *fn = "af_lora_trainer_accumulate_multilabel";
+    if (!targets) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL targets", fn);
+    return accumulate(tr, fn, tokens, seq_start, n_samples, NULL, targets, grad_scale, loss, logits);
+}
+
+void af_lora_trainer_zero_grad(af_lora_trainer *tr) {
+    if (!tr) return;
+    memset(tr->G, 0, sizeof(float) * (size_t)tr->lay.n_total);
+    tr->n_micro = 0;
+    tr->nonfinite = 0;
+}
+
+af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm) {
+    static const char *fn = "af_lora_trainer_step";
+    if (!tr) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer", fn);
+    if (isnan(lr) || isinf(lr)) return af_fail(AF_ERR_INVALID_ARG, "%s: lr = %g is not finite", fn, (double)lr);
+    if (tr->n_micro == 0)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: no micro-batch accumulated since the last step", fn);
+    const int64_t n = tr->lay.n_total;
+    const float use_lr = lr < 0 ? tr->o.lr : lr;
+    if (!tr->o.head_bias && tr->lay.head_b_off >= 0)
+        memset(tr->G + tr->lay.head_b_off, 0, sizeof(float) * (size_t)tr->lay.num_classes);
+    const double gn =
+        tr->nonfinite ? NAN : af_clip_grad_norm(tr->G, n, tr->o.max_grad_norm > 0 ? (double)tr->o.max_grad_norm : 0);
+    const int was_nonfinite_loss = tr->nonfinite;
+    const int ok = isfinite(gn);
+    if (ok) {
+        af_adamw a;
+        af_adamw_defaults(&a, use_lr);
+        a.beta1 = tr->o.beta1;
+        a.beta2 = tr->o.beta2;
+        a.eps = tr->o.eps;
+        a.weight_decay = tr->o.weight_decay;
+        a.t = tr->adam_t;
+        af_adamw_step(&a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
+        tr->adam_t = a.t;
+    }
+    const int64_t step = tr->step_count++;
+    af_lora_trainer_zero_grad(tr);
+    if (grad_norm) *grad_norm = gn;
+    if (!ok)
+        return af_fail(AF_ERR_RANGE,
+                       "%s: step %lld skipped: %s is not finite (parameters and optimizer state unchanged, "
+                       "gradient cleared)",
+                       fn, (long long)step, was_nonfinite_loss ? "a micro-batch loss" : "the gradient norm");
+    return AF_OK;
+}
+
+af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                  int32_t n_samples, float *logits) {
+    static const char *fn = "af_lora_trainer_forward";
+    AF_TRY(check_call(tr, fn, tokens, seq_start, n_samples));
+    if (!logits) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL logits", fn);
+    af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], NULL, NULL};
+    af_step_opts so = {(af_pooling)tr->o.pooling, NULL, 0, 0, 0};
+    af_status st = af_engine_forward(tr->eng, tr->P, &b, &so, logits);
+    return st == AF_OK ? AF_OK : refail(st, fn);
+}
+
+int64_t af_lora_trainer_step_count(const af_lora_trainer *tr) {
+    return tr ? tr->step_count : 0;
+}
+
+int64_t af_lora_trainer_n_params(const af_lora_trainer *tr) {
+    return tr ? tr->lay.n_total : 0;
+}
+
+int32_t af_lora_trainer_n_tensors(const af_lora_trainer *tr) {
+    return tr ? tr->n_tensors : 0;
+}
+
+static af_status tensor_at(const af_lora_trainer *tr, int32_t i, const char *fn, const tensor_desc **t) {
+    if (!tr) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer", fn);
+    if (i < 0 || i >= tr->n_tensors)
+        return af_fail(AF_ERR_RANGE, "%s: tensor index %d is outside [0, %d)", fn, i, tr->n_tensors);
+    *t = &tr->tensors[i];
+    return AF_OK;
+}
+
+af_status af_lora_trainer_tensor_info(const af_lora_trainer *tr, int32_t i, const char **name, int64_t shape[2],
+                                      int64_t *offset) {
+    const tensor_desc *t = NULL;
+    AF_TRY(tensor_at(tr, i, "af_lora_trainer_tensor_info", &t));
+    if (name) *name = t->name;
+    if (shape) {
+        shape[0] = t->rows;
+        shape[1] = t->cols;
+    }
+    if (offset) *offset = t->off;
+    return AF_OK;
+}
+
+af_status af_lora_trainer_find_tensor(const af_lora_trainer *tr, const char *name, int32_t *index) {
+    static const char *fn = "af_lora_trainer_find_tensor";
+    if (!tr || !name || !index) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    for (int32_t i = 0; i < tr->n_tensors; i++)
+        if (!strcmp(tr->tensors[i].name, name)) {
+            *index = i;
+            return AF_OK;
+        }
+    return af_fail(AF_ERR_NOT_FOUND, "%s: no tensor named '%s' (%d tensors)", fn, name, tr->n_tensors);
+}
+
+af_status af_lora_trainer_get_tensor(const af_lora_trainer *tr, int32_t i, float *out) {
+    static const char *fn = "af_lora_trainer_get_tensor";
+    const tensor_desc *t = NULL;
+    AF_TRY(tensor_at(tr, i, fn, &t));
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL out", fn);
+    copy_rows(out, tr->P + t->off, t, tr->head_dim, 1);
+    return AF_OK;
+}
+
+static af_status check_finite(const float *x, int64_t n, const char *fn, const char *what) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return af_fail(AF_ERR_INVALID_ARG, "%s: %s: element %lld is not finite (%g)", fn, what, (long long)i,
+                           (double)x[i]);
+    return AF_OK;
+}
+
+af_status af_lora_trainer_set_tensor(af_lora_trainer *tr, int32_t i, const float *in) {
+    static const char *fn = "af_lora_trainer_set_tensor";
+    const tensor_desc *t = NULL;
+    AF_TRY(tensor_at(tr, i, fn, &t));
+    if (!in) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL in", fn);
+    AF_TRY(check_finite(in, t->rows * t->cols, fn, t->name));
+    copy_rows(tr->P + t->off, in, t, tr->head_dim, 0);
+    return AF_OK;
+}
+
+af_status af_lora_trainer_get_params(const af_lora_trainer *tr, float *out) {
+    if (!tr || !out) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_get_params: NULL argument");
+    memcpy(out, tr->P, sizeof(float) * (size_t)tr->lay.n_total);
+    return AF_OK;
+}
+
+af_status af_lora_trainer_set_params(af_lora_trainer *tr, const float *in) {
+    static const char *fn = "af_lora_trainer_set_params";
+    if (!tr || !in) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    AF_TRY(check_finite(in, tr->lay.n_total, fn, "params"));
+    memcpy(tr->P, in, sizeof(float) * (size_t)tr->lay.n_total);
+    return AF_OK;
+}
+
+af_status af_lora_trainer_get_optim_state(const af_lora_trainer *tr, float *m, float *v, int64_t *adam_t,
+                                          int64_t *step_count) {
+    if (!tr) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_get_optim_state: NULL trainer");
+    const size_t bytes = sizeof(float) * (size_t)tr->lay.n_total;
+    if (m) memcpy(m, tr->M, bytes);
+    if (v) memcpy(v, tr->V, bytes);
+    if (adam_t) *adam_t = tr->adam_t;
+    if (step_count) *step_count = tr->step_count;
+    return AF_OK;
+}
+
+af_status af_lora_trainer_set_optim_state(af_lora_trainer *tr, const float *m, const float *v,
+                                          const int64_t *adam_t, const int64_t *step_count) {
+    static const char *fn = "af_lora_trainer_set_optim_state";
+    if (!tr) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer", fn);
+    const int64_t n = tr->lay.n_total;
+    const int64_t t = adam_t ? *adam_t : tr->adam_t, s = step_count ? *step_count : tr->step_count;
+    if (t < 0 || s < 0 || t > s)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: adam_t = %lld, step_count = %lld: need 0 <= adam_t <= step_count", fn,
+                       (long long)t, (long long)s);
+    if (m) AF_TRY(check_finite(m, n, fn, "m"));
+    if (v) {
+        AF_TRY(check_finite(v, n, fn, "v"));
+        for (int64_t i = 0; i < n; i++)
+            if (v[i] < 0)
+                return af_fail(AF_ERR_INVALID_ARG, "%s: v: element %lld = %g is negative", fn, (long long)i, (double)v[i]);
+    }
+    if (m) memcpy(tr->M, m, sizeof(float) * (size_t)n);
+    if (v) memcpy(tr->V, v, sizeof(float) * (size_t)n);
+    tr->adam_t = t;
+    tr->step_count = s;
+    return AF_OK;
+}
+
+/* ---------------------------------------------------------------- adapter directories */
+
+/* The only calls into adapter_io. P is in the internal (GGUF) row order; adapter_io converts the
+ * q/k lora_B rows to / from PEFT's HF order when it is given the architecture and head counts. */
+static void qk_geometry(const af_lora_trainer *tr, const char **arch, int32_t *nh, int32_t *nkv, int32_t *hd) {
+    const af_model_config *mc = af_model_get_config(tr->model);
+    *arch = mc->architecture;
+    *nh = mc->num_attention_heads;
+    *nkv = mc->num_key_value_heads;
+    *hd = mc->head_dim;
+}
+
+static af_status adapter_save_peft(const af_lora_trainer *tr, const char *dir, const char *base_model_name) {
+    af_adapter_save_opts ao;
+    memset(&ao, 0, sizeof ao);
+    ao.base_model_name_or_path = base_model_name;
+    ao.write_head_bias = tr->o.head_bias != 0 && tr->lay.num_classes > 0;
+    qk_geometry(tr, &ao.architecture, &ao.n_head, &ao.n_kv_head, &ao.head_dim);
+    ao.pooling = tr->lay.num_classes > 0 ? (tr->o.pooling == AF_POOLING_LAST ? "last" : "mean") : NULL;
+    return af_adapter_save(dir, &tr->lay, tr->P, &ao);
+}
+
+static af_status adapter_load_peft(const af_lora_trainer *tr, const char *dir, float *P) {
+    af_adapter_load_opts lo;
+    memset(&lo, 0, sizeof lo);
+    qk_geometry(tr, &lo.architecture, &lo.n_head, &lo.n_kv_head, &lo.head_dim);
+    return af_adapter_load(dir, &tr->lay, P, &lo, NULL);
+}
+
+af_status af_lora_trainer_save_adapter(const af_lora_trainer *tr, const char *dir, const char *base_model_name) {
+    static const char *fn = "af_lora_trainer_save_adapter";
+    if (!tr || !dir || !*dir) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer or directory", fn);
+    af_status st = adapter_save_peft(tr, dir, base_model_name);
+    return st == AF_OK ? AF_OK : refail(st, fn);
+}
+
+af_status af_lora_trainer_load_adapter(af_lora_trainer *tr, const char *dir) {
+    static const char *fn = "af_lora_trainer_load_adapter";
+    if (!tr || !dir || !*dir) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer or directory", fn);
+    const size_t n = (size_t)tr->lay.n_total;
+    float *X = af_malloc(sizeof(float) * n);
+    if (!X) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
+    memcpy(X, tr->P, sizeof(float) * n);
+    af_status st = adapter_load_peft(tr, dir, X);
+    if (st != AF_OK) st = refail(st, fn);
+    for (size_t i = 0; st == AF_OK && i < n; i++)
+        if (!isfinite(X[i])) st = af_fail(AF_ERR_FORMAT, "%s: %s: parameter %zu is not finite", fn, dir, i);
+    if (st == AF_OK) {
+        memcpy(tr->P, X, sizeof(float) * n);
+        memset(tr->M, 0, sizeof(float) * n);
+        memset(tr->V, 0, sizeof(float) * n);
+        tr->adam_t = tr->step_count = 0;
+        af_lora_trainer_zero_grad(tr);
+    }
+    free(X);
+    return st;
+}
