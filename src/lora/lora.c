@@ -49,6 +49,10 @@ float af_ctr_u01(uint64_t key, uint64_t i) {
 void af_lora_dropout_mask(float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
                           int64_t in, float p) {
     const float keep = 1.0f / (1.0f - p);
+    /* every element is a pure function of its indices: threads cannot change the result */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n * in >= 65536)
+#endif
     for (int64_t t = 0; t < n; t++) {
         uint64_t key = af_ctr_key(seed, (uint64_t)layer, (uint64_t)proj, (uint64_t)(t0 + t + 1));
         float *m = mask + t * in;

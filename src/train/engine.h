@@ -94,6 +94,14 @@ void af_engine_prefix_cache_stats(const af_engine *e, int64_t *entries, size_t *
 /* lo: the first layer the backward reaches (n_layers when the layout has no adapter). */
 int32_t af_engine_first_layer(const af_engine *e);
 
+/* Rows per call of the frozen-weight products (default 256, the best measured on Zen 4 for
+ * SmolLM2; values below 64 are raised to 64; 0: the whole batch in one call). With at least as many
+ * blocks as OpenMP threads, each thread takes whole blocks (dynamic schedule) and the kernel calls
+ * inside run single-threaded; unless OpenMP nesting is active (max-active-levels > 1) or the
+ * engine is called from a parallel region, then the blocks run in turn with kernel threading.
+ * Results do not depend on it (bitwise). For benchmarks and tests. */
+void af_engine_set_block_rows(af_engine *e, int64_t rows);
+
 /* Bytes of workspace the engine would use for a batch of n_tok tokens (activations + scratch),
  * with or without checkpointing. */
 size_t af_engine_bytes(const af_model *model, const af_param_layout *lay, int64_t n_tok, int checkpointing);

@@ -163,7 +163,8 @@ def compare(afinar_preds, probs_peft, labels_true):
     if res["n_disagree"]:
         # margin of afinar's decision for the disagreeing samples (top-2 prob gap)
         s = np.sort(pa, 1)
-        res["disagree_top2_gap_afinar"] = [float(g) for g in (s[:, -1] - s[:, -2])[la != lp]]
+        g = (s[:, -1] - s[:, -2])[la != lp]
+        res["disagree_top2_gap_afinar"] = {"min": float(g.min()), "median": float(np.median(g)), "max": float(g.max())}
     return res
 
 

@@ -96,15 +96,27 @@ static AF_MM_TARGET void panel256(int64_t m, int64_t k, const float *x, int64_t 
  * values of af_dequantize_row: u*s + (b - O*s) per 16-group, u*s exact, one rounding. */
 AF_MM_INLINE void f2_w(uint32_t t, const uint8_t *blk, int j, const float *s, const float *b, __m256 *W) {
     const float O = (float)mm_off(t);
+    if (t == AF_TYPE_Q8_0) { /* q*d, exact; no offset or bias */
+        __m256 d = _mm256_set1_ps(s[0]);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            W[v] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                     (const __m128i *)(blk + 2 + 8 * v)))), d);
+        return;
+    }
     __m256i u = mm_unpack(t, blk, j);
+    /* one scale and bias for the whole 32-chunk where the type has them (mm_scale32) */
+    __m256 vs = _mm256_set1_ps(s[2 * j]), vc = _mm256_set1_ps(b[2 * j] - O * s[2 * j]);
 #pragma GCC unroll 2
     for (int g = 0; g < 2; g++) {
         __m128i h = g ? _mm256_extracti128_si256(u, 1) : _mm256_castsi256_si128(u);
         __m128i h8 = _mm_srli_si128(h, 8);
         __m256i v0 = mm_signed(t) ? _mm256_cvtepi8_epi32(h) : _mm256_cvtepu8_epi32(h);
         __m256i v1 = mm_signed(t) ? _mm256_cvtepi8_epi32(h8) : _mm256_cvtepu8_epi32(h8);
-        const float sg = s[2 * j + g];
-        __m256 vs = _mm256_set1_ps(sg), vc = _mm256_set1_ps(b[2 * j + g] - O * sg);
+        if (g && !mm_scale32(t)) {
+            vs = _mm256_set1_ps(s[2 * j + 1]);
+            vc = _mm256_set1_ps(b[2 * j + 1] - O * s[2 * j + 1]);
+        }
         W[2 * g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), vs, vc);
         W[2 * g + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), vs, vc);
     }
