@@ -8,17 +8,9 @@
 int cmd_check(int argc, char **argv) {
     const char *C = "check";
     train_cli tc;
-    int rc = train_cli_parse(C, argc, argv, &tc);
-    if (rc != 0) {
-        train_cli_free(&tc);
-        return rc < 0 ? 0 : rc;
-    }
+    int rc = train_cli_parse_required(C, argc, argv, &tc);
+    if (rc != 0) return rc < 0 ? 0 : rc;
     af_trainer_opts *o = &tc.opts;
-    if (!o->model_path || !o->train_path) {
-        cli_error(C, "missing %s (see 'afinar check --help')", !o->model_path ? "-m MODEL.gguf" : "--train FILE.jsonl");
-        train_cli_free(&tc);
-        return 2;
-    }
     af_trainer *t = NULL;
     af_status st = af_trainer_new(o, &t);
     if (st != AF_OK) {

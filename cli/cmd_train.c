@@ -24,17 +24,9 @@ static void on_sigint(int sig) {
 int cmd_train(int argc, char **argv) {
     const char *C = "train";
     train_cli tc;
-    int rc = train_cli_parse(C, argc, argv, &tc);
-    if (rc != 0) {
-        train_cli_free(&tc);
-        return rc < 0 ? 0 : rc;
-    }
+    int rc = train_cli_parse_required(C, argc, argv, &tc);
+    if (rc != 0) return rc < 0 ? 0 : rc;
     af_trainer_opts *o = &tc.opts;
-    if (!o->model_path || !o->train_path) {
-        cli_error(C, "missing %s (see 'afinar train --help')", !o->model_path ? "-m MODEL.gguf" : "--train FILE.jsonl");
-        train_cli_free(&tc);
-        return 2;
-    }
     if (!o->output_dir && !o->resume) {
         cli_error(C, "missing -o DIR (the output directory)");
         train_cli_free(&tc);

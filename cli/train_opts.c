@@ -439,3 +439,19 @@ void train_cli_free(train_cli *tc) {
     free(tc->config_json);
     memset(tc, 0, sizeof *tc);
 }
+
+int train_cli_parse_required(const char *cmd, int argc, char **argv, train_cli *tc) {
+    int rc = train_cli_parse(cmd, argc, argv, tc);
+    if (rc != 0) {
+        train_cli_free(tc);
+        return rc;
+    }
+    const af_trainer_opts *o = &tc->opts;
+    if (!o->model_path || !o->train_path) {
+        cli_error(cmd, "missing %s (see 'afinar %s --help')", !o->model_path ? "-m MODEL.gguf" : "--train FILE.jsonl",
+                  cmd);
+        train_cli_free(tc);
+        return 2;
+    }
+    return 0;
+}

@@ -29,6 +29,9 @@ typedef struct train_cli {
  * `cmd` names the command in messages ("train" / "check"). Free with train_cli_free in all cases. */
 int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc);
 void train_cli_free(train_cli *tc);
+/* train_cli_parse, then require -m and --train. Returns 0 to go on; otherwise train_cli_parse's
+ * codes (-1 after --help, 1, 2; a missing -m/--train is 2) with `tc` already freed. */
+int train_cli_parse_required(const char *cmd, int argc, char **argv, train_cli *tc);
 /* The flag reference (usage of train / check). */
 void train_cli_help(const char *cmd, FILE *fp);
 
