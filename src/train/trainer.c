@@ -14,10 +14,11 @@ void af_trainer_opts_defaults(af_trainer_opts *o) {
     memset(o, 0, sizeof *o);
     o->targets = "qv";
     o->lora_r = 16;
+    o->lora_layers = "top10";
     o->lora_alpha = 32;
     o->lora_dropout = 0.05;
     o->pooling = AF_POOL_MEAN;
-    o->lr = 2e-4;
+    o->lr = 5e-4;
     o->schedule = AF_SCHED_COSINE;
     o->warmup_steps = -1;
     o->warmup_ratio = 0.06;
@@ -27,7 +28,7 @@ void af_trainer_opts_defaults(af_trainer_opts *o) {
     o->max_grad_norm = 1.0;
     o->weight_decay = 0.01;
     o->seed = 42;
-    o->max_seq_len = 256;
+    o->max_seq_len = 128;
     o->prefix_cache_mb = 2048;
     o->save_total_limit = 2;
     o->max_nonfinite = 5;

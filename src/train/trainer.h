@@ -73,7 +73,8 @@ typedef struct af_trainer_opts {
     int multi_label;             /* 1: require multi-label data (the data decide otherwise) */
     /* ---- LoRA and head ---- */
     const char *targets;         /* af_lora_parse_targets spec; NULL -> "qv" */
-    const char *lora_layers;     /* af_lora_parse_layers spec ("all", "A-B", "topN"); NULL -> every layer */
+    const char *lora_layers;     /* af_lora_parse_layers spec ("all", "A-B", "topN"); default "top10";
+                                    NULL -> every layer */
     int32_t lora_r;              /* 16 */
     double lora_alpha;           /* 32 */
     double lora_dropout;         /* 0.05 */
