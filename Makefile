@@ -97,6 +97,9 @@ install: lib cli
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(PKG_LIBS) $(OMPFLAGS) -lm -lpthread|g' afinar.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/afinar.pc
 
+# libFuzzer targets (clang): make fuzz [FUZZ_SECONDS=60]; defined in tests/fuzz/fuzz.mk
+-include tests/fuzz/fuzz.mk
+
 bench: all
 	bash bench/run_decode.sh
 
