@@ -106,7 +106,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
-    fprintf(stderr, "afinar: unknown command '%s'\n\n", cmd);
-    usage(stderr);
+    fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

@@ -64,13 +64,17 @@ int cmd_eval(int argc, char **argv) {
     }
     af_set_num_threads((int)threads);
     int rc = 1;
+    /* a --json destination that cannot be written fails now, not after the evaluation; the file
+     * itself is written atomically at the end (never half-written) */
+    af_status st = json_out ? af_check_writable(json_out) : AF_OK;
+    if (st != AF_OK) return cli_fail(C, st);
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
     af_dataset *ds = NULL;
     float *probs = NULL;
     af_metrics *m = NULL;
     char *js = NULL;
-    af_status st = af_classifier_load(model_path, NULL, adapter, &c);
+    st = af_classifier_load(model_path, NULL, adapter, &c);
     if (st != AF_OK) goto fail;
     const af_tokenizer *tok = af_model_tokenizer(c->model);
     if (!tok) {

@@ -1,6 +1,7 @@
 /* afinar generate — stream a continuation of a prompt (or a chat answer) from a GGUF model. */
 #include "cli.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -104,8 +105,10 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     if (kernel) {
-        af_status st = af_set_kernel_path(kernel);
-        if (st != AF_OK) return cli_fail(C, st);
+        if (af_set_kernel_path(kernel) != AF_OK) {
+            cli_error(C, "--kernel: %s", af_last_error());
+            return 2;
+        }
     }
     af_set_num_threads((int)threads);
 
@@ -113,7 +116,7 @@ int cmd_generate(int argc, char **argv) {
     if (prompt_file) {
         FILE *f = fopen(prompt_file, "rb");
         if (!f) {
-            cli_error(C, "%s: cannot open prompt file", prompt_file);
+            cli_error(C, "%s: cannot open prompt file: %s", prompt_file, strerror(errno));
             return 1;
         }
         size_t cap = 4096, len = 0, r;
@@ -127,9 +130,15 @@ int cmd_generate(int argc, char **argv) {
                 cap *= 2;
             }
         }
+        int read_errno = ferror(f) ? (errno ? errno : EIO) : 0;
         fclose(f);
         if (!file_text) {
-            cli_error(C, "out of memory reading %s", prompt_file);
+            cli_error(C, "%s: out of memory reading the prompt file", prompt_file);
+            return 1;
+        }
+        if (read_errno) {
+            cli_error(C, "%s: cannot read prompt file: %s", prompt_file, strerror(read_errno));
+            free(file_text);
             return 1;
         }
         file_text[len] = 0;
@@ -168,7 +177,8 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (n_ids == 0) {
-        cli_error(C, "the prompt is empty after tokenization");
+        if (prompt_file) cli_error(C, "%s: the prompt is empty after tokenization", prompt_file);
+        else cli_error(C, "the prompt is empty after tokenization");
         goto done;
     }
     const af_model_config *cfg = af_model_get_config(model);

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef enum { K_STR, K_INT, K_NUM, K_BOOL } kind;
 
@@ -40,7 +41,7 @@ static const opt_def k_defs[] = {
     {"pooling", K_STR, 0, 0, 0, "mean|last", "sequence pooling for the head (default mean; last = transformers/PEFT)"},
     {"head-bias", K_BOOL, 0, 0, 0, NULL, "train a head bias (PEFT's score layer has none: lost outside afinar)"},
     {"class-weights", K_STR, 0, 0, 0, "SPEC", "uniform (default), inverse-freq, sqrt-inverse, or w1,w2,..."},
-    {"lr", K_NUM, 0, -1, 10, "LR", "peak learning rate (default 5e-4)"},
+    {"lr", K_NUM, 0, 0, 10, "LR", "peak learning rate (default 5e-4)"},
     {"lr-min", K_NUM, 0, 0, 10, "LR", "floor of the cosine/linear decay (default 0)"},
     {"schedule", K_STR, 0, 0, 0, "NAME", "constant | cosine (default) | linear, after a linear warm-up"},
     {"warmup", K_STR, 0, 0, 0, "N|F|P%", "warm-up: N steps, or a fraction F < 1 / P% of all steps (default 6%)"},
@@ -109,6 +110,8 @@ static int merge_into(cJSON *dst, const cJSON *src) {
     return 1;
 }
 
+/* Whole file as a NUL-terminated string; NULL with errno set when it cannot be opened or read
+ * (a directory gives EISDIR). */
 static char *read_all(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -118,13 +121,19 @@ static char *read_all(const char *path) {
         n += r;
         if (n == cap) {
             char *nb = realloc(b, 2 * cap + 1);
-            if (!nb) { free(b); b = NULL; break; }
+            if (!nb) { free(b); b = NULL; errno = ENOMEM; break; }
             b = nb;
             cap *= 2;
         }
     }
+    int e = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
+    if (b && e) {
+        free(b);
+        b = NULL;
+    }
     if (b) b[n] = 0;
+    else if (e) errno = e;
     return b;
 }
 
@@ -137,10 +146,24 @@ static int load_settings(const char *cmd, const char *path, const char *what, cJ
         return 1;
     }
     cJSON *j = cJSON_Parse(txt);
-    if (!j || !cJSON_IsObject(j)) {
+    if (!j) {
+        /* cJSON points at the first byte it could not parse; report it as line:column (1-based) */
         const char *ep = cJSON_GetErrorPtr();
-        long off = (j || !ep) ? 0 : (long)(ep - txt);
-        cli_error(cmd, "%s: %s is not a JSON object%s (error near byte %ld)", path, what, j ? "" : ": invalid JSON", off);
+        size_t len = strlen(txt), off = (ep && ep >= txt && ep <= txt + len) ? (size_t)(ep - txt) : len;
+        long line = 1, col = 1;
+        for (size_t i = 0; i < off; i++) {
+            if (txt[i] == '\n') line++, col = 1;
+            else col++;
+        }
+        if (len == 0 || strspn(txt, " \t\r\n") == len)
+            cli_error(cmd, "%s: %s is empty (expected a JSON object)", path, what);
+        else
+            cli_error(cmd, "%s:%ld: invalid JSON at column %ld (byte %zu) in the %s", path, line, col, off, what);
+        free(txt);
+        return 2;
+    }
+    if (!cJSON_IsObject(j)) {
+        cli_error(cmd, "%s: %s must be a JSON object {\"flag-name\": value, ...}", path, what);
         cJSON_Delete(j);
         free(txt);
         return 2;
@@ -173,26 +196,29 @@ static int get_str(const cJSON *e, const char **s, char *buf, size_t cap) {
     return 1;
 }
 
+/* Numeric value of a K_INT / K_NUM key, checked against the key's range. Messages quote the value
+ * as given: "--batch: expected an integer in [1, 1000000], got '0'". */
 static int get_num(const char *cmd, const opt_def *d, const cJSON *e, double *v) {
-    if (cJSON_IsNumber(e)) *v = e->valuedouble;
-    else if (cJSON_IsString(e)) {
+    char given[64];
+    const char *what = d->k == K_INT ? "an integer" : "a number";
+    if (cJSON_IsNumber(e)) {
+        *v = e->valuedouble;
+        snprintf(given, sizeof given, "%.17g", *v);
+    } else if (cJSON_IsString(e)) {
         char *end;
         errno = 0;
         *v = strtod(e->valuestring, &end);
+        snprintf(given, sizeof given, "%.60s", e->valuestring);
         if (errno || end == e->valuestring || *end) {
-            cli_error(cmd, "--%s: expected a number, got '%s'", d->name, e->valuestring);
+            cli_error(cmd, "--%s: expected %s, got '%s'", d->name, what, given);
             return 0;
         }
     } else {
-        cli_error(cmd, "--%s: expected a number", d->name);
+        cli_error(cmd, "--%s: expected %s", d->name, what);
         return 0;
     }
-    if (!isfinite(*v) || *v < d->lo || *v > d->hi) {
-        cli_error(cmd, "--%s: %g is outside [%g, %g]", d->name, *v, d->lo, d->hi);
-        return 0;
-    }
-    if (d->k == K_INT && *v != floor(*v)) {
-        cli_error(cmd, "--%s: expected an integer, got %g", d->name, *v);
+    if (!isfinite(*v) || *v < d->lo || *v > d->hi || (d->k == K_INT && *v != floor(*v))) {
+        cli_error(cmd, "--%s: expected %s in [%.15g, %.15g], got '%s'", d->name, what, d->lo, d->hi, given);
         return 0;
     }
     return 1;
@@ -325,6 +351,28 @@ static int to_opts(const char *cmd, train_cli *tc) {
         return 2;
     }
     if (have_steps && !have_epochs) o->epochs = 0; /* --max-steps alone: the default epochs play no part */
+    if (!(o->epochs > 0) && o->max_steps <= 0) {
+        cli_error(cmd, "--epochs 0 trains nothing: give --epochs E > 0 or --max-steps N");
+        return 2;
+    }
+    return 0;
+}
+
+/* --labels FILE|a,b,c: the library reads a regular file and otherwise splits the text on commas.
+ * A value without a comma that is not a readable regular file would be a one-class list (never
+ * valid), so it is almost surely a mistyped file name: say so here. 0 ok, 1 with a message. */
+static int check_labels_spec(const char *cmd, const char *spec) {
+    if (!spec || strchr(spec, ',')) return 0;
+    struct stat sb;
+    if (stat(spec, &sb) != 0) {
+        cli_error(cmd, "--labels %s: cannot open: %s (give a file with one name per line, or names as a,b,c)", spec,
+                  strerror(errno));
+        return 1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        cli_error(cmd, "--labels %s: not a regular file", spec);
+        return 1;
+    }
     return 0;
 }
 
@@ -422,6 +470,7 @@ int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
     cJSON_Delete(base);
     if (rc != 0) return rc;
     rc = to_opts(cmd, tc);
+    if (rc == 0) rc = check_labels_spec(cmd, tc->opts.labels);
     if (rc != 0) return rc;
     cJSON *saved = cJSON_Duplicate(tc->merged, 1);
     if (saved) {

@@ -48,6 +48,9 @@ af_status af_atomic_open(const char *path, af_atomic_file **out) {
     if (!path || !*path) return af_fail(AF_ERR_INVALID_ARG, "af_atomic_open: empty path");
     size_t len = strlen(path);
     if (path[len - 1] == '/') return af_fail(AF_ERR_INVALID_ARG, "%s: path names a directory", path);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return af_fail(AF_ERR_IO, "%s: is a directory, cannot be replaced by a file", path);
 
     af_atomic_file *f = af_calloc(1, sizeof *f);
     if (!f) return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
@@ -78,7 +81,7 @@ af_status af_atomic_open(const char *path, af_atomic_file **out) {
     }
     if (f->fd < 0) {
         int e = errno;
-        af_status st = af_fail(AF_ERR_IO, "%s: cannot create temporary file %s: %s", path, f->tmp, strerror(e));
+        af_status st = af_fail(AF_ERR_IO, "%s: cannot create a temporary file in %s: %s", path, f->dir, strerror(e));
         atomic_free(f);
         return st;
     }
@@ -166,6 +169,22 @@ af_status af_write_file_atomic(const char *path, const void *data, size_t n) {
     return af_atomic_commit(f);
 }
 
+af_status af_check_writable(const char *path) {
+    if (!path || !*path) return af_fail(AF_ERR_INVALID_ARG, "af_check_writable: empty path");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return af_fail(AF_ERR_IO, "%s: is a directory, cannot be replaced by a file", path);
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    af_status st = AF_OK;
+    if (stat(dir, &sb) != 0) st = af_fail(AF_ERR_IO, "%s: directory %s: %s", path, dir, strerror(errno));
+    else if (!S_ISDIR(sb.st_mode)) st = af_fail(AF_ERR_IO, "%s: directory %s: %s", path, dir, strerror(ENOTDIR));
+    else if (access(dir, W_OK | X_OK) != 0) st = af_fail(AF_ERR_IO, "%s: directory %s: %s", path, dir, strerror(errno));
+    free(dir);
+    return st;
+}
+
 af_status af_mkdir_p(const char *path) {
     if (!path || !*path) return af_fail(AF_ERR_INVALID_ARG, "af_mkdir_p: empty path");
     char *buf = strdup(path);
@@ -180,15 +199,21 @@ af_status af_mkdir_p(const char *path) {
         if (mkdir(buf, 0777) != 0) {
             int e = errno;
             struct stat sb;
+            /* name the failing component only when it is a parent, not the path itself */
+            int whole = i == len;
             if (e == EEXIST || e == EISDIR || e == EACCES || e == EROFS) {
                 /* An existing directory is fine (EACCES/EROFS can come from a parent we may not
                  * write but that already exists). */
-                if (stat(buf, &sb) != 0)
-                    st = af_fail(AF_ERR_IO, "%s: cannot create %s: %s", path, buf, strerror(e));
-                else if (!S_ISDIR(sb.st_mode))
-                    st = af_fail(AF_ERR_IO, "%s: %s exists and is not a directory", path, buf);
+                if (stat(buf, &sb) != 0) {
+                    st = whole ? af_fail(AF_ERR_IO, "%s: cannot create directory: %s", path, strerror(e))
+                               : af_fail(AF_ERR_IO, "%s: cannot create directory %s: %s", path, buf, strerror(e));
+                } else if (!S_ISDIR(sb.st_mode)) {
+                    st = whole ? af_fail(AF_ERR_IO, "%s: exists and is not a directory", path)
+                               : af_fail(AF_ERR_IO, "%s: %s exists and is not a directory", path, buf);
+                }
             } else {
-                st = af_fail(AF_ERR_IO, "%s: cannot create %s: %s", path, buf, strerror(e));
+                st = whole ? af_fail(AF_ERR_IO, "%s: cannot create directory: %s", path, strerror(e))
+                           : af_fail(AF_ERR_IO, "%s: cannot create directory %s: %s", path, buf, strerror(e));
             }
         }
         buf[i] = saved;

@@ -24,13 +24,15 @@ typedef struct af_atomic_file af_atomic_file;
 
 /* Start an atomic write of `path`: creates the temporary next to it.
  * `*out` is owned by the caller until af_atomic_commit() or af_atomic_abort(), which free it.
- * Errors: AF_ERR_INVALID_ARG (NULL/empty path, path ending in '/'), AF_ERR_IO (directory missing,
- * not writable, ...; the message names the temporary path and strerror), AF_ERR_NOMEM. */
+ * Errors: AF_ERR_INVALID_ARG (NULL/empty path, path ending in '/'), AF_ERR_IO ("<path>: is a
+ * directory, cannot be replaced by a file" when the target is an existing directory; directory missing,
+ * not writable, ...; "<path>: cannot create a temporary file in <dir>: <strerror>"), AF_ERR_NOMEM. */
 af_status af_atomic_open(const char *path, af_atomic_file **out);
 
 /* Append n bytes (loops over short writes, retries EINTR). On error the file stays open: the
- * caller must still call af_atomic_abort(). Errors: AF_ERR_IO naming the target, the byte offset
- * reached and strerror (e.g. ENOSPC, EFBIG). */
+ * caller must still call af_atomic_abort(), which removes the temporary and leaves the target as it
+ * was. Errors: AF_ERR_IO "<target>: write failed at offset N: <strerror>" (N = bytes already
+ * written; e.g. ENOSPC "No space left on device", EFBIG "File too large" past RLIMIT_FSIZE). */
 af_status af_atomic_write(af_atomic_file *f, const void *data, size_t n);
 
 /* Bytes written so far. */
@@ -49,9 +51,18 @@ void af_atomic_abort(af_atomic_file *f);
  * Errors: as af_atomic_open / af_atomic_write / af_atomic_commit. */
 af_status af_write_file_atomic(const char *path, const void *data, size_t n);
 
+/* Cheap early check that `path` could be written by af_write_file_atomic: its directory exists,
+ * is a directory and is writable (access(2) W_OK|X_OK), and `path` itself is not a directory.
+ * Nothing is created. A later write can still fail (disk full, races): this only lets a command
+ * refuse a bad destination before long work. Errors: AF_ERR_INVALID_ARG (NULL/empty), AF_ERR_IO
+ * ("<path>: is a directory, cannot be replaced by a file", "<path>: directory <dir>: <strerror>"),
+ * AF_ERR_NOMEM. */
+af_status af_check_writable(const char *path);
+
 /* mkdir -p: create `path` and any missing parents with mode 0777 & ~umask. An existing directory
  * is fine; an existing non-directory is AF_ERR_IO. Errors: AF_ERR_INVALID_ARG (NULL/empty),
- * AF_ERR_IO (naming the component that failed and strerror), AF_ERR_NOMEM. */
+ * AF_ERR_IO ("<path>: cannot create directory: <strerror>", "<path>: exists and is not a
+ * directory", or the same naming the parent component that failed), AF_ERR_NOMEM. */
 af_status af_mkdir_p(const char *path);
 
 /* Join a directory and a file name with one '/': returns a malloc'ed string owned by the caller

@@ -1,0 +1,803 @@
+/*
+ * test_cli.c — a matrix of bad inputs through the afinar command-line tool ($AFINAR_BIN, set by
+ * `make test`; skipped without it). Each case runs the binary with fork/execv (stdin from a file
+ * or /dev/null, stdout and stderr through pipes, a per-run timeout, 1 thread) and asserts the exit
+ * status (2 usage error, 1 bad input / I/O; a signal is a failure) and the stderr message: ONE line
+ * naming the file, the JSONL line, the field or the byte offset, matched exactly except for "*"
+ * spans (a strerror text, a list, a pid). train prints its data report first: there the message
+ * is the last stderr line.
+ *
+ * Inputs, written by the test into a mkdtemp directory that is removed at the end:
+ *   tiny.gguf   tinymodel.c llama (Q8_0, 2 layers, hidden 64) + a byte-level gpt2 tokenizer;
+ *   notok.gguf  the same without tokenizer.* keys; trunc*.gguf cut in the header / tensor data;
+ *   text.gguf, empty files, a directory, chmod 000 files and a 0555 directory (skipped as root);
+ *   *.jsonl     small corpora (3 classes: sport / tech / food) with one defect per file;
+ *   run/        one good `afinar train --max-steps 4 --save-every 2` run; copies of its final/
+ *               adapter with a corrupt adapter_config.json / a truncated safetensors.
+ * Disk full: `afinar train --resume run/checkpoint-2` under RLIMIT_FSIZE 4 KiB (SIGXFSZ ignored,
+ * so write(2) fails with EFBIG) must exit 1 naming the .safetensors being written, leave
+ * checkpoint-2, checkpoint-4, best/ and final/ byte-identical and no temporary; the same for
+ * `eval --json` (the old file stays).
+ * CLI_DUMP=1 prints every case's exit status and stderr; TL_KEEP=1 keeps the directory.
+ */
+#include "testlib.h"
+#include "tinymodel.c"
+
+#include "formats/gguf.h"
+#include "formats/gguf_write.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char g_dir[256];  /* the temporary directory */
+static char g_bin[4096]; /* absolute path of the CLI */
+static int g_dump;
+
+/* "<dir>/<name>" in a rotating static buffer. */
+static const char *P_(const char *name) {
+    static char buf[64][600];
+    static int k;
+    k = (k + 1) % 64;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        CHECK(0, "cannot write %s: %s", path, strerror(errno));
+        return;
+    }
+    fputs(text, f);
+    fclose(f);
+}
+
+static int exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* ---------------------------------------------------------------- inputs */
+
+/* GPT-2 byte -> unicode code point (printable bytes map to themselves, the rest to 256 + k). */
+static unsigned byte_cp(unsigned b) {
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return b;
+    unsigned k = 0;
+    for (unsigned x = 0; x < b; x++)
+        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) k++;
+    return 256 + k;
+}
+
+#define N_VOCAB 258
+/* Tiny llama (tinymodel.c), with a byte-level gpt2 tokenizer (256 byte tokens, one merge,
+ * <|endoftext|>) when with_tok. */
+static af_status write_model(const char *path, int with_tok) {
+    tm_spec s = tm_default("llama", AF_TYPE_Q8_0);
+    s.vocab = N_VOCAB;
+    s.seed = 5;
+    if (!with_tok) return tm_write(&s, path);
+    char base[700];
+    snprintf(base, sizeof base, "%s.base", path);
+    AF_TRY(tm_write(&s, base));
+    af_gguf *g = NULL;
+    AF_TRY(af_gguf_open(base, &g));
+    af_gguf_writer *w = NULL;
+    af_status st = af_gguf_writer_new(&w);
+    for (uint64_t i = 0; st == AF_OK && i < g->n_kv; i++) {
+        const af_gguf_kv *kv = &g->kv[i];
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        if (kv->val.type == AF_GGUF_UINT32) st = af_gguf_writer_add_u32(w, key, (uint32_t)kv->val.v.u64);
+        else if (kv->val.type == AF_GGUF_FLOAT32) st = af_gguf_writer_add_f32(w, key, (float)kv->val.v.f64);
+        else if (kv->val.type == AF_GGUF_STRING) st = af_gguf_writer_add_strn(w, key, kv->val.v.str.ptr, kv->val.v.str.len);
+    }
+    static char toks[N_VOCAB][16];
+    const char *tp[N_VOCAB];
+    int32_t types[N_VOCAB];
+    for (unsigned b = 0; b < 256; b++) {
+        unsigned cp = byte_cp(b);
+        if (cp < 0x80) toks[b][0] = (char)cp, toks[b][1] = 0;
+        else toks[b][0] = (char)(0xC0 | (cp >> 6)), toks[b][1] = (char)(0x80 | (cp & 0x3F)), toks[b][2] = 0;
+    }
+    snprintf(toks[256], 16, "ab");
+    snprintf(toks[257], 16, "<|endoftext|>");
+    for (int i = 0; i < N_VOCAB; i++) tp[i] = toks[i], types[i] = i == 257 ? 3 : 1;
+    const char *merges[1] = {"a b"};
+    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.pre", "gpt2");
+    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tp, N_VOCAB);
+    if (st == AF_OK) st = af_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", AF_GGUF_INT32, types, N_VOCAB);
+    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 257);
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 257);
+    for (uint64_t i = 0; st == AF_OK && i < g->n_tensors; i++) {
+        const af_gguf_tensor *t = &g->tensors[i];
+        st = af_gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
+    }
+    if (st == AF_OK) st = af_gguf_writer_write_file(w, path);
+    af_gguf_writer_free(w);
+    af_gguf_close(g);
+    unlink(base);
+    return st;
+}
+
+static const char *const k_names[3] = {"sport", "tech", "food"};
+
+/* n samples "<word> <keyword>", label name of class i % 3. */
+static void write_corpus(const char *path, int n) {
+    static const char *const keys[3] = {"goal", "chip", "soup"};
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    for (int i = 0; i < n; i++) fprintf(f, "{\"input\": \"w%d %s\", \"label\": \"%s\"}\n", i, keys[i % 3], k_names[i % 3]);
+    fclose(f);
+}
+
+/* Copy a file; with max >= 0 only its first `max` bytes. */
+static int copy_file(const char *from, const char *to, long max) {
+    size_t n = 0;
+    char *b = tl_read_file(from, &n);
+    if (!b) return 0;
+    if (max >= 0 && (size_t)max < n) n = (size_t)max;
+    FILE *f = fopen(to, "wb");
+    int ok = f && fwrite(b, 1, n, f) == n;
+    if (f) ok = (fclose(f) == 0) && ok;
+    free(b);
+    return ok;
+}
+
+/* Copy the plain files of directory `from` into a new directory `to`. */
+static int copy_dir(const char *from, const char *to) {
+    DIR *d = opendir(from);
+    if (!d || mkdir(to, 0777) != 0) {
+        if (d) closedir(d);
+        return 0;
+    }
+    struct dirent *e;
+    int ok = 1;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char a[1200], b[1200];
+        snprintf(a, sizeof a, "%s/%s", from, e->d_name);
+        snprintf(b, sizeof b, "%s/%s", to, e->d_name);
+        ok = copy_file(a, b, -1) && ok;
+    }
+    closedir(d);
+    return ok;
+}
+
+/* rm -rf without a shell (the tree holds only files and directories we made; chmod 000 ones are
+ * made readable again first). */
+static void rm_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return;
+    if (S_ISDIR(sb.st_mode)) {
+        chmod(path, 0700);
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char sub[1200];
+            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+            rm_tree(sub);
+        }
+        if (d) closedir(d);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+/* Names in `dir` containing `needle` (recursively). */
+static int count_named(const char *dir, const char *needle) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        n += strstr(e->d_name, needle) != NULL;
+        char sub[1200];
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) n += count_named(sub, needle);
+    }
+    closedir(d);
+    return n;
+}
+
+/* ---------------------------------------------------------------- running the CLI */
+
+typedef struct run_result {
+    int rc;      /* exit status, or -signal, or -1000 on timeout / spawn failure */
+    char *err;   /* stderr (malloc'ed, NUL-terminated) */
+    char *out;   /* stdout */
+} run_result;
+
+#define RUN_TIMEOUT_S 120 /* generous: ASan builds are slow; a hang still ends */
+
+/* Append what is readable on fd to the growing buffer; returns 0 at EOF or error. */
+static int drain(int fd, char **buf, size_t *len, size_t *cap) {
+    char tmp[4096];
+    ssize_t r = read(fd, tmp, sizeof tmp);
+    if (r < 0 && errno == EINTR) return 1;
+    if (r <= 0) return 0;
+    if (*len + (size_t)r + 1 > *cap) {
+        size_t nc = 2 * (*cap + (size_t)r + 1);
+        char *nb = realloc(*buf, nc);
+        if (!nb) return 0;
+        *buf = nb, *cap = nc;
+    }
+    memcpy(*buf + *len, tmp, (size_t)r);
+    *len += (size_t)r;
+    (*buf)[*len] = 0;
+    return 1;
+}
+
+/* Run $AFINAR_BIN with args (args[0] = the binary, NULL-terminated). stdin from `in` (NULL:
+ * /dev/null); stdout and stderr through pipes (so a file size limit does not cut them).
+ * fsize > 0: RLIMIT_FSIZE in the child with SIGXFSZ ignored, so a write past it fails (EFBIG). */
+static run_result run_argv(const char *in, long fsize, char **args) {
+    run_result r = {-1000, NULL, NULL};
+    int po[2], pe[2];
+    if (pipe(po) != 0 || pipe(pe) != 0) {
+        CHECK(0, "pipe: %s", strerror(errno));
+        return r;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        CHECK(0, "fork: %s", strerror(errno));
+        return r;
+    }
+    if (pid == 0) {
+        int fi = open(in ? in : "/dev/null", O_RDONLY);
+        if (fi < 0) _exit(126);
+        dup2(fi, 0), dup2(po[1], 1), dup2(pe[1], 2);
+        close(fi), close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
+        if (fsize > 0) {
+            signal(SIGXFSZ, SIG_IGN);
+            struct rlimit lim;
+            getrlimit(RLIMIT_FSIZE, &lim);
+            lim.rlim_cur = (rlim_t)fsize;
+            setrlimit(RLIMIT_FSIZE, &lim);
+        }
+        setenv("OMP_NUM_THREADS", "1", 1);
+        setenv("AFINAR_NO_REEXEC", "1", 1);
+        execv(args[0], args);
+        _exit(127);
+    }
+    close(po[1]), close(pe[1]);
+    size_t ol = 0, oc = 256, el = 0, ec = 256;
+    r.out = calloc(oc, 1), r.err = calloc(ec, 1);
+    int open_o = 1, open_e = 1, killed = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (open_o || open_e) {
+        struct pollfd fds[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
+        int n = poll(fds, 2, 200);
+        if (n < 0 && errno != EINTR) break;
+        if (n > 0 && fds[0].revents) open_o = drain(po[0], &r.out, &ol, &oc);
+        if (n > 0 && fds[1].revents) open_e = drain(pe[0], &r.err, &el, &ec);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (!killed && now.tv_sec - t0.tv_sec > RUN_TIMEOUT_S) {
+            kill(pid, SIGKILL);
+            killed = 1;
+            CHECK(0, "%s %s: no exit after %d s (killed)", args[1], args[2] ? args[2] : "", RUN_TIMEOUT_S);
+        }
+    }
+    close(po[0]), close(pe[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (killed) r.rc = -1000;
+    else if (WIFEXITED(status)) r.rc = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status)) r.rc = -WTERMSIG(status);
+    if (!r.out || !r.err) {
+        CHECK(0, "out of memory capturing the output");
+        free(r.out), free(r.err);
+        r.out = strdup(""), r.err = strdup("");
+    }
+    return r;
+}
+
+static void run_free(run_result *r) {
+    free(r->err);
+    free(r->out);
+}
+
+/* Expand "@" into the temporary directory. Returns a malloc'ed string. */
+static char *expand(const char *s) {
+    size_t n = strlen(s), ld = strlen(g_dir), k = 0;
+    for (size_t i = 0; i < n; i++) k += s[i] == '@';
+    char *o = malloc(n + k * ld + 1), *p = o;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '@') memcpy(p, g_dir, ld), p += ld;
+        else *p++ = s[i];
+    }
+    *p = 0;
+    return o;
+}
+
+/* Split a command line on single spaces ("@" expanded; "''" is an empty argument) into a
+ * NULL-terminated argv with argv[0] = the binary. */
+static char **split_args(const char *cmdline) {
+    char *s = expand(cmdline);
+    int n = 2;
+    for (char *q = s; *q; q++) n += *q == ' ';
+    char **av = calloc((size_t)n + 1, sizeof *av);
+    av[0] = strdup(g_bin);
+    int k = 1;
+    for (char *tok = strtok(s, " "); tok; tok = strtok(NULL, " ")) av[k++] = strdup(strcmp(tok, "''") ? tok : "");
+    av[k] = NULL;
+    free(s);
+    return av;
+}
+
+static void free_args(char **av) {
+    for (int i = 0; av[i]; i++) free(av[i]);
+    free(av);
+}
+
+static int n_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* The last non-empty line of s (static buffer). */
+static const char *last_line(const char *s) {
+    static char buf[4096];
+    size_t n = strlen(s);
+    while (n > 0 && s[n - 1] == '\n') n--;
+    size_t b = n;
+    while (b > 0 && s[b - 1] != '\n') b--;
+    snprintf(buf, sizeof buf, "%.*s", (int)(n - b), s + b);
+    return buf;
+}
+
+/* Does text[0..n) match pattern p, where '*' matches any run of characters (no other wildcard)? */
+static int glob_match(const char *p, const char *text, size_t n) {
+    size_t ti = 0, star_p = (size_t)-1, star_t = 0, pi = 0, pn = strlen(p);
+    while (ti < n) {
+        if (pi < pn && p[pi] == '*') star_p = pi++, star_t = ti;
+        else if (pi < pn && p[pi] == text[ti]) pi++, ti++;
+        else if (star_p != (size_t)-1) pi = star_p + 1, ti = ++star_t;
+        else return 0;
+    }
+    while (pi < pn && p[pi] == '*') pi++;
+    return pi == pn;
+}
+
+/*
+ * One case: run `cmdline` (see split_args), expect exit status `want_rc` and a stderr of exactly
+ * one line matching `want` ("@" expanded; "*" matches any text: a strerror, a list, a pid).
+ * With flags & MULTI the message is the LAST stderr line (train prints its report first).
+ */
+enum { ONE = 0, MULTI = 1 };
+static int expect_in(const char *in, long fsize, const char *cmdline, int want_rc, const char *want, int flags) {
+    char **av = split_args(cmdline);
+    run_result r = run_argv(in, fsize, av);
+    free_args(av);
+    if (g_dump) printf("---- %s\n     rc=%d stderr(%d lines): %s", cmdline, r.rc, n_lines(r.err ? r.err : ""), r.err ? r.err : "(null)\n");
+    int ok = 1;
+    if (!r.err) {
+        run_free(&r);
+        return 0;
+    }
+    ok &= CHECK(r.rc >= 0 || r.rc == -1000, "%s: killed by signal %d (a crash)", cmdline, -r.rc);
+    ok &= CHECK(r.rc == want_rc, "%s: exit status %d, want %d; stderr: %s", cmdline, r.rc, want_rc, r.err);
+    char *w = expand(want);
+    const char *line = (flags & MULTI) ? last_line(r.err) : r.err;
+    size_t ll = strlen(line);
+    if (!(flags & MULTI)) {
+        ok &= CHECK(n_lines(r.err) == 1 && ll > 0 && line[ll - 1] == '\n', "%s: stderr is %d lines, want one:\n%s",
+                    cmdline, n_lines(r.err), r.err);
+        if (ll > 0 && line[ll - 1] == '\n') ll--;
+    }
+    ok &= CHECK(glob_match(w, line, ll), "%s:\n  stderr %.*s\n  want   %s", cmdline, (int)ll, line, w);
+    free(w);
+    run_free(&r);
+    return ok;
+}
+#define EXPECT(cmd, rc, want) expect_in(NULL, 0, (cmd), (rc), (want), ONE)
+#define EXPECT_MULTI(cmd, rc, want) expect_in(NULL, 0, (cmd), (rc), (want), MULTI)
+
+/* ---------------------------------------------------------------- the matrix */
+
+static void setup_files(void) {
+    CHECK(write_model(P_("tiny.gguf"), 1) == AF_OK, "tiny model: %s", af_last_error());
+    CHECK(write_model(P_("notok.gguf"), 0) == AF_OK, "tiny model without tokenizer: %s", af_last_error());
+    CHECK(copy_file(P_("tiny.gguf"), P_("trunc.gguf"), 1000), "truncated model");
+    write_text(P_("text.gguf"), "this is not a GGUF file\n");
+    write_text(P_("empty.gguf"), "");
+    mkdir(P_("adir"), 0777);
+    write_corpus(P_("train.jsonl"), 12);
+    write_corpus(P_("val.jsonl"), 6);
+    write_text(P_("labels.txt"), "sport\ntech\nfood\n");
+    write_text(P_("empty.jsonl"), "");
+    write_text(P_("blank.jsonl"), "\n   \n\n");
+    write_text(P_("badjson.jsonl"), "{\"input\": \"a\", \"label\": \"sport\"}\n{\"input\": \"b\", \"label\": \"tech\"}\n"
+                                    "{\"input\": \"c\", \"label\": tech}\n");
+    write_text(P_("notext.jsonl"), "{\"input\": \"a\", \"label\": \"sport\"}\n{\"text\": \"b\", \"label\": \"tech\"}\n");
+    write_text(P_("nolabel.jsonl"), "{\"input\": \"a\", \"label\": \"sport\"}\n{\"input\": \"b\"}\n");
+    write_text(P_("range.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": 1}\n"
+                                  "{\"input\": \"c\", \"label\": 7}\n");
+    write_text(P_("neg.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": -1}\n");
+    write_text(P_("nonint.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": 1.5}\n");
+    write_text(P_("unknown.jsonl"), "{\"input\": \"a\", \"label\": \"sport\"}\n{\"input\": \"b\", \"label\": \"music\"}\n");
+    write_text(P_("mixed.jsonl"), "{\"input\": \"a\", \"label\": \"sport\"}\n{\"input\": \"b\", \"labels\": [\"tech\"]}\n");
+    write_text(P_("mixtype.jsonl"), "{\"input\": \"a\", \"label\": \"sport\"}\n{\"input\": \"b\", \"label\": 1}\n");
+    write_text(P_("cfg_badjson.json"), "{\"lr\": 0.01,\n \"batch\": }\n");
+    write_text(P_("cfg_key.json"), "{\"lerning-rate\": 0.01}");
+    write_text(P_("cfg_val.json"), "{\"lr\": \"fast\"}");
+    write_text(P_("cfg_arr.json"), "[1, 2]");
+    write_text(P_("cfg_range.json"), "{\"batch\": 0}");
+    write_text(P_("multi.jsonl"), "{\"input\": \"a\", \"labels\": [\"sport\"]}\n{\"input\": \"b\", \"labels\": [\"tech\", \"food\"]}\n");
+    {
+        size_t n = 0;
+        char *b = tl_read_file(P_("tiny.gguf"), &n);
+        CHECK(b && copy_file(P_("tiny.gguf"), P_("trunc_data.gguf"), (long)n - 100), "model cut in its tensor data");
+        free(b);
+    }
+    write_text(P_("cfg_nested.json"), "{\"lr\": {\"value\": 1}}");
+    write_text(P_("pred_in.txt"), "goal goal\nchip\n\nsoup soup soup\n");
+}
+
+/* Exit status 2: usage errors of every command. */
+static void test_usage(void) {
+    EXPECT("frobnicate", 2, "afinar: unknown command 'frobnicate' (see 'afinar --help')");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --bogus", 2,
+           "afinar train: unknown option '--bogus' (see 'afinar train --help')");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o", 2, "afinar train: option '-o' needs a value");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --lr", 2, "afinar train: option '--lr' needs a value");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --lr abc", 2, "afinar train: --lr: expected a number, got 'abc'");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --lr -1", 2, "afinar train: --lr: expected a number in [0, 10], got '-1'");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --batch 0", 2, "afinar train: --batch: expected an integer in [1, 1000000], got '0'");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --batch 2.5", 2, "afinar train: --batch: expected an integer in [1, 1000000], got '2.5'");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --epochs -1", 2, "afinar train: --epochs: expected a number in [0, 1000000], got '-1'");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --epochs 0", 2,
+           "afinar train: --epochs 0 trains nothing: give --epochs E > 0 or --max-steps N");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --warmup abc", 2,
+           "afinar train: --warmup: expected N steps, a fraction below 1 or P%, got 'abc'");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --pooling max", 2,
+           "afinar train: --pooling: expected mean or last, got 'max'");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --val @/val.jsonl --val-split 0.2", 2,
+           "afinar train: --val and --val-split conflict: give a validation file or a split fraction, not both");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u extra", 2, "afinar train: unexpected argument 'extra'");
+    EXPECT("train --train @/train.jsonl -o @/u", 2, "afinar train: missing -m MODEL.gguf (see 'afinar train --help')");
+    EXPECT("train -m @/tiny.gguf -o @/u", 2, "afinar train: missing --train FILE.jsonl (see 'afinar train --help')");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl", 2, "afinar train: missing -o DIR (the output directory)");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/cfg_key.json", 2,
+           "afinar train: @/cfg_key.json: unknown key \"lerning-rate\" (keys are the flag names without dashes, e.g. \"grad-accum\")");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/cfg_badjson.json", 2,
+           "afinar train: @/cfg_badjson.json:2: invalid JSON at column 11 (byte 23) in the config file");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/cfg_arr.json", 2,
+           "afinar train: @/cfg_arr.json: config file must be a JSON object {\"flag-name\": value, ...}");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/cfg_nested.json", 2,
+           "afinar train: @/cfg_nested.json: key \"lr\": expected a string, number or boolean");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/cfg_val.json", 2,
+           "afinar train: --lr: expected a number, got 'fast'");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/cfg_range.json", 2,
+           "afinar train: --batch: expected an integer in [1, 1000000], got '0'");
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --max-seq-len 0", 2,
+           "afinar check: --max-seq-len: expected an integer in [1, 1048576], got '0'");
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --threads x", 2,
+           "afinar check: --threads: expected an integer, got 'x'");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final", 2, "afinar eval: missing --data FILE.jsonl");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --batch 0", 2,
+           "afinar eval: --batch: expected an integer in [1, 1048576], got '0'");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --nope", 2,
+           "afinar eval: unknown option '--nope' (see 'afinar eval --help')");
+    EXPECT("eval -m @/tiny.gguf -a", 2, "afinar eval: option '-a' needs a value");
+    EXPECT("predict -m @/tiny.gguf", 2, "afinar predict: missing -a ADAPTER_DIR");
+    EXPECT("predict -m @/tiny.gguf -a @/run/final --threshold 1.5", 2,
+           "afinar predict: --threshold: expected a number in [1e-06, 0.999999], got '1.5'");
+    EXPECT("predict -m @/tiny.gguf -a @/run/final --batch abc", 2,
+           "afinar predict: --batch: expected an integer in [1, 1048576], got 'abc'");
+    EXPECT("info", 2, "afinar info: expected exactly one FILE argument (see 'afinar info --help')");
+    EXPECT("info @/tiny.gguf @/tiny.gguf", 2, "afinar info: expected exactly one FILE argument (see 'afinar info --help')");
+    EXPECT("generate -p hi", 2, "afinar generate: missing -m FILE (the GGUF model)");
+    EXPECT("generate -m @/tiny.gguf", 2, "afinar generate: give exactly one of -p TEXT or -f FILE");
+    EXPECT("generate -m @/tiny.gguf -p hi -f @/pred_in.txt", 2, "afinar generate: give exactly one of -p TEXT or -f FILE");
+    EXPECT("generate -m @/tiny.gguf -p hi -n 0", 2, "afinar generate: --n-predict: expected an integer in [1, 1048576], got '0'");
+    EXPECT("generate -m @/tiny.gguf -p hi --temp -1", 2, "afinar generate: --temp: expected a number in [0, 100], got '-1'");
+    EXPECT("generate -m @/tiny.gguf -p hi --top-p nan", 2, "afinar generate: --top-p: expected a number in [0, 1], got 'nan'");
+    EXPECT("generate -m @/tiny.gguf -p hi --system sys", 2, "afinar generate: --system needs --chat");
+    EXPECT("generate -m @/tiny.gguf -p hi --kernel avx9", 2,
+           "afinar generate: --kernel: kernel path 'avx9': expected auto, scalar, avx2 or avx512");
+    EXPECT("generate -m @/tiny.gguf -p", 2, "afinar generate: option '-p' needs a value");
+}
+
+/* Exit status 1: files that are missing, of the wrong kind or unreadable. */
+static void test_files(void) {
+    const char *enoent = strerror(ENOENT);
+    char want[1024];
+    /* the model */
+    snprintf(want, sizeof want, "afinar info: @/missing.gguf: cannot open: %s", enoent);
+    EXPECT("info @/missing.gguf", 1, want);
+    EXPECT("info @/adir", 1, "afinar info: @/adir: *");
+    EXPECT("info @/empty.gguf", 1, "afinar info: @/empty.gguf: *");
+    EXPECT("info @/text.gguf", 1, "afinar info: @/text.gguf: *");
+    EXPECT("info @/trunc.gguf", 1, "afinar info: @/trunc.gguf: *");
+    EXPECT("info @/train.jsonl", 1, "afinar info: @/train.jsonl: *");
+    EXPECT("info @/trunc_data.gguf", 1, "afinar info: @/trunc_data.gguf: *");
+    EXPECT("generate -m @/trunc_data.gguf -p hi -t 1", 1, "afinar generate: @/trunc_data.gguf: *");
+    snprintf(want, sizeof want, "afinar train: @/missing.gguf: cannot open: %s", enoent);
+    EXPECT("train -m @/missing.gguf --train @/train.jsonl -o @/u -t 1", 1, want);
+    EXPECT("train -m @/train.jsonl --train @/train.jsonl -o @/u -t 1", 1, "afinar train: @/train.jsonl: *");
+    EXPECT("check -m @/trunc.gguf --train @/train.jsonl -t 1", 1, "afinar check: @/trunc.gguf: *");
+    EXPECT("check -m @/adir --train @/train.jsonl -t 1", 1, "afinar check: @/adir: *");
+    EXPECT("check -m @/notok.gguf --train @/train.jsonl -t 1", 1,
+           "afinar check: @/notok.gguf: the model has no usable tokenizer*");
+    EXPECT("eval -m @/missing.gguf -a @/run/final --data @/val.jsonl -t 1", 1, "afinar eval: @/missing.gguf: cannot open: *");
+    EXPECT("eval -m @/text.gguf -a @/run/final --data @/val.jsonl -t 1", 1, "afinar eval: @/text.gguf: *");
+    EXPECT("predict -m @/empty.gguf -a @/run/final -t 1", 1, "afinar predict: @/empty.gguf: *");
+    EXPECT("eval -m @/notok.gguf -a @/run/final --data @/val.jsonl -t 1", 1,
+           "afinar eval: @/notok.gguf: the model has no usable tokenizer, so text cannot be read");
+    EXPECT("predict -m @/notok.gguf -a @/run/final -t 1", 1,
+           "afinar predict: @/notok.gguf: the model has no usable tokenizer, so text cannot be read");
+    EXPECT("generate -m @/trunc.gguf -p hi -t 1", 1, "afinar generate: @/trunc.gguf: *");
+    EXPECT("generate -m @/notok.gguf -p hi -t 1", 1,
+           "afinar generate: @/notok.gguf: the model has no usable tokenizer, so text cannot be generated");
+    snprintf(want, sizeof want, "afinar generate: @/missing.txt: cannot open prompt file: %s", enoent);
+    EXPECT("generate -m @/tiny.gguf -f @/missing.txt -t 1", 1, want);
+    EXPECT("generate -m @/tiny.gguf -f @/adir -t 1", 1, "afinar generate: @/adir: cannot read prompt file: *");
+    /* the data */
+    snprintf(want, sizeof want, "afinar check: @/missing.jsonl: cannot open: %s", enoent);
+    EXPECT("check -m @/tiny.gguf --train @/missing.jsonl -t 1", 1, want);
+    EXPECT("check -m @/tiny.gguf --train @/adir -t 1", 1, "afinar check: @/adir: *");
+    EXPECT("check -m @/tiny.gguf --train @/tiny.gguf -t 1", 1, "afinar check: @/tiny.gguf:1: *");
+    EXPECT("check -m @/tiny.gguf --train @/empty.jsonl -t 1", 1, "afinar check: @/empty.jsonl: no samples (empty data set)");
+    EXPECT("check -m @/tiny.gguf --train @/blank.jsonl -t 1", 1, "afinar check: @/blank.jsonl: no samples (empty data set)");
+    snprintf(want, sizeof want, "afinar check: @/missing.jsonl: cannot open: %s", enoent);
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --val @/missing.jsonl -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar train: @/missing.jsonl: cannot open: %s", enoent);
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl --val @/missing.jsonl -o @/u -t 1", 1, want);
+    snprintf(want, sizeof want,
+             "afinar check: --labels @/missing.txt: cannot open: %s (give a file with one name per line, or names as a,b,c)",
+             enoent);
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --labels @/missing.txt -t 1", 1, want);
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --labels @/adir -t 1", 1,
+           "afinar check: --labels @/adir: not a regular file");
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --labels @/empty.jsonl -t 1", 1, "afinar check: @/empty.jsonl: *");
+    snprintf(want, sizeof want, "afinar train: @/missing.json: cannot read config file: %s", enoent);
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/missing.json", 1, want);
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/adir", 1,
+           "afinar train: @/adir: cannot read config file: *");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/empty.jsonl", 2,
+           "afinar train: @/empty.jsonl: config file is empty (expected a JSON object)");
+    snprintf(want, sizeof want, "afinar eval: @/missing.jsonl: cannot open: %s", enoent);
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/missing.jsonl -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar predict: @/missing.jsonl: cannot open: %s", enoent);
+    EXPECT("predict -m @/tiny.gguf -a @/run/final --input @/missing.jsonl -t 1", 1, want);
+    /* the adapter */
+    EXPECT("eval -m @/tiny.gguf -a @/missing_adapter --data @/val.jsonl -t 1", 1, "afinar eval: @/missing_adapter*");
+    EXPECT("predict -m @/tiny.gguf -a @/adir -t 1", 1, "afinar predict: @/adir*");
+    EXPECT("eval -m @/tiny.gguf -a @/val.jsonl --data @/val.jsonl -t 1", 1, "afinar eval: @/val.jsonl*");
+    EXPECT("eval -m @/tiny.gguf -a @/bad_cfg --data @/val.jsonl -t 1", 1, "afinar eval: @/bad_cfg/adapter_config.json: *");
+    EXPECT("eval -m @/tiny.gguf -a @/bad_st --data @/val.jsonl -t 1", 1,
+           "afinar eval: @/bad_st/adapter_model.safetensors: *");
+    EXPECT("predict -m @/tiny.gguf -a @/bad_st -t 1", 1, "afinar predict: @/bad_st/adapter_model.safetensors: *");
+    /* unreadable files: root reads them anyway */
+    if (geteuid() == 0) {
+        tl_skip("unreadable-file cases: running as root");
+    } else {
+        const char *eacces = strerror(EACCES);
+        copy_file(P_("tiny.gguf"), P_("noread.gguf"), -1);
+        copy_file(P_("train.jsonl"), P_("noread.jsonl"), -1);
+        chmod(P_("noread.gguf"), 0);
+        chmod(P_("noread.jsonl"), 0);
+        snprintf(want, sizeof want, "afinar info: @/noread.gguf: cannot open: %s", eacces);
+        EXPECT("info @/noread.gguf", 1, want);
+        snprintf(want, sizeof want, "afinar check: @/noread.jsonl: cannot open: %s", eacces);
+        EXPECT("check -m @/tiny.gguf --train @/noread.jsonl -t 1", 1, want);
+        snprintf(want, sizeof want, "afinar train: @/noread.jsonl: cannot read config file: %s", eacces);
+        EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/noread.jsonl", 1, want);
+    }
+}
+
+/* Exit status 1: data content, each message naming the file, the line and the field. */
+static void test_data(void) {
+    EXPECT("check -m @/tiny.gguf --train @/badjson.jsonl -t 1", 1, "afinar check: @/badjson.jsonl:3: invalid JSON at column *");
+    EXPECT("check -m @/tiny.gguf --train @/notext.jsonl -t 1", 1, "afinar check: @/notext.jsonl:2: field 'input': missing");
+    EXPECT("check -m @/tiny.gguf --train @/notext.jsonl --text-field body -t 1", 1,
+           "afinar check: @/notext.jsonl:1: field 'body': missing");
+    EXPECT("check -m @/tiny.gguf --train @/nolabel.jsonl -t 1", 1, "afinar check: @/nolabel.jsonl:2: field 'label': missing");
+    EXPECT("check -m @/tiny.gguf --train @/range.jsonl --num-classes 3 -t 1", 1,
+           "afinar check: @/range.jsonl:3: field 'label': value 7 out of range [0, 3)");
+    EXPECT("check -m @/tiny.gguf --train @/neg.jsonl -t 1", 1, "afinar check: @/neg.jsonl:2: field 'label': label -1 is negative");
+    EXPECT("check -m @/tiny.gguf --train @/nonint.jsonl -t 1", 1,
+           "afinar check: @/nonint.jsonl:2: field 'label': label 1.5 is not an integer");
+    EXPECT("check -m @/tiny.gguf --train @/unknown.jsonl --labels @/labels.txt -t 1", 1,
+           "afinar check: @/unknown.jsonl:2: field 'label': unknown label name \"music\" (known: *");
+    EXPECT("check -m @/tiny.gguf --train @/unknown.jsonl --labels sport,tech -t 1", 1,
+           "afinar check: @/unknown.jsonl:2: field 'label': unknown label name \"music\" (known: *");
+    EXPECT("check -m @/tiny.gguf --train @/mixed.jsonl -t 1", 1, "afinar check: @/mixed.jsonl:2: *");
+    /* the exact wording ("got a integer label") is src/formats/jsonl.c's: assert the stable prefix */
+    EXPECT("check -m @/tiny.gguf --train @/mixtype.jsonl -t 1", 1, "afinar check: @/mixtype.jsonl:2: field 'label': got a*");
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --val @/badjson.jsonl -t 1", 1,
+           "afinar check: @/badjson.jsonl:3: invalid JSON at column *");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl --val @/unknown.jsonl -o @/u -t 1", 1,
+           "afinar train: @/unknown.jsonl:2: field 'label': unknown label name \"music\" (known: *");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl --multi-label -o @/u -t 1", 1,
+           "afinar train: @/train.jsonl: --multi-label given but the data are single-label (field 'label' holds one label)");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/badjson.jsonl -t 1", 1,
+           "afinar eval: @/badjson.jsonl:3: invalid JSON at column *");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/unknown.jsonl -t 1", 1,
+           "afinar eval: @/unknown.jsonl:2: field 'label': unknown label name \"music\" (known: *");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/multi.jsonl -t 1", 1,
+           "afinar eval: @/multi.jsonl: the data are multi-label but the adapter is single-label");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/blank.jsonl -t 1", 1,
+           "afinar eval: @/blank.jsonl: no samples (empty data set)");
+    EXPECT("predict -m @/tiny.gguf -a @/run/final --input @/notext.jsonl -t 1", 1,
+           "afinar predict: @/notext.jsonl:2: field 'input': missing");
+    /* no failed run left an output directory behind */
+    CHECK(!exists(P_("u")), "a failed train left %s", P_("u"));
+}
+
+/* Output directories and checkpoints. The output directory is checked after the data report, so
+ * train's message is the last stderr line. */
+static void test_output(void) {
+    EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/run --max-steps 2 -t 1 --no-plot", 1,
+                 "afinar train: @/run: holds another run (*); use --overwrite to replace it, --resume @/run to continue it, "
+                 "or another -o DIR");
+    EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/train.jsonl --max-steps 2 -t 1 --no-plot", 1,
+                 "afinar train: @/train.jsonl: exists and is not a directory");
+    EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/train.jsonl/sub --max-steps 2 -t 1 --no-plot", 1,
+                 "afinar train: @/train.jsonl/sub: @/train.jsonl exists and is not a directory");
+    EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o /proc/afinar_out --max-steps 2 -t 1 --no-plot", 1,
+                 "afinar train: /proc/afinar_out: cannot create directory: *");
+    EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/u --lr 0 -t 1 --no-plot", 1,
+                 "afinar train: not training: fix the errors above (or run 'afinar check' to iterate on the settings)");
+    CHECK(!exists(P_("u")), "a train refused for its settings left %s", P_("u"));
+    {
+        char **av = split_args("check -m @/tiny.gguf --train @/train.jsonl --lr 0 -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 1 && strstr(r.out, "error [lr-invalid] learning rate 0 must be a finite number > 0") &&
+                  strstr(r.out, "check: NOT ready to train (1 errors"),
+              "check --lr 0: exit %d (want 1), stdout:\n%s", r.rc, r.out);
+        run_free(&r);
+    }
+    /* --resume of a directory with no checkpoint, or of nothing */
+    EXPECT("train --resume @/adir -t 1", 1,
+           "afinar train: --resume @/adir: no trainer_state.safetensors there and no checkpoint-N directory holding one");
+    EXPECT("train --resume @/missing_run -t 1", 1, "afinar train: --resume @/missing_run: cannot open: *");
+    EXPECT("train --resume @/run/checkpoint-2 --lr abc -t 1", 2, "afinar train: --lr: expected a number, got 'abc'");
+    /* eval --json into a directory that does not exist / cannot be written */
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --json @/nodir/m.json -t 1", 1,
+           "afinar eval: @/nodir/m.json: directory @/nodir: No such file or directory");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --json @/adir -t 1", 1, "afinar eval: @/adir: is a directory, cannot be replaced by a file");
+    if (geteuid() != 0) {
+        mkdir(P_("rodir"), 0555);
+        EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --json @/rodir/m.json -t 1", 1,
+               "afinar eval: @/rodir/m.json: directory @/rodir: Permission denied");
+        EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/rodir/out --max-steps 2 -t 1 --no-plot", 1,
+                     "afinar train: @/rodir/out: cannot create directory: *");
+    } else {
+        tl_skip("read-only directory cases: running as root");
+    }
+}
+
+/* Disk full while saving a checkpoint: resuming the good run from checkpoint-2 re-saves
+ * checkpoint-4 under a 4 KiB file size limit; the save fails, and checkpoint-2 and the complete
+ * checkpoint-4 of the good run stay byte-identical. */
+static void test_disk_full(void) {
+#define N_KEEP 6
+    static const char *const files[N_KEEP] = {
+        "run/checkpoint-2/trainer_state.safetensors", "run/checkpoint-2/adapter_model.safetensors",
+        "run/checkpoint-4/trainer_state.safetensors", "run/checkpoint-4/adapter_model.safetensors",
+        "run/best/adapter_model.safetensors",         "run/final/adapter_model.safetensors"};
+    char *before[N_KEEP];
+    size_t len0[N_KEEP];
+    int ok = 1;
+    for (int i = 0; i < N_KEEP; i++) ok &= (before[i] = tl_read_file(P_(files[i]), &len0[i])) != NULL;
+    if (CHECK(ok, "the good run lacks checkpoint-2, checkpoint-4, best or final")) {
+        expect_in(NULL, 4096, "train --resume @/run/checkpoint-2 -t 1 --no-plot", 1,
+                  "afinar train: @/run/*.safetensors: write failed at offset *: File too large*", MULTI);
+        for (int i = 0; i < N_KEEP; i++) {
+            size_t n1 = 0;
+            char *after = tl_read_file(P_(files[i]), &n1);
+            CHECK(after && n1 == len0[i] && !memcmp(before[i], after, n1), "%s changed by the failed save", files[i]);
+            free(after);
+        }
+        CHECK(count_named(P_("run"), ".tmp") == 0, "temporary files left after the failed save");
+    }
+    for (int i = 0; i < N_KEEP; i++) free(before[i]);
+    /* eval --json under a 64-byte limit: fails naming the file, the old file stays, no temporary */
+    write_text(P_("m.json"), "old");
+    expect_in(NULL, 64, "eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --json @/m.json -t 1", 1,
+              "afinar eval: @/m.json: write failed at offset *: File too large", ONE);
+    char *mj = tl_read_file(P_("m.json"), NULL);
+    CHECK(mj && !strcmp(mj, "old"), "m.json changed by the failed write: %.40s", mj ? mj : "(missing)");
+    free(mj);
+    CHECK(count_named(g_dir, ".tmp") == 0, "temporary files left after the failed eval --json");
+}
+
+/* predict reads raw lines from stdin; a good run of each command works. */
+static void test_good(void) {
+    char **av = split_args("predict -m @/tiny.gguf -a @/run/final -t 1");
+    run_result r = run_argv(P_("pred_in.txt"), 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && r.out && n_lines(r.out) == 4 && strstr(r.out, "\"label\":") && r.err && !*r.err,
+          "predict from stdin lines: rc %d, stdout %s, stderr %s", r.rc, r.out ? r.out : "", r.err ? r.err : "");
+    run_free(&r);
+    av = split_args("predict -m @/tiny.gguf -a @/run/final --input - -t 1");
+    r = run_argv(P_("val.jsonl"), 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && r.out && n_lines(r.out) == 6, "predict --input - (JSONL on stdin): rc %d, stdout %s, stderr %s",
+          r.rc, r.out ? r.out : "", r.err ? r.err : "");
+    run_free(&r);
+    /* info and generate work on the good model (so their failures above are about the input) */
+    av = split_args("info @/tiny.gguf");
+    r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && strstr(r.out, "llama") && !*r.err, "info: rc %d, stderr %s", r.rc, r.err);
+    run_free(&r);
+    av = split_args("generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1");
+    r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && !*r.err, "generate: rc %d, stderr %s", r.rc, r.err);
+    run_free(&r);
+    /* stdin JSONL with a defect names <stdin>'s path and the line */
+    expect_in(P_("badjson.jsonl"), 0, "predict -m @/tiny.gguf -a @/run/final --input - -t 1", 1,
+              "afinar predict: /dev/stdin:3: invalid JSON at column *", ONE);
+}
+
+int main(void) {
+    const char *bin = getenv("AFINAR_BIN");
+    if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
+        tl_skip("CLI matrix: AFINAR_BIN not set or not executable (make test sets it)");
+        return tl_finish("cli");
+    }
+    g_dump = getenv("CLI_DUMP") != NULL;
+    snprintf(g_dir, sizeof g_dir, "/tmp/afinar_cli_XXXXXX");
+    if (!CHECK(mkdtemp(g_dir) != NULL, "mkdtemp: %s", strerror(errno))) return tl_finish("cli");
+    setup_files();
+    /* one good run: 2 steps, checkpoint at step 2, final/ */
+    {
+        char **av = split_args("train -m @/tiny.gguf --train @/train.jsonl --val @/val.jsonl -o @/run "
+                               "--batch 4 --grad-accum 1 --lora-r 2 --lora-layers all --max-seq-len 16 --max-steps 4 --save-every 2 -t 1 --no-plot");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        if (!CHECK(r.rc == 0 && exists(P_("run/final/adapter_model.safetensors")) &&
+                       exists(P_("run/checkpoint-2/trainer_state.safetensors")) &&
+                       exists(P_("run/checkpoint-4/trainer_state.safetensors")),
+                   "good train run: exit %d, stderr:\n%s", r.rc, r.err ? r.err : "")) {
+            run_free(&r);
+            rm_tree(g_dir);
+            return tl_finish("cli");
+        }
+        run_free(&r);
+    }
+    CHECK(copy_dir(P_("run/final"), P_("bad_cfg")) && copy_dir(P_("run/final"), P_("bad_st")), "copy adapters");
+    write_text(P_("bad_cfg/adapter_config.json"), "{\"r\": 2, \"lora_alpha\": ");
+    {
+        size_t n = 0;
+        char *b = tl_read_file(P_("run/final/adapter_model.safetensors"), &n);
+        CHECK(b && copy_file(P_("run/final/adapter_model.safetensors"), P_("bad_st/adapter_model.safetensors"), (long)(n / 2)),
+              "truncated adapter");
+        free(b);
+    }
+    test_usage();
+    test_files();
+    test_data();
+    test_output();
+    test_disk_full();
+    test_good();
+    if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
+    else printf("test files kept in %s\n", g_dir);
+    return tl_finish("cli");
+}
