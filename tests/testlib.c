@@ -61,6 +61,11 @@ bool tl_close(const char *what, const float *a, const float *b, size_t n, double
     return tl_check(ok, file, line, "%s not close", what);
 }
 
+int tl_sanitized(void) {
+    const char *v = getenv("AF_TEST_SANITIZE");
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
 void tl_skip(const char *fmt, ...) {
     tl_skipped++;
     fprintf(stdout, "SKIP: ");
@@ -121,5 +126,8 @@ float tl_rand_normal(uint64_t *s) {
 
 int tl_finish(const char *test_name) {
     printf("RESULT %s passed=%d failed=%d skipped=%d\n", test_name, tl_passed, tl_failed, tl_skipped);
+    /* flushed now: LeakSanitizer's report at exit ends the process with _exit, which would drop a
+     * buffered RESULT line (the runner then still counts the non-zero exit status as a failure) */
+    fflush(stdout);
     return tl_failed ? 1 : 0;
 }

@@ -41,6 +41,11 @@ uint64_t tl_rand_u64(uint64_t *s);
 float tl_rand_uniform(uint64_t *s, float lo, float hi);
 float tl_rand_normal(uint64_t *s);
 
+/* 1 when the environment variable AF_TEST_SANITIZE is set to a non-empty value other than "0"
+ * (`make sanitize` sets it): slow tests then do less of the same work (fewer prompts, tokens,
+ * kills...) so the whole suite fits CI's budget under ASan/UBSan, while every code path still runs. */
+int tl_sanitized(void);
+
 int tl_finish(const char *test_name);
 
 #endif

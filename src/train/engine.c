@@ -94,6 +94,8 @@ struct af_engine {
     int32_t *sub_tok, *sub_ss, *sub_idx; /* [cap], [cap + 1], [cap]: the samples of a batch missing from the
                                             prefix cache: their tokens, sample starts, batch indices */
     prefix_cache pc;
+    int probe;            /* af_engine_locate_nonfinite: check every stage of the forward */
+    char probe_at[160];   /* the first stage holding a non-finite value ("" = none yet) */
 };
 
 typedef struct dims {
@@ -334,12 +336,27 @@ static void mm_xwt(af_engine *e, float *y, const float *x, const af_weight *w, i
     memcpy(y, e->pady, sizeof(float) * (size_t)(n * out));
 }
 
+/* Probe mode only (af_engine_locate_nonfinite): when no stage was named yet and x [n] holds a
+ * non-finite value, name this one: "model.layers.L.<what><what2>" (l >= 0) or "<what><what2>". */
+static void probe(af_engine *e, const float *x, int64_t n, int32_t l, const char *what, const char *what2) {
+    if (!e->probe || e->probe_at[0]) return;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            if (l >= 0) snprintf(e->probe_at, sizeof e->probe_at, "model.layers.%d.%s%s", (int)l, what, what2);
+            else snprintf(e->probe_at, sizeof e->probe_at, "%s%s", what, what2);
+            return;
+        }
+}
+
 /* Projection p of layer l: y = x·Wᵀ plus the LoRA correction when p is targeted. */
 static void proj_fwd(af_engine *e, const run *R, lset *S, int32_t l, af_proj p, const af_weight *w, float *y,
                      const float *x) {
     mm_xwt(e, y, x, w, R->n);
     const af_param_layout *lay = e->lay;
     const af_lora_slot *s = af_lora_slot_at(lay, l, p);
+    char mod[48] = "";
+    if (e->probe) snprintf(mod, sizeof mod, "%s%s", p <= AF_PROJ_O ? "self_attn." : "mlp.", af_proj_name(p));
+    probe(e, y, R->n * w->rows, l, mod, " output (frozen weight product)");
     if (s->a_off < 0) return;
     float *mask = NULL;
     if (R->drop && S->mask[p]) {
@@ -348,6 +365,7 @@ static void proj_fwd(af_engine *e, const run *R, lset *S, int32_t l, af_proj p, 
     }
     af_lora_forward(y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
                     lay->scale);
+    probe(e, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
 }
 
 /* Layer l: x [n, H] -> xo [n, H], filling the activation set S. */
@@ -358,6 +376,7 @@ static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const 
     const float eps = m->cfg.rms_norm_eps;
     const int64_t n = R->n;
     af_rmsnorm_forward(S->h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+    probe(e, S->h1, n * d.H, l, "input_layernorm output", "");
     proj_fwd(e, R, S, l, AF_PROJ_Q, &Ly->wq, d.gem ? S->qraw : S->q, S->h1);
     proj_fwd(e, R, S, l, AF_PROJ_K, &Ly->wk, d.gem ? S->kraw : S->k, S->h1);
     proj_fwd(e, R, S, l, AF_PROJ_V, &Ly->wv, S->v, S->h1);
@@ -372,6 +391,9 @@ static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const 
         af_attention_forward(S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
                              S->v + s0 * d.kvd, len, 0, len, d.kvd, d.nh, d.nkv, d.hd, m->attn_scale, Ly->window);
     }
+    probe(e, S->q, n * d.qd, l, "self_attn q after norm/RoPE", "");
+    probe(e, S->k, n * d.kvd, l, "self_attn k after norm/RoPE", "");
+    probe(e, S->attn, n * d.qd, l, "self_attn attention output (softmax(q·kᵀ)·v)", "");
     float *o = d.gem ? S->oraw : e->tH;
     proj_fwd(e, R, S, l, AF_PROJ_O, &Ly->wo, o, S->attn);
     if (d.gem) {
@@ -379,11 +401,14 @@ static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const 
         o = e->tH;
     }
     af_add(S->xmid, x, o, n * d.H);
+    probe(e, S->xmid, n * d.H, l, "residual stream after self_attn", "");
     af_rmsnorm_forward(S->h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+    probe(e, S->h2, n * d.H, l, "post_attention_layernorm output", "");
     proj_fwd(e, R, S, l, AF_PROJ_GATE, &Ly->w_gate, S->gate, S->h2);
     proj_fwd(e, R, S, l, AF_PROJ_UP, &Ly->w_up, S->up, S->h2);
     if (m->act_gelu) af_geglu_forward(e->act, S->gate, S->up, n * d.F);
     else af_swiglu_forward(e->act, S->gate, S->up, n * d.F);
+    probe(e, e->act, n * d.F, l, "mlp activation (act(gate)·up)", "");
     float *dn = d.gem ? S->draw : e->tH;
     proj_fwd(e, R, S, l, AF_PROJ_DOWN, &Ly->w_down, dn, e->act);
     if (d.gem) {
@@ -391,6 +416,7 @@ static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const 
         dn = e->tH;
     }
     af_add(xo, S->xmid, dn, n * d.H);
+    probe(e, xo, n * d.H, l, "output (residual stream after mlp)", "");
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -546,6 +572,7 @@ static void frozen_prefix(af_engine *e, const run *R, const int32_t *tokens, flo
         if (m->embd_scale != 1.0f)
             for (int64_t i = 0; i < H; i++) row[i] *= m->embd_scale;
     }
+    probe(e, x, n * H, -1, "model.embed_tokens output", "");
     for (int32_t l = 0; l < lo; l++) {
         float *xo = l == lo - 1 ? out : x == e->dT ? e->dh : e->dT;
         layer_forward(e, R, l, &e->sets[0], x, xo);
@@ -655,7 +682,7 @@ static void forward_all(af_engine *e, const run *R, const af_batch *b, int save,
     const dims d = get_dims(m, e->lay);
     const int64_t n = R->n;
     const int32_t lo = e->lo;
-    if (lo > 0 && e->pc.max_bytes > 0) prefix_cached(e, R, b);
+    if (lo > 0 && e->pc.max_bytes > 0 && !e->probe) prefix_cached(e, R, b);
     else frozen_prefix(e, R, b->tokens, xs_at(e, lo, n));
     set_pos(e, b->seq_start, b->n_samples);
     for (int32_t l = lo; l < d.L; l++) {
@@ -663,10 +690,32 @@ static void forward_all(af_engine *e, const run *R, const af_batch *b, int save,
         layer_forward(e, R, l, S, xs_at(e, l, n), xs_at(e, l + 1, n));
     }
     af_rmsnorm_forward(e->hN, e->rstdN, xs_at(e, d.L, n), m->output_norm, n, d.H, m->cfg.rms_norm_eps);
+    probe(e, e->hN, n * d.H, -1, "model.norm output", "");
     af_pool_forward(pooled, e->hN, b->seq_start, b->n_samples, d.H, pool);
+    probe(e, pooled, b->n_samples * d.H, -1, "pooled hidden state", "");
     const af_param_layout *lay = e->lay;
     af_head_forward(logits, pooled, R->P + lay->head_w_off, R->P + lay->head_b_off, b->n_samples, d.H,
                     lay->num_classes);
+    probe(e, logits, (int64_t)b->n_samples * lay->num_classes, -1, "score output (logits)", "");
+}
+
+af_status af_engine_locate_nonfinite(af_engine *e, const float *P, const af_batch *b, const af_step_opts *o,
+                                     char *where, size_t cap) {
+    if (!e || !P || !b || !o || !where || !cap) return af_fail(AF_ERR_INVALID_ARG, "engine probe: NULL argument");
+    where[0] = 0;
+    AF_TRY(check_batch(e, b, 0));
+    AF_TRY(reserve(e, b->n_tok, 1));
+    const int64_t H = e->m->cfg.hidden_size;
+    float *buf = af_malloc(sizeof(float) * (size_t)(b->n_samples * (H + e->lay->num_classes)));
+    if (!buf) return af_fail(AF_ERR_NOMEM, "engine probe: out of memory");
+    run R = {P, b->seq_start, b->n_samples, b->n_tok, o->train && e->lay->lora.dropout > 0, o->dropout_seed};
+    e->probe = 1;
+    e->probe_at[0] = 0;
+    forward_all(e, &R, b, 0, buf, buf + b->n_samples * H, o->pooling);
+    e->probe = 0;
+    snprintf(where, cap, "%s", e->probe_at);
+    free(buf);
+    return AF_OK;
 }
 
 af_status af_engine_set_prefix_cache(af_engine *e, size_t max_bytes) {

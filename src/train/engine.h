@@ -73,6 +73,20 @@ af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, con
 af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch *b, const af_step_opts *o,
                          float grad_scale, double *loss, float *logits);
 
+/* Where a forward first produces a non-finite value (for the trainer's report of a skipped step;
+ * costs one forward with a scan after every stage, so call it only after a non-finite loss).
+ * Runs the forward of `b` as af_engine_step does (same P and dropout seed; the prefix cache is
+ * bypassed so every layer is recomputed) and writes to where [cap] the first stage, in
+ * computation order, whose output holds a NaN or Inf, named after transformers' modules:
+ * "model.embed_tokens output", "model.layers.3.input_layernorm output",
+ * "model.layers.3.self_attn.q_proj output (frozen weight product)" or "... output (after adding
+ * the LoRA correction)", "model.layers.3.self_attn attention output (softmax(q·kᵀ)·v)",
+ * "model.layers.3.mlp activation (act(gate)·up)", "model.layers.3.output (residual stream after
+ * mlp)", "model.norm output", "pooled hidden state", "score output (logits)"; "" when every stage
+ * is finite (then only the loss itself overflowed). Errors: as af_engine_forward. */
+af_status af_engine_locate_nonfinite(af_engine *e, const float *P, const af_batch *b, const af_step_opts *o,
+                                     char *where, size_t cap);
+
 /* Layer range and frozen prefix. Layers below lo = af_lora_lowest_layer(lay) (the first layer
  * with an adapter; af_engine_first_layer) are frozen: the step runs them forward without keeping
  * activations, keeps the residual stream only from layer lo up, and stops the backward at layer lo

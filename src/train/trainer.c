@@ -257,7 +257,14 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     }
     af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed};
     int32_t lmin = 0, lend = 0;
-    st = af_lora_parse_layers(o->lora_layers, t->model->cfg.num_hidden_layers, &lmin, &lend);
+    const int32_t n_layers = t->model->cfg.num_hidden_layers;
+    const char *lspec = o->lora_layers;
+    long top_n = 0;
+    char *end = NULL;
+    if (lspec && (!strncmp(lspec, "top", 3) || !strncmp(lspec, "last:", 5)))
+        top_n = strtol(lspec + (lspec[0] == 't' ? 3 : 5), &end, 10);
+    if (top_n > n_layers && end && !*end) lspec = "all"; /* default top10 on a smaller model: every layer */
+    st = af_lora_parse_layers(lspec, n_layers, &lmin, &lend);
     if (st != AF_OK) goto fail;
     st = af_param_layout_init_layers(&t->lay, t->model, &lc, t->num_classes > 0 ? t->num_classes : 1, lmin, lend);
     if (st != AF_OK) goto fail;

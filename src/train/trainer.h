@@ -12,8 +12,14 @@
  *   clip (the PRE-clip norm is reported); AdamW (optim.h) with lr = af_lr_at(schedule, g) and weight
  *   decay on everything except the head bias (transformers Trainer: no decay on biases / norms;
  *   LoRA A/B and the head weight are decayed). A step whose loss or gradient norm is not finite is
- *   skipped (no update; AdamW's t does not advance) and counted; max_nonfinite in a row stop the
- *   run with AF_ERR_RANGE naming the step and the last good checkpoint.
+ *   skipped (no update; AdamW's t does not advance), counted and logged (a "nonfinite" line in
+ *   metrics.jsonl and a "warn" line on the log) with WHERE the non-finite value appeared: for a
+ *   non-finite loss, the first parameter tensor holding one, else the first forward stage that
+ *   produced one (af_engine_locate_nonfinite: e.g. "model.layers.3.self_attn.q_proj output (frozen
+ *   weight product)"); for a non-finite gradient, the first gradient tensor in backward order
+ *   (af_tr_nonfinite_tensor: e.g. "model.layers.3.mlp.down_proj.lora_B gradient"). max_nonfinite in
+ *   a row stop the run with AF_ERR_RANGE naming the step, the place of the first non-finite value
+ *   of that run of steps, and the last checkpoint saved after a finite step.
  *   Dropout masks use af_ctr_key(seed, g, micro-batch, 0x64726f70) as the engine's dropout seed,
  *   so there is no random-number stream state: shuffles and masks are pure functions of (seed,
  *   epoch/step), which is what makes an exact resume possible.
@@ -25,7 +31,9 @@
  *   metrics.jsonl           one JSON line per optimizer step {"type":"train","step","epoch","loss",
  *                           "acc","lr","grad_norm","samples_per_s","elapsed"[,"skipped":true]} and
  *                           per evaluation {"type":"eval","split":"val","step","epoch","accuracy",
- *                           "macro_f1","loss","ece"}; "step" counts optimizer steps from 1.
+ *                           "macro_f1","loss","ece"}; per skipped step {"type":"nonfinite","step",
+ *                           "where","loss","grad_norm" (strings: may be nan/inf),"consecutive",
+ *                           "skipped_total"}; "step" counts optimizer steps from 1.
  *   run.json                the caller's resolved configuration (config_json) + data summary.
  *   checkpoint-STEP/        PEFT adapter (adapter_model.safetensors, adapter_config.json,
  *                           afinar.json) + trainer_state.safetensors (params, AdamW m and v as F32;
@@ -34,7 +42,9 @@
  *                           directory, every file fsync'ed, then renamed into place (an existing
  *                           directory of the same name is swapped atomically with renameat2
  *                           RENAME_EXCHANGE where available), so a checkpoint directory is always
- *                           complete. Only the newest save_total_limit are kept.
+ *                           complete. Only the newest save_total_limit are kept (an old one is renamed
+ *                           to a hidden name before it is deleted). A killed run leaves at most
+ *                           hidden temporaries (".NAME.tmp-*"), removed when it resumes in place.
  *   best/, final/           adapters (same layout, no trainer state): best validation macro-F1
  *                           (the last step when there is no validation data) and the last step.
  *   curves.png              loss / accuracy curves via gnuplot when it is installed.
@@ -74,7 +84,7 @@ typedef struct af_trainer_opts {
     /* ---- LoRA and head ---- */
     const char *targets;         /* af_lora_parse_targets spec; NULL -> "qv" */
     const char *lora_layers;     /* af_lora_parse_layers spec ("all", "A-B", "topN"); default "top10";
-                                    NULL -> every layer */
+                                    NULL -> every layer; topN with N > the model's layers: every layer */
     int32_t lora_r;              /* 16 */
     double lora_alpha;           /* 32 */
     double lora_dropout;         /* 0.05 */

@@ -46,7 +46,9 @@ static int is_artifact(const char *n) {
     return !strcmp(n, "metrics.jsonl") || !strcmp(n, "run.json") || !strcmp(n, "best") || !strcmp(n, "final") ||
            !strcmp(n, "curves.png") || ckpt_step(n) >= 0;
 }
-static int is_stale_tmp(const char *n) { return n[0] == '.' && strstr(n, ".tmp-") != NULL; }
+static int is_stale_tmp(const char *n) {
+    return n[0] == '.' && (strstr(n, ".tmp-") != NULL || strstr(n, ".old-") != NULL || !strcmp(n, ".curves.png.tmp"));
+}
 
 int af_tr_dir_has_run(const char *dir, char *what, size_t cap) {
     if (cap) what[0] = 0;
@@ -94,6 +96,21 @@ af_status af_tr_clear_run(const char *dir) {
         char *p = af_path_join(dir, e->d_name);
         if (!p) st = af_fail(AF_ERR_NOMEM, "out of memory");
         else st = rm_tree(p);
+        free(p);
+    }
+    closedir(d);
+    return st;
+}
+
+af_status af_tr_clear_stale(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return AF_OK;
+    af_status st = AF_OK;
+    struct dirent *e;
+    while (st == AF_OK && (e = readdir(d))) {
+        if (!is_stale_tmp(e->d_name)) continue;
+        char *p = af_path_join(dir, e->d_name);
+        st = p ? rm_tree(p) : af_fail(AF_ERR_NOMEM, "out of memory");
         free(p);
     }
     closedir(d);
@@ -364,12 +381,17 @@ void af_tr_rotate(const af_trainer *t) {
     }
     closedir(d);
     qsort(steps, (size_t)n, sizeof *steps, cmp_i64);
+    static unsigned counter;
     for (int i = 0; i + keep < n; i++) {
-        char name[64];
+        /* Rename out of sight first (atomic), then delete: a kill during the deletion leaves a
+         * hidden temporary (removed by the next resume), never a half-deleted checkpoint-N. */
+        char name[64], hidden[128];
         snprintf(name, sizeof name, "checkpoint-%lld", (long long)steps[i]);
-        char *p = af_path_join(t->o.output_dir, name);
-        if (p) (void)rm_tree(p);
+        snprintf(hidden, sizeof hidden, ".%s.tmp-del-%ld-%u", name, (long)getpid(), counter++);
+        char *p = af_path_join(t->o.output_dir, name), *h = af_path_join(t->o.output_dir, hidden);
+        if (p && h && rename(p, h) == 0) (void)rm_tree(h);
         free(p);
+        free(h);
     }
 }
 

@@ -51,12 +51,25 @@ typedef struct af_run_state {
 
 #define AF_EMA_BETA 0.98
 
+/* ---- trainer_run.c ---- */
+/* Scan X [lay->n_total] (parameters or gradients) per tensor for NaN/Inf. Returns the number of
+ * tensors holding one and writes the first one's name to name [cap]: "model.layers.3.self_attn.
+ * q_proj.lora_A", "model.layers.3.mlp.down_proj.lora_B", "score.weight", "score.bias". Order:
+ * forward (backward = 0: layers upwards, q..down, A before B, then the head), or the order in which
+ * the backward computes gradients (backward = 1: the head, then layers downwards, down..q, B
+ * before A), so the name is where the non-finite value appeared first. */
+int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backward, char *name, size_t cap);
+
 /* ---- trainer_ckpt.c ---- */
 /* Whether `dir` holds artifacts of a run (metrics.jsonl, run.json, checkpoint-*, best, final);
  * `what` receives a short list for messages. */
 int af_tr_dir_has_run(const char *dir, char *what, size_t cap);
 /* Remove the run artifacts from `dir` (and stale hidden temporaries). Errors: AF_ERR_IO. */
 af_status af_tr_clear_run(const char *dir);
+/* Remove the hidden temporaries a killed run left in `dir` (".NAME.tmp-*", ".NAME.old-*",
+ * ".curves.png.tmp"; see af_tr_save_dir, af_tr_rotate, fsutil.h). Called when a run resumes in
+ * `dir`, so a second process must not be writing into the same directory. Errors: AF_ERR_IO. */
+af_status af_tr_clear_stale(const char *dir);
 /* Write adapter (+ state when rs != NULL) to OUT/<name> atomically (temp dir, rename/exchange). */
 af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, const float *M, const float *V,
                          const af_run_state *rs, const char *selected_by);

@@ -30,9 +30,53 @@ typedef struct loop {
     int64_t log_every;
     int live;            /* a '\r' line is on screen */
     char last_ckpt[1024];
+    char good_ckpt[1024];  /* newest checkpoint saved after a finite step (or the resumed one) */
+    char nf_where[224];  /* where the current step's non-finite value appeared ("" when finite) */
+    char nf_first[288];  /* "step N: <where>" of the first step of the current non-finite run */
 } loop;
 
 static double now(void) { return af_time_sec(); }
+
+/* Name of the parameter tensor k (0-based, in forward order: every LoRA A, B by layer and
+ * projection, then score.weight, score.bias) of `lay`, with its [off, off + len) range; 0 when k is
+ * past the last tensor or its slot is not targeted. */
+static int tensor_at(const af_param_layout *lay, int64_t k, char *name, size_t cap, int64_t *off, int64_t *len) {
+    const int64_t n_lora = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2;
+    if (k < n_lora) {
+        const int32_t l = (int32_t)(k / (AF_PROJ_COUNT * 2));
+        const af_proj p = (af_proj)(k / 2 % AF_PROJ_COUNT);
+        const int b = (int)(k % 2);
+        const af_lora_slot *s = af_lora_slot_at(lay, l, p);
+        if (s->a_off < 0) return 0;
+        snprintf(name, cap, "model.layers.%d.%s%s.lora_%c", (int)l, p <= AF_PROJ_O ? "self_attn." : "mlp.",
+                 af_proj_name(p), b ? 'B' : 'A');
+        *off = b ? s->b_off : s->a_off;
+        *len = b ? s->out * lay->lora.r : (int64_t)lay->lora.r * s->in;
+        return 1;
+    }
+    if (lay->head_w_off < 0 || k >= n_lora + 2) return 0;
+    snprintf(name, cap, k == n_lora ? "score.weight" : "score.bias");
+    *off = k == n_lora ? lay->head_w_off : lay->head_b_off;
+    *len = k == n_lora ? (int64_t)lay->num_classes * lay->hidden : lay->num_classes;
+    return 1;
+}
+
+int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backward, char *name, size_t cap) {
+    const int64_t nt = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2;
+    int found = 0;
+    if (cap) name[0] = 0;
+    for (int64_t i = 0; i < nt; i++) {
+        /* backward order: the head, then layers from the top; in a layer down..q, B before A */
+        const int64_t k = backward ? (i < 2 ? nt - 2 + i : nt - 3 - (i - 2)) : i;
+        char nm[128];
+        int64_t off = 0, len = 0;
+        if (!tensor_at(lay, k, nm, sizeof nm, &off, &len)) continue;
+        int bad = 0;
+        for (int64_t j = 0; j < len && !bad; j++) bad = !isfinite(X[off + j]);
+        if (bad && !found++ && cap) snprintf(name, cap, "%s", nm);
+    }
+    return found;
+}
 
 static double ema_shown(double v, int64_t n) { return n > 0 ? v / (1.0 - pow(AF_EMA_BETA, (double)n)) : NAN; }
 
@@ -107,6 +151,17 @@ static af_status train_step(loop *L, af_adamw *opt, int *finite, double *loss, d
         if (!isfinite(l)) {
             *finite = 0;
             lsum = l;
+            L->nf_where[0] = 0;
+            char nm[128];
+            int np = af_tr_nonfinite_tensor(&t->lay, L->P, 0, nm, sizeof nm);
+            if (np) snprintf(L->nf_where, sizeof L->nf_where, "%s parameter (%d tensor%s not finite)", nm, np,
+                             np > 1 ? "s" : "");
+            else {
+                char at[160];
+                AF_TRY(af_engine_locate_nonfinite(L->eng, L->P, &b, &so, at, sizeof at));
+                snprintf(L->nf_where, sizeof L->nf_where, "%s (forward, micro-batch %lld)", at[0] ? at : "loss",
+                         (long long)(j - mb0));
+            }
             break;
         }
         lsum += l * m;
@@ -128,7 +183,14 @@ static af_status train_step(loop *L, af_adamw *opt, int *finite, double *loss, d
     *n_step_out = n_step;
     if (!o->head_bias) memset(L->G + t->lay.head_b_off, 0, sizeof(float) * (size_t)C);
     *gn = *finite ? af_clip_grad_norm(L->G, n_total, o->max_grad_norm > 0 ? o->max_grad_norm : 0) : NAN;
-    if (!isfinite(*gn)) *finite = 0;
+    if (*finite && !isfinite(*gn)) {
+        *finite = 0;
+        char nm[128];
+        int ng = af_tr_nonfinite_tensor(&t->lay, L->G, 1, nm, sizeof nm);
+        if (ng) snprintf(L->nf_where, sizeof L->nf_where, "%s gradient (first in backward order; %d tensor%s not "
+                         "finite)", nm, ng, ng > 1 ? "s" : "");
+        else snprintf(L->nf_where, sizeof L->nf_where, "gradient norm");
+    }
     *lr = af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total);
     if (*finite) {
         opt->t = L->rs.adam_t;
@@ -183,6 +245,7 @@ static af_status save_checkpoint(loop *L) {
     af_status st = af_tr_save_dir(L->t, name, L->P, L->M, L->V, &rs, NULL);
     if (st != AF_OK) return st;
     snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s/%s", L->t->o.output_dir, name);
+    if (L->rs.nonfinite_run == 0) snprintf(L->good_ckpt, sizeof L->good_ckpt, "%s", L->last_ckpt);
     af_tr_rotate(L->t);
     return AF_OK;
 }
@@ -240,7 +303,7 @@ static af_status prepare_output(af_trainer *t, const char *ckpt, char **owned_ou
     if (af_tr_dir_has_run(o->output_dir, what, sizeof what)) {
         char a[PATH_MAX], b[PATH_MAX];
         int same = parent && realpath(parent, a) && realpath(o->output_dir, b) && !strcmp(a, b);
-        if (same) st = AF_OK;
+        if (same) st = af_tr_clear_stale(o->output_dir); /* resuming in place: a killed run's temporaries */
         else if (o->overwrite) st = af_tr_clear_run(o->output_dir);
         else
             st = af_fail(AF_ERR_INVALID_ARG,
@@ -324,6 +387,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     }
     if (st != AF_OK) goto out;
     if (ckpt) snprintf(L.last_ckpt, sizeof L.last_ckpt, "%s", ckpt);
+    if (ckpt) snprintf(L.good_ckpt, sizeof L.good_ckpt, "%s", ckpt);
     L.tty = o->progress_tty >= 0 ? o->progress_tty : (o->log && isatty(fileno(o->log)));
     L.log_every = o->log_every > 0 ? o->log_every : (t->total >= 20 ? t->total / 20 : 1);
     if (o->log) {
@@ -360,22 +424,33 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         if (!finite) {
             rs->nonfinite_run++;
             rs->n_nonfinite++;
+            if (rs->nonfinite_run == 1 || !L.nf_first[0])
+                snprintf(L.nf_first, sizeof L.nf_first, "step %lld: %s", (long long)rs->step, L.nf_where);
+            snprintf(line, sizeof line,
+                     "{\"type\":\"nonfinite\",\"step\":%lld,\"where\":\"%s\",\"loss\":\"%g\",\"grad_norm\":\"%g\","
+                     "\"consecutive\":%lld,\"skipped_total\":%lld}",
+                     (long long)rs->step, L.nf_where, loss, gn, (long long)rs->nonfinite_run, (long long)rs->n_nonfinite);
+            log_line(&L, line);
             if (o->log) {
                 end_live(&L);
-                fprintf(o->log, "warn  step %lld: loss or gradient not finite (loss %g, grad-norm %g): step skipped "
-                                "(%lld in a row)\n", (long long)rs->step, loss, gn, (long long)rs->nonfinite_run);
+                fprintf(o->log, "warn  step %lld: not finite in %s (loss %g, grad-norm %g): step skipped, parameters "
+                                "unchanged (%lld in a row)\n",
+                        (long long)rs->step, L.nf_where, loss, gn, (long long)rs->nonfinite_run);
+                fflush(o->log);
             }
             if (rs->nonfinite_run >= (o->max_nonfinite > 0 ? o->max_nonfinite : 1)) {
                 stop = AF_STOP_NONFINITE;
                 st = af_fail(AF_ERR_RANGE,
-                             "step %lld: loss or gradient not finite for %lld consecutive steps; stopped. Last good "
-                             "checkpoint: %s. Try a lower --lr (now %g) or --max-grad-norm 1",
-                             (long long)rs->step, (long long)rs->nonfinite_run,
-                             L.last_ckpt[0] ? L.last_ckpt : "none (no checkpoint saved yet)", o->lr);
+                             "step %lld: loss or gradient not finite for %lld consecutive steps; stopped. First "
+                             "non-finite value: %s. Last good checkpoint (saved after a finite step): %s. Try a lower --lr (now %g) or "
+                             "--max-grad-norm 1",
+                             (long long)rs->step, (long long)rs->nonfinite_run, L.nf_first,
+                             L.good_ckpt[0] ? L.good_ckpt : "none (no checkpoint saved yet)", o->lr);
                 break;
             }
         } else {
             rs->nonfinite_run = 0;
+            L.nf_first[0] = 0;
             rs->ema_loss = AF_EMA_BETA * rs->ema_loss + (1 - AF_EMA_BETA) * loss;
             rs->ema_acc = AF_EMA_BETA * rs->ema_acc + (1 - AF_EMA_BETA) * acc;
             rs->ema_n++;

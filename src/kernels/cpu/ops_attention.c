@@ -123,7 +123,9 @@ ATT_T512 static inline float dot_512(const float *a, const float *b, int64_t n) 
 #define EXP_P5 5.0000001201e-1f
 
 __attribute__((target("avx2,fma"))) static inline __m256 exp_256v(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    /* clamp with the constant first: maxps/minps return their SECOND operand when one is NaN, so
+     * a NaN input stays NaN (a NaN score must not become a zero weight: no silent divergence) */
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
     __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_C1), x);
@@ -154,7 +156,7 @@ ATT_T512 static inline void expblk_512(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.0f));
+        v = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), v)); /* NaN stays NaN */
         __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_C1), v);
