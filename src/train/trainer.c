@@ -62,10 +62,14 @@ static af_status copy_names(char ***dst, char *const *src, int32_t n) {
 static af_status load_text_data(af_trainer *t) {
     const af_trainer_opts *o = &t->o;
     const af_tokenizer *tok = af_model_tokenizer(t->model);
-    if (!tok)
-        return af_fail(AF_ERR_NOT_FOUND, "%s: the model has no usable tokenizer (%s); text data cannot be read",
-                       o->model_path ? o->model_path : "model",
-                       t->model->tok_error[0] ? t->model->tok_error : "no tokenizer.ggml.* keys");
+    if (!tok) {
+        const char *mp = o->model_path ? o->model_path : "model";
+        const char *why = t->model->tok_error[0] ? t->model->tok_error : "no tokenizer.ggml.* keys";
+        size_t lp = strlen(mp);
+        if (!strncmp(why, mp, lp) && !strncmp(why + lp, ": ", 2)) why += lp + 2; /* path said once */
+        return af_fail(AF_ERR_NOT_FOUND, "%s: the model has no usable tokenizer (%s); text data cannot be read", mp,
+                       why);
+    }
     char **names = NULL;
     int32_t n_names = 0;
     af_status st = AF_OK;
@@ -215,6 +219,17 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
         FAIL(AF_ERR_INVALID_ARG, "give either --val FILE or --val-split FRACTION, not both");
     if (!o->train_data && !o->train_path) FAIL(AF_ERR_INVALID_ARG, "no training data (--train FILE.jsonl)");
     if (!o->model && !o->model_path) FAIL(AF_ERR_INVALID_ARG, "no model (-m FILE.gguf)");
+    if (o->output_dir && !o->resume) { /* the output checks, before the data are read and reported */
+        struct stat ob;
+        char what[256];
+        if (stat(o->output_dir, &ob) == 0 && !S_ISDIR(ob.st_mode))
+            FAIL(AF_ERR_INVALID_ARG, "%s: exists and is not a directory", o->output_dir);
+        if (!o->overwrite && af_tr_dir_has_run(o->output_dir, what, sizeof what))
+            FAIL(AF_ERR_INVALID_ARG,
+                 "%s: holds another run (%s); use --overwrite to replace it, --resume %s to continue it, or "
+                 "another -o DIR",
+                 o->output_dir, what, o->output_dir);
+    }
     uint32_t targets = 0;
     st = af_lora_parse_targets(o->targets, &targets);
     if (st != AF_OK) goto fail;

@@ -351,8 +351,14 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         if (st == AF_OK) fsync_dir(o->output_dir);
     }
     if (st != AF_OK && tmp) {
+        /* name the final directory, not the temporary one the user never sees */
         char keep[1024];
-        snprintf(keep, sizeof keep, "%s", af_last_error());
+        const char *m = af_last_error();
+        size_t lt = strlen(tmp);
+        if (fin && !strncmp(m, tmp, lt))
+            snprintf(keep, sizeof keep, "%s%s (not saved; the previous %s is kept)", fin, m + lt, name);
+        else
+            snprintf(keep, sizeof keep, "%s", m);
         (void)rm_tree(tmp);
         af_fail(st, "%s", keep);
     }
