@@ -109,4 +109,4 @@ bench: all
 	bash bench/run_decode.sh
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz

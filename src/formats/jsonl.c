@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Longest line of a label-name file (labels.txt). */
+#define MAX_LABEL_LINE 65536
+
 void af_corpus_opts_init(af_corpus_opts *o) { memset(o, 0, sizeof *o); }
 
 static char *dup_str(const char *s, size_t n) {
@@ -92,11 +95,38 @@ void af_labels_free(char **names, int32_t n) {
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
+/* Reads one line (with its '\n', NUL bytes allowed) into *buf (grown as needed, never beyond
+ * maxl + 2 bytes, so a huge line is refused before it is allocated). Returns its length, -1 at end
+ * of file with nothing read, -2 when the line is longer than maxl bytes (the rest of it is left
+ * unread), -3 when out of memory. */
+static ssize_t read_line(FILE *fp, char **buf, size_t *cap, size_t maxl) {
+    size_t len = 0;
+    int ch;
+    while ((ch = getc_unlocked(fp)) != EOF) {
+        if (len >= maxl) return -2;
+        if (len + 2 > *cap) {
+            size_t nc = *cap ? *cap * 2 : 4096;
+            if (maxl < SIZE_MAX - 2 && nc > maxl + 2) nc = maxl + 2;
+            char *nb = realloc(*buf, nc);
+            if (!nb) return -3;
+            *buf = nb;
+            *cap = nc;
+        }
+        (*buf)[len++] = (char)ch;
+        if (ch == '\n') break;
+    }
+    if (len == 0) return -1;
+    (*buf)[len] = 0;
+    return (ssize_t)len;
+}
+
 /* Appends the trimmed name s[0..n) to m; errors name `where` (a file:line or "labels"). */
 static af_status add_label_name(name_map *m, const char *s, size_t n, const char *where) {
     while (n && is_space(*s)) s++, n--;
     while (n && is_space(s[n - 1])) n--;
     if (!n) return af_fail(AF_ERR_INVALID_ARG, "%s: empty label name", where);
+    /* A NUL inside a name (possible in labels.txt) would silently cut it short. */
+    if (memchr(s, 0, n)) return af_fail(AF_ERR_INVALID_ARG, "%s: label name contains a NUL byte", where);
     char *tmp = dup_str(s, n);
     if (!tmp) return af_fail(AF_ERR_NOMEM, "%s: out of memory", where);
     int32_t before = m->n, id = map_find(m, tmp);
@@ -153,8 +183,13 @@ af_status af_labels_read_file(const char *path, char ***names, int32_t *n) {
     ssize_t len;
     long ln = 0;
     af_status st = AF_OK;
-    while ((len = getline(&line, &cap, fp)) >= 0) {
+    while ((len = read_line(fp, &line, &cap, MAX_LABEL_LINE)) != -1) {
         ln++;
+        if (len < 0) {
+            st = len == -2 ? af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %d bytes", path, ln, MAX_LABEL_LINE)
+                           : af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
+            break;
+        }
         size_t k = 0;
         while (k < (size_t)len && is_space(line[k])) k++;
         if (k == (size_t)len) continue;
@@ -245,8 +280,8 @@ static af_status one_label(reader *r, long ln, const char *field, const cJSON *v
         return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected an integer or a string label, got %s", P, ln,
                        field, json_type(v));
     if (r->kind && kind != r->kind)
-        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': got a %s label but earlier lines use %s labels", P, ln,
-                       field, kind == 1 ? "integer" : "string", r->kind == 1 ? "integer" : "string");
+        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': got %s label but earlier lines use %s labels", P, ln,
+                       field, kind == 1 ? "an integer" : "a string", r->kind == 1 ? "integer" : "string");
     r->kind = kind;
     int32_t id;
     if (kind == 1) {
@@ -513,10 +548,14 @@ af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus
     size_t cap = 0;
     ssize_t len;
     long ln = 0;
-    while (st == AF_OK && (len = getline(&line, &cap, fp)) >= 0) {
+    while (st == AF_OK && (len = read_line(fp, &line, &cap, maxl)) != -1) {
         ln++;
-        if ((size_t)len > maxl) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes (%zd)", path, ln, maxl, len);
+        if (len == -2) {
+            st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, ln, maxl);
+            break;
+        }
+        if (len == -3) {
+            st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
             break;
         }
         size_t k = 0;

@@ -27,7 +27,8 @@
  *                  "FILE:LINE: line longer than N bytes", "FILE: no samples (empty data set)"
  *   AF_ERR_NOMEM, AF_ERR_INVALID_ARG (bad options, e.g. duplicate names in the label list).
  * Memory: the texts are kept (about the file size) plus O(lines) bookkeeping; one line at a time
- * is parsed.
+ * is parsed, and a line is never buffered beyond max_line_bytes (a longer one is refused before it
+ * is read whole). Label-name files: lines of at most 65536 bytes.
  */
 #ifndef AF_JSONL_H
 #define AF_JSONL_H
@@ -79,8 +80,9 @@ void af_corpus_free(af_corpus *c);
  * af_labels_parse_list: split "a,b,c" at commas (spaces around names are trimmed).
  * af_labels_read_file:  one name per line (labels.txt); trailing CR/spaces trimmed, blank lines
  *                       skipped.
- * Both reject empty lists and duplicate names (AF_ERR_INVALID_ARG / AF_ERR_FORMAT naming the name
- * and, for files, the line); AF_ERR_IO when the file cannot be read.
+ * Both reject empty lists, duplicate names and names holding a NUL byte (AF_ERR_INVALID_ARG /
+ * AF_ERR_FORMAT naming the name and, for files, the line); labels.txt lines longer than 65536
+ * bytes are refused (AF_ERR_FORMAT); AF_ERR_IO when the file cannot be read.
  * `*names`: malloc'ed array of `*n` malloc'ed strings; free with af_labels_free(names, n). */
 af_status af_labels_parse_list(const char *list, char ***names, int32_t *n);
 af_status af_labels_read_file(const char *path, char ***names, int32_t *n);

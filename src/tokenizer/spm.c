@@ -23,13 +23,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Value of a hex digit, or -1. */
+static int hexdigit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
 size_t af_spm_decode_token(const af_tokenizer *t, int32_t id, char *out) {
     const char *s = t->text + t->off[id];
     size_t len = t->off[id + 1] - t->off[id];
+    /* Token texts are not NUL-terminated, so the two hex digits are decoded by hand (sscanf would
+     * scan on for a NUL past the end of the text buffer). */
     if (t->type[id] == AF_TT_BYTE && len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
-        unsigned v;
-        if (sscanf(s + 3, "%2x", &v) == 1) {
-            out[0] = (char)v;
+        int hi = hexdigit(s[3]), lo = hexdigit(s[4]);
+        if (hi >= 0 && lo >= 0) {
+            out[0] = (char)(hi << 4 | lo);
             return 1;
         }
     }

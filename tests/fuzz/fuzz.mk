@@ -1,0 +1,37 @@
+# libFuzzer targets (clang). Included by the top Makefile.
+#   make fuzz-build                  build every target into build-fuzz/
+#   make fuzz [FUZZ_SECONDS=60]      build, then run each target for FUZZ_SECONDS on a copy of its
+#                                    seed corpus; non-zero exit if any target finds a crash/leak
+#   make fuzz FUZZ_TARGETS=gguf      only some targets
+# Library sources are compiled with clang -fsanitize=fuzzer-no-link,address,undefined and OpenMP
+# off; targets link with -fsanitize=fuzzer,address,undefined. See tests/fuzz/README.md.
+
+FUZZ_CC      ?= clang
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= gguf safetensors jsonl tok_bpe tok_spm adapter gguf_tok
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 -g $(FUZZ_SAN) -Wno-unknown-pragmas -Wno-source-uses-openmp
+# Only the modules the targets reach (the parsers and what they call); the kernels, model and
+# training code are not needed and are slow to build under the sanitizers.
+FUZZ_LIB_SRC := $(filter src/core/% src/formats/% src/tokenizer/% src/kernels/quant.c,$(LIB_SRC))
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+
+.PHONY: fuzz fuzz-build
+fuzz-build: $(FUZZ_BINS)
+
+$(FUZZ_BUILD)/obj/%.o: %.c $(shell find include src -name '*.h')
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/libafinar-fuzz.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_BUILD)/libafinar-fuzz.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itests -fsanitize=fuzzer -o $@ $< $(FUZZ_BUILD)/libafinar-fuzz.a \
+	  $(PKG_LIBS) -lm -lpthread
+
+fuzz: fuzz-build
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run_fuzz.sh $(FUZZ_TARGETS)
