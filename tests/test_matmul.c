@@ -245,6 +245,9 @@ static void test_types(void) {
         run_case(type, 1, big_in, 1536, &wi, &wf, &wt, &wd);
         run_case(type, 4, big_in, 576, &wi, &wf, &wt, &wd);
         run_case(type, 9, big_in, 576, &wi, &wf, &wt, &wd);
+        /* the packed GEMM (gemm_packed.c, AVX-512; the f32 GEMMs: 203 x 130 x 600 below): ragged rows (37 = 4x8+5) and columns
+         * (1100 = 34x32+12), several K-chunks of 256 for xwt (in 768) and dyw (K = out) */
+        run_case(type, 37, 768, 1100, &wi, &wf, &wt, &wd);
         /* out >= 4*in: dyw streams rows with per-thread accumulators */
         run_case(type, 17, bs == 256 ? 256 : 64, 1100, &wi, &wf, &wt, &wd);
         printf("%-5s worst err/tol: f32 decode %.3f (rel %.2e), int8 decode %.3f (rel %.2e), "
@@ -256,7 +259,8 @@ static void test_types(void) {
 /* ---- f32 GEMMs vs naive f64 ---- */
 static void test_gemm(void) {
     static const int64_t SZ[][3] = {{1, 1, 1}, {3, 5, 7}, {8, 32, 16}, {17, 33, 65}, {2, 16, 576},
-                                    {64, 16, 576}, {130, 70, 300}, {5, 100, 3}, {33, 1, 9}};
+                                    {64, 16, 576}, {130, 70, 300}, {5, 100, 3}, {33, 1, 9},
+                                    {203, 130, 600}};
     for (size_t si = 0; si < sizeof SZ / sizeof SZ[0]; si++) {
         int64_t m = SZ[si][0], n = SZ[si][1], k = SZ[si][2];
         float *a = malloc(sizeof(float) * (size_t)(m * k)), *b = malloc(sizeof(float) * (size_t)(n * k));

@@ -21,6 +21,8 @@
  * af_matmul_dyw dequantizes 32 KiB tiles of W and runs the same micro-kernel with P = W rows:
  * split over column chunks of dx (each thread owns its columns), or, for n <= 4 or out >= 4*in,
  * over row ranges of W streamed sequentially into per-thread dx copies summed at the end.
+ * On the AVX-512 path, large products (training, prompts) go to gemm_packed.c instead: B packed
+ * once per call (dequantized), A packed per block, an 8x32 micro-kernel on contiguous operands.
  * Threads: OpenMP over disjoint output tiles (rows of y for xwt, columns of dx for dyw); the
  * f32 GEMMs also split tokens when there are too few column panels.
  */
@@ -28,6 +30,7 @@
 
 #include "core/core.h"
 #include "core/threads.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/quant.h"
 
@@ -79,7 +82,7 @@ static void dot_scalar(int64_t n, int64_t k, const float *x, int64_t ldx, const 
     }
 }
 
-static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, dot_scalar, NULL, NULL};
+static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, dot_scalar, NULL, NULL, NULL};
 
 static const af_mm_ops *ops_get(void) {
 #if defined(__x86_64__)
@@ -286,6 +289,10 @@ void af_matmul_xwt(float *y, const float *x, const void *w, uint32_t type, int64
         xwt_dot(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
         return;
     }
+    if (af_gp_usable(ops, n, out, in) &&
+        af_gp_gemm(ops, y, out, x, in, 1, w, type, (int64_t)rb, 1, n, out, in, accumulate,
+                   threads_for((double)n * in * out)))
+        return;
     xwt_tiles(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
 }
 
@@ -351,6 +358,9 @@ void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int
     if (nchunk < 2 * nth) mb = ((n + nth - 1) / nth + 7) / 8 * 8;
     int64_t ntb = (n + mb - 1) / mb;
     const uint8_t *wb = (const uint8_t *)w;
+    if (n > AF_MM_DECODE_N && af_gp_usable(ops, n, in, out) &&
+        af_gp_gemm(ops, dx, in, dy, out, 1, w, type, (int64_t)rb, 0, n, in, out, accumulate, nth))
+        return;
     /* few tokens or many rows: stream W rows (private accumulators) instead of column chunks */
     if ((n <= AF_MM_DECODE_N || out >= 4 * in) && (double)n * in * nth <= 4e6 &&
         dyw_rows(ops, dx, dy, wb, type, n, in, out, rb, accumulate))
@@ -385,7 +395,12 @@ void af_gemm_ab(float *c, const float *a, const float *b, int64_t m, int64_t n, 
         zero_or_keep(c, m, n, accumulate);
         return;
     }
-    gemm_strided(ops_get(), c, n, a, k, 1, b, n, m, n, k, accumulate);
+    const af_mm_ops *ops = ops_get();
+    if (af_gp_usable(ops, m, n, k) &&
+        af_gp_gemm(ops, c, n, a, k, 1, b, AF_TYPE_F32, n * (int64_t)sizeof(float), 0, m, n, k, accumulate,
+                   threads_for((double)m * n * k)))
+        return;
+    gemm_strided(ops, c, n, a, k, 1, b, n, m, n, k, accumulate);
 }
 
 void af_gemm_atb(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
@@ -395,5 +410,10 @@ void af_gemm_atb(float *c, const float *a, const float *b, int64_t m, int64_t n,
         zero_or_keep(c, m, n, accumulate);
         return;
     }
-    gemm_strided(ops_get(), c, n, a, 1, m, b, n, m, n, k, accumulate);
+    const af_mm_ops *ops = ops_get();
+    if (af_gp_usable(ops, m, n, k) &&
+        af_gp_gemm(ops, c, n, a, 1, m, b, AF_TYPE_F32, n * (int64_t)sizeof(float), 0, m, n, k, accumulate,
+                   threads_for((double)m * n * k)))
+        return;
+    gemm_strided(ops, c, n, a, 1, m, b, n, m, n, k, accumulate);
 }

@@ -214,7 +214,7 @@ static AF_MM_TARGET bool decode_f32_256(uint32_t type, const uint8_t *w, int64_t
     return true;
 }
 
-const af_mm_ops af_mm_ops_avx2 = {16, panel256, mm_dequant, mm_dot, mm_decode, decode_f32_256};
+const af_mm_ops af_mm_ops_avx2 = {16, panel256, mm_dequant, mm_dot, mm_decode, decode_f32_256, NULL};
 
 #else
 typedef int af_matmul_avx2_empty; /* ISO C forbids an empty translation unit */

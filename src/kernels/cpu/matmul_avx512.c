@@ -372,7 +372,42 @@ static AF_MM_TARGET bool decode_f32_512(uint32_t type, const uint8_t *w, int64_t
     return true;
 }
 
-const af_mm_ops af_mm_ops_avx512 = {32, panel512, mm_dequant, mm_dot, decode512, decode_f32_512};
+/* ---------------------------------------------------------------- packed GEMM micro-kernel */
+
+/* ops.ukernel (gemm_packed.c): an 8 x 32 tile of C over one K-chunk, both operands packed and
+ * contiguous: per k, two aligned zmm of B and eight broadcasts of A feed 16 independent FMA
+ * chains (enough to cover the FMA latency on two 512-bit FMA pipes). Padded rows/columns of the
+ * packed operands are zero; only mr rows and nr columns of C are read and written. */
+static AF_MM_TARGET void ukernel512(int mr, int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                                    int nr, int accumulate) {
+    __m512 a0[8], a1[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) a0[i] = a1[i] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < kc; kk++) {
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            __m512 x = _mm512_set1_ps(ap[i]);
+            a0[i] = _mm512_fmadd_ps(x, b0, a0[i]);
+            a1[i] = _mm512_fmadd_ps(x, b1, a1[i]);
+        }
+        ap += 8;
+        bp += 32;
+    }
+    __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
+    __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+    for (int i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        if (accumulate) {
+            a0[i] = _mm512_add_ps(a0[i], _mm512_maskz_loadu_ps(m0, ci));
+            a1[i] = _mm512_add_ps(a1[i], _mm512_maskz_loadu_ps(m1, ci + 16));
+        }
+        _mm512_mask_storeu_ps(ci, m0, a0[i]);
+        _mm512_mask_storeu_ps(ci + 16, m1, a1[i]);
+    }
+}
+
+const af_mm_ops af_mm_ops_avx512 = {32, panel512, mm_dequant, mm_dot, decode512, decode_f32_512, ukernel512};
 
 #else
 typedef int af_matmul_avx512_empty; /* ISO C forbids an empty translation unit */

@@ -56,6 +56,11 @@ typedef struct af_mm_ops {
     /* x: [n, in] f32 row-major, n in 1..AF_MM_DECODE_N; W rows of row_bytes bytes. */
     bool (*decode_f32)(uint32_t type, const uint8_t *w, int64_t row_bytes, int64_t o0, int64_t o1,
                        const float *x, int64_t in, int64_t n, float *y, int64_t ldy, int accumulate);
+    /* Packed micro-kernel of gemm_packed.c (NULL: not provided): C[i][j] (+)= sum_kk
+     * ap[kk*8 + i] * bp[kk*32 + j] for i < mr (<= 8), j < nr (<= 32); ap [kc][8], bp [kc][32],
+     * both 64-byte aligned; C row stride ldc; accumulate adds to C, else C is overwritten. */
+    void (*ukernel)(int mr, int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int nr,
+                    int accumulate);
 } af_mm_ops;
 
 /* Tests and benchmarks only: off sends f32 decode to the dequant + dot fallback (xwt_dot) even
