@@ -31,6 +31,12 @@ void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int
 void af_matmul_set_int8_activations(int on);
 int af_matmul_int8_activations(void);
 
+/* 1 when af_matmul_xwt(n, in, out) / af_matmul_dyw(n, in, out) on the current kernel path use the
+ * packed, cache-blocked GEMM (gemm_packed.c): it blocks the rows itself, packs W once per call and
+ * splits the work over the OpenMP threads, so callers should pass all rows in one call. The
+ * per-row results are the same whatever the row count n > 4 (no dependence on blocking). */
+int af_matmul_packed_path(int64_t n, int64_t in, int64_t out);
+
 /* Plain f32 GEMM helpers for activations and LoRA factors (row-major):
  * C[m, n] (+)= A[m, k] · B[n, k]ᵀ */
 void af_gemm_abt(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);

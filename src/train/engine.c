@@ -302,7 +302,8 @@ static int block_threads(void) {
 static void mm_blocks(const af_engine *e, int dyw, float *y, const float *x, const af_weight *w, int64_t n,
                       int accumulate) {
     const int64_t xw = dyw ? w->rows : w->cols, yw = dyw ? w->cols : w->rows;
-    const int64_t br = e->block_rows;
+    /* the packed GEMM blocks rows and threads by itself and packs W once per call: one call */
+    const int64_t br = af_matmul_packed_path(n, xw, yw) ? 0 : e->block_rows;
     int64_t nb = br > 0 ? (n + br / 2) / br : 1;
     const int nth = nb >= 2 ? block_threads() : 1;
     if (nth > 1 && nb >= nth) nb = (nb + nth - 1) / nth * nth; /* equal shares */
