@@ -11,10 +11,12 @@
  *       "LABEL ID ID ID ...". The first line is "# n NUM_SAMPLES classes NUM_CLASSES max_seq_len S".
  *       bench/train_peft.py reads the same file, so both systems see identical token ids.
  *
- *   bench_train train --model M --tokens F [--f32] [--targets qv|all-linear] [--r 16] [--alpha 32]
- *       [--batch 16] [--warmup 1] [--steps 3] [--threads 2] [--lr 2e-4] [--checkpointing]
+ *   bench_train train --model M --tokens F [--f32] [--bf16] [--targets qv|all-linear] [--r 16]
+ *       [--alpha 32] [--batch 16] [--warmup 1] [--steps 3] [--threads 2] [--lr 2e-4] [--checkpointing]
  *       Loads M (Q4_1 GGUF as stored; --f32: every matrix dequantized ONCE in memory to an f32
- *       copy, the engine then runs its f32-weight kernels), builds a LoRA layout on ALL layers
+ *       copy, the engine then runs its f32-weight kernels; --bf16: af_set_matmul_precision("bf16"),
+ *       bfloat16 operands with f32 accumulation in the large products, fails where the CPU lacks
+ *       AVX512_BF16), builds a LoRA layout on ALL layers
  *       (dropout 0, seed 42) with a classification head (mean pooling, no head bias, as
  *       transformers' score layer), no prefix cache, and runs warmup + steps optimizer steps on
  *       consecutive micro-batches of `batch` samples taken in file order (wrapping around). One
@@ -211,6 +213,7 @@ static int cmd_train(int argc, char **argv) {
         return 1;
     }
     af_set_num_threads(threads);
+    if (flag(argc, argv, "--bf16") && af_set_matmul_precision("bf16") != AF_OK) die("--bf16");
     const double t_load0 = af_time_sec();
     af_model *m = NULL;
     if (af_model_load(mp, &m) != AF_OK) die(mp);
@@ -280,9 +283,9 @@ static int cmd_train(int argc, char **argv) {
 
     printf("{\"system\": \"afinar\", \"base\": \"%s\", \"weight_type\": \"%s\", \"targets\": \"%s\", \"r\": %d, "
            "\"alpha\": %g, \"batch\": %d, \"max_seq_len\": %d, \"threads\": %d, \"checkpointing\": %s, "
-           "\"kernel_path\": \"%s\", \"warmup_steps\": %d, \"timed_steps\": %d, \"trainable_params\": %lld, ",
+           "\"kernel_path\": \"%s\", \"matmul_precision\": \"%s\", \"warmup_steps\": %d, \"timed_steps\": %d, \"trainable_params\": %lld, ",
            f32 ? "f32" : "gguf", f32 ? "f32 (dequantized in memory)" : af_type_name(m->layers[0].wq.type), targets,
-           r, alpha, B, ds->max_seq_len, threads, ckpt ? "true" : "false", af_cpu_features(), warm, steps,
+           r, alpha, B, ds->max_seq_len, threads, ckpt ? "true" : "false", af_cpu_features(), af_get_matmul_precision(), warm, steps,
            (long long)(n - ds->num_classes));
     printf("\"step_s\": [");
     for (int s = 0; s < total; s++) printf("%s%.6f", s ? ", " : "", dt[s]);

@@ -201,7 +201,7 @@ def main():
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--seq", default="128,512")
     ap.add_argument("--targets", default="qv,all-linear")
-    ap.add_argument("--systems", default="afinar-q4,torch-f32,afinar-f32,torch-bf16,afinar-q4-ckpt")
+    ap.add_argument("--systems", default="afinar-q4,afinar-q4-bf16,torch-f32,afinar-f32,torch-bf16,afinar-q4-ckpt")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--steps", default="2", help="timed steps, one number or one per --seq entry (e.g. 3,1)")
@@ -277,6 +277,8 @@ def main():
                         cmd.append("--f32")
                     if sy.endswith("ckpt"):
                         cmd.append("--checkpointing")
+                    if "bf16" in sy:
+                        cmd.append("--bf16")
                 else:
                     cmd = [py, "bench/train_peft.py", "train", "--hf", a.hf, "--tokens", tokfiles[S], "--targets",
                            tg, "--dtype", "bf16" if "bf16" in sy else "f32", "--batch", str(a.batch), "--warmup",
@@ -293,7 +295,7 @@ def main():
                 res["median_step_s"] = statistics.median(res["step_s"][a.warmup:])
                 res["achieved_gflops"] = fl["total"] / (res["timed_s"] / steps[S]) * 1e-9
                 res["mfu_f32"] = res["achieved_gflops"] / peak.get("f32_avx512_peak", float("nan"))
-                if sy == "torch-bf16" and "bf16_avx512_peak" in peak:
+                if sy.endswith("bf16") and "bf16_avx512_peak" in peak:
                     res["mfu_bf16"] = res["achieved_gflops"] / peak["bf16_avx512_peak"]
                 runs.append(res)
                 log(f"S={S} {tg:10s} {sy:15s} {res['samples_per_s']:.3f} samples/s {res['tokens_per_s']:.1f} tok/s "
@@ -370,13 +372,14 @@ def write_md(rep, path):
              "x torch f32 | x torch bf16 | CPU share |")
     L.append("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     names = {"afinar-q4": "afinar, Q4_1 base", "afinar-f32": "afinar, f32 base",
+             "afinar-q4-bf16": "afinar, Q4_1 base, bf16 compute",
              "afinar-q4-ckpt": "afinar, Q4_1, checkpointing", "torch-f32": "PyTorch f32",
              "torch-bf16": "PyTorch bf16 autocast"}
     groups = {}
     for r in runs:
         groups.setdefault((r["seq"], r["targets_set"]), {})[r["config"]] = r
     for (S, tg), g in groups.items():
-        for sy in ["afinar-q4", "afinar-f32", "afinar-q4-ckpt", "torch-f32", "torch-bf16"]:
+        for sy in ["afinar-q4", "afinar-q4-bf16", "afinar-f32", "afinar-q4-ckpt", "torch-f32", "torch-bf16"]:
             if sy not in g:
                 continue
             r = g[sy]

@@ -70,6 +70,20 @@ af_status af_set_kernel_path(const char *name);
  * the reference stack). Off by default. Process-wide; set before any model work. */
 void af_set_int8_activations(int on);
 
+/* Precision of the large matrix products (training steps, prompt evaluation; n > 4 rows):
+ *  "f32"  (default) f32 operands and accumulation, exact up to f32 summation order;
+ *  "bf16" operands rounded to bfloat16 (round to nearest even), products accumulated in f32 with
+ *         AVX512_BF16 VDPBF16PS, about 2x the f32 throughput; per product
+ *         |y - y_exact| <= (2^-8 + k 2^-24) sum_k |x_k||w_k|, like PyTorch's CPU bf16 autocast
+ *         of Linear layers. Elementwise ops, attention, norms, LoRA factors' small products,
+ *         the loss and the optimizer stay f32.
+ * "bf16" is refused with AF_ERR_UNSUPPORTED when the CPU lacks AVX512_BF16 or the kernel path
+ * is not avx512 (the f32 path stays in use). Process-wide; set before model work, not while
+ * kernels run. */
+af_status af_set_matmul_precision(const char *name);
+/* "f32" or "bf16": the precision in use. Static string. */
+const char *af_get_matmul_precision(void);
+
 /* Number of threads used by compute kernels (OpenMP). n <= 0 selects all available cores.
  * Without OpenMP support compiled in, this is a no-op and kernels run on one thread. */
 void af_set_num_threads(int n);

@@ -307,6 +307,149 @@ static void test_gemm(void) {
     }
 }
 
+/* ---- bf16 precision of the packed path (af_set_matmul_precision("bf16")) ---- */
+
+/* bfloat16 round to nearest even (finite inputs), as VCVTNEPS2BF16. */
+static double bf16_round(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+/* y = x·Wᵀ (xwt = 1, W [out, in]) or dx = dy·W (xwt = 0, W [out, in], dy [n, out]) in bf16
+ * against two f64 references: the exact product of the f32 operands, within the stated bound
+ * (2^-8 + k 2^-24) sum |a||b|, and the product of the bf16-rounded operands, within f32
+ * accumulation error only (k 2^-23 sum |a'||b'|) — the second fails if f32 were used instead. */
+static void bf16_case(uint32_t type, int xwt, int64_t n, int64_t in, int64_t out) {
+    float *wd = malloc(sizeof(float) * (size_t)(in * out));
+    uint8_t *w = make_w(type, out, in, wd);
+    int64_t k = xwt ? in : out, nc = xwt ? out : in;
+    float *x = malloc(sizeof(float) * (size_t)(n * k)), *y = malloc(sizeof(float) * (size_t)(n * nc));
+    float *y1 = malloc(sizeof(float) * (size_t)(n * nc)), *y2 = malloc(sizeof(float) * (size_t)(n * nc));
+    double *r = malloc(sizeof(double) * (size_t)(n * nc)), *tol = malloc(sizeof(double) * (size_t)(n * nc));
+    double *rb = malloc(sizeof(double) * (size_t)(n * nc)), *tolb = malloc(sizeof(double) * (size_t)(n * nc));
+    rand_vec(x, n * k, 1.f);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < nc; j++) {
+            double s = 0, a = 0, sb = 0, ab = 0;
+            for (int64_t kk = 0; kk < k; kk++) {
+                float wv = xwt ? wd[j * in + kk] : wd[kk * in + j];
+                double p = (double)x[t * k + kk] * wv, pb = bf16_round(x[t * k + kk]) * bf16_round(wv);
+                s += p;
+                a += fabs(p);
+                sb += pb;
+                ab += fabs(pb);
+            }
+            r[t * nc + j] = s;
+            tol[t * nc + j] = (ldexp(1, -8) + (double)k * ldexp(1, -24)) * a + 1e-30;
+            rb[t * nc + j] = sb;
+            tolb[t * nc + j] = (double)k * ldexp(1, -23) * ab + 1e-30;
+        }
+    char what[160];
+    snprintf(what, sizeof what, "bf16 %s %s n=%lld in=%lld out=%lld", xwt ? "xwt" : "dyw", af_type_name(type),
+             (long long)n, (long long)in, (long long)out);
+    CHECK(af_matmul_packed_path(n, in, out), "%s: takes the packed path", what);
+    if (xwt) af_matmul_xwt(y, x, w, type, n, in, out, 0);
+    else af_matmul_dyw(y, x, w, type, n, in, out, 0);
+    worst w1 = {0, 0}, w2 = {0, 0};
+    CHECK(check_vs(what, y, r, tol, n * nc, &w1), "%s: vs exact within (2^-8 + k 2^-24) sum|ab|", what);
+    CHECK(check_vs(what, y, rb, tolb, n * nc, &w2), "%s: vs bf16-rounded operands within k 2^-23 sum|ab|", what);
+    printf("  %s: err/bound %.3f (vs exact), %.3f (vs bf16 operands); rel %.2e\n", what, w1.ratio, w2.ratio, w1.rel);
+    /* same bits whatever the thread count and the row blocking (the engine relies on it) */
+    int th = af_get_num_threads();
+    af_set_num_threads(1);
+    if (xwt) af_matmul_xwt(y1, x, w, type, n, in, out, 0);
+    else af_matmul_dyw(y1, x, w, type, n, in, out, 0);
+    af_set_num_threads(th);
+    int64_t h = n / 2;
+    if (xwt) {
+        af_matmul_xwt(y2, x, w, type, h, in, out, 0);
+        af_matmul_xwt(y2 + h * nc, x + h * k, w, type, n - h, in, out, 0);
+    } else {
+        af_matmul_dyw(y2, x, w, type, h, in, out, 0);
+        af_matmul_dyw(y2 + h * nc, x + h * k, w, type, n - h, in, out, 0);
+    }
+    CHECK(!memcmp(y, y1, sizeof(float) * (size_t)(n * nc)), "%s: 1 thread == %d threads bitwise", what, th);
+    if (h > AF_MM_DECODE_N) /* blocks of <= 4 rows take the f32 decode path by design */
+        CHECK(!memcmp(y, y2, sizeof(float) * (size_t)(n * nc)), "%s: two row blocks == one call bitwise", what);
+    /* accumulate adds the same product */
+    for (int64_t i = 0; i < n * nc; i++) y1[i] = 1.0f;
+    if (xwt) af_matmul_xwt(y1, x, w, type, n, in, out, 1);
+    else af_matmul_dyw(y1, x, w, type, n, in, out, 1);
+    double worst_acc = 0;
+    for (int64_t i = 0; i < n * nc; i++) {
+        double d = fabs((double)y1[i] - 1.0 - y[i]) / (1e-6 * (1 + fabs(y[i])));
+        if (d > worst_acc) worst_acc = d;
+    }
+    CHECK(worst_acc <= 1, "%s: accumulate adds the product (worst %.3g of tol)", what, worst_acc);
+    /* a NaN in one input row reaches that output row and no other */
+    x[3 * k + 5] = NAN;
+    if (xwt) af_matmul_xwt(y1, x, w, type, n, in, out, 0);
+    else af_matmul_dyw(y1, x, w, type, n, in, out, 0);
+    int nan_row = 1, nan_other = 0;
+    for (int64_t j = 0; j < nc; j++) nan_row &= isnan(y1[3 * nc + j]) != 0;
+    for (int64_t i = 0; i < n * nc; i++)
+        if (i / nc != 3) nan_other |= isnan(y1[i]) != 0;
+    CHECK(nan_row && !nan_other, "%s: NaN propagates to its row only", what);
+    free(wd); free(w); free(x); free(y); free(y1); free(y2); free(r); free(tol); free(rb); free(tolb);
+}
+
+static void test_bf16(void) {
+    CHECK(!strcmp(af_get_matmul_precision(), "f32"), "default matmul precision is f32");
+    CHECK(af_set_matmul_precision("fp8") == AF_ERR_INVALID_ARG, "unknown precision refused");
+    if (path_ok[1]) { /* the f32 fallback: bf16 is refused on the AVX2 path and f32 stays in use */
+        af_set_kernel_path("avx2");
+        CHECK(af_set_matmul_precision("bf16") == AF_ERR_UNSUPPORTED, "bf16 refused on the avx2 path");
+        CHECK(!strcmp(af_get_matmul_precision(), "f32"), "precision stays f32 after a refusal");
+        af_set_kernel_path("auto");
+    }
+    if (af_set_matmul_precision("bf16") != AF_OK) {
+        CHECK(!strcmp(af_get_matmul_precision(), "f32"), "precision stays f32 without AVX512_BF16");
+        tl_skip("bf16 matmul: %s", af_last_error());
+        return;
+    }
+    CHECK(!strcmp(af_get_matmul_precision(), "bf16"), "precision reads back bf16");
+    static const uint32_t BT[] = {AF_TYPE_F32, AF_TYPE_F16, AF_TYPE_Q4_1, AF_TYPE_Q8_0, AF_TYPE_Q4_K, AF_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof BT / sizeof BT[0]; i++) {
+        bf16_case(BT[i], 1, 133, 512, 200);
+        bf16_case(BT[i], 0, 133, 512, 256);
+        bf16_case(BT[i], 1, 9, 256, 300);
+    }
+    /* K not a multiple of the 32-wide conversion step / of the K-chunk (f32 operands only) */
+    bf16_case(AF_TYPE_F32, 1, 133, 330, 200);
+    bf16_case(AF_TYPE_F32, 0, 77, 256, 330);
+    /* a later switch to a path without bf16 falls back to f32 (exact up to f32 rounding) */
+    if (path_ok[1]) {
+        af_set_kernel_path("avx2");
+        CHECK(!strcmp(af_get_matmul_precision(), "f32"), "bf16 not in use on the avx2 path");
+        int64_t m = 40, k = 256, n = 300;
+        float *a = malloc(sizeof(float) * (size_t)(m * k)), *b = malloc(sizeof(float) * (size_t)(n * k));
+        float *c = malloc(sizeof(float) * (size_t)(m * n));
+        rand_vec(a, m * k, 1.f);
+        rand_vec(b, n * k, 1.f);
+        af_gemm_abt(c, a, b, m, n, k, 0);
+        double worst_r = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0, ab = 0;
+                for (int64_t kk = 0; kk < k; kk++) {
+                    s += (double)a[i * k + kk] * b[j * k + kk];
+                    ab += fabs((double)a[i * k + kk] * b[j * k + kk]);
+                }
+                double e = fabs(c[i * n + j] - s) / (3e-5 * ab + 1e-6);
+                if (e > worst_r) worst_r = e;
+            }
+        CHECK(worst_r <= 1, "avx2 fallback with bf16 requested is f32-exact (worst %.3g of tol)", worst_r);
+        free(a); free(b); free(c);
+        af_set_kernel_path("auto");
+    }
+    af_set_matmul_precision("f32");
+}
+
 int main(void) {
     for (int p = 0; p < 3; p++) {
         path_ok[p] = af_set_kernel_path(PATHS[p]) == AF_OK;
@@ -316,5 +459,6 @@ int main(void) {
     printf("cpu: %s\n", af_cpu_features());
     test_gemm();
     test_types();
+    test_bf16();
     return tl_finish("test_matmul");
 }

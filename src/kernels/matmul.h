@@ -37,6 +37,13 @@ int af_matmul_int8_activations(void);
  * per-row results are the same whatever the row count n > 4 (no dependence on blocking). */
 int af_matmul_packed_path(int64_t n, int64_t in, int64_t out);
 
+/* Precision of the packed path (af_matmul_packed_path products): on = bfloat16 operands with f32
+ * accumulation (AVX512_BF16; error bound in gemm_packed_avx512.c). Returns 0 and changes nothing
+ * when bf16 is not available on this CPU / kernel path; 1 otherwise. af_matmul_bf16(): 1 when
+ * bf16 is in use. Process-wide; not thread-safe to change while kernels run. */
+int af_matmul_set_bf16(int on);
+int af_matmul_bf16(void);
+
 /* Plain f32 GEMM helpers for activations and LoRA factors (row-major):
  * C[m, n] (+)= A[m, k] · B[n, k]ᵀ */
 void af_gemm_abt(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);

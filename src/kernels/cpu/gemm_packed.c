@@ -5,20 +5,29 @@
  *
  *   C[m, N] (+)= A[m, K] · B[K, N]
  *
- *  - B is packed ONCE per call into column panels of AF_GP_NR = 32 columns, [N/32][K][32] f32
- *    (zero-padded at the right edge), dequantizing the weight rows on the way: for x·Wᵀ the panel
- *    holds Wᵀ (B[k][j] = W[j][k]), for dy·W it holds W (B[k][j] = W[k][j]); f32 operands with any
- *    row stride use the same code (type F32).
- *  - A is packed per task and per K-chunk of AF_GP_KC into row micro-panels [MC/8][KC][8]
- *    (zero-padded rows), so the micro-kernel reads both operands contiguously.
- *  - The micro-kernel (ops.ukernel, AVX-512 only) computes an 8 x 32 tile with 16 zmm
- *    accumulators over one K-chunk and adds into / stores C with masks at the edges.
- *  - Threads: OpenMP over (block of MC rows) x (group of panels) tasks; each element of C is
+ *  - B is packed ONCE per call into column panels of AF_GP_NR = 32 columns (zero-padded at the
+ *    right edge), dequantizing the weight rows on the way: for x·Wᵀ the panel holds Wᵀ
+ *    (B[k][j] = W[j][k]), for dy·W it holds W (B[k][j] = W[k][j]); f32 operands with any row
+ *    stride use the same code (type F32). f32: [N/32][K][32] floats; bf16: [N/32][K/2][32]
+ *    k-pairs (uint32 = bf16(B[2p][j]) | bf16(B[2p+1][j]) << 16).
+ *    The buffer is kept per calling thread and only grows, so repeated calls do not fault in
+ *    fresh pages (measured: page faults were ~10% of a training step when it was malloc'ed per
+ *    call).
+ *  - A is packed per (block of MC rows, K-chunk of AF_GP_KC) into row micro-panels
+ *    [MC/8][KC][8] (f32) or [MC/8][KC/2][8] (bf16 pairs), zero-padded rows, so the micro-kernel
+ *    reads both operands contiguously. The block (128 KiB f32) stays in L2 while every panel of
+ *    B passes through L1 (the BLIS loop order).
+ *  - Micro-kernels: ops.ukernel (f32 FMA, AVX-512) or af_gp_ukernel_bf16 (VDPBF16PS): an 8 x 32
+ *    tile of C with 16 zmm accumulators over one K-chunk, masked at the edges.
+ *  - Threads: OpenMP over tasks (block of MC rows) x (group of panels). A block is packed once per
+ *    task and K-chunk, so the column groups are only split (G > 1) when the row blocks alone do
+ *    not divide evenly over the threads; tasks are dealt round-robin. Each element of C is
  *    computed by one task in a fixed order (K-chunks ascending), so results do not depend on the
- *    thread count.
- * Used when the kernel path provides ops.ukernel, the product is large enough, and the packed B
- * fits in AF_GP_MAX_B bytes; otherwise the callers keep their tile paths. Exact up to f32
- * summation order (each C element is a sequential f32 FMA chain over k, chunked by AF_GP_KC).
+ *    thread count or the grouping.
+ * Precision: f32 (default) is exact up to f32 summation order (each C element is a sequential f32
+ * FMA chain over k, chunked by AF_GP_KC). bf16 (af_gp_set_bf16(1), CPUs with AVX512_BF16 only):
+ * A and B rounded to bfloat16 when packed, products accumulated in f32; error bound in
+ * gemm_packed_avx512.c.
  */
 #include "kernels/cpu/gemm_packed.h"
 
@@ -33,9 +42,26 @@
 #define GP_OMP(x)
 #endif
 
-#define MC 128               /* rows of A per task (packed block MC x KC = 128 KiB, in L2) */
-#define NG 4                 /* panels per task (128 columns of C) */
+#define MC 128               /* rows of A per task (packed block MC x KC = 128 KiB f32, in L2) */
 #define MAX_B (64u << 20)    /* largest packed B (bytes) this path allocates */
+
+static int g_bf16; /* requested precision; used only where af_gp_bf16_available() */
+
+bool af_gp_bf16_available(void) {
+#if defined(__x86_64__)
+    return af_kernel_path() == AF_KPATH_AVX512 && af_cpu()->avx512_bf16;
+#else
+    return false;
+#endif
+}
+
+bool af_gp_set_bf16(int on) {
+    if (on && !af_gp_bf16_available()) return false;
+    g_bf16 = on != 0;
+    return true;
+}
+
+int af_gp_bf16(void) { return g_bf16 && af_gp_bf16_available(); }
 
 int64_t af_gp_packed_b_floats(int64_t k, int64_t n) { return (n + AF_GP_NR - 1) / AF_GP_NR * AF_GP_NR * k; }
 
@@ -46,24 +72,59 @@ bool af_gp_usable(const af_mm_ops *ops, int64_t m, int64_t n, int64_t k) {
     return (double)af_gp_packed_b_floats(k, n) * sizeof(float) <= (double)MAX_B;
 }
 
-/* B panels from W[N, K] (rows of W are columns of B): bp[(j/32)*K*32 + kk*32 + j%32] = W[j][kk].
- * Rows are dequantized in K-chunks of AF_GP_KC (a multiple of every block size) into a buffer
- * and scattered with stride 32. */
-static void pack_b_trans(const af_mm_ops *ops, float *bp, const uint8_t *w, uint32_t type, size_t rb,
-                         int64_t n, int64_t k) {
+/* bf16 is used for this product: requested, available, and K even (pairs). */
+static bool use_bf16(int64_t k) { return af_gp_bf16() && k % 2 == 0; }
+
+/* ---------------------------------------------------------------- buffers */
+
+/* Grow-only buffer of the calling thread for the packed B (freed at thread exit by nobody: it
+ * lives as long as the thread, like a BLAS library's packing arena; at most MAX_B bytes). */
+static _Thread_local void *g_bp;
+static _Thread_local size_t g_bp_size;
+
+static void *bp_get(size_t bytes) {
+    if (bytes <= g_bp_size) return g_bp;
+    af_free_aligned(g_bp);
+    g_bp_size = 0;
+    g_bp = af_malloc_aligned(bytes);
+    if (g_bp) g_bp_size = bytes;
+    return g_bp;
+}
+
+void af_gp_release(void) {
+    af_free_aligned(g_bp);
+    g_bp = NULL;
+    g_bp_size = 0;
+}
+
+#if defined(__x86_64__)
+/* ---------------------------------------------------------------- packing (gemm_packed_avx512.c transposes) */
+
+/* B panels from W[N, K] (rows of W are columns of B): bp[(j/32)*K*32 + kk*32 + j%32] = W[j][kk]
+ * (f32), or pairs bp[(j/32)*(K/2)*32 + p*32 + j%32] = pair(W[j][2p], W[j][2p+1]) (bf16).
+ * 8 rows at a time are dequantized in K-chunks of AF_GP_KC (a multiple of every block size) and
+ * transposed into the panel (af_gp_tpack_*). */
+static void pack_b_trans(const af_mm_ops *ops, void *bpv, const uint8_t *w, uint32_t type, size_t rb,
+                         int64_t n, int64_t k, bool bf) {
     int64_t npan = (n + AF_GP_NR - 1) / AF_GP_NR;
+    int64_t pstride = bf ? k / 2 * AF_GP_NR : k * AF_GP_NR; /* dwords per panel */
     GP_OMP(omp for schedule(static))
     for (int64_t p = 0; p < npan; p++) {
-        float row[AF_GP_KC] __attribute__((aligned(64)));
-        float *dst = bp + p * k * AF_GP_NR;
+        float rows[8 * AF_GP_KC] __attribute__((aligned(64)));
+        uint32_t *dst = (uint32_t *)bpv + p * pstride;
         int64_t j0 = p * AF_GP_NR, nr = n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR;
-        if (nr < AF_GP_NR) memset(dst, 0, (size_t)(k * AF_GP_NR) * sizeof(float));
-        for (int64_t r = 0; r < nr; r++)
+        if (nr < AF_GP_NR) memset(dst, 0, (size_t)pstride * sizeof(uint32_t));
+        for (int64_t r0 = 0; r0 < nr; r0 += 8) {
+            int64_t rr = nr - r0 < 8 ? nr - r0 : 8;
+            const float *src[8];
+            for (int i = 0; i < 8; i++) src[i] = i < rr ? rows + i * AF_GP_KC : NULL;
             for (int64_t k0 = 0; k0 < k; k0 += AF_GP_KC) {
                 int64_t kc = k - k0 < AF_GP_KC ? k - k0 : AF_GP_KC;
-                ops->dequant(type, w, (int64_t)rb, j0 + r, 1, k0, kc, row, kc);
-                for (int64_t kk = 0; kk < kc; kk++) dst[(k0 + kk) * AF_GP_NR + r] = row[kk];
+                ops->dequant(type, w, (int64_t)rb, j0 + r0, rr, k0, kc, rows, AF_GP_KC);
+                if (bf) af_gp_tpack_bf16(src, kc, dst + (k0 / 2) * AF_GP_NR + r0, AF_GP_NR);
+                else af_gp_tpack_f32(src, kc, dst + k0 * AF_GP_NR + r0, AF_GP_NR);
             }
+        }
     }
 }
 
@@ -86,65 +147,112 @@ static void pack_b_rows(const af_mm_ops *ops, float *bp, const uint8_t *w, uint3
     }
 }
 
-/* A rows [t0, t0+mc) x columns [k0, k0+kc) -> ap[(t/8)][kk][t%8], zero rows past mc. */
-static void pack_a(float *ap, const float *a, int64_t sat, int64_t sak, int64_t t0, int64_t mc, int64_t k0,
-                   int64_t kc) {
-    int64_t nb = (mc + 7) / 8;
+/* A rows [t0, t0+mc) x columns [k0, k0+kc) -> ap[(t/8)][kk][t%8] (f32) or, bf16, pairs
+ * ap[(t/8)][kk/2][t%8] (kc even); zero rows past mc. Rows contiguous in k (sak == 1) go through
+ * the transposing packer; other strides are gathered into a row first. */
+static void pack_a(uint32_t *ap, const float *a, int64_t sat, int64_t sak, int64_t t0, int64_t mc, int64_t k0,
+                   int64_t kc, bool bf) {
+    int64_t nb = (mc + 7) / 8, bstride = bf ? kc / 2 * 8 : kc * 8;
+    float rows[8 * AF_GP_KC] __attribute__((aligned(64)));
     for (int64_t b = 0; b < nb; b++) {
-        float *dst = ap + b * kc * 8;
-        int64_t rows = mc - 8 * b < 8 ? mc - 8 * b : 8;
-        if (sak == 1) {
-            for (int64_t i = 0; i < rows; i++) {
-                const float *src = a + (t0 + 8 * b + i) * sat + k0;
-                for (int64_t kk = 0; kk < kc; kk++) dst[kk * 8 + i] = src[kk];
+        int64_t nrow = mc - 8 * b < 8 ? mc - 8 * b : 8;
+        const float *src[8];
+        for (int64_t i = 0; i < 8; i++) {
+            const float *ri = i < nrow ? a + (t0 + 8 * b + i) * sat + k0 * sak : NULL;
+            if (ri && sak != 1) {
+                for (int64_t kk = 0; kk < kc; kk++) rows[i * AF_GP_KC + kk] = ri[kk * sak];
+                ri = rows + i * AF_GP_KC;
             }
-        } else {
-            for (int64_t kk = 0; kk < kc; kk++) {
-                const float *src = a + (t0 + 8 * b) * sat + (k0 + kk) * sak;
-                for (int64_t i = 0; i < rows; i++) dst[kk * 8 + i] = src[i * sat];
-            }
+            src[i] = ri;
         }
-        for (int64_t i = rows; i < 8; i++)
-            for (int64_t kk = 0; kk < kc; kk++) dst[kk * 8 + i] = 0.f;
+        if (bf) af_gp_tpack_bf16(src, kc, ap + b * bstride, 8);
+        else af_gp_tpack_f32(src, kc, ap + b * bstride, 8);
     }
 }
+
+/* B pairs from W[K, N]: bp[(j/32)*(K/2)*32 + p*32 + j%32] = pair(W[2p][j], W[2p+1][j]). */
+static void pack_b_rows_bf16(const af_mm_ops *ops, uint32_t *bp, const uint8_t *w, uint32_t type, size_t rb,
+                             int64_t n, int64_t k) {
+    int64_t kp = k / 2;
+    GP_OMP(omp for schedule(static))
+    for (int64_t q = 0; q < kp; q++) {
+        float r0[AF_GP_KC] __attribute__((aligned(64))), r1[AF_GP_KC] __attribute__((aligned(64)));
+        uint32_t pr[AF_GP_KC] __attribute__((aligned(64)));
+        for (int64_t c0 = 0; c0 < n; c0 += AF_GP_KC) {
+            int64_t cc = n - c0 < AF_GP_KC ? n - c0 : AF_GP_KC;
+            ops->dequant(type, w, (int64_t)rb, 2 * q, 1, c0, cc, r0, cc);
+            ops->dequant(type, w, (int64_t)rb, 2 * q + 1, 1, c0, cc, r1, cc);
+            af_gp_bf16_pair_rows(r0, r1, pr, cc);
+            for (int64_t j = 0; j < cc; j += AF_GP_NR) {
+                int64_t p = (c0 + j) / AF_GP_NR, nr = cc - j < AF_GP_NR ? cc - j : AF_GP_NR;
+                uint32_t *dst = bp + p * kp * AF_GP_NR + q * AF_GP_NR;
+                memcpy(dst, pr + j, (size_t)nr * sizeof(uint32_t));
+                if (nr < AF_GP_NR) memset(dst + nr, 0, (size_t)(AF_GP_NR - nr) * sizeof(uint32_t));
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- driver */
 
 bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth) {
-    float *bp = af_malloc_aligned((size_t)af_gp_packed_b_floats(k, n) * sizeof(float));
+    const bool bf = use_bf16(k);
+    /* bf16 packs pairs of k into 32 bits: half the bytes of f32 */
+    size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * (bf ? sizeof(uint16_t) : sizeof(float));
+    uint32_t *bp = bp_get(bbytes);
     if (!bp) return false;
     const uint8_t *wb = (const uint8_t *)w;
-    int64_t npan = (n + AF_GP_NR - 1) / AF_GP_NR;
-    int64_t nmb = (m + MC - 1) / MC, ngr = (npan + NG - 1) / NG;
     if (nth < 1) nth = 1;
+    int64_t npan = (n + AF_GP_NR - 1) / AF_GP_NR;
+    int64_t pstride = bf ? k / 2 * AF_GP_NR : k * AF_GP_NR; /* dwords per B panel */
+    int64_t nmb = (m + MC - 1) / MC;
+    /* column groups: 1 (A packed once per block and chunk) unless the row blocks do not divide
+     * evenly over the threads; then nth groups, so that round-robin dealing is balanced */
+    int64_t ngr = (nmb % nth == 0) ? 1 : (nth < npan ? nth : npan);
+    int64_t gsz = (npan + ngr - 1) / ngr;
+    ngr = (npan + gsz - 1) / gsz;
     GP_OMP(omp parallel num_threads(nth))
     {
-        if (b_trans) pack_b_trans(ops, bp, wb, type, (size_t)ldw_bytes, n, k);
-        else pack_b_rows(ops, bp, wb, type, (size_t)ldw_bytes, n, k);
+        if (b_trans) pack_b_trans(ops, bp, wb, type, (size_t)ldw_bytes, n, k, bf);
+        else if (bf) pack_b_rows_bf16(ops, bp, wb, type, (size_t)ldw_bytes, n, k);
+        else pack_b_rows(ops, (float *)bp, wb, type, (size_t)ldw_bytes, n, k);
         /* implicit barrier of the omp for above */
-        float ap[MC * AF_GP_KC] __attribute__((aligned(64)));
-        GP_OMP(omp for schedule(static))
+        uint32_t ap[MC * AF_GP_KC] __attribute__((aligned(64)));
+        GP_OMP(omp for schedule(static, 1))
         for (int64_t task = 0; task < nmb * ngr; task++) {
             int64_t mb = task / ngr, g = task % ngr;
             int64_t t0 = mb * MC, mc = m - t0 < MC ? m - t0 : MC;
-            int64_t p0 = g * NG, p1 = p0 + NG < npan ? p0 + NG : npan;
+            int64_t p0 = g * gsz, p1 = p0 + gsz < npan ? p0 + gsz : npan;
             for (int64_t k0 = 0; k0 < k; k0 += AF_GP_KC) {
                 int64_t kc = k - k0 < AF_GP_KC ? k - k0 : AF_GP_KC;
                 int acc = k0 > 0 || accumulate;
-                pack_a(ap, a, sat, sak, t0, mc, k0, kc);
+                pack_a(ap, a, sat, sak, t0, mc, k0, kc, bf);
+                int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
                 for (int64_t p = p0; p < p1; p++) {
                     int64_t j0 = p * AF_GP_NR;
                     int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
-                    const float *bpp = bp + p * k * AF_GP_NR + k0 * AF_GP_NR;
+                    const uint32_t *bpp = bp + p * pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
                     for (int64_t i0 = 0; i0 < mc; i0 += 8) {
                         int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
-                        ops->ukernel(mr, kc, ap + (i0 / 8) * kc * 8, bpp, c + (t0 + i0) * ldc + j0, ldc, nr, acc);
+                        const uint32_t *api = ap + (i0 / 8) * ka * 8;
+                        float *ci = c + (t0 + i0) * ldc + j0;
+                        if (bf) af_gp_ukernel_bf16(mr, ka, api, bpp, ci, ldc, nr, acc);
+                        else ops->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, ldc, nr, acc);
                     }
                 }
             }
         }
     }
-    af_free_aligned(bp);
     return true;
 }
+
+#else /* not x86-64: no packed micro-kernel (ops.ukernel is NULL), so af_gp_usable is false */
+
+bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
+                int accumulate, int nth) {
+    return false;
+}
+#endif

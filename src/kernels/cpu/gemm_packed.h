@@ -27,9 +27,39 @@ bool af_gp_usable(const af_mm_ops *ops, int64_t m, int64_t n, int64_t k);
  *  b_trans = 0: B[kk][j] = W[kk][j] (W is [k, n], dy·W). Block types need the dequantized
  *  index (kk for b_trans, j otherwise) to start at multiples of AF_GP_KC, which holds.
  *  accumulate: add to C instead of overwriting it. nth: OpenMP threads (>= 1).
- * Returns false (C untouched) when the packed B cannot be allocated. Results do not depend on nth. */
+ * Returns false (C untouched) when the packed B cannot be allocated. Results do not depend on nth.
+ * Precision: f32, or bf16 operands when af_gp_bf16() and k is even (see below). */
 bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth);
+
+/* Precision of the packed path. af_gp_set_bf16(1) makes every af_gp_gemm with even K round A and
+ * B to bfloat16 (round to nearest even) and accumulate in f32 (VDPBF16PS); returns false and
+ * changes nothing when af_gp_bf16_available() is false (no AVX512_BF16, or a kernel path other
+ * than AVX-512). af_gp_bf16(): 1 when bf16 is requested and available. Process-wide, not
+ * thread-safe to change while kernels run. Default: f32. */
+bool af_gp_bf16_available(void);
+bool af_gp_set_bf16(int on);
+int af_gp_bf16(void);
+
+/* Frees the calling thread's packed-B buffer (kept between calls, grow-only, <= 64 MiB). */
+void af_gp_release(void);
+
+#if defined(__x86_64__)
+/* gemm_packed_avx512.c. bf16(x) = round-to-nearest-even of f32 x; a pair packs two consecutive k
+ * in 32 bits: bf16(x[k]) | bf16(x[k+1]) << 16.
+ * af_gp_tpack_f32:  dst[q*ldd + i] = src[i][q] for q < kc, i < 8 (AVX-512 path);
+ * af_gp_tpack_bf16: dst[q*ldd + i] = pair(src[i][2q], src[i][2q+1]) for q < kc/2, kc even
+ *                   (AVX512_BF16 only); src[i] NULL: zeros in column i.
+ * af_gp_bf16_pair_rows: dst[j] = pair(lo[j], hi[j]), j < n (hi NULL: 0) (AVX512_BF16 only).
+ * af_gp_ukernel_bf16: C[i][j] (+)= sum_p ap[p*8+i] . bp[p*32+j] (bf16 pair dot products, f32
+ * accumulation, VDPBF16PS) for i < mr <= 8, j < nr <= 32, p < kp; ap [kp][8], bp [kp][32]
+ * 64-byte aligned (AVX512_BF16 only). */
+void af_gp_tpack_f32(const float *const src[8], int64_t kc, uint32_t *dst, int64_t ldd);
+void af_gp_tpack_bf16(const float *const src[8], int64_t kc, uint32_t *dst, int64_t ldd);
+void af_gp_bf16_pair_rows(const float *lo, const float *hi, uint32_t *dst, int64_t n);
+void af_gp_ukernel_bf16(int mr, int64_t kp, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc,
+                        int nr, int accumulate);
+#endif
 
 #endif /* AF_GEMM_PACKED_H */

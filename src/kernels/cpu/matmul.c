@@ -272,6 +272,9 @@ static int g_int8_act;
 void af_matmul_set_int8_activations(int on) { g_int8_act = on != 0; }
 int af_matmul_int8_activations(void) { return g_int8_act; }
 
+int af_matmul_set_bf16(int on) { return af_gp_set_bf16(on) ? 1 : 0; }
+int af_matmul_bf16(void) { return af_gp_bf16(); }
+
 int af_matmul_packed_path(int64_t n, int64_t in, int64_t out) { return af_gp_usable(ops_get(), n, out, in); }
 
 void af_matmul_xwt(float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
