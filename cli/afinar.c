@@ -19,6 +19,11 @@ void cli_error(const char *cmd, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+void cli_set_bf16(const char *cmd) {
+    if (af_set_matmul_precision("bf16") != AF_OK)
+        fprintf(stderr, "afinar %s: warning: --bf16: %s; using f32 products\n", cmd, af_last_error());
+}
+
 int cli_fail(const char *cmd, af_status st) {
     const char *msg = af_last_error();
     fprintf(stderr, "afinar %s: %s\n", cmd, (msg && *msg) ? msg : af_status_name(st));

@@ -21,6 +21,7 @@ static void help(void) {
            "      --label-field NAME JSON field with the label(s) (default label / labels)\n"
            "      --batch N          samples per forward batch (default 16)\n"
            "      --json FILE        also write the metrics as JSON\n"
+           "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
            "  -t, --threads N        compute threads (default: all cores)\n");
 }
 
@@ -29,13 +30,14 @@ int cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *adapter = NULL, *data = NULL, *json_out = NULL, *text_field = NULL,
                *label_field = NULL;
     long batch = 16, threads = 0;
-    enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL };
+    enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_BF16 };
+    int bf16 = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"adapter", required_argument, 0, 'a'},
         {"data", required_argument, 0, O_DATA},      {"json", required_argument, 0, O_JSON},
         {"batch", required_argument, 0, O_BATCH},    {"text-field", required_argument, 0, O_TEXT},
         {"label-field", required_argument, 0, O_LABEL}, {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'}, {"bf16", no_argument, 0, O_BF16},               {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
@@ -49,6 +51,7 @@ int cmd_eval(int argc, char **argv) {
         case O_LABEL: label_field = optarg; break;
         case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &batch)) return 2; break;
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
+        case O_BF16: bf16 = 1; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
         default: cli_error(C, "unknown option '%s' (see 'afinar eval --help')", argv[optind - 1]); return 2;
@@ -63,6 +66,7 @@ int cmd_eval(int argc, char **argv) {
         return 2;
     }
     af_set_num_threads((int)threads);
+    if (bf16) cli_set_bf16(C);
     int rc = 1;
     /* a --json destination that cannot be written fails now, not after the evaluation; the file
      * itself is written atomically at the end (never half-written) */

@@ -19,6 +19,8 @@
 #include "afinar.h"
 #include "testlib.h"
 
+#include <cJSON.h>
+
 #include "lora/lora.h"
 #include "model/model.h"
 #include "train/engine.h"
@@ -172,6 +174,61 @@ int main(void) {
         CHECK_CLOSE("head dW", G + lay.head_w_off, dW, (size_t)(C * H), 1e-4 * mw, 0);
         CHECK_CLOSE("head db", G + lay.head_b_off, db, C, 1e-5, 1e-4);
     }
+    /* The same step with bf16 products (af_set_matmul_precision("bf16"): operands of the frozen-weight
+     * products rounded to bfloat16, f32 accumulation) against the f32 PEFT reference, next to
+     * PyTorch's own bf16 run of the same step (torch.autocast(cpu, bfloat16), fixture
+     * peft_smollm2_bf16_ref.json from make_peft_ref.py --bf16). Tolerance: afinar-bf16's deviation
+     * from f32 (loss, logits, per-tensor gradient norms; worst case over tensors) at most twice
+     * PyTorch-bf16's deviation from f32 plus 1e-3. */
+    if (af_set_matmul_precision("bf16") == AF_OK) {
+        float *G2 = calloc((size_t)lay.n_total, sizeof(float));
+        double loss2 = 0;
+        float logits2[64 * 64];
+        CHECK(af_engine_step(e, P, G2, &b, &o, 1.0f, &loss2, logits2) == AF_OK, "bf16 step: %s", af_last_error());
+        af_set_matmul_precision("f32");
+        char *js = tl_read_file("tests/fixtures/peft_smollm2_bf16_ref.json", NULL);
+        cJSON *root = js ? cJSON_Parse(js) : NULL;
+        const cJSON *tl = cJSON_GetObjectItem(root, "loss"), *tg = cJSON_GetObjectItem(root, "logits"),
+                    *tn = cJSON_GetObjectItem(root, "grad_norms");
+        if (CHECK(cJSON_IsNumber(tl) && cJSON_GetArraySize(tg) == (int)(B * C) &&
+                      cJSON_GetArraySize(tn) == (int)(nl * 7 * 2),
+                  "fixture tests/fixtures/peft_smollm2_bf16_ref.json")) {
+            double wl = 0, wlt = 0, wn = 0, wnt = 0;
+            for (int64_t i = 0; i < B * C; i++) {
+                wl = fmax(wl, fabs((double)logits2[i] - ref_logits[i]));
+                wlt = fmax(wlt, fabs(cJSON_GetArrayItem(tg, (int)i)->valuedouble - ref_logits[i]));
+            }
+            for (int l = 0; l < (int)nl; l++)
+                for (int p = 0; p < AF_PROJ_COUNT; p++) {
+                    const af_lora_slot *s = af_lora_slot_at(&lay, l, (af_proj)p);
+                    double na = 0, nb = 0;
+                    for (int64_t i = 0; i < rank * s->in; i++) na += (double)G2[s->a_off + i] * G2[s->a_off + i];
+                    for (int64_t i = 0; i < s->out * rank; i++) nb += (double)G2[s->b_off + i] * G2[s->b_off + i];
+                    for (int ab = 0; ab < 2; ab++) {
+                        int idx = (l * 7 + p) * 2 + ab;
+                        double mine = rel(sqrt(ab ? nb : na), ref_norms[idx]);
+                        double theirs = rel(cJSON_GetArrayItem(tn, idx)->valuedouble, ref_norms[idx]);
+                        wn = fmax(wn, mine);
+                        wnt = fmax(wnt, theirs);
+                        if (getenv("TL_VERBOSE"))
+                            printf("  bf16 layer %d %s |d%c| rel to f32: afinar %.2e, PyTorch %.2e\n", l,
+                                   af_proj_name((af_proj)p), ab ? 'B' : 'A', mine, theirs);
+                    }
+                }
+            double lt = rel(tl->valuedouble, ref_loss), la = rel(loss2, ref_loss);
+            CHECK(la <= 2 * lt + 1e-3, "bf16: loss rel to f32 %.2e (PyTorch bf16 %.2e)", la, lt);
+            CHECK(wl <= 2 * wlt + 1e-3, "bf16: logits worst abs to f32 %.2e (PyTorch bf16 %.2e)", wl, wlt);
+            CHECK(wn <= 2 * wnt + 1e-3, "bf16: grad norms worst rel to f32 %.2e (PyTorch bf16 %.2e)", wn, wnt);
+            CHECK(wn > 1e-5 || wl > 1e-6, "bf16 products differ from f32 (precision actually changed)");
+            printf("peft parity, bf16 products, deviation from f32 PEFT (afinar bf16 / PyTorch bf16 autocast): loss "
+                   "rel %.2e / %.2e, logits worst abs %.2e / %.2e, grad-norm worst rel %.2e / %.2e\n",
+                   la, lt, wl, wlt, wn, wnt);
+        }
+        cJSON_Delete(root);
+        free(js);
+        free(G2);
+    } else
+        tl_skip("bf16 parity: %s", af_last_error());
     /* AdamW steps */
     uint32_t n_steps = u32(&r);
     if (CHECK(n_steps >= 1 && n_steps < 20, "steps %u", n_steps)) {

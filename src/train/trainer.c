@@ -3,6 +3,7 @@
 #include "train/trainer_internal.h"
 
 #include "formats/jsonl.h"
+#include "kernels/matmul.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -234,6 +235,8 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     st = af_lora_parse_targets(o->targets, &targets);
     if (st != AF_OK) goto fail;
     if (o->threads != 0) af_set_num_threads(o->threads);
+    if (o->bf16 && af_set_matmul_precision("bf16") != AF_OK && o->log)
+        fprintf(o->log, "warning: --bf16: %s; training with f32 products\n", af_last_error());
     if (o->model) t->model = o->model;
     else {
         st = af_model_load(o->model_path, &t->model_owned);
@@ -353,6 +356,8 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
             l->lora.r, l->lora.alpha, l->scale, l->lora.dropout, tg, ly, l->num_classes, l->hidden,
             o->head_bias ? "+ bias" : "(no bias)", o->pooling == AF_POOL_LAST ? "last" : "mean",
             (long long)(l->n_total - (o->head_bias ? 0 : l->num_classes)), (double)t->n_model_params / 1e6);
+    fprintf(fp, "      matmul precision %s%s\n", af_get_matmul_precision(),
+            af_matmul_bf16() ? " (bfloat16 operands, f32 accumulation, in the frozen-weight products)" : "");
     if (t->class_w) {
         fprintf(fp, "      class weights (%s):", o->class_weights);
         for (int32_t c = 0; c < t->num_classes; c++) fprintf(fp, " %.3g", t->class_w[c]);

@@ -16,6 +16,11 @@ Setup (mirrored exactly by the C test):
     over every LoRA A/B and the head, 5 steps; the loss before each step and after the last.
 
 Run:  .venv-ref/bin/python tests/ref/make_peft_ref.py
+      .venv-ref/bin/python tests/ref/make_peft_ref.py --bf16
+        the first step only, under torch.autocast("cpu", dtype=torch.bfloat16) (Linear layers and
+        matmuls in bfloat16 with f32 accumulation): loss, logits and gradient norms to
+        tests/fixtures/peft_smollm2_bf16_ref.json, so the C test can compare afinar's bf16 products
+        with PyTorch's own bf16 deviation from float32.
 Output: tests/fixtures/peft_smollm2_ref.bin (little-endian):
   magic b"AFPP", u32 version=1, u32 n_samples, u32 n_classes, u32 r, u32 n_layers, u32 n_tok
   i32 seq_start[n_samples+1], i32 tokens[n_tok], i32 labels[n_samples]
@@ -25,8 +30,10 @@ Output: tests/fixtures/peft_smollm2_ref.bin (little-endian):
   f32 dW[n_classes, hidden], f32 db[n_classes]
   u32 n_steps, f64 losses[n_steps + 1]
 """
+import json
 import os
 import struct
+import sys
 
 import numpy as np
 import torch
@@ -37,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODELS = os.path.join(ROOT, "models")
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 OUT = os.path.join(ROOT, "tests", "fixtures", "peft_smollm2_ref.bin")
+OUT_BF16 = os.path.join(ROOT, "tests", "fixtures", "peft_smollm2_bf16_ref.json")
 
 PROJ = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 R, ALPHA, C = 4, 8.0, 3
@@ -72,7 +80,7 @@ def head_b(c):
     return (0.1 * np.arange(c, dtype=np.float64) - 0.1).astype(np.float32)
 
 
-def main():
+def main(bf16=False):
     torch.manual_seed(0)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     model = AutoModelForCausalLM.from_pretrained(MODELS, gguf_file=GGUF, dtype=torch.float32,
@@ -116,8 +124,13 @@ def main():
     params = [t for (_, _, A, B) in mods for t in (A, B)] + [W, b]
     opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     opt.zero_grad()
-    loss, logits = run()
-    loss.backward()
+    if bf16:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, logits = run()
+        loss.float().backward()
+    else:
+        loss, logits = run()
+        loss.backward()
     loss0 = float(loss.item())
     logits0 = logits.detach().numpy().astype(np.float32)
     norms = np.zeros((n_layers, 7, 2), dtype=np.float32)
@@ -127,6 +140,16 @@ def main():
         norms[l, p, 1] = float(torch.linalg.vector_norm(B.grad.double()))
         if (l, p) in FULL:
             full.append((l, p, A.shape[1], B.shape[0], A.grad.numpy().copy(), B.grad.numpy().copy()))
+    if bf16:
+        out = {"what": "PyTorch + PEFT, first step under torch.autocast(cpu, bfloat16); same setup as "
+                       "peft_smollm2_ref.bin", "torch": torch.__version__, "loss": float(loss.float().item()),
+               "logits": logits.detach().float().numpy().astype(np.float64).ravel().tolist(),
+               "grad_norms": norms.astype(np.float64).ravel().tolist()}
+        with open(OUT_BF16 + ".tmp", "w") as f:
+            json.dump(out, f)
+        os.replace(OUT_BF16 + ".tmp", OUT_BF16)
+        print("wrote", OUT_BF16, "loss", out["loss"])
+        return
     dW = W.grad.numpy().copy()
     db = b.grad.numpy().copy()
     losses = [loss0]
@@ -165,4 +188,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(bf16="--bf16" in sys.argv[1:])
