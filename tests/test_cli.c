@@ -23,8 +23,6 @@
 #include "testlib.h"
 #include "tinymodel.c"
 
-#include "formats/gguf.h"
-#include "formats/gguf_write.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -70,66 +68,15 @@ static int exists(const char *path) {
 
 /* ---------------------------------------------------------------- inputs */
 
-/* GPT-2 byte -> unicode code point (printable bytes map to themselves, the rest to 256 + k). */
-static unsigned byte_cp(unsigned b) {
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return b;
-    unsigned k = 0;
-    for (unsigned x = 0; x < b; x++)
-        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) k++;
-    return 256 + k;
-}
-
-#define N_VOCAB 258
-/* Tiny llama (tinymodel.c), with a byte-level gpt2 tokenizer (256 byte tokens, one merge,
+/* Tiny llama (tinymodel.c), with a byte-level gpt2 tokenizer (256 byte tokens, "ab", one merge,
  * <|endoftext|>) when with_tok. */
 static af_status write_model(const char *path, int with_tok) {
+    static const char *const extra[2] = {"ab", "<|endoftext|>"};
+    static const char *const merges[1] = {"a b"};
     tm_spec s = tm_default("llama", AF_TYPE_Q8_0);
-    s.vocab = N_VOCAB;
+    s.vocab = 256 + 2;
     s.seed = 5;
-    if (!with_tok) return tm_write(&s, path);
-    char base[700];
-    snprintf(base, sizeof base, "%s.base", path);
-    AF_TRY(tm_write(&s, base));
-    af_gguf *g = NULL;
-    AF_TRY(af_gguf_open(base, &g));
-    af_gguf_writer *w = NULL;
-    af_status st = af_gguf_writer_new(&w);
-    for (uint64_t i = 0; st == AF_OK && i < g->n_kv; i++) {
-        const af_gguf_kv *kv = &g->kv[i];
-        char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
-        if (kv->val.type == AF_GGUF_UINT32) st = af_gguf_writer_add_u32(w, key, (uint32_t)kv->val.v.u64);
-        else if (kv->val.type == AF_GGUF_FLOAT32) st = af_gguf_writer_add_f32(w, key, (float)kv->val.v.f64);
-        else if (kv->val.type == AF_GGUF_STRING) st = af_gguf_writer_add_strn(w, key, kv->val.v.str.ptr, kv->val.v.str.len);
-    }
-    static char toks[N_VOCAB][16];
-    const char *tp[N_VOCAB];
-    int32_t types[N_VOCAB];
-    for (unsigned b = 0; b < 256; b++) {
-        unsigned cp = byte_cp(b);
-        if (cp < 0x80) toks[b][0] = (char)cp, toks[b][1] = 0;
-        else toks[b][0] = (char)(0xC0 | (cp >> 6)), toks[b][1] = (char)(0x80 | (cp & 0x3F)), toks[b][2] = 0;
-    }
-    snprintf(toks[256], 16, "ab");
-    snprintf(toks[257], 16, "<|endoftext|>");
-    for (int i = 0; i < N_VOCAB; i++) tp[i] = toks[i], types[i] = i == 257 ? 3 : 1;
-    const char *merges[1] = {"a b"};
-    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
-    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.pre", "gpt2");
-    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tp, N_VOCAB);
-    if (st == AF_OK) st = af_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", AF_GGUF_INT32, types, N_VOCAB);
-    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, 1);
-    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 257);
-    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 257);
-    for (uint64_t i = 0; st == AF_OK && i < g->n_tensors; i++) {
-        const af_gguf_tensor *t = &g->tensors[i];
-        st = af_gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
-    }
-    if (st == AF_OK) st = af_gguf_writer_write_file(w, path);
-    af_gguf_writer_free(w);
-    af_gguf_close(g);
-    unlink(base);
-    return st;
+    return with_tok ? tm_write_bpe(&s, path, extra, 2, merges, 1) : tm_write(&s, path);
 }
 
 static const char *const k_names[3] = {"sport", "tech", "food"};

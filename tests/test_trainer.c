@@ -22,8 +22,6 @@
 #include "testlib.h"
 #include "tinymodel.c"
 
-#include "formats/gguf.h"
-#include "formats/gguf_write.h"
 #include "kernels/quant.h"
 #include "train/trainer_internal.h"
 
@@ -48,66 +46,15 @@ static const char *P_(const char *name) {
     return buf[k];
 }
 
-/* GPT-2 byte -> unicode code point (printable bytes map to themselves, the rest to 256 + k). */
-static unsigned byte_cp(unsigned b) {
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return b;
-    unsigned k = 0;
-    for (unsigned x = 0; x < b; x++)
-        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) k++;
-    return 256 + k;
-}
-static void put_cp(unsigned cp, char *out) {
-    if (cp < 0x80) out[0] = (char)cp, out[1] = 0;
-    else out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
-}
-
-#define N_VOCAB 259
-/* Tiny llama (tinymodel.c) + gpt2 tokenizer keys, written to `path`. */
+/* Tiny llama (tinymodel.c), with a byte-level gpt2 tokenizer (256 byte tokens, "ab", "Ġx", 2 merges,
+ * <|endoftext|>) when with_tok, written to `path`. */
 static af_status write_model(const char *path, int with_tok) {
+    static const char *const extra[3] = {"ab", "\xC4\xA0x", "<|endoftext|>"}; /* "Ġx" */
+    static const char *const merges[2] = {"a b", "\xC4\xA0 x"};
     tm_spec s = tm_default("llama", AF_TYPE_Q8_0);
-    s.vocab = N_VOCAB;
+    s.vocab = 256 + 3;
     s.seed = 77;
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.base", path);
-    AF_TRY(tm_write(&s, tmp));
-    if (!with_tok) return rename(tmp, path) == 0 ? AF_OK : AF_ERR_IO;
-    af_gguf *g = NULL;
-    AF_TRY(af_gguf_open(tmp, &g));
-    af_gguf_writer *w = NULL;
-    af_status st = af_gguf_writer_new(&w);
-    for (uint64_t i = 0; st == AF_OK && i < g->n_kv; i++) {
-        const af_gguf_kv *kv = &g->kv[i];
-        char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
-        if (kv->val.type == AF_GGUF_UINT32) st = af_gguf_writer_add_u32(w, key, (uint32_t)kv->val.v.u64);
-        else if (kv->val.type == AF_GGUF_FLOAT32) st = af_gguf_writer_add_f32(w, key, (float)kv->val.v.f64);
-        else if (kv->val.type == AF_GGUF_STRING) st = af_gguf_writer_add_strn(w, key, kv->val.v.str.ptr, kv->val.v.str.len);
-    }
-    static char toks[N_VOCAB][16];
-    const char *tp[N_VOCAB];
-    int32_t types[N_VOCAB];
-    for (unsigned b = 0; b < 256; b++) put_cp(byte_cp(b), toks[b]);
-    snprintf(toks[256], 16, "ab");
-    snprintf(toks[257], 16, "\xC4\xA0x"); /* "Ġx" */
-    snprintf(toks[258], 16, "<|endoftext|>");
-    for (int i = 0; i < N_VOCAB; i++) tp[i] = toks[i], types[i] = i == 258 ? 3 : 1;
-    const char *merges[2] = {"a b", "\xC4\xA0 x"};
-    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
-    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.pre", "gpt2");
-    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tp, N_VOCAB);
-    if (st == AF_OK) st = af_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", AF_GGUF_INT32, types, N_VOCAB);
-    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, 2);
-    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 258);
-    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 258);
-    for (uint64_t i = 0; st == AF_OK && i < g->n_tensors; i++) {
-        const af_gguf_tensor *t = &g->tensors[i];
-        st = af_gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes);
-    }
-    if (st == AF_OK) st = af_gguf_writer_write_file(w, path);
-    af_gguf_writer_free(w);
-    af_gguf_close(g);
-    unlink(tmp);
-    return st;
+    return with_tok ? tm_write_bpe(&s, path, extra, 3, merges, 2) : tm_write(&s, path);
 }
 
 static const char *const k_names[3] = {"sport", "tech", "food"};

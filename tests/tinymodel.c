@@ -65,7 +65,52 @@ static af_status tm_vector(af_gguf_writer *w, const char *name, int64_t n, uint6
     return st;
 }
 
-af_status tm_write(const tm_spec *s, const char *path) {
+/* Byte-level gpt2 tokenizer of tm_write_bpe. */
+typedef struct tm_bpe {
+    const char *const *extra, *const *merges;
+    int n_extra, n_merges;
+} tm_bpe;
+
+/* GPT-2 byte -> unicode code point (printable bytes map to themselves, the rest to 256 + k). */
+static unsigned tm_byte_cp(unsigned b) {
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return b;
+    unsigned k = 0;
+    for (unsigned x = 0; x < b; x++)
+        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) k++;
+    return 256 + k;
+}
+
+/* Add the tokenizer.* keys of `b` (see tm_write_bpe) for a vocabulary of 256 + b->n_extra. */
+static af_status tm_add_bpe(af_gguf_writer *w, const tm_bpe *b) {
+    const int n = 256 + b->n_extra;
+    char(*sym)[4] = malloc(sizeof *sym * 256);
+    const char **tp = malloc(sizeof *tp * (size_t)n);
+    int32_t *types = malloc(sizeof *types * (size_t)n);
+    af_status st = (sym && tp && types) ? AF_OK : AF_ERR_NOMEM;
+    for (int i = 0; st == AF_OK && i < n; i++) {
+        if (i < 256) { /* code points < 0x800: one or two UTF-8 bytes */
+            const unsigned cp = tm_byte_cp((unsigned)i);
+            if (cp < 0x80) sym[i][0] = (char)cp, sym[i][1] = 0;
+            else sym[i][0] = (char)(0xC0 | (cp >> 6)), sym[i][1] = (char)(0x80 | (cp & 0x3F)), sym[i][2] = 0;
+        }
+        tp[i] = i < 256 ? sym[i] : b->extra[i - 256];
+        types[i] = i == n - 1 ? 3 : 1; /* the last extra token: control (type 3), else normal */
+    }
+    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    if (st == AF_OK) st = af_gguf_writer_add_str(w, "tokenizer.ggml.pre", "gpt2");
+    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tp, (uint64_t)n);
+    if (st == AF_OK) st = af_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", AF_GGUF_INT32, types, (uint64_t)n);
+    if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", b->merges, (uint64_t)b->n_merges);
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(n - 1));
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(n - 1));
+    free(sym);
+    free(tp);
+    free(types);
+    return st;
+}
+
+/* tm_write, plus the tokenizer keys of `tok` (NULL: none) after the model keys. */
+static af_status tm_write_tok(const tm_spec *s, const char *path, const tm_bpe *tok) {
     af_gguf_writer *w;
     af_status st = af_gguf_writer_new(&w);
     if (st != AF_OK) return st;
@@ -92,8 +137,10 @@ af_status tm_write(const tm_spec *s, const char *path) {
         af_gguf_writer_add_f32(w, KEY("rope.freq_base_swa"), 10000.0f);
     }
 #undef KEY
+    if (tok) st = tm_add_bpe(w, tok);
     /* embeddings: F32, std ~ 1 (llama) or 1/sqrt(H) (gemma3 scales them by sqrt(H)) */
-    st = tm_matrix(w, "token_embd.weight", AF_TYPE_F32, s->vocab, H, gem ? 1.7f / sqrtf((float)H) : 1.7f, &rng);
+    if (st == AF_OK)
+        st = tm_matrix(w, "token_embd.weight", AF_TYPE_F32, s->vocab, H, gem ? 1.7f / sqrtf((float)H) : 1.7f, &rng);
     if (st == AF_OK) st = tm_vector(w, "output_norm.weight", H, &rng);
     const float wb = 1.0f; /* bound multiplier on 1/sqrt(in) */
     for (int l = 0; st == AF_OK && l < s->n_layer; l++) {
@@ -119,6 +166,18 @@ af_status tm_write(const tm_spec *s, const char *path) {
     if (st == AF_OK) st = af_gguf_writer_write_file(w, path);
     af_gguf_writer_free(w);
     return st;
+}
+
+af_status tm_write(const tm_spec *s, const char *path) {
+    return tm_write_tok(s, path, NULL);
+}
+
+af_status tm_write_bpe(const tm_spec *s, const char *path, const char *const *extra, int n_extra,
+                       const char *const *merges, int n_merges) {
+    if (n_extra < 1 || n_merges < 0 || s->vocab != 256 + n_extra)
+        return af_fail(AF_ERR_INVALID_ARG, "tm_write_bpe: vocab %d != 256 + %d extra tokens", s->vocab, n_extra);
+    const tm_bpe tok = {.extra = extra, .merges = merges, .n_extra = n_extra, .n_merges = n_merges};
+    return tm_write_tok(s, path, &tok);
 }
 
 af_status tm_load(const tm_spec *s, af_model **out) {

@@ -6,7 +6,8 @@
  * token_embd (F32), output_norm, and per layer attn_norm, attn_q/k/v/output, ffn_norm,
  * ffn_gate/up/down (+ attn_q_norm, attn_k_norm, post_attention_norm, post_ffw_norm for gemma3),
  * projection matrices quantized to `wtype` with af_quantize_row. No tokenizer (af_model_load
- * accepts that). Weights: U(-1/sqrt(in), 1/sqrt(in)) * wscale; norm weights 1 + U(-0.2, 0.2).
+ * accepts that) except with tm_write_bpe. Weights: U(-1/sqrt(in), 1/sqrt(in)) * wscale; norm
+ * weights 1 + U(-0.2, 0.2).
  */
 #ifndef AF_TINYMODEL_H
 #define AF_TINYMODEL_H
@@ -28,6 +29,17 @@ tm_spec tm_default(const char *arch, uint32_t wtype);
 
 /* Write the model to `path`. Errors: as af_gguf_writer_*. */
 af_status tm_write(const tm_spec *s, const char *path);
+
+/* Write the model to `path` (as tm_write) with a byte-level gpt2 BPE tokenizer
+ * (tokenizer.ggml.model and .pre "gpt2", keys after the model's, before the tensors): token ids
+ * 0..255 are the GPT-2 byte-to-unicode symbols of bytes 0..255 as UTF-8 (HF bytes_to_unicode),
+ * ids 256 + i are extra[i], i in [0, n_extra); all are normal tokens (type 1) except the last
+ * extra one, a control token (type 3) that is also the BOS and EOS id. merges: n_merges "left
+ * right" pairs (tokenizer.ggml.merges, highest priority first). The strings are only read.
+ * Errors: AF_ERR_INVALID_ARG unless s->vocab == 256 + n_extra and n_extra >= 1, n_merges >= 0;
+ * else as af_gguf_writer_*. */
+af_status tm_write_bpe(const tm_spec *s, const char *path, const char *const *extra, int n_extra,
+                       const char *const *merges, int n_merges);
 
 /* Write to a unique temporary file and load it; the file is removed after loading (the mapping
  * stays valid). *out: free with af_model_free. */

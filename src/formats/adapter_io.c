@@ -135,14 +135,18 @@ int af_adapter_qk_permuted(const char *architecture) {
     return architecture && strcmp(architecture, "llama") == 0;
 }
 
+int64_t af_adapter_qk_hf_row(int64_t row, int64_t head_dim) {
+    const int64_t h = row / head_dim, w = row % head_dim; /* w = GGUF row in the head = 2b + a */
+    return h * head_dim + (w % 2) * (head_dim / 2) + w / 2; /* HF row a*hd/2 + b */
+}
+
 void af_adapter_qk_rows(float *B, int64_t n_heads, int64_t head_dim, int64_t r, int to_hf, float *tmp) {
-    const int64_t half = head_dim / 2;
     const size_t row = (size_t)r * sizeof(float);
     for (int64_t h = 0; h < n_heads; h++) {
         float *hb = B + h * head_dim * r;
         memcpy(tmp, hb, (size_t)head_dim * row);
-        for (int64_t w = 0; w < head_dim; w++) { /* w = GGUF row in the head = 2b + a */
-            int64_t hf = (w % 2) * half + w / 2;  /* HF row a*hd/2 + b */
+        for (int64_t w = 0; w < head_dim; w++) { /* w: GGUF row in the head */
+            const int64_t hf = af_adapter_qk_hf_row(w, head_dim);
             if (to_hf) memcpy(hb + hf * r, tmp + w * r, row);
             else memcpy(hb + w * r, tmp + hf * r, row);
         }

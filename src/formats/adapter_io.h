@@ -159,8 +159,16 @@ typedef struct af_adapter_load_opts {
  * converter; the only such architecture afinar runs). 0 for NULL, "gemma3" and anything else. */
 int af_adapter_qk_permuted(const char *architecture);
 
+/* HF row of GGUF row `row` of a permuted q/k projection (llama.cpp LlamaModel.permute inverted,
+ * FORMATS.md §3.3): with row = h*head_dim + 2b + a (a in {0,1}, b in [0, head_dim/2)) it returns
+ * h*head_dim + a*head_dim/2 + b. The head h is kept, so row may index any head; rows in
+ * [0, head_dim) give the in-head map. head_dim must be even and > 0 (not checked). The single
+ * definition of the q/k row order, used by af_adapter_qk_rows and src/train/api.c. */
+int64_t af_adapter_qk_hf_row(int64_t row, int64_t head_dim);
+
 /* Reorder the rows of B [n_heads*head_dim, r] (row-major) in place between GGUF and HF order
- * (to_hf = 1: row GGUF (h*hd + 2b + a) moves to HF (h*hd + a*hd/2 + b); to_hf = 0: the inverse).
+ * (to_hf = 1: row GGUF (h*hd + 2b + a) moves to HF (h*hd + a*hd/2 + b), af_adapter_qk_hf_row;
+ * to_hf = 0: the inverse).
  * `tmp`: scratch of head_dim * r floats. head_dim must be even (not checked here). */
 void af_adapter_qk_rows(float *B, int64_t n_heads, int64_t head_dim, int64_t r, int to_hf, float *tmp);
 

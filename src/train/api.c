@@ -12,9 +12,9 @@
  *
  * Row order of q/k: on llama GGUF models (af_adapter_qk_permuted) the converter permuted the rows
  * of Wq/Wk per head, and the engine's LoRA acts on that order (FORMATS.md §3.3):
- *   GGUF row (h·hd + 2b + a)  <->  HF row (h·hd + a·hd/2 + b),  a ∈ {0,1}, b ∈ [0, hd/2).
- * Tensors handed out by name are converted here (copy_rows); adapter files are converted by
- * adapter_io (given the architecture and head counts); the flat vector of
+ *   GGUF row (h·hd + 2b + a)  <->  HF row (h·hd + a·hd/2 + b),  a ∈ {0,1}, b ∈ [0, hd/2)
+ * (af_adapter_qk_hf_row). Tensors handed out by name are converted here (copy_rows); adapter
+ * files are converted by adapter_io (given the architecture and head counts); the flat vector of
  * af_lora_trainer_get_params stays in the internal (GGUF) order.
  */
 #include "afinar.h"
@@ -85,18 +85,12 @@ void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o) {
     o->max_grad_norm = 1.0f;
 }
 
-/* HF row of internal row o of a permuted q/k lora_B (head_dim hd). */
-static inline int64_t hf_row(int64_t o, int64_t hd) {
-    const int64_t h = o / hd, w = o % hd;
-    return h * hd + (w % 2) * (hd / 2) + w / 2;
-}
-
 /* Copy the [rows, cols] block of tensor t from `src` to `dst` (block bases): internal -> PEFT row
  * order (to_peft) or back; rows move only for permuted q/k lora_B. */
 static void copy_rows(float *dst, const float *src, const tensor_desc *t, int64_t hd, int to_peft) {
     const size_t row = sizeof(float) * (size_t)t->cols;
     for (int64_t o = 0; o < t->rows; o++) {
-        const int64_t e = t->qk_rows ? hf_row(o, hd) : o;
+        const int64_t e = t->qk_rows ? af_adapter_qk_hf_row(o, hd) : o;
         if (to_peft)
             memcpy(dst + e * t->cols, src + o * t->cols, row);
         else

@@ -10,6 +10,8 @@
  *    flags bit 0 = add_special, bit 1 = parse_special. Oracles: status AF_OK, every id in
  *    [0, n_vocab), af_detokenize succeeds, and the round trip decode(encode(x)) == x whenever it
  *    must hold (see fz_tok_roundtrip_applies).
+ *  fz_tok_one(kind, data, size), fz_tok_init(kind, name): the bodies of the fuzz_tok_bpe and
+ *    fuzz_tok_spm targets, which differ only in `kind`.
  */
 #ifndef AF_FUZZ_TOK_H
 #define AF_FUZZ_TOK_H
@@ -182,6 +184,29 @@ static inline af_status fz_tok_encode(const af_tokenizer *t, unsigned flags, con
     }
     free(ids);
     return st;
+}
+
+/* The whole work for one input of fuzz_tok_bpe / fuzz_tok_spm (fz_tok_bpe_one / fz_tok_spm_one):
+ * byte 0 = flags (bit 0 add_special, bit 1 parse_special, bit 2 render_special), the rest = text,
+ * encoded with fz_tok_get(kind) through fz_tok_encode with the round-trip oracle on. An empty
+ * input does nothing. Returns fz_tok_encode's status (AF_OK when there is nothing to do). */
+static inline af_status fz_tok_one(int kind, const uint8_t *data, size_t size) {
+    int real = 0;
+    const af_tokenizer *t = fz_tok_get(kind, &real);
+    FZ_ASSERT(t != NULL);
+    if (!t || size == 0) return AF_OK;
+    return fz_tok_encode(t, data[0], data + 1, size - 1, 1);
+}
+
+/* LLVMFuzzerInitialize of the target `name` ("fuzz_tok_bpe" / "fuzz_tok_spm"): builds the
+ * tokenizer of `kind` once and prints on stderr whether it came from the model file, with its
+ * af_tokenizer_describe line. Returns 0, or 1 when no tokenizer could be built. */
+static inline int fz_tok_init(int kind, const char *name) {
+    int real = 0;
+    if (!fz_tok_get(kind, &real)) return 1;
+    fprintf(stderr, "%s: %s tokenizer: %s\n", name, real ? "model" : "synthetic",
+            af_tokenizer_describe(fz_tok_get(kind, NULL)));
+    return 0;
 }
 
 #endif /* AF_FUZZ_TOK_H */

@@ -5,26 +5,19 @@
  * The tokenizer is built once per process (fuzz_tok.h: real model file if present, else a small
  * generated vocabulary). Input: byte 0 = flags (bit 0 add_special, bit 1 parse_special, bit 2
  * render_special for the detokenize check), the rest is the text. Oracles: fuzz_tok.h
- * fz_tok_encode (ids in range, detokenize works, round trip where it must hold).
+ * fz_tok_encode (ids in range, detokenize works, round trip where it must hold); the body is
+ * fuzz_tok.h fz_tok_one / fz_tok_init.
  */
 #include "fuzz/fuzz_tok.h"
 
 af_status fz_tok_spm_one(const uint8_t *data, size_t size) {
-    int real = 0;
-    const af_tokenizer *t = fz_tok_get(FZ_TOK_SPM, &real);
-    FZ_ASSERT(t != NULL);
-    if (!t || size == 0) return AF_OK;
-    return fz_tok_encode(t, data[0], data + 1, size - 1, 1);
+    return fz_tok_one(FZ_TOK_SPM, data, size);
 }
 
 #ifndef FZ_NO_MAIN
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    int real = 0;
-    if (!fz_tok_get(FZ_TOK_SPM, &real)) return 1;
-    fprintf(stderr, "fuzz_tok_spm: %s tokenizer: %s\n", real ? "model" : "synthetic",
-            af_tokenizer_describe(fz_tok_get(FZ_TOK_SPM, NULL)));
-    return 0;
+    return fz_tok_init(FZ_TOK_SPM, "fuzz_tok_spm");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
