@@ -64,6 +64,7 @@ static const opt_def k_defs[] = {
     {"overwrite", K_BOOL, 0, 0, 0, NULL, "replace the run already in the output directory"},
     {"resume", K_STR, 0, 0, 0, "DIR", "continue exactly from a checkpoint (or a run directory's newest one)"},
     {"threads", K_INT, 't', 0, 1024, "N", "compute threads (default 0: all cores)"},
+    {"memory-limit", K_NUM, 0, 0, 1e9, "MIB", "refuse to start above this estimated peak (default: RAM or cgroup limit)"},
     {"bf16", K_BOOL, 0, 0, 0, NULL, "bfloat16 operands, f32 accumulation in the large products (AVX512_BF16; ~1.4x faster)"},
     {"max-nonfinite", K_INT, 0, 1, 1e6, "N", "stop after N consecutive non-finite steps (default 5)"},
     {"log-every", K_INT, 0, 0, BIG, "N", "progress line every N steps when stderr is not a terminal"},
@@ -343,6 +344,7 @@ static int to_opts(const char *cmd, train_cli *tc) {
         else if (IS("resume")) o->resume = s;
         else if (IS("threads")) o->threads = (int)v;
         else if (IS("bf16")) o->bf16 = b;
+        else if (IS("memory-limit")) o->memory_limit_mb = v;
         else if (IS("max-nonfinite")) o->max_nonfinite = (int32_t)v;
         else if (IS("log-every")) o->log_every = (int64_t)v;
         else if (IS("plot")) o->plot = b;

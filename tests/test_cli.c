@@ -618,6 +618,32 @@ static void test_output(void) {
               "check --lr 0: exit %d (want 1), stdout:\n%s", r.rc, r.out);
         run_free(&r);
     }
+    /* the memory estimate above --memory-limit: refused before anything is written, with the flag
+     * that would make it fit (checkpointing first, then smaller batches) */
+    for (int ck = 0; ck < 2; ck++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "train -m @/tiny.gguf --train @/train.jsonl -o @/mem --memory-limit 0.01 --max-steps 2 "
+                                  "-t 1 --no-plot%s", ck ? " --checkpointing" : "");
+        char **av = split_args(cmd);
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        const char *want = ck ? "error [memory] the estimate exceeds the --memory-limit -> use a smaller --batch or --max-seq-len"
+                              : "error [memory] the estimate exceeds the --memory-limit -> use --checkpointing, or a "
+                                "smaller --batch or --max-seq-len";
+        CHECK(r.rc == 1 && r.err && strstr(r.err, want) && strstr(r.err, "limit 0 MiB (--memory-limit)") &&
+                  strstr(r.err, "afinar train: not training: fix the errors above"),
+              "%s: exit %d (want 1), stderr:\n%s", cmd, r.rc, r.err ? r.err : "");
+        run_free(&r);
+        CHECK(!exists(P_("mem")), "a train refused for memory left %s", P_("mem"));
+    }
+    {
+        char **av = split_args("check -m @/tiny.gguf --train @/train.jsonl --memory-limit 0.01 -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 1 && strstr(r.out, "error [memory] the estimate exceeds the --memory-limit"),
+              "check --memory-limit 0.01: exit %d (want 1), stdout:\n%s", r.rc, r.out);
+        run_free(&r);
+    }
     /* --resume of a directory with no checkpoint, or of nothing */
     EXPECT("train --resume @/adir -t 1", 1,
            "afinar train: --resume @/adir: no trainer_state.safetensors there and no checkpoint-N directory holding one");

@@ -171,6 +171,26 @@ static int64_t top_tokens(const af_dataset *ds, int32_t k) {
     return s;
 }
 
+/* The memory limit of this process's cgroup (v2 memory.max, else v1 memory.limit_in_bytes) in
+ * bytes; 0 when there is none or it cannot be read. */
+static size_t cgroup_limit(void) {
+    static const char *const files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f) continue;
+        char buf[64] = "";
+        char *ok = fgets(buf, sizeof buf, f);
+        fclose(f);
+        if (!ok) continue;
+        char *end = NULL;
+        unsigned long long v = strtoull(buf, &end, 10);
+        if (end == buf) return 0; /* "max": no limit */
+        if (v > 0 && v < (1ull << 60)) return (size_t)v;
+        return 0;
+    }
+    return 0;
+}
+
 static void plan(af_trainer *t) {
     const af_trainer_opts *o = &t->o;
     const int64_t n = t->train->n;
@@ -193,6 +213,10 @@ static void plan(af_trainer *t) {
     t->mem_need = model_bytes + eng + (size_t)t->lay.n_total * 4 * sizeof(float) + (size_t)t->lay.n_total;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     t->mem_ram = (pages > 0 && psz > 0) ? (size_t)pages * (size_t)psz : 0;
+    t->mem_what = "RAM";
+    size_t cg = cgroup_limit();
+    if (cg > 0 && (t->mem_ram == 0 || cg < t->mem_ram)) t->mem_ram = cg, t->mem_what = "cgroup memory.max";
+    if (o->memory_limit_mb > 0) t->mem_ram = (size_t)(o->memory_limit_mb * 1048576.0), t->mem_what = "--memory-limit";
     const af_model_config *c = af_model_get_config(t->model);
     int64_t H = c->hidden_size, qd = (int64_t)c->num_attention_heads * c->head_dim,
             kvd = (int64_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
@@ -364,11 +388,11 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
         fputc('\n', fp);
     }
     fprintf(fp, "memory: about %.0f MiB (model %.0f MiB mapped, activations for %lld tokens per micro-batch%s, "
-                "parameters + AdamW %.1f MiB); RAM %.0f MiB\n",
+                "parameters + AdamW %.1f MiB); limit %.0f MiB (%s)\n",
             mib(t->mem_need), mib(t->model->gguf ? (size_t)t->model->gguf->size : 0), (long long)t->max_mb_tokens,
-            o->checkpointing ? " with checkpointing" : "", mib((size_t)l->n_total * 16), mib(t->mem_ram));
+            o->checkpointing ? " with checkpointing" : "", mib((size_t)l->n_total * 16), mib(t->mem_ram), t->mem_what);
     if (t->mem_ram > 0 && t->mem_need > t->mem_ram)
-        fprintf(fp, "error [memory] the estimate exceeds the machine's RAM -> %s\n",
+        fprintf(fp, "error [memory] the estimate exceeds the %s -> %s\n", t->mem_what,
                 o->checkpointing ? "use a smaller --batch or --max-seq-len"
                                  : "use --checkpointing, or a smaller --batch or --max-seq-len");
     if (t->diags.n) {

@@ -120,6 +120,8 @@ typedef struct af_trainer_opts {
     const char *resume;          /* checkpoint or run directory, or NULL */
     int32_t max_nonfinite;       /* 5 consecutive non-finite steps stop the run */
     int threads;                 /* 0: all cores */
+    double memory_limit_mb;      /* 0: the machine's RAM, or the cgroup limit (memory.max) when lower; N: refuse
+                                    to start when the estimated peak exceeds N MiB */
     int bf16;                    /* 1: af_set_matmul_precision("bf16") for the run (falls back to f32 with a
                                     warning where the CPU lacks AVX512_BF16); 0: leave the precision as set */
     /* ---- reporting and control ---- */

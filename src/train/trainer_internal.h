@@ -27,7 +27,8 @@ struct af_trainer {
     int64_t total;                     /* optimizer steps of the run */
     int64_t warmup;                    /* warm-up steps */
     int64_t max_mb_tokens;             /* tokens of the largest possible micro-batch */
-    size_t mem_need, mem_ram;
+    size_t mem_need, mem_ram; /* estimated peak; limit (RAM, cgroup or --memory-limit) */
+    const char *mem_what;     /* which limit mem_ram is (static string) */
     int64_t n_model_params;
     int ran;
 };

@@ -335,8 +335,8 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     if (af_diag_has_error(&t->diags))
         return af_fail(AF_ERR_INVALID_ARG, "the configuration has errors (see the diagnostics); not training");
     if (t->mem_ram > 0 && t->mem_need > t->mem_ram)
-        return af_fail(AF_ERR_NOMEM, "training needs about %.0f MiB but the machine has %.0f MiB of RAM; %s",
-                       (double)t->mem_need / 1048576.0, (double)t->mem_ram / 1048576.0,
+        return af_fail(AF_ERR_NOMEM, "training needs about %.0f MiB but the limit is %.0f MiB (%s); %s",
+                       (double)t->mem_need / 1048576.0, (double)t->mem_ram / 1048576.0, t->mem_what,
                        o->checkpointing ? "use a smaller --batch or --max-seq-len"
                                         : "use --checkpointing, or a smaller --batch or --max-seq-len");
     const double t_start = now();
