@@ -29,6 +29,7 @@
  * Built by bench/train_vs_peft against libafinar.a with -Iinclude -Isrc (internal headers).
  */
 #include "afinar.h"
+#include "kernels/cpu/attention_gemm.h"
 #include "core/core.h"
 #include "formats/jsonl.h"
 #include "kernels/quant.h"
@@ -214,6 +215,7 @@ static int cmd_train(int argc, char **argv) {
     }
     af_set_num_threads(threads);
     if (flag(argc, argv, "--bf16") && af_set_matmul_precision("bf16") != AF_OK) die("--bf16");
+    if (flag(argc, argv, "--row-attention")) af_att_gemm_enable(0); /* A/B of attention_gemm.c */
     const double t_load0 = af_time_sec();
     af_model *m = NULL;
     if (af_model_load(mp, &m) != AF_OK) die(mp);

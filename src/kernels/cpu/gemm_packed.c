@@ -33,6 +33,7 @@
 
 #include "core/core.h"
 #include "core/threads.h"
+#include "kernels/quant.h"
 
 #include <string.h>
 
@@ -117,10 +118,15 @@ static void pack_b_trans(const af_mm_ops *ops, void *bpv, const uint8_t *w, uint
         for (int64_t r0 = 0; r0 < nr; r0 += 8) {
             int64_t rr = nr - r0 < 8 ? nr - r0 : 8;
             const float *src[8];
-            for (int i = 0; i < 8; i++) src[i] = i < rr ? rows + i * AF_GP_KC : NULL;
             for (int64_t k0 = 0; k0 < k; k0 += AF_GP_KC) {
                 int64_t kc = k - k0 < AF_GP_KC ? k - k0 : AF_GP_KC;
-                ops->dequant(type, w, (int64_t)rb, j0 + r0, rr, k0, kc, rows, AF_GP_KC);
+                if (type == AF_TYPE_F32) /* f32 rows are read in place */
+                    for (int i = 0; i < 8; i++)
+                        src[i] = i < rr ? (const float *)(w + (size_t)(j0 + r0 + i) * rb) + k0 : NULL;
+                else {
+                    ops->dequant(type, w, (int64_t)rb, j0 + r0, rr, k0, kc, rows, AF_GP_KC);
+                    for (int i = 0; i < 8; i++) src[i] = i < rr ? rows + i * AF_GP_KC : NULL;
+                }
                 if (bf) af_gp_tpack_bf16(src, kc, dst + (k0 / 2) * AF_GP_NR + r0, AF_GP_NR);
                 else af_gp_tpack_f32(src, kc, dst + k0 * AF_GP_NR + r0, AF_GP_NR);
             }
@@ -136,11 +142,16 @@ static void pack_b_rows(const af_mm_ops *ops, float *bp, const uint8_t *w, uint3
         float row[AF_GP_KC] __attribute__((aligned(64)));
         for (int64_t c0 = 0; c0 < n; c0 += AF_GP_KC) {
             int64_t cc = n - c0 < AF_GP_KC ? n - c0 : AF_GP_KC;
-            ops->dequant(type, w, (int64_t)rb, kk, 1, c0, cc, row, cc);
+            const float *src = row;
+            if (type == AF_TYPE_F32) src = (const float *)(w + (size_t)kk * rb) + c0; /* read in place */
+            else ops->dequant(type, w, (int64_t)rb, kk, 1, c0, cc, row, cc);
             for (int64_t j = 0; j < cc; j += AF_GP_NR) {
                 int64_t p = (c0 + j) / AF_GP_NR, nr = cc - j < AF_GP_NR ? cc - j : AF_GP_NR;
                 float *dst = bp + p * k * AF_GP_NR + kk * AF_GP_NR;
-                memcpy(dst, row + j, (size_t)nr * sizeof(float));
+                if (nr == AF_GP_NR)
+                    for (int q = 0; q < AF_GP_NR; q++) dst[q] = src[j + q];
+                else
+                    memcpy(dst, src + j, (size_t)nr * sizeof(float));
                 if (nr < AF_GP_NR) memset(dst + nr, 0, (size_t)(AF_GP_NR - nr) * sizeof(float));
             }
         }
@@ -153,6 +164,28 @@ static void pack_b_rows(const af_mm_ops *ops, float *bp, const uint8_t *w, uint3
 static void pack_a(uint32_t *ap, const float *a, int64_t sat, int64_t sak, int64_t t0, int64_t mc, int64_t k0,
                    int64_t kc, bool bf) {
     int64_t nb = (mc + 7) / 8, bstride = bf ? kc / 2 * 8 : kc * 8;
+    if (sat == 1 && sak != 1) { /* columns of A contiguous (Aᵀ stored row-major): 8 rows = 8 floats */
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t nrow = mc - 8 * b < 8 ? mc - 8 * b : 8;
+            const float *src = a + t0 + 8 * b + k0 * sak;
+            uint32_t *dst = ap + b * bstride;
+            if (bf) {
+                for (int64_t q = 0; q < kc / 2; q++) {
+                    af_gp_bf16_pair_rows(src + 2 * q * sak, src + (2 * q + 1) * sak, dst + q * 8, nrow);
+                    for (int64_t i = nrow; i < 8; i++) dst[q * 8 + i] = 0;
+                }
+            } else {
+                float *df = (float *)dst;
+                if (nrow == 8)
+                    for (int64_t kk = 0; kk < kc; kk++)
+                        for (int i = 0; i < 8; i++) df[kk * 8 + i] = src[kk * sak + i];
+                else
+                    for (int64_t kk = 0; kk < kc; kk++)
+                        for (int64_t i = 0; i < 8; i++) df[kk * 8 + i] = i < nrow ? src[kk * sak + i] : 0.0f;
+            }
+        }
+        return;
+    }
     float rows[8 * AF_GP_KC] __attribute__((aligned(64)));
     for (int64_t b = 0; b < nb; b++) {
         int64_t nrow = mc - 8 * b < 8 ? mc - 8 * b : 8;

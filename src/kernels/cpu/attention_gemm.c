@@ -1,0 +1,270 @@
+/*
+ * attention_gemm.c — causal grouped-query attention of a whole training sequence as blocked
+ * matrix products on the packed GEMM (gemm_packed.c), for the AVX-512 path. Same contract as
+ * af_attention_forward / af_attention_backward (ops.h) restricted to q_pos0 = 0, n_q = n_kv.
+ *
+ * Forward, per (query head h, block of AR query rows r0..): S = Q_blk · K[c0:c1]ᵀ (the key
+ * columns the block can see, c0 aligned down to AR), softmax per row with the causal / sliding
+ * window mask and the scale, lse saved, O_blk = P · V[c0:c1]. One task per (h, block), each on one
+ * thread, so results do not depend on the thread count.
+ * Backward (Dao, "FlashAttention-2", 2023, Algorithm 2, with P and dS kept per head instead of
+ * recomputed per key block): pass A per (h, row block): P = exp(scale·S − lse) recomputed,
+ * dP = dO_blk · V[c0:c1]ᵀ, dS = scale · P ⊙ (dP − rowsum(dO ⊙ O)), dQ_blk += dS · K[c0:c1];
+ * P and dS stored for the head ([n_q, n_kv], zero where masked). Pass B per (kv head g, block
+ * of AR keys j0..): dK[j0..] += Σ_h dS_h[:, j0..]ᵀ · Q_h and dV[j0..] += Σ_h P_h[:, j0..]ᵀ · dO_h over
+ * the rows that see the block, heads in a fixed order. Buffers: 2 · heads · n_q · n_kv floats for a
+ * chunk of kv groups (at most AG_MAX_BUF bytes; a single group above that is not handled here).
+ * Numerics: f32 (or bf16 operands with af_matmul precision bf16, as PyTorch's autocast does for
+ * bmm), exp via vexp.h (<= 1 ulp); equal to the row kernels of ops_attention.c up to summation
+ * order (tests/test_ops.c compares them).
+ */
+#include "kernels/cpu/attention_gemm.h"
+
+#include "core/core.h"
+#include "core/threads.h"
+#include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "kernels/cpu/vexp.h"
+
+#ifdef _OPENMP
+#define AG_OMP(x) _Pragma(#x)
+#else
+#define AG_OMP(x)
+#endif
+
+#define AR 64                   /* query rows per block = keys per key block */
+#define AG_MAX_BUF (256u << 20) /* P + dS bytes of one chunk of kv groups */
+#define AG_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+
+static size_t group_bytes(int64_t n_q, int64_t n_kv, int64_t group) {
+    return (size_t)group * (size_t)n_q * (size_t)n_kv * 2 * sizeof(float);
+}
+
+static int g_enabled = 1;
+void af_att_gemm_enable(int on) { g_enabled = on != 0; }
+
+bool af_att_gemm_usable(int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+                        int64_t hd) {
+    if (!g_enabled || af_kernel_path() != AF_KPATH_AVX512 || !af_mm_ops_avx512.ukernel) return false;
+    if (q_pos0 != 0 || n_q != n_kv || n_q < 32 || hd < 16 || n_kv_heads <= 0 || n_heads % n_kv_heads) return false;
+    return group_bytes(n_q, n_kv, n_heads / n_kv_heads) <= AG_MAX_BUF;
+}
+
+/* Grow-only buffers of the calling thread (kept between calls like the packed GEMM's: a fresh
+ * malloc per call faulted in ~20 MB of pages per layer at 512 tokens). */
+static _Thread_local float *g_buf[2];
+static _Thread_local size_t g_cap[2];
+
+static float *buf_get(int i, size_t floats) {
+    if (floats <= g_cap[i]) return g_buf[i];
+    free(g_buf[i]);
+    g_cap[i] = 0;
+    g_buf[i] = malloc(floats * sizeof(float));
+    if (g_buf[i]) g_cap[i] = floats;
+    return g_buf[i];
+}
+
+/* Key columns [c0, c1) computed for the query rows [r0, r0 + AR): from the first key the block's
+ * first row sees, aligned down to AR, to the block's last row (causal). */
+static void blk_cols(int64_t r0, int64_t n_kv, int64_t window, int64_t *c0, int64_t *c1) {
+    int64_t lo = (window > 0 && r0 - window + 1 > 0) ? r0 - window + 1 : 0;
+    *c0 = lo / AR * AR;
+    *c1 = r0 + AR < n_kv ? r0 + AR : n_kv;
+}
+
+/* Keys [lo, hi] seen by query p, clipped to [c0, c1); returns false when none. */
+static bool row_keys(int64_t p, int64_t window, int64_t c0, int64_t c1, int64_t *lo, int64_t *hi) {
+    *lo = (window > 0 && p - window + 1 > 0) ? p - window + 1 : 0;
+    if (*lo < c0) *lo = c0;
+    *hi = p < c1 - 1 ? p : c1 - 1;
+    return *hi >= *lo;
+}
+
+/* Zero x[a, b). */
+static void zero(float *x, int64_t a, int64_t b) {
+    if (b > a) memset(x + a, 0, (size_t)(b - a) * sizeof(float));
+}
+
+/* Forward softmax of one row s[0, nc) (columns c0..): visible keys [lo, hi] relative to c0 get
+ * p = exp(scale·s − m) / l, the others 0; returns lse = m + log l (-inf when nothing is visible). A
+ * NaN score makes the whole row NaN (as the row kernels). */
+AG_T static float softmax_row(float *s, int64_t nc, int64_t lo, int64_t hi, float scale) {
+    zero(s, 0, lo);
+    zero(s, hi + 1, nc);
+    if (hi < lo) return -INFINITY;
+    const __m512 vs = _mm512_set1_ps(scale);
+    __m512 vm = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = lo; j <= hi; j += 16) {
+        __mmask16 mk = (__mmask16)(hi - j + 1 >= 16 ? 0xFFFF : (1u << (hi - j + 1)) - 1);
+        __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, s + j), vs);
+        _mm512_mask_storeu_ps(s + j, mk, x);
+        vm = _mm512_mask_max_ps(vm, mk, vm, x);
+    }
+    float m = _mm512_reduce_max_ps(vm);
+    if (m == -INFINITY) m = 0.0f; /* all scores -inf: exp gives 0s and lse -inf */
+    const __m512 mm = _mm512_set1_ps(m);
+    __m512 vl = _mm512_setzero_ps();
+    for (int64_t j = lo; j <= hi; j += 16) {
+        __mmask16 mk = (__mmask16)(hi - j + 1 >= 16 ? 0xFFFF : (1u << (hi - j + 1)) - 1);
+        __m512 e = af_vexp_512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + j), mm));
+        e = _mm512_maskz_mov_ps(mk, e);
+        _mm512_mask_storeu_ps(s + j, mk, e);
+        vl = _mm512_add_ps(vl, e);
+    }
+    float l = _mm512_reduce_add_ps(vl);
+    const __m512 inv = _mm512_set1_ps(1.0f / l);
+    for (int64_t j = lo; j <= hi; j += 16) {
+        __mmask16 mk = (__mmask16)(hi - j + 1 >= 16 ? 0xFFFF : (1u << (hi - j + 1)) - 1);
+        _mm512_mask_storeu_ps(s + j, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, s + j), inv));
+    }
+    return m + logf(l);
+}
+
+/* Backward row: p = exp(scale·s − L) over the visible keys (0 elsewhere) in s; then, with dp in d,
+ * d = scale · p ⊙ (dp − D) over the visible keys (0 elsewhere). */
+AG_T static void grad_row(float *s, float *d, int64_t nc, int64_t lo, int64_t hi, float scale, float L, float D) {
+    zero(s, 0, lo);
+    zero(s, hi + 1, nc);
+    zero(d, 0, lo);
+    zero(d, hi + 1, nc);
+    const __m512 vs = _mm512_set1_ps(scale), vL = _mm512_set1_ps(L), vD = _mm512_set1_ps(D);
+    for (int64_t j = lo; j <= hi; j += 16) {
+        __mmask16 mk = (__mmask16)(hi - j + 1 >= 16 ? 0xFFFF : (1u << (hi - j + 1)) - 1);
+        __m512 p = af_vexp_512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mk, s + j), vs, vL));
+        __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, d + j), vD)), vs);
+        _mm512_mask_storeu_ps(s + j, mk, p);
+        _mm512_mask_storeu_ps(d + j, mk, g);
+    }
+}
+
+AG_T static float dot_row(const float *a, const float *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 mk = (__mmask16)(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + i), _mm512_maskz_loadu_ps(mk, b + i), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* C[m, n] (+)= A · B on one thread (the callers parallelize over blocks). */
+static void mm(float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak, const float *w, int64_t ldw,
+               int b_trans, int64_t m, int64_t n, int64_t k, int acc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        if (!acc)
+            for (int64_t i = 0; i < m; i++) zero(c + i * ldc, 0, n);
+        return;
+    }
+    af_gp_gemm(&af_mm_ops_avx512, c, ldc, a, sat, sak, w, AF_TYPE_F32, ldw * (int64_t)sizeof(float), b_trans, m, n,
+               k, acc, 1);
+}
+
+bool af_att_gemm_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
+                         int64_t n_kv, int64_t kv_stride, int64_t n_heads, int64_t n_kv_heads, int64_t hd,
+                         float scale, int64_t window) {
+    const int64_t group = n_heads / n_kv_heads, qs = n_heads * hd, nrb = (n_q + AR - 1) / AR;
+    const int nth = AF_OMP_MAX_THREADS();
+    float *scr = buf_get(0, (size_t)nth * AR * (size_t)n_kv);
+    if (!scr) return false;
+    AG_OMP(omp parallel for schedule(static) num_threads(nth))
+    for (int64_t it = 0; it < n_heads * nrb; it++) {
+        int tid = AF_OMP_THREAD_NUM();
+        float *S = scr + (size_t)tid * AR * (size_t)n_kv;
+        int64_t h = it / nrb, rb = it % nrb, g = h / group;
+        int64_t r0 = rb * AR, R = n_q - r0 < AR ? n_q - r0 : AR, c0, c1;
+        blk_cols(r0, n_kv, window, &c0, &c1);
+        int64_t nc = c1 - c0;
+        mm(S, nc, q + r0 * qs + h * hd, qs, 1, k + c0 * kv_stride + g * hd, kv_stride, 1, R, nc, hd, 0);
+        for (int64_t r = 0; r < R; r++) {
+            int64_t lo, hi;
+            if (!row_keys(r0 + r, window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
+            float L = softmax_row(S + r * nc, nc, lo - c0, hi - c0, scale);
+            if (lse) lse[h * n_q + r0 + r] = L;
+        }
+        mm(out + r0 * qs + h * hd, qs, S, nc, 1, v + c0 * kv_stride + g * hd, kv_stride, 0, R, hd, nc, 0);
+    }
+    return true;
+}
+
+bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                          const float *q, const float *k, const float *v, int64_t n_q, int64_t n_kv,
+                          int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, int64_t window) {
+    const int64_t group = n_heads / n_kv_heads, qs = n_heads * hd, ks = n_kv_heads * hd;
+    const int64_t nrb = (n_q + AR - 1) / AR, nkb = (n_kv + AR - 1) / AR;
+    int64_t gchunk = (int64_t)(AG_MAX_BUF / group_bytes(n_q, n_kv, group));
+    if (gchunk < 1) return false;
+    if (gchunk > n_kv_heads) gchunk = n_kv_heads;
+    const size_t per_head = (size_t)n_q * (size_t)n_kv;
+    float *Pb = buf_get(0, per_head * (size_t)(gchunk * group));
+    float *Db = Pb ? buf_get(1, per_head * (size_t)(gchunk * group)) : NULL;
+    if (!Pb || !Db) return false;
+    const int nth = AF_OMP_MAX_THREADS();
+    for (int64_t g0 = 0; g0 < n_kv_heads; g0 += gchunk) {
+        const int64_t g1 = g0 + gchunk < n_kv_heads ? g0 + gchunk : n_kv_heads, h0 = g0 * group;
+        const int64_t nh = (g1 - g0) * group;
+        AG_OMP(omp parallel num_threads(nth))
+        {
+            /* pass A: P, dS and dQ per (head, row block) */
+            AG_OMP(omp for schedule(static))
+            for (int64_t it = 0; it < nh * nrb; it++) {
+                int64_t h = h0 + it / nrb, rb = it % nrb, g = h / group;
+                int64_t r0 = rb * AR, R = n_q - r0 < AR ? n_q - r0 : AR, c0, c1;
+                blk_cols(r0, n_kv, window, &c0, &c1);
+                int64_t nc = c1 - c0;
+                float *P = Pb + (size_t)(h - h0) * per_head + (size_t)r0 * n_kv + c0;
+                float *dS = Db + (size_t)(h - h0) * per_head + (size_t)r0 * n_kv + c0;
+                mm(P, n_kv, q + r0 * qs + h * hd, qs, 1, k + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
+                mm(dS, n_kv, dout + r0 * qs + h * hd, qs, 1, v + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
+                for (int64_t r = 0; r < R; r++) {
+                    int64_t i = r0 + r, lo, hi;
+                    if (!row_keys(i, window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
+                    float D = dot_row(dout + i * qs + h * hd, out + i * qs + h * hd, hd);
+                    grad_row(P + r * n_kv, dS + r * n_kv, nc, lo - c0, hi - c0, scale, lse[h * n_q + i], D);
+                }
+                mm(dq + r0 * qs + h * hd, qs, dS, n_kv, 1, k + c0 * ks + g * hd, ks, 0, R, hd, nc, 1);
+            }
+            /* pass B: dK, dV per (kv head, key block), heads of the group in order */
+            AG_OMP(omp for schedule(static))
+            for (int64_t it = 0; it < (g1 - g0) * nkb; it++) {
+                int64_t g = g0 + it / nkb, j0 = (it % nkb) * AR, KB = n_kv - j0 < AR ? n_kv - j0 : AR;
+                int64_t i0 = j0, i1 = window > 0 && j0 + KB - 1 + window < n_q ? j0 + KB - 1 + window : n_q;
+                for (int64_t h = g * group; h < (g + 1) * group; h++) {
+                    const float *P = Pb + (size_t)(h - h0) * per_head + (size_t)i0 * n_kv + j0;
+                    const float *dS = Db + (size_t)(h - h0) * per_head + (size_t)i0 * n_kv + j0;
+                    mm(dk + j0 * ks + g * hd, ks, dS, 1, n_kv, q + i0 * qs + h * hd, qs, 0, KB, hd, i1 - i0, 1);
+                    mm(dv + j0 * ks + g * hd, ks, P, 1, n_kv, dout + i0 * qs + h * hd, qs, 0, KB, hd, i1 - i0, 1);
+                }
+            }
+        }
+    }
+    return true;
+}
+
+#else /* not x86-64 */
+
+void af_att_gemm_enable(int on) { (void)on; }
+
+bool af_att_gemm_usable(int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+                        int64_t hd) {
+    return false;
+}
+bool af_att_gemm_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
+                         int64_t n_kv, int64_t kv_stride, int64_t n_heads, int64_t n_kv_heads, int64_t hd,
+                         float scale, int64_t window) {
+    return false;
+}
+bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                          const float *q, const float *k, const float *v, int64_t n_q, int64_t n_kv,
+                          int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, int64_t window) {
+    return false;
+}
+#endif

@@ -1,0 +1,31 @@
+/* attention_gemm.h — causal GQA attention of a whole training sequence as blocked products on the
+ * packed GEMM (attention_gemm.c). Used by ops_attention.c's af_attention_forward (when an lse is
+ * requested, i.e. training) and af_attention_backward when af_att_gemm_usable(). */
+#ifndef AF_ATTENTION_GEMM_H
+#define AF_ATTENTION_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* True on the AVX-512 path for q_pos0 == 0, n_q == n_kv >= 32, head_dim >= 16, n_heads a multiple
+ * of n_kv_heads, and P + dS of one kv group ([n_heads/n_kv_heads, n_q, n_kv] f32 each) <= 256 MiB. */
+bool af_att_gemm_usable(int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+                        int64_t hd);
+
+/* Tests and benchmarks: off makes af_att_gemm_usable false (the row kernels run). On by default;
+ * not thread-safe. */
+void af_att_gemm_enable(int on);
+
+/* af_attention_forward (ops.h) for q_pos0 = 0, n_q = n_kv; lse may be NULL. Returns false (nothing
+ * written) when its scratch (threads x 64 x n_kv floats) cannot be allocated. */
+bool af_att_gemm_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
+                         int64_t n_kv, int64_t kv_stride, int64_t n_heads, int64_t n_kv_heads, int64_t hd,
+                         float scale, int64_t window);
+
+/* af_attention_backward (ops.h) for q_pos0 = 0, n_q = n_kv (gradients added into dq, dk, dv).
+ * Returns false (nothing written) when its P/dS buffers cannot be allocated. */
+bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                          const float *q, const float *k, const float *v, int64_t n_q, int64_t n_kv,
+                          int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, int64_t window);
+
+#endif
