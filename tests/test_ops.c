@@ -13,6 +13,7 @@
 #include "kernels/ops.h"
 #include "testlib.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,10 +176,13 @@ static double rope_loss(void *vc) {
     return dotd(c->R, c->y, c->n * c->nh * c->hd);
 }
 
-static void test_rope(int64_t n, int64_t nh, int64_t hd, float base, int neox, int32_t pos_max, int fd) {
+/* packed = 0: random positions in [0, pos_max] (spread: cos/sin per token); packed = 1: positions
+ * t % (pos_max + 1), as in a batch of packed sequences (cos/sin from a per-call table). */
+static void test_rope(int64_t n, int64_t nh, int64_t hd, float base, int neox, int32_t pos_max, int fd, int packed) {
     int64_t N = n * nh * hd;
     int32_t *pos = malloc((size_t)n * sizeof *pos);
-    for (int64_t t = 0; t < n; t++) pos[t] = (int32_t)(tl_rand_u64(&g_rng) % (uint64_t)(pos_max + 1));
+    for (int64_t t = 0; t < n; t++)
+        pos[t] = packed ? (int32_t)(t % (pos_max + 1)) : (int32_t)(tl_rand_u64(&g_rng) % (uint64_t)(pos_max + 1));
     pos[0] = 0;
     float *x = frand(N, -1, 1), *R = frand(N, -1, 1);
     float *y = malloc((size_t)N * sizeof *y);
@@ -187,8 +191,8 @@ static void test_rope(int64_t n, int64_t nh, int64_t hd, float base, int neox, i
     af_rope_forward(y, pos, n, nh, hd, base, neox);
     rope_ref(c.y, c.x, pos, n, nh, hd, base, neox);
     char what[96];
-    snprintf(what, sizeof what, "rope %s forward hd=%lld pos<=%d", neox ? "neox" : "norm", (long long)hd,
-             (int)pos_max);
+    snprintf(what, sizeof what, "rope %s forward hd=%lld pos<=%d%s", neox ? "neox" : "norm", (long long)hd,
+             (int)pos_max, packed ? " packed" : "");
     CLOSE_D(what, W_FWD, y, 0, c.y, N, FWD_ATOL, FWD_RTOL);
     /* backward(forward(x)) == x */
     af_rope_backward(y, pos, n, nh, hd, base, neox);
@@ -199,11 +203,31 @@ static void test_rope(int64_t n, int64_t nh, int64_t hd, float base, int neox, i
         af_rope_backward(dx, pos, n, nh, hd, base, neox);
         double *g = malloc((size_t)N * sizeof *g);
         fd_grad(g, c.x, N, rope_loss, &c);
-        snprintf(what, sizeof what, "rope %s dx (FD)", neox ? "neox" : "norm");
+        snprintf(what, sizeof what, "rope %s dx (FD)%s", neox ? "neox" : "norm", packed ? " packed" : "");
         CLOSE_D(what, W_FD, dx, 0, g, N, FD_ATOL, FD_RTOL);
         free(dx), free(g);
     }
     free(pos), free(x), free(R), free(y), free(c.x), free(c.R), free(c.y);
+}
+
+/* Packed positions (cos/sin from the per-call table) give the same bits as the per-token path: the
+ * same tokens with one extra token far away (positions then spread: no table), forward and backward. */
+static void test_rope_table_vs_token(int64_t n, int64_t nh, int64_t hd, int neox) {
+    int64_t N = n * nh * hd, per = nh * hd;
+    int32_t *pos = malloc((size_t)(n + 1) * sizeof *pos);
+    for (int64_t t = 0; t < n; t++) pos[t] = (int32_t)(t % 16);
+    pos[n] = 1000000;
+    float *x = frand(N + per, -1, 1), *a = malloc((size_t)(N + per) * sizeof *a), *b = malloc((size_t)(N + per) * sizeof *b);
+    for (int dir = 0; dir < 2; dir++) {
+        memcpy(a, x, (size_t)(N + per) * sizeof *a);
+        memcpy(b, x, (size_t)(N + per) * sizeof *b);
+        (dir ? af_rope_backward : af_rope_forward)(a, pos, n, nh, hd, 10000.0f, neox);     /* table */
+        (dir ? af_rope_backward : af_rope_forward)(b, pos, n + 1, nh, hd, 10000.0f, neox); /* per token */
+        CHECK(memcmp(a, b, (size_t)N * sizeof *a) == 0, "rope %s %s: packed-position table differs from per-token",
+              neox ? "neox" : "norm", dir ? "backward" : "forward");
+        CHECK(memcmp(a, x, (size_t)N * sizeof *a) != 0, "rope did nothing");
+    }
+    free(pos), free(x), free(a), free(b);
 }
 
 /* ================================================================================================
@@ -281,6 +305,132 @@ static void test_misc(void) {
     af_softmax_inplace(big, 3);
     CHECK(fabsf(big[0] - 0.7310586f) < 1e-6f && big[2] == 0.0f, "softmax overflow guard: %g %g", big[0], big[2]);
     free(a), free(b), free(y), free(want), free(x);
+}
+
+/* ================================================================================================
+ * exp (af_vexpf; the SIMD e^x inside SiLU and attention)
+ * ============================================================================================== */
+#define VEXP_RTOL 1.5e-7 /* <= ~1 ulp (2^-23 = 1.19e-7 is one ulp at the bottom of a binade) */
+
+/* Every 509th float in [-110, 95] (both signs, ~4e6 values) plus edge cases, against double exp:
+ * relative error <= VEXP_RTOL for normal results, <= 1 subnormal ulp (2^-149) for subnormal ones;
+ * +inf exactly where e^x rounds past FLT_MAX, 0 where it rounds below 2^-150; NaN propagates. */
+static void test_vexpf(void) {
+    static const float edge[] = {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, -1e-30f, 0.5f, -0.5f, 0.34657359f,
+                                 -0.34657359f, 10.0f, -10.0f, 88.0f, 88.72f, 88.7228f, 88.72283f, 88.72284f,
+                                 88.7229f, 89.0f, 100.0f, 1e30f, FLT_MAX, -87.0f, -87.33654f, -87.3366f,
+                                 -100.0f, -103.278f, -103.9720f, -103.98f, -104.0f, -150.0f, -1e30f, -FLT_MAX,
+                                 INFINITY, -INFINITY};
+    int64_t cap = 4500000, n = 0;
+    float *x = malloc((size_t)cap * sizeof *x), *y = malloc((size_t)cap * sizeof *y);
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) x[n++] = edge[i];
+    for (int sg = 0; sg < 2; sg++) {
+        float lim = sg ? 110.0f : 95.0f;
+        uint32_t lb;
+        memcpy(&lb, &lim, 4);
+        for (uint32_t b = 0; b <= lb && n < cap; b += 509) {
+            uint32_t bits = b | (sg ? 0x80000000u : 0u);
+            memcpy(&x[n++], &bits, 4);
+        }
+    }
+    af_vexpf(y, x, n);
+    double worst_rel = 0, worst_sub = 0;
+    int64_t bad = 0, bad_inf = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double want = exp((double)x[i]), got = y[i];
+        if (want > FLT_MAX) { /* overflows in float unless within rounding of FLT_MAX */
+            if (!(isinf(got) || fabs(got - want) <= VEXP_RTOL * want)) bad_inf++;
+        } else if (isinf(got)) {
+            bad_inf++;
+        } else if (want < 0x1p-126) {
+            double d = fabs(got - want) / 0x1p-149;
+            if (d > worst_sub) worst_sub = d;
+            if (d > 1.0) bad++;
+        } else {
+            double r = fabs(got - want) / want;
+            if (r > worst_rel) worst_rel = r;
+            if (r > VEXP_RTOL) bad++;
+        }
+    }
+    CHECK(bad == 0 && bad_inf == 0, "vexpf: %lld values off (%lld at overflow), worst rel %.3g, subnormal %.3g ulp",
+          (long long)bad, (long long)bad_inf, worst_rel, worst_sub);
+    printf("vexpf: %lld values, worst rel %.3g, worst subnormal %.3g ulp\n", (long long)n, worst_rel, worst_sub);
+    /* exact special values */
+    float sp[7] = {0.0f, -INFINITY, INFINITY, NAN, -NAN, -200.0f, 200.0f}, sy[7];
+    af_vexpf(sy, sp, 7);
+    CHECK(sy[0] == 1.0f && sy[1] == 0.0f && !signbit(sy[1]) && isinf(sy[2]) && sy[2] > 0 && isnan(sy[3]) &&
+              isnan(sy[4]) && sy[5] == 0.0f && isinf(sy[6]),
+          "vexpf specials: e^0 %g, e^-inf %g, e^inf %g, e^nan %g %g, e^-200 %g, e^200 %g", sy[0], sy[1], sy[2],
+          sy[3], sy[4], sy[5], sy[6]);
+    /* a NaN amid finite values stays in its own lane; lengths off the vector width; in place */
+    for (int64_t len = 1; len <= 40; len += 13) {
+        float *v = frand(len, -5, 5), *w = malloc((size_t)len * sizeof *w);
+        v[len / 2] = NAN;
+        af_vexpf(w, v, len);
+        int ok = 1;
+        for (int64_t i = 0; i < len; i++)
+            ok &= i == len / 2 ? isnan(w[i]) : fabs(w[i] - exp((double)v[i])) <= VEXP_RTOL * exp((double)v[i]);
+        af_vexpf(v, v, len);
+        ok &= memcmp(v, w, (size_t)len * sizeof *v) == 0 || len == 0;
+        CHECK(ok, "vexpf n=%lld: NaN lane, tail or in-place result wrong", (long long)len);
+        free(v), free(w);
+    }
+    free(x), free(y);
+}
+
+/* SwiGLU on special inputs: NaN propagates (a NaN activation must not turn finite), large |gate|
+ * saturates without NaN (σ → 0 or 1), through forward and backward. */
+static void test_swiglu_special(void) {
+    float g[8] = {NAN, 1.0f, -95.0f, 95.0f, -1e30f, 1e30f, 0.0f, 2.0f}, u[8] = {1, NAN, 2, 2, 1, 1, 3, 1};
+    float h[8], dg[8] = {0}, du[8] = {0}, dh[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    af_swiglu_forward(h, g, u, 8);
+    af_swiglu_backward(dg, du, dh, g, u, 8);
+    CHECK(isnan(h[0]) && isnan(h[1]) && isnan(dg[0]) && isnan(du[0]) && isnan(dg[1]),
+          "swiglu: NaN did not propagate (h %g %g, dg %g %g, du %g)", h[0], h[1], dg[0], dg[1], du[0]);
+    CHECK(fabsf(h[2]) < 1e-30f && h[3] == 190.0f && fabsf(h[4]) == 0.0f && h[5] == 1e30f && h[6] == 0.0f,
+          "swiglu saturation: %g %g %g %g %g", h[2], h[3], h[4], h[5], h[6]);
+    CHECK(fabsf(dg[2]) < 1e-30f && dg[3] == 2.0f && du[3] == 95.0f && dg[5] == 1.0f && du[6] == 0.0f,
+          "swiglu backward saturation: dg %g %g %g du %g %g", dg[2], dg[3], dg[5], du[3], du[6]);
+}
+
+/* Kernel paths against each other: af_vexpf AVX2 == AVX-512 bit for bit (same arithmetic, vexp.h);
+ * RMSNorm forward/backward and RoPE the same bits on every path (documented in ops.h). */
+static void test_paths_agree(void) {
+    static const char *paths[] = {"scalar", "avx2", "avx512"};
+    const int64_t nx = 100003, n = 7, dim = 583, rn = 40, nh = 3, hd = 20;
+    float *x = frand(nx, -110, 95);
+    float *xr = frand(n * dim, -2, 2), *w = frand(dim, 0.5f, 1.5f), *dy = frand(n * dim, -1, 1);
+    float *q = frand(rn * nh * hd, -1, 1);
+    int32_t pos[40];
+    for (int t = 0; t < rn; t++) pos[t] = t % 8;
+    float *ref[5] = {0}, *cur[5];
+    size_t len[5] = {(size_t)nx, (size_t)(n * dim), (size_t)(n * dim), (size_t)(rn * nh * hd), (size_t)(rn * nh * hd)};
+    const char *what[5] = {"vexpf", "rmsnorm forward", "rmsnorm backward", "rope norm", "rope neox"};
+    for (int p = 0; p < 3; p++) {
+        if (af_set_kernel_path(paths[p]) != AF_OK) continue;
+        for (int k = 0; k < 5; k++) cur[k] = calloc(len[k], sizeof(float));
+        af_vexpf(cur[0], x, nx);
+        float rstd[7];
+        af_rmsnorm_forward(cur[1], rstd, xr, w, n, dim, 1e-5f);
+        af_rmsnorm_backward(cur[2], NULL, dy, xr, w, rstd, n, dim);
+        memcpy(cur[3], q, len[3] * sizeof(float));
+        memcpy(cur[4], q, len[4] * sizeof(float));
+        af_rope_forward(cur[3], pos, rn, nh, hd, 10000.0f, 0);
+        af_rope_forward(cur[4], pos, rn, nh, hd, 10000.0f, 1);
+        for (int k = 0; k < 5; k++) {
+            if (k == 0 && p == 0) continue; /* the scalar path's exp is libm's */
+            if (!ref[k]) {
+                ref[k] = cur[k], cur[k] = NULL;
+                continue;
+            }
+            CHECK(memcmp(ref[k], cur[k], len[k] * sizeof(float)) == 0, "%s: path %s differs from the first path",
+                  what[k], paths[p]);
+        }
+        for (int k = 0; k < 5; k++) free(cur[k]);
+    }
+    af_set_kernel_path("auto");
+    for (int k = 0; k < 5; k++) free(ref[k]);
+    free(x), free(xr), free(w), free(dy), free(q);
 }
 
 /* ================================================================================================
@@ -459,10 +609,15 @@ static void run_all(void) {
     test_rmsnorm(64, 576, 0);
     /* RoPE both modes, FD, and large positions with both gemma bases */
     for (int neox = 0; neox < 2; neox++) {
-        test_rope(3, 2, 8, 10000.0f, neox, 50, 1);
-        test_rope(2, 3, 16, 1e6f, neox, 500, 1);
-        test_rope(40, 9, 64, 10000.0f, neox, 8192, 0);
-        test_rope(20, 4, 256, 1e6f, neox, 30000, 0);
+        test_rope(3, 2, 8, 10000.0f, neox, 50, 1, 0);
+        test_rope(2, 3, 16, 1e6f, neox, 500, 1, 0);
+        test_rope(40, 9, 64, 10000.0f, neox, 8192, 0, 0);
+        test_rope(20, 4, 256, 1e6f, neox, 30000, 0, 0);
+        test_rope(48, 2, 12, 10000.0f, neox, 7, 1, 1);     /* packed: table path, FD; SIMD tails */
+        test_rope(512, 9, 64, 10000.0f, neox, 127, 0, 1);  /* packed at SmolLM2 shape (parallel) */
+        test_rope(64, 2, 256, 1e6f, neox, 31, 0, 1);       /* packed, gemma head_dim */
+        test_rope_table_vs_token(64, 3, 64, neox);
+        test_rope_table_vs_token(40, 2, 20, neox);
     }
     /* gated activations: FD, wide-range values, and a large (parallel) forward */
     for (int gelu = 0; gelu < 2; gelu++) {
@@ -471,6 +626,8 @@ static void run_all(void) {
         test_glu(40000, gelu, 6.0f, 0);
     }
     test_misc();
+    test_vexpf();
+    test_swiglu_special();
     /* attention: FD on small shapes */
     const att_shape fd_shapes[] = {
         {7, 0, 7, 6, 2, 8, 0, 0},    /* GQA 6/2, causal */
@@ -511,6 +668,7 @@ int main(void) {
         run_all();
     }
     af_set_kernel_path("auto");
+    test_paths_agree();
     for (int i = 0; i < W_COUNT; i++) printf("worst %s: %.3g\n", g_wname[i], g_worst[i]);
     return tl_finish("ops");
 }

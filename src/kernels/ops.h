@@ -5,13 +5,24 @@
  * buffers (`d_*`), so accumulation over micro-batches is free; callers zero them first.
  * Formulas: shared/reference/FORMATS.md §4 and §7; sources named at each function.
  * Implementation: src/kernels/cpu/ops.c, ops_attention.c (OpenMP inside when a call is large enough;
- * results do not depend on the thread count). None of these allocate except af_attention_backward
- * (a small [n_heads, n_q] scratch; without memory it recomputes instead), none fail.
+ * results do not depend on the thread count; scalar / AVX2 / AVX-512 paths chosen per call by
+ * af_kernel_path()). None of these allocate except af_attention_backward (a small [n_heads, n_q]
+ * scratch) and RoPE (a [half] frequency table, and a [positions, 2, head_dim] cos/sin table when
+ * positions repeat); without memory they recompute instead. None fail.
+ * exp on the SIMD paths (SiLU, attention softmax, af_vexpf) is vexp.h's polynomial (<= 1 ulp), on
+ * the scalar path libm's expf, so those ops differ between paths by a few ulp.
  */
 #ifndef AF_OPS_H
 #define AF_OPS_H
 
 #include <stdint.h>
+
+/* ---- exp ----
+ * y[i] = e^x[i] for x, y: [n] (y may alias x). SIMD paths: Cody–Waite reduction + Cephes degree-7
+ * polynomial (src/kernels/cpu/vexp.h), relative error <= 1.2e-7 (1 ulp) for normal results; special
+ * values as expf: overflow → +inf, underflow → 0 through subnormals, exp(−inf) = 0, NaN → NaN.
+ * Scalar path: libm expf. */
+void af_vexpf(float *y, const float *x, int64_t n);
 
 /* ---- RMSNorm (Zhang & Sennrich 2019; llama/transformers LlamaRMSNorm) ----
  * y[t, :] = x[t, :] * rstd[t] * w[:],  rstd[t] = 1 / sqrt(mean(x[t, :]^2) + eps)
@@ -19,7 +30,9 @@
 void af_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
                         float eps);
 /* dx[t,:] += rstd*g - rstd^3/dim * x * sum(g*x),  g = w*dy;  dw[:] += sum_t dy*x*rstd  (dw may be NULL)
- * rstd: the [n] saved by the forward. Row sums (forward Σx², backward Σg·x) are accumulated in double. */
+ * rstd: the [n] saved by the forward. Row sums (forward Σx², backward Σg·x) are accumulated in double
+ * over 32 lanes (element i into lane i % 32, then a fixed tree), identically on every kernel path:
+ * RMSNorm results are the same bits on the scalar, AVX2 and AVX-512 paths. */
 void af_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
                          const float *rstd, int64_t n, int64_t dim);
 
@@ -30,7 +43,9 @@ void af_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
  *           q/k rows the converter permuted (FORMATS.md §3.3).
  * neox = 1: "NEOX" mode, pairs (i, i + head_dim/2) — HF rotate_half, used by gemma3 GGUF.
  * head_dim must be even. θ is formed in double and reduced mod 2π before cosf/sinf, so it stays
- * exact at large positions (ggml's iterated f32 θ drifts by ~1e-3 rad at pos ~4k). */
+ * exact at large positions (ggml's iterated f32 θ drifts by ~1e-3 rad at pos ~4k). cos/sin are
+ * computed once per distinct position when positions repeat (packed batches), else once per token;
+ * the result is the same bits either way and on every kernel path. */
 void af_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
                      float base, int neox);
 /* In-place inverse rotation of the gradient: dx = R(-theta) dy. */

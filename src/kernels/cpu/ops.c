@@ -7,14 +7,22 @@
  * double — cheap next to the matmuls and exact to f32 rounding for any dim. RoPE angles are formed in
  * double (θ = pos·base^(−2i/d), reduced mod 2π) and then cosf/sinf, so they stay accurate at large
  * positions (ggml instead iterates θ *= base^(−2/d) in f32, which drifts by ~1e-3 rad at pos ~ 4k).
+ * SIMD: RMSNorm, RoPE, SwiGLU and af_vexpf have AVX2+FMA and AVX-512 kernels beside the scalar C,
+ * chosen per call by af_kernel_path() (as matmul.c and ops_attention.c do). RMSNorm and RoPE do the
+ * same float operations in the same order on every path (same bits); SwiGLU's SIMD paths use
+ * vexp.h's e^x (<= 1 ulp) where the scalar path calls expf.
  * Threads: OpenMP over rows/elements when the call is large enough to pay for a parallel region.
  */
 #include "kernels/ops.h"
 
+#include "core/core.h"
 #include "core/threads.h"
+#include "kernels/cpu/vexp.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #ifdef _OPENMP
 #define OPS_PRAGMA(x) _Pragma(#x)
@@ -27,22 +35,182 @@
 #define AF_OPS_PAR_MIN 32768
 
 /* ------------------------------------------------------------------------------------------------
- * RMSNorm
+ * Kernel paths. The per-path kernels below work on one row or one contiguous range; the OpenMP
+ * loops stay in the generic functions and call them (a target-specific function cannot be inlined
+ * into generic code, so each is one call per row or per OPS_EW_CHUNK elements).
  * ---------------------------------------------------------------------------------------------- */
+#if AF_VEXP_X86
+#define OPS_T256 AF_VEXP_T256
+#define OPS_T512 AF_VEXP_T512
+#endif
+
+/* elements per work unit of the element-wise ops (a fixed split: results do not depend on threads) */
+#define OPS_EW_CHUNK 8192
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ------------------------------------------------------------------------------------------------
+ * RMSNorm
+ * Row sums in double over 32 lanes: element i goes to lane i % 32, lanes are summed by the fixed
+ * tree (16, 8, 4, 2, 1). A float·float product is exact in double, so a fused multiply-add into a
+ * lane rounds exactly like the scalar add: every path gives the same bits.
+ * ---------------------------------------------------------------------------------------------- */
+#define RMS_LANES 32
+
+static inline double lanes_sum(double *a) {
+    for (int s = RMS_LANES / 2; s >= 1; s /= 2)
+        for (int i = 0; i < s; i++) a[i] += a[i + s];
+    return a[0];
+}
+
+/* Σ a[i]·b[i] in double (a == b: Σ a²) */
+static double dsum_sc(const float *a, const float *b, int64_t n) {
+    double acc[RMS_LANES] = {0};
+    for (int64_t i = 0; i < n; i++) acc[i % RMS_LANES] += (double)a[i] * b[i];
+    return lanes_sum(acc);
+}
+/* Σ (w[i]·dy[i])·x[i] in double, the product w·dy rounded to float first */
+static double dsum3_sc(const float *w, const float *dy, const float *x, int64_t n) {
+    double acc[RMS_LANES] = {0};
+    for (int64_t i = 0; i < n; i++) acc[i % RMS_LANES] += (double)(w[i] * dy[i]) * x[i];
+    return lanes_sum(acc);
+}
+static void rms_scale_sc(float *y, const float *x, const float *w, float r, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+}
+static void rms_bwd_row_sc(float *dx, const float *dy, const float *x, const float *w, float r, float c,
+                           int64_t n) {
+    for (int64_t i = 0; i < n; i++) dx[i] += r * (w[i] * dy[i]) - c * x[i];
+}
+
+#if AF_VEXP_X86
+/* acc (4 × 8 lanes = 32) += lo/hi halves of two 16-float products */
+OPS_T512 static inline __m512d cvt_lo(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+OPS_T512 static inline __m512d cvt_hi(__m512 v) {
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+OPS_T512 static inline __mmask16 tail16(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+}
+/* one 32-float step: u = a (or w·dy), v = b; lanes += u·v in double */
+#define DSUM512_STEP(u0, v0, u1, v1)                                                                \
+    do {                                                                                           \
+        a0 = _mm512_fmadd_pd(cvt_lo(u0), cvt_lo(v0), a0);                                         \
+        a1 = _mm512_fmadd_pd(cvt_hi(u0), cvt_hi(v0), a1);                                         \
+        a2 = _mm512_fmadd_pd(cvt_lo(u1), cvt_lo(v1), a2);                                         \
+        a3 = _mm512_fmadd_pd(cvt_hi(u1), cvt_hi(v1), a3);                                         \
+    } while (0)
+#define DSUM512_END()                                                                              \
+    double acc[RMS_LANES];                                                                         \
+    _mm512_storeu_pd(acc, a0), _mm512_storeu_pd(acc + 8, a1);                                      \
+    _mm512_storeu_pd(acc + 16, a2), _mm512_storeu_pd(acc + 24, a3);                                \
+    return lanes_sum(acc)
+
+OPS_T512 static double dsum_512(const float *a, const float *b, int64_t n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n; i += 32) {
+        __mmask16 m0 = tail16(n - i), m1 = tail16(n - i - 16);
+        __m512 u0 = _mm512_maskz_loadu_ps(m0, a + i), u1 = _mm512_maskz_loadu_ps(m1, a + i + 16);
+        __m512 v0 = _mm512_maskz_loadu_ps(m0, b + i), v1 = _mm512_maskz_loadu_ps(m1, b + i + 16);
+        DSUM512_STEP(u0, v0, u1, v1);
+    }
+    DSUM512_END();
+}
+OPS_T512 static double dsum3_512(const float *w, const float *dy, const float *x, int64_t n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n; i += 32) {
+        __mmask16 m0 = tail16(n - i), m1 = tail16(n - i - 16);
+        __m512 u0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, w + i), _mm512_maskz_loadu_ps(m0, dy + i));
+        __m512 u1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, w + i + 16), _mm512_maskz_loadu_ps(m1, dy + i + 16));
+        __m512 v0 = _mm512_maskz_loadu_ps(m0, x + i), v1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
+        DSUM512_STEP(u0, v0, u1, v1);
+    }
+    DSUM512_END();
+}
+OPS_T512 static void rms_scale_512(float *y, const float *x, const float *w, float r, int64_t n) {
+    __m512 rv = _mm512_set1_ps(r);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(n - i);
+        __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), rv), _mm512_maskz_loadu_ps(m, w + i));
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+OPS_T512 static void rms_bwd_row_512(float *dx, const float *dy, const float *x, const float *w, float r,
+                                     float c, int64_t n) {
+    __m512 rv = _mm512_set1_ps(r), cv = _mm512_set1_ps(c);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(n - i);
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, dy + i));
+        __m512 t = _mm512_sub_ps(_mm512_mul_ps(rv, g), _mm512_mul_ps(cv, _mm512_maskz_loadu_ps(m, x + i)));
+        _mm512_mask_storeu_ps(dx + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dx + i), t));
+    }
+}
+
+/* AVX2: 8 accumulators of 4 double lanes over 32 floats; the tail (< 32) goes lane by lane */
+#define DSUM256_BODY(LOADU)                                                                        \
+    __m256d a[8];                                                                                  \
+    for (int l = 0; l < 8; l++) a[l] = _mm256_setzero_pd();                                        \
+    int64_t i = 0;                                                                                 \
+    for (; i + 32 <= n; i += 32)                                                               \
+        for (int l = 0; l < 4; l++) {                                                              \
+            __m256 u = LOADU(i + 8 * l), v = _mm256_loadu_ps(b + i + 8 * l);                       \
+            a[2 * l] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(u)),                 \
+                                       _mm256_cvtps_pd(_mm256_castps256_ps128(v)), a[2 * l]);      \
+            a[2 * l + 1] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(u, 1)),           \
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), a[2 * l + 1]); \
+        }                                                                                          \
+    double acc[RMS_LANES];                                                                         \
+    for (int l = 0; l < 8; l++) _mm256_storeu_pd(acc + 4 * l, a[l])
+
+OPS_T256 static double dsum_256(const float *a_, const float *b, int64_t n) {
+#define LOAD_A(j) _mm256_loadu_ps(a_ + (j))
+    DSUM256_BODY(LOAD_A);
+#undef LOAD_A
+    for (; i < n; i++) acc[i % RMS_LANES] += (double)a_[i] * b[i];
+    return lanes_sum(acc);
+}
+OPS_T256 static double dsum3_256(const float *w, const float *dy, const float *b, int64_t n) {
+#define LOAD_WDY(j) _mm256_mul_ps(_mm256_loadu_ps(w + (j)), _mm256_loadu_ps(dy + (j)))
+    DSUM256_BODY(LOAD_WDY);
+#undef LOAD_WDY
+    for (; i < n; i++) acc[i % RMS_LANES] += (double)(w[i] * dy[i]) * b[i];
+    return lanes_sum(acc);
+}
+OPS_T256 static void rms_scale_256(float *y, const float *x, const float *w, float r, int64_t n) {
+    __m256 rv = _mm256_set1_ps(r);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), rv), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) y[i] = x[i] * r * w[i];
+}
+OPS_T256 static void rms_bwd_row_256(float *dx, const float *dy, const float *x, const float *w, float r,
+                                     float c, int64_t n) {
+    __m256 rv = _mm256_set1_ps(r), cv = _mm256_set1_ps(c);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(dy + i));
+        __m256 t = _mm256_sub_ps(_mm256_mul_ps(rv, g), _mm256_mul_ps(cv, _mm256_loadu_ps(x + i)));
+        _mm256_storeu_ps(dx + i, _mm256_add_ps(_mm256_loadu_ps(dx + i), t));
+    }
+    for (; i < n; i++) dx[i] += r * (w[i] * dy[i]) - c * x[i];
+}
+#define PATHCALL(P, fn, ...) ((P) == AF_KPATH_AVX512 ? fn##_512(__VA_ARGS__) : (P) == AF_KPATH_AVX2 ? fn##_256(__VA_ARGS__) : fn##_sc(__VA_ARGS__))
+#else
+#define PATHCALL(P, fn, ...) fn##_sc(__VA_ARGS__)
+#endif
 
 void af_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
                         float eps) {
     int par = n > 1 && n * dim >= AF_OPS_PAR_MIN;
     (void)par;
+    const af_kpath P = af_kernel_path();
 OPS_PAR_FOR(schedule(static) if (par))
     for (int64_t t = 0; t < n; t++) {
         const float *xr = x + t * dim;
-        float *yr = y + t * dim;
-        double ss = 0.0;
-        for (int64_t i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        double ss = PATHCALL(P, dsum, xr, xr, dim);
         float r = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
         if (rstd) rstd[t] = r;
-        for (int64_t i = 0; i < dim; i++) yr[i] = xr[i] * r * w[i];
+        PATHCALL(P, rms_scale, y + t * dim, xr, w, r, dim);
     }
 }
 
@@ -50,15 +218,14 @@ void af_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
                          const float *rstd, int64_t n, int64_t dim) {
     int par = n > 1 && n * dim >= AF_OPS_PAR_MIN;
     (void)par;
+    const af_kpath P = af_kernel_path();
 OPS_PAR_FOR(schedule(static) if (par))
     for (int64_t t = 0; t < n; t++) {
         const float *xr = x + t * dim, *dyr = dy + t * dim;
-        float *dxr = dx + t * dim;
         float r = rstd[t];
-        double gx = 0.0;
-        for (int64_t i = 0; i < dim; i++) gx += (double)(w[i] * dyr[i]) * xr[i];
+        double gx = PATHCALL(P, dsum3, w, dyr, xr, dim);
         float c = (float)((double)r * r * r / (double)dim * gx);
-        for (int64_t i = 0; i < dim; i++) dxr[i] += r * (w[i] * dyr[i]) - c * xr[i];
+        PATHCALL(P, rms_bwd_row, dx + t * dim, dyr, xr, w, r, c, dim);
     }
     if (!dw) return;
     /* dw: parallel over column blocks (each thread owns its columns; no races). */
@@ -76,54 +243,180 @@ OPS_PAR_FOR(schedule(static) if (par))
 
 /* ------------------------------------------------------------------------------------------------
  * RoPE
+ * The rotation of pair (a, b) by θ is written per element against a partner: y[j] = x[j]·C[j] +
+ * x[partner(j)]·S[j], with C = cos θ on both elements of a pair and S = −sin θ on the first, +sin θ
+ * on the second (norm: pairs (2i, 2i+1); neox: (i, i + hd/2)). That is the same float arithmetic as
+ * (a·cos − b·sin, a·sin + b·cos): −(b·sin) is exact and the sum is commutative.
+ * One row of C and S ([2, head_dim] floats) per position. When the call's positions span no more
+ * than half its token count (packed batches repeat positions 0..len−1), the rows are built once per
+ * distinct position in a malloc'ed table; otherwise (or without memory) once per token on the stack.
  * ---------------------------------------------------------------------------------------------- */
 
-#define ROPE_CHUNK 64 /* pairs per stack table */
+#define ROPE_CHUNK 64 /* pairs per stack row in the per-token fallback */
 
-/* Rotate all heads of one token by angles θ_i = pos·base^(−2i/hd) (sign = +1 forward, −1 inverse). */
-static void rope_token(float *xt, double pos, int64_t n_heads, int64_t hd, double log_base, int neox,
-                       float sign) {
-    int64_t half = hd / 2;
-    float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
+/* One C/S row (layout above) for pairs i0 .. i0+ni−1 of a position: θ = pos·f reduced mod 2π in
+ * double, then f32 cos/sin. f: the ni frequencies base^(−2i/hd) of those pairs. C and S hold 2·ni
+ * floats each, indexed by element relative to the chunk (norm: 2c, 2c+1; neox: c, ni+c). */
+static void rope_row(float *C, float *S, double pos, const double *f, int64_t ni, int neox, float sign) {
     const double two_pi = 6.283185307179586476925286766559;
-    for (int64_t c0 = 0; c0 < half; c0 += ROPE_CHUNK) {
-        int64_t nc = half - c0 < ROPE_CHUNK ? half - c0 : ROPE_CHUNK;
-        for (int64_t c = 0; c < nc; c++) {
-            int64_t i = c0 + c;
-            double th = pos * exp(-2.0 * (double)i / (double)hd * log_base);
-            th -= two_pi * floor(th / two_pi); /* reduce in double, then f32 trig */
-            cs[c] = cosf((float)th);
-            sn[c] = sign * sinf((float)th);
-        }
-        for (int64_t h = 0; h < n_heads; h++) {
-            float *xh = xt + h * hd;
-            if (neox) {
-                float *x0 = xh + c0, *x1 = xh + half + c0;
-                for (int64_t c = 0; c < nc; c++) {
-                    float a = x0[c], b = x1[c];
-                    x0[c] = a * cs[c] - b * sn[c];
-                    x1[c] = a * sn[c] + b * cs[c];
-                }
-            } else {
-                float *xp = xh + 2 * c0;
-                for (int64_t c = 0; c < nc; c++) {
-                    float a = xp[2 * c], b = xp[2 * c + 1];
-                    xp[2 * c] = a * cs[c] - b * sn[c];
-                    xp[2 * c + 1] = a * sn[c] + b * cs[c];
-                }
+    for (int64_t c = 0; c < ni; c++) {
+        double th = pos * f[c];
+        th -= two_pi * floor(th / two_pi); /* reduce in double, then f32 trig */
+        float cs = cosf((float)th), sn = sign * sinf((float)th);
+        int64_t a = neox ? c : 2 * c, b = neox ? c + ni : 2 * c + 1;
+        C[a] = cs, C[b] = cs, S[a] = -sn, S[b] = sn;
+    }
+}
+
+/* Rotate nh heads of one token (stride hd) by a C/S row covering pairs [i0, i0+ni). */
+static void rope_rot_sc(float *xt, const float *C, const float *S, int64_t nh, int64_t hd, int64_t i0,
+                        int64_t ni, int neox) {
+    int64_t half = hd / 2;
+    for (int64_t h = 0; h < nh; h++) {
+        float *xh = xt + h * hd;
+        if (neox) {
+            float *x0 = xh + i0, *x1 = xh + half + i0;
+            for (int64_t c = 0; c < ni; c++) {
+                float a = x0[c], b = x1[c], cs = C[c], sn = S[ni + c];
+                x0[c] = a * cs - b * sn;
+                x1[c] = a * sn + b * cs;
+            }
+        } else {
+            float *xp = xh + 2 * i0;
+            for (int64_t c = 0; c < ni; c++) {
+                float a = xp[2 * c], b = xp[2 * c + 1], cs = C[2 * c], sn = S[2 * c + 1];
+                xp[2 * c] = a * cs - b * sn;
+                xp[2 * c + 1] = a * sn + b * cs;
             }
         }
     }
 }
 
-static void rope_apply(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
-                       float base, int neox, float sign) {
-    double log_base = log((double)base);
-    int par = n > 1 && n * n_heads * head_dim >= AF_OPS_PAR_MIN / 4;
+#if AF_VEXP_X86
+OPS_T512 static void rope_rot_512(float *xt, const float *C, const float *S, int64_t nh, int64_t hd,
+                                  int64_t i0, int64_t ni, int neox) {
+    int64_t half = hd / 2;
+    for (int64_t h = 0; h < nh; h++) {
+        float *xh = xt + h * hd;
+        if (neox) {
+            float *x0 = xh + i0, *x1 = xh + half + i0;
+            for (int64_t c = 0; c < ni; c += 16) {
+                __mmask16 m = tail16(ni - c);
+                __m512 a = _mm512_maskz_loadu_ps(m, x0 + c), b = _mm512_maskz_loadu_ps(m, x1 + c);
+                __m512 c0 = _mm512_maskz_loadu_ps(m, C + c), s0 = _mm512_maskz_loadu_ps(m, S + c);
+                __m512 c1 = _mm512_maskz_loadu_ps(m, C + ni + c), s1 = _mm512_maskz_loadu_ps(m, S + ni + c);
+                _mm512_mask_storeu_ps(x0 + c, m, _mm512_add_ps(_mm512_mul_ps(a, c0), _mm512_mul_ps(b, s0)));
+                _mm512_mask_storeu_ps(x1 + c, m, _mm512_add_ps(_mm512_mul_ps(b, c1), _mm512_mul_ps(a, s1)));
+            }
+        } else {
+            float *xp = xh + 2 * i0;
+            for (int64_t j = 0; j < 2 * ni; j += 16) { /* 2·ni is even: a pair never straddles the mask */
+                __mmask16 m = tail16(2 * ni - j);
+                __m512 v = _mm512_maskz_loadu_ps(m, xp + j);
+                __m512 sw = _mm512_permute_ps(v, 0xB1); /* (x1, x0, x3, x2, ...) */
+                __m512 y = _mm512_add_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, C + j)),
+                                         _mm512_mul_ps(sw, _mm512_maskz_loadu_ps(m, S + j)));
+                _mm512_mask_storeu_ps(xp + j, m, y);
+            }
+        }
+    }
+}
+OPS_T256 static void rope_rot_256(float *xt, const float *C, const float *S, int64_t nh, int64_t hd,
+                                  int64_t i0, int64_t ni, int neox) {
+    int64_t half = hd / 2;
+    for (int64_t h = 0; h < nh; h++) {
+        float *xh = xt + h * hd;
+        if (neox) {
+            float *x0 = xh + i0, *x1 = xh + half + i0;
+            int64_t c = 0;
+            for (; c + 8 <= ni; c += 8) {
+                __m256 a = _mm256_loadu_ps(x0 + c), b = _mm256_loadu_ps(x1 + c);
+                _mm256_storeu_ps(x0 + c, _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(C + c)),
+                                                       _mm256_mul_ps(b, _mm256_loadu_ps(S + c))));
+                _mm256_storeu_ps(x1 + c, _mm256_add_ps(_mm256_mul_ps(b, _mm256_loadu_ps(C + ni + c)),
+                                                       _mm256_mul_ps(a, _mm256_loadu_ps(S + ni + c))));
+            }
+            for (; c < ni; c++) {
+                float a = x0[c], b = x1[c], cs = C[c], sn = S[ni + c];
+                x0[c] = a * cs - b * sn;
+                x1[c] = a * sn + b * cs;
+            }
+        } else {
+            float *xp = xh + 2 * i0;
+            int64_t j = 0;
+            for (; j + 8 <= 2 * ni; j += 8) {
+                __m256 v = _mm256_loadu_ps(xp + j), sw = _mm256_permute_ps(v, 0xB1);
+                _mm256_storeu_ps(xp + j, _mm256_add_ps(_mm256_mul_ps(v, _mm256_loadu_ps(C + j)),
+                                                       _mm256_mul_ps(sw, _mm256_loadu_ps(S + j))));
+            }
+            for (; j < 2 * ni; j += 2) {
+                float a = xp[j], b = xp[j + 1], cs = C[j], sn = S[j + 1];
+                xp[j] = a * cs - b * sn;
+                xp[j + 1] = a * sn + b * cs;
+            }
+        }
+    }
+}
+#endif
+
+static void rope_apply(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t hd, float base,
+                       int neox, float sign) {
+    if (n <= 0 || n_heads <= 0 || hd < 2) return;
+    const int64_t half = hd / 2, tstride = n_heads * hd;
+    const double log_base = log((double)base);
+    const af_kpath P = af_kernel_path();
+    int32_t pmin = pos[0], pmax = pos[0];
+    for (int64_t t = 1; t < n; t++) {
+        pmin = pos[t] < pmin ? pos[t] : pmin;
+        pmax = pos[t] > pmax ? pos[t] : pmax;
+    }
+    const int64_t span = (int64_t)pmax - pmin + 1;
+    /* frequencies f_i = base^(−2i/hd), then (table mode) rows of 2·hd floats per position */
+    double *freq = NULL;
+    float *tab = NULL;
+    const int use_tab = span * 2 <= n; /* each position used twice or more on average */
+    void *mem = malloc((size_t)half * sizeof(double) + (use_tab ? (size_t)(span * 2 * hd) * sizeof(float) : 0));
+    if (mem) {
+        freq = mem;
+        for (int64_t i = 0; i < half; i++) freq[i] = exp(-2.0 * (double)i / (double)hd * log_base);
+        if (use_tab) tab = (float *)(freq + half);
+    }
+    int par = n > 1 && n * tstride >= AF_OPS_PAR_MIN / 4;
     (void)par;
+    if (tab) {
+#ifdef _OPENMP
+#pragma omp parallel if (par)
+#endif
+        {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t p = 0; p < span; p++)
+                rope_row(tab + p * 2 * hd, tab + p * 2 * hd + hd, (double)pmin + (double)p, freq, half, neox, sign);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t t = 0; t < n; t++) {
+                const float *row = tab + (int64_t)(pos[t] - pmin) * 2 * hd;
+                PATHCALL(P, rope_rot, x + t * tstride, row, row + hd, n_heads, hd, 0, half, neox);
+            }
+        }
+    } else {
+        /* per token: rows of ROPE_CHUNK pairs on the stack (f_i recomputed when there is no memory) */
 OPS_PAR_FOR(schedule(static) if (par))
-    for (int64_t t = 0; t < n; t++)
-        rope_token(x + t * n_heads * head_dim, (double)pos[t], n_heads, head_dim, log_base, neox, sign);
+        for (int64_t t = 0; t < n; t++) {
+            float C[2 * ROPE_CHUNK], S[2 * ROPE_CHUNK];
+            double fr[ROPE_CHUNK];
+            for (int64_t c0 = 0; c0 < half; c0 += ROPE_CHUNK) {
+                int64_t nc = min64(half - c0, ROPE_CHUNK);
+                if (!freq)
+                    for (int64_t c = 0; c < nc; c++) fr[c] = exp(-2.0 * (double)(c0 + c) / (double)hd * log_base);
+                rope_row(C, S, (double)pos[t], freq ? freq + c0 : fr, nc, neox, sign);
+                PATHCALL(P, rope_rot, x + t * tstride, C, S, n_heads, hd, c0, nc, neox);
+            }
+        }
+    }
+    free(mem);
 }
 
 void af_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
@@ -137,33 +430,153 @@ void af_rope_backward(float *dx, const int32_t *pos, int64_t n, int64_t n_heads,
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Gated activations
+ * exp, SwiGLU
+ * SIMD paths use vexp.h's e^x (<= 1 ulp; expf's special values); the scalar path libm's expf.
+ * σ(x) = 1/(1+e^−x): for x → −∞, e^−x overflows to inf and σ → 0 exactly, no NaN.
  * ---------------------------------------------------------------------------------------------- */
 
-/* σ(x) = 1/(1+e^−x); for x → −∞ e^−x overflows to inf and σ → 0 exactly, no NaN. */
+static void vexp_sc(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]);
+}
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-void af_swiglu_forward(float *h, const float *gate, const float *up, int64_t n) {
-    int par = n >= AF_OPS_PAR_MIN;
-    (void)par;
-OPS_PAR_FOR(schedule(static) if (par))
+static void swiglu_fwd_sc(float *h, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         h[i] = g * sigmoidf_(g) * up[i];
     }
 }
-
-void af_swiglu_backward(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
-                        int64_t n) {
-    int par = n >= AF_OPS_PAR_MIN;
-    (void)par;
-OPS_PAR_FOR(schedule(static) if (par))
+static void swiglu_bwd_sc(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+                          int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i], s = sigmoidf_(g);
         d_gate[i] += dh[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
         d_up[i] += dh[i] * g * s;
     }
 }
+
+#if AF_VEXP_X86
+/* The same float expressions as the scalar loops, lane by lane (no contraction into FMAs). */
+OPS_T512 static inline __m512 sigmoid_512(__m512 g) {
+    __m512 one = _mm512_set1_ps(1.0f);
+    __m512 e = af_vexp_512(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32(INT32_MIN))));
+    return _mm512_div_ps(one, _mm512_add_ps(one, e));
+}
+OPS_T512 static void vexp_512(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(n - i);
+        _mm512_mask_storeu_ps(y + i, m, af_vexp_512(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+OPS_T512 static void swiglu_fwd_512(float *h, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(n - i);
+        __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+        __m512 v = _mm512_mul_ps(_mm512_mul_ps(g, sigmoid_512(g)), _mm512_maskz_loadu_ps(m, up + i));
+        _mm512_mask_storeu_ps(h + i, m, v);
+    }
+}
+OPS_T512 static void swiglu_bwd_512(float *d_gate, float *d_up, const float *dh, const float *gate,
+                                    const float *up, int64_t n) {
+    __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(n - i);
+        __m512 g = _mm512_maskz_loadu_ps(m, gate + i), s = sigmoid_512(g);
+        __m512 d = _mm512_maskz_loadu_ps(m, dh + i);
+        /* s · (1 + g·(1 − s)) */
+        __m512 ds = _mm512_mul_ps(s, _mm512_add_ps(one, _mm512_mul_ps(g, _mm512_sub_ps(one, s))));
+        __m512 dg = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, up + i)), ds);
+        __m512 du = _mm512_mul_ps(_mm512_mul_ps(d, g), s);
+        _mm512_mask_storeu_ps(d_gate + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, d_gate + i), dg));
+        _mm512_mask_storeu_ps(d_up + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, d_up + i), du));
+    }
+}
+
+OPS_T256 static inline __m256 sigmoid_256(__m256 g) {
+    __m256 one = _mm256_set1_ps(1.0f);
+    __m256 e = af_vexp_256(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+    return _mm256_div_ps(one, _mm256_add_ps(one, e));
+}
+/* AVX2 has no cheap masked tail: the last < 8 elements go through a zero-padded stack vector, so
+ * each element gets the same arithmetic wherever it sits. */
+OPS_T256 static void vexp_256(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, af_vexp_256(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        float t[8] = {0};
+        for (int64_t u = 0; u < n - i; u++) t[u] = x[i + u];
+        _mm256_storeu_ps(t, af_vexp_256(_mm256_loadu_ps(t)));
+        for (int64_t u = 0; u < n - i; u++) y[i + u] = t[u];
+    }
+}
+OPS_T256 static inline __m256 swiglu_fwd_v256(__m256 g, __m256 u) {
+    return _mm256_mul_ps(_mm256_mul_ps(g, sigmoid_256(g)), u);
+}
+OPS_T256 static void swiglu_fwd_256(float *h, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(h + i, swiglu_fwd_v256(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        float tg[8] = {0}, tu[8] = {0};
+        for (int64_t u = 0; u < n - i; u++) tg[u] = gate[i + u], tu[u] = up[i + u];
+        _mm256_storeu_ps(tg, swiglu_fwd_v256(_mm256_loadu_ps(tg), _mm256_loadu_ps(tu)));
+        for (int64_t u = 0; u < n - i; u++) h[i + u] = tg[u];
+    }
+}
+/* adds into *dg, *du (8 lanes) */
+OPS_T256 static inline void swiglu_bwd_v256(float *dgp, float *dup, __m256 d, __m256 g, __m256 u) {
+    __m256 one = _mm256_set1_ps(1.0f), s = sigmoid_256(g);
+    __m256 ds = _mm256_mul_ps(s, _mm256_add_ps(one, _mm256_mul_ps(g, _mm256_sub_ps(one, s))));
+    _mm256_storeu_ps(dgp, _mm256_add_ps(_mm256_loadu_ps(dgp), _mm256_mul_ps(_mm256_mul_ps(d, u), ds)));
+    _mm256_storeu_ps(dup, _mm256_add_ps(_mm256_loadu_ps(dup), _mm256_mul_ps(_mm256_mul_ps(d, g), s)));
+}
+OPS_T256 static void swiglu_bwd_256(float *d_gate, float *d_up, const float *dh, const float *gate,
+                                    const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        swiglu_bwd_v256(d_gate + i, d_up + i, _mm256_loadu_ps(dh + i), _mm256_loadu_ps(gate + i),
+                        _mm256_loadu_ps(up + i));
+    if (i < n) {
+        float td[8] = {0}, tg[8] = {0}, tu[8] = {0}, tdg[8] = {0}, tdu[8] = {0};
+        for (int64_t u = 0; u < n - i; u++)
+            td[u] = dh[i + u], tg[u] = gate[i + u], tu[u] = up[i + u], tdg[u] = d_gate[i + u], tdu[u] = d_up[i + u];
+        swiglu_bwd_v256(tdg, tdu, _mm256_loadu_ps(td), _mm256_loadu_ps(tg), _mm256_loadu_ps(tu));
+        for (int64_t u = 0; u < n - i; u++) d_gate[i + u] = tdg[u], d_up[i + u] = tdu[u];
+    }
+}
+#endif
+
+/* Element-wise loop over fixed chunks (OpenMP when large): CALL(i0, len) */
+#define EW_LOOP(n, CALL)                                                                           \
+    do {                                                                                           \
+        int par_ = (n) >= AF_OPS_PAR_MIN;                                                          \
+        (void)par_;                                                                                \
+        int64_t nch_ = ((n) + OPS_EW_CHUNK - 1) / OPS_EW_CHUNK;                                    \
+        OPS_PAR_FOR(schedule(static) if (par_))                                                    \
+        for (int64_t c_ = 0; c_ < nch_; c_++) {                                                    \
+            int64_t i0 = c_ * OPS_EW_CHUNK, len = min64((n) - i0, OPS_EW_CHUNK);                   \
+            CALL;                                                                                  \
+        }                                                                                          \
+    } while (0)
+
+void af_vexpf(float *y, const float *x, int64_t n) {
+    const af_kpath P = af_kernel_path();
+    EW_LOOP(n, PATHCALL(P, vexp, y + i0, x + i0, len));
+}
+
+void af_swiglu_forward(float *h, const float *gate, const float *up, int64_t n) {
+    const af_kpath P = af_kernel_path();
+    EW_LOOP(n, PATHCALL(P, swiglu_fwd, h + i0, gate + i0, up + i0, len));
+}
+
+void af_swiglu_backward(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+                        int64_t n) {
+    const af_kpath P = af_kernel_path();
+    EW_LOOP(n, PATHCALL(P, swiglu_bwd, d_gate + i0, d_up + i0, dh + i0, gate + i0, up + i0, len));
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * GeGLU
+ * ---------------------------------------------------------------------------------------------- */
 
 #define GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_K1 0.044715f
