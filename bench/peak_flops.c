@@ -17,7 +17,8 @@
  *
  * With -DAF_LINKED (built against libafinar.a, -Iinclude -Isrc) it also times afinar's kernels on
  * the shapes of one SmolLM2 training step (n = 2048 tokens, 576 -> 1536): af_gemm_abt (f32 x f32ᵀ),
- * af_matmul_xwt with f32 and Q4_1 weights (forward) and af_matmul_dyw (backward dx).
+ * af_matmul_xwt with f32 and Q4_1 weights (forward) and af_matmul_dyw (backward dx), in f32 and,
+ * where the CPU has AVX512_BF16, with bf16 products.
  *
  * Usage: peak_flops [threads (default 2)]   -> one JSON object on stdout.
  */
@@ -196,6 +197,15 @@ static void afinar_kernels(int threads) {
         c.op = op;
         double t = time_best(run_mm, &c, 5);
         printf(", \"%s\": %.1f", names[op], 2.0 * (double)(n * in * out) / t * 1e-9);
+    }
+    /* the same products with bf16 operands (af_set_matmul_precision("bf16")) where the CPU has it */
+    if (af_set_matmul_precision("bf16") == AF_OK) {
+        for (int op = 0; op < 5; op++) {
+            c.op = op;
+            double t = time_best(run_mm, &c, 5);
+            printf(", \"%s, bf16 products\": %.1f", names[op], 2.0 * (double)(n * in * out) / t * 1e-9);
+        }
+        af_set_matmul_precision("f32");
     }
     printf("}");
     free(c.x), free(c.y), free(c.w32), free(c.wq);

@@ -208,6 +208,7 @@ bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, co
     float *Db = Pb ? buf_get(1, per_head * (size_t)(gchunk * group)) : NULL;
     if (!Pb || !Db) return false;
     const int nth = AF_OMP_MAX_THREADS();
+    (void)nth; /* only named by the OpenMP pragma */
     for (int64_t g0 = 0; g0 < n_kv_heads; g0 += gchunk) {
         const int64_t g1 = g0 + gchunk < n_kv_heads ? g0 + gchunk : n_kv_heads, h0 = g0 * group;
         const int64_t nh = (g1 - g0) * group;
