@@ -201,10 +201,11 @@ def profile_afinar(a, tokfile, out_md, prefix):
                 f.write(f"| {pct:.2f} | `{sym}` |\n")
             f.write("\n")
         f.write("OMP barrier / wait symbols (libgomp) are time threads spent waiting for each other. "
-                "`af_gp_ukernel_bf16` / `ukernel512`: the packed-GEMM micro-kernels (frozen-weight products and "
-                "attention); `af_gp_tpack_*`, `tr8x16_store`: operand packing; `panel512`: small f32 products "
-                "(LoRA factors, head); `fwd_512`/`bwd_512`/`dotblk_512`: row attention kernels (sequences < 192 "
-                "tokens in the forward); `grad_row`/`softmax_row`: blocked attention's softmax.\n")
+                "`af_gp_ukernel_bf16` / `ukernel512` / `ukernel256` (AVX2): the packed-GEMM micro-kernels "
+                "(frozen-weight products, LoRA products, attention); `af_gp_tpack_*`, `tr8x16_store`, `tpack256`: "
+                "operand packing; `panel512`/`panel256`: small f32 products (head); "
+                "`fwd_512`/`bwd_512`/`dotblk_512` (`_256` on AVX2): row attention kernels (sequences < 192 "
+                "tokens in the forward); `grad_row*`/`softmax_row*`: blocked attention's softmax.\n")
     return res or None
 
 
@@ -263,6 +264,7 @@ def main():
     gemm = torch_gemm(py, a.threads)
     log("torch GEMM:", gemm)
 
+    has_bf16 = any(f in cpu_flags_summary().split() for f in ("avx512_bf16", "amx_bf16"))
     seqs = [int(s) for s in a.seq.split(",")]
     tgts = a.targets.split(",")
     systems = a.systems.split(",")
@@ -302,6 +304,14 @@ def main():
                     cmd = [py, "bench/train_peft.py", "train", "--hf", a.hf, "--tokens", tokfiles[S], "--targets",
                            tg, "--dtype", "bf16" if "bf16" in sy else "f32", "--batch", str(a.batch), "--warmup",
                            str(a.warmup), "--steps", str(steps[S]), "--threads", str(a.threads)]
+                if "bf16" in sy and not has_bf16:
+                    # no bf16 arithmetic in hardware: afinar refuses --bf16, and PyTorch's autocast
+                    # falls back to emulation (torch.mm bf16 measured above at a few GFLOP/s): hours
+                    runs.append({"config": sy, "seq": S, "targets_set": tg, "cpu_share": 0.0,
+                                 "failed": "not run: this CPU has no AVX512_BF16/AMX_BF16 (torch.mm bf16 " +
+                                 ", ".join(f"{v}" for k, v in gemm.items() if "bfloat16" in k) + " GFLOP/s)"})
+                    log(f"S={S} {tg:10s} {sy:15s} not run (no bf16 hardware)")
+                    continue
                 la = loadavg()[0]
                 res, wall, share = run_child(cmd, logf, env, prefix, tolerate=True)
                 res.update({"config": sy, "seq": S, "targets_set": tg, "wall_s": round(wall, 2),
@@ -313,7 +323,7 @@ def main():
                 res["flops_per_step"] = fl
                 res["median_step_s"] = statistics.median(res["step_s"][a.warmup:])
                 res["achieved_gflops"] = fl["total"] / (res["timed_s"] / steps[S]) * 1e-9
-                res["mfu_f32"] = res["achieved_gflops"] / peak.get("f32_avx512_peak", float("nan"))
+                res["mfu_f32"] = res["achieved_gflops"] / peak.get("f32_avx512_peak", peak.get("f32_avx2_peak", float("nan")))
                 if sy.endswith("bf16") and "bf16_avx512_peak" in peak:
                     res["mfu_bf16"] = res["achieved_gflops"] / peak["bf16_avx512_peak"]
                 runs.append(res)
@@ -403,7 +413,8 @@ def write_md(rep, path):
                 continue
             r = g[sy]
             if "failed" in r:
-                L.append(f"| {S} | {tg} | {names.get(sy, sy)} | failed: {r['failed']} | | | | | | | | | "
+                why = r["failed"] if r["failed"].startswith("not run") else "failed: " + r["failed"]
+                L.append(f"| {S} | {tg} | {names.get(sy, sy)} | {why} | | | | | | | | | "
                          f"{r['cpu_share']:.2f} |")
                 continue
             mfu = f"{100 * r['mfu_f32']:.1f}%"
@@ -453,7 +464,7 @@ def write_md(rep, path):
     for (S, tg), g in groups.items():
         for sy, r in g.items():
             if "failed" in r:
-                L.append(f"| {S} | {tg} | {names.get(sy, sy)} | | failed: {r['failed']} | | |")
+                L.append(f"| {S} | {tg} | {names.get(sy, sy)} | | {r['failed']} | | |")
                 continue
             act = ""
             if "act_bytes_per_token" in r:

@@ -75,8 +75,10 @@ void af_set_int8_activations(int on);
  *  "bf16" operands rounded to bfloat16 (round to nearest even), products accumulated in f32 with
  *         AVX512_BF16 VDPBF16PS, about 2x the f32 throughput; per product
  *         |y - y_exact| <= (2^-8 + k 2^-24) sum_k |x_k||w_k|, like PyTorch's CPU bf16 autocast
- *         of Linear layers. Elementwise ops, attention, norms, LoRA factors' small products,
- *         the loss and the optimizer stay f32.
+ *         of Linear layers. It applies to every product on the packed GEMM path: frozen
+ *         weights, LoRA factors (n·k >= 4096) and the blocked attention of training sequences
+ *         (QKᵀ, PV and their gradients, as autocast does for bmm). Elementwise ops, softmax,
+ *         norms, the loss and the optimizer stay f32.
  * "bf16" is refused with AF_ERR_UNSUPPORTED when the CPU lacks AVX512_BF16 or the kernel path
  * is not avx512 (the f32 path stays in use). Process-wide; set before model work, not while
  * kernels run. */

@@ -35,9 +35,11 @@ static double maxabs(const float *x, int64_t n) {
     return m;
 }
 
+static const char *g_path = ""; /* kernel path under test, for the messages */
+
 static void one(int64_t n, int64_t nh, int64_t nkh, int64_t hd, int64_t window) {
     char what[128];
-    snprintf(what, sizeof what, "n=%lld heads=%lld/%lld hd=%lld window=%lld", (long long)n, (long long)nh,
+    snprintf(what, sizeof what, "%s n=%lld heads=%lld/%lld hd=%lld window=%lld", g_path, (long long)n, (long long)nh,
              (long long)nkh, (long long)hd, (long long)window);
     if (!af_att_gemm_usable(n, 0, n, nh, nkh, hd)) {
         CHECK(0, "%s: not usable", what);
@@ -91,18 +93,30 @@ static void one(int64_t n, int64_t nh, int64_t nkh, int64_t hd, int64_t window) 
 }
 
 int main(void) {
-    if (!af_att_gemm_usable(128, 0, 128, 9, 3, 64)) {
-        tl_skip("blocked-GEMM attention: needs the AVX-512 kernel path (%s)", af_cpu_features());
-        return tl_finish("attention_gemm");
+    static const char *PATHS[] = {"avx512", "avx2"};
+    int ran = 0;
+    for (int p = 0; p < 2; p++) {
+        if (af_set_kernel_path(PATHS[p]) != AF_OK || !af_att_gemm_usable(128, 0, 128, 9, 3, 64)) {
+            tl_skip("blocked-GEMM attention on the %s path: not supported by this CPU (%s)", PATHS[p],
+                    af_cpu_features());
+            continue;
+        }
+        ran++;
+        g_path = PATHS[p];
+        CHECK(!af_att_gemm_usable(128, 5, 133, 9, 3, 64), "%s: q_pos0 > 0 is not handled", PATHS[p]);
+        CHECK(!af_att_gemm_usable(16, 0, 16, 9, 3, 64), "%s: short sequences stay on the row kernels", PATHS[p]);
+        static const int64_t N[] = {32, 63, 64, 65, 130, 200};
+        for (size_t i = 0; i < sizeof N / sizeof *N; i++) {
+            one(N[i], 9, 3, 64, 0);
+            one(N[i], 4, 1, 32, 37);
+        }
+        one(256, 4, 4, 64, 100);
+        one(300, 8, 2, 16, 0);
     }
-    CHECK(!af_att_gemm_usable(128, 5, 133, 9, 3, 64), "q_pos0 > 0 is not handled");
-    CHECK(!af_att_gemm_usable(16, 0, 16, 9, 3, 64), "short sequences stay on the row kernels");
-    static const int64_t N[] = {32, 63, 64, 65, 130, 200};
-    for (size_t i = 0; i < sizeof N / sizeof *N; i++) {
-        one(N[i], 9, 3, 64, 0);
-        one(N[i], 4, 1, 32, 37);
-    }
-    one(256, 4, 4, 64, 100);
-    one(300, 8, 2, 16, 0);
+    af_set_kernel_path("auto");
+    CHECK(af_set_kernel_path("scalar") == AF_OK && !af_att_gemm_usable(128, 0, 128, 9, 3, 64),
+          "the scalar path keeps the row kernels");
+    af_set_kernel_path("auto");
+    (void)ran;
     return tl_finish("attention_gemm");
 }

@@ -1,6 +1,6 @@
 /*
  * attention_gemm.c — causal grouped-query attention of a whole training sequence as blocked
- * matrix products on the packed GEMM (gemm_packed.c), for the AVX-512 path. Same contract as
+ * matrix products on the packed GEMM (gemm_packed.c), for the AVX-512 and AVX2 paths. Same contract as
  * af_attention_forward / af_attention_backward (ops.h) restricted to q_pos0 = 0, n_q = n_kv.
  *
  * Forward, per (query head h, block of AR query rows r0..): S = Q_blk · K[c0:c1]ᵀ (the key
@@ -54,7 +54,7 @@ void af_att_gemm_enable(int on) { g_enabled = on != 0; }
 
 bool af_att_gemm_usable(int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                         int64_t hd) {
-    if (!g_enabled || af_kernel_path() != AF_KPATH_AVX512 || !af_mm_ops_avx512.ukernel) return false;
+    if (!g_enabled || (af_kernel_path() != AF_KPATH_AVX512 && af_kernel_path() != AF_KPATH_AVX2)) return false;
     if (q_pos0 != 0 || n_q != n_kv || n_q < 32 || hd < 16 || n_kv_heads <= 0 || n_heads % n_kv_heads) return false;
     return group_bytes(n_q, n_kv, n_heads / n_kv_heads) <= AG_MAX_BUF;
 }
@@ -97,7 +97,7 @@ static void zero(float *x, int64_t a, int64_t b) {
 /* Forward softmax of one row s[0, nc) (columns c0..): visible keys [lo, hi] relative to c0 get
  * p = exp(scale·s − m) / l, the others 0; returns lse = m + log l (-inf when nothing is visible). A
  * NaN score makes the whole row NaN (as the row kernels). */
-AG_T static float softmax_row(float *s, int64_t nc, int64_t lo, int64_t hi, float scale) {
+AG_T static float softmax_row512(float *s, int64_t nc, int64_t lo, int64_t hi, float scale) {
     zero(s, 0, lo);
     zero(s, hi + 1, nc);
     if (hi < lo) return -INFINITY;
@@ -131,7 +131,7 @@ AG_T static float softmax_row(float *s, int64_t nc, int64_t lo, int64_t hi, floa
 
 /* Backward row: p = exp(scale·s − L) over the visible keys (0 elsewhere) in s; then, with dp in d,
  * d = scale · p ⊙ (dp − D) over the visible keys (0 elsewhere). */
-AG_T static void grad_row(float *s, float *d, int64_t nc, int64_t lo, int64_t hi, float scale, float L, float D) {
+AG_T static void grad_row512(float *s, float *d, int64_t nc, int64_t lo, int64_t hi, float scale, float L, float D) {
     zero(s, 0, lo);
     zero(s, hi + 1, nc);
     zero(d, 0, lo);
@@ -146,13 +146,104 @@ AG_T static void grad_row(float *s, float *d, int64_t nc, int64_t lo, int64_t hi
     }
 }
 
-AG_T static float dot_row(const float *a, const float *b, int64_t n) {
+AG_T static float dot_row512(const float *a, const float *b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 mk = (__mmask16)(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
         acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + i), _mm512_maskz_loadu_ps(mk, b + i), acc);
     }
     return _mm512_reduce_add_ps(acc);
+}
+
+/* The same three row functions with AVX2+FMA (8 lanes; vmaskmovps at the right edge, lanes past
+ * the edge masked out of the sums). */
+#define AG_T2 __attribute__((target("avx2,fma")))
+static const int32_t ag_mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+AG_T2 static inline __m256i ag_mask(int64_t n) { return _mm256_loadu_si256((const __m256i *)(ag_mask_tab + 8 - (n < 8 ? n : 8))); }
+
+AG_T2 static inline float ag_hsum(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+AG_T2 static inline float ag_hmax(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+}
+
+AG_T2 static float softmax_row256(float *s, int64_t nc, int64_t lo, int64_t hi, float scale) {
+    zero(s, 0, lo);
+    zero(s, hi + 1, nc);
+    if (hi < lo) return -INFINITY;
+    const __m256 vs = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 vm = ninf;
+    for (int64_t j = lo; j <= hi; j += 8) {
+        __m256i mk = ag_mask(hi - j + 1);
+        __m256 x = _mm256_mul_ps(_mm256_maskload_ps(s + j, mk), vs);
+        _mm256_maskstore_ps(s + j, mk, x);
+        /* lanes past the edge: -inf. A NaN score may be dropped by vmaxps here, but it makes its
+         * exp, hence l and the whole row, NaN below (as the row kernels) */
+        vm = _mm256_max_ps(vm, _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(mk)));
+    }
+    float m = ag_hmax(vm);
+    if (m == -INFINITY) m = 0.0f;
+    const __m256 mm = _mm256_set1_ps(m);
+    __m256 vl = _mm256_setzero_ps();
+    for (int64_t j = lo; j <= hi; j += 8) {
+        __m256i mk = ag_mask(hi - j + 1);
+        __m256 e = af_vexp_256(_mm256_sub_ps(_mm256_maskload_ps(s + j, mk), mm));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(mk));
+        _mm256_maskstore_ps(s + j, mk, e);
+        vl = _mm256_add_ps(vl, e);
+    }
+    float l = ag_hsum(vl);
+    const __m256 inv = _mm256_set1_ps(1.0f / l);
+    for (int64_t j = lo; j <= hi; j += 8) {
+        __m256i mk = ag_mask(hi - j + 1);
+        _mm256_maskstore_ps(s + j, mk, _mm256_mul_ps(_mm256_maskload_ps(s + j, mk), inv));
+    }
+    return m + logf(l);
+}
+
+AG_T2 static void grad_row256(float *s, float *d, int64_t nc, int64_t lo, int64_t hi, float scale, float L, float D) {
+    zero(s, 0, lo);
+    zero(s, hi + 1, nc);
+    zero(d, 0, lo);
+    zero(d, hi + 1, nc);
+    const __m256 vs = _mm256_set1_ps(scale), vL = _mm256_set1_ps(L), vD = _mm256_set1_ps(D);
+    for (int64_t j = lo; j <= hi; j += 8) {
+        __m256i mk = ag_mask(hi - j + 1);
+        __m256 p = af_vexp_256(_mm256_fmsub_ps(_mm256_maskload_ps(s + j, mk), vs, vL));
+        __m256 g = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(_mm256_maskload_ps(d + j, mk), vD)), vs);
+        _mm256_maskstore_ps(s + j, mk, p);
+        _mm256_maskstore_ps(d + j, mk, g);
+    }
+}
+
+AG_T2 static float dot_row256(const float *a, const float *b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256i mk = ag_mask(n - i);
+        acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, mk), _mm256_maskload_ps(b + i, mk), acc);
+    }
+    return ag_hsum(acc);
+}
+
+/* Kernel path of the current call: AVX-512 (16 lanes) or AVX2 (8 lanes); chosen once per call. */
+static bool g_w512;
+
+static float softmax_row(float *s, int64_t nc, int64_t lo, int64_t hi, float scale) {
+    return g_w512 ? softmax_row512(s, nc, lo, hi, scale) : softmax_row256(s, nc, lo, hi, scale);
+}
+static void grad_row(float *s, float *d, int64_t nc, int64_t lo, int64_t hi, float scale, float L, float D) {
+    if (g_w512) grad_row512(s, d, nc, lo, hi, scale, L, D);
+    else grad_row256(s, d, nc, lo, hi, scale, L, D);
+}
+static float dot_row(const float *a, const float *b, int64_t n) {
+    return g_w512 ? dot_row512(a, b, n) : dot_row256(a, b, n);
 }
 
 /* C[m, n] (+)= A · B on one thread (the callers parallelize over blocks). */
@@ -164,7 +255,7 @@ static void mm(float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak, 
             for (int64_t i = 0; i < m; i++) zero(c + i * ldc, 0, n);
         return;
     }
-    af_gp_gemm(&af_mm_ops_avx512, c, ldc, a, sat, sak, w, AF_TYPE_F32, ldw * (int64_t)sizeof(float), b_trans, m, n,
+    af_gp_gemm(g_w512 ? &af_mm_ops_avx512 : &af_mm_ops_avx2, c, ldc, a, sat, sak, w, AF_TYPE_F32, ldw * (int64_t)sizeof(float), b_trans, m, n,
                k, acc, 1);
 }
 
@@ -173,6 +264,7 @@ bool af_att_gemm_forward(float *out, float *lse, const float *q, const float *k,
                          float scale, int64_t window) {
     const int64_t group = n_heads / n_kv_heads, qs = n_heads * hd, nrb = (n_q + AR - 1) / AR;
     const int nth = AF_OMP_MAX_THREADS();
+    g_w512 = af_kernel_path() == AF_KPATH_AVX512;
     float *scr = buf_get(0, (size_t)nth * AR * (size_t)n_kv);
     if (!scr) return false;
     AG_OMP(omp parallel for schedule(static) num_threads(nth))
@@ -199,6 +291,7 @@ bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, co
                           const float *q, const float *k, const float *v, int64_t n_q, int64_t n_kv,
                           int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, int64_t window) {
     const int64_t group = n_heads / n_kv_heads, qs = n_heads * hd, ks = n_kv_heads * hd;
+    g_w512 = af_kernel_path() == AF_KPATH_AVX512;
     const int64_t nrb = (n_q + AR - 1) / AR, nkb = (n_kv + AR - 1) / AR;
     int64_t gchunk = (int64_t)(AG_MAX_BUF / group_bytes(n_q, n_kv, group));
     if (gchunk < 1) return false;

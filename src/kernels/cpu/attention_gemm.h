@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* True on the AVX-512 path for q_pos0 == 0, n_q == n_kv >= 32, head_dim >= 16, n_heads a multiple
+/* True on the AVX-512 and AVX2 paths for q_pos0 == 0, n_q == n_kv >= 32, head_dim >= 16, n_heads a multiple
  * of n_kv_heads, and P + dS of one kv group ([n_heads/n_kv_heads, n_q, n_kv] f32 each) <= 256 MiB. */
 bool af_att_gemm_usable(int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                         int64_t hd);

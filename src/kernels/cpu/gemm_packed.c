@@ -17,8 +17,10 @@
  *    [MC/8][KC][8] (f32) or [MC/8][KC/2][8] (bf16 pairs), zero-padded rows, so the micro-kernel
  *    reads both operands contiguously. The block (128 KiB f32) stays in L2 while every panel of
  *    B passes through L1 (the BLIS loop order).
- *  - Micro-kernels: ops.ukernel (f32 FMA, AVX-512) or af_gp_ukernel_bf16 (VDPBF16PS): an 8 x 32
- *    tile of C with 16 zmm accumulators over one K-chunk, masked at the edges.
+ *  - Micro-kernels: ops.ukernel (f32 FMA: AVX-512, 16 zmm accumulators; AVX2, three register
+ *    tiles 6x16, 6x16, 2x32 of 12/12/8 ymm accumulators) or af_gp_ukernel_bf16 (VDPBF16PS): an
+ *    8 x 32 tile of C over one K-chunk, masked at the edges. Operands are transposed into the
+ *    packed layout by ops.tpack (AVX-512 or AVX2 8x8 transposes).
  *  - Threads: OpenMP over tasks (block of MC rows) x (group of panels). A block is packed once per
  *    task and K-chunk, so the column groups are only split (G > 1) when the row blocks alone do
  *    not divide evenly over the threads; tasks are dealt round-robin. Each element of C is
@@ -43,7 +45,20 @@
 #define GP_OMP(x)
 #endif
 
-#define MC 128               /* rows of A per task (packed block MC x KC = 128 KiB f32, in L2) */
+#ifndef GP_MC
+#define GP_MC 128 /* rows of A per task (packed block MC x KC = 128 KiB f32, in L2) */
+#endif
+#ifndef GP_KC_F32
+#define GP_KC_F32 256 /* k per micro-kernel call, f32 (B sliver KC x 32 floats) */
+#endif
+#ifndef GP_KC_BF16
+#define GP_KC_BF16 256 /* k per micro-kernel call, bf16 (B sliver KC/2 x 32 pairs); even, <= 512 */
+#endif
+#ifndef GP_MIN_NK
+#define GP_MIN_NK 4096 /* smallest n*k (output columns x depth) that takes the packed path: LoRA products (n or k = r = 16) included; 2x faster than the panel path there */
+#endif
+#define MC GP_MC
+#define KC_MAX 512 /* largest compute chunk (bf16) */
 #define MAX_B (64u << 20)    /* largest packed B (bytes) this path allocates */
 
 static int g_bf16; /* requested precision; used only where af_gp_bf16_available() */
@@ -69,7 +84,7 @@ int64_t af_gp_packed_b_floats(int64_t k, int64_t n) { return (n + AF_GP_NR - 1) 
 bool af_gp_usable(const af_mm_ops *ops, int64_t m, int64_t n, int64_t k) {
     /* The choice must not depend on m: the engine splits the rows of a product into blocks and
      * relies on getting bitwise the same result as one call (tests/test_engine.c). */
-    if (!ops->ukernel || m <= AF_MM_DECODE_N || n < 16 || k < 16 || n * k < 65536) return false;
+    if (!ops->ukernel || m <= AF_MM_DECODE_N || n < 16 || k < 16 || n * k < GP_MIN_NK) return false;
     return (double)af_gp_packed_b_floats(k, n) * sizeof(float) <= (double)MAX_B;
 }
 
@@ -128,7 +143,7 @@ static void pack_b_trans(const af_mm_ops *ops, void *bpv, const uint8_t *w, uint
                     for (int i = 0; i < 8; i++) src[i] = i < rr ? rows + i * AF_GP_KC : NULL;
                 }
                 if (bf) af_gp_tpack_bf16(src, kc, dst + (k0 / 2) * AF_GP_NR + r0, AF_GP_NR);
-                else af_gp_tpack_f32(src, kc, dst + k0 * AF_GP_NR + r0, AF_GP_NR);
+                else ops->tpack(src, kc, dst + k0 * AF_GP_NR + r0, AF_GP_NR);
             }
         }
     }
@@ -161,8 +176,8 @@ static void pack_b_rows(const af_mm_ops *ops, float *bp, const uint8_t *w, uint3
 /* A rows [t0, t0+mc) x columns [k0, k0+kc) -> ap[(t/8)][kk][t%8] (f32) or, bf16, pairs
  * ap[(t/8)][kk/2][t%8] (kc even); zero rows past mc. Rows contiguous in k (sak == 1) go through
  * the transposing packer; other strides are gathered into a row first. */
-static void pack_a(uint32_t *ap, const float *a, int64_t sat, int64_t sak, int64_t t0, int64_t mc, int64_t k0,
-                   int64_t kc, bool bf) {
+static void pack_a(const af_mm_ops *ops, uint32_t *ap, const float *a, int64_t sat, int64_t sak, int64_t t0,
+                   int64_t mc, int64_t k0, int64_t kc, bool bf) {
     int64_t nb = (mc + 7) / 8, bstride = bf ? kc / 2 * 8 : kc * 8;
     if (sat == 1 && sak != 1) { /* columns of A contiguous (Aᵀ stored row-major): 8 rows = 8 floats */
         for (int64_t b = 0; b < nb; b++) {
@@ -186,20 +201,20 @@ static void pack_a(uint32_t *ap, const float *a, int64_t sat, int64_t sak, int64
         }
         return;
     }
-    float rows[8 * AF_GP_KC] __attribute__((aligned(64)));
+    float rows[8 * KC_MAX] __attribute__((aligned(64)));
     for (int64_t b = 0; b < nb; b++) {
         int64_t nrow = mc - 8 * b < 8 ? mc - 8 * b : 8;
         const float *src[8];
         for (int64_t i = 0; i < 8; i++) {
             const float *ri = i < nrow ? a + (t0 + 8 * b + i) * sat + k0 * sak : NULL;
             if (ri && sak != 1) {
-                for (int64_t kk = 0; kk < kc; kk++) rows[i * AF_GP_KC + kk] = ri[kk * sak];
-                ri = rows + i * AF_GP_KC;
+                for (int64_t kk = 0; kk < kc; kk++) rows[i * KC_MAX + kk] = ri[kk * sak];
+                ri = rows + i * KC_MAX;
             }
             src[i] = ri;
         }
         if (bf) af_gp_tpack_bf16(src, kc, ap + b * bstride, 8);
-        else af_gp_tpack_f32(src, kc, ap + b * bstride, 8);
+        else ops->tpack(src, kc, ap + b * bstride, 8);
     }
 }
 
@@ -252,16 +267,17 @@ bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int
         else if (bf) pack_b_rows_bf16(ops, bp, wb, type, (size_t)ldw_bytes, n, k);
         else pack_b_rows(ops, (float *)bp, wb, type, (size_t)ldw_bytes, n, k);
         /* implicit barrier of the omp for above */
-        uint32_t ap[MC * AF_GP_KC] __attribute__((aligned(64)));
+        uint32_t ap[MC * KC_MAX / 2 > MC * GP_KC_F32 ? MC * KC_MAX / 2 : MC * GP_KC_F32] __attribute__((aligned(64)));
+        const int64_t KCC = bf ? GP_KC_BF16 : GP_KC_F32;
         GP_OMP(omp for schedule(static, 1))
         for (int64_t task = 0; task < nmb * ngr; task++) {
             int64_t mb = task / ngr, g = task % ngr;
             int64_t t0 = mb * MC, mc = m - t0 < MC ? m - t0 : MC;
             int64_t p0 = g * gsz, p1 = p0 + gsz < npan ? p0 + gsz : npan;
-            for (int64_t k0 = 0; k0 < k; k0 += AF_GP_KC) {
-                int64_t kc = k - k0 < AF_GP_KC ? k - k0 : AF_GP_KC;
+            for (int64_t k0 = 0; k0 < k; k0 += KCC) {
+                int64_t kc = k - k0 < KCC ? k - k0 : KCC;
                 int acc = k0 > 0 || accumulate;
-                pack_a(ap, a, sat, sak, t0, mc, k0, kc, bf);
+                pack_a(ops, ap, a, sat, sak, t0, mc, k0, kc, bf);
                 int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
                 for (int64_t p = p0; p < p1; p++) {
                     int64_t j0 = p * AF_GP_NR;

@@ -15,7 +15,8 @@
 int64_t af_gp_packed_b_floats(int64_t k, int64_t n);
 
 /* True when af_gp_gemm should be used for C[m,n] = A[m,k]·B[k,n] on this path: ops.ukernel
- * present, m > AF_MM_DECODE_N, n >= 16, k >= 16, n*k >= 65536, packed B <= 64 MiB. Apart from
+ * present (AVX-512 and AVX2 paths), m > AF_MM_DECODE_N, n >= 16, k >= 16, n*k >= 4096 (GP_MIN_NK in
+ * gemm_packed.c: LoRA products with r = 16 included), packed B <= 64 MiB. Apart from
  * m > AF_MM_DECODE_N the choice does not depend on m, so a product split into row blocks gives
  * bitwise the result of one call. */
 bool af_gp_usable(const af_mm_ops *ops, int64_t m, int64_t n, int64_t k);

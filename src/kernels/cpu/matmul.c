@@ -82,7 +82,7 @@ static void dot_scalar(int64_t n, int64_t k, const float *x, int64_t ldx, const 
     }
 }
 
-static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, dot_scalar, NULL, NULL, NULL};
+static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, dot_scalar, NULL, NULL, NULL, NULL};
 
 static const af_mm_ops *ops_get(void) {
 #if defined(__x86_64__)

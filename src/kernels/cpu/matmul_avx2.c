@@ -8,6 +8,8 @@
  *  - decode_f32: f32 activations, weights dequantized in registers (mm_unpack) to the exact
  *    values of af_dequantize_row, f32 FMAs; one row at a time, 2 accumulators per token.
  *  - dequant: matmul_unpack.h.
+ *  - ukernel/tpack: the 8 x 32 tile of the packed GEMM (gemm_packed.c) as three register tiles
+ *    (6x16, 6x16, 2x32) and the 8 x 8 transposing packer of its operands.
  * Compiled for baseline x86-64; every function carries the AVX2 target attribute and is only
  * called when af_kernel_path() selects AVX2 (or AVX-512 without VNNI, for decode).
  */
@@ -214,7 +216,121 @@ static AF_MM_TARGET bool decode_f32_256(uint32_t type, const uint8_t *w, int64_t
     return true;
 }
 
-const af_mm_ops af_mm_ops_avx2 = {16, panel256, mm_dequant, mm_dot, mm_decode, decode_f32_256, NULL};
+/* ---------------------------------------------------------------- packed GEMM (gemm_packed.c) */
+
+static const int32_t uk_mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* Lane mask of the first n (clamped to 0..8) lanes, for vmaskmovps. */
+AF_MM_INLINE __m256i uk_mask(int n) {
+    n = n < 0 ? 0 : n > 8 ? 8 : n;
+    return _mm256_loadu_si256((const __m256i *)(uk_mask_tab + 8 - n));
+}
+
+AF_MM_INLINE void uk_store(float *ci, __m256 v, int nc, int accumulate) {
+    if (nc >= 8) {
+        if (accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(ci));
+        _mm256_storeu_ps(ci, v);
+    } else if (nc > 0) {
+        __m256i m = uk_mask(nc);
+        if (accumulate) v = _mm256_add_ps(v, _mm256_maskload_ps(ci, m));
+        _mm256_maskstore_ps(ci, m, v);
+    }
+}
+
+/* Rows 0..5 of a packed 8-row A micro-panel (ap [kc][8]) times 16 columns of a packed B panel
+ * (bp [kc][32], starting at the wanted column): 12 ymm accumulators, per k two B loads and six
+ * broadcasts; C rows i < mr, columns < nc written. */
+AF_MM_INLINE void uk6x16(int mr, int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int nc,
+                         int accumulate) {
+    __m256 s0[6], s1[6];
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++) s0[i] = s1[i] = _mm256_setzero_ps();
+    for (int64_t kk = 0; kk < kc; kk++) {
+        __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < 6; i++) {
+            __m256 x = _mm256_broadcast_ss(ap + i);
+            s0[i] = _mm256_fmadd_ps(x, b0, s0[i]);
+            s1[i] = _mm256_fmadd_ps(x, b1, s1[i]);
+        }
+        ap += 8;
+        bp += 32;
+    }
+    /* constant indices (fully unrolled) keep the accumulators in registers inside the k loop */
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++)
+        if (i < mr) {
+            uk_store(c + i * ldc, s0[i], nc, accumulate);
+            uk_store(c + i * ldc + 8, s1[i], nc - 8, accumulate);
+        }
+}
+
+/* Rows 6..7 of the micro-panel times all 32 columns: 8 accumulators, per k four B loads and two
+ * broadcasts. c points at row 6. */
+AF_MM_INLINE void uk2x32(int mr, int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int nr,
+                         int accumulate) {
+    __m256 s[2][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) s[0][j] = s[1][j] = _mm256_setzero_ps();
+    for (int64_t kk = 0; kk < kc; kk++) {
+        __m256 x0 = _mm256_broadcast_ss(ap + 6), x1 = _mm256_broadcast_ss(ap + 7);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256 b = _mm256_load_ps(bp + 8 * j);
+            s[0][j] = _mm256_fmadd_ps(x0, b, s[0][j]);
+            s[1][j] = _mm256_fmadd_ps(x1, b, s[1][j]);
+        }
+        ap += 8;
+        bp += 32;
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) uk_store(c + 8 * j, s[0][j], nr - 8 * j, accumulate);
+    if (mr > 7)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) uk_store(c + ldc + 8 * j, s[1][j], nr - 8 * j, accumulate);
+}
+
+/* ops.ukernel: the 8 x 32 tile of gemm_packed.c in three register tiles that fit the 16 ymm
+ * registers (rows 0-5 x columns 0-15, rows 0-5 x columns 16-31, rows 6-7 x columns 0-31). Each
+ * C element is one sequential FMA chain over kc, as in the AVX-512 kernel, so the two paths
+ * differ only where FMA and the summation order agree (they do: same order, same operations). */
+static AF_MM_TARGET void ukernel256(int mr, int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                                    int nr, int accumulate) {
+    uk6x16(mr, kc, ap, bp, c, ldc, nr, accumulate);
+    if (nr > 16) uk6x16(mr, kc, ap, bp + 16, c + 16, ldc, nr - 16, accumulate);
+    if (mr > 6) uk2x32(mr, kc, ap, bp, c + 6 * ldc, ldc, nr, accumulate);
+}
+
+/* ops.tpack: dst[q*ldd + i] = src[i][q] for q < kc, i < 8 (src[i] NULL: zeros), 8 x 8 register
+ * transposes (unpack, shuffle, 128-bit permutes). */
+static AF_MM_TARGET void tpack256(const float *const src[8], int64_t kc, uint32_t *dst, int64_t ldd) {
+    for (int64_t q0 = 0; q0 < kc; q0 += 8) {
+        int nq = (int)(kc - q0 < 8 ? kc - q0 : 8);
+        __m256i m = uk_mask(nq);
+        __m256 r[8], t[8], u[8];
+        for (int i = 0; i < 8; i++)
+            r[i] = !src[i] ? _mm256_setzero_ps() : nq == 8 ? _mm256_loadu_ps(src[i] + q0) : _mm256_maskload_ps(src[i] + q0, m);
+        for (int i = 0; i < 4; i++) {
+            t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        for (int h = 0; h < 2; h++) { /* h = 0: rows 0-3, h = 1: rows 4-7 */
+            u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+            u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+            u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+            u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+        /* u[j] (rows 0-3) lanes: q = j | q = 4+j; u[4+j] (rows 4-7) likewise */
+        for (int j = 0; j < 4; j++) {
+            __m256 lo = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20); /* q = j */
+            __m256 hi = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31); /* q = 4 + j */
+            if (j < nq) _mm256_storeu_ps((float *)(dst + (q0 + j) * ldd), lo);
+            if (4 + j < nq) _mm256_storeu_ps((float *)(dst + (q0 + 4 + j) * ldd), hi);
+        }
+    }
+}
+
+const af_mm_ops af_mm_ops_avx2 = {16, panel256, mm_dequant, mm_dot, mm_decode, decode_f32_256, ukernel256, tpack256};
 
 #else
 typedef int af_matmul_avx2_empty; /* ISO C forbids an empty translation unit */

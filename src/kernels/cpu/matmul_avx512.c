@@ -19,6 +19,7 @@
 #define AF_MM_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512dq,avx2,fma,f16c")))
 #define AF_MM_DOT(u, q) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (u), (q))
 
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_unpack.h"
 
@@ -407,7 +408,8 @@ static AF_MM_TARGET void ukernel512(int mr, int64_t kc, const float *ap, const f
     }
 }
 
-const af_mm_ops af_mm_ops_avx512 = {32, panel512, mm_dequant, mm_dot, decode512, decode_f32_512, ukernel512};
+const af_mm_ops af_mm_ops_avx512 = {32,        panel512,       mm_dequant, mm_dot, decode512,
+                                    decode_f32_512, ukernel512, af_gp_tpack_f32};
 
 #else
 typedef int af_matmul_avx512_empty; /* ISO C forbids an empty translation unit */

@@ -61,6 +61,9 @@ typedef struct af_mm_ops {
      * both 64-byte aligned; C row stride ldc; accumulate adds to C, else C is overwritten. */
     void (*ukernel)(int mr, int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, int nr,
                     int accumulate);
+    /* Transposing packer of gemm_packed.c (NULL when ukernel is): dst[q*ldd + i] = src[i][q] for
+     * q < kc, i < 8 (src[i] NULL: zeros in column i); dst is read as f32 by ukernel. */
+    void (*tpack)(const float *const src[8], int64_t kc, uint32_t *dst, int64_t ldd);
 } af_mm_ops;
 
 /* Tests and benchmarks only: off sends f32 decode to the dequant + dot fallback (xwt_dot) even
