@@ -20,7 +20,11 @@
  * [n_layers-lo+1, n, H]. Without checkpointing each layer >= lo keeps its own activation set;
  * with checkpointing there is ONE set, refilled by recomputing the layer's forward from its saved
  * input just before its backward (Chen et al. 2016). `act` is never saved: the backward
- * recomputes it from gate and up (one elementwise pass). Dropout masks come from a counter-based
+ * recomputes it from gate and up (one elementwise pass); nor are the norm outputs h1 and h2
+ * (the inputs of the q/k/v and gate/up adapters): the backward recomputes them from the saved
+ * norm inputs and rstd (one pass each, same bits; "selective recomputation" in Korthikanti et
+ * al. 2022, "Reducing Activation Recomputation in Large Transformer Models"), 2·H floats per
+ * token and layer fewer. Dropout masks come from a counter-based
  * RNG keyed by (dropout_seed, layer, proj, token) so a recomputation regenerates the same masks.
  */
 #include "train/engine.h"
@@ -56,7 +60,7 @@
 
 /* One layer's saved activations; every field is [cap, width] (width in floats per token). */
 typedef struct lset {
-    float *h1, *rstd1, *q, *k, *v, *attn, *lse, *xmid, *rstd2, *h2, *gate, *up;
+    float *rstd1, *q, *k, *v, *attn, *lse, *xmid, *rstd2, *gate, *up;
     float *qraw, *rstdq, *kraw, *rstdk, *oraw, *rstdpa, *draw, *rstdpf; /* gemma3 only */
     float *xa[AF_PROJ_COUNT], *mask[AF_PROJ_COUNT];                       /* targeted only */
 } lset;
@@ -89,7 +93,7 @@ struct af_engine {
     lset *sets;     /* [n_sets]; set i belongs to layer lo + i (set 0 is also the frozen layers' scratch) */
     int32_t *pos;   /* [cap] per-sample positions */
     /* scratch [cap, width] */
-    float *dX, *dT, *dh, *tH, *dattn, *dq, *dk, *dv, *dqr, *dkr, *act, *dact, *dgate, *dup, *ltmp, *hN, *rstdN;
+    float *dX, *dT, *dh, *tH, *hs, *dattn, *dq, *dk, *dv, *dqr, *dkr, *act, *dact, *dgate, *dup, *ltmp, *hN, *rstdN;
     float *padx, *pady; /* [MIN_ROWS, maxdim] */
     int32_t *sub_tok, *sub_ss, *sub_idx; /* [cap], [cap + 1], [cap]: the samples of a batch missing from the
                                             prefix cache: their tokens, sample starts, batch indices */
@@ -149,6 +153,7 @@ static void plan(carver *cv, af_engine *e, const af_model *m, const af_param_lay
     e->dT = carve(cv, cap * d.H);
     e->dh = carve(cv, cap * d.H);
     e->tH = carve(cv, cap * d.H);
+    e->hs = carve(cv, cap * d.H);
     e->hN = carve(cv, cap * d.H);
     e->rstdN = carve(cv, cap);
     e->dattn = carve(cv, cap * d.qd);
@@ -170,7 +175,6 @@ static void plan(carver *cv, af_engine *e, const af_model *m, const af_param_lay
     for (int32_t i = 0; i < n_sets; i++) {
         lset *S = (cv->base && e->sets) ? &e->sets[i] : &stmp;
         memset(S, 0, sizeof *S);
-        S->h1 = carve(cv, cap * d.H);
         S->rstd1 = carve(cv, cap);
         S->q = carve(cv, cap * d.qd);
         S->k = carve(cv, cap * d.kvd);
@@ -179,7 +183,6 @@ static void plan(carver *cv, af_engine *e, const af_model *m, const af_param_lay
         S->lse = carve(cv, cap * d.nh);
         S->xmid = carve(cv, cap * d.H);
         S->rstd2 = carve(cv, cap);
-        S->h2 = carve(cv, cap * d.H);
         S->gate = carve(cv, cap * d.F);
         S->up = carve(cv, cap * d.F);
         if (d.gem) {
@@ -376,11 +379,12 @@ static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const 
     const dims d = get_dims(m, e->lay);
     const float eps = m->cfg.rms_norm_eps;
     const int64_t n = R->n;
-    af_rmsnorm_forward(S->h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
-    probe(e, S->h1, n * d.H, l, "input_layernorm output", "");
-    proj_fwd(e, R, S, l, AF_PROJ_Q, &Ly->wq, d.gem ? S->qraw : S->q, S->h1);
-    proj_fwd(e, R, S, l, AF_PROJ_K, &Ly->wk, d.gem ? S->kraw : S->k, S->h1);
-    proj_fwd(e, R, S, l, AF_PROJ_V, &Ly->wv, S->v, S->h1);
+    float *h1 = e->hs; /* scratch: recomputed from x and rstd1 by the backward when needed */
+    af_rmsnorm_forward(h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+    probe(e, h1, n * d.H, l, "input_layernorm output", "");
+    proj_fwd(e, R, S, l, AF_PROJ_Q, &Ly->wq, d.gem ? S->qraw : S->q, h1);
+    proj_fwd(e, R, S, l, AF_PROJ_K, &Ly->wk, d.gem ? S->kraw : S->k, h1);
+    proj_fwd(e, R, S, l, AF_PROJ_V, &Ly->wv, S->v, h1);
     if (d.gem) {
         af_rmsnorm_forward(S->q, S->rstdq, S->qraw, Ly->q_norm, n * d.nh, d.hd, eps);
         af_rmsnorm_forward(S->k, S->rstdk, S->kraw, Ly->k_norm, n * d.nkv, d.hd, eps);
@@ -403,10 +407,11 @@ static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const 
     }
     af_add(S->xmid, x, o, n * d.H);
     probe(e, S->xmid, n * d.H, l, "residual stream after self_attn", "");
-    af_rmsnorm_forward(S->h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
-    probe(e, S->h2, n * d.H, l, "post_attention_layernorm output", "");
-    proj_fwd(e, R, S, l, AF_PROJ_GATE, &Ly->w_gate, S->gate, S->h2);
-    proj_fwd(e, R, S, l, AF_PROJ_UP, &Ly->w_up, S->up, S->h2);
+    float *h2 = e->hs; /* likewise (h1 is no longer needed) */
+    af_rmsnorm_forward(h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+    probe(e, h2, n * d.H, l, "post_attention_layernorm output", "");
+    proj_fwd(e, R, S, l, AF_PROJ_GATE, &Ly->w_gate, S->gate, h2);
+    proj_fwd(e, R, S, l, AF_PROJ_UP, &Ly->w_up, S->up, h2);
     if (m->act_gelu) af_geglu_forward(e->act, S->gate, S->up, n * d.F);
     else af_swiglu_forward(e->act, S->gate, S->up, n * d.F);
     probe(e, e->act, n * d.F, l, "mlp activation (act(gate)·up)", "");
@@ -451,6 +456,7 @@ static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float
     const af_param_layout *lay = e->lay;
     const dims d = get_dims(m, lay);
     const int64_t n = R->n;
+    const float eps = m->cfg.rms_norm_eps;
     float *dX = e->dX;
     /* which gradients below each point are still needed */
     const int need_qkv = need_in || adapted(lay, l, AF_PROJ_Q) || adapted(lay, l, AF_PROJ_K) ||
@@ -474,8 +480,11 @@ static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float
     zero(e->dup, n * d.F);
     if (m->act_gelu) af_geglu_backward(e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
     else af_swiglu_backward(e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
-    proj_bwd(e, R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, need_mid ? e->dh : NULL, e->dgate, S->h2, 0);
-    proj_bwd(e, R, S, G, l, AF_PROJ_UP, &Ly->w_up, need_mid ? e->dh : NULL, e->dup, S->h2, 1);
+    /* h2, the input of gate/up's adapters, recomputed (same function, same inputs: same bits) */
+    if (adapted(lay, l, AF_PROJ_GATE) || adapted(lay, l, AF_PROJ_UP))
+        af_rmsnorm_forward(e->hs, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+    proj_bwd(e, R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, need_mid ? e->dh : NULL, e->dgate, e->hs, 0);
+    proj_bwd(e, R, S, G, l, AF_PROJ_UP, &Ly->w_up, need_mid ? e->dh : NULL, e->dup, e->hs, 1);
     if (!need_mid) return;
     af_rmsnorm_backward(dX, NULL, e->dh, S->xmid, Ly->ffn_norm, S->rstd2, n, d.H); /* dX = d x_mid */
     /* attention branch */
@@ -508,9 +517,12 @@ static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float
         gk = e->dkr;
     }
     float *dh = need_in ? e->dh : NULL;
-    proj_bwd(e, R, S, G, l, AF_PROJ_Q, &Ly->wq, dh, gq, S->h1, 0);
-    proj_bwd(e, R, S, G, l, AF_PROJ_K, &Ly->wk, dh, gk, S->h1, 1);
-    proj_bwd(e, R, S, G, l, AF_PROJ_V, &Ly->wv, dh, e->dv, S->h1, 1);
+    /* h1, the input of q/k/v's adapters, recomputed from the layer input likewise */
+    if (adapted(lay, l, AF_PROJ_Q) || adapted(lay, l, AF_PROJ_K) || adapted(lay, l, AF_PROJ_V))
+        af_rmsnorm_forward(e->hs, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+    proj_bwd(e, R, S, G, l, AF_PROJ_Q, &Ly->wq, dh, gq, e->hs, 0);
+    proj_bwd(e, R, S, G, l, AF_PROJ_K, &Ly->wk, dh, gk, e->hs, 1);
+    proj_bwd(e, R, S, G, l, AF_PROJ_V, &Ly->wv, dh, e->dv, e->hs, 1);
     if (!need_in) return;
     af_rmsnorm_backward(dX, NULL, e->dh, x, Ly->attn_norm, S->rstd1, n, d.H); /* dX = d x_in */
 }

@@ -8,16 +8,17 @@
  *
  * Saved activations per adapted layer and above (layers >= lo, see "Layer range" below; when
  * checkpointing is off) — floats per token:
- *   x_in [H], rstd1 [1], h1 [H], q [qd] (after RoPE), k [kvd] (after RoPE), v [kvd], attn [qd],
- *   lse [n_head], x_mid [H], rstd2 [1], h2 [H], gate [F], up [F]
+ *   x_in [H], rstd1 [1], q [qd] (after RoPE), k [kvd] (after RoPE), v [kvd], attn [qd],
+ *   lse [n_head], x_mid [H], rstd2 [1], gate [F], up [F]
  *   + LoRA xa [r] for each targeted projection (+ dropout masks [in] when dropout > 0).
- *   (act = glu(gate, up) is recomputed in the backward rather than saved.)
+ *   (act = glu(gate, up) and the norm outputs h1 = rmsnorm(x_in), h2 = rmsnorm(x_mid) are
+ *   recomputed in the backward rather than saved: one elementwise pass each, same bits.)
  * With checkpointing on, only x_in of each layer is kept (one shared activation set is refilled by
  * recomputing the layer's forward just before its backward: Chen et al. 2016, "Training Deep Nets
  * with Sublinear Memory Cost"); results are bitwise identical to checkpointing off.
  * Gemma 3 adds the q/k-norm inputs q_raw [qd], k_raw [kvd] with their rstd [n_head + n_kv_head],
  * and the post-norm inputs o_raw [H], d_raw [H] with their rstd [2].
- * SmolLM2-135M, r = 16 on all 7 projections: ~868 KiB per token without checkpointing, ~136 KiB
+ * SmolLM2-135M, r = 16 on all 7 projections: ~735 KiB per token without checkpointing, ~136 KiB
  * with (af_engine_bytes).
  *
  * LoRA on q/k of llama GGUF models acts on the GGUF (permuted) row order of Wq/Wk (FORMATS.md §3.3):
