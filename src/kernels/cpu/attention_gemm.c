@@ -232,18 +232,18 @@ AG_T2 static float dot_row256(const float *a, const float *b, int64_t n) {
     return ag_hsum(acc);
 }
 
-/* Kernel path of the current call: AVX-512 (16 lanes) or AVX2 (8 lanes); chosen once per call. */
-static bool g_w512;
+/* Kernel path: AVX-512 (16 lanes) or AVX2 (8 lanes); process-wide, fixed while kernels run. */
+static bool w512(void) { return af_kernel_path() == AF_KPATH_AVX512; }
 
 static float softmax_row(float *s, int64_t nc, int64_t lo, int64_t hi, float scale) {
-    return g_w512 ? softmax_row512(s, nc, lo, hi, scale) : softmax_row256(s, nc, lo, hi, scale);
+    return w512() ? softmax_row512(s, nc, lo, hi, scale) : softmax_row256(s, nc, lo, hi, scale);
 }
 static void grad_row(float *s, float *d, int64_t nc, int64_t lo, int64_t hi, float scale, float L, float D) {
-    if (g_w512) grad_row512(s, d, nc, lo, hi, scale, L, D);
+    if (w512()) grad_row512(s, d, nc, lo, hi, scale, L, D);
     else grad_row256(s, d, nc, lo, hi, scale, L, D);
 }
 static float dot_row(const float *a, const float *b, int64_t n) {
-    return g_w512 ? dot_row512(a, b, n) : dot_row256(a, b, n);
+    return w512() ? dot_row512(a, b, n) : dot_row256(a, b, n);
 }
 
 /* C[m, n] (+)= A · B on one thread (the callers parallelize over blocks). */
@@ -255,8 +255,8 @@ static void mm(float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak, 
             for (int64_t i = 0; i < m; i++) zero(c + i * ldc, 0, n);
         return;
     }
-    af_gp_gemm(g_w512 ? &af_mm_ops_avx512 : &af_mm_ops_avx2, c, ldc, a, sat, sak, w, AF_TYPE_F32, ldw * (int64_t)sizeof(float), b_trans, m, n,
-               k, acc, 1);
+    af_gp_gemm(w512() ? &af_mm_ops_avx512 : &af_mm_ops_avx2, c, ldc, a, sat, sak, w, AF_TYPE_F32,
+               ldw * (int64_t)sizeof(float), b_trans, m, n, k, acc, 1);
 }
 
 bool af_att_gemm_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
@@ -264,7 +264,6 @@ bool af_att_gemm_forward(float *out, float *lse, const float *q, const float *k,
                          float scale, int64_t window) {
     const int64_t group = n_heads / n_kv_heads, qs = n_heads * hd, nrb = (n_q + AR - 1) / AR;
     const int nth = AF_OMP_MAX_THREADS();
-    g_w512 = af_kernel_path() == AF_KPATH_AVX512;
     float *scr = buf_get(0, (size_t)nth * AR * (size_t)n_kv);
     if (!scr) return false;
     AG_OMP(omp parallel for schedule(static) num_threads(nth))
@@ -291,7 +290,6 @@ bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, co
                           const float *q, const float *k, const float *v, int64_t n_q, int64_t n_kv,
                           int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, int64_t window) {
     const int64_t group = n_heads / n_kv_heads, qs = n_heads * hd, ks = n_kv_heads * hd;
-    g_w512 = af_kernel_path() == AF_KPATH_AVX512;
     const int64_t nrb = (n_q + AR - 1) / AR, nkb = (n_kv + AR - 1) / AR;
     int64_t gchunk = (int64_t)(AG_MAX_BUF / group_bytes(n_q, n_kv, group));
     if (gchunk < 1) return false;
