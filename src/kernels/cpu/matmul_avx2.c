@@ -292,8 +292,8 @@ AF_MM_INLINE void uk2x32(int mr, int64_t kc, const float *ap, const float *bp, f
 
 /* ops.ukernel: the 8 x 32 tile of gemm_packed.c in three register tiles that fit the 16 ymm
  * registers (rows 0-5 x columns 0-15, rows 0-5 x columns 16-31, rows 6-7 x columns 0-31). Each
- * C element is one sequential FMA chain over kc, as in the AVX-512 kernel, so the two paths
- * differ only where FMA and the summation order agree (they do: same order, same operations). */
+ * C element is one sequential FMA chain over kc, then added to C when accumulating: the same
+ * operations in the same order as the AVX-512 kernel. */
 static AF_MM_TARGET void ukernel256(int mr, int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
                                     int nr, int accumulate) {
     uk6x16(mr, kc, ap, bp, c, ldc, nr, accumulate);
@@ -309,7 +309,9 @@ static AF_MM_TARGET void tpack256(const float *const src[8], int64_t kc, uint32_
         __m256i m = uk_mask(nq);
         __m256 r[8], t[8], u[8];
         for (int i = 0; i < 8; i++)
-            r[i] = !src[i] ? _mm256_setzero_ps() : nq == 8 ? _mm256_loadu_ps(src[i] + q0) : _mm256_maskload_ps(src[i] + q0, m);
+            r[i] = !src[i]    ? _mm256_setzero_ps()
+                   : nq == 8 ? _mm256_loadu_ps(src[i] + q0)
+                             : _mm256_maskload_ps(src[i] + q0, m);
         for (int i = 0; i < 4; i++) {
             t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
             t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
