@@ -54,7 +54,8 @@ void af_att_gemm_enable(int on) { g_enabled = on != 0; }
 
 bool af_att_gemm_usable(int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                         int64_t hd) {
-    if (!g_enabled || (af_kernel_path() != AF_KPATH_AVX512 && af_kernel_path() != AF_KPATH_AVX2)) return false;
+    const af_kpath kp = af_kernel_path();
+    if (!g_enabled || (kp != AF_KPATH_AVX512 && kp != AF_KPATH_AVX2)) return false;
     if (q_pos0 != 0 || n_q != n_kv || n_q < 32 || hd < 16 || n_kv_heads <= 0 || n_heads % n_kv_heads) return false;
     return group_bytes(n_q, n_kv, n_heads / n_kv_heads) <= AG_MAX_BUF;
 }
@@ -160,7 +161,10 @@ AG_T static float dot_row512(const float *a, const float *b, int64_t n) {
 #define AG_T2 __attribute__((target("avx2,fma")))
 static const int32_t ag_mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 
-AG_T2 static inline __m256i ag_mask(int64_t n) { return _mm256_loadu_si256((const __m256i *)(ag_mask_tab + 8 - (n < 8 ? n : 8))); }
+/* Lane mask of the first min(n, 8) lanes (n >= 1), for vmaskmovps. */
+AG_T2 static inline __m256i ag_mask(int64_t n) {
+    return _mm256_loadu_si256((const __m256i *)(ag_mask_tab + 8 - (n < 8 ? n : 8)));
+}
 
 AG_T2 static inline float ag_hsum(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
