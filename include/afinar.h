@@ -292,10 +292,13 @@ af_status af_lora_trainer_set_class_weights(af_lora_trainer *tr, const float *w)
  *   labels [n_samples] class ids in [0, num_classes)
  *   *loss   receives the batch's mean loss (unscaled); required
  *   logits  [n_samples, num_classes] receives the logits when not NULL
- * Dropout masks are keyed by (opts.seed, optimizer step index, micro-batch index within the step),
- * so they are the same masks `afinar train` uses.
+ * Dropout masks are keyed by (opts.seed, optimizer step index, micro-batch index within the step);
+ * `afinar train` runs this same step with the micro-batch index within the epoch instead.
  * A non-finite loss is reported in *loss with AF_OK; no gradient is added and the next
- * af_lora_trainer_step() skips its update.
+ * af_lora_trainer_step() skips its update. The first such micro-batch of a step also runs one
+ * probing forward to find where the first non-finite value appeared (a parameter tensor, or the
+ * first forward stage, e.g. "model.layers.3.self_attn.q_proj output (frozen weight product)"),
+ * which af_lora_trainer_step()'s message names; an error of that probe is returned.
  * Errors: AF_ERR_INVALID_ARG (NULL argument, no head, n_samples < 1, bad seq_start, token or label
  * out of range: the message names the sample/position), AF_ERR_NOMEM (activations of the batch:
  * see opts.checkpointing). On error the gradient is unchanged. */
@@ -317,7 +320,9 @@ af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32
  * was non-finite).
  * Non-finite loss or gradient: the update is SKIPPED (parameters and AdamW moments unchanged, the
  * gradient is still zeroed, the step still counts for af_lora_trainer_step_count) and
- * AF_ERR_RANGE is returned; the trainer stays usable, so a caller may count and continue.
+ * AF_ERR_RANGE is returned with a message naming where the first non-finite value appeared (for a
+ * gradient: the first tensor in backward order, e.g. "score.weight gradient"); the trainer stays
+ * usable, so a caller may count and continue.
  * Errors: AF_ERR_INVALID_ARG (NULL tr, lr NaN, nothing accumulated since the last step),
  * AF_ERR_RANGE (skipped, as above). */
 af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm);

@@ -5,10 +5,11 @@
  *   train/engine.h      forward + loss + backward of a packed batch (gradients ADDED into G)
  *   train/optim.h       global-norm clipping and AdamW
  *   formats/adapter_io  PEFT adapter directories (through adapter_save_peft / adapter_load_peft)
- * One optimizer step follows src/train/trainer_run.c exactly (dropout seed per micro-batch, head
- * bias gradient dropped when the bias is off, clip, AdamW without decay on the head bias, skip on a
- * non-finite loss or norm), so a program driving this API the way the trainer does gets the same
- * numbers bit for bit.
+ * This is the one optimizer step of afinar: `afinar train` (src/train/trainer_run.c) drives an
+ * af_lora_trainer through the internal entry points of train/api_internal.h, so gradient
+ * accumulation, the dropout seed per micro-batch, dropping the head-bias gradient, clipping, AdamW
+ * without decay on the head bias, the skip of a non-finite step and the report of where its first
+ * non-finite value appeared are implemented here only.
  *
  * Row order of q/k: on llama GGUF models (af_adapter_qk_permuted) the converter permuted the rows
  * of Wq/Wk per head, and the engine's LoRA acts on that order (FORMATS.md §3.3):
@@ -23,6 +24,7 @@
 #include "formats/adapter_io.h"
 #include "lora/lora.h"
 #include "model/model.h"
+#include "train/api_internal.h"
 #include "train/engine.h"
 #include "train/head.h"
 #include "train/optim.h"
@@ -35,7 +37,8 @@
 _Static_assert((int)AF_POOLING_MEAN == (int)AF_POOL_MEAN && (int)AF_POOLING_LAST == (int)AF_POOL_LAST,
                "public and internal pooling enums must agree");
 
-/* Dropout-seed tag of trainer_run.c: seed of micro-batch j of step g = af_ctr_key(seed, g, j, TAG). */
+/* The RNG tag of the dropout masks: the seed of micro-batch j of step g is af_ctr_key(seed, g, j, TAG)
+ * (api_internal.h: af_lora_trainer_accumulate_batch). */
 #define DROPOUT_TAG 0x64726f70u
 
 typedef struct tensor_desc {
@@ -56,6 +59,8 @@ struct af_lora_trainer {
     int64_t step_count;         /* optimizer steps taken (applied + skipped) */
     int32_t n_micro;            /* micro-batches accumulated since the last step */
     int nonfinite;              /* a micro-batch loss since the last step was not finite */
+    double max_grad_norm;       /* clipping threshold (<= 0: off) */
+    char nf_where[224];         /* where the step's first non-finite value appeared ("" when finite) */
     int64_t head_dim;           /* for the q/k row map */
     int32_t n_tensors;
     tensor_desc *tensors;       /* [n_tensors] */
@@ -166,6 +171,11 @@ static af_status check_opts(const af_lora_trainer_opts *o) {
 }
 
 af_status af_lora_trainer_new(const af_model *model, const af_lora_trainer_opts *opts, af_lora_trainer **out) {
+    return af_lora_trainer_new_ext(model, opts, NULL, out);
+}
+
+af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_opts *opts,
+                                  const af_lora_trainer_ext *ext, af_lora_trainer **out) {
     static const char *fn = "af_lora_trainer_new";
     if (out) *out = NULL;
     if (!model || !out) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL model or out", fn);
@@ -184,8 +194,10 @@ af_status af_lora_trainer_new(const af_model *model, const af_lora_trainer_opts 
     tr->model = model;
     tr->o = o;
     tr->head_dim = model->cfg.head_dim;
+    tr->max_grad_norm = ext ? ext->max_grad_norm : (double)o.max_grad_norm;
     af_lora_config cfg = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora != 0, mask, o.seed};
-    st = af_param_layout_init(&tr->lay, model, &cfg, o.num_classes);
+    st = af_param_layout_init_layers(&tr->lay, model, &cfg, o.num_classes, ext ? ext->layer_min : 0,
+                                     ext ? ext->layer_end : 0);
     if (st != AF_OK) {
         st = refail(st, fn);
         af_lora_trainer_free(tr);
@@ -254,6 +266,72 @@ af_status af_lora_trainer_set_class_weights(af_lora_trainer *tr, const float *w)
     return AF_OK;
 }
 
+/* ---------------------------------------------------------------- non-finite report */
+
+/* Name of the parameter tensor k (0-based, in forward order: every LoRA A, B by layer and
+ * projection, then score.weight, score.bias) of `lay`, with its [off, off + len) range; 0 when k is
+ * past the last tensor or its slot is not targeted. */
+static int layout_tensor_at(const af_param_layout *lay, int64_t k, char *name, size_t cap, int64_t *off,
+                            int64_t *len) {
+    const int64_t n_lora = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2;
+    if (k < n_lora) {
+        const int32_t l = (int32_t)(k / (AF_PROJ_COUNT * 2));
+        const af_proj p = (af_proj)(k / 2 % AF_PROJ_COUNT);
+        const int b = (int)(k % 2);
+        const af_lora_slot *s = af_lora_slot_at(lay, l, p);
+        if (s->a_off < 0) return 0;
+        snprintf(name, cap, "model.layers.%d.%s%s.lora_%c", (int)l, p <= AF_PROJ_O ? "self_attn." : "mlp.",
+                 af_proj_name(p), b ? 'B' : 'A');
+        *off = b ? s->b_off : s->a_off;
+        *len = b ? s->out * lay->lora.r : (int64_t)lay->lora.r * s->in;
+        return 1;
+    }
+    if (lay->head_w_off < 0 || k >= n_lora + 2) return 0;
+    snprintf(name, cap, k == n_lora ? "score.weight" : "score.bias");
+    *off = k == n_lora ? lay->head_w_off : lay->head_b_off;
+    *len = k == n_lora ? (int64_t)lay->num_classes * lay->hidden : lay->num_classes;
+    return 1;
+}
+
+int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backward, char *name, size_t cap) {
+    const int64_t nt = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2;
+    int found = 0;
+    if (cap) name[0] = 0;
+    for (int64_t i = 0; i < nt; i++) {
+        /* backward order: the head, then layers from the top; in a layer down..q, B before A */
+        const int64_t k = backward ? (i < 2 ? nt - 2 + i : nt - 3 - (i - 2)) : i;
+        char nm[128];
+        int64_t off = 0, len = 0;
+        if (!layout_tensor_at(lay, k, nm, sizeof nm, &off, &len)) continue;
+        int bad = 0;
+        for (int64_t j = 0; j < len && !bad; j++) bad = !isfinite(X[off + j]);
+        if (bad && !found++ && cap) snprintf(name, cap, "%s", nm);
+    }
+    return found;
+}
+
+/* Where a non-finite loss of micro-batch `b` (run with `so`) came from: a non-finite parameter, else
+ * the first forward stage that produced one (the engine's probe). */
+static af_status locate_nonfinite_loss(af_lora_trainer *tr, const af_batch *b, const af_step_opts *so) {
+    char nm[128];
+    const int np = af_tr_nonfinite_tensor(&tr->lay, tr->P, 0, nm, sizeof nm);
+    if (np) {
+        snprintf(tr->nf_where, sizeof tr->nf_where, "%s parameter (%d tensor%s not finite)", nm, np, np > 1 ? "s" : "");
+        return AF_OK;
+    }
+    char at[160];
+    AF_TRY(af_engine_locate_nonfinite(tr->eng, tr->P, b, so, at, sizeof at));
+    snprintf(tr->nf_where, sizeof tr->nf_where, "%s (forward, micro-batch %lld)", at[0] ? at : "loss",
+             (long long)tr->n_micro);
+    return AF_OK;
+}
+
+const char *af_lora_trainer_nonfinite_where(const af_lora_trainer *tr) {
+    return tr ? tr->nf_where : "";
+}
+
+/* ---------------------------------------------------------------- the optimizer step */
+
 /* Checks shared by accumulate and forward that the engine does not make (it validates the batch
  * itself: seq_start, tokens, labels). */
 static af_status check_call(const af_lora_trainer *tr, const char *fn, const int32_t *tokens,
@@ -262,6 +340,20 @@ static af_status check_call(const af_lora_trainer *tr, const char *fn, const int
     if (tr->lay.num_classes <= 0)
         return af_fail(AF_ERR_INVALID_ARG, "%s: the trainer has no classification head (num_classes = 0)", fn);
     if (n_samples < 1) return af_fail(AF_ERR_INVALID_ARG, "%s: n_samples = %d < 1", fn, n_samples);
+    return AF_OK;
+}
+
+af_status af_lora_trainer_accumulate_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
+                                           uint64_t micro_batch, double *loss, float *logits) {
+    if (tr->n_micro == 0) tr->nf_where[0] = 0; /* the first micro-batch of a step */
+    const af_step_opts so = {(af_pooling)tr->o.pooling, tr->class_w, tr->o.checkpointing != 0, 1,
+                             af_ctr_key(tr->o.seed, (uint64_t)tr->step_count, micro_batch, DROPOUT_TAG)};
+    AF_TRY(af_engine_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, loss, logits));
+    if (!isfinite(*loss) && !tr->nonfinite) {
+        AF_TRY(locate_nonfinite_loss(tr, b, &so));
+        tr->nonfinite = 1;
+    }
+    tr->n_micro++;
     return AF_OK;
 }
 
@@ -277,14 +369,9 @@ static af_status accumulate(af_lora_trainer *tr, const char *fn, const int32_t *
             if (!(targets[i] >= 0 && targets[i] <= 1))
                 return af_fail(AF_ERR_INVALID_ARG, "%s: target %g of sample %lld, class %lld is outside [0, 1]", fn,
                                (double)targets[i], (long long)(i / C), (long long)(i % C));
-    af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], labels, labels ? NULL : targets};
-    af_step_opts so = {(af_pooling)tr->o.pooling, tr->class_w, tr->o.checkpointing != 0, 1,
-                       af_ctr_key(tr->o.seed, (uint64_t)tr->step_count, (uint64_t)tr->n_micro, DROPOUT_TAG)};
-    af_status st = af_engine_step(tr->eng, tr->P, tr->G, &b, &so, grad_scale, loss, logits);
-    if (st != AF_OK) return refail(st, fn);
-    if (!isfinite(*loss)) tr->nonfinite = 1;
-    tr->n_micro++;
-    return AF_OK;
+    const af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], labels, labels ? NULL : targets};
+    af_status st = af_lora_trainer_accumulate_batch(tr, &b, grad_scale, (uint64_t)tr->n_micro, loss, logits);
+    return st == AF_OK ? AF_OK : refail(st, fn);
 }
 
 af_status af_lora_trainer_accumulate(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
@@ -303,11 +390,17 @@ af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32
     return accumulate(tr, fn, tokens, seq_start, n_samples, NULL, targets, grad_scale, loss, logits);
 }
 
-void af_lora_trainer_zero_grad(af_lora_trainer *tr) {
-    if (!tr) return;
+/* Gradient and micro-batch count of the step cleared (the non-finite report stays readable). */
+static void clear_grad(af_lora_trainer *tr) {
     memset(tr->G, 0, sizeof(float) * (size_t)tr->lay.n_total);
     tr->n_micro = 0;
     tr->nonfinite = 0;
+}
+
+void af_lora_trainer_zero_grad(af_lora_trainer *tr) {
+    if (!tr) return;
+    clear_grad(tr);
+    tr->nf_where[0] = 0;
 }
 
 af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm) {
@@ -320,10 +413,17 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
     const float use_lr = lr < 0 ? tr->o.lr : lr;
     if (!tr->o.head_bias && tr->lay.head_b_off >= 0)
         memset(tr->G + tr->lay.head_b_off, 0, sizeof(float) * (size_t)tr->lay.num_classes);
-    const double gn =
-        tr->nonfinite ? NAN : af_clip_grad_norm(tr->G, n, tr->o.max_grad_norm > 0 ? (double)tr->o.max_grad_norm : 0);
+    const double gn = tr->nonfinite ? NAN : af_clip_grad_norm(tr->G, n, tr->max_grad_norm > 0 ? tr->max_grad_norm : 0);
     const int was_nonfinite_loss = tr->nonfinite;
     const int ok = isfinite(gn);
+    if (!ok && !was_nonfinite_loss) {
+        char nm[128];
+        const int ng = af_tr_nonfinite_tensor(&tr->lay, tr->G, 1, nm, sizeof nm);
+        if (ng)
+            snprintf(tr->nf_where, sizeof tr->nf_where, "%s gradient (first in backward order; %d tensor%s not finite)",
+                     nm, ng, ng > 1 ? "s" : "");
+        else snprintf(tr->nf_where, sizeof tr->nf_where, "gradient norm");
+    }
     if (ok) {
         af_adamw a;
         af_adamw_defaults(&a, use_lr);
@@ -336,13 +436,14 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
         tr->adam_t = a.t;
     }
     const int64_t step = tr->step_count++;
-    af_lora_trainer_zero_grad(tr);
+    clear_grad(tr);
     if (grad_norm) *grad_norm = gn;
     if (!ok)
         return af_fail(AF_ERR_RANGE,
-                       "%s: step %lld skipped: %s is not finite (parameters and optimizer state unchanged, "
-                       "gradient cleared)",
-                       fn, (long long)step, was_nonfinite_loss ? "a micro-batch loss" : "the gradient norm");
+                       "%s: step %lld skipped: %s is not finite (first non-finite value: %s; parameters and "
+                       "optimizer state unchanged, gradient cleared)",
+                       fn, (long long)step, was_nonfinite_loss ? "a micro-batch loss" : "the gradient norm",
+                       tr->nf_where);
     return AF_OK;
 }
 
@@ -363,6 +464,14 @@ int64_t af_lora_trainer_step_count(const af_lora_trainer *tr) {
 
 int64_t af_lora_trainer_n_params(const af_lora_trainer *tr) {
     return tr ? tr->lay.n_total : 0;
+}
+
+void af_lora_trainer_get_view(af_lora_trainer *tr, af_lora_trainer_view *v) {
+    v->lay = &tr->lay;
+    v->eng = tr->eng;
+    v->P = tr->P;
+    v->M = tr->M;
+    v->V = tr->V;
 }
 
 int32_t af_lora_trainer_n_tensors(const af_lora_trainer *tr) {

@@ -238,6 +238,10 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     if (o->batch < 1) FAIL(AF_ERR_INVALID_ARG, "--batch %d: must be >= 1", o->batch);
     if (o->grad_accum < 1) FAIL(AF_ERR_INVALID_ARG, "--grad-accum %d: must be >= 1", o->grad_accum);
     if (o->max_seq_len < 1) FAIL(AF_ERR_INVALID_ARG, "--max-seq-len %d: must be >= 1", o->max_seq_len);
+    if (!(o->weight_decay >= 0) || !isfinite((float)o->weight_decay))
+        FAIL(AF_ERR_INVALID_ARG, "--weight-decay %g: must be a finite number >= 0", o->weight_decay);
+    if (!(o->lr_min >= 0) || !isfinite((float)o->lr_min)) /* the schedule's rates stay >= 0 */
+        FAIL(AF_ERR_INVALID_ARG, "--lr-min %g: must be a finite number >= 0", o->lr_min);
     if (o->val_split < 0 || o->val_split >= 1)
         FAIL(AF_ERR_INVALID_ARG, "--val-split %g: must be in (0, 1) (0 = none)", o->val_split);
     if ((o->val_path || o->val_data) && o->val_split > 0)

@@ -1,6 +1,8 @@
 /*
  * trainer.h — the LoRA sequence-classification training loop (what `afinar train` runs), and
  * loading a trained adapter back as a classifier (what `afinar eval` / `afinar predict` run).
+ * The loop takes every optimizer step with the public trainer af_lora_trainer (include/afinar.h,
+ * src/train/api.c, through train/api_internal.h); this file describes what one step does.
  *
  * One optimizer step (global step g = 0, 1, ..., total-1):
  *   epoch e = g / steps_per_epoch, k = g % steps_per_epoch; the epoch's sample order is
@@ -20,7 +22,8 @@
  *   (af_tr_nonfinite_tensor: e.g. "model.layers.3.mlp.down_proj.lora_B gradient"). max_nonfinite in
  *   a row stop the run with AF_ERR_RANGE naming the step, the place of the first non-finite value
  *   of that run of steps, and the last checkpoint saved after a finite step.
- *   Dropout masks use af_ctr_key(seed, g, micro-batch, 0x64726f70) as the engine's dropout seed,
+ *   Dropout masks use af_ctr_key(seed, g, j, 0x64726f70) as the engine's dropout seed, j the index
+ *   of the micro-batch within the epoch (af_lora_trainer_accumulate_batch, train/api_internal.h),
  *   so there is no random-number stream state: shuffles and masks are pure functions of (seed,
  *   epoch/step), which is what makes an exact resume possible.
  * Evaluation (validation set; every `eval_every` steps, or at every epoch end when 0, and always
@@ -94,7 +97,7 @@ typedef struct af_trainer_opts {
     const char *class_weights;   /* af_class_weights spec; NULL -> "uniform" */
     /* ---- optimisation ---- */
     double lr;                   /* 2e-4 */
-    double lr_min;               /* 0 */
+    double lr_min;               /* 0 (>= 0) */
     af_sched schedule;           /* cosine */
     int64_t warmup_steps;        /* >= 0: steps; < 0: use warmup_ratio (default -1) */
     double warmup_ratio;         /* 0.06: warm-up = ceil(ratio * total steps) */
@@ -103,7 +106,7 @@ typedef struct af_trainer_opts {
     int32_t batch;               /* 8 samples per micro-batch */
     int32_t grad_accum;          /* 2 micro-batches per optimizer step */
     double max_grad_norm;        /* 1.0; <= 0 disables clipping */
-    double weight_decay;         /* 0.01 */
+    double weight_decay;         /* 0.01 (>= 0) */
     uint64_t seed;               /* 42: LoRA/head init, shuffles, split, dropout */
     int32_t max_seq_len;         /* 256 */
     int checkpointing;           /* recompute activations in the backward */

@@ -1,10 +1,12 @@
 /*
  * trainer_internal.h — state shared by trainer.c (setup, report), trainer_run.c (the loop) and
- * trainer_ckpt.c (checkpoints, output directory, metrics log, plot). Not part of any API.
+ * trainer_ckpt.c (checkpoints, output directory, metrics log, plot). Not part of any API. The loop
+ * takes its optimizer steps with the public af_lora_trainer (train/api_internal.h).
  */
 #ifndef AF_TRAINER_INTERNAL_H
 #define AF_TRAINER_INTERNAL_H
 
+#include "train/api_internal.h" /* the optimizer step (af_lora_trainer); af_tr_nonfinite_tensor */
 #include "train/trainer.h"
 
 struct af_trainer {
@@ -51,15 +53,6 @@ typedef struct af_run_state {
 } af_run_state;
 
 #define AF_EMA_BETA 0.98
-
-/* ---- trainer_run.c ---- */
-/* Scan X [lay->n_total] (parameters or gradients) per tensor for NaN/Inf. Returns the number of
- * tensors holding one and writes the first one's name to name [cap]: "model.layers.3.self_attn.
- * q_proj.lora_A", "model.layers.3.mlp.down_proj.lora_B", "score.weight", "score.bias". Order:
- * forward (backward = 0: layers upwards, q..down, A before B, then the head), or the order in which
- * the backward computes gradients (backward = 1: the head, then layers downwards, down..q, B
- * before A), so the name is where the non-finite value appeared first. */
-int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backward, char *name, size_t cap);
 
 /* ---- trainer_ckpt.c ---- */
 /* Whether `dir` holds artifacts of a run (metrics.jsonl, run.json, checkpoint-*, best, final);

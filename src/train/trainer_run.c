@@ -1,5 +1,7 @@
 /* trainer_run.c — the training loop: steps, evaluation, best/early stopping, checkpoints, resume,
- * progress and the metrics log (see trainer.h). */
+ * progress and the metrics log (see trainer.h). The optimizer step itself (accumulation, dropout
+ * seeds, clipping, AdamW, the non-finite skip and its report) is the public trainer's
+ * (af_lora_trainer, api.c), driven through train/api_internal.h. */
 #include "train/trainer_internal.h"
 
 #include "core/fsutil.h"
@@ -14,9 +16,9 @@
 
 typedef struct loop {
     af_trainer *t;
-    float *P, *G, *M, *V;
-    uint8_t *decay;
-    af_engine *eng;
+    af_lora_trainer *lt;  /* the optimizer step: parameters, gradients, AdamW state, engine */
+    float *P, *M, *V;     /* lt's buffers [t->lay.n_total] (af_lora_trainer_get_view) */
+    af_engine *eng;       /* lt's engine */
     af_batcher *bt;
     int32_t *perm;
     int64_t perm_epoch;
@@ -36,47 +38,6 @@ typedef struct loop {
 } loop;
 
 static double now(void) { return af_time_sec(); }
-
-/* Name of the parameter tensor k (0-based, in forward order: every LoRA A, B by layer and
- * projection, then score.weight, score.bias) of `lay`, with its [off, off + len) range; 0 when k is
- * past the last tensor or its slot is not targeted. */
-static int tensor_at(const af_param_layout *lay, int64_t k, char *name, size_t cap, int64_t *off, int64_t *len) {
-    const int64_t n_lora = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2;
-    if (k < n_lora) {
-        const int32_t l = (int32_t)(k / (AF_PROJ_COUNT * 2));
-        const af_proj p = (af_proj)(k / 2 % AF_PROJ_COUNT);
-        const int b = (int)(k % 2);
-        const af_lora_slot *s = af_lora_slot_at(lay, l, p);
-        if (s->a_off < 0) return 0;
-        snprintf(name, cap, "model.layers.%d.%s%s.lora_%c", (int)l, p <= AF_PROJ_O ? "self_attn." : "mlp.",
-                 af_proj_name(p), b ? 'B' : 'A');
-        *off = b ? s->b_off : s->a_off;
-        *len = b ? s->out * lay->lora.r : (int64_t)lay->lora.r * s->in;
-        return 1;
-    }
-    if (lay->head_w_off < 0 || k >= n_lora + 2) return 0;
-    snprintf(name, cap, k == n_lora ? "score.weight" : "score.bias");
-    *off = k == n_lora ? lay->head_w_off : lay->head_b_off;
-    *len = k == n_lora ? (int64_t)lay->num_classes * lay->hidden : lay->num_classes;
-    return 1;
-}
-
-int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backward, char *name, size_t cap) {
-    const int64_t nt = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2;
-    int found = 0;
-    if (cap) name[0] = 0;
-    for (int64_t i = 0; i < nt; i++) {
-        /* backward order: the head, then layers from the top; in a layer down..q, B before A */
-        const int64_t k = backward ? (i < 2 ? nt - 2 + i : nt - 3 - (i - 2)) : i;
-        char nm[128];
-        int64_t off = 0, len = 0;
-        if (!tensor_at(lay, k, nm, sizeof nm, &off, &len)) continue;
-        int bad = 0;
-        for (int64_t j = 0; j < len && !bad; j++) bad = !isfinite(X[off + j]);
-        if (bad && !found++ && cap) snprintf(name, cap, "%s", nm);
-    }
-    return found;
-}
 
 static double ema_shown(double v, int64_t n) { return n > 0 ? v / (1.0 - pow(AF_EMA_BETA, (double)n)) : NAN; }
 
@@ -119,22 +80,24 @@ static void log_line(loop *L, const char *s) {
     fflush(L->mf);
 }
 
-/* One optimizer step (global step rs.step): forward/backward over its micro-batches, clip, AdamW. */
-static af_status train_step(loop *L, af_adamw *opt, int *finite, double *loss, double *acc, double *gn, double *lr,
+/* One optimizer step (global step rs.step): its micro-batches through af_lora_trainer_accumulate_batch
+ * (dropout keyed by the micro-batch index within the epoch), then af_lora_trainer_step. */
+static af_status train_step(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
                             int64_t *n_step_out) {
     af_trainer *t = L->t;
     const af_trainer_opts *o = &t->o;
     const af_dataset *ds = t->train;
     const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
     const int32_t B = o->batch, C = t->num_classes;
+    if (af_lora_trainer_step_count(L->lt) != g)
+        return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: step %lld, optimizer at step %lld", (long long)g,
+                       (long long)af_lora_trainer_step_count(L->lt));
     if (L->perm_epoch != e) {
         af_shuffle_perm(L->perm, ds->n, o->seed, (uint64_t)e);
         L->perm_epoch = e;
     }
     const int64_t mb0 = k * o->grad_accum, mb1 = mb0 + o->grad_accum < t->n_micro ? mb0 + o->grad_accum : t->n_micro;
     const int64_t i_end = mb1 * B < ds->n ? mb1 * B : ds->n, n_step = i_end - mb0 * B;
-    const int64_t n_total = t->lay.n_total;
-    memset(L->G, 0, sizeof(float) * (size_t)n_total);
     double lsum = 0;
     int64_t correct = 0;
     *finite = 1;
@@ -144,24 +107,12 @@ static af_status train_step(loop *L, af_adamw *opt, int *finite, double *loss, d
         af_packed_batch pb;
         AF_TRY(af_batcher_pack(L->bt, L->perm + i0, m, &pb));
         af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot};
-        af_step_opts so = {o->pooling, t->class_w, o->checkpointing, 1,
-                           af_ctr_key(o->seed, (uint64_t)g, (uint64_t)j, 0x64726f70u)};
         double l = 0;
-        AF_TRY(af_engine_step(L->eng, L->P, L->G, &b, &so, (float)((double)m / (double)n_step), &l, L->logits));
-        if (!isfinite(l)) {
+        AF_TRY(af_lora_trainer_accumulate_batch(L->lt, &b, (float)((double)m / (double)n_step), (uint64_t)j, &l,
+                                                L->logits));
+        if (!isfinite(l)) { /* the step is skipped: its other micro-batches are not run */
             *finite = 0;
             lsum = l;
-            L->nf_where[0] = 0;
-            char nm[128];
-            int np = af_tr_nonfinite_tensor(&t->lay, L->P, 0, nm, sizeof nm);
-            if (np) snprintf(L->nf_where, sizeof L->nf_where, "%s parameter (%d tensor%s not finite)", nm, np,
-                             np > 1 ? "s" : "");
-            else {
-                char at[160];
-                AF_TRY(af_engine_locate_nonfinite(L->eng, L->P, &b, &so, at, sizeof at));
-                snprintf(L->nf_where, sizeof L->nf_where, "%s (forward, micro-batch %lld)", at[0] ? at : "loss",
-                         (long long)(j - mb0));
-            }
             break;
         }
         lsum += l * m;
@@ -181,22 +132,12 @@ static af_status train_step(loop *L, af_adamw *opt, int *finite, double *loss, d
     *loss = *finite ? lsum / (double)n_step : lsum;
     *acc = (double)correct / (double)n_step;
     *n_step_out = n_step;
-    if (!o->head_bias) memset(L->G + t->lay.head_b_off, 0, sizeof(float) * (size_t)C);
-    *gn = *finite ? af_clip_grad_norm(L->G, n_total, o->max_grad_norm > 0 ? o->max_grad_norm : 0) : NAN;
-    if (*finite && !isfinite(*gn)) {
-        *finite = 0;
-        char nm[128];
-        int ng = af_tr_nonfinite_tensor(&t->lay, L->G, 1, nm, sizeof nm);
-        if (ng) snprintf(L->nf_where, sizeof L->nf_where, "%s gradient (first in backward order; %d tensor%s not "
-                         "finite)", nm, ng, ng > 1 ? "s" : "");
-        else snprintf(L->nf_where, sizeof L->nf_where, "gradient norm");
-    }
     *lr = af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total);
-    if (*finite) {
-        opt->t = L->rs.adam_t;
-        af_adamw_step(opt, L->P, L->G, L->M, L->V, n_total, (float)*lr, L->decay);
-        L->rs.adam_t = opt->t;
-    }
+    af_status st = af_lora_trainer_step(L->lt, (float)*lr, gn);
+    if (st != AF_OK && st != AF_ERR_RANGE) return st; /* AF_ERR_RANGE: skipped (non-finite loss or norm) */
+    *finite = st == AF_OK;
+    if (!*finite) snprintf(L->nf_where, sizeof L->nf_where, "%s", af_lora_trainer_nonfinite_where(L->lt));
+    AF_TRY(af_lora_trainer_get_optim_state(L->lt, NULL, NULL, &L->rs.adam_t, NULL));
     return AF_OK;
 }
 
@@ -317,10 +258,41 @@ static af_status prepare_output(af_trainer *t, const char *ckpt, char **owned_ou
 }
 
 static void free_loop(loop *L) {
-    free(L->P), free(L->G), free(L->M), free(L->V), free(L->decay), free(L->perm), free(L->logits), free(L->vprobs);
-    af_engine_free(L->eng);
+    free(L->perm), free(L->logits), free(L->vprobs);
+    af_lora_trainer_free(L->lt);
     af_batcher_free(L->bt);
     if (L->mf) fclose(L->mf);
+}
+
+/* The public trainer that takes the steps, with t's layout (the same af_param_layout_init_layers
+ * arguments as af_trainer_new), options and class weights; L's views of its buffers and engine. */
+static af_status new_optimizer(const af_trainer *t, loop *L) {
+    const af_trainer_opts *o = &t->o;
+    const af_param_layout *lay = &t->lay;
+    af_lora_trainer_opts lo;
+    af_lora_trainer_opts_defaults(&lo);
+    lo.r = lay->lora.r;
+    lo.lora_alpha = lay->lora.alpha;
+    lo.lora_dropout = lay->lora.dropout;
+    lo.use_rslora = lay->lora.use_rslora;
+    lo.targets = o->targets;
+    lo.seed = o->seed;
+    lo.num_classes = lay->num_classes;
+    lo.pooling = (af_head_pooling)o->pooling;
+    lo.head_bias = o->head_bias;
+    lo.checkpointing = o->checkpointing;
+    lo.lr = (float)o->lr;
+    lo.weight_decay = (float)o->weight_decay;
+    const af_lora_trainer_ext ext = {lay->layer_min, lay->layer_end, o->max_grad_norm};
+    AF_TRY(af_lora_trainer_new_ext(t->model, &lo, &ext, &L->lt));
+    if (t->class_w) AF_TRY(af_lora_trainer_set_class_weights(L->lt, t->class_w));
+    af_lora_trainer_view v;
+    af_lora_trainer_get_view(L->lt, &v);
+    if (v.lay->n_total != lay->n_total)
+        return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: %lld trainable parameters, expected %lld",
+                       (long long)v.lay->n_total, (long long)lay->n_total);
+    L->P = v.P, L->M = v.M, L->V = v.V, L->eng = v.eng;
+    return AF_OK;
 }
 
 af_status af_trainer_run(af_trainer *t, af_train_result *res) {
@@ -352,26 +324,19 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     if (st == AF_OK) st = prepare_output(t, ckpt, &owned_out);
     const int64_t n = t->lay.n_total;
     const int32_t C = t->num_classes;
+    if (st == AF_OK) st = new_optimizer(t, &L);
     if (st == AF_OK) {
-        L.P = af_calloc((size_t)n, sizeof(float));
-        L.G = af_calloc((size_t)n, sizeof(float));
-        L.M = af_calloc((size_t)n, sizeof(float));
-        L.V = af_calloc((size_t)n, sizeof(float));
-        L.decay = af_malloc((size_t)n);
         L.perm = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
         L.logits = af_malloc(sizeof(float) * (size_t)o->batch * (size_t)C);
         L.vprobs = t->val ? af_malloc(sizeof(float) * (size_t)t->val->n * (size_t)C) : NULL;
-        if (!L.P || !L.G || !L.M || !L.V || !L.decay || !L.perm || !L.logits || (t->val && !L.vprobs))
+        if (!L.perm || !L.logits || (t->val && !L.vprobs))
             st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
     }
-    if (st == AF_OK) {
-        memset(L.decay, 1, (size_t)n);
-        memset(L.decay + t->lay.head_b_off, 0, (size_t)C); /* no weight decay on the head bias */
-        af_lora_init_params(&t->lay, L.P);
-        if (ckpt) st = af_tr_load_state(t, ckpt, L.P, L.M, L.V, &L.rs);
+    if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
+        st = af_tr_load_state(t, ckpt, L.P, L.M, L.V, &L.rs);
+        if (st == AF_OK) st = af_lora_trainer_set_optim_state(L.lt, NULL, NULL, &L.rs.adam_t, &L.rs.step);
     }
     if (st == AF_OK && ckpt) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
-    if (st == AF_OK) st = af_engine_new(t->model, &t->lay, &L.eng);
     if (st == AF_OK && o->prefix_cache_mb > 0) { /* layers below --lora-layers: run once per sample */
         size_t cb = (size_t)o->prefix_cache_mb << 20;
         if (t->mem_ram > t->mem_need && cb > (t->mem_ram - t->mem_need) / 2) cb = (t->mem_ram - t->mem_need) / 2;
@@ -395,16 +360,13 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         fprintf(o->log, "training: %lld steps, output %s\n", (long long)t->total, o->output_dir);
         fflush(o->log);
     }
-    af_adamw opt;
-    af_adamw_defaults(&opt, (float)o->lr);
-    opt.weight_decay = (float)o->weight_decay;
     L.t0 = now();
     int saved_now = 0;
     while (L.rs.step < t->total) {
-        int finite;
-        double loss, acc, gn, lr;
-        int64_t n_step;
-        st = train_step(&L, &opt, &finite, &loss, &acc, &gn, &lr, &n_step);
+        int finite = 0;
+        double loss = NAN, acc = 0, gn = NAN, lr = 0;
+        int64_t n_step = 0;
+        st = train_step(&L, &finite, &loss, &acc, &gn, &lr, &n_step);
         if (st != AF_OK) goto out;
         af_run_state *rs = &L.rs;
         rs->step++;

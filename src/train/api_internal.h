@@ -1,0 +1,83 @@
+/*
+ * api_internal.h — library-internal entry points of the public LoRA trainer (af_lora_trainer,
+ * include/afinar.h, implemented in api.c) for the training loop of `afinar train`
+ * (trainer_run.c). Not part of any public API.
+ *
+ * The optimizer step exists once, in api.c: zeroing and accumulating gradients (loss scaled by the
+ * caller's grad_scale), the dropout seed of a micro-batch (the one RNG tag, see
+ * af_lora_trainer_accumulate_batch), dropping the head-bias gradient, global-norm clipping, AdamW
+ * with the weight-decay mask (no decay on the head bias), the skip of a non-finite step and the
+ * report of where its first non-finite value appeared. trainer_run.c drives one af_lora_trainer
+ * for every step and reads the trainer's buffers for evaluation and checkpoints through
+ * af_lora_trainer_view.
+ */
+#ifndef AF_API_INTERNAL_H
+#define AF_API_INTERNAL_H
+
+#include "afinar.h"
+#include "lora/lora.h"
+#include "train/engine.h"
+
+#include <stddef.h>
+
+/* What `afinar train` sets beyond af_lora_trainer_opts. */
+typedef struct af_lora_trainer_ext {
+    int32_t layer_min, layer_end; /* adapters only on layers [layer_min, layer_end)
+                                     (af_param_layout_init_layers; 0, 0: every layer) */
+    double max_grad_norm;         /* replaces opts->max_grad_norm: the trainer's threshold is a double and
+                                     is used unrounded (<= 0: no clipping) */
+} af_lora_trainer_ext;
+
+/* af_lora_trainer_new with `ext` (NULL: every layer, opts->max_grad_norm). The layout is built by
+ * af_param_layout_init_layers(model, {opts r, lora_alpha, lora_dropout, use_rslora, targets, seed},
+ * opts->num_classes, layer_min, layer_end), so it equals a layout built with the same arguments
+ * elsewhere (the af_trainer's). Errors: those of af_lora_trainer_new and of
+ * af_param_layout_init_layers (empty or out-of-range layer range). */
+af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_opts *opts,
+                                  const af_lora_trainer_ext *ext, af_lora_trainer **out);
+
+/* Borrowed views of a trainer's state, valid while it lives; the training loop reads and writes
+ * P, M, V in place (checkpoint save / restore, evaluation) and uses the engine for evaluation and
+ * the prefix cache. */
+typedef struct af_lora_trainer_view {
+    const af_param_layout *lay; /* the trainer's layout */
+    af_engine *eng;             /* its engine (built on *lay) */
+    float *P, *M, *V;           /* [lay->n_total] parameters, AdamW first and second moments */
+} af_lora_trainer_view;
+void af_lora_trainer_get_view(af_lora_trainer *tr, af_lora_trainer_view *v);
+
+/* One micro-batch of the current optimizer step (what af_lora_trainer_accumulate[_multilabel] do
+ * after checking their arguments): forward + loss + backward of the packed batch `b` (labels or
+ * multi_hot set, as af_engine_step takes it; not re-validated here beyond what the engine checks),
+ * ADDING the gradient of grad_scale · mean loss. *loss (required) and logits [n_samples,
+ * num_classes] (may be NULL) as af_engine_step writes them.
+ * Dropout seed (the one RNG tag of training):
+ *     af_ctr_key(opts.seed, af_lora_trainer_step_count(tr), micro_batch, 0x64726f70)
+ * The public accumulate passes micro_batch = the index of the micro-batch within the step;
+ * `afinar train` passes the index of the micro-batch within the epoch (trainer.h).
+ * A non-finite loss (first of the step) records where the first non-finite value appeared (see
+ * af_lora_trainer_nonfinite_where; this costs one probing forward) and makes the next
+ * af_lora_trainer_step skip. Errors: those of af_engine_step and af_engine_locate_nonfinite. */
+af_status af_lora_trainer_accumulate_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
+                                           uint64_t micro_batch, double *loss, float *logits);
+
+/* Where the first non-finite value of the current step (or, after af_lora_trainer_step, of the
+ * step just taken) appeared; "" when the step is finite. Borrowed, valid until the next
+ * accumulate or zero_grad. Forms:
+ *   "<tensor> parameter (N tensor(s) not finite)"           a parameter is already non-finite
+ *   "<stage> (forward, micro-batch K)"                      af_engine_locate_nonfinite's stage, K the
+ *                                                           index within the step ("loss" when
+ *                                                           every stage was finite)
+ *   "<tensor> gradient (first in backward order; N tensor(s) not finite)", or "gradient norm"
+ * with <tensor> as af_tr_nonfinite_tensor names it. */
+const char *af_lora_trainer_nonfinite_where(const af_lora_trainer *tr);
+
+/* Scan X [lay->n_total] (parameters or gradients) per tensor for NaN/Inf. Returns the number of
+ * tensors holding one and writes the first one's name to name [cap]: "model.layers.3.self_attn.
+ * q_proj.lora_A", "model.layers.3.mlp.down_proj.lora_B", "score.weight", "score.bias". Order:
+ * forward (backward = 0: layers upwards, q..down, A before B, then the head), or the order in which
+ * the backward computes gradients (backward = 1: the head, then layers downwards, down..q, B
+ * before A), so the name is where the non-finite value appeared first. */
+int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backward, char *name, size_t cap);
+
+#endif /* AF_API_INTERNAL_H */
