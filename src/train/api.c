@@ -4,7 +4,7 @@
  *   lora/lora.h         target parsing, the flat parameter layout, PEFT-like initialisation
  *   train/engine.h      forward + loss + backward of a packed batch (gradients ADDED into G)
  *   train/optim.h       global-norm clipping and AdamW
- *   formats/adapter_io  PEFT adapter directories (through adapter_save_peft / adapter_load_peft)
+ *   lora/adapter_io     PEFT adapter directories (through adapter_save_peft / adapter_load_peft)
  * One optimizer step follows src/train/trainer_run.c exactly (dropout seed per micro-batch, head
  * bias gradient dropped when the bias is off, clip, AdamW without decay on the head bias, skip on a
  * non-finite loss or norm), so a program driving this API the way the trainer does gets the same
@@ -20,7 +20,7 @@
 #include "afinar.h"
 
 #include "core/core.h"
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 #include "lora/lora.h"
 #include "model/model.h"
 #include "train/engine.h"

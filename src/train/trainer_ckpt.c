@@ -4,7 +4,7 @@
 #include "train/trainer_internal.h"
 
 #include "core/fsutil.h"
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 #include "formats/safetensors.h"
 
 #include <cJSON.h>

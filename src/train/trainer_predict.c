@@ -2,7 +2,7 @@
  * (see trainer.h). */
 #include "train/trainer.h"
 
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 #include "formats/jsonl.h"
 
 #include <math.h>
