@@ -577,7 +577,7 @@ typedef struct af_trainer_opts {
     int multi_label;             /* 1: require multi-label data (the data decide otherwise) */
     /* ---- LoRA and head ---- */
     const char *targets;         /* "qv" (default), "qkv", "all-linear" or a list of q,k,v,o,gate,up,down */
-    const char *lora_layers;     /* af_lora_parse_layers spec ("all", "A-B", "topN"); default "top10";
+    const char *lora_layers;     /* layers with adapters, 0-based: "all", "A-B", "A-", "topN"; default "top10";
                                     NULL -> every layer; topN with N > the model's layers: every layer */
     int32_t lora_r;              /* 16 */
     double lora_alpha;           /* 32 */
@@ -602,7 +602,7 @@ typedef struct af_trainer_opts {
     int32_t max_seq_len;         /* 128 */
     int checkpointing;           /* recompute activations in the backward */
     int32_t prefix_cache_mb;     /* 2048: MiB (at most half the free RAM) to keep, per sample, the output of the
-                                    frozen layers below lora_layers (af_engine_set_prefix_cache); 0: off */
+                                    frozen layers below lora_layers; 0: off */
     /* ---- evaluation and checkpoints ---- */
     int64_t eval_every;          /* 0: every epoch end; N: every N steps */
     int32_t eval_batch;          /* 0 -> batch */
@@ -760,9 +760,11 @@ af_status af_train_settings_to_json(const af_train_settings *s, char **out);
 typedef struct af_classifier af_classifier;
 
 /* Load an adapter directory written by the trainer (or any PEFT SEQ_CLS LoRA adapter with a
- * score head: pooling then defaults to "last", max_seq_len to 512) on top of `model` (borrowed)
- * or, when NULL, the GGUF at model_path. `*out`: caller frees with af_classifier_free(). Errors: those of af_model_load / af_adapter_load;
- * AF_ERR_INVALID_ARG (adapter made for another model shape, no classification head). */
+ * score head: pooling then defaults to "last", max_seq_len to 512) on top of `model` (borrowed:
+ * must outlive the classifier) or, when NULL, the GGUF at model_path (loaded and owned).
+ * `*out`: caller frees with af_classifier_free(). Errors: those of af_model_load and of reading
+ * the adapter (AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_NOT_FOUND, AF_ERR_UNSUPPORTED), AF_ERR_INVALID_ARG
+ * (adapter made for another model shape, no classification head), AF_ERR_NOMEM. */
 af_status af_classifier_load(const char *model_path, const af_model *model, const char *adapter_dir,
                              af_classifier **out);
 /* Frees the classifier (and the model it loaded itself). NULL is ignored. */
@@ -777,9 +779,10 @@ int af_classifier_multi_label(const af_classifier *c);
 int32_t af_classifier_max_seq_len(const af_classifier *c);
 const char *const *af_classifier_label_names(const af_classifier *c);
 
-/* probs [af_dataset_size(ds), C]: softmax (single-label) or sigmoid (multi-label) of the logits of every sample
- * of `ds`, batches of `batch` samples in data-set order (no dropout).
- * Errors: AF_ERR_INVALID_ARG (batch < 1), AF_ERR_NOMEM. */
+/* probs [af_dataset_size(ds), C] (C = af_classifier_num_classes): softmax (single-label) or
+ * sigmoid (multi-label) of the logits of every sample of `ds`, batches of `batch` samples in
+ * data-set order (no dropout). Errors: AF_ERR_INVALID_ARG (NULL argument, batch < 1, data with more
+ * classes than the adapter, multi-label data for a single-label adapter), AF_ERR_NOMEM. */
 af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t batch, float *probs);
 
 /* One prediction as a single-line JSON object (what `afinar predict` prints), from probs [C]:
