@@ -58,6 +58,9 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON := $(BUILD)/tests/testlib.o
 # Scripts run by `make test` beside the test binaries (same RESULT line protocol).
 TEST_SCRIPTS := tests/check_layers.sh
+# The longest test programs start first, so that running JOBS at a time ends sooner.
+TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_model test_trainer test_kill test_engine test_peft_parity)
+TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
 
 .PHONY: all lib cli test tests sanitize install clean probe bench
 all: probe lib cli
@@ -106,7 +109,7 @@ tests: $(TEST_BIN) $(BUILD)/afinar
 # (in one block per program) and the runner prints the closing "N passed, N failed, N skipped" line
 # over all of them and the wall time. tests/check_layers.sh checks the include layering.
 test: tests
-	@AFINAR_BIN=$(BUILD)/afinar JOBS=$(JOBS) sh tests/run_all.sh $(TEST_BIN) $(TEST_SCRIPTS)
+	@AFINAR_BIN=$(BUILD)/afinar JOBS=$(JOBS) sh tests/run_all.sh $(TEST_ORDER)
 
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 # AF_TEST_SANITIZE=1 (in the environment of every test process) makes the slow tests do less of the

@@ -463,7 +463,8 @@ af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus
 
 /* An unlabelled single-label corpus of `n` (>= 0) texts: texts[i] holds lens[i] bytes (copied; a
  * text need not be NUL-terminated), label -1 each, source line first_line + i in messages, `name`
- * as its file name in messages (e.g. "<stdin>"; copied), num_classes (>= 0) recorded as is.
+ * as its file name in messages (e.g. "<stdin>"; copied; NULL: "<texts>"), num_classes (>= 0)
+ * recorded as is.
  * `*out`: caller frees with af_corpus_free(). Errors: AF_ERR_INVALID_ARG (NULL argument with
  * n > 0, n or num_classes < 0), AF_ERR_NOMEM. */
 af_status af_corpus_from_texts(const char *name, const char *const *texts, const size_t *lens, int32_t n,

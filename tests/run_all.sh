@@ -4,7 +4,8 @@
 # A program may be a binary or a shell script (*.sh, run with sh); each must print one
 # "RESULT ... passed=P failed=F skipped=S" line. A program that crashes or prints no RESULT line
 # counts as one failure, as does a non-zero exit status with failed=0. Each program's output is
-# printed in one block (lines prefixed "[name] ", then its own summary line) when it finishes;
+# printed in one block (lines prefixed "[name] ", then its own summary line with its wall time)
+# when it finishes; programs start in the order given (put the longest first);
 # blocks of programs running at the same time never interleave. Exit status is non-zero when
 # anything failed.
 #   JOBS=4 sh tests/run_all.sh build/tests/test_a build/tests/test_b tests/check_layers.sh
@@ -13,10 +14,12 @@
 if [ "$1" = "--one" ]; then
   t=$2; dir=$3
   name=$(basename "$t" .sh)
+  t0=$(date +%s.%N)
   case "$t" in
     *.sh) out=$(sh "$t" 2>&1); rc=$? ;;
     *) out=$("$t" 2>&1); rc=$? ;;
   esac
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   {
     printf '%s\n' "$out" | grep -v '^RESULT ' | sed "s/^/[$name] /"
     line=$(printf '%s\n' "$out" | grep '^RESULT ' | tail -n 1)
@@ -28,7 +31,7 @@ if [ "$1" = "--one" ]; then
       f=$(echo "$line" | sed 's/.*failed=\([0-9]*\).*/\1/')
       s=$(echo "$line" | sed 's/.*skipped=\([0-9]*\).*/\1/')
       if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; echo "[$name] exit code $rc"; fi
-      printf '%-28s passed=%-6s failed=%-4s skipped=%s\n' "$name" "$p" "$f" "$s"
+      printf '%-28s passed=%-6s failed=%-4s skipped=%-4s %7s s\n' "$name" "$p" "$f" "$s" "$secs"
       echo "$p $f $s" > "$dir/$name.sum"
     fi
   } > "$dir/$name.out"
