@@ -59,4 +59,10 @@ af_status af_mkdir_p(const char *path);
  * (free()), or NULL on allocation failure. */
 char *af_path_join(const char *dir, const char *name);
 
+/* The whole file `path` in a malloc'ed buffer with a NUL byte after its end (caller frees with
+ * free()); `*len` (may be NULL) receives the byte count (the file may itself hold NUL bytes).
+ * NULL with errno set when the file cannot be opened or read (EISDIR for a directory, ENOMEM when
+ * out of memory). Records no message: the caller words its own error. */
+char *af_read_file(const char *path, size_t *len);
+
 #endif /* AF_FSUTIL_H */

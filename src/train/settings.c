@@ -7,6 +7,7 @@
 #include "train/optim.h"
 
 #include "core/core.h"
+#include "core/fsutil.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -147,37 +148,10 @@ af_status af_train_settings_merge(af_train_settings *dst, const af_train_setting
     return AF_OK;
 }
 
-/* Whole file as a NUL-terminated string; NULL with errno set when it cannot be opened or read
- * (a directory gives EISDIR). */
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0, r;
-    char *b = malloc(cap + 1);
-    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(b, 2 * cap + 1);
-            if (!nb) { free(b); b = NULL; errno = ENOMEM; break; }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    int e = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-    if (b && e) {
-        free(b);
-        b = NULL;
-    }
-    if (b) b[n] = 0;
-    else if (e) errno = e;
-    return b;
-}
-
 af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out) {
     if (!path || !what || !out) return af_fail(AF_ERR_INVALID_ARG, "af_train_settings_read: NULL argument");
     *out = NULL;
-    char *txt = read_all(path);
+    char *txt = af_read_file(path, NULL);
     if (!txt) return af_fail(AF_ERR_IO, "%s: cannot read %s: %s", path, what, strerror(errno));
     cJSON *j = cJSON_Parse(txt);
     if (!j) {
