@@ -1,6 +1,7 @@
 # afinar — build
 #   make              library (static + shared) and the CLI in build/
-#   make test         build and run every test (prints "N passed, N failed")
+#   make test         build and run every test program, $(JOBS) at a time (default: the number of
+#                     CPUs), then print "N passed, N failed, N skipped" and the wall time
 #   make sanitize     the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-san/)
 #   make install PREFIX=/usr/local   header, libs, afinar.pc, CLI
 #   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
@@ -22,6 +23,20 @@ ifeq ($(DEBUG),1)
 OPT     := -O0 -g
 endif
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -fPIC -Iinclude -Isrc $(PKG_CFLAGS)
+# Header dependencies written by the compiler next to each output (FILE.d): every header a source
+# includes, directly or not (cli/*.h and tests/*.h included); -MP adds an empty rule per header so a
+# deleted header does not stop the build.
+DEPFLAGS    := -MMD -MP
+
+# Version (from include/afinar.h, the one place it is written) and the shared library's names:
+# libafinar.so -> libafinar.so.MAJOR (the SONAME) -> libafinar.so.MAJOR.MINOR.PATCH (the file).
+VERSION_PART = $(shell sed -n 's/^\#define AF_VERSION_$(1) *\([0-9]*\).*/\1/p' include/afinar.h)
+VERSION  := $(call VERSION_PART,MAJOR).$(call VERSION_PART,MINOR).$(call VERSION_PART,PATCH)
+SOMAJOR  := $(call VERSION_PART,MAJOR)
+SONAME   := libafinar.so.$(SOMAJOR)
+SOFILE   := libafinar.so.$(VERSION)
+# Test programs run at the same time by `make test` (each is one process; OpenMP threads inside).
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 
 # Probe OpenMP: reported, not assumed.
 HAVE_OMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1 || echo 0)
@@ -41,6 +56,11 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON := $(BUILD)/tests/testlib.o
+# Scripts run by `make test` beside the test binaries (same RESULT line protocol).
+TEST_SCRIPTS := tests/check_layers.sh
+# The longest test programs start first, so that running JOBS at a time ends sooner.
+TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_model test_trainer test_kill test_engine test_peft_parity)
+TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
 
 .PHONY: all lib cli test tests sanitize install clean probe bench
 all: probe lib cli
@@ -54,34 +74,42 @@ probe:
 lib: $(BUILD)/libafinar.a $(BUILD)/libafinar.so
 cli: $(BUILD)/afinar
 
-$(BUILD)/%.o: %.c $(shell find include src -name '*.h')
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(BUILD)/libafinar.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libafinar.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+$(BUILD)/$(SOFILE): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/$(SONAME): $(BUILD)/$(SOFILE)
+	ln -sf $(SOFILE) $@
+
+$(BUILD)/libafinar.so: $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
 
 $(BUILD)/afinar: $(CLI_OBJ) $(BUILD)/libafinar.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libafinar.a $(LDLIBS)
 
-$(BUILD)/tests/testlib.o: tests/testlib.c tests/testlib.h
+$(BUILD)/tests/testlib.o: tests/testlib.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) -Itests -c $< -o $@
 
-$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libafinar.a tests/testlib.h $(wildcard tests/tinymodel.*)
+# Compiled and linked in one step: the dependency file is named and targeted explicitly.
+$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libafinar.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_COMMON) $(BUILD)/libafinar.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -Itests -o $@ $< $(TEST_COMMON) $(BUILD)/libafinar.a $(LDLIBS)
 
 tests: $(TEST_BIN) $(BUILD)/afinar
 
-# Runs every test binary from the repository root; each prints its own checks and the
-# runner prints the closing "N passed, N failed[, N skipped]" line over all test programs.
+# Runs every test program from the repository root, $(JOBS) at a time; each prints its own checks
+# (in one block per program) and the runner prints the closing "N passed, N failed, N skipped" line
+# over all of them and the wall time. tests/check_layers.sh checks the include layering.
 test: tests
-	@AFINAR_BIN=$(BUILD)/afinar sh tests/run_all.sh $(TEST_BIN)
+	@AFINAR_BIN=$(BUILD)/afinar JOBS=$(JOBS) sh tests/run_all.sh $(TEST_ORDER)
 
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 # AF_TEST_SANITIZE=1 (in the environment of every test process) makes the slow tests do less of the
@@ -97,9 +125,12 @@ install: lib cli
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/afinar.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libafinar.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libafinar.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/$(SOFILE) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(SOFILE) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libafinar.so
 	install -m 755 $(BUILD)/afinar $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(PKG_LIBS) $(OMPFLAGS) -lm -lpthread|g' afinar.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	  -e 's|@LIBS@|$(PKG_LIBS) $(OMPFLAGS) -lm -lpthread|g' afinar.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/afinar.pc
 
 # libFuzzer targets (clang): make fuzz [FUZZ_SECONDS=60]; defined in tests/fuzz/fuzz.mk
@@ -110,3 +141,6 @@ bench: all
 
 clean:
 	rm -rf build build-san build-fuzz
+
+# The compiler-written header dependencies of everything built so far (none on a clean tree).
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_COMMON:.o=.d) $(TEST_BIN:=.d)

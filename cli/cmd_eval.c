@@ -2,10 +2,6 @@
  * calibration (ECE) of a trained adapter on labelled JSONL data; text to stdout, JSON to a file. */
 #include "cli.h"
 
-#include "core/fsutil.h"
-#include "formats/jsonl.h"
-#include "train/trainer.h"
-
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +76,7 @@ int cmd_eval(int argc, char **argv) {
     char *js = NULL;
     st = af_classifier_load(model_path, NULL, adapter, &c);
     if (st != AF_OK) goto fail;
-    const af_tokenizer *tok = af_model_tokenizer(c->model);
+    const af_tokenizer *tok = af_model_tokenizer(af_classifier_model(c));
     if (!tok) {
         cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);
         goto done;
@@ -89,19 +85,22 @@ int cmd_eval(int argc, char **argv) {
     af_corpus_opts_init(&co);
     co.text_field = text_field;
     co.label_field = label_field;
-    co.label_names = (const char *const *)c->label_names;
-    co.n_label_names = c->label_names ? c->num_classes : 0;
-    co.num_classes = c->num_classes;
+    const char *const *names = af_classifier_label_names(c);
+    const int32_t n_classes = af_classifier_num_classes(c);
+    const int multi = af_classifier_multi_label(c);
+    co.label_names = names;
+    co.n_label_names = names ? n_classes : 0;
+    co.num_classes = n_classes;
     st = af_corpus_read(data, &co, &corp);
     if (st != AF_OK) goto fail;
-    if (corp->multi_label != c->multi_label) {
-        cli_error(C, "%s: the data are %s but the adapter is %s", data, corp->multi_label ? "multi-label" : "single-label",
-                  c->multi_label ? "multi-label" : "single-label");
+    if (af_corpus_multi_label(corp) != multi) {
+        cli_error(C, "%s: the data are %s but the adapter is %s", data,
+                  af_corpus_multi_label(corp) ? "multi-label" : "single-label", multi ? "multi-label" : "single-label");
         goto done;
     }
-    st = af_dataset_build(corp, tok, c->max_seq_len, &ds);
+    st = af_dataset_build(corp, tok, af_classifier_max_seq_len(c), &ds);
     if (st != AF_OK) goto fail;
-    probs = malloc(sizeof(float) * (size_t)ds->n * (size_t)c->num_classes);
+    probs = malloc(sizeof(float) * (size_t)af_dataset_size(ds) * (size_t)n_classes);
     if (!probs) {
         cli_error(C, "out of memory");
         goto done;
@@ -109,17 +108,11 @@ int cmd_eval(int argc, char **argv) {
     st = af_classifier_probs(c, ds, (int32_t)batch, probs);
     if (st == AF_OK) st = af_eval_metrics(ds, probs, &m);
     if (st != AF_OK) goto fail;
-    printf("%s on %s (%d samples)\n", adapter, data, ds->n);
-    af_metrics_print(m, (const char *const *)c->label_names, stdout);
+    printf("%s on %s (%d samples)\n", adapter, data, af_dataset_size(ds));
+    af_metrics_print(m, names, stdout);
     if (json_out) {
-        cJSON *j = af_metrics_to_json(m, (const char *const *)c->label_names);
-        if (j) {
-            cJSON_AddStringToObject(j, "data", data);
-            cJSON_AddStringToObject(j, "adapter", adapter);
-            js = cJSON_Print(j);
-            cJSON_Delete(j);
-        }
-        if (!js) {
+        const char *extra[] = {"data", data, "adapter", adapter, NULL};
+        if (af_metrics_json(m, names, extra, &js) != AF_OK) {
             cli_error(C, "out of memory");
             goto done;
         }

@@ -6,10 +6,6 @@
  * stdin is a terminal, in chunks of 256 lines otherwise). */
 #include "cli.h"
 
-#include "formats/jsonl.h"
-#include "train/trainer.h"
-
-#include <cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,67 +27,25 @@ static void help(void) {
            "{\"labels\", \"label_ids\", \"probs\"}).\n");
 }
 
-static void print_pred(const af_classifier *c, const float *p, double thr) {
-    cJSON *o = cJSON_CreateObject();
-    const int32_t C = c->num_classes;
-    char idbuf[32];
-    if (c->multi_label) {
-        cJSON *names = cJSON_AddArrayToObject(o, "labels"), *ids = cJSON_AddArrayToObject(o, "label_ids");
-        for (int32_t k = 0; k < C; k++)
-            if (p[k] >= thr) {
-                snprintf(idbuf, sizeof idbuf, "%d", k);
-                cJSON_AddItemToArray(names, cJSON_CreateString(c->label_names ? c->label_names[k] : idbuf));
-                cJSON_AddItemToArray(ids, cJSON_CreateNumber(k));
-            }
-    } else {
-        int32_t am = 0;
-        for (int32_t k = 1; k < C; k++) am = p[k] > p[am] ? k : am;
-        snprintf(idbuf, sizeof idbuf, "%d", am);
-        cJSON_AddStringToObject(o, "label", c->label_names ? c->label_names[am] : idbuf);
-        cJSON_AddNumberToObject(o, "label_id", am);
-    }
-    cJSON *pa = cJSON_AddArrayToObject(o, "probs");
-    for (int32_t k = 0; k < C; k++) {
-        char b[32];
-        snprintf(b, sizeof b, "%.6g", (double)p[k]);
-        cJSON_AddItemToArray(pa, cJSON_CreateNumber(strtod(b, NULL)));
-    }
-    char *s = cJSON_PrintUnformatted(o);
-    if (s) puts(s);
-    free(s);
-    cJSON_Delete(o);
-}
-
 /* Classify every sample of a corpus and print the predictions. */
 static af_status run_corpus(af_classifier *c, const af_corpus *corp, int32_t batch, double thr) {
     af_dataset *ds = NULL;
-    AF_TRY(af_dataset_build(corp, af_model_tokenizer(c->model), c->max_seq_len, &ds));
-    float *probs = malloc(sizeof(float) * (size_t)ds->n * (size_t)c->num_classes);
-    af_status st = probs ? af_classifier_probs(c, ds, batch, probs) : AF_ERR_NOMEM;
-    for (int32_t i = 0; st == AF_OK && i < ds->n; i++) print_pred(c, probs + (size_t)i * c->num_classes, thr);
+    af_status st =
+        af_dataset_build(corp, af_model_tokenizer(af_classifier_model(c)), af_classifier_max_seq_len(c), &ds);
+    if (st != AF_OK) return st;
+    const int32_t n = af_dataset_size(ds), n_classes = af_classifier_num_classes(c);
+    float *probs = malloc(sizeof(float) * (size_t)n * (size_t)n_classes);
+    st = probs ? af_classifier_probs(c, ds, batch, probs) : AF_ERR_NOMEM;
+    for (int32_t i = 0; st == AF_OK && i < n; i++) {
+        char *line = NULL;
+        /* a line that cannot be made (out of memory) is left out, as before */
+        if (af_classifier_prediction_json(c, probs + (size_t)i * n_classes, thr, &line) == AF_OK) puts(line);
+        free(line);
+    }
     fflush(stdout);
     free(probs);
     af_dataset_free(ds);
     return st;
-}
-
-/* A corpus of raw lines (owned arrays, freed by af_corpus_free). */
-static af_corpus *lines_corpus(char **lines, size_t *lens, int32_t n, int32_t first_line, int32_t C) {
-    af_corpus *k = calloc(1, sizeof *k);
-    if (!k) return NULL;
-    k->path = strdup("<stdin>");
-    k->n = n;
-    k->texts = lines;
-    k->text_len = lens;
-    k->line_no = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    k->labels = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    k->num_classes = C;
-    if (!k->path || !k->line_no || !k->labels) {
-        af_corpus_free(k);
-        return NULL;
-    }
-    for (int32_t i = 0; i < n; i++) k->line_no[i] = first_line + i, k->labels[i] = -1;
-    return k;
 }
 
 static af_status run_stdin_lines(af_classifier *c, int32_t batch, double thr) {
@@ -106,7 +60,8 @@ static af_status run_stdin_lines(af_classifier *c, int32_t batch, double thr) {
         size_t *lens = calloc((size_t)chunk, sizeof(size_t));
         if (!texts || !lens) {
             free(texts), free(lens);
-            return af_fail(AF_ERR_NOMEM, "out of memory");
+            st = AF_ERR_NOMEM;
+            break;
         }
         int32_t n = 0;
         while (n < chunk && (len = getline(&line, &cap, stdin)) >= 0) {
@@ -116,13 +71,12 @@ static af_status run_stdin_lines(af_classifier *c, int32_t batch, double thr) {
             if (!texts[n]) break;
             n++;
         }
-        af_corpus *k = lines_corpus(texts, lens, n, line_no, c->num_classes);
-        if (!k) {
-            for (int32_t i = 0; i < n; i++) free(texts[i]);
-            free(texts), free(lens);
-            st = af_fail(AF_ERR_NOMEM, "out of memory");
-            break;
-        }
+        af_corpus *k = NULL;
+        st = af_corpus_from_texts("<stdin>", (const char *const *)texts, lens, n, line_no, af_classifier_num_classes(c),
+                                  &k);
+        for (int32_t i = 0; i < n; i++) free(texts[i]);
+        free(texts), free(lens);
+        if (st != AF_OK) break;
         line_no += n;
         if (n > 0) st = run_corpus(c, k, batch, thr);
         af_corpus_free(k);
@@ -177,7 +131,7 @@ int cmd_predict(int argc, char **argv) {
     af_corpus *corp = NULL;
     af_status st = af_classifier_load(model_path, NULL, adapter, &c);
     int rc = 0;
-    if (st == AF_OK && !af_model_tokenizer(c->model)) {
+    if (st == AF_OK && !af_model_tokenizer(af_classifier_model(c))) {
         cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);
         rc = 1;
         goto done;
@@ -187,9 +141,9 @@ int cmd_predict(int argc, char **argv) {
         af_corpus_opts_init(&co);
         co.text_field = text_field;
         co.labels_optional = 1;
-        co.label_names = (const char *const *)c->label_names;
-        co.n_label_names = c->label_names ? c->num_classes : 0;
-        co.num_classes = c->num_classes;
+        co.label_names = af_classifier_label_names(c);
+        co.n_label_names = co.label_names ? af_classifier_num_classes(c) : 0;
+        co.num_classes = af_classifier_num_classes(c);
         st = af_corpus_read(strcmp(input, "-") ? input : "/dev/stdin", &co, &corp);
         if (st == AF_OK) st = run_corpus(c, corp, (int32_t)batch, thr);
     } else if (st == AF_OK) {

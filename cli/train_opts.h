@@ -1,7 +1,8 @@
 /*
  * train_opts.h — the flags of `afinar train` and `afinar check` and their --config FILE.json.
  *
- * Every flag has a config key: its long name without the dashes ("lr", "grad-accum", ...).
+ * Every flag has a config key: its long name without the dashes ("lr", "grad-accum", ...); the
+ * keys, their kinds, ranges and help texts are the library's (af_train_setting_keys).
  * Precedence (lowest to highest): built-in defaults < with --resume, the checkpoint's
  * train_config.json (so `afinar train --resume OUT` continues with the run's own settings) <
  * --config FILE.json < flags on the command line. An unknown key in a config file is a usage
@@ -13,13 +14,12 @@
 #ifndef AF_CLI_TRAIN_OPTS_H
 #define AF_CLI_TRAIN_OPTS_H
 
-#include "train/trainer.h"
+#include "afinar.h"
 
-#include <cJSON.h>
 #include <stdio.h>
 
 typedef struct train_cli {
-    cJSON *merged;        /* effective settings by key (owns the strings opts points to) */
+    af_train_settings *merged; /* effective settings by key (owns the strings opts points to) */
     af_trainer_opts opts; /* ready for af_trainer_new (log, interrupt left to the caller) */
     char *config_json;    /* merged settings without resume/overwrite/config, as JSON (owned) */
 } train_cli;

@@ -408,6 +408,397 @@ af_status af_lora_trainer_save_adapter(const af_lora_trainer *tr, const char *di
  * AF_ERR_NOT_FOUND (missing tensors), AF_ERR_UNSUPPORTED (not a plain LoRA adapter), AF_ERR_NOMEM. */
 af_status af_lora_trainer_load_adapter(af_lora_trainer *tr, const char *dir);
 
+/* ---------------------------------------------------------------------------------------------
+ * Files
+ * ------------------------------------------------------------------------------------------- */
+
+/* Write `n` bytes of `data` to `path` atomically: into a hidden temporary file next to it
+ * (".<name>.tmp-<pid>-<counter>"), fsync'ed, renamed over `path`, then the directory fsync'ed, so
+ * a reader sees the old complete file or the new complete file, never a half-written one; on
+ * failure the temporary is removed and `path` is untouched. Permissions 0666 & ~umask.
+ * Errors: AF_ERR_INVALID_ARG (NULL/empty path, path ending in '/'), AF_ERR_IO ("<path>: is a
+ * directory, cannot be replaced by a file", directory missing or not writable, "<path>: write
+ * failed at offset N: <strerror>", ...), AF_ERR_NOMEM. */
+af_status af_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* Cheap early check that `path` could be written by af_write_file_atomic: its directory exists,
+ * is a directory and is writable (access(2) W_OK|X_OK), and `path` itself is not a directory.
+ * Nothing is created. A later write can still fail (disk full, races): this only lets a command
+ * refuse a bad destination before long work. Errors: AF_ERR_INVALID_ARG (NULL/empty), AF_ERR_IO
+ * ("<path>: is a directory, cannot be replaced by a file", "<path>: directory <dir>: <strerror>"),
+ * AF_ERR_NOMEM. */
+af_status af_check_writable(const char *path);
+
+/* ---------------------------------------------------------------------------------------------
+ * Data sets: labelled JSONL corpora and their tokenized form
+ *
+ * A corpus is read from JSON Lines, one object per line:
+ *   single-label  {"input": "text", "label": 3}  or  {"input": "text", "label": "sport"}
+ *   multi-label   {"input": "text", "labels": [0, 4]}  or  {"input": "text", "labels": ["a", "b"]}
+ * (field names configurable; blank lines skipped; other keys ignored). Integer labels are class
+ * ids >= 0; string labels map to their position in a given label list, or, without one, to their
+ * rank among the file's distinct names sorted by byte value. A file uses one label form throughout.
+ * A data set is a corpus tokenized for one model: af_tokenize(add_special = 1, parse_special = 0),
+ * truncated to the first max_seq_len tokens; a text that gives no token becomes one BOS (or EOS).
+ * ------------------------------------------------------------------------------------------- */
+typedef struct af_corpus af_corpus;
+typedef struct af_dataset af_dataset;
+
+typedef struct af_corpus_opts {
+    const char *text_field;   /* NULL -> "input" */
+    const char *label_field;  /* NULL -> "label" (single) and "labels" (multi) are both accepted;
+                                 when set, only this key is read, in either form */
+    const char *const *label_names; /* [n_label_names] optional label list (borrowed), NULL = none */
+    int32_t n_label_names;
+    int32_t num_classes;      /* > 0: integer labels must be < num_classes; 0: unknown */
+    int labels_optional;      /* 1: a line without a label is kept with label -1 / no labels
+                                 (e.g. for `predict`); 0: a missing label is an error */
+    size_t max_line_bytes;    /* 0 -> 16 MiB; a longer line is refused */
+} af_corpus_opts;
+
+/* Fill `o` with the defaults (all zero / NULL). */
+void af_corpus_opts_init(af_corpus_opts *o);
+
+/* Read a JSONL corpus. `opts` may be NULL (defaults). `*out`: caller frees with af_corpus_free().
+ * Errors (the message names FILE:LINE and the field): AF_ERR_IO (cannot open), AF_ERR_FORMAT
+ * (invalid JSON with its column, not an object, missing field, wrong type, label out of range or
+ * unknown name, mixed label forms, line longer than max_line_bytes, no sample), AF_ERR_INVALID_ARG
+ * (bad options, e.g. duplicate names in the label list), AF_ERR_NOMEM. */
+af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus **out);
+
+/* An unlabelled single-label corpus of `n` (>= 0) texts: texts[i] holds lens[i] bytes (copied; a
+ * text need not be NUL-terminated), label -1 each, source line first_line + i in messages, `name`
+ * as its file name in messages (e.g. "<stdin>"; copied; NULL: "<texts>"), num_classes (>= 0)
+ * recorded as is.
+ * `*out`: caller frees with af_corpus_free(). Errors: AF_ERR_INVALID_ARG (NULL argument with
+ * n > 0, n or num_classes < 0), AF_ERR_NOMEM. */
+af_status af_corpus_from_texts(const char *name, const char *const *texts, const size_t *lens, int32_t n,
+                               int32_t first_line, int32_t num_classes, af_corpus **out);
+
+/* Samples of the corpus; 1 when it uses the multi-label form, else 0 (both 0 for NULL). */
+int32_t af_corpus_size(const af_corpus *c);
+int af_corpus_multi_label(const af_corpus *c);
+
+/* Frees a corpus. NULL is ignored. */
+void af_corpus_free(af_corpus *c);
+
+/* Tokenize a corpus. `c` and `tok` are borrowed for the call only (labels and names are copied).
+ * `*out`: caller frees with af_dataset_free(). Errors: AF_ERR_INVALID_ARG (max_seq_len < 1, NULL
+ * tokenizer), AF_ERR_FORMAT (empty text and no BOS/EOS token: "FILE:LINE: field 'input': ..."),
+ * AF_ERR_NOMEM. */
+af_status af_dataset_build(const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len, af_dataset **out);
+
+/* Samples of the data set (0 for NULL). */
+int32_t af_dataset_size(const af_dataset *ds);
+
+/* Frees a data set. NULL is ignored. */
+void af_dataset_free(af_dataset *ds);
+
+/* ---------------------------------------------------------------------------------------------
+ * Evaluation metrics of a classifier
+ *
+ * Single-label: prediction = argmax (ties -> lowest id); accuracy; per class precision, recall,
+ * F1 and support (a zero denominator gives 0, as scikit-learn zero_division=0); macro-F1 over the
+ * classes present in gold or predictions; weighted-F1; the confusion matrix (row = gold, column =
+ * predicted); expected calibration error over 15 equal-width confidence bins (Guo et al. 2017,
+ * eq. 3); NLL. Multi-label: predicted set {c : p >= 0.5}; micro- and macro-F1; subset accuracy.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct af_metrics af_metrics;
+
+/* Metrics of probs [af_dataset_size(ds), C] (C = the data set's classes) against ds's labels
+ * (single-label: samples with label -1 are skipped; multi-label: all). `*out`: caller frees with
+ * af_metrics_free(). Errors: AF_ERR_INVALID_ARG (no labelled sample, a non-finite probability
+ * naming the row), AF_ERR_NOMEM. */
+af_status af_eval_metrics(const af_dataset *ds, const float *probs, af_metrics **out);
+
+/* Frees metrics. NULL is ignored. */
+void af_metrics_free(af_metrics *m);
+
+/* Report: headline numbers, a per-class table (precision, recall, F1, support) and the confusion
+ * matrix (class names abbreviated to 8 characters in its columns). `names` [C] may be NULL (ids). */
+void af_metrics_print(const af_metrics *m, const char *const *names, FILE *fp);
+
+/* The metrics as a JSON object, pretty-printed (tab-indented, as cJSON_Print):
+ *   {"n", "num_classes", "multi_label", "accuracy", "macro_f1", "weighted_f1", "micro_f1",
+ *    "macro_precision", "macro_recall", "ece" and "nll" (single-label), "threshold" (multi-label),
+ *    "per_class": [{"label", "id", "precision", "recall", "f1", "support", "predicted"}],
+ *    "confusion": [[...]] (single-label; rows = gold)}
+ * followed by the string members of `extra` (may be NULL): {key0, value0, key1, value1, ..., NULL}.
+ * `names` [C] may be NULL (labels are then the ids). `*out`: malloc'ed NUL-terminated text, caller
+ * frees with free(). Errors: AF_ERR_INVALID_ARG (NULL m or out), AF_ERR_NOMEM. */
+af_status af_metrics_json(const af_metrics *m, const char *const *names, const char *const *extra, char **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Training runs: what `afinar train` and `afinar check` run
+ *
+ * A run fine-tunes LoRA adapters and a classification head on a labelled corpus: optimizer steps
+ * of grad_accum micro-batches of `batch` packed samples (the gradient of the mean loss over the
+ * step's samples), global-norm clipping, AdamW with a warm-up then constant / cosine / linear
+ * schedule, steps with a non-finite loss or gradient skipped (max_nonfinite in a row stop the run),
+ * evaluation on the validation data (best macro-F1 selects OUT/best, `patience` stops early), and
+ * checkpoints from which a resumed run continues bit for bit. Output directory OUT:
+ *   metrics.jsonl        one JSON line per step, per evaluation and per skipped step
+ *   run.json             the caller's configuration (config_json) and a data summary
+ *   checkpoint-STEP/     PEFT adapter + trainer state + train_config.json (config_json), written
+ *                        to a hidden temporary directory and renamed into place; the newest
+ *                        save_total_limit are kept
+ *   best/, final/        PEFT adapters of the best evaluation and of the last step
+ *   curves.png           loss / accuracy curves (gnuplot, when installed and plot is on)
+ * The library prints only to opts.log.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Learning-rate schedule after the linear warm-up (transformers get_*_schedule_with_warmup shapes,
+ * with a floor lr_min): constant lr, cosine decay or linear decay from lr to lr_min. */
+typedef enum af_sched { AF_SCHED_CONSTANT = 0, AF_SCHED_COSINE = 1, AF_SCHED_LINEAR = 2 } af_sched;
+
+/* Diagnostics of a configuration against the data and published practice (af_trainer_diags). */
+typedef enum af_diag_severity { AF_DIAG_INFO = 0, AF_DIAG_WARN = 1, AF_DIAG_ERROR = 2 } af_diag_severity;
+
+typedef struct af_diag {
+    af_diag_severity severity;
+    char code[32];            /* stable identifier, e.g. "lr-model-size" */
+    char message[512];        /* what is wrong, with the numbers and the source */
+    char recommendation[256]; /* what to do, e.g. "use --lr 2e-4" ("" when none) */
+} af_diag;
+
+typedef struct af_diag_list {
+    af_diag *items;           /* [n] owned */
+    int32_t n, cap;
+} af_diag_list;
+
+/* Run options. Fill with af_trainer_opts_defaults() and change what you need; defaults in the
+ * comments. Strings and objects are borrowed: they must outlive the trainer. */
+typedef struct af_trainer_opts {
+    /* ---- model and data ---- */
+    const char *model_path;      /* GGUF file (ignored when `model` is set) */
+    const af_model *model;       /* borrowed, already loaded (tests / embedding), or NULL */
+    const char *train_path;      /* JSONL corpus (ignored when train_data is set) */
+    const char *val_path;        /* JSONL validation corpus, or NULL */
+    const af_dataset *train_data, *val_data; /* borrowed pre-tokenized sets, or NULL */
+    double val_split;            /* (0, 1): stratified split of train when there is no val; 0: none */
+    const char *text_field;      /* NULL -> "input" */
+    const char *label_field;     /* NULL -> "label" / "labels" */
+    const char *labels;          /* label names: a file (one per line) if it exists, else "a,b,c" */
+    int32_t num_classes;         /* 0: from the labels / data */
+    int multi_label;             /* 1: require multi-label data (the data decide otherwise) */
+    /* ---- LoRA and head ---- */
+    const char *targets;         /* "qv" (default), "qkv", "all-linear" or a list of q,k,v,o,gate,up,down */
+    const char *lora_layers;     /* layers with adapters, 0-based: "all", "A-B", "A-", "topN"; default "top10";
+                                    NULL -> every layer; topN with N > the model's layers: every layer */
+    int32_t lora_r;              /* 16 */
+    double lora_alpha;           /* 32 */
+    double lora_dropout;         /* 0.05 */
+    int use_rslora;              /* 0 */
+    af_head_pooling pooling;     /* AF_POOLING_MEAN */
+    int head_bias;               /* 0: b stays 0 (PEFT's score has no bias) */
+    const char *class_weights;   /* "uniform" (NULL), "inverse-freq", "sqrt-inverse" or w1,w2,... */
+    /* ---- optimisation ---- */
+    double lr;                   /* 5e-4 */
+    double lr_min;               /* 0 */
+    af_sched schedule;           /* cosine */
+    int64_t warmup_steps;        /* >= 0: steps; < 0: use warmup_ratio (default -1) */
+    double warmup_ratio;         /* 0.06: warm-up = ceil(ratio * total steps) */
+    double epochs;               /* 1 (used when max_steps <= 0; may be fractional) */
+    int64_t max_steps;           /* > 0 overrides epochs */
+    int32_t batch;               /* 8 samples per micro-batch */
+    int32_t grad_accum;          /* 2 micro-batches per optimizer step */
+    double max_grad_norm;        /* 1.0; <= 0 disables clipping */
+    double weight_decay;         /* 0.01 */
+    uint64_t seed;               /* 42: LoRA/head init, shuffles, split, dropout */
+    int32_t max_seq_len;         /* 128 */
+    int checkpointing;           /* recompute activations in the backward */
+    int32_t prefix_cache_mb;     /* 2048: MiB (at most half the free RAM) to keep, per sample, the output of the
+                                    frozen layers below lora_layers; 0: off */
+    /* ---- evaluation and checkpoints ---- */
+    int64_t eval_every;          /* 0: every epoch end; N: every N steps */
+    int32_t eval_batch;          /* 0 -> batch */
+    int32_t patience;            /* evaluations without macro-F1 improvement before stopping; 0 off */
+    int64_t save_every;          /* 0: at every evaluation (every epoch end without val); N: every N steps */
+    int32_t save_total_limit;    /* 2: checkpoints kept (best/ and final/ are extra) */
+    const char *output_dir;      /* required (default derived from `resume` when NULL) */
+    int overwrite;               /* replace the artifacts of a run already in output_dir */
+    const char *resume;          /* checkpoint or run directory, or NULL */
+    int32_t max_nonfinite;       /* 5 consecutive non-finite steps stop the run */
+    int threads;                 /* 0: all cores */
+    double memory_limit_mb;      /* 0: the machine's RAM, or the cgroup limit (memory.max) when lower; N: refuse
+                                    to start when the estimated peak exceeds N MiB */
+    int bf16;                    /* 1: af_set_matmul_precision("bf16") for the run (falls back to f32 with a
+                                    warning where the CPU lacks AVX512_BF16); 0: leave the precision as set */
+    /* ---- reporting and control ---- */
+    FILE *log;                   /* progress and reports (NULL: silent) */
+    int progress_tty;            /* -1 auto (isatty of log), 0 newline lines, 1 '\r' live line */
+    int64_t log_every;           /* non-TTY progress line every N steps (0: auto ~ total/20) */
+    int plot;                    /* 1: curves.png via gnuplot at the end */
+    const char *config_json;     /* caller's resolved configuration (stored, not parsed); may be NULL */
+    volatile int *interrupt;     /* non-zero (e.g. set by a SIGINT handler) -> finish the step, save a
+                                    checkpoint, stop; a `volatile sig_atomic_t` flag (int on the
+                                    platforms afinar builds on: checked at compile time) or NULL */
+    int64_t stop_after;          /* > 0: behave as if interrupted after this many steps (tests) */
+} af_trainer_opts;
+
+/* Fill `o` with the defaults noted on each field above. */
+void af_trainer_opts_defaults(af_trainer_opts *o);
+
+typedef enum af_stop_reason {
+    AF_STOP_DONE = 0,         /* reached the last step */
+    AF_STOP_EARLY = 1,        /* early stopping (patience) */
+    AF_STOP_INTERRUPTED = 2,  /* interrupt flag or stop_after: a checkpoint was saved */
+    AF_STOP_NONFINITE = 3     /* too many non-finite steps (the run returns AF_ERR_RANGE) */
+} af_stop_reason;
+
+typedef struct af_train_result {
+    af_stop_reason stop;
+    int64_t steps_done;       /* optimizer steps completed (incl. resumed ones) */
+    int64_t total_steps;
+    int64_t best_step;        /* 0 when no evaluation happened */
+    double best_macro_f1;     /* NaN when no evaluation happened */
+    double last_val_accuracy, last_val_macro_f1; /* NaN when none */
+    double last_train_loss;   /* smoothed (EMA) */
+    int64_t n_nonfinite;      /* skipped steps over the whole run */
+    double seconds;           /* wall time of this call */
+    char last_checkpoint[1024]; /* "" when none was saved */
+} af_train_result;
+
+/* A configured run (opaque). */
+typedef struct af_trainer af_trainer;
+
+/* Load the model (unless given), read and tokenize the data, split, compute statistics, class
+ * weights and diagnostics, build the parameter layout. Nothing is written to disk.
+ * `*out`: free with af_trainer_free (also on failure a partially built trainer is freed).
+ * Errors: AF_ERR_IO / AF_ERR_FORMAT (model or data, naming file:line:field), AF_ERR_NOT_FOUND
+ * (model without tokenizer when text data are given), AF_ERR_INVALID_ARG (bad option naming it),
+ * AF_ERR_NOMEM. Diagnostics with errors do NOT fail here: see af_trainer_has_errors. */
+af_status af_trainer_new(const af_trainer_opts *o, af_trainer **out);
+/* Frees the trainer (the borrowed model and data stay). NULL is ignored. */
+void af_trainer_free(af_trainer *t);
+
+/* Print data statistics (train, val), the run plan (steps, warm-up, trainable parameters),
+ * the memory estimate and the diagnostics to fp. */
+void af_trainer_report(const af_trainer *t, FILE *fp);
+/* 1 when a diagnostic is an error or the memory estimate exceeds physical RAM. */
+int af_trainer_has_errors(const af_trainer *t);
+/* Diagnostics of the configuration. Borrowed: valid while `t` lives. */
+const af_diag_list *af_trainer_diags(const af_trainer *t);
+
+/* Train (see the section comment). Refuses (AF_ERR_INVALID_ARG) when af_trainer_has_errors, when
+ * output_dir holds another run and overwrite is off, or when the resume state does not match.
+ * `res` (may be NULL) receives the summary. Returns AF_OK also for early stop and interruption
+ * (see res->stop); AF_ERR_RANGE for the non-finite stop; AF_ERR_IO when a file cannot be written
+ * (the previous checkpoints stay intact). Call once per trainer. */
+af_status af_trainer_run(af_trainer *t, af_train_result *res);
+
+/* Resolve a resume argument to a checkpoint directory: `arg` itself when it holds
+ * trainer_state.safetensors, else its newest checkpoint-N subdirectory holding one. `*ckpt`:
+ * malloc'ed, caller frees. Errors: AF_ERR_NOT_FOUND (naming arg), AF_ERR_NOMEM. */
+af_status af_trainer_find_checkpoint(const char *arg, char **ckpt);
+
+/* ---------------------------------------------------------------------------------------------
+ * Training settings by key: the flags of `afinar train` / `afinar check` and their JSON form
+ *
+ * Every option of a run has a key, the flag's long name without dashes ("lr", "grad-accum", ...).
+ * A settings object maps keys to values (text, or a boolean) in insertion order; a --config
+ * FILE.json or a checkpoint's train_config.json is such an object written as JSON
+ * {"key": value, ...} (values: JSON numbers, booleans, or strings holding them). Messages name
+ * the keys as flags ("--batch: expected an integer in [1, 1000000], got '0'").
+ * ------------------------------------------------------------------------------------------- */
+typedef enum af_setting_kind {
+    AF_SETTING_TEXT = 0,   /* a string (file name, spec) */
+    AF_SETTING_INT = 1,    /* an integral number in [lo, hi] */
+    AF_SETTING_NUMBER = 2, /* a number in [lo, hi] */
+    AF_SETTING_BOOL = 3    /* true / false (flags: --key and --no-key) */
+} af_setting_kind;
+
+typedef struct af_setting_info {
+    const char *name;      /* key = long flag name */
+    af_setting_kind kind;
+    int short_opt;         /* one-letter flag ('m', 'o', 't') or 0 */
+    double lo, hi;         /* range of INT / NUMBER keys */
+    const char *arg;       /* placeholder of the value in a usage text ("FILE", "N"), NULL for BOOL */
+    const char *help;      /* one-line description with the default */
+} af_setting_info;
+
+/* The keys in reference order; `*n` receives their count. Static. */
+const af_setting_info *af_train_setting_keys(int32_t *n);
+
+/* An empty settings object. `*out`: caller frees with af_train_settings_free().
+ * Errors: AF_ERR_NOMEM. */
+typedef struct af_train_settings af_train_settings;
+af_status af_train_settings_new(af_train_settings **out);
+/* Frees settings. NULL is ignored. */
+void af_train_settings_free(af_train_settings *s);
+
+/* Set `key` to the text `value` (copied) or to a boolean; an earlier value of the key is dropped
+ * and the key moves to the end of the order. Values are checked by af_train_settings_to_opts.
+ * Errors: AF_ERR_INVALID_ARG (NULL argument), AF_ERR_NOMEM. */
+af_status af_train_settings_set(af_train_settings *s, const char *key, const char *value);
+af_status af_train_settings_set_bool(af_train_settings *s, const char *key, int value);
+
+/* The value of `key` when it is text, else NULL. Borrowed: valid until `s` changes. */
+const char *af_train_settings_get(const af_train_settings *s, const char *key);
+
+/* Read a JSON settings file; `what` names it in messages ("config file"). Every key must be a
+ * known key other than "resume", every value a string, number or boolean. `*out`: caller frees
+ * with af_train_settings_free(). Errors: AF_ERR_IO ("PATH: cannot read WHAT: <strerror>"),
+ * AF_ERR_FORMAT ("PATH:LINE: invalid JSON at column C (byte B) in the WHAT", "PATH: WHAT is
+ * empty", "PATH: WHAT must be a JSON object", "PATH: unknown key \"K\"", "PATH: key \"K\":
+ * expected a string, number or boolean"), AF_ERR_NOMEM. */
+af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out);
+
+/* Copy every key of `src` into `dst` (src's values win; new keys are appended in src's order).
+ * Errors: AF_ERR_NOMEM (dst may then hold part of src). */
+af_status af_train_settings_merge(af_train_settings *dst, const af_train_settings *src);
+
+/* Fill `o`: af_trainer_opts_defaults(), then every key of `s` in order. The strings of `o` are
+ * borrowed from `s` (valid while `s` lives and is not changed). "warmup" takes N steps, a fraction
+ * F < 1 or P%; "pooling" mean | last; "schedule" constant | cosine | linear. With "max-steps" and
+ * no "epochs", epochs is 0 (max-steps sets the length).
+ * Errors: AF_ERR_INVALID_ARG (a value of the wrong type or out of its key's range, naming the flag
+ * and the value; "val" with "val-split"; no epochs and no max-steps), AF_ERR_NOMEM. */
+af_status af_train_settings_to_opts(af_train_settings *s, af_trainer_opts *o);
+
+/* The settings as pretty-printed JSON without the keys "resume" and "overwrite" (what a run stores
+ * as config_json). `*out`: malloc'ed, caller frees with free(). Errors: AF_ERR_NOMEM. */
+af_status af_train_settings_to_json(const af_train_settings *s, char **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Classifiers: a trained adapter loaded for prediction (`afinar eval` / `afinar predict`)
+ * ------------------------------------------------------------------------------------------- */
+typedef struct af_classifier af_classifier;
+
+/* Load an adapter directory written by the trainer (or any PEFT SEQ_CLS LoRA adapter with a
+ * score head: pooling then defaults to "last", max_seq_len to 512) on top of `model` (borrowed:
+ * must outlive the classifier) or, when NULL, the GGUF at model_path (loaded and owned).
+ * `*out`: caller frees with af_classifier_free(). Errors: those of af_model_load and of reading
+ * the adapter (AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_NOT_FOUND, AF_ERR_UNSUPPORTED), AF_ERR_INVALID_ARG
+ * (adapter made for another model shape, no classification head), AF_ERR_NOMEM. */
+af_status af_classifier_load(const char *model_path, const af_model *model, const char *adapter_dir,
+                             af_classifier **out);
+/* Frees the classifier (and the model it loaded itself). NULL is ignored. */
+void af_classifier_free(af_classifier *c);
+
+/* The base model (borrowed: valid while `c` lives), the number of classes C, 1 for a multi-label
+ * head (else 0), the truncation length of the samples, and the class names [C] (borrowed; NULL for
+ * integer labels). */
+const af_model *af_classifier_model(const af_classifier *c);
+int32_t af_classifier_num_classes(const af_classifier *c);
+int af_classifier_multi_label(const af_classifier *c);
+int32_t af_classifier_max_seq_len(const af_classifier *c);
+const char *const *af_classifier_label_names(const af_classifier *c);
+
+/* probs [af_dataset_size(ds), C] (C = af_classifier_num_classes): softmax (single-label) or
+ * sigmoid (multi-label) of the logits of every sample of `ds`, batches of `batch` samples in
+ * data-set order (no dropout). Errors: AF_ERR_INVALID_ARG (NULL argument, batch < 1, data with more
+ * classes than the adapter, multi-label data for a single-label adapter), AF_ERR_NOMEM. */
+af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t batch, float *probs);
+
+/* One prediction as a single-line JSON object (what `afinar predict` prints), from probs [C]:
+ *   single-label  {"label": NAME, "label_id": ID, "probs": [...]}       (ID = argmax, ties -> lowest)
+ *   multi-label   {"labels": [NAMES], "label_ids": [IDS], "probs": [...]}  (classes with p >= threshold)
+ * NAME is the class name, or the id as text for integer labels; probabilities are printed with 6
+ * significant digits. `*out`: malloc'ed, caller frees with free(). Errors: AF_ERR_INVALID_ARG
+ * (NULL argument), AF_ERR_NOMEM. */
+af_status af_classifier_prediction_json(const af_classifier *c, const float *probs, double threshold, char **out);
+
 #ifdef __cplusplus
 }
 #endif

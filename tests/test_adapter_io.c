@@ -1,5 +1,5 @@
 /*
- * test_adapter_io.c — PEFT adapter directories (src/formats/adapter_io.h):
+ * test_adapter_io.c — PEFT adapter directories (src/lora/adapter_io.h):
  *   - save -> load round trip is bit-exact (F32) and PEFT's names/shapes are used;
  *   - adapters saved by PEFT itself (tests/fixtures/peft_adapter_small/{seq_cls,causal_lm}, made by
  *     tests/ref/check_peft_adapter.py make-fixture) load with the values listed in expected.json;
@@ -11,7 +11,7 @@
  * DIR/tiny_layers (TINY, adapters on layer 1 only) and DIR/smollm2 (SmolLM2-135M dims) for
  * `check_peft_adapter.py check DIR/... [--gguf ...]`.
  */
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 #include "testlib.h"
 
 #include <math.h>

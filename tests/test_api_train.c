@@ -20,7 +20,7 @@
 #include "testlib.h"
 #include "tinymodel.c"
 
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 #include "kernels/quant.h"
 #include "lora/lora.h"
 #include "train/engine.h"

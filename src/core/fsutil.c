@@ -221,3 +221,37 @@ af_status af_mkdir_p(const char *path) {
     free(buf);
     return st;
 }
+
+char *af_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0, r;
+    char *b = malloc(cap + 1);
+    if (!b) errno = ENOMEM;
+    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(b, 2 * cap + 1);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                errno = ENOMEM;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    int e = ferror(f) ? (errno ? errno : EIO) : 0;
+    fclose(f);
+    if (b && e) {
+        free(b);
+        b = NULL;
+        errno = e;
+    }
+    if (b) {
+        b[n] = 0;
+        if (len) *len = n;
+    }
+    return b;
+}

@@ -47,17 +47,7 @@ af_status af_atomic_commit(af_atomic_file *f);
 /* Give up: close and unlink the temporary, free `f`. The target is untouched. NULL is a no-op. */
 void af_atomic_abort(af_atomic_file *f);
 
-/* Write `n` bytes of `data` to `path` atomically (open + write + commit).
- * Errors: as af_atomic_open / af_atomic_write / af_atomic_commit. */
-af_status af_write_file_atomic(const char *path, const void *data, size_t n);
-
-/* Cheap early check that `path` could be written by af_write_file_atomic: its directory exists,
- * is a directory and is writable (access(2) W_OK|X_OK), and `path` itself is not a directory.
- * Nothing is created. A later write can still fail (disk full, races): this only lets a command
- * refuse a bad destination before long work. Errors: AF_ERR_INVALID_ARG (NULL/empty), AF_ERR_IO
- * ("<path>: is a directory, cannot be replaced by a file", "<path>: directory <dir>: <strerror>"),
- * AF_ERR_NOMEM. */
-af_status af_check_writable(const char *path);
+/* af_write_file_atomic and af_check_writable: include/afinar.h ("Files"). */
 
 /* mkdir -p: create `path` and any missing parents with mode 0777 & ~umask. An existing directory
  * is fine; an existing non-directory is AF_ERR_IO. Errors: AF_ERR_INVALID_ARG (NULL/empty),
@@ -68,5 +58,11 @@ af_status af_mkdir_p(const char *path);
 /* Join a directory and a file name with one '/': returns a malloc'ed string owned by the caller
  * (free()), or NULL on allocation failure. */
 char *af_path_join(const char *dir, const char *name);
+
+/* The whole file `path` in a malloc'ed buffer with a NUL byte after its end (caller frees with
+ * free()); `*len` (may be NULL) receives the byte count (the file may itself hold NUL bytes).
+ * NULL with errno set when the file cannot be opened or read (EISDIR for a directory, ENOMEM when
+ * out of memory). Records no message: the caller words its own error. */
+char *af_read_file(const char *path, size_t *len);
 
 #endif /* AF_FSUTIL_H */

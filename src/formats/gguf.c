@@ -14,7 +14,7 @@
  */
 #include "formats/gguf.h"
 
-#include "kernels/quant.h"
+#include "core/blocks.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,7 +7,7 @@
  * order [out, in], i.e. GGUF dims reversed) and totals. Needs only the container reader.
  */
 #include "formats/gguf.h"
-#include "kernels/quant.h"
+#include "core/blocks.h"
 
 #include <inttypes.h>
 #include <stdio.h>

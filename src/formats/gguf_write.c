@@ -4,7 +4,7 @@
  */
 #include "formats/gguf_write.h"
 
-#include "kernels/quant.h"
+#include "core/blocks.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -223,6 +223,48 @@ void af_corpus_free(af_corpus *c) {
     free(c);
 }
 
+af_status af_corpus_from_texts(const char *name, const char *const *texts, const size_t *lens, int32_t n,
+                               int32_t first_line, int32_t num_classes, af_corpus **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "af_corpus_from_texts: NULL out");
+    *out = NULL;
+    if (n < 0 || num_classes < 0 || (n > 0 && (!texts || !lens)))
+        return af_fail(AF_ERR_INVALID_ARG, "af_corpus_from_texts: n = %d, num_classes = %d, texts %s", n, num_classes,
+                       texts && lens ? "given" : "NULL");
+    af_corpus *k = calloc(1, sizeof *k);
+    if (!k) return af_fail(AF_ERR_NOMEM, "out of memory");
+    const size_t m = (size_t)(n ? n : 1);
+    k->path = strdup(name ? name : "<texts>");
+    k->texts = calloc(m, sizeof *k->texts);
+    k->text_len = malloc(sizeof *k->text_len * m);
+    k->line_no = malloc(sizeof *k->line_no * m);
+    k->labels = malloc(sizeof *k->labels * m);
+    k->num_classes = num_classes;
+    if (!k->path || !k->texts || !k->text_len || !k->line_no || !k->labels) {
+        af_corpus_free(k);
+        return af_fail(AF_ERR_NOMEM, "out of memory");
+    }
+    for (int32_t i = 0; i < n; i++) {
+        k->texts[i] = malloc(lens[i] + 1);
+        if (!k->texts[i]) {
+            k->n = i; /* af_corpus_free frees the texts made so far */
+            af_corpus_free(k);
+            return af_fail(AF_ERR_NOMEM, "out of memory");
+        }
+        memcpy(k->texts[i], texts[i], lens[i]);
+        k->texts[i][lens[i]] = 0;
+        k->text_len[i] = lens[i];
+        k->line_no[i] = first_line + i;
+        k->labels[i] = -1;
+    }
+    k->n = n;
+    *out = k;
+    return AF_OK;
+}
+
+int32_t af_corpus_size(const af_corpus *c) { return c ? c->n : 0; }
+
+int af_corpus_multi_label(const af_corpus *c) { return c ? c->multi_label : 0; }
+
 static const char *json_type(const cJSON *v) {
     if (cJSON_IsString(v)) return "string";
     if (cJSON_IsNumber(v)) return "number";

@@ -40,19 +40,8 @@
 
 #define AF_JSONL_DEFAULT_MAX_LINE ((size_t)16 << 20) /* 16 MiB per line */
 
-typedef struct af_corpus_opts {
-    const char *text_field;   /* NULL -> "input" */
-    const char *label_field;  /* NULL -> "label" (single) and "labels" (multi) are both accepted;
-                                 when set, only this key is read, in either form */
-    const char *const *label_names; /* [n_label_names] optional label list (borrowed), NULL = none */
-    int32_t n_label_names;
-    int32_t num_classes;      /* > 0: integer labels must be < num_classes; 0: unknown */
-    int labels_optional;      /* 1: a line without a label is kept with label -1 / no labels
-                                 (e.g. for `predict`); 0: a missing label is an error */
-    size_t max_line_bytes;    /* 0 -> AF_JSONL_DEFAULT_MAX_LINE */
-} af_corpus_opts;
 
-typedef struct af_corpus {
+struct af_corpus {
     char *path;               /* owned copy of the file name */
     int32_t n;                /* samples (non-blank lines) */
     char **texts;             /* [n] owned NUL-terminated UTF-8 texts (JSON unescaped) */
@@ -65,16 +54,10 @@ typedef struct af_corpus {
     int32_t n_labelled;       /* samples that carried a label field */
     int32_t num_classes;      /* number of classes (see the header comment) */
     char **label_names;       /* [num_classes] owned names, or NULL for integer labels without a list */
-} af_corpus;
+};
 
-/* Fill `o` with the defaults (all zero / NULL). */
-void af_corpus_opts_init(af_corpus_opts *o);
-
-/* Read a JSONL corpus. `opts` may be NULL (defaults). `*out`: caller frees with af_corpus_free().
- * Errors as listed in the header comment. */
-af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus **out);
-
-void af_corpus_free(af_corpus *c);
+/* af_corpus_opts, af_corpus_opts_init, af_corpus_read, af_corpus_from_texts, af_corpus_size,
+ * af_corpus_multi_label, af_corpus_free: include/afinar.h ("Data sets"). */
 
 /* Label-name lists.
  * af_labels_parse_list: split "a,b,c" at commas (spaces around names are trimmed).

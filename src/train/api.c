@@ -4,7 +4,7 @@
  *   lora/lora.h         target parsing, the flat parameter layout, PEFT-like initialisation
  *   train/engine.h      forward + loss + backward of a packed batch (gradients ADDED into G)
  *   train/optim.h       global-norm clipping and AdamW
- *   formats/adapter_io  PEFT adapter directories (through adapter_save_peft / adapter_load_peft)
+ *   lora/adapter_io     PEFT adapter directories (through adapter_save_peft / adapter_load_peft)
  * This is the one optimizer step of afinar: `afinar train` (src/train/trainer_run.c) drives an
  * af_lora_trainer through the internal entry points of train/api_internal.h, so gradient
  * accumulation, the dropout seed per micro-batch, dropping the head-bias gradient, clipping, AdamW
@@ -21,7 +21,7 @@
 #include "afinar.h"
 
 #include "core/core.h"
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 #include "lora/lora.h"
 #include "model/model.h"
 #include "train/api_internal.h"

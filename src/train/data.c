@@ -15,6 +15,8 @@ static char *dup_cstr(const char *s) {
     return d;
 }
 
+int32_t af_dataset_size(const af_dataset *ds) { return ds ? ds->n : 0; }
+
 void af_dataset_free(af_dataset *ds) {
     if (!ds) return;
     free(ds->tok_off);

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct af_dataset {
+struct af_dataset {
     int32_t n;                /* samples */
     int32_t num_classes;
     int multi_label;
@@ -35,13 +35,9 @@ typedef struct af_dataset {
     int32_t *line_no;         /* [n] source line (1-based), or NULL when built from arrays */
     char *path;               /* source file name (owned) or NULL */
     char **label_names;       /* [num_classes] owned copies, or NULL */
-} af_dataset;
+};
 
-/* Tokenize a corpus. `c` and `tok` are borrowed for the call only (labels and names are copied).
- * `*out`: caller frees with af_dataset_free(). Errors: AF_ERR_INVALID_ARG (max_seq_len < 1, NULL
- * tokenizer), AF_ERR_FORMAT (empty text and no BOS/EOS token: "FILE:LINE: field 'input': ..."),
- * AF_ERR_NOMEM. */
-af_status af_dataset_build(const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len, af_dataset **out);
+/* af_dataset_build, af_dataset_size, af_dataset_free: include/afinar.h ("Data sets"). */
 
 /* A data set from token arrays already made (tests, tools): sample i = ids[off[i] .. off[i+1]),
  * off [n + 1]; labels [n] (single-label, -1 allowed) or multi_hot [n, num_classes] (exactly one of
@@ -54,8 +50,6 @@ af_status af_dataset_from_tokens(const int32_t *ids, const int64_t *off, int32_t
 /* New data set holding samples idx[0..m) of `ds` in that order (copies). Errors: AF_ERR_INVALID_ARG
  * (index out of range, m < 1), AF_ERR_NOMEM. */
 af_status af_dataset_subset(const af_dataset *ds, const int32_t *idx, int32_t m, af_dataset **out);
-
-void af_dataset_free(af_dataset *ds);
 
 /* Number of tokens of sample i after truncation. */
 static inline int32_t af_dataset_len(const af_dataset *ds, int32_t i) {

@@ -20,9 +20,14 @@
 #ifndef AF_HEAD_H
 #define AF_HEAD_H
 
+#include "afinar.h"
+
 #include <stdint.h>
 
-typedef enum af_pooling { AF_POOL_MEAN = 0, AF_POOL_LAST = 1 } af_pooling;
+/* The pooling of the public API (af_head_pooling, include/afinar.h) under its internal names. */
+typedef af_head_pooling af_pooling;
+#define AF_POOL_MEAN AF_POOLING_MEAN
+#define AF_POOL_LAST AF_POOLING_LAST
 
 /* pooled [B, H] (overwritten) from hidden [n_tok, H], n_tok = seq_start[B]. */
 void af_pool_forward(float *pooled, const float *hidden, const int32_t *seq_start, int32_t B, int64_t H,

@@ -55,19 +55,7 @@ typedef struct af_train_config {
     const char *class_weights;      /* spec as given to af_class_weights, NULL = "uniform" */
 } af_train_config;
 
-typedef enum af_diag_severity { AF_DIAG_INFO = 0, AF_DIAG_WARN = 1, AF_DIAG_ERROR = 2 } af_diag_severity;
-
-typedef struct af_diag {
-    af_diag_severity severity;
-    char code[32];            /* stable identifier, e.g. "lr-model-size" */
-    char message[512];        /* what is wrong, with the numbers and the source */
-    char recommendation[256]; /* what to do, e.g. "use --lr 2e-4" ("" when none) */
-} af_diag;
-
-typedef struct af_diag_list {
-    af_diag *items;           /* [n] owned */
-    int32_t n, cap;
-} af_diag_list;
+/* af_diag_severity, af_diag, af_diag_list: include/afinar.h ("Training runs"). */
 
 /* Append the diagnostics for `cfg` against the training data statistics `stats` (may be NULL:
  * data-empty error) to `out` (zero-initialise it first; free with af_diag_list_free). Flags in

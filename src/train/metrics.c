@@ -253,3 +253,15 @@ cJSON *af_metrics_to_json(const af_metrics *m, const char *const *names) {
     }
     return o;
 }
+
+af_status af_metrics_json(const af_metrics *m, const char *const *names, const char *const *extra, char **out) {
+    if (!m || !out) return af_fail(AF_ERR_INVALID_ARG, "af_metrics_json: NULL argument");
+    *out = NULL;
+    cJSON *o = af_metrics_to_json(m, names);
+    int ok = o != NULL;
+    for (size_t i = 0; ok && extra && extra[i]; i += 2)
+        ok = cJSON_AddStringToObject(o, extra[i], extra[i + 1] ? extra[i + 1] : "") != NULL;
+    if (ok) *out = cJSON_Print(o);
+    cJSON_Delete(o);
+    return *out ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
+}

@@ -35,7 +35,7 @@
 
 #define AF_ECE_BINS 15
 
-typedef struct af_metrics {
+struct af_metrics {
     int32_t n, num_classes;
     int multi_label;
     float threshold;          /* multi-label decision threshold */
@@ -50,7 +50,7 @@ typedef struct af_metrics {
     int64_t ece_count[AF_ECE_BINS];
     double ece_acc[AF_ECE_BINS], ece_conf[AF_ECE_BINS]; /* per-bin accuracy and mean confidence */
     double nll;               /* single-label only (NaN for multi-label) */
-} af_metrics;
+};
 
 /* Single-label metrics. probs [n, C] (rows need not be exactly normalised; NaN rows are an error),
  * labels [n] in [0, C). `*out`: free with af_metrics_free. Errors: AF_ERR_INVALID_ARG (n < 1, C < 2,
@@ -62,11 +62,7 @@ af_status af_metrics_compute(const float *probs, const int32_t *labels, int32_t 
 af_status af_metrics_compute_multi(const float *probs, const uint8_t *targets, int32_t n, int32_t C,
                                    float threshold, af_metrics **out);
 
-void af_metrics_free(af_metrics *m);
-
-/* Report: headline numbers, a per-class table (precision, recall, F1, support) and the confusion
- * matrix (class names abbreviated to 8 characters in its columns). `names` [C] may be NULL (ids). */
-void af_metrics_print(const af_metrics *m, const char *const *names, FILE *fp);
+/* af_metrics_free, af_metrics_print, af_metrics_json: include/afinar.h ("Evaluation metrics"). */
 
 /* JSON object: {"n", "num_classes", "multi_label", "accuracy", "macro_f1", "weighted_f1",
  * "micro_f1", "macro_precision", "macro_recall", "ece" & "nll" (single-label), "threshold"

@@ -10,6 +10,8 @@
 #ifndef AF_OPTIM_H
 #define AF_OPTIM_H
 
+#include "afinar.h"
+
 #include <stdint.h>
 
 typedef struct af_adamw {
@@ -35,7 +37,8 @@ void af_adamw_step(af_adamw *o, float *P, const float *G, float *M, float *V, in
  * Returns the pre-clip norm (NaN/Inf if G has non-finite values; G is then left untouched). */
 double af_clip_grad_norm(float *G, int64_t n, double max_norm);
 
-typedef enum af_sched { AF_SCHED_CONSTANT = 0, AF_SCHED_COSINE = 1, AF_SCHED_LINEAR = 2 } af_sched;
+/* af_sched: include/afinar.h ("Training runs"). */
+
 /* Learning rate at optimizer step `step` (0-based) of `total` steps: linear warm-up from 0 over
  * `warmup` steps (lr·(step+1)/warmup, so step warmup−1 reaches lr), then constant / cosine / linear
  * decay from lr at step `warmup` to lr_min at step total−1 (transformers

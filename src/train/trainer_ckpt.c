@@ -4,7 +4,7 @@
 #include "train/trainer_internal.h"
 
 #include "core/fsutil.h"
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 #include "formats/safetensors.h"
 
 #include <cJSON.h>
@@ -401,36 +401,11 @@ void af_tr_rotate(const af_trainer *t) {
     }
 }
 
-/* Whole file into a malloc'ed NUL-terminated buffer; NULL when missing. */
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, r;
-    char *b = malloc(cap + 1);
-    while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(b, 2 * cap + 1);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    if (len) *len = n;
-    return b;
-}
-
 af_status af_tr_truncate_metrics(const char *out_dir, int64_t step) {
     char *path = af_path_join(out_dir, "metrics.jsonl");
     if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
     size_t len;
-    char *b = slurp(path, &len);
+    char *b = af_read_file(path, &len);
     if (!b) {
         free(path);
         return AF_OK;
@@ -480,7 +455,7 @@ void af_tr_plot(const char *out_dir, FILE *log) {
     }
     char *mp = af_path_join(out_dir, "metrics.jsonl"), *png = af_path_join(out_dir, "curves.png");
     char *tmp = af_path_join(out_dir, ".curves.png.tmp");
-    char *b = mp ? slurp(mp, NULL) : NULL;
+    char *b = mp ? af_read_file(mp, NULL) : NULL;
     FILE *gp = (b && png && tmp) ? popen("gnuplot", "w") : NULL;
     if (!gp) {
         if (log) fprintf(log, "plot: cannot run gnuplot or read metrics.jsonl\n");

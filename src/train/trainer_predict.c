@@ -2,9 +2,10 @@
  * (see trainer.h). */
 #include "train/trainer.h"
 
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 #include "formats/jsonl.h"
 
+#include <cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,4 +211,47 @@ af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t ba
                        ds->path ? ds->path : "data", ds->num_classes, ds->multi_label ? "multi-label" : "single-label",
                        c->num_classes, c->multi_label ? "multi-label" : "single-label");
     return af_eval_probs(c->eng, c->P, &c->lay, ds, batch, c->pooling, c->multi_label, probs, NULL);
+}
+
+const af_model *af_classifier_model(const af_classifier *c) { return c ? c->model : NULL; }
+int32_t af_classifier_num_classes(const af_classifier *c) { return c ? c->num_classes : 0; }
+int af_classifier_multi_label(const af_classifier *c) { return c ? c->multi_label : 0; }
+int32_t af_classifier_max_seq_len(const af_classifier *c) { return c ? c->max_seq_len : 0; }
+const char *const *af_classifier_label_names(const af_classifier *c) {
+    return c ? (const char *const *)c->label_names : NULL;
+}
+
+af_status af_classifier_prediction_json(const af_classifier *c, const float *p, double thr, char **out) {
+    if (!c || !p || !out) return af_fail(AF_ERR_INVALID_ARG, "af_classifier_prediction_json: NULL argument");
+    *out = NULL;
+    cJSON *o = cJSON_CreateObject();
+    const int32_t C = c->num_classes;
+    char idbuf[32];
+    int ok = o != NULL;
+    if (ok && c->multi_label) {
+        cJSON *names = cJSON_AddArrayToObject(o, "labels"), *ids = cJSON_AddArrayToObject(o, "label_ids");
+        ok = names && ids;
+        for (int32_t k = 0; ok && k < C; k++)
+            if (p[k] >= thr) {
+                snprintf(idbuf, sizeof idbuf, "%d", k);
+                ok = cJSON_AddItemToArray(names, cJSON_CreateString(c->label_names ? c->label_names[k] : idbuf)) &&
+                     cJSON_AddItemToArray(ids, cJSON_CreateNumber(k));
+            }
+    } else if (ok) {
+        int32_t am = 0;
+        for (int32_t k = 1; k < C; k++) am = p[k] > p[am] ? k : am;
+        snprintf(idbuf, sizeof idbuf, "%d", am);
+        ok = cJSON_AddStringToObject(o, "label", c->label_names ? c->label_names[am] : idbuf) &&
+             cJSON_AddNumberToObject(o, "label_id", am);
+    }
+    cJSON *pa = ok ? cJSON_AddArrayToObject(o, "probs") : NULL;
+    ok = pa != NULL;
+    for (int32_t k = 0; ok && k < C; k++) {
+        char b[32];
+        snprintf(b, sizeof b, "%.6g", (double)p[k]); /* 6 significant digits, then the shortest JSON form */
+        ok = cJSON_AddItemToArray(pa, cJSON_CreateNumber(strtod(b, NULL)));
+    }
+    if (ok) *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return *out ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
 }

@@ -14,24 +14,26 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit
 FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 -g $(FUZZ_SAN) -Wno-unknown-pragmas -Wno-source-uses-openmp
 # Only the modules the targets reach (the parsers and what they call); the kernels, model and
 # training code are not needed and are slow to build under the sanitizers.
-FUZZ_LIB_SRC := $(filter src/core/% src/formats/% src/tokenizer/% src/kernels/quant.c,$(LIB_SRC))
+FUZZ_LIB_SRC := $(filter src/core/% src/formats/% src/tokenizer/% src/lora/adapter_io.c,$(LIB_SRC))
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 
 .PHONY: fuzz fuzz-build
 fuzz-build: $(FUZZ_BINS)
 
-$(FUZZ_BUILD)/obj/%.o: %.c $(shell find include src -name '*.h')
+$(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(FUZZ_BUILD)/libafinar-fuzz.a: $(FUZZ_LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_BUILD)/libafinar-fuzz.a
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itests -fsanitize=fuzzer -o $@ $< $(FUZZ_BUILD)/libafinar-fuzz.a \
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libafinar-fuzz.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -Itests -fsanitize=fuzzer -o $@ $< $(FUZZ_BUILD)/libafinar-fuzz.a \
 	  $(PKG_LIBS) -lm -lpthread
+
+-include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_BINS:=.d)
 
 fuzz: fuzz-build
 	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run_fuzz.sh $(FUZZ_TARGETS)

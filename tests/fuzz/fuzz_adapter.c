@@ -1,5 +1,5 @@
 /*
- * fuzz_adapter.c — libFuzzer target for adapter loading (src/formats/adapter_io.c):
+ * fuzz_adapter.c — libFuzzer target for adapter loading (src/lora/adapter_io.c):
  * adapter_config.json (PEFT LoraConfig fields), afinar.json and adapter_model.safetensors (tensor
  * names -> layer/projection mapping, shapes, dtypes).
  * Input: up to three parts separated by the line FZ_ADAPTER_SEP ("\n#AFSEP#\n"):
@@ -13,7 +13,7 @@
  * Returns af_adapter_read_info's status.
  */
 #include "fuzz/fuzz_common.h"
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 
 #include <fcntl.h>
 #include <math.h>

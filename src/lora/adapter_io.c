@@ -3,7 +3,7 @@
  * adapter_io.h (facts from peft 0.21.2: utils/save_and_load.py get_peft_model_state_dict,
  * tuners/lora/config.py LoraConfig, utils/constants.py).
  */
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 
 #include "core/fsutil.h"
 
