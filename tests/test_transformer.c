@@ -102,20 +102,29 @@ static int session_logits(const af_model *m, const float *P, const af_param_layo
     return ok;
 }
 
-static void test_merged(const char *arch) {
-    tm_spec spec = tm_default(arch, AF_TYPE_F32);
-    af_model *m = NULL;
-    if (!CHECK(tm_load(&spec, &m) == AF_OK, "tiny %s: %s", arch, af_last_error())) return;
+/* Tiny model of `arch` / `wtype`, an all-linear r = 4 layout without head and parameters with
+ * random B (seeded). Returns 0 (nothing to free) on failure. */
+static int fixture(const char *arch, uint32_t wtype, uint64_t seed, af_model **m, af_param_layout *lay, float **P) {
+    tm_spec spec = tm_default(arch, wtype);
+    *m = NULL;
+    if (!CHECK(tm_load(&spec, m) == AF_OK, "tiny %s: %s", arch, af_last_error())) return 0;
     uint32_t targets = 0;
     CHECK(af_lora_parse_targets("all-linear", &targets) == AF_OK, "targets");
     af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 11};
-    af_param_layout lay;
-    if (!CHECK(af_param_layout_init(&lay, m, &c, 0) == AF_OK, "layout: %s", af_last_error())) {
-        af_model_free(m);
-        return;
+    if (!CHECK(af_param_layout_init(lay, *m, &c, 0) == AF_OK, "layout: %s", af_last_error())) {
+        af_model_free(*m);
+        return 0;
     }
-    float *P = malloc(sizeof(float) * (size_t)lay.n_total);
-    fill_params(&lay, P, 3);
+    *P = malloc(sizeof(float) * (size_t)lay->n_total);
+    fill_params(lay, *P, seed);
+    return 1;
+}
+
+static void test_merged(const char *arch) {
+    af_model *m;
+    af_param_layout lay;
+    float *P;
+    if (!fixture(arch, AF_TYPE_F32, 3, &m, &lay, &P)) return;
     const int64_t V = m->cfg.vocab_size;
     const size_t nl = (size_t)NTOK * (size_t)V;
     float *base = malloc(sizeof(float) * nl), *base0 = malloc(sizeof(float) * nl), *ad = malloc(sizeof(float) * nl),
@@ -153,19 +162,10 @@ static void test_merged(const char *arch) {
 
 /* Final hidden states of the training walk (one sample) and of the inference walk. */
 static void test_train_vs_infer(const char *arch, uint32_t wtype) {
-    tm_spec spec = tm_default(arch, wtype);
-    af_model *m = NULL;
-    if (!CHECK(tm_load(&spec, &m) == AF_OK, "tiny %s: %s", arch, af_last_error())) return;
-    uint32_t targets = 0;
-    CHECK(af_lora_parse_targets("all-linear", &targets) == AF_OK, "targets");
-    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 11};
+    af_model *m;
     af_param_layout lay;
-    if (!CHECK(af_param_layout_init(&lay, m, &c, 0) == AF_OK, "layout: %s", af_last_error())) {
-        af_model_free(m);
-        return;
-    }
-    float *P = malloc(sizeof(float) * (size_t)lay.n_total);
-    fill_params(&lay, P, 9);
+    float *P;
+    if (!fixture(arch, wtype, 9, &m, &lay, &P)) return;
     const int64_t H = m->cfg.hidden_size, NL = m->cfg.num_hidden_layers;
     const int64_t kvd = (int64_t)m->cfg.num_key_value_heads * m->cfg.head_dim;
     int32_t tok[NTOK], ss[2] = {0, NTOK}, pos[NTOK];

@@ -235,6 +235,21 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
 }
 
+/* Output projection p of a branch (o_proj, down_proj) of input `in`, followed by the sandwich
+ * post-norm when the description has one (raw: the projection output kept for its backward, rstd
+ * its norm statistics): returns the branch output to add to the residual stream (ws->tH). */
+static const float *branch_out(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
+                               const float *in, float *raw, float *rstd, const float *post_norm) {
+    af_tf_scratch *ws = R->ws;
+    if (!R->m->desc.sandwich_norm) {
+        proj_fwd(R, S, l, p, w, NULL, ws->tH, in);
+        return ws->tH;
+    }
+    proj_fwd(R, S, l, p, w, NULL, raw, in);
+    af_rmsnorm_forward(ws->tH, rstd, raw, post_norm, R->n, R->m->cfg.hidden_size, R->m->cfg.rms_norm_eps);
+    return ws->tH;
+}
+
 static void glu_forward(const af_model *m, float *act, const float *gate, const float *up, int64_t n) {
     if (m->desc.act == AF_ACT_GEGLU_TANH) af_geglu_forward(act, gate, up, n);
     else af_swiglu_forward(act, gate, up, n);
@@ -300,12 +315,7 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     probe(R, S->q, n * d.qd, l, "self_attn q after norm/RoPE", "");
     probe(R, S->k, n * d.kvd, l, "self_attn k after norm/RoPE", "");
     probe(R, S->attn, n * d.qd, l, "self_attn attention output (softmax(q·kᵀ)·v)", "");
-    float *o = D->sandwich_norm ? S->oraw : ws->tH;
-    proj_fwd(R, S, l, AF_PROJ_O, &Ly->wo, NULL, o, S->attn);
-    if (D->sandwich_norm) {
-        af_rmsnorm_forward(ws->tH, S->rstdpa, S->oraw, Ly->post_attn_norm, n, d.H, eps);
-        o = ws->tH;
-    }
+    const float *o = branch_out(R, S, l, AF_PROJ_O, &Ly->wo, S->attn, S->oraw, S->rstdpa, Ly->post_attn_norm);
     af_add(S->xmid, x, o, n * d.H);
     probe(R, S->xmid, n * d.H, l, "residual stream after self_attn", "");
     float *h2 = ws->hs; /* likewise (h1 is no longer needed) */
@@ -315,12 +325,7 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
     glu_forward(m, ws->act, S->gate, S->up, n * d.F);
     probe(R, ws->act, n * d.F, l, "mlp activation (act(gate)·up)", "");
-    float *dn = D->sandwich_norm ? S->draw : ws->tH;
-    proj_fwd(R, S, l, AF_PROJ_DOWN, &Ly->w_down, NULL, dn, ws->act);
-    if (D->sandwich_norm) {
-        af_rmsnorm_forward(ws->tH, S->rstdpf, S->draw, Ly->post_ffw_norm, n, d.H, eps);
-        dn = ws->tH;
-    }
+    const float *dn = branch_out(R, S, l, AF_PROJ_DOWN, &Ly->w_down, ws->act, S->draw, S->rstdpf, Ly->post_ffw_norm);
     af_add(xo, S->xmid, dn, n * d.H);
     probe(R, xo, n * d.H, l, "output (residual stream after mlp)", "");
 }
