@@ -36,6 +36,7 @@
 #define AF_TRANSFORMER_H
 
 #include "lora/lora.h"
+#include "model/model.h"
 
 #include <stddef.h>
 #include <stdint.h>
