@@ -18,7 +18,8 @@
  *      inference mode for the same tokens and adapter, within 1e-5 relative to the largest value
  *      (both run the same kernels on the same rows; only the product/attention code paths chosen
  *      for the row count may differ in summation order).
- *  (d) af_session_load_adapter on a directory written by af_lora_trainer_save_adapter gives the
+ *  (d) final-logit soft-capping (desc.final_logit_softcap, off for llama and gemma3): c·tanh(z/c).
+ *  (e) af_session_load_adapter on a directory written by af_lora_trainer_save_adapter gives the
  *      logits of af_session_set_lora with the trainer's parameters (bitwise: the q/k row order
  *      round trip and F32 storage are exact).
  */
@@ -224,6 +225,35 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
     af_model_free(m);
 }
 
+/* desc.final_logit_softcap = c: the LM head's logits are c·tanh(z/c) of the uncapped z (same
+ * arithmetic as the head computes: exact). */
+static void test_softcap(const char *arch) {
+    af_model *m;
+    af_param_layout lay;
+    float *P;
+    if (!fixture(arch, AF_TYPE_Q8_0, 4, &m, &lay, &P)) return;
+    const size_t nl = (size_t)NTOK * (size_t)m->cfg.vocab_size;
+    float *z = malloc(sizeof(float) * nl), *capped = malloc(sizeof(float) * nl);
+    int32_t tok[NTOK];
+    for (int i = 0; i < NTOK; i++) tok[i] = (int32_t)(i * 7 + 1);
+    const float c = 3.0f;
+    if (session_logits(m, P, &lay, lay.scale, tok, 0, z)) {
+        m->desc.final_logit_softcap = c;
+        if (session_logits(m, P, &lay, lay.scale, tok, 0, capped)) {
+            int ok = 1;
+            for (size_t i = 0; i < nl; i++) ok &= capped[i] == c * tanhf(z[i] / c);
+            CHECK(ok, "%s: soft-capped logits are c·tanh(z/c)", arch);
+            CHECK(max_abs(capped, nl) <= c, "%s: soft-capped logits within [-c, c]", arch);
+        }
+        m->desc.final_logit_softcap = 0;
+    }
+    free(z);
+    free(capped);
+    free(P);
+    af_param_layout_free(&lay);
+    af_model_free(m);
+}
+
 /* af_session_load_adapter of a directory saved by the trainer == af_session_set_lora with its params. */
 static void test_load_adapter(const char *arch) {
     tm_spec spec = tm_default(arch, AF_TYPE_Q8_0);
@@ -300,6 +330,8 @@ int main(void) {
     test_train_vs_infer("gemma3", AF_TYPE_F32);
     test_train_vs_infer("llama", AF_TYPE_Q8_0);
     test_train_vs_infer("gemma3", AF_TYPE_Q8_0);
+    test_softcap("llama");
+    test_softcap("gemma3");
     test_load_adapter("llama");
     test_load_adapter("gemma3");
     return tl_finish("test_transformer");
