@@ -25,6 +25,8 @@ static void help(void) {
     printf("usage: afinar generate -m FILE (-p TEXT | -f FILE) [options]\n"
            "\n"
            "  -m, --model FILE     GGUF model\n"
+           "  -a, --adapter DIR    apply a LoRA adapter directory (afinar train / PEFT) unmerged\n"
+           "      --lora-scale S   multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n"
            "  -p, --prompt TEXT    prompt text (special tokens such as <|im_start|> are recognised)\n"
            "  -f, --file FILE      read the prompt from FILE\n"
            "  -n, --n-predict N    tokens to generate (default 128; stops earlier at end-of-generation)\n"
@@ -45,11 +47,13 @@ static void help(void) {
 
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
+    const char *adapter_dir = NULL;
+    double lora_scale = 1.0;
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *kernel = NULL;
     long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42;
     double temp = 0.8, top_p = 0.95;
     int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8 };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},    {"n-predict", required_argument, 0, 'n'},
@@ -60,13 +64,16 @@ int cmd_generate(int argc, char **argv) {
         {"timings", no_argument, 0, O_TIMINGS}, {"kernel", required_argument, 0, O_KERNEL},
         {"echo", no_argument, 0, O_ECHO},       {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
         {"int8-act", no_argument, 0, O_INT8},
+        {"adapter", required_argument, 0, 'a'}, {"lora-scale", required_argument, 0, O_LORA_SCALE},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
-    while ((o = getopt_long(argc, argv, ":m:p:f:n:c:t:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:a:p:f:n:c:t:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model_path = optarg; break;
+        case 'a': adapter_dir = optarg; break;
+        case O_LORA_SCALE: if (!cli_parse_float(C, "--lora-scale", optarg, -100, 100, &lora_scale)) return 2; break;
         case 'p': prompt = optarg; break;
         case 'f': prompt_file = optarg; break;
         case 'n': if (!cli_parse_int(C, "--n-predict", optarg, 1, 1 << 20, &n_predict)) return 2; break;
@@ -197,6 +204,7 @@ int cmd_generate(int argc, char **argv) {
     }
     if (need > n_ctx) n_predict = n_ctx - (long)n_ids;
     st = af_session_new(model, (int)n_ctx, &sess);
+    if (st == AF_OK && adapter_dir) st = af_session_load_adapter(sess, adapter_dir, (float)lora_scale);
     if (st != AF_OK) {
         rc = cli_fail(C, st);
         goto done;

@@ -192,6 +192,19 @@ int af_session_n_past(const af_session *s);
  * Errors: AF_ERR_RANGE (cache full or token id out of range), AF_ERR_NOMEM. */
 af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits);
 
+/* Load a LoRA adapter directory (PEFT layout: adapter_config.json + adapter_model.safetensors, as
+ * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) and apply it
+ * UNMERGED to every later af_session_eval: on each adapted projection y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ with
+ * s = scale · lora_alpha/r (lora_alpha/sqrt(r) with use_rslora). scale = 1 applies the adapter as
+ * trained, 0 gives exactly the base model's outputs. A classification head in the directory is
+ * ignored. The session owns the loaded weights; a second call replaces them. The KV cache is not
+ * touched: call af_session_reset before evaluating a new sequence.
+ * Errors: AF_ERR_INVALID_ARG (NULL argument, non-finite scale, adapter for more layers than the
+ * model), AF_ERR_IO, AF_ERR_FORMAT (shapes that do not match the model), AF_ERR_NOT_FOUND,
+ * AF_ERR_UNSUPPORTED (as af_lora_trainer_load_adapter), AF_ERR_NOMEM; on error the session is as
+ * before. */
+af_status af_session_load_adapter(af_session *s, const char *dir, float scale);
+
 /* Sampling parameters. temperature <= 0 is greedy (argmax; ties -> lowest id). top_k <= 0 and
  * top_p >= 1 disable those filters. Order: top-k, then temperature, then top-p (llama.cpp order). */
 typedef struct af_sampling {

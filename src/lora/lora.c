@@ -179,7 +179,7 @@ int32_t af_lora_lowest_layer(const af_param_layout *lay) {
 /* ---------------------------------------------------------------- layout */
 
 static void proj_shape(const af_model *model, af_proj p, int64_t *in, int64_t *out) {
-    const af_model_config *c = &model->cfg;
+    const af_model_config *c = af_model_get_config(model);
     const int64_t H = c->hidden_size, F = c->intermediate_size;
     const int64_t qd = (int64_t)c->num_attention_heads * c->head_dim;
     const int64_t kvd = (int64_t)c->num_key_value_heads * c->head_dim;
@@ -221,7 +221,7 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
             return af_fail(AF_ERR_INVALID_ARG, "lora: rank r = %d exceeds min(in, out) = %lld of %s", cfg->r,
                            (long long)mn, proj_names[p]);
     }
-    const int32_t nl = model->cfg.num_hidden_layers;
+    const int32_t nl = af_model_get_config(model)->num_hidden_layers;
     const int32_t lend = layer_end == 0 ? nl : layer_end;
     if (layer_min < 0 || layer_end < 0 || lend > nl || layer_min >= lend)
         return af_fail(AF_ERR_INVALID_ARG, "lora: layer range [%d, %d) is empty or outside the model's %d layers",
@@ -234,7 +234,7 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
     lay->layer_min = layer_min;
     lay->layer_end = lend;
     lay->num_classes = num_classes;
-    lay->hidden = model->cfg.hidden_size;
+    lay->hidden = af_model_get_config(model)->hidden_size;
     int64_t off = 0;
     for (int32_t l = 0; l < nl; l++) {
         for (int p = 0; p < AF_PROJ_COUNT; p++) {

@@ -14,7 +14,7 @@
 #ifndef AF_LORA_H
 #define AF_LORA_H
 
-#include "model/model.h"
+#include "core/core.h"
 
 #include <stdint.h>
 

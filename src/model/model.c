@@ -72,6 +72,33 @@ static af_status find_vector(const af_gguf *g, const char *name, int64_t n, floa
     return AF_OK;
 }
 
+/* The architecture table: one row per supported general.architecture. Sources: llama.cpp
+ * src/models/llama.cpp, src/models/gemma3.cpp; transformers modeling_llama.py, modeling_gemma3.py.
+ * llama: pre-norm, SwiGLU, RoPE NORM mode (the GGUF converter permuted q/k rows), no biases.
+ * gemma3: sandwich norms, q/k norms, GeGLU (tanh), RoPE NEOX mode, embedding times sqrt(hidden),
+ * every 6th layer (il % 6 == 5) global and the others sliding-window with their own RoPE base
+ * (llama.cpp set_swa_pattern(6); HF layer_types). */
+typedef struct arch_entry {
+    const char *name;
+    int sandwich_norm, qk_norm;
+    af_act act;
+    int rope_neox;
+    int embd_scale_sqrt_hidden; /* desc.embd_scale = sqrt(hidden) (else 1) */
+    int32_t swa_period;
+    int qkv_bias;
+} arch_entry;
+
+static const arch_entry arch_table[] = {
+    {"llama", 0, 0, AF_ACT_SWIGLU, 0, 0, 0, 0},
+    {"gemma3", 1, 1, AF_ACT_GEGLU_TANH, 1, 1, 6, 0},
+};
+
+static const arch_entry *arch_find(const char *name) {
+    for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++)
+        if (!strcmp(name, arch_table[i].name)) return &arch_table[i];
+    return NULL;
+}
+
 static af_status load_hparams(af_model *m) {
     const af_gguf *g = m->gguf;
     af_model_config *c = &m->cfg;
@@ -82,12 +109,19 @@ static af_status load_hparams(af_model *m) {
                        (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     memcpy(c->architecture, arch.ptr, arch.len);
     c->architecture[arch.len] = 0;
-    if (!strcmp(c->architecture, "llama")) m->arch = AF_ARCH_LLAMA;
-    else if (!strcmp(c->architecture, "gemma3")) m->arch = AF_ARCH_GEMMA3;
-    else
+    const arch_entry *ae = arch_find(c->architecture);
+    if (!ae)
         return af_fail(AF_ERR_UNSUPPORTED,
                        "%s: general.architecture: '%s' is not supported (supported: llama, gemma3)", g->path,
                        c->architecture);
+    m->desc.name = ae->name;
+    m->desc.sandwich_norm = ae->sandwich_norm;
+    m->desc.qk_norm = ae->qk_norm;
+    m->desc.act = ae->act;
+    m->desc.rope_neox = ae->rope_neox;
+    m->desc.swa_period = ae->swa_period;
+    m->desc.qkv_bias = ae->qkv_bias;
+    m->desc.final_logit_softcap = 0; /* neither llama nor gemma3 caps the final logits */
     const char *a = c->architecture;
     AF_TRY(get_int(g, a, "embedding_length", 1, 1 << 16, 0, 0, &c->hidden_size));
     AF_TRY(get_int(g, a, "block_count", 1, 1024, 0, 0, &c->num_hidden_layers));
@@ -147,19 +181,23 @@ static af_status load_weights(af_model *m) {
         c->tie_word_embeddings = 1;
     }
     /* scratch for norms that are not F32 (rare): upper bound of all vector lengths */
-    size_t nvec = (size_t)H + (size_t)c->num_hidden_layers * (size_t)(4 * H + 2 * hd);
+    size_t nvec = (size_t)H + (size_t)c->num_hidden_layers * (size_t)(4 * H + 2 * hd + qd + 2 * kvd);
     m->owned_f32 = af_calloc(nvec, sizeof(float));
     m->layers = af_calloc((size_t)c->num_hidden_layers, sizeof(af_layer));
     if (!m->owned_f32 || !m->layers) return af_fail(AF_ERR_NOMEM, "%s: out of memory for layer table", g->path);
     float *scratch = m->owned_f32;
     AF_TRY(find_vector(g, "output_norm.weight", H, &scratch, &m->output_norm));
-    const int gem = m->arch == AF_ARCH_GEMMA3;
-    int32_t swa = 0;
-    float swa_base = 10000.0f;
-    if (gem) {
+    af_arch_desc *D = &m->desc;
+    D->tied_head = c->tie_word_embeddings;
+    D->sliding_window = 0;
+    D->rope_base_swa = c->rope_theta;
+    if (D->swa_period > 0) {
+        int32_t swa = 0;
         AF_TRY(get_int(g, c->architecture, "attention.sliding_window", 1, INT32_MAX, 0, 0, &swa));
         char k[128];
-        AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, c->architecture, "rope.freq_base_swa"), 10000.0f, &swa_base));
+        D->sliding_window = swa;
+        AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, c->architecture, "rope.freq_base_swa"), 10000.0f,
+                                  &D->rope_base_swa));
     }
     for (int il = 0; il < c->num_hidden_layers; il++) {
         af_layer *L = &m->layers[il];
@@ -176,31 +214,27 @@ static af_status load_weights(af_model *m) {
         AF_TRY(find_matrix(g, NM("ffn_down.weight"), H, F, &L->w_down));
         L->rope_base = c->rope_theta;
         L->window = 0;
-        if (gem) {
+        if (D->qkv_bias) {
+            AF_TRY(find_vector(g, NM("attn_q.bias"), qd, &scratch, &L->bq));
+            AF_TRY(find_vector(g, NM("attn_k.bias"), kvd, &scratch, &L->bk));
+            AF_TRY(find_vector(g, NM("attn_v.bias"), kvd, &scratch, &L->bv));
+        }
+        if (D->qk_norm) {
             AF_TRY(find_vector(g, NM("attn_q_norm.weight"), hd, &scratch, &L->q_norm));
             AF_TRY(find_vector(g, NM("attn_k_norm.weight"), hd, &scratch, &L->k_norm));
+        }
+        if (D->sandwich_norm) {
             AF_TRY(find_vector(g, NM("post_attention_norm.weight"), H, &scratch, &L->post_attn_norm));
             AF_TRY(find_vector(g, NM("post_ffw_norm.weight"), H, &scratch, &L->post_ffw_norm));
-            /* Gemma 3: every 6th layer (il % 6 == 5) is global; the others use the sliding window
-             * and the local RoPE base (llama.cpp set_swa_pattern(6); HF layer_types). */
-            if (il % 6 != 5) {
-                L->window = swa;
-                L->rope_base = swa_base;
-            }
+        }
+        if (D->swa_period > 0 && il % D->swa_period != D->swa_period - 1) {
+            L->window = D->sliding_window;
+            L->rope_base = D->rope_base_swa;
         }
 #undef NM
     }
-    if (gem) {
-        m->rope_neox = 1;
-        m->act_gelu = 1;
-        m->embd_scale = sqrtf((float)H);
-        m->attn_scale = 1.0f / sqrtf((float)hd); /* query_pre_attn_scalar = head_dim for 270m..12B */
-    } else {
-        m->rope_neox = 0;
-        m->act_gelu = 0;
-        m->embd_scale = 1.0f;
-        m->attn_scale = 1.0f / sqrtf((float)hd);
-    }
+    D->embd_scale = arch_find(c->architecture)->embd_scale_sqrt_hidden ? sqrtf((float)H) : 1.0f;
+    D->attn_scale = 1.0f / sqrtf((float)hd); /* gemma3: query_pre_attn_scalar = head_dim for 270m..12B */
     return AF_OK;
 }
 

@@ -14,7 +14,36 @@
 #include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum af_arch { AF_ARCH_LLAMA = 0, AF_ARCH_GEMMA3 = 1 } af_arch;
+/* Gated feed-forward activation: act = f(gate)·up. */
+typedef enum af_act {
+    AF_ACT_SWIGLU = 0,     /* f = silu (llama) */
+    AF_ACT_GEGLU_TANH = 1, /* f = gelu with the tanh approximation (gemma3 gelu_pytorch_tanh) */
+} af_act;
+
+/* What one architecture does differently, filled once by af_model_load from the architecture
+ * table in model.c (plus the values the file gives) and read by the layer walk
+ * (transformer.c), which never tests the architecture's name. */
+typedef struct af_arch_desc {
+    const char *name;          /* GGUF general.architecture: "llama", "gemma3" */
+    /* norm placement: always pre-norm (attn_norm, ffn_norm on the branch inputs); sandwich_norm
+     * adds post-norms on both branch outputs before the residual add (post_attention_norm,
+     * post_ffw_norm: gemma3) */
+    int sandwich_norm;
+    int qk_norm;               /* per-head RMSNorm of q and k before RoPE (attn_q_norm/attn_k_norm) */
+    af_act act;
+    int rope_neox;             /* 0: NORM pairs (2i, 2i+1); 1: NEOX pairs (i, i + d/2) */
+    float embd_scale;          /* multiplies token embeddings (gemma3: sqrt(hidden)), else 1 */
+    float attn_scale;          /* multiplies q·k (1/sqrt(head_dim)) */
+    /* sliding-window pattern: with swa_period > 0, layer il is global when il % swa_period ==
+     * swa_period - 1 and the others attend to the last sliding_window keys (incl. self) with RoPE
+     * base rope_base_swa; 0: every layer global with rope_theta (af_layer.window/rope_base) */
+    int32_t swa_period;
+    int64_t sliding_window;
+    float rope_base_swa;
+    int qkv_bias;              /* q/k/v projections have biases (attn_{q,k,v}.bias; none today) */
+    float final_logit_softcap; /* LM head logits c·tanh(z/c); 0 = off */
+    int tied_head;             /* the LM head reuses token_embd (no output.weight in the file) */
+} af_arch_desc;
 
 /* A frozen weight matrix W [rows = out_features, cols = in_features] in its stored type.
  * Row r starts at (const char *)data + r * af_row_bytes(type, cols). */
@@ -30,14 +59,15 @@ typedef struct af_layer {
     af_weight wk;                /* [n_kv_head*head_dim, hidden] */
     af_weight wv;                /* [n_kv_head*head_dim, hidden] */
     af_weight wo;                /* [hidden, n_head*head_dim] */
-    const float *q_norm;         /* [head_dim] gemma3 only, else NULL */
-    const float *k_norm;         /* [head_dim] gemma3 only, else NULL */
-    const float *post_attn_norm; /* [hidden] gemma3 only, else NULL */
+    const float *bq, *bk, *bv;   /* [q_dim], [kv_dim], [kv_dim] with desc.qkv_bias, else NULL */
+    const float *q_norm;         /* [head_dim] with desc.qk_norm, else NULL */
+    const float *k_norm;         /* [head_dim] with desc.qk_norm, else NULL */
+    const float *post_attn_norm; /* [hidden] with desc.sandwich_norm, else NULL */
     const float *ffn_norm;       /* [hidden] (pre-FFN norm) */
     af_weight w_gate;            /* [ffn, hidden] */
     af_weight w_up;              /* [ffn, hidden] */
     af_weight w_down;            /* [hidden, ffn] */
-    const float *post_ffw_norm;  /* [hidden] gemma3 only, else NULL */
+    const float *post_ffw_norm;  /* [hidden] with desc.sandwich_norm, else NULL */
     float rope_base;             /* RoPE theta of this layer */
     int64_t window;              /* sliding window (keys seen incl. self), 0 = global */
 } af_layer;
@@ -46,11 +76,7 @@ struct af_model {
     af_gguf *gguf;          /* owned: the mapping the weights point into */
     af_tokenizer *tok;      /* owned; NULL if the file has no (supported) tokenizer */
     af_model_config cfg;
-    af_arch arch;
-    int rope_neox;          /* 0: NORM pairs (2i, 2i+1); 1: NEOX pairs (i, i + d/2) */
-    float attn_scale;       /* multiplies q·k */
-    float embd_scale;       /* multiplies token embeddings (gemma3: sqrt(hidden)), else 1 */
-    int act_gelu;           /* 0: SwiGLU (silu), 1: GeGLU (tanh gelu) */
+    af_arch_desc desc;      /* what the layer walk does for this architecture */
     af_weight tok_embd;     /* [vocab, hidden] */
     af_weight output;       /* [vocab, hidden] (== tok_embd when tied) */
     const float *output_norm; /* [hidden] */
@@ -62,31 +88,6 @@ struct af_model {
 /* Dequantize row `r` of W into dst [W.cols]. */
 void af_weight_row(const af_weight *w, int64_t r, float *dst);
 
-/* Scratch for the inference forward of up to `cap` tokens (see forward.c). */
-typedef struct af_fwd_scratch {
-    int64_t cap;
-    float *x;    /* [cap, hidden] residual stream */
-    float *h;    /* [cap, max(hidden, q_dim)] normed input / attention output */
-    float *q;    /* [cap, q_dim] */
-    float *k;    /* [cap, kv_dim] */
-    float *v;    /* [cap, kv_dim] */
-    float *o;    /* [cap, hidden] */
-    float *g;    /* [cap, ffn] */
-    float *u;    /* [cap, ffn] */
-    int32_t *pos; /* [cap] */
-} af_fwd_scratch;
-
-af_status af_fwd_scratch_init(af_fwd_scratch *s, const af_model *m, int64_t cap);
-void af_fwd_scratch_free(af_fwd_scratch *s);
-
-/* Inference forward of n tokens at positions n_past .. n_past+n-1 (n <= s->cap), appending their
- * K/V to the caches k_cache/v_cache [num_layers][n_ctx][kv_dim] (position-major per layer).
- * On return s->x holds the final hidden states BEFORE the output norm, [n, hidden].
- * Token ids must be in [0, vocab) (checked by the caller). */
-void af_forward_tokens(const af_model *m, af_fwd_scratch *s, const int32_t *tokens, int64_t n, int64_t n_past,
-                       float *k_cache, float *v_cache, int64_t n_ctx);
-
-/* logits[n, vocab] = output_norm(x[n, hidden]) · Wout^T  (x is normalised in place). */
-void af_forward_logits(const af_model *m, float *logits, float *x, int64_t n);
+/* The layer walk, the LM head and the inference forward are in model/transformer.h. */
 
 #endif /* AF_MODEL_H */

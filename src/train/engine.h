@@ -32,6 +32,7 @@
 #define AF_ENGINE_H
 
 #include "lora/lora.h"
+#include "model/model.h"
 #include "train/head.h"
 
 typedef struct af_batch {

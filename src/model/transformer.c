@@ -1,0 +1,500 @@
+/*
+ * transformer.c — the one layer walk (transformer.h): forward for inference and training, backward
+ * for training, with LoRA on every projection; also the embedding, final norm and LM head. Every
+ * kernel call of the model's forward and backward is in this file.
+ *
+ * Architecture differences are read from m->desc (model.h af_arch_desc), never from the
+ * architecture's name.
+ *
+ * Training backward: the reverse of the forward (ops.h backward functions, af_matmul_dyw for the
+ * frozen weights, af_lora_backward for the adapters). act = glu(gate, up) and the norm outputs h1,
+ * h2 are not saved: the backward recomputes them from saved inputs and rstd (one pass each, same
+ * bits; "selective recomputation", Korthikanti et al. 2022). Dropout masks come from a
+ * counter-based RNG keyed by (seed, layer, proj, token), so a recomputation regenerates the same
+ * masks (checkpointing: Chen et al. 2016).
+ */
+#include "model/transformer.h"
+
+#include "core/core.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* AF_TF_MIN_ROWS: when af_matmul_set_int8_activations(1) is on, af_matmul_xwt quantizes the
+ * activations to int8 for very small n (matmul.c decode regime, n <= AF_MM_DECODE_N = 4): not
+ * differentiable and not f32-exact. Training products with fewer than AF_TF_MIN_ROWS rows are
+ * computed on a zero-padded copy so the training forward is f32-exact for every row count and
+ * every process setting. Inference calls the kernel on its rows as they are (decode speed). */
+#define MIN_ROWS AF_TF_MIN_ROWS
+
+typedef struct dims {
+    int64_t H, F, nh, nkv, hd, qd, kvd, maxd;
+} dims;
+
+static dims get_dims(const af_model *m) {
+    const af_model_config *c = &m->cfg;
+    dims d;
+    d.H = c->hidden_size;
+    d.F = c->intermediate_size;
+    d.nh = c->num_attention_heads;
+    d.nkv = c->num_key_value_heads;
+    d.hd = c->head_dim;
+    d.qd = d.nh * d.hd;
+    d.kvd = d.nkv * d.hd;
+    d.maxd = d.H > d.qd ? d.H : d.qd;
+    if (d.F > d.maxd) d.maxd = d.F;
+    return d;
+}
+
+/* ---------------------------------------------------------------- workspace */
+
+float *af_carve(af_carver *cv, int64_t nfloats) {
+    size_t b = ((size_t)nfloats * sizeof(float) + 63) & ~(size_t)63;
+    float *p = cv->base ? (float *)(cv->base + cv->used) : NULL;
+    cv->used += b;
+    return p;
+}
+
+void af_tf_carve_acts(af_carver *cv, af_tf_acts *S, const af_model *m, const af_param_layout *lay, int64_t cap,
+                      af_tf_mode mode, int masks) {
+    const dims d = get_dims(m);
+    const af_arch_desc *D = &m->desc;
+    const int tr = mode == AF_TF_TRAIN;
+    memset(S, 0, sizeof *S);
+    S->rstd1 = tr ? af_carve(cv, cap) : NULL;
+    S->q = af_carve(cv, cap * d.qd);
+    S->k = af_carve(cv, cap * d.kvd);
+    S->v = af_carve(cv, cap * d.kvd);
+    S->attn = af_carve(cv, cap * d.qd);
+    S->lse = tr ? af_carve(cv, cap * d.nh) : NULL;
+    S->xmid = af_carve(cv, cap * d.H);
+    S->rstd2 = tr ? af_carve(cv, cap) : NULL;
+    S->gate = af_carve(cv, cap * d.F);
+    S->up = af_carve(cv, cap * d.F);
+    if (D->qk_norm) {
+        S->qraw = af_carve(cv, cap * d.qd);
+        S->rstdq = tr ? af_carve(cv, cap * d.nh) : NULL;
+        S->kraw = af_carve(cv, cap * d.kvd);
+        S->rstdk = tr ? af_carve(cv, cap * d.nkv) : NULL;
+    }
+    if (D->sandwich_norm) {
+        S->oraw = af_carve(cv, cap * d.H);
+        S->rstdpa = tr ? af_carve(cv, cap) : NULL;
+        S->draw = af_carve(cv, cap * d.H);
+        S->rstdpf = tr ? af_carve(cv, cap) : NULL;
+    }
+    if (!lay) return;
+    float *xa_shared = tr ? NULL : af_carve(cv, cap * lay->lora.r); /* inference: nothing is kept */
+    for (int p = 0; p < AF_PROJ_COUNT; p++) {
+        const af_lora_slot *s = af_lora_slot_at(lay, 0, (af_proj)p);
+        if (!(lay->lora.targets & (1u << p))) continue;
+        S->xa[p] = tr ? af_carve(cv, cap * lay->lora.r) : xa_shared;
+        if (tr && masks) S->mask[p] = af_carve(cv, cap * s->in);
+    }
+}
+
+void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, const af_param_layout *lay,
+                         int64_t cap, af_tf_mode mode, int masks) {
+    const dims d = get_dims(m);
+    const af_arch_desc *D = &m->desc;
+    memset(w, 0, sizeof *w);
+    if (mode == AF_TF_INFER) {
+        w->hs = af_carve(cv, cap * d.H);
+        w->tH = af_carve(cv, cap * d.H);
+        w->act = af_carve(cv, cap * d.F);
+        return;
+    }
+    const int64_t r = lay ? lay->lora.r : 0;
+    w->dX = af_carve(cv, cap * d.H);
+    w->dT = af_carve(cv, cap * d.H);
+    w->dh = af_carve(cv, cap * d.H);
+    w->tH = af_carve(cv, cap * d.H);
+    w->hs = af_carve(cv, cap * d.H);
+    w->dattn = af_carve(cv, cap * d.qd);
+    w->dq = af_carve(cv, cap * d.qd);
+    w->dk = af_carve(cv, cap * d.kvd);
+    w->dv = af_carve(cv, cap * d.kvd);
+    w->dqr = D->qk_norm ? af_carve(cv, cap * d.qd) : NULL;
+    w->dkr = D->qk_norm ? af_carve(cv, cap * d.kvd) : NULL;
+    w->act = af_carve(cv, cap * d.F);
+    w->dact = af_carve(cv, cap * d.F);
+    w->dgate = af_carve(cv, cap * d.F);
+    w->dup = af_carve(cv, cap * d.F);
+    w->ltmp = af_carve(cv, cap * (r + (masks ? d.maxd : 0)));
+    w->padx = af_carve(cv, MIN_ROWS * d.maxd);
+    w->pady = af_carve(cv, MIN_ROWS * d.maxd);
+}
+
+/* ---------------------------------------------------------------- frozen products */
+
+/* Threads for a block-parallel product: the OpenMP team size when an outer parallel region can
+ * be opened without nesting active regions (the kernel calls inside then run single-threaded),
+ * else 1 (blocks are then run one after the other, each call threaded by the kernel). */
+static int block_threads(void) {
+#ifdef _OPENMP
+    if (omp_in_parallel() || omp_get_max_active_levels() > 1) return 1;
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* Training frozen-weight product over n rows in token blocks (R->block_rows; engine.h
+ * af_engine_set_block_rows explains why):
+ *   dyw = 0: y[n, out] (+)= x[n, in] · Wᵀ      (af_matmul_xwt; out = W rows, in = W cols)
+ *   dyw = 1: y[n, in]  (+)= x[n, out] · W      (af_matmul_dyw)
+ * n >= MIN_ROWS (every block then has >= MIN_ROWS rows too). Every row's arithmetic is that of
+ * one call (the kernel's per-row summation order does not depend on the rows beside it). */
+static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, const af_weight *w, int64_t n,
+                      int accumulate) {
+    const int64_t xw = dyw ? w->rows : w->cols, yw = dyw ? w->cols : w->rows;
+    /* the packed GEMM blocks rows and threads by itself and packs W once per call: one call */
+    const int64_t br = af_matmul_packed_path(n, xw, yw) ? 0 : R->block_rows;
+    int64_t nb = br > 0 ? (n + br / 2) / br : 1;
+    const int nth = nb >= 2 ? block_threads() : 1;
+    if (nth > 1 && nb >= nth) nb = (nb + nth - 1) / nth * nth; /* equal shares */
+    if (nb < 2) {
+        if (dyw) af_matmul_dyw(y, x, w->data, w->type, n, yw, xw, accumulate);
+        else af_matmul_xwt(y, x, w->data, w->type, n, xw, yw, accumulate);
+        return;
+    }
+    const int par = nth > 1 && nb >= nth;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (par)
+#endif
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t t0 = n * b / nb, m = n * (b + 1) / nb - t0;
+        if (dyw) af_matmul_dyw(y + t0 * yw, x + t0 * xw, w->data, w->type, m, yw, xw, accumulate);
+        else af_matmul_xwt(y + t0 * yw, x + t0 * xw, w->data, w->type, m, xw, yw, accumulate);
+    }
+    (void)par;
+}
+
+/* y[n, out] = x[n, in] · Wᵀ: inference one kernel call; training f32-exact for every n (MIN_ROWS)
+ * and token-blocked. */
+static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight *w) {
+    const int64_t in = w->cols, out = w->rows, n = R->n;
+    if (R->mode == AF_TF_INFER) {
+        af_matmul_xwt(y, x, w->data, w->type, n, in, out, 0);
+        return;
+    }
+    if (n >= MIN_ROWS) {
+        mm_blocks(R, 0, y, x, w, n, 0);
+        return;
+    }
+    af_tf_scratch *ws = R->ws;
+    memcpy(ws->padx, x, sizeof(float) * (size_t)(n * in));
+    memset(ws->padx + n * in, 0, sizeof(float) * (size_t)((MIN_ROWS - n) * in));
+    af_matmul_xwt(ws->pady, ws->padx, w->data, w->type, MIN_ROWS, in, out, 0);
+    memcpy(y, ws->pady, sizeof(float) * (size_t)(n * out));
+}
+
+static void probe(const af_tf_run *R, const float *x, int64_t n, int32_t l, const char *what, const char *what2) {
+    if (R->probe) R->probe(R->probe_ctx, x, n, l, what, what2);
+}
+
+/* The adapter slot of (l, p), or NULL when the run has no adapter there. */
+static const af_lora_slot *lora_slot(const af_tf_run *R, int32_t l, af_proj p) {
+    if (!R->P || !R->lay) return NULL;
+    const af_lora_slot *s = af_lora_slot_at(R->lay, l, p);
+    return s->a_off >= 0 ? s : NULL;
+}
+
+static int adapted(const af_tf_run *R, int32_t l, af_proj p) { return lora_slot(R, l, p) != NULL; }
+
+/* y[t, :] += b for every row t of y [n, out]. */
+static void add_bias(float *y, const float *b, int64_t n, int64_t out) {
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < out; j++) y[t * out + j] += b[j];
+}
+
+/* Projection p of layer l: y = x·Wᵀ (+ bias) plus the LoRA correction when p has an adapter. */
+static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
+                     const float *bias, float *y, const float *x) {
+    mm_xwt(R, y, x, w);
+    if (bias) add_bias(y, bias, R->n, w->rows);
+    char mod[48] = "";
+    if (R->probe) snprintf(mod, sizeof mod, "%s%s", p <= AF_PROJ_O ? "self_attn." : "mlp.", af_proj_name(p));
+    probe(R, y, R->n * w->rows, l, mod, " output (frozen weight product)");
+    const af_lora_slot *s = lora_slot(R, l, p);
+    if (!s) return;
+    const af_param_layout *lay = R->lay;
+    float *mask = NULL;
+    if (R->drop && S->mask[p]) {
+        mask = S->mask[p];
+        af_lora_dropout_mask(mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
+    }
+    af_lora_forward(y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
+                    R->lora_scale);
+    probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
+}
+
+/* Output projection p of a branch (o_proj, down_proj) of input `in`, followed by the sandwich
+ * post-norm when the description has one (raw: the projection output kept for its backward, rstd
+ * its norm statistics): returns the branch output to add to the residual stream (ws->tH). */
+static const float *branch_out(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
+                               const float *in, float *raw, float *rstd, const float *post_norm) {
+    af_tf_scratch *ws = R->ws;
+    if (!R->m->desc.sandwich_norm) {
+        proj_fwd(R, S, l, p, w, NULL, ws->tH, in);
+        return ws->tH;
+    }
+    proj_fwd(R, S, l, p, w, NULL, raw, in);
+    af_rmsnorm_forward(ws->tH, rstd, raw, post_norm, R->n, R->m->cfg.hidden_size, R->m->cfg.rms_norm_eps);
+    return ws->tH;
+}
+
+static void glu_forward(const af_model *m, float *act, const float *gate, const float *up, int64_t n) {
+    if (m->desc.act == AF_ACT_GEGLU_TANH) af_geglu_forward(act, gate, up, n);
+    else af_swiglu_forward(act, gate, up, n);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+void af_tf_embed(const af_model *m, const int32_t *tokens, int64_t n, float *x) {
+    const int64_t H = m->cfg.hidden_size;
+    const float sc = m->desc.embd_scale;
+    for (int64_t t = 0; t < n; t++) {
+        float *row = x + t * H;
+        af_weight_row(&m->tok_embd, tokens[t], row);
+        if (sc != 1.0f)
+            for (int64_t i = 0; i < H; i++) row[i] *= sc;
+    }
+}
+
+/* Attention of the layer: training per packed sample over its own q/k/v (keeping lse); inference
+ * appends k/v to the layer's cache and attends over positions [0, n_past + n). */
+static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d) {
+    const af_model *m = R->m;
+    const af_layer *Ly = &m->layers[l];
+    const float scale = m->desc.attn_scale;
+    const int64_t n = R->n;
+    if (R->mode == AF_TF_INFER) {
+        float *kc = R->k_cache + (size_t)l * (size_t)R->n_ctx * (size_t)d->kvd;
+        float *vc = R->v_cache + (size_t)l * (size_t)R->n_ctx * (size_t)d->kvd;
+        memcpy(kc + (size_t)R->n_past * (size_t)d->kvd, S->k, sizeof(float) * (size_t)(n * d->kvd));
+        memcpy(vc + (size_t)R->n_past * (size_t)d->kvd, S->v, sizeof(float) * (size_t)(n * d->kvd));
+        af_attention_forward(S->attn, NULL, S->q, kc, vc, n, R->n_past, R->n_past + n, d->kvd, d->nh, d->nkv,
+                             d->hd, scale, Ly->window);
+        return;
+    }
+    for (int32_t b = 0; b < R->B; b++) {
+        const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
+        af_attention_forward(S->attn + s0 * d->qd, S->lse + s0 * d->nh, S->q + s0 * d->qd, S->k + s0 * d->kvd,
+                             S->v + s0 * d->kvd, len, 0, len, d->kvd, d->nh, d->nkv, d->hd, scale, Ly->window);
+    }
+}
+
+void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const float *x, float *xo) {
+    const af_model *m = R->m;
+    const af_arch_desc *D = &m->desc;
+    const af_layer *Ly = &m->layers[l];
+    const dims d = get_dims(m);
+    const float eps = m->cfg.rms_norm_eps;
+    const int64_t n = R->n;
+    af_tf_scratch *ws = R->ws;
+    float *h1 = ws->hs; /* scratch: recomputed from x and rstd1 by the backward when needed */
+    af_rmsnorm_forward(h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+    probe(R, h1, n * d.H, l, "input_layernorm output", "");
+    proj_fwd(R, S, l, AF_PROJ_Q, &Ly->wq, D->qkv_bias ? Ly->bq : NULL, D->qk_norm ? S->qraw : S->q, h1);
+    proj_fwd(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? Ly->bk : NULL, D->qk_norm ? S->kraw : S->k, h1);
+    proj_fwd(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? Ly->bv : NULL, S->v, h1);
+    if (D->qk_norm) {
+        af_rmsnorm_forward(S->q, S->rstdq, S->qraw, Ly->q_norm, n * d.nh, d.hd, eps);
+        af_rmsnorm_forward(S->k, S->rstdk, S->kraw, Ly->k_norm, n * d.nkv, d.hd, eps);
+    }
+    af_rope_forward(S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
+    af_rope_forward(S->k, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
+    attention(R, l, S, &d);
+    probe(R, S->q, n * d.qd, l, "self_attn q after norm/RoPE", "");
+    probe(R, S->k, n * d.kvd, l, "self_attn k after norm/RoPE", "");
+    probe(R, S->attn, n * d.qd, l, "self_attn attention output (softmax(q·kᵀ)·v)", "");
+    const float *o = branch_out(R, S, l, AF_PROJ_O, &Ly->wo, S->attn, S->oraw, S->rstdpa, Ly->post_attn_norm);
+    af_add(S->xmid, x, o, n * d.H);
+    probe(R, S->xmid, n * d.H, l, "residual stream after self_attn", "");
+    float *h2 = ws->hs; /* likewise (h1 is no longer needed) */
+    af_rmsnorm_forward(h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+    probe(R, h2, n * d.H, l, "post_attention_layernorm output", "");
+    proj_fwd(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
+    proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
+    glu_forward(m, ws->act, S->gate, S->up, n * d.F);
+    probe(R, ws->act, n * d.F, l, "mlp activation (act(gate)·up)", "");
+    const float *dn = branch_out(R, S, l, AF_PROJ_DOWN, &Ly->w_down, ws->act, S->draw, S->rstdpf, Ly->post_ffw_norm);
+    af_add(xo, S->xmid, dn, n * d.H);
+    probe(R, xo, n * d.H, l, "output (residual stream after mlp)", "");
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* Backward of projection p: dx[n, in] (+)= dy·W (+ LoRA dx), LoRA grads into G.
+ * dx = NULL: the input gradient is not needed (nothing trainable below): only the LoRA grads. */
+static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_proj p, const af_weight *w,
+                     float *dx, const float *dy, const float *x, int accumulate) {
+    if (dx) {
+        if (R->n >= MIN_ROWS) mm_blocks(R, 1, dx, dy, w, R->n, accumulate);
+        else af_matmul_dyw(dx, dy, w->data, w->type, R->n, w->cols, w->rows, accumulate);
+    }
+    const af_lora_slot *s = lora_slot(R, l, p);
+    if (!s) return;
+    const af_param_layout *lay = R->lay;
+    af_lora_backward(dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
+                     R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, R->lora_scale);
+}
+
+static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
+
+/* dX [n, H]: gradient w.r.t. the layer output on entry, w.r.t. its input x on return when
+ * `need_in`. Without need_in (the lowest adapted layer) the backward stops as soon as every
+ * adapter of the layer has its gradient: no dx is formed for inputs that lead only to frozen
+ * parameters (e.g. with adapters on q/v only: no dy·W of Wq/Wk/Wv, no input rmsnorm backward). */
+void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G, const float *x, int need_in) {
+    const af_model *m = R->m;
+    const af_arch_desc *D = &m->desc;
+    const af_layer *Ly = &m->layers[l];
+    const dims d = get_dims(m);
+    const int64_t n = R->n;
+    const float eps = m->cfg.rms_norm_eps;
+    af_tf_scratch *ws = R->ws;
+    float *dX = ws->dX;
+    /* which gradients below each point are still needed */
+    const int need_qkv = need_in || adapted(R, l, AF_PROJ_Q) || adapted(R, l, AF_PROJ_K) ||
+                         adapted(R, l, AF_PROJ_V);                     /* d attn (input of o_proj) */
+    const int need_mid = need_qkv || adapted(R, l, AF_PROJ_O);         /* d x_mid */
+    const int need_ffn = need_mid || adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP); /* d act */
+    /* FFN branch */
+    const float *dd = dX;
+    if (D->sandwich_norm) {
+        zero(ws->dT, n * d.H);
+        af_rmsnorm_backward(ws->dT, NULL, dX, S->draw, Ly->post_ffw_norm, S->rstdpf, n, d.H);
+        dd = ws->dT;
+    }
+    if (adapted(R, l, AF_PROJ_DOWN)) glu_forward(m, ws->act, S->gate, S->up, n * d.F); /* down's adapter input */
+    proj_bwd(R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, need_ffn ? ws->dact : NULL, dd, ws->act, 0);
+    if (!need_ffn) return;
+    zero(ws->dgate, n * d.F);
+    zero(ws->dup, n * d.F);
+    if (D->act == AF_ACT_GEGLU_TANH) af_geglu_backward(ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    else af_swiglu_backward(ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    /* h2, the input of gate/up's adapters, recomputed (same function, same inputs: same bits) */
+    if (adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP))
+        af_rmsnorm_forward(ws->hs, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+    proj_bwd(R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, need_mid ? ws->dh : NULL, ws->dgate, ws->hs, 0);
+    proj_bwd(R, S, G, l, AF_PROJ_UP, &Ly->w_up, need_mid ? ws->dh : NULL, ws->dup, ws->hs, 1);
+    if (!need_mid) return;
+    af_rmsnorm_backward(dX, NULL, ws->dh, S->xmid, Ly->ffn_norm, S->rstd2, n, d.H); /* dX = d x_mid */
+    /* attention branch */
+    const float *dob = dX;
+    if (D->sandwich_norm) {
+        zero(ws->dT, n * d.H);
+        af_rmsnorm_backward(ws->dT, NULL, dX, S->oraw, Ly->post_attn_norm, S->rstdpa, n, d.H);
+        dob = ws->dT;
+    }
+    proj_bwd(R, S, G, l, AF_PROJ_O, &Ly->wo, need_qkv ? ws->dattn : NULL, dob, S->attn, 0);
+    if (!need_qkv) return;
+    zero(ws->dq, n * d.qd);
+    zero(ws->dk, n * d.kvd);
+    zero(ws->dv, n * d.kvd);
+    for (int32_t b = 0; b < R->B; b++) {
+        const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
+        af_attention_backward(ws->dq + s0 * d.qd, ws->dk + s0 * d.kvd, ws->dv + s0 * d.kvd, ws->dattn + s0 * d.qd,
+                              S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
+                              S->v + s0 * d.kvd, len, 0, len, d.nh, d.nkv, d.hd, D->attn_scale, Ly->window);
+    }
+    af_rope_backward(ws->dq, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
+    af_rope_backward(ws->dk, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
+    const float *gq = ws->dq, *gk = ws->dk;
+    if (D->qk_norm) {
+        zero(ws->dqr, n * d.qd);
+        zero(ws->dkr, n * d.kvd);
+        af_rmsnorm_backward(ws->dqr, NULL, ws->dq, S->qraw, Ly->q_norm, S->rstdq, n * d.nh, d.hd);
+        af_rmsnorm_backward(ws->dkr, NULL, ws->dk, S->kraw, Ly->k_norm, S->rstdk, n * d.nkv, d.hd);
+        gq = ws->dqr;
+        gk = ws->dkr;
+    }
+    float *dh = need_in ? ws->dh : NULL;
+    /* h1, the input of q/k/v's adapters, recomputed from the layer input likewise */
+    if (adapted(R, l, AF_PROJ_Q) || adapted(R, l, AF_PROJ_K) || adapted(R, l, AF_PROJ_V))
+        af_rmsnorm_forward(ws->hs, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+    proj_bwd(R, S, G, l, AF_PROJ_Q, &Ly->wq, dh, gq, ws->hs, 0);
+    proj_bwd(R, S, G, l, AF_PROJ_K, &Ly->wk, dh, gk, ws->hs, 1);
+    proj_bwd(R, S, G, l, AF_PROJ_V, &Ly->wv, dh, ws->dv, ws->hs, 1);
+    if (!need_in) return;
+    af_rmsnorm_backward(dX, NULL, ws->dh, x, Ly->attn_norm, S->rstd1, n, d.H); /* dX = d x_in */
+}
+
+/* ---------------------------------------------------------------- final norm, LM head */
+
+void af_tf_final_norm(const af_model *m, float *y, float *rstd, const float *x, int64_t n) {
+    af_rmsnorm_forward(y, rstd, x, m->output_norm, n, m->cfg.hidden_size, m->cfg.rms_norm_eps);
+}
+
+void af_tf_final_norm_backward(const af_model *m, float *dx, const float *dy, const float *x, const float *rstd,
+                               int64_t n) {
+    af_rmsnorm_backward(dx, NULL, dy, x, m->output_norm, rstd, n, m->cfg.hidden_size);
+}
+
+void af_lm_head_forward(const af_model *m, float *logits, float *x, int64_t n) {
+    const af_model_config *c = &m->cfg;
+    af_tf_final_norm(m, x, NULL, x, n);
+    af_matmul_xwt(logits, x, m->output.data, m->output.type, n, c->hidden_size, c->vocab_size, 0);
+    const float cap = m->desc.final_logit_softcap;
+    if (cap > 0) {
+        const int64_t nv = n * c->vocab_size;
+        for (int64_t i = 0; i < nv; i++) logits[i] = cap * tanhf(logits[i] / cap);
+    }
+}
+
+/* ---------------------------------------------------------------- inference state */
+
+static void infer_plan(af_carver *cv, af_tf_infer *s, const af_model *m, const af_param_layout *lay, int64_t cap) {
+    s->x = af_carve(cv, cap * m->cfg.hidden_size);
+    s->pos = (int32_t *)af_carve(cv, cap);
+    af_tf_carve_acts(cv, &s->S, m, lay, cap, AF_TF_INFER, 0);
+    af_tf_carve_scratch(cv, &s->w, m, lay, cap, AF_TF_INFER, 0);
+}
+
+af_status af_tf_infer_init(af_tf_infer *s, const af_model *m, const af_param_layout *lay, int64_t cap) {
+    memset(s, 0, sizeof *s);
+    af_carver cv = {NULL, 0};
+    infer_plan(&cv, s, m, lay, cap);
+    s->mem = af_malloc_aligned(cv.used);
+    if (!s->mem) return af_fail(AF_ERR_NOMEM, "out of memory for forward scratch (%lld tokens)", (long long)cap);
+    cv.base = s->mem;
+    cv.used = 0;
+    infer_plan(&cv, s, m, lay, cap);
+    s->cap = cap;
+    return AF_OK;
+}
+
+void af_tf_infer_free(af_tf_infer *s) {
+    af_free_aligned(s->mem);
+    memset(s, 0, sizeof *s);
+}
+
+void af_tf_infer_forward(const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
+                         const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
+                         int64_t n_ctx) {
+    af_tf_run R;
+    memset(&R, 0, sizeof R);
+    R.m = m;
+    R.mode = AF_TF_INFER;
+    R.n = n;
+    R.pos = s->pos;
+    R.ws = &s->w;
+    R.P = P;
+    R.lay = P ? lay : NULL;
+    R.lora_scale = scale;
+    R.k_cache = k_cache;
+    R.v_cache = v_cache;
+    R.n_ctx = n_ctx;
+    R.n_past = n_past;
+    af_tf_embed(m, tokens, n, s->x);
+    for (int64_t t = 0; t < n; t++) s->pos[t] = (int32_t)(n_past + t);
+    for (int32_t l = 0; l < m->cfg.num_hidden_layers; l++) af_tf_layer_forward(&R, l, &s->S, s->x, s->x);
+}

@@ -1,0 +1,161 @@
+/*
+ * transformer.h — THE layer walk of afinar: one decoder layer as a forward/backward pair, used by
+ * inference (src/infer/session.c: KV cache, batched prompt and single-token decode) and by training
+ * (src/train/engine.c: packed per-sample attention, saved activations or checkpoint recompute).
+ * Every kernel call of a layer (and of the embedding, the final norm and the LM head) is in
+ * transformer.c.
+ *
+ * Per layer l, reading the architecture description m->desc (model.h af_arch_desc), with
+ * [..] only when the description field named in brackets is set:
+ *   h1 = rmsnorm(x)·attn_norm
+ *   q = h1·Wqᵀ [+ bq: qkv_bias] (+ LoRA);  [q = rmsnorm_head(q)·q_norm: qk_norm];  k, v likewise
+ *   rope(q), rope(k)   (layout desc.rope_neox, base af_layer.rope_base)
+ *   attn = attention(q, K, V)   (causal, window af_layer.window; scale desc.attn_scale)
+ *   o = attn·Woᵀ (+ LoRA);  [o = rmsnorm(o)·post_attn_norm: sandwich_norm];  x_mid = x + o
+ *   h2 = rmsnorm(x_mid)·ffn_norm;  gate, up = h2·W{gate,up}ᵀ (+ LoRA)
+ *   act = silu(gate)·up or gelu_tanh(gate)·up (desc.act);  d = act·Wdownᵀ (+ LoRA)
+ *   [d = rmsnorm(d)·post_ffw_norm: sandwich_norm];  x_out = x_mid + d
+ * Sources: llama.cpp src/models/llama.cpp, gemma3.cpp; transformers modeling_llama.py,
+ * modeling_gemma3.py (FORMATS.md §3-§5).
+ *
+ * LoRA (lora.h; PEFT's unmerged form) on every projection p with an adapter slot:
+ *   y = x·Wᵀ + s·(dropout(x)·Aᵀ)·Bᵀ,  s = af_tf_run.lora_scale,  dropout only in training.
+ *
+ * Modes (af_tf_run.mode):
+ *   AF_TF_INFER  n tokens at positions n_past.. of ONE sequence; K/V appended to the cache and
+ *                attention reads the cache. Frozen products are one af_matmul_xwt call of n rows
+ *                (decode n = 1 may use int8 activations when the process enables them).
+ *   AF_TF_TRAIN  a packed batch of B samples (positions restart per sample, attention inside a
+ *                sample); frozen products are f32-exact for every row count (rows < AF_TF_MIN_ROWS
+ *                go through a zero-padded copy) and split into token blocks (block_rows); the
+ *                activation set keeps what the backward needs. Training-save: one set per layer;
+ *                training-recompute (checkpointing): one set refilled by calling the forward again
+ *                on the layer's saved input just before its backward (same bits).
+ */
+#ifndef AF_TRANSFORMER_H
+#define AF_TRANSFORMER_H
+
+#include "lora/lora.h"
+#include "model/model.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Training products with fewer rows are computed on a zero-padded copy (see transformer.c). */
+#define AF_TF_MIN_ROWS 16
+
+typedef enum af_tf_mode { AF_TF_INFER = 0, AF_TF_TRAIN = 1 } af_tf_mode;
+
+/* One layer's activations, each [cap, width] floats (width per token in brackets). Buffers a mode
+ * or description does not use are NULL. Inference: the rstd*, lse and mask fields are NULL (not
+ * kept) and the xa[p] of every adapted projection may share one buffer [cap, r]. */
+typedef struct af_tf_acts {
+    float *rstd1, *q, *k, *v, *attn, *lse, *xmid, *rstd2, *gate, *up; /* [1] [qd] [kvd] [kvd] [qd] [nh] [H] [1] [F] [F] */
+    float *qraw, *rstdq, *kraw, *rstdk;  /* desc.qk_norm: q, k before their norm [qd] [nh] [kvd] [nkv] */
+    float *oraw, *rstdpa, *draw, *rstdpf; /* desc.sandwich_norm: o, d before their post-norm [H] [1] [H] [1] */
+    float *xa[AF_PROJ_COUNT];             /* adapted projections: x·Aᵀ [r] */
+    float *mask[AF_PROJ_COUNT];           /* training with dropout: the masks [in] */
+} af_tf_acts;
+
+/* Scratch shared by the layers, each [cap, width]. The backward-only ones are NULL in inference. */
+typedef struct af_tf_scratch {
+    float *hs;   /* [H] normed layer input (h1, then h2) */
+    float *tH;   /* [H] branch output added to the residual stream */
+    float *act;  /* [F] glu(gate, up) */
+    /* backward (training) */
+    float *dX, *dT, *dh, *dattn, *dq, *dk, *dv, *dqr, *dkr, *dact, *dgate, *dup;
+    float *ltmp;       /* [r (+ max width with dropout masks)] af_lora_backward scratch */
+    float *padx, *pady; /* [AF_TF_MIN_ROWS, max(H, qd, F)] */
+} af_tf_scratch;
+
+/* Bump allocator over `base` (NULL: only count the bytes). Every region is 64-byte aligned. */
+typedef struct af_carver {
+    char *base;
+    size_t used;
+} af_carver;
+float *af_carve(af_carver *cv, int64_t nfloats);
+
+/* Carve (or count) one activation set / the scratch for `cap` tokens. lay: the adapter layout
+ * (NULL: none). masks: room for dropout masks (training). */
+void af_tf_carve_acts(af_carver *cv, af_tf_acts *S, const af_model *m, const af_param_layout *lay, int64_t cap,
+                      af_tf_mode mode, int masks);
+void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, const af_param_layout *lay,
+                         int64_t cap, af_tf_mode mode, int masks);
+
+/* Non-finite probe hook (training's af_engine_locate_nonfinite): called after each stage with its
+ * output x [n] and the stage's name "<what><what2>" of layer l (l = -1: not a layer stage). */
+typedef void (*af_tf_probe_fn)(void *ctx, const float *x, int64_t n, int32_t l, const char *what,
+                               const char *what2);
+
+/* Everything one forward/backward call of a layer reads besides the layer index and buffers. */
+struct af_tf_run {
+    const af_model *m;
+    af_tf_mode mode;
+    int64_t n;                 /* tokens in this call */
+    const int32_t *pos;        /* [n] RoPE positions */
+    af_tf_scratch *ws;
+    /* adapter (P == NULL: none): parameters P laid out by lay, scale s of the correction */
+    const float *P;
+    const af_param_layout *lay;
+    float lora_scale;
+    int drop;                  /* training: dropout active (masks from af_lora_dropout_mask) */
+    uint64_t seed;             /* dropout seed */
+    /* AF_TF_TRAIN: packed samples, seq_start [B + 1]; token block of the frozen products (0: one call) */
+    const int32_t *ss;
+    int32_t B;
+    int64_t block_rows;
+    /* AF_TF_INFER: KV caches [n_layers][n_ctx][kv_dim] (position-major per layer), past length */
+    float *k_cache, *v_cache;
+    int64_t n_ctx, n_past;
+    /* optional probe (NULL: none) */
+    af_tf_probe_fn probe;
+    void *probe_ctx;
+};
+typedef struct af_tf_run af_tf_run;
+
+/* x [n, H] = token embeddings of tokens[n] (ids in [0, vocab), checked by the caller) times
+ * desc.embd_scale. */
+void af_tf_embed(const af_model *m, const int32_t *tokens, int64_t n, float *x);
+
+/* Layer l forward: x [R->n, H] -> xo [R->n, H] (xo may equal x), filling S. Inference appends the
+ * tokens' K/V to the caches at R->n_past. */
+void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const float *x, float *xo);
+
+/* Layer l backward (AF_TF_TRAIN; S as filled by the forward of the same x). On entry ws->dX [n, H]
+ * holds dL/d(x_out); on return dL/dx when need_in (else the backward stops below the layer's
+ * lowest adapter). LoRA gradients are ADDED into G (offsets of R->lay). Norm weights are frozen. */
+void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G, const float *x, int need_in);
+
+/* Final norm: y [n, H] = rmsnorm(x)·output_norm, rstd [n] (may be NULL); y may equal x. */
+void af_tf_final_norm(const af_model *m, float *y, float *rstd, const float *x, int64_t n);
+/* Its backward: dx [n, H] += d rmsnorm given dy and the forward's x, rstd. */
+void af_tf_final_norm_backward(const af_model *m, float *dx, const float *dy, const float *x, const float *rstd,
+                               int64_t n);
+
+/* LM head: logits [n, vocab] = softcap(output_norm(x)·Woutᵀ) for the final hidden states x [n, H]
+ * (normalised in place). softcap(z) = c·tanh(z/c) with c = desc.final_logit_softcap, off when 0. */
+void af_lm_head_forward(const af_model *m, float *logits, float *x, int64_t n);
+
+/* Inference state of up to `cap` tokens per call: residual stream, one activation set, scratch. */
+typedef struct af_tf_infer {
+    int64_t cap;
+    void *mem;
+    float *x;       /* [cap, H] residual stream; the final hidden states (before the norm) after a call */
+    int32_t *pos;   /* [cap] */
+    af_tf_acts S;
+    af_tf_scratch w;
+} af_tf_infer;
+
+/* lay: the adapter layout the state must serve (NULL: none). Errors: AF_ERR_NOMEM. */
+af_status af_tf_infer_init(af_tf_infer *s, const af_model *m, const af_param_layout *lay, int64_t cap);
+void af_tf_infer_free(af_tf_infer *s);
+
+/* Inference forward of n tokens (n <= s->cap) at positions n_past .. n_past+n-1 through every
+ * layer, appending K/V to k_cache/v_cache [num_layers][n_ctx][kv_dim]; s->x gets the final hidden
+ * states [n, H] before the output norm. Adapter: P laid out by lay (as given to af_tf_infer_init)
+ * with correction scale `scale`; P == NULL: none. */
+void af_tf_infer_forward(const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
+                         const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
+                         int64_t n_ctx);
+
+#endif /* AF_TRANSFORMER_H */
