@@ -2,7 +2,7 @@
  * layer walk (model/transformer.h), optionally with a LoRA adapter applied unmerged. */
 #include "infer/session.h"
 
-#include "formats/adapter_io.h"
+#include "lora/adapter_io.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "model/transformer.h"
