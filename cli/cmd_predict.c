@@ -65,7 +65,7 @@ static void print_pred(const af_classifier *c, const float *p, double thr) {
 /* Classify every sample of a corpus and print the predictions. */
 static af_status run_corpus(af_classifier *c, const af_corpus *corp, int32_t batch, double thr) {
     af_dataset *ds = NULL;
-    AF_TRY(af_dataset_build(corp, af_model_tokenizer(c->model), c->max_seq_len, &ds));
+    AF_TRY(af_dataset_build(c->ctx, corp, af_model_tokenizer(c->model), c->max_seq_len, &ds));
     float *probs = malloc(sizeof(float) * (size_t)ds->n * (size_t)c->num_classes);
     af_status st = probs ? af_classifier_probs(c, ds, batch, probs) : AF_ERR_NOMEM;
     for (int32_t i = 0; st == AF_OK && i < ds->n; i++) print_pred(c, probs + (size_t)i * c->num_classes, thr);
@@ -171,11 +171,11 @@ int cmd_predict(int argc, char **argv) {
         cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : "-a ADAPTER_DIR");
         return 2;
     }
-    af_set_num_threads((int)threads);
-    if (bf16) cli_set_bf16(C);
+    af_ctx *ctx = NULL;
+    if (!cli_make_ctx(C, threads, NULL, bf16, 0, &ctx)) return 2;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
-    af_status st = af_classifier_load(model_path, NULL, adapter, &c);
+    af_status st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
     int rc = 0;
     if (st == AF_OK && !af_model_tokenizer(c->model)) {
         cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);
@@ -199,5 +199,6 @@ int cmd_predict(int argc, char **argv) {
 done:
     af_corpus_free(corp);
     af_classifier_free(c);
+    af_ctx_free(ctx);
     return rc;
 }

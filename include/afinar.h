@@ -54,42 +54,64 @@ const char *af_last_error(void);
 const char *af_version(void);
 
 /* ---------------------------------------------------------------------------------------------
- * Runtime: CPU features and threads
+ * Context: threads, kernel path, precision (created once, passed to models)
+ *
+ * An af_ctx holds every run-time setting of the compute kernels. It is created once, is read-only
+ * afterwards (safe to share between threads), and is borrowed by the models loaded with it (it
+ * must outlive them); sessions and trainers use their model's context. The CPU kernel variant
+ * (scalar / AVX2 / AVX-512, bf16 where present) is chosen once, when the context is created.
  * ------------------------------------------------------------------------------------------- */
+typedef struct af_ctx af_ctx;
 
-/* Human-readable summary of the CPU features detected at run time and the kernel path chosen,
- * e.g. "avx512f avx512bw avx512_bf16 avx2 fma -> avx512". Static string. */
-const char *af_cpu_features(void);
+typedef struct af_ctx_params {
+    /* Compute threads. <= 0: all available (OpenMP's default: OMP_NUM_THREADS, else the cores).
+     * Without OpenMP compiled in, always 1. */
+    int n_threads;
+    /* Kernel path: NULL or "auto" (best the CPU runs), "scalar", "avx2", "avx512". */
+    const char *kernel_path;
+    /* Precision of the large matrix products (training steps, prompt evaluation; n > 4 rows):
+     *  NULL or "f32": f32 operands and accumulation, exact up to f32 summation order;
+     *  "bf16": operands rounded to bfloat16 (round to nearest even), products accumulated in f32
+     *         with AVX512_BF16 VDPBF16PS, about 2x the f32 throughput; per product
+     *         |y - y_exact| <= (2^-8 + k 2^-24) sum_k |x_k||w_k|, like PyTorch's CPU bf16
+     *         autocast of Linear layers. It applies to every product on the packed GEMM path:
+     *         frozen weights, LoRA factors (n·k >= 4096) and the blocked attention of training
+     *         sequences (QKᵀ, PV and their gradients, as autocast does for bmm). Elementwise ops,
+     *         softmax, norms, the loss and the optimizer stay f32. */
+    const char *matmul_precision;
+    /* 1: single-token (decode) products with int8-quantized activations, as llama.cpp does:
+     * faster, but logits move by up to ~0.5 on SmolLM2 compared with exact f32 (greedy text can
+     * then differ from the reference stack). 0 (default): exact f32 decode. */
+    int int8_activations;
+} af_ctx_params;
 
-/* Kernel path override: "auto" (default), "scalar", "avx2", "avx512". Paths the CPU cannot run
- * are refused with AF_ERR_UNSUPPORTED. Not thread-safe: call before any model work. */
-af_status af_set_kernel_path(const char *name);
+/* Defaults: n_threads 0 (all), kernel_path "auto", matmul_precision "f32", int8_activations 0. */
+void af_ctx_params_default(af_ctx_params *p);
 
-/* Single-token (decode) products with int8-quantized activations, as llama.cpp does: faster, but
- * logits move by up to ~0.5 on SmolLM2 compared with exact f32 (greedy text can then differ from
- * the reference stack). Off by default. Process-wide; set before any model work. */
-void af_set_int8_activations(int on);
+/* New context from `p` (NULL: defaults). `*out`: caller frees with af_ctx_free() after every
+ * model loaded with it. Errors: AF_ERR_INVALID_ARG (unknown kernel path or precision name),
+ * AF_ERR_UNSUPPORTED (a kernel path this CPU cannot run; "bf16" where the CPU lacks AVX512_BF16
+ * or the kernel path is not avx512), AF_ERR_NOMEM. */
+af_status af_ctx_new(const af_ctx_params *p, af_ctx **out);
 
-/* Precision of the large matrix products (training steps, prompt evaluation; n > 4 rows):
- *  "f32"  (default) f32 operands and accumulation, exact up to f32 summation order;
- *  "bf16" operands rounded to bfloat16 (round to nearest even), products accumulated in f32 with
- *         AVX512_BF16 VDPBF16PS, about 2x the f32 throughput; per product
- *         |y - y_exact| <= (2^-8 + k 2^-24) sum_k |x_k||w_k|, like PyTorch's CPU bf16 autocast
- *         of Linear layers. It applies to every product on the packed GEMM path: frozen
- *         weights, LoRA factors (n·k >= 4096) and the blocked attention of training sequences
- *         (QKᵀ, PV and their gradients, as autocast does for bmm). Elementwise ops, softmax,
- *         norms, the loss and the optimizer stay f32.
- * "bf16" is refused with AF_ERR_UNSUPPORTED when the CPU lacks AVX512_BF16 or the kernel path
- * is not avx512 (the f32 path stays in use). Process-wide; set before model work, not while
- * kernels run. */
-af_status af_set_matmul_precision(const char *name);
-/* "f32" or "bf16": the precision in use. Static string. */
-const char *af_get_matmul_precision(void);
+/* Frees a context. NULL is ignored. */
+void af_ctx_free(af_ctx *ctx);
 
-/* Number of threads used by compute kernels (OpenMP). n <= 0 selects all available cores.
- * Without OpenMP support compiled in, this is a no-op and kernels run on one thread. */
-void af_set_num_threads(int n);
-int af_get_num_threads(void);
+/* The settings in use, as params that af_ctx_new() accepts (to derive a context that differs in
+ * one setting). kernel_path is the resolved path name ("scalar", "avx2" or "avx512"), n_threads
+ * the resolved count; strings are static. */
+void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p);
+
+int af_ctx_n_threads(const af_ctx *ctx);
+/* "scalar", "avx2" or "avx512". Static string. */
+const char *af_ctx_kernel_path(const af_ctx *ctx);
+/* "f32" or "bf16". Static string. */
+const char *af_ctx_matmul_precision(const af_ctx *ctx);
+int af_ctx_int8_activations(const af_ctx *ctx);
+
+/* Human-readable summary of the CPU features detected at run time and the kernel path of `ctx`,
+ * e.g. "avx512f avx512bw avx512_bf16 avx2 fma -> avx512". Borrowed: valid while ctx lives. */
+const char *af_ctx_describe(const af_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Models
@@ -113,10 +135,13 @@ typedef struct af_model_config {
 } af_model_config;
 
 /* Load a model from a GGUF file. The file is memory-mapped; quantized weights are used in place.
+ * `ctx`: the context its computations run under (borrowed: it must outlive the model); NULL =
+ * the process default context (auto kernel path, all threads, f32, exact decode), created at
+ * first use and never freed. Sessions and trainers of the model use its context.
  * `*out` receives a new model; caller frees with af_model_free().
  * Errors: AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_UNSUPPORTED (architecture or tensor type),
  *         AF_ERR_NOT_FOUND (required key or tensor), AF_ERR_NOMEM. */
-af_status af_model_load(const char *path, af_model **out);
+af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out);
 
 /* Frees a model and unmaps its file. NULL is ignored. */
 void af_model_free(af_model *model);

@@ -17,24 +17,6 @@ struct af_session {
     float *logit_tmp; /* [vocab] when only the last logits are requested of a multi-chunk eval */
 };
 
-void af_set_int8_activations(int on) { af_matmul_set_int8_activations(on); }
-
-af_status af_set_matmul_precision(const char *name) {
-    if (!name) return af_fail(AF_ERR_INVALID_ARG, "matmul precision: NULL");
-    if (!strcmp(name, "f32")) {
-        af_matmul_set_bf16(0);
-        return AF_OK;
-    }
-    if (!strcmp(name, "bf16")) {
-        if (af_matmul_set_bf16(1)) return AF_OK;
-        return af_fail(AF_ERR_UNSUPPORTED, "matmul precision bf16: needs AVX512_BF16 and the avx512 kernel path "
-                                           "(this CPU/path: %s)", af_cpu_features());
-    }
-    return af_fail(AF_ERR_INVALID_ARG, "matmul precision '%s': expected f32 or bf16", name);
-}
-
-const char *af_get_matmul_precision(void) { return af_matmul_bf16() ? "bf16" : "f32"; }
-
 af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     if (!m || !out) return af_fail(AF_ERR_INVALID_ARG, "af_session_new: NULL argument");
     *out = NULL;

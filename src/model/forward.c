@@ -76,35 +76,35 @@ void af_forward_tokens(const af_model *m, af_fwd_scratch *s, const int32_t *toke
         float *kc = k_cache + (size_t)il * (size_t)n_ctx * (size_t)kvd;
         float *vc = v_cache + (size_t)il * (size_t)n_ctx * (size_t)kvd;
         /* attention block */
-        af_rmsnorm_forward(s->h, NULL, s->x, L->attn_norm, n, H, eps);
-        af_matmul_xwt(s->q, s->h, L->wq.data, L->wq.type, n, H, qd, 0);
-        af_matmul_xwt(s->k, s->h, L->wk.data, L->wk.type, n, H, kvd, 0);
-        af_matmul_xwt(s->v, s->h, L->wv.data, L->wv.type, n, H, kvd, 0);
-        if (L->q_norm) af_rmsnorm_forward(s->q, NULL, s->q, L->q_norm, n * nh, hd, eps);
-        if (L->k_norm) af_rmsnorm_forward(s->k, NULL, s->k, L->k_norm, n * nkv, hd, eps);
-        af_rope_forward(s->q, s->pos, n, nh, hd, L->rope_base, m->rope_neox);
-        af_rope_forward(s->k, s->pos, n, nkv, hd, L->rope_base, m->rope_neox);
+        af_rmsnorm_forward(m->ctx, s->h, NULL, s->x, L->attn_norm, n, H, eps);
+        af_matmul_xwt(m->ctx, s->q, s->h, L->wq.data, L->wq.type, n, H, qd, 0);
+        af_matmul_xwt(m->ctx, s->k, s->h, L->wk.data, L->wk.type, n, H, kvd, 0);
+        af_matmul_xwt(m->ctx, s->v, s->h, L->wv.data, L->wv.type, n, H, kvd, 0);
+        if (L->q_norm) af_rmsnorm_forward(m->ctx, s->q, NULL, s->q, L->q_norm, n * nh, hd, eps);
+        if (L->k_norm) af_rmsnorm_forward(m->ctx, s->k, NULL, s->k, L->k_norm, n * nkv, hd, eps);
+        af_rope_forward(m->ctx, s->q, s->pos, n, nh, hd, L->rope_base, m->rope_neox);
+        af_rope_forward(m->ctx, s->k, s->pos, n, nkv, hd, L->rope_base, m->rope_neox);
         memcpy(kc + (size_t)n_past * (size_t)kvd, s->k, sizeof(float) * (size_t)(n * kvd));
         memcpy(vc + (size_t)n_past * (size_t)kvd, s->v, sizeof(float) * (size_t)(n * kvd));
-        af_attention_forward(s->h, NULL, s->q, kc, vc, n, n_past, n_past + n, kvd, nh, nkv, hd, m->attn_scale,
+        af_attention_forward(m->ctx, s->h, NULL, s->q, kc, vc, n, n_past, n_past + n, kvd, nh, nkv, hd, m->attn_scale,
                              L->window);
-        af_matmul_xwt(s->o, s->h, L->wo.data, L->wo.type, n, qd, H, 0);
-        if (L->post_attn_norm) af_rmsnorm_forward(s->o, NULL, s->o, L->post_attn_norm, n, H, eps);
+        af_matmul_xwt(m->ctx, s->o, s->h, L->wo.data, L->wo.type, n, qd, H, 0);
+        if (L->post_attn_norm) af_rmsnorm_forward(m->ctx, s->o, NULL, s->o, L->post_attn_norm, n, H, eps);
         af_add(s->x, s->x, s->o, n * H);
         /* feed-forward block */
-        af_rmsnorm_forward(s->h, NULL, s->x, L->ffn_norm, n, H, eps);
-        af_matmul_xwt(s->g, s->h, L->w_gate.data, L->w_gate.type, n, H, F, 0);
-        af_matmul_xwt(s->u, s->h, L->w_up.data, L->w_up.type, n, H, F, 0);
-        if (m->act_gelu) af_geglu_forward(s->g, s->g, s->u, n * F);
-        else af_swiglu_forward(s->g, s->g, s->u, n * F);
-        af_matmul_xwt(s->o, s->g, L->w_down.data, L->w_down.type, n, F, H, 0);
-        if (L->post_ffw_norm) af_rmsnorm_forward(s->o, NULL, s->o, L->post_ffw_norm, n, H, eps);
+        af_rmsnorm_forward(m->ctx, s->h, NULL, s->x, L->ffn_norm, n, H, eps);
+        af_matmul_xwt(m->ctx, s->g, s->h, L->w_gate.data, L->w_gate.type, n, H, F, 0);
+        af_matmul_xwt(m->ctx, s->u, s->h, L->w_up.data, L->w_up.type, n, H, F, 0);
+        if (m->act_gelu) af_geglu_forward(m->ctx, s->g, s->g, s->u, n * F);
+        else af_swiglu_forward(m->ctx, s->g, s->g, s->u, n * F);
+        af_matmul_xwt(m->ctx, s->o, s->g, L->w_down.data, L->w_down.type, n, F, H, 0);
+        if (L->post_ffw_norm) af_rmsnorm_forward(m->ctx, s->o, NULL, s->o, L->post_ffw_norm, n, H, eps);
         af_add(s->x, s->x, s->o, n * H);
     }
 }
 
 void af_forward_logits(const af_model *m, float *logits, float *x, int64_t n) {
     const af_model_config *c = &m->cfg;
-    af_rmsnorm_forward(x, NULL, x, m->output_norm, n, c->hidden_size, c->rms_norm_eps);
-    af_matmul_xwt(logits, x, m->output.data, m->output.type, n, c->hidden_size, c->vocab_size, 0);
+    af_rmsnorm_forward(m->ctx, x, NULL, x, m->output_norm, n, c->hidden_size, c->rms_norm_eps);
+    af_matmul_xwt(m->ctx, logits, x, m->output.data, m->output.type, n, c->hidden_size, c->vocab_size, 0);
 }

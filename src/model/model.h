@@ -43,6 +43,7 @@ typedef struct af_layer {
 } af_layer;
 
 struct af_model {
+    const af_ctx *ctx;      /* borrowed (af_model_load): threads, kernel table, precision */
     af_gguf *gguf;          /* owned: the mapping the weights point into */
     af_tokenizer *tok;      /* owned; NULL if the file has no (supported) tokenizer */
     af_model_config cfg;

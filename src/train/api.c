@@ -208,7 +208,7 @@ af_status af_lora_trainer_new(const af_model *model, const af_lora_trainer_opts 
     af_lora_init_params(&tr->lay, tr->P);
     st = build_tensors(tr);
     if (st == AF_OK) {
-        st = af_engine_new(model, &tr->lay, &tr->eng);
+        st = af_engine_new(NULL, model, &tr->lay, &tr->eng);
         if (st != AF_OK) st = refail(st, fn);
     }
     if (st != AF_OK) {
@@ -321,7 +321,7 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
     if (!tr->o.head_bias && tr->lay.head_b_off >= 0)
         memset(tr->G + tr->lay.head_b_off, 0, sizeof(float) * (size_t)tr->lay.num_classes);
     const double gn =
-        tr->nonfinite ? NAN : af_clip_grad_norm(tr->G, n, tr->o.max_grad_norm > 0 ? (double)tr->o.max_grad_norm : 0);
+        tr->nonfinite ? NAN : af_clip_grad_norm(tr->model->ctx, tr->G, n, tr->o.max_grad_norm > 0 ? (double)tr->o.max_grad_norm : 0);
     const int was_nonfinite_loss = tr->nonfinite;
     const int ok = isfinite(gn);
     if (ok) {
@@ -332,7 +332,7 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
         a.eps = tr->o.eps;
         a.weight_decay = tr->o.weight_decay;
         a.t = tr->adam_t;
-        af_adamw_step(&a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
+        af_adamw_step(tr->model->ctx, &a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
         tr->adam_t = a.t;
     }
     const int64_t step = tr->step_count++;

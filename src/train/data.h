@@ -41,7 +41,7 @@ typedef struct af_dataset {
  * `*out`: caller frees with af_dataset_free(). Errors: AF_ERR_INVALID_ARG (max_seq_len < 1, NULL
  * tokenizer), AF_ERR_FORMAT (empty text and no BOS/EOS token: "FILE:LINE: field 'input': ..."),
  * AF_ERR_NOMEM. */
-af_status af_dataset_build(const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len, af_dataset **out);
+af_status af_dataset_build(const af_ctx *ctx, const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len, af_dataset **out);
 
 /* A data set from token arrays already made (tests, tools): sample i = ids[off[i] .. off[i+1]),
  * off [n + 1]; labels [n] (single-label, -1 allowed) or multi_hot [n, num_classes] (exactly one of

@@ -30,17 +30,16 @@
 #include "train/engine.h"
 
 #include "core/core.h"
+#include "core/threads.h"
+#include "kernels/ctx.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-/* When af_matmul_set_int8_activations(1) is on, af_matmul_xwt quantizes the activations to int8
+/* When the context has int8 activations on, af_matmul_xwt quantizes the activations to int8
  * for very small n (matmul.c decode regime, n <= AF_MM_DECODE_N = 4): not differentiable and not
  * f32-exact. Training products with fewer than MIN_ROWS rows are computed on a zero-padded copy so
  * the training forward is f32-exact for every row count and every process setting. */
@@ -82,6 +81,7 @@ typedef struct prefix_cache {
 } prefix_cache;
 
 struct af_engine {
+    const af_ctx *ctx; /* borrowed: the context of every kernel call (af_engine_new) */
     const af_model *m;
     const af_param_layout *lay;
     int32_t lo;     /* lowest layer with an adapter (af_lora_lowest_layer): layers below are frozen */
@@ -211,7 +211,7 @@ size_t af_engine_bytes(const af_model *model, const af_param_layout *lay, int64_
     return cv.used;
 }
 
-af_status af_engine_new(const af_model *model, const af_param_layout *lay, af_engine **out) {
+af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param_layout *lay, af_engine **out) {
     if (!model || !lay || !out) return af_fail(AF_ERR_INVALID_ARG, "engine: NULL argument");
     *out = NULL;
     if (lay->n_layers != model->cfg.num_hidden_layers || lay->hidden != model->cfg.hidden_size)
@@ -220,6 +220,7 @@ af_status af_engine_new(const af_model *model, const af_param_layout *lay, af_en
                        lay->n_layers, lay->hidden, model->cfg.num_hidden_layers, model->cfg.hidden_size);
     af_engine *e = af_calloc(1, sizeof *e);
     if (!e) return af_fail(AF_ERR_NOMEM, "engine: out of memory");
+    e->ctx = ctx ? ctx : model->ctx;
     e->m = model;
     e->lay = lay;
     e->lo = af_lora_lowest_layer(lay);
@@ -289,13 +290,9 @@ typedef struct run {
 /* Threads for a block-parallel product: the OpenMP team size when an outer parallel region can
  * be opened without nesting active regions (the kernel calls inside then run single-threaded),
  * else 1 (blocks are then run one after the other, each call threaded by the kernel). */
-static int block_threads(void) {
-#ifdef _OPENMP
-    if (omp_in_parallel() || omp_get_max_active_levels() > 1) return 1;
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
+static int block_threads(const af_ctx *ctx) {
+    if (AF_OMP_IN_PARALLEL() || AF_OMP_MAX_ACTIVE_LEVELS() > 1) return 1;
+    return ctx->n_threads;
 }
 
 /* Frozen-weight product over n rows in token blocks (BLOCK_ROWS):
@@ -306,23 +303,21 @@ static void mm_blocks(const af_engine *e, int dyw, float *y, const float *x, con
                       int accumulate) {
     const int64_t xw = dyw ? w->rows : w->cols, yw = dyw ? w->cols : w->rows;
     /* the packed GEMM blocks rows and threads by itself and packs W once per call: one call */
-    const int64_t br = af_matmul_packed_path(n, xw, yw) ? 0 : e->block_rows;
+    const int64_t br = af_matmul_packed_path(e->ctx, n, xw, yw) ? 0 : e->block_rows;
     int64_t nb = br > 0 ? (n + br / 2) / br : 1;
-    const int nth = nb >= 2 ? block_threads() : 1;
+    const int nth = nb >= 2 ? block_threads(e->ctx) : 1;
     if (nth > 1 && nb >= nth) nb = (nb + nth - 1) / nth * nth; /* equal shares */
     if (nb < 2) {
-        if (dyw) af_matmul_dyw(y, x, w->data, w->type, n, yw, xw, accumulate);
-        else af_matmul_xwt(y, x, w->data, w->type, n, xw, yw, accumulate);
+        if (dyw) af_matmul_dyw(e->ctx, y, x, w->data, w->type, n, yw, xw, accumulate);
+        else af_matmul_xwt(e->ctx, y, x, w->data, w->type, n, xw, yw, accumulate);
         return;
     }
     const int par = nth > 1 && nb >= nth;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (par)
-#endif
+    AF_OMP(parallel for schedule(dynamic, 1) num_threads(nth) if (par))
     for (int64_t b = 0; b < nb; b++) {
         const int64_t t0 = n * b / nb, m = n * (b + 1) / nb - t0;
-        if (dyw) af_matmul_dyw(y + t0 * yw, x + t0 * xw, w->data, w->type, m, yw, xw, accumulate);
-        else af_matmul_xwt(y + t0 * yw, x + t0 * xw, w->data, w->type, m, xw, yw, accumulate);
+        if (dyw) af_matmul_dyw(e->ctx, y + t0 * yw, x + t0 * xw, w->data, w->type, m, yw, xw, accumulate);
+        else af_matmul_xwt(e->ctx, y + t0 * yw, x + t0 * xw, w->data, w->type, m, xw, yw, accumulate);
     }
     (void)par;
 }
@@ -336,7 +331,7 @@ static void mm_xwt(af_engine *e, float *y, const float *x, const af_weight *w, i
     }
     memcpy(e->padx, x, sizeof(float) * (size_t)(n * in));
     memset(e->padx + n * in, 0, sizeof(float) * (size_t)((MIN_ROWS - n) * in));
-    af_matmul_xwt(e->pady, e->padx, w->data, w->type, MIN_ROWS, in, out, 0);
+    af_matmul_xwt(e->ctx, e->pady, e->padx, w->data, w->type, MIN_ROWS, in, out, 0);
     memcpy(y, e->pady, sizeof(float) * (size_t)(n * out));
 }
 
@@ -365,9 +360,9 @@ static void proj_fwd(af_engine *e, const run *R, lset *S, int32_t l, af_proj p, 
     float *mask = NULL;
     if (R->drop && S->mask[p]) {
         mask = S->mask[p];
-        af_lora_dropout_mask(mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
+        af_lora_dropout_mask(e->ctx, mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
     }
-    af_lora_forward(y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
+    af_lora_forward(e->ctx, y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
                     lay->scale);
     probe(e, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
 }
@@ -380,20 +375,20 @@ static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const 
     const float eps = m->cfg.rms_norm_eps;
     const int64_t n = R->n;
     float *h1 = e->hs; /* scratch: recomputed from x and rstd1 by the backward when needed */
-    af_rmsnorm_forward(h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+    af_rmsnorm_forward(e->ctx, h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
     probe(e, h1, n * d.H, l, "input_layernorm output", "");
     proj_fwd(e, R, S, l, AF_PROJ_Q, &Ly->wq, d.gem ? S->qraw : S->q, h1);
     proj_fwd(e, R, S, l, AF_PROJ_K, &Ly->wk, d.gem ? S->kraw : S->k, h1);
     proj_fwd(e, R, S, l, AF_PROJ_V, &Ly->wv, S->v, h1);
     if (d.gem) {
-        af_rmsnorm_forward(S->q, S->rstdq, S->qraw, Ly->q_norm, n * d.nh, d.hd, eps);
-        af_rmsnorm_forward(S->k, S->rstdk, S->kraw, Ly->k_norm, n * d.nkv, d.hd, eps);
+        af_rmsnorm_forward(e->ctx, S->q, S->rstdq, S->qraw, Ly->q_norm, n * d.nh, d.hd, eps);
+        af_rmsnorm_forward(e->ctx, S->k, S->rstdk, S->kraw, Ly->k_norm, n * d.nkv, d.hd, eps);
     }
-    af_rope_forward(S->q, e->pos, n, d.nh, d.hd, Ly->rope_base, m->rope_neox);
-    af_rope_forward(S->k, e->pos, n, d.nkv, d.hd, Ly->rope_base, m->rope_neox);
+    af_rope_forward(e->ctx, S->q, e->pos, n, d.nh, d.hd, Ly->rope_base, m->rope_neox);
+    af_rope_forward(e->ctx, S->k, e->pos, n, d.nkv, d.hd, Ly->rope_base, m->rope_neox);
     for (int32_t b = 0; b < R->B; b++) {
         const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
-        af_attention_forward(S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
+        af_attention_forward(e->ctx, S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
                              S->v + s0 * d.kvd, len, 0, len, d.kvd, d.nh, d.nkv, d.hd, m->attn_scale, Ly->window);
     }
     probe(e, S->q, n * d.qd, l, "self_attn q after norm/RoPE", "");
@@ -402,23 +397,23 @@ static void layer_forward(af_engine *e, const run *R, int32_t l, lset *S, const 
     float *o = d.gem ? S->oraw : e->tH;
     proj_fwd(e, R, S, l, AF_PROJ_O, &Ly->wo, o, S->attn);
     if (d.gem) {
-        af_rmsnorm_forward(e->tH, S->rstdpa, S->oraw, Ly->post_attn_norm, n, d.H, eps);
+        af_rmsnorm_forward(e->ctx, e->tH, S->rstdpa, S->oraw, Ly->post_attn_norm, n, d.H, eps);
         o = e->tH;
     }
     af_add(S->xmid, x, o, n * d.H);
     probe(e, S->xmid, n * d.H, l, "residual stream after self_attn", "");
     float *h2 = e->hs; /* likewise (h1 is no longer needed) */
-    af_rmsnorm_forward(h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+    af_rmsnorm_forward(e->ctx, h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
     probe(e, h2, n * d.H, l, "post_attention_layernorm output", "");
     proj_fwd(e, R, S, l, AF_PROJ_GATE, &Ly->w_gate, S->gate, h2);
     proj_fwd(e, R, S, l, AF_PROJ_UP, &Ly->w_up, S->up, h2);
-    if (m->act_gelu) af_geglu_forward(e->act, S->gate, S->up, n * d.F);
-    else af_swiglu_forward(e->act, S->gate, S->up, n * d.F);
+    if (m->act_gelu) af_geglu_forward(e->ctx, e->act, S->gate, S->up, n * d.F);
+    else af_swiglu_forward(e->ctx, e->act, S->gate, S->up, n * d.F);
     probe(e, e->act, n * d.F, l, "mlp activation (act(gate)·up)", "");
     float *dn = d.gem ? S->draw : e->tH;
     proj_fwd(e, R, S, l, AF_PROJ_DOWN, &Ly->w_down, dn, e->act);
     if (d.gem) {
-        af_rmsnorm_forward(e->tH, S->rstdpf, S->draw, Ly->post_ffw_norm, n, d.H, eps);
+        af_rmsnorm_forward(e->ctx, e->tH, S->rstdpf, S->draw, Ly->post_ffw_norm, n, d.H, eps);
         dn = e->tH;
     }
     af_add(xo, S->xmid, dn, n * d.H);
@@ -433,12 +428,12 @@ static void proj_bwd(af_engine *e, const run *R, lset *S, float *G, int32_t l, a
                      float *dx, const float *dy, const float *x, int accumulate) {
     if (dx) {
         if (R->n >= MIN_ROWS) mm_blocks(e, 1, dx, dy, w, R->n, accumulate);
-        else af_matmul_dyw(dx, dy, w->data, w->type, R->n, w->cols, w->rows, accumulate);
+        else af_matmul_dyw(e->ctx, dx, dy, w->data, w->type, R->n, w->cols, w->rows, accumulate);
     }
     const af_param_layout *lay = e->lay;
     const af_lora_slot *s = af_lora_slot_at(lay, l, p);
     if (s->a_off < 0) return;
-    af_lora_backward(dx, G + s->a_off, G + s->b_off, e->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
+    af_lora_backward(e->ctx, dx, G + s->a_off, G + s->b_off, e->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
                      R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, lay->scale);
 }
 
@@ -467,31 +462,31 @@ static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float
     const float *dd = dX;
     if (d.gem) {
         zero(e->dT, n * d.H);
-        af_rmsnorm_backward(e->dT, NULL, dX, S->draw, Ly->post_ffw_norm, S->rstdpf, n, d.H);
+        af_rmsnorm_backward(e->ctx, e->dT, NULL, dX, S->draw, Ly->post_ffw_norm, S->rstdpf, n, d.H);
         dd = e->dT;
     }
     if (adapted(lay, l, AF_PROJ_DOWN)) { /* act is the input of down_proj's adapter */
-        if (m->act_gelu) af_geglu_forward(e->act, S->gate, S->up, n * d.F);
-        else af_swiglu_forward(e->act, S->gate, S->up, n * d.F);
+        if (m->act_gelu) af_geglu_forward(e->ctx, e->act, S->gate, S->up, n * d.F);
+        else af_swiglu_forward(e->ctx, e->act, S->gate, S->up, n * d.F);
     }
     proj_bwd(e, R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, need_ffn ? e->dact : NULL, dd, e->act, 0);
     if (!need_ffn) return;
     zero(e->dgate, n * d.F);
     zero(e->dup, n * d.F);
-    if (m->act_gelu) af_geglu_backward(e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
-    else af_swiglu_backward(e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
+    if (m->act_gelu) af_geglu_backward(e->ctx, e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
+    else af_swiglu_backward(e->ctx, e->dgate, e->dup, e->dact, S->gate, S->up, n * d.F);
     /* h2, the input of gate/up's adapters, recomputed (same function, same inputs: same bits) */
     if (adapted(lay, l, AF_PROJ_GATE) || adapted(lay, l, AF_PROJ_UP))
-        af_rmsnorm_forward(e->hs, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+        af_rmsnorm_forward(e->ctx, e->hs, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
     proj_bwd(e, R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, need_mid ? e->dh : NULL, e->dgate, e->hs, 0);
     proj_bwd(e, R, S, G, l, AF_PROJ_UP, &Ly->w_up, need_mid ? e->dh : NULL, e->dup, e->hs, 1);
     if (!need_mid) return;
-    af_rmsnorm_backward(dX, NULL, e->dh, S->xmid, Ly->ffn_norm, S->rstd2, n, d.H); /* dX = d x_mid */
+    af_rmsnorm_backward(e->ctx, dX, NULL, e->dh, S->xmid, Ly->ffn_norm, S->rstd2, n, d.H); /* dX = d x_mid */
     /* attention branch */
     const float *dob = dX;
     if (d.gem) {
         zero(e->dT, n * d.H);
-        af_rmsnorm_backward(e->dT, NULL, dX, S->oraw, Ly->post_attn_norm, S->rstdpa, n, d.H);
+        af_rmsnorm_backward(e->ctx, e->dT, NULL, dX, S->oraw, Ly->post_attn_norm, S->rstdpa, n, d.H);
         dob = e->dT;
     }
     proj_bwd(e, R, S, G, l, AF_PROJ_O, &Ly->wo, need_qkv ? e->dattn : NULL, dob, S->attn, 0);
@@ -501,30 +496,30 @@ static void layer_backward(af_engine *e, const run *R, int32_t l, lset *S, float
     zero(e->dv, n * d.kvd);
     for (int32_t b = 0; b < R->B; b++) {
         const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
-        af_attention_backward(e->dq + s0 * d.qd, e->dk + s0 * d.kvd, e->dv + s0 * d.kvd, e->dattn + s0 * d.qd,
+        af_attention_backward(e->ctx, e->dq + s0 * d.qd, e->dk + s0 * d.kvd, e->dv + s0 * d.kvd, e->dattn + s0 * d.qd,
                               S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
                               S->v + s0 * d.kvd, len, 0, len, d.nh, d.nkv, d.hd, m->attn_scale, Ly->window);
     }
-    af_rope_backward(e->dq, e->pos, n, d.nh, d.hd, Ly->rope_base, m->rope_neox);
-    af_rope_backward(e->dk, e->pos, n, d.nkv, d.hd, Ly->rope_base, m->rope_neox);
+    af_rope_backward(e->ctx, e->dq, e->pos, n, d.nh, d.hd, Ly->rope_base, m->rope_neox);
+    af_rope_backward(e->ctx, e->dk, e->pos, n, d.nkv, d.hd, Ly->rope_base, m->rope_neox);
     const float *gq = e->dq, *gk = e->dk;
     if (d.gem) {
         zero(e->dqr, n * d.qd);
         zero(e->dkr, n * d.kvd);
-        af_rmsnorm_backward(e->dqr, NULL, e->dq, S->qraw, Ly->q_norm, S->rstdq, n * d.nh, d.hd);
-        af_rmsnorm_backward(e->dkr, NULL, e->dk, S->kraw, Ly->k_norm, S->rstdk, n * d.nkv, d.hd);
+        af_rmsnorm_backward(e->ctx, e->dqr, NULL, e->dq, S->qraw, Ly->q_norm, S->rstdq, n * d.nh, d.hd);
+        af_rmsnorm_backward(e->ctx, e->dkr, NULL, e->dk, S->kraw, Ly->k_norm, S->rstdk, n * d.nkv, d.hd);
         gq = e->dqr;
         gk = e->dkr;
     }
     float *dh = need_in ? e->dh : NULL;
     /* h1, the input of q/k/v's adapters, recomputed from the layer input likewise */
     if (adapted(lay, l, AF_PROJ_Q) || adapted(lay, l, AF_PROJ_K) || adapted(lay, l, AF_PROJ_V))
-        af_rmsnorm_forward(e->hs, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+        af_rmsnorm_forward(e->ctx, e->hs, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
     proj_bwd(e, R, S, G, l, AF_PROJ_Q, &Ly->wq, dh, gq, e->hs, 0);
     proj_bwd(e, R, S, G, l, AF_PROJ_K, &Ly->wk, dh, gk, e->hs, 1);
     proj_bwd(e, R, S, G, l, AF_PROJ_V, &Ly->wv, dh, e->dv, e->hs, 1);
     if (!need_in) return;
-    af_rmsnorm_backward(dX, NULL, e->dh, x, Ly->attn_norm, S->rstd1, n, d.H); /* dX = d x_in */
+    af_rmsnorm_backward(e->ctx, dX, NULL, e->dh, x, Ly->attn_norm, S->rstd1, n, d.H); /* dX = d x_in */
 }
 
 /* ---------------------------------------------------------------- driver */
@@ -702,12 +697,12 @@ static void forward_all(af_engine *e, const run *R, const af_batch *b, int save,
         lset *S = &e->sets[save ? l - lo : 0];
         layer_forward(e, R, l, S, xs_at(e, l, n), xs_at(e, l + 1, n));
     }
-    af_rmsnorm_forward(e->hN, e->rstdN, xs_at(e, d.L, n), m->output_norm, n, d.H, m->cfg.rms_norm_eps);
+    af_rmsnorm_forward(e->ctx, e->hN, e->rstdN, xs_at(e, d.L, n), m->output_norm, n, d.H, m->cfg.rms_norm_eps);
     probe(e, e->hN, n * d.H, -1, "model.norm output", "");
     af_pool_forward(pooled, e->hN, b->seq_start, b->n_samples, d.H, pool);
     probe(e, pooled, b->n_samples * d.H, -1, "pooled hidden state", "");
     const af_param_layout *lay = e->lay;
-    af_head_forward(logits, pooled, R->P + lay->head_w_off, R->P + lay->head_b_off, b->n_samples, d.H,
+    af_head_forward(e->ctx, logits, pooled, R->P + lay->head_w_off, R->P + lay->head_b_off, b->n_samples, d.H,
                     lay->num_classes);
     probe(e, logits, (int64_t)b->n_samples * lay->num_classes, -1, "score output (logits)", "");
 }
@@ -795,11 +790,11 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     }
     for (int64_t i = 0; i < (int64_t)B * C; i++) dlg[i] *= grad_scale;
     zero(dpooled, B * d.H);
-    af_head_backward(dpooled, G + lay->head_w_off, G + lay->head_b_off, dlg, pooled, P + lay->head_w_off, B, d.H, C);
+    af_head_backward(e->ctx, dpooled, G + lay->head_w_off, G + lay->head_b_off, dlg, pooled, P + lay->head_w_off, B, d.H, C);
     zero(e->dT, n * d.H);
     af_pool_backward(e->dT, dpooled, b->seq_start, B, d.H, o->pooling);
     zero(e->dX, n * d.H);
-    af_rmsnorm_backward(e->dX, NULL, e->dT, xs_at(e, d.L, n), m->output_norm, e->rstdN, n, d.H);
+    af_rmsnorm_backward(e->ctx, e->dX, NULL, e->dT, xs_at(e, d.L, n), m->output_norm, e->rstdN, n, d.H);
     /* down to the lowest adapted layer only: nothing below it is trainable */
     for (int32_t l = (int32_t)d.L - 1; l >= lo; l--) {
         const float *x = xs_at(e, l, n);

@@ -54,8 +54,10 @@ typedef struct af_step_opts {
 typedef struct af_engine af_engine;
 
 /* Create an engine for `model` with the given parameter layout (borrowed; both must outlive it).
- * Workspace grows on demand to the largest batch seen. Errors: AF_ERR_NOMEM, AF_ERR_INVALID_ARG. */
-af_status af_engine_new(const af_model *model, const af_param_layout *lay, af_engine **out);
+ * `ctx`: the context its kernels run under (borrowed; NULL: the model's), e.g. a trainer's bf16
+ * context. Workspace grows on demand to the largest batch seen. Errors: AF_ERR_NOMEM,
+ * AF_ERR_INVALID_ARG. */
+af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param_layout *lay, af_engine **out);
 void af_engine_free(af_engine *e);
 
 /* Forward only: logits [n_samples, num_classes] for the batch (labels ignored). */

@@ -119,11 +119,14 @@ typedef struct af_trainer_opts {
     int overwrite;               /* replace the artifacts of a run already in output_dir */
     const char *resume;          /* checkpoint or run directory, or NULL */
     int32_t max_nonfinite;       /* 5 consecutive non-finite steps stop the run */
-    int threads;                 /* 0: all cores */
+    const af_ctx *ctx;           /* base context of the run (borrowed), or NULL: the model's when `model` is
+                                    given, else the defaults. The trainer derives its own from it with
+                                    `threads` and `bf16` applied. */
+    int threads;                 /* 0: the base context's */
     double memory_limit_mb;      /* 0: the machine's RAM, or the cgroup limit (memory.max) when lower; N: refuse
                                     to start when the estimated peak exceeds N MiB */
-    int bf16;                    /* 1: af_set_matmul_precision("bf16") for the run (falls back to f32 with a
-                                    warning where the CPU lacks AVX512_BF16); 0: leave the precision as set */
+    int bf16;                    /* 1: matmul precision bf16 for the run (falls back to f32 with a warning
+                                    where the CPU lacks AVX512_BF16); 0: the base context's precision */
     /* ---- reporting and control ---- */
     FILE *log;                   /* progress and reports (NULL: silent) */
     int progress_tty;            /* -1 auto (isatty of log), 0 newline lines, 1 '\r' live line */
@@ -192,6 +195,7 @@ af_status af_trainer_find_checkpoint(const char *arg, char **ckpt);
 
 /* ---- inference with a trained adapter ---- */
 typedef struct af_classifier {
+    const af_ctx *ctx;        /* borrowed: the context of the engine */
     const af_model *model;    /* borrowed or == model_owned */
     af_model *model_owned;
     af_param_layout lay;
@@ -206,9 +210,11 @@ typedef struct af_classifier {
 
 /* Load an adapter directory written by the trainer (or any PEFT SEQ_CLS LoRA adapter with a
  * score head: pooling then defaults to "last", max_seq_len to 512) on top of `model` (borrowed)
- * or, when NULL, the GGUF at model_path. Errors: those of af_model_load / af_adapter_load;
- * AF_ERR_INVALID_ARG (adapter made for another model shape, no classification head). */
-af_status af_classifier_load(const char *model_path, const af_model *model, const char *adapter_dir,
+ * or, when NULL, the GGUF at model_path loaded with `ctx`. Computations run under `ctx` (borrowed,
+ * must outlive the classifier; NULL: the model's). Errors: those of af_model_load /
+ * af_adapter_load; AF_ERR_INVALID_ARG (adapter made for another model shape, no classification
+ * head). */
+af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af_model *model, const char *adapter_dir,
                              af_classifier **out);
 void af_classifier_free(af_classifier *c);
 

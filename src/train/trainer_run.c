@@ -182,7 +182,7 @@ static af_status train_step(loop *L, af_adamw *opt, int *finite, double *loss, d
     *acc = (double)correct / (double)n_step;
     *n_step_out = n_step;
     if (!o->head_bias) memset(L->G + t->lay.head_b_off, 0, sizeof(float) * (size_t)C);
-    *gn = *finite ? af_clip_grad_norm(L->G, n_total, o->max_grad_norm > 0 ? o->max_grad_norm : 0) : NAN;
+    *gn = *finite ? af_clip_grad_norm(L->t->ctx, L->G, n_total, o->max_grad_norm > 0 ? o->max_grad_norm : 0) : NAN;
     if (*finite && !isfinite(*gn)) {
         *finite = 0;
         char nm[128];
@@ -194,7 +194,7 @@ static af_status train_step(loop *L, af_adamw *opt, int *finite, double *loss, d
     *lr = af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total);
     if (*finite) {
         opt->t = L->rs.adam_t;
-        af_adamw_step(opt, L->P, L->G, L->M, L->V, n_total, (float)*lr, L->decay);
+        af_adamw_step(L->t->ctx, opt, L->P, L->G, L->M, L->V, n_total, (float)*lr, L->decay);
         L->rs.adam_t = opt->t;
     }
     return AF_OK;
@@ -371,7 +371,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         if (ckpt) st = af_tr_load_state(t, ckpt, L.P, L.M, L.V, &L.rs);
     }
     if (st == AF_OK && ckpt) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
-    if (st == AF_OK) st = af_engine_new(t->model, &t->lay, &L.eng);
+    if (st == AF_OK) st = af_engine_new(t->ctx, t->model, &t->lay, &L.eng);
     if (st == AF_OK && o->prefix_cache_mb > 0) { /* layers below --lora-layers: run once per sample */
         size_t cb = (size_t)o->prefix_cache_mb << 20;
         if (t->mem_ram > t->mem_need && cb > (t->mem_ram - t->mem_need) / 2) cb = (t->mem_ram - t->mem_need) / 2;

@@ -18,6 +18,7 @@
 #define AF_MM_TARGET __attribute__((target("avx2,fma,f16c")))
 #define AF_MM_DOT(u, q) _mm256_madd_epi16(_mm256_maddubs_epi16((u), (q)), _mm256_set1_epi16(1))
 
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_unpack.h"
 

@@ -20,6 +20,7 @@
 #define AF_MM_DOT(u, q) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (u), (q))
 
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_unpack.h"
 
