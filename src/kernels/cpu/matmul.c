@@ -1,6 +1,6 @@
 /*
  * matmul.c — products with block-format weights (kernels/matmul.h): run-time dispatch between the
- * scalar / AVX2 / AVX-512 kernels (core.h af_kernel_path()), the tiling and OpenMP drivers shared
+ * scalar / AVX2 / AVX-512 kernels (the context's table ctx->k->mm, kernels.h), the tiling and OpenMP drivers shared
  * by all paths, the scalar kernels, and the f32 GEMMs.
  *
  * Regimes of af_matmul_xwt (y[n,out] = x[n,in] · W[out,in]ᵀ):
@@ -8,12 +8,12 @@
  *    matmul_avx512.c): each weight row is dequantized in registers to exactly the f32 values of
  *    af_dequantize_row and multiplied-added with the f32 activations. Exact up to f32 rounding
  *    (measured relative error ~5e-7, like the tile path). Rows in 16-row blocks, OpenMP static.
- *  - n <= AF_MM_DECODE_N with af_matmul_set_int8_activations(1) on a SIMD path with a block type:
+ *  - n <= AF_MM_DECODE_N with int8 activations in the context (ctx->int8_act) on a SIMD path with a block type:
  *    x is quantized once to int8 per 32 values (matmul_internal.h af_mm_xq) and each weight row is
  *    unpacked in registers and dotted with integer instructions (vpdpbusd / vpmaddubsw), one f32
  *    scale per 16 or 32 values. Error: |y - y_exact| <= sum_k |W[o,k]| d_k / 2 with
  *    d_k = max|x| of k's 32-block / 127 (llama.cpp's scheme; moves SmolLM2 logits by up to ~0.6).
- *  - other n <= AF_MM_DECODE_N (scalar path, or af_mm_set_fused_decode(0)): a row chunk of W is
+ *  - other n <= AF_MM_DECODE_N (scalar path, or the context hook AF_CTX_FUSED_DECODE off): a row chunk of W is
  *    dequantized to a stack buffer and dotted with each token in f32.
  *  - n > AF_MM_DECODE_N: a tile of ops.nr rows x KC columns of W is dequantized once into a
  *    transposed f32 panel (stack, L1/L2) and reused for every token by the register-tiled

@@ -11,7 +11,8 @@
  *  - ukernel/tpack: the 8 x 32 tile of the packed GEMM (gemm_packed.c) as three register tiles
  *    (6x16, 6x16, 2x32) and the 8 x 8 transposing packer of its operands.
  * Compiled for baseline x86-64; every function carries the AVX2 target attribute and is only
- * called when af_kernel_path() selects AVX2 (or AVX-512 without VNNI, for decode).
+ * reached through the avx2 dispatch table (kernels.h), or, for int8 decode, from the AVX-512
+ * kernels on CPUs without VNNI.
  */
 #if defined(__x86_64__)
 

@@ -12,7 +12,7 @@
  *    mm_unpack + vcvtdq2ps + one fma. See the section comment for what was measured.
  *  - dequant: matmul_unpack.h (AVX2 width).
  * Compiled for baseline x86-64; every function carries the AVX-512 target attribute and is only
- * called when af_kernel_path() == AF_KPATH_AVX512.
+ * reached through the avx512 dispatch table (kernels.h).
  */
 #if defined(__x86_64__)
 

@@ -539,7 +539,7 @@ OPS_T256 static void swiglu_bwd_256(float *d_gate, float *d_up, const float *dh,
         int par_ = (n) >= AF_OPS_PAR_MIN;                                                          \
         (void)par_;                                                                                \
         int64_t nch_ = ((n) + OPS_EW_CHUNK - 1) / OPS_EW_CHUNK;                                    \
-        AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par_))                                                    \
+        AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par_))                \
         for (int64_t c_ = 0; c_ < nch_; c_++) {                                                    \
             int64_t i0 = c_ * OPS_EW_CHUNK, len = min64((n) - i0, OPS_EW_CHUNK);                   \
             CALL;                                                                                  \
