@@ -201,7 +201,8 @@ typedef struct af_session af_session;
 
 /* A session holds a KV cache of `n_ctx` positions (<= 0: the model's max_position_embeddings,
  * capped at 4096) for one sequence. `*out`: caller frees with af_session_free().
- * Borrows `model`, which must outlive the session. Errors: AF_ERR_NOMEM, AF_ERR_INVALID_ARG. */
+ * Borrows `model`, which must outlive the session; runs under the model's context.
+ * Errors: AF_ERR_NOMEM, AF_ERR_INVALID_ARG. */
 af_status af_session_new(const af_model *model, int n_ctx, af_session **out);
 void af_session_free(af_session *s);
 
@@ -295,7 +296,8 @@ typedef struct af_lora_trainer_opts {
 /* Fill `o` with the defaults listed above. */
 void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o);
 
-/* Create a trainer on `model` (borrowed: must outlive the trainer) with `opts` (NULL: defaults;
+/* Create a trainer on `model` (borrowed: must outlive the trainer; the trainer runs under the
+ * model's context) with `opts` (NULL: defaults;
  * copied, `targets` is parsed here). Parameters are initialised from opts.seed; gradients and AdamW
  * state start at zero. `*out`: caller frees with af_lora_trainer_free().
  * Errors: AF_ERR_INVALID_ARG (NULL model/out, r < 1 or above min(in, out) of a target, lora_alpha

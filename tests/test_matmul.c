@@ -453,6 +453,39 @@ static void test_bf16(void) {
     tl_ctx_set(NULL, -1, "f32", -1);
 }
 
+/* af_ctx: parameters checked once at creation, read back by the getters */
+static void test_ctx_api(void) {
+    af_ctx *c = NULL;
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.kernel_path = "sse9";
+    CHECK(af_ctx_new(&p, &c) == AF_ERR_INVALID_ARG && c == NULL, "unknown kernel path refused");
+    af_ctx_params_default(&p);
+    p.matmul_precision = "fp8";
+    CHECK(af_ctx_new(&p, &c) == AF_ERR_INVALID_ARG && c == NULL, "unknown matmul precision refused");
+    af_ctx_params_default(&p);
+    p.kernel_path = "scalar";
+    p.n_threads = 1;
+    p.int8_activations = 1;
+    if (CHECK(af_ctx_new(&p, &c) == AF_OK, "scalar context: %s", af_last_error())) {
+        CHECK(af_ctx_n_threads(c) == 1 && !strcmp(af_ctx_kernel_path(c), "scalar") &&
+                  !strcmp(af_ctx_matmul_precision(c), "f32") && af_ctx_int8_activations(c) == 1 &&
+                  strstr(af_ctx_describe(c), "-> scalar") != NULL,
+              "getters read back the parameters (%s)", af_ctx_describe(c));
+        af_ctx_params q;
+        af_ctx_get_params(c, &q);
+        CHECK(q.n_threads == 1 && !strcmp(q.kernel_path, "scalar") && q.int8_activations == 1,
+              "af_ctx_get_params round trip");
+        p.matmul_precision = "bf16";
+        af_ctx *b = NULL;
+        CHECK(af_ctx_new(&p, &b) == AF_ERR_UNSUPPORTED && b == NULL, "bf16 refused on the scalar path");
+    }
+    af_ctx_free(c);
+    af_ctx_free(NULL);
+    CHECK(af_ctx_new(NULL, &c) == AF_OK && af_ctx_n_threads(c) >= 1, "default context");
+    af_ctx_free(c);
+}
+
 int main(void) {
     for (int p = 0; p < 3; p++) {
         path_ok[p] = tl_ctx_set(PATHS[p], -1, NULL, -1) == AF_OK;
@@ -463,5 +496,6 @@ int main(void) {
     test_gemm();
     test_types();
     test_bf16();
+    test_ctx_api();
     return tl_finish("test_matmul");
 }

@@ -42,10 +42,13 @@ int af_matmul_packed_path(const af_ctx *ctx, int64_t n, int64_t in, int64_t out)
 
 /* Plain f32 GEMM helpers for activations and LoRA factors (row-major):
  * C[m, n] (+)= A[m, k] · B[n, k]ᵀ */
-void af_gemm_abt(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
+void af_gemm_abt(const af_ctx *ctx,
+                 float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
 /* C[m, n] (+)= A[m, k] · B[k, n] */
-void af_gemm_ab(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
+void af_gemm_ab(const af_ctx *ctx,
+                float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
 /* C[m, n] (+)= A[k, m]ᵀ · B[k, n]   (weight gradients: dW = dyᵀ x) */
-void af_gemm_atb(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
+void af_gemm_atb(const af_ctx *ctx,
+                 float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
 
 #endif /* AF_MATMUL_H */

@@ -30,7 +30,8 @@ void af_vexpf(const af_ctx *ctx, float *y, const float *x, int64_t n);
 /* ---- RMSNorm (Zhang & Sennrich 2019; llama/transformers LlamaRMSNorm) ----
  * y[t, :] = x[t, :] * rstd[t] * w[:],  rstd[t] = 1 / sqrt(mean(x[t, :]^2) + eps)
  * x, y: [n, dim]; w: [dim]; rstd (may be NULL): [n], saved for the backward. y may alias x. */
-void af_rmsnorm_forward(const af_ctx *ctx, float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
+void af_rmsnorm_forward(const af_ctx *ctx,
+                        float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
                         float eps);
 /* dx[t,:] += rstd*g - rstd^3/dim * x * sum(g*x),  g = w*dy;  dw[:] += sum_t dy*x*rstd  (dw may be NULL)
  * rstd: the [n] saved by the forward. Row sums (forward Σx², backward Σg·x) are accumulated in double
@@ -59,12 +60,14 @@ void af_rope_backward(const af_ctx *ctx, float *dx, const int32_t *pos, int64_t 
  * gate, up, h: [n] (flattened). h may alias gate. */
 void af_swiglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n);
 /* d_gate += dh * up * silu'(gate);  d_up += dh * silu(gate) */
-void af_swiglu_backward(const af_ctx *ctx, float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+void af_swiglu_backward(const af_ctx *ctx,
+                        float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
                         int64_t n);
 
 /* ---- GeGLU with tanh-approximate GELU (Gemma): h = gelu_tanh(gate) * up ---- */
 void af_geglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n);
-void af_geglu_backward(const af_ctx *ctx, float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+void af_geglu_backward(const af_ctx *ctx,
+                       float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
                        int64_t n);
 
 /* ---- Causal grouped-query self-attention over ONE sequence (a packed sample) ----

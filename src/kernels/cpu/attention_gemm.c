@@ -45,7 +45,8 @@ static size_t group_bytes(int64_t n_q, int64_t n_kv, int64_t group) {
     return (size_t)group * (size_t)n_q * (size_t)n_kv * 2 * sizeof(float);
 }
 
-bool af_att_gemm_usable(const af_ctx *ctx, int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+bool af_att_gemm_usable(const af_ctx *ctx,
+                        int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                         int64_t hd) {
     if (!ctx->att_gemm || !ctx->k->ag || !ctx->k->mm->ukernel) return false;
     if (q_pos0 != 0 || n_q != n_kv || n_q < 32 || hd < 16 || n_kv_heads <= 0 || n_heads % n_kv_heads) return false;
@@ -233,7 +234,8 @@ const af_ag_rows af_ag_rows_avx512 = {softmax_row512, grad_row512, dot_row512};
 const af_ag_rows af_ag_rows_avx2 = {softmax_row256, grad_row256, dot_row256};
 
 /* C[m, n] (+)= A · B on one thread (the callers parallelize over blocks). */
-static void mm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak, const float *w, int64_t ldw,
+static void mm(const af_ctx *ctx,
+               float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak, const float *w, int64_t ldw,
                int b_trans, int64_t m, int64_t n, int64_t k, int acc) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
@@ -245,7 +247,8 @@ static void mm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t
                ldw * (int64_t)sizeof(float), b_trans, m, n, k, acc, 1);
 }
 
-bool af_att_gemm_forward(const af_ctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
+bool af_att_gemm_forward(const af_ctx *ctx,
+                         float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
                          int64_t n_kv, int64_t kv_stride, int64_t n_heads, int64_t n_kv_heads, int64_t hd,
                          float scale, int64_t window) {
     const af_ag_rows *ag = ctx->k->ag;
@@ -273,7 +276,8 @@ bool af_att_gemm_forward(const af_ctx *ctx, float *out, float *lse, const float 
     return true;
 }
 
-bool af_att_gemm_backward(const af_ctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+bool af_att_gemm_backward(const af_ctx *ctx,
+                          float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                           const float *q, const float *k, const float *v, int64_t n_q, int64_t n_kv,
                           int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, int64_t window) {
     const af_ag_rows *ag = ctx->k->ag;
@@ -331,16 +335,19 @@ bool af_att_gemm_backward(const af_ctx *ctx, float *dq, float *dk, float *dv, co
 
 #else /* not x86-64 */
 
-bool af_att_gemm_usable(const af_ctx *ctx, int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+bool af_att_gemm_usable(const af_ctx *ctx,
+                        int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                         int64_t hd) {
     return false;
 }
-bool af_att_gemm_forward(const af_ctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
+bool af_att_gemm_forward(const af_ctx *ctx,
+                         float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
                          int64_t n_kv, int64_t kv_stride, int64_t n_heads, int64_t n_kv_heads, int64_t hd,
                          float scale, int64_t window) {
     return false;
 }
-bool af_att_gemm_backward(const af_ctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+bool af_att_gemm_backward(const af_ctx *ctx,
+                          float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                           const float *q, const float *k, const float *v, int64_t n_q, int64_t n_kv,
                           int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, int64_t window) {
     return false;

@@ -17,18 +17,19 @@
  *    [MC/8][KC][8] (f32) or [MC/8][KC/2][8] (bf16 pairs), zero-padded rows, so the micro-kernel
  *    reads both operands contiguously. The block (128 KiB f32) stays in L2 while every panel of
  *    B passes through L1 (the BLIS loop order).
- *  - Micro-kernels: ops.ukernel (f32 FMA: AVX-512, 16 zmm accumulators; AVX2, three register
- *    tiles 6x16, 6x16, 2x32 of 12/12/8 ymm accumulators) or the bf16 micro-kernel of kernels.h af_gp_bf16_ops (VDPBF16PS): an
- *    8 x 32 tile of C over one K-chunk, masked at the edges. Operands are transposed into the
- *    packed layout by ops.tpack (AVX-512 or AVX2 8x8 transposes).
+ *  - Micro-kernels, from the context's table (kernels.h): mm->ukernel (f32 FMA: AVX-512, 16 zmm
+ *    accumulators; AVX2, three register tiles 6x16, 6x16, 2x32 of 12/12/8 ymm accumulators) or
+ *    gp_bf16->ukernel (VDPBF16PS): an 8 x 32 tile of C over one K-chunk, masked at the edges.
+ *    Operands are transposed into the packed layout by mm->tpack (AVX-512 or AVX2 8x8
+ *    transposes) or gp_bf16->tpack.
  *  - Threads: OpenMP over tasks (block of MC rows) x (group of panels). A block is packed once per
  *    task and K-chunk, so the column groups are only split (G > 1) when the row blocks alone do
  *    not divide evenly over the threads; tasks are dealt round-robin. Each element of C is
  *    computed by one task in a fixed order (K-chunks ascending), so results do not depend on the
  *    thread count or the grouping.
  * Precision: f32 (default) is exact up to f32 summation order (each C element is a sequential f32
- * FMA chain over k, chunked by AF_GP_KC). bf16 (a context with matmul precision bf16, CPUs with AVX512_BF16 only):
- * A and B rounded to bfloat16 when packed, products accumulated in f32; error bound in
+ * FMA chain over k, chunked by AF_GP_KC). bf16 (a context with matmul precision bf16, CPUs with
+ * AVX512_BF16 only): A and B rounded to bfloat16 when packed, products accumulated in f32; error bound in
  * gemm_packed_avx512.c.
  */
 #include "kernels/cpu/gemm_packed.h"
@@ -101,7 +102,7 @@ void af_gp_release(void) {
 /* B panels from W[N, K] (rows of W are columns of B): bp[(j/32)*K*32 + kk*32 + j%32] = W[j][kk]
  * (f32), or pairs bp[(j/32)*(K/2)*32 + p*32 + j%32] = pair(W[j][2p], W[j][2p+1]) (bf16).
  * 8 rows at a time are dequantized in K-chunks of AF_GP_KC (a multiple of every block size) and
- * transposed into the panel (af_gp_tpack_*). */
+ * transposed into the panel (mm->tpack or gp_bf16->tpack). */
 static void pack_b_trans(const af_kernels *kt, void *bpv, const uint8_t *w, uint32_t type, size_t rb,
                          int64_t n, int64_t k, bool bf) {
     int64_t npan = (n + AF_GP_NR - 1) / AF_GP_NR;

@@ -193,7 +193,8 @@ OPS_T256 static void rms_bwd_row_256(float *dx, const float *dy, const float *x,
 }
 #endif
 
-void af_rmsnorm_forward(const af_ctx *ctx, float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
+void af_rmsnorm_forward(const af_ctx *ctx,
+                        float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
                         float eps) {
     int par = n > 1 && n * dim >= AF_OPS_PAR_MIN;
     (void)par;
@@ -353,7 +354,8 @@ OPS_T256 static void rope_rot_256(float *xt, const float *C, const float *S, int
 }
 #endif
 
-static void rope_apply(const af_ctx *ctx, float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t hd, float base,
+static void rope_apply(const af_ctx *ctx,
+                       float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t hd, float base,
                        int neox, float sign) {
     if (n <= 0 || n_heads <= 0 || hd < 2) return;
     const int64_t half = hd / 2, tstride = n_heads * hd;
@@ -556,7 +558,8 @@ void af_swiglu_forward(const af_ctx *ctx, float *h, const float *gate, const flo
     EW_LOOP(n, K->swiglu_fwd(h + i0, gate + i0, up + i0, len));
 }
 
-void af_swiglu_backward(const af_ctx *ctx, float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+void af_swiglu_backward(const af_ctx *ctx,
+                        float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
                         int64_t n) {
     const af_ops_rows *K = ctx->k->ops;
     EW_LOOP(n, K->swiglu_bwd(d_gate + i0, d_up + i0, dh + i0, gate + i0, up + i0, len));
@@ -580,7 +583,8 @@ void af_geglu_forward(const af_ctx *ctx, float *h, const float *gate, const floa
     }
 }
 
-void af_geglu_backward(const af_ctx *ctx, float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+void af_geglu_backward(const af_ctx *ctx,
+                       float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
                        int64_t n) {
     int par = n >= AF_OPS_PAR_MIN;
     (void)par;
