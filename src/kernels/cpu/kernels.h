@@ -59,7 +59,8 @@ typedef struct af_kernels {
     const af_ag_rows *ag;           /* NULL: no blocked attention on this path */
 } af_kernels;
 
-/* The table of `path` (scalar when this build has no such path). */
+/* The table of `path` (scalar when this build has no such path); for avx512, the variant with
+ * or without AVX512_VNNI int8 decode, from the CPU's features. */
 const af_kernels *af_kernels_for(af_kpath path);
 
 /* Per-file parts of the tables (defined beside their kernels). */
@@ -67,7 +68,7 @@ extern const af_mm_ops af_mm_ops_scalar;
 extern const af_ops_rows af_ops_rows_scalar;
 extern const af_att_rows af_att_rows_scalar;
 #if defined(__x86_64__)
-extern const af_mm_ops af_mm_ops_avx2, af_mm_ops_avx512;
+extern const af_mm_ops af_mm_ops_avx2, af_mm_ops_avx512, af_mm_ops_avx512_novnni;
 extern const af_ops_rows af_ops_rows_avx2, af_ops_rows_avx512;
 extern const af_att_rows af_att_rows_avx2, af_att_rows_avx512;
 extern const af_ag_rows af_ag_rows_avx2, af_ag_rows_avx512;

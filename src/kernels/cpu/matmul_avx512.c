@@ -4,7 +4,7 @@
  *    right edge; x broadcast from memory, the packed panel P read as two zmm per k.
  *  - decode: integer dot products with AVX512-VNNI vpdpbusd on 256-bit vectors
  *    (u8 weights x s8 activations -> i32), unpacking in matmul_unpack.h; falls back to the AVX2
- *    decode (vpmaddubsw) when the CPU lacks VNNI.
+ *    decode (vpmaddubsw) when the CPU lacks VNNI (table af_mm_ops_avx512_novnni).
  *  - decode_f32 (the default decode, n <= 4): f32 activations; each weight row is dequantized in
  *    zmm registers to exactly the values of af_dequantize_row and multiplied-added in f32.
  *    4-bit types use a 16-entry f32 table per block (u*s + c for u = 0..15) read with vpermps,
@@ -85,11 +85,12 @@ static AF_MM_TARGET void panel512(int64_t m, int64_t k, const float *x, int64_t 
         mk512_h(1, m, k, x, sxt, sxk, p, spk, m0, m1, c, ldc, accumulate);
 }
 
-static AF_MM_TARGET bool decode512(uint32_t type, const uint8_t *w, int64_t rb, int64_t o0,
-                                   int64_t o1, const af_mm_xq *xq, int64_t n, float *y,
-                                   int64_t ldy, int acc) {
-    if (!af_cpu()->avx512_vnni) return af_mm_ops_avx2.decode(type, w, rb, o0, o1, xq, n, y, ldy, acc);
-    return mm_decode(type, w, rb, o0, o1, xq, n, y, ldy, acc);
+/* AVX-512 CPUs without VNNI run the int8 decode of the AVX2 table (af_mm_ops_avx512_novnni,
+ * chosen by af_kernels_for when the context is created). */
+static AF_MM_TARGET bool decode512_novnni(uint32_t type, const uint8_t *w, int64_t rb, int64_t o0,
+                                          int64_t o1, const af_mm_xq *xq, int64_t n, float *y,
+                                          int64_t ldy, int acc) {
+    return af_mm_ops_avx2.decode(type, w, rb, o0, o1, xq, n, y, ldy, acc);
 }
 
 /* ---------------------------------------------------------------- f32 decode (ops.decode_f32) */
@@ -409,8 +410,10 @@ static AF_MM_TARGET void ukernel512(int mr, int64_t kc, const float *ap, const f
     }
 }
 
-const af_mm_ops af_mm_ops_avx512 = {32,        panel512,       mm_dequant, mm_dot, decode512,
+const af_mm_ops af_mm_ops_avx512 = {32,        panel512,       mm_dequant, mm_dot, mm_decode,
                                     decode_f32_512, ukernel512, af_gp_tpack_f32};
+const af_mm_ops af_mm_ops_avx512_novnni = {32,        panel512,       mm_dequant, mm_dot, decode512_novnni,
+                                           decode_f32_512, ukernel512, af_gp_tpack_f32};
 
 #else
 typedef int af_matmul_avx512_empty; /* ISO C forbids an empty translation unit */
