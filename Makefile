@@ -25,7 +25,9 @@ endif
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -fPIC -Iinclude -Isrc $(PKG_CFLAGS)
 # Header dependencies written by the compiler next to each output (FILE.d): every header a source
 # includes, directly or not (cli/*.h and tests/*.h included); -MP adds an empty rule per header so a
-# deleted header does not stop the build.
+# deleted header does not stop the build. An output whose dependency file is missing (built by an
+# older Makefile, or the file was removed) is rebuilt: it depends on FILE.d, which an empty rule
+# "makes" when absent.
 DEPFLAGS    := -MMD -MP
 
 # Version (from include/afinar.h, the one place it is written) and the shared library's names:
@@ -74,7 +76,7 @@ probe:
 lib: $(BUILD)/libafinar.a $(BUILD)/libafinar.so
 cli: $(BUILD)/afinar
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(BUILD)/%.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
@@ -94,12 +96,12 @@ $(BUILD)/libafinar.so: $(BUILD)/$(SONAME)
 $(BUILD)/afinar: $(CLI_OBJ) $(BUILD)/libafinar.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libafinar.a $(LDLIBS)
 
-$(BUILD)/tests/testlib.o: tests/testlib.c
+$(BUILD)/tests/testlib.o: tests/testlib.c $(BUILD)/tests/testlib.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -Itests -c $< -o $@
 
 # Compiled and linked in one step: the dependency file is named and targeted explicitly.
-$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libafinar.a
+$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libafinar.a $(BUILD)/tests/%.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -Itests -o $@ $< $(TEST_COMMON) $(BUILD)/libafinar.a $(LDLIBS)
 
@@ -144,3 +146,7 @@ clean:
 
 # The compiler-written header dependencies of everything built so far (none on a clean tree).
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_COMMON:.o=.d) $(TEST_BIN:=.d)
+
+# Dependency files: an empty rule so a missing one marks its output out of date (see DEPFLAGS).
+$(BUILD)/%.d: ;
+.PRECIOUS: $(BUILD)/%.d

@@ -13,11 +13,12 @@
  * real decode step; otherwise one copy is reused and stays in L2/L3 when it fits.
  * Each line is the minimum time over AF_BENCH_SEC seconds (default 0.3) of repetitions.
  * Decode (n = 1, xwt, SIMD paths) is timed in three modes: f32 (fused in-register dequantization,
- * the default), int8 (af_matmul_set_int8_activations(1)) and dot (dequantize a row chunk to the
- * stack, then f32 dot: the earlier default, af_mm_set_fused_decode(0)).
+ * the default), int8 (a context with int8_activations) and dot (dequantize a row chunk to the
+ * stack, then f32 dot: the earlier default, context hook AF_CTX_FUSED_DECODE off).
  * Also prints, for n = 1, ||y_path - y_scalar|| / ||y_scalar|| (int8 activation error).
  */
 #include "core/core.h"
+#include "kernels/ctx.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -26,6 +27,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The context of the benchmarked calls, replaced (old one freed) by bench_ctx for each setting:
+ * kernel path (NULL: auto), threads (0: all), matmul precision (NULL: f32), int8 activations. */
+static af_ctx *g_ctx;
+static af_status bench_ctx(const char *path, int threads, const char *precision, int int8_act) {
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.kernel_path = path;
+    p.n_threads = threads;
+    if (precision) p.matmul_precision = precision;
+    p.int8_activations = int8_act;
+    af_ctx *c = NULL;
+    af_status st = af_ctx_new(&p, &c);
+    if (st != AF_OK) return st;
+    af_ctx_free(g_ctx);
+    g_ctx = c;
+    return AF_OK;
+}
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t xs(void) {
@@ -88,8 +107,8 @@ static double time_call(float *y, const float *x, const uint8_t *w0, uint32_t ty
     while (total < g_sec || reps < 3) {
         const uint8_t *w = g_ncopy > 1 ? g_copy[reps % g_ncopy] : w0;
         double t0 = af_time_sec();
-        if (dyw) af_matmul_dyw(y, x, w, type, n, in, out, 0);
-        else af_matmul_xwt(y, x, w, type, n, in, out, 0);
+        if (dyw) af_matmul_dyw(g_ctx, y, x, w, type, n, in, out, 0);
+        else af_matmul_xwt(g_ctx, y, x, w, type, n, in, out, 0);
         double dt = af_time_sec() - t0;
         total += dt;
         reps++;
@@ -106,7 +125,8 @@ int main(int argc, char **argv) {
     printf("weights: %s\n", cold ? "cold (cycling through copies > 128 MiB: streamed from DRAM)"
                                   : "warm (one copy: cache-resident when it fits)");
     static const char *PATHS[] = {"scalar", "avx2", "avx512"};
-    printf("cpu: %s\n", af_cpu_features());
+    if (bench_ctx(NULL, 0, NULL, 0) != AF_OK) return 1;
+    printf("cpu: %s\n", af_ctx_describe(g_ctx));
     printf("%-14s %-5s %-6s %-8s %-4s %3s %4s %10s %9s %8s %s\n", "shape", "type", "op", "path", "mode",
            "thr", "n", "us", "GFLOP/s", "GB/s(w)", "rel-err-vs-scalar");
     for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) {
@@ -131,11 +151,11 @@ int main(int argc, char **argv) {
                 float *y = af_malloc_aligned(sizeof(float) * (size_t)(n * out));
                 float *yref = af_malloc_aligned(sizeof(float) * (size_t)(n * out));
                 for (int64_t i = 0; i < n * in; i++) x[i] = uf();
-                af_set_kernel_path("scalar");
-                if (op) af_matmul_dyw(yref, x, w, s->type, n, s->in, s->out, 0);
-                else af_matmul_xwt(yref, x, w, s->type, n, s->in, s->out, 0);
+                bench_ctx("scalar", 0, NULL, 0);
+                if (op) af_matmul_dyw(g_ctx, yref, x, w, s->type, n, s->in, s->out, 0);
+                else af_matmul_xwt(g_ctx, yref, x, w, s->type, n, s->in, s->out, 0);
                 for (int p = 0; p < 3; p++) {
-                    if (af_set_kernel_path(PATHS[p]) != AF_OK) continue;
+                    if (bench_ctx(PATHS[p], 0, NULL, 0) != AF_OK) continue;
                     if (p == 0 && (n > 1 || op)) continue; /* scalar: decode only */
                     /* decode modes: f32 (fused, default), int8 activations, dot (dequant + dot) */
                     static const char *MODES[] = {"f32", "int8", "dot"};
@@ -146,12 +166,9 @@ int main(int argc, char **argv) {
                         snprintf(label, sizeof label, "%s %s %s %s %s th=%d n=%lld ", s->what, af_type_name(s->type),
                                  op ? "dyw" : "xwt", PATHS[p], MODES[md], th, (long long)n);
                         if (filter && !strstr(label, filter)) continue;
-                        af_set_num_threads(th);
-                        af_matmul_set_int8_activations(md == 1);
-                        af_mm_set_fused_decode(md != 2);
+                        bench_ctx(PATHS[p], th, NULL, md == 1);
+                        af_ctx_set_hook(g_ctx, AF_CTX_FUSED_DECODE, md != 2);
                         double t = time_call(y, x, w, s->type, n, op ? s->in : in, op ? s->out : out, op);
-                        af_matmul_set_int8_activations(0);
-                        af_mm_set_fused_decode(1);
                         double e2 = 0, r2 = 0;
                         for (int64_t i = 0; i < n * out; i++) {
                             e2 += ((double)y[i] - yref[i]) * ((double)y[i] - yref[i]);
@@ -173,7 +190,6 @@ int main(int argc, char **argv) {
             for (int c = 0; c < g_ncopy; c++) af_free_aligned(g_copy[c]);
         af_free_aligned(w);
     }
-    af_set_kernel_path("auto");
-    af_set_num_threads(0);
+    af_ctx_free(g_ctx);
     return 0;
 }

@@ -18,12 +18,31 @@
  */
 #include "afinar.h"
 #include "core/core.h"
+#include "kernels/ctx.h"
 #include "kernels/ops.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The context of the benchmarked calls, replaced (old one freed) by bench_ctx for each setting:
+ * kernel path (NULL: auto), threads (0: all), matmul precision (NULL: f32), int8 activations. */
+static af_ctx *g_ctx;
+static af_status bench_ctx(const char *path, int threads, const char *precision, int int8_act) {
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.kernel_path = path;
+    p.n_threads = threads;
+    if (precision) p.matmul_precision = precision;
+    p.int8_activations = int8_act;
+    af_ctx *c = NULL;
+    af_status st = af_ctx_new(&p, &c);
+    if (st != AF_OK) return st;
+    af_ctx_free(g_ctx);
+    g_ctx = c;
+    return AF_OK;
+}
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t xs(void) {
@@ -51,39 +70,39 @@ static struct {
 
 typedef void (*op_fn)(void);
 
-static void op_rms_fwd(void) { af_rmsnorm_forward(g.y, g.rstd, g.x, g.w, N, H, 1e-5f); }
-static void op_rms_bwd(void) { af_rmsnorm_backward(g.dx, NULL, g.dy, g.x, g.w, g.rstd, N, H); }
-static void op_rms_bwd_dw(void) { af_rmsnorm_backward(g.dx, g.dw, g.dy, g.x, g.w, g.rstd, N, H); }
+static void op_rms_fwd(void) { af_rmsnorm_forward(g_ctx, g.y, g.rstd, g.x, g.w, N, H, 1e-5f); }
+static void op_rms_bwd(void) { af_rmsnorm_backward(g_ctx, g.dx, NULL, g.dy, g.x, g.w, g.rstd, N, H); }
+static void op_rms_bwd_dw(void) { af_rmsnorm_backward(g_ctx, g.dx, g.dw, g.dy, g.x, g.w, g.rstd, N, H); }
 static void op_rope_fwd(void) {
-    af_rope_forward(g.q, g.pos, N, NH, HD, 10000.0f, 0);
-    af_rope_forward(g.k, g.pos, N, NKV, HD, 10000.0f, 0);
+    af_rope_forward(g_ctx, g.q, g.pos, N, NH, HD, 10000.0f, 0);
+    af_rope_forward(g_ctx, g.k, g.pos, N, NKV, HD, 10000.0f, 0);
 }
 static void op_rope_bwd(void) {
-    af_rope_backward(g.dq, g.pos, N, NH, HD, 10000.0f, 0);
-    af_rope_backward(g.dk, g.pos, N, NKV, HD, 10000.0f, 0);
+    af_rope_backward(g_ctx, g.dq, g.pos, N, NH, HD, 10000.0f, 0);
+    af_rope_backward(g_ctx, g.dk, g.pos, N, NKV, HD, 10000.0f, 0);
 }
 static void op_rope_neox(void) {
-    af_rope_forward(g.q, g.pos, N, NH, HD, 10000.0f, 1);
-    af_rope_forward(g.k, g.pos, N, NKV, HD, 10000.0f, 1);
+    af_rope_forward(g_ctx, g.q, g.pos, N, NH, HD, 10000.0f, 1);
+    af_rope_forward(g_ctx, g.k, g.pos, N, NKV, HD, 10000.0f, 1);
 }
-static void op_swiglu_fwd(void) { af_swiglu_forward(g.h, g.gate, g.up, (int64_t)N * F); }
-static void op_swiglu_bwd(void) { af_swiglu_backward(g.dgate, g.dup, g.dh, g.gate, g.up, (int64_t)N * F); }
+static void op_swiglu_fwd(void) { af_swiglu_forward(g_ctx, g.h, g.gate, g.up, (int64_t)N * F); }
+static void op_swiglu_bwd(void) { af_swiglu_backward(g_ctx, g.dgate, g.dup, g.dh, g.gate, g.up, (int64_t)N * F); }
 #ifdef AF_BENCH_BASELINE /* a library without af_vexpf: the libm loop it replaces */
 static void op_vexp(void) {
     for (int64_t i = 0; i < (int64_t)N * F; i++) g.h[i] = expf(g.gate[i]);
 }
 #else
-static void op_vexp(void) { af_vexpf(g.h, g.gate, (int64_t)N * F); }
+static void op_vexp(void) { af_vexpf(g_ctx, g.h, g.gate, (int64_t)N * F); }
 #endif
 static void op_att_fwd(void) {
     for (int b = 0; b < B; b++)
-        af_attention_forward(g.out + b * T * NH * HD, g.lse + b * NH * T, g.q + b * T * NH * HD,
+        af_attention_forward(g_ctx, g.out + b * T * NH * HD, g.lse + b * NH * T, g.q + b * T * NH * HD,
                              g.k + b * T * NKV * HD, g.v + b * T * NKV * HD, T, 0, T, NKV * HD, NH, NKV, HD,
                              0.125f, 0);
 }
 static void op_att_bwd(void) {
     for (int b = 0; b < B; b++)
-        af_attention_backward(g.dq + b * T * NH * HD, g.dk + b * T * NKV * HD, g.dv + b * T * NKV * HD,
+        af_attention_backward(g_ctx, g.dq + b * T * NH * HD, g.dk + b * T * NKV * HD, g.dv + b * T * NKV * HD,
                               g.dout + b * T * NH * HD, g.out + b * T * NH * HD, g.lse + b * NH * T,
                               g.q + b * T * NH * HD, g.k + b * T * NKV * HD, g.v + b * T * NKV * HD, T, 0, T,
                               NH, NKV, HD, 0.125f, 0);
@@ -134,23 +153,24 @@ int main(int argc, char **argv) {
     g.dq = buf((int64_t)N * NH * HD, 1), g.dk = buf((int64_t)N * NKV * HD, 1), g.dv = buf((int64_t)N * NKV * HD, 1);
     g.pos = malloc(sizeof(int32_t) * N);
     for (int t = 0; t < N; t++) g.pos[t] = t % T;
-    af_rmsnorm_forward(g.y, g.rstd, g.x, g.w, N, H, 1e-5f); /* realistic rstd */
+    if (bench_ctx(NULL, 0, NULL, 0) != AF_OK) return 1;
+    af_rmsnorm_forward(g_ctx, g.y, g.rstd, g.x, g.w, N, H, 1e-5f); /* realistic rstd */
     op_att_fwd();                                          /* realistic lse */
 
     static const char *PATHS[] = {"scalar", "avx2", "avx512"};
     const char *only = getenv("AF_BENCH_PATH");
-    printf("cpu: %s\n", af_cpu_features());
+    printf("cpu: %s\n", af_ctx_describe(g_ctx));
     printf("shapes: n=%d tokens (%d x %d), hidden %d, ffn %d, heads %d/%d x %d\n", N, B, T, H, F, NH, NKV, HD);
     printf("%-16s %-7s %3s %10s %8s\n", "op", "path", "thr", "us", "GB/s");
     for (size_t o = 0; o < sizeof OPS / sizeof OPS[0]; o++)
         for (int p = 0; p < 3; p++) {
             if (only && strcmp(only, PATHS[p])) continue;
-            if (af_set_kernel_path(PATHS[p]) != AF_OK) continue;
+            if (bench_ctx(PATHS[p], 0, NULL, 0) != AF_OK) continue;
             for (int th = 1; th <= 2; th++) {
                 char label[96];
                 snprintf(label, sizeof label, "%s %s th=%d", OPS[o].name, PATHS[p], th);
                 if (filter && !strstr(label, filter)) continue;
-                af_set_num_threads(th);
+                bench_ctx(PATHS[p], th, NULL, 0);
                 double t = time_op(OPS[o].fn);
                 printf("%-16s %-7s %3d %10.1f", OPS[o].name, PATHS[p], th, t * 1e6);
                 if (OPS[o].bytes > 0) printf(" %8.1f", OPS[o].bytes / t / 1e9);
@@ -158,7 +178,6 @@ int main(int argc, char **argv) {
                 fflush(stdout);
             }
         }
-    af_set_kernel_path("auto");
-    af_set_num_threads(0);
+    af_ctx_free(g_ctx);
     return 0;
 }

@@ -14,7 +14,7 @@
  *   bench_train train --model M --tokens F [--f32] [--bf16] [--targets qv|all-linear] [--r 16]
  *       [--alpha 32] [--batch 16] [--warmup 1] [--steps 3] [--threads 2] [--lr 2e-4] [--checkpointing]
  *       Loads M (Q4_1 GGUF as stored; --f32: every matrix dequantized ONCE in memory to an f32
- *       copy, the engine then runs its f32-weight kernels; --bf16: af_set_matmul_precision("bf16"),
+ *       copy, the engine then runs its f32-weight kernels; --bf16: a context with matmul precision bf16,
  *       bfloat16 operands with f32 accumulation in the large products, fails where the CPU lacks
  *       AVX512_BF16), builds a LoRA layout on ALL layers
  *       (dropout 0, seed 42) with a classification head (mean pooling, no head bias, as
@@ -29,6 +29,7 @@
  * Built by bench/train_vs_peft against libafinar.a with -Iinclude -Isrc (internal headers).
  */
 #include "afinar.h"
+#include "kernels/ctx.h"
 #include "kernels/cpu/attention_gemm.h"
 #include "core/core.h"
 #include "formats/jsonl.h"
@@ -44,6 +45,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+/* The context of the benchmarked calls, replaced (old one freed) by bench_ctx for each setting:
+ * kernel path (NULL: auto), threads (0: all), matmul precision (NULL: f32), int8 activations. */
+static af_ctx *g_ctx;
+static af_status bench_ctx(const char *path, int threads, const char *precision, int int8_act) {
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.kernel_path = path;
+    p.n_threads = threads;
+    if (precision) p.matmul_precision = precision;
+    p.int8_activations = int8_act;
+    af_ctx *c = NULL;
+    af_status st = af_ctx_new(&p, &c);
+    if (st != AF_OK) return st;
+    af_ctx_free(g_ctx);
+    g_ctx = c;
+    return AF_OK;
+}
 
 static void die(const char *what) {
     fprintf(stderr, "bench_train: %s: %s\n", what, af_last_error());
@@ -87,7 +106,7 @@ static int cmd_tokens(int argc, char **argv) {
         return 1;
     }
     af_model *m = NULL;
-    if (af_model_load(mp, &m) != AF_OK) die(mp);
+    if (bench_ctx(NULL, 0, NULL, 0) != AF_OK || af_model_load(g_ctx, mp, &m) != AF_OK) die(mp);
     char **names = NULL;
     int32_t nn = 0;
     if (af_labels_read_file(lp, &names, &nn) != AF_OK) die(lp);
@@ -98,7 +117,7 @@ static int cmd_tokens(int argc, char **argv) {
     af_corpus *c = NULL;
     if (af_corpus_read(dp, &co, &c) != AF_OK) die(dp);
     af_dataset *all = NULL, *ds = NULL;
-    if (af_dataset_build(c, af_model_tokenizer(m), S, &all) != AF_OK) die("tokenize");
+    if (af_dataset_build(g_ctx, c, af_model_tokenizer(m), S, &all) != AF_OK) die("tokenize");
     /* the first N samples with at least S tokens: every row is full, so a padded batch (PyTorch)
        and a packed batch (afinar) hold exactly the same tokens */
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)all->n), k = 0;
@@ -213,12 +232,11 @@ static int cmd_train(int argc, char **argv) {
         fprintf(stderr, "bench_train train: --model and --tokens are required; batch, steps >= 1\n");
         return 1;
     }
-    af_set_num_threads(threads);
-    if (flag(argc, argv, "--bf16") && af_set_matmul_precision("bf16") != AF_OK) die("--bf16");
-    if (flag(argc, argv, "--row-attention")) af_att_gemm_enable(0); /* A/B of attention_gemm.c */
+    if (bench_ctx(NULL, threads, flag(argc, argv, "--bf16") ? "bf16" : NULL, 0) != AF_OK) die("context (--bf16?)");
+    if (flag(argc, argv, "--row-attention")) af_ctx_set_hook(g_ctx, AF_CTX_ATT_GEMM, 0); /* A/B of attention_gemm.c */
     const double t_load0 = af_time_sec();
     af_model *m = NULL;
-    if (af_model_load(mp, &m) != AF_OK) die(mp);
+    if (af_model_load(g_ctx, mp, &m) != AF_OK) die(mp);
     size_t f32_bytes = 0;
     float *owned[2 + 7 * 64] = {0};
     int n_owned = 0;
@@ -250,7 +268,7 @@ static int cmd_train(int argc, char **argv) {
     memset(decay + lay.head_b_off, 0, (size_t)ds->num_classes);
     af_lora_init_params(&lay, P);
     af_engine *eng = NULL;
-    if (af_engine_new(m, &lay, &eng) != AF_OK) die("engine");
+    if (af_engine_new(g_ctx, m, &lay, &eng) != AF_OK) die("engine");
     af_batcher *bt = NULL;
     if (af_batcher_new(ds, NULL, ds->n, B, &bt) != AF_OK) die("batcher");
     af_adamw opt;
@@ -271,7 +289,7 @@ static int cmd_train(int argc, char **argv) {
         memset(G, 0, sizeof(float) * (size_t)n);
         if (af_engine_step(eng, P, G, &b, &so, 1.0f, &loss[s], logits) != AF_OK) die("step");
         memset(G + lay.head_b_off, 0, sizeof(float) * (size_t)ds->num_classes); /* no head bias */
-        af_adamw_step(&opt, P, G, M, V, n, lr, decay);
+        af_adamw_step(g_ctx, &opt, P, G, M, V, n, lr, decay);
         dt[s] = af_time_sec() - t0;
         ntok[s] = pb.n_tok;
         if (pb.n_tok > max_tok) max_tok = pb.n_tok;
@@ -287,7 +305,7 @@ static int cmd_train(int argc, char **argv) {
            "\"alpha\": %g, \"batch\": %d, \"max_seq_len\": %d, \"threads\": %d, \"checkpointing\": %s, "
            "\"kernel_path\": \"%s\", \"matmul_precision\": \"%s\", \"warmup_steps\": %d, \"timed_steps\": %d, \"trainable_params\": %lld, ",
            f32 ? "f32" : "gguf", f32 ? "f32 (dequantized in memory)" : af_type_name(m->layers[0].wq.type), targets,
-           r, alpha, B, ds->max_seq_len, threads, ckpt ? "true" : "false", af_cpu_features(), af_get_matmul_precision(), warm, steps,
+           r, alpha, B, ds->max_seq_len, threads, ckpt ? "true" : "false", af_ctx_describe(g_ctx), af_ctx_matmul_precision(g_ctx), warm, steps,
            (long long)(n - ds->num_classes));
     printf("\"step_s\": [");
     for (int s = 0; s < total; s++) printf("%s%.6f", s ? ", " : "", dt[s]);

@@ -33,8 +33,27 @@
 
 #ifdef AF_LINKED
 #include "afinar.h"
+#include "kernels/ctx.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+
+/* The context of the benchmarked calls, replaced (old one freed) by bench_ctx for each setting:
+ * kernel path (NULL: auto), threads (0: all), matmul precision (NULL: f32), int8 activations. */
+static af_ctx *g_ctx;
+static af_status bench_ctx(const char *path, int threads, const char *precision, int int8_act) {
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.kernel_path = path;
+    p.n_threads = threads;
+    if (precision) p.matmul_precision = precision;
+    p.int8_activations = int8_act;
+    af_ctx *c = NULL;
+    af_status st = af_ctx_new(&p, &c);
+    if (st != AF_OK) return st;
+    af_ctx_free(g_ctx);
+    g_ctx = c;
+    return AF_OK;
+}
 #endif
 
 #define REPS 8
@@ -161,17 +180,17 @@ typedef struct mmctx {
 static void run_mm(void *p) {
     mmctx *c = p;
     switch (c->op) {
-    case 0: af_gemm_abt(c->y, c->x, c->w32, c->n, c->out, c->in, 0); break;
-    case 1: af_matmul_xwt(c->y, c->x, c->w32, AF_TYPE_F32, c->n, c->in, c->out, 0); break;
-    case 2: af_matmul_xwt(c->y, c->x, c->wq, AF_TYPE_Q4_1, c->n, c->in, c->out, 0); break;
-    case 3: af_matmul_dyw(c->x, c->y, c->wq, AF_TYPE_Q4_1, c->n, c->in, c->out, 0); break;
-    default: af_matmul_dyw(c->x, c->y, c->w32, AF_TYPE_F32, c->n, c->in, c->out, 0); break;
+    case 0: af_gemm_abt(g_ctx, c->y, c->x, c->w32, c->n, c->out, c->in, 0); break;
+    case 1: af_matmul_xwt(g_ctx, c->y, c->x, c->w32, AF_TYPE_F32, c->n, c->in, c->out, 0); break;
+    case 2: af_matmul_xwt(g_ctx, c->y, c->x, c->wq, AF_TYPE_Q4_1, c->n, c->in, c->out, 0); break;
+    case 3: af_matmul_dyw(g_ctx, c->x, c->y, c->wq, AF_TYPE_Q4_1, c->n, c->in, c->out, 0); break;
+    default: af_matmul_dyw(g_ctx, c->x, c->y, c->w32, AF_TYPE_F32, c->n, c->in, c->out, 0); break;
     }
 }
 
 static void afinar_kernels(int threads) {
     const int64_t n = 2048, in = 576, out = 1536;
-    af_set_num_threads(threads);
+    if (bench_ctx(NULL, threads, NULL, 0) != AF_OK) return;
     mmctx c = {.n = n, .in = in, .out = out};
     c.x = malloc(sizeof(float) * (size_t)(n * (in > out ? in : out)));
     c.y = malloc(sizeof(float) * (size_t)(n * (in > out ? in : out)));
@@ -198,17 +217,18 @@ static void afinar_kernels(int threads) {
         double t = time_best(run_mm, &c, 5);
         printf(", \"%s\": %.1f", names[op], 2.0 * (double)(n * in * out) / t * 1e-9);
     }
-    /* the same products with bf16 operands (af_set_matmul_precision("bf16")) where the CPU has it */
-    if (af_set_matmul_precision("bf16") == AF_OK) {
+    /* the same products with bf16 operands (a context with matmul precision bf16) where the CPU has it */
+    if (bench_ctx(NULL, threads, "bf16", 0) == AF_OK) {
         for (int op = 0; op < 5; op++) {
             c.op = op;
             double t = time_best(run_mm, &c, 5);
             printf(", \"%s, bf16 products\": %.1f", names[op], 2.0 * (double)(n * in * out) / t * 1e-9);
         }
-        af_set_matmul_precision("f32");
     }
     printf("}");
     free(c.x), free(c.y), free(c.w32), free(c.wq);
+    af_ctx_free(g_ctx);
+    g_ctx = NULL;
 }
 #endif
 

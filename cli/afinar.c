@@ -19,9 +19,25 @@ void cli_error(const char *cmd, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
-void cli_set_bf16(const char *cmd) {
-    if (af_set_matmul_precision("bf16") != AF_OK)
-        fprintf(stderr, "afinar %s: warning: --bf16: %s; using f32 products\n", cmd, af_last_error());
+int cli_make_ctx(const char *cmd, long threads, const char *kernel, int bf16, int int8_act, af_ctx **out) {
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.n_threads = (int)threads;
+    p.kernel_path = kernel;
+    p.int8_activations = int8_act;
+    char bf16_msg[512] = "";
+    if (bf16) {
+        p.matmul_precision = "bf16";
+        if (af_ctx_new(&p, out) == AF_OK) return 1;
+        snprintf(bf16_msg, sizeof bf16_msg, "%s", af_last_error());
+        p.matmul_precision = "f32";
+    }
+    if (af_ctx_new(&p, out) != AF_OK) { /* a bad --kernel (reported as such, not as a bf16 warning) */
+        cli_error(cmd, "%s%s", kernel ? "--kernel: " : "", af_last_error());
+        return 0;
+    }
+    if (bf16) fprintf(stderr, "afinar %s: warning: --bf16: %s; using f32 products\n", cmd, bf16_msg);
+    return 1;
 }
 
 int cli_fail(const char *cmd, af_status st) {
@@ -102,7 +118,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("afinar %s\ncpu: %s\nthreads: %d\n", af_version(), af_cpu_features(), af_get_num_threads());
+        af_ctx *ctx = NULL;
+        if (af_ctx_new(NULL, &ctx) != AF_OK) return cli_fail(cmd, AF_ERR_NOMEM);
+        printf("afinar %s\ncpu: %s\nthreads: %d\n", af_version(), af_ctx_describe(ctx), af_ctx_n_threads(ctx));
+        af_ctx_free(ctx);
         return 0;
     }
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);

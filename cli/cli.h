@@ -8,9 +8,11 @@
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Report a failed library call: "afinar <cmd>: <af_last_error()>" and return the exit code 1. */
 int cli_fail(const char *cmd, af_status st);
-/* --bf16 of eval/predict: af_set_matmul_precision("bf16"), or a warning on stderr and f32 where the
- * CPU cannot (the command goes on). */
-void cli_set_bf16(const char *cmd);
+/* The command's context from its flags: -t/--threads (0: all cores), --kernel (NULL: auto), --bf16
+ * (where the CPU cannot: a warning on stderr and f32, the command goes on), --int8-act.
+ * Errors (unknown or unsupported --kernel) are printed; returns 0 then, else 1 with *out set
+ * (caller frees with af_ctx_free after the models loaded with it). */
+int cli_make_ctx(const char *cmd, long threads, const char *kernel, int bf16, int int8_act, af_ctx **out);
 /* Parse numbers strictly (whole string); on failure print a message naming the flag and return 0. */
 int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);

@@ -61,20 +61,20 @@ int cmd_eval(int argc, char **argv) {
         cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : !adapter ? "-a ADAPTER_DIR" : "--data FILE.jsonl");
         return 2;
     }
-    af_set_num_threads((int)threads);
-    if (bf16) cli_set_bf16(C);
     int rc = 1;
     /* a --json destination that cannot be written fails now, not after the evaluation; the file
      * itself is written atomically at the end (never half-written) */
     af_status st = json_out ? af_check_writable(json_out) : AF_OK;
     if (st != AF_OK) return cli_fail(C, st);
+    af_ctx *ctx = NULL;
+    if (!cli_make_ctx(C, threads, NULL, bf16, 0, &ctx)) return 2;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
     af_dataset *ds = NULL;
     float *probs = NULL;
     af_metrics *m = NULL;
     char *js = NULL;
-    st = af_classifier_load(model_path, NULL, adapter, &c);
+    st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
     if (st != AF_OK) goto fail;
     const af_tokenizer *tok = af_model_tokenizer(af_classifier_model(c));
     if (!tok) {
@@ -98,7 +98,7 @@ int cmd_eval(int argc, char **argv) {
                   af_corpus_multi_label(corp) ? "multi-label" : "single-label", multi ? "multi-label" : "single-label");
         goto done;
     }
-    st = af_dataset_build(corp, tok, af_classifier_max_seq_len(c), &ds);
+    st = af_dataset_build(ctx, corp, tok, af_classifier_max_seq_len(c), &ds);
     if (st != AF_OK) goto fail;
     probs = malloc(sizeof(float) * (size_t)af_dataset_size(ds) * (size_t)n_classes);
     if (!probs) {
@@ -130,5 +130,6 @@ done:
     af_dataset_free(ds);
     af_corpus_free(corp);
     af_classifier_free(c);
+    af_ctx_free(ctx);
     return rc;
 }

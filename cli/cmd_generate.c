@@ -50,6 +50,7 @@ int cmd_generate(int argc, char **argv) {
     const char *adapter_dir = NULL;
     double lora_scale = 1.0;
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *kernel = NULL;
+    int int8_act = 0;
     long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42;
     double temp = 0.8, top_p = 0.95;
     int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
@@ -89,7 +90,7 @@ int cmd_generate(int argc, char **argv) {
         case O_KERNEL: kernel = optarg; break;
         case O_ECHO: echo = 1; break;
         case O_IGNORE_EOS: ignore_eos = 1; break;
-        case O_INT8: af_set_int8_activations(1); break;
+        case O_INT8: int8_act = 1; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
         default: cli_error(C, "unknown option '%s' (see 'afinar generate --help')", argv[optind - 1]); return 2;
@@ -111,19 +112,15 @@ int cmd_generate(int argc, char **argv) {
         cli_error(C, "--system needs --chat");
         return 2;
     }
-    if (kernel) {
-        if (af_set_kernel_path(kernel) != AF_OK) {
-            cli_error(C, "--kernel: %s", af_last_error());
-            return 2;
-        }
-    }
-    af_set_num_threads((int)threads);
+    af_ctx *ctx = NULL;
+    if (!cli_make_ctx(C, threads, kernel, 0, int8_act, &ctx)) return 2;
 
     char *file_text = NULL;
     if (prompt_file) {
         FILE *f = fopen(prompt_file, "rb");
         if (!f) {
             cli_error(C, "%s: cannot open prompt file: %s", prompt_file, strerror(errno));
+            af_ctx_free(ctx);
             return 1;
         }
         size_t cap = 4096, len = 0, r;
@@ -141,11 +138,13 @@ int cmd_generate(int argc, char **argv) {
         fclose(f);
         if (!file_text) {
             cli_error(C, "%s: out of memory reading the prompt file", prompt_file);
+            af_ctx_free(ctx);
             return 1;
         }
         if (read_errno) {
             cli_error(C, "%s: cannot read prompt file: %s", prompt_file, strerror(read_errno));
             free(file_text);
+            af_ctx_free(ctx);
             return 1;
         }
         file_text[len] = 0;
@@ -158,7 +157,7 @@ int cmd_generate(int argc, char **argv) {
     char *chat_text = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
-    af_status st = af_model_load(model_path, &model);
+    af_status st = af_model_load(ctx, model_path, &model);
     if (st != AF_OK) {
         rc = cli_fail(C, st);
         goto done;
@@ -265,5 +264,6 @@ done:
     free(file_text);
     af_session_free(sess);
     af_model_free(model);
+    af_ctx_free(ctx);
     return rc;
 }

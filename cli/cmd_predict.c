@@ -28,10 +28,10 @@ static void help(void) {
 }
 
 /* Classify every sample of a corpus and print the predictions. */
-static af_status run_corpus(af_classifier *c, const af_corpus *corp, int32_t batch, double thr) {
+static af_status run_corpus(const af_ctx *ctx, af_classifier *c, const af_corpus *corp, int32_t batch, double thr) {
     af_dataset *ds = NULL;
     af_status st =
-        af_dataset_build(corp, af_model_tokenizer(af_classifier_model(c)), af_classifier_max_seq_len(c), &ds);
+        af_dataset_build(ctx, corp, af_model_tokenizer(af_classifier_model(c)), af_classifier_max_seq_len(c), &ds);
     if (st != AF_OK) return st;
     const int32_t n = af_dataset_size(ds), n_classes = af_classifier_num_classes(c);
     float *probs = malloc(sizeof(float) * (size_t)n * (size_t)n_classes);
@@ -48,7 +48,7 @@ static af_status run_corpus(af_classifier *c, const af_corpus *corp, int32_t bat
     return st;
 }
 
-static af_status run_stdin_lines(af_classifier *c, int32_t batch, double thr) {
+static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t batch, double thr) {
     const int32_t chunk = isatty(STDIN_FILENO) ? 1 : 256;
     char *line = NULL;
     size_t cap = 0;
@@ -78,7 +78,7 @@ static af_status run_stdin_lines(af_classifier *c, int32_t batch, double thr) {
         free(texts), free(lens);
         if (st != AF_OK) break;
         line_no += n;
-        if (n > 0) st = run_corpus(c, k, batch, thr);
+        if (n > 0) st = run_corpus(ctx, c, k, batch, thr);
         af_corpus_free(k);
         if (n < chunk) break;
     }
@@ -125,11 +125,11 @@ int cmd_predict(int argc, char **argv) {
         cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : "-a ADAPTER_DIR");
         return 2;
     }
-    af_set_num_threads((int)threads);
-    if (bf16) cli_set_bf16(C);
+    af_ctx *ctx = NULL;
+    if (!cli_make_ctx(C, threads, NULL, bf16, 0, &ctx)) return 2;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
-    af_status st = af_classifier_load(model_path, NULL, adapter, &c);
+    af_status st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
     int rc = 0;
     if (st == AF_OK && !af_model_tokenizer(af_classifier_model(c))) {
         cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);
@@ -145,13 +145,14 @@ int cmd_predict(int argc, char **argv) {
         co.n_label_names = co.label_names ? af_classifier_num_classes(c) : 0;
         co.num_classes = af_classifier_num_classes(c);
         st = af_corpus_read(strcmp(input, "-") ? input : "/dev/stdin", &co, &corp);
-        if (st == AF_OK) st = run_corpus(c, corp, (int32_t)batch, thr);
+        if (st == AF_OK) st = run_corpus(ctx, c, corp, (int32_t)batch, thr);
     } else if (st == AF_OK) {
-        st = run_stdin_lines(c, (int32_t)batch, thr);
+        st = run_stdin_lines(ctx, c, (int32_t)batch, thr);
     }
     if (st != AF_OK) rc = cli_fail(C, st);
 done:
     af_corpus_free(corp);
     af_classifier_free(c);
+    af_ctx_free(ctx);
     return rc;
 }

@@ -54,42 +54,64 @@ const char *af_last_error(void);
 const char *af_version(void);
 
 /* ---------------------------------------------------------------------------------------------
- * Runtime: CPU features and threads
+ * Context: threads, kernel path, precision (created once, passed to models)
+ *
+ * An af_ctx holds every run-time setting of the compute kernels. It is created once, is read-only
+ * afterwards (safe to share between threads), and is borrowed by the models loaded with it (it
+ * must outlive them); sessions and trainers use their model's context. The CPU kernel variant
+ * (scalar / AVX2 / AVX-512, bf16 where present) is chosen once, when the context is created.
  * ------------------------------------------------------------------------------------------- */
+typedef struct af_ctx af_ctx;
 
-/* Human-readable summary of the CPU features detected at run time and the kernel path chosen,
- * e.g. "avx512f avx512bw avx512_bf16 avx2 fma -> avx512". Static string. */
-const char *af_cpu_features(void);
+typedef struct af_ctx_params {
+    /* Compute threads. <= 0: all available (OpenMP's default: OMP_NUM_THREADS, else the cores).
+     * Without OpenMP compiled in, always 1. */
+    int n_threads;
+    /* Kernel path: NULL or "auto" (best the CPU runs), "scalar", "avx2", "avx512". */
+    const char *kernel_path;
+    /* Precision of the large matrix products (training steps, prompt evaluation; n > 4 rows):
+     *  NULL or "f32": f32 operands and accumulation, exact up to f32 summation order;
+     *  "bf16": operands rounded to bfloat16 (round to nearest even), products accumulated in f32
+     *         with AVX512_BF16 VDPBF16PS, about 2x the f32 throughput; per product
+     *         |y - y_exact| <= (2^-8 + k 2^-24) sum_k |x_k||w_k|, like PyTorch's CPU bf16
+     *         autocast of Linear layers. It applies to every product on the packed GEMM path:
+     *         frozen weights, LoRA factors (n·k >= 4096) and the blocked attention of training
+     *         sequences (QKᵀ, PV and their gradients, as autocast does for bmm). Elementwise ops,
+     *         softmax, norms, the loss and the optimizer stay f32. */
+    const char *matmul_precision;
+    /* 1: single-token (decode) products with int8-quantized activations, as llama.cpp does:
+     * faster, but logits move by up to ~0.5 on SmolLM2 compared with exact f32 (greedy text can
+     * then differ from the reference stack). 0 (default): exact f32 decode. */
+    int int8_activations;
+} af_ctx_params;
 
-/* Kernel path override: "auto" (default), "scalar", "avx2", "avx512". Paths the CPU cannot run
- * are refused with AF_ERR_UNSUPPORTED. Not thread-safe: call before any model work. */
-af_status af_set_kernel_path(const char *name);
+/* Defaults: n_threads 0 (all), kernel_path "auto", matmul_precision "f32", int8_activations 0. */
+void af_ctx_params_default(af_ctx_params *p);
 
-/* Single-token (decode) products with int8-quantized activations, as llama.cpp does: faster, but
- * logits move by up to ~0.5 on SmolLM2 compared with exact f32 (greedy text can then differ from
- * the reference stack). Off by default. Process-wide; set before any model work. */
-void af_set_int8_activations(int on);
+/* New context from `p` (NULL: defaults). `*out`: caller frees with af_ctx_free() after every
+ * model loaded with it. Errors: AF_ERR_INVALID_ARG (unknown kernel path or precision name),
+ * AF_ERR_UNSUPPORTED (a kernel path this CPU cannot run; "bf16" where the CPU lacks AVX512_BF16
+ * or the kernel path is not avx512), AF_ERR_NOMEM. */
+af_status af_ctx_new(const af_ctx_params *p, af_ctx **out);
 
-/* Precision of the large matrix products (training steps, prompt evaluation; n > 4 rows):
- *  "f32"  (default) f32 operands and accumulation, exact up to f32 summation order;
- *  "bf16" operands rounded to bfloat16 (round to nearest even), products accumulated in f32 with
- *         AVX512_BF16 VDPBF16PS, about 2x the f32 throughput; per product
- *         |y - y_exact| <= (2^-8 + k 2^-24) sum_k |x_k||w_k|, like PyTorch's CPU bf16 autocast
- *         of Linear layers. It applies to every product on the packed GEMM path: frozen
- *         weights, LoRA factors (n·k >= 4096) and the blocked attention of training sequences
- *         (QKᵀ, PV and their gradients, as autocast does for bmm). Elementwise ops, softmax,
- *         norms, the loss and the optimizer stay f32.
- * "bf16" is refused with AF_ERR_UNSUPPORTED when the CPU lacks AVX512_BF16 or the kernel path
- * is not avx512 (the f32 path stays in use). Process-wide; set before model work, not while
- * kernels run. */
-af_status af_set_matmul_precision(const char *name);
-/* "f32" or "bf16": the precision in use. Static string. */
-const char *af_get_matmul_precision(void);
+/* Frees a context. NULL is ignored. */
+void af_ctx_free(af_ctx *ctx);
 
-/* Number of threads used by compute kernels (OpenMP). n <= 0 selects all available cores.
- * Without OpenMP support compiled in, this is a no-op and kernels run on one thread. */
-void af_set_num_threads(int n);
-int af_get_num_threads(void);
+/* The settings in use, as params that af_ctx_new() accepts (to derive a context that differs in
+ * one setting). kernel_path is the resolved path name ("scalar", "avx2" or "avx512"), n_threads
+ * the resolved count; strings are static. */
+void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p);
+
+int af_ctx_n_threads(const af_ctx *ctx);
+/* "scalar", "avx2" or "avx512". Static string. */
+const char *af_ctx_kernel_path(const af_ctx *ctx);
+/* "f32" or "bf16". Static string. */
+const char *af_ctx_matmul_precision(const af_ctx *ctx);
+int af_ctx_int8_activations(const af_ctx *ctx);
+
+/* Human-readable summary of the CPU features detected at run time and the kernel path of `ctx`,
+ * e.g. "avx512f avx512bw avx512_bf16 avx2 fma -> avx512". Borrowed: valid while ctx lives. */
+const char *af_ctx_describe(const af_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Models
@@ -113,10 +135,13 @@ typedef struct af_model_config {
 } af_model_config;
 
 /* Load a model from a GGUF file. The file is memory-mapped; quantized weights are used in place.
+ * `ctx`: the context its computations run under (borrowed: it must outlive the model); NULL =
+ * the process default context (auto kernel path, all threads, f32, exact decode), created at
+ * first use and never freed. Sessions and trainers of the model use its context.
  * `*out` receives a new model; caller frees with af_model_free().
  * Errors: AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_UNSUPPORTED (architecture or tensor type),
  *         AF_ERR_NOT_FOUND (required key or tensor), AF_ERR_NOMEM. */
-af_status af_model_load(const char *path, af_model **out);
+af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out);
 
 /* Frees a model and unmaps its file. NULL is ignored. */
 void af_model_free(af_model *model);
@@ -176,7 +201,8 @@ typedef struct af_session af_session;
 
 /* A session holds a KV cache of `n_ctx` positions (<= 0: the model's max_position_embeddings,
  * capped at 4096) for one sequence. `*out`: caller frees with af_session_free().
- * Borrows `model`, which must outlive the session. Errors: AF_ERR_NOMEM, AF_ERR_INVALID_ARG. */
+ * Borrows `model`, which must outlive the session; runs under the model's context.
+ * Errors: AF_ERR_NOMEM, AF_ERR_INVALID_ARG. */
 af_status af_session_new(const af_model *model, int n_ctx, af_session **out);
 void af_session_free(af_session *s);
 
@@ -283,7 +309,8 @@ typedef struct af_lora_trainer_opts {
 /* Fill `o` with the defaults listed above. */
 void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o);
 
-/* Create a trainer on `model` (borrowed: must outlive the trainer) with `opts` (NULL: defaults;
+/* Create a trainer on `model` (borrowed: must outlive the trainer; the trainer runs under the
+ * model's context) with `opts` (NULL: defaults;
  * copied, `targets` is parsed here). Parameters are initialised from opts.seed; gradients and AdamW
  * state start at zero. `*out`: caller frees with af_lora_trainer_free().
  * Errors: AF_ERR_INVALID_ARG (NULL model/out, r < 1 or above min(in, out) of a target, lora_alpha
@@ -495,11 +522,12 @@ int af_corpus_multi_label(const af_corpus *c);
 /* Frees a corpus. NULL is ignored. */
 void af_corpus_free(af_corpus *c);
 
-/* Tokenize a corpus. `c` and `tok` are borrowed for the call only (labels and names are copied).
- * `*out`: caller frees with af_dataset_free(). Errors: AF_ERR_INVALID_ARG (max_seq_len < 1, NULL
+/* Tokenize a corpus (threads of `ctx`; NULL: the process default context). `c` and `tok` are
+ * borrowed for the call only (labels and names are copied). `*out`: caller frees with af_dataset_free(). Errors: AF_ERR_INVALID_ARG (max_seq_len < 1, NULL
  * tokenizer), AF_ERR_FORMAT (empty text and no BOS/EOS token: "FILE:LINE: field 'input': ..."),
  * AF_ERR_NOMEM. */
-af_status af_dataset_build(const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len, af_dataset **out);
+af_status af_dataset_build(const af_ctx *ctx, const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len,
+                          af_dataset **out);
 
 /* Samples of the data set (0 for NULL). */
 int32_t af_dataset_size(const af_dataset *ds);
@@ -632,11 +660,14 @@ typedef struct af_trainer_opts {
     int overwrite;               /* replace the artifacts of a run already in output_dir */
     const char *resume;          /* checkpoint or run directory, or NULL */
     int32_t max_nonfinite;       /* 5 consecutive non-finite steps stop the run */
-    int threads;                 /* 0: all cores */
+    const af_ctx *ctx;           /* base context of the run (borrowed), or NULL: the model's when `model` is
+                                    given, else the defaults. The trainer derives its own from it with
+                                    `threads` and `bf16` applied. */
+    int threads;                 /* 0: the base context's */
     double memory_limit_mb;      /* 0: the machine's RAM, or the cgroup limit (memory.max) when lower; N: refuse
                                     to start when the estimated peak exceeds N MiB */
-    int bf16;                    /* 1: af_set_matmul_precision("bf16") for the run (falls back to f32 with a
-                                    warning where the CPU lacks AVX512_BF16); 0: leave the precision as set */
+    int bf16;                    /* 1: the run's context gets matmul_precision "bf16" (falls back to f32 with a
+                                    warning where the CPU lacks AVX512_BF16); 0: the base context's precision */
     /* ---- reporting and control ---- */
     FILE *log;                   /* progress and reports (NULL: silent) */
     int progress_tty;            /* -1 auto (isatty of log), 0 newline lines, 1 '\r' live line */
@@ -780,12 +811,13 @@ typedef struct af_classifier af_classifier;
 
 /* Load an adapter directory written by the trainer (or any PEFT SEQ_CLS LoRA adapter with a
  * score head: pooling then defaults to "last", max_seq_len to 512) on top of `model` (borrowed:
- * must outlive the classifier) or, when NULL, the GGUF at model_path (loaded and owned).
+ * must outlive the classifier) or, when NULL, the GGUF at model_path (loaded with `ctx` and owned).
+ * Computations run under `ctx` (borrowed, must outlive the classifier; NULL: the model's).
  * `*out`: caller frees with af_classifier_free(). Errors: those of af_model_load and of reading
  * the adapter (AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_NOT_FOUND, AF_ERR_UNSUPPORTED), AF_ERR_INVALID_ARG
  * (adapter made for another model shape, no classification head), AF_ERR_NOMEM. */
-af_status af_classifier_load(const char *model_path, const af_model *model, const char *adapter_dir,
-                             af_classifier **out);
+af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af_model *model,
+                             const char *adapter_dir, af_classifier **out);
 /* Frees the classifier (and the model it loaded itself). NULL is ignored. */
 void af_classifier_free(af_classifier *c);
 

@@ -126,7 +126,7 @@ static void test_equal_internal(const af_model *m, int steps, int head_bias) {
     af_param_layout lay;
     af_engine *e = NULL;
     CHECK(af_param_layout_init(&lay, m, &c, o.num_classes) == AF_OK, "layout");
-    CHECK(af_engine_new(m, &lay, &e) == AF_OK, "engine");
+    CHECK(af_engine_new(NULL, m, &lay, &e) == AF_OK, "engine");
     const int64_t n = lay.n_total;
     CHECK(n == af_lora_trainer_n_params(tr), "n_params %lld vs layout %lld", (long long)af_lora_trainer_n_params(tr),
           (long long)n);
@@ -152,8 +152,8 @@ static void test_equal_internal(const af_model *m, int steps, int head_bias) {
             af_engine_step(e, P, G, j ? &b1 : &b0, &so, 0.5f, &li[j], NULL);
         }
         if (!head_bias) memset(G + lay.head_b_off, 0, 3 * sizeof(float));
-        double gni = af_clip_grad_norm(G, n, o.max_grad_norm);
-        af_adamw_step(&opt, P, G, M, V, n, o.lr, decay);
+        double gni = af_clip_grad_norm(T_CTX, G, n, o.max_grad_norm);
+        af_adamw_step(T_CTX, &opt, P, G, M, V, n, o.lr, decay);
         memset(G, 0, sizeof(float) * (size_t)n);
         if (la[0] != li[0] || la[1] != li[1] || gna != gni) {
             same = 0;

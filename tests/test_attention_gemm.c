@@ -6,6 +6,7 @@
  * and independence from the thread count. Runs only where af_att_gemm_usable (AVX-512 path).
  */
 #include "testlib.h"
+#include "kernels/ctx.h"
 
 #include "afinar.h"
 #include "kernels/cpu/attention_gemm.h"
@@ -41,7 +42,7 @@ static void one(int64_t n, int64_t nh, int64_t nkh, int64_t hd, int64_t window) 
     char what[128];
     snprintf(what, sizeof what, "%s n=%lld heads=%lld/%lld hd=%lld window=%lld", g_path, (long long)n, (long long)nh,
              (long long)nkh, (long long)hd, (long long)window);
-    if (!af_att_gemm_usable(n, 0, n, nh, nkh, hd)) {
+    if (!af_att_gemm_usable(T_CTX, n, 0, n, nh, nkh, hd)) {
         CHECK(0, "%s: not usable", what);
         return;
     }
@@ -50,9 +51,9 @@ static void one(int64_t n, int64_t nh, int64_t nkh, int64_t hd, int64_t window) 
     float *q = rnd(qn, 1.f), *k = rnd(kn, 1.f), *v = rnd(kn, 1.f), *dout = rnd(qn, 1.f);
     float *o1 = malloc(sizeof(float) * qn), *o2 = malloc(sizeof(float) * qn);
     float *l1 = malloc(sizeof(float) * n * nh), *l2 = malloc(sizeof(float) * n * nh);
-    af_att_gemm_enable(0);
-    af_attention_forward(o1, l1, q, k, v, n, 0, n, nkh * hd, nh, nkh, hd, scale, window);
-    CHECK(af_att_gemm_forward(o2, l2, q, k, v, n, n, nkh * hd, nh, nkh, hd, scale, window), "%s: forward", what);
+    af_ctx_set_hook(T_CTX, AF_CTX_ATT_GEMM, 0);
+    af_attention_forward(T_CTX, o1, l1, q, k, v, n, 0, n, nkh * hd, nh, nkh, hd, scale, window);
+    CHECK(af_att_gemm_forward(T_CTX, o2, l2, q, k, v, n, n, nkh * hd, nh, nkh, hd, scale, window), "%s: forward", what);
     double mo = maxabs(o1, qn);
     CHECK_CLOSE(what, o2, o1, (size_t)qn, 2e-6 * mo + 1e-7, 1e-5);
     CHECK_CLOSE(what, l2, l1, (size_t)(n * nh), 1e-6, 1e-6);
@@ -60,25 +61,25 @@ static void one(int64_t n, int64_t nh, int64_t nkh, int64_t hd, int64_t window) 
     float *dq0 = rnd(qn, 0.1f), *dk0 = rnd(kn, 0.1f), *dv0 = rnd(kn, 0.1f);
     float *dq1 = dup(dq0, qn), *dk1 = dup(dk0, kn), *dv1 = dup(dv0, kn);
     float *dq2 = dup(dq0, qn), *dk2 = dup(dk0, kn), *dv2 = dup(dv0, kn);
-    af_attention_backward(dq1, dk1, dv1, dout, o1, l1, q, k, v, n, 0, n, nh, nkh, hd, scale, window);
-    CHECK(af_att_gemm_backward(dq2, dk2, dv2, dout, o1, l1, q, k, v, n, n, nh, nkh, hd, scale, window),
+    af_attention_backward(T_CTX, dq1, dk1, dv1, dout, o1, l1, q, k, v, n, 0, n, nh, nkh, hd, scale, window);
+    CHECK(af_att_gemm_backward(T_CTX, dq2, dk2, dv2, dout, o1, l1, q, k, v, n, n, nh, nkh, hd, scale, window),
           "%s: backward", what);
     CHECK_CLOSE(what, dq2, dq1, (size_t)qn, 1e-5 * maxabs(dq1, qn) + 1e-7, 1e-4);
     CHECK_CLOSE(what, dk2, dk1, (size_t)kn, 1e-5 * maxabs(dk1, kn) + 1e-7, 1e-4);
     CHECK_CLOSE(what, dv2, dv1, (size_t)kn, 1e-5 * maxabs(dv1, kn) + 1e-7, 1e-4);
     /* the same bits with one thread */
-    int th = af_get_num_threads();
-    af_set_num_threads(1);
+    int th = af_ctx_n_threads(T_CTX);
+    tl_ctx_set(NULL, 1, NULL, -1);
     float *dq3 = dup(dq0, qn), *dk3 = dup(dk0, kn), *dv3 = dup(dv0, kn), *o3 = malloc(sizeof(float) * qn);
-    af_att_gemm_forward(o3, NULL, q, k, v, n, n, nkh * hd, nh, nkh, hd, scale, window);
-    af_att_gemm_backward(dq3, dk3, dv3, dout, o1, l1, q, k, v, n, n, nh, nkh, hd, scale, window);
-    af_set_num_threads(th);
+    af_att_gemm_forward(T_CTX, o3, NULL, q, k, v, n, n, nkh * hd, nh, nkh, hd, scale, window);
+    af_att_gemm_backward(T_CTX, dq3, dk3, dv3, dout, o1, l1, q, k, v, n, n, nh, nkh, hd, scale, window);
+    tl_ctx_set(NULL, th, NULL, -1);
     CHECK(!memcmp(o3, o2, sizeof(float) * qn) && !memcmp(dq3, dq2, sizeof(float) * qn) &&
               !memcmp(dk3, dk2, sizeof(float) * kn) && !memcmp(dv3, dv2, sizeof(float) * kn),
           "%s: 1 thread == %d threads bitwise", what, th);
     /* a NaN in one key reaches the outputs of the queries that see it, and only those */
     k[(n / 2) * nkh * hd + 3] = NAN; /* kv head 0, position n/2 */
-    af_att_gemm_forward(o3, NULL, q, k, v, n, n, nkh * hd, nh, nkh, hd, scale, window);
+    af_att_gemm_forward(T_CTX, o3, NULL, q, k, v, n, n, nkh * hd, nh, nkh, hd, scale, window);
     int ok = 1;
     for (int64_t i = 0; i < n; i++)
         for (int64_t h = 0; h < nh; h++) {
@@ -86,7 +87,7 @@ static void one(int64_t n, int64_t nh, int64_t nkh, int64_t hd, int64_t window) 
             ok &= (isnan(o3[(i * nh + h) * hd]) != 0) == sees;
         }
     CHECK(ok, "%s: NaN key propagates to exactly the queries that see it", what);
-    af_att_gemm_enable(1);
+    af_ctx_set_hook(T_CTX, AF_CTX_ATT_GEMM, 1);
     free(q); free(k); free(v); free(dout); free(o1); free(o2); free(o3); free(l1); free(l2);
     free(dq0); free(dk0); free(dv0); free(dq1); free(dk1); free(dv1); free(dq2); free(dk2); free(dv2);
     free(dq3); free(dk3); free(dv3);
@@ -96,15 +97,15 @@ int main(void) {
     static const char *PATHS[] = {"avx512", "avx2"};
     int ran = 0;
     for (int p = 0; p < 2; p++) {
-        if (af_set_kernel_path(PATHS[p]) != AF_OK || !af_att_gemm_usable(128, 0, 128, 9, 3, 64)) {
+        if (tl_ctx_set(PATHS[p], -1, NULL, -1) != AF_OK || !af_att_gemm_usable(T_CTX, 128, 0, 128, 9, 3, 64)) {
             tl_skip("blocked-GEMM attention on the %s path: not supported by this CPU (%s)", PATHS[p],
-                    af_cpu_features());
+                    af_ctx_describe(T_CTX));
             continue;
         }
         ran++;
         g_path = PATHS[p];
-        CHECK(!af_att_gemm_usable(128, 5, 133, 9, 3, 64), "%s: q_pos0 > 0 is not handled", PATHS[p]);
-        CHECK(!af_att_gemm_usable(16, 0, 16, 9, 3, 64), "%s: short sequences stay on the row kernels", PATHS[p]);
+        CHECK(!af_att_gemm_usable(T_CTX, 128, 5, 133, 9, 3, 64), "%s: q_pos0 > 0 is not handled", PATHS[p]);
+        CHECK(!af_att_gemm_usable(T_CTX, 16, 0, 16, 9, 3, 64), "%s: short sequences stay on the row kernels", PATHS[p]);
         static const int64_t N[] = {32, 63, 64, 65, 130, 200};
         for (size_t i = 0; i < sizeof N / sizeof *N; i++) {
             one(N[i], 9, 3, 64, 0);
@@ -113,10 +114,10 @@ int main(void) {
         one(256, 4, 4, 64, 100);
         one(300, 8, 2, 16, 0);
     }
-    af_set_kernel_path("auto");
-    CHECK(af_set_kernel_path("scalar") == AF_OK && !af_att_gemm_usable(128, 0, 128, 9, 3, 64),
+    tl_ctx_set("auto", -1, NULL, -1);
+    CHECK(tl_ctx_set("scalar", -1, NULL, -1) == AF_OK && !af_att_gemm_usable(T_CTX, 128, 0, 128, 9, 3, 64),
           "the scalar path keeps the row kernels");
-    af_set_kernel_path("auto");
+    tl_ctx_set("auto", -1, NULL, -1);
     (void)ran;
     return tl_finish("attention_gemm");
 }

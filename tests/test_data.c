@@ -404,7 +404,7 @@ static void test_real_tokenizer(void) {
     const char *mp = tl_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
     if (!mp) return;
     af_model *m = NULL;
-    if (af_model_load(mp, &m) != AF_OK) {
+    if (af_model_load(T_CTX, mp, &m) != AF_OK) {
         CHECK(0, "model load: %s", af_last_error());
         return;
     }
@@ -415,7 +415,7 @@ static void test_real_tokenizer(void) {
     af_corpus *c = NULL;
     af_dataset *ds = NULL;
     CHECK(af_corpus_read(p, NULL, &c) == AF_OK, "real corpus");
-    if (c && af_dataset_build(c, tok, 8, &ds) == AF_OK) {
+    if (c && af_dataset_build(T_CTX, c, tok, 8, &ds) == AF_OK) {
         for (int i = 0; i < 2; i++) {
             int32_t *ids = NULL;
             size_t n = 0;
@@ -449,7 +449,7 @@ static void test_real_tokenizer(void) {
         double t0 = af_time_sec();
         af_status st = af_corpus_read("data/bbc/val.jsonl", &o, &c);
         CHECK(st == AF_OK, "bbc val: %s", af_last_error());
-        if (st == AF_OK && af_dataset_build(c, tok, 512, &ds) == AF_OK) {
+        if (st == AF_OK && af_dataset_build(T_CTX, c, tok, 512, &ds) == AF_OK) {
             af_data_stats s;
             af_data_stats_compute(ds, &s);
             printf("bbc val: %d samples, tokens p50 %d p95 %d p99 %d max %d, %d truncated at 512 (%.2f s)\n", s.n,

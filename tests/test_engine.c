@@ -44,7 +44,7 @@ static int fx_init_ex(fixture *f, const tm_spec *s, float dropout, int32_t class
     if (!CHECK(af_param_layout_init_layers(&f->lay, f->m, &c, classes, lmin, lend) == AF_OK, "layout: %s",
                af_last_error()))
         return 0;
-    if (!CHECK(af_engine_new(f->m, &f->lay, &f->e) == AF_OK, "engine: %s", af_last_error())) return 0;
+    if (!CHECK(af_engine_new(NULL, f->m, &f->lay, &f->e) == AF_OK, "engine: %s", af_last_error())) return 0;
     f->P = malloc(sizeof(float) * (size_t)f->lay.n_total);
     f->G = calloc((size_t)f->lay.n_total, sizeof(float));
     af_lora_init_params(&f->lay, f->P);
@@ -394,7 +394,7 @@ static void test_prefix_cache(const char *arch, uint32_t type) {
         return;
     }
     af_engine *ref = NULL;
-    if (!CHECK(af_engine_new(f.m, &f.lay, &ref) == AF_OK, "engine")) {
+    if (!CHECK(af_engine_new(NULL, f.m, &f.lay, &ref) == AF_OK, "engine")) {
         fx_free(&f);
         return;
     }
@@ -532,7 +532,7 @@ static void test_errors(void) {
     af_lora_config c = {2, 4, 0, 0, 3, 1};
     af_engine *e2 = NULL;
     if (CHECK(af_param_layout_init(&lay2, f.m, &c, 0) == AF_OK, "layout without head")) {
-        CHECK(af_engine_new(f.m, &lay2, &e2) == AF_OK, "engine");
+        CHECK(af_engine_new(NULL, f.m, &lay2, &e2) == AF_OK, "engine");
         CHECK(af_engine_step(e2, f.P, f.G, &b, &o, 1, &L, NULL) == AF_ERR_INVALID_ARG, "no head rejected");
         af_engine_free(e2);
         af_param_layout_free(&lay2);
@@ -570,13 +570,13 @@ int main(void) {
     /* the other kernel paths (scalar C, AVX2) on one model each */
     const char *paths[2] = {"scalar", "avx2"};
     for (int k = 0; k < 2; k++) {
-        if (af_set_kernel_path(paths[k]) != AF_OK) {
+        if (tl_ctx_set(paths[k], -1, NULL, -1) != AF_OK) {
             tl_skip("kernel path %s not available here", paths[k]);
             continue;
         }
         test_model_type(k ? "gemma3" : "llama", AF_TYPE_Q4_K);
         test_packing(k ? "llama" : "gemma3", AF_TYPE_Q4_1);
     }
-    af_set_kernel_path("auto");
+    tl_ctx_set("auto", -1, NULL, -1);
     return tl_finish("engine");
 }

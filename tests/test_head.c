@@ -142,18 +142,18 @@ static void test_head_grads(int B, int64_t H, int C) {
     fill(R, NULL, (size_t)B * C, &rs, 1.0f);
     char what[96];
 
-    af_head_forward(logits, P, W, bias, B, H, C);
+    af_head_forward(T_CTX, logits, P, W, bias, B, H, C);
     head_ref(ld, Pd, Wd, bd, B, H, C);
     for (int i = 0; i < B * C; i++) lref[i] = (float)ld[i];
     snprintf(what, sizeof what, "head forward B=%d H=%lld C=%d", B, (long long)H, C);
     CHECK_CLOSE(what, logits, lref, (size_t)B * C, 1e-5, 1e-5);
-    af_head_forward(logits, P, W, NULL, B, H, C);
+    af_head_forward(T_CTX, logits, P, W, NULL, B, H, C);
     head_ref(ld, Pd, Wd, NULL, B, H, C);
     for (int i = 0; i < B * C; i++) lref[i] = (float)ld[i];
     CHECK_CLOSE("head forward, no bias", logits, lref, (size_t)B * C, 1e-5, 1e-5);
 
     /* L = Σ R ⊙ logits: dW = Rᵀ P, db = column sums of R, dP = R W (accumulated onto zeros) */
-    af_head_backward(dP, dW, db, R, P, W, B, H, C);
+    af_head_backward(T_CTX, dP, dW, db, R, P, W, B, H, C);
     struct { double *x; float *fd; size_t n; } sets[3] = {{Pd, fdP, nP}, {Wd, fdW, nW}, {bd, fdb, (size_t)C}};
     for (int s = 0; s < 3; s++)
         for (size_t i = 0; i < sets[s].n; i++) {
@@ -171,7 +171,7 @@ static void test_head_grads(int B, int64_t H, int C) {
     CHECK_CLOSE("head dbias vs FD", db, fdb, (size_t)C, GRAD_ATOL, GRAD_RTOL);
     CHECK_CLOSE("head d_pooled vs FD", dP, fdP, nP, GRAD_ATOL, GRAD_RTOL);
     /* accumulate contract: a second backward doubles everything; NULL dbias / d_pooled allowed */
-    af_head_backward(NULL, dW, NULL, R, P, W, B, H, C);
+    af_head_backward(T_CTX, NULL, dW, NULL, R, P, W, B, H, C);
     for (size_t i = 0; i < nW; i++) fdW[i] *= 2;
     CHECK_CLOSE("head dW accumulates (+=), NULL dbias/d_pooled", dW, fdW, nW, 2 * GRAD_ATOL, GRAD_RTOL);
     free(P), free(W), free(bias), free(Pd), free(Wd), free(bd), free(R), free(logits), free(lref), free(ld);
@@ -261,12 +261,12 @@ static void test_chain(void) {
     fill(W, Wd, C * H, &rs, 0.5f);
     fill(bias, bd, C, &rs, 0.2f);
     af_pool_forward(pooled, hid, ss, B, H, AF_POOL_MEAN);
-    af_head_forward(logits, pooled, W, bias, B, H, C);
+    af_head_forward(T_CTX, logits, pooled, W, bias, B, H, C);
     const double loss = af_ce_loss(dl, NULL, logits, y, w, B, C);
     const double want = chain_ref(hd, Wd, bd, ss, y, w, B, H, C);
     CHECK(fabs(loss - want) < 1e-6 * fabs(want), "chain loss %.9g want %.9g", loss, want);
     float dP[B * H] = {0}, dW[C * H] = {0}, db[C] = {0}, dh[T * H] = {0}, fdh[T * H], fdW[C * H];
-    af_head_backward(dP, dW, db, dl, pooled, W, B, H, C);
+    af_head_backward(T_CTX, dP, dW, db, dl, pooled, W, B, H, C);
     af_pool_backward(dh, dP, ss, B, H, AF_POOL_MEAN);
     for (int i = 0; i < T * H; i++) {
         const double keep = hd[i];

@@ -199,7 +199,7 @@ static int64_t check_latest(const af_model *m, const char *out) {
         return 0;
     }
     af_classifier *c = NULL;
-    af_status st = af_classifier_load(NULL, m, ck, &c);
+    af_status st = af_classifier_load(NULL, NULL, m, ck, &c);
     int ok = CHECK(st == AF_OK && c->num_classes == 3, "latest checkpoint %s loads: %s", ck, af_last_error());
     af_classifier_free(c);
     char *sp = af_path_join(ck, "trainer_state.safetensors");
@@ -256,7 +256,7 @@ int main(void) {
     write_corpus(P_("train.jsonl"), 40, 5);
     write_corpus(P_("val.jsonl"), 12, 6);
     af_model *m = NULL;
-    if (!CHECK(af_model_load(P_("tiny.gguf"), &m) == AF_OK, "load: %s", af_last_error())) return tl_finish("kill");
+    if (!CHECK(af_model_load(T_CTX, P_("tiny.gguf"), &m) == AF_OK, "load: %s", af_last_error())) return tl_finish("kill");
 
     /* the uninterrupted reference */
     int status = 0;

@@ -20,7 +20,7 @@ static double lora_loss(const float *x, const float *mask, const float *A, const
                         int64_t in, int64_t out, int32_t r, float scale) {
     float *y = calloc((size_t)(n * out), sizeof(float));
     float *xa = malloc(sizeof(float) * (size_t)(n * r));
-    af_lora_forward(y, xa, x, mask, A, B, n, in, out, r, scale);
+    af_lora_forward(T_CTX, y, xa, x, mask, A, B, n, in, out, r, scale);
     double s = 0;
     for (int64_t i = 0; i < n * out; i++) s += (double)y[i] * R[i];
     free(y);
@@ -64,7 +64,7 @@ static void test_fd(int with_mask) {
     fill(R, n * out, &rng, 1.0f);
     if (with_mask) {
         mask = malloc(sizeof(float) * n * in);
-        af_lora_dropout_mask(mask, 99, 1, AF_PROJ_V, 0, n, in, p);
+        af_lora_dropout_mask(T_CTX, mask, 99, 1, AF_PROJ_V, 0, n, in, p);
         int zeros = 0;
         for (int64_t i = 0; i < n * in; i++) {
             zeros += mask[i] == 0;
@@ -73,7 +73,7 @@ static void test_fd(int with_mask) {
         CHECK(zeros > n * in * p * 0.6 && zeros < n * in * p * 1.4, "dropout mask: %d zeros of %lld (p = %.2f)", zeros,
               (long long)(n * in), (double)p);
         float *m2 = malloc(sizeof(float) * n * in);
-        af_lora_dropout_mask(m2, 99, 1, AF_PROJ_V, 3, n - 3, in, p);
+        af_lora_dropout_mask(T_CTX, m2, 99, 1, AF_PROJ_V, 3, n - 3, in, p);
         CHECK(!memcmp(m2, mask + 3 * in, sizeof(float) * (size_t)((n - 3) * in)), "dropout mask rows keyed by token");
         free(m2);
     }
@@ -81,8 +81,8 @@ static void test_fd(int with_mask) {
     float *y = calloc((size_t)(n * out), sizeof(float)), *xa = malloc(sizeof(float) * n * r);
     float *dx = calloc((size_t)(n * in), sizeof(float)), *dA = calloc((size_t)(r * in), sizeof(float));
     float *dB = calloc((size_t)(out * r), sizeof(float)), *tmp = malloc(sizeof(float) * (size_t)(n * (r + in)));
-    af_lora_forward(y, xa, x, mask, A, B, n, in, out, r, scale);
-    af_lora_backward(dx, dA, dB, tmp, R, x, xa, mask, A, B, n, in, out, r, scale);
+    af_lora_forward(T_CTX, y, xa, x, mask, A, B, n, in, out, r, scale);
+    af_lora_backward(T_CTX, dx, dA, dB, tmp, R, x, xa, mask, A, B, n, in, out, r, scale);
     char w[64];
     snprintf(w, sizeof w, "lora dx (mask %d)", with_mask);
     fd_group(w, x, dx, n * in, x, mask, A, B, R, n, in, out, r, scale);
@@ -91,11 +91,11 @@ static void test_fd(int with_mask) {
     snprintf(w, sizeof w, "lora dB (mask %d)", with_mask);
     fd_group(w, B, dB, out * r, x, mask, A, B, R, n, in, out, r, scale);
     /* backward adds into gradients */
-    af_lora_backward(dx, dA, dB, tmp, R, x, xa, mask, A, B, n, in, out, r, scale);
+    af_lora_backward(T_CTX, dx, dA, dB, tmp, R, x, xa, mask, A, B, n, in, out, r, scale);
     float *dB2 = malloc(sizeof(float) * out * r);
     for (int64_t i = 0; i < out * r; i++) dB2[i] = 0.5f * dB[i];
     float *dB1 = calloc((size_t)(out * r), sizeof(float));
-    af_lora_backward(NULL, dA, dB1, tmp, R, x, xa, mask, A, B, n, in, out, r, scale);
+    af_lora_backward(T_CTX, NULL, dA, dB1, tmp, R, x, xa, mask, A, B, n, in, out, r, scale);
     CHECK_CLOSE("lora backward accumulates", dB1, dB2, (size_t)(out * r), 1e-6, 1e-5);
     free(dB2);
     free(dB1);
@@ -122,7 +122,7 @@ static void test_merge(void) {
             for (int64_t i = 0; i < in; i++) s += (double)x[t * in + i] * W0[o * in + i];
             y1[t * out + o] = (float)s;
         }
-    af_lora_forward(y1, xa, x, NULL, A, B, n, in, out, r, scale);
+    af_lora_forward(T_CTX, y1, xa, x, NULL, A, B, n, in, out, r, scale);
     af_lora_merge(W, A, B, in, out, r, scale, +1);
     for (int64_t t = 0; t < n; t++)
         for (int64_t o = 0; o < out; o++) {

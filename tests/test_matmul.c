@@ -1,14 +1,14 @@
 /*
  * test_matmul.c — kernels/matmul.h against dequantize-then-multiply in double, for every weight
- * type and every kernel path this CPU has (forced with af_set_kernel_path).
+ * type and every kernel path this CPU has (one context per path, tl_ctx_set).
  *
  * Weights: half the rows are random f32 quantized with af_quantize_row (when it supports the
  * type), the other half random block bytes with finite random fp16 scale fields, so every bit
  * pattern of the packed quants is exercised. Reference: af_dequantize_row + f64 products.
  *
  * Decode (n <= 4) is run in each of its modes: the default f32 decode (weights dequantized in
- * registers, ops.decode_f32), the dequantize-to-stack + dot fallback (af_mm_set_fused_decode(0))
- * and, for block types on SIMD paths, int8 activations (af_matmul_set_int8_activations(1)).
+ * registers, ops.decode_f32), the dequantize-to-stack + dot fallback (af_ctx_set_hook(T_CTX, AF_CTX_FUSED_DECODE, 0))
+ * and, for block types on SIMD paths, int8 activations (tl_ctx_set(NULL, -1, NULL, 1)).
  *
  * Tolerances (per output element, rigorous bounds rather than guesses):
  *  - f32 paths (scalar, f32 decode, dot decode, tile GEMM for n > 4, dyw, f32 GEMMs):
@@ -22,6 +22,7 @@
  *    llama.cpp's Q8 activations).
  */
 #include "testlib.h"
+#include "kernels/ctx.h"
 
 #include "core/core.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -187,40 +188,40 @@ static void run_case(uint32_t type, int64_t n, int64_t in, int64_t out, worst *w
     char what[200];
     for (int p = 0; p < 3; p++) {
         if (!path_ok[p]) continue;
-        af_set_kernel_path(PATHS[p]);
+        tl_ctx_set(PATHS[p], -1, NULL, -1);
         /* decode modes (n <= 4): 0 f32 fused (default), 1 dequant + dot fallback, 2 int8 activations */
         for (int mode = 0; mode < 3; mode++) {
             if (mode > 0 && (n > 4 || p == 0)) continue;
             if (mode == 2 && !is_block) continue;
-            af_mm_set_fused_decode(mode != 1);
-            af_matmul_set_int8_activations(mode == 2);
+            af_ctx_set_hook(T_CTX, AF_CTX_FUSED_DECODE, mode != 1);
+            tl_ctx_set(NULL, -1, NULL, mode == 2);
             bool intp = mode == 2;
             worst *wx = intp ? wi : n <= 4 ? wf : wt;
             const char *mname = n > 4 ? "tiles" : MODES[mode];
             snprintf(what, sizeof what, "xwt %s %s %s n=%lld in=%lld out=%lld", PATHS[p], mname,
                      af_type_name(type), (long long)n, (long long)in, (long long)out);
             for (int64_t i = 0; i < n * out; i++) y[i] = NAN;
-            af_matmul_xwt(y, x, w, type, n, in, out, 0);
+            af_matmul_xwt(T_CTX, y, x, w, type, n, in, out, 0);
             CHECK(check_vs(what, y, yr, intp ? ti : tf, n * out, wx), "%s", what);
             /* accumulate = 1 on top of random values */
             rand_vec(y0, n * out, 1.0f);
             memcpy(y, y0, sizeof(float) * (size_t)(n * out));
             for (int64_t i = 0; i < n * out; i++) yr2[i] = yr[i] + y0[i];
-            af_matmul_xwt(y, x, w, type, n, in, out, 1);
+            af_matmul_xwt(T_CTX, y, x, w, type, n, in, out, 1);
             snprintf(what, sizeof what, "xwt+acc %s %s %s n=%lld in=%lld out=%lld", PATHS[p], mname,
                      af_type_name(type), (long long)n, (long long)in, (long long)out);
             CHECK(check_vs(what, y, yr2, intp ? ti : tf, n * out, wx), "%s", what);
         }
-        af_mm_set_fused_decode(1);
-        af_matmul_set_int8_activations(0);
+        af_ctx_set_hook(T_CTX, AF_CTX_FUSED_DECODE, 1);
+        tl_ctx_set(NULL, -1, NULL, 0);
 
         snprintf(what, sizeof what, "dyw %s %s n=%lld in=%lld out=%lld", PATHS[p], af_type_name(type),
                  (long long)n, (long long)in, (long long)out);
         for (int64_t i = 0; i < n * in; i++) dx[i] = NAN;
-        af_matmul_dyw(dx, dy, w, type, n, in, out, 0);
+        af_matmul_dyw(T_CTX, dx, dy, w, type, n, in, out, 0);
         CHECK(check_vs(what, dx, dxr, td, n * in, wd_), "%s", what);
     }
-    af_set_kernel_path("auto");
+    tl_ctx_set("auto", -1, NULL, -1);
     free(w); free(wd); free(x); free(dy); free(yr); free(tf); free(ti); free(dxr); free(td);
     free(y); free(dx); free(y0); free(yr2);
 }
@@ -285,13 +286,13 @@ static void test_gemm(void) {
                 }
             for (int p = 0; p < 3; p++) {
                 if (!path_ok[p]) continue;
-                af_set_kernel_path(PATHS[p]);
+                tl_ctx_set(PATHS[p], -1, NULL, -1);
                 for (int acc = 0; acc < 2; acc++) {
                     if (acc) memcpy(c, c0, sizeof(float) * (size_t)(m * n));
                     else for (int64_t i = 0; i < m * n; i++) c[i] = NAN;
-                    if (form == 0) af_gemm_abt(c, a, b, m, n, k, acc);
-                    else if (form == 1) af_gemm_ab(c, a, b, m, n, k, acc);
-                    else af_gemm_atb(c, a, b, m, n, k, acc);
+                    if (form == 0) af_gemm_abt(T_CTX, c, a, b, m, n, k, acc);
+                    else if (form == 1) af_gemm_ab(T_CTX, c, a, b, m, n, k, acc);
+                    else af_gemm_atb(T_CTX, c, a, b, m, n, k, acc);
                     if (acc) for (int64_t i = 0; i < m * n; i++) c[i] -= c0[i];
                     char what[128];
                     snprintf(what, sizeof what, "gemm_%s %s m=%lld n=%lld k=%lld acc=%d",
@@ -301,13 +302,13 @@ static void test_gemm(void) {
                     CHECK(check_vs(what, c, r, tol, m * n, &wst), "%s", what);
                 }
             }
-            af_set_kernel_path("auto");
+            tl_ctx_set("auto", -1, NULL, -1);
         }
         free(a); free(b); free(c); free(c0); free(r); free(tol);
     }
 }
 
-/* ---- bf16 precision of the packed path (af_set_matmul_precision("bf16")) ---- */
+/* ---- bf16 precision of the packed path (tl_ctx_set(NULL, -1, "bf16", -1)) ---- */
 
 /* bfloat16 round to nearest even (finite inputs), as VCVTNEPS2BF16. */
 static double bf16_round(float v) {
@@ -352,34 +353,34 @@ static void bf16_case(uint32_t type, int xwt, int64_t n, int64_t in, int64_t out
     char what[160];
     snprintf(what, sizeof what, "bf16 %s %s n=%lld in=%lld out=%lld", xwt ? "xwt" : "dyw", af_type_name(type),
              (long long)n, (long long)in, (long long)out);
-    CHECK(af_matmul_packed_path(n, in, out), "%s: takes the packed path", what);
-    if (xwt) af_matmul_xwt(y, x, w, type, n, in, out, 0);
-    else af_matmul_dyw(y, x, w, type, n, in, out, 0);
+    CHECK(af_matmul_packed_path(T_CTX, n, in, out), "%s: takes the packed path", what);
+    if (xwt) af_matmul_xwt(T_CTX, y, x, w, type, n, in, out, 0);
+    else af_matmul_dyw(T_CTX, y, x, w, type, n, in, out, 0);
     worst w1 = {0, 0}, w2 = {0, 0};
     CHECK(check_vs(what, y, r, tol, n * nc, &w1), "%s: vs exact within (2^-8 + k 2^-24) sum|ab|", what);
     CHECK(check_vs(what, y, rb, tolb, n * nc, &w2), "%s: vs bf16-rounded operands within k 2^-23 sum|ab|", what);
     printf("  %s: err/bound %.3f (vs exact), %.3f (vs bf16 operands); rel %.2e\n", what, w1.ratio, w2.ratio, w1.rel);
     /* same bits whatever the thread count and the row blocking (the engine relies on it) */
-    int th = af_get_num_threads();
-    af_set_num_threads(1);
-    if (xwt) af_matmul_xwt(y1, x, w, type, n, in, out, 0);
-    else af_matmul_dyw(y1, x, w, type, n, in, out, 0);
-    af_set_num_threads(th);
+    int th = af_ctx_n_threads(T_CTX);
+    tl_ctx_set(NULL, 1, NULL, -1);
+    if (xwt) af_matmul_xwt(T_CTX, y1, x, w, type, n, in, out, 0);
+    else af_matmul_dyw(T_CTX, y1, x, w, type, n, in, out, 0);
+    tl_ctx_set(NULL, th, NULL, -1);
     int64_t h = n / 2;
     if (xwt) {
-        af_matmul_xwt(y2, x, w, type, h, in, out, 0);
-        af_matmul_xwt(y2 + h * nc, x + h * k, w, type, n - h, in, out, 0);
+        af_matmul_xwt(T_CTX, y2, x, w, type, h, in, out, 0);
+        af_matmul_xwt(T_CTX, y2 + h * nc, x + h * k, w, type, n - h, in, out, 0);
     } else {
-        af_matmul_dyw(y2, x, w, type, h, in, out, 0);
-        af_matmul_dyw(y2 + h * nc, x + h * k, w, type, n - h, in, out, 0);
+        af_matmul_dyw(T_CTX, y2, x, w, type, h, in, out, 0);
+        af_matmul_dyw(T_CTX, y2 + h * nc, x + h * k, w, type, n - h, in, out, 0);
     }
     CHECK(!memcmp(y, y1, sizeof(float) * (size_t)(n * nc)), "%s: 1 thread == %d threads bitwise", what, th);
     if (h > AF_MM_DECODE_N) /* blocks of <= 4 rows take the f32 decode path by design */
         CHECK(!memcmp(y, y2, sizeof(float) * (size_t)(n * nc)), "%s: two row blocks == one call bitwise", what);
     /* accumulate adds the same product */
     for (int64_t i = 0; i < n * nc; i++) y1[i] = 1.0f;
-    if (xwt) af_matmul_xwt(y1, x, w, type, n, in, out, 1);
-    else af_matmul_dyw(y1, x, w, type, n, in, out, 1);
+    if (xwt) af_matmul_xwt(T_CTX, y1, x, w, type, n, in, out, 1);
+    else af_matmul_dyw(T_CTX, y1, x, w, type, n, in, out, 1);
     double worst_acc = 0;
     for (int64_t i = 0; i < n * nc; i++) {
         double d = fabs((double)y1[i] - 1.0 - y[i]) / (1e-6 * (1 + fabs(y[i])));
@@ -388,8 +389,8 @@ static void bf16_case(uint32_t type, int xwt, int64_t n, int64_t in, int64_t out
     CHECK(worst_acc <= 1, "%s: accumulate adds the product (worst %.3g of tol)", what, worst_acc);
     /* a NaN in one input row reaches that output row and no other */
     x[3 * k + 5] = NAN;
-    if (xwt) af_matmul_xwt(y1, x, w, type, n, in, out, 0);
-    else af_matmul_dyw(y1, x, w, type, n, in, out, 0);
+    if (xwt) af_matmul_xwt(T_CTX, y1, x, w, type, n, in, out, 0);
+    else af_matmul_dyw(T_CTX, y1, x, w, type, n, in, out, 0);
     int nan_row = 1, nan_other = 0;
     for (int64_t j = 0; j < nc; j++) nan_row &= isnan(y1[3 * nc + j]) != 0;
     for (int64_t i = 0; i < n * nc; i++)
@@ -399,20 +400,20 @@ static void bf16_case(uint32_t type, int xwt, int64_t n, int64_t in, int64_t out
 }
 
 static void test_bf16(void) {
-    CHECK(!strcmp(af_get_matmul_precision(), "f32"), "default matmul precision is f32");
-    CHECK(af_set_matmul_precision("fp8") == AF_ERR_INVALID_ARG, "unknown precision refused");
+    CHECK(!strcmp(af_ctx_matmul_precision(T_CTX), "f32"), "default matmul precision is f32");
+    CHECK(tl_ctx_set(NULL, -1, "fp8", -1) == AF_ERR_INVALID_ARG, "unknown precision refused");
     if (path_ok[1]) { /* the f32 fallback: bf16 is refused on the AVX2 path and f32 stays in use */
-        af_set_kernel_path("avx2");
-        CHECK(af_set_matmul_precision("bf16") == AF_ERR_UNSUPPORTED, "bf16 refused on the avx2 path");
-        CHECK(!strcmp(af_get_matmul_precision(), "f32"), "precision stays f32 after a refusal");
-        af_set_kernel_path("auto");
+        tl_ctx_set("avx2", -1, NULL, -1);
+        CHECK(tl_ctx_set(NULL, -1, "bf16", -1) == AF_ERR_UNSUPPORTED, "bf16 refused on the avx2 path");
+        CHECK(!strcmp(af_ctx_matmul_precision(T_CTX), "f32"), "precision stays f32 after a refusal");
+        tl_ctx_set("auto", -1, NULL, -1);
     }
-    if (af_set_matmul_precision("bf16") != AF_OK) {
-        CHECK(!strcmp(af_get_matmul_precision(), "f32"), "precision stays f32 without AVX512_BF16");
+    if (tl_ctx_set(NULL, -1, "bf16", -1) != AF_OK) {
+        CHECK(!strcmp(af_ctx_matmul_precision(T_CTX), "f32"), "precision stays f32 without AVX512_BF16");
         tl_skip("bf16 matmul: %s", af_last_error());
         return;
     }
-    CHECK(!strcmp(af_get_matmul_precision(), "bf16"), "precision reads back bf16");
+    CHECK(!strcmp(af_ctx_matmul_precision(T_CTX), "bf16"), "precision reads back bf16");
     static const uint32_t BT[] = {AF_TYPE_F32, AF_TYPE_F16, AF_TYPE_Q4_1, AF_TYPE_Q8_0, AF_TYPE_Q4_K, AF_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof BT / sizeof BT[0]; i++) {
         bf16_case(BT[i], 1, 133, 512, 200);
@@ -422,16 +423,18 @@ static void test_bf16(void) {
     /* K not a multiple of the 32-wide conversion step / of the K-chunk (f32 operands only) */
     bf16_case(AF_TYPE_F32, 1, 133, 330, 200);
     bf16_case(AF_TYPE_F32, 0, 77, 256, 330);
-    /* a later switch to a path without bf16 falls back to f32 (exact up to f32 rounding) */
+    /* a context on a path without bf16 cannot have bf16; derived with f32 it is exact up to f32
+     * rounding */
     if (path_ok[1]) {
-        af_set_kernel_path("avx2");
-        CHECK(!strcmp(af_get_matmul_precision(), "f32"), "bf16 not in use on the avx2 path");
+        CHECK(tl_ctx_set("avx2", -1, NULL, -1) == AF_ERR_UNSUPPORTED, "bf16 on the avx2 path refused");
+        tl_ctx_set("avx2", -1, "f32", -1);
+        CHECK(!strcmp(af_ctx_matmul_precision(T_CTX), "f32"), "bf16 not in use on the avx2 path");
         int64_t m = 40, k = 256, n = 300;
         float *a = malloc(sizeof(float) * (size_t)(m * k)), *b = malloc(sizeof(float) * (size_t)(n * k));
         float *c = malloc(sizeof(float) * (size_t)(m * n));
         rand_vec(a, m * k, 1.f);
         rand_vec(b, n * k, 1.f);
-        af_gemm_abt(c, a, b, m, n, k, 0);
+        af_gemm_abt(T_CTX, c, a, b, m, n, k, 0);
         double worst_r = 0;
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
@@ -445,20 +448,54 @@ static void test_bf16(void) {
             }
         CHECK(worst_r <= 1, "avx2 fallback with bf16 requested is f32-exact (worst %.3g of tol)", worst_r);
         free(a); free(b); free(c);
-        af_set_kernel_path("auto");
+        tl_ctx_set("auto", -1, NULL, -1);
     }
-    af_set_matmul_precision("f32");
+    tl_ctx_set(NULL, -1, "f32", -1);
+}
+
+/* af_ctx: parameters checked once at creation, read back by the getters */
+static void test_ctx_api(void) {
+    af_ctx *c = NULL;
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.kernel_path = "sse9";
+    CHECK(af_ctx_new(&p, &c) == AF_ERR_INVALID_ARG && c == NULL, "unknown kernel path refused");
+    af_ctx_params_default(&p);
+    p.matmul_precision = "fp8";
+    CHECK(af_ctx_new(&p, &c) == AF_ERR_INVALID_ARG && c == NULL, "unknown matmul precision refused");
+    af_ctx_params_default(&p);
+    p.kernel_path = "scalar";
+    p.n_threads = 1;
+    p.int8_activations = 1;
+    if (CHECK(af_ctx_new(&p, &c) == AF_OK, "scalar context: %s", af_last_error())) {
+        CHECK(af_ctx_n_threads(c) == 1 && !strcmp(af_ctx_kernel_path(c), "scalar") &&
+                  !strcmp(af_ctx_matmul_precision(c), "f32") && af_ctx_int8_activations(c) == 1 &&
+                  strstr(af_ctx_describe(c), "-> scalar") != NULL,
+              "getters read back the parameters (%s)", af_ctx_describe(c));
+        af_ctx_params q;
+        af_ctx_get_params(c, &q);
+        CHECK(q.n_threads == 1 && !strcmp(q.kernel_path, "scalar") && q.int8_activations == 1,
+              "af_ctx_get_params round trip");
+        p.matmul_precision = "bf16";
+        af_ctx *b = NULL;
+        CHECK(af_ctx_new(&p, &b) == AF_ERR_UNSUPPORTED && b == NULL, "bf16 refused on the scalar path");
+    }
+    af_ctx_free(c);
+    af_ctx_free(NULL);
+    CHECK(af_ctx_new(NULL, &c) == AF_OK && af_ctx_n_threads(c) >= 1, "default context");
+    af_ctx_free(c);
 }
 
 int main(void) {
     for (int p = 0; p < 3; p++) {
-        path_ok[p] = af_set_kernel_path(PATHS[p]) == AF_OK;
+        path_ok[p] = tl_ctx_set(PATHS[p], -1, NULL, -1) == AF_OK;
         if (!path_ok[p]) tl_skip("kernel path %s: not supported by this CPU", PATHS[p]);
     }
-    af_set_kernel_path("auto");
-    printf("cpu: %s\n", af_cpu_features());
+    tl_ctx_set("auto", -1, NULL, -1);
+    printf("cpu: %s\n", af_ctx_describe(T_CTX));
     test_gemm();
     test_types();
     test_bf16();
+    test_ctx_api();
     return tl_finish("test_matmul");
 }

@@ -11,7 +11,7 @@
  *    residual stream. Measured: max |diff| 8e-5 on both models (printed below), so the bound has
  *    ~25x headroom for other kernel paths (scalar, AVX2) whose summation orders differ.
  *  - incremental decoding vs batched: the same bound (decode uses exact f32 activations by
- *    default; measured 5e-5). With af_set_int8_activations(1) this would NOT hold (~0.5).
+ *    default; measured 5e-5). With a context with int8_activations this would NOT hold (~0.5).
  *  - greedy continuation: the 32 ids must be identical.
  */
 #include "afinar.h"
@@ -60,7 +60,7 @@ static void test_reference(const char *path, const char *fixture, int gemma) {
     }
     const int32_t *sub = rd_bytes(&r, 4 * (size_t)n_sub);
     af_model *m = NULL;
-    af_status st = af_model_load(path, &m);
+    af_status st = af_model_load(T_CTX, path, &m);
     if (!CHECK(st == AF_OK, "load %s: %s", path, af_last_error())) {
         free(buf);
         return;
@@ -175,7 +175,7 @@ int main(void) {
     p = tl_model_path("gemma-3-270m-Q4_K_M.gguf");
     if (p) test_reference(p, "tests/fixtures/gemma3_logits_ref.bin", 1);
     af_model *m = NULL;
-    CHECK(af_model_load("/nonexistent/model.gguf", &m) != AF_OK && m == NULL &&
+    CHECK(af_model_load(T_CTX, "/nonexistent/model.gguf", &m) != AF_OK && m == NULL &&
               strstr(af_last_error(), "/nonexistent/model.gguf"),
           "missing file names the file: %s", af_last_error());
     return tl_finish("test_model");

@@ -251,7 +251,7 @@ static void test_attention_nan(void) {
         for (int i = 0; i < NQ * HD; i++) k[i] = tl_rand_uniform(&r, -1, 1), v[i] = tl_rand_uniform(&r, -1, 1);
         if (which == 0) q[(5 * NH + 1) * HD + 2] = NAN; /* query row 5, head 1 */
         else k[9 * HD + 4] = NAN;                       /* key 9: every query >= 9, both heads */
-        af_attention_forward(out, lse, q, k, v, NQ, 0, NQ, HD, NH, 1, HD, 0.25f, 0);
+        af_attention_forward(T_CTX, out, lse, q, k, v, NQ, 0, NQ, HD, NH, 1, HD, 0.25f, 0);
         int ok = 1;
         for (int t = 0; t < NQ; t++)
             for (int h = 0; h < NH; h++) {

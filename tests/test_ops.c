@@ -118,17 +118,17 @@ static void test_rmsnorm(int64_t n, int64_t dim, int fd) {
     float *y = malloc((size_t)(n * dim) * sizeof *y), *rstd = malloc((size_t)n * sizeof *rstd);
     rms_ctx c = {to_d(x, n * dim), to_d(w, dim), to_d(R, n * dim), malloc((size_t)(n * dim) * sizeof(double)),
                  n, dim, eps};
-    af_rmsnorm_forward(y, rstd, x, w, n, dim, eps);
+    af_rmsnorm_forward(T_CTX, y, rstd, x, w, n, dim, eps);
     rms_ref(c.y, c.x, c.w, n, dim, eps);
     CLOSE_D("rmsnorm forward", W_FWD, y, 0, c.y, n * dim, FWD_ATOL, FWD_RTOL);
     /* in place (y aliases x) gives the same */
     float *xi = malloc((size_t)(n * dim) * sizeof *xi);
     memcpy(xi, x, (size_t)(n * dim) * sizeof *xi);
-    af_rmsnorm_forward(xi, NULL, xi, w, n, dim, eps);
+    af_rmsnorm_forward(T_CTX, xi, NULL, xi, w, n, dim, eps);
     CHECK(memcmp(xi, y, (size_t)(n * dim) * sizeof *xi) == 0, "rmsnorm in place differs");
     if (fd) {
         float *dx = fconst(n * dim, 0.25f), *dw = fconst(dim, -0.5f);
-        af_rmsnorm_backward(dx, dw, R, x, w, rstd, n, dim);
+        af_rmsnorm_backward(T_CTX, dx, dw, R, x, w, rstd, n, dim);
         double *gx = malloc((size_t)(n * dim) * sizeof *gx), *gw = malloc((size_t)dim * sizeof *gw);
         fd_grad(gx, c.x, n * dim, rms_loss, &c);
         fd_grad(gw, c.w, dim, rms_loss, &c);
@@ -136,7 +136,7 @@ static void test_rmsnorm(int64_t n, int64_t dim, int fd) {
         CLOSE_D("rmsnorm dw (FD)", W_FD, dw, -0.5f, gw, dim, FD_ATOL, FD_RTOL);
         /* dw == NULL is allowed */
         float *dx2 = fconst(n * dim, 0.25f);
-        af_rmsnorm_backward(dx2, NULL, R, x, w, rstd, n, dim);
+        af_rmsnorm_backward(T_CTX, dx2, NULL, R, x, w, rstd, n, dim);
         CHECK(memcmp(dx2, dx, (size_t)(n * dim) * sizeof *dx) == 0, "rmsnorm dx differs with dw NULL");
         free(dx), free(dw), free(gx), free(gw), free(dx2);
     }
@@ -188,19 +188,19 @@ static void test_rope(int64_t n, int64_t nh, int64_t hd, float base, int neox, i
     float *y = malloc((size_t)N * sizeof *y);
     memcpy(y, x, (size_t)N * sizeof *y);
     rope_ctx c = {to_d(x, N), to_d(R, N), malloc((size_t)N * sizeof(double)), pos, n, nh, hd, base, neox};
-    af_rope_forward(y, pos, n, nh, hd, base, neox);
+    af_rope_forward(T_CTX, y, pos, n, nh, hd, base, neox);
     rope_ref(c.y, c.x, pos, n, nh, hd, base, neox);
     char what[96];
     snprintf(what, sizeof what, "rope %s forward hd=%lld pos<=%d%s", neox ? "neox" : "norm", (long long)hd,
              (int)pos_max, packed ? " packed" : "");
     CLOSE_D(what, W_FWD, y, 0, c.y, N, FWD_ATOL, FWD_RTOL);
     /* backward(forward(x)) == x */
-    af_rope_backward(y, pos, n, nh, hd, base, neox);
+    af_rope_backward(T_CTX, y, pos, n, nh, hd, base, neox);
     CLOSE_D("rope backward(forward(x)) == x", W_FWD, y, 0, c.x, N, FWD_ATOL, FWD_RTOL);
     if (fd) {
         float *dx = malloc((size_t)N * sizeof *dx);
         memcpy(dx, R, (size_t)N * sizeof *dx);
-        af_rope_backward(dx, pos, n, nh, hd, base, neox);
+        af_rope_backward(T_CTX, dx, pos, n, nh, hd, base, neox);
         double *g = malloc((size_t)N * sizeof *g);
         fd_grad(g, c.x, N, rope_loss, &c);
         snprintf(what, sizeof what, "rope %s dx (FD)%s", neox ? "neox" : "norm", packed ? " packed" : "");
@@ -221,8 +221,8 @@ static void test_rope_table_vs_token(int64_t n, int64_t nh, int64_t hd, int neox
     for (int dir = 0; dir < 2; dir++) {
         memcpy(a, x, (size_t)(N + per) * sizeof *a);
         memcpy(b, x, (size_t)(N + per) * sizeof *b);
-        (dir ? af_rope_backward : af_rope_forward)(a, pos, n, nh, hd, 10000.0f, neox);     /* table */
-        (dir ? af_rope_backward : af_rope_forward)(b, pos, n + 1, nh, hd, 10000.0f, neox); /* per token */
+        (dir ? af_rope_backward : af_rope_forward)(T_CTX, a, pos, n, nh, hd, 10000.0f, neox);     /* table */
+        (dir ? af_rope_backward : af_rope_forward)(T_CTX, b, pos, n + 1, nh, hd, 10000.0f, neox); /* per token */
         CHECK(memcmp(a, b, (size_t)N * sizeof *a) == 0, "rope %s %s: packed-position table differs from per-token",
               neox ? "neox" : "norm", dir ? "backward" : "forward");
         CHECK(memcmp(a, x, (size_t)N * sizeof *a) != 0, "rope did nothing");
@@ -256,16 +256,16 @@ static void test_glu(int64_t n, int gelu, float range, int fd) {
     glu_ctx c = {to_d(g, n), to_d(u, n), to_d(R, n), n, gelu};
     double *want = malloc((size_t)n * sizeof *want);
     for (int64_t i = 0; i < n; i++) want[i] = glu_ref1(c.g[i], c.u[i], gelu);
-    (gelu ? af_geglu_forward : af_swiglu_forward)(h, g, u, n);
+    (gelu ? af_geglu_forward : af_swiglu_forward)(T_CTX, h, g, u, n);
     CLOSE_D(gelu ? "geglu forward" : "swiglu forward", W_FWD, h, 0, want, n, FWD_ATOL, FWD_RTOL);
     /* in place (h aliases gate) */
     float *g2 = malloc((size_t)n * sizeof *g2);
     memcpy(g2, g, (size_t)n * sizeof *g2);
-    (gelu ? af_geglu_forward : af_swiglu_forward)(g2, g2, u, n);
+    (gelu ? af_geglu_forward : af_swiglu_forward)(T_CTX, g2, g2, u, n);
     CHECK(memcmp(g2, h, (size_t)n * sizeof *h) == 0, "glu in place differs");
     if (fd) {
         float *dg = fconst(n, 0.25f), *du = fconst(n, 0.25f);
-        (gelu ? af_geglu_backward : af_swiglu_backward)(dg, du, R, g, u, n);
+        (gelu ? af_geglu_backward : af_swiglu_backward)(T_CTX, dg, du, R, g, u, n);
         double *fg = malloc((size_t)n * sizeof *fg), *fu = malloc((size_t)n * sizeof *fu);
         fd_grad(fg, c.g, n, glu_loss, &c);
         fd_grad(fu, c.u, n, glu_loss, &c);
@@ -333,7 +333,7 @@ static void test_vexpf(void) {
             memcpy(&x[n++], &bits, 4);
         }
     }
-    af_vexpf(y, x, n);
+    af_vexpf(T_CTX, y, x, n);
     double worst_rel = 0, worst_sub = 0;
     int64_t bad = 0, bad_inf = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -357,7 +357,7 @@ static void test_vexpf(void) {
     printf("vexpf: %lld values, worst rel %.3g, worst subnormal %.3g ulp\n", (long long)n, worst_rel, worst_sub);
     /* exact special values */
     float sp[7] = {0.0f, -INFINITY, INFINITY, NAN, -NAN, -200.0f, 200.0f}, sy[7];
-    af_vexpf(sy, sp, 7);
+    af_vexpf(T_CTX, sy, sp, 7);
     CHECK(sy[0] == 1.0f && sy[1] == 0.0f && !signbit(sy[1]) && isinf(sy[2]) && sy[2] > 0 && isnan(sy[3]) &&
               isnan(sy[4]) && sy[5] == 0.0f && isinf(sy[6]),
           "vexpf specials: e^0 %g, e^-inf %g, e^inf %g, e^nan %g %g, e^-200 %g, e^200 %g", sy[0], sy[1], sy[2],
@@ -366,11 +366,11 @@ static void test_vexpf(void) {
     for (int64_t len = 1; len <= 40; len += 13) {
         float *v = frand(len, -5, 5), *w = malloc((size_t)len * sizeof *w);
         v[len / 2] = NAN;
-        af_vexpf(w, v, len);
+        af_vexpf(T_CTX, w, v, len);
         int ok = 1;
         for (int64_t i = 0; i < len; i++)
             ok &= i == len / 2 ? isnan(w[i]) : fabs(w[i] - exp((double)v[i])) <= VEXP_RTOL * exp((double)v[i]);
-        af_vexpf(v, v, len);
+        af_vexpf(T_CTX, v, v, len);
         ok &= memcmp(v, w, (size_t)len * sizeof *v) == 0 || len == 0;
         CHECK(ok, "vexpf n=%lld: NaN lane, tail or in-place result wrong", (long long)len);
         free(v), free(w);
@@ -383,8 +383,8 @@ static void test_vexpf(void) {
 static void test_swiglu_special(void) {
     float g[8] = {NAN, 1.0f, -95.0f, 95.0f, -1e30f, 1e30f, 0.0f, 2.0f}, u[8] = {1, NAN, 2, 2, 1, 1, 3, 1};
     float h[8], dg[8] = {0}, du[8] = {0}, dh[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    af_swiglu_forward(h, g, u, 8);
-    af_swiglu_backward(dg, du, dh, g, u, 8);
+    af_swiglu_forward(T_CTX, h, g, u, 8);
+    af_swiglu_backward(T_CTX, dg, du, dh, g, u, 8);
     CHECK(isnan(h[0]) && isnan(h[1]) && isnan(dg[0]) && isnan(du[0]) && isnan(dg[1]),
           "swiglu: NaN did not propagate (h %g %g, dg %g %g, du %g)", h[0], h[1], dg[0], dg[1], du[0]);
     CHECK(fabsf(h[2]) < 1e-30f && h[3] == 190.0f && fabsf(h[4]) == 0.0f && h[5] == 1e30f && h[6] == 0.0f,
@@ -407,16 +407,16 @@ static void test_paths_agree(void) {
     size_t len[5] = {(size_t)nx, (size_t)(n * dim), (size_t)(n * dim), (size_t)(rn * nh * hd), (size_t)(rn * nh * hd)};
     const char *what[5] = {"vexpf", "rmsnorm forward", "rmsnorm backward", "rope norm", "rope neox"};
     for (int p = 0; p < 3; p++) {
-        if (af_set_kernel_path(paths[p]) != AF_OK) continue;
+        if (tl_ctx_set(paths[p], -1, NULL, -1) != AF_OK) continue;
         for (int k = 0; k < 5; k++) cur[k] = calloc(len[k], sizeof(float));
-        af_vexpf(cur[0], x, nx);
+        af_vexpf(T_CTX, cur[0], x, nx);
         float rstd[7];
-        af_rmsnorm_forward(cur[1], rstd, xr, w, n, dim, 1e-5f);
-        af_rmsnorm_backward(cur[2], NULL, dy, xr, w, rstd, n, dim);
+        af_rmsnorm_forward(T_CTX, cur[1], rstd, xr, w, n, dim, 1e-5f);
+        af_rmsnorm_backward(T_CTX, cur[2], NULL, dy, xr, w, rstd, n, dim);
         memcpy(cur[3], q, len[3] * sizeof(float));
         memcpy(cur[4], q, len[4] * sizeof(float));
-        af_rope_forward(cur[3], pos, rn, nh, hd, 10000.0f, 0);
-        af_rope_forward(cur[4], pos, rn, nh, hd, 10000.0f, 1);
+        af_rope_forward(T_CTX, cur[3], pos, rn, nh, hd, 10000.0f, 0);
+        af_rope_forward(T_CTX, cur[4], pos, rn, nh, hd, 10000.0f, 1);
         for (int k = 0; k < 5; k++) {
             if (k == 0 && p == 0) continue; /* the scalar path's exp is libm's */
             if (!ref[k]) {
@@ -428,7 +428,7 @@ static void test_paths_agree(void) {
         }
         for (int k = 0; k < 5; k++) free(cur[k]);
     }
-    af_set_kernel_path("auto");
+    tl_ctx_set("auto", -1, NULL, -1);
     for (int k = 0; k < 5; k++) free(ref[k]);
     free(x), free(xr), free(w), free(dy), free(q);
 }
@@ -525,7 +525,7 @@ static void test_attention(att_shape s, int fd, float qmag) {
     snprintf(tag, sizeof tag, "nq=%lld p0=%lld nkv=%lld h=%lld/%lld hd=%lld win=%lld", (long long)s.n_q,
              (long long)s.q_pos0, (long long)s.n_kv, (long long)s.nh, (long long)s.nkh, (long long)s.hd,
              (long long)s.window);
-    af_attention_forward(out, lse, q, k, v, s.n_q, s.q_pos0, s.n_kv, s.nkh * s.hd, s.nh, s.nkh, s.hd,
+    af_attention_forward(T_CTX, out, lse, q, k, v, s.n_q, s.q_pos0, s.n_kv, s.nkh * s.hd, s.nh, s.nkh, s.hd,
                          (float)s.scale, s.window);
     att_ref(c.out, lse_d, NULL, c.q, c.k, c.v, &s);
     snprintf(what, sizeof what, "attention forward out [%s]", tag);
@@ -534,7 +534,7 @@ static void test_attention(att_shape s, int fd, float qmag) {
     CLOSE_D(what, W_FWD, lse, 0, lse_d, s.nh * s.n_q, FWD_ATOL, FWD_RTOL);
 
     float *dq = fconst(NQ, 0.25f), *dk = fconst(NK, 0.25f), *dv = fconst(NK, 0.25f);
-    af_attention_backward(dq, dk, dv, R, out, lse, q, k, v, s.n_q, s.q_pos0, s.n_kv, s.nh, s.nkh, s.hd,
+    af_attention_backward(T_CTX, dq, dk, dv, R, out, lse, q, k, v, s.n_q, s.q_pos0, s.n_kv, s.nh, s.nkh, s.hd,
                           (float)s.scale, s.window);
     double *gq = calloc((size_t)NQ, sizeof *gq), *gk = calloc((size_t)NK, sizeof *gk),
            *gv = calloc((size_t)NK, sizeof *gv);
@@ -580,8 +580,8 @@ static void test_attention_cache(int64_t n, int64_t nh, int64_t nkh, int64_t hd,
     }
     float *out = malloc((size_t)NQ * sizeof *out), *out2 = malloc((size_t)NQ * sizeof *out2);
     float *lse = malloc((size_t)(nh * n) * sizeof *lse), *lse2 = malloc((size_t)(nh * n) * sizeof *lse2);
-    af_attention_forward(out, lse, q, k, v, n, 0, n, kvw, nh, nkh, hd, scale, window);
-    af_attention_forward(out2, lse2, q, kc, vc, n, 0, n, stride, nh, nkh, hd, scale, window);
+    af_attention_forward(T_CTX, out, lse, q, k, v, n, 0, n, kvw, nh, nkh, hd, scale, window);
+    af_attention_forward(T_CTX, out2, lse2, q, kc, vc, n, 0, n, stride, nh, nkh, hd, scale, window);
     CHECK_CLOSE("attention strided KV == compact (out)", out2, out, (size_t)NQ, 0, 0);
     CHECK_CLOSE("attention strided KV == compact (lse)", lse2, lse, (size_t)(nh * n), 0, 0);
     /* decode: each row i with q_pos0 = i, against a cache of n_kv = i+1 and of n_kv = cap (NaN tail) */
@@ -590,7 +590,7 @@ static void test_attention_cache(int64_t n, int64_t nh, int64_t nkh, int64_t hd,
     for (int64_t i = 0; i < n; i++) {
         for (int pass = 0; pass < 2; pass++) {
             int64_t nkv = pass ? cap : i + 1;
-            af_attention_forward(o1, l1, q + i * nh * hd, kc, vc, 1, i, nkv, stride, nh, nkh, hd, scale, window);
+            af_attention_forward(T_CTX, o1, l1, q + i * nh * hd, kc, vc, 1, i, nkv, stride, nh, nkh, hd, scale, window);
             int same = memcmp(o1, out + i * nh * hd, (size_t)(nh * hd) * sizeof *o1) == 0;
             for (int64_t h = 0; h < nh; h++) same &= l1[h] == lse[h * n + i];
             if (!same) *(pass ? &bad_cap : &bad_exact) += 1;
@@ -660,14 +660,14 @@ static void run_all(void) {
 int main(void) {
     const char *paths[] = {"scalar", "avx2", "avx512"};
     for (int p = 0; p < 3; p++) {
-        if (af_set_kernel_path(paths[p]) != AF_OK) {
+        if (tl_ctx_set(paths[p], -1, NULL, -1) != AF_OK) {
             tl_skip("kernel path %s not supported by this CPU", paths[p]);
             continue;
         }
         printf("-- kernel path %s\n", paths[p]);
         run_all();
     }
-    af_set_kernel_path("auto");
+    tl_ctx_set("auto", -1, NULL, -1);
     test_paths_agree();
     for (int i = 0; i < W_COUNT; i++) printf("worst %s: %.3g\n", g_wname[i], g_worst[i]);
     return tl_finish("ops");

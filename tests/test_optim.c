@@ -105,11 +105,11 @@ static void test_fixture(void) {
                 fprintf(stderr, "run %u step %u: lr %.9g want %.9g\n", run, s, lr_s, lr_ref);
             }
             if (clip) {
-                const double nrm = af_clip_grad_norm(G, n, max_norm);
+                const double nrm = af_clip_grad_norm(T_CTX, G, n, max_norm);
                 const double rel = fabs(nrm - norm_ref) / norm_ref;
                 if (rel > worst_norm_rel) worst_norm_rel = rel;
             }
-            af_adamw_step(&o, P, G, M, V, n, lr_s, mask);
+            af_adamw_step(T_CTX, &o, P, G, M, V, n, lr_s, mask);
         }
         rd_f32s(&r, want, n);
         if (!CHECK(!r.bad, "run %u: fixture truncated", run)) {
@@ -152,7 +152,7 @@ static void test_adamw_props(void) {
     af_adamw_defaults(&o, 1e-3f);
     CHECK(o.beta1 == 0.9f && o.beta2 == 0.999f && o.eps == 1e-8f && o.weight_decay == 0.01f && o.t == 0,
           "defaults");
-    af_adamw_step(&o, P, G, M, V, N, 1e-3f, mask);
+    af_adamw_step(T_CTX, &o, P, G, M, V, N, 1e-3f, mask);
     CHECK_CLOSE("adamw first step = lr*sign(g) + masked decay", P, want, N, 1e-9, 1e-6);
     CHECK(o.t == 1, "t incremented");
 
@@ -160,7 +160,7 @@ static void test_adamw_props(void) {
     float p2[3] = {1.0f, -2.0f, 0.5f}, g2[3] = {0}, m2[3] = {0}, v2[3] = {0};
     af_adamw o2;
     af_adamw_defaults(&o2, 0.1f);
-    af_adamw_step(&o2, p2, g2, m2, v2, 3, 0.1f, NULL);
+    af_adamw_step(T_CTX, &o2, p2, g2, m2, v2, 3, 0.1f, NULL);
     const float w2[3] = {1.0f * 0.999f, -2.0f * 0.999f, 0.5f * 0.999f};
     CHECK_CLOSE("adamw zero grad: pure decoupled decay", p2, w2, 3, 0, 1e-7);
 
@@ -177,11 +177,11 @@ static void test_adamw_props(void) {
     af_adamw_defaults(&oa, 1e-2f);
     af_adamw_defaults(&ob, 1e-2f);
     for (int step = 0; step < 3; step++) {
-        af_adamw_step(&oa, Pa, Gg, Ma, Va, n, 1e-2f, NULL);
+        af_adamw_step(T_CTX, &oa, Pa, Gg, Ma, Va, n, 1e-2f, NULL);
         const int64_t chunk = 1000;
         for (int64_t i0 = 0; i0 < n; i0 += chunk) {
             af_adamw tmp = ob;
-            af_adamw_step(&tmp, Pb + i0, Gg + i0, Mb + i0, Vb + i0, (n - i0 < chunk ? n - i0 : chunk), 1e-2f, NULL);
+            af_adamw_step(T_CTX, &tmp, Pb + i0, Gg + i0, Mb + i0, Vb + i0, (n - i0 < chunk ? n - i0 : chunk), 1e-2f, NULL);
             if (i0 + chunk >= n) ob = tmp;
         }
     }
@@ -194,35 +194,35 @@ static void test_adamw_props(void) {
 static void test_clip(void) {
     float g[4] = {3.0f, 4.0f, 0.0f, 0.0f}, g0[4];
     memcpy(g0, g, sizeof g);
-    double nrm = af_clip_grad_norm(g, 4, 10.0);
+    double nrm = af_clip_grad_norm(T_CTX, g, 4, 10.0);
     CHECK(nrm == 5.0 && memcmp(g, g0, sizeof g) == 0, "below max_norm: norm %g, unchanged", nrm);
-    nrm = af_clip_grad_norm(g, 4, 0.0);
+    nrm = af_clip_grad_norm(T_CTX, g, 4, 0.0);
     CHECK(nrm == 5.0 && memcmp(g, g0, sizeof g) == 0, "max_norm 0: never clips");
-    nrm = af_clip_grad_norm(g, 4, 1.0);
+    nrm = af_clip_grad_norm(T_CTX, g, 4, 1.0);
     const double c = 1.0 / (5.0 + 1e-6);
     const float want[4] = {(float)(3 * c), (float)(4 * c), 0, 0};
     CHECK(nrm == 5.0, "pre-clip norm returned: %g", nrm);
     CHECK_CLOSE("clipped to max_norm/(norm+1e-6)", g, want, 4, 0, 2e-7);
-    CHECK(fabs(af_clip_grad_norm(g, 4, 0.0) - 1.0) < 1e-6, "post-clip norm ~ max_norm");
+    CHECK(fabs(af_clip_grad_norm(T_CTX, g, 4, 0.0) - 1.0) < 1e-6, "post-clip norm ~ max_norm");
 
     /* huge finite values: squares in double do not overflow */
     float big[3] = {1e30f, -1e30f, 1e30f};
-    nrm = af_clip_grad_norm(big, 3, 1.0);
+    nrm = af_clip_grad_norm(T_CTX, big, 3, 1.0);
     CHECK(isfinite(nrm) && fabs(nrm / (1e30 * sqrt(3.0)) - 1.0) < 1e-6, "huge norm finite: %g", nrm);
     CHECK(fabsf(big[0] - 1.0f / sqrtf(3.0f)) < 1e-6f, "huge clipped: %g", (double)big[0]);
 
     /* non-finite: norm returned, G untouched */
     float bad[5] = {1.0f, 2.0f, NAN, 4.0f, 100.0f}, bad0[5];
     memcpy(bad0, bad, sizeof bad);
-    nrm = af_clip_grad_norm(bad, 5, 1.0);
+    nrm = af_clip_grad_norm(T_CTX, bad, 5, 1.0);
     CHECK(isnan(nrm), "NaN gradient -> NaN norm (%g)", nrm);
     CHECK(memcmp(bad, bad0, sizeof bad) == 0, "NaN gradient left untouched");
     float inf[3] = {INFINITY, 2.0f, 50.0f}, inf0[3];
     memcpy(inf0, inf, sizeof inf);
-    nrm = af_clip_grad_norm(inf, 3, 1.0);
+    nrm = af_clip_grad_norm(T_CTX, inf, 3, 1.0);
     CHECK(!isfinite(nrm), "Inf gradient -> non-finite norm (%g)", nrm);
     CHECK(memcmp(inf, inf0, sizeof inf) == 0, "Inf gradient left untouched");
-    CHECK(af_clip_grad_norm(NULL, 0, 1.0) == 0.0, "empty gradient: norm 0");
+    CHECK(af_clip_grad_norm(T_CTX, NULL, 0, 1.0) == 0.0, "empty gradient: norm 0");
 }
 
 #define LR_EQ(got, want, what) CHECK(fabs((double)(got) - (want)) <= 1e-7 * fabs(want) + 1e-12, \

@@ -12,7 +12,7 @@
  * loss 2e-7, gradient norms 2e-5, full gradients 1e-5 of max, AdamW-step losses 4e-7, i.e. a
  * margin of >= 20x everywhere. Measured values print with TL_VERBOSE=1.
  *
- * LoRA on q and k: Hugging Face un-permutes q/k rows that the GGUF converter permuted (FORMATS.md
+ * LoRA on q and k: Hugging Face un-permutes q/k rows that the GGUF converter permuted (docs/FORMATS.md
  * §3.3); afinar keeps GGUF order, so B rows of q/k (and their gradients) are mapped through
  *   GGUF row (h·hd + 2b + a) = HF row (h·hd + a·hd/2 + b).
  */
@@ -91,7 +91,7 @@ int main(void) {
     uint32_t n_full = u32(&r);
     af_model *m = NULL;
     if (!CHECK(ss && tok && lab && ref_logits && ref_norms && n_full < 64, "fixture body") ||
-        !CHECK(af_model_load(path, &m) == AF_OK, "load: %s", af_last_error())) {
+        !CHECK(af_model_load(T_CTX, path, &m) == AF_OK, "load: %s", af_last_error())) {
         free(buf);
         return tl_finish("peft_parity");
     }
@@ -101,7 +101,7 @@ int main(void) {
     af_param_layout lay;
     af_engine *e = NULL;
     if (!CHECK(af_param_layout_init(&lay, m, &cfg, (int32_t)C) == AF_OK, "layout: %s", af_last_error()) ||
-        !CHECK(af_engine_new(m, &lay, &e) == AF_OK, "engine: %s", af_last_error())) {
+        !CHECK(af_engine_new(NULL, m, &lay, &e) == AF_OK, "engine: %s", af_last_error())) {
         af_model_free(m);
         free(buf);
         return tl_finish("peft_parity");
@@ -174,18 +174,21 @@ int main(void) {
         CHECK_CLOSE("head dW", G + lay.head_w_off, dW, (size_t)(C * H), 1e-4 * mw, 0);
         CHECK_CLOSE("head db", G + lay.head_b_off, db, C, 1e-5, 1e-4);
     }
-    /* The same step with bf16 products (af_set_matmul_precision("bf16"): operands of the frozen-weight
+    /* The same step with bf16 products (an engine on a context with matmul precision bf16: operands of the frozen-weight
      * products rounded to bfloat16, f32 accumulation) against the f32 PEFT reference, next to
      * PyTorch's own bf16 run of the same step (torch.autocast(cpu, bfloat16), fixture
      * peft_smollm2_bf16_ref.json from make_peft_ref.py --bf16). Tolerance: afinar-bf16's deviation
      * from f32 (loss, logits, per-tensor gradient norms; worst case over tensors) at most twice
      * PyTorch-bf16's deviation from f32 plus 1e-3. */
-    if (af_set_matmul_precision("bf16") == AF_OK) {
+    af_engine *e_bf16 = NULL;
+    if (tl_ctx_set(NULL, -1, "bf16", -1) == AF_OK &&
+        CHECK(af_engine_new(T_CTX, m, &lay, &e_bf16) == AF_OK, "bf16 engine: %s", af_last_error())) {
         float *G2 = calloc((size_t)lay.n_total, sizeof(float));
         double loss2 = 0;
         float logits2[64 * 64];
-        CHECK(af_engine_step(e, P, G2, &b, &o, 1.0f, &loss2, logits2) == AF_OK, "bf16 step: %s", af_last_error());
-        af_set_matmul_precision("f32");
+        CHECK(af_engine_step(e_bf16, P, G2, &b, &o, 1.0f, &loss2, logits2) == AF_OK, "bf16 step: %s", af_last_error());
+        af_engine_free(e_bf16);
+        tl_ctx_set(NULL, -1, "f32", -1);
         char *js = tl_read_file("tests/fixtures/peft_smollm2_bf16_ref.json", NULL);
         cJSON *root = js ? cJSON_Parse(js) : NULL;
         const cJSON *tl = cJSON_GetObjectItem(root, "loss"), *tg = cJSON_GetObjectItem(root, "logits"),
@@ -243,7 +246,7 @@ int main(void) {
         double ref0 = f64(&r);
         CHECK(ref0 == ref_loss, "fixture losses[0] is the initial loss");
         for (uint32_t k = 0; k < n_steps; k++) {
-            af_adamw_step(&opt, P, G, M, V, lay.n_total, 1e-3f, NULL); /* G: gradient at the current P */
+            af_adamw_step(T_CTX, &opt, P, G, M, V, lay.n_total, 1e-3f, NULL); /* G: gradient at the current P */
             double refk = f64(&r);                                      /* PEFT loss after step k+1 */
             memset(G, 0, sizeof(float) * (size_t)lay.n_total);
             if (k + 1 < n_steps) {

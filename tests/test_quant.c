@@ -1,7 +1,7 @@
 /*
  * test_quant.c — block geometry, dequantization and reference quantizers (src/kernels/quant.c).
  *
- * 1. Geometry/name table against FORMATS.md §1.4.
+ * 1. Geometry/name table against docs/FORMATS.md §1.4.
  * 2. tests/fixtures/quant_vectors.bin (written by tests/ref/make_quant_vectors.py with the gguf
  *    Python package): af_dequantize_row must reproduce gguf's numpy dequantization BIT-EXACTLY
  *    (0 ulp) for random blocks of all 13 weight types and for rows of real tensors of the two

@@ -195,7 +195,7 @@ static void check_chat(const af_tokenizer *tok, const char *kind) {
     CHECK(n > 0 && bad == 0, "chat %s: %d of %d prompts differ from apply_chat_template", kind, bad, n);
 }
 
-/* GPT-2 byte-to-unicode map (FORMATS.md §6.2), to find which bytes have a byte-level token. */
+/* GPT-2 byte-to-unicode map (docs/FORMATS.md §6.2), to find which bytes have a byte-level token. */
 static size_t byte_token_text(unsigned b, char *o) {
     unsigned cp = b <= 0x20 ? 0x100 + b : (b >= 0x7F && b <= 0xA0) ? 0x121 + (b - 0x7F) : b == 0xAD ? 0x143 : b;
     if (cp < 0x80) { o[0] = (char)cp; return 1; }

@@ -206,7 +206,7 @@ static void test_train_eval(void) {
     CHECK(res.stop == AF_STOP_DONE && res.steps_done == 36, "stop %d steps %lld", res.stop, (long long)res.steps_done);
     /* training accuracy of the final adapter */
     af_classifier *c = NULL;
-    if (!CHECK(af_classifier_load(P_("tiny.gguf"), NULL, P_("out_a/final"), &c) == AF_OK, "classifier: %s",
+    if (!CHECK(af_classifier_load(NULL, P_("tiny.gguf"), NULL, P_("out_a/final"), &c) == AF_OK, "classifier: %s",
                af_last_error()))
         return;
     CHECK(c->pooling == AF_POOL_MEAN && c->num_classes == 3 && c->label_names && !strcmp(c->label_names[1], "sport"),
@@ -407,10 +407,10 @@ static void test_variants(void) {
     af_status st = run(&o, &r);
     if (!CHECK(st == AF_OK, "multi-label run: %s", af_last_error())) return;
     af_classifier *c = NULL;
-    if (!CHECK(af_classifier_load(NULL, NULL, P_("multi/best"), &c) == AF_ERR_INVALID_ARG, "NULL model must fail"))
+    if (!CHECK(af_classifier_load(NULL, NULL, NULL, P_("multi/best"), &c) == AF_ERR_INVALID_ARG, "NULL model must fail"))
         af_classifier_free(c);
     c = NULL;
-    if (!CHECK(af_classifier_load(P_("tiny.gguf"), NULL, P_("multi/final"), &c) == AF_OK, "load: %s", af_last_error()))
+    if (!CHECK(af_classifier_load(NULL, P_("tiny.gguf"), NULL, P_("multi/final"), &c) == AF_OK, "load: %s", af_last_error()))
         return;
     CHECK(c->multi_label && c->pooling == AF_POOL_LAST && c->num_classes == 3, "multi-label metadata");
     float bmax = 0;
@@ -420,7 +420,7 @@ static void test_variants(void) {
     af_classifier_free(c);
     /* without --head-bias the bias stays exactly zero */
     af_classifier *c0 = NULL;
-    if (CHECK(af_classifier_load(P_("tiny.gguf"), NULL, P_("out_a/final"), &c0) == AF_OK, "load: %s", af_last_error())) {
+    if (CHECK(af_classifier_load(NULL, P_("tiny.gguf"), NULL, P_("out_a/final"), &c0) == AF_OK, "load: %s", af_last_error())) {
         float b0 = 0;
         for (int k = 0; k < 3; k++) b0 = fmaxf(b0, fabsf(c0->P[c0->lay.head_b_off + k]));
         CHECK(b0 == 0, "head bias off but |b| = %g", b0);

@@ -189,6 +189,7 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
     af_tf_carve_acts(&cv, &S, m, &lay, NTOK, AF_TF_TRAIN, 0);
     af_tf_run R;
     memset(&R, 0, sizeof R);
+    R.ctx = m->ctx;
     R.m = m;
     R.mode = AF_TF_TRAIN;
     R.n = NTOK;
@@ -206,7 +207,7 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
     af_tf_infer inf;
     float *kc = calloc((size_t)(NL * NTOK * kvd), sizeof(float)), *vc = calloc((size_t)(NL * NTOK * kvd), sizeof(float));
     if (CHECK(af_tf_infer_init(&inf, m, &lay, NTOK) == AF_OK, "infer init")) {
-        af_tf_infer_forward(m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kc, vc, NTOK);
+        af_tf_infer_forward(m->ctx, m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kc, vc, NTOK);
         const float *xf = xt + NL * NTOK * H;
         const double d = tl_max_abs_diff(inf.x, xf, (size_t)(NTOK * H), NULL);
         const double tol = 1e-5 * (1.0 + max_abs(xf, (size_t)(NTOK * H)));

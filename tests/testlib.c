@@ -1,5 +1,7 @@
 #include "testlib.h"
 
+#include "kernels/ctx.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -130,4 +132,58 @@ int tl_finish(const char *test_name) {
      * buffered RESULT line (the runner then still counts the non-zero exit status as a failure) */
     fflush(stdout);
     return tl_failed ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- contexts */
+
+static af_ctx **tl_ctxs;
+static int tl_n_ctx, tl_cap_ctx;
+
+static void tl_ctx_push(af_ctx *c) {
+    if (tl_n_ctx == tl_cap_ctx) {
+        tl_cap_ctx = tl_cap_ctx ? 2 * tl_cap_ctx : 16;
+        tl_ctxs = realloc(tl_ctxs, (size_t)tl_cap_ctx * sizeof *tl_ctxs);
+        if (!tl_ctxs) {
+            fprintf(stderr, "testlib: out of memory for contexts\n");
+            exit(1);
+        }
+    }
+    tl_ctxs[tl_n_ctx++] = c;
+}
+
+static void tl_ctx_free_all(void) {
+    for (int i = 0; i < tl_n_ctx; i++) af_ctx_free(tl_ctxs[i]);
+    free(tl_ctxs);
+    tl_ctxs = NULL;
+    tl_n_ctx = tl_cap_ctx = 0;
+}
+
+af_ctx *tl_ctx(void) {
+    if (tl_n_ctx == 0) {
+        af_ctx *c = NULL;
+        if (af_ctx_new(NULL, &c) != AF_OK) {
+            fprintf(stderr, "testlib: cannot create a context: %s\n", af_last_error());
+            exit(1);
+        }
+        tl_ctx_push(c);
+        atexit(tl_ctx_free_all);
+    }
+    return tl_ctxs[tl_n_ctx - 1];
+}
+
+int tl_ctx_set(const char *kernel_path, int n_threads, const char *precision, int int8_act) {
+    af_ctx *cur = tl_ctx();
+    af_ctx_params p;
+    af_ctx_get_params(cur, &p);
+    if (kernel_path) p.kernel_path = kernel_path;
+    if (n_threads >= 0) p.n_threads = n_threads;
+    if (precision) p.matmul_precision = precision;
+    if (int8_act >= 0) p.int8_activations = int8_act;
+    af_ctx *c = NULL;
+    af_status st = af_ctx_new(&p, &c);
+    if (st != AF_OK) return st;
+    c->fused_decode = cur->fused_decode;
+    c->att_gemm = cur->att_gemm;
+    tl_ctx_push(c);
+    return AF_OK;
 }

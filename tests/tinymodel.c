@@ -185,7 +185,7 @@ af_status tm_load(const tm_spec *s, af_model **out) {
     char path[256];
     snprintf(path, sizeof path, "/tmp/afinar_tiny_%ld_%d.gguf", (long)getpid(), counter++);
     af_status st = tm_write(s, path);
-    if (st == AF_OK) st = af_model_load(path, out);
+    if (st == AF_OK) st = af_model_load(T_CTX, path, out);
     unlink(path);
     return st;
 }

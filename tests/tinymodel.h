@@ -2,7 +2,7 @@
  * tinymodel.h — tiny random transformers written as GGUF files, for engine and LoRA tests.
  * Not built on its own: test files #include "tinymodel.c".
  *
- * The model has the tensors and keys model.c reads for "llama" or "gemma3" (FORMATS.md §3-§5):
+ * The model has the tensors and keys model.c reads for "llama" or "gemma3" (docs/FORMATS.md §3-§5):
  * token_embd (F32), output_norm, and per layer attn_norm, attn_q/k/v/output, ffn_norm,
  * ffn_gate/up/down (+ attn_q_norm, attn_k_norm, post_attention_norm, post_ffw_norm for gemma3),
  * projection matrices quantized to `wtype` with af_quantize_row. No tokenizer (af_model_load

@@ -1,13 +1,13 @@
 /*
  * blocks.c — geometry of the ggml tensor types (see blocks.h): elements and bytes per block,
- * names. Ids, names and sizes as in ggml.c type_traits, summarised in shared/reference/FORMATS.md
+ * names. Ids, names and sizes as in ggml.c type_traits, summarised in docs/FORMATS.md
  * §1.4 and §2.
  */
 #include "core/blocks.h"
 
 #include "core/core.h"
 
-/* Type table (FORMATS.md §1.4; ids and sizes as in ggml.c type_traits). */
+/* Type table (docs/FORMATS.md §1.4; ids and sizes as in ggml.c type_traits). */
 typedef struct type_info {
     const char *name;
     uint16_t block_size; /* 0: geometry not known to afinar */

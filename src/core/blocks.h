@@ -4,7 +4,7 @@
  * kernels/quant.h), which is why it lives in core.
  *
  * Ids and sizes: ggml ggml.c type_traits and src/ggml-common.h (block structs), summarised in
- * shared/reference/FORMATS.md §1.4 and §2. A row of `n` elements of type T is n / block_size(T)
+ * docs/FORMATS.md §1.4 and §2. A row of `n` elements of type T is n / block_size(T)
  * consecutive blocks of block_bytes(T) bytes.
  */
 #ifndef AF_BLOCKS_H

@@ -67,9 +67,17 @@ typedef struct af_cpu_info {
 
 const af_cpu_info *af_cpu(void);
 
-/* Kernel path actually in use (after af_set_kernel_path / auto-detection). */
+/* Kernel paths (ISA variants of the CPU kernels; the one in use is a property of the af_ctx). */
 typedef enum af_kpath { AF_KPATH_SCALAR = 0, AF_KPATH_AVX2 = 1, AF_KPATH_AVX512 = 2 } af_kpath;
-af_kpath af_kernel_path(void);
+/* The widest path this CPU runs (avx512 needs AVX-512 F/BW/VL + FMA, avx2 needs AVX2 + FMA). */
+af_kpath af_kpath_best(void);
+/* "scalar", "avx2", "avx512". */
+const char *af_kpath_name(af_kpath p);
+/* Path from its name; NULL or "auto": af_kpath_best(). Errors: AF_ERR_INVALID_ARG (unknown name),
+ * AF_ERR_UNSUPPORTED (this CPU cannot run it). */
+af_status af_kpath_parse(const char *name, af_kpath *out);
+/* "avx avx2 fma ... -> <path>" into buf (truncated to size). */
+void af_cpu_describe(char *buf, size_t size, af_kpath p);
 
 /* ---- fp16 / bf16 conversion (IEEE binary16 incl. subnormals; bf16 = top half of f32) ---- */
 float af_fp16_to_f32(uint16_t h);

@@ -1,6 +1,5 @@
-/* cpu.c — run-time CPU feature detection (cpuid + xgetbv on x86-64) and kernel path choice. */
+/* cpu.c — run-time CPU feature detection (cpuid + xgetbv on x86-64) and kernel path names. */
 #include "core/core.h"
-#include "core/threads.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -9,11 +8,9 @@
 #include <cpuid.h>
 #endif
 
+/* Detected once (idempotent: two racing first calls write the same values). */
 static af_cpu_info g_cpu;
 static int g_cpu_done;
-static af_kpath g_path;
-static int g_path_forced;
-static char g_desc[256];
 
 static void detect(void) {
     memset(&g_cpu, 0, sizeof g_cpu);
@@ -63,69 +60,52 @@ static void detect(void) {
 const af_cpu_info *af_cpu(void) {
     if (!__atomic_load_n(&g_cpu_done, __ATOMIC_ACQUIRE)) {
         detect();
-        if (!g_path_forced) {
-            if (g_cpu.avx512f && g_cpu.avx512bw && g_cpu.avx512vl && g_cpu.fma)
-                g_path = AF_KPATH_AVX512;
-            else if (g_cpu.avx2 && g_cpu.fma)
-                g_path = AF_KPATH_AVX2;
-            else
-                g_path = AF_KPATH_SCALAR;
-        }
         __atomic_store_n(&g_cpu_done, 1, __ATOMIC_RELEASE);
     }
     return &g_cpu;
 }
 
-af_kpath af_kernel_path(void) {
-    af_cpu();
-    return g_path;
+static bool can_run(const af_cpu_info *c, af_kpath p) {
+    if (p == AF_KPATH_AVX512) return c->avx512f && c->avx512bw && c->avx512vl && c->fma;
+    if (p == AF_KPATH_AVX2) return c->avx2 && c->fma;
+    return true;
 }
 
-static const char *path_name(af_kpath p) {
+af_kpath af_kpath_best(void) {
+    const af_cpu_info *c = af_cpu();
+    return can_run(c, AF_KPATH_AVX512) ? AF_KPATH_AVX512 : can_run(c, AF_KPATH_AVX2) ? AF_KPATH_AVX2 : AF_KPATH_SCALAR;
+}
+
+const char *af_kpath_name(af_kpath p) {
     return p == AF_KPATH_AVX512 ? "avx512" : p == AF_KPATH_AVX2 ? "avx2" : "scalar";
 }
 
-af_status af_set_kernel_path(const char *name) {
-    const af_cpu_info *c = af_cpu();
+af_status af_kpath_parse(const char *name, af_kpath *out) {
     if (!name || !strcmp(name, "auto")) {
-        g_path_forced = 0;
-        __atomic_store_n(&g_cpu_done, 0, __ATOMIC_RELEASE);
-        af_cpu();
+        *out = af_kpath_best();
         return AF_OK;
     }
     af_kpath p;
     if (!strcmp(name, "scalar")) p = AF_KPATH_SCALAR;
-    else if (!strcmp(name, "avx2")) {
-        if (!(c->avx2 && c->fma)) return af_fail(AF_ERR_UNSUPPORTED, "kernel path 'avx2': this CPU lacks AVX2/FMA");
-        p = AF_KPATH_AVX2;
-    } else if (!strcmp(name, "avx512")) {
-        if (!(c->avx512f && c->avx512bw && c->avx512vl && c->fma))
-            return af_fail(AF_ERR_UNSUPPORTED, "kernel path 'avx512': this CPU lacks AVX-512 F/BW/VL");
-        p = AF_KPATH_AVX512;
-    } else
+    else if (!strcmp(name, "avx2")) p = AF_KPATH_AVX2;
+    else if (!strcmp(name, "avx512")) p = AF_KPATH_AVX512;
+    else
         return af_fail(AF_ERR_INVALID_ARG, "kernel path '%s': expected auto, scalar, avx2 or avx512", name);
-    g_path = p;
-    g_path_forced = 1;
+#if !defined(__x86_64__)
+    if (p != AF_KPATH_SCALAR) return af_fail(AF_ERR_UNSUPPORTED, "kernel path '%s': not built for this CPU", name);
+#endif
+    if (!can_run(af_cpu(), p))
+        return af_fail(AF_ERR_UNSUPPORTED, p == AF_KPATH_AVX2 ? "kernel path 'avx2': this CPU lacks AVX2/FMA"
+                                                              : "kernel path 'avx512': this CPU lacks AVX-512 F/BW/VL");
+    *out = p;
     return AF_OK;
 }
 
-const char *af_cpu_features(void) {
+void af_cpu_describe(char *buf, size_t size, af_kpath p) {
     const af_cpu_info *c = af_cpu();
-    snprintf(g_desc, sizeof g_desc, "%s%s%s%s%s%s%s%s%s%s%s-> %s",
+    snprintf(buf, size, "%s%s%s%s%s%s%s%s%s%s%s-> %s",
              c->avx ? "avx " : "", c->avx2 ? "avx2 " : "", c->fma ? "fma " : "", c->f16c ? "f16c " : "",
              c->avx512f ? "avx512f " : "", c->avx512bw ? "avx512bw " : "", c->avx512vl ? "avx512vl " : "",
              c->avx512_vnni ? "avx512_vnni " : "", c->avx512_bf16 ? "avx512_bf16 " : "",
-             c->amx_tile ? "amx " : "", c->neon ? "neon " : "", path_name(af_kernel_path()));
-    return g_desc;
+             c->amx_tile ? "amx " : "", c->neon ? "neon " : "", af_kpath_name(p));
 }
-
-void af_set_num_threads(int n) {
-#ifdef _OPENMP
-    if (n <= 0) n = omp_get_num_procs();
-    omp_set_num_threads(n);
-#else
-    (void)n;
-#endif
-}
-
-int af_get_num_threads(void) { return AF_OMP_MAX_THREADS(); }

@@ -3,7 +3,7 @@
  * header on open (every metadata value incl. nested arrays, every tensor info) and then serves
  * lookups and typed getters without further checks.
  *
- * Format facts: ggml docs/gguf.md, summarised in shared/reference/FORMATS.md §1 (layout, value
+ * Format facts: ggml docs/gguf.md, summarised in docs/FORMATS.md §1 (layout, value
  * types, tensor infos, alignment). Written from the specification; no code copied.
  *
  * Hostile-input policy: every count is checked against the bytes left in the file BEFORE it is

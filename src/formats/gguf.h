@@ -1,7 +1,7 @@
 /*
  * gguf.h — GGUF container reader (versions 2 and 3), memory-mapped.
  *
- * Format: ggml docs/gguf.md (see shared/reference/FORMATS.md §1). Everything is little-endian.
+ * Format: ggml docs/gguf.md (see docs/FORMATS.md §1). Everything is little-endian.
  * On open, the whole header (metadata KVs incl. nested arrays, tensor infos) is parsed and every
  * count, length, offset and size is bounds-checked against the file size before use; after a
  * successful open, every accessor below is safe (no further validation needed by callers).

@@ -2,7 +2,7 @@
  * gguf_describe.c — af_gguf_describe(): a human-readable summary of any GGUF file.
  *
  * Prints the container facts, the architecture's hyper-parameters under their Hugging Face
- * config.json names (mapping of GGUF keys to HF names: shared/reference/FORMATS.md §3.1), the
+ * config.json names (mapping of GGUF keys to HF names: docs/FORMATS.md §3.1), the
  * tokenizer metadata, the remaining keys with short values, a tensor table (shapes in PyTorch
  * order [out, in], i.e. GGUF dims reversed) and totals. Needs only the container reader.
  */

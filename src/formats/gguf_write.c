@@ -1,6 +1,6 @@
 /*
  * gguf_write.c — GGUF v3 writer (see gguf_write.h for the layout and the API contract).
- * Format: ggml docs/gguf.md / shared/reference/FORMATS.md §1. Written from the specification.
+ * Format: ggml docs/gguf.md / docs/FORMATS.md §1. Written from the specification.
  */
 #include "formats/gguf_write.h"
 

@@ -1,7 +1,7 @@
 /*
  * gguf_write.h — build a GGUF v3 file in memory or on disk.
  *
- * Layout written (FORMATS.md §1, ggml docs/gguf.md): magic "GGUF", version 3, tensor count,
+ * Layout written (docs/FORMATS.md §1, ggml docs/gguf.md): magic "GGUF", version 3, tensor count,
  * KV count, the KVs in the order they were added, the tensor infos in the order they were added
  * (offsets assigned back to back, each padded to the alignment), zero padding to the alignment,
  * then each tensor's bytes followed by zero padding to the alignment (as gguf-py does, so the

@@ -28,24 +28,6 @@ struct af_session {
     float *logit_tmp; /* [vocab] when only the last logits are requested of a multi-chunk eval */
 };
 
-void af_set_int8_activations(int on) { af_matmul_set_int8_activations(on); }
-
-af_status af_set_matmul_precision(const char *name) {
-    if (!name) return af_fail(AF_ERR_INVALID_ARG, "matmul precision: NULL");
-    if (!strcmp(name, "f32")) {
-        af_matmul_set_bf16(0);
-        return AF_OK;
-    }
-    if (!strcmp(name, "bf16")) {
-        if (af_matmul_set_bf16(1)) return AF_OK;
-        return af_fail(AF_ERR_UNSUPPORTED, "matmul precision bf16: needs AVX512_BF16 and the avx512 kernel path "
-                                           "(this CPU/path: %s)", af_cpu_features());
-    }
-    return af_fail(AF_ERR_INVALID_ARG, "matmul precision '%s': expected f32 or bf16", name);
-}
-
-const char *af_get_matmul_precision(void) { return af_matmul_bf16() ? "bf16" : "f32"; }
-
 af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     if (!m || !out) return af_fail(AF_ERR_INVALID_ARG, "af_session_new: NULL argument");
     *out = NULL;
@@ -108,15 +90,15 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
                            (long long)V);
     for (int done = 0; done < n;) {
         int64_t chunk = n - done < AF_EVAL_CHUNK ? n - done : AF_EVAL_CHUNK;
-        af_tf_infer_forward(m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past, s->k_cache,
+        af_tf_infer_forward(m->ctx, m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past, s->k_cache,
                             s->v_cache, s->n_ctx);
         s->n_past += chunk;
         if (all_logits) {
-            af_lm_head_forward(m, all_logits + (size_t)done * (size_t)V, s->s.x, chunk);
+            af_lm_head_forward(m->ctx, m, all_logits + (size_t)done * (size_t)V, s->s.x, chunk);
             if (logits && done + chunk == n)
                 memcpy(logits, all_logits + (size_t)(n - 1) * (size_t)V, sizeof(float) * (size_t)V);
         } else if (logits && done + chunk == n) {
-            af_lm_head_forward(m, logits, s->s.x + (chunk - 1) * H, 1);
+            af_lm_head_forward(m->ctx, m, logits, s->s.x + (chunk - 1) * H, 1);
         }
         done += (int)chunk;
     }

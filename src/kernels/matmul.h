@@ -4,52 +4,51 @@
  * W is a frozen weight matrix [out, in] (a PyTorch Linear weight; GGUF dims [in, out]):
  * row o holds `in` elements of `type`, i.e. af_row_bytes(type, in) bytes, rows contiguous.
  * Blocks are dequantized inside the kernel (per tile, in registers / L1), never into an f32 copy
- * of the whole matrix. Accumulation is f32. Threads: OpenMP over output tiles.
- * The SIMD path (scalar / AVX2+FMA / AVX-512) is chosen at run time (core.h af_kernel_path()).
+ * of the whole matrix. Accumulation is f32. Threads: OpenMP over output tiles, ctx->n_threads.
+ * Every function runs under `ctx` (kernels/ctx.h): its kernel table (scalar / AVX2+FMA / AVX-512,
+ * chosen when the context was created), thread count, precision and decode settings.
  */
 #ifndef AF_MATMUL_H
 #define AF_MATMUL_H
+
+#include "afinar.h"
 
 #include <stdint.h>
 
 /* y[n, out] = x[n, in] · W[out, in]ᵀ   (forward of a bias-free Linear layer).
  * If `accumulate` is nonzero, y += x·Wᵀ instead of y = x·Wᵀ.
  * Preconditions: in % af_type_block_size(type) == 0; af_type_can_dequantize(type). */
-void af_matmul_xwt(float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
+void af_matmul_xwt(const af_ctx *ctx, float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
                    int64_t out, int accumulate);
 
 /* dx[n, in] (+)= dy[n, out] · W[out, in]   (backward of a Linear layer w.r.t. its input).
  * Same storage conventions as af_matmul_xwt. */
-void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
+void af_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
                    int64_t out, int accumulate);
 
-/* Decode precision (n <= 4 tokens): when on, activations are quantized to int8 per 32-block and
- * multiplied with integer dot products (llama.cpp's scheme: faster, relative error ~5e-3 per
- * product, which moves logits by up to ~0.5 over 30 layers); when off (the default) decode uses
- * f32 activations and is exact up to f32 rounding. Process-wide; not thread-safe to change while
- * kernels run. */
-void af_matmul_set_int8_activations(int on);
-int af_matmul_int8_activations(void);
+/* Decode precision (n <= 4 tokens) is ctx->int8_act: when on, activations are quantized to int8
+ * per 32-block and multiplied with integer dot products (llama.cpp's scheme: faster, relative
+ * error ~5e-3 per product, which moves logits by up to ~0.5 over 30 layers); when off (the
+ * default) decode uses f32 activations and is exact up to f32 rounding. */
 
-/* 1 when af_matmul_xwt(n, in, out) / af_matmul_dyw(n, in, out) on the current kernel path use the
+/* 1 when af_matmul_xwt(n, in, out) / af_matmul_dyw(n, in, out) on ctx's kernel path use the
  * packed, cache-blocked GEMM (gemm_packed.c): it blocks the rows itself, packs W once per call and
  * splits the work over the OpenMP threads, so callers should pass all rows in one call. The
  * per-row results are the same whatever the row count n > 4 (no dependence on blocking). */
-int af_matmul_packed_path(int64_t n, int64_t in, int64_t out);
+int af_matmul_packed_path(const af_ctx *ctx, int64_t n, int64_t in, int64_t out);
 
-/* Precision of the packed path (af_matmul_packed_path products): on = bfloat16 operands with f32
- * accumulation (AVX512_BF16; error bound in gemm_packed_avx512.c). Returns 0 and changes nothing
- * when bf16 is not available on this CPU / kernel path; 1 otherwise. af_matmul_bf16(): 1 when
- * bf16 is in use. Process-wide; not thread-safe to change while kernels run. */
-int af_matmul_set_bf16(int on);
-int af_matmul_bf16(void);
+/* Precision of the packed path (af_matmul_packed_path products) is ctx->bf16: on = bfloat16
+ * operands with f32 accumulation (AVX512_BF16; error bound in gemm_packed_avx512.c). */
 
 /* Plain f32 GEMM helpers for activations and LoRA factors (row-major):
  * C[m, n] (+)= A[m, k] · B[n, k]ᵀ */
-void af_gemm_abt(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
+void af_gemm_abt(const af_ctx *ctx,
+                 float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
 /* C[m, n] (+)= A[m, k] · B[k, n] */
-void af_gemm_ab(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
+void af_gemm_ab(const af_ctx *ctx,
+                float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
 /* C[m, n] (+)= A[k, m]ᵀ · B[k, n]   (weight gradients: dW = dyᵀ x) */
-void af_gemm_atb(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
+void af_gemm_atb(const af_ctx *ctx,
+                 float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate);
 
 #endif /* AF_MATMUL_H */

@@ -3,10 +3,11 @@
  * (convention from karpathy/llm.c train_gpt2.c). Row-major; argument order: outputs (and saved
  * tensors) first, then inputs, then weights, then sizes. Backward functions ADD into gradient
  * buffers (`d_*`), so accumulation over micro-batches is free; callers zero them first.
- * Formulas: shared/reference/FORMATS.md §4 and §7; sources named at each function.
+ * Formulas: docs/FORMATS.md §4 and §7; sources named at each function.
+ * Every op with threads or ISA variants runs under `ctx` (first argument, kernels/ctx.h): its
+ * kernel table (scalar / AVX2 / AVX-512, chosen when the context was created) and thread count.
  * Implementation: src/kernels/cpu/ops.c, ops_attention.c (OpenMP inside when a call is large enough;
- * results do not depend on the thread count; scalar / AVX2 / AVX-512 paths chosen per call by
- * af_kernel_path()). None of these allocate except af_attention_backward (a small [n_heads, n_q]
+ * results do not depend on the thread count). None of these allocate except af_attention_backward (a small [n_heads, n_q]
  * scratch) and RoPE (a [half] frequency table, and a [positions, 2, head_dim] cos/sin table when
  * positions repeat); without memory they recompute instead. None fail.
  * exp on the SIMD paths (SiLU, attention softmax, af_vexpf) is vexp.h's polynomial (<= 1 ulp), on
@@ -15,6 +16,8 @@
 #ifndef AF_OPS_H
 #define AF_OPS_H
 
+#include "afinar.h"
+
 #include <stdint.h>
 
 /* ---- exp ----
@@ -22,46 +25,49 @@
  * polynomial (src/kernels/cpu/vexp.h), relative error <= 1.2e-7 (1 ulp) for normal results; special
  * values as expf: overflow → +inf, underflow → 0 through subnormals, exp(−inf) = 0, NaN → NaN.
  * Scalar path: libm expf. */
-void af_vexpf(float *y, const float *x, int64_t n);
+void af_vexpf(const af_ctx *ctx, float *y, const float *x, int64_t n);
 
 /* ---- RMSNorm (Zhang & Sennrich 2019; llama/transformers LlamaRMSNorm) ----
  * y[t, :] = x[t, :] * rstd[t] * w[:],  rstd[t] = 1 / sqrt(mean(x[t, :]^2) + eps)
  * x, y: [n, dim]; w: [dim]; rstd (may be NULL): [n], saved for the backward. y may alias x. */
-void af_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
+void af_rmsnorm_forward(const af_ctx *ctx,
+                        float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
                         float eps);
 /* dx[t,:] += rstd*g - rstd^3/dim * x * sum(g*x),  g = w*dy;  dw[:] += sum_t dy*x*rstd  (dw may be NULL)
  * rstd: the [n] saved by the forward. Row sums (forward Σx², backward Σg·x) are accumulated in double
  * over 32 lanes (element i into lane i % 32, then a fixed tree), identically on every kernel path:
  * RMSNorm results are the same bits on the scalar, AVX2 and AVX-512 paths. */
-void af_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+void af_rmsnorm_backward(const af_ctx *ctx, float *dx, float *dw, const float *dy, const float *x, const float *w,
                          const float *rstd, int64_t n, int64_t dim);
 
 /* ---- RoPE, rotating pairs in place ----
  * x: [n, n_heads, head_dim]; pos: [n] absolute positions; rotary dims = head_dim (full).
  * theta_i = pos * base^(-2i/head_dim), i in [0, head_dim/2).
  * neox = 0: "NORM" mode, pairs (2i, 2i+1) — llama.cpp's rope for GGUF llama tensors, whose
- *           q/k rows the converter permuted (FORMATS.md §3.3).
+ *           q/k rows the converter permuted (docs/FORMATS.md §3.3).
  * neox = 1: "NEOX" mode, pairs (i, i + head_dim/2) — HF rotate_half, used by gemma3 GGUF.
  * head_dim must be even. θ is formed in double and reduced mod 2π before cosf/sinf, so it stays
  * exact at large positions (ggml's iterated f32 θ drifts by ~1e-3 rad at pos ~4k). cos/sin are
  * computed once per distinct position when positions repeat (packed batches), else once per token;
  * the result is the same bits either way and on every kernel path. */
-void af_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
+void af_rope_forward(const af_ctx *ctx, float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
                      float base, int neox);
 /* In-place inverse rotation of the gradient: dx = R(-theta) dy. */
-void af_rope_backward(float *dx, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
+void af_rope_backward(const af_ctx *ctx, float *dx, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
                       float base, int neox);
 
 /* ---- SwiGLU (Shazeer 2020): h = silu(gate) * up, silu(x) = x * sigmoid(x) ----
  * gate, up, h: [n] (flattened). h may alias gate. */
-void af_swiglu_forward(float *h, const float *gate, const float *up, int64_t n);
+void af_swiglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n);
 /* d_gate += dh * up * silu'(gate);  d_up += dh * silu(gate) */
-void af_swiglu_backward(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+void af_swiglu_backward(const af_ctx *ctx,
+                        float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
                         int64_t n);
 
 /* ---- GeGLU with tanh-approximate GELU (Gemma): h = gelu_tanh(gate) * up ---- */
-void af_geglu_forward(float *h, const float *gate, const float *up, int64_t n);
-void af_geglu_backward(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+void af_geglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n);
+void af_geglu_backward(const af_ctx *ctx,
+                       float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
                        int64_t n);
 
 /* ---- Causal grouped-query self-attention over ONE sequence (a packed sample) ----
@@ -78,13 +84,13 @@ void af_geglu_backward(float *d_gate, float *d_up, const float *dh, const float 
  * Online softmax in f32 with max-subtraction; masked keys contribute exactly 0. A decode call
  * (n_q = 1, q_pos0 = p) returns bit-for-bit the row p of the full forward on the same keys.
  * Source: Vaswani et al. 2017; GQA Ainslie et al. 2023; lse recomputation as FlashAttention-2. */
-void af_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+void af_attention_forward(const af_ctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
                           int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t kv_stride, int64_t n_heads,
                           int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window);
 /* Gradients (added into dq, dk, dv; same shapes as q, k, v with kv_stride = n_kv_heads*head_dim)
  * recomputing probabilities from the saved lse: p = exp(s - lse);
  * dv += pᵀ·dout; dp = dout·vᵀ; ds = p * (dp - rowsum(dout*out)); dq += ds·k*scale; dk += dsᵀ·q*scale */
-void af_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+void af_attention_backward(const af_ctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v, int64_t n_q,
                            int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                            int64_t head_dim, float scale, int64_t window);

@@ -3,7 +3,7 @@
  * is core/blocks.c).
  *
  * Sources of the layouts and formulas: ggml src/ggml-common.h (block structs), src/ggml-quants.c
- * (dequantize_row_* / quantize_row_*_ref), summarised in shared/reference/FORMATS.md §2 and
+ * (dequantize_row_* / quantize_row_*_ref), summarised in docs/FORMATS.md §2 and
  * cross-checked against the numpy implementation in the `gguf` Python package (gguf/quants.py),
  * which tests/ref/make_quant_vectors.py uses to produce the bit-exact fixtures for tests/test_quant.c.
  *
@@ -65,7 +65,7 @@ static inline uint32_t f32_bits(float f) {
     return u;
 }
 
-/* K-quant 6-bit scale/min unpacking shared by Q4_K and Q5_K (FORMATS.md §2 Q4_K):
+/* K-quant 6-bit scale/min unpacking shared by Q4_K and Q5_K (docs/FORMATS.md §2 Q4_K):
  * sub-block k = 0..7 of a super-block; s = the 12 packed bytes. */
 static inline void get_scale_min_k4(int k, const uint8_t *s, uint8_t *sc, uint8_t *mn) {
     if (k < 4) {

@@ -3,7 +3,7 @@
  * geometry (af_type, block sizes, row bytes, names) is core/blocks.h, included here.
  *
  * Block layouts and formulas: ggml src/ggml-common.h and src/ggml-quants.c
- * (dequantize_row_*), summarised in shared/reference/FORMATS.md §2.
+ * (dequantize_row_*), summarised in docs/FORMATS.md §2.
  * A row of `n` elements of type T is n / block_size(T) consecutive blocks.
  */
 #ifndef AF_QUANT_H

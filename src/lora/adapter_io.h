@@ -34,7 +34,7 @@
  * stock model; write it only if the consumer adds a biased score layer (or keep b == 0). Mean
  * pooling has no PEFT/transformers equivalent; it is recorded in afinar.json only.
  *
- * q/k row order. llama.cpp's converter (convert_hf_to_gguf.py LlamaModel.permute, FORMATS.md §3.3)
+ * q/k row order. llama.cpp's converter (convert_hf_to_gguf.py LlamaModel.permute, docs/FORMATS.md §3.3)
  * permutes the rows of attn_q / attn_k of llama-architecture GGUF files so that RoPE can rotate
  * adjacent pairs; afinar computes in that GGUF order, so the LoRA B matrices of q_proj / k_proj
  * ([out, r], out = rows) are in GGUF row order in P, while transformers un-permutes on GGUF load and
@@ -160,7 +160,7 @@ typedef struct af_adapter_load_opts {
 int af_adapter_qk_permuted(const char *architecture);
 
 /* HF row of GGUF row `row` of a permuted q/k projection (llama.cpp LlamaModel.permute inverted,
- * FORMATS.md §3.3): with row = h*head_dim + 2b + a (a in {0,1}, b in [0, head_dim/2)) it returns
+ * docs/FORMATS.md §3.3): with row = h*head_dim + 2b + a (a in {0,1}, b in [0, head_dim/2)) it returns
  * h*head_dim + a*head_dim/2 + b. The head h is kept, so row may index any head; rows in
  * [0, head_dim) give the in-head map. head_dim must be even and > 0 (not checked). The single
  * definition of the q/k row order, used by af_adapter_qk_rows and src/train/api.c. */

@@ -7,6 +7,8 @@
 #include "lora/lora.h"
 
 #include "core/core.h"
+#include "core/threads.h"
+#include "kernels/ctx.h"
 #include "kernels/matmul.h"
 
 #include <ctype.h>
@@ -46,13 +48,11 @@ float af_ctr_u01(uint64_t key, uint64_t i) {
     return (float)(h >> 40) * (1.0f / 16777216.0f);
 }
 
-void af_lora_dropout_mask(float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
+void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
                           int64_t in, float p) {
     const float keep = 1.0f / (1.0f - p);
     /* every element is a pure function of its indices: threads cannot change the result */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n * in >= 65536)
-#endif
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (n * in >= 65536))
     for (int64_t t = 0; t < n; t++) {
         uint64_t key = af_ctr_key(seed, (uint64_t)layer, (uint64_t)proj, (uint64_t)(t0 + t + 1));
         float *m = mask + t * in;
@@ -293,11 +293,11 @@ void af_lora_init_params(const af_param_layout *lay, float *P) {
 
 #define DROP_CHUNK_FLOATS 16384 /* stack floats for masked input rows in the forward (64 KiB) */
 
-void af_lora_forward(float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
+void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
                      int64_t n, int64_t in, int64_t out, int32_t r, float scale) {
     if (n <= 0) return;
     if (!drop_mask) {
-        af_gemm_abt(xa, x, A, n, r, in, 0); /* xa[n, r] = x · Aᵀ */
+        af_gemm_abt(ctx, xa, x, A, n, r, in, 0); /* xa[n, r] = x · Aᵀ */
     } else {
         float buf[DROP_CHUNK_FLOATS];
         int64_t rows = DROP_CHUNK_FLOATS / in;
@@ -313,12 +313,12 @@ void af_lora_forward(float *y, float *xa, const float *x, const float *drop_mask
             for (int64_t t0 = 0; t0 < n; t0 += rows) {
                 int64_t m = n - t0 < rows ? n - t0 : rows;
                 for (int64_t i = 0; i < m * in; i++) buf[i] = x[t0 * in + i] * drop_mask[t0 * in + i];
-                af_gemm_abt(xa + t0 * r, buf, A, m, r, in, 0);
+                af_gemm_abt(ctx, xa + t0 * r, buf, A, m, r, in, 0);
             }
         }
     }
     if (scale == 1.0f) {
-        af_gemm_abt(y, xa, B, n, out, r, 1); /* y += xa · Bᵀ */
+        af_gemm_abt(ctx, y, xa, B, n, out, r, 1); /* y += xa · Bᵀ */
         return;
     }
     /* y += scale · xa · Bᵀ: scale the (small) xa, multiply, and restore xa exactly by re-forming it
@@ -328,11 +328,11 @@ void af_lora_forward(float *y, float *xa, const float *x, const float *drop_mask
     for (int64_t t0 = 0; t0 < n; t0 += rows) {
         int64_t m = n - t0 < rows ? n - t0 : rows;
         for (int64_t i = 0; i < m * r; i++) buf[i] = scale * xa[t0 * r + i];
-        af_gemm_abt(y + t0 * out, buf, B, m, out, r, 1);
+        af_gemm_abt(ctx, y + t0 * out, buf, B, m, out, r, 1);
     }
 }
 
-void af_lora_backward(float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
+void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
                       const float *drop_mask, const float *A, const float *B, int64_t n, int64_t in, int64_t out,
                       int32_t r, float scale) {
     if (n <= 0) return;
@@ -340,9 +340,9 @@ void af_lora_backward(float *dx, float *dA, float *dB, float *tmp, const float *
     float *xd = tmp + n * r;  /* [n, in], only with a mask */
     /* dB[out, r] += dyᵀ · (scale · xa) */
     for (int64_t i = 0; i < n * r; i++) t[i] = scale * xa[i];
-    af_gemm_atb(dB, dy, t, out, r, n, 1);
+    af_gemm_atb(ctx, dB, dy, t, out, r, n, 1);
     /* t[n, r] = scale · dy · B */
-    af_gemm_ab(t, dy, B, n, r, out, 0);
+    af_gemm_ab(ctx, t, dy, B, n, r, out, 0);
     for (int64_t i = 0; i < n * r; i++) t[i] *= scale;
     /* dA[r, in] += tᵀ · dropout(x) */
     const float *xin = x;
@@ -350,13 +350,13 @@ void af_lora_backward(float *dx, float *dA, float *dB, float *tmp, const float *
         for (int64_t i = 0; i < n * in; i++) xd[i] = x[i] * drop_mask[i];
         xin = xd;
     }
-    af_gemm_atb(dA, t, xin, r, in, n, 1);
+    af_gemm_atb(ctx, dA, t, xin, r, in, n, 1);
     /* dx[n, in] += (t · A) ⊙ mask */
     if (!dx) return;
     if (!drop_mask) {
-        af_gemm_ab(dx, t, A, n, in, r, 1);
+        af_gemm_ab(ctx, dx, t, A, n, in, r, 1);
     } else {
-        af_gemm_ab(xd, t, A, n, in, r, 0);
+        af_gemm_ab(ctx, xd, t, A, n, in, r, 0);
         for (int64_t i = 0; i < n * in; i++) dx[i] += xd[i] * drop_mask[i];
     }
 }

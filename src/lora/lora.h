@@ -110,7 +110,7 @@ void af_lora_init_params(const af_param_layout *lay, float *P);
  *   xa[n, r] = dropout(x)[n, in] · Aᵀ   (saved for the backward)
  *   y[n, out] += scale · xa · Bᵀ
  * `drop_mask` [n, in] (may be NULL when dropout == 0) holds 0 or 1/(1-p) per element. */
-void af_lora_forward(float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
+void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
                      int64_t n, int64_t in, int64_t out, int32_t r, float scale);
 
 /* Backward of the correction, given dy [n, out]:
@@ -119,7 +119,7 @@ void af_lora_forward(float *y, float *xa, const float *x, const float *drop_mask
  *   dA[r, in]  += tᵀ · dropout(x)
  *   dx[n, in]  += (t · A) ⊙ drop_mask     (the frozen path's dx = dy·W is added by the caller)
  * `tmp` is scratch of n*r floats (+ n*in when drop_mask != NULL). */
-void af_lora_backward(float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
+void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
                       const float *drop_mask, const float *A, const float *B, int64_t n, int64_t in, int64_t out,
                       int32_t r, float scale);
 
@@ -141,7 +141,7 @@ float af_ctr_u01(uint64_t key, uint64_t i);
 /* Fill mask [n, in] for the dropout of adapter (layer, proj) with probability p: element (t, i) is
  * 1/(1-p) when af_ctr_u01(af_ctr_key(seed, layer, proj, t0 + t + 1), i) >= p, else 0. t0 is the
  * index of the first row's token in the packed batch. */
-void af_lora_dropout_mask(float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
+void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
                           int64_t in, float p);
 
 #endif /* AF_LORA_H */

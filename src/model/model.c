@@ -1,6 +1,7 @@
 /* model.c — load a transformer from GGUF: hyper-parameters, architecture table, weight views. */
 #include "model/model.h"
 
+#include "kernels/ctx.h"
 #include "kernels/quant.h"
 
 #include <math.h>
@@ -238,11 +239,13 @@ static af_status load_weights(af_model *m) {
     return AF_OK;
 }
 
-af_status af_model_load(const char *path, af_model **out) {
+af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out) {
     if (!path || !out) return af_fail(AF_ERR_INVALID_ARG, "af_model_load: NULL argument");
     *out = NULL;
+    if (!ctx && !(ctx = af_ctx_default())) return af_fail(AF_ERR_NOMEM, "out of memory for the default context");
     af_model *m = af_calloc(1, sizeof *m);
     if (!m) return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    m->ctx = ctx;
     af_status st = af_gguf_open(path, &m->gguf);
     if (st == AF_OK) st = load_hparams(m);
     if (st == AF_OK) st = load_weights(m);

@@ -6,7 +6,7 @@
  * GGUF converter permuted q/k rows) and "gemma3" (sandwich norms, q/k norms, GeGLU, embedding
  * scaled by sqrt(hidden), RoPE NEOX mode, sliding-window layers with their own RoPE base).
  * Sources: llama.cpp src/models/llama.cpp and src/models/gemma3.cpp, transformers
- * modeling_llama.py / modeling_gemma3.py, summarised in shared/reference/FORMATS.md §3-§5.
+ * modeling_llama.py / modeling_gemma3.py, summarised in docs/FORMATS.md §3-§5.
  */
 #ifndef AF_MODEL_H
 #define AF_MODEL_H
@@ -73,6 +73,7 @@ typedef struct af_layer {
 } af_layer;
 
 struct af_model {
+    const af_ctx *ctx;      /* borrowed (af_model_load): threads, kernel table, precision */
     af_gguf *gguf;          /* owned: the mapping the weights point into */
     af_tokenizer *tok;      /* owned; NULL if the file has no (supported) tokenizer */
     af_model_config cfg;

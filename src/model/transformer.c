@@ -17,14 +17,13 @@
 
 #include "core/core.h"
 #include "kernels/matmul.h"
+#include "core/threads.h"
+#include "kernels/ctx.h"
 #include "kernels/ops.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* AF_TF_MIN_ROWS: when af_matmul_set_int8_activations(1) is on, af_matmul_xwt quantizes the
  * activations to int8 for very small n (matmul.c decode regime, n <= AF_MM_DECODE_N = 4): not
@@ -136,13 +135,9 @@ void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, con
 /* Threads for a block-parallel product: the OpenMP team size when an outer parallel region can
  * be opened without nesting active regions (the kernel calls inside then run single-threaded),
  * else 1 (blocks are then run one after the other, each call threaded by the kernel). */
-static int block_threads(void) {
-#ifdef _OPENMP
-    if (omp_in_parallel() || omp_get_max_active_levels() > 1) return 1;
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
+static int block_threads(const af_ctx *ctx) {
+    if (AF_OMP_IN_PARALLEL() || AF_OMP_MAX_ACTIVE_LEVELS() > 1) return 1;
+    return ctx->n_threads;
 }
 
 /* Training frozen-weight product over n rows in token blocks (R->block_rows; engine.h
@@ -155,23 +150,21 @@ static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, con
                       int accumulate) {
     const int64_t xw = dyw ? w->rows : w->cols, yw = dyw ? w->cols : w->rows;
     /* the packed GEMM blocks rows and threads by itself and packs W once per call: one call */
-    const int64_t br = af_matmul_packed_path(n, xw, yw) ? 0 : R->block_rows;
+    const int64_t br = af_matmul_packed_path(R->ctx, n, xw, yw) ? 0 : R->block_rows;
     int64_t nb = br > 0 ? (n + br / 2) / br : 1;
-    const int nth = nb >= 2 ? block_threads() : 1;
+    const int nth = nb >= 2 ? block_threads(R->ctx) : 1;
     if (nth > 1 && nb >= nth) nb = (nb + nth - 1) / nth * nth; /* equal shares */
     if (nb < 2) {
-        if (dyw) af_matmul_dyw(y, x, w->data, w->type, n, yw, xw, accumulate);
-        else af_matmul_xwt(y, x, w->data, w->type, n, xw, yw, accumulate);
+        if (dyw) af_matmul_dyw(R->ctx, y, x, w->data, w->type, n, yw, xw, accumulate);
+        else af_matmul_xwt(R->ctx, y, x, w->data, w->type, n, xw, yw, accumulate);
         return;
     }
     const int par = nth > 1 && nb >= nth;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (par)
-#endif
+    AF_OMP(parallel for schedule(dynamic, 1) num_threads(nth) if (par))
     for (int64_t b = 0; b < nb; b++) {
         const int64_t t0 = n * b / nb, m = n * (b + 1) / nb - t0;
-        if (dyw) af_matmul_dyw(y + t0 * yw, x + t0 * xw, w->data, w->type, m, yw, xw, accumulate);
-        else af_matmul_xwt(y + t0 * yw, x + t0 * xw, w->data, w->type, m, xw, yw, accumulate);
+        if (dyw) af_matmul_dyw(R->ctx, y + t0 * yw, x + t0 * xw, w->data, w->type, m, yw, xw, accumulate);
+        else af_matmul_xwt(R->ctx, y + t0 * yw, x + t0 * xw, w->data, w->type, m, xw, yw, accumulate);
     }
     (void)par;
 }
@@ -181,7 +174,7 @@ static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, con
 static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight *w) {
     const int64_t in = w->cols, out = w->rows, n = R->n;
     if (R->mode == AF_TF_INFER) {
-        af_matmul_xwt(y, x, w->data, w->type, n, in, out, 0);
+        af_matmul_xwt(R->ctx, y, x, w->data, w->type, n, in, out, 0);
         return;
     }
     if (n >= MIN_ROWS) {
@@ -191,7 +184,7 @@ static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight
     af_tf_scratch *ws = R->ws;
     memcpy(ws->padx, x, sizeof(float) * (size_t)(n * in));
     memset(ws->padx + n * in, 0, sizeof(float) * (size_t)((MIN_ROWS - n) * in));
-    af_matmul_xwt(ws->pady, ws->padx, w->data, w->type, MIN_ROWS, in, out, 0);
+    af_matmul_xwt(R->ctx, ws->pady, ws->padx, w->data, w->type, MIN_ROWS, in, out, 0);
     memcpy(y, ws->pady, sizeof(float) * (size_t)(n * out));
 }
 
@@ -228,9 +221,9 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     float *mask = NULL;
     if (R->drop && S->mask[p]) {
         mask = S->mask[p];
-        af_lora_dropout_mask(mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
+        af_lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
     }
-    af_lora_forward(y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
+    af_lora_forward(R->ctx, y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
                     R->lora_scale);
     probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
 }
@@ -246,13 +239,13 @@ static const float *branch_out(const af_tf_run *R, af_tf_acts *S, int32_t l, af_
         return ws->tH;
     }
     proj_fwd(R, S, l, p, w, NULL, raw, in);
-    af_rmsnorm_forward(ws->tH, rstd, raw, post_norm, R->n, R->m->cfg.hidden_size, R->m->cfg.rms_norm_eps);
+    af_rmsnorm_forward(R->ctx, ws->tH, rstd, raw, post_norm, R->n, R->m->cfg.hidden_size, R->m->cfg.rms_norm_eps);
     return ws->tH;
 }
 
-static void glu_forward(const af_model *m, float *act, const float *gate, const float *up, int64_t n) {
-    if (m->desc.act == AF_ACT_GEGLU_TANH) af_geglu_forward(act, gate, up, n);
-    else af_swiglu_forward(act, gate, up, n);
+static void glu_forward(const af_ctx *ctx, const af_model *m, float *act, const float *gate, const float *up, int64_t n) {
+    if (m->desc.act == AF_ACT_GEGLU_TANH) af_geglu_forward(ctx, act, gate, up, n);
+    else af_swiglu_forward(ctx, act, gate, up, n);
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -280,13 +273,13 @@ static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *
         float *vc = R->v_cache + (size_t)l * (size_t)R->n_ctx * (size_t)d->kvd;
         memcpy(kc + (size_t)R->n_past * (size_t)d->kvd, S->k, sizeof(float) * (size_t)(n * d->kvd));
         memcpy(vc + (size_t)R->n_past * (size_t)d->kvd, S->v, sizeof(float) * (size_t)(n * d->kvd));
-        af_attention_forward(S->attn, NULL, S->q, kc, vc, n, R->n_past, R->n_past + n, d->kvd, d->nh, d->nkv,
+        af_attention_forward(R->ctx, S->attn, NULL, S->q, kc, vc, n, R->n_past, R->n_past + n, d->kvd, d->nh, d->nkv,
                              d->hd, scale, Ly->window);
         return;
     }
     for (int32_t b = 0; b < R->B; b++) {
         const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
-        af_attention_forward(S->attn + s0 * d->qd, S->lse + s0 * d->nh, S->q + s0 * d->qd, S->k + s0 * d->kvd,
+        af_attention_forward(R->ctx, S->attn + s0 * d->qd, S->lse + s0 * d->nh, S->q + s0 * d->qd, S->k + s0 * d->kvd,
                              S->v + s0 * d->kvd, len, 0, len, d->kvd, d->nh, d->nkv, d->hd, scale, Ly->window);
     }
 }
@@ -300,17 +293,17 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     const int64_t n = R->n;
     af_tf_scratch *ws = R->ws;
     float *h1 = ws->hs; /* scratch: recomputed from x and rstd1 by the backward when needed */
-    af_rmsnorm_forward(h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+    af_rmsnorm_forward(R->ctx, h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
     probe(R, h1, n * d.H, l, "input_layernorm output", "");
     proj_fwd(R, S, l, AF_PROJ_Q, &Ly->wq, D->qkv_bias ? Ly->bq : NULL, D->qk_norm ? S->qraw : S->q, h1);
     proj_fwd(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? Ly->bk : NULL, D->qk_norm ? S->kraw : S->k, h1);
     proj_fwd(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? Ly->bv : NULL, S->v, h1);
     if (D->qk_norm) {
-        af_rmsnorm_forward(S->q, S->rstdq, S->qraw, Ly->q_norm, n * d.nh, d.hd, eps);
-        af_rmsnorm_forward(S->k, S->rstdk, S->kraw, Ly->k_norm, n * d.nkv, d.hd, eps);
+        af_rmsnorm_forward(R->ctx, S->q, S->rstdq, S->qraw, Ly->q_norm, n * d.nh, d.hd, eps);
+        af_rmsnorm_forward(R->ctx, S->k, S->rstdk, S->kraw, Ly->k_norm, n * d.nkv, d.hd, eps);
     }
-    af_rope_forward(S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
-    af_rope_forward(S->k, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
+    af_rope_forward(R->ctx, S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
+    af_rope_forward(R->ctx, S->k, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
     attention(R, l, S, &d);
     probe(R, S->q, n * d.qd, l, "self_attn q after norm/RoPE", "");
     probe(R, S->k, n * d.kvd, l, "self_attn k after norm/RoPE", "");
@@ -319,11 +312,11 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     af_add(S->xmid, x, o, n * d.H);
     probe(R, S->xmid, n * d.H, l, "residual stream after self_attn", "");
     float *h2 = ws->hs; /* likewise (h1 is no longer needed) */
-    af_rmsnorm_forward(h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+    af_rmsnorm_forward(R->ctx, h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
     probe(R, h2, n * d.H, l, "post_attention_layernorm output", "");
     proj_fwd(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
     proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
-    glu_forward(m, ws->act, S->gate, S->up, n * d.F);
+    glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F);
     probe(R, ws->act, n * d.F, l, "mlp activation (act(gate)·up)", "");
     const float *dn = branch_out(R, S, l, AF_PROJ_DOWN, &Ly->w_down, ws->act, S->draw, S->rstdpf, Ly->post_ffw_norm);
     af_add(xo, S->xmid, dn, n * d.H);
@@ -338,12 +331,12 @@ static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_
                      float *dx, const float *dy, const float *x, int accumulate) {
     if (dx) {
         if (R->n >= MIN_ROWS) mm_blocks(R, 1, dx, dy, w, R->n, accumulate);
-        else af_matmul_dyw(dx, dy, w->data, w->type, R->n, w->cols, w->rows, accumulate);
+        else af_matmul_dyw(R->ctx, dx, dy, w->data, w->type, R->n, w->cols, w->rows, accumulate);
     }
     const af_lora_slot *s = lora_slot(R, l, p);
     if (!s) return;
     const af_param_layout *lay = R->lay;
-    af_lora_backward(dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
+    af_lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
                      R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, R->lora_scale);
 }
 
@@ -371,28 +364,28 @@ void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G
     const float *dd = dX;
     if (D->sandwich_norm) {
         zero(ws->dT, n * d.H);
-        af_rmsnorm_backward(ws->dT, NULL, dX, S->draw, Ly->post_ffw_norm, S->rstdpf, n, d.H);
+        af_rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->draw, Ly->post_ffw_norm, S->rstdpf, n, d.H);
         dd = ws->dT;
     }
-    if (adapted(R, l, AF_PROJ_DOWN)) glu_forward(m, ws->act, S->gate, S->up, n * d.F); /* down's adapter input */
+    if (adapted(R, l, AF_PROJ_DOWN)) glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F); /* down's adapter input */
     proj_bwd(R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, need_ffn ? ws->dact : NULL, dd, ws->act, 0);
     if (!need_ffn) return;
     zero(ws->dgate, n * d.F);
     zero(ws->dup, n * d.F);
-    if (D->act == AF_ACT_GEGLU_TANH) af_geglu_backward(ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
-    else af_swiglu_backward(ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    if (D->act == AF_ACT_GEGLU_TANH) af_geglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    else af_swiglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
     /* h2, the input of gate/up's adapters, recomputed (same function, same inputs: same bits) */
     if (adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP))
-        af_rmsnorm_forward(ws->hs, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+        af_rmsnorm_forward(R->ctx, ws->hs, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
     proj_bwd(R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, need_mid ? ws->dh : NULL, ws->dgate, ws->hs, 0);
     proj_bwd(R, S, G, l, AF_PROJ_UP, &Ly->w_up, need_mid ? ws->dh : NULL, ws->dup, ws->hs, 1);
     if (!need_mid) return;
-    af_rmsnorm_backward(dX, NULL, ws->dh, S->xmid, Ly->ffn_norm, S->rstd2, n, d.H); /* dX = d x_mid */
+    af_rmsnorm_backward(R->ctx, dX, NULL, ws->dh, S->xmid, Ly->ffn_norm, S->rstd2, n, d.H); /* dX = d x_mid */
     /* attention branch */
     const float *dob = dX;
     if (D->sandwich_norm) {
         zero(ws->dT, n * d.H);
-        af_rmsnorm_backward(ws->dT, NULL, dX, S->oraw, Ly->post_attn_norm, S->rstdpa, n, d.H);
+        af_rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->oraw, Ly->post_attn_norm, S->rstdpa, n, d.H);
         dob = ws->dT;
     }
     proj_bwd(R, S, G, l, AF_PROJ_O, &Ly->wo, need_qkv ? ws->dattn : NULL, dob, S->attn, 0);
@@ -402,47 +395,47 @@ void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G
     zero(ws->dv, n * d.kvd);
     for (int32_t b = 0; b < R->B; b++) {
         const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
-        af_attention_backward(ws->dq + s0 * d.qd, ws->dk + s0 * d.kvd, ws->dv + s0 * d.kvd, ws->dattn + s0 * d.qd,
+        af_attention_backward(R->ctx, ws->dq + s0 * d.qd, ws->dk + s0 * d.kvd, ws->dv + s0 * d.kvd, ws->dattn + s0 * d.qd,
                               S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
                               S->v + s0 * d.kvd, len, 0, len, d.nh, d.nkv, d.hd, D->attn_scale, Ly->window);
     }
-    af_rope_backward(ws->dq, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
-    af_rope_backward(ws->dk, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
+    af_rope_backward(R->ctx, ws->dq, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
+    af_rope_backward(R->ctx, ws->dk, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
     const float *gq = ws->dq, *gk = ws->dk;
     if (D->qk_norm) {
         zero(ws->dqr, n * d.qd);
         zero(ws->dkr, n * d.kvd);
-        af_rmsnorm_backward(ws->dqr, NULL, ws->dq, S->qraw, Ly->q_norm, S->rstdq, n * d.nh, d.hd);
-        af_rmsnorm_backward(ws->dkr, NULL, ws->dk, S->kraw, Ly->k_norm, S->rstdk, n * d.nkv, d.hd);
+        af_rmsnorm_backward(R->ctx, ws->dqr, NULL, ws->dq, S->qraw, Ly->q_norm, S->rstdq, n * d.nh, d.hd);
+        af_rmsnorm_backward(R->ctx, ws->dkr, NULL, ws->dk, S->kraw, Ly->k_norm, S->rstdk, n * d.nkv, d.hd);
         gq = ws->dqr;
         gk = ws->dkr;
     }
     float *dh = need_in ? ws->dh : NULL;
     /* h1, the input of q/k/v's adapters, recomputed from the layer input likewise */
     if (adapted(R, l, AF_PROJ_Q) || adapted(R, l, AF_PROJ_K) || adapted(R, l, AF_PROJ_V))
-        af_rmsnorm_forward(ws->hs, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+        af_rmsnorm_forward(R->ctx, ws->hs, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
     proj_bwd(R, S, G, l, AF_PROJ_Q, &Ly->wq, dh, gq, ws->hs, 0);
     proj_bwd(R, S, G, l, AF_PROJ_K, &Ly->wk, dh, gk, ws->hs, 1);
     proj_bwd(R, S, G, l, AF_PROJ_V, &Ly->wv, dh, ws->dv, ws->hs, 1);
     if (!need_in) return;
-    af_rmsnorm_backward(dX, NULL, ws->dh, x, Ly->attn_norm, S->rstd1, n, d.H); /* dX = d x_in */
+    af_rmsnorm_backward(R->ctx, dX, NULL, ws->dh, x, Ly->attn_norm, S->rstd1, n, d.H); /* dX = d x_in */
 }
 
 /* ---------------------------------------------------------------- final norm, LM head */
 
-void af_tf_final_norm(const af_model *m, float *y, float *rstd, const float *x, int64_t n) {
-    af_rmsnorm_forward(y, rstd, x, m->output_norm, n, m->cfg.hidden_size, m->cfg.rms_norm_eps);
+void af_tf_final_norm(const af_ctx *ctx, const af_model *m, float *y, float *rstd, const float *x, int64_t n) {
+    af_rmsnorm_forward(ctx, y, rstd, x, m->output_norm, n, m->cfg.hidden_size, m->cfg.rms_norm_eps);
 }
 
-void af_tf_final_norm_backward(const af_model *m, float *dx, const float *dy, const float *x, const float *rstd,
+void af_tf_final_norm_backward(const af_ctx *ctx, const af_model *m, float *dx, const float *dy, const float *x, const float *rstd,
                                int64_t n) {
-    af_rmsnorm_backward(dx, NULL, dy, x, m->output_norm, rstd, n, m->cfg.hidden_size);
+    af_rmsnorm_backward(ctx, dx, NULL, dy, x, m->output_norm, rstd, n, m->cfg.hidden_size);
 }
 
-void af_lm_head_forward(const af_model *m, float *logits, float *x, int64_t n) {
+void af_lm_head_forward(const af_ctx *ctx, const af_model *m, float *logits, float *x, int64_t n) {
     const af_model_config *c = &m->cfg;
-    af_tf_final_norm(m, x, NULL, x, n);
-    af_matmul_xwt(logits, x, m->output.data, m->output.type, n, c->hidden_size, c->vocab_size, 0);
+    af_tf_final_norm(ctx, m, x, NULL, x, n);
+    af_matmul_xwt(ctx, logits, x, m->output.data, m->output.type, n, c->hidden_size, c->vocab_size, 0);
     const float cap = m->desc.final_logit_softcap;
     if (cap > 0) {
         const int64_t nv = n * c->vocab_size;
@@ -477,11 +470,12 @@ void af_tf_infer_free(af_tf_infer *s) {
     memset(s, 0, sizeof *s);
 }
 
-void af_tf_infer_forward(const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
+void af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
                          const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
                          int64_t n_ctx) {
     af_tf_run R;
     memset(&R, 0, sizeof R);
+    R.ctx = ctx;
     R.m = m;
     R.mode = AF_TF_INFER;
     R.n = n;

@@ -16,7 +16,7 @@
  *   act = silu(gate)·up or gelu_tanh(gate)·up (desc.act);  d = act·Wdownᵀ (+ LoRA)
  *   [d = rmsnorm(d)·post_ffw_norm: sandwich_norm];  x_out = x_mid + d
  * Sources: llama.cpp src/models/llama.cpp, gemma3.cpp; transformers modeling_llama.py,
- * modeling_gemma3.py (FORMATS.md §3-§5).
+ * modeling_gemma3.py (docs/FORMATS.md §3-§5).
  *
  * LoRA (lora.h; PEFT's unmerged form) on every projection p with an adapter slot:
  *   y = x·Wᵀ + s·(dropout(x)·Aᵀ)·Bᵀ,  s = af_tf_run.lora_scale,  dropout only in training.
@@ -89,6 +89,7 @@ typedef void (*af_tf_probe_fn)(void *ctx, const float *x, int64_t n, int32_t l, 
 
 /* Everything one forward/backward call of a layer reads besides the layer index and buffers. */
 struct af_tf_run {
+    const af_ctx *ctx;         /* context of every kernel call (borrowed): the engine's or the session's */
     const af_model *m;
     af_tf_mode mode;
     int64_t n;                 /* tokens in this call */
@@ -127,14 +128,14 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
 void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G, const float *x, int need_in);
 
 /* Final norm: y [n, H] = rmsnorm(x)·output_norm, rstd [n] (may be NULL); y may equal x. */
-void af_tf_final_norm(const af_model *m, float *y, float *rstd, const float *x, int64_t n);
+void af_tf_final_norm(const af_ctx *ctx, const af_model *m, float *y, float *rstd, const float *x, int64_t n);
 /* Its backward: dx [n, H] += d rmsnorm given dy and the forward's x, rstd. */
-void af_tf_final_norm_backward(const af_model *m, float *dx, const float *dy, const float *x, const float *rstd,
+void af_tf_final_norm_backward(const af_ctx *ctx, const af_model *m, float *dx, const float *dy, const float *x, const float *rstd,
                                int64_t n);
 
 /* LM head: logits [n, vocab] = softcap(output_norm(x)·Woutᵀ) for the final hidden states x [n, H]
  * (normalised in place). softcap(z) = c·tanh(z/c) with c = desc.final_logit_softcap, off when 0. */
-void af_lm_head_forward(const af_model *m, float *logits, float *x, int64_t n);
+void af_lm_head_forward(const af_ctx *ctx, const af_model *m, float *logits, float *x, int64_t n);
 
 /* Inference state of up to `cap` tokens per call: residual stream, one activation set, scratch. */
 typedef struct af_tf_infer {
@@ -154,7 +155,7 @@ void af_tf_infer_free(af_tf_infer *s);
  * layer, appending K/V to k_cache/v_cache [num_layers][n_ctx][kv_dim]; s->x gets the final hidden
  * states [n, H] before the output norm. Adapter: P laid out by lay (as given to af_tf_infer_init)
  * with correction scale `scale`; P == NULL: none. */
-void af_tf_infer_forward(const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
+void af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
                          const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
                          int64_t n_ctx);
 

@@ -1,5 +1,5 @@
 /*
- * bpe.c — GPT-2 style byte-level BPE (tokenizer.ggml.model = "gpt2"), FORMATS.md §6.2.
+ * bpe.c — GPT-2 style byte-level BPE (tokenizer.ggml.model = "gpt2"), docs/FORMATS.md §6.2.
  *
  *  1. Pre-tokenization: the regexes named by tokenizer.ggml.pre are applied in sequence, each
  *     splitting every piece of the previous one into matches and the gaps between them (HF
@@ -47,7 +47,7 @@ static const struct {
     {"llama3", {kLlama3, NULL}}, {"llama-bpe", {kLlama3, NULL}}, {"qwen2", {kQwen2, NULL}},
 };
 
-/* ---- GPT-2 byte-to-unicode map (FORMATS.md §6.2) ----
+/* ---- GPT-2 byte-to-unicode map (docs/FORMATS.md §6.2) ----
  * Printable bytes 0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF map to themselves; the other 68 bytes, in
  * increasing order, map to U+0100.. U+0143: 0x00-0x20 -> U+0100-U+0120, 0x7F-0xA0 -> U+0121-U+0142,
  * 0xAD -> U+0143. */

@@ -1,6 +1,6 @@
 /*
  * spm.c — SentencePiece-style BPE by scores with <0xNN> byte fallback (tokenizer.ggml.model =
- * "llama", Gemma 3), FORMATS.md §6.3.
+ * "llama", Gemma 3), docs/FORMATS.md §6.3.
  *
  * Encoding of one piece of plain text (special tokens were split out by the caller):
  *  1. optional ' ' prefix (tokenizer.ggml.add_space_prefix, first piece only), every ' ' becomes

@@ -1,5 +1,5 @@
 /*
- * tokenizer.c — loading a tokenizer from GGUF metadata (FORMATS.md §6) and the public encode /
+ * tokenizer.c — loading a tokenizer from GGUF metadata (docs/FORMATS.md §6) and the public encode /
  * decode entry points of afinar.h. The model-specific segment encoders live in bpe.c (gpt2
  * byte-level BPE) and spm.c (SentencePiece-style BPE by scores, byte fallback).
  *
@@ -230,7 +230,7 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     AF_TRY(strmap_build(&t->special, t, true));
     AF_TRY(special_index(t));
 
-    /* special ids and flags (llama.cpp defaults when absent, FORMATS.md §6.1) */
+    /* special ids and flags (llama.cpp defaults when absent, docs/FORMATS.md §6.1) */
     t->bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : 11, n);
     t->eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : 11, n);
     t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n);

@@ -12,7 +12,7 @@
  * non-finite value appeared are implemented here only.
  *
  * Row order of q/k: on llama GGUF models (af_adapter_qk_permuted) the converter permuted the rows
- * of Wq/Wk per head, and the engine's LoRA acts on that order (FORMATS.md §3.3):
+ * of Wq/Wk per head, and the engine's LoRA acts on that order (docs/FORMATS.md §3.3):
  *   GGUF row (h·hd + 2b + a)  <->  HF row (h·hd + a·hd/2 + b),  a ∈ {0,1}, b ∈ [0, hd/2)
  * (af_adapter_qk_hf_row). Tensors handed out by name are converted here (copy_rows); adapter
  * files are converted by adapter_io (given the architecture and head counts); the flat vector of
@@ -49,6 +49,7 @@ typedef struct tensor_desc {
 
 struct af_lora_trainer {
     const af_model *model;      /* borrowed */
+    const af_ctx *ctx;          /* borrowed: ext->ctx or the model's context */
     af_lora_trainer_opts o;     /* copy; o.targets is NULL (parsed into lay.lora.targets) */
     af_param_layout lay;
     af_engine *eng;
@@ -195,6 +196,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     tr->o = o;
     tr->head_dim = model->cfg.head_dim;
     tr->max_grad_norm = ext ? ext->max_grad_norm : (double)o.max_grad_norm;
+    tr->ctx = ext && ext->ctx ? ext->ctx : model->ctx;
     af_lora_config cfg = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora != 0, mask, o.seed};
     st = af_param_layout_init_layers(&tr->lay, model, &cfg, o.num_classes, ext ? ext->layer_min : 0,
                                      ext ? ext->layer_end : 0);
@@ -220,7 +222,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     af_lora_init_params(&tr->lay, tr->P);
     st = build_tensors(tr);
     if (st == AF_OK) {
-        st = af_engine_new(model, &tr->lay, &tr->eng);
+        st = af_engine_new(tr->ctx, model, &tr->lay, &tr->eng);
         if (st != AF_OK) st = refail(st, fn);
     }
     if (st != AF_OK) {
@@ -413,7 +415,7 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
     const float use_lr = lr < 0 ? tr->o.lr : lr;
     if (!tr->o.head_bias && tr->lay.head_b_off >= 0)
         memset(tr->G + tr->lay.head_b_off, 0, sizeof(float) * (size_t)tr->lay.num_classes);
-    const double gn = tr->nonfinite ? NAN : af_clip_grad_norm(tr->G, n, tr->max_grad_norm > 0 ? tr->max_grad_norm : 0);
+    const double gn = tr->nonfinite ? NAN : af_clip_grad_norm(tr->ctx, tr->G, n, tr->max_grad_norm > 0 ? tr->max_grad_norm : 0);
     const int was_nonfinite_loss = tr->nonfinite;
     const int ok = isfinite(gn);
     if (!ok && !was_nonfinite_loss) {
@@ -432,7 +434,7 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
         a.eps = tr->o.eps;
         a.weight_decay = tr->o.weight_decay;
         a.t = tr->adam_t;
-        af_adamw_step(&a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
+        af_adamw_step(tr->ctx, &a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
         tr->adam_t = a.t;
     }
     const int64_t step = tr->step_count++;

@@ -26,6 +26,8 @@ typedef struct af_lora_trainer_ext {
                                      (af_param_layout_init_layers; 0, 0: every layer) */
     double max_grad_norm;         /* replaces opts->max_grad_norm: the trainer's threshold is a double and
                                      is used unrounded (<= 0: no clipping) */
+    const af_ctx *ctx;            /* context of every computation (borrowed, must outlive the trainer; e.g.
+                                     the af_trainer's own with its threads and precision); NULL: the model's */
 } af_lora_trainer_ext;
 
 /* af_lora_trainer_new with `ext` (NULL: every layer, opts->max_grad_norm). The layout is built by

@@ -3,6 +3,9 @@
  */
 #include "train/data.h"
 
+#include "core/threads.h"
+#include "kernels/ctx.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +64,7 @@ static af_status copy_names(af_dataset *ds, char *const *names) {
     return AF_OK;
 }
 
-af_status af_dataset_build(const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len, af_dataset **out) {
+af_status af_dataset_build(const af_ctx *ctx, const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len, af_dataset **out) {
     *out = NULL;
     if (!c || !tok || max_seq_len < 1)
         return af_fail(AF_ERR_INVALID_ARG, "dataset: need a corpus, a tokenizer and max_seq_len >= 1 (got %d)",
@@ -80,9 +83,7 @@ af_status af_dataset_build(const af_corpus *c, const af_tokenizer *tok, int32_t 
     }
     /* af_tokenize is thread-safe (tokenizer.h); errors are collected per sample and re-reported on
        this thread because af_fail's message is thread-local. Dynamic schedule: lengths vary. */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 4)
-#endif
+    AF_OMP(parallel for schedule(dynamic, 4) num_threads(ctx->n_threads))
     for (int32_t i = 0; i < n; i++)
         sts[i] = af_tokenize(tok, c->texts[i], c->text_len[i], 1, 0, &ids[i], &nids[i]);
     int64_t total = 0;

@@ -16,6 +16,7 @@
 #include "train/engine_internal.h"
 
 #include "core/core.h"
+#include "kernels/ctx.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -61,7 +62,7 @@ size_t af_engine_bytes(const af_model *model, const af_param_layout *lay, int64_
     return cv.used;
 }
 
-af_status af_engine_new(const af_model *model, const af_param_layout *lay, af_engine **out) {
+af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param_layout *lay, af_engine **out) {
     if (!model || !lay || !out) return af_fail(AF_ERR_INVALID_ARG, "engine: NULL argument");
     *out = NULL;
     if (lay->n_layers != model->cfg.num_hidden_layers || lay->hidden != model->cfg.hidden_size)
@@ -70,6 +71,7 @@ af_status af_engine_new(const af_model *model, const af_param_layout *lay, af_en
                        lay->n_layers, lay->hidden, model->cfg.num_hidden_layers, model->cfg.hidden_size);
     af_engine *e = af_calloc(1, sizeof *e);
     if (!e) return af_fail(AF_ERR_NOMEM, "engine: out of memory");
+    e->ctx = ctx ? ctx : model->ctx;
     e->m = model;
     e->lay = lay;
     e->lo = af_lora_lowest_layer(lay);
@@ -120,6 +122,7 @@ af_status engine_reserve(af_engine *e, int64_t n, int32_t n_sets) {
 af_tf_run engine_run(af_engine *e, const float *P, const int32_t *ss, int32_t B, int64_t n, int drop, uint64_t seed) {
     af_tf_run R;
     memset(&R, 0, sizeof R);
+    R.ctx = e->ctx;
     R.m = e->m;
     R.mode = AF_TF_TRAIN;
     R.n = n;
@@ -212,12 +215,12 @@ void engine_forward_all(af_engine *e, const af_tf_run *R, const af_batch *b, int
         af_tf_acts *S = &e->sets[save ? l - lo : 0];
         af_tf_layer_forward(R, l, S, engine_xs_at(e, l, n), engine_xs_at(e, l + 1, n));
     }
-    af_tf_final_norm(m, e->hN, e->rstdN, engine_xs_at(e, L, n), n);
+    af_tf_final_norm(e->ctx, m, e->hN, e->rstdN, engine_xs_at(e, L, n), n);
     probe(R, e->hN, n * H, "model.norm output");
     af_pool_forward(pooled, e->hN, b->seq_start, b->n_samples, H, pool);
     probe(R, pooled, b->n_samples * H, "pooled hidden state");
     const af_param_layout *lay = e->lay;
-    af_head_forward(logits, pooled, R->P + lay->head_w_off, R->P + lay->head_b_off, b->n_samples, H,
+    af_head_forward(e->ctx, logits, pooled, R->P + lay->head_w_off, R->P + lay->head_b_off, b->n_samples, H,
                     lay->num_classes);
     probe(R, logits, (int64_t)b->n_samples * lay->num_classes, "score output (logits)");
 }
@@ -275,12 +278,12 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     }
     for (int64_t i = 0; i < (int64_t)B * C; i++) dlg[i] *= grad_scale;
     zero(dpooled, B * H);
-    af_head_backward(dpooled, G + lay->head_w_off, G + lay->head_b_off, dlg, pooled, P + lay->head_w_off, B, H, C);
+    af_head_backward(e->ctx, dpooled, G + lay->head_w_off, G + lay->head_b_off, dlg, pooled, P + lay->head_w_off, B, H, C);
     af_tf_scratch *ws = &e->ws;
     zero(ws->dT, n * H);
     af_pool_backward(ws->dT, dpooled, b->seq_start, B, H, o->pooling);
     zero(ws->dX, n * H);
-    af_tf_final_norm_backward(m, ws->dX, ws->dT, engine_xs_at(e, NL, n), e->rstdN, n);
+    af_tf_final_norm_backward(e->ctx, m, ws->dX, ws->dT, engine_xs_at(e, NL, n), e->rstdN, n);
     /* down to the lowest adapted layer only: nothing below it is trainable */
     for (int32_t l = (int32_t)NL - 1; l >= lo; l--) {
         const float *x = engine_xs_at(e, l, n);

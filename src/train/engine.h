@@ -21,7 +21,7 @@
  * SmolLM2-135M, r = 16 on all 7 projections: ~735 KiB per token without checkpointing, ~136 KiB
  * with (af_engine_bytes).
  *
- * LoRA on q/k of llama GGUF models acts on the GGUF (permuted) row order of Wq/Wk (FORMATS.md §3.3):
+ * LoRA on q/k of llama GGUF models acts on the GGUF (permuted) row order of Wq/Wk (docs/FORMATS.md §3.3):
  * B rows of q_proj/k_proj must be mapped GGUF row (h·hd + 2b + a) <-> HF row (h·hd + a·hd/2 + b)
  * when exporting to / importing from PEFT (A is unaffected).
  *
@@ -55,8 +55,10 @@ typedef struct af_step_opts {
 typedef struct af_engine af_engine;
 
 /* Create an engine for `model` with the given parameter layout (borrowed; both must outlive it).
- * Workspace grows on demand to the largest batch seen. Errors: AF_ERR_NOMEM, AF_ERR_INVALID_ARG. */
-af_status af_engine_new(const af_model *model, const af_param_layout *lay, af_engine **out);
+ * `ctx`: the context its kernels run under (borrowed; NULL: the model's), e.g. a trainer's bf16
+ * context. Workspace grows on demand to the largest batch seen. Errors: AF_ERR_NOMEM,
+ * AF_ERR_INVALID_ARG. */
+af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param_layout *lay, af_engine **out);
 void af_engine_free(af_engine *e);
 
 /* Forward only: logits [n_samples, num_classes] for the batch (labels ignored). */

@@ -26,6 +26,7 @@ typedef struct prefix_cache {
 } prefix_cache;
 
 struct af_engine {
+    const af_ctx *ctx; /* borrowed: the context of every kernel call (af_engine_new) */
     const af_model *m;
     const af_param_layout *lay;
     int32_t lo;     /* lowest layer with an adapter (af_lora_lowest_layer): layers below are frozen */

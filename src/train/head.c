@@ -16,6 +16,9 @@
  */
 #include "train/head.h"
 
+#include "core/threads.h"
+#include "kernels/ctx.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -92,14 +95,12 @@ void af_pool_backward(float *d_hidden, const float *d_pooled, const int32_t *seq
     }
 }
 
-void af_head_forward(float *logits, const float *pooled, const float *W, const float *bias, int32_t B, int64_t H,
+void af_head_forward(const af_ctx *ctx, float *logits, const float *pooled, const float *W, const float *bias, int32_t B, int64_t H,
                      int32_t C) {
     const int64_t nbc = (int64_t)B * C;
     const int big = (double)nbc * (double)H > HEAD_OMP_WORK;
     (void)big;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (big)
-#endif
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
     for (int64_t k = 0; k < nbc; k++) {
         const int64_t b = k / C, c = k % C;
         double v = dot_f32(pooled + b * H, W + c * H, H);
@@ -108,7 +109,7 @@ void af_head_forward(float *logits, const float *pooled, const float *W, const f
     }
 }
 
-void af_head_backward(float *d_pooled, float *dW, float *dbias, const float *d_logits, const float *pooled,
+void af_head_backward(const af_ctx *ctx, float *d_pooled, float *dW, float *dbias, const float *d_logits, const float *pooled,
                       const float *W, int32_t B, int64_t H, int32_t C) {
     const int big = (double)B * (double)C * (double)H > HEAD_OMP_WORK;
     (void)big;
@@ -120,17 +121,13 @@ void af_head_backward(float *d_pooled, float *dW, float *dbias, const float *d_l
         }
     }
     /* dW[c, :] += Σ_b d_logits[b, c] · pooled[b, :]   (row c owned by one iteration) */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (big)
-#endif
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
     for (int32_t c = 0; c < C; c++)
         for (int32_t b = 0; b < B; b++)
             axpy_f32(dW + (int64_t)c * H, d_logits[(int64_t)b * C + c], pooled + (int64_t)b * H, H);
     if (!d_pooled) return;
     /* d_pooled[b, :] += Σ_c d_logits[b, c] · W[c, :] */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (big)
-#endif
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
     for (int32_t b = 0; b < B; b++)
         for (int32_t c = 0; c < C; c++)
             axpy_f32(d_pooled + (int64_t)b * H, d_logits[(int64_t)b * C + c], W + (int64_t)c * H, H);

@@ -38,11 +38,11 @@ void af_pool_backward(float *d_hidden, const float *d_pooled, const int32_t *seq
                       af_pooling pool);
 
 /* logits [B, C] (overwritten) = pooled [B, H] · W[C, H]ᵀ + bias [C] (bias may be NULL). */
-void af_head_forward(float *logits, const float *pooled, const float *W, const float *bias, int32_t B, int64_t H,
+void af_head_forward(const af_ctx *ctx, float *logits, const float *pooled, const float *W, const float *bias, int32_t B, int64_t H,
                      int32_t C);
 /* dW [C, H] += d_logitsᵀ · pooled; dbias [C] += column sums of d_logits [B, C] (may be NULL);
  * d_pooled [B, H] += d_logits · W (may be NULL when the pooled gradient is not needed). */
-void af_head_backward(float *d_pooled, float *dW, float *dbias, const float *d_logits, const float *pooled,
+void af_head_backward(const af_ctx *ctx, float *d_pooled, float *dW, float *dbias, const float *d_logits, const float *pooled,
                       const float *W, int32_t B, int64_t H, int32_t C);
 
 /* Weighted softmax CE over B samples; labels [B] in [0, C); class_w [C] (NULL = all 1).

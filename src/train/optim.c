@@ -12,6 +12,7 @@
 #include "train/optim.h"
 
 #include "core/threads.h"
+#include "kernels/ctx.h"
 
 #include <math.h>
 #include <string.h>
@@ -29,7 +30,7 @@ void af_adamw_defaults(af_adamw *o, float lr) {
     o->t = 0;
 }
 
-void af_adamw_step(af_adamw *o, float *P, const float *G, float *M, float *V, int64_t n, float lr,
+void af_adamw_step(const af_ctx *ctx, af_adamw *o, float *P, const float *G, float *M, float *V, int64_t n, float lr,
                    const uint8_t *decay_mask) {
     o->t++;
     const double t = (double)o->t;
@@ -46,9 +47,7 @@ void af_adamw_step(af_adamw *o, float *P, const float *G, float *M, float *V, in
     const int wd_on = o->weight_decay != 0.0f;
     const int big = n >= ADAMW_OMP_MIN;
     (void)big;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (big)
-#endif
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
     for (int64_t i = 0; i < n; i++) {
         float p = P[i];
         const float g = G[i];
@@ -65,7 +64,7 @@ void af_adamw_step(af_adamw *o, float *P, const float *G, float *M, float *V, in
     }
 }
 
-double af_clip_grad_norm(float *G, int64_t n, double max_norm) {
+double af_clip_grad_norm(const af_ctx *ctx, float *G, int64_t n, double max_norm) {
     /* Sequential lanes in double: a fixed summation order (same result for any thread count);
      * double squares cannot overflow for finite floats. */
     double acc[NORM_LANES] = {0};
@@ -83,9 +82,7 @@ double af_clip_grad_norm(float *G, int64_t n, double max_norm) {
             const float c = (float)coef;
             const int big = n >= ADAMW_OMP_MIN;
             (void)big;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (big)
-#endif
+            AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
             for (int64_t k = 0; k < n; k++) G[k] *= c;
         }
     }

@@ -28,14 +28,14 @@ void af_adamw_defaults(af_adamw *o, float lr);
  * sqrt(1 − β2^t)) are formed in double and rounded to float once, element math is float, as in
  * PyTorch's single-tensor CPU implementation. Elements are independent, so OpenMP threading (used
  * for large n) does not change results. */
-void af_adamw_step(af_adamw *o, float *P, const float *G, float *M, float *V, int64_t n, float lr,
+void af_adamw_step(const af_ctx *ctx, af_adamw *o, float *P, const float *G, float *M, float *V, int64_t n, float lr,
                    const uint8_t *decay_mask);
 
 /* Global L2 norm of G [n] (computed in double, fixed summation order). If max_norm > 0 and
  * clip_coef = max_norm / (norm + 1e-6) is below 1 (i.e. the norm exceeds max_norm, up to the 1e-6),
  * scales G by clip_coef (torch.nn.utils.clip_grad_norm_, which clamps the coefficient at 1).
  * Returns the pre-clip norm (NaN/Inf if G has non-finite values; G is then left untouched). */
-double af_clip_grad_norm(float *G, int64_t n, double max_norm);
+double af_clip_grad_norm(const af_ctx *ctx, float *G, int64_t n, double max_norm);
 
 /* af_sched: include/afinar.h ("Training runs"). */
 

@@ -3,6 +3,7 @@
 #include "train/trainer_internal.h"
 
 #include "formats/jsonl.h"
+#include "kernels/ctx.h"
 #include "kernels/matmul.h"
 
 #include <math.h>
@@ -48,6 +49,7 @@ void af_trainer_free(af_trainer *t) {
     free(t->class_w);
     af_diag_list_free(&t->diags);
     af_model_free(t->model_owned);
+    af_ctx_free(t->ctx);
     free(t);
 }
 
@@ -122,8 +124,8 @@ static af_status load_text_data(af_trainer *t) {
             goto done;
         }
     }
-    st = af_dataset_build(ct, tok, o->max_seq_len, &t->train_owned);
-    if (st == AF_OK && cv) st = af_dataset_build(cv, tok, o->max_seq_len, &t->val_owned);
+    st = af_dataset_build(t->ctx, ct, tok, o->max_seq_len, &t->train_owned);
+    if (st == AF_OK && cv) st = af_dataset_build(t->ctx, cv, tok, o->max_seq_len, &t->val_owned);
 done:
     af_corpus_free(ct);
     af_corpus_free(cv);
@@ -224,6 +226,23 @@ static void plan(af_trainer *t) {
                         (int64_t)c->num_hidden_layers * (2 * H * qd + 2 * H * kvd + 3 * H * F + 2 * H) + H;
 }
 
+/* The run's context t->ctx: the base (o->ctx, else the model's, else the defaults) with o->threads
+ * and o->bf16 applied. bf16 where the CPU has no AVX512_BF16: a warning, and f32 products. */
+static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
+    af_ctx_params p;
+    const af_ctx *base = o->ctx ? o->ctx : o->model ? o->model->ctx : NULL;
+    if (base) af_ctx_get_params(base, &p);
+    else af_ctx_params_default(&p);
+    if (o->threads != 0) p.n_threads = o->threads;
+    if (o->bf16) {
+        p.matmul_precision = "bf16";
+        if (af_ctx_new(&p, &t->ctx) == AF_OK) return AF_OK;
+        if (o->log) fprintf(o->log, "warning: --bf16: %s; training with f32 products\n", af_last_error());
+        p.matmul_precision = base ? af_ctx_matmul_precision(base) : "f32";
+    }
+    return af_ctx_new(&p, &t->ctx);
+}
+
 af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     if (!opts || !out) return af_fail(AF_ERR_INVALID_ARG, "trainer: NULL argument");
     *out = NULL;
@@ -262,12 +281,11 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     uint32_t targets = 0;
     st = af_lora_parse_targets(o->targets, &targets);
     if (st != AF_OK) goto fail;
-    if (o->threads != 0) af_set_num_threads(o->threads);
-    if (o->bf16 && af_set_matmul_precision("bf16") != AF_OK && o->log)
-        fprintf(o->log, "warning: --bf16: %s; training with f32 products\n", af_last_error());
+    st = make_ctx(t, o);
+    if (st != AF_OK) goto fail;
     if (o->model) t->model = o->model;
     else {
-        st = af_model_load(o->model_path, &t->model_owned);
+        st = af_model_load(t->ctx, o->model_path, &t->model_owned);
         if (st != AF_OK) goto fail;
         t->model = t->model_owned;
     }
@@ -384,8 +402,8 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
             l->lora.r, l->lora.alpha, l->scale, l->lora.dropout, tg, ly, l->num_classes, l->hidden,
             o->head_bias ? "+ bias" : "(no bias)", o->pooling == AF_POOL_LAST ? "last" : "mean",
             (long long)(l->n_total - (o->head_bias ? 0 : l->num_classes)), (double)t->n_model_params / 1e6);
-    fprintf(fp, "      matmul precision %s%s\n", af_get_matmul_precision(),
-            af_matmul_bf16() ? " (bfloat16 operands, f32 accumulation, in the frozen-weight products)" : "");
+    fprintf(fp, "      matmul precision %s%s\n", af_ctx_matmul_precision(t->ctx),
+            t->ctx->bf16 ? " (bfloat16 operands, f32 accumulation, in the frozen-weight products)" : "");
     if (t->class_w) {
         fprintf(fp, "      class weights (%s):", o->class_weights);
         for (int32_t c = 0; c < t->num_classes; c++) fprintf(fp, " %.3g", t->class_w[c]);

@@ -80,6 +80,7 @@ void af_trainer_memory(const af_trainer *t, size_t *need, size_t *ram);
 
 /* ---- inference with a trained adapter ---- */
 typedef struct af_classifier {
+    const af_ctx *ctx;        /* borrowed: the context of the engine */
     const af_model *model;    /* borrowed or == model_owned */
     af_model *model_owned;
     af_param_layout lay;

@@ -11,6 +11,7 @@
 
 struct af_trainer {
     af_trainer_opts o;                 /* copy; strings borrowed from the caller */
+    af_ctx *ctx;                       /* owned: the run's context (trainer.c make_ctx) */
     af_model *model_owned;
     const af_model *model;
     af_dataset *train_owned, *val_owned;

@@ -113,7 +113,7 @@ void af_classifier_free(af_classifier *c) {
     free(c);
 }
 
-af_status af_classifier_load(const char *model_path, const af_model *model, const char *adapter_dir,
+af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af_model *model, const char *adapter_dir,
                              af_classifier **out) {
     if (!out || !adapter_dir || (!model && !model_path))
         return af_fail(AF_ERR_INVALID_ARG, "classifier: NULL argument");
@@ -129,11 +129,12 @@ af_status af_classifier_load(const char *model_path, const af_model *model, cons
         goto fail;
     }
     if (!model) {
-        st = af_model_load(model_path, &c->model_owned);
+        st = af_model_load(ctx, model_path, &c->model_owned);
         if (st != AF_OK) goto fail;
         model = c->model_owned;
     }
     c->model = model;
+    c->ctx = ctx ? ctx : model->ctx;
     const af_model_config *mc = af_model_get_config(model);
     if (info.hidden != mc->hidden_size || info.n_layers > mc->num_hidden_layers) {
         st = af_fail(AF_ERR_INVALID_ARG,
@@ -193,7 +194,7 @@ af_status af_classifier_load(const char *model_path, const af_model *model, cons
     af_adapter_load_opts lo = {0, mc->architecture, mc->num_attention_heads, mc->num_key_value_heads, mc->head_dim};
     st = af_adapter_load(adapter_dir, &c->lay, c->P, &lo, NULL); /* q/k rows HF -> GGUF order */
     if (st != AF_OK) goto fail;
-    st = af_engine_new(model, &c->lay, &c->eng);
+    st = af_engine_new(c->ctx, model, &c->lay, &c->eng);
     if (st != AF_OK) goto fail;
     af_adapter_info_free(&info);
     *out = c;

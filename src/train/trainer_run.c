@@ -283,7 +283,7 @@ static af_status new_optimizer(const af_trainer *t, loop *L) {
     lo.checkpointing = o->checkpointing;
     lo.lr = (float)o->lr;
     lo.weight_decay = (float)o->weight_decay;
-    const af_lora_trainer_ext ext = {lay->layer_min, lay->layer_end, o->max_grad_norm};
+    const af_lora_trainer_ext ext = {lay->layer_min, lay->layer_end, o->max_grad_norm, t->ctx};
     AF_TRY(af_lora_trainer_new_ext(t->model, &lo, &ext, &L->lt));
     if (t->class_w) AF_TRY(af_lora_trainer_set_class_weights(L->lt, t->class_w));
     af_lora_trainer_view v;

@@ -23,7 +23,7 @@
 
 enum { FZ_TOK_BPE = 0, FZ_TOK_SPM = 1 };
 
-/* GPT-2 byte-to-unicode symbol of byte b, as UTF-8 (FORMATS.md §6.2). */
+/* GPT-2 byte-to-unicode symbol of byte b, as UTF-8 (docs/FORMATS.md §6.2). */
 static inline size_t fz_tok_byte_sym(unsigned b, char *o) {
     unsigned cp = b <= 0x20 ? 0x100 + b : (b >= 0x7F && b <= 0xA0) ? 0x121 + (b - 0x7F) : b == 0xAD ? 0x143 : b;
     if (cp < 0x80) { o[0] = (char)cp; return 1; }

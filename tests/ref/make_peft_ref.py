@@ -8,7 +8,7 @@ Setup (mirrored exactly by the C test):
   - LoRA A and B of every (layer l, projection p) and the classification head set from closed-form
     formulas (no big fixture): see lora_a(), lora_b(), head_w(), head_b() below. Values are computed
     in float64 and rounded to float32. B rows are in Hugging Face order; the C side maps q/k rows
-    through the GGUF q/k permutation (FORMATS.md 3.3).
+    through the GGUF q/k permutation (docs/FORMATS.md 3.3).
   - Head: mean pooling of each sample's final hidden states (after the final norm:
     model.model(...).last_hidden_state) + Linear(576, 3) with bias.
   - Loss: mean over the 3 samples of cross-entropy (each sample run unpadded on its own).

@@ -22,7 +22,9 @@
 
 #include "core/core.h"
 #include "core/threads.h"
+#include "kernels/ctx.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/quant.h"
 
@@ -35,12 +37,6 @@
 
 #include "kernels/cpu/vexp.h"
 
-#ifdef _OPENMP
-#define AG_OMP(x) _Pragma(#x)
-#else
-#define AG_OMP(x)
-#endif
-
 #define AR 64                   /* query rows per block = keys per key block */
 #define AG_MAX_BUF (256u << 20) /* P + dS bytes of one chunk of kv groups */
 #define AG_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
@@ -49,13 +45,10 @@ static size_t group_bytes(int64_t n_q, int64_t n_kv, int64_t group) {
     return (size_t)group * (size_t)n_q * (size_t)n_kv * 2 * sizeof(float);
 }
 
-static int g_enabled = 1;
-void af_att_gemm_enable(int on) { g_enabled = on != 0; }
-
-bool af_att_gemm_usable(int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+bool af_att_gemm_usable(const af_ctx *ctx,
+                        int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                         int64_t hd) {
-    const af_kpath kp = af_kernel_path();
-    if (!g_enabled || (kp != AF_KPATH_AVX512 && kp != AF_KPATH_AVX2)) return false;
+    if (!ctx->att_gemm || !ctx->k->ag || !ctx->k->mm->ukernel) return false;
     if (q_pos0 != 0 || n_q != n_kv || n_q < 32 || hd < 16 || n_kv_heads <= 0 || n_heads % n_kv_heads) return false;
     return group_bytes(n_q, n_kv, n_heads / n_kv_heads) <= AG_MAX_BUF;
 }
@@ -236,22 +229,13 @@ AG_T2 static float dot_row256(const float *a, const float *b, int64_t n) {
     return ag_hsum(acc);
 }
 
-/* Kernel path: AVX-512 (16 lanes) or AVX2 (8 lanes); process-wide, fixed while kernels run. */
-static bool w512(void) { return af_kernel_path() == AF_KPATH_AVX512; }
-
-static float softmax_row(float *s, int64_t nc, int64_t lo, int64_t hi, float scale) {
-    return w512() ? softmax_row512(s, nc, lo, hi, scale) : softmax_row256(s, nc, lo, hi, scale);
-}
-static void grad_row(float *s, float *d, int64_t nc, int64_t lo, int64_t hi, float scale, float L, float D) {
-    if (w512()) grad_row512(s, d, nc, lo, hi, scale, L, D);
-    else grad_row256(s, d, nc, lo, hi, scale, L, D);
-}
-static float dot_row(const float *a, const float *b, int64_t n) {
-    return w512() ? dot_row512(a, b, n) : dot_row256(a, b, n);
-}
+/* The af_ag_rows parts of the dispatch tables (kernels.h): AVX-512 (16 lanes) or AVX2 (8 lanes). */
+const af_ag_rows af_ag_rows_avx512 = {softmax_row512, grad_row512, dot_row512};
+const af_ag_rows af_ag_rows_avx2 = {softmax_row256, grad_row256, dot_row256};
 
 /* C[m, n] (+)= A · B on one thread (the callers parallelize over blocks). */
-static void mm(float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak, const float *w, int64_t ldw,
+static void mm(const af_ctx *ctx,
+               float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak, const float *w, int64_t ldw,
                int b_trans, int64_t m, int64_t n, int64_t k, int acc) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
@@ -259,18 +243,20 @@ static void mm(float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak, 
             for (int64_t i = 0; i < m; i++) zero(c + i * ldc, 0, n);
         return;
     }
-    af_gp_gemm(w512() ? &af_mm_ops_avx512 : &af_mm_ops_avx2, c, ldc, a, sat, sak, w, AF_TYPE_F32,
+    af_gp_gemm(ctx, c, ldc, a, sat, sak, w, AF_TYPE_F32,
                ldw * (int64_t)sizeof(float), b_trans, m, n, k, acc, 1);
 }
 
-bool af_att_gemm_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
+bool af_att_gemm_forward(const af_ctx *ctx,
+                         float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
                          int64_t n_kv, int64_t kv_stride, int64_t n_heads, int64_t n_kv_heads, int64_t hd,
                          float scale, int64_t window) {
+    const af_ag_rows *ag = ctx->k->ag;
     const int64_t group = n_heads / n_kv_heads, qs = n_heads * hd, nrb = (n_q + AR - 1) / AR;
-    const int nth = AF_OMP_MAX_THREADS();
+    const int nth = ctx->n_threads;
     float *scr = buf_get(0, (size_t)nth * AR * (size_t)n_kv);
     if (!scr) return false;
-    AG_OMP(omp parallel for schedule(static) num_threads(nth))
+    AF_OMP(parallel for schedule(static) num_threads(nth))
     for (int64_t it = 0; it < n_heads * nrb; it++) {
         int tid = AF_OMP_THREAD_NUM();
         float *S = scr + (size_t)tid * AR * (size_t)n_kv;
@@ -278,21 +264,23 @@ bool af_att_gemm_forward(float *out, float *lse, const float *q, const float *k,
         int64_t r0 = rb * AR, R = n_q - r0 < AR ? n_q - r0 : AR, c0, c1;
         blk_cols(r0, n_kv, window, &c0, &c1);
         int64_t nc = c1 - c0;
-        mm(S, nc, q + r0 * qs + h * hd, qs, 1, k + c0 * kv_stride + g * hd, kv_stride, 1, R, nc, hd, 0);
+        mm(ctx, S, nc, q + r0 * qs + h * hd, qs, 1, k + c0 * kv_stride + g * hd, kv_stride, 1, R, nc, hd, 0);
         for (int64_t r = 0; r < R; r++) {
             int64_t lo, hi;
             if (!row_keys(r0 + r, window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
-            float L = softmax_row(S + r * nc, nc, lo - c0, hi - c0, scale);
+            float L = ag->softmax_row(S + r * nc, nc, lo - c0, hi - c0, scale);
             if (lse) lse[h * n_q + r0 + r] = L;
         }
-        mm(out + r0 * qs + h * hd, qs, S, nc, 1, v + c0 * kv_stride + g * hd, kv_stride, 0, R, hd, nc, 0);
+        mm(ctx, out + r0 * qs + h * hd, qs, S, nc, 1, v + c0 * kv_stride + g * hd, kv_stride, 0, R, hd, nc, 0);
     }
     return true;
 }
 
-bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+bool af_att_gemm_backward(const af_ctx *ctx,
+                          float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                           const float *q, const float *k, const float *v, int64_t n_q, int64_t n_kv,
                           int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, int64_t window) {
+    const af_ag_rows *ag = ctx->k->ag;
     const int64_t group = n_heads / n_kv_heads, qs = n_heads * hd, ks = n_kv_heads * hd;
     const int64_t nrb = (n_q + AR - 1) / AR, nkb = (n_kv + AR - 1) / AR;
     int64_t gchunk = (int64_t)(AG_MAX_BUF / group_bytes(n_q, n_kv, group));
@@ -302,15 +290,15 @@ bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, co
     float *Pb = buf_get(0, per_head * (size_t)(gchunk * group));
     float *Db = Pb ? buf_get(1, per_head * (size_t)(gchunk * group)) : NULL;
     if (!Pb || !Db) return false;
-    const int nth = AF_OMP_MAX_THREADS();
+    const int nth = ctx->n_threads;
     (void)nth; /* only named by the OpenMP pragma */
     for (int64_t g0 = 0; g0 < n_kv_heads; g0 += gchunk) {
         const int64_t g1 = g0 + gchunk < n_kv_heads ? g0 + gchunk : n_kv_heads, h0 = g0 * group;
         const int64_t nh = (g1 - g0) * group;
-        AG_OMP(omp parallel num_threads(nth))
+        AF_OMP(parallel num_threads(nth))
         {
             /* pass A: P, dS and dQ per (head, row block) */
-            AG_OMP(omp for schedule(static))
+            AF_OMP(for schedule(static))
             for (int64_t it = 0; it < nh * nrb; it++) {
                 int64_t h = h0 + it / nrb, rb = it % nrb, g = h / group;
                 int64_t r0 = rb * AR, R = n_q - r0 < AR ? n_q - r0 : AR, c0, c1;
@@ -318,26 +306,26 @@ bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, co
                 int64_t nc = c1 - c0;
                 float *P = Pb + (size_t)(h - h0) * per_head + (size_t)r0 * n_kv + c0;
                 float *dS = Db + (size_t)(h - h0) * per_head + (size_t)r0 * n_kv + c0;
-                mm(P, n_kv, q + r0 * qs + h * hd, qs, 1, k + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
-                mm(dS, n_kv, dout + r0 * qs + h * hd, qs, 1, v + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
+                mm(ctx, P, n_kv, q + r0 * qs + h * hd, qs, 1, k + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
+                mm(ctx, dS, n_kv, dout + r0 * qs + h * hd, qs, 1, v + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
                 for (int64_t r = 0; r < R; r++) {
                     int64_t i = r0 + r, lo, hi;
                     if (!row_keys(i, window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
-                    float D = dot_row(dout + i * qs + h * hd, out + i * qs + h * hd, hd);
-                    grad_row(P + r * n_kv, dS + r * n_kv, nc, lo - c0, hi - c0, scale, lse[h * n_q + i], D);
+                    float D = ag->dot_row(dout + i * qs + h * hd, out + i * qs + h * hd, hd);
+                    ag->grad_row(P + r * n_kv, dS + r * n_kv, nc, lo - c0, hi - c0, scale, lse[h * n_q + i], D);
                 }
-                mm(dq + r0 * qs + h * hd, qs, dS, n_kv, 1, k + c0 * ks + g * hd, ks, 0, R, hd, nc, 1);
+                mm(ctx, dq + r0 * qs + h * hd, qs, dS, n_kv, 1, k + c0 * ks + g * hd, ks, 0, R, hd, nc, 1);
             }
             /* pass B: dK, dV per (kv head, key block), heads of the group in order */
-            AG_OMP(omp for schedule(static))
+            AF_OMP(for schedule(static))
             for (int64_t it = 0; it < (g1 - g0) * nkb; it++) {
                 int64_t g = g0 + it / nkb, j0 = (it % nkb) * AR, KB = n_kv - j0 < AR ? n_kv - j0 : AR;
                 int64_t i0 = j0, i1 = window > 0 && j0 + KB - 1 + window < n_q ? j0 + KB - 1 + window : n_q;
                 for (int64_t h = g * group; h < (g + 1) * group; h++) {
                     const float *P = Pb + (size_t)(h - h0) * per_head + (size_t)i0 * n_kv + j0;
                     const float *dS = Db + (size_t)(h - h0) * per_head + (size_t)i0 * n_kv + j0;
-                    mm(dk + j0 * ks + g * hd, ks, dS, 1, n_kv, q + i0 * qs + h * hd, qs, 0, KB, hd, i1 - i0, 1);
-                    mm(dv + j0 * ks + g * hd, ks, P, 1, n_kv, dout + i0 * qs + h * hd, qs, 0, KB, hd, i1 - i0, 1);
+                    mm(ctx, dk + j0 * ks + g * hd, ks, dS, 1, n_kv, q + i0 * qs + h * hd, qs, 0, KB, hd, i1 - i0, 1);
+                    mm(ctx, dv + j0 * ks + g * hd, ks, P, 1, n_kv, dout + i0 * qs + h * hd, qs, 0, KB, hd, i1 - i0, 1);
                 }
             }
         }
@@ -347,18 +335,19 @@ bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, co
 
 #else /* not x86-64 */
 
-void af_att_gemm_enable(int on) { (void)on; }
-
-bool af_att_gemm_usable(int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
+bool af_att_gemm_usable(const af_ctx *ctx,
+                        int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                         int64_t hd) {
     return false;
 }
-bool af_att_gemm_forward(float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
+bool af_att_gemm_forward(const af_ctx *ctx,
+                         float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
                          int64_t n_kv, int64_t kv_stride, int64_t n_heads, int64_t n_kv_heads, int64_t hd,
                          float scale, int64_t window) {
     return false;
 }
-bool af_att_gemm_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+bool af_att_gemm_backward(const af_ctx *ctx,
+                          float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                           const float *q, const float *k, const float *v, int64_t n_q, int64_t n_kv,
                           int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, int64_t window) {
     return false;

@@ -17,33 +17,30 @@
  *    [MC/8][KC][8] (f32) or [MC/8][KC/2][8] (bf16 pairs), zero-padded rows, so the micro-kernel
  *    reads both operands contiguously. The block (128 KiB f32) stays in L2 while every panel of
  *    B passes through L1 (the BLIS loop order).
- *  - Micro-kernels: ops.ukernel (f32 FMA: AVX-512, 16 zmm accumulators; AVX2, three register
- *    tiles 6x16, 6x16, 2x32 of 12/12/8 ymm accumulators) or af_gp_ukernel_bf16 (VDPBF16PS): an
- *    8 x 32 tile of C over one K-chunk, masked at the edges. Operands are transposed into the
- *    packed layout by ops.tpack (AVX-512 or AVX2 8x8 transposes).
+ *  - Micro-kernels, from the context's table (kernels.h): mm->ukernel (f32 FMA: AVX-512, 16 zmm
+ *    accumulators; AVX2, three register tiles 6x16, 6x16, 2x32 of 12/12/8 ymm accumulators) or
+ *    gp_bf16->ukernel (VDPBF16PS): an 8 x 32 tile of C over one K-chunk, masked at the edges.
+ *    Operands are transposed into the packed layout by mm->tpack (AVX-512 or AVX2 8x8
+ *    transposes) or gp_bf16->tpack.
  *  - Threads: OpenMP over tasks (block of MC rows) x (group of panels). A block is packed once per
  *    task and K-chunk, so the column groups are only split (G > 1) when the row blocks alone do
  *    not divide evenly over the threads; tasks are dealt round-robin. Each element of C is
  *    computed by one task in a fixed order (K-chunks ascending), so results do not depend on the
  *    thread count or the grouping.
  * Precision: f32 (default) is exact up to f32 summation order (each C element is a sequential f32
- * FMA chain over k, chunked by AF_GP_KC). bf16 (af_gp_set_bf16(1), CPUs with AVX512_BF16 only):
- * A and B rounded to bfloat16 when packed, products accumulated in f32; error bound in
+ * FMA chain over k, chunked by AF_GP_KC). bf16 (a context with matmul precision bf16, CPUs with
+ * AVX512_BF16 only): A and B rounded to bfloat16 when packed, products accumulated in f32; error bound in
  * gemm_packed_avx512.c.
  */
 #include "kernels/cpu/gemm_packed.h"
 
 #include "core/core.h"
 #include "core/threads.h"
+#include "kernels/ctx.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/quant.h"
 
 #include <string.h>
-
-#ifdef _OPENMP
-#define GP_OMP(x) _Pragma(#x)
-#else
-#define GP_OMP(x)
-#endif
 
 #ifndef GP_MC
 #define GP_MC 128 /* rows of A per task (packed block MC x KC = 128 KiB f32, in L2) */
@@ -63,35 +60,19 @@
 #define KC_MAX 512 /* largest compute chunk (bf16) */
 #define MAX_B (64u << 20)    /* largest packed B (bytes) this path allocates */
 
-static int g_bf16; /* requested precision; used only where af_gp_bf16_available() */
-
-bool af_gp_bf16_available(void) {
-#if defined(__x86_64__)
-    return af_kernel_path() == AF_KPATH_AVX512 && af_cpu()->avx512_bf16;
-#else
-    return false;
-#endif
-}
-
-bool af_gp_set_bf16(int on) {
-    if (on && !af_gp_bf16_available()) return false;
-    g_bf16 = on != 0;
-    return true;
-}
-
-int af_gp_bf16(void) { return g_bf16 && af_gp_bf16_available(); }
-
 int64_t af_gp_packed_b_floats(int64_t k, int64_t n) { return (n + AF_GP_NR - 1) / AF_GP_NR * AF_GP_NR * k; }
 
-bool af_gp_usable(const af_mm_ops *ops, int64_t m, int64_t n, int64_t k) {
+bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k) {
+    const af_mm_ops *ops = ctx->k->mm;
     /* The choice must not depend on m: the engine splits the rows of a product into blocks and
      * relies on getting bitwise the same result as one call (tests/test_engine.c). */
     if (!ops->ukernel || m <= AF_MM_DECODE_N || n < 16 || k < 16 || n * k < GP_MIN_NK) return false;
     return (double)af_gp_packed_b_floats(k, n) * sizeof(float) <= (double)MAX_B;
 }
 
-/* bf16 is used for this product: requested, available, and K even (pairs). */
-static bool use_bf16(int64_t k) { return af_gp_bf16() && k % 2 == 0; }
+/* bf16 is used for this product: ctx's precision (only set where the table has bf16 kernels), and
+ * K even (pairs). */
+static bool use_bf16(const af_ctx *ctx, int64_t k) { return ctx->bf16 && k % 2 == 0; }
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -121,12 +102,12 @@ void af_gp_release(void) {
 /* B panels from W[N, K] (rows of W are columns of B): bp[(j/32)*K*32 + kk*32 + j%32] = W[j][kk]
  * (f32), or pairs bp[(j/32)*(K/2)*32 + p*32 + j%32] = pair(W[j][2p], W[j][2p+1]) (bf16).
  * 8 rows at a time are dequantized in K-chunks of AF_GP_KC (a multiple of every block size) and
- * transposed into the panel (af_gp_tpack_*). */
-static void pack_b_trans(const af_mm_ops *ops, void *bpv, const uint8_t *w, uint32_t type, size_t rb,
+ * transposed into the panel (mm->tpack or gp_bf16->tpack). */
+static void pack_b_trans(const af_kernels *kt, void *bpv, const uint8_t *w, uint32_t type, size_t rb,
                          int64_t n, int64_t k, bool bf) {
     int64_t npan = (n + AF_GP_NR - 1) / AF_GP_NR;
     int64_t pstride = bf ? k / 2 * AF_GP_NR : k * AF_GP_NR; /* dwords per panel */
-    GP_OMP(omp for schedule(static))
+    AF_OMP(for schedule(static))
     for (int64_t p = 0; p < npan; p++) {
         float rows[8 * AF_GP_KC] __attribute__((aligned(64)));
         uint32_t *dst = (uint32_t *)bpv + p * pstride;
@@ -141,27 +122,27 @@ static void pack_b_trans(const af_mm_ops *ops, void *bpv, const uint8_t *w, uint
                     for (int i = 0; i < 8; i++)
                         src[i] = i < rr ? (const float *)(w + (size_t)(j0 + r0 + i) * rb) + k0 : NULL;
                 else {
-                    ops->dequant(type, w, (int64_t)rb, j0 + r0, rr, k0, kc, rows, AF_GP_KC);
+                    kt->mm->dequant(type, w, (int64_t)rb, j0 + r0, rr, k0, kc, rows, AF_GP_KC);
                     for (int i = 0; i < 8; i++) src[i] = i < rr ? rows + i * AF_GP_KC : NULL;
                 }
-                if (bf) af_gp_tpack_bf16(src, kc, dst + (k0 / 2) * AF_GP_NR + r0, AF_GP_NR);
-                else ops->tpack(src, kc, dst + k0 * AF_GP_NR + r0, AF_GP_NR);
+                if (bf) kt->gp_bf16->tpack(src, kc, dst + (k0 / 2) * AF_GP_NR + r0, AF_GP_NR);
+                else kt->mm->tpack(src, kc, dst + k0 * AF_GP_NR + r0, AF_GP_NR);
             }
         }
     }
 }
 
 /* B panels from W[K, N] (rows of W are rows of B): bp[(j/32)*K*32 + kk*32 + j%32] = W[kk][j]. */
-static void pack_b_rows(const af_mm_ops *ops, float *bp, const uint8_t *w, uint32_t type, size_t rb,
+static void pack_b_rows(const af_kernels *kt, float *bp, const uint8_t *w, uint32_t type, size_t rb,
                         int64_t n, int64_t k) {
-    GP_OMP(omp for schedule(static))
+    AF_OMP(for schedule(static))
     for (int64_t kk = 0; kk < k; kk++) {
         float row[AF_GP_KC] __attribute__((aligned(64)));
         for (int64_t c0 = 0; c0 < n; c0 += AF_GP_KC) {
             int64_t cc = n - c0 < AF_GP_KC ? n - c0 : AF_GP_KC;
             const float *src = row;
             if (type == AF_TYPE_F32) src = (const float *)(w + (size_t)kk * rb) + c0; /* read in place */
-            else ops->dequant(type, w, (int64_t)rb, kk, 1, c0, cc, row, cc);
+            else kt->mm->dequant(type, w, (int64_t)rb, kk, 1, c0, cc, row, cc);
             for (int64_t j = 0; j < cc; j += AF_GP_NR) {
                 int64_t p = (c0 + j) / AF_GP_NR, nr = cc - j < AF_GP_NR ? cc - j : AF_GP_NR;
                 float *dst = bp + p * k * AF_GP_NR + kk * AF_GP_NR;
@@ -178,7 +159,7 @@ static void pack_b_rows(const af_mm_ops *ops, float *bp, const uint8_t *w, uint3
 /* A rows [t0, t0+mc) x columns [k0, k0+kc) -> ap[(t/8)][kk][t%8] (f32) or, bf16, pairs
  * ap[(t/8)][kk/2][t%8] (kc even); zero rows past mc. Rows contiguous in k (sak == 1) go through
  * the transposing packer; other strides are gathered into a row first. */
-static void pack_a(const af_mm_ops *ops, uint32_t *ap, const float *a, int64_t sat, int64_t sak, int64_t t0,
+static void pack_a(const af_kernels *kt, uint32_t *ap, const float *a, int64_t sat, int64_t sak, int64_t t0,
                    int64_t mc, int64_t k0, int64_t kc, bool bf) {
     int64_t nb = (mc + 7) / 8, bstride = bf ? kc / 2 * 8 : kc * 8;
     if (sat == 1 && sak != 1) { /* columns of A contiguous (Aᵀ stored row-major): 8 rows = 8 floats */
@@ -188,7 +169,7 @@ static void pack_a(const af_mm_ops *ops, uint32_t *ap, const float *a, int64_t s
             uint32_t *dst = ap + b * bstride;
             if (bf) {
                 for (int64_t q = 0; q < kc / 2; q++) {
-                    af_gp_bf16_pair_rows(src + 2 * q * sak, src + (2 * q + 1) * sak, dst + q * 8, nrow);
+                    kt->gp_bf16->pair_rows(src + 2 * q * sak, src + (2 * q + 1) * sak, dst + q * 8, nrow);
                     for (int64_t i = nrow; i < 8; i++) dst[q * 8 + i] = 0;
                 }
             } else {
@@ -215,24 +196,24 @@ static void pack_a(const af_mm_ops *ops, uint32_t *ap, const float *a, int64_t s
             }
             src[i] = ri;
         }
-        if (bf) af_gp_tpack_bf16(src, kc, ap + b * bstride, 8);
-        else ops->tpack(src, kc, ap + b * bstride, 8);
+        if (bf) kt->gp_bf16->tpack(src, kc, ap + b * bstride, 8);
+        else kt->mm->tpack(src, kc, ap + b * bstride, 8);
     }
 }
 
 /* B pairs from W[K, N]: bp[(j/32)*(K/2)*32 + p*32 + j%32] = pair(W[2p][j], W[2p+1][j]). */
-static void pack_b_rows_bf16(const af_mm_ops *ops, uint32_t *bp, const uint8_t *w, uint32_t type, size_t rb,
+static void pack_b_rows_bf16(const af_kernels *kt, uint32_t *bp, const uint8_t *w, uint32_t type, size_t rb,
                              int64_t n, int64_t k) {
     int64_t kp = k / 2;
-    GP_OMP(omp for schedule(static))
+    AF_OMP(for schedule(static))
     for (int64_t q = 0; q < kp; q++) {
         float r0[AF_GP_KC] __attribute__((aligned(64))), r1[AF_GP_KC] __attribute__((aligned(64)));
         uint32_t pr[AF_GP_KC] __attribute__((aligned(64)));
         for (int64_t c0 = 0; c0 < n; c0 += AF_GP_KC) {
             int64_t cc = n - c0 < AF_GP_KC ? n - c0 : AF_GP_KC;
-            ops->dequant(type, w, (int64_t)rb, 2 * q, 1, c0, cc, r0, cc);
-            ops->dequant(type, w, (int64_t)rb, 2 * q + 1, 1, c0, cc, r1, cc);
-            af_gp_bf16_pair_rows(r0, r1, pr, cc);
+            kt->mm->dequant(type, w, (int64_t)rb, 2 * q, 1, c0, cc, r0, cc);
+            kt->mm->dequant(type, w, (int64_t)rb, 2 * q + 1, 1, c0, cc, r1, cc);
+            kt->gp_bf16->pair_rows(r0, r1, pr, cc);
             for (int64_t j = 0; j < cc; j += AF_GP_NR) {
                 int64_t p = (c0 + j) / AF_GP_NR, nr = cc - j < AF_GP_NR ? cc - j : AF_GP_NR;
                 uint32_t *dst = bp + p * kp * AF_GP_NR + q * AF_GP_NR;
@@ -245,10 +226,11 @@ static void pack_b_rows_bf16(const af_mm_ops *ops, uint32_t *bp, const uint8_t *
 
 /* ---------------------------------------------------------------- driver */
 
-bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth) {
-    const bool bf = use_bf16(k);
+    const af_kernels *kt = ctx->k;
+    const bool bf = use_bf16(ctx, k);
     /* bf16 packs pairs of k into 32 bits: half the bytes of f32 */
     size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * (bf ? sizeof(uint16_t) : sizeof(float));
     uint32_t *bp = bp_get(bbytes);
@@ -263,17 +245,17 @@ bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int
     int64_t ngr = (nmb % nth == 0) ? 1 : (nth < npan ? nth : npan);
     int64_t gsz = (npan + ngr - 1) / ngr;
     ngr = (npan + gsz - 1) / gsz;
-    GP_OMP(omp parallel num_threads(nth))
+    AF_OMP(parallel num_threads(nth))
     {
-        if (b_trans) pack_b_trans(ops, bp, wb, type, (size_t)ldw_bytes, n, k, bf);
-        else if (bf) pack_b_rows_bf16(ops, bp, wb, type, (size_t)ldw_bytes, n, k);
-        else pack_b_rows(ops, (float *)bp, wb, type, (size_t)ldw_bytes, n, k);
+        if (b_trans) pack_b_trans(kt, bp, wb, type, (size_t)ldw_bytes, n, k, bf);
+        else if (bf) pack_b_rows_bf16(kt, bp, wb, type, (size_t)ldw_bytes, n, k);
+        else pack_b_rows(kt, (float *)bp, wb, type, (size_t)ldw_bytes, n, k);
         /* implicit barrier of the omp for above */
         /* packed A block: MC x KC f32, or MC x KC/2 bf16 pairs */
         uint32_t ap[MC * KC_MAX / 2 > MC * GP_KC_F32 ? MC * KC_MAX / 2 : MC * GP_KC_F32]
             __attribute__((aligned(64)));
         const int64_t KCC = bf ? GP_KC_BF16 : GP_KC_F32;
-        GP_OMP(omp for schedule(static, 1))
+        AF_OMP(for schedule(static, 1))
         for (int64_t task = 0; task < nmb * ngr; task++) {
             int64_t mb = task / ngr, g = task % ngr;
             int64_t t0 = mb * MC, mc = m - t0 < MC ? m - t0 : MC;
@@ -281,7 +263,7 @@ bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int
             for (int64_t k0 = 0; k0 < k; k0 += KCC) {
                 int64_t kc = k - k0 < KCC ? k - k0 : KCC;
                 int acc = k0 > 0 || accumulate;
-                pack_a(ops, ap, a, sat, sak, t0, mc, k0, kc, bf);
+                pack_a(kt, ap, a, sat, sak, t0, mc, k0, kc, bf);
                 int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
                 for (int64_t p = p0; p < p1; p++) {
                     int64_t j0 = p * AF_GP_NR;
@@ -291,8 +273,8 @@ bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int
                         int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
                         const uint32_t *api = ap + (i0 / 8) * ka * 8;
                         float *ci = c + (t0 + i0) * ldc + j0;
-                        if (bf) af_gp_ukernel_bf16(mr, ka, api, bpp, ci, ldc, nr, acc);
-                        else ops->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, ldc, nr, acc);
+                        if (bf) kt->gp_bf16->ukernel(mr, ka, api, bpp, ci, ldc, nr, acc);
+                        else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, ldc, nr, acc);
                     }
                 }
             }
@@ -301,11 +283,13 @@ bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int
     return true;
 }
 
-#else /* not x86-64: no packed micro-kernel (ops.ukernel is NULL), so af_gp_usable is false */
+#else /* not x86-64: no packed micro-kernel (ctx->k->mm->ukernel is NULL), so af_gp_usable is false */
 
-bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth) {
+    (void)ctx, (void)c, (void)ldc, (void)a, (void)sat, (void)sak, (void)w, (void)type, (void)ldw_bytes;
+    (void)b_trans, (void)m, (void)n, (void)k, (void)accumulate, (void)nth;
     return false;
 }
 #endif

@@ -3,6 +3,7 @@
 #ifndef AF_GEMM_PACKED_H
 #define AF_GEMM_PACKED_H
 
+#include "afinar.h"
 #include "kernels/cpu/matmul_internal.h"
 
 #include <stdbool.h>
@@ -14,12 +15,12 @@
 /* Floats of the packed B for B[k, n]: ceil(n/32)*32*k. */
 int64_t af_gp_packed_b_floats(int64_t k, int64_t n);
 
-/* True when af_gp_gemm should be used for C[m,n] = A[m,k]·B[k,n] on this path: ops.ukernel
+/* True when af_gp_gemm should be used for C[m,n] = A[m,k]·B[k,n] on ctx's path: ctx->k->mm->ukernel
  * present (AVX-512 and AVX2 paths), m > AF_MM_DECODE_N, n >= 16, k >= 16, n*k >= 4096 (GP_MIN_NK in
  * gemm_packed.c: LoRA products with r = 16 included), packed B <= 64 MiB. Apart from
  * m > AF_MM_DECODE_N the choice does not depend on m, so a product split into row blocks gives
  * bitwise the result of one call. */
-bool af_gp_usable(const af_mm_ops *ops, int64_t m, int64_t n, int64_t k);
+bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k);
 
 /* C[m, n] (+)= A[m, k] · B[k, n], f32, row-major C with row stride ldc (floats).
  *  A(t, kk) = a[t*sat + kk*sak] (f32, any strides).
@@ -29,25 +30,18 @@ bool af_gp_usable(const af_mm_ops *ops, int64_t m, int64_t n, int64_t k);
  *  index (kk for b_trans, j otherwise) to start at multiples of AF_GP_KC, which holds.
  *  accumulate: add to C instead of overwriting it. nth: OpenMP threads (>= 1).
  * Returns false (C untouched) when the packed B cannot be allocated. Results do not depend on nth.
- * Precision: f32, or bf16 operands when af_gp_bf16() and k is even (see below). */
-bool af_gp_gemm(const af_mm_ops *ops, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+ * Precision: f32, or bf16 operands when ctx->bf16 and k is even (packed B pairs; error bound
+ * in gemm_packed_avx512.c). Kernels: ctx->k (mm->ukernel, mm->tpack, gp_bf16). */
+bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth);
-
-/* Precision of the packed path. af_gp_set_bf16(1) makes every af_gp_gemm with even K round A and
- * B to bfloat16 (round to nearest even) and accumulate in f32 (VDPBF16PS); returns false and
- * changes nothing when af_gp_bf16_available() is false (no AVX512_BF16, or a kernel path other
- * than AVX-512). af_gp_bf16(): 1 when bf16 is requested and available. Process-wide, not
- * thread-safe to change while kernels run. Default: f32. */
-bool af_gp_bf16_available(void);
-bool af_gp_set_bf16(int on);
-int af_gp_bf16(void);
 
 /* Frees the calling thread's packed-B buffer (kept between calls, grow-only, <= 64 MiB). */
 void af_gp_release(void);
 
 #if defined(__x86_64__)
-/* gemm_packed_avx512.c. bf16(x) = round-to-nearest-even of f32 x; a pair packs two consecutive k
+/* gemm_packed_avx512.c (reached through kernels.h tables: af_mm_ops_avx512.tpack,
+ * af_gp_bf16_ops_avx512). bf16(x) = round-to-nearest-even of f32 x; a pair packs two consecutive k
  * in 32 bits: bf16(x[k]) | bf16(x[k+1]) << 16.
  * af_gp_tpack_f32:  dst[q*ldd + i] = src[i][q] for q < kc, i < 8 (AVX-512 path);
  * af_gp_tpack_bf16: dst[q*ldd + i] = pair(src[i][2q], src[i][2q+1]) for q < kc/2, kc even

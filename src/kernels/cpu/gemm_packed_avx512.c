@@ -20,6 +20,7 @@
 #if defined(__x86_64__)
 
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
 
 #include <immintrin.h>
 
@@ -126,6 +127,9 @@ BF_TARGET void af_gp_ukernel_bf16(int mr, int64_t kp, const uint32_t *ap, const 
         _mm512_mask_storeu_ps(ci + 16, m1, a1[i]);
     }
 }
+
+/* bf16 part of the AVX-512 dispatch table (kernels.h); used only where the CPU has AVX512_BF16. */
+const af_gp_bf16_ops af_gp_bf16_ops_avx512 = {af_gp_tpack_bf16, af_gp_bf16_pair_rows, af_gp_ukernel_bf16};
 
 #else
 typedef int af_gemm_bf16_avx512_empty; /* ISO C forbids an empty translation unit */

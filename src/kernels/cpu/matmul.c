@@ -1,6 +1,6 @@
 /*
  * matmul.c — products with block-format weights (kernels/matmul.h): run-time dispatch between the
- * scalar / AVX2 / AVX-512 kernels (core.h af_kernel_path()), the tiling and OpenMP drivers shared
+ * scalar / AVX2 / AVX-512 kernels (the context's table ctx->k->mm, kernels.h), the tiling and OpenMP drivers shared
  * by all paths, the scalar kernels, and the f32 GEMMs.
  *
  * Regimes of af_matmul_xwt (y[n,out] = x[n,in] · W[out,in]ᵀ):
@@ -8,12 +8,12 @@
  *    matmul_avx512.c): each weight row is dequantized in registers to exactly the f32 values of
  *    af_dequantize_row and multiplied-added with the f32 activations. Exact up to f32 rounding
  *    (measured relative error ~5e-7, like the tile path). Rows in 16-row blocks, OpenMP static.
- *  - n <= AF_MM_DECODE_N with af_matmul_set_int8_activations(1) on a SIMD path with a block type:
+ *  - n <= AF_MM_DECODE_N with int8 activations in the context (ctx->int8_act) on a SIMD path with a block type:
  *    x is quantized once to int8 per 32 values (matmul_internal.h af_mm_xq) and each weight row is
  *    unpacked in registers and dotted with integer instructions (vpdpbusd / vpmaddubsw), one f32
  *    scale per 16 or 32 values. Error: |y - y_exact| <= sum_k |W[o,k]| d_k / 2 with
  *    d_k = max|x| of k's 32-block / 127 (llama.cpp's scheme; moves SmolLM2 logits by up to ~0.6).
- *  - other n <= AF_MM_DECODE_N (scalar path, or af_mm_set_fused_decode(0)): a row chunk of W is
+ *  - other n <= AF_MM_DECODE_N (scalar path, or the context hook AF_CTX_FUSED_DECODE off): a row chunk of W is
  *    dequantized to a stack buffer and dotted with each token in f32.
  *  - n > AF_MM_DECODE_N: a tile of ops.nr rows x KC columns of W is dequantized once into a
  *    transposed f32 panel (stack, L1/L2) and reused for every token by the register-tiled
@@ -30,7 +30,9 @@
 
 #include "core/core.h"
 #include "core/threads.h"
+#include "kernels/ctx.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/quant.h"
 
@@ -40,13 +42,6 @@
 #define KC 256      /* columns of W per dequantized tile (a multiple of every block size) */
 #define DOT_BUF 1024 /* floats in the dot path's row buffer (multiple of 256) */
 #define PAR_MIN_WORK 200000 /* multiply-adds below which a call stays on one thread */
-
-/* OpenMP pragma that vanishes (without an unknown-pragma warning) when built without -fopenmp. */
-#ifdef _OPENMP
-#define MM_OMP(x) _Pragma(#x)
-#else
-#define MM_OMP(x)
-#endif
 
 /* ---------------------------------------------------------------- scalar kernels */
 
@@ -82,24 +77,13 @@ static void dot_scalar(int64_t n, int64_t k, const float *x, int64_t ldx, const 
     }
 }
 
-static const af_mm_ops ops_scalar = {16, panel_scalar, dequant_scalar, dot_scalar, NULL, NULL, NULL, NULL};
-
-static const af_mm_ops *ops_get(void) {
-#if defined(__x86_64__)
-    switch (af_kernel_path()) {
-    case AF_KPATH_AVX512: return &af_mm_ops_avx512;
-    case AF_KPATH_AVX2: return &af_mm_ops_avx2;
-    default: break;
-    }
-#endif
-    return &ops_scalar;
-}
+const af_mm_ops af_mm_ops_scalar = {16, panel_scalar, dequant_scalar, dot_scalar, NULL, NULL, NULL, NULL};
 
 static bool is_block_type(uint32_t t) {
     return t != AF_TYPE_F32 && t != AF_TYPE_F16 && t != AF_TYPE_BF16 && af_type_block_size(t) >= 32;
 }
 
-static int threads_for(double work) { return work >= PAR_MIN_WORK ? AF_OMP_MAX_THREADS() : 1; }
+static int threads_for(const af_ctx *ctx, double work) { return work >= PAR_MIN_WORK ? ctx->n_threads : 1; }
 
 /* ---------------------------------------------------------------- activation quantization */
 
@@ -135,11 +119,11 @@ static void quantize_x(const float *x, int64_t n, int64_t in, af_mm_xq *q) {
 
 /* n <= AF_MM_DECODE_N without integer kernel: per row, dequantize DOT_BUF columns to the stack
  * and dot with each token (f32). */
-static void xwt_dot(const af_mm_ops *ops, float *y, const float *x, const uint8_t *w, uint32_t type,
+static void xwt_dot(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w, uint32_t type,
                     int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
-    int nth = threads_for((double)n * in * out);
+    int nth = threads_for(ctx, (double)n * in * out);
     (void)nth;
-MM_OMP(omp parallel for schedule(static) num_threads(nth))
+AF_OMP(parallel for schedule(static) num_threads(nth))
     for (int64_t o = 0; o < out; o++) {
         float buf[DOT_BUF];
         float acc[AF_MM_DECODE_N] = {0};
@@ -159,18 +143,15 @@ MM_OMP(omp parallel for schedule(static) num_threads(nth))
 /* f32 decode with in-register dequantization (ops.decode_f32); false if the path or type has
  * none. Rows are split into RB-row blocks, contiguous per thread (schedule static), so each
  * thread streams one range of W. */
-static int g_fused_decode = 1;
-void af_mm_set_fused_decode(int on) { g_fused_decode = on != 0; }
-
-static bool xwt_decode_f32(const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
+static bool xwt_decode_f32(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
                            uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
-    if (!g_fused_decode || !ops->decode_f32 || !ops->decode_f32(type, w, (int64_t)rb, 0, 0, x, in, n, y, out, accumulate))
+    if (!ctx->fused_decode || !ops->decode_f32 || !ops->decode_f32(type, w, (int64_t)rb, 0, 0, x, in, n, y, out, accumulate))
         return false;
     const int64_t RB = 16;
     int64_t nblk = (out + RB - 1) / RB;
-    int nth = threads_for((double)n * in * out);
+    int nth = threads_for(ctx, (double)n * in * out);
     (void)nth;
-MM_OMP(omp parallel for schedule(static) num_threads(nth))
+AF_OMP(parallel for schedule(static) num_threads(nth))
     for (int64_t b = 0; b < nblk; b++) {
         int64_t o1 = (b + 1) * RB < out ? (b + 1) * RB : out;
         ops->decode_f32(type, w, (int64_t)rb, b * RB, o1, x, in, n, y, out, accumulate);
@@ -179,7 +160,7 @@ MM_OMP(omp parallel for schedule(static) num_threads(nth))
 }
 
 /* Integer decode path; false if not available (allocation failure or unsupported type). */
-static bool xwt_decode(const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
+static bool xwt_decode(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
                        uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
     af_mm_xq q = {0};
     q.in = in;
@@ -195,9 +176,9 @@ static bool xwt_decode(const af_mm_ops *ops, float *y, const float *x, const uin
     quantize_x(x, n, in, &q);
     const int64_t RB = 8;
     int64_t nblk = (out + RB - 1) / RB;
-    int nth = threads_for((double)n * in * out);
+    int nth = threads_for(ctx, (double)n * in * out);
     (void)nth;
-MM_OMP(omp parallel for schedule(static) num_threads(nth))
+AF_OMP(parallel for schedule(static) num_threads(nth))
     for (int64_t b = 0; b < nblk; b++) {
         int64_t o1 = (b + 1) * RB < out ? (b + 1) * RB : out;
         ops->decode(type, w, (int64_t)rb, b * RB, o1, &q, n, y, out, accumulate);
@@ -208,17 +189,17 @@ MM_OMP(omp parallel for schedule(static) num_threads(nth))
 
 /* Generic strided GEMM on panels: C[m, n] (+)= X[m, k] · P[k, n] with X(t,kk) = x[t*sxt + kk*sxk],
  * P(kk,j) = p[kk*spk + j]. Threads over (panel of nr columns) x (block of tokens). */
-static void gemm_strided(const af_mm_ops *ops, float *c, int64_t ldc, const float *x, int64_t sxt,
+static void gemm_strided(const af_ctx *ctx, const af_mm_ops *ops, float *c, int64_t ldc, const float *x, int64_t sxt,
                          int64_t sxk, const float *p, int64_t spk, int64_t m, int64_t n, int64_t k,
                          int accumulate) {
     const int NR = ops->nr;
     int64_t npan = (n + NR - 1) / NR;
-    int nth = threads_for((double)m * n * k);
+    int nth = threads_for(ctx, (double)m * n * k);
     int64_t mb = m;
     if (npan < 2 * nth) mb = ((m + nth - 1) / nth + 7) / 8 * 8;
     if (mb < 1) mb = 1;
     int64_t ntb = (m + mb - 1) / mb;
-MM_OMP(omp parallel for schedule(static) num_threads(nth))
+AF_OMP(parallel for schedule(static) num_threads(nth))
     for (int64_t idx = 0; idx < npan * ntb; idx++) {
         int64_t j0 = idx / ntb * NR, t0 = idx % ntb * mb;
         int nr = (int)(n - j0 < NR ? n - j0 : NR);
@@ -237,15 +218,15 @@ static void zero_or_keep(float *c, int64_t m, int64_t n, int accumulate) {
 
 /* n > AF_MM_DECODE_N: dequantize ops.nr rows x KC columns, transpose into a stack panel, run the
  * micro-kernel over the tokens. */
-static void xwt_tiles(const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
+static void xwt_tiles(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
                       uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
     const int NR = ops->nr;
     int64_t ntile = (out + NR - 1) / NR;
-    int nth = threads_for((double)n * in * out);
+    int nth = threads_for(ctx, (double)n * in * out);
     int64_t mb = n;
     if (ntile < 2 * nth) mb = ((n + nth - 1) / nth + 7) / 8 * 8;
     int64_t ntb = (n + mb - 1) / mb;
-MM_OMP(omp parallel for schedule(static) num_threads(nth))
+AF_OMP(parallel for schedule(static) num_threads(nth))
     for (int64_t idx = 0; idx < ntile * ntb; idx++) {
         float pk[KC * 32] __attribute__((aligned(64)));
         float row[KC] __attribute__((aligned(64)));
@@ -266,54 +247,47 @@ MM_OMP(omp parallel for schedule(static) num_threads(nth))
 
 /* ---------------------------------------------------------------- public API */
 
-/* Off by default: decode products are then exact up to f32 rounding, like the tile path. */
-static int g_int8_act;
+int af_matmul_packed_path(const af_ctx *ctx, int64_t n, int64_t in, int64_t out) {
+    return af_gp_usable(ctx, n, out, in);
+}
 
-void af_matmul_set_int8_activations(int on) { g_int8_act = on != 0; }
-int af_matmul_int8_activations(void) { return g_int8_act; }
-
-int af_matmul_set_bf16(int on) { return af_gp_set_bf16(on) ? 1 : 0; }
-int af_matmul_bf16(void) { return af_gp_bf16(); }
-
-int af_matmul_packed_path(int64_t n, int64_t in, int64_t out) { return af_gp_usable(ops_get(), n, out, in); }
-
-void af_matmul_xwt(float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
+void af_matmul_xwt(const af_ctx *ctx, float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
                    int64_t out, int accumulate) {
     if (n <= 0 || out <= 0) return;
     if (in <= 0) {
         zero_or_keep(y, n, out, accumulate);
         return;
     }
-    const af_mm_ops *ops = ops_get();
+    const af_mm_ops *ops = ctx->k->mm;
     size_t rb = af_row_bytes(type, in);
     if (n <= AF_MM_DECODE_N) {
-        if (g_int8_act && ops->decode && is_block_type(type) &&
-            xwt_decode(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate))
+        if (ctx->int8_act && ops->decode && is_block_type(type) &&
+            xwt_decode(ctx, ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate))
             return;
-        if (xwt_decode_f32(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate)) return;
-        xwt_dot(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
+        if (xwt_decode_f32(ctx, ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate)) return;
+        xwt_dot(ctx, ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
         return;
     }
-    if (af_gp_usable(ops, n, out, in) &&
-        af_gp_gemm(ops, y, out, x, in, 1, w, type, (int64_t)rb, 1, n, out, in, accumulate,
-                   threads_for((double)n * in * out)))
+    if (af_gp_usable(ctx, n, out, in) &&
+        af_gp_gemm(ctx, y, out, x, in, 1, w, type, (int64_t)rb, 1, n, out, in, accumulate,
+                   threads_for(ctx, (double)n * in * out)))
         return;
-    xwt_tiles(ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
+    xwt_tiles(ctx, ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
 }
 
 /* dyw split over rows of W: each thread streams a contiguous range of rows (sequential reads of
  * W, good for many rows or few tokens) into a private dx copy; the copies are summed at the end.
  * False on allocation failure. */
-static bool dyw_rows(const af_mm_ops *ops, float *dx, const float *dy, const uint8_t *w,
+static bool dyw_rows(const af_ctx *ctx, const af_mm_ops *ops, float *dx, const float *dy, const uint8_t *w,
                      uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
     const int NR = ops->nr;
     const int64_t RB = 32, CW = 256; /* 32 KiB dequantized tile */
-    int nth = threads_for((double)n * in * out);
+    int nth = threads_for(ctx, (double)n * in * out);
     size_t per = (size_t)(n * in);
     float *priv = NULL;
     if (nth > 1 && !(priv = af_malloc_aligned((size_t)(nth - 1) * per * sizeof(float)))) return false;
     int64_t nrb = (out + RB - 1) / RB;
-    MM_OMP(omp parallel num_threads(nth))
+    AF_OMP(parallel num_threads(nth))
     {
         float buf[RB * CW] __attribute__((aligned(64)));
         int tid = AF_OMP_THREAD_NUM(), nt = AF_OMP_NUM_THREADS();
@@ -331,8 +305,8 @@ static bool dyw_rows(const af_mm_ops *ops, float *dx, const float *dy, const uin
             }
         }
         if (nt > 1) {
-            MM_OMP(omp barrier)
-            MM_OMP(omp for schedule(static))
+            AF_OMP(barrier)
+            AF_OMP(for schedule(static))
             for (int64_t i = 0; i < (int64_t)per; i++) {
                 float v = dx[i];
                 for (int j = 0; j < nt - 1; j++) v += priv[(size_t)j * per + (size_t)i];
@@ -344,33 +318,33 @@ static bool dyw_rows(const af_mm_ops *ops, float *dx, const float *dy, const uin
     return true;
 }
 
-void af_matmul_dyw(float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
+void af_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
                    int64_t out, int accumulate) {
     if (n <= 0 || in <= 0) return;
     if (out <= 0) {
         zero_or_keep(dx, n, in, accumulate);
         return;
     }
-    const af_mm_ops *ops = ops_get();
+    const af_mm_ops *ops = ctx->k->mm;
     const int NR = ops->nr;
     size_t rb = af_row_bytes(type, in);
     int64_t bs = (int64_t)af_type_block_size(type);
     /* column chunk CW x row block OB of W dequantized per step: 32 KiB on the stack */
     const int64_t CW = bs == 256 ? 256 : 128, OB = 8192 / CW;
     int64_t nchunk = (in + CW - 1) / CW;
-    int nth = threads_for((double)n * in * out);
+    int nth = threads_for(ctx, (double)n * in * out);
     int64_t mb = n;
     if (nchunk < 2 * nth) mb = ((n + nth - 1) / nth + 7) / 8 * 8;
     int64_t ntb = (n + mb - 1) / mb;
     const uint8_t *wb = (const uint8_t *)w;
-    if (n > AF_MM_DECODE_N && af_gp_usable(ops, n, in, out) &&
-        af_gp_gemm(ops, dx, in, dy, out, 1, w, type, (int64_t)rb, 0, n, in, out, accumulate, nth))
+    if (n > AF_MM_DECODE_N && af_gp_usable(ctx, n, in, out) &&
+        af_gp_gemm(ctx, dx, in, dy, out, 1, w, type, (int64_t)rb, 0, n, in, out, accumulate, nth))
         return;
     /* few tokens or many rows: stream W rows (private accumulators) instead of column chunks */
     if ((n <= AF_MM_DECODE_N || out >= 4 * in) && (double)n * in * nth <= 4e6 &&
-        dyw_rows(ops, dx, dy, wb, type, n, in, out, rb, accumulate))
+        dyw_rows(ctx, ops, dx, dy, wb, type, n, in, out, rb, accumulate))
         return;
-MM_OMP(omp parallel for schedule(static) num_threads(nth))
+AF_OMP(parallel for schedule(static) num_threads(nth))
     for (int64_t idx = 0; idx < nchunk * ntb; idx++) {
         float buf[8192] __attribute__((aligned(64)));
         int64_t k0 = idx / ntb * CW, t0 = idx % ntb * mb;
@@ -388,37 +362,37 @@ MM_OMP(omp parallel for schedule(static) num_threads(nth))
     }
 }
 
-void af_gemm_abt(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
+void af_gemm_abt(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
                  int accumulate) {
-    af_matmul_xwt(c, a, b, AF_TYPE_F32, m, k, n, accumulate);
+    af_matmul_xwt(ctx, c, a, b, AF_TYPE_F32, m, k, n, accumulate);
 }
 
-void af_gemm_ab(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
+void af_gemm_ab(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
                 int accumulate) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
         zero_or_keep(c, m, n, accumulate);
         return;
     }
-    const af_mm_ops *ops = ops_get();
-    if (af_gp_usable(ops, m, n, k) &&
-        af_gp_gemm(ops, c, n, a, k, 1, b, AF_TYPE_F32, n * (int64_t)sizeof(float), 0, m, n, k, accumulate,
-                   threads_for((double)m * n * k)))
+    const af_mm_ops *ops = ctx->k->mm;
+    if (af_gp_usable(ctx, m, n, k) &&
+        af_gp_gemm(ctx, c, n, a, k, 1, b, AF_TYPE_F32, n * (int64_t)sizeof(float), 0, m, n, k, accumulate,
+                   threads_for(ctx, (double)m * n * k)))
         return;
-    gemm_strided(ops, c, n, a, k, 1, b, n, m, n, k, accumulate);
+    gemm_strided(ctx, ops, c, n, a, k, 1, b, n, m, n, k, accumulate);
 }
 
-void af_gemm_atb(float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
+void af_gemm_atb(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
                  int accumulate) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
         zero_or_keep(c, m, n, accumulate);
         return;
     }
-    const af_mm_ops *ops = ops_get();
-    if (af_gp_usable(ops, m, n, k) &&
-        af_gp_gemm(ops, c, n, a, 1, m, b, AF_TYPE_F32, n * (int64_t)sizeof(float), 0, m, n, k, accumulate,
-                   threads_for((double)m * n * k)))
+    const af_mm_ops *ops = ctx->k->mm;
+    if (af_gp_usable(ctx, m, n, k) &&
+        af_gp_gemm(ctx, c, n, a, 1, m, b, AF_TYPE_F32, n * (int64_t)sizeof(float), 0, m, n, k, accumulate,
+                   threads_for(ctx, (double)m * n * k)))
         return;
-    gemm_strided(ops, c, n, a, 1, m, b, n, m, n, k, accumulate);
+    gemm_strided(ctx, ops, c, n, a, 1, m, b, n, m, n, k, accumulate);
 }

@@ -11,13 +11,15 @@
  *  - ukernel/tpack: the 8 x 32 tile of the packed GEMM (gemm_packed.c) as three register tiles
  *    (6x16, 6x16, 2x32) and the 8 x 8 transposing packer of its operands.
  * Compiled for baseline x86-64; every function carries the AVX2 target attribute and is only
- * called when af_kernel_path() selects AVX2 (or AVX-512 without VNNI, for decode).
+ * reached through the avx2 dispatch table (kernels.h), or, for int8 decode, from the AVX-512
+ * kernels on CPUs without VNNI.
  */
 #if defined(__x86_64__)
 
 #define AF_MM_TARGET __attribute__((target("avx2,fma,f16c")))
 #define AF_MM_DOT(u, q) _mm256_madd_epi16(_mm256_maddubs_epi16((u), (q)), _mm256_set1_epi16(1))
 
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_unpack.h"
 

@@ -4,7 +4,7 @@
  *    right edge; x broadcast from memory, the packed panel P read as two zmm per k.
  *  - decode: integer dot products with AVX512-VNNI vpdpbusd on 256-bit vectors
  *    (u8 weights x s8 activations -> i32), unpacking in matmul_unpack.h; falls back to the AVX2
- *    decode (vpmaddubsw) when the CPU lacks VNNI.
+ *    decode (vpmaddubsw) when the CPU lacks VNNI (table af_mm_ops_avx512_novnni).
  *  - decode_f32 (the default decode, n <= 4): f32 activations; each weight row is dequantized in
  *    zmm registers to exactly the values of af_dequantize_row and multiplied-added in f32.
  *    4-bit types use a 16-entry f32 table per block (u*s + c for u = 0..15) read with vpermps,
@@ -12,7 +12,7 @@
  *    mm_unpack + vcvtdq2ps + one fma. See the section comment for what was measured.
  *  - dequant: matmul_unpack.h (AVX2 width).
  * Compiled for baseline x86-64; every function carries the AVX-512 target attribute and is only
- * called when af_kernel_path() == AF_KPATH_AVX512.
+ * reached through the avx512 dispatch table (kernels.h).
  */
 #if defined(__x86_64__)
 
@@ -20,6 +20,7 @@
 #define AF_MM_DOT(u, q) _mm256_dpbusd_epi32(_mm256_setzero_si256(), (u), (q))
 
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/matmul_unpack.h"
 
@@ -84,11 +85,12 @@ static AF_MM_TARGET void panel512(int64_t m, int64_t k, const float *x, int64_t 
         mk512_h(1, m, k, x, sxt, sxk, p, spk, m0, m1, c, ldc, accumulate);
 }
 
-static AF_MM_TARGET bool decode512(uint32_t type, const uint8_t *w, int64_t rb, int64_t o0,
-                                   int64_t o1, const af_mm_xq *xq, int64_t n, float *y,
-                                   int64_t ldy, int acc) {
-    if (!af_cpu()->avx512_vnni) return af_mm_ops_avx2.decode(type, w, rb, o0, o1, xq, n, y, ldy, acc);
-    return mm_decode(type, w, rb, o0, o1, xq, n, y, ldy, acc);
+/* AVX-512 CPUs without VNNI run the int8 decode of the AVX2 table (af_mm_ops_avx512_novnni,
+ * chosen by af_kernels_for when the context is created). */
+static AF_MM_TARGET bool decode512_novnni(uint32_t type, const uint8_t *w, int64_t rb, int64_t o0,
+                                          int64_t o1, const af_mm_xq *xq, int64_t n, float *y,
+                                          int64_t ldy, int acc) {
+    return af_mm_ops_avx2.decode(type, w, rb, o0, o1, xq, n, y, ldy, acc);
 }
 
 /* ---------------------------------------------------------------- f32 decode (ops.decode_f32) */
@@ -176,7 +178,7 @@ AF_MM_INLINE void f5_w32(uint32_t t, const uint8_t *blk, __m512 *w0, __m512 *w1)
 /* Per-block constants of a 256-value K-quant super-block, computed with vector instructions
  * (the scalar mm_prep was half the time of a Q4_K row):
  *  Q4_K: s[j] = d*sc_j, s[8+j] = -dmin*m_j for the 8 sub-blocks of 32 (6-bit sc/m unpacked four
- *        at a time as bytes of 32-bit words: FORMATS.md §2 Q4_K, get_scale_min_k4);
+ *        at a time as bytes of 32-bit words: docs/FORMATS.md §2 Q4_K, get_scale_min_k4);
  *  Q6_K: s[g] = d*sc_g, c[g] = -32*s[g] for the 16 groups of 16;
  *  other: s[g] and c[g] = b[g] - O*s[g] per 16-group from mm_prep. */
 AF_MM_INLINE void f5_prep256(uint32_t t, const uint8_t *blk, float *s, float *c) {
@@ -408,8 +410,10 @@ static AF_MM_TARGET void ukernel512(int mr, int64_t kc, const float *ap, const f
     }
 }
 
-const af_mm_ops af_mm_ops_avx512 = {32,        panel512,       mm_dequant, mm_dot, decode512,
+const af_mm_ops af_mm_ops_avx512 = {32,        panel512,       mm_dequant, mm_dot, mm_decode,
                                     decode_f32_512, ukernel512, af_gp_tpack_f32};
+const af_mm_ops af_mm_ops_avx512_novnni = {32,        panel512,       mm_dequant, mm_dot, decode512_novnni,
+                                           decode_f32_512, ukernel512, af_gp_tpack_f32};
 
 #else
 typedef int af_matmul_avx512_empty; /* ISO C forbids an empty translation unit */

@@ -3,7 +3,8 @@
  * threads, scalar path) and the per-ISA kernel files (matmul_avx2.c, matmul_avx512.c).
  * Not used outside src/kernels/cpu/matmul*.c.
  *
- * Every kernel path provides an af_mm_ops table of kernels; the driver does the rest:
+ * Every kernel path provides an af_mm_ops table of kernels (part of its kernels.h af_kernels,
+ * reached as ctx->k->mm); the driver does the rest:
  *  - panel:   C[t, j] (+)= sum_k X(t, k) * P(k, j) for t < m, j < nr (nr <= ops.nr), where
  *             X(t, k) = x[t*sxt + k*sxk] and P(k, j) = p[k*spk + j] (only j < nr is read).
  *             This one strided f32 micro-kernel driver serves the dequantized-tile path of
@@ -15,7 +16,7 @@
  *  - decode:  y[t*ldy + o] (+)= sum_k x[t, k] * W[o, k] for o in [o0, o1), t < n <= AF_MM_DECODE_N,
  *             from int8-quantized activations (af_mm_xq below) and integer dot products; NULL if
  *             the path has none (the driver then uses the f32 tile path). Opt-in only
- *             (af_matmul_set_int8_activations).
+ *             (ctx->int8_act).
  *  - decode_f32: the same product from f32 activations x[t*in + k], exact up to f32 rounding:
  *             each weight chunk is dequantized in registers to the same f32 values as
  *             af_dequantize_row and multiplied-added in f32 (no int8 rounding of x). NULL, or
@@ -66,13 +67,8 @@ typedef struct af_mm_ops {
     void (*tpack)(const float *const src[8], int64_t kc, uint32_t *dst, int64_t ldd);
 } af_mm_ops;
 
-/* Tests and benchmarks only: off sends f32 decode to the dequant + dot fallback (xwt_dot) even
- * where ops.decode_f32 exists, to compare the two. On by default. Not thread-safe. */
-void af_mm_set_fused_decode(int on);
-
-#if defined(__x86_64__)
-extern const af_mm_ops af_mm_ops_avx2;
-extern const af_mm_ops af_mm_ops_avx512;
-#endif
+/* The tables themselves (af_mm_ops_scalar, _avx2, _avx512) are declared in kernels.h. Tests and
+ * benchmarks compare decode_f32 with the dequant + dot fallback (xwt_dot) through the context hook
+ * AF_CTX_FUSED_DECODE (kernels/ctx.h). */
 
 #endif /* AF_MATMUL_INTERNAL_H */

@@ -11,7 +11,7 @@
  * where u[l] is a small unsigned integer (< 64) unpacked by mm_unpack(), O the type's integer
  * offset (mm_off()) and s/b the per-group f32 scale and bias from mm_prep(). Q8_0 is the exception:
  * u is the signed int8 quant (mm_signed()), O = 0.
- * Layouts and formulas: shared/reference/FORMATS.md §2 (ggml-common.h, dequantize_row_* in
+ * Layouts and formulas: docs/FORMATS.md §2 (ggml-common.h, dequantize_row_* in
  * ggml-quants.c). Own code.
  */
 #ifndef AF_MATMUL_UNPACK_H
@@ -75,7 +75,7 @@ static inline bool mm_is_quant(uint32_t t) {
     }
 }
 
-/* Q4_K/Q5_K 6-bit scale and min of sub-block k (FORMATS.md §2 Q4_K). */
+/* Q4_K/Q5_K 6-bit scale and min of sub-block k (docs/FORMATS.md §2 Q4_K). */
 AF_MM_INLINE void mm_k4_scale(const uint8_t *q, int k, int *sc, int *mn) {
     if (k < 4) {
         *sc = q[k] & 63;

@@ -1,22 +1,25 @@
 /*
  * ops.c — element-wise and per-row transformer ops on float32 (RMSNorm, RoPE, SwiGLU, GeGLU, add,
  * softmax), each forward beside its backward. Attention lives in ops_attention.c.
- * Contract and formulas: ops.h; shared/reference/FORMATS.md §3.4, §4.3 and §7.
+ * Contract and formulas: ops.h; docs/FORMATS.md §3.4, §4.3 and §7.
  *
  * Numerics: row sums (RMSNorm's Σx², its backward Σ(g·x), softmax's Σexp) are accumulated in
  * double — cheap next to the matmuls and exact to f32 rounding for any dim. RoPE angles are formed in
  * double (θ = pos·base^(−2i/d), reduced mod 2π) and then cosf/sinf, so they stay accurate at large
  * positions (ggml instead iterates θ *= base^(−2/d) in f32, which drifts by ~1e-3 rad at pos ~ 4k).
  * SIMD: RMSNorm, RoPE, SwiGLU and af_vexpf have AVX2+FMA and AVX-512 kernels beside the scalar C,
- * chosen per call by af_kernel_path() (as matmul.c and ops_attention.c do). RMSNorm and RoPE do the
+ * exported as the af_ops_rows parts of the dispatch tables (kernels.h) and reached as ctx->k->ops. RMSNorm and RoPE do the
  * same float operations in the same order on every path (same bits); SwiGLU's SIMD paths use
  * vexp.h's e^x (<= 1 ulp) where the scalar path calls expf.
- * Threads: OpenMP over rows/elements when the call is large enough to pay for a parallel region.
+ * Threads: OpenMP over rows/elements (ctx->n_threads) when the call is large enough to pay for a
+ * parallel region.
  */
 #include "kernels/ops.h"
 
 #include "core/core.h"
 #include "core/threads.h"
+#include "kernels/ctx.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vexp.h"
 
 #include <math.h>
@@ -24,20 +27,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#ifdef _OPENMP
-#define OPS_PRAGMA(x) _Pragma(#x)
-#define OPS_PAR_FOR(clauses) OPS_PRAGMA(omp parallel for clauses)
-#else
-#define OPS_PAR_FOR(clauses)
-#endif
-
 /* Below this many floats of work a call runs on one thread (parallel-region cost ~ a few µs). */
 #define AF_OPS_PAR_MIN 32768
 
 /* ------------------------------------------------------------------------------------------------
  * Kernel paths. The per-path kernels below work on one row or one contiguous range; the OpenMP
- * loops stay in the generic functions and call them (a target-specific function cannot be inlined
- * into generic code, so each is one call per row or per OPS_EW_CHUNK elements).
+ * loops stay in the generic functions and call them through ctx->k->ops (a target-specific
+ * function cannot be inlined into generic code anyway, so each is one call per row or per
+ * OPS_EW_CHUNK elements).
  * ---------------------------------------------------------------------------------------------- */
 #if AF_VEXP_X86
 #define OPS_T256 AF_VEXP_T256
@@ -194,43 +191,41 @@ OPS_T256 static void rms_bwd_row_256(float *dx, const float *dy, const float *x,
     }
     for (; i < n; i++) dx[i] += r * (w[i] * dy[i]) - c * x[i];
 }
-#define PATHCALL(P, fn, ...) ((P) == AF_KPATH_AVX512 ? fn##_512(__VA_ARGS__) : (P) == AF_KPATH_AVX2 ? fn##_256(__VA_ARGS__) : fn##_sc(__VA_ARGS__))
-#else
-#define PATHCALL(P, fn, ...) fn##_sc(__VA_ARGS__)
 #endif
 
-void af_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
+void af_rmsnorm_forward(const af_ctx *ctx,
+                        float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
                         float eps) {
     int par = n > 1 && n * dim >= AF_OPS_PAR_MIN;
     (void)par;
-    const af_kpath P = af_kernel_path();
-OPS_PAR_FOR(schedule(static) if (par))
+    const af_ops_rows *K = ctx->k->ops;
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
     for (int64_t t = 0; t < n; t++) {
         const float *xr = x + t * dim;
-        double ss = PATHCALL(P, dsum, xr, xr, dim);
+        double ss = K->dsum(xr, xr, dim);
         float r = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
         if (rstd) rstd[t] = r;
-        PATHCALL(P, rms_scale, y + t * dim, xr, w, r, dim);
+        K->rms_scale(y + t * dim, xr, w, r, dim);
     }
 }
 
-void af_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+void af_rmsnorm_backward(const af_ctx *ctx, float *dx, float *dw, const float *dy, const float *x, const float *w,
                          const float *rstd, int64_t n, int64_t dim) {
     int par = n > 1 && n * dim >= AF_OPS_PAR_MIN;
     (void)par;
-    const af_kpath P = af_kernel_path();
-OPS_PAR_FOR(schedule(static) if (par))
+    const af_ops_rows *K = ctx->k->ops;
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
     for (int64_t t = 0; t < n; t++) {
         const float *xr = x + t * dim, *dyr = dy + t * dim;
         float r = rstd[t];
-        double gx = PATHCALL(P, dsum3, w, dyr, xr, dim);
+        double gx = K->dsum3(w, dyr, xr, dim);
         float c = (float)((double)r * r * r / (double)dim * gx);
-        PATHCALL(P, rms_bwd_row, dx + t * dim, dyr, xr, w, r, c, dim);
+        K->rms_bwd_row(dx + t * dim, dyr, xr, w, r, c, dim);
     }
     if (!dw) return;
     /* dw: parallel over column blocks (each thread owns its columns; no races). */
     int64_t nblk = (dim + 255) / 256;
-OPS_PAR_FOR(schedule(static) if (par))
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
     for (int64_t b = 0; b < nblk; b++) {
         int64_t i0 = b * 256, i1 = i0 + 256 < dim ? i0 + 256 : dim;
         for (int64_t t = 0; t < n; t++) {
@@ -359,12 +354,13 @@ OPS_T256 static void rope_rot_256(float *xt, const float *C, const float *S, int
 }
 #endif
 
-static void rope_apply(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t hd, float base,
+static void rope_apply(const af_ctx *ctx,
+                       float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t hd, float base,
                        int neox, float sign) {
     if (n <= 0 || n_heads <= 0 || hd < 2) return;
     const int64_t half = hd / 2, tstride = n_heads * hd;
     const double log_base = log((double)base);
-    const af_kpath P = af_kernel_path();
+    const af_ops_rows *K = ctx->k->ops;
     int32_t pmin = pos[0], pmax = pos[0];
     for (int64_t t = 1; t < n; t++) {
         pmin = pos[t] < pmin ? pos[t] : pmin;
@@ -384,26 +380,20 @@ static void rope_apply(float *x, const int32_t *pos, int64_t n, int64_t n_heads,
     int par = n > 1 && n * tstride >= AF_OPS_PAR_MIN / 4;
     (void)par;
     if (tab) {
-#ifdef _OPENMP
-#pragma omp parallel if (par)
-#endif
+        AF_OMP(parallel num_threads(ctx->n_threads) if (par))
         {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+            AF_OMP(for schedule(static))
             for (int64_t p = 0; p < span; p++)
                 rope_row(tab + p * 2 * hd, tab + p * 2 * hd + hd, (double)pmin + (double)p, freq, half, neox, sign);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+            AF_OMP(for schedule(static))
             for (int64_t t = 0; t < n; t++) {
                 const float *row = tab + (int64_t)(pos[t] - pmin) * 2 * hd;
-                PATHCALL(P, rope_rot, x + t * tstride, row, row + hd, n_heads, hd, 0, half, neox);
+                K->rope_rot(x + t * tstride, row, row + hd, n_heads, hd, 0, half, neox);
             }
         }
     } else {
         /* per token: rows of ROPE_CHUNK pairs on the stack (f_i recomputed when there is no memory) */
-OPS_PAR_FOR(schedule(static) if (par))
+        AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
         for (int64_t t = 0; t < n; t++) {
             float C[2 * ROPE_CHUNK], S[2 * ROPE_CHUNK];
             double fr[ROPE_CHUNK];
@@ -412,21 +402,21 @@ OPS_PAR_FOR(schedule(static) if (par))
                 if (!freq)
                     for (int64_t c = 0; c < nc; c++) fr[c] = exp(-2.0 * (double)(c0 + c) / (double)hd * log_base);
                 rope_row(C, S, (double)pos[t], freq ? freq + c0 : fr, nc, neox, sign);
-                PATHCALL(P, rope_rot, x + t * tstride, C, S, n_heads, hd, c0, nc, neox);
+                K->rope_rot(x + t * tstride, C, S, n_heads, hd, c0, nc, neox);
             }
         }
     }
     free(mem);
 }
 
-void af_rope_forward(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
+void af_rope_forward(const af_ctx *ctx, float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
                      float base, int neox) {
-    rope_apply(x, pos, n, n_heads, head_dim, base, neox, 1.0f);
+    rope_apply(ctx, x, pos, n, n_heads, head_dim, base, neox, 1.0f);
 }
 
-void af_rope_backward(float *dx, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
+void af_rope_backward(const af_ctx *ctx, float *dx, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
                       float base, int neox) {
-    rope_apply(dx, pos, n, n_heads, head_dim, base, neox, -1.0f);
+    rope_apply(ctx, dx, pos, n, n_heads, head_dim, base, neox, -1.0f);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -551,27 +541,28 @@ OPS_T256 static void swiglu_bwd_256(float *d_gate, float *d_up, const float *dh,
         int par_ = (n) >= AF_OPS_PAR_MIN;                                                          \
         (void)par_;                                                                                \
         int64_t nch_ = ((n) + OPS_EW_CHUNK - 1) / OPS_EW_CHUNK;                                    \
-        OPS_PAR_FOR(schedule(static) if (par_))                                                    \
+        AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par_))                \
         for (int64_t c_ = 0; c_ < nch_; c_++) {                                                    \
             int64_t i0 = c_ * OPS_EW_CHUNK, len = min64((n) - i0, OPS_EW_CHUNK);                   \
             CALL;                                                                                  \
         }                                                                                          \
     } while (0)
 
-void af_vexpf(float *y, const float *x, int64_t n) {
-    const af_kpath P = af_kernel_path();
-    EW_LOOP(n, PATHCALL(P, vexp, y + i0, x + i0, len));
+void af_vexpf(const af_ctx *ctx, float *y, const float *x, int64_t n) {
+    const af_ops_rows *K = ctx->k->ops;
+    EW_LOOP(n, K->vexp(y + i0, x + i0, len));
 }
 
-void af_swiglu_forward(float *h, const float *gate, const float *up, int64_t n) {
-    const af_kpath P = af_kernel_path();
-    EW_LOOP(n, PATHCALL(P, swiglu_fwd, h + i0, gate + i0, up + i0, len));
+void af_swiglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n) {
+    const af_ops_rows *K = ctx->k->ops;
+    EW_LOOP(n, K->swiglu_fwd(h + i0, gate + i0, up + i0, len));
 }
 
-void af_swiglu_backward(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+void af_swiglu_backward(const af_ctx *ctx,
+                        float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
                         int64_t n) {
-    const af_kpath P = af_kernel_path();
-    EW_LOOP(n, PATHCALL(P, swiglu_bwd, d_gate + i0, d_up + i0, dh + i0, gate + i0, up + i0, len));
+    const af_ops_rows *K = ctx->k->ops;
+    EW_LOOP(n, K->swiglu_bwd(d_gate + i0, d_up + i0, dh + i0, gate + i0, up + i0, len));
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -581,10 +572,10 @@ void af_swiglu_backward(float *d_gate, float *d_up, const float *dh, const float
 #define GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_K1 0.044715f
 
-void af_geglu_forward(float *h, const float *gate, const float *up, int64_t n) {
+void af_geglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n) {
     int par = n >= AF_OPS_PAR_MIN;
     (void)par;
-OPS_PAR_FOR(schedule(static) if (par))
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
     for (int64_t i = 0; i < n; i++) {
         float x = gate[i];
         float t = tanhf(GELU_K0 * (x + GELU_K1 * x * x * x));
@@ -592,11 +583,12 @@ OPS_PAR_FOR(schedule(static) if (par))
     }
 }
 
-void af_geglu_backward(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+void af_geglu_backward(const af_ctx *ctx,
+                       float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
                        int64_t n) {
     int par = n >= AF_OPS_PAR_MIN;
     (void)par;
-OPS_PAR_FOR(schedule(static) if (par))
+    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
     for (int64_t i = 0; i < n; i++) {
         float x = gate[i];
         float t = tanhf(GELU_K0 * (x + GELU_K1 * x * x * x));
@@ -631,3 +623,15 @@ void af_softmax_inplace(float *x, int64_t n) {
     float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
+
+/* ------------------------------------------------------------------------------------------------
+ * The af_ops_rows parts of the dispatch tables (kernels.h)
+ * ---------------------------------------------------------------------------------------------- */
+const af_ops_rows af_ops_rows_scalar = {dsum_sc, dsum3_sc, rms_scale_sc, rms_bwd_row_sc,
+                                        rope_rot_sc, vexp_sc, swiglu_fwd_sc, swiglu_bwd_sc};
+#if AF_VEXP_X86
+const af_ops_rows af_ops_rows_avx2 = {dsum_256, dsum3_256, rms_scale_256, rms_bwd_row_256,
+                                      rope_rot_256, vexp_256, swiglu_fwd_256, swiglu_bwd_256};
+const af_ops_rows af_ops_rows_avx512 = {dsum_512, dsum3_512, rms_scale_512, rms_bwd_row_512,
+                                        rope_rot_512, vexp_512, swiglu_fwd_512, swiglu_bwd_512};
+#endif

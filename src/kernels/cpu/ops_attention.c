@@ -15,15 +15,18 @@
  * SIMD: block primitives (dot of one vector with nb rows; y += Σ c_b·row_b kept in registers; the
  * softmax steps of a block: scale + max, exp + sum, and the backward's p and ds) in scalar C
  * (vectorisable at baseline x86-64), AVX2+FMA and AVX-512 variants; the work
- * items are instantiated once per path (constant P) and chosen by af_kernel_path() per call.
- * Threads: OpenMP over work items (dynamic schedule: causal rows differ in cost) when the call is
- * big enough; results do not depend on the thread count.
+ * items are instantiated once per path (constant P) and exported as the af_att_rows parts of the
+ * dispatch tables (kernels.h), reached as ctx->k->att.
+ * Threads: OpenMP over work items (dynamic schedule: causal rows differ in cost, ctx->n_threads)
+ * when the call is big enough; results do not depend on the thread count.
  */
 #include "kernels/ops.h"
 #include "kernels/cpu/attention_gemm.h"
 
 #include "core/core.h"
 #include "core/threads.h"
+#include "kernels/ctx.h"
+#include "kernels/cpu/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -407,7 +410,7 @@ static inline void key_range(int64_t p, int64_t n_kv, int64_t window, int64_t *l
  * ---------------------------------------------------------------------------------------------- */
 #define ATT_HG 4
 
-typedef struct fwd_args {
+typedef struct af_att_fwd_args {
     float *out, *lse;
     const float *q, *k, *v;
     int64_t n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, hd, window;
@@ -459,7 +462,7 @@ ATT_INLINE void fwd_item(const int P, const fwd_args *a, int64_t it) {
     }
 }
 
-typedef struct bwd_args {
+typedef struct af_att_bwd_args {
     float *dq, *dk, *dv, *D;
     const float *dout, *out, *lse, *q, *k, *v;
     int64_t n_q, q_pos0, n_kv, n_heads, n_kv_heads, hd, window;
@@ -519,20 +522,15 @@ ATT_INLINE void bwd_item_kv(const int P, const bwd_args *a, int64_t it) {
 
 /* The OpenMP loops must sit in the target-specific functions themselves: GCC outlines a parallel
  * region before inlining, and the outlined body inherits its parent's target ISA. */
-#ifdef _OPENMP
-#define ATT_PRAGMA(x) _Pragma(#x)
-#define ATT_PAR_FOR ATT_PRAGMA(omp parallel for schedule(dynamic, 4) if (par))
-#else
-#define ATT_PAR_FOR
-#endif
+#define ATT_PAR_FOR AF_OMP(parallel for schedule(dynamic, 4) num_threads(nth) if (par))
 #define ATT_DEFINE_PATH(SUFFIX, ATTR, P)                                                           \
-    ATTR static void fwd_##SUFFIX(const fwd_args *a, int64_t items, int par) {                     \
-        (void)par;                                                                                 \
+    ATTR static void fwd_##SUFFIX(const fwd_args *a, int64_t items, int par, int nth) {            \
+        (void)par, (void)nth;                                                                      \
         ATT_PAR_FOR                                                                                \
         for (int64_t it = 0; it < items; it++) fwd_item(P, a, it);                                 \
     }                                                                                              \
-    ATTR static void bwd_##SUFFIX(const bwd_args *a, int par) {                                    \
-        (void)par;                                                                                 \
+    ATTR static void bwd_##SUFFIX(const bwd_args *a, int par, int nth) {                           \
+        (void)par, (void)nth;                                                                      \
         int64_t qitems = a->n_q * a->n_heads, kitems = a->n_kv * a->n_kv_heads;                    \
         ATT_PAR_FOR                                                                                \
         for (int64_t it = 0; it < qitems; it++) bwd_item_q(P, a, it);                              \
@@ -540,10 +538,14 @@ ATT_INLINE void bwd_item_kv(const int P, const bwd_args *a, int64_t it) {
         for (int64_t it = 0; it < kitems; it++) bwd_item_kv(P, a, it);                             \
     }
 
+/* The af_att_rows parts of the dispatch tables (kernels.h). */
 ATT_DEFINE_PATH(sc, , 0)
+const af_att_rows af_att_rows_scalar = {fwd_sc, bwd_sc};
 #if ATT_X86
 ATT_DEFINE_PATH(256, __attribute__((target("avx2,fma"))), 1)
 ATT_DEFINE_PATH(512, ATT_T512, 2)
+const af_att_rows af_att_rows_avx2 = {fwd_256, bwd_256};
+const af_att_rows af_att_rows_avx512 = {fwd_512, bwd_512};
 #endif
 
 /* Parallel only when the work (rows × up to 64 keys × head_dim) pays for a parallel region. */
@@ -551,41 +553,30 @@ static int att_par(int64_t items, int64_t n_kv, int64_t hd) {
     return items > 1 && items * (n_kv < 64 ? n_kv : 64) * hd >= 65536;
 }
 
-void af_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+void af_attention_forward(const af_ctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
                           int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t kv_stride, int64_t n_heads,
                           int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window) {
     if (n_q <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
     /* training sequences (lse requested) of >= 192 tokens: blocked products on the packed GEMM
      * (attention_gemm.c; measured slower than the row kernels at 128 tokens, 1.5x faster at 512) */
-    if (lse && n_q >= 192 && af_att_gemm_usable(n_q, q_pos0, n_kv, n_heads, n_kv_heads, head_dim) &&
-        af_att_gemm_forward(out, lse, q, k, v, n_q, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, scale, window))
+    if (lse && n_q >= 192 && af_att_gemm_usable(ctx, n_q, q_pos0, n_kv, n_heads, n_kv_heads, head_dim) &&
+        af_att_gemm_forward(ctx, out, lse, q, k, v, n_q, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, scale, window))
         return;
     int64_t group = n_heads / n_kv_heads, n_sub = (group + ATT_HG - 1) / ATT_HG;
     fwd_args a = {out, lse, q, k, v, n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, window,
                   scale, n_sub};
     int64_t items = n_q * n_kv_heads * n_sub;
     int par = items > 1 && att_par(n_q * n_heads, n_kv, head_dim);
-#if ATT_X86
-    af_kpath path = af_kernel_path();
-    if (path == AF_KPATH_AVX512) {
-        fwd_512(&a, items, par);
-        return;
-    }
-    if (path == AF_KPATH_AVX2) {
-        fwd_256(&a, items, par);
-        return;
-    }
-#endif
-    fwd_sc(&a, items, par);
+    ctx->k->att->fwd(&a, items, par, ctx->n_threads);
 }
 
-void af_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+void af_attention_backward(const af_ctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v, int64_t n_q,
                            int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                            int64_t head_dim, float scale, int64_t window) {
     if (n_q <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
-    if (af_att_gemm_usable(n_q, q_pos0, n_kv, n_heads, n_kv_heads, head_dim) &&
-        af_att_gemm_backward(dq, dk, dv, dout, out, lse, q, k, v, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale,
+    if (af_att_gemm_usable(ctx, n_q, q_pos0, n_kv, n_heads, n_kv_heads, head_dim) &&
+        af_att_gemm_backward(ctx, dq, dk, dv, dout, out, lse, q, k, v, n_q, n_kv, n_heads, n_kv_heads, head_dim, scale,
                              window))
         return;
     bwd_args a = {dq, dk, dv, NULL, dout, out, lse, q, k, v, n_q, q_pos0, n_kv, n_heads, n_kv_heads,
@@ -593,14 +584,6 @@ void af_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
     int par = att_par(n_q * n_heads, n_kv, head_dim);
     /* D = rowsum(dout ⊙ out), saved by pass A for pass B; without memory pass B recomputes it. */
     a.D = malloc((size_t)(n_q * n_heads) * sizeof(float));
-#if ATT_X86
-    af_kpath path = af_kernel_path();
-    if (path == AF_KPATH_AVX512)
-        bwd_512(&a, par);
-    else if (path == AF_KPATH_AVX2)
-        bwd_256(&a, par);
-    else
-#endif
-        bwd_sc(&a, par);
+    ctx->k->att->bwd(&a, par, ctx->n_threads);
     free(a.D);
 }

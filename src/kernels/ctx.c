@@ -1,0 +1,103 @@
+/* ctx.c — af_ctx (afinar.h, kernels/ctx.h): settings resolved and checked once, the kernel table
+ * chosen once. */
+#include "kernels/ctx.h"
+
+#include "core/threads.h"
+#include "kernels/cpu/kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void af_ctx_params_default(af_ctx_params *p) {
+    memset(p, 0, sizeof *p);
+    p->kernel_path = "auto";
+    p->matmul_precision = "f32";
+}
+
+/* Fills *c from p (c zeroed by the caller). */
+static af_status ctx_init(af_ctx *c, const af_ctx_params *p) {
+    af_ctx_params d;
+    if (!p) {
+        af_ctx_params_default(&d);
+        p = &d;
+    }
+    AF_TRY(af_kpath_parse(p->kernel_path, &c->path));
+    c->k = af_kernels_for(c->path);
+    const char *prec = p->matmul_precision ? p->matmul_precision : "f32";
+    if (!strcmp(prec, "bf16")) {
+        if (!c->k->gp_bf16 || !af_cpu()->avx512_bf16) {
+            char buf[200];
+            af_cpu_describe(buf, sizeof buf, c->path);
+            return af_fail(AF_ERR_UNSUPPORTED,
+                           "matmul precision bf16: needs AVX512_BF16 and the avx512 kernel path (this CPU/path: %s)",
+                           buf);
+        }
+        c->bf16 = 1;
+    } else if (strcmp(prec, "f32"))
+        return af_fail(AF_ERR_INVALID_ARG, "matmul precision '%s': expected f32 or bf16", prec);
+#ifdef _OPENMP
+    c->n_threads = p->n_threads > 0 ? p->n_threads : omp_get_max_threads();
+#else
+    c->n_threads = 1;
+#endif
+    c->int8_act = p->int8_activations != 0;
+    c->fused_decode = 1;
+    c->att_gemm = 1;
+    af_cpu_describe(c->desc, sizeof c->desc, c->path);
+    return AF_OK;
+}
+
+af_status af_ctx_new(const af_ctx_params *p, af_ctx **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "af_ctx_new: NULL argument");
+    *out = NULL;
+    af_ctx *c = af_calloc(1, sizeof *c);
+    if (!c) return af_fail(AF_ERR_NOMEM, "out of memory for a context");
+    af_status st = ctx_init(c, p);
+    if (st != AF_OK) {
+        free(c);
+        return st;
+    }
+    *out = c;
+    return AF_OK;
+}
+
+void af_ctx_free(af_ctx *ctx) { free(ctx); }
+
+static af_ctx g_default;
+static int g_default_state; /* 0 none, 1 being built, 2 ready */
+
+const af_ctx *af_ctx_default(void) {
+    if (__atomic_load_n(&g_default_state, __ATOMIC_ACQUIRE) == 2) return &g_default;
+    int expected = 0;
+    if (__atomic_compare_exchange_n(&g_default_state, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (ctx_init(&g_default, NULL) != AF_OK) { /* the defaults cannot fail; keep a scalar table */
+            g_default.k = af_kernels_for(AF_KPATH_SCALAR);
+            g_default.path = AF_KPATH_SCALAR;
+            g_default.n_threads = 1;
+        }
+        __atomic_store_n(&g_default_state, 2, __ATOMIC_RELEASE);
+    } else
+        while (__atomic_load_n(&g_default_state, __ATOMIC_ACQUIRE) != 2) {
+        }
+    return &g_default;
+}
+
+void af_ctx_set_hook(af_ctx *ctx, af_ctx_hook hook, int on) {
+    if (hook == AF_CTX_FUSED_DECODE) ctx->fused_decode = on != 0;
+    else if (hook == AF_CTX_ATT_GEMM) ctx->att_gemm = on != 0;
+}
+
+void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p) {
+    af_ctx_params_default(p);
+    p->n_threads = ctx->n_threads;
+    p->kernel_path = af_kpath_name(ctx->path);
+    p->matmul_precision = af_ctx_matmul_precision(ctx);
+    p->int8_activations = ctx->int8_act;
+}
+
+int af_ctx_n_threads(const af_ctx *ctx) { return ctx->n_threads; }
+const char *af_ctx_kernel_path(const af_ctx *ctx) { return af_kpath_name(ctx->path); }
+const char *af_ctx_matmul_precision(const af_ctx *ctx) { return ctx->bf16 ? "bf16" : "f32"; }
+int af_ctx_int8_activations(const af_ctx *ctx) { return ctx->int8_act; }
+const char *af_ctx_describe(const af_ctx *ctx) { return ctx->desc; }

@@ -1,0 +1,38 @@
+/*
+ * ctx.h — the af_ctx object (public opaque type of afinar.h) as the kernels see it: every
+ * run-time setting of the compute kernels, fixed when the context is created and read at every
+ * call. Kernel entry points take `const af_ctx *ctx` as their first argument.
+ * Implementation: src/kernels/ctx.c.
+ *
+ * Later (issue 20): the device and a worker pool owned by the context go here, beside n_threads;
+ * the kernels reach them through the same pointer.
+ */
+#ifndef AF_KERNELS_CTX_H
+#define AF_KERNELS_CTX_H
+
+#include "afinar.h"
+#include "core/core.h"
+
+struct af_kernels; /* kernels/cpu/kernels.h: the table of ISA variants */
+
+struct af_ctx {
+    int n_threads;                /* >= 1: num_threads of every parallel region */
+    af_kpath path;                /* kernel path of `k` */
+    const struct af_kernels *k;   /* ISA variants of every kernel, chosen at creation */
+    int bf16;                     /* 1: packed-GEMM products with bf16 operands (k has them) */
+    int int8_act;                 /* 1: int8 activations in decode products */
+    /* test and benchmark hooks (af_ctx_set_hook), on by default: */
+    int fused_decode;             /* 0: f32 decode through the dequant + dot fallback */
+    int att_gemm;                 /* 0: attention of training sequences on the row kernels */
+    char desc[256];               /* af_ctx_describe */
+};
+
+/* The process default context (af_model_load with a NULL ctx): auto path, all threads, f32.
+ * Created at first use (thread-safe), never freed. NULL only when it cannot be allocated. */
+const af_ctx *af_ctx_default(void);
+
+/* Tests and benchmarks only: switch a hook of a context that no kernel is using. */
+typedef enum af_ctx_hook { AF_CTX_FUSED_DECODE, AF_CTX_ATT_GEMM } af_ctx_hook;
+void af_ctx_set_hook(af_ctx *ctx, af_ctx_hook hook, int on);
+
+#endif /* AF_KERNELS_CTX_H */
