@@ -37,23 +37,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
-/* The context of the benchmarked calls, replaced (old one freed) by bench_ctx for each setting:
- * kernel path (NULL: auto), threads (0: all), matmul precision (NULL: f32), int8 activations. */
-static af_ctx *g_ctx;
-static af_status bench_ctx(const char *path, int threads, const char *precision, int int8_act) {
-    af_ctx_params p;
-    af_ctx_params_default(&p);
-    p.kernel_path = path;
-    p.n_threads = threads;
-    if (precision) p.matmul_precision = precision;
-    p.int8_activations = int8_act;
-    af_ctx *c = NULL;
-    af_status st = af_ctx_new(&p, &c);
-    if (st != AF_OK) return st;
-    af_ctx_free(g_ctx);
-    g_ctx = c;
-    return AF_OK;
-}
+#include "bench_ctx.h"
 #endif
 
 #define REPS 8
