@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* AF_TF_MIN_ROWS: when af_matmul_set_int8_activations(1) is on, af_matmul_xwt quantizes the
+/* AF_TF_MIN_ROWS: when the context has int8_activations on, af_matmul_xwt quantizes the
  * activations to int8 for very small n (matmul.c decode regime, n <= AF_MM_DECODE_N = 4): not
  * differentiable and not f32-exact. Training products with fewer than AF_TF_MIN_ROWS rows are
  * computed on a zero-padded copy so the training forward is f32-exact for every row count and

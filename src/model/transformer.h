@@ -24,7 +24,7 @@
  * Modes (af_tf_run.mode):
  *   AF_TF_INFER  n tokens at positions n_past.. of ONE sequence; K/V appended to the cache and
  *                attention reads the cache. Frozen products are one af_matmul_xwt call of n rows
- *                (decode n = 1 may use int8 activations when the process enables them).
+ *                (decode n = 1 may use int8 activations when the context enables them).
  *   AF_TF_TRAIN  a packed batch of B samples (positions restart per sample, attention inside a
  *                sample); frozen products are f32-exact for every row count (rows < AF_TF_MIN_ROWS
  *                go through a zero-padded copy) and split into token blocks (block_rows); the
