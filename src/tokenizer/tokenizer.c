@@ -135,7 +135,12 @@ static af_status special_index(af_tokenizer *t) {
 
 static int32_t get_id(const af_gguf *g, const char *key, int32_t def, int32_t n_vocab) {
     int64_t v;
-    if (af_gguf_get_i64_or(g, key, def, &v) != AF_OK) { af_clear_error(); return def; }
+    /* a key of the wrong type counts as absent; the default is range-checked like a stored id (a
+     * vocabulary smaller than the default id has no such token: found by fuzz_gguf_tok) */
+    if (af_gguf_get_i64_or(g, key, def, &v) != AF_OK) {
+        af_clear_error();
+        v = def;
+    }
     return (v >= 0 && v < n_vocab) ? (int32_t)v : -1;
 }
 
