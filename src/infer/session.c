@@ -143,20 +143,11 @@ af_status af_session_load_adapter(af_session *s, const char *dir, float scale) {
     if (info.n_layers > mc->num_hidden_layers)
         st = af_fail(AF_ERR_INVALID_ARG, "%s: the adapter has layer %d but the model only %d layers", dir,
                      info.n_layers - 1, mc->num_hidden_layers);
-    af_lora_config lc = {info.r, info.alpha, 0.0f, info.use_rslora, info.targets, 0};
     int have_lay = 0;
-    if (st == AF_OK) st = af_param_layout_init(&lay, s->m, &lc, 0);
     if (st == AF_OK) {
-        have_lay = 1;
-        af_adapter_restrict_layout(&lay, &info); /* PEFT layers_to_transform */
-        P = af_calloc((size_t)lay.n_total, sizeof(float));
-        if (!P) st = af_fail(AF_ERR_NOMEM, "%s: out of memory (%lld parameters)", dir, (long long)lay.n_total);
-    }
-    if (st == AF_OK) {
-        /* a classification head in the file is not used by generation; q/k rows HF -> GGUF order */
-        af_adapter_load_opts lo = {AF_ADAPTER_IGNORE_HEAD, mc->architecture, mc->num_attention_heads,
-                                   mc->num_key_value_heads, mc->head_dim};
-        st = af_adapter_load(dir, &lay, P, &lo, NULL);
+        /* a classification head in the file is not used by generation */
+        st = af_adapter_load_for_model(dir, &info, s->m, 0.0f, 0, AF_ADAPTER_IGNORE_HEAD, &lay, &P);
+        have_lay = st == AF_OK;
     }
     af_adapter_info_free(&info);
     if (st == AF_OK) st = af_session_set_lora(s, P, &lay, scale * lay.scale); /* drops the old copies */

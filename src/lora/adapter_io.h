@@ -196,4 +196,17 @@ void af_adapter_restrict_layout(af_param_layout *lay, const af_adapter_info *inf
 af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, const af_adapter_load_opts *opts,
                           af_adapter_info *info_out);
 
+/* The adapter in `dir` (whose info, from af_adapter_read_info, is `info`) for `model`, ready to
+ * run: *lay = af_param_layout_init(model, {info r, alpha, `dropout`, use_rslora, targets, seed 0},
+ * num_classes) restricted to PEFT's layers_to_transform (af_adapter_restrict_layout), and *P
+ * [lay->n_total] (af_calloc'ed, caller frees; free *lay with af_param_layout_free) filled by
+ * af_adapter_load with `flags` (AF_ADAPTER_*) and the q/k rows converted HF -> GGUF order for the
+ * model's architecture and head counts. Used by classifiers and by sessions (generation), so an
+ * adapter directory means the same parameters to both. On error *P is NULL and *lay holds
+ * nothing to free. Errors: those of af_param_layout_init and af_adapter_load; AF_ERR_NOMEM (naming
+ * dir and the parameter count). */
+af_status af_adapter_load_for_model(const char *dir, const af_adapter_info *info, const af_model *model,
+                                    float dropout, int32_t num_classes, unsigned flags, af_param_layout *lay,
+                                    float **P);
+
 #endif /* AF_ADAPTER_IO_H */

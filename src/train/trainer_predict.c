@@ -182,17 +182,7 @@ af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af
             }
         }
     }
-    af_lora_config lc = {info.r, info.alpha, info.dropout, info.use_rslora, info.targets, 0};
-    st = af_param_layout_init(&c->lay, model, &lc, c->num_classes);
-    if (st != AF_OK) goto fail;
-    af_adapter_restrict_layout(&c->lay, &info); /* PEFT layers_to_transform */
-    c->P = af_calloc((size_t)c->lay.n_total, sizeof(float));
-    if (!c->P) {
-        st = af_fail(AF_ERR_NOMEM, "classifier: out of memory (%lld parameters)", (long long)c->lay.n_total);
-        goto fail;
-    }
-    af_adapter_load_opts lo = {0, mc->architecture, mc->num_attention_heads, mc->num_key_value_heads, mc->head_dim};
-    st = af_adapter_load(adapter_dir, &c->lay, c->P, &lo, NULL); /* q/k rows HF -> GGUF order */
+    st = af_adapter_load_for_model(adapter_dir, &info, model, info.dropout, c->num_classes, 0, &c->lay, &c->P);
     if (st != AF_OK) goto fail;
     st = af_engine_new(c->ctx, model, &c->lay, &c->eng);
     if (st != AF_OK) goto fail;
