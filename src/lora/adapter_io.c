@@ -724,28 +724,3 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     else af_adapter_info_free(&info);
     return st;
 }
-
-af_status af_adapter_load_for_model(const char *dir, const af_adapter_info *info, const af_model *model,
-                                    float dropout, int32_t num_classes, unsigned flags, af_param_layout *lay,
-                                    float **P) {
-    *P = NULL;
-    const af_model_config *mc = af_model_get_config(model);
-    af_lora_config lc = {info->r, info->alpha, dropout, info->use_rslora, info->targets, 0};
-    AF_TRY(af_param_layout_init(lay, model, &lc, num_classes));
-    af_adapter_restrict_layout(lay, info); /* PEFT layers_to_transform */
-    float *p = af_calloc((size_t)lay->n_total, sizeof(float));
-    af_status st = p ? AF_OK
-                     : af_fail(AF_ERR_NOMEM, "%s: out of memory (%lld parameters)", dir, (long long)lay->n_total);
-    if (st == AF_OK) {
-        af_adapter_load_opts lo = {flags, mc->architecture, mc->num_attention_heads, mc->num_key_value_heads,
-                                   mc->head_dim};
-        st = af_adapter_load(dir, lay, p, &lo, NULL); /* q/k rows HF -> GGUF order */
-    }
-    if (st != AF_OK) {
-        free(p);
-        af_param_layout_free(lay);
-        return st;
-    }
-    *P = p;
-    return AF_OK;
-}
