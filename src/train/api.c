@@ -371,7 +371,7 @@ static af_status accumulate(af_lora_trainer *tr, const char *fn, const int32_t *
             if (!(targets[i] >= 0 && targets[i] <= 1))
                 return af_fail(AF_ERR_INVALID_ARG, "%s: target %g of sample %lld, class %lld is outside [0, 1]", fn,
                                (double)targets[i], (long long)(i / C), (long long)(i % C));
-    const af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], labels, labels ? NULL : targets};
+    const af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], labels, labels ? NULL : targets, NULL};
     af_status st = af_lora_trainer_accumulate_batch(tr, &b, grad_scale, (uint64_t)tr->n_micro, loss, logits);
     return st == AF_OK ? AF_OK : refail(st, fn);
 }
@@ -454,7 +454,7 @@ af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, co
     static const char *fn = "af_lora_trainer_forward";
     AF_TRY(check_call(tr, fn, tokens, seq_start, n_samples));
     if (!logits) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL logits", fn);
-    af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], NULL, NULL};
+    af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], NULL, NULL, NULL};
     af_step_opts so = {(af_pooling)tr->o.pooling, NULL, 0, 0, 0};
     af_status st = af_engine_forward(tr->eng, tr->P, &b, &so, logits);
     return st == AF_OK ? AF_OK : refail(st, fn);

@@ -28,6 +28,7 @@ void af_dataset_free(af_dataset *ds) {
     free(ds->labels);
     free(ds->multi_hot);
     free(ds->line_no);
+    free(ds->target_mask);
     free(ds->path);
     if (ds->label_names)
         for (int32_t c = 0; c < ds->num_classes; c++) free(ds->label_names[c]);
@@ -187,7 +188,8 @@ af_status af_dataset_subset(const af_dataset *ds, const int32_t *idx, int32_t m,
     af_status st = AF_OK;
     if (!s || !(s->tokens = malloc((size_t)total * sizeof *s->tokens)) ||
         (ds->line_no && !(s->line_no = malloc((size_t)m * sizeof *s->line_no))) ||
-        (ds->path && !(s->path = dup_cstr(ds->path))) || copy_names(s, ds->label_names) != AF_OK)
+        (ds->path && !(s->path = dup_cstr(ds->path))) || copy_names(s, ds->label_names) != AF_OK ||
+        (ds->target_mask && !(s->target_mask = malloc((size_t)(total ? total : 1)))))
         st = AF_ERR_NOMEM;
     if (st != AF_OK) {
         af_dataset_free(s);
@@ -199,11 +201,12 @@ af_status af_dataset_subset(const af_dataset *ds, const int32_t *idx, int32_t m,
         int32_t i = idx[k], len = af_dataset_len(ds, i);
         s->tok_off[k + 1] = s->tok_off[k] + len;
         memcpy(s->tokens + s->tok_off[k], ds->tokens + ds->tok_off[i], (size_t)len * sizeof(int32_t));
+        if (ds->target_mask) memcpy(s->target_mask + s->tok_off[k], ds->target_mask + ds->tok_off[i], (size_t)len);
         s->orig_len[k] = ds->orig_len[i];
         if (s->line_no) s->line_no[k] = ds->line_no[i];
         if (ds->multi_label)
             memcpy(s->multi_hot + (size_t)k * C, ds->multi_hot + (size_t)i * C, C);
-        else
+        else if (ds->labels)
             s->labels[k] = ds->labels[i];
     }
     *out = s;
@@ -471,11 +474,13 @@ struct af_batcher {
     int64_t cap_tok;
     int32_t *seq_start, *labels, *index, cap_b;
     float *multi_hot;
+    int32_t *targets; /* [cap_tok] causal-LM targets */
 };
 
 void af_batcher_free(af_batcher *b) {
     if (!b) return;
     free(b->order), free(b->tokens), free(b->seq_start), free(b->labels), free(b->index), free(b->multi_hot);
+    free(b->targets);
     free(b);
 }
 
@@ -543,6 +548,11 @@ af_status af_batcher_pack(af_batcher *b, const int32_t *idx, int32_t m, af_packe
         int32_t *t = af_realloc_array(b->tokens, (size_t)ntok, sizeof *t);
         if (!t) return af_fail(AF_ERR_NOMEM, "batcher: out of memory");
         b->tokens = t;
+        if (ds->target_mask) {
+            int32_t *g = af_realloc_array(b->targets, (size_t)ntok, sizeof *g);
+            if (!g) return af_fail(AF_ERR_NOMEM, "batcher: out of memory");
+            b->targets = g;
+        }
         b->cap_tok = ntok;
     }
     int32_t at = 0;
@@ -550,19 +560,25 @@ af_status af_batcher_pack(af_batcher *b, const int32_t *idx, int32_t m, af_packe
     for (int32_t k = 0; k < m; k++) {
         int32_t i = idx[k], len = af_dataset_len(ds, i);
         memcpy(b->tokens + at, ds->tokens + ds->tok_off[i], (size_t)len * sizeof(int32_t));
+        if (ds->target_mask) {
+            const int32_t *tk = ds->tokens + ds->tok_off[i];
+            const uint8_t *tm = ds->target_mask + ds->tok_off[i];
+            for (int32_t j = 0; j < len; j++) b->targets[at + j] = j + 1 < len && tm[j + 1] ? tk[j + 1] : -1;
+        }
         at += len;
         b->seq_start[k + 1] = at;
         b->index[k] = i;
         if (ds->multi_label)
             for (size_t c = 0; c < C; c++) b->multi_hot[(size_t)k * C + c] = ds->multi_hot[(size_t)i * C + c];
-        else
+        else if (ds->labels)
             b->labels[k] = ds->labels[i];
     }
     pb->tokens = b->tokens;
     pb->seq_start = b->seq_start;
     pb->n_samples = m;
     pb->n_tok = at;
-    pb->labels = ds->multi_label ? NULL : b->labels;
+    pb->labels = ds->multi_label || !ds->labels ? NULL : b->labels;
+    pb->targets = ds->target_mask ? b->targets : NULL;
     pb->multi_hot = ds->multi_label ? b->multi_hot : NULL;
     pb->index = b->index;
     return AF_OK;

@@ -35,6 +35,10 @@ struct af_dataset {
     int32_t *line_no;         /* [n] source line (1-based), or NULL when built from arrays */
     char *path;               /* source file name (owned) or NULL */
     char **label_names;       /* [num_classes] owned copies, or NULL */
+    /* causal-LM (SFT) data sets (num_classes 0, labels and multi_hot NULL): */
+    uint8_t *target_mask;     /* [tok_off[n]] 1 where the token is a loss target, i.e. predicted from the
+                                 token before it in the same sample (the first token of a sample is
+                                 never a target); NULL for classification */
 };
 
 /* af_dataset_build, af_dataset_size, af_dataset_free: include/afinar.h ("Data sets"). */
@@ -122,7 +126,7 @@ af_status af_dataset_split_stratified(const af_dataset *ds, double val_frac, uin
 
 /* ---- packed batches ---- */
 /* One packed batch; field for field what engine.h's af_batch wants:
- *   af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot};
+ *   af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot, pb.targets};
  * All pointers are borrowed from the batcher and valid until its next call. */
 typedef struct af_packed_batch {
     const int32_t *tokens;    /* [n_tok] */
@@ -132,6 +136,9 @@ typedef struct af_packed_batch {
     const int32_t *labels;    /* [n_samples] (single-label) or NULL */
     const float *multi_hot;   /* [n_samples, num_classes] (multi-label) or NULL */
     const int32_t *index;     /* [n_samples] data-set index of each sample */
+    const int32_t *targets;   /* causal-LM: [n_tok] target of each position: tokens[i + 1] when token
+                                 i + 1 is in the same sample and has target_mask 1, else -1; NULL for
+                                 classification */
 } af_packed_batch;
 
 typedef struct af_batcher af_batcher;

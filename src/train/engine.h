@@ -42,6 +42,8 @@ typedef struct af_batch {
     int64_t n_tok;
     const int32_t *labels;    /* [n_samples] single-label, or NULL when multi_hot is used */
     const float *multi_hot;   /* [n_samples, num_classes] multi-label targets, or NULL */
+    const int32_t *targets;   /* causal-LM: [n_tok] next-token target of each position, -1 = no loss
+                                 (data.h af_packed_batch.targets); NULL for classification */
 } af_batch;
 
 typedef struct af_step_opts {

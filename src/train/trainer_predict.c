@@ -31,7 +31,7 @@ af_status af_eval_probs(af_engine *e, const float *P, const af_param_layout *lay
     af_packed_batch pb;
     int r;
     while ((r = af_batcher_next(bt, &pb)) == 1) {
-        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL};
+        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, NULL};
         st = af_engine_forward(e, P, &b, &so, logits);
         if (st != AF_OK) break;
         float *out = probs + (size_t)done * (size_t)C;

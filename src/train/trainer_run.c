@@ -106,7 +106,7 @@ static af_status train_step(loop *L, int *finite, double *loss, double *acc, dou
         const int32_t m = (int32_t)(ds->n - i0 < B ? ds->n - i0 : B);
         af_packed_batch pb;
         AF_TRY(af_batcher_pack(L->bt, L->perm + i0, m, &pb));
-        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot};
+        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot, pb.targets};
         double l = 0;
         AF_TRY(af_lora_trainer_accumulate_batch(L->lt, &b, (float)((double)m / (double)n_step), (uint64_t)j, &l,
                                                 L->logits));
