@@ -5,12 +5,12 @@
 #   make sanitize     the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-san/)
 #   make install PREFIX=/usr/local   header, libs, afinar.pc, CLI
 #   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
-# Options: OPENMP=0 disables OpenMP; DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder.
+# Options: DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder. Threads: the library's own
+# worker pool (src/core/pool.c, POSIX threads); OpenMP is not used.
 
 CC      ?= cc
 PREFIX  ?= /usr/local
 BUILD   ?= build
-OPENMP  ?= 1
 DEBUG   ?= 0
 
 PKGS       := libpcre2-8 libcjson
@@ -37,19 +37,11 @@ VERSION  := $(call VERSION_PART,MAJOR).$(call VERSION_PART,MINOR).$(call VERSION
 SOMAJOR  := $(call VERSION_PART,MAJOR)
 SONAME   := libafinar.so.$(SOMAJOR)
 SOFILE   := libafinar.so.$(VERSION)
-# Test programs run at the same time by `make test` (each is one process; OpenMP threads inside).
+# Test programs run at the same time by `make test` (each is one process; pool threads inside).
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 
-# Probe OpenMP: reported, not assumed.
-HAVE_OMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo 1 || echo 0)
-ifeq ($(OPENMP),1)
-ifeq ($(HAVE_OMP),1)
-OMPFLAGS := -fopenmp
-endif
-endif
-
-CFLAGS  := $(CFLAGS_BASE) $(OMPFLAGS) $(EXTRA_CFLAGS)
-LDLIBS  := $(PKG_LIBS) $(OMPFLAGS) -lm -lpthread $(EXTRA_LDFLAGS)
+CFLAGS  := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
+LDLIBS  := $(PKG_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
 
 LIB_SRC  := $(sort $(shell find src -name '*.c'))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -68,8 +60,7 @@ TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out 
 all: probe lib cli
 
 probe:
-	@printf 'afinar build: C compiler %s; OpenMP %s; PCRE2 %s; cJSON %s\n' "$$($(CC) -dumpversion)" \
-	  "$$( [ '$(OMPFLAGS)' ] && echo '✓' || echo '✗')" \
+	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s\n' "$$($(CC) -dumpversion)" \
 	  "$$(pkg-config --exists libpcre2-8 && echo '✓' || echo '✗ (apt-get install libpcre2-dev)')" \
 	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')"
 
@@ -121,7 +112,7 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 sanitize:
 	AF_TEST_SANITIZE=1 ASAN_OPTIONS="detect_leaks=1$${ASAN_OPTIONS:+:$$ASAN_OPTIONS}" \
 	  UBSAN_OPTIONS="print_stacktrace=1$${UBSAN_OPTIONS:+:$$UBSAN_OPTIONS}" \
-	  $(MAKE) BUILD=build-san OPENMP=0 EXTRA_CFLAGS="$(SAN_FLAGS) -O1" EXTRA_LDFLAGS="$(SAN_FLAGS)" test
+	  $(MAKE) BUILD=build-san EXTRA_CFLAGS="$(SAN_FLAGS) -O1" EXTRA_LDFLAGS="$(SAN_FLAGS)" test
 
 install: lib cli
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
@@ -132,7 +123,7 @@ install: lib cli
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libafinar.so
 	install -m 755 $(BUILD)/afinar $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	  -e 's|@LIBS@|$(PKG_LIBS) $(OMPFLAGS) -lm -lpthread|g' afinar.pc.in \
+	  -e 's|@LIBS@|$(PKG_LIBS) -lm -lpthread|g' afinar.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/afinar.pc
 
 # libFuzzer targets (clang): make fuzz [FUZZ_SECONDS=60]; defined in tests/fuzz/fuzz.mk

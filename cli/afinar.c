@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 void cli_error(const char *cmd, const char *fmt, ...) {
     fprintf(stderr, "afinar %s: ", cmd);
@@ -19,16 +18,24 @@ void cli_error(const char *cmd, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
-int cli_make_ctx(const char *cmd, long threads, const char *kernel, int bf16, int int8_act, af_ctx **out) {
+int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel, int bf16, int int8_act, af_ctx **out) {
     af_ctx_params p;
     af_ctx_params_default(&p);
     p.n_threads = (int)threads;
+    if (poll_us >= 0) p.poll_us = (int)poll_us;
     p.kernel_path = kernel;
     p.int8_activations = int8_act;
     char bf16_msg[512] = "";
     if (bf16) {
         p.matmul_precision = "bf16";
-        if (af_ctx_new(&p, out) == AF_OK) return 1;
+        if (af_ctx_new(&p, out) == AF_OK) {
+            double f32 = 0, bf = 0; /* bf16 where it is slower: say so with the figures */
+            if (af_ctx_measure_precision(*out, &f32, &bf) == AF_OK && bf > 0 && bf < f32)
+                fprintf(stderr, "afinar %s: warning: --bf16: bf16 products are slower than f32 on this CPU (measured "
+                                "%.0f vs %.0f GFLOP/s, %d threads); using bf16 as asked, drop --bf16 to go faster\n",
+                        cmd, bf, f32, af_ctx_n_threads(*out));
+            return 1;
+        }
         snprintf(bf16_msg, sizeof bf16_msg, "%s", af_last_error());
         p.matmul_precision = "f32";
     }
@@ -94,20 +101,7 @@ static void usage(FILE *fp) {
             af_version());
 }
 
-/* OpenMP's default wait policy lets idle threads spin at barriers for a while; when the machine
- * has other work (or as many threads as cores), the spinning threads take cycles from the ones
- * doing work (measured: 2 threads slower than 1 on a loaded 2-core machine). libgomp reads
- * OMP_WAIT_POLICY once, before main, so when the user has not set it we set "passive" and
- * re-execute ourselves once. AFINAR_NO_REEXEC=1 (or any OMP_WAIT_POLICY) turns this off. */
-static void prefer_passive_wait(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("AFINAR_NO_REEXEC")) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with the policy already in effect */
-}
-
 int main(int argc, char **argv) {
-    prefer_passive_wait(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

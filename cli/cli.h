@@ -8,11 +8,12 @@
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Report a failed library call: "afinar <cmd>: <af_last_error()>" and return the exit code 1. */
 int cli_fail(const char *cmd, af_status st);
-/* The command's context from its flags: -t/--threads (0: all cores), --kernel (NULL: auto), --bf16
+/* The command's context from its flags: -t/--threads (0: all cores), --poll (< 0: the default
+ * spin window of af_ctx_params), --kernel (NULL: auto), --bf16
  * (where the CPU cannot: a warning on stderr and f32, the command goes on), --int8-act.
  * Errors (unknown or unsupported --kernel) are printed; returns 0 then, else 1 with *out set
  * (caller frees with af_ctx_free after the models loaded with it). */
-int cli_make_ctx(const char *cmd, long threads, const char *kernel, int bf16, int int8_act, af_ctx **out);
+int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel, int bf16, int int8_act, af_ctx **out);
 /* Parse numbers strictly (whole string); on failure print a message naming the flag and return 0. */
 int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);

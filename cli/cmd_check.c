@@ -23,6 +23,18 @@ int cmd_check(int argc, char **argv) {
             n_err += d->items[i].severity == AF_DIAG_ERROR;
             n_warn += d->items[i].severity == AF_DIAG_WARN;
         }
+        af_ctx *ctx = NULL; /* which precision of the large products is faster on this CPU */
+        double f32 = 0, bf16 = 0;
+        if (cli_make_ctx(C, o->threads, o->poll_us, NULL, 0, 0, &ctx) &&
+            af_ctx_measure_precision(ctx, &f32, &bf16) == AF_OK) {
+            if (bf16 > 0)
+                printf("\nprecision: f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s on this CPU (%d threads) -> %s\n", f32, bf16,
+                       af_ctx_n_threads(ctx), bf16 > f32 ? "bf16 is faster (--bf16)" : "f32 is faster (no --bf16)");
+            else
+                printf("\nprecision: f32 %.0f GFLOP/s on this CPU (%d threads); bf16 products not available here "
+                       "(needs AVX512_BF16) -> f32\n", f32, af_ctx_n_threads(ctx));
+        }
+        af_ctx_free(ctx);
         rc = af_trainer_has_errors(t) ? 1 : 0;
         printf("\ncheck: %s (%d errors, %d warnings)\n", rc ? "NOT ready to train" : "ready to train", n_err, n_warn);
     }

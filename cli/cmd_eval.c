@@ -18,22 +18,25 @@ static void help(void) {
            "      --batch N          samples per forward batch (default 16)\n"
            "      --json FILE        also write the metrics as JSON\n"
            "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
-           "  -t, --threads N        compute threads (default: all cores)\n");
+           "  -t, --threads N        compute threads (default: all cores)\n"
+           "      --poll US          microseconds threads spin between operations before sleeping\n"
+           "                         (default 1000; 0 = sleep at once)\n");
 }
 
 int cmd_eval(int argc, char **argv) {
     const char *C = "eval";
     const char *model_path = NULL, *adapter = NULL, *data = NULL, *json_out = NULL, *text_field = NULL,
                *label_field = NULL;
-    long batch = 16, threads = 0;
-    enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_BF16 };
+    long batch = 16, threads = 0, poll = -1;
+    enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_BF16, O_POLL };
     int bf16 = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"adapter", required_argument, 0, 'a'},
         {"data", required_argument, 0, O_DATA},      {"json", required_argument, 0, O_JSON},
         {"batch", required_argument, 0, O_BATCH},    {"text-field", required_argument, 0, O_TEXT},
         {"label-field", required_argument, 0, O_LABEL}, {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'}, {"bf16", no_argument, 0, O_BF16},               {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'}, {"bf16", no_argument, 0, O_BF16},
+        {"poll", required_argument, 0, O_POLL},         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
@@ -47,6 +50,7 @@ int cmd_eval(int argc, char **argv) {
         case O_LABEL: label_field = optarg; break;
         case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &batch)) return 2; break;
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
+        case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
         case O_BF16: bf16 = 1; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
@@ -67,7 +71,7 @@ int cmd_eval(int argc, char **argv) {
     af_status st = json_out ? af_check_writable(json_out) : AF_OK;
     if (st != AF_OK) return cli_fail(C, st);
     af_ctx *ctx = NULL;
-    if (!cli_make_ctx(C, threads, NULL, bf16, 0, &ctx)) return 2;
+    if (!cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx)) return 2;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
     af_dataset *ds = NULL;

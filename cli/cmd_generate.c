@@ -39,6 +39,8 @@ static void help(void) {
            "      --ignore-eos     do not stop at end-of-generation tokens\n"
            "  -c, --ctx N          context size (default: prompt + n-predict)\n"
            "  -t, --threads N      compute threads (default: all cores)\n"
+           "      --poll US        microseconds threads spin between operations before sleeping\n"
+           "                       (default 1000; 0 = sleep at once)\n"
            "      --kernel PATH    auto | scalar | avx2 | avx512 (default auto)\n"
            "      --int8-act       int8 activations in decode (llama.cpp-style; faster, not exact)\n"
            "      --timings        print prompt and decode speed on stderr at the end\n"
@@ -51,10 +53,10 @@ int cmd_generate(int argc, char **argv) {
     double lora_scale = 1.0;
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *kernel = NULL;
     int int8_act = 0;
-    long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42;
+    long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42, poll = -1;
     double temp = 0.8, top_p = 0.95;
     int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},    {"n-predict", required_argument, 0, 'n'},
@@ -64,7 +66,7 @@ int cmd_generate(int argc, char **argv) {
         {"chat", no_argument, 0, O_CHAT},       {"system", required_argument, 0, O_SYSTEM},
         {"timings", no_argument, 0, O_TIMINGS}, {"kernel", required_argument, 0, O_KERNEL},
         {"echo", no_argument, 0, O_ECHO},       {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
-        {"int8-act", no_argument, 0, O_INT8},
+        {"int8-act", no_argument, 0, O_INT8},    {"poll", required_argument, 0, O_POLL},
         {"adapter", required_argument, 0, 'a'}, {"lora-scale", required_argument, 0, O_LORA_SCALE},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     optind = 1;
@@ -80,6 +82,7 @@ int cmd_generate(int argc, char **argv) {
         case 'n': if (!cli_parse_int(C, "--n-predict", optarg, 1, 1 << 20, &n_predict)) return 2; break;
         case 'c': if (!cli_parse_int(C, "--ctx", optarg, 1, 1 << 20, &n_ctx)) return 2; break;
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
+        case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
         case O_TEMP: if (!cli_parse_float(C, "--temp", optarg, 0, 100, &temp)) return 2; break;
         case O_TOPK: if (!cli_parse_int(C, "--top-k", optarg, 0, 1 << 30, &top_k)) return 2; break;
         case O_TOPP: if (!cli_parse_float(C, "--top-p", optarg, 0, 1, &top_p)) return 2; break;
@@ -113,7 +116,7 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     af_ctx *ctx = NULL;
-    if (!cli_make_ctx(C, threads, kernel, 0, int8_act, &ctx)) return 2;
+    if (!cli_make_ctx(C, threads, poll, kernel, 0, int8_act, &ctx)) return 2;
 
     char *file_text = NULL;
     if (prompt_file) {

@@ -23,6 +23,8 @@ static void help(void) {
            "      --batch N          samples per forward batch (default 16)\n"
            "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
            "  -t, --threads N        compute threads (default: all cores)\n"
+           "      --poll US          microseconds threads spin between operations before sleeping\n"
+           "                         (default 1000; 0 = sleep at once)\n"
            "Output: one JSON line per input on stdout: {\"label\", \"label_id\", \"probs\"} (multi-label:\n"
            "{\"labels\", \"label_ids\", \"probs\"}).\n");
 }
@@ -89,15 +91,16 @@ static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t ba
 int cmd_predict(int argc, char **argv) {
     const char *C = "predict";
     const char *model_path = NULL, *adapter = NULL, *input = NULL, *text_field = NULL;
-    long batch = 16, threads = 0;
+    long batch = 16, threads = 0, poll = -1;
     double thr = 0.5;
-    enum { O_TEXT = 1000, O_THR, O_BATCH, O_BF16 };
+    enum { O_TEXT = 1000, O_THR, O_BATCH, O_BF16, O_POLL };
     int bf16 = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"adapter", required_argument, 0, 'a'},
         {"input", required_argument, 0, 'i'},     {"text-field", required_argument, 0, O_TEXT},
         {"threshold", required_argument, 0, O_THR}, {"batch", required_argument, 0, O_BATCH},
         {"threads", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'}, {"bf16", no_argument, 0, O_BF16},
+        {"poll", required_argument, 0, O_POLL},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -111,6 +114,7 @@ int cmd_predict(int argc, char **argv) {
         case O_THR: if (!cli_parse_float(C, "--threshold", optarg, 1e-6, 1 - 1e-6, &thr)) return 2; break;
         case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &batch)) return 2; break;
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
+        case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
         case O_BF16: bf16 = 1; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
@@ -126,7 +130,7 @@ int cmd_predict(int argc, char **argv) {
         return 2;
     }
     af_ctx *ctx = NULL;
-    if (!cli_make_ctx(C, threads, NULL, bf16, 0, &ctx)) return 2;
+    if (!cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx)) return 2;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
     af_status st = af_classifier_load(ctx, model_path, NULL, adapter, &c);

@@ -64,8 +64,9 @@ const char *af_version(void);
 typedef struct af_ctx af_ctx;
 
 typedef struct af_ctx_params {
-    /* Compute threads. <= 0: all available (OpenMP's default: OMP_NUM_THREADS, else the cores).
-     * Without OpenMP compiled in, always 1. */
+    /* Compute threads (the calling thread and n_threads - 1 workers of the context's pool, started
+     * at the first parallel operation and joined by af_ctx_free). <= 0: one per CPU this process
+     * may run on (sched_getaffinity). */
     int n_threads;
     /* Kernel path: NULL or "auto" (best the CPU runs), "scalar", "avx2", "avx512". */
     const char *kernel_path;
@@ -83,9 +84,17 @@ typedef struct af_ctx_params {
      * faster, but logits move by up to ~0.5 on SmolLM2 compared with exact f32 (greedy text can
      * then differ from the reference stack). 0 (default): exact f32 decode. */
     int int8_activations;
+    /* Waiting policy of the pool's workers: microseconds a worker keeps spinning (CPU pause hint)
+     * after an operation, waiting for the next, before it sleeps in the kernel. While spinning,
+     * dispatching the next operation costs no system call and no wake-up (the decode of one token
+     * runs hundreds of operations); once asleep, an idle process uses no CPU. 0: sleep at once
+     * (lowest CPU use, slowest dispatch); < 0: the default, 1000 (1 ms). Results do not depend
+     * on it. */
+    int poll_us;
 } af_ctx_params;
 
-/* Defaults: n_threads 0 (all), kernel_path "auto", matmul_precision "f32", int8_activations 0. */
+/* Defaults: n_threads 0 (all), kernel_path "auto", matmul_precision "f32", int8_activations 0,
+ * poll_us 1000. */
 void af_ctx_params_default(af_ctx_params *p);
 
 /* New context from `p` (NULL: defaults). `*out`: caller frees with af_ctx_free() after every
@@ -108,6 +117,17 @@ const char *af_ctx_kernel_path(const af_ctx *ctx);
 /* "f32" or "bf16". Static string. */
 const char *af_ctx_matmul_precision(const af_ctx *ctx);
 int af_ctx_int8_activations(const af_ctx *ctx);
+/* The pool's spin window in microseconds (af_ctx_params.poll_us, resolved). */
+int af_ctx_poll_us(const af_ctx *ctx);
+
+/* Measures the throughput of the large matrix products (the packed GEMM of training steps and
+ * prompts: a 256 x 576 · (1536 x 576)ᵀ product, the shape of a SmolLM2-135M MLP projection,
+ * best of 5 after one warm-up) in f32 and in bf16 on this CPU with ctx's threads and kernel path,
+ * in GFLOP/s (2·m·n·k / seconds); takes ~0.1 s. *bf16_gflops is 0 where bf16 products are not
+ * available (no AVX512_BF16, or a kernel path other than avx512). Use: tell a user whether
+ * --bf16 pays here (issue 20: VDPBF16PS ran at 0.46x the f32 FMA rate on an Intel Xeon, while on
+ * AMD Zen 4/5 bf16 is faster). Errors: AF_ERR_INVALID_ARG (NULL), AF_ERR_NOMEM. */
+af_status af_ctx_measure_precision(const af_ctx *ctx, double *f32_gflops, double *bf16_gflops);
 
 /* Human-readable summary of the CPU features detected at run time and the kernel path of `ctx`,
  * e.g. "avx512f avx512bw avx512_bf16 avx2 fma -> avx512". Borrowed: valid while ctx lives. */
@@ -664,6 +684,8 @@ typedef struct af_trainer_opts {
                                     given, else the defaults. The trainer derives its own from it with
                                     `threads` and `bf16` applied. */
     int threads;                 /* 0: the base context's */
+    int poll_us;                 /* < 0 (default -1): the base context's; >= 0: af_ctx_params.poll_us of the
+                                    run's context (microseconds the pool's threads spin between operations) */
     double memory_limit_mb;      /* 0: the machine's RAM, or the cgroup limit (memory.max) when lower; N: refuse
                                     to start when the estimated peak exceeds N MiB */
     int bf16;                    /* 1: the run's context gets matmul_precision "bf16" (falls back to f32 with a

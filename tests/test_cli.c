@@ -220,8 +220,6 @@ static run_result run_argv(const char *in, long fsize, char **args) {
             lim.rlim_cur = (rlim_t)fsize;
             setrlimit(RLIMIT_FSIZE, &lim);
         }
-        setenv("OMP_NUM_THREADS", "1", 1);
-        setenv("AFINAR_NO_REEXEC", "1", 1);
         execv(args[0], args);
         _exit(127);
     }

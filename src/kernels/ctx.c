@@ -2,17 +2,19 @@
  * chosen once. */
 #include "kernels/ctx.h"
 
-#include "core/threads.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/matmul.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void af_ctx_params_default(af_ctx_params *p) {
     memset(p, 0, sizeof *p);
     p->kernel_path = "auto";
     p->matmul_precision = "f32";
+    p->poll_us = AF_THREADPOOL_POLL_US;
 }
 
 /* Fills *c from p (c zeroed by the caller). */
@@ -36,11 +38,8 @@ static af_status ctx_init(af_ctx *c, const af_ctx_params *p) {
         c->bf16 = 1;
     } else if (strcmp(prec, "f32"))
         return af_fail(AF_ERR_INVALID_ARG, "matmul precision '%s': expected f32 or bf16", prec);
-#ifdef _OPENMP
-    c->n_threads = p->n_threads > 0 ? p->n_threads : omp_get_max_threads();
-#else
-    c->n_threads = 1;
-#endif
+    c->n_threads = p->n_threads > 0 ? p->n_threads : af_cpu_count();
+    AF_TRY(af_threadpool_new(c->n_threads, p->poll_us, af_kernels_thread_release, &c->pool));
     c->int8_act = p->int8_activations != 0;
     c->fused_decode = 1;
     c->att_gemm = 1;
@@ -62,7 +61,11 @@ af_status af_ctx_new(const af_ctx_params *p, af_ctx **out) {
     return AF_OK;
 }
 
-void af_ctx_free(af_ctx *ctx) { free(ctx); }
+void af_ctx_free(af_ctx *ctx) {
+    if (!ctx) return;
+    af_threadpool_free(ctx->pool);
+    free(ctx);
+}
 
 static af_ctx g_default;
 static int g_default_state; /* 0 none, 1 being built, 2 ready */
@@ -94,10 +97,50 @@ void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p) {
     p->kernel_path = af_kpath_name(ctx->path);
     p->matmul_precision = af_ctx_matmul_precision(ctx);
     p->int8_activations = ctx->int8_act;
+    p->poll_us = af_threadpool_poll_us(ctx->pool);
 }
 
 int af_ctx_n_threads(const af_ctx *ctx) { return ctx->n_threads; }
 const char *af_ctx_kernel_path(const af_ctx *ctx) { return af_kpath_name(ctx->path); }
 const char *af_ctx_matmul_precision(const af_ctx *ctx) { return ctx->bf16 ? "bf16" : "f32"; }
 int af_ctx_int8_activations(const af_ctx *ctx) { return ctx->int8_act; }
+int af_ctx_poll_us(const af_ctx *ctx) { return af_threadpool_poll_us(ctx->pool); }
 const char *af_ctx_describe(const af_ctx *ctx) { return ctx->desc; }
+
+/* GFLOP/s of c = a · bᵀ on ctx (best of 5 after a warm-up). */
+static double gemm_rate(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k) {
+    double best = 0.0;
+    for (int rep = 0; rep < 6; rep++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        af_gemm_abt(ctx, c, a, b, m, n, k, 0);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        double r = s > 0 ? 2.0 * (double)m * (double)n * (double)k / s * 1e-9 : 0.0;
+        if (rep > 0 && r > best) best = r;
+    }
+    return best;
+}
+
+af_status af_ctx_measure_precision(const af_ctx *ctx, double *f32_gflops, double *bf16_gflops) {
+    if (!ctx || !f32_gflops || !bf16_gflops) return af_fail(AF_ERR_INVALID_ARG, "af_ctx_measure_precision: NULL argument");
+    const int64_t m = 256, n = 1536, k = 576;
+    float *a = malloc((size_t)(m * k + n * k + m * n) * sizeof(float));
+    if (!a) return af_fail(AF_ERR_NOMEM, "out of memory for the precision measurement");
+    float *b = a + m * k, *c = b + n * k;
+    uint32_t s = 12345u; /* operands in [-1, 1): any values do, the timing does not depend on them */
+    for (int64_t i = 0; i < m * k + n * k; i++) {
+        s = s * 1664525u + 1013904223u;
+        a[i] = (float)(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+    af_ctx v = *ctx; /* the same pool and table, precision switched (not freed: it owns nothing) */
+    v.bf16 = 0;
+    *f32_gflops = gemm_rate(&v, c, a, b, m, n, k);
+    *bf16_gflops = 0.0;
+    if (ctx->k->gp_bf16 && af_cpu()->avx512_bf16) {
+        v.bf16 = 1;
+        *bf16_gflops = gemm_rate(&v, c, a, b, m, n, k);
+    }
+    free(a);
+    return AF_OK;
+}

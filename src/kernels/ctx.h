@@ -4,19 +4,21 @@
  * call. Kernel entry points take `const af_ctx *ctx` as their first argument.
  * Implementation: src/kernels/ctx.c.
  *
- * Later (issue 20): the device and a worker pool owned by the context go here, beside n_threads;
- * the kernels reach them through the same pointer.
+ * The context owns the worker pool (core/threadpool.h) that every parallel loop of the compute path runs
+ * on: kernels call af_threadpool_run(ctx->pool, nth, ...) with nth = ctx->n_threads or 1 (small ops).
  */
 #ifndef AF_KERNELS_CTX_H
 #define AF_KERNELS_CTX_H
 
 #include "afinar.h"
 #include "core/core.h"
+#include "core/threadpool.h"
 
 struct af_kernels; /* kernels/cpu/kernels.h: the table of ISA variants */
 
 struct af_ctx {
-    int n_threads;                /* >= 1: num_threads of every parallel region */
+    int n_threads;                /* >= 1: threads of every parallel loop (the pool's size) */
+    struct af_threadpool *pool;         /* owned; workers started at the first parallel loop */
     af_kpath path;                /* kernel path of `k` */
     const struct af_kernels *k;   /* ISA variants of every kernel, chosen at creation */
     int bf16;                     /* 1: packed-GEMM products with bf16 operands (k has them) */

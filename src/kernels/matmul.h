@@ -4,7 +4,7 @@
  * W is a frozen weight matrix [out, in] (a PyTorch Linear weight; GGUF dims [in, out]):
  * row o holds `in` elements of `type`, i.e. af_row_bytes(type, in) bytes, rows contiguous.
  * Blocks are dequantized inside the kernel (per tile, in registers / L1), never into an f32 copy
- * of the whole matrix. Accumulation is f32. Threads: OpenMP over output tiles, ctx->n_threads.
+ * of the whole matrix. Accumulation is f32. Threads: the context's pool over output tiles, ctx->n_threads.
  * Every function runs under `ctx` (kernels/ctx.h): its kernel table (scalar / AVX2+FMA / AVX-512,
  * chosen when the context was created), thread count, precision and decode settings.
  */
@@ -33,7 +33,7 @@ void af_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const void *w,
 
 /* 1 when af_matmul_xwt(n, in, out) / af_matmul_dyw(n, in, out) on ctx's kernel path use the
  * packed, cache-blocked GEMM (gemm_packed.c): it blocks the rows itself, packs W once per call and
- * splits the work over the OpenMP threads, so callers should pass all rows in one call. The
+ * splits the work over the context's threads, so callers should pass all rows in one call. The
  * per-row results are the same whatever the row count n > 4 (no dependence on blocking). */
 int af_matmul_packed_path(const af_ctx *ctx, int64_t n, int64_t in, int64_t out);
 

@@ -6,7 +6,7 @@
  * Formulas: docs/FORMATS.md §4 and §7; sources named at each function.
  * Every op with threads or ISA variants runs under `ctx` (first argument, kernels/ctx.h): its
  * kernel table (scalar / AVX2 / AVX-512, chosen when the context was created) and thread count.
- * Implementation: src/kernels/cpu/ops.c, ops_attention.c (OpenMP inside when a call is large enough;
+ * Implementation: src/kernels/cpu/ops.c, ops_attention.c (the context's pool when a call is large enough;
  * results do not depend on the thread count). None of these allocate except af_attention_backward (a small [n_heads, n_q]
  * scratch) and RoPE (a [half] frequency table, and a [positions, 2, head_dim] cos/sin table when
  * positions repeat); without memory they recompute instead. None fail.

@@ -7,7 +7,6 @@
 #include "lora/lora.h"
 
 #include "core/core.h"
-#include "core/threads.h"
 #include "kernels/ctx.h"
 #include "kernels/matmul.h"
 
@@ -48,16 +47,31 @@ float af_ctr_u01(uint64_t key, uint64_t i) {
     return (float)(h >> 40) * (1.0f / 16777216.0f);
 }
 
+typedef struct dropout_job {
+    float *mask;
+    uint64_t seed;
+    int32_t layer;
+    af_proj proj;
+    int64_t t0, in;
+    float p;
+} dropout_job;
+
+/* Mask rows [r0, r1). */
+static void dropout_rows(void *va, int64_t r0, int64_t r1, int tid) {
+    const dropout_job *J = va;
+    const float keep = 1.0f / (1.0f - J->p);
+    for (int64_t t = r0; t < r1; t++) {
+        uint64_t key = af_ctr_key(J->seed, (uint64_t)J->layer, (uint64_t)J->proj, (uint64_t)(J->t0 + t + 1));
+        float *m = J->mask + t * J->in;
+        for (int64_t i = 0; i < J->in; i++) m[i] = af_ctr_u01(key, (uint64_t)i) >= J->p ? keep : 0.0f;
+    }
+}
+
 void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
                           int64_t in, float p) {
-    const float keep = 1.0f / (1.0f - p);
     /* every element is a pure function of its indices: threads cannot change the result */
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (n * in >= 65536))
-    for (int64_t t = 0; t < n; t++) {
-        uint64_t key = af_ctr_key(seed, (uint64_t)layer, (uint64_t)proj, (uint64_t)(t0 + t + 1));
-        float *m = mask + t * in;
-        for (int64_t i = 0; i < in; i++) m[i] = af_ctr_u01(key, (uint64_t)i) >= p ? keep : 0.0f;
-    }
+    dropout_job J = {mask, seed, layer, proj, t0, in, p};
+    af_threadpool_run(ctx->pool, n * in >= 65536 ? ctx->n_threads : 1, n, 0, dropout_rows, &J);
 }
 
 /* ---------------------------------------------------------------- targets */

@@ -17,7 +17,6 @@
 
 #include "core/core.h"
 #include "kernels/matmul.h"
-#include "core/threads.h"
 #include "kernels/ctx.h"
 #include "kernels/ops.h"
 
@@ -132,12 +131,30 @@ void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, con
 
 /* ---------------------------------------------------------------- frozen products */
 
-/* Threads for a block-parallel product: the OpenMP team size when an outer parallel region can
- * be opened without nesting active regions (the kernel calls inside then run single-threaded),
- * else 1 (blocks are then run one after the other, each call threaded by the kernel). */
-static int block_threads(const af_ctx *ctx) {
-    if (AF_OMP_IN_PARALLEL() || AF_OMP_MAX_ACTIVE_LEVELS() > 1) return 1;
-    return ctx->n_threads;
+/* Threads for a block-parallel product: the context's when the call is not itself inside a pool
+ * job (the kernel calls inside the blocks then run single-threaded: nested calls are serial),
+ * else 1 (blocks are then run one after the other). */
+static int block_threads(const af_ctx *ctx) { return af_threadpool_in_job() ? 1 : ctx->n_threads; }
+
+typedef struct blocks_job {
+    const af_tf_run *R;
+    int dyw, accumulate;
+    float *y;
+    const float *x;
+    const af_weight *w;
+    int64_t n, nb, xw, yw;
+} blocks_job;
+
+/* Row blocks [b0, b1) of mm_blocks, one kernel call each. */
+static void blocks_run(void *va, int64_t b0, int64_t b1, int tid) {
+    const blocks_job *J = va;
+    const int64_t n = J->n, nb = J->nb, xw = J->xw, yw = J->yw;
+    const af_weight *w = J->w;
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t t0 = n * b / nb, m = n * (b + 1) / nb - t0;
+        if (J->dyw) af_matmul_dyw(J->R->ctx, J->y + t0 * yw, J->x + t0 * xw, w->data, w->type, m, yw, xw, J->accumulate);
+        else af_matmul_xwt(J->R->ctx, J->y + t0 * yw, J->x + t0 * xw, w->data, w->type, m, xw, yw, J->accumulate);
+    }
 }
 
 /* Training frozen-weight product over n rows in token blocks (R->block_rows; engine.h
@@ -160,13 +177,8 @@ static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, con
         return;
     }
     const int par = nth > 1 && nb >= nth;
-    AF_OMP(parallel for schedule(dynamic, 1) num_threads(nth) if (par))
-    for (int64_t b = 0; b < nb; b++) {
-        const int64_t t0 = n * b / nb, m = n * (b + 1) / nb - t0;
-        if (dyw) af_matmul_dyw(R->ctx, y + t0 * yw, x + t0 * xw, w->data, w->type, m, yw, xw, accumulate);
-        else af_matmul_xwt(R->ctx, y + t0 * yw, x + t0 * xw, w->data, w->type, m, xw, yw, accumulate);
-    }
-    (void)par;
+    blocks_job J = {R, dyw, accumulate, y, x, w, n, nb, xw, yw};
+    af_threadpool_run(R->ctx->pool, par ? nth : 1, nb, 1, blocks_run, &J);
 }
 
 /* y[n, out] = x[n, in] · Wᵀ: inference one kernel call; training f32-exact for every n (MIN_ROWS)

@@ -3,7 +3,6 @@
  */
 #include "train/data.h"
 
-#include "core/threads.h"
 #include "kernels/ctx.h"
 
 #include <math.h>
@@ -65,6 +64,21 @@ static af_status copy_names(af_dataset *ds, char *const *names) {
     return AF_OK;
 }
 
+typedef struct tok_job {
+    const af_corpus *c;
+    const af_tokenizer *tok;
+    int32_t **ids;
+    size_t *nids;
+    af_status *sts;
+} tok_job;
+
+/* Samples [i0, i1) tokenized (each writes its own slots). */
+static void tok_range(void *va, int64_t i0, int64_t i1, int tid) {
+    const tok_job *J = va;
+    for (int64_t i = i0; i < i1; i++)
+        J->sts[i] = af_tokenize(J->tok, J->c->texts[i], J->c->text_len[i], 1, 0, &J->ids[i], &J->nids[i]);
+}
+
 af_status af_dataset_build(const af_ctx *ctx, const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len, af_dataset **out) {
     *out = NULL;
     if (!c || !tok || max_seq_len < 1)
@@ -84,9 +98,8 @@ af_status af_dataset_build(const af_ctx *ctx, const af_corpus *c, const af_token
     }
     /* af_tokenize is thread-safe (tokenizer.h); errors are collected per sample and re-reported on
        this thread because af_fail's message is thread-local. Dynamic schedule: lengths vary. */
-    AF_OMP(parallel for schedule(dynamic, 4) num_threads(ctx->n_threads))
-    for (int32_t i = 0; i < n; i++)
-        sts[i] = af_tokenize(tok, c->texts[i], c->text_len[i], 1, 0, &ids[i], &nids[i]);
+    tok_job J = {c, tok, ids, nids, sts};
+    af_threadpool_run(ctx->pool, ctx->n_threads, n, 4, tok_range, &J);
     int64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
         if (sts[i] != AF_OK) {

@@ -11,7 +11,7 @@
  * becomes ONE token — BOS if the model has one, else EOS — so every sample can be pooled; such
  * samples are counted in af_data_stats.n_empty (the printer and hparams diagnostics report them).
  * If the model has neither BOS nor EOS this is an error (AF_ERR_FORMAT naming file:line).
- * Tokenization runs over samples in parallel with OpenMP (af_tokenize is thread-safe on a shared
+ * Tokenization runs over samples in parallel on the context's pool (af_tokenize is thread-safe on a shared
  * tokenizer: tokenizer.h, no mutable state after load).
  */
 #ifndef AF_DATA_H

@@ -28,7 +28,7 @@
  * and a product runs ~1.6-2x slower per multiply-add than with 128-512 rows (measured on Zen 4,
  * SmolLM2 Q4_1 gate/down/q, one thread). The engine therefore cuts the rows into blocks of about
  * BLOCK_ROWS and, when there are at least as many blocks as threads, gives whole blocks to the
- * OpenMP threads (each block one single-threaded kernel call: equal shares for every matrix shape,
+ * pool's threads (each block one single-threaded kernel call: equal shares for every matrix shape,
  * whereas the kernel's own split can be uneven, e.g. 5 column chunks of dy·W over 2 threads).
  * Every row's arithmetic is unchanged (the kernel's per-row summation order does not depend on the
  * rows beside it), so results are bitwise those of one call (transformer.c mm_blocks). */

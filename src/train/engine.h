@@ -116,9 +116,9 @@ int32_t af_engine_first_layer(const af_engine *e);
 
 /* Rows per call of the frozen-weight products (default 256, the best measured on Zen 4 for
  * SmolLM2; values below 64 are raised to 64; 0: the whole batch in one call). With at least as many
- * blocks as OpenMP threads, each thread takes whole blocks (dynamic schedule) and the kernel calls
- * inside run single-threaded; unless OpenMP nesting is active (max-active-levels > 1) or the
- * engine is called from a parallel region, then the blocks run in turn with kernel threading.
+ * blocks as threads, each thread of the context's pool takes whole blocks (dynamic schedule) and
+ * the kernel calls inside run single-threaded (nested pool calls are serial); when the engine is
+ * itself called from inside a pool job, the blocks run in turn on that thread.
  * Results do not depend on it (bitwise). For benchmarks and tests. */
 void af_engine_set_block_rows(af_engine *e, int64_t rows);
 

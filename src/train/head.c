@@ -7,7 +7,7 @@
  *     vectoriser handles), reduced in double at the end;
  *   - the mean pooling sums into a double chunk buffer, element-wise over H;
  *   - the backward passes are axpy loops over H.
- * Every output element is owned by one loop iteration, so the optional OpenMP loops give the same
+ * Every output element is owned by one loop iteration, so the optional threaded loops give the same
  * bits for any thread count.
  *
  * Formula sources: softmax cross-entropy and its gradient (softmax − onehot), e.g. Goodfellow,
@@ -16,7 +16,6 @@
  */
 #include "train/head.h"
 
-#include "core/threads.h"
 #include "kernels/ctx.h"
 
 #include <math.h>
@@ -24,8 +23,8 @@
 
 #define DOT_LANES 16
 #define POOL_CHUNK 512
-/* Work (multiply-adds) above which the head loops use OpenMP threads. */
-#define HEAD_OMP_WORK (1 << 20)
+/* Work (multiply-adds) above which the head loops use the context's threads. */
+#define HEAD_PAR_WORK (1 << 20)
 
 /* Σ a[i]·b[i] over n floats: float lanes (vectorisable), reduced in double. */
 static double dot_f32(const float *a, const float *b, int64_t n) {
@@ -95,24 +94,52 @@ void af_pool_backward(float *d_hidden, const float *d_pooled, const int32_t *seq
     }
 }
 
+typedef struct head_job {
+    float *out;
+    const float *pooled, *W, *bias, *d_logits;
+    int32_t B, C;
+    int64_t H;
+} head_job;
+
+/* logits[k] for k in [k0, k1) (k = b·C + c). */
+static void head_fwd_range(void *va, int64_t k0, int64_t k1, int tid) {
+    const head_job *J = va;
+    const int64_t H = J->H, C = J->C;
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t b = k / C, c = k % C;
+        double v = dot_f32(J->pooled + b * H, J->W + c * H, H);
+        if (J->bias) v += (double)J->bias[c];
+        J->out[k] = (float)v;
+    }
+}
+
+/* dW rows c in [c0, c1): dW[c, :] += Σ_b d_logits[b, c] · pooled[b, :] (b in order). */
+static void head_dw_range(void *va, int64_t c0, int64_t c1, int tid) {
+    const head_job *J = va;
+    const int64_t H = J->H, C = J->C;
+    for (int64_t c = c0; c < c1; c++)
+        for (int32_t b = 0; b < J->B; b++) axpy_f32(J->out + c * H, J->d_logits[b * C + c], J->pooled + b * H, H);
+}
+
+/* d_pooled rows b in [b0, b1): d_pooled[b, :] += Σ_c d_logits[b, c] · W[c, :] (c in order). */
+static void head_dp_range(void *va, int64_t b0, int64_t b1, int tid) {
+    const head_job *J = va;
+    const int64_t H = J->H, C = J->C;
+    for (int64_t b = b0; b < b1; b++)
+        for (int32_t c = 0; c < J->C; c++) axpy_f32(J->out + b * H, J->d_logits[b * C + c], J->W + c * H, H);
+}
+
 void af_head_forward(const af_ctx *ctx, float *logits, const float *pooled, const float *W, const float *bias, int32_t B, int64_t H,
                      int32_t C) {
     const int64_t nbc = (int64_t)B * C;
-    const int big = (double)nbc * (double)H > HEAD_OMP_WORK;
-    (void)big;
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
-    for (int64_t k = 0; k < nbc; k++) {
-        const int64_t b = k / C, c = k % C;
-        double v = dot_f32(pooled + b * H, W + c * H, H);
-        if (bias) v += (double)bias[c];
-        logits[k] = (float)v;
-    }
+    const int big = (double)nbc * (double)H > HEAD_PAR_WORK;
+    head_job J = {.out = logits, .pooled = pooled, .W = W, .bias = bias, .B = B, .C = C, .H = H};
+    af_threadpool_run(ctx->pool, big ? ctx->n_threads : 1, nbc, 0, head_fwd_range, &J);
 }
 
 void af_head_backward(const af_ctx *ctx, float *d_pooled, float *dW, float *dbias, const float *d_logits, const float *pooled,
                       const float *W, int32_t B, int64_t H, int32_t C) {
-    const int big = (double)B * (double)C * (double)H > HEAD_OMP_WORK;
-    (void)big;
+    const int big = (double)B * (double)C * (double)H > HEAD_PAR_WORK;
     if (dbias) {
         for (int32_t c = 0; c < C; c++) {
             double s = 0.0;
@@ -120,17 +147,12 @@ void af_head_backward(const af_ctx *ctx, float *d_pooled, float *dW, float *dbia
             dbias[c] += (float)s;
         }
     }
-    /* dW[c, :] += Σ_b d_logits[b, c] · pooled[b, :]   (row c owned by one iteration) */
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
-    for (int32_t c = 0; c < C; c++)
-        for (int32_t b = 0; b < B; b++)
-            axpy_f32(dW + (int64_t)c * H, d_logits[(int64_t)b * C + c], pooled + (int64_t)b * H, H);
+    /* row c of dW, row b of d_pooled owned by one thread */
+    head_job J = {.out = dW, .pooled = pooled, .W = W, .d_logits = d_logits, .B = B, .C = C, .H = H};
+    af_threadpool_run(ctx->pool, big ? ctx->n_threads : 1, C, 0, head_dw_range, &J);
     if (!d_pooled) return;
-    /* d_pooled[b, :] += Σ_c d_logits[b, c] · W[c, :] */
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
-    for (int32_t b = 0; b < B; b++)
-        for (int32_t c = 0; c < C; c++)
-            axpy_f32(d_pooled + (int64_t)b * H, d_logits[(int64_t)b * C + c], W + (int64_t)c * H, H);
+    J.out = d_pooled;
+    af_threadpool_run(ctx->pool, big ? ctx->n_threads : 1, B, 0, head_dp_range, &J);
 }
 
 double af_ce_loss(float *d_logits, float *probs, const float *logits, const int32_t *labels, const float *class_w,

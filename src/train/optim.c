@@ -11,14 +11,13 @@
  */
 #include "train/optim.h"
 
-#include "core/threads.h"
 #include "kernels/ctx.h"
 
 #include <math.h>
 #include <string.h>
 
-/* Elements above which the AdamW loop runs on OpenMP threads. */
-#define ADAMW_OMP_MIN (1 << 15)
+/* Elements above which the AdamW loop runs on the context's threads. */
+#define ADAMW_PAR_MIN (1 << 15)
 #define NORM_LANES 8
 
 void af_adamw_defaults(af_adamw *o, float lr) {
@@ -28,6 +27,39 @@ void af_adamw_defaults(af_adamw *o, float lr) {
     o->eps = 1e-8f;
     o->weight_decay = 0.01f;
     o->t = 0;
+}
+
+typedef struct adamw_job {
+    float *P, *M, *V;
+    const float *G;
+    const uint8_t *decay_mask;
+    float decay, w1, fb2, w2, neg_step, bc2_sqrt, eps, c;
+    int wd_on;
+} adamw_job;
+
+/* Elements [i0, i1) of one AdamW step (each element on its own: threads cannot change it). */
+static void adamw_range(void *va, int64_t i0, int64_t i1, int tid) {
+    const adamw_job *J = va;
+    float *P = J->P, *M = J->M, *V = J->V;
+    const float *G = J->G;
+    const uint8_t *decay_mask = J->decay_mask;
+    const float decay = J->decay, w1 = J->w1, fb2 = J->fb2, w2 = J->w2, neg_step = J->neg_step,
+                bc2_sqrt = J->bc2_sqrt, eps = J->eps;
+    const int wd_on = J->wd_on;
+    for (int64_t i = i0; i < i1; i++) {
+        float p = P[i];
+        const float g = G[i];
+        if (wd_on && (!decay_mask || decay_mask[i])) p *= decay;
+        float m = M[i];
+        m = m + w1 * (g - m);          /* torch lerp for weight < 0.5: self + w·(end − self) */
+        float v = V[i] * fb2;
+        v = v + w2 * g * g;            /* addcmul: self + value·t1·t2 */
+        const float denom = sqrtf(v) / bc2_sqrt + eps;
+        p = p + neg_step * m / denom;  /* addcdiv: self + value·t1/t2 */
+        M[i] = m;
+        V[i] = v;
+        P[i] = p;
+    }
 }
 
 void af_adamw_step(const af_ctx *ctx, af_adamw *o, float *P, const float *G, float *M, float *V, int64_t n, float lr,
@@ -45,23 +77,14 @@ void af_adamw_step(const af_ctx *ctx, af_adamw *o, float *P, const float *G, flo
     const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
     const float eps = o->eps;
     const int wd_on = o->weight_decay != 0.0f;
-    const int big = n >= ADAMW_OMP_MIN;
-    (void)big;
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
-    for (int64_t i = 0; i < n; i++) {
-        float p = P[i];
-        const float g = G[i];
-        if (wd_on && (!decay_mask || decay_mask[i])) p *= decay;
-        float m = M[i];
-        m = m + w1 * (g - m);          /* torch lerp for weight < 0.5: self + w·(end − self) */
-        float v = V[i] * fb2;
-        v = v + w2 * g * g;            /* addcmul: self + value·t1·t2 */
-        const float denom = sqrtf(v) / bc2_sqrt + eps;
-        p = p + neg_step * m / denom;  /* addcdiv: self + value·t1/t2 */
-        M[i] = m;
-        V[i] = v;
-        P[i] = p;
-    }
+    adamw_job J = {P, M, V, G, decay_mask, decay, w1, fb2, w2, neg_step, bc2_sqrt, eps, 0.0f, wd_on};
+    af_threadpool_run(ctx->pool, n >= ADAMW_PAR_MIN ? ctx->n_threads : 1, n, 0, adamw_range, &J);
+}
+
+/* Elements [i0, i1) of P scaled by c (gradient clipping). */
+static void scale_range(void *va, int64_t i0, int64_t i1, int tid) {
+    const adamw_job *J = va;
+    for (int64_t k = i0; k < i1; k++) J->P[k] *= J->c;
 }
 
 double af_clip_grad_norm(const af_ctx *ctx, float *G, int64_t n, double max_norm) {
@@ -80,10 +103,8 @@ double af_clip_grad_norm(const af_ctx *ctx, float *G, int64_t n, double max_norm
         const double coef = max_norm / (norm + 1e-6);
         if (coef < 1.0) {
             const float c = (float)coef;
-            const int big = n >= ADAMW_OMP_MIN;
-            (void)big;
-            AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (big))
-            for (int64_t k = 0; k < n; k++) G[k] *= c;
+            adamw_job J = {.P = G, .c = c};
+            af_threadpool_run(ctx->pool, n >= ADAMW_PAR_MIN ? ctx->n_threads : 1, n, 0, scale_range, &J);
         }
     }
     return norm;

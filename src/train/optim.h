@@ -26,7 +26,7 @@ void af_adamw_defaults(af_adamw *o, float lr);
  * which parameters get weight decay (mask[i] != 0). Increments o->t. The hyper-parameters are used
  * as the doubles their float values represent; scalar factors (1 − lr·wd, lr/(1 − β1^t),
  * sqrt(1 − β2^t)) are formed in double and rounded to float once, element math is float, as in
- * PyTorch's single-tensor CPU implementation. Elements are independent, so OpenMP threading (used
+ * PyTorch's single-tensor CPU implementation. Elements are independent, so threading (the context's pool,
  * for large n) does not change results. */
 void af_adamw_step(const af_ctx *ctx, af_adamw *o, float *P, const float *G, float *M, float *V, int64_t n, float lr,
                    const uint8_t *decay_mask);

@@ -69,6 +69,7 @@ static const af_setting_info k_keys[] = {
     {"overwrite", AF_SETTING_BOOL, 0, 0, 0, NULL, "replace the run already in the output directory"},
     {"resume", AF_SETTING_TEXT, 0, 0, 0, "DIR", "continue exactly from a checkpoint (or a run directory's newest one)"},
     {"threads", AF_SETTING_INT, 't', 0, 1024, "N", "compute threads (default 0: all cores)"},
+    {"poll", AF_SETTING_INT, 0, 0, 1e7, "US", "microseconds threads spin between operations before sleeping (default 1000; 0 = sleep at once)"},
     {"memory-limit", AF_SETTING_NUMBER, 0, 0, 1e9, "MIB", "refuse to start above this estimated peak (default: RAM or cgroup limit)"},
     {"bf16", AF_SETTING_BOOL, 0, 0, 0, NULL, "bfloat16 operands, f32 accumulation in the large products (AVX512_BF16; ~1.4x faster)"},
     {"max-nonfinite", AF_SETTING_INT, 0, 1, 1e6, "N", "stop after N consecutive non-finite steps (default 5)"},
@@ -342,6 +343,7 @@ af_status af_train_settings_to_opts(af_train_settings *ts, af_trainer_opts *o) {
         else if (IS("overwrite")) o->overwrite = b;
         else if (IS("resume")) o->resume = s;
         else if (IS("threads")) o->threads = (int)v;
+        else if (IS("poll")) o->poll_us = (int)v;
         else if (IS("bf16")) o->bf16 = b;
         else if (IS("memory-limit")) o->memory_limit_mb = v;
         else if (IS("max-nonfinite")) o->max_nonfinite = (int32_t)v;

@@ -20,6 +20,7 @@ void af_trainer_opts_defaults(af_trainer_opts *o) {
     o->lora_alpha = 32;
     o->lora_dropout = 0.05;
     o->pooling = AF_POOL_MEAN;
+    o->poll_us = -1;
     o->lr = 5e-4;
     o->schedule = AF_SCHED_COSINE;
     o->warmup_steps = -1;
@@ -226,17 +227,25 @@ static void plan(af_trainer *t) {
                         (int64_t)c->num_hidden_layers * (2 * H * qd + 2 * H * kvd + 3 * H * F + 2 * H) + H;
 }
 
-/* The run's context t->ctx: the base (o->ctx, else the model's, else the defaults) with o->threads
- * and o->bf16 applied. bf16 where the CPU has no AVX512_BF16: a warning, and f32 products. */
+/* The run's context t->ctx: the base (o->ctx, else the model's, else the defaults) with o->threads,
+ * o->poll_us and o->bf16 applied. bf16 where the CPU has no AVX512_BF16: a warning, and f32 products. */
 static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
     af_ctx_params p;
     const af_ctx *base = o->ctx ? o->ctx : o->model ? o->model->ctx : NULL;
     if (base) af_ctx_get_params(base, &p);
     else af_ctx_params_default(&p);
     if (o->threads != 0) p.n_threads = o->threads;
+    if (o->poll_us >= 0) p.poll_us = o->poll_us;
     if (o->bf16) {
         p.matmul_precision = "bf16";
-        if (af_ctx_new(&p, &t->ctx) == AF_OK) return AF_OK;
+        if (af_ctx_new(&p, &t->ctx) == AF_OK) {
+            double f32 = 0, bf16 = 0; /* bf16 where it is slower (issue 20 item 4): say so, once */
+            if (o->log && af_ctx_measure_precision(t->ctx, &f32, &bf16) == AF_OK && bf16 > 0 && bf16 < f32)
+                fprintf(o->log, "warning: --bf16: bf16 products are slower than f32 on this CPU (measured %.0f vs %.0f "
+                                "GFLOP/s, %d threads); training with bf16 as asked, drop --bf16 to go faster\n",
+                        bf16, f32, af_ctx_n_threads(t->ctx));
+            return AF_OK;
+        }
         if (o->log) fprintf(o->log, "warning: --bf16: %s; training with f32 products\n", af_last_error());
         p.matmul_precision = base ? af_ctx_matmul_precision(base) : "f32";
     }

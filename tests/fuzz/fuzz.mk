@@ -3,15 +3,14 @@
 #   make fuzz [FUZZ_SECONDS=60]      build, then run each target for FUZZ_SECONDS on a copy of its
 #                                    seed corpus; non-zero exit if any target finds a crash/leak
 #   make fuzz FUZZ_TARGETS=gguf      only some targets
-# Library sources are compiled with clang -fsanitize=fuzzer-no-link,address,undefined and OpenMP
-# off; targets link with -fsanitize=fuzzer,address,undefined. See tests/fuzz/README.md.
+# Library sources are compiled with clang -fsanitize=fuzzer-no-link,address,undefined; targets link with -fsanitize=fuzzer,address,undefined. See tests/fuzz/README.md.
 
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= gguf safetensors jsonl tok_bpe tok_spm adapter gguf_tok
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 -g $(FUZZ_SAN) -Wno-unknown-pragmas -Wno-source-uses-openmp
+FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 -g $(FUZZ_SAN) -Wno-unknown-pragmas
 # Only the modules the targets reach (the parsers and what they call); the kernels, model and
 # training code are not needed and are slow to build under the sanitizers.
 FUZZ_LIB_SRC := $(filter src/core/% src/formats/% src/tokenizer/% src/lora/adapter_io.c,$(LIB_SRC))

@@ -21,7 +21,6 @@
 #include "kernels/cpu/attention_gemm.h"
 
 #include "core/core.h"
-#include "core/threads.h"
 #include "kernels/ctx.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/kernels.h"
@@ -57,6 +56,14 @@ bool af_att_gemm_usable(const af_ctx *ctx,
  * malloc per call faulted in ~20 MB of pages per layer at 512 tokens). */
 static _Thread_local float *g_buf[2];
 static _Thread_local size_t g_cap[2];
+
+void af_att_gemm_release(void) {
+    for (int i = 0; i < 2; i++) {
+        free(g_buf[i]);
+        g_buf[i] = NULL;
+        g_cap[i] = 0;
+    }
+}
 
 static float *buf_get(int i, size_t floats) {
     if (floats <= g_cap[i]) return g_buf[i];
@@ -247,32 +254,95 @@ static void mm(const af_ctx *ctx,
                ldw * (int64_t)sizeof(float), b_trans, m, n, k, acc, 1);
 }
 
+/* Arguments of the blocked-attention jobs. */
+typedef struct ag_job {
+    const af_ctx *ctx;
+    const af_ag_rows *ag;
+    float *out, *lse, *scr, *dq, *dk, *dv, *Pb, *Db;
+    const float *q, *k, *v, *dout, *outc, *lsec;
+    int64_t n_q, n_kv, kv_stride, group, qs, ks, nrb, nkb, hd, window, h0, g0, nh, ng;
+    size_t per_head;
+    float scale;
+} ag_job;
+
+/* Forward (head, row block) items [i0, i1); scores in thread tid's slice of scr. */
+static void ag_fwd_job(void *va, int64_t i0, int64_t i1, int tid) {
+    const ag_job *J = va;
+    const af_ctx *ctx = J->ctx;
+    const int64_t nrb = J->nrb, n_q = J->n_q, n_kv = J->n_kv, qs = J->qs, hd = J->hd, kv_stride = J->kv_stride;
+    float *S = J->scr + (size_t)tid * AR * (size_t)n_kv;
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t h = it / nrb, rb = it % nrb, g = h / J->group;
+        int64_t r0 = rb * AR, R = n_q - r0 < AR ? n_q - r0 : AR, c0, c1;
+        blk_cols(r0, n_kv, J->window, &c0, &c1);
+        int64_t nc = c1 - c0;
+        mm(ctx, S, nc, J->q + r0 * qs + h * hd, qs, 1, J->k + c0 * kv_stride + g * hd, kv_stride, 1, R, nc, hd, 0);
+        for (int64_t r = 0; r < R; r++) {
+            int64_t lo, hi;
+            if (!row_keys(r0 + r, J->window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
+            float L = J->ag->softmax_row(S + r * nc, nc, lo - c0, hi - c0, J->scale);
+            if (J->lse) J->lse[h * n_q + r0 + r] = L;
+        }
+        mm(ctx, J->out + r0 * qs + h * hd, qs, S, nc, 1, J->v + c0 * kv_stride + g * hd, kv_stride, 0, R, hd, nc, 0);
+    }
+}
+
+/* Backward pass A: P, dS and dQ per (head, row block), items [i0, i1) of the chunk of heads from h0. */
+static void ag_bwd_a_job(void *va, int64_t i0, int64_t i1, int tid) {
+    const ag_job *J = va;
+    const af_ctx *ctx = J->ctx;
+    const int64_t nrb = J->nrb, n_q = J->n_q, n_kv = J->n_kv, qs = J->qs, ks = J->ks, hd = J->hd, h0 = J->h0;
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t h = h0 + it / nrb, rb = it % nrb, g = h / J->group;
+        int64_t r0 = rb * AR, R = n_q - r0 < AR ? n_q - r0 : AR, c0, c1;
+        blk_cols(r0, n_kv, J->window, &c0, &c1);
+        int64_t nc = c1 - c0;
+        float *P = J->Pb + (size_t)(h - h0) * J->per_head + (size_t)r0 * n_kv + c0;
+        float *dS = J->Db + (size_t)(h - h0) * J->per_head + (size_t)r0 * n_kv + c0;
+        mm(ctx, P, n_kv, J->q + r0 * qs + h * hd, qs, 1, J->k + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
+        mm(ctx, dS, n_kv, J->dout + r0 * qs + h * hd, qs, 1, J->v + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
+        for (int64_t r = 0; r < R; r++) {
+            int64_t i = r0 + r, lo, hi;
+            if (!row_keys(i, J->window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
+            float D = J->ag->dot_row(J->dout + i * qs + h * hd, J->outc + i * qs + h * hd, hd);
+            J->ag->grad_row(P + r * n_kv, dS + r * n_kv, nc, lo - c0, hi - c0, J->scale, J->lsec[h * n_q + i], D);
+        }
+        mm(ctx, J->dq + r0 * qs + h * hd, qs, dS, n_kv, 1, J->k + c0 * ks + g * hd, ks, 0, R, hd, nc, 1);
+    }
+}
+
+/* Backward pass B: dK, dV per (kv head, key block), items [i0, i1) from kv head g0; the heads of
+ * a group are added in order. */
+static void ag_bwd_b_job(void *va, int64_t i0, int64_t i1, int tid) {
+    const ag_job *J = va;
+    const af_ctx *ctx = J->ctx;
+    const int64_t nkb = J->nkb, n_q = J->n_q, n_kv = J->n_kv, qs = J->qs, ks = J->ks, hd = J->hd, h0 = J->h0;
+    const int64_t group = J->group;
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t g = J->g0 + it / nkb, j0 = (it % nkb) * AR, KB = n_kv - j0 < AR ? n_kv - j0 : AR;
+        int64_t r0 = j0, r1 = J->window > 0 && j0 + KB - 1 + J->window < n_q ? j0 + KB - 1 + J->window : n_q;
+        for (int64_t h = g * group; h < (g + 1) * group; h++) {
+            const float *P = J->Pb + (size_t)(h - h0) * J->per_head + (size_t)r0 * n_kv + j0;
+            const float *dS = J->Db + (size_t)(h - h0) * J->per_head + (size_t)r0 * n_kv + j0;
+            mm(ctx, J->dk + j0 * ks + g * hd, ks, dS, 1, n_kv, J->q + r0 * qs + h * hd, qs, 0, KB, hd, r1 - r0, 1);
+            mm(ctx, J->dv + j0 * ks + g * hd, ks, P, 1, n_kv, J->dout + r0 * qs + h * hd, qs, 0, KB, hd, r1 - r0, 1);
+        }
+    }
+}
+
 bool af_att_gemm_forward(const af_ctx *ctx,
                          float *out, float *lse, const float *q, const float *k, const float *v, int64_t n_q,
                          int64_t n_kv, int64_t kv_stride, int64_t n_heads, int64_t n_kv_heads, int64_t hd,
                          float scale, int64_t window) {
     const af_ag_rows *ag = ctx->k->ag;
     const int64_t group = n_heads / n_kv_heads, qs = n_heads * hd, nrb = (n_q + AR - 1) / AR;
-    const int nth = ctx->n_threads;
+    const int nth = af_threadpool_team(ctx->pool, ctx->n_threads);
     float *scr = buf_get(0, (size_t)nth * AR * (size_t)n_kv);
     if (!scr) return false;
-    AF_OMP(parallel for schedule(static) num_threads(nth))
-    for (int64_t it = 0; it < n_heads * nrb; it++) {
-        int tid = AF_OMP_THREAD_NUM();
-        float *S = scr + (size_t)tid * AR * (size_t)n_kv;
-        int64_t h = it / nrb, rb = it % nrb, g = h / group;
-        int64_t r0 = rb * AR, R = n_q - r0 < AR ? n_q - r0 : AR, c0, c1;
-        blk_cols(r0, n_kv, window, &c0, &c1);
-        int64_t nc = c1 - c0;
-        mm(ctx, S, nc, q + r0 * qs + h * hd, qs, 1, k + c0 * kv_stride + g * hd, kv_stride, 1, R, nc, hd, 0);
-        for (int64_t r = 0; r < R; r++) {
-            int64_t lo, hi;
-            if (!row_keys(r0 + r, window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
-            float L = ag->softmax_row(S + r * nc, nc, lo - c0, hi - c0, scale);
-            if (lse) lse[h * n_q + r0 + r] = L;
-        }
-        mm(ctx, out + r0 * qs + h * hd, qs, S, nc, 1, v + c0 * kv_stride + g * hd, kv_stride, 0, R, hd, nc, 0);
-    }
+    ag_job J = {.ctx = ctx, .ag = ag, .out = out, .lse = lse, .q = q, .k = k, .v = v, .scr = scr,
+                .n_q = n_q, .n_kv = n_kv, .kv_stride = kv_stride, .group = group, .qs = qs, .nrb = nrb, .hd = hd,
+                .window = window, .scale = scale};
+    af_threadpool_run(ctx->pool, nth, n_heads * nrb, 0, ag_fwd_job, &J);
     return true;
 }
 
@@ -290,50 +360,22 @@ bool af_att_gemm_backward(const af_ctx *ctx,
     float *Pb = buf_get(0, per_head * (size_t)(gchunk * group));
     float *Db = Pb ? buf_get(1, per_head * (size_t)(gchunk * group)) : NULL;
     if (!Pb || !Db) return false;
-    const int nth = ctx->n_threads;
-    (void)nth; /* only named by the OpenMP pragma */
+    ag_job J = {.ctx = ctx, .ag = ag, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .outc = out, .lsec = lse, .q = q,
+                .k = k, .v = v, .Pb = Pb, .Db = Db, .n_q = n_q, .n_kv = n_kv, .group = group, .qs = qs, .ks = ks,
+                .nrb = nrb, .nkb = nkb, .hd = hd, .window = window, .per_head = per_head, .scale = scale};
     for (int64_t g0 = 0; g0 < n_kv_heads; g0 += gchunk) {
-        const int64_t g1 = g0 + gchunk < n_kv_heads ? g0 + gchunk : n_kv_heads, h0 = g0 * group;
-        const int64_t nh = (g1 - g0) * group;
-        AF_OMP(parallel num_threads(nth))
-        {
-            /* pass A: P, dS and dQ per (head, row block) */
-            AF_OMP(for schedule(static))
-            for (int64_t it = 0; it < nh * nrb; it++) {
-                int64_t h = h0 + it / nrb, rb = it % nrb, g = h / group;
-                int64_t r0 = rb * AR, R = n_q - r0 < AR ? n_q - r0 : AR, c0, c1;
-                blk_cols(r0, n_kv, window, &c0, &c1);
-                int64_t nc = c1 - c0;
-                float *P = Pb + (size_t)(h - h0) * per_head + (size_t)r0 * n_kv + c0;
-                float *dS = Db + (size_t)(h - h0) * per_head + (size_t)r0 * n_kv + c0;
-                mm(ctx, P, n_kv, q + r0 * qs + h * hd, qs, 1, k + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
-                mm(ctx, dS, n_kv, dout + r0 * qs + h * hd, qs, 1, v + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
-                for (int64_t r = 0; r < R; r++) {
-                    int64_t i = r0 + r, lo, hi;
-                    if (!row_keys(i, window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
-                    float D = ag->dot_row(dout + i * qs + h * hd, out + i * qs + h * hd, hd);
-                    ag->grad_row(P + r * n_kv, dS + r * n_kv, nc, lo - c0, hi - c0, scale, lse[h * n_q + i], D);
-                }
-                mm(ctx, dq + r0 * qs + h * hd, qs, dS, n_kv, 1, k + c0 * ks + g * hd, ks, 0, R, hd, nc, 1);
-            }
-            /* pass B: dK, dV per (kv head, key block), heads of the group in order */
-            AF_OMP(for schedule(static))
-            for (int64_t it = 0; it < (g1 - g0) * nkb; it++) {
-                int64_t g = g0 + it / nkb, j0 = (it % nkb) * AR, KB = n_kv - j0 < AR ? n_kv - j0 : AR;
-                int64_t i0 = j0, i1 = window > 0 && j0 + KB - 1 + window < n_q ? j0 + KB - 1 + window : n_q;
-                for (int64_t h = g * group; h < (g + 1) * group; h++) {
-                    const float *P = Pb + (size_t)(h - h0) * per_head + (size_t)i0 * n_kv + j0;
-                    const float *dS = Db + (size_t)(h - h0) * per_head + (size_t)i0 * n_kv + j0;
-                    mm(ctx, dk + j0 * ks + g * hd, ks, dS, 1, n_kv, q + i0 * qs + h * hd, qs, 0, KB, hd, i1 - i0, 1);
-                    mm(ctx, dv + j0 * ks + g * hd, ks, P, 1, n_kv, dout + i0 * qs + h * hd, qs, 0, KB, hd, i1 - i0, 1);
-                }
-            }
-        }
+        const int64_t g1 = g0 + gchunk < n_kv_heads ? g0 + gchunk : n_kv_heads;
+        J.g0 = g0;
+        J.h0 = g0 * group;
+        af_threadpool_run(ctx->pool, ctx->n_threads, (g1 - g0) * group * nrb, 0, ag_bwd_a_job, &J);
+        af_threadpool_run(ctx->pool, ctx->n_threads, (g1 - g0) * nkb, 0, ag_bwd_b_job, &J);
     }
     return true;
 }
 
 #else /* not x86-64 */
+
+void af_att_gemm_release(void) {}
 
 bool af_att_gemm_usable(const af_ctx *ctx,
                         int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,

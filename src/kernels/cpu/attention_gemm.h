@@ -12,6 +12,9 @@
 /* True on ctx's AVX-512 and AVX2 paths (kernel tables with af_ag_rows), unless ctx's hook
  * AF_CTX_ATT_GEMM is off (tests and benchmarks: the row kernels then run), for q_pos0 == 0, n_q == n_kv >= 32, head_dim >= 16, n_heads a multiple
  * of n_kv_heads, and P + dS of one kv group ([n_heads/n_kv_heads, n_q, n_kv] f32 each) <= 256 MiB. */
+/* Frees the calling thread's score buffers (grow-only, kept between calls). */
+void af_att_gemm_release(void);
+
 bool af_att_gemm_usable(const af_ctx *ctx,
                         int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                         int64_t hd);

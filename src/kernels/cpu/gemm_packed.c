@@ -22,7 +22,7 @@
  *    gp_bf16->ukernel (VDPBF16PS): an 8 x 32 tile of C over one K-chunk, masked at the edges.
  *    Operands are transposed into the packed layout by mm->tpack (AVX-512 or AVX2 8x8
  *    transposes) or gp_bf16->tpack.
- *  - Threads: OpenMP over tasks (block of MC rows) x (group of panels). A block is packed once per
+ *  - Threads: the context's pool over tasks (block of MC rows) x (group of panels). A block is packed once per
  *    task and K-chunk, so the column groups are only split (G > 1) when the row blocks alone do
  *    not divide evenly over the threads; tasks are dealt round-robin. Each element of C is
  *    computed by one task in a fixed order (K-chunks ascending), so results do not depend on the
@@ -35,7 +35,6 @@
 #include "kernels/cpu/gemm_packed.h"
 
 #include "core/core.h"
-#include "core/threads.h"
 #include "kernels/ctx.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/quant.h"
@@ -104,11 +103,9 @@ void af_gp_release(void) {
  * 8 rows at a time are dequantized in K-chunks of AF_GP_KC (a multiple of every block size) and
  * transposed into the panel (mm->tpack or gp_bf16->tpack). */
 static void pack_b_trans(const af_kernels *kt, void *bpv, const uint8_t *w, uint32_t type, size_t rb,
-                         int64_t n, int64_t k, bool bf) {
-    int64_t npan = (n + AF_GP_NR - 1) / AF_GP_NR;
+                         int64_t n, int64_t k, bool bf, int64_t pan0, int64_t pan1) {
     int64_t pstride = bf ? k / 2 * AF_GP_NR : k * AF_GP_NR; /* dwords per panel */
-    AF_OMP(for schedule(static))
-    for (int64_t p = 0; p < npan; p++) {
+    for (int64_t p = pan0; p < pan1; p++) {
         float rows[8 * AF_GP_KC] __attribute__((aligned(64)));
         uint32_t *dst = (uint32_t *)bpv + p * pstride;
         int64_t j0 = p * AF_GP_NR, nr = n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR;
@@ -134,9 +131,8 @@ static void pack_b_trans(const af_kernels *kt, void *bpv, const uint8_t *w, uint
 
 /* B panels from W[K, N] (rows of W are rows of B): bp[(j/32)*K*32 + kk*32 + j%32] = W[kk][j]. */
 static void pack_b_rows(const af_kernels *kt, float *bp, const uint8_t *w, uint32_t type, size_t rb,
-                        int64_t n, int64_t k) {
-    AF_OMP(for schedule(static))
-    for (int64_t kk = 0; kk < k; kk++) {
+                        int64_t n, int64_t k, int64_t k0, int64_t k1) {
+    for (int64_t kk = k0; kk < k1; kk++) {
         float row[AF_GP_KC] __attribute__((aligned(64)));
         for (int64_t c0 = 0; c0 < n; c0 += AF_GP_KC) {
             int64_t cc = n - c0 < AF_GP_KC ? n - c0 : AF_GP_KC;
@@ -203,10 +199,9 @@ static void pack_a(const af_kernels *kt, uint32_t *ap, const float *a, int64_t s
 
 /* B pairs from W[K, N]: bp[(j/32)*(K/2)*32 + p*32 + j%32] = pair(W[2p][j], W[2p+1][j]). */
 static void pack_b_rows_bf16(const af_kernels *kt, uint32_t *bp, const uint8_t *w, uint32_t type, size_t rb,
-                             int64_t n, int64_t k) {
+                             int64_t n, int64_t k, int64_t q0, int64_t q1) {
     int64_t kp = k / 2;
-    AF_OMP(for schedule(static))
-    for (int64_t q = 0; q < kp; q++) {
+    for (int64_t q = q0; q < q1; q++) {
         float r0[AF_GP_KC] __attribute__((aligned(64))), r1[AF_GP_KC] __attribute__((aligned(64)));
         uint32_t pr[AF_GP_KC] __attribute__((aligned(64)));
         for (int64_t c0 = 0; c0 < n; c0 += AF_GP_KC) {
@@ -225,6 +220,66 @@ static void pack_b_rows_bf16(const af_kernels *kt, uint32_t *bp, const uint8_t *
 }
 
 /* ---------------------------------------------------------------- driver */
+
+typedef struct gp_job {
+    const af_kernels *kt;
+    uint32_t *bp;
+    const uint8_t *w;
+    uint32_t type;
+    size_t ldw;
+    int b_trans, acc, team;
+    bool bf;
+    float *c;
+    const float *a;
+    int64_t ldc, sat, sak, m, n, k, npan, pstride, nmb, ngr, gsz;
+} gp_job;
+
+/* Packs panels / rows [i0, i1) of B. */
+static void gp_pack_job(void *va, int64_t i0, int64_t i1, int tid) {
+    const gp_job *J = va;
+    if (J->b_trans) pack_b_trans(J->kt, J->bp, J->w, J->type, J->ldw, J->n, J->k, J->bf, i0, i1);
+    else if (J->bf) pack_b_rows_bf16(J->kt, J->bp, J->w, J->type, J->ldw, J->n, J->k, i0, i1);
+    else pack_b_rows(J->kt, (float *)J->bp, J->w, J->type, J->ldw, J->n, J->k, i0, i1);
+}
+
+/* Thread t0 of the team (one index per thread, or all on one thread): tasks t, t + team, ...
+ * (round-robin dealing: with ngr == team column groups, each thread owns one group). A task is
+ * one block of MC rows x one group of B panels; every C element is computed by one task, in the
+ * same order for any team. */
+static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
+    const gp_job *J = va;
+    const af_kernels *kt = J->kt;
+    const bool bf = J->bf;
+    const int64_t m = J->m, n = J->n, k = J->k, ngr = J->ngr, gsz = J->gsz, npan = J->npan;
+    const int64_t team = J->team > 0 ? J->team : 1;
+    /* packed A block: MC x KC f32, or MC x KC/2 bf16 pairs */
+    uint32_t ap[MC * KC_MAX / 2 > MC * GP_KC_F32 ? MC * KC_MAX / 2 : MC * GP_KC_F32] __attribute__((aligned(64)));
+    const int64_t KCC = bf ? GP_KC_BF16 : GP_KC_F32;
+    for (int64_t th = t0; th < t1; th++)
+        for (int64_t task = th; task < J->nmb * ngr; task += team) {
+            int64_t mb = task / ngr, g = task % ngr;
+            int64_t r0 = mb * MC, mc = m - r0 < MC ? m - r0 : MC;
+            int64_t p0 = g * gsz, p1 = p0 + gsz < npan ? p0 + gsz : npan;
+            for (int64_t k0 = 0; k0 < k; k0 += KCC) {
+                int64_t kc = k - k0 < KCC ? k - k0 : KCC;
+                int acc = k0 > 0 || J->acc;
+                pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
+                int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
+                for (int64_t p = p0; p < p1; p++) {
+                    int64_t j0 = p * AF_GP_NR;
+                    int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
+                    const uint32_t *bpp = J->bp + p * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
+                    for (int64_t i0 = 0; i0 < mc; i0 += 8) {
+                        int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
+                        const uint32_t *api = ap + (i0 / 8) * ka * 8;
+                        float *ci = J->c + (r0 + i0) * J->ldc + j0;
+                        if (bf) kt->gp_bf16->ukernel(mr, ka, api, bpp, ci, J->ldc, nr, acc);
+                        else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, J->ldc, nr, acc);
+                    }
+                }
+            }
+        }
+}
 
 bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
@@ -245,41 +300,14 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
     int64_t ngr = (nmb % nth == 0) ? 1 : (nth < npan ? nth : npan);
     int64_t gsz = (npan + ngr - 1) / ngr;
     ngr = (npan + gsz - 1) / gsz;
-    AF_OMP(parallel num_threads(nth))
-    {
-        if (b_trans) pack_b_trans(kt, bp, wb, type, (size_t)ldw_bytes, n, k, bf);
-        else if (bf) pack_b_rows_bf16(kt, bp, wb, type, (size_t)ldw_bytes, n, k);
-        else pack_b_rows(kt, (float *)bp, wb, type, (size_t)ldw_bytes, n, k);
-        /* implicit barrier of the omp for above */
-        /* packed A block: MC x KC f32, or MC x KC/2 bf16 pairs */
-        uint32_t ap[MC * KC_MAX / 2 > MC * GP_KC_F32 ? MC * KC_MAX / 2 : MC * GP_KC_F32]
-            __attribute__((aligned(64)));
-        const int64_t KCC = bf ? GP_KC_BF16 : GP_KC_F32;
-        AF_OMP(for schedule(static, 1))
-        for (int64_t task = 0; task < nmb * ngr; task++) {
-            int64_t mb = task / ngr, g = task % ngr;
-            int64_t t0 = mb * MC, mc = m - t0 < MC ? m - t0 : MC;
-            int64_t p0 = g * gsz, p1 = p0 + gsz < npan ? p0 + gsz : npan;
-            for (int64_t k0 = 0; k0 < k; k0 += KCC) {
-                int64_t kc = k - k0 < KCC ? k - k0 : KCC;
-                int acc = k0 > 0 || accumulate;
-                pack_a(kt, ap, a, sat, sak, t0, mc, k0, kc, bf);
-                int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
-                for (int64_t p = p0; p < p1; p++) {
-                    int64_t j0 = p * AF_GP_NR;
-                    int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
-                    const uint32_t *bpp = bp + p * pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
-                    for (int64_t i0 = 0; i0 < mc; i0 += 8) {
-                        int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
-                        const uint32_t *api = ap + (i0 / 8) * ka * 8;
-                        float *ci = c + (t0 + i0) * ldc + j0;
-                        if (bf) kt->gp_bf16->ukernel(mr, ka, api, bpp, ci, ldc, nr, acc);
-                        else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, ldc, nr, acc);
-                    }
-                }
-            }
-        }
-    }
+    gp_job J = {.kt = kt, .bp = bp, .w = wb, .type = type, .ldw = (size_t)ldw_bytes, .b_trans = b_trans, .bf = bf,
+                .c = c, .ldc = ldc, .a = a, .sat = sat, .sak = sak, .m = m, .n = n, .k = k, .acc = accumulate,
+                .npan = npan, .pstride = pstride, .nmb = nmb, .ngr = ngr, .gsz = gsz};
+    /* B packed by all threads (panels, or rows of W / pairs of rows), then the tasks */
+    int64_t npack = b_trans ? npan : bf ? k / 2 : k;
+    af_threadpool_run(ctx->pool, nth, npack, 0, gp_pack_job, &J);
+    J.team = af_threadpool_team(ctx->pool, nth);
+    af_threadpool_run(ctx->pool, J.team, J.team, 0, gp_task_job, &J);
     return true;
 }
 

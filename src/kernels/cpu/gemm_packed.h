@@ -28,7 +28,7 @@ bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k);
  *  row stride ldw_bytes: b_trans = 1: B[kk][j] = W[j][kk] (W is [n, k], x·Wᵀ);
  *  b_trans = 0: B[kk][j] = W[kk][j] (W is [k, n], dy·W). Block types need the dequantized
  *  index (kk for b_trans, j otherwise) to start at multiples of AF_GP_KC, which holds.
- *  accumulate: add to C instead of overwriting it. nth: OpenMP threads (>= 1).
+ *  accumulate: add to C instead of overwriting it. nth: threads of ctx's pool (>= 1; a nested call runs on one).
  * Returns false (C untouched) when the packed B cannot be allocated. Results do not depend on nth.
  * Precision: f32, or bf16 operands when ctx->bf16 and k is even (packed B pairs; error bound
  * in gemm_packed_avx512.c). Kernels: ctx->k (mm->ukernel, mm->tpack, gp_bf16). */

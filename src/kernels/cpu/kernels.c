@@ -1,6 +1,14 @@
 /* kernels.c — the CPU dispatch tables (kernels.h): one per ISA, assembled from the per-file parts. */
 #include "kernels/cpu/kernels.h"
 
+#include "kernels/cpu/attention_gemm.h"
+#include "kernels/cpu/gemm_packed.h"
+
+void af_kernels_thread_release(void) {
+    af_gp_release();
+    af_att_gemm_release();
+}
+
 static const af_kernels k_scalar = {"scalar", AF_KPATH_SCALAR, &af_mm_ops_scalar, NULL,
                                     &af_ops_rows_scalar, &af_att_rows_scalar, NULL};
 #if defined(__x86_64__)

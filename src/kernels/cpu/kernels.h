@@ -38,8 +38,9 @@ typedef struct af_ops_rows {
 struct af_att_fwd_args;
 struct af_att_bwd_args;
 typedef struct af_att_rows {
-    void (*fwd)(const struct af_att_fwd_args *a, int64_t items, int par, int nth);
-    void (*bwd)(const struct af_att_bwd_args *a, int par, int nth);
+    /* items over ctx's pool (par: all its threads, else the caller alone) */
+    void (*fwd)(const struct af_ctx *ctx, const struct af_att_fwd_args *a, int64_t items, int par);
+    void (*bwd)(const struct af_ctx *ctx, const struct af_att_bwd_args *a, int par);
 } af_att_rows;
 
 /* attention_gemm.c: softmax / gradient rows of the blocked attention (contracts there). */
@@ -62,6 +63,10 @@ typedef struct af_kernels {
 /* The table of `path` (scalar when this build has no such path); for avx512, the variant with
  * or without AVX512_VNNI int8 decode, from the CPU's features. */
 const af_kernels *af_kernels_for(af_kpath path);
+
+/* Frees the grow-only thread-local buffers the kernels keep on the calling thread (packed GEMM B
+ * panels, blocked-attention scores); the worker pool calls it as each worker ends (core/threadpool.h). */
+void af_kernels_thread_release(void);
 
 /* Per-file parts of the tables (defined beside their kernels). */
 extern const af_mm_ops af_mm_ops_scalar;

@@ -1,13 +1,13 @@
 /*
  * matmul.c — products with block-format weights (kernels/matmul.h): run-time dispatch between the
- * scalar / AVX2 / AVX-512 kernels (the context's table ctx->k->mm, kernels.h), the tiling and OpenMP drivers shared
+ * scalar / AVX2 / AVX-512 kernels (the context's table ctx->k->mm, kernels.h), the tiling and threaded drivers shared
  * by all paths, the scalar kernels, and the f32 GEMMs.
  *
  * Regimes of af_matmul_xwt (y[n,out] = x[n,in] · W[out,in]ᵀ):
  *  - n <= AF_MM_DECODE_N (decode), default: f32 decode (ops.decode_f32, matmul_avx2.c /
  *    matmul_avx512.c): each weight row is dequantized in registers to exactly the f32 values of
  *    af_dequantize_row and multiplied-added with the f32 activations. Exact up to f32 rounding
- *    (measured relative error ~5e-7, like the tile path). Rows in 16-row blocks, OpenMP static.
+ *    (measured relative error ~5e-7, like the tile path). Rows in 16-row blocks, one contiguous range per thread.
  *  - n <= AF_MM_DECODE_N with int8 activations in the context (ctx->int8_act) on a SIMD path with a block type:
  *    x is quantized once to int8 per 32 values (matmul_internal.h af_mm_xq) and each weight row is
  *    unpacked in registers and dotted with integer instructions (vpdpbusd / vpmaddubsw), one f32
@@ -23,13 +23,12 @@
  * over row ranges of W streamed sequentially into per-thread dx copies summed at the end.
  * On the AVX-512 path, large products (training, prompts) go to gemm_packed.c instead: B packed
  * once per call (dequantized), A packed per block, an 8x32 micro-kernel on contiguous operands.
- * Threads: OpenMP over disjoint output tiles (rows of y for xwt, columns of dx for dyw); the
+ * Threads: the context's pool over disjoint output tiles (rows of y for xwt, columns of dx for dyw); the
  * f32 GEMMs also split tokens when there are too few column panels.
  */
 #include "kernels/matmul.h"
 
 #include "core/core.h"
-#include "core/threads.h"
 #include "kernels/ctx.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/kernels.h"
@@ -85,6 +84,25 @@ static bool is_block_type(uint32_t t) {
 
 static int threads_for(const af_ctx *ctx, double work) { return work >= PAR_MIN_WORK ? ctx->n_threads : 1; }
 
+/* Arguments of the row-parallel jobs below (one struct for all; each job reads its fields). */
+typedef struct mm_job {
+    const af_mm_ops *ops;
+    float *y;
+    const float *x;
+    const uint8_t *w;
+    uint32_t type;
+    int64_t n, in, out, rb, RB, mb, ntb;
+    int accumulate;
+    const af_mm_xq *q;
+    /* gemm_strided */
+    int64_t ldc, sxt, sxk, spk;
+    const float *p;
+    /* dyw_rows */
+    float *priv;
+    int64_t nrb;
+    int nt;
+} mm_job;
+
 /* ---------------------------------------------------------------- activation quantization */
 
 /* x[n, in] -> af_mm_xq (see matmul_internal.h). `in` is a multiple of 32. */
@@ -119,12 +137,17 @@ static void quantize_x(const float *x, int64_t n, int64_t in, af_mm_xq *q) {
 
 /* n <= AF_MM_DECODE_N without integer kernel: per row, dequantize DOT_BUF columns to the stack
  * and dot with each token (f32). */
-static void xwt_dot(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w, uint32_t type,
-                    int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
-    int nth = threads_for(ctx, (double)n * in * out);
-    (void)nth;
-AF_OMP(parallel for schedule(static) num_threads(nth))
-    for (int64_t o = 0; o < out; o++) {
+static void xwt_dot_job(void *va, int64_t o0, int64_t o1, int tid) {
+    const mm_job *J = va;
+    const af_mm_ops *ops = J->ops;
+    float *y = J->y;
+    const float *x = J->x;
+    const uint8_t *w = J->w;
+    const uint32_t type = J->type;
+    const int64_t n = J->n, in = J->in, out = J->out;
+    const size_t rb = (size_t)J->rb;
+    const int accumulate = J->accumulate;
+    for (int64_t o = o0; o < o1; o++) {
         float buf[DOT_BUF];
         float acc[AF_MM_DECODE_N] = {0};
         for (int64_t k0 = 0; k0 < in; k0 += DOT_BUF) {
@@ -140,6 +163,27 @@ AF_OMP(parallel for schedule(static) num_threads(nth))
     }
 }
 
+static void xwt_dot(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w, uint32_t type,
+                    int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
+    mm_job J = {.ops = ops, .y = y, .x = x, .w = w, .type = type, .n = n, .in = in, .out = out,
+                .rb = (int64_t)rb, .accumulate = accumulate};
+    af_threadpool_run(ctx->pool, threads_for(ctx, (double)n * in * out), out, 0, xwt_dot_job, &J);
+}
+
+/* Row blocks [b0, b1) of RB rows of the fused f32 decode. */
+static void decode_f32_job(void *va, int64_t b0, int64_t b1, int tid) {
+    const mm_job *J = va;
+    int64_t o0 = b0 * J->RB, o1 = b1 * J->RB < J->out ? b1 * J->RB : J->out;
+    J->ops->decode_f32(J->type, J->w, J->rb, o0, o1, J->x, J->in, J->n, J->y, J->out, J->accumulate);
+}
+
+/* Row blocks [b0, b1) of RB rows of the int8-activation decode. */
+static void decode_q_job(void *va, int64_t b0, int64_t b1, int tid) {
+    const mm_job *J = va;
+    int64_t o0 = b0 * J->RB, o1 = b1 * J->RB < J->out ? b1 * J->RB : J->out;
+    J->ops->decode(J->type, J->w, J->rb, o0, o1, J->q, J->n, J->y, J->out, J->accumulate);
+}
+
 /* f32 decode with in-register dequantization (ops.decode_f32); false if the path or type has
  * none. Rows are split into RB-row blocks, contiguous per thread (schedule static), so each
  * thread streams one range of W. */
@@ -148,14 +192,9 @@ static bool xwt_decode_f32(const af_ctx *ctx, const af_mm_ops *ops, float *y, co
     if (!ctx->fused_decode || !ops->decode_f32 || !ops->decode_f32(type, w, (int64_t)rb, 0, 0, x, in, n, y, out, accumulate))
         return false;
     const int64_t RB = 16;
-    int64_t nblk = (out + RB - 1) / RB;
-    int nth = threads_for(ctx, (double)n * in * out);
-    (void)nth;
-AF_OMP(parallel for schedule(static) num_threads(nth))
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t o1 = (b + 1) * RB < out ? (b + 1) * RB : out;
-        ops->decode_f32(type, w, (int64_t)rb, b * RB, o1, x, in, n, y, out, accumulate);
-    }
+    mm_job J = {.ops = ops, .y = y, .x = x, .w = w, .type = type, .n = n, .in = in, .out = out,
+                .rb = (int64_t)rb, .RB = RB, .accumulate = accumulate};
+    af_threadpool_run(ctx->pool, threads_for(ctx, (double)n * in * out), (out + RB - 1) / RB, 0, decode_f32_job, &J);
     return true;
 }
 
@@ -175,16 +214,29 @@ static bool xwt_decode(const af_ctx *ctx, const af_mm_ops *ops, float *y, const 
     q.q = (int8_t *)(q.sq + n * q.nb16);
     quantize_x(x, n, in, &q);
     const int64_t RB = 8;
-    int64_t nblk = (out + RB - 1) / RB;
-    int nth = threads_for(ctx, (double)n * in * out);
-    (void)nth;
-AF_OMP(parallel for schedule(static) num_threads(nth))
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t o1 = (b + 1) * RB < out ? (b + 1) * RB : out;
-        ops->decode(type, w, (int64_t)rb, b * RB, o1, &q, n, y, out, accumulate);
-    }
+    mm_job J = {.ops = ops, .y = y, .w = w, .type = type, .n = n, .in = in, .out = out,
+                .rb = (int64_t)rb, .RB = RB, .accumulate = accumulate, .q = &q};
+    af_threadpool_run(ctx->pool, threads_for(ctx, (double)n * in * out), (out + RB - 1) / RB, 0, decode_q_job, &J);
     af_free_aligned(mem);
     return true;
+}
+
+/* Tiles [i0, i1) of gemm_strided (n = m rows, out = n columns, in = k). */
+static void strided_job(void *va, int64_t i0, int64_t i1, int tid) {
+    const mm_job *J = va;
+    const af_mm_ops *ops = J->ops;
+    const int NR = ops->nr;
+    const int64_t m = J->n, n = J->out, k = J->in, mb = J->mb, ntb = J->ntb;
+    for (int64_t idx = i0; idx < i1; idx++) {
+        int64_t j0 = idx / ntb * NR, t0 = idx % ntb * mb;
+        int nr = (int)(n - j0 < NR ? n - j0 : NR);
+        int64_t mm = m - t0 < mb ? m - t0 : mb;
+        for (int64_t k0 = 0; k0 < k; k0 += KC) {
+            int64_t kc = k - k0 < KC ? k - k0 : KC;
+            ops->panel(mm, kc, J->x + t0 * J->sxt + k0 * J->sxk, J->sxt, J->sxk, J->p + k0 * J->spk + j0, J->spk,
+                       nr, J->y + t0 * J->ldc + j0, J->ldc, k0 ? 1 : J->accumulate);
+        }
+    }
 }
 
 /* Generic strided GEMM on panels: C[m, n] (+)= X[m, k] · P[k, n] with X(t,kk) = x[t*sxt + kk*sxk],
@@ -199,17 +251,9 @@ static void gemm_strided(const af_ctx *ctx, const af_mm_ops *ops, float *c, int6
     if (npan < 2 * nth) mb = ((m + nth - 1) / nth + 7) / 8 * 8;
     if (mb < 1) mb = 1;
     int64_t ntb = (m + mb - 1) / mb;
-AF_OMP(parallel for schedule(static) num_threads(nth))
-    for (int64_t idx = 0; idx < npan * ntb; idx++) {
-        int64_t j0 = idx / ntb * NR, t0 = idx % ntb * mb;
-        int nr = (int)(n - j0 < NR ? n - j0 : NR);
-        int64_t mm = m - t0 < mb ? m - t0 : mb;
-        for (int64_t k0 = 0; k0 < k; k0 += KC) {
-            int64_t kc = k - k0 < KC ? k - k0 : KC;
-            ops->panel(mm, kc, x + t0 * sxt + k0 * sxk, sxt, sxk, p + k0 * spk + j0, spk, nr,
-                       c + t0 * ldc + j0, ldc, k0 ? 1 : accumulate);
-        }
-    }
+    mm_job J = {.ops = ops, .y = c, .ldc = ldc, .x = x, .sxt = sxt, .sxk = sxk, .p = p, .spk = spk,
+                .n = m, .out = n, .in = k, .mb = mb, .ntb = ntb, .accumulate = accumulate};
+    af_threadpool_run(ctx->pool, nth, npan * ntb, 0, strided_job, &J);
 }
 
 static void zero_or_keep(float *c, int64_t m, int64_t n, int accumulate) {
@@ -218,6 +262,7 @@ static void zero_or_keep(float *c, int64_t m, int64_t n, int accumulate) {
 
 /* n > AF_MM_DECODE_N: dequantize ops.nr rows x KC columns, transpose into a stack panel, run the
  * micro-kernel over the tokens. */
+static void tiles_job(void *va, int64_t i0, int64_t i1, int tid);
 static void xwt_tiles(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
                       uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
     const int NR = ops->nr;
@@ -226,8 +271,24 @@ static void xwt_tiles(const af_ctx *ctx, const af_mm_ops *ops, float *y, const f
     int64_t mb = n;
     if (ntile < 2 * nth) mb = ((n + nth - 1) / nth + 7) / 8 * 8;
     int64_t ntb = (n + mb - 1) / mb;
-AF_OMP(parallel for schedule(static) num_threads(nth))
-    for (int64_t idx = 0; idx < ntile * ntb; idx++) {
+    mm_job J = {.ops = ops, .y = y, .x = x, .w = w, .type = type, .n = n, .in = in, .out = out,
+                .rb = (int64_t)rb, .mb = mb, .ntb = ntb, .accumulate = accumulate};
+    af_threadpool_run(ctx->pool, nth, ntile * ntb, 0, tiles_job, &J);
+}
+
+/* Tiles [i0, i1) of xwt_tiles. */
+static void tiles_job(void *va, int64_t i0, int64_t i1, int tid) {
+    const mm_job *J = va;
+    const af_mm_ops *ops = J->ops;
+    const int NR = ops->nr;
+    const int64_t n = J->n, in = J->in, out = J->out, mb = J->mb, ntb = J->ntb;
+    const uint8_t *w = J->w;
+    const uint32_t type = J->type;
+    const size_t rb = (size_t)J->rb;
+    const float *x = J->x;
+    float *y = J->y;
+    const int accumulate = J->accumulate;
+    for (int64_t idx = i0; idx < i1; idx++) {
         float pk[KC * 32] __attribute__((aligned(64)));
         float row[KC] __attribute__((aligned(64)));
         int64_t o0 = idx / ntb * NR, t0 = idx % ntb * mb;
@@ -278,44 +339,86 @@ void af_matmul_xwt(const af_ctx *ctx, float *y, const float *x, const void *w, u
 /* dyw split over rows of W: each thread streams a contiguous range of rows (sequential reads of
  * W, good for many rows or few tokens) into a private dx copy; the copies are summed at the end.
  * False on allocation failure. */
-static bool dyw_rows(const af_ctx *ctx, const af_mm_ops *ops, float *dx, const float *dy, const uint8_t *w,
-                     uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
+/* Thread `tid` of dyw_rows (one index per thread): its contiguous range of RB-row blocks into its
+ * own dx copy (thread 0: dx itself). */
+static void dyw_rows_job(void *va, int64_t t0, int64_t t1, int tid) {
+    const mm_job *J = va;
+    const af_mm_ops *ops = J->ops;
     const int NR = ops->nr;
     const int64_t RB = 32, CW = 256; /* 32 KiB dequantized tile */
-    int nth = threads_for(ctx, (double)n * in * out);
-    size_t per = (size_t)(n * in);
-    float *priv = NULL;
-    if (nth > 1 && !(priv = af_malloc_aligned((size_t)(nth - 1) * per * sizeof(float)))) return false;
-    int64_t nrb = (out + RB - 1) / RB;
-    AF_OMP(parallel num_threads(nth))
-    {
-        float buf[RB * CW] __attribute__((aligned(64)));
-        int tid = AF_OMP_THREAD_NUM(), nt = AF_OMP_NUM_THREADS();
-        float *dst = tid == 0 ? dx : priv + (size_t)(tid - 1) * per;
-        if (tid != 0 || !accumulate) memset(dst, 0, per * sizeof(float));
-        for (int64_t b = nrb * tid / nt; b < nrb * (tid + 1) / nt; b++) {
+    const int64_t n = J->n, in = J->in, out = J->out, nrb = J->nrb;
+    const size_t per = (size_t)(n * in);
+    const int nt = J->nt;
+    float buf[RB * CW] __attribute__((aligned(64)));
+    for (int64_t t = t0; t < t1; t++) { /* t is the share (== tid, or all shares on one thread) */
+        float *dst = t == 0 ? J->y : J->priv + (size_t)(t - 1) * per;
+        if (t != 0 || !J->accumulate) memset(dst, 0, per * sizeof(float));
+        for (int64_t b = nrb * t / nt; b < nrb * (t + 1) / nt; b++) {
             int64_t o0 = b * RB, ob = out - o0 < RB ? out - o0 : RB;
             for (int64_t k0 = 0; k0 < in; k0 += CW) {
                 int64_t kc = in - k0 < CW ? in - k0 : CW;
-                ops->dequant(type, w, (int64_t)rb, o0, ob, k0, kc, buf, kc);
+                ops->dequant(J->type, J->w, J->rb, o0, ob, k0, kc, buf, kc);
                 for (int64_t p0 = 0; p0 < kc; p0 += NR) {
                     int nr = (int)(kc - p0 < NR ? kc - p0 : NR);
-                    ops->panel(n, ob, dy + o0, out, 1, buf + p0, kc, nr, dst + k0 + p0, in, 1);
+                    ops->panel(n, ob, J->x + o0, out, 1, buf + p0, kc, nr, dst + k0 + p0, in, 1);
                 }
             }
         }
-        if (nt > 1) {
-            AF_OMP(barrier)
-            AF_OMP(for schedule(static))
-            for (int64_t i = 0; i < (int64_t)per; i++) {
-                float v = dx[i];
-                for (int j = 0; j < nt - 1; j++) v += priv[(size_t)j * per + (size_t)i];
-                dx[i] = v;
+    }
+}
+
+/* Elements [i0, i1) of dx: the private copies added in thread order (fixed for a given team). */
+static void dyw_sum_job(void *va, int64_t i0, int64_t i1, int tid) {
+    const mm_job *J = va;
+    const size_t per = (size_t)(J->n * J->in);
+    float *dx = J->y;
+    for (int64_t i = i0; i < i1; i++) {
+        float v = dx[i];
+        for (int j = 0; j < J->nt - 1; j++) v += J->priv[(size_t)j * per + (size_t)i];
+        dx[i] = v;
+    }
+}
+
+/* dyw split over rows of W: each thread streams a contiguous range of rows (sequential reads of
+ * W, good for many rows or few tokens) into a private dx copy; the copies are summed at the end.
+ * The result depends on the team size (the number of partial sums), as it did with the OpenMP team before the pool;
+ * a nested call has a team of 1. False on allocation failure. */
+static bool dyw_rows(const af_ctx *ctx, const af_mm_ops *ops, float *dx, const float *dy, const uint8_t *w,
+                     uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
+    const int64_t RB = 32;
+    int nt = af_threadpool_team(ctx->pool, threads_for(ctx, (double)n * in * out));
+    size_t per = (size_t)(n * in);
+    float *priv = NULL;
+    if (nt > 1 && !(priv = af_malloc_aligned((size_t)(nt - 1) * per * sizeof(float)))) return false;
+    mm_job J = {.ops = ops, .y = dx, .x = dy, .w = w, .type = type, .n = n, .in = in, .out = out,
+                .rb = (int64_t)rb, .accumulate = accumulate, .priv = priv, .nrb = (out + RB - 1) / RB, .nt = nt};
+    af_threadpool_run(ctx->pool, nt, nt, 0, dyw_rows_job, &J);
+    if (nt > 1) af_threadpool_run(ctx->pool, nt, (int64_t)per, 0, dyw_sum_job, &J);
+    af_free_aligned(priv);
+    return true;
+}
+
+/* Column chunks x token blocks [i0, i1) of af_matmul_dyw's general path (in = W columns). */
+static void dyw_chunks_job(void *va, int64_t i0, int64_t i1, int tid) {
+    const mm_job *J = va;
+    const af_mm_ops *ops = J->ops;
+    const int NR = ops->nr;
+    const int64_t n = J->n, in = J->in, out = J->out, mb = J->mb, ntb = J->ntb, CW = J->RB, OB = 8192 / CW;
+    for (int64_t idx = i0; idx < i1; idx++) {
+        float buf[8192] __attribute__((aligned(64)));
+        int64_t k0 = idx / ntb * CW, t0 = idx % ntb * mb;
+        int64_t kc = in - k0 < CW ? in - k0 : CW;
+        int64_t mm = n - t0 < mb ? n - t0 : mb;
+        for (int64_t o0 = 0; o0 < out; o0 += OB) {
+            int64_t ob = out - o0 < OB ? out - o0 : OB;
+            ops->dequant(J->type, J->w, J->rb, o0, ob, k0, kc, buf, kc);
+            for (int64_t p0 = 0; p0 < kc; p0 += NR) {
+                int nr = (int)(kc - p0 < NR ? kc - p0 : NR);
+                ops->panel(mm, ob, J->x + t0 * out + o0, out, 1, buf + p0, kc, nr,
+                           J->y + t0 * in + k0 + p0, in, (o0 > 0) || J->accumulate);
             }
         }
     }
-    af_free_aligned(priv);
-    return true;
 }
 
 void af_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
@@ -326,11 +429,10 @@ void af_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const void *w,
         return;
     }
     const af_mm_ops *ops = ctx->k->mm;
-    const int NR = ops->nr;
     size_t rb = af_row_bytes(type, in);
     int64_t bs = (int64_t)af_type_block_size(type);
     /* column chunk CW x row block OB of W dequantized per step: 32 KiB on the stack */
-    const int64_t CW = bs == 256 ? 256 : 128, OB = 8192 / CW;
+    const int64_t CW = bs == 256 ? 256 : 128;
     int64_t nchunk = (in + CW - 1) / CW;
     int nth = threads_for(ctx, (double)n * in * out);
     int64_t mb = n;
@@ -344,22 +446,9 @@ void af_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const void *w,
     if ((n <= AF_MM_DECODE_N || out >= 4 * in) && (double)n * in * nth <= 4e6 &&
         dyw_rows(ctx, ops, dx, dy, wb, type, n, in, out, rb, accumulate))
         return;
-AF_OMP(parallel for schedule(static) num_threads(nth))
-    for (int64_t idx = 0; idx < nchunk * ntb; idx++) {
-        float buf[8192] __attribute__((aligned(64)));
-        int64_t k0 = idx / ntb * CW, t0 = idx % ntb * mb;
-        int64_t kc = in - k0 < CW ? in - k0 : CW;
-        int64_t mm = n - t0 < mb ? n - t0 : mb;
-        for (int64_t o0 = 0; o0 < out; o0 += OB) {
-            int64_t ob = out - o0 < OB ? out - o0 : OB;
-            ops->dequant(type, wb, (int64_t)rb, o0, ob, k0, kc, buf, kc);
-            for (int64_t p0 = 0; p0 < kc; p0 += NR) {
-                int nr = (int)(kc - p0 < NR ? kc - p0 : NR);
-                ops->panel(mm, ob, dy + t0 * out + o0, out, 1, buf + p0, kc, nr,
-                           dx + t0 * in + k0 + p0, in, (o0 > 0) || accumulate);
-            }
-        }
-    }
+    mm_job J = {.ops = ops, .y = dx, .x = dy, .w = wb, .type = type, .n = n, .in = in, .out = out,
+                .rb = (int64_t)rb, .RB = CW, .mb = mb, .ntb = ntb, .accumulate = accumulate};
+    af_threadpool_run(ctx->pool, nth, nchunk * ntb, 0, dyw_chunks_job, &J);
 }
 
 void af_gemm_abt(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,

@@ -11,13 +11,12 @@
  * exported as the af_ops_rows parts of the dispatch tables (kernels.h) and reached as ctx->k->ops. RMSNorm and RoPE do the
  * same float operations in the same order on every path (same bits); SwiGLU's SIMD paths use
  * vexp.h's e^x (<= 1 ulp) where the scalar path calls expf.
- * Threads: OpenMP over rows/elements (ctx->n_threads) when the call is large enough to pay for a
- * parallel region.
+ * Threads: the context's pool over rows/elements (ctx->n_threads) when the call is large enough to
+ * pay for a dispatch (AF_OPS_PAR_MIN); smaller calls run on the caller alone.
  */
 #include "kernels/ops.h"
 
 #include "core/core.h"
-#include "core/threads.h"
 #include "kernels/ctx.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/vexp.h"
@@ -31,8 +30,8 @@
 #define AF_OPS_PAR_MIN 32768
 
 /* ------------------------------------------------------------------------------------------------
- * Kernel paths. The per-path kernels below work on one row or one contiguous range; the OpenMP
- * loops stay in the generic functions and call them through ctx->k->ops (a target-specific
+ * Kernel paths. The per-path kernels below work on one row or one contiguous range; the pool
+ * jobs stay in the generic functions and call them through ctx->k->ops (a target-specific
  * function cannot be inlined into generic code anyway, so each is one call per row or per
  * OPS_EW_CHUNK elements).
  * ---------------------------------------------------------------------------------------------- */
@@ -193,47 +192,78 @@ OPS_T256 static void rms_bwd_row_256(float *dx, const float *dy, const float *x,
 }
 #endif
 
+/* Arguments of the row jobs of this file (each job reads the fields it needs). */
+typedef struct ops_job {
+    const af_ops_rows *K;
+    float *y, *y2, *y3, *rstd;
+    const float *x, *w, *dy, *x2, *x3, *crstd;
+    const int32_t *pos;
+    const double *freq;
+    float *tab;
+    int64_t n, dim, half, hd, n_heads, tstride, pmin;
+    double log_base;
+    float eps, sign;
+    int neox;
+} ops_job;
+
+/* The threads of an op over `work` elements: all of the context's when par, else the caller. */
+static int ops_threads(const af_ctx *ctx, int par) { return par ? ctx->n_threads : 1; }
+
+static void rmsnorm_fwd_job(void *va, int64_t t0, int64_t t1, int tid) {
+    const ops_job *J = va;
+    const int64_t dim = J->dim;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = J->x + t * dim;
+        double ss = J->K->dsum(xr, xr, dim);
+        float r = (float)(1.0 / sqrt(ss / (double)dim + (double)J->eps));
+        if (J->rstd) J->rstd[t] = r;
+        J->K->rms_scale(J->y + t * dim, xr, J->w, r, dim);
+    }
+}
+
 void af_rmsnorm_forward(const af_ctx *ctx,
                         float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
                         float eps) {
     int par = n > 1 && n * dim >= AF_OPS_PAR_MIN;
-    (void)par;
-    const af_ops_rows *K = ctx->k->ops;
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
-    for (int64_t t = 0; t < n; t++) {
-        const float *xr = x + t * dim;
-        double ss = K->dsum(xr, xr, dim);
-        float r = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
-        if (rstd) rstd[t] = r;
-        K->rms_scale(y + t * dim, xr, w, r, dim);
+    ops_job J = {.K = ctx->k->ops, .y = y, .rstd = rstd, .x = x, .w = w, .n = n, .dim = dim, .eps = eps};
+    af_threadpool_run(ctx->pool, ops_threads(ctx, par), n, 0, rmsnorm_fwd_job, &J);
+}
+
+static void rmsnorm_bwd_job(void *va, int64_t t0, int64_t t1, int tid) {
+    const ops_job *J = va;
+    const int64_t dim = J->dim;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = J->x + t * dim, *dyr = J->dy + t * dim;
+        float r = J->crstd[t];
+        double gx = J->K->dsum3(J->w, dyr, xr, dim);
+        float c = (float)((double)r * r * r / (double)dim * gx);
+        J->K->rms_bwd_row(J->y + t * dim, dyr, xr, J->w, r, c, dim);
+    }
+}
+
+/* dw over column blocks [b0, b1) of 256 (each thread owns its columns; rows summed in order). */
+static void rmsnorm_dw_job(void *va, int64_t b0, int64_t b1, int tid) {
+    const ops_job *J = va;
+    const int64_t dim = J->dim;
+    float *dw = J->y2;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t i0 = b * 256, i1 = i0 + 256 < dim ? i0 + 256 : dim;
+        for (int64_t t = 0; t < J->n; t++) {
+            const float *xr = J->x + t * dim, *dyr = J->dy + t * dim;
+            float r = J->crstd[t];
+            for (int64_t i = i0; i < i1; i++) dw[i] += dyr[i] * xr[i] * r;
+        }
     }
 }
 
 void af_rmsnorm_backward(const af_ctx *ctx, float *dx, float *dw, const float *dy, const float *x, const float *w,
                          const float *rstd, int64_t n, int64_t dim) {
     int par = n > 1 && n * dim >= AF_OPS_PAR_MIN;
-    (void)par;
-    const af_ops_rows *K = ctx->k->ops;
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
-    for (int64_t t = 0; t < n; t++) {
-        const float *xr = x + t * dim, *dyr = dy + t * dim;
-        float r = rstd[t];
-        double gx = K->dsum3(w, dyr, xr, dim);
-        float c = (float)((double)r * r * r / (double)dim * gx);
-        K->rms_bwd_row(dx + t * dim, dyr, xr, w, r, c, dim);
-    }
+    ops_job J = {.K = ctx->k->ops, .y = dx, .y2 = dw, .x = x, .w = w, .dy = dy, .crstd = rstd, .n = n,
+                 .dim = dim};
+    af_threadpool_run(ctx->pool, ops_threads(ctx, par), n, 0, rmsnorm_bwd_job, &J);
     if (!dw) return;
-    /* dw: parallel over column blocks (each thread owns its columns; no races). */
-    int64_t nblk = (dim + 255) / 256;
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t i0 = b * 256, i1 = i0 + 256 < dim ? i0 + 256 : dim;
-        for (int64_t t = 0; t < n; t++) {
-            const float *xr = x + t * dim, *dyr = dy + t * dim;
-            float r = rstd[t];
-            for (int64_t i = i0; i < i1; i++) dw[i] += dyr[i] * xr[i] * r;
-        }
-    }
+    af_threadpool_run(ctx->pool, ops_threads(ctx, par), (dim + 255) / 256, 0, rmsnorm_dw_job, &J);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -354,6 +384,42 @@ OPS_T256 static void rope_rot_256(float *xt, const float *C, const float *S, int
 }
 #endif
 
+/* Table rows of positions pmin + [p0, p1). */
+static void rope_tab_job(void *va, int64_t p0, int64_t p1, int tid) {
+    const ops_job *J = va;
+    const int64_t hd = J->hd;
+    for (int64_t p = p0; p < p1; p++)
+        rope_row(J->tab + p * 2 * hd, J->tab + p * 2 * hd + hd, (double)J->pmin + (double)p, J->freq, J->half, J->neox,
+                 J->sign);
+}
+
+/* Tokens [t0, t1) rotated with the table. */
+static void rope_rot_job(void *va, int64_t t0, int64_t t1, int tid) {
+    const ops_job *J = va;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *row = J->tab + (int64_t)(J->pos[t] - J->pmin) * 2 * J->hd;
+        J->K->rope_rot(J->y + t * J->tstride, row, row + J->hd, J->n_heads, J->hd, 0, J->half, J->neox);
+    }
+}
+
+/* Tokens [t0, t1) without a table: rows of ROPE_CHUNK pairs on the stack (f_i recomputed when
+ * there is no memory for them). */
+static void rope_row_job(void *va, int64_t t0, int64_t t1, int tid) {
+    const ops_job *J = va;
+    const int64_t half = J->half, hd = J->hd;
+    for (int64_t t = t0; t < t1; t++) {
+        float C[2 * ROPE_CHUNK], S[2 * ROPE_CHUNK];
+        double fr[ROPE_CHUNK];
+        for (int64_t c0 = 0; c0 < half; c0 += ROPE_CHUNK) {
+            int64_t nc = min64(half - c0, ROPE_CHUNK);
+            if (!J->freq)
+                for (int64_t c = 0; c < nc; c++) fr[c] = exp(-2.0 * (double)(c0 + c) / (double)hd * J->log_base);
+            rope_row(C, S, (double)J->pos[t], J->freq ? J->freq + c0 : fr, nc, J->neox, J->sign);
+            J->K->rope_rot(J->y + t * J->tstride, C, S, J->n_heads, hd, c0, nc, J->neox);
+        }
+    }
+}
+
 static void rope_apply(const af_ctx *ctx,
                        float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t hd, float base,
                        int neox, float sign) {
@@ -378,34 +444,14 @@ static void rope_apply(const af_ctx *ctx,
         if (use_tab) tab = (float *)(freq + half);
     }
     int par = n > 1 && n * tstride >= AF_OPS_PAR_MIN / 4;
-    (void)par;
+    ops_job J = {.K = K, .y = x, .pos = pos, .freq = freq, .tab = tab, .n = n, .half = half, .hd = hd,
+                 .n_heads = n_heads, .tstride = tstride, .pmin = pmin, .log_base = log_base, .sign = sign,
+                 .neox = neox};
     if (tab) {
-        AF_OMP(parallel num_threads(ctx->n_threads) if (par))
-        {
-            AF_OMP(for schedule(static))
-            for (int64_t p = 0; p < span; p++)
-                rope_row(tab + p * 2 * hd, tab + p * 2 * hd + hd, (double)pmin + (double)p, freq, half, neox, sign);
-            AF_OMP(for schedule(static))
-            for (int64_t t = 0; t < n; t++) {
-                const float *row = tab + (int64_t)(pos[t] - pmin) * 2 * hd;
-                K->rope_rot(x + t * tstride, row, row + hd, n_heads, hd, 0, half, neox);
-            }
-        }
-    } else {
-        /* per token: rows of ROPE_CHUNK pairs on the stack (f_i recomputed when there is no memory) */
-        AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
-        for (int64_t t = 0; t < n; t++) {
-            float C[2 * ROPE_CHUNK], S[2 * ROPE_CHUNK];
-            double fr[ROPE_CHUNK];
-            for (int64_t c0 = 0; c0 < half; c0 += ROPE_CHUNK) {
-                int64_t nc = min64(half - c0, ROPE_CHUNK);
-                if (!freq)
-                    for (int64_t c = 0; c < nc; c++) fr[c] = exp(-2.0 * (double)(c0 + c) / (double)hd * log_base);
-                rope_row(C, S, (double)pos[t], freq ? freq + c0 : fr, nc, neox, sign);
-                K->rope_rot(x + t * tstride, C, S, n_heads, hd, c0, nc, neox);
-            }
-        }
-    }
+        af_threadpool_run(ctx->pool, ops_threads(ctx, par), span, 0, rope_tab_job, &J);
+        af_threadpool_run(ctx->pool, ops_threads(ctx, par), n, 0, rope_rot_job, &J);
+    } else
+        af_threadpool_run(ctx->pool, ops_threads(ctx, par), n, 0, rope_row_job, &J);
     free(mem);
 }
 
@@ -535,34 +581,53 @@ OPS_T256 static void swiglu_bwd_256(float *d_gate, float *d_up, const float *dh,
 }
 #endif
 
-/* Element-wise loop over fixed chunks (OpenMP when large): CALL(i0, len) */
-#define EW_LOOP(n, CALL)                                                                           \
-    do {                                                                                           \
-        int par_ = (n) >= AF_OPS_PAR_MIN;                                                          \
-        (void)par_;                                                                                \
-        int64_t nch_ = ((n) + OPS_EW_CHUNK - 1) / OPS_EW_CHUNK;                                    \
-        AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par_))                \
-        for (int64_t c_ = 0; c_ < nch_; c_++) {                                                    \
-            int64_t i0 = c_ * OPS_EW_CHUNK, len = min64((n) - i0, OPS_EW_CHUNK);                   \
-            CALL;                                                                                  \
-        }                                                                                          \
-    } while (0)
+/* Element-wise ops over fixed chunks of OPS_EW_CHUNK elements (threads when n >= AF_OPS_PAR_MIN):
+ * chunks [c0, c1) of one op. */
+typedef enum { EW_EXP, EW_SWIGLU_FWD, EW_SWIGLU_BWD, EW_GEGLU_FWD, EW_GEGLU_BWD } ew_op;
+typedef struct ew_job {
+    const af_ops_rows *K;
+    ew_op op;
+    int64_t n;
+    float *y, *y2;
+    const float *a, *b, *c;
+} ew_job;
+
+static void geglu_fwd_range(float *h, const float *gate, const float *up, int64_t i0, int64_t i1);
+static void geglu_bwd_range(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+                            int64_t i0, int64_t i1);
+
+static void ew_run_job(void *va, int64_t c0, int64_t c1, int tid) {
+    const ew_job *J = va;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t i0 = c * OPS_EW_CHUNK, len = min64(J->n - i0, OPS_EW_CHUNK);
+        switch (J->op) {
+        case EW_EXP: J->K->vexp(J->y + i0, J->a + i0, len); break;
+        case EW_SWIGLU_FWD: J->K->swiglu_fwd(J->y + i0, J->a + i0, J->b + i0, len); break;
+        case EW_SWIGLU_BWD: J->K->swiglu_bwd(J->y + i0, J->y2 + i0, J->a + i0, J->b + i0, J->c + i0, len); break;
+        case EW_GEGLU_FWD: geglu_fwd_range(J->y, J->a, J->b, i0, i0 + len); break;
+        case EW_GEGLU_BWD: geglu_bwd_range(J->y, J->y2, J->a, J->b, J->c, i0, i0 + len); break;
+        }
+    }
+}
+
+static void ew_run(const af_ctx *ctx, ew_job *J) {
+    J->K = ctx->k->ops;
+    af_threadpool_run(ctx->pool, ops_threads(ctx, J->n >= AF_OPS_PAR_MIN), (J->n + OPS_EW_CHUNK - 1) / OPS_EW_CHUNK, 0,
+                ew_run_job, J);
+}
 
 void af_vexpf(const af_ctx *ctx, float *y, const float *x, int64_t n) {
-    const af_ops_rows *K = ctx->k->ops;
-    EW_LOOP(n, K->vexp(y + i0, x + i0, len));
+    ew_run(ctx, &(ew_job){.op = EW_EXP, .n = n, .y = y, .a = x});
 }
 
 void af_swiglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n) {
-    const af_ops_rows *K = ctx->k->ops;
-    EW_LOOP(n, K->swiglu_fwd(h + i0, gate + i0, up + i0, len));
+    ew_run(ctx, &(ew_job){.op = EW_SWIGLU_FWD, .n = n, .y = h, .a = gate, .b = up});
 }
 
 void af_swiglu_backward(const af_ctx *ctx,
                         float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
                         int64_t n) {
-    const af_ops_rows *K = ctx->k->ops;
-    EW_LOOP(n, K->swiglu_bwd(d_gate + i0, d_up + i0, dh + i0, gate + i0, up + i0, len));
+    ew_run(ctx, &(ew_job){.op = EW_SWIGLU_BWD, .n = n, .y = d_gate, .y2 = d_up, .a = dh, .b = gate, .c = up});
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -572,24 +637,17 @@ void af_swiglu_backward(const af_ctx *ctx,
 #define GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_K1 0.044715f
 
-void af_geglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n) {
-    int par = n >= AF_OPS_PAR_MIN;
-    (void)par;
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
-    for (int64_t i = 0; i < n; i++) {
+static void geglu_fwd_range(float *h, const float *gate, const float *up, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) {
         float x = gate[i];
         float t = tanhf(GELU_K0 * (x + GELU_K1 * x * x * x));
         h[i] = 0.5f * x * (1.0f + t) * up[i];
     }
 }
 
-void af_geglu_backward(const af_ctx *ctx,
-                       float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
-                       int64_t n) {
-    int par = n >= AF_OPS_PAR_MIN;
-    (void)par;
-    AF_OMP(parallel for schedule(static) num_threads(ctx->n_threads) if (par))
-    for (int64_t i = 0; i < n; i++) {
+static void geglu_bwd_range(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+                            int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) {
         float x = gate[i];
         float t = tanhf(GELU_K0 * (x + GELU_K1 * x * x * x));
         float g = 0.5f * x * (1.0f + t);
@@ -635,3 +693,13 @@ const af_ops_rows af_ops_rows_avx2 = {dsum_256, dsum3_256, rms_scale_256, rms_bw
 const af_ops_rows af_ops_rows_avx512 = {dsum_512, dsum3_512, rms_scale_512, rms_bwd_row_512,
                                         rope_rot_512, vexp_512, swiglu_fwd_512, swiglu_bwd_512};
 #endif
+
+void af_geglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n) {
+    ew_run(ctx, &(ew_job){.op = EW_GEGLU_FWD, .n = n, .y = h, .a = gate, .b = up});
+}
+
+void af_geglu_backward(const af_ctx *ctx,
+                       float *d_gate, float *d_up, const float *dh, const float *gate, const float *up,
+                       int64_t n) {
+    ew_run(ctx, &(ew_job){.op = EW_GEGLU_BWD, .n = n, .y = d_gate, .y2 = d_up, .a = dh, .b = gate, .c = up});
+}

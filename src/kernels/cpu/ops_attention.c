@@ -17,14 +17,13 @@
  * (vectorisable at baseline x86-64), AVX2+FMA and AVX-512 variants; the work
  * items are instantiated once per path (constant P) and exported as the af_att_rows parts of the
  * dispatch tables (kernels.h), reached as ctx->k->att.
- * Threads: OpenMP over work items (dynamic schedule: causal rows differ in cost, ctx->n_threads)
+ * Threads: the context's pool over work items (dynamic schedule: causal rows differ in cost, ctx->n_threads)
  * when the call is big enough; results do not depend on the thread count.
  */
 #include "kernels/ops.h"
 #include "kernels/cpu/attention_gemm.h"
 
 #include "core/core.h"
-#include "core/threads.h"
 #include "kernels/ctx.h"
 #include "kernels/cpu/kernels.h"
 
@@ -520,22 +519,26 @@ ATT_INLINE void bwd_item_kv(const int P, const bwd_args *a, int64_t it) {
     }
 }
 
-/* The OpenMP loops must sit in the target-specific functions themselves: GCC outlines a parallel
- * region before inlining, and the outlined body inherits its parent's target ISA. */
-#define ATT_PAR_FOR AF_OMP(parallel for schedule(dynamic, 4) num_threads(nth) if (par))
+/* The pool jobs are the target-specific functions (fwd_item etc. inlined with the ISA's P), so
+ * each table entry gets its own; items are dealt dynamically, 4 at a time (causal rows differ in
+ * cost). Each item writes its own rows of the outputs: the result does not depend on the team. */
 #define ATT_DEFINE_PATH(SUFFIX, ATTR, P)                                                           \
-    ATTR static void fwd_##SUFFIX(const fwd_args *a, int64_t items, int par, int nth) {            \
-        (void)par, (void)nth;                                                                      \
-        ATT_PAR_FOR                                                                                \
-        for (int64_t it = 0; it < items; it++) fwd_item(P, a, it);                                 \
+    ATTR static void fwd_job_##SUFFIX(void *va, int64_t i0, int64_t i1, int tid) {                 \
+        for (int64_t it = i0; it < i1; it++) fwd_item(P, (const fwd_args *)va, it);               \
     }                                                                                              \
-    ATTR static void bwd_##SUFFIX(const bwd_args *a, int par, int nth) {                           \
-        (void)par, (void)nth;                                                                      \
-        int64_t qitems = a->n_q * a->n_heads, kitems = a->n_kv * a->n_kv_heads;                    \
-        ATT_PAR_FOR                                                                                \
-        for (int64_t it = 0; it < qitems; it++) bwd_item_q(P, a, it);                              \
-        ATT_PAR_FOR                                                                                \
-        for (int64_t it = 0; it < kitems; it++) bwd_item_kv(P, a, it);                             \
+    ATTR static void bwdq_job_##SUFFIX(void *va, int64_t i0, int64_t i1, int tid) {                \
+        for (int64_t it = i0; it < i1; it++) bwd_item_q(P, (const bwd_args *)va, it);             \
+    }                                                                                              \
+    ATTR static void bwdkv_job_##SUFFIX(void *va, int64_t i0, int64_t i1, int tid) {               \
+        for (int64_t it = i0; it < i1; it++) bwd_item_kv(P, (const bwd_args *)va, it);            \
+    }                                                                                              \
+    static void fwd_##SUFFIX(const af_ctx *ctx, const fwd_args *a, int64_t items, int par) {       \
+        af_threadpool_run(ctx->pool, par ? ctx->n_threads : 1, items, 4, fwd_job_##SUFFIX, (void *)a);   \
+    }                                                                                              \
+    static void bwd_##SUFFIX(const af_ctx *ctx, const bwd_args *a, int par) {                      \
+        int nth = par ? ctx->n_threads : 1;                                                        \
+        af_threadpool_run(ctx->pool, nth, a->n_q * a->n_heads, 4, bwdq_job_##SUFFIX, (void *)a);         \
+        af_threadpool_run(ctx->pool, nth, a->n_kv * a->n_kv_heads, 4, bwdkv_job_##SUFFIX, (void *)a);    \
     }
 
 /* The af_att_rows parts of the dispatch tables (kernels.h). */
@@ -567,7 +570,7 @@ void af_attention_forward(const af_ctx *ctx, float *out, float *lse, const float
                   scale, n_sub};
     int64_t items = n_q * n_kv_heads * n_sub;
     int par = items > 1 && att_par(n_q * n_heads, n_kv, head_dim);
-    ctx->k->att->fwd(&a, items, par, ctx->n_threads);
+    ctx->k->att->fwd(ctx, &a, items, par);
 }
 
 void af_attention_backward(const af_ctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -584,6 +587,6 @@ void af_attention_backward(const af_ctx *ctx, float *dq, float *dk, float *dv, c
     int par = att_par(n_q * n_heads, n_kv, head_dim);
     /* D = rowsum(dout ⊙ out), saved by pass A for pass B; without memory pass B recomputes it. */
     a.D = malloc((size_t)(n_q * n_heads) * sizeof(float));
-    ctx->k->att->bwd(&a, par, ctx->n_threads);
+    ctx->k->att->bwd(ctx, &a, par);
     free(a.D);
 }

@@ -1,0 +1,250 @@
+/* threadpool.c — the worker pool (core/threadpool.h): hot workers for per-operation dispatch, spin then sleep. */
+#include "core/threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+/* One cache line per field written by different threads (no false sharing between the counter
+ * the workers poll and the one they decrement). */
+#define LINE 64
+
+struct af_threadpool {
+    /* read-mostly settings */
+    int size;                 /* threads in all, caller included */
+    int poll_us;
+    void (*thread_exit)(void);
+    pthread_t *tid;           /* size - 1 workers once started */
+    int started;              /* workers running (0 before the first dispatch; -1: could not start) */
+    pthread_mutex_t run_mu;   /* one dispatcher at a time */
+    /* the job, written by the dispatcher before it publishes `gen` */
+    af_threadpool_fn fn;
+    void *arg;
+    int64_t n, chunk;
+    int team;
+    _Alignas(LINE) unsigned gen;   /* job generation: workers wait for it to change */
+    int stop;                      /* set with a new generation: workers leave */
+    _Alignas(LINE) int pending;    /* workers that have not finished the current job */
+    _Alignas(LINE) int64_t next;   /* dynamic schedule: next undistributed index */
+    _Alignas(LINE) int sleepers;   /* workers asleep (or about to sleep) on `cv` */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+struct worker_arg {
+    af_threadpool *pool;
+    int id; /* 1 .. size - 1 */
+};
+
+static _Thread_local int tl_in_job;
+
+int af_threadpool_in_job(void) { return tl_in_job; }
+
+int af_cpu_count(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int c = CPU_COUNT(&set);
+        if (c > 0) return c;
+    }
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)(c > 1024 ? 1024 : c) : 1;
+}
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Thread `t` of the current job does its share. */
+static void do_share(af_threadpool *p, int t) {
+    const int64_t n = p->n, chunk = p->chunk;
+    tl_in_job = 1;
+    if (chunk > 0) {
+        for (;;) {
+            int64_t i0 = __atomic_fetch_add(&p->next, chunk, __ATOMIC_RELAXED);
+            if (i0 >= n) break;
+            p->fn(p->arg, i0, i0 + chunk < n ? i0 + chunk : n, t);
+        }
+    } else {
+        const int T = p->team;
+        int64_t i0 = n * t / T, i1 = n * (t + 1) / T;
+        if (i1 > i0) p->fn(p->arg, i0, i1, t);
+    }
+    tl_in_job = 0;
+}
+
+/* Pause hints before a spinning thread starts to yield the CPU between checks (~20-80 µs): on a
+ * machine with more runnable threads than cores, the thread a spinner waits for may need its core. */
+#define SPIN_PAUSES 2048
+
+/* Waits until `gen` differs from `seen`: spins poll_us (pause hints, then sched_yield between
+ * checks), then sleeps. Returns the new generation. */
+static unsigned wait_job(af_threadpool *p, unsigned seen) {
+    unsigned g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE);
+    if (g != seen) return g;
+    if (p->poll_us > 0) {
+        const double until = now_us() + (double)p->poll_us;
+        for (unsigned it = 1;; it++) {
+            if (it < SPIN_PAUSES) CPU_RELAX();
+            else sched_yield();
+            g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE);
+            if (g != seen) return g;
+            if ((it < SPIN_PAUSES ? (it & 63) == 0 : 1) && now_us() >= until) break;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    /* seq_cst pair with af_threadpool_run: it stores gen then reads sleepers; we add to sleepers then
+     * read gen, so one of the two sees the other's write (no lost wake-up). */
+    __atomic_fetch_add(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+    while ((g = __atomic_load_n(&p->gen, __ATOMIC_SEQ_CST)) == seen) pthread_cond_wait(&p->cv, &p->mu);
+    __atomic_fetch_sub(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
+static void *worker_main(void *va) {
+    struct worker_arg wa = *(struct worker_arg *)va;
+    free(va);
+    af_threadpool *p = wa.pool;
+    unsigned seen = 0;
+    for (;;) {
+        seen = wait_job(p, seen);
+        if (p->stop) break;
+        if (wa.id < p->team) do_share(p, wa.id);
+        __atomic_fetch_sub(&p->pending, 1, __ATOMIC_RELEASE);
+    }
+    if (p->thread_exit) p->thread_exit();
+    return NULL;
+}
+
+af_status af_threadpool_new(int size, int poll_us, void (*thread_exit)(void), af_threadpool **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "af_threadpool_new: NULL argument");
+    *out = NULL;
+    af_threadpool *p = af_calloc(1, sizeof *p);
+    if (!p) return af_fail(AF_ERR_NOMEM, "out of memory for a worker pool");
+    p->size = size < 1 ? 1 : size;
+    p->poll_us = poll_us < 0 ? AF_THREADPOOL_POLL_US : poll_us;
+    p->thread_exit = thread_exit;
+    pthread_mutex_init(&p->run_mu, NULL);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    *out = p;
+    return AF_OK;
+}
+
+/* Publishes the job already written into p (team, fn, ...) to the workers. */
+static void publish(af_threadpool *p) {
+    __atomic_store_n(&p->pending, p->size - 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&p->gen, 1u, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Waits for every worker to finish the current job: spins, then yields the CPU (the wait is
+ * bounded by the slowest share of the job, so the caller does not sleep). */
+static void wait_done(af_threadpool *p) {
+    for (unsigned it = 0; __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) > 0; it++) {
+        if (it < SPIN_PAUSES) CPU_RELAX();
+        else sched_yield();
+    }
+}
+
+/* Starts the workers (under run_mu). On failure the pool runs everything on the caller. */
+static void start_workers(af_threadpool *p) {
+    __atomic_store_n(&p->started, -1, __ATOMIC_RELEASE);
+    p->tid = malloc((size_t)(p->size - 1) * sizeof *p->tid);
+    if (!p->tid) return;
+    int made = 0;
+    for (; made < p->size - 1; made++) {
+        struct worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) break;
+        wa->pool = p;
+        wa->id = made + 1;
+        if (pthread_create(&p->tid[made], NULL, worker_main, wa) != 0) {
+            free(wa);
+            break;
+        }
+    }
+    if (made == p->size - 1) {
+        __atomic_store_n(&p->started, 1, __ATOMIC_RELEASE);
+        return;
+    }
+    /* partial start: stop the ones made (they wait for generation 1) */
+    p->stop = 1;
+    p->team = 0;
+    int want = p->size - 1;
+    p->size = made + 1;
+    publish(p);
+    for (int i = 0; i < made; i++) pthread_join(p->tid[i], NULL);
+    p->size = want + 1;
+    p->stop = 0;
+    free(p->tid);
+    p->tid = NULL;
+}
+
+void af_threadpool_free(af_threadpool *p) {
+    if (!p) return;
+    if (p->started == 1) {
+        p->stop = 1;
+        p->team = 0;
+        publish(p);
+        for (int i = 0; i < p->size - 1; i++) pthread_join(p->tid[i], NULL);
+    }
+    free(p->tid);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->run_mu);
+    free(p);
+}
+
+int af_threadpool_size(const af_threadpool *p) { return p ? p->size : 1; }
+int af_threadpool_poll_us(const af_threadpool *p) { return p ? p->poll_us : 0; }
+
+int af_threadpool_team(const af_threadpool *p, int nth) {
+    if (!p || nth <= 1 || tl_in_job || p->size < 2 || __atomic_load_n(&p->started, __ATOMIC_ACQUIRE) < 0) return 1;
+    return nth < p->size ? nth : p->size;
+}
+
+void af_threadpool_run(af_threadpool *p, int nth, int64_t n, int64_t chunk, af_threadpool_fn fn, void *arg) {
+    if (n <= 0) return;
+    int team = af_threadpool_team(p, nth);
+    if (team > 1) {
+        pthread_mutex_lock(&p->run_mu);
+        if (!p->started) start_workers(p);
+        if (p->started < 0) { /* no workers could be started: the caller alone */
+            pthread_mutex_unlock(&p->run_mu);
+            team = 1;
+        }
+    }
+    if (team == 1) {
+        int outer = tl_in_job;
+        tl_in_job = 1;
+        fn(arg, 0, n, 0);
+        tl_in_job = outer;
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    p->n = n;
+    p->chunk = chunk;
+    p->team = team;
+    p->next = 0;
+    publish(p);
+    do_share(p, 0);
+    wait_done(p);
+    pthread_mutex_unlock(&p->run_mu);
+}

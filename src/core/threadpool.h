@@ -1,0 +1,77 @@
+/*
+ * threadpool.h — the worker pool of a context (af_ctx owns one; kernels/ctx.h): threads created once,
+ * per-operation dispatch to workers that stay hot between operations (issue 20).
+ *
+ * Design: every parallel loop of the compute path is one af_threadpool_run call. The calling thread
+ * takes part (it is thread 0 of the team) and the size - 1 workers wait for the next job by
+ * spinning on a generation counter (with the CPU's pause hint) for `poll_us` microseconds after
+ * their last job, and only then sleep on a condition variable. A dispatch to hot workers is one
+ * release store of the counter and, at the end, one spin on an atomic count of unfinished
+ * workers: no system call and no kernel wake-up per operation boundary, so the hundreds of
+ * operations of a decode step cost ~100 ns each instead of a futex wake-up each (issue 20: with
+ * OpenMP's default waiting policy, two threads decoded slower than one). We chose per-operation
+ * dispatch over one parallel region per forward pass with our own barriers between operations:
+ * the cost of an operation boundary is the same (one atomic handshake between hot threads), and
+ * every kernel keeps its own work split, thresholds and single-thread fallback, so the kernels
+ * can still be called alone (tests, the engine's row blocks) and the layer walk stays serial code.
+ * The idea of spinning for a bounded time, then sleeping, is that of ggml's CPU threadpool
+ * (ggml-cpu.c, `poll` parameter) and of OpenMP's OMP_WAIT_POLICY/GOMP_SPINCOUNT; the code is ours.
+ *
+ * Rules:
+ *  - A call made from inside a job (any pool's), or while another thread dispatches on the same
+ *    pool, never deadlocks: nested calls run serially on the calling thread (team of 1);
+ *    concurrent callers of one pool take turns (a mutex).
+ *  - The team of a call is af_threadpool_team(pool, nth): 1 when nth <= 1, pool is NULL, the call is
+ *    nested or the pool has no workers; else min(nth, size). Kernels whose arithmetic depends on
+ *    the number of threads (private partial sums) ask for the team first and split by it.
+ *  - Workers are created at the first dispatch that needs them (a process that never runs a
+ *    parallel loop starts no thread) and joined by af_threadpool_free.
+ *  - An idle pool uses no CPU: after poll_us without a job every worker sleeps.
+ */
+#ifndef AF_CORE_THREADPOOL_H
+#define AF_CORE_THREADPOOL_H
+
+#include "core/core.h"
+
+#include <stdint.h>
+
+typedef struct af_threadpool af_threadpool;
+
+/* A job over indices [i0, i1) of a loop, run by thread `tid` of the team (0 = the caller). */
+typedef void (*af_threadpool_fn)(void *arg, int64_t i0, int64_t i1, int tid);
+
+/* New pool of `size` threads in all (the caller + size - 1 workers, started at the first dispatch;
+ * size < 1 is taken as 1). poll_us: microseconds a worker (and a caller waiting for its team)
+ * spins after a job before sleeping; 0 = sleep at once, < 0 = AF_THREADPOOL_POLL_US.
+ * thread_exit: called by each worker just before it ends (frees thread-local buffers of the
+ * kernels), may be NULL. *out: free with af_threadpool_free. Errors: AF_ERR_NOMEM. */
+#define AF_THREADPOOL_POLL_US 1000
+af_status af_threadpool_new(int size, int poll_us, void (*thread_exit)(void), af_threadpool **out);
+
+/* Stops and joins the workers, frees the pool. NULL is ignored. No dispatch may be running. */
+void af_threadpool_free(af_threadpool *pool);
+
+/* Threads of the pool (caller included), >= 1; 1 for NULL. */
+int af_threadpool_size(const af_threadpool *pool);
+/* The spin window in microseconds (>= 0); 0 for NULL. */
+int af_threadpool_poll_us(const af_threadpool *pool);
+
+/* Team size a call with `nth` requested threads gets now (see the rules above), >= 1. */
+int af_threadpool_team(const af_threadpool *pool, int nth);
+
+/* Runs fn over the indices [0, n) with a team of af_threadpool_team(pool, nth) threads and returns when
+ * every index is done. chunk == 0: static split, thread t gets one contiguous range
+ * [n*t/T, n*(t+1)/T) (T the team; with n == T every thread gets exactly its own index, which is
+ * how a kernel runs one job per thread); a thread whose range is empty is not called.
+ * chunk > 0: dynamic, threads take the next `chunk` indices from a shared counter until none is
+ * left (uneven iterations). A team of 1 calls fn(arg, 0, n, 0) once on the caller. n <= 0: no
+ * call. fn must not depend on which thread runs which range unless it splits by tid itself. */
+void af_threadpool_run(af_threadpool *pool, int nth, int64_t n, int64_t chunk, af_threadpool_fn fn, void *arg);
+
+/* Tests: 1 when the calling thread is inside a job of some pool (a nested call runs serially). */
+int af_threadpool_in_job(void);
+
+/* The number of CPUs this process may run on (sched_getaffinity; sysconf as fallback), >= 1. */
+int af_cpu_count(void);
+
+#endif /* AF_CORE_THREADPOOL_H */

@@ -1,0 +1,324 @@
+/*
+ * test_pool.c — the worker pool of a context (src/core/threadpool.c).
+ *
+ * 1. Coverage: af_threadpool_run calls fn on every index of [0, n) exactly once, static and
+ *    dynamic (chunk 1, 3, 64), for n in {0, 1, 2, 3, 7, 64, 1000, 4097} and pools of 1, 2, 3 and 4
+ *    threads, with nth below, equal to and above the pool size; tid < team; static ranges are
+ *    contiguous and match [n·t/T, n·(t+1)/T).
+ * 2. One job per thread (n == team): every thread gets exactly its own index.
+ * 3. Nested calls: a call from inside a job runs serially on the calling thread (team 1, tid 0,
+ *    one call with the whole range) and does not deadlock, also on another pool.
+ * 4. Repeated dispatch: 20000 small jobs in a row (hot workers), each summed correctly; the same
+ *    with poll 0 (workers sleep after every job) for 2000 jobs. Pools of min(4, CPUs) threads.
+ * 5. Two application threads dispatching on one pool at once take turns (results still correct).
+ * 6. Creation and free: pools created and freed without a dispatch, after one, 50 times in a row
+ *    (ASan/LSan check the rest); the thread_exit hook runs once per worker.
+ * 7. Idle: after the spin window, a pool whose workers are started uses no CPU: the process's CPU
+ *    time (getrusage, user + system) over a 300 ms sleep stays below 30 ms. CPU time, not wall time.
+ * 8. af_cpu_count() >= 1; the context's pool: af_ctx_params.poll_us round-trips.
+ */
+#include "afinar.h"
+#include "core/threadpool.h"
+#include "testlib.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+typedef struct cover {
+    int *hits;        /* per index: calls that covered it */
+    int64_t n;
+    int team;
+    int bad_tid;      /* a tid >= team was seen */
+    int bad_range;    /* a static range differs from [n·t/T, n·(t+1)/T) */
+    int chunk;
+    int64_t max_len;  /* dynamic: longest range (must be <= chunk) */
+} cover;
+
+static void cover_fn(void *va, int64_t i0, int64_t i1, int tid) {
+    cover *c = va;
+    if (tid < 0 || tid >= c->team) __atomic_store_n(&c->bad_tid, 1, __ATOMIC_RELAXED);
+    if (c->chunk == 0 && c->team > 1) {
+        if (i0 != c->n * tid / c->team || i1 != c->n * (tid + 1) / c->team)
+            __atomic_store_n(&c->bad_range, 1, __ATOMIC_RELAXED);
+    }
+    int64_t len = i1 - i0, cur = __atomic_load_n(&c->max_len, __ATOMIC_RELAXED);
+    while (len > cur && !__atomic_compare_exchange_n(&c->max_len, &cur, len, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    for (int64_t i = i0; i < i1; i++) __atomic_fetch_add(&c->hits[i], 1, __ATOMIC_RELAXED);
+}
+
+static void test_coverage(void) {
+    const int sizes[] = {1, 2, 3, 4};
+    const int64_t ns[] = {0, 1, 2, 3, 7, 64, 1000, 4097};
+    const int chunks[] = {0, 1, 3, 64};
+    int bad = 0, combos = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        af_threadpool *p = NULL;
+        if (!CHECK(af_threadpool_new(sizes[si], 200, NULL, &p) == AF_OK, "pool of %d", sizes[si])) continue;
+        CHECK(af_threadpool_size(p) == sizes[si], "size %d", af_threadpool_size(p));
+        for (int nth = 1; nth <= sizes[si] + 1; nth++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+                for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++) {
+                    int64_t n = ns[ni];
+                    cover c = {calloc((size_t)(n ? n : 1), sizeof(int)), n, af_threadpool_team(p, nth), 0, 0,
+                               chunks[ci], 0};
+                    int want_team = nth < sizes[si] ? nth : sizes[si];
+                    if (c.team != want_team) bad++;
+                    af_threadpool_run(p, nth, n, chunks[ci], cover_fn, &c);
+                    for (int64_t i = 0; i < n; i++)
+                        if (c.hits[i] != 1) {
+                            bad++;
+                            break;
+                        }
+                    if (c.bad_tid || c.bad_range || (chunks[ci] > 0 && c.team > 1 && c.max_len > chunks[ci])) bad++;
+                    free(c.hits);
+                    combos++;
+                }
+        af_threadpool_free(p);
+    }
+    CHECK(bad == 0, "coverage: %d of %d (threads, nth, n, chunk) combinations wrong", bad, combos);
+}
+
+typedef struct per_thread {
+    int64_t got[16];
+    int calls;
+} per_thread;
+
+static void own_index_fn(void *va, int64_t i0, int64_t i1, int tid) {
+    per_thread *pt = va;
+    pt->got[tid] = i1 - i0 == 1 ? i0 : -1;
+    __atomic_fetch_add(&pt->calls, 1, __ATOMIC_RELAXED);
+}
+
+static void test_one_per_thread(void) {
+    af_threadpool *p = NULL;
+    af_threadpool_new(4, 200, NULL, &p);
+    int team = af_threadpool_team(p, 4);
+    per_thread pt;
+    memset(&pt, 0xff, sizeof pt.got);
+    pt.calls = 0;
+    af_threadpool_run(p, team, team, 0, own_index_fn, &pt);
+    int ok = pt.calls == team;
+    for (int t = 0; t < team; t++) ok &= pt.got[t] == t;
+    CHECK(team == 4 && ok, "one job per thread: team %d, %d calls", team, pt.calls);
+    af_threadpool_free(p);
+}
+
+typedef struct nest {
+    af_threadpool *outer, *other;
+    int inner_bad;    /* an inner call was split or ran with tid != 0 */
+    int inner_calls;
+    int in_job_bad;
+} nest;
+
+typedef struct inner_arg {
+    nest *ns;
+    int64_t n;
+} inner_arg;
+
+static void inner_fn(void *va, int64_t i0, int64_t i1, int tid) {
+    inner_arg *a = va;
+    if (i0 != 0 || i1 != a->n || tid != 0) __atomic_store_n(&a->ns->inner_bad, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&a->ns->inner_calls, 1, __ATOMIC_RELAXED);
+}
+
+static void outer_fn(void *va, int64_t i0, int64_t i1, int tid) {
+    nest *ns = va;
+    if (!af_threadpool_in_job()) __atomic_store_n(&ns->in_job_bad, 1, __ATOMIC_RELAXED);
+    for (int64_t i = i0; i < i1; i++) {
+        inner_arg a = {ns, 100 + i};
+        if (af_threadpool_team(ns->outer, 8) != 1) __atomic_store_n(&ns->inner_bad, 1, __ATOMIC_RELAXED);
+        af_threadpool_run(ns->outer, 8, a.n, 0, inner_fn, &a);  /* same pool */
+        af_threadpool_run(ns->other, 8, a.n, 5, inner_fn, &a);  /* another pool */
+    }
+}
+
+static void test_nested(void) {
+    nest ns = {0};
+    af_threadpool_new(3, 200, NULL, &ns.outer);
+    af_threadpool_new(2, 200, NULL, &ns.other);
+    af_threadpool_run(ns.outer, 3, 30, 0, outer_fn, &ns);
+    af_threadpool_run(ns.outer, 3, 30, 2, outer_fn, &ns);
+    CHECK(!ns.inner_bad && ns.inner_calls == 4 * 30, "nested calls run serially on the caller (%d calls)",
+          ns.inner_calls);
+    CHECK(!ns.in_job_bad && !af_threadpool_in_job(), "af_threadpool_in_job inside and outside jobs");
+    af_threadpool_free(ns.other);
+    af_threadpool_free(ns.outer);
+}
+
+static double wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct sum_arg {
+    const int32_t *v;
+    int64_t part[8];
+} sum_arg;
+
+static void sum_fn(void *va, int64_t i0, int64_t i1, int tid) {
+    sum_arg *s = va;
+    int64_t acc = 0;
+    for (int64_t i = i0; i < i1; i++) acc += s->v[i];
+    s->part[tid] += acc;
+}
+
+/* `reps` dispatches of a 257-element sum on p; returns the number of wrong sums. */
+static int repeat_sums(af_threadpool *p, int reps) {
+    int32_t v[257];
+    int64_t want = 0;
+    for (int i = 0; i < 257; i++) want += (v[i] = i * 7 - 300);
+    int wrong = 0;
+    for (int r = 0; r < reps; r++) {
+        sum_arg s = {v, {0}};
+        af_threadpool_run(p, af_threadpool_size(p), 257, r % 3 == 2 ? 16 : 0, sum_fn, &s);
+        int64_t got = 0;
+        for (int t = 0; t < 8; t++) got += s.part[t];
+        wrong += got != want;
+    }
+    return wrong;
+}
+
+static void test_repeat(void) {
+    af_threadpool *p = NULL;
+    af_threadpool_new(af_cpu_count() < 4 ? af_cpu_count() : 4, -1, NULL, &p);
+    CHECK(af_threadpool_poll_us(p) == AF_THREADPOOL_POLL_US, "poll < 0 -> default %d", af_threadpool_poll_us(p));
+    int reps = tl_sanitized() ? 5000 : 20000;
+    double t0 = wall();
+    int wrong = repeat_sums(p, reps);
+    printf("%d hot dispatches: %.1f us each (information)\n", reps, (wall() - t0) / reps * 1e6);
+    CHECK(wrong == 0, "%d hot dispatches: %d wrong sums", reps, wrong);
+    af_threadpool_free(p);
+    af_threadpool_new(2, 0, NULL, &p); /* poll 0: every worker sleeps after each job */
+    t0 = wall();
+    wrong = repeat_sums(p, 2000);
+    printf("2000 dispatches to sleeping workers: %.1f us each (information)\n", (wall() - t0) / 2000 * 1e6);
+    CHECK(wrong == 0 && af_threadpool_poll_us(p) == 0, "2000 dispatches to sleeping workers: %d wrong", wrong);
+    af_threadpool_free(p);
+}
+
+typedef struct racer {
+    af_threadpool *p;
+    int wrong;
+} racer;
+
+static void *racer_main(void *va) {
+    racer *r = va;
+    r->wrong = repeat_sums(r->p, 2000);
+    return NULL;
+}
+
+static void test_two_callers(void) {
+    af_threadpool *p = NULL;
+    af_threadpool_new(2, 200, NULL, &p);
+    racer a = {p, 0}, b = {p, 0};
+    pthread_t ta, tb;
+    int ok = pthread_create(&ta, NULL, racer_main, &a) == 0;
+    ok &= pthread_create(&tb, NULL, racer_main, &b) == 0;
+    if (ok) {
+        pthread_join(ta, NULL);
+        pthread_join(tb, NULL);
+    }
+    CHECK(ok && a.wrong == 0 && b.wrong == 0, "two threads dispatching on one pool: %d + %d wrong", a.wrong, b.wrong);
+    af_threadpool_free(p);
+}
+
+static int g_exits;
+static void on_exit_hook(void) { __atomic_fetch_add(&g_exits, 1, __ATOMIC_RELAXED); }
+
+static void noop_fn(void *va, int64_t i0, int64_t i1, int tid) {}
+
+static void test_create_free(void) {
+    int ok = 1;
+    for (int i = 0; i < 50; i++) {
+        af_threadpool *p = NULL;
+        ok &= af_threadpool_new(1 + i % 4, 100, on_exit_hook, &p) == AF_OK;
+        if (i % 2) af_threadpool_run(p, 4, 10, 0, noop_fn, NULL); /* starts the workers */
+        af_threadpool_free(p);
+    }
+    /* workers exist only for the odd i: sizes 2, 4, 2, 4, ... -> 1 or 3 workers each */
+    int want = 0;
+    for (int i = 1; i < 50; i += 2) want += i % 4;
+    CHECK(ok && g_exits == want, "50 pools created and freed; exit hook ran %d times (want %d)", g_exits, want);
+    af_threadpool_free(NULL);
+    CHECK(af_threadpool_size(NULL) == 1 && af_threadpool_team(NULL, 4) == 1, "NULL pool: size 1, team 1");
+    af_threadpool *one = NULL;
+    af_threadpool_new(1, 100, NULL, &one);
+    cover c = {calloc(10, sizeof(int)), 10, 1, 0, 0, 0, 0};
+    af_threadpool_run(one, 8, 10, 0, cover_fn, &c);
+    int all = 1;
+    for (int i = 0; i < 10; i++) all &= c.hits[i] == 1;
+    CHECK(all && af_threadpool_team(one, 8) == 1 && c.max_len == 10, "pool of 1 thread: the caller alone, one call");
+    free(c.hits);
+    af_threadpool_free(one);
+}
+
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static void test_idle(void) {
+    af_threadpool *p = NULL;
+    af_threadpool_new(4, 2000, NULL, &p); /* 2 ms spin window */
+    CHECK(repeat_sums(p, 100) == 0, "warm-up sums");
+    struct timespec ts = {0, 50 * 1000 * 1000}; /* past the spin window: workers asleep */
+    nanosleep(&ts, NULL);
+    double c0 = cpu_seconds();
+    ts.tv_nsec = 300 * 1000 * 1000;
+    nanosleep(&ts, NULL);
+    double used = cpu_seconds() - c0;
+    CHECK(used < 0.030, "idle pool of 4: %.1f ms of CPU time over a 300 ms sleep (want < 30)", used * 1e3);
+    CHECK(repeat_sums(p, 100) == 0, "sums after waking the workers");
+    af_threadpool_free(p);
+}
+
+static void test_ctx(void) {
+    CHECK(af_cpu_count() >= 1, "af_cpu_count %d", af_cpu_count());
+    af_ctx_params prm;
+    af_ctx_params_default(&prm);
+    CHECK(prm.poll_us == AF_THREADPOOL_POLL_US, "default poll_us %d", prm.poll_us);
+    prm.poll_us = 0;
+    prm.n_threads = 3;
+    af_ctx *ctx = NULL;
+    if (CHECK(af_ctx_new(&prm, &ctx) == AF_OK, "af_ctx_new")) {
+        af_ctx_params got;
+        af_ctx_get_params(ctx, &got);
+        CHECK(got.poll_us == 0 && af_ctx_poll_us(ctx) == 0 && got.n_threads == 3, "poll_us 0 / 3 threads round-trip");
+        af_ctx_free(ctx);
+    }
+    prm.poll_us = -5;
+    if (CHECK(af_ctx_new(&prm, &ctx) == AF_OK, "af_ctx_new poll -5")) {
+        CHECK(af_ctx_poll_us(ctx) == AF_THREADPOOL_POLL_US, "poll < 0 -> default (%d)", af_ctx_poll_us(ctx));
+        double f32 = -1, bf16 = -1;
+        CHECK(af_ctx_measure_precision(ctx, &f32, &bf16) == AF_OK && f32 > 0 && bf16 >= 0,
+              "af_ctx_measure_precision: f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s", f32, bf16);
+        CHECK(af_ctx_measure_precision(ctx, NULL, &bf16) == AF_ERR_INVALID_ARG, "measure: NULL argument");
+        af_ctx_free(ctx);
+    }
+}
+
+/* Runs one part and prints its wall time (information only, never asserted). */
+static void part(const char *name, void (*fn)(void)) {
+    double t0 = wall();
+    fn();
+    printf("%-16s %.2f s\n", name, wall() - t0);
+}
+
+int main(void) {
+    part("coverage", test_coverage);
+    part("one per thread", test_one_per_thread);
+    part("nested", test_nested);
+    part("repeat", test_repeat);
+    part("two callers", test_two_callers);
+    part("create/free", test_create_free);
+    part("idle", test_idle);
+    part("ctx", test_ctx);
+    return tl_finish("test_pool");
+}
