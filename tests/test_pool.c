@@ -16,12 +16,16 @@
  * 7. Idle: after the spin window, a pool whose workers are started uses no CPU: the process's CPU
  *    time (getrusage, user + system) over a 300 ms sleep stays below 30 ms. CPU time, not wall time.
  * 8. af_cpu_count() >= 1; the context's pool: af_ctx_params.poll_us round-trips.
+ * 9. fork: a child of a process whose pool has started workers dispatches on that pool (new
+ *    workers) and gets correct sums; the parent's pool still works.
  */
 #include "afinar.h"
 #include "core/threadpool.h"
 #include "testlib.h"
 
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -311,6 +315,21 @@ static void part(const char *name, void (*fn)(void)) {
     printf("%-16s %.2f s\n", name, wall() - t0);
 }
 
+static void test_fork(void) {
+    af_threadpool *p = NULL;
+    af_threadpool_new(2, 200, NULL, &p);
+    CHECK(repeat_sums(p, 50) == 0, "sums before fork");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(repeat_sums(p, 200) == 0 && af_threadpool_team(p, 2) == 2 ? 0 : 3);
+    int status = -1;
+    if (pid > 0) waitpid(pid, &status, 0);
+    CHECK(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "forked child dispatches on the pool (status %d)",
+          status);
+    CHECK(repeat_sums(p, 50) == 0, "parent's pool after the fork");
+    af_threadpool_free(p);
+}
+
 int main(void) {
     part("coverage", test_coverage);
     part("one per thread", test_one_per_thread);
@@ -320,5 +339,6 @@ int main(void) {
     part("create/free", test_create_free);
     part("idle", test_idle);
     part("ctx", test_ctx);
+    part("fork", test_fork);
     return tl_finish("test_pool");
 }

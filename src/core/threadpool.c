@@ -26,6 +26,7 @@ struct af_threadpool {
     void (*thread_exit)(void);
     pthread_t *tid;           /* size - 1 workers once started */
     int started;              /* workers running (0 before the first dispatch; -1: could not start) */
+    unsigned epoch;           /* g_fork_epoch when the workers were started */
     pthread_mutex_t run_mu;   /* one dispatcher at a time */
     /* the job, written by the dispatcher before it publishes `gen` */
     af_threadpool_fn fn;
@@ -47,6 +48,13 @@ struct worker_arg {
 };
 
 static _Thread_local int tl_in_job;
+
+/* Incremented in the child of every fork(): a pool started before the fork has no workers in the
+ * child (fork copies only the calling thread), so its first dispatch there starts new ones. */
+static unsigned g_fork_epoch;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void) { g_fork_epoch++; }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
 int af_threadpool_in_job(void) { return tl_in_job; }
 
@@ -139,6 +147,7 @@ af_status af_threadpool_new(int size, int poll_us, void (*thread_exit)(void), af
     pthread_mutex_init(&p->run_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_once(&g_atfork_once, register_atfork);
     *out = p;
     return AF_OK;
 }
@@ -163,6 +172,22 @@ static void wait_done(af_threadpool *p) {
     }
 }
 
+/* In the child of a fork: the pool's workers do not exist here; forget them (their synchronization
+ * objects are re-made: another thread of the parent may have held them at the fork) so that the
+ * next dispatch starts new ones. The parent's pthread_t values are not joined. */
+static void forget_workers(af_threadpool *p) {
+    free(p->tid);
+    p->tid = NULL;
+    p->gen = 0;
+    p->stop = 0;
+    p->pending = 0;
+    p->sleepers = 0;
+    pthread_mutex_init(&p->run_mu, NULL);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    __atomic_store_n(&p->started, 0, __ATOMIC_RELEASE);
+}
+
 /* Starts the workers (under run_mu). On failure the pool runs everything on the caller. */
 static void start_workers(af_threadpool *p) {
     __atomic_store_n(&p->started, -1, __ATOMIC_RELEASE);
@@ -180,6 +205,7 @@ static void start_workers(af_threadpool *p) {
         }
     }
     if (made == p->size - 1) {
+        p->epoch = __atomic_load_n(&g_fork_epoch, __ATOMIC_RELAXED);
         __atomic_store_n(&p->started, 1, __ATOMIC_RELEASE);
         return;
     }
@@ -198,6 +224,7 @@ static void start_workers(af_threadpool *p) {
 
 void af_threadpool_free(af_threadpool *p) {
     if (!p) return;
+    if (p->started == 1 && p->epoch != __atomic_load_n(&g_fork_epoch, __ATOMIC_RELAXED)) forget_workers(p);
     if (p->started == 1) {
         p->stop = 1;
         p->team = 0;
@@ -223,6 +250,9 @@ void af_threadpool_run(af_threadpool *p, int nth, int64_t n, int64_t chunk, af_t
     if (n <= 0) return;
     int team = af_threadpool_team(p, nth);
     if (team > 1) {
+        if (__atomic_load_n(&p->started, __ATOMIC_ACQUIRE) == 1 &&
+            p->epoch != __atomic_load_n(&g_fork_epoch, __ATOMIC_RELAXED))
+            forget_workers(p); /* first dispatch in a forked child (single-threaded there) */
         pthread_mutex_lock(&p->run_mu);
         if (!p->started) start_workers(p);
         if (p->started < 0) { /* no workers could be started: the caller alone */

@@ -27,6 +27,8 @@
  *  - Workers are created at the first dispatch that needs them (a process that never runs a
  *    parallel loop starts no thread) and joined by af_threadpool_free.
  *  - An idle pool uses no CPU: after poll_us without a job every worker sleeps.
+ *  - fork(): in the child, a pool whose workers were started in the parent starts new workers at
+ *    its first dispatch (pthread_atfork), so a forked child can keep computing.
  */
 #ifndef AF_CORE_THREADPOOL_H
 #define AF_CORE_THREADPOOL_H
