@@ -15,8 +15,8 @@
 #        128 SmolLM2 tokens, the one of bench/run_decode.sh),
 #        TRAIN (1; 0 skips training), TRAIN_REPS (1), TRAIN_BATCH (16), TRAIN_WARMUP (1), TRAIN_STEPS (2),
 #        TRAIN_SEQ (128), TRAIN_N (64 samples), TRAIN_TARGETS (qv),
-#        GEN_ARGS / TRAIN_ARGS (extra arguments for every generate / bench_train train run, e.g. an A/B
-#        of a future waiting-policy option; recorded in the report),
+#        GEN_ARGS / TRAIN_ARGS (extra arguments for every generate / bench_train train run, e.g.
+#        GEN_ARGS="--poll 0" for an A/B of the pool's waiting policy; recorded in the report),
 #        OUT (bench/results), WORK ($BUILD/bench/thread_scaling: per-run stdout/stderr/times),
 #        SLUG (file name threads-SLUG instead of the CPU slug), PRIO (-15: nice level when allowed, 0 = leave),
 #        WAIT_IDLE (300: wait up to this many s for the 1-min load average < IDLE_LOAD (0.5)), PY (python3)
@@ -82,7 +82,7 @@ if [ "$TRAIN" = 1 ]; then
   [ -f "$BUILD/libafinar.a" ] || die "$BUILD/libafinar.a not built (make BUILD=$BUILD lib), or TRAIN=0"
   for f in data/bbc/train.jsonl data/bbc/labels.txt; do [ -f "$f" ] || die "$f missing (needed for training), or TRAIN=0"; done
   mkdir -p "$BUILD/bench"
-  CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wno-unused-parameter -fopenmp -Iinclude -Isrc"
+  CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -Isrc"
   LIBS="$BUILD/libafinar.a $(pkg-config --libs libpcre2-8 libcjson 2>/dev/null || echo -lpcre2-8 -lcjson) -lm -lpthread"
   # shellcheck disable=SC2086
   gcc $CFLAGS bench/bench_train.c -o "$BT" $LIBS || die "compiling bench/bench_train.c failed"

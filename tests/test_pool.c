@@ -8,7 +8,7 @@
  * 2. One job per thread (n == team): every thread gets exactly its own index.
  * 3. Nested calls: a call from inside a job runs serially on the calling thread (team 1, tid 0,
  *    one call with the whole range) and does not deadlock, also on another pool.
- * 4. Repeated dispatch: 20000 small jobs in a row (hot workers), each summed correctly; the same
+ * 4. Repeated dispatch: 10000 small jobs in a row (hot workers), each summed correctly; the same
  *    with poll 0 (workers sleep after every job) for 2000 jobs. Pools of min(4, CPUs) threads.
  * 5. Two application threads dispatching on one pool at once take turns (results still correct).
  * 6. Creation and free: pools created and freed without a dispatch, after one, 50 times in a row
@@ -191,7 +191,7 @@ static void test_repeat(void) {
     af_threadpool *p = NULL;
     af_threadpool_new(af_cpu_count() < 4 ? af_cpu_count() : 4, -1, NULL, &p);
     CHECK(af_threadpool_poll_us(p) == AF_THREADPOOL_POLL_US, "poll < 0 -> default %d", af_threadpool_poll_us(p));
-    int reps = tl_sanitized() ? 5000 : 20000;
+    int reps = tl_sanitized() ? 3000 : 10000;
     double t0 = wall();
     int wrong = repeat_sums(p, reps);
     printf("%d hot dispatches: %.1f us each (information)\n", reps, (wall() - t0) / reps * 1e6);
