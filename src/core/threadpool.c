@@ -95,20 +95,29 @@ static void do_share(af_threadpool *p, int t) {
 /* Pause hints before a spinning thread starts to yield the CPU between checks (~20-80 µs): on a
  * machine with more runnable threads than cores, the thread a spinner waits for may need its core. */
 #define SPIN_PAUSES 2048
+/* A gap this long between two checks of a spinning worker means it was descheduled (other
+ * runnable threads want the cores): it then sleeps at once, since a spinner that is not running
+ * delays each dispatch by a time slice while a sleeping one is woken promptly. */
+#define PREEMPTED_US 200.0
 
 /* Waits until `gen` differs from `seen`: spins poll_us (pause hints, then sched_yield between
- * checks), then sleeps. Returns the new generation. */
+ * checks) unless it finds itself descheduled (PREEMPTED_US), then sleeps. Returns the new
+ * generation. */
 static unsigned wait_job(af_threadpool *p, unsigned seen) {
     unsigned g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE);
     if (g != seen) return g;
     if (p->poll_us > 0) {
-        const double until = now_us() + (double)p->poll_us;
+        double last = now_us();
+        const double until = last + (double)p->poll_us;
         for (unsigned it = 1;; it++) {
             if (it < SPIN_PAUSES) CPU_RELAX();
             else sched_yield();
             g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE);
             if (g != seen) return g;
-            if ((it < SPIN_PAUSES ? (it & 63) == 0 : 1) && now_us() >= until) break;
+            if (it < SPIN_PAUSES && (it & 63) != 0) continue;
+            const double t = now_us();
+            if (t >= until || t - last > PREEMPTED_US) break;
+            last = t;
         }
     }
     pthread_mutex_lock(&p->mu);

@@ -4,12 +4,18 @@
  *
  * Design: every parallel loop of the compute path is one af_threadpool_run call. The calling thread
  * takes part (it is thread 0 of the team) and the size - 1 workers wait for the next job by
- * spinning on a generation counter (with the CPU's pause hint) for `poll_us` microseconds after
- * their last job, and only then sleep on a condition variable. A dispatch to hot workers is one
- * release store of the counter and, at the end, one spin on an atomic count of unfinished
- * workers: no system call and no kernel wake-up per operation boundary, so the hundreds of
- * operations of a decode step cost ~100 ns each instead of a futex wake-up each (issue 20: with
- * OpenMP's default waiting policy, two threads decoded slower than one). We chose per-operation
+ * spinning on a generation counter (the CPU's pause hint, then sched_yield between checks so that
+ * a descheduled partner can run) for `poll_us` microseconds after their last job, and only then
+ * sleep on a condition variable. A dispatch to hot workers is one atomic increment of the
+ * counter and, at the end, a spin on an atomic count of unfinished workers: no system call and no
+ * kernel wake-up per operation boundary, only cache-line transfers between running threads, for
+ * each of the hundreds of operations of a decode step (issue 20: with OpenMP's default waiting
+ * policy, each ended with a futex sleep and wake-up, and two threads decoded slower than one).
+ * The price: while spinning, a worker holds its core; on a machine with more runnable threads
+ * than cores a descheduled spinner delays every dispatch by a scheduler time slice, where a
+ * sleeping worker is woken promptly. So a spinning worker that finds it was descheduled (a gap
+ * of more than 200 µs between two of its checks) goes to sleep at once; poll_us = 0 (`--poll 0`)
+ * always sleeps. We chose per-operation
  * dispatch over one parallel region per forward pass with our own barriers between operations:
  * the cost of an operation boundary is the same (one atomic handshake between hot threads), and
  * every kernel keeps its own work split, thresholds and single-thread fallback, so the kernels
