@@ -536,6 +536,86 @@ int32_t af_dataset_size(const af_dataset *ds);
 void af_dataset_free(af_dataset *ds);
 
 /* ---------------------------------------------------------------------------------------------
+ * Causal-LM data sets (supervised fine-tuning with a next-token loss)
+ *
+ * JSON Lines in Hugging Face TRL's dataset formats, one example per line, one format per file:
+ *   {"text": "..."}                                   language modelling
+ *   {"prompt": "...", "completion": "..."}            prompt / completion
+ *   {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", ...}, ...]}
+ *   {"prompt": [messages...], "completion": [messages...]}   conversational prompt / completion
+ * Roles: system, user, assistant. Conversations are rendered with the model's chat template
+ * (ChatML: SmolLM2, Qwen2.5; Gemma 3's turn format), token ids identical to transformers'
+ * apply_chat_template (tests/test_lm_data.c); special-token texts inside strings are parsed as the
+ * special tokens, as transformers does. Token sequences and loss targets (docs/FORMATS.md §10):
+ *   text                 [BOS] text EOS                        targets: every token
+ *   prompt/completion    [BOS] prompt completion EOS           targets: completion + EOS
+ *                        (prompt and completion tokenized separately; EOS appended unless the
+ *                        string already ends with the EOS token's text, as TRL does)
+ *   messages             the rendered conversation             targets: each assistant message's
+ *                        content and end-of-turn token (<|im_end|> / <end_of_turn>), not the role
+ *                        header, not the "\n" after the end-of-turn token
+ *   conversational p/c   prompt + completion messages rendered targets: the completion's
+ *                        assistant messages, as above
+ *   loss_on "all": every token is a target. The first token of a sample never is (nothing
+ *   precedes it). BOS: when the model's tokenizer adds one (Gemma; SmolLM2 has none).
+ * Truncation keeps the first max_seq_len tokens. An example left with no target token (all cut,
+ * or none to begin with) is dropped and counted in the report; none left is an error.
+ * ------------------------------------------------------------------------------------------- */
+
+/* What af_lm_dataset_read found (all counts over the file's examples). */
+typedef struct af_lm_data_report {
+    const char *format;        /* "text", "prompt/completion", "messages", "prompt/completion (messages)" */
+    const char *chat_template; /* "chatml", "gemma"; "none" for text and string prompt/completion */
+    const char *loss_on;       /* "all", "completion" or "assistant" (the rule applied) */
+    int32_t max_seq_len;
+    int32_t n_read;            /* examples in the file */
+    int32_t n_kept;            /* examples in the data set */
+    int32_t n_dropped_cut;     /* dropped: every target token lies beyond max_seq_len */
+    int32_t n_dropped_empty;   /* dropped: no target token at all (e.g. empty text, no BOS) */
+    int32_t first_dropped_line; /* source line of the first dropped example, 0 if none */
+    int32_t n_truncated;       /* kept examples longer than max_seq_len */
+    int64_t n_tokens;          /* tokens kept (after truncation) */
+    int64_t n_target_tokens;   /* target tokens kept */
+    int64_t n_target_cut;      /* target tokens lost to truncation in kept examples */
+    /* tokens per kept example BEFORE truncation; nearest-rank percentiles as af_data_stats */
+    int32_t len_min, len_p50, len_p95, len_p99, len_max;
+    double len_mean;
+} af_lm_data_report;
+
+typedef struct af_lm_data_opts {
+    int32_t max_seq_len;        /* truncation length in tokens (> 0); default 1024 (TRL's max_length) */
+    const char *loss_on;        /* NULL/"auto": completion-only for prompt/completion, assistant-only for
+                                   messages, all for text; "all": every token */
+    const char *chat_template;  /* NULL: the model's own (GGUF tokenizer.chat_template); "chatml" |
+                                   "gemma": override */
+    af_lm_data_report *report;  /* optional (NULL: none): filled on success */
+    size_t max_line_bytes;      /* 0 -> 16 MiB; a longer line is refused */
+} af_lm_data_opts;
+
+/* Fill `o` with the defaults (max_seq_len 1024, everything else NULL / 0). */
+void af_lm_data_opts_init(af_lm_data_opts *o);
+
+/* Read a causal-LM JSONL file and tokenize it for `model` (borrowed for the call) with the threads
+ * of `ctx` (NULL: the process default context); the result does not depend on the thread count.
+ * `o` may be NULL (defaults). `*out`: a data set with num_classes 0, labels and multi_hot NULL,
+ * tokens truncated to max_seq_len, orig_len, line_no, path and target_mask [tok_off[n]]
+ * (1 = the token is a loss target); caller frees with af_dataset_free().
+ * Errors (nothing is returned on error; the message names FILE:LINE and the field):
+ *   AF_ERR_IO (cannot open), AF_ERR_FORMAT (invalid JSON with its column, a non-object line, a
+ *   message without role or content, an unknown role, no assistant turn, prompt/completion not
+ *   strings or message lists, a line mixing formats or a file mixing them, a "label"/"labels" field
+ *   (use --task classification), a conversation the template refuses (Gemma: turns that do not
+ *   alternate), an empty file, every example dropped), AF_ERR_UNSUPPORTED (conversations and a
+ *   chat template afinar cannot render: the message names --chat-template chatml|gemma),
+ *   AF_ERR_INVALID_ARG (NULL path/model/out, max_seq_len < 1, unknown loss_on or chat_template,
+ *   a model without a tokenizer), AF_ERR_NOMEM. */
+af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
+                             af_dataset **out);
+
+/* Print a report as a few indented lines to `fp` (`title`, may be NULL, heads it). */
+void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE *fp);
+
+/* ---------------------------------------------------------------------------------------------
  * Evaluation metrics of a classifier
  *
  * Single-label: prediction = argmax (ties -> lowest id); accuracy; per class precision, recall,

@@ -255,7 +255,7 @@ af_status af_data_stats_compute(const af_dataset *ds, af_data_stats *s) {
             for (int32_t c = 0; c < C; c++)
                 if (ds->multi_hot[(size_t)i * (size_t)C + (size_t)c]) s->class_count[c]++, any = 1;
             s->n_labelled += any;
-        } else if (ds->labels[i] >= 0 && ds->labels[i] < C) {
+        } else if (ds->labels && ds->labels[i] >= 0 && ds->labels[i] < C) {
             s->class_count[ds->labels[i]]++;
             s->n_labelled++;
         }
