@@ -12,6 +12,8 @@
  *    truncation / dropping / report, thread-count independence, template override and refusal.
  * Tests needing a model file skip with a message when it is absent.
  */
+#include "formats/gguf.h"
+#include "formats/gguf_write.h"
 #include "formats/lm_jsonl.h"
 #include "testlib.h"
 #include "tinymodel.c"
@@ -482,6 +484,59 @@ static void test_unknown_template(void) {
     af_model_free(m);
 }
 
+/* A byte-level BPE tokenizer (tinymodel's) whose GGUF carries `tmpl` as tokenizer.chat_template. */
+static af_tokenizer *tok_with_template(const char *tmpl) {
+    const char *extra[2] = {"ab", "<|endoftext|>"};
+    const char *merges[1] = {"a b"};
+    tm_bpe b = {extra, merges, 2, 1};
+    char path[512];
+    snprintf(path, sizeof path, "%s/tok.gguf", g_dir);
+    af_gguf_writer *w = NULL;
+    af_gguf *g = NULL;
+    af_tokenizer *tok = NULL;
+    if (af_gguf_writer_new(&w) == AF_OK && tm_add_bpe(w, &b) == AF_OK &&
+        af_gguf_writer_add_str(w, "tokenizer.chat_template", tmpl) == AF_OK &&
+        af_gguf_writer_write_file(w, path) == AF_OK && af_gguf_open(path, &g) == AF_OK)
+        af_tokenizer_load(g, &tok);
+    af_gguf_close(g);
+    af_gguf_writer_free(w);
+    return tok;
+}
+
+/* Template recognition on synthetic templates (our own texts, shaped like the families'). */
+static void test_template_families(void) {
+    /* ChatML whose first "<|im_start|>system\n" is followed by Jinja and a later one by a literal
+       default system prompt (the shape of Qwen2.5's template) */
+    af_tokenizer *tok = tok_with_template(
+        "{%- if tools %}{{- '<|im_start|>system\n' }}{{- tools | tojson }}{%- else %}"
+        "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + "
+        "'<|im_end|>\n' }}{%- else %}{{- '<|im_start|>system\nYou are a test assistant.<|im_end|>\n' }}"
+        "{%- endif %}{%- endif %}{%- for m in messages %}...{%- endfor %}");
+    CHECK(tok != NULL, "tokenizer with a chat template: %s", af_last_error());
+    if (!tok) return;
+    af_chat_family fam = AF_CHAT_NONE;
+    af_chat_msg m[2] = {{AF_ROLE_USER, "q", 1}, {AF_ROLE_ASSISTANT, "a", 1}};
+    af_chat_doc d = {0};
+    CHECK(af_chat_family_of(tok, NULL, &fam) == AF_OK && fam == AF_CHAT_CHATML &&
+              af_chat_render(tok, fam, m, 2, 0, 0, &d) == AF_OK &&
+              !strcmp(d.text, "<|im_start|>system\nYou are a test assistant.<|im_end|>\n<|im_start|>user\nq<|im_end|>"
+                              "\n<|im_start|>assistant\na<|im_end|>\n"),
+          "ChatML: the template's literal default system prompt is found past a Jinja one (%s)", d.text ? d.text : "-");
+    af_chat_doc_free(&d);
+    af_tokenizer_free(tok);
+    /* a template with reasoning blocks, and one of another family, are refused naming the override */
+    const char *refused[2] = {"{{ '<|im_start|>assistant\n<think>\n\n</think>\n\n' }}",
+                              "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}"};
+    for (int k = 0; k < 2; k++) {
+        tok = tok_with_template(refused[k]);
+        CHECK(tok && af_chat_family_of(tok, NULL, &fam) == AF_ERR_UNSUPPORTED &&
+                  strstr(af_last_error(), "--chat-template chatml|gemma"),
+              "template %d refused naming --chat-template: %s", k, af_last_error());
+        CHECK(tok && af_chat_family_of(tok, "gemma", &fam) == AF_OK && fam == AF_CHAT_GEMMA, "override wins");
+        af_tokenizer_free(tok);
+    }
+}
+
 static void test_model(const char *file, int gemma) {
     const char *path = tl_model_path(file);
     if (!path) return;
@@ -508,6 +563,7 @@ int main(void) {
     }
     test_bad_parse();
     test_unknown_template();
+    test_template_families();
     test_model("SmolLM2-135M-Instruct.Q4_1.gguf", 0);
     test_model("gemma-3-270m-Q4_K_M.gguf", 1);
     char cmd[600];
