@@ -352,6 +352,31 @@ af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32
                                                 const int32_t *seq_start, int32_t n_samples, const float *targets,
                                                 float grad_scale, double *loss, float *logits);
 
+/* Causal-LM (SFT) micro-batch for a trainer made with num_classes = 0: forward + next-token loss +
+ * backward of one packed micro-batch (training mode), ADDING the gradient of
+ * (grad_scale · loss_sum) into the trainer's gradient.
+ *   tokens [seq_start[n_samples]], seq_start [n_samples + 1] as af_lora_trainer_accumulate
+ *   targets [seq_start[n_samples]] the token position t must predict (normally tokens[t + 1] of the
+ *          same sample), or -1 for no loss at t (prompt tokens, the last token of a sample)
+ *   loss_sum  Σ over target positions of −log softmax(logits_t)[targets[t]] (nats); may be NULL
+ *   n_targets positions with targets[t] >= 0; n_correct those whose argmax logit is the target
+ *          (mean_token_accuracy = n_correct / n_targets); either may be NULL
+ * Loss normalisation: to get the gradient of the mean token loss over a whole optimizer step
+ * (Σ token losses / target tokens of ALL its micro-batches, as transformers after PR #34191, not a
+ * mean of per-micro-batch means), count the targets of every micro-batch of the step first and
+ * pass grad_scale = 1 / that total to each call. Logits are computed a chunk of rows at a time,
+ * never [tokens, vocab] whole; final-logit soft-capping (Gemma) is applied when the model has it.
+ * Dropout, non-finite handling and errors as af_lora_trainer_accumulate (AF_ERR_INVALID_ARG also
+ * for a trainer with a classification head and for a target outside [-1, vocab)). */
+af_status af_lora_trainer_accumulate_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                        int32_t n_samples, const int32_t *targets, float grad_scale,
+                                        double *loss_sum, int64_t *n_targets, int64_t *n_correct);
+
+/* Forward only of af_lora_trainer_accumulate_lm (evaluation: no dropout, no gradient). */
+af_status af_lora_trainer_forward_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                     int32_t n_samples, const int32_t *targets, double *loss_sum,
+                                     int64_t *n_targets, int64_t *n_correct);
+
 /* One optimizer step on the accumulated gradient, then the gradient is zeroed:
  *   head-bias gradient dropped unless opts.head_bias; global L2 norm clipped to opts.max_grad_norm
  *   (torch.nn.utils.clip_grad_norm_); AdamW with learning rate `lr` (lr >= 0, e.g. from your

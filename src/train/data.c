@@ -209,6 +209,10 @@ af_status af_dataset_subset(const af_dataset *ds, const int32_t *idx, int32_t m,
         else if (ds->labels)
             s->labels[k] = ds->labels[i];
     }
+    if (!ds->multi_label && !ds->labels) { /* causal-LM sets keep labels NULL */
+        free(s->labels);
+        s->labels = NULL;
+    }
     *out = s;
     return AF_OK;
 }
@@ -590,4 +594,45 @@ int af_batcher_next(af_batcher *b, af_packed_batch *pb) {
     if (af_batcher_pack(b, b->order + b->pos, m, pb) != AF_OK) return -1;
     b->pos += m;
     return 1;
+}
+
+/* ---- causal-LM data sets from token arrays (tests, tools) ---- */
+
+af_status af_dataset_from_tokens_lm(const int32_t *ids, const int64_t *off, int32_t n, const uint8_t *mask,
+                                    int32_t max_seq_len, af_dataset **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "LM dataset: NULL out");
+    *out = NULL;
+    if (n < 1 || !ids || !off || !mask || max_seq_len < 1)
+        return af_fail(AF_ERR_INVALID_ARG, "LM dataset: invalid arguments (n %d, max_seq_len %d, ids/off/mask %s)",
+                       (int)n, (int)max_seq_len, ids && off && mask ? "set" : "NULL");
+    int64_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t len = off[i + 1] - off[i];
+        if (len < 1 || len > INT32_MAX)
+            return af_fail(AF_ERR_INVALID_ARG, "LM dataset: sample %d: %lld tokens", (int)i, (long long)len);
+        if (mask[off[i]])
+            return af_fail(AF_ERR_INVALID_ARG, "LM dataset: sample %d: its first token is marked as a target (nothing "
+                                               "before it in the sample predicts it)", (int)i);
+        total += len < max_seq_len ? len : max_seq_len;
+    }
+    af_dataset *ds = ds_alloc(n, 0, 0);
+    if (ds) {
+        free(ds->labels);
+        ds->labels = NULL;
+    }
+    if (!ds || !(ds->tokens = malloc((size_t)total * sizeof *ds->tokens)) ||
+        !(ds->target_mask = malloc((size_t)total))) {
+        af_dataset_free(ds);
+        return af_fail(AF_ERR_NOMEM, "LM dataset: out of memory");
+    }
+    ds->max_seq_len = max_seq_len;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t len = off[i + 1] - off[i], keep = len < max_seq_len ? len : max_seq_len;
+        ds->orig_len[i] = (int32_t)len;
+        ds->tok_off[i + 1] = ds->tok_off[i] + keep;
+        memcpy(ds->tokens + ds->tok_off[i], ids + off[i], (size_t)keep * sizeof(int32_t));
+        for (int64_t j = 0; j < keep; j++) ds->target_mask[ds->tok_off[i] + j] = mask[off[i] + j] ? 1 : 0;
+    }
+    *out = ds;
+    return AF_OK;
 }

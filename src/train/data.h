@@ -161,4 +161,15 @@ af_status af_batcher_pack(af_batcher *b, const int32_t *idx, int32_t m, af_packe
 int64_t af_batcher_count(const af_batcher *b);
 void af_batcher_free(af_batcher *b);
 
+/* ---- causal-LM data sets from token arrays (tests, tools) ---- */
+/* Sample i = ids[off[i] .. off[i+1]) (off [n + 1]) with its loss mask mask[off[i] .. off[i+1])
+ * (1 = the token is a target, predicted from the token before it; so the first token of a sample
+ * may not be 1). Everything is copied; truncation keeps the first max_seq_len tokens (and their
+ * mask). num_classes 0, labels and multi_hot NULL, target_mask set (the struct's contract above).
+ * Samples left without any target are kept (the JSONL reader drops them; af_lm_dataset_read).
+ * Errors: AF_ERR_INVALID_ARG (n < 1, NULL array, max_seq_len < 1, an empty sample, a target on a
+ * sample's first token: the message names the sample), AF_ERR_NOMEM. */
+af_status af_dataset_from_tokens_lm(const int32_t *ids, const int64_t *off, int32_t n, const uint8_t *mask,
+                                    int32_t max_seq_len, af_dataset **out);
+
 #endif /* AF_DATA_H */
