@@ -561,6 +561,21 @@ int32_t af_dataset_size(const af_dataset *ds);
 void af_dataset_free(af_dataset *ds);
 
 /* ---------------------------------------------------------------------------------------------
+ * Causal-LM data sets
+ *
+ * (Declared here for the causal-LM trainer; the reader is implemented on the data side. Until it
+ * is linked in, `afinar train --task causal-lm --train FILE` reports that it is missing and
+ * programs pass tokenized sets through af_trainer_opts.train_data.)
+ * ------------------------------------------------------------------------------------------- */
+typedef struct af_lm_data_opts {
+    int32_t max_seq_len;        /* truncation length in tokens (> 0) */
+    const char *loss_on;        /* NULL/"auto": completion-only for prompt/completion, assistant-only for messages, all for text; "all": every token */
+    const char *chat_template;  /* NULL: the model's own (GGUF tokenizer.chat_template); "chatml" | "gemma": override */
+} af_lm_data_opts;
+void af_lm_data_opts_init(af_lm_data_opts *o);
+af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o, af_dataset **out);
+
+/* ---------------------------------------------------------------------------------------------
  * Evaluation metrics of a classifier
  *
  * Single-label: prediction = argmax (ties -> lowest id); accuracy; per class precision, recall,
@@ -634,6 +649,12 @@ typedef struct af_diag_list {
 
 /* Run options. Fill with af_trainer_opts_defaults() and change what you need; defaults in the
  * comments. Strings and objects are borrowed: they must outlive the trainer. */
+/* What a training run learns (af_trainer_opts.task; settings key "task"). */
+typedef enum af_task {
+    AF_TASK_CLASSIFICATION = 0, /* sequence classification: pooled hidden state -> linear head */
+    AF_TASK_CAUSAL_LM = 1       /* causal-LM fine-tuning (SFT): next-token cross-entropy on the target tokens */
+} af_task;
+
 typedef struct af_trainer_opts {
     /* ---- model and data ---- */
     const char *model_path;      /* GGUF file (ignored when `model` is set) */
@@ -693,6 +714,12 @@ typedef struct af_trainer_opts {
                                     to start when the estimated peak exceeds N MiB */
     int bf16;                    /* 1: the run's context gets matmul_precision "bf16" (falls back to f32 with a
                                     warning where the CPU lacks AVX512_BF16); 0: the base context's precision */
+    /* ---- causal LM (task AF_TASK_CAUSAL_LM) ---- */
+    af_task task;                /* AF_TASK_CLASSIFICATION (default) */
+    int packing;                 /* causal LM: -1 (default) or 1: micro-batches packed by best-fit decreasing to
+                                    batch x max_seq_len tokens; 0: `batch` samples per micro-batch */
+    const char *loss_on;         /* causal LM, JSONL data: NULL/"auto" or "all" (af_lm_data_opts.loss_on) */
+    const char *chat_template;   /* causal LM, JSONL data: NULL (the model's), "chatml" or "gemma" */
     /* ---- reporting and control ---- */
     FILE *log;                   /* progress and reports (NULL: silent) */
     int progress_tty;            /* -1 auto (isatty of log), 0 newline lines, 1 '\r' live line */
@@ -723,6 +750,8 @@ typedef struct af_train_result {
     double best_macro_f1;     /* NaN when no evaluation happened */
     double last_val_accuracy, last_val_macro_f1; /* NaN when none */
     double last_train_loss;   /* smoothed (EMA) */
+    double best_eval_loss;    /* causal LM: lowest validation loss (nats per target token); NaN when none */
+    double last_eval_loss;    /* causal LM: last validation loss; NaN when none */
     int64_t n_nonfinite;      /* skipped steps over the whole run */
     double seconds;           /* wall time of this call */
     char last_checkpoint[1024]; /* "" when none was saved */

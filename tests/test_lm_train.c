@@ -10,7 +10,13 @@
  *      two micro-batch means would give a different one;
  *  (c) training memorises a small batch (loss falls below 20% of its start in 40 steps);
  *  (d) af_dataset_from_tokens_lm + the batcher: targets follow the mask, truncation;
- *  (e) errors: a classification trainer refuses accumulate_lm, a target outside [-1, vocab).
+ *  (e) errors: a classification trainer refuses accumulate_lm, a target outside [-1, vocab);
+ *  (f) af_pack_bfd: every sample once, bins within the budget, the same bin count for every shuffle;
+ *  (g) the training run (af_trainer, task causal-lm, what `afinar train --task causal-lm` runs) on
+ *      learnable sequences, packed and unpacked: the loss falls, eval lines carry TRL's names, best
+ *      is chosen on eval loss, adapters are PEFT CAUSAL_LM; exact resume (stop after 5 steps,
+ *      resume: final adapter byte-identical to the uninterrupted run); classification options
+ *      and data are refused for a causal-LM run.
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -23,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* 4 samples of lengths 6, 9, 4, 7; targets: next token, none on the first 2 positions of samples 0
  * and 1 ("prompt"), only the first position of sample 2, none at a sample's last token.
@@ -269,6 +277,207 @@ static void test_errors(const af_model *m) {
     af_lora_trainer_free(tr);
 }
 
+/* n samples of arithmetic sequences t_{k+1} = (t_k + d) mod V with d in {1, 2, 3} by sample, lengths
+ * 6..21; loss on every token after the third (a "prompt" of 3 tokens). */
+static af_dataset *seq_data(int n, int V, uint64_t seed, int32_t max_seq_len) {
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * 24);
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    uint8_t *mask = malloc((size_t)n * 24);
+    off[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const int len = 6 + (int)(tl_rand_u64(&seed) % 16), d = 1 + i % 3;
+        int32_t t0 = (int32_t)(tl_rand_u64(&seed) % (uint64_t)V);
+        for (int j = 0; j < len; j++) {
+            ids[off[i] + j] = (t0 + d * j) % V;
+            mask[off[i] + j] = j >= 3;
+        }
+        off[i + 1] = off[i] + len;
+    }
+    af_dataset *ds = NULL;
+    CHECK(af_dataset_from_tokens_lm(ids, off, n, mask, max_seq_len, &ds) == AF_OK, "seq data: %s", af_last_error());
+    free(ids);
+    free(off);
+    free(mask);
+    return ds;
+}
+
+/* (f) */
+static void test_pack(void) {
+    af_dataset *ds = seq_data(40, 97, 3, 16);
+    if (!ds) return;
+    int32_t idx[40], off[41], order[40], nb0 = -1;
+    int ok = 1;
+    for (uint64_t e = 0; e < 4; e++) {
+        af_shuffle_perm(order, 40, 7, e);
+        int32_t nb = 0;
+        if (!CHECK(af_pack_bfd(ds, order, 40, 40, e, idx, off, &nb) == AF_OK, "pack: %s", af_last_error())) break;
+        if (nb0 < 0) nb0 = nb;
+        ok &= nb == nb0 && off[0] == 0 && off[nb] == 40;
+        int seen[40] = {0};
+        for (int32_t q = 0; q < nb; q++) {
+            int64_t tok = 0;
+            for (int32_t k = off[q]; k < off[q + 1]; k++) tok += af_dataset_len(ds, idx[k]), seen[idx[k]]++;
+            ok &= tok <= 40 && off[q + 1] > off[q];
+        }
+        for (int i = 0; i < 40; i++) ok &= seen[i] == 1;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < 40; i++) total += af_dataset_len(ds, i);
+    CHECK(ok && nb0 >= (total + 39) / 40 && nb0 <= (total + 39) / 40 + 2,
+          "best-fit decreasing: %d bins for %lld tokens in bins of 40 (every sample once, same count every epoch)",
+          (int)nb0, (long long)total);
+    af_dataset_free(ds);
+}
+
+static char g_dir[256];
+
+static const char *path_in(const char *name) {
+    static char buf[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static int files_equal(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = tl_read_file(a, &la), *y = tl_read_file(b, &lb);
+    int eq = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+static void lm_opts(af_trainer_opts *o, const af_model *m, const af_dataset *tr, const af_dataset *va, const char *out) {
+    af_trainer_opts_defaults(o);
+    o->task = AF_TASK_CAUSAL_LM;
+    o->model = m;
+    o->train_data = tr;
+    o->val_data = va;
+    o->output_dir = out;
+    o->targets = "all-linear";
+    o->lora_layers = "all";
+    o->lora_r = 4;
+    o->lora_alpha = 8;
+    o->lora_dropout = 0.05;
+    o->lr = 1e-2;
+    o->batch = 2;
+    o->grad_accum = 2;
+    o->max_seq_len = 24;
+    o->max_steps = 12;
+    o->warmup_steps = 1;
+    o->eval_every = 4;
+    o->threads = 1;
+    o->plot = 0;
+    o->log = getenv("TL_VERBOSE") ? stderr : NULL;
+    o->progress_tty = 0;
+}
+
+static af_status run_lm(const af_trainer_opts *o, af_train_result *res) {
+    af_trainer *t = NULL;
+    af_status st = af_trainer_new(o, &t);
+    if (st == AF_OK) st = af_trainer_run(t, res);
+    af_trainer_free(t);
+    return st;
+}
+
+/* mean of "key" over the first / last k train lines of metrics.jsonl */
+static void loss_ends(const char *path, int k, double *first, double *last, int *n_eval_named) {
+    char *b = tl_read_file(path, NULL);
+    double v[256];
+    int n = 0;
+    *n_eval_named = 0;
+    for (char *l = b ? strtok(b, "\n") : NULL; l; l = strtok(NULL, "\n")) {
+        if (strstr(l, "\"type\":\"train\"") && n < 256) {
+            const char *p = strstr(l, "\"loss\":");
+            v[n++] = p ? strtod(p + 7, NULL) : NAN;
+        }
+        if (strstr(l, "\"type\":\"eval\"") && strstr(l, "\"eval_loss\":") && strstr(l, "\"eval_mean_token_accuracy\":") &&
+            strstr(l, "\"perplexity\":"))
+            (*n_eval_named)++;
+    }
+    *first = *last = 0;
+    for (int i = 0; i < k && i < n; i++) *first += v[i] / k, *last += v[n - 1 - i] / k;
+    free(b);
+}
+
+/* (g) */
+static void test_trainer_lm(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/afinar_lm_%ld", (long)getpid());
+    if (!CHECK(mkdir(g_dir, 0777) == 0, "mkdir %s", g_dir)) return;
+    tm_spec spec = tm_default("llama", AF_TYPE_Q8_0);
+    af_model *m = NULL;
+    if (!CHECK(tm_load(&spec, &m) == AF_OK, "tiny llama: %s", af_last_error())) return;
+    af_dataset *tr = seq_data(32, m->cfg.vocab_size, 11, 24), *va = seq_data(8, m->cfg.vocab_size, 12, 24);
+    af_trainer_opts o;
+    af_train_result r;
+    for (int packing = 1; packing >= 0; packing--) {
+        const char *out = path_in(packing ? "packed" : "unpacked");
+        lm_opts(&o, m, tr, va, out);
+        o.packing = packing;
+        o.max_steps = 40;
+        o.eval_every = 10;
+        af_status st = run_lm(&o, &r);
+        CHECK(st == AF_OK && r.stop == AF_STOP_DONE && r.steps_done == 40, "packing=%d run: %s", packing, af_last_error());
+        double first, last;
+        int ne;
+        loss_ends(path_in(packing ? "packed/metrics.jsonl" : "unpacked/metrics.jsonl"), 4, &first, &last, &ne);
+        printf("causal-LM run (packing %d): train loss %.3f -> %.3f, best eval loss %.3f at step %lld\n", packing, first,
+               last, r.best_eval_loss, (long long)r.best_step);
+        CHECK(last < 0.5 * first && ne == 4 && isfinite(r.best_eval_loss) && r.best_step > 0 && isnan(r.best_macro_f1),
+              "packing=%d: loss falls (%.3f -> %.3f), 4 eval lines with TRL's names (%d), best on eval loss", packing,
+              first, last, ne);
+        char cfg[600];
+        snprintf(cfg, sizeof cfg, "%s/final/adapter_config.json", out);
+        char *c = tl_read_file(cfg, NULL);
+        CHECK(c && strstr(c, "\"CAUSAL_LM\""), "packing=%d: adapter_config.json task_type CAUSAL_LM", packing);
+        free(c);
+    }
+    /* exact resume */
+    lm_opts(&o, m, tr, va, path_in("res_a"));
+    CHECK(run_lm(&o, &r) == AF_OK, "res_a: %s", af_last_error());
+    lm_opts(&o, m, tr, va, path_in("res_b"));
+    o.stop_after = 5;
+    CHECK(run_lm(&o, &r) == AF_OK && r.stop == AF_STOP_INTERRUPTED && r.steps_done == 5, "res_b stopped: %s",
+          af_last_error());
+    lm_opts(&o, m, tr, va, NULL);
+    o.resume = path_in("res_b");
+    CHECK(run_lm(&o, &r) == AF_OK && r.steps_done == 12, "res_b resumed: %s", af_last_error());
+    CHECK(files_equal(path_in("res_a/final/adapter_model.safetensors"), path_in("res_b/final/adapter_model.safetensors")),
+          "causal LM: final adapter after resume is byte-identical to the uninterrupted run");
+    CHECK(files_equal(path_in("res_a/best/adapter_model.safetensors"), path_in("res_b/best/adapter_model.safetensors")),
+          "causal LM: best adapter after resume is byte-identical");
+    /* refusals */
+    lm_opts(&o, m, tr, va, path_in("bad"));
+    o.class_weights = "inverse-freq";
+    CHECK(run_lm(&o, &r) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "class-weights"), "class weights refused: %s",
+          af_last_error());
+    const int32_t ids[4] = {1, 2, 3, 4};
+    const int64_t off[3] = {0, 2, 4};
+    const int32_t lab[2] = {0, 1};
+    af_dataset *cls = NULL;
+    af_dataset_from_tokens(ids, off, 2, lab, NULL, 2, 8, &cls);
+    lm_opts(&o, m, cls, NULL, path_in("bad"));
+    CHECK(run_lm(&o, &r) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "no loss mask"),
+          "classification data refused: %s", af_last_error());
+    af_trainer_opts_defaults(&o);
+    o.model = m;
+    o.train_data = tr;
+    o.output_dir = path_in("bad");
+    CHECK(run_lm(&o, &r) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "--task causal-lm"),
+          "a causal-LM set in a classification run refused: %s", af_last_error());
+    af_dataset_free(cls);
+    af_dataset_free(tr);
+    af_dataset_free(va);
+    af_model_free(m);
+    if (!tl_failed && !getenv("TL_KEEP")) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0) printf("could not remove %s\n", g_dir);
+    } else
+        printf("test files kept in %s\n", g_dir);
+}
+
 int main(void) {
     test_engine_fd("llama", 0.0f);
     test_engine_fd("gemma3", 5.0f);
@@ -281,5 +490,7 @@ int main(void) {
         af_model_free(m);
     }
     test_dataset();
+    test_pack();
+    test_trainer_lm();
     return tl_finish("test_lm_train");
 }

@@ -100,4 +100,10 @@ typedef struct af_classifier {
 af_status af_eval_probs(af_engine *e, const float *P, const af_param_layout *lay, const af_dataset *ds,
                         int32_t batch, af_pooling pooling, int multi_label, float *probs, double *loss);
 
+/* Causal LM: token loss sum, target and correct counts of every sample of ds (ds->target_mask set)
+ * with parameters P, forward only (no dropout), `batch` samples per call in data-set order.
+ * eval_loss = loss_sum / n_targets, eval_mean_token_accuracy = n_correct / n_targets,
+ * perplexity = exp(eval_loss). Errors: AF_ERR_INVALID_ARG, AF_ERR_NOMEM (af_engine_lm_step). */
+af_status af_lm_eval(af_engine *e, const float *P, const af_dataset *ds, int32_t batch, af_lm_loss *out);
+
 #endif /* AF_TRAINER_H */
