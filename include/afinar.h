@@ -294,7 +294,8 @@ typedef struct af_lora_trainer_opts {
                                 q,k,v,o,gate,up,down (or q_proj, ...); borrowed for af_lora_trainer_new */
     uint64_t seed;           /* (42) initialisation and dropout masks */
     /* ---- head ---- */
-    int32_t num_classes;     /* (0) 0: no head (adapters only; accumulate/forward then fail) */
+    int32_t num_classes;     /* (0) 0: no head: a causal-LM trainer (af_lora_trainer_accumulate_lm /
+                                forward_lm; the classification accumulate/forward then fail) */
     af_head_pooling pooling; /* (AF_POOLING_MEAN) */
     int32_t head_bias;       /* (0) 0: b stays 0 (its gradient is dropped), as PEFT's bias-less score */
     int32_t checkpointing;   /* (0) 1: recompute activations layer by layer in the backward: far less

@@ -376,7 +376,19 @@ static void lm_opts(af_trainer_opts *o, const af_model *m, const af_dataset *tr,
 static af_status run_lm(const af_trainer_opts *o, af_train_result *res) {
     af_trainer *t = NULL;
     af_status st = af_trainer_new(o, &t);
-    if (st == AF_OK) st = af_trainer_run(t, res);
+    if (st == AF_OK) { /* the pre-training report of a causal-LM run (data statistics without classes, plan) */
+        FILE *f = o->log ? o->log : tmpfile();
+        if (f) af_trainer_report(t, f);
+        if (f && !o->log) {
+            rewind(f);
+            char line[512];
+            int has_plan = 0;
+            while (fgets(line, sizeof line, f)) has_plan |= strstr(line, "plan: causal LM") != NULL;
+            CHECK(has_plan, "the report states the causal-LM plan");
+            fclose(f);
+        }
+        st = af_trainer_run(t, res);
+    }
     af_trainer_free(t);
     return st;
 }

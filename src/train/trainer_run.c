@@ -70,7 +70,7 @@ static void progress(loop *L, double lr, double gn, int force) {
     fmt_time(eta, e, sizeof e);
     if (t->lm) {
         const double l = ema_shown(rs->ema_loss, rs->ema_n);
-        fprintf(lg, "%sepoch %.2f | step %lld/%lld | loss %.4f | ppl %.2f | token-acc %.3f | lr %.2e | grad-norm %.3g | "
+        fprintf(lg, "%sepoch %.2f | step %lld/%lld | loss %.4f | ppl %.4g | token-acc %.3f | lr %.2e | grad-norm %.3g | "
                     "%.0f tokens/s | ETA %s%s",
                 L->tty ? "\r\033[K" : "", (double)rs->step / (double)t->spe, (long long)rs->step, (long long)t->total, l,
                 exp(l), ema_shown(rs->ema_acc, rs->ema_n), lr, gn, el > 0 ? (double)L->session_tokens / el : 0, e,
@@ -265,7 +265,7 @@ static af_status evaluate_lm(loop *L, int *improved) {
     log_line(L, line);
     if (o->log) {
         end_live(L);
-        fprintf(o->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  perplexity %.3f  mean_token_accuracy %.4f (%lld "
+        fprintf(o->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  perplexity %.4g  mean_token_accuracy %.4f (%lld "
                         "target tokens)%s\n",
                 (long long)rs->step, (double)rs->step / (double)t->spe, vl, exp(vl), va, (long long)r.n_targets,
                 *improved ? "  (best so far)" : "");
@@ -635,7 +635,7 @@ out:
         else if (st == AF_OK) {
             fprintf(o->log, "done: %lld steps in %s", (long long)L.rs.step, tb);
             if (res->best_step > 0 && t->lm)
-                fprintf(o->log, "; best eval loss %.4f (perplexity %.3f) at step %lld -> %s/best", res->best_eval_loss,
+                fprintf(o->log, "; best eval loss %.4f (perplexity %.4g) at step %lld -> %s/best", res->best_eval_loss,
                         exp(res->best_eval_loss), (long long)res->best_step, o->output_dir);
             else if (res->best_step > 0)
                 fprintf(o->log, "; best val macro-F1 %.4f at step %lld -> %s/best", res->best_macro_f1,
