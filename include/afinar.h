@@ -294,7 +294,8 @@ typedef struct af_lora_trainer_opts {
                                 q,k,v,o,gate,up,down (or q_proj, ...); borrowed for af_lora_trainer_new */
     uint64_t seed;           /* (42) initialisation and dropout masks */
     /* ---- head ---- */
-    int32_t num_classes;     /* (0) 0: no head (adapters only; accumulate/forward then fail) */
+    int32_t num_classes;     /* (0) 0: no head: a causal-LM trainer (af_lora_trainer_accumulate_lm /
+                                forward_lm; the classification accumulate/forward then fail) */
     af_head_pooling pooling; /* (AF_POOLING_MEAN) */
     int32_t head_bias;       /* (0) 0: b stays 0 (its gradient is dropped), as PEFT's bias-less score */
     int32_t checkpointing;   /* (0) 1: recompute activations layer by layer in the backward: far less
@@ -351,6 +352,31 @@ af_status af_lora_trainer_accumulate(af_lora_trainer *tr, const int32_t *tokens,
 af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32_t *tokens,
                                                 const int32_t *seq_start, int32_t n_samples, const float *targets,
                                                 float grad_scale, double *loss, float *logits);
+
+/* Causal-LM (SFT) micro-batch for a trainer made with num_classes = 0: forward + next-token loss +
+ * backward of one packed micro-batch (training mode), ADDING the gradient of
+ * (grad_scale · loss_sum) into the trainer's gradient.
+ *   tokens [seq_start[n_samples]], seq_start [n_samples + 1] as af_lora_trainer_accumulate
+ *   targets [seq_start[n_samples]] the token position t must predict (normally tokens[t + 1] of the
+ *          same sample), or -1 for no loss at t (prompt tokens, the last token of a sample)
+ *   loss_sum  Σ over target positions of −log softmax(logits_t)[targets[t]] (nats); may be NULL
+ *   n_targets positions with targets[t] >= 0; n_correct those whose argmax logit is the target
+ *          (mean_token_accuracy = n_correct / n_targets); either may be NULL
+ * Loss normalisation: to get the gradient of the mean token loss over a whole optimizer step
+ * (Σ token losses / target tokens of ALL its micro-batches, as transformers after PR #34191, not a
+ * mean of per-micro-batch means), count the targets of every micro-batch of the step first and
+ * pass grad_scale = 1 / that total to each call. Logits are computed a chunk of rows at a time,
+ * never [tokens, vocab] whole; final-logit soft-capping (Gemma) is applied when the model has it.
+ * Dropout, non-finite handling and errors as af_lora_trainer_accumulate (AF_ERR_INVALID_ARG also
+ * for a trainer with a classification head and for a target outside [-1, vocab)). */
+af_status af_lora_trainer_accumulate_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                        int32_t n_samples, const int32_t *targets, float grad_scale,
+                                        double *loss_sum, int64_t *n_targets, int64_t *n_correct);
+
+/* Forward only of af_lora_trainer_accumulate_lm (evaluation: no dropout, no gradient). */
+af_status af_lora_trainer_forward_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                     int32_t n_samples, const int32_t *targets, double *loss_sum,
+                                     int64_t *n_targets, int64_t *n_correct);
 
 /* One optimizer step on the accumulated gradient, then the gradient is zeroed:
  *   head-bias gradient dropped unless opts.head_bias; global L2 norm clipped to opts.max_grad_norm
@@ -689,6 +715,12 @@ typedef struct af_diag_list {
 
 /* Run options. Fill with af_trainer_opts_defaults() and change what you need; defaults in the
  * comments. Strings and objects are borrowed: they must outlive the trainer. */
+/* What a training run learns (af_trainer_opts.task; settings key "task"). */
+typedef enum af_task {
+    AF_TASK_CLASSIFICATION = 0, /* sequence classification: pooled hidden state -> linear head */
+    AF_TASK_CAUSAL_LM = 1       /* causal-LM fine-tuning (SFT): next-token cross-entropy on the target tokens */
+} af_task;
+
 typedef struct af_trainer_opts {
     /* ---- model and data ---- */
     const char *model_path;      /* GGUF file (ignored when `model` is set) */
@@ -748,6 +780,12 @@ typedef struct af_trainer_opts {
                                     to start when the estimated peak exceeds N MiB */
     int bf16;                    /* 1: the run's context gets matmul_precision "bf16" (falls back to f32 with a
                                     warning where the CPU lacks AVX512_BF16); 0: the base context's precision */
+    /* ---- causal LM (task AF_TASK_CAUSAL_LM) ---- */
+    af_task task;                /* AF_TASK_CLASSIFICATION (default) */
+    int packing;                 /* causal LM: -1 (default) or 1: micro-batches packed by best-fit decreasing to
+                                    batch x max_seq_len tokens; 0: `batch` samples per micro-batch */
+    const char *loss_on;         /* causal LM, JSONL data: NULL/"auto" or "all" (af_lm_data_opts.loss_on) */
+    const char *chat_template;   /* causal LM, JSONL data: NULL (the model's), "chatml" or "gemma" */
     /* ---- reporting and control ---- */
     FILE *log;                   /* progress and reports (NULL: silent) */
     int progress_tty;            /* -1 auto (isatty of log), 0 newline lines, 1 '\r' live line */
@@ -778,6 +816,8 @@ typedef struct af_train_result {
     double best_macro_f1;     /* NaN when no evaluation happened */
     double last_val_accuracy, last_val_macro_f1; /* NaN when none */
     double last_train_loss;   /* smoothed (EMA) */
+    double best_eval_loss;    /* causal LM: lowest validation loss (nats per target token); NaN when none */
+    double last_eval_loss;    /* causal LM: last validation loss; NaN when none */
     int64_t n_nonfinite;      /* skipped steps over the whole run */
     double seconds;           /* wall time of this call */
     char last_checkpoint[1024]; /* "" when none was saved */

@@ -70,6 +70,31 @@ af_status af_eval_probs(af_engine *e, const float *P, const af_param_layout *lay
     return st;
 }
 
+af_status af_lm_eval(af_engine *e, const float *P, const af_dataset *ds, int32_t batch, af_lm_loss *out) {
+    memset(out, 0, sizeof *out);
+    if (!e || !P || !ds || batch < 1) return af_fail(AF_ERR_INVALID_ARG, "LM evaluation: NULL argument or batch < 1");
+    af_batcher *bt = NULL;
+    AF_TRY(af_batcher_new(ds, NULL, ds->n, batch, &bt));
+    af_packed_batch pb;
+    af_status st = AF_OK;
+    int r;
+    const af_step_opts so = {AF_POOL_MEAN, NULL, 0, 0, 0};
+    while (st == AF_OK && (r = af_batcher_next(bt, &pb)) != 0) {
+        if (r < 0) {
+            st = AF_ERR_NOMEM;
+            break;
+        }
+        const af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, pb.targets};
+        af_lm_loss l;
+        st = af_engine_lm_step(e, P, NULL, &b, &so, 0.0f, &l);
+        out->loss_sum += l.loss_sum;
+        out->n_targets += l.n_targets;
+        out->n_correct += l.n_correct;
+    }
+    af_batcher_free(bt);
+    return st;
+}
+
 af_status af_eval_metrics(const af_dataset *ds, const float *probs, af_metrics **out) {
     const int32_t C = ds->num_classes;
     if (ds->multi_label) {
