@@ -95,11 +95,8 @@ void af_labels_free(char **names, int32_t n) {
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-/* Reads one line (with its '\n', NUL bytes allowed) into *buf (grown as needed, never beyond
- * maxl + 2 bytes, so a huge line is refused before it is allocated). Returns its length, -1 at end
- * of file with nothing read, -2 when the line is longer than maxl bytes (the rest of it is left
- * unread), -3 when out of memory. */
-static ssize_t read_line(FILE *fp, char **buf, size_t *cap, size_t maxl) {
+/* af_jsonl_read_line: jsonl.h. */
+ssize_t af_jsonl_read_line(FILE *fp, char **buf, size_t *cap, size_t maxl) {
     size_t len = 0;
     int ch;
     while ((ch = getc_unlocked(fp)) != EOF) {
@@ -183,7 +180,7 @@ af_status af_labels_read_file(const char *path, char ***names, int32_t *n) {
     ssize_t len;
     long ln = 0;
     af_status st = AF_OK;
-    while ((len = read_line(fp, &line, &cap, MAX_LABEL_LINE)) != -1) {
+    while ((len = af_jsonl_read_line(fp, &line, &cap, MAX_LABEL_LINE)) != -1) {
         ln++;
         if (len < 0) {
             st = len == -2 ? af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %d bytes", path, ln, MAX_LABEL_LINE)
@@ -590,7 +587,7 @@ af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus
     size_t cap = 0;
     ssize_t len;
     long ln = 0;
-    while (st == AF_OK && (len = read_line(fp, &line, &cap, maxl)) != -1) {
+    while (st == AF_OK && (len = af_jsonl_read_line(fp, &line, &cap, maxl)) != -1) {
         ln++;
         if (len == -2) {
             st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, ln, maxl);
