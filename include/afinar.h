@@ -876,7 +876,8 @@ typedef struct af_gen_eval_opts {
                                end-of-generation token, af_token_is_eog); <= 0: 64 */
     int first_line;         /* 1: score only the generation's first non-empty line (leading
                                whitespace and newlines skipped, cut at the next '\n');
-                               0: the whole generation */
+                               generation then stops at that '\n' (what is scored is the
+                               same); 0: the whole generation */
     FILE *log;              /* one progress line per example ("\r"-updated); NULL: silent */
 } af_gen_eval_opts;
 

@@ -164,8 +164,8 @@ static char *scored_text(const char *gen, int first_line) {
 /* Greedy continuation of prompt ids[0..n_ids) in `s` (reset first): the generated ids in gen
  * [max_new] (the end-of-generation token included when reached), their number in *n_gen. */
 static af_status generate(af_session *s, const af_tokenizer *tok, int32_t vocab, const int32_t *ids, int32_t n_ids,
-                          int32_t max_new, float *logits, int32_t *gen, int32_t *n_gen, double *t_prompt,
-                          double *t_decode) {
+                          int32_t max_new, int first_line, float *logits, int32_t *gen, int32_t *n_gen,
+                          double *t_prompt, double *t_decode) {
     af_session_reset(s);
     *n_gen = 0;
     double t0 = now_sec();
@@ -175,10 +175,22 @@ static af_status generate(af_session *s, const af_tokenizer *tok, int32_t vocab,
     const af_sampling greedy = {0.0f, 0, 1.0f, 0};
     uint64_t rng = af_rng_seed(0);
     t0 = now_sec();
+    int seen_text = 0; /* first_line: a non-whitespace byte was generated (the line has started) */
     while (*n_gen < max_new) {
         int32_t id = af_sample(logits, vocab, &greedy, &rng);
         gen[(*n_gen)++] = id;
         if (af_token_is_eog(tok, id) || *n_gen == max_new) break;
+        if (first_line) { /* the scored line is complete once a newline follows text: stop there */
+            char piece[256];
+            int len = af_token_to_bytes(tok, id, 0, piece, sizeof piece);
+            int done = 0;
+            for (int k = 0; k < len && k < (int)sizeof piece && !done; k++) {
+                char c = piece[k];
+                if (c == '\n' && seen_text) done = 1;
+                else if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != '\v' && c != '\f') seen_text = 1;
+            }
+            if (done) break;
+        }
         st = af_session_eval(s, &id, 1, logits, NULL);
         if (st != AF_OK) break;
     }
@@ -228,7 +240,7 @@ af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eva
             break;
         }
         int32_t n_gen = 0;
-        st = generate(s, tok, vocab, ids, (int32_t)n_ids, max_new, logits, gen, &n_gen, &out->prompt_seconds,
+        st = generate(s, tok, vocab, ids, (int32_t)n_ids, max_new, opts->first_line, logits, gen, &n_gen, &out->prompt_seconds,
                       &out->decode_seconds);
         free(ids);
         if (st != AF_OK) break;
