@@ -146,7 +146,7 @@ static void test_equal_internal(const af_model *m, int steps, int head_bias) {
         double la[2] = {0, 0}, gna = 0, li[2] = {0, 0};
         af_status st = api_step(tr, la, &gna);
         if (!CHECK(st == AF_OK, "api step %d: %s", g, af_last_error())) break;
-        af_batch b0 = {g_tok, g_ss_lo, 2, 15, g_lab, NULL}, b1 = {g_tok + 15, g_ss_hi, 2, 11, g_lab + 2, NULL};
+        af_batch b0 = {g_tok, g_ss_lo, 2, 15, g_lab, NULL, NULL}, b1 = {g_tok + 15, g_ss_hi, 2, 11, g_lab + 2, NULL, NULL};
         for (int j = 0; j < 2; j++) {
             af_step_opts so = {AF_POOL_MEAN, NULL, 0, 1, af_ctr_key(o.seed, (uint64_t)g, (uint64_t)j, DROPOUT_TAG)};
             af_engine_step(e, P, G, j ? &b1 : &b0, &so, 0.5f, &li[j], NULL);

@@ -79,7 +79,7 @@ static int32_t g_tok[64], g_ss[4] = {0, 7, 19, 24}, g_lab[3] = {2, 0, 1};
 static af_batch make_batch(int vocab) {
     uint64_t rng = 5;
     for (int i = 0; i < 24; i++) g_tok[i] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)vocab);
-    af_batch b = {g_tok, g_ss, 3, 24, g_lab, NULL};
+    af_batch b = {g_tok, g_ss, 3, 24, g_lab, NULL, NULL};
     return b;
 }
 
@@ -262,7 +262,7 @@ static void test_packing(const char *arch, uint32_t type) {
     int32_t len[3] = {9, 17, 6}, lab[3] = {3, 1, 0}, ss[4] = {0, 9, 26, 32}, tok[32];
     uint64_t rng = 11;
     for (int i = 0; i < 32; i++) tok[i] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)s.vocab);
-    af_batch b = {tok, ss, 3, 32, lab, NULL};
+    af_batch b = {tok, ss, 3, 32, lab, NULL, NULL};
     af_step_opts o = {AF_POOL_MEAN, NULL, 0, 1, 0};
     int64_t nt = f.lay.n_total;
     float *Gp = calloc((size_t)nt, sizeof(float)), *Gs = calloc((size_t)nt, sizeof(float));
@@ -271,7 +271,7 @@ static void test_packing(const char *arch, uint32_t type) {
     af_engine_step(f.e, f.P, Gp, &b, &o, 1.0f, &Lp, lp);
     for (int k = 0; k < 3; k++) {
         int32_t ss1[2] = {0, len[k]};
-        af_batch b1 = {tok + ss[k], ss1, 1, len[k], &lab[k], NULL};
+        af_batch b1 = {tok + ss[k], ss1, 1, len[k], &lab[k], NULL, NULL};
         double L = 0;
         CHECK(af_engine_step(f.e, f.P, Gs, &b1, &o, 1.0f / 3, &L, ls + 4 * k) == AF_OK, "single %d: %s", k,
               af_last_error());
@@ -408,7 +408,7 @@ static void test_prefix_cache(const char *arch, uint32_t type) {
     memcpy(tok2, g_tok + 7, sizeof(int32_t) * 12);
     for (int i = 12; i < 20; i++) tok2[i] = (i * 7) % s.vocab;
     memcpy(tok2 + 20, g_tok + 7, sizeof(int32_t) * 12);
-    af_batch b2 = {tok2, ss2, 3, 32, lab2, NULL};
+    af_batch b2 = {tok2, ss2, 3, 32, lab2, NULL, NULL};
     CHECK(af_engine_set_prefix_cache(f.e, 1 << 20) == AF_OK, "enable");
     const af_batch *batches[4] = {&b, &b, &b2, &b2};
     static const char *what[4] = {"cold", "warm", "partly warm with a duplicate", "warm again"};
@@ -457,7 +457,7 @@ static void test_block_rows(const char *arch, uint32_t type) {
     int32_t tok[330], ss[4] = {0, 100, 230, 330}, lab[3] = {0, 2, 1};
     uint64_t rng = 9;
     for (int i = 0; i < 330; i++) tok[i] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)s.vocab);
-    af_batch b = {tok, ss, 3, 330, lab, NULL};
+    af_batch b = {tok, ss, 3, 330, lab, NULL, NULL};
     const int64_t nt = f.lay.n_total;
     float *G0 = malloc(sizeof(float) * (size_t)nt), *G1 = malloc(sizeof(float) * (size_t)nt);
     float lg0[9], lg1[9];

@@ -119,7 +119,7 @@ int main(void) {
         for (int64_t k = 0; k < H; k++) P[lay.head_w_off + c * H + k] = (float)(0.05 * sin(0.9 * (double)c + 0.031 * (double)k + 0.2));
         P[lay.head_b_off + c] = (float)(0.1 * (double)c - 0.1);
     }
-    af_batch b = {tok, ss, (int32_t)B, ntok, lab, NULL};
+    af_batch b = {tok, ss, (int32_t)B, ntok, lab, NULL, NULL};
     af_step_opts o = {AF_POOL_MEAN, NULL, 0, 1, 0}; /* no checkpointing: test_engine checks it gives identical gradients */
     double loss = 0;
     float logits[64 * 64];
