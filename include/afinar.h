@@ -887,8 +887,9 @@ void af_gen_eval_opts_init(af_gen_eval_opts *o);
 /* One scored example. Strings are owned by the result (NUL-terminated UTF-8). */
 typedef struct af_gen_example {
     int32_t line;               /* 1-based line of the example in the data file */
-    char *prompt;               /* the prompt text as read */
-    char *reference;            /* the reference completion as read */
+    char *prompt;               /* the prompt text as read, or the rendered chat prompt */
+    char *reference;            /* the reference completion / assistant reply as read */
+    int chat;                   /* 1: a conversation rendered with the chat template */
     char *generated;            /* the decoded greedy generation (special tokens not rendered) */
     char *prediction;           /* what was scored: `generated`, or its first line (first_line) */
     int32_t prompt_tokens;      /* tokens of the rendered prompt (BOS included when added) */
@@ -910,21 +911,27 @@ typedef struct af_gen_eval_result {
 } af_gen_eval_result;
 
 /* Greedy generation for the first examples of a prompt/completion JSONL file and their scores.
- * Data: one JSON object per line (TRL's prompt-completion form) {"prompt": STRING, "completion":
- * STRING}, other keys ignored, blank lines skipped. The prompt is rendered as training renders
- * plain prompt/completion data: the prompt text alone, af_tokenize(add_special = 1, parse_special
- * = 0), i.e. with BOS when the model's metadata adds one and special-token texts read as plain
- * text. Each example: af_session_reset, the prompt evaluated in one batch, then argmax decoding
+ * Data: one JSON object per line, other keys ignored, blank lines skipped, in TRL's forms:
+ *   {"prompt": STRING, "completion": STRING}: the prompt is rendered as training renders plain
+ *     prompt/completion data: the prompt text alone, af_tokenize(add_special = 1, parse_special
+ *     = 0), i.e. with BOS when the model's metadata adds one, special-token texts as plain text;
+ *   {"messages": [[system,] user, assistant]} or {"prompt": [[system,] user], "completion":
+ *     [assistant]} (messages {"role", "content"} strings): a single-turn conversation rendered
+ *     with the model's chat template and the generation prompt (af_chat_format, the template's
+ *     default system message when none is given), tokenized with parse_special = 1; the
+ *     reference is the assistant's content.
+ * Each example: af_session_reset, the prompt evaluated in one batch, then argmax decoding
  * (ties -> lowest id) until an end-of-generation token or opts.max_new_tokens. The session `s`
  * (borrowed) carries the adapter, if any (af_session_load_adapter: applied unmerged), and must
  * hold prompt + max_new_tokens positions for every example (an af_session_new n_ctx of 0 gives
  * the model's maximum, capped at 4096). `opts` may be NULL (defaults). `*out` is filled (zeroed
  * first); free it with af_gen_eval_result_free (also after an error).
- * Not yet read: conversational data ({"messages": ...}) and the prompt/completion-as-messages
- * form (they are refused with a message naming the line).
+ * Not read yet: multi-turn conversations (refused with a message naming the line).
  * Errors (messages name FILE:LINE and the field): AF_ERR_INVALID_ARG (NULL argument), AF_ERR_IO
- * (cannot open/read), AF_ERR_FORMAT (invalid JSON, not an object, a missing or non-string
- * "prompt"/"completion", a "messages" line, an empty prompt after tokenization, no example),
+ * (cannot open/read), AF_ERR_FORMAT (invalid JSON, not an object, a missing or mistyped
+ * "prompt"/"completion", "messages" beside them, a message without string role/content, an
+ * unknown role, roles not in the order above, an empty prompt after tokenization, no example),
+ * AF_ERR_UNSUPPORTED (a conversation and a model without a chat template afinar renders),
  * AF_ERR_RANGE (prompt + max_new_tokens longer than the session), AF_ERR_NOMEM. */
 af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eval_opts *opts,
                           af_gen_eval_result *out);

@@ -736,6 +736,7 @@ static void test_eval_generate(void) {
     write_text(P_("pc_nocomp.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"a\"}\n{\"prompt\": \"ab\"}\n");
     write_text(P_("pc_type.jsonl"), "{\"prompt\": 3, \"completion\": \"a\"}\n");
     write_text(P_("pc_msgs.jsonl"), "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n");
+    write_text(P_("pc_chat.jsonl"), "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n");
     EXPECT("eval -m @/tiny.gguf --data @/pc.jsonl --generate -1", 2,
            "afinar eval: --generate: expected an integer in [0, 1073741824], got '-1'");
     EXPECT("eval --data @/pc.jsonl --generate 2", 2, "afinar eval: missing -m MODEL.gguf");
@@ -749,9 +750,11 @@ static void test_eval_generate(void) {
     EXPECT("eval -m @/tiny.gguf --data @/pc_nocomp.jsonl --generate 0 -t 1", 1,
            "afinar eval: @/pc_nocomp.jsonl:2: field 'completion': missing (generation scoring reads *");
     EXPECT("eval -m @/tiny.gguf --data @/pc_type.jsonl --generate 0 -t 1", 1,
-           "afinar eval: @/pc_type.jsonl:1: field 'prompt': expected a string, got a number");
+           "afinar eval: @/pc_type.jsonl:1: field 'prompt': expected a string or a message list, got a number");
     EXPECT("eval -m @/tiny.gguf --data @/pc_msgs.jsonl --generate 0 -t 1", 1,
-           "afinar eval: @/pc_msgs.jsonl:1: field 'messages': conversational data cannot be scored by generation yet; *");
+           "afinar eval: @/pc_msgs.jsonl:1: field 'messages': 1 messages; generation scoring reads single-turn *");
+    EXPECT("eval -m @/tiny.gguf --data @/pc_chat.jsonl --generate 0 -t 1", 1,
+           "afinar eval: @/pc_chat.jsonl:1: af_chat_format: model has no chat template *");
     EXPECT("eval -m @/tiny.gguf --data @/badjson.jsonl --generate 1 -t 1", 1,
            "afinar eval: @/badjson.jsonl:1: field 'prompt': missing *");
     EXPECT("eval -m @/tiny.gguf --data @/blank.jsonl --generate 1 -t 1", 1,

@@ -134,10 +134,25 @@ static void test_gen_eval(void) {
         return;
     }
     expect_error(s, "{\"prompt\": \"a\"}\n", AF_ERR_FORMAT, ":1: field 'completion': missing");
-    expect_error(s, "\n{\"prompt\": \"a\", \"completion\": 3}\n", AF_ERR_FORMAT, ":2: field 'completion': expected a string, got a number");
+    expect_error(s, "\n{\"prompt\": \"a\", \"completion\": 3}\n", AF_ERR_FORMAT,
+                 ":2: field 'completion': expected a string or a message list, got a number");
     expect_error(s, "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": \"b\"}\n", AF_ERR_FORMAT,
-                 ":1: field 'prompt': expected a string, got an array");
-    expect_error(s, "{\"messages\": []}\n", AF_ERR_FORMAT, ":1: field 'messages'");
+                 ":1: field 'completion': a string, but 'prompt' is an array");
+    expect_error(s, "{\"messages\": []}\n", AF_ERR_FORMAT, ":1: field 'messages': 0 messages; generation scoring reads single-turn");
+    expect_error(s, "{\"messages\": \"hi\"}\n", AF_ERR_FORMAT, ":1: field 'messages': expected an array, got a string");
+    expect_error(s, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+                    "{\"role\": \"user\", \"content\": \"c\"}, {\"role\": \"assistant\", \"content\": \"d\"}]}\n",
+                 AF_ERR_FORMAT, ":1: field 'messages': 4 messages; generation scoring reads single-turn");
+    expect_error(s, "{\"messages\": [{\"role\": \"user\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n", AF_ERR_FORMAT,
+                 ":1: field 'messages': message 0: 'content' missing, expected a string");
+    expect_error(s, "{\"messages\": [{\"role\": \"bot\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n",
+                 AF_ERR_FORMAT, ":1: field 'messages': message 0: unknown role \"bot\" (system, user, assistant)");
+    expect_error(s, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}]}\n",
+                 AF_ERR_FORMAT, ":1: field 'messages': the reply's role is \"user\", expected \"assistant\"");
+    expect_error(s, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n",
+                 AF_ERR_FORMAT, ":1: field 'messages': message 0: role \"assistant\" here");
+    expect_error(s, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}], "
+                    "\"prompt\": \"x\"}\n", AF_ERR_FORMAT, ":1: field 'prompt': a line holds either \"messages\" or");
     expect_error(s, "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\" \"completion\": \"b\"}\n", AF_ERR_FORMAT,
                  ":2: invalid JSON at column");
     expect_error(s, "[1]\n", AF_ERR_FORMAT, ":1: expected a JSON object");
@@ -238,6 +253,40 @@ static void test_gen_eval(void) {
         cJSON_Delete(j);
         free(js);
         af_gen_eval_result_free(&r2);
+    }
+    af_gen_eval_result_free(&r);
+    unlink(p);
+    /* conversations: both TRL forms render the same chat prompt as af_chat_format (tokenized with
+     * special tokens), the assistant content is the reference */
+    p = write_tmp("{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
+                  "\"Capital of France?\"}, {\"role\": \"assistant\", \"content\": \"Paris\"}]}\n"
+                  "{\"prompt\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
+                  "\"Capital of France?\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"Paris\"}]}\n"
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"Capital of France?\"}, {\"role\": \"assistant\", "
+                  "\"content\": \"Paris\"}]}\n");
+    o.max_new_tokens = 8;
+    o.first_line = 0;
+    o.max_examples = 0;
+    st = af_gen_eval_run(s, p, &o, &r);
+    CHECK(st == AF_OK && r.n == 3, "conversational examples: %s", st == AF_OK ? "ok" : af_last_error());
+    if (st == AF_OK && r.n == 3) {
+        char *want = NULL, *want_nosys = NULL;
+        af_chat_format(m, "Be brief.", "Capital of France?", &want);
+        af_chat_format(m, NULL, "Capital of France?", &want_nosys);
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        af_tokenize(af_model_tokenizer(m), want, strlen(want), 1, 1, &ids, &n_ids);
+        CHECK(want && !strcmp(r.ex[0].prompt, want) && !strcmp(r.ex[1].prompt, want) && want_nosys &&
+                  !strcmp(r.ex[2].prompt, want_nosys) && r.ex[0].chat && r.ex[1].chat && r.ex[2].chat,
+              "chat prompts rendered by the template (\"%s\")", r.ex[0].prompt);
+        CHECK(r.ex[0].prompt_tokens == (int32_t)n_ids && !strcmp(r.ex[0].generated, r.ex[1].generated) &&
+                  !strcmp(r.ex[0].reference, "Paris"),
+              "special tokens parsed (%d prompt tokens, want %zu); both forms generate the same text \"%s\"",
+              r.ex[0].prompt_tokens, n_ids, r.ex[0].generated);
+        printf("  SmolLM2 chat greedy: \"%s\"\n", r.ex[0].generated);
+        free(ids);
+        free(want);
+        free(want_nosys);
     }
     af_gen_eval_result_free(&r);
     unlink(p);

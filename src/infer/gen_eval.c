@@ -8,15 +8,17 @@
  * tokenizes the prompt alone for the prompt part: prompt ids = tokenizer(prompt), the completion
  * follows): af_tokenize(prompt, add_special = 1, parse_special = 0). When the SFT data reader
  * (af_lm_dataset_read) lands, the prompts of conversational data come from its chat-template
- * rendering with the generation prompt; until then such lines are refused.
+ * rendering with the generation prompt; until then single-turn conversations are rendered with
+ * af_chat_format (the model's template: [system,] user, then the assistant header) and multi-turn
+ * ones are refused.
  */
 #include "infer/session.h"
 
 #include "formats/jsonl.h"
-#include "model/model.h"
 
 #include <cJSON.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -56,8 +58,61 @@ static const char *json_type(const cJSON *v) {
     return "an invalid value";
 }
 
-/* Parses one non-blank line into e->prompt / e->reference (owned copies). */
-static af_status parse_example(const char *path, long ln, const char *line, af_gen_example *e) {
+/* Reads message `v` (an element of field `field`) into role / content (borrowed from the JSON). */
+static af_status message(const char *path, long ln, const char *field, int k, const cJSON *v, const char **role,
+                         const char **content) {
+    if (!cJSON_IsObject(v))
+        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': message %d: expected an object, got %s", path, ln, field, k,
+                       json_type(v));
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(v, "role"), *c = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (!cJSON_IsString(r) || !cJSON_IsString(c))
+        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': message %d: '%s' %s, expected a string", path, ln, field, k,
+                       !cJSON_IsString(r) ? "role" : "content", json_type(!cJSON_IsString(r) ? r : c));
+    if (strcmp(r->valuestring, "system") && strcmp(r->valuestring, "user") && strcmp(r->valuestring, "assistant"))
+        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': message %d: unknown role \"%s\" (system, user, assistant)",
+                       path, ln, field, k, r->valuestring);
+    *role = r->valuestring;
+    *content = c->valuestring;
+    return AF_OK;
+}
+
+/* A single-turn conversation's prompt rendered with the model's chat template and the generation
+ * prompt (af_chat_format: [system], user, then the assistant header), and the assistant reply as
+ * the reference. `pm` holds the prompt messages ([system,] user), `cm` the reply (assistant). */
+static af_status conversation(const af_model *m, const char *path, long ln, const char *pfield, const cJSON *pm, int np,
+                              const char *cfield, const cJSON *cm, af_gen_example *e) {
+    const char *sys = NULL, *user = NULL, *role, *content;
+    for (int k = 0; k < np; k++) {
+        af_status st = message(path, ln, pfield, k, cJSON_GetArrayItem(pm, k), &role, &content);
+        if (st != AF_OK) return st;
+        if (!strcmp(role, "system") && k == 0 && np == 2) sys = content;
+        else if (!strcmp(role, "user") && k == np - 1) user = content;
+        else
+            return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': message %d: role \"%s\" here: generation scoring reads "
+                           "single-turn conversations ([system,] user, assistant); multi-turn data are not read yet",
+                           path, ln, pfield, k, role);
+    }
+    af_status st = message(path, ln, cfield, np, cm, &role, &content);
+    if (st != AF_OK) return st;
+    if (strcmp(role, "assistant"))
+        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': the reply's role is \"%s\", expected \"assistant\"", path,
+                       ln, cfield, role);
+    st = af_chat_format(m, sys, user, &e->prompt);
+    if (st != AF_OK) { /* af_last_error's buffer is rewritten by af_fail: copy the message first */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", af_last_error());
+        return af_fail(st, "%s:%ld: %s", path, ln, msg);
+    }
+    e->reference = strdup(content);
+    e->chat = 1;
+    return e->reference ? AF_OK : af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
+}
+
+/* Parses one non-blank line into e->prompt / e->reference (owned copies). Forms (TRL's):
+ *   {"prompt": str, "completion": str}                       the prompt as is
+ *   {"messages": [[system,] user, assistant]}                single-turn conversation
+ *   {"prompt": [[system,] user], "completion": [assistant]}  the same as message lists */
+static af_status parse_example(const af_model *m, const char *path, long ln, const char *line, af_gen_example *e) {
     cJSON *j = cJSON_Parse(line);
     if (!j) {
         const char *ep = cJSON_GetErrorPtr();
@@ -65,44 +120,70 @@ static af_status parse_example(const char *path, long ln, const char *line, af_g
         return af_fail(AF_ERR_FORMAT, "%s:%ld: invalid JSON at column %ld", path, ln, col);
     }
     af_status st = AF_OK;
+    e->line = (int32_t)ln;
     if (!cJSON_IsObject(j)) {
         st = af_fail(AF_ERR_FORMAT, "%s:%ld: expected a JSON object", path, ln);
         goto done;
     }
-    if (cJSON_GetObjectItemCaseSensitive(j, "messages")) {
-        st = af_fail(AF_ERR_FORMAT,
-                     "%s:%ld: field 'messages': conversational data cannot be scored by generation yet; "
-                     "use {\"prompt\": string, \"completion\": string}", path, ln);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *cv = cJSON_GetObjectItemCaseSensitive(j, "completion");
+    if (msgs) {
+        if (pv || cv) {
+            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': a line holds either \"messages\" or \"prompt\"/\"completion\"",
+                         path, ln, pv ? "prompt" : "completion");
+            goto done;
+        }
+        int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : -1;
+        if (n < 2 || n > 3) {
+            st = n < 0 ? af_fail(AF_ERR_FORMAT, "%s:%ld: field 'messages': expected an array, got %s", path, ln, json_type(msgs))
+                       : af_fail(AF_ERR_FORMAT, "%s:%ld: field 'messages': %d messages; generation scoring reads single-turn "
+                                 "conversations ([system,] user, assistant)", path, ln, n);
+            goto done;
+        }
+        st = conversation(m, path, ln, "messages", msgs, n - 1, "messages", cJSON_GetArrayItem(msgs, n - 1), e);
         goto done;
     }
     const char *names[2] = {"prompt", "completion"};
-    char **dst[2] = {&e->prompt, &e->reference};
+    const cJSON *vals[2] = {pv, cv};
     for (int k = 0; k < 2; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, names[k]);
-        if (!v) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': missing (generation scoring reads "
-                         "{\"prompt\": string, \"completion\": string})", path, ln, names[k]);
+        if (!vals[k]) {
+            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': missing (generation scoring reads {\"prompt\", \"completion\"} "
+                         "or {\"messages\"})", path, ln, names[k]);
             goto done;
         }
-        if (!cJSON_IsString(v)) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected a string, got %s%s", path, ln, names[k],
-                         json_type(v), cJSON_IsArray(v) ? " (message lists are not read yet)" : "");
-            goto done;
-        }
-        *dst[k] = strdup(v->valuestring);
-        if (!*dst[k]) {
-            st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
+        if (!cJSON_IsString(vals[k]) && !cJSON_IsArray(vals[k])) {
+            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected a string or a message list, got %s", path, ln,
+                         names[k], json_type(vals[k]));
             goto done;
         }
     }
-    e->line = (int32_t)ln;
+    if (cJSON_IsArray(pv) != cJSON_IsArray(cv)) {
+        st = af_fail(AF_ERR_FORMAT, "%s:%ld: field 'completion': %s, but 'prompt' is %s", path, ln, json_type(cv),
+                     json_type(pv));
+        goto done;
+    }
+    if (cJSON_IsArray(pv)) {
+        int np = cJSON_GetArraySize(pv);
+        if (np < 1 || np > 2 || cJSON_GetArraySize(cv) != 1) {
+            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': %d messages; generation scoring reads single-turn "
+                         "conversations (prompt [system,] user; completion: one assistant message)", path, ln,
+                         (np < 1 || np > 2) ? "prompt" : "completion",
+                         (np < 1 || np > 2) ? np : cJSON_GetArraySize(cv));
+            goto done;
+        }
+        st = conversation(m, path, ln, "prompt", pv, np, "completion", cJSON_GetArrayItem(cv, 0), e);
+        goto done;
+    }
+    e->prompt = strdup(pv->valuestring);
+    e->reference = strdup(cv->valuestring);
+    if (!e->prompt || !e->reference) st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
 done:
     cJSON_Delete(j);
     return st;
 }
 
 /* The first N examples of the file into r->ex / r->n. */
-static af_status read_examples(const char *path, int32_t max_n, af_gen_eval_result *r) {
+static af_status read_examples(const af_model *m, const char *path, int32_t max_n, af_gen_eval_result *r) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *line = NULL;
@@ -141,7 +222,7 @@ static af_status read_examples(const char *path, int32_t max_n, af_gen_eval_resu
         af_gen_example *e = &r->ex[r->n];
         memset(e, 0, sizeof *e);
         r->n++; /* counted before parsing so a half-filled example is freed with the result */
-        st = parse_example(path, ln, line, e);
+        st = parse_example(m, path, ln, line, e);
         if (st != AF_OK) break;
     }
     if (st == AF_OK && ferror(fp)) st = af_fail(AF_ERR_IO, "%s: read error: %s", path, strerror(errno));
@@ -213,7 +294,7 @@ af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eva
     if (!tok) return af_fail(AF_ERR_UNSUPPORTED, "af_gen_eval_run: the model has no usable tokenizer");
     const int32_t vocab = af_model_get_config(m)->vocab_size;
     const int64_t n_ctx = af_session_n_ctx(s);
-    af_status st = read_examples(data_path, opts->max_examples, out);
+    af_status st = read_examples(m, data_path, opts->max_examples, out);
     if (st != AF_OK) return st;
     float *logits = malloc(sizeof(float) * (size_t)vocab);
     int32_t *gen = malloc(sizeof(int32_t) * (size_t)max_new);
@@ -226,7 +307,9 @@ af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eva
         af_gen_example *e = &out->ex[i];
         int32_t *ids = NULL;
         size_t n_ids = 0;
-        st = af_tokenize(tok, e->prompt, strlen(e->prompt), 1, 0, &ids, &n_ids);
+        /* plain prompts: as training tokenizes text (special-token texts stay text); rendered
+         * conversations: the template's special tokens are tokens */
+        st = af_tokenize(tok, e->prompt, strlen(e->prompt), 1, e->chat, &ids, &n_ids);
         if (st != AF_OK) break;
         if (n_ids == 0) {
             free(ids);
