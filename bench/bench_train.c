@@ -267,7 +267,7 @@ static int cmd_train(int argc, char **argv) {
         for (int32_t i = 0; i < B; i++) idx[i] = (int32_t)(((int64_t)s * B + i) % ds->n);
         af_packed_batch pb;
         if (af_batcher_pack(bt, idx, B, &pb) != AF_OK) die("pack");
-        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot};
+        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot, NULL};
         af_step_opts so = {AF_POOL_MEAN, NULL, ckpt, 1, (uint64_t)s};
         const double t0 = af_time_sec();
         memset(G, 0, sizeof(float) * (size_t)n);

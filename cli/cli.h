@@ -24,4 +24,13 @@ int cmd_check(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 
+/* `afinar eval --generate N` (causal-LM data): parsed by cmd_eval, run by cmd_eval_generate. */
+typedef struct eval_gen_args {
+    const char *model, *adapter, *data, *json_out; /* adapter NULL: the base model */
+    double lora_scale;
+    long n_generate, max_new_tokens, show, threads;
+    int first_line, bf16;
+} eval_gen_args;
+int cmd_eval_generate(const eval_gen_args *a);
+
 #endif

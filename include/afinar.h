@@ -964,6 +964,110 @@ af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t ba
  * (NULL argument), AF_ERR_NOMEM. */
 af_status af_classifier_prediction_json(const af_classifier *c, const float *probs, double threshold, char **out);
 
+/* ---------------------------------------------------------------------------------------------
+ * Text-generation metrics and generation-based evaluation (what `afinar eval --generate N` runs)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Exact match of a generated text against its reference: 1 when `pred` and `ref` are byte-for-byte
+ * equal after removing leading and trailing ASCII whitespace (space, \t, \n, \r, \v, \f) from
+ * each; case, inner whitespace and every other byte are kept (no lowercasing, no punctuation
+ * stripping). NULL counts as "". Never fails. */
+int af_exact_match(const char *pred, const char *ref);
+
+/* ROUGE-L of one prediction against one reference (C.-Y. Lin 2004, section 3.1: sentence-level
+ * LCS, F with beta = 1): R = LCS/|ref tokens|, P = LCS/|pred tokens|, F = 2PR/(P+R); all three 0
+ * when either side has no token. Tokens as the `rouge_score` package's default tokenizer (no
+ * stemming): lowercase, every character other than a-z, 0-9 separates, tokens are the runs of
+ * [a-z0-9] (so non-ASCII letters separate too; U+0130 and U+212A map to "i" and "k" as Python's
+ * str.lower() does). Values are fractions in [0, 1]. */
+typedef struct af_rouge_score {
+    double precision, recall, fmeasure;
+} af_rouge_score;
+
+/* `pred`, `ref`: NUL-terminated UTF-8 (NULL counts as ""); `*out` receives the scores.
+ * Time O(|pred|·|ref|) tokens, memory O(|pred| + |ref|) bytes. Errors: AF_ERR_INVALID_ARG (NULL
+ * out), AF_ERR_NOMEM (then *out is zero). */
+af_status af_rouge_l(const char *pred, const char *ref, af_rouge_score *out);
+
+/* Options of af_gen_eval_run. */
+typedef struct af_gen_eval_opts {
+    int32_t max_examples;   /* score the first N examples of the file; <= 0: all of them */
+    int32_t max_new_tokens; /* greedy tokens generated per example (stops earlier at an
+                               end-of-generation token, af_token_is_eog); <= 0: 64 */
+    int first_line;         /* 1: score only the generation's first non-empty line (leading
+                               whitespace and newlines skipped, cut at the next '\n');
+                               generation then stops at that '\n' (what is scored is the
+                               same); 0: the whole generation */
+    FILE *log;              /* one progress line per example ("\r"-updated); NULL: silent */
+} af_gen_eval_opts;
+
+/* Fill `o` with the defaults: all examples, 64 new tokens, whole generation, no log. */
+void af_gen_eval_opts_init(af_gen_eval_opts *o);
+
+/* One scored example. Strings are owned by the result (NUL-terminated UTF-8). */
+typedef struct af_gen_example {
+    int32_t line;               /* 1-based line of the example in the data file */
+    char *prompt;               /* the prompt text as read, or the rendered chat prompt */
+    char *reference;            /* the reference completion / assistant reply as read */
+    int chat;                   /* 1: a conversation rendered with the chat template */
+    char *generated;            /* the decoded greedy generation (special tokens not rendered) */
+    char *prediction;           /* what was scored: `generated`, or its first line (first_line) */
+    int32_t prompt_tokens;      /* tokens of the rendered prompt (BOS included when added) */
+    int32_t new_tokens;         /* tokens generated (the end-of-generation token included) */
+    int exact;                  /* af_exact_match(prediction, reference) */
+    af_rouge_score rouge_l;     /* af_rouge_l(prediction, reference) */
+} af_gen_example;
+
+/* Result of af_gen_eval_run; free with af_gen_eval_result_free. */
+typedef struct af_gen_eval_result {
+    int32_t n;                  /* examples scored */
+    af_gen_example *ex;         /* [n], file order */
+    double exact_match;         /* mean of ex[i].exact, in [0, 1] */
+    double rouge_l_precision;   /* means over the examples of ex[i].rouge_l (macro average, as */
+    double rouge_l_recall;      /*   rouge_score's per-pair scores averaged) */
+    double rouge_l_f;
+    int64_t prompt_tokens, new_tokens; /* sums over the examples */
+    double prompt_seconds, decode_seconds; /* wall time of the prompt evaluations / of decoding */
+} af_gen_eval_result;
+
+/* Greedy generation for the first examples of a prompt/completion JSONL file and their scores.
+ * Data: one JSON object per line, other keys ignored, blank lines skipped, in TRL's forms:
+ *   {"prompt": STRING, "completion": STRING}: the prompt is rendered as training renders plain
+ *     prompt/completion data: the prompt text alone, af_tokenize(add_special = 1, parse_special
+ *     = 0), i.e. with BOS when the model's metadata adds one, special-token texts as plain text;
+ *   {"messages": [[system,] user, assistant]} or {"prompt": [[system,] user], "completion":
+ *     [assistant]} (messages {"role", "content"} strings): a single-turn conversation rendered
+ *     with the model's chat template and the generation prompt (af_chat_format, the template's
+ *     default system message when none is given), tokenized with parse_special = 1; the
+ *     reference is the assistant's content.
+ * Each example: af_session_reset, the prompt evaluated in one batch, then argmax decoding
+ * (ties -> lowest id) until an end-of-generation token or opts.max_new_tokens. The session `s`
+ * (borrowed) carries the adapter, if any (af_session_load_adapter: applied unmerged), and must
+ * hold prompt + max_new_tokens positions for every example (an af_session_new n_ctx of 0 gives
+ * the model's maximum, capped at 4096). `opts` may be NULL (defaults). `*out` is filled (zeroed
+ * first); free it with af_gen_eval_result_free (also after an error).
+ * Not read yet: multi-turn conversations (refused with a message naming the line).
+ * Errors (messages name FILE:LINE and the field): AF_ERR_INVALID_ARG (NULL argument), AF_ERR_IO
+ * (cannot open/read), AF_ERR_FORMAT (invalid JSON, not an object, a missing or mistyped
+ * "prompt"/"completion", "messages" beside them, a message without string role/content, an
+ * unknown role, roles not in the order above, an empty prompt after tokenization, no example),
+ * AF_ERR_UNSUPPORTED (a conversation and a model without a chat template afinar renders),
+ * AF_ERR_RANGE (prompt + max_new_tokens longer than the session), AF_ERR_NOMEM. */
+af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eval_opts *opts,
+                          af_gen_eval_result *out);
+
+/* Frees what `r` owns and zeroes it. NULL is ignored. */
+void af_gen_eval_result_free(af_gen_eval_result *r);
+
+/* The result as a pretty-printed JSON object:
+ *   {"n", "exact_match", "rouge_l": {"precision", "recall", "f"}, "prompt_tokens", "new_tokens",
+ *    "prompt_seconds", "decode_seconds",
+ *    "examples": [{"line", "reference", "prediction", "generated", "exact", "rouge_l_f"}]}
+ * followed by the string members of `extra` (may be NULL): {key0, value0, ..., NULL}.
+ * `*out`: malloc'ed NUL-terminated text, caller frees with free().
+ * Errors: AF_ERR_INVALID_ARG (NULL r or out), AF_ERR_NOMEM. */
+af_status af_gen_eval_json(const af_gen_eval_result *r, const char *const *extra, char **out);
+
 #ifdef __cplusplus
 }
 #endif

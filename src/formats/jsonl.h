@@ -36,6 +36,8 @@
 #include "core/core.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -60,6 +62,12 @@ struct af_corpus {
 
 /* af_corpus_opts, af_corpus_opts_init, af_corpus_read, af_corpus_from_texts, af_corpus_size,
  * af_corpus_multi_label, af_corpus_free: include/afinar.h ("Data sets"). */
+
+/* Reads one line (with its '\n', NUL bytes allowed) of `fp` into *buf (malloc'ed, grown as needed,
+ * never beyond maxl + 2 bytes, so a huge line is refused before it is allocated; caller frees) and
+ * NUL-terminates it. Returns its length, -1 at end of file with nothing read, -2 when the line is
+ * longer than maxl bytes (the rest of it is left unread), -3 when out of memory. */
+ssize_t af_jsonl_read_line(FILE *fp, char **buf, size_t *cap, size_t maxl);
 
 /* Label-name lists.
  * af_labels_parse_list: split "a,b,c" at commas (spaces around names are trimmed).
