@@ -36,13 +36,50 @@ int cmd_eval_generate(const eval_gen_args *a) {
     af_gen_eval_result r;
     memset(&r, 0, sizeof r);
     char *js = NULL;
+    af_dataset *ds = NULL;
+    af_lm_eval_result lr;
+    memset(&lr, 0, sizeof lr);
+    char lbuf[32], pbuf[32], abuf[32], tbuf[32];
     st = af_model_load(ctx, a->model, &model);
-    if (st == AF_OK) st = af_session_new(model, 0, &sess);
+    if (st != AF_OK) goto fail;
+    /* loss, perplexity, token accuracy over every target token of the file (the trainer's eval_loss) */
+    af_lm_data_opts lo;
+    af_lm_data_opts_init(&lo);
+    lo.max_seq_len = (int32_t)a->max_seq_len;
+    lo.loss_on = a->loss_on;
+    lo.chat_template = a->chat_template;
+    st = af_lm_dataset_read(ctx, a->data, model, &lo, &ds);
+    if (st == AF_OK)
+        st = af_lm_evaluate(ctx, model, a->adapter, (float)a->lora_scale, ds, (int32_t)a->batch, &lr);
+    if (st != AF_OK) goto fail;
+    printf("%s on %s: %d examples, %lld target tokens (max_seq_len %ld)\n", a->adapter ? a->adapter : "base model",
+           a->data, lr.n_examples, (long long)lr.n_targets, a->max_seq_len);
+    printf("loss           %.4f  (mean cross-entropy per target token, nats)\n", lr.loss);
+    printf("perplexity     %.4g\n", lr.perplexity);
+    printf("token accuracy %.4f  (mean_token_accuracy: argmax = target)\n", lr.mean_token_accuracy);
+    snprintf(lbuf, sizeof lbuf, "%.6f", lr.loss);
+    snprintf(pbuf, sizeof pbuf, "%.6g", lr.perplexity);
+    snprintf(abuf, sizeof abuf, "%.6f", lr.mean_token_accuracy);
+    snprintf(tbuf, sizeof tbuf, "%lld", (long long)lr.n_targets);
+    if (a->n_generate < 0) {
+        if (a->json_out) {
+            /* numbers only: no path to escape */
+            if (asprintf(&js, "{\"loss\": %s, \"perplexity\": %s, \"mean_token_accuracy\": %s, "
+                              "\"num_target_tokens\": %s, \"examples\": %d, \"adapter\": %s}\n",
+                         lbuf, pbuf, abuf, tbuf, lr.n_examples, a->adapter ? "true" : "false") < 0) {
+                js = NULL;
+                st = AF_ERR_NOMEM;
+                goto fail;
+            }
+            st = af_write_file_atomic(a->json_out, js, strlen(js));
+            if (st != AF_OK) goto fail;
+        }
+        rc = 0;
+        goto done;
+    }
+    st = af_session_new(model, 0, &sess);
     if (st == AF_OK && a->adapter) st = af_session_load_adapter(sess, a->adapter, (float)a->lora_scale);
     if (st != AF_OK) goto fail;
-    /* Hook for the merge with the causal-LM trainer: the completion loss, perplexity and mean token
-     * accuracy of the whole file (issue 12 item 6) are computed by the trainer's evaluation and
-     * printed here, before the generation scores. */
     af_gen_eval_opts o;
     af_gen_eval_opts_init(&o);
     o.max_examples = (int32_t)a->n_generate;
@@ -80,7 +117,9 @@ int cmd_eval_generate(const eval_gen_args *a) {
         snprintf(nbuf, sizeof nbuf, "%ld", a->max_new_tokens);
         snprintf(sbuf, sizeof sbuf, "%g", a->lora_scale);
         const char *extra[] = {"data", a->data, "adapter", a->adapter ? a->adapter : "", "max_new_tokens", nbuf,
-                               "lora_scale", sbuf, "scored", a->first_line ? "first_line" : "whole", NULL};
+                               "lora_scale", sbuf, "scored", a->first_line ? "first_line" : "whole",
+                               "loss", lbuf, "perplexity", pbuf, "mean_token_accuracy", abuf,
+                               "num_target_tokens", tbuf, NULL};
         st = af_gen_eval_json(&r, extra, &js);
         if (st == AF_OK) st = af_write_file_atomic(a->json_out, js, strlen(js));
         if (st != AF_OK) goto fail;
@@ -92,6 +131,7 @@ fail:
 done:
     free(js);
     af_gen_eval_result_free(&r);
+    af_dataset_free(ds);
     af_session_free(sess);
     af_model_free(model);
     af_ctx_free(ctx);

@@ -641,6 +641,25 @@ af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model
 /* Print a report as a few indented lines to `fp` (`title`, may be NULL, heads it). */
 void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE *fp);
 
+/* Next-token evaluation of a causal-LM data set (read by af_lm_dataset_read). */
+typedef struct af_lm_eval_result {
+    double loss;                /* mean cross-entropy over every target token of the set, nats */
+    double perplexity;          /* exp(loss) */
+    double mean_token_accuracy; /* fraction of target tokens whose argmax prediction is the target */
+    int64_t n_targets;          /* target tokens */
+    int32_t n_examples;
+} af_lm_eval_result;
+
+/* Evaluate `model` (borrowed) with the LoRA adapter in `adapter_dir` applied unmerged (NULL: the
+ * base model) on `ds`: the training step's forward (af_engine_lm_step without gradients, no
+ * dropout) in packed batches of `batch` examples; the loss is the sum of token losses divided by
+ * the number of target tokens of the whole set (as the trainer's eval_loss). `lora_scale`
+ * multiplies the adapter's scale (1: as trained). `ctx`: its threads (NULL: the model's).
+ * Errors: AF_ERR_INVALID_ARG (NULL argument, batch < 1, a set without targets), the adapter
+ * loader's errors (AF_ERR_IO, AF_ERR_FORMAT naming the file), AF_ERR_NOMEM. */
+af_status af_lm_evaluate(const af_ctx *ctx, const af_model *model, const char *adapter_dir, float lora_scale,
+                         const af_dataset *ds, int32_t batch, af_lm_eval_result *out);
+
 /* ---------------------------------------------------------------------------------------------
  * Evaluation metrics of a classifier
  *
