@@ -742,26 +742,44 @@ static void test_eval_generate(void) {
     EXPECT("eval --data @/pc.jsonl --generate 2", 2, "afinar eval: missing -m MODEL.gguf");
     EXPECT("eval -m @/tiny.gguf --generate 2", 2, "afinar eval: missing --data FILE.jsonl");
     EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/train.jsonl --first-line", 2,
-           "afinar eval: --first-line needs --generate N (causal-LM data)");
+           "afinar eval: --first-line needs --task causal-lm or --generate N (causal-LM data)");
     EXPECT("eval -m @/tiny.gguf --data @/pc.jsonl --generate 2 --text-field x", 2,
-           "afinar eval: --text-field applies to classification data, not to --generate");
+           "afinar eval: --text-field applies to classification data, not to causal-LM data");
     EXPECT("eval -m @/tiny.gguf --data @/pc.jsonl --generate 2 --max-new-tokens 0", 2,
            "afinar eval: --max-new-tokens: expected an integer in [1, 65536], got '0'");
     EXPECT("eval -m @/tiny.gguf --data @/pc_nocomp.jsonl --generate 0 -t 1", 1,
-           "afinar eval: @/pc_nocomp.jsonl:2: field 'completion': missing (generation scoring reads *");
+           "afinar eval: @/pc_nocomp.jsonl:2: field 'completion': missing (a 'prompt' needs a 'completion')");
     EXPECT("eval -m @/tiny.gguf --data @/pc_type.jsonl --generate 0 -t 1", 1,
-           "afinar eval: @/pc_type.jsonl:1: field 'prompt': expected a string or a message list, got a number");
+           "afinar eval: @/pc_type.jsonl:1: field 'prompt': expected a string or a list of messages, got number");
     EXPECT("eval -m @/tiny.gguf --data @/pc_msgs.jsonl --generate 0 -t 1", 1,
-           "afinar eval: @/pc_msgs.jsonl:1: field 'messages': 1 messages; generation scoring reads single-turn *");
+           "afinar eval: @/pc_msgs.jsonl:1: field 'messages': no assistant turn (nothing to train on)");
     EXPECT("eval -m @/tiny.gguf --data @/pc_chat.jsonl --generate 0 -t 1", 1,
-           "afinar eval: @/pc_chat.jsonl:1: af_chat_format: model has no chat template *");
+           "afinar eval: @/pc_chat.jsonl: chat template: the model has no chat template *--chat-template chatml|gemma");
     EXPECT("eval -m @/tiny.gguf --data @/badjson.jsonl --generate 1 -t 1", 1,
-           "afinar eval: @/badjson.jsonl:1: field 'prompt': missing *");
+           "afinar eval: @/badjson.jsonl:1: field 'label': a causal-LM data file has no labels (this looks like classification data: use --task classification)");
     EXPECT("eval -m @/tiny.gguf --data @/blank.jsonl --generate 1 -t 1", 1,
-           "afinar eval: @/blank.jsonl: no examples (empty data set)");
+           "afinar eval: @/blank.jsonl: no examples (empty file)");
     EXPECT("eval -m @/notok.gguf --data @/pc.jsonl --generate 1 -t 1", 1,
-           "afinar eval: af_gen_eval_run: the model has no usable tokenizer");
+           "afinar eval: @/pc.jsonl: the model has no tokenizer");
     EXPECT("eval -m @/tiny.gguf -a @/adir --data @/pc.jsonl --generate 1 -t 1", 1, "afinar eval: *@/adir*");
+    EXPECT("eval --task causal-lm -m @/tiny.gguf --data @/pc.jsonl --chat-template llama -t 1", 1, "afinar eval: *llama*");
+    EXPECT("eval --task regression -m @/tiny.gguf --data @/pc.jsonl", 2,
+           "afinar eval: --task: unknown task 'regression' (classification, causal-lm)");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/train.jsonl --max-seq-len 8", 2,
+           "afinar eval: --max-seq-len needs --task causal-lm or --generate N (causal-LM data)");
+    {
+        /* loss only: --task causal-lm without --generate, numbers in the JSON */
+        char **av = split_args("eval --task causal-lm -m @/tiny.gguf --data @/pc.jsonl --json @/loss.json -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 0 && r.out && strstr(r.out, "2 examples") && strstr(r.out, "loss ") && strstr(r.out, "perplexity") &&
+                  !strstr(r.out, "exact match"),
+              "eval --task causal-lm: rc %d, stdout %s, stderr %s", r.rc, r.out ? r.out : "", r.err ? r.err : "");
+        run_free(&r);
+        char *lj = tl_read_file(P_("loss.json"), NULL);
+        CHECK(lj && strstr(lj, "\"loss\": ") && strstr(lj, "\"mean_token_accuracy\": "), "loss JSON written");
+        free(lj);
+    }
     const char *good[2] = {"eval -m @/tiny.gguf --data @/pc.jsonl --generate 0 --max-new-tokens 3 --json @/gen.json -t 1",
                            "eval -m @/tiny.gguf -a @/run/final --data @/pc.jsonl --generate 1 --first-line -t 1"};
     for (int k = 0; k < 2; k++) {
