@@ -5,7 +5,7 @@
  * with finite scales (speed does not depend on the values). Not built by `make test`.
  *
  * Build (from the repository root, after `make lib`):
- *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -fopenmp bench/bench_matmul.c build/libafinar.a \
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -pthread bench/bench_matmul.c build/libafinar.a \
  *       -o build/bench_matmul -lpcre2-8 -lcjson -lm
  * Run: build/bench_matmul [filter]   (filter: substring of the line label, e.g. "Q4_1" or "n=1 ";
  *      a label is "<shape> <type> <op> <path> <mode> th=<threads> n=<tokens> ")

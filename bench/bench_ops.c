@@ -7,7 +7,7 @@
  * of one layer together), per kernel path and thread count. Not built by `make test`.
  *
  * Build (from the repository root, after `make lib`):
- *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -fopenmp bench/bench_ops.c build/libafinar.a \
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -pthread bench/bench_ops.c build/libafinar.a \
  *       -o build/bench_ops -lpcre2-8 -lcjson -lm
  * (-DAF_BENCH_BASELINE builds it against a library from before af_vexpf: "vexpf" then times a libm
  * expf loop.)

@@ -33,18 +33,9 @@ import resource
 import sys
 import time
 
+from bench_common import proc_kib
+
 PROJ_ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def proc_kib(field):
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return -1
 
 
 def read_tokens(path):

@@ -25,4 +25,16 @@ int cmd_check(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 
+/* `afinar eval --generate N` (causal-LM data): parsed by cmd_eval, run by cmd_eval_generate. */
+typedef struct eval_gen_args {
+    const char *model, *adapter, *data, *json_out; /* adapter NULL: the base model */
+    double lora_scale;
+    long n_generate, max_new_tokens, show, threads; /* n_generate < 0: no generation */
+    int first_line, bf16;
+    long batch, max_seq_len;                   /* loss evaluation: examples per batch, truncation */
+    const char *loss_on, *chat_template;       /* af_lm_data_opts (NULL: defaults) */
+    long poll_us;                              /* --poll (-1: default) */
+} eval_gen_args;
+int cmd_eval_generate(const eval_gen_args *a);
+
 #endif

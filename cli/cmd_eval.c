@@ -1,5 +1,7 @@
 /* afinar eval — accuracy, macro-F1, per-class precision/recall/F1/support, confusion matrix and
- * calibration (ECE) of a trained adapter on labelled JSONL data; text to stdout, JSON to a file. */
+ * calibration (ECE) of a trained adapter on labelled JSONL data; text to stdout, JSON to a file.
+ * With --generate N (causal-LM data): greedy generation scored by exact match and ROUGE-L
+ * (cmd_eval_gen.c). */
 #include "cli.h"
 
 #include <getopt.h>
@@ -9,6 +11,7 @@
 
 static void help(void) {
     printf("usage: afinar eval -m MODEL.gguf -a ADAPTER_DIR --data FILE.jsonl [options]\n"
+           "       afinar eval --task causal-lm -m MODEL.gguf [-a ADAPTER_DIR] --data FILE.jsonl [--generate N] [options]\n"
            "\n"
            "  -m, --model FILE       GGUF base model (with its tokenizer)\n"
            "  -a, --adapter DIR      adapter directory written by 'afinar train' (OUT/best, OUT/final, a checkpoint)\n"
@@ -20,7 +23,23 @@ static void help(void) {
            "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
            "  -t, --threads N        compute threads (default: all cores)\n"
            "      --poll US          microseconds threads spin between operations before sleeping\n"
-           "                         (default 1000; 0 = sleep at once)\n");
+           "                         (default 1000; 0 = sleep at once)\n"
+           "\n"
+           "causal-LM data (--task causal-lm, implied by --generate; TRL formats as for 'afinar train --task causal-lm';\n"
+           "-a optional: the base model without it): loss, perplexity and mean token accuracy over every target\n"
+           "token of the file (the trainer's eval_loss), then with --generate the generation scores\n"
+           "      --task NAME        classification (default) | causal-lm\n"
+           "      --max-seq-len N    causal-LM: truncate examples to N tokens (default 1024)\n"
+           "      --loss-on MODE     causal-LM: auto (default: completion / assistant tokens) | all\n"
+           "      --chat-template T  causal-LM: chatml | gemma instead of the model's own\n"
+           "      --generate N       greedy generation for the first N prompts (0 = all; prompt/completion strings or\n"
+           "                         single-turn conversations), scored against the completions: exact match (outer\n"
+           "                         whitespace trimmed, case kept) and ROUGE-L F\n"
+           "                         (Lin 2004; rouge_score's tokenization: lowercase, [a-z0-9] runs, no stemming)\n"
+           "      --max-new-tokens N tokens generated per prompt (default 64; stops at end-of-generation)\n"
+           "      --first-line       score only the first non-empty line of each generation (generation stops there)\n"
+           "      --show N           examples printed (default 3)\n"
+           "      --lora-scale S     multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n");
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -28,15 +47,27 @@ int cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *adapter = NULL, *data = NULL, *json_out = NULL, *text_field = NULL,
                *label_field = NULL;
     long batch = 16, threads = 0, poll = -1;
-    enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_BF16, O_POLL };
-    int bf16 = 0;
+    enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_BF16, O_GEN, O_MAXNEW, O_FIRST, O_SHOW, O_SCALE, O_TASK,
+           O_MSL, O_LOSSON, O_TMPL, O_POLL };
+    int lm = 0;
+    long max_seq_len = 1024;
+    const char *loss_on = NULL, *chat_template = NULL;
+    int bf16 = 0, first_line = 0;
+    long n_generate = -1, max_new = 64, show = 3;
+    double lora_scale = 1.0;
+    const char *lm_only = NULL; /* the first causal-LM-only flag given (refused without --generate) */
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"adapter", required_argument, 0, 'a'},
         {"data", required_argument, 0, O_DATA},      {"json", required_argument, 0, O_JSON},
         {"batch", required_argument, 0, O_BATCH},    {"text-field", required_argument, 0, O_TEXT},
         {"label-field", required_argument, 0, O_LABEL}, {"threads", required_argument, 0, 't'},
         {"help", no_argument, 0, 'h'}, {"bf16", no_argument, 0, O_BF16},
-        {"poll", required_argument, 0, O_POLL},         {0, 0, 0, 0}};
+        {"generate", required_argument, 0, O_GEN},   {"max-new-tokens", required_argument, 0, O_MAXNEW},
+        {"first-line", no_argument, 0, O_FIRST},     {"show", required_argument, 0, O_SHOW},
+        {"lora-scale", required_argument, 0, O_SCALE}, {"task", required_argument, 0, O_TASK},
+        {"max-seq-len", required_argument, 0, O_MSL}, {"loss-on", required_argument, 0, O_LOSSON},
+        {"chat-template", required_argument, 0, O_TMPL}, {"poll", required_argument, 0, O_POLL},
+        {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
@@ -52,6 +83,34 @@ int cmd_eval(int argc, char **argv) {
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
         case O_BF16: bf16 = 1; break;
+        case O_GEN: if (!cli_parse_int(C, "--generate", optarg, 0, 1 << 30, &n_generate)) return 2; break;
+        case O_MAXNEW:
+            if (!cli_parse_int(C, "--max-new-tokens", optarg, 1, 1 << 16, &max_new)) return 2;
+            if (!lm_only) lm_only = "--max-new-tokens";
+            break;
+        case O_FIRST: first_line = 1; if (!lm_only) lm_only = "--first-line"; break;
+        case O_SHOW:
+            if (!cli_parse_int(C, "--show", optarg, 0, 1 << 30, &show)) return 2;
+            if (!lm_only) lm_only = "--show";
+            break;
+        case O_SCALE:
+            if (!cli_parse_float(C, "--lora-scale", optarg, -100, 100, &lora_scale)) return 2;
+            if (!lm_only) lm_only = "--lora-scale";
+            break;
+        case O_TASK:
+            if (!strcmp(optarg, "causal-lm")) lm = 1;
+            else if (!strcmp(optarg, "classification")) lm = 0;
+            else {
+                cli_error(C, "--task: unknown task '%s' (classification, causal-lm)", optarg);
+                return 2;
+            }
+            break;
+        case O_MSL:
+            if (!cli_parse_int(C, "--max-seq-len", optarg, 1, 1 << 20, &max_seq_len)) return 2;
+            if (!lm_only) lm_only = "--max-seq-len";
+            break;
+        case O_LOSSON: loss_on = optarg; if (!lm_only) lm_only = "--loss-on"; break;
+        case O_TMPL: chat_template = optarg; if (!lm_only) lm_only = "--chat-template"; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
         default: cli_error(C, "unknown option '%s' (see 'afinar eval --help')", argv[optind - 1]); return 2;
@@ -59,6 +118,23 @@ int cmd_eval(int argc, char **argv) {
     }
     if (optind < argc) {
         cli_error(C, "unexpected argument '%s'", argv[optind]);
+        return 2;
+    }
+    if (n_generate >= 0 || lm) {
+        if (!model_path || !data) {
+            cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : "--data FILE.jsonl");
+            return 2;
+        }
+        if (text_field || label_field) {
+            cli_error(C, "%s applies to classification data, not to causal-LM data", text_field ? "--text-field" : "--label-field");
+            return 2;
+        }
+        eval_gen_args g = {model_path, adapter, data, json_out, lora_scale, n_generate, max_new, show, threads,
+                           first_line, bf16, batch, max_seq_len, loss_on, chat_template, poll};
+        return cmd_eval_generate(&g);
+    }
+    if (lm_only) {
+        cli_error(C, "%s needs --task causal-lm or --generate N (causal-LM data)", lm_only);
         return 2;
     }
     if (!model_path || !adapter || !data) {

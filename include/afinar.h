@@ -314,7 +314,8 @@ typedef struct af_lora_trainer_opts {
                                 q,k,v,o,gate,up,down (or q_proj, ...); borrowed for af_lora_trainer_new */
     uint64_t seed;           /* (42) initialisation and dropout masks */
     /* ---- head ---- */
-    int32_t num_classes;     /* (0) 0: no head (adapters only; accumulate/forward then fail) */
+    int32_t num_classes;     /* (0) 0: no head: a causal-LM trainer (af_lora_trainer_accumulate_lm /
+                                forward_lm; the classification accumulate/forward then fail) */
     af_head_pooling pooling; /* (AF_POOLING_MEAN) */
     int32_t head_bias;       /* (0) 0: b stays 0 (its gradient is dropped), as PEFT's bias-less score */
     int32_t checkpointing;   /* (0) 1: recompute activations layer by layer in the backward: far less
@@ -371,6 +372,31 @@ af_status af_lora_trainer_accumulate(af_lora_trainer *tr, const int32_t *tokens,
 af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32_t *tokens,
                                                 const int32_t *seq_start, int32_t n_samples, const float *targets,
                                                 float grad_scale, double *loss, float *logits);
+
+/* Causal-LM (SFT) micro-batch for a trainer made with num_classes = 0: forward + next-token loss +
+ * backward of one packed micro-batch (training mode), ADDING the gradient of
+ * (grad_scale · loss_sum) into the trainer's gradient.
+ *   tokens [seq_start[n_samples]], seq_start [n_samples + 1] as af_lora_trainer_accumulate
+ *   targets [seq_start[n_samples]] the token position t must predict (normally tokens[t + 1] of the
+ *          same sample), or -1 for no loss at t (prompt tokens, the last token of a sample)
+ *   loss_sum  Σ over target positions of −log softmax(logits_t)[targets[t]] (nats); may be NULL
+ *   n_targets positions with targets[t] >= 0; n_correct those whose argmax logit is the target
+ *          (mean_token_accuracy = n_correct / n_targets); either may be NULL
+ * Loss normalisation: to get the gradient of the mean token loss over a whole optimizer step
+ * (Σ token losses / target tokens of ALL its micro-batches, as transformers after PR #34191, not a
+ * mean of per-micro-batch means), count the targets of every micro-batch of the step first and
+ * pass grad_scale = 1 / that total to each call. Logits are computed a chunk of rows at a time,
+ * never [tokens, vocab] whole; final-logit soft-capping (Gemma) is applied when the model has it.
+ * Dropout, non-finite handling and errors as af_lora_trainer_accumulate (AF_ERR_INVALID_ARG also
+ * for a trainer with a classification head and for a target outside [-1, vocab)). */
+af_status af_lora_trainer_accumulate_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                        int32_t n_samples, const int32_t *targets, float grad_scale,
+                                        double *loss_sum, int64_t *n_targets, int64_t *n_correct);
+
+/* Forward only of af_lora_trainer_accumulate_lm (evaluation: no dropout, no gradient). */
+af_status af_lora_trainer_forward_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                     int32_t n_samples, const int32_t *targets, double *loss_sum,
+                                     int64_t *n_targets, int64_t *n_correct);
 
 /* One optimizer step on the accumulated gradient, then the gradient is zeroed:
  *   head-bias gradient dropped unless opts.head_bias; global L2 norm clipped to opts.max_grad_norm
@@ -556,6 +582,105 @@ int32_t af_dataset_size(const af_dataset *ds);
 void af_dataset_free(af_dataset *ds);
 
 /* ---------------------------------------------------------------------------------------------
+ * Causal-LM data sets (supervised fine-tuning with a next-token loss)
+ *
+ * JSON Lines in Hugging Face TRL's dataset formats, one example per line, one format per file:
+ *   {"text": "..."}                                   language modelling
+ *   {"prompt": "...", "completion": "..."}            prompt / completion
+ *   {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", ...}, ...]}
+ *   {"prompt": [messages...], "completion": [messages...]}   conversational prompt / completion
+ * Roles: system, user, assistant. Conversations are rendered with the model's chat template
+ * (ChatML: SmolLM2, Qwen2.5; Gemma 3's turn format), token ids identical to transformers'
+ * apply_chat_template (tests/test_lm_data.c); special-token texts inside strings are parsed as the
+ * special tokens, as transformers does. Token sequences and loss targets (docs/FORMATS.md §10):
+ *   text                 [BOS] text EOS                        targets: every token
+ *   prompt/completion    [BOS] prompt completion EOS           targets: completion + EOS
+ *                        (prompt and completion tokenized separately; EOS appended unless the
+ *                        string already ends with the EOS token's text, as TRL does)
+ *   messages             the rendered conversation             targets: each assistant message's
+ *                        content and end-of-turn token (<|im_end|> / <end_of_turn>), not the role
+ *                        header, not the "\n" after the end-of-turn token
+ *   conversational p/c   prompt + completion messages rendered targets: the completion's
+ *                        assistant messages, as above
+ *   loss_on "all": every token is a target. The first token of a sample never is (nothing
+ *   precedes it). BOS: when the model's tokenizer adds one (Gemma; SmolLM2 has none).
+ * Truncation keeps the first max_seq_len tokens. An example left with no target token (all cut,
+ * or none to begin with) is dropped and counted in the report; none left is an error.
+ * ------------------------------------------------------------------------------------------- */
+
+/* What af_lm_dataset_read found (all counts over the file's examples). */
+typedef struct af_lm_data_report {
+    const char *format;        /* "text", "prompt/completion", "messages", "prompt/completion (messages)" */
+    const char *chat_template; /* "chatml", "gemma"; "none" for text and string prompt/completion */
+    const char *loss_on;       /* "all", "completion" or "assistant" (the rule applied) */
+    int32_t max_seq_len;
+    int32_t n_read;            /* examples in the file */
+    int32_t n_kept;            /* examples in the data set */
+    int32_t n_dropped_cut;     /* dropped: every target token lies beyond max_seq_len */
+    int32_t n_dropped_empty;   /* dropped: no target token at all (e.g. empty text, no BOS) */
+    int32_t first_dropped_line; /* source line of the first dropped example, 0 if none */
+    int32_t n_truncated;       /* kept examples longer than max_seq_len */
+    int64_t n_tokens;          /* tokens kept (after truncation) */
+    int64_t n_target_tokens;   /* target tokens kept */
+    int64_t n_target_cut;      /* target tokens lost to truncation in kept examples */
+    /* tokens per kept example BEFORE truncation; nearest-rank percentiles as af_data_stats */
+    int32_t len_min, len_p50, len_p95, len_p99, len_max;
+    double len_mean;
+} af_lm_data_report;
+
+typedef struct af_lm_data_opts {
+    int32_t max_seq_len;        /* truncation length in tokens (> 0); default 1024 (TRL's max_length) */
+    const char *loss_on;        /* NULL/"auto": completion-only for prompt/completion, assistant-only for
+                                   messages, all for text; "all": every token */
+    const char *chat_template;  /* NULL: the model's own (GGUF tokenizer.chat_template); "chatml" |
+                                   "gemma": override */
+    af_lm_data_report *report;  /* optional (NULL: none): filled on success */
+    size_t max_line_bytes;      /* 0 -> 16 MiB; a longer line is refused */
+} af_lm_data_opts;
+
+/* Fill `o` with the defaults (max_seq_len 1024, everything else NULL / 0). */
+void af_lm_data_opts_init(af_lm_data_opts *o);
+
+/* Read a causal-LM JSONL file and tokenize it for `model` (borrowed for the call) with the threads
+ * of `ctx` (NULL: the process default context); the result does not depend on the thread count.
+ * `o` may be NULL (defaults). `*out`: a data set with num_classes 0, labels and multi_hot NULL,
+ * tokens truncated to max_seq_len, orig_len, line_no, path and target_mask [tok_off[n]]
+ * (1 = the token is a loss target); caller frees with af_dataset_free().
+ * Errors (nothing is returned on error; the message names FILE:LINE and the field):
+ *   AF_ERR_IO (cannot open), AF_ERR_FORMAT (invalid JSON with its column, a non-object line, a
+ *   message without role or content, an unknown role, no assistant turn, prompt/completion not
+ *   strings or message lists, a line mixing formats or a file mixing them, a "label"/"labels" field
+ *   (use --task classification), a conversation the template refuses (Gemma: turns that do not
+ *   alternate), an empty file, every example dropped), AF_ERR_UNSUPPORTED (conversations and a
+ *   chat template afinar cannot render: the message names --chat-template chatml|gemma),
+ *   AF_ERR_INVALID_ARG (NULL path/model/out, max_seq_len < 1, unknown loss_on or chat_template,
+ *   a model without a tokenizer), AF_ERR_NOMEM. */
+af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
+                             af_dataset **out);
+
+/* Print a report as a few indented lines to `fp` (`title`, may be NULL, heads it). */
+void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE *fp);
+
+/* Next-token evaluation of a causal-LM data set (read by af_lm_dataset_read). */
+typedef struct af_lm_eval_result {
+    double loss;                /* mean cross-entropy over every target token of the set, nats */
+    double perplexity;          /* exp(loss) */
+    double mean_token_accuracy; /* fraction of target tokens whose argmax prediction is the target */
+    int64_t n_targets;          /* target tokens */
+    int32_t n_examples;
+} af_lm_eval_result;
+
+/* Evaluate `model` (borrowed) with the LoRA adapter in `adapter_dir` applied unmerged (NULL: the
+ * base model) on `ds`: the training step's forward (af_engine_lm_step without gradients, no
+ * dropout) in packed batches of `batch` examples; the loss is the sum of token losses divided by
+ * the number of target tokens of the whole set (as the trainer's eval_loss). `lora_scale`
+ * multiplies the adapter's scale (1: as trained). `ctx`: its threads (NULL: the model's).
+ * Errors: AF_ERR_INVALID_ARG (NULL argument, batch < 1, a set without targets), the adapter
+ * loader's errors (AF_ERR_IO, AF_ERR_FORMAT naming the file), AF_ERR_NOMEM. */
+af_status af_lm_evaluate(const af_ctx *ctx, const af_model *model, const char *adapter_dir, float lora_scale,
+                         const af_dataset *ds, int32_t batch, af_lm_eval_result *out);
+
+/* ---------------------------------------------------------------------------------------------
  * Evaluation metrics of a classifier
  *
  * Single-label: prediction = argmax (ties -> lowest id); accuracy; per class precision, recall,
@@ -629,6 +754,12 @@ typedef struct af_diag_list {
 
 /* Run options. Fill with af_trainer_opts_defaults() and change what you need; defaults in the
  * comments. Strings and objects are borrowed: they must outlive the trainer. */
+/* What a training run learns (af_trainer_opts.task; settings key "task"). */
+typedef enum af_task {
+    AF_TASK_CLASSIFICATION = 0, /* sequence classification: pooled hidden state -> linear head */
+    AF_TASK_CAUSAL_LM = 1       /* causal-LM fine-tuning (SFT): next-token cross-entropy on the target tokens */
+} af_task;
+
 typedef struct af_trainer_opts {
     /* ---- model and data ---- */
     const char *model_path;      /* GGUF file (ignored when `model` is set) */
@@ -690,6 +821,12 @@ typedef struct af_trainer_opts {
                                     to start when the estimated peak exceeds N MiB */
     int bf16;                    /* 1: the run's context gets matmul_precision "bf16" (falls back to f32 with a
                                     warning where the CPU lacks AVX512_BF16); 0: the base context's precision */
+    /* ---- causal LM (task AF_TASK_CAUSAL_LM) ---- */
+    af_task task;                /* AF_TASK_CLASSIFICATION (default) */
+    int packing;                 /* causal LM: -1 (default) or 1: micro-batches packed by best-fit decreasing to
+                                    batch x max_seq_len tokens; 0: `batch` samples per micro-batch */
+    const char *loss_on;         /* causal LM, JSONL data: NULL/"auto" or "all" (af_lm_data_opts.loss_on) */
+    const char *chat_template;   /* causal LM, JSONL data: NULL (the model's), "chatml" or "gemma" */
     /* ---- reporting and control ---- */
     FILE *log;                   /* progress and reports (NULL: silent) */
     int progress_tty;            /* -1 auto (isatty of log), 0 newline lines, 1 '\r' live line */
@@ -720,6 +857,8 @@ typedef struct af_train_result {
     double best_macro_f1;     /* NaN when no evaluation happened */
     double last_val_accuracy, last_val_macro_f1; /* NaN when none */
     double last_train_loss;   /* smoothed (EMA) */
+    double best_eval_loss;    /* causal LM: lowest validation loss (nats per target token); NaN when none */
+    double last_eval_loss;    /* causal LM: last validation loss; NaN when none */
     int64_t n_nonfinite;      /* skipped steps over the whole run */
     double seconds;           /* wall time of this call */
     char last_checkpoint[1024]; /* "" when none was saved */
@@ -865,6 +1004,110 @@ af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t ba
  * significant digits. `*out`: malloc'ed, caller frees with free(). Errors: AF_ERR_INVALID_ARG
  * (NULL argument), AF_ERR_NOMEM. */
 af_status af_classifier_prediction_json(const af_classifier *c, const float *probs, double threshold, char **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Text-generation metrics and generation-based evaluation (what `afinar eval --generate N` runs)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Exact match of a generated text against its reference: 1 when `pred` and `ref` are byte-for-byte
+ * equal after removing leading and trailing ASCII whitespace (space, \t, \n, \r, \v, \f) from
+ * each; case, inner whitespace and every other byte are kept (no lowercasing, no punctuation
+ * stripping). NULL counts as "". Never fails. */
+int af_exact_match(const char *pred, const char *ref);
+
+/* ROUGE-L of one prediction against one reference (C.-Y. Lin 2004, section 3.1: sentence-level
+ * LCS, F with beta = 1): R = LCS/|ref tokens|, P = LCS/|pred tokens|, F = 2PR/(P+R); all three 0
+ * when either side has no token. Tokens as the `rouge_score` package's default tokenizer (no
+ * stemming): lowercase, every character other than a-z, 0-9 separates, tokens are the runs of
+ * [a-z0-9] (so non-ASCII letters separate too; U+0130 and U+212A map to "i" and "k" as Python's
+ * str.lower() does). Values are fractions in [0, 1]. */
+typedef struct af_rouge_score {
+    double precision, recall, fmeasure;
+} af_rouge_score;
+
+/* `pred`, `ref`: NUL-terminated UTF-8 (NULL counts as ""); `*out` receives the scores.
+ * Time O(|pred|·|ref|) tokens, memory O(|pred| + |ref|) bytes. Errors: AF_ERR_INVALID_ARG (NULL
+ * out), AF_ERR_NOMEM (then *out is zero). */
+af_status af_rouge_l(const char *pred, const char *ref, af_rouge_score *out);
+
+/* Options of af_gen_eval_run. */
+typedef struct af_gen_eval_opts {
+    int32_t max_examples;   /* score the first N examples of the file; <= 0: all of them */
+    int32_t max_new_tokens; /* greedy tokens generated per example (stops earlier at an
+                               end-of-generation token, af_token_is_eog); <= 0: 64 */
+    int first_line;         /* 1: score only the generation's first non-empty line (leading
+                               whitespace and newlines skipped, cut at the next '\n');
+                               generation then stops at that '\n' (what is scored is the
+                               same); 0: the whole generation */
+    FILE *log;              /* one progress line per example ("\r"-updated); NULL: silent */
+} af_gen_eval_opts;
+
+/* Fill `o` with the defaults: all examples, 64 new tokens, whole generation, no log. */
+void af_gen_eval_opts_init(af_gen_eval_opts *o);
+
+/* One scored example. Strings are owned by the result (NUL-terminated UTF-8). */
+typedef struct af_gen_example {
+    int32_t line;               /* 1-based line of the example in the data file */
+    char *prompt;               /* the prompt text as read, or the rendered chat prompt */
+    char *reference;            /* the reference completion / assistant reply as read */
+    int chat;                   /* 1: a conversation rendered with the chat template */
+    char *generated;            /* the decoded greedy generation (special tokens not rendered) */
+    char *prediction;           /* what was scored: `generated`, or its first line (first_line) */
+    int32_t prompt_tokens;      /* tokens of the rendered prompt (BOS included when added) */
+    int32_t new_tokens;         /* tokens generated (the end-of-generation token included) */
+    int exact;                  /* af_exact_match(prediction, reference) */
+    af_rouge_score rouge_l;     /* af_rouge_l(prediction, reference) */
+} af_gen_example;
+
+/* Result of af_gen_eval_run; free with af_gen_eval_result_free. */
+typedef struct af_gen_eval_result {
+    int32_t n;                  /* examples scored */
+    af_gen_example *ex;         /* [n], file order */
+    double exact_match;         /* mean of ex[i].exact, in [0, 1] */
+    double rouge_l_precision;   /* means over the examples of ex[i].rouge_l (macro average, as */
+    double rouge_l_recall;      /*   rouge_score's per-pair scores averaged) */
+    double rouge_l_f;
+    int64_t prompt_tokens, new_tokens; /* sums over the examples */
+    double prompt_seconds, decode_seconds; /* wall time of the prompt evaluations / of decoding */
+} af_gen_eval_result;
+
+/* Greedy generation for the first examples of a prompt/completion JSONL file and their scores.
+ * Data: one JSON object per line, other keys ignored, blank lines skipped, in TRL's forms:
+ *   {"prompt": STRING, "completion": STRING}: the prompt is rendered as training renders plain
+ *     prompt/completion data: the prompt text alone, af_tokenize(add_special = 1, parse_special
+ *     = 0), i.e. with BOS when the model's metadata adds one, special-token texts as plain text;
+ *   {"messages": [[system,] user, assistant]} or {"prompt": [[system,] user], "completion":
+ *     [assistant]} (messages {"role", "content"} strings): a single-turn conversation rendered
+ *     with the model's chat template and the generation prompt (af_chat_format, the template's
+ *     default system message when none is given), tokenized with parse_special = 1; the
+ *     reference is the assistant's content.
+ * Each example: af_session_reset, the prompt evaluated in one batch, then argmax decoding
+ * (ties -> lowest id) until an end-of-generation token or opts.max_new_tokens. The session `s`
+ * (borrowed) carries the adapter, if any (af_session_load_adapter: applied unmerged), and must
+ * hold prompt + max_new_tokens positions for every example (an af_session_new n_ctx of 0 gives
+ * the model's maximum, capped at 4096). `opts` may be NULL (defaults). `*out` is filled (zeroed
+ * first); free it with af_gen_eval_result_free (also after an error).
+ * Not read yet: multi-turn conversations (refused with a message naming the line).
+ * Errors (messages name FILE:LINE and the field): AF_ERR_INVALID_ARG (NULL argument), AF_ERR_IO
+ * (cannot open/read), AF_ERR_FORMAT (invalid JSON, not an object, a missing or mistyped
+ * "prompt"/"completion", "messages" beside them, a message without string role/content, an
+ * unknown role, roles not in the order above, an empty prompt after tokenization, no example),
+ * AF_ERR_UNSUPPORTED (a conversation and a model without a chat template afinar renders),
+ * AF_ERR_RANGE (prompt + max_new_tokens longer than the session), AF_ERR_NOMEM. */
+af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eval_opts *opts,
+                          af_gen_eval_result *out);
+
+/* Frees what `r` owns and zeroes it. NULL is ignored. */
+void af_gen_eval_result_free(af_gen_eval_result *r);
+
+/* The result as a pretty-printed JSON object:
+ *   {"n", "exact_match", "rouge_l": {"precision", "recall", "f"}, "prompt_tokens", "new_tokens",
+ *    "prompt_seconds", "decode_seconds",
+ *    "examples": [{"line", "reference", "prediction", "generated", "exact", "rouge_l_f"}]}
+ * followed by the string members of `extra` (may be NULL): {key0, value0, ..., NULL}.
+ * `*out`: malloc'ed NUL-terminated text, caller frees with free().
+ * Errors: AF_ERR_INVALID_ARG (NULL r or out), AF_ERR_NOMEM. */
+af_status af_gen_eval_json(const af_gen_eval_result *r, const char *const *extra, char **out);
 
 #ifdef __cplusplus
 }

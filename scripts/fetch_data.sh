@@ -9,6 +9,9 @@
 #
 # Idempotent: when data/bbc/{labels.txt,train,val,test.jsonl} exist with the expected
 # line counts (5 / 1558 / 223 / 444 = 2225 articles) nothing is done.
+# Then derives the headline-generation (SFT) data data/bbc_headlines/{train,val,test}.jsonl from
+# the same split (scripts/export_bbc_headlines.py: {"prompt": instruction + first 100 words of
+# the body, "completion": " " + headline}); redone when missing or older than data/bbc.
 # Usage: scripts/fetch_data.sh [--force]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +32,21 @@ verify() {
   done
 }
 
+headlines() {
+  local h=data/bbc_headlines f
+  for f in train val test; do
+    if [ "$FORCE" = 1 ] || [ ! -f "$h/$f.jsonl" ] || [ "$OUT/$f.jsonl" -nt "$h/$f.jsonl" ] ||
+       [ "$(wc -l < "$h/$f.jsonl")" != "$(wc -l < "$OUT/$f.jsonl")" ]; then
+      "$PY" scripts/export_bbc_headlines.py --src "$OUT" --out "$h"
+      return
+    fi
+  done
+  echo "fetch_data: $h ok"
+}
+
 if [ "$FORCE" = 0 ] && verify; then
   echo "fetch_data: $OUT ok (2225 articles; --force to re-export)"
+  headlines
   exit 0
 fi
 
@@ -41,3 +57,4 @@ fi
 "$PY" scripts/export_bbc.py --out "$OUT"
 verify || { echo "fetch_data: export verification failed" >&2; exit 1; }
 echo "fetch_data: $OUT ok"
+headlines

@@ -727,6 +727,75 @@ static void test_good(void) {
               "afinar predict: /dev/stdin:3: invalid JSON at column *", ONE);
 }
 
+/* afinar eval --generate N (causal-LM data): usage errors, data errors naming FILE:LINE and the
+ * field, and a good run on the tiny model with and without the trained adapter. */
+static void test_eval_generate(void) {
+    write_text(P_("pc.jsonl"), "{\"prompt\": \"ab ab\", \"completion\": \" ab\"}\n\n{\"prompt\": \"b\", \"completion\": \"a\"}\n");
+    write_text(P_("pc_nocomp.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"a\"}\n{\"prompt\": \"ab\"}\n");
+    write_text(P_("pc_type.jsonl"), "{\"prompt\": 3, \"completion\": \"a\"}\n");
+    write_text(P_("pc_msgs.jsonl"), "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n");
+    write_text(P_("pc_chat.jsonl"), "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n");
+    EXPECT("eval -m @/tiny.gguf --data @/pc.jsonl --generate -1", 2,
+           "afinar eval: --generate: expected an integer in [0, 1073741824], got '-1'");
+    EXPECT("eval --data @/pc.jsonl --generate 2", 2, "afinar eval: missing -m MODEL.gguf");
+    EXPECT("eval -m @/tiny.gguf --generate 2", 2, "afinar eval: missing --data FILE.jsonl");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/train.jsonl --first-line", 2,
+           "afinar eval: --first-line needs --task causal-lm or --generate N (causal-LM data)");
+    EXPECT("eval -m @/tiny.gguf --data @/pc.jsonl --generate 2 --text-field x", 2,
+           "afinar eval: --text-field applies to classification data, not to causal-LM data");
+    EXPECT("eval -m @/tiny.gguf --data @/pc.jsonl --generate 2 --max-new-tokens 0", 2,
+           "afinar eval: --max-new-tokens: expected an integer in [1, 65536], got '0'");
+    EXPECT("eval -m @/tiny.gguf --data @/pc_nocomp.jsonl --generate 0 -t 1", 1,
+           "afinar eval: @/pc_nocomp.jsonl:2: field 'completion': missing (a 'prompt' needs a 'completion')");
+    EXPECT("eval -m @/tiny.gguf --data @/pc_type.jsonl --generate 0 -t 1", 1,
+           "afinar eval: @/pc_type.jsonl:1: field 'prompt': expected a string or a list of messages, got number");
+    EXPECT("eval -m @/tiny.gguf --data @/pc_msgs.jsonl --generate 0 -t 1", 1,
+           "afinar eval: @/pc_msgs.jsonl:1: field 'messages': no assistant turn (nothing to train on)");
+    EXPECT("eval -m @/tiny.gguf --data @/pc_chat.jsonl --generate 0 -t 1", 1,
+           "afinar eval: @/pc_chat.jsonl: chat template: the model has no chat template *--chat-template chatml|gemma");
+    EXPECT("eval -m @/tiny.gguf --data @/badjson.jsonl --generate 1 -t 1", 1,
+           "afinar eval: @/badjson.jsonl:1: field 'label': a causal-LM data file has no labels (this looks like classification data: use --task classification)");
+    EXPECT("eval -m @/tiny.gguf --data @/blank.jsonl --generate 1 -t 1", 1,
+           "afinar eval: @/blank.jsonl: no examples (empty file)");
+    EXPECT("eval -m @/notok.gguf --data @/pc.jsonl --generate 1 -t 1", 1,
+           "afinar eval: @/pc.jsonl: the model has no tokenizer");
+    EXPECT("eval -m @/tiny.gguf -a @/adir --data @/pc.jsonl --generate 1 -t 1", 1, "afinar eval: *@/adir*");
+    EXPECT("eval --task causal-lm -m @/tiny.gguf --data @/pc.jsonl --chat-template llama -t 1", 1, "afinar eval: *llama*");
+    EXPECT("eval --task regression -m @/tiny.gguf --data @/pc.jsonl", 2,
+           "afinar eval: --task: unknown task 'regression' (classification, causal-lm)");
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/train.jsonl --max-seq-len 8", 2,
+           "afinar eval: --max-seq-len needs --task causal-lm or --generate N (causal-LM data)");
+    {
+        /* loss only: --task causal-lm without --generate, numbers in the JSON */
+        char **av = split_args("eval --task causal-lm -m @/tiny.gguf --data @/pc.jsonl --json @/loss.json -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 0 && r.out && strstr(r.out, "2 examples") && strstr(r.out, "loss ") && strstr(r.out, "perplexity") &&
+                  !strstr(r.out, "exact match"),
+              "eval --task causal-lm: rc %d, stdout %s, stderr %s", r.rc, r.out ? r.out : "", r.err ? r.err : "");
+        run_free(&r);
+        char *lj = tl_read_file(P_("loss.json"), NULL);
+        CHECK(lj && strstr(lj, "\"loss\": ") && strstr(lj, "\"mean_token_accuracy\": "), "loss JSON written");
+        free(lj);
+    }
+    const char *good[2] = {"eval -m @/tiny.gguf --data @/pc.jsonl --generate 0 --max-new-tokens 3 --json @/gen.json -t 1",
+                           "eval -m @/tiny.gguf -a @/run/final --data @/pc.jsonl --generate 1 --first-line -t 1"};
+    for (int k = 0; k < 2; k++) {
+        char **av = split_args(good[k]);
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 0 && r.out && strstr(r.out, k ? "first 1 prompts" : "first 2 prompts") &&
+                  strstr(r.out, "exact match") && strstr(r.out, "ROUGE-L F") && strstr(r.out, "[line 1] reference:  ab") &&
+                  r.err && !*r.err,
+              "%s: rc %d, stdout %s, stderr %s", good[k], r.rc, r.out ? r.out : "", r.err ? r.err : "");
+        run_free(&r);
+    }
+    char *js = tl_read_file(P_("gen.json"), NULL);
+    CHECK(js && strstr(js, "\"rouge_l\"") && strstr(js, "\"examples\"") && strstr(js, "\"line\":\t3"),
+          "--json written with the examples (line numbers of the file)");
+    free(js);
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -768,6 +837,7 @@ int main(void) {
     test_output();
     test_disk_full();
     test_good();
+    test_eval_generate();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");

@@ -27,6 +27,8 @@
 #include "tinymodel.c"
 
 #include "infer/session.h"
+#include "core/core.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "model/transformer.h"
 
@@ -255,6 +257,123 @@ static void test_softcap(const char *arch) {
     af_model_free(m);
 }
 
+/* af_lm_head_loss: loss, counts and argmax against a plain double reference on the full logits,
+ * and its backward dL/dx against central finite differences of the loss (double sums; f32 products,
+ * so relative tolerance 2e-2 at step 1e-2·max(1, |x|)). Tied head (token_embd F32, the tiny
+ * models have no output tensor) or an untied Q8_0 output matrix; soft-cap off or c = 2 (small, so
+ * the cap bends the logits). n = 600 rows with two thirds targets: more than one chunk of
+ * af_lm_chunk_rows (256 for vocab 97) and rows without a target in between. */
+static uint64_t lm_rand(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double lm_ref(const af_model *m, const float *x, const int32_t *tg, int64_t n, int64_t *nt, int64_t *nc) {
+    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    float *h = malloc(sizeof(float) * (size_t)(n * H)), *row = malloc(sizeof(float) * (size_t)V);
+    af_tf_final_norm(m->ctx, m, h, NULL, x, n);
+    double L = 0;
+    *nt = *nc = 0;
+    const float cap = m->desc.final_logit_softcap;
+    for (int64_t i = 0; i < n; i++) {
+        if (tg[i] < 0) continue;
+        /* one row at a time, zero-padded to 16 rows (the f32-exact regime of the training products) */
+        float hp[16 * 256];
+        memset(hp, 0, sizeof hp);
+        memcpy(hp, h + i * H, sizeof(float) * (size_t)H);
+        float *zz = malloc(sizeof(float) * (size_t)(16 * V));
+        af_matmul_xwt(m->ctx, zz, hp, m->output.data, m->output.type, 16, H, V, 0);
+        memcpy(row, zz, sizeof(float) * (size_t)V);
+        free(zz);
+        double mx = -1e300, s = 0;
+        int64_t am = 0;
+        for (int64_t v = 0; v < V; v++) {
+            double z = cap > 0 ? cap * tanh(row[v] / cap) : row[v];
+            if (z > mx) {
+                mx = z;
+                am = v;
+            }
+        }
+        for (int64_t v = 0; v < V; v++) s += exp((cap > 0 ? cap * tanh(row[v] / cap) : row[v]) - mx);
+        const double zt = cap > 0 ? cap * tanh(row[tg[i]] / cap) : row[tg[i]];
+        L += mx + log(s) - zt;
+        (*nt)++;
+        *nc += am == tg[i];
+    }
+    free(h);
+    free(row);
+    return L;
+}
+
+static void test_lm_head_loss(const char *arch, int untied, float cap) {
+    tm_spec spec = tm_default(arch, AF_TYPE_Q8_0);
+    af_model *m = NULL;
+    if (!CHECK(tm_load(&spec, &m) == AF_OK, "tiny %s: %s", arch, af_last_error())) return;
+    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, n = 600;
+    void *wq = NULL;
+    const af_weight saved = m->output;
+    if (untied) { /* a separate Q8_0 output matrix [V, H] */
+        uint64_t st = 99;
+        float *wf = malloc(sizeof(float) * (size_t)(V * H));
+        for (int64_t i = 0; i < V * H; i++) wf[i] = (float)((double)(lm_rand(&st) >> 11) / 9007199254740992.0 - 0.5) * 0.6f;
+        wq = malloc((size_t)(V * (H / 32) * 34)); /* Q8_0: 34 bytes per block of 32 */
+        for (int64_t r = 0; r < V; r++) af_quantize_row(AF_TYPE_Q8_0, wf + r * H, (char *)wq + r * (H / 32) * 34, H);
+        free(wf);
+        m->output.data = wq;
+        m->output.type = AF_TYPE_Q8_0;
+    }
+    m->desc.final_logit_softcap = cap;
+    float *x = malloc(sizeof(float) * (size_t)(n * H)), *hN = malloc(sizeof(float) * (size_t)(n * H));
+    float *rstd = malloc(sizeof(float) * (size_t)n), *dx = calloc((size_t)(n * H), sizeof(float));
+    float *scr = af_malloc_aligned(sizeof(float) * (size_t)af_lm_head_scratch_floats(m));
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)n);
+    uint64_t st = 7 + (uint64_t)untied;
+    for (int64_t i = 0; i < n * H; i++) x[i] = (float)((double)(lm_rand(&st) >> 11) / 9007199254740992.0 * 2 - 1);
+    for (int64_t i = 0; i < n; i++) tg[i] = i % 3 == 2 ? -1 : (int32_t)(lm_rand(&st) % (uint64_t)V);
+    const float gs = 0.37f;
+    af_lm_loss r, r2;
+    af_lm_head_loss(m->ctx, m, x, tg, n, hN, rstd, dx, gs, scr, &r);
+    af_lm_head_loss(m->ctx, m, x, tg, n, hN, rstd, NULL, gs, scr, &r2);
+    int64_t nt, nc;
+    const double L = lm_ref(m, x, tg, n, &nt, &nc);
+    CHECK(r.n_targets == 400 && nt == 400 && r.n_correct == nc && r2.n_correct == nc,
+          "%s untied=%d cap=%g: counts %lld/%lld targets, %lld/%lld correct", arch, untied, (double)cap,
+          (long long)r.n_targets, (long long)nt, (long long)r.n_correct, (long long)nc);
+    CHECK(fabs(r.loss_sum - L) <= 1e-4 * fabs(L) && r.loss_sum == r2.loss_sum,
+          "%s untied=%d cap=%g: loss %.9g vs reference %.9g (forward-only %.9g)", arch, untied, (double)cap,
+          r.loss_sum, L, r2.loss_sum);
+    /* finite differences on coordinates spread over rows with and without targets */
+    double worst = 0;
+    for (int k = 0; k < 24; k++) {
+        const int64_t i = (int64_t)(k * 97 % n) * H + (k * 13) % H;
+        const float x0 = x[i], hstep = 1e-2f;
+        x[i] = x0 + hstep;
+        af_lm_head_loss(m->ctx, m, x, tg, n, hN, rstd, NULL, gs, scr, &r2);
+        const double lp = r2.loss_sum;
+        x[i] = x0 - hstep;
+        af_lm_head_loss(m->ctx, m, x, tg, n, hN, rstd, NULL, gs, scr, &r2);
+        const double lm = r2.loss_sum;
+        x[i] = x0;
+        const double fd = gs * (lp - lm) / (2.0 * hstep);
+        const double err = fabs(fd - dx[i]) / (fabs(fd) + 1e-3);
+        if (err > worst) worst = err;
+    }
+    CHECK(worst < 2e-2, "%s untied=%d cap=%g: LM head backward vs finite differences, worst relative error %.3g",
+          arch, untied, (double)cap, worst);
+    m->desc.final_logit_softcap = 0;
+    m->output = saved;
+    free(wq);
+    free(x);
+    free(hN);
+    free(rstd);
+    free(dx);
+    af_free_aligned(scr);
+    free(tg);
+    af_model_free(m);
+}
+
 /* af_session_load_adapter of a directory saved by the trainer == af_session_set_lora with its params. */
 static void test_load_adapter(const char *arch) {
     tm_spec spec = tm_default(arch, AF_TYPE_Q8_0);
@@ -335,5 +454,10 @@ int main(void) {
     test_softcap("gemma3");
     test_load_adapter("llama");
     test_load_adapter("gemma3");
+    for (int u = 0; u < 2; u++) {
+        test_lm_head_loss("llama", u, 0.0f);
+        test_lm_head_loss("gemma3", u, 2.0f);
+        test_lm_head_loss("gemma3", u, 0.0f);
+    }
     return tl_finish("test_transformer");
 }

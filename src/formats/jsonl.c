@@ -95,11 +95,8 @@ void af_labels_free(char **names, int32_t n) {
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-/* Reads one line (with its '\n', NUL bytes allowed) into *buf (grown as needed, never beyond
- * maxl + 2 bytes, so a huge line is refused before it is allocated). Returns its length, -1 at end
- * of file with nothing read, -2 when the line is longer than maxl bytes (the rest of it is left
- * unread), -3 when out of memory. */
-static ssize_t read_line(FILE *fp, char **buf, size_t *cap, size_t maxl) {
+/* af_jsonl_read_line: jsonl.h. */
+ssize_t af_jsonl_read_line(FILE *fp, char **buf, size_t *cap, size_t maxl) {
     size_t len = 0;
     int ch;
     while ((ch = getc_unlocked(fp)) != EOF) {
@@ -183,7 +180,7 @@ af_status af_labels_read_file(const char *path, char ***names, int32_t *n) {
     ssize_t len;
     long ln = 0;
     af_status st = AF_OK;
-    while ((len = read_line(fp, &line, &cap, MAX_LABEL_LINE)) != -1) {
+    while ((len = af_jsonl_read_line(fp, &line, &cap, MAX_LABEL_LINE)) != -1) {
         ln++;
         if (len < 0) {
             st = len == -2 ? af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %d bytes", path, ln, MAX_LABEL_LINE)
@@ -265,7 +262,7 @@ int32_t af_corpus_size(const af_corpus *c) { return c ? c->n : 0; }
 
 int af_corpus_multi_label(const af_corpus *c) { return c ? c->multi_label : 0; }
 
-static const char *json_type(const cJSON *v) {
+const char *af_json_type_name(const struct cJSON *v) {
     if (cJSON_IsString(v)) return "string";
     if (cJSON_IsNumber(v)) return "number";
     if (cJSON_IsBool(v)) return "boolean";
@@ -320,7 +317,7 @@ static af_status one_label(reader *r, long ln, const char *field, const cJSON *v
     int kind = cJSON_IsNumber(v) ? 1 : cJSON_IsString(v) ? 2 : 0;
     if (!kind)
         return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected an integer or a string label, got %s", P, ln,
-                       field, json_type(v));
+                       field, af_json_type_name(v));
     if (r->kind && kind != r->kind)
         return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': got %s label but earlier lines use %s labels", P, ln,
                        field, kind == 1 ? "an integer" : "a string", r->kind == 1 ? "integer" : "string");
@@ -361,27 +358,37 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Parses one non-blank line into sample c->n. */
-static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
-    const char *P = r->path, *end = NULL;
-    af_corpus *c = r->c;
+af_status af_jsonl_parse_object(const char *path, long ln, const char *line, size_t len, struct cJSON **out) {
+    const char *end = NULL;
+    *out = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, 0);
     if (!root) {
         long col = end && end >= line ? (long)(end - line) + 1 : 1;
-        return af_fail(AF_ERR_FORMAT, "%s:%ld: invalid JSON at column %ld", P, ln, col);
+        return af_fail(AF_ERR_FORMAT, "%s:%ld: invalid JSON at column %ld", path, ln, col);
     }
-    af_status st = AF_OK;
     size_t k = end ? (size_t)(end - line) : len;
     while (k < len && is_space(line[k])) k++;
-    if (k < len) {
-        st = af_fail(AF_ERR_FORMAT, "%s:%ld: invalid JSON at column %zu: unexpected text after the object", P, ln,
-                     k + 1);
-        goto done;
+    af_status st = AF_OK;
+    if (k < len)
+        st = af_fail(AF_ERR_FORMAT, "%s:%ld: invalid JSON at column %zu: unexpected text after the object", path,
+                     ln, k + 1);
+    else if (!cJSON_IsObject(root))
+        st = af_fail(AF_ERR_FORMAT, "%s:%ld: expected a JSON object, got %s", path, ln, af_json_type_name(root));
+    if (st != AF_OK) {
+        cJSON_Delete(root);
+        return st;
     }
-    if (!cJSON_IsObject(root)) {
-        st = af_fail(AF_ERR_FORMAT, "%s:%ld: expected a JSON object, got %s", P, ln, json_type(root));
-        goto done;
-    }
+    *out = root;
+    return AF_OK;
+}
+
+/* Parses one non-blank line into sample c->n. */
+static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
+    const char *P = r->path;
+    af_corpus *c = r->c;
+    cJSON *root = NULL;
+    af_status st = af_jsonl_parse_object(P, ln, line, len, &root);
+    if (st != AF_OK) return st;
     const char *tf = r->o->text_field ? r->o->text_field : "input";
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, tf);
     if (!t) {
@@ -389,7 +396,7 @@ static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
         goto done;
     }
     if (!cJSON_IsString(t)) {
-        st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected a string, got %s", P, ln, tf, json_type(t));
+        st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected a string, got %s", P, ln, tf, af_json_type_name(t));
         goto done;
     }
     const char *lf = r->o->label_field;
@@ -590,7 +597,7 @@ af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus
     size_t cap = 0;
     ssize_t len;
     long ln = 0;
-    while (st == AF_OK && (len = read_line(fp, &line, &cap, maxl)) != -1) {
+    while (st == AF_OK && (len = af_jsonl_read_line(fp, &line, &cap, maxl)) != -1) {
         ln++;
         if (len == -2) {
             st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, ln, maxl);

@@ -36,7 +36,11 @@
 #include "core/core.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 #define AF_JSONL_DEFAULT_MAX_LINE ((size_t)16 << 20) /* 16 MiB per line */
 
@@ -59,6 +63,12 @@ struct af_corpus {
 /* af_corpus_opts, af_corpus_opts_init, af_corpus_read, af_corpus_from_texts, af_corpus_size,
  * af_corpus_multi_label, af_corpus_free: include/afinar.h ("Data sets"). */
 
+/* Reads one line (with its '\n', NUL bytes allowed) of `fp` into *buf (malloc'ed, grown as needed,
+ * never beyond maxl + 2 bytes, so a huge line is refused before it is allocated; caller frees) and
+ * NUL-terminates it. Returns its length, -1 at end of file with nothing read, -2 when the line is
+ * longer than maxl bytes (the rest of it is left unread), -3 when out of memory. */
+ssize_t af_jsonl_read_line(FILE *fp, char **buf, size_t *cap, size_t maxl);
+
 /* Label-name lists.
  * af_labels_parse_list: split "a,b,c" at commas (spaces around names are trimmed).
  * af_labels_read_file:  one name per line (labels.txt); trailing CR/spaces trimmed, blank lines
@@ -70,5 +80,23 @@ struct af_corpus {
 af_status af_labels_parse_list(const char *list, char ***names, int32_t *n);
 af_status af_labels_read_file(const char *path, char ***names, int32_t *n);
 void af_labels_free(char **names, int32_t n);
+
+/* ---- line-level helpers shared by the JSONL readers (jsonl.c, lm_jsonl.c) ---- */
+struct cJSON;
+
+/* Reads one line (with its '\n', NUL bytes allowed) into *buf (grown as needed, never beyond
+ * maxl + 2 bytes, so a huge line is refused before it is allocated). Returns its length, -1 at end
+ * of file with nothing read, -2 when the line is longer than maxl bytes (the rest of it is left
+ * unread), -3 when out of memory. */
+ssize_t af_jsonl_read_line(FILE *fp, char **buf, size_t *cap, size_t maxl);
+
+/* Parse line[0..len) (line `ln` of `path`, for messages) as ONE JSON object with cJSON. `*out`:
+ * the object, caller frees with cJSON_Delete. Errors (AF_ERR_FORMAT): "FILE:LINE: invalid JSON at
+ * column C" (1-based byte column where cJSON stopped), "...: unexpected text after the object",
+ * "FILE:LINE: expected a JSON object, got array". */
+af_status af_jsonl_parse_object(const char *path, long ln, const char *line, size_t len, struct cJSON **out);
+
+/* "string", "number", "boolean", "null", "array", "object" or "invalid value", for messages. */
+const char *af_json_type_name(const struct cJSON *v);
 
 #endif /* AF_JSONL_H */

@@ -77,6 +77,10 @@ void af_session_reset(af_session *s) { s->n_past = 0; }
 
 int af_session_n_past(const af_session *s) { return (int)s->n_past; }
 
+const af_model *af_session_model(const af_session *s) { return s ? s->m : NULL; }
+
+int64_t af_session_n_ctx(const af_session *s) { return s ? s->n_ctx : 0; }
+
 af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits) {
     const af_model *m = s->m;
     const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;

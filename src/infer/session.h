@@ -18,4 +18,8 @@
  * count, non-finite scale), AF_ERR_NOMEM (nothing changes). */
 af_status af_session_set_lora(af_session *s, const float *P, const af_param_layout *lay, float scale);
 
+/* The model a session runs (borrowed; NULL for NULL) and its KV-cache capacity in positions. */
+const af_model *af_session_model(const af_session *s);
+int64_t af_session_n_ctx(const af_session *s);
+
 #endif /* AF_SESSION_H */

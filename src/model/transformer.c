@@ -455,6 +455,122 @@ void af_lm_head_forward(const af_ctx *ctx, const af_model *m, float *logits, flo
     }
 }
 
+/* ---------------------------------------------------------------- LM head loss (causal LM) */
+
+int64_t af_lm_chunk_rows(const af_model *m) {
+    const int64_t v = m->cfg.vocab_size > 0 ? m->cfg.vocab_size : 1;
+    int64_t c = ((int64_t)1 << 23) / v;
+    return c < MIN_ROWS ? MIN_ROWS : c > 256 ? 256 : c;
+}
+
+int64_t af_lm_head_scratch_floats(const af_model *m) {
+    const int64_t c = af_lm_chunk_rows(m), V = m->cfg.vocab_size, H = m->cfg.hidden_size;
+    /* each region rounded up to 16 floats (64 bytes) */
+    return ((c * V + 15) / 16 + 2 * ((c * H + 15) / 16)) * 16;
+}
+
+/* Forward: z [V] in place = softcap(z); returns loss = lse(z) − z[t] and whether argmax == t.
+ * With grad: z becomes grad_scale·(softmax − onehot)·softcap'. */
+static double lm_row(float *z, int64_t V, int32_t t, float cap, float gs, int grad, int *correct) {
+    if (cap > 0)
+        for (int64_t v = 0; v < V; v++) z[v] = cap * tanhf(z[v] / cap);
+    int64_t am = 0;
+    float mx = z[0];
+    for (int64_t v = 1; v < V; v++)
+        if (z[v] > mx) {
+            mx = z[v];
+            am = v;
+        }
+    *correct = am == t;
+    double s = 0;
+    for (int64_t v = 0; v < V; v++) s += exp((double)(z[v] - mx));
+    const double lse = (double)mx + log(s);
+    const double loss = lse - (double)z[t];
+    if (grad) {
+        for (int64_t v = 0; v < V; v++) {
+            const float zv = z[v];
+            float g = (float)exp((double)zv - lse);
+            if (v == t) g -= 1.0f;
+            g *= gs;
+            if (cap > 0) {
+                const float th = zv / cap;
+                g *= 1.0f - th * th;
+            }
+            z[v] = g;
+        }
+    }
+    return loss;
+}
+
+/* rows [i0, i1) of a logits chunk: loss, gradient in place, argmax hit (one row per index, so the
+ * results do not depend on the team) */
+typedef struct lm_rows_job {
+    float *z;
+    int64_t V;
+    const int32_t *targets;
+    const int64_t *rows;
+    float cap, grad_scale;
+    int grad;
+    double *rl;
+    int *rc;
+} lm_rows_job;
+
+static void lm_rows_run(void *arg, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const lm_rows_job *J = arg;
+    for (int64_t j = i0; j < i1; j++)
+        J->rl[j] = lm_row(J->z + j * J->V, J->V, J->targets[J->rows[j]], J->cap, J->grad_scale, J->grad, &J->rc[j]);
+}
+
+void af_lm_head_loss(const af_ctx *ctx, const af_model *m, const float *x, const int32_t *targets, int64_t n,
+                     float *hN, float *rstd, float *dx, float grad_scale, float *scratch, af_lm_loss *res) {
+    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, C = af_lm_chunk_rows(m);
+    const float cap = m->desc.final_logit_softcap;
+    const int grad = dx != NULL;
+    float *z = scratch, *xc = scratch + (C * V + 15) / 16 * 16, *dc = xc + (C * H + 15) / 16 * 16;
+    double rl[256];
+    int rc[256];
+    int64_t rows[256];
+    res->loss_sum = 0;
+    res->n_targets = 0;
+    res->n_correct = 0;
+    af_tf_final_norm(ctx, m, hN, rstd, x, n);
+    int64_t i = 0;
+    const int nth = ctx->n_threads;
+    while (i < n) {
+        /* gather up to C target rows */
+        int64_t k = 0;
+        for (; i < n && k < C; i++)
+            if (targets[i] >= 0) {
+                rows[k] = i;
+                memcpy(xc + k * H, hN + i * H, sizeof(float) * (size_t)H);
+                k++;
+            }
+        if (k == 0) break;
+        /* f32-exact for every row count: at least MIN_ROWS rows, the extra ones zero (transformer.c top) */
+        const int64_t kk = k < MIN_ROWS ? MIN_ROWS : k;
+        if (kk > k) memset(xc + k * H, 0, sizeof(float) * (size_t)((kk - k) * H));
+        af_matmul_xwt(ctx, z, xc, m->output.data, m->output.type, kk, H, V, 0);
+        lm_rows_job J = {z, V, targets, rows, cap, grad_scale, grad, rl, rc};
+        af_threadpool_run(ctx->pool, k > 1 ? nth : 1, k, 0, lm_rows_run, &J);
+        for (int64_t j = 0; j < k; j++) {
+            res->loss_sum += rl[j];
+            res->n_correct += rc[j];
+        }
+        res->n_targets += k;
+        if (!grad) continue;
+        if (kk > k) memset(z + k * V, 0, sizeof(float) * (size_t)((kk - k) * V));
+        af_matmul_dyw(ctx, dc, z, m->output.data, m->output.type, kk, H, V, 0);
+        /* dh of the chunk's rows into hN (rows before i are no longer read by the forward) */
+        for (int64_t j = 0; j < k; j++) memcpy(hN + rows[j] * H, dc + j * H, sizeof(float) * (size_t)H);
+    }
+    if (!grad) return;
+    /* rows without a target: dh = 0 (their hN still holds the normed state) */
+    for (int64_t r = 0; r < n; r++)
+        if (targets[r] < 0) memset(hN + r * H, 0, sizeof(float) * (size_t)H);
+    af_tf_final_norm_backward(ctx, m, dx, hN, x, rstd, n);
+}
+
 /* ---------------------------------------------------------------- inference state */
 
 static void infer_plan(af_carver *cv, af_tf_infer *s, const af_model *m, const af_param_layout *lay, int64_t cap) {

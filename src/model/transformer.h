@@ -137,6 +137,49 @@ void af_tf_final_norm_backward(const af_ctx *ctx, const af_model *m, float *dx, 
  * (normalised in place). softcap(z) = c·tanh(z/c) with c = desc.final_logit_softcap, off when 0. */
 void af_lm_head_forward(const af_ctx *ctx, const af_model *m, float *logits, float *x, int64_t n);
 
+/* ---- LM head loss (causal-LM training; forward and backward side by side in transformer.c) ----
+ *
+ * For the final hidden states x [n, H] (before the output norm) and next-token targets [n]
+ * (target[i] in [0, vocab) = the token position i must predict, -1 = no loss at i):
+ *   h = rmsnorm(x)·output_norm                    (af_tf_final_norm; every row)
+ *   z_i = softcap(h_i·Woutᵀ) [vocab], softcap(u) = c·tanh(u/c) with c = desc.final_logit_softcap
+ *         (off when 0; Gemma 2/3 final_logit_softcapping, transformers modeling_gemma3.py)
+ *   loss_i = logsumexp(z_i) − z_i[target_i]        (softmax cross-entropy in nats)
+ * Only rows with a target are projected, af_lm_chunk_rows(m) rows at a time, so
+ * [n, vocab] is never held whole (Gemma 3: vocab 262,144 -> 1 MiB per row).
+ * Backward (dx != NULL), the gradient of grad_scale·Σ_i loss_i:
+ *   dz_i = grad_scale·(softmax(z_i) − onehot(target_i)),  du = dz·(1 − (z/c)²) when capped
+ *   dh_i = du_i·Wout  (af_matmul_dyw on the stored, possibly quantized / tied token_embd blocks)
+ *   dx  += rmsnorm backward of dh (af_tf_final_norm_backward)
+ * Source: the standard softmax cross-entropy gradient (e.g. Goodfellow et al. 2016, §6.2.2.3);
+ * tanh'(u) = 1 − tanh²(u); RMSNorm backward: ops.h. */
+typedef struct af_lm_loss {
+    double loss_sum;    /* Σ over target rows of loss_i, nats, accumulated in double */
+    int64_t n_targets;  /* rows with target >= 0 */
+    int64_t n_correct;  /* target rows whose argmax_v z_i[v] (lowest index on ties) == target_i */
+} af_lm_loss;
+
+/* Rows per logits chunk for model m: clamp(2^23 / vocab, AF_TF_MIN_ROWS, 256), i.e. <= 32 MiB of
+ * logits (SmolLM2 vocab 49,152: 170 rows; Gemma 3: 32 rows). */
+int64_t af_lm_chunk_rows(const af_model *m);
+/* Floats of scratch af_lm_head_loss needs for model m: one chunk of logits [chunk, vocab] and two
+ * chunks of rows [chunk, H] (gathered normed rows, their dh), each rounded up to 64 bytes. The
+ * per-token buffers hN [n, H], rstd [n] are the caller's. */
+int64_t af_lm_head_scratch_floats(const af_model *m);
+
+/* Forward (+ backward when dx != NULL) of the LM head loss above for n rows.
+ *   x       [n, H]  final hidden states (read only)
+ *   targets [n]     -1 or a token id in [0, vocab) (checked by the caller)
+ *   hN      [n, H]  out: normed states; then, with dx, overwritten by dL/dh (scratch)
+ *   rstd    [n]     out: the norm's 1/rms per row
+ *   dx      [n, H]  ADDED to: dL/dx (NULL: forward only)
+ *   scratch [af_lm_head_scratch_floats(m)] floats (64-byte aligned)
+ * Results in *res (overwritten). A non-finite loss is returned as is; the gradient is then
+ * meaningless (the caller must not use it). Threads: the context's (kernel calls and per-row
+ * softmax); the result does not depend on the thread count. */
+void af_lm_head_loss(const af_ctx *ctx, const af_model *m, const float *x, const int32_t *targets, int64_t n,
+                     float *hN, float *rstd, float *dx, float grad_scale, float *scratch, af_lm_loss *res);
+
 /* Inference state of up to `cap` tokens per call: residual stream, one activation set, scratch. */
 typedef struct af_tf_infer {
     int64_t cap;

@@ -1,97 +1,335 @@
 /*
- * chat.c — single-turn chat prompts for the ChatML and Gemma families (af_chat_format_tok, see
- * tokenizer.h). The Jinja templates are not interpreted: the family is recognised and its fixed
- * layout reproduced; tests compare with transformers' apply_chat_template output.
+ * chat.c — chat templates of the ChatML and Gemma families (tokenizer.h): multi-turn rendering into
+ * pieces with loss targets, their tokenization, and the single-turn generation prompt
+ * (af_chat_format_tok) as a special case of the same renderer. The Jinja templates are not
+ * interpreted: the family is recognised and its fixed layout reproduced; tests compare the token
+ * ids with transformers' apply_chat_template (tests/ref/make_chat_fixture.py).
  */
 #include "tokenizer/tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = (b->n + n + 1) * 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = true; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
+const char *af_chat_family_name(af_chat_family f) {
+    return f == AF_CHAT_CHATML ? "chatml" : f == AF_CHAT_GEMMA ? "gemma" : "none";
 }
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
 
-/* Default system prompt written literally in a ChatML template ("<|im_start|>system\n" TEXT
- * "<|im_end|>" with no Jinja syntax inside TEXT), or NULL/0. */
-static const char *default_system(const char *tmpl, size_t *len) {
-    static const char open[] = "<|im_start|>system\n";
-    const char *p = tmpl ? strstr(tmpl, open) : NULL;
-    if (!p) return NULL;
-    p += sizeof open - 1;
-    const char *e = strstr(p, "<|im_end|>");
-    if (!e || e == p) return NULL;
-    for (const char *q = p; q < e; q++)
-        if (*q == '{' || *q == '}' || *q == '\'' || *q == '"' || *q == '+') return NULL;
-    *len = (size_t)(e - p);
+/* ---- documents ---- */
+void af_chat_doc_free(af_chat_doc *d) {
+    if (!d) return;
+    free(d->text);
+    free(d->pc);
+    memset(d, 0, sizeof *d);
+}
+
+static af_chat_piece *new_piece(af_chat_doc *d) {
+    if (d->n == d->pcap) {
+        int32_t nc = d->pcap ? d->pcap * 2 : 16;
+        af_chat_piece *np = af_realloc_array(d->pc, (size_t)nc, sizeof *np);
+        if (!np) { d->oom = 1; return NULL; }
+        d->pc = np;
+        d->pcap = nc;
+    }
+    af_chat_piece *p = &d->pc[d->n++];
+    memset(p, 0, sizeof *p);
+    p->off = d->len;
+    p->id = -1;
     return p;
 }
 
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+static int put(af_chat_doc *d, const char *s, size_t n) {
+    if (d->oom) return 0;
+    if (n > SIZE_MAX / 4 - d->len) { d->oom = 1; return 0; }
+    if (d->len + n + 1 > d->cap) {
+        size_t nc = (d->len + n + 1) * 2;
+        char *np = realloc(d->text, nc);
+        if (!np) { d->oom = 1; return 0; }
+        d->text = np;
+        d->cap = nc;
+    }
+    if (n) memcpy(d->text + d->len, s, n);
+    d->len += n;
+    d->text[d->len] = 0;
+    return 1;
+}
 
+/* Makes text[off..d->len) (already appended) a piece, merged into the previous piece when both are
+ * non-target and adjacent. */
+static void end_piece(af_chat_doc *d, size_t off, int target, size_t head) {
+    if (d->oom || d->len == off) return;
+    af_chat_piece *last = d->n ? &d->pc[d->n - 1] : NULL;
+    if (!target && last && !last->target && last->len && last->off + last->len == off) {
+        last->len = d->len - last->off;
+        return;
+    }
+    af_chat_piece *p = new_piece(d);
+    if (!p) return;
+    p->off = off;
+    p->len = d->len - off;
+    p->target = target != 0;
+    p->head = head;
+}
+
+void af_chat_doc_add_text(af_chat_doc *d, const char *s, size_t len, int target, size_t head) {
+    size_t off = d->len;
+    if (put(d, s, len)) end_piece(d, off, target, head);
+}
+
+void af_chat_doc_add_id(af_chat_doc *d, int32_t id, int target) {
+    if (d->oom) return;
+    if (!d->text && !put(d, "", 0)) return; /* keep text valid (NUL-terminated) */
+    af_chat_piece *p = new_piece(d);
+    if (!p) return;
+    p->id = id;
+    p->target = target != 0;
+}
+
+/* ---- template facts ---- */
+static void add_str(af_chat_doc *d, const char *s, int target, size_t head) {
+    af_chat_doc_add_text(d, s, strlen(s), target, head);
+}
+
+/* Default system prompt written literally in a ChatML template: the first "<|im_start|>system\n"
+ * TEXT "<|im_end|>" whose TEXT has no Jinja syntax or quote ({ } ' " +), or NULL. */
+static const char *default_system(const char *tmpl, size_t *len) {
+    static const char open[] = "<|im_start|>system\n";
+    for (const char *p = tmpl ? strstr(tmpl, open) : NULL; p; p = strstr(p + 1, open)) {
+        const char *s = p + sizeof open - 1, *e = strstr(s, "<|im_end|>");
+        if (!e) return NULL;
+        if (e == s) continue;
+        const char *q = s;
+        while (q < e && *q != '{' && *q != '}' && *q != '\'' && *q != '"' && *q != '+') q++;
+        if (q < e) continue;
+        *len = (size_t)(e - s);
+        return s;
+    }
+    return NULL;
+}
+
+af_status af_chat_family_of(const af_tokenizer *tok, const char *override, af_chat_family *fam) {
+    if (!fam) return af_fail(AF_ERR_INVALID_ARG, "chat template: NULL argument");
+    *fam = AF_CHAT_NONE;
+    if (override && strcmp(override, "auto")) {
+        if (!strcmp(override, "chatml")) *fam = AF_CHAT_CHATML;
+        else if (!strcmp(override, "gemma")) *fam = AF_CHAT_GEMMA;
+        else
+            return af_fail(AF_ERR_INVALID_ARG, "chat template '%.40s': unknown (expected auto, chatml or gemma)",
+                           override);
+        return AF_OK;
+    }
+    if (!tok) return af_fail(AF_ERR_INVALID_ARG, "chat template: no tokenizer");
+    const char *tmpl = tok->chat_template;
+    if (tmpl) {
+        if (strstr(tmpl, "<think>"))
+            return af_fail(AF_ERR_UNSUPPORTED, "chat template: the model's template has reasoning (<think>) blocks, "
+                           "which afinar does not reproduce; choose a layout with --chat-template chatml|gemma");
+        if (strstr(tmpl, "<|im_start|>")) *fam = AF_CHAT_CHATML;
+        else if (strstr(tmpl, "<start_of_turn>")) *fam = AF_CHAT_GEMMA;
+    } else if (af_tokenizer_find(tok, "<start_of_turn>", 15) >= 0) {
+        *fam = AF_CHAT_GEMMA;
+    } else if (af_tokenizer_find(tok, "<|im_start|>", 12) >= 0) {
+        *fam = AF_CHAT_CHATML;
+    }
+    if (*fam == AF_CHAT_NONE)
+        return af_fail(AF_ERR_UNSUPPORTED, "chat template: %s; choose a layout with --chat-template chatml|gemma",
+                       tmpl ? "the model's tokenizer.chat_template is neither ChatML (<|im_start|>) nor Gemma "
+                              "(<start_of_turn>), the families afinar renders"
+                            : "the model has no chat template and no <|im_start|> / <start_of_turn> token");
+    return AF_OK;
+}
+
+/* Length of the Unicode white-space code point (Python str.isspace) starting at s[0..n), or 0. */
+static size_t ws_at(const unsigned char *s, size_t n) {
+    if (!n) return 0;
+    unsigned c = s[0];
+    if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) ? 1 : 0;
+    int k = af_utf8_valid_len(s, n);
+    if (k < 2) return 0;
+    unsigned cp = k == 2 ? ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu)
+                         : k == 3 ? ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu) : 0;
+    bool ws = cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+              cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return ws ? (size_t)k : 0;
+}
+
+/* Jinja `trim` (Python str.strip()): s[*b..*e) without leading/trailing Unicode white space. */
+static void trim(const char *s, size_t len, size_t *b, size_t *e) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, j = len, k;
+    while (i < j && (k = ws_at(u + i, j - i)) > 0) i += k;
+    while (j > i) {
+        size_t st = j - 1; /* start of the last code point */
+        while (st > i && j - st < 4 && (u[st] & 0xC0) == 0x80) st--;
+        if ((k = ws_at(u + st, j - st)) == 0 || st + k != j) break;
+        j = st;
+    }
+    *b = i;
+    *e = j;
+}
+
+/* ---- rendering ---- */
+static void render_chatml(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                          int gen, af_chat_doc *d) {
+    size_t dl = 0;
+    const char *def = m[0].role != AF_ROLE_SYSTEM && tok ? default_system(tok->chat_template, &dl) : NULL;
+    if (def) {
+        add_str(d, "<|im_start|>system\n", 0, 0);
+        af_chat_doc_add_text(d, def, dl, 0, 0);
+        add_str(d, "<|im_end|>\n", 0, 0);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const char *role = af_chat_role_name(m[i].role);
+        int tgt = m[i].role == AF_ROLE_ASSISTANT && i >= target_from;
+        add_str(d, "<|im_start|>", 0, 0);
+        /* one piece from the role header to the end-of-turn token: cut only next to special tokens */
+        size_t off = d->len, head = strlen(role) + 1;
+        put(d, role, strlen(role));
+        put(d, "\n", 1);
+        put(d, m[i].content, m[i].len);
+        put(d, "<|im_end|>", 10);
+        end_piece(d, off, tgt, tgt ? head : 0);
+        add_str(d, "\n", 0, 0);
+    }
+    if (gen) add_str(d, "<|im_start|>assistant\n", 0, 0);
+}
+
+static af_status render_gemma(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                              int gen, af_chat_doc *d) {
+    if (tok && tok->bos >= 0) af_chat_doc_add_id(d, tok->bos, 0);
+    int32_t start = m[0].role == AF_ROLE_SYSTEM ? 1 : 0;
+    for (int32_t i = start; i < n; i++) {
+        af_chat_role want = (i - start) % 2 == 0 ? AF_ROLE_USER : AF_ROLE_ASSISTANT;
+        if (m[i].role != want)
+            return af_fail(AF_ERR_FORMAT, "messages[%d]: role '%s' where Gemma's chat template needs '%s' (after an "
+                           "optional first system message, turns must alternate user, assistant, user, ...)",
+                           (int)i, af_chat_role_name(m[i].role), af_chat_role_name(want));
+        int tgt = want == AF_ROLE_ASSISTANT && i >= target_from;
+        const char *head = want == AF_ROLE_ASSISTANT ? "model\n" : "user\n";
+        size_t b, e;
+        trim(m[i].content, m[i].len, &b, &e);
+        add_str(d, "<start_of_turn>", 0, 0);
+        size_t off = d->len;
+        put(d, head, strlen(head));
+        if (start && i == start) {
+            put(d, m[0].content, m[0].len);
+            put(d, "\n\n", 2);
+        }
+        put(d, m[i].content + b, e - b);
+        put(d, "<end_of_turn>", 13);
+        end_piece(d, off, tgt, tgt ? strlen(head) : 0);
+        add_str(d, "\n", 0, 0);
+    }
+    if (gen) add_str(d, "<start_of_turn>model\n", 0, 0);
+    return AF_OK;
+}
+
+af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                         int32_t target_from, int add_generation_prompt, af_chat_doc *d) {
+    if (!d || !m || n < 1 || fam == AF_CHAT_NONE)
+        return af_fail(AF_ERR_INVALID_ARG, "chat render: %s", fam == AF_CHAT_NONE ? "no template family" : "no message");
+    af_status st = AF_OK;
+    put(d, "", 0);
+    if (fam == AF_CHAT_CHATML)
+        render_chatml(tok, m, n, target_from, add_generation_prompt, d);
+    else
+        st = render_gemma(tok, m, n, target_from, add_generation_prompt, d);
+    if (st == AF_OK && d->oom) st = af_fail(AF_ERR_NOMEM, "chat render: out of memory");
+    if (st != AF_OK) af_chat_doc_free(d);
+    return st;
+}
+
+af_status af_chat_doc_plain(const af_tokenizer *tok, const char *prompt, size_t plen, const char *text, size_t len,
+                            af_chat_doc *d) {
+    if (!tok || !d || (!text && len) || (!prompt && plen)) return af_fail(AF_ERR_INVALID_ARG, "plain document: NULL argument");
+    put(d, "", 0);
+    if (tok->add_bos && tok->bos >= 0) af_chat_doc_add_id(d, tok->bos, 0);
+    if (plen) af_chat_doc_add_text(d, prompt, plen, 0, 0);
+    if (len) af_chat_doc_add_text(d, text, len, 1, 0);
+    if (tok->eos >= 0) {
+        size_t el = tok->doff[tok->eos + 1] - tok->doff[tok->eos];
+        const char *et = tok->dec + tok->doff[tok->eos];
+        if (!(el && len >= el && !memcmp(text + len - el, et, el))) af_chat_doc_add_id(d, tok->eos, 1);
+    }
+    if (d->oom) {
+        af_chat_doc_free(d);
+        return af_fail(AF_ERR_NOMEM, "plain document: out of memory");
+    }
+    return AF_OK;
+}
+
+/* ---- tokenization ---- */
+af_status af_chat_doc_tokenize(const af_tokenizer *tok, const af_chat_doc *d, int32_t **ids, uint8_t **mask,
+                               size_t *n) {
+    if (!tok || !d || !ids || !mask || !n) return af_fail(AF_ERR_INVALID_ARG, "chat tokenize: NULL argument");
+    *ids = NULL;
+    *mask = NULL;
+    *n = 0;
+    if (d->oom) return af_fail(AF_ERR_NOMEM, "chat tokenize: incomplete document (out of memory)");
+    af_ids out = {0};
+    uint8_t *m = NULL;
+    size_t mcap = 0;
+    af_status st = AF_OK;
+    for (int32_t k = 0; k < d->n && st == AF_OK; k++) {
+        const af_chat_piece *p = &d->pc[k];
+        size_t n0 = out.n;
+        if (!p->len) {
+            st = af_ids_push(&out, p->id);
+        } else {
+            int32_t *v = NULL;
+            size_t nv = 0;
+            st = af_tokenize(tok, d->text + p->off, p->len, 0, 1, &v, &nv);
+            for (size_t i = 0; st == AF_OK && i < nv; i++) st = af_ids_push(&out, v[i]);
+            free(v);
+        }
+        if (st != AF_OK) break;
+        if (out.n > mcap) {
+            size_t nc = out.cap > out.n ? out.cap : out.n;
+            uint8_t *nm = realloc(m, nc);
+            if (!nm) {
+                st = af_fail(AF_ERR_NOMEM, "chat tokenize: out of memory");
+                break;
+            }
+            m = nm;
+            mcap = nc;
+        }
+        size_t pos = 0; /* bytes of the piece covered by the tokens so far */
+        for (size_t i = n0; i < out.n; i++) {
+            int b = p->len ? af_token_to_bytes(tok, out.v[i], 1, NULL, 0) : 0;
+            pos += b > 0 ? (size_t)b : 0;
+            m[i] = (uint8_t)(p->target && (!p->len || pos > p->head));
+        }
+    }
+    if (st != AF_OK) {
+        free(out.v);
+        free(m);
+        return st;
+    }
+    if (!out.v) out.v = malloc(sizeof *out.v);
+    if (!m) m = malloc(1);
+    if (!out.v || !m) {
+        free(out.v);
+        free(m);
+        return af_fail(AF_ERR_NOMEM, "chat tokenize: out of memory");
+    }
+    *ids = out.v;
+    *mask = m;
+    *n = out.n;
+    return AF_OK;
+}
+
+/* ---- the single-turn generation prompt ---- */
 af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const char *user, char **out) {
     if (!tok || !user || !out) return af_fail(AF_ERR_INVALID_ARG, "af_chat_format: NULL argument");
     *out = NULL;
-    const char *tmpl = tok->chat_template;
-    enum { NONE, CHATML, GEMMA } fam = NONE;
-    if (tmpl) {
-        if (strstr(tmpl, "<|im_start|>")) fam = CHATML;
-        else if (strstr(tmpl, "<start_of_turn>")) fam = GEMMA;
-    } else if (af_tokenizer_find(tok, "<start_of_turn>", 15) >= 0) {
-        fam = GEMMA;
-    } else if (af_tokenizer_find(tok, "<|im_start|>", 12) >= 0) {
-        fam = CHATML;
-    }
-    if (fam == NONE)
-        return af_fail(AF_ERR_UNSUPPORTED, "af_chat_format: %s", tmpl ? "chat template is neither ChatML "
-                       "(<|im_start|>) nor Gemma (<start_of_turn>)" : "model has no chat template and "
-                       "no <|im_start|> / <start_of_turn> token");
-    sbuf b = {0};
-    if (fam == CHATML) {
-        size_t dl = 0;
-        const char *def = system ? NULL : default_system(tmpl, &dl);
-        if (system || def) {
-            puts_(&b, "<|im_start|>system\n");
-            if (system) puts_(&b, system);
-            else put(&b, def, dl);
-            puts_(&b, "<|im_end|>\n");
-        }
-        puts_(&b, "<|im_start|>user\n");
-        puts_(&b, user);
-        puts_(&b, "<|im_end|>\n<|im_start|>assistant\n");
-    } else {
-        puts_(&b, "<start_of_turn>user\n");
-        if (system) {
-            puts_(&b, system);
-            puts_(&b, "\n\n");
-        }
-        size_t s = 0, e = strlen(user); /* Jinja `| trim` */
-        while (s < e && is_ws(user[s])) s++;
-        while (e > s && is_ws(user[e - 1])) e--;
-        put(&b, user + s, e - s);
-        puts_(&b, "<end_of_turn>\n<start_of_turn>model\n");
-    }
-    if (b.oom || !b.p) {
-        free(b.p);
-        return af_fail(AF_ERR_NOMEM, "af_chat_format: out of memory");
-    }
-    *out = b.p;
+    af_chat_family fam;
+    AF_TRY(af_chat_family_of(tok, NULL, &fam));
+    af_chat_msg m[2];
+    int32_t n = 0;
+    if (system) m[n++] = (af_chat_msg){AF_ROLE_SYSTEM, system, strlen(system)};
+    m[n++] = (af_chat_msg){AF_ROLE_USER, user, strlen(user)};
+    af_chat_doc d = {0};
+    AF_TRY(af_chat_render(tok, fam, m, n, n, 1, &d));
+    *out = d.text; /* the BOS piece (Gemma) has no text: af_tokenize adds BOS */
+    free(d.pc);
     return AF_OK;
 }

@@ -18,6 +18,7 @@
 #define AF_TOKENIZER_H
 
 #include "formats/gguf.h"
+#include "formats/lm_jsonl.h"
 
 /* Build a tokenizer from an open GGUF. Copies everything it needs (does not borrow `g`).
  * `*out`: free with af_tokenizer_free().
@@ -36,17 +37,89 @@ const char *af_tokenizer_chat_template(const af_tokenizer *tok);
  * tokens made only of spaces are respelled with U+2581, e.g. "▁▁"), or -1. */
 int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len);
 
+/* ---- chat templates (chat.c) ----
+ * The Jinja templates are NOT interpreted: the family is recognised and its fixed layout reproduced.
+ * Reference: transformers' apply_chat_template with the model's template (tests/ref/
+ * make_chat_fixture.py; tests/test_lm_data.c requires identical token ids). Two families:
+ *  ChatML (SmolLM2, Qwen2.5): per message "<|im_start|>{role}\n{content}<|im_end|>\n"; when the
+ *     first message is not a system message and the template writes a literal default system prompt
+ *     ("<|im_start|>system\n" TEXT "<|im_end|>" with no Jinja inside TEXT; SmolLM2: "You are a
+ *     helpful AI assistant named SmolLM, trained by Hugging Face"), that system turn comes first.
+ *     Generation prompt: "<|im_start|>assistant\n". No BOS.
+ *  Gemma (Gemma 3): BOS, then an optional first system message becomes a prefix "{system}\n\n" of the
+ *     first user turn; the other messages must alternate user, assistant, user, ... (the template
+ *     raises otherwise); per message "<start_of_turn>{user|model}\n{trim(content)}<end_of_turn>\n"
+ *     where trim strips Unicode white space at both ends (Python str.strip, Jinja's `trim`).
+ *     Generation prompt: "<start_of_turn>model\n".
+ * Family: from tokenizer.chat_template ("<|im_start|>" -> ChatML, "<start_of_turn>" -> Gemma; a
+ * template holding "<think>" is refused: its reasoning blocks are not reproduced), or, when the file
+ * has no template (the Gemma 3 GGUFs), from the vocabulary (<start_of_turn>, then <|im_start|>). */
+typedef enum af_chat_family { AF_CHAT_NONE = 0, AF_CHAT_CHATML = 1, AF_CHAT_GEMMA = 2 } af_chat_family;
+
+/* "none", "chatml", "gemma". */
+const char *af_chat_family_name(af_chat_family f);
+
+/* The family to render with: `override` "chatml" or "gemma" forces it; NULL or "auto" recognises
+ * the model's (see above). Errors: AF_ERR_INVALID_ARG (unknown override name),
+ * AF_ERR_UNSUPPORTED (no recognisable template; the message names --chat-template chatml|gemma). */
+af_status af_chat_family_of(const af_tokenizer *tok, const char *override, af_chat_family *fam);
+
+/* A rendered document: its text and the pieces it is tokenized in. Each piece is tokenized on its
+ * own (af_tokenize with add_special = 0, parse_special = 1, as transformers tokenizes a rendered
+ * template) and the ids are concatenated. The renderer cuts the text only next to a special token
+ * (the tokenizer splits there anyway), so the ids equal those of the whole text. A piece with
+ * len 0 is the single token `id` (BOS, EOS). `target` marks the tokens of the piece as loss targets,
+ * except the leading tokens lying wholly inside the first `head` bytes (a role header such as
+ * "assistant\n"): a token holding any byte past `head` is a target. */
+typedef struct af_chat_piece {
+    size_t off, len, head;
+    int32_t id;
+    int target;
+} af_chat_piece;
+
+typedef struct af_chat_doc {
+    char *text;        /* NUL-terminated, owned */
+    size_t len, cap;
+    af_chat_piece *pc; /* [n] owned */
+    int32_t n, pcap;
+    int oom;           /* an append failed: the document is incomplete */
+} af_chat_doc;
+
+/* Append text s[0..len) as a piece (non-target text merges into a preceding non-target piece), or one
+ * token id. Allocation failures set d->oom (checked by af_chat_render / af_chat_doc_tokenize). */
+void af_chat_doc_add_text(af_chat_doc *d, const char *s, size_t len, int target, size_t head);
+void af_chat_doc_add_id(af_chat_doc *d, int32_t id, int target);
+void af_chat_doc_free(af_chat_doc *d);
+
+/* Render messages m[0..n) (n >= 1) with family `fam` into `*d` (zero-initialised by the caller; on
+ * error it is freed). Assistant messages with index >= target_from are targets: their content and
+ * end-of-turn token ("<|im_end|>" / "<end_of_turn>"), not the role header and not the "\n" after
+ * the end-of-turn token. add_generation_prompt appends the assistant header. `tok` supplies the
+ * default system prompt (ChatML) and BOS (Gemma); it may be NULL (neither).
+ * Errors: AF_ERR_FORMAT "messages[i]: ..." (Gemma: turns that do not alternate), AF_ERR_INVALID_ARG
+ * (fam NONE, n < 1), AF_ERR_NOMEM. */
+af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                         int32_t target_from, int add_generation_prompt, af_chat_doc *d);
+
+/* Document of a plain (non-chat) example into `*d` (zero-initialised by the caller; freed on error):
+ * [BOS when the tokenizer adds one (add_bos_token)], `prompt` (not a target; NULL/plen 0: none),
+ * `text` (targets), then EOS (a target) unless `text` already ends with the EOS token's text (TRL's
+ * rule for its eos_token); prompt and text are separate pieces (tokenized separately).
+ * Errors: AF_ERR_INVALID_ARG (NULL tok/d), AF_ERR_NOMEM. */
+af_status af_chat_doc_plain(const af_tokenizer *tok, const char *prompt, size_t plen, const char *text, size_t len,
+                            af_chat_doc *d);
+
+/* Token ids of `d` (`*ids` [*n]) and per id 1 = loss target (`*mask` [*n]); both malloc'ed, caller
+ * frees. Thread-safe on a shared tokenizer. Errors: AF_ERR_INVALID_ARG (NULL, d->oom -> AF_ERR_NOMEM),
+ * AF_ERR_NOMEM. */
+af_status af_chat_doc_tokenize(const af_tokenizer *tok, const af_chat_doc *d, int32_t **ids, uint8_t **mask,
+                               size_t *n);
+
 /* Chat prompt for one (optional) system turn and one user turn, ready for generation; the engine
- * behind af_chat_format(). Family chosen from tokenizer.chat_template ("<|im_start|>" -> ChatML,
- * "<start_of_turn>" -> Gemma), or, when the file has no template, from the vocabulary.
- *  ChatML: "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
- *          "<|im_start|>assistant\n"; with system == NULL the template's default system prompt is
- *          used when it has one (SmolLM2: "You are a helpful AI assistant named SmolLM, trained by
- *          Hugging Face"), else the system turn is left out.
- *  Gemma:  "<start_of_turn>user\n{system + "\n\n" if system}{trim(user)}<end_of_turn>\n"
- *          "<start_of_turn>model\n" (no "<bos>": af_tokenize adds it).
- * `system` may be NULL (no system turn); `user` must not be. `*out`: malloc'ed, NUL-terminated,
- * caller frees. Errors: AF_ERR_INVALID_ARG, AF_ERR_UNSUPPORTED (unknown template), AF_ERR_NOMEM. */
+ * behind af_chat_format(): af_chat_render of [system?, user] with the generation prompt, as text
+ * without the BOS (af_tokenize adds it). With system == NULL the ChatML default system prompt is
+ * used when the template has one. `user` must not be NULL. `*out`: malloc'ed, NUL-terminated, caller
+ * frees. Errors: AF_ERR_INVALID_ARG, AF_ERR_UNSUPPORTED (unknown template), AF_ERR_NOMEM. */
 af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const char *user, char **out);
 
 #endif /* AF_TOKENIZER_H */

@@ -345,18 +345,36 @@ static af_status check_call(const af_lora_trainer *tr, const char *fn, const int
     return AF_OK;
 }
 
-af_status af_lora_trainer_accumulate_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
-                                           uint64_t micro_batch, double *loss, float *logits) {
+/* The engine options of micro-batch `micro_batch` of the current step (training mode, its dropout seed). */
+static af_step_opts micro_opts(af_lora_trainer *tr, uint64_t micro_batch) {
     if (tr->n_micro == 0) tr->nf_where[0] = 0; /* the first micro-batch of a step */
     const af_step_opts so = {(af_pooling)tr->o.pooling, tr->class_w, tr->o.checkpointing != 0, 1,
                              af_ctr_key(tr->o.seed, (uint64_t)tr->step_count, micro_batch, DROPOUT_TAG)};
-    AF_TRY(af_engine_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, loss, logits));
-    if (!isfinite(*loss) && !tr->nonfinite) {
-        AF_TRY(locate_nonfinite_loss(tr, b, &so));
+    return so;
+}
+
+/* After a micro-batch: record a non-finite loss (first of the step) and count the micro-batch. */
+static af_status micro_done(af_lora_trainer *tr, const af_batch *b, const af_step_opts *so, double loss) {
+    if (!isfinite(loss) && !tr->nonfinite) {
+        AF_TRY(locate_nonfinite_loss(tr, b, so));
         tr->nonfinite = 1;
     }
     tr->n_micro++;
     return AF_OK;
+}
+
+af_status af_lora_trainer_accumulate_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
+                                           uint64_t micro_batch, double *loss, float *logits) {
+    const af_step_opts so = micro_opts(tr, micro_batch);
+    AF_TRY(af_engine_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, loss, logits));
+    return micro_done(tr, b, &so, *loss);
+}
+
+af_status af_lora_trainer_accumulate_lm_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
+                                              uint64_t micro_batch, af_lm_loss *res) {
+    const af_step_opts so = micro_opts(tr, micro_batch);
+    AF_TRY(af_engine_lm_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, res));
+    return micro_done(tr, b, &so, res->loss_sum);
 }
 
 static af_status accumulate(af_lora_trainer *tr, const char *fn, const int32_t *tokens, const int32_t *seq_start,
@@ -390,6 +408,51 @@ af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32
     static const char *fn = "af_lora_trainer_accumulate_multilabel";
     if (!targets) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL targets", fn);
     return accumulate(tr, fn, tokens, seq_start, n_samples, NULL, targets, grad_scale, loss, logits);
+}
+
+/* Checks of the causal-LM entry points (the engine validates seq_start, tokens and targets). */
+static af_status check_lm_call(const af_lora_trainer *tr, const char *fn, const int32_t *tokens,
+                               const int32_t *seq_start, int32_t n_samples, const int32_t *targets) {
+    if (!tr || !tokens || !seq_start || !targets) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (tr->lay.num_classes > 0)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: the trainer has a classification head (num_classes = %d); a causal-LM "
+                                           "trainer is made with num_classes = 0", fn, tr->lay.num_classes);
+    if (n_samples < 1) return af_fail(AF_ERR_INVALID_ARG, "%s: n_samples = %d < 1", fn, n_samples);
+    return AF_OK;
+}
+
+static void lm_out(const af_lm_loss *r, double *loss_sum, int64_t *n_targets, int64_t *n_correct) {
+    if (loss_sum) *loss_sum = r->loss_sum;
+    if (n_targets) *n_targets = r->n_targets;
+    if (n_correct) *n_correct = r->n_correct;
+}
+
+af_status af_lora_trainer_accumulate_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                        int32_t n_samples, const int32_t *targets, float grad_scale,
+                                        double *loss_sum, int64_t *n_targets, int64_t *n_correct) {
+    static const char *fn = "af_lora_trainer_accumulate_lm";
+    AF_TRY(check_lm_call(tr, fn, tokens, seq_start, n_samples, targets));
+    if (!isfinite(grad_scale)) return af_fail(AF_ERR_INVALID_ARG, "%s: grad_scale = %g is not finite", fn, (double)grad_scale);
+    const af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], NULL, NULL, targets};
+    af_lm_loss r;
+    af_status st = af_lora_trainer_accumulate_lm_batch(tr, &b, grad_scale, (uint64_t)tr->n_micro, &r);
+    if (st != AF_OK) return refail(st, fn);
+    lm_out(&r, loss_sum, n_targets, n_correct);
+    return AF_OK;
+}
+
+af_status af_lora_trainer_forward_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+                                     int32_t n_samples, const int32_t *targets, double *loss_sum,
+                                     int64_t *n_targets, int64_t *n_correct) {
+    static const char *fn = "af_lora_trainer_forward_lm";
+    AF_TRY(check_lm_call(tr, fn, tokens, seq_start, n_samples, targets));
+    const af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], NULL, NULL, targets};
+    const af_step_opts so = {(af_pooling)tr->o.pooling, NULL, 0, 0, 0};
+    af_lm_loss r;
+    af_status st = af_engine_lm_step(tr->eng, tr->P, NULL, &b, &so, 0.0f, &r);
+    if (st != AF_OK) return refail(st, fn);
+    lm_out(&r, loss_sum, n_targets, n_correct);
+    return AF_OK;
 }
 
 /* Gradient and micro-batch count of the step cleared (the non-finite report stays readable). */

@@ -63,6 +63,12 @@ void af_lora_trainer_get_view(af_lora_trainer *tr, af_lora_trainer_view *v);
 af_status af_lora_trainer_accumulate_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
                                            uint64_t micro_batch, double *loss, float *logits);
 
+/* Causal-LM micro-batch (as af_lora_trainer_accumulate_batch, through af_engine_lm_step): b->targets
+ * set; ADDS the gradient of grad_scale · loss_sum; *res as af_engine_lm_step writes it. Same
+ * dropout seed, non-finite handling and micro-batch count. */
+af_status af_lora_trainer_accumulate_lm_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
+                                              uint64_t micro_batch, af_lm_loss *res);
+
 /* Where the first non-finite value of the current step (or, after af_lora_trainer_step, of the
  * step just taken) appeared; "" when the step is finite. Borrowed, valid until the next
  * accumulate or zero_grad. Forms:

@@ -222,6 +222,10 @@ af_status af_dataset_subset(const af_dataset *ds, const int32_t *idx, int32_t m,
         else if (ds->labels)
             s->labels[k] = ds->labels[i];
     }
+    if (!ds->multi_label && !ds->labels) { /* causal-LM sets keep labels NULL */
+        free(s->labels);
+        s->labels = NULL;
+    }
     *out = s;
     return AF_OK;
 }
@@ -268,7 +272,7 @@ af_status af_data_stats_compute(const af_dataset *ds, af_data_stats *s) {
             for (int32_t c = 0; c < C; c++)
                 if (ds->multi_hot[(size_t)i * (size_t)C + (size_t)c]) s->class_count[c]++, any = 1;
             s->n_labelled += any;
-        } else if (ds->labels[i] >= 0 && ds->labels[i] < C) {
+        } else if (ds->labels && ds->labels[i] >= 0 && ds->labels[i] < C) {
             s->class_count[ds->labels[i]]++;
             s->n_labelled++;
         }
@@ -416,7 +420,7 @@ void af_shuffle_perm(int32_t *perm, int32_t n, uint64_t seed, uint64_t epoch) {
 
 /* ---- stratified split ---- */
 static int32_t stratum(const af_dataset *ds, int32_t i) {
-    if (!ds->multi_label) return ds->labels[i] < 0 ? ds->num_classes : ds->labels[i];
+    if (!ds->multi_label) return !ds->labels || ds->labels[i] < 0 ? ds->num_classes : ds->labels[i];
     for (int32_t c = 0; c < ds->num_classes; c++)
         if (ds->multi_hot[(size_t)i * (size_t)ds->num_classes + (size_t)c]) return c;
     return ds->num_classes;
@@ -603,4 +607,123 @@ int af_batcher_next(af_batcher *b, af_packed_batch *pb) {
     if (af_batcher_pack(b, b->order + b->pos, m, pb) != AF_OK) return -1;
     b->pos += m;
     return 1;
+}
+
+/* ---- causal-LM data sets from token arrays (tests, tools) ---- */
+
+af_status af_dataset_from_tokens_lm(const int32_t *ids, const int64_t *off, int32_t n, const uint8_t *mask,
+                                    int32_t max_seq_len, af_dataset **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "LM dataset: NULL out");
+    *out = NULL;
+    if (n < 1 || !ids || !off || !mask || max_seq_len < 1)
+        return af_fail(AF_ERR_INVALID_ARG, "LM dataset: invalid arguments (n %d, max_seq_len %d, ids/off/mask %s)",
+                       (int)n, (int)max_seq_len, ids && off && mask ? "set" : "NULL");
+    int64_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t len = off[i + 1] - off[i];
+        if (len < 1 || len > INT32_MAX)
+            return af_fail(AF_ERR_INVALID_ARG, "LM dataset: sample %d: %lld tokens", (int)i, (long long)len);
+        if (mask[off[i]])
+            return af_fail(AF_ERR_INVALID_ARG, "LM dataset: sample %d: its first token is marked as a target (nothing "
+                                               "before it in the sample predicts it)", (int)i);
+        total += len < max_seq_len ? len : max_seq_len;
+    }
+    af_dataset *ds = ds_alloc(n, 0, 0);
+    if (ds) {
+        free(ds->labels);
+        ds->labels = NULL;
+    }
+    if (!ds || !(ds->tokens = malloc((size_t)total * sizeof *ds->tokens)) ||
+        !(ds->target_mask = malloc((size_t)total))) {
+        af_dataset_free(ds);
+        return af_fail(AF_ERR_NOMEM, "LM dataset: out of memory");
+    }
+    ds->max_seq_len = max_seq_len;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t len = off[i + 1] - off[i], keep = len < max_seq_len ? len : max_seq_len;
+        ds->orig_len[i] = (int32_t)len;
+        ds->tok_off[i + 1] = ds->tok_off[i] + keep;
+        memcpy(ds->tokens + ds->tok_off[i], ids + off[i], (size_t)keep * sizeof(int32_t));
+        for (int64_t j = 0; j < keep; j++) ds->target_mask[ds->tok_off[i] + j] = mask[off[i] + j] ? 1 : 0;
+    }
+    *out = ds;
+    return AF_OK;
+}
+
+/* ---- packing of causal-LM micro-batches ---- */
+
+int64_t af_dataset_n_targets(const af_dataset *ds, int32_t i) {
+    if (!ds->target_mask) return 0;
+    int64_t k = 0;
+    for (int64_t t = ds->tok_off[i] + 1; t < ds->tok_off[i + 1]; t++) k += ds->target_mask[t] != 0;
+    return k;
+}
+
+typedef struct bfd_item {
+    int32_t len, rank, idx;
+} bfd_item;
+
+static int bfd_cmp(const void *a, const void *b) {
+    const bfd_item *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1; /* longest first */
+    return (x->rank > y->rank) - (x->rank < y->rank);      /* ties: the given order */
+}
+
+af_status af_pack_bfd(const af_dataset *ds, const int32_t *order, int32_t n, int64_t budget, uint64_t shuffle_seed,
+                      int32_t *idx, int32_t *off, int32_t *n_bins) {
+    *n_bins = 0;
+    if (n < 1 || budget < 1) return af_fail(AF_ERR_INVALID_ARG, "packing: n = %d, budget = %lld", (int)n, (long long)budget);
+    bfd_item *it = malloc(sizeof *it * (size_t)n);
+    int64_t *room = malloc(sizeof *room * (size_t)n);
+    int32_t *bin = malloc(sizeof *bin * (size_t)n), *cnt = calloc((size_t)n + 1, sizeof *cnt);
+    int32_t *perm = malloc(sizeof *perm * (size_t)n), *pos = malloc(sizeof *pos * (size_t)n);
+    af_status st = AF_OK;
+    if (!it || !room || !bin || !cnt || !perm || !pos) {
+        st = af_fail(AF_ERR_NOMEM, "packing: out of memory");
+        goto done;
+    }
+    for (int32_t k = 0; k < n; k++) {
+        const int32_t i = order ? order[k] : k;
+        if (i < 0 || i >= ds->n) {
+            st = af_fail(AF_ERR_INVALID_ARG, "packing: index %d out of range [0, %d)", (int)i, (int)ds->n);
+            goto done;
+        }
+        it[k] = (bfd_item){af_dataset_len(ds, i), k, i};
+        if (it[k].len > budget) {
+            st = af_fail(AF_ERR_INVALID_ARG, "packing: sample %d has %d tokens, more than the budget %lld", (int)i,
+                         (int)it[k].len, (long long)budget);
+            goto done;
+        }
+    }
+    qsort(it, (size_t)n, sizeof *it, bfd_cmp);
+    int32_t nb = 0;
+    for (int32_t k = 0; k < n; k++) { /* best fit: the fullest bin the item still fits in (lowest index on ties) */
+        int32_t best = -1;
+        for (int32_t b = 0; b < nb; b++)
+            if (room[b] >= it[k].len && (best < 0 || room[b] < room[best])) best = b;
+        if (best < 0) room[best = nb++] = budget;
+        room[best] -= it[k].len;
+        bin[k] = best;
+        cnt[best + 1]++;
+    }
+    /* bins in a seeded random order, so long and short bins are spread over the epoch */
+    for (int32_t b = 0; b < nb; b++) perm[b] = b;
+    af_shuffle_i32(perm, nb, shuffle_seed);
+    int32_t at = 0; /* pos[b]: where bin b's samples go in idx */
+    for (int32_t q = 0; q < nb; q++) {
+        off[q] = at;
+        pos[perm[q]] = at;
+        at += cnt[perm[q] + 1];
+    }
+    off[nb] = at;
+    for (int32_t k = 0; k < n; k++) idx[pos[bin[k]]++] = it[k].idx; /* inside a bin: longest first */
+    *n_bins = nb;
+done:
+    free(it);
+    free(room);
+    free(bin);
+    free(cnt);
+    free(perm);
+    free(pos);
+    return st;
 }

@@ -161,4 +161,31 @@ af_status af_batcher_pack(af_batcher *b, const int32_t *idx, int32_t m, af_packe
 int64_t af_batcher_count(const af_batcher *b);
 void af_batcher_free(af_batcher *b);
 
+/* ---- causal-LM data sets from token arrays (tests, tools) ---- */
+/* Sample i = ids[off[i] .. off[i+1]) (off [n + 1]) with its loss mask mask[off[i] .. off[i+1])
+ * (1 = the token is a target, predicted from the token before it; so the first token of a sample
+ * may not be 1). Everything is copied; truncation keeps the first max_seq_len tokens (and their
+ * mask). num_classes 0, labels and multi_hot NULL, target_mask set (the struct's contract above).
+ * Samples left without any target are kept (the JSONL reader drops them; af_lm_dataset_read).
+ * Errors: AF_ERR_INVALID_ARG (n < 1, NULL array, max_seq_len < 1, an empty sample, a target on a
+ * sample's first token: the message names the sample), AF_ERR_NOMEM. */
+af_status af_dataset_from_tokens_lm(const int32_t *ids, const int64_t *off, int32_t n, const uint8_t *mask,
+                                    int32_t max_seq_len, af_dataset **out);
+
+/* Target tokens of sample i of a causal-LM set (target_mask 1 after its first token); 0 without a mask. */
+int64_t af_dataset_n_targets(const af_dataset *ds, int32_t i);
+
+/* Packing of causal-LM micro-batches by best-fit decreasing (Johnson 1973; the bin-packing used
+ * for SFT packing, e.g. TRL's packing_strategy="bfd"): the samples order[0..n) (NULL: 0..n-1) are
+ * sorted by length, longest first (ties keep the given order, e.g. an epoch's shuffle), and each
+ * goes into the bin with the least room left that still holds it (a new bin when none does); a bin
+ * holds at most `budget` tokens. Samples are never split (each is already truncated to
+ * max_seq_len <= budget). The bins are then put in the order of af_shuffle_i32(shuffle_seed).
+ * Output: idx [n] the sample indices bin after bin, off [n + 1] bin q = idx[off[q] .. off[q+1]),
+ * *n_bins. The bin count depends only on the multiset of lengths, so it is the same for every
+ * shuffle of the same samples. Errors: AF_ERR_INVALID_ARG (n < 1, budget < 1, index out of range,
+ * a sample longer than budget), AF_ERR_NOMEM. */
+af_status af_pack_bfd(const af_dataset *ds, const int32_t *order, int32_t n, int64_t budget, uint64_t shuffle_seed,
+                      int32_t *idx, int32_t *off, int32_t *n_bins);
+
 #endif /* AF_DATA_H */

@@ -59,6 +59,8 @@ size_t af_engine_bytes(const af_model *model, const af_param_layout *lay, int64_
     af_carver cv = {NULL, 0};
     const int32_t n_adapted = model->cfg.num_hidden_layers - af_lora_lowest_layer(lay);
     plan(&cv, NULL, model, lay, n_tok, checkpointing || n_adapted < 1 ? 1 : n_adapted);
+    /* a layout without a classification head is a causal-LM run: + the LM head's logits chunk */
+    if (lay->num_classes <= 0) cv.used += sizeof(float) * (size_t)af_lm_head_scratch_floats(model);
     return cv.used;
 }
 
@@ -84,11 +86,11 @@ void af_engine_free(af_engine *e) {
     if (!e) return;
     engine_pc_clear(&e->pc);
     af_free_aligned(e->mem);
+    af_free_aligned(e->lm_scr);
     free(e->sets);
     free(e);
 }
 
-/* Make room for n tokens and at least `n_sets` activation sets. */
 /* Make room for n tokens and at least `n_sets` activation sets. */
 af_status engine_reserve(af_engine *e, int64_t n, int32_t n_sets) {
     if (e->mem && n <= e->cap && n_sets <= e->n_sets) return AF_OK;
@@ -149,7 +151,7 @@ af_status engine_check_batch(const af_engine *e, const af_batch *b, int need_lab
     const af_model *m = e->m;
     const af_param_layout *lay = e->lay;
     if (!b || !b->tokens || !b->seq_start) return af_fail(AF_ERR_INVALID_ARG, "batch: NULL tokens or seq_start");
-    if (lay->num_classes <= 0 || lay->head_w_off < 0)
+    if (!b->targets && (lay->num_classes <= 0 || lay->head_w_off < 0))
         return af_fail(AF_ERR_INVALID_ARG, "batch: the parameter layout has no classification head");
     if (b->n_samples < 1) return af_fail(AF_ERR_INVALID_ARG, "batch: n_samples = %d < 1", b->n_samples);
     if (b->seq_start[0] != 0) return af_fail(AF_ERR_INVALID_ARG, "batch: seq_start[0] = %d, expected 0", b->seq_start[0]);
@@ -164,6 +166,14 @@ af_status engine_check_batch(const af_engine *e, const af_batch *b, int need_lab
         if (b->tokens[t] < 0 || b->tokens[t] >= m->cfg.vocab_size)
             return af_fail(AF_ERR_INVALID_ARG, "batch: token %d at position %lld is outside the vocabulary [0, %d)",
                            b->tokens[t], (long long)t, m->cfg.vocab_size);
+    if (b->targets) {
+        for (int64_t t = 0; t < b->n_tok; t++)
+            if (b->targets[t] < -1 || b->targets[t] >= m->cfg.vocab_size)
+                return af_fail(AF_ERR_INVALID_ARG,
+                               "batch: target %d at position %lld is neither -1 nor in the vocabulary [0, %d)",
+                               b->targets[t], (long long)t, m->cfg.vocab_size);
+        return AF_OK;
+    }
     if (need_labels) {
         if (!b->labels && !b->multi_hot) return af_fail(AF_ERR_INVALID_ARG, "batch: no labels and no multi_hot targets");
         if (b->labels)
@@ -199,7 +209,8 @@ void engine_frozen_prefix(af_engine *e, const af_tf_run *R, const int32_t *token
     }
 }
 
-/* Embedding, positions and every layer; final normed states in e->hN, pooled [B, H] and logits.
+/* Embedding, positions and every layer; final normed states in e->hN, pooled [B, H] and logits
+ * (pooled == NULL, causal LM: stops after the last layer; the LM head loss does the final norm).
  * The frozen layers below e->lo run without keeping anything (engine_frozen_prefix), or come from
  * the prefix cache. Only layers lo.. keep their input (xs) and, with `save`, their own activation
  * set. */
@@ -215,6 +226,7 @@ void engine_forward_all(af_engine *e, const af_tf_run *R, const af_batch *b, int
         af_tf_acts *S = &e->sets[save ? l - lo : 0];
         af_tf_layer_forward(R, l, S, engine_xs_at(e, l, n), engine_xs_at(e, l + 1, n));
     }
+    if (!pooled) return;
     af_tf_final_norm(e->ctx, m, e->hN, e->rstdN, engine_xs_at(e, L, n), n);
     probe(R, e->hN, n * H, "model.norm output");
     af_pool_forward(pooled, e->hN, b->seq_start, b->n_samples, H, pool);
@@ -250,6 +262,20 @@ af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, con
 
 static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
 
+/* The walk's backward from e->ws.dX = dL/d(last layer output) down to the lowest adapted layer
+ * only (nothing below it is trainable), recomputing each layer's activations first when
+ * checkpointing. LoRA gradients are ADDED into G. */
+static void backward_layers(af_engine *e, const af_tf_run *R, float *G, int ckpt) {
+    const int64_t NL = e->m->cfg.num_hidden_layers, n = R->n;
+    const int32_t lo = e->lo;
+    for (int32_t l = (int32_t)NL - 1; l >= lo; l--) {
+        const float *x = engine_xs_at(e, l, n);
+        af_tf_acts *S = &e->sets[ckpt ? 0 : l - lo];
+        if (ckpt) af_tf_layer_forward(R, l, S, x, engine_xs_at(e, l + 1, n)); /* recompute */
+        af_tf_layer_backward(R, l, S, G, x, l > lo);
+    }
+}
+
 af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch *b, const af_step_opts *o,
                          float grad_scale, double *loss, float *logits) {
     if (!e || !P || !G || !loss) return af_fail(AF_ERR_INVALID_ARG, "engine step: NULL argument");
@@ -284,13 +310,36 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     af_pool_backward(ws->dT, dpooled, b->seq_start, B, H, o->pooling);
     zero(ws->dX, n * H);
     af_tf_final_norm_backward(e->ctx, m, ws->dX, ws->dT, engine_xs_at(e, NL, n), e->rstdN, n);
-    /* down to the lowest adapted layer only: nothing below it is trainable */
-    for (int32_t l = (int32_t)NL - 1; l >= lo; l--) {
-        const float *x = engine_xs_at(e, l, n);
-        af_tf_acts *S = &e->sets[ckpt ? 0 : l - lo];
-        if (ckpt) af_tf_layer_forward(&R, l, S, x, engine_xs_at(e, l + 1, n)); /* recompute */
-        af_tf_layer_backward(&R, l, S, G, x, l > lo);
-    }
+    backward_layers(e, &R, G, ckpt);
     free(small);
+    return AF_OK;
+}
+
+/* ---------------------------------------------------------------- causal LM */
+
+af_status af_engine_lm_step(af_engine *e, const float *P, float *G, const af_batch *b, const af_step_opts *o,
+                            float grad_scale, af_lm_loss *res) {
+    if (!e || !P || !b || !res) return af_fail(AF_ERR_INVALID_ARG, "engine LM step: NULL argument");
+    if (!b->targets) return af_fail(AF_ERR_INVALID_ARG, "engine LM step: the batch has no next-token targets");
+    if (!o) o = &default_opts;
+    AF_TRY(engine_check_batch(e, b, 0));
+    const af_model *m = e->m;
+    const int64_t NL = m->cfg.num_hidden_layers, n = b->n_tok;
+    const int grad = G != NULL, ckpt = o->checkpointing != 0 || !grad;
+    const int32_t lo = e->lo;
+    AF_TRY(engine_reserve(e, n, ckpt || lo >= NL - 1 ? 1 : (int32_t)NL - lo));
+    if (!e->lm_scr) {
+        e->lm_scr = af_malloc_aligned(sizeof(float) * (size_t)af_lm_head_scratch_floats(m));
+        if (!e->lm_scr) return af_fail(AF_ERR_NOMEM, "engine LM step: out of memory for the logits chunk");
+    }
+    af_tf_run R = engine_run(e, P, b->seq_start, b->n_samples, n, o->train && e->lay->lora.dropout > 0,
+                             o->dropout_seed);
+    engine_forward_all(e, &R, b, !ckpt, NULL, NULL, o->pooling);
+    af_tf_scratch *ws = &e->ws;
+    if (grad) zero(ws->dX, n * m->cfg.hidden_size);
+    af_lm_head_loss(e->ctx, m, engine_xs_at(e, NL, n), b->targets, n, e->hN, e->rstdN, grad ? ws->dX : NULL,
+                    grad_scale, e->lm_scr, res);
+    if (!grad || !isfinite(res->loss_sum)) return AF_OK; /* non-finite: no gradient added (caller skips) */
+    backward_layers(e, &R, G, o->checkpointing != 0);
     return AF_OK;
 }

@@ -33,6 +33,7 @@
 
 #include "lora/lora.h"
 #include "model/model.h"
+#include "model/transformer.h"
 #include "train/head.h"
 
 typedef struct af_batch {
@@ -79,6 +80,22 @@ af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, con
 af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch *b, const af_step_opts *o,
                          float grad_scale, double *loss, float *logits);
 
+/* Causal-LM step (the same walk, workspace, dropout and checkpointing as af_engine_step; no
+ * pooling or classification head): b->targets [n_tok] must be set (next-token target of each
+ * position, -1 = no loss; data.h af_packed_batch.targets), labels/multi_hot are ignored. Runs the
+ * layers, then the LM head loss of model/transformer.h (af_lm_head_loss: final norm, logits in
+ * chunks of af_lm_chunk_rows rows, soft-cap, softmax cross-entropy) and, when G != NULL, the
+ * backward: ADDS the gradient of grad_scale · loss_sum into G [n_total] (the trainer passes
+ * grad_scale = 1 / target tokens of the whole accumulated batch: transformers PR #34191).
+ * G == NULL: forward only (evaluation; no activation set per layer is kept whatever o says).
+ * *res: loss_sum (nats, Σ over target positions), n_targets, n_correct (argmax == target).
+ * A non-finite loss_sum is returned with AF_OK and NO gradient is added. A batch without any
+ * target gives loss_sum 0, n_targets 0 and no gradient.
+ * Errors: AF_ERR_INVALID_ARG (NULL targets, empty sample, token or target out of range),
+ * AF_ERR_NOMEM. */
+af_status af_engine_lm_step(af_engine *e, const float *P, float *G, const af_batch *b, const af_step_opts *o,
+                            float grad_scale, af_lm_loss *res);
+
 /* Where a forward first produces a non-finite value (for the trainer's report of a skipped step;
  * costs one forward with a scan after every stage, so call it only after a non-finite loss).
  * Runs the forward of `b` as af_engine_step does (same P and dropout seed; the prefix cache is
@@ -123,7 +140,8 @@ int32_t af_engine_first_layer(const af_engine *e);
 void af_engine_set_block_rows(af_engine *e, int64_t rows);
 
 /* Bytes of workspace the engine would use for a batch of n_tok tokens (activations + scratch),
- * with or without checkpointing. */
+ * with or without checkpointing; for a layout without a classification head (causal LM) plus the
+ * LM head's scratch (one logits chunk [af_lm_chunk_rows, vocab] and two [chunk, H]). */
 size_t af_engine_bytes(const af_model *model, const af_param_layout *lay, int64_t n_tok, int checkpointing);
 
 #endif /* AF_ENGINE_H */

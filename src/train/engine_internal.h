@@ -42,6 +42,7 @@ struct af_engine {
     int32_t *sub_tok, *sub_ss, *sub_idx; /* [cap], [cap + 1], [cap]: the samples of a batch missing from the
                                             prefix cache: their tokens, sample starts, batch indices */
     prefix_cache pc;
+    float *lm_scr;        /* causal LM: af_lm_head_loss scratch [af_lm_head_scratch_floats], made on first use */
     int probe;            /* af_engine_locate_nonfinite: check every stage of the forward */
     char probe_at[160];   /* the first stage holding a non-finite value ("" = none yet) */
 };

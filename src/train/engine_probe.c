@@ -34,7 +34,12 @@ af_status af_engine_locate_nonfinite(af_engine *e, const float *P, const af_batc
     e->probe_at[0] = 0;
     af_tf_run R = engine_run(e, P, b->seq_start, b->n_samples, b->n_tok, o->train && e->lay->lora.dropout > 0,
                              o->dropout_seed);
-    engine_forward_all(e, &R, b, 0, buf, buf + b->n_samples * H, o->pooling);
+    if (b->targets) { /* causal LM: the layers, then the final norm (the head loss follows it) */
+        engine_forward_all(e, &R, b, 0, NULL, NULL, o->pooling);
+        af_tf_final_norm(e->ctx, e->m, e->hN, e->rstdN, engine_xs_at(e, e->m->cfg.num_hidden_layers, b->n_tok), b->n_tok);
+        engine_probe(e, e->hN, b->n_tok * H, -1, "model.norm output", "");
+    } else
+        engine_forward_all(e, &R, b, 0, buf, buf + b->n_samples * H, o->pooling);
     e->probe = 0;
     snprintf(where, cap, "%s", e->probe_at);
     free(buf);

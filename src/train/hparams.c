@@ -130,10 +130,15 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
     if (!(c->epochs > 0 && isfinite(c->epochs)) && c->max_steps <= 0)
         ADD(AF_DIAG_ERROR, "length-invalid", "use --epochs 3", "training length is zero: epochs %s, max_steps %lld",
             num(a, sizeof a, c->epochs), (long long)c->max_steps);
-    if (c->num_classes < 2)
+    if (c->causal_lm) {
+        if (!s || s->n == 0) {
+            ADD(AF_DIAG_ERROR, "data-empty", "check the training file", "the training data have no sample");
+            return AF_OK;
+        }
+    } else if (c->num_classes < 2)
         ADD(AF_DIAG_ERROR, "classes-invalid", "give a label list with >= 2 names (--labels a,b)",
             "classification needs at least 2 classes, got %d", (int)c->num_classes);
-    if (!s || s->n == 0 || s->n_labelled == 0) {
+    if (!c->causal_lm && (!s || s->n == 0 || s->n_labelled == 0)) {
         ADD(AF_DIAG_ERROR, "data-empty", "check the training file and its label field",
             "the training data have no labelled sample");
         return AF_OK; /* the data rules need statistics */

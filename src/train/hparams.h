@@ -53,6 +53,7 @@ typedef struct af_train_config {
     int32_t num_classes;
     const char *const *label_names; /* [num_classes] for messages, or NULL */
     const char *class_weights;      /* spec as given to af_class_weights, NULL = "uniform" */
+    int causal_lm;                  /* 1: causal-LM run (no classes: the class rules are skipped) */
 } af_train_config;
 
 /* af_diag_severity, af_diag, af_diag_list: include/afinar.h ("Training runs"). */

@@ -29,6 +29,10 @@ struct af_train_settings {
 #define BIG 1e15
 static const af_setting_info k_keys[] = {
     {"model", AF_SETTING_TEXT, 'm', 0, 0, "FILE", "GGUF base model (needs its tokenizer)"},
+    {"task", AF_SETTING_TEXT, 0, 0, 0, "NAME", "classification (default) | causal-lm: next-token LoRA SFT on text, prompt/completion or messages JSONL; causal-lm defaults --targets all-linear --lora-layers all --lr 2e-4 (all linear layers as in QLoRA, Dettmers et al. 2023, and PEFT/TRL's SFT guides)"},
+    {"loss-on", AF_SETTING_TEXT, 0, 0, 0, "auto|all", "causal-lm: tokens with a loss: auto (default: completion only for prompt/completion, assistant turns for messages, all for text) or all"},
+    {"chat-template", AF_SETTING_TEXT, 0, 0, 0, "NAME", "causal-lm: render messages with chatml or gemma instead of the model's own template"},
+    {"packing", AF_SETTING_BOOL, 0, 0, 0, NULL, "causal-lm: pack samples into micro-batches of --batch x --max-seq-len tokens by best-fit decreasing (default on; --no-packing: --batch samples each)"},
     {"train", AF_SETTING_TEXT, 0, 0, 0, "FILE", "training data, JSONL: {\"input\": text, \"label\": id|name} or \"labels\": [...]"},
     {"val", AF_SETTING_TEXT, 0, 0, 0, "FILE", "validation data (JSONL); evaluation, best checkpoint and early stopping use it"},
     {"val-split", AF_SETTING_NUMBER, 0, 0, 0.99, "F", "hold out fraction F of train (stratified, seeded) as validation (default 0: none)"},
@@ -274,6 +278,19 @@ af_status af_train_settings_to_opts(af_train_settings *ts, af_trainer_opts *o) {
     af_trainer_opts_defaults(o);
     const cJSON *e;
     int have_epochs = 0, have_steps = 0;
+    /* the task first: causal-lm changes the defaults of the keys below (see the "task" help) */
+    e = cJSON_GetObjectItemCaseSensitive(ts->obj, "task");
+    if (e) {
+        const char *task = cJSON_IsString(e) ? e->valuestring : NULL;
+        if (task && !strcmp(task, "causal-lm")) {
+            o->task = AF_TASK_CAUSAL_LM;
+            o->targets = "all-linear";
+            o->lora_layers = "all";
+            o->lr = 2e-4;
+        } else if (!task || strcmp(task, "classification") != 0)
+            return af_fail(AF_ERR_INVALID_ARG, "--task: expected classification or causal-lm, got '%s'",
+                           task ? task : "a non-string");
+    }
     cJSON_ArrayForEach(e, ts->obj) {
         const af_setting_info *d = find_key(e->string);
         if (!d) continue;
@@ -297,6 +314,10 @@ af_status af_train_settings_to_opts(af_train_settings *ts, af_trainer_opts *o) {
         const char *n = d->name;
 #define IS(x) (!strcmp(n, x))
         if (IS("model")) o->model_path = s;
+        else if (IS("task")) continue; /* read above */
+        else if (IS("loss-on")) o->loss_on = s;
+        else if (IS("chat-template")) o->chat_template = s;
+        else if (IS("packing")) o->packing = b;
         else if (IS("train")) o->train_path = s;
         else if (IS("val")) o->val_path = s;
         else if (IS("val-split")) o->val_split = v;

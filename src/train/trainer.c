@@ -37,6 +37,21 @@ void af_trainer_opts_defaults(af_trainer_opts *o) {
     o->max_nonfinite = 5;
     o->progress_tty = -1;
     o->plot = 1;
+    o->task = AF_TASK_CLASSIFICATION;
+    o->packing = -1;
+}
+
+/* The one call into the causal-LM JSONL reader (af_lm_dataset_read); its report is kept for
+ * af_trainer_report. */
+static af_status read_lm_file(af_trainer *t, const char *path, af_lm_data_report *rep, af_dataset **out) {
+    const af_trainer_opts *o = &t->o;
+    af_lm_data_opts lo;
+    af_lm_data_opts_init(&lo);
+    lo.max_seq_len = o->max_seq_len;
+    lo.loss_on = o->loss_on;
+    lo.chat_template = o->chat_template;
+    lo.report = rep;
+    return af_lm_dataset_read(t->ctx, path, t->model, &lo, out);
 }
 
 void af_trainer_free(af_trainer *t) {
@@ -194,10 +209,20 @@ static size_t cgroup_limit(void) {
     return 0;
 }
 
-static void plan(af_trainer *t) {
+static af_status plan(af_trainer *t) {
     const af_trainer_opts *o = &t->o;
     const int64_t n = t->train->n;
     t->n_micro = (n + o->batch - 1) / o->batch;
+    if (t->packing) { /* bins of epoch 0; every epoch has as many (af_pack_bfd) */
+        int32_t *idx = af_malloc(sizeof(int32_t) * (size_t)n), *off = af_malloc(sizeof(int32_t) * (size_t)(n + 1));
+        int32_t nb = 0;
+        af_status st = idx && off ? af_pack_bfd(t->train, NULL, (int32_t)n, t->budget, 0, idx, off, &nb)
+                                  : af_fail(AF_ERR_NOMEM, "trainer: out of memory");
+        free(idx);
+        free(off);
+        if (st != AF_OK) return st;
+        t->n_micro = nb;
+    }
     t->spe = (t->n_micro + o->grad_accum - 1) / o->grad_accum;
     if (o->max_steps > 0) t->total = o->max_steps;
     else if (o->epochs > 0) {
@@ -207,7 +232,7 @@ static void plan(af_trainer *t) {
     t->warmup = o->warmup_steps >= 0 ? o->warmup_steps : (int64_t)ceil(o->warmup_ratio * (double)t->total - 1e-9);
     if (t->warmup < 0) t->warmup = 0;
     /* memory: model mapping + engine workspace of the biggest micro-batch + P, G, M, V + logits */
-    t->max_mb_tokens = top_tokens(t->train, o->batch);
+    t->max_mb_tokens = t->packing ? t->budget : top_tokens(t->train, o->batch);
     int64_t ev = top_tokens(t->val, o->eval_batch > 0 ? o->eval_batch : o->batch);
     size_t eng = af_engine_bytes(t->model, &t->lay, t->max_mb_tokens, o->checkpointing);
     size_t eng_ev = t->val ? af_engine_bytes(t->model, &t->lay, ev, 1) : 0;
@@ -225,6 +250,7 @@ static void plan(af_trainer *t) {
             kvd = (int64_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
     t->n_model_params = (int64_t)c->vocab_size * H * (c->tie_word_embeddings ? 1 : 2) +
                         (int64_t)c->num_hidden_layers * (2 * H * qd + 2 * H * kvd + 3 * H * F + 2 * H) + H;
+    return AF_OK;
 }
 
 /* The run's context t->ctx: the base (o->ctx, else the model's, else the defaults) with o->threads,
@@ -276,6 +302,23 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
         FAIL(AF_ERR_INVALID_ARG, "give either --val FILE or --val-split FRACTION, not both");
     if (!o->train_data && !o->train_path) FAIL(AF_ERR_INVALID_ARG, "no training data (--train FILE.jsonl)");
     if (!o->model && !o->model_path) FAIL(AF_ERR_INVALID_ARG, "no model (-m FILE.gguf)");
+    if (o->task != AF_TASK_CLASSIFICATION && o->task != AF_TASK_CAUSAL_LM)
+        FAIL(AF_ERR_INVALID_ARG, "--task: %d is neither classification nor causal-lm", (int)o->task);
+    t->lm = o->task == AF_TASK_CAUSAL_LM;
+    if (t->lm) {
+        if (o->labels || o->num_classes > 0 || o->multi_label || o->label_field)
+            FAIL(AF_ERR_INVALID_ARG, "--task causal-lm: --%s applies to classification only",
+                 o->labels ? "labels" : o->num_classes > 0 ? "num-classes" : o->multi_label ? "multi-label" : "label-field");
+        if (strcmp(o->class_weights, "uniform") != 0)
+            FAIL(AF_ERR_INVALID_ARG, "--task causal-lm: --class-weights %s applies to classification only", o->class_weights);
+        if (o->head_bias) FAIL(AF_ERR_INVALID_ARG, "--task causal-lm: --head-bias applies to classification only (no head)");
+        if (o->loss_on && strcmp(o->loss_on, "auto") != 0 && strcmp(o->loss_on, "all") != 0)
+            FAIL(AF_ERR_INVALID_ARG, "--loss-on: expected auto or all, got '%s'", o->loss_on);
+        t->packing = o->packing != 0;
+        t->budget = (int64_t)o->batch * o->max_seq_len;
+    } else if (o->loss_on || o->chat_template || o->packing > 0)
+        FAIL(AF_ERR_INVALID_ARG, "--%s applies to --task causal-lm only",
+             o->loss_on ? "loss-on" : o->chat_template ? "chat-template" : "packing");
     if (o->output_dir && !o->resume) { /* the output checks, before the data are read and reported */
         struct stat ob;
         char what[256];
@@ -310,12 +353,32 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
         if (t->val && (t->val->num_classes != t->num_classes || t->val->multi_label != t->multi_label))
             FAIL(AF_ERR_INVALID_ARG, "validation data: %d classes (%s), training data: %d (%s)", t->val->num_classes,
                  t->val->multi_label ? "multi" : "single", t->num_classes, t->multi_label ? "multi" : "single");
+    } else if (t->lm) {
+        st = read_lm_file(t, o->train_path, &t->lm_rep_train, &t->train_owned);
+        if (st == AF_OK) t->have_lm_rep = 1;
+        if (st == AF_OK && o->val_path) {
+            st = read_lm_file(t, o->val_path, &t->lm_rep_val, &t->val_owned);
+            if (st == AF_OK) t->have_lm_rep = 2;
+        }
+        if (st != AF_OK) goto fail;
+        t->train = t->train_owned;
+        t->val = t->val_owned;
     } else {
         st = load_text_data(t);
         if (st != AF_OK) goto fail;
         t->train = t->train_owned;
         t->val = t->val_owned;
     }
+    if (t->lm) { /* causal-LM data: token masks, no labels */
+        const af_dataset *bad = !t->train->target_mask || t->train->num_classes > 0 ? t->train
+                              : t->val && (!t->val->target_mask || t->val->num_classes > 0) ? t->val : NULL;
+        if (bad)
+            FAIL(AF_ERR_INVALID_ARG, "--task causal-lm: %s data set has %s", bad == t->train ? "the training" : "the validation",
+                 bad->target_mask ? "class labels" : "no loss mask (a classification data set?)");
+        t->num_classes = 0;
+        t->multi_label = 0;
+    } else if (t->train->target_mask || (t->val && t->val->target_mask))
+        FAIL(AF_ERR_INVALID_ARG, "a causal-LM data set (with a loss mask) given to a classification run: use --task causal-lm");
     if (o->val_split > 0) {
         st = split_train(t);
         if (st != AF_OK) goto fail;
@@ -339,7 +402,8 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     if (top_n > n_layers && end && !*end) lspec = "all"; /* default top10 on a smaller model: every layer */
     st = af_lora_parse_layers(lspec, n_layers, &lmin, &lend);
     if (st != AF_OK) goto fail;
-    st = af_param_layout_init_layers(&t->lay, t->model, &lc, t->num_classes > 0 ? t->num_classes : 1, lmin, lend);
+    st = af_param_layout_init_layers(&t->lay, t->model, &lc, t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1, lmin,
+                                     lend);
     if (st != AF_OK) goto fail;
     t->have_lay = 1;
     if (strcmp(o->class_weights, "uniform") != 0) {
@@ -351,10 +415,11 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
         st = af_class_weights(&t->st_train, o->class_weights, t->class_w);
         if (st != AF_OK) goto fail;
     }
-    plan(t);
+    st = plan(t);
+    if (st != AF_OK) goto fail;
     af_train_config hc = {o->lr, o->lora_r, o->lora_alpha, o->use_rslora, o->batch, o->grad_accum, o->max_grad_norm,
                           o->epochs, o->max_steps, o->max_seq_len, t->n_model_params, t->num_classes,
-                          (const char *const *)t->label_names, o->class_weights};
+                          (const char *const *)t->label_names, o->class_weights, t->lm};
     st = af_hparams_check(&hc, &t->st_train, &t->diags);
     if (st != AF_OK) goto fail;
 #undef FAIL
@@ -382,18 +447,31 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
     if (!fp) return;
     const af_trainer_opts *o = &t->o;
     const char *const *names = (const char *const *)t->label_names;
-    af_data_stats_print(&t->st_train, names, o->val_split > 0 ? "training data (after the validation split)"
-                                                               : "training data", fp);
-    if (t->have_st_val) af_data_stats_print(&t->st_val, names, o->val_split > 0 ? "validation data (split)" : "validation data", fp);
-    else fprintf(fp, "validation: none (give --val FILE or --val-split 0.1 for evaluation, best checkpoint "
+    if (t->have_lm_rep >= 1) af_lm_data_report_print(&t->lm_rep_train, "training file", fp);
+    if (t->have_lm_rep >= 2) af_lm_data_report_print(&t->lm_rep_val, "validation file", fp);
+    if (!t->have_lm_rep)
+        af_data_stats_print(&t->st_train, names, o->val_split > 0 ? "training data (after the validation split)"
+                                                                   : "training data", fp);
+    if (t->have_st_val) {
+        if (t->have_lm_rep < 2)
+            af_data_stats_print(&t->st_val, names, o->val_split > 0 ? "validation data (split)" : "validation data", fp);
+    } else fprintf(fp, "validation: none (give --val FILE or --val-split 0.1 for evaluation, best checkpoint "
                      "selection and early stopping)\n");
     const af_param_layout *l = &t->lay;
-    fprintf(fp, "\nplan: %lld optimizer steps (%lld per epoch = %lld micro-batches of %d / grad-accum %d; "
-                "effective batch %d), warm-up %lld, schedule %s, lr %g -> %g\n",
-            (long long)t->total, (long long)t->spe, (long long)t->n_micro, o->batch, o->grad_accum,
-            o->batch * o->grad_accum, (long long)t->warmup,
-            o->schedule == AF_SCHED_COSINE ? "cosine" : o->schedule == AF_SCHED_LINEAR ? "linear" : "constant", o->lr,
-            o->schedule == AF_SCHED_CONSTANT ? o->lr : o->lr_min);
+    const char *sched = o->schedule == AF_SCHED_COSINE ? "cosine" : o->schedule == AF_SCHED_LINEAR ? "linear" : "constant";
+    if (t->packing)
+        fprintf(fp, "\nplan: causal LM, %lld optimizer steps (%lld per epoch = %lld packed micro-batches of <= %lld "
+                    "tokens (--batch %d x --max-seq-len %d, best-fit decreasing) / grad-accum %d), warm-up %lld, "
+                    "schedule %s, lr %g -> %g; loss = sum of token losses / target tokens of the whole step\n",
+                (long long)t->total, (long long)t->spe, (long long)t->n_micro, (long long)t->budget, o->batch,
+                o->max_seq_len, o->grad_accum, (long long)t->warmup, sched, o->lr,
+                o->schedule == AF_SCHED_CONSTANT ? o->lr : o->lr_min);
+    else
+        fprintf(fp, "\nplan: %s%lld optimizer steps (%lld per epoch = %lld micro-batches of %d / grad-accum %d; "
+                    "effective batch %d), warm-up %lld, schedule %s, lr %g -> %g\n",
+                t->lm ? "causal LM, " : "", (long long)t->total, (long long)t->spe, (long long)t->n_micro, o->batch,
+                o->grad_accum, o->batch * o->grad_accum, (long long)t->warmup, sched, o->lr,
+                o->schedule == AF_SCHED_CONSTANT ? o->lr : o->lr_min);
     if (o->max_steps > 0 && o->epochs > 0 && t->spe > 0)
         fprintf(fp, "      --max-steps %lld sets the length (%.2f epochs); --epochs is not used\n",
                 (long long)o->max_steps, (double)o->max_steps / (double)t->spe);
@@ -406,11 +484,17 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
     char ly[64] = "";
     if (l->layer_min > 0 || l->layer_end < l->n_layers)
         snprintf(ly, sizeof ly, " of layers %d-%d (of %d)", l->layer_min, l->layer_end - 1, l->n_layers);
-    fprintf(fp, "      LoRA r %d alpha %g (scale %g) dropout %g on %s%s; head %d x %d %s; pooling %s; %lld trainable "
-                "parameters (base model ~%.1fM)\n",
-            l->lora.r, l->lora.alpha, l->scale, l->lora.dropout, tg, ly, l->num_classes, l->hidden,
-            o->head_bias ? "+ bias" : "(no bias)", o->pooling == AF_POOL_LAST ? "last" : "mean",
-            (long long)(l->n_total - (o->head_bias ? 0 : l->num_classes)), (double)t->n_model_params / 1e6);
+    if (t->lm)
+        fprintf(fp, "      LoRA r %d alpha %g (scale %g) dropout %g on %s%s; no head (the model's LM head, frozen); "
+                    "%lld trainable parameters (base model ~%.1fM)\n",
+                l->lora.r, l->lora.alpha, l->scale, l->lora.dropout, tg, ly, (long long)l->n_total,
+                (double)t->n_model_params / 1e6);
+    else
+        fprintf(fp, "      LoRA r %d alpha %g (scale %g) dropout %g on %s%s; head %d x %d %s; pooling %s; %lld trainable "
+                    "parameters (base model ~%.1fM)\n",
+                l->lora.r, l->lora.alpha, l->scale, l->lora.dropout, tg, ly, l->num_classes, l->hidden,
+                o->head_bias ? "+ bias" : "(no bias)", o->pooling == AF_POOL_LAST ? "last" : "mean",
+                (long long)(l->n_total - (o->head_bias ? 0 : l->num_classes)), (double)t->n_model_params / 1e6);
     fprintf(fp, "      matmul precision %s%s\n", af_ctx_matmul_precision(t->ctx),
             t->ctx->bf16 ? " (bfloat16 operands, f32 accumulation, in the frozen-weight products)" : "");
     if (t->class_w) {

@@ -58,6 +58,19 @@
  *   of later steps, and continues so that the result is bit-identical to an uninterrupted run
  *   (same thread count; tests/test_trainer.c checks it).
  * The library prints only to opts.log (progress, data statistics, diagnostics, summary).
+ *
+ * Causal LM (opts.task = AF_TASK_CAUSAL_LM; docs/ARCHITECTURE.md §4b): the data set carries
+ *   target_mask instead of labels, the layout has no head. The epoch's shuffled order is packed
+ *   (opts.packing, default) by best-fit decreasing into micro-batches of batch x max_seq_len tokens
+ *   (af_pack_bfd, data.h; the bins in a seeded order; the same bin count every epoch), else
+ *   `batch` samples each. A step counts the target tokens N of all its micro-batches first and
+ *   accumulates each with grad_scale 1/N (Σ token losses / N; transformers PR #34191).
+ *   metrics.jsonl train lines {"type":"train","step","epoch","loss","mean_token_accuracy",
+ *   "num_tokens","grad_norm","learning_rate","perplexity","tokens_per_s","elapsed"[,"skipped"]}
+ *   (TRL's names), eval lines {"type":"eval","split":"val","step","epoch","eval_loss",
+ *   "eval_mean_token_accuracy","perplexity","eval_num_tokens"}; best/ is the lowest eval_loss and
+ *   patience counts evaluations without a lower one. trainer_state.safetensors adds
+ *   "lm_counters" (num_tokens). Adapters: PEFT CAUSAL_LM (no head; afinar.json "task").
  */
 #ifndef AF_TRAINER_H
 #define AF_TRAINER_H
@@ -99,5 +112,11 @@ typedef struct af_classifier {
  * samples (NaN when none). */
 af_status af_eval_probs(af_engine *e, const float *P, const af_param_layout *lay, const af_dataset *ds,
                         int32_t batch, af_pooling pooling, int multi_label, float *probs, double *loss);
+
+/* Causal LM: token loss sum, target and correct counts of every sample of ds (ds->target_mask set)
+ * with parameters P, forward only (no dropout), `batch` samples per call in data-set order.
+ * eval_loss = loss_sum / n_targets, eval_mean_token_accuracy = n_correct / n_targets,
+ * perplexity = exp(eval_loss). Errors: AF_ERR_INVALID_ARG, AF_ERR_NOMEM (af_engine_lm_step). */
+af_status af_lm_eval(af_engine *e, const float *P, const af_dataset *ds, int32_t batch, af_lm_loss *out);
 
 #endif /* AF_TRAINER_H */

@@ -201,8 +201,9 @@ static af_status write_state(const af_trainer *t, const char *dir, const float *
     double v[N_F64];
     pack_state(rs, c, v);
     const int64_t n = t->lay.n_total;
-    af_st_write_tensor ts[5];
+    af_st_write_tensor ts[6];
     memset(ts, 0, sizeof ts);
+    const int64_t lmc[1] = {rs->tokens_seen}; /* causal LM only: TRL's num_tokens */
     const char *nm[3] = {"params", "adam_m", "adam_v"};
     const float *src[3] = {P, M, V};
     for (int i = 0; i < 3; i++) {
@@ -222,7 +223,8 @@ static af_status write_state(const af_trainer *t, const char *dir, const float *
     keys[N_CHECK + 1] = "version", vals[N_CHECK + 1] = "1";
     char *path = af_path_join(dir, STATE_FILE);
     if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
-    af_status st = af_st_write(path, ts, 5, keys, vals, N_CHECK + 2);
+    if (t->lm) ts[5] = (af_st_write_tensor){"lm_counters", AF_ST_I64, 1, {1}, NULL, lmc};
+    af_status st = af_st_write(path, ts, t->lm ? 6 : 5, keys, vals, N_CHECK + 2);
     free(path);
     return st;
 }
@@ -272,6 +274,14 @@ af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, floa
     memcpy(c, tc->data, sizeof c); /* little-endian host assumed (x86-64, aarch64) */
     memcpy(v, tf->data, sizeof v);
     unpack_state(rs, c, v);
+    if (t->lm) {
+        const af_st_tensor *tl = af_st_find(f, "lm_counters");
+        if (!tl || tl->dtype != AF_ST_I64 || tl->n_elem != 1) {
+            st = af_fail(AF_ERR_FORMAT, "%s: missing or malformed tensor lm_counters (I64 [1]) of a causal-LM run", path);
+            goto done;
+        }
+        memcpy(&rs->tokens_seen, tl->data, sizeof rs->tokens_seen);
+    }
     if (rs->step < 0 || rs->step > t->total) st = af_fail(AF_ERR_FORMAT, "%s: counters: step %lld out of range", path, (long long)rs->step);
 done:
     af_st_close(f);
@@ -290,7 +300,26 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
     af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
     if (st == AF_OK) st = rm_tree(tmp);
     if (st == AF_OK) st = af_mkdir_p(tmp);
-    if (st == AF_OK) {
+    if (st == AF_OK && t->lm) { /* causal LM: PEFT CAUSAL_LM adapter (no head, no pooling) */
+        cJSON_AddStringToObject(extra, "task", "causal-lm");
+        cJSON_AddNumberToObject(extra, "step", (double)rs->step);
+        if (selected_by) cJSON_AddStringToObject(extra, "selected_by", selected_by);
+        if (rs->best_step > 0 && isfinite(rs->best)) cJSON_AddNumberToObject(extra, "best_eval_loss", rs->best);
+        if (o->model_path) cJSON_AddStringToObject(extra, "base_model_path", o->model_path);
+        if (o->loss_on) cJSON_AddStringToObject(extra, "loss_on", o->loss_on);
+        if (o->chat_template) cJSON_AddStringToObject(extra, "chat_template", o->chat_template);
+        const af_model_config *mc = af_model_get_config(t->model);
+        af_adapter_save_opts ao;
+        memset(&ao, 0, sizeof ao);
+        ao.base_model_name_or_path = o->model_path;
+        ao.architecture = mc->architecture;
+        ao.n_head = mc->num_attention_heads;
+        ao.n_kv_head = mc->num_key_value_heads;
+        ao.head_dim = mc->head_dim;
+        ao.max_seq_len = o->max_seq_len;
+        ao.extra = extra;
+        st = af_adapter_save(tmp, &t->lay, P, &ao);
+    } else if (st == AF_OK) {
         cJSON_AddBoolToObject(extra, "multi_label", t->multi_label);
         cJSON_AddNumberToObject(extra, "step", (double)rs->step);
         if (selected_by) cJSON_AddStringToObject(extra, "selected_by", selected_by);
@@ -478,6 +507,11 @@ void af_tr_plot(const char *out_dir, FILE *log) {
                 const char *k1 = pass ? "accuracy" : "acc";
                 double l = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "loss"));
                 double a = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, k1));
+                if (!cJSON_GetObjectItemCaseSensitive(j, k1)) { /* causal LM: TRL's names */
+                    if (pass) l = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "eval_loss"));
+                    a = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                        j, pass ? "eval_mean_token_accuracy" : "mean_token_accuracy"));
+                }
                 double f = pass ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "macro_f1")) : 0;
                 if (isfinite(l) && isfinite(a)) fprintf(gp, "%g %g %g %g\n", s, l, a, isfinite(f) ? f : 0);
                 n_eval += pass;

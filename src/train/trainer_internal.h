@@ -12,6 +12,8 @@
 struct af_trainer {
     af_trainer_opts o;                 /* copy; strings borrowed from the caller */
     af_ctx *ctx;                       /* owned: the run's context (trainer.c make_ctx) */
+    af_lm_data_report lm_rep_train, lm_rep_val; /* causal-LM files: the reader's reports */
+    int have_lm_rep;                   /* 0 none, 1 train, 2 train + val */
     af_model *model_owned;
     const af_model *model;
     af_dataset *train_owned, *val_owned;
@@ -34,6 +36,10 @@ struct af_trainer {
     const char *mem_what;     /* which limit mem_ram is (static string) */
     int64_t n_model_params;
     int ran;
+    /* causal LM (o.task == AF_TASK_CAUSAL_LM) */
+    int lm;                            /* 1: causal-LM run (no head; next-token loss) */
+    int packing;                       /* 1: micro-batches = best-fit-decreasing bins of `budget` tokens */
+    int64_t budget;                    /* packing: tokens per micro-batch (batch x max_seq_len) */
 };
 
 /* Everything that changes during training besides P, M, V (saved in trainer_state). */
@@ -47,10 +53,11 @@ typedef struct af_run_state {
     int64_t ema_n;           /* values folded into the EMAs */
     int64_t last_eval_step;  /* 0: none */
     int64_t samples_seen;
-    double best;             /* best validation macro-F1 (NaN: none) */
+    double best;             /* best validation macro-F1; causal LM: lowest eval loss (NaN: none) */
     double ema_loss, ema_acc;/* raw EMAs (bias-corrected when shown) */
     double elapsed;          /* training seconds before this session */
-    double last_val_acc, last_val_f1;
+    double last_val_acc, last_val_f1; /* causal LM: last eval mean token accuracy, last eval loss */
+    int64_t tokens_seen;     /* causal LM: tokens of all micro-batches so far (TRL num_tokens) */
 } af_run_state;
 
 #define AF_EMA_BETA 0.98

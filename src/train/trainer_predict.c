@@ -70,6 +70,31 @@ af_status af_eval_probs(af_engine *e, const float *P, const af_param_layout *lay
     return st;
 }
 
+af_status af_lm_eval(af_engine *e, const float *P, const af_dataset *ds, int32_t batch, af_lm_loss *out) {
+    memset(out, 0, sizeof *out);
+    if (!e || !P || !ds || batch < 1) return af_fail(AF_ERR_INVALID_ARG, "LM evaluation: NULL argument or batch < 1");
+    af_batcher *bt = NULL;
+    AF_TRY(af_batcher_new(ds, NULL, ds->n, batch, &bt));
+    af_packed_batch pb;
+    af_status st = AF_OK;
+    int r;
+    const af_step_opts so = {AF_POOL_MEAN, NULL, 0, 0, 0};
+    while (st == AF_OK && (r = af_batcher_next(bt, &pb)) != 0) {
+        if (r < 0) {
+            st = AF_ERR_NOMEM;
+            break;
+        }
+        const af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, pb.targets};
+        af_lm_loss l;
+        st = af_engine_lm_step(e, P, NULL, &b, &so, 0.0f, &l);
+        out->loss_sum += l.loss_sum;
+        out->n_targets += l.n_targets;
+        out->n_correct += l.n_correct;
+    }
+    af_batcher_free(bt);
+    return st;
+}
+
 af_status af_eval_metrics(const af_dataset *ds, const float *probs, af_metrics **out) {
     const int32_t C = ds->num_classes;
     if (ds->multi_label) {
@@ -245,4 +270,59 @@ af_status af_classifier_prediction_json(const af_classifier *c, const float *p, 
     if (ok) *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return *out ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
+}
+
+af_status af_lm_evaluate(const af_ctx *ctx, const af_model *model, const char *adapter_dir, float lora_scale,
+                         const af_dataset *ds, int32_t batch, af_lm_eval_result *out) {
+    if (!model || !ds || !out || batch < 1)
+        return af_fail(AF_ERR_INVALID_ARG, "af_lm_evaluate: NULL argument or batch < 1");
+    memset(out, 0, sizeof *out);
+    if (!ds->target_mask)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: not a causal-LM data set (no loss targets)", ds->path ? ds->path : "data");
+    af_param_layout lay;
+    memset(&lay, 0, sizeof lay);
+    float *P = NULL;
+    af_engine *eng = NULL;
+    af_status st;
+    if (adapter_dir) {
+        af_adapter_info info;
+        st = af_adapter_read_info(adapter_dir, &info);
+        if (st != AF_OK) return st;
+        st = af_adapter_load_for_model(adapter_dir, &info, model, 0.0f, 0, AF_ADAPTER_IGNORE_HEAD, &lay, &P);
+        af_adapter_info_free(&info);
+        if (st != AF_OK) return st;
+        /* the correction s·B·A scales with B: --lora-scale multiplies every B */
+        if (lora_scale != 1.0f)
+            for (int32_t l = 0; l < lay.n_layers; l++)
+                for (int p = 0; p < AF_PROJ_COUNT; p++) {
+                    const af_lora_slot *sl = af_lora_slot_at(&lay, l, (af_proj)p);
+                    if (sl->b_off < 0) continue;
+                    for (int64_t k = 0; k < sl->out * lay.lora.r; k++) P[sl->b_off + k] *= lora_scale;
+                }
+    } else {
+        /* base model: a rank-1 q_proj layout whose parameters are all zero adds exactly 0 */
+        af_lora_config lc = {1, 1.0f, 0.0f, 0, 1u << AF_PROJ_Q, 0};
+        st = af_param_layout_init(&lay, model, &lc, 0);
+        if (st != AF_OK) return st;
+        P = af_calloc((size_t)lay.n_total, sizeof(float));
+        if (!P) {
+            af_param_layout_free(&lay);
+            return af_fail(AF_ERR_NOMEM, "LM evaluation: out of memory");
+        }
+    }
+    st = af_engine_new(ctx, model, &lay, &eng);
+    af_lm_loss l;
+    memset(&l, 0, sizeof l);
+    if (st == AF_OK) st = af_lm_eval(eng, P, ds, batch, &l);
+    if (st == AF_OK) {
+        out->n_examples = ds->n;
+        out->n_targets = l.n_targets;
+        out->loss = l.n_targets ? l.loss_sum / (double)l.n_targets : NAN;
+        out->perplexity = exp(out->loss);
+        out->mean_token_accuracy = l.n_targets ? (double)l.n_correct / (double)l.n_targets : NAN;
+    }
+    af_engine_free(eng);
+    free(P);
+    af_param_layout_free(&lay);
+    return st;
 }

@@ -35,6 +35,9 @@ typedef struct loop {
     char good_ckpt[1024];  /* newest checkpoint saved after a finite step (or the resumed one) */
     char nf_where[224];  /* where the current step's non-finite value appeared ("" when finite) */
     char nf_first[288];  /* "step N: <where>" of the first step of the current non-finite run */
+    /* causal LM */
+    int32_t *bin_idx, *bin_off; /* packing: the epoch's micro-batches (af_pack_bfd), [n_train], [n_micro + 1] */
+    int64_t session_tokens;
 } loop;
 
 static double now(void) { return af_time_sec(); }
@@ -65,6 +68,17 @@ static void progress(loop *L, double lr, double gn, int force) {
     double eta = L->session_steps > 0 ? el / (double)L->session_steps * (double)(t->total - rs->step) : NAN;
     char e[32];
     fmt_time(eta, e, sizeof e);
+    if (t->lm) {
+        const double l = ema_shown(rs->ema_loss, rs->ema_n);
+        fprintf(lg, "%sepoch %.2f | step %lld/%lld | loss %.4f | ppl %.4g | token-acc %.3f | lr %.2e | grad-norm %.3g | "
+                    "%.0f tokens/s | ETA %s%s",
+                L->tty ? "\r\033[K" : "", (double)rs->step / (double)t->spe, (long long)rs->step, (long long)t->total, l,
+                exp(l), ema_shown(rs->ema_acc, rs->ema_n), lr, gn, el > 0 ? (double)L->session_tokens / el : 0, e,
+                L->tty ? "" : "\n");
+        fflush(lg);
+        L->live = L->tty;
+        return;
+    }
     fprintf(lg, "%sepoch %.2f | step %lld/%lld | loss %.4f | acc %.3f | lr %.2e | grad-norm %.3g | %.1f samples/s | ETA %s%s",
             L->tty ? "\r\033[K" : "", (double)rs->step / (double)t->spe, (long long)rs->step, (long long)t->total,
             ema_shown(rs->ema_loss, rs->ema_n), ema_shown(rs->ema_acc, rs->ema_n), lr, gn, sps, e,
@@ -138,6 +152,125 @@ static af_status train_step(loop *L, int *finite, double *loss, double *acc, dou
     *finite = st == AF_OK;
     if (!*finite) snprintf(L->nf_where, sizeof L->nf_where, "%s", af_lora_trainer_nonfinite_where(L->lt));
     AF_TRY(af_lora_trainer_get_optim_state(L->lt, NULL, NULL, &L->rs.adam_t, NULL));
+    return AF_OK;
+}
+
+/* Samples of micro-batch j of the current epoch: a packed bin, or `batch` samples of the shuffle. */
+static void lm_micro(const loop *L, int64_t j, const int32_t **idx, int32_t *m) {
+    const af_trainer *t = L->t;
+    if (t->packing) {
+        *idx = L->bin_idx + L->bin_off[j];
+        *m = L->bin_off[j + 1] - L->bin_off[j];
+    } else {
+        const int64_t i0 = j * t->o.batch, n = t->train->n;
+        *idx = L->perm + i0;
+        *m = (int32_t)(n - i0 < t->o.batch ? n - i0 : t->o.batch);
+    }
+}
+
+/* Causal-LM optimizer step (global step rs.step): the epoch's micro-batches (shuffle, then packing),
+ * the target tokens N of ALL the step's micro-batches counted first, each micro-batch accumulated with
+ * grad_scale 1/N (so G = gradient of Σ token losses / N: transformers PR #34191), then
+ * af_lora_trainer_step. loss = Σ token losses / N, acc = mean token accuracy. */
+static af_status train_step_lm(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
+                               int64_t *n_step_out, int64_t *n_tok_out) {
+    af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    const af_dataset *ds = t->train;
+    const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
+    if (af_lora_trainer_step_count(L->lt) != g)
+        return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: step %lld, optimizer at step %lld", (long long)g,
+                       (long long)af_lora_trainer_step_count(L->lt));
+    if (L->perm_epoch != e) {
+        af_shuffle_perm(L->perm, ds->n, o->seed, (uint64_t)e);
+        if (t->packing) {
+            int32_t nb = 0;
+            uint64_t mix = o->seed ^ ((uint64_t)(e + 1) * 0xD1B54A32D192ED03ull);
+            AF_TRY(af_pack_bfd(ds, L->perm, ds->n, t->budget, af_splitmix64(&mix), L->bin_idx, L->bin_off, &nb));
+            if (nb != t->n_micro)
+                return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: epoch %lld packs into %d micro-batches, "
+                                                   "planned %lld", (long long)e, (int)nb, (long long)t->n_micro);
+        }
+        L->perm_epoch = e;
+    }
+    const int64_t mb0 = k * o->grad_accum, mb1 = mb0 + o->grad_accum < t->n_micro ? mb0 + o->grad_accum : t->n_micro;
+    int64_t N = 0, n_step = 0, n_tok = 0;
+    for (int64_t j = mb0; j < mb1; j++) {
+        const int32_t *idx;
+        int32_t m;
+        lm_micro(L, j, &idx, &m);
+        for (int32_t i = 0; i < m; i++) N += af_dataset_n_targets(ds, idx[i]);
+        n_step += m;
+    }
+    const float gs = N > 0 ? (float)(1.0 / (double)N) : 0.0f;
+    double lsum = 0;
+    int64_t correct = 0;
+    *finite = 1;
+    for (int64_t j = mb0; j < mb1; j++) {
+        const int32_t *idx;
+        int32_t m;
+        lm_micro(L, j, &idx, &m);
+        af_packed_batch pb;
+        AF_TRY(af_batcher_pack(L->bt, idx, m, &pb));
+        const af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, pb.targets};
+        af_lm_loss r;
+        AF_TRY(af_lora_trainer_accumulate_lm_batch(L->lt, &b, gs, (uint64_t)j, &r));
+        n_tok += pb.n_tok;
+        if (!isfinite(r.loss_sum)) { /* the step is skipped: its other micro-batches are not run */
+            *finite = 0;
+            lsum = r.loss_sum;
+            break;
+        }
+        lsum += r.loss_sum;
+        correct += r.n_correct;
+    }
+    *loss = !*finite ? lsum : N > 0 ? lsum / (double)N : 0.0;
+    *acc = N > 0 ? (double)correct / (double)N : 0.0;
+    *n_step_out = n_step;
+    *n_tok_out = n_tok;
+    *lr = af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total);
+    af_status st = af_lora_trainer_step(L->lt, (float)*lr, gn);
+    if (st != AF_OK && st != AF_ERR_RANGE) return st;
+    *finite = st == AF_OK;
+    if (!*finite) snprintf(L->nf_where, sizeof L->nf_where, "%s", af_lora_trainer_nonfinite_where(L->lt));
+    AF_TRY(af_lora_trainer_get_optim_state(L->lt, NULL, NULL, &L->rs.adam_t, NULL));
+    return AF_OK;
+}
+
+/* Causal-LM evaluation: eval_loss (nats per target token), eval_mean_token_accuracy, perplexity;
+ * the lowest eval_loss is the best. */
+static af_status evaluate_lm(loop *L, int *improved) {
+    af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    af_run_state *rs = &L->rs;
+    af_lm_loss r;
+    AF_TRY(af_lm_eval(L->eng, L->P, t->val, o->eval_batch > 0 ? o->eval_batch : o->batch, &r));
+    const double vl = r.n_targets > 0 ? r.loss_sum / (double)r.n_targets : NAN;
+    const double va = r.n_targets > 0 ? (double)r.n_correct / (double)r.n_targets : NAN;
+    rs->last_eval_step = rs->step;
+    rs->last_val_acc = va;
+    rs->last_val_f1 = vl;
+    *improved = isfinite(vl) && !(rs->best <= vl); /* NaN best: first evaluation */
+    if (*improved) {
+        rs->best = vl;
+        rs->best_step = rs->step;
+        rs->bad_evals = 0;
+    } else rs->bad_evals++;
+    char line[512];
+    snprintf(line, sizeof line,
+             "{\"type\":\"eval\",\"split\":\"val\",\"step\":%lld,\"epoch\":%.6g,\"eval_loss\":%.9g,"
+             "\"eval_mean_token_accuracy\":%.9g,\"perplexity\":%.9g,\"eval_num_tokens\":%lld}",
+             (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(vl) ? vl : -1.0, isfinite(va) ? va : -1.0,
+             isfinite(vl) ? exp(vl) : -1.0, (long long)r.n_targets);
+    log_line(L, line);
+    if (o->log) {
+        end_live(L);
+        fprintf(o->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  perplexity %.4g  mean_token_accuracy %.4f (%lld "
+                        "target tokens)%s\n",
+                (long long)rs->step, (double)rs->step / (double)t->spe, vl, exp(vl), va, (long long)r.n_targets,
+                *improved ? "  (best so far)" : "");
+        fflush(o->log);
+    }
     return AF_OK;
 }
 
@@ -258,7 +391,7 @@ static af_status prepare_output(af_trainer *t, const char *ckpt, char **owned_ou
 }
 
 static void free_loop(loop *L) {
-    free(L->perm), free(L->logits), free(L->vprobs);
+    free(L->perm), free(L->logits), free(L->vprobs), free(L->bin_idx), free(L->bin_off);
     af_lora_trainer_free(L->lt);
     af_batcher_free(L->bt);
     if (L->mf) fclose(L->mf);
@@ -301,6 +434,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     if (!res) res = &dummy;
     memset(res, 0, sizeof *res);
     res->best_macro_f1 = res->last_val_accuracy = res->last_val_macro_f1 = NAN;
+    res->best_eval_loss = res->last_eval_loss = NAN;
     if (t->ran) return af_fail(AF_ERR_INVALID_ARG, "trainer: af_trainer_run may be called once");
     t->ran = 1;
     af_trainer_opts *o = &t->o;
@@ -327,9 +461,18 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     if (st == AF_OK) st = new_optimizer(t, &L);
     if (st == AF_OK) {
         L.perm = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
-        L.logits = af_malloc(sizeof(float) * (size_t)o->batch * (size_t)C);
-        L.vprobs = t->val ? af_malloc(sizeof(float) * (size_t)t->val->n * (size_t)C) : NULL;
-        if (!L.perm || !L.logits || (t->val && !L.vprobs))
+        if (t->lm) { /* no logits kept: the LM head loss works a chunk at a time */
+            L.logits = af_malloc(sizeof(float));
+            L.vprobs = t->val ? af_malloc(sizeof(float)) : NULL;
+            if (t->packing) {
+                L.bin_idx = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
+                L.bin_off = af_malloc(sizeof(int32_t) * (size_t)(t->train->n + 1));
+            }
+        } else {
+            L.logits = af_malloc(sizeof(float) * (size_t)o->batch * (size_t)C);
+            L.vprobs = t->val ? af_malloc(sizeof(float) * (size_t)t->val->n * (size_t)C) : NULL;
+        }
+        if (!L.perm || !L.logits || (t->val && !L.vprobs) || (t->packing && (!L.bin_idx || !L.bin_off)))
             st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
     }
     if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
@@ -365,23 +508,36 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     while (L.rs.step < t->total) {
         int finite = 0;
         double loss = NAN, acc = 0, gn = NAN, lr = 0;
-        int64_t n_step = 0;
-        st = train_step(&L, &finite, &loss, &acc, &gn, &lr, &n_step);
+        int64_t n_step = 0, n_tok = 0;
+        st = t->lm ? train_step_lm(&L, &finite, &loss, &acc, &gn, &lr, &n_step, &n_tok)
+                   : train_step(&L, &finite, &loss, &acc, &gn, &lr, &n_step);
         if (st != AF_OK) goto out;
         af_run_state *rs = &L.rs;
         rs->step++;
         rs->samples_seen += n_step;
+        rs->tokens_seen += n_tok;
         L.session_steps++;
         L.session_samples += n_step;
+        L.session_tokens += n_tok;
         saved_now = 0;
         char line[512];
         double el = rs->elapsed + (now() - L.t0);
-        snprintf(line, sizeof line,
-                 "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"acc\":%.9g,\"lr\":%.9g,"
-                 "\"grad_norm\":%.9g,\"samples_per_s\":%.4g,\"elapsed\":%.3f%s}",
-                 (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, acc, lr,
-                 isfinite(gn) ? gn : -1.0, (now() - L.t0) > 0 ? (double)L.session_samples / (now() - L.t0) : 0.0, el,
-                 finite ? "" : ",\"skipped\":true");
+        if (t->lm) /* TRL's names (SFTTrainer logs loss, mean_token_accuracy, num_tokens, grad_norm, learning_rate) */
+            snprintf(line, sizeof line,
+                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"mean_token_accuracy\":%.9g,"
+                     "\"num_tokens\":%lld,\"grad_norm\":%.9g,\"learning_rate\":%.9g,\"perplexity\":%.9g,"
+                     "\"tokens_per_s\":%.4g,\"elapsed\":%.3f%s}",
+                     (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, acc,
+                     (long long)rs->tokens_seen, isfinite(gn) ? gn : -1.0, lr, isfinite(loss) ? exp(loss) : -1.0,
+                     (now() - L.t0) > 0 ? (double)L.session_tokens / (now() - L.t0) : 0.0, el,
+                     finite ? "" : ",\"skipped\":true");
+        else
+            snprintf(line, sizeof line,
+                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"acc\":%.9g,\"lr\":%.9g,"
+                     "\"grad_norm\":%.9g,\"samples_per_s\":%.4g,\"elapsed\":%.3f%s}",
+                     (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, acc, lr,
+                     isfinite(gn) ? gn : -1.0, (now() - L.t0) > 0 ? (double)L.session_samples / (now() - L.t0) : 0.0, el,
+                     finite ? "" : ",\"skipped\":true");
         log_line(&L, line);
         if (!finite) {
             rs->nonfinite_run++;
@@ -423,17 +579,18 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         int evaluated = 0;
         if (t->val && (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
             int improved = 0;
-            st = evaluate(&L, &improved);
+            st = t->lm ? evaluate_lm(&L, &improved) : evaluate(&L, &improved);
             if (st != AF_OK) goto out;
             evaluated = 1;
             if (improved) {
-                st = af_tr_save_dir(t, "best", L.P, NULL, NULL, rs, "val_macro_f1");
+                st = af_tr_save_dir(t, "best", L.P, NULL, NULL, rs, t->lm ? "eval_loss" : "val_macro_f1");
                 if (st != AF_OK) goto out;
             } else if (o->patience > 0 && rs->bad_evals >= o->patience) {
                 stop = AF_STOP_EARLY;
                 if (o->log)
-                    fprintf(o->log, "early stop: no macro-F1 improvement in %lld evaluations (best %.4f at step %lld)\n",
-                            (long long)rs->bad_evals, rs->best, (long long)rs->best_step);
+                    fprintf(o->log, "early stop: no %s improvement in %lld evaluations (best %.4f at step %lld)\n",
+                            t->lm ? "eval-loss" : "macro-F1", (long long)rs->bad_evals, rs->best,
+                            (long long)rs->best_step);
             }
         }
         const int interrupted = (o->interrupt && *o->interrupt) || (o->stop_after > 0 && rs->step >= o->stop_after);
@@ -460,9 +617,11 @@ out:
     res->steps_done = L.rs.step;
     res->total_steps = t->total;
     res->best_step = L.rs.best_step;
-    res->best_macro_f1 = L.rs.best_step > 0 ? L.rs.best : NAN;
+    res->best_macro_f1 = L.rs.best_step > 0 && !t->lm ? L.rs.best : NAN;
     res->last_val_accuracy = L.rs.last_val_acc;
-    res->last_val_macro_f1 = L.rs.last_val_f1;
+    res->last_val_macro_f1 = t->lm ? NAN : L.rs.last_val_f1;
+    res->best_eval_loss = L.rs.best_step > 0 && t->lm ? L.rs.best : NAN;
+    res->last_eval_loss = t->lm ? L.rs.last_val_f1 : NAN;
     res->last_train_loss = ema_shown(L.rs.ema_loss, L.rs.ema_n);
     res->n_nonfinite = L.rs.n_nonfinite;
     res->seconds = now() - t_start;
@@ -475,7 +634,10 @@ out:
                     (long long)L.rs.step, (long long)t->total, L.last_ckpt, L.last_ckpt);
         else if (st == AF_OK) {
             fprintf(o->log, "done: %lld steps in %s", (long long)L.rs.step, tb);
-            if (res->best_step > 0)
+            if (res->best_step > 0 && t->lm)
+                fprintf(o->log, "; best eval loss %.4f (perplexity %.4g) at step %lld -> %s/best", res->best_eval_loss,
+                        exp(res->best_eval_loss), (long long)res->best_step, o->output_dir);
+            else if (res->best_step > 0)
                 fprintf(o->log, "; best val macro-F1 %.4f at step %lld -> %s/best", res->best_macro_f1,
                         (long long)res->best_step, o->output_dir);
             else fprintf(o->log, "; no validation data: %s/best is the last step", o->output_dir);

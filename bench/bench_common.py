@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Helpers shared by the benchmark scripts in bench/ (train_vs_peft.py, train_peft.py,
+sft_vs_peft.py): CPU facts, load average, memory of the current process, and running a benchmark
+child process that prints one JSON object as its last stdout line."""
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def cpu_flags_summary():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    fl = set(line.split(":", 1)[1].split())
+                    want = ["avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                            "amx_bf16", "amx_tile"]
+                    return " ".join(w for w in want if w in fl)
+    except OSError:
+        pass
+    return ""
+
+
+def proc_kib(field):
+    """A /proc/self/status field in KiB (VmRSS, VmHWM = peak RSS), -1 when unreadable."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def oom_first():
+    """Child set-up: make a benchmark process the OOM killer's first choice, so that a
+    configuration that does not fit in RAM dies alone instead of a neighbour."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
+def run_child(cmd, logf, env=None, prefix=(), tolerate=False, name="bench"):
+    """Run cmd, return (parsed JSON of the last stdout line, wall s, CPU share). With tolerate, a
+    failed child (e.g. killed for memory) returns ({"failed": reason}, wall, share). stderr is
+    appended to logf; `name` prefixes the messages."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
+    p = subprocess.run(list(prefix) + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                       preexec_fn=oom_first)
+    wall = time.time() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    with open(logf, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n" + p.stderr + "\n")
+    if p.returncode != 0:
+        why = f"exit status {p.returncode}" + (" (killed: SIGKILL, most likely out of memory)"
+                                               if p.returncode in (-9, 137) else "")
+        if tolerate:
+            print(f"{name}: failed: {why}: {' '.join(cmd)}", flush=True)
+            return {"failed": why, "stderr_tail": p.stderr[-400:]}, wall, cpu / wall if wall > 0 else 0.0
+        sys.exit(f"{name}: failed ({why}): {' '.join(cmd)}\n{p.stderr[-3000:]}")
+    lines = [l for l in p.stdout.splitlines() if l.strip().startswith("{")]
+    return json.loads(lines[-1]), wall, cpu / wall if wall > 0 else 0.0

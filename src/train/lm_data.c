@@ -1,0 +1,233 @@
+/*
+ * lm_data.c — causal-LM (SFT) data sets: af_lm_dataset_read and its report (include/afinar.h,
+ * "Causal-LM data sets"; docs/FORMATS.md §10). Parsing: formats/lm_jsonl.c; rendering, sequence
+ * layout and loss targets: tokenizer/chat.c; this file drives them, tokenizes in parallel,
+ * truncates, drops examples without a target and builds the af_dataset (train/data.h).
+ */
+#include "train/data.h"
+
+#include "formats/lm_jsonl.h"
+#include "kernels/ctx.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void af_lm_data_opts_init(af_lm_data_opts *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->max_seq_len = 1024;
+}
+
+/* Re-raise the current thread's error message with a "PREFIX: " in front (same status). */
+static af_status prefixed(af_status st, const char *prefix) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", af_last_error());
+    return af_fail(st, "%s: %s", prefix, msg);
+}
+
+/* Examples [i0, i1) tokenized (each writes its own slots). */
+typedef struct lm_tok_job {
+    const af_tokenizer *tok;
+    af_chat_doc *docs;
+    int32_t **ids;
+    uint8_t **msk;
+    size_t *nids;
+    af_status *sts;
+} lm_tok_job;
+
+static void lm_tok_range(void *arg, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const lm_tok_job *J = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        J->sts[i] = af_chat_doc_tokenize(J->tok, &J->docs[i], &J->ids[i], &J->msk[i], &J->nids[i]);
+        af_chat_doc_free(&J->docs[i]);
+    }
+}
+
+af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
+                             af_dataset **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "lm data: NULL out");
+    *out = NULL;
+    af_lm_data_opts def;
+    if (!o) {
+        af_lm_data_opts_init(&def);
+        o = &def;
+    }
+    if (!path || !model) return af_fail(AF_ERR_INVALID_ARG, "lm data: NULL %s", path ? "model" : "path");
+    if (o->max_seq_len < 1)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: max_seq_len must be >= 1 (got %d)", path, (int)o->max_seq_len);
+    int all = 0;
+    if (o->loss_on && strcmp(o->loss_on, "auto")) {
+        if (strcmp(o->loss_on, "all"))
+            return af_fail(AF_ERR_INVALID_ARG, "%s: loss_on '%.40s': expected auto or all", path, o->loss_on);
+        all = 1;
+    }
+    const af_tokenizer *tok = af_model_tokenizer(model);
+    if (!tok) return af_fail(AF_ERR_INVALID_ARG, "%s: the model has no tokenizer", path);
+    if (!ctx) ctx = af_ctx_default();
+    af_chat_family fam = AF_CHAT_NONE;
+    if (o->chat_template && strcmp(o->chat_template, "auto")) /* check the name before reading */
+        AF_TRY(af_chat_family_of(tok, o->chat_template, &fam));
+
+    af_lm_corpus *c = NULL;
+    AF_TRY(af_lm_corpus_read(path, o->max_line_bytes, &c));
+    int chat = c->format == AF_LM_MESSAGES || c->format == AF_LM_CHAT_PC;
+    af_status st = AF_OK;
+    if (chat && fam == AF_CHAT_NONE && (st = af_chat_family_of(tok, o->chat_template, &fam)) != AF_OK) {
+        st = prefixed(st, path);
+        af_lm_corpus_free(c);
+        return st;
+    }
+    const int32_t n = c->n, L = o->max_seq_len;
+    af_chat_doc *docs = calloc((size_t)n, sizeof *docs);
+    int32_t **ids = calloc((size_t)n, sizeof *ids);
+    uint8_t **msk = calloc((size_t)n, sizeof *msk);
+    size_t *nids = calloc((size_t)n, sizeof *nids);
+    af_status *sts = calloc((size_t)n, sizeof *sts);
+    uint8_t *keep = calloc((size_t)n, 1);
+    af_dataset *ds = calloc(1, sizeof *ds);
+    if (!docs || !ids || !msk || !nids || !sts || !keep || !ds) {
+        st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    /* Render sequentially (cheap; errors name the line), tokenize in parallel. */
+    for (int32_t i = 0; i < n; i++) {
+        const af_lm_example *e = &c->ex[i];
+        switch (e->format) {
+        case AF_LM_TEXT: st = af_chat_doc_plain(tok, NULL, 0, e->text, e->text_len, &docs[i]); break;
+        case AF_LM_PROMPT_COMPLETION:
+            st = af_chat_doc_plain(tok, e->text, e->text_len, e->completion, e->completion_len, &docs[i]);
+            break;
+        case AF_LM_MESSAGES:
+        case AF_LM_CHAT_PC:
+            st = af_chat_render(tok, fam, e->msgs, e->n_msgs, e->n_prompt_msgs, 0, &docs[i]);
+            break;
+        }
+        if (st != AF_OK) {
+            char where[400];
+            snprintf(where, sizeof where, "%s:%d: field '%s'", path, (int)e->line_no,
+                     e->format == AF_LM_CHAT_PC ? "prompt/completion" : e->format == AF_LM_MESSAGES ? "messages" : "text");
+            st = prefixed(st, where);
+            goto done;
+        }
+    }
+    /* af_chat_doc_tokenize is thread-safe; statuses are collected per example and re-reported on this
+       thread (af_fail's message is thread-local). Each example's ids depend on it alone. */
+    lm_tok_job J = {tok, docs, ids, msk, nids, sts};
+    af_threadpool_run(ctx->pool, ctx->n_threads, n, 4, lm_tok_range, &J);
+    int32_t kept = 0, cut = 0, empty = 0, first_drop = 0, ntrunc = 0;
+    int64_t total = 0, tgt_kept = 0, tgt_cut = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (sts[i] != AF_OK) {
+            st = af_fail(sts[i], "%s:%d: tokenization failed (%s)", path, (int)c->ex[i].line_no, af_status_name(sts[i]));
+            goto done;
+        }
+        uint8_t *m = msk[i];
+        size_t len = nids[i], k = len < (size_t)L ? len : (size_t)L;
+        if (len) m[0] = 0;
+        int64_t t_all = 0, t_in = 0;
+        for (size_t j = 1; j < len; j++) {
+            if (all) m[j] = 1;
+            t_all += m[j];
+            if (j < k) t_in += m[j];
+        }
+        if (t_in == 0) {
+            if (t_all == 0) empty++;
+            else cut++;
+            if (!first_drop) first_drop = c->ex[i].line_no;
+            continue;
+        }
+        keep[i] = 1;
+        kept++;
+        total += (int64_t)k;
+        tgt_kept += t_in;
+        tgt_cut += t_all - t_in;
+        ntrunc += len > (size_t)L;
+    }
+    if (kept == 0) {
+        st = af_fail(AF_ERR_FORMAT, "%s: no example left: all %d were dropped (%d with every target token beyond "
+                     "max_seq_len = %d, %d with no target token)", path, (int)n, (int)cut, (int)L, (int)empty);
+        goto done;
+    }
+    ds->n = kept;
+    ds->max_seq_len = L;
+    ds->tok_off = calloc((size_t)kept + 1, sizeof *ds->tok_off);
+    ds->orig_len = malloc((size_t)kept * sizeof *ds->orig_len);
+    ds->line_no = malloc((size_t)kept * sizeof *ds->line_no);
+    ds->tokens = malloc((size_t)total * sizeof *ds->tokens);
+    ds->target_mask = malloc((size_t)total);
+    ds->path = strdup(path);
+    if (!ds->tok_off || !ds->orig_len || !ds->line_no || !ds->tokens || !ds->target_mask || !ds->path) {
+        st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    for (int32_t i = 0, s = 0; i < n; i++) {
+        if (!keep[i]) continue;
+        size_t k = nids[i] < (size_t)L ? nids[i] : (size_t)L;
+        int64_t o0 = ds->tok_off[s];
+        memcpy(ds->tokens + o0, ids[i], k * sizeof *ds->tokens);
+        memcpy(ds->target_mask + o0, msk[i], k);
+        ds->orig_len[s] = nids[i] > INT32_MAX ? INT32_MAX : (int32_t)nids[i];
+        ds->line_no[s] = c->ex[i].line_no;
+        ds->tok_off[s + 1] = o0 + (int64_t)k;
+        s++;
+    }
+    if (o->report) {
+        af_lm_data_report *r = o->report;
+        memset(r, 0, sizeof *r);
+        r->format = af_lm_format_name(c->format);
+        r->chat_template = chat ? af_chat_family_name(fam) : "none";
+        r->loss_on = all ? "all" : c->format == AF_LM_TEXT ? "all"
+                   : c->format == AF_LM_PROMPT_COMPLETION ? "completion" : "assistant";
+        r->max_seq_len = L;
+        r->n_read = n;
+        r->n_kept = kept;
+        r->n_dropped_cut = cut;
+        r->n_dropped_empty = empty;
+        r->first_dropped_line = first_drop;
+        r->n_truncated = ntrunc;
+        r->n_tokens = total;
+        r->n_target_tokens = tgt_kept;
+        r->n_target_cut = tgt_cut;
+        af_data_stats s;
+        if ((st = af_data_stats_compute(ds, &s)) != AF_OK) goto done;
+        r->len_min = s.len_min, r->len_p50 = s.len_p50, r->len_p95 = s.len_p95, r->len_p99 = s.len_p99;
+        r->len_max = s.len_max, r->len_mean = s.len_mean;
+        af_data_stats_free(&s);
+    }
+done:
+    if (docs)
+        for (int32_t i = 0; i < n; i++) af_chat_doc_free(&docs[i]);
+    if (ids)
+        for (int32_t i = 0; i < n; i++) free(ids[i]);
+    if (msk)
+        for (int32_t i = 0; i < n; i++) free(msk[i]);
+    free(docs), free(ids), free(msk), free(nids), free(sts), free(keep);
+    af_lm_corpus_free(c);
+    if (st != AF_OK) {
+        af_dataset_free(ds);
+        return st;
+    }
+    *out = ds;
+    return AF_OK;
+}
+
+void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE *fp) {
+    if (!r || !fp) return;
+    if (title) fprintf(fp, "%s\n", title);
+    fprintf(fp, "  format         %s, chat template %s, loss on %s tokens\n", r->format ? r->format : "?",
+            r->chat_template ? r->chat_template : "none", r->loss_on ? r->loss_on : "?");
+    fprintf(fp, "  examples       %d read, %d kept", r->n_read, r->n_kept);
+    if (r->n_dropped_cut || r->n_dropped_empty)
+        fprintf(fp, ", %d dropped (%d: every target beyond max_seq_len, %d: no target; first at line %d)",
+                r->n_dropped_cut + r->n_dropped_empty, r->n_dropped_cut, r->n_dropped_empty, r->first_dropped_line);
+    fprintf(fp, "\n  tokens/example min %d  p50 %d  p95 %d  p99 %d  max %d  mean %.1f (before truncation)\n",
+            r->len_min, r->len_p50, r->len_p95, r->len_p99, r->len_max, r->len_mean);
+    fprintf(fp, "  max_seq_len    %d: %d examples truncated (%.1f%%), %lld tokens kept, %lld targets (%.1f%%)",
+            r->max_seq_len, r->n_truncated, r->n_kept ? 100.0 * r->n_truncated / r->n_kept : 0.0,
+            (long long)r->n_tokens, (long long)r->n_target_tokens,
+            r->n_tokens ? 100.0 * (double)r->n_target_tokens / (double)r->n_tokens : 0.0);
+    if (r->n_target_cut) fprintf(fp, ", %lld target tokens cut", (long long)r->n_target_cut);
+    fprintf(fp, "\n");
+}
