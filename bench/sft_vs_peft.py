@@ -147,7 +147,8 @@ def run_afinar(a, data_file, logf):
            "-o", out, "--overwrite", "--max-steps", str(a.warmup + a.steps), "--batch", str(a.batch),
            "--grad-accum", "1", "--lr", str(a.lr), "--schedule", "constant", "--warmup", "0",
            "--lora-r", str(a.r), "--lora-alpha", str(a.alpha), "--lora-dropout", "0", "--targets", "all-linear",
-           "--lora-layers", "all", "--max-seq-len", str(a.max_seq_len), "-t", str(a.threads), "--no-plot"]
+           "--lora-layers", "all", "--max-seq-len", str(a.max_seq_len), "-t", str(a.threads), "--no-plot",
+           "--no-packing"]  # the same 8 examples per step as PyTorch
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=bench_common.oom_first)
     wall = time.time() - t0
@@ -169,7 +170,7 @@ def run_afinar(a, data_file, logf):
     if len(steps) >= a.warmup + a.steps:
         timed = steps[a.warmup:a.warmup + a.steps]
         r["final_loss"] = timed[-1]["loss"]
-        tkey = next((k for k in ("elapsed_s", "time_s", "wall_s", "t") if k in timed[-1]), None)
+        tkey = next((k for k in ("elapsed", "elapsed_s", "time_s", "wall_s", "t") if k in timed[-1]), None)
         if tkey:
             t_start = steps[a.warmup - 1][tkey] if a.warmup > 0 else 0.0
             ntok = timed[-1]["num_tokens"] - (steps[a.warmup - 1]["num_tokens"] if a.warmup > 0 else 0)
