@@ -49,35 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct rd {
-    const unsigned char *p, *end;
-} rd;
-static const void *take(rd *r, size_t n) {
-    if ((size_t)(r->end - r->p) < n) return NULL;
-    const void *q = r->p;
-    r->p += n;
-    return q;
-}
-static uint32_t u32(rd *r) {
-    const void *p = take(r, 4);
-    uint32_t v = 0;
-    if (p) memcpy(&v, p, 4);
-    return v;
-}
-static double f64(rd *r) {
-    const void *p = take(r, 8);
-    double v = NAN;
-    if (p) memcpy(&v, p, 8);
-    return v;
-}
-
-/* Formulas of make_peft_lm_ref.py (float64, rounded to float32). */
-static float lora_a(int l, int p, int64_t j, int64_t i) {
-    return (float)(0.02 * sin(0.37 * l + 1.1 * p + 0.71 * (double)j + 0.0173 * (double)i + 0.0029 * ((double)i * (double)j) + 0.3));
-}
-static float lora_b(int l, int p, int64_t o, int64_t j) {
-    return (float)(0.01 * cos(0.29 * l + 0.83 * p + 1.3 * (double)j + 0.017 * (double)o + 0.1));
-}
+#include "peft_fixture.h" /* rd/take/u32/f64, lora_a/lora_b (the formulas of make_peft_lm_ref.py) */
 
 /* HF row of internal row o (q/k of permuted GGUFs), identity otherwise. */
 static int64_t hf_row(int permuted, int p, int64_t o, int64_t hd) {
