@@ -317,7 +317,18 @@ af_status af_chat_doc_tokenize(const af_tokenizer *tok, const af_chat_doc *d, in
     return AF_OK;
 }
 
-/* ---- the single-turn generation prompt ---- */
+/* ---- generation prompts ---- */
+af_status af_chat_prompt_text(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                              char **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "chat prompt: NULL argument");
+    *out = NULL;
+    af_chat_doc d = {0};
+    AF_TRY(af_chat_render(tok, fam, m, n, n, 1, &d));
+    *out = d.text; /* the BOS piece (Gemma) has no text: af_tokenize adds BOS */
+    free(d.pc);
+    return AF_OK;
+}
+
 af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const char *user, char **out) {
     if (!tok || !user || !out) return af_fail(AF_ERR_INVALID_ARG, "af_chat_format: NULL argument");
     *out = NULL;
@@ -327,9 +338,5 @@ af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const 
     int32_t n = 0;
     if (system) m[n++] = (af_chat_msg){AF_ROLE_SYSTEM, system, strlen(system)};
     m[n++] = (af_chat_msg){AF_ROLE_USER, user, strlen(user)};
-    af_chat_doc d = {0};
-    AF_TRY(af_chat_render(tok, fam, m, n, n, 1, &d));
-    *out = d.text; /* the BOS piece (Gemma) has no text: af_tokenize adds BOS */
-    free(d.pc);
-    return AF_OK;
+    return af_chat_prompt_text(tok, fam, m, n, out);
 }
