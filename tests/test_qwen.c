@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "peft_fixture.h" /* rd/take/u32/f64, lora_a/lora_b */
+#include "tinymodel.c"    /* tm_write: a file of an unsupported architecture */
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
 
@@ -373,9 +374,28 @@ static void run(const char *arch) {
     free(buf);
 }
 
+/* Mixture-of-experts variants are refused by name, with the supported list. */
+static void check_refused(void) {
+    tm_spec s = tm_default("qwen3moe", AF_TYPE_F32);
+    char path[64] = "/tmp/afinar_qwen3moe_XXXXXX";
+    int fd = mkstemp(path);
+    if (!CHECK(fd >= 0, "mkstemp")) return;
+    close(fd);
+    af_model *m = NULL;
+    if (CHECK(tm_write(&s, path) == AF_OK, "write: %s", af_last_error())) {
+        af_status st = af_model_load(T_CTX, path, &m);
+        CHECK(st == AF_ERR_UNSUPPORTED && m == NULL && strstr(af_last_error(), "'qwen3moe' is not supported") &&
+                  strstr(af_last_error(), "qwen2, qwen3") && strstr(af_last_error(), "mixture-of-experts"),
+              "qwen3moe refused: %s", af_last_error());
+    }
+    af_model_free(m);
+    unlink(path);
+}
+
 int main(void) {
     run("qwen2");
     run("qwen3");
+    check_refused();
     printf("qwen2/qwen3 vs transformers/PEFT (worst of both): logits %.2e abs, decode vs batched %.2e abs, loss %.2e "
            "rel, LoRA/head gradients %.2e of max|ref|\n",
            w_logits, w_dec, w_loss, w_grad);
