@@ -11,7 +11,8 @@ Models (both f32, 2-3 layers, vocabulary of a small byte-level BPE trained here 
   qwen3: hidden 40, 4 query heads of head_dim 16 (!= 40/4), 2 key/value heads, ffn 56, 3 layers,
          per-head q/k RMSNorm (random weights), rope_theta 1e6, separate LM head (output.weight),
          a chat template with <think> blocks (afinar refuses to render it).
-Weights: embeddings N(0, 0.15^2); projections N(0, (0.8/sqrt(in))^2); biases N(0, 0.3^2); every norm
+Weights: embeddings N(0, 0.15^2); projections N(0, (s/sqrt(in))^2) with s = 1.5 (qwen2; with 0.8 its
+greedy continuation was one token repeated) or 0.8 (qwen3); biases N(0, 0.3^2); every norm
 weight 1 + U(-0.3, 0.3). GGUF metadata as llama.cpp's convert_hf_to_gguf.py writes it for these
 architectures ({arch}.context_length, embedding_length, block_count, feed_forward_length,
 attention.head_count, attention.head_count_kv, rope.freq_base, attention.layer_norm_rms_epsilon;
@@ -165,7 +166,7 @@ def head_b(c):
     return (0.1 * np.arange(c, dtype=np.float64) - 0.1).astype(np.float32)
 
 
-def randomize(model, seed):
+def randomize(model, seed, pscale):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -176,7 +177,7 @@ def randomize(model, seed):
             elif "embed_tokens" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.15)
             else:
-                p.copy_(torch.randn(p.shape, generator=g) * (0.8 / np.sqrt(p.shape[1])))
+                p.copy_(torch.randn(p.shape, generator=g) * (pscale / np.sqrt(p.shape[1])))
 
 
 def write_gguf(path, arch, model, cfg, toks, merges, template):
@@ -251,11 +252,11 @@ def put_grads(f, mods):
         B.grad = None
 
 
-def make(arch, seed, cfg, cls, template, tok, hf_tok):
+def make(arch, seed, pscale, cfg, cls, template, tok, hf_tok):
     toks, merges = vocab_and_merges(tok)
     torch.manual_seed(seed)
     model = cls(cfg).float().eval()
-    randomize(model, seed)
+    randomize(model, seed, pscale)
     if cfg.tie_word_embeddings:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     gpath = os.path.join(FIX, "tiny_%s.gguf" % arch)
@@ -374,15 +375,21 @@ def main():
                      num_key_value_heads=1, tie_word_embeddings=True, use_sliding_window=False, **common)
     c3 = Qwen3Config(hidden_size=40, intermediate_size=56, num_hidden_layers=3, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=16, tie_word_embeddings=False, attention_bias=False, **common)
-    for arch, seed, cfg, cls, tmpl in (("qwen2", 1234, c2, Qwen2ForCausalLM, QWEN2_TEMPLATE),
-                                       ("qwen3", 4321, c3, Qwen3ForCausalLM, QWEN3_TEMPLATE)):
+    for arch, seed, pscale, cfg, cls, tmpl in (("qwen2", 1234, 1.5, c2, Qwen2ForCausalLM, QWEN2_TEMPLATE),
+                                               ("qwen3", 4321, 0.8, c3, Qwen3ForCausalLM, QWEN3_TEMPLATE)):
         hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, chat_template=tmpl, eos_token="<|im_end|>",
                                          pad_token="<|endoftext|>")
-        pm = make(arch, seed, cfg, cls, tmpl, tok, hf_tok)
+        pm = make(arch, seed, pscale, cfg, cls, tmpl, tok, hf_tok)
         if arch == "qwen3":
             d = os.path.join(FIX, "peft_adapter_qwen3")
             shutil.rmtree(d, ignore_errors=True)
             pm.save_pretrained(d)
+            cj = os.path.join(d, "adapter_config.json")  # PEFT writes target_modules in set order
+            conf = json.load(open(cj))
+            conf["target_modules"] = sorted(conf["target_modules"])
+            with open(cj, "w") as f:
+                json.dump(conf, f, indent=2, sort_keys=True)
+                f.write("\n")
             for extra in os.listdir(d):
                 if extra not in ("adapter_config.json", "adapter_model.safetensors"):
                     p = os.path.join(d, extra)
