@@ -120,37 +120,12 @@ int cmd_generate(int argc, char **argv) {
 
     char *file_text = NULL;
     if (prompt_file) {
-        FILE *f = fopen(prompt_file, "rb");
-        if (!f) {
-            cli_error(C, "%s: cannot open prompt file: %s", prompt_file, strerror(errno));
+        /* never blocks (a FIFO, /dev/zero are refused; "/dev/stdin" may be a pipe); 16 MiB at most */
+        if (af_read_text_file(prompt_file, (size_t)16 << 20, &file_text, NULL) != AF_OK) {
+            cli_error(C, "prompt file %s", af_last_error());
             af_ctx_free(ctx);
             return 1;
         }
-        size_t cap = 4096, len = 0, r;
-        file_text = malloc(cap + 1);
-        while (file_text && (r = fread(file_text + len, 1, cap - len, f)) > 0) {
-            len += r;
-            if (len == cap) {
-                char *p = realloc(file_text, 2 * cap + 1);
-                if (!p) { free(file_text); file_text = NULL; break; }
-                file_text = p;
-                cap *= 2;
-            }
-        }
-        int read_errno = ferror(f) ? (errno ? errno : EIO) : 0;
-        fclose(f);
-        if (!file_text) {
-            cli_error(C, "%s: out of memory reading the prompt file", prompt_file);
-            af_ctx_free(ctx);
-            return 1;
-        }
-        if (read_errno) {
-            cli_error(C, "%s: cannot read prompt file: %s", prompt_file, strerror(read_errno));
-            free(file_text);
-            af_ctx_free(ctx);
-            return 1;
-        }
-        file_text[len] = 0;
         prompt = file_text;
     }
 

@@ -50,6 +50,34 @@ static af_status run_corpus(const af_ctx *ctx, af_classifier *c, const af_corpus
     return st;
 }
 
+/* The longest raw text line read from stdin: a classifier reads at most its max_seq_len tokens, so
+ * a longer line is a mistake (a binary file, a missing newline), never read whole into memory. */
+#define MAX_RAW_LINE ((size_t)1 << 20)
+
+/* One line of stdin into *line (grown up to MAX_RAW_LINE + 1 bytes), without its newline. Returns
+ * the length, -1 at end of input, -2 when the line is longer than MAX_RAW_LINE (the rest of it is
+ * not read), -3 out of memory. */
+static ssize_t read_raw_line(char **line, size_t *cap) {
+    size_t n = 0;
+    int ch = EOF;
+    while ((ch = getc(stdin)) != EOF && ch != '\n') {
+        if (n >= MAX_RAW_LINE) return -2;
+        if (n + 2 > *cap) {
+            size_t nc = *cap ? 2 * *cap : 256;
+            if (nc > MAX_RAW_LINE + 2) nc = MAX_RAW_LINE + 2;
+            char *p = realloc(*line, nc);
+            if (!p) return -3;
+            *line = p, *cap = nc;
+        }
+        (*line)[n++] = (char)ch;
+    }
+    if (ch == EOF && n == 0) return -1;
+    if (!*line && !(*line = malloc(1))) return -3;
+    if (!*cap) *cap = 1;
+    (*line)[n] = 0;
+    return (ssize_t)n;
+}
+
 static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t batch, double thr) {
     const int32_t chunk = isatty(STDIN_FILENO) ? 1 : 256;
     char *line = NULL;
@@ -66,12 +94,26 @@ static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t ba
             break;
         }
         int32_t n = 0;
-        while (n < chunk && (len = getline(&line, &cap, stdin)) >= 0) {
+        while (n < chunk && (len = read_raw_line(&line, &cap)) != -1) {
+            if (len < 0) {
+                st = len == -2 ? AF_ERR_RANGE : AF_ERR_NOMEM;
+                if (len == -2)
+                    cli_error("predict", "<stdin>:%d: line longer than %zu bytes (the limit for a raw text line; "
+                              "split the text or pass it as JSONL with --input)", line_no + n, MAX_RAW_LINE);
+                else
+                    cli_error("predict", "<stdin>:%d: out of memory", line_no + n);
+                break;
+            }
             while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
             texts[n] = strdup(line);
             lens[n] = (size_t)len;
             if (!texts[n]) break;
             n++;
+        }
+        if (st != AF_OK) {
+            for (int32_t i = 0; i < n; i++) free(texts[i]);
+            free(texts), free(lens);
+            break;
         }
         af_corpus *k = NULL;
         st = af_corpus_from_texts("<stdin>", (const char *const *)texts, lens, n, line_no, af_classifier_num_classes(c),

@@ -515,6 +515,15 @@ af_status af_write_file_atomic(const char *path, const void *data, size_t n);
  * AF_ERR_NOMEM. */
 af_status af_check_writable(const char *path);
 
+/* Read a whole input file (a prompt, a config) into a malloc'ed, NUL-terminated buffer (`*text`,
+ * caller frees with free(); `*len`, may be NULL, gets the byte count). Never blocks: the file is
+ * opened with O_NONBLOCK and refused unless it is a regular file (a FIFO, a directory, /dev/zero
+ * ...), except "/dev/stdin", which may also be a pipe or a terminal. At most `max_bytes` are read
+ * (0: 64 MiB). Errors: AF_ERR_INVALID_ARG (NULL/empty), AF_ERR_IO ("<path>: cannot open:
+ * <strerror>", "<path>: not a regular file (a FIFO or pipe)"), AF_ERR_RANGE ("<path>: larger than
+ * the limit of N bytes"), AF_ERR_NOMEM. */
+af_status af_read_text_file(const char *path, size_t max_bytes, char **text, size_t *len);
+
 /* ---------------------------------------------------------------------------------------------
  * Data sets: labelled JSONL corpora and their tokenized form
  *

@@ -172,6 +172,7 @@ typedef struct run_result {
 } run_result;
 
 #define RUN_TIMEOUT_S 120 /* generous: ASan builds are slow; a hang still ends */
+static int g_run_timeout = RUN_TIMEOUT_S; /* the reliability cases (a hang is the defect) use less */
 
 /* Append what is readable on fd to the growing buffer; returns 0 at EOF or error. */
 static int drain(int fd, char **buf, size_t *len, size_t *cap) {
@@ -236,10 +237,10 @@ static run_result run_argv(const char *in, long fsize, char **args) {
         if (n > 0 && fds[0].revents) open_o = drain(po[0], &r.out, &ol, &oc);
         if (n > 0 && fds[1].revents) open_e = drain(pe[0], &r.err, &el, &ec);
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (!killed && now.tv_sec - t0.tv_sec > RUN_TIMEOUT_S) {
+        if (!killed && now.tv_sec - t0.tv_sec > g_run_timeout) {
             kill(pid, SIGKILL);
             killed = 1;
-            CHECK(0, "%s %s: no exit after %d s (killed)", args[1], args[2] ? args[2] : "", RUN_TIMEOUT_S);
+            CHECK(0, "%s %s: no exit after %d s (killed)", args[1], args[2] ? args[2] : "", g_run_timeout);
         }
     }
     close(po[0]), close(pe[0]);
@@ -496,9 +497,9 @@ static void test_files(void) {
     EXPECT("generate -m @/trunc.gguf -p hi -t 1", 1, "afinar generate: @/trunc.gguf: *");
     EXPECT("generate -m @/notok.gguf -p hi -t 1", 1,
            "afinar generate: @/notok.gguf: the model has no usable tokenizer, so text cannot be generated");
-    snprintf(want, sizeof want, "afinar generate: @/missing.txt: cannot open prompt file: %s", enoent);
+    snprintf(want, sizeof want, "afinar generate: prompt file @/missing.txt: cannot open: %s", enoent);
     EXPECT("generate -m @/tiny.gguf -f @/missing.txt -t 1", 1, want);
-    EXPECT("generate -m @/tiny.gguf -f @/adir -t 1", 1, "afinar generate: @/adir: cannot read prompt file: *");
+    EXPECT("generate -m @/tiny.gguf -f @/adir -t 1", 1, "afinar generate: prompt file @/adir: not a regular file (a directory)");
     /* the data */
     snprintf(want, sizeof want, "afinar check: @/missing.jsonl: cannot open: %s", enoent);
     EXPECT("check -m @/tiny.gguf --train @/missing.jsonl -t 1", 1, want);
@@ -796,6 +797,73 @@ static void test_eval_generate(void) {
     free(js);
 }
 
+/* ================================================================ reliability (issue 18)
+ * Each class of issue 18 as CLI cases; a hang is a failure after g_run_timeout seconds. */
+
+/* Class 1: no path the CLI opens blocks or is read when it is not a regular file: a FIFO with no
+ * writer (open(2) without O_NONBLOCK would block forever), /dev/zero (endless), a directory. */
+static void test_rel_special_files(void) {
+    g_run_timeout = 30;
+    if (!CHECK(mkfifo(P_("fifo"), 0600) == 0, "mkfifo: %s", strerror(errno))) return;
+    /* an adapter directory whose files are FIFOs; a run directory whose train_config.json is one */
+    mkdir(P_("fifo_ad"), 0777);
+    CHECK(mkfifo(P_("fifo_ad/adapter_config.json"), 0600) == 0, "mkfifo");
+    CHECK(copy_dir(P_("run/final"), P_("fifo_st")), "copy adapter");
+    unlink(P_("fifo_st/adapter_model.safetensors"));
+    CHECK(mkfifo(P_("fifo_st/adapter_model.safetensors"), 0600) == 0, "mkfifo");
+    CHECK(copy_dir(P_("run/checkpoint-2"), P_("fifo_ck")), "copy checkpoint");
+    unlink(P_("fifo_ck/train_config.json"));
+    CHECK(mkfifo(P_("fifo_ck/train_config.json"), 0600) == 0, "mkfifo");
+    const char *F = "not a regular file (a FIFO or pipe)", *Z = "not a regular file (a character device)";
+    char want[512], cmd[512];
+    static const char *const models[] = {"info %s", "generate -m %s -p hi -t 1", "check -m %s --train @/train.jsonl -t 1",
+                                         "train -m %s --train @/train.jsonl -o @/u -t 1",
+                                         "eval -m %s -a @/run/final --data @/val.jsonl -t 1",
+                                         "predict -m %s -a @/run/final -t 1"};
+    static const char *const cmds[] = {"info", "generate", "check", "train", "eval", "predict"};
+    for (int k = 0; k < 6; k++)
+        for (int z = 0; z < 2; z++) {
+            snprintf(cmd, sizeof cmd, models[k], z ? "/dev/zero" : "@/fifo");
+            snprintf(want, sizeof want, "afinar %s: %s: %s", cmds[k], z ? "/dev/zero" : "@/fifo", z ? Z : F);
+            EXPECT(cmd, 1, want);
+        }
+    snprintf(want, sizeof want, "afinar generate: prompt file @/fifo: %s", F);
+    EXPECT("generate -m @/tiny.gguf -f @/fifo -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar generate: prompt file /dev/zero: %s", Z);
+    EXPECT("generate -m @/tiny.gguf -f /dev/zero -t 1", 1, want);
+    /* data, validation data, labels, config */
+    snprintf(want, sizeof want, "afinar check: @/fifo: %s", F);
+    EXPECT("check -m @/tiny.gguf --train @/fifo -t 1", 1, want);
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --val @/fifo -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar check: /dev/zero: %s", Z);
+    EXPECT("check -m @/tiny.gguf --train /dev/zero -t 1", 1, want);
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --labels @/fifo -t 1", 1, "afinar check: --labels @/fifo: not a regular file*");
+    snprintf(want, sizeof want, "afinar train: @/fifo: cannot read config file: %s", F);
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/fifo", 1, want);
+    snprintf(want, sizeof want, "afinar train: /dev/zero: cannot read config file: %s", Z);
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config /dev/zero", 1, want);
+    snprintf(want, sizeof want, "afinar eval: @/fifo: %s", F);
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/fifo -t 1", 1, want);
+    EXPECT("eval -m @/tiny.gguf --data @/fifo --generate 1 -t 1", 1, want);
+    EXPECT("eval --task causal-lm -m @/tiny.gguf --data @/fifo -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar predict: @/fifo: %s", F);
+    EXPECT("predict -m @/tiny.gguf -a @/run/final --input @/fifo -t 1", 1, want);
+    /* adapters: the config or the tensors a FIFO; the adapter "directory" a device */
+    snprintf(want, sizeof want, "afinar eval: @/fifo_ad/adapter_config.json: %s", F);
+    EXPECT("eval -m @/tiny.gguf -a @/fifo_ad --data @/val.jsonl -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar predict: @/fifo_st/adapter_model.safetensors: %s", F);
+    EXPECT("predict -m @/tiny.gguf -a @/fifo_st -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar generate: @/fifo_st/adapter_model.safetensors: %s", F);
+    EXPECT("generate -m @/tiny.gguf -a @/fifo_st -p hi -t 1", 1, want);
+    EXPECT("eval -m @/tiny.gguf -a /dev/zero --data @/val.jsonl -t 1", 1, "afinar eval: /dev/zero*");
+    /* --resume: a FIFO, and a checkpoint whose settings file is a FIFO */
+    EXPECT("train --resume @/fifo -t 1", 1, "afinar train: --resume @/fifo: *");
+    snprintf(want, sizeof want, "afinar train: @/fifo_ck/train_config.json: cannot read checkpoint settings: %s", F);
+    EXPECT("train --resume @/fifo_ck -t 1", 1, want);
+    /* the stdin convention still works: JSONL through a pipe on --input - */
+    g_run_timeout = RUN_TIMEOUT_S;
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -838,6 +906,8 @@ int main(void) {
     test_disk_full();
     test_good();
     test_eval_generate();
+    /* reliability (issue 18) */
+    test_rel_special_files();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");

@@ -13,6 +13,7 @@
  * header bytes read, whatever the counts in the file claim.
  */
 #include "formats/gguf.h"
+#include "core/fsutil.h"
 
 #include "core/blocks.h"
 
@@ -459,17 +460,13 @@ static af_status parse(gguf_impl *im) {
 af_status af_gguf_open(const char *path, af_gguf **out) {
     if (!out || !path) return af_fail(AF_ERR_INVALID_ARG, "af_gguf_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd = af_open_regular(path, NULL); /* never blocks on a FIFO; refuses non-regular files */
+    if (fd < 0) return AF_ERR_IO;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
         return af_fail(AF_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return af_fail(AF_ERR_IO, "%s: not a regular file", path);
     }
     gguf_impl *im = af_calloc(1, sizeof *im);
     char *pcopy = im ? strdup(path) : NULL;

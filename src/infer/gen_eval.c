@@ -13,6 +13,7 @@
  * ones are refused.
  */
 #include "infer/session.h"
+#include "core/fsutil.h"
 
 #include "formats/jsonl.h"
 
@@ -184,8 +185,8 @@ done:
 
 /* The first N examples of the file into r->ex / r->n. */
 static af_status read_examples(const af_model *m, const char *path, int32_t max_n, af_gen_eval_result *r) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *fp = af_fopen_regular(path, NULL); /* never blocks; message recorded */
+    if (!fp) return AF_ERR_IO;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;

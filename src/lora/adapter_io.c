@@ -329,10 +329,10 @@ static af_status read_json(const char *dir, const char *name, int optional, cJSO
     char *path = af_path_join(dir, name);
     if (!path) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
     af_status st = AF_OK;
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = af_fopen_regular(path, NULL); /* records "<path>: cannot open: ..." / "not a regular file" */
     char *text = NULL;
     if (!fp) {
-        if (!(optional && errno == ENOENT)) st = af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        st = (optional && errno == ENOENT) ? AF_OK : AF_ERR_IO;
         free(path);
         return st;
     }
