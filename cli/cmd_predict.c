@@ -54,6 +54,8 @@ static af_status run_corpus(const af_ctx *ctx, af_classifier *c, const af_corpus
  * a longer line is a mistake (a binary file, a missing newline), never read whole into memory. */
 #define MAX_RAW_LINE ((size_t)1 << 20)
 
+static int g_reported; /* the failure's message is already printed */
+
 /* One line of stdin into *line (grown up to MAX_RAW_LINE + 1 bytes), without its newline. Returns
  * the length, -1 at end of input, -2 when the line is longer than MAX_RAW_LINE (the rest of it is
  * not read), -3 out of memory. */
@@ -102,6 +104,7 @@ static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t ba
                               "split the text or pass it as JSONL with --input)", line_no + n, MAX_RAW_LINE);
                 else
                     cli_error("predict", "<stdin>:%d: out of memory", line_no + n);
+                g_reported = 1;
                 break;
             }
             while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
@@ -195,7 +198,7 @@ int cmd_predict(int argc, char **argv) {
     } else if (st == AF_OK) {
         st = run_stdin_lines(ctx, c, (int32_t)batch, thr);
     }
-    if (st != AF_OK) rc = cli_fail(C, st);
+    if (st != AF_OK) rc = g_reported ? 1 : cli_fail(C, st);
 done:
     af_corpus_free(corp);
     af_classifier_free(c);

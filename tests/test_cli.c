@@ -864,6 +864,63 @@ static void test_rel_special_files(void) {
     g_run_timeout = RUN_TIMEOUT_S;
 }
 
+/* Class 2: every count or length taken from a file or stdin is bounded, and the message names the
+ * value, the limit and the line. */
+static void test_rel_sizes(void) {
+    g_run_timeout = 60;
+    write_text(P_("big_label.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": 1000000000}\n");
+    EXPECT("check -m @/tiny.gguf --train @/big_label.jsonl -t 1", 1,
+           "afinar check: @/big_label.jsonl:2: field 'label': label 1000000000 is above the largest class id 999999 (at "
+           "most 1000000 classes; integer labels are class ids 0..N-1: renumber them or use string labels)");
+    write_text(P_("label2p31.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": 2147483648}\n");
+    EXPECT("check -m @/tiny.gguf --train @/label2p31.jsonl -t 1", 1,
+           "afinar check: @/label2p31.jsonl:2: field 'label': label 2147483648 is above the largest class id 999999*");
+    EXPECT("check -m @/tiny.gguf --train @/label2p31.jsonl --num-classes 3 -t 1", 1,
+           "afinar check: @/label2p31.jsonl:2: field 'label': value 2147483648 out of range [0, 3)");
+    write_text(P_("neg_big.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": -3000000000}\n");
+    EXPECT("check -m @/tiny.gguf --train @/neg_big.jsonl -t 1", 1,
+           "afinar check: @/neg_big.jsonl:2: field 'label': label -3000000000 is negative");
+    /* the largest class id allowed: check runs, and its class table stays short (no million rows) */
+    write_text(P_("wide.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": 999999}\n"
+                                 "{\"input\": \"c\", \"label\": 0}\n{\"input\": \"d\", \"label\": 999999}\n");
+    {
+        char **av = split_args("check -m @/tiny.gguf --train @/wide.jsonl -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc >= 0 && r.out && n_lines(r.out) < 200 && strstr(r.out, "999998 more classes not listed (999998 classes with no sample)"),
+              "check with 1000000 inferred classes: rc %d, %d stdout lines (want < 200 and the summary row)", r.rc,
+              r.out ? n_lines(r.out) : -1);
+        run_free(&r);
+    }
+    /* predict's raw stdin lines: a 2 MiB line is refused naming the line and the limit, not read whole */
+    {
+        FILE *f = fopen(P_("long_line.txt"), "wb");
+        if (CHECK(f != NULL, "cannot write long_line.txt")) {
+            fputs("short line\n", f);
+            for (int i = 0; i < (2 << 20) / 8; i++) fputs("abababab", f);
+            fputs("\nafter\n", f);
+            fclose(f);
+        }
+        expect_in(P_("long_line.txt"), 0, "predict -m @/tiny.gguf -a @/run/final -t 1", 1,
+                  "afinar predict: <stdin>:2: line longer than 1048576 bytes (the limit for a raw text line; split the "
+                  "text or pass it as JSONL with --input)",
+                  ONE);
+    }
+    /* a prompt file above 16 MiB */
+    {
+        FILE *f = fopen(P_("big_prompt.txt"), "wb");
+        if (CHECK(f != NULL, "cannot write big_prompt.txt")) {
+            CHECK(ftruncate(fileno(f), (16 << 20) + 1) == 0, "ftruncate");
+            fclose(f);
+        }
+        EXPECT("generate -m @/tiny.gguf -f @/big_prompt.txt -t 1", 1,
+               "afinar generate: prompt file @/big_prompt.txt: larger than the limit of 16777216 bytes");
+        unlink(P_("big_prompt.txt"));
+        unlink(P_("long_line.txt"));
+    }
+    g_run_timeout = RUN_TIMEOUT_S;
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -908,6 +965,7 @@ int main(void) {
     test_eval_generate();
     /* reliability (issue 18) */
     test_rel_special_files();
+    test_rel_sizes();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");
