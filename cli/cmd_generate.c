@@ -194,7 +194,7 @@ int cmd_generate(int argc, char **argv) {
     signal(SIGINT, on_sigint);
     if (echo) {
         fwrite(text, 1, strlen(text), stdout);
-        fflush(stdout);
+        if (cli_stdout_failed(C)) goto done; /* rc 1: the output cannot be written */
     }
     double t0 = now_sec();
     st = af_session_eval(sess, ids, (int)n_ids, logits, NULL);
@@ -215,7 +215,8 @@ int cmd_generate(int argc, char **argv) {
         int len = af_token_to_bytes(tok, id, 0, piece, sizeof piece);
         if (len > 0) {
             fwrite(piece, 1, (size_t)(len < (int)sizeof piece ? len : (int)sizeof piece), stdout);
-            fflush(stdout);
+            /* a closed pipe (EPIPE with SIGPIPE ignored), a full disk: stop generating at once */
+            if (cli_stdout_failed(C)) goto done;
         }
         if (n_gen == n_predict) break;
         double t1 = now_sec();
@@ -229,7 +230,7 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     fputc('\n', stdout);
-    fflush(stdout);
+    if (cli_stdout_failed(C)) goto done;
     if (timings)
         fprintf(stderr, "timings: prompt %zu tokens %.3f s (%.2f tok/s), decode %ld tokens %.3f s (%.2f tok/s)\n",
                 n_ids, t_prompt, t_prompt > 0 ? (double)n_ids / t_prompt : 0.0, n_decode, t_decode,

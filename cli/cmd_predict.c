@@ -29,6 +29,8 @@ static void help(void) {
            "{\"labels\", \"label_ids\", \"probs\"}).\n");
 }
 
+static int g_reported; /* the failure's message is already printed */
+
 /* Classify every sample of a corpus and print the predictions. */
 static af_status run_corpus(const af_ctx *ctx, af_classifier *c, const af_corpus *corp, int32_t batch, double thr) {
     af_dataset *ds = NULL;
@@ -43,8 +45,12 @@ static af_status run_corpus(const af_ctx *ctx, af_classifier *c, const af_corpus
         /* a line that cannot be made (out of memory) is left out, as before */
         if (af_classifier_prediction_json(c, probs + (size_t)i * n_classes, thr, &line) == AF_OK) puts(line);
         free(line);
+        if (ferror(stdout)) break;
     }
-    fflush(stdout);
+    if (st == AF_OK && cli_stdout_failed("predict")) { /* /dev/full, a closed pipe: stop, exit 1 */
+        st = AF_ERR_IO;
+        g_reported = 1;
+    }
     free(probs);
     af_dataset_free(ds);
     return st;
@@ -53,8 +59,6 @@ static af_status run_corpus(const af_ctx *ctx, af_classifier *c, const af_corpus
 /* The longest raw text line read from stdin: a classifier reads at most its max_seq_len tokens, so
  * a longer line is a mistake (a binary file, a missing newline), never read whole into memory. */
 #define MAX_RAW_LINE ((size_t)1 << 20)
-
-static int g_reported; /* the failure's message is already printed */
 
 /* One line of stdin into *line (grown up to MAX_RAW_LINE + 1 bytes), without its newline. Returns
  * the length, -1 at end of input, -2 when the line is longer than MAX_RAW_LINE (the rest of it is

@@ -921,6 +921,139 @@ static void test_rel_sizes(void) {
     g_run_timeout = RUN_TIMEOUT_S;
 }
 
+/* Run `cmdline` with stdout to `out_path` (NULL: a pipe whose reading end is already closed, as
+ * after `| head -c 10` exits), SIGPIPE ignored when ign_sigpipe (as under Python's subprocess and
+ * many supervisors), RLIMIT_FSIZE `fsize` (> 0) with SIGXFSZ left at its default (the process
+ * must not die of it), stderr into *err (malloc'ed). Returns the exit status, -signal when killed,
+ * -1000 after `timeout_s` (then killed). *secs gets the wall time. */
+static int run_special(const char *cmdline, const char *out_path, int ign_sigpipe, long fsize, int timeout_s, char **err,
+                       double *secs) {
+    char **av = split_args(cmdline);
+    int pp[2] = {-1, -1}, pe[2] = {-1, -1};
+    if (!out_path && pipe(pp) != 0) pp[0] = pp[1] = -1;
+    if (pp[0] >= 0) close(pp[0]); /* the reader is gone */
+    if (pipe(pe) != 0) pe[0] = pe[1] = -1; /* stderr through a pipe: RLIMIT_FSIZE does not cut it */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = out_path ? open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : pp[1];
+        int fi = open("/dev/null", O_RDONLY);
+        if (fo < 0 || pe[1] < 0 || fi < 0) _exit(126);
+        dup2(fi, 0), dup2(fo, 1), dup2(pe[1], 2);
+        close(pe[0]);
+        signal(SIGPIPE, ign_sigpipe ? SIG_IGN : SIG_DFL);
+        signal(SIGXFSZ, SIG_DFL);
+        if (fsize > 0) {
+            struct rlimit lim;
+            getrlimit(RLIMIT_FSIZE, &lim);
+            lim.rlim_cur = (rlim_t)fsize;
+            setrlimit(RLIMIT_FSIZE, &lim);
+        }
+        execv(av[0], av);
+        _exit(127);
+    }
+    if (pp[1] >= 0) close(pp[1]);
+    if (pe[1] >= 0) close(pe[1]);
+    if (pe[0] >= 0) fcntl(pe[0], F_SETFL, fcntl(pe[0], F_GETFL) | O_NONBLOCK);
+    free_args(av);
+    size_t el = 0, ec = 256;
+    *err = calloc(ec, 1);
+    int status = 0, rc = -1000;
+    for (;;) {
+        while (pe[0] >= 0 && drain(pe[0], err, &el, &ec)) {
+            if (errno == EAGAIN) break;
+        }
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (w == pid) {
+            rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -999;
+            break;
+        }
+        if (t1.tv_sec - t0.tv_sec > timeout_s) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            CHECK(0, "%s: no exit after %d s (killed)", cmdline, timeout_s);
+            break;
+        }
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    if (pe[0] >= 0) {
+        fcntl(pe[0], F_SETFL, fcntl(pe[0], F_GETFL) & ~O_NONBLOCK);
+        while (drain(pe[0], err, &el, &ec)) {
+        }
+        close(pe[0]);
+    }
+    *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (g_dump) printf("---- %s > %s\n     rc=%d %.2fs stderr: %s", cmdline, out_path ? out_path : "(closed pipe)", rc, *secs, *err);
+    return rc;
+}
+
+/* Class 3: every write to stdout is checked, the last flush and close included; a closed pipe
+ * stops the command at once; a file size limit is an error, never a death by SIGXFSZ. */
+static void test_rel_output(void) {
+    static const char *const full_cmds[] = {
+        "predict -m @/tiny.gguf -a @/run/final --input @/val.jsonl -t 1",
+        "eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl -t 1",
+        "check -m @/tiny.gguf --train @/train.jsonl -t 1",
+        "info @/tiny.gguf",
+        "generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1",
+        "eval -m @/tiny.gguf --data @/pc.jsonl --generate 1 --max-new-tokens 2 -t 1",
+        "train --help",
+        "version"};
+    for (size_t k = 0; k < sizeof full_cmds / sizeof *full_cmds; k++) {
+        char *err = NULL;
+        double secs = 0;
+        int rc = run_special(full_cmds[k], "/dev/full", 0, 0, 60, &err, &secs);
+        char cmd[64];
+        sscanf(full_cmds[k], "%63s", cmd);
+        char want[160];
+        snprintf(want, sizeof want, "afinar %s: cannot write to stdout: %s", cmd, strerror(ENOSPC));
+        CHECK(rc == 1 && strstr(err, want), "%s > /dev/full: exit %d (want 1), stderr: %s", full_cmds[k], rc, err);
+        free(err);
+    }
+    /* generate into a closed pipe with SIGPIPE ignored: stops at the first token (EPIPE), exit 1 */
+    {
+        char *err = NULL;
+        double secs = 0;
+        int rc = run_special("generate -m @/tiny.gguf -p ab -n 40 --temp 0 --ignore-eos -t 1", NULL, 1, 0, 60, &err, &secs);
+        char want[160];
+        snprintf(want, sizeof want, "afinar generate: cannot write to stdout: %s", strerror(EPIPE));
+        CHECK(rc == 1 && strstr(err, want), "generate | (closed pipe), SIGPIPE ignored: exit %d (want 1), stderr: %s", rc, err);
+        free(err);
+        /* SIGPIPE at its default: the usual quiet death by the signal */
+        rc = run_special("generate -m @/tiny.gguf -p ab -n 40 --temp 0 --ignore-eos -t 1", NULL, 0, 0, 60, &err, &secs);
+        CHECK(rc == -SIGPIPE, "generate | (closed pipe), SIGPIPE default: exit %d (want death by SIGPIPE)", rc);
+        free(err);
+    }
+    /* ulimit -f with SIGXFSZ at its default: train's checkpoint save and eval --json fail with a
+     * message (EFBIG), exit 1, nothing half-written, no temporary left */
+    {
+        char *err = NULL;
+        double secs = 0;
+        size_t n0 = 0, n1 = 0;
+        char *before = tl_read_file(P_("run/checkpoint-4/adapter_model.safetensors"), &n0);
+        int rc = run_special("train --resume @/run/checkpoint-2 -t 1 --no-plot", "/dev/null", 0, 4096, 120, &err, &secs);
+        CHECK(rc == 1 && strstr(err, "File too large"), "train under ulimit -f 4 KiB (SIGXFSZ default): exit %d (want 1), stderr: %s", rc,
+              err);
+        char *after = tl_read_file(P_("run/checkpoint-4/adapter_model.safetensors"), &n1);
+        CHECK(before && after && n0 == n1 && !memcmp(before, after, n0), "checkpoint-4 changed by the failed save");
+        CHECK(count_named(P_("run"), ".tmp") == 0, "temporary files left after SIGXFSZ");
+        free(before), free(after), free(err);
+        write_text(P_("m2.json"), "old");
+        rc = run_special("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --json @/m2.json -t 1", "/dev/null", 0, 64, 60,
+                         &err, &secs);
+        CHECK(rc == 1 && strstr(err, "afinar eval: ") && strstr(err, "m2.json: write failed at offset"),
+              "eval --json under ulimit -f 64 B (SIGXFSZ default): exit %d (want 1), stderr: %s", rc, err);
+        char *mj = tl_read_file(P_("m2.json"), NULL);
+        CHECK(mj && !strcmp(mj, "old"), "m2.json changed by the failed write");
+        free(mj), free(err);
+        CHECK(count_named(g_dir, ".tmp") == 0, "temporary files left after the failed eval --json");
+    }
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -966,6 +1099,7 @@ int main(void) {
     /* reliability (issue 18) */
     test_rel_special_files();
     test_rel_sizes();
+    test_rel_output();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");
