@@ -10,9 +10,9 @@
 #include <time.h>
 
 static volatile sig_atomic_t g_stop;
+/* SIGINT and SIGTERM: stop generating after the current token, end the line, exit 130 / 143. */
 static void on_sigint(int sig) {
-    (void)sig;
-    g_stop = 1;
+    g_stop = sig;
 }
 
 static double now_sec(void) {
@@ -192,6 +192,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     signal(SIGINT, on_sigint);
+    signal(SIGTERM, on_sigint);
     if (echo) {
         fwrite(text, 1, strlen(text), stdout);
         if (cli_stdout_failed(C)) goto done; /* rc 1: the output cannot be written */
@@ -235,7 +236,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "timings: prompt %zu tokens %.3f s (%.2f tok/s), decode %ld tokens %.3f s (%.2f tok/s)\n",
                 n_ids, t_prompt, t_prompt > 0 ? (double)n_ids / t_prompt : 0.0, n_decode, t_decode,
                 t_decode > 0 ? (double)n_decode / t_decode : 0.0);
-    rc = g_stop ? 130 : 0;
+    rc = g_stop ? 128 + (int)g_stop : 0;
 done:
     free(logits);
     free(ids);

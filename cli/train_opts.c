@@ -31,7 +31,8 @@ void train_cli_help(const char *cmd, FILE *fp) {
     fprintf(fp, "      --config FILE.json         settings as {\"flag-name\": value, ...}; command-line flags win\n"
                 "  -h, --help                     this help\n\n"
                 "Boolean flags have a --no-FLAG form. With --resume, the checkpoint's own settings are the base.\n"
-                "Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted (Ctrl-C saves a checkpoint first).\n");
+                "Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM\n"
+                "(both save a checkpoint first).\n");
 }
 
 /* Print a failed library call's message as "afinar CMD: MESSAGE"; return the exit code: 1 for

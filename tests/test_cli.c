@@ -1054,6 +1054,100 @@ static void test_rel_output(void) {
     }
 }
 
+/* Start `cmdline` (stdout and stderr to files in the test directory), wait until its stderr holds
+ * `ready` (at most 60 s), send `sig`, wait for the exit (at most 60 s). Returns the exit status,
+ * -signal when killed by a signal, -1000 on a hang; *err gets stderr (malloc'ed). */
+static int run_signalled(const char *cmdline, const char *ready, int sig, char **err) {
+    char **av = split_args(cmdline);
+    const char *ef = P_("sig_stderr.txt"), *of = P_("sig_stdout.txt");
+    unlink(ef), unlink(of); /* not the previous run's text */
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fi = open("/dev/null", O_RDONLY), fo = open(of, O_WRONLY | O_CREAT | O_TRUNC, 0644),
+            fe = open(ef, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fi < 0 || fo < 0 || fe < 0) _exit(126);
+        dup2(fi, 0), dup2(fo, 1), dup2(fe, 2);
+        signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
+        execv(av[0], av);
+        _exit(127);
+    }
+    free_args(av);
+    int status = 0, rc = -1000, sent = 0;
+    struct timespec t0, t1, nap = {0, 20 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) {
+            rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -999;
+            break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (!sent) {
+            int on_out = !strncmp(ready, "@stdout:", 8); /* wait for text on stdout instead */
+            char *e = tl_read_file(on_out ? of : ef, NULL);
+            if ((e && strstr(e, on_out ? ready + 8 : ready)) || t1.tv_sec - t0.tv_sec > 60) {
+                kill(pid, sig);
+                sent = 1;
+                t0 = t1;
+            }
+            free(e);
+        } else if (t1.tv_sec - t0.tv_sec > 60) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            CHECK(0, "%s: no exit 60 s after signal %d (killed)", cmdline, sig);
+            break;
+        }
+        nanosleep(&nap, NULL);
+    }
+    *err = tl_read_file(ef, NULL);
+    if (!*err) *err = strdup("");
+    if (g_dump) printf("---- %s (signal %d)\n     rc=%d stderr: %s", cmdline, sig, rc, *err);
+    return rc;
+}
+
+/* Class 4: SIGTERM stops train like Ctrl-C (finish the step, save a checkpoint, exit 143) and the
+ * run resumes from that checkpoint; generate stops after the current token (exit 143 / 130). */
+static void test_rel_signals(void) {
+    for (int k = 0; k < 2; k++) {
+        const int sig = k ? SIGINT : SIGTERM;
+        char cmd[512], *err = NULL;
+        snprintf(cmd, sizeof cmd, "train -m @/tiny.gguf --train @/train.jsonl -o @/sig%d --batch 4 --grad-accum 1 --lora-r 2 "
+                                  "--max-seq-len 16 --max-steps 1000000 --log-every 1 -t 1 --no-plot", k);
+        int rc = run_signalled(cmd, "| step ", sig, &err);
+        CHECK(rc == 128 + sig, "train, signal %d during the run: exit %d (want %d), stderr: %.300s", sig, rc, 128 + sig,
+              err);
+        CHECK(strstr(err, sig == SIGTERM ? "terminated (SIGTERM): finishing this step" : "interrupt: finishing this step") &&
+                  strstr(err, "stopped at step"),
+              "train, signal %d: the messages (stderr: %.300s)", sig, err);
+        free(err);
+        char dir[64];
+        snprintf(dir, sizeof dir, "sig%d", k);
+        int n_ck = count_named(P_(dir), "checkpoint-");
+        CHECK(n_ck >= 1 && count_named(P_(dir), ".tmp") == 0, "train, signal %d: %d checkpoints saved (want >= 1), temporaries %d",
+              sig, n_ck, count_named(P_(dir), ".tmp"));
+    }
+    /* the checkpoint the SIGTERM saved resumes, and a second SIGTERM saves again */
+    {
+        char *err = NULL;
+        int rc = run_signalled("train --resume @/sig0 --log-every 1 -t 1 --no-plot", "| step ", SIGTERM, &err);
+        CHECK(rc == 143 && strstr(err, "stopped at step"), "train --resume after SIGTERM, then SIGTERM: exit %d (want 143), stderr: %.400s",
+              rc, err);
+        free(err);
+    }
+    /* generate: the handlers are set before the prompt is echoed; SIGTERM / SIGINT after the echo
+     * stops after the current token with 143 / 130 (0 when the generation ended first), never a
+     * death by the signal */
+    for (int k = 0; k < 2; k++) {
+        const int sig = k ? SIGINT : SIGTERM;
+        char *err = NULL;
+        int rc = run_signalled("generate -m @/tiny.gguf -p ab -n 200 --temp 0 --ignore-eos --echo -t 1", "@stdout:ab", sig, &err);
+        CHECK(rc == 128 + sig || rc == 0, "generate, signal %d after the echo: exit %d (want %d, or 0 when it had finished)",
+              sig, rc, 128 + sig);
+        free(err);
+    }
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -1100,6 +1194,7 @@ int main(void) {
     test_rel_special_files();
     test_rel_sizes();
     test_rel_output();
+    test_rel_signals();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");
