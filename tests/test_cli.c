@@ -1148,6 +1148,71 @@ static void test_rel_signals(void) {
     }
 }
 
+/* `check CMD`: expect exit status want_rc and stdout holding `want` (a diagnostic line). */
+static void expect_check_out(const char *cmdline, int want_rc, const char *want) {
+    char **av = split_args(cmdline);
+    run_result r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == want_rc && r.out && strstr(r.out, want), "%s: exit %d (want %d), stdout lacks \"%s\":\n%s\nstderr: %s", cmdline,
+          r.rc, want_rc, want, r.out ? r.out : "", r.err ? r.err : "");
+    run_free(&r);
+}
+
+/* Class 6: configurations that cannot be right, refused (or warned about) in one place
+ * (af_trainer_new + af_hparams_check) for check and train alike. */
+static void test_rel_config(void) {
+    expect_check_out("check -m @/tiny.gguf --train @/train.jsonl --lr 1e-4 --lr-min 0.01 -t 1", 1,
+                     "error [lr-min-above-lr] --lr-min 0.01 is above --lr 1e-4: the schedule would climb to 0.01 instead of decaying");
+    EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/u --lr 1e-4 --lr-min 0.01 -t 1 --no-plot", 1,
+                 "afinar train: not training: fix the errors above*");
+    CHECK(!exists(P_("u")), "a refused train left %s", P_("u"));
+    /* a constant schedule does not use --lr-min: no error */
+    {
+        char **av = split_args("check -m @/tiny.gguf --train @/train.jsonl --lr 1e-4 --lr-min 0.01 --schedule constant -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.out && !strstr(r.out, "lr-min-above-lr"), "constant schedule: --lr-min reported:\n%s", r.out ? r.out : "");
+        run_free(&r);
+    }
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --targets '' -t 1", 1,
+           "afinar check: lora targets '': empty (use presets qv, qkv, all-linear or a comma list of q,k,v,o,gate,up,down)");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --targets '' -t 1", 1,
+           "afinar train: lora targets '': empty (use presets qv, qkv, all-linear or a comma list of q,k,v,o,gate,up,down)");
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl -t 1000", 1,
+           "afinar check: threads 1000: more than 4x the * CPUs this process may use (at most *; 0 = one per CPU)");
+    EXPECT("generate -m @/tiny.gguf -p hi -t 1000", 2,
+           "afinar generate: threads 1000: more than 4x the * CPUs this process may use (at most *; 0 = one per CPU)");
+    EXPECT("predict -m @/tiny.gguf -a @/run/final -t 1000", 2,
+           "afinar predict: threads 1000: more than 4x the * CPUs this process may use (at most *; 0 = one per CPU)");
+    /* samples longer than the model's 256 positions with --max-seq-len 512 */
+    {
+        FILE *f = fopen(P_("long.jsonl"), "wb");
+        if (CHECK(f != NULL, "cannot write long.jsonl")) {
+            for (int i = 0; i < 6; i++) {
+                fprintf(f, "{\"input\": \"");
+                for (int k = 0; k < 400; k++) fputc('a' + (k * 7 + i) % 26, f);
+                fprintf(f, "\", \"label\": \"%s\"}\n", k_names[i % 3]);
+            }
+            fclose(f);
+        }
+        expect_check_out("check -m @/tiny.gguf --train @/long.jsonl --max-seq-len 512 -t 1", 1,
+                         "error [seq-len-positions] max_seq_len 512 lets samples of ");
+        expect_check_out("check -m @/tiny.gguf --train @/long.jsonl --max-seq-len 512 -t 1", 1,
+                         "beyond the model's 256 positions (context_length)");
+        char **av = split_args("check -m @/tiny.gguf --train @/long.jsonl --max-seq-len 256 -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.out && !strstr(r.out, "seq-len-positions"), "--max-seq-len 256: positions error reported:\n%s", r.out ? r.out : "");
+        run_free(&r);
+    }
+    expect_check_out("check -m @/tiny.gguf --train @/train.jsonl --patience 2 -t 1", 1,
+                     "error [patience-no-val] --patience 2 needs validation data");
+    expect_check_out("check -m @/tiny.gguf --train @/train.jsonl --val @/val.jsonl --warmup 50 --max-steps 10 -t 1", 0,
+                     "warn  [warmup-long] the warm-up (50 steps) is as long as the whole run (10 steps)");
+    expect_check_out("check -m @/tiny.gguf --train @/train.jsonl --eval-every 2 -t 1", 0,
+                     "warn  [eval-no-val] --eval-every 2 has no validation data");
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -1195,6 +1260,7 @@ int main(void) {
     test_rel_sizes();
     test_rel_output();
     test_rel_signals();
+    test_rel_config();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");

@@ -419,7 +419,9 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     if (st != AF_OK) goto fail;
     af_train_config hc = {o->lr, o->lora_r, o->lora_alpha, o->use_rslora, o->batch, o->grad_accum, o->max_grad_norm,
                           o->epochs, o->max_steps, o->max_seq_len, t->n_model_params, t->num_classes,
-                          (const char *const *)t->label_names, o->class_weights, t->lm};
+                          (const char *const *)t->label_names, o->class_weights, t->lm, o->lr_min,
+                          o->schedule != AF_SCHED_CONSTANT, t->model->cfg.max_position_embeddings, t->val != NULL,
+                          o->patience, o->eval_every, t->warmup, t->total};
     st = af_hparams_check(&hc, &t->st_train, &t->diags);
     if (st != AF_OK) goto fail;
 #undef FAIL
