@@ -183,6 +183,7 @@ int cmd_predict(int argc, char **argv) {
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
     af_status st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
+    if (st == AF_OK && af_classifier_note(c)) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
     int rc = 0;
     if (st == AF_OK && !af_model_tokenizer(af_classifier_model(c))) {
         cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);

@@ -999,6 +999,10 @@ int32_t af_classifier_num_classes(const af_classifier *c);
 int af_classifier_multi_label(const af_classifier *c);
 int32_t af_classifier_max_seq_len(const af_classifier *c);
 const char *const *af_classifier_label_names(const af_classifier *c);
+/* What the loader had to assume because the adapter's afinar.json is missing or lacks a field (a
+ * PEFT/transformers adapter: last-token pooling, max_seq_len 512, label ids as names), as one
+ * sentence naming the file; NULL when nothing was assumed. Commands print it as a warning. */
+const char *af_classifier_note(const af_classifier *c);
 
 /* probs [af_dataset_size(ds), C] (C = af_classifier_num_classes): softmax (single-label) or
  * sigmoid (multi-label) of the logits of every sample of `ds`, batches of `batch` samples in

@@ -1213,6 +1213,86 @@ static void test_rel_config(void) {
                      "warn  [eval-no-val] --eval-every 2 has no validation data");
 }
 
+/* Class 7: files that parse but do not make sense are refused (or warned about) with a message. */
+static void test_rel_semantics(void) {
+    /* tiny.gguf with llama.block_count patched from 2 to 1: layer 1's tensors would be ignored */
+    {
+        size_t n = 0;
+        unsigned char *b = (unsigned char *)tl_read_file(P_("tiny.gguf"), &n);
+        const char key[] = "llama.block_count";
+        unsigned char *k = NULL;
+        for (size_t i = 0; b && i + sizeof key + 8 < n; i++)
+            if (!memcmp(b + i, key, sizeof key - 1)) {
+                k = b + i + sizeof key - 1;
+                break;
+            }
+        uint32_t ty = 0, v = 0;
+        if (k) memcpy(&ty, k, 4), memcpy(&v, k + 4, 4);
+        if (CHECK(k && ty == 4 && v == 2, "llama.block_count (u32 2) not found in tiny.gguf")) {
+            v = 1;
+            memcpy(k + 4, &v, 4);
+            FILE *f = fopen(P_("blocks1.gguf"), "wb");
+            if (f) fwrite(b, 1, n, f), fclose(f);
+            EXPECT("generate -m @/blocks1.gguf -p hi -t 1", 1,
+                   "afinar generate: @/blocks1.gguf: tensor 'blk.1.*' belongs to layer 1 but llama.block_count is 1: the "
+                   "file's layer count is wrong (layers 1.. would be ignored)");
+            EXPECT("check -m @/blocks1.gguf --train @/train.jsonl -t 1", 1, "afinar check: @/blocks1.gguf: tensor 'blk.1.*");
+        }
+        free(b);
+    }
+    /* overlapping tensor data / a type that does not match the bytes (the fuzz regression inputs) */
+    EXPECT("info tests/fuzz/regress/gguf/tensor-data-overlap.FORMAT", 1,
+           "afinar info: tests/fuzz/regress/gguf/tensor-data-overlap.FORMAT: tensor 'b': data [64, +128 bytes) "
+           "overlaps tensor 'a' [0, +128 bytes) (F32, 128 bytes by its type and shape) at offset *");
+    EXPECT("info tests/fuzz/regress/gguf/tensor-type-vs-bytes.FORMAT", 1,
+           "afinar info: tests/fuzz/regress/gguf/tensor-type-vs-bytes.FORMAT: tensor 'a': F32 [32 x 1 x 1 x 1] = 128 bytes "
+           "by its type and shape, but the next tensor ('b') starts 512 bytes after it (more than the 32-byte alignment): "
+           "its type does not match its data at offset *");
+    /* afinar.json: a label list of the wrong length, a missing file, no pooling field */
+    CHECK(copy_dir(P_("run/final"), P_("lab4")) && copy_dir(P_("run/final"), P_("nojson")) && copy_dir(P_("run/final"), P_("nopool")),
+          "copy adapters");
+    {
+        char *j = tl_read_file(P_("run/final/afinar.json"), NULL);
+        char *l = j ? strstr(j, "\"food\"") : NULL;
+        if (CHECK(l != NULL, "afinar.json of the run lacks the labels")) {
+            /* 4 names for a 3-class head */
+            size_t pre = (size_t)(l - j);
+            char *o = malloc(strlen(j) + 32);
+            memcpy(o, j, pre);
+            strcpy(o + pre, "\"food\", \"music\"");
+            strcat(o, l + strlen("\"food\""));
+            write_text(P_("lab4/afinar.json"), o);
+            free(o);
+        }
+        char *pl = j ? strstr(j, "\"pooling\"") : NULL;
+        if (CHECK(pl != NULL, "afinar.json lacks pooling")) {
+            memcpy(pl, "\"poolinX\"", 9); /* an unknown key: as if the field were missing */
+            write_text(P_("nopool/afinar.json"), j);
+        }
+        free(j);
+    }
+    EXPECT("predict -m @/tiny.gguf -a @/lab4 -t 1", 1,
+           "afinar predict: @/lab4/afinar.json: field 'labels': 4 names but the head (score.weight) has 3 classes: the label "
+           "list does not belong to this adapter");
+    EXPECT("eval -m @/tiny.gguf -a @/lab4 --data @/val.jsonl -t 1", 1, "afinar eval: @/lab4/afinar.json: field 'labels': *");
+    unlink(P_("nojson/afinar.json"));
+    {
+        char **av = split_args("predict -m @/tiny.gguf -a @/nojson -t 1");
+        run_result r = run_argv(P_("pred_in.txt"), 0, av);
+        free_args(av);
+        CHECK(r.rc == 0 && r.err && strstr(r.err, "afinar predict: warning: ") &&
+                  strstr(r.err, "nojson/afinar.json is missing: assuming a PEFT/transformers adapter (last-token pooling"),
+              "predict without afinar.json: rc %d, stderr %s", r.rc, r.err ? r.err : "");
+        run_free(&r);
+        av = split_args("predict -m @/tiny.gguf -a @/nopool -t 1");
+        r = run_argv(P_("pred_in.txt"), 0, av);
+        free_args(av);
+        CHECK(r.rc == 0 && r.err && strstr(r.err, "nopool/afinar.json has no 'pooling' field: assuming last-token pooling"),
+              "predict, afinar.json without pooling: rc %d, stderr %s", r.rc, r.err ? r.err : "");
+        run_free(&r);
+    }
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -1261,6 +1341,7 @@ int main(void) {
     test_rel_output();
     test_rel_signals();
     test_rel_config();
+    test_rel_semantics();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");
