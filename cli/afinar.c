@@ -73,6 +73,14 @@ static int finish_stdout(const char *cmd, int rc) {
     return rc;
 }
 
+const char *tok_reason(const af_model *m, const char *model_path) {
+    const char *why = af_model_tokenizer_error(m);
+    if (!why) return "unknown reason";
+    size_t lp = model_path ? strlen(model_path) : 0;
+    if (lp && !strncmp(why, model_path, lp) && !strncmp(why + lp, ": ", 2)) why += lp + 2;
+    return why;
+}
+
 int cli_fail(const char *cmd, af_status st) {
     const char *msg = af_last_error();
     fprintf(stderr, "afinar %s: %s\n", cmd, (msg && *msg) ? msg : af_status_name(st));

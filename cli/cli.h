@@ -23,6 +23,9 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo,
  * once and return 1 (the caller stops and exits 1); 0 while all is well. */
 int cli_stdout_failed(const char *cmd);
 
+/* Why the model has no tokenizer, without a leading "<model_path>: " (said once by the caller). */
+const char *tok_reason(const af_model *m, const char *model_path);
+
 int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_train(int argc, char **argv);

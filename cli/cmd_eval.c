@@ -159,7 +159,8 @@ int cmd_eval(int argc, char **argv) {
     if (st != AF_OK) goto fail;
     const af_tokenizer *tok = af_model_tokenizer(af_classifier_model(c));
     if (!tok) {
-        cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);
+        cli_error(C, "%s: the model has no usable tokenizer (%s), so text cannot be read", model_path,
+                  tok_reason(af_classifier_model(c), model_path));
         goto done;
     }
     af_corpus_opts co;

@@ -142,7 +142,8 @@ int cmd_generate(int argc, char **argv) {
     }
     const af_tokenizer *tok = af_model_tokenizer(model);
     if (!tok) {
-        cli_error(C, "%s: the model has no usable tokenizer, so text cannot be generated", model_path);
+        cli_error(C, "%s: the model has no usable tokenizer (%s), so text cannot be generated", model_path,
+                  tok_reason(model, model_path));
         goto done;
     }
     const char *text = prompt;

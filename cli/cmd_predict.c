@@ -186,7 +186,8 @@ int cmd_predict(int argc, char **argv) {
     if (st == AF_OK && af_classifier_note(c)) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
     int rc = 0;
     if (st == AF_OK && !af_model_tokenizer(af_classifier_model(c))) {
-        cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);
+        cli_error(C, "%s: the model has no usable tokenizer (%s), so text cannot be read", model_path,
+                  tok_reason(af_classifier_model(c), model_path));
         rc = 1;
         goto done;
     }

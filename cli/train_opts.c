@@ -151,6 +151,22 @@ int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
             if (stat(path, &sb) == 0) {
                 af_status st = af_train_settings_read(path, "checkpoint settings", &base);
                 if (st != AF_OK) rc = settings_fail(cmd, st);
+            } else {
+                /* without the run's settings every flag must come again: name the missing file first
+                 * (not a series of "missing -m", "missing --train", then a batch mismatch) */
+                int has_m = af_train_settings_get(cli, "model") || (file && af_train_settings_get(file, "model"));
+                int has_t = af_train_settings_get(cli, "train") || (file && af_train_settings_get(file, "train"));
+                if (!has_m || !has_t) {
+                    cli_error(cmd,
+                              "--resume %s: %s is missing (it holds the run's settings); copy it back from the run "
+                              "directory, or give the original run's settings again (-m, --train, --batch, ...)",
+                              res, path);
+                    rc = 1;
+                } else {
+                    fprintf(stderr, "afinar %s: warning: %s is missing: using only the settings given on the command "
+                                    "line; they must equal the original run's (--batch, --lr, --seed, ...)\n",
+                            cmd, path);
+                }
             }
             free(ck);
         }

@@ -181,6 +181,10 @@ typedef struct af_tokenizer af_tokenizer;
 
 /* Borrowed: the model's tokenizer, valid while `model` lives. NULL if the file has none. */
 const af_tokenizer *af_model_tokenizer(const af_model *model);
+/* Why af_model_tokenizer is NULL, in words (borrowed): the tokenizer loader's message (the missing
+ * or malformed tokenizer.ggml.* key) or "the file has no tokenizer.ggml.* keys"; NULL when the
+ * model has a tokenizer. */
+const char *af_model_tokenizer_error(const af_model *model);
 
 /* Encode UTF-8 `text[0..len)` into token ids.
  *  add_special:   prepend BOS / append EOS as the model's metadata asks (add_bos_token ...).
@@ -891,6 +895,9 @@ void af_trainer_free(af_trainer *t);
 void af_trainer_report(const af_trainer *t, FILE *fp);
 /* 1 when a diagnostic is an error or the memory estimate exceeds physical RAM. */
 int af_trainer_has_errors(const af_trainer *t);
+/* The number of errors af_trainer_report prints: error diagnostics plus the memory estimate when
+ * it exceeds the limit (so a summary line counts what was printed). */
+int af_trainer_n_errors(const af_trainer *t);
 /* Diagnostics of the configuration. Borrowed: valid while `t` lives. */
 const af_diag_list *af_trainer_diags(const af_trainer *t);
 

@@ -491,12 +491,12 @@ static void test_files(void) {
     EXPECT("eval -m @/text.gguf -a @/run/final --data @/val.jsonl -t 1", 1, "afinar eval: @/text.gguf: *");
     EXPECT("predict -m @/empty.gguf -a @/run/final -t 1", 1, "afinar predict: @/empty.gguf: *");
     EXPECT("eval -m @/notok.gguf -a @/run/final --data @/val.jsonl -t 1", 1,
-           "afinar eval: @/notok.gguf: the model has no usable tokenizer, so text cannot be read");
+           "afinar eval: @/notok.gguf: the model has no usable tokenizer (tokenizer.ggml.model: missing*), so text cannot be read");
     EXPECT("predict -m @/notok.gguf -a @/run/final -t 1", 1,
-           "afinar predict: @/notok.gguf: the model has no usable tokenizer, so text cannot be read");
+           "afinar predict: @/notok.gguf: the model has no usable tokenizer (tokenizer.ggml.model: missing*), so text cannot be read");
     EXPECT("generate -m @/trunc.gguf -p hi -t 1", 1, "afinar generate: @/trunc.gguf: *");
     EXPECT("generate -m @/notok.gguf -p hi -t 1", 1,
-           "afinar generate: @/notok.gguf: the model has no usable tokenizer, so text cannot be generated");
+           "afinar generate: @/notok.gguf: the model has no usable tokenizer (tokenizer.ggml.model: missing*), so text cannot be generated");
     snprintf(want, sizeof want, "afinar generate: prompt file @/missing.txt: cannot open: %s", enoent);
     EXPECT("generate -m @/tiny.gguf -f @/missing.txt -t 1", 1, want);
     EXPECT("generate -m @/tiny.gguf -f @/adir -t 1", 1, "afinar generate: prompt file @/adir: not a regular file (a directory)");
@@ -1293,6 +1293,43 @@ static void test_rel_semantics(void) {
     }
 }
 
+/* Class 8: messages that name the file, the field and the fix. */
+static void test_rel_messages(void) {
+    /* a checkpoint without train_config.json: the missing file is named first */
+    CHECK(copy_dir(P_("run/checkpoint-2"), P_("nocfg_ck")), "copy checkpoint");
+    unlink(P_("nocfg_ck/train_config.json"));
+    EXPECT("train --resume @/nocfg_ck -t 1", 1,
+           "afinar train: --resume @/nocfg_ck: @/nocfg_ck/train_config.json is missing (it holds the run's settings); copy it "
+           "back from the run directory, or give the original run's settings again (-m, --train, --batch, ...)");
+    /* a different --lora-r at resume: named as such, not as a parameter count */
+    EXPECT_MULTI("train --resume @/run/checkpoint-2 --lora-r 4 -t 1 --no-plot", 1,
+                 "afinar train: @/run/checkpoint-2: cannot resume: --lora-r is 2 in the checkpoint (adapter_config.json r) "
+                 "but 4 now (resume with the checkpoint's settings)");
+    EXPECT_MULTI("train --resume @/run/checkpoint-2 --batch 3 -t 1 --no-plot", 1,
+                 "afinar train: @/run/checkpoint-2/trainer_state.safetensors: cannot resume exactly: batch (--batch) is 4 in "
+                 "the checkpoint but 3 now (resume with the same data and settings)");
+    /* check: the memory error is counted in the summary line */
+    {
+        char **av = split_args("check -m @/tiny.gguf --train @/train.jsonl --memory-limit 0.01 -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 1 && r.out && strstr(r.out, "error [memory]") && strstr(r.out, "check: NOT ready to train (1 errors"),
+              "check --memory-limit 0.01: the summary must count the memory error:\n%s", r.out ? r.out : "");
+        run_free(&r);
+    }
+    /* a failed save of a directory that never existed does not claim an earlier one is kept */
+    {
+        char *err = NULL;
+        double secs = 0;
+        int rc = run_special("train -m @/tiny.gguf --train @/train.jsonl -o @/fresh_small --batch 4 --grad-accum 1 --lora-r 2 "
+                             "--max-seq-len 16 --max-steps 2 --save-every 1 -t 1 --no-plot",
+                             "/dev/null", 0, 2048, 120, &err, &secs);
+        CHECK(rc == 1 && strstr(err, "(not saved; there is no earlier ") && !strstr(err, "the previous"),
+              "first save under ulimit -f: exit %d, stderr: %.600s", rc, err);
+        free(err);
+    }
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -1342,6 +1379,7 @@ int main(void) {
     test_rel_signals();
     test_rel_config();
     test_rel_semantics();
+    test_rel_messages();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");

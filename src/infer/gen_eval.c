@@ -292,7 +292,9 @@ af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eva
     const int32_t max_new = opts->max_new_tokens > 0 ? opts->max_new_tokens : 64;
     const af_model *m = af_session_model(s);
     const af_tokenizer *tok = af_model_tokenizer(m);
-    if (!tok) return af_fail(AF_ERR_UNSUPPORTED, "af_gen_eval_run: the model has no usable tokenizer");
+    if (!tok)
+        return af_fail(AF_ERR_UNSUPPORTED, "af_gen_eval_run: the model has no usable tokenizer (%s)",
+                       af_model_tokenizer_error(m));
     const int32_t vocab = af_model_get_config(m)->vocab_size;
     const int64_t n_ctx = af_session_n_ctx(s);
     af_status st = read_examples(m, data_path, opts->max_examples, out);

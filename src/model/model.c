@@ -291,6 +291,10 @@ void af_model_free(af_model *m) {
 const af_model_config *af_model_get_config(const af_model *m) { return &m->cfg; }
 
 const af_tokenizer *af_model_tokenizer(const af_model *m) { return m->tok; }
+const char *af_model_tokenizer_error(const af_model *m) {
+    if (!m || m->tok) return NULL;
+    return m->tok_error[0] ? m->tok_error : "the file has no tokenizer.ggml.* keys";
+}
 
 af_status af_chat_format(const af_model *m, const char *system, const char *user, char **out) {
     if (!m->tok) return af_fail(AF_ERR_NOT_FOUND, "model has no tokenizer, so no chat template");

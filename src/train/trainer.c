@@ -439,6 +439,12 @@ void af_trainer_memory(const af_trainer *t, size_t *need, size_t *ram) {
     if (ram) *ram = t->mem_ram;
 }
 
+int af_trainer_n_errors(const af_trainer *t) {
+    int n = 0;
+    for (int32_t i = 0; i < t->diags.n; i++) n += t->diags.items[i].severity == AF_DIAG_ERROR;
+    return n + (t->mem_ram > 0 && t->mem_need > t->mem_ram);
+}
+
 int af_trainer_has_errors(const af_trainer *t) {
     return af_diag_has_error(&t->diags) || (t->mem_ram > 0 && t->mem_need > t->mem_ram);
 }
