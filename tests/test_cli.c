@@ -1330,6 +1330,33 @@ static void test_rel_messages(void) {
     }
 }
 
+/* Class 5 (the adapter part): an adapter holding a NaN is refused by every command that loads it. */
+static void test_rel_nonfinite_adapter(void) {
+    if (!CHECK(copy_dir(P_("run/final"), P_("nan_ad")), "copy adapter")) return;
+    size_t n = 0;
+    unsigned char *b = (unsigned char *)tl_read_file(P_("nan_ad/adapter_model.safetensors"), &n);
+    uint64_t hl = 0;
+    if (b && n > 8) memcpy(&hl, b, 8);
+    if (!CHECK(b && hl > 0 && 8 + hl + 4 <= n, "adapter safetensors header")) {
+        free(b);
+        return;
+    }
+    const unsigned char nan_f32[4] = {0x00, 0x00, 0xc0, 0x7f}; /* the first element of the first tensor */
+    memcpy(b + 8 + hl, nan_f32, 4);
+    FILE *f = fopen(P_("nan_ad/adapter_model.safetensors"), "wb");
+    if (f) fwrite(b, 1, n, f), fclose(f);
+    free(b);
+    const char *tail = "element 0 is not finite (NaN or Inf): the adapter is unusable (saved from a diverged run?)";
+    char want[512];
+    snprintf(want, sizeof want, "afinar predict: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("predict -m @/tiny.gguf -a @/nan_ad -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar eval: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("eval -m @/tiny.gguf -a @/nan_ad --data @/val.jsonl -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar generate: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("generate -m @/tiny.gguf -a @/nan_ad -p hi -t 1", 1, want);
+    EXPECT("eval -m @/tiny.gguf -a @/nan_ad --data @/pc.jsonl --generate 1 -t 1", 1, "afinar eval: *not finite (NaN or Inf)*");
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -1380,6 +1407,7 @@ int main(void) {
     test_rel_config();
     test_rel_semantics();
     test_rel_messages();
+    test_rel_nonfinite_adapter();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");
