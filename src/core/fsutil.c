@@ -287,7 +287,8 @@ FILE *af_fopen_regular(const char *path, const char **why) {
     return f;
 }
 
-char *af_read_file(const char *path, size_t *len) { return af_read_file_max(path, 0, len, NULL); }
+/* afinar's own files (metrics.jsonl of a long run): no size limit beyond memory */
+char *af_read_file(const char *path, size_t *len) { return af_read_file_max(path, SIZE_MAX - 1, len, NULL); }
 
 char *af_read_file_max(const char *path, size_t max_bytes, size_t *len, const char **why) {
     if (!max_bytes) max_bytes = AF_READ_FILE_DEFAULT_MAX;

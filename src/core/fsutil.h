@@ -69,6 +69,8 @@ char *af_path_join(const char *dir, const char *name);
  * ("No such file or directory", "not a regular file (a FIFO or pipe)", "larger than the limit").
  * Records no message: the caller words its own error. */
 #define AF_READ_FILE_DEFAULT_MAX ((size_t)64 << 20)
+/* af_read_file: no size limit (for afinar's own files, e.g. metrics.jsonl); af_read_file_max for
+ * files from outside. */
 char *af_read_file(const char *path, size_t *len);
 char *af_read_file_max(const char *path, size_t max_bytes, size_t *len, const char **why);
 
