@@ -10,15 +10,22 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t g_interrupt;
+static volatile sig_atomic_t g_signal; /* the signal that asked to stop (SIGINT or SIGTERM) */
 
-static void on_sigint(int sig) {
-    (void)sig;
+/* SIGINT (Ctrl-C) and SIGTERM (docker stop, systemd, timeout, batch schedulers) alike: finish the
+ * step, save a checkpoint, exit 128 + signal (130, 143). A second signal ends the process at once. */
+static void on_stop_signal(int sig) {
     g_interrupt = 1;
-    static const char msg[] = "\nafinar train: interrupt: finishing this step and saving a checkpoint "
-                              "(Ctrl-C again to abort without saving)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    g_signal = sig;
+    static const char msg_int[] = "\nafinar train: interrupt: finishing this step and saving a checkpoint "
+                                  "(Ctrl-C again to abort without saving)\n";
+    static const char msg_term[] = "\nafinar train: terminated (SIGTERM): finishing this step and saving a checkpoint "
+                                   "(a second signal aborts without saving)\n";
+    ssize_t w = sig == SIGTERM ? write(STDERR_FILENO, msg_term, sizeof msg_term - 1)
+                               : write(STDERR_FILENO, msg_int, sizeof msg_int - 1);
     (void)w;
-    signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process at once */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -46,12 +53,14 @@ int cmd_train(int argc, char **argv) {
         rc = 1;
         goto done;
     }
-    signal(SIGINT, on_sigint);
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     af_train_result res;
     st = af_trainer_run(t, &res);
     signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     if (st != AF_OK) rc = cli_fail(C, st);
-    else rc = res.stop == AF_STOP_INTERRUPTED ? 130 : 0;
+    else rc = res.stop == AF_STOP_INTERRUPTED ? (g_signal == SIGTERM ? 143 : 130) : 0;
 done:
     af_trainer_free(t);
     train_cli_free(&tc);

@@ -181,6 +181,10 @@ typedef struct af_tokenizer af_tokenizer;
 
 /* Borrowed: the model's tokenizer, valid while `model` lives. NULL if the file has none. */
 const af_tokenizer *af_model_tokenizer(const af_model *model);
+/* Why af_model_tokenizer is NULL, in words (borrowed): the tokenizer loader's message (the missing
+ * or malformed tokenizer.ggml.* key) or "the file has no tokenizer.ggml.* keys"; NULL when the
+ * model has a tokenizer. */
+const char *af_model_tokenizer_error(const af_model *model);
 
 /* Encode UTF-8 `text[0..len)` into token ids.
  *  add_special:   prepend BOS / append EOS as the model's metadata asks (add_bos_token ...).
@@ -514,6 +518,15 @@ af_status af_write_file_atomic(const char *path, const void *data, size_t n);
  * ("<path>: is a directory, cannot be replaced by a file", "<path>: directory <dir>: <strerror>"),
  * AF_ERR_NOMEM. */
 af_status af_check_writable(const char *path);
+
+/* Read a whole input file (a prompt, a config) into a malloc'ed, NUL-terminated buffer (`*text`,
+ * caller frees with free(); `*len`, may be NULL, gets the byte count). Never blocks: the file is
+ * opened with O_NONBLOCK and refused unless it is a regular file (a FIFO, a directory, /dev/zero
+ * ...), except "/dev/stdin", which may also be a pipe or a terminal. At most `max_bytes` are read
+ * (0: 64 MiB). Errors: AF_ERR_INVALID_ARG (NULL/empty), AF_ERR_IO ("<path>: cannot open:
+ * <strerror>", "<path>: not a regular file (a FIFO or pipe)"), AF_ERR_RANGE ("<path>: larger than
+ * the limit of N bytes"), AF_ERR_NOMEM. */
+af_status af_read_text_file(const char *path, size_t max_bytes, char **text, size_t *len);
 
 /* ---------------------------------------------------------------------------------------------
  * Data sets: labelled JSONL corpora and their tokenized form
@@ -882,6 +895,9 @@ void af_trainer_free(af_trainer *t);
 void af_trainer_report(const af_trainer *t, FILE *fp);
 /* 1 when a diagnostic is an error or the memory estimate exceeds physical RAM. */
 int af_trainer_has_errors(const af_trainer *t);
+/* The number of errors af_trainer_report prints: error diagnostics plus the memory estimate when
+ * it exceeds the limit (so a summary line counts what was printed). */
+int af_trainer_n_errors(const af_trainer *t);
 /* Diagnostics of the configuration. Borrowed: valid while `t` lives. */
 const af_diag_list *af_trainer_diags(const af_trainer *t);
 
@@ -990,6 +1006,10 @@ int32_t af_classifier_num_classes(const af_classifier *c);
 int af_classifier_multi_label(const af_classifier *c);
 int32_t af_classifier_max_seq_len(const af_classifier *c);
 const char *const *af_classifier_label_names(const af_classifier *c);
+/* What the loader had to assume because the adapter's afinar.json is missing or lacks a field (a
+ * PEFT/transformers adapter: last-token pooling, max_seq_len 512, label ids as names), as one
+ * sentence naming the file; NULL when nothing was assumed. Commands print it as a warning. */
+const char *af_classifier_note(const af_classifier *c);
 
 /* probs [af_dataset_size(ds), C] (C = af_classifier_num_classes): softmax (single-label) or
  * sigmoid (multi-label) of the logits of every sample of `ds`, batches of `batch` samples in

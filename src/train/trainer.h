@@ -104,6 +104,7 @@ typedef struct af_classifier {
     int multi_label;
     int32_t num_classes;
     char **label_names;       /* [num_classes] or NULL (integer labels) */
+    char note[512];           /* what was assumed for lack of afinar.json fields ("" when nothing) */
 } af_classifier;
 
 /* Shared by the trainer's evaluation: probabilities of every sample of ds with parameters P

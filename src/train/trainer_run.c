@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@ typedef struct loop {
     float *logits;       /* [batch, C] */
     float *vprobs;       /* [n_val, C] */
     FILE *mf;            /* metrics.jsonl */
+    int mf_errno;        /* the first failed write to metrics.jsonl (0: none); the run then fails */
     af_run_state rs;
     double t0;           /* session start */
     int64_t session_steps, session_samples;
@@ -89,9 +91,9 @@ static void progress(loop *L, double lr, double gn, int force) {
 
 static void log_line(loop *L, const char *s) {
     if (!L->mf) return;
-    fputs(s, L->mf);
-    fputc('\n', L->mf);
-    fflush(L->mf);
+    errno = 0;
+    if ((fputs(s, L->mf) < 0 || fputc('\n', L->mf) == EOF || fflush(L->mf) != 0) && !L->mf_errno)
+        L->mf_errno = errno ? errno : EIO;
 }
 
 /* One optimizer step (global step rs.step): its micro-batches through af_lora_trainer_accumulate_batch
@@ -612,6 +614,8 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     }
     (void)saved_now;
 out:
+    if (st == AF_OK && L.mf_errno) /* no silent loss of the metrics log */
+        st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: write failed: %s", o->output_dir, strerror(L.mf_errno));
     end_live(&L);
     res->stop = stop;
     res->steps_done = L.rs.step;
