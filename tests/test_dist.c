@@ -14,7 +14,9 @@
  *   (e) faults, each must end the whole job within 60 s with a non-zero status and a message
  *       naming the rank: a rank whose data file is missing (MPMD launch); a rank given other data
  *       (refused before the first step); a rank killed with SIGKILL in the middle of the run (the
- *       surviving rank says at which step it was stopped and the last good checkpoint).
+ *       surviving rank says at which step it was stopped and the last good checkpoint);
+ *   (f) two "hosts" (network namespaces joined by veth, MPI over TCP): same bytes as np 1 (skipped
+ *       with a message where namespaces cannot be created).
  * Needs AFINAR_BIN (make test sets it), mpirun on PATH and an afinar built with MPI; skipped with a
  * message otherwise. Ranks run with --threads 1 and --oversubscribe (the CI machine has 2 cores).
  */
@@ -319,6 +321,53 @@ static void killed_rank(void) {
     free(log);
 }
 
+
+/* (f) Two "hosts": two network namespaces joined by a veth pair (10.77.N.1 and 10.77.N.2), mpirun in
+ * the first, one rank in each (Open MPI's rsh launcher replaced by a script that enters the other
+ * namespace: `ip netns exec`), MPI traffic over TCP on the veth only. The final adapter must equal
+ * the np 1 run's bytes. Skipped with a message where namespaces cannot be made (not root, no `ip`). */
+static void two_hosts(void) {
+    char a[64], b[64], net[32];
+    const long id = (long)getpid();
+    snprintf(a, sizeof a, "afd_a%ld", id);
+    snprintf(b, sizeof b, "afd_b%ld", id);
+    snprintf(net, sizeof net, "10.77.%ld", id % 250 + 1);
+    if (run("ip netns add %s > /dev/null 2>&1", a) != 0) {
+        tl_skip("two-host run: cannot create a network namespace here (needs root and iproute2)");
+        return;
+    }
+    int ok = run("ip netns add %s && ip link add va%ld type veth peer name vb%ld && ip link set va%ld netns %s && "
+                 "ip link set vb%ld netns %s && ip -n %s addr add %s.1/24 dev va%ld && ip -n %s addr add %s.2/24 dev vb%ld "
+                 "&& ip -n %s link set va%ld up && ip -n %s link set vb%ld up && ip -n %s link set lo up && "
+                 "ip -n %s link set lo up",
+                 b, id, id, id, a, id, b, a, net, id, b, net, id, a, id, b, id, a, b) == 0;
+    CHECK(ok, "two-host run: namespaces %s, %s joined by a veth pair", a, b);
+    FILE *f = fopen(P_("rsh.sh"), "w");
+    if (f) {
+        fprintf(f, "#!/bin/sh\n# mpirun's rsh agent: HOST CMD... -> CMD in that host's namespace\nh=$1; shift\n"
+                   "case \"$h\" in %s.1) ns=%s ;; %s.2) ns=%s ;; *) echo \"unknown host $h\" >&2; exit 1 ;; esac\n"
+                   "exec ip netns exec $ns sh -c \"$*\"\n",
+                net, a, net, b);
+        fclose(f);
+    }
+    if (ok && f) {
+        const double t0 = mono();
+        int rc = run("cd %s && chmod +x rsh.sh && timeout 120 ip netns exec %s mpirun --allow-run-as-root "
+                     "--host %s.1:1,%s.2:1 -np 2 --mca plm_rsh_agent %s/rsh.sh --mca btl self,tcp --mca "
+                     "btl_tcp_if_include %s.0/24 --mca oob_tcp_if_include %s.0/24 %s train -m tiny.gguf --train "
+                     "train.jsonl --val val.jsonl %s -o hosts_out > hosts.log 2>&1",
+                     g_dir, a, net, net, g_dir, net, net, g_bin, CLS_ARGS);
+        char *log = slurp(P_("hosts.log"));
+        CHECK(rc == 0, "two-host run over TCP: exit %d; log:\n%s", rc, log ? log : "");
+        free(log);
+        CHECK(files_equal(P_("cls_np1/final/adapter_model.safetensors"), P_("hosts_out/final/adapter_model.safetensors")),
+              "two-host run over TCP: final adapter byte-identical to np 1");
+        CHECK(has_comm(P_("hosts_out"), 1), "two-host run: metrics carry the communication");
+        printf("two-host run (2 namespaces, TCP over veth): %.1f s\n", mono() - t0);
+    }
+    run("ip netns del %s > /dev/null 2>&1; ip netns del %s > /dev/null 2>&1", a, b);
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || access(bin, X_OK) != 0) {
@@ -403,6 +452,7 @@ int main(void) {
         free(log);
     }
     killed_rank();
+    two_hosts();
 
     if (tl_failed == 0) run("rm -rf %s", g_dir);
     else printf("kept %s for inspection\n", g_dir);
