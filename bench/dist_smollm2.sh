@@ -17,7 +17,7 @@ MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_
 mkdir -p "$OUT"
 CLS=(-m "$MODEL" --train data/bbc/train.jsonl --labels data/bbc/labels.txt --max-steps "$STEPS" --no-plot
      --overwrite --save-every 1000)
-SFT=(--task causal-lm -m "$MODEL" --train data/bbc_headlines/train.jsonl --max-seq-len 256 --batch 8
+SFT=(--task causal-lm -m "$MODEL" --train data/bbc_headlines/train.jsonl --max-seq-len 256 --batch ${SFT_BATCH:-8}
      --grad-accum 2 --targets all-linear --lora-layers all --max-steps "$STEPS" --no-plot --overwrite --save-every 1000)
 summary() { # name dir
   local sha
@@ -31,7 +31,7 @@ per = "; ".join("step %d: loss %.6f compute %.2f s comm %.3f s %.2f MB" % (r["st
 print("%-10s sha256 %s  %s" % (name, sha, per))
 PY
 }
-for job in cls sft; do
+for job in ${JOBS:-cls sft}; do
   if [ $job = cls ]; then A=("${CLS[@]}"); else A=("${SFT[@]}"); fi
   build/afinar train "${A[@]}" -t "$THREADS" -o "$OUT/${job}_plain" > "$OUT/${job}_plain.log" 2>&1
   summary "${job}_plain" "$OUT/${job}_plain"
