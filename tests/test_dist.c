@@ -365,7 +365,18 @@ static void two_hosts(void) {
         CHECK(files_equal(P_("cls_np1/final/adapter_model.safetensors"), P_("hosts_out/final/adapter_model.safetensors")),
               "two-host run over TCP: final adapter byte-identical to np 1");
         CHECK(has_comm(P_("hosts_out"), 1), "two-host run: metrics carry the communication");
-        printf("two-host run (2 namespaces, TCP over veth): %.1f s\n", mono() - t0);
+        char *m = slurp(P_("hosts_out/metrics.jsonl"));
+        double cs = 0;
+        long long cb = 0;
+        int ns = 0;
+        for (const char *q = m; q && (q = strstr(q, "\"comm_s\":")); q++, ns++) {
+            cs += atof(q + 9);
+            const char *bq = strstr(q, "\"comm_bytes\":");
+            if (bq) cb += atoll(bq + 13);
+        }
+        free(m);
+        printf("two-host run (2 namespaces, TCP over veth): %.1f s; gather %.3f ms and %lld bytes per step (mean of %d)\n",
+               mono() - t0, ns ? 1e3 * cs / ns : 0.0, ns ? cb / ns : 0, ns);
     }
     run("ip netns del %s > /dev/null 2>&1; ip netns del %s > /dev/null 2>&1", a, b);
 }

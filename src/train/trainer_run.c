@@ -47,7 +47,8 @@ typedef struct loop {
     int64_t row;           /* floats per row: n_total gradient + DIST_STAT_F (DIST_STATS doubles) */
     float *gsum;           /* [n_total] the step's gradient: rows summed in micro-batch order */
     int32_t *counts;       /* [world] micro-batches of the step per rank */
-    af_dist_counters comm; /* this step's communication */
+    af_dist_counters comm; /* this step's communication: the gather (and rank 0's decisions) */
+    af_dist_counters wait; /* this step's error agreement = waiting for the slowest rank to finish its micro-batches */
     double compute_s;      /* this step's micro-batch compute seconds (this rank) */
     int64_t comm_bytes_all;/* this step's bytes received over all ranks (rows × row bytes × (world − 1)) */
 } loop;
@@ -178,7 +179,7 @@ static af_status dist_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n
     char msg[768] = "";
     if (st != AF_OK) snprintf(msg, sizeof msg, "%s", af_last_error());
     int32_t bad = -1;
-    AF_TRY(af_dist_agree(st != AF_OK, &bad, &L->comm));
+    AF_TRY(af_dist_agree(st != AF_OK, &bad, &L->wait));
     if (st != AF_OK) return af_fail(st, "%s", msg);
     if (bad >= 0)
         return af_fail(AF_ERR_IO, "rank %d failed in step %lld (its message is on its own output); stopping every rank",
@@ -712,6 +713,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
                      (long long)t->total, L.good_ckpt[0] ? L.good_ckpt : "none yet");
             af_dist_set_status(sl);
             memset(&L.comm, 0, sizeof L.comm);
+            memset(&L.wait, 0, sizeof L.wait);
             L.comm_bytes_all = 0;
         }
         int finite = 0;
@@ -722,11 +724,12 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         if (st != AF_OK) goto out;
         af_run_state *rs = &L.rs;
         rs->step++;
-        char dl[192] = ""; /* data parallelism: this step's compute and communication (rank 0's view) */
+        char dl[256] = ""; /* data parallelism: this step's compute and communication (rank 0's view) */
         if (L.dist)
-            snprintf(dl, sizeof dl, ",\"world_size\":%d,\"compute_s\":%.6f,\"comm_s\":%.6f,\"comm_bytes\":%lld,"
-                                    "\"comm_bytes_all\":%lld",
-                     (int)L.world, L.compute_s, L.comm.seconds, (long long)L.comm.bytes, (long long)L.comm_bytes_all);
+            snprintf(dl, sizeof dl, ",\"world_size\":%d,\"compute_s\":%.6f,\"wait_s\":%.6f,\"comm_s\":%.6f,"
+                                    "\"comm_bytes\":%lld,\"comm_bytes_all\":%lld",
+                     (int)L.world, L.compute_s, L.wait.seconds, L.comm.seconds, (long long)(L.comm.bytes + L.wait.bytes),
+                     (long long)L.comm_bytes_all);
         rs->samples_seen += n_step;
         rs->tokens_seen += n_tok;
         L.session_steps++;
