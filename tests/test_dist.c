@@ -194,6 +194,8 @@ static void identical_runs(const char *what, const char *prefix, const char *dat
             CHECK(n_train == 1, "%s np %d: 'training:' printed %d times (only rank 0 prints)", what, nps[i], n_train);
         }
         free(log);
+        run("cd %s && printf '%%s np %%d: ' '%s' %d && sha256sum %s/final/adapter_model.safetensors", g_dir, what, nps[i],
+            out[i]); /* the evidence, in the test's output */
         char d[1200];
         snprintf(d, sizeof d, "%s/%s", g_dir, out[i]);
         CHECK(has_comm(d, nps[i] > 1), "%s np %d: metrics.jsonl train lines carry comm_s and comm_bytes", what, nps[i]);
