@@ -736,7 +736,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         L.session_samples += n_step;
         L.session_tokens += n_tok;
         saved_now = 0;
-        char line[512];
+        char line[1024];
         double el = rs->elapsed + (now() - L.t0);
         if (t->lm) /* TRL's names (SFTTrainer logs loss, mean_token_accuracy, num_tokens, grad_norm, learning_rate) */
             snprintf(line, sizeof line,
