@@ -131,8 +131,13 @@ static void usage(FILE *fp) {
             "                     one JSON line per input text (stdin lines without --input)\n"
             "  version            print version and the CPU features detected\n"
             "\n"
-            "Run 'afinar <command> --help' for the options of a command.\n",
-            af_version());
+            "Run 'afinar <command> --help' for the options of a command.\n"
+            "\n"
+            "multi-process training: mpirun -np N afinar train ... (or srun): data parallel, the same adapter\n"
+            "bytes for any N; %s\n",
+            af_version(),
+            af_dist_library() ? "MPI built in" : "MPI is NOT built in (rebuild with libopenmpi-dev installed)");
+    if (af_dist_library()) fprintf(fp, "MPI library: %s\n", af_dist_library());
 }
 
 static int run_command(int argc, char **argv);

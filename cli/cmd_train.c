@@ -39,17 +39,28 @@ int cmd_train(int argc, char **argv) {
         train_cli_free(&tc);
         return 2;
     }
-    o->log = stderr;
+    /* Under mpirun / srun: one rank of a data-parallel run (af_trainer_run splits every step over
+     * the ranks); rank 0 alone prints and writes. A rank that fails stops the whole job. */
+    af_dist_info di;
+    af_status st = af_dist_init(&di);
+    if (st != AF_OK) {
+        rc = cli_fail(C, st);
+        train_cli_free(&tc);
+        return rc;
+    }
+    o->log = di.rank == 0 ? stderr : NULL;
     o->interrupt = &g_interrupt;
     af_trainer *t = NULL;
-    af_status st = af_trainer_new(o, &t);
+    st = af_trainer_new(o, &t);
     if (st != AF_OK) {
+        if (di.world_size > 1) cli_error(C, "rank %d of %d, before the first step:", di.rank, di.world_size);
         rc = cli_fail(C, st);
         goto done;
     }
-    af_trainer_report(t, stderr);
+    if (di.rank == 0) af_trainer_report(t, stderr);
     if (af_trainer_has_errors(t)) {
-        cli_error(C, "not training: fix the errors above (or run 'afinar check' to iterate on the settings)");
+        if (di.rank == 0)
+            cli_error(C, "not training: fix the errors above (or run 'afinar check' to iterate on the settings)");
         rc = 1;
         goto done;
     }
@@ -64,5 +75,10 @@ int cmd_train(int argc, char **argv) {
 done:
     af_trainer_free(t);
     train_cli_free(&tc);
+    if (rc != 0 && rc != 130 && di.world_size > 1) {
+        fprintf(stderr, "afinar %s: rank %d of %d: stopping every process of the job\n", C, di.rank, di.world_size);
+        af_dist_abort(rc); /* returns only without a multi-process job */
+    }
+    af_dist_finalize();
     return rc;
 }

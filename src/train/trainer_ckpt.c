@@ -4,6 +4,7 @@
 #include "train/trainer_internal.h"
 
 #include "core/fsutil.h"
+#include "train/dist.h"
 #include "lora/adapter_io.h"
 #include "formats/safetensors.h"
 
@@ -215,16 +216,22 @@ static af_status write_state(const af_trainer *t, const char *dir, const float *
     }
     ts[3] = (af_st_write_tensor){"counters", AF_ST_I64, 1, {N_I64}, NULL, c};
     ts[4] = (af_st_write_tensor){"values", AF_ST_F64, 1, {N_F64}, NULL, v};
-    const char *keys[N_CHECK + 2], *vals[N_CHECK + 2];
+    const char *keys[N_CHECK + 4], *vals[N_CHECK + 4];
     char buf[N_CHECK][48];
     check_fields(t, keys, buf);
     for (int i = 0; i < N_CHECK; i++) vals[i] = buf[i];
     keys[N_CHECK] = "format", vals[N_CHECK] = "afinar-trainer-state";
     keys[N_CHECK + 1] = "version", vals[N_CHECK + 1] = "1";
+    /* Informational (not checked on resume: any process count continues the run identically):
+     * the processes that wrote it and how a step's micro-batch gradients were summed. */
+    char ws[16];
+    snprintf(ws, sizeof ws, "%d", (int)af_dist_size());
+    keys[N_CHECK + 2] = "world_size", vals[N_CHECK + 2] = ws;
+    keys[N_CHECK + 3] = "gradient_sum", vals[N_CHECK + 3] = af_dist_on() ? "per-micro-batch, in micro-batch order" : "accumulated in place";
     char *path = af_path_join(dir, STATE_FILE);
     if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
     if (t->lm) ts[5] = (af_st_write_tensor){"lm_counters", AF_ST_I64, 1, {1}, NULL, lmc};
-    af_status st = af_st_write(path, ts, t->lm ? 6 : 5, keys, vals, N_CHECK + 2);
+    af_status st = af_st_write(path, ts, t->lm ? 6 : 5, keys, vals, N_CHECK + 4);
     free(path);
     return st;
 }
