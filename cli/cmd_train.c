@@ -64,12 +64,16 @@ int cmd_train(int argc, char **argv) {
         rc = 1;
         goto done;
     }
+    /* Under a multi-process launcher SIGTERM means another rank died or the job was cancelled: the
+     * step cannot finish, so af_dist_init's handler (one line naming the step and the last good
+     * checkpoint, then exit) stays; one process saves first. */
+    const int own_term = di.world_size <= 1;
     signal(SIGINT, on_stop_signal);
-    signal(SIGTERM, on_stop_signal);
+    if (own_term) signal(SIGTERM, on_stop_signal);
     af_train_result res;
     st = af_trainer_run(t, &res);
     signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    if (own_term) signal(SIGTERM, SIG_DFL);
     if (st != AF_OK) rc = cli_fail(C, st);
     else rc = res.stop == AF_STOP_INTERRUPTED ? (g_signal == SIGTERM ? 143 : 130) : 0;
 done:

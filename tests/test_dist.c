@@ -9,8 +9,9 @@
  *   (b) causal LM (--task causal-lm, packing): the same for np 1, 2, 4;
  *   (c) resume with another np: checkpoint-2 of the np 4 run resumed with np 2 ends with the same
  *       final/ adapter bytes as the uninterrupted np 1 run; the checkpoint records world_size 4;
- *   (d) one micro-batch per step (--grad-accum 1) under mpirun -np 2 (one rank idle) equals the
- *       plain one-process binary byte for byte (the gradient of one micro-batch is not re-summed);
+ *   (d) the plain one-process binary (no mpirun) equals np 1 byte for byte with 4 micro-batches per
+ *       step (classification: final/ and best/; causal LM: final/), and np 2 with one micro-batch
+ *       per step (one rank idle): one path for one process and for N;
  *   (e) faults, each must end the whole job within 60 s with a non-zero status and a message
  *       naming the rank: a rank whose data file is missing (MPMD launch); a rank given other data
  *       (refused before the first step); a rank killed with SIGKILL in the middle of the run (the
@@ -476,13 +477,25 @@ int main(void) {
         free(st);
     }
 
-    /* (d) one micro-batch per step: mpirun -np 2 == the plain binary */
+    /* (d) the plain one-process binary (no mpirun) takes the same path: == np 1, 2, 4 for steps of
+     * several micro-batches (classification and causal LM), and for one micro-batch per step with
+     * one rank idle */
     {
+        int rc1 = run("cd %s && %s train -m tiny.gguf --train train.jsonl --val val.jsonl %s -o cls_plain > cls_plain.log "
+                      "2>&1", g_dir, g_bin, CLS_ARGS);
+        int rc2 = run("cd %s && %s train -m tiny.gguf --train lm.jsonl %s -o lm_plain > lm_plain.log 2>&1", g_dir, g_bin,
+                      LM_ARGS);
+        CHECK(rc1 == 0 && rc2 == 0, "plain binary: classification exit %d, causal LM exit %d", rc1, rc2);
+        CHECK(files_equal(P_("cls_plain/final/adapter_model.safetensors"), P_("cls_np1/final/adapter_model.safetensors")) &&
+                  files_equal(P_("cls_plain/best/adapter_model.safetensors"), P_("cls_np1/best/adapter_model.safetensors")),
+              "classification, 4 micro-batches per step: the plain binary's final/ and best/ byte-identical to mpirun -np 1");
+        CHECK(files_equal(P_("lm_plain/final/adapter_model.safetensors"), P_("lm_np1/final/adapter_model.safetensors")),
+              "causal LM: the plain binary's final/ byte-identical to mpirun -np 1");
         const char *a = "--seed 3 --max-steps 4 --batch 4 --grad-accum 1 --lora-r 4 --lora-alpha 8 --lora-dropout 0.1 "
                         "--lr 0.01 --max-seq-len 32 --threads 1 --no-plot --overwrite";
-        int rc1 = run("cd %s && %s train -m tiny.gguf --train train.jsonl %s -o one_plain > one_plain.log 2>&1", g_dir,
-                      g_bin, a);
-        int rc2 = train_np(2, "one_np2", "--train train.jsonl", a);
+        rc1 = run("cd %s && %s train -m tiny.gguf --train train.jsonl %s -o one_plain > one_plain.log 2>&1", g_dir,
+                  g_bin, a);
+        rc2 = train_np(2, "one_np2", "--train train.jsonl", a);
         CHECK(rc1 == 0 && rc2 == 0, "grad-accum 1: plain %d, np 2 %d", rc1, rc2);
         CHECK(files_equal(P_("one_plain/final/adapter_model.safetensors"), P_("one_np2/final/adapter_model.safetensors")),
               "grad-accum 1: np 2 (one rank idle) byte-identical to the one-process binary");

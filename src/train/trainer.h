@@ -37,7 +37,7 @@
  *                           "macro_f1","loss","ece"}; per skipped step {"type":"nonfinite","step",
  *                           "where","loss","grad_norm" (strings: may be nan/inf),"consecutive",
  *                           "skipped_total"}; "step" counts optimizer steps from 1. Under MPI
- *                           (data parallel, trainer_run.c dist_micro_batches) train lines add
+ *                           (data parallel, trainer_run.c step_micro_batches) train lines add
  *                           "world_size","compute_s","wait_s","comm_s","comm_bytes","comm_bytes_all";
  *                           rank 0 alone writes this directory.
  *   run.json                the caller's resolved configuration (config_json) + data summary.

@@ -154,14 +154,16 @@ static af_status micro_cls(loop *L, int64_t j, int64_t n_step, double st[DIST_ST
 
 static af_status micro_lm(loop *L, int64_t j, float gs, double st[DIST_STATS]);
 
-/* The micro-batches [mb0, mb1) of this step, data-parallel: the K = mb1 − mb0 micro-batches are
- * split over the W ranks in contiguous blocks (rank r: [mb0 + ⌊K·r/W⌋, mb0 + ⌊K·(r+1)/W⌋)); each
- * micro-batch's gradient is computed alone (from a zeroed gradient) into its row with its
- * statistics; the ranks agree on errors, gather every row to every rank, and each rank sums the
- * rows in micro-batch order and hands the sum to the optimizer (af_lora_trainer_apply_gradients).
- * The sum's float additions happen in the same order whatever W is, so W = 1, 2, 4 ... give the
- * same bits. The statistics are folded in micro-batch order as the one-process loop folds them. */
-static af_status dist_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n_step, float gs, double *lsum,
+/* The micro-batches [mb0, mb1) of this step — the one path of one process and of W data-parallel
+ * ranks: the K = mb1 − mb0 micro-batches are split over the W ranks in contiguous blocks (rank r:
+ * [mb0 + ⌊K·r/W⌋, mb0 + ⌊K·(r+1)/W⌋); one process: all of them); each micro-batch's gradient is
+ * computed alone (from a zeroed gradient) into its row with its statistics; the ranks agree on
+ * errors, gather every row to every rank, and each rank sums the rows in micro-batch order and hands
+ * the sum to the optimizer (af_lora_trainer_apply_gradients). The sum's float additions happen in the
+ * same order whatever W is, so one process (MPI or not) and W = 2, 4 ... give the same bits. The
+ * statistics are folded in micro-batch order; a non-finite micro-batch skips the step (its loss is
+ * the one reported). */
+static af_status step_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n_step, float gs, double *lsum,
                                     int64_t *correct, int64_t *n_tok, int *finite) {
     const int64_t K = mb1 - mb0, n = L->t->lay.n_total, g = L->rs.step + 1;
     const int32_t W = L->world, r = L->rank;
@@ -180,15 +182,19 @@ static af_status dist_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n
     L->compute_s = now() - t0;
     char msg[768] = "";
     if (st != AF_OK) snprintf(msg, sizeof msg, "%s", af_last_error());
-    int32_t bad = -1;
-    AF_TRY(af_dist_agree(st != AF_OK, &bad, &L->wait));
-    if (st != AF_OK) return af_fail(st, "%s", msg);
-    if (bad >= 0)
-        return af_fail(AF_ERR_IO, "rank %d failed in step %lld (its message is on its own output); stopping every rank",
-                       (int)bad, (long long)g);
-    AF_TRY(af_dist_allgather_rows(L->rows + (size_t)(a - mb0) * (size_t)L->row, L->rows, L->counts,
-                                  sizeof(float) * (size_t)L->row, &L->comm));
-    L->comm_bytes_all = K * (int64_t)sizeof(float) * L->row * (W - 1);
+    if (!L->dist) { /* one process: every row is here */
+        if (st != AF_OK) return st;
+    } else {
+        int32_t bad = -1;
+        AF_TRY(af_dist_agree(st != AF_OK, &bad, &L->wait));
+        if (st != AF_OK) return af_fail(st, "%s", msg);
+        if (bad >= 0)
+            return af_fail(AF_ERR_IO, "rank %d failed in step %lld (its message is on its own output); stopping every "
+                           "rank", (int)bad, (long long)g);
+        AF_TRY(af_dist_allgather_rows(L->rows + (size_t)(a - mb0) * (size_t)L->row, L->rows, L->counts,
+                                      sizeof(float) * (size_t)L->row, &L->comm));
+        L->comm_bytes_all = K * (int64_t)sizeof(float) * L->row * (W - 1);
+    }
     memcpy(L->gsum, L->rows, sizeof(float) * (size_t)n);
     for (int64_t k = 1; k < K; k++) {
         const float *x = L->rows + (size_t)k * (size_t)L->row;
@@ -231,22 +237,7 @@ static af_status train_step(loop *L, int *finite, double *loss, double *acc, dou
     double lsum = 0;
     int64_t correct = 0;
     *finite = 1;
-    if (L->dist) AF_TRY(dist_micro_batches(L, mb0, mb1, n_step, 0.0f, &lsum, &correct, NULL, finite));
-    else {
-        const double t0 = now();
-        for (int64_t j = mb0; j < mb1; j++) {
-            double stt[DIST_STATS];
-            AF_TRY(micro_cls(L, j, n_step, stt));
-            if (stt[ST_NONFINITE] != 0) { /* the step is skipped: its other micro-batches are not run */
-                *finite = 0;
-                lsum = stt[ST_LOSS];
-                break;
-            }
-            lsum += stt[ST_LOSS];
-            correct += (int64_t)stt[ST_CORRECT];
-        }
-        L->compute_s = now() - t0;
-    }
+    AF_TRY(step_micro_batches(L, mb0, mb1, n_step, 0.0f, &lsum, &correct, NULL, finite));
     *loss = *finite ? lsum / (double)n_step : lsum;
     *acc = (double)correct / (double)n_step;
     *n_step_out = n_step;
@@ -329,23 +320,7 @@ static af_status train_step_lm(loop *L, int *finite, double *loss, double *acc, 
     double lsum = 0;
     int64_t correct = 0, n_tok = 0;
     *finite = 1;
-    if (L->dist) AF_TRY(dist_micro_batches(L, mb0, mb1, n_step, gs, &lsum, &correct, &n_tok, finite));
-    else {
-        const double t0 = now();
-        for (int64_t j = mb0; j < mb1; j++) {
-            double stt[DIST_STATS];
-            AF_TRY(micro_lm(L, j, gs, stt));
-            n_tok += (int64_t)stt[ST_NTOK];
-            if (stt[ST_NONFINITE] != 0) { /* the step is skipped: its other micro-batches are not run */
-                *finite = 0;
-                lsum = stt[ST_LOSS];
-                break;
-            }
-            lsum += stt[ST_LOSS];
-            correct += (int64_t)stt[ST_CORRECT];
-        }
-        L->compute_s = now() - t0;
-    }
+    AF_TRY(step_micro_batches(L, mb0, mb1, n_step, gs, &lsum, &correct, &n_tok, finite));
     *loss = !*finite ? lsum : N > 0 ? lsum / (double)N : 0.0;
     *acc = N > 0 ? (double)correct / (double)N : 0.0;
     *n_step_out = n_step;
@@ -655,14 +630,14 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             L.logits = af_malloc(sizeof(float) * (size_t)o->batch * (size_t)C);
             L.vprobs = t->val ? af_malloc(sizeof(float) * (size_t)t->val->n * (size_t)C) : NULL;
         }
-        if (L.dist) { /* the step's per-micro-batch gradient rows, their sum, the split */
+        { /* the step's per-micro-batch gradient rows, their sum, the split (one process too) */
             L.row = n + DIST_STAT_F;
             L.rows = af_malloc(sizeof(float) * (size_t)L.row * (size_t)o->grad_accum);
             L.gsum = af_malloc(sizeof(float) * (size_t)n);
             L.counts = af_malloc(sizeof(int32_t) * (size_t)L.world);
         }
         if (!L.perm || !L.logits || (t->val && !L.vprobs) || (t->packing && (!L.bin_idx || !L.bin_off)) ||
-            (L.dist && (!L.rows || !L.gsum || !L.counts)))
+            !L.rows || !L.gsum || !L.counts)
             st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
     }
     if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
