@@ -127,6 +127,7 @@ typedef struct af_adapter_info {
     int qk_rows_gguf;         /* 1: the file's q/k B rows are in GGUF order (afinar.json version 1,
                                  or "qk_row_order": "gguf"); 0: HF order (PEFT, afinar >= 2) */
     cJSON *afinar;            /* parsed afinar.json, NULL when the file is absent */
+    char *architecture;       /* a GGUF adapter's general.architecture (owned), NULL for directories */
 } af_adapter_info;
 
 /* Read adapter_config.json, the tensor names/shapes of adapter_model.safetensors and (if present)
