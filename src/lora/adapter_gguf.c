@@ -198,7 +198,7 @@ af_status af_adapter_gguf_load(const char *path, const af_param_layout *lay, flo
         if (!ta || !tb) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
     }
     /* every tensor must belong to an active slot of the layout, with its shape */
-    for (uint64_t i = 0; st == AF_OK && i < g->n_tensors; i++) {
+    for (uint64_t i = 0; st == AF_OK && info.r > 0 && i < g->n_tensors; i++) { /* r = 0: a model file, head only */
         const af_gguf_tensor *t = &g->tensors[i];
         int32_t l;
         int p, b;
