@@ -13,9 +13,13 @@ af_status af_adapter_load_for_model(const char *dir, const af_adapter_info *info
                                     float **P) {
     *P = NULL;
     const af_model_config *mc = af_model_get_config(model);
-    if (info->architecture && strcmp(info->architecture, mc->architecture) != 0)
-        return af_fail(AF_ERR_INVALID_ARG, "%s: adapter for architecture \"%s\", the model is \"%s\"", dir,
-                       info->architecture, mc->architecture);
+    /* the architecture the adapter was made for: a GGUF's general.architecture, or afinar.json's */
+    const char *arch = info->architecture;
+    const cJSON *ja = info->afinar ? cJSON_GetObjectItemCaseSensitive(info->afinar, "architecture") : NULL;
+    if (!arch && cJSON_IsString(ja)) arch = ja->valuestring;
+    if (arch && strcmp(arch, mc->architecture) != 0)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: adapter for architecture \"%s\", the model is \"%s\"", dir, arch,
+                       mc->architecture);
     if (info->targets == 0) { /* head only (a merged classifier's GGUF): a layout without active slots */
         af_lora_config lc = {1, 1.0f, 0.0f, 0, 1u << AF_PROJ_Q, 0};
         AF_TRY(af_param_layout_init(lay, model, &lc, num_classes));
