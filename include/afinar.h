@@ -239,7 +239,9 @@ int af_session_n_past(const af_session *s);
 af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits);
 
 /* Load a LoRA adapter directory (PEFT layout: adapter_config.json + adapter_model.safetensors, as
- * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) and apply it
+ * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) or a llama.cpp
+ * LoRA GGUF file (af_adapter_export_gguf, convert_lora_to_gguf.py; refused when its
+ * general.architecture is not the model's) and apply it
  * UNMERGED to every later af_session_eval: on each adapted projection y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ with
  * s = scale · lora_alpha/r (lora_alpha/sqrt(r) with use_rslora). scale = 1 applies the adapter as
  * trained, 0 gives exactly the base model's outputs. A classification head in the directory is
@@ -971,7 +973,9 @@ af_status af_train_settings_to_json(const af_train_settings *s, char **out);
 typedef struct af_classifier af_classifier;
 
 /* Load an adapter directory written by the trainer (or any PEFT SEQ_CLS LoRA adapter with a
- * score head: pooling then defaults to "last", max_seq_len to 512) on top of `model` (borrowed:
+ * score head: pooling then defaults to "last", max_seq_len to 512; or a LoRA GGUF with afinar's
+ * head keys, af_adapter_export_gguf; or a model file merged by af_merge_adapter, which carries the
+ * head itself: pass its path as both model_path and adapter_dir) on top of `model` (borrowed:
  * must outlive the classifier) or, when NULL, the GGUF at model_path (loaded with `ctx` and owned).
  * Computations run under `ctx` (borrowed, must outlive the classifier; NULL: the model's).
  * `*out`: caller frees with af_classifier_free(). Errors: those of af_model_load and of reading

@@ -21,6 +21,10 @@ NATIVE=${NATIVE:-0}
 PY=${PY:-python3}
 VPY=$VENV/bin/python
 
+if [ -x "$VPY" ] && ! "$VPY" -m pip --version >/dev/null 2>&1; then
+  echo "setup_llamacpp: $VENV has no pip (an interrupted creation?): recreating it"
+  rm -rf "$VENV"
+fi
 if [ ! -x "$VPY" ]; then
   echo "setup_llamacpp: creating $VENV"
   "$PY" -m venv "$VENV"
