@@ -471,6 +471,8 @@ af_status af_gguf_writer_copy_kv(af_gguf_writer *w, const af_gguf_kv *kv) {
         return wfail(w, AF_ERR_INVALID_ARG, "gguf writer: copy_kv: NULL or bad key");
     memcpy(key, kv->key.ptr, (size_t)kv->key.len);
     key[kv->key.len] = '\0';
+    if (strlen(key) != kv->key.len) /* the writer's keys are C strings: it could not copy it exactly */
+        return wfail(w, AF_ERR_FORMAT, "gguf writer: copy_kv: key '%s...' contains a NUL byte", key);
     const af_gguf_value *v = &kv->val;
     if (strcmp(key, "general.alignment") == 0 && v->type == AF_GGUF_UINT32) /* keeps the writer's alignment in step */
         return af_gguf_writer_set_alignment(w, (uint32_t)v->v.u64);
