@@ -139,7 +139,8 @@ bench: all
 LLAMACPP_VENV ?= .venv-llamacpp
 check-llamacpp: lib cli
 	@if bash scripts/setup_llamacpp.sh $(LLAMACPP_VENV); then \
-	  $(LLAMACPP_VENV)/bin/python tests/ref/llamacpp_adapter_check.py --afinar $(BUILD)/afinar; \
+	  $(LLAMACPP_VENV)/bin/python tests/ref/llamacpp_adapter_check.py --afinar $(BUILD)/afinar \
+	    --results $(BUILD)/llamacpp_adapter_check.json; \
 	else echo "SKIP check-llamacpp: llama-cpp-python could not be built (log: $(LLAMACPP_VENV)/llama_build.log)"; fi
 
 clean:

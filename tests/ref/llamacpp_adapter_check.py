@@ -338,6 +338,7 @@ def main():
     ap.add_argument("--work", default="/tmp/afinar_llamacpp_check")
     ap.add_argument("--results", default="tests/fixtures/llamacpp_adapter_check.json")
     args = ap.parse_args()
+    t0 = time.time()
     os.makedirs(args.work, exist_ok=True)
     import llama_cpp
     exe = build_dump(args.work, args.afinar)
@@ -354,7 +355,7 @@ def main():
         f.write("\n")
     for f in fails:
         log("FAIL", f)
-    log(f"RESULT llamacpp_adapter_check models={ran} failed={len(fails)}")
+    log(f"RESULT llamacpp_adapter_check models={ran} failed={len(fails)} ({time.time() - t0:.0f} s)")
     sys.exit(1 if fails else 0)
 
 
