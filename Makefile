@@ -5,6 +5,7 @@
 #   make sanitize     the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-san/)
 #   make install PREFIX=/usr/local   header, libs, afinar.pc, CLI
 #   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
+#   make check-llamacpp  export/merge cross-checks against llama.cpp (builds .venv-llamacpp once)
 # Options: DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder. Threads: the library's own
 # worker pool (src/core/pool.c, POSIX threads); OpenMP is not used.
 
@@ -70,7 +71,7 @@ TEST_SCRIPTS := tests/check_layers.sh
 TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
 TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
 
-.PHONY: all lib cli test tests sanitize install clean probe bench
+.PHONY: all lib cli test tests sanitize install clean probe bench check-llamacpp
 all: probe lib cli
 
 probe:
@@ -150,6 +151,16 @@ install: lib cli
 
 bench: all
 	bash bench/run_decode.sh
+
+# llama.cpp cross-checks of `afinar export` / `afinar merge` (tests/ref/llamacpp_adapter_check.py):
+# builds llama-cpp-python into $(LLAMACPP_VENV) once (scripts/setup_llamacpp.sh, portable build),
+# then runs the checks on the models in models/. Skips (exit 0, with a message) when the build fails.
+LLAMACPP_VENV ?= .venv-llamacpp
+check-llamacpp: lib cli
+	@if bash scripts/setup_llamacpp.sh $(LLAMACPP_VENV); then \
+	  $(LLAMACPP_VENV)/bin/python tests/ref/llamacpp_adapter_check.py --afinar $(BUILD)/afinar \
+	    --results $(BUILD)/llamacpp_adapter_check.json; \
+	else echo "SKIP check-llamacpp: llama-cpp-python could not be built (log: $(LLAMACPP_VENV)/llama_build.log)"; fi
 
 clean:
 	rm -rf build build-san build-fuzz

@@ -129,6 +129,10 @@ static void usage(FILE *fp) {
             "                     accuracy, macro-F1, per-class table, confusion matrix, calibration\n"
             "  predict -m FILE -a ADAPTER [--input DATA.jsonl]\n"
             "                     one JSON line per input text (stdin lines without --input)\n"
+            "  export -m FILE -a ADAPTER -o OUT.gguf\n"
+            "                     the adapter as a llama.cpp LoRA GGUF (llama-cli --lora, Ollama ADAPTER)\n"
+            "  merge -m FILE -a ADAPTER -o OUT.gguf [--type keep|f16|q8_0|q4_k|...]\n"
+            "                     fold the adapter into the model, re-quantized (a standalone GGUF)\n"
             "  version            print version and the CPU features detected\n"
             "\n"
             "Run 'afinar <command> --help' for the options of a command.\n"
@@ -173,6 +177,8 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

@@ -13,10 +13,11 @@
 #include <unistd.h>
 
 static void help(void) {
-    printf("usage: afinar predict -m MODEL.gguf -a ADAPTER_DIR [--input FILE.jsonl] [options] [< lines.txt]\n"
+    printf("usage: afinar predict -m MODEL.gguf [-a ADAPTER] [--input FILE.jsonl] [options] [< lines.txt]\n"
            "\n"
            "  -m, --model FILE       GGUF base model (with its tokenizer)\n"
-           "  -a, --adapter DIR      adapter directory written by 'afinar train'\n"
+           "  -a, --adapter PATH     adapter directory written by 'afinar train', or its LoRA GGUF ('afinar\n"
+           "                         export'); without -a, MODEL must be a classifier merged by 'afinar merge'\n"
            "  -i, --input FILE       JSONL input ('-' = JSONL on stdin); without it, stdin lines are raw texts\n"
            "      --text-field NAME  JSON field with the text (default input)\n"
            "      --threshold P      multi-label decision threshold (default 0.5)\n"
@@ -174,10 +175,11 @@ int cmd_predict(int argc, char **argv) {
         cli_error(C, "unexpected argument '%s'", argv[optind]);
         return 2;
     }
-    if (!model_path || !adapter) {
-        cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : "-a ADAPTER_DIR");
+    if (!model_path) {
+        cli_error(C, "missing -m MODEL.gguf");
         return 2;
     }
+    if (!adapter) adapter = model_path; /* a merged classifier (afinar merge) carries its head */
     af_ctx *ctx = NULL;
     if (!cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx)) return 2;
     af_classifier *c = NULL;

@@ -243,7 +243,9 @@ int af_session_n_past(const af_session *s);
 af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits);
 
 /* Load a LoRA adapter directory (PEFT layout: adapter_config.json + adapter_model.safetensors, as
- * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) and apply it
+ * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) or a llama.cpp
+ * LoRA GGUF file (af_adapter_export_gguf, convert_lora_to_gguf.py; refused when its
+ * general.architecture is not the model's) and apply it
  * UNMERGED to every later af_session_eval: on each adapted projection y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ with
  * s = scale · lora_alpha/r (lora_alpha/sqrt(r) with use_rslora). scale = 1 applies the adapter as
  * trained, 0 gives exactly the base model's outputs. A classification head in the directory is
@@ -1017,7 +1019,9 @@ af_status af_train_settings_to_json(const af_train_settings *s, char **out);
 typedef struct af_classifier af_classifier;
 
 /* Load an adapter directory written by the trainer (or any PEFT SEQ_CLS LoRA adapter with a
- * score head: pooling then defaults to "last", max_seq_len to 512) on top of `model` (borrowed:
+ * score head: pooling then defaults to "last", max_seq_len to 512; or a LoRA GGUF with afinar's
+ * head keys, af_adapter_export_gguf; or a model file merged by af_merge_adapter, which carries the
+ * head itself: pass its path as both model_path and adapter_dir) on top of `model` (borrowed:
  * must outlive the classifier) or, when NULL, the GGUF at model_path (loaded with `ctx` and owned).
  * Computations run under `ctx` (borrowed, must outlive the classifier; NULL: the model's).
  * `*out`: caller frees with af_classifier_free(). Errors: those of af_model_load and of reading
@@ -1198,6 +1202,63 @@ void af_dist_abort(int exit_code);
 
 /* End MPI (MPI_Finalize) if af_dist_init started it; every rank must call it at a clean exit. */
 void af_dist_finalize(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Taking an adapter elsewhere: llama.cpp LoRA GGUF export, merging into a GGUF model
+ * (`afinar export`, `afinar merge`; file layouts in docs/FORMATS.md §8)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Write the adapter `adapter` (a PEFT/afinar adapter directory, or a LoRA GGUF) for the base model
+ * at `model_path` as a llama.cpp LoRA GGUF file `out_path` (general.type "adapter", adapter.type
+ * "lora", adapter.lora.alpha = s·r where s is the adapter's scale alpha/r or alpha/sqrt(r), so
+ * llama.cpp's alpha/r gives s; general.architecture of the base; for every adapted projection
+ * blk.{i}.{attn_q,...,ffn_down}.weight.lora_a (ggml ne {in, r}, f32) and .lora_b (ne {r, out}),
+ * the lora_b rows of llama q/k in the GGUF's permuted order). The model is needed for its
+ * architecture, its q/k head geometry and to check every shape. A classification head, the labels
+ * and afinar.json travel as afinar.* metadata (llama.cpp ignores them). Written atomically (temp
+ * file + rename). Errors: AF_ERR_INVALID_ARG (NULL argument; out_path exists and !overwrite;
+ * adapter made for another architecture or shape; an adapter without LoRA tensors), those of
+ * af_model_load and of reading the adapter (AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_NOT_FOUND,
+ * AF_ERR_UNSUPPORTED), AF_ERR_IO (writing), AF_ERR_NOMEM. Nothing is written on error. */
+af_status af_adapter_export_gguf(const char *model_path, const char *adapter, const char *out_path, int overwrite);
+
+/* Options of af_merge_adapter; zero-initialised = keep each tensor's type, refuse to overwrite. */
+typedef struct af_merge_opts {
+    /* Type of the merged (adapted) tensors: NULL or "keep" = each tensor's original type, or one of
+     * "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k" (ggml's
+     * reference quantizers, bit for bit). Tensors the adapter does not touch keep their type and
+     * bytes whatever this says. */
+    const char *type;
+    int overwrite;          /* 1: replace an existing out_path */
+} af_merge_opts;
+
+/* What af_merge_adapter did (all zero on error). */
+typedef struct af_merge_stats {
+    int32_t merged;         /* tensors W + s·B·A re-quantized */
+    int32_t copied;         /* tensors copied byte for byte */
+    double delta_rms;       /* RMS of s·B·A over the merged tensors' elements */
+    double requant_rms;     /* RMS of dequant(quant(W + s·B·A)) - (W + s·B·A) (the re-quantization error;
+                               0 for "f32") */
+    double base_requant_rms;/* RMS of dequant(quant(W)) - W with the same output type, for comparison
+                               (0 when the type is kept: W is then stored exactly) */
+} af_merge_stats;
+
+/* Fold the adapter into the model at `model_path` and write the result to `out_path` (a GGUF llama.cpp
+ * and afinar load like the base): every adapted tensor W [out, in] becomes quant(W + s·B·A), in
+ * f32 (Wd dequantized, the product accumulated in f32, then quantized with af_quantize_row);
+ * every other tensor and every metadata KV is copied byte for byte, in the same order (the
+ * tensor infos differ only in the merged tensors' types and the data offsets). A classification
+ * head travels as the afinar.classifier.* keys (and afinar.adapter_json), replacing such keys of
+ * the base, so af_classifier_load(model = OUT, adapter = OUT) / `afinar predict -m OUT` runs the
+ * merged classifier. Written atomically (temp file + rename). `opts` may be NULL (defaults);
+ * `stats` may be NULL.
+ * Errors: AF_ERR_INVALID_ARG (NULL argument; unknown type, naming the known ones; out_path exists
+ * and !overwrite; adapter for another architecture or shape; a merged tensor whose row length is
+ * not a multiple of the output type's block size, naming the tensor), AF_ERR_UNSUPPORTED (a tensor
+ * type afinar cannot dequantize or re-quantize), those of af_model_load and of reading the adapter,
+ * AF_ERR_IO, AF_ERR_NOMEM. Nothing is written on error. */
+af_status af_merge_adapter(const char *model_path, const char *adapter, const char *out_path,
+                           const af_merge_opts *opts, af_merge_stats *stats);
 
 #ifdef __cplusplus
 }

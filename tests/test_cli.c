@@ -447,7 +447,7 @@ static void test_usage(void) {
     EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --nope", 2,
            "afinar eval: unknown option '--nope' (see 'afinar eval --help')");
     EXPECT("eval -m @/tiny.gguf -a", 2, "afinar eval: option '-a' needs a value");
-    EXPECT("predict -m @/tiny.gguf", 2, "afinar predict: missing -a ADAPTER_DIR");
+    EXPECT("predict", 2, "afinar predict: missing -m MODEL.gguf");
     EXPECT("predict -m @/tiny.gguf -a @/run/final --threshold 1.5", 2,
            "afinar predict: --threshold: expected a number in [1e-06, 0.999999], got '1.5'");
     EXPECT("predict -m @/tiny.gguf -a @/run/final --batch abc", 2,
@@ -726,6 +726,133 @@ static void test_good(void) {
     /* stdin JSONL with a defect names <stdin>'s path and the line */
     expect_in(P_("badjson.jsonl"), 0, "predict -m @/tiny.gguf -a @/run/final --input - -t 1", 1,
               "afinar predict: /dev/stdin:3: invalid JSON at column *", ONE);
+}
+
+/* A copy of tiny.gguf with afinar.classifier.* keys whose weight array has `nw` floats for
+ * num_classes 3 and hidden `hidden` (a bad head when nw != 3 * hidden or hidden != 64). */
+static af_status write_head_model(const char *src, const char *dst, uint32_t hidden, uint64_t nw) {
+    af_gguf *g = NULL;
+    af_gguf_writer *w = NULL;
+    AF_TRY(af_gguf_open(src, &g));
+    af_status st = af_gguf_writer_new(&w);
+    for (uint64_t i = 0; st == AF_OK && i < g->n_kv; i++) st = af_gguf_writer_copy_kv(w, &g->kv[i]);
+    float *f = calloc(nw ? nw : 1, sizeof(float));
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "afinar.classifier.num_classes", 3);
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "afinar.classifier.hidden", hidden);
+    if (st == AF_OK) st = af_gguf_writer_add_arr(w, "afinar.classifier.weight", AF_GGUF_FLOAT32, f, nw);
+    for (uint64_t i = 0; st == AF_OK && i < g->n_tensors; i++) {
+        const af_gguf_tensor *t = &g->tensors[i];
+        st = af_gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, (size_t)t->nbytes);
+    }
+    if (st == AF_OK) st = af_gguf_writer_write_file(w, dst);
+    free(f);
+    af_gguf_writer_free(w);
+    af_gguf_close(g);
+    return st;
+}
+
+/* No "NAME.tmp.*" temporary (the GGUF writer's) left in the test directory. */
+static int no_temporaries(void) {
+    DIR *d = opendir(g_dir);
+    int ok = d != NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".tmp.")) ok = 0;
+    if (d) closedir(d);
+    return ok;
+}
+
+/* The label_id values of predict's JSON lines, in order ("0,2,1,"). */
+static void label_ids(const char *out, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (const char *p = out; p && (p = strstr(p, "\"label_id\":")); p++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, cap - l, "%ld,", strtol(p + 11, NULL, 10));
+    }
+}
+
+/* afinar export / merge: good runs (the exported LoRA GGUF and the merged model give predict's
+ * answers) and bad input, each one message, exit 1, nothing written. */
+static void test_export_merge(void) {
+    EXPECT("export -m @/tiny.gguf -a @/run/final", 2, "afinar export: missing -o OUT.gguf");
+    EXPECT("export -a @/run/final -o @/x.gguf", 2, "afinar export: missing -m MODEL.gguf");
+    EXPECT("merge -m @/tiny.gguf -o @/m.gguf", 2, "afinar merge: missing -a ADAPTER");
+    EXPECT("merge -m @/tiny.gguf -a @/run/final -o @/m.gguf --bogus", 2,
+           "afinar merge: unknown option '--bogus' (see 'afinar merge --help')");
+    /* good: export, predict with it; merge, predict without -a */
+    char **av = split_args("export -m @/tiny.gguf -a @/run/final -o @/x.gguf");
+    run_result r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && exists(P_("x.gguf")), "export: rc %d, stderr %s", r.rc, r.err ? r.err : "");
+    run_free(&r);
+    av = split_args("merge -m @/tiny.gguf -a @/run/final -o @/m.gguf --type f32");
+    r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && exists(P_("m.gguf")) && strstr(r.err, "tensors merged"), "merge: rc %d, stderr %s", r.rc,
+          r.err ? r.err : "");
+    run_free(&r);
+    char want_ids[256], got[256];
+    const char *runs[3] = {"predict -m @/tiny.gguf -a @/run/final --input - -t 1",
+                           "predict -m @/tiny.gguf -a @/x.gguf --input - -t 1", "predict -m @/m.gguf --input - -t 1"};
+    char *first_out = NULL;
+    for (int i = 0; i < 3; i++) {
+        av = split_args(runs[i]);
+        r = run_argv(P_("val.jsonl"), 0, av);
+        free_args(av);
+        label_ids(r.out, got, sizeof got);
+        if (i == 0) {
+            snprintf(want_ids, sizeof want_ids, "%s", got);
+            first_out = r.out ? strdup(r.out) : NULL;
+        }
+        CHECK(r.rc == 0 && n_lines(r.out) == 6 && strcmp(got, want_ids) == 0, "%s: rc %d, labels %s want %s, stderr %s",
+              runs[i], r.rc, got, want_ids, r.err ? r.err : "");
+        /* the LoRA GGUF holds the same f32 parameters: the very same output */
+        if (i == 1) CHECK(first_out && r.out && strcmp(first_out, r.out) == 0, "predict -a x.gguf output differs");
+        run_free(&r);
+    }
+    free(first_out);
+    /* bad input */
+    EXPECT("export -m @/tiny.gguf -a @/run/final -o @/x.gguf", 1,
+           "afinar export: @/x.gguf: exists (use --overwrite to replace it)");
+    EXPECT("merge -m @/tiny.gguf -a @/run/final -o @/m.gguf", 1,
+           "afinar merge: @/m.gguf: exists (use --overwrite to replace it)");
+    EXPECT("merge -m @/tiny.gguf -a @/run/final -o @/m2.gguf --type q3_x", 1,
+           "afinar merge: unknown --type 'q3_x' (keep, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)");
+    EXPECT("merge -m @/tiny.gguf -a @/run/final -o @/m2.gguf --type q4_k", 1,
+           "afinar merge: @/tiny.gguf: tensor blk.0.attn_q.weight has rows of 64 values, not a multiple of Q4_K's "
+           "block of 256");
+    tm_spec gs = tm_default("gemma3", AF_TYPE_F32);
+    CHECK(tm_write(&gs, P_("gemma.gguf")) == AF_OK, "gemma model: %s", af_last_error());
+    tm_spec ws = tm_default("llama", AF_TYPE_F32);
+    ws.hidden = 96;
+    ws.vocab = 258;
+    CHECK(tm_write(&ws, P_("wide.gguf")) == AF_OK, "wide model: %s", af_last_error());
+    EXPECT("merge -m @/gemma.gguf -a @/x.gguf -o @/m2.gguf", 1,
+           "afinar merge: @/x.gguf: adapter for architecture \"llama\", the model is \"gemma3\"");
+    EXPECT("export -m @/wide.gguf -a @/run/final -o @/x2.gguf", 1, "afinar export: @/run/final*");
+    EXPECT("merge -m @/wide.gguf -a @/x.gguf -o @/m2.gguf", 1, "afinar merge: @/x.gguf*");
+    CHECK(write_head_model(P_("tiny.gguf"), P_("badhead.gguf"), 64, 100) == AF_OK &&
+              write_head_model(P_("tiny.gguf"), P_("widehead.gguf"), 32, 96) == AF_OK,
+          "head models: %s", af_last_error());
+    EXPECT("predict -m @/badhead.gguf -t 1", 1,
+           "afinar predict: @/badhead.gguf: afinar.classifier.weight: expected an f32 array of 192 values "
+           "(num_classes x hidden)");
+    EXPECT("predict -m @/widehead.gguf -t 1", 1,
+           "afinar predict: @/widehead.gguf: adapter made for a model with hidden size 32 and >= 0 layers, but "
+           "@/widehead.gguf has hidden size 64 and 2 layers");
+    EXPECT("predict -m @/tiny.gguf -t 1", 1,
+           "afinar predict: @/tiny.gguf: a GGUF model without an afinar classification head (afinar.classifier.*), "
+           "not a LoRA adapter (general.type \"adapter\")");
+    EXPECT("export -m @/tiny.gguf -a @/m.gguf -o @/x3.gguf", 1,
+           "afinar export: @/m.gguf: has no LoRA tensors (only a classification head): nothing to export");
+    CHECK(!exists(P_("m2.gguf")) && !exists(P_("x2.gguf")) && !exists(P_("x3.gguf")) && no_temporaries(),
+          "a failed export/merge left a file or a temporary behind");
+    /* --overwrite replaces */
+    av = split_args("merge -m @/tiny.gguf -a @/x.gguf -o @/m.gguf --overwrite");
+    r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0, "merge --overwrite: rc %d, stderr %s", r.rc, r.err ? r.err : "");
+    run_free(&r);
 }
 
 /* afinar eval --generate N (causal-LM data): usage errors, data errors naming FILE:LINE and the
@@ -1398,6 +1525,7 @@ int main(void) {
     test_output();
     test_disk_full();
     test_good();
+    test_export_merge();
     test_eval_generate();
     /* reliability (issue 18) */
     test_rel_special_files();

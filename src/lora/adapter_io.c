@@ -4,6 +4,7 @@
  * tuners/lora/config.py LoraConfig, utils/constants.py).
  */
 #include "lora/adapter_io.h"
+#include "lora/adapter_gguf.h"
 
 #include "core/fsutil.h"
 
@@ -319,6 +320,7 @@ void af_adapter_info_free(af_adapter_info *info) {
     free(info->task_type);
     free(info->base_model);
     free(info->layers_to_transform);
+    free(info->architecture);
     cJSON_Delete(info->afinar);
     memset(info, 0, sizeof *info);
 }
@@ -594,6 +596,7 @@ static af_status read_info_open(const char *dir, af_adapter_info *info, af_st_fi
 
 af_status af_adapter_read_info(const char *dir, af_adapter_info *info) {
     if (!dir || !info) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_read_info: NULL argument");
+    if (af_adapter_is_gguf(dir)) return af_adapter_gguf_read_info(dir, info); /* LoRA GGUF / merged model */
     af_st_file *f = NULL;
     AF_TRY(read_info_open(dir, info, &f));
     af_st_close(f);
@@ -619,6 +622,7 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     const af_adapter_load_opts zero = {0};
     const af_adapter_load_opts *lo = opts ? opts : &zero;
     const unsigned flags = lo->flags;
+    if (af_adapter_is_gguf(dir)) return af_adapter_gguf_load(dir, lay, P, flags, info_out);
     af_adapter_info info;
     af_st_file *f = NULL;
     AF_TRY(read_info_open(dir, &info, &f));
