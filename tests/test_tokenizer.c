@@ -368,8 +368,83 @@ static void test_gemma3(void) {
     af_tokenizer_free(tok);
 }
 
+/* tokenizer.json front end (tok_hf.c): the HF directories made by tests/ref/make_hf_dirs.py
+ * (transformers' save_pretrained of the tokenizers built from the GGUFs; SmolLM2 with its published
+ * Digits step put back) must give the same ids as the fixtures, i.e. as HF `tokenizers`. */
+static void test_hf_dir(const char *dir_name, const char *fixture, const char *name, int32_t bos, bool lossy,
+                        const char *chat, const char *kind_sub) {
+    const char *dir = tl_model_path(dir_name);
+    if (!dir) return; /* skipped with a message: make it with scripts/make_hf_dirs.sh */
+    af_tokenizer *tok = NULL;
+    if (!CHECK(af_tokenizer_load_hf(dir, &tok) == AF_OK, "%s: %s", dir, af_last_error())) return;
+    printf("  %s\n", af_tokenizer_describe(tok));
+    CHECK(strstr(af_tokenizer_describe(tok), kind_sub) && strstr(af_tokenizer_describe(tok), "tokenizer.json"),
+          "describe: %s", af_tokenizer_describe(tok));
+    fx_case *c;
+    long nc = read_fixture(fixture, &c);
+    if (nc < 0) {
+        tl_skip("%s missing", fixture);
+    } else {
+        check_parity(tok, name, c, nc, bos, lossy);
+        free_fixture(c, nc);
+    }
+    if (chat) check_chat(tok, chat);
+    af_tokenizer_free(tok);
+}
+
+/* Small hand-written tokenizer.json files: both merge encodings, added tokens, errors. */
+static void test_hf_json_small(void) {
+    const char *bl = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"\xC4\xA0\":3,"
+                     "\"\xC4\xA0" "ab\":4},\"merges\":%s},\"pre_tokenizer\":{\"type\":\"ByteLevel\","
+                     "\"add_prefix_space\":false,\"use_regex\":true},\"added_tokens\":[{\"id\":5,"
+                     "\"content\":\"<s>\",\"special\":true}]}";
+    const char *merges[2] = {"[\"a b\",\"\xC4\xA0" " ab\"]", "[[\"a\",\"b\"],[\"\xC4\xA0\",\"ab\"]]"};
+    for (int k = 0; k < 2; k++) {
+        char js[1024];
+        snprintf(js, sizeof js, bl, merges[k]);
+        af_tokenizer *tok = NULL;
+        if (!CHECK(af_tokenizer_load_hf_json(js, strlen(js), NULL, 0, NULL, "t.json", NULL, &tok) == AF_OK,
+                   "small tokenizer.json (merges form %d): %s", k, af_last_error()))
+            continue;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK(af_tokenize(tok, "ab ab<s>", 8, 0, 1, &ids, &n) == AF_OK && n == 3 && ids[0] == 2 && ids[1] == 4 &&
+                  ids[2] == 5,
+              "merge form %d: 'ab ab<s>' -> [2 4 5] (got %zu ids)", k, n);
+        free(ids);
+        af_tokenizer_free(tok);
+    }
+    static const struct { const char *js, *want; af_status st; } bad[] = {
+        {"{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", "model.type", AF_ERR_UNSUPPORTED},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1},\"merges\":[]}}", "no token has id 0", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", "two tokens", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", "model.vocab", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", "model.merges[0]", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "neither byte-level", AF_ERR_UNSUPPORTED},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},\"normalizer\":{\"type\":\"NFKC\"}}",
+         "normalizer", AF_ERR_UNSUPPORTED},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"Split\","
+         "\"pattern\":{\"Regex\":\"x+\"},\"behavior\":\"Isolated\"}}", "pre_tokenizer", AF_ERR_UNSUPPORTED},
+        {"[1,2]", "not a JSON object", AF_ERR_FORMAT},
+        {"{\"model\":", "malformed JSON", AF_ERR_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        af_tokenizer *tok = NULL;
+        af_status st = af_tokenizer_load_hf_json(bad[i].js, strlen(bad[i].js), NULL, 0, NULL, "bad.json", NULL, &tok);
+        CHECK(st == bad[i].st && !tok && strstr(af_last_error(), "bad.json") && strstr(af_last_error(), bad[i].want),
+              "bad tokenizer.json %zu: status %d, message '%s' (want '%s')", i, (int)st, af_last_error(), bad[i].want);
+        af_tokenizer_free(tok);
+        af_clear_error();
+    }
+}
+
 int main(void) {
     test_smollm2();
     test_gemma3();
+    test_hf_json_small();
+    test_hf_dir("SmolLM2-135M-Instruct-hf", "tests/fixtures/tokenizer_smollm2.txt", "smollm2 (tokenizer.json)", -1,
+                false, "chatml", "pre=smollm");
+    test_hf_dir("gemma-3-270m-hf-tok", "tests/fixtures/tokenizer_gemma3.txt", "gemma3 (tokenizer.json)", 2, true,
+                "gemma", "SentencePiece");
     return tl_finish("test_tokenizer");
 }

@@ -27,6 +27,18 @@
 af_status af_tokenizer_load(const af_gguf *g, af_tokenizer **out);
 void af_tokenizer_free(af_tokenizer *tok);
 
+/* Build a tokenizer from a Hugging Face directory: tokenizer.json (required), tokenizer_config.json
+ * and chat_template.jinja (optional); pipelines accepted: tok_hf.c, docs/FORMATS.md §9.3.
+ * Errors: AF_ERR_NOT_FOUND (no tokenizer.json), AF_ERR_UNSUPPORTED (model type, normalizer or
+ * pre-tokenizer not supported: the message names the field), AF_ERR_FORMAT, AF_ERR_IO, AF_ERR_NOMEM. */
+af_status af_tokenizer_load_hf(const char *dir, af_tokenizer **out);
+/* Same from memory: tokenizer.json text [len], tokenizer_config.json text [cfg_len] (may be NULL),
+ * a chat template (may be NULL); labels name the files in messages. Used by af_tokenizer_load_hf
+ * and the fuzz target. */
+af_status af_tokenizer_load_hf_json(const char *json, size_t len, const char *cfg_json, size_t cfg_len,
+                                    const char *chat_template, const char *label, const char *cfg_label,
+                                    af_tokenizer **out);
+
 /* Short description, e.g. "gpt2 BPE (pre=smollm), 49152 tokens, 48900 merges". Borrowed. */
 const char *af_tokenizer_describe(const af_tokenizer *tok);
 
