@@ -414,6 +414,26 @@ static void test_hf_json_small(void) {
         free(ids);
         af_tokenizer_free(tok);
     }
+    /* Llama-2-style SentencePiece pipeline (Metaspace prepend_scheme "first", byte fallback, pair
+     * merges, TemplateProcessing BOS): ids from HF tokenizers 0.23 on this file, recorded here. */
+    size_t ml = 0;
+    char *mj = tl_read_file("tests/fuzz/corpus/tok_json/spm-metaspace.json", &ml);
+    af_tokenizer *mt = NULL;
+    if (CHECK(mj && af_tokenizer_load_hf_json(mj, ml, NULL, 0, NULL, "spm-metaspace.json", NULL, &mt) == AF_OK,
+              "Metaspace tokenizer.json: %s", af_last_error())) {
+        static const struct { const char *s; int n; int32_t ids[6]; } mc[] = {
+            {" ab a", 3, {1, 9, 7}}, {"ab a", 3, {1, 9, 7}}, {"A b", 5, {1, 4, 3, 4, 6}}, {"  a", 3, {1, 4, 7}}};
+        for (size_t i = 0; i < sizeof mc / sizeof *mc; i++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            CHECK(af_tokenize(mt, mc[i].s, strlen(mc[i].s), 1, 1, &ids, &n) == AF_OK && n == (size_t)mc[i].n &&
+                      !memcmp(ids, mc[i].ids, n * sizeof *ids),
+                  "Metaspace '%s' as HF tokenizers", mc[i].s);
+            free(ids);
+        }
+        af_tokenizer_free(mt);
+    }
+    free(mj);
     static const struct { const char *js, *want; af_status st; } bad[] = {
         {"{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", "model.type", AF_ERR_UNSUPPORTED},
         {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1},\"merges\":[]}}", "no token has id 0", AF_ERR_FORMAT},

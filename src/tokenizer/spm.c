@@ -149,7 +149,7 @@ af_status af_spm_encode(const af_tokenizer *t, const char *s, size_t len, bool f
     af_status st = AF_OK;
     if (!buf || !sy) { st = af_fail(AF_ERR_NOMEM, "tokenizer: out of memory (%zu bytes)", len); goto done; }
     size_t n = 0;
-    if (first && t->add_space_prefix) { memcpy(buf, "\xE2\x96\x81", 3); n = 3; }
+    if (first && t->add_space_prefix && !(t->prefix_unless_space && s[0] == ' ')) { memcpy(buf, "\xE2\x96\x81", 3); n = 3; }
     for (size_t i = 0; i < len; i++) {
         if (s[i] == ' ') { memcpy(buf + n, "\xE2\x96\x81", 3); n += 3; }
         else buf[n++] = s[i];

@@ -303,6 +303,7 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
     } else if (byte_fallback && q.spm_spaces && q.n_re == 0) {
         sp.kind = AF_TOK_SPM;
         sp.add_space_prefix = q.prefix;
+        sp.prefix_unless_space = q.metaspace;
         for (int32_t i = 0; i < sp.n; i++) {
             const af_tok_str s = b->tok[i];
             if (b->type[i] == AF_TT_NORMAL && s.len == 6 && !memcmp(s.ptr, "<0x", 3) && s.ptr[5] == '>')

@@ -70,6 +70,7 @@ struct af_tokenizer {
 
     /* spm */
     bool add_space_prefix;
+    bool prefix_unless_space;  /* HF Metaspace: no prefix when the text already starts with ' ' */
     bool spm_rank_by_id;       /* Gemma: merge priority = lower merged-token id (see spm.c) */
 
     char *chat_template; /* owned copy or NULL */
@@ -98,6 +99,7 @@ typedef struct af_tok_spec {
     size_t pre_len;
     int32_t bos, eos, unk, eot, eom; /* ids in [0, n) or -1 */
     bool add_bos, add_eos, add_space_prefix;
+    bool prefix_unless_space; /* HF Metaspace prepend: not when the text starts with ' ' */
     bool spm_rank_by_id;      /* without explicit merges: Gemma's rank (spm.c) */
     const char *chat_template; /* or NULL */
     size_t chat_template_len;
