@@ -42,12 +42,14 @@ static void print_config(FILE *fp, const af_hf_config *c) {
 }
 
 static af_status describe_dir(const char *dir, FILE *fp) {
-    fprintf(fp, "directory:     %s (Hugging Face checkpoint)\n", dir);
     char *js = NULL;
     size_t jl = 0;
     char label[600];
     snprintf(label, sizeof label, "%s/config.json", dir);
     af_status cst = af_hf_read_json_file(dir, "config.json", (size_t)16 << 20, &js, &jl);
+    if (cst == AF_ERR_NOT_FOUND)
+        return af_fail(AF_ERR_NOT_FOUND, "%s: a directory without config.json (not a Hugging Face checkpoint)", dir);
+    fprintf(fp, "directory:     %s (Hugging Face checkpoint)\n", dir);
     af_hf_config c;
     memset(&c, 0, sizeof c);
     if (cst == AF_OK) cst = af_hf_config_parse(js, jl, label, &c);

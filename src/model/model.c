@@ -433,6 +433,8 @@ static af_status load_hf(af_model *m, const char *dir) {
     char label[600];
     snprintf(label, sizeof label, "%s/config.json", dir);
     af_status st = af_hf_read_json_file(dir, "config.json", (size_t)16 << 20, &js, &jl);
+    if (st == AF_ERR_NOT_FOUND)
+        return af_fail(AF_ERR_NOT_FOUND, "%s: a directory without config.json (not a Hugging Face checkpoint)", dir);
     if (st != AF_OK) return st;
     af_hf_config h;
     st = af_hf_config_parse(js, jl, label, &h);
