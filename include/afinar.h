@@ -156,7 +156,7 @@ typedef struct af_model_config {
 
 /* Load a model from a GGUF file or a Hugging Face checkpoint directory (config.json,
  * model.safetensors or model-0000N-of-0000M.safetensors + model.safetensors.index.json with F32, F16
- * or BF16 tensors, tokenizer.json + tokenizer_config.json; docs/FORMATS.md §9): the same in-memory
+ * or BF16 tensors, tokenizer.json + tokenizer_config.json; docs/FORMATS.md §11): the same in-memory
  * model either way. The file(s) are memory-mapped; quantized / f16 / bf16 weights are used in place.
  * `ctx`: the context its computations run under (borrowed: it must outlive the model); NULL =
  * the process default context (auto kernel path, all threads, f32, exact decode), created at

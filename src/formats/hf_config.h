@@ -1,7 +1,7 @@
 /*
  * hf_config.h — Hugging Face checkpoint directories: config.json (transformers PretrainedConfig as
  * saved by save_pretrained) and the weights (model.safetensors, or shards listed by
- * model.safetensors.index.json), docs/FORMATS.md §9.
+ * model.safetensors.index.json), docs/FORMATS.md §11.
  *
  * config.json keys read (transformers 4.x and 5.x spellings):
  *   model_type                 "llama" | "gemma3_text" | "qwen2" | "qwen3" -> architecture

@@ -1,6 +1,6 @@
 /*
  * tok_hf.c — the tokenizer.json front end (Hugging Face `tokenizers` serialisation, as written by
- * transformers' save_pretrained), docs/FORMATS.md §9.3. It fills an af_tok_spec for the one
+ * transformers' save_pretrained), docs/FORMATS.md §11.3. It fills an af_tok_spec for the one
  * builder (tokenizer.c); encoding is done by the same bpe.c / spm.c as for GGUF files.
  *
  * Accepted pipelines (anything else is refused naming the field):

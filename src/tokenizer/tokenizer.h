@@ -28,7 +28,7 @@ af_status af_tokenizer_load(const af_gguf *g, af_tokenizer **out);
 void af_tokenizer_free(af_tokenizer *tok);
 
 /* Build a tokenizer from a Hugging Face directory: tokenizer.json (required), tokenizer_config.json
- * and chat_template.jinja (optional); pipelines accepted: tok_hf.c, docs/FORMATS.md §9.3.
+ * and chat_template.jinja (optional); pipelines accepted: tok_hf.c, docs/FORMATS.md §11.3.
  * Errors: AF_ERR_NOT_FOUND (no tokenizer.json), AF_ERR_UNSUPPORTED (model type, normalizer or
  * pre-tokenizer not supported: the message names the field), AF_ERR_FORMAT, AF_ERR_IO, AF_ERR_NOMEM. */
 af_status af_tokenizer_load_hf(const char *dir, af_tokenizer **out);

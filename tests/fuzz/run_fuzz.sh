@@ -12,7 +12,8 @@ for t in "$@"; do
   case $t in
     gguf|gguf_tok) ml=32768 ;;
     adapter) ml=32768 ;;
-    safetensors|tok_json) ml=16384 ;;
+    safetensors) ml=16384 ;;
+    tok_json) ml=32768 ;;
     jsonl|lm_jsonl) ml=8192 ;;
     *) ml=4096 ;;
   esac

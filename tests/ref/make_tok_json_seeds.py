@@ -12,7 +12,7 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "fuzz", "corpus", "tok_json")
 SRC = [("smollm2", "models/SmolLM2-135M-Instruct-hf/tokenizer.json", 400),
-       ("gemma3", "models/gemma-3-270m-hf-tok/tokenizer.json", 600)]
+       ("gemma3", "models/gemma-3-270m-hf-tok/tokenizer.json", 300)]
 
 
 def merge_parts(m):
@@ -21,8 +21,12 @@ def merge_parts(m):
 
 def cut(src, n, pair_form):
     j = json.load(open(os.path.join(ROOT, src), encoding="utf-8"))
-    added = {t["id"]: t for t in j.get("added_tokens", [])}
-    keep = {t: i for t, i in j["model"]["vocab"].items() if i < n or i in added}
+    added = {t["id"]: t for t in j.get("added_tokens", []) if t["id"] < 3 or t["id"] < n}
+    # the first n ids, or (large vocabularies whose first ids are control tokens) the first 3, the
+    # byte tokens and the one-character tokens
+    big = len(j["model"]["vocab"]) > 100000
+    keep = {t: i for t, i in j["model"]["vocab"].items()
+            if (i < n if not big else (i < 3 or t.startswith("<0x") or (len(t) == 1 and ord(t) < 128) or t in ("▁", "▁▁")))}
     ids = sorted(set(keep.values()) | {i for i in added if i < n})
     remap = {old: new for new, old in enumerate(ids)}
     vocab = {t: remap[i] for t, i in keep.items() if i in remap}
