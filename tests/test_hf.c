@@ -21,6 +21,8 @@
  * transformers: 2e-3 + 2e-4·|ref| as tests/test_model.c. Greedy continuations identical.
  */
 #include "afinar.h"
+#include "formats/hf_config.h"
+#include "formats/safetensors.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -202,6 +204,75 @@ static void test_smollm2(void) {
     af_model_free(g);
 }
 
+/* F16 weights: the tiny llama rewritten as one F16 model.safetensors (af_st_write rounds to nearest
+ * even) runs through the same kernels; its logits equal the f32 model's within the f16 rounding of
+ * the weights (|diff| <= 2e-3 + 1e-2·|ref|; relative weight error <= 2^-11) and differ from them
+ * (the f16 values are really used). */
+static void test_f16(void) {
+    const char *src = "tests/fixtures/hf_tiny_llama";
+    char tmpl[] = "/tmp/af_test_hf16_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    if (!CHECK(dir != NULL, "mkdtemp")) return;
+    af_hf_weights *w = NULL;
+    if (!CHECK(af_hf_weights_open(src, &w) == AF_OK, "open %s: %s", src, af_last_error())) return;
+    size_t nt = 0;
+    for (size_t i = 0; i < af_hf_weights_n_files(w); i++) nt += af_st_count(af_hf_weights_file(w, i));
+    af_st_write_tensor *wt = calloc(nt, sizeof *wt);
+    float **bufs = calloc(nt, sizeof *bufs);
+    size_t k = 0;
+    int ok = wt && bufs;
+    for (size_t i = 0; ok && i < af_hf_weights_n_files(w); i++) {
+        const af_st_file *f = af_hf_weights_file(w, i);
+        for (size_t j = 0; ok && j < af_st_count(f); j++, k++) {
+            const af_st_tensor *t = af_st_tensor_at(f, j);
+            bufs[k] = malloc((size_t)t->n_elem * sizeof(float));
+            ok = bufs[k] && af_st_read_f32(f, t, bufs[k], (size_t)t->n_elem) == AF_OK;
+            wt[k] = (af_st_write_tensor){.name = t->name, .dtype = AF_ST_F16, .n_dims = t->n_dims, .f32 = bufs[k]};
+            memcpy(wt[k].shape, t->shape, sizeof wt[k].shape);
+        }
+    }
+    char path[300];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ok = ok && af_st_write(path, wt, nt, NULL, NULL, 0) == AF_OK;
+    size_t cl = 0;
+    char *cfg = tl_read_file("tests/fixtures/hf_tiny_llama/config.json", &cl);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *fc = cfg ? fopen(path, "wb") : NULL;
+    ok = ok && fc && fwrite(cfg, 1, cl, fc) == cl;
+    if (fc) ok = (fclose(fc) == 0) && ok;
+    free(cfg);
+    for (size_t i = 0; i < k; i++) free(bufs[i]);
+    free(bufs);
+    free(wt);
+    af_hf_weights_close(w);
+    af_model *a = NULL, *b = NULL;
+    if (CHECK(ok, "write the f16 copy: %s", af_last_error()) &&
+        CHECK(af_model_load(T_CTX, src, &a) == AF_OK && af_model_load(T_CTX, dir, &b) == AF_OK, "load: %s",
+              af_last_error())) {
+        const int32_t ids[] = {1, 5, 77, 200, 3, 9, 150, 42};
+        const int n = 8, V = 256;
+        float *la = malloc(n * V * sizeof *la), *lb = malloc(n * V * sizeof *lb);
+        af_session *sa = NULL, *sb = NULL;
+        if (CHECK(la && lb && af_session_new(a, n, &sa) == AF_OK && af_session_new(b, n, &sb) == AF_OK &&
+                      af_session_eval(sa, ids, n, NULL, la) == AF_OK && af_session_eval(sb, ids, n, NULL, lb) == AF_OK,
+                  "eval f32 / f16")) {
+            double d = tl_max_abs_diff(la, lb, (size_t)n * V, NULL);
+            printf("  tiny llama F16 weights vs F32: max |logit diff| %.3g\n", d);
+            CHECK_CLOSE("F16 weights vs F32", lb, la, (size_t)n * V, 2e-3, 1e-2);
+            CHECK(d > 0, "the F16 copy gives different logits (its rounded weights are used)");
+        }
+        af_session_free(sa);
+        af_session_free(sb);
+        free(la);
+        free(lb);
+    }
+    af_model_free(a);
+    af_model_free(b);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 /* ---- bad input: a copy of the tiny llama directory with one thing broken ---- */
 
 static char *slurp(const char *dir, const char *name, size_t *len) {
@@ -347,6 +418,7 @@ int main(void) {
     }
     test_tiny("tests/fixtures/hf_tiny_llama", "llama", 0);
     test_tiny("tests/fixtures/hf_tiny_gemma3", "gemma3", 1);
+    test_f16();
     test_bad_input();
     test_smollm2();
     return tl_finish("test_hf");
