@@ -436,7 +436,8 @@ static void test_hf_json_small(void) {
     free(mj);
     static const struct { const char *js, *want; af_status st; } bad[] = {
         {"{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", "model.type", AF_ERR_UNSUPPORTED},
-        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1},\"merges\":[]}}", "no token has id 0", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1},\"merges\":[]}}", "largest id 1 but only 1 tokens", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1,\"b\":2},\"merges\":[]},\"added_tokens\":[{\"id\":2,\"content\":\"b\"}]}", "no token has id 0", AF_ERR_FORMAT},
         {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", "two tokens", AF_ERR_FORMAT},
         {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", "model.vocab", AF_ERR_FORMAT},
         {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", "model.merges[0]", AF_ERR_FORMAT},

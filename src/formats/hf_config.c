@@ -305,12 +305,15 @@ struct af_hf_weights {
     uint64_t bytes;
 };
 
+/* Open shard `name` of `dir` into w->files[w->n]. AF_ERR_NOT_FOUND (no message) when the file does
+ * not exist; the reader's errors otherwise. */
 static af_status open_shard(af_hf_weights *w, const char *dir, const char *name) {
     char *path = af_path_join(dir, name);
     if (!path) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
     struct stat sb;
-    af_status st = stat(path, &sb) == 0 ? af_st_open(path, &w->files[w->n]) : AF_ERR_IO;
-    if (st == AF_ERR_IO && !w->files[w->n]) af_fail(AF_ERR_IO, "%s: %s", path, strerror(errno));
+    af_status st;
+    if (stat(path, &sb) != 0 && errno == ENOENT) st = AF_ERR_NOT_FOUND;
+    else st = af_st_open(path, &w->files[w->n]);
     if (st == AF_OK) {
         w->bytes += (uint64_t)sb.st_size;
         w->n++;
@@ -333,7 +336,7 @@ af_status af_hf_weights_open(const char *dir, af_hf_weights **out) {
         if (!w->files) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
         else {
             st = open_shard(w, dir, "model.safetensors");
-            if (st == AF_ERR_IO)
+            if (st == AF_ERR_NOT_FOUND)
                 st = af_fail(AF_ERR_NOT_FOUND, "%s: no model.safetensors and no model.safetensors.index.json", dir);
         }
         goto done;
@@ -365,7 +368,7 @@ af_status af_hf_weights_open(const char *dir, af_hf_weights **out) {
     }
     for (size_t k = 0; k < nn && st == AF_OK; k++) {
         st = open_shard(w, dir, names[k]);
-        if (st == AF_ERR_IO && !w->files[w->n])
+        if (st == AF_ERR_NOT_FOUND)
             st = af_fail(AF_ERR_NOT_FOUND, "%s/%s: weight_map names shard '%.80s', which is missing", dir, L, names[k]);
     }
     free(names);
@@ -373,7 +376,9 @@ af_status af_hf_weights_open(const char *dir, af_hf_weights **out) {
     cJSON_ArrayForEach(e, wm) {
         const af_st_file *f = NULL;
         const af_st_tensor *t = af_hf_weights_find(w, e->string, &f);
-        if (!t || strcmp(af_st_path(f) + strlen(af_st_path(f)) - strlen(e->valuestring), e->valuestring)) {
+        const char *fp = t ? af_st_path(f) : "";
+        const size_t fl = strlen(fp), vl = strlen(e->valuestring);
+        if (!t || fl <= vl || fp[fl - vl - 1] != '/' || strcmp(fp + fl - vl, e->valuestring)) {
             st = af_fail(AF_ERR_FORMAT, "%s/%s: weight_map: tensor '%.80s' is not in shard '%.80s'", dir, L, e->string,
                          e->valuestring);
             goto done;

@@ -444,6 +444,19 @@ static af_status load_hf(af_model *m, const char *dir) {
     if (st == AF_OK) st = af_hf_weights_open(dir, &m->hf);
     if (st == AF_OK) {
         m->file_bytes = af_hf_weights_bytes(m->hf);
+        /* the weights config.json implies must fit in the files (>= 2 bytes each) before anything
+         * is sized by these numbers */
+        const af_model_config *c = &m->cfg;
+        const double H = c->hidden_size, qd = (double)c->num_attention_heads * c->head_dim,
+                     kvd = (double)c->num_key_value_heads * c->head_dim;
+        const double need = 2.0 * ((double)c->num_hidden_layers * (2 * H * qd + 2 * H * kvd + 3 * H * c->intermediate_size) +
+                                   (double)c->vocab_size * H);
+        if (need > (double)m->file_bytes)
+            st = af_fail(AF_ERR_FORMAT,
+                         "%s: the hyper-parameters need at least %.0f bytes of weights but the SafeTensors files hold "
+                         "%llu", label, need, (unsigned long long)m->file_bytes);
+    }
+    if (st == AF_OK) {
         wsrc s = {m, dir, !strcmp(h.architecture, "gemma3"), !m->desc.rope_neox, h.vocab_size};
         st = load_weights(m, &s, m->desc.swa_period > 0 ? h.layer_sliding : NULL);
     }

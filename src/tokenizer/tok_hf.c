@@ -236,6 +236,11 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
         ai++;
     }
     if (n < 1) return af_fail(AF_ERR_FORMAT, "%s: field 'model.vocab': empty", p->L);
+    /* ids are dense: more ids than entries means a gap (checked before allocating n slots) */
+    const int64_t entries = (int64_t)cJSON_GetArraySize(vocab) + ai;
+    if (n > entries)
+        return af_fail(AF_ERR_FORMAT, "%s: field 'model.vocab': largest id %lld but only %lld tokens (ids must be 0..n-1)",
+                       p->L, (long long)(n - 1), (long long)entries);
     b->tok = af_calloc((size_t)n, sizeof *b->tok);
     b->type = af_malloc((size_t)n * sizeof *b->type);
     int nm = cJSON_GetArraySize(merges);
