@@ -434,6 +434,34 @@ static void test_hf_json_small(void) {
         af_tokenizer_free(mt);
     }
     free(mj);
+    /* ignore_merges (Llama 3's tokenizer.json): a pre-token that is a token is kept whole. Expected ids
+     * from HF tokenizers 0.23 on this file, with ignore_merges true and false. */
+    {
+        const char *im = "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true},\"post_processor\":null,\"decoder\":null,\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":true,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5,\"\\u0120\":6,\"\\u0120abc\":7,\"ca\":8},\"merges\":[[\"b\",\"c\"],[\"a\",\"b\"]]}}";
+        static const struct { const char *s; int n[2]; int32_t ids[2][5]; } ic[] = {
+            {"abc", {1, 2}, {{5}, {0, 4}}},
+            {"abc abc", {2, 5}, {{5, 7}, {0, 4, 6, 0, 4}}},
+            {"cab", {2, 2}, {{2, 3}, {2, 3}}},
+            {"abcab", {3, 3}, {{0, 4, 3}, {0, 4, 3}}}};
+        for (int ig = 0; ig < 2; ig++) {
+            char js[1024];
+            snprintf(js, sizeof js, "%s", im);
+            if (ig) memcpy(strstr(js, "\"ignore_merges\":true"), "\"ignore_merges\":0   ", 20);
+            af_tokenizer *tok = NULL;
+            if (!CHECK(af_tokenizer_load_hf_json(js, strlen(js), NULL, 0, NULL, "im.json", NULL, &tok) == AF_OK,
+                       "ignore_merges file: %s", af_last_error()))
+                continue;
+            for (size_t i = 0; i < sizeof ic / sizeof *ic; i++) {
+                int32_t *ids = NULL;
+                size_t n = 0;
+                CHECK(af_tokenize(tok, ic[i].s, strlen(ic[i].s), 0, 1, &ids, &n) == AF_OK && n == (size_t)ic[i].n[ig] &&
+                          !memcmp(ids, ic[i].ids[ig], n * sizeof *ids),
+                      "ignore_merges=%d '%s' as HF tokenizers", !ig, ic[i].s);
+                free(ids);
+            }
+            af_tokenizer_free(tok);
+        }
+    }
     static const struct { const char *js, *want; af_status st; } bad[] = {
         {"{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", "model.type", AF_ERR_UNSUPPORTED},
         {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1},\"merges\":[]}}", "largest id 1 but only 1 tokens", AF_ERR_FORMAT},

@@ -13,6 +13,8 @@
  *     per byte. Adjacent symbol pairs are merged, lowest merge rank first (ties: leftmost), until
  *     no pair has a merge (HF tokenizers BPE::merge_word). A priority queue keyed by
  *     (rank, position) with lazy invalidation makes this O(n log n) in the piece length.
+ *     With ignore_merges (HF BPE option, Llama 3's tokenizer.json) a piece whose byte-mapped text is
+ *     a vocabulary token is emitted as that token without merging.
  */
 #include "tokenizer/tok_internal.h"
 
@@ -266,6 +268,15 @@ static af_status bpe_piece(work *w, const unsigned char *p, size_t n) {
         w->h_cap = 2 * c;
     }
     const af_tokenizer *t = w->t;
+    if (t->ignore_merges) { /* HF BPE ignore_merges: the whole pre-token, if it is a token */
+        char stackbuf[512], *m = 2 * n <= sizeof stackbuf ? stackbuf : af_malloc(2 * n);
+        if (!m) return af_fail(AF_ERR_NOMEM, "tokenizer: out of memory (piece of %zu bytes)", n);
+        size_t ml = 0;
+        for (size_t i = 0; i < n; i++) ml += put_utf8(byte_cp(p[i]), m + ml);
+        int32_t id = af_strmap_get(&t->vocab, t->text, t->off, m, ml);
+        if (m != stackbuf) free(m);
+        if (id >= 0) return af_ids_push(w->out, id);
+    }
     sym *s = w->s;
     for (size_t i = 0; i < n; i++)
         s[i] = (sym){t->byte_tok[p[i]], i + 1 < n ? (int32_t)i + 1 : -1, (int32_t)i - 1};

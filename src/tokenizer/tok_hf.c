@@ -11,7 +11,7 @@
  *  SentencePiece-style BPE ("llama" kind): model BPE with byte_fallback; normalizer
  *    Replace(" ", "▁") (optionally after Prepend("▁")) with pre_tokenizer null or
  *    Split(" ", MergedWithPrevious) (Gemma), or pre_tokenizer Metaspace(split=false) (Llama 2 style).
- *  merges: "a b" strings or ["a", "b"] pairs; ranks = position. added_tokens: special -> control
+ *  merges: "a b" strings or ["a", "b"] pairs; ranks = position; ignore_merges (byte-level only). added_tokens: special -> control
  *  (matched with parse_special), others -> user-defined (always matched).
  *  post_processor TemplateProcessing: a leading special token -> add BOS (that token); a trailing one
  *  -> add EOS. tokenizer_config.json: chat_template (or chat_template.jinja), bos/eos/unk token,
@@ -210,8 +210,6 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
         if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0]))
             return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'model.%s' is not supported", p->L, unsup[i]);
     }
-    if (cJSON_IsTrue(item(model, "ignore_merges")))
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'model.ignore_merges': true is not supported", p->L);
     const int byte_fallback = cJSON_IsTrue(item(model, "byte_fallback"));
 
     /* vocabulary size: largest id + 1 over vocab and added_tokens */
@@ -299,6 +297,7 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
             return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'pre_tokenizer': ByteLevel mixed with byte_fallback/Metaspace",
                            p->L);
         sp.kind = AF_TOK_GPT2;
+        sp.ignore_merges = cJSON_IsTrue(item(model, "ignore_merges"));
         sp.pre = af_bpe_pre_from_regex(q.re, q.n_re);
         if (!sp.pre)
             return af_fail(AF_ERR_UNSUPPORTED,
@@ -306,6 +305,8 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
                            "llama3, qwen2)", p->L);
         sp.pre_len = strlen(sp.pre);
     } else if (byte_fallback && q.spm_spaces && q.n_re == 0) {
+        if (cJSON_IsTrue(item(model, "ignore_merges")))
+            return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'model.ignore_merges': not supported with byte_fallback", p->L);
         sp.kind = AF_TOK_SPM;
         sp.add_space_prefix = q.prefix;
         sp.prefix_unless_space = q.metaspace;

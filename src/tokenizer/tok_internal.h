@@ -67,6 +67,7 @@ struct af_tokenizer {
     int32_t n_merges;
     af_bpe_pre *pre;
     char pre_name[32];
+    bool ignore_merges;        /* HF BPE ignore_merges: a pre-token that is a vocabulary token is emitted whole */
 
     /* spm */
     bool add_space_prefix;
@@ -96,6 +97,7 @@ typedef struct af_tok_spec {
     int64_t n_merges;         /* explicit merges (gpt2: required; spm: optional, else by score/id) */
     const af_tok_str *merge;  /* [2 * n_merges]: left, right of merge i (rank i) */
     const char *pre;          /* gpt2 pre-tokenizer name (bpe.c kPre) */
+    bool ignore_merges;       /* gpt2: HF BPE ignore_merges (Llama 3 tokenizer.json) */
     size_t pre_len;
     int32_t bos, eos, unk, eot, eom; /* ids in [0, n) or -1 */
     bool add_bos, add_eos, add_space_prefix;

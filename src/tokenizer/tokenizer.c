@@ -216,6 +216,7 @@ af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
     t->add_eos = sp->add_eos;
     t->add_space_prefix = sp->add_space_prefix;
     t->prefix_unless_space = sp->prefix_unless_space;
+    t->ignore_merges = sp->ignore_merges;
 
     static const char *const eog_texts[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>",
                                             "<|eot_id|>", "<|end|>", "<|eom_id|>", "<EOT>"};
