@@ -1,5 +1,6 @@
 /*
- * tokenizer.h — tokenizers read from GGUF metadata (tokenizer.ggml.*), docs/FORMATS.md §6.
+ * tokenizer.h — tokenizers read from GGUF metadata (tokenizer.ggml.*), docs/FORMATS.md §6, or from a
+ * Hugging Face tokenizer.json (tok_hf.c, §11.5): two front ends filling the same tables.
  *  - "gpt2": byte-level BPE (GPT-2 byte-to-unicode map, merge ranks from tokenizer.ggml.merges),
  *    pre-tokenizer regex chosen by tokenizer.ggml.pre, run with PCRE2 (UTF + UCP).
  *    Supported pre values: default, gpt2, smollm, llama3, llama-bpe, qwen2 (bpe.c).
