@@ -8,6 +8,8 @@
  *  - tests/fixtures/hf_tiny_gemma3: Gemma3ForCausalLM, random, bf16 weights, 4 layers (sliding,
  *    sliding, global, sliding from layer_types, window 4), query_pre_attn_scalar 20, final logit
  *    soft-capping 5, tied head, norm weights ~N(0, 0.3) (used as 1 + w);
+ *  - tests/fixtures/hf_tiny_qwen2 (q/k/v biases ~N(0, 0.3), 1 KV head, head_dim 16, tied) and
+ *    hf_tiny_qwen3 (q/k norms, head_dim 24, 2 KV heads, untied): f32, one file each;
  *  each with ref_logits.bin: transformers' float32 logits at every position of two prompts and an
  *  8-token greedy continuation (the gemma3 weights are bf16, upcast to f32 by transformers, as
  *  afinar's kernels do).
@@ -127,12 +129,12 @@ static void check_ref(af_model *m, const char *ref, int all_pos, double atol, do
     free(buf);
 }
 
-static void test_tiny(const char *dir, const char *arch, int tied) {
+static void test_tiny(const char *dir, const char *arch, int tied, int kv_heads) {
     af_model *m = NULL;
     if (!CHECK(af_model_load(T_CTX, dir, &m) == AF_OK, "load %s: %s", dir, af_last_error())) return;
     const af_model_config *c = af_model_get_config(m);
-    CHECK(!strcmp(c->architecture, arch) && c->head_dim == 24 && c->num_attention_heads == 4 &&
-              c->num_key_value_heads == 1 && c->hidden_size == 64 && c->vocab_size == 256 &&
+    CHECK(!strcmp(c->architecture, arch) && c->head_dim == (strcmp(arch, "qwen2") ? 24 : 16) && c->num_attention_heads == 4 &&
+              c->num_key_value_heads == kv_heads && c->hidden_size == 64 && c->vocab_size == 256 &&
               c->tie_word_embeddings == tied,
           "%s config: %s head_dim %d heads %d/%d tied %d", dir, c->architecture, c->head_dim, c->num_attention_heads,
           c->num_key_value_heads, c->tie_word_embeddings);
@@ -416,8 +418,10 @@ int main(void) {
         tl_skip("tests/fixtures/hf_tiny_llama missing (run from the repository root)");
         return tl_finish("test_hf");
     }
-    test_tiny("tests/fixtures/hf_tiny_llama", "llama", 0);
-    test_tiny("tests/fixtures/hf_tiny_gemma3", "gemma3", 1);
+    test_tiny("tests/fixtures/hf_tiny_llama", "llama", 0, 1);
+    test_tiny("tests/fixtures/hf_tiny_gemma3", "gemma3", 1, 1);
+    test_tiny("tests/fixtures/hf_tiny_qwen2", "qwen2", 1, 1);
+    test_tiny("tests/fixtures/hf_tiny_qwen3", "qwen3", 0, 2);
     test_f16();
     test_bad_input();
     test_smollm2();

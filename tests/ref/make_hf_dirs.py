@@ -2,7 +2,7 @@
 """Hugging Face checkpoint directories for afinar's HF loader (config.json + SafeTensors +
 tokenizer.json), all written by transformers itself.
 
-Run:  .venv-ref/bin/python tests/ref/make_hf_dirs.py [real] [tiny]     (default: both)
+Run:  .venv-ref/bin/python tests/ref/make_hf_dirs.py [real] [tiny] [qwen]   (default: real, tiny)
   real  models/SmolLM2-135M-Instruct-hf/   from_pretrained(gguf_file=SmolLM2 Q4_1) -> float32 weights
                                            (transformers dequantizes Q4_1 to f32 and un-permutes q/k),
                                            save_pretrained(max_shard_size="200MB") -> 3 shards + index
@@ -11,7 +11,9 @@ Run:  .venv-ref/bin/python tests/ref/make_hf_dirs.py [real] [tiny]     (default:
         (models/ is ignored by git: nothing here is committed)
   tiny  tests/fixtures/hf_tiny_llama/      LlamaForCausalLM, random (seed 0), f32, 2 shards + index
         tests/fixtures/hf_tiny_gemma3/     Gemma3ForCausalLM, random (seed 0), bf16, one file
-        each with ref_logits.bin; committed (< 200 KB each).
+        each with ref_logits.bin; committed (< 500 KB each).
+  qwen  tests/fixtures/hf_tiny_qwen2/      Qwen2ForCausalLM, random, f32, q/k/v biases, 1 KV head, tied
+        tests/fixtures/hf_tiny_qwen3/      Qwen3ForCausalLM, random, f32, q/k norms, head_dim 24, untied
 
 SmolLM2 tokenizer: transformers' GGUF converter (5.x) builds the SmolLM2 tokenizer with a plain
 ByteLevel pre-tokenizer and drops the Digits(individual_digits=True) step of the published SmolLM2
@@ -165,8 +167,40 @@ def tiny():
     print("wrote tiny fixtures")
 
 
+def qwen():
+    """Tiny Qwen2 (q/k/v biases, 1 KV head, tied) and Qwen3 (q/k norms, head_dim 24 != 64/4,
+    untied) HF directories, random (seed 0), f32, with ref_logits.bin."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    prompts = [[1, 5, 77, 200, 3, 9, 150, 42, 8, 250], [17, 4, 4, 199]]
+    for name, cls, cfg in [
+        ("hf_tiny_qwen2", Qwen2ForCausalLM,
+         Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=1, rms_norm_eps=1e-6, rope_theta=1e6,
+                     max_position_embeddings=128, tie_word_embeddings=True, use_sliding_window=False)),
+        ("hf_tiny_qwen3", Qwen3ForCausalLM,
+         Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=24, rms_norm_eps=1e-6,
+                     rope_theta=1e6, max_position_embeddings=128, tie_word_embeddings=False,
+                     attention_bias=False))]:
+        torch.manual_seed(0)
+        m = cls(cfg).eval()
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if n.endswith("norm.weight"):
+                    p.copy_(1 + 0.2 * torch.randn_like(p))
+                elif n.endswith(".bias"):
+                    p.copy_(0.3 * torch.randn_like(p))
+        d = os.path.join(FIX, name)
+        m.save_pretrained(d)
+        write_ref(os.path.join(d, "ref_logits.bin"), m, prompts, 256, True, 8)
+    print("wrote tiny qwen fixtures")
+
+
 if __name__ == "__main__":
     what = sys.argv[1:] or ["tiny", "real"]
+    if "qwen" in what:
+        qwen()
     if "tiny" in what:
         tiny()
     if "real" in what:
