@@ -118,7 +118,7 @@ static void usage(FILE *fp) {
             "usage: afinar <command> [options]\n"
             "\n"
             "commands:\n"
-            "  info FILE          describe a GGUF file: architecture, hyper-parameters, tokenizer, tensors\n"
+            "  info FILE|DIR      describe a GGUF file or HF directory: architecture, hyper-parameters, tokenizer, tensors\n"
             "  generate -m FILE -p TEXT [options]\n"
             "                     generate text (streams tokens; --temp 0 is greedy)\n"
             "  train -m FILE --train DATA.jsonl -o DIR [options]\n"

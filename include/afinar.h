@@ -154,7 +154,10 @@ typedef struct af_model_config {
     int32_t tie_word_embeddings; /* 1 when the output head reuses the token embedding */
 } af_model_config;
 
-/* Load a model from a GGUF file. The file is memory-mapped; quantized weights are used in place.
+/* Load a model from a GGUF file or a Hugging Face checkpoint directory (config.json,
+ * model.safetensors or model-0000N-of-0000M.safetensors + model.safetensors.index.json with F32, F16
+ * or BF16 tensors, tokenizer.json + tokenizer_config.json; docs/FORMATS.md §12): the same in-memory
+ * model either way. The file(s) are memory-mapped; quantized / f16 / bf16 weights are used in place.
  * `ctx`: the context its computations run under (borrowed: it must outlive the model); NULL =
  * the process default context (auto kernel path, all threads, f32, exact decode), created at
  * first use and never freed. Sessions and trainers of the model use its context.
@@ -173,6 +176,13 @@ const af_model_config *af_model_get_config(const af_model *model);
  * tokenizer kind and a table of tensors (name, type, shape, bytes). Works on any valid GGUF,
  * including architectures afinar cannot run. Errors as af_model_load() for the container. */
 af_status af_gguf_describe(const char *path, FILE *fp);
+
+/* `afinar info`: af_gguf_describe() for a file; for a Hugging Face directory (config.json,
+ * model.safetensors or shards + index, tokenizer.json) its config.json hyper-parameters, tokenizer
+ * summary and tensor table (name, dtype, shape, bytes, shard). A config.json afinar cannot run is
+ * reported (the rest is still printed) and its error returned. Errors: those of af_gguf_describe,
+ * of reading the directory's weights (AF_ERR_NOT_FOUND, AF_ERR_FORMAT, ...), AF_ERR_INVALID_ARG. */
+af_status af_model_describe(const char *path, FILE *fp);
 
 /* ---------------------------------------------------------------------------------------------
  * Tokenizer (read from the model file)

@@ -399,6 +399,52 @@ static void setup_files(void) {
     }
     write_text(P_("cfg_nested.json"), "{\"lr\": {\"value\": 1}}");
     write_text(P_("pred_in.txt"), "goal goal\nchip\n\nsoup soup soup\n");
+    /* Hugging Face directories (tests/fixtures/hf_tiny_llama) with one thing broken */
+    static const char *hf_dirs[] = {"hf", "hf_cfgkey", "hf_cfgtype", "hf_shape", "hf_shard", "hf_dtype", "hf_moe", "hf_tok"};
+    for (size_t i = 0; i < sizeof hf_dirs / sizeof *hf_dirs; i++)
+        CHECK(copy_dir("tests/fixtures/hf_tiny_llama", P_(hf_dirs[i])), "copy the tiny HF llama to %s", hf_dirs[i]);
+    size_t cl = 0;
+    char *cfg = tl_read_file("tests/fixtures/hf_tiny_llama/config.json", &cl);
+    if (CHECK(cfg != NULL, "tiny HF config.json")) {
+        static const struct { const char *dir, *from, *to; } edits[] = {
+            {"hf_cfgkey", "\"num_hidden_layers\": 2,", ""},
+            {"hf_cfgtype", "\"num_attention_heads\": 4", "\"num_attention_heads\": [4]"},
+            {"hf_shape", "\"intermediate_size\": 96", "\"intermediate_size\": 128"},
+            {"hf_moe", "\"vocab_size\": 256", "\"vocab_size\": 256, \"num_local_experts\": 8"},
+        };
+        for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+            char *at = strstr(cfg, edits[i].from), path[1300];
+            if (!CHECK(at != NULL, "config edit %s", edits[i].dir)) continue;
+            snprintf(path, sizeof path, "%s/config.json", P_(edits[i].dir));
+            FILE *f = fopen(path, "wb");
+            if (!f) continue;
+            fwrite(cfg, 1, (size_t)(at - cfg), f);
+            fputs(edits[i].to, f);
+            fputs(at + strlen(edits[i].from), f);
+            fclose(f);
+        }
+        free(cfg);
+    }
+    {
+        char path[1300];
+        snprintf(path, sizeof path, "%s/model-00002-of-00005.safetensors", P_("hf_shard"));
+        unlink(path);
+        snprintf(path, sizeof path, "%s/model-00005-of-00005.safetensors", P_("hf_dtype"));
+        size_t n = 0;
+        char *b = tl_read_file(path, &n);
+        char *at = b ? memmem(b, n, "\"F32\"", 5) : NULL;
+        if (CHECK(at != NULL, "F32 in the last shard")) {
+            memcpy(at, "\"I32\"", 5);
+            FILE *f = fopen(path, "wb");
+            if (f) {
+                fwrite(b, 1, n, f);
+                fclose(f);
+            }
+        }
+        free(b);
+        snprintf(path, sizeof path, "%s/tokenizer.json", P_("hf_tok"));
+        write_text(path, "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}");
+    }
 }
 
 /* Exit status 2: usage errors of every command. */
@@ -480,6 +526,35 @@ static void test_files(void) {
     EXPECT("info @/train.jsonl", 1, "afinar info: @/train.jsonl: *");
     EXPECT("info @/trunc_data.gguf", 1, "afinar info: @/trunc_data.gguf: *");
     EXPECT("generate -m @/trunc_data.gguf -p hi -t 1", 1, "afinar generate: @/trunc_data.gguf: *");
+    /* Hugging Face directories: the good one is described; broken ones give one message naming the
+     * file and the field */
+    {
+        char **av = split_args("info @/hf");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 0 && r.out && strstr(r.out, "model_type:    llama") && strstr(r.out, "lm_head.weight") &&
+                  strstr(r.out, "model-00005-of-00005.safetensors"),
+              "info on an HF directory: exit %d", r.rc);
+        run_free(&r);
+    }
+    EXPECT("info @/hf_cfgkey", 1, "afinar info: @/hf_cfgkey/config.json: field 'num_hidden_layers': missing");
+    EXPECT("generate -m @/hf_cfgkey -p hi -t 1", 1,
+           "afinar generate: @/hf_cfgkey/config.json: field 'num_hidden_layers': missing");
+    EXPECT("generate -m @/hf_cfgtype -p hi -t 1", 1,
+           "afinar generate: @/hf_cfgtype/config.json: field 'num_attention_heads': expected an integer in [1, 1024]");
+    EXPECT("generate -m @/hf_shape -p hi -t 1", 1,
+           "afinar generate: @/hf_shape: tensor 'model.layers.0.mlp.gate_proj.weight': shape [64, 96, 1, 1], expected [64, 128]");
+    EXPECT("generate -m @/hf_shard -p hi -t 1", 1,
+           "afinar generate: @/hf_shard/model.safetensors.index.json: weight_map names shard 'model-00002-of-00005.safetensors', which is missing");
+    EXPECT("info @/hf_shard", 1,
+           "afinar info: @/hf_shard/model.safetensors.index.json: weight_map names shard 'model-00002-of-00005.safetensors', which is missing");
+    EXPECT("generate -m @/hf_dtype -p hi -t 1", 1,
+           "afinar generate: @/hf_dtype/model-00005-of-00005.safetensors: tensor '*': dtype I32 is not supported (F32, F16, BF16)");
+    EXPECT("train -m @/hf_moe --train @/train.jsonl -o @/hfm", 1,
+           "afinar train: @/hf_moe/config.json: field 'num_local_experts': mixture-of-experts models are not supported");
+    EXPECT("train -m @/hf_tok --train @/train.jsonl -o @/hft -t 1", 1,
+           "afinar train: @/hf_tok: the model has no usable tokenizer (@/hf_tok/tokenizer.json: field 'model.type': "
+           "'Unigram' is not supported (BPE)); text data cannot be read");
     snprintf(want, sizeof want, "afinar train: @/missing.gguf: cannot open: %s", enoent);
     EXPECT("train -m @/missing.gguf --train @/train.jsonl -o @/u -t 1", 1, want);
     EXPECT("train -m @/train.jsonl --train @/train.jsonl -o @/u -t 1", 1, "afinar train: @/train.jsonl: *");

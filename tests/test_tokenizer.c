@@ -368,8 +368,132 @@ static void test_gemma3(void) {
     af_tokenizer_free(tok);
 }
 
+/* tokenizer.json front end (tok_hf.c): the HF directories made by tests/ref/make_hf_dirs.py
+ * (transformers' save_pretrained of the tokenizers built from the GGUFs; SmolLM2 with its published
+ * Digits step put back) must give the same ids as the fixtures, i.e. as HF `tokenizers`. */
+static void test_hf_dir(const char *dir_name, const char *fixture, const char *name, int32_t bos, bool lossy,
+                        const char *chat, const char *kind_sub) {
+    const char *dir = tl_model_path(dir_name);
+    if (!dir) return; /* skipped with a message: make it with scripts/make_hf_dirs.sh */
+    af_tokenizer *tok = NULL;
+    if (!CHECK(af_tokenizer_load_hf(dir, &tok) == AF_OK, "%s: %s", dir, af_last_error())) return;
+    printf("  %s\n", af_tokenizer_describe(tok));
+    CHECK(strstr(af_tokenizer_describe(tok), kind_sub) && strstr(af_tokenizer_describe(tok), "tokenizer.json"),
+          "describe: %s", af_tokenizer_describe(tok));
+    fx_case *c;
+    long nc = read_fixture(fixture, &c);
+    if (nc < 0) {
+        tl_skip("%s missing", fixture);
+    } else {
+        check_parity(tok, name, c, nc, bos, lossy);
+        free_fixture(c, nc);
+    }
+    if (chat) check_chat(tok, chat);
+    af_tokenizer_free(tok);
+}
+
+/* Small hand-written tokenizer.json files: both merge encodings, added tokens, errors. */
+static void test_hf_json_small(void) {
+    const char *bl = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"\xC4\xA0\":3,"
+                     "\"\xC4\xA0" "ab\":4},\"merges\":%s},\"pre_tokenizer\":{\"type\":\"ByteLevel\","
+                     "\"add_prefix_space\":false,\"use_regex\":true},\"added_tokens\":[{\"id\":5,"
+                     "\"content\":\"<s>\",\"special\":true}]}";
+    const char *merges[2] = {"[\"a b\",\"\xC4\xA0" " ab\"]", "[[\"a\",\"b\"],[\"\xC4\xA0\",\"ab\"]]"};
+    for (int k = 0; k < 2; k++) {
+        char js[1024];
+        snprintf(js, sizeof js, bl, merges[k]);
+        af_tokenizer *tok = NULL;
+        if (!CHECK(af_tokenizer_load_hf_json(js, strlen(js), NULL, 0, NULL, "t.json", NULL, &tok) == AF_OK,
+                   "small tokenizer.json (merges form %d): %s", k, af_last_error()))
+            continue;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK(af_tokenize(tok, "ab ab<s>", 8, 0, 1, &ids, &n) == AF_OK && n == 3 && ids[0] == 2 && ids[1] == 4 &&
+                  ids[2] == 5,
+              "merge form %d: 'ab ab<s>' -> [2 4 5] (got %zu ids)", k, n);
+        free(ids);
+        af_tokenizer_free(tok);
+    }
+    /* Llama-2-style SentencePiece pipeline (Metaspace prepend_scheme "first", byte fallback, pair
+     * merges, TemplateProcessing BOS): ids from HF tokenizers 0.23 on this file, recorded here. */
+    size_t ml = 0;
+    char *mj = tl_read_file("tests/fuzz/corpus/tok_json/spm-metaspace.json", &ml);
+    af_tokenizer *mt = NULL;
+    if (CHECK(mj && af_tokenizer_load_hf_json(mj, ml, NULL, 0, NULL, "spm-metaspace.json", NULL, &mt) == AF_OK,
+              "Metaspace tokenizer.json: %s", af_last_error())) {
+        static const struct { const char *s; int n; int32_t ids[6]; } mc[] = {
+            {" ab a", 3, {1, 9, 7}}, {"ab a", 3, {1, 9, 7}}, {"A b", 5, {1, 4, 3, 4, 6}}, {"  a", 3, {1, 4, 7}}};
+        for (size_t i = 0; i < sizeof mc / sizeof *mc; i++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            CHECK(af_tokenize(mt, mc[i].s, strlen(mc[i].s), 1, 1, &ids, &n) == AF_OK && n == (size_t)mc[i].n &&
+                      !memcmp(ids, mc[i].ids, n * sizeof *ids),
+                  "Metaspace '%s' as HF tokenizers", mc[i].s);
+            free(ids);
+        }
+        af_tokenizer_free(mt);
+    }
+    free(mj);
+    /* ignore_merges (Llama 3's tokenizer.json): a pre-token that is a token is kept whole. Expected ids
+     * from HF tokenizers 0.23 on this file, with ignore_merges true and false. */
+    {
+        const char *im = "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true},\"post_processor\":null,\"decoder\":null,\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":true,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5,\"\\u0120\":6,\"\\u0120abc\":7,\"ca\":8},\"merges\":[[\"b\",\"c\"],[\"a\",\"b\"]]}}";
+        static const struct { const char *s; int n[2]; int32_t ids[2][5]; } ic[] = {
+            {"abc", {1, 2}, {{5}, {0, 4}}},
+            {"abc abc", {2, 5}, {{5, 7}, {0, 4, 6, 0, 4}}},
+            {"cab", {2, 2}, {{2, 3}, {2, 3}}},
+            {"abcab", {3, 3}, {{0, 4, 3}, {0, 4, 3}}}};
+        for (int ig = 0; ig < 2; ig++) {
+            char js[1024];
+            snprintf(js, sizeof js, "%s", im);
+            if (ig) memcpy(strstr(js, "\"ignore_merges\":true"), "\"ignore_merges\":0   ", 20);
+            af_tokenizer *tok = NULL;
+            if (!CHECK(af_tokenizer_load_hf_json(js, strlen(js), NULL, 0, NULL, "im.json", NULL, &tok) == AF_OK,
+                       "ignore_merges file: %s", af_last_error()))
+                continue;
+            for (size_t i = 0; i < sizeof ic / sizeof *ic; i++) {
+                int32_t *ids = NULL;
+                size_t n = 0;
+                CHECK(af_tokenize(tok, ic[i].s, strlen(ic[i].s), 0, 1, &ids, &n) == AF_OK && n == (size_t)ic[i].n[ig] &&
+                          !memcmp(ids, ic[i].ids[ig], n * sizeof *ids),
+                      "ignore_merges=%d '%s' as HF tokenizers", !ig, ic[i].s);
+                free(ids);
+            }
+            af_tokenizer_free(tok);
+        }
+    }
+    static const struct { const char *js, *want; af_status st; } bad[] = {
+        {"{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", "model.type", AF_ERR_UNSUPPORTED},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1},\"merges\":[]}}", "largest id 1 but only 1 tokens", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1,\"b\":2},\"merges\":[]},\"added_tokens\":[{\"id\":2,\"content\":\"b\"}]}", "no token has id 0", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", "two tokens", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", "model.vocab", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", "model.merges[0]", AF_ERR_FORMAT},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "neither byte-level", AF_ERR_UNSUPPORTED},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},\"normalizer\":{\"type\":\"NFKC\"}}",
+         "normalizer", AF_ERR_UNSUPPORTED},
+        {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"Split\","
+         "\"pattern\":{\"Regex\":\"x+\"},\"behavior\":\"Isolated\"}}", "pre_tokenizer", AF_ERR_UNSUPPORTED},
+        {"[1,2]", "not a JSON object", AF_ERR_FORMAT},
+        {"{\"model\":", "malformed JSON", AF_ERR_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        af_tokenizer *tok = NULL;
+        af_status st = af_tokenizer_load_hf_json(bad[i].js, strlen(bad[i].js), NULL, 0, NULL, "bad.json", NULL, &tok);
+        CHECK(st == bad[i].st && !tok && strstr(af_last_error(), "bad.json") && strstr(af_last_error(), bad[i].want),
+              "bad tokenizer.json %zu: status %d, message '%s' (want '%s')", i, (int)st, af_last_error(), bad[i].want);
+        af_tokenizer_free(tok);
+        af_clear_error();
+    }
+}
+
 int main(void) {
     test_smollm2();
     test_gemma3();
+    test_hf_json_small();
+    test_hf_dir("SmolLM2-135M-Instruct-hf", "tests/fixtures/tokenizer_smollm2.txt", "smollm2 (tokenizer.json)", -1,
+                false, "chatml", "pre=smollm");
+    test_hf_dir("gemma-3-270m-hf-tok", "tests/fixtures/tokenizer_gemma3.txt", "gemma3 (tokenizer.json)", 2, true,
+                "gemma", "SentencePiece");
     return tl_finish("test_tokenizer");
 }

@@ -87,7 +87,7 @@ const char *tl_model_path(const char *file_name) {
     snprintf(p, sizeof buf[0], "%s/%s", dir, file_name);
     struct stat st;
     if (stat(p, &st) != 0) {
-        tl_skip("%s not found (run scripts/setup.sh to fetch it)", p);
+        tl_skip("%s not found (run scripts/setup.sh to fetch it; HF directories: scripts/make_hf_dirs.sh)", p);
         return NULL;
     }
     return p;

@@ -14,6 +14,7 @@
 #define AF_MODEL_H
 
 #include "formats/gguf.h"
+#include "formats/hf_config.h"
 #include "tokenizer/tokenizer.h"
 
 /* Gated feed-forward activation: act = f(gate)·up. */
@@ -76,7 +77,12 @@ typedef struct af_layer {
 
 struct af_model {
     const af_ctx *ctx;      /* borrowed (af_model_load): threads, kernel table, precision */
-    af_gguf *gguf;          /* owned: the mapping the weights point into */
+    af_gguf *gguf;          /* owned: the mapping the weights point into (GGUF file), or NULL */
+    af_hf_weights *hf;      /* owned: the SafeTensors mappings (Hugging Face directory), or NULL */
+    uint64_t file_bytes;    /* bytes of the mapped weight file(s) */
+    void **owned_w;         /* owned: weight copies made at load (HF llama q/k rows permuted to the
+                             * GGUF order, misaligned tensors) [n_owned_w] */
+    int32_t n_owned_w;
     af_tokenizer *tok;      /* owned; NULL if the file has no (supported) tokenizer */
     af_model_config cfg;
     af_arch_desc desc;      /* what the layer walk does for this architecture */

@@ -13,6 +13,8 @@
  *     per byte. Adjacent symbol pairs are merged, lowest merge rank first (ties: leftmost), until
  *     no pair has a merge (HF tokenizers BPE::merge_word). A priority queue keyed by
  *     (rank, position) with lazy invalidation makes this O(n log n) in the piece length.
+ *     With ignore_merges (HF BPE option, Llama 3's tokenizer.json) a piece whose byte-mapped text is
+ *     a vocabulary token is emitted as that token without merging.
  */
 #include "tokenizer/tok_internal.h"
 
@@ -29,7 +31,7 @@ struct af_bpe_pre {
     pcre2_code *re[AF_MAX_PRE];
 };
 
-static const char kGpt2[] =
+const char af_bpe_gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 static const char kLlama3[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
@@ -37,13 +39,13 @@ static const char kLlama3[] =
 static const char kQwen2[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-static const char kDigit[] = "\\p{N}";
+const char af_bpe_digit_regex[] = "\\p{N}";
 
 static const struct {
     const char *name;
     const char *re[AF_MAX_PRE];
 } kPre[] = {
-    {"default", {kGpt2, NULL}},  {"gpt2", {kGpt2, NULL}},       {"smollm", {kDigit, kGpt2}},
+    {"default", {af_bpe_gpt2_regex, NULL}},  {"gpt2", {af_bpe_gpt2_regex, NULL}},       {"smollm", {af_bpe_digit_regex, af_bpe_gpt2_regex}},
     {"llama3", {kLlama3, NULL}}, {"llama-bpe", {kLlama3, NULL}}, {"qwen2", {kQwen2, NULL}},
 };
 
@@ -99,7 +101,7 @@ static uint64_t mix64(uint64_t x) {
     return x;
 }
 
-static bool pair_get(const af_pairmap *m, int32_t l, int32_t r, int32_t *rank, int32_t *res) {
+bool af_pair_get(const af_pairmap *m, int32_t l, int32_t r, int32_t *rank, int32_t *res) {
     uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
     for (uint64_t i = mix64(key) & m->mask;; i = (i + 1) & m->mask) {
         if (m->keys[i] == UINT64_MAX) return false;
@@ -107,14 +109,10 @@ static bool pair_get(const af_pairmap *m, int32_t l, int32_t r, int32_t *rank, i
     }
 }
 
-static af_status load_merges(af_tokenizer *t, const af_gguf *g) {
-    const char *path = g->path ? g->path : "(gguf)";
-    const af_gguf_value *mv = af_gguf_find(g, "tokenizer.ggml.merges");
-    if (!mv) return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.merges: missing (gpt2 vocabulary)", path);
-    if (mv->type != AF_GGUF_ARRAY || mv->arr_type != AF_GGUF_STRING || mv->arr_n >= (1u << 30))
-        return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.merges: not an array of strings", path);
+af_status af_bpe_merges(af_tokenizer *t, const af_tok_spec *s) {
+    const char *path = s->label;
     uint64_t cap = 16;
-    while (cap < mv->arr_n * 2) cap *= 2;
+    while (cap < (uint64_t)s->n_merges * 2) cap *= 2;
     af_pairmap *m = &t->merges;
     m->keys = af_malloc(cap * sizeof *m->keys);
     m->rank = af_malloc(cap * sizeof *m->rank);
@@ -124,26 +122,19 @@ static af_status load_merges(af_tokenizer *t, const af_gguf *g) {
     m->mask = cap - 1;
     char *buf = NULL;
     size_t buf_cap = 0;
-    for (uint64_t i = 0; i < mv->arr_n; i++) {
-        af_gguf_str s = af_gguf_arr_str(mv, i);
-        const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
-        if (!sp) {
-            free(buf);
-            return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: no space separator in '%.*s'",
-                           path, (unsigned long long)i, (int)(s.len > 40 ? 40 : s.len), s.ptr);
-        }
-        size_t ll = (size_t)(sp - s.ptr), rl = s.len - ll - 1;
-        if (s.len > buf_cap) {
-            char *nb = realloc(buf, s.len);
+    for (int64_t i = 0; i < s->n_merges; i++) {
+        const af_tok_str L = s->merge[2 * i], R = s->merge[2 * i + 1];
+        if (L.len + R.len > buf_cap) {
+            char *nb = realloc(buf, L.len + R.len);
             if (!nb) { free(buf); return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path); }
             buf = nb;
-            buf_cap = s.len;
+            buf_cap = L.len + R.len;
         }
-        memcpy(buf, s.ptr, ll);
-        memcpy(buf + ll, sp + 1, rl);
-        int32_t l = af_strmap_get(&t->vocab, t->text, t->off, s.ptr, ll);
-        int32_t r = af_strmap_get(&t->vocab, t->text, t->off, sp + 1, rl);
-        int32_t res = af_strmap_get(&t->vocab, t->text, t->off, buf, ll + rl);
+        if (L.len) memcpy(buf, L.ptr, L.len);
+        if (R.len) memcpy(buf + L.len, R.ptr, R.len);
+        int32_t l = af_strmap_get(&t->vocab, t->text, t->off, L.ptr, L.len);
+        int32_t r = af_strmap_get(&t->vocab, t->text, t->off, R.ptr, R.len);
+        int32_t res = af_strmap_get(&t->vocab, t->text, t->off, buf, L.len + R.len);
         if (l < 0 || r < 0 || res < 0) continue; /* can never fire: its pieces are not tokens */
         uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
         uint64_t h = mix64(key) & m->mask;
@@ -154,12 +145,23 @@ static af_status load_merges(af_tokenizer *t, const af_gguf *g) {
         m->res[h] = res;
     }
     free(buf);
-    t->n_merges = (int32_t)mv->arr_n;
+    t->n_merges = (int32_t)s->n_merges;
     return AF_OK;
 }
 
-af_status af_bpe_load(af_tokenizer *t, const af_gguf *g, const char *pre, size_t pre_len) {
-    const char *path = g->path ? g->path : "(gguf)";
+const char *af_bpe_pre_from_regex(const char *const *re, int n) {
+    for (size_t k = 0; k < sizeof kPre / sizeof *kPre; k++) {
+        int m = 0;
+        while (m < AF_MAX_PRE && kPre[k].re[m]) m++;
+        if (m != n) continue;
+        int same = 1;
+        for (int i = 0; i < n; i++) same &= strcmp(re[i], kPre[k].re[i]) == 0;
+        if (same) return kPre[k].name;
+    }
+    return NULL;
+}
+
+af_status af_bpe_load(af_tokenizer *t, const char *path, const char *pre, size_t pre_len) {
     int which = -1;
     for (size_t k = 0; k < sizeof kPre / sizeof *kPre; k++)
         if (strlen(kPre[k].name) == pre_len && memcmp(kPre[k].name, pre, pre_len) == 0) which = (int)k;
@@ -173,7 +175,6 @@ af_status af_bpe_load(af_tokenizer *t, const af_gguf *g, const char *pre, size_t
         size_t n = put_utf8(byte_cp(b), u);
         t->byte_tok[b] = af_strmap_get(&t->vocab, t->text, t->off, u, n);
     }
-    AF_TRY(load_merges(t, g));
     t->pre = af_calloc(1, sizeof *t->pre);
     if (!t->pre) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
     for (int k = 0; k < AF_MAX_PRE && kPre[which].re[k]; k++) {
@@ -250,7 +251,7 @@ static void try_pair(work *w, int32_t a, int32_t b) {
     if (a < 0 || b < 0) return;
     int32_t lid = w->s[a].id, rid = w->s[b].id, rank, res;
     if (lid < 0 || rid < 0) return;
-    if (!pair_get(&w->t->merges, lid, rid, &rank, &res)) return;
+    if (!af_pair_get(&w->t->merges, lid, rid, &rank, &res)) return;
     heap_push(w, (cand){rank, a, b, lid, rid, res});
 }
 
@@ -267,6 +268,15 @@ static af_status bpe_piece(work *w, const unsigned char *p, size_t n) {
         w->h_cap = 2 * c;
     }
     const af_tokenizer *t = w->t;
+    if (t->ignore_merges) { /* HF BPE ignore_merges: the whole pre-token, if it is a token */
+        char stackbuf[512], *m = 2 * n <= sizeof stackbuf ? stackbuf : af_malloc(2 * n);
+        if (!m) return af_fail(AF_ERR_NOMEM, "tokenizer: out of memory (piece of %zu bytes)", n);
+        size_t ml = 0;
+        for (size_t i = 0; i < n; i++) ml += put_utf8(byte_cp(p[i]), m + ml);
+        int32_t id = af_strmap_get(&t->vocab, t->text, t->off, m, ml);
+        if (m != stackbuf) free(m);
+        if (id >= 0) return af_ids_push(w->out, id);
+    }
     sym *s = w->s;
     for (size_t i = 0; i < n; i++)
         s[i] = (sym){t->byte_tok[p[i]], i + 1 < n ? (int32_t)i + 1 : -1, (int32_t)i - 1};

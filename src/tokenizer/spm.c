@@ -13,6 +13,8 @@
  *     the vocabulary, lowest id first, because Gemma's scores do not follow its merge order; then
  *     longer left piece first), ties at equal rank resolved leftmost. (llama.cpp's SPM tokenizer
  *     ranks by score only; it differs from HF on runs of spaces.)
+ *     With explicit merges (a tokenizer.json BPE model) the priority is the merge rank of the pair
+ *     instead (HF BPE::merge_word: lowest rank first, ties leftmost).
  *  4. a final symbol that is not a token is emitted as byte tokens <0xNN> (uppercase hex), or as
  *     the unknown token when the vocabulary has no byte tokens.
  * Decoding: '▁' -> ' ', <0xNN> -> byte NN, other tokens verbatim.
@@ -113,9 +115,16 @@ static af_status try_pair(const af_tokenizer *t, swork *w, const char *buf, cons
                           int32_t b) {
     if (a < 0 || b < 0 || s[a].id < 0 || s[b].id < 0) return AF_OK;
     uint32_t len = s[a].len + s[b].len;
-    int32_t id = af_strmap_get(&t->vocab, t->text, t->off, buf + s[a].start, len);
-    if (id < 0) return AF_OK;
-    float key = t->spm_rank_by_id ? -(float)id : t->score[id];
+    int32_t id, rank;
+    float key;
+    if (t->n_merges > 0) { /* explicit merges (tokenizer.json): the pair's rank, lowest first */
+        if (!af_pair_get(&t->merges, s[a].id, s[b].id, &rank, &id)) return AF_OK;
+        key = -(float)rank;
+    } else {
+        id = af_strmap_get(&t->vocab, t->text, t->off, buf + s[a].start, len);
+        if (id < 0) return AF_OK;
+        key = t->spm_rank_by_id ? -(float)id : t->score[id];
+    }
     return spush(w, (scand){key, s[a].len, len, a, b, id});
 }
 
@@ -140,7 +149,7 @@ af_status af_spm_encode(const af_tokenizer *t, const char *s, size_t len, bool f
     af_status st = AF_OK;
     if (!buf || !sy) { st = af_fail(AF_ERR_NOMEM, "tokenizer: out of memory (%zu bytes)", len); goto done; }
     size_t n = 0;
-    if (first && t->add_space_prefix) { memcpy(buf, "\xE2\x96\x81", 3); n = 3; }
+    if (first && t->add_space_prefix && !(t->prefix_unless_space && s[0] == ' ')) { memcpy(buf, "\xE2\x96\x81", 3); n = 3; }
     for (size_t i = 0; i < len; i++) {
         if (s[i] == ' ') { memcpy(buf + n, "\xE2\x96\x81", 3); n += 3; }
         else buf[n++] = s[i];

@@ -67,23 +67,68 @@ struct af_tokenizer {
     int32_t n_merges;
     af_bpe_pre *pre;
     char pre_name[32];
+    bool ignore_merges;        /* HF BPE ignore_merges: a pre-token that is a vocabulary token is emitted whole */
 
     /* spm */
     bool add_space_prefix;
+    bool prefix_unless_space;  /* HF Metaspace: no prefix when the text already starts with ' ' */
     bool spm_rank_by_id;       /* Gemma: merge priority = lower merged-token id (see spm.c) */
 
     char *chat_template; /* owned copy or NULL */
     char desc[160];
 };
 
+/* What a front end (GGUF metadata: tokenizer.c; tokenizer.json: tok_hf.c) hands the one builder,
+ * af_tok_build(), which fills the tables the encoders below use. All pointers are borrowed for
+ * the call (the builder copies what it keeps). */
+typedef struct af_tok_str {
+    const char *ptr;
+    size_t len;
+} af_tok_str;
+
+typedef struct af_tok_spec {
+    const char *label;        /* file, for messages */
+    af_tok_kind kind;
+    int32_t n;                /* vocabulary size, 1..16M */
+    const af_tok_str *tok;    /* [n] token texts as stored (byte-level / U+2581 spelling) */
+    const int32_t *type;      /* [n] AF_TT_* */
+    const float *score;       /* [n] SPM scores, or NULL */
+    bool respell_spaces;      /* GGUF SPM: tokens of only ' ' are respelled with U+2581 */
+    int64_t n_merges;         /* explicit merges (gpt2: required; spm: optional, else by score/id) */
+    const af_tok_str *merge;  /* [2 * n_merges]: left, right of merge i (rank i) */
+    const char *pre;          /* gpt2 pre-tokenizer name (bpe.c kPre) */
+    bool ignore_merges;       /* gpt2: HF BPE ignore_merges (Llama 3 tokenizer.json) */
+    size_t pre_len;
+    int32_t bos, eos, unk, eot, eom; /* ids in [0, n) or -1 */
+    bool add_bos, add_eos, add_space_prefix;
+    bool prefix_unless_space; /* HF Metaspace prepend: not when the text starts with ' ' */
+    bool spm_rank_by_id;      /* without explicit merges: Gemma's rank (spm.c) */
+    const char *chat_template; /* or NULL */
+    size_t chat_template_len;
+    const char *source;       /* "" or e.g. " from tokenizer.json", appended to the description */
+} af_tok_spec;
+
+/* Build `t` (zero-initialised) from `s`. Errors: AF_ERR_FORMAT, AF_ERR_UNSUPPORTED (pre), AF_ERR_NOMEM. */
+af_status af_tok_build(af_tokenizer *t, const af_tok_spec *s);
+
+/* (left id, right id) -> rank and merged id; false when the pair has no merge (bpe.c). */
+bool af_pair_get(const af_pairmap *m, int32_t l, int32_t r, int32_t *rank, int32_t *res);
+
 /* Hash tables (tokenizer.c). */
 int32_t af_strmap_get(const af_strmap *m, const char *texts, const uint32_t *off, const char *s,
                       size_t len);
 
 /* gpt2 (bpe.c). */
-/* Load merges, byte map and the pre-tokenizer named `pre`. Errors: AF_ERR_UNSUPPORTED (pre),
- * AF_ERR_FORMAT (merges), AF_ERR_NOMEM. */
-af_status af_bpe_load(af_tokenizer *tok, const af_gguf *g, const char *pre, size_t pre_len);
+/* Byte map and the pre-tokenizer named `pre`. Errors: AF_ERR_UNSUPPORTED (pre), AF_ERR_NOMEM. */
+af_status af_bpe_load(af_tokenizer *tok, const char *label, const char *pre, size_t pre_len);
+/* Merge table from s->merge (both kinds). Errors: AF_ERR_NOMEM. */
+af_status af_bpe_merges(af_tokenizer *tok, const af_tok_spec *s);
+/* The bpe.c pre-tokenizer name whose regex sequence is exactly `re[0..n)` (HF Split patterns /
+ * ByteLevel's built-in regex), or NULL. */
+const char *af_bpe_pre_from_regex(const char *const *re, int n);
+/* HF ByteLevel(use_regex=true)'s built-in split pattern (GPT-2) and Digits(individual_digits). */
+extern const char af_bpe_gpt2_regex[];
+extern const char af_bpe_digit_regex[];
 void af_bpe_free(af_tokenizer *tok);
 /* Decode one byte-level token text s[0..len) (GPT-2 byte-to-unicode map undone; code points outside
  * the map are copied as UTF-8). Writes at most `len` bytes to `out`, returns the count. */

@@ -144,47 +144,29 @@ static int32_t get_id(const af_gguf *g, const char *key, int32_t def, int32_t n_
     return (v >= 0 && v < n_vocab) ? (int32_t)v : -1;
 }
 
-static af_status load(af_tokenizer *t, const af_gguf *g) {
-    const char *path = g->path ? g->path : "(gguf)";
-    af_gguf_str model;
-    if (af_gguf_get_str(g, "tokenizer.ggml.model", &model) != AF_OK)
-        return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.model: missing (file has no tokenizer)", path);
-    if (af_gguf_str_eq(model, "gpt2")) t->kind = AF_TOK_GPT2;
-    else if (af_gguf_str_eq(model, "llama")) t->kind = AF_TOK_SPM;
-    else
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model: '%.*s' not supported (gpt2, llama)",
-                       path, (int)(model.len > 40 ? 40 : model.len), model.ptr);
-
-    const af_gguf_value *tv = af_gguf_find(g, "tokenizer.ggml.tokens");
-    if (!tv || tv->type != AF_GGUF_ARRAY || tv->arr_type != AF_GGUF_STRING)
-        return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.tokens: missing or not an array of strings", path);
-    if (tv->arr_n == 0 || tv->arr_n > (1u << 24))
-        return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.tokens: %llu tokens (expected 1..16M)", path,
-                       (unsigned long long)tv->arr_n);
-    int32_t n = (int32_t)tv->arr_n;
+af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
+    const char *path = sp->label;
+    const int32_t n = sp->n;
+    t->kind = sp->kind;
     t->n_vocab = n;
-    t->type = af_calloc((size_t)n, sizeof *t->type);
+    t->type = af_malloc((size_t)n * sizeof *t->type);
     if (!t->type) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory (%d tokens)", path, n);
-    const af_gguf_value *ty = af_gguf_find(g, "tokenizer.ggml.token_type");
-    if (ty && (ty->type != AF_GGUF_ARRAY || ty->arr_n != (uint64_t)n || ty->arr_type == AF_GGUF_STRING ||
-               ty->arr_type == AF_GGUF_ARRAY || ty->arr_type == AF_GGUF_FLOAT32 || ty->arr_type == AF_GGUF_FLOAT64))
-        return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.token_type: not an integer array of %d", path, n);
-    for (int32_t i = 0; i < n; i++) t->type[i] = ty ? (int32_t)af_gguf_arr_int(ty, (uint64_t)i) : AF_TT_NORMAL;
+    memcpy(t->type, sp->type, (size_t)n * sizeof *t->type);
 
     /* SPM: llama.cpp's converter writes the whitespace tokens ("▁▁", ...) as real spaces, marked
      * user-defined; SentencePiece (and the HF tokenizer transformers builds from the GGUF) has them
      * as ordinary pieces spelled with U+2581. Respell tokens made only of spaces and treat them as
      * normal, so they take part in BPE instead of being matched literally (HF parity). */
-    bool spm = t->kind == AF_TOK_SPM;
-    bool *respell = spm ? af_calloc((size_t)n, sizeof *respell) : NULL;
-    if (spm && !respell) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
+    const bool spm = t->kind == AF_TOK_SPM;
+    bool *respell = sp->respell_spaces ? af_calloc((size_t)n, sizeof *respell) : NULL;
+    if (sp->respell_spaces && !respell) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
-        af_gguf_str s = af_gguf_arr_str(tv, (uint64_t)i);
+        af_tok_str s = sp->tok[i];
         total += s.len;
-        uint64_t sp = 0;
-        while (spm && sp < s.len && s.ptr[sp] == ' ') sp++;
-        if (spm && s.len && sp == s.len) {
+        uint64_t k = 0;
+        while (respell && k < s.len && s.ptr[k] == ' ') k++;
+        if (respell && s.len && k == s.len) {
             respell[i] = true;
             total += 2 * s.len;
             if (t->type[i] == AF_TT_USER) t->type[i] = AF_TT_NORMAL;
@@ -192,8 +174,7 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     }
     if (total >= UINT32_MAX) {
         free(respell);
-        return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.tokens: %llu bytes of token text", path,
-                       (unsigned long long)total);
+        return af_fail(AF_ERR_FORMAT, "%s: tokenizer: %llu bytes of token text", path, (unsigned long long)total);
     }
     t->text = af_malloc(total + 1);
     t->dec = af_malloc(total + 1);
@@ -206,7 +187,7 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     }
     uint32_t pos = 0;
     for (int32_t i = 0; i < n; i++) {
-        af_gguf_str s = af_gguf_arr_str(tv, (uint64_t)i);
+        af_tok_str s = sp->tok[i];
         t->off[i] = pos;
         for (uint64_t k = 0; k < s.len; k++) {
             if (respell && respell[i]) { memcpy(t->text + pos, "\xE2\x96\x81", 3); pos += 3; }
@@ -216,34 +197,26 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     t->off[n] = pos;
     free(respell);
 
-    if (t->kind == AF_TOK_SPM) {
-        af_gguf_str arch;
-        if (af_gguf_find(g, "general.architecture") &&
-            af_gguf_get_str(g, "general.architecture", &arch) == AF_OK && arch.len >= 5 &&
-            memcmp(arch.ptr, "gemma", 5) == 0)
-            t->spm_rank_by_id = true;
-        const af_gguf_value *sc = af_gguf_find(g, "tokenizer.ggml.scores");
-        if (sc && (sc->type != AF_GGUF_ARRAY || sc->arr_n != (uint64_t)n || sc->arr_type == AF_GGUF_STRING ||
-                   sc->arr_type == AF_GGUF_ARRAY))
-            return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.scores: not a numeric array of %d", path, n);
+    if (spm) {
+        t->spm_rank_by_id = sp->spm_rank_by_id;
         t->score = af_calloc((size_t)n, sizeof *t->score);
         if (!t->score) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
-        for (int32_t i = 0; i < n; i++) t->score[i] = sc ? (float)af_gguf_arr_float(sc, (uint64_t)i) : 0.0f;
+        if (sp->score) memcpy(t->score, sp->score, (size_t)n * sizeof *t->score);
     }
 
     AF_TRY(strmap_build(&t->vocab, t, false));
     AF_TRY(strmap_build(&t->special, t, true));
     AF_TRY(special_index(t));
 
-    /* special ids and flags (llama.cpp defaults when absent, docs/FORMATS.md §6.1) */
-    t->bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : 11, n);
-    t->eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : 11, n);
-    t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n);
-    t->eot = get_id(g, "tokenizer.ggml.eot_token_id", -1, n);
-    int32_t eom = get_id(g, "tokenizer.ggml.eom_token_id", -1, n);
-    AF_TRY(af_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &t->add_bos));
-    AF_TRY(af_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", false, &t->add_eos));
-    AF_TRY(af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", false, &t->add_space_prefix));
+    t->bos = sp->bos;
+    t->eos = sp->eos;
+    t->unk = sp->unk;
+    t->eot = sp->eot;
+    t->add_bos = sp->add_bos;
+    t->add_eos = sp->add_eos;
+    t->add_space_prefix = sp->add_space_prefix;
+    t->prefix_unless_space = sp->prefix_unless_space;
+    t->ignore_merges = sp->ignore_merges;
 
     static const char *const eog_texts[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>",
                                             "<|eot_id|>", "<|end|>", "<|eom_id|>", "<EOT>"};
@@ -253,21 +226,19 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     }
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
-    if (eom >= 0) t->eog[eom] = 1;
+    if (sp->eom >= 0) t->eog[sp->eom] = 1;
 
-    af_gguf_str tmpl;
-    if (af_gguf_find(g, "tokenizer.chat_template")) {
-        AF_TRY(af_gguf_get_str(g, "tokenizer.chat_template", &tmpl));
-        t->chat_template = af_malloc(tmpl.len + 1);
+    if (sp->chat_template) {
+        t->chat_template = af_malloc(sp->chat_template_len + 1);
         if (!t->chat_template) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
-        memcpy(t->chat_template, tmpl.ptr, tmpl.len);
-        t->chat_template[tmpl.len] = 0;
+        memcpy(t->chat_template, sp->chat_template, sp->chat_template_len);
+        t->chat_template[sp->chat_template_len] = 0;
     }
 
+    if (sp->n_merges > 0 || t->kind == AF_TOK_GPT2) AF_TRY(af_bpe_merges(t, sp));
+    const char *src = sp->source ? sp->source : "";
     if (t->kind == AF_TOK_GPT2) {
-        af_gguf_str pre = {"default", 7};
-        if (af_gguf_find(g, "tokenizer.ggml.pre")) AF_TRY(af_gguf_get_str(g, "tokenizer.ggml.pre", &pre));
-        AF_TRY(af_bpe_load(t, g, pre.ptr, pre.len));
+        AF_TRY(af_bpe_load(t, path, sp->pre, sp->pre_len));
         for (int32_t i = 0; i < n; i++) {
             const char *s = t->text + t->off[i];
             size_t len = t->off[i + 1] - t->off[i];
@@ -276,16 +247,128 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
             else { memcpy(t->dec + t->doff[i], s, len); m = len; }
             t->doff[i + 1] = t->doff[i] + (uint32_t)m;
         }
-        snprintf(t->desc, sizeof t->desc, "gpt2 BPE (pre=%s), %d tokens, %d merges", t->pre_name, n,
-                 t->n_merges);
+        snprintf(t->desc, sizeof t->desc, "gpt2 BPE (pre=%s), %d tokens, %d merges%s", t->pre_name, n,
+                 t->n_merges, src);
     } else {
         for (int32_t i = 0; i < n; i++) {
             size_t m = af_spm_decode_token(t, i, t->dec + t->doff[i]);
             t->doff[i + 1] = t->doff[i] + (uint32_t)m;
         }
-        snprintf(t->desc, sizeof t->desc, "llama SentencePiece-BPE (byte fallback), %d tokens", n);
+        if (t->n_merges > 0)
+            snprintf(t->desc, sizeof t->desc, "llama SentencePiece-BPE (byte fallback), %d tokens, %d merges%s", n,
+                     t->n_merges, src);
+        else
+            snprintf(t->desc, sizeof t->desc, "llama SentencePiece-BPE (byte fallback), %d tokens%s", n, src);
     }
     return AF_OK;
+}
+
+/* The GGUF front end: tokenizer.ggml.* -> af_tok_spec (docs/FORMATS.md §6.1). */
+static af_status load(af_tokenizer *t, const af_gguf *g) {
+    const char *path = g->path ? g->path : "(gguf)";
+    af_tok_spec sp = {0};
+    sp.label = path;
+    af_gguf_str model;
+    if (af_gguf_get_str(g, "tokenizer.ggml.model", &model) != AF_OK)
+        return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.model: missing (file has no tokenizer)", path);
+    if (af_gguf_str_eq(model, "gpt2")) sp.kind = AF_TOK_GPT2;
+    else if (af_gguf_str_eq(model, "llama")) sp.kind = AF_TOK_SPM;
+    else
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model: '%.*s' not supported (gpt2, llama)",
+                       path, (int)(model.len > 40 ? 40 : model.len), model.ptr);
+
+    const af_gguf_value *tv = af_gguf_find(g, "tokenizer.ggml.tokens");
+    if (!tv || tv->type != AF_GGUF_ARRAY || tv->arr_type != AF_GGUF_STRING)
+        return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.tokens: missing or not an array of strings", path);
+    if (tv->arr_n == 0 || tv->arr_n > (1u << 24))
+        return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.tokens: %llu tokens (expected 1..16M)", path,
+                       (unsigned long long)tv->arr_n);
+    const int32_t n = (int32_t)tv->arr_n;
+    sp.n = n;
+    const af_gguf_value *ty = af_gguf_find(g, "tokenizer.ggml.token_type");
+    if (ty && (ty->type != AF_GGUF_ARRAY || ty->arr_n != (uint64_t)n || ty->arr_type == AF_GGUF_STRING ||
+               ty->arr_type == AF_GGUF_ARRAY || ty->arr_type == AF_GGUF_FLOAT32 || ty->arr_type == AF_GGUF_FLOAT64))
+        return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.token_type: not an integer array of %d", path, n);
+    const bool spm = sp.kind == AF_TOK_SPM;
+    const af_gguf_value *sc = spm ? af_gguf_find(g, "tokenizer.ggml.scores") : NULL;
+    if (sc && (sc->type != AF_GGUF_ARRAY || sc->arr_n != (uint64_t)n || sc->arr_type == AF_GGUF_STRING ||
+               sc->arr_type == AF_GGUF_ARRAY))
+        return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.scores: not a numeric array of %d", path, n);
+    const af_gguf_value *mv = NULL;
+    if (!spm) {
+        mv = af_gguf_find(g, "tokenizer.ggml.merges");
+        if (!mv) return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.merges: missing (gpt2 vocabulary)", path);
+        if (mv->type != AF_GGUF_ARRAY || mv->arr_type != AF_GGUF_STRING || mv->arr_n >= (1u << 30))
+            return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.merges: not an array of strings", path);
+    }
+    af_tok_str *tok = af_malloc((size_t)n * sizeof *tok);
+    int32_t *type = af_malloc((size_t)n * sizeof *type);
+    float *score = sc ? af_malloc((size_t)n * sizeof *score) : NULL;
+    af_tok_str *merge = mv && mv->arr_n ? af_malloc((size_t)mv->arr_n * 2 * sizeof *merge) : NULL;
+    af_status st = AF_OK;
+    if (!tok || !type || (sc && !score) || (mv && mv->arr_n && !merge)) {
+        st = af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory (%d tokens)", path, n);
+        goto done;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        af_gguf_str s = af_gguf_arr_str(tv, (uint64_t)i);
+        tok[i] = (af_tok_str){s.ptr, (size_t)s.len};
+        type[i] = ty ? (int32_t)af_gguf_arr_int(ty, (uint64_t)i) : AF_TT_NORMAL;
+        if (score) score[i] = (float)af_gguf_arr_float(sc, (uint64_t)i);
+    }
+    for (uint64_t i = 0; mv && i < mv->arr_n; i++) {
+        af_gguf_str s = af_gguf_arr_str(mv, i);
+        const char *spc = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
+        if (!spc) {
+            st = af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu]: no space separator in '%.*s'", path,
+                         (unsigned long long)i, (int)(s.len > 40 ? 40 : s.len), s.ptr);
+            goto done;
+        }
+        merge[2 * i] = (af_tok_str){s.ptr, (size_t)(spc - s.ptr)};
+        merge[2 * i + 1] = (af_tok_str){spc + 1, (size_t)(s.len - (uint64_t)(spc - s.ptr) - 1)};
+    }
+    sp.tok = tok;
+    sp.type = type;
+    sp.score = score;
+    sp.respell_spaces = spm;
+    sp.n_merges = mv ? (int64_t)mv->arr_n : 0;
+    sp.merge = merge;
+    if (spm) {
+        af_gguf_str arch;
+        if (af_gguf_find(g, "general.architecture") &&
+            af_gguf_get_str(g, "general.architecture", &arch) == AF_OK && arch.len >= 5 &&
+            memcmp(arch.ptr, "gemma", 5) == 0)
+            sp.spm_rank_by_id = true;
+    }
+    /* special ids and flags (llama.cpp defaults when absent, docs/FORMATS.md §6.1) */
+    sp.bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : 11, n);
+    sp.eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : 11, n);
+    sp.unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n);
+    sp.eot = get_id(g, "tokenizer.ggml.eot_token_id", -1, n);
+    sp.eom = get_id(g, "tokenizer.ggml.eom_token_id", -1, n);
+    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &sp.add_bos)) != AF_OK) goto done;
+    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", false, &sp.add_eos)) != AF_OK) goto done;
+    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", false, &sp.add_space_prefix)) != AF_OK)
+        goto done;
+    af_gguf_str tmpl;
+    if (af_gguf_find(g, "tokenizer.chat_template")) {
+        if ((st = af_gguf_get_str(g, "tokenizer.chat_template", &tmpl)) != AF_OK) goto done;
+        sp.chat_template = tmpl.ptr;
+        sp.chat_template_len = (size_t)tmpl.len;
+    }
+    af_gguf_str pre = {"default", 7};
+    if (!spm && af_gguf_find(g, "tokenizer.ggml.pre") &&
+        (st = af_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) != AF_OK)
+        goto done;
+    sp.pre = pre.ptr;
+    sp.pre_len = (size_t)pre.len;
+    st = af_tok_build(t, &sp);
+done:
+    free(tok);
+    free(type);
+    free(score);
+    free(merge);
+    return st;
 }
 
 af_status af_tokenizer_load(const af_gguf *g, af_tokenizer **out) {

@@ -1,5 +1,6 @@
 /*
- * tokenizer.h — tokenizers read from GGUF metadata (tokenizer.ggml.*), docs/FORMATS.md §6.
+ * tokenizer.h — tokenizers read from GGUF metadata (tokenizer.ggml.*), docs/FORMATS.md §6, or from a
+ * Hugging Face tokenizer.json (tok_hf.c, §11.5): two front ends filling the same tables.
  *  - "gpt2": byte-level BPE (GPT-2 byte-to-unicode map, merge ranks from tokenizer.ggml.merges),
  *    pre-tokenizer regex chosen by tokenizer.ggml.pre, run with PCRE2 (UTF + UCP).
  *    Supported pre values: default, gpt2, smollm, llama3, llama-bpe, qwen2 (bpe.c).
@@ -26,6 +27,18 @@
  * pre-tokenizer not supported), AF_ERR_FORMAT (inconsistent arrays, bad merges), AF_ERR_NOMEM. */
 af_status af_tokenizer_load(const af_gguf *g, af_tokenizer **out);
 void af_tokenizer_free(af_tokenizer *tok);
+
+/* Build a tokenizer from a Hugging Face directory: tokenizer.json (required), tokenizer_config.json
+ * and chat_template.jinja (optional); pipelines accepted: tok_hf.c, docs/FORMATS.md §12.3.
+ * Errors: AF_ERR_NOT_FOUND (no tokenizer.json), AF_ERR_UNSUPPORTED (model type, normalizer or
+ * pre-tokenizer not supported: the message names the field), AF_ERR_FORMAT, AF_ERR_IO, AF_ERR_NOMEM. */
+af_status af_tokenizer_load_hf(const char *dir, af_tokenizer **out);
+/* Same from memory: tokenizer.json text [len], tokenizer_config.json text [cfg_len] (may be NULL),
+ * a chat template (may be NULL); labels name the files in messages. Used by af_tokenizer_load_hf
+ * and the fuzz target. */
+af_status af_tokenizer_load_hf_json(const char *json, size_t len, const char *cfg_json, size_t cfg_len,
+                                    const char *chat_template, const char *label, const char *cfg_label,
+                                    af_tokenizer **out);
 
 /* Short description, e.g. "gpt2 BPE (pre=smollm), 49152 tokens, 48900 merges". Borrowed. */
 const char *af_tokenizer_describe(const af_tokenizer *tok);

@@ -237,7 +237,7 @@ static af_status plan(af_trainer *t) {
     size_t eng = af_engine_bytes(t->model, &t->lay, t->max_mb_tokens, o->checkpointing);
     size_t eng_ev = t->val ? af_engine_bytes(t->model, &t->lay, ev, 1) : 0;
     if (eng_ev > eng) eng = eng_ev;
-    size_t model_bytes = t->model->gguf ? (size_t)t->model->gguf->size : 0;
+    size_t model_bytes = (size_t)t->model->file_bytes;
     t->mem_need = model_bytes + eng + (size_t)t->lay.n_total * 4 * sizeof(float) + (size_t)t->lay.n_total;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     t->mem_ram = (pages > 0 && psz > 0) ? (size_t)pages * (size_t)psz : 0;
@@ -512,7 +512,7 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
     }
     fprintf(fp, "memory: about %.0f MiB (model %.0f MiB mapped, activations for %lld tokens per micro-batch%s, "
                 "parameters + AdamW %.1f MiB); limit %.0f MiB (%s)\n",
-            mib(t->mem_need), mib(t->model->gguf ? (size_t)t->model->gguf->size : 0), (long long)t->max_mb_tokens,
+            mib(t->mem_need), mib((size_t)t->model->file_bytes), (long long)t->max_mb_tokens,
             o->checkpointing ? " with checkpointing" : "", mib((size_t)l->n_total * 16), mib(t->mem_ram), t->mem_what);
     if (t->mem_ram > 0 && t->mem_need > t->mem_ram)
         fprintf(fp, "error [memory] the estimate exceeds the %s -> %s\n", t->mem_what,
