@@ -1,0 +1,251 @@
+/*
+ * svd.c — Householder QR + one-sided Jacobi SVD in double precision (method and references:
+ * svd.h). Plain loops, no threads: every result is a pure function of the input.
+ */
+#include "lora/svd.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SVD_MAX_SWEEPS 80
+
+/* Thin Householder QR of M [m, n] (m >= n): Q [m, n], R [n, n] (upper triangular). */
+static af_status qr(const double *M, int64_t m, int64_t n, double *Q, double *R) {
+    double *A = af_malloc((size_t)m * (size_t)n * sizeof(double));
+    double *vs = af_malloc((size_t)m * (size_t)n * sizeof(double)); /* reflector j in vs[j*m + (j..m)] */
+    double *betas = af_calloc((size_t)n, sizeof(double));
+    double *tmp = af_malloc((size_t)n * sizeof(double));
+    if (!A || !vs || !betas || !tmp) {
+        free(A), free(vs), free(betas), free(tmp);
+        return af_fail(AF_ERR_NOMEM, "svd: out of memory (QR of a %lld x %lld matrix)", (long long)m, (long long)n);
+    }
+    memcpy(A, M, (size_t)m * (size_t)n * sizeof(double));
+    for (int64_t j = 0; j < n; j++) {
+        double *v = vs + j * m;
+        double nx = 0;
+        for (int64_t i = j; i < m; i++) nx += A[i * n + j] * A[i * n + j];
+        nx = sqrt(nx);
+        if (nx == 0) continue; /* beta 0: H_j = I */
+        const double x0 = A[j * n + j], alpha = x0 >= 0 ? -nx : nx; /* H x = alpha e1, no cancellation */
+        for (int64_t i = j; i < m; i++) v[i] = A[i * n + j];
+        v[j] = x0 - alpha;
+        double vv = 0;
+        for (int64_t i = j; i < m; i++) vv += v[i] * v[i];
+        betas[j] = 2.0 / vv;
+        /* A[j:m, j:n] -= beta v (vᵀ A[j:m, j:n]) */
+        for (int64_t c = j; c < n; c++) tmp[c] = 0;
+        for (int64_t i = j; i < m; i++)
+            for (int64_t c = j; c < n; c++) tmp[c] += v[i] * A[i * n + c];
+        for (int64_t i = j; i < m; i++)
+            for (int64_t c = j; c < n; c++) A[i * n + c] -= betas[j] * v[i] * tmp[c];
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < n; c++) R[i * n + c] = c >= i ? A[i * n + c] : 0.0;
+    /* Q = H_0 H_1 ... H_{n-1} [I_n; 0] */
+    memset(Q, 0, (size_t)m * (size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) Q[i * n + i] = 1.0;
+    for (int64_t j = n - 1; j >= 0; j--) {
+        if (betas[j] == 0) continue;
+        const double *v = vs + j * m;
+        for (int64_t c = 0; c < n; c++) tmp[c] = 0;
+        for (int64_t i = j; i < m; i++)
+            for (int64_t c = 0; c < n; c++) tmp[c] += v[i] * Q[i * n + c];
+        for (int64_t i = j; i < m; i++)
+            for (int64_t c = 0; c < n; c++) Q[i * n + c] -= betas[j] * v[i] * tmp[c];
+    }
+    free(A), free(vs), free(betas), free(tmp);
+    return AF_OK;
+}
+
+typedef struct sv_idx {
+    double s;
+    int64_t j;
+} sv_idx;
+
+static int cmp_sv(const void *a, const void *b) {
+    const sv_idx *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    return (x->j > y->j) - (x->j < y->j); /* stable: equal σ keep their order */
+}
+
+/* One-sided Jacobi on the columns of R [n, n]: R = U_R diag(S) V_Rᵀ (unsorted). Wc, Vc column-major. */
+static af_status jacobi(double *Wc, double *Vc, int64_t n) {
+    const double tol = DBL_EPSILON * (double)(n > 8 ? n : 8);
+    for (int64_t i = 0; i < n * n; i++) Vc[i] = 0;
+    for (int64_t i = 0; i < n; i++) Vc[i * n + i] = 1;
+    for (int sweep = 0; sweep < SVD_MAX_SWEEPS; sweep++) {
+        int rotated = 0;
+        for (int64_t p = 0; p < n - 1; p++)
+            for (int64_t q = p + 1; q < n; q++) {
+                double *wp = Wc + p * n, *wq = Wc + q * n;
+                double a = 0, b = 0, g = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    a += wp[i] * wp[i];
+                    b += wq[i] * wq[i];
+                    g += wp[i] * wq[i];
+                }
+                if (a == 0 || b == 0 || fabs(g) <= tol * sqrt(a) * sqrt(b)) continue;
+                rotated = 1;
+                const double zeta = (b - a) / (2 * g);
+                const double t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + hypot(1.0, zeta));
+                const double c = 1.0 / sqrt(1 + t * t), s = c * t;
+                for (int64_t i = 0; i < n; i++) {
+                    const double x = wp[i], y = wq[i];
+                    wp[i] = c * x - s * y;
+                    wq[i] = s * x + c * y;
+                }
+                double *vp = Vc + p * n, *vq = Vc + q * n;
+                for (int64_t i = 0; i < n; i++) {
+                    const double x = vp[i], y = vq[i];
+                    vp[i] = c * x - s * y;
+                    vq[i] = s * x + c * y;
+                }
+            }
+        if (!rotated) return AF_OK;
+    }
+    return af_fail(AF_ERR_RANGE, "svd: one-sided Jacobi did not converge in %d sweeps (n = %lld)", SVD_MAX_SWEEPS,
+                   (long long)n);
+}
+
+af_status af_svd(const double *M, int64_t m, int64_t n, double *U, double *S, double *V) {
+    if (!M || !U || !S || !V || n < 1 || m < n)
+        return af_fail(AF_ERR_INVALID_ARG, "af_svd: NULL argument or shape [%lld, %lld] (need m >= n >= 1)",
+                       (long long)m, (long long)n);
+    for (int64_t i = 0; i < m * n; i++)
+        if (!isfinite(M[i]))
+            return af_fail(AF_ERR_RANGE, "af_svd: non-finite entry at (%lld, %lld)", (long long)(i / n),
+                           (long long)(i % n));
+    const size_t nn = (size_t)n * (size_t)n;
+    double *Q = af_malloc((size_t)m * (size_t)n * sizeof(double));
+    double *R = af_malloc(nn * sizeof(double)), *Wc = af_malloc(nn * sizeof(double));
+    double *Vc = af_malloc(nn * sizeof(double));
+    sv_idx *ord = af_malloc((size_t)n * sizeof(sv_idx));
+    af_status st = Q && R && Wc && Vc && ord ? AF_OK : af_fail(AF_ERR_NOMEM, "af_svd: out of memory (n = %lld)", (long long)n);
+    if (st == AF_OK) st = qr(M, m, n, Q, R);
+    if (st == AF_OK) {
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < n; j++) Wc[j * n + i] = R[i * n + j];
+        st = jacobi(Wc, Vc, n);
+    }
+    if (st == AF_OK) {
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t i = 0; i < n; i++) s += Wc[j * n + i] * Wc[j * n + i];
+            ord[j] = (sv_idx){sqrt(s), j};
+        }
+        qsort(ord, (size_t)n, sizeof *ord, cmp_sv);
+        /* U_R column k = w_{ord[k]} / σ (kept in R's storage, row-major [n, n]); V likewise */
+        for (int64_t k = 0; k < n; k++) {
+            const int64_t j = ord[k].j;
+            const double s = ord[k].s, inv = s > 0 ? 1.0 / s : 0.0;
+            S[k] = s;
+            for (int64_t i = 0; i < n; i++) {
+                R[i * n + k] = Wc[j * n + i] * inv;
+                V[i * n + k] = Vc[j * n + i];
+            }
+        }
+        for (int64_t i = 0; i < m; i++) /* U = Q · U_R */
+            for (int64_t k = 0; k < n; k++) {
+                double acc = 0;
+                for (int64_t j = 0; j < n; j++) acc += Q[i * n + j] * R[j * n + k];
+                U[i * n + k] = acc;
+            }
+    }
+    free(Q), free(R), free(Wc), free(Vc), free(ord);
+    return st;
+}
+
+af_status af_svd_lowrank(const double *M, int64_t m, int64_t n, int64_t k, double *Bout, double *Aout, double *S_out) {
+    if (!M || !Bout || !Aout || m < 1 || n < 1 || k < 1)
+        return af_fail(AF_ERR_INVALID_ARG, "af_svd_lowrank: NULL argument or shape [%lld, %lld], rank %lld",
+                       (long long)m, (long long)n, (long long)k);
+    const int tr = m < n;
+    const int64_t mm = tr ? n : m, nn = tr ? m : n; /* the problem solved: [mm, nn], mm >= nn */
+    double *T = tr ? af_malloc((size_t)m * (size_t)n * sizeof(double)) : NULL;
+    double *U = af_malloc((size_t)mm * (size_t)nn * sizeof(double));
+    double *S = af_malloc((size_t)nn * sizeof(double)), *V = af_malloc((size_t)nn * (size_t)nn * sizeof(double));
+    af_status st = (!tr || T) && U && S && V ? AF_OK : af_fail(AF_ERR_NOMEM, "af_svd_lowrank: out of memory");
+    if (st == AF_OK && tr)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) T[j * m + i] = M[i * n + j];
+    if (st == AF_OK) st = af_svd(tr ? T : M, mm, nn, U, S, V);
+    if (st == AF_OK) {
+        memset(Bout, 0, (size_t)m * (size_t)k * sizeof(double));
+        memset(Aout, 0, (size_t)k * (size_t)n * sizeof(double));
+        const int64_t kk = k < nn ? k : nn;
+        /* M = U S Vᵀ (not transposed) or M = V S Uᵀ (transposed) */
+        const double *L = tr ? V : U, *Rr = tr ? U : V; /* left [m, nn], right [n, nn] */
+        for (int64_t c = 0; c < kk; c++) {
+            for (int64_t i = 0; i < m; i++) Bout[i * k + c] = L[i * nn + c] * S[c];
+            for (int64_t j = 0; j < n; j++) Aout[c * n + j] = Rr[j * nn + c];
+            if (S_out) S_out[c] = S[c];
+        }
+    }
+    free(T), free(U), free(S), free(V);
+    return st;
+}
+
+af_status af_svd_lowrank_factored(const double *Bf, const double *Af, int64_t m, int64_t n, int64_t R, int64_t k,
+                                  double *Bout, double *Aout, double *S_out) {
+    if (!Bf || !Af || !Bout || !Aout || m < 1 || n < 1 || R < 1 || k < 1)
+        return af_fail(AF_ERR_INVALID_ARG, "af_svd_lowrank_factored: NULL argument or shape [%lld, %lld] rank %lld -> %lld",
+                       (long long)m, (long long)n, (long long)R, (long long)k);
+    if (R >= (m < n ? m : n)) { /* no saving: form the product */
+        double *M = af_calloc((size_t)m * (size_t)n, sizeof(double));
+        if (!M) return af_fail(AF_ERR_NOMEM, "af_svd_lowrank_factored: out of memory");
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t t = 0; t < R; t++) {
+                const double b = Bf[i * R + t];
+                for (int64_t j = 0; j < n; j++) M[i * n + j] += b * Af[t * n + j];
+            }
+        af_status st = af_svd_lowrank(M, m, n, k, Bout, Aout, S_out);
+        free(M);
+        return st;
+    }
+    const size_t RR = (size_t)R * (size_t)R;
+    double *QB = af_malloc((size_t)m * (size_t)R * sizeof(double)), *RB = af_malloc(RR * sizeof(double));
+    double *At = af_malloc((size_t)n * (size_t)R * sizeof(double));
+    double *QA = af_malloc((size_t)n * (size_t)R * sizeof(double)), *RA = af_malloc(RR * sizeof(double));
+    double *C = af_malloc(RR * sizeof(double)), *Uc = af_malloc(RR * sizeof(double));
+    double *Vc = af_malloc(RR * sizeof(double)), *S = af_malloc((size_t)R * sizeof(double));
+    af_status st = QB && RB && At && QA && RA && C && Uc && Vc && S
+                       ? AF_OK
+                       : af_fail(AF_ERR_NOMEM, "af_svd_lowrank_factored: out of memory");
+    if (st == AF_OK) {
+        for (int64_t t = 0; t < R; t++)
+            for (int64_t j = 0; j < n; j++) At[j * R + t] = Af[t * n + j];
+        st = qr(Bf, m, R, QB, RB);
+    }
+    if (st == AF_OK) st = qr(At, n, R, QA, RA);
+    if (st == AF_OK) { /* C = R_B · R_Aᵀ: Bf·Af = QB (R_B R_Aᵀ) QAᵀ */
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = 0; j < R; j++) {
+                double acc = 0;
+                for (int64_t t = 0; t < R; t++) acc += RB[i * R + t] * RA[j * R + t];
+                C[i * R + j] = acc;
+            }
+        st = af_svd(C, R, R, Uc, S, Vc);
+    }
+    if (st == AF_OK) {
+        memset(Bout, 0, (size_t)m * (size_t)k * sizeof(double));
+        memset(Aout, 0, (size_t)k * (size_t)n * sizeof(double));
+        const int64_t kk = k < R ? k : R;
+        for (int64_t c = 0; c < kk; c++) {
+            for (int64_t i = 0; i < m; i++) { /* (QB Uc)[:, c] · S[c] */
+                double acc = 0;
+                for (int64_t t = 0; t < R; t++) acc += QB[i * R + t] * Uc[t * R + c];
+                Bout[i * k + c] = acc * S[c];
+            }
+            for (int64_t j = 0; j < n; j++) { /* (QA Vc)[:, c]ᵀ */
+                double acc = 0;
+                for (int64_t t = 0; t < R; t++) acc += QA[j * R + t] * Vc[t * R + c];
+                Aout[c * n + j] = acc;
+            }
+            if (S_out) S_out[c] = S[c];
+        }
+    }
+    free(QB), free(RB), free(At), free(QA), free(RA), free(C), free(Uc), free(Vc), free(S);
+    return st;
+}
