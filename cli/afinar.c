@@ -95,6 +95,8 @@ static void usage(FILE *fp) {
             "                     accuracy, macro-F1, per-class table, confusion matrix, calibration\n"
             "  predict -m FILE -a ADAPTER [--input DATA.jsonl]\n"
             "                     one JSON line per input text (stdin lines without --input)\n"
+            "  merge-adapters A B ... -o OUT [--method M] [--weights W,...] [--density D] [--rank R]\n"
+            "                     merge LoRA adapters on their ΔW (linear, cat, ties, dare-ties, ...)\n"
             "  version            print version and the CPU features detected\n"
             "\n"
             "Run 'afinar <command> --help' for the options of a command.\n",
@@ -124,6 +126,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
+    if (!strcmp(cmd, "merge-adapters")) return cmd_merge_adapters(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

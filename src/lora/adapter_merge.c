@@ -67,7 +67,7 @@ typedef struct in_adapter {
     af_adapter_info info;
     af_param_layout lay; /* built from the file's own shapes */
     float *P;
-    float scale;         /* s = alpha / r (or / sqrt(r)) */
+    double scale;        /* s = alpha / r (or / sqrt(r)), in double */
     const cJSON *labels; /* afinar.json "labels" (in info.afinar) or NULL */
 } in_adapter;
 
@@ -96,7 +96,7 @@ static af_status in_read(const char *dir, in_adapter *a) {
     af_param_layout *lay = &a->lay;
     lay->lora = (af_lora_config){in->r, in->alpha, 0.0f, in->use_rslora, in->targets, 0};
     lay->scale = in->use_rslora ? in->alpha / sqrtf((float)in->r) : in->alpha / (float)in->r;
-    a->scale = lay->scale;
+    a->scale = in->use_rslora ? (double)in->alpha / sqrt((double)in->r) : (double)in->alpha / (double)in->r;
     lay->n_layers = in->n_layers;
     lay->num_classes = in->num_classes;
     lay->hidden = in->hidden;
