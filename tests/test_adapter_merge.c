@@ -481,6 +481,26 @@ static void test_bad_inputs(void) {
     expect_fail("architecture", d_arch, 2, out, &o, AF_ERR_INVALID_ARG, "architecture \"gemma3\"");
     expect_fail("head in one only", d_nohead, 2, out, &o, AF_ERR_INVALID_ARG, "no classification head");
     expect_fail("missing adapter", d_missing, 2, out, &o, AF_ERR_IO, FIX "/nope/adapter_config.json: cannot open");
+    { /* adapter_config.json's r does not match the tensors: refused before sizes are derived from it */
+        mkdir(tmp_path("bad_r"), 0777);
+        static const char *const files[3] = {"adapter_config.json", "adapter_model.safetensors", "afinar.json"};
+        for (int i = 0; i < 3; i++) {
+            char src[256];
+            snprintf(src, sizeof src, FIX "/a0/%s", files[i]);
+            size_t len = 0;
+            char *b = tl_read_file(src, &len), *r4 = b && i == 0 ? strstr(b, "\"r\": 4,") : NULL;
+            char dst[600];
+            snprintf(dst, sizeof dst, "%s/%s", tmp_path("bad_r"), files[i]);
+            FILE *f = fopen(dst, "wb");
+            if (f && b && r4) fprintf(f, "%.*s\"r\": 1000,%s", (int)(r4 - b), b, r4 + strlen("\"r\": 4,"));
+            else if (f && b) fwrite(b, 1, len, f);
+            if (f) fclose(f);
+            CHECK(b && (i != 0 || r4), "bad_r: %s", files[i]);
+            free(b);
+        }
+        const char *d_r[2] = {FIX "/a0", tmp_path("bad_r")};
+        expect_fail("config r != tensor rank", d_r, 2, out, &o, AF_ERR_FORMAT, "shape [4, 24], expected [r, in] with r = 1000");
+    }
     double w2[2] = {1, 1};
     o.weights = w2, o.n_weights = 2;
     expect_fail("weights count", good, 3, out, &o, AF_ERR_INVALID_ARG, "2 weights for 3 adapters");

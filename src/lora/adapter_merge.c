@@ -25,6 +25,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define AF_MERGE_MAX_LAYERS 65536 /* bounds the slot table built from tensor names */
+
 static const char *const k_methods[AF_MERGE_METHOD_COUNT] = {"linear",      "svd",         "cat",
                                                              "ties",        "dare-ties",   "dare-linear",
                                                              "magnitude-prune"};
@@ -97,6 +99,9 @@ static af_status in_read(const char *dir, in_adapter *a) {
     lay->lora = (af_lora_config){in->r, in->alpha, 0.0f, in->use_rslora, in->targets, 0};
     lay->scale = in->use_rslora ? in->alpha / sqrtf((float)in->r) : in->alpha / (float)in->r;
     a->scale = in->use_rslora ? (double)in->alpha / sqrt((double)in->r) : (double)in->alpha / (double)in->r;
+    if (in->n_layers > AF_MERGE_MAX_LAYERS)
+        return af_fail(AF_ERR_FORMAT, "%s/%s: a LoRA tensor of layer %d (at most %d layers)", dir, AF_ADAPTER_WEIGHTS_FILE,
+                       in->n_layers - 1, AF_MERGE_MAX_LAYERS);
     lay->n_layers = in->n_layers;
     lay->num_classes = in->num_classes;
     lay->hidden = in->hidden;
@@ -118,8 +123,19 @@ static af_status in_read(const char *dir, in_adapter *a) {
         if ((role != 1 && role != 2) || l < 0 || l >= in->n_layers) continue;
         af_lora_slot *s = &lay->slots[(size_t)l * AF_PROJ_COUNT + p];
         s->a_off = 0; /* targeted; offsets below */
-        if (t->n_dims == 2 && role == 1) s->in = t->shape[1];
-        if (t->n_dims == 2 && role == 2) s->out = t->shape[0];
+        /* the rank side must be r before any size is derived from the other side (bounded by the file) */
+        if (t->n_dims != 2 || t->shape[role == 1 ? 0 : 1] != in->r) {
+            char got[96] = "";
+            for (int d = 0; d < t->n_dims && d < 4; d++) {
+                size_t gl = strlen(got);
+                snprintf(got + gl, sizeof got - gl, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            }
+            st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected %s with r = %d (adapter_config.json)",
+                         af_st_path(f), t->name, got, role == 1 ? "[r, in]" : "[out, r]", in->r);
+            break;
+        }
+        if (role == 1) s->in = t->shape[1];
+        else s->out = t->shape[0];
     }
     af_st_close(f);
     if (st != AF_OK) return st;
