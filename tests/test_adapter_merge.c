@@ -90,9 +90,9 @@ static double svd_checks(const char *what, const double *M, int64_t m, int64_t n
             double u = 0, v = 0;
             for (int64_t i = 0; i < m; i++) u += U[i * n + a] * U[i * n + b];
             for (int64_t i = 0; i < n; i++) v += V[i * n + a] * V[i * n + b];
-            const int nonzero = S[a] > 1e-12 * S[0] && S[b] > 1e-12 * S[0]; /* U columns of σ = 0 are 0 */
-            if (nonzero) orth_u = fmax(orth_u, fabs(u - (a == b)));
-            orth_v = fmax(orth_v, fabs(v - (a == b)));
+            const int nonzero = S[a] > 0 && S[b] > 0; /* V columns of σ = 0 are 0 */
+            orth_u = fmax(orth_u, fabs(u - (a == b)));
+            if (nonzero) orth_v = fmax(orth_v, fabs(v - (a == b)));
         }
     int sorted = 1;
     for (int64_t c = 1; c < n; c++) sorted &= S[c] <= S[c - 1] && S[c] >= 0;

@@ -70,23 +70,48 @@ static int cmp_sv(const void *a, const void *b) {
     return (x->j > y->j) - (x->j < y->j); /* stable: equal σ keep their order */
 }
 
-/* One-sided Jacobi on the columns of R [n, n]: R = U_R diag(S) V_Rᵀ (unsorted). Wc, Vc column-major. */
-static af_status jacobi(double *Wc, double *Vc, int64_t n) {
+/* Dot product with four partial sums (a fixed order: deterministic; lets the compiler use vectors). */
+static double dot(const double *x, const double *y, int64_t n) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += x[i] * y[i];
+        s1 += x[i + 1] * y[i + 1];
+        s2 += x[i + 2] * y[i + 2];
+        s3 += x[i + 3] * y[i + 3];
+    }
+    for (; i < n; i++) s0 += x[i] * y[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* Σ x[i]·y[i·stride] (a column of a row-major matrix). */
+static double dot_strided(const double *x, const double *y, int64_t n, int64_t stride) {
+    double acc = 0;
+    for (int64_t i = 0; i < n; i++) acc += x[i] * y[i * stride];
+    return acc;
+}
+
+/* One-sided Jacobi on the columns of W [n, n]: W·J = W_final with orthogonal columns (unsorted),
+ * J the product of the rotations. Wc, Vc (J) column-major; Vc NULL: J not accumulated. Column norms are carried through each rotation
+ * (|w_p|² -= t·g, |w_q|² += t·g) and recomputed exactly at the start of every sweep. */
+static af_status jacobi(double *Wc, double *Vc, int64_t n, double *nrm) {
     const double tol = DBL_EPSILON * (double)(n > 8 ? n : 8);
-    for (int64_t i = 0; i < n * n; i++) Vc[i] = 0;
-    for (int64_t i = 0; i < n; i++) Vc[i * n + i] = 1;
+    if (Vc) {
+        for (int64_t i = 0; i < n * n; i++) Vc[i] = 0;
+        for (int64_t i = 0; i < n; i++) Vc[i * n + i] = 1;
+    }
     for (int sweep = 0; sweep < SVD_MAX_SWEEPS; sweep++) {
         int rotated = 0;
+        for (int64_t j = 0; j < n; j++) nrm[j] = dot(Wc + j * n, Wc + j * n, n);
         for (int64_t p = 0; p < n - 1; p++)
             for (int64_t q = p + 1; q < n; q++) {
                 double *wp = Wc + p * n, *wq = Wc + q * n;
-                double a = 0, b = 0, g = 0;
-                for (int64_t i = 0; i < n; i++) {
-                    a += wp[i] * wp[i];
-                    b += wq[i] * wq[i];
-                    g += wp[i] * wq[i];
-                }
-                if (a == 0 || b == 0 || fabs(g) <= tol * sqrt(a) * sqrt(b)) continue;
+                double a = nrm[p], b = nrm[q];
+                if (!(a > 0)) a = nrm[p] = dot(wp, wp, n);
+                if (!(b > 0)) b = nrm[q] = dot(wq, wq, n);
+                if (a == 0 || b == 0) continue;
+                const double g = dot(wp, wq, n);
+                if (fabs(g) <= tol * sqrt(a) * sqrt(b)) continue;
                 rotated = 1;
                 const double zeta = (b - a) / (2 * g);
                 const double t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + hypot(1.0, zeta));
@@ -96,6 +121,9 @@ static af_status jacobi(double *Wc, double *Vc, int64_t n) {
                     wp[i] = c * x - s * y;
                     wq[i] = s * x + c * y;
                 }
+                nrm[p] = a - t * g;
+                nrm[q] = b + t * g;
+                if (!Vc) continue;
                 double *vp = Vc + p * n, *vq = Vc + q * n;
                 for (int64_t i = 0; i < n; i++) {
                     const double x = vp[i], y = vq[i];
@@ -109,8 +137,14 @@ static af_status jacobi(double *Wc, double *Vc, int64_t n) {
                    (long long)n);
 }
 
-af_status af_svd(const double *M, int64_t m, int64_t n, double *U, double *S, double *V) {
-    if (!M || !U || !S || !V || n < 1 || m < n)
+/* af_svd; U NULL: U is not computed (the rotations are not accumulated: about half the work).
+ * Jacobi runs on W = Rᵀ (M = QR): Rᵀ·V_J = W_final, so the normalised final columns are M's RIGHT
+ * singular vectors and the accumulated rotations V_J are R's left ones, U = Q·V_J. On Rᵀ rather than
+ * R the cyclic sweeps converge in fewer sweeps (Rᵀ's column norms are graded like R's diagonal;
+ * Drmač & Veselić 2008, "New fast and accurate Jacobi SVD algorithm I", SIAM J. Matrix Anal. Appl.
+ * 29(4), §3). */
+static af_status svd_core(const double *M, int64_t m, int64_t n, double *U, double *S, double *V) {
+    if (!M || !V || !S || n < 1 || m < n)
         return af_fail(AF_ERR_INVALID_ARG, "af_svd: NULL argument or shape [%lld, %lld] (need m >= n >= 1)",
                        (long long)m, (long long)n);
     for (int64_t i = 0; i < m * n; i++)
@@ -120,41 +154,44 @@ af_status af_svd(const double *M, int64_t m, int64_t n, double *U, double *S, do
     const size_t nn = (size_t)n * (size_t)n;
     double *Q = af_malloc((size_t)m * (size_t)n * sizeof(double));
     double *R = af_malloc(nn * sizeof(double)), *Wc = af_malloc(nn * sizeof(double));
-    double *Vc = af_malloc(nn * sizeof(double));
+    double *Vc = U ? af_malloc(nn * sizeof(double)) : NULL;
     sv_idx *ord = af_malloc((size_t)n * sizeof(sv_idx));
-    af_status st = Q && R && Wc && Vc && ord ? AF_OK : af_fail(AF_ERR_NOMEM, "af_svd: out of memory (n = %lld)", (long long)n);
+    double *nrm = af_malloc((size_t)n * sizeof(double));
+    af_status st = Q && R && Wc && (!U || Vc) && ord && nrm
+                       ? AF_OK
+                       : af_fail(AF_ERR_NOMEM, "af_svd: out of memory (n = %lld)", (long long)n);
     if (st == AF_OK) st = qr(M, m, n, Q, R);
     if (st == AF_OK) {
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < n; j++) Wc[j * n + i] = R[i * n + j];
-        st = jacobi(Wc, Vc, n);
+        memcpy(Wc, R, nn * sizeof(double)); /* column j of Rᵀ = row j of R */
+        st = jacobi(Wc, Vc, n, nrm);
     }
     if (st == AF_OK) {
-        for (int64_t j = 0; j < n; j++) {
-            double s = 0;
-            for (int64_t i = 0; i < n; i++) s += Wc[j * n + i] * Wc[j * n + i];
-            ord[j] = (sv_idx){sqrt(s), j};
-        }
+        for (int64_t j = 0; j < n; j++) ord[j] = (sv_idx){sqrt(dot(Wc + j * n, Wc + j * n, n)), j};
         qsort(ord, (size_t)n, sizeof *ord, cmp_sv);
-        /* U_R column k = w_{ord[k]} / σ (kept in R's storage, row-major [n, n]); V likewise */
+        /* V column k = w_{ord[k]} / σ; U_R column k = the accumulated rotation column (in R's storage) */
         for (int64_t k = 0; k < n; k++) {
             const int64_t j = ord[k].j;
-            const double s = ord[k].s, inv = s > 0 ? 1.0 / s : 0.0;
-            S[k] = s;
+            const double sg = ord[k].s, inv = sg > 0 ? 1.0 / sg : 0.0;
+            S[k] = sg;
             for (int64_t i = 0; i < n; i++) {
-                R[i * n + k] = Wc[j * n + i] * inv;
-                V[i * n + k] = Vc[j * n + i];
+                V[i * n + k] = Wc[j * n + i] * inv;
+                if (U) R[i * n + k] = Vc[j * n + i];
             }
         }
-        for (int64_t i = 0; i < m; i++) /* U = Q · U_R */
+        for (int64_t i = 0; U && i < m; i++) /* U = Q · U_R */
             for (int64_t k = 0; k < n; k++) {
                 double acc = 0;
                 for (int64_t j = 0; j < n; j++) acc += Q[i * n + j] * R[j * n + k];
                 U[i * n + k] = acc;
             }
     }
-    free(Q), free(R), free(Wc), free(Vc), free(ord);
+    free(Q), free(R), free(Wc), free(Vc), free(ord), free(nrm);
     return st;
+}
+
+af_status af_svd(const double *M, int64_t m, int64_t n, double *U, double *S, double *V) {
+    if (!U) return af_fail(AF_ERR_INVALID_ARG, "af_svd: NULL argument");
+    return svd_core(M, m, n, U, S, V);
 }
 
 af_status af_svd_lowrank(const double *M, int64_t m, int64_t n, int64_t k, double *Bout, double *Aout, double *S_out) {
@@ -164,26 +201,35 @@ af_status af_svd_lowrank(const double *M, int64_t m, int64_t n, int64_t k, doubl
     const int tr = m < n;
     const int64_t mm = tr ? n : m, nn = tr ? m : n; /* the problem solved: [mm, nn], mm >= nn */
     double *T = tr ? af_malloc((size_t)m * (size_t)n * sizeof(double)) : NULL;
-    double *U = af_malloc((size_t)mm * (size_t)nn * sizeof(double));
-    double *S = af_malloc((size_t)nn * sizeof(double)), *V = af_malloc((size_t)nn * (size_t)nn * sizeof(double));
-    af_status st = (!tr || T) && U && S && V ? AF_OK : af_fail(AF_ERR_NOMEM, "af_svd_lowrank: out of memory");
+    double *V = af_malloc((size_t)nn * (size_t)nn * sizeof(double));
+    double *S = af_malloc((size_t)nn * sizeof(double));
+    af_status st = (!tr || T) && V && S ? AF_OK : af_fail(AF_ERR_NOMEM, "af_svd_lowrank: out of memory");
     if (st == AF_OK && tr)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) T[j * m + i] = M[i * n + j];
-    if (st == AF_OK) st = af_svd(tr ? T : M, mm, nn, U, S, V);
+    /* only the right vectors V of X = M (or Mᵀ) are computed; the other side is the projection
+     * X·v_c = σ_c·u_c, so Bout·Aout = X V_k V_kᵀ (or its transpose): the best rank-k approximation */
+    if (st == AF_OK) st = svd_core(tr ? T : M, mm, nn, NULL, S, V);
     if (st == AF_OK) {
         memset(Bout, 0, (size_t)m * (size_t)k * sizeof(double));
         memset(Aout, 0, (size_t)k * (size_t)n * sizeof(double));
         const int64_t kk = k < nn ? k : nn;
-        /* M = U S Vᵀ (not transposed) or M = V S Uᵀ (transposed) */
-        const double *L = tr ? V : U, *Rr = tr ? U : V; /* left [m, nn], right [n, nn] */
         for (int64_t c = 0; c < kk; c++) {
-            for (int64_t i = 0; i < m; i++) Bout[i * k + c] = L[i * nn + c] * S[c];
-            for (int64_t j = 0; j < n; j++) Aout[c * n + j] = Rr[j * nn + c];
             if (S_out) S_out[c] = S[c];
+            if (!(S[c] > 0)) continue; /* σ = 0: a zero component */
+            if (!tr) {                 /* V: M's right vectors: Aout[c, :] = vᵀ, Bout[:, c] = M v */
+                for (int64_t j = 0; j < n; j++) Aout[c * n + j] = V[j * nn + c];
+                for (int64_t i = 0; i < m; i++) Bout[i * k + c] = dot_strided(M + i * n, V + c, n, nn);
+            } else { /* V: M's left vectors u: Bout[:, c] = σ u, Aout[c, :] = uᵀM / σ */
+                for (int64_t i = 0; i < m; i++) Bout[i * k + c] = V[i * nn + c] * S[c];
+                for (int64_t i = 0; i < m; i++) {
+                    const double u = V[i * nn + c] / S[c];
+                    for (int64_t j = 0; j < n; j++) Aout[c * n + j] += u * M[i * n + j];
+                }
+            }
         }
     }
-    free(T), free(U), free(S), free(V);
+    free(T), free(V), free(S);
     return st;
 }
 
