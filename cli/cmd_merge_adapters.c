@@ -27,6 +27,7 @@ static void help(void) {
            "      --seed S            DARE pruning masks (default 0)\n"
            "      --majority-sign M   ties / dare-ties sign election: total (default) or frequency\n"
            "      --overwrite         replace an existing output adapter directory\n"
+           "  -t, --threads N         projections merged at the same time (default: all cores)\n"
            "Classification heads are combined as Σ w_i W_i and must share the label set.\n");
 }
 
@@ -67,6 +68,7 @@ int cmd_merge_adapters(int argc, char **argv) {
                                        {"rank", required_argument, 0, 'r'},    {"seed", required_argument, 0, 's'},
                                        {"majority-sign", required_argument, 0, 'g'},
                                        {"overwrite", no_argument, 0, 'O'},     {"help", no_argument, 0, 'h'},
+                                       {"threads", required_argument, 0, 't'},
                                        {0, 0, 0, 0}};
     af_adapter_merge_opts o;
     af_adapter_merge_opts_default(&o);
@@ -75,7 +77,7 @@ int cmd_merge_adapters(int argc, char **argv) {
     int c, rc = 2;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":o:h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:t:h", lo, NULL)) != -1) {
         long v;
         switch (c) {
         case 'o': out = optarg; break;
@@ -116,6 +118,10 @@ int cmd_merge_adapters(int argc, char **argv) {
             }
             break;
         case 'O': o.overwrite = 1; break;
+        case 't':
+            if (!cli_parse_int(cmd, "--threads", optarg, 0, 4096, &v)) return 2;
+            o.n_threads = (int)v;
+            break;
         case 'h': help(); return 0;
         case ':': cli_error(cmd, "option '%s' needs a value", argv[optind - 1]); return 2;
         default: cli_error(cmd, "unknown option '%s' (see 'afinar merge-adapters --help')", argv[optind - 1]); return 2;

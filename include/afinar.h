@@ -1176,9 +1176,11 @@ typedef struct af_adapter_merge_opts {
     int majority_sign_frequency; /* ties / dare-ties sign election: 0 "total" (PEFT default),
                                     1 "frequency" */
     int overwrite;           /* 1: replace an existing output adapter directory */
+    int n_threads;           /* projections merged at the same time (0: one per CPU this process may
+                                run on); the result does not depend on it */
 } af_adapter_merge_opts;
 
-/* Defaults as marked above (method linear, weights 1, rank 0, seed 0, total, no overwrite). */
+/* Defaults as marked above (method linear, weights 1, rank 0, seed 0, total, no overwrite, all CPUs). */
 void af_adapter_merge_opts_default(af_adapter_merge_opts *o);
 
 /* What a merge did (filled on success). */

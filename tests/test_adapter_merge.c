@@ -433,14 +433,15 @@ static void test_identity_and_seed(void) {
             af_st_close(a.f), af_st_close(b.f);
         }
     /* DARE: same seed -> identical files; another seed -> different */
-    char *files[3] = {0};
-    size_t sizes[3] = {0};
-    for (int t = 0; t < 3; t++) {
+    char *files[4] = {0};
+    size_t sizes[4] = {0};
+    for (int t = 0; t < 4; t++) { /* seeds 42, 42, 43, then 42 on 1 thread (others: one per projection) */
         af_adapter_merge_opts o;
         af_adapter_merge_opts_default(&o);
         o.method = AF_MERGE_DARE_TIES;
         o.density = 0.5;
-        o.seed = t < 2 ? 42 : 43;
+        o.seed = t == 2 ? 43 : 42;
+        o.n_threads = t == 3 ? 1 : 8;
         char nm[32];
         snprintf(nm, sizeof nm, "dare_seed%d", t);
         CHECK(af_adapter_merge(dirs, 3, tmp_path(nm), &o, NULL) == AF_OK, "dare: %s", af_last_error());
@@ -452,7 +453,9 @@ static void test_identity_and_seed(void) {
           "DARE: the same seed gives the same adapter");
     CHECK(files[0] && files[2] && sizes[0] == sizes[2] && memcmp(files[0], files[2], sizes[0]) != 0,
           "DARE: another seed, another adapter");
-    for (int t = 0; t < 3; t++) free(files[t]);
+    CHECK(files[0] && files[3] && sizes[0] == sizes[3] && memcmp(files[0], files[3], sizes[0]) == 0,
+          "the same adapter on 1 thread and on 8");
+    for (int t = 0; t < 4; t++) free(files[t]);
 }
 
 /* Bad inputs: the message, and nothing written. */

@@ -13,6 +13,7 @@
 #include "lora/svd.h"
 
 #include "core/fsutil.h"
+#include "core/threadpool.h"
 #include "formats/safetensors.h"
 
 #include <cJSON.h>
@@ -337,7 +338,13 @@ typedef struct merge_job {
     int32_t n;
     const double *w;
     const af_adapter_merge_opts *o;
-    int32_t rank, cat_rank;
+    int32_t rank;
+    const af_param_layout *lay; /* the output */
+    float *P;
+    int32_t *slots;             /* [n_proj] layer * AF_PROJ_COUNT + proj */
+    double *rel;                /* [n_proj] truncation errors */
+    af_status *st;              /* [n_proj] */
+    char **msg;                 /* [n_proj] the message of a failed projection (malloc'ed) */
 } merge_job;
 
 /* Merge slot (l, p) of the inputs into Bo [out, rank], Ao [rank, in] (float, into the output P);
@@ -466,6 +473,22 @@ static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, i
     }
     free(Bd), free(Ad), free(S);
     return st;
+}
+
+static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, int64_t in, float *Bo, float *Ao,
+                            double *rel);
+
+/* Pool job: projections [i0, i1). Each writes only its own part of P; results do not depend on the
+ * thread count. */
+static void merge_jobs(void *arg, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    merge_job *J = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        const int32_t l = J->slots[i] / AF_PROJ_COUNT, p = J->slots[i] % AF_PROJ_COUNT;
+        const af_lora_slot *s = af_lora_slot_at(J->lay, l, (af_proj)p);
+        J->st[i] = merge_slot(J, l, p, s->out, s->in, J->P + s->b_off, J->P + s->a_off, &J->rel[i]);
+        if (J->st[i] != AF_OK) J->msg[i] = strdup(af_last_error()); /* this thread's message */
+    }
 }
 
 static cJSON *merge_record(const char *const *dirs, int32_t n, const double *w, const af_adapter_merge_opts *o,
@@ -601,23 +624,35 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_d
     if (st == AF_OK && !P) st = af_fail(AF_ERR_NOMEM, "merge: out of memory (%lld parameters)", (long long)off);
 
     af_adapter_merge_report rep = {rank, n_proj, head >= 0, 0.0, -1, ""};
-    merge_job J = {a, n, w, o, rank, sum_r};
-    for (int32_t l = 0; st == AF_OK && l < n_layers; l++)
-        for (int p = 0; st == AF_OK && p < AF_PROJ_COUNT; p++) {
-            const af_lora_slot *s = af_lora_slot_at(&lay, l, (af_proj)p);
-            if (s->a_off < 0) continue;
-            double rel = 0;
-            st = merge_slot(&J, l, p, s->out, s->in, P + s->b_off, P + s->a_off, &rel);
-            if (st != AF_OK) {
-                char msg[512];
-                snprintf(msg, sizeof msg, "%s", af_last_error());
-                st = af_fail(st, "merge: layer %d %s: %s", l, af_proj_name((af_proj)p), msg);
-            } else if (rel > rep.max_rel_error || rep.worst_layer < 0) {
-                rep.max_rel_error = rel;
+    merge_job J = {a, n, w, o, rank, &lay, P, NULL, NULL, NULL, NULL};
+    if (st == AF_OK && n_proj > 0) { /* one job per projection, on a pool of threads */
+        J.slots = af_calloc((size_t)n_proj, sizeof *J.slots);
+        J.rel = af_calloc((size_t)n_proj, sizeof *J.rel);
+        J.st = af_calloc((size_t)n_proj, sizeof *J.st);
+        J.msg = af_calloc((size_t)n_proj, sizeof *J.msg);
+        af_threadpool *pool = NULL;
+        const int nth = o->n_threads > 0 ? o->n_threads : af_cpu_count();
+        if (!J.slots || !J.rel || !J.st || !J.msg) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
+        else st = af_threadpool_new(nth < n_proj ? nth : n_proj, 0, NULL, &pool);
+        int32_t k = 0;
+        for (int32_t l = 0; st == AF_OK && l < n_layers; l++)
+            for (int p = 0; p < AF_PROJ_COUNT; p++)
+                if (af_lora_slot_at(&lay, l, (af_proj)p)->a_off >= 0) J.slots[k++] = l * AF_PROJ_COUNT + p;
+        if (st == AF_OK) af_threadpool_run(pool, af_threadpool_size(pool), n_proj, 1, merge_jobs, &J);
+        af_threadpool_free(pool);
+        for (int32_t i = 0; st == AF_OK && i < n_proj; i++) { /* the first failure in slot order */
+            const int32_t l = J.slots[i] / AF_PROJ_COUNT, p = J.slots[i] % AF_PROJ_COUNT;
+            if (J.st[i] != AF_OK)
+                st = af_fail(J.st[i], "merge: layer %d %s: %s", l, af_proj_name((af_proj)p), J.msg[i] ? J.msg[i] : "");
+            else if (J.rel[i] > rep.max_rel_error || rep.worst_layer < 0) {
+                rep.max_rel_error = J.rel[i];
                 rep.worst_layer = l;
                 snprintf(rep.worst_proj, sizeof rep.worst_proj, "%s", af_proj_name((af_proj)p));
             }
         }
+        for (int32_t i = 0; J.msg && i < n_proj; i++) free(J.msg[i]);
+        free(J.slots), free(J.rel), free(J.st), free(J.msg);
+    }
     if (st == AF_OK && head >= 0) { /* W = Σ w_i W_i, b = Σ w_i b_i */
         const int64_t nw = (int64_t)lay.num_classes * lay.hidden;
         for (int32_t i = 0; i < n; i++) {
