@@ -70,18 +70,37 @@ static int cmp_sv(const void *a, const void *b) {
     return (x->j > y->j) - (x->j < y->j); /* stable: equal σ keep their order */
 }
 
-/* Dot product with four partial sums (a fixed order: deterministic; lets the compiler use vectors). */
+/* Two doubles (SSE2, the x86-64 baseline; GCC/clang vector extension), unaligned access allowed. */
+typedef double v2d __attribute__((vector_size(16), aligned(8), may_alias));
+
+/* Dot product with four partial sums s_j over i ≡ j (mod 4), summed as (s0 + s1) + (s2 + s3): a
+ * fixed order, so results are deterministic; two of them per vector. */
 static double dot(const double *x, const double *y, int64_t n) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    v2d a0 = {0, 0}, a1 = {0, 0};
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        s0 += x[i] * y[i];
-        s1 += x[i + 1] * y[i + 1];
-        s2 += x[i + 2] * y[i + 2];
-        s3 += x[i + 3] * y[i + 3];
+        a0 += *(const v2d *)(x + i) * *(const v2d *)(y + i);
+        a1 += *(const v2d *)(x + i + 2) * *(const v2d *)(y + i + 2);
     }
+    double s0 = a0[0];
     for (; i < n; i++) s0 += x[i] * y[i];
-    return (s0 + s1) + (s2 + s3);
+    return (s0 + a0[1]) + (a1[0] + a1[1]);
+}
+
+/* x <- c·x - s·y, y <- s·x + c·y (a plane rotation of two columns). */
+static void rotate(double *x, double *y, int64_t n, double c, double s) {
+    const v2d cv = {c, c}, sv = {s, s};
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        const v2d xv = *(const v2d *)(x + i), yv = *(const v2d *)(y + i);
+        *(v2d *)(x + i) = cv * xv - sv * yv;
+        *(v2d *)(y + i) = sv * xv + cv * yv;
+    }
+    for (; i < n; i++) {
+        const double xs = x[i], ys = y[i];
+        x[i] = c * xs - s * ys;
+        y[i] = s * xs + c * ys;
+    }
 }
 
 /* Σ x[i]·y[i·stride] (a column of a row-major matrix). */
@@ -116,20 +135,11 @@ static af_status jacobi(double *Wc, double *Vc, int64_t n, double *nrm) {
                 const double zeta = (b - a) / (2 * g);
                 const double t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + hypot(1.0, zeta));
                 const double c = 1.0 / sqrt(1 + t * t), s = c * t;
-                for (int64_t i = 0; i < n; i++) {
-                    const double x = wp[i], y = wq[i];
-                    wp[i] = c * x - s * y;
-                    wq[i] = s * x + c * y;
-                }
+                rotate(wp, wq, n, c, s);
                 nrm[p] = a - t * g;
                 nrm[q] = b + t * g;
                 if (!Vc) continue;
-                double *vp = Vc + p * n, *vq = Vc + q * n;
-                for (int64_t i = 0; i < n; i++) {
-                    const double x = vp[i], y = vq[i];
-                    vp[i] = c * x - s * y;
-                    vq[i] = s * x + c * y;
-                }
+                rotate(Vc + p * n, Vc + q * n, n, c, s);
             }
         if (!rotated) return AF_OK;
     }
