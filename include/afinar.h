@@ -1204,9 +1204,10 @@ typedef struct af_adapter_merge_report {
  * first adapter; afinar.json: the first adapter's architecture / pooling / max_seq_len / labels,
  * q/k row order as the inputs, and "merge": {method, adapters, weights, density, seed, rank,
  * majority_sign}. Memory: the inputs' parameters, plus for ties / dare / magnitude-prune n + 2 dense
- * double matrices [out, in] of the largest projection. Time: the SVD of a dense [out, in] ΔW
- * (Householder QR + one-sided Jacobi, src/lora/svd.h) costs about 2·out·in·min + 6·min³ flops per
- * sweep (min = min(out, in)); the factored methods (linear, svd, cat) never form ΔW and are cheap.
+ * double matrices [out, in] per projection being merged (n_threads at a time). Time: the dense
+ * methods take the SVD of each [out, in] ΔW (Householder QR + one-sided Jacobi, src/lora/svd.h):
+ * about 2·out·in·min + 4·min³ flops per sweep, ~11 sweeps (min = min(out, in)): seconds for a
+ * 576 x 576 projection; the factored methods (linear, svd, cat) never form ΔW and take milliseconds.
  * `opts` NULL: defaults; `report` may be NULL.
  * Errors (messages name the adapter directory and the field): AF_ERR_INVALID_ARG (NULL, n < 1,
  * weights count != n, non-finite weight, density outside (0, 1] or given for a method without
