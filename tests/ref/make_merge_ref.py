@@ -182,6 +182,17 @@ def delta(ad, l, p):
     return s * (B @ A)
 
 
+def slot_deltas(ads, l, p):
+    """ΔW_i of the adapters that have projection p of layer l, and their positions i."""
+    ds, ids = [], []
+    for i, ad in enumerate(ads):
+        d = delta(ad, l, p)
+        if d is not None:
+            ds.append(d)
+            ids.append(i)
+    return ds, ids
+
+
 CASES = [
     # name, method, weights, density, seed, rank, majority sign
     ("linear", "linear", [1.0, 0.5, -0.7], 0, 0, 0, "total"),
@@ -239,12 +250,7 @@ def main():
         worst = 0.0
         for l in range(N_LAYERS):
             for pi, p in enumerate(PROJ):
-                ds, ids = [], []
-                for i, ad in enumerate(ads):
-                    d = delta(ad, l, p)
-                    if d is not None:
-                        ds.append(d)
-                        ids.append(i)
+                ds, ids = slot_deltas(ads, l, p)
                 if not ds:
                     continue
                 M = merge_delta(method, ds, ids, [w[i] for i in ids], density, seed, l, pi, sign == "frequency")
@@ -307,11 +313,7 @@ def peft_check(ads):
                                    density=density)
         for l in range(N_LAYERS):
             for pi, p in enumerate(PROJ):
-                ds, ids = [], []
-                for i, ad in enumerate(ads):
-                    d = delta(ad, l, p)
-                    if d is not None:
-                        ds.append(d), ids.append(i)
+                ds, ids = slot_deltas(ads, l, p)
                 if not ds:
                     continue
                 mod = getattr(model.base_model.model.model.layers[l], BLOCK[p]).__getattr__(p)
