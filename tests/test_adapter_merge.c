@@ -527,6 +527,13 @@ static void test_bad_inputs(void) {
     af_merge_method m;
     CHECK(af_merge_method_parse("slerp", &m) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "'slerp'"), "slerp unknown");
     CHECK(af_merge_method_parse("dare_ties", &m) == AF_OK && m == AF_MERGE_DARE_TIES, "dare_ties spelling");
+    { /* a trailing '/' on the output: the temporary is still a sibling, the result in place */
+        af_adapter_merge_opts_default(&o);
+        char slash[600];
+        snprintf(slash, sizeof slash, "%s/", tmp_path("slash"));
+        CHECK(af_adapter_merge(good, 3, slash, &o, NULL) == AF_OK && exists(tmp_path("slash/adapter_config.json")),
+              "output with a trailing slash: %s", af_last_error());
+    }
     /* output exists: refused without overwrite, replaced with it; a non-adapter directory never */
     af_adapter_merge_opts_default(&o);
     const char *dst = tmp_path("exists");

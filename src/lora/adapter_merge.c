@@ -514,12 +514,12 @@ static cJSON *merge_record(const char *const *dirs, int32_t n, const double *w, 
     return extra;
 }
 
-af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_dir, const af_adapter_merge_opts *opts,
+af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_arg, const af_adapter_merge_opts *opts,
                            af_adapter_merge_report *report) {
     af_adapter_merge_opts def;
     af_adapter_merge_opts_default(&def);
     const af_adapter_merge_opts *o = opts ? opts : &def;
-    if (!dirs || !out_dir || !*out_dir || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_merge: no adapters or no output");
+    if (!dirs || !out_arg || !*out_arg || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_merge: no adapters or no output");
     if (n > 256) return af_fail(AF_ERR_INVALID_ARG, "merge: %d adapters (at most 256)", n);
     for (int32_t i = 0; i < n; i++)
         if (!dirs[i]) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_merge: adapter %d is NULL", i);
@@ -543,6 +543,12 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_d
             free(w);
             return af_fail(AF_ERR_INVALID_ARG, "merge: weight %d (%s) is not finite", i + 1, dirs[i]);
         }
+    char *out_dir = strdup(out_arg); /* without trailing '/': the temporary is its sibling */
+    if (!out_dir) {
+        free(w);
+        return af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    }
+    for (size_t l = strlen(out_dir); l > 1 && out_dir[l - 1] == '/'; l--) out_dir[l - 1] = 0;
     af_status st = check_output(out_dir, o->overwrite);
     in_adapter *a = st == AF_OK ? af_calloc((size_t)n, sizeof *a) : NULL;
     if (st == AF_OK && !a) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
@@ -723,7 +729,7 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_d
     }
     if (st == AF_OK && report) *report = rep;
     cJSON_Delete(extra);
-    free(labels), free(tmp), free(old), free(P), free(lay.slots), free(w);
+    free(labels), free(tmp), free(old), free(P), free(lay.slots), free(w), free(out_dir);
     for (int32_t i = 0; a && i < nread; i++) in_free(&a[i]);
     free(a);
     return st;
