@@ -39,16 +39,8 @@ import time
 # The prompt: plain prose (no chat template) that SmolLM2's tokenizer cuts into exactly
 # 128 tokens (checked at run time and reported). Plain continuation text keeps greedy
 # decoding from stopping at an end-of-sequence token early.
-PROMPT = (
-    "The old lighthouse stood at the edge of the northern cliffs, where the wind never "
-    "rested and the sea kept its own slow clock. For more than a century its keepers had "
-    "climbed the spiral stairs each evening to light the lamp, wind the clockwork that "
-    "turned the great lens, and write a few lines in the logbook about the weather, the "
-    "passing ships and the birds that sheltered on the gallery. When the last keeper "
-    "retired, the village council argued for months about what to do with the tower. "
-    "Some wanted a museum, others a small hotel, and a few simply wanted it left alone. "
-    "In the end a young engineer from the capital"
-)
+PROMPT = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompt_128.txt"),
+              encoding="utf-8").read()
 
 TIMINGS_RE = re.compile(
     r"timings: prompt (\d+) tokens ([0-9.eE+-]+) s \(([0-9.eE+-]+) tok/s\), "

@@ -106,15 +106,8 @@ if [ -n "${PROMPT_FILE:-}" ]; then
   [ -f "$PROMPT_FILE" ] || die "PROMPT_FILE=$PROMPT_FILE missing"
   cp "$PROMPT_FILE" "$WORK/prompt.txt"
 else
-  # Same text as bench/decode_llamacpp.py: 128 SmolLM2 tokens, plain prose (no chat template).
-  printf '%s' "The old lighthouse stood at the edge of the northern cliffs, where the wind never \
-rested and the sea kept its own slow clock. For more than a century its keepers had \
-climbed the spiral stairs each evening to light the lamp, wind the clockwork that \
-turned the great lens, and write a few lines in the logbook about the weather, the \
-passing ships and the birds that sheltered on the gallery. When the last keeper \
-retired, the village council argued for months about what to do with the tower. \
-Some wanted a museum, others a small hotel, and a few simply wanted it left alone. \
-In the end a young engineer from the capital" > "$WORK/prompt.txt"
+  # bench/prompt_128.txt (also read by decode_llamacpp.py): 128 SmolLM2 tokens, plain prose (no chat template).
+  cp bench/prompt_128.txt "$WORK/prompt.txt"
 fi
 
 RUN=()

@@ -85,6 +85,7 @@ int cmd_eval_generate(const eval_gen_args *a) {
     o.max_examples = (int32_t)a->n_generate;
     o.max_new_tokens = (int32_t)a->max_new_tokens;
     o.first_line = a->first_line;
+    o.chat_template = a->chat_template;
     o.log = isatty(fileno(stderr)) ? stderr : NULL; /* "\r" progress only on a terminal */
     st = af_gen_eval_run(sess, a->data, &o, &r);
     if (st != AF_OK) goto fail;

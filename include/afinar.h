@@ -1040,16 +1040,19 @@ typedef struct af_gen_eval_opts {
                                generation then stops at that '\n' (what is scored is the
                                same); 0: the whole generation */
     FILE *log;              /* one progress line per example ("\r"-updated); NULL: silent */
+    const char *chat_template; /* conversations: "chatml" | "gemma" instead of the model's own
+                               template; NULL or "auto": the model's (as training's setting) */
 } af_gen_eval_opts;
 
-/* Fill `o` with the defaults: all examples, 64 new tokens, whole generation, no log. */
+/* Fill `o` with the defaults: all examples, 64 new tokens, whole generation, no log, the model's
+ * chat template. */
 void af_gen_eval_opts_init(af_gen_eval_opts *o);
 
 /* One scored example. Strings are owned by the result (NUL-terminated UTF-8). */
 typedef struct af_gen_example {
     int32_t line;               /* 1-based line of the example in the data file */
     char *prompt;               /* the prompt text as read, or the rendered chat prompt */
-    char *reference;            /* the reference completion / assistant reply as read */
+    char *reference;            /* the reference completion / last assistant turn as read */
     int chat;                   /* 1: a conversation rendered with the chat template */
     char *generated;            /* the decoded greedy generation (special tokens not rendered) */
     char *prediction;           /* what was scored: `generated`, or its first line (first_line) */
@@ -1071,29 +1074,30 @@ typedef struct af_gen_eval_result {
     double prompt_seconds, decode_seconds; /* wall time of the prompt evaluations / of decoding */
 } af_gen_eval_result;
 
-/* Greedy generation for the first examples of a prompt/completion JSONL file and their scores.
- * Data: one JSON object per line, other keys ignored, blank lines skipped, in TRL's forms:
+/* Greedy generation for the first examples of a causal-LM JSONL file and their scores.
+ * Data: the causal-LM reader's (af_lm_dataset_read; FORMATS.md §10): TRL's forms, one per file,
+ * parsed whole (every line is checked, also beyond max_examples):
  *   {"prompt": STRING, "completion": STRING}: the prompt is rendered as training renders plain
  *     prompt/completion data: the prompt text alone, af_tokenize(add_special = 1, parse_special
  *     = 0), i.e. with BOS when the model's metadata adds one, special-token texts as plain text;
- *   {"messages": [[system,] user, assistant]} or {"prompt": [[system,] user], "completion":
- *     [assistant]} (messages {"role", "content"} strings): a single-turn conversation rendered
- *     with the model's chat template and the generation prompt (af_chat_format, the template's
- *     default system message when none is given), tokenized with parse_special = 1; the
- *     reference is the assistant's content.
+ *   {"messages": [...]} or {"prompt": [...], "completion": [...]} (single- or multi-turn): the
+ *     reference is the last assistant turn's content; every message before it is rendered with
+ *     the model's chat template and the generation prompt (the renderer of training, with the
+ *     template's default system message when none is given), tokenized with parse_special = 1.
+ * Refused: plain {"text"} data (no reference), a conversation that does not end with an
+ * assistant turn or has no user turn before it.
  * Each example: af_session_reset, the prompt evaluated in one batch, then argmax decoding
  * (ties -> lowest id) until an end-of-generation token or opts.max_new_tokens. The session `s`
  * (borrowed) carries the adapter, if any (af_session_load_adapter: applied unmerged), and must
  * hold prompt + max_new_tokens positions for every example (an af_session_new n_ctx of 0 gives
  * the model's maximum, capped at 4096). `opts` may be NULL (defaults). `*out` is filled (zeroed
  * first); free it with af_gen_eval_result_free (also after an error).
- * Not read yet: multi-turn conversations (refused with a message naming the line).
  * Errors (messages name FILE:LINE and the field): AF_ERR_INVALID_ARG (NULL argument), AF_ERR_IO
- * (cannot open/read), AF_ERR_FORMAT (invalid JSON, not an object, a missing or mistyped
- * "prompt"/"completion", "messages" beside them, a message without string role/content, an
- * unknown role, roles not in the order above, an empty prompt after tokenization, no example),
- * AF_ERR_UNSUPPORTED (a conversation and a model without a chat template afinar renders),
- * AF_ERR_RANGE (prompt + max_new_tokens longer than the session), AF_ERR_NOMEM. */
+ * (cannot open/read), AF_ERR_FORMAT (the reader's errors: invalid JSON, a missing or mistyped
+ * field, an unknown role, mixed formats, no example; the refusals above; Gemma turns that do not
+ * alternate; an empty prompt after tokenization), AF_ERR_UNSUPPORTED (a conversation and a model
+ * without a chat template afinar renders, and no opts.chat_template), AF_ERR_RANGE (prompt + max_new_tokens longer than the
+ * session), AF_ERR_NOMEM. */
 af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eval_opts *opts,
                           af_gen_eval_result *out);
 

@@ -1,6 +1,7 @@
 /*
  * test_engine.c — the training step (src/train/engine.c) on tiny random models written as GGUF by
- * the test (tests/tinymodel.c), for llama and gemma3 and for base weights in several block types:
+ * the test (tests/tinymodel.c), for llama and gemma3 and for base weights in several block types
+ * (qwen2 and qwen3 in one block type each):
  *  (a) gradients of af_engine_step vs central finite differences of the loss on LoRA A, B and head
  *      parameters: directional derivatives along random ±1 directions over each group, plus the
  *      largest-gradient elements one by one. The forward is f32 and eps is 1e-2 (directions) /
@@ -548,6 +549,8 @@ int main(void) {
     const char *archs[2] = {"llama", "gemma3"};
     for (int a = 0; a < 2; a++)
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) test_model_type(archs[a], types[t]);
+    test_model_type("qwen2", AF_TYPE_Q4_K); /* q/k/v biases */
+    test_model_type("qwen3", AF_TYPE_Q8_0); /* q/k norms, NEOX RoPE without the sandwich norms */
     printf("worst relative FD error over all models: %.2e\n", worst_rel_global);
     test_dropout("llama");
     test_dropout("gemma3");

@@ -133,26 +133,21 @@ static void test_gen_eval(void) {
         af_model_free(m);
         return;
     }
-    expect_error(s, "{\"prompt\": \"a\"}\n", AF_ERR_FORMAT, ":1: field 'completion': missing");
-    expect_error(s, "\n{\"prompt\": \"a\", \"completion\": 3}\n", AF_ERR_FORMAT,
-                 ":2: field 'completion': expected a string or a message list, got a number");
-    expect_error(s, "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": \"b\"}\n", AF_ERR_FORMAT,
-                 ":1: field 'completion': a string, but 'prompt' is an array");
-    expect_error(s, "{\"messages\": []}\n", AF_ERR_FORMAT, ":1: field 'messages': 0 messages; generation scoring reads single-turn");
-    expect_error(s, "{\"messages\": \"hi\"}\n", AF_ERR_FORMAT, ":1: field 'messages': expected an array, got a string");
-    expect_error(s, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
-                    "{\"role\": \"user\", \"content\": \"c\"}, {\"role\": \"assistant\", \"content\": \"d\"}]}\n",
-                 AF_ERR_FORMAT, ":1: field 'messages': 4 messages; generation scoring reads single-turn");
-    expect_error(s, "{\"messages\": [{\"role\": \"user\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n", AF_ERR_FORMAT,
-                 ":1: field 'messages': message 0: 'content' missing, expected a string");
+    /* the causal-LM reader's errors (tested in full by test_lm_data) reach the caller with FILE:LINE */
+    expect_error(s, "\n{\"prompt\": \"a\", \"completion\": 3}\n", AF_ERR_FORMAT, ":2: field 'completion': expected a string");
     expect_error(s, "{\"messages\": [{\"role\": \"bot\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n",
-                 AF_ERR_FORMAT, ":1: field 'messages': message 0: unknown role \"bot\" (system, user, assistant)");
-    expect_error(s, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}]}\n",
-                 AF_ERR_FORMAT, ":1: field 'messages': the reply's role is \"user\", expected \"assistant\"");
-    expect_error(s, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n",
-                 AF_ERR_FORMAT, ":1: field 'messages': message 0: role \"assistant\" here");
-    expect_error(s, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}], "
-                    "\"prompt\": \"x\"}\n", AF_ERR_FORMAT, ":1: field 'prompt': a line holds either \"messages\" or");
+                 AF_ERR_FORMAT, ":1: field 'messages[0].role': unknown role \"bot\"");
+    expect_error(s, "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, "
+                    "{\"role\": \"assistant\", \"content\": \"b\"}]}\n", AF_ERR_FORMAT, ":2: field 'messages': line is 'messages' but line 1");
+    /* what generation scoring cannot score */
+    expect_error(s, "{\"text\": \"a b c\"}\n", AF_ERR_FORMAT, ":1: field 'text': plain text has no reference to score");
+    expect_error(s, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+                    "{\"role\": \"user\", \"content\": \"c\"}]}\n",
+                 AF_ERR_FORMAT, ":1: field 'messages': the last message is a user turn; generation scoring needs");
+    expect_error(s, "{\"messages\": [{\"role\": \"system\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n",
+                 AF_ERR_FORMAT, ":1: field 'messages': the scored assistant turn has no user turn before it");
+    expect_error(s, "{\"prompt\": [{\"role\": \"assistant\", \"content\": \"a\"}], \"completion\": [{\"role\": \"assistant\", "
+                    "\"content\": \"b\"}]}\n", AF_ERR_FORMAT, ":1: field 'prompt': the scored assistant turn has no user turn");
     expect_error(s, "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\" \"completion\": \"b\"}\n", AF_ERR_FORMAT,
                  ":2: invalid JSON at column");
     expect_error(s, "[1]\n", AF_ERR_FORMAT, ":1: expected a JSON object");
@@ -260,26 +255,42 @@ static void test_gen_eval(void) {
      * special tokens), the assistant content is the reference */
     p = write_tmp("{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
                   "\"Capital of France?\"}, {\"role\": \"assistant\", \"content\": \"Paris\"}]}\n"
-                  "{\"prompt\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
-                  "\"Capital of France?\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"Paris\"}]}\n"
                   "{\"messages\": [{\"role\": \"user\", \"content\": \"Capital of France?\"}, {\"role\": \"assistant\", "
-                  "\"content\": \"Paris\"}]}\n");
+                  "\"content\": \"Paris\"}]}\n"
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"Capital of France?\"}, {\"role\": \"assistant\", "
+                  "\"content\": \"Paris\"}, {\"role\": \"user\", \"content\": \"And of Italy?\"}, {\"role\": "
+                  "\"assistant\", \"content\": \"Rome\"}]}\n");
+    /* the conversational prompt/completion form (one format per file: its own file) */
+    char *p2 = write_tmp("{\"prompt\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+                         "\"content\": \"Capital of France?\"}], \"completion\": [{\"role\": \"assistant\", \"content\": "
+                         "\"Paris\"}]}\n");
     o.max_new_tokens = 8;
     o.first_line = 0;
     o.max_examples = 0;
+    af_gen_eval_result r2;
+    st = af_gen_eval_run(s, p2, &o, &r2);
+    CHECK(st == AF_OK && r2.n == 1, "conversational prompt/completion: %s", st == AF_OK ? "ok" : af_last_error());
     st = af_gen_eval_run(s, p, &o, &r);
     CHECK(st == AF_OK && r.n == 3, "conversational examples: %s", st == AF_OK ? "ok" : af_last_error());
-    if (st == AF_OK && r.n == 3) {
+    if (st == AF_OK && r.n == 3 && r2.n == 1) {
         char *want = NULL, *want_nosys = NULL;
         af_chat_format(m, "Be brief.", "Capital of France?", &want);
         af_chat_format(m, NULL, "Capital of France?", &want_nosys);
         int32_t *ids = NULL;
         size_t n_ids = 0;
         af_tokenize(af_model_tokenizer(m), want, strlen(want), 1, 1, &ids, &n_ids);
-        CHECK(want && !strcmp(r.ex[0].prompt, want) && !strcmp(r.ex[1].prompt, want) && want_nosys &&
-                  !strcmp(r.ex[2].prompt, want_nosys) && r.ex[0].chat && r.ex[1].chat && r.ex[2].chat,
-              "chat prompts rendered by the template (\"%s\")", r.ex[0].prompt);
-        CHECK(r.ex[0].prompt_tokens == (int32_t)n_ids && !strcmp(r.ex[0].generated, r.ex[1].generated) &&
+        /* multi-turn: every message before the last assistant turn, then the generation prompt */
+        size_t wl = want_nosys ? strlen(want_nosys) : 0;
+        char *want_multi = malloc(wl + 128);
+        if (want_multi)
+            snprintf(want_multi, wl + 128, "%sParis<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n"
+                     "<|im_start|>assistant\n", want_nosys ? want_nosys : "");
+        CHECK(want && !strcmp(r.ex[0].prompt, want) && !strcmp(r2.ex[0].prompt, want) && want_nosys &&
+                  !strcmp(r.ex[1].prompt, want_nosys) && want_multi && !strcmp(r.ex[2].prompt, want_multi) &&
+                  r.ex[0].chat && r2.ex[0].chat && r.ex[1].chat && r.ex[2].chat && !strcmp(r.ex[2].reference, "Rome"),
+              "chat prompts rendered by the template (\"%s\"; multi-turn \"%s\")", r.ex[0].prompt, r.ex[2].prompt);
+        free(want_multi);
+        CHECK(r.ex[0].prompt_tokens == (int32_t)n_ids && !strcmp(r.ex[0].generated, r2.ex[0].generated) &&
                   !strcmp(r.ex[0].reference, "Paris"),
               "special tokens parsed (%d prompt tokens, want %zu); both forms generate the same text \"%s\"",
               r.ex[0].prompt_tokens, n_ids, r.ex[0].generated);
@@ -289,7 +300,9 @@ static void test_gen_eval(void) {
         free(want_nosys);
     }
     af_gen_eval_result_free(&r);
+    af_gen_eval_result_free(&r2);
     unlink(p);
+    unlink(p2);
     af_session_free(s);
     af_model_free(m);
 }

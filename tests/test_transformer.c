@@ -1,7 +1,7 @@
 /*
  * test_transformer.c — the one layer walk (src/model/transformer.c) in its inference and training
  * modes, with LoRA adapters applied unmerged, on tiny random models (tests/tinymodel.c), llama
- * and gemma3:
+ * and gemma3 (qwen2 and qwen3 in (a) and (c)):
  *  (a) unmerged vs merged: a session with an adapter (af_session_set_lora: y = x·Wᵀ +
  *      s·(x·Aᵀ)·Bᵀ) gives the logits of a model whose F32 weights were merged (W + s·B·A,
  *      af_lora_merge), for a batched prompt and for the same tokens decoded one by one through
@@ -446,10 +446,14 @@ out:
 int main(void) {
     test_merged("llama");
     test_merged("gemma3");
+    test_merged("qwen2");
+    test_merged("qwen3");
     test_train_vs_infer("llama", AF_TYPE_F32);
     test_train_vs_infer("gemma3", AF_TYPE_F32);
     test_train_vs_infer("llama", AF_TYPE_Q8_0);
     test_train_vs_infer("gemma3", AF_TYPE_Q8_0);
+    test_train_vs_infer("qwen2", AF_TYPE_Q8_0);
+    test_train_vs_infer("qwen3", AF_TYPE_F32);
     test_softcap("llama");
     test_softcap("gemma3");
     test_load_adapter("llama");

@@ -55,14 +55,19 @@ static af_status tm_matrix(af_gguf_writer *w, const char *name, uint32_t type, i
     return st;
 }
 
-static af_status tm_vector(af_gguf_writer *w, const char *name, int64_t n, uint64_t *rng) {
+/* A 1-D F32 vector [n] of center + U(-0.2, 0.2) (norm weights: center 1; biases: center 0). */
+static af_status tm_vector_at(af_gguf_writer *w, const char *name, int64_t n, float center, uint64_t *rng) {
     float *v = malloc(sizeof(float) * (size_t)n);
     if (!v) return AF_ERR_NOMEM;
-    for (int64_t i = 0; i < n; i++) v[i] = 1.0f + tl_rand_uniform(rng, -0.2f, 0.2f);
+    for (int64_t i = 0; i < n; i++) v[i] = center + tl_rand_uniform(rng, -0.2f, 0.2f);
     int64_t ne[1] = {n};
     af_status st = af_gguf_writer_add_tensor(w, name, AF_TYPE_F32, 1, ne, v, sizeof(float) * (size_t)n);
     free(v);
     return st;
+}
+
+static af_status tm_vector(af_gguf_writer *w, const char *name, int64_t n, uint64_t *rng) {
+    return tm_vector_at(w, name, n, 1.0f, rng);
 }
 
 /* Byte-level gpt2 tokenizer of tm_write_bpe. */
@@ -115,7 +120,7 @@ static af_status tm_write_tok(const tm_spec *s, const char *path, const tm_bpe *
     af_status st = af_gguf_writer_new(&w);
     if (st != AF_OK) return st;
     const char *a = s->arch;
-    const int gem = !strcmp(a, "gemma3");
+    const int gem = !strcmp(a, "gemma3"), qwen2 = !strcmp(a, "qwen2"), qwen3 = !strcmp(a, "qwen3");
     char k[128];
     uint64_t rng = s->seed * 2654435761u + 17;
     const int64_t H = s->hidden, F = s->ffn, qd = (int64_t)s->n_head * s->head_dim,
@@ -155,6 +160,15 @@ static af_status tm_write_tok(const tm_spec *s, const char *path, const tm_bpe *
         if (st == AF_OK) st = tm_matrix(w, NM("ffn_gate.weight"), s->wtype, F, H, wb / sqrtf((float)H), &rng);
         if (st == AF_OK) st = tm_matrix(w, NM("ffn_up.weight"), s->wtype, F, H, wb / sqrtf((float)H), &rng);
         if (st == AF_OK) st = tm_matrix(w, NM("ffn_down.weight"), s->wtype, H, F, wb / sqrtf((float)F), &rng);
+        if (qwen2) {
+            if (st == AF_OK) st = tm_vector_at(w, NM("attn_q.bias"), qd, 0.0f, &rng);
+            if (st == AF_OK) st = tm_vector_at(w, NM("attn_k.bias"), kvd, 0.0f, &rng);
+            if (st == AF_OK) st = tm_vector_at(w, NM("attn_v.bias"), kvd, 0.0f, &rng);
+        }
+        if (qwen3) {
+            if (st == AF_OK) st = tm_vector(w, NM("attn_q_norm.weight"), s->head_dim, &rng);
+            if (st == AF_OK) st = tm_vector(w, NM("attn_k_norm.weight"), s->head_dim, &rng);
+        }
         if (gem) {
             if (st == AF_OK) st = tm_vector(w, NM("attn_q_norm.weight"), s->head_dim, &rng);
             if (st == AF_OK) st = tm_vector(w, NM("attn_k_norm.weight"), s->head_dim, &rng);

@@ -2,9 +2,11 @@
  * tinymodel.h — tiny random transformers written as GGUF files, for engine and LoRA tests.
  * Not built on its own: test files #include "tinymodel.c".
  *
- * The model has the tensors and keys model.c reads for "llama" or "gemma3" (docs/FORMATS.md §3-§5):
- * token_embd (F32), output_norm, and per layer attn_norm, attn_q/k/v/output, ffn_norm,
- * ffn_gate/up/down (+ attn_q_norm, attn_k_norm, post_attention_norm, post_ffw_norm for gemma3),
+ * The model has the tensors and keys model.c reads for "llama", "gemma3", "qwen2" or "qwen3"
+ * (docs/FORMATS.md §3-§5b): token_embd (F32), output_norm, and per layer attn_norm,
+ * attn_q/k/v/output, ffn_norm, ffn_gate/up/down (+ attn_q_norm, attn_k_norm, post_attention_norm,
+ * post_ffw_norm for gemma3; + attn_q/k/v.bias U(-0.2, 0.2) for qwen2; + attn_q_norm, attn_k_norm
+ * for qwen3),
  * projection matrices quantized to `wtype` with af_quantize_row. No tokenizer (af_model_load
  * accepts that) except with tm_write_bpe. Weights: U(-1/sqrt(in), 1/sqrt(in)) * wscale; norm
  * weights 1 + U(-0.2, 0.2).
@@ -17,7 +19,7 @@
 #include <stdint.h>
 
 typedef struct tm_spec {
-    const char *arch; /* "llama" or "gemma3" */
+    const char *arch; /* "llama", "gemma3", "qwen2" or "qwen3" */
     uint32_t wtype;   /* af_type of the projection matrices */
     int hidden, ffn, n_head, n_kv_head, head_dim, n_layer, vocab;
     int window;       /* gemma3 sliding window */

@@ -6,18 +6,17 @@
  *
  * Prompt rendering for plain prompt/completion data is the one of training (TRL's SFTTrainer
  * tokenizes the prompt alone for the prompt part: prompt ids = tokenizer(prompt), the completion
- * follows): af_tokenize(prompt, add_special = 1, parse_special = 0). When the SFT data reader
- * (af_lm_dataset_read) lands, the prompts of conversational data come from its chat-template
- * rendering with the generation prompt; until then single-turn conversations are rendered with
- * af_chat_format (the model's template: [system,] user, then the assistant header) and multi-turn
- * ones are refused.
+ * follows): af_tokenize(prompt, add_special = 1, parse_special = 0). Conversations (single- or
+ * multi-turn) are parsed by the causal-LM reader (formats/lm_jsonl.c) and their prompt rendered by
+ * the training renderer (tokenizer/chat.c af_chat_render) with the generation prompt; the last
+ * assistant turn is the reference.
  */
 #include "infer/session.h"
 
-#include "formats/jsonl.h"
+#include "formats/lm_jsonl.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,188 +46,70 @@ void af_gen_eval_result_free(af_gen_eval_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-static const char *json_type(const cJSON *v) {
-    if (!v) return "missing";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    return "an invalid value";
-}
-
-/* Reads message `v` (an element of field `field`) into role / content (borrowed from the JSON). */
-static af_status message(const char *path, long ln, const char *field, int k, const cJSON *v, const char **role,
-                         const char **content) {
-    if (!cJSON_IsObject(v))
-        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': message %d: expected an object, got %s", path, ln, field, k,
-                       json_type(v));
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(v, "role"), *c = cJSON_GetObjectItemCaseSensitive(v, "content");
-    if (!cJSON_IsString(r) || !cJSON_IsString(c))
-        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': message %d: '%s' %s, expected a string", path, ln, field, k,
-                       !cJSON_IsString(r) ? "role" : "content", json_type(!cJSON_IsString(r) ? r : c));
-    if (strcmp(r->valuestring, "system") && strcmp(r->valuestring, "user") && strcmp(r->valuestring, "assistant"))
-        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': message %d: unknown role \"%s\" (system, user, assistant)",
-                       path, ln, field, k, r->valuestring);
-    *role = r->valuestring;
-    *content = c->valuestring;
-    return AF_OK;
-}
-
-/* A single-turn conversation's prompt rendered with the model's chat template and the generation
- * prompt (af_chat_format: [system], user, then the assistant header), and the assistant reply as
- * the reference. `pm` holds the prompt messages ([system,] user), `cm` the reply (assistant). */
-static af_status conversation(const af_model *m, const char *path, long ln, const char *pfield, const cJSON *pm, int np,
-                              const char *cfield, const cJSON *cm, af_gen_example *e) {
-    const char *sys = NULL, *user = NULL, *role, *content;
-    for (int k = 0; k < np; k++) {
-        af_status st = message(path, ln, pfield, k, cJSON_GetArrayItem(pm, k), &role, &content);
-        if (st != AF_OK) return st;
-        if (!strcmp(role, "system") && k == 0 && np == 2) sys = content;
-        else if (!strcmp(role, "user") && k == np - 1) user = content;
-        else
-            return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': message %d: role \"%s\" here: generation scoring reads "
-                           "single-turn conversations ([system,] user, assistant); multi-turn data are not read yet",
-                           path, ln, pfield, k, role);
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
     }
-    af_status st = message(path, ln, cfield, np, cm, &role, &content);
-    if (st != AF_OK) return st;
-    if (strcmp(role, "assistant"))
-        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': the reply's role is \"%s\", expected \"assistant\"", path,
-                       ln, cfield, role);
-    st = af_chat_format(m, sys, user, &e->prompt);
+    return d;
+}
+
+/* The prompt and the reference of one example parsed by the causal-LM reader (formats/lm_jsonl.c:
+ * one parser for training, evaluation and generation scoring). Plain prompt/completion: both as
+ * read. Conversations (messages, or prompt/completion message lists): the reference is the last
+ * assistant turn, the prompt every message before it rendered with the model's chat template and
+ * the generation prompt (af_chat_render, the renderer of training) as text without BOS. */
+static af_status from_example(const af_tokenizer *tok, const char *tmpl, const char *path, const af_lm_example *x,
+                              af_gen_example *e) {
+    e->line = x->line_no;
+    if (x->format == AF_LM_TEXT)
+        return af_fail(AF_ERR_FORMAT, "%s:%d: field 'text': plain text has no reference to score; generation scoring "
+                       "reads {\"prompt\", \"completion\"} or conversations", path, x->line_no);
+    if (x->format == AF_LM_PROMPT_COMPLETION) {
+        e->prompt = dup_n(x->text, x->text_len);
+        e->reference = dup_n(x->completion, x->completion_len);
+        return e->prompt && e->reference ? AF_OK : af_fail(AF_ERR_NOMEM, "%s:%d: out of memory", path, x->line_no);
+    }
+    const char *field = x->format == AF_LM_MESSAGES ? "messages" : "completion";
+    int32_t k = x->n_msgs - 1;
+    if (x->msgs[k].role != AF_ROLE_ASSISTANT)
+        return af_fail(AF_ERR_FORMAT, "%s:%d: field '%s': the last message is a %s turn; generation scoring needs the "
+                       "conversation to end with the assistant turn it scores", path, x->line_no, field,
+                       af_chat_role_name(x->msgs[k].role));
+    int32_t u = 0;
+    while (u < k && x->msgs[u].role != AF_ROLE_USER) u++;
+    if (u == k)
+        return af_fail(AF_ERR_FORMAT, "%s:%d: field '%s': the scored assistant turn has no user turn before it", path,
+                       x->line_no, x->format == AF_LM_MESSAGES ? "messages" : "prompt");
+    af_chat_family fam;
+    af_status st = af_chat_family_of(tok, tmpl, &fam);
+    if (st == AF_OK) st = af_chat_prompt_text(tok, fam, x->msgs, k, &e->prompt);
     if (st != AF_OK) { /* af_last_error's buffer is rewritten by af_fail: copy the message first */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", af_last_error());
-        return af_fail(st, "%s:%ld: %s", path, ln, msg);
+        return af_fail(st, "%s:%d: %s", path, x->line_no, msg);
     }
-    e->reference = strdup(content);
     e->chat = 1;
-    return e->reference ? AF_OK : af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
+    e->reference = dup_n(x->msgs[k].content, x->msgs[k].len);
+    return e->reference ? AF_OK : af_fail(AF_ERR_NOMEM, "%s:%d: out of memory", path, x->line_no);
 }
 
-/* Parses one non-blank line into e->prompt / e->reference (owned copies). Forms (TRL's):
- *   {"prompt": str, "completion": str}                       the prompt as is
- *   {"messages": [[system,] user, assistant]}                single-turn conversation
- *   {"prompt": [[system,] user], "completion": [assistant]}  the same as message lists */
-static af_status parse_example(const af_model *m, const char *path, long ln, const char *line, af_gen_example *e) {
-    cJSON *j = cJSON_Parse(line);
-    if (!j) {
-        const char *ep = cJSON_GetErrorPtr();
-        long col = ep && ep >= line ? (long)(ep - line) + 1 : 1;
-        return af_fail(AF_ERR_FORMAT, "%s:%ld: invalid JSON at column %ld", path, ln, col);
-    }
+/* The first max_n examples (<= 0: all) of the file into r->ex / r->n; the whole file is parsed
+ * (its errors are the reader's, with FILE:LINE and the field). */
+static af_status read_examples(const af_tokenizer *tok, const char *tmpl, const char *path, int32_t max_n,
+                               af_gen_eval_result *r) {
+    af_lm_corpus *c = NULL;
+    AF_TRY(af_lm_corpus_read(path, 0, &c));
+    int32_t n = max_n > 0 && max_n < c->n ? max_n : c->n;
     af_status st = AF_OK;
-    e->line = (int32_t)ln;
-    if (!cJSON_IsObject(j)) {
-        st = af_fail(AF_ERR_FORMAT, "%s:%ld: expected a JSON object", path, ln);
-        goto done;
+    r->ex = calloc((size_t)n, sizeof *r->ex);
+    if (!r->ex) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    for (int32_t i = 0; st == AF_OK && i < n; i++) {
+        r->n++; /* counted before filling so a half-filled example is freed with the result */
+        st = from_example(tok, tmpl, path, &c->ex[i], &r->ex[i]);
     }
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
-    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *cv = cJSON_GetObjectItemCaseSensitive(j, "completion");
-    if (msgs) {
-        if (pv || cv) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': a line holds either \"messages\" or \"prompt\"/\"completion\"",
-                         path, ln, pv ? "prompt" : "completion");
-            goto done;
-        }
-        int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : -1;
-        if (n < 2 || n > 3) {
-            st = n < 0 ? af_fail(AF_ERR_FORMAT, "%s:%ld: field 'messages': expected an array, got %s", path, ln, json_type(msgs))
-                       : af_fail(AF_ERR_FORMAT, "%s:%ld: field 'messages': %d messages; generation scoring reads single-turn "
-                                 "conversations ([system,] user, assistant)", path, ln, n);
-            goto done;
-        }
-        st = conversation(m, path, ln, "messages", msgs, n - 1, "messages", cJSON_GetArrayItem(msgs, n - 1), e);
-        goto done;
-    }
-    const char *names[2] = {"prompt", "completion"};
-    const cJSON *vals[2] = {pv, cv};
-    for (int k = 0; k < 2; k++) {
-        if (!vals[k]) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': missing (generation scoring reads {\"prompt\", \"completion\"} "
-                         "or {\"messages\"})", path, ln, names[k]);
-            goto done;
-        }
-        if (!cJSON_IsString(vals[k]) && !cJSON_IsArray(vals[k])) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected a string or a message list, got %s", path, ln,
-                         names[k], json_type(vals[k]));
-            goto done;
-        }
-    }
-    if (cJSON_IsArray(pv) != cJSON_IsArray(cv)) {
-        st = af_fail(AF_ERR_FORMAT, "%s:%ld: field 'completion': %s, but 'prompt' is %s", path, ln, json_type(cv),
-                     json_type(pv));
-        goto done;
-    }
-    if (cJSON_IsArray(pv)) {
-        int np = cJSON_GetArraySize(pv);
-        if (np < 1 || np > 2 || cJSON_GetArraySize(cv) != 1) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': %d messages; generation scoring reads single-turn "
-                         "conversations (prompt [system,] user; completion: one assistant message)", path, ln,
-                         (np < 1 || np > 2) ? "prompt" : "completion",
-                         (np < 1 || np > 2) ? np : cJSON_GetArraySize(cv));
-            goto done;
-        }
-        st = conversation(m, path, ln, "prompt", pv, np, "completion", cJSON_GetArrayItem(cv, 0), e);
-        goto done;
-    }
-    e->prompt = strdup(pv->valuestring);
-    e->reference = strdup(cv->valuestring);
-    if (!e->prompt || !e->reference) st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
-done:
-    cJSON_Delete(j);
-    return st;
-}
-
-/* The first N examples of the file into r->ex / r->n. */
-static af_status read_examples(const af_model *m, const char *path, int32_t max_n, af_gen_eval_result *r) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long ln = 0;
-    int32_t ex_cap = 0;
-    af_status st = AF_OK;
-    while ((max_n <= 0 || r->n < max_n) && (len = af_jsonl_read_line(fp, &line, &cap, AF_JSONL_DEFAULT_MAX_LINE)) != -1) {
-        ln++;
-        if (len == -2) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, ln, AF_JSONL_DEFAULT_MAX_LINE);
-            break;
-        }
-        if (len == -3) {
-            st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
-            break;
-        }
-        size_t k = 0;
-        while (k < (size_t)len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
-        if (k == (size_t)len) continue;
-        if (r->n == ex_cap) {
-            if (ex_cap >= INT32_MAX / 2) {
-                st = af_fail(AF_ERR_RANGE, "%s:%ld: too many examples", path, ln);
-                break;
-            }
-            int32_t nc = ex_cap ? 2 * ex_cap : 64;
-            af_gen_example *ne = realloc(r->ex, sizeof *ne * (size_t)nc);
-            if (!ne) {
-                st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
-                break;
-            }
-            r->ex = ne;
-            ex_cap = nc;
-        }
-        af_gen_example *e = &r->ex[r->n];
-        memset(e, 0, sizeof *e);
-        r->n++; /* counted before parsing so a half-filled example is freed with the result */
-        st = parse_example(m, path, ln, line, e);
-        if (st != AF_OK) break;
-    }
-    if (st == AF_OK && ferror(fp)) st = af_fail(AF_ERR_IO, "%s: read error: %s", path, strerror(errno));
-    free(line);
-    fclose(fp);
-    if (st == AF_OK && r->n == 0) st = af_fail(AF_ERR_FORMAT, "%s: no examples (empty data set)", path);
+    af_lm_corpus_free(c);
     return st;
 }
 
@@ -294,7 +175,7 @@ af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eva
     if (!tok) return af_fail(AF_ERR_UNSUPPORTED, "af_gen_eval_run: the model has no usable tokenizer");
     const int32_t vocab = af_model_get_config(m)->vocab_size;
     const int64_t n_ctx = af_session_n_ctx(s);
-    af_status st = read_examples(m, data_path, opts->max_examples, out);
+    af_status st = read_examples(tok, opts->chat_template, data_path, opts->max_examples, out);
     if (st != AF_OK) return st;
     float *logits = malloc(sizeof(float) * (size_t)vocab);
     int32_t *gen = malloc(sizeof(int32_t) * (size_t)max_new);

@@ -156,7 +156,8 @@ typedef struct af_adapter_load_opts {
 } af_adapter_load_opts;
 
 /* 1 when GGUF files of `architecture` have permuted q/k rows: "llama" (llama.cpp's LlamaModel
- * converter; the only such architecture afinar runs). 0 for NULL, "gemma3" and anything else. */
+ * converter; the only such architecture afinar runs). 0 for NULL, "gemma3", "qwen2", "qwen3" (their
+ * converters keep the HF row order: llama.cpp runs them in RoPE NEOX mode) and anything else. */
 int af_adapter_qk_permuted(const char *architecture);
 
 /* HF row of GGUF row `row` of a permuted q/k projection (llama.cpp LlamaModel.permute inverted,

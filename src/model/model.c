@@ -74,8 +74,14 @@ static af_status find_vector(const af_gguf *g, const char *name, int64_t n, floa
 }
 
 /* The architecture table: one row per supported general.architecture. Sources: llama.cpp
- * src/models/llama.cpp, src/models/gemma3.cpp; transformers modeling_llama.py, modeling_gemma3.py.
+ * src/models/llama.cpp, gemma3.cpp, qwen2.cpp, qwen3.cpp (rope types in src/llama-model.cpp);
+ * transformers modeling_llama.py, modeling_gemma3.py, modeling_qwen2.py, modeling_qwen3.py.
  * llama: pre-norm, SwiGLU, RoPE NORM mode (the GGUF converter permuted q/k rows), no biases.
+ * qwen2 (Qwen2, Qwen2.5): llama's layer plus biases on q/k/v (attn_{q,k,v}.bias), RoPE NEOX mode
+ * (rows not permuted by the converter), rope.freq_base from the file (1e6 typical).
+ * qwen3: llama's layer plus per-head RMSNorm of q and k before RoPE (attn_{q,k}_norm, weight used
+ * as is: no 1 + w; eps = attention.layer_norm_rms_epsilon), no biases, RoPE NEOX mode, head_dim
+ * from attention.key_length (may differ from hidden / heads).
  * gemma3: sandwich norms, q/k norms, GeGLU (tanh), RoPE NEOX mode, embedding times sqrt(hidden),
  * every 6th layer (il % 6 == 5) global and the others sliding-window with their own RoPE base
  * (llama.cpp set_swa_pattern(6); HF layer_types). */
@@ -92,6 +98,8 @@ typedef struct arch_entry {
 static const arch_entry arch_table[] = {
     {"llama", 0, 0, AF_ACT_SWIGLU, 0, 0, 0, 0},
     {"gemma3", 1, 1, AF_ACT_GEGLU_TANH, 1, 1, 6, 0},
+    {"qwen2", 0, 0, AF_ACT_SWIGLU, 1, 0, 0, 1},
+    {"qwen3", 0, 1, AF_ACT_SWIGLU, 1, 0, 0, 0},
 };
 
 static const arch_entry *arch_find(const char *name) {
@@ -113,7 +121,8 @@ static af_status load_hparams(af_model *m) {
     const arch_entry *ae = arch_find(c->architecture);
     if (!ae)
         return af_fail(AF_ERR_UNSUPPORTED,
-                       "%s: general.architecture: '%s' is not supported (supported: llama, gemma3)", g->path,
+                       "%s: general.architecture: '%s' is not supported (supported: llama, gemma3, qwen2, qwen3; "
+                       "mixture-of-experts variants such as qwen2moe/qwen3moe are not)", g->path,
                        c->architecture);
     m->desc.name = ae->name;
     m->desc.sandwich_norm = ae->sandwich_norm;
@@ -122,7 +131,7 @@ static af_status load_hparams(af_model *m) {
     m->desc.rope_neox = ae->rope_neox;
     m->desc.swa_period = ae->swa_period;
     m->desc.qkv_bias = ae->qkv_bias;
-    m->desc.final_logit_softcap = 0; /* neither llama nor gemma3 caps the final logits */
+    m->desc.final_logit_softcap = 0; /* none of the supported architectures caps the final logits */
     const char *a = c->architecture;
     AF_TRY(get_int(g, a, "embedding_length", 1, 1 << 16, 0, 0, &c->hidden_size));
     AF_TRY(get_int(g, a, "block_count", 1, 1024, 0, 0, &c->num_hidden_layers));

@@ -4,9 +4,11 @@
  *
  * Architectures: "llama" (SmolLM2, Llama 2/3 style: pre-norm, SwiGLU, RoPE NORM mode because the
  * GGUF converter permuted q/k rows) and "gemma3" (sandwich norms, q/k norms, GeGLU, embedding
- * scaled by sqrt(hidden), RoPE NEOX mode, sliding-window layers with their own RoPE base).
- * Sources: llama.cpp src/models/llama.cpp and src/models/gemma3.cpp, transformers
- * modeling_llama.py / modeling_gemma3.py, summarised in docs/FORMATS.md §3-§5.
+ * scaled by sqrt(hidden), RoPE NEOX mode, sliding-window layers with their own RoPE base),
+ * "qwen2" (Qwen2/2.5: llama's layer + q/k/v biases, RoPE NEOX mode) and "qwen3" (llama's layer +
+ * per-head q/k RMSNorm, RoPE NEOX mode, head_dim from attention.key_length).
+ * Sources: llama.cpp src/models/{llama,gemma3,qwen2,qwen3}.cpp, transformers
+ * modeling_{llama,gemma3,qwen2,qwen3}.py, summarised in docs/FORMATS.md §3-§5.
  */
 #ifndef AF_MODEL_H
 #define AF_MODEL_H
@@ -24,7 +26,7 @@ typedef enum af_act {
  * table in model.c (plus the values the file gives) and read by the layer walk
  * (transformer.c), which never tests the architecture's name. */
 typedef struct af_arch_desc {
-    const char *name;          /* GGUF general.architecture: "llama", "gemma3" */
+    const char *name;          /* GGUF general.architecture: "llama", "gemma3", "qwen2", "qwen3" */
     /* norm placement: always pre-norm (attn_norm, ffn_norm on the branch inputs); sandwich_norm
      * adds post-norms on both branch outputs before the residual add (post_attention_norm,
      * post_ffw_norm: gemma3) */
@@ -40,7 +42,7 @@ typedef struct af_arch_desc {
     int32_t swa_period;
     int64_t sliding_window;
     float rope_base_swa;
-    int qkv_bias;              /* q/k/v projections have biases (attn_{q,k,v}.bias; none today) */
+    int qkv_bias;              /* q/k/v projections have biases (attn_{q,k,v}.bias: qwen2) */
     float final_logit_softcap; /* LM head logits c·tanh(z/c); 0 = off */
     int tied_head;             /* the LM head reuses token_embd (no output.weight in the file) */
 } af_arch_desc;

@@ -89,21 +89,35 @@ static void add_str(af_chat_doc *d, const char *s, int target, size_t head) {
     af_chat_doc_add_text(d, s, strlen(s), target, head);
 }
 
-/* Default system prompt written literally in a ChatML template: the first "<|im_start|>system\n"
- * TEXT "<|im_end|>" whose TEXT has no Jinja syntax or quote ({ } ' " +), or NULL. */
+/* Default system prompt written literally in a ChatML template: the first "<|im_start|>system" +
+ * newline + TEXT + "<|im_end|>" whose TEXT has no Jinja syntax or quote ({ } ' " +), or NULL. The
+ * newline is either a real one (SmolLM2: template text) or the two characters backslash-n inside a
+ * Jinja string literal (Qwen2.5: '<|im_start|>system\nYou are Qwen, ...<|im_end|>\n'); in the
+ * latter TEXT must also have no backslash (no escape to undo). */
 static const char *default_system(const char *tmpl, size_t *len) {
-    static const char open[] = "<|im_start|>system\n";
-    for (const char *p = tmpl ? strstr(tmpl, open) : NULL; p; p = strstr(p + 1, open)) {
-        const char *s = p + sizeof open - 1, *e = strstr(s, "<|im_end|>");
-        if (!e) return NULL;
-        if (e == s) continue;
-        const char *q = s;
-        while (q < e && *q != '{' && *q != '}' && *q != '\'' && *q != '"' && *q != '+') q++;
-        if (q < e) continue;
-        *len = (size_t)(e - s);
-        return s;
+    static const char *const open[2] = {"<|im_start|>system\n", "<|im_start|>system\\n"};
+    const char *best = NULL, *best_open = NULL;
+    size_t best_len = 0;
+    for (int form = 0; form < 2 && tmpl; form++) {
+        const size_t ol = strlen(open[form]);
+        for (const char *p = strstr(tmpl, open[form]); p; p = strstr(p + 1, open[form])) {
+            const char *s = p + ol, *e = strstr(s, "<|im_end|>");
+            if (!e) break;
+            if (e == s) continue;
+            const char *q = s;
+            while (q < e && *q != '{' && *q != '}' && *q != '\'' && *q != '"' && *q != '+' && (form == 0 || *q != '\\'))
+                q++;
+            if (q < e) continue;
+            if (!best || p < best_open) { /* the earliest in the template */
+                best = s;
+                best_open = p;
+                best_len = (size_t)(e - s);
+            }
+            break;
+        }
     }
-    return NULL;
+    *len = best_len;
+    return best;
 }
 
 af_status af_chat_family_of(const af_tokenizer *tok, const char *override, af_chat_family *fam) {
@@ -317,7 +331,18 @@ af_status af_chat_doc_tokenize(const af_tokenizer *tok, const af_chat_doc *d, in
     return AF_OK;
 }
 
-/* ---- the single-turn generation prompt ---- */
+/* ---- generation prompts ---- */
+af_status af_chat_prompt_text(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                              char **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "chat prompt: NULL argument");
+    *out = NULL;
+    af_chat_doc d = {0};
+    AF_TRY(af_chat_render(tok, fam, m, n, n, 1, &d));
+    *out = d.text; /* the BOS piece (Gemma) has no text: af_tokenize adds BOS */
+    free(d.pc);
+    return AF_OK;
+}
+
 af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const char *user, char **out) {
     if (!tok || !user || !out) return af_fail(AF_ERR_INVALID_ARG, "af_chat_format: NULL argument");
     *out = NULL;
@@ -327,9 +352,5 @@ af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const 
     int32_t n = 0;
     if (system) m[n++] = (af_chat_msg){AF_ROLE_SYSTEM, system, strlen(system)};
     m[n++] = (af_chat_msg){AF_ROLE_USER, user, strlen(user)};
-    af_chat_doc d = {0};
-    AF_TRY(af_chat_render(tok, fam, m, n, n, 1, &d));
-    *out = d.text; /* the BOS piece (Gemma) has no text: af_tokenize adds BOS */
-    free(d.pc);
-    return AF_OK;
+    return af_chat_prompt_text(tok, fam, m, n, out);
 }

@@ -115,10 +115,16 @@ af_status af_chat_doc_plain(const af_tokenizer *tok, const char *prompt, size_t 
 af_status af_chat_doc_tokenize(const af_tokenizer *tok, const af_chat_doc *d, int32_t **ids, uint8_t **mask,
                                size_t *n);
 
+/* Generation prompt of a conversation: af_chat_render of m[0..n) (no targets) with the generation
+ * prompt, as text without the BOS (af_tokenize adds it; tokenize with parse_special = 1). `*out`:
+ * malloc'ed, NUL-terminated, caller frees (NULL on error). Errors: those of af_chat_render
+ * (AF_ERR_FORMAT "messages[i]: ..." for Gemma turns that do not alternate), AF_ERR_INVALID_ARG. */
+af_status af_chat_prompt_text(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                              char **out);
+
 /* Chat prompt for one (optional) system turn and one user turn, ready for generation; the engine
- * behind af_chat_format(): af_chat_render of [system?, user] with the generation prompt, as text
- * without the BOS (af_tokenize adds it). With system == NULL the ChatML default system prompt is
- * used when the template has one. `user` must not be NULL. `*out`: malloc'ed, NUL-terminated, caller
+ * behind af_chat_format(): af_chat_prompt_text of [system?, user]. With system == NULL the ChatML
+ * default system prompt is used when the template has one. `user` must not be NULL. `*out`: malloc'ed, NUL-terminated, caller
  * frees. Errors: AF_ERR_INVALID_ARG, AF_ERR_UNSUPPORTED (unknown template), AF_ERR_NOMEM. */
 af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const char *user, char **out);
 

@@ -493,7 +493,7 @@ void af_tr_plot(const char *out_dir, FILE *log) {
     }
     fprintf(gp, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1000,760 } "
                 "else { set terminal png size 1000,760 }\nset output '%s'\n", tmp);
-    int n_eval = 0;
+    int n_eval = 0, lm = 0;
     for (int pass = 0; pass < 2; pass++) {
         fprintf(gp, "$%s << EOD\n", pass ? "E" : "T");
         for (char *line = b; *line;) {
@@ -508,6 +508,7 @@ void af_tr_plot(const char *out_dir, FILE *log) {
                 double l = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "loss"));
                 double a = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, k1));
                 if (!cJSON_GetObjectItemCaseSensitive(j, k1)) { /* causal LM: TRL's names */
+                    lm = 1;
                     if (pass) l = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "eval_loss"));
                     a = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
                         j, pass ? "eval_mean_token_accuracy" : "mean_token_accuracy"));
@@ -522,14 +523,16 @@ void af_tr_plot(const char *out_dir, FILE *log) {
         }
         fprintf(gp, "EOD\n");
     }
+    /* classification: accuracy and macro-F1; causal LM: mean token accuracy (no F1) */
+    const char *acc = lm ? "token accuracy" : "accuracy";
     fprintf(gp, "set multiplot layout 2,1\nset grid\nset xlabel 'optimizer step'\nset ylabel 'loss'\n"
                 "plot $T using 1:2 with lines lc rgb '#88aadd' title 'train loss (per step)'%s\n"
-                "set ylabel 'accuracy'\nset yrange [0:1.05]\nset key bottom right\n"
-                "plot $T using 1:3 with lines lc rgb '#88aadd' title 'train accuracy (per step)'%s\n"
-                "unset multiplot\nset output\n",
-            n_eval ? ", $E using 1:2 with linespoints lw 2 lc rgb '#cc3333' title 'val loss'" : "",
-            n_eval ? ", $E using 1:3 with linespoints lw 2 lc rgb '#cc3333' title 'val accuracy', "
-                     "$E using 1:4 with linespoints lw 2 lc rgb '#339933' title 'val macro-F1'" : "");
+                "set ylabel '%s'\nset yrange [0:1.05]\nset key bottom right\n"
+                "plot $T using 1:3 with lines lc rgb '#88aadd' title 'train %s (per step)'",
+            n_eval ? ", $E using 1:2 with linespoints lw 2 lc rgb '#cc3333' title 'val loss'" : "", acc, acc);
+    if (n_eval) fprintf(gp, ", $E using 1:3 with linespoints lw 2 lc rgb '#cc3333' title 'val %s'", acc);
+    if (n_eval && !lm) fprintf(gp, ", $E using 1:4 with linespoints lw 2 lc rgb '#339933' title 'val macro-F1'");
+    fprintf(gp, "\nunset multiplot\nset output\n");
     int rc = pclose(gp);
     if (rc == 0 && rename(tmp, png) == 0) {
         if (log) fprintf(log, "plot: %s\n", png);
