@@ -329,10 +329,10 @@ static af_status read_json(const char *dir, const char *name, int optional, cJSO
     char *path = af_path_join(dir, name);
     if (!path) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
     af_status st = AF_OK;
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = af_fopen_regular(path, NULL); /* records "<path>: cannot open: ..." / "not a regular file" */
     char *text = NULL;
     if (!fp) {
-        if (!(optional && errno == ENOENT)) st = af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        st = (optional && errno == ENOENT) ? AF_OK : AF_ERR_IO;
         free(path);
         return st;
     }
@@ -494,6 +494,34 @@ int af_adapter_tensor_role(const char *name, int32_t *layer, af_proj *proj) {
 
 static int readable_dtype(af_st_dtype d) {
     return d == AF_ST_F32 || d == AF_ST_F16 || d == AF_ST_BF16 || d == AF_ST_F64;
+}
+
+/* Index of the first NaN/Inf element of a readable float tensor (raw bytes, little-endian), or -1.
+ * Checked on the file's own dtype so that P is written only after every check passed. */
+static int64_t first_nonfinite(const af_st_tensor *t) {
+    const uint8_t *d = t->data;
+    for (uint64_t i = 0; i < t->n_elem; i++) {
+        int bad = 0;
+        if (t->dtype == AF_ST_F32) {
+            uint32_t u;
+            memcpy(&u, d + 4 * i, 4);
+            bad = (u & 0x7f800000u) == 0x7f800000u;
+        } else if (t->dtype == AF_ST_F16) {
+            uint16_t u;
+            memcpy(&u, d + 2 * i, 2);
+            bad = (u & 0x7c00u) == 0x7c00u;
+        } else if (t->dtype == AF_ST_BF16) {
+            uint16_t u;
+            memcpy(&u, d + 2 * i, 2);
+            bad = (u & 0x7f80u) == 0x7f80u;
+        } else if (t->dtype == AF_ST_F64) {
+            uint64_t u;
+            memcpy(&u, d + 8 * i, 8);
+            bad = (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        }
+        if (bad) return (int64_t)i;
+    }
+    return -1;
 }
 
 /* Info from an open weights file. */
@@ -669,6 +697,10 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
         } else if (!readable_dtype(t->dtype)) {
             st = af_fail(AF_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported for adapters", W, t->name,
                          af_st_dtype_name(t->dtype));
+        } else if (first_nonfinite(t) >= 0) {
+            /* a diverged run's adapter: refused wherever it is loaded (predict, eval, generate, resume) */
+            st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': element %lld is not finite (NaN or Inf): the adapter is "
+                         "unusable (saved from a diverged run?)", W, t->name, (long long)first_nonfinite(t));
         } else {
             *dst = t;
         }
