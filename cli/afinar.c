@@ -133,6 +133,8 @@ static void usage(FILE *fp) {
             "                     the adapter as a llama.cpp LoRA GGUF (llama-cli --lora, Ollama ADAPTER)\n"
             "  merge -m FILE -a ADAPTER -o OUT.gguf [--type keep|f16|q8_0|q4_k|...]\n"
             "                     fold the adapter into the model, re-quantized (a standalone GGUF)\n"
+            "  merge-adapters A B ... -o OUT [--method M] [--weights W,...] [--density D] [--rank R]\n"
+            "                     merge LoRA adapters on their ΔW (linear, cat, ties, dare-ties, ...)\n"
             "  version            print version and the CPU features detected\n"
             "\n"
             "Run 'afinar <command> --help' for the options of a command.\n"
@@ -179,6 +181,7 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
+    if (!strcmp(cmd, "merge-adapters")) return cmd_merge_adapters(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

@@ -1178,6 +1178,117 @@ void af_gen_eval_result_free(af_gen_eval_result *r);
 af_status af_gen_eval_json(const af_gen_eval_result *r, const char *const *extra, char **out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Adapter merging (`afinar merge-adapters`)
+ *
+ * Several LoRA adapters of the same base model become one adapter. Every method works on each
+ * adapted projection's ΔW_i = s_i·B_i·A_i [out, in] (s_i = lora_alpha/r, or lora_alpha/sqrt(r) with
+ * use_rslora), never on A and B separately (which would add cross terms B_i·A_j between adapters);
+ * the merged ΔW is then written as a PEFT adapter directory (af_lora_trainer_save_adapter's format)
+ * of rank r with lora_alpha = r (scale 1): B = U_r·diag(σ_r), A = V_rᵀ from the truncated SVD of ΔW
+ * (Eckart–Young: the best rank-r approximation), as PEFT's svd combinations write it
+ * (peft 0.21 tuners/lora/model.py _svd_generalized_task_arithmetic_weighted_adapter). The method
+ * definitions are those of peft/utils/merge_utils.py, applied to the ΔW_i with weights w_i:
+ *   linear, svd     ΔW = Σ w_i ΔW_i (task arithmetic; PEFT's "svd"; afinar's "linear" is the same
+ *                   computation — PEFT's own "linear" mixes A and B separately, which afinar does not)
+ *   cat             ΔW = Σ w_i ΔW_i written EXACTLY at rank Σ r_i: A = [w_1 s_1 A_1; w_2 s_2 A_2; ...]
+ *                   (rows concatenated), B = [B_1 B_2 ...] (columns), projections missing in an
+ *                   adapter zero-padded (PEFT's "cat")
+ *   ties            T_i = magnitude-prune(ΔW_i, density): keep the k = floor(density·out·in) largest
+ *                   |entries| (ties at the threshold: lowest row-major index first), zero the rest;
+ *                   elected sign e = sign(Σ_i T_i) ("total") or sign(Σ_i sign(T_i)) ("frequency"),
+ *                   +1 where that sum is 0; ΔW = Σ_i w_i T_i [sign(T_i) = e] / max(1, Σ_i [sign(T_i) = e])
+ *                   (disjoint merge; zero entries never count); PEFT's "ties_svd"
+ *   dare-linear     T_i = random-prune(ΔW_i, density) / density, ΔW = Σ w_i T_i (PEFT "dare_linear_svd")
+ *   dare-ties       random-prune as dare-linear, then sign election and disjoint merge as ties
+ *   magnitude-prune T_i = magnitude-prune(ΔW_i, density), ΔW = Σ w_i T_i
+ * Random pruning (DARE) keeps entry (o, j) of adapter i's ΔW [out, in] when
+ *   af_ctr_u01(af_ctr_key(seed, layer, proj, i), o·in + j) < density
+ * with the splitmix64 counter RNG of src/lora/lora.h (proj: 0 q, 1 k, 2 v, 3 o, 4 gate, 5 up,
+ * 6 down; i: 0-based adapter position; rows in the file's row order, HF for q/k) — deterministic
+ * for a seed, reimplemented in tests/ref/make_merge_ref.py. density >= 1 prunes nothing.
+ * Adapters may target different projections and layers: the result covers the union, an adapter
+ * without a projection contributing ΔW_i = 0 there (for every method this equals PEFT's rule of
+ * merging only the adapters that have the module). Ranks, lora_alpha and rsLoRA may differ. A
+ * projection present in several adapters must have the same [out, in] everywhere.
+ * Classification heads (modules_to_save "score"): every adapter has one or none; merged heads need
+ * the same [num_classes, hidden] and the same label names (afinar.json "labels"); the head is
+ * combined linearly, W = Σ w_i W_i (and the bias likewise, a missing bias counting as 0). PEFT has no
+ * head merge (add_weighted_adapter refuses adapters that share a modules_to_save module).
+ * ------------------------------------------------------------------------------------------- */
+typedef enum af_merge_method {
+    AF_MERGE_LINEAR = 0,
+    AF_MERGE_SVD,
+    AF_MERGE_CAT,
+    AF_MERGE_TIES,
+    AF_MERGE_DARE_TIES,
+    AF_MERGE_DARE_LINEAR,
+    AF_MERGE_MAGNITUDE_PRUNE,
+    AF_MERGE_METHOD_COUNT
+} af_merge_method;
+
+/* "linear", "svd", "cat", "ties", "dare-ties", "dare-linear", "magnitude-prune" (also accepted
+ * with '_' for '-'). Errors: AF_ERR_INVALID_ARG naming the unknown method and listing the known
+ * ones. af_merge_method_name returns the first spelling (static), "unknown" out of range. */
+af_status af_merge_method_parse(const char *name, af_merge_method *out);
+const char *af_merge_method_name(af_merge_method m);
+
+typedef struct af_adapter_merge_opts {
+    af_merge_method method;  /* (AF_MERGE_LINEAR) */
+    const double *weights;   /* [n_weights] w_i (any sign), borrowed; NULL: every w_i = 1 */
+    int32_t n_weights;       /* must equal the number of adapters when weights != NULL */
+    double density;          /* ties, dare-*, magnitude-prune: fraction of entries kept, in (0, 1]
+                                (required: 0 = not given); the other methods: must be 0 */
+    int32_t rank;            /* rank of the result, 1..min(out, in) of every projection; 0: the
+                                largest input rank (PEFT's default); cat: 0 or Σ r_i */
+    uint64_t seed;           /* DARE masks (0) */
+    int majority_sign_frequency; /* ties / dare-ties sign election: 0 "total" (PEFT default),
+                                    1 "frequency" */
+    int overwrite;           /* 1: replace an existing output adapter directory */
+    int n_threads;           /* projections merged at the same time (0: one per CPU this process may
+                                run on); the result does not depend on it */
+} af_adapter_merge_opts;
+
+/* Defaults as marked above (method linear, weights 1, rank 0, seed 0, total, no overwrite, all CPUs). */
+void af_adapter_merge_opts_default(af_adapter_merge_opts *o);
+
+/* What a merge did (filled on success). */
+typedef struct af_adapter_merge_report {
+    int32_t rank;            /* rank written */
+    int32_t n_projections;   /* adapted (layer, projection) pairs written */
+    int has_head;            /* 1: a merged classification head was written */
+    double max_rel_error;    /* max over projections of |ΔW - B·A|_F / |ΔW|_F, the truncation error
+                                (0 for cat, and where ΔW = 0) */
+    int32_t worst_layer;     /* where max_rel_error occurs (-1 when none) */
+    char worst_proj[16];     /* "q_proj", ... ("" when none) */
+} af_adapter_merge_report;
+
+/* Merge the adapter directories `dirs` [n] (n >= 1; PEFT LoRA adapters as afinar or PEFT write them)
+ * into a new adapter directory `out_dir` (see the section comment for the methods). Written as a
+ * whole or not at all: into a temporary directory next to `out_dir`, then renamed; an existing
+ * `out_dir` is an error unless opts->overwrite, and then it must be an adapter directory (it has
+ * adapter_config.json and no sub-directory), which is replaced after the new one is complete.
+ * adapter_config.json: r = lora_alpha = rank, use_rslora false, target_modules the union,
+ * layers_to_transform when not every layer is adapted, task_type and base_model_name_or_path of the
+ * first adapter; afinar.json: the first adapter's architecture / pooling / max_seq_len / labels,
+ * q/k row order as the inputs, and "merge": {method, adapters, weights, density, seed, rank,
+ * majority_sign}. Memory: the inputs' parameters, plus for ties / dare / magnitude-prune n + 2 dense
+ * double matrices [out, in] per projection being merged (n_threads at a time). Time: the dense
+ * methods take the SVD of each [out, in] ΔW (Householder QR + one-sided Jacobi, src/lora/svd.h):
+ * about 2·out·in·min + 4·min³ flops per sweep, ~11 sweeps (min = min(out, in)): seconds for a
+ * 576 x 576 projection; the factored methods (linear, svd, cat) never form ΔW and take milliseconds.
+ * `opts` NULL: defaults; `report` may be NULL.
+ * Errors (messages name the adapter directory and the field): AF_ERR_INVALID_ARG (NULL, n < 1,
+ * weights count != n, non-finite weight, density outside (0, 1] or given for a method without
+ * pruning or missing for one with pruning, rank < 0 or above min(out, in) of a projection, cat with
+ * a rank other than Σ r_i, adapters for different architectures / numbers of layers, a projection
+ * or head of different shapes, heads in some adapters only, different label names, q/k row orders
+ * that differ), AF_ERR_IO (output exists without overwrite, or is not an adapter directory; write
+ * failures), the errors of reading an adapter (AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_NOT_FOUND,
+ * AF_ERR_UNSUPPORTED), AF_ERR_NOMEM. */
+af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_dir, const af_adapter_merge_opts *opts,
+                           af_adapter_merge_report *report);
+
+/* ---------------------------------------------------------------------------------------------
  * Multi-process runs (MPI)
  * `mpirun -np N afinar train ...` (or `srun`) trains one model data-parallel over N processes,
  * each with the whole data set: the global sample order, the split of every step's micro-batches

@@ -999,6 +999,88 @@ static void test_eval_generate(void) {
     free(js);
 }
 
+/* afinar merge-adapters: usage errors (2), inputs that do not fit together (1, nothing written),
+ * and good merges of the trained adapter with itself that load and predict like it. The mismatched
+ * adapters are fixtures of tests/ref/make_merge_ref.py (relative paths: make test runs from the
+ * repository root). */
+#define MF "tests/fixtures/adapter_merge"
+static void test_merge_adapters(void) {
+    const char *M = "afinar merge-adapters: ";
+    char want[512];
+    EXPECT("merge-adapters @/run/final", 2, "afinar merge-adapters: missing -o OUT_DIR (the merged adapter directory)");
+    EXPECT("merge-adapters -o @/m", 2, "afinar merge-adapters: no adapter directories given (see 'afinar merge-adapters --help')");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/m --method slerp", 2,
+           "afinar merge-adapters: --method: unknown merge method 'slerp' (linear, svd, cat, ties, dare-ties, dare-linear, magnitude-prune)");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/m --method ties --density 0", 2,
+           "afinar merge-adapters: --density: expected a fraction in (0, 1], got '0'");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/m --method ties --density 1.5", 2,
+           "afinar merge-adapters: --density: expected a fraction in (0, 1], got '1.5'");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/m --weights 1,2,3", 2,
+           "afinar merge-adapters: --weights: 3 weights for 2 adapters (give one per adapter)");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/m --weights 1,x", 2,
+           "afinar merge-adapters: --weights (weight 2): expected a number in [-1e+06, 1e+06], got 'x'");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/m --majority-sign most", 2,
+           "afinar merge-adapters: --majority-sign: expected total or frequency, got 'most'");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/m --rank 0", 2,
+           "afinar merge-adapters: --rank: expected an integer in [1, 1048576], got '0'");
+    EXPECT("merge-adapters @/run/final -o @/m --bogus", 2,
+           "afinar merge-adapters: unknown option '--bogus' (see 'afinar merge-adapters --help')");
+    /* exit 1: the adapters, the rank, the output */
+    snprintf(want, sizeof want, "%s" MF "/bad_shape: layer 0 q_proj is [24, 20] (out, in), but [24, 24] in " MF
+             "/a0 (adapters of one base model only)", M);
+    EXPECT("merge-adapters " MF "/a0 " MF "/bad_shape -o @/m", 1, want);
+    snprintf(want, sizeof want, "%s" MF "/bad_labels/afinar.json: labels [\"neg\",\"pos\",\"neu\"], but " MF
+             "/a0 has [\"neg\",\"neu\",\"pos\"] (merged heads need the same label set, in the same order)", M);
+    EXPECT("merge-adapters " MF "/a0 " MF "/bad_labels -o @/m", 1, want);
+    snprintf(want, sizeof want, "%s" MF "/bad_arch: architecture \"gemma3\", but " MF
+             "/a0 is for \"llama\" (adapters of one base model only)", M);
+    EXPECT("merge-adapters " MF "/a0 " MF "/bad_arch -o @/m", 1, want);
+    snprintf(want, sizeof want, "%s" MF "/no_head: no classification head, but " MF
+             "/a0 has one (merge classifiers with classifiers only)", M);
+    EXPECT("merge-adapters " MF "/a0 " MF "/no_head -o @/m", 1, want);
+    EXPECT("merge-adapters " MF "/a0 " MF "/a1 -o @/m --rank 17", 1,
+           "afinar merge-adapters: merge: rank 17 is above min(out, in) = 16 of layer 0 v_proj");
+    EXPECT("merge-adapters " MF "/a0 " MF "/a1 -o @/m --method cat --rank 4", 1,
+           "afinar merge-adapters: merge: cat: rank 4, but cat's rank is the sum of the ranks, 6 (use svd or linear for another rank)");
+    EXPECT("merge-adapters " MF "/a0 " MF "/a1 -o @/m --method ties", 1,
+           "afinar merge-adapters: merge: ties: density 0: the fraction of entries kept must be in (0, 1] (--density is required for this method)");
+    EXPECT("merge-adapters " MF "/a0 " MF "/a1 -o @/m --density 0.5", 1,
+           "afinar merge-adapters: merge: linear: density does not apply (only ties, dare-ties, dare-linear, magnitude-prune prune)");
+    EXPECT("merge-adapters @/run/final @/nope -o @/m", 1, "afinar merge-adapters: @/nope/adapter_config.json: cannot open: *");
+    EXPECT("merge-adapters @/run/final @/bad_cfg -o @/m", 1, "afinar merge-adapters: @/bad_cfg/adapter_config.json: malformed JSON*");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/run/best", 1,
+           "afinar merge-adapters: @/run/best: exists (--overwrite replaces an adapter directory)");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/run --overwrite", 1,
+           "afinar merge-adapters: @/run: exists and is not an adapter directory (no adapter_config.json); not replaced");
+    CHECK(!exists(P_("m")) && count_named(g_dir, "merge-tmp") == 0, "a refused merge wrote @/m or left a temporary");
+    /* good: the trained adapter merged with itself, 0.5 + 0.5 (linear) and TIES at density 1, predicts
+     * the same labels as the adapter itself */
+    static const char *const good[2] = {"merge-adapters @/run/final @/run/final -o @/merged --weights 0.5,0.5",
+                                        "merge-adapters @/run/final @/run/final -o @/merged --method ties --density 1 --overwrite"};
+    char **av = split_args("predict -m @/tiny.gguf -a @/run/final --input @/val.jsonl -t 1");
+    run_result ref = run_argv(NULL, 0, av);
+    free_args(av);
+    for (int k = 0; k < 2; k++) {
+        av = split_args(good[k]);
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 0 && strstr(r.out, "into ") && strstr(r.out, "rank 2") && r.err && !*r.err,
+              "%s: rc %d, stdout %s, stderr %s", good[k], r.rc, r.out ? r.out : "", r.err ? r.err : "");
+        run_free(&r);
+        av = split_args("predict -m @/tiny.gguf -a @/merged --input @/val.jsonl -t 1");
+        r = run_argv(NULL, 0, av);
+        free_args(av);
+        int same = r.rc == 0 && ref.rc == 0 && n_lines(r.out) == 6 && n_lines(ref.out) == 6;
+        for (const char *a = ref.out, *b = r.out; same && a && b && (a = strstr(a, "\"label\": ")) && (b = strstr(b, "\"label\": "));
+             a++, b++)
+            same = strncmp(a, b, strcspn(a, ",")) == 0;
+        CHECK(same, "%s: predictions of the merged adapter differ from the adapter's:\n%s\nvs\n%s", good[k],
+              r.out ? r.out : "", ref.out ? ref.out : "");
+        run_free(&r);
+    }
+    run_free(&ref);
+}
+
 /* ================================================================ reliability (issue 18)
  * Each class of issue 18 as CLI cases; a hang is a failure after g_run_timeout seconds. */
 
@@ -1602,6 +1684,7 @@ int main(void) {
     test_good();
     test_export_merge();
     test_eval_generate();
+    test_merge_adapters();
     /* reliability (issue 18) */
     test_rel_special_files();
     test_rel_sizes();

@@ -486,6 +486,14 @@ static name_map map_name(const char *name) {
     return m;
 }
 
+int af_adapter_tensor_role(const char *name, int32_t *layer, af_proj *proj) {
+    if (!name) return 0;
+    name_map m = map_name(name);
+    if (layer) *layer = m.layer;
+    if (proj) *proj = m.proj;
+    return m.kind;
+}
+
 static int readable_dtype(af_st_dtype d) {
     return d == AF_ST_F32 || d == AF_ST_F16 || d == AF_ST_BF16 || d == AF_ST_F64;
 }

@@ -176,6 +176,13 @@ int64_t af_adapter_qk_hf_row(int64_t row, int64_t head_dim);
  * `tmp`: scratch of head_dim * r floats. head_dim must be even (not checked here). */
 void af_adapter_qk_rows(float *B, int64_t n_heads, int64_t head_dim, int64_t r, int to_hf, float *tmp);
 
+/* What an adapter tensor name means, matched by its tail as af_adapter_load does: returns 1 for
+ * "...layers.{layer}.{self_attn|mlp}.{proj}.lora_A.weight", 2 for lora_B, 3 for a head weight
+ * ("score.weight" / "classifier.weight"), 4 for a head bias, 0 otherwise; *layer and *proj are set
+ * for 1 and 2 (either pointer may be NULL). Used by adapter_merge.c to build a layout from a file
+ * alone. */
+int af_adapter_tensor_role(const char *name, int32_t *layer, af_proj *proj);
+
 /* Disable (a_off = b_off = -1) every slot of `lay` on a layer that info->layers_to_transform does
  * not list, so a layout built by af_param_layout_init for all layers matches an adapter trained on
  * a layer subset (the skipped slots' floats stay in the buffer, unused). No-op when the list is
