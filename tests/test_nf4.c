@@ -69,7 +69,8 @@ static void test_fixture(void) {
     p += 4 * nb;
     memcpy(deq, p, 4 * n);
     size_t bad = 0;
-    CHECK(same_bits(code, af_nf4_code, 16, &bad), "NF4 code table differs from bitsandbytes at %zu", bad);
+    int ok = same_bits(code, af_nf4_code, 16, &bad); /* before CHECK reads `bad` (argument order) */
+    CHECK(ok, "NF4 code table differs from bitsandbytes at %zu", bad);
 
     /* quantize: our rows of blocks [absmax f32][32 code bytes] vs bitsandbytes' flat codes + absmax */
     const size_t rb = af_row_bytes(AF_TYPE_NF4, cols);
@@ -94,7 +95,8 @@ static void test_fixture(void) {
     /* dequantize: reference row function and every kernel path's ops.dequant */
     float *y = malloc(4 * n);
     for (uint32_t r = 0; r < rows; r++) af_dequantize_row(AF_TYPE_NF4, q + r * rb, y + (size_t)r * cols, cols);
-    CHECK(same_bits(y, deq, n, &bad), "af_dequantize_row(NF4) differs from bitsandbytes at %zu: %g vs %g", bad,
+    ok = same_bits(y, deq, n, &bad);
+    CHECK(ok, "af_dequantize_row(NF4) differs from bitsandbytes at %zu: %g vs %g", bad,
           y[bad], deq[bad]);
     static const char *paths[] = {"scalar", "avx2", "avx512"};
     for (int pi = 0; pi < 3; pi++) {
@@ -111,7 +113,8 @@ static void test_fixture(void) {
         /* all rows, columns from 64 (a k0 offset inside the row) and from 0 */
         ctx->k->mm->dequant(AF_TYPE_NF4, q, (int64_t)rb, 0, rows, 0, 64, y, cols);
         ctx->k->mm->dequant(AF_TYPE_NF4, q, (int64_t)rb, 0, rows, 64, cols - 64, y + 64, cols);
-        CHECK(same_bits(y, deq, n, &bad), "%s ops.dequant(NF4) differs from bitsandbytes at %zu: %g vs %g",
+        ok = same_bits(y, deq, n, &bad);
+        CHECK(ok, "%s ops.dequant(NF4) differs from bitsandbytes at %zu: %g vs %g",
               paths[pi], bad, y[bad], deq[bad]);
         af_ctx_free(ctx);
     }

@@ -258,6 +258,7 @@ af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out) {
     af_status st = af_gguf_open(path, &m->gguf);
     if (st == AF_OK) st = load_hparams(m);
     if (st == AF_OK) st = load_weights(m);
+    if (st == AF_OK && ctx->quantize != AF_TYPE_F32) st = af_model_requantize(m, ctx->quantize, NULL, NULL);
     if (st == AF_OK) {
         /* A model without a usable tokenizer still runs on token ids; the CLI reports it. */
         af_status ts = af_tokenizer_load(m->gguf, &m->tok);
@@ -281,6 +282,7 @@ void af_model_free(af_model *m) {
     if (m->tok) af_tokenizer_free(m->tok);
     free(m->layers);
     free(m->owned_f32);
+    af_free_aligned(m->owned_quant);
     af_gguf_close(m->gguf);
     free(m);
 }
