@@ -830,6 +830,9 @@ typedef struct af_trainer_opts {
                                     to start when the estimated peak exceeds N MiB */
     int bf16;                    /* 1: the run's context gets matmul_precision "bf16" (falls back to f32 with a
                                     warning where the CPU lacks AVX512_BF16); 0: the base context's precision */
+    const char *quantize;        /* NULL: the base context's; else af_ctx_params.quantize of the run's context
+                                    ("nf4", "q8_0", "f16", "bf16", "none"), applied when it loads model_path
+                                    (QLoRA: LoRA on an NF4 base) */
     /* ---- causal LM (task AF_TASK_CAUSAL_LM) ---- */
     af_task task;                /* AF_TASK_CLASSIFICATION (default) */
     int packing;                 /* causal LM: -1 (default) or 1: micro-batches packed by best-fit decreasing to
