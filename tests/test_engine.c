@@ -640,6 +640,14 @@ static void test_nf4(const char *arch) {
                "(loss %.6f vs %.6f); Q8_0 vs f32 base rel L2 %.4f (loss %.6f)\n",
                tag, r_deq, l1, l2, r_f32, l1, l0, r_q8, l3);
         free(g3);
+        long long fb = 0;
+        for (int il = 0; il < f32.m->cfg.num_hidden_layers; il++) {
+            const af_layer *L = &f32.m->layers[il];
+            const af_weight *w[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (int k = 0; k < 7; k++) fb += (long long)af_row_bytes(w[k]->type, w[k]->cols) * w[k]->rows;
+        }
+        printf("%s: projection bytes f32 %lld, q8_0 %zu, nf4 %zu (model-owned, 64-byte aligned per matrix)\n", tag, fb,
+               q8.m->owned_quant_bytes, nf4.m->owned_quant_bytes);
         free(g0);
         free(g1);
         free(g2);
