@@ -41,7 +41,7 @@ typedef enum af_type {
     /* afinar-internal (not a ggml id: never read from or written to a GGUF file): the QLoRA
      * paper's NormalFloat4, blocks of AF_QK_NF4 with an f32 absmax (kernels/nf4.h,
      * docs/FORMATS.md §2 NF4). Made only by af_model_requantize at load (--quantize nf4). */
-    AF_TYPE_NF4 = 1000,
+    AF_TYPE_NF4 = 0x10000,
 } af_type;
 
 #define AF_QK_NF4 64 /* elements per NF4 block (bitsandbytes' blocksize=64) */
