@@ -5,6 +5,7 @@
 #   make sanitize     the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-san/)
 #   make install PREFIX=/usr/local   header, libs, afinar.pc, CLI
 #   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
+#   make check-llamacpp  export/merge cross-checks against llama.cpp (builds .venv-llamacpp once)
 # Options: DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder. Threads: the library's own
 # worker pool (src/core/pool.c, POSIX threads); OpenMP is not used.
 
@@ -40,10 +41,24 @@ SOFILE   := libafinar.so.$(VERSION)
 # Test programs run at the same time by `make test` (each is one process; pool threads inside).
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 
-CFLAGS  := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
-LDLIBS  := $(PKG_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
+# MPI (optional; data-parallel `mpirun -np N afinar train`): Open MPI from Debian (libopenmpi-dev,
+# pkg-config ompi-c). Found: src/train/dist_mpi.c is built and linked with it; not found or MPI=0:
+# src/train/dist_none.c (one process; `afinar --help` says MPI is not built in).
+MPI ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
+ifeq ($(MPI),1)
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c)
+DIST_SKIP  := src/train/dist_none.c
+else
+MPI_CFLAGS :=
+MPI_LIBS   :=
+DIST_SKIP  := src/train/dist_mpi.c
+endif
 
-LIB_SRC  := $(sort $(shell find src -name '*.c'))
+CFLAGS  := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
+LDLIBS  := $(PKG_LIBS) $(MPI_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
+
+LIB_SRC  := $(filter-out $(DIST_SKIP),$(sort $(shell find src -name '*.c')))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -53,16 +68,18 @@ TEST_COMMON := $(BUILD)/tests/testlib.o
 # Scripts run by `make test` beside the test binaries (same RESULT line protocol).
 TEST_SCRIPTS := tests/check_layers.sh
 # The longest test programs start first, so that running JOBS at a time ends sooner.
-TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_model test_peft_lm_parity test_trainer test_kill test_engine test_peft_parity test_lm_train)
+TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
 TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
 
-.PHONY: all lib cli test tests sanitize install clean probe bench
+.PHONY: all lib cli test tests sanitize install clean probe bench check-llamacpp
 all: probe lib cli
 
 probe:
 	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s\n' "$$($(CC) -dumpversion)" \
 	  "$$(pkg-config --exists libpcre2-8 && echo '✓' || echo '✗ (apt-get install libpcre2-dev)')" \
 	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')"
+	@printf 'afinar build: MPI (mpirun -np N afinar train) %s\n' \
+	  "$$([ '$(MPI)' = 1 ] && echo "✓ Open MPI $$(pkg-config --modversion ompi-c)" || echo '✗ (apt-get install libopenmpi-dev openmpi-bin; or MPI=0 was given)')"
 
 lib: $(BUILD)/libafinar.a $(BUILD)/libafinar.so
 cli: $(BUILD)/afinar
@@ -70,6 +87,9 @@ cli: $(BUILD)/afinar
 $(BUILD)/%.o: %.c $(BUILD)/%.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+
+# Only the MPI transport sees the MPI headers.
+$(BUILD)/src/train/dist_mpi.o: CFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/libafinar.a: $(LIB_OBJ)
 	@rm -f $@
@@ -123,7 +143,7 @@ install: lib cli
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libafinar.so
 	install -m 755 $(BUILD)/afinar $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	  -e 's|@LIBS@|$(PKG_LIBS) -lm -lpthread|g' afinar.pc.in \
+	  -e 's|@LIBS@|$(PKG_LIBS) $(MPI_LIBS) -lm -lpthread|g' afinar.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/afinar.pc
 
 # libFuzzer targets (clang): make fuzz [FUZZ_SECONDS=60]; defined in tests/fuzz/fuzz.mk
@@ -131,6 +151,16 @@ install: lib cli
 
 bench: all
 	bash bench/run_decode.sh
+
+# llama.cpp cross-checks of `afinar export` / `afinar merge` (tests/ref/llamacpp_adapter_check.py):
+# builds llama-cpp-python into $(LLAMACPP_VENV) once (scripts/setup_llamacpp.sh, portable build),
+# then runs the checks on the models in models/. Skips (exit 0, with a message) when the build fails.
+LLAMACPP_VENV ?= .venv-llamacpp
+check-llamacpp: lib cli
+	@if bash scripts/setup_llamacpp.sh $(LLAMACPP_VENV); then \
+	  $(LLAMACPP_VENV)/bin/python tests/ref/llamacpp_adapter_check.py --afinar $(BUILD)/afinar \
+	    --results $(BUILD)/llamacpp_adapter_check.json; \
+	else echo "SKIP check-llamacpp: llama-cpp-python could not be built (log: $(LLAMACPP_VENV)/llama_build.log)"; fi
 
 clean:
 	rm -rf build build-san build-fuzz

@@ -8,8 +8,8 @@
 #        THREADS (2), REPS (3), NGEN (128), PY (python3 used to create .venv-bench),
 #        PRIO (-15: nice level of the measurement when allowed; 0 = leave as is),
 #        WAIT_IDLE (600: wait up to this many s for load < IDLE_LOAD (0.5) before measuring)
-# First run: creates .venv-bench and builds llama.cpp (10-30 min on 2 cores; log in
-# .venv-bench/llama_build.log). Later runs reuse it.
+# First run: creates .venv-bench and builds llama.cpp (scripts/setup_llamacpp.sh with NATIVE=1,
+# 10-30 min on 2 cores; log in .venv-bench/llama_build.log). Later runs reuse it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -23,31 +23,9 @@ VPY=$VENV/bin/python
 
 [ -f "$MODEL" ] || { echo "run_decode: $MODEL missing (scripts/fetch_models.sh)" >&2; exit 1; }
 
-if [ ! -x "$VPY" ]; then
-  echo "run_decode: creating $VENV"
-  "$PY" -m venv "$VENV"
-  "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip
-fi
-
-if ! "$VPY" -c 'import llama_cpp' 2>/dev/null; then
-  LOG=$VENV/llama_build.log
-  echo "run_decode: building llama-cpp-python (llama.cpp from source, native CPU + OpenMP);"
-  echo "            this takes a while on few cores; log: $LOG"
-  # GGML_NATIVE: -march=native; GGML_OPENMP: OpenMP thread pool; no tests/examples/tools,
-  # no multimodal (mtmd/llava) library: only what the benchmark loads.
-  export CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=ON -DCMAKE_BUILD_TYPE=Release \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF -DGGML_CCACHE=OFF"
-  export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-  # --no-cache-dir: never reuse a wheel built elsewhere with other flags.
-  if ! "$VPY" -m pip install -v --no-cache-dir --disable-pip-version-check \
-        -r bench/requirements.txt > "$LOG" 2>&1; then
-    echo "run_decode: llama-cpp-python build failed; last lines of $LOG:" >&2
-    tail -30 "$LOG" >&2
-    exit 1
-  fi
-  grep -q -- "-march=native" "$LOG" || echo "run_decode: warning: -march=native not seen in $LOG" >&2
-fi
+# llama-cpp-python with -march=native (the speed comparison needs the native build); the build
+# logic is shared with the llama.cpp cross-checks (scripts/setup_llamacpp.sh).
+NATIVE=1 PY="$PY" bash scripts/setup_llamacpp.sh "$VENV" || { echo "run_decode: llama-cpp-python build failed" >&2; exit 1; }
 "$VPY" -c 'import llama_cpp; print("run_decode: llama-cpp-python", llama_cpp.__version__, "|",
   llama_cpp.llama_print_system_info().decode().strip())'
 

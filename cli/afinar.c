@@ -1,9 +1,11 @@
 /* afinar — command-line tool: dispatches subcommands. Exit codes: 0 success, 1 failure,
- * 2 usage error, 130 interrupted. */
+ * 2 usage error, 130 interrupted (SIGINT), 143 terminated (SIGTERM). Every write to stdout is
+ * checked, the last flush and close included: lost output is exit status 1. */
 #include "cli.h"
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +52,38 @@ int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel
     }
     if (bf16) fprintf(stderr, "afinar %s: warning: --bf16: %s; using f32 products\n", cmd, bf16_msg);
     return 1;
+}
+
+static int g_stdout_reported;
+
+int cli_stdout_failed(const char *cmd) {
+    errno = 0;
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    if (bad && !g_stdout_reported) {
+        g_stdout_reported = 1;
+        fprintf(stderr, "afinar %s: cannot write to stdout: %s\n", cmd, strerror(errno ? errno : EIO));
+    }
+    return bad;
+}
+
+/* The last flush and close of stdout, checked: a command whose output was lost exits 1. */
+static int finish_stdout(const char *cmd, int rc) {
+    if (cli_stdout_failed(cmd)) return rc ? rc : 1;
+    errno = 0;
+    if (fclose(stdout) != 0) {
+        if (!g_stdout_reported)
+            fprintf(stderr, "afinar %s: cannot write to stdout: %s\n", cmd, strerror(errno ? errno : EIO));
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
+const char *tok_reason(const af_model *m, const char *model_path) {
+    const char *why = af_model_tokenizer_error(m);
+    if (!why) return "unknown reason";
+    size_t lp = model_path ? strlen(model_path) : 0;
+    if (lp && !strncmp(why, model_path, lp) && !strncmp(why + lp, ": ", 2)) why += lp + 2;
+    return why;
 }
 
 int cli_fail(const char *cmd, af_status st) {
@@ -100,13 +134,32 @@ static void usage(FILE *fp) {
             "                     accuracy, macro-F1, per-class table, confusion matrix, calibration\n"
             "  predict -m FILE -a ADAPTER [--input DATA.jsonl]\n"
             "                     one JSON line per input text (stdin lines without --input)\n"
+            "  export -m FILE -a ADAPTER -o OUT.gguf\n"
+            "                     the adapter as a llama.cpp LoRA GGUF (llama-cli --lora, Ollama ADAPTER)\n"
+            "  merge -m FILE -a ADAPTER -o OUT.gguf [--type keep|f16|q8_0|q4_k|...]\n"
+            "                     fold the adapter into the model, re-quantized (a standalone GGUF)\n"
             "  version            print version and the CPU features detected\n"
             "\n"
-            "Run 'afinar <command> --help' for the options of a command.\n",
-            af_version());
+            "Run 'afinar <command> --help' for the options of a command.\n"
+            "\n"
+            "multi-process training: mpirun -np N afinar train ... (or srun): data parallel, the same adapter\n"
+            "bytes for any N; %s\n",
+            af_version(),
+            af_dist_library() ? "MPI built in" : "MPI is NOT built in (rebuild with libopenmpi-dev installed)");
+    if (af_dist_library()) fprintf(fp, "MPI library: %s\n", af_dist_library());
 }
 
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv) {
+    /* A file size limit (ulimit -f) makes write(2) fail with EFBIG, reported and cleaned up like
+     * any failed write, instead of killing the process with SIGXFSZ mid-file. */
+    signal(SIGXFSZ, SIG_IGN);
+    int rc = run_command(argc, argv);
+    return finish_stdout(argc >= 2 ? argv[1] : "", rc);
+}
+
+static int run_command(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -129,6 +182,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

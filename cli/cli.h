@@ -24,12 +24,22 @@ void cli_set_quantize(const char *name);
 int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
 
+/* Output errors (issue 18 class 3): flush stdout and check it. On a failed write (EPIPE with
+ * SIGPIPE ignored, ENOSPC, EFBIG, /dev/full ...) print "afinar <cmd>: cannot write to stdout: <strerror>"
+ * once and return 1 (the caller stops and exits 1); 0 while all is well. */
+int cli_stdout_failed(const char *cmd);
+
+/* Why the model has no tokenizer, without a leading "<model_path>: " (said once by the caller). */
+const char *tok_reason(const af_model *m, const char *model_path);
+
 int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 
 /* `afinar eval --generate N` (causal-LM data): parsed by cmd_eval, run by cmd_eval_generate. */
 typedef struct eval_gen_args {

@@ -36,6 +36,7 @@ int cmd_check(int argc, char **argv) {
         }
         af_ctx_free(ctx);
         rc = af_trainer_has_errors(t) ? 1 : 0;
+        n_err = af_trainer_n_errors(t); /* the memory estimate's error is not a diagnostic: count it too */
         printf("\ncheck: %s (%d errors, %d warnings)\n", rc ? "NOT ready to train" : "ready to train", n_err, n_warn);
     }
     af_trainer_free(t);

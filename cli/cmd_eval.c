@@ -157,10 +157,12 @@ int cmd_eval(int argc, char **argv) {
     af_metrics *m = NULL;
     char *js = NULL;
     st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
+    if (st == AF_OK && af_classifier_note(c)) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
     if (st != AF_OK) goto fail;
     const af_tokenizer *tok = af_model_tokenizer(af_classifier_model(c));
     if (!tok) {
-        cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);
+        cli_error(C, "%s: the model has no usable tokenizer (%s), so text cannot be read", model_path,
+                  tok_reason(af_classifier_model(c), model_path));
         goto done;
     }
     af_corpus_opts co;

@@ -10,9 +10,9 @@
 #include <time.h>
 
 static volatile sig_atomic_t g_stop;
+/* SIGINT and SIGTERM: stop generating after the current token, end the line, exit 130 / 143. */
 static void on_sigint(int sig) {
-    (void)sig;
-    g_stop = 1;
+    g_stop = sig;
 }
 
 static double now_sec(void) {
@@ -122,37 +122,12 @@ int cmd_generate(int argc, char **argv) {
 
     char *file_text = NULL;
     if (prompt_file) {
-        FILE *f = fopen(prompt_file, "rb");
-        if (!f) {
-            cli_error(C, "%s: cannot open prompt file: %s", prompt_file, strerror(errno));
+        /* never blocks (a FIFO, /dev/zero are refused; "/dev/stdin" may be a pipe); 16 MiB at most */
+        if (af_read_text_file(prompt_file, (size_t)16 << 20, &file_text, NULL) != AF_OK) {
+            cli_error(C, "prompt file %s", af_last_error());
             af_ctx_free(ctx);
             return 1;
         }
-        size_t cap = 4096, len = 0, r;
-        file_text = malloc(cap + 1);
-        while (file_text && (r = fread(file_text + len, 1, cap - len, f)) > 0) {
-            len += r;
-            if (len == cap) {
-                char *p = realloc(file_text, 2 * cap + 1);
-                if (!p) { free(file_text); file_text = NULL; break; }
-                file_text = p;
-                cap *= 2;
-            }
-        }
-        int read_errno = ferror(f) ? (errno ? errno : EIO) : 0;
-        fclose(f);
-        if (!file_text) {
-            cli_error(C, "%s: out of memory reading the prompt file", prompt_file);
-            af_ctx_free(ctx);
-            return 1;
-        }
-        if (read_errno) {
-            cli_error(C, "%s: cannot read prompt file: %s", prompt_file, strerror(read_errno));
-            free(file_text);
-            af_ctx_free(ctx);
-            return 1;
-        }
-        file_text[len] = 0;
         prompt = file_text;
     }
 
@@ -169,7 +144,8 @@ int cmd_generate(int argc, char **argv) {
     }
     const af_tokenizer *tok = af_model_tokenizer(model);
     if (!tok) {
-        cli_error(C, "%s: the model has no usable tokenizer, so text cannot be generated", model_path);
+        cli_error(C, "%s: the model has no usable tokenizer (%s), so text cannot be generated", model_path,
+                  tok_reason(model, model_path));
         goto done;
     }
     const char *text = prompt;
@@ -219,9 +195,10 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     signal(SIGINT, on_sigint);
+    signal(SIGTERM, on_sigint);
     if (echo) {
         fwrite(text, 1, strlen(text), stdout);
-        fflush(stdout);
+        if (cli_stdout_failed(C)) goto done; /* rc 1: the output cannot be written */
     }
     double t0 = now_sec();
     st = af_session_eval(sess, ids, (int)n_ids, logits, NULL);
@@ -242,7 +219,8 @@ int cmd_generate(int argc, char **argv) {
         int len = af_token_to_bytes(tok, id, 0, piece, sizeof piece);
         if (len > 0) {
             fwrite(piece, 1, (size_t)(len < (int)sizeof piece ? len : (int)sizeof piece), stdout);
-            fflush(stdout);
+            /* a closed pipe (EPIPE with SIGPIPE ignored), a full disk: stop generating at once */
+            if (cli_stdout_failed(C)) goto done;
         }
         if (n_gen == n_predict) break;
         double t1 = now_sec();
@@ -256,12 +234,12 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     fputc('\n', stdout);
-    fflush(stdout);
+    if (cli_stdout_failed(C)) goto done;
     if (timings)
         fprintf(stderr, "timings: prompt %zu tokens %.3f s (%.2f tok/s), decode %ld tokens %.3f s (%.2f tok/s)\n",
                 n_ids, t_prompt, t_prompt > 0 ? (double)n_ids / t_prompt : 0.0, n_decode, t_decode,
                 t_decode > 0 ? (double)n_decode / t_decode : 0.0);
-    rc = g_stop ? 130 : 0;
+    rc = g_stop ? 128 + (int)g_stop : 0;
 done:
     free(logits);
     free(ids);

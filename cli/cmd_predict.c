@@ -13,10 +13,11 @@
 #include <unistd.h>
 
 static void help(void) {
-    printf("usage: afinar predict -m MODEL.gguf -a ADAPTER_DIR [--input FILE.jsonl] [options] [< lines.txt]\n"
+    printf("usage: afinar predict -m MODEL.gguf [-a ADAPTER] [--input FILE.jsonl] [options] [< lines.txt]\n"
            "\n"
            "  -m, --model FILE       GGUF base model (with its tokenizer)\n"
-           "  -a, --adapter DIR      adapter directory written by 'afinar train'\n"
+           "  -a, --adapter PATH     adapter directory written by 'afinar train', or its LoRA GGUF ('afinar\n"
+           "                         export'); without -a, MODEL must be a classifier merged by 'afinar merge'\n"
            "  -i, --input FILE       JSONL input ('-' = JSONL on stdin); without it, stdin lines are raw texts\n"
            "      --text-field NAME  JSON field with the text (default input)\n"
            "      --threshold P      multi-label decision threshold (default 0.5)\n"
@@ -29,6 +30,8 @@ static void help(void) {
            "Output: one JSON line per input on stdout: {\"label\", \"label_id\", \"probs\"} (multi-label:\n"
            "{\"labels\", \"label_ids\", \"probs\"}).\n");
 }
+
+static int g_reported; /* the failure's message is already printed */
 
 /* Classify every sample of a corpus and print the predictions. */
 static af_status run_corpus(const af_ctx *ctx, af_classifier *c, const af_corpus *corp, int32_t batch, double thr) {
@@ -44,11 +47,43 @@ static af_status run_corpus(const af_ctx *ctx, af_classifier *c, const af_corpus
         /* a line that cannot be made (out of memory) is left out, as before */
         if (af_classifier_prediction_json(c, probs + (size_t)i * n_classes, thr, &line) == AF_OK) puts(line);
         free(line);
+        if (ferror(stdout)) break;
     }
-    fflush(stdout);
+    if (st == AF_OK && cli_stdout_failed("predict")) { /* /dev/full, a closed pipe: stop, exit 1 */
+        st = AF_ERR_IO;
+        g_reported = 1;
+    }
     free(probs);
     af_dataset_free(ds);
     return st;
+}
+
+/* The longest raw text line read from stdin: a classifier reads at most its max_seq_len tokens, so
+ * a longer line is a mistake (a binary file, a missing newline), never read whole into memory. */
+#define MAX_RAW_LINE ((size_t)1 << 20)
+
+/* One line of stdin into *line (grown up to MAX_RAW_LINE + 1 bytes), without its newline. Returns
+ * the length, -1 at end of input, -2 when the line is longer than MAX_RAW_LINE (the rest of it is
+ * not read), -3 out of memory. */
+static ssize_t read_raw_line(char **line, size_t *cap) {
+    size_t n = 0;
+    int ch = EOF;
+    while ((ch = getc(stdin)) != EOF && ch != '\n') {
+        if (n >= MAX_RAW_LINE) return -2;
+        if (n + 2 > *cap) {
+            size_t nc = *cap ? 2 * *cap : 256;
+            if (nc > MAX_RAW_LINE + 2) nc = MAX_RAW_LINE + 2;
+            char *p = realloc(*line, nc);
+            if (!p) return -3;
+            *line = p, *cap = nc;
+        }
+        (*line)[n++] = (char)ch;
+    }
+    if (ch == EOF && n == 0) return -1;
+    if (!*line && !(*line = malloc(1))) return -3;
+    if (!*cap) *cap = 1;
+    (*line)[n] = 0;
+    return (ssize_t)n;
 }
 
 static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t batch, double thr) {
@@ -67,12 +102,27 @@ static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t ba
             break;
         }
         int32_t n = 0;
-        while (n < chunk && (len = getline(&line, &cap, stdin)) >= 0) {
+        while (n < chunk && (len = read_raw_line(&line, &cap)) != -1) {
+            if (len < 0) {
+                st = len == -2 ? AF_ERR_RANGE : AF_ERR_NOMEM;
+                if (len == -2)
+                    cli_error("predict", "<stdin>:%d: line longer than %zu bytes (the limit for a raw text line; "
+                              "split the text or pass it as JSONL with --input)", line_no + n, MAX_RAW_LINE);
+                else
+                    cli_error("predict", "<stdin>:%d: out of memory", line_no + n);
+                g_reported = 1;
+                break;
+            }
             while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
             texts[n] = strdup(line);
             lens[n] = (size_t)len;
             if (!texts[n]) break;
             n++;
+        }
+        if (st != AF_OK) {
+            for (int32_t i = 0; i < n; i++) free(texts[i]);
+            free(texts), free(lens);
+            break;
         }
         af_corpus *k = NULL;
         st = af_corpus_from_texts("<stdin>", (const char *const *)texts, lens, n, line_no, af_classifier_num_classes(c),
@@ -127,18 +177,21 @@ int cmd_predict(int argc, char **argv) {
         cli_error(C, "unexpected argument '%s'", argv[optind]);
         return 2;
     }
-    if (!model_path || !adapter) {
-        cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : "-a ADAPTER_DIR");
+    if (!model_path) {
+        cli_error(C, "missing -m MODEL.gguf");
         return 2;
     }
+    if (!adapter) adapter = model_path; /* a merged classifier (afinar merge) carries its head */
     af_ctx *ctx = NULL;
     if (!cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx)) return 2;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
     af_status st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
+    if (st == AF_OK && af_classifier_note(c)) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
     int rc = 0;
     if (st == AF_OK && !af_model_tokenizer(af_classifier_model(c))) {
-        cli_error(C, "%s: the model has no usable tokenizer, so text cannot be read", model_path);
+        cli_error(C, "%s: the model has no usable tokenizer (%s), so text cannot be read", model_path,
+                  tok_reason(af_classifier_model(c), model_path));
         rc = 1;
         goto done;
     }
@@ -155,7 +208,7 @@ int cmd_predict(int argc, char **argv) {
     } else if (st == AF_OK) {
         st = run_stdin_lines(ctx, c, (int32_t)batch, thr);
     }
-    if (st != AF_OK) rc = cli_fail(C, st);
+    if (st != AF_OK) rc = g_reported ? 1 : cli_fail(C, st);
 done:
     af_corpus_free(corp);
     af_classifier_free(c);

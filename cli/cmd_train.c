@@ -10,15 +10,22 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t g_interrupt;
+static volatile sig_atomic_t g_signal; /* the signal that asked to stop (SIGINT or SIGTERM) */
 
-static void on_sigint(int sig) {
-    (void)sig;
+/* SIGINT (Ctrl-C) and SIGTERM (docker stop, systemd, timeout, batch schedulers) alike: finish the
+ * step, save a checkpoint, exit 128 + signal (130, 143). A second signal ends the process at once. */
+static void on_stop_signal(int sig) {
     g_interrupt = 1;
-    static const char msg[] = "\nafinar train: interrupt: finishing this step and saving a checkpoint "
-                              "(Ctrl-C again to abort without saving)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    g_signal = sig;
+    static const char msg_int[] = "\nafinar train: interrupt: finishing this step and saving a checkpoint "
+                                  "(Ctrl-C again to abort without saving)\n";
+    static const char msg_term[] = "\nafinar train: terminated (SIGTERM): finishing this step and saving a checkpoint "
+                                   "(a second signal aborts without saving)\n";
+    ssize_t w = sig == SIGTERM ? write(STDERR_FILENO, msg_term, sizeof msg_term - 1)
+                               : write(STDERR_FILENO, msg_int, sizeof msg_int - 1);
     (void)w;
-    signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process at once */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -32,28 +39,50 @@ int cmd_train(int argc, char **argv) {
         train_cli_free(&tc);
         return 2;
     }
-    o->log = stderr;
+    /* Under mpirun / srun: one rank of a data-parallel run (af_trainer_run splits every step over
+     * the ranks); rank 0 alone prints and writes. A rank that fails stops the whole job. */
+    af_dist_info di;
+    af_status st = af_dist_init(&di);
+    if (st != AF_OK) {
+        rc = cli_fail(C, st);
+        train_cli_free(&tc);
+        return rc;
+    }
+    o->log = di.rank == 0 ? stderr : NULL;
     o->interrupt = &g_interrupt;
     af_trainer *t = NULL;
-    af_status st = af_trainer_new(o, &t);
+    st = af_trainer_new(o, &t);
     if (st != AF_OK) {
+        if (di.world_size > 1) cli_error(C, "rank %d of %d, before the first step:", di.rank, di.world_size);
         rc = cli_fail(C, st);
         goto done;
     }
-    af_trainer_report(t, stderr);
+    if (di.rank == 0) af_trainer_report(t, stderr);
     if (af_trainer_has_errors(t)) {
-        cli_error(C, "not training: fix the errors above (or run 'afinar check' to iterate on the settings)");
+        if (di.rank == 0)
+            cli_error(C, "not training: fix the errors above (or run 'afinar check' to iterate on the settings)");
         rc = 1;
         goto done;
     }
-    signal(SIGINT, on_sigint);
+    /* Under a multi-process launcher SIGTERM means another rank died or the job was cancelled: the
+     * step cannot finish, so af_dist_init's handler (one line naming the step and the last good
+     * checkpoint, then exit) stays; one process saves first. */
+    const int own_term = di.world_size <= 1;
+    signal(SIGINT, on_stop_signal);
+    if (own_term) signal(SIGTERM, on_stop_signal);
     af_train_result res;
     st = af_trainer_run(t, &res);
     signal(SIGINT, SIG_DFL);
+    if (own_term) signal(SIGTERM, SIG_DFL);
     if (st != AF_OK) rc = cli_fail(C, st);
-    else rc = res.stop == AF_STOP_INTERRUPTED ? 130 : 0;
+    else rc = res.stop == AF_STOP_INTERRUPTED ? (g_signal == SIGTERM ? 143 : 130) : 0;
 done:
     af_trainer_free(t);
     train_cli_free(&tc);
+    if (rc != 0 && rc != 130 && di.world_size > 1) {
+        fprintf(stderr, "afinar %s: rank %d of %d: stopping every process of the job\n", C, di.rank, di.world_size);
+        af_dist_abort(rc); /* returns only without a multi-process job */
+    }
+    af_dist_finalize();
     return rc;
 }

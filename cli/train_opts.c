@@ -31,7 +31,8 @@ void train_cli_help(const char *cmd, FILE *fp) {
     fprintf(fp, "      --config FILE.json         settings as {\"flag-name\": value, ...}; command-line flags win\n"
                 "  -h, --help                     this help\n\n"
                 "Boolean flags have a --no-FLAG form. With --resume, the checkpoint's own settings are the base.\n"
-                "Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted (Ctrl-C saves a checkpoint first).\n");
+                "Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM\n"
+                "(both save a checkpoint first).\n");
 }
 
 /* Print a failed library call's message as "afinar CMD: MESSAGE"; return the exit code: 1 for
@@ -146,11 +147,26 @@ int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
         } else {
             char path[4096];
             snprintf(path, sizeof path, "%s/train_config.json", ck);
-            FILE *f = fopen(path, "rb");
-            if (f) {
-                fclose(f);
+            struct stat sb; /* stat, not open: never blocks; the settings reader refuses a non-regular file */
+            if (stat(path, &sb) == 0) {
                 af_status st = af_train_settings_read(path, "checkpoint settings", &base);
                 if (st != AF_OK) rc = settings_fail(cmd, st);
+            } else {
+                /* without the run's settings every flag must come again: name the missing file first
+                 * (not a series of "missing -m", "missing --train", then a batch mismatch) */
+                int has_m = af_train_settings_get(cli, "model") || (file && af_train_settings_get(file, "model"));
+                int has_t = af_train_settings_get(cli, "train") || (file && af_train_settings_get(file, "train"));
+                if (!has_m || !has_t) {
+                    cli_error(cmd,
+                              "--resume %s: %s is missing (it holds the run's settings); copy it back from the run "
+                              "directory, or give the original run's settings again (-m, --train, --batch, ...)",
+                              res, path);
+                    rc = 1;
+                } else {
+                    fprintf(stderr, "afinar %s: warning: %s is missing: using only the settings given on the command "
+                                    "line; they must equal the original run's (--batch, --lr, --seed, ...)\n",
+                            cmd, path);
+                }
             }
             free(ck);
         }

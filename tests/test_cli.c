@@ -172,6 +172,7 @@ typedef struct run_result {
 } run_result;
 
 #define RUN_TIMEOUT_S 120 /* generous: ASan builds are slow; a hang still ends */
+static int g_run_timeout = RUN_TIMEOUT_S; /* the reliability cases (a hang is the defect) use less */
 
 /* Append what is readable on fd to the growing buffer; returns 0 at EOF or error. */
 static int drain(int fd, char **buf, size_t *len, size_t *cap) {
@@ -236,10 +237,10 @@ static run_result run_argv(const char *in, long fsize, char **args) {
         if (n > 0 && fds[0].revents) open_o = drain(po[0], &r.out, &ol, &oc);
         if (n > 0 && fds[1].revents) open_e = drain(pe[0], &r.err, &el, &ec);
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (!killed && now.tv_sec - t0.tv_sec > RUN_TIMEOUT_S) {
+        if (!killed && now.tv_sec - t0.tv_sec > g_run_timeout) {
             kill(pid, SIGKILL);
             killed = 1;
-            CHECK(0, "%s %s: no exit after %d s (killed)", args[1], args[2] ? args[2] : "", RUN_TIMEOUT_S);
+            CHECK(0, "%s %s: no exit after %d s (killed)", args[1], args[2] ? args[2] : "", g_run_timeout);
         }
     }
     close(po[0]), close(pe[0]);
@@ -446,7 +447,7 @@ static void test_usage(void) {
     EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --nope", 2,
            "afinar eval: unknown option '--nope' (see 'afinar eval --help')");
     EXPECT("eval -m @/tiny.gguf -a", 2, "afinar eval: option '-a' needs a value");
-    EXPECT("predict -m @/tiny.gguf", 2, "afinar predict: missing -a ADAPTER_DIR");
+    EXPECT("predict", 2, "afinar predict: missing -m MODEL.gguf");
     EXPECT("predict -m @/tiny.gguf -a @/run/final --threshold 1.5", 2,
            "afinar predict: --threshold: expected a number in [1e-06, 0.999999], got '1.5'");
     EXPECT("predict -m @/tiny.gguf -a @/run/final --batch abc", 2,
@@ -490,15 +491,15 @@ static void test_files(void) {
     EXPECT("eval -m @/text.gguf -a @/run/final --data @/val.jsonl -t 1", 1, "afinar eval: @/text.gguf: *");
     EXPECT("predict -m @/empty.gguf -a @/run/final -t 1", 1, "afinar predict: @/empty.gguf: *");
     EXPECT("eval -m @/notok.gguf -a @/run/final --data @/val.jsonl -t 1", 1,
-           "afinar eval: @/notok.gguf: the model has no usable tokenizer, so text cannot be read");
+           "afinar eval: @/notok.gguf: the model has no usable tokenizer (tokenizer.ggml.model: missing*), so text cannot be read");
     EXPECT("predict -m @/notok.gguf -a @/run/final -t 1", 1,
-           "afinar predict: @/notok.gguf: the model has no usable tokenizer, so text cannot be read");
+           "afinar predict: @/notok.gguf: the model has no usable tokenizer (tokenizer.ggml.model: missing*), so text cannot be read");
     EXPECT("generate -m @/trunc.gguf -p hi -t 1", 1, "afinar generate: @/trunc.gguf: *");
     EXPECT("generate -m @/notok.gguf -p hi -t 1", 1,
-           "afinar generate: @/notok.gguf: the model has no usable tokenizer, so text cannot be generated");
-    snprintf(want, sizeof want, "afinar generate: @/missing.txt: cannot open prompt file: %s", enoent);
+           "afinar generate: @/notok.gguf: the model has no usable tokenizer (tokenizer.ggml.model: missing*), so text cannot be generated");
+    snprintf(want, sizeof want, "afinar generate: prompt file @/missing.txt: cannot open: %s", enoent);
     EXPECT("generate -m @/tiny.gguf -f @/missing.txt -t 1", 1, want);
-    EXPECT("generate -m @/tiny.gguf -f @/adir -t 1", 1, "afinar generate: @/adir: cannot read prompt file: *");
+    EXPECT("generate -m @/tiny.gguf -f @/adir -t 1", 1, "afinar generate: prompt file @/adir: not a regular file (a directory)");
     /* the data */
     snprintf(want, sizeof want, "afinar check: @/missing.jsonl: cannot open: %s", enoent);
     EXPECT("check -m @/tiny.gguf --train @/missing.jsonl -t 1", 1, want);
@@ -740,6 +741,133 @@ static void test_good(void) {
               "afinar predict: /dev/stdin:3: invalid JSON at column *", ONE);
 }
 
+/* A copy of tiny.gguf with afinar.classifier.* keys whose weight array has `nw` floats for
+ * num_classes 3 and hidden `hidden` (a bad head when nw != 3 * hidden or hidden != 64). */
+static af_status write_head_model(const char *src, const char *dst, uint32_t hidden, uint64_t nw) {
+    af_gguf *g = NULL;
+    af_gguf_writer *w = NULL;
+    AF_TRY(af_gguf_open(src, &g));
+    af_status st = af_gguf_writer_new(&w);
+    for (uint64_t i = 0; st == AF_OK && i < g->n_kv; i++) st = af_gguf_writer_copy_kv(w, &g->kv[i]);
+    float *f = calloc(nw ? nw : 1, sizeof(float));
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "afinar.classifier.num_classes", 3);
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "afinar.classifier.hidden", hidden);
+    if (st == AF_OK) st = af_gguf_writer_add_arr(w, "afinar.classifier.weight", AF_GGUF_FLOAT32, f, nw);
+    for (uint64_t i = 0; st == AF_OK && i < g->n_tensors; i++) {
+        const af_gguf_tensor *t = &g->tensors[i];
+        st = af_gguf_writer_add_tensor_ref(w, t->name, t->type, t->n_dims, t->ne, t->data, (size_t)t->nbytes);
+    }
+    if (st == AF_OK) st = af_gguf_writer_write_file(w, dst);
+    free(f);
+    af_gguf_writer_free(w);
+    af_gguf_close(g);
+    return st;
+}
+
+/* No "NAME.tmp.*" temporary (the GGUF writer's) left in the test directory. */
+static int no_temporaries(void) {
+    DIR *d = opendir(g_dir);
+    int ok = d != NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".tmp.")) ok = 0;
+    if (d) closedir(d);
+    return ok;
+}
+
+/* The label_id values of predict's JSON lines, in order ("0,2,1,"). */
+static void label_ids(const char *out, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (const char *p = out; p && (p = strstr(p, "\"label_id\":")); p++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, cap - l, "%ld,", strtol(p + 11, NULL, 10));
+    }
+}
+
+/* afinar export / merge: good runs (the exported LoRA GGUF and the merged model give predict's
+ * answers) and bad input, each one message, exit 1, nothing written. */
+static void test_export_merge(void) {
+    EXPECT("export -m @/tiny.gguf -a @/run/final", 2, "afinar export: missing -o OUT.gguf");
+    EXPECT("export -a @/run/final -o @/x.gguf", 2, "afinar export: missing -m MODEL.gguf");
+    EXPECT("merge -m @/tiny.gguf -o @/m.gguf", 2, "afinar merge: missing -a ADAPTER");
+    EXPECT("merge -m @/tiny.gguf -a @/run/final -o @/m.gguf --bogus", 2,
+           "afinar merge: unknown option '--bogus' (see 'afinar merge --help')");
+    /* good: export, predict with it; merge, predict without -a */
+    char **av = split_args("export -m @/tiny.gguf -a @/run/final -o @/x.gguf");
+    run_result r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && exists(P_("x.gguf")), "export: rc %d, stderr %s", r.rc, r.err ? r.err : "");
+    run_free(&r);
+    av = split_args("merge -m @/tiny.gguf -a @/run/final -o @/m.gguf --type f32");
+    r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && exists(P_("m.gguf")) && strstr(r.err, "tensors merged"), "merge: rc %d, stderr %s", r.rc,
+          r.err ? r.err : "");
+    run_free(&r);
+    char want_ids[256], got[256];
+    const char *runs[3] = {"predict -m @/tiny.gguf -a @/run/final --input - -t 1",
+                           "predict -m @/tiny.gguf -a @/x.gguf --input - -t 1", "predict -m @/m.gguf --input - -t 1"};
+    char *first_out = NULL;
+    for (int i = 0; i < 3; i++) {
+        av = split_args(runs[i]);
+        r = run_argv(P_("val.jsonl"), 0, av);
+        free_args(av);
+        label_ids(r.out, got, sizeof got);
+        if (i == 0) {
+            snprintf(want_ids, sizeof want_ids, "%s", got);
+            first_out = r.out ? strdup(r.out) : NULL;
+        }
+        CHECK(r.rc == 0 && n_lines(r.out) == 6 && strcmp(got, want_ids) == 0, "%s: rc %d, labels %s want %s, stderr %s",
+              runs[i], r.rc, got, want_ids, r.err ? r.err : "");
+        /* the LoRA GGUF holds the same f32 parameters: the very same output */
+        if (i == 1) CHECK(first_out && r.out && strcmp(first_out, r.out) == 0, "predict -a x.gguf output differs");
+        run_free(&r);
+    }
+    free(first_out);
+    /* bad input */
+    EXPECT("export -m @/tiny.gguf -a @/run/final -o @/x.gguf", 1,
+           "afinar export: @/x.gguf: exists (use --overwrite to replace it)");
+    EXPECT("merge -m @/tiny.gguf -a @/run/final -o @/m.gguf", 1,
+           "afinar merge: @/m.gguf: exists (use --overwrite to replace it)");
+    EXPECT("merge -m @/tiny.gguf -a @/run/final -o @/m2.gguf --type q3_x", 1,
+           "afinar merge: unknown --type 'q3_x' (keep, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)");
+    EXPECT("merge -m @/tiny.gguf -a @/run/final -o @/m2.gguf --type q4_k", 1,
+           "afinar merge: @/tiny.gguf: tensor blk.0.attn_q.weight has rows of 64 values, not a multiple of Q4_K's "
+           "block of 256");
+    tm_spec gs = tm_default("gemma3", AF_TYPE_F32);
+    CHECK(tm_write(&gs, P_("gemma.gguf")) == AF_OK, "gemma model: %s", af_last_error());
+    tm_spec ws = tm_default("llama", AF_TYPE_F32);
+    ws.hidden = 96;
+    ws.vocab = 258;
+    CHECK(tm_write(&ws, P_("wide.gguf")) == AF_OK, "wide model: %s", af_last_error());
+    EXPECT("merge -m @/gemma.gguf -a @/x.gguf -o @/m2.gguf", 1,
+           "afinar merge: @/x.gguf: adapter for architecture \"llama\", the model is \"gemma3\"");
+    EXPECT("export -m @/wide.gguf -a @/run/final -o @/x2.gguf", 1, "afinar export: @/run/final*");
+    EXPECT("merge -m @/wide.gguf -a @/x.gguf -o @/m2.gguf", 1, "afinar merge: @/x.gguf*");
+    CHECK(write_head_model(P_("tiny.gguf"), P_("badhead.gguf"), 64, 100) == AF_OK &&
+              write_head_model(P_("tiny.gguf"), P_("widehead.gguf"), 32, 96) == AF_OK,
+          "head models: %s", af_last_error());
+    EXPECT("predict -m @/badhead.gguf -t 1", 1,
+           "afinar predict: @/badhead.gguf: afinar.classifier.weight: expected an f32 array of 192 values "
+           "(num_classes x hidden)");
+    EXPECT("predict -m @/widehead.gguf -t 1", 1,
+           "afinar predict: @/widehead.gguf: adapter made for a model with hidden size 32 and >= 0 layers, but "
+           "@/widehead.gguf has hidden size 64 and 2 layers");
+    EXPECT("predict -m @/tiny.gguf -t 1", 1,
+           "afinar predict: @/tiny.gguf: a GGUF model without an afinar classification head (afinar.classifier.*), "
+           "not a LoRA adapter (general.type \"adapter\")");
+    EXPECT("export -m @/tiny.gguf -a @/m.gguf -o @/x3.gguf", 1,
+           "afinar export: @/m.gguf: has no LoRA tensors (only a classification head): nothing to export");
+    CHECK(!exists(P_("m2.gguf")) && !exists(P_("x2.gguf")) && !exists(P_("x3.gguf")) && no_temporaries(),
+          "a failed export/merge left a file or a temporary behind");
+    /* --overwrite replaces */
+    av = split_args("merge -m @/tiny.gguf -a @/x.gguf -o @/m.gguf --overwrite");
+    r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0, "merge --overwrite: rc %d, stderr %s", r.rc, r.err ? r.err : "");
+    run_free(&r);
+}
+
 /* afinar eval --generate N (causal-LM data): usage errors, data errors naming FILE:LINE and the
  * field, and a good run on the tiny model with and without the trained adapter. */
 static void test_eval_generate(void) {
@@ -809,6 +937,566 @@ static void test_eval_generate(void) {
     free(js);
 }
 
+/* ================================================================ reliability (issue 18)
+ * Each class of issue 18 as CLI cases; a hang is a failure after g_run_timeout seconds. */
+
+/* Class 1: no path the CLI opens blocks or is read when it is not a regular file: a FIFO with no
+ * writer (open(2) without O_NONBLOCK would block forever), /dev/zero (endless), a directory. */
+static void test_rel_special_files(void) {
+    g_run_timeout = 30;
+    if (!CHECK(mkfifo(P_("fifo"), 0600) == 0, "mkfifo: %s", strerror(errno))) return;
+    /* an adapter directory whose files are FIFOs; a run directory whose train_config.json is one */
+    mkdir(P_("fifo_ad"), 0777);
+    CHECK(mkfifo(P_("fifo_ad/adapter_config.json"), 0600) == 0, "mkfifo");
+    CHECK(copy_dir(P_("run/final"), P_("fifo_st")), "copy adapter");
+    unlink(P_("fifo_st/adapter_model.safetensors"));
+    CHECK(mkfifo(P_("fifo_st/adapter_model.safetensors"), 0600) == 0, "mkfifo");
+    CHECK(copy_dir(P_("run/checkpoint-2"), P_("fifo_ck")), "copy checkpoint");
+    unlink(P_("fifo_ck/train_config.json"));
+    CHECK(mkfifo(P_("fifo_ck/train_config.json"), 0600) == 0, "mkfifo");
+    const char *F = "not a regular file (a FIFO or pipe)", *Z = "not a regular file (a character device)";
+    char want[512], cmd[512];
+    static const char *const models[] = {"info %s", "generate -m %s -p hi -t 1", "check -m %s --train @/train.jsonl -t 1",
+                                         "train -m %s --train @/train.jsonl -o @/u -t 1",
+                                         "eval -m %s -a @/run/final --data @/val.jsonl -t 1",
+                                         "predict -m %s -a @/run/final -t 1"};
+    static const char *const cmds[] = {"info", "generate", "check", "train", "eval", "predict"};
+    for (int k = 0; k < 6; k++)
+        for (int z = 0; z < 2; z++) {
+            snprintf(cmd, sizeof cmd, models[k], z ? "/dev/zero" : "@/fifo");
+            snprintf(want, sizeof want, "afinar %s: %s: %s", cmds[k], z ? "/dev/zero" : "@/fifo", z ? Z : F);
+            EXPECT(cmd, 1, want);
+        }
+    snprintf(want, sizeof want, "afinar generate: prompt file @/fifo: %s", F);
+    EXPECT("generate -m @/tiny.gguf -f @/fifo -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar generate: prompt file /dev/zero: %s", Z);
+    EXPECT("generate -m @/tiny.gguf -f /dev/zero -t 1", 1, want);
+    /* data, validation data, labels, config */
+    snprintf(want, sizeof want, "afinar check: @/fifo: %s", F);
+    EXPECT("check -m @/tiny.gguf --train @/fifo -t 1", 1, want);
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --val @/fifo -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar check: /dev/zero: %s", Z);
+    EXPECT("check -m @/tiny.gguf --train /dev/zero -t 1", 1, want);
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --labels @/fifo -t 1", 1, "afinar check: --labels @/fifo: not a regular file*");
+    snprintf(want, sizeof want, "afinar train: @/fifo: cannot read config file: %s", F);
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config @/fifo", 1, want);
+    snprintf(want, sizeof want, "afinar train: /dev/zero: cannot read config file: %s", Z);
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --config /dev/zero", 1, want);
+    snprintf(want, sizeof want, "afinar eval: @/fifo: %s", F);
+    EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/fifo -t 1", 1, want);
+    EXPECT("eval -m @/tiny.gguf --data @/fifo --generate 1 -t 1", 1, want);
+    EXPECT("eval --task causal-lm -m @/tiny.gguf --data @/fifo -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar predict: @/fifo: %s", F);
+    EXPECT("predict -m @/tiny.gguf -a @/run/final --input @/fifo -t 1", 1, want);
+    /* adapters: the config or the tensors a FIFO; the adapter "directory" a device */
+    snprintf(want, sizeof want, "afinar eval: @/fifo_ad/adapter_config.json: %s", F);
+    EXPECT("eval -m @/tiny.gguf -a @/fifo_ad --data @/val.jsonl -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar predict: @/fifo_st/adapter_model.safetensors: %s", F);
+    EXPECT("predict -m @/tiny.gguf -a @/fifo_st -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar generate: @/fifo_st/adapter_model.safetensors: %s", F);
+    EXPECT("generate -m @/tiny.gguf -a @/fifo_st -p hi -t 1", 1, want);
+    EXPECT("eval -m @/tiny.gguf -a /dev/zero --data @/val.jsonl -t 1", 1, "afinar eval: /dev/zero*");
+    /* --resume: a FIFO, and a checkpoint whose settings file is a FIFO */
+    EXPECT("train --resume @/fifo -t 1", 1, "afinar train: --resume @/fifo: *");
+    snprintf(want, sizeof want, "afinar train: @/fifo_ck/train_config.json: cannot read checkpoint settings: %s", F);
+    EXPECT("train --resume @/fifo_ck -t 1", 1, want);
+    /* the stdin convention still works: JSONL through a pipe on --input - */
+    g_run_timeout = RUN_TIMEOUT_S;
+}
+
+/* Class 2: every count or length taken from a file or stdin is bounded, and the message names the
+ * value, the limit and the line. */
+static void test_rel_sizes(void) {
+    g_run_timeout = 60;
+    write_text(P_("big_label.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": 1000000000}\n");
+    EXPECT("check -m @/tiny.gguf --train @/big_label.jsonl -t 1", 1,
+           "afinar check: @/big_label.jsonl:2: field 'label': label 1000000000 is above the largest class id 999999 (at "
+           "most 1000000 classes; integer labels are class ids 0..N-1: renumber them or use string labels)");
+    write_text(P_("label2p31.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": 2147483648}\n");
+    EXPECT("check -m @/tiny.gguf --train @/label2p31.jsonl -t 1", 1,
+           "afinar check: @/label2p31.jsonl:2: field 'label': label 2147483648 is above the largest class id 999999*");
+    EXPECT("check -m @/tiny.gguf --train @/label2p31.jsonl --num-classes 3 -t 1", 1,
+           "afinar check: @/label2p31.jsonl:2: field 'label': value 2147483648 out of range [0, 3)");
+    write_text(P_("neg_big.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": -3000000000}\n");
+    EXPECT("check -m @/tiny.gguf --train @/neg_big.jsonl -t 1", 1,
+           "afinar check: @/neg_big.jsonl:2: field 'label': label -3000000000 is negative");
+    /* the largest class id allowed: check runs, and its class table stays short (no million rows) */
+    write_text(P_("wide.jsonl"), "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"b\", \"label\": 999999}\n"
+                                 "{\"input\": \"c\", \"label\": 0}\n{\"input\": \"d\", \"label\": 999999}\n");
+    {
+        char **av = split_args("check -m @/tiny.gguf --train @/wide.jsonl -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc >= 0 && r.out && n_lines(r.out) < 200 && strstr(r.out, "999998 more classes not listed (999998 classes with no sample)"),
+              "check with 1000000 inferred classes: rc %d, %d stdout lines (want < 200 and the summary row)", r.rc,
+              r.out ? n_lines(r.out) : -1);
+        run_free(&r);
+    }
+    /* predict's raw stdin lines: a 2 MiB line is refused naming the line and the limit, not read whole */
+    {
+        FILE *f = fopen(P_("long_line.txt"), "wb");
+        if (CHECK(f != NULL, "cannot write long_line.txt")) {
+            fputs("short line\n", f);
+            for (int i = 0; i < (2 << 20) / 8; i++) fputs("abababab", f);
+            fputs("\nafter\n", f);
+            fclose(f);
+        }
+        expect_in(P_("long_line.txt"), 0, "predict -m @/tiny.gguf -a @/run/final -t 1", 1,
+                  "afinar predict: <stdin>:2: line longer than 1048576 bytes (the limit for a raw text line; split the "
+                  "text or pass it as JSONL with --input)",
+                  ONE);
+    }
+    /* a prompt file above 16 MiB */
+    {
+        FILE *f = fopen(P_("big_prompt.txt"), "wb");
+        if (CHECK(f != NULL, "cannot write big_prompt.txt")) {
+            CHECK(ftruncate(fileno(f), (16 << 20) + 1) == 0, "ftruncate");
+            fclose(f);
+        }
+        EXPECT("generate -m @/tiny.gguf -f @/big_prompt.txt -t 1", 1,
+               "afinar generate: prompt file @/big_prompt.txt: larger than the limit of 16777216 bytes");
+        unlink(P_("big_prompt.txt"));
+        unlink(P_("long_line.txt"));
+    }
+    g_run_timeout = RUN_TIMEOUT_S;
+}
+
+/* Run `cmdline` with stdout to `out_path` (NULL: a pipe whose reading end is already closed, as
+ * after `| head -c 10` exits), SIGPIPE ignored when ign_sigpipe (as under Python's subprocess and
+ * many supervisors), RLIMIT_FSIZE `fsize` (> 0) with SIGXFSZ left at its default (the process
+ * must not die of it), stderr into *err (malloc'ed). Returns the exit status, -signal when killed,
+ * -1000 after `timeout_s` (then killed). *secs gets the wall time. */
+static int run_special(const char *cmdline, const char *out_path, int ign_sigpipe, long fsize, int timeout_s, char **err,
+                       double *secs) {
+    char **av = split_args(cmdline);
+    int pp[2] = {-1, -1}, pe[2] = {-1, -1};
+    if (!out_path && pipe(pp) != 0) pp[0] = pp[1] = -1;
+    if (pp[0] >= 0) close(pp[0]); /* the reader is gone */
+    if (pipe(pe) != 0) pe[0] = pe[1] = -1; /* stderr through a pipe: RLIMIT_FSIZE does not cut it */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = out_path ? open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : pp[1];
+        int fi = open("/dev/null", O_RDONLY);
+        if (fo < 0 || pe[1] < 0 || fi < 0) _exit(126);
+        dup2(fi, 0), dup2(fo, 1), dup2(pe[1], 2);
+        close(pe[0]);
+        signal(SIGPIPE, ign_sigpipe ? SIG_IGN : SIG_DFL);
+        signal(SIGXFSZ, SIG_DFL);
+        if (fsize > 0) {
+            struct rlimit lim;
+            getrlimit(RLIMIT_FSIZE, &lim);
+            lim.rlim_cur = (rlim_t)fsize;
+            setrlimit(RLIMIT_FSIZE, &lim);
+        }
+        execv(av[0], av);
+        _exit(127);
+    }
+    if (pp[1] >= 0) close(pp[1]);
+    if (pe[1] >= 0) close(pe[1]);
+    if (pe[0] >= 0) fcntl(pe[0], F_SETFL, fcntl(pe[0], F_GETFL) | O_NONBLOCK);
+    free_args(av);
+    size_t el = 0, ec = 256;
+    *err = calloc(ec, 1);
+    int status = 0, rc = -1000;
+    for (;;) {
+        while (pe[0] >= 0 && drain(pe[0], err, &el, &ec)) {
+            if (errno == EAGAIN) break;
+        }
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (w == pid) {
+            rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -999;
+            break;
+        }
+        if (t1.tv_sec - t0.tv_sec > timeout_s) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            CHECK(0, "%s: no exit after %d s (killed)", cmdline, timeout_s);
+            break;
+        }
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    if (pe[0] >= 0) {
+        fcntl(pe[0], F_SETFL, fcntl(pe[0], F_GETFL) & ~O_NONBLOCK);
+        while (drain(pe[0], err, &el, &ec)) {
+        }
+        close(pe[0]);
+    }
+    *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (g_dump) printf("---- %s > %s\n     rc=%d %.2fs stderr: %s", cmdline, out_path ? out_path : "(closed pipe)", rc, *secs, *err);
+    return rc;
+}
+
+/* Class 3: every write to stdout is checked, the last flush and close included; a closed pipe
+ * stops the command at once; a file size limit is an error, never a death by SIGXFSZ. */
+static void test_rel_output(void) {
+    static const char *const full_cmds[] = {
+        "predict -m @/tiny.gguf -a @/run/final --input @/val.jsonl -t 1",
+        "eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl -t 1",
+        "check -m @/tiny.gguf --train @/train.jsonl -t 1",
+        "info @/tiny.gguf",
+        "generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1",
+        "eval -m @/tiny.gguf --data @/pc.jsonl --generate 1 --max-new-tokens 2 -t 1",
+        "train --help",
+        "version"};
+    for (size_t k = 0; k < sizeof full_cmds / sizeof *full_cmds; k++) {
+        char *err = NULL;
+        double secs = 0;
+        int rc = run_special(full_cmds[k], "/dev/full", 0, 0, 60, &err, &secs);
+        char cmd[64];
+        sscanf(full_cmds[k], "%63s", cmd);
+        char want[160];
+        snprintf(want, sizeof want, "afinar %s: cannot write to stdout: %s", cmd, strerror(ENOSPC));
+        CHECK(rc == 1 && strstr(err, want), "%s > /dev/full: exit %d (want 1), stderr: %s", full_cmds[k], rc, err);
+        free(err);
+    }
+    /* generate into a closed pipe with SIGPIPE ignored: stops at the first token (EPIPE), exit 1 */
+    {
+        char *err = NULL;
+        double secs = 0;
+        int rc = run_special("generate -m @/tiny.gguf -p ab -n 40 --temp 0 --ignore-eos -t 1", NULL, 1, 0, 60, &err, &secs);
+        char want[160];
+        snprintf(want, sizeof want, "afinar generate: cannot write to stdout: %s", strerror(EPIPE));
+        CHECK(rc == 1 && strstr(err, want), "generate | (closed pipe), SIGPIPE ignored: exit %d (want 1), stderr: %s", rc, err);
+        free(err);
+        /* SIGPIPE at its default: the usual quiet death by the signal */
+        rc = run_special("generate -m @/tiny.gguf -p ab -n 40 --temp 0 --ignore-eos -t 1", NULL, 0, 0, 60, &err, &secs);
+        CHECK(rc == -SIGPIPE, "generate | (closed pipe), SIGPIPE default: exit %d (want death by SIGPIPE)", rc);
+        free(err);
+    }
+    /* ulimit -f with SIGXFSZ at its default: train's checkpoint save and eval --json fail with a
+     * message (EFBIG), exit 1, nothing half-written, no temporary left */
+    {
+        char *err = NULL;
+        double secs = 0;
+        size_t n0 = 0, n1 = 0;
+        char *before = tl_read_file(P_("run/checkpoint-4/adapter_model.safetensors"), &n0);
+        int rc = run_special("train --resume @/run/checkpoint-2 -t 1 --no-plot", "/dev/null", 0, 4096, 120, &err, &secs);
+        CHECK(rc == 1 && strstr(err, "File too large"), "train under ulimit -f 4 KiB (SIGXFSZ default): exit %d (want 1), stderr: %s", rc,
+              err);
+        char *after = tl_read_file(P_("run/checkpoint-4/adapter_model.safetensors"), &n1);
+        CHECK(before && after && n0 == n1 && !memcmp(before, after, n0), "checkpoint-4 changed by the failed save");
+        CHECK(count_named(P_("run"), ".tmp") == 0, "temporary files left after SIGXFSZ");
+        free(before), free(after), free(err);
+        write_text(P_("m2.json"), "old");
+        rc = run_special("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --json @/m2.json -t 1", "/dev/null", 0, 64, 60,
+                         &err, &secs);
+        CHECK(rc == 1 && strstr(err, "afinar eval: ") && strstr(err, "m2.json: write failed at offset"),
+              "eval --json under ulimit -f 64 B (SIGXFSZ default): exit %d (want 1), stderr: %s", rc, err);
+        char *mj = tl_read_file(P_("m2.json"), NULL);
+        CHECK(mj && !strcmp(mj, "old"), "m2.json changed by the failed write");
+        free(mj), free(err);
+        CHECK(count_named(g_dir, ".tmp") == 0, "temporary files left after the failed eval --json");
+    }
+}
+
+/* Start `cmdline` (stdout and stderr to files in the test directory), wait until its stderr holds
+ * `ready` (at most 60 s), send `sig`, wait for the exit (at most 60 s). Returns the exit status,
+ * -signal when killed by a signal, -1000 on a hang; *err gets stderr (malloc'ed). */
+static int run_signalled(const char *cmdline, const char *ready, int sig, char **err) {
+    char **av = split_args(cmdline);
+    const char *ef = P_("sig_stderr.txt"), *of = P_("sig_stdout.txt");
+    unlink(ef), unlink(of); /* not the previous run's text */
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fi = open("/dev/null", O_RDONLY), fo = open(of, O_WRONLY | O_CREAT | O_TRUNC, 0644),
+            fe = open(ef, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fi < 0 || fo < 0 || fe < 0) _exit(126);
+        dup2(fi, 0), dup2(fo, 1), dup2(fe, 2);
+        signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
+        execv(av[0], av);
+        _exit(127);
+    }
+    free_args(av);
+    int status = 0, rc = -1000, sent = 0;
+    struct timespec t0, t1, nap = {0, 20 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) {
+            rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -999;
+            break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (!sent) {
+            int on_out = !strncmp(ready, "@stdout:", 8); /* wait for text on stdout instead */
+            char *e = tl_read_file(on_out ? of : ef, NULL);
+            if ((e && strstr(e, on_out ? ready + 8 : ready)) || t1.tv_sec - t0.tv_sec > 60) {
+                kill(pid, sig);
+                sent = 1;
+                t0 = t1;
+            }
+            free(e);
+        } else if (t1.tv_sec - t0.tv_sec > 60) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            CHECK(0, "%s: no exit 60 s after signal %d (killed)", cmdline, sig);
+            break;
+        }
+        nanosleep(&nap, NULL);
+    }
+    *err = tl_read_file(ef, NULL);
+    if (!*err) *err = strdup("");
+    if (g_dump) printf("---- %s (signal %d)\n     rc=%d stderr: %s", cmdline, sig, rc, *err);
+    return rc;
+}
+
+/* Class 4: SIGTERM stops train like Ctrl-C (finish the step, save a checkpoint, exit 143) and the
+ * run resumes from that checkpoint; generate stops after the current token (exit 143 / 130). */
+static void test_rel_signals(void) {
+    for (int k = 0; k < 2; k++) {
+        const int sig = k ? SIGINT : SIGTERM;
+        char cmd[512], *err = NULL;
+        snprintf(cmd, sizeof cmd, "train -m @/tiny.gguf --train @/train.jsonl -o @/sig%d --batch 4 --grad-accum 1 --lora-r 2 "
+                                  "--max-seq-len 16 --max-steps 1000000 --log-every 1 -t 1 --no-plot", k);
+        int rc = run_signalled(cmd, "| step ", sig, &err);
+        CHECK(rc == 128 + sig, "train, signal %d during the run: exit %d (want %d), stderr: %.300s", sig, rc, 128 + sig,
+              err);
+        CHECK(strstr(err, sig == SIGTERM ? "terminated (SIGTERM): finishing this step" : "interrupt: finishing this step") &&
+                  strstr(err, "stopped at step"),
+              "train, signal %d: the messages (stderr: %.300s)", sig, err);
+        free(err);
+        char dir[64];
+        snprintf(dir, sizeof dir, "sig%d", k);
+        int n_ck = count_named(P_(dir), "checkpoint-");
+        CHECK(n_ck >= 1 && count_named(P_(dir), ".tmp") == 0, "train, signal %d: %d checkpoints saved (want >= 1), temporaries %d",
+              sig, n_ck, count_named(P_(dir), ".tmp"));
+    }
+    /* the checkpoint the SIGTERM saved resumes, and a second SIGTERM saves again */
+    {
+        char *err = NULL;
+        int rc = run_signalled("train --resume @/sig0 --log-every 1 -t 1 --no-plot", "| step ", SIGTERM, &err);
+        CHECK(rc == 143 && strstr(err, "stopped at step"), "train --resume after SIGTERM, then SIGTERM: exit %d (want 143), stderr: %.400s",
+              rc, err);
+        free(err);
+    }
+    /* generate: the handlers are set before the prompt is echoed; SIGTERM / SIGINT after the echo
+     * stops after the current token with 143 / 130 (0 when the generation ended first), never a
+     * death by the signal */
+    for (int k = 0; k < 2; k++) {
+        const int sig = k ? SIGINT : SIGTERM;
+        char *err = NULL;
+        int rc = run_signalled("generate -m @/tiny.gguf -p ab -n 200 --temp 0 --ignore-eos --echo -t 1", "@stdout:ab", sig, &err);
+        CHECK(rc == 128 + sig || rc == 0, "generate, signal %d after the echo: exit %d (want %d, or 0 when it had finished)",
+              sig, rc, 128 + sig);
+        free(err);
+    }
+}
+
+/* `check CMD`: expect exit status want_rc and stdout holding `want` (a diagnostic line). */
+static void expect_check_out(const char *cmdline, int want_rc, const char *want) {
+    char **av = split_args(cmdline);
+    run_result r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == want_rc && r.out && strstr(r.out, want), "%s: exit %d (want %d), stdout lacks \"%s\":\n%s\nstderr: %s", cmdline,
+          r.rc, want_rc, want, r.out ? r.out : "", r.err ? r.err : "");
+    run_free(&r);
+}
+
+/* Class 6: configurations that cannot be right, refused (or warned about) in one place
+ * (af_trainer_new + af_hparams_check) for check and train alike. */
+static void test_rel_config(void) {
+    expect_check_out("check -m @/tiny.gguf --train @/train.jsonl --lr 1e-4 --lr-min 0.01 -t 1", 1,
+                     "error [lr-min-above-lr] --lr-min 0.01 is above --lr 1e-4: the schedule would climb to 0.01 instead of decaying");
+    EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/u --lr 1e-4 --lr-min 0.01 -t 1 --no-plot", 1,
+                 "afinar train: not training: fix the errors above*");
+    CHECK(!exists(P_("u")), "a refused train left %s", P_("u"));
+    /* a constant schedule does not use --lr-min: no error */
+    {
+        char **av = split_args("check -m @/tiny.gguf --train @/train.jsonl --lr 1e-4 --lr-min 0.01 --schedule constant -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.out && !strstr(r.out, "lr-min-above-lr"), "constant schedule: --lr-min reported:\n%s", r.out ? r.out : "");
+        run_free(&r);
+    }
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl --targets '' -t 1", 1,
+           "afinar check: lora targets '': empty (use presets qv, qkv, all-linear or a comma list of q,k,v,o,gate,up,down)");
+    EXPECT("train -m @/tiny.gguf --train @/train.jsonl -o @/u --targets '' -t 1", 1,
+           "afinar train: lora targets '': empty (use presets qv, qkv, all-linear or a comma list of q,k,v,o,gate,up,down)");
+    EXPECT("check -m @/tiny.gguf --train @/train.jsonl -t 1000", 1,
+           "afinar check: threads 1000: more than 4x the * CPUs this process may use (at most *; 0 = one per CPU)");
+    EXPECT("generate -m @/tiny.gguf -p hi -t 1000", 2,
+           "afinar generate: threads 1000: more than 4x the * CPUs this process may use (at most *; 0 = one per CPU)");
+    EXPECT("predict -m @/tiny.gguf -a @/run/final -t 1000", 2,
+           "afinar predict: threads 1000: more than 4x the * CPUs this process may use (at most *; 0 = one per CPU)");
+    /* samples longer than the model's 256 positions with --max-seq-len 512 */
+    {
+        FILE *f = fopen(P_("long.jsonl"), "wb");
+        if (CHECK(f != NULL, "cannot write long.jsonl")) {
+            for (int i = 0; i < 6; i++) {
+                fprintf(f, "{\"input\": \"");
+                for (int k = 0; k < 400; k++) fputc('a' + (k * 7 + i) % 26, f);
+                fprintf(f, "\", \"label\": \"%s\"}\n", k_names[i % 3]);
+            }
+            fclose(f);
+        }
+        expect_check_out("check -m @/tiny.gguf --train @/long.jsonl --max-seq-len 512 -t 1", 1,
+                         "error [seq-len-positions] max_seq_len 512 lets samples of ");
+        expect_check_out("check -m @/tiny.gguf --train @/long.jsonl --max-seq-len 512 -t 1", 1,
+                         "beyond the model's 256 positions (context_length)");
+        char **av = split_args("check -m @/tiny.gguf --train @/long.jsonl --max-seq-len 256 -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.out && !strstr(r.out, "seq-len-positions"), "--max-seq-len 256: positions error reported:\n%s", r.out ? r.out : "");
+        run_free(&r);
+    }
+    expect_check_out("check -m @/tiny.gguf --train @/train.jsonl --patience 2 -t 1", 1,
+                     "error [patience-no-val] --patience 2 needs validation data");
+    expect_check_out("check -m @/tiny.gguf --train @/train.jsonl --val @/val.jsonl --warmup 50 --max-steps 10 -t 1", 0,
+                     "warn  [warmup-long] the warm-up (50 steps) is as long as the whole run (10 steps)");
+    expect_check_out("check -m @/tiny.gguf --train @/train.jsonl --eval-every 2 -t 1", 0,
+                     "warn  [eval-no-val] --eval-every 2 has no validation data");
+}
+
+/* Class 7: files that parse but do not make sense are refused (or warned about) with a message. */
+static void test_rel_semantics(void) {
+    /* tiny.gguf with llama.block_count patched from 2 to 1: layer 1's tensors would be ignored */
+    {
+        size_t n = 0;
+        unsigned char *b = (unsigned char *)tl_read_file(P_("tiny.gguf"), &n);
+        const char key[] = "llama.block_count";
+        unsigned char *k = NULL;
+        for (size_t i = 0; b && i + sizeof key + 8 < n; i++)
+            if (!memcmp(b + i, key, sizeof key - 1)) {
+                k = b + i + sizeof key - 1;
+                break;
+            }
+        uint32_t ty = 0, v = 0;
+        if (k) memcpy(&ty, k, 4), memcpy(&v, k + 4, 4);
+        if (CHECK(k && ty == 4 && v == 2, "llama.block_count (u32 2) not found in tiny.gguf")) {
+            v = 1;
+            memcpy(k + 4, &v, 4);
+            FILE *f = fopen(P_("blocks1.gguf"), "wb");
+            if (f) fwrite(b, 1, n, f), fclose(f);
+            EXPECT("generate -m @/blocks1.gguf -p hi -t 1", 1,
+                   "afinar generate: @/blocks1.gguf: tensor 'blk.1.*' belongs to layer 1 but llama.block_count is 1: the "
+                   "file's layer count is wrong (layers 1.. would be ignored)");
+            EXPECT("check -m @/blocks1.gguf --train @/train.jsonl -t 1", 1, "afinar check: @/blocks1.gguf: tensor 'blk.1.*");
+        }
+        free(b);
+    }
+    /* overlapping tensor data / a type that does not match the bytes (the fuzz regression inputs) */
+    EXPECT("info tests/fuzz/regress/gguf/tensor-data-overlap.FORMAT", 1,
+           "afinar info: tests/fuzz/regress/gguf/tensor-data-overlap.FORMAT: tensor 'b': data [64, +128 bytes) "
+           "overlaps tensor 'a' [0, +128 bytes) (F32, 128 bytes by its type and shape) at offset *");
+    EXPECT("info tests/fuzz/regress/gguf/tensor-type-vs-bytes.FORMAT", 1,
+           "afinar info: tests/fuzz/regress/gguf/tensor-type-vs-bytes.FORMAT: tensor 'a': F32 [32 x 1 x 1 x 1] = 128 bytes "
+           "by its type and shape, but the next tensor ('b') starts 512 bytes after it (more than the 32-byte alignment): "
+           "its type does not match its data at offset *");
+    /* afinar.json: a label list of the wrong length, a missing file, no pooling field */
+    CHECK(copy_dir(P_("run/final"), P_("lab4")) && copy_dir(P_("run/final"), P_("nojson")) && copy_dir(P_("run/final"), P_("nopool")),
+          "copy adapters");
+    {
+        char *j = tl_read_file(P_("run/final/afinar.json"), NULL);
+        char *l = j ? strstr(j, "\"food\"") : NULL;
+        if (CHECK(l != NULL, "afinar.json of the run lacks the labels")) {
+            /* 4 names for a 3-class head */
+            size_t pre = (size_t)(l - j);
+            char *o = malloc(strlen(j) + 32);
+            memcpy(o, j, pre);
+            strcpy(o + pre, "\"food\", \"music\"");
+            strcat(o, l + strlen("\"food\""));
+            write_text(P_("lab4/afinar.json"), o);
+            free(o);
+        }
+        char *pl = j ? strstr(j, "\"pooling\"") : NULL;
+        if (CHECK(pl != NULL, "afinar.json lacks pooling")) {
+            memcpy(pl, "\"poolinX\"", 9); /* an unknown key: as if the field were missing */
+            write_text(P_("nopool/afinar.json"), j);
+        }
+        free(j);
+    }
+    EXPECT("predict -m @/tiny.gguf -a @/lab4 -t 1", 1,
+           "afinar predict: @/lab4/afinar.json: field 'labels': 4 names but the head (score.weight) has 3 classes: the label "
+           "list does not belong to this adapter");
+    EXPECT("eval -m @/tiny.gguf -a @/lab4 --data @/val.jsonl -t 1", 1, "afinar eval: @/lab4/afinar.json: field 'labels': *");
+    unlink(P_("nojson/afinar.json"));
+    {
+        char **av = split_args("predict -m @/tiny.gguf -a @/nojson -t 1");
+        run_result r = run_argv(P_("pred_in.txt"), 0, av);
+        free_args(av);
+        CHECK(r.rc == 0 && r.err && strstr(r.err, "afinar predict: warning: ") &&
+                  strstr(r.err, "nojson/afinar.json is missing: assuming a PEFT/transformers adapter (last-token pooling"),
+              "predict without afinar.json: rc %d, stderr %s", r.rc, r.err ? r.err : "");
+        run_free(&r);
+        av = split_args("predict -m @/tiny.gguf -a @/nopool -t 1");
+        r = run_argv(P_("pred_in.txt"), 0, av);
+        free_args(av);
+        CHECK(r.rc == 0 && r.err && strstr(r.err, "nopool/afinar.json has no 'pooling' field: assuming last-token pooling"),
+              "predict, afinar.json without pooling: rc %d, stderr %s", r.rc, r.err ? r.err : "");
+        run_free(&r);
+    }
+}
+
+/* Class 8: messages that name the file, the field and the fix. */
+static void test_rel_messages(void) {
+    /* a checkpoint without train_config.json: the missing file is named first */
+    CHECK(copy_dir(P_("run/checkpoint-2"), P_("nocfg_ck")), "copy checkpoint");
+    unlink(P_("nocfg_ck/train_config.json"));
+    EXPECT("train --resume @/nocfg_ck -t 1", 1,
+           "afinar train: --resume @/nocfg_ck: @/nocfg_ck/train_config.json is missing (it holds the run's settings); copy it "
+           "back from the run directory, or give the original run's settings again (-m, --train, --batch, ...)");
+    /* a different --lora-r at resume: named as such, not as a parameter count */
+    EXPECT_MULTI("train --resume @/run/checkpoint-2 --lora-r 4 -t 1 --no-plot", 1,
+                 "afinar train: @/run/checkpoint-2: cannot resume: --lora-r is 2 in the checkpoint (adapter_config.json r) "
+                 "but 4 now (resume with the checkpoint's settings)");
+    EXPECT_MULTI("train --resume @/run/checkpoint-2 --batch 3 -t 1 --no-plot", 1,
+                 "afinar train: @/run/checkpoint-2/trainer_state.safetensors: cannot resume exactly: batch (--batch) is 4 in "
+                 "the checkpoint but 3 now (resume with the same data and settings)");
+    /* check: the memory error is counted in the summary line */
+    {
+        char **av = split_args("check -m @/tiny.gguf --train @/train.jsonl --memory-limit 0.01 -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 1 && r.out && strstr(r.out, "error [memory]") && strstr(r.out, "check: NOT ready to train (1 errors"),
+              "check --memory-limit 0.01: the summary must count the memory error:\n%s", r.out ? r.out : "");
+        run_free(&r);
+    }
+    /* a failed save of a directory that never existed does not claim an earlier one is kept */
+    {
+        char *err = NULL;
+        double secs = 0;
+        int rc = run_special("train -m @/tiny.gguf --train @/train.jsonl -o @/fresh_small --batch 4 --grad-accum 1 --lora-r 2 "
+                             "--max-seq-len 16 --max-steps 2 --save-every 1 -t 1 --no-plot",
+                             "/dev/null", 0, 2048, 120, &err, &secs);
+        CHECK(rc == 1 && strstr(err, "(not saved; there is no earlier ") && !strstr(err, "the previous"),
+              "first save under ulimit -f: exit %d, stderr: %.600s", rc, err);
+        free(err);
+    }
+}
+
+/* Class 5 (the adapter part): an adapter holding a NaN is refused by every command that loads it. */
+static void test_rel_nonfinite_adapter(void) {
+    if (!CHECK(copy_dir(P_("run/final"), P_("nan_ad")), "copy adapter")) return;
+    size_t n = 0;
+    unsigned char *b = (unsigned char *)tl_read_file(P_("nan_ad/adapter_model.safetensors"), &n);
+    uint64_t hl = 0;
+    if (b && n > 8) memcpy(&hl, b, 8);
+    if (!CHECK(b && hl > 0 && 8 + hl + 4 <= n, "adapter safetensors header")) {
+        free(b);
+        return;
+    }
+    const unsigned char nan_f32[4] = {0x00, 0x00, 0xc0, 0x7f}; /* the first element of the first tensor */
+    memcpy(b + 8 + hl, nan_f32, 4);
+    FILE *f = fopen(P_("nan_ad/adapter_model.safetensors"), "wb");
+    if (f) fwrite(b, 1, n, f), fclose(f);
+    free(b);
+    const char *tail = "element 0 is not finite (NaN or Inf): the adapter is unusable (saved from a diverged run?)";
+    char want[512];
+    snprintf(want, sizeof want, "afinar predict: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("predict -m @/tiny.gguf -a @/nan_ad -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar eval: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("eval -m @/tiny.gguf -a @/nan_ad --data @/val.jsonl -t 1", 1, want);
+    snprintf(want, sizeof want, "afinar generate: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("generate -m @/tiny.gguf -a @/nan_ad -p hi -t 1", 1, want);
+    EXPECT("eval -m @/tiny.gguf -a @/nan_ad --data @/pc.jsonl --generate 1 -t 1", 1, "afinar eval: *not finite (NaN or Inf)*");
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -850,7 +1538,17 @@ int main(void) {
     test_output();
     test_disk_full();
     test_good();
+    test_export_merge();
     test_eval_generate();
+    /* reliability (issue 18) */
+    test_rel_special_files();
+    test_rel_sizes();
+    test_rel_output();
+    test_rel_signals();
+    test_rel_config();
+    test_rel_semantics();
+    test_rel_messages();
+    test_rel_nonfinite_adapter();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");

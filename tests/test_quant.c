@@ -19,6 +19,7 @@
 #include <string.h>
 
 #define FIXTURE "tests/fixtures/quant_vectors.bin"
+#define KQ_FIXTURE "tests/fixtures/kquant_vectors.bin"
 
 static uint32_t u32_at(const unsigned char *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
@@ -132,17 +133,16 @@ done:
     free(q);
 }
 
-static void test_fixture(void) {
+/* Read and check every record of an AFQV fixture; *n_real / *n_quant count the records. */
+static void check_fixture_file(const char *path, bool *seen_deq, int *n_real, int *n_quant) {
     size_t len = 0;
-    unsigned char *buf = (unsigned char *)tl_read_file(FIXTURE, &len);
-    if (!CHECK(buf != NULL, "cannot read %s (run from the repository root)", FIXTURE)) return;
+    unsigned char *buf = (unsigned char *)tl_read_file(path, &len);
+    if (!CHECK(buf != NULL, "cannot read %s (run from the repository root)", path)) return;
     if (!CHECK(len >= 12 && memcmp(buf, "AFQV", 4) == 0 && u32_at(buf + 4) == 1, "bad fixture header")) {
         free(buf);
         return;
     }
     const uint32_t n_rec = u32_at(buf + 8);
-    bool seen_deq[AF_TYPE_COUNT] = {false};
-    int n_real = 0, n_quant = 0;
     size_t pos = 12;
     for (uint32_t k = 0; k < n_rec; k++) {
         if (!CHECK(pos + 68 <= len, "fixture truncated at record %u", k)) break;
@@ -163,15 +163,30 @@ static void test_fixture(void) {
         check_record(kind, type, rows, cols, label, raw, f32, nbytes, seen_deq);
         free(f32);
         pos += nbytes + nf;
-        if (kind == 0 && strncmp(label, "random", 6) != 0) n_real++;
-        if (kind == 1) n_quant++;
+        if (kind == 0 && strncmp(label, "random", 6) != 0) (*n_real)++;
+        if (kind == 1) (*n_quant)++;
     }
+    free(buf);
+}
+
+static void test_fixture(void) {
+    bool seen_deq[AF_TYPE_COUNT] = {false};
+    int n_real = 0, n_quant = 0;
+    check_fixture_file(FIXTURE, seen_deq, &n_real, &n_quant);
     const uint32_t deq[] = {0, 1, 30, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14};
     for (size_t i = 0; i < sizeof deq / sizeof deq[0]; i++)
         CHECK(seen_deq[deq[i]], "fixture has no random %s record", af_type_name(deq[i]));
     CHECK(n_real >= 6, "fixture has %d real-tensor records", n_real);
     CHECK(n_quant >= 7, "fixture has %d quantize records", n_quant);
-    free(buf);
+}
+
+/* Q4_K / Q6_K quantization equals ggml's quantize_row_q4_K_ref / quantize_row_q6_K_ref bit for bit
+ * (fixture made by tests/ref/make_kquant_vectors.py with ggml's own library). */
+static void test_fixture_kquant(void) {
+    bool seen[AF_TYPE_COUNT] = {false};
+    int n_real = 0, n_quant = 0;
+    check_fixture_file(KQ_FIXTURE, seen, &n_real, &n_quant);
+    CHECK(n_quant >= 6, "%s has %d quantize records", KQ_FIXTURE, n_quant);
 }
 
 /* ---- round trip ---- */
@@ -331,6 +346,7 @@ static void test_roundtrip_k(void) {
 int main(void) {
     test_geometry();
     test_fixture();
+    test_fixture_kquant();
     test_roundtrip_legacy();
     test_roundtrip_k();
     return tl_finish("test_quant");

@@ -222,14 +222,88 @@ af_status af_mkdir_p(const char *path) {
     return st;
 }
 
-char *af_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
+const char *af_file_kind(unsigned mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO or pipe";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+int af_open_regular(const char *path, const char **why) {
+    static _Thread_local char reason[160];
+    const char *dummy;
+    if (!why) why = &dummy;
+    if (!path || !*path) {
+        *why = "empty path";
+        errno = EINVAL;
+        af_fail(AF_ERR_INVALID_ARG, "empty file name");
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        *why = strerror(e);
+        af_fail(AF_ERR_IO, "%s: cannot open: %s", path, *why);
+        errno = e;
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        *why = strerror(e);
+        af_fail(AF_ERR_IO, "%s: cannot stat: %s", path, *why);
+        errno = e;
+        return -1;
+    }
+    int is_stdin = !strcmp(path, "/dev/stdin") || !strcmp(path, "/dev/fd/0");
+    if (!S_ISREG(sb.st_mode) && !(is_stdin && !S_ISDIR(sb.st_mode))) {
+        close(fd);
+        if (S_ISDIR(sb.st_mode)) snprintf(reason, sizeof reason, "not a regular file (a directory)");
+        else snprintf(reason, sizeof reason, "not a regular file (%s)", af_file_kind((unsigned)sb.st_mode));
+        *why = reason;
+        af_fail(AF_ERR_IO, "%s: %s", path, reason);
+        errno = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+FILE *af_fopen_regular(const char *path, const char **why) {
+    int fd = af_open_regular(path, why);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        if (why) *why = strerror(e);
+        af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+        errno = e;
+    }
+    return f;
+}
+
+/* afinar's own files (metrics.jsonl of a long run): no size limit beyond memory */
+char *af_read_file(const char *path, size_t *len) { return af_read_file_max(path, SIZE_MAX - 1, len, NULL); }
+
+char *af_read_file_max(const char *path, size_t max_bytes, size_t *len, const char **why) {
+    if (!max_bytes) max_bytes = AF_READ_FILE_DEFAULT_MAX;
+    FILE *f = af_fopen_regular(path, why);
     if (!f) return NULL;
     size_t cap = 4096, n = 0, r;
     char *b = malloc(cap + 1);
     if (!b) errno = ENOMEM;
+    int too_big = 0;
     while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
         n += r;
+        if (n > max_bytes) {
+            too_big = 1;
+            break;
+        }
         if (n == cap) {
             char *nb = realloc(b, 2 * cap + 1);
             if (!nb) {
@@ -242,16 +316,41 @@ char *af_read_file(const char *path, size_t *len) {
             cap *= 2;
         }
     }
-    int e = ferror(f) ? (errno ? errno : EIO) : 0;
+    int e = too_big ? EFBIG : ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (b && e) {
         free(b);
         b = NULL;
+        if (why) {
+            static _Thread_local char big[96];
+            snprintf(big, sizeof big, "larger than the limit of %zu bytes", max_bytes);
+            *why = too_big ? big : strerror(e);
+        }
         errno = e;
+    } else if (!b && why) {
+        *why = strerror(ENOMEM);
     }
     if (b) {
         b[n] = 0;
         if (len) *len = n;
     }
     return b;
+}
+
+af_status af_read_text_file(const char *path, size_t max_bytes, char **text, size_t *len) {
+    if (!text) return af_fail(AF_ERR_INVALID_ARG, "af_read_text_file: NULL text");
+    *text = NULL;
+    if (len) *len = 0;
+    if (!path || !*path) return af_fail(AF_ERR_INVALID_ARG, "af_read_text_file: empty path");
+    const char *why = NULL;
+    char *b = af_read_file_max(path, max_bytes, len, &why);
+    if (!b) {
+        int e = errno;
+        if (e == ENOMEM) return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+        if (e == EFBIG) return af_fail(AF_ERR_RANGE, "%s: %s", path, why ? why : "too large");
+        if (e == EISDIR || e == EINVAL) return af_fail(AF_ERR_IO, "%s: %s", path, why ? why : "not a regular file");
+        return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, why ? why : strerror(e));
+    }
+    *text = b;
+    return AF_OK;
 }

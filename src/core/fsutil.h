@@ -18,6 +18,7 @@
 #include "core/core.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* An in-progress atomic write (opaque). */
 typedef struct af_atomic_file af_atomic_file;
@@ -61,8 +62,31 @@ char *af_path_join(const char *dir, const char *name);
 
 /* The whole file `path` in a malloc'ed buffer with a NUL byte after its end (caller frees with
  * free()); `*len` (may be NULL) receives the byte count (the file may itself hold NUL bytes).
- * NULL with errno set when the file cannot be opened or read (EISDIR for a directory, ENOMEM when
- * out of memory). Records no message: the caller words its own error. */
+ * The file is opened with af_open_regular (never blocks on a FIFO; a non-regular file is refused)
+ * and read up to `max_bytes` (0: AF_READ_FILE_DEFAULT_MAX). NULL with errno set when the file cannot
+ * be opened or read (EISDIR for a directory, EINVAL for another non-regular file, EFBIG past
+ * max_bytes, ENOMEM when out of memory); `*why` (may be NULL) then receives a static reason text
+ * ("No such file or directory", "not a regular file (a FIFO or pipe)", "larger than the limit").
+ * Records no message: the caller words its own error. */
+#define AF_READ_FILE_DEFAULT_MAX ((size_t)64 << 20)
+/* af_read_file: no size limit (for afinar's own files, e.g. metrics.jsonl); af_read_file_max for
+ * files from outside. */
 char *af_read_file(const char *path, size_t *len);
+char *af_read_file_max(const char *path, size_t max_bytes, size_t *len, const char **why);
+
+/* Open `path` for reading WITHOUT BLOCKING and refuse anything but a regular file: open(2) with
+ * O_RDONLY | O_NONBLOCK | O_CLOEXEC (so a FIFO with no writer does not block), fstat(2), refuse a
+ * directory, FIFO, device or socket, then clear O_NONBLOCK. Exception, the stdin convention: the
+ * paths "/dev/stdin" and "/dev/fd/0" may also be a pipe, FIFO, socket or terminal (not a directory).
+ * Returns the descriptor (caller closes), or -1 with errno set (open's errno; EISDIR for a
+ * directory; EINVAL for another non-regular file), `*why` (may be NULL) set to a static reason
+ * ("<strerror>" or "not a regular file (a FIFO or pipe)"), and a message recorded (af_fail,
+ * AF_ERR_IO): "<path>: cannot open: <strerror>" or "<path>: not a regular file (a directory)". */
+int af_open_regular(const char *path, const char **why);
+/* The same as a stdio stream opened "rb" (fdopen); NULL on failure as above. */
+FILE *af_fopen_regular(const char *path, const char **why);
+/* The kind of a non-regular st_mode in words ("a directory", "a FIFO or pipe", "a character device",
+ * "a block device", "a socket", "not a regular file"). */
+const char *af_file_kind(unsigned mode);
 
 #endif /* AF_FSUTIL_H */

@@ -13,6 +13,7 @@
  * header bytes read, whatever the counts in the file claim.
  */
 #include "formats/gguf.h"
+#include "core/fsutil.h"
 
 #include "core/blocks.h"
 
@@ -412,6 +413,50 @@ static af_status parse_tensor_infos(gguf_impl *im, cursor *c, uint64_t n_t) {
     return AF_OK;
 }
 
+typedef struct {
+    uint64_t off, idx;
+} off_idx;
+static int cmp_off_idx(const void *a, const void *b) {
+    const off_idx *x = a, *y = b;
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+/* Tensor data that parse but make no sense (issue 18 class 7): two tensors whose bytes overlap, or a
+ * tensor followed by more bytes than its type and shape account for before the next tensor (a
+ * type that does not match the data: e.g. F16 data declared Q4_0) — writers pad each tensor only to
+ * the alignment. The byte size of each tensor comes from its type and dimensions. */
+static af_status check_layout(af_gguf *g, cursor *c) {
+    const uint64_t n = g->n_tensors;
+    if (n < 2) return AF_OK;
+    off_idx *ord = af_malloc(n * sizeof *ord);
+    if (!ord) return af_fail(AF_ERR_NOMEM, "%s: out of memory", g->path);
+    for (uint64_t i = 0; i < n; i++) ord[i] = (off_idx){g->tensors[i].offset, i};
+    qsort(ord, n, sizeof *ord, cmp_off_idx);
+    af_status st = AF_OK;
+    for (uint64_t k = 0; k + 1 < n && st == AF_OK; k++) {
+        const af_gguf_tensor *a = &g->tensors[ord[k].idx], *b = &g->tensors[ord[k + 1].idx];
+        const uint64_t end = a->offset + a->nbytes; /* no overflow: both were checked against the file size */
+        set_ctx(c, "tensor '%s'", b->name);
+        if (end > b->offset)
+            st = bad(c, AF_ERR_FORMAT, g->data_offset + b->offset,
+                     "data [%llu, +%llu bytes) overlaps tensor '%s' [%llu, +%llu bytes) (%s, %llu bytes by its type and "
+                     "shape)", (unsigned long long)b->offset, (unsigned long long)b->nbytes, a->name,
+                     (unsigned long long)a->offset, (unsigned long long)a->nbytes, af_type_name(a->type),
+                     (unsigned long long)a->nbytes);
+        else if (b->offset - end >= g->alignment && a->nbytes > 0) {
+            set_ctx(c, "tensor '%s'", a->name);
+            st = bad(c, AF_ERR_FORMAT, g->data_offset + a->offset,
+                     "%s [%lld x %lld x %lld x %lld] = %llu bytes by its type and shape, but the next tensor ('%s') starts "
+                     "%llu bytes after it (more than the %u-byte alignment): its type does not match its data",
+                     af_type_name(a->type), (long long)a->ne[0], (long long)a->ne[1], (long long)a->ne[2],
+                     (long long)a->ne[3], (unsigned long long)a->nbytes, b->name,
+                     (unsigned long long)(b->offset - a->offset), g->alignment);
+        }
+    }
+    free(ord);
+    return st;
+}
+
 /* Header, KVs, tensor infos, data bounds and the lookup tables. */
 static af_status parse(gguf_impl *im) {
     af_gguf *g = &im->pub;
@@ -453,6 +498,7 @@ static af_status parse(gguf_impl *im) {
                        (unsigned long long)g->data_offset, (unsigned long long)g->size);
         t->data = g->base + g->data_offset + t->offset;
     }
+    AF_TRY(check_layout(g, &c));
     AF_TRY(index_keys(im, &c));
     return index_tensors(im, &c);
 }
@@ -460,17 +506,13 @@ static af_status parse(gguf_impl *im) {
 af_status af_gguf_open(const char *path, af_gguf **out) {
     if (!out || !path) return af_fail(AF_ERR_INVALID_ARG, "af_gguf_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd = af_open_regular(path, NULL); /* never blocks on a FIFO; refuses non-regular files */
+    if (fd < 0) return AF_ERR_IO;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
         return af_fail(AF_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return af_fail(AF_ERR_IO, "%s: not a regular file", path);
     }
     gguf_impl *im = af_calloc(1, sizeof *im);
     char *pcopy = im ? strdup(path) : NULL;

@@ -462,3 +462,37 @@ done:
     af_gguf_enc_free(&h);
     return st;
 }
+
+/* ---- copying a KV of an open file ---- */
+af_status af_gguf_writer_copy_kv(af_gguf_writer *w, const af_gguf_kv *kv) {
+    AF_TRY(sticky(w));
+    char key[65536];
+    if (!kv || kv->key.len == 0 || kv->key.len >= sizeof key)
+        return wfail(w, AF_ERR_INVALID_ARG, "gguf writer: copy_kv: NULL or bad key");
+    memcpy(key, kv->key.ptr, (size_t)kv->key.len);
+    key[kv->key.len] = '\0';
+    if (strlen(key) != kv->key.len) /* the writer's keys are C strings: it could not copy it exactly */
+        return wfail(w, AF_ERR_FORMAT, "gguf writer: copy_kv: key '%s...' contains a NUL byte", key);
+    const af_gguf_value *v = &kv->val;
+    if (strcmp(key, "general.alignment") == 0 && v->type == AF_GGUF_UINT32) /* keeps the writer's alignment in step */
+        return af_gguf_writer_set_alignment(w, (uint32_t)v->v.u64);
+    af_gguf_enc e = {0};
+    switch (v->type) {
+    case AF_GGUF_UINT8: case AF_GGUF_INT8: case AF_GGUF_BOOL: af_gguf_enc_u8(&e, (uint8_t)v->v.u64); break;
+    case AF_GGUF_UINT16: case AF_GGUF_INT16: af_gguf_enc_u16(&e, (uint16_t)v->v.u64); break;
+    case AF_GGUF_UINT32: case AF_GGUF_INT32: af_gguf_enc_u32(&e, (uint32_t)v->v.u64); break;
+    case AF_GGUF_UINT64: case AF_GGUF_INT64: af_gguf_enc_u64(&e, v->v.u64); break;
+    case AF_GGUF_FLOAT32: af_gguf_enc_f32(&e, (float)v->v.f64); break;
+    case AF_GGUF_FLOAT64: af_gguf_enc_f64(&e, v->v.f64); break;
+    case AF_GGUF_STRING: af_gguf_enc_str(&e, v->v.str.ptr, (size_t)v->v.str.len); break;
+    case AF_GGUF_ARRAY:
+        af_gguf_enc_arr_header(&e, (uint32_t)v->arr_type, v->arr_n);
+        af_gguf_enc_bytes(&e, v->arr_data, (size_t)v->arr_bytes); /* elements verbatim (nested too) */
+        break;
+    default:
+        return wfail(w, AF_ERR_INVALID_ARG, "gguf writer: %s: unknown value type %d", key, (int)v->type);
+    }
+    af_status st = af_gguf_writer_add_raw(w, key, (uint32_t)v->type, &e, false);
+    af_gguf_enc_free(&e);
+    return st;
+}

@@ -111,6 +111,14 @@ void af_gguf_enc_free(af_gguf_enc *e);
 af_status af_gguf_writer_add_raw(af_gguf_writer *w, const char *key, uint32_t type, const af_gguf_enc *e,
                                  bool allow_dup_key);
 
+/* Add a copy of KV `kv` of an open file (af_gguf_open), key and value bytes exactly as stored:
+ * scalars re-encoded with their type (little-endian, so byte-identical), strings and arrays
+ * (nested arrays and string arrays included) copied verbatim from the mapping. A u32
+ * "general.alignment" goes through af_gguf_writer_set_alignment, so the data written after it use
+ * that alignment. Errors: AF_ERR_INVALID_ARG (bad key, duplicate key), AF_ERR_FORMAT (a key with a
+ * NUL byte, which the writer's C-string keys cannot hold), AF_ERR_NOMEM. */
+af_status af_gguf_writer_copy_kv(af_gguf_writer *w, const af_gguf_kv *kv);
+
 /* Add a tensor: `name` (1..63 bytes, unique), ggml `type` (kernels/quant.h af_type), `n_dims`
  * (1..4) dims `ne` (ne[0] = contiguous dimension, a multiple of the type's block size; all >= 1)
  * and its raw bytes (`nbytes` must equal af_row_bytes(type, ne[0]) * ne[1] * ne[2] * ne[3]).

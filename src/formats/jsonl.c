@@ -2,6 +2,7 @@
  * jsonl.c — JSONL classification corpus reader (see jsonl.h for the format and the errors).
  */
 #include "formats/jsonl.h"
+#include "core/fsutil.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -172,8 +173,8 @@ af_status af_labels_parse_list(const char *list, char ***names, int32_t *n) {
 af_status af_labels_read_file(const char *path, char ***names, int32_t *n) {
     *names = NULL;
     *n = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *fp = af_fopen_regular(path, NULL); /* never blocks; message recorded */
+    if (!fp) return AF_ERR_IO;
     name_map m = {0};
     char *line = NULL;
     size_t cap = 0;
@@ -327,13 +328,17 @@ static af_status one_label(reader *r, long ln, const char *field, const cJSON *v
         double d = v->valuedouble;
         if (!isfinite(d) || d != floor(d))
             return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': label %g is not an integer", P, ln, field, d);
-        int64_t limit = r->given.n ? r->given.n : r->o->num_classes > 0 ? r->o->num_classes : INT32_MAX;
-        if (d < 0 || d >= (double)limit) {
-            if (limit == INT32_MAX)
-                return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': label %g is negative", P, ln, field, d);
-            return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': value %g out of range [0, %lld)", P, ln, field, d,
+        int64_t limit = r->given.n ? r->given.n : r->o->num_classes > 0 ? r->o->num_classes : 0;
+        if (d < 0) return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': label %.17g is negative", P, ln, field, d);
+        if (limit > 0 && d >= (double)limit)
+            return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': value %.17g out of range [0, %lld)", P, ln, field, d,
                            (long long)limit);
-        }
+        /* inferred class count (max label + 1): bounded, or one line could ask for a billion classes */
+        if (limit == 0 && d >= (double)AF_MAX_CLASSES)
+            return af_fail(AF_ERR_FORMAT,
+                           "%s:%ld: field '%s': label %.17g is above the largest class id %d (at most %d classes; "
+                           "integer labels are class ids 0..N-1: renumber them or use string labels)",
+                           P, ln, field, d, AF_MAX_CLASSES - 1, AF_MAX_CLASSES);
         id = (int32_t)d;
         if (id > r->max_int) r->max_int = id;
     } else if (r->given.n) {
@@ -346,6 +351,9 @@ static af_status one_label(reader *r, long ln, const char *field, const cJSON *v
         }
     } else {
         if (!v->valuestring[0]) return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': empty label name", P, ln, field);
+        if (r->found.n >= AF_MAX_CLASSES && map_find(&r->found, v->valuestring) < 0)
+            return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': label \"%.60s\" would be class %d, above the limit of %d classes",
+                           P, ln, field, v->valuestring, r->found.n + 1, AF_MAX_CLASSES);
         id = map_add(&r->found, v->valuestring);
         if (id < 0) return af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", P, ln);
     }
@@ -583,10 +591,10 @@ af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus
         return af_fail(AF_ERR_INVALID_ARG, "%s: num_classes %d differs from the %d label names", path,
                        opts->num_classes, r.given.n);
     }
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = af_fopen_regular(path, NULL); /* never blocks; "/dev/stdin" may be a pipe */
     if (!fp) {
         map_free(&r.given);
-        return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return AF_ERR_IO;
     }
     af_corpus *c = calloc(1, sizeof *c);
     r.c = c;

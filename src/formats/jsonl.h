@@ -43,6 +43,9 @@
 #include <sys/types.h>
 
 #define AF_JSONL_DEFAULT_MAX_LINE ((size_t)16 << 20) /* 16 MiB per line */
+/* The most classes a corpus may have, given (--num-classes, a label list) or inferred from the data
+ * (integer labels: max + 1; string labels: distinct names). The same bound as --num-classes. */
+#define AF_MAX_CLASSES 1000000
 
 
 struct af_corpus {

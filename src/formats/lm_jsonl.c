@@ -2,6 +2,7 @@
  * lm_jsonl.c — causal-LM examples in JSON Lines (TRL's formats), see lm_jsonl.h.
  */
 #include "formats/lm_jsonl.h"
+#include "core/fsutil.h"
 
 #include "formats/jsonl.h"
 
@@ -210,8 +211,8 @@ af_status af_lm_corpus_read(const char *path, size_t max_line_bytes, af_lm_corpu
     if (!out) return af_fail(AF_ERR_INVALID_ARG, "lm corpus: NULL out");
     *out = NULL;
     if (!path) return af_fail(AF_ERR_INVALID_ARG, "lm corpus: NULL path");
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *fp = af_fopen_regular(path, NULL); /* never blocks; message recorded */
+    if (!fp) return AF_ERR_IO;
     af_lm_corpus *c = calloc(1, sizeof *c);
     af_status st = AF_OK;
     if (!c || !(c->path = strdup(path))) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);

@@ -287,10 +287,10 @@ af_status af_st_open_memory(const void *data, size_t size, const char *label, af
 af_status af_st_open(const char *path, af_st_file **out) {
     if (!out || !path) return af_fail(AF_ERR_INVALID_ARG, "af_st_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd = af_open_regular(path, NULL); /* never blocks on a FIFO; refuses non-regular files */
+    if (fd < 0) return AF_ERR_IO;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
         return af_fail(AF_ERR_IO, "%s: not a regular file", path);
     }

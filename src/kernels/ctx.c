@@ -47,7 +47,13 @@ static af_status ctx_init(af_ctx *c, const af_ctx_params *p) {
     else if (!strcmp(qz, "f16")) c->quantize = AF_TYPE_F16;
     else if (!strcmp(qz, "bf16")) c->quantize = AF_TYPE_BF16;
     else return af_fail(AF_ERR_INVALID_ARG, "quantize '%s': expected none, nf4, q8_0, f16 or bf16", qz);
-    c->n_threads = p->n_threads > 0 ? p->n_threads : af_cpu_count();
+    /* an absurd thread count (-t 1000 on 2 CPUs runs ~100x slower, threads fighting for cores) */
+    const int cpus = af_cpu_count(), max_threads = 4 * cpus > 8 ? 4 * cpus : 8;
+    if (p->n_threads > max_threads)
+        return af_fail(AF_ERR_INVALID_ARG,
+                       "threads %d: more than 4x the %d CPUs this process may use (at most %d; 0 = one per CPU)",
+                       p->n_threads, cpus, max_threads);
+    c->n_threads = p->n_threads > 0 ? p->n_threads : cpus;
     AF_TRY(af_threadpool_new(c->n_threads, p->poll_us, af_kernels_thread_release, &c->pool));
     c->int8_act = p->int8_activations != 0;
     c->fused_decode = 1;

@@ -532,16 +532,102 @@ static void pack_scale_min_k4(const uint8_t *sc, const uint8_t *mn, uint8_t *s) 
     }
 }
 
+/* ---- ggml's reference K-quantizers (quantize_row_q4_K_ref / quantize_row_q6_K_ref in ggml
+ * src/ggml-quants.c), re-implemented from their description so that the bytes are identical: same
+ * search, same float operations in the same order (no FMA contraction: see the top of this file),
+ * round-half-to-even (lrintf, as ggml's nearest_int for |x| < 2^22). Checked against the library
+ * built by llama-cpp-python (tests/ref/make_kquant_vectors.py, tests/test_quant.c). */
+
+/* Weighted asymmetric fit of n values to q in [0, nmax]: x ~ scale*q - the_min (ggml
+ * make_qkx2_quants with use_mad = false). Starts from the min/max grid and tries nstep + 1
+ * rescalings iscale = (rmin + rdelta*is + nmax) / (max - min), keeping the least weighted squared
+ * error of a least-squares (scale, min) for each. Returns scale; *the_min = -min (>= 0). */
+static float fit_asym_weighted(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
+                               uint8_t *Laux, float rmin, float rdelta, int nstep) {
+    float mn = x[0], mx = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < mn) mn = x[i];
+        if (x[i] > mx) mx = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (mn > 0) mn = 0;
+    if (mx == mn) {
+        memset(L, 0, (size_t)n);
+        *the_min = -mn;
+        return 0.0f;
+    }
+    float iscale = (float)nmax / (mx - mn), scale = 1 / iscale, best = 0;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)clampi(nearest(iscale * (x[i] - mn)), 0, nmax);
+        const float d = scale * L[i] + mn - x[i];
+        best += w[i] * (d * d);
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * (float)is + (float)nmax) / (mx - mn);
+        float sl = 0, sl2 = 0, sxl = 0;
+        for (int i = 0; i < n; i++) {
+            const int l = clampi(nearest(iscale * (x[i] - mn)), 0, nmax);
+            Laux[i] = (uint8_t)l;
+            sl += w[i] * (float)l;
+            sl2 += w[i] * (float)l * (float)l;
+            sxl += w[i] * (float)l * x[i];
+        }
+        const float D = sum_w * sl2 - sl * sl;
+        if (D > 0) {
+            float ts = (sum_w * sxl - sum_x * sl) / D, tm = (sl2 * sum_x - sl * sxl) / D;
+            if (tm > 0) {
+                tm = 0;
+                ts = sxl / sl2;
+            }
+            float err = 0;
+            for (int i = 0; i < n; i++) {
+                const float d = ts * Laux[i] + tm - x[i];
+                err += w[i] * (d * d);
+            }
+            if (err < best) {
+                memcpy(L, Laux, (size_t)n);
+                best = err;
+                scale = ts;
+                mn = tm;
+            }
+        }
+    }
+    *the_min = -mn;
+    return scale;
+}
+
 static void q_q4_k(const float *x, uint8_t *b) {
-    uint8_t sc[8], mn[8], q[QK_K];
-    uint16_t dh, mh;
-    kq_asym(x, 8, 32, 15, 63, sc, mn, q, &dh, &mh);
+    uint8_t L[QK_K], Laux[32], sc[8], mn[8];
+    float w[32], scales[8], mins[8], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        const float *xs = x + 32 * j;
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
+        const float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xs[l]);
+        scales[j] = fit_asym_weighted(32, 15, xs, w, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f, inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < 8; j++) {
+        const uint8_t ls = (uint8_t)nearest(inv_scale * scales[j]), lm = (uint8_t)nearest(inv_min * mins[j]);
+        sc[j] = ls < 63 ? ls : 63;
+        mn[j] = lm < 63 ? lm : 63;
+    }
+    const uint16_t dh = af_f32_to_fp16(max_scale / 63.f), mh = af_f32_to_fp16(max_min / 63.f);
     wr16(b, dh);
     wr16(b + 2, mh);
     pack_scale_min_k4(sc, mn, b + 4);
+    for (int j = 0; j < 8; j++) {
+        const float d = af_fp16_to_f32(dh) * sc[j];
+        if (!d) continue; /* L keeps the fit's values, as ggml */
+        const float dm = af_fp16_to_f32(mh) * mn[j];
+        for (int i = 0; i < 32; i++) L[32 * j + i] = (uint8_t)clampi(nearest((x[32 * j + i] + dm) / d), 0, 15);
+    }
     for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++)
-            b[16 + 32 * c + l] = (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+        for (int l = 0; l < 32; l++) b[16 + 32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
 }
 
 static void q_q5_k(const float *x, uint8_t *b) {
@@ -559,18 +645,81 @@ static void q_q5_k(const float *x, uint8_t *b) {
     for (int e = 0; e < QK_K; e++) qh[e % 32] |= (uint8_t)((q[e] >> 4) << (e / 32));
 }
 
+/* Symmetric fit of n values to l in [-nmax, nmax-1] with weights x^2 (ggml make_qx_quants,
+ * rmse_type 1, no importance weights): scale from the largest-magnitude value, then 18 rescalings
+ * iscale = -(nmax + 0.1*is) / max, keeping the best least-squares scale. L receives l + nmax. */
+static float fit_sym_x2(int n, int nmax, const float *x, int8_t *L) {
+    float mx = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            mx = x[i];
+        }
+    }
+    if (amax < 1e-15f) { /* ggml GROUP_MAX_EPS */
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    float iscale = (float)-nmax / mx, sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        const int l = clampi(nearest(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)(l + nmax);
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * (float)l;
+        suml2 += w * (float)l * (float)l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f, best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -((float)nmax + 0.1f * (float)is) / mx;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            const int l = clampi(nearest(iscale * x[i]), -nmax, nmax - 1);
+            const float w = x[i] * x[i];
+            sumlx += w * x[i] * (float)l;
+            suml2 += w * (float)l * (float)l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++) L[i] = (int8_t)(nmax + clampi(nearest(iscale * x[i]), -nmax, nmax - 1));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
 static void q_q6_k(const float *x, uint8_t *b) {
-    int sc[16], q[QK_K];
-    uint16_t dh;
-    kq_sym(x, 16, 16, 32, 31, 128, 127, sc, q, &dh);
+    int8_t L[QK_K];
+    float scales[16], max_scale = 0, max_abs = 0;
+    for (int ib = 0; ib < 16; ib++) {
+        scales[ib] = fit_sym_x2(16, 32, x + 16 * ib, L + 16 * ib);
+        if (fabsf(scales[ib]) > max_abs) {
+            max_abs = fabsf(scales[ib]);
+            max_scale = scales[ib];
+        }
+    }
     memset(b, 0, 210);
+    if (max_abs < 1e-15f) return; /* an all-zero block (d = +0) */
+    const float iscale = -128.f / max_scale;
+    const uint16_t dh = af_f32_to_fp16(1 / iscale);
+    int8_t sc[16];
+    for (int ib = 0; ib < 16; ib++) {
+        const int v = nearest(iscale * scales[ib]);
+        sc[ib] = (int8_t)(v < 127 ? v : 127);
+    }
+    for (int j = 0; j < 16; j++) {
+        const float d = af_fp16_to_f32(dh) * sc[j];
+        if (!d) continue;
+        for (int i = 0; i < 16; i++) L[16 * j + i] = (int8_t)(clampi(nearest(x[16 * j + i] / d), -32, 31) + 32);
+    }
     uint8_t *ql = b, *qh = b + 128;
     for (int e = 0; e < QK_K; e++) {
-        const int u = q[e] + 32, h = e / 128, r = e % 128;
+        const int u = L[e], h = e / 128, r = e % 128;
         ql[64 * h + (r % 64)] |= (uint8_t)((u & 0x0F) << (4 * (r / 64)));
         qh[32 * h + (r % 32)] |= (uint8_t)((u >> 4) << (2 * (r / 32)));
     }
-    for (int k = 0; k < 16; k++) b[192 + k] = (uint8_t)(int8_t)sc[k];
+    for (int k = 0; k < 16; k++) b[192 + k] = (uint8_t)sc[k];
     wr16(b + 208, dh);
 }
 

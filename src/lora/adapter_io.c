@@ -4,6 +4,7 @@
  * tuners/lora/config.py LoraConfig, utils/constants.py).
  */
 #include "lora/adapter_io.h"
+#include "lora/adapter_gguf.h"
 
 #include "core/fsutil.h"
 
@@ -319,6 +320,7 @@ void af_adapter_info_free(af_adapter_info *info) {
     free(info->task_type);
     free(info->base_model);
     free(info->layers_to_transform);
+    free(info->architecture);
     cJSON_Delete(info->afinar);
     memset(info, 0, sizeof *info);
 }
@@ -329,10 +331,10 @@ static af_status read_json(const char *dir, const char *name, int optional, cJSO
     char *path = af_path_join(dir, name);
     if (!path) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
     af_status st = AF_OK;
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = af_fopen_regular(path, NULL); /* records "<path>: cannot open: ..." / "not a regular file" */
     char *text = NULL;
     if (!fp) {
-        if (!(optional && errno == ENOENT)) st = af_fail(AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        st = (optional && errno == ENOENT) ? AF_OK : AF_ERR_IO;
         free(path);
         return st;
     }
@@ -488,6 +490,34 @@ static int readable_dtype(af_st_dtype d) {
     return d == AF_ST_F32 || d == AF_ST_F16 || d == AF_ST_BF16 || d == AF_ST_F64;
 }
 
+/* Index of the first NaN/Inf element of a readable float tensor (raw bytes, little-endian), or -1.
+ * Checked on the file's own dtype so that P is written only after every check passed. */
+static int64_t first_nonfinite(const af_st_tensor *t) {
+    const uint8_t *d = t->data;
+    for (uint64_t i = 0; i < t->n_elem; i++) {
+        int bad = 0;
+        if (t->dtype == AF_ST_F32) {
+            uint32_t u;
+            memcpy(&u, d + 4 * i, 4);
+            bad = (u & 0x7f800000u) == 0x7f800000u;
+        } else if (t->dtype == AF_ST_F16) {
+            uint16_t u;
+            memcpy(&u, d + 2 * i, 2);
+            bad = (u & 0x7c00u) == 0x7c00u;
+        } else if (t->dtype == AF_ST_BF16) {
+            uint16_t u;
+            memcpy(&u, d + 2 * i, 2);
+            bad = (u & 0x7f80u) == 0x7f80u;
+        } else if (t->dtype == AF_ST_F64) {
+            uint64_t u;
+            memcpy(&u, d + 8 * i, 8);
+            bad = (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        }
+        if (bad) return (int64_t)i;
+    }
+    return -1;
+}
+
 /* Info from an open weights file. */
 static af_status scan_tensors(const af_st_file *f, af_adapter_info *info) {
     info->n_layers = 0;
@@ -566,6 +596,7 @@ static af_status read_info_open(const char *dir, af_adapter_info *info, af_st_fi
 
 af_status af_adapter_read_info(const char *dir, af_adapter_info *info) {
     if (!dir || !info) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_read_info: NULL argument");
+    if (af_adapter_is_gguf(dir)) return af_adapter_gguf_read_info(dir, info); /* LoRA GGUF / merged model */
     af_st_file *f = NULL;
     AF_TRY(read_info_open(dir, info, &f));
     af_st_close(f);
@@ -591,6 +622,7 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     const af_adapter_load_opts zero = {0};
     const af_adapter_load_opts *lo = opts ? opts : &zero;
     const unsigned flags = lo->flags;
+    if (af_adapter_is_gguf(dir)) return af_adapter_gguf_load(dir, lay, P, flags, info_out);
     af_adapter_info info;
     af_st_file *f = NULL;
     AF_TRY(read_info_open(dir, &info, &f));
@@ -661,6 +693,10 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
         } else if (!readable_dtype(t->dtype)) {
             st = af_fail(AF_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported for adapters", W, t->name,
                          af_st_dtype_name(t->dtype));
+        } else if (first_nonfinite(t) >= 0) {
+            /* a diverged run's adapter: refused wherever it is loaded (predict, eval, generate, resume) */
+            st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': element %lld is not finite (NaN or Inf): the adapter is "
+                         "unusable (saved from a diverged run?)", W, t->name, (long long)first_nonfinite(t));
         } else {
             *dst = t;
         }

@@ -127,10 +127,13 @@ typedef struct af_adapter_info {
     int qk_rows_gguf;         /* 1: the file's q/k B rows are in GGUF order (afinar.json version 1,
                                  or "qk_row_order": "gguf"); 0: HF order (PEFT, afinar >= 2) */
     cJSON *afinar;            /* parsed afinar.json, NULL when the file is absent */
+    char *architecture;       /* a GGUF adapter's general.architecture (owned), NULL for directories */
 } af_adapter_info;
 
 /* Read adapter_config.json, the tensor names/shapes of adapter_model.safetensors and (if present)
- * afinar.json. Errors: AF_ERR_IO (missing file; a pickle adapter_model.bin without safetensors is
+ * afinar.json. When `dir` is a GGUF file (af_adapter_is_gguf: a llama.cpp LoRA GGUF or a merged
+ * model carrying an afinar head) this is af_adapter_gguf_read_info (lora/adapter_gguf.h), and
+ * af_adapter_load likewise reads it with af_adapter_gguf_load. Errors: AF_ERR_IO (missing file; a pickle adapter_model.bin without safetensors is
  * reported as AF_ERR_UNSUPPORTED), AF_ERR_FORMAT (malformed JSON / safetensors, a field of the
  * wrong type), AF_ERR_UNSUPPORTED (peft_type other than LORA, use_dora, fan_in_fan_out,
  * bias != "none", non-empty rank_pattern/alpha_pattern), AF_ERR_NOMEM. */

@@ -90,7 +90,10 @@ static int match_name(const char *s, size_t len, af_proj *out) {
 af_status af_lora_parse_targets(const char *spec, uint32_t *mask) {
     if (!mask) return af_fail(AF_ERR_INVALID_ARG, "lora targets: NULL mask");
     *mask = 0;
-    if (!spec || !*spec || !strcmp(spec, "qv")) {
+    if (spec && !*spec) /* "" is a mistake (an unset variable), not the default */
+        return af_fail(AF_ERR_INVALID_ARG, "lora targets '': empty (use presets qv, qkv, all-linear or a comma list of "
+                                           "q,k,v,o,gate,up,down)");
+    if (!spec || !strcmp(spec, "qv")) {
         *mask = (1u << AF_PROJ_Q) | (1u << AF_PROJ_V);
         return AF_OK;
     }

@@ -243,6 +243,18 @@ static af_status load_weights(af_model *m) {
         }
 #undef NM
     }
+    /* a tensor of a layer past block_count: the layer count is wrong, layers would be ignored */
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const char *tn = g->tensors[i].name;
+        char *end = NULL;
+        if (strncmp(tn, "blk.", 4) != 0) continue;
+        long il = strtol(tn + 4, &end, 10);
+        if (end != tn + 4 && *end == '.' && il >= c->num_hidden_layers)
+            return af_fail(AF_ERR_FORMAT,
+                           "%s: tensor '%s' belongs to layer %ld but %s.block_count is %d: the file's layer count is "
+                           "wrong (layers %d.. would be ignored)",
+                           g->path, tn, il, c->architecture, c->num_hidden_layers, c->num_hidden_layers);
+    }
     D->embd_scale = arch_find(c->architecture)->embd_scale_sqrt_hidden ? sqrtf((float)H) : 1.0f;
     D->attn_scale = 1.0f / sqrtf((float)hd); /* gemma3: query_pre_attn_scalar = head_dim for 270m..12B */
     return AF_OK;
@@ -290,6 +302,10 @@ void af_model_free(af_model *m) {
 const af_model_config *af_model_get_config(const af_model *m) { return &m->cfg; }
 
 const af_tokenizer *af_model_tokenizer(const af_model *m) { return m->tok; }
+const char *af_model_tokenizer_error(const af_model *m) {
+    if (!m || m->tok) return NULL;
+    return m->tok_error[0] ? m->tok_error : "the file has no tokenizer.ggml.* keys";
+}
 
 af_status af_chat_format(const af_model *m, const char *system, const char *user, char **out) {
     if (!m->tok) return af_fail(AF_ERR_NOT_FOUND, "model has no tokenizer, so no chat template");

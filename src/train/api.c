@@ -468,6 +468,28 @@ void af_lora_trainer_zero_grad(af_lora_trainer *tr) {
     tr->nf_where[0] = 0;
 }
 
+af_status af_lora_trainer_collect_gradients(const af_lora_trainer *tr, float *out, int32_t *n_micro,
+                                            int *nonfinite) {
+    if (!tr || !out) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_collect_gradients: NULL argument");
+    memcpy(out, tr->G, sizeof(float) * (size_t)tr->lay.n_total);
+    if (n_micro) *n_micro = tr->n_micro;
+    if (nonfinite) *nonfinite = tr->nonfinite;
+    return AF_OK;
+}
+
+af_status af_lora_trainer_apply_gradients(af_lora_trainer *tr, const float *grad, int32_t n_micro, int nonfinite) {
+    static const char *fn = "af_lora_trainer_apply_gradients";
+    if (!tr || !grad) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    if (n_micro < 1) return af_fail(AF_ERR_INVALID_ARG, "%s: n_micro = %d < 1", fn, n_micro);
+    if (grad != tr->G) memcpy(tr->G, grad, sizeof(float) * (size_t)tr->lay.n_total);
+    tr->n_micro = n_micro;
+    if (nonfinite && !tr->nonfinite) { /* seen by another worker: where is its report */
+        tr->nonfinite = 1;
+        if (!tr->nf_where[0]) snprintf(tr->nf_where, sizeof tr->nf_where, "a micro-batch loss of another worker");
+    }
+    return AF_OK;
+}
+
 af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm) {
     static const char *fn = "af_lora_trainer_step";
     if (!tr) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer", fn);

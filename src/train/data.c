@@ -86,6 +86,11 @@ af_status af_dataset_build(const af_ctx *ctx, const af_corpus *c, const af_token
                        (int)max_seq_len);
     const char *P = c->path ? c->path : "corpus";
     int32_t n = c->n;
+    /* the multi-label table is n x num_classes bytes: bounded (both counts come from the data) */
+    if (c->multi_label && (uint64_t)n * (uint64_t)(c->num_classes > 0 ? c->num_classes : 1) > ((uint64_t)1 << 31))
+        return af_fail(AF_ERR_RANGE, "%s: %d samples x %d classes: the multi-label table would take %llu bytes, above "
+                       "the limit of %llu (fewer classes or samples)", P, n, c->num_classes,
+                       (unsigned long long)((uint64_t)n * (uint64_t)c->num_classes), 1ull << 31);
     int32_t fill = af_token_bos(tok) >= 0 ? af_token_bos(tok) : af_token_eos(tok);
     int32_t **ids = calloc((size_t)n, sizeof *ids);
     size_t *nids = calloc((size_t)n, sizeof *nids);
@@ -327,12 +332,21 @@ void af_data_stats_print(const af_data_stats *s, const char *const *names, const
     fprintf(fp, "\n");
     int64_t tot = 0;
     for (int32_t c = 0; c < s->num_classes; c++) tot += s->class_count[c];
+    /* a bounded table: past MAX_ROWS classes only the classes with samples, MAX_ROWS of them at most */
+    enum { MAX_ROWS = 64 };
+    int32_t shown = 0, hidden = 0;
     for (int32_t c = 0; c < s->num_classes; c++) {
+        if (s->num_classes > MAX_ROWS && (s->class_count[c] == 0 || shown >= MAX_ROWS)) {
+            hidden++;
+            continue;
+        }
         char id[32];
         snprintf(id, sizeof id, "%d", c);
         fprintf(fp, "    %-20.20s %8lld  %5.1f%%\n", names && names[c] ? names[c] : id, (long long)s->class_count[c],
                 tot ? 100.0 * (double)s->class_count[c] / (double)tot : 0.0);
+        shown++;
     }
+    if (hidden) fprintf(fp, "    ... %d more classes not listed (%d classes with no sample)\n", hidden, s->n_empty_classes);
     fprintf(fp, "  tokens/sample  min %d  p50 %d  p95 %d  p99 %d  max %d  mean %.1f (before truncation)\n",
             s->len_min, s->len_p50, s->len_p95, s->len_p99, s->len_max, s->len_mean);
     fprintf(fp, "  max_seq_len    %d: %d samples truncated (%.1f%%), %lld tokens kept\n", s->max_seq_len,

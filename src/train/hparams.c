@@ -114,6 +114,32 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
     if (!(c->lr > 0) || !isfinite(c->lr))
         ADD(AF_DIAG_ERROR, "lr-invalid", "use --lr 2e-4", "learning rate %s must be a finite number > 0",
             num(a, sizeof a, c->lr));
+    /* combinations that cannot be right (issue 18 class 6): one place, for check and train alike */
+    if (c->lr_decays && c->lr > 0 && isfinite(c->lr) && c->lr_min > c->lr)
+        ADD(AF_DIAG_ERROR, "lr-min-above-lr", "give --lr-min below --lr (e.g. 0 or lr/10)",
+            "--lr-min %s is above --lr %s: the schedule would climb to %s instead of decaying",
+            num(a, sizeof a, c->lr_min), num(b, sizeof b, c->lr), num(r, sizeof r, c->lr_min));
+    if (c->max_positions > 0 && s && s->n > 0) {
+        int32_t longest = s->len_max < c->max_seq_len ? s->len_max : c->max_seq_len;
+        if (longest > c->max_positions) {
+            snprintf(r, sizeof r, "use --max-seq-len %d", (int)c->max_positions);
+            ADD(AF_DIAG_ERROR, "seq-len-positions", r,
+                "max_seq_len %d lets samples of %d tokens through, beyond the model's %d positions (context_length): "
+                "%d sample(s) would train on positions the model never saw",
+                (int)c->max_seq_len, (int)longest, (int)c->max_positions,
+                (int)af_data_stats_count_longer(s, c->max_positions));
+        }
+    }
+    if (c->patience > 0 && !c->has_val)
+        ADD(AF_DIAG_ERROR, "patience-no-val", "give --val FILE or --val-split 0.1, or drop --patience",
+            "--patience %lld needs validation data: without it early stopping never happens", (long long)c->patience);
+    if (c->eval_every > 0 && !c->has_val)
+        ADD(AF_DIAG_WARN, "eval-no-val", "give --val FILE or --val-split 0.1",
+            "--eval-every %lld has no validation data to evaluate on", (long long)c->eval_every);
+    if (c->total_steps > 0 && c->warmup_steps >= c->total_steps)
+        ADD(AF_DIAG_WARN, "warmup-long", "use a shorter --warmup (default 6%)",
+            "the warm-up (%lld steps) is as long as the whole run (%lld steps): the learning rate never reaches --lr",
+            (long long)c->warmup_steps, (long long)c->total_steps);
     if (c->batch_size < 1)
         ADD(AF_DIAG_ERROR, "batch-invalid", "use --batch 8", "batch size %d must be >= 1", (int)c->batch_size);
     if (c->grad_accum < 1)

@@ -54,6 +54,13 @@ typedef struct af_train_config {
     const char *const *label_names; /* [num_classes] for messages, or NULL */
     const char *class_weights;      /* spec as given to af_class_weights, NULL = "uniform" */
     int causal_lm;                  /* 1: causal-LM run (no classes: the class rules are skipped) */
+    double lr_min;                  /* floor of the decay (--lr-min); must not exceed lr */
+    int lr_decays;                  /* 1: a cosine/linear schedule that uses lr_min */
+    int32_t max_positions;          /* the model's positions (context_length); <= 0: unknown */
+    int has_val;                    /* validation data given (--val or --val-split) */
+    int64_t patience;               /* --patience (0: off) */
+    int64_t eval_every;             /* --eval-every (0: per epoch) */
+    int64_t warmup_steps, total_steps; /* the plan (total <= 0: unknown) */
 } af_train_config;
 
 /* af_diag_severity, af_diag, af_diag_list: include/afinar.h ("Training runs"). */

@@ -157,8 +157,9 @@ af_status af_train_settings_merge(af_train_settings *dst, const af_train_setting
 af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out) {
     if (!path || !what || !out) return af_fail(AF_ERR_INVALID_ARG, "af_train_settings_read: NULL argument");
     *out = NULL;
-    char *txt = af_read_file(path, NULL);
-    if (!txt) return af_fail(AF_ERR_IO, "%s: cannot read %s: %s", path, what, strerror(errno));
+    const char *why = NULL;
+    char *txt = af_read_file_max(path, (size_t)16 << 20, NULL, &why); /* never blocks; 16 MiB at most */
+    if (!txt) return af_fail(AF_ERR_IO, "%s: cannot read %s: %s", path, what, why ? why : strerror(errno));
     cJSON *j = cJSON_Parse(txt);
     if (!j) {
         /* cJSON points at the first byte it could not parse; report it as line:column (1-based) */

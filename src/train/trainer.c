@@ -420,7 +420,9 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     if (st != AF_OK) goto fail;
     af_train_config hc = {o->lr, o->lora_r, o->lora_alpha, o->use_rslora, o->batch, o->grad_accum, o->max_grad_norm,
                           o->epochs, o->max_steps, o->max_seq_len, t->n_model_params, t->num_classes,
-                          (const char *const *)t->label_names, o->class_weights, t->lm};
+                          (const char *const *)t->label_names, o->class_weights, t->lm, o->lr_min,
+                          o->schedule != AF_SCHED_CONSTANT, t->model->cfg.max_position_embeddings, t->val != NULL,
+                          o->patience, o->eval_every, t->warmup, t->total};
     st = af_hparams_check(&hc, &t->st_train, &t->diags);
     if (st != AF_OK) goto fail;
 #undef FAIL
@@ -436,6 +438,12 @@ const af_diag_list *af_trainer_diags(const af_trainer *t) { return &t->diags; }
 void af_trainer_memory(const af_trainer *t, size_t *need, size_t *ram) {
     if (need) *need = t->mem_need;
     if (ram) *ram = t->mem_ram;
+}
+
+int af_trainer_n_errors(const af_trainer *t) {
+    int n = 0;
+    for (int32_t i = 0; i < t->diags.n; i++) n += t->diags.items[i].severity == AF_DIAG_ERROR;
+    return n + (t->mem_ram > 0 && t->mem_need > t->mem_ram);
 }
 
 int af_trainer_has_errors(const af_trainer *t) {

@@ -36,12 +36,16 @@
  *                           per evaluation {"type":"eval","split":"val","step","epoch","accuracy",
  *                           "macro_f1","loss","ece"}; per skipped step {"type":"nonfinite","step",
  *                           "where","loss","grad_norm" (strings: may be nan/inf),"consecutive",
- *                           "skipped_total"}; "step" counts optimizer steps from 1.
+ *                           "skipped_total"}; "step" counts optimizer steps from 1. Under MPI
+ *                           (data parallel, trainer_run.c step_micro_batches) train lines add
+ *                           "world_size","compute_s","wait_s","comm_s","comm_bytes","comm_bytes_all";
+ *                           rank 0 alone writes this directory.
  *   run.json                the caller's resolved configuration (config_json) + data summary.
  *   checkpoint-STEP/        PEFT adapter (adapter_model.safetensors, adapter_config.json,
  *                           afinar.json) + trainer_state.safetensors (params, AdamW m and v as F32;
  *                           counters as I64, EMA/best values as F64: everything a bit-exact resume
- *                           needs) + train_config.json (config_json). Written into a hidden temp
+ *                           needs; metadata world_size and gradient_sum, informational) +
+ *                           train_config.json (config_json). Written into a hidden temp
  *                           directory, every file fsync'ed, then renamed into place (an existing
  *                           directory of the same name is swapped atomically with renameat2
  *                           RENAME_EXCHANGE where available), so a checkpoint directory is always
@@ -104,6 +108,7 @@ typedef struct af_classifier {
     int multi_label;
     int32_t num_classes;
     char **label_names;       /* [num_classes] or NULL (integer labels) */
+    char note[512];           /* what was assumed for lack of afinar.json fields ("" when nothing) */
 } af_classifier;
 
 /* Shared by the trainer's evaluation: probabilities of every sample of ds with parameters P

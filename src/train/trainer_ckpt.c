@@ -4,6 +4,7 @@
 #include "train/trainer_internal.h"
 
 #include "core/fsutil.h"
+#include "train/dist.h"
 #include "lora/adapter_io.h"
 #include "formats/safetensors.h"
 
@@ -215,18 +216,60 @@ static af_status write_state(const af_trainer *t, const char *dir, const float *
     }
     ts[3] = (af_st_write_tensor){"counters", AF_ST_I64, 1, {N_I64}, NULL, c};
     ts[4] = (af_st_write_tensor){"values", AF_ST_F64, 1, {N_F64}, NULL, v};
-    const char *keys[N_CHECK + 2], *vals[N_CHECK + 2];
+    const char *keys[N_CHECK + 4], *vals[N_CHECK + 4];
     char buf[N_CHECK][48];
     check_fields(t, keys, buf);
     for (int i = 0; i < N_CHECK; i++) vals[i] = buf[i];
     keys[N_CHECK] = "format", vals[N_CHECK] = "afinar-trainer-state";
     keys[N_CHECK + 1] = "version", vals[N_CHECK + 1] = "1";
+    /* Informational (not checked on resume: any process count continues the run identically):
+     * the processes that wrote it and how a step's micro-batch gradients were summed. */
+    char ws[16];
+    snprintf(ws, sizeof ws, "%d", (int)af_dist_size());
+    keys[N_CHECK + 2] = "world_size", vals[N_CHECK + 2] = ws;
+    keys[N_CHECK + 3] = "gradient_sum", vals[N_CHECK + 3] = af_dist_on() ? "per-micro-batch, in micro-batch order" : "accumulated in place";
     char *path = af_path_join(dir, STATE_FILE);
     if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
     if (t->lm) ts[5] = (af_st_write_tensor){"lm_counters", AF_ST_I64, 1, {1}, NULL, lmc};
-    af_status st = af_st_write(path, ts, t->lm ? 6 : 5, keys, vals, N_CHECK + 2);
+    af_status st = af_st_write(path, ts, t->lm ? 6 : 5, keys, vals, N_CHECK + 4);
     free(path);
     return st;
+}
+
+/* The flag behind a compatibility field, for the messages (" (--batch)"), or "". */
+static const char *flag_of(const char *key) {
+    static const char *const map[][2] = {{"n_train", " (the training samples: --train / --val-split)"},
+                                         {"num_classes", " (the classes of the data / --labels)"},
+                                         {"batch", " (--batch)"}, {"grad_accum", " (--grad-accum)"}, {"seed", " (--seed)"},
+                                         {"total_steps", " (--epochs / --max-steps)"}, {"warmup_steps", " (--warmup)"},
+                                         {"schedule", " (--schedule)"}, {"lr", " (--lr)"}, {"lr_min", " (--lr-min)"}};
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+        if (!strcmp(map[i][0], key)) return map[i][1];
+    return "";
+}
+
+/* A parameter-count mismatch in words: which LoRA setting differs between the checkpoint's
+ * adapter_config.json and this run (rank, targets, layers, head bias). `why` stays "" when the
+ * checkpoint's adapter cannot be read or no difference is found. */
+static void explain_params(const af_trainer *t, const char *ckpt, char *why, size_t cap) {
+    af_adapter_info ai;
+    memset(&ai, 0, sizeof ai);
+    if (af_adapter_read_info(ckpt, &ai) != AF_OK) return;
+    const af_param_layout *l = &t->lay;
+    if (ai.r != l->lora.r)
+        snprintf(why, cap, "--lora-r is %d in the checkpoint (adapter_config.json r) but %d now", ai.r, l->lora.r);
+    else if (ai.targets != l->lora.targets)
+        snprintf(why, cap, "--targets differ: the checkpoint adapts projections mask 0x%x, this run 0x%x (see "
+                 "target_modules in adapter_config.json)", ai.targets, l->lora.targets);
+    else if (ai.n_layers != l->layer_end ||
+             (ai.layers_to_transform && ai.n_layers_to_transform > 0 && ai.layers_to_transform[0] != l->layer_min))
+        snprintf(why, cap, "--lora-layers differ: the checkpoint adapts layers %d-%d, this run %d-%d",
+                 ai.layers_to_transform && ai.n_layers_to_transform > 0 ? ai.layers_to_transform[0] : 0, ai.n_layers - 1,
+                 l->layer_min, l->layer_end - 1);
+    else if (ai.num_classes > 0 && ai.has_head_bias != (t->o.head_bias != 0))
+        snprintf(why, cap, "--head-bias is %s in the checkpoint but %s now", ai.has_head_bias ? "on" : "off",
+                 t->o.head_bias ? "on" : "off");
+    af_adapter_info_free(&ai);
 }
 
 af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, float *M, float *V, af_run_state *rs) {
@@ -249,10 +292,15 @@ af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, floa
     for (int i = 0; i < N_CHECK; i++) {
         const char *v = af_st_meta_get(f, keys[i]);
         if (!v || strcmp(v, buf[i]) != 0) {
-            st = af_fail(AF_ERR_INVALID_ARG,
-                         "%s: cannot resume exactly: %s is %s in the checkpoint but %s now (resume with the same data "
-                         "and settings)",
-                         path, keys[i], v ? v : "(missing)", buf[i]);
+            char why[300] = "";
+            if (!strcmp(keys[i], "n_params")) explain_params(t, ckpt, why, sizeof why);
+            if (why[0])
+                st = af_fail(AF_ERR_INVALID_ARG, "%s: cannot resume: %s (resume with the checkpoint's settings)", ckpt, why);
+            else
+                st = af_fail(AF_ERR_INVALID_ARG,
+                             "%s: cannot resume exactly: %s%s is %s in the checkpoint but %s now (resume with the same "
+                             "data and settings)",
+                             path, keys[i], flag_of(keys[i]), v ? v : "(missing)", buf[i]);
             goto done;
         }
     }
@@ -296,6 +344,7 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
     static unsigned counter;
     snprintf(tmpname, sizeof tmpname, ".%s.tmp-%ld-%u", name, (long)getpid(), counter++);
     char *tmp = af_path_join(o->output_dir, tmpname), *fin = af_path_join(o->output_dir, name);
+    const int had_old = fin && is_dir(fin); /* for the failure message: is there an earlier one to keep? */
     cJSON *extra = cJSON_CreateObject();
     af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
     if (st == AF_OK) st = rm_tree(tmp);
@@ -385,7 +434,8 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         const char *m = af_last_error();
         size_t lt = strlen(tmp);
         if (fin && !strncmp(m, tmp, lt))
-            snprintf(keep, sizeof keep, "%s%s (not saved; the previous %s is kept)", fin, m + lt, name);
+            snprintf(keep, sizeof keep, had_old ? "%s%s (not saved; the previous %s is kept)" : "%s%s (not saved; there is no earlier %s)",
+                     fin, m + lt, name);
         else
             snprintf(keep, sizeof keep, "%s", m);
         (void)rm_tree(tmp);

@@ -173,6 +173,11 @@ af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af
     c->pooling = AF_POOL_LAST; /* transformers *ForSequenceClassification */
     c->max_seq_len = 512;
     const cJSON *a = info.afinar;
+    if (!a) /* a PEFT/transformers adapter, or an afinar adapter that lost its afinar.json: say so */
+        snprintf(c->note, sizeof c->note,
+                 "%s/afinar.json is missing: assuming a PEFT/transformers adapter (last-token pooling, max_seq_len 512, "
+                 "class ids as labels); copy the afinar.json written by 'afinar train' next to it if it came from afinar",
+                 adapter_dir);
     if (a) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, "pooling");
         if (cJSON_IsString(v)) {
@@ -183,13 +188,32 @@ af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af
                              adapter_dir, v->valuestring);
                 goto fail;
             }
+        } else if (v) {
+            st = af_fail(AF_ERR_FORMAT, "%s/afinar.json: field 'pooling': expected \"mean\" or \"last\"", adapter_dir);
+            goto fail;
+        } else {
+            snprintf(c->note, sizeof c->note,
+                     "%s/afinar.json has no 'pooling' field: assuming last-token pooling (transformers)", adapter_dir);
         }
         v = cJSON_GetObjectItemCaseSensitive(a, "max_seq_len");
-        if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 1e7) c->max_seq_len = (int32_t)v->valuedouble;
+        if (v && !(cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 1e7 && v->valuedouble == floor(v->valuedouble))) {
+            st = af_fail(AF_ERR_FORMAT, "%s/afinar.json: field 'max_seq_len': expected an integer in [1, 10000000]",
+                         adapter_dir);
+            goto fail;
+        }
+        if (v) c->max_seq_len = (int32_t)v->valuedouble;
         v = cJSON_GetObjectItemCaseSensitive(a, "multi_label");
         c->multi_label = cJSON_IsTrue(v);
         v = cJSON_GetObjectItemCaseSensitive(a, "labels");
-        if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == c->num_classes) {
+        if (v && (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != c->num_classes)) {
+            st = af_fail(AF_ERR_FORMAT,
+                         "%s/afinar.json: field 'labels': %s%d names but the head (score.weight) has %d classes: the "
+                         "label list does not belong to this adapter",
+                         adapter_dir, cJSON_IsArray(v) ? "" : "not a list, ", cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0,
+                         c->num_classes);
+            goto fail;
+        }
+        if (cJSON_IsArray(v)) {
             c->label_names = af_calloc((size_t)c->num_classes, sizeof(char *));
             if (!c->label_names) {
                 st = af_fail(AF_ERR_NOMEM, "classifier: out of memory");
@@ -198,7 +222,12 @@ af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af
             int32_t i = 0;
             const cJSON *e;
             cJSON_ArrayForEach(e, v) {
-                c->label_names[i] = strdup(cJSON_IsString(e) ? e->valuestring : "?");
+                if (!cJSON_IsString(e) || !e->valuestring[0]) {
+                    st = af_fail(AF_ERR_FORMAT, "%s/afinar.json: field 'labels': entry %d is not a non-empty string",
+                                 adapter_dir, i);
+                    goto fail;
+                }
+                c->label_names[i] = strdup(e->valuestring);
                 if (!c->label_names[i]) {
                     st = af_fail(AF_ERR_NOMEM, "classifier: out of memory");
                     goto fail;
@@ -233,6 +262,7 @@ const af_model *af_classifier_model(const af_classifier *c) { return c ? c->mode
 int32_t af_classifier_num_classes(const af_classifier *c) { return c ? c->num_classes : 0; }
 int af_classifier_multi_label(const af_classifier *c) { return c ? c->multi_label : 0; }
 int32_t af_classifier_max_seq_len(const af_classifier *c) { return c ? c->max_seq_len : 0; }
+const char *af_classifier_note(const af_classifier *c) { return c && c->note[0] ? c->note : NULL; }
 const char *const *af_classifier_label_names(const af_classifier *c) {
     return c ? (const char *const *)c->label_names : NULL;
 }

@@ -5,12 +5,14 @@
 #include "train/trainer_internal.h"
 
 #include "core/fsutil.h"
+#include "train/dist.h"
 
 #include <cJSON.h>
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@ typedef struct loop {
     float *logits;       /* [batch, C] */
     float *vprobs;       /* [n_val, C] */
     FILE *mf;            /* metrics.jsonl */
+    int mf_errno;        /* the first failed write to metrics.jsonl (0: none); the run then fails */
     af_run_state rs;
     double t0;           /* session start */
     int64_t session_steps, session_samples;
@@ -38,7 +41,23 @@ typedef struct loop {
     /* causal LM */
     int32_t *bin_idx, *bin_off; /* packing: the epoch's micro-batches (af_pack_bfd), [n_train], [n_micro + 1] */
     int64_t session_tokens;
+    /* data parallelism (af_dist_on(): launched by mpirun / srun; see dist_step) */
+    int dist;              /* 1: every step's micro-batches are split over the ranks */
+    int32_t rank, world;   /* this process, processes (0, 1 without MPI) */
+    int writer;            /* rank 0: the one that writes output, metrics and progress */
+    float *rows;           /* [grad_accum, row] per-micro-batch gradient rows of the step (gathered) */
+    int64_t row;           /* floats per row: n_total gradient + DIST_STAT_F (DIST_STATS doubles) */
+    float *gsum;           /* [n_total] the step's gradient: rows summed in micro-batch order */
+    int32_t *counts;       /* [world] micro-batches of the step per rank */
+    af_dist_counters comm; /* this step's communication: the gather (and rank 0's decisions) */
+    af_dist_counters wait; /* this step's error agreement = waiting for the slowest rank to finish its micro-batches */
+    double compute_s;      /* this step's micro-batch compute seconds (this rank) */
+    int64_t comm_bytes_all;/* this step's bytes received over all ranks (rows × row bytes × (world − 1)) */
 } loop;
+
+/* Statistics of one micro-batch, carried at the end of its gathered gradient row (doubles). */
+enum { ST_LOSS, ST_CORRECT, ST_NTOK, ST_NONFINITE, DIST_STATS };
+#define DIST_STAT_F (DIST_STATS * (int64_t)(sizeof(double) / sizeof(float)))
 
 static double now(void) { return af_time_sec(); }
 
@@ -89,9 +108,112 @@ static void progress(loop *L, double lr, double gn, int force) {
 
 static void log_line(loop *L, const char *s) {
     if (!L->mf) return;
-    fputs(s, L->mf);
-    fputc('\n', L->mf);
-    fflush(L->mf);
+    errno = 0;
+    if ((fputs(s, L->mf) < 0 || fputc('\n', L->mf) == EOF || fflush(L->mf) != 0) && !L->mf_errno)
+        L->mf_errno = errno ? errno : EIO;
+}
+
+/* Micro-batch j of the current epoch of a classification step of n_step samples: accumulated with
+ * grad_scale m / n_step (dropout keyed by j); st[]: its loss · m (the loss itself when not finite),
+ * correct predictions, non-finite flag. */
+static af_status micro_cls(loop *L, int64_t j, int64_t n_step, double st[DIST_STATS]) {
+    af_trainer *t = L->t;
+    const af_dataset *ds = t->train;
+    const int32_t B = t->o.batch, C = t->num_classes;
+    const int64_t i0 = j * B;
+    const int32_t m = (int32_t)(ds->n - i0 < B ? ds->n - i0 : B);
+    af_packed_batch pb;
+    AF_TRY(af_batcher_pack(L->bt, L->perm + i0, m, &pb));
+    af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot, pb.targets};
+    double l = 0;
+    AF_TRY(af_lora_trainer_accumulate_batch(L->lt, &b, (float)((double)m / (double)n_step), (uint64_t)j, &l,
+                                            L->logits));
+    memset(st, 0, sizeof(double) * DIST_STATS);
+    if (!isfinite(l)) {
+        st[ST_LOSS] = l;
+        st[ST_NONFINITE] = 1;
+        return AF_OK;
+    }
+    st[ST_LOSS] = l * m;
+    int64_t correct = 0;
+    for (int32_t i = 0; i < m; i++) {
+        const float *x = L->logits + (size_t)i * C;
+        if (pb.labels) {
+            int32_t am = 0;
+            for (int32_t c = 1; c < C; c++) am = x[c] > x[am] ? c : am;
+            correct += am == pb.labels[i];
+        } else {
+            int ok = 1;
+            for (int32_t c = 0; c < C; c++) ok &= (x[c] > 0) == (pb.multi_hot[(size_t)i * C + c] > 0.5f);
+            correct += ok;
+        }
+    }
+    st[ST_CORRECT] = (double)correct;
+    return AF_OK;
+}
+
+static af_status micro_lm(loop *L, int64_t j, float gs, double st[DIST_STATS]);
+
+/* The micro-batches [mb0, mb1) of this step — the one path of one process and of W data-parallel
+ * ranks: the K = mb1 − mb0 micro-batches are split over the W ranks in contiguous blocks (rank r:
+ * [mb0 + ⌊K·r/W⌋, mb0 + ⌊K·(r+1)/W⌋); one process: all of them); each micro-batch's gradient is
+ * computed alone (from a zeroed gradient) into its row with its statistics; the ranks agree on
+ * errors, gather every row to every rank, and each rank sums the rows in micro-batch order and hands
+ * the sum to the optimizer (af_lora_trainer_apply_gradients). The sum's float additions happen in the
+ * same order whatever W is, so one process (MPI or not) and W = 2, 4 ... give the same bits. The
+ * statistics are folded in micro-batch order; a non-finite micro-batch skips the step (its loss is
+ * the one reported). */
+static af_status step_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n_step, float gs, double *lsum,
+                                    int64_t *correct, int64_t *n_tok, int *finite) {
+    const int64_t K = mb1 - mb0, n = L->t->lay.n_total, g = L->rs.step + 1;
+    const int32_t W = L->world, r = L->rank;
+    for (int32_t k = 0; k < W; k++) L->counts[k] = (int32_t)(K * (k + 1) / W - K * k / W);
+    const int64_t a = mb0 + K * r / W, b = mb0 + K * (r + 1) / W;
+    const double t0 = now();
+    af_status st = AF_OK;
+    for (int64_t j = a; j < b && st == AF_OK; j++) {
+        float *row = L->rows + (size_t)(j - mb0) * (size_t)L->row;
+        double stt[DIST_STATS];
+        af_lora_trainer_zero_grad(L->lt);
+        st = L->t->lm ? micro_lm(L, j, gs, stt) : micro_cls(L, j, n_step, stt);
+        if (st == AF_OK) st = af_lora_trainer_collect_gradients(L->lt, row, NULL, NULL);
+        memcpy(row + n, stt, sizeof stt);
+    }
+    L->compute_s = now() - t0;
+    char msg[768] = "";
+    if (st != AF_OK) snprintf(msg, sizeof msg, "%s", af_last_error());
+    if (!L->dist) { /* one process: every row is here */
+        if (st != AF_OK) return st;
+    } else {
+        int32_t bad = -1;
+        AF_TRY(af_dist_agree(st != AF_OK, &bad, &L->wait));
+        if (st != AF_OK) return af_fail(st, "%s", msg);
+        if (bad >= 0)
+            return af_fail(AF_ERR_IO, "rank %d failed in step %lld (its message is on its own output); stopping every "
+                           "rank", (int)bad, (long long)g);
+        AF_TRY(af_dist_allgather_rows(L->rows + (size_t)(a - mb0) * (size_t)L->row, L->rows, L->counts,
+                                      sizeof(float) * (size_t)L->row, &L->comm));
+        L->comm_bytes_all = K * (int64_t)sizeof(float) * L->row * (W - 1);
+    }
+    memcpy(L->gsum, L->rows, sizeof(float) * (size_t)n);
+    for (int64_t k = 1; k < K; k++) {
+        const float *x = L->rows + (size_t)k * (size_t)L->row;
+        for (int64_t i = 0; i < n; i++) L->gsum[i] += x[i];
+    }
+    *finite = 1;
+    for (int64_t k = 0; k < K; k++) {
+        double stt[DIST_STATS];
+        memcpy(stt, L->rows + (size_t)k * (size_t)L->row + n, sizeof stt);
+        if (n_tok) *n_tok += (int64_t)stt[ST_NTOK];
+        if (stt[ST_NONFINITE] != 0) {
+            *finite = 0;
+            *lsum = stt[ST_LOSS];
+            break;
+        }
+        *lsum += stt[ST_LOSS];
+        *correct += (int64_t)stt[ST_CORRECT];
+    }
+    return af_lora_trainer_apply_gradients(L->lt, L->gsum, (int32_t)K, !*finite);
 }
 
 /* One optimizer step (global step rs.step): its micro-batches through af_lora_trainer_accumulate_batch
@@ -102,7 +224,7 @@ static af_status train_step(loop *L, int *finite, double *loss, double *acc, dou
     const af_trainer_opts *o = &t->o;
     const af_dataset *ds = t->train;
     const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
-    const int32_t B = o->batch, C = t->num_classes;
+    const int32_t B = o->batch;
     if (af_lora_trainer_step_count(L->lt) != g)
         return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: step %lld, optimizer at step %lld", (long long)g,
                        (long long)af_lora_trainer_step_count(L->lt));
@@ -115,34 +237,7 @@ static af_status train_step(loop *L, int *finite, double *loss, double *acc, dou
     double lsum = 0;
     int64_t correct = 0;
     *finite = 1;
-    for (int64_t j = mb0; j < mb1; j++) {
-        const int64_t i0 = j * B;
-        const int32_t m = (int32_t)(ds->n - i0 < B ? ds->n - i0 : B);
-        af_packed_batch pb;
-        AF_TRY(af_batcher_pack(L->bt, L->perm + i0, m, &pb));
-        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot, pb.targets};
-        double l = 0;
-        AF_TRY(af_lora_trainer_accumulate_batch(L->lt, &b, (float)((double)m / (double)n_step), (uint64_t)j, &l,
-                                                L->logits));
-        if (!isfinite(l)) { /* the step is skipped: its other micro-batches are not run */
-            *finite = 0;
-            lsum = l;
-            break;
-        }
-        lsum += l * m;
-        for (int32_t i = 0; i < m; i++) {
-            const float *x = L->logits + (size_t)i * C;
-            if (pb.labels) {
-                int32_t am = 0;
-                for (int32_t c = 1; c < C; c++) am = x[c] > x[am] ? c : am;
-                correct += am == pb.labels[i];
-            } else {
-                int ok = 1;
-                for (int32_t c = 0; c < C; c++) ok &= (x[c] > 0) == (pb.multi_hot[(size_t)i * C + c] > 0.5f);
-                correct += ok;
-            }
-        }
-    }
+    AF_TRY(step_micro_batches(L, mb0, mb1, n_step, 0.0f, &lsum, &correct, NULL, finite));
     *loss = *finite ? lsum / (double)n_step : lsum;
     *acc = (double)correct / (double)n_step;
     *n_step_out = n_step;
@@ -166,6 +261,25 @@ static void lm_micro(const loop *L, int64_t j, const int32_t **idx, int32_t *m) 
         *idx = L->perm + i0;
         *m = (int32_t)(n - i0 < t->o.batch ? n - i0 : t->o.batch);
     }
+}
+
+/* Causal-LM micro-batch j of the current epoch, accumulated with grad_scale gs (1 / the step's target
+ * tokens); st[]: its loss sum, correct next-token predictions, tokens, non-finite flag. */
+static af_status micro_lm(loop *L, int64_t j, float gs, double st[DIST_STATS]) {
+    const int32_t *idx;
+    int32_t m;
+    lm_micro(L, j, &idx, &m);
+    af_packed_batch pb;
+    AF_TRY(af_batcher_pack(L->bt, idx, m, &pb));
+    const af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, pb.targets};
+    af_lm_loss r;
+    AF_TRY(af_lora_trainer_accumulate_lm_batch(L->lt, &b, gs, (uint64_t)j, &r));
+    memset(st, 0, sizeof(double) * DIST_STATS);
+    st[ST_LOSS] = r.loss_sum;
+    st[ST_CORRECT] = (double)r.n_correct;
+    st[ST_NTOK] = (double)pb.n_tok;
+    st[ST_NONFINITE] = !isfinite(r.loss_sum);
+    return AF_OK;
 }
 
 /* Causal-LM optimizer step (global step rs.step): the epoch's micro-batches (shuffle, then packing),
@@ -194,7 +308,7 @@ static af_status train_step_lm(loop *L, int *finite, double *loss, double *acc, 
         L->perm_epoch = e;
     }
     const int64_t mb0 = k * o->grad_accum, mb1 = mb0 + o->grad_accum < t->n_micro ? mb0 + o->grad_accum : t->n_micro;
-    int64_t N = 0, n_step = 0, n_tok = 0;
+    int64_t N = 0, n_step = 0;
     for (int64_t j = mb0; j < mb1; j++) {
         const int32_t *idx;
         int32_t m;
@@ -204,26 +318,9 @@ static af_status train_step_lm(loop *L, int *finite, double *loss, double *acc, 
     }
     const float gs = N > 0 ? (float)(1.0 / (double)N) : 0.0f;
     double lsum = 0;
-    int64_t correct = 0;
+    int64_t correct = 0, n_tok = 0;
     *finite = 1;
-    for (int64_t j = mb0; j < mb1; j++) {
-        const int32_t *idx;
-        int32_t m;
-        lm_micro(L, j, &idx, &m);
-        af_packed_batch pb;
-        AF_TRY(af_batcher_pack(L->bt, idx, m, &pb));
-        const af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, pb.targets};
-        af_lm_loss r;
-        AF_TRY(af_lora_trainer_accumulate_lm_batch(L->lt, &b, gs, (uint64_t)j, &r));
-        n_tok += pb.n_tok;
-        if (!isfinite(r.loss_sum)) { /* the step is skipped: its other micro-batches are not run */
-            *finite = 0;
-            lsum = r.loss_sum;
-            break;
-        }
-        lsum += r.loss_sum;
-        correct += r.n_correct;
-    }
+    AF_TRY(step_micro_batches(L, mb0, mb1, n_step, gs, &lsum, &correct, &n_tok, finite));
     *loss = !*finite ? lsum : N > 0 ? lsum / (double)N : 0.0;
     *acc = N > 0 ? (double)correct / (double)N : 0.0;
     *n_step_out = n_step;
@@ -316,11 +413,13 @@ static af_status save_checkpoint(loop *L) {
     snprintf(name, sizeof name, "checkpoint-%lld", (long long)L->rs.step);
     af_run_state rs = L->rs;
     rs.elapsed += now() - L->t0; /* total training seconds so far */
-    af_status st = af_tr_save_dir(L->t, name, L->P, L->M, L->V, &rs, NULL);
-    if (st != AF_OK) return st;
+    if (L->writer) { /* the other ranks of a data-parallel run only keep the name */
+        af_status st = af_tr_save_dir(L->t, name, L->P, L->M, L->V, &rs, NULL);
+        if (st != AF_OK) return st;
+    }
     snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s/%s", L->t->o.output_dir, name);
     if (L->rs.nonfinite_run == 0) snprintf(L->good_ckpt, sizeof L->good_ckpt, "%s", L->last_ckpt);
-    af_tr_rotate(L->t);
+    if (L->writer) af_tr_rotate(L->t);
     return AF_OK;
 }
 
@@ -353,7 +452,7 @@ static af_status write_run_json(const af_trainer *t) {
 }
 
 /* Output directory: derive from the checkpoint, refuse another run unless overwrite/resume-in-place. */
-static af_status prepare_output(af_trainer *t, const char *ckpt, char **owned_out) {
+static af_status prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out) {
     af_trainer_opts *o = &t->o;
     *owned_out = NULL;
     char *parent = NULL;
@@ -374,6 +473,10 @@ static af_status prepare_output(af_trainer *t, const char *ckpt, char **owned_ou
     }
     char what[256];
     af_status st = AF_OK;
+    if (!writer) { /* another rank of a data-parallel run: rank 0 prepares the directory */
+        free(parent);
+        return AF_OK;
+    }
     if (af_tr_dir_has_run(o->output_dir, what, sizeof what)) {
         char a[PATH_MAX], b[PATH_MAX];
         int same = parent && realpath(parent, a) && realpath(o->output_dir, b) && !strcmp(a, b);
@@ -392,6 +495,7 @@ static af_status prepare_output(af_trainer *t, const char *ckpt, char **owned_ou
 
 static void free_loop(loop *L) {
     free(L->perm), free(L->logits), free(L->vprobs), free(L->bin_idx), free(L->bin_off);
+    free(L->rows), free(L->gsum), free(L->counts);
     af_lora_trainer_free(L->lt);
     af_batcher_free(L->bt);
     if (L->mf) fclose(L->mf);
@@ -428,6 +532,52 @@ static af_status new_optimizer(const af_trainer *t, loop *L) {
     return AF_OK;
 }
 
+/* FNV-1a over `n` bytes, continuing from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* What every rank of a data-parallel run must have the same: the training samples (tokens, labels,
+ * loss targets), the step plan and the parameter count. */
+static uint64_t run_fingerprint(const af_trainer *t) {
+    const af_dataset *d = t->train;
+    uint64_t h = 0xcbf29ce484222325ull;
+    const int64_t plan[8] = {d->n, t->total, t->spe, t->n_micro, t->lay.n_total, t->o.batch, t->o.grad_accum,
+                             (int64_t)t->o.seed};
+    h = fnv(h, plan, sizeof plan);
+    h = fnv(h, d->tok_off, sizeof(int64_t) * ((size_t)d->n + 1));
+    h = fnv(h, d->tokens, sizeof(int32_t) * (size_t)d->tok_off[d->n]);
+    if (d->labels) h = fnv(h, d->labels, sizeof(int32_t) * (size_t)d->n);
+    if (d->multi_hot) h = fnv(h, d->multi_hot, (size_t)d->n * (size_t)d->num_classes);
+    if (d->target_mask) h = fnv(h, d->target_mask, (size_t)d->tok_off[d->n]);
+    return h;
+}
+
+/* Data parallelism, before the first step: every rank agrees that setup went fine everywhere (a
+ * rank that failed names itself) and that its data and plan equal rank 0's. */
+static af_status dist_setup_agree(loop *L, af_status st) {
+    char msg[768] = "";
+    if (st != AF_OK) snprintf(msg, sizeof msg, "%s", af_last_error());
+    int32_t bad = -1;
+    AF_TRY(af_dist_agree(st != AF_OK, &bad, &L->comm));
+    if (st != AF_OK) return af_fail(st, "%s", msg);
+    if (bad >= 0)
+        return af_fail(AF_ERR_IO, "rank %d failed before its first step (its message is on its own output); stopping "
+                                  "every rank", (int)bad);
+    const uint64_t mine = run_fingerprint(L->t);
+    int64_t fp = (int64_t)mine;
+    AF_TRY(af_dist_bcast_i64(&fp, 1, &L->comm));
+    const int differs = (uint64_t)fp != mine;
+    AF_TRY(af_dist_agree(differs, &bad, &L->comm));
+    if (bad >= 0)
+        return af_fail(AF_ERR_INVALID_ARG, "rank %d has other training data or settings than rank 0 (the samples, "
+                                           "their tokens, or the step plan differ); every rank must read the same "
+                                           "data with the same settings", (int)bad);
+    return AF_OK;
+}
+
 af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     if (!t) return af_fail(AF_ERR_INVALID_ARG, "trainer: NULL argument");
     af_train_result dummy;
@@ -450,12 +600,20 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     loop L;
     memset(&L, 0, sizeof L);
     L.t = t;
+    L.dist = af_dist_on();
+    L.rank = af_dist_rank();
+    L.world = af_dist_size();
+    L.writer = L.rank == 0;
+    if (!L.writer) { /* one writer: the other ranks print nothing and write nothing */
+        o->log = NULL;
+        o->plot = 0;
+    }
     L.perm_epoch = -1;
     L.rs.best = L.rs.last_val_acc = L.rs.last_val_f1 = NAN;
     af_status st = AF_OK;
     af_stop_reason stop = AF_STOP_DONE;
     if (o->resume) st = af_trainer_find_checkpoint(o->resume, &ckpt);
-    if (st == AF_OK) st = prepare_output(t, ckpt, &owned_out);
+    if (st == AF_OK) st = prepare_output(t, ckpt, L.writer, &owned_out);
     const int64_t n = t->lay.n_total;
     const int32_t C = t->num_classes;
     if (st == AF_OK) st = new_optimizer(t, &L);
@@ -472,27 +630,35 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             L.logits = af_malloc(sizeof(float) * (size_t)o->batch * (size_t)C);
             L.vprobs = t->val ? af_malloc(sizeof(float) * (size_t)t->val->n * (size_t)C) : NULL;
         }
-        if (!L.perm || !L.logits || (t->val && !L.vprobs) || (t->packing && (!L.bin_idx || !L.bin_off)))
+        { /* the step's per-micro-batch gradient rows, their sum, the split (one process too) */
+            L.row = n + DIST_STAT_F;
+            L.rows = af_malloc(sizeof(float) * (size_t)L.row * (size_t)o->grad_accum);
+            L.gsum = af_malloc(sizeof(float) * (size_t)n);
+            L.counts = af_malloc(sizeof(int32_t) * (size_t)L.world);
+        }
+        if (!L.perm || !L.logits || (t->val && !L.vprobs) || (t->packing && (!L.bin_idx || !L.bin_off)) ||
+            !L.rows || !L.gsum || !L.counts)
             st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
     }
     if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
         st = af_tr_load_state(t, ckpt, L.P, L.M, L.V, &L.rs);
         if (st == AF_OK) st = af_lora_trainer_set_optim_state(L.lt, NULL, NULL, &L.rs.adam_t, &L.rs.step);
     }
-    if (st == AF_OK && ckpt) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
+    if (st == AF_OK && ckpt && L.writer) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
     if (st == AF_OK && o->prefix_cache_mb > 0) { /* layers below --lora-layers: run once per sample */
         size_t cb = (size_t)o->prefix_cache_mb << 20;
         if (t->mem_ram > t->mem_need && cb > (t->mem_ram - t->mem_need) / 2) cb = (t->mem_ram - t->mem_need) / 2;
         st = af_engine_set_prefix_cache(L.eng, cb);
     }
     if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L.bt);
-    if (st == AF_OK) st = write_run_json(t);
-    if (st == AF_OK) {
+    if (st == AF_OK && L.writer) st = write_run_json(t);
+    if (st == AF_OK && L.writer) {
         char *mp = af_path_join(o->output_dir, "metrics.jsonl");
         L.mf = mp ? fopen(mp, "a") : NULL;
         if (!L.mf) st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: cannot open for writing", o->output_dir);
         free(mp);
     }
+    if (L.dist) st = dist_setup_agree(&L, st);
     if (st != AF_OK) goto out;
     if (ckpt) snprintf(L.last_ckpt, sizeof L.last_ckpt, "%s", ckpt);
     if (ckpt) snprintf(L.good_ckpt, sizeof L.good_ckpt, "%s", ckpt);
@@ -501,11 +667,32 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     if (o->log) {
         if (ckpt) fprintf(o->log, "resuming from %s at step %lld of %lld\n", ckpt, (long long)L.rs.step, (long long)t->total);
         fprintf(o->log, "training: %lld steps, output %s\n", (long long)t->total, o->output_dir);
+        if (L.dist) {
+            const int32_t A = o->grad_accum;
+            fprintf(o->log, "data parallel: %d process%s (%s); effective batch %d = %d per micro-batch x %d "
+                            "micro-batches per step (%.3g per process x %d processes); gradients gathered per "
+                            "micro-batch and summed in micro-batch order (the same bits for any process count)\n",
+                    (int)L.world, L.world > 1 ? "es" : "", af_dist_library(), (int)(o->batch * A), (int)o->batch,
+                    (int)A, (double)A / (double)L.world, (int)L.world);
+            if (A < L.world)
+                fprintf(o->log, "warning: --grad-accum %d < %d processes: %d process%s idle in every step (give "
+                                "--grad-accum a multiple of the process count)\n",
+                        (int)A, (int)L.world, (int)(L.world - A), L.world - A > 1 ? "es are" : " is");
+        }
         fflush(o->log);
     }
     L.t0 = now();
     int saved_now = 0;
     while (L.rs.step < t->total) {
+        if (L.dist) {
+            char sl[1200];
+            snprintf(sl, sizeof sl, "step %lld of %lld; last good checkpoint: %s", (long long)L.rs.step + 1,
+                     (long long)t->total, L.good_ckpt[0] ? L.good_ckpt : "none yet");
+            af_dist_set_status(sl);
+            memset(&L.comm, 0, sizeof L.comm);
+            memset(&L.wait, 0, sizeof L.wait);
+            L.comm_bytes_all = 0;
+        }
         int finite = 0;
         double loss = NAN, acc = 0, gn = NAN, lr = 0;
         int64_t n_step = 0, n_tok = 0;
@@ -514,30 +701,36 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         if (st != AF_OK) goto out;
         af_run_state *rs = &L.rs;
         rs->step++;
+        char dl[256] = ""; /* data parallelism: this step's compute and communication (rank 0's view) */
+        if (L.dist)
+            snprintf(dl, sizeof dl, ",\"world_size\":%d,\"compute_s\":%.6f,\"wait_s\":%.6f,\"comm_s\":%.6f,"
+                                    "\"comm_bytes\":%lld,\"comm_bytes_all\":%lld",
+                     (int)L.world, L.compute_s, L.wait.seconds, L.comm.seconds, (long long)(L.comm.bytes + L.wait.bytes),
+                     (long long)L.comm_bytes_all);
         rs->samples_seen += n_step;
         rs->tokens_seen += n_tok;
         L.session_steps++;
         L.session_samples += n_step;
         L.session_tokens += n_tok;
         saved_now = 0;
-        char line[512];
+        char line[1024];
         double el = rs->elapsed + (now() - L.t0);
         if (t->lm) /* TRL's names (SFTTrainer logs loss, mean_token_accuracy, num_tokens, grad_norm, learning_rate) */
             snprintf(line, sizeof line,
                      "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"mean_token_accuracy\":%.9g,"
                      "\"num_tokens\":%lld,\"grad_norm\":%.9g,\"learning_rate\":%.9g,\"perplexity\":%.9g,"
-                     "\"tokens_per_s\":%.4g,\"elapsed\":%.3f%s}",
+                     "\"tokens_per_s\":%.4g,\"elapsed\":%.3f%s%s}",
                      (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, acc,
                      (long long)rs->tokens_seen, isfinite(gn) ? gn : -1.0, lr, isfinite(loss) ? exp(loss) : -1.0,
-                     (now() - L.t0) > 0 ? (double)L.session_tokens / (now() - L.t0) : 0.0, el,
+                     (now() - L.t0) > 0 ? (double)L.session_tokens / (now() - L.t0) : 0.0, el, dl,
                      finite ? "" : ",\"skipped\":true");
         else
             snprintf(line, sizeof line,
                      "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"acc\":%.9g,\"lr\":%.9g,"
-                     "\"grad_norm\":%.9g,\"samples_per_s\":%.4g,\"elapsed\":%.3f%s}",
+                     "\"grad_norm\":%.9g,\"samples_per_s\":%.4g,\"elapsed\":%.3f%s%s}",
                      (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, acc, lr,
                      isfinite(gn) ? gn : -1.0, (now() - L.t0) > 0 ? (double)L.session_samples / (now() - L.t0) : 0.0, el,
-                     finite ? "" : ",\"skipped\":true");
+                     dl, finite ? "" : ",\"skipped\":true");
         log_line(&L, line);
         if (!finite) {
             rs->nonfinite_run++;
@@ -577,7 +770,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         progress(&L, lr, gn, last);
         const int epoch_end = rs->step % t->spe == 0;
         int evaluated = 0;
-        if (t->val && (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
+        if (L.writer && t->val && (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
             int improved = 0;
             st = t->lm ? evaluate_lm(&L, &improved) : evaluate(&L, &improved);
             if (st != AF_OK) goto out;
@@ -595,6 +788,13 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         }
         const int interrupted = (o->interrupt && *o->interrupt) || (o->stop_after > 0 && rs->step >= o->stop_after);
         if (interrupted && stop == AF_STOP_DONE && !last) stop = AF_STOP_INTERRUPTED;
+        if (L.dist) { /* rank 0 evaluated and decides: every rank stops (and names checkpoints) alike */
+            int64_t dec[2] = {(int64_t)stop, evaluated};
+            st = af_dist_bcast_i64(dec, 2, NULL);
+            if (st != AF_OK) goto out;
+            stop = (af_stop_reason)dec[0];
+            evaluated = (int)dec[1];
+        }
         int save = o->save_every > 0 ? rs->step % o->save_every == 0 : (t->val ? evaluated : epoch_end);
         if (save || last || stop != AF_STOP_DONE) {
             end_live(&L);
@@ -605,14 +805,23 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         if (stop != AF_STOP_DONE) break;
     }
     end_live(&L);
-    if (stop == AF_STOP_DONE || stop == AF_STOP_EARLY) {
+    if (L.writer && (stop == AF_STOP_DONE || stop == AF_STOP_EARLY)) {
         st = af_tr_save_dir(t, "final", L.P, NULL, NULL, &L.rs, "last_step");
         if (st == AF_OK && !t->val) st = af_tr_save_dir(t, "best", L.P, NULL, NULL, &L.rs, "last_step");
         if (st != AF_OK) goto out;
     }
     (void)saved_now;
 out:
+    if (st == AF_OK && L.mf_errno) /* no silent loss of the metrics log */
+        st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: write failed: %s", o->output_dir, strerror(L.mf_errno));
     end_live(&L);
+    if (st != AF_OK && L.dist && L.world > 1) { /* name the rank, the step and the last good checkpoint */
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", af_last_error());
+        st = af_fail(st, "rank %d of %d, step %lld of %lld: %s; last good checkpoint: %s", (int)L.rank, (int)L.world,
+                     (long long)L.rs.step + (stop == AF_STOP_DONE), (long long)t->total, msg,
+                     L.good_ckpt[0] ? L.good_ckpt : "none (no checkpoint saved yet)");
+    }
     res->stop = stop;
     res->steps_done = L.rs.step;
     res->total_steps = t->total;

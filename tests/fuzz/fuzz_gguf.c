@@ -6,10 +6,14 @@
  * exercised: af_gguf_find for every key, the typed getters, every array element (capped),
  * nested sub-arrays, af_gguf_find_tensor for every tensor, and af_gguf_describe (to /dev/null).
  * Oracles: lookups return the entry itself; every string / array / tensor byte range lies inside
+ * the file. Also: every KV copied with af_gguf_writer_copy_kv (what `afinar merge` does) must
+ * re-open with the same keys and types, and af_adapter_gguf_read_info (LoRA GGUF adapters) runs on
  * the file. Returns af_gguf_open's status.
  */
 #include "fuzz/fuzz_common.h"
 #include "formats/gguf.h"
+#include "formats/gguf_write.h"
+#include "lora/adapter_gguf.h"
 
 /* True when [p, p+n) lies inside [base, base+size). */
 static int fz_gguf_inside(const af_gguf *g, const void *p, uint64_t n) {
@@ -88,7 +92,34 @@ af_status fz_gguf_one(const uint8_t *data, size_t size) {
         int64_t d;
         (void)af_gguf_get_i64_or(g, "general.alignment", 32, &d);
         af_clear_error();
+        /* the merge's metadata copy: every KV re-encoded must give the same KVs back */
+        af_gguf_writer *w = NULL;
+        if (af_gguf_writer_new(&w) == AF_OK) {
+            af_status cs = AF_OK;
+            for (uint64_t i = 0; cs == AF_OK && i < g->n_kv; i++) cs = af_gguf_writer_copy_kv(w, &g->kv[i]);
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            if (cs == AF_OK && af_gguf_writer_write_mem(w, &buf, &len) == AF_OK) {
+                char p2[64];
+                int fd2 = fz_memfd(buf, len, p2);
+                af_gguf *g2 = NULL;
+                if (fd2 >= 0) {
+                    FZ_ASSERT(af_gguf_open(p2, &g2) == AF_OK && g2->n_kv == g->n_kv);
+                    for (uint64_t i = 0; g2 && i < g->n_kv; i++)
+                        FZ_ASSERT(g2->kv[i].val.type == g->kv[i].val.type && g2->kv[i].key.len == g->kv[i].key.len);
+                    af_gguf_close(g2);
+                    close(fd2);
+                }
+                free(buf);
+            }
+            af_gguf_writer_free(w);
+            af_clear_error();
+        }
         af_gguf_close(g);
+        /* the LoRA GGUF / merged-head adapter reader on top of the container */
+        af_adapter_info ai;
+        if (af_adapter_gguf_read_info(path, &ai) == AF_OK) af_adapter_info_free(&ai);
+        af_clear_error();
         FILE *nul = fz_devnull();
         if (nul) FZ_ASSERT(af_gguf_describe(path, nul) == AF_OK);
     }
