@@ -20,9 +20,13 @@ void cli_error(const char *cmd, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+static const char *g_quantize; /* cli_set_quantize */
+void cli_set_quantize(const char *name) { g_quantize = name; }
+
 int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel, int bf16, int int8_act, af_ctx **out) {
     af_ctx_params p;
     af_ctx_params_default(&p);
+    p.quantize = g_quantize;
     p.n_threads = (int)threads;
     if (poll_us >= 0) p.poll_us = (int)poll_us;
     p.kernel_path = kernel;
@@ -42,7 +46,8 @@ int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel
         p.matmul_precision = "f32";
     }
     if (af_ctx_new(&p, out) != AF_OK) { /* a bad --kernel (reported as such, not as a bf16 warning) */
-        cli_error(cmd, "%s%s", kernel ? "--kernel: " : "", af_last_error());
+        const char *msg = af_last_error(); /* a bad --kernel, or a bad --quantize (its message names it) */
+        cli_error(cmd, "%s%s", kernel && !strstr(msg, "quantize") ? "--kernel: " : "", msg);
         return 0;
     }
     if (bf16) fprintf(stderr, "afinar %s: warning: --bf16: %s; using f32 products\n", cmd, bf16_msg);

@@ -14,6 +14,12 @@ int cli_fail(const char *cmd, af_status st);
  * Errors (unknown or unsupported --kernel) are printed; returns 0 then, else 1 with *out set
  * (caller frees with af_ctx_free after the models loaded with it). */
 int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel, int bf16, int int8_act, af_ctx **out);
+/* --quantize TYPE of eval / predict / generate: the next cli_make_ctx contexts get
+ * af_ctx_params.quantize = name (NULL: none). */
+void cli_set_quantize(const char *name);
+#define CLI_QUANTIZE_HELP \
+    "      --quantize TYPE    quantize the base model's f32/f16/bf16 projections at load: nf4 (QLoRA\n" \
+    "                         NormalFloat4), q8_0, f16, bf16 (default none)\n"
 /* Parse numbers strictly (whole string); on failure print a message naming the flag and return 0. */
 int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);

@@ -22,6 +22,7 @@ static void help(void) {
            "      --json FILE        also write the metrics as JSON\n"
            "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
            "  -t, --threads N        compute threads (default: all cores)\n"
+           CLI_QUANTIZE_HELP
            "      --poll US          microseconds threads spin between operations before sleeping\n"
            "                         (default 1000; 0 = sleep at once)\n"
            "\n"
@@ -48,7 +49,7 @@ int cmd_eval(int argc, char **argv) {
                *label_field = NULL;
     long batch = 16, threads = 0, poll = -1;
     enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_BF16, O_GEN, O_MAXNEW, O_FIRST, O_SHOW, O_SCALE, O_TASK,
-           O_MSL, O_LOSSON, O_TMPL, O_POLL };
+           O_MSL, O_LOSSON, O_TMPL, O_POLL, O_QUANT };
     int lm = 0;
     long max_seq_len = 1024;
     const char *loss_on = NULL, *chat_template = NULL;
@@ -66,7 +67,7 @@ int cmd_eval(int argc, char **argv) {
         {"first-line", no_argument, 0, O_FIRST},     {"show", required_argument, 0, O_SHOW},
         {"lora-scale", required_argument, 0, O_SCALE}, {"task", required_argument, 0, O_TASK},
         {"max-seq-len", required_argument, 0, O_MSL}, {"loss-on", required_argument, 0, O_LOSSON},
-        {"chat-template", required_argument, 0, O_TMPL}, {"poll", required_argument, 0, O_POLL},
+        {"chat-template", required_argument, 0, O_TMPL}, {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -82,6 +83,7 @@ int cmd_eval(int argc, char **argv) {
         case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &batch)) return 2; break;
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
+        case O_QUANT: cli_set_quantize(optarg); break;
         case O_BF16: bf16 = 1; break;
         case O_GEN: if (!cli_parse_int(C, "--generate", optarg, 0, 1 << 30, &n_generate)) return 2; break;
         case O_MAXNEW:

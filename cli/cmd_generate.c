@@ -39,6 +39,7 @@ static void help(void) {
            "      --ignore-eos     do not stop at end-of-generation tokens\n"
            "  -c, --ctx N          context size (default: prompt + n-predict)\n"
            "  -t, --threads N      compute threads (default: all cores)\n"
+           CLI_QUANTIZE_HELP
            "      --poll US        microseconds threads spin between operations before sleeping\n"
            "                       (default 1000; 0 = sleep at once)\n"
            "      --kernel PATH    auto | scalar | avx2 | avx512 (default auto)\n"
@@ -56,7 +57,7 @@ int cmd_generate(int argc, char **argv) {
     long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42, poll = -1;
     double temp = 0.8, top_p = 0.95;
     int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL, O_QUANT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},    {"n-predict", required_argument, 0, 'n'},
@@ -66,7 +67,7 @@ int cmd_generate(int argc, char **argv) {
         {"chat", no_argument, 0, O_CHAT},       {"system", required_argument, 0, O_SYSTEM},
         {"timings", no_argument, 0, O_TIMINGS}, {"kernel", required_argument, 0, O_KERNEL},
         {"echo", no_argument, 0, O_ECHO},       {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
-        {"int8-act", no_argument, 0, O_INT8},    {"poll", required_argument, 0, O_POLL},
+        {"int8-act", no_argument, 0, O_INT8},    {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT},
         {"adapter", required_argument, 0, 'a'}, {"lora-scale", required_argument, 0, O_LORA_SCALE},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     optind = 1;
@@ -83,6 +84,7 @@ int cmd_generate(int argc, char **argv) {
         case 'c': if (!cli_parse_int(C, "--ctx", optarg, 1, 1 << 20, &n_ctx)) return 2; break;
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
+        case O_QUANT: cli_set_quantize(optarg); break;
         case O_TEMP: if (!cli_parse_float(C, "--temp", optarg, 0, 100, &temp)) return 2; break;
         case O_TOPK: if (!cli_parse_int(C, "--top-k", optarg, 0, 1 << 30, &top_k)) return 2; break;
         case O_TOPP: if (!cli_parse_float(C, "--top-p", optarg, 0, 1, &top_p)) return 2; break;

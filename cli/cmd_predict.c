@@ -24,6 +24,7 @@ static void help(void) {
            "      --batch N          samples per forward batch (default 16)\n"
            "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
            "  -t, --threads N        compute threads (default: all cores)\n"
+           CLI_QUANTIZE_HELP
            "      --poll US          microseconds threads spin between operations before sleeping\n"
            "                         (default 1000; 0 = sleep at once)\n"
            "Output: one JSON line per input on stdout: {\"label\", \"label_id\", \"probs\"} (multi-label:\n"
@@ -143,14 +144,14 @@ int cmd_predict(int argc, char **argv) {
     const char *model_path = NULL, *adapter = NULL, *input = NULL, *text_field = NULL;
     long batch = 16, threads = 0, poll = -1;
     double thr = 0.5;
-    enum { O_TEXT = 1000, O_THR, O_BATCH, O_BF16, O_POLL };
+    enum { O_TEXT = 1000, O_THR, O_BATCH, O_BF16, O_POLL, O_QUANT };
     int bf16 = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"adapter", required_argument, 0, 'a'},
         {"input", required_argument, 0, 'i'},     {"text-field", required_argument, 0, O_TEXT},
         {"threshold", required_argument, 0, O_THR}, {"batch", required_argument, 0, O_BATCH},
         {"threads", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'}, {"bf16", no_argument, 0, O_BF16},
-        {"poll", required_argument, 0, O_POLL},
+        {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -165,6 +166,7 @@ int cmd_predict(int argc, char **argv) {
         case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &batch)) return 2; break;
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
+        case O_QUANT: cli_set_quantize(optarg); break;
         case O_BF16: bf16 = 1; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;

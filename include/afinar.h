@@ -91,14 +91,23 @@ typedef struct af_ctx_params {
      * (lowest CPU use, slowest dispatch); < 0: the default, 1000 (1 ms). Results do not depend
      * on it. */
     int poll_us;
+    /* Base weights of the models loaded with this context (af_model_load), converted once after
+     * loading, whatever the file: NULL or "none" (as stored), "nf4" (QLoRA's NormalFloat4: blocks
+     * of 64 with an f32 absmax, codes and scales bit-identical to bitsandbytes' quantize_4bit;
+     * no double quantization), "q8_0" (ggml's Q8_0), "f16", "bf16". Converted: the attention and
+     * feed-forward projections of every layer (what bitsandbytes' Linear4bit replaces), from
+     * F32/F16/BF16; embeddings, LM head, norms and biases stay as stored. A projection already in
+     * another quantized type (Q4_K ...) makes af_model_load fail with AF_ERR_UNSUPPORTED naming
+     * it. Training (LoRA) and inference run on the converted weights. */
+    const char *quantize;
 } af_ctx_params;
 
 /* Defaults: n_threads 0 (all), kernel_path "auto", matmul_precision "f32", int8_activations 0,
- * poll_us 1000. */
+ * poll_us 1000, quantize "none". */
 void af_ctx_params_default(af_ctx_params *p);
 
 /* New context from `p` (NULL: defaults). `*out`: caller frees with af_ctx_free() after every
- * model loaded with it. Errors: AF_ERR_INVALID_ARG (unknown kernel path or precision name),
+ * model loaded with it. Errors: AF_ERR_INVALID_ARG (unknown kernel path, precision or quantize name),
  * AF_ERR_UNSUPPORTED (a kernel path this CPU cannot run; "bf16" where the CPU lacks AVX512_BF16
  * or the kernel path is not avx512), AF_ERR_NOMEM. */
 af_status af_ctx_new(const af_ctx_params *p, af_ctx **out);
@@ -876,6 +885,9 @@ typedef struct af_trainer_opts {
                                     to start when the estimated peak exceeds N MiB */
     int bf16;                    /* 1: the run's context gets matmul_precision "bf16" (falls back to f32 with a
                                     warning where the CPU lacks AVX512_BF16); 0: the base context's precision */
+    const char *quantize;        /* NULL: the base context's; else af_ctx_params.quantize of the run's context
+                                    ("nf4", "q8_0", "f16", "bf16", "none"), applied when it loads model_path
+                                    (QLoRA: LoRA on an NF4 base) */
     /* ---- causal LM (task AF_TASK_CAUSAL_LM) ---- */
     af_task task;                /* AF_TASK_CLASSIFICATION (default) */
     int packing;                 /* causal LM: -1 (default) or 1: micro-batches packed by best-fit decreasing to

@@ -798,6 +798,19 @@ static void test_good(void) {
     free_args(av);
     CHECK(r.rc == 0 && !*r.err, "generate: rc %d, stderr %s", r.rc, r.err);
     run_free(&r);
+    /* --quantize: a bad name is a usage error; the Q8_0 tiny model is refused for nf4 (no second
+     * rounding), kept as it is for q8_0 (already that type) */
+    EXPECT("generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1 --quantize nf3", 2,
+           "afinar generate: quantize 'nf3': expected none, nf4, q8_0, f16 or bf16");
+    EXPECT("generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1 --quantize nf4", 1,
+           "afinar generate: quantize NF4: blk.0.attn_q.weight is already quantized (Q8_0)*");
+    EXPECT("predict -m @/tiny.gguf -a @/run/final -t 1 --quantize nf4", 1,
+           "afinar predict: *blk.0.attn_q.weight is already quantized (Q8_0)*");
+    av = split_args("generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1 --quantize q8_0");
+    r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && !*r.err, "generate --quantize q8_0 on a Q8_0 model: rc %d, stderr %s", r.rc, r.err);
+    run_free(&r);
     /* stdin JSONL with a defect names <stdin>'s path and the line */
     expect_in(P_("badjson.jsonl"), 0, "predict -m @/tiny.gguf -a @/run/final --input - -t 1", 1,
               "afinar predict: /dev/stdin:3: invalid JSON at column *", ONE);

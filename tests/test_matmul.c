@@ -35,7 +35,7 @@
 
 static const uint32_t TYPES[] = {AF_TYPE_F32,  AF_TYPE_F16,  AF_TYPE_BF16, AF_TYPE_Q4_0, AF_TYPE_Q4_1,
                                  AF_TYPE_Q5_0, AF_TYPE_Q5_1, AF_TYPE_Q8_0, AF_TYPE_Q2_K, AF_TYPE_Q3_K,
-                                 AF_TYPE_Q4_K, AF_TYPE_Q5_K, AF_TYPE_Q6_K};
+                                 AF_TYPE_Q4_K, AF_TYPE_Q5_K, AF_TYPE_Q6_K, AF_TYPE_NF4};
 #define NTYPES (int)(sizeof TYPES / sizeof TYPES[0])
 
 static uint64_t g_rng = 0x1234567887654321ull;
@@ -76,6 +76,10 @@ static void random_row(uint32_t type, uint8_t *row, int64_t in) {
         case AF_TYPE_Q2_K: put_h(b + 80, rnd_scale()); put_h(b + 82, rnd_scale()); break;
         case AF_TYPE_Q3_K: put_h(b + 108, rnd_scale()); break;
         case AF_TYPE_Q6_K: put_h(b + 208, rnd_scale()); break;
+        case AF_TYPE_NF4: { /* f32 absmax (nf4.h), any sign */
+            float v = rnd_scale();
+            memcpy(b, &v, 4);
+        } break;
         default: break;
         }
     }
@@ -235,6 +239,7 @@ static void test_types(void) {
         int64_t ins[2];
         if (bs == 256) { ins[0] = 256; ins[1] = 512; }
         else if (bs == 32) { ins[0] = 32; ins[1] = 160; }
+        else if (bs == 64) { ins[0] = 64; ins[1] = 192; } /* NF4 */
         else { ins[0] = 7; ins[1] = 136; }
         worst wi = {0, 0}, wf = {0, 0}, wt = {0, 0}, wd = {0, 0};
         for (int a = 0; a < 2; a++)

@@ -60,15 +60,19 @@ static const type_info k_types[AF_TYPE_COUNT] = {
     [42] = {"Q2_0", 0, 0},
 };
 
+/* NF4 (afinar-internal id, blocks.h): f32 absmax + 32 bytes of 4-bit codes per 64 values. */
 size_t af_type_block_size(uint32_t type) {
+    if (type == AF_TYPE_NF4) return AF_QK_NF4;
     return type < AF_TYPE_COUNT ? k_types[type].block_size : 0;
 }
 
 size_t af_type_block_bytes(uint32_t type) {
+    if (type == AF_TYPE_NF4) return 4 + AF_QK_NF4 / 2;
     return type < AF_TYPE_COUNT ? k_types[type].block_bytes : 0;
 }
 
 const char *af_type_name(uint32_t type) {
+    if (type == AF_TYPE_NF4) return "NF4";
     if (type < AF_TYPE_COUNT && k_types[type].name) return k_types[type].name;
     return "unknown";
 }

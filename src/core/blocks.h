@@ -37,8 +37,14 @@ typedef enum af_type {
     AF_TYPE_I64 = 27,
     AF_TYPE_F64 = 28,
     AF_TYPE_BF16 = 30,
-    AF_TYPE_COUNT = 43 /* ids below this are known to ggml; sizes unknown to us return 0 */
+    AF_TYPE_COUNT = 43, /* ids below this are known to ggml; sizes unknown to us return 0 */
+    /* afinar-internal (not a ggml id: never read from or written to a GGUF file): the QLoRA
+     * paper's NormalFloat4, blocks of AF_QK_NF4 with an f32 absmax (kernels/nf4.h,
+     * docs/FORMATS.md §2 NF4). Made only by af_model_requantize at load (--quantize nf4). */
+    AF_TYPE_NF4 = 0x10000,
 } af_type;
+
+#define AF_QK_NF4 64 /* elements per NF4 block (bitsandbytes' blocksize=64) */
 
 /* Elements per block (1 for plain types); 0 when the id is unknown or has no fixed geometry
  * that afinar knows (e.g. IQ* types). */

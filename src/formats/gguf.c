@@ -390,9 +390,10 @@ static af_status parse_tensor_infos(gguf_impl *im, cursor *c, uint64_t n_t) {
         }
         at = c->pos;
         AF_TRY(rd_u32(c, &t->type, "type"));
-        size_t bs = af_type_block_size(t->type);
+        size_t bs = t->type < AF_TYPE_COUNT ? af_type_block_size(t->type) : 0; /* no afinar-internal ids */
         if (bs == 0)
-            return bad(c, AF_ERR_UNSUPPORTED, at, "unsupported tensor type id %u (%s)", t->type, af_type_name(t->type));
+            return bad(c, AF_ERR_UNSUPPORTED, at, "unsupported tensor type id %u (%s)", t->type,
+                       t->type < AF_TYPE_COUNT ? af_type_name(t->type) : "unknown");
         if (t->ne[0] % (int64_t)bs != 0)
             return bad(c, AF_ERR_FORMAT, at, "ne[0] = %lld is not a multiple of the %s block size %zu",
                        (long long)t->ne[0], af_type_name(t->type), bs);

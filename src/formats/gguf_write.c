@@ -278,7 +278,7 @@ static af_status add_tensor(af_gguf_writer *w, const char *name, uint32_t type, 
         if (strcmp(w->t[i].name, name) == 0) return wfail(w, AF_ERR_INVALID_ARG, "gguf writer: tensor '%s': duplicate name", name);
     if (n_dims < 1 || n_dims > 4 || !ne)
         return wfail(w, AF_ERR_INVALID_ARG, "gguf writer: tensor '%s': n_dims %u not in 1..4", name, n_dims);
-    size_t bs = af_type_block_size(type);
+    size_t bs = type < AF_TYPE_COUNT ? af_type_block_size(type) : 0; /* NF4 has no GGUF id */
     if (bs == 0) return wfail(w, AF_ERR_UNSUPPORTED, "gguf writer: tensor '%s': unknown type id %u", name, type);
     wtensor t = {.type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}};
     memcpy(t.name, name, nl + 1);

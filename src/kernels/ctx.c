@@ -2,6 +2,7 @@
  * chosen once. */
 #include "kernels/ctx.h"
 
+#include "core/blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/matmul.h"
 
@@ -14,6 +15,7 @@ void af_ctx_params_default(af_ctx_params *p) {
     memset(p, 0, sizeof *p);
     p->kernel_path = "auto";
     p->matmul_precision = "f32";
+    p->quantize = "none";
     p->poll_us = AF_THREADPOOL_POLL_US;
 }
 
@@ -38,6 +40,13 @@ static af_status ctx_init(af_ctx *c, const af_ctx_params *p) {
         c->bf16 = 1;
     } else if (strcmp(prec, "f32"))
         return af_fail(AF_ERR_INVALID_ARG, "matmul precision '%s': expected f32 or bf16", prec);
+    const char *qz = p->quantize ? p->quantize : "none";
+    if (!strcmp(qz, "none")) c->quantize = AF_TYPE_F32;
+    else if (!strcmp(qz, "nf4")) c->quantize = AF_TYPE_NF4;
+    else if (!strcmp(qz, "q8_0")) c->quantize = AF_TYPE_Q8_0;
+    else if (!strcmp(qz, "f16")) c->quantize = AF_TYPE_F16;
+    else if (!strcmp(qz, "bf16")) c->quantize = AF_TYPE_BF16;
+    else return af_fail(AF_ERR_INVALID_ARG, "quantize '%s': expected none, nf4, q8_0, f16 or bf16", qz);
     /* an absurd thread count (-t 1000 on 2 CPUs runs ~100x slower, threads fighting for cores) */
     const int cpus = af_cpu_count(), max_threads = 4 * cpus > 8 ? 4 * cpus : 8;
     if (p->n_threads > max_threads)
@@ -103,6 +112,8 @@ void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p) {
     p->kernel_path = af_kpath_name(ctx->path);
     p->matmul_precision = af_ctx_matmul_precision(ctx);
     p->int8_activations = ctx->int8_act;
+    p->quantize = ctx->quantize == AF_TYPE_NF4 ? "nf4" : ctx->quantize == AF_TYPE_Q8_0 ? "q8_0"
+                  : ctx->quantize == AF_TYPE_F16 ? "f16" : ctx->quantize == AF_TYPE_BF16 ? "bf16" : "none";
     p->poll_us = af_threadpool_poll_us(ctx->pool);
 }
 

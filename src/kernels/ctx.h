@@ -23,6 +23,8 @@ struct af_ctx {
     const struct af_kernels *k;   /* ISA variants of every kernel, chosen at creation */
     int bf16;                     /* 1: packed-GEMM products with bf16 operands (k has them) */
     int int8_act;                 /* 1: int8 activations in decode products */
+    uint32_t quantize;            /* af_model_load requantizes projections to this af_type (NF4, Q8_0,
+                                   * F16, BF16); AF_TYPE_F32: keep them as stored */
     /* test and benchmark hooks (af_ctx_set_hook), on by default: */
     int fused_decode;             /* 0: f32 decode through the dequant + dot fallback */
     int att_gemm;                 /* 0: attention of training sequences on the row kernels */

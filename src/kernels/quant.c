@@ -20,6 +20,7 @@
 #include "kernels/quant.h"
 
 #include "core/core.h"
+#include "kernels/nf4.h"
 
 #include <math.h>
 #include <string.h>
@@ -32,6 +33,7 @@ bool af_type_can_dequantize(uint32_t type) {
     case AF_TYPE_F32: case AF_TYPE_F16: case AF_TYPE_BF16:
     case AF_TYPE_Q4_0: case AF_TYPE_Q4_1: case AF_TYPE_Q5_0: case AF_TYPE_Q5_1: case AF_TYPE_Q8_0:
     case AF_TYPE_Q2_K: case AF_TYPE_Q3_K: case AF_TYPE_Q4_K: case AF_TYPE_Q5_K: case AF_TYPE_Q6_K:
+    case AF_TYPE_NF4: /* afinar-internal, kernels/nf4.h */
         return true;
     default:
         return false;
@@ -231,6 +233,9 @@ void af_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
         return;
     case AF_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) dst[i] = af_bf16_to_f32(rd16(p + 2 * i));
+        return;
+    case AF_TYPE_NF4:
+        af_nf4_dequantize_row(src, dst, n);
         return;
     case AF_TYPE_Q4_0: blk = dq_q4_0; break;
     case AF_TYPE_Q4_1: blk = dq_q4_1; break;
@@ -738,6 +743,10 @@ bool af_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         return true;
     case AF_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) wr16(p + 2 * i, f32_to_bf16(src[i]));
+        return true;
+    case AF_TYPE_NF4:
+        if (n % AF_QK_NF4 != 0) return false;
+        af_nf4_quantize_row(src, dst, n);
         return true;
     case AF_TYPE_Q4_0: blk = q_q4_0; break;
     case AF_TYPE_Q4_1: blk = q_q4_1; break;

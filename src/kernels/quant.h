@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 /* True when af_dequantize_row() and the matmul kernels support this type as weights:
- * F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. */
+ * F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, and NF4 (kernels/nf4.h). */
 bool af_type_can_dequantize(uint32_t type);
 /* Dequantize one row: `src` holds n / block_size blocks of `type`; writes n floats to `dst`.
  * Precondition: af_type_can_dequantize(type) and n % block_size == 0 (asserted by callers). */
@@ -24,7 +24,8 @@ void af_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* Quantize a row of f32 to `type`. Used by tests to build models, by the activation side of
  * integer dot products and by af_merge_adapter (re-quantization of merged tensors).
- * Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_K, Q2_K..Q6_K.
+ * Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_K, Q2_K..Q6_K, NF4 (bitsandbytes' rule,
+ * kernels/nf4.h).
  * Bit for bit ggml's quantize_row_*_ref (no importance matrix) for F16, BF16, Q4_0, Q4_1, Q5_0,
  * Q5_1, Q8_0 (tested against gguf-py) and Q4_K, Q6_K (tested against ggml's own library,
  * tests/ref/make_kquant_vectors.py). Q2_K, Q3_K, Q5_K use simpler round-to-nearest searches of

@@ -528,6 +528,7 @@ af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out) {
             }
         }
     }
+    if (st == AF_OK && ctx->quantize != AF_TYPE_F32) st = af_model_requantize(m, ctx->quantize, NULL, NULL);
     if (st != AF_OK) {
         af_model_free(m);
         return st;
@@ -543,6 +544,7 @@ void af_model_free(af_model *m) {
     free(m->owned_f32);
     for (int32_t i = 0; i < m->n_owned_w; i++) af_free_aligned(m->owned_w[i]);
     free(m->owned_w);
+    af_free_aligned(m->owned_quant);
     af_gguf_close(m->gguf);
     af_hf_weights_close(m->hf);
     free(m);

@@ -91,8 +91,21 @@ struct af_model {
     const float *output_norm; /* [hidden] */
     af_layer *layers;       /* [num_hidden_layers], owned */
     float *owned_f32;       /* owned: norms that were stored as F16/BF16, converted */
+    void *owned_quant;      /* owned (af_free_aligned): projections requantized at load (af_model_requantize) */
+    size_t owned_quant_bytes;
     char tok_error[256];    /* why `tok` is NULL (message of the failed tokenizer load) */
 };
+
+/* Quantize the frozen projection weights of every layer (attn q/k/v/o, ffn gate/up/down; not the
+ * embeddings, LM head, norms or biases) from F32/F16/BF16 to `type` (AF_TYPE_NF4, AF_TYPE_Q8_0,
+ * AF_TYPE_F16 or AF_TYPE_BF16) into one buffer owned by the model, releasing the mapped pages of
+ * the originals. Called by af_model_load when the context asks for it (af_ctx_params.quantize);
+ * model/requantize.c. Projections already of `type`, or whose in_features is not a multiple of its
+ * block size, are kept (*n_kept); *n_done counts the converted ones (either may be NULL).
+ * Errors: AF_ERR_UNSUPPORTED (a projection already in another quantized type: refused, naming it),
+ * AF_ERR_INVALID_ARG (other target type, or already requantized), AF_ERR_NOMEM; on error the
+ * model is unchanged. */
+af_status af_model_requantize(af_model *m, uint32_t type, int *n_done, int *n_kept);
 
 /* Dequantize row `r` of W into dst [W.cols]. */
 void af_weight_row(const af_weight *w, int64_t r, float *dst);

@@ -25,6 +25,8 @@
 
 #define AF_MM_INLINE static inline AF_MM_TARGET __attribute__((always_inline))
 
+#include "kernels/cpu/nf4_unpack.h" /* mm_deq_nf4 (NF4 blocks, afinar-internal) */
+
 AF_MM_INLINE float mm_h(const uint8_t *p) {
     uint16_t v;
     memcpy(&v, p, 2);
@@ -270,6 +272,7 @@ static AF_MM_TARGET void mm_dequant(uint32_t type, const uint8_t *w, int64_t row
         MM_DQ(AF_TYPE_Q8_0) MM_DQ(AF_TYPE_Q2_K) MM_DQ(AF_TYPE_Q3_K) MM_DQ(AF_TYPE_Q4_K)
         MM_DQ(AF_TYPE_Q5_K) MM_DQ(AF_TYPE_Q6_K)
 #undef MM_DQ
+        case AF_TYPE_NF4: mm_deq_nf4(row + k0 / AF_QK_NF4 * (4 + AF_QK_NF4 / 2), kc, o); break;
         default: af_dequantize_row(type, row + k0 / (int64_t)af_type_block_size(type) *
                                                   (int64_t)af_type_block_bytes(type), o, kc);
         }
