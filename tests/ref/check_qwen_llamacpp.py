@@ -2,11 +2,11 @@
 """Cross-check: llama.cpp (built by llama-cpp-python, .venv-bench) loads the tiny qwen2 / qwen3 GGUFs of
 tests/ref/make_qwen_ref.py and gives the logits transformers gave (tests/fixtures/qwen_*_ref.bin,
 which tests/test_qwen.c also compares afinar against), for every position and vocabulary entry of
-the fixture's token sequences, and the same greedy continuation. Not part of `make test` (CI has
-no llama.cpp); prints the worst absolute logit difference per model. The KV cache is f32
+the fixture's token sequences, and the same greedy continuation. Not part of `make test`; run by
+`make check-llamacpp` (CI's llama.cpp stage); prints the worst absolute logit difference per model. The KV cache is f32
 (type_k = type_v = 0) unless --f16-kv (llama.cpp's default f16 cache; ~1e-3..4e-3 differences here).
 
-Run:  .venv-bench/bin/python tests/ref/check_qwen_llamacpp.py [--f16-kv]
+Run:  .venv-llamacpp/bin/python tests/ref/check_qwen_llamacpp.py [--f16-kv]   (or .venv-bench)
 """
 import os
 import struct
