@@ -36,6 +36,7 @@ static void help(void) {
            "      --seed S         random seed (default 42)\n"
            "      --chat           wrap the prompt in the model's chat template (SmolLM2: ChatML)\n"
            "      --system TEXT    system message for --chat (default: the template's own)\n"
+           "      --chat-template T  with --chat: chatml | gemma instead of the model's own template\n"
            "      --ignore-eos     do not stop at end-of-generation tokens\n"
            "  -c, --ctx N          context size (default: prompt + n-predict)\n"
            "  -t, --threads N      compute threads (default: all cores)\n"
@@ -52,12 +53,12 @@ int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
     const char *adapter_dir = NULL;
     double lora_scale = 1.0;
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *kernel = NULL;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *kernel = NULL, *chat_template = NULL;
     int int8_act = 0;
     long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42, poll = -1;
     double temp = 0.8, top_p = 0.95;
     int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL, O_QUANT };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL, O_QUANT, O_TMPL };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},    {"n-predict", required_argument, 0, 'n'},
@@ -65,6 +66,7 @@ int cmd_generate(int argc, char **argv) {
         {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
         {"top-p", required_argument, 0, O_TOPP}, {"seed", required_argument, 0, O_SEED},
         {"chat", no_argument, 0, O_CHAT},       {"system", required_argument, 0, O_SYSTEM},
+        {"chat-template", required_argument, 0, O_TMPL},
         {"timings", no_argument, 0, O_TIMINGS}, {"kernel", required_argument, 0, O_KERNEL},
         {"echo", no_argument, 0, O_ECHO},       {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
         {"int8-act", no_argument, 0, O_INT8},    {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT},
@@ -91,6 +93,7 @@ int cmd_generate(int argc, char **argv) {
         case O_SEED: if (!cli_parse_int(C, "--seed", optarg, 0, 0x7fffffffL, &seed)) return 2; break;
         case O_CHAT: chat = 1; break;
         case O_SYSTEM: system = optarg; break;
+        case O_TMPL: chat_template = optarg; break;
         case O_TIMINGS: timings = 1; break;
         case O_KERNEL: kernel = optarg; break;
         case O_ECHO: echo = 1; break;
@@ -115,6 +118,10 @@ int cmd_generate(int argc, char **argv) {
     }
     if (system && !chat) {
         cli_error(C, "--system needs --chat");
+        return 2;
+    }
+    if (chat_template && !chat) {
+        cli_error(C, "--chat-template needs --chat");
         return 2;
     }
     af_ctx *ctx = NULL;
@@ -150,7 +157,7 @@ int cmd_generate(int argc, char **argv) {
     }
     const char *text = prompt;
     if (chat) {
-        st = af_chat_format(model, system, prompt, &chat_text);
+        st = af_chat_format_template(model, chat_template, system, prompt, &chat_text);
         if (st != AF_OK) {
             rc = cli_fail(C, st);
             goto done;

@@ -236,6 +236,11 @@ int af_token_is_eog(const af_tokenizer *tok, int32_t id);
  * `*out` receives a malloc'ed NUL-terminated prompt; caller frees with free().
  * Errors: AF_ERR_UNSUPPORTED (no known template), AF_ERR_NOMEM. */
 af_status af_chat_format(const af_model *model, const char *system, const char *user, char **out);
+/* af_chat_format with the layout chosen: `chat_template` "chatml" or "gemma" instead of the model's
+ * own template (NULL or "auto": the model's). Errors: those of af_chat_format, AF_ERR_INVALID_ARG /
+ * AF_ERR_UNSUPPORTED for an unknown name (the message lists chatml and gemma). */
+af_status af_chat_format_template(const af_model *model, const char *chat_template, const char *system,
+                                  const char *user, char **out);
 
 /* ---------------------------------------------------------------------------------------------
  * Inference sessions: KV cache, evaluation, sampling

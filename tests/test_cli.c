@@ -507,6 +507,7 @@ static void test_usage(void) {
     EXPECT("generate -m @/tiny.gguf -p hi --temp -1", 2, "afinar generate: --temp: expected a number in [0, 100], got '-1'");
     EXPECT("generate -m @/tiny.gguf -p hi --top-p nan", 2, "afinar generate: --top-p: expected a number in [0, 1], got 'nan'");
     EXPECT("generate -m @/tiny.gguf -p hi --system sys", 2, "afinar generate: --system needs --chat");
+    EXPECT("generate -m @/tiny.gguf -p hi --chat-template gemma", 2, "afinar generate: --chat-template needs --chat");
     EXPECT("generate -m @/tiny.gguf -p hi --kernel avx9", 2,
            "afinar generate: --kernel: kernel path 'avx9': expected auto, scalar, avx2 or avx512");
     EXPECT("generate -m @/tiny.gguf -p", 2, "afinar generate: option '-p' needs a value");

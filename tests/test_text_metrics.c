@@ -295,6 +295,18 @@ static void test_gen_eval(void) {
               "special tokens parsed (%d prompt tokens, want %zu); both forms generate the same text \"%s\"",
               r.ex[0].prompt_tokens, n_ids, r.ex[0].generated);
         printf("  SmolLM2 chat greedy: \"%s\"\n", r.ex[0].generated);
+        /* the layout chosen by name (afinar generate --chat --chat-template) */
+        char *g = NULL, *a = NULL;
+        CHECK(af_chat_format_template(m, "gemma", NULL, "Capital of France?", &g) == AF_OK && g &&
+                  !strcmp(g, "<start_of_turn>user\nCapital of France?<end_of_turn>\n<start_of_turn>model\n"),
+              "gemma layout on SmolLM2: \"%s\"", g ? g : af_last_error());
+        CHECK(af_chat_format_template(m, "auto", NULL, "Capital of France?", &a) == AF_OK && a && want_nosys &&
+                  !strcmp(a, want_nosys), "auto = the model's template");
+        char *bad = NULL;
+        CHECK(af_chat_format_template(m, "foo", NULL, "x", &bad) != AF_OK && !bad &&
+                  strstr(af_last_error(), "'foo'"), "unknown layout refused: %s", af_last_error());
+        free(g);
+        free(a);
         free(ids);
         free(want);
         free(want_nosys);

@@ -562,3 +562,9 @@ af_status af_chat_format(const af_model *m, const char *system, const char *user
     if (!m->tok) return af_fail(AF_ERR_NOT_FOUND, "model has no tokenizer, so no chat template");
     return af_chat_format_tok(m->tok, system, user, out);
 }
+
+af_status af_chat_format_template(const af_model *m, const char *chat_template, const char *system, const char *user,
+                                  char **out) {
+    if (!m->tok) return af_fail(AF_ERR_NOT_FOUND, "model has no tokenizer, so no chat template");
+    return af_chat_format_tok_as(m->tok, chat_template, system, user, out);
+}

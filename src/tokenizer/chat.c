@@ -344,10 +344,15 @@ af_status af_chat_prompt_text(const af_tokenizer *tok, af_chat_family fam, const
 }
 
 af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const char *user, char **out) {
+    return af_chat_format_tok_as(tok, NULL, system, user, out);
+}
+
+af_status af_chat_format_tok_as(const af_tokenizer *tok, const char *tmpl, const char *system, const char *user,
+                                char **out) {
     if (!tok || !user || !out) return af_fail(AF_ERR_INVALID_ARG, "af_chat_format: NULL argument");
     *out = NULL;
     af_chat_family fam;
-    AF_TRY(af_chat_family_of(tok, NULL, &fam));
+    AF_TRY(af_chat_family_of(tok, tmpl, &fam));
     af_chat_msg m[2];
     int32_t n = 0;
     if (system) m[n++] = (af_chat_msg){AF_ROLE_SYSTEM, system, strlen(system)};

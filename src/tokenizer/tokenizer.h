@@ -140,5 +140,9 @@ af_status af_chat_prompt_text(const af_tokenizer *tok, af_chat_family fam, const
  * default system prompt is used when the template has one. `user` must not be NULL. `*out`: malloc'ed, NUL-terminated, caller
  * frees. Errors: AF_ERR_INVALID_ARG, AF_ERR_UNSUPPORTED (unknown template), AF_ERR_NOMEM. */
 af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const char *user, char **out);
+/* The same with the template family given: `tmpl` "chatml" or "gemma" (NULL or "auto": the model's,
+ * as af_chat_family_of). Errors: those of af_chat_format_tok and af_chat_family_of. */
+af_status af_chat_format_tok_as(const af_tokenizer *tok, const char *tmpl, const char *system, const char *user,
+                                char **out);
 
 #endif /* AF_TOKENIZER_H */
