@@ -25,6 +25,7 @@
 #include "afinar.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "ref_reader.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -32,30 +33,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-typedef struct rd {
-    const unsigned char *p, *end;
-} rd;
-
-static int rd_u32(rd *r, uint32_t *v) {
-    if (r->end - r->p < 4) return 0;
-    memcpy(v, r->p, 4);
-    r->p += 4;
-    return 1;
-}
-static const void *rd_bytes(rd *r, size_t n) {
-    if ((size_t)(r->end - r->p) < n) return NULL;
-    const void *q = r->p;
-    r->p += n;
-    return q;
-}
-
-static int32_t argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 /* Greedy continuation of `ids` [n] for `n_gen` tokens (KV cache, one token at a time). */
 static int greedy(af_model *m, const int32_t *ids, int n, int n_gen, int32_t *out) {

@@ -15,35 +15,12 @@
  *  - greedy continuation: the 32 ids must be identical.
  */
 #include "afinar.h"
+#include "ref_reader.h"
 #include "testlib.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct rd {
-    const unsigned char *p, *end;
-} rd;
-
-static int rd_u32(rd *r, uint32_t *v) {
-    if (r->end - r->p < 4) return 0;
-    memcpy(v, r->p, 4);
-    r->p += 4;
-    return 1;
-}
-static const void *rd_bytes(rd *r, size_t n) {
-    if ((size_t)(r->end - r->p) < n) return NULL;
-    const void *q = r->p;
-    r->p += n;
-    return q;
-}
-
-static int32_t argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 static void test_reference(const char *path, const char *fixture, int gemma) {
     size_t len;
