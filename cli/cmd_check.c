@@ -12,6 +12,7 @@ int cmd_check(int argc, char **argv) {
     if (rc != 0) return rc < 0 ? 0 : rc;
     af_trainer_opts *o = &tc.opts;
     af_trainer *t = NULL;
+    o->check_only = 1; /* the report says what train "would use" */
     af_status st = af_trainer_new(o, &t);
     if (st != AF_OK) {
         rc = cli_fail(C, st);

@@ -829,6 +829,22 @@ typedef enum af_task {
     AF_TASK_CAUSAL_LM = 1       /* causal-LM fine-tuning (SFT): next-token cross-entropy on the target tokens */
 } af_task;
 
+/* af_trainer_opts.recipe (settings key "recipe"). */
+typedef enum af_recipe_kind {
+    AF_RECIPE_FIXED = 0, /* the options as set, defaults as documented on each field */
+    AF_RECIPE_AUTO = 1   /* the automatic recipe chooses what `given` does not mark */
+} af_recipe_kind;
+
+/* af_trainer_opts.given bits. */
+enum {
+    AF_GIVEN_LENGTH = 1u << 0,        /* epochs or max_steps */
+    AF_GIVEN_CLASS_WEIGHTS = 1u << 1, /* class_weights */
+    AF_GIVEN_MAX_SEQ_LEN = 1u << 2,   /* max_seq_len */
+    AF_GIVEN_LAYERS = 1u << 3,        /* lora_layers */
+    AF_GIVEN_WARMUP = 1u << 4,        /* warmup_steps / warmup_ratio */
+    AF_GIVEN_EVAL_EVERY = 1u << 5     /* eval_every */
+};
+
 typedef struct af_trainer_opts {
     /* ---- model and data ---- */
     const char *model_path;      /* GGUF file (ignored when `model` is set) */
@@ -909,6 +925,17 @@ typedef struct af_trainer_opts {
                                     checkpoint, stop; a `volatile sig_atomic_t` flag (int on the
                                     platforms afinar builds on: checked at compile time) or NULL */
     int64_t stop_after;          /* > 0: behave as if interrupted after this many steps (tests) */
+    /* ---- automatic recipe (issue 19; rules and sources: src/train/recipe.h, README "Automatic recipe") ---- */
+    af_recipe_kind recipe;       /* AF_RECIPE_FIXED (this struct's default: the fields as set) or AF_RECIPE_AUTO:
+                                    choose epochs, class weights, max_seq_len, lora_layers, warm-up and eval_every
+                                    from the training data, except those marked in `given` (settings objects,
+                                    hence `afinar train`, default to auto) */
+    unsigned given;              /* AF_GIVEN_* bits: the recipe settings the caller set (kept as set) */
+    double time_budget_min;      /* > 0: the run (setup, training, evaluations) should take at most this many
+                                    minutes: with AF_RECIPE_AUTO the choices are fitted to it at a measured speed;
+                                    in any recipe the loop re-plans its length from the first steps' speed and
+                                    stops (evaluated, saved) before the deadline (AF_STOP_BUDGET) */
+    int check_only;              /* 1: a dry run (afinar check): the report says what train "would use" */
 } af_trainer_opts;
 
 /* Fill `o` with the defaults noted on each field above. */
@@ -918,7 +945,8 @@ typedef enum af_stop_reason {
     AF_STOP_DONE = 0,         /* reached the last step */
     AF_STOP_EARLY = 1,        /* early stopping (patience) */
     AF_STOP_INTERRUPTED = 2,  /* interrupt flag or stop_after: a checkpoint was saved */
-    AF_STOP_NONFINITE = 3     /* too many non-finite steps (the run returns AF_ERR_RANGE) */
+    AF_STOP_NONFINITE = 3,    /* too many non-finite steps (the run returns AF_ERR_RANGE) */
+    AF_STOP_BUDGET = 4        /* time_budget_min reached: evaluated and saved (best/, final/) like a finished run */
 } af_stop_reason;
 
 typedef struct af_train_result {

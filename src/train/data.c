@@ -741,3 +741,19 @@ done:
     free(pos);
     return st;
 }
+
+af_status af_dataset_truncate(af_dataset *ds, int32_t L) {
+    if (!ds || L < 1 || L > ds->max_seq_len || ds->target_mask)
+        return af_fail(AF_ERR_INVALID_ARG, "dataset: cannot truncate to %d tokens (built with %d%s)", (int)L,
+                       ds ? (int)ds->max_seq_len : 0, ds && ds->target_mask ? ", causal LM" : "");
+    int64_t w = 0;
+    for (int32_t i = 0; i < ds->n; i++) {
+        const int64_t a = ds->tok_off[i], len = ds->tok_off[i + 1] - a, keep = len < L ? len : L;
+        memmove(ds->tokens + w, ds->tokens + a, sizeof *ds->tokens * (size_t)keep);
+        ds->tok_off[i] = w;
+        w += keep;
+    }
+    ds->tok_off[ds->n] = w;
+    ds->max_seq_len = L;
+    return AF_OK;
+}

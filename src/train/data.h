@@ -54,6 +54,10 @@ af_status af_dataset_from_tokens(const int32_t *ids, const int64_t *off, int32_t
 /* New data set holding samples idx[0..m) of `ds` in that order (copies). Errors: AF_ERR_INVALID_ARG
  * (index out of range, m < 1), AF_ERR_NOMEM. */
 af_status af_dataset_subset(const af_dataset *ds, const int32_t *idx, int32_t m, af_dataset **out);
+/* Truncate every sample of a classification data set to its first L tokens in place (L <= the
+ * truncation length it was built with; orig_len keeps the lengths before truncation); ds->max_seq_len
+ * becomes L. A causal-LM set (target_mask) is refused. Errors: AF_ERR_INVALID_ARG. */
+af_status af_dataset_truncate(af_dataset *ds, int32_t L);
 
 /* Number of tokens of sample i after truncation. */
 static inline int32_t af_dataset_len(const af_dataset *ds, int32_t i) {

@@ -29,6 +29,8 @@ struct af_train_settings {
 #define BIG 1e15
 static const af_setting_info k_keys[] = {
     {"model", AF_SETTING_TEXT, 'm', 0, 0, "FILE", "GGUF base model (needs its tokenizer)"},
+    {"recipe", AF_SETTING_TEXT, 0, 0, 0, "auto|fixed", "auto (default): epochs, class weights, max_seq_len, LoRA layers, warm-up and evaluation interval chosen from the data within a compute budget (each choice printed with its reason; flags you give win); fixed: the documented defaults"},
+    {"time-budget", AF_SETTING_NUMBER, 0, 0.1, 1e6, "MIN", "finish within MIN minutes (setup, training, evaluations): auto fits layers, max_seq_len and passes to the measured speed; the run re-plans after its first steps and stops, evaluated and saved, at the budget"},
     {"task", AF_SETTING_TEXT, 0, 0, 0, "NAME", "classification (default) | causal-lm: next-token LoRA SFT on text, prompt/completion or messages JSONL; causal-lm defaults --targets all-linear --lora-layers all --lr 2e-4 (all linear layers as in QLoRA, Dettmers et al. 2023, and PEFT/TRL's SFT guides)"},
     {"loss-on", AF_SETTING_TEXT, 0, 0, 0, "auto|all", "causal-lm: tokens with a loss: auto (default: completion only for prompt/completion, assistant turns for messages, all for text) or all"},
     {"chat-template", AF_SETTING_TEXT, 0, 0, 0, "NAME", "causal-lm: render messages with chatml or gemma instead of the model's own template"},
@@ -278,6 +280,7 @@ bad:
 af_status af_train_settings_to_opts(af_train_settings *ts, af_trainer_opts *o) {
     if (!ts || !o) return af_fail(AF_ERR_INVALID_ARG, "af_train_settings_to_opts: NULL argument");
     af_trainer_opts_defaults(o);
+    o->recipe = AF_RECIPE_AUTO; /* settings (the command line, --config) default to the automatic recipe */
     const cJSON *e;
     int have_epochs = 0, have_steps = 0;
     /* the task first: causal-lm changes the defaults of the keys below (see the "task" help) */
@@ -316,6 +319,11 @@ af_status af_train_settings_to_opts(af_train_settings *ts, af_trainer_opts *o) {
         const char *n = d->name;
 #define IS(x) (!strcmp(n, x))
         if (IS("model")) o->model_path = s;
+        else if (IS("recipe")) {
+            if (!strcmp(s, "auto")) o->recipe = AF_RECIPE_AUTO;
+            else if (!strcmp(s, "fixed")) o->recipe = AF_RECIPE_FIXED;
+            else return af_fail(AF_ERR_INVALID_ARG, "--recipe: expected auto or fixed, got '%s'", s);
+        } else if (IS("time-budget")) o->time_budget_min = v;
         else if (IS("task")) continue; /* read above */
         else if (IS("loss-on")) o->loss_on = s;
         else if (IS("chat-template")) o->chat_template = s;
@@ -375,6 +383,14 @@ af_status af_train_settings_to_opts(af_train_settings *ts, af_trainer_opts *o) {
         else if (IS("plot")) o->plot = b;
 #undef IS
     }
+    /* which of the automatic recipe's settings were given (they win over its choices) */
+    static const struct { const char *key; unsigned bit; } given[] = {
+        {"class-weights", AF_GIVEN_CLASS_WEIGHTS},
+        {"max-seq-len", AF_GIVEN_MAX_SEQ_LEN}, {"lora-layers", AF_GIVEN_LAYERS}, {"warmup", AF_GIVEN_WARMUP},
+        {"eval-every", AF_GIVEN_EVAL_EVERY}};
+    for (size_t i = 0; i < sizeof given / sizeof *given; i++)
+        if (cJSON_GetObjectItemCaseSensitive(ts->obj, given[i].key)) o->given |= given[i].bit;
+    if (have_epochs || have_steps) o->given |= AF_GIVEN_LENGTH;
     if (o->val_path && o->val_split > 0)
         return af_fail(AF_ERR_INVALID_ARG,
                        "--val and --val-split conflict: give a validation file or a split fraction, not both");

@@ -64,6 +64,7 @@ void af_trainer_free(af_trainer *t) {
     if (t->have_lay) af_param_layout_free(&t->lay);
     free(t->class_w);
     af_diag_list_free(&t->diags);
+    free(t->config_owned);
     af_model_free(t->model_owned);
     af_ctx_free(t->ctx);
     free(t);
@@ -140,8 +141,16 @@ static af_status load_text_data(af_trainer *t) {
             goto done;
         }
     }
-    st = af_dataset_build(t->ctx, ct, tok, o->max_seq_len, &t->train_owned);
-    if (st == AF_OK && cv) st = af_dataset_build(t->ctx, cv, tok, o->max_seq_len, &t->val_owned);
+    /* the automatic recipe chooses max_seq_len from the lengths: build at its largest choice, then
+       truncate (af_tr_recipe_apply) */
+    int32_t build_len = o->max_seq_len;
+    if (o->recipe == AF_RECIPE_AUTO && !(o->given & AF_GIVEN_MAX_SEQ_LEN)) {
+        const int32_t ctxlen = t->model->cfg.max_position_embeddings;
+        build_len = ctxlen > 0 && ctxlen < AF_RECIPE_MAX_LEN ? ctxlen : AF_RECIPE_MAX_LEN;
+        if (build_len < o->max_seq_len) build_len = o->max_seq_len;
+    }
+    st = af_dataset_build(t->ctx, ct, tok, build_len, &t->train_owned);
+    if (st == AF_OK && cv) st = af_dataset_build(t->ctx, cv, tok, build_len, &t->val_owned);
 done:
     af_corpus_free(ct);
     af_corpus_free(cv);
@@ -209,6 +218,15 @@ static size_t cgroup_limit(void) {
     return 0;
 }
 
+void af_tr_mem_limit(af_trainer *t) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    t->mem_ram = (pages > 0 && psz > 0) ? (size_t)pages * (size_t)psz : 0;
+    t->mem_what = "RAM";
+    size_t cg = cgroup_limit();
+    if (cg > 0 && (t->mem_ram == 0 || cg < t->mem_ram)) t->mem_ram = cg, t->mem_what = "cgroup memory.max";
+    if (t->o.memory_limit_mb > 0) t->mem_ram = (size_t)(t->o.memory_limit_mb * 1048576.0), t->mem_what = "--memory-limit";
+}
+
 static af_status plan(af_trainer *t) {
     const af_trainer_opts *o = &t->o;
     const int64_t n = t->train->n;
@@ -239,12 +257,7 @@ static af_status plan(af_trainer *t) {
     if (eng_ev > eng) eng = eng_ev;
     size_t model_bytes = (size_t)t->model->file_bytes;
     t->mem_need = model_bytes + eng + (size_t)t->lay.n_total * 4 * sizeof(float) + (size_t)t->lay.n_total;
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    t->mem_ram = (pages > 0 && psz > 0) ? (size_t)pages * (size_t)psz : 0;
-    t->mem_what = "RAM";
-    size_t cg = cgroup_limit();
-    if (cg > 0 && (t->mem_ram == 0 || cg < t->mem_ram)) t->mem_ram = cg, t->mem_what = "cgroup memory.max";
-    if (o->memory_limit_mb > 0) t->mem_ram = (size_t)(o->memory_limit_mb * 1048576.0), t->mem_what = "--memory-limit";
+    af_tr_mem_limit(t);
     const af_model_config *c = af_model_get_config(t->model);
     int64_t H = c->hidden_size, qd = (int64_t)c->num_attention_heads * c->head_dim,
             kvd = (int64_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
@@ -284,6 +297,7 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     *out = NULL;
     af_trainer *t = af_calloc(1, sizeof *t);
     if (!t) return af_fail(AF_ERR_NOMEM, "trainer: out of memory");
+    t->t_created = af_time_sec();
     t->o = *opts;
     af_trainer_opts *o = &t->o;
     if (!o->targets) o->targets = "qv";
@@ -392,6 +406,8 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
         if (st != AF_OK) goto fail;
         t->have_st_val = 1;
     }
+    st = af_tr_recipe_apply(t); /* AF_RECIPE_AUTO: epochs, class weights, max_seq_len, layers, warm-up */
+    if (st != AF_OK) goto fail;
     af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed};
     int32_t lmin = 0, lend = 0;
     const int32_t n_layers = t->model->cfg.num_hidden_layers;
@@ -417,6 +433,7 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
         if (st != AF_OK) goto fail;
     }
     st = plan(t);
+    if (st == AF_OK) st = af_tr_recipe_finish(t); /* the evaluation interval; the settings record */
     if (st != AF_OK) goto fail;
     af_train_config hc = {o->lr, o->lora_r, o->lora_alpha, o->use_rslora, o->batch, o->grad_accum, o->max_grad_norm,
                           o->epochs, o->max_steps, o->max_seq_len, t->n_model_params, t->num_classes,
@@ -511,6 +528,7 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
         for (int32_t c = 0; c < t->num_classes; c++) fprintf(fp, " %.3g", t->class_w[c]);
         fputc('\n', fp);
     }
+    af_tr_recipe_report(t, fp);
     fprintf(fp, "memory: about %.0f MiB (model %.0f MiB mapped, activations for %lld tokens per micro-batch%s, "
                 "parameters + AdamW %.1f MiB); limit %.0f MiB (%s)\n",
             mib(t->mem_need), mib((size_t)t->model->file_bytes), (long long)t->max_mb_tokens,

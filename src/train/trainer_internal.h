@@ -7,6 +7,7 @@
 #define AF_TRAINER_INTERNAL_H
 
 #include "train/api_internal.h" /* the optimizer step (af_lora_trainer); af_tr_nonfinite_tensor */
+#include "train/recipe.h"
 #include "train/trainer.h"
 
 struct af_trainer {
@@ -40,6 +41,14 @@ struct af_trainer {
     int lm;                            /* 1: causal-LM run (no head; next-token loss) */
     int packing;                       /* 1: micro-batches = best-fit-decreasing bins of `budget` tokens */
     int64_t budget;                    /* packing: tokens per micro-batch (batch x max_seq_len) */
+    /* the automatic recipe (o.recipe == AF_RECIPE_AUTO; trainer_recipe.c) and the time budget */
+    af_recipe recipe;
+    int have_recipe;                   /* 1: recipe holds the choices applied to o */
+    char layers_spec[24];              /* o.lora_layers when the recipe chose it ("all", "topK") */
+    char *config_owned;                /* o.config_json with the recipe's choices added (owned) */
+    double t_created;                  /* af_time_sec() when af_trainer_new started (the time budget's start) */
+    double flops_token_layer;          /* forward FLOPs of one token through one layer */
+    double rate_flops;                 /* time budget: FLOP/s assumed by the plan (0: no time budget) */
 };
 
 /* Everything that changes during training besides P, M, V (saved in trainer_state). */
@@ -61,6 +70,34 @@ typedef struct af_run_state {
 } af_run_state;
 
 #define AF_EMA_BETA 0.98
+
+/* The memory limit into t->mem_ram, t->mem_what: RAM, the cgroup's memory.max when lower, or
+ * o.memory_limit_mb (trainer.c). */
+void af_tr_mem_limit(af_trainer *t);
+
+/* ---- trainer_recipe.c ---- */
+/* The automatic recipe on a trainer whose data and statistics are loaded (before the layout and
+ * the plan): choose, apply to t->o (only what o.given does not mark), truncate the data to the
+ * chosen max_seq_len, recompute the statistics. No-op for AF_RECIPE_FIXED. */
+af_status af_tr_recipe_apply(af_trainer *t);
+/* After the plan: the evaluation interval, the settings record (t->config_owned) . */
+af_status af_tr_recipe_finish(af_trainer *t);
+/* The recipe block of the report ("recipe auto: the run uses" / "train would use"). */
+void af_tr_recipe_report(const af_trainer *t, FILE *fp);
+/* The choices and reasons as a JSON object text (run.json "recipe"); NULL without a recipe. Caller frees. */
+char *af_tr_recipe_json(const af_trainer *t);
+/* The cost of one evaluation of the validation data in training steps of this run (the FLOP
+ * model of recipe.h: every layer forward over the validation tokens vs a step's tokens through the
+ * adapted layers forward and backward and the layers below forward). */
+double af_tr_eval_steps(const af_trainer *t);
+/* Time budget: seconds left before the deadline at time `now` (training seconds of earlier sessions
+ * `elapsed_before` count against it); +inf without a time budget. */
+double af_tr_budget_left(const af_trainer *t, double now, double elapsed_before);
+/* Time budget: the run's new length when the steps measured so far (`done` steps in `step_s` seconds
+ * each, evaluations of `eval_s` seconds every `eval_every` steps) cannot finish `t->total` steps in
+ * `left` seconds (keeping `reserve` for the last evaluation and saves); records it as max-steps in
+ * t->config_owned. Returns the new total (t->total when it fits). */
+int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double eval_s, double left, double reserve);
 
 /* ---- trainer_ckpt.c ---- */
 /* Whether `dir` holds artifacts of a run (metrics.jsonl, run.json, checkpoint-*, best, final);

@@ -442,6 +442,9 @@ static af_status write_run_json(const af_trainer *t) {
     cJSON_AddNumberToObject(j, "steps_per_epoch", (double)t->spe);
     cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
     cJSON_AddNumberToObject(j, "trainable_parameters", (double)t->lay.n_total);
+    char *rj = af_tr_recipe_json(t); /* the automatic recipe's choices and reasons */
+    if (rj) cJSON_AddItemToObject(j, "recipe", cJSON_Parse(rj));
+    free(rj);
     char *s = cJSON_Print(j);
     cJSON_Delete(j);
     char *p = af_path_join(t->o.output_dir, "run.json");
@@ -683,6 +686,11 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     }
     L.t0 = now();
     int saved_now = 0;
+    /* time budget (--time-budget): re-plan the length once after the first steps of a fresh run, stop
+       (evaluated, saved) when the next step and the last evaluation would pass the deadline */
+    double eval_total_s = 0, eval_last_s = 0;
+    int replanned = ckpt != NULL || !(o->time_budget_min > 0) || L.dist;
+    const int64_t replan_at = t->total / 20 > 20 ? 20 : t->total / 20 > 3 ? t->total / 20 : 3;
     while (L.rs.step < t->total) {
         if (L.dist) {
             char sl[1200];
@@ -766,14 +774,34 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             rs->ema_acc = AF_EMA_BETA * rs->ema_acc + (1 - AF_EMA_BETA) * acc;
             rs->ema_n++;
         }
-        const int last = rs->step == t->total;
+        int budget_end = 0;
+        if (o->time_budget_min > 0 && !L.dist && rs->step < t->total) { /* (one process only) */
+            const double tn = now(), step_s = (tn - L.t0 - eval_total_s) / (double)L.session_steps;
+            const double ev = t->val ? (eval_last_s > 0 ? eval_last_s : step_s * af_tr_eval_steps(t)) : 0.0;
+            const double reserve = 1.2 * ev + 3.0, left = af_tr_budget_left(t, tn, rs->elapsed);
+            if (!replanned && L.session_steps >= replan_at) {
+                const int64_t was = t->total;
+                replanned = 1;
+                if (af_tr_budget_replan(t, rs->step, step_s, ev, left, reserve) != was && o->log) {
+                    end_live(&L);
+                    fprintf(o->log, "time budget: %.1f s per step measured; %lld steps instead of %lld fit the %g min "
+                                    "(%.0f s left)\n", step_s, (long long)t->total, (long long)was, o->time_budget_min,
+                            left);
+                }
+            }
+            budget_end = rs->step < t->total && left < 1.5 * step_s + reserve;
+        }
+        const int last = rs->step == t->total || budget_end;
         progress(&L, lr, gn, last);
         const int epoch_end = rs->step % t->spe == 0;
         int evaluated = 0;
         if (L.writer && t->val && (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
             int improved = 0;
+            const double te = now();
             st = t->lm ? evaluate_lm(&L, &improved) : evaluate(&L, &improved);
             if (st != AF_OK) goto out;
+            eval_last_s = now() - te;
+            eval_total_s += eval_last_s;
             evaluated = 1;
             if (improved) {
                 st = af_tr_save_dir(t, "best", L.P, NULL, NULL, rs, t->lm ? "eval_loss" : "val_macro_f1");
@@ -788,6 +816,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         }
         const int interrupted = (o->interrupt && *o->interrupt) || (o->stop_after > 0 && rs->step >= o->stop_after);
         if (interrupted && stop == AF_STOP_DONE && !last) stop = AF_STOP_INTERRUPTED;
+        if (budget_end && stop == AF_STOP_DONE) stop = AF_STOP_BUDGET;
         if (L.dist) { /* rank 0 evaluated and decides: every rank stops (and names checkpoints) alike */
             int64_t dec[2] = {(int64_t)stop, evaluated};
             st = af_dist_bcast_i64(dec, 2, NULL);
@@ -805,7 +834,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         if (stop != AF_STOP_DONE) break;
     }
     end_live(&L);
-    if (L.writer && (stop == AF_STOP_DONE || stop == AF_STOP_EARLY)) {
+    if (L.writer && (stop == AF_STOP_DONE || stop == AF_STOP_EARLY || stop == AF_STOP_BUDGET)) {
         st = af_tr_save_dir(t, "final", L.P, NULL, NULL, &L.rs, "last_step");
         if (st == AF_OK && !t->val) st = af_tr_save_dir(t, "best", L.P, NULL, NULL, &L.rs, "last_step");
         if (st != AF_OK) goto out;
@@ -842,7 +871,8 @@ out:
             fprintf(o->log, "stopped at step %lld of %lld; checkpoint %s (continue with --resume %s)\n",
                     (long long)L.rs.step, (long long)t->total, L.last_ckpt, L.last_ckpt);
         else if (st == AF_OK) {
-            fprintf(o->log, "done: %lld steps in %s", (long long)L.rs.step, tb);
+            fprintf(o->log, "done: %lld steps in %s%s", (long long)L.rs.step, tb,
+                    stop == AF_STOP_BUDGET ? " (stopped at the time budget)" : "");
             if (res->best_step > 0 && t->lm)
                 fprintf(o->log, "; best eval loss %.4f (perplexity %.4g) at step %lld -> %s/best", res->best_eval_loss,
                         exp(res->best_eval_loss), (long long)res->best_step, o->output_dir);

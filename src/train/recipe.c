@@ -1,0 +1,266 @@
+/*
+ * recipe.c — the automatic recipe's rules (see recipe.h for the rules and their sources).
+ */
+#include "train/recipe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum {
+    SAMPLES_TARGET = 3000,    /* samples seen by a classification run */
+    SAMPLES_MAX = 20000,      /* above this many samples: fewer than one pass */
+    EPOCHS_MAX = 5,           /* at most this many passes (classification) */
+    MINORITY_SEEN = 300,      /* the smallest class seen at least this often (imbalanced sets) */
+    LM_TARGETS = 1000000,     /* target tokens seen by a causal-LM run */
+    LM_EPOCHS_MAX = 3,
+    LEN_MIN = 64, LEN_MAX = AF_RECIPE_MAX_LEN, LEN_BUDGET_MIN = 128, LEN_STEP = 64,
+    LAYERS_BUDGET_MIN = 10,   /* the budget takes layers below this only after the epochs */
+    EVALS_MIN = 2
+};
+#define IMBALANCE_RATIO 5.0
+#define WARMUP_RATIO 0.06
+
+int64_t af_recipe_tokens(const int32_t *sorted_len, int64_t n, int32_t L) {
+    int64_t t = 0;
+    for (int64_t i = 0; sorted_len && i < n; i++) {
+        int32_t x = sorted_len[i] < 1 ? 1 : sorted_len[i];
+        t += x < L ? x : L;
+    }
+    return t;
+}
+
+double af_recipe_cost(const af_recipe_in *in, double epochs, int32_t L, int32_t layers, int32_t n_evals) {
+    const int32_t nl = in->n_layers;
+    const int32_t K = layers < 1 ? 1 : layers > nl ? nl : layers;
+    const double T = (double)af_recipe_tokens(in->sorted_len, in->n, L);
+    const double Tv = in->val_sorted_len ? (double)af_recipe_tokens(in->val_sorted_len, in->n_val, L) : 0.0;
+    const int32_t below = nl - K;
+    const int cache = below > 0 && in->prefix_cache_bytes > 0 && T * (double)in->hidden * 4.0 <= (double)in->prefix_cache_bytes;
+    const double below_passes = cache ? (epochs < 1 ? epochs : 1.0) : epochs;
+    return in->flops_token_layer * (T * (2.0 * K * epochs + below * below_passes) + (double)n_evals * Tv * nl);
+}
+
+int64_t af_recipe_eval_every(int32_t n_evals, int64_t total, int64_t steps_per_epoch) {
+    if (n_evals <= 0 || total <= 0) return 0;
+    int64_t every = (total + n_evals - 1) / n_evals;
+    if (steps_per_epoch > 0 && every > steps_per_epoch) every = steps_per_epoch; /* at least once per epoch */
+    return every < 1 ? 1 : every;
+}
+
+/* "1,558" */
+static const char *thousands(char *buf, size_t cap, int64_t v) {
+    char t[32];
+    snprintf(t, sizeof t, "%lld", (long long)(v < 0 ? -v : v));
+    size_t n = strlen(t), o = 0;
+    if (v < 0 && o + 1 < cap) buf[o++] = '-';
+    for (size_t i = 0; i < n && o + 2 < cap; i++) {
+        if (i > 0 && (n - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = t[i];
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+static int32_t round_up(int32_t v, int32_t m) { return (int32_t)(((int64_t)v + m - 1) / m * m); }
+
+static void append(char *dst, size_t cap, const char *s) {
+    size_t l = strlen(dst);
+    if (l && l + 2 < cap) strncat(dst, "; ", cap - l - 1);
+    strncat(dst, s, cap - strlen(dst) - 1);
+}
+
+static const char *epochs_text(char *buf, size_t cap, double e) {
+    if (e == floor(e)) snprintf(buf, cap, "%.0f epoch%s", e, e == 1 ? "" : "s");
+    else snprintf(buf, cap, "%.2f epochs", e);
+    return buf;
+}
+
+int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
+    memset(r, 0, sizeof *r);
+    if (!in || in->n <= 0 || !in->sorted_len || in->n_layers < 1 || !(in->flops_token_layer > 0)) return -1;
+    char a[32], b[32], c[32];
+    const int32_t nl = in->n_layers;
+    const int lm = in->causal_lm != 0;
+    const unsigned g = in->given;
+    /* ---- class statistics ---- */
+    int64_t nmin = 0, nmax = 0;
+    for (int32_t k = 0; in->class_count && k < in->num_classes; k++) {
+        int64_t x = in->class_count[k];
+        if (x <= 0) continue;
+        if (nmin == 0 || x < nmin) nmin = x;
+        if (x > nmax) nmax = x;
+    }
+    const double imb = nmin > 0 ? (double)nmax / (double)nmin : 1.0;
+    const int imbalanced = !lm && !in->multi_label && imb > IMBALANCE_RATIO;
+    /* ---- epochs ---- */
+    double E = in->epochs;
+    if (g & AF_RECIPE_GIVEN_LENGTH) {
+        E = in->max_steps > 0 ? 0 : in->epochs;
+    } else if (lm) {
+        int64_t T = in->n_targets > 0 ? in->n_targets : 1;
+        E = ceil((double)LM_TARGETS / (double)T);
+        E = E < 1 ? 1 : E > LM_EPOCHS_MAX ? LM_EPOCHS_MAX : E;
+        snprintf(r->why_epochs, sizeof r->why_epochs,
+                 "%s: %s target tokens in the training data; a run should see about 1,000,000 (1 to %d epochs, the "
+                 "SFT practice)",
+                 epochs_text(c, sizeof c, E), thousands(a, sizeof a, T), LM_EPOCHS_MAX);
+    } else if (in->n > SAMPLES_MAX) {
+        E = (double)SAMPLES_MAX / (double)in->n;
+        snprintf(r->why_epochs, sizeof r->why_epochs, "%s: %s samples > %s: %s samples seen", epochs_text(c, sizeof c, E),
+                 thousands(a, sizeof a, in->n), thousands(b, sizeof b, SAMPLES_MAX), thousands(c, sizeof c, SAMPLES_MAX));
+    } else {
+        E = ceil((double)SAMPLES_TARGET / (double)in->n - 1e-9);
+        E = E < 1 ? 1 : E > EPOCHS_MAX ? EPOCHS_MAX : E;
+        snprintf(r->why_epochs, sizeof r->why_epochs, "%s: %s samples x %.0f = %s samples seen (a run should see about "
+                 "%s; 1 to %d epochs)",
+                 epochs_text(c, sizeof c, E), thousands(a, sizeof a, in->n), E,
+                 thousands(b, sizeof b, (int64_t)(E * (double)in->n)), "3,000", EPOCHS_MAX);
+        if (imbalanced) {
+            double Ei = ceil((double)MINORITY_SEEN / (double)nmin - 1e-9);
+            Ei = Ei < 2 ? 2 : Ei > EPOCHS_MAX ? EPOCHS_MAX : Ei;
+            if (Ei > E) {
+                E = Ei;
+                snprintf(r->why_epochs, sizeof r->why_epochs,
+                         "%s: class imbalance %.1f:1 > %.0f:1, so the smallest class (%s samples) is seen %s times (at "
+                         "least 2 epochs and %d sightings wanted, at most %d epochs)",
+                         epochs_text(c, sizeof c, E), imb, IMBALANCE_RATIO, thousands(a, sizeof a, nmin),
+                         thousands(b, sizeof b, (int64_t)(E * (double)nmin)), MINORITY_SEEN, EPOCHS_MAX);
+            }
+        }
+    }
+    const double E_rule = E;
+    /* ---- class weights ---- */
+    snprintf(r->class_weights, sizeof r->class_weights, "uniform");
+    if (!(g & AF_RECIPE_GIVEN_CLASS_WEIGHTS) && !lm) {
+        if (imbalanced) {
+            snprintf(r->class_weights, sizeof r->class_weights, "sqrt-inverse");
+            snprintf(r->why_class_weights, sizeof r->why_class_weights,
+                     "class weights sqrt-inverse: class imbalance %.1f:1 (%s vs %s samples) > %.0f:1", imb,
+                     thousands(a, sizeof a, nmax), thousands(b, sizeof b, nmin), IMBALANCE_RATIO);
+        } else if (!in->multi_label) {
+            snprintf(r->why_class_weights, sizeof r->why_class_weights,
+                     "class weights uniform: class imbalance %.1f:1 <= %.0f:1", imb, IMBALANCE_RATIO);
+        }
+    }
+    /* ---- max_seq_len ---- */
+    const int chooseL = !(g & AF_RECIPE_GIVEN_MAX_SEQ_LEN) && !lm;
+    int32_t L = in->max_seq_len;
+    int32_t L_cap = LEN_MAX;
+    if (chooseL) {
+        int64_t i95 = (int64_t)ceil(0.95 * (double)in->n) - 1;
+        int32_t p95 = in->sorted_len[i95 < 0 ? 0 : i95];
+        L = round_up(p95 < 1 ? 1 : p95, LEN_STEP);
+        const char *cap = "";
+        if (L < LEN_MIN) L = LEN_MIN;
+        if (L > LEN_MAX) L = LEN_MAX, cap = ", capped at 512";
+        if (in->max_positions > 0 && L > in->max_positions) {
+            L = in->max_positions, cap = ", capped by the model's context";
+            L_cap = in->max_positions;
+        }
+        if (in->mem_tokens > 0 && in->batch > 0 && (int64_t)L * in->batch > in->mem_tokens) {
+            int32_t Lm = (int32_t)(in->mem_tokens / in->batch / LEN_STEP * LEN_STEP);
+            L = Lm < LEN_STEP ? LEN_STEP : Lm, cap = ", capped by the memory limit";
+            L_cap = L;
+        }
+        snprintf(r->why_max_seq_len, sizeof r->why_max_seq_len, "the p95 token length %d rounded up to a multiple of "
+                 "%d%s", (int)p95, LEN_STEP, cap);
+    }
+    (void)L_cap;
+    const int32_t L_rule = L;
+    /* ---- layers ---- */
+    const int chooseK = !(g & AF_RECIPE_GIVEN_LAYERS) && !lm;
+    int32_t K = chooseK ? nl : (in->layers < 1 ? 1 : in->layers > nl ? nl : in->layers);
+    /* ---- evaluations ---- */
+    int32_t nev = 0;
+    if (in->n_val > 0) {
+        nev = E > EVALS_MIN ? (int32_t)ceil(E) : EVALS_MIN;
+        if (!(g & AF_RECIPE_GIVEN_EVAL_EVERY))
+            snprintf(r->why_eval, sizeof r->why_eval,
+                     "%d evaluations on the validation data (at least %d per run, every epoch when there are more), "
+                     "the best one kept", (int)nev, EVALS_MIN);
+    }
+    /* ---- the budget ---- */
+    const double B = in->budget_flops > 0 ? in->budget_flops : AF_RECIPE_DEFAULT_FLOPS;
+    const int chooseE = !(g & AF_RECIPE_GIVEN_LENGTH);
+    double cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
+    int over = 0;
+    while (cost > B) {
+        if (chooseL && L > LEN_BUDGET_MIN) L = L - LEN_STEP < LEN_BUDGET_MIN ? LEN_BUDGET_MIN : L - LEN_STEP;
+        else if (chooseK && K > LAYERS_BUDGET_MIN) K--;
+        else if (chooseE && E > 1) E = ceil(E) - 1 < 1 ? 1 : ceil(E) - 1;
+        else if (chooseK && K > 1) K--;
+        else if (chooseL && L > LEN_MIN) L = LEN_MIN;
+        else if (chooseE && in->time_budget && E > 0) {
+            /* the cost is linear in E <= 1 plus the evaluations' fixed part */
+            const double c0 = af_recipe_cost(in, 0, L, K, nev);
+            E = c0 < B && cost > c0 ? E * (B - c0) / (cost - c0) * 0.999 : 1e-6;
+            if (E < 1e-6) E = 1e-6;
+            cost = af_recipe_cost(in, E, L, K, nev);
+            if (cost > B) over = 1;
+            break;
+        } else {
+            over = 1;
+            break;
+        }
+        cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
+    }
+    if (chooseK)
+        while (K < nl && af_recipe_cost(in, E > 0 ? E : 1, L, K + 1, nev) <= B) K++, cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
+    if (in->n_val > 0 && chooseE && E > 0) nev = E > EVALS_MIN ? (int32_t)ceil(E) : EVALS_MIN;
+    r->epochs = E;
+    r->max_seq_len = L;
+    r->layers = K;
+    r->n_evals = nev;
+    r->cost_flops = cost;
+    r->budget_flops = B;
+    r->warmup_ratio = WARMUP_RATIO;
+    if (!(g & AF_RECIPE_GIVEN_WARMUP))
+        snprintf(r->why_warmup, sizeof r->why_warmup, "warm-up %.0f%% of the steps (RoBERTa's fine-tuning recipe, Liu et "
+                 "al. 2019)", 100.0 * WARMUP_RATIO);
+    if (chooseK) {
+        if (K == nl)
+            snprintf(r->why_layers, sizeof r->why_layers, "LoRA on all %d layers: the run fits the compute budget "
+                     "(%.2g of %.2g FLOPs)", (int)nl, cost, B);
+        else
+            snprintf(r->why_layers, sizeof r->why_layers, "LoRA on the top %d of %d layers: the most the compute budget "
+                     "allows (%.2g of %.2g FLOPs; all %d layers: %.2g)", (int)K, (int)nl, cost, B, (int)nl,
+                     af_recipe_cost(in, E > 0 ? E : 1, L, nl, nev));
+    }
+    /* what the budget took away */
+    char t[160];
+    if (chooseL) { /* the reason, with the final length */
+        char rule[200];
+        snprintf(rule, sizeof rule, "%.190s", r->why_max_seq_len);
+        int64_t longer = 0;
+        for (int64_t i = in->n - 1; i >= 0 && in->sorted_len[i] > L; i--) longer++;
+        if (L != L_rule)
+            snprintf(r->why_max_seq_len, sizeof r->why_max_seq_len, "max_seq_len %d: the compute budget (the rule gives %d: "
+                     "%.190s)", (int)L, (int)L_rule, rule);
+        else
+            snprintf(r->why_max_seq_len, sizeof r->why_max_seq_len, "max_seq_len %d: %.190s", (int)L, rule);
+        size_t l = strlen(r->why_max_seq_len);
+        snprintf(r->why_max_seq_len + l, sizeof r->why_max_seq_len - l, "; %s of %s samples (%.1f%%) are longer, "
+                 "truncated to their first %d tokens", thousands(a, sizeof a, longer), thousands(b, sizeof b, in->n),
+                 100.0 * (double)longer / (double)in->n, (int)L);
+    }
+    if (chooseL && L != L_rule) {
+        snprintf(t, sizeof t, "max_seq_len %d instead of %d", (int)L, (int)L_rule);
+        append(r->gave_up, sizeof r->gave_up, t);
+    }
+    if (chooseK && K < nl) {
+        snprintf(t, sizeof t, "LoRA on %d instead of all %d layers", (int)K, (int)nl);
+        append(r->gave_up, sizeof r->gave_up, t);
+    }
+    if (chooseE && E != E_rule) {
+        snprintf(t, sizeof t, "%s instead of %s", epochs_text(a, sizeof a, E), epochs_text(b, sizeof b, E_rule));
+        append(r->gave_up, sizeof r->gave_up, t);
+        size_t l = strlen(r->why_epochs);
+        snprintf(r->why_epochs + l, sizeof r->why_epochs - l, "; the budget: %s", epochs_text(a, sizeof a, E));
+    }
+    if (over) {
+        snprintf(t, sizeof t, "still over the budget (%.2g of %.2g FLOPs): nothing left to give up", cost, B);
+        append(r->gave_up, sizeof r->gave_up, t);
+    }
+    return 0;
+}

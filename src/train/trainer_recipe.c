@@ -1,0 +1,290 @@
+/*
+ * trainer_recipe.c — the automatic recipe applied to a training run (rules: recipe.h), its report
+ * and record, and the time budget's arithmetic (the loop's checks: trainer_run.c).
+ */
+#include "train/trainer_internal.h"
+
+#include "kernels/ctx.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Share of the measured f32 product speed (af_ctx_measure_precision) a training step reaches: the
+ * plan of a time budget starts from it, the loop corrects it after its first steps. Measured on
+ * BBC News (SmolLM2-135M, 2 Zen 3 cores; README "Automatic recipe"): 0.3-0.45; the lower end. */
+#define STEP_EFFICIENCY 0.30
+/* Seconds of a time budget kept for what the plan does not model (saves, the final evaluation's
+ * variance), plus this share of the budget. */
+#define BUDGET_RESERVE_S 10.0
+#define BUDGET_RESERVE_SHARE 0.03
+
+static int32_t layers_of(const char *spec, int32_t n_layers) {
+    int32_t lmin = 0, lend = n_layers;
+    long top = 0;
+    char *end = NULL;
+    if (spec && (!strncmp(spec, "top", 3) || !strncmp(spec, "last:", 5)))
+        top = strtol(spec + (spec[0] == 't' ? 3 : 5), &end, 10);
+    if (top > n_layers && end && !*end) return n_layers;
+    if (af_lora_parse_layers(spec, n_layers, &lmin, &lend) != AF_OK) return n_layers;
+    return lend - lmin;
+}
+
+static double flops_token_layer(const af_model *m) {
+    const af_model_config *c = af_model_get_config(m);
+    const double H = c->hidden_size, qd = (double)c->num_attention_heads * c->head_dim,
+                 kvd = (double)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
+    return 2.0 * (2 * H * qd + 2 * H * kvd + 3 * H * F);
+}
+
+af_status af_tr_recipe_apply(af_trainer *t) {
+    af_trainer_opts *o = &t->o;
+    t->flops_token_layer = flops_token_layer(t->model);
+    if (o->recipe != AF_RECIPE_AUTO) return AF_OK;
+    const af_model_config *c = af_model_get_config(t->model);
+    af_recipe_in in;
+    memset(&in, 0, sizeof in);
+    in.n = t->st_train.n;
+    in.sorted_len = t->st_train.sorted_len;
+    if (t->have_st_val) in.n_val = t->st_val.n, in.val_sorted_len = t->st_val.sorted_len;
+    in.causal_lm = t->lm;
+    if (t->lm)
+        for (int32_t i = 0; i < t->train->n; i++) in.n_targets += af_dataset_n_targets(t->train, i);
+    in.num_classes = t->st_train.num_classes;
+    in.multi_label = t->multi_label;
+    in.class_count = t->st_train.class_count;
+    in.n_layers = c->num_hidden_layers;
+    in.max_positions = c->max_position_embeddings;
+    if (!t->lm && (in.max_positions <= 0 || in.max_positions > t->train->max_seq_len))
+        in.max_positions = t->train->max_seq_len; /* the data were tokenized up to this length */
+    in.flops_token_layer = t->flops_token_layer;
+    in.hidden = c->hidden_size;
+    in.prefix_cache_bytes = (int64_t)o->prefix_cache_mb << 20;
+    in.batch = o->batch;
+    in.grad_accum = o->grad_accum;
+    in.given = o->given;
+    if (o->train_data && !t->lm) in.given |= AF_GIVEN_MAX_SEQ_LEN; /* borrowed data: their tokens stay */
+    in.epochs = o->epochs;
+    in.max_steps = o->max_steps;
+    in.max_seq_len = o->max_seq_len;
+    in.layers = layers_of(o->lora_layers, c->num_hidden_layers);
+    { /* memory: the tokens per micro-batch the limit allows (engine bytes per token, every layer adapted) */
+        af_tr_mem_limit(t);
+        uint32_t targets = 0;
+        af_param_layout lay;
+        af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, 0, o->seed};
+        if (t->mem_ram > 0 && af_lora_parse_targets(o->targets, &targets) == AF_OK && (lc.targets = targets, 1) &&
+            af_param_layout_init_layers(&lay, t->model, &lc, t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1, 0,
+                                        c->num_hidden_layers) == AF_OK) {
+            const double per_tok = (double)af_engine_bytes(t->model, &lay, 1024, o->checkpointing) / 1024.0;
+            const double fixed = (double)t->model->file_bytes + (double)lay.n_total * 17.0 + 64.0 * 1048576.0;
+            if (per_tok > 0 && (double)t->mem_ram > fixed) in.mem_tokens = (int64_t)(((double)t->mem_ram - fixed) / per_tok);
+            af_param_layout_free(&lay);
+        }
+    }
+    if (o->time_budget_min > 0) { /* the budget in FLOPs at the measured product speed */
+        double f32 = 0, bf16 = 0;
+        af_status st = af_ctx_measure_precision(t->ctx, &f32, &bf16);
+        if (st != AF_OK) return st;
+        double g = t->ctx->bf16 && bf16 > 0 ? bf16 : f32;
+        t->rate_flops = g * 1e9 * STEP_EFFICIENCY;
+        const double budget_s = o->time_budget_min * 60.0;
+        double left = budget_s * (1.0 - BUDGET_RESERVE_SHARE) - BUDGET_RESERVE_S - (af_time_sec() - t->t_created);
+        if (left < 1) left = 1;
+        in.budget_flops = t->rate_flops * left;
+        in.time_budget = 1;
+    }
+    if (af_recipe_choose(&in, &t->recipe) != 0)
+        return af_fail(AF_ERR_INVALID_ARG, "recipe: no training sample or no model layers");
+    const af_recipe *r = &t->recipe;
+    const unsigned g = in.given;
+    if (!(g & AF_GIVEN_LENGTH)) o->epochs = r->epochs, o->max_steps = 0;
+    if (!t->lm && !(g & AF_GIVEN_CLASS_WEIGHTS) && !t->multi_label) o->class_weights = r->class_weights;
+    if (!t->lm && !(g & AF_GIVEN_MAX_SEQ_LEN) && r->max_seq_len != t->train->max_seq_len) {
+        o->max_seq_len = r->max_seq_len;
+        AF_TRY(af_dataset_truncate(t->train_owned, r->max_seq_len));
+        if (t->val_owned) AF_TRY(af_dataset_truncate(t->val_owned, r->max_seq_len));
+        af_data_stats_free(&t->st_train);
+        t->have_st_train = 0;
+        AF_TRY(af_data_stats_compute(t->train, &t->st_train));
+        t->have_st_train = 1;
+        if (t->have_st_val) {
+            af_data_stats_free(&t->st_val);
+            t->have_st_val = 0;
+            AF_TRY(af_data_stats_compute(t->val, &t->st_val));
+            t->have_st_val = 1;
+        }
+    } else if (!t->lm && !(g & AF_GIVEN_MAX_SEQ_LEN))
+        o->max_seq_len = r->max_seq_len;
+    if (!t->lm && !(g & AF_GIVEN_LAYERS)) {
+        if (r->layers >= c->num_hidden_layers) snprintf(t->layers_spec, sizeof t->layers_spec, "all");
+        else snprintf(t->layers_spec, sizeof t->layers_spec, "top%d", (int)r->layers);
+        o->lora_layers = t->layers_spec;
+    }
+    if (!(g & AF_GIVEN_WARMUP)) o->warmup_steps = -1, o->warmup_ratio = r->warmup_ratio;
+    t->o.given = g;
+    t->have_recipe = 1;
+    return AF_OK;
+}
+
+/* Replace `key` of object j by item (taken over). 0 on allocation failure. */
+static int put(cJSON *j, const char *key, cJSON *item) {
+    if (!item) return 0;
+    cJSON_DeleteItemFromObjectCaseSensitive(j, key);
+    if (!cJSON_AddItemToObject(j, key, item)) {
+        cJSON_Delete(item);
+        return 0;
+    }
+    return 1;
+}
+
+/* The run's settings as a cJSON object (o.config_json parsed, or empty). */
+static cJSON *settings_obj(const af_trainer *t) {
+    cJSON *j = t->o.config_json ? cJSON_Parse(t->o.config_json) : NULL;
+    if (j && !cJSON_IsObject(j)) cJSON_Delete(j), j = NULL;
+    return j ? j : cJSON_CreateObject();
+}
+
+static af_status store_settings(af_trainer *t, cJSON *j) {
+    char *s = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!s) return af_fail(AF_ERR_NOMEM, "out of memory");
+    free(t->config_owned);
+    t->config_owned = s;
+    t->o.config_json = s;
+    return AF_OK;
+}
+
+af_status af_tr_recipe_finish(af_trainer *t) {
+    if (!t->have_recipe) return AF_OK;
+    af_trainer_opts *o = &t->o;
+    const af_recipe *r = &t->recipe;
+    const unsigned g = o->given;
+    if (t->val && !(g & AF_GIVEN_EVAL_EVERY)) o->eval_every = af_recipe_eval_every(r->n_evals, t->total, t->spe);
+    /* the record: every choice as a setting, so a resume (whose base is train_config.json) is exact */
+    cJSON *j = settings_obj(t);
+    int ok = j != NULL;
+    char w[32];
+    ok = ok && put(j, "recipe", cJSON_CreateString("auto"));
+    if (ok && !(g & AF_GIVEN_LENGTH)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(j, "max-steps");
+        ok = put(j, "epochs", cJSON_CreateNumber(o->epochs));
+    }
+    if (ok && !t->lm && !t->multi_label && !(g & AF_GIVEN_CLASS_WEIGHTS))
+        ok = put(j, "class-weights", cJSON_CreateString(o->class_weights));
+    if (ok && !t->lm && !(g & AF_GIVEN_MAX_SEQ_LEN)) ok = put(j, "max-seq-len", cJSON_CreateNumber(o->max_seq_len));
+    if (ok && !t->lm && !(g & AF_GIVEN_LAYERS)) ok = put(j, "lora-layers", cJSON_CreateString(o->lora_layers));
+    if (ok && !(g & AF_GIVEN_WARMUP)) {
+        snprintf(w, sizeof w, "%lld", (long long)t->warmup); /* steps: the same after a re-planned length */
+        ok = put(j, "warmup", cJSON_CreateString(w));
+    }
+    if (ok && t->val && !(g & AF_GIVEN_EVAL_EVERY)) ok = put(j, "eval-every", cJSON_CreateNumber((double)o->eval_every));
+    if (!ok) {
+        cJSON_Delete(j);
+        return af_fail(AF_ERR_NOMEM, "out of memory");
+    }
+    return store_settings(t, j);
+}
+
+void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
+    if (!t->have_recipe) return;
+    const af_trainer_opts *o = &t->o;
+    const af_recipe *r = &t->recipe;
+    const unsigned g = o->given;
+    fprintf(fp, "recipe: auto (--recipe fixed: the documented defaults); %s:\n",
+            o->check_only ? "train would use" : "this run uses");
+    if (g & AF_GIVEN_LENGTH) {
+        if (o->max_steps > 0) fprintf(fp, "  --max-steps %lld (given)\n", (long long)o->max_steps);
+        else fprintf(fp, "  --epochs %g (given)\n", o->epochs);
+    } else fprintf(fp, "  %s\n", r->why_epochs);
+    if (!t->lm && !t->multi_label) {
+        if (g & AF_GIVEN_CLASS_WEIGHTS) fprintf(fp, "  --class-weights %s (given)\n", o->class_weights);
+        else fprintf(fp, "  %s\n", r->why_class_weights);
+    }
+    if (!t->lm) {
+        if (g & AF_GIVEN_MAX_SEQ_LEN) fprintf(fp, "  --max-seq-len %d (given)\n", o->max_seq_len);
+        else fprintf(fp, "  %s\n", r->why_max_seq_len);
+        if (g & AF_GIVEN_LAYERS) fprintf(fp, "  --lora-layers %s (given)\n", o->lora_layers ? o->lora_layers : "all");
+        else fprintf(fp, "  %s\n", r->why_layers);
+    } else
+        fprintf(fp, "  causal LM: max_seq_len %d and --lora-layers %s are the task's (not chosen by the recipe)\n",
+                o->max_seq_len, o->lora_layers ? o->lora_layers : "all");
+    if (g & AF_GIVEN_WARMUP) fprintf(fp, "  --warmup (given): %lld steps\n", (long long)t->warmup);
+    else fprintf(fp, "  %s = %lld of %lld steps\n", r->why_warmup, (long long)t->warmup, (long long)t->total);
+    if (t->val) {
+        if (g & AF_GIVEN_EVAL_EVERY) fprintf(fp, "  --eval-every %lld (given)\n", (long long)o->eval_every);
+        else fprintf(fp, "  evaluate every %lld steps: %s\n", (long long)o->eval_every, r->why_eval);
+    }
+    if (o->time_budget_min > 0)
+        fprintf(fp, "  compute: about %.2g FLOPs; the --time-budget %g min allows %.2g at an assumed %.1f GFLOP/s (%.0f%% of "
+                    "this CPU's measured f32 product speed; corrected after the first steps)\n",
+                r->cost_flops, o->time_budget_min, r->budget_flops, t->rate_flops / 1e9, 100.0 * 0.30);
+    else
+        fprintf(fp, "  compute: about %.2g FLOPs of the default budget %.2g (--time-budget MIN fits the run to minutes)\n",
+                r->cost_flops, r->budget_flops);
+    if (r->gave_up[0]) fprintf(fp, "  given up to fit the budget: %s\n", r->gave_up);
+}
+
+char *af_tr_recipe_json(const af_trainer *t) {
+    if (!t->have_recipe) return NULL;
+    const af_recipe *r = &t->recipe;
+    const af_trainer_opts *o = &t->o;
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON_AddStringToObject(j, "recipe", "auto");
+    cJSON_AddNumberToObject(j, "epochs", o->max_steps > 0 ? 0 : o->epochs);
+    cJSON_AddStringToObject(j, "why_epochs", (o->given & AF_GIVEN_LENGTH) ? "given" : r->why_epochs);
+    cJSON_AddStringToObject(j, "class_weights", o->class_weights ? o->class_weights : "uniform");
+    cJSON_AddStringToObject(j, "why_class_weights", (o->given & AF_GIVEN_CLASS_WEIGHTS) ? "given" : r->why_class_weights);
+    cJSON_AddNumberToObject(j, "max_seq_len", o->max_seq_len);
+    cJSON_AddStringToObject(j, "why_max_seq_len", (o->given & AF_GIVEN_MAX_SEQ_LEN) ? "given" : r->why_max_seq_len);
+    cJSON_AddStringToObject(j, "lora_layers", o->lora_layers ? o->lora_layers : "all");
+    cJSON_AddStringToObject(j, "why_layers", (o->given & AF_GIVEN_LAYERS) ? "given" : r->why_layers);
+    cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
+    cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
+    cJSON_AddNumberToObject(j, "cost_flops", r->cost_flops);
+    cJSON_AddNumberToObject(j, "budget_flops", r->budget_flops);
+    cJSON_AddNumberToObject(j, "time_budget_min", o->time_budget_min);
+    cJSON_AddNumberToObject(j, "assumed_flops_per_s", t->rate_flops);
+    cJSON_AddStringToObject(j, "gave_up", r->gave_up);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+double af_tr_eval_steps(const af_trainer *t) {
+    if (!t->val || !t->have_st_train || !t->have_st_val || t->total <= 0) return 0;
+    const double T = (double)af_recipe_tokens(t->st_train.sorted_len, t->st_train.n, t->o.max_seq_len);
+    const double Tv = (double)af_recipe_tokens(t->st_val.sorted_len, t->st_val.n, t->o.max_seq_len);
+    const double nl = t->lay.n_layers, K = t->lay.layer_end - t->lay.layer_min;
+    const double step = T / (double)(t->spe > 0 ? t->spe : 1) * (2.0 * K + (nl - K));
+    return step > 0 ? Tv * nl / step : 0;
+}
+
+double af_tr_budget_left(const af_trainer *t, double now, double elapsed_before) {
+    if (!(t->o.time_budget_min > 0)) return INFINITY;
+    return t->o.time_budget_min * 60.0 - (now - t->t_created) - elapsed_before;
+}
+
+int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double eval_s, double left, double reserve) {
+    af_trainer_opts *o = &t->o;
+    const int64_t rem = t->total - done;
+    const double every = o->eval_every > 0 ? (double)o->eval_every : (double)t->spe;
+    const double per = step_s + (t->val && every > 0 ? eval_s / every : 0.0);
+    if (rem <= 0 || !(per > 0) || (double)rem * per + reserve <= left) return t->total;
+    int64_t nrem = (int64_t)floor((left - reserve) / per);
+    if (nrem < 1) nrem = 1;
+    if (done + nrem >= t->total) return t->total;
+    t->total = done + nrem;
+    if (t->have_recipe && t->val && !(o->given & AF_GIVEN_EVAL_EVERY))
+        o->eval_every = af_recipe_eval_every(t->recipe.n_evals, t->total, t->spe);
+    cJSON *j = settings_obj(t); /* recorded: a resume keeps this length, warm-up and evaluation interval */
+    char w[32];
+    snprintf(w, sizeof w, "%lld", (long long)t->warmup);
+    if (j && put(j, "max-steps", cJSON_CreateNumber((double)t->total)) && put(j, "warmup", cJSON_CreateString(w)) &&
+        (o->eval_every <= 0 || put(j, "eval-every", cJSON_CreateNumber((double)o->eval_every))))
+        store_settings(t, j);
+    else cJSON_Delete(j);
+    return t->total;
+}
