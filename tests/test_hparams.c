@@ -160,6 +160,19 @@ static void test_lr_batch_alpha_clip(void) {
     CHECK(strstr(d.message, "effective batch 4 (batch 4 x accumulation 1)") &&
               !strcmp(d.recommendation, "use --grad-accum 4 (batch 4 x 4 = 16)"),
           "batch message: '%s' -> '%s'", d.message, d.recommendation);
+    /* packed causal LM: the samples a step holds count, not --batch x --grad-accum (8 x 2 = 16 would
+       be silent): 1,000 samples in 10 steps per epoch = 100 per step */
+    c = base();
+    c.batch_size = 8, c.grad_accum = 2, c.max_seq_len = 512, c.step_samples = 100;
+    run(&c, &g_bal, "effective-batch", &d, NULL);
+    CHECK(strstr(d.message, "effective batch ~100.0 samples per step") && strstr(d.message, "4096 tokens") &&
+              !strcmp(d.recommendation, "use --grad-accum 1 and a smaller --batch (fewer tokens per packed micro-batch)"),
+          "packed batch message: '%s' -> '%s'", d.message, d.recommendation);
+    c.step_samples = 16; /* 8 per packed micro-batch x 2: fine */
+    SILENT(c, &g_bal, "effective-batch", "packed 16");
+    c.step_samples = 4, c.grad_accum = 2; /* 2 per micro-batch: 8 micro-batches reach 16 */
+    run(&c, &g_bal, "effective-batch", &d, NULL);
+    CHECK(!strcmp(d.recommendation, "use --grad-accum 8 (~16 samples per step)"), "packed small: '%s'", d.recommendation);
 
     c = base(); /* alpha/r: 2 silent, [0.5, 8] info, outside warn */
     c.lora_alpha = 8;

@@ -489,6 +489,96 @@ static int sh(const char *fmt, ...) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+/* The value of "key" in a JSON text, as its text up to the next ',' / newline (numbers, strings). */
+static int json_has(const char *js, const char *key, const char *want) {
+    char k[96];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = js ? strstr(js, k) : NULL;
+    if (!p) return 0;
+    p += strlen(k);
+    while (*p == ' ' || *p == '\t') p++;
+    return !strncmp(p, want, strlen(want));
+}
+
+/* --recipe auto (the default): `check` says what train would use; a run records its choices in
+ * train_config.json (what a resume reads); every recipe setting given on the command line or in
+ * --config is kept as given and said so; --recipe fixed records nothing. */
+static void test_cli_recipe(const char *abs, const char *m) {
+    int rc = sh("%s check -m %s --train %s --val %s > %s 2>&1", abs, m, P_("train.jsonl"), P_("val.jsonl"),
+                P_("rcheck.log"));
+    char *lg = tl_read_file(P_("rcheck.log"), NULL);
+    CHECK(rc == 0 && lg && strstr(lg, "recipe: auto") && strstr(lg, "train would use:") && strstr(lg, "epochs: 48 samples") &&
+              strstr(lg, "max_seq_len ") && strstr(lg, "LoRA on all "),
+          "check shows the recipe: exit %d\n%s", rc, lg ? lg : "");
+    free(lg);
+    /* nothing given: the choices are recorded as settings */
+    rc = sh("%s train -m %s --train %s --val %s --threads 1 -o %s --no-plot > %s 2>&1", abs, m, P_("train.jsonl"),
+            P_("val.jsonl"), P_("r_auto"), P_("r_auto.log"));
+    lg = tl_read_file(P_("r_auto.log"), NULL);
+    CHECK(rc == 0 && lg && strstr(lg, "this run uses:"), "auto run: exit %d\n%s", rc, lg ? lg : "");
+    free(lg);
+    char *tc = tl_read_file(P_("r_auto/final/../run.json"), NULL);
+    CHECK(tc && json_has(tc, "recipe", "\"auto\"") && json_has(tc, "epochs", "5") && json_has(tc, "lora-layers", "\"all\"") &&
+              json_has(tc, "max-seq-len", "64") && json_has(tc, "class-weights", "\"uniform\"") && strstr(tc, "\"warmup\":") &&
+              strstr(tc, "\"eval-every\":") && strstr(tc, "\"why_epochs\":"),
+          "run.json records the choices: %s", tc ? tc : "(none)");
+    free(tc);
+    /* every recipe setting given: kept, and said so; one of them from --config */
+    write_text(P_("rcfg.json"), "{\"max-seq-len\": 40}");
+    rc = sh("%s train -m %s --train %s --val %s --threads 1 --config %s --epochs 2 --class-weights inverse-freq "
+            "--lora-layers top1 --warmup 3 --eval-every 7 -o %s --no-plot > %s 2>&1", abs, m, P_("train.jsonl"),
+            P_("val.jsonl"), P_("rcfg.json"), P_("r_given"), P_("r_given.log"));
+    lg = tl_read_file(P_("r_given.log"), NULL);
+    CHECK(rc == 0 && lg && strstr(lg, "--epochs 2 (given)") && strstr(lg, "--class-weights inverse-freq (given)") &&
+              strstr(lg, "--max-seq-len 40 (given)") && strstr(lg, "--lora-layers top1 (given)") &&
+              strstr(lg, "--warmup (given): 3 steps") && strstr(lg, "--eval-every 7 (given)") &&
+              strstr(lg, "of layers 1-1 (of 2)") && strstr(lg, "warm-up 3,") && strstr(lg, "class weights (inverse-freq)"),
+          "given flags win: exit %d\n%s", rc, lg ? lg : "");
+    free(lg);
+    tc = tl_read_file(P_("r_given/run.json"), NULL);
+    CHECK(tc && json_has(tc, "epochs", "\"2\"") && json_has(tc, "max-seq-len", "40") && json_has(tc, "lora-layers", "\"top1\"") &&
+              json_has(tc, "class-weights", "\"inverse-freq\"") && json_has(tc, "warmup", "\"3\"") &&
+              json_has(tc, "eval-every", "\"7\"") && json_has(tc, "why_epochs", "\"given\"") &&
+              json_has(tc, "total_steps", "6"),
+          "run.json keeps the given values: %s", tc ? tc : "(none)");
+    free(tc);
+    /* --recipe fixed: the defaults, nothing chosen or added */
+    rc = sh("%s train -m %s --train %s --val %s --threads 1 --recipe fixed --max-steps 2 -o %s --no-plot > %s 2>&1", abs,
+            m, P_("train.jsonl"), P_("val.jsonl"), P_("r_fixed"), P_("r_fixed.log"));
+    lg = tl_read_file(P_("r_fixed.log"), NULL);
+    tc = tl_read_file(P_("r_fixed/checkpoint-2/train_config.json"), NULL);
+    CHECK(rc == 0 && lg && !strstr(lg, "recipe: auto") && tc && json_has(tc, "recipe", "\"fixed\"") &&
+              !strstr(tc, "\"epochs\"") && !strstr(tc, "\"lora-layers\""),
+          "--recipe fixed: exit %d, config %s", rc, tc ? tc : "(none)");
+    free(lg);
+    free(tc);
+    rc = sh("%s train -m %s --train %s --recipe quick -o %s > /dev/null 2>&1", abs, m, P_("train.jsonl"), P_("r_bad"));
+    CHECK(rc == 2, "--recipe quick: exit %d, want 2", rc);
+    /* --time-budget: 100,000 steps given cannot fit 0.1 minute: the run re-plans its length from its
+       first steps (recorded as max-steps) and/or stops at the budget, evaluated and saved */
+    rc = sh("%s train -m %s --train %s --val %s --threads 1 --max-steps 100000 --time-budget 0.1 -o %s --no-plot "
+            "> %s 2>&1", abs, m, P_("train.jsonl"), P_("val.jsonl"), P_("r_budget"), P_("r_budget.log"));
+    lg = tl_read_file(P_("r_budget.log"), NULL);
+    tc = tl_read_file(P_("r_budget/run.json"), NULL);
+    char *mj = tl_read_file(P_("r_budget/metrics.jsonl"), NULL);
+    CHECK(rc == 0 && lg && (strstr(lg, "steps instead of 100000 fit") || strstr(lg, "stopped at the time budget")) &&
+              exists(P_("r_budget/final/adapter_model.safetensors")) && exists(P_("r_budget/best/adapter_model.safetensors")) &&
+              mj && strstr(mj, "\"type\":\"eval\"") && !strstr(mj, "\"step\":100000,"),
+          "time budget: exit %d\n%s", rc, lg ? lg : "");
+    if (lg && strstr(lg, "steps instead of 100000 fit")) { /* the new length is recorded for a resume */
+        char *ck = NULL;
+        CHECK(af_trainer_find_checkpoint(P_("r_budget"), &ck) == AF_OK, "time budget: a checkpoint");
+        char path[1200];
+        snprintf(path, sizeof path, "%s/train_config.json", ck ? ck : "");
+        char *cj = tl_read_file(path, NULL);
+        CHECK(cj && strstr(cj, "\"max-steps\":") && !json_has(cj, "max-steps", "\"100000\""),
+              "time budget: the re-planned length recorded: %s", cj ? cj : "(none)");
+        free(cj);
+        free(ck);
+    }
+    free(lg), free(tc), free(mj);
+}
+
 static void test_cli(void) {
     const char *bin = getenv("AFINAR_BIN");
     char abs[1024];
@@ -556,6 +646,7 @@ static void test_cli(void) {
     CHECK(rc == 1, "train into a used output dir: exit %d, want 1", rc);
     rc = sh("%s eval -m %s -a %s --data %s > /dev/null 2>&1", abs, m, P_("nonexistent"), P_("val.jsonl"));
     CHECK(rc == 1, "eval with a missing adapter: exit %d, want 1", rc);
+    test_cli_recipe(abs, m);
 }
 
 int main(void) {

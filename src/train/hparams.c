@@ -190,7 +190,20 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
     /* ---- effective batch (QLoRA: 16 up to 13B, 32 up to 33B, 64 above) ---- */
     int64_t eff = (int64_t)(c->batch_size > 0 ? c->batch_size : 0) * (c->grad_accum > 0 ? c->grad_accum : 0);
     int64_t rec_b = P > 33000000000ll ? 64 : P > 13000000000ll ? 32 : 16;
-    if (eff > 0 && (eff * 2 < rec_b || eff > rec_b * 2)) {
+    if (c->step_samples > 0 && eff > 0) { /* packed causal LM: samples per step, not --batch x --grad-accum */
+        const double es = c->step_samples, per_mb = es / (double)c->grad_accum;
+        if (es * 2 < (double)rec_b || es > (double)rec_b * 2) {
+            int64_t k = (int64_t)floor((double)rec_b / (per_mb > 0 ? per_mb : 1) + 0.5);
+            if (k >= 1)
+                snprintf(r, sizeof r, "use --grad-accum %lld (~%.0f samples per step)", (long long)k, per_mb * (double)k);
+            else
+                snprintf(r, sizeof r, "use --grad-accum 1 and a smaller --batch (fewer tokens per packed micro-batch)");
+            ADD(AF_DIAG_WARN, "effective-batch", r, "effective batch ~%.1f samples per step (packed micro-batches of "
+                "%lld tokens = batch %d x max_seq_len %d, ~%.1f samples each, x accumulation %d) is far from the %lld "
+                "used by QLoRA (Dettmers et al. 2023) for a %s", es, (long long)c->batch_size * c->max_seq_len,
+                (int)c->batch_size, (int)c->max_seq_len, per_mb, (int)c->grad_accum, (long long)rec_b, sz);
+        }
+    } else if (eff > 0 && (eff * 2 < rec_b || eff > rec_b * 2)) {
         if (c->batch_size <= rec_b) {
             int64_t k = (rec_b + c->batch_size / 2) / c->batch_size;
             if (k < 1) k = 1;

@@ -13,7 +13,9 @@
  *     Quantized LLMs", Appendix B, hyper-parameter table: 2e-4 for 7B/13B, 1e-4 for 33B/65B).
  *     Unknown size (n_model_params <= 0) counts as <= 13B.
  *   effective-batch: warn — batch x accumulation < half or > twice the QLoRA batch (16 for <= 13B,
- *     32 for <= 33B, 64 above; same table); says which --grad-accum reaches it.
+ *     32 for <= 33B, 64 above; same table); says which --grad-accum reaches it. Packed causal-LM
+ *     runs (step_samples > 0) count the samples a step actually holds (a packed micro-batch holds
+ *     batch x max_seq_len tokens, i.e. many short samples), not --batch.
  *   lora-alpha: info when alpha/r != 2 but within [0.5, 8], warn outside — alpha = 2r is common
  *     practice (S. Raschka 2023, "Practical Tips for Finetuning LLMs Using LoRA"); states the scale
  *     alpha/r (alpha/sqrt(r) with rsLoRA, Kalajdzievski 2023).
@@ -61,6 +63,8 @@ typedef struct af_train_config {
     int64_t patience;               /* --patience (0: off) */
     int64_t eval_every;             /* --eval-every (0: per epoch) */
     int64_t warmup_steps, total_steps; /* the plan (total <= 0: unknown) */
+    double step_samples;            /* packed causal LM: mean samples per optimizer step (samples / steps per
+                                       epoch); 0: batch x grad_accum */
 } af_train_config;
 
 /* af_diag_severity, af_diag, af_diag_list: include/afinar.h ("Training runs"). */

@@ -207,7 +207,7 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
     }
     if (chooseK)
         while (K < nl && af_recipe_cost(in, E > 0 ? E : 1, L, K + 1, nev) <= B) K++, cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
-    if (in->n_val > 0 && chooseE && E > 0) nev = E > EVALS_MIN ? (int32_t)ceil(E) : EVALS_MIN;
+    if (in->n_val > 0 && chooseE && E > 0) nev = E < 1 ? 1 : E > EVALS_MIN ? (int32_t)ceil(E) : EVALS_MIN;
     r->epochs = E;
     r->max_seq_len = L;
     r->layers = K;

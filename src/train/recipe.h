@@ -37,7 +37,7 @@
  *   warm-up: 6% of the steps [RoBERTa's fine-tuning recipe, Liu et al. 2019] (= the fixed
  *     default, applied to the chosen length).
  *   evaluation: with validation data, at least 2 evaluations per run (every epoch when there are
- *     more epochs) so the best checkpoint can be picked [transformers Trainer's
+ *     more epochs; one, at the end, when a time budget leaves less than a pass) so the best checkpoint can be picked [transformers Trainer's
  *     load_best_model_at_end with step evaluation; Prechelt 1998, "Early Stopping - But When?"].
  * The compute budget (FLOPs, see af_recipe_cost): AF_RECIPE_DEFAULT_FLOPS, or --time-budget
  *   minutes x the measured speed. When the choices above cost more, they are given up in this

@@ -439,7 +439,8 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
                           o->epochs, o->max_steps, o->max_seq_len, t->n_model_params, t->num_classes,
                           (const char *const *)t->label_names, o->class_weights, t->lm, o->lr_min,
                           o->schedule != AF_SCHED_CONSTANT, t->model->cfg.max_position_embeddings, t->val != NULL,
-                          o->patience, o->eval_every, t->warmup, t->total};
+                          o->patience, o->eval_every, t->warmup, t->total,
+                          t->packing && t->spe > 0 ? (double)t->train->n / (double)t->spe : 0.0};
     st = af_hparams_check(&hc, &t->st_train, &t->diags);
     if (st != AF_OK) goto fail;
 #undef FAIL

@@ -11,10 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Share of the measured f32 product speed (af_ctx_measure_precision) a training step reaches: the
- * plan of a time budget starts from it, the loop corrects it after its first steps. Measured on
- * BBC News (SmolLM2-135M, 2 Zen 3 cores; README "Automatic recipe"): 0.3-0.45; the lower end. */
-#define STEP_EFFICIENCY 0.30
 /* Seconds of a time budget kept for what the plan does not model (saves, the final evaluation's
  * variance), plus this share of the budget. */
 #define BUDGET_RESERVE_S 10.0
@@ -36,6 +32,60 @@ static double flops_token_layer(const af_model *m) {
     const double H = c->hidden_size, qd = (double)c->num_attention_heads * c->head_dim,
                  kvd = (double)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
     return 2.0 * (2 * H * qd + 2 * H * kvd + 3 * H * F);
+}
+
+/* The training speed in FLOPs per second of the cost model (recipe.h af_recipe_cost: 2 forward
+ * FLOPs per token and adapted layer): one classification micro-batch of up to `batch` training
+ * samples cut to 128 tokens, forward and backward through every layer adapted, timed (the machine as
+ * it is now, load included). A causal-LM run times the forward/backward of its first micro-batch
+ * the same way. The first call of an engine includes its allocations: the estimate errs low. */
+static af_status probe_rate(af_trainer *t, double *rate) {
+    const af_trainer_opts *o = &t->o;
+    const af_model_config *c = af_model_get_config(t->model);
+    const int32_t m = t->train->n < o->batch ? t->train->n : o->batch;
+    int32_t idx[64];
+    const int32_t mm = m < 64 ? m : 64;
+    for (int32_t i = 0; i < mm; i++) idx[i] = i;
+    af_dataset *sub = NULL;
+    af_lora_trainer *lt = NULL;
+    af_batcher *bt = NULL;
+    float *logits = NULL;
+    af_status st = af_dataset_subset(t->train, idx, mm, &sub);
+    if (st == AF_OK && !t->lm && sub->max_seq_len > 128) st = af_dataset_truncate(sub, 128);
+    af_lora_trainer_opts lo;
+    af_lora_trainer_opts_defaults(&lo);
+    lo.r = o->lora_r, lo.lora_alpha = (float)o->lora_alpha, lo.lora_dropout = (float)o->lora_dropout;
+    lo.use_rslora = o->use_rslora, lo.targets = o->targets, lo.seed = o->seed;
+    lo.num_classes = t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1;
+    lo.pooling = (af_head_pooling)o->pooling;
+    lo.checkpointing = o->checkpointing;
+    const af_lora_trainer_ext ext = {0, c->num_hidden_layers, o->max_grad_norm, t->ctx};
+    if (st == AF_OK) st = af_lora_trainer_new_ext(t->model, &lo, &ext, &lt);
+    if (st == AF_OK) st = af_batcher_new(sub, NULL, mm, mm, &bt);
+    logits = af_malloc(sizeof(float) * (size_t)mm * (size_t)(lo.num_classes > 0 ? lo.num_classes : 1));
+    if (st == AF_OK && !logits) st = af_fail(AF_ERR_NOMEM, "out of memory");
+    af_packed_batch pb;
+    if (st == AF_OK) st = af_batcher_pack(bt, idx, mm, &pb);
+    double secs = 0;
+    if (st == AF_OK) {
+        af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot, pb.targets};
+        const double t0 = af_time_sec();
+        if (t->lm) {
+            af_lm_loss r;
+            st = af_lora_trainer_accumulate_lm_batch(lt, &b, 1.0f, 0, &r);
+        } else {
+            double loss = 0;
+            st = af_lora_trainer_accumulate_batch(lt, &b, 1.0f, 0, &loss, logits);
+        }
+        secs = af_time_sec() - t0;
+        *rate = secs > 0 ? t->flops_token_layer * (double)pb.n_tok * 2.0 * c->num_hidden_layers / secs : 0;
+    }
+    free(logits);
+    af_batcher_free(bt);
+    af_lora_trainer_free(lt);
+    af_dataset_free(sub);
+    if (st == AF_OK && !(*rate > 0)) st = af_fail(AF_ERR_INVALID_ARG, "time budget: the probe step took no time");
+    return st;
 }
 
 af_status af_tr_recipe_apply(af_trainer *t) {
@@ -83,12 +133,8 @@ af_status af_tr_recipe_apply(af_trainer *t) {
             af_param_layout_free(&lay);
         }
     }
-    if (o->time_budget_min > 0) { /* the budget in FLOPs at the measured product speed */
-        double f32 = 0, bf16 = 0;
-        af_status st = af_ctx_measure_precision(t->ctx, &f32, &bf16);
-        if (st != AF_OK) return st;
-        double g = t->ctx->bf16 && bf16 > 0 ? bf16 : f32;
-        t->rate_flops = g * 1e9 * STEP_EFFICIENCY;
+    if (o->time_budget_min > 0) { /* the budget in FLOPs at the speed of a probe step */
+        AF_TRY(probe_rate(t, &t->rate_flops));
         const double budget_s = o->time_budget_min * 60.0;
         double left = budget_s * (1.0 - BUDGET_RESERVE_SHARE) - BUDGET_RESERVE_S - (af_time_sec() - t->t_created);
         if (left < 1) left = 1;
@@ -217,9 +263,9 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
         else fprintf(fp, "  evaluate every %lld steps: %s\n", (long long)o->eval_every, r->why_eval);
     }
     if (o->time_budget_min > 0)
-        fprintf(fp, "  compute: about %.2g FLOPs; the --time-budget %g min allows %.2g at an assumed %.1f GFLOP/s (%.0f%% of "
-                    "this CPU's measured f32 product speed; corrected after the first steps)\n",
-                r->cost_flops, o->time_budget_min, r->budget_flops, t->rate_flops / 1e9, 100.0 * 0.30);
+        fprintf(fp, "  compute: about %.2g FLOPs; the --time-budget %g min allows %.2g at %.1f GFLOP/s (a probe step "
+                    "through every layer, now; the length is corrected after the first steps)\n",
+                r->cost_flops, o->time_budget_min, r->budget_flops, t->rate_flops / 1e9);
     else
         fprintf(fp, "  compute: about %.2g FLOPs of the default budget %.2g (--time-budget MIN fits the run to minutes)\n",
                 r->cost_flops, r->budget_flops);
