@@ -190,6 +190,14 @@ static void test_budget(void) {
     r = choose(&in);
     CHECK(r.epochs > 0 && r.epochs < 1 && r.cost_flops <= in.budget_flops, "time budget: %g of a pass, cost %g <= %g",
           r.epochs, r.cost_flops, in.budget_flops);
+    CHECK(r.n_evals == 1 && strstr(r.gave_up, "one evaluation (at the end)"), "time budget: one evaluation (%d; %s)",
+          r.n_evals, r.gave_up);
+    /* the validation data alone cost more than half the budget: no evaluation, said */
+    in.budget_flops = af_recipe_cost(&in, 0, 64, 1, 1) * 1.5;
+    r = choose(&in);
+    CHECK(r.n_evals == 0 && strstr(r.gave_up, "no evaluation on the validation data") && r.epochs > 0 &&
+              r.cost_flops <= in.budget_flops,
+          "time budget below the evaluation: no evaluation (%d, %g; %s)", r.n_evals, r.epochs, r.gave_up);
     free(l), free(vl);
 }
 

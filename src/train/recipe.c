@@ -184,13 +184,18 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
     const double B = in->budget_flops > 0 ? in->budget_flops : AF_RECIPE_DEFAULT_FLOPS;
     const int chooseE = !(g & AF_RECIPE_GIVEN_LENGTH);
     double cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
-    int over = 0;
+    int over = 0, evals_cut = 0;
+    if (in->time_budget && cost > B && nev > 1 && !(g & AF_RECIPE_GIVEN_EVAL_EVERY)) /* one evaluation, at the end */
+        nev = 1, evals_cut = 1, cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
     while (cost > B) {
         if (chooseL && L > LEN_BUDGET_MIN) L = L - LEN_STEP < LEN_BUDGET_MIN ? LEN_BUDGET_MIN : L - LEN_STEP;
         else if (chooseK && K > LAYERS_BUDGET_MIN) K--;
         else if (chooseE && E > 1) E = ceil(E) - 1 < 1 ? 1 : ceil(E) - 1;
         else if (chooseK && K > 1) K--;
         else if (chooseL && L > LEN_MIN) L = LEN_MIN;
+        else if (in->time_budget && nev > 0 && !(g & AF_RECIPE_GIVEN_EVAL_EVERY) &&
+                 af_recipe_cost(in, 0, L, K, nev) > 0.5 * B)
+            nev = 0, evals_cut = 2; /* the validation set alone costs more than half the budget */
         else if (chooseE && in->time_budget && E > 0) {
             /* the cost is linear in E <= 1 plus the evaluations' fixed part */
             const double c0 = af_recipe_cost(in, 0, L, K, nev);
@@ -207,7 +212,7 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
     }
     if (chooseK)
         while (K < nl && af_recipe_cost(in, E > 0 ? E : 1, L, K + 1, nev) <= B) K++, cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
-    if (in->n_val > 0 && chooseE && E > 0) nev = E < 1 ? 1 : E > EVALS_MIN ? (int32_t)ceil(E) : EVALS_MIN;
+    if (in->n_val > 0 && chooseE && E > 0 && !evals_cut) nev = E < 1 ? 1 : E > EVALS_MIN ? (int32_t)ceil(E) : EVALS_MIN;
     r->epochs = E;
     r->max_seq_len = L;
     r->layers = K;
@@ -258,6 +263,14 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
         size_t l = strlen(r->why_epochs);
         snprintf(r->why_epochs + l, sizeof r->why_epochs - l, "; the budget: %s", epochs_text(a, sizeof a, E));
     }
+    if (evals_cut == 1) append(r->gave_up, sizeof r->gave_up, "one evaluation (at the end) instead of several");
+    if (evals_cut == 2) {
+        snprintf(t, sizeof t, "no evaluation on the validation data (%.2g FLOPs, more than half the budget): the "
+                 "last step is the best", af_recipe_cost(in, 0, L, K, 1));
+        append(r->gave_up, sizeof r->gave_up, t);
+        snprintf(r->why_eval, sizeof r->why_eval, "no evaluation: the validation data cost more than half the budget");
+    } else if (evals_cut == 1)
+        snprintf(r->why_eval, sizeof r->why_eval, "1 evaluation on the validation data, at the end (the budget)");
     if (over) {
         snprintf(t, sizeof t, "still over the budget (%.2g of %.2g FLOPs): nothing left to give up", cost, B);
         append(r->gave_up, sizeof r->gave_up, t);

@@ -41,8 +41,10 @@
  *     load_best_model_at_end with step evaluation; Prechelt 1998, "Early Stopping - But When?"].
  * The compute budget (FLOPs, see af_recipe_cost): AF_RECIPE_DEFAULT_FLOPS, or --time-budget
  *   minutes x the measured speed. When the choices above cost more, they are given up in this
- *   order, each said in the output: max_seq_len down to 128, layers down to the top 10, epochs down
- *   to 1, layers down to 1, max_seq_len down to 64, then fewer than one pass (time budget only).
+ *   order, each said in the output: (time budget: evaluations down to one, at the end) max_seq_len
+ *   down to 128, layers down to the top 10, epochs down to 1, layers down to 1, max_seq_len down to
+ *   64, then (time budget only) no evaluation when the validation data alone cost more than half
+ *   the budget (n_evals 0: the last step is the best), then fewer than one pass.
  *   When the budget allows, layers grow up to all.
  * Every value the user gave (the `given` mask) is kept as given and the other choices are made
  * around it.
@@ -108,7 +110,7 @@ typedef struct af_recipe {
     int32_t layers;                /* adapted layers counted from the top (n_layers: all) */
     char class_weights[16];        /* "uniform" or "sqrt-inverse" */
     double warmup_ratio;           /* 0.06 */
-    int32_t n_evals;               /* evaluations per run wanted (0: no validation data) */
+    int32_t n_evals;               /* evaluations per run wanted (0: no validation data, or none affordable) */
     double cost_flops, budget_flops;
     char why_epochs[256], why_class_weights[192], why_max_seq_len[384], why_layers[256], why_warmup[128],
         why_eval[160];

@@ -86,6 +86,8 @@ af_status af_tr_recipe_finish(af_trainer *t);
 void af_tr_recipe_report(const af_trainer *t, FILE *fp);
 /* The choices and reasons as a JSON object text (run.json "recipe"); NULL without a recipe. Caller frees. */
 char *af_tr_recipe_json(const af_trainer *t);
+/* 1 when the recipe gave up evaluating the validation data (a time budget it alone would exhaust). */
+int af_tr_no_eval(const af_trainer *t);
 /* The cost of one evaluation of the validation data in training steps of this run (the FLOP
  * model of recipe.h: every layer forward over the validation tokens vs a step's tokens through the
  * adapted layers forward and backward and the layers below forward). */

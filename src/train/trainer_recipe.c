@@ -207,7 +207,8 @@ af_status af_tr_recipe_finish(af_trainer *t) {
     af_trainer_opts *o = &t->o;
     const af_recipe *r = &t->recipe;
     const unsigned g = o->given;
-    if (t->val && !(g & AF_GIVEN_EVAL_EVERY)) o->eval_every = af_recipe_eval_every(r->n_evals, t->total, t->spe);
+    if (t->val && !(g & AF_GIVEN_EVAL_EVERY))
+        o->eval_every = r->n_evals > 0 ? af_recipe_eval_every(r->n_evals, t->total, t->spe) : t->total + 1;
     /* the record: every choice as a setting, so a resume (whose base is train_config.json) is exact */
     cJSON *j = settings_obj(t);
     int ok = j != NULL;
@@ -259,7 +260,8 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
     if (g & AF_GIVEN_WARMUP) fprintf(fp, "  --warmup (given): %lld steps\n", (long long)t->warmup);
     else fprintf(fp, "  %s = %lld of %lld steps\n", r->why_warmup, (long long)t->warmup, (long long)t->total);
     if (t->val) {
-        if (g & AF_GIVEN_EVAL_EVERY) fprintf(fp, "  --eval-every %lld (given)\n", (long long)o->eval_every);
+        if (af_tr_no_eval(t)) fprintf(fp, "  %s\n", r->why_eval);
+        else if (g & AF_GIVEN_EVAL_EVERY) fprintf(fp, "  --eval-every %lld (given)\n", (long long)o->eval_every);
         else fprintf(fp, "  evaluate every %lld steps: %s\n", (long long)o->eval_every, r->why_eval);
     }
     if (o->time_budget_min > 0)
@@ -299,7 +301,12 @@ char *af_tr_recipe_json(const af_trainer *t) {
     return s;
 }
 
+int af_tr_no_eval(const af_trainer *t) {
+    return t->have_recipe && t->val && t->recipe.n_evals == 0 && !(t->o.given & AF_GIVEN_EVAL_EVERY);
+}
+
 double af_tr_eval_steps(const af_trainer *t) {
+    if (af_tr_no_eval(t)) return 0;
     if (!t->val || !t->have_st_train || !t->have_st_val || t->total <= 0) return 0;
     const double T = (double)af_recipe_tokens(t->st_train.sorted_len, t->st_train.n, t->o.max_seq_len);
     const double Tv = (double)af_recipe_tokens(t->st_val.sorted_len, t->st_val.n, t->o.max_seq_len);
@@ -323,6 +330,10 @@ int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double e
     if (nrem < 1) nrem = 1;
     if (done + nrem >= t->total) return t->total;
     t->total = done + nrem;
+    if (o->warmup_steps < 0) { /* a warm-up share: of the new length */
+        t->warmup = (int64_t)ceil(o->warmup_ratio * (double)t->total - 1e-9);
+        if (t->warmup < 0) t->warmup = 0;
+    }
     if (t->have_recipe && t->val && !(o->given & AF_GIVEN_EVAL_EVERY))
         o->eval_every = af_recipe_eval_every(t->recipe.n_evals, t->total, t->spe);
     cJSON *j = settings_obj(t); /* recorded: a resume keeps this length, warm-up and evaluation interval */

@@ -795,7 +795,8 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         progress(&L, lr, gn, last);
         const int epoch_end = rs->step % t->spe == 0;
         int evaluated = 0;
-        if (L.writer && t->val && (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
+        if (L.writer && t->val && !af_tr_no_eval(t) &&
+            (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
             int improved = 0;
             const double te = now();
             st = t->lm ? evaluate_lm(&L, &improved) : evaluate(&L, &improved);
@@ -836,7 +837,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     end_live(&L);
     if (L.writer && (stop == AF_STOP_DONE || stop == AF_STOP_EARLY || stop == AF_STOP_BUDGET)) {
         st = af_tr_save_dir(t, "final", L.P, NULL, NULL, &L.rs, "last_step");
-        if (st == AF_OK && !t->val) st = af_tr_save_dir(t, "best", L.P, NULL, NULL, &L.rs, "last_step");
+        if (st == AF_OK && (!t->val || af_tr_no_eval(t))) st = af_tr_save_dir(t, "best", L.P, NULL, NULL, &L.rs, "last_step");
         if (st != AF_OK) goto out;
     }
     (void)saved_now;
