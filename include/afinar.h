@@ -1056,10 +1056,13 @@ af_status af_train_settings_read(const char *path, const char *what, af_train_se
  * Errors: AF_ERR_NOMEM (dst may then hold part of src). */
 af_status af_train_settings_merge(af_train_settings *dst, const af_train_settings *src);
 
-/* Fill `o`: af_trainer_opts_defaults(), then every key of `s` in order. The strings of `o` are
+/* Fill `o`: af_trainer_opts_defaults(), recipe AF_RECIPE_AUTO (settings, hence the command line,
+ * default to the automatic recipe; "recipe": "fixed" turns it off), then every key of `s` in order;
+ * o->given marks the recipe's keys present in `s` ("epochs" / "max-steps" > 0, "class-weights",
+ * "max-seq-len", "lora-layers", "warmup", "eval-every"). The strings of `o` are
  * borrowed from `s` (valid while `s` lives and is not changed). "warmup" takes N steps, a fraction
  * F < 1 or P%; "pooling" mean | last; "schedule" constant | cosine | linear. With "max-steps" and
- * no "epochs", epochs is 0 (max-steps sets the length).
+ * no "epochs", epochs is 0 (max-steps sets the length). "time-budget" is in minutes.
  * Errors: AF_ERR_INVALID_ARG (a value of the wrong type or out of its key's range, naming the flag
  * and the value; "val" with "val-split"; no epochs and no max-steps), AF_ERR_NOMEM. */
 af_status af_train_settings_to_opts(af_train_settings *s, af_trainer_opts *o);

@@ -6,7 +6,7 @@
 # SET: bbc | rt | debates (data/SET/{train,val,test}.jsonl, labels.txt: scripts/fetch_data.sh,
 # scripts/fetch_recipe_data.sh). RECIPE: fixed | auto | legacy (a binary from before --recipe
 # existed: no --recipe flag; the same as fixed bit for bit, see the README). AFINAR overrides the
-# binary (default build/afinar).
+# binary (default build/afinar); NICE the niceness (default 5).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SET=$1; RECIPE=$2; shift 2
@@ -17,10 +17,10 @@ RF=(--recipe "$RECIPE"); [ "$RECIPE" = legacy ] && RF=()
 mkdir -p "$OUT"
 load0=$(cut -d' ' -f1 /proc/loadavg)
 t0=$(date +%s.%N)
-nice -n 5 "$BIN" train -m "$MODEL" --train "data/$SET/train.jsonl" --val "data/$SET/val.jsonl" \
+nice -n "${NICE:-5}" "$BIN" train -m "$MODEL" --train "data/$SET/train.jsonl" --val "data/$SET/val.jsonl" \
     --labels "data/$SET/labels.txt" -o "$OUT" --overwrite --no-plot "${RF[@]}" "$@" 2> "$OUT/train.log"
 t1=$(date +%s.%N)
-nice -n 5 "$BIN" eval -m "$MODEL" -a "$OUT/best" --data "data/$SET/test.jsonl" --json "$OUT/test_metrics.json" \
+nice -n "${NICE:-5}" "$BIN" eval -m "$MODEL" -a "$OUT/best" --data "data/$SET/test.jsonl" --json "$OUT/test_metrics.json" \
     > "$OUT/test_metrics.txt"
 t2=$(date +%s.%N)
 load1=$(cut -d' ' -f1 /proc/loadavg)
