@@ -185,15 +185,17 @@ static void test_budget(void) {
     r = choose(&in);
     CHECK(r.epochs == 1 && r.max_seq_len == 64 && r.layers == 1 && strstr(r.gave_up, "still over the budget"),
           "tiny budget: 1/64/1 and said (got %g, %d, %d; %s)", r.epochs, r.max_seq_len, r.layers, r.gave_up);
+    /* a time budget: one evaluation (at the end), length 128 and 10 layers kept, less than a pass */
     in.time_budget = 1;
-    in.budget_flops = af_recipe_cost(&in, 1, 64, 1, 2) / 2;
+    in.budget_flops = af_recipe_cost(&in, 1, 128, 10, 1) * 0.5;
     r = choose(&in);
-    CHECK(r.epochs > 0 && r.epochs < 1 && r.cost_flops <= in.budget_flops, "time budget: %g of a pass, cost %g <= %g",
-          r.epochs, r.cost_flops, in.budget_flops);
-    CHECK(r.n_evals == 1 && strstr(r.gave_up, "one evaluation (at the end)"), "time budget: one evaluation (%d; %s)",
-          r.n_evals, r.gave_up);
+    CHECK(r.epochs > 0 && r.epochs < 1 && r.max_seq_len == 128 && r.layers == 10 && r.n_evals == 1 &&
+              r.cost_flops <= in.budget_flops && strstr(r.gave_up, "one evaluation (at the end)") &&
+              fabs(r.epochs_rule - 2) < 1e-12,
+          "time budget: %g of a pass at 128/10, %d evaluation(s), cost %g <= %g (%s)", r.epochs, r.n_evals, r.cost_flops,
+          in.budget_flops, r.gave_up);
     /* the validation data alone cost more than half the budget: no evaluation, said */
-    in.budget_flops = af_recipe_cost(&in, 0, 64, 1, 1) * 1.5;
+    in.budget_flops = af_recipe_cost(&in, 0, 128, 10, 1) * 1.5;
     r = choose(&in);
     CHECK(r.n_evals == 0 && strstr(r.gave_up, "no evaluation on the validation data") && r.epochs > 0 &&
               r.cost_flops <= in.budget_flops,

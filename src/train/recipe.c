@@ -185,18 +185,22 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
     const int chooseE = !(g & AF_RECIPE_GIVEN_LENGTH);
     double cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
     int over = 0, evals_cut = 0;
-    if (in->time_budget && cost > B && nev > 1 && !(g & AF_RECIPE_GIVEN_EVAL_EVERY)) /* one evaluation, at the end */
-        nev = 1, evals_cut = 1, cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
+    if (in->time_budget && cost > B && nev > 0 && !(g & AF_RECIPE_GIVEN_EVAL_EVERY)) {
+        /* one evaluation, at the end; none when it alone (at the budget's shortest length) would take
+           more than half the budget */
+        const int32_t Le = chooseL && L > LEN_BUDGET_MIN ? LEN_BUDGET_MIN : L;
+        if (nev > 1) nev = 1, evals_cut = 1;
+        if (af_recipe_cost(in, 0, Le, K, 1) > 0.5 * B) nev = 0, evals_cut = 2;
+        cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
+    }
+    const int tb = in->time_budget && chooseE; /* a time budget cuts passes (below one) before layers < 10 */
     while (cost > B) {
         if (chooseL && L > LEN_BUDGET_MIN) L = L - LEN_STEP < LEN_BUDGET_MIN ? LEN_BUDGET_MIN : L - LEN_STEP;
         else if (chooseK && K > LAYERS_BUDGET_MIN) K--;
         else if (chooseE && E > 1) E = ceil(E) - 1 < 1 ? 1 : ceil(E) - 1;
-        else if (chooseK && K > 1) K--;
-        else if (chooseL && L > LEN_MIN) L = LEN_MIN;
-        else if (in->time_budget && nev > 0 && !(g & AF_RECIPE_GIVEN_EVAL_EVERY) &&
-                 af_recipe_cost(in, 0, L, K, nev) > 0.5 * B)
-            nev = 0, evals_cut = 2; /* the validation set alone costs more than half the budget */
-        else if (chooseE && in->time_budget && E > 0) {
+        else if (!tb && chooseK && K > 1) K--;
+        else if (!tb && chooseL && L > LEN_MIN) L = LEN_MIN;
+        else if (tb && E > 0) {
             /* the cost is linear in E <= 1 plus the evaluations' fixed part */
             const double c0 = af_recipe_cost(in, 0, L, K, nev);
             E = c0 < B && cost > c0 ? E * (B - c0) / (cost - c0) * 0.999 : 1e-6;
@@ -214,6 +218,7 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
         while (K < nl && af_recipe_cost(in, E > 0 ? E : 1, L, K + 1, nev) <= B) K++, cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
     if (in->n_val > 0 && chooseE && E > 0 && !evals_cut) nev = E < 1 ? 1 : E > EVALS_MIN ? (int32_t)ceil(E) : EVALS_MIN;
     r->epochs = E;
+    r->epochs_rule = E_rule;
     r->max_seq_len = L;
     r->layers = K;
     r->n_evals = nev;

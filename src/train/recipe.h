@@ -106,6 +106,8 @@ typedef struct af_recipe_in {
 /* The choices, each with its reason (one line, no trailing newline; "" for a value given). */
 typedef struct af_recipe {
     double epochs;                 /* passes (may be < 1 under a time budget); 0 when max_steps was given */
+    double epochs_rule;            /* the passes the rules asked before the budget (a time budget's run may
+                                      grow back towards it when it measures itself faster than planned) */
     int32_t max_seq_len;
     int32_t layers;                /* adapted layers counted from the top (n_layers: all) */
     char class_weights[16];        /* "uniform" or "sqrt-inverse" */

@@ -324,12 +324,19 @@ int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double e
     af_trainer_opts *o = &t->o;
     const int64_t rem = t->total - done;
     const double every = o->eval_every > 0 ? (double)o->eval_every : (double)t->spe;
-    const double per = step_s + (t->val && every > 0 ? eval_s / every : 0.0);
-    if (rem <= 0 || !(per > 0) || (double)rem * per + reserve <= left) return t->total;
+    const double per = step_s + (t->val && every > 0 && !af_tr_no_eval(t) ? eval_s / every : 0.0);
+    if (rem <= 0 || !(per > 0)) return t->total;
+    /* a run the recipe shortened for the budget may grow back up to the passes its rules asked */
+    int64_t cap = t->total;
+    if (t->have_recipe && !(o->given & AF_GIVEN_LENGTH) && t->recipe.epochs_rule > 0) {
+        const double c = ceil(t->recipe.epochs_rule * (double)t->spe - 1e-9);
+        if (c > (double)cap) cap = (int64_t)c;
+    }
     int64_t nrem = (int64_t)floor((left - reserve) / per);
     if (nrem < 1) nrem = 1;
-    if (done + nrem >= t->total) return t->total;
-    t->total = done + nrem;
+    int64_t nt = done + nrem < cap ? done + nrem : cap;
+    if (nt == t->total || (nt > t->total && (double)(nt - t->total) < 0.05 * (double)t->total)) return t->total;
+    t->total = nt;
     if (o->warmup_steps < 0) { /* a warm-up share: of the new length */
         t->warmup = (int64_t)ceil(o->warmup_ratio * (double)t->total - 1e-9);
         if (t->warmup < 0) t->warmup = 0;

@@ -784,7 +784,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
                 replanned = 1;
                 if (af_tr_budget_replan(t, rs->step, step_s, ev, left, reserve) != was && o->log) {
                     end_live(&L);
-                    fprintf(o->log, "time budget: %.1f s per step measured; %lld steps instead of %lld fit the %g min "
+                    fprintf(o->log, "time budget: %.2f s per step measured; %lld steps instead of %lld fit the %g min "
                                     "(%.0f s left)\n", step_s, (long long)t->total, (long long)was, o->time_budget_min,
                             left);
                 }
@@ -880,7 +880,8 @@ out:
             else if (res->best_step > 0)
                 fprintf(o->log, "; best val macro-F1 %.4f at step %lld -> %s/best", res->best_macro_f1,
                         (long long)res->best_step, o->output_dir);
-            else fprintf(o->log, "; no validation data: %s/best is the last step", o->output_dir);
+            else fprintf(o->log, "; %s: %s/best is the last step",
+                         af_tr_no_eval(t) ? "no evaluation (the time budget)" : "no validation data", o->output_dir);
             fprintf(o->log, "; final adapter %s/final; log %s/metrics.jsonl\n", o->output_dir, o->output_dir);
             if (L.rs.n_nonfinite) fprintf(o->log, "note: %lld non-finite steps were skipped\n", (long long)L.rs.n_nonfinite);
         }
