@@ -40,7 +40,14 @@
  *                           (data parallel, trainer_run.c step_micro_batches) train lines add
  *                           "world_size","compute_s","wait_s","comm_s","comm_bytes","comm_bytes_all";
  *                           rank 0 alone writes this directory.
- *   run.json                the caller's resolved configuration (config_json) + data summary.
+ *   run.json                the caller's resolved configuration (config_json; with the automatic
+ *                           recipe, its choices added as settings) + data summary; "recipe": the
+ *                           recipe's choices, reasons, cost and budget (trainer_recipe.c).
+ * Time budget (opts.time_budget_min, one process): after the first steps of a fresh run the loop
+ *   measures its step time and re-plans the length when it would not fit (recorded as max-steps,
+ *   warmup, eval-every in train_config.json); before every step it stops (AF_STOP_BUDGET: evaluated
+ *   when the recipe did not give the evaluation up, best/ and final/ saved) when one more step, the
+ *   last evaluation and the saves would pass the deadline (README "Automatic recipe").
  *   checkpoint-STEP/        PEFT adapter (adapter_model.safetensors, adapter_config.json,
  *                           afinar.json) + trainer_state.safetensors (params, AdamW m and v as F32;
  *                           counters as I64, EMA/best values as F64: everything a bit-exact resume
