@@ -466,6 +466,28 @@ static void test_real_tokenizer(void) {
     af_model_free(m);
 }
 
+/* af_dataset_truncate: the first L tokens of every sample kept in place, orig_len untouched, the
+ * same tokens as a build at L; L above the build length and causal-LM sets refused. */
+static void test_truncate(void) {
+    const int32_t ids[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, lab[3] = {0, 1, 0};
+    const int64_t off[4] = {0, 2, 8, 12};
+    af_dataset *a = NULL, *b = NULL;
+    CHECK(af_dataset_from_tokens(ids, off, 3, lab, NULL, 2, 6, &a) == AF_OK, "from_tokens at 6");
+    CHECK(af_dataset_from_tokens(ids, off, 3, lab, NULL, 2, 3, &b) == AF_OK, "from_tokens at 3");
+    if (!a || !b) goto done;
+    CHECK(af_dataset_truncate(a, 7) == AF_ERR_INVALID_ARG, "truncate above the build length refused");
+    CHECK(af_dataset_truncate(a, 0) == AF_ERR_INVALID_ARG, "truncate to 0 refused");
+    CHECK(af_dataset_truncate(a, 3) == AF_OK, "truncate to 3");
+    int same = a->max_seq_len == 3 && a->tok_off[3] == b->tok_off[3];
+    for (int32_t i = 0; same && i <= 3; i++) same = a->tok_off[i] == b->tok_off[i];
+    for (int64_t k = 0; same && k < b->tok_off[3]; k++) same = a->tokens[k] == b->tokens[k];
+    CHECK(same && a->tok_off[3] == 2 + 3 + 3, "truncated = built at 3 (%lld tokens)", (long long)a->tok_off[3]);
+    CHECK(a->orig_len[0] == 2 && a->orig_len[1] == 6 && a->orig_len[2] == 4, "orig_len kept");
+done:
+    af_dataset_free(a);
+    af_dataset_free(b);
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) {
         CHECK(0, "mkdtemp");
@@ -478,6 +500,7 @@ int main(void) {
     test_stats_weights();
     test_shuffle_batches();
     test_real_tokenizer();
+    test_truncate();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
