@@ -40,7 +40,10 @@ typedef enum af_status {
     AF_ERR_INVALID_ARG = 5, /* caller passed an invalid argument */
     AF_ERR_NOT_FOUND = 6,   /* a required key/tensor/token is missing */
     AF_ERR_RANGE = 7,       /* a value is outside its allowed range (e.g. context full) */
-    AF_ERR_INTERNAL = 8     /* an internal invariant failed (a bug: please report) */
+    AF_ERR_INTERNAL = 8,    /* an internal invariant failed (a bug: please report) */
+    AF_ERR_CANCELLED = 9    /* the caller's cancel flag was set (af_session_set_control,
+                               af_lora_trainer_set_control, af_trainer_opts.cancel): the work stopped
+                               at a layer boundary; nothing is wrong with the input */
 } af_status;
 
 /* Name of a status code, e.g. "AF_ERR_FORMAT". Static string, never NULL. */
@@ -265,6 +268,70 @@ int af_session_n_past(const af_session *s);
  * if `all_logits` is not NULL it receives logits of every token, [n, vocab_size] row-major.
  * Errors: AF_ERR_RANGE (cache full or token id out of range), AF_ERR_NOMEM. */
 af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits);
+
+/* Progress of long work (prompt evaluation, training): `phase` names it ("prompt": tokens of an
+ * af_session_eval call evaluated so far, called after each chunk of 256; "train": optimizer steps
+ * done of the run; "eval": samples of an evaluation done), `current` of `total` units. Called on
+ * the thread doing the work; keep it short. */
+typedef void (*af_progress_fn)(void *user, const char *phase, int64_t current, int64_t total);
+
+/* Cancellation and progress of a session's evaluations (each may be NULL: none; borrowed, they
+ * must outlive their use). `*cancel` is read before every layer of every forward (prompt chunks,
+ * decode steps, af_session_eval_batch): once non-zero the call stops at the next layer boundary and
+ * returns AF_ERR_CANCELLED; the positions of the chunks completed before it stay in the cache
+ * (af_session_n_past says how many), the interrupted chunk is not counted. Set it from another
+ * thread or a signal handler (a `volatile sig_atomic_t`-sized int); clear it to evaluate again.
+ * `progress(user, "prompt", done, n)` is called after each chunk of an af_session_eval of n > 1
+ * tokens. */
+void af_session_set_control(af_session *s, const volatile int *cancel, af_progress_fn progress, void *user);
+
+/* The tokens whose keys and values are in the cache, [*n = af_session_n_past(s)] (borrowed: valid
+ * until the next call that changes the session). */
+const int32_t *af_session_tokens(const af_session *s, int *n);
+
+/* Prompt cache within a session: keep the longest cached prefix of `tokens [n]` (n >= 1) that can
+ * be reused without changing any result, drop the rest of the cache, and return the number of
+ * positions kept; the caller then evaluates tokens[kept .. n). What is kept is the common prefix of
+ * the cached tokens and `tokens`, less what makes the result differ in the last bit from
+ * evaluating all n tokens at once: the last token is always evaluated again (its logits are
+ * needed), and the kept length is lowered, when needed, so that every 256-token chunk of the
+ * prompt runs the same kind of matrix product as in a one-call evaluation (a chunk's tail of 1-4
+ * rows would otherwise take the per-row decode kernels instead of the blocked product). So
+ * logits after af_session_keep_prefix + af_session_eval of the rest are bit-identical to
+ * af_session_reset + af_session_eval of all n tokens. The adapter is not part of the match: the
+ * caller keeps a session's adapter fixed while reusing its cache. 0 for NULL. */
+int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n);
+
+/* Continuous batching: decode one token in each of `n` sessions of the same model in ONE pass
+ * through the layers (sessions may carry different adapters, af_session_load_adapter /
+ * af_session_set_lora: LoRA is applied unmerged, so the frozen products run over the rows of
+ * several sessions and each session's rows get its own adapter's correction). tokens [n]: the
+ * token appended to session i; logits [n, vocab_size] receive each session's next-token logits.
+ * Every session's logits, cache and positions are bit-identical to af_session_eval(ss[i],
+ * &tokens[i], 1, ...) alone: the products group at most 4 rows (the per-row decode kernels) and
+ * each session attends to its own cache. Any session's cancel flag (af_session_set_control) stops
+ * the whole step before the next layer (AF_ERR_CANCELLED, no session advances). n <= 256;
+ * scratch of about n x 40 KiB (SmolLM2) is allocated per call.
+ * Errors: AF_ERR_INVALID_ARG (NULL, n < 1 or > 256, sessions of different models, a session given
+ * twice), AF_ERR_RANGE (a session's cache full, a token id outside the vocabulary; nothing is
+ * evaluated), AF_ERR_CANCELLED, AF_ERR_NOMEM. */
+af_status af_session_eval_batch(af_session *const *s, int32_t n, const int32_t *tokens, float *logits);
+
+/* Prompt-cache files (`afinar generate --prompt-cache FILE`; docs/FORMATS.md §13): the session's
+ * cached tokens and their keys and values, with a layout hash of the model (architecture,
+ * hyper-parameters, every tensor's type and shape and its first bytes), the context's numerics
+ * (kernel path, matmul precision, int8 decode) and the session's adapter (every parameter, the
+ * scale), so a file is only ever loaded into a session that would have computed the same values.
+ * af_session_save_file writes it atomically (temporary file + rename). af_session_load_file reads
+ * the whole file and checks everything before it touches the session: size (exactly the header's
+ * counts), magic, version, layout hash, layer count and KV width, token count (<= n_ctx), every
+ * token id in the vocabulary, the trailing checksum, every value finite; then the session holds
+ * those tokens (n_past = the count; call af_session_keep_prefix with the new prompt next).
+ * Errors: AF_ERR_INVALID_ARG (NULL), AF_ERR_IO (cannot read / write, naming the file),
+ * AF_ERR_FORMAT (any check above, naming the file and the field or byte offset; the session is
+ * unchanged), AF_ERR_RANGE (more tokens than the session's n_ctx), AF_ERR_NOMEM. */
+af_status af_session_save_file(const af_session *s, const char *path);
+af_status af_session_load_file(af_session *s, const char *path);
 
 /* Load a LoRA adapter directory (PEFT layout: adapter_config.json + adapter_model.safetensors, as
  * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) or a llama.cpp

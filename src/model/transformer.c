@@ -185,6 +185,21 @@ static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, con
  * and token-blocked. */
 static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight *w) {
     const int64_t in = w->cols, out = w->rows, n = R->n;
+    if (R->mode == AF_TF_INFER && R->n_seq > 0) {
+        /* several sequences (af_tf_infer_forward_multi): short ones packed into decode-regime
+         * products of <= AF_TF_DECODE_ROWS rows, a longer one alone: each row's bits as alone */
+        int64_t r0 = 0;
+        for (int32_t i = 0; i < R->n_seq;) {
+            int64_t rows = R->seq[i].n;
+            int32_t j = i + 1;
+            if (rows <= AF_TF_DECODE_ROWS)
+                while (j < R->n_seq && rows + R->seq[j].n <= AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
+            af_matmul_xwt(R->ctx, y + r0 * out, x + r0 * in, w->data, w->type, rows, in, out, 0);
+            r0 += rows;
+            i = j;
+        }
+        return;
+    }
     if (R->mode == AF_TF_INFER) {
         af_matmul_xwt(R->ctx, y, x, w->data, w->type, n, in, out, 0);
         return;
@@ -227,6 +242,18 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     char mod[48] = "";
     if (R->probe) snprintf(mod, sizeof mod, "%s%s", p <= AF_PROJ_O ? "self_attn." : "mlp.", af_proj_name(p));
     probe(R, y, R->n * w->rows, l, mod, " output (frozen weight product)");
+    if (R->n_seq > 0) { /* several sequences: each one's own adapter on its rows */
+        int64_t r0 = 0;
+        for (int32_t i = 0; i < R->n_seq; i++) {
+            const af_tf_seq *q = &R->seq[i];
+            const af_lora_slot *qs = q->P && q->lay ? af_lora_slot_at(q->lay, l, p) : NULL;
+            if (qs && qs->a_off >= 0)
+                af_lora_forward(R->ctx, y + r0 * w->rows, R->xa, x + r0 * qs->in, NULL, q->P + qs->a_off,
+                                q->P + qs->b_off, q->n, qs->in, qs->out, q->lay->lora.r, q->lora_scale);
+            r0 += q->n;
+        }
+        return;
+    }
     const af_lora_slot *s = lora_slot(R, l, p);
     if (!s) return;
     const af_param_layout *lay = R->lay;
@@ -280,6 +307,20 @@ static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *
     const af_layer *Ly = &m->layers[l];
     const float scale = m->desc.attn_scale;
     const int64_t n = R->n;
+    if (R->mode == AF_TF_INFER && R->n_seq > 0) { /* several sequences: each over its own cache */
+        int64_t r0 = 0;
+        for (int32_t i = 0; i < R->n_seq; i++) {
+            const af_tf_seq *q = &R->seq[i];
+            float *kc = q->k_cache + (size_t)l * (size_t)q->n_ctx * (size_t)d->kvd;
+            float *vc = q->v_cache + (size_t)l * (size_t)q->n_ctx * (size_t)d->kvd;
+            memcpy(kc + (size_t)q->n_past * (size_t)d->kvd, S->k + r0 * d->kvd, sizeof(float) * (size_t)(q->n * d->kvd));
+            memcpy(vc + (size_t)q->n_past * (size_t)d->kvd, S->v + r0 * d->kvd, sizeof(float) * (size_t)(q->n * d->kvd));
+            af_attention_forward(R->ctx, S->attn + r0 * d->qd, NULL, S->q + r0 * d->qd, kc, vc, q->n, q->n_past,
+                                 q->n_past + q->n, d->kvd, d->nh, d->nkv, d->hd, scale, Ly->window);
+            r0 += q->n;
+        }
+        return;
+    }
     if (R->mode == AF_TF_INFER) {
         float *kc = R->k_cache + (size_t)l * (size_t)R->n_ctx * (size_t)d->kvd;
         float *vc = R->v_cache + (size_t)l * (size_t)R->n_ctx * (size_t)d->kvd;
@@ -598,9 +639,15 @@ void af_tf_infer_free(af_tf_infer *s) {
     memset(s, 0, sizeof *s);
 }
 
-void af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
-                         const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
-                         int64_t n_ctx) {
+static int cancelled(const af_tf_control *ctl) {
+    for (int32_t i = 0; ctl && i < ctl->n_flags; i++)
+        if (ctl->flags[i] && *ctl->flags[i]) return 1;
+    return 0;
+}
+
+af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
+                              const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
+                              int64_t n_ctx, const af_tf_control *ctl) {
     af_tf_run R;
     memset(&R, 0, sizeof R);
     R.ctx = ctx;
@@ -618,5 +665,33 @@ void af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, c
     R.n_past = n_past;
     af_tf_embed(m, tokens, n, s->x);
     for (int64_t t = 0; t < n; t++) s->pos[t] = (int32_t)(n_past + t);
-    for (int32_t l = 0; l < m->cfg.num_hidden_layers; l++) af_tf_layer_forward(&R, l, &s->S, s->x, s->x);
+    for (int32_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+        if (cancelled(ctl)) return af_fail(AF_ERR_CANCELLED, "cancelled before layer %d", l);
+        af_tf_layer_forward(&R, l, &s->S, s->x, s->x);
+    }
+    return AF_OK;
+}
+
+af_status af_tf_infer_forward_multi(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const af_tf_seq *seq,
+                                    int32_t n_seq, const int32_t *tokens, float *xa, const af_tf_control *ctl) {
+    af_tf_run R;
+    memset(&R, 0, sizeof R);
+    R.ctx = ctx;
+    R.m = m;
+    R.mode = AF_TF_INFER;
+    R.pos = s->pos;
+    R.ws = &s->w;
+    R.seq = seq;
+    R.n_seq = n_seq;
+    R.xa = xa;
+    for (int32_t i = 0; i < n_seq; i++) {
+        for (int64_t t = 0; t < seq[i].n; t++) s->pos[R.n + t] = (int32_t)(seq[i].n_past + t);
+        R.n += seq[i].n;
+    }
+    af_tf_embed(m, tokens, R.n, s->x);
+    for (int32_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+        if (cancelled(ctl)) return af_fail(AF_ERR_CANCELLED, "cancelled before layer %d", l);
+        af_tf_layer_forward(&R, l, &s->S, s->x, s->x);
+    }
+    return AF_OK;
 }
