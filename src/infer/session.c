@@ -39,7 +39,8 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     if (st == AF_OK) {
         s->logit_tmp = af_malloc(sizeof(float) * (size_t)c->vocab_size);
         s->toks = af_malloc(sizeof(int32_t) * (size_t)n_ctx);
-        if (!s->logit_tmp || !s->toks) st = af_fail(AF_ERR_NOMEM, "out of memory");
+        s->blocked = af_malloc((size_t)n_ctx);
+        if (!s->logit_tmp || !s->toks || !s->blocked) st = af_fail(AF_ERR_NOMEM, "out of memory");
     }
     if (st != AF_OK) {
         af_session_free(s);
@@ -58,6 +59,7 @@ void af_session_free(af_session *s) {
     if (s->has_own_lay) af_param_layout_free(&s->own_lay);
     free(s->logit_tmp);
     free(s->toks);
+    free(s->blocked);
     free(s);
 }
 
@@ -108,6 +110,7 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
         AF_TRY(af_tf_infer_forward(m->ctx, m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past,
                                    s->k_cache, s->v_cache, s->n_ctx, &ctl));
         memcpy(s->toks + s->n_past, tokens + done, sizeof(int32_t) * (size_t)chunk);
+        memset(s->blocked + s->n_past, chunk > AF_TF_DECODE_ROWS, (size_t)chunk);
         s->n_past += chunk;
         if (all_logits) {
             af_lm_head_forward(m->ctx, m, all_logits + (size_t)done * (size_t)V, s->s.x, chunk);
@@ -122,11 +125,20 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
     return AF_OK;
 }
 
+/* 1 when position p of an n-token prompt evaluated in one call takes the blocked products (its
+ * 256-chunk has > AF_TF_DECODE_ROWS rows), 0 when the per-row decode regime. */
+static int blocked_at(int64_t p, int64_t n) {
+    const int64_t c0 = p / AF_EVAL_CHUNK * AF_EVAL_CHUNK, e = c0 + AF_EVAL_CHUNK < n ? c0 + AF_EVAL_CHUNK : n;
+    return e - c0 > AF_TF_DECODE_ROWS;
+}
+
 int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n) {
     if (!s) return 0;
     int64_t c = 0;
     const int64_t lim = s->n_past < n ? s->n_past : n;
-    while (tokens && c < lim && s->toks[c] == tokens[c]) c++;
+    /* a cached position is reused only when it holds the same token AND was computed in the regime
+     * a one-call evaluation of the new prompt gives it (decode tokens, a shorter old prompt) */
+    while (tokens && c < lim && s->toks[c] == tokens[c] && s->blocked[c] == blocked_at(c, n)) c++;
     if (c >= n) c = n - 1; /* the last token is evaluated again: its logits are needed */
     if (c > 0) {
         /* rows [c, e) of the chunk [c0, e) must stay in the regime the whole chunk has */
@@ -179,6 +191,7 @@ af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t 
         }
         for (int32_t i = 0; i < n; i++) {
             ss[i]->toks[ss[i]->n_past] = tokens[i];
+            ss[i]->blocked[ss[i]->n_past] = 0;
             ss[i]->n_past++;
         }
     }

@@ -25,6 +25,8 @@ struct af_session {
     int has_own_lay;
     float *logit_tmp; /* [vocab] when only the last logits are requested of a multi-chunk eval */
     int32_t *toks;    /* [n_ctx] the tokens whose K/V are in the cache (positions 0 .. n_past-1) */
+    uint8_t *blocked; /* [n_ctx] 1: the position's K/V came from a chunk of > AF_TF_DECODE_ROWS rows
+                         (blocked products), 0: from the per-row decode regime (af_session_keep_prefix) */
     /* af_session_set_control (NULL: none) */
     const volatile int *cancel;
     af_progress_fn progress;

@@ -10,6 +10,8 @@
  *   24  u32      n_tokens (positions cached)
  *   28  u32      reserved, 0
  *   32  i32      tokens [n_tokens]
+ *       u8       regime [n_tokens]: 1 = computed by blocked products, 0 = the per-row decode regime
+ *                (af_session_keep_prefix), then zero bytes up to a multiple of 4
  *       f32      K [n_layers][n_tokens][kv_dim], then V likewise
  *       u64      FNV-1a 64 of every byte before it
  * A reader checks everything (size first, from the header's counts) before it writes anything
@@ -97,8 +99,9 @@ static uint64_t get64(const unsigned char *p) {
 }
 
 /* Bytes of a file holding n tokens (no overflow for n <= n_ctx: the cache itself was allocated). */
+static size_t regime_bytes(int64_t n) { return ((size_t)n + 3) / 4 * 4; }
 static size_t file_bytes(int64_t L, int64_t kvd, int64_t n) {
-    return KV_HEADER + 4 * (size_t)n + 2 * sizeof(float) * (size_t)L * (size_t)n * (size_t)kvd + 8;
+    return KV_HEADER + 4 * (size_t)n + regime_bytes(n) + 2 * sizeof(float) * (size_t)L * (size_t)n * (size_t)kvd + 8;
 }
 
 af_status af_session_save_file(const af_session *s, const char *path) {
@@ -117,6 +120,9 @@ af_status af_session_save_file(const af_session *s, const char *path) {
     size_t o = KV_HEADER;
     memcpy(buf + o, s->toks, 4 * (size_t)n);
     o += 4 * (size_t)n;
+    memset(buf + o, 0, regime_bytes(n));
+    memcpy(buf + o, s->blocked, (size_t)n);
+    o += regime_bytes(n);
     const float *caches[2] = {s->k_cache, s->v_cache};
     for (int c = 0; c < 2; c++)
         for (int64_t l = 0; l < L; l++) {
@@ -172,7 +178,12 @@ af_status af_session_load_file(af_session *s, const char *path) {
             st = af_fail(AF_ERR_FORMAT, "%s: token %lld (byte %lld): id %d outside the vocabulary [0, %lld)", path, (long long)i,
                          (long long)(KV_HEADER + 4 * i), id, (long long)V);
     }
-    const unsigned char *vals = tk + 4 * n;
+    const unsigned char *rg = tk + 4 * n;
+    for (int64_t i = 0; st == AF_OK && i < (int64_t)regime_bytes(n); i++)
+        if (rg[i] > (i < n))
+            st = af_fail(AF_ERR_FORMAT, "%s: regime byte %lld (byte %lld): %u, expected %s", path, (long long)i,
+                         (long long)(rg - buf + i), rg[i], i < n ? "0 or 1" : "0 (padding)");
+    const unsigned char *vals = rg + regime_bytes(n);
     const size_t nv = 2 * (size_t)L * (size_t)n * (size_t)kvd;
     for (size_t i = 0; st == AF_OK && i < nv; i++) {
         float f;
@@ -183,6 +194,7 @@ af_status af_session_load_file(af_session *s, const char *path) {
     }
     if (st == AF_OK) { /* everything checked: now the session changes */
         memcpy(s->toks, tk, 4 * (size_t)n);
+        memcpy(s->blocked, rg, (size_t)n);
         float *caches[2] = {s->k_cache, s->v_cache};
         const size_t row = sizeof(float) * (size_t)(n * kvd);
         size_t o = 0;
