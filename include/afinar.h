@@ -513,6 +513,14 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
 /* Discard the gradient accumulated since the last step (and a pending non-finite flag). */
 void af_lora_trainer_zero_grad(af_lora_trainer *tr);
 
+/* Cancel flag of the trainer's forwards and backwards (NULL: none; borrowed): read before every
+ * layer of af_lora_trainer_accumulate*, _forward* and evaluation; once non-zero the call stops at
+ * the next layer and returns AF_ERR_CANCELLED. A cancelled accumulate DISCARDS the whole gradient
+ * accumulated since the last step (as af_lora_trainer_zero_grad: the interrupted micro-batch had
+ * added part of its gradient); parameters and AdamW state are never touched. Clear the flag to go
+ * on (redo the step's micro-batches). */
+void af_lora_trainer_set_control(af_lora_trainer *tr, const volatile int *cancel);
+
 /* Evaluation forward (no dropout, no gradient): logits [n_samples, num_classes] of a packed batch.
  * Errors: as af_lora_trainer_accumulate() (labels are not needed). */
 af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
@@ -976,6 +984,13 @@ typedef struct af_trainer_opts {
                                     checkpoint, stop; a `volatile sig_atomic_t` flag (int on the
                                     platforms afinar builds on: checked at compile time) or NULL */
     int64_t stop_after;          /* > 0: behave as if interrupted after this many steps (tests) */
+    const volatile int *cancel;  /* non-zero: stop at the next layer of the step in progress, save nothing
+                                    more, af_trainer_run returns AF_ERR_CANCELLED (res->stop
+                                    AF_STOP_INTERRUPTED); checkpoints already written stay; NULL: none */
+    af_progress_fn progress;     /* called after every optimizer step ("train", steps done, total steps)
+                                    and before and after every evaluation ("eval", 0 or n, n validation
+                                    samples); NULL: none */
+    void *progress_user;         /* passed to progress */
 } af_trainer_opts;
 
 /* Fill `o` with the defaults noted on each field above. */

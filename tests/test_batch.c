@@ -329,6 +329,40 @@ static void test_cancel(const af_model *m) {
     free(a);
 }
 
+/* (e) the training step's cancel flag (af_lora_trainer_set_control). */
+static void test_train_cancel(const af_model *m) {
+    af_lora_trainer_opts o;
+    af_lora_trainer_opts_defaults(&o);
+    o.r = 4;
+    o.num_classes = 3;
+    o.lora_dropout = 0;
+    af_lora_trainer *tr = NULL;
+    if (!CHECK(af_lora_trainer_new(m, &o, &tr) == AF_OK, "trainer: %s", af_last_error())) return;
+    int32_t tok[24], ss[3] = {0, 10, 24}, lab[2] = {0, 2};
+    for (int i = 0; i < 24; i++) tok[i] = (int32_t)(i * 5 % m->cfg.vocab_size);
+    const int64_t np = af_lora_trainer_n_params(tr);
+    float *g = malloc(sizeof(float) * (size_t)np);
+    double loss = 0;
+    volatile int flag = 0;
+    af_lora_trainer_set_control(tr, &flag);
+    CHECK(af_lora_trainer_accumulate(tr, tok, ss, 2, lab, 0.5f, &loss, NULL) == AF_OK, "accumulate");
+    flag = 1;
+    CHECK(af_lora_trainer_accumulate(tr, tok, ss, 2, lab, 0.5f, &loss, NULL) == AF_ERR_CANCELLED,
+          "a set cancel flag: accumulate returns AF_ERR_CANCELLED");
+    int32_t nm = -1;
+    CHECK(af_lora_trainer_collect_gradients(tr, g, &nm, NULL) == AF_OK && nm == 0, "cancel discards the step's gradient");
+    int nz = 0;
+    for (int64_t i = 0; i < np; i++) nz += g[i] != 0;
+    CHECK(nz == 0, "the gradient is zero after a cancel (%d non-zero)", nz);
+    CHECK(af_lora_trainer_forward(tr, tok, ss, 2, g) == AF_ERR_CANCELLED, "forward cancelled too");
+    flag = 0;
+    CHECK(af_lora_trainer_accumulate(tr, tok, ss, 2, lab, 0.5f, &loss, NULL) == AF_OK && isfinite(loss),
+          "accumulate after clearing the flag");
+    CHECK(af_lora_trainer_step(tr, 1e-3f, NULL) == AF_OK, "step");
+    free(g);
+    af_lora_trainer_free(tr);
+}
+
 int main(void) {
     const char *archs[4] = {"llama", "gemma3", "qwen2", "qwen3"};
     for (int i = 0; i < 4; i++) {
@@ -343,6 +377,7 @@ int main(void) {
             if (q == 1) test_keep_prefix(m, what);
             if (q == 1 && i < 2) test_file(m, what);
             if (i == 0 && q == 0) test_cancel(m);
+            if (i == 0 && q == 1) test_train_cancel(m);
             af_model_free(m);
         }
     }

@@ -366,14 +366,22 @@ static af_status micro_done(af_lora_trainer *tr, const af_batch *b, const af_ste
 af_status af_lora_trainer_accumulate_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
                                            uint64_t micro_batch, double *loss, float *logits) {
     const af_step_opts so = micro_opts(tr, micro_batch);
-    AF_TRY(af_engine_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, loss, logits));
+    af_status st = af_engine_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, loss, logits);
+    if (st == AF_ERR_CANCELLED) af_lora_trainer_zero_grad(tr); /* a partial gradient is never kept */
+    AF_TRY(st);
     return micro_done(tr, b, &so, *loss);
+}
+
+void af_lora_trainer_set_control(af_lora_trainer *tr, const volatile int *cancel) {
+    if (tr) af_engine_set_cancel(tr->eng, cancel);
 }
 
 af_status af_lora_trainer_accumulate_lm_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
                                               uint64_t micro_batch, af_lm_loss *res) {
     const af_step_opts so = micro_opts(tr, micro_batch);
-    AF_TRY(af_engine_lm_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, res));
+    af_status st = af_engine_lm_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, res);
+    if (st == AF_ERR_CANCELLED) af_lora_trainer_zero_grad(tr); /* a partial gradient is never kept */
+    AF_TRY(st);
     return micro_done(tr, b, &so, res->loss_sum);
 }
 

@@ -203,6 +203,7 @@ void engine_frozen_prefix(af_engine *e, const af_tf_run *R, const int32_t *token
     af_tf_embed(m, tokens, n, x);
     probe(R, x, n * H, "model.embed_tokens output");
     for (int32_t l = 0; l < lo; l++) {
+        if (engine_cancelled(e)) return;
         float *xo = l == lo - 1 ? out : x == e->ws.dT ? e->ws.dh : e->ws.dT;
         af_tf_layer_forward(R, l, &e->sets[0], x, xo);
         x = xo;
@@ -223,10 +224,11 @@ void engine_forward_all(af_engine *e, const af_tf_run *R, const af_batch *b, int
     else engine_frozen_prefix(e, R, b->tokens, engine_xs_at(e, lo, n));
     engine_set_pos(e, b->seq_start, b->n_samples);
     for (int32_t l = lo; l < L; l++) {
+        if (engine_cancelled(e)) return;
         af_tf_acts *S = &e->sets[save ? l - lo : 0];
         af_tf_layer_forward(R, l, S, engine_xs_at(e, l, n), engine_xs_at(e, l + 1, n));
     }
-    if (!pooled) return;
+    if (!pooled || engine_cancelled(e)) return;
     af_tf_final_norm(e->ctx, m, e->hN, e->rstdN, engine_xs_at(e, L, n), n);
     probe(R, e->hN, n * H, "model.norm output");
     af_pool_forward(pooled, e->hN, b->seq_start, b->n_samples, H, pool);
@@ -257,7 +259,7 @@ af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, con
                              o->dropout_seed);
     engine_forward_all(e, &R, b, 0, pooled, logits, o->pooling);
     free(pooled);
-    return AF_OK;
+    return engine_cancelled(e) ? af_fail(AF_ERR_CANCELLED, "engine forward: cancelled") : AF_OK;
 }
 
 static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
@@ -269,6 +271,7 @@ static void backward_layers(af_engine *e, const af_tf_run *R, float *G, int ckpt
     const int64_t NL = e->m->cfg.num_hidden_layers, n = R->n;
     const int32_t lo = e->lo;
     for (int32_t l = (int32_t)NL - 1; l >= lo; l--) {
+        if (engine_cancelled(e)) return;
         const float *x = engine_xs_at(e, l, n);
         af_tf_acts *S = &e->sets[ckpt ? 0 : l - lo];
         if (ckpt) af_tf_layer_forward(R, l, S, x, engine_xs_at(e, l + 1, n)); /* recompute */
@@ -294,6 +297,10 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     float *pooled = small, *dpooled = small + B * H, *lg = dpooled + B * H, *dlg = lg + B * C;
     af_tf_run R = engine_run(e, P, b->seq_start, B, n, o->train && lay->lora.dropout > 0, o->dropout_seed);
     engine_forward_all(e, &R, b, !ckpt, pooled, lg, o->pooling);
+    if (engine_cancelled(e)) {
+        free(small);
+        return af_fail(AF_ERR_CANCELLED, "engine step: cancelled in the forward");
+    }
     if (logits) memcpy(logits, lg, sizeof(float) * (size_t)(B * C));
     double L = b->labels ? af_ce_loss(dlg, NULL, lg, b->labels, o->class_w, B, C)
                          : af_bce_loss(dlg, lg, b->multi_hot, B, C);
@@ -312,7 +319,11 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     af_tf_final_norm_backward(e->ctx, m, ws->dX, ws->dT, engine_xs_at(e, NL, n), e->rstdN, n);
     backward_layers(e, &R, G, ckpt);
     free(small);
-    return AF_OK;
+    return engine_cancelled(e) ? af_fail(AF_ERR_CANCELLED, "engine step: cancelled in the backward") : AF_OK;
+}
+
+void af_engine_set_cancel(af_engine *e, const volatile int *cancel) {
+    if (e) e->cancel = cancel;
 }
 
 /* ---------------------------------------------------------------- causal LM */
@@ -335,11 +346,12 @@ af_status af_engine_lm_step(af_engine *e, const float *P, float *G, const af_bat
     af_tf_run R = engine_run(e, P, b->seq_start, b->n_samples, n, o->train && e->lay->lora.dropout > 0,
                              o->dropout_seed);
     engine_forward_all(e, &R, b, !ckpt, NULL, NULL, o->pooling);
+    if (engine_cancelled(e)) return af_fail(AF_ERR_CANCELLED, "engine LM step: cancelled in the forward");
     af_tf_scratch *ws = &e->ws;
     if (grad) zero(ws->dX, n * m->cfg.hidden_size);
     af_lm_head_loss(e->ctx, m, engine_xs_at(e, NL, n), b->targets, n, e->hN, e->rstdN, grad ? ws->dX : NULL,
                     grad_scale, e->lm_scr, res);
     if (!grad || !isfinite(res->loss_sum)) return AF_OK; /* non-finite: no gradient added (caller skips) */
     backward_layers(e, &R, G, o->checkpointing != 0);
-    return AF_OK;
+    return engine_cancelled(e) ? af_fail(AF_ERR_CANCELLED, "engine LM step: cancelled in the backward") : AF_OK;
 }

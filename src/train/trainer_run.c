@@ -523,6 +523,7 @@ static af_status new_optimizer(const af_trainer *t, loop *L) {
     const af_lora_trainer_ext ext = {lay->layer_min, lay->layer_end, o->max_grad_norm, t->ctx};
     AF_TRY(af_lora_trainer_new_ext(t->model, &lo, &ext, &L->lt));
     if (t->class_w) AF_TRY(af_lora_trainer_set_class_weights(L->lt, t->class_w));
+    af_lora_trainer_set_control(L->lt, o->cancel); /* every layer of every step and evaluation */
     af_lora_trainer_view v;
     af_lora_trainer_get_view(L->lt, &v);
     if (v.lay->n_total != lay->n_total)
@@ -698,6 +699,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         int64_t n_step = 0, n_tok = 0;
         st = t->lm ? train_step_lm(&L, &finite, &loss, &acc, &gn, &lr, &n_step, &n_tok)
                    : train_step(&L, &finite, &loss, &acc, &gn, &lr, &n_step);
+        if (st == AF_ERR_CANCELLED) stop = AF_STOP_INTERRUPTED;
         if (st != AF_OK) goto out;
         af_run_state *rs = &L.rs;
         rs->step++;
@@ -768,11 +770,16 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         }
         const int last = rs->step == t->total;
         progress(&L, lr, gn, last);
+        if (o->progress) o->progress(o->progress_user, "train", rs->step, t->total);
         const int epoch_end = rs->step % t->spe == 0;
         int evaluated = 0;
         if (L.writer && t->val && (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
             int improved = 0;
+            const int64_t nval = af_dataset_size(t->val);
+            if (o->progress) o->progress(o->progress_user, "eval", 0, nval);
             st = t->lm ? evaluate_lm(&L, &improved) : evaluate(&L, &improved);
+            if (st == AF_ERR_CANCELLED) stop = AF_STOP_INTERRUPTED;
+            if (st == AF_OK && o->progress) o->progress(o->progress_user, "eval", nval, nval);
             if (st != AF_OK) goto out;
             evaluated = 1;
             if (improved) {
