@@ -1480,6 +1480,39 @@ typedef struct af_merge_stats {
 af_status af_merge_adapter(const char *model_path, const char *adapter, const char *out_path,
                            const af_merge_opts *opts, af_merge_stats *stats);
 
+/* ---------------------------------------------------------------------------------------------
+ * `afinar serve`: an OpenAI-compatible HTTP server (libmicrohttpd; built when the Makefile finds
+ * it, else af_server_run returns AF_ERR_UNSUPPORTED). Endpoints, limits and the batching policy:
+ * README "Serving (afinar serve)".
+ * ------------------------------------------------------------------------------------------- */
+typedef struct af_server_opts {
+    const char *model_path;        /* GGUF file or HF directory (required) */
+    const char *const *adapter_names; /* [n_adapters] model ids of the adapters (borrowed) */
+    const char *const *adapter_paths; /* [n_adapters] their directories / LoRA GGUF files */
+    int32_t n_adapters;
+    const char *host;              /* ("127.0.0.1") address to listen on: an IPv4 address or "localhost" */
+    int32_t port;                  /* (8080) 0: any free port (the log's "listening on" line names it) */
+    int32_t max_seqs;              /* (4) sequences decoded together (continuous batching), 1..64 */
+    int32_t n_ctx;                 /* (2048) positions per sequence (prompt + generated); <= the model's */
+    int32_t queue;                 /* (16) requests waiting for a sequence slot; more: HTTP 429 */
+    int64_t max_body;              /* (1 MiB) request body limit in bytes; more: HTTP 413 */
+    int32_t timeout_s;             /* (60) a connection idle this long (slow client) is closed */
+    const char *chat_template;     /* NULL/"auto": the model's; "chatml" | "gemma" */
+    const af_ctx *ctx;             /* NULL: defaults (all threads) */
+    FILE *log;                     /* one line per request and the "listening on" line; NULL: silent */
+    const volatile int *stop;      /* non-zero (a SIGINT/SIGTERM handler): refuse new requests (503),
+                                      finish the ones in flight, return */
+} af_server_opts;
+
+/* Defaults as marked above. */
+void af_server_opts_default(af_server_opts *o);
+
+/* Load the model and adapters and serve until *o->stop (returns AF_OK then). Errors: those of
+ * loading the model and adapters, AF_ERR_INVALID_ARG (an option out of range, a duplicate adapter
+ * name), AF_ERR_IO (the address cannot be bound), AF_ERR_UNSUPPORTED (built without
+ * libmicrohttpd). */
+af_status af_server_run(const af_server_opts *o);
+
 #ifdef __cplusplus
 }
 #endif
