@@ -33,7 +33,8 @@ typedef struct adapter {
     int refs;              /* jobs using it */
     uint64_t gen;          /* unique per load: keys the prompt cache of the slots */
     char name[128], path[1024];
-    float scale;           /* global scale (POST /lora-adapters), 1 at load */
+    float scale;           /* global scale (POST /lora-adapters; 0 at load): applied to requests that name no
+                              model and give no "lora"; a request naming the adapter uses it, or 1 when 0 */
     af_param_layout lay;
     float *P;
     af_classifier *cls;    /* with a classification head: for /v1/classify; else NULL */
@@ -139,7 +140,7 @@ static af_status adapter_load(srv *s, const char *name, const char *path, int *i
     }
     a.used = 1;
     a.gen = ++s->next_gen;
-    a.scale = 1.0f;
+    a.scale = 0.0f; /* not applied to requests that name no adapter until POST /lora-adapters says so */
     snprintf(a.name, sizeof a.name, "%s", name);
     snprintf(a.path, sizeof a.path, "%s", path);
     *id = s->n_ad;
