@@ -645,17 +645,33 @@ static int cancelled(const af_tf_control *ctl) {
     return 0;
 }
 
-af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
-                              const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
-                              int64_t n_ctx, const af_tf_control *ctl) {
+/* The inference run shared by the one- and the multi-sequence forward, and their layer loop
+ * (embedding of the call's tokens, then every layer, the cancel flags read before each). */
+static af_tf_run infer_run(const af_ctx *ctx, const af_model *m, af_tf_infer *s) {
     af_tf_run R;
     memset(&R, 0, sizeof R);
     R.ctx = ctx;
     R.m = m;
     R.mode = AF_TF_INFER;
-    R.n = n;
     R.pos = s->pos;
     R.ws = &s->w;
+    return R;
+}
+
+static af_status infer_walk(const af_tf_run *R, af_tf_infer *s, const int32_t *tokens, const af_tf_control *ctl) {
+    af_tf_embed(R->m, tokens, R->n, s->x);
+    for (int32_t l = 0; l < R->m->cfg.num_hidden_layers; l++) {
+        if (cancelled(ctl)) return af_fail(AF_ERR_CANCELLED, "cancelled before layer %d", l);
+        af_tf_layer_forward(R, l, &s->S, s->x, s->x);
+    }
+    return AF_OK;
+}
+
+af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
+                              const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
+                              int64_t n_ctx, const af_tf_control *ctl) {
+    af_tf_run R = infer_run(ctx, m, s);
+    R.n = n;
     R.P = P;
     R.lay = P ? lay : NULL;
     R.lora_scale = scale;
@@ -663,24 +679,13 @@ af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer 
     R.v_cache = v_cache;
     R.n_ctx = n_ctx;
     R.n_past = n_past;
-    af_tf_embed(m, tokens, n, s->x);
     for (int64_t t = 0; t < n; t++) s->pos[t] = (int32_t)(n_past + t);
-    for (int32_t l = 0; l < m->cfg.num_hidden_layers; l++) {
-        if (cancelled(ctl)) return af_fail(AF_ERR_CANCELLED, "cancelled before layer %d", l);
-        af_tf_layer_forward(&R, l, &s->S, s->x, s->x);
-    }
-    return AF_OK;
+    return infer_walk(&R, s, tokens, ctl);
 }
 
 af_status af_tf_infer_forward_multi(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const af_tf_seq *seq,
                                     int32_t n_seq, const int32_t *tokens, float *xa, const af_tf_control *ctl) {
-    af_tf_run R;
-    memset(&R, 0, sizeof R);
-    R.ctx = ctx;
-    R.m = m;
-    R.mode = AF_TF_INFER;
-    R.pos = s->pos;
-    R.ws = &s->w;
+    af_tf_run R = infer_run(ctx, m, s);
     R.seq = seq;
     R.n_seq = n_seq;
     R.xa = xa;
@@ -688,10 +693,5 @@ af_status af_tf_infer_forward_multi(const af_ctx *ctx, const af_model *m, af_tf_
         for (int64_t t = 0; t < seq[i].n; t++) s->pos[R.n + t] = (int32_t)(seq[i].n_past + t);
         R.n += seq[i].n;
     }
-    af_tf_embed(m, tokens, R.n, s->x);
-    for (int32_t l = 0; l < m->cfg.num_hidden_layers; l++) {
-        if (cancelled(ctl)) return af_fail(AF_ERR_CANCELLED, "cancelled before layer %d", l);
-        af_tf_layer_forward(&R, l, &s->S, s->x, s->x);
-    }
-    return AF_OK;
+    return infer_walk(&R, s, tokens, ctl);
 }

@@ -29,16 +29,19 @@ static size_t sendable(const srv_job *j) {
     return srv_utf8_complete(j->text ? j->text : "", n);
 }
 
+/* Wait (lock held) up to timeout_ms for the scheduler's next "something changed" signal. */
+static void wait_done(srv *s, int timeout_ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)timeout_ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&s->done, &s->mu, &ts);
+}
+
 int srv_job_wait(srv *s, srv_job *j, int timeout_ms) {
     pthread_mutex_lock(&s->mu);
-    if (j->phase != 3) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)timeout_ms * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&s->done, &s->mu, &ts);
-    }
+    if (j->phase != 3) wait_done(s, timeout_ms);
     const int ended = j->phase == 3;
     pthread_mutex_unlock(&s->mu);
     return ended;
@@ -157,14 +160,7 @@ int srv_job_events(srv *s, srv_job *j, int timeout_ms, char **buf, size_t *len) 
         pthread_mutex_unlock(&s->mu);
         return 0;
     }
-    if (j->phase != 3 && sendable(j) <= j->sent && j->stream_started) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)timeout_ms * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&s->done, &s->mu, &ts);
-    }
+    if (j->phase != 3 && sendable(j) <= j->sent && j->stream_started) wait_done(s, timeout_ms);
     if (j->err.status) { /* an error after the headers: an error event, then the end */
         char *e = srv_err_json(&j->err);
         buf_add(buf, len, "data: ", e ? e : "{}", "\n\ndata: [DONE]\n\n");
