@@ -13,7 +13,8 @@
  *  - /v1/classify == `afinar predict` (label ids and probabilities);
  *  - bad input: malformed JSON, wrong field types, unknown model, max_tokens beyond the context,
  *    a body over --max-body (413), an unknown route, classify on an adapter without head, too many
- *    requests (429 with --parallel 1 --queue 1), a client that vanishes mid-request (cancelled, the
+ *    requests (429 with --parallel 1 --queue 1), a slow client (closed after --timeout), a client that
+ *    vanishes mid-request (cancelled, the
  *    server keeps serving); adapters loaded and unloaded while serving;
  *  - SIGTERM: in-flight requests finish, exit status 0 (under `make sanitize` LeakSanitizer then
  *    also checks the whole server for leaks: a leak is a non-zero exit).
@@ -532,7 +533,18 @@ int main(void) {
     }
     CHECK(stop_server() == 0, "SIGTERM: the server drains and exits 0 (no leak under the sanitizer build)");
     /* 429: one slot, a queue of one, four requests at once */
-    if (start_server("--parallel 1 --queue 1") == 1) {
+    if (start_server("--parallel 1 --queue 1 --timeout 2") == 1) {
+        /* a slow client (half a request line, then nothing): closed after --timeout */
+        int fd = connect_port();
+        struct timeval tv = {20, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        const double t0 = (double)time(NULL);
+        char c;
+        const int sent = fd >= 0 && send_all(fd, "POST /v1/completions HTTP/1.1\r\n", 31);
+        const ssize_t got = sent ? recv(fd, &c, 1, 0) : -1;
+        CHECK(sent && got <= 0 && (double)time(NULL) - t0 < 15, "a slow client is disconnected after --timeout (recv %zd after %.0f s)",
+              got, (double)time(NULL) - t0);
+        if (fd >= 0) close(fd);
         st_job jobs[4];
         pthread_t th[4];
         for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, st_run, &jobs[i]);
