@@ -13,9 +13,9 @@
  *  - /v1/classify == `afinar predict` (label ids and probabilities);
  *  - bad input: malformed JSON, wrong field types, unknown model, max_tokens beyond the context,
  *    a body over --max-body (413), an unknown route, classify on an adapter without head, too many
- *    requests (429 with --parallel 1 --queue 1), a slow client (closed after --timeout), a client that
- *    vanishes mid-request (cancelled, the
- *    server keeps serving); adapters loaded and unloaded while serving;
+ *    requests (429 with --parallel 1 --queue 1), a slow client (closed after --timeout), clients that
+ *    vanish mid-body or mid-stream (the server keeps serving; that the request is cancelled is
+ *    checked on SmolLM2 by serve_clients.py); adapters loaded and unloaded while serving;
  *  - SIGTERM: in-flight requests finish, exit status 0 (under `make sanitize` LeakSanitizer then
  *    also checks the whole server for leaks: a leak is a non-zero exit).
  */
