@@ -13,6 +13,7 @@
 
 #include "core/core.h"
 #include "infer/session.h"
+#include "kernels/cpu/kernels.h"
 #include "lora/adapter_io.h"
 #include "serve/engine_internal.h"
 #include "tokenizer/tokenizer.h"
@@ -538,6 +539,7 @@ static void *scheduler(void *arg) {
         pthread_cond_broadcast(&s->done);
     }
     pthread_mutex_unlock(&s->mu);
+    af_kernels_thread_release(); /* the kernels' thread-local buffers of this thread (not a pool worker) */
     return NULL;
 }
 
