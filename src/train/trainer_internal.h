@@ -1,13 +1,17 @@
 /*
- * trainer_internal.h — state shared by trainer.c (setup, report), trainer_run.c (the loop) and
- * trainer_ckpt.c (checkpoints, output directory, metrics log, plot). Not part of any API. The loop
+ * trainer_internal.h — state shared by trainer.c (setup, report), trainer_run.c (the loop),
+ * trainer_step.c (one optimizer step: its micro-batches) and trainer_ckpt.c (checkpoints, output
+ * directory, metrics log, plot). Not part of any API. The loop
  * takes its optimizer steps with the public af_lora_trainer (train/api_internal.h).
  */
 #ifndef AF_TRAINER_INTERNAL_H
 #define AF_TRAINER_INTERNAL_H
 
 #include "train/api_internal.h" /* the optimizer step (af_lora_trainer); af_tr_nonfinite_tensor */
+#include "train/dist.h"
 #include "train/trainer.h"
+
+#include <stdio.h>
 
 struct af_trainer {
     af_trainer_opts o;                 /* copy; strings borrowed from the caller */
@@ -61,6 +65,60 @@ typedef struct af_run_state {
 } af_run_state;
 
 #define AF_EMA_BETA 0.98
+
+/* The training loop's state (trainer_run.c), shared with the step functions (trainer_step.c). */
+typedef struct loop {
+    af_trainer *t;
+    af_lora_trainer *lt;  /* the optimizer step: parameters, gradients, AdamW state, engine */
+    float *P, *M, *V;     /* lt's buffers [t->lay.n_total] (af_lora_trainer_get_view) */
+    af_engine *eng;       /* lt's engine */
+    af_batcher *bt;
+    int32_t *perm;
+    int64_t perm_epoch;
+    float *logits;       /* [batch, C] */
+    float *vprobs;       /* [n_val, C] */
+    FILE *mf;            /* metrics.jsonl */
+    int mf_errno;        /* the first failed write to metrics.jsonl (0: none); the run then fails */
+    af_run_state rs;
+    double t0;           /* session start */
+    int64_t session_steps, session_samples;
+    int tty;
+    int64_t log_every;
+    int live;            /* a '\r' line is on screen */
+    char last_ckpt[1024];
+    char good_ckpt[1024];  /* newest checkpoint saved after a finite step (or the resumed one) */
+    char nf_where[224];  /* where the current step's non-finite value appeared ("" when finite) */
+    char nf_first[288];  /* "step N: <where>" of the first step of the current non-finite run */
+    /* causal LM */
+    int32_t *bin_idx, *bin_off; /* packing: the epoch's micro-batches (af_pack_bfd), [n_train], [n_micro + 1] */
+    int64_t session_tokens;
+    /* data parallelism (af_dist_on(): launched by mpirun / srun; see dist_step) */
+    int dist;              /* 1: every step's micro-batches are split over the ranks */
+    int32_t rank, world;   /* this process, processes (0, 1 without MPI) */
+    int writer;            /* rank 0: the one that writes output, metrics and progress */
+    float *rows;           /* [grad_accum, row] per-micro-batch gradient rows of the step (gathered) */
+    int64_t row;           /* floats per row: n_total gradient + DIST_STAT_F (DIST_STATS doubles) */
+    float *gsum;           /* [n_total] the step's gradient: rows summed in micro-batch order */
+    int32_t *counts;       /* [world] micro-batches of the step per rank */
+    af_dist_counters comm; /* this step's communication: the gather (and rank 0's decisions) */
+    af_dist_counters wait; /* this step's error agreement = waiting for the slowest rank to finish its micro-batches */
+    double compute_s;      /* this step's micro-batch compute seconds (this rank) */
+    int64_t comm_bytes_all;/* this step's bytes received over all ranks (rows × row bytes × (world − 1)) */
+} loop;
+
+/* Statistics of one micro-batch, carried at the end of its gathered gradient row (doubles). */
+enum { ST_LOSS, ST_CORRECT, ST_NTOK, ST_NONFINITE, DIST_STATS };
+#define DIST_STAT_F (DIST_STATS * (int64_t)(sizeof(double) / sizeof(float)))
+
+/* ---- trainer_step.c ---- */
+/* One classification optimizer step (global step L->rs.step): its micro-batches through
+ * af_lora_trainer_accumulate_batch (dropout keyed by the micro-batch index within the epoch), then
+ * af_lora_trainer_step. *finite 0: skipped (non-finite loss or gradient; L->nf_where says where). */
+af_status af_tr_train_step(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr, int64_t *n_step_out);
+/* One causal-LM optimizer step: grad_scale 1 / (target tokens of the whole step) (transformers
+ * PR #34191); loss = Σ token losses / N, acc = mean token accuracy, *n_tok_out the step's tokens. */
+af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
+                              int64_t *n_step_out, int64_t *n_tok_out);
 
 /* ---- trainer_ckpt.c ---- */
 /* Whether `dir` holds artifacts of a run (metrics.jsonl, run.json, checkpoint-*, best, final);
