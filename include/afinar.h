@@ -1040,6 +1040,21 @@ af_status af_train_settings_to_opts(af_train_settings *s, af_trainer_opts *o);
  * as config_json). `*out`: malloc'ed, caller frees with free(). Errors: AF_ERR_NOMEM. */
 af_status af_train_settings_to_json(const af_train_settings *s, char **out);
 
+/* The settings of checkpoint `ckpt` (a directory from af_trainer_find_checkpoint) for resuming it:
+ * its manifest.json is verified first (every file's size and SHA-256; a checkpoint written before
+ * manifests existed is read unverified, one that lost its manifest is refused), then its
+ * train_config.json is read as by af_train_settings_read, with two changes for a run directory that
+ * was moved: "output" is dropped (a resumed run writes next to its checkpoint unless the caller
+ * sets it again), and the files of "model", "train", "val" and "labels" are looked up first
+ * relative to the checkpoint (the run and its files moved together), then at the absolute path
+ * they had when the run started (the run moved alone), else the value stays as it was given.
+ * `note` (may be NULL) receives a malloc'ed text (caller frees; NULL when there is nothing to say)
+ * with one line per path that was changed or not found. `*out`: free with af_train_settings_free.
+ * Errors: those of af_train_settings_read; AF_ERR_FORMAT / AF_ERR_IO for a checkpoint whose files
+ * do not match its manifest (the message names the file and the newest earlier checkpoint that
+ * verifies), AF_ERR_NOMEM. */
+af_status af_train_settings_read_checkpoint(const char *ckpt, af_train_settings **out, char **note);
+
 /* ---------------------------------------------------------------------------------------------
  * Classifiers: a trained adapter loaded for prediction (`afinar eval` / `afinar predict`)
  * ------------------------------------------------------------------------------------------- */

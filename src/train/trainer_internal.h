@@ -120,7 +120,40 @@ af_status af_tr_train_step(loop *L, int *finite, double *loss, double *acc, doub
 af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
                               int64_t *n_step_out, int64_t *n_tok_out);
 
+/* ---- ckpt_check.c: a checkpoint is never trusted blindly ---- */
+#define AF_CKPT_STATE_FILE "trainer_state.safetensors"
+#define AF_CKPT_CONFIG_FILE "train_config.json"
+#define AF_CKPT_N_FILES 5
+/* The files of a checkpoint directory, as its manifest lists them: the adapter's three, the
+ * trainer state, the settings. */
+extern const char *const af_ckpt_files[AF_CKPT_N_FILES];
+/* The newest checkpoint-M next to `ckpt` (M below ckpt's step) whose files verify, into out
+ * ("" when none). af_last_error() is kept. */
+void af_tr_older_good(const char *ckpt, char *out, size_t cap);
+/* Record "<what>; cannot resume from CKPT: resume from <older good> instead ..., or start the run
+ * again (--overwrite)" and return st. */
+af_status af_tr_ckpt_fail(af_status st, const char *ckpt, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Verify ckpt/manifest.json (every file of af_ckpt_files that exists must be listed and match).
+ * No manifest: *present = 0 and AF_OK for a checkpoint written before manifests existed, an error
+ * when its trainer state says it was written with one. Errors carry af_tr_ckpt_fail's advice. */
+af_status af_tr_ckpt_verify(const char *ckpt, int *present);
+/* The values of a loaded trainer state: P, M finite, V finite and >= 0 ([t->lay.n_total] each),
+ * counters consistent with each other and the run (step <= total, adam_t <= step, ...), EMAs and
+ * elapsed finite, world_size (metadata, NULL when absent) a process count, the directory name
+ * checkpoint-N equal to the step. Errors (AF_ERR_FORMAT) name the file, the field and the element. */
+af_status af_tr_check_state(const af_trainer *t, const char *ckpt, const float *P, const float *M, const float *V,
+                            const af_run_state *rs, const char *world_size);
+/* The checkpoint's adapter loads onto the run's layout (af_adapter_load: shapes, finite) and
+ * equals the trainer state's params P bit for bit (LoRA A/B, head weight). */
+af_status af_tr_check_ckpt_adapter(const af_trainer *t, const char *ckpt, const float *P);
+/* config_json as a checkpoint stores it in train_config.json: the paths of model, train, val and a
+ * labels file recorded under "checkpoint_paths" (settings_internal.h) both absolute and relative
+ * to OUTPUT_DIR/NAME. Malloc'ed; NULL when out of memory. */
+char *af_tr_ckpt_config_json(const char *config_json, const char *output_dir, const char *name);
+
 /* ---- trainer_ckpt.c ---- */
+/* "checkpoint-N" -> N, else -1. */
+int64_t af_tr_ckpt_step(const char *name);
 /* Whether `dir` holds artifacts of a run (metrics.jsonl, run.json, checkpoint-*, best, final);
  * `what` receives a short list for messages. */
 int af_tr_dir_has_run(const char *dir, char *what, size_t cap);

@@ -349,7 +349,6 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     af_status st = AF_OK;
     af_stop_reason stop = AF_STOP_DONE;
     if (o->resume) st = af_trainer_find_checkpoint(o->resume, &ckpt);
-    if (st == AF_OK) st = prepare_output(t, ckpt, L.writer, &owned_out);
     const int64_t n = t->lay.n_total;
     const int32_t C = t->num_classes;
     if (st == AF_OK) st = new_optimizer(t, &L);
@@ -377,9 +376,10 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
     }
     if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
-        st = af_tr_load_state(t, ckpt, L.P, L.M, L.V, &L.rs);
+        st = af_tr_load_state(t, ckpt, L.P, L.M, L.V, &L.rs); /* verified and checked before anything is written */
         if (st == AF_OK) st = af_lora_trainer_set_optim_state(L.lt, NULL, NULL, &L.rs.adam_t, &L.rs.step);
     }
+    if (st == AF_OK) st = prepare_output(t, ckpt, L.writer, &owned_out);
     if (st == AF_OK && ckpt && L.writer) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
     if (st == AF_OK && o->prefix_cache_mb > 0) { /* layers below --lora-layers: run once per sample */
         size_t cb = (size_t)o->prefix_cache_mb << 20;
