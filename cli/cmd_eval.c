@@ -189,7 +189,15 @@ int cmd_eval(int argc, char **argv) {
         cli_error(C, "out of memory");
         goto done;
     }
+    /* SIGINT / SIGTERM from here on: stop after the current batch, print and write nothing, 130 / 143 */
+    af_ctx_set_interrupt(ctx, cli_stop_flag());
+    cli_graceful_stop(1);
     st = af_classifier_probs(c, ds, (int32_t)batch, probs);
+    cli_graceful_stop(0);
+    if (st == AF_ERR_INTERRUPTED) {
+        rc = cli_stopped(C, af_last_error());
+        goto done;
+    }
     if (st == AF_OK) st = af_eval_metrics(ds, probs, &m);
     if (st != AF_OK) goto fail;
     printf("%s on %s (%d samples)\n", adapter, data, af_dataset_size(ds));

@@ -40,7 +40,8 @@ typedef enum af_status {
     AF_ERR_INVALID_ARG = 5, /* caller passed an invalid argument */
     AF_ERR_NOT_FOUND = 6,   /* a required key/tensor/token is missing */
     AF_ERR_RANGE = 7,       /* a value is outside its allowed range (e.g. context full) */
-    AF_ERR_INTERNAL = 8     /* an internal invariant failed (a bug: please report) */
+    AF_ERR_INTERNAL = 8,    /* an internal invariant failed (a bug: please report) */
+    AF_ERR_INTERRUPTED = 9  /* stopped on request between two batches (af_ctx_set_interrupt) */
 } af_status;
 
 /* Name of a status code, e.g. "AF_ERR_FORMAT". Static string, never NULL. */
@@ -123,6 +124,15 @@ void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p);
 int af_ctx_n_threads(const af_ctx *ctx);
 /* "scalar", "avx2" or "avx512". Static string. */
 const char *af_ctx_kernel_path(const af_ctx *ctx);
+/* Ask the long loops that run with `ctx` to stop between two batches once *flag is non-zero:
+ * af_classifier_probs (per forward batch), af_lm_evaluate (per batch), af_gen_eval_run (per prompt
+ * and per generated token). They then return AF_ERR_INTERRUPTED ("interrupted after N of M ...")
+ * and write nothing. `flag` is typically a signal handler's `volatile sig_atomic_t` (int on the
+ * platforms afinar builds on); NULL (the default) disables the check. The training loop has its
+ * own flag (af_trainer_opts.interrupt: it finishes the step and saves). */
+void af_ctx_set_interrupt(af_ctx *ctx, volatile int *flag);
+/* 1 when ctx's interrupt flag is set (NULL ctx or no flag: 0). */
+int af_ctx_interrupted(const af_ctx *ctx);
 /* "f32" or "bf16". Static string. */
 const char *af_ctx_matmul_precision(const af_ctx *ctx);
 int af_ctx_int8_activations(const af_ctx *ctx);
@@ -574,6 +584,13 @@ af_status af_write_file_atomic(const char *path, const void *data, size_t n);
  * ("<path>: is a directory, cannot be replaced by a file", "<path>: directory <dir>: <strerror>"),
  * AF_ERR_NOMEM. */
 af_status af_check_writable(const char *path);
+
+/* For a SIGINT / SIGTERM handler that ends the process: remove the temporaries afinar is writing
+ * right now (the hidden ".NAME.tmp-PID-N" files of af_write_file_atomic and the other atomic
+ * writers, and the temporary directories of checkpoints and merged adapters), so that a process
+ * stopped by a signal leaves nothing half-written. Async-signal-safe (unlink(2) and rmdir(2)
+ * only); call _exit afterwards. */
+void af_remove_temporaries(void);
 
 /* Read a whole input file (a prompt, a config) into a malloc'ed, NUL-terminated buffer (`*text`,
  * caller frees with free(); `*len`, may be NULL, gets the byte count). Never blocks: the file is

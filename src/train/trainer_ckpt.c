@@ -18,8 +18,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #define STATE_FILE AF_CKPT_STATE_FILE
 #define CONFIG_FILE AF_CKPT_CONFIG_FILE
@@ -379,6 +385,9 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
     af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
     if (st == AF_OK) st = rm_tree(tmp);
     if (st == AF_OK) st = af_mkdir_p(tmp);
+    static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
+                                        STATE_FILE, CONFIG_FILE, AF_MANIFEST_FILE};
+    const int slot = st == AF_OK ? af_temp_dir_register(tmp, files, 6) : -1; /* a second Ctrl-C removes it */
     if (st == AF_OK && t->lm) { /* causal LM: PEFT CAUSAL_LM adapter (no head, no pooling) */
         cJSON_AddStringToObject(extra, "task", "causal-lm");
         cJSON_AddNumberToObject(extra, "step", (double)rs->step);
@@ -476,6 +485,7 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         (void)rm_tree(tmp);
         af_fail(st, "%s", keep);
     }
+    af_temp_dir_unregister(slot);
     cJSON_Delete(extra);
     free(tmp);
     free(fin);
@@ -562,22 +572,18 @@ static int have_gnuplot(void) {
     return 0;
 }
 
-void af_tr_plot(const char *out_dir, FILE *log) {
-    if (!have_gnuplot()) {
-        if (log) fprintf(log, "plot: gnuplot not found, no curves.png (apt-get install gnuplot-nox)\n");
-        return;
-    }
-    char *mp = af_path_join(out_dir, "metrics.jsonl"), *png = af_path_join(out_dir, "curves.png");
-    char *tmp = af_path_join(out_dir, ".curves.png.tmp");
-    char *b = mp ? af_read_file(mp, NULL) : NULL;
-    FILE *gp = (b && png && tmp) ? popen("gnuplot", "w") : NULL;
-    if (!gp) {
-        if (log) fprintf(log, "plot: cannot run gnuplot or read metrics.jsonl\n");
-        free(mp), free(png), free(tmp), free(b);
-        return;
-    }
+/* Seconds gnuplot may take (AFINAR_PLOT_TIMEOUT, default 60): a gnuplot that hangs is killed. */
+static double plot_timeout(void) {
+    const char *e = getenv("AFINAR_PLOT_TIMEOUT");
+    char *end;
+    double v = e ? strtod(e, &end) : 0;
+    return e && end != e && !*end && v > 0 && v < 1e6 ? v : 60.0;
+}
+
+/* The gnuplot script of metrics.jsonl `b` (data inline) into fp. */
+static void plot_script(FILE *gp, char *b, const char *tmp_png) {
     fprintf(gp, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1000,760 } "
-                "else { set terminal png size 1000,760 }\nset output '%s'\n", tmp);
+                "else { set terminal png size 1000,760 }\nset output '%s'\n", tmp_png);
     int n_eval = 0, lm = 0;
     for (int pass = 0; pass < 2; pass++) {
         fprintf(gp, "$%s << EOD\n", pass ? "E" : "T");
@@ -618,12 +624,79 @@ void af_tr_plot(const char *out_dir, FILE *log) {
     if (n_eval) fprintf(gp, ", $E using 1:3 with linespoints lw 2 lc rgb '#cc3333' title 'val %s'", acc);
     if (n_eval && !lm) fprintf(gp, ", $E using 1:4 with linespoints lw 2 lc rgb '#339933' title 'val macro-F1'");
     fprintf(gp, "\nunset multiplot\nset output\n");
-    int rc = pclose(gp);
+}
+
+/* The script goes to a hidden file and gnuplot runs on it as a child process (stdin /dev/null), so
+ * a gnuplot that exits early cannot kill the run with SIGPIPE (nothing is piped to it), and one that
+ * hangs is killed after plot_timeout() seconds: the run's result never depends on the plot. */
+void af_tr_plot(const char *out_dir, FILE *log) {
+    if (!have_gnuplot()) {
+        if (log) fprintf(log, "plot: gnuplot not found, no curves.png (apt-get install gnuplot-nox)\n");
+        return;
+    }
+    char *mp = af_path_join(out_dir, "metrics.jsonl"), *png = af_path_join(out_dir, "curves.png");
+    char *tmp = af_path_join(out_dir, ".curves.png.tmp"), *gpf = af_path_join(out_dir, ".curves.gp.tmp");
+    char *b = mp ? af_read_file(mp, NULL) : NULL;
+    const int s_png = tmp ? af_temp_file_register(tmp) : -1, s_gp = gpf ? af_temp_file_register(gpf) : -1;
+    FILE *gp = (b && png && tmp && gpf) ? fopen(gpf, "w") : NULL;
+    int ok = gp != NULL;
+    if (gp) {
+        plot_script(gp, b, tmp);
+        ok = !ferror(gp);
+        ok = fclose(gp) == 0 && ok;
+    }
+    const char *why = ok ? NULL : "cannot write its script or read metrics.jsonl";
+    int rc = -1;
+    pid_t pid = -1;
+    if (ok) {
+        char *argv[] = {(char *)"gnuplot", gpf, NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawnattr_t at; /* its own process group: a hung gnuplot is stopped with its children */
+        posix_spawnattr_init(&at);
+        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+        posix_spawnattr_setpgroup(&at, 0);
+        if (posix_spawnp(&pid, "gnuplot", &fa, &at, argv, environ) != 0) {
+            pid = -1;
+            why = "cannot start gnuplot";
+        }
+        posix_spawnattr_destroy(&at);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    if (pid > 0) {
+        const double t0 = af_time_sec(), lim = plot_timeout();
+        int status = 0;
+        for (;;) {
+            pid_t w = waitpid(pid, &status, WNOHANG);
+            if (w == pid) {
+                rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+                break;
+            }
+            if (w < 0 && errno != EINTR) break;
+            if (af_time_sec() - t0 > lim) {
+                kill(-pid, SIGKILL);
+                while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+                }
+                why = "gnuplot did not finish in time (AFINAR_PLOT_TIMEOUT) and was stopped";
+                break;
+            }
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (gpf) unlink(gpf);
     if (rc == 0 && rename(tmp, png) == 0) {
         if (log) fprintf(log, "plot: %s\n", png);
     } else {
-        unlink(tmp);
-        if (log) fprintf(log, "plot: gnuplot failed (exit status %d), no curves.png\n", rc);
+        if (tmp) unlink(tmp);
+        if (log) {
+            if (why) fprintf(log, "plot: %s, no curves.png\n", why);
+            else if (rc == 0) fprintf(log, "plot: gnuplot wrote no image, no curves.png\n");
+            else fprintf(log, "plot: gnuplot failed (exit status %d), no curves.png\n", rc);
+        }
     }
-    free(mp), free(png), free(tmp), free(b);
+    af_temp_dir_unregister(s_png);
+    af_temp_dir_unregister(s_gp);
+    free(mp), free(png), free(tmp), free(gpf), free(b);
 }
