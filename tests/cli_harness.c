@@ -22,12 +22,15 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Each including test uses some of these helpers. */
+#define CLI_HELPER static __attribute__((unused))
+
 static char g_dir[256];  /* the temporary directory */
 static char g_bin[4096]; /* absolute path of the CLI */
 static int g_dump;
 
 /* "<dir>/<name>" in a rotating static buffer. */
-static const char *P_(const char *name) {
+CLI_HELPER const char *P_(const char *name) {
     static char buf[64][600];
     static int k;
     k = (k + 1) % 64;
@@ -35,7 +38,7 @@ static const char *P_(const char *name) {
     return buf[k];
 }
 
-static void write_text(const char *path, const char *text) {
+CLI_HELPER void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     if (!f) {
         CHECK(0, "cannot write %s: %s", path, strerror(errno));
@@ -45,7 +48,7 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
-static int exists(const char *path) {
+CLI_HELPER int exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
 }
@@ -54,7 +57,7 @@ static int exists(const char *path) {
 
 /* Tiny llama (tinymodel.c), with a byte-level gpt2 tokenizer (256 byte tokens, "ab", one merge,
  * <|endoftext|>) when with_tok. */
-static af_status write_model(const char *path, int with_tok) {
+CLI_HELPER af_status write_model(const char *path, int with_tok) {
     static const char *const extra[2] = {"ab", "<|endoftext|>"};
     static const char *const merges[1] = {"a b"};
     tm_spec s = tm_default("llama", AF_TYPE_Q8_0);
@@ -66,7 +69,7 @@ static af_status write_model(const char *path, int with_tok) {
 static const char *const k_names[3] = {"sport", "tech", "food"};
 
 /* n samples "<word> <keyword>", label name of class i % 3. */
-static void write_corpus(const char *path, int n) {
+CLI_HELPER void write_corpus(const char *path, int n) {
     static const char *const keys[3] = {"goal", "chip", "soup"};
     FILE *f = fopen(path, "w");
     if (!f) return;
@@ -75,7 +78,7 @@ static void write_corpus(const char *path, int n) {
 }
 
 /* Copy a file; with max >= 0 only its first `max` bytes. */
-static int copy_file(const char *from, const char *to, long max) {
+CLI_HELPER int copy_file(const char *from, const char *to, long max) {
     size_t n = 0;
     char *b = tl_read_file(from, &n);
     if (!b) return 0;
@@ -88,7 +91,7 @@ static int copy_file(const char *from, const char *to, long max) {
 }
 
 /* Copy the plain files of directory `from` into a new directory `to`. */
-static int copy_dir(const char *from, const char *to) {
+CLI_HELPER int copy_dir(const char *from, const char *to) {
     DIR *d = opendir(from);
     if (!d || mkdir(to, 0777) != 0) {
         if (d) closedir(d);
@@ -107,9 +110,32 @@ static int copy_dir(const char *from, const char *to) {
     return ok;
 }
 
+/* Copy the tree `from` (files and directories) to a new `to`. */
+CLI_HELPER int copy_tree(const char *from, const char *to) {
+    DIR *d = opendir(from);
+    if (!d || mkdir(to, 0777) != 0) {
+        if (d) closedir(d);
+        return 0;
+    }
+    struct dirent *e;
+    int ok = 1;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char a[1200], b[1200];
+        snprintf(a, sizeof a, "%s/%s", from, e->d_name);
+        snprintf(b, sizeof b, "%s/%s", to, e->d_name);
+        struct stat sb;
+        if (lstat(a, &sb) != 0) ok = 0;
+        else if (S_ISDIR(sb.st_mode)) ok = copy_tree(a, b) && ok;
+        else ok = copy_file(a, b, -1) && ok;
+    }
+    closedir(d);
+    return ok;
+}
+
 /* rm -rf without a shell (the tree holds only files and directories we made; chmod 000 ones are
  * made readable again first). */
-static void rm_tree(const char *path) {
+CLI_HELPER void rm_tree(const char *path) {
     struct stat sb;
     if (lstat(path, &sb) != 0) return;
     if (S_ISDIR(sb.st_mode)) {
@@ -130,7 +156,7 @@ static void rm_tree(const char *path) {
 }
 
 /* Names in `dir` containing `needle` (recursively). */
-static int count_named(const char *dir, const char *needle) {
+CLI_HELPER int count_named(const char *dir, const char *needle) {
     DIR *d = opendir(dir);
     if (!d) return 0;
     int n = 0;
@@ -156,10 +182,11 @@ typedef struct run_result {
 } run_result;
 
 #define RUN_TIMEOUT_S 120 /* generous: ASan builds are slow; a hang still ends */
+static const char *g_env[8]; /* "NAME=VALUE" put into the child's environment (NULL-terminated) */
 static int g_run_timeout = RUN_TIMEOUT_S; /* the reliability cases (a hang is the defect) use less */
 
 /* Append what is readable on fd to the growing buffer; returns 0 at EOF or error. */
-static int drain(int fd, char **buf, size_t *len, size_t *cap) {
+CLI_HELPER int drain(int fd, char **buf, size_t *len, size_t *cap) {
     char tmp[4096];
     ssize_t r = read(fd, tmp, sizeof tmp);
     if (r < 0 && errno == EINTR) return 1;
@@ -179,7 +206,7 @@ static int drain(int fd, char **buf, size_t *len, size_t *cap) {
 /* Run $AFINAR_BIN with args (args[0] = the binary, NULL-terminated). stdin from `in` (NULL:
  * /dev/null); stdout and stderr through pipes (so a file size limit does not cut them).
  * fsize > 0: RLIMIT_FSIZE in the child with SIGXFSZ ignored, so a write past it fails (EFBIG). */
-static run_result run_argv(const char *in, long fsize, char **args) {
+CLI_HELPER run_result run_argv(const char *in, long fsize, char **args) {
     run_result r = {-1000, NULL, NULL};
     int po[2], pe[2];
     if (pipe(po) != 0 || pipe(pe) != 0) {
@@ -198,6 +225,7 @@ static run_result run_argv(const char *in, long fsize, char **args) {
         if (fi < 0) _exit(126);
         dup2(fi, 0), dup2(po[1], 1), dup2(pe[1], 2);
         close(fi), close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
+        for (int i = 0; i < 8 && g_env[i]; i++) putenv((char *)g_env[i]);
         if (fsize > 0) {
             signal(SIGXFSZ, SIG_IGN);
             struct rlimit lim;
@@ -242,13 +270,13 @@ static run_result run_argv(const char *in, long fsize, char **args) {
     return r;
 }
 
-static void run_free(run_result *r) {
+CLI_HELPER void run_free(run_result *r) {
     free(r->err);
     free(r->out);
 }
 
 /* Expand "@" into the temporary directory. Returns a malloc'ed string. */
-static char *expand(const char *s) {
+CLI_HELPER char *expand(const char *s) {
     size_t n = strlen(s), ld = strlen(g_dir), k = 0;
     for (size_t i = 0; i < n; i++) k += s[i] == '@';
     char *o = malloc(n + k * ld + 1), *p = o;
@@ -262,7 +290,7 @@ static char *expand(const char *s) {
 
 /* Split a command line on single spaces ("@" expanded; "''" is an empty argument) into a
  * NULL-terminated argv with argv[0] = the binary. */
-static char **split_args(const char *cmdline) {
+CLI_HELPER char **split_args(const char *cmdline) {
     char *s = expand(cmdline);
     int n = 2;
     for (char *q = s; *q; q++) n += *q == ' ';
@@ -275,19 +303,19 @@ static char **split_args(const char *cmdline) {
     return av;
 }
 
-static void free_args(char **av) {
+CLI_HELPER void free_args(char **av) {
     for (int i = 0; av[i]; i++) free(av[i]);
     free(av);
 }
 
-static int n_lines(const char *s) {
+CLI_HELPER int n_lines(const char *s) {
     int n = 0;
     for (; *s; s++) n += *s == '\n';
     return n;
 }
 
 /* The last non-empty line of s (static buffer). */
-static const char *last_line(const char *s) {
+CLI_HELPER const char *last_line(const char *s) {
     static char buf[4096];
     size_t n = strlen(s);
     while (n > 0 && s[n - 1] == '\n') n--;
@@ -298,7 +326,7 @@ static const char *last_line(const char *s) {
 }
 
 /* Does text[0..n) match pattern p, where '*' matches any run of characters (no other wildcard)? */
-static int glob_match(const char *p, const char *text, size_t n) {
+CLI_HELPER int glob_match(const char *p, const char *text, size_t n) {
     size_t ti = 0, star_p = (size_t)-1, star_t = 0, pi = 0, pn = strlen(p);
     while (ti < n) {
         if (pi < pn && p[pi] == '*') star_p = pi++, star_t = ti;
@@ -316,7 +344,7 @@ static int glob_match(const char *p, const char *text, size_t n) {
  * With flags & MULTI the message is the LAST stderr line (train prints its report first).
  */
 enum { ONE = 0, MULTI = 1 };
-static int expect_in(const char *in, long fsize, const char *cmdline, int want_rc, const char *want, int flags) {
+CLI_HELPER int expect_in(const char *in, long fsize, const char *cmdline, int want_rc, const char *want, int flags) {
     char **av = split_args(cmdline);
     run_result r = run_argv(in, fsize, av);
     free_args(av);
@@ -347,7 +375,7 @@ static int expect_in(const char *in, long fsize, const char *cmdline, int want_r
 /* Make an afinar-written adapter or checkpoint directory an unverified one (as a PEFT-made
  * directory is): remove its manifest.json and the "manifest" claim of its afinar.json, so that
  * hand edits reach the parsers behind the manifest check. */
-static void unverify(const char *dir) {
+CLI_HELPER void unverify(const char *dir) {
     char p[1300];
     snprintf(p, sizeof p, "%s/manifest.json", dir);
     unlink(p);
