@@ -1017,14 +1017,14 @@ static void test_rel_output(void) {
 /* Start `cmdline` (stdout and stderr to files in the test directory), wait until its stderr holds
  * `ready` (at most 60 s), send `sig`, wait for the exit (at most 60 s). Returns the exit status,
  * -signal when killed by a signal, -1000 on a hang; *err gets stderr (malloc'ed). */
-static int run_signalled(const char *cmdline, const char *ready, int sig, char **err) {
+static int run_signalled_in(const char *in, const char *cmdline, const char *ready, int sig, char **err) {
     char **av = split_args(cmdline);
     const char *ef = P_("sig_stderr.txt"), *of = P_("sig_stdout.txt");
     unlink(ef), unlink(of); /* not the previous run's text */
     fflush(stdout), fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
-        int fi = open("/dev/null", O_RDONLY), fo = open(of, O_WRONLY | O_CREAT | O_TRUNC, 0644),
+        int fi = open(in ? in : "/dev/null", O_RDONLY), fo = open(of, O_WRONLY | O_CREAT | O_TRUNC, 0644),
             fe = open(ef, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fi < 0 || fo < 0 || fe < 0) _exit(126);
         dup2(fi, 0), dup2(fo, 1), dup2(fe, 2);
@@ -1045,8 +1045,11 @@ static int run_signalled(const char *cmdline, const char *ready, int sig, char *
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if (!sent) {
             int on_out = !strncmp(ready, "@stdout:", 8); /* wait for text on stdout instead */
-            char *e = tl_read_file(on_out ? of : ef, NULL);
-            if ((e && strstr(e, on_out ? ready + 8 : ready)) || t1.tv_sec - t0.tv_sec > 60) {
+            const double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+            const int timed = !strncmp(ready, "@after:", 7); /* "@after:MS": send after MS milliseconds */
+            char *e = timed ? NULL : tl_read_file(on_out ? of : ef, NULL);
+            if ((e && strstr(e, on_out ? ready + 8 : ready)) || (timed && ms >= atof(ready + 7)) ||
+                t1.tv_sec - t0.tv_sec > 60) {
                 kill(pid, sig);
                 sent = 1;
                 t0 = t1;
@@ -1064,6 +1067,10 @@ static int run_signalled(const char *cmdline, const char *ready, int sig, char *
     if (!*err) *err = strdup("");
     if (g_dump) printf("---- %s (signal %d)\n     rc=%d stderr: %s", cmdline, sig, rc, *err);
     return rc;
+}
+
+static int run_signalled(const char *cmdline, const char *ready, int sig, char **err) {
+    return run_signalled_in(NULL, cmdline, ready, sig, err);
 }
 
 /* Class 4: SIGTERM stops train like Ctrl-C (finish the step, save a checkpoint, exit 143) and the
@@ -1105,6 +1112,64 @@ static void test_rel_signals(void) {
         CHECK(rc == 128 + sig || rc == 0, "generate, signal %d after the echo: exit %d (want %d, or 0 when it had finished)",
               sig, rc, 128 + sig);
         free(err);
+    }
+    /* eval and predict: stop after the current batch (before their long loop: at once), exit 130 /
+     * 143, nothing half-written: eval prints nothing and writes no --json file, predict's stdout holds
+     * only complete lines; no temporary anywhere */
+    {
+        FILE *fj = fopen(P_("big.jsonl"), "w"), *ft = fopen(P_("big.txt"), "w");
+        for (int i = 0; fj && ft && i < 20000; i++) {
+            fprintf(fj, "{\"input\": \"w%d goal chip soup\", \"label\": \"%s\"}\n", i, k_names[i % 3]);
+            fprintf(ft, "w%d goal chip soup\n", i);
+        }
+        if (fj) fclose(fj);
+        if (ft) fclose(ft);
+    }
+    for (int k = 0; k < 2; k++) {
+        const int sig = k ? SIGINT : SIGTERM;
+        const char *sn = k ? "interrupted (SIGINT)" : "terminated (SIGTERM)";
+        char *err = NULL, graceful[128], at_once[128];
+        snprintf(graceful, sizeof graceful, "afinar eval: %s: stopped after ", sn);
+        snprintf(at_once, sizeof at_once, "afinar: %s: stopped at once, temporary files removed", sn);
+        unlink(P_("sig_eval.json"));
+        int rc = run_signalled("eval -m @/tiny.gguf -a @/run/final --data @/big.jsonl --json @/sig_eval.json -t 1",
+                               "@after:700", sig, &err);
+        char *out = tl_read_file(P_("sig_stdout.txt"), NULL);
+        CHECK(rc == 128 + sig && (strstr(err, graceful) || strstr(err, at_once)) && out && !out[0] &&
+                  !exists(P_("sig_eval.json")) && count_named(g_dir, ".tmp-") == 0,
+              "eval, signal %d: exit %d (want %d), nothing on stdout (%zu bytes), no --json file; stderr: %.300s", sig, rc,
+              128 + sig, out ? strlen(out) : 0, err);
+        free(out);
+        free(err);
+        snprintf(graceful, sizeof graceful, "afinar predict: %s", sn);
+        rc = run_signalled_in(P_("big.txt"), "predict -m @/tiny.gguf -a @/run/final -t 1", "@stdout:\"label\"", sig, &err);
+        out = tl_read_file(P_("sig_stdout.txt"), NULL);
+        size_t ol = out ? strlen(out) : 0;
+        int lines = 0, whole = out != NULL;
+        for (char *ln = out; ln && *ln;) {
+            char *nl = strchr(ln, '\n');
+            whole &= nl && ln[0] == '{' && nl[-1] == '}';
+            if (!nl) break;
+            lines++;
+            ln = nl + 1;
+        }
+        CHECK(rc == 128 + sig && strstr(err, graceful) && strstr(err, "nothing more is written") && whole &&
+                  (ol == 0 || out[ol - 1] == '\n') && lines < 20000,
+              "predict, signal %d after its first lines: exit %d (want %d), %d complete lines (all whole: %d); stderr: %.300s",
+              sig, rc, 128 + sig, lines, whole, err);
+        free(out);
+        free(err);
+    }
+    /* predict waiting for a line on stdin (a terminal, a pipe with no data yet): Ctrl-C ends it */
+    if (CHECK(mkfifo(P_("sig_fifo"), 0600) == 0, "mkfifo")) {
+        int wfd = open(P_("sig_fifo"), O_RDWR); /* a writer that never writes: the reader blocks */
+        char *err = NULL;
+        int rc = run_signalled_in(P_("sig_fifo"), "predict -m @/tiny.gguf -a @/run/final -t 1", "@after:1500", SIGINT, &err);
+        CHECK(rc == 130 && (strstr(err, "afinar predict: interrupted (SIGINT); nothing more is written") ||
+                            strstr(err, "afinar: interrupted (SIGINT): stopped at once")),
+              "predict blocked on stdin, SIGINT: exit %d (want 130); stderr: %.300s", rc, err);
+        free(err);
+        if (wfd >= 0) close(wfd);
     }
 }
 
@@ -1317,6 +1382,62 @@ static void test_rel_nonfinite_adapter(void) {
     snprintf(want, sizeof want, "afinar generate: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
     EXPECT("generate -m @/tiny.gguf -a @/nan_ad -p hi -t 1", 1, want);
     EXPECT("eval -m @/tiny.gguf -a @/nan_ad --data @/pc.jsonl --generate 1 -t 1", 1, "afinar eval: *not finite (NaN or Inf)*");
+    /* the commands that write a model or an adapter from it (issue 18 re-sweep: export, merge,
+     * merge-adapters came after the first round) */
+    snprintf(want, sizeof want, "afinar export: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("export -m @/tiny.gguf -a @/nan_ad -o @/nan.gguf", 1, want);
+    snprintf(want, sizeof want, "afinar merge: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("merge -m @/tiny.gguf -a @/nan_ad -o @/nan.gguf", 1, want);
+    snprintf(want, sizeof want, "afinar merge-adapters: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("merge-adapters @/run/final @/nan_ad -o @/nan_m", 1, want);
+    CHECK(!exists(P_("nan.gguf")) && !exists(P_("nan_m")), "nothing written from a NaN adapter");
+    /* a LoRA GGUF holding a NaN (the GGUF reader had no finite check) */
+    EXPECT("export -m @/tiny.gguf -a @/run/final -o @/lora_nan.gguf", 0, "*");
+    af_gguf *g = NULL;
+    uint64_t off = 0;
+    if (CHECK(af_gguf_open(P_("lora_nan.gguf"), &g) == AF_OK && g->n_tensors > 0, "open the exported LoRA GGUF")) {
+        off = g->data_offset + g->tensors[0].offset;
+        af_gguf_close(g);
+        b = (unsigned char *)tl_read_file(P_("lora_nan.gguf"), &n);
+        if (b && off + 4 <= n) {
+            memcpy(b + off, nan_f32, 4);
+            f = fopen(P_("lora_nan.gguf"), "wb");
+            if (f) fwrite(b, 1, n, f), fclose(f);
+        }
+        free(b);
+        EXPECT("predict -m @/tiny.gguf -a @/lora_nan.gguf -t 1", 1,
+               "afinar predict: @/lora_nan.gguf: tensor 'blk.*': element 0 is not finite (NaN or Inf): the adapter is "
+               "unusable (saved from a diverged run?)");
+        EXPECT("generate -m @/tiny.gguf -a @/lora_nan.gguf -p hi -t 1", 1, "afinar generate: @/lora_nan.gguf: tensor *not finite*");
+    }
+    /* finite values whose products overflow: predict must not print "probs": [null, ...] */
+    if (CHECK(copy_dir(P_("run/final"), P_("huge_ad")), "copy adapter")) {
+        unverify(P_("huge_ad"));
+        af_st_file *sf = NULL;
+        size_t at = 0, cnt = 0;
+        if (CHECK(af_st_open(P_("huge_ad/adapter_model.safetensors"), &sf) == AF_OK, "open adapter")) {
+            const af_st_tensor *w = af_st_find(sf, "base_model.model.score.weight");
+            if (w) at = (size_t)w->begin, cnt = (size_t)w->n_elem; /* offsets in the data after the header */
+            af_st_close(sf);
+        }
+        b = (unsigned char *)tl_read_file(P_("huge_ad/adapter_model.safetensors"), &n);
+        uint64_t hdr = 0;
+        if (b && n > 8) memcpy(&hdr, b, 8);
+        if (b && cnt && 8 + hdr + at + 4 * cnt <= n) {
+            for (size_t i = 0; i < cnt; i++) {
+                const float big = (i % 2 ? -3e38f : 3e38f);
+                memcpy(b + 8 + hdr + at + 4 * i, &big, 4);
+            }
+            f = fopen(P_("huge_ad/adapter_model.safetensors"), "wb");
+            if (f) fwrite(b, 1, n, f), fclose(f);
+        }
+        free(b);
+        expect_in(P_("pred_in.txt"), 0, "predict -m @/tiny.gguf -a @/huge_ad -t 1", 1,
+                  "afinar predict: <stdin>: sample 1: the classifier's probabilities are not finite (NaN or Inf): the "
+                  "model's weights or activations overflow; no prediction is made", ONE);
+        EXPECT("eval -m @/tiny.gguf -a @/huge_ad --data @/val.jsonl -t 1", 1,
+               "afinar eval: @/val.jsonl: sample 1: the classifier's probabilities are not finite*");
+    }
 }
 
 int main(void) {
