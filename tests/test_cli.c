@@ -820,6 +820,45 @@ static void test_rel_special_files(void) {
     EXPECT("train --resume @/fifo -t 1", 1, "afinar train: --resume @/fifo: *");
     snprintf(want, sizeof want, "afinar train: @/fifo_ck/train_config.json: %s; cannot resume from @/fifo_ck*", F);
     EXPECT("train --resume @/fifo_ck -t 1", 1, want);
+    /* the commands added after the first round (issue 18 re-sweep): export, merge, merge-adapters,
+     * Hugging Face directories */
+    for (int z = 0; z < 2; z++) {
+        static const char *const wr[] = {"export -m %s -a @/run/final -o @/sp.gguf", "merge -m %s -a @/run/final -o @/sp.gguf"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(cmd, sizeof cmd, wr[k], z ? "/dev/zero" : "@/fifo");
+            snprintf(want, sizeof want, "afinar %s: %s: %s", k ? "merge" : "export", z ? "/dev/zero" : "@/fifo", z ? Z : F);
+            EXPECT(cmd, 1, want);
+        }
+    }
+    EXPECT("export -m @/tiny.gguf -a @/fifo -o @/sp.gguf", 1,
+           "afinar export: @/fifo: not an adapter directory or LoRA GGUF file (a FIFO or pipe)");
+    EXPECT("merge -m @/tiny.gguf -a /dev/zero -o @/sp.gguf", 1,
+           "afinar merge: /dev/zero: not an adapter directory or LoRA GGUF file (a character device)");
+    EXPECT("merge-adapters @/fifo @/run/final -o @/sp_m", 1,
+           "afinar merge-adapters: @/fifo: not an adapter directory or LoRA GGUF file (a FIFO or pipe)");
+    snprintf(want, sizeof want, "afinar merge-adapters: @/fifo_st/adapter_model.safetensors: %s", F);
+    EXPECT("merge-adapters @/run/final @/fifo_st -o @/sp_m", 1, want);
+    CHECK(!exists(P_("sp.gguf")) && !exists(P_("sp_m")), "nothing written");
+    static const char *const hf_files[] = {"config.json", "model.safetensors.index.json", "model-00003-of-00005.safetensors",
+                                           "tokenizer.json"};
+    for (int k = 0; k < 4; k++) {
+        char d[64], p[700];
+        snprintf(d, sizeof d, "hf_fifo%d", k);
+        if (!CHECK(copy_dir("tests/fixtures/hf_tiny_llama", P_(d)), "copy the HF fixture")) continue;
+        snprintf(p, sizeof p, "%s/%s", P_(d), hf_files[k]);
+        unlink(p);
+        CHECK(mkfifo(p, 0600) == 0, "mkfifo %s", p);
+        if (k < 3) {
+            snprintf(cmd, sizeof cmd, "info @/%s", d);
+            snprintf(want, sizeof want, "afinar info: @/%s/%s: not a regular file*", d, hf_files[k]);
+            EXPECT_MULTI(cmd, 1, want);
+        } else {
+            snprintf(cmd, sizeof cmd, "generate -m @/%s -p hi -t 1", d);
+            snprintf(want, sizeof want, "afinar generate: @/%s: the model has no usable tokenizer (@/%s/tokenizer.json: not "
+                                        "a regular file), so text cannot be generated", d, d);
+            EXPECT(cmd, 1, want);
+        }
+    }
     /* the stdin convention still works: JSONL through a pipe on --input - */
     g_run_timeout = RUN_TIMEOUT_S;
 }
@@ -962,7 +1001,10 @@ static void test_rel_output(void) {
         "generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1",
         "eval -m @/tiny.gguf --data @/pc.jsonl --generate 1 --max-new-tokens 2 -t 1",
         "train --help",
-        "version"};
+        "version",
+        /* the commands added after the first round (issue 18 re-sweep) */
+        "export --help", "merge --help", "merge-adapters --help", "info tests/fixtures/hf_tiny_llama",
+        "merge-adapters @/run/final @/run/final -o @/full_m"};
     for (size_t k = 0; k < sizeof full_cmds / sizeof *full_cmds; k++) {
         char *err = NULL;
         double secs = 0;
@@ -1354,6 +1396,11 @@ static void test_rel_messages(void) {
               "first save under ulimit -f: exit %d, stderr: %.600s", rc, err);
         free(err);
     }
+    /* an adapter of another model whose rank matches: the shapes differ, and the message says which
+     * model the adapter was trained on (was: the shapes only) */
+    EXPECT("merge -m tests/fixtures/hf_tiny_llama -a @/run/final -o @/other.gguf", 1,
+           "afinar merge: @/run/final/adapter_model.safetensors: tensor '*': shape [*], expected [*] (an adapter for "
+           "another model: it was trained on @/tiny.gguf)");
 }
 
 /* Class 5 (the adapter part): an adapter holding a NaN is refused by every command that loads it. */

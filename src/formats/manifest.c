@@ -195,7 +195,7 @@ af_status af_manifest_verify(const char *dir, const char *const *must_list, int 
     char *mp = af_path_join(dir, AF_MANIFEST_FILE);
     if (!mp) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
     struct stat sb;
-    if (lstat(mp, &sb) != 0 && errno == ENOENT) {
+    if (lstat(mp, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR)) { /* ENOTDIR: `dir` is a file: the reader says so */
         free(mp);
         return AF_OK;
     }

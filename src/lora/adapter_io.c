@@ -601,6 +601,10 @@ static af_status read_info_open(const char *dir, af_adapter_info *info, af_st_fi
     *fout = NULL;
     cJSON *cfg = NULL;
     int verified = 0; /* every file checked against manifest.json before any of it is parsed */
+    struct stat sd;
+    if (stat(dir, &sd) == 0 && !S_ISDIR(sd.st_mode)) /* not a LoRA GGUF (checked first) and not a directory */
+        return af_fail(AF_ERR_IO, "%s: not an adapter directory or LoRA GGUF file (%s)", dir,
+                       S_ISREG(sd.st_mode) ? "a file of another kind" : af_file_kind((unsigned)sd.st_mode));
     af_status st = af_manifest_verify(dir, AF_ADAPTER_FILES, AF_ADAPTER_N_FILES, &verified);
     if (st == AF_OK) st = read_json(dir, AF_ADAPTER_CONFIG_FILE, 0, &cfg);
     if (st == AF_OK) st = parse_config(dir, cfg, info);
@@ -726,12 +730,17 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
             if (m.kind == 4)
                 st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld]", W, t->name, got,
                              (long long)e0);
-            else
+            else {
+                /* the rank matches: a LoRA tensor of another model's projection */
+                const int same_r = m.kind <= 2 && (t->shape[0] == r || t->n_dims < 2 || t->shape[1] == r);
+                char why[600] = " (different LoRA rank or model?)";
+                if (same_r && info.base_model)
+                    snprintf(why, sizeof why, " (an adapter for another model: it was trained on %s)", info.base_model);
+                else if (same_r)
+                    why[0] = 0;
                 st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld, %lld]%s", W, t->name, got,
-                             (long long)e0, (long long)e1,
-                             m.kind <= 2 && (t->shape[0] == r || t->n_dims < 2 || t->shape[1] == r)
-                                 ? ""
-                                 : " (different LoRA rank or model?)");
+                             (long long)e0, (long long)e1, why);
+            }
         } else if (!readable_dtype(t->dtype)) {
             st = af_fail(AF_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported for adapters", W, t->name,
                          af_st_dtype_name(t->dtype));
