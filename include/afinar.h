@@ -811,9 +811,13 @@ af_status af_metrics_json(const af_metrics *m, const char *const *names, const c
  * checkpoints from which a resumed run continues bit for bit. Output directory OUT:
  *   metrics.jsonl        one JSON line per step, per evaluation and per skipped step
  *   run.json             the caller's configuration (config_json) and a data summary
- *   checkpoint-STEP/     PEFT adapter + trainer state + train_config.json (config_json), written
- *                        to a hidden temporary directory and renamed into place; the newest
- *                        save_total_limit are kept
+ *   checkpoint-STEP/     PEFT adapter + trainer state + train_config.json (config_json, with the
+ *                        paths of the model and data also relative to the checkpoint) +
+ *                        manifest.json (size and SHA-256 of each file), written to a hidden
+ *                        temporary directory and renamed into place; the newest save_total_limit
+ *                        are kept. A resume verifies the manifest and the state's values before
+ *                        anything is written (a damaged checkpoint is refused, naming the newest
+ *                        earlier one that verifies)
  *   best/, final/        PEFT adapters of the best evaluation and of the last step
  *   curves.png           loss / accuracy curves (gnuplot, when installed and plot is on)
  * The library prints only to opts.log.
