@@ -40,7 +40,9 @@ static void help(void) {
            "      --max-new-tokens N tokens generated per prompt (default 64; stops at end-of-generation)\n"
            "      --first-line       score only the first non-empty line of each generation (generation stops there)\n"
            "      --show N           examples printed (default 3)\n"
-           "      --lora-scale S     multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n");
+           "      --lora-scale S     multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n"
+           "\n"
+           "Ctrl-C / SIGTERM: stop after the current batch, print and write nothing, exit 130 / 143.\n");
 }
 
 int cmd_eval(int argc, char **argv) {

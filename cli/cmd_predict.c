@@ -28,7 +28,8 @@ static void help(void) {
            "      --poll US          microseconds threads spin between operations before sleeping\n"
            "                         (default 1000; 0 = sleep at once)\n"
            "Output: one JSON line per input on stdout: {\"label\", \"label_id\", \"probs\"} (multi-label:\n"
-           "{\"labels\", \"label_ids\", \"probs\"}).\n");
+           "{\"labels\", \"label_ids\", \"probs\"}).\n"
+           "Ctrl-C / SIGTERM: stop after the current batch (the lines printed are complete), exit 130 / 143.\n");
 }
 
 static int g_reported; /* the failure's message is already printed */

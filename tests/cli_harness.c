@@ -90,26 +90,6 @@ CLI_HELPER int copy_file(const char *from, const char *to, long max) {
     return ok;
 }
 
-/* Copy the plain files of directory `from` into a new directory `to`. */
-CLI_HELPER int copy_dir(const char *from, const char *to) {
-    DIR *d = opendir(from);
-    if (!d || mkdir(to, 0777) != 0) {
-        if (d) closedir(d);
-        return 0;
-    }
-    struct dirent *e;
-    int ok = 1;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char a[1200], b[1200];
-        snprintf(a, sizeof a, "%s/%s", from, e->d_name);
-        snprintf(b, sizeof b, "%s/%s", to, e->d_name);
-        ok = copy_file(a, b, -1) && ok;
-    }
-    closedir(d);
-    return ok;
-}
-
 /* Copy the tree `from` (files and directories) to a new `to`. */
 CLI_HELPER int copy_tree(const char *from, const char *to) {
     DIR *d = opendir(from);

@@ -64,7 +64,7 @@ static void setup_files(void) {
     /* Hugging Face directories (tests/fixtures/hf_tiny_llama) with one thing broken */
     static const char *hf_dirs[] = {"hf", "hf_cfgkey", "hf_cfgtype", "hf_shape", "hf_shard", "hf_dtype", "hf_moe", "hf_tok"};
     for (size_t i = 0; i < sizeof hf_dirs / sizeof *hf_dirs; i++)
-        CHECK(copy_dir("tests/fixtures/hf_tiny_llama", P_(hf_dirs[i])), "copy the tiny HF llama to %s", hf_dirs[i]);
+        CHECK(copy_tree("tests/fixtures/hf_tiny_llama", P_(hf_dirs[i])), "copy the tiny HF llama to %s", hf_dirs[i]);
     size_t cl = 0;
     char *cfg = tl_read_file("tests/fixtures/hf_tiny_llama/config.json", &cl);
     if (CHECK(cfg != NULL, "tiny HF config.json")) {
@@ -768,10 +768,10 @@ static void test_rel_special_files(void) {
     /* an adapter directory whose files are FIFOs; a run directory whose train_config.json is one */
     mkdir(P_("fifo_ad"), 0777);
     CHECK(mkfifo(P_("fifo_ad/adapter_config.json"), 0600) == 0, "mkfifo");
-    CHECK(copy_dir(P_("run/final"), P_("fifo_st")), "copy adapter");
+    CHECK(copy_tree(P_("run/final"), P_("fifo_st")), "copy adapter");
     unlink(P_("fifo_st/adapter_model.safetensors"));
     CHECK(mkfifo(P_("fifo_st/adapter_model.safetensors"), 0600) == 0, "mkfifo");
-    CHECK(copy_dir(P_("run/checkpoint-2"), P_("fifo_ck")), "copy checkpoint");
+    CHECK(copy_tree(P_("run/checkpoint-2"), P_("fifo_ck")), "copy checkpoint");
     unlink(P_("fifo_ck/train_config.json"));
     CHECK(mkfifo(P_("fifo_ck/train_config.json"), 0600) == 0, "mkfifo");
     const char *F = "not a regular file (a FIFO or pipe)", *Z = "not a regular file (a character device)";
@@ -844,7 +844,7 @@ static void test_rel_special_files(void) {
     for (int k = 0; k < 4; k++) {
         char d[64], p[700];
         snprintf(d, sizeof d, "hf_fifo%d", k);
-        if (!CHECK(copy_dir("tests/fixtures/hf_tiny_llama", P_(d)), "copy the HF fixture")) continue;
+        if (!CHECK(copy_tree("tests/fixtures/hf_tiny_llama", P_(d)), "copy the HF fixture")) continue;
         snprintf(p, sizeof p, "%s/%s", P_(d), hf_files[k]);
         unlink(p);
         CHECK(mkfifo(p, 0600) == 0, "mkfifo %s", p);
@@ -1316,7 +1316,7 @@ static void test_rel_semantics(void) {
            "by its type and shape, but the next tensor ('b') starts 512 bytes after it (more than the 32-byte alignment): "
            "its type does not match its data at offset *");
     /* afinar.json: a label list of the wrong length, a missing file, no pooling field */
-    CHECK(copy_dir(P_("run/final"), P_("lab4")) && copy_dir(P_("run/final"), P_("nojson")) && copy_dir(P_("run/final"), P_("nopool")),
+    CHECK(copy_tree(P_("run/final"), P_("lab4")) && copy_tree(P_("run/final"), P_("nojson")) && copy_tree(P_("run/final"), P_("nopool")),
           "copy adapters");
     {
         char *j = tl_read_file(P_("run/final/afinar.json"), NULL);
@@ -1364,7 +1364,7 @@ static void test_rel_semantics(void) {
 /* Class 8: messages that name the file, the field and the fix. */
 static void test_rel_messages(void) {
     /* a checkpoint without train_config.json: the missing file is named first */
-    CHECK(copy_dir(P_("run/checkpoint-2"), P_("nocfg_ck")), "copy checkpoint");
+    CHECK(copy_tree(P_("run/checkpoint-2"), P_("nocfg_ck")), "copy checkpoint");
     unlink(P_("nocfg_ck/train_config.json"));
     EXPECT("train --resume @/nocfg_ck -t 1", 1,
            "afinar train: --resume @/nocfg_ck: @/nocfg_ck/train_config.json is missing (it holds the run's settings); copy it "
@@ -1405,7 +1405,7 @@ static void test_rel_messages(void) {
 
 /* Class 5 (the adapter part): an adapter holding a NaN is refused by every command that loads it. */
 static void test_rel_nonfinite_adapter(void) {
-    if (!CHECK(copy_dir(P_("run/final"), P_("nan_ad")), "copy adapter")) return;
+    if (!CHECK(copy_tree(P_("run/final"), P_("nan_ad")), "copy adapter")) return;
     unverify(P_("nan_ad")); /* as an afinar before manifests wrote a diverged run's final/ */
     size_t n = 0;
     unsigned char *b = (unsigned char *)tl_read_file(P_("nan_ad/adapter_model.safetensors"), &n);
@@ -1458,7 +1458,7 @@ static void test_rel_nonfinite_adapter(void) {
         EXPECT("generate -m @/tiny.gguf -a @/lora_nan.gguf -p hi -t 1", 1, "afinar generate: @/lora_nan.gguf: tensor *not finite*");
     }
     /* finite values whose products overflow: predict must not print "probs": [null, ...] */
-    if (CHECK(copy_dir(P_("run/final"), P_("huge_ad")), "copy adapter")) {
+    if (CHECK(copy_tree(P_("run/final"), P_("huge_ad")), "copy adapter")) {
         unverify(P_("huge_ad"));
         af_st_file *sf = NULL;
         size_t at = 0, cnt = 0;
@@ -1513,7 +1513,7 @@ int main(void) {
         }
         run_free(&r);
     }
-    CHECK(copy_dir(P_("run/final"), P_("bad_cfg")) && copy_dir(P_("run/final"), P_("bad_st")), "copy adapters");
+    CHECK(copy_tree(P_("run/final"), P_("bad_cfg")) && copy_tree(P_("run/final"), P_("bad_st")), "copy adapters");
     unverify(P_("bad_cfg")); /* the parser's message, not the manifest's (tests/test_ckpt.c) */
     write_text(P_("bad_cfg/adapter_config.json"), "{\"r\": 2, \"lora_alpha\": ");
     {
