@@ -213,7 +213,7 @@ int cmd_predict(int argc, char **argv) {
     } else if (st == AF_OK) {
         st = run_stdin_lines(ctx, c, (int32_t)batch, thr);
     }
-    if (st == AF_ERR_INTERRUPTED || (cli_stop_signal() && st == AF_OK)) {
+    if (st == AF_ERR_INTERRUPTED || cli_stop_signal()) { /* a read cut by the signal (EINTR) too */
         cli_stdout_failed(C); /* the complete lines out first */
         rc = cli_stopped(C, st == AF_ERR_INTERRUPTED ? af_last_error() : NULL);
     } else if (st != AF_OK) rc = g_reported ? 1 : cli_fail(C, st);
