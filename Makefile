@@ -14,9 +14,9 @@ PREFIX  ?= /usr/local
 BUILD   ?= build
 DEBUG   ?= 0
 
-PKGS       := libpcre2-8 libcjson
+PKGS       := libpcre2-8 libcjson nettle
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson -lnettle)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     := -O2
@@ -89,9 +89,10 @@ TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out 
 all: probe lib cli
 
 probe:
-	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s\n' "$$($(CC) -dumpversion)" \
+	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s; Nettle (SHA-256) %s\n' "$$($(CC) -dumpversion)" \
 	  "$$(pkg-config --exists libpcre2-8 && echo '✓' || echo '✗ (apt-get install libpcre2-dev)')" \
-	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')"
+	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')" \
+	  "$$(pkg-config --exists nettle && echo '✓' || echo '✗ (apt-get install nettle-dev)')"
 	@printf 'afinar build: libmicrohttpd (afinar serve) %s\n' \
 	  "$$([ '$(SERVE)' = 1 ] && echo "✓ $$(pkg-config --modversion libmicrohttpd)" || echo '✗ (apt-get install libmicrohttpd-dev; or SERVE=0 was given)')"
 	@printf 'afinar build: MPI (mpirun -np N afinar train) %s\n' \

@@ -10,11 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t g_stop;
-/* SIGINT and SIGTERM: stop generating after the current token, end the line, exit 130 / 143. */
-static void on_sigint(int sig) {
-    g_stop = sig;
-}
 
 static double now_sec(void) {
     struct timespec ts;
@@ -206,8 +201,9 @@ int cmd_generate(int argc, char **argv) {
         cli_error(C, "out of memory");
         goto done;
     }
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
+    /* SIGINT and SIGTERM from here on: stop generating after the current token, end the line, exit
+     * 130 / 143 (before: at once) */
+    cli_graceful_stop(1);
     if (echo) {
         fwrite(text, 1, strlen(text), stdout);
         if (cli_stdout_failed(C)) goto done; /* rc 1: the output cannot be written */
@@ -242,7 +238,7 @@ int cmd_generate(int argc, char **argv) {
     double t_decode = 0;
     long n_decode = 0, n_gen = 0;
     char piece[256];
-    while (n_gen < n_predict && !g_stop) {
+    while (n_gen < n_predict && !cli_stop_signal()) {
         int32_t id = af_sample(logits, cfg->vocab_size, &sp, &rng);
         n_gen++;
         if (!ignore_eos && af_token_is_eog(tok, id)) break;
@@ -269,7 +265,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "timings: prompt %zu tokens %.3f s (%.2f tok/s), decode %ld tokens %.3f s (%.2f tok/s)\n",
                 n_ids, t_prompt, t_prompt > 0 ? (double)n_ids / t_prompt : 0.0, n_decode, t_decode,
                 t_decode > 0 ? (double)n_decode / t_decode : 0.0);
-    rc = g_stop ? 128 + (int)g_stop : 0;
+    rc = cli_stop_signal() ? 128 + cli_stop_signal() : 0;
 done:
     free(logits);
     free(ids);

@@ -41,9 +41,10 @@ typedef enum af_status {
     AF_ERR_NOT_FOUND = 6,   /* a required key/tensor/token is missing */
     AF_ERR_RANGE = 7,       /* a value is outside its allowed range (e.g. context full) */
     AF_ERR_INTERNAL = 8,    /* an internal invariant failed (a bug: please report) */
-    AF_ERR_CANCELLED = 9    /* the caller's cancel flag was set (af_session_set_control,
+    AF_ERR_CANCELLED = 9,   /* the caller's cancel flag was set (af_session_set_control,
                                af_lora_trainer_set_control, af_trainer_opts.cancel): the work stopped
                                at a layer boundary; nothing is wrong with the input */
+    AF_ERR_INTERRUPTED = 10 /* stopped on request between two batches (af_ctx_set_interrupt) */
 } af_status;
 
 /* Name of a status code, e.g. "AF_ERR_FORMAT". Static string, never NULL. */
@@ -126,6 +127,15 @@ void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p);
 int af_ctx_n_threads(const af_ctx *ctx);
 /* "scalar", "avx2" or "avx512". Static string. */
 const char *af_ctx_kernel_path(const af_ctx *ctx);
+/* Ask the long loops that run with `ctx` to stop between two batches once *flag is non-zero:
+ * af_classifier_probs (per forward batch), af_lm_evaluate (per batch), af_gen_eval_run (per prompt
+ * and per generated token). They then return AF_ERR_INTERRUPTED ("interrupted after N of M ...")
+ * and write nothing. `flag` is typically a signal handler's `volatile sig_atomic_t` (int on the
+ * platforms afinar builds on); NULL (the default) disables the check. The training loop has its
+ * own flag (af_trainer_opts.interrupt: it finishes the step and saves). */
+void af_ctx_set_interrupt(af_ctx *ctx, volatile int *flag);
+/* 1 when ctx's interrupt flag is set (NULL ctx or no flag: 0). */
+int af_ctx_interrupted(const af_ctx *ctx);
 /* "f32" or "bf16". Static string. */
 const char *af_ctx_matmul_precision(const af_ctx *ctx);
 int af_ctx_int8_activations(const af_ctx *ctx);
@@ -650,6 +660,13 @@ af_status af_write_file_atomic(const char *path, const void *data, size_t n);
  * AF_ERR_NOMEM. */
 af_status af_check_writable(const char *path);
 
+/* For a SIGINT / SIGTERM handler that ends the process: remove the temporaries afinar is writing
+ * right now (the hidden ".NAME.tmp-PID-N" files of af_write_file_atomic and the other atomic
+ * writers, and the temporary directories of checkpoints and merged adapters), so that a process
+ * stopped by a signal leaves nothing half-written. Async-signal-safe (unlink(2) and rmdir(2)
+ * only); call _exit afterwards. */
+void af_remove_temporaries(void);
+
 /* Read a whole input file (a prompt, a config) into a malloc'ed, NUL-terminated buffer (`*text`,
  * caller frees with free(); `*len`, may be NULL, gets the byte count). Never blocks: the file is
  * opened with O_NONBLOCK and refused unless it is a regular file (a FIFO, a directory, /dev/zero
@@ -869,9 +886,13 @@ af_status af_metrics_json(const af_metrics *m, const char *const *names, const c
  * checkpoints from which a resumed run continues bit for bit. Output directory OUT:
  *   metrics.jsonl        one JSON line per step, per evaluation and per skipped step
  *   run.json             the caller's configuration (config_json) and a data summary
- *   checkpoint-STEP/     PEFT adapter + trainer state + train_config.json (config_json), written
- *                        to a hidden temporary directory and renamed into place; the newest
- *                        save_total_limit are kept
+ *   checkpoint-STEP/     PEFT adapter + trainer state + train_config.json (config_json, with the
+ *                        paths of the model and data also relative to the checkpoint) +
+ *                        manifest.json (size and SHA-256 of each file), written to a hidden
+ *                        temporary directory and renamed into place; the newest save_total_limit
+ *                        are kept. A resume verifies the manifest and the state's values before
+ *                        anything is written (a damaged checkpoint is refused, naming the newest
+ *                        earlier one that verifies)
  *   best/, final/        PEFT adapters of the best evaluation and of the last step
  *   curves.png           loss / accuracy curves (gnuplot, when installed and plot is on)
  * The library prints only to opts.log.
@@ -1121,6 +1142,21 @@ af_status af_train_settings_to_opts(af_train_settings *s, af_trainer_opts *o);
 /* The settings as pretty-printed JSON without the keys "resume" and "overwrite" (what a run stores
  * as config_json). `*out`: malloc'ed, caller frees with free(). Errors: AF_ERR_NOMEM. */
 af_status af_train_settings_to_json(const af_train_settings *s, char **out);
+
+/* The settings of checkpoint `ckpt` (a directory from af_trainer_find_checkpoint) for resuming it:
+ * its manifest.json is verified first (every file's size and SHA-256; a checkpoint written before
+ * manifests existed is read unverified, one that lost its manifest is refused), then its
+ * train_config.json is read as by af_train_settings_read, with two changes for a run directory that
+ * was moved: "output" is dropped (a resumed run writes next to its checkpoint unless the caller
+ * sets it again), and the files of "model", "train", "val" and "labels" are looked up first
+ * relative to the checkpoint (the run and its files moved together), then at the absolute path
+ * they had when the run started (the run moved alone), else the value stays as it was given.
+ * `note` (may be NULL) receives a malloc'ed text (caller frees; NULL when there is nothing to say)
+ * with one line per path that was changed or not found. `*out`: free with af_train_settings_free.
+ * Errors: those of af_train_settings_read; AF_ERR_FORMAT / AF_ERR_IO for a checkpoint whose files
+ * do not match its manifest (the message names the file and the newest earlier checkpoint that
+ * verifies), AF_ERR_NOMEM. */
+af_status af_train_settings_read_checkpoint(const char *ckpt, af_train_settings **out, char **note);
 
 /* ---------------------------------------------------------------------------------------------
  * Classifiers: a trained adapter loaded for prediction (`afinar eval` / `afinar predict`)

@@ -295,6 +295,19 @@ static int layout_tensor_at(const af_param_layout *lay, int64_t k, char *name, s
     return 1;
 }
 
+int af_tr_param_name(const af_param_layout *lay, int64_t idx, char *name, size_t cap) {
+    const int64_t nt = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2;
+    for (int64_t k = 0; k < nt; k++) {
+        char nm[128];
+        int64_t off = 0, len = 0;
+        if (!layout_tensor_at(lay, k, nm, sizeof nm, &off, &len) || off < 0 || idx < off || idx >= off + len) continue;
+        snprintf(name, cap, "%s element %lld", nm, (long long)(idx - off));
+        return 1;
+    }
+    snprintf(name, cap, "element %lld", (long long)idx);
+    return 0;
+}
+
 int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backward, char *name, size_t cap) {
     const int64_t nt = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2;
     int found = 0;

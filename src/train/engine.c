@@ -82,6 +82,8 @@ af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param
     return AF_OK;
 }
 
+const af_ctx *af_engine_ctx(const af_engine *e) { return e ? e->ctx : NULL; }
+
 void af_engine_free(af_engine *e) {
     if (!e) return;
     engine_pc_clear(&e->pc);
