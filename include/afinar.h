@@ -181,6 +181,14 @@ void af_model_free(af_model *model);
 /* Borrowed: valid while `model` lives. */
 const af_model_config *af_model_get_config(const af_model *model);
 
+/* Shape of projection `proj` of layer `layer` (0 q_proj, 1 k_proj, 2 v_proj, 3 o_proj, 4 gate_proj,
+ * 5 up_proj, 6 down_proj): *in = in_features, *out = out_features. Returns 1 when the layer has
+ * that projection, 0 when it has none (gemma4: k/v of a layer that reuses an earlier layer's K/V,
+ * v of an attention_k_eq_v layer) or the arguments are out of range (*in = *out = 0). The sizes are
+ * per layer (gemma4: head_dim, KV heads and FFN width differ between layers); af_model_config holds
+ * layer 0's. */
+int af_model_proj_shape(const af_model *model, int32_t layer, int32_t proj, int64_t *in, int64_t *out);
+
 /* Print a human-readable description of a GGUF file to `fp`: architecture, hyper-parameters,
  * tokenizer kind and a table of tensors (name, type, shape, bytes). Works on any valid GGUF,
  * including architectures afinar cannot run. Errors as af_model_load() for the container. */

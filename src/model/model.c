@@ -55,20 +55,25 @@ typedef struct wview {
     char name[160]; /* the name in the container (for messages) */
 } wview;
 
-/* GGUF name -> transformers name (llama/gemma3/qwen2/qwen3 modeling files; llama.cpp
+/* GGUF name -> transformers name (llama/gemma3/qwen2/qwen3/gemma4 modeling files; llama.cpp
  * gguf-py/gguf/tensor_mapping.py lists the same pairs). Sandwich-norm architectures (gemma3)
  * call the pre-FFN norm pre_feedforward_layernorm and use post_attention_layernorm for the
  * post-attention norm; the others call the pre-FFN norm post_attention_layernorm. */
 static int hf_name(const af_model *m, const char *gg, char *out, size_t cap) {
     static const struct { const char *gg, *hf; } glob[] = {
-        {"token_embd", "model.embed_tokens"}, {"output", "lm_head"}, {"output_norm", "model.norm"}};
+        {"token_embd", "model.embed_tokens"}, {"output", "lm_head"}, {"output_norm", "model.norm"},
+        {"per_layer_token_embd", "model.embed_tokens_per_layer"},
+        {"per_layer_model_proj", "model.per_layer_model_projection"},
+        {"per_layer_proj_norm", "model.per_layer_projection_norm"}};
     static const struct { const char *gg, *hf; } blk[] = {
         {"attn_norm", "input_layernorm"},          {"attn_q", "self_attn.q_proj"},
         {"attn_k", "self_attn.k_proj"},            {"attn_v", "self_attn.v_proj"},
         {"attn_output", "self_attn.o_proj"},       {"attn_q_norm", "self_attn.q_norm"},
         {"attn_k_norm", "self_attn.k_norm"},       {"post_attention_norm", "post_attention_layernorm"},
         {"post_ffw_norm", "post_feedforward_layernorm"}, {"ffn_gate", "mlp.gate_proj"},
-        {"ffn_up", "mlp.up_proj"},                 {"ffn_down", "mlp.down_proj"}};
+        {"ffn_up", "mlp.up_proj"},                 {"ffn_down", "mlp.down_proj"},
+        {"inp_gate", "per_layer_input_gate"},      {"proj", "per_layer_projection"},
+        {"post_norm", "post_per_layer_input_norm"}};
     const char *dot = strrchr(gg, '.'); /* ".weight" / ".bias" */
     if (!dot) return 0;
     int il = -1, nc = 0;
@@ -77,6 +82,10 @@ static int hf_name(const af_model *m, const char *gg, char *out, size_t cap) {
         const char *base = gg + nc, *hf = NULL;
         if (bl == 8 && !memcmp(base, "ffn_norm", 8))
             hf = m->desc.sandwich_norm ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+        if (bl == 18 && !memcmp(base, "layer_output_scale", 18)) { /* a buffer without ".weight" */
+            snprintf(out, cap, "model.layers.%d.layer_scalar", il);
+            return 1;
+        }
         for (size_t i = 0; !hf && i < sizeof blk / sizeof *blk; i++)
             if (strlen(blk[i].gg) == bl && !memcmp(base, blk[i].gg, bl)) hf = blk[i].hf;
         if (!hf) return 0;
@@ -203,8 +212,9 @@ static af_status find_vector(const wsrc *s, const char *name, int64_t n, float *
 }
 
 /* The architecture table: one row per supported general.architecture. Sources: llama.cpp
- * src/models/llama.cpp, gemma3.cpp, qwen2.cpp, qwen3.cpp (rope types in src/llama-model.cpp);
- * transformers modeling_llama.py, modeling_gemma3.py, modeling_qwen2.py, modeling_qwen3.py.
+ * src/models/llama.cpp, gemma3.cpp, qwen2.cpp, qwen3.cpp, gemma4.cpp (rope types in
+ * src/llama-model.cpp); transformers modeling_llama.py, modeling_gemma3.py, modeling_qwen2.py,
+ * modeling_qwen3.py, modeling_gemma4.py.
  * llama: pre-norm, SwiGLU, RoPE NORM mode (the GGUF converter permuted q/k rows), no biases.
  * qwen2 (Qwen2, Qwen2.5): llama's layer plus biases on q/k/v (attn_{q,k,v}.bias), RoPE NEOX mode
  * (rows not permuted by the converter), rope.freq_base from the file (1e6 typical).
@@ -213,22 +223,30 @@ static af_status find_vector(const wsrc *s, const char *name, int64_t n, float *
  * from attention.key_length (may differ from hidden / heads).
  * gemma3: sandwich norms, q/k norms, GeGLU (tanh), RoPE NEOX mode, embedding times sqrt(hidden),
  * every 6th layer (il % 6 == 5) global and the others sliding-window with their own RoPE base
- * (llama.cpp set_swa_pattern(6); HF layer_types). */
+ * (llama.cpp set_swa_pattern(6); HF layer_types).
+ * gemma4: gemma3's layer with the sliding/global pattern from the file (per-layer array), global
+ * layers with their own head_dim (key_length vs key_length_swa) and KV heads, v normed by an
+ * unweighted RMSNorm, attention scale 1 (q and k are normed), RoPE frequency factors on global layers
+ * (rope_freqs), KV sharing (shared_kv_layers), PLE, a per-layer output scale, final logit
+ * soft-capping; norm weights used as stored (no 1 + w in HF checkpoints). docs/FORMATS.md §5c. */
 typedef struct arch_entry {
     const char *name;
     int sandwich_norm, qk_norm;
     af_act act;
     int rope_neox;
     int embd_scale_sqrt_hidden; /* desc.embd_scale = sqrt(hidden) (else 1) */
-    int32_t swa_period;
+    int32_t swa_period;         /* llama.cpp's fixed pattern; -1: the pattern is in the file (gemma4) */
     int qkv_bias;
+    int gemma4;                 /* v norm, attention scale 1, PLE, KV sharing, per-layer sizes */
+    int hf_norm_plus_one;       /* HF checkpoints store norm weights as w, used as 1 + w (gemma3) */
 } arch_entry;
 
 static const arch_entry arch_table[] = {
-    {"llama", 0, 0, AF_ACT_SWIGLU, 0, 0, 0, 0},
-    {"gemma3", 1, 1, AF_ACT_GEGLU_TANH, 1, 1, 6, 0},
-    {"qwen2", 0, 0, AF_ACT_SWIGLU, 1, 0, 0, 1},
-    {"qwen3", 0, 1, AF_ACT_SWIGLU, 1, 0, 0, 0},
+    {"llama", 0, 0, AF_ACT_SWIGLU, 0, 0, 0, 0, 0, 0},
+    {"gemma3", 1, 1, AF_ACT_GEGLU_TANH, 1, 1, 6, 0, 0, 1},
+    {"qwen2", 0, 0, AF_ACT_SWIGLU, 1, 0, 0, 1, 0, 0},
+    {"qwen3", 0, 1, AF_ACT_SWIGLU, 1, 0, 0, 0, 0, 0},
+    {"gemma4", 1, 1, AF_ACT_GEGLU_TANH, 1, 1, -1, 0, 1, 0},
 };
 
 static const arch_entry *arch_find(const char *name) {
@@ -242,7 +260,7 @@ static af_status set_arch(af_model *m, const char *where) {
     af_model_config *c = &m->cfg;
     const arch_entry *ae = arch_find(c->architecture);
     if (!ae)
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: '%s' is not supported (supported: llama, gemma3, qwen2, qwen3)",
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: '%s' is not supported (supported: llama, gemma3, qwen2, qwen3, gemma4)",
                        where, c->architecture);
     m->desc.name = ae->name;
     m->desc.sandwich_norm = ae->sandwich_norm;
@@ -251,27 +269,157 @@ static af_status set_arch(af_model *m, const char *where) {
     m->desc.rope_neox = ae->rope_neox;
     m->desc.swa_period = ae->swa_period;
     m->desc.qkv_bias = ae->qkv_bias;
-    m->desc.final_logit_softcap = 0; /* none of the supported architectures' GGUFs caps the final logits */
+    m->desc.final_logit_softcap = 0; /* set from the file where it has one (gemma4, HF configs) */
     m->desc.embd_scale = ae->embd_scale_sqrt_hidden ? sqrtf((float)c->hidden_size) : 1.0f;
     m->desc.attn_scale = 1.0f / sqrtf((float)c->head_dim); /* gemma3: query_pre_attn_scalar = head_dim for 270m..12B */
+    if (ae->gemma4) m->desc.attn_scale = 1.0f; /* transformers Gemma4TextAttention.scaling = 1.0 */
+    m->desc.v_norm = ae->gemma4;
     m->desc.sliding_window = 0;
     m->desc.rope_base_swa = c->rope_theta;
     return AF_OK;
 }
 
-/* Checks shared by both containers. */
-static af_status check_hparams(const af_model *m, const char *label) {
+/* Per-layer sizes and attention type, filled by either container before the weights are read. */
+typedef struct lplan {
+    int32_t *nh, *nkv, *hd, *ff; /* [L] each */
+    uint8_t *sliding;            /* [L] 1 = sliding-window layer */
+    float rope_partial_full;     /* HF gemma4: proportional RoPE fraction on global layers (1 = all pairs) */
+    int v_from_k_global;         /* HF gemma4 attention_k_eq_v: global layers with their own K/V have no v_proj */
+} lplan;
+
+static af_status plan_init(lplan *p, const af_model_config *c, const char *label) {
+    memset(p, 0, sizeof *p);
+    const size_t L = (size_t)c->num_hidden_layers;
+    p->nh = af_malloc(4 * L * sizeof(int32_t));
+    p->sliding = af_calloc(L, 1);
+    if (!p->nh || !p->sliding) {
+        free(p->nh);
+        free(p->sliding);
+        return af_fail(AF_ERR_NOMEM, "%s: out of memory", label);
+    }
+    p->nkv = p->nh + L;
+    p->hd = p->nkv + L;
+    p->ff = p->hd + L;
+    for (size_t i = 0; i < L; i++) {
+        p->nh[i] = c->num_attention_heads;
+        p->nkv[i] = c->num_key_value_heads;
+        p->hd[i] = c->head_dim;
+        p->ff[i] = c->intermediate_size;
+    }
+    p->rope_partial_full = 1.0f;
+    return AF_OK;
+}
+
+static void plan_free(lplan *p) {
+    free(p->nh);
+    free(p->sliding);
+}
+
+/* Checks shared by both containers, per layer. */
+static af_status check_hparams(const af_model *m, const lplan *pl, const char *label) {
     const af_model_config *c = &m->cfg;
-    if (c->num_attention_heads % c->num_key_value_heads)
-        return af_fail(AF_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", label,
-                       c->num_attention_heads, c->num_key_value_heads);
-    if (c->head_dim % 2) return af_fail(AF_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", label, c->head_dim);
+    for (int32_t il = 0; il < c->num_hidden_layers; il++) {
+        if (pl->nh[il] < 1 || pl->nkv[il] < 1 || pl->hd[il] < 1 || pl->ff[il] < 1)
+            return af_fail(AF_ERR_FORMAT, "%s: layer %d: head count, KV-head count, head_dim and FFN width must be "
+                           "positive", label, il);
+        if (pl->nh[il] % pl->nkv[il])
+            return af_fail(AF_ERR_FORMAT, "%s: layer %d: num_attention_heads %d is not a multiple of "
+                           "num_key_value_heads %d", label, il, pl->nh[il], pl->nkv[il]);
+        if (pl->hd[il] % 2)
+            return af_fail(AF_ERR_FORMAT, "%s: layer %d: head_dim %d must be even for RoPE", label, il, pl->hd[il]);
+    }
     if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
         return af_fail(AF_ERR_FORMAT, "%s: rms_norm_eps and rope_theta must be positive", label);
     return AF_OK;
 }
 
-static af_status load_hparams(af_model *m) {
+/* {arch}.{suffix}: an integer for every layer, or an array of one integer per layer (llama.cpp
+ * get_key_or_arr), into dst [L]. Absent: dst unchanged when has_def, else an error. */
+static af_status get_int_layers(const af_gguf *g, const char *arch, const char *suffix, int64_t lo, int64_t hi,
+                                int has_def, int32_t L, int32_t *dst) {
+    char k[128];
+    akey(k, sizeof k, arch, suffix);
+    const af_gguf_value *v = af_gguf_find(g, k);
+    if (!v || v->type != AF_GGUF_ARRAY) {
+        if (!v && has_def) return AF_OK;
+        int32_t x;
+        AF_TRY(get_int(g, arch, suffix, lo, hi, 0, 0, &x));
+        for (int32_t i = 0; i < L; i++) dst[i] = x;
+        return AF_OK;
+    }
+    if (v->arr_n != (uint64_t)L || v->arr_type == AF_GGUF_STRING || v->arr_type == AF_GGUF_ARRAY ||
+        v->arr_type == AF_GGUF_FLOAT32 || v->arr_type == AF_GGUF_FLOAT64)
+        return af_fail(AF_ERR_FORMAT, "%s: %s: expected an integer or an array of %d integers (one per layer)", g->path,
+                       k, L);
+    for (int32_t i = 0; i < L; i++) {
+        int64_t x = af_gguf_arr_int(v, (uint64_t)i);
+        if (x < lo || x > hi)
+            return af_fail(AF_ERR_FORMAT, "%s: %s[%d]: value %lld outside [%lld, %lld]", g->path, k, i, (long long)x,
+                           (long long)lo, (long long)hi);
+        dst[i] = (int32_t)x;
+    }
+    return AF_OK;
+}
+
+/* gemma4's GGUF keys (llama.cpp convert_hf_to_gguf.py Gemma4Model, src/models/gemma4.cpp): the
+ * sliding pattern (attention.sliding_window_pattern: a bool per layer, or a period), head sizes of the
+ * global (key_length) and sliding (key_length_swa) layers, RoPE dimensions (full only: partial RoPE
+ * is expressed by rope_freqs), shared_kv_layers, embedding_length_per_layer_input,
+ * final_logit_softcapping. MoE variants (expert_count > 0) are refused. */
+static af_status gguf_gemma4(af_model *m, lplan *pl) {
+    const af_gguf *g = m->gguf;
+    af_model_config *c = &m->cfg;
+    af_arch_desc *D = &m->desc;
+    const char *a = c->architecture;
+    const int32_t L = c->num_hidden_layers;
+    char k[128];
+    int32_t x;
+    AF_TRY(get_int(g, a, "expert_count", 0, INT32_MAX, 1, 0, &x));
+    if (x > 0 || af_gguf_find_tensor(g, "blk.0.ffn_gate_inp.weight"))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: %s.expert_count %d: mixture-of-experts Gemma 4 models are not "
+                       "supported (dense models only, e.g. E2B/E4B)", g->path, a, x);
+    const af_gguf_value *pv = af_gguf_find(g, akey(k, sizeof k, a, "attention.sliding_window_pattern"));
+    if (pv && pv->type == AF_GGUF_ARRAY) {
+        if (pv->arr_n != (uint64_t)L || (pv->arr_type != AF_GGUF_BOOL && pv->arr_type != AF_GGUF_UINT8 &&
+                                         pv->arr_type != AF_GGUF_INT8 && pv->arr_type != AF_GGUF_UINT32 &&
+                                         pv->arr_type != AF_GGUF_INT32))
+            return af_fail(AF_ERR_FORMAT, "%s: %s: expected an array of %d booleans (true = sliding layer)", g->path, k,
+                           L);
+        for (int32_t i = 0; i < L; i++) pl->sliding[i] = af_gguf_arr_int(pv, (uint64_t)i) != 0;
+    } else if (pv) {
+        int32_t period;
+        AF_TRY(get_int(g, a, "attention.sliding_window_pattern", 1, 1024, 0, 0, &period));
+        for (int32_t i = 0; i < L; i++) pl->sliding[i] = i % period < period - 1; /* llama.cpp set_swa_pattern */
+    } else {
+        return af_fail(AF_ERR_NOT_FOUND, "%s: %s: missing (gemma4 needs the sliding/global layer pattern)", g->path, k);
+    }
+    int any_sliding = 0;
+    for (int32_t i = 0; i < L; i++) any_sliding |= pl->sliding[i];
+    int32_t hd_full = c->head_dim, hd_swa, v_swa, rot_swa, swa = 0;
+    AF_TRY(get_int(g, a, "attention.key_length_swa", 1, 4096, 1, hd_full, &hd_swa));
+    AF_TRY(get_int(g, a, "attention.value_length_swa", 1, 4096, 1, hd_swa, &v_swa));
+    if (v_swa != hd_swa)
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: %s.attention.value_length_swa %d != key_length_swa %d", g->path, a,
+                       v_swa, hd_swa);
+    AF_TRY(get_int(g, a, "rope.dimension_count_swa", 1, 4096, 1, hd_swa, &rot_swa));
+    if (rot_swa != hd_swa)
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count_swa %d != key_length_swa %d (partial RoPE on "
+                       "sliding layers is not supported)", g->path, a, rot_swa, hd_swa);
+    for (int32_t i = 0; i < L; i++) pl->hd[i] = pl->sliding[i] ? hd_swa : hd_full;
+    if (any_sliding) AF_TRY(get_int(g, a, "attention.sliding_window", 1, INT32_MAX, 0, 0, &swa));
+    D->sliding_window = swa;
+    AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "rope.freq_base_swa"), 10000.0f, &D->rope_base_swa));
+    AF_TRY(get_int(g, a, "attention.shared_kv_layers", 0, L - 1, 1, 0, &D->n_kv_shared));
+    AF_TRY(get_int(g, a, "embedding_length_per_layer_input", 0, 1 << 16, 1, 0, &D->ple_dim));
+    float cap = 0;
+    AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "final_logit_softcapping"), 0.0f, &cap));
+    if (!(cap >= 0) || !isfinite(cap))
+        return af_fail(AF_ERR_FORMAT, "%s: %s: %g is not a non-negative number", g->path, k, (double)cap);
+    D->final_logit_softcap = cap;
+    return AF_OK;
+}
+
+static af_status load_hparams(af_model *m, lplan *pl) {
     const af_gguf *g = m->gguf;
     af_model_config *c = &m->cfg;
     af_gguf_str arch;
@@ -284,13 +432,19 @@ static af_status load_hparams(af_model *m) {
     const char *a = c->architecture;
     if (!arch_find(a))
         return af_fail(AF_ERR_UNSUPPORTED,
-                       "%s: general.architecture: '%s' is not supported (supported: llama, gemma3, qwen2, qwen3; "
+                       "%s: general.architecture: '%s' is not supported (supported: llama, gemma3, qwen2, qwen3, gemma4; "
                        "mixture-of-experts variants such as qwen2moe/qwen3moe are not)", g->path, a);
     AF_TRY(get_int(g, a, "embedding_length", 1, 1 << 16, 0, 0, &c->hidden_size));
     AF_TRY(get_int(g, a, "block_count", 1, 1024, 0, 0, &c->num_hidden_layers));
-    AF_TRY(get_int(g, a, "feed_forward_length", 1, 1 << 20, 0, 0, &c->intermediate_size));
-    AF_TRY(get_int(g, a, "attention.head_count", 1, 1024, 0, 0, &c->num_attention_heads));
-    AF_TRY(get_int(g, a, "attention.head_count_kv", 1, 1024, 1, c->num_attention_heads, &c->num_key_value_heads));
+    const int32_t L = c->num_hidden_layers;
+    AF_TRY(plan_init(pl, c, g->path));
+    AF_TRY(get_int_layers(g, a, "feed_forward_length", 1, 1 << 20, 0, L, pl->ff));
+    AF_TRY(get_int_layers(g, a, "attention.head_count", 1, 1024, 0, L, pl->nh));
+    memcpy(pl->nkv, pl->nh, sizeof(int32_t) * (size_t)L); /* default: one KV head per head */
+    AF_TRY(get_int_layers(g, a, "attention.head_count_kv", 1, 1024, 1, L, pl->nkv));
+    c->intermediate_size = pl->ff[0];
+    c->num_attention_heads = pl->nh[0];
+    c->num_key_value_heads = pl->nkv[0];
     int32_t def_hd = c->hidden_size / c->num_attention_heads;
     AF_TRY(get_int(g, a, "attention.key_length", 1, 4096, 1, def_hd, &c->head_dim));
     int32_t vlen, rot;
@@ -302,11 +456,11 @@ static af_status load_hparams(af_model *m) {
     if (rot != c->head_dim)
         return af_fail(AF_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count %d != head_dim %d (partial RoPE)", g->path,
                        a, rot, c->head_dim);
+    for (int32_t i = 0; i < L; i++) pl->hd[i] = c->head_dim;
     AF_TRY(get_int(g, a, "context_length", 1, INT32_MAX, 1, 2048, &c->max_position_embeddings));
     char k[128];
     AF_TRY(af_gguf_get_f32(g, akey(k, sizeof k, a, "attention.layer_norm_rms_epsilon"), &c->rms_norm_eps));
     AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "rope.freq_base"), 10000.0f, &c->rope_theta));
-    AF_TRY(check_hparams(m, g->path));
     af_gguf_str rs;
     if (af_gguf_find(g, akey(k, sizeof k, a, "rope.scaling.type")) &&
         af_gguf_get_str(g, k, &rs) == AF_OK && !af_gguf_str_eq(rs, "none")) {
@@ -323,7 +477,12 @@ static af_status load_hparams(af_model *m) {
         AF_TRY(get_int(g, a, "attention.sliding_window", 1, INT32_MAX, 0, 0, &swa));
         D->sliding_window = swa;
         AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "rope.freq_base_swa"), 10000.0f, &D->rope_base_swa));
+        for (int32_t il = 0; il < L; il++) pl->sliding[il] = il % D->swa_period != D->swa_period - 1;
+    } else if (D->swa_period < 0) {
+        AF_TRY(gguf_gemma4(m, pl));
     }
+    c->head_dim = pl->hd[0];
+    AF_TRY(check_hparams(m, pl, g->path));
     /* a tensor of a layer past block_count: the layer count is wrong, layers would be ignored */
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const char *tn = g->tensors[i].name;
@@ -340,7 +499,7 @@ static af_status load_hparams(af_model *m) {
 }
 
 /* config.json -> the same config and description (formats/hf_config.h lists the keys). */
-static af_status load_hparams_hf(af_model *m, const af_hf_config *h, const char *label) {
+static af_status load_hparams_hf(af_model *m, const af_hf_config *h, const char *label, lplan *pl) {
     af_model_config *c = &m->cfg;
     snprintf(c->architecture, sizeof c->architecture, "%s", h->architecture);
     c->hidden_size = h->hidden_size;
@@ -354,7 +513,15 @@ static af_status load_hparams_hf(af_model *m, const af_hf_config *h, const char 
     c->rope_theta = h->rope_theta;
     c->vocab_size = h->vocab_size;
     c->tie_word_embeddings = h->tie_word_embeddings;
-    AF_TRY(check_hparams(m, label));
+    AF_TRY(plan_init(pl, c, label));
+    const int32_t L = c->num_hidden_layers;
+    if (h->layer_head_dim)
+        for (int32_t i = 0; i < L; i++) {
+            pl->hd[i] = h->layer_head_dim[i];
+            pl->nkv[i] = h->layer_kv_heads[i];
+            pl->ff[i] = h->layer_ff[i];
+        }
+    AF_TRY(check_hparams(m, pl, label));
     char where[700];
     snprintf(where, sizeof where, "%.600s: field 'model_type' ('%.31s')", label, h->model_type);
     AF_TRY(set_arch(m, where));
@@ -364,20 +531,85 @@ static af_status load_hparams_hf(af_model *m, const af_hf_config *h, const char 
                        label, h->model_type);
     if (h->query_pre_attn_scalar > 0) D->attn_scale = 1.0f / sqrtf(h->query_pre_attn_scalar);
     D->final_logit_softcap = h->final_logit_softcapping;
-    if (D->swa_period > 0) { /* the architecture has sliding layers: HF's pattern replaces llama.cpp's rule */
-        if (h->sliding_window_pattern > 0) D->swa_period = h->sliding_window_pattern;
+    if (D->swa_period != 0) { /* the architecture has sliding layers: HF's pattern replaces llama.cpp's rule */
+        if (D->swa_period > 0 && h->sliding_window_pattern > 0) D->swa_period = h->sliding_window_pattern;
         D->sliding_window = h->sliding_window;
         D->rope_base_swa = h->rope_theta_swa;
+        for (int32_t il = 0; il < L; il++)
+            pl->sliding[il] = h->layer_sliding ? h->layer_sliding[il]
+                                               : D->swa_period > 0 && il % D->swa_period != D->swa_period - 1;
+    }
+    if (D->swa_period < 0) { /* gemma4 */
+        D->n_kv_shared = h->num_kv_shared_layers;
+        D->ple_dim = h->hidden_size_per_layer_input;
+        pl->rope_partial_full = h->rope_partial_full;
+        pl->v_from_k_global = h->attention_k_eq_v;
     }
     return AF_OK;
 }
 
-/* The weights of either container (src_find maps names). `sliding` [num_hidden_layers] (may be
- * NULL): 1 = sliding layer (HF layer_types); else the period rule of desc.swa_period. */
-static af_status load_weights(af_model *m, const wsrc *s, const uint8_t *sliding) {
+/* KV sharing (gemma4): layer i >= L - n_kv_shared attends to the K/V of the last layer before
+ * L - n_kv_shared of its own type (sliding or global): transformers Gemma4TextConfig.kv_sharing_modes.
+ * (llama.cpp takes layer L - n_kv_shared - 2 for sliding and - 1 for global layers, the same layers
+ * when the last two unshared layers are sliding, global.) The cache offsets of the layers with their
+ * own K/V follow one another (af_layer.kv_off). */
+static af_status resolve_kv(af_model *m, const lplan *pl, const char *label) {
+    const int32_t L = m->cfg.num_hidden_layers, first = L - m->desc.n_kv_shared;
+    int64_t off = 0;
+    for (int32_t il = 0; il < L; il++) {
+        af_layer *Ly = &m->layers[il];
+        Ly->kv_src = il;
+        if (il >= first) {
+            int32_t src = -1;
+            for (int32_t j = first - 1; j >= 0 && src < 0; j--)
+                if (pl->sliding[j] == pl->sliding[il]) src = j;
+            if (src < 0)
+                return af_fail(AF_ERR_FORMAT, "%s: layer %d reuses the K/V of an earlier %s layer, but none of layers "
+                               "0..%d is one", label, il, pl->sliding[il] ? "sliding" : "global", first - 1);
+            const af_layer *S = &m->layers[src];
+            if (S->head_dim != Ly->head_dim || S->n_kv_head != Ly->n_kv_head)
+                return af_fail(AF_ERR_FORMAT, "%s: layer %d reuses the K/V of layer %d, whose head_dim / KV heads "
+                               "(%d / %d) differ from its own (%d / %d)", label, il, src, S->head_dim, S->n_kv_head,
+                               Ly->head_dim, Ly->n_kv_head);
+            Ly->kv_src = src;
+            Ly->kv_off = S->kv_off;
+            continue;
+        }
+        Ly->kv_off = off;
+        off += (int64_t)Ly->n_kv_head * Ly->head_dim;
+    }
+    m->kv_floats = off;
+    return AF_OK;
+}
+
+/* Proportional RoPE of a global layer with head_dim hd (transformers _compute_proportional_rope_parameters):
+ * the first int(partial·hd/2) frequency pairs rotate; the frequencies of the others are 0, written
+ * as llama.cpp's frequency factors (1e30 divides them to 0 in f32; convert_hf_to_gguf.py Gemma4Model).
+ * NULL when every pair rotates. *scratch advances by hd/2. */
+static const float *rope_factors(float partial, int32_t hd, float **scratch) {
+    const int32_t rot = (int32_t)floor((double)partial * (double)hd / 2.0 + 1e-9);
+    if (rot >= hd / 2) return NULL;
+    float *f = *scratch;
+    for (int32_t i = 0; i < hd / 2; i++) f[i] = i < rot ? 1.0f : 1e30f;
+    *scratch += hd / 2;
+    return f;
+}
+
+/* The PLE tensors of the model and of layer il (desc.ple_dim > 0). */
+static af_status load_ple(af_model *m, const wsrc *s, float **scratch) {
+    const int64_t H = m->cfg.hidden_size, P = m->desc.ple_dim, LP = (int64_t)m->cfg.num_hidden_layers * P;
+    AF_TRY(find_matrix(s, "per_layer_token_embd.weight", m->cfg.vocab_size, LP, 0, &m->ple_tok_embd));
+    AF_TRY(find_matrix(s, "per_layer_model_proj.weight", LP, H, 0, &m->ple_model_proj));
+    AF_TRY(find_vector(s, "per_layer_proj_norm.weight", P, scratch, &m->ple_proj_norm));
+    return AF_OK;
+}
+
+/* The weights of either container (src_find maps names), with the per-layer sizes and sliding
+ * pattern of `pl`. */
+static af_status load_weights(af_model *m, const wsrc *s, const lplan *pl) {
     af_model_config *c = &m->cfg;
-    const int64_t H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-    const int64_t qd = (int64_t)c->num_attention_heads * hd, kvd = (int64_t)c->num_key_value_heads * hd;
+    const int64_t H = c->hidden_size, P = m->desc.ple_dim;
+    const int32_t NL = c->num_hidden_layers;
     wview te;
     AF_TRY(src_find(s, "token_embd.weight", 1, &te));
     if (te.ne[1] < 1 || te.ne[1] > INT32_MAX)
@@ -400,23 +632,74 @@ static af_status load_weights(af_model *m, const wsrc *s, const uint8_t *sliding
         m->output = m->tok_embd;
     }
     c->tie_word_embeddings = tied;
-    /* scratch for norms that are not F32 (rare): upper bound of all vector lengths */
-    size_t nvec = (size_t)H + (size_t)c->num_hidden_layers * (size_t)(4 * H + 2 * hd + qd + 2 * kvd);
+    /* scratch for norms that are not F32 (rare) and, last, RoPE factors / ones: an upper bound */
+    int32_t hdmax = 0;
+    size_t nvec = (size_t)H + (size_t)P + 1;
+    for (int32_t il = 0; il < NL; il++) {
+        const size_t hd = (size_t)pl->hd[il], qd = (size_t)pl->nh[il] * hd, kvd = (size_t)pl->nkv[il] * hd;
+        nvec += 6 * (size_t)H + 3 * hd + qd + 2 * kvd + 1;
+        if (pl->hd[il] > hdmax) hdmax = pl->hd[il];
+    }
     m->owned_f32 = af_calloc(nvec, sizeof(float));
-    m->layers = af_calloc((size_t)c->num_hidden_layers, sizeof(af_layer));
+    m->layers = af_calloc((size_t)NL, sizeof(af_layer));
     if (!m->owned_f32 || !m->layers) return af_fail(AF_ERR_NOMEM, "%s: out of memory for layer table", s->label);
     float *scratch = m->owned_f32;
     AF_TRY(find_vector(s, "output_norm.weight", H, &scratch, &m->output_norm));
     af_arch_desc *D = &m->desc;
     D->tied_head = c->tie_word_embeddings;
-    for (int il = 0; il < c->num_hidden_layers; il++) {
+    if (P > 0) AF_TRY(load_ple(m, s, &scratch));
+    /* global layers' RoPE factors: GGUF rope_freqs (one tensor for every global layer), HF from
+     * config.json; and the weight of the unweighted v norm */
+    const float *gguf_ff = NULL;
+    int32_t hd_global = 0; /* head_dim of the global layers (gemma4: key_length) */
+    for (int32_t il = 0; il < NL; il++)
+        if (!pl->sliding[il]) hd_global = pl->hd[il];
+    if (m->gguf && D->swa_period < 0 && hd_global > 0) {
+        wview rf;
+        af_status fs = src_find(s, "rope_freqs.weight", 0, &rf);
+        if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
+        if (fs == AF_OK) AF_TRY(find_vector(s, "rope_freqs.weight", hd_global / 2, &scratch, &gguf_ff));
+    }
+    for (int il = 0; il < NL; il++) {
         af_layer *L = &m->layers[il];
+        L->n_head = pl->nh[il];
+        L->n_kv_head = pl->nkv[il];
+        L->head_dim = pl->hd[il];
+        L->n_ff = pl->ff[il];
+        L->out_scale = 1.0f;
+    }
+    AF_TRY(resolve_kv(m, pl, s->label));
+    m->owned_misc = af_malloc(((size_t)NL * (size_t)hdmax / 2 + (size_t)hdmax + 1) * sizeof(float));
+    if (!m->owned_misc) return af_fail(AF_ERR_NOMEM, "%s: out of memory", s->label);
+    float *misc = m->owned_misc;
+    if (D->v_norm) {
+        for (int32_t i = 0; i < hdmax; i++) misc[i] = 1.0f;
+        m->ones = misc;
+        misc += hdmax;
+    }
+    for (int il = 0; il < NL; il++) {
+        af_layer *L = &m->layers[il];
+        const int64_t hd = L->head_dim, qd = (int64_t)L->n_head * hd, kvd = (int64_t)L->n_kv_head * hd;
+        const int64_t F = L->n_ff;
+        const int own_kv = L->kv_src == il;
         char n[96];
 #define NM(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
         AF_TRY(find_vector(s, NM("attn_norm.weight"), H, &scratch, &L->attn_norm));
-        AF_TRY(find_matrix(s, NM("attn_q.weight"), qd, H, c->num_attention_heads, &L->wq));
-        AF_TRY(find_matrix(s, NM("attn_k.weight"), kvd, H, c->num_key_value_heads, &L->wk));
-        AF_TRY(find_matrix(s, NM("attn_v.weight"), kvd, H, 0, &L->wv));
+        AF_TRY(find_matrix(s, NM("attn_q.weight"), qd, H, L->n_head, &L->wq));
+        if (own_kv) {
+            AF_TRY(find_matrix(s, NM("attn_k.weight"), kvd, H, L->n_kv_head, &L->wk));
+            /* attention_k_eq_v: GGUF without attn_v (llama.cpp: v = k); HF global layers by config.json */
+            int has_v = 1;
+            if (D->v_norm) {
+                wview vv;
+                af_status fs = m->gguf ? src_find(s, NM("attn_v.weight"), 0, &vv)
+                                       : (pl->v_from_k_global && !pl->sliding[il] ? AF_ERR_NOT_FOUND : AF_OK);
+                if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
+                has_v = fs == AF_OK;
+            }
+            L->v_from_k = !has_v;
+            if (has_v) AF_TRY(find_matrix(s, NM("attn_v.weight"), kvd, H, 0, &L->wv));
+        }
         AF_TRY(find_matrix(s, NM("attn_output.weight"), H, qd, 0, &L->wo));
         AF_TRY(find_vector(s, NM("ffn_norm.weight"), H, &scratch, &L->ffn_norm));
         AF_TRY(find_matrix(s, NM("ffn_gate.weight"), F, H, 0, &L->w_gate));
@@ -431,20 +714,75 @@ static af_status load_weights(af_model *m, const wsrc *s, const uint8_t *sliding
         }
         if (D->qk_norm) {
             AF_TRY(find_vector(s, NM("attn_q_norm.weight"), hd, &scratch, &L->q_norm));
-            AF_TRY(find_vector(s, NM("attn_k_norm.weight"), hd, &scratch, &L->k_norm));
+            if (own_kv) AF_TRY(find_vector(s, NM("attn_k_norm.weight"), hd, &scratch, &L->k_norm));
         }
         if (D->sandwich_norm) {
             AF_TRY(find_vector(s, NM("post_attention_norm.weight"), H, &scratch, &L->post_attn_norm));
             AF_TRY(find_vector(s, NM("post_ffw_norm.weight"), H, &scratch, &L->post_ffw_norm));
         }
-        int slide = sliding ? sliding[il] : (D->swa_period > 0 && il % D->swa_period != D->swa_period - 1);
-        if (D->swa_period > 0 && slide) {
+        if (D->swa_period != 0 && pl->sliding[il]) {
             L->window = D->sliding_window;
             L->rope_base = D->rope_base_swa;
         }
+        if (D->swa_period < 0 && !pl->sliding[il]) {
+            if (m->gguf) {
+                if (gguf_ff && hd != hd_global)
+                    return af_fail(AF_ERR_FORMAT, "%s: rope_freqs.weight has %d factors but layer %d has head_dim %lld",
+                                   s->label, hd_global / 2, il, (long long)hd);
+                L->rope_freq_factors = gguf_ff;
+            } else {
+                L->rope_freq_factors = rope_factors(pl->rope_partial_full, (int32_t)hd, &misc);
+            }
+        }
+        if (P > 0) {
+            AF_TRY(find_matrix(s, NM("inp_gate.weight"), P, H, 0, &L->ple_gate));
+            AF_TRY(find_matrix(s, NM("proj.weight"), H, P, 0, &L->ple_proj));
+            AF_TRY(find_vector(s, NM("post_norm.weight"), H, &scratch, &L->ple_post_norm));
+        }
+        if (D->swa_period < 0) { /* layer_output_scale: optional */
+            wview os;
+            af_status fs = src_find(s, NM("layer_output_scale.weight"), 0, &os);
+            if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
+            if (fs == AF_OK) {
+                const float *sc = NULL;
+                AF_TRY(find_vector(s, NM("layer_output_scale.weight"), 1, &scratch, &sc));
+                if (!isfinite(sc[0]))
+                    return af_fail(AF_ERR_FORMAT, "%s: tensor '%s' is not finite", s->label, os.name);
+                L->out_scale = sc[0];
+            }
+        }
 #undef NM
     }
+    /* the largest per-layer sizes (the walk's buffers) */
+    for (int il = 0; il < NL; il++) {
+        const af_layer *L = &m->layers[il];
+        const int64_t qd = (int64_t)L->n_head * L->head_dim, kvd = (int64_t)L->n_kv_head * L->head_dim;
+        if (qd > m->max_qd) m->max_qd = qd;
+        if (kvd > m->max_kvd) m->max_kvd = kvd;
+        if (L->n_ff > m->max_ff) m->max_ff = L->n_ff;
+        if (L->n_head > m->max_n_head) m->max_n_head = L->n_head;
+        if (L->n_kv_head > m->max_n_kv_head) m->max_n_kv_head = L->n_kv_head;
+        if (L->head_dim > m->max_head_dim) m->max_head_dim = L->head_dim;
+    }
     return AF_OK;
+}
+
+int af_model_proj_shape(const af_model *m, int32_t l, int32_t p, int64_t *in, int64_t *out) {
+    *in = *out = 0;
+    if (!m || l < 0 || l >= m->cfg.num_hidden_layers || p < 0 || p > 6) return 0;
+    const af_layer *L = &m->layers[l];
+    const int64_t H = m->cfg.hidden_size, qd = (int64_t)L->n_head * L->head_dim,
+                  kvd = (int64_t)L->n_kv_head * L->head_dim, F = L->n_ff;
+    switch (p) {
+    case 0: *in = H, *out = qd; break;
+    case 1: if (!L->wk.data) return 0; *in = H, *out = kvd; break;
+    case 2: if (!L->wv.data) return 0; *in = H, *out = kvd; break;
+    case 3: *in = qd, *out = H; break;
+    case 4:
+    case 5: *in = H, *out = F; break;
+    default: *in = F, *out = H; break;
+    }
+    return 1;
 }
 
 /* `path` is a directory: a Hugging Face checkpoint (config.json, SafeTensors, tokenizer.json). */
@@ -461,26 +799,32 @@ static af_status load_hf(af_model *m, const char *dir) {
     st = af_hf_config_parse(js, jl, label, &h);
     free(js);
     if (st != AF_OK) return st;
-    st = load_hparams_hf(m, &h, label);
+    lplan pl;
+    memset(&pl, 0, sizeof pl);
+    st = load_hparams_hf(m, &h, label, &pl);
     if (st == AF_OK) st = af_hf_weights_open(dir, &m->hf);
     if (st == AF_OK) {
         m->file_bytes = af_hf_weights_bytes(m->hf);
         /* the weights config.json implies must fit in the files (>= 2 bytes each) before anything
-         * is sized by these numbers */
+         * is sized by these numbers (a lower bound: q, o and the FFN of every layer, K of the first
+         * layer, and the token embedding) */
         const af_model_config *c = &m->cfg;
-        const double H = c->hidden_size, qd = (double)c->num_attention_heads * c->head_dim,
-                     kvd = (double)c->num_key_value_heads * c->head_dim;
-        const double need = 2.0 * ((double)c->num_hidden_layers * (2 * H * qd + 2 * H * kvd + 3 * H * c->intermediate_size) +
-                                   (double)c->vocab_size * H);
+        const double H = c->hidden_size;
+        double need = (double)c->vocab_size * H + H * (double)pl.nkv[0] * pl.hd[0];
+        for (int32_t il = 0; il < c->num_hidden_layers; il++)
+            need += 2 * H * (double)pl.nh[il] * pl.hd[il] + 3 * H * (double)pl.ff[il];
+        need *= 2.0;
         if (need > (double)m->file_bytes)
             st = af_fail(AF_ERR_FORMAT,
                          "%s: the hyper-parameters need at least %.0f bytes of weights but the SafeTensors files hold "
                          "%llu", label, need, (unsigned long long)m->file_bytes);
     }
     if (st == AF_OK) {
-        wsrc s = {m, dir, !strcmp(h.architecture, "gemma3"), !m->desc.rope_neox, h.vocab_size};
-        st = load_weights(m, &s, m->desc.swa_period > 0 ? h.layer_sliding : NULL);
+        const arch_entry *ae = arch_find(h.architecture);
+        wsrc s = {m, dir, ae && ae->hf_norm_plus_one, !m->desc.rope_neox, h.vocab_size};
+        st = load_weights(m, &s, &pl);
     }
+    plan_free(&pl);
     af_hf_config_free(&h);
     if (st != AF_OK) return st;
     /* A model without a usable tokenizer still runs on token ids; the CLI reports it. */
@@ -510,13 +854,16 @@ af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out) {
     if (is_dir(path)) {
         st = load_hf(m, path);
     } else {
+        lplan pl;
+        memset(&pl, 0, sizeof pl);
         st = af_gguf_open(path, &m->gguf);
-        if (st == AF_OK) st = load_hparams(m);
+        if (st == AF_OK) st = load_hparams(m, &pl);
         if (st == AF_OK) {
             m->file_bytes = m->gguf->size;
             wsrc s = {m, path, 0, 0, 0};
-            st = load_weights(m, &s, NULL);
+            st = load_weights(m, &s, &pl);
         }
+        plan_free(&pl);
         if (st == AF_OK) {
             /* A model without a usable tokenizer still runs on token ids; the CLI reports it. */
             af_status ts = af_tokenizer_load(m->gguf, &m->tok);
@@ -542,6 +889,7 @@ void af_model_free(af_model *m) {
     if (m->tok) af_tokenizer_free(m->tok);
     free(m->layers);
     free(m->owned_f32);
+    free(m->owned_misc);
     for (int32_t i = 0; i < m->n_owned_w; i++) af_free_aligned(m->owned_w[i]);
     free(m->owned_w);
     af_free_aligned(m->owned_quant);
