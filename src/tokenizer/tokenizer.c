@@ -271,10 +271,13 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     af_gguf_str model;
     if (af_gguf_get_str(g, "tokenizer.ggml.model", &model) != AF_OK)
         return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.model: missing (file has no tokenizer)", path);
+    /* "gemma4" (llama.cpp convert_hf_to_gguf.py Gemma4Model): the SentencePiece-style BPE of
+     * Gemma's tokenizer.json (U+2581 for spaces, byte fallback) with its merges in the file */
+    const bool gemma4 = af_gguf_str_eq(model, "gemma4");
     if (af_gguf_str_eq(model, "gpt2")) sp.kind = AF_TOK_GPT2;
-    else if (af_gguf_str_eq(model, "llama")) sp.kind = AF_TOK_SPM;
+    else if (af_gguf_str_eq(model, "llama") || gemma4) sp.kind = AF_TOK_SPM;
     else
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model: '%.*s' not supported (gpt2, llama)",
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model: '%.*s' not supported (gpt2, llama, gemma4)",
                        path, (int)(model.len > 40 ? 40 : model.len), model.ptr);
 
     const af_gguf_value *tv = af_gguf_find(g, "tokenizer.ggml.tokens");
@@ -295,9 +298,10 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
                sc->arr_type == AF_GGUF_ARRAY))
         return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.scores: not a numeric array of %d", path, n);
     const af_gguf_value *mv = NULL;
-    if (!spm) {
+    if (!spm || gemma4) {
         mv = af_gguf_find(g, "tokenizer.ggml.merges");
-        if (!mv) return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.merges: missing (gpt2 vocabulary)", path);
+        if (!mv) return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.merges: missing (%s vocabulary)", path,
+                                gemma4 ? "gemma4" : "gpt2");
         if (mv->type != AF_GGUF_ARRAY || mv->arr_type != AF_GGUF_STRING || mv->arr_n >= (1u << 30))
             return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.merges: not an array of strings", path);
     }
@@ -347,6 +351,7 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     sp.eot = get_id(g, "tokenizer.ggml.eot_token_id", -1, n);
     sp.eom = get_id(g, "tokenizer.ggml.eom_token_id", -1, n);
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &sp.add_bos)) != AF_OK) goto done;
+    if (gemma4) sp.add_bos = true; /* as llama.cpp (llama-vocab.cpp: overridden to true for Gemma 4) */
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", false, &sp.add_eos)) != AF_OK) goto done;
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", false, &sp.add_space_prefix)) != AF_OK)
         goto done;
