@@ -140,6 +140,8 @@ static void usage(FILE *fp) {
             "                     fold the adapter into the model, re-quantized (a standalone GGUF)\n"
             "  merge-adapters A B ... -o OUT [--method M] [--weights W,...] [--density D] [--rank R]\n"
             "                     merge LoRA adapters on their ΔW (linear, cat, ties, dare-ties, ...)\n"
+            "  convert DIR -o OUT.gguf [--type keep|f16|q8_0|q4_k|...]\n"
+            "                     a Hugging Face checkpoint directory as a GGUF (llama.cpp names, tokenizer)\n"
             "  version            print version and the CPU features detected\n"
             "\n"
             "Run 'afinar <command> --help' for the options of a command.\n"
@@ -187,6 +189,7 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
     if (!strcmp(cmd, "merge-adapters")) return cmd_merge_adapters(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

@@ -1406,6 +1406,42 @@ typedef struct af_merge_stats {
 af_status af_merge_adapter(const char *model_path, const char *adapter, const char *out_path,
                            const af_merge_opts *opts, af_merge_stats *stats);
 
+/* ---------------------------------------------------------------------------------------------
+ * Conversion of a Hugging Face checkpoint to GGUF (`afinar convert`)
+ * ------------------------------------------------------------------------------------------- */
+typedef struct af_convert_opts {
+    /* Type of the 2-D weights: NULL or "keep" = each tensor's stored type (F32/F16/BF16: the
+     * conversion is exact), or "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+     * "q6_k" (ggml's reference quantizers). A matrix whose rows are not a multiple of the type's block
+     * falls back to q8_0 (rows a multiple of 32) or f16 (counted in af_convert_stats.fallback).
+     * 1-D tensors (norms, biases, RoPE factors, output scales) are always F32. */
+    const char *type;
+    int overwrite;          /* 1: replace an existing out_path */
+    FILE *log;              /* progress and notes (NULL: quiet) */
+} af_convert_opts;
+
+typedef struct af_convert_stats {
+    int32_t tensors;        /* tensors written */
+    int32_t converted;      /* 2-D weights stored in another type than the checkpoint's */
+    int32_t fallback;       /* of those, stored in q8_0 / f16 because of their row length */
+    int32_t folded_q_scale; /* 1: the attention scale (query_pre_attn_scalar) was folded into attn_q_norm */
+    uint64_t bytes;         /* size of the written file */
+} af_convert_stats;
+
+/* Convert the Hugging Face checkpoint directory `dir` (what af_model_load accepts: llama, gemma3,
+ * qwen2, qwen3, gemma4) to the GGUF `out_path` with llama.cpp's tensor names and metadata
+ * (general.*, {arch}.* hyper-parameters as llama.cpp's convert_hf_to_gguf.py writes them, per-layer
+ * arrays where layers differ, the sliding pattern, gemma4's KV sharing / PLE / RoPE factors) and the
+ * tokenizer (tokenizer.ggml.*: af_tokenizer_gguf_write; none when the directory has no usable
+ * tokenizer). The weights are those af_model_load made of the directory: llama q/k rows in llama.cpp's
+ * order, Gemma 3 norms as 1 + w, so loading the file gives the directory's model (bit for bit with
+ * "keep" and F32/F16 checkpoints). A gemma3 query_pre_attn_scalar other than head_dim, which llama.cpp
+ * cannot store, is folded into attn_q_norm (exact up to one f32 rounding). Written atomically.
+ * `opts`, `stats` may be NULL. Errors: AF_ERR_INVALID_ARG (NULL argument, unknown type, not a
+ * directory, out_path exists and !overwrite), those of af_model_load, AF_ERR_NOMEM, AF_ERR_IO. */
+af_status af_model_convert(const char *dir, const char *out_path, const af_convert_opts *opts,
+                           af_convert_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

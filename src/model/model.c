@@ -361,6 +361,32 @@ static af_status get_int_layers(const af_gguf *g, const char *arch, const char *
     return AF_OK;
 }
 
+/* {arch}.attention.sliding_window_pattern into sliding [L]: an array of one bool per layer (true =
+ * sliding window), or a period n (layer il slides when il % n < n - 1: llama.cpp set_swa_pattern).
+ * Absent: AF_ERR_NOT_FOUND (with a message when `required`), sliding unchanged. */
+static af_status gguf_pattern(const af_gguf *g, const char *a, int32_t L, uint8_t *sliding, int required) {
+    char k[128];
+    const af_gguf_value *pv = af_gguf_find(g, akey(k, sizeof k, a, "attention.sliding_window_pattern"));
+    if (pv && pv->type == AF_GGUF_ARRAY) {
+        if (pv->arr_n != (uint64_t)L || (pv->arr_type != AF_GGUF_BOOL && pv->arr_type != AF_GGUF_UINT8 &&
+                                         pv->arr_type != AF_GGUF_INT8 && pv->arr_type != AF_GGUF_UINT32 &&
+                                         pv->arr_type != AF_GGUF_INT32))
+            return af_fail(AF_ERR_FORMAT, "%s: %s: expected an array of %d booleans (true = sliding layer)", g->path, k,
+                           L);
+        for (int32_t i = 0; i < L; i++) sliding[i] = af_gguf_arr_int(pv, (uint64_t)i) != 0;
+        return AF_OK;
+    }
+    if (pv) {
+        int32_t period;
+        AF_TRY(get_int(g, a, "attention.sliding_window_pattern", 1, 1024, 0, 0, &period));
+        for (int32_t i = 0; i < L; i++) sliding[i] = i % period < period - 1;
+        return AF_OK;
+    }
+    if (required)
+        return af_fail(AF_ERR_NOT_FOUND, "%s: %s: missing (%s needs the sliding/global layer pattern)", g->path, k, a);
+    return AF_ERR_NOT_FOUND;
+}
+
 /* gemma4's GGUF keys (llama.cpp convert_hf_to_gguf.py Gemma4Model, src/models/gemma4.cpp): the
  * sliding pattern (attention.sliding_window_pattern: a bool per layer, or a period), head sizes of the
  * global (key_length) and sliding (key_length_swa) layers, RoPE dimensions (full only: partial RoPE
@@ -378,21 +404,7 @@ static af_status gguf_gemma4(af_model *m, lplan *pl) {
     if (x > 0 || af_gguf_find_tensor(g, "blk.0.ffn_gate_inp.weight"))
         return af_fail(AF_ERR_UNSUPPORTED, "%s: %s.expert_count %d: mixture-of-experts Gemma 4 models are not "
                        "supported (dense models only, e.g. E2B/E4B)", g->path, a, x);
-    const af_gguf_value *pv = af_gguf_find(g, akey(k, sizeof k, a, "attention.sliding_window_pattern"));
-    if (pv && pv->type == AF_GGUF_ARRAY) {
-        if (pv->arr_n != (uint64_t)L || (pv->arr_type != AF_GGUF_BOOL && pv->arr_type != AF_GGUF_UINT8 &&
-                                         pv->arr_type != AF_GGUF_INT8 && pv->arr_type != AF_GGUF_UINT32 &&
-                                         pv->arr_type != AF_GGUF_INT32))
-            return af_fail(AF_ERR_FORMAT, "%s: %s: expected an array of %d booleans (true = sliding layer)", g->path, k,
-                           L);
-        for (int32_t i = 0; i < L; i++) pl->sliding[i] = af_gguf_arr_int(pv, (uint64_t)i) != 0;
-    } else if (pv) {
-        int32_t period;
-        AF_TRY(get_int(g, a, "attention.sliding_window_pattern", 1, 1024, 0, 0, &period));
-        for (int32_t i = 0; i < L; i++) pl->sliding[i] = i % period < period - 1; /* llama.cpp set_swa_pattern */
-    } else {
-        return af_fail(AF_ERR_NOT_FOUND, "%s: %s: missing (gemma4 needs the sliding/global layer pattern)", g->path, k);
-    }
+    AF_TRY(gguf_pattern(g, a, L, pl->sliding, 1));
     int any_sliding = 0;
     for (int32_t i = 0; i < L; i++) any_sliding |= pl->sliding[i];
     int32_t hd_full = c->head_dim, hd_swa, v_swa, rot_swa, swa = 0;
@@ -411,11 +423,6 @@ static af_status gguf_gemma4(af_model *m, lplan *pl) {
     AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "rope.freq_base_swa"), 10000.0f, &D->rope_base_swa));
     AF_TRY(get_int(g, a, "attention.shared_kv_layers", 0, L - 1, 1, 0, &D->n_kv_shared));
     AF_TRY(get_int(g, a, "embedding_length_per_layer_input", 0, 1 << 16, 1, 0, &D->ple_dim));
-    float cap = 0;
-    AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "final_logit_softcapping"), 0.0f, &cap));
-    if (!(cap >= 0) || !isfinite(cap))
-        return af_fail(AF_ERR_FORMAT, "%s: %s: %g is not a non-negative number", g->path, k, (double)cap);
-    D->final_logit_softcap = cap;
     return AF_OK;
 }
 
@@ -477,10 +484,21 @@ static af_status load_hparams(af_model *m, lplan *pl) {
         AF_TRY(get_int(g, a, "attention.sliding_window", 1, INT32_MAX, 0, 0, &swa));
         D->sliding_window = swa;
         AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "rope.freq_base_swa"), 10000.0f, &D->rope_base_swa));
-        for (int32_t il = 0; il < L; il++) pl->sliding[il] = il % D->swa_period != D->swa_period - 1;
+        /* the file's pattern key where it has one (llama.cpp load_swa_pattern), else the fixed period */
+        af_status ps = gguf_pattern(g, a, L, pl->sliding, 0);
+        if (ps == AF_ERR_NOT_FOUND)
+            for (int32_t il = 0; il < L; il++) pl->sliding[il] = il % D->swa_period != D->swa_period - 1;
+        else if (ps != AF_OK)
+            return ps;
     } else if (D->swa_period < 0) {
         AF_TRY(gguf_gemma4(m, pl));
     }
+    /* final logit soft-capping (llama.cpp reads it for gemma2/3/4; absent = off) */
+    float cap = 0;
+    AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "final_logit_softcapping"), 0.0f, &cap));
+    if (!(cap >= 0) || !isfinite(cap))
+        return af_fail(AF_ERR_FORMAT, "%s: %s: %g is not a non-negative number", g->path, k, (double)cap);
+    D->final_logit_softcap = cap;
     c->head_dim = pl->hd[0];
     AF_TRY(check_hparams(m, pl, g->path));
     /* a tensor of a layer past block_count: the layer count is wrong, layers would be ignored */
@@ -825,6 +843,7 @@ static af_status load_hf(af_model *m, const char *dir) {
         st = load_weights(m, &s, &pl);
     }
     plan_free(&pl);
+    m->pad_token_id = h.pad_token_id;
     af_hf_config_free(&h);
     if (st != AF_OK) return st;
     /* A model without a usable tokenizer still runs on token ids; the CLI reports it. */
@@ -850,6 +869,7 @@ af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out) {
     af_model *m = af_calloc(1, sizeof *m);
     if (!m) return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
     m->ctx = ctx;
+    m->pad_token_id = -1;
     af_status st;
     if (is_dir(path)) {
         st = load_hf(m, path);

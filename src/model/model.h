@@ -126,6 +126,7 @@ struct af_model {
     void *owned_quant;      /* owned (af_free_aligned): projections requantized at load (af_model_requantize) */
     size_t owned_quant_bytes;
     char tok_error[256];    /* why `tok` is NULL (message of the failed tokenizer load) */
+    int32_t pad_token_id;   /* HF config.json pad_token_id (-1: none or a GGUF file; informational) */
 };
 
 /* Quantize the frozen projection weights of every layer (attn q/k/v/o, ffn gate/up/down; not the

@@ -297,9 +297,10 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     if (sc && (sc->type != AF_GGUF_ARRAY || sc->arr_n != (uint64_t)n || sc->arr_type == AF_GGUF_STRING ||
                sc->arr_type == AF_GGUF_ARRAY))
         return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.scores: not a numeric array of %d", path, n);
-    const af_gguf_value *mv = NULL;
-    if (!spm || gemma4) {
-        mv = af_gguf_find(g, "tokenizer.ggml.merges");
+    /* merges: required for gpt2 and gemma4; optional for llama (SPM), where they replace the
+     * merge order of the scores (afinar convert writes both for a tokenizer.json BPE) */
+    const af_gguf_value *mv = af_gguf_find(g, "tokenizer.ggml.merges");
+    if (mv || !spm || gemma4) {
         if (!mv) return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.merges: missing (%s vocabulary)", path,
                                 gemma4 ? "gemma4" : "gpt2");
         if (mv->type != AF_GGUF_ARRAY || mv->arr_type != AF_GGUF_STRING || mv->arr_n >= (1u << 30))

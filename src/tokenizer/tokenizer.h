@@ -19,6 +19,7 @@
 #define AF_TOKENIZER_H
 
 #include "formats/gguf.h"
+#include "formats/gguf_write.h"
 #include "formats/lm_jsonl.h"
 
 /* Build a tokenizer from an open GGUF. Copies everything it needs (does not borrow `g`).
@@ -144,5 +145,12 @@ af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const 
  * as af_chat_family_of). Errors: those of af_chat_format_tok and af_chat_family_of. */
 af_status af_chat_format_tok_as(const af_tokenizer *tok, const char *tmpl, const char *system, const char *user,
                                 char **out);
+
+/* Add the tokenizer's GGUF metadata (tokenizer.ggml.*, tokenizer.chat_template) to `w`, as llama.cpp's
+ * converter writes them (tok_gguf.c lists the keys): byte-level BPE as "gpt2", SentencePiece-style
+ * BPE as "gemma4" when `arch` is "gemma4", else "llama" with scores from the merge ranks; merges in
+ * rank order. pad_id: tokenizer.ggml.padding_token_id (-1: none). Loading the result with
+ * af_tokenizer_load gives the same ids as `t`. Errors: AF_ERR_INVALID_ARG, AF_ERR_NOMEM, the writer's. */
+af_status af_tokenizer_gguf_write(const af_tokenizer *t, af_gguf_writer *w, const char *arch, int32_t pad_id);
 
 #endif /* AF_TOKENIZER_H */
