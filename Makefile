@@ -155,13 +155,16 @@ bench: all
 # llama.cpp cross-checks of `afinar export` / `afinar merge` (tests/ref/llamacpp_adapter_check.py):
 # builds llama-cpp-python into $(LLAMACPP_VENV) once (scripts/setup_llamacpp.sh, portable build),
 # then runs the checks on the models in models/. Skips (exit 0, with a message) when the build fails.
-# Also the tiny qwen2/qwen3 GGUFs against transformers' logits (tests/ref/check_qwen_llamacpp.py).
+# Also the tiny qwen2/qwen3 GGUFs against transformers' logits (tests/ref/check_qwen_llamacpp.py), and
+# the tiny gemma4 GGUF and `afinar convert`'s GGUFs of the tiny HF directories (and SmolLM2's when
+# models/SmolLM2-135M-Instruct-hf exists) in llama.cpp (tests/ref/check_convert_llamacpp.py).
 # LLAMACPP_BUILD_TIMEOUT (s) bounds the build so CI stays within its time budget (a skip, not a hang).
 LLAMACPP_VENV ?= .venv-llamacpp
 LLAMACPP_BUILD_TIMEOUT ?= 1500
 check-llamacpp: lib cli
 	@if timeout $(LLAMACPP_BUILD_TIMEOUT) bash scripts/setup_llamacpp.sh $(LLAMACPP_VENV); then \
 	  $(LLAMACPP_VENV)/bin/python tests/ref/check_qwen_llamacpp.py && \
+	  $(LLAMACPP_VENV)/bin/python tests/ref/check_convert_llamacpp.py --afinar $(BUILD)/afinar && \
 	  $(LLAMACPP_VENV)/bin/python tests/ref/llamacpp_adapter_check.py --afinar $(BUILD)/afinar \
 	    --results $(BUILD)/llamacpp_adapter_check.json; \
 	else echo "SKIP check-llamacpp: llama-cpp-python could not be built within $(LLAMACPP_BUILD_TIMEOUT) s (log: $(LLAMACPP_VENV)/llama_build.log)"; fi

@@ -291,8 +291,10 @@ af_status af_model_convert(const char *dir, const char *out_path, const af_conve
     af_status st = af_gguf_writer_new(&c.w);
     if (st == AF_OK) st = put_hparams(&c, dir);
     if (st == AF_OK && m->tok) st = af_tokenizer_gguf_write(m->tok, c.w, m->desc.name, m->pad_token_id);
-    if (st == AF_OK && !m->tok && o->log)
-        fprintf(o->log, "convert: note: no tokenizer written (%s)\n", af_model_tokenizer_error(m));
+    if (st == AF_OK && !m->tok) { /* llama.cpp's vocabulary-less form: "none" + {arch}.vocab_size */
+        st = af_gguf_writer_add_str(c.w, "tokenizer.ggml.model", "none");
+        if (o->log) fprintf(o->log, "convert: note: no tokenizer written (%s)\n", af_model_tokenizer_error(m));
+    }
     if (st == AF_OK) st = put_tensors(&c);
     if (st == AF_OK) {
         if (o->log) fprintf(o->log, "convert: writing %s (%llu bytes)\n", out_path,

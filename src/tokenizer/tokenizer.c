@@ -273,6 +273,9 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
         return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.model: missing (file has no tokenizer)", path);
     /* "gemma4" (llama.cpp convert_hf_to_gguf.py Gemma4Model): the SentencePiece-style BPE of
      * Gemma's tokenizer.json (U+2581 for spaces, byte fallback) with its merges in the file */
+    if (af_gguf_str_eq(model, "none") || af_gguf_str_eq(model, "no_vocab")) /* llama.cpp: a model without a vocabulary */
+        return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.model is '%.*s': the file has no tokenizer", path,
+                       (int)model.len, model.ptr);
     const bool gemma4 = af_gguf_str_eq(model, "gemma4");
     if (af_gguf_str_eq(model, "gpt2")) sp.kind = AF_TOK_GPT2;
     else if (af_gguf_str_eq(model, "llama") || gemma4) sp.kind = AF_TOK_SPM;
