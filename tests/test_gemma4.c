@@ -18,6 +18,8 @@
  *     on the global layers) for a classification and a causal-LM loss (1e-5 relative loss,
  *     1e-4·max|ref| + 1e-3·|ref| gradients), and the checkpointed classification step;
  *   - tokenizer ids against HF tokenizers (GGUF tokenizer.ggml.model "gemma4" and tokenizer.json);
+ *   - the Gemma 4 chat layout against apply_chat_template on 3 conversations (a template in the style
+ *     of Gemma 4's, written by the reference script), thinking blocks and continued model turns refused;
  * and across the forms: GGUF and HF directory give the same logits bit for bit.
  * Bad input: a MoE GGUF (expert_count), a GGUF without the sliding pattern, a per-layer KV-head
  * array of the wrong length, KV sharing without an earlier layer of the type, HF configs with
@@ -30,6 +32,7 @@
 #include "formats/gguf_write.h"
 #include "lora/lora.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "train/engine.h"
 
 #include <math.h>
@@ -89,6 +92,47 @@ static void check_desc(const af_model *m, const char *what) {
 
 static double w_forms;
 
+/* The Gemma 4 chat layout (chat.c render_gemma4) against transformers' apply_chat_template text
+ * (generation prompt) of the fixture's conversations; afinar's text has no "<bos>" (added as an id). */
+static void check_chat(rd *r, const af_tokenizer *tok, const char *what) {
+    af_chat_family fam;
+    CHECK(af_chat_family_of(tok, NULL, &fam) == AF_OK && fam == AF_CHAT_GEMMA4, "%s: chat family gemma4 from the "
+          "template (<|turn>)", what);
+    const uint32_t nc = u32(r);
+    for (uint32_t k = 0; k < nc && k < 16; k++) {
+        const uint32_t nm = u32(r);
+        af_chat_msg msg[8];
+        if (!CHECK(nm >= 1 && nm <= 8, "fixture chat %u", k)) return;
+        for (uint32_t i = 0; i < nm; i++) {
+            const uint32_t role = u32(r), len = u32(r);
+            msg[i].role = role == 0 ? AF_ROLE_SYSTEM : role == 1 ? AF_ROLE_USER : AF_ROLE_ASSISTANT;
+            msg[i].content = take(r, len);
+            msg[i].len = len;
+        }
+        const uint32_t len = u32(r);
+        const char *want = take(r, len);
+        if (!CHECK(want && len > 5 && !memcmp(want, "<bos>", 5), "fixture chat text %u", k)) return;
+        char *got = NULL;
+        CHECK(af_chat_prompt_text(tok, fam, msg, (int32_t)nm, &got) == AF_OK, "chat: %s", af_last_error());
+        CHECK(got && strlen(got) == len - 5 && !memcmp(got, want + 5, len - 5),
+              "%s: conversation %u rendered as transformers' apply_chat_template:\n%s\nwant:\n%.*s", what, k,
+              got ? got : "", (int)len - 5, want + 5);
+        free(got);
+    }
+    /* refused layouts */
+    af_chat_msg two[3] = {{AF_ROLE_USER, "a", 1}, {AF_ROLE_ASSISTANT, "b", 1}, {AF_ROLE_ASSISTANT, "c", 1}};
+    char *got = NULL;
+    CHECK(af_chat_prompt_text(tok, fam, two, 3, &got) == AF_ERR_FORMAT && strstr(af_last_error(), "messages[2]"),
+          "two assistant messages in a row refused: %s", af_last_error());
+    free(got);
+    got = NULL;
+    af_chat_msg th[2] = {{AF_ROLE_USER, "a", 1}, {AF_ROLE_ASSISTANT, "<|channel>x<channel|>y", 22}};
+    CHECK(af_chat_prompt_text(tok, fam, th, 2, &got) == AF_ERR_FORMAT && strstr(af_last_error(), "thinking block"),
+          "a thinking block refused: %s", af_last_error());
+    free(got);
+    CHECK(af_token_is_eog(tok, af_tokenizer_find(tok, "<turn|>", 7)), "%s: <turn|> ends generation", what);
+}
+
 /* One form (GGUF file or HF directory) against the whole reference; last logits of the first
  * sequence into `lg0` [vocab] for the cross-form check. */
 static void run_form(const char *path, const char *what, float *lg0, int V_expect) {
@@ -118,8 +162,9 @@ static void run_form(const char *path, const char *what, float *lg0, int V_expec
     }
     if (check_inference(&r, m, (int)V) && check_cls(&r, m, (int)nl, (int)H) && check_lm(&r, m, (int)nl)) {
         const af_tokenizer *tok = af_model_tokenizer(m);
-        if (CHECK(tok != NULL, "%s: tokenizer loaded (%s)", what, af_model_tokenizer_error(m)))
-            check_tok_ids(&r, tok, what, 1);
+        if (CHECK(tok != NULL, "%s: tokenizer loaded (%s)", what, af_model_tokenizer_error(m)) &&
+            check_tok_ids(&r, tok, what, 1))
+            check_chat(&r, tok, what);
     }
     af_model_free(m);
     free(buf);
@@ -233,9 +278,9 @@ static void bad_input(void) {
 int main(void) {
     float *a = calloc(1024, sizeof(float)), *b = calloc(1024, sizeof(float));
     parity_indexed = 1;
-    run_form(GGUF, "gemma4 GGUF", a, 462);
-    run_form(HFDIR, "gemma4 HF directory", b, 462);
-    w_forms = tl_max_abs_diff(a, b, 462, NULL);
+    run_form(GGUF, "gemma4 GGUF", a, 464);
+    run_form(HFDIR, "gemma4 HF directory", b, 464);
+    w_forms = tl_max_abs_diff(a, b, 464, NULL);
     CHECK(w_forms == 0, "GGUF and HF directory: last logits of sequence 0 bit for bit equal (max |diff| %.3g)", w_forms);
     bad_input();
     printf("gemma4 vs transformers/PEFT (worst of GGUF and HF forms): logits %.2e abs, decode vs batched %.2e abs, "

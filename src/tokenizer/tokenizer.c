@@ -218,7 +218,7 @@ af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
     t->prefix_unless_space = sp->prefix_unless_space;
     t->ignore_merges = sp->ignore_merges;
 
-    static const char *const eog_texts[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>",
+    static const char *const eog_texts[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<turn|>", "<eos>",
                                             "<|eot_id|>", "<|end|>", "<|eom_id|>", "<EOT>"};
     for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++) {
         int32_t id = af_strmap_get(&t->vocab, t->text, t->off, eog_texts[k], strlen(eog_texts[k]));

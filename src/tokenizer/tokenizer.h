@@ -65,17 +65,22 @@ int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len)
  *     raises otherwise); per message "<start_of_turn>{user|model}\n{trim(content)}<end_of_turn>\n"
  *     where trim strips Unicode white space at both ends (Python str.strip, Jinja's `trim`).
  *     Generation prompt: "<start_of_turn>model\n".
- * Family: from tokenizer.chat_template ("<|im_start|>" -> ChatML, "<start_of_turn>" -> Gemma; a
+ *  Gemma 4: BOS; an optional first system message as "<|turn>system\n{trim}<turn|>\n"; per message
+ *     "<|turn>{user|model}\n{trim(content)}<turn|>\n"; generation prompt "<|turn>model\n" plus the
+ *     empty thought channel "<|channel>thought\n<channel|>" (thinking off). Refused: thinking blocks
+ *     in messages, two assistant messages in a row, a later system message (chat.c render_gemma4).
+ * Family: from tokenizer.chat_template ("<|turn>" -> Gemma 4, "<|im_start|>" -> ChatML,
+ * "<start_of_turn>" -> Gemma; a
  * template holding "<think>" is refused: its reasoning blocks are not reproduced), or, when the file
  * has no template (the Gemma 3 GGUFs), from the vocabulary (<start_of_turn>, then <|im_start|>). */
-typedef enum af_chat_family { AF_CHAT_NONE = 0, AF_CHAT_CHATML = 1, AF_CHAT_GEMMA = 2 } af_chat_family;
+typedef enum af_chat_family { AF_CHAT_NONE = 0, AF_CHAT_CHATML = 1, AF_CHAT_GEMMA = 2, AF_CHAT_GEMMA4 = 3 } af_chat_family;
 
-/* "none", "chatml", "gemma". */
+/* "none", "chatml", "gemma", "gemma4". */
 const char *af_chat_family_name(af_chat_family f);
 
 /* The family to render with: `override` "chatml" or "gemma" forces it; NULL or "auto" recognises
  * the model's (see above). Errors: AF_ERR_INVALID_ARG (unknown override name),
- * AF_ERR_UNSUPPORTED (no recognisable template; the message names --chat-template chatml|gemma). */
+ * AF_ERR_UNSUPPORTED (no recognisable template; the message names --chat-template chatml|gemma|gemma4). */
 af_status af_chat_family_of(const af_tokenizer *tok, const char *override, af_chat_family *fam);
 
 /* A rendered document: its text and the pieces it is tokenized in. Each piece is tokenized on its

@@ -38,7 +38,10 @@ u32 layer, u32 projection (0 q .. 6 down):
   tokens (full forward each step); PEFT LoRA (r 4, alpha 8, dropout 0, q/k/v/o/gate/up/down wherever
   the module exists; A and B from tests/peft_fixture.h's formulas) gradients for (a) classification
   (mean pooling of the final normed states + Linear(H, 3), 3 samples) and (b) causal LM (3 samples,
-  masked targets, Σ CE / targets); tokenizer ids of a few strings (HF tokenizers).
+  masked targets, Σ CE / targets); tokenizer ids of a few strings (HF tokenizers); the text of
+  apply_chat_template (generation prompt) for 3 conversations with the template GEMMA4_TEMPLATE below
+  (u32 n; per conversation u32 n_msgs, per message u32 role (0 system, 1 user, 2 assistant), u32 len,
+  bytes; then u32 len, bytes of the rendered text).
 
 Run:  .venv-ref/bin/python tests/ref/make_gemma4_ref.py
 Output: tests/fixtures/tiny_gemma4.gguf, tests/fixtures/gemma4_ref.bin, tests/fixtures/hf_tiny_gemma4/
@@ -63,7 +66,31 @@ FIX = os.path.join(ROOT, "tests", "fixtures")
 PROJ = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 R, ALPHA = 4, 8.0
 SEED = 2026
-SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>"]
+SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>", "<|channel>", "<channel|>"]
+# Written for this test: the plain-message layout of Gemma 4's chat template (a system turn, user/model
+# turns with trimmed content, the generation prompt with an empty thought channel); afinar reproduces
+# the layout, not the Jinja (src/tokenizer/chat.c render_gemma4).
+GEMMA4_TEMPLATE = (
+    "{{- bos_token -}}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {{- '<|turn>system\\n' + messages[0]['content'] | trim + '<turn|>\\n' -}}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}\n"
+    "    {{- '<|turn>' + role + '\\n' + message['content'] | trim + '<turn|>\\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{- '<|turn>model\\n<|channel>thought\\n<channel|>' -}}\n"
+    "{%- endif -%}\n")
+CHATS = [
+    [{"role": "user", "content": "What is 2+2?"}],
+    [{"role": "system", "content": "  You answer briefly. "}, {"role": "user", "content": "Name a colour.\n"}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": " Hello! "},
+     {"role": "user", "content": "Tell me a fact about café culture."}],
+]
 LAYER_TYPES = ["sliding_attention"] * 3 + ["full_attention", "sliding_attention", "full_attention"]
 
 CORPUS = [
@@ -198,6 +225,7 @@ def write_gguf(path, model, cfg, toks, merges):
     w.add_pad_token_id(toks.index("<pad>"))
     w.add_add_bos_token(True)
     w.add_add_space_prefix(False)
+    w.add_chat_template(GEMMA4_TEMPLATE)
     # convert_hf_to_gguf.py Gemma4Model.generate_extra_tensors: proportional RoPE as frequency factors
     part = cfg.rope_parameters["full_attention"]["partial_rotary_factor"]
     n_rot = int(hd_full * part / 2)
@@ -273,7 +301,7 @@ def main():
     randomize(model, SEED, 1.2)
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
-                                     unk_token="<unk>", add_bos_token=True)
+                                     unk_token="<unk>", add_bos_token=True, chat_template=GEMMA4_TEMPLATE)
     gpath = os.path.join(FIX, "tiny_gemma4.gguf")
     write_gguf(gpath, model, cfg, toks, merges)
     hdir = os.path.join(FIX, "hf_tiny_gemma4")
@@ -281,7 +309,8 @@ def main():
     model.save_pretrained(hdir)
     hf_tok.save_pretrained(hdir)
     for extra in os.listdir(hdir):
-        if extra not in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        if extra not in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                         "chat_template.jinja"):
             os.remove(os.path.join(hdir, extra))
 
     H, L = cfg.hidden_size, cfg.num_hidden_layers
@@ -370,6 +399,17 @@ def main():
         out.write(struct.pack("<I", len(b)) + b)
         out.write(struct.pack("<I", len(ids)))
         out.write(np.asarray(ids, dtype="<i4").tobytes())
+    # chat: transformers' apply_chat_template (text, with the generation prompt) of each conversation
+    out.write(struct.pack("<I", len(CHATS)))
+    roles = {"system": 0, "user": 1, "assistant": 2}
+    for msgs in CHATS:
+        out.write(struct.pack("<I", len(msgs)))
+        for mm in msgs:
+            b = mm["content"].encode("utf-8")
+            out.write(struct.pack("<2I", roles[mm["role"]], len(b)) + b)
+        text = hf_tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        b = text.encode("utf-8")
+        out.write(struct.pack("<I", len(b)) + b)
     out.close()
     os.replace(out.name, out.name[:-4])
     sizes = {p: os.path.getsize(p) for p in (gpath, out.name[:-4], os.path.join(hdir, "model.safetensors"),
