@@ -14,9 +14,9 @@ PREFIX  ?= /usr/local
 BUILD   ?= build
 DEBUG   ?= 0
 
-PKGS       := libpcre2-8 libcjson
+PKGS       := libpcre2-8 libcjson libutf8proc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson -lutf8proc)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     := -O2
@@ -75,9 +75,10 @@ TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out 
 all: probe lib cli
 
 probe:
-	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s\n' "$$($(CC) -dumpversion)" \
+	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s; utf8proc %s\n' "$$($(CC) -dumpversion)" \
 	  "$$(pkg-config --exists libpcre2-8 && echo '✓' || echo '✗ (apt-get install libpcre2-dev)')" \
-	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')"
+	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')" \
+	  "$$(pkg-config --exists libutf8proc && echo '✓' || echo '✗ (apt-get install libutf8proc-dev)')"
 	@printf 'afinar build: MPI (mpirun -np N afinar train) %s\n' \
 	  "$$([ '$(MPI)' = 1 ] && echo "✓ Open MPI $$(pkg-config --modversion ompi-c)" || echo '✗ (apt-get install libopenmpi-dev openmpi-bin; or MPI=0 was given)')"
 

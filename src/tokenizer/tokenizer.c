@@ -10,6 +10,8 @@
  */
 #include "tokenizer/tok_internal.h"
 
+#include <utf8proc.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +219,7 @@ af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
     t->add_space_prefix = sp->add_space_prefix;
     t->prefix_unless_space = sp->prefix_unless_space;
     t->ignore_merges = sp->ignore_merges;
+    t->nfc = sp->nfc;
 
     static const char *const eog_texts[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<turn|>", "<eos>",
                                             "<|eot_id|>", "<|end|>", "<|eom_id|>", "<EOT>"};
@@ -371,6 +374,8 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
         goto done;
     sp.pre = pre.ptr;
     sp.pre_len = (size_t)pre.len;
+    /* Qwen2/2.5/3 tokenizer.json normalise to NFC; their GGUF pre-tokenizer name says so */
+    sp.nfc = !spm && af_gguf_str_eq(pre, "qwen2");
     st = af_tok_build(t, &sp);
 done:
     free(tok);
@@ -435,21 +440,39 @@ static af_status emit_raw_byte(const af_tokenizer *t, unsigned char b, af_ids *o
 }
 
 /* Plain text (no special tokens): split off invalid UTF-8 bytes, encode the valid runs. */
+/* A valid UTF-8 run without special tokens: NFC first when the tokenizer normalises (HF normalizers
+ * "NFC": utf8proc_map with UTF8PROC_STABLE | UTF8PROC_COMPOSE is utf8proc_NFC; ASCII is its own NFC). */
+static af_status encode_run(const af_tokenizer *t, const char *s, size_t len, bool first, af_ids *out) {
+    utf8proc_uint8_t *nf = NULL;
+    if (t->nfc && len) {
+        size_t i = 0;
+        while (i < len && !((unsigned char)s[i] & 0x80)) i++;
+        if (i < len) {
+            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &nf,
+                                              UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (r < 0)
+                return af_fail(r == UTF8PROC_ERROR_NOMEM ? AF_ERR_NOMEM : AF_ERR_FORMAT, "tokenizer: NFC: %s",
+                               utf8proc_errmsg(r));
+            s = (const char *)nf;
+            len = (size_t)r;
+        }
+    }
+    af_status st = t->kind == AF_TOK_GPT2 ? af_bpe_encode(t, s, len, out) : af_spm_encode(t, s, len, first, out);
+    free(nf);
+    return st;
+}
+
+/* Plain text (no special tokens): split off invalid UTF-8 bytes, encode the valid runs. */
 static af_status encode_plain(const af_tokenizer *t, const char *s, size_t len, bool at_start, af_ids *out) {
     size_t i = 0, run = 0;
     while (i < len) {
         int k = af_utf8_valid_len((const unsigned char *)s + i, len - i);
         if (k > 0) { i += (size_t)k; continue; }
-        if (i > run) {
-            AF_TRY(t->kind == AF_TOK_GPT2 ? af_bpe_encode(t, s + run, i - run, out)
-                                          : af_spm_encode(t, s + run, i - run, at_start && run == 0, out));
-        }
+        if (i > run) AF_TRY(encode_run(t, s + run, i - run, at_start && run == 0, out));
         AF_TRY(emit_raw_byte(t, (unsigned char)s[i], out));
         run = ++i;
     }
-    if (len > run)
-        AF_TRY(t->kind == AF_TOK_GPT2 ? af_bpe_encode(t, s + run, len - run, out)
-                                      : af_spm_encode(t, s + run, len - run, at_start && run == 0, out));
+    if (len > run) AF_TRY(encode_run(t, s + run, len - run, at_start && run == 0, out));
     return AF_OK;
 }
 

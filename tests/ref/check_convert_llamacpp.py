@@ -182,7 +182,7 @@ def main():
     open(tsrc, "w").write(TOKENIZE_C)
     bdir = os.path.dirname(os.path.abspath(args.afinar))
     subprocess.run(["cc", "-std=c11", "-O1", "-I", "include", tsrc, os.path.join(bdir, "libafinar.a"), "-o", texe,
-                    "-lpcre2-8", "-lcjson", "-lm", "-lpthread"], check=True)
+                    "-lpcre2-8", "-lcjson", "-lutf8proc", "-lm", "-lpthread"], check=True)
     gelu_tol = max(tol, 2e-2)  # ggml's f16 GELU table (docstring)
     fails = check_gemma4(kv, gelu_tol)
     for name, t in (("hf_tiny_llama", tol), ("hf_tiny_gemma3", gelu_tol), ("hf_tiny_qwen2", tol),

@@ -122,7 +122,7 @@ def build_dump(work, afinar):
     with open(src, "w") as f:
         f.write(DUMP_C)
     subprocess.run(["cc", "-std=c11", "-O1", "-I", "include", src, os.path.join(bdir, "libafinar.a"), "-o", exe,
-                    "-lpcre2-8", "-lcjson", "-lm", "-lpthread"], check=True)
+                    "-lpcre2-8", "-lcjson", "-lutf8proc", "-lm", "-lpthread"], check=True)
     return exe
 
 

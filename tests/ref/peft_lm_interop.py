@@ -160,7 +160,7 @@ def build_lmdump(args):
     with open(src, "w") as f:
         f.write(LMDUMP_C)
     subprocess.run(["cc", "-std=c11", "-O1", "-I", "include", src, os.path.join(bdir, "libafinar.a"), "-o", exe,
-                    "-pthread", "-lpcre2-8", "-lcjson", "-lm", "-lpthread"], check=True)
+                    "-pthread", "-lpcre2-8", "-lcjson", "-lutf8proc", "-lm", "-lpthread"], check=True)
     return exe
 
 
