@@ -35,6 +35,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_qwen_llamacpp import read_ref  # noqa: E402
 from llamacpp_adapter_check import afinar_logits, build_dump  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -57,32 +58,8 @@ def llama_logits(llm, ids):
     return np.asarray(llm.scores[: len(ids)], dtype=np.float64)
 
 
-def read_gemma4_ref(path):
-    b = open(path, "rb").read()
-    assert b[:4] == b"AFG4"
-    ver, V, L, H = struct.unpack_from("<4I", b, 4)
-    off = 20
-    (n_seq,) = struct.unpack_from("<I", b, off)
-    off += 4
-    seqs = []
-    for _ in range(n_seq):
-        (n,) = struct.unpack_from("<I", b, off)
-        off += 4
-        ids = np.frombuffer(b, "<i4", n, off)
-        off += 4 * n
-        seqs.append((ids, np.frombuffer(b, "<f4", n * V, off).reshape(n, V)))
-        off += 4 * n * V
-    (npr,) = struct.unpack_from("<I", b, off)
-    off += 4
-    prompt = np.frombuffer(b, "<i4", npr, off)
-    off += 4 * npr
-    (ng,) = struct.unpack_from("<I", b, off)
-    gen = np.frombuffer(b, "<i4", ng, off + 4)
-    return V, seqs, prompt, gen
-
-
 def check_gemma4(kv, tol):
-    V, seqs, prompt, gen = read_gemma4_ref(os.path.join(FIX, "gemma4_ref.bin"))
+    V, seqs, prompt, gen = read_ref(os.path.join(FIX, "gemma4_ref.bin"), b"AFG4")
     llm = llama(os.path.join(FIX, "tiny_gemma4.gguf"), kv)
     assert llm.n_vocab() == V
     worst = max(float(np.abs(llama_logits(llm, ids) - ref).max()) for ids, ref in seqs)

@@ -50,6 +50,7 @@ import json
 import os
 import shutil
 import struct
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -60,6 +61,9 @@ import gguf
 from peft import LoraConfig, get_peft_model
 from tokenizers import Tokenizer, decoders, models, normalizers, trainers
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig, PreTrainedTokenizerFast
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_qwen_ref import head_b, head_w, lora_a, lora_b  # noqa: E402  (tests/peft_fixture.h's formulas)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -140,28 +144,6 @@ def vocab_merges(tok):
         toks[i] = s
     merges = [m if isinstance(m, str) else " ".join(m) for m in js["model"]["merges"]]
     return toks, merges
-
-
-def lora_a(l, p, rows, cols):
-    j = np.arange(rows, dtype=np.float64)[:, None]
-    i = np.arange(cols, dtype=np.float64)[None, :]
-    return (0.02 * np.sin(0.37 * l + 1.1 * p + 0.71 * j + 0.0173 * i + 0.0029 * (i * j) + 0.3)).astype(np.float32)
-
-
-def lora_b(l, p, rows, cols):
-    o = np.arange(rows, dtype=np.float64)[:, None]
-    j = np.arange(cols, dtype=np.float64)[None, :]
-    return (0.01 * np.cos(0.29 * l + 0.83 * p + 1.3 * j + 0.017 * o + 0.1)).astype(np.float32)
-
-
-def head_w(c, h):
-    cc = np.arange(c, dtype=np.float64)[:, None]
-    k = np.arange(h, dtype=np.float64)[None, :]
-    return (0.05 * np.sin(0.9 * cc + 0.031 * k + 0.2)).astype(np.float32)
-
-
-def head_b(c):
-    return (0.1 * np.arange(c, dtype=np.float64) - 0.1).astype(np.float32)
 
 
 def randomize(model, seed, pscale):
