@@ -30,6 +30,7 @@
 
 #include "formats/gguf.h"
 #include "formats/gguf_write.h"
+#include "kernels/quant.h"
 #include "lora/lora.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -170,6 +171,72 @@ static void run_form(const char *path, const char *what, float *lg0, int V_expec
     free(buf);
 }
 
+/* --quantize q8_0 at load (the projections that exist; a KV-sharing layer has no k/v to quantize):
+ * the model runs, its logits move by the rounding only; and LoRA dropout (per-layer input widths of
+ * the masks) is deterministic for a seed and changes the gradients. */
+static void check_quantize_dropout(void) {
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.quantize = "q8_0";
+    af_ctx *ctx = NULL;
+    af_model *mq = NULL, *m = NULL;
+    if (!CHECK(af_ctx_new(&p, &ctx) == AF_OK, "ctx") ||
+        !CHECK(af_model_load(ctx, HFDIR, &mq) == AF_OK && af_model_load(T_CTX, HFDIR, &m) == AF_OK,
+               "load --quantize q8_0: %s", af_last_error())) {
+        af_model_free(mq);
+        af_ctx_free(ctx);
+        return;
+    }
+    CHECK(mq->layers[0].wq.type == AF_TYPE_Q8_0 && mq->layers[4].wk.data == NULL &&
+              mq->layers[0].w_gate.type == AF_TYPE_Q8_0 && mq->layers[0].w_down.type == AF_TYPE_F32,
+          "q8_0 at load: q and gate of layer 0 quantized (rows of 32), down kept (rows of 24), no k in layer 4");
+    const int V = m->cfg.vocab_size;
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+    float *a = malloc(sizeof(float) * 12 * (size_t)V), *b = malloc(sizeof(float) * 12 * (size_t)V);
+    af_session *sa = NULL, *sb = NULL;
+    if (CHECK(af_session_new(m, 16, &sa) == AF_OK && af_session_new(mq, 16, &sb) == AF_OK &&
+                  af_session_eval(sa, ids, 12, NULL, a) == AF_OK && af_session_eval(sb, ids, 12, NULL, b) == AF_OK,
+              "eval: %s", af_last_error())) {
+        const double d = tl_max_abs_diff(a, b, 12 * (size_t)V, NULL);
+        CHECK(d > 0 && d < 1.0, "q8_0 at load: logits move by the rounding only (max |diff| %.3g)", d);
+    }
+    af_session_free(sa);
+    af_session_free(sb);
+    free(a);
+    free(b);
+    /* dropout */
+    af_lora_config cfg = {4, 8.0f, 0.2f, 0, (1u << AF_PROJ_COUNT) - 1, 7};
+    af_param_layout lay;
+    af_engine *e = NULL;
+    if (CHECK(af_param_layout_init(&lay, m, &cfg, 3) == AF_OK && af_engine_new(NULL, m, &lay, &e) == AF_OK,
+              "layout/engine: %s", af_last_error())) {
+        float *P = malloc(sizeof(float) * (size_t)lay.n_total), *G[3];
+        for (int k = 0; k < 3; k++) G[k] = calloc((size_t)lay.n_total, sizeof(float));
+        af_lora_init_params(&lay, P);
+        for (int64_t i = lay.n_lora; i < lay.n_total; i++) P[i] = 0.01f * (float)(i % 7);
+        for (int64_t i = 0; i < lay.n_lora; i++) P[i] += 0.001f * (float)(i % 5); /* B != 0: dropout reaches dA too */
+        const int32_t ss[3] = {0, 7, 12}, lab[2] = {1, 2};
+        af_batch bt = {ids, ss, 2, 12, lab, NULL, NULL};
+        double loss[3];
+        for (int k = 0; k < 3; k++) {
+            af_step_opts o = {AF_POOL_MEAN, NULL, 0, k < 2, 5};
+            CHECK(af_engine_step(e, P, G[k], &bt, &o, 1.0f, &loss[k], NULL) == AF_OK && isfinite(loss[k]),
+                  "dropout step %d: %s", k, af_last_error());
+        }
+        CHECK(!memcmp(G[0], G[1], sizeof(float) * (size_t)lay.n_total) && loss[0] == loss[1],
+              "dropout 0.2: the same seed gives the same loss and gradients");
+        CHECK(tl_max_abs_diff(G[0], G[2], (size_t)lay.n_total, NULL) > 0, "dropout changes the gradients");
+        free(P);
+        for (int k = 0; k < 3; k++) free(G[k]);
+    }
+    af_engine_free(e);
+    af_param_layout_free(&lay);
+    af_model_free(m);
+    af_model_free(mq);
+    af_ctx_free(ctx);
+}
+
 /* ---------------------------------------------------------------- bad input */
 
 typedef af_status (*edit_fn)(af_gguf_writer *w);
@@ -282,6 +349,7 @@ int main(void) {
     run_form(HFDIR, "gemma4 HF directory", b, 464);
     w_forms = tl_max_abs_diff(a, b, 464, NULL);
     CHECK(w_forms == 0, "GGUF and HF directory: last logits of sequence 0 bit for bit equal (max |diff| %.3g)", w_forms);
+    check_quantize_dropout();
     bad_input();
     printf("gemma4 vs transformers/PEFT (worst of GGUF and HF forms): logits %.2e abs, decode vs batched %.2e abs, "
            "loss %.2e rel, LoRA/head gradients %.2e of max|ref|; GGUF vs HF %.2e\n",
