@@ -63,7 +63,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, trainers
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig, PreTrainedTokenizerFast
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_qwen_ref import head_b, head_w, lora_a, lora_b  # noqa: E402  (tests/peft_fixture.h's formulas)
+from make_qwen_ref import lora_a, lora_b, write_lora_refs  # noqa: E402  (tests/peft_fixture.h's formulas)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -325,54 +325,8 @@ def main():
 
     pm, mods = peft_model(model)
     base = pm.base_model.model
-    # (a) classification
-    lengths, labels, C = [5, 11, 8], [2, 0, 1], 3
-    ss = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    tokens = rng.integers(0, V, int(ss[-1])).astype(np.int32)
-    head = torch.nn.Linear(H, C)
-    with torch.no_grad():
-        head.weight.copy_(torch.from_numpy(head_w(C, H)))
-        head.bias.copy_(torch.from_numpy(head_b(C)))
-    logits = []
-    for b in range(3):
-        hs = base.model(input_ids=torch.from_numpy(tokens[ss[b]:ss[b + 1]].astype(np.int64))[None]).last_hidden_state[0]
-        logits.append(head(hs.mean(0)))
-    logits = torch.stack(logits)
-    loss = torch.nn.functional.cross_entropy(logits, torch.tensor(labels))
-    loss.backward()
-    print("classification loss", float(loss), "adapted modules", len(mods))
-    out.write(struct.pack("<3If", 3, C, R, ALPHA))
-    out.write(ss.astype("<i4").tobytes())
-    out.write(tokens.astype("<i4").tobytes())
-    out.write(np.asarray(labels, dtype="<i4").tobytes())
-    out.write(struct.pack("<d", float(loss)))
-    out.write(logits.detach().numpy().astype("<f4").tobytes())
-    put_grads(out, mods)
-    out.write(head.weight.grad.numpy().astype("<f4").tobytes())
-    out.write(head.bias.grad.numpy().astype("<f4").tobytes())
-    # (b) causal LM
-    lengths, first = [9, 17, 12], [0, 6, 3]
-    ss = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    tokens = rng.integers(0, V, int(ss[-1])).astype(np.int32)
-    targets = np.full(len(tokens), -1, dtype=np.int32)
-    for s, n in enumerate(lengths):
-        for t in range(first[s], n - 1):
-            targets[ss[s] + t] = tokens[ss[s] + t + 1]
-    nt = int((targets >= 0).sum())
-    total = 0
-    for b in range(3):
-        lg = base(input_ids=torch.from_numpy(tokens[ss[b]:ss[b + 1]].astype(np.int64))[None]).logits[0].float()
-        total = total + torch.nn.functional.cross_entropy(lg, torch.from_numpy(targets[ss[b]:ss[b + 1]].astype(np.int64)),
-                                                          ignore_index=-1, reduction="sum")
-    loss = total / nt
-    loss.backward()
-    print("causal-LM loss", float(loss), "targets", nt)
-    out.write(struct.pack("<2If", 3, R, ALPHA))
-    out.write(ss.astype("<i4").tobytes())
-    out.write(tokens.astype("<i4").tobytes())
-    out.write(targets.astype("<i4").tobytes())
-    out.write(struct.pack("<dI", float(loss), nt))
-    put_grads(out, mods)
+    print("adapted modules", len(mods))
+    write_lora_refs(out, base, mods, rng, V, H, put_grads, "gemma4")
     # tokenizer (add_special_tokens: <bos> first, as add_bos_token says)
     out.write(struct.pack("<I", len(TOK_STRINGS)))
     for s in TOK_STRINGS:
