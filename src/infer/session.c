@@ -23,9 +23,9 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     if (!s) return af_fail(AF_ERR_NOMEM, "out of memory for session");
     s->m = m;
     s->n_ctx = n_ctx;
-    s->kv_dim = (int64_t)c->num_key_value_heads * c->head_dim;
+    s->kv_dim = m->kv_floats; /* Σ over the layers with their own K/V of n_kv_head·head_dim */
     size_t n_kv, bytes;
-    if (!af_mul_ok((size_t)c->num_hidden_layers * (size_t)s->kv_dim, (size_t)n_ctx, &n_kv) ||
+    if (!af_mul_ok((size_t)s->kv_dim, (size_t)n_ctx, &n_kv) ||
         !af_mul_ok(n_kv, sizeof(float), &bytes)) {
         free(s);
         return af_fail(AF_ERR_INVALID_ARG, "KV cache for n_ctx %d overflows", n_ctx);

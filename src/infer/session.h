@@ -14,7 +14,7 @@
 struct af_session {
     const af_model *m;
     int64_t n_ctx, n_past, kv_dim;
-    float *k_cache, *v_cache; /* [layers][n_ctx][kv_dim] */
+    float *k_cache, *v_cache; /* [n_ctx · kv_dim], kv_dim = m->kv_floats: per layer a [n_ctx][kvd(l)] slot (af_tf_kv_layer) */
     af_tf_infer s;
     /* adapter (P == NULL: none): borrowed (af_session_set_lora) or owned (af_session_load_adapter) */
     const float *P;

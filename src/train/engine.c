@@ -48,6 +48,13 @@ static void plan(af_carver *cv, af_engine *e, const af_model *m, const af_param_
     af_tf_carve_scratch(cv, &e->ws, m, lay, cap, AF_TF_TRAIN, masks);
     e->hN = af_carve(cv, cap * H);
     e->rstdN = af_carve(cv, cap);
+    e->ple = m->desc.ple_dim > 0 ? af_carve(cv, cap * L * m->desc.ple_dim) : NULL;
+    for (int32_t l = 0; l < L && m->desc.n_kv_shared > 0; l++) /* K/V (and their gradients) later layers reuse */
+        for (int k = 0; k < 4; k++) {
+            const int own = af_tf_kv_shared_src(m, l);
+            float *p = own ? af_carve(cv, cap * (int64_t)m->layers[l].n_kv_head * m->layers[l].head_dim) : NULL;
+            if (cv->base && e->kvs) e->kvs[k * L + l] = p;
+        }
     e->sub_tok = (int32_t *)af_carve(cv, cap);
     e->sub_ss = (int32_t *)af_carve(cv, cap + 1);
     e->sub_idx = (int32_t *)af_carve(cv, cap);
@@ -78,6 +85,11 @@ af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param
     e->lay = lay;
     e->lo = af_lora_lowest_layer(lay);
     e->block_rows = BLOCK_ROWS;
+    if (model->desc.n_kv_shared > 0 &&
+        !(e->kvs = af_calloc(4 * (size_t)model->cfg.num_hidden_layers, sizeof *e->kvs))) {
+        free(e);
+        return af_fail(AF_ERR_NOMEM, "engine: out of memory");
+    }
     *out = e;
     return AF_OK;
 }
@@ -90,6 +102,7 @@ void af_engine_free(af_engine *e) {
     af_free_aligned(e->mem);
     af_free_aligned(e->lm_scr);
     free(e->sets);
+    free(e->kvs);
     free(e);
 }
 
@@ -142,6 +155,14 @@ af_tf_run engine_run(af_engine *e, const float *P, const int32_t *ss, int32_t B,
     R.block_rows = e->block_rows;
     R.probe = e->probe ? engine_probe : NULL;
     R.probe_ctx = e;
+    R.ple = e->ple; /* filled by engine_forward_all */
+    if (e->kvs) {
+        const int64_t L = e->m->cfg.num_hidden_layers;
+        R.kv_k = e->kvs;
+        R.kv_v = e->kvs + L;
+        R.kv_dk = e->kvs + 2 * L;
+        R.kv_dv = e->kvs + 3 * L;
+    }
     return R;
 }
 
@@ -222,7 +243,13 @@ void engine_forward_all(af_engine *e, const af_tf_run *R, const af_batch *b, int
     const af_model *m = e->m;
     const int64_t n = R->n, H = m->cfg.hidden_size, L = m->cfg.num_hidden_layers;
     const int32_t lo = e->lo;
-    if (lo > 0 && e->pc.max_bytes > 0 && !e->probe) engine_prefix_cached(e, R, b);
+    if (e->ple) { /* per-layer inputs of every token (hN is free until the final norm) */
+        af_tf_embed(m, b->tokens, n, e->hN);
+        af_tf_ple_inputs(R, b->tokens, e->hN, e->ple);
+    }
+    /* the prefix cache keeps only the residual stream: not with PLE inputs or K/V reused above lo */
+    const int cache_ok = !m->desc.ple_dim && !m->desc.n_kv_shared;
+    if (lo > 0 && e->pc.max_bytes > 0 && !e->probe && cache_ok) engine_prefix_cached(e, R, b);
     else engine_frozen_prefix(e, R, b->tokens, engine_xs_at(e, lo, n));
     engine_set_pos(e, b->seq_start, b->n_samples);
     for (int32_t l = lo; l < L; l++) {
@@ -272,6 +299,12 @@ static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n);
 static void backward_layers(af_engine *e, const af_tf_run *R, float *G, int ckpt) {
     const int64_t NL = e->m->cfg.num_hidden_layers, n = R->n;
     const int32_t lo = e->lo;
+    for (int64_t l = 0; e->kvs && l < NL; l++) /* gradients w.r.t. reused K/V: summed over their readers */
+        if (R->kv_dk[l]) {
+            const int64_t kvd = (int64_t)e->m->layers[l].n_kv_head * e->m->layers[l].head_dim;
+            zero(R->kv_dk[l], n * kvd);
+            zero(R->kv_dv[l], n * kvd);
+        }
     for (int32_t l = (int32_t)NL - 1; l >= lo; l--) {
         if (engine_cancelled(e)) return;
         const float *x = engine_xs_at(e, l, n);
