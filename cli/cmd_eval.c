@@ -32,7 +32,7 @@ static void help(void) {
            "      --task NAME        classification (default) | causal-lm\n"
            "      --max-seq-len N    causal-LM: truncate examples to N tokens (default 1024)\n"
            "      --loss-on MODE     causal-LM: auto (default: completion / assistant tokens) | all\n"
-           "      --chat-template T  causal-LM: chatml | gemma instead of the model's own\n"
+           "      --chat-template T  causal-LM: chatml | gemma | gemma4 instead of the model's own\n"
            "      --generate N       greedy generation for the first N prompts (0 = all; prompt/completion strings, or\n"
            "                         conversations scored on their last assistant turn), scored against the\n"
            "                         completions: exact match (outer whitespace trimmed, case kept) and ROUGE-L F\n"
@@ -40,7 +40,9 @@ static void help(void) {
            "      --max-new-tokens N tokens generated per prompt (default 64; stops at end-of-generation)\n"
            "      --first-line       score only the first non-empty line of each generation (generation stops there)\n"
            "      --show N           examples printed (default 3)\n"
-           "      --lora-scale S     multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n");
+           "      --lora-scale S     multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n"
+           "\n"
+           "Ctrl-C / SIGTERM: stop after the current batch, print and write nothing, exit 130 / 143.\n");
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -189,7 +191,15 @@ int cmd_eval(int argc, char **argv) {
         cli_error(C, "out of memory");
         goto done;
     }
+    /* SIGINT / SIGTERM from here on: stop after the current batch, print and write nothing, 130 / 143 */
+    af_ctx_set_interrupt(ctx, cli_stop_flag());
+    cli_graceful_stop(1);
     st = af_classifier_probs(c, ds, (int32_t)batch, probs);
+    cli_graceful_stop(0);
+    if (st == AF_ERR_INTERRUPTED) {
+        rc = cli_stopped(C, af_last_error());
+        goto done;
+    }
     if (st == AF_OK) st = af_eval_metrics(ds, probs, &m);
     if (st != AF_OK) goto fail;
     printf("%s on %s (%d samples)\n", adapter, data, af_dataset_size(ds));

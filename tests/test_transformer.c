@@ -209,7 +209,7 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
     af_tf_infer inf;
     float *kc = calloc((size_t)(NL * NTOK * kvd), sizeof(float)), *vc = calloc((size_t)(NL * NTOK * kvd), sizeof(float));
     if (CHECK(af_tf_infer_init(&inf, m, &lay, NTOK) == AF_OK, "infer init")) {
-        af_tf_infer_forward(m->ctx, m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kc, vc, NTOK);
+        af_tf_infer_forward(m->ctx, m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kc, vc, NTOK, NULL);
         const float *xf = xt + NL * NTOK * H;
         const double d = tl_max_abs_diff(inf.x, xf, (size_t)(NTOK * H), NULL);
         const double tol = 1e-5 * (1.0 + max_abs(xf, (size_t)(NTOK * H)));

@@ -11,22 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AF_EVAL_CHUNK 256 /* tokens per forward chunk: bounds scratch memory for long prompts */
 
-struct af_session {
-    const af_model *m;
-    int64_t n_ctx, n_past, kv_dim;
-    float *k_cache, *v_cache; /* [layers][n_ctx][kv_dim] */
-    af_tf_infer s;
-    /* adapter (P == NULL: none): borrowed (af_session_set_lora) or owned (af_session_load_adapter) */
-    const float *P;
-    const af_param_layout *lay;
-    float lora_scale;       /* the correction's scale s (adapter scale times the caller's factor) */
-    float *own_P;           /* owned copies */
-    af_param_layout own_lay;
-    int has_own_lay;
-    float *logit_tmp; /* [vocab] when only the last logits are requested of a multi-chunk eval */
-};
+
 
 af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     if (!m || !out) return af_fail(AF_ERR_INVALID_ARG, "af_session_new: NULL argument");
@@ -37,9 +23,9 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     if (!s) return af_fail(AF_ERR_NOMEM, "out of memory for session");
     s->m = m;
     s->n_ctx = n_ctx;
-    s->kv_dim = (int64_t)c->num_key_value_heads * c->head_dim;
+    s->kv_dim = m->kv_floats; /* Σ over the layers with their own K/V of n_kv_head·head_dim */
     size_t n_kv, bytes;
-    if (!af_mul_ok((size_t)c->num_hidden_layers * (size_t)s->kv_dim, (size_t)n_ctx, &n_kv) ||
+    if (!af_mul_ok((size_t)s->kv_dim, (size_t)n_ctx, &n_kv) ||
         !af_mul_ok(n_kv, sizeof(float), &bytes)) {
         free(s);
         return af_fail(AF_ERR_INVALID_ARG, "KV cache for n_ctx %d overflows", n_ctx);
@@ -52,7 +38,9 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
                                  2 * bytes >> 20);
     if (st == AF_OK) {
         s->logit_tmp = af_malloc(sizeof(float) * (size_t)c->vocab_size);
-        if (!s->logit_tmp) st = af_fail(AF_ERR_NOMEM, "out of memory");
+        s->toks = af_malloc(sizeof(int32_t) * (size_t)n_ctx);
+        s->blocked = af_malloc((size_t)n_ctx);
+        if (!s->logit_tmp || !s->toks || !s->blocked) st = af_fail(AF_ERR_NOMEM, "out of memory");
     }
     if (st != AF_OK) {
         af_session_free(s);
@@ -70,6 +58,8 @@ void af_session_free(af_session *s) {
     free(s->own_P);
     if (s->has_own_lay) af_param_layout_free(&s->own_lay);
     free(s->logit_tmp);
+    free(s->toks);
+    free(s->blocked);
     free(s);
 }
 
@@ -80,6 +70,28 @@ int af_session_n_past(const af_session *s) { return (int)s->n_past; }
 const af_model *af_session_model(const af_session *s) { return s ? s->m : NULL; }
 
 int64_t af_session_n_ctx(const af_session *s) { return s ? s->n_ctx : 0; }
+
+void af_session_set_control(af_session *s, const volatile int *cancel, af_progress_fn progress, void *user) {
+    if (!s) return;
+    s->cancel = cancel;
+    s->progress = progress;
+    s->progress_user = user;
+}
+
+const int32_t *af_session_tokens(const af_session *s, int *n) {
+    if (n) *n = s ? (int)s->n_past : 0;
+    return s ? s->toks : NULL;
+}
+
+/* Prompt chunks start at absolute positions that are multiples of AF_EVAL_CHUNK, so the rows of a
+ * sequence fall into the same chunks whether it is evaluated in one call or continued after a
+ * kept prefix (af_session_keep_prefix); every product of a chunk of > AF_TF_DECODE_ROWS rows gives
+ * each row the same bits whatever the row count (matmul.h), and a chunk of fewer rows runs the
+ * per-row decode regime. */
+static int64_t chunk_len(int64_t pos, int64_t left) {
+    const int64_t room = AF_EVAL_CHUNK - pos % AF_EVAL_CHUNK;
+    return left < room ? left : room;
+}
 
 af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits) {
     const af_model *m = s->m;
@@ -92,10 +104,13 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
         if (tokens[i] < 0 || tokens[i] >= V)
             return af_fail(AF_ERR_RANGE, "token id %d at index %d outside the vocabulary [0, %lld)", tokens[i], i,
                            (long long)V);
+    const af_tf_control ctl = {&s->cancel, 1};
     for (int done = 0; done < n;) {
-        int64_t chunk = n - done < AF_EVAL_CHUNK ? n - done : AF_EVAL_CHUNK;
-        af_tf_infer_forward(m->ctx, m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past, s->k_cache,
-                            s->v_cache, s->n_ctx);
+        int64_t chunk = chunk_len(s->n_past, n - done);
+        AF_TRY(af_tf_infer_forward(m->ctx, m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past,
+                                   s->k_cache, s->v_cache, s->n_ctx, &ctl));
+        memcpy(s->toks + s->n_past, tokens + done, sizeof(int32_t) * (size_t)chunk);
+        memset(s->blocked + s->n_past, chunk > AF_TF_DECODE_ROWS, (size_t)chunk);
         s->n_past += chunk;
         if (all_logits) {
             af_lm_head_forward(m->ctx, m, all_logits + (size_t)done * (size_t)V, s->s.x, chunk);
@@ -105,8 +120,86 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
             af_lm_head_forward(m->ctx, m, logits, s->s.x + (chunk - 1) * H, 1);
         }
         done += (int)chunk;
+        if (s->progress && n > 1) s->progress(s->progress_user, "prompt", done, n);
     }
     return AF_OK;
+}
+
+/* 1 when position p of an n-token prompt evaluated in one call takes the blocked products (its
+ * 256-chunk has > AF_TF_DECODE_ROWS rows), 0 when the per-row decode regime. */
+static int blocked_at(int64_t p, int64_t n) {
+    const int64_t c0 = p / AF_EVAL_CHUNK * AF_EVAL_CHUNK, e = c0 + AF_EVAL_CHUNK < n ? c0 + AF_EVAL_CHUNK : n;
+    return e - c0 > AF_TF_DECODE_ROWS;
+}
+
+int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n) {
+    if (!s) return 0;
+    int64_t c = 0;
+    const int64_t lim = s->n_past < n ? s->n_past : n;
+    /* a cached position is reused only when it holds the same token AND was computed in the regime
+     * a one-call evaluation of the new prompt gives it (decode tokens, a shorter old prompt) */
+    while (tokens && c < lim && s->toks[c] == tokens[c] && s->blocked[c] == blocked_at(c, n)) c++;
+    if (c >= n) c = n - 1; /* the last token is evaluated again: its logits are needed */
+    if (c > 0) {
+        /* rows [c, e) of the chunk [c0, e) must stay in the regime the whole chunk has */
+        const int64_t c0 = c / AF_EVAL_CHUNK * AF_EVAL_CHUNK, e = c0 + AF_EVAL_CHUNK < n ? c0 + AF_EVAL_CHUNK : n;
+        if (c != c0 && e - c0 > AF_TF_DECODE_ROWS && e - c <= AF_TF_DECODE_ROWS) c = e - AF_TF_DECODE_ROWS - 1;
+    }
+    if (c < 0) c = 0;
+    s->n_past = c;
+    return (int)c;
+}
+
+af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t *tokens, float *logits) {
+    if (!ss || !tokens || !logits || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: NULL argument or n < 1");
+    if (n > AF_EVAL_CHUNK) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: %d sessions, more than %d", n, AF_EVAL_CHUNK);
+    const af_model *m = ss[0]->m;
+    const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;
+    int32_t rmax = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const af_session *s = ss[i];
+        if (!s || s->m != m) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: session %d is NULL or of another model", i);
+        for (int32_t j = 0; j < i; j++)
+            if (ss[j] == s) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: session %d given twice", i);
+        if (s->n_past + 1 > s->n_ctx)
+            return af_fail(AF_ERR_RANGE, "session %d: context full (%lld positions)", i, (long long)s->n_ctx);
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return af_fail(AF_ERR_RANGE, "token id %d of session %d outside the vocabulary [0, %lld)", tokens[i], i,
+                           (long long)V);
+        if (s->cancel && *s->cancel) return af_fail(AF_ERR_CANCELLED, "session %d: cancelled", i);
+        if (s->P && s->lay->lora.r > rmax) rmax = s->lay->lora.r;
+    }
+    af_tf_seq *seq = af_calloc((size_t)n, sizeof *seq);
+    const volatile int **flags = af_calloc((size_t)n, sizeof *flags);
+    float *xa = rmax ? af_malloc(sizeof(float) * (size_t)n * (size_t)rmax) : NULL;
+    af_tf_infer st_;
+    memset(&st_, 0, sizeof st_);
+    af_status st = (!seq || !flags || (rmax && !xa)) ? af_fail(AF_ERR_NOMEM, "out of memory") : af_tf_infer_init(&st_, m, NULL, n);
+    for (int32_t i = 0; st == AF_OK && i < n; i++) {
+        const af_session *s = ss[i];
+        seq[i] = (af_tf_seq){1, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->P, s->lay, s->lora_scale};
+        flags[i] = s->cancel;
+    }
+    /* any session's cancel flag stops the whole step (checked before every layer) */
+    const af_tf_control ctl = {(const volatile int *const *)flags, n};
+    if (st == AF_OK) st = af_tf_infer_forward_multi(m->ctx, m, &st_, seq, n, tokens, xa, &ctl);
+    if (st == AF_OK) {
+        /* the LM head in groups of <= AF_TF_DECODE_ROWS rows: each row's bits as alone */
+        for (int32_t i = 0; i < n; i += AF_TF_DECODE_ROWS) {
+            const int32_t k = n - i < AF_TF_DECODE_ROWS ? n - i : AF_TF_DECODE_ROWS;
+            af_lm_head_forward(m->ctx, m, logits + (size_t)i * (size_t)V, st_.x + (size_t)i * (size_t)H, k);
+        }
+        for (int32_t i = 0; i < n; i++) {
+            ss[i]->toks[ss[i]->n_past] = tokens[i];
+            ss[i]->blocked[ss[i]->n_past] = 0;
+            ss[i]->n_past++;
+        }
+    }
+    af_tf_infer_free(&st_);
+    free(xa);
+    free(flags);
+    free(seq);
+    return st;
 }
 
 /* Drop the owned adapter copies (not the borrowed ones). */

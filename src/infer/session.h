@@ -5,6 +5,33 @@
 #define AF_SESSION_H
 
 #include "lora/lora.h"
+#include "model/transformer.h"
+
+#define AF_EVAL_CHUNK 256 /* tokens per forward chunk: bounds scratch memory for long prompts */
+
+/* One sequence: its KV cache, the tokens in it, its adapter (session.c; the prompt-cache file of
+ * session_file.c reads and writes the cache). */
+struct af_session {
+    const af_model *m;
+    int64_t n_ctx, n_past, kv_dim;
+    float *k_cache, *v_cache; /* [n_ctx · kv_dim], kv_dim = m->kv_floats: per layer a [n_ctx][kvd(l)] slot (af_tf_kv_layer) */
+    af_tf_infer s;
+    /* adapter (P == NULL: none): borrowed (af_session_set_lora) or owned (af_session_load_adapter) */
+    const float *P;
+    const af_param_layout *lay;
+    float lora_scale;       /* the correction's scale s (adapter scale times the caller's factor) */
+    float *own_P;           /* owned copies */
+    af_param_layout own_lay;
+    int has_own_lay;
+    float *logit_tmp; /* [vocab] when only the last logits are requested of a multi-chunk eval */
+    int32_t *toks;    /* [n_ctx] the tokens whose K/V are in the cache (positions 0 .. n_past-1) */
+    uint8_t *blocked; /* [n_ctx] 1: the position's K/V came from a chunk of > AF_TF_DECODE_ROWS rows
+                         (blocked products), 0: from the per-row decode regime (af_session_keep_prefix) */
+    /* af_session_set_control (NULL: none) */
+    const volatile int *cancel;
+    af_progress_fn progress;
+    void *progress_user;
+};
 
 /* Apply a LoRA adapter, unmerged, to every later af_session_eval of `s`:
  *   y = x·Wᵀ + scale·(x·Aᵀ)·Bᵀ on every projection with a slot in `lay` (no dropout),

@@ -48,6 +48,13 @@ static void plan(af_carver *cv, af_engine *e, const af_model *m, const af_param_
     af_tf_carve_scratch(cv, &e->ws, m, lay, cap, AF_TF_TRAIN, masks);
     e->hN = af_carve(cv, cap * H);
     e->rstdN = af_carve(cv, cap);
+    e->ple = m->desc.ple_dim > 0 ? af_carve(cv, cap * L * m->desc.ple_dim) : NULL;
+    for (int32_t l = 0; l < L && m->desc.n_kv_shared > 0; l++) /* K/V (and their gradients) later layers reuse */
+        for (int k = 0; k < 4; k++) {
+            const int own = af_tf_kv_shared_src(m, l);
+            float *p = own ? af_carve(cv, cap * (int64_t)m->layers[l].n_kv_head * m->layers[l].head_dim) : NULL;
+            if (cv->base && e->kvs) e->kvs[k * L + l] = p;
+        }
     e->sub_tok = (int32_t *)af_carve(cv, cap);
     e->sub_ss = (int32_t *)af_carve(cv, cap + 1);
     e->sub_idx = (int32_t *)af_carve(cv, cap);
@@ -78,9 +85,16 @@ af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param
     e->lay = lay;
     e->lo = af_lora_lowest_layer(lay);
     e->block_rows = BLOCK_ROWS;
+    if (model->desc.n_kv_shared > 0 &&
+        !(e->kvs = af_calloc(4 * (size_t)model->cfg.num_hidden_layers, sizeof *e->kvs))) {
+        free(e);
+        return af_fail(AF_ERR_NOMEM, "engine: out of memory");
+    }
     *out = e;
     return AF_OK;
 }
+
+const af_ctx *af_engine_ctx(const af_engine *e) { return e ? e->ctx : NULL; }
 
 void af_engine_free(af_engine *e) {
     if (!e) return;
@@ -88,6 +102,7 @@ void af_engine_free(af_engine *e) {
     af_free_aligned(e->mem);
     af_free_aligned(e->lm_scr);
     free(e->sets);
+    free(e->kvs);
     free(e);
 }
 
@@ -140,6 +155,14 @@ af_tf_run engine_run(af_engine *e, const float *P, const int32_t *ss, int32_t B,
     R.block_rows = e->block_rows;
     R.probe = e->probe ? engine_probe : NULL;
     R.probe_ctx = e;
+    R.ple = e->ple; /* filled by engine_forward_all */
+    if (e->kvs) {
+        const int64_t L = e->m->cfg.num_hidden_layers;
+        R.kv_k = e->kvs;
+        R.kv_v = e->kvs + L;
+        R.kv_dk = e->kvs + 2 * L;
+        R.kv_dv = e->kvs + 3 * L;
+    }
     return R;
 }
 
@@ -203,6 +226,7 @@ void engine_frozen_prefix(af_engine *e, const af_tf_run *R, const int32_t *token
     af_tf_embed(m, tokens, n, x);
     probe(R, x, n * H, "model.embed_tokens output");
     for (int32_t l = 0; l < lo; l++) {
+        if (engine_cancelled(e)) return;
         float *xo = l == lo - 1 ? out : x == e->ws.dT ? e->ws.dh : e->ws.dT;
         af_tf_layer_forward(R, l, &e->sets[0], x, xo);
         x = xo;
@@ -219,14 +243,21 @@ void engine_forward_all(af_engine *e, const af_tf_run *R, const af_batch *b, int
     const af_model *m = e->m;
     const int64_t n = R->n, H = m->cfg.hidden_size, L = m->cfg.num_hidden_layers;
     const int32_t lo = e->lo;
-    if (lo > 0 && e->pc.max_bytes > 0 && !e->probe) engine_prefix_cached(e, R, b);
+    if (e->ple) { /* per-layer inputs of every token (hN is free until the final norm) */
+        af_tf_embed(m, b->tokens, n, e->hN);
+        af_tf_ple_inputs(R, b->tokens, e->hN, e->ple);
+    }
+    /* the prefix cache keeps only the residual stream: not with PLE inputs or K/V reused above lo */
+    const int cache_ok = !m->desc.ple_dim && !m->desc.n_kv_shared;
+    if (lo > 0 && e->pc.max_bytes > 0 && !e->probe && cache_ok) engine_prefix_cached(e, R, b);
     else engine_frozen_prefix(e, R, b->tokens, engine_xs_at(e, lo, n));
     engine_set_pos(e, b->seq_start, b->n_samples);
     for (int32_t l = lo; l < L; l++) {
+        if (engine_cancelled(e)) return;
         af_tf_acts *S = &e->sets[save ? l - lo : 0];
         af_tf_layer_forward(R, l, S, engine_xs_at(e, l, n), engine_xs_at(e, l + 1, n));
     }
-    if (!pooled) return;
+    if (!pooled || engine_cancelled(e)) return;
     af_tf_final_norm(e->ctx, m, e->hN, e->rstdN, engine_xs_at(e, L, n), n);
     probe(R, e->hN, n * H, "model.norm output");
     af_pool_forward(pooled, e->hN, b->seq_start, b->n_samples, H, pool);
@@ -257,7 +288,7 @@ af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, con
                              o->dropout_seed);
     engine_forward_all(e, &R, b, 0, pooled, logits, o->pooling);
     free(pooled);
-    return AF_OK;
+    return engine_cancelled(e) ? af_fail(AF_ERR_CANCELLED, "engine forward: cancelled") : AF_OK;
 }
 
 static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
@@ -268,7 +299,14 @@ static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n);
 static void backward_layers(af_engine *e, const af_tf_run *R, float *G, int ckpt) {
     const int64_t NL = e->m->cfg.num_hidden_layers, n = R->n;
     const int32_t lo = e->lo;
+    for (int64_t l = 0; e->kvs && l < NL; l++) /* gradients w.r.t. reused K/V: summed over their readers */
+        if (R->kv_dk[l]) {
+            const int64_t kvd = (int64_t)e->m->layers[l].n_kv_head * e->m->layers[l].head_dim;
+            zero(R->kv_dk[l], n * kvd);
+            zero(R->kv_dv[l], n * kvd);
+        }
     for (int32_t l = (int32_t)NL - 1; l >= lo; l--) {
+        if (engine_cancelled(e)) return;
         const float *x = engine_xs_at(e, l, n);
         af_tf_acts *S = &e->sets[ckpt ? 0 : l - lo];
         if (ckpt) af_tf_layer_forward(R, l, S, x, engine_xs_at(e, l + 1, n)); /* recompute */
@@ -294,6 +332,10 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     float *pooled = small, *dpooled = small + B * H, *lg = dpooled + B * H, *dlg = lg + B * C;
     af_tf_run R = engine_run(e, P, b->seq_start, B, n, o->train && lay->lora.dropout > 0, o->dropout_seed);
     engine_forward_all(e, &R, b, !ckpt, pooled, lg, o->pooling);
+    if (engine_cancelled(e)) {
+        free(small);
+        return af_fail(AF_ERR_CANCELLED, "engine step: cancelled in the forward");
+    }
     if (logits) memcpy(logits, lg, sizeof(float) * (size_t)(B * C));
     double L = b->labels ? af_ce_loss(dlg, NULL, lg, b->labels, o->class_w, B, C)
                          : af_bce_loss(dlg, lg, b->multi_hot, B, C);
@@ -312,7 +354,11 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     af_tf_final_norm_backward(e->ctx, m, ws->dX, ws->dT, engine_xs_at(e, NL, n), e->rstdN, n);
     backward_layers(e, &R, G, ckpt);
     free(small);
-    return AF_OK;
+    return engine_cancelled(e) ? af_fail(AF_ERR_CANCELLED, "engine step: cancelled in the backward") : AF_OK;
+}
+
+void af_engine_set_cancel(af_engine *e, const volatile int *cancel) {
+    if (e) e->cancel = cancel;
 }
 
 /* ---------------------------------------------------------------- causal LM */
@@ -335,11 +381,12 @@ af_status af_engine_lm_step(af_engine *e, const float *P, float *G, const af_bat
     af_tf_run R = engine_run(e, P, b->seq_start, b->n_samples, n, o->train && e->lay->lora.dropout > 0,
                              o->dropout_seed);
     engine_forward_all(e, &R, b, !ckpt, NULL, NULL, o->pooling);
+    if (engine_cancelled(e)) return af_fail(AF_ERR_CANCELLED, "engine LM step: cancelled in the forward");
     af_tf_scratch *ws = &e->ws;
     if (grad) zero(ws->dX, n * m->cfg.hidden_size);
     af_lm_head_loss(e->ctx, m, engine_xs_at(e, NL, n), b->targets, n, e->hN, e->rstdN, grad ? ws->dX : NULL,
                     grad_scale, e->lm_scr, res);
     if (!grad || !isfinite(res->loss_sum)) return AF_OK; /* non-finite: no gradient added (caller skips) */
     backward_layers(e, &R, G, o->checkpointing != 0);
-    return AF_OK;
+    return engine_cancelled(e) ? af_fail(AF_ERR_CANCELLED, "engine LM step: cancelled in the backward") : AF_OK;
 }

@@ -43,6 +43,10 @@ struct af_engine {
                                             prefix cache: their tokens, sample starts, batch indices */
     prefix_cache pc;
     float *lm_scr;        /* causal LM: af_lm_head_loss scratch [af_lm_head_scratch_floats], made on first use */
+    const volatile int *cancel; /* af_engine_set_cancel: read before every layer (NULL: none) */
+    float *ple;           /* [cap, L·P] the batch's per-layer inputs (desc.ple_dim), else NULL */
+    float **kvs;          /* [4·L] KV sharing (desc.n_kv_shared): K, V, dK, dV [cap, kvd(l)] of each layer whose
+                             K/V later layers reuse (af_tf_run.kv_k ...), NULL elsewhere; owned array */
     int probe;            /* af_engine_locate_nonfinite: check every stage of the forward */
     char probe_at[160];   /* the first stage holding a non-finite value ("" = none yet) */
 };
@@ -51,6 +55,9 @@ struct af_engine {
 static inline float *engine_xs_at(const af_engine *e, int64_t l, int64_t n) {
     return e->xs + (l - e->lo) * n * e->m->cfg.hidden_size;
 }
+
+/* 1 when the engine's cancel flag is set (the layer loops stop; the step returns AF_ERR_CANCELLED). */
+static inline int engine_cancelled(const af_engine *e) { return e->cancel && *e->cancel; }
 
 /* engine.c */
 af_status engine_check_batch(const af_engine *e, const af_batch *b, int need_labels);

@@ -5,6 +5,7 @@
  * boolean as given, checked and converted only by af_train_settings_to_opts.
  */
 #include "train/optim.h"
+#include "train/settings_internal.h"
 
 #include "core/core.h"
 #include "core/fsutil.h"
@@ -33,7 +34,7 @@ static const af_setting_info k_keys[] = {
     {"time-budget", AF_SETTING_NUMBER, 0, 0.1, 1e6, "MIN", "finish within MIN minutes (setup, training, evaluations): auto fits layers, max_seq_len and passes to the measured speed; the run re-plans after its first steps and stops, evaluated and saved, at the budget"},
     {"task", AF_SETTING_TEXT, 0, 0, 0, "NAME", "classification (default) | causal-lm: next-token LoRA SFT on text, prompt/completion or messages JSONL; causal-lm defaults --targets all-linear --lora-layers all --lr 2e-4 (all linear layers as in QLoRA, Dettmers et al. 2023, and PEFT/TRL's SFT guides)"},
     {"loss-on", AF_SETTING_TEXT, 0, 0, 0, "auto|all", "causal-lm: tokens with a loss: auto (default: completion only for prompt/completion, assistant turns for messages, all for text) or all"},
-    {"chat-template", AF_SETTING_TEXT, 0, 0, 0, "NAME", "causal-lm: render messages with chatml or gemma instead of the model's own template"},
+    {"chat-template", AF_SETTING_TEXT, 0, 0, 0, "NAME", "causal-lm: render messages with chatml, gemma or gemma4 instead of the model's own template"},
     {"packing", AF_SETTING_BOOL, 0, 0, 0, NULL, "causal-lm: pack samples into micro-batches of --batch x --max-seq-len tokens by best-fit decreasing (default on; --no-packing: --batch samples each)"},
     {"train", AF_SETTING_TEXT, 0, 0, 0, "FILE", "training data, JSONL: {\"input\": text, \"label\": id|name} or \"labels\": [...]"},
     {"val", AF_SETTING_TEXT, 0, 0, 0, "FILE", "validation data (JSONL); evaluation, best checkpoint and early stopping use it"},
@@ -136,6 +137,10 @@ af_status af_train_settings_set_bool(af_train_settings *s, const char *key, int 
     return put(s, key, cJSON_CreateBool(value != 0));
 }
 
+void af_train_settings_unset(af_train_settings *s, const char *key) {
+    if (s && key) cJSON_DeleteItemFromObjectCaseSensitive(s->obj, key);
+}
+
 const char *af_train_settings_get(const af_train_settings *s, const char *key) {
     if (!s || !key) return NULL;
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(s->obj, key);
@@ -157,8 +162,13 @@ af_status af_train_settings_merge(af_train_settings *dst, const af_train_setting
 }
 
 af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out) {
+    return af_train_settings_read_ext(path, what, out, NULL);
+}
+
+af_status af_train_settings_read_ext(const char *path, const char *what, af_train_settings **out, cJSON **ckpt_paths) {
     if (!path || !what || !out) return af_fail(AF_ERR_INVALID_ARG, "af_train_settings_read: NULL argument");
     *out = NULL;
+    if (ckpt_paths) *ckpt_paths = NULL;
     const char *why = NULL;
     char *txt = af_read_file_max(path, (size_t)16 << 20, NULL, &why); /* never blocks; 16 MiB at most */
     if (!txt) return af_fail(AF_ERR_IO, "%s: cannot read %s: %s", path, what, why ? why : strerror(errno));
@@ -186,6 +196,12 @@ af_status af_train_settings_read(const char *path, const char *what, af_train_se
         cJSON_Delete(j);
         return af_fail(AF_ERR_FORMAT, "%s: %s must be a JSON object {\"flag-name\": value, ...}", path, what);
     }
+    cJSON *cp = cJSON_DetachItemFromObjectCaseSensitive(j, AF_CKPT_PATHS_KEY); /* a checkpoint's own record */
+    if (cp && !cJSON_IsObject(cp)) {
+        cJSON_Delete(cp);
+        cJSON_Delete(j);
+        return af_fail(AF_ERR_FORMAT, "%s: key \"%s\": expected an object", path, AF_CKPT_PATHS_KEY);
+    }
     const cJSON *e;
     cJSON_ArrayForEach(e, j) {
         const af_setting_info *d = find_key(e->string);
@@ -194,20 +210,25 @@ af_status af_train_settings_read(const char *path, const char *what, af_train_se
                                    d ? " (give --resume on the command line)"
                                      : " (keys are the flag names without dashes, e.g. \"grad-accum\")");
             cJSON_Delete(j);
+            cJSON_Delete(cp);
             return st;
         }
         if (!(cJSON_IsString(e) || cJSON_IsNumber(e) || cJSON_IsBool(e))) {
             af_status st = af_fail(AF_ERR_FORMAT, "%s: key \"%s\": expected a string, number or boolean", path, e->string);
             cJSON_Delete(j);
+            cJSON_Delete(cp);
             return st;
         }
     }
     *out = calloc(1, sizeof **out);
     if (!*out) {
         cJSON_Delete(j);
+        cJSON_Delete(cp);
         return af_fail(AF_ERR_NOMEM, "out of memory");
     }
     (*out)->obj = j;
+    if (ckpt_paths) *ckpt_paths = cp;
+    else cJSON_Delete(cp);
     return AF_OK;
 }
 

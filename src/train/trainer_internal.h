@@ -1,6 +1,7 @@
 /*
- * trainer_internal.h — state shared by trainer.c (setup, report), trainer_run.c (the loop) and
- * trainer_ckpt.c (checkpoints, output directory, metrics log, plot). Not part of any API. The loop
+ * trainer_internal.h — state shared by trainer.c (setup, report), trainer_run.c (the loop),
+ * trainer_step.c (one optimizer step: its micro-batches) and trainer_ckpt.c (checkpoints, output
+ * directory, metrics log, plot). Not part of any API. The loop
  * takes its optimizer steps with the public af_lora_trainer (train/api_internal.h).
  */
 #ifndef AF_TRAINER_INTERNAL_H
@@ -8,7 +9,10 @@
 
 #include "train/api_internal.h" /* the optimizer step (af_lora_trainer); af_tr_nonfinite_tensor */
 #include "train/recipe.h"
+#include "train/dist.h"
 #include "train/trainer.h"
+
+#include <stdio.h>
 
 struct af_trainer {
     af_trainer_opts o;                 /* copy; strings borrowed from the caller */
@@ -100,8 +104,94 @@ double af_tr_budget_left(const af_trainer *t, double now, double elapsed_before)
  * `left` seconds (keeping `reserve` for the last evaluation and saves); records it as max-steps in
  * t->config_owned. Returns the new total (t->total when it fits). */
 int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double eval_s, double left, double reserve);
+/* The training loop's state (trainer_run.c), shared with the step functions (trainer_step.c). */
+typedef struct loop {
+    af_trainer *t;
+    af_lora_trainer *lt;  /* the optimizer step: parameters, gradients, AdamW state, engine */
+    float *P, *M, *V;     /* lt's buffers [t->lay.n_total] (af_lora_trainer_get_view) */
+    af_engine *eng;       /* lt's engine */
+    af_batcher *bt;
+    int32_t *perm;
+    int64_t perm_epoch;
+    float *logits;       /* [batch, C] */
+    float *vprobs;       /* [n_val, C] */
+    FILE *mf;            /* metrics.jsonl */
+    int mf_errno;        /* the first failed write to metrics.jsonl (0: none); the run then fails */
+    af_run_state rs;
+    double t0;           /* session start */
+    int64_t session_steps, session_samples;
+    int tty;
+    int64_t log_every;
+    int live;            /* a '\r' line is on screen */
+    char last_ckpt[1024];
+    char good_ckpt[1024];  /* newest checkpoint saved after a finite step (or the resumed one) */
+    char nf_where[224];  /* where the current step's non-finite value appeared ("" when finite) */
+    char nf_first[288];  /* "step N: <where>" of the first step of the current non-finite run */
+    /* causal LM */
+    int32_t *bin_idx, *bin_off; /* packing: the epoch's micro-batches (af_pack_bfd), [n_train], [n_micro + 1] */
+    int64_t session_tokens;
+    /* data parallelism (af_dist_on(): launched by mpirun / srun; see dist_step) */
+    int dist;              /* 1: every step's micro-batches are split over the ranks */
+    int32_t rank, world;   /* this process, processes (0, 1 without MPI) */
+    int writer;            /* rank 0: the one that writes output, metrics and progress */
+    float *rows;           /* [grad_accum, row] per-micro-batch gradient rows of the step (gathered) */
+    int64_t row;           /* floats per row: n_total gradient + DIST_STAT_F (DIST_STATS doubles) */
+    float *gsum;           /* [n_total] the step's gradient: rows summed in micro-batch order */
+    int32_t *counts;       /* [world] micro-batches of the step per rank */
+    af_dist_counters comm; /* this step's communication: the gather (and rank 0's decisions) */
+    af_dist_counters wait; /* this step's error agreement = waiting for the slowest rank to finish its micro-batches */
+    double compute_s;      /* this step's micro-batch compute seconds (this rank) */
+    int64_t comm_bytes_all;/* this step's bytes received over all ranks (rows × row bytes × (world − 1)) */
+} loop;
+
+/* Statistics of one micro-batch, carried at the end of its gathered gradient row (doubles). */
+enum { ST_LOSS, ST_CORRECT, ST_NTOK, ST_NONFINITE, DIST_STATS };
+#define DIST_STAT_F (DIST_STATS * (int64_t)(sizeof(double) / sizeof(float)))
+
+/* ---- trainer_step.c ---- */
+/* One classification optimizer step (global step L->rs.step): its micro-batches through
+ * af_lora_trainer_accumulate_batch (dropout keyed by the micro-batch index within the epoch), then
+ * af_lora_trainer_step. *finite 0: skipped (non-finite loss or gradient; L->nf_where says where). */
+af_status af_tr_train_step(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr, int64_t *n_step_out);
+/* One causal-LM optimizer step: grad_scale 1 / (target tokens of the whole step) (transformers
+ * PR #34191); loss = Σ token losses / N, acc = mean token accuracy, *n_tok_out the step's tokens. */
+af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
+                              int64_t *n_step_out, int64_t *n_tok_out);
+
+/* ---- ckpt_check.c: a checkpoint is never trusted blindly ---- */
+#define AF_CKPT_STATE_FILE "trainer_state.safetensors"
+#define AF_CKPT_CONFIG_FILE "train_config.json"
+#define AF_CKPT_N_FILES 5
+/* The files of a checkpoint directory, as its manifest lists them: the adapter's three, the
+ * trainer state, the settings. */
+extern const char *const af_ckpt_files[AF_CKPT_N_FILES];
+/* The newest checkpoint-M next to `ckpt` (M below ckpt's step) whose files verify, into out
+ * ("" when none). af_last_error() is kept. */
+void af_tr_older_good(const char *ckpt, char *out, size_t cap);
+/* Record "<what>; cannot resume from CKPT: resume from <older good> instead ..., or start the run
+ * again (--overwrite)" and return st. */
+af_status af_tr_ckpt_fail(af_status st, const char *ckpt, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Verify ckpt/manifest.json (every file of af_ckpt_files that exists must be listed and match).
+ * No manifest: *present = 0 and AF_OK for a checkpoint written before manifests existed, an error
+ * when its trainer state says it was written with one. Errors carry af_tr_ckpt_fail's advice. */
+af_status af_tr_ckpt_verify(const char *ckpt, int *present);
+/* The values of a loaded trainer state: P, M finite, V finite and >= 0 ([t->lay.n_total] each),
+ * counters consistent with each other and the run (step <= total, adam_t <= step, ...), EMAs and
+ * elapsed finite, world_size (metadata, NULL when absent) a process count, the directory name
+ * checkpoint-N equal to the step. Errors (AF_ERR_FORMAT) name the file, the field and the element. */
+af_status af_tr_check_state(const af_trainer *t, const char *ckpt, const float *P, const float *M, const float *V,
+                            const af_run_state *rs, const char *world_size);
+/* The checkpoint's adapter loads onto the run's layout (af_adapter_load: shapes, finite) and
+ * equals the trainer state's params P bit for bit (LoRA A/B, head weight). */
+af_status af_tr_check_ckpt_adapter(const af_trainer *t, const char *ckpt, const float *P);
+/* config_json as a checkpoint stores it in train_config.json: the paths of model, train, val and a
+ * labels file recorded under "checkpoint_paths" (settings_internal.h) both absolute and relative
+ * to OUTPUT_DIR/NAME. Malloc'ed; NULL when out of memory. */
+char *af_tr_ckpt_config_json(const char *config_json, const char *output_dir, const char *name);
 
 /* ---- trainer_ckpt.c ---- */
+/* "checkpoint-N" -> N, else -1. */
+int64_t af_tr_ckpt_step(const char *name);
 /* Whether `dir` holds artifacts of a run (metrics.jsonl, run.json, checkpoint-*, best, final);
  * `what` receives a short list for messages. */
 int af_tr_dir_has_run(const char *dir, char *what, size_t cap);
