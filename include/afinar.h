@@ -40,7 +40,9 @@ typedef enum af_status {
     AF_ERR_INVALID_ARG = 5, /* caller passed an invalid argument */
     AF_ERR_NOT_FOUND = 6,   /* a required key/tensor/token is missing */
     AF_ERR_RANGE = 7,       /* a value is outside its allowed range (e.g. context full) */
-    AF_ERR_INTERNAL = 8     /* an internal invariant failed (a bug: please report) */
+    AF_ERR_INTERNAL = 8,    /* an internal invariant failed (a bug: please report) */
+    AF_ERR_DEVICE = 9       /* a compute device failed: lost, out of device memory during a run,
+                             * a shader or queue error (the message names the device and the op) */
 } af_status;
 
 /* Name of a status code, e.g. "AF_ERR_FORMAT". Static string, never NULL. */
@@ -100,6 +102,12 @@ typedef struct af_ctx_params {
      * another quantized type (Q4_K ...) makes af_model_load fail with AF_ERR_UNSUPPORTED naming
      * it. Training (LoRA) and inference run on the converted weights. */
     const char *quantize;
+    /* Compute device (issue 14): NULL or "cpu"; "vulkan" (the first Vulkan device) or "vulkan:N";
+     * "auto" (a Vulkan device when one is present, else the CPU; a run that does not fit the device
+     * or whose device fails goes on on the CPU, saying so). Contexts opened on the same device
+     * share it (its memory and the weights imported by models loaded with either).
+     * `afinar devices` / af_backend_devices list what there is. */
+    const char *device;
 } af_ctx_params;
 
 /* Defaults: n_threads 0 (all), kernel_path "auto", matmul_precision "f32", int8_activations 0,
