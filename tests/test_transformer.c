@@ -178,15 +178,15 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
         pos[i] = i;
     }
     /* training mode: embedding, then every layer with its own activation set */
-    af_carver cv = {NULL, 0};
+    af_carver cv;
+    af_carver_count(&cv, 0);
     af_tf_acts S;
     af_tf_scratch ws;
     af_tf_carve_scratch(&cv, &ws, m, &lay, NTOK, AF_TF_TRAIN, 0);
     af_tf_carve_acts(&cv, &S, m, &lay, NTOK, AF_TF_TRAIN, 0);
-    void *mem = af_malloc_aligned(cv.used);
+    af_devmem mem;
     float *xt = malloc(sizeof(float) * (size_t)((NL + 1) * NTOK * H));
-    cv.base = mem;
-    cv.used = 0;
+    if (!CHECK(af_carver_alloc(&cv, m->ctx, &mem) == AF_OK, "workspace")) return;
     af_tf_carve_scratch(&cv, &ws, m, &lay, NTOK, AF_TF_TRAIN, 0);
     af_tf_carve_acts(&cv, &S, m, &lay, NTOK, AF_TF_TRAIN, 0);
     af_tf_run R;
@@ -203,13 +203,15 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
     R.ss = ss;
     R.B = 1;
     R.block_rows = 256;
-    af_tf_embed(m, tok, NTOK, xt);
+    af_tf_embed(m->ctx, m, tok, NTOK, xt);
     for (int32_t l = 0; l < NL; l++) af_tf_layer_forward(&R, l, &S, xt + l * NTOK * H, xt + (l + 1) * NTOK * H);
     /* inference mode */
     af_tf_infer inf;
     float *kc = calloc((size_t)(NL * NTOK * kvd), sizeof(float)), *vc = calloc((size_t)(NL * NTOK * kvd), sizeof(float));
-    if (CHECK(af_tf_infer_init(&inf, m, &lay, NTOK) == AF_OK, "infer init")) {
-        af_tf_infer_forward(m->ctx, m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kc, vc, NTOK);
+    float *kl[64], *vl[64]; /* the per-layer caches (host memory: the CPU backend) */
+    for (int64_t l = 0; l < NL && l < 64; l++) kl[l] = kc + l * NTOK * kvd, vl[l] = vc + l * NTOK * kvd;
+    if (CHECK(NL <= 64 && af_tf_infer_init(&inf, m->ctx, m, &lay, NTOK) == AF_OK, "infer init")) {
+        af_tf_infer_forward(m->ctx, m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kl, vl, NTOK);
         const float *xf = xt + NL * NTOK * H;
         const double d = tl_max_abs_diff(inf.x, xf, (size_t)(NTOK * H), NULL);
         const double tol = 1e-5 * (1.0 + max_abs(xf, (size_t)(NTOK * H)));
@@ -222,7 +224,7 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
     free(kc);
     free(vc);
     free(xt);
-    af_free_aligned(mem);
+    af_devmem_free(&mem);
     free(P);
     af_param_layout_free(&lay);
     af_model_free(m);

@@ -123,3 +123,27 @@ double af_time_sec(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* ---------------------------------------------------------------- counter RNG (core.h) */
+
+static inline uint64_t mix64(uint64_t z) {
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ULL;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z;
+}
+
+uint64_t af_ctr_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ULL);
+    h = mix64(h ^ (a * 0xd1b54a32d192ed03ULL + 1));
+    h = mix64(h ^ (b * 0xaef17502108ef2d9ULL + 2));
+    h = mix64(h ^ (c * 0xf58f7a5c5b1b1b4dULL + 3));
+    return h;
+}
+
+float af_ctr_u01(uint64_t key, uint64_t i) {
+    uint64_t h = mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL);
+    return (float)(h >> 40) * (1.0f / 16777216.0f);
+}

@@ -55,19 +55,8 @@ typedef struct af_adamw af_adamw;
  * Devices
  * ------------------------------------------------------------------------------------------- */
 
-/* What `afinar devices` prints about one device and what the memory guard reads. */
-typedef struct af_device_info {
-    char backend[16];     /* "cpu", "vulkan", "guard" (debug) */
-    int32_t index;        /* within its backend: --device vulkan:INDEX */
-    char name[128];       /* "AMD EPYC 7B13 (avx2, 2 threads)", "llvmpipe (LLVM 15.0.6, 256 bits)" */
-    char kind[32];        /* "cpu", "discrete GPU", "integrated GPU", "virtual GPU", "software (CPU)" */
-    char driver[128];     /* driver name and version ("" for the CPU) */
-    char features[256];   /* space-separated: "fp16 int8 subgroup=8 coopmat bf16 ..." */
-    uint64_t mem_total;   /* bytes of device memory the backend may use (CPU: RAM or cgroup limit) */
-    uint64_t mem_free;    /* bytes free now (0 = unknown) */
-    uint64_t max_alloc;   /* bytes of the largest single allocation (UINT64_MAX: no limit) */
-    int host_memory;      /* 1: device addresses are host addresses (the CPU backend only) */
-} af_device_info;
+/* af_device_info (what `afinar devices` prints about one device and what the memory guard reads)
+ * is public: include/afinar.h. */
 
 /* An open device: shared by every context opened on the same backend and index (reference
  * counted by the registry in backend.c), so contexts derived from one another (a trainer's own

@@ -27,6 +27,7 @@ struct af_ctx {
     struct af_device *dev;        /* the device (held: af_device_acquire / release); never NULL */
     int device_auto;              /* 1: made with device "auto": a device failure may fall back to the CPU */
     char device_spec[32];         /* af_ctx_params.device as given ("cpu" when NULL) */
+    char device_id[40];           /* the device: "cpu", "vulkan:0", "guard" (af_ctx_device) */
     int bf16;                     /* 1: packed-GEMM products with bf16 operands (k has them) */
     int int8_act;                 /* 1: int8 activations in decode products */
     uint32_t quantize;            /* af_model_load requantizes projections to this af_type (NF4, Q8_0,

@@ -19,7 +19,8 @@
 typedef struct loop {
     af_trainer *t;
     af_lora_trainer *lt;  /* the optimizer step: parameters, gradients, AdamW state, engine */
-    float *P, *M, *V;     /* lt's buffers [t->lay.n_total] (af_lora_trainer_get_view) */
+    const float *P;       /* lt's parameters [t->lay.n_total] on its device (for the engine) */
+    float *hP, *hM, *hV;  /* host copies [t->lay.n_total] made for checkpoints and saves */
     af_engine *eng;       /* lt's engine */
     af_batcher *bt;
     int32_t *perm;
@@ -408,13 +409,20 @@ static af_status evaluate(loop *L, int *improved) {
     return AF_OK;
 }
 
+/* OUT/<name> (af_tr_save_dir) from host copies of the trainer's parameters (and, with `state`, its
+ * AdamW moments), read back from the device just now. */
+static af_status save_dir(loop *L, const char *name, int state, const af_run_state *rs, const char *selected_by) {
+    AF_TRY(af_lora_trainer_download_state(L->lt, L->hP, state ? L->hM : NULL, state ? L->hV : NULL));
+    return af_tr_save_dir(L->t, name, L->hP, state ? L->hM : NULL, state ? L->hV : NULL, rs, selected_by);
+}
+
 static af_status save_checkpoint(loop *L) {
     char name[64];
     snprintf(name, sizeof name, "checkpoint-%lld", (long long)L->rs.step);
     af_run_state rs = L->rs;
     rs.elapsed += now() - L->t0; /* total training seconds so far */
     if (L->writer) { /* the other ranks of a data-parallel run only keep the name */
-        af_status st = af_tr_save_dir(L->t, name, L->P, L->M, L->V, &rs, NULL);
+        af_status st = save_dir(L, name, 1, &rs, NULL);
         if (st != AF_OK) return st;
     }
     snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s/%s", L->t->o.output_dir, name);
@@ -496,6 +504,7 @@ static af_status prepare_output(af_trainer *t, const char *ckpt, int writer, cha
 static void free_loop(loop *L) {
     free(L->perm), free(L->logits), free(L->vprobs), free(L->bin_idx), free(L->bin_off);
     free(L->rows), free(L->gsum), free(L->counts);
+    free(L->hP), free(L->hM), free(L->hV);
     af_lora_trainer_free(L->lt);
     af_batcher_free(L->bt);
     if (L->mf) fclose(L->mf);
@@ -528,7 +537,13 @@ static af_status new_optimizer(const af_trainer *t, loop *L) {
     if (v.lay->n_total != lay->n_total)
         return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: %lld trainable parameters, expected %lld",
                        (long long)v.lay->n_total, (long long)lay->n_total);
-    L->P = v.P, L->M = v.M, L->V = v.V, L->eng = v.eng;
+    L->P = v.P;
+    L->eng = v.eng;
+    const size_t n = (size_t)(lay->n_total ? lay->n_total : 1);
+    L->hP = af_malloc(sizeof(float) * n);
+    L->hM = af_malloc(sizeof(float) * n);
+    L->hV = af_malloc(sizeof(float) * n);
+    if (!L->hP || !L->hM || !L->hV) return af_fail(AF_ERR_NOMEM, "trainer: out of memory (%zu parameters)", n);
     return AF_OK;
 }
 
@@ -641,7 +656,8 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
     }
     if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
-        st = af_tr_load_state(t, ckpt, L.P, L.M, L.V, &L.rs);
+        st = af_tr_load_state(t, ckpt, L.hP, L.hM, L.hV, &L.rs);
+        if (st == AF_OK) st = af_lora_trainer_upload_state(L.lt, L.hP, L.hM, L.hV);
         if (st == AF_OK) st = af_lora_trainer_set_optim_state(L.lt, NULL, NULL, &L.rs.adam_t, &L.rs.step);
     }
     if (st == AF_OK && ckpt && L.writer) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
@@ -776,7 +792,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             if (st != AF_OK) goto out;
             evaluated = 1;
             if (improved) {
-                st = af_tr_save_dir(t, "best", L.P, NULL, NULL, rs, t->lm ? "eval_loss" : "val_macro_f1");
+                st = save_dir(&L, "best", 0, rs, t->lm ? "eval_loss" : "val_macro_f1");
                 if (st != AF_OK) goto out;
             } else if (o->patience > 0 && rs->bad_evals >= o->patience) {
                 stop = AF_STOP_EARLY;
@@ -806,8 +822,8 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     }
     end_live(&L);
     if (L.writer && (stop == AF_STOP_DONE || stop == AF_STOP_EARLY)) {
-        st = af_tr_save_dir(t, "final", L.P, NULL, NULL, &L.rs, "last_step");
-        if (st == AF_OK && !t->val) st = af_tr_save_dir(t, "best", L.P, NULL, NULL, &L.rs, "last_step");
+        st = save_dir(&L, "final", 0, &L.rs, "last_step");
+        if (st == AF_OK && !t->val) st = save_dir(&L, "best", 0, &L.rs, "last_step");
         if (st != AF_OK) goto out;
     }
     (void)saved_now;
