@@ -936,6 +936,11 @@ typedef struct af_trainer_opts {
     const char *quantize;        /* NULL: the base context's; else af_ctx_params.quantize of the run's context
                                     ("nf4", "q8_0", "f16", "bf16", "none"), applied when it loads model_path
                                     (QLoRA: LoRA on an NF4 base) */
+    const char *device;          /* NULL: the base context's device; else af_ctx_params.device of the run's
+                                    context ("cpu", "vulkan", "vulkan:N", "auto"). With "auto" the run takes the
+                                    Vulkan device when one is present and the run fits it (else the CPU, said in
+                                    the log), and goes on on the CPU when the device fails or computes non-finite
+                                    values where the CPU does not. */
     /* ---- causal LM (task AF_TASK_CAUSAL_LM) ---- */
     af_task task;                /* AF_TASK_CLASSIFICATION (default) */
     int packing;                 /* causal LM: -1 (default) or 1: micro-batches packed by best-fit decreasing to

@@ -263,6 +263,7 @@ static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
     if (o->threads != 0) p.n_threads = o->threads;
     if (o->poll_us >= 0) p.poll_us = o->poll_us;
     if (o->quantize) p.quantize = o->quantize;
+    if (o->device) p.device = o->device;
     if (o->bf16) {
         p.matmul_precision = "bf16";
         if (af_ctx_new(&p, &t->ctx) == AF_OK) {
