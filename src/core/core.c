@@ -118,6 +118,14 @@ uint16_t af_f32_to_fp16(float f) {
     return (uint16_t)(sign | h);
 }
 
+const char *af_fmt_bytes(char *buf, size_t cap, uint64_t b) {
+    if (b < 1024) snprintf(buf, cap, "%llu B", (unsigned long long)b);
+    else if (b < ((uint64_t)1 << 20)) snprintf(buf, cap, "%.1f KiB", (double)b / 1024.0);
+    else if (b < ((uint64_t)1 << 30)) snprintf(buf, cap, "%.1f MiB", (double)b / 1048576.0);
+    else snprintf(buf, cap, "%.2f GiB", (double)b / 1073741824.0);
+    return buf;
+}
+
 double af_time_sec(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -88,6 +88,9 @@ static inline float af_bf16_to_f32(uint16_t b) {
     return v.f;
 }
 
+/* `bytes` as "512 B", "12.3 KiB", "96.0 MiB" or "1.50 GiB" into buf [cap]; returns buf. */
+const char *af_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
+
 /* Monotonic wall clock in seconds. */
 double af_time_sec(void);
 

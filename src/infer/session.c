@@ -69,6 +69,28 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     af_carver cv;
     af_carver_count(&cv, dev_limit(s->ctx));
     kv_plan(&cv, s, L);
+    if (!s->ctx->dev->info.host_memory) { /* the memory guard: KV cache + forward state + logits must fit */
+        af_carver fs;
+        af_carver_count(&fs, 0);
+        af_tf_infer tmp;
+        memset(&tmp, 0, sizeof tmp);
+        af_tf_carve_acts(&fs, &tmp.S, m, NULL, AF_EVAL_CHUNK, AF_TF_INFER, 0);
+        af_tf_carve_scratch(&fs, &tmp.w, m, NULL, AF_EVAL_CHUNK, AF_TF_INFER, 0);
+        af_carver_done(&fs);
+        const uint64_t need = cv.used + fs.used + (uint64_t)AF_EVAL_CHUNK * (uint64_t)(c->hidden_size + c->vocab_size) * 4;
+        uint64_t free_b = 0, total_b = 0;
+        af_be(s->ctx)->memory(s->ctx, &free_b, &total_b);
+        if (need > free_b) {
+            af_carver_done(&cv);
+            char b1[32], b2[32], b3[32];
+            af_status st = af_fail(AF_ERR_NOMEM, "a session of %d positions needs about %s on device %s (KV cache %s) "
+                                                 "but it has %s free: use a smaller context (--ctx), or --device cpu",
+                                   n_ctx, af_fmt_bytes(b1, sizeof b1, need), af_ctx_device(s->ctx),
+                                   af_fmt_bytes(b2, sizeof b2, cv.used), af_fmt_bytes(b3, sizeof b3, free_b));
+            free(s);
+            return st;
+        }
+    }
     s->k_cache = af_calloc((size_t)L + 1, sizeof(float *));
     s->v_cache = af_calloc((size_t)L + 1, sizeof(float *));
     af_status st = s->k_cache && s->v_cache ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory for session");

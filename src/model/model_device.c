@@ -7,6 +7,7 @@
 #include "model/model.h"
 
 #include "core/blocks.h"
+#include "core/core.h"
 #include "kernels/backend.h"
 
 #include <stdio.h>
@@ -100,8 +101,39 @@ static af_status import_v(af_model *m, const float *host, const float **dev, int
     return AF_OK;
 }
 
+/* Bytes the weights and vectors take on a device that copies them (as stored). */
+static uint64_t device_bytes(af_model *m) {
+    uint64_t b = 0;
+    const af_weight *te = &m->tok_embd, *out = &m->output;
+    b += af_row_bytes(te->type, te->cols) * (uint64_t)te->rows;
+    if (out->data != te->data) b += af_row_bytes(out->type, out->cols) * (uint64_t)out->rows;
+    b += sizeof(float) * (uint64_t)m->cfg.hidden_size;
+    for (int32_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+        af_layer *L = &m->layers[l];
+        for (int i = 0; i < N_LAYER_W; i++) b += af_row_bytes(layer_w(L, i)->type, layer_w(L, i)->cols) * (uint64_t)layer_w(L, i)->rows;
+        for (int i = 0; i < N_LAYER_V; i++) {
+            const float *h, **d;
+            int64_t len;
+            layer_v(L, i, &h, &d, &len, m);
+            if (h) b += sizeof(float) * (uint64_t)len;
+        }
+    }
+    return b;
+}
+
 af_status af_model_import(af_model *m) {
     af_model_release(m);
+    if (!m->ctx->dev->info.host_memory) { /* the memory guard: the weights must fit before anything is copied */
+        uint64_t free_b = 0, total_b = 0;
+        af_be(m->ctx)->memory(m->ctx, &free_b, &total_b);
+        const uint64_t need = device_bytes(m);
+        char b1[32], b2[32], b3[32];
+        if (need > free_b)
+            return af_fail(AF_ERR_NOMEM, "the model's weights need %s on device %s (%s) but it has %s free of %s: use "
+                                         "--device cpu",
+                           af_fmt_bytes(b1, sizeof b1, need), af_ctx_device(m->ctx), m->ctx->dev->info.name,
+                           af_fmt_bytes(b2, sizeof b2, free_b), af_fmt_bytes(b3, sizeof b3, total_b));
+    }
     m->weights_converted = 0;
     m->imported = 1; /* release() undoes a partial import */
     static const char *const wn[N_LAYER_W] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
