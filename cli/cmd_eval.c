@@ -159,8 +159,11 @@ int cmd_eval(int argc, char **argv) {
     float *probs = NULL;
     af_metrics *m = NULL;
     char *js = NULL;
+    af_ctx *dev_ctx = NULL; /* --device auto that fell back to the CPU */
+retry:
     st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
-    if (st == AF_OK && af_classifier_note(c)) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
+    if (st != AF_OK && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) goto retry;
+    if (st == AF_OK && af_classifier_note(c) && !dev_ctx) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
     if (st != AF_OK) goto fail;
     const af_tokenizer *tok = af_model_tokenizer(af_classifier_model(c));
     if (!tok) {
@@ -193,6 +196,11 @@ int cmd_eval(int argc, char **argv) {
         goto done;
     }
     st = af_classifier_probs(c, ds, (int32_t)batch, probs);
+    if (st != AF_OK && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) { /* the same evaluation on the CPU */
+        free(probs), af_dataset_free(ds), af_corpus_free(corp), af_classifier_free(c);
+        probs = NULL, ds = NULL, corp = NULL, c = NULL;
+        goto retry;
+    }
     if (st == AF_OK) st = af_eval_metrics(ds, probs, &m);
     if (st != AF_OK) goto fail;
     printf("%s on %s (%d samples)\n", adapter, data, af_dataset_size(ds));
@@ -218,5 +226,6 @@ done:
     af_corpus_free(corp);
     af_classifier_free(c);
     af_ctx_free(ctx);
+    af_ctx_free(dev_ctx);
     return rc;
 }

@@ -189,7 +189,9 @@ int cmd_predict(int argc, char **argv) {
     if (mrc) return mrc;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
+    af_ctx *dev_ctx = NULL; /* --device auto that fell back to the CPU */
     af_status st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
+    if (st != AF_OK && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
     if (st == AF_OK && af_classifier_note(c)) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
     int rc = 0;
     if (st == AF_OK && !af_model_tokenizer(af_classifier_model(c))) {
@@ -216,5 +218,6 @@ done:
     af_corpus_free(corp);
     af_classifier_free(c);
     af_ctx_free(ctx);
+    af_ctx_free(dev_ctx);
     return rc;
 }

@@ -313,6 +313,21 @@ static void test_train_faults(void) {
     CHECK(rc == 0 && has(err, "training on the CPU") && files_equal(ref, P_("mem_auto/final/adapter_model.safetensors")),
           "mem on auto: %d\n%s", rc, err);
     free(err);
+    /* eval: the same metrics on the guard device; a device lost mid-evaluation */
+    char *eref = NULL, *out = NULL;
+    const char *ev = "eval -m @/tiny.gguf -a @/cpu/final --data @/val.jsonl -t 1 --batch 2";
+    rc = cli(NULL, &eref, NULL, "%s --device cpu", ev);
+    CHECK(rc == 0 && has(eref, "accuracy"), "cpu eval: %d", rc);
+    rc = cli(NULL, &out, NULL, "%s --device guard", ev);
+    CHECK(rc == 0 && !strcmp(out, eref), "guard eval == cpu: %d\n%s", rc, out);
+    free(out);
+    rc = cli("lost=60", &out, &err, "%s --device guard", ev);
+    CHECK(rc == 1 && has(err, "device lost during"), "eval, lost on guard: %d\n%s", rc, err);
+    free(out), free(err);
+    rc = cli("lost=60,auto=guard", &out, &err, "%s --device auto", ev);
+    CHECK(rc == 0 && !strcmp(out, eref) && has(err, "--device auto: going on on the CPU"), "eval, lost on auto: %d\n%s",
+          rc, err);
+    free(out), free(err), free(eref);
 }
 
 int main(void) {
