@@ -330,6 +330,21 @@ static void test_train_faults(void) {
     free(out), free(err), free(eref);
 }
 
+/* causal-LM evaluation (loss over the targets; greedy generation scored) on the guard device == CPU */
+static void test_lm_eval(void) {
+    FILE *f = fopen(P_("lm.jsonl"), "w");
+    if (!f) return;
+    for (int i = 0; i < 6; i++)
+        fprintf(f, "{\"prompt\": \"ab xx %s\", \"completion\": \" yy %s ab\"}\n", k_keys[i % 3], k_keys[(i + 1) % 3]);
+    fclose(f);
+    char *a = NULL, *b = NULL;
+    const char *ev = "eval -m @/tiny.gguf --data @/lm.jsonl --task causal-lm --generate 2 --max-new-tokens 6 -t 1";
+    int ra = cli(NULL, &a, NULL, "%s --device cpu", ev), rb = cli(NULL, &b, NULL, "%s --device guard", ev);
+    CHECK(ra == 0 && rb == 0 && has(a, "perplexity") && !strcmp(a, b), "causal-LM eval on guard == cpu: %d %d\n%s\n%s",
+          ra, rb, a, b);
+    free(a), free(b);
+}
+
 int main(void) {
     g_bin = getenv("AFINAR_BIN");
     snprintf(g_dir, sizeof g_dir, "/tmp/afinar_device_%ld", (long)getpid());
@@ -349,6 +364,7 @@ int main(void) {
     if (!g_bin) tl_skip("CLI cases: AFINAR_BIN not set or not executable (make test sets it)");
     else {
         test_generate_faults();
+        test_lm_eval();
         test_train_faults();
     }
     char rm[600];

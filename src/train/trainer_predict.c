@@ -351,7 +351,14 @@ af_status af_lm_evaluate(const af_ctx *ctx, const af_model *model, const char *a
     st = af_engine_new(ctx, model, &lay, &eng);
     af_lm_loss l;
     memset(&l, 0, sizeof l);
-    if (st == AF_OK) st = af_lm_eval(eng, P, ds, batch, &l);
+    const af_ctx *ec = ctx ? ctx : model->ctx;
+    float *dP = NULL; /* the parameters on the engine's device */
+    if (st == AF_OK) {
+        dP = af_be(ec)->alloc(ec, sizeof(float) * (size_t)lay.n_total);
+        st = dP ? af_be(ec)->upload(ec, dP, P, sizeof(float) * (size_t)lay.n_total) : AF_ERR_NOMEM;
+    }
+    if (st == AF_OK) st = af_lm_eval(eng, dP, ds, batch, &l);
+    if (dP) af_be(ec)->free(ec, dP);
     if (st == AF_OK) {
         out->n_examples = ds->n;
         out->n_targets = l.n_targets;
