@@ -245,7 +245,7 @@ retry:
         st = af_session_eval(sess, &id, 1, logits, NULL);
         t_decode += now_sec() - t1;
         n_decode++;
-        if (st != AF_OK) goto device_fail;
+            if (st != AF_OK) goto device_fail;
     }
     fputc('\n', stdout);
     if (cli_stdout_failed(C)) goto done;

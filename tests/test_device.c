@@ -256,7 +256,8 @@ static void test_generate_faults(void) {
     } f[] = {{"alloc=1", "out of device memory for a weight"},
              {"lost=400", "device lost during"},
              {"mem=16K", "the model's weights need"},
-             {"mem=300K", "a session of"}};
+             {"mem=300K", "a session of"},
+             {"nan=30", "computed non-finite logits"}};
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
         rc = cli(f[i].fault, &out, &err, "%s --device guard", gen);
         CHECK(rc == 1 && has(err, f[i].msg) && has(err, "guard"), "AFINAR_FAULT=%s --device guard: exit %d\n%s",

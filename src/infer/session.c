@@ -155,6 +155,14 @@ static af_status head_rows(af_session *s, float *logits, float *x, int64_t n) {
         af_lm_head_forward(ctx, m, s->logits_dev, x + r0 * H, r1 - r0);
         AF_TRY(af_be(ctx)->download(ctx, logits + r0 * V, s->logits_dev, sizeof(float) * (size_t)((r1 - r0) * V)));
     }
+    /* a device that computes NaN/Inf (the CPU would be needed to tell a model that overflows): a
+     * device failure, so that --device auto goes on on the CPU */
+    for (int64_t i = 0; i < n * V; i++)
+        if (!isfinite(logits[i]))
+            return af_fail(AF_ERR_DEVICE, "device %s (%s) computed non-finite logits (position %lld, token id %lld: "
+                                          "%g); run with --device cpu to compare with the CPU",
+                           af_ctx_device(ctx), ctx->dev->info.name, (long long)(s->n_past - n + i / V),
+                           (long long)(i % V), (double)logits[i]);
     return AF_OK;
 }
 
