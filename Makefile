@@ -14,9 +14,9 @@ PREFIX  ?= /usr/local
 BUILD   ?= build
 DEBUG   ?= 0
 
-PKGS       := libpcre2-8 libcjson
+PKGS       := libpcre2-8 libcjson nettle
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson -lnettle)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     := -O2
@@ -55,10 +55,24 @@ MPI_LIBS   :=
 DIST_SKIP  := src/train/dist_mpi.c
 endif
 
-CFLAGS  := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
-LDLIBS  := $(PKG_LIBS) $(MPI_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
+# libmicrohttpd (optional; `afinar serve`): Debian libmicrohttpd-dev (pkg-config libmicrohttpd). Found:
+# src/serve/http.c is built and linked with it; not found or SERVE=0: src/serve/http_none.c (`afinar
+# serve` says it is not built in).
+SERVE ?= $(shell pkg-config --exists libmicrohttpd 2>/dev/null && echo 1 || echo 0)
+ifeq ($(SERVE),1)
+MHD_CFLAGS := $(shell pkg-config --cflags libmicrohttpd)
+MHD_LIBS   := $(shell pkg-config --libs libmicrohttpd)
+SERVE_SKIP := src/serve/http_none.c
+else
+MHD_CFLAGS :=
+MHD_LIBS   :=
+SERVE_SKIP := src/serve/http.c
+endif
 
-LIB_SRC  := $(filter-out $(DIST_SKIP),$(sort $(shell find src -name '*.c')))
+CFLAGS  := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
+LDLIBS  := $(PKG_LIBS) $(MPI_LIBS) $(MHD_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
+
+LIB_SRC  := $(filter-out $(DIST_SKIP) $(SERVE_SKIP),$(sort $(shell find src -name '*.c')))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -66,7 +80,7 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON := $(BUILD)/tests/testlib.o
 # Scripts run by `make test` beside the test binaries (same RESULT line protocol).
-TEST_SCRIPTS := tests/check_layers.sh
+TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh
 # The longest test programs start first, so that running JOBS at a time ends sooner.
 TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
 TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
@@ -75,9 +89,12 @@ TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out 
 all: probe lib cli
 
 probe:
-	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s\n' "$$($(CC) -dumpversion)" \
+	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s; Nettle (SHA-256) %s\n' "$$($(CC) -dumpversion)" \
 	  "$$(pkg-config --exists libpcre2-8 && echo '✓' || echo '✗ (apt-get install libpcre2-dev)')" \
-	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')"
+	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')" \
+	  "$$(pkg-config --exists nettle && echo '✓' || echo '✗ (apt-get install nettle-dev)')"
+	@printf 'afinar build: libmicrohttpd (afinar serve) %s\n' \
+	  "$$([ '$(SERVE)' = 1 ] && echo "✓ $$(pkg-config --modversion libmicrohttpd)" || echo '✗ (apt-get install libmicrohttpd-dev; or SERVE=0 was given)')"
 	@printf 'afinar build: MPI (mpirun -np N afinar train) %s\n' \
 	  "$$([ '$(MPI)' = 1 ] && echo "✓ Open MPI $$(pkg-config --modversion ompi-c)" || echo '✗ (apt-get install libopenmpi-dev openmpi-bin; or MPI=0 was given)')"
 
@@ -88,8 +105,9 @@ $(BUILD)/%.o: %.c $(BUILD)/%.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-# Only the MPI transport sees the MPI headers.
+# Only the MPI transport sees the MPI headers; only the HTTP glue sees libmicrohttpd's.
 $(BUILD)/src/train/dist_mpi.o: CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/src/serve/http.o: CFLAGS += $(MHD_CFLAGS)
 
 $(BUILD)/libafinar.a: $(LIB_OBJ)
 	@rm -f $@
@@ -143,7 +161,7 @@ install: lib cli
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libafinar.so
 	install -m 755 $(BUILD)/afinar $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	  -e 's|@LIBS@|$(PKG_LIBS) $(MPI_LIBS) -lm -lpthread|g' afinar.pc.in \
+	  -e 's|@LIBS@|$(PKG_LIBS) $(MPI_LIBS) $(MHD_LIBS) -lm -lpthread|g' afinar.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/afinar.pc
 
 # libFuzzer targets (clang): make fuzz [FUZZ_SECONDS=60]; defined in tests/fuzz/fuzz.mk

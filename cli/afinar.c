@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void cli_error(const char *cmd, const char *fmt, ...) {
     fprintf(stderr, "afinar %s: ", cmd);
@@ -91,6 +92,51 @@ int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel
     if (bf16) fprintf(stderr, "afinar %s: warning: --bf16: %s; using f32 products\n", cmd, bf16_msg);
     if (af_ctx_device_auto(*out) && af_ctx_on_cpu(*out)) say_auto_cpu(cmd);
     return 0;
+}
+
+/* ---- signals (cli.h) ---- */
+static volatile sig_atomic_t g_stop_sig, g_graceful;
+_Static_assert(sizeof(sig_atomic_t) == sizeof(int), "sig_atomic_t is int");
+
+void cli_signal_exit(int sig) {
+    af_remove_temporaries(); /* unlink + rmdir only */
+    static const char m_int[] = "\nafinar: interrupted (SIGINT): stopped at once, temporary files removed\n";
+    static const char m_term[] = "\nafinar: terminated (SIGTERM): stopped at once, temporary files removed\n";
+    ssize_t w = sig == SIGTERM ? write(STDERR_FILENO, m_term, sizeof m_term - 1)
+                               : write(STDERR_FILENO, m_int, sizeof m_int - 1);
+    (void)w;
+    _exit(128 + sig);
+}
+
+static void on_stop_signal(int sig) {
+    if (g_graceful && !g_stop_sig) {
+        g_stop_sig = sig;
+        return;
+    }
+    cli_signal_exit(sig);
+}
+
+void cli_catch_signals(const char *cmd) {
+    (void)cmd;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: a blocked read returns (EINTR) and the command sees the flag */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+void cli_graceful_stop(int on) { g_graceful = on; }
+volatile int *cli_stop_flag(void) { return (volatile int *)&g_stop_sig; }
+int cli_stop_signal(void) { return (int)g_stop_sig; }
+
+int cli_stopped(const char *cmd, const char *what) {
+    const int sig = (int)g_stop_sig;
+    fprintf(stderr, "afinar %s: %s%s%s; nothing more is written\n", cmd,
+            sig == SIGTERM ? "terminated (SIGTERM)" : "interrupted (SIGINT)", what && *what ? ": " : "",
+            what ? what : "");
+    return 128 + (sig ? sig : SIGINT);
 }
 
 static int g_stdout_reported;
@@ -180,6 +226,8 @@ static void usage(FILE *fp) {
             "  merge-adapters A B ... -o OUT [--method M] [--weights W,...] [--density D] [--rank R]\n"
             "                     merge LoRA adapters on their ΔW (linear, cat, ties, dare-ties, ...)\n"
             "  devices            the compute devices of every backend (cpu, vulkan) with memory and features\n"
+            "  serve -m FILE [--adapter NAME=DIR ...] [--port P]\n"
+            "                     OpenAI-compatible HTTP server (chat, completions, streaming, per-request adapters)\n"
             "  version            print version and the CPU features detected\n"
             "\n"
             "Run 'afinar <command> --help' for the options of a command.\n"
@@ -197,6 +245,8 @@ int main(int argc, char **argv) {
     /* A file size limit (ulimit -f) makes write(2) fail with EFBIG, reported and cleaned up like
      * any failed write, instead of killing the process with SIGXFSZ mid-file. */
     signal(SIGXFSZ, SIG_IGN);
+    /* SIGINT / SIGTERM: end at once with temporaries removed, unless the command stops cleanly */
+    cli_catch_signals(argc >= 2 ? argv[1] : "");
     int rc = run_command(argc, argv);
     return finish_stdout(argc >= 2 ? argv[1] : "", rc);
 }
@@ -228,6 +278,7 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
     if (!strcmp(cmd, "merge-adapters")) return cmd_merge_adapters(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

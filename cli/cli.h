@@ -44,6 +44,25 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo,
  * once and return 1 (the caller stops and exits 1); 0 while all is well. */
 int cli_stdout_failed(const char *cmd);
 
+/* Signals (issue 18). main() routes SIGINT and SIGTERM of every command through one handler:
+ * by default a signal ends the process at once: the temporaries of af_atomic_open and the
+ * registered temporary directories are removed (af_remove_temporaries), one line goes to stderr,
+ * exit status 128 + signal (130, 143). A command that can stop cleanly calls
+ * cli_graceful_stop(1) before its long loop: the first signal then only sets the flag that
+ * cli_stop_flag() points to (give it to af_ctx_set_interrupt; the library stops between batches
+ * with AF_ERR_INTERRUPTED) and cli_stop_signal() returns; a second signal ends at once as above.
+ * Slow system calls are interrupted (no SA_RESTART), so a read from a terminal returns. */
+void cli_catch_signals(const char *cmd);
+void cli_graceful_stop(int on);
+volatile int *cli_stop_flag(void);
+/* The signal that asked to stop (0: none). */
+int cli_stop_signal(void);
+/* The end of a stopped command: "afinar CMD: interrupted by SIGINT|SIGTERM[: what]; nothing more is
+ * written" on stderr; returns 128 + the signal. */
+int cli_stopped(const char *cmd, const char *what);
+/* Async-signal-safe: remove the temporaries, print "afinar: stopped by signal N" and _exit(128 + sig). */
+void cli_signal_exit(int sig) __attribute__((noreturn));
+
 /* Why the model has no tokenizer, without a leading "<model_path>: " (said once by the caller). */
 const char *tok_reason(const af_model *m, const char *model_path);
 
@@ -57,6 +76,7 @@ int cmd_export(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_merge_adapters(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* `afinar eval --generate N` (causal-LM data): parsed by cmd_eval, run by cmd_eval_generate. */
 typedef struct eval_gen_args {

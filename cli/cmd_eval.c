@@ -41,7 +41,9 @@ static void help(void) {
            "      --max-new-tokens N tokens generated per prompt (default 64; stops at end-of-generation)\n"
            "      --first-line       score only the first non-empty line of each generation (generation stops there)\n"
            "      --show N           examples printed (default 3)\n"
-           "      --lora-scale S     multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n");
+           "      --lora-scale S     multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n"
+           "\n"
+           "Ctrl-C / SIGTERM: stop after the current batch, print and write nothing, exit 130 / 143.\n");
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -195,11 +197,20 @@ retry:
         cli_error(C, "out of memory");
         goto done;
     }
+    /* SIGINT / SIGTERM from here on: stop after the current batch, print and write nothing, 130 / 143 */
+    af_ctx_set_interrupt(ctx, cli_stop_flag());
+    cli_graceful_stop(1);
     st = af_classifier_probs(c, ds, (int32_t)batch, probs);
-    if (st != AF_OK && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) { /* the same evaluation on the CPU */
+    if (st != AF_OK && st != AF_ERR_INTERRUPTED && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) {
+        /* the same evaluation on the CPU */
         free(probs), af_dataset_free(ds), af_corpus_free(corp), af_classifier_free(c);
         probs = NULL, ds = NULL, corp = NULL, c = NULL;
         goto retry;
+    }
+    cli_graceful_stop(0);
+    if (st == AF_ERR_INTERRUPTED) {
+        rc = cli_stopped(C, af_last_error());
+        goto done;
     }
     if (st == AF_OK) st = af_eval_metrics(ds, probs, &m);
     if (st != AF_OK) goto fail;

@@ -50,6 +50,10 @@ int cmd_eval_generate(const eval_gen_args *a) {
     lo.loss_on = a->loss_on;
     lo.chat_template = a->chat_template;
     st = af_lm_dataset_read(ctx, a->data, model, &lo, &ds);
+    /* SIGINT / SIGTERM from here on: stop after the current batch (prompt), print and write nothing
+     * more, 130 / 143 */
+    af_ctx_set_interrupt(ctx, cli_stop_flag());
+    cli_graceful_stop(1);
     if (st == AF_OK)
         st = af_lm_evaluate(ctx, model, a->adapter, (float)a->lora_scale, ds, (int32_t)a->batch, &lr);
     if (st != AF_OK) goto fail;
@@ -129,7 +133,7 @@ int cmd_eval_generate(const eval_gen_args *a) {
     rc = 0;
     goto done;
 fail:
-    rc = cli_fail(C, st);
+    rc = st == AF_ERR_INTERRUPTED ? cli_stopped(C, af_last_error()) : cli_fail(C, st);
 done:
     free(js);
     af_gen_eval_result_free(&r);

@@ -8,12 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-static volatile sig_atomic_t g_stop;
-/* SIGINT and SIGTERM: stop generating after the current token, end the line, exit 130 / 143. */
-static void on_sigint(int sig) {
-    g_stop = sig;
-}
 
 static double now_sec(void) {
     struct timespec ts;
@@ -46,20 +42,23 @@ static void help(void) {
            "                       (default 1000; 0 = sleep at once)\n"
            "      --kernel PATH    auto | scalar | avx2 | avx512 (default auto)\n"
            "      --int8-act       int8 activations in decode (llama.cpp-style; faster, not exact)\n"
+           "      --prompt-cache FILE  reuse the prompt's keys and values saved in FILE by an earlier run (the\n"
+           "                       longest common prefix that gives bit-identical results) and save this\n"
+           "                       prompt's there (versioned, checked against model, adapter and settings)\n"
            "      --timings        print prompt and decode speed on stderr at the end\n"
            "      --echo           print the prompt before the generated text\n");
 }
 
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
-    const char *adapter_dir = NULL;
+    const char *adapter_dir = NULL, *prompt_cache = NULL;
     double lora_scale = 1.0;
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *kernel = NULL, *chat_template = NULL;
     int int8_act = 0;
     long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42, poll = -1;
     double temp = 0.8, top_p = 0.95;
     int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL, O_QUANT, O_TMPL, O_DEVICE };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL, O_QUANT, O_TMPL, O_PCACHE, O_DEVICE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},    {"n-predict", required_argument, 0, 'n'},
@@ -67,7 +66,7 @@ int cmd_generate(int argc, char **argv) {
         {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
         {"top-p", required_argument, 0, O_TOPP}, {"seed", required_argument, 0, O_SEED},
         {"chat", no_argument, 0, O_CHAT},       {"system", required_argument, 0, O_SYSTEM},
-        {"chat-template", required_argument, 0, O_TMPL},
+        {"chat-template", required_argument, 0, O_TMPL}, {"prompt-cache", required_argument, 0, O_PCACHE},
         {"timings", no_argument, 0, O_TIMINGS}, {"kernel", required_argument, 0, O_KERNEL},
         {"echo", no_argument, 0, O_ECHO},       {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
         {"int8-act", no_argument, 0, O_INT8},    {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT},
@@ -97,6 +96,7 @@ int cmd_generate(int argc, char **argv) {
         case O_CHAT: chat = 1; break;
         case O_SYSTEM: system = optarg; break;
         case O_TMPL: chat_template = optarg; break;
+        case O_PCACHE: prompt_cache = optarg; break;
         case O_TIMINGS: timings = 1; break;
         case O_KERNEL: kernel = optarg; break;
         case O_ECHO: echo = 1; break;
@@ -216,21 +216,40 @@ retry:
         cli_error(C, "out of memory");
         goto done;
     }
-    signal(SIGINT, on_sigint);
-    signal(SIGTERM, on_sigint);
+    /* SIGINT and SIGTERM from here on: stop generating after the current token, end the line, exit
+     * 130 / 143 (before: at once) */
+    cli_graceful_stop(1);
     if (echo && !dev_ctx) {
         fwrite(text, 1, strlen(text), stdout);
         if (cli_stdout_failed(C)) goto done; /* rc 1: the output cannot be written */
     }
     double t0 = now_sec();
-    st = af_session_eval(sess, ids, (int)n_ids, logits, NULL);
+    int kept = 0;
+    if (prompt_cache && access(prompt_cache, F_OK) == 0 && n_gen == 0) {
+        /* a cache that does not belong to this model / adapter / setting is an error, not a miss */
+        st = af_session_load_file(sess, prompt_cache);
+        if (st != AF_OK) {
+            rc = cli_fail(C, st);
+            goto done;
+        }
+        kept = af_session_keep_prefix(sess, ids, (int)n_ids);
+    }
+    st = af_session_eval(sess, ids + kept, (int)n_ids - kept, logits, NULL);
     if (st == AF_OK && n_gen > 1) /* after a fallback: the tokens already printed, but the last */
         st = af_session_eval(sess, gen, (int)n_gen - 1, NULL, NULL);
     t_prompt = now_sec() - t0;
     if (st == AF_OK && n_gen > 0) st = af_session_eval(sess, gen + n_gen - 1, 1, logits, NULL);
     if (st != AF_OK) goto device_fail;
+    if (prompt_cache && n_gen == 0) {
+        st = af_session_save_file(sess, prompt_cache);
+        if (st != AF_OK) {
+            rc = cli_fail(C, st);
+            goto done;
+        }
+        if (timings) fprintf(stderr, "prompt cache: %d of %zu prompt tokens reused from %s\n", kept, n_ids, prompt_cache);
+    }
     char piece[256];
-    while (n_gen < n_predict && !g_stop) {
+    while (n_gen < n_predict && !cli_stop_signal()) {
         const int32_t id = af_sample(logits, cfg->vocab_size, &sp, &rng);
         gen[n_gen++] = id;
         if (!ignore_eos && af_token_is_eog(tok, id)) break;
@@ -253,12 +272,12 @@ retry:
         fprintf(stderr, "timings: prompt %zu tokens %.3f s (%.2f tok/s), decode %ld tokens %.3f s (%.2f tok/s)\n",
                 n_ids, t_prompt, t_prompt > 0 ? (double)n_ids / t_prompt : 0.0, n_decode, t_decode,
                 t_decode > 0 ? (double)n_decode / t_decode : 0.0);
-    rc = g_stop ? 128 + (int)g_stop : 0;
+    rc = cli_stop_signal() ? 128 + cli_stop_signal() : 0;
     goto done;
 device_fail: /* the session failed: with --device auto, the same generation on the CPU from here */
     af_session_free(sess);
     sess = NULL;
-    if (cli_fallback_cpu(C, &ctx, &dev_ctx, st)) {
+    if (st != AF_ERR_CANCELLED && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) {
         af_model_free(model);
         model = NULL;
         goto retry;

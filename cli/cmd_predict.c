@@ -29,7 +29,8 @@ static void help(void) {
            "      --poll US          microseconds threads spin between operations before sleeping\n"
            "                         (default 1000; 0 = sleep at once)\n"
            "Output: one JSON line per input on stdout: {\"label\", \"label_id\", \"probs\"} (multi-label:\n"
-           "{\"labels\", \"label_ids\", \"probs\"}).\n");
+           "{\"labels\", \"label_ids\", \"probs\"}).\n"
+           "Ctrl-C / SIGTERM: stop after the current batch (the lines printed are complete), exit 130 / 143.\n");
 }
 
 static int g_reported; /* the failure's message is already printed */
@@ -45,8 +46,8 @@ static af_status run_corpus(const af_ctx *ctx, af_classifier *c, const af_corpus
     st = probs ? af_classifier_probs(c, ds, batch, probs) : AF_ERR_NOMEM;
     for (int32_t i = 0; st == AF_OK && i < n; i++) {
         char *line = NULL;
-        /* a line that cannot be made (out of memory) is left out, as before */
-        if (af_classifier_prediction_json(c, probs + (size_t)i * n_classes, thr, &line) == AF_OK) puts(line);
+        st = af_classifier_prediction_json(c, probs + (size_t)i * n_classes, thr, &line);
+        if (st == AF_OK) puts(line);
         free(line);
         if (ferror(stdout)) break;
     }
@@ -94,7 +95,7 @@ static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t ba
     ssize_t len;
     int32_t line_no = 1;
     af_status st = AF_OK;
-    while (st == AF_OK) {
+    while (st == AF_OK && !cli_stop_signal()) {
         char **texts = calloc((size_t)chunk, sizeof(char *));
         size_t *lens = calloc((size_t)chunk, sizeof(size_t));
         if (!texts || !lens) {
@@ -120,7 +121,7 @@ static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t ba
             if (!texts[n]) break;
             n++;
         }
-        if (st != AF_OK) {
+        if (st != AF_OK || cli_stop_signal()) { /* a signal while reading: this chunk is not classified */
             for (int32_t i = 0; i < n; i++) free(texts[i]);
             free(texts), free(lens);
             break;
@@ -194,6 +195,10 @@ int cmd_predict(int argc, char **argv) {
     if (st != AF_OK && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
     if (st == AF_OK && af_classifier_note(c)) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
     int rc = 0;
+    /* SIGINT / SIGTERM from here on: stop after the current batch; the lines printed so far are
+     * complete, nothing else is printed; exit 130 / 143 */
+    af_ctx_set_interrupt(ctx, cli_stop_flag());
+    cli_graceful_stop(1);
     if (st == AF_OK && !af_model_tokenizer(af_classifier_model(c))) {
         cli_error(C, "%s: the model has no usable tokenizer (%s), so text cannot be read", model_path,
                   tok_reason(af_classifier_model(c), model_path));
@@ -213,7 +218,10 @@ int cmd_predict(int argc, char **argv) {
     } else if (st == AF_OK) {
         st = run_stdin_lines(ctx, c, (int32_t)batch, thr);
     }
-    if (st != AF_OK) rc = g_reported ? 1 : cli_fail(C, st);
+    if (st == AF_ERR_INTERRUPTED || cli_stop_signal()) { /* a read cut by the signal (EINTR) too */
+        cli_stdout_failed(C); /* the complete lines out first */
+        rc = cli_stopped(C, st == AF_ERR_INTERRUPTED ? af_last_error() : NULL);
+    } else if (st != AF_OK) rc = g_reported ? 1 : cli_fail(C, st);
 done:
     af_corpus_free(corp);
     af_classifier_free(c);

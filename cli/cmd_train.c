@@ -13,8 +13,10 @@ static volatile sig_atomic_t g_interrupt;
 static volatile sig_atomic_t g_signal; /* the signal that asked to stop (SIGINT or SIGTERM) */
 
 /* SIGINT (Ctrl-C) and SIGTERM (docker stop, systemd, timeout, batch schedulers) alike: finish the
- * step, save a checkpoint, exit 128 + signal (130, 143). A second signal ends the process at once. */
+ * step, save a checkpoint, exit 128 + signal (130, 143). A second signal ends the process at once,
+ * the checkpoint being written (a hidden temporary directory) removed. */
 static void on_stop_signal(int sig) {
+    if (g_interrupt) cli_signal_exit(sig);
     g_interrupt = 1;
     g_signal = sig;
     static const char msg_int[] = "\nafinar train: interrupt: finishing this step and saving a checkpoint "
@@ -24,8 +26,6 @@ static void on_stop_signal(int sig) {
     ssize_t w = sig == SIGTERM ? write(STDERR_FILENO, msg_term, sizeof msg_term - 1)
                                : write(STDERR_FILENO, msg_int, sizeof msg_int - 1);
     (void)w;
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
 }
 
 int cmd_train(int argc, char **argv) {

@@ -149,8 +149,18 @@ int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
             snprintf(path, sizeof path, "%s/train_config.json", ck);
             struct stat sb; /* stat, not open: never blocks; the settings reader refuses a non-regular file */
             if (stat(path, &sb) == 0) {
-                af_status st = af_train_settings_read(path, "checkpoint settings", &base);
-                if (st != AF_OK) rc = settings_fail(cmd, st);
+                /* verified against the checkpoint's manifest; paths found again if the run moved */
+                char *note = NULL;
+                af_status st = af_train_settings_read_checkpoint(ck, &base, &note);
+                /* a checkpoint that fails its checks is a failure (1), bad settings a usage error (2) */
+                if (st != AF_OK) rc = strstr(af_last_error(), "cannot resume from") ? cli_fail(cmd, st) : settings_fail(cmd, st);
+                for (char *ln = note; ln && *ln;) {
+                    char *eol = strchr(ln, '\n');
+                    if (eol) *eol = 0;
+                    fprintf(stderr, "afinar %s: note: %s\n", cmd, ln);
+                    ln = eol ? eol + 1 : NULL;
+                }
+                free(note);
             } else {
                 /* without the run's settings every flag must come again: name the missing file first
                  * (not a series of "missing -m", "missing --train", then a batch mismatch) */

@@ -41,7 +41,11 @@ typedef enum af_status {
     AF_ERR_NOT_FOUND = 6,   /* a required key/tensor/token is missing */
     AF_ERR_RANGE = 7,       /* a value is outside its allowed range (e.g. context full) */
     AF_ERR_INTERNAL = 8,    /* an internal invariant failed (a bug: please report) */
-    AF_ERR_DEVICE = 9       /* a compute device failed: lost, out of device memory during a run,
+    AF_ERR_CANCELLED = 9,   /* the caller's cancel flag was set (af_session_set_control,
+                               af_lora_trainer_set_control, af_trainer_opts.cancel): the work stopped
+                               at a layer boundary; nothing is wrong with the input */
+    AF_ERR_INTERRUPTED = 10, /* stopped on request between two batches (af_ctx_set_interrupt) */
+    AF_ERR_DEVICE = 11      /* a compute device failed: lost, out of device memory during a run,
                              * a shader or queue error (the message names the device and the op) */
 } af_status;
 
@@ -166,6 +170,15 @@ void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p);
 int af_ctx_n_threads(const af_ctx *ctx);
 /* "scalar", "avx2" or "avx512". Static string. */
 const char *af_ctx_kernel_path(const af_ctx *ctx);
+/* Ask the long loops that run with `ctx` to stop between two batches once *flag is non-zero:
+ * af_classifier_probs (per forward batch), af_lm_evaluate (per batch), af_gen_eval_run (per prompt
+ * and per generated token). They then return AF_ERR_INTERRUPTED ("interrupted after N of M ...")
+ * and write nothing. `flag` is typically a signal handler's `volatile sig_atomic_t` (int on the
+ * platforms afinar builds on); NULL (the default) disables the check. The training loop has its
+ * own flag (af_trainer_opts.interrupt: it finishes the step and saves). */
+void af_ctx_set_interrupt(af_ctx *ctx, volatile int *flag);
+/* 1 when ctx's interrupt flag is set (NULL ctx or no flag: 0). */
+int af_ctx_interrupted(const af_ctx *ctx);
 /* "f32" or "bf16". Static string. */
 const char *af_ctx_matmul_precision(const af_ctx *ctx);
 int af_ctx_int8_activations(const af_ctx *ctx);
@@ -308,6 +321,70 @@ int af_session_n_past(const af_session *s);
  * if `all_logits` is not NULL it receives logits of every token, [n, vocab_size] row-major.
  * Errors: AF_ERR_RANGE (cache full or token id out of range), AF_ERR_NOMEM. */
 af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits);
+
+/* Progress of long work (prompt evaluation, training): `phase` names it ("prompt": tokens of an
+ * af_session_eval call evaluated so far, called after each chunk of 256; "train": optimizer steps
+ * done of the run; "eval": samples of an evaluation done), `current` of `total` units. Called on
+ * the thread doing the work; keep it short. */
+typedef void (*af_progress_fn)(void *user, const char *phase, int64_t current, int64_t total);
+
+/* Cancellation and progress of a session's evaluations (each may be NULL: none; borrowed, they
+ * must outlive their use). `*cancel` is read before every layer of every forward (prompt chunks,
+ * decode steps, af_session_eval_batch): once non-zero the call stops at the next layer boundary and
+ * returns AF_ERR_CANCELLED; the positions of the chunks completed before it stay in the cache
+ * (af_session_n_past says how many), the interrupted chunk is not counted. Set it from another
+ * thread or a signal handler (a `volatile sig_atomic_t`-sized int); clear it to evaluate again.
+ * `progress(user, "prompt", done, n)` is called after each chunk of an af_session_eval of n > 1
+ * tokens. */
+void af_session_set_control(af_session *s, const volatile int *cancel, af_progress_fn progress, void *user);
+
+/* The tokens whose keys and values are in the cache, [*n = af_session_n_past(s)] (borrowed: valid
+ * until the next call that changes the session). */
+const int32_t *af_session_tokens(const af_session *s, int *n);
+
+/* Prompt cache within a session: keep the longest cached prefix of `tokens [n]` (n >= 1) that can
+ * be reused without changing any result, drop the rest of the cache, and return the number of
+ * positions kept; the caller then evaluates tokens[kept .. n). What is kept is the common prefix of
+ * the cached tokens and `tokens`, less what makes the result differ in the last bit from
+ * evaluating all n tokens at once: the last token is always evaluated again (its logits are
+ * needed), and the kept length is lowered, when needed, so that every 256-token chunk of the
+ * prompt runs the same kind of matrix product as in a one-call evaluation (a chunk's tail of 1-4
+ * rows would otherwise take the per-row decode kernels instead of the blocked product). So
+ * logits after af_session_keep_prefix + af_session_eval of the rest are bit-identical to
+ * af_session_reset + af_session_eval of all n tokens. The adapter is not part of the match: the
+ * caller keeps a session's adapter fixed while reusing its cache. 0 for NULL. */
+int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n);
+
+/* Continuous batching: decode one token in each of `n` sessions of the same model in ONE pass
+ * through the layers (sessions may carry different adapters, af_session_load_adapter /
+ * af_session_set_lora: LoRA is applied unmerged, so the frozen products run over the rows of
+ * several sessions and each session's rows get its own adapter's correction). tokens [n]: the
+ * token appended to session i; logits [n, vocab_size] receive each session's next-token logits.
+ * Every session's logits, cache and positions are bit-identical to af_session_eval(ss[i],
+ * &tokens[i], 1, ...) alone: the products group at most 4 rows (the per-row decode kernels) and
+ * each session attends to its own cache. Any session's cancel flag (af_session_set_control) stops
+ * the whole step before the next layer (AF_ERR_CANCELLED, no session advances). n <= 256;
+ * scratch of about n x 40 KiB (SmolLM2) is allocated per call.
+ * Errors: AF_ERR_INVALID_ARG (NULL, n < 1 or > 256, sessions of different models, a session given
+ * twice), AF_ERR_RANGE (a session's cache full, a token id outside the vocabulary; nothing is
+ * evaluated), AF_ERR_CANCELLED, AF_ERR_NOMEM. */
+af_status af_session_eval_batch(af_session *const *s, int32_t n, const int32_t *tokens, float *logits);
+
+/* Prompt-cache files (`afinar generate --prompt-cache FILE`; docs/FORMATS.md §13): the session's
+ * cached tokens and their keys and values, with a layout hash of the model (architecture,
+ * hyper-parameters, every tensor's type and shape and its first bytes), the context's numerics
+ * (kernel path, matmul precision, int8 decode) and the session's adapter (every parameter, the
+ * scale), so a file is only ever loaded into a session that would have computed the same values.
+ * af_session_save_file writes it atomically (temporary file + rename). af_session_load_file reads
+ * the whole file and checks everything before it touches the session: size (exactly the header's
+ * counts), magic, version, layout hash, layer count and KV width, token count (<= n_ctx), every
+ * token id in the vocabulary, the trailing checksum, every value finite; then the session holds
+ * those tokens (n_past = the count; call af_session_keep_prefix with the new prompt next).
+ * Errors: AF_ERR_INVALID_ARG (NULL), AF_ERR_IO (cannot read / write, naming the file),
+ * AF_ERR_FORMAT (any check above, naming the file and the field or byte offset; the session is
+ * unchanged), AF_ERR_RANGE (more tokens than the session's n_ctx), AF_ERR_NOMEM. */
+af_status af_session_save_file(const af_session *s, const char *path);
+af_status af_session_load_file(af_session *s, const char *path);
 
 /* Load a LoRA adapter directory (PEFT layout: adapter_config.json + adapter_model.safetensors, as
  * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) or a llama.cpp
@@ -489,6 +566,14 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
 /* Discard the gradient accumulated since the last step (and a pending non-finite flag). */
 void af_lora_trainer_zero_grad(af_lora_trainer *tr);
 
+/* Cancel flag of the trainer's forwards and backwards (NULL: none; borrowed): read before every
+ * layer of af_lora_trainer_accumulate*, _forward* and evaluation; once non-zero the call stops at
+ * the next layer and returns AF_ERR_CANCELLED. A cancelled accumulate DISCARDS the whole gradient
+ * accumulated since the last step (as af_lora_trainer_zero_grad: the interrupted micro-batch had
+ * added part of its gradient); parameters and AdamW state are never touched. Clear the flag to go
+ * on (redo the step's micro-batches). */
+void af_lora_trainer_set_control(af_lora_trainer *tr, const volatile int *cancel);
+
 /* Evaluation forward (no dropout, no gradient): logits [n_samples, num_classes] of a packed batch.
  * Errors: as af_lora_trainer_accumulate() (labels are not needed). */
 af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
@@ -617,6 +702,13 @@ af_status af_write_file_atomic(const char *path, const void *data, size_t n);
  * ("<path>: is a directory, cannot be replaced by a file", "<path>: directory <dir>: <strerror>"),
  * AF_ERR_NOMEM. */
 af_status af_check_writable(const char *path);
+
+/* For a SIGINT / SIGTERM handler that ends the process: remove the temporaries afinar is writing
+ * right now (the hidden ".NAME.tmp-PID-N" files of af_write_file_atomic and the other atomic
+ * writers, and the temporary directories of checkpoints and merged adapters), so that a process
+ * stopped by a signal leaves nothing half-written. Async-signal-safe (unlink(2) and rmdir(2)
+ * only); call _exit afterwards. */
+void af_remove_temporaries(void);
 
 /* Read a whole input file (a prompt, a config) into a malloc'ed, NUL-terminated buffer (`*text`,
  * caller frees with free(); `*len`, may be NULL, gets the byte count). Never blocks: the file is
@@ -837,9 +929,13 @@ af_status af_metrics_json(const af_metrics *m, const char *const *names, const c
  * checkpoints from which a resumed run continues bit for bit. Output directory OUT:
  *   metrics.jsonl        one JSON line per step, per evaluation and per skipped step
  *   run.json             the caller's configuration (config_json) and a data summary
- *   checkpoint-STEP/     PEFT adapter + trainer state + train_config.json (config_json), written
- *                        to a hidden temporary directory and renamed into place; the newest
- *                        save_total_limit are kept
+ *   checkpoint-STEP/     PEFT adapter + trainer state + train_config.json (config_json, with the
+ *                        paths of the model and data also relative to the checkpoint) +
+ *                        manifest.json (size and SHA-256 of each file), written to a hidden
+ *                        temporary directory and renamed into place; the newest save_total_limit
+ *                        are kept. A resume verifies the manifest and the state's values before
+ *                        anything is written (a damaged checkpoint is refused, naming the newest
+ *                        earlier one that verifies)
  *   best/, final/        PEFT adapters of the best evaluation and of the last step
  *   curves.png           loss / accuracy curves (gnuplot, when installed and plot is on)
  * The library prints only to opts.log.
@@ -957,6 +1053,13 @@ typedef struct af_trainer_opts {
                                     checkpoint, stop; a `volatile sig_atomic_t` flag (int on the
                                     platforms afinar builds on: checked at compile time) or NULL */
     int64_t stop_after;          /* > 0: behave as if interrupted after this many steps (tests) */
+    const volatile int *cancel;  /* non-zero: stop at the next layer of the step in progress, save nothing
+                                    more, af_trainer_run returns AF_ERR_CANCELLED (res->stop
+                                    AF_STOP_INTERRUPTED); checkpoints already written stay; NULL: none */
+    af_progress_fn progress;     /* called after every optimizer step ("train", steps done, total steps)
+                                    and before and after every evaluation ("eval", 0 or n, n validation
+                                    samples); NULL: none */
+    void *progress_user;         /* passed to progress */
 } af_trainer_opts;
 
 /* Fill `o` with the defaults noted on each field above. */
@@ -1087,6 +1190,21 @@ af_status af_train_settings_to_opts(af_train_settings *s, af_trainer_opts *o);
 /* The settings as pretty-printed JSON without the keys "resume" and "overwrite" (what a run stores
  * as config_json). `*out`: malloc'ed, caller frees with free(). Errors: AF_ERR_NOMEM. */
 af_status af_train_settings_to_json(const af_train_settings *s, char **out);
+
+/* The settings of checkpoint `ckpt` (a directory from af_trainer_find_checkpoint) for resuming it:
+ * its manifest.json is verified first (every file's size and SHA-256; a checkpoint written before
+ * manifests existed is read unverified, one that lost its manifest is refused), then its
+ * train_config.json is read as by af_train_settings_read, with two changes for a run directory that
+ * was moved: "output" is dropped (a resumed run writes next to its checkpoint unless the caller
+ * sets it again), and the files of "model", "train", "val" and "labels" are looked up first
+ * relative to the checkpoint (the run and its files moved together), then at the absolute path
+ * they had when the run started (the run moved alone), else the value stays as it was given.
+ * `note` (may be NULL) receives a malloc'ed text (caller frees; NULL when there is nothing to say)
+ * with one line per path that was changed or not found. `*out`: free with af_train_settings_free.
+ * Errors: those of af_train_settings_read; AF_ERR_FORMAT / AF_ERR_IO for a checkpoint whose files
+ * do not match its manifest (the message names the file and the newest earlier checkpoint that
+ * verifies), AF_ERR_NOMEM. */
+af_status af_train_settings_read_checkpoint(const char *ckpt, af_train_settings **out, char **note);
 
 /* ---------------------------------------------------------------------------------------------
  * Classifiers: a trained adapter loaded for prediction (`afinar eval` / `afinar predict`)
@@ -1445,6 +1563,39 @@ typedef struct af_merge_stats {
  * AF_ERR_IO, AF_ERR_NOMEM. Nothing is written on error. */
 af_status af_merge_adapter(const char *model_path, const char *adapter, const char *out_path,
                            const af_merge_opts *opts, af_merge_stats *stats);
+
+/* ---------------------------------------------------------------------------------------------
+ * `afinar serve`: an OpenAI-compatible HTTP server (libmicrohttpd; built when the Makefile finds
+ * it, else af_server_run returns AF_ERR_UNSUPPORTED). Endpoints, limits and the batching policy:
+ * README "Serving (afinar serve)".
+ * ------------------------------------------------------------------------------------------- */
+typedef struct af_server_opts {
+    const char *model_path;        /* GGUF file or HF directory (required) */
+    const char *const *adapter_names; /* [n_adapters] model ids of the adapters (borrowed) */
+    const char *const *adapter_paths; /* [n_adapters] their directories / LoRA GGUF files */
+    int32_t n_adapters;
+    const char *host;              /* ("127.0.0.1") address to listen on: an IPv4 address or "localhost" */
+    int32_t port;                  /* (8080) 0: any free port (the log's "listening on" line names it) */
+    int32_t max_seqs;              /* (4) sequences decoded together (continuous batching), 1..64 */
+    int32_t n_ctx;                 /* (2048) positions per sequence (prompt + generated); <= the model's */
+    int32_t queue;                 /* (16) requests waiting for a sequence slot; more: HTTP 429 */
+    int64_t max_body;              /* (1 MiB) request body limit in bytes; more: HTTP 413 */
+    int32_t timeout_s;             /* (60) a connection idle this long (slow client) is closed */
+    const char *chat_template;     /* NULL/"auto": the model's; "chatml" | "gemma" */
+    const af_ctx *ctx;             /* NULL: defaults (all threads) */
+    FILE *log;                     /* one line per request and the "listening on" line; NULL: silent */
+    const volatile int *stop;      /* non-zero (a SIGINT/SIGTERM handler): refuse new requests (503),
+                                      finish the ones in flight, return */
+} af_server_opts;
+
+/* Defaults as marked above. */
+void af_server_opts_default(af_server_opts *o);
+
+/* Load the model and adapters and serve until *o->stop (returns AF_OK then). Errors: those of
+ * loading the model and adapters, AF_ERR_INVALID_ARG (an option out of range, a duplicate adapter
+ * name), AF_ERR_IO (the address cannot be bound), AF_ERR_UNSUPPORTED (built without
+ * libmicrohttpd). */
+af_status af_server_run(const af_server_opts *o);
 
 #ifdef __cplusplus
 }

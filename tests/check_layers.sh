@@ -6,7 +6,7 @@
 #   0 core
 #   1 kernels, formats, tokenizer
 #   2 model, lora
-#   3 train, infer
+#   3 train, infer, serve
 #   4 cli
 # Rules:
 #   - a file may include a header of its own folder, of a lower layer, or of its own layer;
@@ -30,7 +30,7 @@ layer_of() {
     core) echo 0 ;;
     kernels | formats | tokenizer) echo 1 ;;
     model | lora) echo 2 ;;
-    train | infer) echo 3 ;;
+    train | infer | serve) echo 3 ;;
     cli) echo 4 ;;
     *) echo -1 ;;
     esac

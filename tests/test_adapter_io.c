@@ -90,8 +90,25 @@ static void write_text(const char *path, const char *text) {
     }
 }
 
-/* Replace the first `from` in DIR/adapter_config.json with `to`. */
+/* Make an afinar-written directory an unverified one (as a PEFT-made directory is): remove its
+ * manifest.json and the "manifest" claim of its afinar.json, so hand edits reach the parsers. */
+static void unverify(const char *dir) {
+    unlink(path2(dir, "manifest.json"));
+    size_t n;
+    char *s = tl_read_file(path2(dir, AF_ADAPTER_AFINAR_FILE), &n);
+    cJSON *j = s ? cJSON_Parse(s) : NULL;
+    free(s);
+    if (!j) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "manifest");
+    char *o = cJSON_Print(j);
+    write_text(path2(dir, AF_ADAPTER_AFINAR_FILE), o);
+    free(o);
+    cJSON_Delete(j);
+}
+
+/* Replace the first `from` in DIR/adapter_config.json with `to` (the directory made unverified). */
 static void edit_config(const char *dir, const char *from, const char *to) {
+    unverify(dir);
     size_t n;
     char *s = tl_read_file(path2(dir, AF_ADAPTER_CONFIG_FILE), &n);
     char *at = s ? strstr(s, from) : NULL;
@@ -373,6 +390,8 @@ static void test_bad_inputs(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
     CHECK(system(cmd) == 0, "copy");
     CHECK(truncate(path2(bad, AF_ADAPTER_WEIGHTS_FILE), 100) == 0, "truncate");
+    expect_load_fail("truncated weights (manifest)", bad, &lay, AF_ERR_FORMAT, "100 bytes, manifest.json says");
+    unverify(bad);
     expect_load_fail("truncated weights", bad, &lay, AF_ERR_FORMAT, "adapter_model.safetensors");
     unlink(path2(bad, AF_ADAPTER_WEIGHTS_FILE));
     write_text(path2(bad, "adapter_model.bin"), "pickle");
@@ -488,6 +507,7 @@ static void test_qk_save_load(void) {
 
     /* A version-1 afinar.json (GGUF order in the file) is loaded without conversion. */
     af_adapter_info info;
+    unverify(dir);
     write_text(path2(dir, AF_ADAPTER_AFINAR_FILE), "{\"format\": \"afinar-adapter\", \"version\": 1}");
     CHECK(af_adapter_load(dir, &lay, Q, &lo, &info) == AF_OK && info.qk_rows_gguf &&
               memcmp(E, Q, (size_t)lay.n_total * sizeof *P) == 0, "version 1: file order kept");

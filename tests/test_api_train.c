@@ -361,13 +361,14 @@ static void test_adapter(const af_model *m, af_lora_trainer *tr) {
         af_lora_trainer_free(t3);
     }
     af_lora_trainer_free(t2);
-    static const char *files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE};
+    static const char *files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
+                                  "manifest.json"};
     char path[256];
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         unlink(path);
     }
-    CHECK(rmdir(dir) == 0, "adapter dir holds only the 3 expected files");
+    CHECK(rmdir(dir) == 0, "adapter dir holds only the 4 expected files (3 + manifest.json)");
     free(p0);
     free(p1);
     free(f);

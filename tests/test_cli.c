@@ -20,345 +20,7 @@
  * `eval --json` (the old file stays).
  * CLI_DUMP=1 prints every case's exit status and stderr; TL_KEEP=1 keeps the directory.
  */
-#include "testlib.h"
-#include "tinymodel.c"
-
-
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-static char g_dir[256];  /* the temporary directory */
-static char g_bin[4096]; /* absolute path of the CLI */
-static int g_dump;
-
-/* "<dir>/<name>" in a rotating static buffer. */
-static const char *P_(const char *name) {
-    static char buf[64][600];
-    static int k;
-    k = (k + 1) % 64;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        CHECK(0, "cannot write %s: %s", path, strerror(errno));
-        return;
-    }
-    fputs(text, f);
-    fclose(f);
-}
-
-static int exists(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
-/* ---------------------------------------------------------------- inputs */
-
-/* Tiny llama (tinymodel.c), with a byte-level gpt2 tokenizer (256 byte tokens, "ab", one merge,
- * <|endoftext|>) when with_tok. */
-static af_status write_model(const char *path, int with_tok) {
-    static const char *const extra[2] = {"ab", "<|endoftext|>"};
-    static const char *const merges[1] = {"a b"};
-    tm_spec s = tm_default("llama", AF_TYPE_Q8_0);
-    s.vocab = 256 + 2;
-    s.seed = 5;
-    return with_tok ? tm_write_bpe(&s, path, extra, 2, merges, 1) : tm_write(&s, path);
-}
-
-static const char *const k_names[3] = {"sport", "tech", "food"};
-
-/* n samples "<word> <keyword>", label name of class i % 3. */
-static void write_corpus(const char *path, int n) {
-    static const char *const keys[3] = {"goal", "chip", "soup"};
-    FILE *f = fopen(path, "w");
-    if (!f) return;
-    for (int i = 0; i < n; i++) fprintf(f, "{\"input\": \"w%d %s\", \"label\": \"%s\"}\n", i, keys[i % 3], k_names[i % 3]);
-    fclose(f);
-}
-
-/* Copy a file; with max >= 0 only its first `max` bytes. */
-static int copy_file(const char *from, const char *to, long max) {
-    size_t n = 0;
-    char *b = tl_read_file(from, &n);
-    if (!b) return 0;
-    if (max >= 0 && (size_t)max < n) n = (size_t)max;
-    FILE *f = fopen(to, "wb");
-    int ok = f && fwrite(b, 1, n, f) == n;
-    if (f) ok = (fclose(f) == 0) && ok;
-    free(b);
-    return ok;
-}
-
-/* Copy the plain files of directory `from` into a new directory `to`. */
-static int copy_dir(const char *from, const char *to) {
-    DIR *d = opendir(from);
-    if (!d || mkdir(to, 0777) != 0) {
-        if (d) closedir(d);
-        return 0;
-    }
-    struct dirent *e;
-    int ok = 1;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char a[1200], b[1200];
-        snprintf(a, sizeof a, "%s/%s", from, e->d_name);
-        snprintf(b, sizeof b, "%s/%s", to, e->d_name);
-        ok = copy_file(a, b, -1) && ok;
-    }
-    closedir(d);
-    return ok;
-}
-
-/* rm -rf without a shell (the tree holds only files and directories we made; chmod 000 ones are
- * made readable again first). */
-static void rm_tree(const char *path) {
-    struct stat sb;
-    if (lstat(path, &sb) != 0) return;
-    if (S_ISDIR(sb.st_mode)) {
-        chmod(path, 0700);
-        DIR *d = opendir(path);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char sub[1200];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            rm_tree(sub);
-        }
-        if (d) closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
-/* Names in `dir` containing `needle` (recursively). */
-static int count_named(const char *dir, const char *needle) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        n += strstr(e->d_name, needle) != NULL;
-        char sub[1200];
-        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) n += count_named(sub, needle);
-    }
-    closedir(d);
-    return n;
-}
-
-/* ---------------------------------------------------------------- running the CLI */
-
-typedef struct run_result {
-    int rc;      /* exit status, or -signal, or -1000 on timeout / spawn failure */
-    char *err;   /* stderr (malloc'ed, NUL-terminated) */
-    char *out;   /* stdout */
-} run_result;
-
-#define RUN_TIMEOUT_S 120 /* generous: ASan builds are slow; a hang still ends */
-static int g_run_timeout = RUN_TIMEOUT_S; /* the reliability cases (a hang is the defect) use less */
-
-/* Append what is readable on fd to the growing buffer; returns 0 at EOF or error. */
-static int drain(int fd, char **buf, size_t *len, size_t *cap) {
-    char tmp[4096];
-    ssize_t r = read(fd, tmp, sizeof tmp);
-    if (r < 0 && errno == EINTR) return 1;
-    if (r <= 0) return 0;
-    if (*len + (size_t)r + 1 > *cap) {
-        size_t nc = 2 * (*cap + (size_t)r + 1);
-        char *nb = realloc(*buf, nc);
-        if (!nb) return 0;
-        *buf = nb, *cap = nc;
-    }
-    memcpy(*buf + *len, tmp, (size_t)r);
-    *len += (size_t)r;
-    (*buf)[*len] = 0;
-    return 1;
-}
-
-/* Run $AFINAR_BIN with args (args[0] = the binary, NULL-terminated). stdin from `in` (NULL:
- * /dev/null); stdout and stderr through pipes (so a file size limit does not cut them).
- * fsize > 0: RLIMIT_FSIZE in the child with SIGXFSZ ignored, so a write past it fails (EFBIG). */
-static run_result run_argv(const char *in, long fsize, char **args) {
-    run_result r = {-1000, NULL, NULL};
-    int po[2], pe[2];
-    if (pipe(po) != 0 || pipe(pe) != 0) {
-        CHECK(0, "pipe: %s", strerror(errno));
-        return r;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        CHECK(0, "fork: %s", strerror(errno));
-        return r;
-    }
-    if (pid == 0) {
-        int fi = open(in ? in : "/dev/null", O_RDONLY);
-        if (fi < 0) _exit(126);
-        dup2(fi, 0), dup2(po[1], 1), dup2(pe[1], 2);
-        close(fi), close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
-        if (fsize > 0) {
-            signal(SIGXFSZ, SIG_IGN);
-            struct rlimit lim;
-            getrlimit(RLIMIT_FSIZE, &lim);
-            lim.rlim_cur = (rlim_t)fsize;
-            setrlimit(RLIMIT_FSIZE, &lim);
-        }
-        execv(args[0], args);
-        _exit(127);
-    }
-    close(po[1]), close(pe[1]);
-    size_t ol = 0, oc = 256, el = 0, ec = 256;
-    r.out = calloc(oc, 1), r.err = calloc(ec, 1);
-    int open_o = 1, open_e = 1, killed = 0;
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (open_o || open_e) {
-        struct pollfd fds[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
-        int n = poll(fds, 2, 200);
-        if (n < 0 && errno != EINTR) break;
-        if (n > 0 && fds[0].revents) open_o = drain(po[0], &r.out, &ol, &oc);
-        if (n > 0 && fds[1].revents) open_e = drain(pe[0], &r.err, &el, &ec);
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (!killed && now.tv_sec - t0.tv_sec > g_run_timeout) {
-            kill(pid, SIGKILL);
-            killed = 1;
-            CHECK(0, "%s %s: no exit after %d s (killed)", args[1], args[2] ? args[2] : "", g_run_timeout);
-        }
-    }
-    close(po[0]), close(pe[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (killed) r.rc = -1000;
-    else if (WIFEXITED(status)) r.rc = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) r.rc = -WTERMSIG(status);
-    if (!r.out || !r.err) {
-        CHECK(0, "out of memory capturing the output");
-        free(r.out), free(r.err);
-        r.out = strdup(""), r.err = strdup("");
-    }
-    return r;
-}
-
-static void run_free(run_result *r) {
-    free(r->err);
-    free(r->out);
-}
-
-/* Expand "@" into the temporary directory. Returns a malloc'ed string. */
-static char *expand(const char *s) {
-    size_t n = strlen(s), ld = strlen(g_dir), k = 0;
-    for (size_t i = 0; i < n; i++) k += s[i] == '@';
-    char *o = malloc(n + k * ld + 1), *p = o;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '@') memcpy(p, g_dir, ld), p += ld;
-        else *p++ = s[i];
-    }
-    *p = 0;
-    return o;
-}
-
-/* Split a command line on single spaces ("@" expanded; "''" is an empty argument) into a
- * NULL-terminated argv with argv[0] = the binary. */
-static char **split_args(const char *cmdline) {
-    char *s = expand(cmdline);
-    int n = 2;
-    for (char *q = s; *q; q++) n += *q == ' ';
-    char **av = calloc((size_t)n + 1, sizeof *av);
-    av[0] = strdup(g_bin);
-    int k = 1;
-    for (char *tok = strtok(s, " "); tok; tok = strtok(NULL, " ")) av[k++] = strdup(strcmp(tok, "''") ? tok : "");
-    av[k] = NULL;
-    free(s);
-    return av;
-}
-
-static void free_args(char **av) {
-    for (int i = 0; av[i]; i++) free(av[i]);
-    free(av);
-}
-
-static int n_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
-/* The last non-empty line of s (static buffer). */
-static const char *last_line(const char *s) {
-    static char buf[4096];
-    size_t n = strlen(s);
-    while (n > 0 && s[n - 1] == '\n') n--;
-    size_t b = n;
-    while (b > 0 && s[b - 1] != '\n') b--;
-    snprintf(buf, sizeof buf, "%.*s", (int)(n - b), s + b);
-    return buf;
-}
-
-/* Does text[0..n) match pattern p, where '*' matches any run of characters (no other wildcard)? */
-static int glob_match(const char *p, const char *text, size_t n) {
-    size_t ti = 0, star_p = (size_t)-1, star_t = 0, pi = 0, pn = strlen(p);
-    while (ti < n) {
-        if (pi < pn && p[pi] == '*') star_p = pi++, star_t = ti;
-        else if (pi < pn && p[pi] == text[ti]) pi++, ti++;
-        else if (star_p != (size_t)-1) pi = star_p + 1, ti = ++star_t;
-        else return 0;
-    }
-    while (pi < pn && p[pi] == '*') pi++;
-    return pi == pn;
-}
-
-/*
- * One case: run `cmdline` (see split_args), expect exit status `want_rc` and a stderr of exactly
- * one line matching `want` ("@" expanded; "*" matches any text: a strerror, a list, a pid).
- * With flags & MULTI the message is the LAST stderr line (train prints its report first).
- */
-enum { ONE = 0, MULTI = 1 };
-static int expect_in(const char *in, long fsize, const char *cmdline, int want_rc, const char *want, int flags) {
-    char **av = split_args(cmdline);
-    run_result r = run_argv(in, fsize, av);
-    free_args(av);
-    if (g_dump) printf("---- %s\n     rc=%d stderr(%d lines): %s", cmdline, r.rc, n_lines(r.err ? r.err : ""), r.err ? r.err : "(null)\n");
-    int ok = 1;
-    if (!r.err) {
-        run_free(&r);
-        return 0;
-    }
-    ok &= CHECK(r.rc >= 0 || r.rc == -1000, "%s: killed by signal %d (a crash)", cmdline, -r.rc);
-    ok &= CHECK(r.rc == want_rc, "%s: exit status %d, want %d; stderr: %s", cmdline, r.rc, want_rc, r.err);
-    char *w = expand(want);
-    const char *line = (flags & MULTI) ? last_line(r.err) : r.err;
-    size_t ll = strlen(line);
-    if (!(flags & MULTI)) {
-        ok &= CHECK(n_lines(r.err) == 1 && ll > 0 && line[ll - 1] == '\n', "%s: stderr is %d lines, want one:\n%s",
-                    cmdline, n_lines(r.err), r.err);
-        if (ll > 0 && line[ll - 1] == '\n') ll--;
-    }
-    ok &= CHECK(glob_match(w, line, ll), "%s:\n  stderr %.*s\n  want   %s", cmdline, (int)ll, line, w);
-    free(w);
-    run_free(&r);
-    return ok;
-}
-#define EXPECT(cmd, rc, want) expect_in(NULL, 0, (cmd), (rc), (want), ONE)
-#define EXPECT_MULTI(cmd, rc, want) expect_in(NULL, 0, (cmd), (rc), (want), MULTI)
+#include "cli_harness.c"
 
 /* ---------------------------------------------------------------- the matrix */
 
@@ -402,7 +64,7 @@ static void setup_files(void) {
     /* Hugging Face directories (tests/fixtures/hf_tiny_llama) with one thing broken */
     static const char *hf_dirs[] = {"hf", "hf_cfgkey", "hf_cfgtype", "hf_shape", "hf_shard", "hf_dtype", "hf_moe", "hf_tok"};
     for (size_t i = 0; i < sizeof hf_dirs / sizeof *hf_dirs; i++)
-        CHECK(copy_dir("tests/fixtures/hf_tiny_llama", P_(hf_dirs[i])), "copy the tiny HF llama to %s", hf_dirs[i]);
+        CHECK(copy_tree("tests/fixtures/hf_tiny_llama", P_(hf_dirs[i])), "copy the tiny HF llama to %s", hf_dirs[i]);
     size_t cl = 0;
     char *cfg = tl_read_file("tests/fixtures/hf_tiny_llama/config.json", &cl);
     if (CHECK(cfg != NULL, "tiny HF config.json")) {
@@ -1106,10 +768,10 @@ static void test_rel_special_files(void) {
     /* an adapter directory whose files are FIFOs; a run directory whose train_config.json is one */
     mkdir(P_("fifo_ad"), 0777);
     CHECK(mkfifo(P_("fifo_ad/adapter_config.json"), 0600) == 0, "mkfifo");
-    CHECK(copy_dir(P_("run/final"), P_("fifo_st")), "copy adapter");
+    CHECK(copy_tree(P_("run/final"), P_("fifo_st")), "copy adapter");
     unlink(P_("fifo_st/adapter_model.safetensors"));
     CHECK(mkfifo(P_("fifo_st/adapter_model.safetensors"), 0600) == 0, "mkfifo");
-    CHECK(copy_dir(P_("run/checkpoint-2"), P_("fifo_ck")), "copy checkpoint");
+    CHECK(copy_tree(P_("run/checkpoint-2"), P_("fifo_ck")), "copy checkpoint");
     unlink(P_("fifo_ck/train_config.json"));
     CHECK(mkfifo(P_("fifo_ck/train_config.json"), 0600) == 0, "mkfifo");
     const char *F = "not a regular file (a FIFO or pipe)", *Z = "not a regular file (a character device)";
@@ -1156,8 +818,47 @@ static void test_rel_special_files(void) {
     EXPECT("eval -m @/tiny.gguf -a /dev/zero --data @/val.jsonl -t 1", 1, "afinar eval: /dev/zero*");
     /* --resume: a FIFO, and a checkpoint whose settings file is a FIFO */
     EXPECT("train --resume @/fifo -t 1", 1, "afinar train: --resume @/fifo: *");
-    snprintf(want, sizeof want, "afinar train: @/fifo_ck/train_config.json: cannot read checkpoint settings: %s", F);
+    snprintf(want, sizeof want, "afinar train: @/fifo_ck/train_config.json: %s; cannot resume from @/fifo_ck*", F);
     EXPECT("train --resume @/fifo_ck -t 1", 1, want);
+    /* the commands added after the first round (issue 18 re-sweep): export, merge, merge-adapters,
+     * Hugging Face directories */
+    for (int z = 0; z < 2; z++) {
+        static const char *const wr[] = {"export -m %s -a @/run/final -o @/sp.gguf", "merge -m %s -a @/run/final -o @/sp.gguf"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(cmd, sizeof cmd, wr[k], z ? "/dev/zero" : "@/fifo");
+            snprintf(want, sizeof want, "afinar %s: %s: %s", k ? "merge" : "export", z ? "/dev/zero" : "@/fifo", z ? Z : F);
+            EXPECT(cmd, 1, want);
+        }
+    }
+    EXPECT("export -m @/tiny.gguf -a @/fifo -o @/sp.gguf", 1,
+           "afinar export: @/fifo: not an adapter directory or LoRA GGUF file (a FIFO or pipe)");
+    EXPECT("merge -m @/tiny.gguf -a /dev/zero -o @/sp.gguf", 1,
+           "afinar merge: /dev/zero: not an adapter directory or LoRA GGUF file (a character device)");
+    EXPECT("merge-adapters @/fifo @/run/final -o @/sp_m", 1,
+           "afinar merge-adapters: @/fifo: not an adapter directory or LoRA GGUF file (a FIFO or pipe)");
+    snprintf(want, sizeof want, "afinar merge-adapters: @/fifo_st/adapter_model.safetensors: %s", F);
+    EXPECT("merge-adapters @/run/final @/fifo_st -o @/sp_m", 1, want);
+    CHECK(!exists(P_("sp.gguf")) && !exists(P_("sp_m")), "nothing written");
+    static const char *const hf_files[] = {"config.json", "model.safetensors.index.json", "model-00003-of-00005.safetensors",
+                                           "tokenizer.json"};
+    for (int k = 0; k < 4; k++) {
+        char d[64], p[700];
+        snprintf(d, sizeof d, "hf_fifo%d", k);
+        if (!CHECK(copy_tree("tests/fixtures/hf_tiny_llama", P_(d)), "copy the HF fixture")) continue;
+        snprintf(p, sizeof p, "%s/%s", P_(d), hf_files[k]);
+        unlink(p);
+        CHECK(mkfifo(p, 0600) == 0, "mkfifo %s", p);
+        if (k < 3) {
+            snprintf(cmd, sizeof cmd, "info @/%s", d);
+            snprintf(want, sizeof want, "afinar info: @/%s/%s: not a regular file*", d, hf_files[k]);
+            EXPECT_MULTI(cmd, 1, want);
+        } else {
+            snprintf(cmd, sizeof cmd, "generate -m @/%s -p hi -t 1", d);
+            snprintf(want, sizeof want, "afinar generate: @/%s: the model has no usable tokenizer (@/%s/tokenizer.json: not "
+                                        "a regular file), so text cannot be generated", d, d);
+            EXPECT(cmd, 1, want);
+        }
+    }
     /* the stdin convention still works: JSONL through a pipe on --input - */
     g_run_timeout = RUN_TIMEOUT_S;
 }
@@ -1300,7 +1001,10 @@ static void test_rel_output(void) {
         "generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1",
         "eval -m @/tiny.gguf --data @/pc.jsonl --generate 1 --max-new-tokens 2 -t 1",
         "train --help",
-        "version"};
+        "version",
+        /* the commands added after the first round (issue 18 re-sweep) */
+        "export --help", "merge --help", "merge-adapters --help", "info tests/fixtures/hf_tiny_llama",
+        "merge-adapters @/run/final @/run/final -o @/full_m"};
     for (size_t k = 0; k < sizeof full_cmds / sizeof *full_cmds; k++) {
         char *err = NULL;
         double secs = 0;
@@ -1355,14 +1059,14 @@ static void test_rel_output(void) {
 /* Start `cmdline` (stdout and stderr to files in the test directory), wait until its stderr holds
  * `ready` (at most 60 s), send `sig`, wait for the exit (at most 60 s). Returns the exit status,
  * -signal when killed by a signal, -1000 on a hang; *err gets stderr (malloc'ed). */
-static int run_signalled(const char *cmdline, const char *ready, int sig, char **err) {
+static int run_signalled_in(const char *in, const char *cmdline, const char *ready, int sig, char **err) {
     char **av = split_args(cmdline);
     const char *ef = P_("sig_stderr.txt"), *of = P_("sig_stdout.txt");
     unlink(ef), unlink(of); /* not the previous run's text */
     fflush(stdout), fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
-        int fi = open("/dev/null", O_RDONLY), fo = open(of, O_WRONLY | O_CREAT | O_TRUNC, 0644),
+        int fi = open(in ? in : "/dev/null", O_RDONLY), fo = open(of, O_WRONLY | O_CREAT | O_TRUNC, 0644),
             fe = open(ef, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fi < 0 || fo < 0 || fe < 0) _exit(126);
         dup2(fi, 0), dup2(fo, 1), dup2(fe, 2);
@@ -1383,8 +1087,11 @@ static int run_signalled(const char *cmdline, const char *ready, int sig, char *
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if (!sent) {
             int on_out = !strncmp(ready, "@stdout:", 8); /* wait for text on stdout instead */
-            char *e = tl_read_file(on_out ? of : ef, NULL);
-            if ((e && strstr(e, on_out ? ready + 8 : ready)) || t1.tv_sec - t0.tv_sec > 60) {
+            const double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+            const int timed = !strncmp(ready, "@after:", 7); /* "@after:MS": send after MS milliseconds */
+            char *e = timed ? NULL : tl_read_file(on_out ? of : ef, NULL);
+            if ((e && strstr(e, on_out ? ready + 8 : ready)) || (timed && ms >= atof(ready + 7)) ||
+                t1.tv_sec - t0.tv_sec > 60) {
                 kill(pid, sig);
                 sent = 1;
                 t0 = t1;
@@ -1402,6 +1109,10 @@ static int run_signalled(const char *cmdline, const char *ready, int sig, char *
     if (!*err) *err = strdup("");
     if (g_dump) printf("---- %s (signal %d)\n     rc=%d stderr: %s", cmdline, sig, rc, *err);
     return rc;
+}
+
+static int run_signalled(const char *cmdline, const char *ready, int sig, char **err) {
+    return run_signalled_in(NULL, cmdline, ready, sig, err);
 }
 
 /* Class 4: SIGTERM stops train like Ctrl-C (finish the step, save a checkpoint, exit 143) and the
@@ -1443,6 +1154,64 @@ static void test_rel_signals(void) {
         CHECK(rc == 128 + sig || rc == 0, "generate, signal %d after the echo: exit %d (want %d, or 0 when it had finished)",
               sig, rc, 128 + sig);
         free(err);
+    }
+    /* eval and predict: stop after the current batch (before their long loop: at once), exit 130 /
+     * 143, nothing half-written: eval prints nothing and writes no --json file, predict's stdout holds
+     * only complete lines; no temporary anywhere */
+    {
+        FILE *fj = fopen(P_("big.jsonl"), "w"), *ft = fopen(P_("big.txt"), "w");
+        for (int i = 0; fj && ft && i < 20000; i++) {
+            fprintf(fj, "{\"input\": \"w%d goal chip soup\", \"label\": \"%s\"}\n", i, k_names[i % 3]);
+            fprintf(ft, "w%d goal chip soup\n", i);
+        }
+        if (fj) fclose(fj);
+        if (ft) fclose(ft);
+    }
+    for (int k = 0; k < 2; k++) {
+        const int sig = k ? SIGINT : SIGTERM;
+        const char *sn = k ? "interrupted (SIGINT)" : "terminated (SIGTERM)";
+        char *err = NULL, graceful[128], at_once[128];
+        snprintf(graceful, sizeof graceful, "afinar eval: %s: stopped after ", sn);
+        snprintf(at_once, sizeof at_once, "afinar: %s: stopped at once, temporary files removed", sn);
+        unlink(P_("sig_eval.json"));
+        int rc = run_signalled("eval -m @/tiny.gguf -a @/run/final --data @/big.jsonl --json @/sig_eval.json -t 1",
+                               "@after:700", sig, &err);
+        char *out = tl_read_file(P_("sig_stdout.txt"), NULL);
+        CHECK(rc == 128 + sig && (strstr(err, graceful) || strstr(err, at_once)) && out && !out[0] &&
+                  !exists(P_("sig_eval.json")) && count_named(g_dir, ".tmp-") == 0,
+              "eval, signal %d: exit %d (want %d), nothing on stdout (%zu bytes), no --json file; stderr: %.300s", sig, rc,
+              128 + sig, out ? strlen(out) : 0, err);
+        free(out);
+        free(err);
+        snprintf(graceful, sizeof graceful, "afinar predict: %s", sn);
+        rc = run_signalled_in(P_("big.txt"), "predict -m @/tiny.gguf -a @/run/final -t 1", "@stdout:\"label\"", sig, &err);
+        out = tl_read_file(P_("sig_stdout.txt"), NULL);
+        size_t ol = out ? strlen(out) : 0;
+        int lines = 0, whole = out != NULL;
+        for (char *ln = out; ln && *ln;) {
+            char *nl = strchr(ln, '\n');
+            whole &= nl && ln[0] == '{' && nl[-1] == '}';
+            if (!nl) break;
+            lines++;
+            ln = nl + 1;
+        }
+        CHECK(rc == 128 + sig && strstr(err, graceful) && strstr(err, "nothing more is written") && whole &&
+                  (ol == 0 || out[ol - 1] == '\n') && lines < 20000,
+              "predict, signal %d after its first lines: exit %d (want %d), %d complete lines (all whole: %d); stderr: %.300s",
+              sig, rc, 128 + sig, lines, whole, err);
+        free(out);
+        free(err);
+    }
+    /* predict waiting for a line on stdin (a terminal, a pipe with no data yet): Ctrl-C ends it */
+    if (CHECK(mkfifo(P_("sig_fifo"), 0600) == 0, "mkfifo")) {
+        int wfd = open(P_("sig_fifo"), O_RDWR); /* a writer that never writes: the reader blocks */
+        char *err = NULL;
+        int rc = run_signalled_in(P_("sig_fifo"), "predict -m @/tiny.gguf -a @/run/final -t 1", "@after:1500", SIGINT, &err);
+        CHECK(rc == 130 && (strstr(err, "afinar predict: interrupted (SIGINT); nothing more is written") ||
+                            strstr(err, "afinar: interrupted (SIGINT): stopped at once")),
+              "predict blocked on stdin, SIGINT: exit %d (want 130); stderr: %.300s", rc, err);
+        free(err);
+        if (wfd >= 0) close(wfd);
     }
 }
 
@@ -1547,7 +1316,7 @@ static void test_rel_semantics(void) {
            "by its type and shape, but the next tensor ('b') starts 512 bytes after it (more than the 32-byte alignment): "
            "its type does not match its data at offset *");
     /* afinar.json: a label list of the wrong length, a missing file, no pooling field */
-    CHECK(copy_dir(P_("run/final"), P_("lab4")) && copy_dir(P_("run/final"), P_("nojson")) && copy_dir(P_("run/final"), P_("nopool")),
+    CHECK(copy_tree(P_("run/final"), P_("lab4")) && copy_tree(P_("run/final"), P_("nojson")) && copy_tree(P_("run/final"), P_("nopool")),
           "copy adapters");
     {
         char *j = tl_read_file(P_("run/final/afinar.json"), NULL);
@@ -1569,6 +1338,7 @@ static void test_rel_semantics(void) {
         }
         free(j);
     }
+    unverify(P_("lab4")), unverify(P_("nojson")), unverify(P_("nopool")); /* hand edits reach the readers */
     EXPECT("predict -m @/tiny.gguf -a @/lab4 -t 1", 1,
            "afinar predict: @/lab4/afinar.json: field 'labels': 4 names but the head (score.weight) has 3 classes: the label "
            "list does not belong to this adapter");
@@ -1594,7 +1364,7 @@ static void test_rel_semantics(void) {
 /* Class 8: messages that name the file, the field and the fix. */
 static void test_rel_messages(void) {
     /* a checkpoint without train_config.json: the missing file is named first */
-    CHECK(copy_dir(P_("run/checkpoint-2"), P_("nocfg_ck")), "copy checkpoint");
+    CHECK(copy_tree(P_("run/checkpoint-2"), P_("nocfg_ck")), "copy checkpoint");
     unlink(P_("nocfg_ck/train_config.json"));
     EXPECT("train --resume @/nocfg_ck -t 1", 1,
            "afinar train: --resume @/nocfg_ck: @/nocfg_ck/train_config.json is missing (it holds the run's settings); copy it "
@@ -1626,11 +1396,17 @@ static void test_rel_messages(void) {
               "first save under ulimit -f: exit %d, stderr: %.600s", rc, err);
         free(err);
     }
+    /* an adapter of another model whose rank matches: the shapes differ, and the message says which
+     * model the adapter was trained on (was: the shapes only) */
+    EXPECT("merge -m tests/fixtures/hf_tiny_llama -a @/run/final -o @/other.gguf", 1,
+           "afinar merge: @/run/final/adapter_model.safetensors: tensor '*': shape [*], expected [*] (an adapter for "
+           "another model: it was trained on @/tiny.gguf)");
 }
 
 /* Class 5 (the adapter part): an adapter holding a NaN is refused by every command that loads it. */
 static void test_rel_nonfinite_adapter(void) {
-    if (!CHECK(copy_dir(P_("run/final"), P_("nan_ad")), "copy adapter")) return;
+    if (!CHECK(copy_tree(P_("run/final"), P_("nan_ad")), "copy adapter")) return;
+    unverify(P_("nan_ad")); /* as an afinar before manifests wrote a diverged run's final/ */
     size_t n = 0;
     unsigned char *b = (unsigned char *)tl_read_file(P_("nan_ad/adapter_model.safetensors"), &n);
     uint64_t hl = 0;
@@ -1653,6 +1429,62 @@ static void test_rel_nonfinite_adapter(void) {
     snprintf(want, sizeof want, "afinar generate: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
     EXPECT("generate -m @/tiny.gguf -a @/nan_ad -p hi -t 1", 1, want);
     EXPECT("eval -m @/tiny.gguf -a @/nan_ad --data @/pc.jsonl --generate 1 -t 1", 1, "afinar eval: *not finite (NaN or Inf)*");
+    /* the commands that write a model or an adapter from it (issue 18 re-sweep: export, merge,
+     * merge-adapters came after the first round) */
+    snprintf(want, sizeof want, "afinar export: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("export -m @/tiny.gguf -a @/nan_ad -o @/nan.gguf", 1, want);
+    snprintf(want, sizeof want, "afinar merge: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("merge -m @/tiny.gguf -a @/nan_ad -o @/nan.gguf", 1, want);
+    snprintf(want, sizeof want, "afinar merge-adapters: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
+    EXPECT("merge-adapters @/run/final @/nan_ad -o @/nan_m", 1, want);
+    CHECK(!exists(P_("nan.gguf")) && !exists(P_("nan_m")), "nothing written from a NaN adapter");
+    /* a LoRA GGUF holding a NaN (the GGUF reader had no finite check) */
+    EXPECT("export -m @/tiny.gguf -a @/run/final -o @/lora_nan.gguf", 0, "*");
+    af_gguf *g = NULL;
+    uint64_t off = 0;
+    if (CHECK(af_gguf_open(P_("lora_nan.gguf"), &g) == AF_OK && g->n_tensors > 0, "open the exported LoRA GGUF")) {
+        off = g->data_offset + g->tensors[0].offset;
+        af_gguf_close(g);
+        b = (unsigned char *)tl_read_file(P_("lora_nan.gguf"), &n);
+        if (b && off + 4 <= n) {
+            memcpy(b + off, nan_f32, 4);
+            f = fopen(P_("lora_nan.gguf"), "wb");
+            if (f) fwrite(b, 1, n, f), fclose(f);
+        }
+        free(b);
+        EXPECT("predict -m @/tiny.gguf -a @/lora_nan.gguf -t 1", 1,
+               "afinar predict: @/lora_nan.gguf: tensor 'blk.*': element 0 is not finite (NaN or Inf): the adapter is "
+               "unusable (saved from a diverged run?)");
+        EXPECT("generate -m @/tiny.gguf -a @/lora_nan.gguf -p hi -t 1", 1, "afinar generate: @/lora_nan.gguf: tensor *not finite*");
+    }
+    /* finite values whose products overflow: predict must not print "probs": [null, ...] */
+    if (CHECK(copy_tree(P_("run/final"), P_("huge_ad")), "copy adapter")) {
+        unverify(P_("huge_ad"));
+        af_st_file *sf = NULL;
+        size_t at = 0, cnt = 0;
+        if (CHECK(af_st_open(P_("huge_ad/adapter_model.safetensors"), &sf) == AF_OK, "open adapter")) {
+            const af_st_tensor *w = af_st_find(sf, "base_model.model.score.weight");
+            if (w) at = (size_t)w->begin, cnt = (size_t)w->n_elem; /* offsets in the data after the header */
+            af_st_close(sf);
+        }
+        b = (unsigned char *)tl_read_file(P_("huge_ad/adapter_model.safetensors"), &n);
+        uint64_t hdr = 0;
+        if (b && n > 8) memcpy(&hdr, b, 8);
+        if (b && cnt && 8 + hdr + at + 4 * cnt <= n) {
+            for (size_t i = 0; i < cnt; i++) {
+                const float big = (i % 2 ? -3e38f : 3e38f);
+                memcpy(b + 8 + hdr + at + 4 * i, &big, 4);
+            }
+            f = fopen(P_("huge_ad/adapter_model.safetensors"), "wb");
+            if (f) fwrite(b, 1, n, f), fclose(f);
+        }
+        free(b);
+        expect_in(P_("pred_in.txt"), 0, "predict -m @/tiny.gguf -a @/huge_ad -t 1", 1,
+                  "afinar predict: <stdin>: sample 1: the classifier's probabilities are not finite (NaN or Inf): the "
+                  "model's weights or activations overflow; no prediction is made", ONE);
+        EXPECT("eval -m @/tiny.gguf -a @/huge_ad --data @/val.jsonl -t 1", 1,
+               "afinar eval: @/val.jsonl: sample 1: the classifier's probabilities are not finite*");
+    }
 }
 
 int main(void) {
@@ -1681,7 +1513,8 @@ int main(void) {
         }
         run_free(&r);
     }
-    CHECK(copy_dir(P_("run/final"), P_("bad_cfg")) && copy_dir(P_("run/final"), P_("bad_st")), "copy adapters");
+    CHECK(copy_tree(P_("run/final"), P_("bad_cfg")) && copy_tree(P_("run/final"), P_("bad_st")), "copy adapters");
+    unverify(P_("bad_cfg")); /* the parser's message, not the manifest's (tests/test_ckpt.c) */
     write_text(P_("bad_cfg/adapter_config.json"), "{\"r\": 2, \"lora_alpha\": ");
     {
         size_t n = 0;

@@ -30,10 +30,12 @@ static void fz_regress_fail(const char *msg, const char *file, int line) {
 #include "fuzz/fuzz_hf_config.c"
 #include "fuzz/fuzz_jsonl.c"
 #include "fuzz/fuzz_lm_jsonl.c"
+#include "fuzz/fuzz_manifest.c"
 #include "fuzz/fuzz_safetensors.c"
 #include "fuzz/fuzz_tok_bpe.c"
 #include "fuzz/fuzz_tok_json.c"
 #include "fuzz/fuzz_tok_spm.c"
+#include "fuzz/fuzz_serve_req.c"
 
 #include "formats/jsonl.h"
 
@@ -64,14 +66,15 @@ static const struct {
     {"gguf", fz_gguf_one},       {"safetensors", fz_safetensors_one}, {"jsonl", fz_jsonl_one},
     {"tok_bpe", fz_tok_bpe_one}, {"tok_spm", fz_tok_spm_one},         {"adapter", fz_adapter_one},
     {"gguf_tok", fz_gguf_tok_one}, {"lm_jsonl", fz_lm_jsonl_one},
-    {"hf_config", fz_hf_config_one}, {"tok_json", fz_tok_json_one},
+    {"hf_config", fz_hf_config_one}, {"tok_json", fz_tok_json_one},   {"manifest", fz_manifest_one},
+    {"serve_req", fz_serve_req_one},
 };
 
 /* Expected status from a regress file name "<what>.<STATUS>"; -1 if the suffix is unknown. */
 static int expected_status(const char *file) {
     const char *dot = strrchr(file, '.');
     if (!dot) return -1;
-    for (int st = AF_OK; st <= AF_ERR_INTERNAL; st++) {
+    for (int st = AF_OK; st <= AF_ERR_INTERRUPTED; st++) {
         const char *nm = af_status_name((af_status)st);
         const char *bare = st == AF_OK ? "OK" : nm + strlen("AF_ERR_");
         if (strcmp(dot + 1, bare) == 0) return st;

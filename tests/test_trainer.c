@@ -649,6 +649,48 @@ static void test_guard(void) {
     af_ctx_free(gc);
 }
 
+/* af_trainer_opts.progress and .cancel (issue 17): the callback sees every step ("train", step,
+ * total) and each evaluation ("eval", 0/n, n); a cancel flag set after step 3 stops the run in
+ * step 4 with AF_ERR_CANCELLED, steps_done 3. */
+typedef struct prog_state {
+    int train_calls, eval_calls;
+    int64_t last_step, total;
+    volatile int cancel;
+} prog_state;
+
+static void on_prog(void *user, const char *phase, int64_t cur, int64_t total) {
+    prog_state *p = user;
+    if (!strcmp(phase, "train")) {
+        p->train_calls++;
+        p->last_step = cur;
+        p->total = total;
+        if (cur == 3) p->cancel = 1;
+    } else if (!strcmp(phase, "eval")) {
+        p->eval_calls++;
+    }
+}
+
+static void test_cancel_progress(void) {
+    af_trainer_opts o;
+    base_opts(&o, P_("run_cancel"));
+    o.max_steps = 6;
+    o.eval_every = 2;
+    prog_state ps;
+    memset(&ps, 0, sizeof ps);
+    o.progress = on_prog;
+    o.progress_user = &ps;
+    o.cancel = &ps.cancel;
+    af_train_result r;
+    memset(&r, 0, sizeof r);
+    const af_status st = run(&o, &r);
+    CHECK(st == AF_ERR_CANCELLED, "cancel flag: the run returns AF_ERR_CANCELLED (%s: %s)", af_status_name(st), af_last_error());
+    CHECK(r.steps_done == 3 && r.stop == AF_STOP_INTERRUPTED, "cancelled in step 4: %lld steps done, stop %d",
+          (long long)r.steps_done, (int)r.stop);
+    CHECK(ps.train_calls == 3 && ps.last_step == 3 && ps.total == 6, "progress: %d train calls, last %lld of %lld",
+          ps.train_calls, (long long)ps.last_step, (long long)ps.total);
+    CHECK(ps.eval_calls == 2, "progress: one evaluation (before and after) at step 2 (%d calls)", ps.eval_calls);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/afinar_trainer_%ld", (long)getpid());
     if (!CHECK(mkdir(g_dir, 0777) == 0, "mkdir %s", g_dir)) return tl_finish("trainer");
@@ -665,6 +707,7 @@ int main(void) {
     test_variants();
     test_guard();
     test_cli();
+    test_cancel_progress();
     if (!tl_failed && !getenv("TL_KEEP")) sh("rm -rf %s", g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("trainer");

@@ -211,7 +211,7 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
     float *kl[64], *vl[64]; /* the per-layer caches (host memory: the CPU backend) */
     for (int64_t l = 0; l < NL && l < 64; l++) kl[l] = kc + l * NTOK * kvd, vl[l] = vc + l * NTOK * kvd;
     if (CHECK(NL <= 64 && af_tf_infer_init(&inf, m->ctx, m, &lay, NTOK) == AF_OK, "infer init")) {
-        af_tf_infer_forward(m->ctx, m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kl, vl, NTOK);
+        af_tf_infer_forward(m->ctx, m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kl, vl, NTOK, NULL);
         const float *xf = xt + NL * NTOK * H;
         const double d = tl_max_abs_diff(inf.x, xf, (size_t)(NTOK * H), NULL);
         const double tol = 1e-5 * (1.0 + max_abs(xf, (size_t)(NTOK * H)));

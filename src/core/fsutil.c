@@ -19,7 +19,76 @@ struct af_atomic_file {
     char *dir;  /* directory holding both (for the final fsync) */
     int fd;
     size_t size;
+    int slot;   /* af_remove_temporaries' table (-1: none) */
 };
+
+/* ---- the temporaries a signal handler removes (fsutil.h) ---- */
+#define TEMP_PATH 1024
+#define TEMP_NAMES 8
+typedef struct temp_slot {
+    atomic_int state; /* 0 free, 1 being filled, 2 ready */
+    int is_dir;
+    char path[TEMP_PATH];
+    char names[TEMP_NAMES][64];
+    int n_names;
+} temp_slot;
+static temp_slot g_temp[AF_TEMP_SLOTS];
+
+static int temp_claim(const char *path) {
+    if (!path || strlen(path) >= TEMP_PATH) return -1;
+    for (int i = 0; i < AF_TEMP_SLOTS; i++) {
+        int free_ = 0;
+        if (atomic_compare_exchange_strong(&g_temp[i].state, &free_, 1)) {
+            memcpy(g_temp[i].path, path, strlen(path) + 1);
+            g_temp[i].is_dir = 0;
+            g_temp[i].n_names = 0;
+            return i;
+        }
+    }
+    return -1;
+}
+
+int af_temp_file_register(const char *path) {
+    int s = temp_claim(path);
+    if (s >= 0) atomic_store(&g_temp[s].state, 2);
+    return s;
+}
+
+int af_temp_dir_register(const char *dir, const char *const *names, int n) {
+    int s = temp_claim(dir);
+    if (s < 0) return -1;
+    g_temp[s].is_dir = 1;
+    for (int k = 0; k < n && g_temp[s].n_names < TEMP_NAMES; k++)
+        if (names[k] && strlen(names[k]) < 64) memcpy(g_temp[s].names[g_temp[s].n_names++], names[k], strlen(names[k]) + 1);
+    atomic_store(&g_temp[s].state, 2);
+    return s;
+}
+
+void af_temp_dir_unregister(int slot) {
+    if (slot >= 0 && slot < AF_TEMP_SLOTS) atomic_store(&g_temp[slot].state, 0);
+}
+
+void af_remove_temporaries(void) {
+    for (int pass = 0; pass < 2; pass++) /* files first, then the directories they may be in */
+        for (int i = 0; i < AF_TEMP_SLOTS; i++) {
+            temp_slot *t = &g_temp[i];
+            if (atomic_load(&t->state) != 2 || t->is_dir != pass) continue;
+            if (!t->is_dir) {
+                unlink(t->path);
+                continue;
+            }
+            char p[TEMP_PATH + 80];
+            size_t l = strlen(t->path);
+            for (int k = 0; k < t->n_names; k++) {
+                size_t ln = strlen(t->names[k]);
+                memcpy(p, t->path, l);
+                p[l] = '/';
+                memcpy(p + l + 1, t->names[k], ln + 1);
+                unlink(p);
+            }
+            rmdir(t->path);
+        }
+}
 
 static atomic_uint g_tmp_counter;
 
@@ -36,6 +105,7 @@ char *af_path_join(const char *dir, const char *name) {
 
 static void atomic_free(af_atomic_file *f) {
     if (!f) return;
+    af_temp_dir_unregister(f->slot); /* committed (renamed) or unlinked by now */
     free(f->path);
     free(f->tmp);
     free(f->dir);
@@ -55,6 +125,7 @@ af_status af_atomic_open(const char *path, af_atomic_file **out) {
     af_atomic_file *f = af_calloc(1, sizeof *f);
     if (!f) return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
     f->fd = -1;
+    f->slot = -1;
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     size_t dlen = slash ? (size_t)(slash - path) : 0;
@@ -85,6 +156,8 @@ af_status af_atomic_open(const char *path, af_atomic_file **out) {
         atomic_free(f);
         return st;
     }
+    f->slot = temp_claim(f->tmp); /* a fatal signal removes it (af_remove_temporaries) */
+    if (f->slot >= 0) atomic_store(&g_temp[f->slot].state, 2);
     *out = f;
     return AF_OK;
 }

@@ -50,6 +50,23 @@ void af_atomic_abort(af_atomic_file *f);
 
 /* af_write_file_atomic and af_check_writable: include/afinar.h ("Files"). */
 
+/* Cleanup on a fatal signal (issue 18): the temporaries of this process that exist right now are
+ * remembered in a fixed table: every af_atomic_open temporary until its commit or abort
+ * (automatically), and the temporary directories a caller registers with the names of the files it
+ * writes into them (af_temp_dir_register; the files being written there are af_atomic
+ * temporaries themselves). af_remove_temporaries unlinks them all and removes the registered
+ * directories; it is async-signal-safe (unlink(2), rmdir(2) and atomics only), so a SIGINT /
+ * SIGTERM handler calls it before _exit. A table with no free slot just remembers nothing more
+ * (the next resume or run cleans hidden temporaries, as before). */
+#define AF_TEMP_SLOTS 32
+/* Register `dir` holding (at most 8 of) `names` [n]; returns the slot (>= 0) or -1. */
+int af_temp_dir_register(const char *dir, const char *const *names, int n);
+/* Register the temporary file `path` (one the caller or a child process writes); returns the slot. */
+int af_temp_file_register(const char *path);
+/* Forget slot `slot` (from af_temp_*_register; -1 is ignored). */
+void af_temp_dir_unregister(int slot);
+/* af_remove_temporaries: include/afinar.h ("Files"). */
+
 /* mkdir -p: create `path` and any missing parents with mode 0777 & ~umask. An existing directory
  * is fine; an existing non-directory is AF_ERR_IO. Errors: AF_ERR_INVALID_ARG (NULL/empty),
  * AF_ERR_IO ("<path>: cannot create directory: <strerror>", "<path>: exists and is not a

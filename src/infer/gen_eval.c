@@ -12,6 +12,7 @@
  * assistant turn is the reference.
  */
 #include "infer/session.h"
+#include "model/model.h"
 
 #include "formats/lm_jsonl.h"
 #include "tokenizer/tokenizer.h"
@@ -139,6 +140,10 @@ static af_status generate(af_session *s, const af_tokenizer *tok, int32_t vocab,
     t0 = now_sec();
     int seen_text = 0; /* first_line: a non-whitespace byte was generated (the line has started) */
     while (*n_gen < max_new) {
+        if (af_ctx_interrupted(af_session_model(s)->ctx)) {
+            st = af_fail(AF_ERR_INTERRUPTED, "stopped while generating");
+            break;
+        }
         int32_t id = af_sample(logits, vocab, &greedy, &rng);
         gen[(*n_gen)++] = id;
         if (af_token_is_eog(tok, id) || *n_gen == max_new) break;
@@ -186,6 +191,10 @@ af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eva
     double sum_em = 0, sum_p = 0, sum_r = 0, sum_f = 0;
     for (int32_t i = 0; i < out->n && st == AF_OK; i++) {
         af_gen_example *e = &out->ex[i];
+        if (af_ctx_interrupted(m->ctx)) { /* a signal: stop between prompts, no result */
+            st = af_fail(AF_ERR_INTERRUPTED, "stopped after %d of %d prompts", (int)i, (int)out->n);
+            break;
+        }
         int32_t *ids = NULL;
         size_t n_ids = 0;
         /* plain prompts: as training tokenizes text (special-token texts stay text); rendered

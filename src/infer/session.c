@@ -2,7 +2,6 @@
  * layer walk (model/transformer.h), optionally with a LoRA adapter applied unmerged. */
 #include "infer/session.h"
 
-#include "kernels/backend.h"
 #include "lora/adapter_io.h"
 #include "model/transformer.h"
 
@@ -10,30 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define AF_EVAL_CHUNK 256 /* tokens per forward chunk: bounds scratch memory for long prompts */
-
-/* Device memory (the model's context, kernels/backend.h): the KV caches, the forward state, the
- * logits of a chunk and the adapter's parameters; the caller's token ids and logits are host
- * arrays, uploaded / downloaded through the table. */
-struct af_session {
-    const af_model *m;
-    const af_ctx *ctx;        /* the model's context (borrowed) */
-    int64_t n_ctx, n_past, kv_dim;
-    float **k_cache, **v_cache; /* host arrays [layers] of device buffers [n_ctx][kv_dim] */
-    af_devmem kv;             /* their memory */
-    af_tf_infer s;
-    /* adapter (P == NULL: none): a device copy of the caller's parameters (af_session_set_lora) or
-     * of an adapter directory (af_session_load_adapter) */
-    const float *P;
-    const af_param_layout *lay;
-    float lora_scale;       /* the correction's scale s (adapter scale times the caller's factor) */
-    float *dev_P;           /* device copy of the parameters [lay->n_total] */
-    af_param_layout own_lay;
-    int has_own_lay;
-    float *logits_dev;      /* device logits [logit_rows, vocab] (NULL on a host-memory device) */
-    int64_t logit_rows;
-};
 
 /* Per-layer KV caches, each a region of its own (so no allocation exceeds the device's limit). */
 static void kv_plan(af_carver *cv, af_session *s, int32_t L) {
@@ -105,6 +80,11 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     if (st == AF_OK) kv_plan(&cv, s, L);
     else af_carver_done(&cv);
     if (st == AF_OK) st = af_tf_infer_init(&s->s, s->ctx, m, NULL, AF_EVAL_CHUNK);
+    if (st == AF_OK) {
+        s->toks = af_malloc(sizeof(int32_t) * (size_t)n_ctx);
+        s->blocked = af_malloc((size_t)n_ctx);
+        if (!s->toks || !s->blocked) st = af_fail(AF_ERR_NOMEM, "out of memory");
+    }
     if (st == AF_OK && !s->ctx->dev->info.host_memory) {
         const uint64_t lim = s->ctx->dev->info.max_alloc / (sizeof(float) * (uint64_t)c->vocab_size);
         s->logit_rows = lim < 1 ? 1 : lim > AF_EVAL_CHUNK ? AF_EVAL_CHUNK : (int64_t)lim;
@@ -128,6 +108,8 @@ void af_session_free(af_session *s) {
     af_be(s->ctx)->free(s->ctx, s->dev_P);
     if (s->has_own_lay) af_param_layout_free(&s->own_lay);
     af_be(s->ctx)->free(s->ctx, s->logits_dev);
+    free(s->toks);
+    free(s->blocked);
     free(s);
 }
 
@@ -138,6 +120,28 @@ int af_session_n_past(const af_session *s) { return (int)s->n_past; }
 const af_model *af_session_model(const af_session *s) { return s ? s->m : NULL; }
 
 int64_t af_session_n_ctx(const af_session *s) { return s ? s->n_ctx : 0; }
+
+void af_session_set_control(af_session *s, const volatile int *cancel, af_progress_fn progress, void *user) {
+    if (!s) return;
+    s->cancel = cancel;
+    s->progress = progress;
+    s->progress_user = user;
+}
+
+const int32_t *af_session_tokens(const af_session *s, int *n) {
+    if (n) *n = s ? (int)s->n_past : 0;
+    return s ? s->toks : NULL;
+}
+
+/* Prompt chunks start at absolute positions that are multiples of AF_EVAL_CHUNK, so the rows of a
+ * sequence fall into the same chunks whether it is evaluated in one call or continued after a
+ * kept prefix (af_session_keep_prefix); every product of a chunk of > AF_TF_DECODE_ROWS rows gives
+ * each row the same bits whatever the row count (matmul.h), and a chunk of fewer rows runs the
+ * per-row decode regime. */
+static int64_t chunk_len(int64_t pos, int64_t left) {
+    const int64_t room = AF_EVAL_CHUNK - pos % AF_EVAL_CHUNK;
+    return left < room ? left : room;
+}
 
 /* LM head of rows x [n, H] into the caller's host logits [n, V]: written in place on a host-memory
  * device; else through the device buffer, logit_rows rows at a time, and downloaded. */
@@ -177,10 +181,13 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
         if (tokens[i] < 0 || tokens[i] >= V)
             return af_fail(AF_ERR_RANGE, "token id %d at index %d outside the vocabulary [0, %lld)", tokens[i], i,
                            (long long)V);
+    const af_tf_control ctl = {&s->cancel, 1};
     for (int done = 0; done < n;) {
-        int64_t chunk = n - done < AF_EVAL_CHUNK ? n - done : AF_EVAL_CHUNK;
+        int64_t chunk = chunk_len(s->n_past, n - done);
         AF_TRY(af_tf_infer_forward(s->ctx, m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past,
-                                   s->k_cache, s->v_cache, s->n_ctx));
+                                   s->k_cache, s->v_cache, s->n_ctx, &ctl));
+        memcpy(s->toks + s->n_past, tokens + done, sizeof(int32_t) * (size_t)chunk);
+        memset(s->blocked + s->n_past, chunk > AF_TF_DECODE_ROWS, (size_t)chunk);
         s->n_past += chunk;
         if (all_logits) {
             AF_TRY(head_rows(s, all_logits + (size_t)done * (size_t)V, s->s.x, chunk));
@@ -190,8 +197,90 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
             AF_TRY(head_rows(s, logits, s->s.x + (chunk - 1) * H, 1));
         }
         done += (int)chunk;
+        if (s->progress && n > 1) s->progress(s->progress_user, "prompt", done, n);
     }
     return af_be(s->ctx)->sync(s->ctx);
+}
+
+/* 1 when position p of an n-token prompt evaluated in one call takes the blocked products (its
+ * 256-chunk has > AF_TF_DECODE_ROWS rows), 0 when the per-row decode regime. */
+static int blocked_at(int64_t p, int64_t n) {
+    const int64_t c0 = p / AF_EVAL_CHUNK * AF_EVAL_CHUNK, e = c0 + AF_EVAL_CHUNK < n ? c0 + AF_EVAL_CHUNK : n;
+    return e - c0 > AF_TF_DECODE_ROWS;
+}
+
+int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n) {
+    if (!s) return 0;
+    int64_t c = 0;
+    const int64_t lim = s->n_past < n ? s->n_past : n;
+    /* a cached position is reused only when it holds the same token AND was computed in the regime
+     * a one-call evaluation of the new prompt gives it (decode tokens, a shorter old prompt) */
+    while (tokens && c < lim && s->toks[c] == tokens[c] && s->blocked[c] == blocked_at(c, n)) c++;
+    if (c >= n) c = n - 1; /* the last token is evaluated again: its logits are needed */
+    if (c > 0) {
+        /* rows [c, e) of the chunk [c0, e) must stay in the regime the whole chunk has */
+        const int64_t c0 = c / AF_EVAL_CHUNK * AF_EVAL_CHUNK, e = c0 + AF_EVAL_CHUNK < n ? c0 + AF_EVAL_CHUNK : n;
+        if (c != c0 && e - c0 > AF_TF_DECODE_ROWS && e - c <= AF_TF_DECODE_ROWS) c = e - AF_TF_DECODE_ROWS - 1;
+    }
+    if (c < 0) c = 0;
+    s->n_past = c;
+    return (int)c;
+}
+
+af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t *tokens, float *logits) {
+    if (!ss || !tokens || !logits || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: NULL argument or n < 1");
+    if (n > AF_EVAL_CHUNK) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: %d sessions, more than %d", n, AF_EVAL_CHUNK);
+    const af_model *m = ss[0]->m;
+    const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;
+    int32_t rmax = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const af_session *s = ss[i];
+        if (!s || s->m != m) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: session %d is NULL or of another model", i);
+        for (int32_t j = 0; j < i; j++)
+            if (ss[j] == s) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: session %d given twice", i);
+        if (s->n_past + 1 > s->n_ctx)
+            return af_fail(AF_ERR_RANGE, "session %d: context full (%lld positions)", i, (long long)s->n_ctx);
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return af_fail(AF_ERR_RANGE, "token id %d of session %d outside the vocabulary [0, %lld)", tokens[i], i,
+                           (long long)V);
+        if (s->cancel && *s->cancel) return af_fail(AF_ERR_CANCELLED, "session %d: cancelled", i);
+        if (s->P && s->lay->lora.r > rmax) rmax = s->lay->lora.r;
+    }
+    const af_ctx *ctx = ss[0]->ctx;
+    af_tf_seq *seq = af_calloc((size_t)n, sizeof *seq);
+    const volatile int **flags = af_calloc((size_t)n, sizeof *flags);
+    float *xa = rmax ? af_be(ctx)->alloc(ctx, sizeof(float) * (size_t)n * (size_t)rmax) : NULL; /* device scratch */
+    af_tf_infer st_;
+    memset(&st_, 0, sizeof st_);
+    af_status st = (!seq || !flags || (rmax && !xa)) ? af_fail(AF_ERR_NOMEM, "out of memory") : af_tf_infer_init(&st_, ctx, m, NULL, n);
+    for (int32_t i = 0; st == AF_OK && i < n; i++) {
+        const af_session *s = ss[i];
+        seq[i] = (af_tf_seq){1, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->P, s->lay, s->lora_scale};
+        flags[i] = s->cancel;
+    }
+    /* any session's cancel flag stops the whole step (checked before every layer) */
+    const af_tf_control ctl = {(const volatile int *const *)flags, n};
+    if (st == AF_OK) st = af_tf_infer_forward_multi(ctx, m, &st_, seq, n, tokens, xa, &ctl);
+    if (st == AF_OK) {
+        /* the LM head in groups of <= AF_TF_DECODE_ROWS rows: each row's bits as alone (on a device
+         * through the first session's logits buffer, downloaded) */
+        for (int32_t i = 0; st == AF_OK && i < n; i += AF_TF_DECODE_ROWS) {
+            const int32_t k = n - i < AF_TF_DECODE_ROWS ? n - i : AF_TF_DECODE_ROWS;
+            st = head_rows(ss[0], logits + (size_t)i * (size_t)V, st_.x + (size_t)i * (size_t)H, k);
+        }
+    }
+    if (st == AF_OK) {
+        for (int32_t i = 0; i < n; i++) {
+            ss[i]->toks[ss[i]->n_past] = tokens[i];
+            ss[i]->blocked[ss[i]->n_past] = 0;
+            ss[i]->n_past++;
+        }
+    }
+    af_tf_infer_free(&st_);
+    af_be(ctx)->free(ctx, xa);
+    free(flags);
+    free(seq);
+    return st;
 }
 
 /* Drop the adapter's device copy and the owned layout. */
@@ -228,6 +317,13 @@ af_status af_session_set_lora(af_session *s, const float *P, const af_param_layo
     af_tf_infer_free(&s->s);
     s->s = ns;
     drop_adapter(s);
+    s->P_hash = 0;
+    if (on) { /* FNV-1a 64 of the parameters as given (session_file.c's layout hash reads it) */
+        const unsigned char *b = (const unsigned char *)P;
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < sizeof(float) * (size_t)lay->n_total; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+        s->P_hash = h;
+    }
     s->dev_P = dp;
     s->P = dp;
     s->lay = on ? lay : NULL;

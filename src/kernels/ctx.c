@@ -140,6 +140,10 @@ void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p) {
 }
 
 int af_ctx_n_threads(const af_ctx *ctx) { return ctx->n_threads; }
+void af_ctx_set_interrupt(af_ctx *ctx, volatile int *flag) {
+    if (ctx) ctx->interrupt = flag;
+}
+int af_ctx_interrupted(const af_ctx *ctx) { return ctx && ctx->interrupt && *ctx->interrupt != 0; }
 const char *af_ctx_kernel_path(const af_ctx *ctx) { return af_kpath_name(ctx->path); }
 const char *af_ctx_matmul_precision(const af_ctx *ctx) { return ctx->bf16 ? "bf16" : "f32"; }
 int af_ctx_int8_activations(const af_ctx *ctx) { return ctx->int8_act; }

@@ -237,6 +237,39 @@ af_status af_adapter_gguf_load(const char *path, const af_param_layout *lay, flo
             else load_head = 1;
         }
     }
+    /* finite values only (as af_adapter_load): every tensor converted into scratch and checked
+     * before P is written */
+    int64_t most = 0;
+    for (size_t k = 0; st == AF_OK && k < nslots; k++)
+        for (int b = 0; b < 2 && lay->slots[k].a_off >= 0; b++) {
+            const af_gguf_tensor *t = b ? tb[k] : ta[k];
+            most = t->ne[0] * t->ne[1] > most ? t->ne[0] * t->ne[1] : most;
+        }
+    float *scratch = st == AF_OK && most > 0 ? af_malloc(sizeof(float) * (size_t)most) : NULL;
+    if (st == AF_OK && most > 0 && !scratch) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t k = 0; st == AF_OK && k < nslots; k++)
+        for (int b = 0; st == AF_OK && b < 2 && lay->slots[k].a_off >= 0; b++) {
+            const af_gguf_tensor *t = b ? tb[k] : ta[k];
+            to_f32(t, scratch);
+            for (int64_t i = 0; i < t->ne[0] * t->ne[1]; i++)
+                if (!isfinite(scratch[i])) {
+                    st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': element %lld is not finite (NaN or Inf): the adapter "
+                                                "is unusable (saved from a diverged run?)", path, t->name, (long long)i);
+                    break;
+                }
+        }
+    free(scratch);
+    if (st == AF_OK && load_head) {
+        const af_gguf_value *w = af_gguf_find(g, AF_GGUF_KEY_HEAD_W), *b = af_gguf_find(g, AF_GGUF_KEY_HEAD_B);
+        for (uint64_t i = 0; st == AF_OK && i < w->arr_n; i++)
+            if (!isfinite(af_gguf_arr_float(w, i)))
+                st = af_fail(AF_ERR_FORMAT, "%s: %s element %llu is not finite (NaN or Inf): the head is unusable", path,
+                             AF_GGUF_KEY_HEAD_W, (unsigned long long)i);
+        for (int32_t c = 0; st == AF_OK && b && c < lay->num_classes; c++)
+            if (!isfinite(af_gguf_arr_float(b, (uint64_t)c)))
+                st = af_fail(AF_ERR_FORMAT, "%s: %s element %d is not finite (NaN or Inf): the head is unusable", path,
+                             AF_GGUF_KEY_HEAD_B, (int)c);
+    }
     if (st == AF_OK) {
         for (size_t k = 0; k < nslots; k++) {
             const af_lora_slot *s = &lay->slots[k];

@@ -7,6 +7,7 @@
 #include "lora/adapter_gguf.h"
 
 #include "core/fsutil.h"
+#include "formats/manifest.h"
 
 #include <errno.h>
 #include <math.h>
@@ -22,6 +23,16 @@ static const char *const k_proj_block[AF_PROJ_COUNT] = {"self_attn", "self_attn"
                                                         "mlp",       "mlp",       "mlp"};
 
 #define MAX_JSON_FILE (64u << 20)
+
+const char *const AF_ADAPTER_FILES[AF_ADAPTER_N_FILES] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE,
+                                                         AF_ADAPTER_AFINAR_FILE};
+
+/* Index of the first NaN/Inf of x [n], or -1. */
+static int64_t first_nonfinite_f32(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
 
 /* Shortest decimal that round-trips the float, as a double (so JSON shows 0.05, not 0.0500000007). */
 static double clean_double(float x) {
@@ -110,6 +121,7 @@ static cJSON *make_afinar_json(const af_param_layout *lay, const af_adapter_save
     if (o->pooling) cJSON_AddStringToObject(c, "pooling", o->pooling);
     if (o->max_seq_len > 0) cJSON_AddNumberToObject(c, "max_seq_len", o->max_seq_len);
     cJSON_AddBoolToObject(c, "head_bias", o->write_head_bias != 0);
+    cJSON_AddStringToObject(c, "manifest", AF_MANIFEST_FILE); /* written last (by the caller when it adds files) */
     cJSON *l = cJSON_AddObjectToObject(c, "lora");
     if (l) {
         cJSON_AddNumberToObject(l, "r", lay->lora.r);
@@ -248,6 +260,12 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
                 t[n].shape[0] = ab ? s->out : r;
                 t[n].shape[1] = ab ? r : s->in;
                 t[n].f32 = P + (ab ? s->b_off : s->a_off);
+                const int64_t bad = first_nonfinite_f32(t[n].f32, t[n].shape[0] * t[n].shape[1]);
+                if (bad >= 0) { /* a diverged run's parameters: never written as an adapter */
+                    st = af_fail(AF_ERR_RANGE, "%s: not saved: %s element %lld is not finite (NaN or Inf)", dir, nm,
+                                 (long long)bad);
+                    break;
+                }
                 if (ab && perm && (p == AF_PROJ_Q || p == AF_PROJ_K)) {
                     memcpy(pnext, P + s->b_off, (size_t)s->out * (size_t)r * sizeof(float));
                     af_adapter_qk_rows(pnext, s->out / o->head_dim, o->head_dim, r, 1, ptmp);
@@ -256,6 +274,7 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
                 }
                 n++;
             }
+            if (st != AF_OK) break;
         }
     }
     if (st == AF_OK && lay->num_classes > 0 && lay->head_w_off >= 0) {
@@ -272,6 +291,12 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
             t[n].shape[0] = lay->num_classes;
             n++;
         }
+        const int64_t bw = first_nonfinite_f32(P + lay->head_w_off, (int64_t)lay->num_classes * lay->hidden);
+        const int64_t bb = o->write_head_bias && lay->head_b_off >= 0
+                               ? first_nonfinite_f32(P + lay->head_b_off, lay->num_classes) : -1;
+        if (bw >= 0 || bb >= 0)
+            st = af_fail(AF_ERR_RANGE, "%s: not saved: %s.%s element %lld is not finite (NaN or Inf)", dir, hp,
+                         bw >= 0 ? "weight" : "bias", (long long)(bw >= 0 ? bw : bb));
     }
     if (st == AF_OK) st = af_mkdir_p(dir);
     char *path = st == AF_OK ? af_path_join(dir, AF_ADAPTER_WEIGHTS_FILE) : NULL;
@@ -309,6 +334,7 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
     if (!af) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
     st = write_json(dir, AF_ADAPTER_AFINAR_FILE, af);
     cJSON_Delete(af);
+    if (st == AF_OK && !o->caller_writes_manifest) st = af_manifest_write(dir, AF_ADAPTER_FILES, AF_ADAPTER_N_FILES);
     return st;
 }
 
@@ -574,10 +600,22 @@ static af_status read_info_open(const char *dir, af_adapter_info *info, af_st_fi
     memset(info, 0, sizeof *info);
     *fout = NULL;
     cJSON *cfg = NULL;
-    af_status st = read_json(dir, AF_ADAPTER_CONFIG_FILE, 0, &cfg);
+    int verified = 0; /* every file checked against manifest.json before any of it is parsed */
+    struct stat sd;
+    if (stat(dir, &sd) == 0 && !S_ISDIR(sd.st_mode)) /* not a LoRA GGUF (checked first) and not a directory */
+        return af_fail(AF_ERR_IO, "%s: not an adapter directory or LoRA GGUF file (%s)", dir,
+                       S_ISREG(sd.st_mode) ? "a file of another kind" : af_file_kind((unsigned)sd.st_mode));
+    af_status st = af_manifest_verify(dir, AF_ADAPTER_FILES, AF_ADAPTER_N_FILES, &verified);
+    if (st == AF_OK) st = read_json(dir, AF_ADAPTER_CONFIG_FILE, 0, &cfg);
     if (st == AF_OK) st = parse_config(dir, cfg, info);
     cJSON_Delete(cfg);
     if (st == AF_OK) st = read_json(dir, AF_ADAPTER_AFINAR_FILE, 1, &info->afinar);
+    if (st == AF_OK && !verified && info->afinar &&
+        cJSON_IsString(cJSON_GetObjectItemCaseSensitive(info->afinar, "manifest")))
+        st = af_fail(AF_ERR_IO, "%s: %s is missing, but %s says the directory was written with one (a file was lost: "
+                                "an incomplete copy?); copy the directory again, or delete the \"manifest\" field of "
+                                "%s to use it unverified", dir, AF_MANIFEST_FILE, AF_ADAPTER_AFINAR_FILE,
+                     AF_ADAPTER_AFINAR_FILE);
     if (st == AF_OK && info->afinar) {
         const cJSON *ord = cJSON_GetObjectItemCaseSensitive(info->afinar, "qk_row_order");
         const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(info->afinar, "format");
@@ -692,12 +730,17 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
             if (m.kind == 4)
                 st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld]", W, t->name, got,
                              (long long)e0);
-            else
+            else {
+                /* the rank matches: a LoRA tensor of another model's projection */
+                const int same_r = m.kind <= 2 && (t->shape[0] == r || t->n_dims < 2 || t->shape[1] == r);
+                char why[600] = " (different LoRA rank or model?)";
+                if (same_r && info.base_model)
+                    snprintf(why, sizeof why, " (an adapter for another model: it was trained on %s)", info.base_model);
+                else if (same_r)
+                    why[0] = 0;
                 st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld, %lld]%s", W, t->name, got,
-                             (long long)e0, (long long)e1,
-                             m.kind <= 2 && (t->shape[0] == r || t->n_dims < 2 || t->shape[1] == r)
-                                 ? ""
-                                 : " (different LoRA rank or model?)");
+                             (long long)e0, (long long)e1, why);
+            }
         } else if (!readable_dtype(t->dtype)) {
             st = af_fail(AF_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported for adapters", W, t->name,
                          af_st_dtype_name(t->dtype));

@@ -25,6 +25,13 @@
  *                               ("hf"), + caller extras. Optional: without it (a PEFT-made
  *                               directory) the loaders default (trainer.h af_classifier_load:
  *                               pooling last, no bias, integer labels 0..num_labels-1).
+ *                               "manifest": "manifest.json" says the writer also wrote the
+ *                               manifest, so a directory that lost it is refused.
+ *   manifest.json               byte size and SHA-256 of the three files above (formats/manifest.h),
+ *                               written last; a checkpoint's also covers its trainer state and
+ *                               settings. Loading verifies it first (every file, before anything is
+ *                               parsed); a directory without one (made by PEFT, or by afinar before
+ *                               manifests existed) loads unverified unless afinar.json claims one.
  * Each file is written atomically (core/fsutil.h); the directory is created if missing.
  *
  * About the head: transformers' LlamaForSequenceClassification (and the other *ForSequence-
@@ -96,13 +103,23 @@ typedef struct af_adapter_save_opts {
     int32_t n_labels;
     const cJSON *extra;         /* object whose members are copied into afinar.json (replacing
                                    same-named fields); NULL -> none */
+    int caller_writes_manifest; /* 1: the caller adds files to `dir` and then writes manifest.json
+                                   itself (af_manifest_write, listing AF_ADAPTER_FILES too), as the
+                                   trainer does for a checkpoint; 0: af_adapter_save writes it last */
 } af_adapter_save_opts;
 
+/* The files af_adapter_save writes (before manifest.json), for af_manifest_write / _verify. */
+#define AF_ADAPTER_N_FILES 3
+extern const char *const AF_ADAPTER_FILES[AF_ADAPTER_N_FILES];
+
 /* Save the parameters P [lay->n_total] laid out by `lay` to directory `dir` (created with
- * mkdir -p). Errors: AF_ERR_INVALID_ARG (NULL args, lay inconsistent: r <= 0, a targeted slot
+ * mkdir -p), then manifest.json (unless opts->caller_writes_manifest). Nothing is written when a
+ * value to be stored (a LoRA A/B or head element) is NaN or Inf: an adapter afinar writes is always
+ * finite. Errors: AF_ERR_INVALID_ARG (NULL args, lay inconsistent: r <= 0, a targeted slot
  * with in/out <= 0, n_labels != num_classes when labels given, extra not an object),
- * AF_ERR_IO (naming the file), AF_ERR_NOMEM. Files already written stay on failure (each one
- * is complete: old or new). */
+ * AF_ERR_RANGE (a non-finite value, naming the tensor and the element), AF_ERR_IO (naming the
+ * file), AF_ERR_NOMEM. Files already written stay on failure (each one is complete: old or new;
+ * the manifest then no longer matches them, so a loader refuses the mix). */
 af_status af_adapter_save(const char *dir, const af_param_layout *lay, const float *P,
                           const af_adapter_save_opts *opts);
 
@@ -130,8 +147,9 @@ typedef struct af_adapter_info {
     char *architecture;       /* a GGUF adapter's general.architecture (owned), NULL for directories */
 } af_adapter_info;
 
-/* Read adapter_config.json, the tensor names/shapes of adapter_model.safetensors and (if present)
- * afinar.json. When `dir` is a GGUF file (af_adapter_is_gguf: a llama.cpp LoRA GGUF or a merged
+/* Verify manifest.json (formats/manifest.h; a directory without one is accepted unless its
+ * afinar.json says it was written with one), then read adapter_config.json, the tensor
+ * names/shapes of adapter_model.safetensors and (if present) afinar.json. When `dir` is a GGUF file (af_adapter_is_gguf: a llama.cpp LoRA GGUF or a merged
  * model carrying an afinar head) this is af_adapter_gguf_read_info (lora/adapter_gguf.h), and
  * af_adapter_load likewise reads it with af_adapter_gguf_load. Errors: AF_ERR_IO (missing file; a pickle adapter_model.bin without safetensors is
  * reported as AF_ERR_UNSUPPORTED), AF_ERR_FORMAT (malformed JSON / safetensors, a field of the
@@ -189,8 +207,9 @@ int af_adapter_tensor_role(const char *name, int32_t *layer, af_proj *proj);
  * NULL. */
 void af_adapter_restrict_layout(af_param_layout *lay, const af_adapter_info *info);
 
-/* Load `dir` into P [lay->n_total]. Every tensor is mapped and checked first (names, shapes,
- * dtype) and P is written only when everything matches, so on error P is unchanged.
+/* Load `dir` into P [lay->n_total]. The manifest is verified and every tensor is mapped and
+ * checked first (names, shapes, dtype, finite values) and P is written only when everything
+ * matches, so on error P is unchanged.
  * `opts` may be NULL (see af_adapter_load_opts); q/k B rows are converted to GGUF order when it
  * names a permuted architecture.
  * Checks: peft_type LORA; r == lay->lora.r; lora_alpha == lay->lora.alpha (relative 1e-6);

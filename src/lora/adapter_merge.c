@@ -14,6 +14,7 @@
 
 #include "core/fsutil.h"
 #include "core/threadpool.h"
+#include "formats/manifest.h"
 #include "formats/safetensors.h"
 
 #include <cJSON.h>
@@ -703,6 +704,9 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
         so.n_labels = labels ? lay.num_classes : 0;
         so.extra = extra;
         rm_flat_dir(tmp); /* a stale one of a killed run with our pid */
+        static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
+                                            AF_MANIFEST_FILE};
+        const int slot = af_temp_dir_register(tmp, files, 4); /* removed by a fatal signal (cli) */
         st = af_adapter_save(tmp, &lay, P, &so);
         if (st == AF_OK) {
             struct stat sb;
@@ -716,8 +720,9 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
                 rm_flat_dir(old);
             }
         }
+        if (st != AF_OK) rm_flat_dir(tmp);
+        af_temp_dir_unregister(slot);
         if (st != AF_OK) {
-            rm_flat_dir(tmp);
             char msg[1024]; /* name the output, not the temporary the user never sees */
             const char *e = af_last_error();
             const size_t lt = strlen(tmp);

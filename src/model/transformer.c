@@ -145,6 +145,21 @@ static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight
     const af_backend *be = af_be(R->ctx);
     uint32_t type;
     const void *wd = af_weight_dev(R->ctx, w, &type);
+    if (R->mode == AF_TF_INFER && R->n_seq > 0) {
+        /* several sequences (af_tf_infer_forward_multi): short ones packed into decode-regime
+         * products of <= AF_TF_DECODE_ROWS rows, a longer one alone: each row's bits as alone */
+        int64_t r0 = 0;
+        for (int32_t i = 0; i < R->n_seq;) {
+            int64_t rows = R->seq[i].n;
+            int32_t j = i + 1;
+            if (rows <= AF_TF_DECODE_ROWS)
+                while (j < R->n_seq && rows + R->seq[j].n <= AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
+            be->matmul_xwt(R->ctx, y + r0 * out, x + r0 * in, wd, type, rows, in, out, 0);
+            r0 += rows;
+            i = j;
+        }
+        return;
+    }
     if (R->mode == AF_TF_INFER) {
         be->matmul_xwt(R->ctx, y, x, wd, type, n, in, out, 0);
         return;
@@ -182,6 +197,18 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     char mod[48] = "";
     if (R->probe) snprintf(mod, sizeof mod, "%s%s", p <= AF_PROJ_O ? "self_attn." : "mlp.", af_proj_name(p));
     probe(R, y, R->n * w->rows, l, mod, " output (frozen weight product)");
+    if (R->n_seq > 0) { /* several sequences: each one's own adapter on its rows */
+        int64_t r0 = 0;
+        for (int32_t i = 0; i < R->n_seq; i++) {
+            const af_tf_seq *q = &R->seq[i];
+            const af_lora_slot *qs = q->P && q->lay ? af_lora_slot_at(q->lay, l, p) : NULL;
+            if (qs && qs->a_off >= 0)
+                be->lora_forward(R->ctx, y + r0 * w->rows, R->xa, x + r0 * qs->in, NULL, q->P + qs->a_off,
+                                 q->P + qs->b_off, q->n, qs->in, qs->out, q->lay->lora.r, q->lora_scale);
+            r0 += q->n;
+        }
+        return;
+    }
     const af_lora_slot *s = lora_slot(R, l, p);
     if (!s) return;
     const af_param_layout *lay = R->lay;
@@ -232,6 +259,19 @@ static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *
     const float scale = m->desc.attn_scale;
     const int64_t n = R->n;
     const af_backend *be = af_be(R->ctx);
+    if (R->mode == AF_TF_INFER && R->n_seq > 0) { /* several sequences: each over its own cache */
+        int64_t r0 = 0;
+        for (int32_t i = 0; i < R->n_seq; i++) {
+            const af_tf_seq *q = &R->seq[i];
+            float *kc = q->k_cache[l], *vc = q->v_cache[l];
+            be->copy(R->ctx, kc + (size_t)q->n_past * (size_t)d->kvd, S->k + r0 * d->kvd, sizeof(float) * (size_t)(q->n * d->kvd));
+            be->copy(R->ctx, vc + (size_t)q->n_past * (size_t)d->kvd, S->v + r0 * d->kvd, sizeof(float) * (size_t)(q->n * d->kvd));
+            be->attention_forward(R->ctx, S->attn + r0 * d->qd, NULL, S->q + r0 * d->qd, kc, vc, q->n, q->n_past,
+                                 q->n_past + q->n, d->kvd, d->nh, d->nkv, d->hd, scale, Ly->window);
+            r0 += q->n;
+        }
+        return;
+    }
     if (R->mode == AF_TF_INFER) {
         float *kc = R->k_cache[l], *vc = R->v_cache[l];
         be->copy(R->ctx, kc + (size_t)R->n_past * (size_t)d->kvd, S->k, sizeof(float) * (size_t)(n * d->kvd));
@@ -553,17 +593,44 @@ void af_tf_infer_free(af_tf_infer *s) {
     memset(s, 0, sizeof *s);
 }
 
-af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P,
-                              const af_param_layout *lay, float scale, const int32_t *tokens, int64_t n,
-                              int64_t n_past, float *const *k_cache, float *const *v_cache, int64_t n_ctx) {
+static int cancelled(const af_tf_control *ctl) {
+    for (int32_t i = 0; ctl && i < ctl->n_flags; i++)
+        if (ctl->flags[i] && *ctl->flags[i]) return 1;
+    return 0;
+}
+
+/* The inference run shared by the one- and the multi-sequence forward, and their layer loop
+ * (embedding of the call's tokens, then every layer, the cancel flags read before each). */
+static af_tf_run infer_run(const af_ctx *ctx, const af_model *m, af_tf_infer *s) {
     af_tf_run R;
     memset(&R, 0, sizeof R);
     R.ctx = ctx;
     R.m = m;
     R.mode = AF_TF_INFER;
-    R.n = n;
     R.pos = s->pos;
     R.ws = &s->w;
+    return R;
+}
+
+/* tokens: host ids of the call's R->n rows; s->pos_host holds their positions (both uploaded here). */
+static af_status infer_walk(const af_tf_run *R, af_tf_infer *s, const int32_t *tokens, const af_tf_control *ctl) {
+    const af_backend *be = af_be(R->ctx);
+    AF_TRY(be->upload(R->ctx, s->tok, tokens, sizeof(int32_t) * (size_t)R->n));
+    AF_TRY(be->upload(R->ctx, s->pos, s->pos_host, sizeof(int32_t) * (size_t)R->n));
+    af_tf_embed(R->ctx, R->m, s->tok, R->n, s->x);
+    for (int32_t l = 0; l < R->m->cfg.num_hidden_layers; l++) {
+        if (cancelled(ctl)) return af_fail(AF_ERR_CANCELLED, "cancelled before layer %d", l);
+        af_tf_layer_forward(R, l, &s->S, s->x, s->x);
+    }
+    return AF_OK;
+}
+
+af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P,
+                              const af_param_layout *lay, float scale, const int32_t *tokens, int64_t n,
+                              int64_t n_past, float *const *k_cache, float *const *v_cache, int64_t n_ctx,
+                              const af_tf_control *ctl) {
+    af_tf_run R = infer_run(ctx, m, s);
+    R.n = n;
     R.P = P;
     R.lay = P ? lay : NULL;
     R.lora_scale = scale;
@@ -571,11 +638,19 @@ af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer 
     R.v_cache = v_cache;
     R.n_ctx = n_ctx;
     R.n_past = n_past;
-    const af_backend *be = af_be(ctx);
     for (int64_t t = 0; t < n; t++) s->pos_host[t] = (int32_t)(n_past + t);
-    AF_TRY(be->upload(ctx, s->tok, tokens, sizeof(int32_t) * (size_t)n));
-    AF_TRY(be->upload(ctx, s->pos, s->pos_host, sizeof(int32_t) * (size_t)n));
-    af_tf_embed(ctx, m, s->tok, n, s->x);
-    for (int32_t l = 0; l < m->cfg.num_hidden_layers; l++) af_tf_layer_forward(&R, l, &s->S, s->x, s->x);
-    return AF_OK;
+    return infer_walk(&R, s, tokens, ctl);
+}
+
+af_status af_tf_infer_forward_multi(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const af_tf_seq *seq,
+                                    int32_t n_seq, const int32_t *tokens, float *xa, const af_tf_control *ctl) {
+    af_tf_run R = infer_run(ctx, m, s);
+    R.seq = seq;
+    R.n_seq = n_seq;
+    R.xa = xa;
+    for (int32_t i = 0; i < n_seq; i++) {
+        for (int64_t t = 0; t < seq[i].n; t++) s->pos_host[R.n + t] = (int32_t)(seq[i].n_past + t);
+        R.n += seq[i].n;
+    }
+    return infer_walk(&R, s, tokens, ctl);
 }

@@ -86,6 +86,23 @@ void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, con
 typedef void (*af_tf_probe_fn)(void *ctx, const float *x, int64_t n, int32_t l, const char *what,
                                const char *what2);
 
+/* One sequence of a multi-sequence inference call (AF_TF_INFER with af_tf_run.n_seq > 0: continuous
+ * batching). Its rows are contiguous in the call, in the order of the af_tf_run.seq table. */
+typedef struct af_tf_seq {
+    int64_t n;                /* tokens of this sequence in the call (>= 1) */
+    int64_t n_past;           /* positions already in its cache; the tokens go to n_past .. n_past+n-1 */
+    float *const *k_cache, *const *v_cache; /* its caches: [n_layers] device buffers [n_ctx][kv_dim] */
+    int64_t n_ctx;
+    const float *P;           /* its adapter (device; NULL: none), laid out by lay, correction scale lora_scale */
+    const af_param_layout *lay;
+    float lora_scale;
+} af_tf_seq;
+
+/* Rows per frozen product of a multi-sequence call: the matmul decode regime (n <= 4 rows,
+ * kernels/cpu/matmul_internal.h AF_MM_DECODE_N) computes every row alone in the order of a
+ * one-row call, so rows batched in groups of at most this many get the bits they get alone. */
+#define AF_TF_DECODE_ROWS 4
+
 /* Everything one forward/backward call of a layer reads besides the layer index and buffers. */
 struct af_tf_run {
     const af_ctx *ctx;         /* context of every kernel call (borrowed): the engine's or the session's */
@@ -112,6 +129,11 @@ struct af_tf_run {
     /* optional probe (NULL: none) */
     af_tf_probe_fn probe;
     void *probe_ctx;
+    /* AF_TF_INFER over several sequences (n_seq > 0; then P/lay/lora_scale and the cache fields
+     * above are unused): seq [n_seq] with n = Σ seq[i].n; xa [n, max r of the adapters] scratch */
+    const af_tf_seq *seq;
+    int32_t n_seq;
+    float *xa;
 };
 typedef struct af_tf_run af_tf_run;
 
@@ -201,13 +223,36 @@ af_status af_tf_infer_init(af_tf_infer *s, const af_ctx *ctx, const af_model *m,
                            int64_t cap);
 void af_tf_infer_free(af_tf_infer *s);
 
+/* Cancellation of an inference forward (NULL: none): the flags flags[0 .. n_flags) (NULL entries
+ * ignored) are read before every layer; one non-zero stops the walk there with AF_ERR_CANCELLED
+ * (the caches then hold K/V of some layers for this call's positions, which the caller treats as
+ * not written: its n_past does not advance). */
+typedef struct af_tf_control {
+    const volatile int *const *flags;
+    int32_t n_flags;
+} af_tf_control;
+
 /* Inference forward of n tokens (host ids, n <= s->cap) at positions n_past .. n_past+n-1 through
  * every layer, appending K/V to the per-layer caches k_cache[l], v_cache[l] [n_ctx][kv_dim]
  * (device); s->x gets the final hidden states [n, H] before the output norm. Adapter: P (device)
  * laid out by lay (as given to af_tf_infer_init) with correction scale `scale`; P == NULL: none.
- * ctx: the context s was made with. Errors: the device's (AF_ERR_DEVICE from the uploads). */
+ * ctx: the context s was made with. Errors: AF_ERR_CANCELLED (ctl), the device's (AF_ERR_DEVICE
+ * from the uploads). */
 af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P,
                               const af_param_layout *lay, float scale, const int32_t *tokens, int64_t n,
-                              int64_t n_past, float *const *k_cache, float *const *v_cache, int64_t n_ctx);
+                              int64_t n_past, float *const *k_cache, float *const *v_cache, int64_t n_ctx,
+                              const af_tf_control *ctl);
+
+/* Multi-sequence inference forward (continuous batching): tokens [n] (host) hold the rows of seq[0], then
+ * seq[1], ... (n = Σ seq[i].n <= s->cap); every sequence attends to its own cache at its own
+ * positions and gets its own adapter's LoRA correction, while each frozen product runs once over
+ * the rows of several sequences. Rows are grouped so that every sequence gets exactly the bits of
+ * a one-sequence af_tf_infer_forward of the same tokens: sequences of <= AF_TF_DECODE_ROWS rows are
+ * packed into products of <= AF_TF_DECODE_ROWS rows (the decode regime, per-row exact), a longer
+ * sequence is a product of its own; the adapters' corrections run per sequence. xa: device scratch
+ * [n, max r over the sequences' adapters] (NULL when none has one). s->x gets the final hidden
+ * states [n, H]. Returns AF_ERR_CANCELLED when ctl->cancel was set before a layer, else AF_OK. */
+af_status af_tf_infer_forward_multi(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const af_tf_seq *seq,
+                                    int32_t n_seq, const int32_t *tokens, float *xa, const af_tf_control *ctl);
 
 #endif /* AF_TRANSFORMER_H */

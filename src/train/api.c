@@ -314,6 +314,19 @@ static int layout_tensor_at(const af_param_layout *lay, int64_t k, char *name, s
     return 1;
 }
 
+int af_tr_param_name(const af_param_layout *lay, int64_t idx, char *name, size_t cap) {
+    const int64_t nt = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2;
+    for (int64_t k = 0; k < nt; k++) {
+        char nm[128];
+        int64_t off = 0, len = 0;
+        if (!layout_tensor_at(lay, k, nm, sizeof nm, &off, &len) || off < 0 || idx < off || idx >= off + len) continue;
+        snprintf(name, cap, "%s element %lld", nm, (long long)(idx - off));
+        return 1;
+    }
+    snprintf(name, cap, "element %lld", (long long)idx);
+    return 0;
+}
+
 int af_tr_nonfinite_tensor(const af_ctx *ctx, const af_param_layout *lay, const float *X, int backward, char *name,
                            size_t cap) {
     if (!ctx) ctx = af_ctx_default();
@@ -386,14 +399,22 @@ static af_status micro_done(af_lora_trainer *tr, const af_batch *b, const af_ste
 af_status af_lora_trainer_accumulate_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
                                            uint64_t micro_batch, double *loss, float *logits) {
     const af_step_opts so = micro_opts(tr, micro_batch);
-    AF_TRY(af_engine_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, loss, logits));
+    af_status st = af_engine_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, loss, logits);
+    if (st == AF_ERR_CANCELLED) af_lora_trainer_zero_grad(tr); /* a partial gradient is never kept */
+    AF_TRY(st);
     return micro_done(tr, b, &so, *loss);
+}
+
+void af_lora_trainer_set_control(af_lora_trainer *tr, const volatile int *cancel) {
+    if (tr) af_engine_set_cancel(tr->eng, cancel);
 }
 
 af_status af_lora_trainer_accumulate_lm_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
                                               uint64_t micro_batch, af_lm_loss *res) {
     const af_step_opts so = micro_opts(tr, micro_batch);
-    AF_TRY(af_engine_lm_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, res));
+    af_status st = af_engine_lm_step(tr->eng, tr->P, tr->G, b, &so, grad_scale, res);
+    if (st == AF_ERR_CANCELLED) af_lora_trainer_zero_grad(tr); /* a partial gradient is never kept */
+    AF_TRY(st);
     return micro_done(tr, b, &so, res->loss_sum);
 }
 

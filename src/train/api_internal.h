@@ -96,4 +96,8 @@ const char *af_lora_trainer_nonfinite_where(const af_lora_trainer *tr);
 int af_tr_nonfinite_tensor(const af_ctx *ctx, const af_param_layout *lay, const float *X, int backward, char *name,
                            size_t cap);
 
+/* The tensor of `lay` holding flat parameter index idx, as "model.layers.3.self_attn.q_proj.lora_A
+ * element 17" ("score.weight element 5"); 0 (and "element IDX") when no tensor holds it. */
+int af_tr_param_name(const af_param_layout *lay, int64_t idx, char *name, size_t cap);
+
 #endif /* AF_API_INTERNAL_H */

@@ -114,6 +114,8 @@ static void free_work(af_engine *e) {
     e->n_sets = 0;
 }
 
+const af_ctx *af_engine_ctx(const af_engine *e) { return e ? e->ctx : NULL; }
+
 void af_engine_free(af_engine *e) {
     if (!e) return;
     engine_pc_clear(&e->pc);
@@ -240,6 +242,7 @@ af_status engine_frozen_prefix(af_engine *e, const af_tf_run *R, const int32_t *
     af_tf_embed(e->ctx, m, e->tok, n, x);
     probe(R, x, n * H, "model.embed_tokens output");
     for (int32_t l = 0; l < lo; l++) {
+        if (engine_cancelled(e)) return AF_OK; /* the caller reads the flag */
         float *xo = l == lo - 1 ? out : x == e->ws.dT ? e->ws.dh : e->ws.dT;
         af_tf_layer_forward(R, l, &e->sets[0], x, xo);
         x = xo;
@@ -256,10 +259,11 @@ af_status engine_forward_all(af_engine *e, const af_tf_run *R, const af_batch *b
     else AF_TRY(engine_frozen_prefix(e, R, b->tokens, engine_xs_at(e, lo, n)));
     AF_TRY(engine_set_pos(e, b->seq_start, b->n_samples));
     for (int32_t l = lo; l < L; l++) {
+        if (engine_cancelled(e)) return AF_OK; /* the caller reads the flag */
         af_tf_acts *S = &e->sets[save ? l - lo : 0];
         af_tf_layer_forward(R, l, S, engine_xs_at(e, l, n), engine_xs_at(e, l + 1, n));
     }
-    if (!head) return AF_OK;
+    if (!head || engine_cancelled(e)) return AF_OK;
     af_tf_final_norm(e->ctx, m, e->hN, e->rstdN, engine_xs_at(e, L, n), n);
     probe(R, e->hN, n * H, "model.norm output");
     AF_TRY(be->upload(e->ctx, e->ss, b->seq_start, sizeof(int32_t) * (size_t)(b->n_samples + 1)));
@@ -288,6 +292,7 @@ af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, con
     af_tf_run R = engine_run(e, P, b->seq_start, b->n_samples, b->n_tok, o->train && e->lay->lora.dropout > 0,
                              o->dropout_seed);
     AF_TRY(engine_forward_all(e, &R, b, 0, 1, o->pooling));
+    if (engine_cancelled(e)) return af_fail(AF_ERR_CANCELLED, "engine forward: cancelled");
     return af_be(e->ctx)->download(e->ctx, logits, e->lg, sizeof(float) * (size_t)b->n_samples * (size_t)e->lay->num_classes);
 }
 
@@ -298,6 +303,7 @@ static void backward_layers(af_engine *e, const af_tf_run *R, float *G, int ckpt
     const int64_t NL = e->m->cfg.num_hidden_layers, n = R->n;
     const int32_t lo = e->lo;
     for (int32_t l = (int32_t)NL - 1; l >= lo; l--) {
+        if (engine_cancelled(e)) return;
         const float *x = engine_xs_at(e, l, n);
         af_tf_acts *S = &e->sets[ckpt ? 0 : l - lo];
         if (ckpt) af_tf_layer_forward(R, l, S, x, engine_xs_at(e, l + 1, n)); /* recompute */
@@ -322,6 +328,7 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     const int64_t n = b->n_tok;
     af_tf_run R = engine_run(e, P, b->seq_start, B, n, o->train && lay->lora.dropout > 0, o->dropout_seed);
     AF_TRY(engine_forward_all(e, &R, b, !ckpt, 1, o->pooling));
+    if (engine_cancelled(e)) return af_fail(AF_ERR_CANCELLED, "engine step: cancelled in the forward");
     if (logits) AF_TRY(be->download(ctx, logits, e->lg, sizeof(float) * (size_t)(B * C)));
     double L;
     if (b->labels) {
@@ -344,7 +351,12 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     be->fill(ctx, ws->dX, 0.0f, n * H);
     af_tf_final_norm_backward(ctx, m, ws->dX, ws->dT, engine_xs_at(e, NL, n), e->rstdN, n);
     backward_layers(e, &R, G, ckpt);
+    if (engine_cancelled(e)) return af_fail(AF_ERR_CANCELLED, "engine step: cancelled in the backward");
     return be->sync(ctx);
+}
+
+void af_engine_set_cancel(af_engine *e, const volatile int *cancel) {
+    if (e) e->cancel = cancel;
 }
 
 /* ---------------------------------------------------------------- causal LM */
@@ -368,6 +380,7 @@ af_status af_engine_lm_step(af_engine *e, const float *P, float *G, const af_bat
     af_tf_run R = engine_run(e, P, b->seq_start, b->n_samples, n, o->train && e->lay->lora.dropout > 0,
                              o->dropout_seed);
     AF_TRY(engine_forward_all(e, &R, b, !ckpt, 0, o->pooling));
+    if (engine_cancelled(e)) return af_fail(AF_ERR_CANCELLED, "engine LM step: cancelled in the forward");
     af_tf_scratch *ws = &e->ws;
     if (grad) be->fill(e->ctx, ws->dX, 0.0f, n * m->cfg.hidden_size);
     af_lm_head_loss(e->ctx, m, engine_xs_at(e, NL, n), b->targets, n, e->hN, e->rstdN, grad ? ws->dX : NULL,
@@ -375,5 +388,6 @@ af_status af_engine_lm_step(af_engine *e, const float *P, float *G, const af_bat
     if (!grad || !isfinite(res->loss_sum)) /* non-finite: no gradient added (caller skips) */
         return af_device_status(e->ctx->dev);
     backward_layers(e, &R, G, o->checkpointing != 0);
+    if (engine_cancelled(e)) return af_fail(AF_ERR_CANCELLED, "engine LM step: cancelled in the backward");
     return be->sync(e->ctx);
 }

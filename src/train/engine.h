@@ -63,8 +63,15 @@ typedef struct af_engine af_engine;
  * AF_ERR_INVALID_ARG. */
 af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param_layout *lay, af_engine **out);
 void af_engine_free(af_engine *e);
+/* The context the engine's kernels run under (its interrupt flag stops the evaluation loops). */
+const af_ctx *af_engine_ctx(const af_engine *e);
 
 /* Forward only: logits [n_samples, num_classes] for the batch (labels ignored). */
+/* Cancel flag read before every layer of the forward and backward (NULL: none): once set, the
+ * step / forward in progress stops at the next layer and returns AF_ERR_CANCELLED (outputs and the
+ * gradient G are then partial: the caller discards them). */
+void af_engine_set_cancel(af_engine *e, const volatile int *cancel);
+
 af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, const af_step_opts *o, float *logits);
 
 /* Forward + loss + backward. ADDS gradients into G [n_total] (accumulation over micro-batches is

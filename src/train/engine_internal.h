@@ -53,6 +53,7 @@ struct af_engine {
                                             prefix cache: their tokens, sample starts, batch indices */
     prefix_cache pc;
     float *lm_scr;        /* causal LM: af_lm_head_loss scratch [af_lm_head_scratch_floats], made on first use */
+    const volatile int *cancel; /* af_engine_set_cancel: read before every layer (NULL: none) */
     int probe;            /* af_engine_locate_nonfinite: check every stage of the forward */
     char probe_at[160];   /* the first stage holding a non-finite value ("" = none yet) */
 };
@@ -62,6 +63,9 @@ static inline float *engine_xs_at(const af_engine *e, int64_t l, int64_t n) {
     (void)n;
     return e->xs[l - e->lo];
 }
+
+/* 1 when the engine's cancel flag is set (the layer loops stop; the step returns AF_ERR_CANCELLED). */
+static inline int engine_cancelled(const af_engine *e) { return e->cancel && *e->cancel; }
 
 /* engine.c */
 af_status engine_check_batch(const af_engine *e, const af_batch *b, int need_labels);

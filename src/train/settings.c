@@ -5,6 +5,7 @@
  * boolean as given, checked and converted only by af_train_settings_to_opts.
  */
 #include "train/optim.h"
+#include "train/settings_internal.h"
 
 #include "core/core.h"
 #include "core/fsutil.h"
@@ -135,6 +136,10 @@ af_status af_train_settings_set_bool(af_train_settings *s, const char *key, int 
     return put(s, key, cJSON_CreateBool(value != 0));
 }
 
+void af_train_settings_unset(af_train_settings *s, const char *key) {
+    if (s && key) cJSON_DeleteItemFromObjectCaseSensitive(s->obj, key);
+}
+
 const char *af_train_settings_get(const af_train_settings *s, const char *key) {
     if (!s || !key) return NULL;
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(s->obj, key);
@@ -156,8 +161,13 @@ af_status af_train_settings_merge(af_train_settings *dst, const af_train_setting
 }
 
 af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out) {
+    return af_train_settings_read_ext(path, what, out, NULL);
+}
+
+af_status af_train_settings_read_ext(const char *path, const char *what, af_train_settings **out, cJSON **ckpt_paths) {
     if (!path || !what || !out) return af_fail(AF_ERR_INVALID_ARG, "af_train_settings_read: NULL argument");
     *out = NULL;
+    if (ckpt_paths) *ckpt_paths = NULL;
     const char *why = NULL;
     char *txt = af_read_file_max(path, (size_t)16 << 20, NULL, &why); /* never blocks; 16 MiB at most */
     if (!txt) return af_fail(AF_ERR_IO, "%s: cannot read %s: %s", path, what, why ? why : strerror(errno));
@@ -185,6 +195,12 @@ af_status af_train_settings_read(const char *path, const char *what, af_train_se
         cJSON_Delete(j);
         return af_fail(AF_ERR_FORMAT, "%s: %s must be a JSON object {\"flag-name\": value, ...}", path, what);
     }
+    cJSON *cp = cJSON_DetachItemFromObjectCaseSensitive(j, AF_CKPT_PATHS_KEY); /* a checkpoint's own record */
+    if (cp && !cJSON_IsObject(cp)) {
+        cJSON_Delete(cp);
+        cJSON_Delete(j);
+        return af_fail(AF_ERR_FORMAT, "%s: key \"%s\": expected an object", path, AF_CKPT_PATHS_KEY);
+    }
     const cJSON *e;
     cJSON_ArrayForEach(e, j) {
         const af_setting_info *d = find_key(e->string);
@@ -193,20 +209,25 @@ af_status af_train_settings_read(const char *path, const char *what, af_train_se
                                    d ? " (give --resume on the command line)"
                                      : " (keys are the flag names without dashes, e.g. \"grad-accum\")");
             cJSON_Delete(j);
+            cJSON_Delete(cp);
             return st;
         }
         if (!(cJSON_IsString(e) || cJSON_IsNumber(e) || cJSON_IsBool(e))) {
             af_status st = af_fail(AF_ERR_FORMAT, "%s: key \"%s\": expected a string, number or boolean", path, e->string);
             cJSON_Delete(j);
+            cJSON_Delete(cp);
             return st;
         }
     }
     *out = calloc(1, sizeof **out);
     if (!*out) {
         cJSON_Delete(j);
+        cJSON_Delete(cp);
         return af_fail(AF_ERR_NOMEM, "out of memory");
     }
     (*out)->obj = j;
+    if (ckpt_paths) *ckpt_paths = cp;
+    else cJSON_Delete(cp);
     return AF_OK;
 }
 

@@ -45,22 +45,33 @@
  *                           afinar.json) + trainer_state.safetensors (params, AdamW m and v as F32;
  *                           counters as I64, EMA/best values as F64: everything a bit-exact resume
  *                           needs; metadata world_size and gradient_sum, informational) +
- *                           train_config.json (config_json). Written into a hidden temp
+ *                           train_config.json (config_json, with the paths of the model and
+ *                           data recorded absolute and relative to the checkpoint:
+ *                           "checkpoint_paths", ckpt_check.c) + manifest.json (size and SHA-256
+ *                           of the five, written last; formats/manifest.h). Written into a hidden temp
  *                           directory, every file fsync'ed, then renamed into place (an existing
  *                           directory of the same name is swapped atomically with renameat2
  *                           RENAME_EXCHANGE where available), so a checkpoint directory is always
  *                           complete. Only the newest save_total_limit are kept (an old one is renamed
  *                           to a hidden name before it is deleted). A killed run leaves at most
  *                           hidden temporaries (".NAME.tmp-*"), removed when it resumes in place.
- *   best/, final/           adapters (same layout, no trainer state): best validation macro-F1
- *                           (the last step when there is no validation data) and the last step.
+ *   best/, final/           adapters (same layout and manifest, no trainer state): best validation
+ *                           macro-F1 (the last step when there is no validation data) and the last
+ *                           step. No file holding a NaN/Inf parameter is ever written (refused).
  *   curves.png              loss / accuracy curves via gnuplot when it is installed.
  * Resume (`resume` = a checkpoint directory, or a run directory: its newest checkpoint) restores
  *   params, AdamW state, counters, EMAs, best metric and patience, checks that the run-shaping
  *   settings match (data size, batch, accumulation, seed, total steps, schedule, lr, layout size:
- *   a mismatch is AF_ERR_INVALID_ARG naming the field and both values), drops metrics.jsonl lines
+ *   a mismatch is AF_ERR_INVALID_ARG naming the field and both values), after checking the
+ *   checkpoint before anything is written (Checkpoint checks below), drops metrics.jsonl lines
  *   of later steps, and continues so that the result is bit-identical to an uninterrupted run
  *   (same thread count; tests/test_trainer.c checks it).
+ * Checkpoint checks (ckpt_check.c; docs/RELIABILITY.md 6): the manifest is verified (every file;
+ *   none: a checkpoint before manifests resumes with a warning on opts.log, one whose state says it
+ *   had one is refused), then the state's values (params and adam_m finite, adam_v finite and >= 0,
+ *   shapes of the run's layout, counters consistent, world_size a process count, the directory's
+ *   step), then the checkpoint's adapter against the layout and the state's params. A failure names
+ *   the file and field and the newest earlier checkpoint that verifies (af_tr_older_good).
  * The library prints only to opts.log (progress, data statistics, diagnostics, summary).
  *
  * Causal LM (opts.task = AF_TASK_CAUSAL_LM; docs/ARCHITECTURE.md §4b): the data set carries

@@ -6,6 +6,7 @@
 #include "core/fsutil.h"
 #include "train/dist.h"
 #include "lora/adapter_io.h"
+#include "formats/manifest.h"
 #include "formats/safetensors.h"
 
 #include <cJSON.h>
@@ -19,11 +20,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#define STATE_FILE "trainer_state.safetensors"
-#define CONFIG_FILE "train_config.json"
+extern char **environ;
+
+#define STATE_FILE AF_CKPT_STATE_FILE
+#define CONFIG_FILE AF_CKPT_CONFIG_FILE
 
 static int is_dir(const char *p) {
     struct stat sb;
@@ -34,8 +41,7 @@ static int is_file(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* "checkpoint-N" -> N, else -1. */
-static int64_t ckpt_step(const char *name) {
+int64_t af_tr_ckpt_step(const char *name) {
     if (strncmp(name, "checkpoint-", 11) != 0 || !name[11]) return -1;
     int64_t v = 0;
     for (const char *p = name + 11; *p; p++) {
@@ -47,10 +53,11 @@ static int64_t ckpt_step(const char *name) {
 
 static int is_artifact(const char *n) {
     return !strcmp(n, "metrics.jsonl") || !strcmp(n, "run.json") || !strcmp(n, "best") || !strcmp(n, "final") ||
-           !strcmp(n, "curves.png") || ckpt_step(n) >= 0;
+           !strcmp(n, "curves.png") || af_tr_ckpt_step(n) >= 0;
 }
 static int is_stale_tmp(const char *n) {
-    return n[0] == '.' && (strstr(n, ".tmp-") != NULL || strstr(n, ".old-") != NULL || !strcmp(n, ".curves.png.tmp"));
+    return n[0] == '.' && (strstr(n, ".tmp-") != NULL || strstr(n, ".old-") != NULL || !strcmp(n, ".curves.png.tmp") ||
+                             !strcmp(n, ".curves.gp.tmp"));
 }
 
 int af_tr_dir_has_run(const char *dir, char *what, size_t cap) {
@@ -136,7 +143,7 @@ af_status af_trainer_find_checkpoint(const char *arg, char **ckpt) {
     char name[300] = "";
     struct dirent *e;
     while ((e = readdir(d))) {
-        int64_t s = ckpt_step(e->d_name);
+        int64_t s = af_tr_ckpt_step(e->d_name);
         if (s <= best) continue;
         char *dn = af_path_join(arg, e->d_name), *sf = dn ? af_path_join(dn, STATE_FILE) : NULL;
         if (sf && is_file(sf)) {
@@ -200,6 +207,15 @@ static void unpack_state(af_run_state *rs, const int64_t *c, const double *v) {
 
 static af_status write_state(const af_trainer *t, const char *dir, const float *P, const float *M, const float *V,
                              const af_run_state *rs) {
+    for (int64_t i = 0; i < t->lay.n_total; i++) /* never a state that could not be resumed */
+        if (!isfinite(P[i]) || !isfinite(M[i]) || !isfinite(V[i]) || V[i] < 0) {
+            char nm[192];
+            af_tr_param_name(&t->lay, i, nm, sizeof nm);
+            return af_fail(AF_ERR_RANGE, "%s: not saved: %s of %s is %g (not finite%s)", dir,
+                           !isfinite(P[i]) ? "params" : !isfinite(M[i]) ? "adam_m" : "adam_v", nm,
+                           (double)(!isfinite(P[i]) ? P[i] : !isfinite(M[i]) ? M[i] : V[i]),
+                           isfinite(V[i]) && V[i] < 0 ? ", or a negative second moment" : "");
+        }
     int64_t c[N_I64];
     double v[N_F64];
     pack_state(rs, c, v);
@@ -218,7 +234,7 @@ static af_status write_state(const af_trainer *t, const char *dir, const float *
     }
     ts[3] = (af_st_write_tensor){"counters", AF_ST_I64, 1, {N_I64}, NULL, c};
     ts[4] = (af_st_write_tensor){"values", AF_ST_F64, 1, {N_F64}, NULL, v};
-    const char *keys[N_CHECK + 4], *vals[N_CHECK + 4];
+    const char *keys[N_CHECK + 5], *vals[N_CHECK + 5];
     char buf[N_CHECK][48];
     check_fields(t, keys, buf);
     for (int i = 0; i < N_CHECK; i++) vals[i] = buf[i];
@@ -230,10 +246,12 @@ static af_status write_state(const af_trainer *t, const char *dir, const float *
     snprintf(ws, sizeof ws, "%d", (int)af_dist_size());
     keys[N_CHECK + 2] = "world_size", vals[N_CHECK + 2] = ws;
     keys[N_CHECK + 3] = "gradient_sum", vals[N_CHECK + 3] = af_dist_on() ? "per-micro-batch, in micro-batch order" : "accumulated in place";
+    /* the checkpoint is written with a manifest (af_tr_save_dir): one that lost it is refused */
+    keys[N_CHECK + 4] = "manifest", vals[N_CHECK + 4] = AF_MANIFEST_FILE;
     char *path = af_path_join(dir, STATE_FILE);
     if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
     if (t->lm) ts[5] = (af_st_write_tensor){"lm_counters", AF_ST_I64, 1, {1}, NULL, lmc};
-    af_status st = af_st_write(path, ts, t->lm ? 6 : 5, keys, vals, N_CHECK + 4);
+    af_status st = af_st_write(path, ts, t->lm ? 6 : 5, keys, vals, N_CHECK + 5);
     free(path);
     return st;
 }
@@ -275,17 +293,22 @@ static void explain_params(const af_trainer *t, const char *ckpt, char *why, siz
 }
 
 af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, float *M, float *V, af_run_state *rs) {
+    int present = 0;
+    AF_TRY(af_tr_ckpt_verify(ckpt, &present)); /* every file against the manifest, before any is read */
+    if (!present && t->o.log)
+        fprintf(t->o.log, "warning: %s has no %s (written by an afinar before checkpoints carried checksums): its "
+                          "files cannot be verified; its values are checked\n", ckpt, AF_MANIFEST_FILE);
     char *path = af_path_join(ckpt, STATE_FILE);
     if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
     af_st_file *f = NULL;
     af_status st = af_st_open(path, &f);
     if (st != AF_OK) {
         free(path);
-        return st;
+        return af_tr_ckpt_fail(st, ckpt, "%s", af_last_error());
     }
     const char *fmt = af_st_meta_get(f, "format");
     if (!fmt || strcmp(fmt, "afinar-trainer-state") != 0) {
-        st = af_fail(AF_ERR_FORMAT, "%s: __metadata__.format: not an afinar trainer state", path);
+        st = af_tr_ckpt_fail(AF_ERR_FORMAT, ckpt, "%s: __metadata__.format: not an afinar trainer state", path);
         goto done;
     }
     const char *keys[N_CHECK];
@@ -306,18 +329,27 @@ af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, floa
             goto done;
         }
     }
-    const af_st_tensor *tp = af_st_find(f, "params"), *tm = af_st_find(f, "adam_m"), *tv = af_st_find(f, "adam_v"),
-                       *tc = af_st_find(f, "counters"), *tf = af_st_find(f, "values");
     const size_t n = (size_t)t->lay.n_total;
-    if (!tp || !tm || !tv || !tc || !tf || tc->dtype != AF_ST_I64 || tc->n_elem != N_I64 || tf->dtype != AF_ST_F64 ||
-        tf->n_elem != N_F64 || tp->dtype != AF_ST_F32 || tm->dtype != AF_ST_F32 || tv->dtype != AF_ST_F32) {
-        st = af_fail(AF_ERR_FORMAT, "%s: missing or malformed tensors (params, adam_m, adam_v F32 [%zu]; counters I64 "
-                                    "[%d]; values F64 [%d])", path, n, N_I64, N_F64);
+    static const char *const big[3] = {"params", "adam_m", "adam_v"};
+    const af_st_tensor *tb[3];
+    for (int i = 0; i < 3; i++) { /* the run's layout: one F32 vector of n_params values each */
+        tb[i] = af_st_find(f, big[i]);
+        if (!tb[i] || tb[i]->dtype != AF_ST_F32 || tb[i]->n_dims != 1 || tb[i]->n_elem != (uint64_t)n) {
+            st = af_tr_ckpt_fail(AF_ERR_FORMAT, ckpt, "%s: tensor %s: %s, expected F32 [%zu] (the run's trainable "
+                                 "parameters)", path, big[i], !tb[i] ? "missing" : tb[i]->dtype != AF_ST_F32 ? "not F32"
+                                 : "another shape", n);
+            goto done;
+        }
+    }
+    const af_st_tensor *tc = af_st_find(f, "counters"), *tf = af_st_find(f, "values");
+    if (!tc || !tf || tc->dtype != AF_ST_I64 || tc->n_elem != N_I64 || tf->dtype != AF_ST_F64 || tf->n_elem != N_F64) {
+        st = af_tr_ckpt_fail(AF_ERR_FORMAT, ckpt, "%s: missing or malformed tensors (counters I64 [%d]; values F64 "
+                             "[%d])", path, N_I64, N_F64);
         goto done;
     }
-    st = af_st_read_f32(f, tp, P, n);
-    if (st == AF_OK) st = af_st_read_f32(f, tm, M, n);
-    if (st == AF_OK) st = af_st_read_f32(f, tv, V, n);
+    st = af_st_read_f32(f, tb[0], P, n);
+    if (st == AF_OK) st = af_st_read_f32(f, tb[1], M, n);
+    if (st == AF_OK) st = af_st_read_f32(f, tb[2], V, n);
     if (st != AF_OK) goto done;
     int64_t c[N_I64];
     double v[N_F64];
@@ -327,15 +359,19 @@ af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, floa
     if (t->lm) {
         const af_st_tensor *tl = af_st_find(f, "lm_counters");
         if (!tl || tl->dtype != AF_ST_I64 || tl->n_elem != 1) {
-            st = af_fail(AF_ERR_FORMAT, "%s: missing or malformed tensor lm_counters (I64 [1]) of a causal-LM run", path);
+            st = af_tr_ckpt_fail(AF_ERR_FORMAT, ckpt, "%s: missing or malformed tensor lm_counters (I64 [1]) of a "
+                                 "causal-LM run", path);
             goto done;
         }
         memcpy(&rs->tokens_seen, tl->data, sizeof rs->tokens_seen);
     }
-    if (rs->step < 0 || rs->step > t->total) st = af_fail(AF_ERR_FORMAT, "%s: counters: step %lld out of range", path, (long long)rs->step);
+    /* values: finite, v >= 0, counters consistent, world size, the directory's step */
+    st = af_tr_check_state(t, ckpt, P, M, V, rs, af_st_meta_get(f, "world_size"));
 done:
     af_st_close(f);
     free(path);
+    /* the checkpoint's adapter: the run's shapes, and the same values as the state's params */
+    if (st == AF_OK) st = af_tr_check_ckpt_adapter(t, ckpt, P);
     return st;
 }
 
@@ -351,6 +387,9 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
     af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
     if (st == AF_OK) st = rm_tree(tmp);
     if (st == AF_OK) st = af_mkdir_p(tmp);
+    static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
+                                        STATE_FILE, CONFIG_FILE, AF_MANIFEST_FILE};
+    const int slot = st == AF_OK ? af_temp_dir_register(tmp, files, 6) : -1; /* a second Ctrl-C removes it */
     if (st == AF_OK && t->lm) { /* causal LM: PEFT CAUSAL_LM adapter (no head, no pooling) */
         cJSON_AddStringToObject(extra, "task", "causal-lm");
         cJSON_AddNumberToObject(extra, "step", (double)rs->step);
@@ -369,6 +408,7 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         ao.head_dim = mc->head_dim;
         ao.max_seq_len = o->max_seq_len;
         ao.extra = extra;
+        ao.caller_writes_manifest = M != NULL; /* a checkpoint: written below, over every file */
         st = af_adapter_save(tmp, &t->lay, P, &ao);
     } else if (st == AF_OK) {
         cJSON_AddBoolToObject(extra, "multi_label", t->multi_label);
@@ -399,14 +439,18 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         ao.labels = (const char *const *)t->label_names;
         ao.n_labels = t->label_names ? t->num_classes : 0;
         ao.extra = extra;
+        ao.caller_writes_manifest = M != NULL; /* a checkpoint: written below, over every file */
         st = af_adapter_save(tmp, &t->lay, P, &ao);
     }
     if (st == AF_OK && M) st = write_state(t, tmp, P, M, V, rs);
-    if (st == AF_OK && M && o->config_json) {
-        char *cp = af_path_join(tmp, CONFIG_FILE);
-        st = cp ? af_write_file_atomic(cp, o->config_json, strlen(o->config_json)) : af_fail(AF_ERR_NOMEM, "out of memory");
+    if (st == AF_OK && M && o->config_json) { /* paths recorded absolute and relative to the checkpoint */
+        char *cp = af_path_join(tmp, CONFIG_FILE), *cj = af_tr_ckpt_config_json(o->config_json, o->output_dir, name);
+        st = cp && cj ? af_write_file_atomic(cp, cj, strlen(cj)) : af_fail(AF_ERR_NOMEM, "out of memory");
         free(cp);
+        free(cj);
     }
+    if (st == AF_OK && M) /* last: the sizes and SHA-256 of every file of the checkpoint */
+        st = af_manifest_write(tmp, af_ckpt_files, o->config_json ? AF_CKPT_N_FILES : AF_CKPT_N_FILES - 1);
     if (st == AF_OK) {
         if (is_dir(fin)) {
             /* swap atomically, then delete the old one (now at tmp) */
@@ -443,6 +487,7 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         (void)rm_tree(tmp);
         af_fail(st, "%s", keep);
     }
+    af_temp_dir_unregister(slot);
     cJSON_Delete(extra);
     free(tmp);
     free(fin);
@@ -463,7 +508,7 @@ void af_tr_rotate(const af_trainer *t) {
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) && n < 4096) {
-        int64_t s = ckpt_step(e->d_name);
+        int64_t s = af_tr_ckpt_step(e->d_name);
         if (s >= 0) steps[n++] = s;
     }
     closedir(d);
@@ -529,22 +574,18 @@ static int have_gnuplot(void) {
     return 0;
 }
 
-void af_tr_plot(const char *out_dir, FILE *log) {
-    if (!have_gnuplot()) {
-        if (log) fprintf(log, "plot: gnuplot not found, no curves.png (apt-get install gnuplot-nox)\n");
-        return;
-    }
-    char *mp = af_path_join(out_dir, "metrics.jsonl"), *png = af_path_join(out_dir, "curves.png");
-    char *tmp = af_path_join(out_dir, ".curves.png.tmp");
-    char *b = mp ? af_read_file(mp, NULL) : NULL;
-    FILE *gp = (b && png && tmp) ? popen("gnuplot", "w") : NULL;
-    if (!gp) {
-        if (log) fprintf(log, "plot: cannot run gnuplot or read metrics.jsonl\n");
-        free(mp), free(png), free(tmp), free(b);
-        return;
-    }
+/* Seconds gnuplot may take (AFINAR_PLOT_TIMEOUT, default 60): a gnuplot that hangs is killed. */
+static double plot_timeout(void) {
+    const char *e = getenv("AFINAR_PLOT_TIMEOUT");
+    char *end;
+    double v = e ? strtod(e, &end) : 0;
+    return e && end != e && !*end && v > 0 && v < 1e6 ? v : 60.0;
+}
+
+/* The gnuplot script of metrics.jsonl `b` (data inline) into fp. */
+static void plot_script(FILE *gp, char *b, const char *tmp_png) {
     fprintf(gp, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1000,760 } "
-                "else { set terminal png size 1000,760 }\nset output '%s'\n", tmp);
+                "else { set terminal png size 1000,760 }\nset output '%s'\n", tmp_png);
     int n_eval = 0, lm = 0;
     for (int pass = 0; pass < 2; pass++) {
         fprintf(gp, "$%s << EOD\n", pass ? "E" : "T");
@@ -585,14 +626,81 @@ void af_tr_plot(const char *out_dir, FILE *log) {
     if (n_eval) fprintf(gp, ", $E using 1:3 with linespoints lw 2 lc rgb '#cc3333' title 'val %s'", acc);
     if (n_eval && !lm) fprintf(gp, ", $E using 1:4 with linespoints lw 2 lc rgb '#339933' title 'val macro-F1'");
     fprintf(gp, "\nunset multiplot\nset output\n");
-    int rc = pclose(gp);
+}
+
+/* The script goes to a hidden file and gnuplot runs on it as a child process (stdin /dev/null), so
+ * a gnuplot that exits early cannot kill the run with SIGPIPE (nothing is piped to it), and one that
+ * hangs is killed after plot_timeout() seconds: the run's result never depends on the plot. */
+void af_tr_plot(const char *out_dir, FILE *log) {
+    if (!have_gnuplot()) {
+        if (log) fprintf(log, "plot: gnuplot not found, no curves.png (apt-get install gnuplot-nox)\n");
+        return;
+    }
+    char *mp = af_path_join(out_dir, "metrics.jsonl"), *png = af_path_join(out_dir, "curves.png");
+    char *tmp = af_path_join(out_dir, ".curves.png.tmp"), *gpf = af_path_join(out_dir, ".curves.gp.tmp");
+    char *b = mp ? af_read_file(mp, NULL) : NULL;
+    const int s_png = tmp ? af_temp_file_register(tmp) : -1, s_gp = gpf ? af_temp_file_register(gpf) : -1;
+    FILE *gp = (b && png && tmp && gpf) ? fopen(gpf, "w") : NULL;
+    int ok = gp != NULL;
+    if (gp) {
+        plot_script(gp, b, tmp);
+        ok = !ferror(gp);
+        ok = fclose(gp) == 0 && ok;
+    }
+    const char *why = ok ? NULL : "cannot write its script or read metrics.jsonl";
+    int rc = -1;
+    pid_t pid = -1;
+    if (ok) {
+        char *argv[] = {(char *)"gnuplot", gpf, NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawnattr_t at; /* its own process group: a hung gnuplot is stopped with its children */
+        posix_spawnattr_init(&at);
+        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+        posix_spawnattr_setpgroup(&at, 0);
+        if (posix_spawnp(&pid, "gnuplot", &fa, &at, argv, environ) != 0) {
+            pid = -1;
+            why = "cannot start gnuplot";
+        }
+        posix_spawnattr_destroy(&at);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    if (pid > 0) {
+        const double t0 = af_time_sec(), lim = plot_timeout();
+        int status = 0;
+        for (;;) {
+            pid_t w = waitpid(pid, &status, WNOHANG);
+            if (w == pid) {
+                rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+                break;
+            }
+            if (w < 0 && errno != EINTR) break;
+            if (af_time_sec() - t0 > lim) {
+                kill(-pid, SIGKILL);
+                while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+                }
+                why = "gnuplot did not finish in time (AFINAR_PLOT_TIMEOUT) and was stopped";
+                break;
+            }
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (gpf) unlink(gpf);
     if (rc == 0 && rename(tmp, png) == 0) {
         if (log) fprintf(log, "plot: %s\n", png);
     } else {
-        unlink(tmp);
-        if (log) fprintf(log, "plot: gnuplot failed (exit status %d), no curves.png\n", rc);
+        if (tmp) unlink(tmp);
+        if (log) {
+            if (why) fprintf(log, "plot: %s, no curves.png\n", why);
+            else if (rc == 0) fprintf(log, "plot: gnuplot wrote no image, no curves.png\n");
+            else fprintf(log, "plot: gnuplot failed (exit status %d), no curves.png\n", rc);
+        }
     }
-    free(mp), free(png), free(tmp), free(b);
+    af_temp_dir_unregister(s_png);
+    af_temp_dir_unregister(s_gp);
+    free(mp), free(png), free(tmp), free(gpf), free(b);
 }
 
 af_status af_tr_write_run_json(const af_trainer *t) {

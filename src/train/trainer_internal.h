@@ -1,6 +1,7 @@
 /*
- * trainer_internal.h — state shared by trainer.c (setup, report), trainer_run.c (the loop) and
- * trainer_ckpt.c (checkpoints, output directory, metrics log, plot). Not part of any API. The loop
+ * trainer_internal.h — state shared by trainer.c (setup, report), trainer_run.c (the loop),
+ * trainer_step.c (one optimizer step: its micro-batches) and trainer_ckpt.c (checkpoints, output
+ * directory, metrics log, plot). Not part of any API. The loop
  * takes its optimizer steps with the public af_lora_trainer (train/api_internal.h).
  */
 #ifndef AF_TRAINER_INTERNAL_H
@@ -9,6 +10,8 @@
 #include "train/api_internal.h" /* the optimizer step (af_lora_trainer); af_tr_nonfinite_tensor */
 #include "train/dist.h"
 #include "train/trainer.h"
+
+#include <stdio.h>
 
 struct af_trainer {
     af_trainer_opts o;                 /* copy; strings borrowed from the caller */
@@ -66,12 +69,9 @@ typedef struct af_run_state {
 
 #define AF_EMA_BETA 0.98
 
-/* Statistics of one micro-batch, carried at the end of its gathered gradient row (doubles). */
-enum { ST_LOSS, ST_CORRECT, ST_NTOK, ST_NONFINITE, DIST_STATS };
-#define DIST_STAT_F (DIST_STATS * (int64_t)(sizeof(double) / sizeof(float)))
-
-/* The state of af_trainer_run (trainer_run.c), shared with the device fallback (trainer_device.c). */
-struct af_tr_loop {
+/* The training loop's state (trainer_run.c), shared with the step functions (trainer_step.c) and
+ * the device fallback (trainer_device.c). */
+typedef struct af_tr_loop {
     af_trainer *t;
     af_lora_trainer *lt;  /* the optimizer step: parameters, gradients, AdamW state, engine */
     const float *P;       /* lt's parameters [t->lay.n_total] on its device (for the engine) */
@@ -109,7 +109,11 @@ struct af_tr_loop {
     af_dist_counters wait; /* this step's error agreement = waiting for the slowest rank to finish its micro-batches */
     double compute_s;      /* this step's micro-batch compute seconds (this rank) */
     int64_t comm_bytes_all;/* this step's bytes received over all ranks (rows × row bytes × (world − 1)) */
-};
+} loop;
+
+/* Statistics of one micro-batch, carried at the end of its gathered gradient row (doubles). */
+enum { ST_LOSS, ST_CORRECT, ST_NTOK, ST_NONFINITE, DIST_STATS };
+#define DIST_STAT_F (DIST_STATS * (int64_t)(sizeof(double) / sizeof(float)))
 
 /* ---- trainer_run.c ---- */
 /* The public trainer that takes the steps (L->lt) on t->ctx, with t's layout, options and class
@@ -148,7 +152,50 @@ af_status af_tr_device_step(struct af_tr_loop *L, af_tr_step *S, af_status st);
  * checkpoint. Any other status is returned as is. */
 af_status af_tr_device_failed(struct af_tr_loop *L, af_status st, const char *during);
 
+/* ---- trainer_step.c ---- */
+/* One classification optimizer step (global step L->rs.step): its micro-batches through
+ * af_lora_trainer_accumulate_batch (dropout keyed by the micro-batch index within the epoch), then
+ * af_lora_trainer_step. *finite 0: skipped (non-finite loss or gradient; L->nf_where says where). */
+af_status af_tr_train_step(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr, int64_t *n_step_out);
+/* One causal-LM optimizer step: grad_scale 1 / (target tokens of the whole step) (transformers
+ * PR #34191); loss = Σ token losses / N, acc = mean token accuracy, *n_tok_out the step's tokens. */
+af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
+                              int64_t *n_step_out, int64_t *n_tok_out);
+
+/* ---- ckpt_check.c: a checkpoint is never trusted blindly ---- */
+#define AF_CKPT_STATE_FILE "trainer_state.safetensors"
+#define AF_CKPT_CONFIG_FILE "train_config.json"
+#define AF_CKPT_N_FILES 5
+/* The files of a checkpoint directory, as its manifest lists them: the adapter's three, the
+ * trainer state, the settings. */
+extern const char *const af_ckpt_files[AF_CKPT_N_FILES];
+/* The newest checkpoint-M next to `ckpt` (M below ckpt's step) whose files verify, into out
+ * ("" when none). af_last_error() is kept. */
+void af_tr_older_good(const char *ckpt, char *out, size_t cap);
+/* Record "<what>; cannot resume from CKPT: resume from <older good> instead ..., or start the run
+ * again (--overwrite)" and return st. */
+af_status af_tr_ckpt_fail(af_status st, const char *ckpt, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Verify ckpt/manifest.json (every file of af_ckpt_files that exists must be listed and match).
+ * No manifest: *present = 0 and AF_OK for a checkpoint written before manifests existed, an error
+ * when its trainer state says it was written with one. Errors carry af_tr_ckpt_fail's advice. */
+af_status af_tr_ckpt_verify(const char *ckpt, int *present);
+/* The values of a loaded trainer state: P, M finite, V finite and >= 0 ([t->lay.n_total] each),
+ * counters consistent with each other and the run (step <= total, adam_t <= step, ...), EMAs and
+ * elapsed finite, world_size (metadata, NULL when absent) a process count, the directory name
+ * checkpoint-N equal to the step. Errors (AF_ERR_FORMAT) name the file, the field and the element. */
+af_status af_tr_check_state(const af_trainer *t, const char *ckpt, const float *P, const float *M, const float *V,
+                            const af_run_state *rs, const char *world_size);
+/* The checkpoint's adapter loads onto the run's layout (af_adapter_load: shapes, finite) and
+ * equals the trainer state's params P bit for bit (LoRA A/B, head weight). */
+af_status af_tr_check_ckpt_adapter(const af_trainer *t, const char *ckpt, const float *P);
+/* config_json as a checkpoint stores it in train_config.json: the paths of model, train, val and a
+ * labels file recorded under "checkpoint_paths" (settings_internal.h) both absolute and relative
+ * to OUTPUT_DIR/NAME. Malloc'ed; NULL when out of memory. */
+char *af_tr_ckpt_config_json(const char *config_json, const char *output_dir, const char *name);
+
 /* ---- trainer_ckpt.c ---- */
+/* "checkpoint-N" -> N, else -1. */
+int64_t af_tr_ckpt_step(const char *name);
 /* Whether `dir` holds artifacts of a run (metrics.jsonl, run.json, checkpoint-*, best, final);
  * `what` receives a short list for messages. */
 int af_tr_dir_has_run(const char *dir, char *what, size_t cap);

@@ -32,6 +32,10 @@ af_status af_eval_probs(af_engine *e, const float *P, const af_param_layout *lay
     af_packed_batch pb;
     int r;
     while ((r = af_batcher_next(bt, &pb)) == 1) {
+        if (af_ctx_interrupted(af_engine_ctx(e))) { /* a signal: stop between batches, nothing half-done */
+            st = af_fail(AF_ERR_INTERRUPTED, "stopped after %d of %d samples", (int)done, (int)ds->n);
+            break;
+        }
         af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, NULL};
         st = af_engine_forward(e, P, &b, &so, logits);
         if (st != AF_OK) break;
@@ -83,6 +87,10 @@ af_status af_lm_eval(af_engine *e, const float *P, const af_dataset *ds, int32_t
     while (st == AF_OK && (r = af_batcher_next(bt, &pb)) != 0) {
         if (r < 0) {
             st = AF_ERR_NOMEM;
+            break;
+        }
+        if (af_ctx_interrupted(af_engine_ctx(e))) {
+            st = af_fail(AF_ERR_INTERRUPTED, "stopped after %lld target tokens", (long long)out->n_targets);
             break;
         }
         const af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, pb.targets};
@@ -263,7 +271,14 @@ af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t ba
         return af_fail(AF_ERR_INVALID_ARG, "%s: data have %d %s classes, the adapter %d %s",
                        ds->path ? ds->path : "data", ds->num_classes, ds->multi_label ? "multi-label" : "single-label",
                        c->num_classes, c->multi_label ? "multi-label" : "single-label");
-    return af_eval_probs(c->eng, c->P, &c->lay, ds, batch, c->pooling, c->multi_label, probs, NULL);
+    AF_TRY(af_eval_probs(c->eng, c->P, &c->lay, ds, batch, c->pooling, c->multi_label, probs, NULL));
+    /* never a prediction of NaN: the adapter is checked at load, the model's weights are not */
+    for (int64_t i = 0; i < (int64_t)ds->n * c->num_classes; i++)
+        if (!isfinite(probs[i]))
+            return af_fail(AF_ERR_RANGE, "%s: sample %lld: the classifier's probabilities are not finite (NaN or Inf): "
+                                         "the model's weights or activations overflow; no prediction is made",
+                           ds->path ? ds->path : "data", (long long)(i / c->num_classes) + 1);
+    return AF_OK;
 }
 
 const af_model *af_classifier_model(const af_classifier *c) { return c ? c->model : NULL; }

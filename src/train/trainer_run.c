@@ -1,7 +1,7 @@
 /* trainer_run.c — the training loop: steps, evaluation, best/early stopping, checkpoints, resume,
- * progress and the metrics log (see trainer.h). The optimizer step itself (accumulation, dropout
- * seeds, clipping, AdamW, the non-finite skip and its report) is the public trainer's
- * (af_lora_trainer, api.c), driven through train/api_internal.h. */
+ * progress and the metrics log (see trainer.h). One step's micro-batches are in trainer_step.c; the
+ * optimizer step itself (accumulation, dropout seeds, clipping, AdamW, the non-finite skip and its
+ * report) is the public trainer's (af_lora_trainer, api.c), driven through train/api_internal.h. */
 #include "train/trainer_internal.h"
 
 #include "core/fsutil.h"
@@ -15,9 +15,6 @@
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
-
-typedef struct af_tr_loop loop;
-
 
 static double now(void) { return af_time_sec(); }
 
@@ -71,227 +68,6 @@ static void log_line(loop *L, const char *s) {
     errno = 0;
     if ((fputs(s, L->mf) < 0 || fputc('\n', L->mf) == EOF || fflush(L->mf) != 0) && !L->mf_errno)
         L->mf_errno = errno ? errno : EIO;
-}
-
-/* Micro-batch j of the current epoch of a classification step of n_step samples: accumulated with
- * grad_scale m / n_step (dropout keyed by j); st[]: its loss · m (the loss itself when not finite),
- * correct predictions, non-finite flag. */
-static af_status micro_cls(loop *L, int64_t j, int64_t n_step, double st[DIST_STATS]) {
-    af_trainer *t = L->t;
-    const af_dataset *ds = t->train;
-    const int32_t B = t->o.batch, C = t->num_classes;
-    const int64_t i0 = j * B;
-    const int32_t m = (int32_t)(ds->n - i0 < B ? ds->n - i0 : B);
-    af_packed_batch pb;
-    AF_TRY(af_batcher_pack(L->bt, L->perm + i0, m, &pb));
-    af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot, pb.targets};
-    double l = 0;
-    AF_TRY(af_lora_trainer_accumulate_batch(L->lt, &b, (float)((double)m / (double)n_step), (uint64_t)j, &l,
-                                            L->logits));
-    memset(st, 0, sizeof(double) * DIST_STATS);
-    if (!isfinite(l)) {
-        st[ST_LOSS] = l;
-        st[ST_NONFINITE] = 1;
-        return AF_OK;
-    }
-    st[ST_LOSS] = l * m;
-    int64_t correct = 0;
-    for (int32_t i = 0; i < m; i++) {
-        const float *x = L->logits + (size_t)i * C;
-        if (pb.labels) {
-            int32_t am = 0;
-            for (int32_t c = 1; c < C; c++) am = x[c] > x[am] ? c : am;
-            correct += am == pb.labels[i];
-        } else {
-            int ok = 1;
-            for (int32_t c = 0; c < C; c++) ok &= (x[c] > 0) == (pb.multi_hot[(size_t)i * C + c] > 0.5f);
-            correct += ok;
-        }
-    }
-    st[ST_CORRECT] = (double)correct;
-    return AF_OK;
-}
-
-static af_status micro_lm(loop *L, int64_t j, float gs, double st[DIST_STATS]);
-
-/* The micro-batches [mb0, mb1) of this step — the one path of one process and of W data-parallel
- * ranks: the K = mb1 − mb0 micro-batches are split over the W ranks in contiguous blocks (rank r:
- * [mb0 + ⌊K·r/W⌋, mb0 + ⌊K·(r+1)/W⌋); one process: all of them); each micro-batch's gradient is
- * computed alone (from a zeroed gradient) into its row with its statistics; the ranks agree on
- * errors, gather every row to every rank, and each rank sums the rows in micro-batch order and hands
- * the sum to the optimizer (af_lora_trainer_apply_gradients). The sum's float additions happen in the
- * same order whatever W is, so one process (MPI or not) and W = 2, 4 ... give the same bits. The
- * statistics are folded in micro-batch order; a non-finite micro-batch skips the step (its loss is
- * the one reported). */
-static af_status step_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n_step, float gs, double *lsum,
-                                    int64_t *correct, int64_t *n_tok, int *finite) {
-    const int64_t K = mb1 - mb0, n = L->t->lay.n_total, g = L->rs.step + 1;
-    const int32_t W = L->world, r = L->rank;
-    for (int32_t k = 0; k < W; k++) L->counts[k] = (int32_t)(K * (k + 1) / W - K * k / W);
-    const int64_t a = mb0 + K * r / W, b = mb0 + K * (r + 1) / W;
-    const double t0 = now();
-    af_status st = AF_OK;
-    for (int64_t j = a; j < b && st == AF_OK; j++) {
-        float *row = L->rows + (size_t)(j - mb0) * (size_t)L->row;
-        double stt[DIST_STATS];
-        af_lora_trainer_zero_grad(L->lt);
-        st = L->t->lm ? micro_lm(L, j, gs, stt) : micro_cls(L, j, n_step, stt);
-        if (st == AF_OK) st = af_lora_trainer_collect_gradients(L->lt, row, NULL, NULL);
-        memcpy(row + n, stt, sizeof stt);
-    }
-    L->compute_s = now() - t0;
-    char msg[768] = "";
-    if (st != AF_OK) snprintf(msg, sizeof msg, "%s", af_last_error());
-    if (!L->dist) { /* one process: every row is here */
-        if (st != AF_OK) return st;
-    } else {
-        int32_t bad = -1;
-        AF_TRY(af_dist_agree(st != AF_OK, &bad, &L->wait));
-        if (st != AF_OK) return af_fail(st, "%s", msg);
-        if (bad >= 0)
-            return af_fail(AF_ERR_IO, "rank %d failed in step %lld (its message is on its own output); stopping every "
-                           "rank", (int)bad, (long long)g);
-        AF_TRY(af_dist_allgather_rows(L->rows + (size_t)(a - mb0) * (size_t)L->row, L->rows, L->counts,
-                                      sizeof(float) * (size_t)L->row, &L->comm));
-        L->comm_bytes_all = K * (int64_t)sizeof(float) * L->row * (W - 1);
-    }
-    memcpy(L->gsum, L->rows, sizeof(float) * (size_t)n);
-    for (int64_t k = 1; k < K; k++) {
-        const float *x = L->rows + (size_t)k * (size_t)L->row;
-        for (int64_t i = 0; i < n; i++) L->gsum[i] += x[i];
-    }
-    *finite = 1;
-    for (int64_t k = 0; k < K; k++) {
-        double stt[DIST_STATS];
-        memcpy(stt, L->rows + (size_t)k * (size_t)L->row + n, sizeof stt);
-        if (n_tok) *n_tok += (int64_t)stt[ST_NTOK];
-        if (stt[ST_NONFINITE] != 0) {
-            *finite = 0;
-            *lsum = stt[ST_LOSS];
-            break;
-        }
-        *lsum += stt[ST_LOSS];
-        *correct += (int64_t)stt[ST_CORRECT];
-    }
-    return af_lora_trainer_apply_gradients(L->lt, L->gsum, (int32_t)K, !*finite);
-}
-
-/* One optimizer step (global step rs.step): its micro-batches through af_lora_trainer_accumulate_batch
- * (dropout keyed by the micro-batch index within the epoch), then af_lora_trainer_step. */
-static af_status train_step(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
-                            int64_t *n_step_out) {
-    af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
-    const af_dataset *ds = t->train;
-    const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
-    const int32_t B = o->batch;
-    if (af_lora_trainer_step_count(L->lt) != g)
-        return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: step %lld, optimizer at step %lld", (long long)g,
-                       (long long)af_lora_trainer_step_count(L->lt));
-    if (L->perm_epoch != e) {
-        af_shuffle_perm(L->perm, ds->n, o->seed, (uint64_t)e);
-        L->perm_epoch = e;
-    }
-    const int64_t mb0 = k * o->grad_accum, mb1 = mb0 + o->grad_accum < t->n_micro ? mb0 + o->grad_accum : t->n_micro;
-    const int64_t i_end = mb1 * B < ds->n ? mb1 * B : ds->n, n_step = i_end - mb0 * B;
-    double lsum = 0;
-    int64_t correct = 0;
-    *finite = 1;
-    AF_TRY(step_micro_batches(L, mb0, mb1, n_step, 0.0f, &lsum, &correct, NULL, finite));
-    *loss = *finite ? lsum / (double)n_step : lsum;
-    *acc = (double)correct / (double)n_step;
-    *n_step_out = n_step;
-    *lr = af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total);
-    af_status st = af_lora_trainer_step(L->lt, (float)*lr, gn);
-    if (st != AF_OK && st != AF_ERR_RANGE) return st; /* AF_ERR_RANGE: skipped (non-finite loss or norm) */
-    *finite = st == AF_OK;
-    if (!*finite) snprintf(L->nf_where, sizeof L->nf_where, "%s", af_lora_trainer_nonfinite_where(L->lt));
-    AF_TRY(af_lora_trainer_get_optim_state(L->lt, NULL, NULL, &L->rs.adam_t, NULL));
-    return AF_OK;
-}
-
-/* Samples of micro-batch j of the current epoch: a packed bin, or `batch` samples of the shuffle. */
-static void lm_micro(const loop *L, int64_t j, const int32_t **idx, int32_t *m) {
-    const af_trainer *t = L->t;
-    if (t->packing) {
-        *idx = L->bin_idx + L->bin_off[j];
-        *m = L->bin_off[j + 1] - L->bin_off[j];
-    } else {
-        const int64_t i0 = j * t->o.batch, n = t->train->n;
-        *idx = L->perm + i0;
-        *m = (int32_t)(n - i0 < t->o.batch ? n - i0 : t->o.batch);
-    }
-}
-
-/* Causal-LM micro-batch j of the current epoch, accumulated with grad_scale gs (1 / the step's target
- * tokens); st[]: its loss sum, correct next-token predictions, tokens, non-finite flag. */
-static af_status micro_lm(loop *L, int64_t j, float gs, double st[DIST_STATS]) {
-    const int32_t *idx;
-    int32_t m;
-    lm_micro(L, j, &idx, &m);
-    af_packed_batch pb;
-    AF_TRY(af_batcher_pack(L->bt, idx, m, &pb));
-    const af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, pb.targets};
-    af_lm_loss r;
-    AF_TRY(af_lora_trainer_accumulate_lm_batch(L->lt, &b, gs, (uint64_t)j, &r));
-    memset(st, 0, sizeof(double) * DIST_STATS);
-    st[ST_LOSS] = r.loss_sum;
-    st[ST_CORRECT] = (double)r.n_correct;
-    st[ST_NTOK] = (double)pb.n_tok;
-    st[ST_NONFINITE] = !isfinite(r.loss_sum);
-    return AF_OK;
-}
-
-/* Causal-LM optimizer step (global step rs.step): the epoch's micro-batches (shuffle, then packing),
- * the target tokens N of ALL the step's micro-batches counted first, each micro-batch accumulated with
- * grad_scale 1/N (so G = gradient of Σ token losses / N: transformers PR #34191), then
- * af_lora_trainer_step. loss = Σ token losses / N, acc = mean token accuracy. */
-static af_status train_step_lm(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
-                               int64_t *n_step_out, int64_t *n_tok_out) {
-    af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
-    const af_dataset *ds = t->train;
-    const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
-    if (af_lora_trainer_step_count(L->lt) != g)
-        return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: step %lld, optimizer at step %lld", (long long)g,
-                       (long long)af_lora_trainer_step_count(L->lt));
-    if (L->perm_epoch != e) {
-        af_shuffle_perm(L->perm, ds->n, o->seed, (uint64_t)e);
-        if (t->packing) {
-            int32_t nb = 0;
-            uint64_t mix = o->seed ^ ((uint64_t)(e + 1) * 0xD1B54A32D192ED03ull);
-            AF_TRY(af_pack_bfd(ds, L->perm, ds->n, t->budget, af_splitmix64(&mix), L->bin_idx, L->bin_off, &nb));
-            if (nb != t->n_micro)
-                return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: epoch %lld packs into %d micro-batches, "
-                                                   "planned %lld", (long long)e, (int)nb, (long long)t->n_micro);
-        }
-        L->perm_epoch = e;
-    }
-    const int64_t mb0 = k * o->grad_accum, mb1 = mb0 + o->grad_accum < t->n_micro ? mb0 + o->grad_accum : t->n_micro;
-    int64_t N = 0, n_step = 0;
-    for (int64_t j = mb0; j < mb1; j++) {
-        const int32_t *idx;
-        int32_t m;
-        lm_micro(L, j, &idx, &m);
-        for (int32_t i = 0; i < m; i++) N += af_dataset_n_targets(ds, idx[i]);
-        n_step += m;
-    }
-    const float gs = N > 0 ? (float)(1.0 / (double)N) : 0.0f;
-    double lsum = 0;
-    int64_t correct = 0, n_tok = 0;
-    *finite = 1;
-    AF_TRY(step_micro_batches(L, mb0, mb1, n_step, gs, &lsum, &correct, &n_tok, finite));
-    *loss = !*finite ? lsum : N > 0 ? lsum / (double)N : 0.0;
-    *acc = N > 0 ? (double)correct / (double)N : 0.0;
-    *n_step_out = n_step;
-    *n_tok_out = n_tok;
-    *lr = af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total);
-    af_status st = af_lora_trainer_step(L->lt, (float)*lr, gn);
-    if (st != AF_OK && st != AF_ERR_RANGE) return st;
-    *finite = st == AF_OK;
-    if (!*finite) snprintf(L->nf_where, sizeof L->nf_where, "%s", af_lora_trainer_nonfinite_where(L->lt));
-    AF_TRY(af_lora_trainer_get_optim_state(L->lt, NULL, NULL, &L->rs.adam_t, NULL));
-    return AF_OK;
 }
 
 /* Causal-LM evaluation: eval_loss (nats per target token), eval_mean_token_accuracy, perplexity;
@@ -421,6 +197,7 @@ af_status af_tr_new_optimizer(const af_trainer *t, loop *L) {
     const af_lora_trainer_ext ext = {lay->layer_min, lay->layer_end, o->max_grad_norm, t->ctx};
     AF_TRY(af_lora_trainer_new_ext(t->model, &lo, &ext, &L->lt));
     if (t->class_w) AF_TRY(af_lora_trainer_set_class_weights(L->lt, t->class_w));
+    af_lora_trainer_set_control(L->lt, o->cancel); /* every layer of every step and evaluation */
     af_lora_trainer_view v;
     af_lora_trainer_get_view(L->lt, &v);
     if (v.lay->n_total != lay->n_total)
@@ -446,8 +223,8 @@ af_status af_tr_take_step(loop *L, af_tr_step *S) {
     S->finite = 0;
     S->loss = NAN, S->acc = 0, S->gn = NAN, S->lr = 0;
     S->n_step = S->n_tok = 0;
-    return L->t->lm ? train_step_lm(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step, &S->n_tok)
-                    : train_step(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step);
+    return L->t->lm ? af_tr_train_step_lm(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step, &S->n_tok)
+                    : af_tr_train_step(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step);
 }
 
 /* FNV-1a over `n` bytes, continuing from h. */
@@ -531,7 +308,6 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     af_status st = AF_OK;
     af_stop_reason stop = AF_STOP_DONE;
     if (o->resume) st = af_trainer_find_checkpoint(o->resume, &ckpt);
-    if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L.writer, &owned_out);
     const int64_t n = t->lay.n_total;
     const int32_t C = t->num_classes;
     if (st == AF_OK) st = af_tr_device_fit(t); /* the device's memory, before anything is allocated on it */
@@ -560,10 +336,11 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
     }
     if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
-        st = af_tr_load_state(t, ckpt, L.hP, L.hM, L.hV, &L.rs);
+        st = af_tr_load_state(t, ckpt, L.hP, L.hM, L.hV, &L.rs); /* verified and checked before anything is written */
         if (st == AF_OK) st = af_lora_trainer_upload_state(L.lt, L.hP, L.hM, L.hV);
         if (st == AF_OK) st = af_lora_trainer_set_optim_state(L.lt, NULL, NULL, &L.rs.adam_t, &L.rs.step);
     }
+    if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L.writer, &owned_out);
     if (st == AF_OK && ckpt && L.writer) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
     if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L.bt);
     if (st == AF_OK && L.writer) st = af_tr_write_run_json(t);
@@ -610,6 +387,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         }
         af_tr_step S;
         st = af_tr_device_step(&L, &S, af_tr_take_step(&L, &S)); /* a device failure: issue 14 */
+        if (st == AF_ERR_CANCELLED) stop = AF_STOP_INTERRUPTED;
         if (st != AF_OK) goto out;
         const int finite = S.finite;
         const double loss = S.loss, acc = S.acc, gn = S.gn, lr = S.lr;
@@ -683,12 +461,17 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         }
         const int last = rs->step == t->total;
         progress(&L, lr, gn, last);
+        if (o->progress) o->progress(o->progress_user, "train", rs->step, t->total);
         const int epoch_end = rs->step % t->spe == 0;
         int evaluated = 0;
         if (L.writer && t->val && (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
             int improved = 0;
+            const int64_t nval = af_dataset_size(t->val);
+            if (o->progress) o->progress(o->progress_user, "eval", 0, nval);
             st = t->lm ? evaluate_lm(&L, &improved) : evaluate(&L, &improved);
             if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(&L, st, "the evaluation")) == AF_OK) continue; /* on the CPU now */
+            if (st == AF_ERR_CANCELLED) stop = AF_STOP_INTERRUPTED;
+            if (st == AF_OK && o->progress) o->progress(o->progress_user, "eval", nval, nval);
             if (st != AF_OK) goto out;
             evaluated = 1;
             if (improved) {

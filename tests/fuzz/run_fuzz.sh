@@ -14,7 +14,7 @@ for t in "$@"; do
     adapter) ml=32768 ;;
     safetensors) ml=16384 ;;
     tok_json) ml=32768 ;;
-    jsonl|lm_jsonl) ml=8192 ;;
+    jsonl|lm_jsonl|serve_req) ml=8192 ;;
     *) ml=4096 ;;
   esac
   rm -rf "$B/corpus/$t"; mkdir -p "$B/corpus/$t"

@@ -1,0 +1,131 @@
+/* afinar serve — an OpenAI-compatible HTTP server (af_server_run): chat and text completions with
+ * streaming, per-request LoRA adapters decoded together (continuous batching), classification
+ * adapters, a prompt cache. SIGINT / SIGTERM: refuse new requests, finish those in flight, exit 0;
+ * a second signal ends at once (130 / 143). */
+#include "cli.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile int g_stop;
+static void on_signal(int sig) {
+    if (g_stop) _exit(128 + sig);
+    g_stop = sig;
+}
+
+static void help(void) {
+    printf("usage: afinar serve -m MODEL [--adapter NAME=DIR ...] [--host H] [--port P] [options]\n"
+           "\n"
+           "  -m, --model FILE        GGUF model (or Hugging Face directory)\n"
+           "  -a, --adapter NAME=DIR  serve a LoRA adapter (directory or LoRA GGUF) as model id NAME; an adapter\n"
+           "                          with a classification head also answers POST /v1/classify (repeatable)\n"
+           "      --host H            address to listen on (default 127.0.0.1; 0.0.0.0 = every interface)\n"
+           "      --port P            TCP port (default 8080; 0 = any free port, printed at start)\n"
+           "      --parallel N        sequences decoded together in one batch (default 4, max 64)\n"
+           "      --ctx N             positions per sequence, prompt + generated (default 2048)\n"
+           "      --queue N           requests waiting for a sequence; more get HTTP 429 (default 16)\n"
+           "      --max-body BYTES    request body limit; more get HTTP 413 (default 1048576)\n"
+           "      --timeout S         close a connection idle for S seconds (default 60)\n"
+           "      --chat-template T   chatml | gemma instead of the model's own template\n"
+           "  -t, --threads N         compute threads (default: all cores)\n"
+           "      --poll US           microseconds threads spin between operations (default 1000)\n"
+           "      --kernel PATH       auto | scalar | avx2 | avx512 (default auto)\n"
+           "Endpoints: POST /v1/chat/completions, /v1/completions (stream, temperature, top_p, top_k,\n"
+           "max_tokens, stop, seed, lora), /v1/classify; GET /v1/models, /health, /lora-adapters;\n"
+           "POST /lora-adapters (scales), /lora-adapters/load {\"name\",\"path\"}, /lora-adapters/unload {\"id\"}.\n"
+           "See README \"Serving\".\n");
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *C = "serve";
+    af_server_opts so;
+    af_server_opts_default(&so);
+    const char *kernel = NULL;
+    long threads = 0, poll = -1, port = so.port, par = so.max_seqs, ctxn = so.n_ctx, queue = so.queue, timeout = so.timeout_s;
+    long max_body = (long)so.max_body;
+    enum { O_HOST = 1000, O_PORT, O_PAR, O_CTX, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_POLL, O_KERNEL };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},      {"adapter", required_argument, 0, 'a'},
+        {"host", required_argument, 0, O_HOST},    {"port", required_argument, 0, O_PORT},
+        {"parallel", required_argument, 0, O_PAR}, {"ctx", required_argument, 0, O_CTX},
+        {"queue", required_argument, 0, O_QUEUE},  {"max-body", required_argument, 0, O_BODY},
+        {"timeout", required_argument, 0, O_TIMEOUT}, {"chat-template", required_argument, 0, O_TMPL},
+        {"threads", required_argument, 0, 't'},    {"poll", required_argument, 0, O_POLL},
+        {"kernel", required_argument, 0, O_KERNEL}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    char **names = calloc((size_t)argc + 1, sizeof *names), **paths = calloc((size_t)argc + 1, sizeof *paths);
+    if (!names || !paths) {
+        free(names), free(paths);
+        cli_error(C, "out of memory");
+        return 1;
+    }
+    int na = 0, rc = 2;
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:a:t:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': so.model_path = optarg; break;
+        case 'a': {
+            char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || !eq[1]) {
+                cli_error(C, "--adapter %s: expected NAME=DIR", optarg);
+                goto out;
+            }
+            *eq = 0;
+            names[na] = optarg;
+            paths[na++] = eq + 1;
+            break;
+        }
+        case O_HOST: so.host = optarg; break;
+        case O_PORT: if (!cli_parse_int(C, "--port", optarg, 0, 65535, &port)) goto out; break;
+        case O_PAR: if (!cli_parse_int(C, "--parallel", optarg, 1, 64, &par)) goto out; break;
+        case O_CTX: if (!cli_parse_int(C, "--ctx", optarg, 8, 1 << 20, &ctxn)) goto out; break;
+        case O_QUEUE: if (!cli_parse_int(C, "--queue", optarg, 0, 100000, &queue)) goto out; break;
+        case O_BODY: if (!cli_parse_int(C, "--max-body", optarg, 1024, 1L << 30, &max_body)) goto out; break;
+        case O_TIMEOUT: if (!cli_parse_int(C, "--timeout", optarg, 0, 86400, &timeout)) goto out; break;
+        case O_TMPL: so.chat_template = optarg; break;
+        case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) goto out; break;
+        case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) goto out; break;
+        case O_KERNEL: kernel = optarg; break;
+        case 'h': help(); rc = 0; goto out;
+        case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); goto out;
+        default: cli_error(C, "unknown option '%s' (see 'afinar serve --help')", argv[optind - 1]); goto out;
+        }
+    }
+    if (optind < argc) {
+        cli_error(C, "unexpected argument '%s'", argv[optind]);
+        goto out;
+    }
+    if (!so.model_path) {
+        cli_error(C, "missing -m FILE (the model)");
+        goto out;
+    }
+    af_ctx *ctx = NULL;
+    if (!cli_make_ctx(C, threads, poll, kernel, 0, 0, &ctx)) goto out;
+    so.port = (int32_t)port;
+    so.max_seqs = (int32_t)par;
+    so.n_ctx = (int32_t)ctxn;
+    so.queue = (int32_t)queue;
+    so.max_body = max_body;
+    so.timeout_s = (int32_t)timeout;
+    so.adapter_names = (const char *const *)names;
+    so.adapter_paths = (const char *const *)paths;
+    so.n_adapters = na;
+    so.ctx = ctx;
+    so.log = stderr;
+    so.stop = &g_stop;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN); /* a client that closes its socket is an EPIPE, not the end of the server */
+    af_status st = af_server_run(&so);
+    rc = st == AF_OK ? 0 : cli_fail(C, st);
+    af_ctx_free(ctx);
+out:
+    free(names);
+    free(paths);
+    return rc;
+}

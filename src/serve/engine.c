@@ -1,0 +1,656 @@
+/* engine.c — the state of `afinar serve` and its scheduler thread (serve.h).
+ *
+ * One scheduler thread runs every forward pass. Policy (README "Serving"): a request waits in a
+ * FIFO queue (at most opts.queue) until one of opts.max_seqs sequence slots is free; the slot whose
+ * cached tokens share the longest prefix with its prompt (same adapter) is taken, and the cache is
+ * kept as far as af_session_keep_prefix allows (bit-identical results). Each iteration of the loop
+ * evaluates at most one 256-token prompt chunk of one request (so a long prompt delays the others'
+ * next token by one chunk), then decodes one token of every request past its prompt in ONE batched
+ * pass (af_session_eval_batch: different adapters in one batch, each sequence's bits as alone).
+ * Classification requests run between iterations. A cancelled request (client gone) is dropped at
+ * the next iteration. Sampling: af_sample with the request's seed (or a clock-derived one). */
+#include "serve/serve.h"
+
+#include "core/core.h"
+#include "infer/session.h"
+#include "kernels/cpu/kernels.h"
+#include "lora/adapter_io.h"
+#include "serve/engine_internal.h"
+#include "tokenizer/tokenizer.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+FILE *srv_log(srv *s) { return s->o.log; }
+const af_server_opts *srv_opts(srv *s) { return &s->o; }
+
+/* ---------------------------------------------------------------- adapters */
+
+void srv_adapter_free(adapter *a) {
+    af_classifier_free(a->cls);
+    free(a->P);
+    af_param_layout_free(&a->lay);
+    memset(a, 0, sizeof *a);
+}
+
+/* Load adapter `path` as `name` into a free entry (caller holds the lock or is single-threaded). */
+af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id) {
+    if (!name[0] || strlen(name) >= sizeof s->ad[0].name || strlen(path) >= sizeof s->ad[0].path)
+        return af_fail(AF_ERR_INVALID_ARG, "adapter name '%s' or path too long or empty", name);
+    if (!strcmp(name, s->model_id)) return af_fail(AF_ERR_INVALID_ARG, "adapter name '%s' is the base model's id", name);
+    for (int i = 0; i < s->n_ad; i++)
+        if (s->ad[i].used && !s->ad[i].removed && !strcmp(s->ad[i].name, name))
+            return af_fail(AF_ERR_INVALID_ARG, "an adapter named '%s' is already loaded (id %d)", name, i);
+    if (s->n_ad >= MAX_ADAPTERS) return af_fail(AF_ERR_RANGE, "at most %d adapters per server run", MAX_ADAPTERS);
+    adapter a;
+    memset(&a, 0, sizeof a);
+    af_adapter_info info;
+    AF_TRY(af_adapter_read_info(path, &info));
+    af_status st = info.n_layers > s->m->cfg.num_hidden_layers
+                       ? af_fail(AF_ERR_INVALID_ARG, "%s: the adapter has %d layers, the model %d", path, info.n_layers,
+                                 s->m->cfg.num_hidden_layers)
+                       : af_adapter_load_for_model(path, &info, s->m, 0.0f, 0, AF_ADAPTER_IGNORE_HEAD, &a.lay, &a.P);
+    const int has_head = info.num_classes > 0;
+    af_adapter_info_free(&info);
+    if (st == AF_OK && has_head) st = af_classifier_load(s->m->ctx, NULL, s->m, path, &a.cls);
+    if (st != AF_OK) {
+        srv_adapter_free(&a);
+        return st;
+    }
+    a.used = 1;
+    a.gen = ++s->next_gen;
+    a.scale = 0.0f; /* not applied to requests that name no adapter until POST /lora-adapters says so */
+    snprintf(a.name, sizeof a.name, "%s", name);
+    snprintf(a.path, sizeof a.path, "%s", path);
+    *id = s->n_ad;
+    s->ad[s->n_ad++] = a;
+    return AF_OK;
+}
+
+static void adapter_unref(srv *s, int id) {
+    if (id < 0) return;
+    adapter *a = &s->ad[id];
+    if (--a->refs == 0 && a->removed) {
+        srv_adapter_free(a);
+        a->used = 1, a->removed = 1; /* the id stays taken */
+    }
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+static void job_free(srv_job *j) {
+    srv_req_free(&j->rq);
+    free(j->prompt);
+    free(j->text);
+    free(j->result);
+    free(j);
+}
+
+/* Caller holds the lock. */
+static void job_unref(srv *s, srv_job *j) {
+    (void)s;
+    if (--j->refs == 0) job_free(j);
+}
+
+void srv_job_release(srv *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    job_unref(s, j);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_job_cancel(srv *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    if (j->phase != 3) j->cancel = 1;
+    pthread_cond_broadcast(&s->work);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Caller holds the lock. The job leaves the scheduler: its slot and adapter are released. */
+static void job_end(srv *s, srv_job *j) {
+    if (j->phase == 3) return;
+    j->phase = 3;
+    if (j->slot >= 0) s->slots[j->slot].busy = 0;
+    adapter_unref(s, j->ad);
+    for (int i = 0; i < s->na; i++)
+        if (s->active[i] == j) {
+            s->active[i] = s->active[--s->na];
+            break;
+        }
+    if (s->o.log) {
+        if (j->err.status)
+            fprintf(s->o.log, "serve: request %llu: %d %s\n", (unsigned long long)j->id, j->err.status, j->err.message);
+        else if (j->rq.kind != SRV_CLASSIFY)
+            fprintf(s->o.log, "serve: request %llu: %s, %d prompt tokens (%d from the cache), %d generated, %s, %.3f s\n",
+                    (unsigned long long)j->id, j->cancel ? "cancelled" : "done", j->n_prompt,
+                    j->cancel ? 0 : j->n_done, j->n_gen, j->finish ? j->finish : "-", now_s() - j->t0);
+        fflush(s->o.log);
+    }
+    pthread_cond_broadcast(&s->done);
+    job_unref(s, j);
+}
+
+static int append(srv_job *j, const char *p, size_t n) {
+    if (j->len + n + 1 > j->cap) {
+        size_t c = j->cap ? 2 * j->cap : 256;
+        while (c < j->len + n + 1) c *= 2;
+        char *t = realloc(j->text, c);
+        if (!t) return 0;
+        j->text = t, j->cap = c;
+    }
+    memcpy(j->text + j->len, p, n);
+    j->len += n;
+    j->text[j->len] = 0;
+    return 1;
+}
+
+/* The token sampled for j: append its text, apply stop strings, EOG and max_tokens. Returns 1 when
+ * the job goes on (then `id` is the next token to evaluate). Caller holds the lock. */
+static int take_token(srv *s, srv_job *j, int32_t id) {
+    if (af_token_is_eog(s->tok, id)) {
+        j->finish = "stop";
+        return 0;
+    }
+    char piece[256];
+    int n = af_token_to_bytes(s->tok, id, 0, piece, sizeof piece);
+    j->n_gen++;
+    if (n > 0 && !append(j, piece, (size_t)(n < (int)sizeof piece ? n : (int)sizeof piece))) {
+        srv_err_set(&j->err, 500, "server_error", NULL, NULL, "out of memory");
+        return 0;
+    }
+    for (int k = 0; k < j->rq.n_stop; k++) {
+        const size_t sl = strlen(j->rq.stop[k]);
+        const size_t from = j->len > (size_t)n + sl ? j->len - (size_t)n - sl : 0; /* only new matches */
+        const char *hit = strstr(j->text + from, j->rq.stop[k]);
+        if (hit) {
+            j->len = (size_t)(hit - j->text);
+            j->text[j->len] = 0;
+            j->finish = "stop";
+            return 0;
+        }
+    }
+    if (j->n_gen >= j->max_tokens) {
+        j->finish = "length";
+        return 0;
+    }
+    j->pending = id;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- submit */
+
+static uint64_t clock_seed(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+}
+
+/* Which adapter and scale a request asks for: "model" names the base or an adapter; "lora" (ids
+ * and scales, llama.cpp) overrides; without either the global scales of POST /lora-adapters apply.
+ * At most one adapter may have a non-zero scale (one adapter per sequence). Lock held. */
+static int pick_adapter(srv *s, const srv_req *rq, int *id, float *scale, srv_err *err) {
+    *id = -1;
+    *scale = 0;
+    int by_model = -1;
+    if (rq->model && strcmp(rq->model, s->model_id)) {
+        for (int i = 0; i < s->n_ad; i++)
+            if (s->ad[i].used && !s->ad[i].removed && !strcmp(s->ad[i].name, rq->model)) by_model = i;
+        if (by_model < 0) {
+            srv_err_set(err, 404, "invalid_request_error", "model_not_found", "model",
+                        "The model '%.200s' does not exist (GET /v1/models lists the base model and the adapters)",
+                        rq->model);
+            return 0;
+        }
+    }
+    float sc[MAX_ADAPTERS];
+    for (int i = 0; i < s->n_ad; i++) sc[i] = s->ad[i].used && !s->ad[i].removed && !rq->model ? s->ad[i].scale : 0;
+    if (rq->model && by_model < 0)
+        for (int i = 0; i < s->n_ad; i++) sc[i] = 0; /* the base model named explicitly */
+    if (by_model >= 0) sc[by_model] = s->ad[by_model].scale != 0 ? s->ad[by_model].scale : 1.0f;
+    for (int k = 0; k < rq->n_lora; k++) {
+        const int i = rq->lora_id[k];
+        if (i < 0 || i >= s->n_ad || !s->ad[i].used || s->ad[i].removed) {
+            srv_err_set(err, 404, "invalid_request_error", "adapter_not_found", "lora",
+                        "lora[%d]: no adapter with id %d (GET /lora-adapters)", k, i);
+            return 0;
+        }
+        sc[i] = (float)rq->lora_scale[k];
+    }
+    for (int i = 0; i < s->n_ad; i++) {
+        if (sc[i] == 0) continue;
+        if (*id >= 0) {
+            srv_err_set(err, 400, "invalid_request_error", NULL, "lora",
+                        "adapters %d and %d both have a non-zero scale: afinar applies one adapter per request", *id, i);
+            return 0;
+        }
+        *id = i;
+        *scale = sc[i];
+    }
+    return 1;
+}
+
+static af_status tokenize_prompt(srv *s, const srv_req *rq, int32_t **ids, size_t *n) {
+    char *text = NULL;
+    af_status st = AF_OK;
+    if (rq->kind == SRV_CHAT) {
+        af_chat_family fam;
+        st = af_chat_family_of(s->tok, s->o.chat_template, &fam);
+        if (st == AF_OK) st = af_chat_prompt_text(s->tok, fam, rq->msgs, rq->n_msgs, &text);
+    }
+    const char *t = rq->kind == SRV_CHAT ? text : rq->prompt;
+    if (st == AF_OK) st = af_tokenize(s->tok, t, strlen(t), 1, 1, ids, n);
+    free(text);
+    return st;
+}
+
+int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
+    *out = NULL;
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        srv_req_free(rq);
+        srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return 0;
+    }
+    j->rq = *rq;
+    memset(rq, 0, sizeof *rq);
+    j->slot = -1;
+    j->ad = -1;
+    j->refs = 2;
+    j->created = (long)time(NULL);
+    j->t0 = now_s();
+    pthread_mutex_lock(&s->mu);
+    int ok = 1;
+    if (s->draining) {
+        srv_err_set(err, 503, "server_error", "unavailable", NULL, "the server is shutting down");
+        ok = 0;
+    }
+    if (ok && j->rq.kind == SRV_CLASSIFY) {
+        int id = -1;
+        for (int i = 0; i < s->n_ad; i++)
+            if (s->ad[i].used && !s->ad[i].removed && j->rq.model && !strcmp(s->ad[i].name, j->rq.model)) id = i;
+        if (!j->rq.model || id < 0) {
+            srv_err_set(err, 404, "invalid_request_error", "model_not_found", "model",
+                        "'model' must name a loaded classification adapter ('%.200s' is not one)",
+                        j->rq.model ? j->rq.model : "");
+            ok = 0;
+        } else if (!s->ad[id].cls) {
+            srv_err_set(err, 400, "invalid_request_error", NULL, "model",
+                        "the adapter '%s' has no classification head (score.weight)", s->ad[id].name);
+            ok = 0;
+        } else {
+            j->ad = id;
+        }
+    } else if (ok) {
+        ok = pick_adapter(s, &j->rq, &j->ad, &j->scale, err);
+    }
+    if (ok) {
+        if (j->ad >= 0) s->ad[j->ad].refs++;
+        pthread_mutex_unlock(&s->mu);
+        if (j->rq.kind != SRV_CLASSIFY) { /* tokenize outside the lock */
+            size_t n = 0;
+            af_status st = tokenize_prompt(s, &j->rq, &j->prompt, &n);
+            j->n_prompt = (int)n;
+            if (st != AF_OK) {
+                srv_err_set(err, st == AF_ERR_NOMEM ? 500 : 400, st == AF_ERR_NOMEM ? "server_error" : "invalid_request_error",
+                            NULL, j->rq.kind == SRV_CHAT ? "messages" : "prompt", "%s", af_last_error());
+                ok = 0;
+            } else if (n == 0) {
+                srv_err_set(err, 400, "invalid_request_error", NULL, "prompt", "the prompt is empty after tokenization");
+                ok = 0;
+            } else if ((int64_t)n >= s->o.n_ctx) {
+                srv_err_set(err, 400, "invalid_request_error", "context_length_exceeded", "messages",
+                            "the prompt has %zu tokens; the context per sequence is %d (--ctx)", n, s->o.n_ctx);
+                ok = 0;
+            } else if (j->rq.max_tokens > 0 && (int64_t)n + j->rq.max_tokens > s->o.n_ctx) {
+                srv_err_set(err, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
+                            "max_tokens %lld + %zu prompt tokens exceed the context per sequence of %d (--ctx)",
+                            (long long)j->rq.max_tokens, n, s->o.n_ctx);
+                ok = 0;
+            }
+            j->max_tokens = j->rq.max_tokens > 0 ? j->rq.max_tokens : s->o.n_ctx - (int64_t)n;
+            j->sp = (af_sampling){(float)j->rq.temperature, j->rq.top_k, (float)j->rq.top_p,
+                                  j->rq.has_seed ? j->rq.seed : clock_seed()};
+            j->rng = af_rng_seed(j->sp.seed);
+        }
+        pthread_mutex_lock(&s->mu);
+        if (ok && s->draining) {
+            srv_err_set(err, 503, "server_error", "unavailable", NULL, "the server is shutting down");
+            ok = 0;
+        }
+        if (ok && s->nq >= s->o.queue) {
+            srv_err_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
+                        "too many requests: %d waiting for %d sequence slots (--queue)", s->nq, s->n_slots);
+            ok = 0;
+        }
+        if (!ok) adapter_unref(s, j->ad);
+    }
+    if (!ok) {
+        pthread_mutex_unlock(&s->mu);
+        job_free(j);
+        return 0;
+    }
+    j->id = ++s->next_id;
+    s->queue[s->nq++] = j;
+    pthread_cond_broadcast(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    *out = j;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- scheduler */
+
+/* A free slot for j: the longest reusable cached prefix with the same adapter, else the least
+ * useful one. Lock held. */
+static int pick_slot(srv *s, const srv_job *j) {
+    const uint64_t gen = j->ad >= 0 ? s->ad[j->ad].gen : 0;
+    int best = -1, best_len = -1;
+    for (int i = 0; i < s->n_slots; i++) {
+        if (s->slots[i].busy) continue;
+        int n = 0, len = 0;
+        const int32_t *t = af_session_tokens(s->slots[i].s, &n);
+        if (s->slots[i].gen == gen && s->slots[i].scale == j->scale)
+            while (len < n && len < j->n_prompt && t[len] == j->prompt[len]) len++;
+        if (len > best_len) best = i, best_len = len;
+    }
+    return best;
+}
+
+static void classify(srv *s, srv_job *j) {
+    adapter *a = &s->ad[j->ad];
+    const int32_t n = j->rq.n_inputs, C = af_classifier_num_classes(a->cls);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    float *probs = malloc(sizeof(float) * (size_t)n * (size_t)C);
+    af_corpus *c = NULL;
+    af_dataset *ds = NULL;
+    af_status st = lens && probs ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; st == AF_OK && i < n; i++) lens[i] = strlen(j->rq.inputs[i]);
+    if (st == AF_OK) st = af_corpus_from_texts("input", (const char *const *)j->rq.inputs, lens, n, 0, C, &c);
+    if (st == AF_OK) st = af_dataset_build(s->m->ctx, c, s->tok, af_classifier_max_seq_len(a->cls), &ds);
+    if (st == AF_OK) st = af_classifier_probs(a->cls, ds, 16, probs);
+    if (st != AF_OK) {
+        srv_err_set(&j->err, st == AF_ERR_NOMEM ? 500 : 400, st == AF_ERR_NOMEM ? "server_error" : "invalid_request_error",
+                    NULL, "input", "%s", af_last_error());
+    } else {
+        const char *const *names = af_classifier_label_names(a->cls);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "object", "list");
+        cJSON_AddStringToObject(o, "model", a->name);
+        cJSON *d = cJSON_AddArrayToObject(o, "data");
+        int64_t ntok = 0;
+        for (int32_t i = 0; i < n; i++) {
+            char *line = NULL;
+            if (af_classifier_prediction_json(a->cls, probs + (size_t)i * C, 0.5, &line) != AF_OK) continue;
+            cJSON *e = cJSON_Parse(line);
+            free(line);
+            if (!e) continue;
+            cJSON_AddNumberToObject(e, "index", i);
+            cJSON *pm = cJSON_AddObjectToObject(e, "probabilities");
+            for (int32_t k = 0; k < C; k++) {
+                char idb[16];
+                snprintf(idb, sizeof idb, "%d", k);
+                char b[32];
+                snprintf(b, sizeof b, "%.6g", (double)probs[(size_t)i * C + k]);
+                cJSON_AddNumberToObject(pm, names ? names[k] : idb, strtod(b, NULL));
+            }
+            cJSON_AddItemToArray(d, e);
+        }
+        for (int32_t i = 0; i < n; i++) {
+            int32_t *ids = NULL;
+            size_t k = 0;
+            if (af_tokenize(s->tok, j->rq.inputs[i], lens[i], 1, 0, &ids, &k) == AF_OK) ntok += (int64_t)k;
+            free(ids);
+        }
+        cJSON *u = cJSON_AddObjectToObject(o, "usage");
+        cJSON_AddNumberToObject(u, "prompt_tokens", (double)ntok);
+        cJSON_AddNumberToObject(u, "total_tokens", (double)ntok);
+        j->result = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (!j->result) srv_err_set(&j->err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    af_dataset_free(ds);
+    af_corpus_free(c);
+    free(lens);
+    free(probs);
+}
+
+/* Start a job on a slot (lock held; no compute here). */
+static void job_start(srv *s, srv_job *j, int k) {
+    slot *sl = &s->slots[k];
+    sl->busy = 1;
+    j->slot = k;
+    j->phase = 1;
+    const uint64_t gen = j->ad >= 0 ? s->ad[j->ad].gen : 0;
+    if (sl->gen != gen || sl->scale != j->scale) {
+        af_session_reset(sl->s);
+        af_session_set_lora(sl->s, j->ad >= 0 ? s->ad[j->ad].P : NULL, j->ad >= 0 ? &s->ad[j->ad].lay : NULL,
+                            j->ad >= 0 ? s->ad[j->ad].lay.scale * j->scale : 0.0f);
+        sl->gen = gen;
+        sl->scale = j->scale;
+    }
+    af_session_set_control(sl->s, &j->cancel, NULL, NULL);
+    j->n_done = af_session_keep_prefix(sl->s, j->prompt, j->n_prompt);
+    s->active[s->na++] = j;
+}
+
+static void *scheduler(void *arg) {
+    srv *s = arg;
+    const int64_t V = s->m->cfg.vocab_size;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        /* admit queued jobs: classification at once (it needs no slot), generation into free slots */
+        while (s->nq > 0) {
+            srv_job *j = s->queue[0];
+            if (j->rq.kind != SRV_CLASSIFY && (j->cancel ? 0 : pick_slot(s, j) < 0)) break;
+            memmove(s->queue, s->queue + 1, sizeof(srv_job *) * (size_t)--s->nq);
+            if (j->cancel) {
+                j->slot = -1;
+                job_end(s, j);
+            } else if (j->rq.kind == SRV_CLASSIFY) {
+                pthread_mutex_unlock(&s->mu);
+                classify(s, j);
+                pthread_mutex_lock(&s->mu);
+                job_end(s, j);
+            } else {
+                job_start(s, j, pick_slot(s, j));
+            }
+        }
+        for (int i = 0; i < s->na;) { /* clients gone */
+            if (s->active[i]->cancel) job_end(s, s->active[i]);
+            else i++;
+        }
+        if (s->na == 0) {
+            if (s->quit && s->nq == 0) break;
+            pthread_cond_wait(&s->work, &s->mu);
+            continue;
+        }
+        /* one prompt chunk of the first job still in its prompt */
+        srv_job *pj = NULL;
+        for (int i = 0; i < s->na; i++)
+            if (s->active[i]->phase == 1) {
+                pj = s->active[i];
+                break;
+            }
+        srv_job *dj[64];
+        int nd = 0;
+        for (int i = 0; i < s->na; i++)
+            if (s->active[i]->phase == 2) dj[nd++] = s->active[i];
+        pthread_mutex_unlock(&s->mu);
+        af_status pst = AF_OK, dst = AF_OK;
+        int p_last = 0;
+        if (pj) {
+            af_session *ss = s->slots[pj->slot].s;
+            const int pos = af_session_n_past(ss);
+            int k = AF_EVAL_CHUNK - pos % AF_EVAL_CHUNK;
+            if (k > pj->n_prompt - pos) k = pj->n_prompt - pos;
+            p_last = pos + k == pj->n_prompt;
+            pst = af_session_eval(ss, pj->prompt + pos, k, p_last ? s->logits : NULL, NULL);
+        }
+        af_session *bs[64];
+        int32_t bt[64];
+        for (int i = 0; i < nd; i++) {
+            bs[i] = s->slots[dj[i]->slot].s;
+            bt[i] = dj[i]->pending;
+        }
+        float *dl = s->logits + (size_t)V; /* row 0 is the prompt's */
+        if (nd > 0) dst = af_session_eval_batch(bs, nd, bt, dl);
+        pthread_mutex_lock(&s->mu);
+        if (pj) {
+            if (pst == AF_ERR_CANCELLED || pj->cancel) {
+                job_end(s, pj);
+            } else if (pst != AF_OK) {
+                srv_err_set(&pj->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
+                job_end(s, pj);
+            } else if (p_last) {
+                pj->phase = 2;
+                if (!take_token(s, pj, af_sample(s->logits, (int32_t)V, &pj->sp, &pj->rng))) job_end(s, pj);
+            }
+        }
+        if (nd > 0 && dst != AF_OK) {
+            /* a client went away during the step (its flag stopped it): nothing advanced; the
+             * cancelled jobs are dropped at the top of the loop and the others decode again */
+            if (dst != AF_ERR_CANCELLED)
+                for (int i = 0; i < nd; i++) {
+                    srv_err_set(&dj[i]->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
+                    job_end(s, dj[i]);
+                }
+        } else {
+            for (int i = 0; i < nd; i++) {
+                srv_job *j = dj[i];
+                if (j->phase != 2) continue;
+                if (af_session_n_past(bs[i]) >= s->o.n_ctx) {
+                    j->finish = "length";
+                    job_end(s, j);
+                } else if (!take_token(s, j, af_sample(dl + (size_t)i * V, (int32_t)V, &j->sp, &j->rng))) {
+                    job_end(s, j);
+                }
+            }
+        }
+        pthread_cond_broadcast(&s->done);
+    }
+    pthread_mutex_unlock(&s->mu);
+    af_kernels_thread_release(); /* the kernels' thread-local buffers of this thread (not a pool worker) */
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+void af_server_opts_default(af_server_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_seqs = 4;
+    o->n_ctx = 2048;
+    o->queue = 16;
+    o->max_body = (int64_t)1 << 20;
+    o->timeout_s = 60;
+}
+
+af_status srv_new(const af_server_opts *o, srv **out) {
+    *out = NULL;
+    if (!o || !o->model_path) return af_fail(AF_ERR_INVALID_ARG, "serve: no model");
+    if (o->max_seqs < 1 || o->max_seqs > 64) return af_fail(AF_ERR_INVALID_ARG, "--parallel %d: expected 1..64", o->max_seqs);
+    if (o->queue < 0 || o->queue > 100000) return af_fail(AF_ERR_INVALID_ARG, "--queue %d: expected 0..100000", o->queue);
+    if (o->n_ctx < 8) return af_fail(AF_ERR_INVALID_ARG, "--ctx %d: expected >= 8", o->n_ctx);
+    srv *s = calloc(1, sizeof *s);
+    if (!s) return af_fail(AF_ERR_NOMEM, "out of memory");
+    s->o = *o;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    pthread_cond_init(&s->done, NULL);
+    af_status st = AF_OK;
+    const af_ctx *ctx = o->ctx;
+    if (!ctx) {
+        st = af_ctx_new(NULL, &s->own_ctx);
+        ctx = s->own_ctx;
+    }
+    if (st == AF_OK) st = af_model_load(ctx, o->model_path, &s->m);
+    if (st == AF_OK && !(s->tok = af_model_tokenizer(s->m)))
+        st = af_fail(AF_ERR_NOT_FOUND, "%s: the model has no usable tokenizer", o->model_path);
+    if (st == AF_OK && o->n_ctx > s->m->cfg.max_position_embeddings)
+        st = af_fail(AF_ERR_INVALID_ARG, "--ctx %d exceeds the model's %d positions", o->n_ctx, s->m->cfg.max_position_embeddings);
+    if (st == AF_OK && o->chat_template && strcmp(o->chat_template, "auto")) {
+        af_chat_family fam;
+        st = af_chat_family_of(s->tok, o->chat_template, &fam);
+    }
+    if (st == AF_OK) {
+        const char *b = strrchr(o->model_path, '/');
+        b = b && b[1] ? b + 1 : o->model_path;
+        snprintf(s->model_id, sizeof s->model_id, "%s", b);
+        char *dot = strstr(s->model_id, ".gguf");
+        if (dot && !dot[5]) *dot = 0;
+    }
+    for (int32_t i = 0; st == AF_OK && i < o->n_adapters; i++) {
+        int id;
+        st = srv_adapter_load(s, o->adapter_names[i], o->adapter_paths[i], &id);
+    }
+    s->n_slots = o->max_seqs;
+    if (st == AF_OK) {
+        s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+        s->queue = calloc((size_t)o->queue + 1, sizeof *s->queue);
+        s->active = calloc((size_t)s->n_slots, sizeof *s->active);
+        s->logits = malloc(sizeof(float) * (size_t)(s->n_slots + 1) * (size_t)s->m->cfg.vocab_size);
+        if (!s->slots || !s->queue || !s->active || !s->logits) st = af_fail(AF_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; st == AF_OK && i < s->n_slots; i++) st = af_session_new(s->m, o->n_ctx, &s->slots[i].s);
+    if (st == AF_OK) {
+        if (pthread_create(&s->th, NULL, scheduler, s) != 0) st = af_fail(AF_ERR_NOMEM, "cannot start the scheduler thread");
+        else s->th_started = 1;
+    }
+    if (st != AF_OK) {
+        srv_free(s);
+        return st;
+    }
+    *out = s;
+    return AF_OK;
+}
+
+int srv_busy(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    const int n = s->nq + s->na;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int srv_drain(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    const int n = s->nq + s->na;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void srv_free(srv *s) {
+    if (!s) return;
+    if (s->th_started) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = 1;
+        s->draining = 1;
+        pthread_cond_broadcast(&s->work);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+    }
+    for (int i = 0; s->slots && i < s->n_slots; i++) af_session_free(s->slots[i].s);
+    for (int i = 0; i < s->n_ad; i++) srv_adapter_free(&s->ad[i]);
+    free(s->slots);
+    free(s->queue);
+    free(s->active);
+    free(s->logits);
+    af_model_free(s->m);
+    af_ctx_free(s->own_ctx);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->done);
+    free(s);
+}
+

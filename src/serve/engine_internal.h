@@ -1,0 +1,88 @@
+/* engine_internal.h — the state of `afinar serve` shared by engine.c (scheduler, submission, setup)
+ * and respond.c (responses, streams, the model and adapter endpoints). Every field is guarded by
+ * srv.mu except those only the scheduler thread touches (marked). */
+#ifndef AF_SERVE_ENGINE_INTERNAL_H
+#define AF_SERVE_ENGINE_INTERNAL_H
+
+#include "infer/session.h"
+#include "serve/serve.h"
+
+#include <pthread.h>
+
+#define MAX_ADAPTERS 64 /* adapters loaded over a server run (ids are never reused) */
+
+typedef struct adapter {
+    int used;              /* 0: a free entry (ids are never reused while the server runs) */
+    int removed;           /* unloaded: no new requests; freed when refs reaches 0 */
+    int refs;              /* jobs using it */
+    uint64_t gen;          /* unique per load: keys the prompt cache of the slots */
+    char name[128], path[1024];
+    float scale;           /* global scale (POST /lora-adapters; 0 at load): applied to requests that name no
+                              model and give no "lora"; a request naming the adapter uses it, or 1 when 0 */
+    af_param_layout lay;
+    float *P;
+    af_classifier *cls;    /* with a classification head: for /v1/classify; else NULL */
+} adapter;
+
+struct srv_job {
+    srv_req rq;
+    int refs;
+    int32_t *prompt;
+    int n_prompt, n_done;      /* prompt tokens, and those in the slot's cache */
+    int64_t max_tokens;
+    int ad;                    /* adapter id or -1 */
+    float scale;
+    af_sampling sp;
+    uint64_t rng;
+    int slot;                  /* -1 while queued */
+    int phase;                 /* 0 queued, 1 prompt, 2 decoding, 3 ended */
+    int32_t pending;           /* decoding: the token to evaluate next */
+    int n_gen;                 /* tokens generated (EOG excluded) */
+    char *text;                /* generated text */
+    size_t len, cap, sent;     /* sent: bytes already handed to the stream */
+    const char *finish;        /* "stop" | "length" when ended normally */
+    srv_err err;               /* err.status != 0: failed */
+    volatile int cancel;
+    char *result;              /* classify: the JSON body */
+    int stream_started, stream_done;
+    long created;
+    uint64_t id;
+    double t0;
+};
+
+typedef struct slot {
+    af_session *s;
+    int busy;
+    uint64_t gen;              /* adapter generation of the cached positions (0: base) */
+    float scale;
+} slot;
+
+struct srv {
+    af_server_opts o;
+    af_ctx *own_ctx;
+    af_model *m;
+    const af_tokenizer *tok;
+    char model_id[256];
+    adapter ad[MAX_ADAPTERS];
+    int n_ad;
+    uint64_t next_gen;
+    slot *slots;
+    int n_slots;
+    float *logits;             /* [max_seqs, vocab] */
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pthread_t th;
+    int th_started, quit, draining;
+    srv_job **queue;           /* FIFO [o.queue] */
+    int nq;
+    srv_job **active;          /* [n_slots] */
+    int na;
+    uint64_t next_id;
+};
+
+/* engine.c: load adapter `path` as model id `name` into the next entry (lock held, or before the
+ * scheduler starts); free an entry's weights. */
+af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id);
+void srv_adapter_free(adapter *a);
+
+#endif

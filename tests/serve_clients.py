@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""serve_clients.py — `afinar serve` against real clients: the `openai` Python package and curl, on
+SmolLM2-135M (run by tests/check_serve_clients.sh, which checks the prerequisites).
+
+Starts `afinar serve` on a loopback port chosen free (--port 0, read from its "listening on" line),
+with two adapters trained here for 2 steps (a causal-LM one on data/bbc_headlines and a classifier
+on data/bbc, when those files exist), then checks:
+  models list; chat (greedy and seeded sampling) and text completions equal to `afinar generate`
+  with the same settings; streaming (deltas == the non-streamed text, usage chunk); per-request
+  adapters (model id, llama.cpp "lora" field) equal to `afinar generate -a`; /lora-adapters GET and
+  POST; adapter load/unload while serving; /v1/classify equal to `afinar predict`; errors through
+  the client's exceptions (404 unknown model, 400 max_tokens beyond the context, 400 bad JSON);
+  a streamed request whose client disconnects is cancelled (server log); SIGTERM with a request in
+  flight: the request completes, exit status 0.
+Prints one line per check and "RESULT check_serve_clients passed=P failed=F skipped=S".
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+P = F = S = 0
+
+
+def check(cond, what, detail=""):
+    global P, F
+    if cond:
+        P += 1
+        print(f"ok   {what}")
+    else:
+        F += 1
+        print(f"FAIL {what}" + (f"\n     {detail}" if detail else ""))
+    return cond
+
+
+def skip(what):
+    global S
+    S += 1
+    print(f"SKIP: {what}")
+
+
+def run(cmd, timeout=600):
+    r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+
+
+def gen_text(afinar, model, prompt, n, temp, top_p, seed, chat=False, adapter=None):
+    cmd = [afinar, "generate", "-m", model, "-p", prompt, "-n", str(n), "--temp", str(temp), "--top-k", "0",
+           "--top-p", str(top_p), "--seed", str(seed)]
+    if chat:
+        cmd.append("--chat")
+    if adapter:
+        cmd += ["-a", adapter]
+    rc, out, err = run(cmd)
+    check(rc == 0, f"afinar generate ran ({' '.join(cmd[3:])})", err)
+    return out[:-1] if out.endswith("\n") else out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--afinar", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data", default="data")
+    ap.add_argument("--threads", default="2")
+    a = ap.parse_args()
+    import openai
+
+    tmp = tempfile.mkdtemp(prefix="af_serve_clients_")
+    adapters = []
+    lm_dir = cls_dir = None
+    hl = os.path.join(tmp, "lm.jsonl")  # short prompt/completion pairs: a 2-step adapter that changes the text
+    with open(hl, "w") as f:
+        for i, (t, h) in enumerate([("Shares fell sharply on Monday.", "Markets slide"), ("The team won the cup.", "Cup glory"),
+                                    ("New phone sales doubled.", "Phone boom"), ("The minister resigned.", "Minister quits")] * 4):
+            f.write(json.dumps({"prompt": f"Write the headline of this BBC News article.\n\n{t}", "completion": " " + h}) + "\n")
+    bbc = os.path.join(a.data, "bbc", "train.jsonl")
+    common = ["--max-steps", "2", "--batch", "2", "--grad-accum", "1", "--max-seq-len", "48", "--no-plot",
+              "--overwrite", "-t", a.threads, "--lora-r", "4"]
+    if True:
+        rc, _, err = run([a.afinar, "train", "-m", a.model, "--task", "causal-lm", "--train", hl, "--lr", "2e-2",
+                          "-o", os.path.join(tmp, "lm")] + common)
+        if check(rc == 0, "trained a 2-step causal-LM adapter", err[-2000:]):
+            lm_dir = os.path.join(tmp, "lm", "final")
+            adapters += ["--adapter", f"headlines={lm_dir}"]
+    if os.path.exists(bbc):
+        rc, _, err = run([a.afinar, "train", "-m", a.model, "--train", bbc, "--labels",
+                          os.path.join(a.data, "bbc", "labels.txt"), "-o", os.path.join(tmp, "cls")] + common)
+        if check(rc == 0, "trained a 2-step classification adapter", err[-2000:]):
+            cls_dir = os.path.join(tmp, "cls", "final")
+            adapters += ["--adapter", f"news={cls_dir}"]
+    else:
+        skip(f"{bbc} absent: no classification adapter")
+
+    log_path = os.path.join(tmp, "server.log")
+    logf = open(log_path, "w")
+    srv = subprocess.Popen([a.afinar, "serve", "-m", a.model, "--port", "0", "-t", a.threads, "--parallel", "4",
+                            "--ctx", "512"] + adapters, stderr=logf, stdout=subprocess.DEVNULL)
+    port = None
+    for _ in range(600):
+        time.sleep(0.1)
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
+        if m:
+            port = int(m.group(1))
+            break
+        if srv.poll() is not None:
+            break
+    if not check(port is not None, "the server starts", open(log_path).read()[-2000:]):
+        srv.kill()
+        return
+    base = f"http://127.0.0.1:{port}"
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=300)
+    model_id = os.path.basename(a.model).removesuffix(".gguf")
+
+    ids = [m.id for m in client.models.list().data]
+    check(model_id in ids and (not lm_dir or "headlines" in ids) and (not cls_dir or "news" in ids),
+          f"models.list(): {ids}")
+
+    q = "What is the capital of France? Answer in one sentence."
+    for temp, top_p, seed in ((0, 1, 1), (0.8, 0.9, 42)):
+        want = gen_text(a.afinar, a.model, q, 32, temp, top_p, seed, chat=True)
+        r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": q}], max_tokens=32,
+                                           temperature=temp, top_p=top_p, seed=seed, extra_body={"top_k": 0})
+        got = r.choices[0].message.content
+        check(got == want, f"chat (temperature {temp}, seed {seed}) == afinar generate --chat", f"{got!r} vs {want!r}")
+        check(r.usage.prompt_tokens > 10 and r.usage.completion_tokens >= 1 and
+              r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, f"usage {r.usage}")
+        st = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": q}], max_tokens=32,
+                                            temperature=temp, top_p=top_p, seed=seed, stream=True,
+                                            stream_options={"include_usage": True}, extra_body={"top_k": 0})
+        parts, usage, n = [], None, 0
+        for ch in st:
+            n += 1
+            if ch.choices and ch.choices[0].delta.content:
+                parts.append(ch.choices[0].delta.content)
+            if ch.usage:
+                usage = ch.usage
+        check("".join(parts) == want and n >= 3 and usage and usage.completion_tokens == r.usage.completion_tokens,
+              f"chat stream (temperature {temp}): {n} chunks, deltas == the text, usage chunk", repr("".join(parts)))
+
+    p = "The three primary colours are"
+    want = gen_text(a.afinar, a.model, p, 24, 0, 1, 1)
+    r = client.completions.create(model=model_id, prompt=p, max_tokens=24, temperature=0, seed=1)
+    check(r.choices[0].text == want, "completions (greedy) == afinar generate", f"{r.choices[0].text!r} vs {want!r}")
+    r = client.completions.create(model=model_id, prompt=p, max_tokens=24, temperature=0, seed=1, stop=[","])
+    check("," not in r.choices[0].text and want.startswith(r.choices[0].text) and r.choices[0].finish_reason == "stop",
+          f"stop string: {r.choices[0].text!r} ({r.choices[0].finish_reason})")
+
+    if lm_dir:
+        hp = "Write the headline of this BBC News article.\n\nThe government announced new taxes on Monday."
+        want = gen_text(a.afinar, a.model, hp, 20, 0, 1, 1, adapter=lm_dir)
+        base_txt = gen_text(a.afinar, a.model, hp, 20, 0, 1, 1)
+        r = client.completions.create(model="headlines", prompt=hp, max_tokens=20, temperature=0)
+        check(r.choices[0].text == want, "adapter by model id == afinar generate -a", f"{r.choices[0].text!r} vs {want!r}")
+        r2 = client.completions.create(model=model_id, prompt=hp, max_tokens=20, temperature=0,
+                                       extra_body={"lora": [{"id": 0, "scale": 1.0}]})
+        check(r2.choices[0].text == want, "adapter by the per-request lora field == afinar generate -a")
+        r3 = client.completions.create(model=model_id, prompt=hp, max_tokens=20, temperature=0)
+        check(r3.choices[0].text == base_txt, "the base model id without lora == afinar generate without -a")
+        print(f"     (adapter changes the text: {want != base_txt})")
+        rc, out, _ = run(["curl", "-s", base + "/lora-adapters"])
+        la = json.loads(out)
+        check(rc == 0 and any(x["id"] == 0 and x["name"] == "headlines" for x in la), f"curl GET /lora-adapters: {out}")
+        rc, out, _ = run(["curl", "-s", base + "/lora-adapters/load", "-d",
+                          json.dumps({"name": "headlines2", "path": lm_dir})])
+        check(rc == 0 and '"id"' in out, f"curl POST /lora-adapters/load: {out}")
+        r4 = client.completions.create(model="headlines2", prompt=hp, max_tokens=20, temperature=0)
+        check(r4.choices[0].text == want, "an adapter loaded while serving == the same adapter loaded at start")
+        rc, out, _ = run(["curl", "-s", base + "/lora-adapters/unload", "-d", json.dumps({"name": "headlines2"})])
+        check(rc == 0 and "unloaded" in out, f"curl POST /lora-adapters/unload: {out}")
+        try:
+            client.completions.create(model="headlines2", prompt=hp, max_tokens=2)
+            check(False, "an unloaded adapter is refused")
+        except openai.NotFoundError:
+            check(True, "an unloaded adapter: openai.NotFoundError (404)")
+    if cls_dir:
+        texts = ["The striker scored twice in the cup final.", "Shares fell after the bank cut its profit forecast."]
+        rc, out, _ = run(["curl", "-s", base + "/v1/classify", "-H", "Content-Type: application/json", "-d",
+                          json.dumps({"model": "news", "input": texts})])
+        got = json.loads(out)["data"] if rc == 0 and out.startswith("{") else []
+        inp = os.path.join(tmp, "in.jsonl")
+        with open(inp, "w") as f:
+            for t in texts:
+                f.write(json.dumps({"input": t}) + "\n")
+        rc2, pred, _ = run([a.afinar, "predict", "-m", a.model, "-a", cls_dir, "--input", inp, "-t", a.threads])
+        pl = [json.loads(x) for x in pred.splitlines() if x.strip()]
+        check(len(got) == 2 and len(pl) == 2 and all(g["label"] == p_["label"] and g["probs"] == p_["probs"]
+                                                     for g, p_ in zip(got, pl)),
+              "curl /v1/classify == afinar predict (labels and probabilities)", f"{got} vs {pl}")
+
+    try:
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+        check(False, "unknown model refused")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404 and "no-such-model" in str(e), "unknown model: openai.NotFoundError (404)")
+    try:
+        client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "x"}], max_tokens=100000)
+        check(False, "max_tokens beyond the context refused")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and "context" in str(e), "max_tokens beyond the context: openai.BadRequestError (400)")
+    rc, out, _ = run(["curl", "-s", "-w", "\\n%{http_code}", base + "/v1/chat/completions", "-d", "{not json"])
+    check(out.endswith("\n400") and '"error"' in out, f"curl malformed JSON: 400 ({out!r})")
+    rc, out, _ = run(["curl", "-s", base + "/health"])
+    check(out.strip() == '{"status":"ok"}', f"curl GET /health: {out}")
+
+    # a streaming client that disconnects after two chunks: cancelled
+    before = open(log_path).read().count("cancelled")
+    st = client.completions.create(model=model_id, prompt="Once upon a time", max_tokens=300, temperature=0,
+                                   stream=True)
+    it = iter(st)
+    next(it)
+    next(it)
+    st.close()
+    seen = False
+    for _ in range(200):
+        time.sleep(0.1)
+        if open(log_path).read().count("cancelled") > before:
+            seen = True
+            break
+    check(seen, "a streaming client that disconnects: its request is cancelled (server log)",
+          open(log_path).read()[-600:])
+
+    # SIGTERM with a request in flight (a stream whose first chunk has arrived): it completes, exit 0
+    st = client.completions.create(model=model_id, prompt=p, max_tokens=16, temperature=0, stream=True)
+    it = iter(st)
+    first = next(it)
+    srv.send_signal(signal.SIGTERM)
+    rest = list(it)
+    text = "".join(c.choices[0].text for c in [first] + rest if c.choices)
+    fin = [c.choices[0].finish_reason for c in rest if c.choices and c.choices[0].finish_reason]
+    rc = srv.wait(timeout=300)
+    check(rc == 0, f"SIGTERM: exit status {rc}")
+    check(fin in (["length"], ["stop"]) and text, f"the stream in flight at SIGTERM completed: {text!r} {fin}")
+    logf.close()
+    log = open(log_path).read()
+    check("stopping" in log and "stopped" in log, "the log says it drained and stopped")
+    subprocess.run(["rm", "-rf", tmp])
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        traceback.print_exc()
+        F += 1
+    print(f"RESULT check_serve_clients passed={P} failed={F} skipped={S}")
+    sys.exit(1 if F else 0)

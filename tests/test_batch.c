@@ -1,0 +1,398 @@
+/*
+ * test_batch.c — continuous batching, the prompt cache and cancellation of inference sessions
+ * (issue 17), on tiny random models (tests/tinymodel.c: llama, gemma3, qwen2, qwen3) and on
+ * SmolLM2-135M when models/ has it:
+ *  (a) af_session_eval_batch: 6 sessions with different prompts and adapters (none, and three
+ *      random LoRA adapters of different ranks and targets), decoded greedily together, sessions
+ *      leaving the batch at different steps, give EXACTLY (memcmp) the logits, and so the tokens,
+ *      of each session decoded alone with af_session_eval;
+ *  (b) af_session_keep_prefix + eval of the rest == a fresh eval of the whole prompt, bitwise, for
+ *      split points around the 256-token chunk boundary and the 4-row decode regime;
+ *  (c) prompt-cache files: save, load into a new session, continue == fresh, bitwise; damaged files
+ *      (truncated, a flipped byte, wrong version, another adapter, a NaN value or a token id out of
+ *      range with the checksum made valid again) refused with AF_ERR_FORMAT, the session unchanged;
+ *  (d) the cancel flag: AF_ERR_CANCELLED before anything, and after the first chunk of a 600-token
+ *      prompt when set by the progress callback (n_past = 256); progress (phase, current, total).
+ */
+#include "testlib.h"
+#include "tinymodel.c"
+
+#include "infer/session.h"
+#include "lora/lora.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct adapter {
+    af_param_layout lay;
+    float *P;
+} adapter;
+
+static int make_adapter(const af_model *m, int r, const char *targets, uint64_t seed, adapter *a) {
+    uint32_t mask = 0;
+    if (af_lora_parse_targets(targets, &mask) != AF_OK) return 0;
+    af_lora_config c = {r, 2.0f * (float)r, 0.0f, 0, mask, seed};
+    if (af_param_layout_init(&a->lay, m, &c, 0) != AF_OK) return 0;
+    a->P = malloc(sizeof(float) * (size_t)a->lay.n_total);
+    uint64_t rng = seed;
+    for (int64_t i = 0; i < a->lay.n_total; i++) a->P[i] = tl_rand_uniform(&rng, -0.3f, 0.3f);
+    return 1;
+}
+
+static void free_adapter(adapter *a) {
+    free(a->P);
+    af_param_layout_free(&a->lay);
+}
+
+static int32_t argmax(const float *x, int64_t n) {
+    int32_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = (int32_t)i;
+    return b;
+}
+
+#define NS 6
+#define STEPS 12
+
+/* (a) batched decode == alone, bitwise. */
+static void test_batch_equals_alone(const af_model *m, const char *what, int n_steps) {
+    const int64_t V = m->cfg.vocab_size;
+    adapter ad[3];
+    memset(ad, 0, sizeof ad);
+    const char *tg[3] = {"qv", "all-linear", "k,o,down"};
+    const int rk[3] = {2, 4, 8};
+    for (int i = 0; i < 3; i++)
+        if (!CHECK(make_adapter(m, rk[i], tg[i], 100 + (uint64_t)i, &ad[i]), "%s: adapter %d", what, i)) return;
+    af_session *alone[NS], *bat[NS];
+    int plen[NS];
+    int32_t prompt[NS][48];
+    uint64_t rng = 7;
+    float *la = malloc(sizeof(float) * (size_t)V * NS), *lb = malloc(sizeof(float) * (size_t)V * NS);
+    int ok = 1;
+    for (int i = 0; i < NS; i++) {
+        plen[i] = 1 + (int)(tl_rand_u64(&rng) % 40); /* 1 .. 40 tokens: decode and GEMM prompt regimes */
+        for (int t = 0; t < plen[i]; t++) prompt[i][t] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)V);
+        ok = ok && af_session_new(m, 128, &alone[i]) == AF_OK && af_session_new(m, 128, &bat[i]) == AF_OK;
+        if (!ok) break;
+        const int k = i % 4; /* 0: base; 1..3: adapters (two sessions share adapter 1) */
+        if (k > 0) {
+            ok = af_session_set_lora(alone[i], ad[k - 1].P, &ad[k - 1].lay, ad[k - 1].lay.scale * 0.7f) == AF_OK &&
+                 af_session_set_lora(bat[i], ad[k - 1].P, &ad[k - 1].lay, ad[k - 1].lay.scale * 0.7f) == AF_OK;
+        }
+        ok = ok && af_session_eval(alone[i], prompt[i], plen[i], la + (size_t)i * V, NULL) == AF_OK &&
+             af_session_eval(bat[i], prompt[i], plen[i], lb + (size_t)i * V, NULL) == AF_OK;
+    }
+    if (!CHECK(ok, "%s: sessions: %s", what, af_last_error())) return;
+    int32_t tok[NS];
+    int same = 1, same_tok = 1, moved = 0;
+    for (int i = 0; i < NS; i++) tok[i] = argmax(la + (size_t)i * V, V);
+    for (int step = 0; step < n_steps && ok; step++) {
+        /* session i leaves after 4 + 2i steps (the batch shrinks: 6, 5, ... rows) */
+        af_session *act[NS];
+        int32_t at[NS];
+        int idx[NS], na = 0;
+        for (int i = 0; i < NS; i++)
+            if (step < 4 + 2 * i) {
+                act[na] = bat[i];
+                at[na] = tok[i];
+                idx[na++] = i;
+            }
+        if (na == 0) break;
+        ok = af_session_eval_batch(act, na, at, lb) == AF_OK;
+        if (!CHECK(ok, "%s: eval_batch: %s", what, af_last_error())) break;
+        for (int j = 0; j < na; j++) {
+            const int i = idx[j];
+            ok = af_session_eval(alone[i], &tok[i], 1, la, NULL) == AF_OK;
+            if (!ok) break;
+            if (memcmp(la, lb + (size_t)j * V, sizeof(float) * (size_t)V) != 0) {
+                same = 0;
+                printf("%s: step %d session %d: batched logits differ by %.3g\n", what, step, i,
+                       tl_max_abs_diff(la, lb + (size_t)j * V, (size_t)V, NULL));
+            }
+            const int32_t t1 = argmax(la, V), t2 = argmax(lb + (size_t)j * V, V);
+            same_tok &= t1 == t2;
+            moved += t1 != tok[i];
+            tok[i] = t1;
+            CHECK(af_session_n_past(bat[i]) == af_session_n_past(alone[i]), "%s: n_past", what);
+        }
+    }
+    CHECK(ok, "%s: decode: %s", what, af_last_error());
+    CHECK(same, "%s: batched decode gives each session bit-identical logits to decoding it alone", what);
+    CHECK(same_tok, "%s: batched decode gives the same greedy tokens", what);
+    /* tiny random models repeat one token greedily; the bitwise logits check above is what counts */
+    if (!strncmp(what, "SmolLM2", 7)) CHECK(moved > 0, "%s: the test decodes more than one repeated token", what);
+    printf("%s: %d sessions (3 adapters of rank 2/4/8 + base), %d steps: batched == alone bitwise: %s\n", what, NS,
+           n_steps, same ? "yes" : "NO");
+    for (int i = 0; i < NS; i++) {
+        af_session_free(alone[i]);
+        af_session_free(bat[i]);
+    }
+    for (int i = 0; i < 3; i++) free_adapter(&ad[i]);
+    free(la);
+    free(lb);
+}
+
+/* (b) keep_prefix + the rest == fresh, bitwise. */
+static void test_keep_prefix(const af_model *m, const char *what, int few) {
+    const int64_t V = m->cfg.vocab_size;
+    enum { N = 300 };
+    int32_t a[N], b[N];
+    uint64_t rng = 11;
+    for (int i = 0; i < N; i++) a[i] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)V);
+    af_session *s = NULL, *f = NULL;
+    if (!CHECK(af_session_new(m, 512, &s) == AF_OK && af_session_new(m, 512, &f) == AF_OK, "sessions")) return;
+    float *l1 = malloc(sizeof(float) * (size_t)V), *l2 = malloc(sizeof(float) * (size_t)V);
+    /* common prefix c of prompts a and b (b differs from position c on), b of length nb */
+    const int cases[][2] = {{0, 20}, {10, 20}, {17, 20}, {19, 20}, {20, 20}, {3, 5}, {4, 4}, {200, 258},
+                            {255, 258}, {256, 258}, {257, 258}, {100, 300}, {254, 300}, {299, 300}, {260, 263}};
+    /* few (a real model): the cases at the regime boundaries only */
+    static const int few_idx[] = {2, 6, 8, 10, 14};
+    const size_t n_cases = few ? sizeof few_idx / sizeof few_idx[0] : sizeof cases / sizeof cases[0];
+    int all_same = 1, kept_any = 0;
+    for (size_t kk = 0; kk < n_cases; kk++) {
+        const size_t k = few ? (size_t)few_idx[kk] : kk;
+        const int c = cases[k][0], nb = cases[k][1];
+        memcpy(b, a, sizeof b);
+        for (int i = c; i < nb; i++) b[i] = (a[i] + 1 + i) % (int32_t)V;
+        af_session_reset(s);
+        CHECK(af_session_eval(s, a, N, NULL, NULL) == AF_OK, "eval a");
+        const int kept = af_session_keep_prefix(s, b, nb);
+        CHECK(kept <= c && kept < nb, "%s: kept %d of a common prefix %d (prompt %d)", what, kept, c, nb);
+        kept_any += kept > 0;
+        CHECK(af_session_eval(s, b + kept, nb - kept, l1, NULL) == AF_OK, "eval rest");
+        af_session_reset(f);
+        CHECK(af_session_eval(f, b, nb, l2, NULL) == AF_OK, "eval fresh");
+        const int same = !memcmp(l1, l2, sizeof(float) * (size_t)V);
+        if (!same) printf("%s: prefix %d of %d (kept %d): differs by %.3g\n", what, c, nb, kept, tl_max_abs_diff(l1, l2, (size_t)V, NULL));
+        all_same &= same;
+    }
+    CHECK(all_same, "%s: kept prefix + rest == fresh evaluation, bitwise (%zu split points)", what, n_cases);
+    CHECK(kept_any >= (int)n_cases * 2 / 3, "%s: the prefix was reused in most cases (%d of %zu)", what, kept_any, n_cases);
+    af_session_free(s);
+    af_session_free(f);
+    free(l1);
+    free(l2);
+}
+
+static void patch_checksum(unsigned char *b, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n - 8; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    memcpy(b + n - 8, &h, 8);
+}
+
+static void write_bytes(const char *p, const unsigned char *b, size_t n) {
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        fwrite(b, 1, n, f);
+        fclose(f);
+    }
+}
+
+/* (c) prompt-cache files. */
+static void test_file(const af_model *m, const char *what) {
+    const int64_t V = m->cfg.vocab_size;
+    enum { N = 40 };
+    int32_t a[N];
+    uint64_t rng = 5;
+    for (int i = 0; i < N; i++) a[i] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)V);
+    adapter ad;
+    if (!CHECK(make_adapter(m, 4, "qv", 9, &ad), "adapter")) return;
+    char dir[] = "/tmp/af_test_batch_XXXXXX";
+    if (!CHECK(mkdtemp(dir) != NULL, "mkdtemp")) return;
+    char path[256], bad[256];
+    snprintf(path, sizeof path, "%s/p.kv", dir);
+    snprintf(bad, sizeof bad, "%s/bad.kv", dir);
+    af_session *s = NULL, *t = NULL, *u = NULL;
+    float *l1 = malloc(sizeof(float) * (size_t)V), *l2 = malloc(sizeof(float) * (size_t)V);
+    if (!CHECK(af_session_new(m, 64, &s) == AF_OK && af_session_new(m, 64, &t) == AF_OK && af_session_new(m, 64, &u) == AF_OK,
+               "sessions"))
+        return;
+    af_session_set_lora(s, ad.P, &ad.lay, ad.lay.scale);
+    af_session_set_lora(t, ad.P, &ad.lay, ad.lay.scale);
+    CHECK(af_session_eval(s, a, 30, NULL, NULL) == AF_OK, "eval");
+    CHECK(af_session_save_file(s, path) == AF_OK, "save: %s", af_last_error());
+    CHECK(af_session_load_file(t, path) == AF_OK, "%s: load: %s", what, af_last_error());
+    CHECK(af_session_n_past(t) == 30, "loaded 30 positions");
+    const int kept = af_session_keep_prefix(t, a, N);
+    CHECK(kept == 30, "%s: the whole cached prefix is kept (%d)", what, kept);
+    CHECK(af_session_eval(t, a + kept, N - kept, l1, NULL) == AF_OK, "eval rest");
+    af_session_reset(s);
+    CHECK(af_session_eval(s, a, N, l2, NULL) == AF_OK, "eval fresh");
+    CHECK(!memcmp(l1, l2, sizeof(float) * (size_t)V), "%s: loaded cache + rest == fresh, bitwise", what);
+    /* another adapter (u has none): refused by the layout hash */
+    CHECK(af_session_load_file(u, path) == AF_ERR_FORMAT && strstr(af_last_error(), "layout_hash"),
+          "%s: a cache made with another adapter is refused: %s", what, af_last_error());
+    size_t n = 0;
+    unsigned char *orig = (unsigned char *)tl_read_file(path, &n);
+    unsigned char *b = malloc(n);
+    struct {
+        const char *name;
+        int kind;
+    } bads[] = {{"truncated", 0}, {"flipped byte", 1}, {"version", 2}, {"NaN value", 3}, {"token id", 4}, {"size", 5}};
+    for (size_t k = 0; orig && k < sizeof bads / sizeof bads[0]; k++) {
+        memcpy(b, orig, n);
+        size_t len = n;
+        switch (bads[k].kind) {
+        case 0: len = n - 13; break;
+        case 1: b[n / 2] ^= 0x10; break;
+        case 2: b[4] = 7; break;
+        case 3: { float nan = NAN; memcpy(b + n - 8 - 4 * 5, &nan, 4); patch_checksum(b, n); } break;
+        case 4: { int32_t big = (int32_t)V; memcpy(b + 32 + 4 * 3, &big, 4); patch_checksum(b, n); } break;
+        case 5: { uint32_t nt = 29; memcpy(b + 24, &nt, 4); patch_checksum(b, n); } break;
+        }
+        write_bytes(bad, b, len);
+        af_session_reset(t);
+        CHECK(af_session_eval(t, a, 3, NULL, NULL) == AF_OK, "eval 3");
+        const af_status st = af_session_load_file(t, bad);
+        CHECK(st == AF_ERR_FORMAT && af_session_n_past(t) == 3, "%s: %s refused (%s: %s), session unchanged", what,
+              bads[k].name, af_status_name(st), af_last_error());
+        if (tl_sanitized() || getenv("TL_VERBOSE")) printf("  %s: %s\n", bads[k].name, af_last_error());
+    }
+    CHECK(af_session_load_file(t, "/nonexistent/x.kv") == AF_ERR_IO, "missing file: AF_ERR_IO");
+    free(orig);
+    free(b);
+    unlink(path);
+    unlink(bad);
+    rmdir(dir);
+    af_session_free(s);
+    af_session_free(t);
+    af_session_free(u);
+    free_adapter(&ad);
+    free(l1);
+    free(l2);
+}
+
+typedef struct prog {
+    int calls;
+    int64_t last_cur, last_total;
+    int cancel_after; /* set the flag after this many calls (0: never) */
+    volatile int *flag;
+    char phase[16];
+} prog;
+
+static void on_progress(void *user, const char *phase, int64_t cur, int64_t total) {
+    prog *p = user;
+    p->calls++;
+    p->last_cur = cur;
+    p->last_total = total;
+    snprintf(p->phase, sizeof p->phase, "%s", phase);
+    if (p->cancel_after && p->calls == p->cancel_after) *p->flag = 1;
+}
+
+/* (d) cancel and progress. */
+static void test_cancel(const af_model *m) {
+    const int64_t V = m->cfg.vocab_size;
+    enum { N = 600 };
+    int32_t *a = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++) a[i] = (int32_t)(i * 7 % V);
+    af_session *s = NULL;
+    if (!CHECK(af_session_new(m, 700, &s) == AF_OK, "session")) return;
+    volatile int flag = 0;
+    prog p = {0, 0, 0, 0, &flag, ""};
+    af_session_set_control(s, &flag, on_progress, &p);
+    CHECK(af_session_eval(s, a, N, NULL, NULL) == AF_OK, "eval 600");
+    CHECK(p.calls == 3 && p.last_cur == N && p.last_total == N && !strcmp(p.phase, "prompt"),
+          "progress: %d calls, last (%s, %lld, %lld)", p.calls, p.phase, (long long)p.last_cur, (long long)p.last_total);
+    af_session_reset(s);
+    flag = 1;
+    CHECK(af_session_eval(s, a, 10, NULL, NULL) == AF_ERR_CANCELLED && af_session_n_past(s) == 0,
+          "cancel before: AF_ERR_CANCELLED, nothing cached");
+    flag = 0;
+    p = (prog){0, 0, 0, 1, &flag, ""};
+    CHECK(af_session_eval(s, a, N, NULL, NULL) == AF_ERR_CANCELLED, "cancel during the prompt");
+    CHECK(af_session_n_past(s) == 256, "the first chunk stays cached (%d)", af_session_n_past(s));
+    flag = 0;
+    float *l = malloc(sizeof(float) * (size_t)V);
+    CHECK(af_session_eval(s, a + 256, N - 256, l, NULL) == AF_OK, "continue after a cancel");
+    af_session *t = NULL;
+    float *l2 = malloc(sizeof(float) * (size_t)V);
+    if (af_session_new(m, 700, &t) == AF_OK && af_session_eval(t, a, N, l2, NULL) == AF_OK)
+        CHECK(!memcmp(l, l2, sizeof(float) * (size_t)V), "continuing after a cancel == uninterrupted, bitwise");
+    /* a cancelled session stops a batch step */
+    af_session *two[2] = {s, t};
+    int32_t tk[2] = {1, 2};
+    float *lb = malloc(sizeof(float) * 2 * (size_t)V);
+    flag = 1;
+    const int np = af_session_n_past(t);
+    CHECK(af_session_eval_batch(two, 2, tk, lb) == AF_ERR_CANCELLED && af_session_n_past(t) == np,
+          "a cancelled session stops the batch step, no session advances");
+    flag = 0;
+    CHECK(af_session_eval_batch(two, 2, tk, lb) == AF_OK, "batch after clearing the flag");
+    two[1] = s;
+    CHECK(af_session_eval_batch(two, 2, tk, lb) == AF_ERR_INVALID_ARG, "a session twice is refused");
+    free(lb);
+    free(l);
+    free(l2);
+    af_session_free(t);
+    af_session_free(s);
+    free(a);
+}
+
+/* (e) the training step's cancel flag (af_lora_trainer_set_control). */
+static void test_train_cancel(const af_model *m) {
+    af_lora_trainer_opts o;
+    af_lora_trainer_opts_defaults(&o);
+    o.r = 4;
+    o.num_classes = 3;
+    o.lora_dropout = 0;
+    af_lora_trainer *tr = NULL;
+    if (!CHECK(af_lora_trainer_new(m, &o, &tr) == AF_OK, "trainer: %s", af_last_error())) return;
+    int32_t tok[24], ss[3] = {0, 10, 24}, lab[2] = {0, 2};
+    for (int i = 0; i < 24; i++) tok[i] = (int32_t)(i * 5 % m->cfg.vocab_size);
+    const int64_t np = af_lora_trainer_n_params(tr);
+    float *g = malloc(sizeof(float) * (size_t)np);
+    double loss = 0;
+    volatile int flag = 0;
+    af_lora_trainer_set_control(tr, &flag);
+    CHECK(af_lora_trainer_accumulate(tr, tok, ss, 2, lab, 0.5f, &loss, NULL) == AF_OK, "accumulate");
+    flag = 1;
+    CHECK(af_lora_trainer_accumulate(tr, tok, ss, 2, lab, 0.5f, &loss, NULL) == AF_ERR_CANCELLED,
+          "a set cancel flag: accumulate returns AF_ERR_CANCELLED");
+    int32_t nm = -1;
+    CHECK(af_lora_trainer_collect_gradients(tr, g, &nm, NULL) == AF_OK && nm == 0, "cancel discards the step's gradient");
+    int nz = 0;
+    for (int64_t i = 0; i < np; i++) nz += g[i] != 0;
+    CHECK(nz == 0, "the gradient is zero after a cancel (%d non-zero)", nz);
+    CHECK(af_lora_trainer_forward(tr, tok, ss, 2, g) == AF_ERR_CANCELLED, "forward cancelled too");
+    flag = 0;
+    CHECK(af_lora_trainer_accumulate(tr, tok, ss, 2, lab, 0.5f, &loss, NULL) == AF_OK && isfinite(loss),
+          "accumulate after clearing the flag");
+    CHECK(af_lora_trainer_step(tr, 1e-3f, NULL) == AF_OK, "step");
+    free(g);
+    af_lora_trainer_free(tr);
+}
+
+int main(void) {
+    const char *archs[4] = {"llama", "gemma3", "qwen2", "qwen3"};
+    for (int i = 0; i < 4; i++) {
+        for (int q = 0; q < 2; q++) {
+            tm_spec spec = tm_default(archs[i], q ? AF_TYPE_Q8_0 : AF_TYPE_F32);
+            spec.seed = 3 + (uint64_t)i;
+            af_model *m = NULL;
+            if (!CHECK(tm_load(&spec, &m) == AF_OK, "tiny %s: %s", archs[i], af_last_error())) continue;
+            char what[64];
+            snprintf(what, sizeof what, "tiny %s %s", archs[i], q ? "Q8_0" : "F32");
+            test_batch_equals_alone(m, what, STEPS);
+            if (q == 1) test_keep_prefix(m, what, 0);
+            if (q == 1 && i < 2) test_file(m, what);
+            if (i == 0 && q == 0) test_cancel(m);
+            if (i == 0 && q == 1) test_train_cancel(m);
+            af_model_free(m);
+        }
+    }
+    const char *sm = tl_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (sm) {
+        af_model *m = NULL;
+        if (CHECK(af_model_load(T_CTX, sm, &m) == AF_OK, "SmolLM2: %s", af_last_error())) {
+            test_batch_equals_alone(m, "SmolLM2-135M Q4_1", tl_sanitized() ? 5 : STEPS);
+            if (!tl_sanitized()) test_keep_prefix(m, "SmolLM2-135M Q4_1", 1);
+            af_model_free(m);
+        }
+    }
+    return tl_finish("test_batch");
+}
