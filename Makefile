@@ -14,9 +14,9 @@ PREFIX  ?= /usr/local
 BUILD   ?= build
 DEBUG   ?= 0
 
-PKGS       := libpcre2-8 libcjson nettle
+PKGS       := libpcre2-8 libcjson nettle libutf8proc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson -lnettle)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson -lnettle -lutf8proc)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     := -O2
@@ -85,14 +85,20 @@ TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh
 TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
 TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
 
-.PHONY: all lib cli test tests sanitize install clean probe bench check-llamacpp
+.PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp
 all: probe lib cli
 
+# The link flags of a program that links build/libafinar.a (the reference scripts in tests/ref/
+# and bench/ build small C programs against it): `make -s print-ldlibs`.
+print-ldlibs:
+	@echo '$(LDLIBS)'
+
 probe:
-	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s; Nettle (SHA-256) %s\n' "$$($(CC) -dumpversion)" \
+	@printf 'afinar build: C compiler %s; PCRE2 %s; cJSON %s; Nettle (SHA-256) %s; utf8proc %s\n' "$$($(CC) -dumpversion)" \
 	  "$$(pkg-config --exists libpcre2-8 && echo '✓' || echo '✗ (apt-get install libpcre2-dev)')" \
 	  "$$(pkg-config --exists libcjson && echo '✓' || echo '✗ (apt-get install libcjson-dev)')" \
-	  "$$(pkg-config --exists nettle && echo '✓' || echo '✗ (apt-get install nettle-dev)')"
+	  "$$(pkg-config --exists nettle && echo '✓' || echo '✗ (apt-get install nettle-dev)')" \
+	  "$$(pkg-config --exists libutf8proc && echo '✓' || echo '✗ (apt-get install libutf8proc-dev)')"
 	@printf 'afinar build: libmicrohttpd (afinar serve) %s\n' \
 	  "$$([ '$(SERVE)' = 1 ] && echo "✓ $$(pkg-config --modversion libmicrohttpd)" || echo '✗ (apt-get install libmicrohttpd-dev; or SERVE=0 was given)')"
 	@printf 'afinar build: MPI (mpirun -np N afinar train) %s\n' \
@@ -173,13 +179,16 @@ bench: all
 # llama.cpp cross-checks of `afinar export` / `afinar merge` (tests/ref/llamacpp_adapter_check.py):
 # builds llama-cpp-python into $(LLAMACPP_VENV) once (scripts/setup_llamacpp.sh, portable build),
 # then runs the checks on the models in models/. Skips (exit 0, with a message) when the build fails.
-# Also the tiny qwen2/qwen3 GGUFs against transformers' logits (tests/ref/check_qwen_llamacpp.py).
+# Also the tiny qwen2/qwen3 GGUFs against transformers' logits (tests/ref/check_qwen_llamacpp.py), and
+# the tiny gemma4 GGUF and `afinar convert`'s GGUFs of the tiny HF directories (and SmolLM2's when
+# models/SmolLM2-135M-Instruct-hf exists) in llama.cpp (tests/ref/check_convert_llamacpp.py).
 # LLAMACPP_BUILD_TIMEOUT (s) bounds the build so CI stays within its time budget (a skip, not a hang).
 LLAMACPP_VENV ?= .venv-llamacpp
 LLAMACPP_BUILD_TIMEOUT ?= 1500
 check-llamacpp: lib cli
 	@if timeout $(LLAMACPP_BUILD_TIMEOUT) bash scripts/setup_llamacpp.sh $(LLAMACPP_VENV); then \
 	  $(LLAMACPP_VENV)/bin/python tests/ref/check_qwen_llamacpp.py && \
+	  $(LLAMACPP_VENV)/bin/python tests/ref/check_convert_llamacpp.py --afinar $(BUILD)/afinar && \
 	  $(LLAMACPP_VENV)/bin/python tests/ref/llamacpp_adapter_check.py --afinar $(BUILD)/afinar \
 	    --results $(BUILD)/llamacpp_adapter_check.json; \
 	else echo "SKIP check-llamacpp: llama-cpp-python could not be built within $(LLAMACPP_BUILD_TIMEOUT) s (log: $(LLAMACPP_VENV)/llama_build.log)"; fi

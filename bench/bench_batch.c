@@ -7,7 +7,7 @@
  *
  * Build (from the repository root, after `make lib`):
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -pthread bench/bench_batch.c build/libafinar.a \
- *       $(pkg-config --libs libpcre2-8 libcjson libmicrohttpd) -lm -o build/bench_batch
+ *       $(make -s print-ldlibs) -o build/bench_batch
  *   build/bench_batch MODEL.gguf [B=4] [STEPS=32] [REPS=3] [THREADS=2] [ADAPTER_DIR]
  */
 #include "afinar.h"

@@ -6,7 +6,7 @@
  *
  * Build (from the repository root, after `make lib`):
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -pthread bench/bench_matmul.c build/libafinar.a \
- *       -o build/bench_matmul -lpcre2-8 -lcjson -lm
+ *       -o build/bench_matmul $(make -s print-ldlibs)
  * Run: build/bench_matmul [filter]   (filter: substring of the line label, e.g. "Q4_1" or "n=1 ";
  *      a label is "<shape> <type> <op> <path> <mode> th=<threads> n=<tokens> ")
  * AF_BENCH_COLD=1 cycles through copies of W (> 128 MiB in all) so W streams from DRAM as in a

@@ -8,7 +8,7 @@
  *
  * Build (from the repository root, after `make lib`):
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -Isrc -pthread bench/bench_ops.c build/libafinar.a \
- *       -o build/bench_ops -lpcre2-8 -lcjson -lm
+ *       -o build/bench_ops $(make -s print-ldlibs)
  * (-DAF_BENCH_BASELINE builds it against a library from before af_vexpf: "vexpf" then times a libm
  * expf loop.)
  * Run: build/bench_ops [filter]   (filter: substring of the label "<op> <path> th=<threads>")

@@ -83,7 +83,7 @@ if [ "$TRAIN" = 1 ]; then
   for f in data/bbc/train.jsonl data/bbc/labels.txt; do [ -f "$f" ] || die "$f missing (needed for training), or TRAIN=0"; done
   mkdir -p "$BUILD/bench"
   CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -Isrc"
-  LIBS="$BUILD/libafinar.a $(pkg-config --libs libpcre2-8 libcjson 2>/dev/null || echo -lpcre2-8 -lcjson) -lm -lpthread"
+  LIBS="$BUILD/libafinar.a $(make -s print-ldlibs)"
   # shellcheck disable=SC2086
   gcc $CFLAGS bench/bench_train.c -o "$BT" $LIBS || die "compiling bench/bench_train.c failed"
 fi

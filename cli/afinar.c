@@ -228,6 +228,8 @@ static void usage(FILE *fp) {
             "  devices            the compute devices of every backend (cpu, vulkan) with memory and features\n"
             "  serve -m FILE [--adapter NAME=DIR ...] [--port P]\n"
             "                     OpenAI-compatible HTTP server (chat, completions, streaming, per-request adapters)\n"
+            "  convert DIR -o OUT.gguf [--type keep|f16|q8_0|q4_k|...]\n"
+            "                     a Hugging Face checkpoint directory as a GGUF (llama.cpp names, tokenizer)\n"
             "  version            print version and the CPU features detected\n"
             "\n"
             "Run 'afinar <command> --help' for the options of a command.\n"
@@ -279,6 +281,7 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "merge-adapters")) return cmd_merge_adapters(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

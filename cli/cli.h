@@ -74,6 +74,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_merge_adapters(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

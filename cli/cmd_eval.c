@@ -33,7 +33,7 @@ static void help(void) {
            "      --task NAME        classification (default) | causal-lm\n"
            "      --max-seq-len N    causal-LM: truncate examples to N tokens (default 1024)\n"
            "      --loss-on MODE     causal-LM: auto (default: completion / assistant tokens) | all\n"
-           "      --chat-template T  causal-LM: chatml | gemma instead of the model's own\n"
+           "      --chat-template T  causal-LM: chatml | gemma | gemma4 instead of the model's own\n"
            "      --generate N       greedy generation for the first N prompts (0 = all; prompt/completion strings, or\n"
            "                         conversations scored on their last assistant turn), scored against the\n"
            "                         completions: exact match (outer whitespace trimmed, case kept) and ROUGE-L F\n"

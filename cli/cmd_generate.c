@@ -32,7 +32,7 @@ static void help(void) {
            "      --seed S         random seed (default 42)\n"
            "      --chat           wrap the prompt in the model's chat template (SmolLM2: ChatML)\n"
            "      --system TEXT    system message for --chat (default: the template's own)\n"
-           "      --chat-template T  with --chat: chatml | gemma instead of the model's own template\n"
+           "      --chat-template T  with --chat: chatml | gemma | gemma4 instead of the model's own template\n"
            "      --ignore-eos     do not stop at end-of-generation tokens\n"
            "  -c, --ctx N          context size (default: prompt + n-predict)\n"
            "  -t, --threads N      compute threads (default: all cores)\n"

@@ -237,6 +237,14 @@ void af_model_free(af_model *model);
 /* Borrowed: valid while `model` lives. */
 const af_model_config *af_model_get_config(const af_model *model);
 
+/* Shape of projection `proj` of layer `layer` (0 q_proj, 1 k_proj, 2 v_proj, 3 o_proj, 4 gate_proj,
+ * 5 up_proj, 6 down_proj): *in = in_features, *out = out_features. Returns 1 when the layer has
+ * that projection, 0 when it has none (gemma4: k/v of a layer that reuses an earlier layer's K/V,
+ * v of an attention_k_eq_v layer) or the arguments are out of range (*in = *out = 0). The sizes are
+ * per layer (gemma4: head_dim, KV heads and FFN width differ between layers); af_model_config holds
+ * layer 0's. */
+int af_model_proj_shape(const af_model *model, int32_t layer, int32_t proj, int64_t *in, int64_t *out);
+
 /* Print a human-readable description of a GGUF file to `fp`: architecture, hyper-parameters,
  * tokenizer kind and a table of tensors (name, type, shape, bytes). Works on any valid GGUF,
  * including architectures afinar cannot run. Errors as af_model_load() for the container. */
@@ -1596,6 +1604,42 @@ void af_server_opts_default(af_server_opts *o);
  * name), AF_ERR_IO (the address cannot be bound), AF_ERR_UNSUPPORTED (built without
  * libmicrohttpd). */
 af_status af_server_run(const af_server_opts *o);
+
+/* ---------------------------------------------------------------------------------------------
+ * Conversion of a Hugging Face checkpoint to GGUF (`afinar convert`)
+ * ------------------------------------------------------------------------------------------- */
+typedef struct af_convert_opts {
+    /* Type of the 2-D weights: NULL or "keep" = each tensor's stored type (F32/F16/BF16: the
+     * conversion is exact), or "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+     * "q6_k" (ggml's reference quantizers). A matrix whose rows are not a multiple of the type's block
+     * falls back to q8_0 (rows a multiple of 32) or f16 (counted in af_convert_stats.fallback).
+     * 1-D tensors (norms, biases, RoPE factors, output scales) are always F32. */
+    const char *type;
+    int overwrite;          /* 1: replace an existing out_path */
+    FILE *log;              /* progress and notes (NULL: quiet) */
+} af_convert_opts;
+
+typedef struct af_convert_stats {
+    int32_t tensors;        /* tensors written */
+    int32_t converted;      /* 2-D weights stored in another type than the checkpoint's */
+    int32_t fallback;       /* of those, stored in q8_0 / f16 because of their row length */
+    int32_t folded_q_scale; /* 1: the attention scale (query_pre_attn_scalar) was folded into attn_q_norm */
+    uint64_t bytes;         /* size of the written file */
+} af_convert_stats;
+
+/* Convert the Hugging Face checkpoint directory `dir` (what af_model_load accepts: llama, gemma3,
+ * qwen2, qwen3, gemma4) to the GGUF `out_path` with llama.cpp's tensor names and metadata
+ * (general.*, {arch}.* hyper-parameters as llama.cpp's convert_hf_to_gguf.py writes them, per-layer
+ * arrays where layers differ, the sliding pattern, gemma4's KV sharing / PLE / RoPE factors) and the
+ * tokenizer (tokenizer.ggml.*: af_tokenizer_gguf_write; none when the directory has no usable
+ * tokenizer). The weights are those af_model_load made of the directory: llama q/k rows in llama.cpp's
+ * order, Gemma 3 norms as 1 + w, so loading the file gives the directory's model (bit for bit with
+ * "keep" and F32/F16 checkpoints). A gemma3 query_pre_attn_scalar other than head_dim, which llama.cpp
+ * cannot store, is folded into attn_q_norm (exact up to one f32 rounding). Written atomically.
+ * `opts`, `stats` may be NULL. Errors: AF_ERR_INVALID_ARG (NULL argument, unknown type, not a
+ * directory, out_path exists and !overwrite), those of af_model_load, AF_ERR_NOMEM, AF_ERR_IO. */
+af_status af_model_convert(const char *dir, const char *out_path, const af_convert_opts *opts,
+                           af_convert_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,7 @@ for a in "$@"; do
   esac
 done
 
-APT_PKGS=(build-essential pkg-config libpcre2-dev libcjson-dev nettle-dev python3 python3-venv unzip gnuplot-nox clang libclang-rt-14-dev
+APT_PKGS=(build-essential pkg-config libpcre2-dev libcjson-dev nettle-dev libutf8proc-dev python3 python3-venv unzip gnuplot-nox clang libclang-rt-14-dev
           openmpi-bin libopenmpi-dev
           libmicrohttpd-dev curl  # afinar serve (HTTP server); curl: the server's client tests
           cmake ninja-build)  # cmake, ninja: building llama-cpp-python (scripts/setup_llamacpp.sh)

@@ -385,6 +385,18 @@ int main(void) {
             af_model_free(m);
         }
     }
+    /* gemma4: per-layer head_dim / KV heads / FFN width, KV sharing (layers without a cache slot of
+     * their own), per-layer inputs: the multi-sequence walk and the prompt-cache file over its slots */
+    {
+        af_model *m = NULL;
+        if (CHECK(af_model_load(T_CTX, "tests/fixtures/tiny_gemma4.gguf", &m) == AF_OK, "tiny gemma4: %s",
+                  af_last_error())) {
+            test_batch_equals_alone(m, "tiny gemma4", STEPS);
+            test_keep_prefix(m, "tiny gemma4", 0);
+            test_file(m, "tiny gemma4");
+            af_model_free(m);
+        }
+    }
     const char *sm = tl_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
     if (sm) {
         af_model *m = NULL;

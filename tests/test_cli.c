@@ -606,6 +606,43 @@ static void test_export_merge(void) {
     run_free(&r);
 }
 
+/* afinar convert: usage errors (2), bad input (1, one message naming the path, nothing written), a
+ * good conversion of a tiny HF directory that `info` reads, no overwrite without --overwrite. */
+static void test_convert(void) {
+#define QW "tests/fixtures/hf_tiny_qwen2"
+    EXPECT("convert", 2, "afinar convert: missing DIR (a Hugging Face checkpoint directory)");
+    EXPECT("convert " QW, 2, "afinar convert: missing -o OUT.gguf");
+    EXPECT("convert " QW " -o @/c.gguf --bogus", 2, "afinar convert: unknown option '--bogus' (see 'afinar convert --help')");
+    EXPECT("convert " QW " @/other -o @/c.gguf", 2, "afinar convert: unexpected argument '@/other' (one directory)");
+    EXPECT("convert " QW " -o", 2, "afinar convert: option '-o' needs a value");
+    EXPECT("convert " QW " -o @/c.gguf --type q3_x", 1,
+           "afinar convert: unknown --type 'q3_x' (keep, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)");
+    EXPECT("convert @/tiny.gguf -o @/c.gguf", 1,
+           "afinar convert: @/tiny.gguf: not a directory (convert reads a Hugging Face checkpoint directory: "
+           "config.json, *.safetensors, tokenizer.json)");
+    EXPECT("convert @/run -o @/c.gguf", 1, "afinar convert: @/run: a directory without config.json (not a Hugging Face checkpoint)");
+    CHECK(!exists(P_("c.gguf")) && no_temporaries(), "a failed convert left a file or a temporary behind");
+    char **av = split_args("convert " QW " -o @/c.gguf --quiet");
+    run_result r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && exists(P_("c.gguf")) && r.err && strstr(r.err, "afinar convert: wrote") && n_lines(r.err) == 1,
+          "convert: rc %d, stderr %s", r.rc, r.err ? r.err : "");
+    run_free(&r);
+    av = split_args("info @/c.gguf");
+    r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && r.out && strstr(r.out, "qwen2") && strstr(r.out, "blk.1.attn_v.bias"),
+          "info of the converted file: rc %d", r.rc);
+    run_free(&r);
+    EXPECT("convert " QW " -o @/c.gguf --quiet", 1, "afinar convert: @/c.gguf: exists (use --overwrite to replace it)");
+    av = split_args("convert " QW " -o @/c.gguf --quiet --overwrite --type f16");
+    r = run_argv(NULL, 0, av);
+    free_args(av);
+    CHECK(r.rc == 0 && r.err && strstr(r.err, "converted to another type"), "convert --overwrite --type f16: rc %d", r.rc);
+    run_free(&r);
+#undef QW
+}
+
 /* afinar eval --generate N (causal-LM data): usage errors, data errors naming FILE:LINE and the
  * field, and a good run on the tiny model with and without the trained adapter. */
 static void test_eval_generate(void) {
@@ -631,7 +668,7 @@ static void test_eval_generate(void) {
     EXPECT("eval -m @/tiny.gguf --data @/pc_msgs.jsonl --generate 0 -t 1", 1,
            "afinar eval: @/pc_msgs.jsonl:1: field 'messages': no assistant turn (nothing to train on)");
     EXPECT("eval -m @/tiny.gguf --data @/pc_chat.jsonl --generate 0 -t 1", 1,
-           "afinar eval: @/pc_chat.jsonl: chat template: the model has no chat template *--chat-template chatml|gemma");
+           "afinar eval: @/pc_chat.jsonl: chat template: the model has no chat template *--chat-template chatml|gemma|gemma4");
     EXPECT("eval -m @/tiny.gguf --data @/badjson.jsonl --generate 1 -t 1", 1,
            "afinar eval: @/badjson.jsonl:1: field 'label': a causal-LM data file has no labels (this looks like classification data: use --task classification)");
     EXPECT("eval -m @/tiny.gguf --data @/blank.jsonl --generate 1 -t 1", 1,
@@ -1532,6 +1569,7 @@ int main(void) {
     test_export_merge();
     test_eval_generate();
     test_merge_adapters();
+    test_convert();
     /* reliability (issue 18) */
     test_rel_special_files();
     test_rel_sizes();

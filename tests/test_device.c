@@ -5,8 +5,8 @@
  *      af_ctx_new and `--device` (usage errors exit 2, a device that cannot be opened exits 1);
  *      --device auto without an accelerator says so in one line and computes on the CPU;
  *  (b) the carver packs regions into chunks of at most the device's largest allocation;
- *  (c) the guard device's proof has teeth: a host read of its memory outside the table kills a
- *      child process (SIGABRT, with the message);
+ *  (c) the guard device's proof has teeth: a host read of its memory outside the table, and a host
+ *      pointer handed to one of its ops, kill a child process (SIGABRT, with the message);
  *  (d) fault injection (AFINAR_FAULT, kernels/backend.h) through the CLI on a tiny model:
  *      - an allocation failure at load, a device lost mid-generation, a device that does not fit
  *        (mem=): `--device guard` exits 1 with the device and the operation named; `--device auto`
@@ -225,6 +225,25 @@ static void test_guard_faults(void) {
     int status = 0;
     waitpid(pid, &status, 0);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "a host read of guard memory: %s %d",
+          WIFSIGNALED(status) ? "signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    /* and a host pointer handed to an op (it would be garbage on a GPU) */
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", 1);
+        if (fd >= 0) dup2(fd, 2);
+        af_ctx_params p;
+        af_ctx_params_default(&p);
+        p.device = "guard";
+        af_ctx *g = NULL;
+        if (af_ctx_new(&p, &g) != AF_OK) _exit(3);
+        float *x = af_be(g)->alloc(g, 256), host[64] = {0};
+        af_be(g)->add(g, x, x, x, 64); /* device memory: fine */
+        af_be(g)->add(g, x, x, host, 64); /* a host pointer: the guard must abort here */
+        _exit(0);
+    }
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "a host pointer given to an op on the guard device: %s %d",
           WIFSIGNALED(status) ? "signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 }
 

@@ -415,7 +415,7 @@ static void test_smollm2_sets(const af_model *m) {
     ds = NULL;
     o.chat_template = "llama3";
     CHECK(af_lm_dataset_read(NULL, FIXDIR "good_messages.jsonl", m, &o, &ds) == AF_ERR_INVALID_ARG &&
-              strstr(af_last_error(), "expected auto, chatml or gemma"), "unknown chat_template refused");
+              strstr(af_last_error(), "expected auto, chatml, gemma or gemma4"), "unknown chat_template refused");
     o.chat_template = NULL;
     o.loss_on = "prompt";
     CHECK(af_lm_dataset_read(NULL, FIXDIR "good_messages.jsonl", m, &o, &ds) == AF_ERR_INVALID_ARG,

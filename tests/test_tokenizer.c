@@ -487,7 +487,65 @@ static void test_hf_json_small(void) {
     }
 }
 
+/* NFC (tests/ref/make_nfc_ref.py): strings not in NFC give HF tokenizers' ids through tokenizer.json
+ * (normalizer NFC) and through tiny_qwen2.gguf (pre "qwen2", the same vocabulary). */
+static void test_nfc(void) {
+    size_t len = 0;
+    char *fx = tl_read_file("tests/fixtures/tok_nfc/ids.txt", &len);
+    af_tokenizer *th = NULL, *tg = NULL;
+    af_gguf *g = NULL;
+    if (!CHECK(fx != NULL, "fixture tests/fixtures/tok_nfc/ids.txt") ||
+        !CHECK(af_tokenizer_load_hf("tests/fixtures/tok_nfc", &th) == AF_OK, "tok_nfc: %s", af_last_error()) ||
+        !CHECK(af_gguf_open("tests/fixtures/tiny_qwen2.gguf", &g) == AF_OK && af_tokenizer_load(g, &tg) == AF_OK,
+               "tiny_qwen2.gguf tokenizer: %s", af_last_error())) {
+        free(fx);
+        af_tokenizer_free(th);
+        af_gguf_close(g);
+        return;
+    }
+    int n = 0;
+    for (char *line = fx; line && *line;) {
+        char *nl = strchr(line, '\n'), *tab = strchr(line, '\t');
+        if (nl) *nl = 0;
+        if (!tab) break;
+        const size_t bl = (size_t)(tab - line) / 2;
+        char *str = malloc(bl + 1);
+        for (size_t k = 0; k < bl; k++) {
+            unsigned v = 0;
+            sscanf(line + 2 * k, "%2x", &v);
+            str[k] = (char)v;
+        }
+        int32_t want[256];
+        int nw = 0;
+        for (char *p = tab + 1; *p && nw < 256;) {
+            char *e = NULL;
+            long v = strtol(p, &e, 10);
+            if (e == p) break;
+            want[nw++] = (int32_t)v;
+            p = e;
+        }
+        for (int k = 0; k < 2; k++) {
+            int32_t *ids = NULL;
+            size_t ni = 0;
+            CHECK(af_tokenize(k ? tg : th, str, bl, 0, 1, &ids, &ni) == AF_OK, "tokenize: %s", af_last_error());
+            CHECK(ni == (size_t)nw && !memcmp(ids, want, sizeof(int32_t) * (size_t)nw),
+                  "NFC (%s): ids of \"%.*s\" identical to HF tokenizers (%zu vs %d ids)",
+                  k ? "tiny_qwen2.gguf, pre qwen2" : "tokenizer.json normalizer NFC", (int)bl, str, ni, nw);
+            free(ids);
+        }
+        free(str);
+        n++;
+        line = nl ? nl + 1 : NULL;
+    }
+    CHECK(n == 7, "NFC fixture: %d strings", n);
+    free(fx);
+    af_tokenizer_free(th);
+    af_tokenizer_free(tg);
+    af_gguf_close(g);
+}
+
 int main(void) {
+    test_nfc();
     test_smollm2();
     test_gemma3();
     test_hf_json_small();

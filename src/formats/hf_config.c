@@ -46,6 +46,7 @@ static const struct {
     {"gemma3_text", "gemma3", 1, "gelu_pytorch_tanh"},
     {"qwen2", "qwen2", 0, "silu"},
     {"qwen3", "qwen3", 0, "silu"},
+    {"gemma4_text", "gemma4", 1, "gelu_pytorch_tanh"},
 };
 
 /* Keys whose presence means a mixture-of-experts or multimodal model. */
@@ -134,6 +135,125 @@ static af_status check_rope_scaling(const cfgp *p, const cJSON *rs, const char *
                    p->L, field, ty);
 }
 
+/* gemma4 rope_parameters.full_attention: "proportional" (transformers _compute_proportional_rope_parameters:
+ * the first int(partial_rotary_factor·head_dim/2) NEOX pairs rotate, the others do not) or "default". */
+static af_status gemma4_full_rope(const cfgp *p, const cJSON *full, af_hf_config *c) {
+    const char *field = "rope_parameters.full_attention";
+    if (!cJSON_IsObject(full)) return af_fail(AF_ERR_FORMAT, "%s: field '%s': expected an object", p->L, field);
+    const cJSON *t = item(full, "rope_type");
+    if (t && !cJSON_IsString(t)) return af_fail(AF_ERR_FORMAT, "%s: field '%s.rope_type': expected a string", p->L, field);
+    c->rope_partial_full = 1.0f;
+    if (!t || !strcmp(t->valuestring, "default")) return AF_OK;
+    if (strcmp(t->valuestring, "proportional"))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: field '%s.rope_type': '%.40s' is not supported (proportional, default)",
+                       p->L, field, t->valuestring);
+    const cJSON *f = item(full, "factor");
+    if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 1.0))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: field '%s.factor': only 1 is supported", p->L, field);
+    const cJSON *pr = item(full, "partial_rotary_factor");
+    if (pr && !cJSON_IsNull(pr)) {
+        if (!cJSON_IsNumber(pr) || !(pr->valuedouble > 0) || !(pr->valuedouble <= 1))
+            return af_fail(AF_ERR_FORMAT, "%s: field '%s.partial_rotary_factor': expected a number in (0, 1]", p->L,
+                           field);
+        c->rope_partial_full = (float)pr->valuedouble;
+    }
+    return AF_OK;
+}
+
+/* An int32 array [n] of config.json values, every element `v` (owned by c). */
+static af_status fill_layers(const cfgp *p, int32_t **arr, int32_t n, int32_t v) {
+    *arr = af_malloc((size_t)n * sizeof **arr);
+    if (!*arr) return af_fail(AF_ERR_NOMEM, "%s: out of memory", p->L);
+    for (int32_t i = 0; i < n; i++) (*arr)[i] = v;
+    return AF_OK;
+}
+
+/* gemma4_text: per-layer sizes, KV sharing, PLE, attention_k_eq_v (hf_config.h lists the keys). Runs
+ * after the common keys (layer_types already parsed). */
+static af_status parse_gemma4(const cfgp *p, af_hf_config *c) {
+    const cJSON *r = p->root;
+    const int32_t L = c->num_hidden_layers;
+    const cJSON *moe = item(r, "enable_moe_block");
+    if (cJSON_IsTrue(moe))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'enable_moe_block': mixture-of-experts Gemma 4 models are not "
+                       "supported (dense models only, e.g. E2B/E4B)", p->L);
+    const cJSON *bi = item(r, "use_bidirectional_attention");
+    if (bi && !cJSON_IsNull(bi) && !(cJSON_IsString(bi) && !strcmp(bi->valuestring, "vision")))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'use_bidirectional_attention': bidirectional attention is not "
+                       "supported (causal text models only)", p->L);
+    const cJSON *srp = item(item(r, "rope_parameters"), "sliding_attention");
+    const cJSON *spr = srp ? item(srp, "partial_rotary_factor") : NULL;
+    if (spr && !cJSON_IsNull(spr) && !(cJSON_IsNumber(spr) && spr->valuedouble == 1.0))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'rope_parameters.sliding_attention.partial_rotary_factor': "
+                       "partial RoPE on sliding layers is not supported", p->L);
+    if (!item(item(r, "rope_parameters"), "full_attention")) c->rope_partial_full = 1.0f;
+    /* transformers' default layer_types: every 6th layer global, the last one always global */
+    if (!c->layer_sliding) {
+        c->layer_sliding = af_calloc((size_t)L, 1);
+        if (!c->layer_sliding) return af_fail(AF_ERR_NOMEM, "%s: out of memory", p->L);
+        for (int32_t i = 0; i < L; i++) c->layer_sliding[i] = (i + 1) % 6 != 0;
+    }
+    c->layer_sliding[L - 1] = 0;
+    int any_sliding = 0;
+    for (int32_t i = 0; i < L; i++) any_sliding |= c->layer_sliding[i];
+    if (any_sliding && c->sliding_window <= 0)
+        return af_fail(AF_ERR_FORMAT, "%s: field 'sliding_window': missing while layers are sliding", p->L);
+    int64_t v;
+    AF_TRY(get_int(p, r, "num_kv_shared_layers", "num_kv_shared_layers", 0, 0, 0, L - 1, &v));
+    c->num_kv_shared_layers = (int32_t)v;
+    AF_TRY(get_int(p, r, "hidden_size_per_layer_input", "hidden_size_per_layer_input", 0, 0, 0, 1 << 16, &v));
+    c->hidden_size_per_layer_input = (int32_t)v;
+    AF_TRY(get_int(p, r, "vocab_size_per_layer_input", "vocab_size_per_layer_input", 0, c->vocab_size, 1, 1 << 24, &v));
+    c->vocab_size_per_layer_input = (int32_t)v;
+    if (c->hidden_size_per_layer_input > 0 && c->vocab_size_per_layer_input != c->vocab_size)
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'vocab_size_per_layer_input': %d differs from vocab_size %d "
+                       "(not supported)", p->L, c->vocab_size_per_layer_input, c->vocab_size);
+    AF_TRY(get_bool(p, "attention_k_eq_v", 0, &c->attention_k_eq_v));
+    int32_t dw = 0;
+    AF_TRY(get_bool(p, "use_double_wide_mlp", 0, &dw));
+    AF_TRY(fill_layers(p, &c->layer_head_dim, L, c->head_dim));
+    AF_TRY(fill_layers(p, &c->layer_kv_heads, L, c->num_key_value_heads));
+    AF_TRY(fill_layers(p, &c->layer_ff, L, c->intermediate_size));
+    const cJSON *plc = item(r, "per_layer_config");
+    if (plc && !cJSON_IsNull(plc)) {
+        if (!cJSON_IsObject(plc)) return af_fail(AF_ERR_FORMAT, "%s: field 'per_layer_config': expected an object", p->L);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, plc) {
+            char *end = NULL;
+            long il = strtol(e->string, &end, 10);
+            if (!e->string[0] || *end || il < 0 || il >= L || !cJSON_IsObject(e))
+                return af_fail(AF_ERR_FORMAT, "%s: field 'per_layer_config.%.20s': expected a layer index in [0, %d) "
+                               "with an object", p->L, e->string, L);
+            const cJSON *o;
+            cJSON_ArrayForEach(o, e) {
+                /* (transformers' MLP reads the global intermediate_size: no per-layer FFN override) */
+                int32_t *dst = !strcmp(o->string, "head_dim")              ? &c->layer_head_dim[il]
+                               : !strcmp(o->string, "num_key_value_heads") ? &c->layer_kv_heads[il]
+                                                                           : NULL;
+                char field[96];
+                snprintf(field, sizeof field, "per_layer_config.%ld.%.40s", il, o->string);
+                if (!dst)
+                    return af_fail(AF_ERR_UNSUPPORTED, "%s: field '%s': per-layer override not supported "
+                                   "(head_dim, num_key_value_heads)", p->L, field);
+                AF_TRY(get_int(p, e, o->string, field, 1, 0, 1, 1 << 20, &v));
+                *dst = (int32_t)v;
+            }
+        }
+    } else {
+        AF_TRY(get_int(p, r, "global_head_dim", "global_head_dim", 0, 512, 1, 4096, &v));
+        int64_t gkv = 0;
+        AF_TRY(get_int(p, r, "num_global_key_value_heads", "num_global_key_value_heads", 0, 0, 1, 1024, &gkv));
+        for (int32_t i = 0; i < L; i++)
+            if (!c->layer_sliding[i]) {
+                c->layer_head_dim[i] = (int32_t)v;
+                if (c->attention_k_eq_v && gkv > 0) c->layer_kv_heads[i] = (int32_t)gkv;
+            }
+    }
+    if (dw)
+        for (int32_t i = L - c->num_kv_shared_layers; i < L; i++) c->layer_ff[i] *= 2;
+    return AF_OK;
+}
+
 static af_status parse(const cfgp *p, af_hf_config *c) {
     const cJSON *r = p->root;
     if (!cJSON_IsObject(r)) return af_fail(AF_ERR_FORMAT, "%s: not a JSON object", p->L);
@@ -157,12 +277,13 @@ static af_status parse(const cfgp *p, af_hf_config *c) {
     if (ti < 0) {
         const char *hint = strstr(mt->valuestring, "moe") ? " (mixture-of-experts)" : "";
         return af_fail(AF_ERR_UNSUPPORTED,
-                       "%s: field 'model_type': '%.40s'%s is not supported (llama, gemma3_text, qwen2, qwen3)", p->L,
+                       "%s: field 'model_type': '%.40s'%s is not supported (llama, gemma3_text, qwen2, qwen3, gemma4_text)", p->L,
                        mt->valuestring, hint);
     }
     snprintf(c->model_type, sizeof c->model_type, "%s", k_types[ti].model_type);
     snprintf(c->architecture, sizeof c->architecture, "%s", k_types[ti].arch);
-    const int gemma = !strcmp(c->architecture, "gemma3");
+    const int gemma4 = !strcmp(c->architecture, "gemma4");
+    const int gemma = gemma4 || !strcmp(c->architecture, "gemma3");
 
     AF_TRY(get_i32(p, "hidden_size", 1, 0, 1, 1 << 16, &c->hidden_size));
     AF_TRY(get_i32(p, "num_hidden_layers", 1, 0, 1, AF_HF_MAX_LAYERS, &c->num_hidden_layers));
@@ -185,7 +306,11 @@ static af_status parse(const cfgp *p, af_hf_config *c) {
         if (!cJSON_IsObject(rp)) return af_fail(AF_ERR_FORMAT, "%s: field 'rope_parameters': expected an object", p->L);
         const cJSON *full = item(rp, "full_attention"), *slide = item(rp, "sliding_attention");
         if (full || slide) {
-            if (full) {
+            if (full && gemma4) {
+                AF_TRY(gemma4_full_rope(p, full, c));
+                AF_TRY(get_float(p, full, "rope_theta", "rope_parameters.full_attention.rope_theta", 0, c->rope_theta,
+                                 &c->rope_theta));
+            } else if (full) {
                 AF_TRY(check_rope_scaling(p, full, "rope_parameters.full_attention"));
                 AF_TRY(get_float(p, full, "rope_theta", "rope_parameters.full_attention.rope_theta", 0, c->rope_theta,
                                  &c->rope_theta));
@@ -250,7 +375,8 @@ static af_status parse(const cfgp *p, af_hf_config *c) {
             i++;
         }
     }
-    if (gemma) {
+    if (gemma4) AF_TRY(parse_gemma4(p, c));
+    if (gemma && !gemma4) {
         AF_TRY(get_float(p, r, "query_pre_attn_scalar", "query_pre_attn_scalar", 0, c->head_dim,
                          &c->query_pre_attn_scalar));
         int any_sliding = 0;
@@ -295,6 +421,10 @@ void af_hf_config_free(af_hf_config *c) {
     if (!c) return;
     free(c->layer_sliding);
     c->layer_sliding = NULL;
+    free(c->layer_head_dim);
+    free(c->layer_kv_heads);
+    free(c->layer_ff);
+    c->layer_head_dim = c->layer_kv_heads = c->layer_ff = NULL;
 }
 
 /* ---- weights ---- */

@@ -4,8 +4,8 @@
  * model.safetensors.index.json), docs/FORMATS.md §12.
  *
  * config.json keys read (transformers 4.x and 5.x spellings):
- *   model_type                 "llama" | "gemma3_text" | "qwen2" | "qwen3" -> architecture
- *                              "llama" | "gemma3" | "qwen2" | "qwen3" (llama.cpp's names); other
+ *   model_type                 "llama" | "gemma3_text" | "qwen2" | "qwen3" | "gemma4_text" -> architecture
+ *                              "llama" | "gemma3" | "qwen2" | "qwen3" | "gemma4" (llama.cpp's names); other
  *                              types, mixture-of-experts keys (num_experts, num_local_experts, ...)
  *                              and vision/audio configs (vision_config, ...) are refused
  *   hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
@@ -28,6 +28,19 @@
  *   final_logit_softcapping    null or > 0; attn_logit_softcapping must be null
  *   hidden_act / hidden_activation, attention_bias, mlp_bias: checked against the architecture
  *   bos_token_id, eos_token_id (int or list: first), pad_token_id: informational, -1 when absent
+ * gemma4_text only (transformers Gemma4TextConfig, docs/FORMATS.md §5c):
+ *   per_layer_config           {"<layer>": {"head_dim", "num_key_value_heads"}}
+ *                              sparse per-layer overrides; when absent, the global layers get
+ *                              global_head_dim (default 512) and, with attention_k_eq_v,
+ *                              num_global_key_value_heads (transformers' __post_init__)
+ *   num_kv_shared_layers       the last N layers reuse the K/V of the last earlier layer of their type
+ *   use_double_wide_mlp        those layers' FFN is 2 x intermediate_size
+ *   attention_k_eq_v           global layers have no v_proj: v = k_proj output
+ *   hidden_size_per_layer_input, vocab_size_per_layer_input   PLE (0/null = none; the vocabulary must
+ *                              equal vocab_size)
+ *   rope_parameters.full_attention {rope_type "proportional", partial_rotary_factor, rope_theta},
+ *   rope_parameters.sliding_attention {rope_type "default", rope_theta}
+ *   enable_moe_block true, use_bidirectional_attention "all": refused
  * Every error names the file and the field.
  */
 #ifndef AF_HF_CONFIG_H
@@ -56,6 +69,12 @@ typedef struct af_hf_config {
     int32_t attention_bias;      /* 1 when q/k/v/o biases are declared */
     int32_t bos_token_id, eos_token_id, pad_token_id;
     char dtype[16];              /* torch_dtype / dtype as written ("" when absent) */
+    /* gemma4_text (0 / NULL for the other types) */
+    int32_t *layer_head_dim;     /* [num_hidden_layers] per-layer head_dim; owned */
+    int32_t *layer_kv_heads;     /* [num_hidden_layers] per-layer num_key_value_heads; owned */
+    int32_t *layer_ff;           /* [num_hidden_layers] per-layer FFN width; owned */
+    float rope_partial_full;     /* full_attention partial_rotary_factor of the proportional RoPE (1 = all pairs) */
+    int32_t num_kv_shared_layers, hidden_size_per_layer_input, vocab_size_per_layer_input, attention_k_eq_v;
 } af_hf_config;
 
 /* Parse config.json text `json` [len] (need not be NUL-terminated); `label` names the file in

@@ -10,10 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-layer KV caches, each a region of its own (so no allocation exceeds the device's limit). */
+/* Per-layer KV caches, each a region of its own (so no allocation exceeds the device's limit): a
+ * layer with its own K/V gets [n_ctx][kvd(l)], a KV-sharing layer (gemma4) its kv_src's. */
 static void kv_plan(af_carver *cv, af_session *s, int32_t L) {
     for (int32_t l = 0; l < L; l++) {
-        float *k = af_carve(cv, s->n_ctx * s->kv_dim), *v = af_carve(cv, s->n_ctx * s->kv_dim);
+        const af_layer *Ly = &s->m->layers[l];
+        if (Ly->kv_src != l) {
+            if (s->k_cache) s->k_cache[l] = s->k_cache[Ly->kv_src], s->v_cache[l] = s->v_cache[Ly->kv_src];
+            continue;
+        }
+        const int64_t kvd = (int64_t)Ly->n_kv_head * Ly->head_dim;
+        float *k = af_carve(cv, s->n_ctx * kvd), *v = af_carve(cv, s->n_ctx * kvd);
         if (s->k_cache) s->k_cache[l] = k, s->v_cache[l] = v;
     }
 }
@@ -33,9 +40,9 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     s->m = m;
     s->ctx = m->ctx;
     s->n_ctx = n_ctx;
-    s->kv_dim = (int64_t)c->num_key_value_heads * c->head_dim;
+    s->kv_dim = m->kv_floats; /* Σ over the layers with their own K/V of n_kv_head·head_dim */
     size_t n_kv, bytes;
-    if (!af_mul_ok((size_t)c->num_hidden_layers * (size_t)s->kv_dim, (size_t)n_ctx, &n_kv) ||
+    if (!af_mul_ok((size_t)s->kv_dim, (size_t)n_ctx, &n_kv) ||
         !af_mul_ok(n_kv, sizeof(float), &bytes)) {
         free(s);
         return af_fail(AF_ERR_INVALID_ARG, "KV cache for n_ctx %d overflows", n_ctx);

@@ -19,7 +19,9 @@ struct af_session {
     const af_model *m;
     const af_ctx *ctx;        /* the model's context (borrowed) */
     int64_t n_ctx, n_past, kv_dim;
-    float **k_cache, **v_cache; /* host arrays [layers] of device buffers [n_ctx][kv_dim] */
+    float **k_cache, **v_cache; /* host arrays [layers] of device buffers [n_ctx][kvd(l)] (a KV-sharing layer
+                                 * points at its kv_src's); kv_dim = m->kv_floats (Σ kvd(l) over the
+                                 * layers with their own K/V) */
     af_devmem kv;             /* their memory */
     af_tf_infer s;
     /* adapter (P == NULL: none): a device copy of the caller's parameters (af_session_set_lora) or

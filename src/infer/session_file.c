@@ -6,13 +6,13 @@
  *   4   u32      version (1)
  *   8   u64      layout hash (kv_layout_hash below)
  *   16  u32      n_layers
- *   20  u32      kv_dim (num_key_value_heads x head_dim)
+ *   20  u32      kv_dim: K floats per position over the layers that own their K/V (model kv_floats)
  *   24  u32      n_tokens (positions cached)
  *   28  u32      reserved, 0
  *   32  i32      tokens [n_tokens]
  *       u8       regime [n_tokens]: 1 = computed by blocked products, 0 = the per-row decode regime
  *                (af_session_keep_prefix), then zero bytes up to a multiple of 4
- *       f32      K [n_layers][n_tokens][kv_dim], then V likewise
+ *       f32      K: for each layer that owns its K/V, [n_tokens][its kv width]; then V likewise
  *       u64      FNV-1a 64 of every byte before it
  * A reader checks everything (size first, from the header's counts) before it writes anything
  * into the session. */
@@ -102,14 +102,15 @@ static uint64_t get64(const unsigned char *p) {
 
 /* Bytes of a file holding n tokens (no overflow for n <= n_ctx: the cache itself was allocated). */
 static size_t regime_bytes(int64_t n) { return ((size_t)n + 3) / 4 * 4; }
-static size_t file_bytes(int64_t L, int64_t kvd, int64_t n) {
-    return KV_HEADER + 4 * (size_t)n + regime_bytes(n) + 2 * sizeof(float) * (size_t)L * (size_t)n * (size_t)kvd + 8;
+/* kvf: K (or V) floats per position summed over the layers that own their K/V (m->kv_floats). */
+static size_t file_bytes(int64_t kvf, int64_t n) {
+    return KV_HEADER + 4 * (size_t)n + regime_bytes(n) + 2 * sizeof(float) * (size_t)n * (size_t)kvf + 8;
 }
 
 af_status af_session_save_file(const af_session *s, const char *path) {
     if (!s || !path) return af_fail(AF_ERR_INVALID_ARG, "af_session_save_file: NULL argument");
     const int64_t L = s->m->cfg.num_hidden_layers, kvd = s->kv_dim, n = s->n_past;
-    const size_t bytes = file_bytes(L, kvd, n);
+    const size_t bytes = file_bytes(kvd, n);
     unsigned char *buf = af_malloc(bytes);
     if (!buf) return af_fail(AF_ERR_NOMEM, "%s: out of memory for %zu bytes", path, bytes);
     memcpy(buf, KV_MAGIC, 4);
@@ -128,9 +129,11 @@ af_status af_session_save_file(const af_session *s, const char *path) {
     float *const *caches[2] = {s->k_cache, s->v_cache};
     af_status st = AF_OK;
     for (int c = 0; c < 2 && st == AF_OK; c++)
-        for (int64_t l = 0; l < L && st == AF_OK; l++) { /* read back from the device */
-            const size_t row = sizeof(float) * (size_t)(n * kvd);
-            st = af_be(s->ctx)->download(s->ctx, buf + o, caches[c][l], row);
+        for (int64_t l = 0; l < L && st == AF_OK; l++) {
+            const af_layer *Ly = &s->m->layers[l];
+            if (Ly->kv_src != l) continue; /* reads an earlier layer's slot */
+            const size_t row = sizeof(float) * (size_t)(n * Ly->n_kv_head * Ly->head_dim);
+            st = af_be(s->ctx)->download(s->ctx, buf + o, af_tf_kv_layer(s->m, caches[c], (int32_t)l), row); /* from the device */
             o += row;
         }
     put64(buf + o, fnv(FNV0, buf, o));
@@ -145,7 +148,7 @@ af_status af_session_load_file(af_session *s, const char *path) {
     const char *why = NULL;
     size_t len = 0;
     /* never more than a full cache of this session could need */
-    unsigned char *buf = (unsigned char *)af_read_file_max(path, file_bytes(L, kvd, s->n_ctx) + 1, &len, &why);
+    unsigned char *buf = (unsigned char *)af_read_file_max(path, file_bytes(kvd, s->n_ctx) + 1, &len, &why);
     if (!buf) {
         if (errno == EFBIG)
             return af_fail(AF_ERR_RANGE, "%s: prompt cache larger than a cache of %lld positions of this model could be",
@@ -169,9 +172,9 @@ af_status af_session_load_file(af_session *s, const char *path) {
     if (st == AF_OK && n > s->n_ctx)
         st = af_fail(AF_ERR_RANGE, "%s: field 'n_tokens' (byte 24): %lld positions, more than the session's %lld", path,
                      (long long)n, (long long)s->n_ctx);
-    if (st == AF_OK && len != file_bytes(L, kvd, n))
-        st = af_fail(AF_ERR_FORMAT, "%s: %zu bytes, but %lld tokens of %lld layers x %lld values need exactly %zu", path, len,
-                     (long long)n, (long long)L, (long long)kvd, file_bytes(L, kvd, n));
+    if (st == AF_OK && len != file_bytes(kvd, n))
+        st = af_fail(AF_ERR_FORMAT, "%s: %zu bytes, but %lld tokens of %lld K and %lld V values need exactly %zu", path, len,
+                     (long long)n, (long long)kvd, (long long)kvd, file_bytes(kvd, n));
     if (st == AF_OK && get64(buf + len - 8) != fnv(FNV0, buf, len - 8))
         st = af_fail(AF_ERR_FORMAT, "%s: checksum (byte %zu) does not match the contents (a damaged file)", path, len - 8);
     const unsigned char *tk = buf + KV_HEADER;
@@ -187,7 +190,7 @@ af_status af_session_load_file(af_session *s, const char *path) {
             st = af_fail(AF_ERR_FORMAT, "%s: regime byte %lld (byte %lld): %u, expected %s", path, (long long)i,
                          (long long)(rg - buf + i), rg[i], i < n ? "0 or 1" : "0 (padding)");
     const unsigned char *vals = rg + regime_bytes(n);
-    const size_t nv = 2 * (size_t)L * (size_t)n * (size_t)kvd;
+    const size_t nv = 2 * (size_t)n * (size_t)kvd;
     for (size_t i = 0; st == AF_OK && i < nv; i++) {
         float f;
         memcpy(&f, vals + 4 * i, 4);
@@ -199,10 +202,15 @@ af_status af_session_load_file(af_session *s, const char *path) {
         memcpy(s->toks, tk, 4 * (size_t)n);
         memcpy(s->blocked, rg, (size_t)n);
         float *const *caches[2] = {s->k_cache, s->v_cache};
-        const size_t row = sizeof(float) * (size_t)(n * kvd);
         size_t o = 0;
-        for (int c = 0; c < 2 && st == AF_OK; c++) /* onto the device */
-            for (int64_t l = 0; l < L && st == AF_OK; l++, o += row) st = af_be(s->ctx)->upload(s->ctx, caches[c][l], vals + o, row);
+        for (int c = 0; c < 2 && st == AF_OK; c++)
+            for (int64_t l = 0; l < L && st == AF_OK; l++) {
+                const af_layer *Ly = &s->m->layers[l];
+                if (Ly->kv_src != l) continue;
+                const size_t row = sizeof(float) * (size_t)(n * Ly->n_kv_head * Ly->head_dim);
+                st = af_be(s->ctx)->upload(s->ctx, af_tf_kv_layer(s->m, caches[c], (int32_t)l), vals + o, row); /* onto the device */
+                o += row;
+            }
         if (st == AF_OK) s->n_past = n;
     }
     free(buf);

@@ -142,11 +142,12 @@ typedef struct af_backend {
     /* dx [n, dim] +=, dw [dim] += (may be NULL); dy, x [n, dim]; rstd [n] of the forward. */
     void (*rmsnorm_backward)(const af_ctx *ctx, float *dx, float *dw, const float *dy, const float *x,
                              const float *w, const float *rstd, int64_t n, int64_t dim);
-    /* x [n, n_heads, head_dim] rotated in place; pos [n] int32 (device). */
+    /* x [n, n_heads, head_dim] rotated in place; pos [n] int32 (device); freq_factors [head_dim/2]
+     * (device; NULL: none): theta_i divided by freq_factors[i] (af_rope_ff_forward; gemma4). */
     void (*rope_forward)(const af_ctx *ctx, float *x, const int32_t *pos, int64_t n, int64_t n_heads,
-                         int64_t head_dim, float base, int neox);
+                         int64_t head_dim, float base, int neox, const float *freq_factors);
     void (*rope_backward)(const af_ctx *ctx, float *dx, const int32_t *pos, int64_t n, int64_t n_heads,
-                          int64_t head_dim, float base, int neox);
+                          int64_t head_dim, float base, int neox, const float *freq_factors);
     /* h, gate, up [n]; backward ADDS into d_gate, d_up. */
     void (*swiglu_forward)(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n);
     void (*swiglu_backward)(const af_ctx *ctx, float *d_gate, float *d_up, const float *dh, const float *gate,

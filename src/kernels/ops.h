@@ -55,6 +55,15 @@ void af_rope_forward(const af_ctx *ctx, float *x, const int32_t *pos, int64_t n,
 /* In-place inverse rotation of the gradient: dx = R(-theta) dy. */
 void af_rope_backward(const af_ctx *ctx, float *dx, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
                       float base, int neox);
+/* The same with frequency factors (llama.cpp ggml_rope_ext freq_factors, the rope_freqs tensor):
+ * theta_i = pos * base^(-2i/head_dim) / freq_factors[i], freq_factors [head_dim/2] (NULL = all 1:
+ * af_rope_forward exactly). A factor of 1e30 makes the pair's angle 0 in f32 (cos 1, sin 0 to
+ * within 1e-27·pos): Gemma 4's "proportional" RoPE, whose unrotated pairs transformers gives
+ * frequency 0 (modeling_rope_utils.py _compute_proportional_rope_parameters). */
+void af_rope_ff_forward(const af_ctx *ctx, float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
+                        float base, int neox, const float *freq_factors);
+void af_rope_ff_backward(const af_ctx *ctx, float *dx, const int32_t *pos, int64_t n, int64_t n_heads,
+                         int64_t head_dim, float base, int neox, const float *freq_factors);
 
 /* ---- SwiGLU (Shazeer 2020): h = silu(gate) * up, silu(x) = x * sigmoid(x) ----
  * gate, up, h: [n] (flattened). h may alias gate. */

@@ -24,6 +24,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 #define QK AF_QK     /* elements per block of the legacy formats Q4_0 .. Q8_1 */
 #define QK_K AF_QK_K /* elements per super-block of the K-quants */
@@ -777,4 +778,25 @@ void af_dequantize_row_q8_k(const void *src, float *dst, int64_t n) {
         const float d = f32_from_bits(rd32(p));
         for (int j = 0; j < QK_K; j++) dst[i + j] = d * (float)(int8_t)p[4 + j];
     }
+}
+
+static const struct {
+    const char *name;
+    uint32_t type;
+} k_out_types[] = {{"f32", AF_TYPE_F32},   {"f16", AF_TYPE_F16},   {"bf16", AF_TYPE_BF16}, {"q8_0", AF_TYPE_Q8_0},
+                   {"q4_0", AF_TYPE_Q4_0}, {"q4_1", AF_TYPE_Q4_1}, {"q5_0", AF_TYPE_Q5_0}, {"q5_1", AF_TYPE_Q5_1},
+                   {"q4_k", AF_TYPE_Q4_K}, {"q6_k", AF_TYPE_Q6_K}};
+
+af_status af_quant_type_parse(const char *s, uint32_t *out) {
+    if (!s || strcasecmp(s, "keep") == 0) {
+        *out = AF_TYPE_KEEP;
+        return AF_OK;
+    }
+    for (size_t i = 0; i < sizeof k_out_types / sizeof *k_out_types; i++)
+        if (strcasecmp(s, k_out_types[i].name) == 0) {
+            *out = k_out_types[i].type;
+            return AF_OK;
+        }
+    return af_fail(AF_ERR_INVALID_ARG,
+                   "unknown --type '%s' (keep, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)", s);
 }

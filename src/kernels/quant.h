@@ -10,6 +10,7 @@
 #define AF_QUANT_H
 
 #include "core/blocks.h"
+#include "core/core.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,6 +33,13 @@ void af_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
  * their own: valid blocks, not ggml's bytes.
  * Returns false for unsupported types. */
 bool af_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* The output types of `afinar merge --type` and `afinar convert --type` (those whose quantizer is
+ * ggml's reference one): "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+ * "q6_k" (any case), or "keep" / NULL -> AF_TYPE_KEEP (each tensor keeps its stored type).
+ * Errors: AF_ERR_INVALID_ARG naming the unknown type and listing these. */
+#define AF_TYPE_KEEP UINT32_MAX
+af_status af_quant_type_parse(const char *name, uint32_t *out);
 
 /* Dequantize a row of Q8_K blocks (activation-side format, not a weight type, so not handled by
  * af_dequantize_row): y = d * qs per block. n must be a multiple of 256. Used by tests. */

@@ -143,20 +143,10 @@ int32_t af_lora_lowest_layer(const af_param_layout *lay) {
 
 /* ---------------------------------------------------------------- layout */
 
-static void proj_shape(const af_model *model, af_proj p, int64_t *in, int64_t *out) {
-    const af_model_config *c = af_model_get_config(model);
-    const int64_t H = c->hidden_size, F = c->intermediate_size;
-    const int64_t qd = (int64_t)c->num_attention_heads * c->head_dim;
-    const int64_t kvd = (int64_t)c->num_key_value_heads * c->head_dim;
-    switch (p) {
-    case AF_PROJ_Q: *in = H, *out = qd; break;
-    case AF_PROJ_K:
-    case AF_PROJ_V: *in = H, *out = kvd; break;
-    case AF_PROJ_O: *in = qd, *out = H; break;
-    case AF_PROJ_GATE:
-    case AF_PROJ_UP: *in = H, *out = F; break;
-    default: *in = F, *out = H; break;
-    }
+/* Shape of projection p of layer l (per layer: gemma4's sizes differ between layers); 0 when the
+ * layer has no such projection (gemma4: k/v of a KV-sharing layer, v with attention_k_eq_v). */
+static int proj_shape(const af_model *model, int32_t l, af_proj p, int64_t *in, int64_t *out) {
+    return af_model_proj_shape(model, l, (int32_t)p, in, out);
 }
 
 af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
@@ -177,20 +167,22 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
     if (!(cfg->dropout >= 0 && cfg->dropout < 1))
         return af_fail(AF_ERR_INVALID_ARG, "lora: dropout = %g must be in [0, 1)", (double)cfg->dropout);
     if (num_classes < 0) return af_fail(AF_ERR_INVALID_ARG, "lora: num_classes = %d < 0", num_classes);
-    for (int p = 0; p < AF_PROJ_COUNT; p++) {
-        if (!(cfg->targets & (1u << p))) continue;
-        int64_t in, out;
-        proj_shape(model, (af_proj)p, &in, &out);
-        int64_t mn = in < out ? in : out;
-        if (cfg->r > mn)
-            return af_fail(AF_ERR_INVALID_ARG, "lora: rank r = %d exceeds min(in, out) = %lld of %s", cfg->r,
-                           (long long)mn, proj_names[p]);
-    }
     const int32_t nl = af_model_get_config(model)->num_hidden_layers;
     const int32_t lend = layer_end == 0 ? nl : layer_end;
     if (layer_min < 0 || layer_end < 0 || lend > nl || layer_min >= lend)
         return af_fail(AF_ERR_INVALID_ARG, "lora: layer range [%d, %d) is empty or outside the model's %d layers",
                        layer_min, layer_end, nl);
+    for (int p = 0; p < AF_PROJ_COUNT; p++) {
+        if (!(cfg->targets & (1u << p))) continue;
+        for (int32_t l = layer_min; l < lend; l++) {
+            int64_t in, out;
+            if (!proj_shape(model, l, (af_proj)p, &in, &out)) continue;
+            int64_t mn = in < out ? in : out;
+            if (cfg->r > mn)
+                return af_fail(AF_ERR_INVALID_ARG, "lora: rank r = %d exceeds min(in, out) = %lld of %s (layer %d)",
+                               cfg->r, (long long)mn, proj_names[p], l);
+        }
+    }
     lay->slots = af_calloc((size_t)nl * AF_PROJ_COUNT, sizeof(af_lora_slot));
     if (!lay->slots) return af_fail(AF_ERR_NOMEM, "lora: out of memory for the layout (%d layers)", nl);
     lay->lora = *cfg;
@@ -204,9 +196,9 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
     for (int32_t l = 0; l < nl; l++) {
         for (int p = 0; p < AF_PROJ_COUNT; p++) {
             af_lora_slot *s = &lay->slots[(int64_t)l * AF_PROJ_COUNT + p];
-            proj_shape(model, (af_proj)p, &s->in, &s->out);
+            const int has = proj_shape(model, l, (af_proj)p, &s->in, &s->out);
             s->a_off = s->b_off = -1;
-            if (!(cfg->targets & (1u << p)) || l < layer_min || l >= lend) continue;
+            if (!has || !(cfg->targets & (1u << p)) || l < layer_min || l >= lend) continue;
             s->a_off = off;
             off += (int64_t)cfg->r * s->in;
             s->b_off = off;
@@ -214,6 +206,11 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
         }
     }
     lay->n_lora = off;
+    if (off == 0) {
+        af_param_layout_free(lay);
+        return af_fail(AF_ERR_INVALID_ARG, "lora: the targets exist in none of layers %d..%d (KV-sharing layers have "
+                       "no k/v projections)", layer_min, lend - 1);
+    }
     lay->head_w_off = lay->head_b_off = -1;
     if (num_classes > 0) {
         lay->head_w_off = off;

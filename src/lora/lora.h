@@ -76,8 +76,10 @@ typedef struct af_param_layout {
  * layer >= n_layers, N < 1 or N > n_layers). */
 af_status af_lora_parse_layers(const char *spec, int32_t n_layers, int32_t *layer_min, int32_t *layer_end);
 
-/* Build the layout for `model`: adapters on cfg->targets of every layer, then (if num_classes > 0)
- * the head. Errors: AF_ERR_INVALID_ARG (r <= 0, r > min(in, out) of a target, alpha <= 0,
+/* Build the layout for `model`: adapters on cfg->targets of every layer that has the projection
+ * (shapes per layer, af_model_proj_shape: a gemma4 KV-sharing layer has no k/v projection, an
+ * attention_k_eq_v layer no v; those slots stay empty, as PEFT has no module there), then (if
+ * num_classes > 0) the head. Errors: AF_ERR_INVALID_ARG (r <= 0, r > min(in, out) of a target, alpha <= 0,
  * dropout outside [0, 1), no target), AF_ERR_NOMEM. Free with af_param_layout_free(). */
 af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
                                int32_t num_classes);

@@ -14,30 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-/* Output types of --type: those whose af_quantize_row is ggml's reference quantizer. */
-static const struct {
-    const char *name;
-    uint32_t type;
-} k_types[] = {{"f32", AF_TYPE_F32},   {"f16", AF_TYPE_F16},   {"bf16", AF_TYPE_BF16}, {"q8_0", AF_TYPE_Q8_0},
-               {"q4_0", AF_TYPE_Q4_0}, {"q4_1", AF_TYPE_Q4_1}, {"q5_0", AF_TYPE_Q5_0}, {"q5_1", AF_TYPE_Q5_1},
-               {"q4_k", AF_TYPE_Q4_K}, {"q6_k", AF_TYPE_Q6_K}};
-#define KEEP UINT32_MAX
-
-static af_status parse_type(const char *s, uint32_t *out) {
-    if (!s || strcasecmp(s, "keep") == 0) {
-        *out = KEEP;
-        return AF_OK;
-    }
-    for (size_t i = 0; i < sizeof k_types / sizeof *k_types; i++)
-        if (strcasecmp(s, k_types[i].name) == 0) {
-            *out = k_types[i].type;
-            return AF_OK;
-        }
-    return af_fail(AF_ERR_INVALID_ARG,
-                   "unknown --type '%s' (keep, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k)", s);
-}
+#define KEEP AF_TYPE_KEEP
 
 /* "blk.{l}.{proj}.weight" -> slot index; -1 otherwise. */
 static int64_t slot_of(const char *name, int32_t n_layers) {
@@ -107,7 +85,7 @@ af_status af_merge_adapter(const char *model_path, const char *adapter, const ch
     if (!model_path || !adapter || !out_path || !*out_path)
         return af_fail(AF_ERR_INVALID_ARG, "af_merge_adapter: NULL argument");
     uint32_t target = KEEP;
-    AF_TRY(parse_type(o->type, &target));
+    AF_TRY(af_quant_type_parse(o->type, &target));
     AF_TRY(af_export_check_out(out_path, o->overwrite));
     af_loaded_adapter la;
     AF_TRY(af_export_load(model_path, adapter, &la));

@@ -35,6 +35,19 @@ static void print_config(FILE *fp, const af_hf_config *c) {
             fprintf(fp, "  %-26s %d\n", "sliding_window_pattern", c->sliding_window_pattern);
         }
     }
+    if (c->layer_head_dim) { /* gemma4: per-layer sizes, KV sharing, PLE */
+        const int32_t *arr[3] = {c->layer_head_dim, c->layer_kv_heads, c->layer_ff};
+        const char *nm[3] = {"head_dim per layer", "num_key_value_heads/layer", "intermediate_size/layer"};
+        for (int k = 0; k < 3; k++) {
+            fprintf(fp, "  %-26s", nm[k]);
+            for (int i = 0; i < c->num_hidden_layers; i++) fprintf(fp, "%s%d", i ? "," : " ", arr[k][i]);
+            fputc('\n', fp);
+        }
+        fprintf(fp, "  %-26s %d\n", "num_kv_shared_layers", c->num_kv_shared_layers);
+        fprintf(fp, "  %-26s %d\n", "hidden_size_per_layer_input", c->hidden_size_per_layer_input);
+        fprintf(fp, "  %-26s %s\n", "attention_k_eq_v", c->attention_k_eq_v ? "true" : "false");
+        fprintf(fp, "  %-26s %g\n", "partial_rotary_factor (full)", (double)c->rope_partial_full);
+    }
     if (c->query_pre_attn_scalar > 0) fprintf(fp, "  %-26s %g\n", "query_pre_attn_scalar", (double)c->query_pre_attn_scalar);
     if (c->final_logit_softcapping > 0)
         fprintf(fp, "  %-26s %g\n", "final_logit_softcapping", (double)c->final_logit_softcapping);

@@ -1,6 +1,7 @@
 /* model.c — load a transformer from GGUF or a Hugging Face directory: hyper-parameters,
  * architecture table, weight views. */
 #include "model/model.h"
+#include "model/model_load.h"
 
 #include "kernels/ctx.h"
 #include "kernels/quant.h"
@@ -14,26 +15,6 @@
 void af_weight_row(const af_weight *w, int64_t r, float *dst) {
     const char *p = (const char *)w->data + (size_t)r * af_row_bytes(w->type, w->cols);
     af_dequantize_row(w->type, p, dst, w->cols);
-}
-
-/* Key "{arch}.{suffix}". */
-static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
-    snprintf(buf, cap, "%s.%s", arch, suffix);
-    return buf;
-}
-
-static af_status get_int(const af_gguf *g, const char *arch, const char *suffix, int64_t lo, int64_t hi,
-                         int has_def, int64_t def, int32_t *out) {
-    char k[128];
-    int64_t v;
-    akey(k, sizeof k, arch, suffix);
-    if (has_def) AF_TRY(af_gguf_get_i64_or(g, k, def, &v));
-    else AF_TRY(af_gguf_get_i64(g, k, &v));
-    if (v < lo || v > hi)
-        return af_fail(AF_ERR_FORMAT, "%s: %s: value %lld outside [%lld, %lld]", g->path, k, (long long)v,
-                       (long long)lo, (long long)hi);
-    *out = (int32_t)v;
-    return AF_OK;
 }
 
 /* Where the weights come from: a GGUF file or a Hugging Face directory. The loader below asks for
@@ -55,20 +36,25 @@ typedef struct wview {
     char name[160]; /* the name in the container (for messages) */
 } wview;
 
-/* GGUF name -> transformers name (llama/gemma3/qwen2/qwen3 modeling files; llama.cpp
+/* GGUF name -> transformers name (llama/gemma3/qwen2/qwen3/gemma4 modeling files; llama.cpp
  * gguf-py/gguf/tensor_mapping.py lists the same pairs). Sandwich-norm architectures (gemma3)
  * call the pre-FFN norm pre_feedforward_layernorm and use post_attention_layernorm for the
  * post-attention norm; the others call the pre-FFN norm post_attention_layernorm. */
 static int hf_name(const af_model *m, const char *gg, char *out, size_t cap) {
     static const struct { const char *gg, *hf; } glob[] = {
-        {"token_embd", "model.embed_tokens"}, {"output", "lm_head"}, {"output_norm", "model.norm"}};
+        {"token_embd", "model.embed_tokens"}, {"output", "lm_head"}, {"output_norm", "model.norm"},
+        {"per_layer_token_embd", "model.embed_tokens_per_layer"},
+        {"per_layer_model_proj", "model.per_layer_model_projection"},
+        {"per_layer_proj_norm", "model.per_layer_projection_norm"}};
     static const struct { const char *gg, *hf; } blk[] = {
         {"attn_norm", "input_layernorm"},          {"attn_q", "self_attn.q_proj"},
         {"attn_k", "self_attn.k_proj"},            {"attn_v", "self_attn.v_proj"},
         {"attn_output", "self_attn.o_proj"},       {"attn_q_norm", "self_attn.q_norm"},
         {"attn_k_norm", "self_attn.k_norm"},       {"post_attention_norm", "post_attention_layernorm"},
         {"post_ffw_norm", "post_feedforward_layernorm"}, {"ffn_gate", "mlp.gate_proj"},
-        {"ffn_up", "mlp.up_proj"},                 {"ffn_down", "mlp.down_proj"}};
+        {"ffn_up", "mlp.up_proj"},                 {"ffn_down", "mlp.down_proj"},
+        {"inp_gate", "per_layer_input_gate"},      {"proj", "per_layer_projection"},
+        {"post_norm", "post_per_layer_input_norm"}};
     const char *dot = strrchr(gg, '.'); /* ".weight" / ".bias" */
     if (!dot) return 0;
     int il = -1, nc = 0;
@@ -77,6 +63,10 @@ static int hf_name(const af_model *m, const char *gg, char *out, size_t cap) {
         const char *base = gg + nc, *hf = NULL;
         if (bl == 8 && !memcmp(base, "ffn_norm", 8))
             hf = m->desc.sandwich_norm ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+        if (bl == 18 && !memcmp(base, "layer_output_scale", 18)) { /* a buffer without ".weight" */
+            snprintf(out, cap, "model.layers.%d.layer_scalar", il);
+            return 1;
+        }
         for (size_t i = 0; !hf && i < sizeof blk / sizeof *blk; i++)
             if (strlen(blk[i].gg) == bl && !memcmp(base, blk[i].gg, bl)) hf = blk[i].hf;
         if (!hf) return 0;
@@ -202,182 +192,68 @@ static af_status find_vector(const wsrc *s, const char *name, int64_t n, float *
     return AF_OK;
 }
 
-/* The architecture table: one row per supported general.architecture. Sources: llama.cpp
- * src/models/llama.cpp, gemma3.cpp, qwen2.cpp, qwen3.cpp (rope types in src/llama-model.cpp);
- * transformers modeling_llama.py, modeling_gemma3.py, modeling_qwen2.py, modeling_qwen3.py.
- * llama: pre-norm, SwiGLU, RoPE NORM mode (the GGUF converter permuted q/k rows), no biases.
- * qwen2 (Qwen2, Qwen2.5): llama's layer plus biases on q/k/v (attn_{q,k,v}.bias), RoPE NEOX mode
- * (rows not permuted by the converter), rope.freq_base from the file (1e6 typical).
- * qwen3: llama's layer plus per-head RMSNorm of q and k before RoPE (attn_{q,k}_norm, weight used
- * as is: no 1 + w; eps = attention.layer_norm_rms_epsilon), no biases, RoPE NEOX mode, head_dim
- * from attention.key_length (may differ from hidden / heads).
- * gemma3: sandwich norms, q/k norms, GeGLU (tanh), RoPE NEOX mode, embedding times sqrt(hidden),
- * every 6th layer (il % 6 == 5) global and the others sliding-window with their own RoPE base
- * (llama.cpp set_swa_pattern(6); HF layer_types). */
-typedef struct arch_entry {
-    const char *name;
-    int sandwich_norm, qk_norm;
-    af_act act;
-    int rope_neox;
-    int embd_scale_sqrt_hidden; /* desc.embd_scale = sqrt(hidden) (else 1) */
-    int32_t swa_period;
-    int qkv_bias;
-} arch_entry;
-
-static const arch_entry arch_table[] = {
-    {"llama", 0, 0, AF_ACT_SWIGLU, 0, 0, 0, 0},
-    {"gemma3", 1, 1, AF_ACT_GEGLU_TANH, 1, 1, 6, 0},
-    {"qwen2", 0, 0, AF_ACT_SWIGLU, 1, 0, 0, 1},
-    {"qwen3", 0, 1, AF_ACT_SWIGLU, 1, 0, 0, 0},
-};
-
-static const arch_entry *arch_find(const char *name) {
-    for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++)
-        if (!strcmp(name, arch_table[i].name)) return &arch_table[i];
-    return NULL;
-}
-
-/* Architecture row -> desc (shared by both containers). `where` names the file and field. */
-static af_status set_arch(af_model *m, const char *where) {
-    af_model_config *c = &m->cfg;
-    const arch_entry *ae = arch_find(c->architecture);
-    if (!ae)
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: '%s' is not supported (supported: llama, gemma3, qwen2, qwen3)",
-                       where, c->architecture);
-    m->desc.name = ae->name;
-    m->desc.sandwich_norm = ae->sandwich_norm;
-    m->desc.qk_norm = ae->qk_norm;
-    m->desc.act = ae->act;
-    m->desc.rope_neox = ae->rope_neox;
-    m->desc.swa_period = ae->swa_period;
-    m->desc.qkv_bias = ae->qkv_bias;
-    m->desc.final_logit_softcap = 0; /* none of the supported architectures' GGUFs caps the final logits */
-    m->desc.embd_scale = ae->embd_scale_sqrt_hidden ? sqrtf((float)c->hidden_size) : 1.0f;
-    m->desc.attn_scale = 1.0f / sqrtf((float)c->head_dim); /* gemma3: query_pre_attn_scalar = head_dim for 270m..12B */
-    m->desc.sliding_window = 0;
-    m->desc.rope_base_swa = c->rope_theta;
+/* KV sharing (gemma4): layer i >= L - n_kv_shared attends to the K/V of the last layer before
+ * L - n_kv_shared of its own type (sliding or global): transformers Gemma4TextConfig.kv_sharing_modes.
+ * (llama.cpp takes layer L - n_kv_shared - 2 for sliding and - 1 for global layers, the same layers
+ * when the last two unshared layers are sliding, global.) The cache offsets of the layers with their
+ * own K/V follow one another (af_layer.kv_off). */
+static af_status resolve_kv(af_model *m, const lplan *pl, const char *label) {
+    const int32_t L = m->cfg.num_hidden_layers, first = L - m->desc.n_kv_shared;
+    int64_t off = 0;
+    for (int32_t il = 0; il < L; il++) {
+        af_layer *Ly = &m->layers[il];
+        Ly->kv_src = il;
+        if (il >= first) {
+            int32_t src = -1;
+            for (int32_t j = first - 1; j >= 0 && src < 0; j--)
+                if (pl->sliding[j] == pl->sliding[il]) src = j;
+            if (src < 0)
+                return af_fail(AF_ERR_FORMAT, "%s: layer %d reuses the K/V of an earlier %s layer, but none of layers "
+                               "0..%d is one", label, il, pl->sliding[il] ? "sliding" : "global", first - 1);
+            const af_layer *S = &m->layers[src];
+            if (S->head_dim != Ly->head_dim || S->n_kv_head != Ly->n_kv_head)
+                return af_fail(AF_ERR_FORMAT, "%s: layer %d reuses the K/V of layer %d, whose head_dim / KV heads "
+                               "(%d / %d) differ from its own (%d / %d)", label, il, src, S->head_dim, S->n_kv_head,
+                               Ly->head_dim, Ly->n_kv_head);
+            Ly->kv_src = src;
+            Ly->kv_off = S->kv_off;
+            continue;
+        }
+        Ly->kv_off = off;
+        off += (int64_t)Ly->n_kv_head * Ly->head_dim;
+    }
+    m->kv_floats = off;
     return AF_OK;
 }
 
-/* Checks shared by both containers. */
-static af_status check_hparams(const af_model *m, const char *label) {
-    const af_model_config *c = &m->cfg;
-    if (c->num_attention_heads % c->num_key_value_heads)
-        return af_fail(AF_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", label,
-                       c->num_attention_heads, c->num_key_value_heads);
-    if (c->head_dim % 2) return af_fail(AF_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", label, c->head_dim);
-    if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
-        return af_fail(AF_ERR_FORMAT, "%s: rms_norm_eps and rope_theta must be positive", label);
+/* Proportional RoPE of a global layer with head_dim hd (transformers _compute_proportional_rope_parameters):
+ * the first int(partial·hd/2) frequency pairs rotate; the frequencies of the others are 0, written
+ * as llama.cpp's frequency factors (1e30 divides them to 0 in f32; convert_hf_to_gguf.py Gemma4Model).
+ * NULL when every pair rotates. *scratch advances by hd/2. */
+static const float *rope_factors(float partial, int32_t hd, float **scratch) {
+    const int32_t rot = (int32_t)floor((double)partial * (double)hd / 2.0 + 1e-9);
+    if (rot >= hd / 2) return NULL;
+    float *f = *scratch;
+    for (int32_t i = 0; i < hd / 2; i++) f[i] = i < rot ? 1.0f : 1e30f;
+    *scratch += hd / 2;
+    return f;
+}
+
+/* The PLE tensors of the model and of layer il (desc.ple_dim > 0). */
+static af_status load_ple(af_model *m, const wsrc *s, float **scratch) {
+    const int64_t H = m->cfg.hidden_size, P = m->desc.ple_dim, LP = (int64_t)m->cfg.num_hidden_layers * P;
+    AF_TRY(find_matrix(s, "per_layer_token_embd.weight", m->cfg.vocab_size, LP, 0, &m->ple_tok_embd));
+    AF_TRY(find_matrix(s, "per_layer_model_proj.weight", LP, H, 0, &m->ple_model_proj));
+    AF_TRY(find_vector(s, "per_layer_proj_norm.weight", P, scratch, &m->ple_proj_norm));
     return AF_OK;
 }
 
-static af_status load_hparams(af_model *m) {
-    const af_gguf *g = m->gguf;
+/* The weights of either container (src_find maps names), with the per-layer sizes and sliding
+ * pattern of `pl`. */
+static af_status load_weights(af_model *m, const wsrc *s, const lplan *pl) {
     af_model_config *c = &m->cfg;
-    af_gguf_str arch;
-    AF_TRY(af_gguf_get_str(g, "general.architecture", &arch));
-    if (arch.len >= sizeof c->architecture)
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: general.architecture: '%.*s' is not supported", g->path,
-                       (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
-    memcpy(c->architecture, arch.ptr, arch.len);
-    c->architecture[arch.len] = 0;
-    const char *a = c->architecture;
-    if (!arch_find(a))
-        return af_fail(AF_ERR_UNSUPPORTED,
-                       "%s: general.architecture: '%s' is not supported (supported: llama, gemma3, qwen2, qwen3; "
-                       "mixture-of-experts variants such as qwen2moe/qwen3moe are not)", g->path, a);
-    AF_TRY(get_int(g, a, "embedding_length", 1, 1 << 16, 0, 0, &c->hidden_size));
-    AF_TRY(get_int(g, a, "block_count", 1, 1024, 0, 0, &c->num_hidden_layers));
-    AF_TRY(get_int(g, a, "feed_forward_length", 1, 1 << 20, 0, 0, &c->intermediate_size));
-    AF_TRY(get_int(g, a, "attention.head_count", 1, 1024, 0, 0, &c->num_attention_heads));
-    AF_TRY(get_int(g, a, "attention.head_count_kv", 1, 1024, 1, c->num_attention_heads, &c->num_key_value_heads));
-    int32_t def_hd = c->hidden_size / c->num_attention_heads;
-    AF_TRY(get_int(g, a, "attention.key_length", 1, 4096, 1, def_hd, &c->head_dim));
-    int32_t vlen, rot;
-    AF_TRY(get_int(g, a, "attention.value_length", 1, 4096, 1, c->head_dim, &vlen));
-    if (vlen != c->head_dim)
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: %s.attention.value_length %d != key_length %d", g->path, a, vlen,
-                       c->head_dim);
-    AF_TRY(get_int(g, a, "rope.dimension_count", 1, 4096, 1, c->head_dim, &rot));
-    if (rot != c->head_dim)
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: %s.rope.dimension_count %d != head_dim %d (partial RoPE)", g->path,
-                       a, rot, c->head_dim);
-    AF_TRY(get_int(g, a, "context_length", 1, INT32_MAX, 1, 2048, &c->max_position_embeddings));
-    char k[128];
-    AF_TRY(af_gguf_get_f32(g, akey(k, sizeof k, a, "attention.layer_norm_rms_epsilon"), &c->rms_norm_eps));
-    AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "rope.freq_base"), 10000.0f, &c->rope_theta));
-    AF_TRY(check_hparams(m, g->path));
-    af_gguf_str rs;
-    if (af_gguf_find(g, akey(k, sizeof k, a, "rope.scaling.type")) &&
-        af_gguf_get_str(g, k, &rs) == AF_OK && !af_gguf_str_eq(rs, "none")) {
-        float f = 1;
-        AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "rope.scaling.factor"), 1.0f, &f));
-        if (f != 0 && f != 1)
-            return af_fail(AF_ERR_UNSUPPORTED, "%s: rope scaling '%.*s' (factor %g) is not supported", g->path,
-                           (int)rs.len, rs.ptr, (double)f);
-    }
-    AF_TRY(set_arch(m, g->path));
-    af_arch_desc *D = &m->desc;
-    if (D->swa_period > 0) {
-        int32_t swa = 0;
-        AF_TRY(get_int(g, a, "attention.sliding_window", 1, INT32_MAX, 0, 0, &swa));
-        D->sliding_window = swa;
-        AF_TRY(af_gguf_get_f32_or(g, akey(k, sizeof k, a, "rope.freq_base_swa"), 10000.0f, &D->rope_base_swa));
-    }
-    /* a tensor of a layer past block_count: the layer count is wrong, layers would be ignored */
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const char *tn = g->tensors[i].name;
-        char *end = NULL;
-        if (strncmp(tn, "blk.", 4) != 0) continue;
-        long il = strtol(tn + 4, &end, 10);
-        if (end != tn + 4 && *end == '.' && il >= c->num_hidden_layers)
-            return af_fail(AF_ERR_FORMAT,
-                           "%s: tensor '%s' belongs to layer %ld but %s.block_count is %d: the file's layer count is "
-                           "wrong (layers %d.. would be ignored)",
-                           g->path, tn, il, c->architecture, c->num_hidden_layers, c->num_hidden_layers);
-    }
-    return AF_OK;
-}
-
-/* config.json -> the same config and description (formats/hf_config.h lists the keys). */
-static af_status load_hparams_hf(af_model *m, const af_hf_config *h, const char *label) {
-    af_model_config *c = &m->cfg;
-    snprintf(c->architecture, sizeof c->architecture, "%s", h->architecture);
-    c->hidden_size = h->hidden_size;
-    c->num_hidden_layers = h->num_hidden_layers;
-    c->intermediate_size = h->intermediate_size;
-    c->num_attention_heads = h->num_attention_heads;
-    c->num_key_value_heads = h->num_key_value_heads;
-    c->head_dim = h->head_dim;
-    c->max_position_embeddings = h->max_position_embeddings;
-    c->rms_norm_eps = h->rms_norm_eps;
-    c->rope_theta = h->rope_theta;
-    c->vocab_size = h->vocab_size;
-    c->tie_word_embeddings = h->tie_word_embeddings;
-    AF_TRY(check_hparams(m, label));
-    char where[700];
-    snprintf(where, sizeof where, "%.600s: field 'model_type' ('%.31s')", label, h->model_type);
-    AF_TRY(set_arch(m, where));
-    af_arch_desc *D = &m->desc;
-    if (h->attention_bias && !D->qkv_bias)
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'attention_bias': attention biases are not supported for %s",
-                       label, h->model_type);
-    if (h->query_pre_attn_scalar > 0) D->attn_scale = 1.0f / sqrtf(h->query_pre_attn_scalar);
-    D->final_logit_softcap = h->final_logit_softcapping;
-    if (D->swa_period > 0) { /* the architecture has sliding layers: HF's pattern replaces llama.cpp's rule */
-        if (h->sliding_window_pattern > 0) D->swa_period = h->sliding_window_pattern;
-        D->sliding_window = h->sliding_window;
-        D->rope_base_swa = h->rope_theta_swa;
-    }
-    return AF_OK;
-}
-
-/* The weights of either container (src_find maps names). `sliding` [num_hidden_layers] (may be
- * NULL): 1 = sliding layer (HF layer_types); else the period rule of desc.swa_period. */
-static af_status load_weights(af_model *m, const wsrc *s, const uint8_t *sliding) {
-    af_model_config *c = &m->cfg;
-    const int64_t H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-    const int64_t qd = (int64_t)c->num_attention_heads * hd, kvd = (int64_t)c->num_key_value_heads * hd;
+    const int64_t H = c->hidden_size, P = m->desc.ple_dim;
+    const int32_t NL = c->num_hidden_layers;
     wview te;
     AF_TRY(src_find(s, "token_embd.weight", 1, &te));
     if (te.ne[1] < 1 || te.ne[1] > INT32_MAX)
@@ -400,23 +276,74 @@ static af_status load_weights(af_model *m, const wsrc *s, const uint8_t *sliding
         m->output = m->tok_embd;
     }
     c->tie_word_embeddings = tied;
-    /* scratch for norms that are not F32 (rare): upper bound of all vector lengths */
-    size_t nvec = (size_t)H + (size_t)c->num_hidden_layers * (size_t)(4 * H + 2 * hd + qd + 2 * kvd);
+    /* scratch for norms that are not F32 (rare) and, last, RoPE factors / ones: an upper bound */
+    int32_t hdmax = 0;
+    size_t nvec = (size_t)H + (size_t)P + 1;
+    for (int32_t il = 0; il < NL; il++) {
+        const size_t hd = (size_t)pl->hd[il], qd = (size_t)pl->nh[il] * hd, kvd = (size_t)pl->nkv[il] * hd;
+        nvec += 6 * (size_t)H + 3 * hd + qd + 2 * kvd + 1;
+        if (pl->hd[il] > hdmax) hdmax = pl->hd[il];
+    }
     m->owned_f32 = af_calloc(nvec, sizeof(float));
-    m->layers = af_calloc((size_t)c->num_hidden_layers, sizeof(af_layer));
+    m->layers = af_calloc((size_t)NL, sizeof(af_layer));
     if (!m->owned_f32 || !m->layers) return af_fail(AF_ERR_NOMEM, "%s: out of memory for layer table", s->label);
     float *scratch = m->owned_f32;
     AF_TRY(find_vector(s, "output_norm.weight", H, &scratch, &m->output_norm));
     af_arch_desc *D = &m->desc;
     D->tied_head = c->tie_word_embeddings;
-    for (int il = 0; il < c->num_hidden_layers; il++) {
+    if (P > 0) AF_TRY(load_ple(m, s, &scratch));
+    /* global layers' RoPE factors: GGUF rope_freqs (one tensor for every global layer), HF from
+     * config.json; and the weight of the unweighted v norm */
+    const float *gguf_ff = NULL;
+    int32_t hd_global = 0; /* head_dim of the global layers (gemma4: key_length) */
+    for (int32_t il = 0; il < NL; il++)
+        if (!pl->sliding[il]) hd_global = pl->hd[il];
+    if (m->gguf && D->swa_period < 0 && hd_global > 0) {
+        wview rf;
+        af_status fs = src_find(s, "rope_freqs.weight", 0, &rf);
+        if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
+        if (fs == AF_OK) AF_TRY(find_vector(s, "rope_freqs.weight", hd_global / 2, &scratch, &gguf_ff));
+    }
+    for (int il = 0; il < NL; il++) {
         af_layer *L = &m->layers[il];
+        L->n_head = pl->nh[il];
+        L->n_kv_head = pl->nkv[il];
+        L->head_dim = pl->hd[il];
+        L->n_ff = pl->ff[il];
+        L->out_scale = 1.0f;
+    }
+    AF_TRY(resolve_kv(m, pl, s->label));
+    m->owned_misc = af_malloc(((size_t)NL * (size_t)hdmax / 2 + (size_t)hdmax + 1) * sizeof(float));
+    if (!m->owned_misc) return af_fail(AF_ERR_NOMEM, "%s: out of memory", s->label);
+    float *misc = m->owned_misc;
+    if (D->v_norm) {
+        for (int32_t i = 0; i < hdmax; i++) misc[i] = 1.0f;
+        m->ones = misc;
+        misc += hdmax;
+    }
+    for (int il = 0; il < NL; il++) {
+        af_layer *L = &m->layers[il];
+        const int64_t hd = L->head_dim, qd = (int64_t)L->n_head * hd, kvd = (int64_t)L->n_kv_head * hd;
+        const int64_t F = L->n_ff;
+        const int own_kv = L->kv_src == il;
         char n[96];
 #define NM(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
         AF_TRY(find_vector(s, NM("attn_norm.weight"), H, &scratch, &L->attn_norm));
-        AF_TRY(find_matrix(s, NM("attn_q.weight"), qd, H, c->num_attention_heads, &L->wq));
-        AF_TRY(find_matrix(s, NM("attn_k.weight"), kvd, H, c->num_key_value_heads, &L->wk));
-        AF_TRY(find_matrix(s, NM("attn_v.weight"), kvd, H, 0, &L->wv));
+        AF_TRY(find_matrix(s, NM("attn_q.weight"), qd, H, L->n_head, &L->wq));
+        if (own_kv) {
+            AF_TRY(find_matrix(s, NM("attn_k.weight"), kvd, H, L->n_kv_head, &L->wk));
+            /* attention_k_eq_v: GGUF without attn_v (llama.cpp: v = k); HF global layers by config.json */
+            int has_v = 1;
+            if (D->v_norm) {
+                wview vv;
+                af_status fs = m->gguf ? src_find(s, NM("attn_v.weight"), 0, &vv)
+                                       : (pl->v_from_k_global && !pl->sliding[il] ? AF_ERR_NOT_FOUND : AF_OK);
+                if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
+                has_v = fs == AF_OK;
+            }
+            L->v_from_k = !has_v;
+            if (has_v) AF_TRY(find_matrix(s, NM("attn_v.weight"), kvd, H, 0, &L->wv));
+        }
         AF_TRY(find_matrix(s, NM("attn_output.weight"), H, qd, 0, &L->wo));
         AF_TRY(find_vector(s, NM("ffn_norm.weight"), H, &scratch, &L->ffn_norm));
         AF_TRY(find_matrix(s, NM("ffn_gate.weight"), F, H, 0, &L->w_gate));
@@ -431,20 +358,75 @@ static af_status load_weights(af_model *m, const wsrc *s, const uint8_t *sliding
         }
         if (D->qk_norm) {
             AF_TRY(find_vector(s, NM("attn_q_norm.weight"), hd, &scratch, &L->q_norm));
-            AF_TRY(find_vector(s, NM("attn_k_norm.weight"), hd, &scratch, &L->k_norm));
+            if (own_kv) AF_TRY(find_vector(s, NM("attn_k_norm.weight"), hd, &scratch, &L->k_norm));
         }
         if (D->sandwich_norm) {
             AF_TRY(find_vector(s, NM("post_attention_norm.weight"), H, &scratch, &L->post_attn_norm));
             AF_TRY(find_vector(s, NM("post_ffw_norm.weight"), H, &scratch, &L->post_ffw_norm));
         }
-        int slide = sliding ? sliding[il] : (D->swa_period > 0 && il % D->swa_period != D->swa_period - 1);
-        if (D->swa_period > 0 && slide) {
+        if (D->swa_period != 0 && pl->sliding[il]) {
             L->window = D->sliding_window;
             L->rope_base = D->rope_base_swa;
         }
+        if (D->swa_period < 0 && !pl->sliding[il]) {
+            if (m->gguf) {
+                if (gguf_ff && hd != hd_global)
+                    return af_fail(AF_ERR_FORMAT, "%s: rope_freqs.weight has %d factors but layer %d has head_dim %lld",
+                                   s->label, hd_global / 2, il, (long long)hd);
+                L->rope_freq_factors = gguf_ff;
+            } else {
+                L->rope_freq_factors = rope_factors(pl->rope_partial_full, (int32_t)hd, &misc);
+            }
+        }
+        if (P > 0) {
+            AF_TRY(find_matrix(s, NM("inp_gate.weight"), P, H, 0, &L->ple_gate));
+            AF_TRY(find_matrix(s, NM("proj.weight"), H, P, 0, &L->ple_proj));
+            AF_TRY(find_vector(s, NM("post_norm.weight"), H, &scratch, &L->ple_post_norm));
+        }
+        if (D->swa_period < 0) { /* layer_output_scale: optional */
+            wview os;
+            af_status fs = src_find(s, NM("layer_output_scale.weight"), 0, &os);
+            if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
+            if (fs == AF_OK) {
+                const float *sc = NULL;
+                AF_TRY(find_vector(s, NM("layer_output_scale.weight"), 1, &scratch, &sc));
+                if (!isfinite(sc[0]))
+                    return af_fail(AF_ERR_FORMAT, "%s: tensor '%s' is not finite", s->label, os.name);
+                L->out_scale = sc[0];
+            }
+        }
 #undef NM
     }
+    /* the largest per-layer sizes (the walk's buffers) */
+    for (int il = 0; il < NL; il++) {
+        const af_layer *L = &m->layers[il];
+        const int64_t qd = (int64_t)L->n_head * L->head_dim, kvd = (int64_t)L->n_kv_head * L->head_dim;
+        if (qd > m->max_qd) m->max_qd = qd;
+        if (kvd > m->max_kvd) m->max_kvd = kvd;
+        if (L->n_ff > m->max_ff) m->max_ff = L->n_ff;
+        if (L->n_head > m->max_n_head) m->max_n_head = L->n_head;
+        if (L->n_kv_head > m->max_n_kv_head) m->max_n_kv_head = L->n_kv_head;
+        if (L->head_dim > m->max_head_dim) m->max_head_dim = L->head_dim;
+    }
     return AF_OK;
+}
+
+int af_model_proj_shape(const af_model *m, int32_t l, int32_t p, int64_t *in, int64_t *out) {
+    *in = *out = 0;
+    if (!m || l < 0 || l >= m->cfg.num_hidden_layers || p < 0 || p > 6) return 0;
+    const af_layer *L = &m->layers[l];
+    const int64_t H = m->cfg.hidden_size, qd = (int64_t)L->n_head * L->head_dim,
+                  kvd = (int64_t)L->n_kv_head * L->head_dim, F = L->n_ff;
+    switch (p) {
+    case 0: *in = H, *out = qd; break;
+    case 1: if (!L->wk.data) return 0; *in = H, *out = kvd; break;
+    case 2: if (!L->wv.data) return 0; *in = H, *out = kvd; break;
+    case 3: *in = qd, *out = H; break;
+    case 4:
+    case 5: *in = H, *out = F; break;
+    default: *in = F, *out = H; break;
+    }
+    return 1;
 }
 
 /* `path` is a directory: a Hugging Face checkpoint (config.json, SafeTensors, tokenizer.json). */
@@ -461,26 +443,32 @@ static af_status load_hf(af_model *m, const char *dir) {
     st = af_hf_config_parse(js, jl, label, &h);
     free(js);
     if (st != AF_OK) return st;
-    st = load_hparams_hf(m, &h, label);
+    lplan pl;
+    memset(&pl, 0, sizeof pl);
+    st = model_hparams_hf(m, &h, label, &pl);
     if (st == AF_OK) st = af_hf_weights_open(dir, &m->hf);
     if (st == AF_OK) {
         m->file_bytes = af_hf_weights_bytes(m->hf);
         /* the weights config.json implies must fit in the files (>= 2 bytes each) before anything
-         * is sized by these numbers */
+         * is sized by these numbers (a lower bound: q, o and the FFN of every layer, K of the first
+         * layer, and the token embedding) */
         const af_model_config *c = &m->cfg;
-        const double H = c->hidden_size, qd = (double)c->num_attention_heads * c->head_dim,
-                     kvd = (double)c->num_key_value_heads * c->head_dim;
-        const double need = 2.0 * ((double)c->num_hidden_layers * (2 * H * qd + 2 * H * kvd + 3 * H * c->intermediate_size) +
-                                   (double)c->vocab_size * H);
+        const double H = c->hidden_size;
+        double need = (double)c->vocab_size * H + H * (double)pl.nkv[0] * pl.hd[0];
+        for (int32_t il = 0; il < c->num_hidden_layers; il++)
+            need += 2 * H * (double)pl.nh[il] * pl.hd[il] + 3 * H * (double)pl.ff[il];
+        need *= 2.0;
         if (need > (double)m->file_bytes)
             st = af_fail(AF_ERR_FORMAT,
                          "%s: the hyper-parameters need at least %.0f bytes of weights but the SafeTensors files hold "
                          "%llu", label, need, (unsigned long long)m->file_bytes);
     }
     if (st == AF_OK) {
-        wsrc s = {m, dir, !strcmp(h.architecture, "gemma3"), !m->desc.rope_neox, h.vocab_size};
-        st = load_weights(m, &s, m->desc.swa_period > 0 ? h.layer_sliding : NULL);
+        wsrc s = {m, dir, model_arch_hf_norm_plus_one(h.architecture), !m->desc.rope_neox, h.vocab_size};
+        st = load_weights(m, &s, &pl);
     }
+    model_plan_free(&pl);
+    m->pad_token_id = h.pad_token_id;
     af_hf_config_free(&h);
     if (st != AF_OK) return st;
     /* A model without a usable tokenizer still runs on token ids; the CLI reports it. */
@@ -506,17 +494,21 @@ af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out) {
     af_model *m = af_calloc(1, sizeof *m);
     if (!m) return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
     m->ctx = ctx;
+    m->pad_token_id = -1;
     af_status st;
     if (is_dir(path)) {
         st = load_hf(m, path);
     } else {
+        lplan pl;
+        memset(&pl, 0, sizeof pl);
         st = af_gguf_open(path, &m->gguf);
-        if (st == AF_OK) st = load_hparams(m);
+        if (st == AF_OK) st = model_hparams_gguf(m, &pl);
         if (st == AF_OK) {
             m->file_bytes = m->gguf->size;
             wsrc s = {m, path, 0, 0, 0};
-            st = load_weights(m, &s, NULL);
+            st = load_weights(m, &s, &pl);
         }
+        model_plan_free(&pl);
         if (st == AF_OK) {
             /* A model without a usable tokenizer still runs on token ids; the CLI reports it. */
             af_status ts = af_tokenizer_load(m->gguf, &m->tok);
@@ -544,6 +536,7 @@ void af_model_free(af_model *m) {
     if (m->tok) af_tokenizer_free(m->tok);
     free(m->layers);
     free(m->owned_f32);
+    free(m->owned_misc);
     for (int32_t i = 0; i < m->n_owned_w; i++) af_free_aligned(m->owned_w[i]);
     free(m->owned_w);
     af_free_aligned(m->owned_quant);

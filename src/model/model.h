@@ -5,10 +5,13 @@
  * Architectures: "llama" (SmolLM2, Llama 2/3 style: pre-norm, SwiGLU, RoPE NORM mode because the
  * GGUF converter permuted q/k rows) and "gemma3" (sandwich norms, q/k norms, GeGLU, embedding
  * scaled by sqrt(hidden), RoPE NEOX mode, sliding-window layers with their own RoPE base),
- * "qwen2" (Qwen2/2.5: llama's layer + q/k/v biases, RoPE NEOX mode) and "qwen3" (llama's layer +
- * per-head q/k RMSNorm, RoPE NEOX mode, head_dim from attention.key_length).
- * Sources: llama.cpp src/models/{llama,gemma3,qwen2,qwen3}.cpp, transformers
- * modeling_{llama,gemma3,qwen2,qwen3}.py, summarised in docs/FORMATS.md §3-§5.
+ * "qwen2" (Qwen2/2.5: llama's layer + q/k/v biases, RoPE NEOX mode), "qwen3" (llama's layer +
+ * per-head q/k RMSNorm, RoPE NEOX mode, head_dim from attention.key_length) and "gemma4" (dense
+ * text models: gemma3's layer with per-layer head_dim / KV heads / FFN width, unweighted RMSNorm on
+ * v, key/value sharing across layers, attention_k_eq_v, proportional RoPE (frequency factors) on
+ * global layers, per-layer input embeddings (PLE), a per-layer output scale, attention scale 1).
+ * Sources: llama.cpp src/models/{llama,gemma3,qwen2,qwen3,gemma4}.cpp, transformers
+ * modeling_{llama,gemma3,qwen2,qwen3,gemma4}.py, summarised in docs/FORMATS.md §3-§5c.
  */
 #ifndef AF_MODEL_H
 #define AF_MODEL_H
@@ -27,7 +30,7 @@ typedef enum af_act {
  * table in model.c (plus the values the file gives) and read by the layer walk
  * (transformer.c), which never tests the architecture's name. */
 typedef struct af_arch_desc {
-    const char *name;          /* GGUF general.architecture: "llama", "gemma3", "qwen2", "qwen3" */
+    const char *name;          /* GGUF general.architecture: "llama", "gemma3", "qwen2", "qwen3", "gemma4" */
     /* norm placement: always pre-norm (attn_norm, ffn_norm on the branch inputs); sandwich_norm
      * adds post-norms on both branch outputs before the residual add (post_attention_norm,
      * post_ffw_norm: gemma3) */
@@ -46,6 +49,10 @@ typedef struct af_arch_desc {
     int qkv_bias;              /* q/k/v projections have biases (attn_{q,k,v}.bias: qwen2) */
     float final_logit_softcap; /* LM head logits c·tanh(z/c); 0 = off */
     int tied_head;             /* the LM head reuses token_embd (no output.weight in the file) */
+    /* gemma4 (all 0 for the other architectures; the per-layer values live in af_layer) */
+    int v_norm;                /* v = rmsnorm(v) without weight (per head, eps = rms_norm_eps) */
+    int32_t ple_dim;           /* per-layer input embedding width P (embedding_length_per_layer_input); 0 = no PLE */
+    int32_t n_kv_shared;       /* the last n_kv_shared layers attend to an earlier layer's K/V (af_layer.kv_src) */
 } af_arch_desc;
 
 /* A frozen weight matrix W [rows = out_features, cols = in_features] in its stored type.
@@ -62,17 +69,22 @@ typedef struct af_weight {
     uint32_t dev_type; /* block type on the device (== type unless the backend converted it) */
 } af_weight;
 
-/* Device addresses of a layer's vectors (norm weights, biases) [same shapes as the host fields];
- * NULL where the host field is NULL. */
+/* Device addresses of a layer's vectors (norm weights, biases, RoPE factors) [same shapes as the
+ * host fields]; NULL where the host field is NULL. */
 typedef struct af_layer_dev {
     const float *attn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffw_norm;
+    const float *rope_freq_factors, *ple_post_norm;
 } af_layer_dev;
 
+/* One layer. Its dimensions are per layer (gemma4: global layers have another head_dim and KV-head
+ * count, KV-sharing layers may have a double-width FFN); every other architecture has the
+ * config's values in every layer. */
 typedef struct af_layer {
+    int32_t n_head, n_kv_head, head_dim, n_ff; /* q heads, K/V heads, head size, FFN width */
     const float *attn_norm;      /* [hidden] */
     af_weight wq;                /* [n_head*head_dim, hidden] */
-    af_weight wk;                /* [n_kv_head*head_dim, hidden] */
-    af_weight wv;                /* [n_kv_head*head_dim, hidden] */
+    af_weight wk;                /* [n_kv_head*head_dim, hidden]; data NULL when kv_src != own index */
+    af_weight wv;                /* [n_kv_head*head_dim, hidden]; data NULL with v_from_k or kv_src != own */
     af_weight wo;                /* [hidden, n_head*head_dim] */
     const float *bq, *bk, *bv;   /* [q_dim], [kv_dim], [kv_dim] with desc.qkv_bias, else NULL */
     const float *q_norm;         /* [head_dim] with desc.qk_norm, else NULL */
@@ -84,7 +96,18 @@ typedef struct af_layer {
     af_weight w_down;            /* [hidden, ffn] */
     const float *post_ffw_norm;  /* [hidden] with desc.sandwich_norm, else NULL */
     float rope_base;             /* RoPE theta of this layer */
+    const float *rope_freq_factors; /* [head_dim/2] divisors of the RoPE frequencies (llama.cpp rope_freqs;
+                                     * gemma4 global layers: 1 on the rotated pairs, 1e30 on the others =
+                                     * transformers' "proportional" RoPE), NULL = none */
     int64_t window;              /* sliding window (keys seen incl. self), 0 = global */
+    /* gemma4 */
+    int32_t kv_src;              /* the layer whose K/V this layer attends to (== own index: its own) */
+    int v_from_k;                /* attention_k_eq_v: v = k projection before k_norm (no wv) */
+    int64_t kv_off;              /* floats before this layer's slot in one position of the KV cache (kv_src's) */
+    float out_scale;             /* the layer output is multiplied by it (layer_output_scale; 1 = none) */
+    af_weight ple_gate;          /* [P, hidden] with desc.ple_dim (inp_gate), else data NULL */
+    af_weight ple_proj;          /* [hidden, P] (proj) */
+    const float *ple_post_norm;  /* [hidden] (post_norm) */
     af_layer_dev dv;             /* the vectors above on the model's device (af_model_import) */
 } af_layer;
 
@@ -103,11 +126,24 @@ struct af_model {
     af_weight output;       /* [vocab, hidden] (== tok_embd when tied) */
     const float *output_norm; /* [hidden] */
     af_layer *layers;       /* [num_hidden_layers], owned */
+    int64_t max_qd, max_kvd, max_ff; /* largest n_head·head_dim, n_kv_head·head_dim, n_ff over the layers */
+    int32_t max_n_head, max_n_kv_head, max_head_dim;
+    int64_t kv_floats;      /* floats of one position of the KV cache: Σ n_kv_head·head_dim over the layers
+                             * with their own K/V (af_layer.kv_off) */
+    /* gemma4 per-layer input embeddings (desc.ple_dim = P > 0), else data NULL */
+    af_weight ple_tok_embd; /* [vocab, num_layers·P] (per_layer_token_embd) */
+    af_weight ple_model_proj; /* [num_layers·P, hidden] (per_layer_model_proj) */
+    const float *ple_proj_norm; /* [P] (per_layer_proj_norm) */
+    float *owned_misc;      /* owned: RoPE frequency factors built from config.json, the ones of desc.v_norm */
+    const float *ones;      /* [max head_dim] of 1.0 (the weight of the unweighted v norm) or NULL */
     float *owned_f32;       /* owned: norms that were stored as F16/BF16, converted */
     void *owned_quant;      /* owned (af_free_aligned): projections requantized at load (af_model_requantize) */
     size_t owned_quant_bytes;
     char tok_error[256];    /* why `tok` is NULL (message of the failed tokenizer load) */
+    int32_t pad_token_id;   /* HF config.json pad_token_id (-1: none or a GGUF file; informational) */
     const float *output_norm_dev; /* output_norm on the device */
+    const float *ones_dev;  /* ones on the device */
+    const float *ple_proj_norm_dev; /* ple_proj_norm on the device */
     int imported;           /* 1: the dev addresses are set (af_model_import) */
     int weights_converted;  /* projections whose type the device converted at import (said once) */
 };

@@ -72,7 +72,7 @@ af_status af_model_requantize(af_model *m, uint32_t type, int *n_done, int *n_ke
         af_weight *w[7];
         layer_weights(&m->layers[il], w);
         for (int k = 0; k < 7; k++) {
-            if (w[k]->type == type) continue;
+            if (!w[k]->data || w[k]->type == type) continue; /* absent (gemma4 KV sharing, k_eq_v) or done */
             if (!is_float_type(w[k]->type))
                 return af_fail(AF_ERR_UNSUPPORTED,
                                "quantize %s: blk.%d.%s.weight is already quantized (%s): --quantize converts "
@@ -92,7 +92,7 @@ af_status af_model_requantize(af_model *m, uint32_t type, int *n_done, int *n_ke
         for (int il = 0; il < nl && n_kept; il++) {
             af_weight *w[7];
             layer_weights(&m->layers[il], w);
-            for (int k = 0; k < 7; k++) *n_kept += w[k]->type != type;
+            for (int k = 0; k < 7; k++) *n_kept += w[k]->data && w[k]->type != type;
         }
         return AF_OK;
     }
@@ -110,7 +110,7 @@ af_status af_model_requantize(af_model *m, uint32_t type, int *n_done, int *n_ke
         layer_weights(&m->layers[il], w);
         for (int k = 0; k < 7; k++) {
             af_weight *W = w[k];
-            if (W->type == type) continue;
+            if (!W->data || W->type == type) continue;
             if (W->cols % bs != 0) {
                 if (n_kept) (*n_kept)++;
                 continue;

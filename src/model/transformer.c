@@ -32,34 +32,62 @@
  * every process setting. Inference calls the kernel on its rows as they are (decode speed). */
 #define MIN_ROWS AF_TF_MIN_ROWS
 
+/* Sizes of one layer (per layer: gemma4's global layers have another head_dim and KV-head count,
+ * its KV-sharing layers a double-width FFN), or the largest over the layers (max_dims: the buffers
+ * are carved for those). P: the per-layer input width (desc.ple_dim, 0 = none). */
 typedef struct dims {
-    int64_t H, F, nh, nkv, hd, qd, kvd, maxd;
+    int64_t H, F, nh, nkv, hd, qd, kvd, P, maxd;
 } dims;
 
-static dims get_dims(const af_model *m) {
-    const af_model_config *c = &m->cfg;
+static dims layer_dims(const af_model *m, int32_t l) {
+    const af_layer *L = &m->layers[l];
     dims d;
-    d.H = c->hidden_size;
-    d.F = c->intermediate_size;
-    d.nh = c->num_attention_heads;
-    d.nkv = c->num_key_value_heads;
-    d.hd = c->head_dim;
+    d.H = m->cfg.hidden_size;
+    d.F = L->n_ff;
+    d.nh = L->n_head;
+    d.nkv = L->n_kv_head;
+    d.hd = L->head_dim;
     d.qd = d.nh * d.hd;
     d.kvd = d.nkv * d.hd;
+    d.P = m->desc.ple_dim;
+    d.maxd = 0;
+    return d;
+}
+
+static dims max_dims(const af_model *m) {
+    dims d;
+    d.H = m->cfg.hidden_size;
+    d.F = m->max_ff;
+    d.nh = m->max_n_head;
+    d.nkv = m->max_n_kv_head;
+    d.hd = m->max_head_dim;
+    d.qd = m->max_qd;
+    d.kvd = m->max_kvd;
+    d.P = m->desc.ple_dim;
     d.maxd = d.H > d.qd ? d.H : d.qd;
     if (d.F > d.maxd) d.maxd = d.F;
+    if (d.P > 0 && d.P * m->cfg.num_hidden_layers > d.maxd) d.maxd = d.P * m->cfg.num_hidden_layers; /* PLE projection */
     return d;
+}
+
+float *af_tf_kv_layer(const af_model *m, float *const *cache, int32_t l) { return cache[m->layers[l].kv_src]; }
+
+int af_tf_kv_shared_src(const af_model *m, int32_t l) {
+    for (int32_t j = l + 1; j < m->cfg.num_hidden_layers; j++)
+        if (m->layers[j].kv_src == l) return 1;
+    return 0;
 }
 
 /* Device views of a layer's vectors and weights: the host ones on a host-memory device (the CPU:
  * the walk then reads exactly what it read before the table), else the model's imports. */
 #define LV(R, Ly, f) ((R)->ctx->dev->info.host_memory ? (Ly)->f : (Ly)->dv.f)
+#define ONES(R) ((R)->ctx->dev->info.host_memory ? (R)->m->ones : (R)->m->ones_dev)
 
 /* ---------------------------------------------------------------- workspace */
 
 void af_tf_carve_acts(af_carver *cv, af_tf_acts *S, const af_model *m, const af_param_layout *lay, int64_t cap,
                       af_tf_mode mode, int masks) {
-    const dims d = get_dims(m);
+    const dims d = max_dims(m);
     const af_arch_desc *D = &m->desc;
     const int tr = mode == AF_TF_TRAIN;
     memset(S, 0, sizeof *S);
@@ -85,21 +113,40 @@ void af_tf_carve_acts(af_carver *cv, af_tf_acts *S, const af_model *m, const af_
         S->draw = af_carve(cv, cap * d.H);
         S->rstdpf = tr ? af_carve(cv, cap) : NULL;
     }
+    if (D->v_norm) {
+        S->vraw = af_carve(cv, cap * d.kvd);
+        S->rstdv = tr ? af_carve(cv, cap * d.nkv) : NULL;
+    }
+    if (d.P > 0) {
+        S->ple_g = af_carve(cv, cap * d.P);
+        S->ple_raw = af_carve(cv, cap * d.H);
+        S->rstdple = tr ? af_carve(cv, cap) : NULL;
+    }
     if (!lay) return;
     float *xa_shared = tr ? NULL : af_carve(cv, cap * lay->lora.r); /* inference: nothing is kept */
     for (int p = 0; p < AF_PROJ_COUNT; p++) {
-        const af_lora_slot *s = af_lora_slot_at(lay, 0, (af_proj)p);
         if (!(lay->lora.targets & (1u << p))) continue;
+        int64_t in_max = 0; /* the widest input of projection p over the layers */
+        for (int32_t l = 0; l < lay->n_layers; l++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            if (s->in > in_max) in_max = s->in;
+        }
         S->xa[p] = tr ? af_carve(cv, cap * lay->lora.r) : xa_shared;
-        if (tr && masks) S->mask[p] = af_carve(cv, cap * s->in);
+        if (tr && masks) S->mask[p] = af_carve(cv, cap * in_max);
     }
 }
 
 void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, const af_param_layout *lay,
                          int64_t cap, af_tf_mode mode, int masks) {
-    const dims d = get_dims(m);
+    const dims d = max_dims(m);
     const af_arch_desc *D = &m->desc;
     memset(w, 0, sizeof *w);
+    if (d.P > 0) {
+        w->ple_in = af_carve(cv, cap * d.P);
+        w->ple_act = af_carve(cv, cap * d.P);
+        w->ple_tok = af_carve(cv, (int64_t)MIN_ROWS * m->cfg.num_hidden_layers * d.P);
+        w->ple_idx = (int32_t *)af_carve(cv, cap * m->cfg.num_hidden_layers);
+    }
     if (mode == AF_TF_INFER) {
         w->hs = af_carve(cv, cap * d.H);
         w->tH = af_carve(cv, cap * d.H);
@@ -118,6 +165,11 @@ void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, con
     w->dv = af_carve(cv, cap * d.kvd);
     w->dqr = D->qk_norm ? af_carve(cv, cap * d.qd) : NULL;
     w->dkr = D->qk_norm ? af_carve(cv, cap * d.kvd) : NULL;
+    w->dvr = D->v_norm ? af_carve(cv, cap * d.kvd) : NULL;
+    if (d.P > 0) {
+        w->ple_dact = af_carve(cv, cap * d.P);
+        w->ple_dg = af_carve(cv, cap * d.P);
+    }
     w->act = af_carve(cv, cap * d.F);
     w->dact = af_carve(cv, cap * d.F);
     w->dgate = af_carve(cv, cap * d.F);
@@ -203,8 +255,8 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
             const af_tf_seq *q = &R->seq[i];
             const af_lora_slot *qs = q->P && q->lay ? af_lora_slot_at(q->lay, l, p) : NULL;
             if (qs && qs->a_off >= 0)
-                be->lora_forward(R->ctx, y + r0 * w->rows, R->xa, x + r0 * qs->in, NULL, q->P + qs->a_off,
-                                 q->P + qs->b_off, q->n, qs->in, qs->out, q->lay->lora.r, q->lora_scale);
+                af_be(R->ctx)->lora_forward(R->ctx, y + r0 * w->rows, R->xa, x + r0 * qs->in, NULL, q->P + qs->a_off,
+                                q->P + qs->b_off, q->n, qs->in, qs->out, q->lay->lora.r, q->lora_scale);
             r0 += q->n;
         }
         return;
@@ -215,9 +267,9 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     float *mask = NULL;
     if (R->drop && S->mask[p]) {
         mask = S->mask[p];
-        be->lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
+        af_be(R->ctx)->lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
     }
-    be->lora_forward(R->ctx, y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
+    af_be(R->ctx)->lora_forward(R->ctx, y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
                     R->lora_scale);
     probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
 }
@@ -233,8 +285,7 @@ static const float *branch_out(const af_tf_run *R, af_tf_acts *S, int32_t l, af_
         return ws->tH;
     }
     proj_fwd(R, S, l, p, w, NULL, raw, in);
-    af_be(R->ctx)->rmsnorm_forward(R->ctx, ws->tH, rstd, raw, post_norm, R->n, R->m->cfg.hidden_size,
-                                   R->m->cfg.rms_norm_eps);
+    af_be(R->ctx)->rmsnorm_forward(R->ctx, ws->tH, rstd, raw, post_norm, R->n, R->m->cfg.hidden_size, R->m->cfg.rms_norm_eps);
     return ws->tH;
 }
 
@@ -251,8 +302,52 @@ void af_tf_embed(const af_ctx *ctx, const af_model *m, const int32_t *tokens, in
     af_be(ctx)->embed(ctx, x, tokens, n, w, type, m->cfg.hidden_size, m->desc.embd_scale);
 }
 
-/* Attention of the layer: training per packed sample over its own q/k/v (keeping lse); inference
- * appends k/v to the layer's cache and attends over positions [0, n_past + n). */
+void af_tf_ple_inputs(const af_tf_run *R, const int32_t *tokens, const float *xemb, float *out) {
+    const af_model *m = R->m;
+    const af_backend *be = af_be(R->ctx);
+    const int32_t L = m->cfg.num_hidden_layers;
+    const int64_t n = R->n, P = m->desc.ple_dim, LP = (int64_t)L * P;
+    const float ps = (float)(1.0 / sqrt((double)m->cfg.hidden_size)), ts = (float)sqrt((double)P),
+                is = (float)(1.0 / sqrt(2.0));
+    mm_xwt(R, out, xemb, &m->ple_model_proj); /* [n, L·P] */
+    be->scale(R->ctx, out, ps, n * LP);
+    be->rmsnorm_forward(R->ctx, out, NULL, out, R->ctx->dev->info.host_memory ? m->ple_proj_norm : m->ple_proj_norm_dev,
+                        n * L, P, m->cfg.rms_norm_eps);
+    /* out = (out + token row · ts) · is, MIN_ROWS tokens at a time (the rows gathered into ple_tok) */
+    float *tok = R->ws->ple_tok;
+    uint32_t type;
+    const void *w = af_weight_dev(R->ctx, &m->ple_tok_embd, &type);
+    for (int64_t t0 = 0; t0 < n; t0 += MIN_ROWS) {
+        const int64_t k = n - t0 < MIN_ROWS ? n - t0 : MIN_ROWS;
+        be->embed(R->ctx, tok, tokens + t0, k, w, type, LP, ts);
+        be->add(R->ctx, out + t0 * LP, out + t0 * LP, tok, k * LP);
+        be->scale(R->ctx, out + t0 * LP, is, k * LP);
+    }
+    /* the row indices of every layer's slice (ple_slice): row t·L + l of out seen as [n·L, P] */
+    int32_t *idx = af_malloc(sizeof(int32_t) * (size_t)(n * L));
+    if (!idx) return; /* (a host allocation of n·L ints; the slices then stay unset) */
+    for (int32_t l = 0; l < L; l++)
+        for (int64_t t = 0; t < n; t++) idx[l * n + t] = (int32_t)(t * L + l);
+    be->upload(R->ctx, R->ws->ple_idx, idx, sizeof(int32_t) * (size_t)(n * L)); /* errors: sticky on the device */
+    free(idx);
+}
+
+/* The layer's slice of the per-layer inputs, R->ple [n, L, P] -> dst [n, P] (rows gathered by the
+ * indices af_tf_ple_inputs uploaded). */
+static void ple_slice(const af_tf_run *R, int32_t l, float *dst) {
+    af_be(R->ctx)->rows_gather(R->ctx, dst, R->ple, R->ws->ple_idx + (int64_t)l * R->n, R->n, R->m->desc.ple_dim);
+}
+
+/* K and V the layer attends to in training (its own, or the stored ones of layer kv_src). */
+static void train_kv(const af_tf_run *R, int32_t l, af_tf_acts *S, const float **k, const float **v) {
+    const int32_t src = R->m->layers[l].kv_src;
+    *k = src == l ? S->k : R->kv_k[src];
+    *v = src == l ? S->v : R->kv_v[src];
+}
+
+/* Attention of the layer: training per packed sample over its own (or layer kv_src's) q/k/v
+ * (keeping lse); inference appends k/v to the layer's cache slot (a KV-sharing layer reads the slot
+ * of kv_src, filled earlier in the same call) and attends over positions [0, n_past + n). */
 static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d) {
     const af_model *m = R->m;
     const af_layer *Ly = &m->layers[l];
@@ -263,90 +358,147 @@ static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *
         int64_t r0 = 0;
         for (int32_t i = 0; i < R->n_seq; i++) {
             const af_tf_seq *q = &R->seq[i];
-            float *kc = q->k_cache[l], *vc = q->v_cache[l];
-            be->copy(R->ctx, kc + (size_t)q->n_past * (size_t)d->kvd, S->k + r0 * d->kvd, sizeof(float) * (size_t)(q->n * d->kvd));
-            be->copy(R->ctx, vc + (size_t)q->n_past * (size_t)d->kvd, S->v + r0 * d->kvd, sizeof(float) * (size_t)(q->n * d->kvd));
-            be->attention_forward(R->ctx, S->attn + r0 * d->qd, NULL, S->q + r0 * d->qd, kc, vc, q->n, q->n_past,
+            float *kc = af_tf_kv_layer(m, q->k_cache, l), *vc = af_tf_kv_layer(m, q->v_cache, l);
+            if (Ly->kv_src == l) { /* a layer that reuses an earlier layer's K/V appends nothing */
+                be->copy(R->ctx, kc + (size_t)q->n_past * (size_t)d->kvd, S->k + r0 * d->kvd, sizeof(float) * (size_t)(q->n * d->kvd));
+                be->copy(R->ctx, vc + (size_t)q->n_past * (size_t)d->kvd, S->v + r0 * d->kvd, sizeof(float) * (size_t)(q->n * d->kvd));
+            }
+            af_be(R->ctx)->attention_forward(R->ctx, S->attn + r0 * d->qd, NULL, S->q + r0 * d->qd, kc, vc, q->n, q->n_past,
                                  q->n_past + q->n, d->kvd, d->nh, d->nkv, d->hd, scale, Ly->window);
             r0 += q->n;
         }
         return;
     }
     if (R->mode == AF_TF_INFER) {
-        float *kc = R->k_cache[l], *vc = R->v_cache[l];
-        be->copy(R->ctx, kc + (size_t)R->n_past * (size_t)d->kvd, S->k, sizeof(float) * (size_t)(n * d->kvd));
-        be->copy(R->ctx, vc + (size_t)R->n_past * (size_t)d->kvd, S->v, sizeof(float) * (size_t)(n * d->kvd));
-        be->attention_forward(R->ctx, S->attn, NULL, S->q, kc, vc, n, R->n_past, R->n_past + n, d->kvd, d->nh, d->nkv,
-                              d->hd, scale, Ly->window);
+        float *kc = af_tf_kv_layer(m, R->k_cache, l), *vc = af_tf_kv_layer(m, R->v_cache, l);
+        if (Ly->kv_src == l) {
+            be->copy(R->ctx, kc + (size_t)R->n_past * (size_t)d->kvd, S->k, sizeof(float) * (size_t)(n * d->kvd));
+            be->copy(R->ctx, vc + (size_t)R->n_past * (size_t)d->kvd, S->v, sizeof(float) * (size_t)(n * d->kvd));
+        }
+        af_be(R->ctx)->attention_forward(R->ctx, S->attn, NULL, S->q, kc, vc, n, R->n_past, R->n_past + n, d->kvd, d->nh, d->nkv,
+                             d->hd, scale, Ly->window);
         return;
     }
+    const float *k, *v;
+    train_kv(R, l, S, &k, &v);
     for (int32_t b = 0; b < R->B; b++) {
         const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
-        be->attention_forward(R->ctx, S->attn + s0 * d->qd, S->lse + s0 * d->nh, S->q + s0 * d->qd, S->k + s0 * d->kvd,
-                              S->v + s0 * d->kvd, len, 0, len, d->kvd, d->nh, d->nkv, d->hd, scale, Ly->window);
+        af_be(R->ctx)->attention_forward(R->ctx, S->attn + s0 * d->qd, S->lse + s0 * d->nh, S->q + s0 * d->qd, k + s0 * d->kvd,
+                             v + s0 * d->kvd, len, 0, len, d->kvd, d->nh, d->nkv, d->hd, scale, Ly->window);
     }
 }
 
-void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const float *x, float *xo) {
-    const af_backend *be = af_be(R->ctx);
+/* K and V of a layer with its own K/V: projections (+ LoRA), k norm, unweighted v norm, RoPE of k;
+ * stored for later layers when they reuse them (training). */
+static void own_kv_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, const float *h1) {
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
-    const dims d = get_dims(m);
+    const float eps = m->cfg.rms_norm_eps;
+    const int64_t n = R->n;
+    proj_fwd(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? LV(R, Ly, bk) : NULL, D->qk_norm ? S->kraw : S->k, h1);
+    float *vr = D->v_norm ? S->vraw : S->v;
+    if (Ly->v_from_k) vr = D->qk_norm ? S->kraw : S->k; /* attention_k_eq_v: v is the k projection */
+    else proj_fwd(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? LV(R, Ly, bv) : NULL, vr, h1);
+    if (D->v_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->v, S->rstdv, vr, ONES(R), n * d->nkv, d->hd, eps);
+    if (D->qk_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->k, S->rstdk, S->kraw, LV(R, Ly, k_norm), n * d->nkv, d->hd, eps);
+    af_be(R->ctx)->rope_forward(R->ctx, S->k, R->pos, n, d->nkv, d->hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
+    if (R->mode == AF_TF_TRAIN && R->kv_k && R->kv_k[l]) {
+        af_be(R->ctx)->copy(R->ctx, R->kv_k[l], S->k, sizeof(float) * (size_t)(n * d->kvd));
+        af_be(R->ctx)->copy(R->ctx, R->kv_v[l], S->v, sizeof(float) * (size_t)(n * d->kvd));
+    }
+}
+
+/* The per-layer input branch (desc.ple_dim): x [n, H] += rmsnorm((gelu(x·Wgᵀ)·pl)·Wpᵀ)·post_norm. */
+static void ple_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, float *x) {
+    const af_layer *Ly = &R->m->layers[l];
+    af_tf_scratch *ws = R->ws;
+    mm_xwt(R, S->ple_g, x, &Ly->ple_gate);
+    ple_slice(R, l, ws->ple_in);
+    af_be(R->ctx)->geglu_forward(R->ctx, ws->ple_act, S->ple_g, ws->ple_in, R->n * d->P);
+    mm_xwt(R, S->ple_raw, ws->ple_act, &Ly->ple_proj);
+    af_be(R->ctx)->rmsnorm_forward(R->ctx, ws->tH, S->rstdple, S->ple_raw, LV(R, Ly, ple_post_norm), R->n, d->H, R->m->cfg.rms_norm_eps);
+    af_be(R->ctx)->add(R->ctx, x, x, ws->tH, R->n * d->H);
+}
+
+void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const float *x, float *xo) {
+    const af_model *m = R->m;
+    const af_arch_desc *D = &m->desc;
+    const af_layer *Ly = &m->layers[l];
+    const dims d = layer_dims(m, l);
     const float eps = m->cfg.rms_norm_eps;
     const int64_t n = R->n;
     af_tf_scratch *ws = R->ws;
     float *h1 = ws->hs; /* scratch: recomputed from x and rstd1 by the backward when needed */
-    be->rmsnorm_forward(R->ctx, h1, S->rstd1, x, LV(R, Ly, attn_norm), n, d.H, eps);
+    af_be(R->ctx)->rmsnorm_forward(R->ctx, h1, S->rstd1, x, LV(R, Ly, attn_norm), n, d.H, eps);
     probe(R, h1, n * d.H, l, "input_layernorm output", "");
     proj_fwd(R, S, l, AF_PROJ_Q, &Ly->wq, D->qkv_bias ? LV(R, Ly, bq) : NULL, D->qk_norm ? S->qraw : S->q, h1);
-    proj_fwd(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? LV(R, Ly, bk) : NULL, D->qk_norm ? S->kraw : S->k, h1);
-    proj_fwd(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? LV(R, Ly, bv) : NULL, S->v, h1);
-    if (D->qk_norm) {
-        be->rmsnorm_forward(R->ctx, S->q, S->rstdq, S->qraw, LV(R, Ly, q_norm), n * d.nh, d.hd, eps);
-        be->rmsnorm_forward(R->ctx, S->k, S->rstdk, S->kraw, LV(R, Ly, k_norm), n * d.nkv, d.hd, eps);
-    }
-    be->rope_forward(R->ctx, S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
-    be->rope_forward(R->ctx, S->k, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
+    if (D->qk_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->q, S->rstdq, S->qraw, LV(R, Ly, q_norm), n * d.nh, d.hd, eps);
+    af_be(R->ctx)->rope_forward(R->ctx, S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
+    if (Ly->kv_src == l) own_kv_forward(R, l, S, &d, h1);
     attention(R, l, S, &d);
     probe(R, S->q, n * d.qd, l, "self_attn q after norm/RoPE", "");
-    probe(R, S->k, n * d.kvd, l, "self_attn k after norm/RoPE", "");
+    if (Ly->kv_src == l) probe(R, S->k, n * d.kvd, l, "self_attn k after norm/RoPE", "");
     probe(R, S->attn, n * d.qd, l, "self_attn attention output (softmax(q·kᵀ)·v)", "");
     const float *o = branch_out(R, S, l, AF_PROJ_O, &Ly->wo, S->attn, S->oraw, S->rstdpa, LV(R, Ly, post_attn_norm));
-    be->add(R->ctx, S->xmid, x, o, n * d.H);
+    af_be(R->ctx)->add(R->ctx, S->xmid, x, o, n * d.H);
     probe(R, S->xmid, n * d.H, l, "residual stream after self_attn", "");
     float *h2 = ws->hs; /* likewise (h1 is no longer needed) */
-    be->rmsnorm_forward(R->ctx, h2, S->rstd2, S->xmid, LV(R, Ly, ffn_norm), n, d.H, eps);
+    af_be(R->ctx)->rmsnorm_forward(R->ctx, h2, S->rstd2, S->xmid, LV(R, Ly, ffn_norm), n, d.H, eps);
     probe(R, h2, n * d.H, l, "post_attention_layernorm output", "");
     proj_fwd(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
     proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
     glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F);
     probe(R, ws->act, n * d.F, l, "mlp activation (act(gate)·up)", "");
     const float *dn = branch_out(R, S, l, AF_PROJ_DOWN, &Ly->w_down, ws->act, S->draw, S->rstdpf, LV(R, Ly, post_ffw_norm));
-    be->add(R->ctx, xo, S->xmid, dn, n * d.H);
+    af_be(R->ctx)->add(R->ctx, xo, S->xmid, dn, n * d.H);
+    if (d.P > 0) {
+        ple_forward(R, l, S, &d, xo);
+        probe(R, xo, n * d.H, l, "residual stream after the per-layer input", "");
+    }
+    if (Ly->out_scale != 1.0f)
+        af_be(R->ctx)->scale(R->ctx, xo, Ly->out_scale, n * d.H);
     probe(R, xo, n * d.H, l, "output (residual stream after mlp)", "");
 }
 
 /* ---------------------------------------------------------------- backward */
 
+/* dx[n, in] (+)= dy[n, out]·W for a frozen weight W [out, in] (training: f32-exact, token-blocked). */
+static void frozen_bwd(const af_tf_run *R, float *dx, const float *dy, const af_weight *w, int accumulate) {
+    if (R->n >= MIN_ROWS) mm_blocks(R, 1, dx, dy, w, R->n, accumulate);
+    else {
+        uint32_t type;
+        const void *wd = af_weight_dev(R->ctx, w, &type);
+        af_be(R->ctx)->matmul_dyw(R->ctx, dx, dy, wd, type, R->n, w->cols, w->rows, accumulate);
+    }
+}
+
 /* Backward of projection p: dx[n, in] (+)= dy·W (+ LoRA dx), LoRA grads into G.
  * dx = NULL: the input gradient is not needed (nothing trainable below): only the LoRA grads. */
 static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_proj p, const af_weight *w,
                      float *dx, const float *dy, const float *x, int accumulate) {
-    const af_backend *be = af_be(R->ctx);
-    if (dx) {
-        if (R->n >= MIN_ROWS) mm_blocks(R, 1, dx, dy, w, R->n, accumulate);
-        else {
-            uint32_t type;
-            const void *wd = af_weight_dev(R->ctx, w, &type);
-            be->matmul_dyw(R->ctx, dx, dy, wd, type, R->n, w->cols, w->rows, accumulate);
-        }
-    }
+    if (dx) frozen_bwd(R, dx, dy, w, accumulate);
     const af_lora_slot *s = lora_slot(R, l, p);
     if (!s) return;
     const af_param_layout *lay = R->lay;
-    be->lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
-                      R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, R->lora_scale);
+    af_be(R->ctx)->lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
+                     R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, R->lora_scale);
+}
+
+
+/* Backward of the per-layer input branch: dX [n, H] (d of the branch's output) += d through it. */
+static void ple_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d) {
+    const af_layer *Ly = &R->m->layers[l];
+    af_tf_scratch *ws = R->ws;
+    const int64_t n = R->n;
+    af_be(R->ctx)->fill(R->ctx, ws->dT, 0.0f, n * d->H);
+    af_be(R->ctx)->rmsnorm_backward(R->ctx, ws->dT, NULL, ws->dX, S->ple_raw, LV(R, Ly, ple_post_norm), S->rstdple, n, d->H);
+    frozen_bwd(R, ws->ple_dact, ws->dT, &Ly->ple_proj, 0);
+    ple_slice(R, l, ws->ple_in);
+    af_be(R->ctx)->fill(R->ctx, ws->ple_dg, 0.0f, n * d->P);
+    af_be(R->ctx)->fill(R->ctx, ws->ple_act, 0.0f, n * d->P); /* d of the per-layer input: not needed (frozen), written to scratch */
+    af_be(R->ctx)->geglu_backward(R->ctx, ws->ple_dg, ws->ple_act, ws->ple_dact, S->ple_g, ws->ple_in, n * d->P);
+    frozen_bwd(R, ws->dX, ws->ple_dg, &Ly->ple_gate, 1);
 }
 
 /* dX [n, H]: gradient w.r.t. the layer output on entry, w.r.t. its input x on return when
@@ -354,13 +506,13 @@ static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_
  * adapter of the layer has its gradient: no dx is formed for inputs that lead only to frozen
  * parameters (e.g. with adapters on q/v only: no dy·W of Wq/Wk/Wv, no input rmsnorm backward). */
 void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G, const float *x, int need_in) {
-    const af_backend *be = af_be(R->ctx);
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
-    const dims d = get_dims(m);
+    const dims d = layer_dims(m, l);
     const int64_t n = R->n;
     const float eps = m->cfg.rms_norm_eps;
+    const int own_kv = Ly->kv_src == l;
     af_tf_scratch *ws = R->ws;
     float *dX = ws->dX;
     /* which gradients below each point are still needed */
@@ -368,65 +520,92 @@ void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G
                          adapted(R, l, AF_PROJ_V);                     /* d attn (input of o_proj) */
     const int need_mid = need_qkv || adapted(R, l, AF_PROJ_O);         /* d x_mid */
     const int need_ffn = need_mid || adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP); /* d act */
+    /* output scale, per-layer input branch */
+    if (Ly->out_scale != 1.0f)
+        af_be(R->ctx)->scale(R->ctx, dX, Ly->out_scale, n * d.H);
+    if (d.P > 0) ple_backward(R, l, S, &d);
     /* FFN branch */
     const float *dd = dX;
     if (D->sandwich_norm) {
-        be->fill(R->ctx, ws->dT, 0.0f, n * d.H);
-        be->rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->draw, LV(R, Ly, post_ffw_norm), S->rstdpf, n, d.H);
+        af_be(R->ctx)->fill(R->ctx, ws->dT, 0.0f, n * d.H);
+        af_be(R->ctx)->rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->draw, LV(R, Ly, post_ffw_norm), S->rstdpf, n, d.H);
         dd = ws->dT;
     }
     if (adapted(R, l, AF_PROJ_DOWN)) glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F); /* down's adapter input */
     proj_bwd(R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, need_ffn ? ws->dact : NULL, dd, ws->act, 0);
     if (!need_ffn) return;
-    be->fill(R->ctx, ws->dgate, 0.0f, n * d.F);
-    be->fill(R->ctx, ws->dup, 0.0f, n * d.F);
-    if (D->act == AF_ACT_GEGLU_TANH) be->geglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
-    else be->swiglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    af_be(R->ctx)->fill(R->ctx, ws->dgate, 0.0f, n * d.F);
+    af_be(R->ctx)->fill(R->ctx, ws->dup, 0.0f, n * d.F);
+    if (D->act == AF_ACT_GEGLU_TANH) af_be(R->ctx)->geglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    else af_be(R->ctx)->swiglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
     /* h2, the input of gate/up's adapters, recomputed (same function, same inputs: same bits) */
     if (adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP))
-        be->rmsnorm_forward(R->ctx, ws->hs, S->rstd2, S->xmid, LV(R, Ly, ffn_norm), n, d.H, eps);
+        af_be(R->ctx)->rmsnorm_forward(R->ctx, ws->hs, S->rstd2, S->xmid, LV(R, Ly, ffn_norm), n, d.H, eps);
     proj_bwd(R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, need_mid ? ws->dh : NULL, ws->dgate, ws->hs, 0);
     proj_bwd(R, S, G, l, AF_PROJ_UP, &Ly->w_up, need_mid ? ws->dh : NULL, ws->dup, ws->hs, 1);
     if (!need_mid) return;
-    be->rmsnorm_backward(R->ctx, dX, NULL, ws->dh, S->xmid, LV(R, Ly, ffn_norm), S->rstd2, n, d.H); /* dX = d x_mid */
+    af_be(R->ctx)->rmsnorm_backward(R->ctx, dX, NULL, ws->dh, S->xmid, LV(R, Ly, ffn_norm), S->rstd2, n, d.H); /* dX = d x_mid */
     /* attention branch */
     const float *dob = dX;
     if (D->sandwich_norm) {
-        be->fill(R->ctx, ws->dT, 0.0f, n * d.H);
-        be->rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->oraw, LV(R, Ly, post_attn_norm), S->rstdpa, n, d.H);
+        af_be(R->ctx)->fill(R->ctx, ws->dT, 0.0f, n * d.H);
+        af_be(R->ctx)->rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->oraw, LV(R, Ly, post_attn_norm), S->rstdpa, n, d.H);
         dob = ws->dT;
     }
     proj_bwd(R, S, G, l, AF_PROJ_O, &Ly->wo, need_qkv ? ws->dattn : NULL, dob, S->attn, 0);
     if (!need_qkv) return;
-    be->fill(R->ctx, ws->dq, 0.0f, n * d.qd);
-    be->fill(R->ctx, ws->dk, 0.0f, n * d.kvd);
-    be->fill(R->ctx, ws->dv, 0.0f, n * d.kvd);
+    /* d K / d V: into this layer's buffers, or (KV sharing) added to the stored ones of kv_src */
+    float *dk = own_kv ? ws->dk : R->kv_dk[Ly->kv_src], *dv = own_kv ? ws->dv : R->kv_dv[Ly->kv_src];
+    af_be(R->ctx)->fill(R->ctx, ws->dq, 0.0f, n * d.qd);
+    if (own_kv) {
+        af_be(R->ctx)->fill(R->ctx, ws->dk, 0.0f, n * d.kvd);
+        af_be(R->ctx)->fill(R->ctx, ws->dv, 0.0f, n * d.kvd);
+    }
+    const float *k, *v;
+    train_kv(R, l, S, &k, &v);
     for (int32_t b = 0; b < R->B; b++) {
         const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
-        be->attention_backward(R->ctx, ws->dq + s0 * d.qd, ws->dk + s0 * d.kvd, ws->dv + s0 * d.kvd, ws->dattn + s0 * d.qd,
-                              S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
-                              S->v + s0 * d.kvd, len, 0, len, d.nh, d.nkv, d.hd, D->attn_scale, Ly->window);
+        af_be(R->ctx)->attention_backward(R->ctx, ws->dq + s0 * d.qd, dk + s0 * d.kvd, dv + s0 * d.kvd, ws->dattn + s0 * d.qd,
+                              S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, k + s0 * d.kvd,
+                              v + s0 * d.kvd, len, 0, len, d.nh, d.nkv, d.hd, D->attn_scale, Ly->window);
     }
-    be->rope_backward(R->ctx, ws->dq, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
-    be->rope_backward(R->ctx, ws->dk, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
-    const float *gq = ws->dq, *gk = ws->dk;
+    if (own_kv && R->kv_dk && R->kv_dk[l]) { /* the later layers' gradients w.r.t. this layer's K/V */
+        af_be(R->ctx)->add(R->ctx, ws->dk, ws->dk, R->kv_dk[l], n * d.kvd);
+        af_be(R->ctx)->add(R->ctx, ws->dv, ws->dv, R->kv_dv[l], n * d.kvd);
+    }
+    af_be(R->ctx)->rope_backward(R->ctx, ws->dq, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
+    if (own_kv)
+        af_be(R->ctx)->rope_backward(R->ctx, ws->dk, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
+    const float *gq = ws->dq, *gk = ws->dk, *gv = ws->dv;
     if (D->qk_norm) {
-        be->fill(R->ctx, ws->dqr, 0.0f, n * d.qd);
-        be->fill(R->ctx, ws->dkr, 0.0f, n * d.kvd);
-        be->rmsnorm_backward(R->ctx, ws->dqr, NULL, ws->dq, S->qraw, LV(R, Ly, q_norm), S->rstdq, n * d.nh, d.hd);
-        be->rmsnorm_backward(R->ctx, ws->dkr, NULL, ws->dk, S->kraw, LV(R, Ly, k_norm), S->rstdk, n * d.nkv, d.hd);
+        af_be(R->ctx)->fill(R->ctx, ws->dqr, 0.0f, n * d.qd);
+        af_be(R->ctx)->rmsnorm_backward(R->ctx, ws->dqr, NULL, ws->dq, S->qraw, LV(R, Ly, q_norm), S->rstdq, n * d.nh, d.hd);
         gq = ws->dqr;
-        gk = ws->dkr;
+        if (own_kv) {
+            af_be(R->ctx)->fill(R->ctx, ws->dkr, 0.0f, n * d.kvd);
+            af_be(R->ctx)->rmsnorm_backward(R->ctx, ws->dkr, NULL, ws->dk, S->kraw, LV(R, Ly, k_norm), S->rstdk, n * d.nkv, d.hd);
+            gk = ws->dkr;
+        }
+    }
+    if (own_kv && D->v_norm) {
+        /* v = rmsnorm(vraw); attention_k_eq_v: vraw is the k projection, its gradient joins k's */
+        float *dvr = Ly->v_from_k ? (float *)gk : ws->dvr;
+        const float *vr = Ly->v_from_k ? (D->qk_norm ? S->kraw : S->k) : S->vraw;
+        if (!Ly->v_from_k) af_be(R->ctx)->fill(R->ctx, ws->dvr, 0.0f, n * d.kvd);
+        af_be(R->ctx)->rmsnorm_backward(R->ctx, dvr, NULL, ws->dv, vr, ONES(R), S->rstdv, n * d.nkv, d.hd);
+        gv = ws->dvr;
     }
     float *dh = need_in ? ws->dh : NULL;
     /* h1, the input of q/k/v's adapters, recomputed from the layer input likewise */
     if (adapted(R, l, AF_PROJ_Q) || adapted(R, l, AF_PROJ_K) || adapted(R, l, AF_PROJ_V))
-        be->rmsnorm_forward(R->ctx, ws->hs, S->rstd1, x, LV(R, Ly, attn_norm), n, d.H, eps);
+        af_be(R->ctx)->rmsnorm_forward(R->ctx, ws->hs, S->rstd1, x, LV(R, Ly, attn_norm), n, d.H, eps);
     proj_bwd(R, S, G, l, AF_PROJ_Q, &Ly->wq, dh, gq, ws->hs, 0);
-    proj_bwd(R, S, G, l, AF_PROJ_K, &Ly->wk, dh, gk, ws->hs, 1);
-    proj_bwd(R, S, G, l, AF_PROJ_V, &Ly->wv, dh, ws->dv, ws->hs, 1);
+    if (own_kv) {
+        proj_bwd(R, S, G, l, AF_PROJ_K, &Ly->wk, dh, gk, ws->hs, 1);
+        if (!Ly->v_from_k) proj_bwd(R, S, G, l, AF_PROJ_V, &Ly->wv, dh, gv, ws->hs, 1);
+    }
     if (!need_in) return;
-    be->rmsnorm_backward(R->ctx, dX, NULL, ws->dh, x, LV(R, Ly, attn_norm), S->rstd1, n, d.H); /* dX = d x_in */
+    af_be(R->ctx)->rmsnorm_backward(R->ctx, dX, NULL, ws->dh, x, LV(R, Ly, attn_norm), S->rstd1, n, d.H); /* dX = d x_in */
 }
 
 /* ---------------------------------------------------------------- final norm, LM head */
@@ -563,6 +742,7 @@ static void infer_plan(af_carver *cv, af_tf_infer *s, const af_model *m, const a
     s->x = af_carve(cv, cap * m->cfg.hidden_size);
     s->pos = (int32_t *)af_carve(cv, cap);
     s->tok = (int32_t *)af_carve(cv, cap);
+    s->ple = m->desc.ple_dim > 0 ? af_carve(cv, cap * m->cfg.num_hidden_layers * m->desc.ple_dim) : NULL;
     af_tf_carve_acts(cv, &s->S, m, lay, cap, AF_TF_INFER, 0);
     af_tf_carve_scratch(cv, &s->w, m, lay, cap, AF_TF_INFER, 0);
 }
@@ -613,11 +793,15 @@ static af_tf_run infer_run(const af_ctx *ctx, const af_model *m, af_tf_infer *s)
 }
 
 /* tokens: host ids of the call's R->n rows; s->pos_host holds their positions (both uploaded here). */
-static af_status infer_walk(const af_tf_run *R, af_tf_infer *s, const int32_t *tokens, const af_tf_control *ctl) {
+static af_status infer_walk(af_tf_run *R, af_tf_infer *s, const int32_t *tokens, const af_tf_control *ctl) {
     const af_backend *be = af_be(R->ctx);
     AF_TRY(be->upload(R->ctx, s->tok, tokens, sizeof(int32_t) * (size_t)R->n));
     AF_TRY(be->upload(R->ctx, s->pos, s->pos_host, sizeof(int32_t) * (size_t)R->n));
     af_tf_embed(R->ctx, R->m, s->tok, R->n, s->x);
+    if (R->m->desc.ple_dim > 0) {
+        af_tf_ple_inputs(R, s->tok, s->x, s->ple);
+        R->ple = s->ple;
+    }
     for (int32_t l = 0; l < R->m->cfg.num_hidden_layers; l++) {
         if (cancelled(ctl)) return af_fail(AF_ERR_CANCELLED, "cancelled before layer %d", l);
         af_tf_layer_forward(R, l, &s->S, s->x, s->x);

@@ -5,18 +5,23 @@
  * Every kernel call of a layer (and of the embedding, the final norm and the LM head) is in
  * transformer.c.
  *
- * Per layer l, reading the architecture description m->desc (model.h af_arch_desc), with
- * [..] only when the description field named in brackets is set:
+ * Per layer l, reading the architecture description m->desc (model.h af_arch_desc) and the layer's
+ * own sizes and fields (af_layer: head_dim, KV heads, FFN width, window, RoPE base/factors, kv_src,
+ * out_scale), with [..] only when the description field named in brackets is set:
  *   h1 = rmsnorm(x)·attn_norm
  *   q = h1·Wqᵀ [+ bq: qkv_bias] (+ LoRA);  [q = rmsnorm_head(q)·q_norm: qk_norm];  k, v likewise
- *   rope(q), rope(k)   (layout desc.rope_neox, base af_layer.rope_base)
- *   attn = attention(q, K, V)   (causal, window af_layer.window; scale desc.attn_scale)
+ *     (v = the k projection when af_layer.v_from_k);  [v = rmsnorm_head(v) without weight: v_norm]
+ *   rope(q), rope(k)   (layout desc.rope_neox, base af_layer.rope_base, factors rope_freq_factors)
+ *   attn = attention(q, K, V)   (causal, window af_layer.window; scale desc.attn_scale); a layer with
+ *     kv_src != l computes no k/v and attends to layer kv_src's K/V (KV sharing, gemma4)
  *   o = attn·Woᵀ (+ LoRA);  [o = rmsnorm(o)·post_attn_norm: sandwich_norm];  x_mid = x + o
  *   h2 = rmsnorm(x_mid)·ffn_norm;  gate, up = h2·W{gate,up}ᵀ (+ LoRA)
  *   act = silu(gate)·up or gelu_tanh(gate)·up (desc.act);  d = act·Wdownᵀ (+ LoRA)
- *   [d = rmsnorm(d)·post_ffw_norm: sandwich_norm];  x_out = x_mid + d
- * Sources: llama.cpp src/models/llama.cpp, gemma3.cpp; transformers modeling_llama.py,
- * modeling_gemma3.py (docs/FORMATS.md §3-§5).
+ *   [d = rmsnorm(d)·post_ffw_norm: sandwich_norm];  x_ffn = x_mid + d
+ *   [x_ffn += rmsnorm((gelu_tanh(x_ffn·Wgateᵀ)·pl_l)·Wprojᵀ)·post_norm: ple_dim, with pl_l the
+ *     layer's per-layer input, af_tf_ple_inputs];  x_out = out_scale·x_ffn
+ * Sources: llama.cpp src/models/llama.cpp, gemma3.cpp, gemma4.cpp; transformers modeling_llama.py,
+ * modeling_gemma3.py, modeling_gemma4.py (docs/FORMATS.md §3-§5c).
  *
  * LoRA (lora.h; PEFT's unmerged form) on every projection p with an adapter slot:
  *   y = x·Wᵀ + s·(dropout(x)·Aᵀ)·Bᵀ,  s = af_tf_run.lora_scale,  dropout only in training.
@@ -59,6 +64,8 @@ typedef struct af_tf_acts {
     float *rstd1, *q, *k, *v, *attn, *lse, *xmid, *rstd2, *gate, *up; /* [1] [qd] [kvd] [kvd] [qd] [nh] [H] [1] [F] [F] */
     float *qraw, *rstdq, *kraw, *rstdk;  /* desc.qk_norm: q, k before their norm [qd] [nh] [kvd] [nkv] */
     float *oraw, *rstdpa, *draw, *rstdpf; /* desc.sandwich_norm: o, d before their post-norm [H] [1] [H] [1] */
+    float *vraw, *rstdv;                  /* desc.v_norm: v before its norm [kvd] [nkv] */
+    float *ple_g, *ple_raw, *rstdple;     /* desc.ple_dim: gate pre-activation [P], projection before its norm [H], [1] */
     float *xa[AF_PROJ_COUNT];             /* adapted projections: x·Aᵀ [r] */
     float *mask[AF_PROJ_COUNT];           /* training with dropout: the masks [in] */
 } af_tf_acts;
@@ -69,7 +76,11 @@ typedef struct af_tf_scratch {
     float *tH;   /* [H] branch output added to the residual stream */
     float *act;  /* [F] glu(gate, up) */
     /* backward (training) */
-    float *dX, *dT, *dh, *dattn, *dq, *dk, *dv, *dqr, *dkr, *dact, *dgate, *dup;
+    float *dX, *dT, *dh, *dattn, *dq, *dk, *dv, *dqr, *dkr, *dvr, *dact, *dgate, *dup;
+    /* desc.ple_dim: the layer's per-layer input [P], gelu(gate)·input [P], the tokens' packed PLE row
+     * [L·P] (af_tf_ple_inputs); backward: d act, d gate [P] */
+    float *ple_in, *ple_act, *ple_tok, *ple_dact, *ple_dg;
+    int32_t *ple_idx; /* desc.ple_dim: [L, cap] the rows of each layer's slice of the per-layer inputs */
     float *ltmp;       /* [r (+ max width with dropout masks)] af_lora_backward scratch */
     float *padx, *pady; /* [AF_TF_MIN_ROWS, max(H, qd, F)] */
 } af_tf_scratch;
@@ -91,7 +102,7 @@ typedef void (*af_tf_probe_fn)(void *ctx, const float *x, int64_t n, int32_t l, 
 typedef struct af_tf_seq {
     int64_t n;                /* tokens of this sequence in the call (>= 1) */
     int64_t n_past;           /* positions already in its cache; the tokens go to n_past .. n_past+n-1 */
-    float *const *k_cache, *const *v_cache; /* its caches: [n_layers] device buffers [n_ctx][kv_dim] */
+    float *const *k_cache, *const *v_cache; /* its caches: [n_layers] device buffers [n_ctx][kvd(l)] (af_tf_kv_layer) */
     int64_t n_ctx;
     const float *P;           /* its adapter (device; NULL: none), laid out by lay, correction scale lora_scale */
     const af_param_layout *lay;
@@ -122,10 +133,17 @@ struct af_tf_run {
     const int32_t *ss;
     int32_t B;
     int64_t block_rows;
-    /* AF_TF_INFER: KV caches, one device buffer [n_ctx][kv_dim] per layer (host arrays of
-     * [n_layers] pointers), past length */
+    /* AF_TF_INFER: KV caches, host arrays [n_layers] of device buffers [n_ctx][kvd(l)] (a KV-sharing
+     * layer reads kv_src's: af_tf_kv_layer), past length */
     float *const *k_cache, *const *v_cache;
     int64_t n_ctx, n_past;
+    /* desc.ple_dim: the per-layer inputs of this call's tokens [n, L, P] (af_tf_ple_inputs) */
+    const float *ple;
+    /* AF_TF_TRAIN with KV sharing (desc.n_kv_shared): per layer l, NULL unless later layers attend to
+     * l's K/V (af_tf_kv_shared_src): kv_k/kv_v [n, kvd(l)] K (after norm and RoPE) and V, written by
+     * l's forward, read by the later layers; kv_dk/kv_dv their gradients, ADDED to by the later
+     * layers' backward and consumed by l's (the caller zeroes them before a backward). */
+    float **kv_k, **kv_v, **kv_dk, **kv_dv;
     /* optional probe (NULL: none) */
     af_tf_probe_fn probe;
     void *probe_ctx;
@@ -140,6 +158,21 @@ typedef struct af_tf_run af_tf_run;
 /* x [n, H] = token embeddings of tokens[n] (device; ids in [0, vocab), checked by the caller) times
  * desc.embd_scale. */
 void af_tf_embed(const af_ctx *ctx, const af_model *m, const int32_t *tokens, int64_t n, float *x);
+
+/* Per-layer inputs (PLE, desc.ple_dim = P > 0) of R->n tokens, out [n, L, P] (transformers
+ * Gemma4TextModel.get_per_layer_inputs + project_per_layer_inputs; llama.cpp gemma4.cpp
+ * build_inp_per_layer / project_per_layer_inputs):
+ *   proj = rmsnorm_P((xemb·Wpmpᵀ)·H^-1/2)·per_layer_proj_norm     (norm over each layer's P values)
+ *   out  = (proj + per_layer_token_embd[token]·P^1/2)·2^-1/2
+ * xemb [n, H]: the scaled token embeddings (af_tf_embed); tokens [n] (device). Uses R->ws->ple_tok and
+ * fills R->ws->ple_idx (the rows of each layer's slice). */
+void af_tf_ple_inputs(const af_tf_run *R, const int32_t *tokens, const float *xemb, float *out);
+
+/* Layer l's buffer of a KV cache (host array [n_layers] of device buffers [n_ctx][kvd(l)]): the
+ * buffer of layer kv_src for a KV-sharing layer. */
+float *af_tf_kv_layer(const af_model *m, float *const *cache, int32_t l);
+/* 1 when a later layer attends to layer l's K/V (gemma4 KV sharing), else 0. */
+int af_tf_kv_shared_src(const af_model *m, int32_t l);
 
 /* Layer l forward: x [R->n, H] -> xo [R->n, H] (xo may equal x), filling S. Inference appends the
  * tokens' K/V to the caches at R->n_past. */
@@ -213,6 +246,7 @@ typedef struct af_tf_infer {
     int32_t *pos;     /* [cap] positions (device) */
     int32_t *tok;     /* [cap] token ids (device) */
     int32_t *pos_host;/* [cap] positions (host staging) */
+    float *ple;       /* [cap, L·P] per-layer inputs (desc.ple_dim), else NULL */
     af_tf_acts S;
     af_tf_scratch w;
 } af_tf_infer;
@@ -233,7 +267,7 @@ typedef struct af_tf_control {
 } af_tf_control;
 
 /* Inference forward of n tokens (host ids, n <= s->cap) at positions n_past .. n_past+n-1 through
- * every layer, appending K/V to the per-layer caches k_cache[l], v_cache[l] [n_ctx][kv_dim]
+ * every layer, appending K/V to the per-layer caches k_cache[l], v_cache[l] [n_ctx][kvd(l)]
  * (device); s->x gets the final hidden states [n, H] before the output norm. Adapter: P (device)
  * laid out by lay (as given to af_tf_infer_init) with correction scale `scale`; P == NULL: none.
  * ctx: the context s was made with. Errors: AF_ERR_CANCELLED (ctl), the device's (AF_ERR_DEVICE

@@ -11,7 +11,7 @@
 #include <string.h>
 
 const char *af_chat_family_name(af_chat_family f) {
-    return f == AF_CHAT_CHATML ? "chatml" : f == AF_CHAT_GEMMA ? "gemma" : "none";
+    return f == AF_CHAT_CHATML ? "chatml" : f == AF_CHAT_GEMMA ? "gemma" : f == AF_CHAT_GEMMA4 ? "gemma4" : "none";
 }
 
 /* ---- documents ---- */
@@ -126,8 +126,9 @@ af_status af_chat_family_of(const af_tokenizer *tok, const char *override, af_ch
     if (override && strcmp(override, "auto")) {
         if (!strcmp(override, "chatml")) *fam = AF_CHAT_CHATML;
         else if (!strcmp(override, "gemma")) *fam = AF_CHAT_GEMMA;
+        else if (!strcmp(override, "gemma4")) *fam = AF_CHAT_GEMMA4;
         else
-            return af_fail(AF_ERR_INVALID_ARG, "chat template '%.40s': unknown (expected auto, chatml or gemma)",
+            return af_fail(AF_ERR_INVALID_ARG, "chat template '%.40s': unknown (expected auto, chatml, gemma or gemma4)",
                            override);
         return AF_OK;
     }
@@ -137,18 +138,21 @@ af_status af_chat_family_of(const af_tokenizer *tok, const char *override, af_ch
         if (strstr(tmpl, "<think>"))
             return af_fail(AF_ERR_UNSUPPORTED, "chat template: the model's template has reasoning (<think>) blocks, "
                            "which afinar does not reproduce; choose a layout with --chat-template chatml|gemma");
-        if (strstr(tmpl, "<|im_start|>")) *fam = AF_CHAT_CHATML;
+        if (strstr(tmpl, "<|turn>")) *fam = AF_CHAT_GEMMA4;
+        else if (strstr(tmpl, "<|im_start|>")) *fam = AF_CHAT_CHATML;
         else if (strstr(tmpl, "<start_of_turn>")) *fam = AF_CHAT_GEMMA;
+    } else if (af_tokenizer_find(tok, "<|turn>", 7) >= 0) {
+        *fam = AF_CHAT_GEMMA4;
     } else if (af_tokenizer_find(tok, "<start_of_turn>", 15) >= 0) {
         *fam = AF_CHAT_GEMMA;
     } else if (af_tokenizer_find(tok, "<|im_start|>", 12) >= 0) {
         *fam = AF_CHAT_CHATML;
     }
     if (*fam == AF_CHAT_NONE)
-        return af_fail(AF_ERR_UNSUPPORTED, "chat template: %s; choose a layout with --chat-template chatml|gemma",
+        return af_fail(AF_ERR_UNSUPPORTED, "chat template: %s; choose a layout with --chat-template chatml|gemma|gemma4",
                        tmpl ? "the model's tokenizer.chat_template is neither ChatML (<|im_start|>) nor Gemma "
-                              "(<start_of_turn>), the families afinar renders"
-                            : "the model has no chat template and no <|im_start|> / <start_of_turn> token");
+                              "(<start_of_turn>, <|turn>), the families afinar renders"
+                            : "the model has no chat template and no <|im_start|> / <start_of_turn> / <|turn> token");
     return AF_OK;
 }
 
@@ -237,6 +241,40 @@ static af_status render_gemma(const af_tokenizer *tok, const af_chat_msg *m, int
     return AF_OK;
 }
 
+/* Gemma 4 (the plain-message part of Google's template): BOS; a first system message as its own turn;
+ * per message "<|turn>{user|model}\n{trim(content)}<turn|>\n"; generation prompt "<|turn>model\n"
+ * followed by an empty thought channel "<|channel>thought\n<channel|>" (thinking off). Thinking
+ * blocks in messages and consecutive assistant messages (a continued model turn) are refused. */
+static af_status render_gemma4(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                               int gen, af_chat_doc *d) {
+    if (tok && tok->bos >= 0) af_chat_doc_add_id(d, tok->bos, 0);
+    for (int32_t i = 0; i < n; i++) {
+        if (m[i].role == AF_ROLE_SYSTEM && i > 0)
+            return af_fail(AF_ERR_FORMAT, "messages[%d]: a system message after the first one (Gemma 4's template "
+                           "takes one, first)", (int)i);
+        if (m[i].role == AF_ROLE_ASSISTANT && i > 0 && m[i - 1].role == AF_ROLE_ASSISTANT)
+            return af_fail(AF_ERR_FORMAT, "messages[%d]: two assistant messages in a row (a continued model turn is "
+                           "not reproduced)", (int)i);
+        if ((m[i].len >= 10 && memmem(m[i].content, m[i].len, "<|channel>", 10)) ||
+            (m[i].len >= 10 && memmem(m[i].content, m[i].len, "<channel|>", 10)))
+            return af_fail(AF_ERR_FORMAT, "messages[%d]: a thinking block (<|channel>...<channel|>) is not reproduced",
+                           (int)i);
+        const int tgt = m[i].role == AF_ROLE_ASSISTANT && i >= target_from;
+        const char *head = m[i].role == AF_ROLE_ASSISTANT ? "model\n" : m[i].role == AF_ROLE_SYSTEM ? "system\n" : "user\n";
+        size_t b, e;
+        trim(m[i].content, m[i].len, &b, &e);
+        add_str(d, "<|turn>", 0, 0);
+        size_t off = d->len;
+        put(d, head, strlen(head));
+        put(d, m[i].content + b, e - b);
+        put(d, "<turn|>", 7);
+        end_piece(d, off, tgt, tgt ? strlen(head) : 0);
+        add_str(d, "\n", 0, 0);
+    }
+    if (gen) add_str(d, "<|turn>model\n<|channel>thought\n<channel|>", 0, 0);
+    return AF_OK;
+}
+
 af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
                          int32_t target_from, int add_generation_prompt, af_chat_doc *d) {
     if (!d || !m || n < 1 || fam == AF_CHAT_NONE)
@@ -245,6 +283,8 @@ af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_c
     put(d, "", 0);
     if (fam == AF_CHAT_CHATML)
         render_chatml(tok, m, n, target_from, add_generation_prompt, d);
+    else if (fam == AF_CHAT_GEMMA4)
+        st = render_gemma4(tok, m, n, target_from, add_generation_prompt, d);
     else
         st = render_gemma(tok, m, n, target_from, add_generation_prompt, d);
     if (st == AF_OK && d->oom) st = af_fail(AF_ERR_NOMEM, "chat render: out of memory");

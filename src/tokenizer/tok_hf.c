@@ -7,7 +7,7 @@
  *  byte-level BPE ("gpt2" kind): model BPE without byte_fallback; pre_tokenizer ByteLevel, or a
  *    Sequence of Digits(individual_digits=true) / Split(Regex, Isolated) / ByteLevel whose regex
  *    sequence is one of bpe.c's pre-tokenizers (gpt2, smollm, llama3, qwen2); normalizer null or
- *    NFC (treated as identity: exact only on NFC input).
+ *    NFC (Unicode canonical composition with libutf8proc, applied to the text between special tokens).
  *  SentencePiece-style BPE ("llama" kind): model BPE with byte_fallback; normalizer
  *    Replace(" ", "▁") (optionally after Prepend("▁")) with pre_tokenizer null or
  *    Split(" ", MergedWithPrevious) (Gemma), or pre_tokenizer Metaspace(split=false) (Llama 2 style).
@@ -68,6 +68,7 @@ typedef struct pipe {
     int spm_spaces;            /* the normalizer turns ' ' into U+2581 */
     int prefix;                /* add_space_prefix */
     int metaspace;
+    int nfc;                   /* an NFC normalizer */
 } pipe;
 
 static af_status pre_one(const hfp *p, const cJSON *o, pipe *q, const char *field) {
@@ -117,7 +118,10 @@ static af_status pre_one(const hfp *p, const cJSON *o, pipe *q, const char *fiel
 }
 
 static af_status norm_one(const hfp *p, const cJSON *o, pipe *q, const char *field) {
-    if (is_type(o, "NFC")) return AF_OK;
+    if (is_type(o, "NFC")) {
+        q->nfc = 1;
+        return AF_OK;
+    }
     int rx = 1;
     if (is_type(o, "Replace")) {
         const char *pat = pattern(o, &rx);
@@ -346,6 +350,7 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
         break;
     }
     sp.add_bos = bos_text != NULL;
+    sp.nfc = q.nfc;
     sp.add_eos = eos_text != NULL;
 
     /* tokenizer_config.json */

@@ -68,6 +68,7 @@ struct af_tokenizer {
     af_bpe_pre *pre;
     char pre_name[32];
     bool ignore_merges;        /* HF BPE ignore_merges: a pre-token that is a vocabulary token is emitted whole */
+    bool nfc;                  /* NFC-normalise the text between special tokens before encoding (libutf8proc) */
 
     /* spm */
     bool add_space_prefix;
@@ -98,6 +99,7 @@ typedef struct af_tok_spec {
     const af_tok_str *merge;  /* [2 * n_merges]: left, right of merge i (rank i) */
     const char *pre;          /* gpt2 pre-tokenizer name (bpe.c kPre) */
     bool ignore_merges;       /* gpt2: HF BPE ignore_merges (Llama 3 tokenizer.json) */
+    bool nfc;                 /* normalizer NFC (tokenizer.json; GGUF pre "qwen2") */
     size_t pre_len;
     int32_t bos, eos, unk, eot, eom; /* ids in [0, n) or -1 */
     bool add_bos, add_eos, add_space_prefix;

@@ -10,6 +10,8 @@
  */
 #include "tokenizer/tok_internal.h"
 
+#include <utf8proc.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,8 +219,9 @@ af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
     t->add_space_prefix = sp->add_space_prefix;
     t->prefix_unless_space = sp->prefix_unless_space;
     t->ignore_merges = sp->ignore_merges;
+    t->nfc = sp->nfc;
 
-    static const char *const eog_texts[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>",
+    static const char *const eog_texts[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<turn|>", "<eos>",
                                             "<|eot_id|>", "<|end|>", "<|eom_id|>", "<EOT>"};
     for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++) {
         int32_t id = af_strmap_get(&t->vocab, t->text, t->off, eog_texts[k], strlen(eog_texts[k]));
@@ -271,10 +274,16 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     af_gguf_str model;
     if (af_gguf_get_str(g, "tokenizer.ggml.model", &model) != AF_OK)
         return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.model: missing (file has no tokenizer)", path);
+    /* "gemma4" (llama.cpp convert_hf_to_gguf.py Gemma4Model): the SentencePiece-style BPE of
+     * Gemma's tokenizer.json (U+2581 for spaces, byte fallback) with its merges in the file */
+    if (af_gguf_str_eq(model, "none") || af_gguf_str_eq(model, "no_vocab")) /* llama.cpp: a model without a vocabulary */
+        return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.model is '%.*s': the file has no tokenizer", path,
+                       (int)model.len, model.ptr);
+    const bool gemma4 = af_gguf_str_eq(model, "gemma4");
     if (af_gguf_str_eq(model, "gpt2")) sp.kind = AF_TOK_GPT2;
-    else if (af_gguf_str_eq(model, "llama")) sp.kind = AF_TOK_SPM;
+    else if (af_gguf_str_eq(model, "llama") || gemma4) sp.kind = AF_TOK_SPM;
     else
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model: '%.*s' not supported (gpt2, llama)",
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model: '%.*s' not supported (gpt2, llama, gemma4)",
                        path, (int)(model.len > 40 ? 40 : model.len), model.ptr);
 
     const af_gguf_value *tv = af_gguf_find(g, "tokenizer.ggml.tokens");
@@ -294,10 +303,12 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     if (sc && (sc->type != AF_GGUF_ARRAY || sc->arr_n != (uint64_t)n || sc->arr_type == AF_GGUF_STRING ||
                sc->arr_type == AF_GGUF_ARRAY))
         return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.scores: not a numeric array of %d", path, n);
-    const af_gguf_value *mv = NULL;
-    if (!spm) {
-        mv = af_gguf_find(g, "tokenizer.ggml.merges");
-        if (!mv) return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.merges: missing (gpt2 vocabulary)", path);
+    /* merges: required for gpt2 and gemma4; optional for llama (SPM), where they replace the
+     * merge order of the scores (afinar convert writes both for a tokenizer.json BPE) */
+    const af_gguf_value *mv = af_gguf_find(g, "tokenizer.ggml.merges");
+    if (mv || !spm || gemma4) {
+        if (!mv) return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.merges: missing (%s vocabulary)", path,
+                                gemma4 ? "gemma4" : "gpt2");
         if (mv->type != AF_GGUF_ARRAY || mv->arr_type != AF_GGUF_STRING || mv->arr_n >= (1u << 30))
             return af_fail(AF_ERR_FORMAT, "%s: tokenizer.ggml.merges: not an array of strings", path);
     }
@@ -347,6 +358,7 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     sp.eot = get_id(g, "tokenizer.ggml.eot_token_id", -1, n);
     sp.eom = get_id(g, "tokenizer.ggml.eom_token_id", -1, n);
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &sp.add_bos)) != AF_OK) goto done;
+    if (gemma4) sp.add_bos = true; /* as llama.cpp (llama-vocab.cpp: overridden to true for Gemma 4) */
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", false, &sp.add_eos)) != AF_OK) goto done;
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", false, &sp.add_space_prefix)) != AF_OK)
         goto done;
@@ -362,6 +374,8 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
         goto done;
     sp.pre = pre.ptr;
     sp.pre_len = (size_t)pre.len;
+    /* Qwen2/2.5/3 tokenizer.json normalise to NFC; their GGUF pre-tokenizer name says so */
+    sp.nfc = !spm && af_gguf_str_eq(pre, "qwen2");
     st = af_tok_build(t, &sp);
 done:
     free(tok);
@@ -426,21 +440,39 @@ static af_status emit_raw_byte(const af_tokenizer *t, unsigned char b, af_ids *o
 }
 
 /* Plain text (no special tokens): split off invalid UTF-8 bytes, encode the valid runs. */
+/* A valid UTF-8 run without special tokens: NFC first when the tokenizer normalises (HF normalizers
+ * "NFC": utf8proc_map with UTF8PROC_STABLE | UTF8PROC_COMPOSE is utf8proc_NFC; ASCII is its own NFC). */
+static af_status encode_run(const af_tokenizer *t, const char *s, size_t len, bool first, af_ids *out) {
+    utf8proc_uint8_t *nf = NULL;
+    if (t->nfc && len) {
+        size_t i = 0;
+        while (i < len && !((unsigned char)s[i] & 0x80)) i++;
+        if (i < len) {
+            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &nf,
+                                              UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (r < 0)
+                return af_fail(r == UTF8PROC_ERROR_NOMEM ? AF_ERR_NOMEM : AF_ERR_FORMAT, "tokenizer: NFC: %s",
+                               utf8proc_errmsg(r));
+            s = (const char *)nf;
+            len = (size_t)r;
+        }
+    }
+    af_status st = t->kind == AF_TOK_GPT2 ? af_bpe_encode(t, s, len, out) : af_spm_encode(t, s, len, first, out);
+    free(nf);
+    return st;
+}
+
+/* Plain text (no special tokens): split off invalid UTF-8 bytes, encode the valid runs. */
 static af_status encode_plain(const af_tokenizer *t, const char *s, size_t len, bool at_start, af_ids *out) {
     size_t i = 0, run = 0;
     while (i < len) {
         int k = af_utf8_valid_len((const unsigned char *)s + i, len - i);
         if (k > 0) { i += (size_t)k; continue; }
-        if (i > run) {
-            AF_TRY(t->kind == AF_TOK_GPT2 ? af_bpe_encode(t, s + run, i - run, out)
-                                          : af_spm_encode(t, s + run, i - run, at_start && run == 0, out));
-        }
+        if (i > run) AF_TRY(encode_run(t, s + run, i - run, at_start && run == 0, out));
         AF_TRY(emit_raw_byte(t, (unsigned char)s[i], out));
         run = ++i;
     }
-    if (len > run)
-        AF_TRY(t->kind == AF_TOK_GPT2 ? af_bpe_encode(t, s + run, len - run, out)
-                                      : af_spm_encode(t, s + run, len - run, at_start && run == 0, out));
+    if (len > run) AF_TRY(encode_run(t, s + run, len - run, at_start && run == 0, out));
     return AF_OK;
 }
 

@@ -19,6 +19,7 @@
 #define AF_TOKENIZER_H
 
 #include "formats/gguf.h"
+#include "formats/gguf_write.h"
 #include "formats/lm_jsonl.h"
 
 /* Build a tokenizer from an open GGUF. Copies everything it needs (does not borrow `g`).
@@ -64,17 +65,22 @@ int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len)
  *     raises otherwise); per message "<start_of_turn>{user|model}\n{trim(content)}<end_of_turn>\n"
  *     where trim strips Unicode white space at both ends (Python str.strip, Jinja's `trim`).
  *     Generation prompt: "<start_of_turn>model\n".
- * Family: from tokenizer.chat_template ("<|im_start|>" -> ChatML, "<start_of_turn>" -> Gemma; a
+ *  Gemma 4: BOS; an optional first system message as "<|turn>system\n{trim}<turn|>\n"; per message
+ *     "<|turn>{user|model}\n{trim(content)}<turn|>\n"; generation prompt "<|turn>model\n" plus the
+ *     empty thought channel "<|channel>thought\n<channel|>" (thinking off). Refused: thinking blocks
+ *     in messages, two assistant messages in a row, a later system message (chat.c render_gemma4).
+ * Family: from tokenizer.chat_template ("<|turn>" -> Gemma 4, "<|im_start|>" -> ChatML,
+ * "<start_of_turn>" -> Gemma; a
  * template holding "<think>" is refused: its reasoning blocks are not reproduced), or, when the file
  * has no template (the Gemma 3 GGUFs), from the vocabulary (<start_of_turn>, then <|im_start|>). */
-typedef enum af_chat_family { AF_CHAT_NONE = 0, AF_CHAT_CHATML = 1, AF_CHAT_GEMMA = 2 } af_chat_family;
+typedef enum af_chat_family { AF_CHAT_NONE = 0, AF_CHAT_CHATML = 1, AF_CHAT_GEMMA = 2, AF_CHAT_GEMMA4 = 3 } af_chat_family;
 
-/* "none", "chatml", "gemma". */
+/* "none", "chatml", "gemma", "gemma4". */
 const char *af_chat_family_name(af_chat_family f);
 
 /* The family to render with: `override` "chatml" or "gemma" forces it; NULL or "auto" recognises
  * the model's (see above). Errors: AF_ERR_INVALID_ARG (unknown override name),
- * AF_ERR_UNSUPPORTED (no recognisable template; the message names --chat-template chatml|gemma). */
+ * AF_ERR_UNSUPPORTED (no recognisable template; the message names --chat-template chatml|gemma|gemma4). */
 af_status af_chat_family_of(const af_tokenizer *tok, const char *override, af_chat_family *fam);
 
 /* A rendered document: its text and the pieces it is tokenized in. Each piece is tokenized on its
@@ -144,5 +150,12 @@ af_status af_chat_format_tok(const af_tokenizer *tok, const char *system, const 
  * as af_chat_family_of). Errors: those of af_chat_format_tok and af_chat_family_of. */
 af_status af_chat_format_tok_as(const af_tokenizer *tok, const char *tmpl, const char *system, const char *user,
                                 char **out);
+
+/* Add the tokenizer's GGUF metadata (tokenizer.ggml.*, tokenizer.chat_template) to `w`, as llama.cpp's
+ * converter writes them (tok_gguf.c lists the keys): byte-level BPE as "gpt2", SentencePiece-style
+ * BPE as "gemma4" when `arch` is "gemma4", else "llama" with scores from the merge ranks; merges in
+ * rank order. pad_id: tokenizer.ggml.padding_token_id (-1: none). Loading the result with
+ * af_tokenizer_load gives the same ids as `t`. Errors: AF_ERR_INVALID_ARG, AF_ERR_NOMEM, the writer's. */
+af_status af_tokenizer_gguf_write(const af_tokenizer *t, af_gguf_writer *w, const char *arch, int32_t pad_id);
 
 #endif /* AF_TOKENIZER_H */

@@ -66,6 +66,13 @@ static void plan(af_carver *cv, af_engine *e, const af_model *m, const af_param_
     af_tf_carve_scratch(cv, &e->ws, m, lay, cap, AF_TF_TRAIN, masks);
     e->hN = af_carve(cv, cap * H);
     e->rstdN = af_carve(cv, cap);
+    e->ple = m->desc.ple_dim > 0 ? af_carve(cv, cap * L * m->desc.ple_dim) : NULL;
+    for (int32_t l = 0; l < L && m->desc.n_kv_shared > 0; l++) /* K/V (and their gradients) later layers reuse */
+        for (int k = 0; k < 4; k++) {
+            const int own = af_tf_kv_shared_src(m, l);
+            float *p = own ? af_carve(cv, cap * (int64_t)m->layers[l].n_kv_head * m->layers[l].head_dim) : NULL;
+            if (fill && e->kvs) e->kvs[k * L + l] = p;
+        }
     for (int32_t i = 0; i < n_sets; i++)
         af_tf_carve_acts(cv, fill ? &e->sets[i] : &stmp, m, lay, cap, AF_TF_TRAIN, masks);
 }
@@ -102,6 +109,11 @@ af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param
     e->lay = lay;
     e->lo = af_lora_lowest_layer(lay);
     e->block_rows = BLOCK_ROWS;
+    if (model->desc.n_kv_shared > 0 &&
+        !(e->kvs = af_calloc(4 * (size_t)model->cfg.num_hidden_layers, sizeof *e->kvs))) {
+        free(e);
+        return af_fail(AF_ERR_NOMEM, "engine: out of memory");
+    }
     *out = e;
     return AF_OK;
 }
@@ -121,6 +133,7 @@ void af_engine_free(af_engine *e) {
     engine_pc_clear(&e->pc);
     free_work(e);
     af_be(e->ctx)->free(e->ctx, e->lm_scr);
+    free(e->kvs);
     free(e);
 }
 
@@ -177,6 +190,14 @@ af_tf_run engine_run(af_engine *e, const float *P, const int32_t *ss, int32_t B,
     R.block_rows = e->block_rows;
     R.probe = e->probe ? engine_probe : NULL;
     R.probe_ctx = e;
+    R.ple = e->ple; /* filled by engine_forward_all */
+    if (e->kvs) {
+        const int64_t L = e->m->cfg.num_hidden_layers;
+        R.kv_k = e->kvs;
+        R.kv_v = e->kvs + L;
+        R.kv_dk = e->kvs + 2 * L;
+        R.kv_dv = e->kvs + 3 * L;
+    }
     return R;
 }
 
@@ -255,7 +276,14 @@ af_status engine_forward_all(af_engine *e, const af_tf_run *R, const af_batch *b
     const af_backend *be = af_be(e->ctx);
     const int64_t n = R->n, H = m->cfg.hidden_size, L = m->cfg.num_hidden_layers;
     const int32_t lo = e->lo;
-    if (lo > 0 && e->pc.max_bytes > 0 && !e->probe) AF_TRY(engine_prefix_cached(e, R, b));
+    if (e->ple) { /* per-layer inputs of every token (hN is free until the final norm) */
+        AF_TRY(be->upload(e->ctx, e->tok, b->tokens, sizeof(int32_t) * (size_t)n));
+        af_tf_embed(e->ctx, m, e->tok, n, e->hN);
+        af_tf_ple_inputs(R, e->tok, e->hN, e->ple);
+    }
+    /* the prefix cache keeps only the residual stream: not with PLE inputs or K/V reused above lo */
+    const int cache_ok = !m->desc.ple_dim && !m->desc.n_kv_shared;
+    if (lo > 0 && e->pc.max_bytes > 0 && !e->probe && cache_ok) AF_TRY(engine_prefix_cached(e, R, b));
     else AF_TRY(engine_frozen_prefix(e, R, b->tokens, engine_xs_at(e, lo, n)));
     AF_TRY(engine_set_pos(e, b->seq_start, b->n_samples));
     for (int32_t l = lo; l < L; l++) {
@@ -302,6 +330,12 @@ af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, con
 static void backward_layers(af_engine *e, const af_tf_run *R, float *G, int ckpt) {
     const int64_t NL = e->m->cfg.num_hidden_layers, n = R->n;
     const int32_t lo = e->lo;
+    for (int64_t l = 0; e->kvs && l < NL; l++) /* gradients w.r.t. reused K/V: summed over their readers */
+        if (R->kv_dk[l]) {
+            const int64_t kvd = (int64_t)e->m->layers[l].n_kv_head * e->m->layers[l].head_dim;
+            af_be(e->ctx)->fill(e->ctx, R->kv_dk[l], 0.0f, n * kvd);
+            af_be(e->ctx)->fill(e->ctx, R->kv_dv[l], 0.0f, n * kvd);
+        }
     for (int32_t l = (int32_t)NL - 1; l >= lo; l--) {
         if (engine_cancelled(e)) return;
         const float *x = engine_xs_at(e, l, n);

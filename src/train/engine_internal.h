@@ -54,6 +54,9 @@ struct af_engine {
     prefix_cache pc;
     float *lm_scr;        /* causal LM: af_lm_head_loss scratch [af_lm_head_scratch_floats], made on first use */
     const volatile int *cancel; /* af_engine_set_cancel: read before every layer (NULL: none) */
+    float *ple;           /* [cap, L·P] the batch's per-layer inputs (desc.ple_dim), else NULL */
+    float **kvs;          /* [4·L] KV sharing (desc.n_kv_shared): K, V, dK, dV [cap, kvd(l)] of each layer whose
+                             K/V later layers reuse (af_tf_run.kv_k ...), NULL elsewhere; owned array */
     int probe;            /* af_engine_locate_nonfinite: check every stage of the forward */
     char probe_at[160];   /* the first stage holding a non-finite value ("" = none yet) */
 };

@@ -32,7 +32,7 @@ static const af_setting_info k_keys[] = {
     {"model", AF_SETTING_TEXT, 'm', 0, 0, "FILE", "GGUF base model (needs its tokenizer)"},
     {"task", AF_SETTING_TEXT, 0, 0, 0, "NAME", "classification (default) | causal-lm: next-token LoRA SFT on text, prompt/completion or messages JSONL; causal-lm defaults --targets all-linear --lora-layers all --lr 2e-4 (all linear layers as in QLoRA, Dettmers et al. 2023, and PEFT/TRL's SFT guides)"},
     {"loss-on", AF_SETTING_TEXT, 0, 0, 0, "auto|all", "causal-lm: tokens with a loss: auto (default: completion only for prompt/completion, assistant turns for messages, all for text) or all"},
-    {"chat-template", AF_SETTING_TEXT, 0, 0, 0, "NAME", "causal-lm: render messages with chatml or gemma instead of the model's own template"},
+    {"chat-template", AF_SETTING_TEXT, 0, 0, 0, "NAME", "causal-lm: render messages with chatml, gemma or gemma4 instead of the model's own template"},
     {"packing", AF_SETTING_BOOL, 0, 0, 0, NULL, "causal-lm: pack samples into micro-batches of --batch x --max-seq-len tokens by best-fit decreasing (default on; --no-packing: --batch samples each)"},
     {"train", AF_SETTING_TEXT, 0, 0, 0, "FILE", "training data, JSONL: {\"input\": text, \"label\": id|name} or \"labels\": [...]"},
     {"val", AF_SETTING_TEXT, 0, 0, 0, "FILE", "validation data (JSONL); evaluation, best checkpoint and early stopping use it"},

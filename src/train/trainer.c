@@ -248,10 +248,15 @@ static af_status plan(af_trainer *t) {
     if (cg > 0 && (t->mem_ram == 0 || cg < t->mem_ram)) t->mem_ram = cg, t->mem_what = "cgroup memory.max";
     if (o->memory_limit_mb > 0) t->mem_ram = (size_t)(o->memory_limit_mb * 1048576.0), t->mem_what = "--memory-limit";
     const af_model_config *c = af_model_get_config(t->model);
-    int64_t H = c->hidden_size, qd = (int64_t)c->num_attention_heads * c->head_dim,
-            kvd = (int64_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size;
-    t->n_model_params = (int64_t)c->vocab_size * H * (c->tie_word_embeddings ? 1 : 2) +
-                        (int64_t)c->num_hidden_layers * (2 * H * qd + 2 * H * kvd + 3 * H * F + 2 * H) + H;
+    const int64_t H = c->hidden_size;
+    t->n_model_params = (int64_t)c->vocab_size * H * (c->tie_word_embeddings ? 1 : 2) + H;
+    for (int32_t l = 0; l < c->num_hidden_layers; l++) { /* the projections as they exist per layer, 2 norms */
+        t->n_model_params += 2 * H;
+        for (int32_t p = 0; p < 7; p++) {
+            int64_t in, out;
+            if (af_model_proj_shape(t->model, l, p, &in, &out)) t->n_model_params += in * out;
+        }
+    }
     return AF_OK;
 }
 

@@ -3,7 +3,7 @@
  * (src/formats/hf_config.c af_hf_config_parse). The input is the whole config.json text.
  * Oracles after a successful parse: every integer field inside the range the reader promises,
  * positive eps / RoPE bases, layer_types only when its length is num_hidden_layers (the array is
- * read in full here, so ASan sees any short allocation). Returns af_hf_config_parse's status.
+ * read in full here, so ASan sees any short allocation); gemma4's per-layer arrays likewise. Returns af_hf_config_parse's status.
  */
 #include "fuzz/fuzz_common.h"
 #include "formats/hf_config.h"
@@ -24,6 +24,10 @@ af_status fz_hf_config_one(const uint8_t *data, size_t size) {
     int sliding = 0;
     for (int i = 0; c.layer_sliding && i < c.num_hidden_layers; i++) sliding += c.layer_sliding[i];
     FZ_ASSERT(sliding <= c.num_hidden_layers);
+    for (int i = 0; c.layer_head_dim && i < c.num_hidden_layers; i++) /* gemma4: the per-layer arrays in full */
+        FZ_ASSERT(c.layer_head_dim[i] >= 1 && c.layer_kv_heads[i] >= 1 && c.layer_ff[i] >= 1 && c.layer_sliding);
+    FZ_ASSERT(c.num_kv_shared_layers >= 0 && c.num_kv_shared_layers < c.num_hidden_layers);
+    FZ_ASSERT(c.hidden_size_per_layer_input >= 0 && c.rope_partial_full >= 0 && c.rope_partial_full <= 1);
     af_hf_config_free(&c);
     return st;
 }

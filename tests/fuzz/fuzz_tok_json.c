@@ -2,7 +2,7 @@
  * fuzz_tok_json.c — libFuzzer target for the tokenizer.json front end (src/tokenizer/tok_hf.c)
  * and the encoders it feeds. The input is the whole tokenizer.json text (no tokenizer_config.json).
  * After a successful load: a fixed set of strings (ASCII, digits, spaces, special-looking tokens,
- * invalid UTF-8) is encoded with and without special tokens and decoded again. Oracles: every id
+ * invalid UTF-8, text not in NFC) is encoded with and without special tokens and decoded again. Oracles: every id
  * inside the vocabulary, decode succeeds. Returns af_tokenizer_load_hf_json's status.
  */
 #include "fuzz/fuzz_common.h"
@@ -16,7 +16,7 @@ af_status fz_tok_json_one(const uint8_t *data, size_t size) {
         return st;
     }
     static const char *const texts[] = {"Hello world", "  a  b\n\n12345 x", "<s>ab</s><|im_end|>", "\xC3\x28\xFF ok",
-                                        "\xE2\x96\x81\xE2\x96\x81x", ""};
+                                        "\xE2\x96\x81\xE2\x96\x81x", "Cafe\xCC\x81 \xE1\x84\x80\xE1\x85\xA1 (not NFC)", ""};
     const int32_t nv = af_tokenizer_vocab_size(t);
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
         for (int sp = 0; sp < 2; sp++) {

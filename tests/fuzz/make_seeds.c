@@ -2,7 +2,7 @@
  * make_seeds.c — writes the GGUF seed inputs of tests/fuzz/corpus/{gguf,gguf_tok}/ from the real
  * models (not part of the build; run once when the seeds need refreshing):
  *     make BUILD=/tmp/b lib && gcc -std=c11 -D_GNU_SOURCE -Iinclude -Isrc -Itests \
- *         tests/fuzz/make_seeds.c /tmp/b/libafinar.a -lpcre2-8 -lcjson -lm -lpthread -o /tmp/make_seeds
+ *         tests/fuzz/make_seeds.c /tmp/b/libafinar.a $(make -s print-ldlibs) -lpthread -o /tmp/make_seeds
  *     /tmp/make_seeds models tests/fuzz/corpus
  * gguf/<model>-slice.gguf: every KV of the model re-written by the library's GGUF writer, arrays
  *   cut to their first 16 elements and strings to 2 KiB, plus the model's first 8 tensors as tiny

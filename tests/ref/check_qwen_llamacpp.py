@@ -20,9 +20,10 @@ FIX = os.path.join(ROOT, "tests", "fixtures")
 KV = 1 if "--f16-kv" in sys.argv[1:] else 0  # GGML_TYPE_F16 / GGML_TYPE_F32
 
 
-def read_ref(path):
+def read_ref(path, magic=b"AFQW"):
+    """Vocabulary, [(ids, logits)], greedy prompt and continuation of a qwen / gemma4 reference file."""
     b = open(path, "rb").read()
-    assert b[:4] == b"AFQW"
+    assert b[:4] == magic
     ver, V, L, H = struct.unpack_from("<4I", b, 4)
     off = 20
     (n_seq,) = struct.unpack_from("<I", b, off)

@@ -122,7 +122,8 @@ def build_dump(work, afinar):
     with open(src, "w") as f:
         f.write(DUMP_C)
     subprocess.run(["cc", "-std=c11", "-O1", "-I", "include", src, os.path.join(bdir, "libafinar.a"), "-o", exe,
-                    "-lpcre2-8", "-lcjson", "-lm", "-lpthread"], check=True)
+                    *subprocess.run(["make", "-s", "print-ldlibs"], capture_output=True, text=True,
+                                   check=True).stdout.split()], check=True)
     return exe
 
 

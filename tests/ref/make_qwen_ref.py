@@ -252,6 +252,60 @@ def put_grads(f, mods):
         B.grad = None
 
 
+def write_lora_refs(out, base, mods, rng, V, H, put_grads, tag):
+    """The LoRA references of a PEFT-wrapped causal LM `base` (module list `mods` for put_grads):
+    (a) classification (mean pooling + Linear(H, 3), 3 samples, mean CE) and (b) causal LM (3 samples,
+    masked targets, summed CE / targets), tokens drawn from `rng`; layout in the module docstring."""
+    # (a) classification
+    lengths, labels, C = [5, 11, 8], [2, 0, 1], 3
+    ss = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    tokens = rng.integers(0, V, int(ss[-1])).astype(np.int32)
+    head = torch.nn.Linear(H, C)
+    with torch.no_grad():
+        head.weight.copy_(torch.from_numpy(head_w(C, H)))
+        head.bias.copy_(torch.from_numpy(head_b(C)))
+    logits = []
+    for b in range(3):
+        hs = base.model(input_ids=torch.from_numpy(tokens[ss[b]:ss[b + 1]].astype(np.int64))[None]).last_hidden_state[0]
+        logits.append(head(hs.mean(0)))
+    logits = torch.stack(logits)
+    loss = torch.nn.functional.cross_entropy(logits, torch.tensor(labels))
+    loss.backward()
+    print(tag, "classification loss", float(loss))
+    out.write(struct.pack("<3If", 3, C, R, ALPHA))
+    out.write(ss.astype("<i4").tobytes())
+    out.write(tokens.astype("<i4").tobytes())
+    out.write(np.asarray(labels, dtype="<i4").tobytes())
+    out.write(struct.pack("<d", float(loss)))
+    out.write(logits.detach().numpy().astype("<f4").tobytes())
+    put_grads(out, mods)
+    out.write(head.weight.grad.numpy().astype("<f4").tobytes())
+    out.write(head.bias.grad.numpy().astype("<f4").tobytes())
+    # (b) causal LM
+    lengths, first = [9, 17, 12], [0, 6, 3]
+    ss = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    tokens = rng.integers(0, V, int(ss[-1])).astype(np.int32)
+    targets = np.full(len(tokens), -1, dtype=np.int32)
+    for s, n in enumerate(lengths):
+        for t in range(first[s], n - 1):
+            targets[ss[s] + t] = tokens[ss[s] + t + 1]
+    nt = int((targets >= 0).sum())
+    total = 0
+    for b in range(3):
+        lg = base(input_ids=torch.from_numpy(tokens[ss[b]:ss[b + 1]].astype(np.int64))[None]).logits[0].float()
+        total = total + torch.nn.functional.cross_entropy(lg, torch.from_numpy(targets[ss[b]:ss[b + 1]].astype(np.int64)),
+                                                          ignore_index=-1, reduction="sum")
+    loss = total / nt
+    loss.backward()
+    print(tag, "causal-LM loss", float(loss), "targets", nt)
+    out.write(struct.pack("<2If", 3, R, ALPHA))
+    out.write(ss.astype("<i4").tobytes())
+    out.write(tokens.astype("<i4").tobytes())
+    out.write(targets.astype("<i4").tobytes())
+    out.write(struct.pack("<dI", float(loss), nt))
+    put_grads(out, mods)
+
+
 def make(arch, seed, pscale, cfg, cls, template, tok, hf_tok):
     toks, merges = vocab_and_merges(tok)
     torch.manual_seed(seed)
@@ -293,54 +347,7 @@ def make(arch, seed, pscale, cfg, cls, template, tok, hf_tok):
 
     pm, mods = peft_model(model)
     base = pm.base_model.model
-    # (a) classification
-    lengths, labels, C = [5, 11, 8], [2, 0, 1], 3
-    ss = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    tokens = rng.integers(0, V, int(ss[-1])).astype(np.int32)
-    head = torch.nn.Linear(H, C)
-    with torch.no_grad():
-        head.weight.copy_(torch.from_numpy(head_w(C, H)))
-        head.bias.copy_(torch.from_numpy(head_b(C)))
-    logits = []
-    for b in range(3):
-        hs = base.model(input_ids=torch.from_numpy(tokens[ss[b]:ss[b + 1]].astype(np.int64))[None]).last_hidden_state[0]
-        logits.append(head(hs.mean(0)))
-    logits = torch.stack(logits)
-    loss = torch.nn.functional.cross_entropy(logits, torch.tensor(labels))
-    loss.backward()
-    print(arch, "classification loss", float(loss))
-    out.write(struct.pack("<3If", 3, C, R, ALPHA))
-    out.write(ss.astype("<i4").tobytes())
-    out.write(tokens.astype("<i4").tobytes())
-    out.write(np.asarray(labels, dtype="<i4").tobytes())
-    out.write(struct.pack("<d", float(loss)))
-    out.write(logits.detach().numpy().astype("<f4").tobytes())
-    put_grads(out, mods)
-    out.write(head.weight.grad.numpy().astype("<f4").tobytes())
-    out.write(head.bias.grad.numpy().astype("<f4").tobytes())
-    # (b) causal LM
-    lengths, first = [9, 17, 12], [0, 6, 3]
-    ss = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    tokens = rng.integers(0, V, int(ss[-1])).astype(np.int32)
-    targets = np.full(len(tokens), -1, dtype=np.int32)
-    for s, n in enumerate(lengths):
-        for t in range(first[s], n - 1):
-            targets[ss[s] + t] = tokens[ss[s] + t + 1]
-    nt = int((targets >= 0).sum())
-    total = 0
-    for b in range(3):
-        lg = base(input_ids=torch.from_numpy(tokens[ss[b]:ss[b + 1]].astype(np.int64))[None]).logits[0].float()
-        total = total + torch.nn.functional.cross_entropy(lg, torch.from_numpy(targets[ss[b]:ss[b + 1]].astype(np.int64)),
-                                                          ignore_index=-1, reduction="sum")
-    loss = total / nt
-    loss.backward()
-    print(arch, "causal-LM loss", float(loss), "targets", nt)
-    out.write(struct.pack("<2If", 3, R, ALPHA))
-    out.write(ss.astype("<i4").tobytes())
-    out.write(tokens.astype("<i4").tobytes())
-    out.write(targets.astype("<i4").tobytes())
-    out.write(struct.pack("<dI", float(loss), nt))
-    put_grads(out, mods)
+    write_lora_refs(out, base, mods, rng, V, H, put_grads, arch)
     # tokenizer
     out.write(struct.pack("<I", len(TOK_STRINGS)))
     for s in TOK_STRINGS:

@@ -78,7 +78,8 @@ def afinar_token_ids(args, texts, max_len):
     with open(src, "w") as f:
         f.write(TOKDUMP_C)
     subprocess.run(["cc", "-O1", "-I", "include", src, os.path.join(bdir, "libafinar.a"), "-o", exe, "-pthread",
-                    "-lpcre2-8", "-lcjson", "-lm", "-lpthread"], check=True)
+                    *subprocess.run(["make", "-s", "print-ldlibs"], capture_output=True, text=True,
+                                   check=True).stdout.split()], check=True)
     blob = b"".join(len(t.encode()).to_bytes(4, "little") + t.encode() for t in texts)
     out = subprocess.run([exe, args.model, str(max_len)], input=blob, capture_output=True, check=True).stdout
     return [[int(x) for x in line.split()] for line in out.decode().splitlines()]

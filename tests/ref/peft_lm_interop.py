@@ -160,7 +160,8 @@ def build_lmdump(args):
     with open(src, "w") as f:
         f.write(LMDUMP_C)
     subprocess.run(["cc", "-std=c11", "-O1", "-I", "include", src, os.path.join(bdir, "libafinar.a"), "-o", exe,
-                    "-pthread", "-lpcre2-8", "-lcjson", "-lm", "-lpthread"], check=True)
+                    *subprocess.run(["make", "-s", "print-ldlibs"], capture_output=True, text=True,
+                                   check=True).stdout.split()], check=True)
     return exe
 
 

@@ -91,6 +91,22 @@ static void leave(guard *g) {
 
 static guard *G(const af_ctx *ctx) { return (guard *)ctx->dev->impl; }
 
+/* Every pointer an op is given must be device memory of this arena (or NULL): a host pointer handed
+ * to an op would be garbage on a real device. Aborts naming the op and the argument. */
+static void dev_args(const af_ctx *ctx, const char *op, const void *const *p, int n) {
+    const guard *g = G(ctx);
+    for (int i = 0; i < n; i++) {
+        const char *a = p[i];
+        if (!a || (a >= g->base && a < g->base + ARENA)) continue;
+        fprintf(stderr, "afinar: guard backend: op %s was given a host pointer (argument %d of its device pointers: %p) "
+                        "instead of device memory\n", op, i + 1, (const void *)a);
+        void *bt[48];
+        backtrace_symbols_fd(bt, backtrace(bt, 48), STDERR_FILENO);
+        abort();
+    }
+}
+
+
 /* ---------------------------------------------------------------- blocks */
 
 static int insert_block(guard *g, int32_t at, gblock nb) {
@@ -201,6 +217,8 @@ static const void *g_import_weight(const af_ctx *ctx, const void *host, uint32_t
 static void g_release_weight(const af_ctx *ctx, const void *dev) { g_free(ctx, (void *)(uintptr_t)dev); }
 
 static af_status g_upload(const af_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    const void *p_[] = {dst};
+    dev_args(ctx, "upload", p_, 1);
     if (lost(ctx, "upload")) return af_device_status(ctx->dev);
     enter(G(ctx));
     if (bytes) memcpy(dst, src, bytes);
@@ -209,6 +227,8 @@ static af_status g_upload(const af_ctx *ctx, void *dst, const void *src, size_t 
 }
 
 static af_status g_download(const af_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    const void *p_[] = {src};
+    dev_args(ctx, "download", p_, 1);
     if (lost(ctx, "download")) return af_device_status(ctx->dev);
     enter(G(ctx));
     if (bytes) memcpy(dst, src, bytes);
@@ -228,15 +248,20 @@ static void g_memory(const af_ctx *ctx, uint64_t *free_bytes, uint64_t *total_by
 
 /* ---------------------------------------------------------------- ops: the CPU's, with the arena open */
 
-#define GUARD_VOID(name, params, args)                                                                         \
+#define UNPAREN(...) __VA_ARGS__
+#define GUARD_VOID(name, params, args, ptrs)                                                                   \
     static void g_##name params {                                                                              \
+        const void *p_[] = {UNPAREN ptrs};                                                                     \
+        dev_args(ctx, #name, p_, (int)(sizeof p_ / sizeof *p_));                                               \
         if (lost(ctx, #name)) return;                                                                          \
         enter(G(ctx));                                                                                         \
         af_backend_cpu.name args;                                                                              \
         leave(G(ctx));                                                                                         \
     }
-#define GUARD_RET(type, bad, name, params, args)                                                               \
+#define GUARD_RET(type, bad, name, params, args, ptrs)                                                         \
     static type g_##name params {                                                                              \
+        const void *p_[] = {UNPAREN ptrs};                                                                     \
+        dev_args(ctx, #name, p_, (int)(sizeof p_ / sizeof *p_));                                               \
         if (lost(ctx, #name)) return bad;                                                                      \
         enter(G(ctx));                                                                                         \
         type r_ = af_backend_cpu.name args;                                                                    \
@@ -252,11 +277,13 @@ static void poison(const af_ctx *ctx, float *y, int64_t n) {
     leave(G(ctx));
 }
 
-GUARD_VOID(copy, (const af_ctx *ctx, void *dst, const void *src, size_t bytes), (ctx, dst, src, bytes))
-GUARD_VOID(fill, (const af_ctx *ctx, float *x, float value, int64_t n), (ctx, x, value, n))
+GUARD_VOID(copy, (const af_ctx *ctx, void *dst, const void *src, size_t bytes), (ctx, dst, src, bytes), (dst, src))
+GUARD_VOID(fill, (const af_ctx *ctx, float *x, float value, int64_t n), (ctx, x, value, n), (x))
 
 static void g_matmul_xwt(const af_ctx *ctx, float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
                          int64_t out, int accumulate) {
+    const void *p_[] = {y, x, w};
+    dev_args(ctx, "matmul_xwt", p_, 3);
     if (lost(ctx, "matmul_xwt")) return;
     enter(G(ctx));
     af_backend_cpu.matmul_xwt(ctx, y, x, w, type, n, in, out, accumulate);
@@ -266,6 +293,8 @@ static void g_matmul_xwt(const af_ctx *ctx, float *y, const float *x, const void
 
 static void g_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const void *w, uint32_t type, int64_t n,
                          int64_t in, int64_t out, int accumulate) {
+    const void *p_[] = {dx, dy, w};
+    dev_args(ctx, "matmul_dyw", p_, 3);
     if (lost(ctx, "matmul_dyw")) return;
     enter(G(ctx));
     af_backend_cpu.matmul_dyw(ctx, dx, dy, w, type, n, in, out, accumulate);
@@ -275,6 +304,8 @@ static void g_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const vo
 
 static void g_matmul_rows(const af_ctx *ctx, int dyw, float *y, const float *x, const void *w, uint32_t type, int64_t n,
                           int64_t in, int64_t out, int accumulate, int64_t block_rows) {
+    const void *p_[] = {y, x, w};
+    dev_args(ctx, "matmul_rows", p_, 3);
     if (lost(ctx, "matmul_rows")) return;
     enter(G(ctx));
     af_backend_cpu.matmul_rows(ctx, dyw, y, x, w, type, n, in, out, accumulate, block_rows);
@@ -283,77 +314,79 @@ static void g_matmul_rows(const af_ctx *ctx, int dyw, float *y, const float *x, 
 }
 
 GUARD_VOID(gemm_abt, (const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
-                      int accumulate), (ctx, c, a, b, m, n, k, accumulate))
+                      int accumulate), (ctx, c, a, b, m, n, k, accumulate), (c, a, b))
 GUARD_VOID(gemm_ab, (const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
-                     int accumulate), (ctx, c, a, b, m, n, k, accumulate))
+                     int accumulate), (ctx, c, a, b, m, n, k, accumulate), (c, a, b))
 GUARD_VOID(gemm_atb, (const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
-                      int accumulate), (ctx, c, a, b, m, n, k, accumulate))
+                      int accumulate), (ctx, c, a, b, m, n, k, accumulate), (c, a, b))
 GUARD_VOID(rmsnorm_forward, (const af_ctx *ctx, float *y, float *rstd, const float *x, const float *w, int64_t n,
-                             int64_t dim, float eps), (ctx, y, rstd, x, w, n, dim, eps))
+                             int64_t dim, float eps), (ctx, y, rstd, x, w, n, dim, eps), (y, rstd, x, w))
 GUARD_VOID(rmsnorm_backward, (const af_ctx *ctx, float *dx, float *dw, const float *dy, const float *x, const float *w,
-                              const float *rstd, int64_t n, int64_t dim), (ctx, dx, dw, dy, x, w, rstd, n, dim))
+                              const float *rstd, int64_t n, int64_t dim), (ctx, dx, dw, dy, x, w, rstd, n, dim), (dx, dw, dy, x, w, rstd))
 GUARD_VOID(rope_forward, (const af_ctx *ctx, float *x, const int32_t *pos, int64_t n, int64_t n_heads,
-                          int64_t head_dim, float base, int neox), (ctx, x, pos, n, n_heads, head_dim, base, neox))
+                          int64_t head_dim, float base, int neox, const float *ff),
+           (ctx, x, pos, n, n_heads, head_dim, base, neox, ff), (x, pos, ff))
 GUARD_VOID(rope_backward, (const af_ctx *ctx, float *dx, const int32_t *pos, int64_t n, int64_t n_heads,
-                           int64_t head_dim, float base, int neox), (ctx, dx, pos, n, n_heads, head_dim, base, neox))
+                           int64_t head_dim, float base, int neox, const float *ff),
+           (ctx, dx, pos, n, n_heads, head_dim, base, neox, ff), (dx, pos, ff))
 GUARD_VOID(swiglu_forward, (const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n),
-           (ctx, h, gate, up, n))
+           (ctx, h, gate, up, n), (h, gate, up))
 GUARD_VOID(swiglu_backward, (const af_ctx *ctx, float *d_gate, float *d_up, const float *dh, const float *gate,
-                             const float *up, int64_t n), (ctx, d_gate, d_up, dh, gate, up, n))
+                             const float *up, int64_t n), (ctx, d_gate, d_up, dh, gate, up, n), (d_gate, d_up, dh, gate, up))
 GUARD_VOID(geglu_forward, (const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n),
-           (ctx, h, gate, up, n))
+           (ctx, h, gate, up, n), (h, gate, up))
 GUARD_VOID(geglu_backward, (const af_ctx *ctx, float *d_gate, float *d_up, const float *dh, const float *gate,
-                            const float *up, int64_t n), (ctx, d_gate, d_up, dh, gate, up, n))
+                            const float *up, int64_t n), (ctx, d_gate, d_up, dh, gate, up, n), (d_gate, d_up, dh, gate, up))
 GUARD_VOID(attention_forward, (const af_ctx *ctx, float *out, float *lse, const float *q, const float *k,
                                const float *v, int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t kv_stride,
                                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window),
-           (ctx, out, lse, q, k, v, n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, scale, window))
+           (ctx, out, lse, q, k, v, n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, scale, window), (out, lse, q, k, v))
 GUARD_VOID(attention_backward, (const af_ctx *ctx, float *dq, float *dk, float *dv, const float *dout,
                                 const float *out, const float *lse, const float *q, const float *k, const float *v,
                                 int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t n_heads, int64_t n_kv_heads,
                                 int64_t head_dim, float scale, int64_t window),
-           (ctx, dq, dk, dv, dout, out, lse, q, k, v, n_q, q_pos0, n_kv, n_heads, n_kv_heads, head_dim, scale, window))
-GUARD_VOID(add, (const af_ctx *ctx, float *y, const float *a, const float *b, int64_t n), (ctx, y, a, b, n))
-GUARD_VOID(scale, (const af_ctx *ctx, float *x, float s, int64_t n), (ctx, x, s, n))
-GUARD_VOID(add_bias, (const af_ctx *ctx, float *y, const float *b, int64_t n, int64_t out), (ctx, y, b, n, out))
+           (ctx, dq, dk, dv, dout, out, lse, q, k, v, n_q, q_pos0, n_kv, n_heads, n_kv_heads, head_dim, scale, window), (dq, dk, dv, dout, out, lse, q, k, v))
+GUARD_VOID(add, (const af_ctx *ctx, float *y, const float *a, const float *b, int64_t n), (ctx, y, a, b, n), (y, a, b))
+GUARD_VOID(scale, (const af_ctx *ctx, float *x, float s, int64_t n), (ctx, x, s, n), (x))
+GUARD_VOID(add_bias, (const af_ctx *ctx, float *y, const float *b, int64_t n, int64_t out), (ctx, y, b, n, out), (y, b))
 GUARD_VOID(embed, (const af_ctx *ctx, float *x, const int32_t *tokens, int64_t n, const void *w, uint32_t type,
-                   int64_t H, float sc), (ctx, x, tokens, n, w, type, H, sc))
-GUARD_VOID(softcap, (const af_ctx *ctx, float *x, int64_t n, float c), (ctx, x, n, c))
+                   int64_t H, float sc), (ctx, x, tokens, n, w, type, H, sc), (x, tokens, w))
+GUARD_VOID(softcap, (const af_ctx *ctx, float *x, int64_t n, float c), (ctx, x, n, c), (x))
 GUARD_VOID(rows_gather, (const af_ctx *ctx, float *dst, const float *src, const int32_t *idx, int64_t k, int64_t W),
-           (ctx, dst, src, idx, k, W))
+           (ctx, dst, src, idx, k, W), (dst, src, idx))
 GUARD_VOID(rows_scatter, (const af_ctx *ctx, float *dst, const float *src, const int32_t *idx, int64_t k, int64_t W),
-           (ctx, dst, src, idx, k, W))
-GUARD_RET(int64_t, -1, count_nonfinite, (const af_ctx *ctx, const float *x, int64_t n), (ctx, x, n))
+           (ctx, dst, src, idx, k, W), (dst, src, idx))
+GUARD_RET(int64_t, -1, count_nonfinite, (const af_ctx *ctx, const float *x, int64_t n), (ctx, x, n), (x))
 GUARD_VOID(lora_forward, (const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
                           const float *A, const float *B, int64_t n, int64_t in, int64_t out, int32_t r, float sc),
-           (ctx, y, xa, x, drop_mask, A, B, n, in, out, r, sc))
+           (ctx, y, xa, x, drop_mask, A, B, n, in, out, r, sc), (y, xa, x, drop_mask, A, B))
 GUARD_VOID(lora_backward, (const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
                            const float *x, const float *xa, const float *drop_mask, const float *A, const float *B,
                            int64_t n, int64_t in, int64_t out, int32_t r, float sc),
-           (ctx, dx, dA, dB, tmp, dy, x, xa, drop_mask, A, B, n, in, out, r, sc))
+           (ctx, dx, dA, dB, tmp, dy, x, xa, drop_mask, A, B, n, in, out, r, sc), (dx, dA, dB, tmp, dy, x, xa, drop_mask, A, B))
 GUARD_VOID(lora_dropout_mask, (const af_ctx *ctx, float *mask, uint64_t seed, int32_t layer, int32_t proj, int64_t t0,
-                               int64_t n, int64_t in, float p), (ctx, mask, seed, layer, proj, t0, n, in, p))
+                               int64_t n, int64_t in, float p), (ctx, mask, seed, layer, proj, t0, n, in, p), (mask))
 GUARD_VOID(pool_forward, (const af_ctx *ctx, float *pooled, const float *hidden, const int32_t *seq_start, int32_t B,
-                          int64_t H, af_head_pooling pool), (ctx, pooled, hidden, seq_start, B, H, pool))
+                          int64_t H, af_head_pooling pool), (ctx, pooled, hidden, seq_start, B, H, pool), (pooled, hidden, seq_start))
 GUARD_VOID(pool_backward, (const af_ctx *ctx, float *d_hidden, const float *d_pooled, const int32_t *seq_start,
-                           int32_t B, int64_t H, af_head_pooling pool), (ctx, d_hidden, d_pooled, seq_start, B, H, pool))
+                           int32_t B, int64_t H, af_head_pooling pool), (ctx, d_hidden, d_pooled, seq_start, B, H, pool), (d_hidden, d_pooled, seq_start))
 GUARD_VOID(head_forward, (const af_ctx *ctx, float *logits, const float *pooled, const float *W, const float *bias,
-                          int32_t B, int64_t H, int32_t C), (ctx, logits, pooled, W, bias, B, H, C))
+                          int32_t B, int64_t H, int32_t C), (ctx, logits, pooled, W, bias, B, H, C), (logits, pooled, W, bias))
 GUARD_VOID(head_backward, (const af_ctx *ctx, float *d_pooled, float *dW, float *dbias, const float *d_logits,
                            const float *pooled, const float *W, int32_t B, int64_t H, int32_t C),
-           (ctx, d_pooled, dW, dbias, d_logits, pooled, W, B, H, C))
+           (ctx, d_pooled, dW, dbias, d_logits, pooled, W, B, H, C), (d_pooled, dW, dbias, d_logits, pooled, W))
 GUARD_RET(double, NAN, ce_loss, (const af_ctx *ctx, float *d_logits, float *probs, const float *logits,
                                  const int32_t *labels, const float *class_w, int32_t B, int32_t C),
-          (ctx, d_logits, probs, logits, labels, class_w, B, C))
+          (ctx, d_logits, probs, logits, labels, class_w, B, C), (d_logits, probs, logits, labels, class_w))
 GUARD_RET(double, NAN, bce_loss, (const af_ctx *ctx, float *d_logits, const float *logits, const float *targets,
-                                  int32_t B, int32_t C), (ctx, d_logits, logits, targets, B, C))
+                                  int32_t B, int32_t C), (ctx, d_logits, logits, targets, B, C), (d_logits, logits, targets))
 GUARD_VOID(lm_ce_rows, (const af_ctx *ctx, float *z, const int32_t *tgt, int64_t k, int64_t V, float cap,
                         float grad_scale, int grad, double *loss, int32_t *correct),
-           (ctx, z, tgt, k, V, cap, grad_scale, grad, loss, correct))
+           (ctx, z, tgt, k, V, cap, grad_scale, grad, loss, correct), (z, tgt, loss, correct))
 GUARD_VOID(adamw_step, (const af_ctx *ctx, af_adamw *o, float *P, const float *Gr, float *M, float *V, int64_t n,
-                        float lr, const uint8_t *decay_mask), (ctx, o, P, Gr, M, V, n, lr, decay_mask))
+                        float lr, const uint8_t *decay_mask), (ctx, o, P, Gr, M, V, n, lr, decay_mask), (P, Gr, M, V, decay_mask))
 GUARD_RET(double, NAN, clip_grad_norm, (const af_ctx *ctx, float *Gr, int64_t n, double max_norm),
-          (ctx, Gr, n, max_norm))
+          (ctx, Gr, n, max_norm), (Gr))
 
 static const af_backend guard_be = {
     .name = "guard",

@@ -413,7 +413,10 @@ static void rope_row_job(void *va, int64_t t0, int64_t t1, int tid) {
         for (int64_t c0 = 0; c0 < half; c0 += ROPE_CHUNK) {
             int64_t nc = min64(half - c0, ROPE_CHUNK);
             if (!J->freq)
-                for (int64_t c = 0; c < nc; c++) fr[c] = exp(-2.0 * (double)(c0 + c) / (double)hd * J->log_base);
+                for (int64_t c = 0; c < nc; c++) {
+                    fr[c] = exp(-2.0 * (double)(c0 + c) / (double)hd * J->log_base);
+                    if (J->w) fr[c] /= (double)J->w[c0 + c];
+                }
             rope_row(C, S, (double)J->pos[t], J->freq ? J->freq + c0 : fr, nc, J->neox, J->sign);
             J->K->rope_rot(J->y + t * J->tstride, C, S, J->n_heads, hd, c0, nc, J->neox);
         }
@@ -422,7 +425,7 @@ static void rope_row_job(void *va, int64_t t0, int64_t t1, int tid) {
 
 static void rope_apply(const af_ctx *ctx,
                        float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t hd, float base,
-                       int neox, float sign) {
+                       int neox, const float *ff, float sign) {
     if (n <= 0 || n_heads <= 0 || hd < 2) return;
     const int64_t half = hd / 2, tstride = n_heads * hd;
     const double log_base = log((double)base);
@@ -440,13 +443,16 @@ static void rope_apply(const af_ctx *ctx,
     void *mem = malloc((size_t)half * sizeof(double) + (use_tab ? (size_t)(span * 2 * hd) * sizeof(float) : 0));
     if (mem) {
         freq = mem;
-        for (int64_t i = 0; i < half; i++) freq[i] = exp(-2.0 * (double)i / (double)hd * log_base);
+        for (int64_t i = 0; i < half; i++) {
+            freq[i] = exp(-2.0 * (double)i / (double)hd * log_base);
+            if (ff) freq[i] /= (double)ff[i];
+        }
         if (use_tab) tab = (float *)(freq + half);
     }
     int par = n > 1 && n * tstride >= AF_OPS_PAR_MIN / 4;
     ops_job J = {.K = K, .y = x, .pos = pos, .freq = freq, .tab = tab, .n = n, .half = half, .hd = hd,
                  .n_heads = n_heads, .tstride = tstride, .pmin = pmin, .log_base = log_base, .sign = sign,
-                 .neox = neox};
+                 .neox = neox, .w = ff};
     if (tab) {
         af_threadpool_run(ctx->pool, ops_threads(ctx, par), span, 0, rope_tab_job, &J);
         af_threadpool_run(ctx->pool, ops_threads(ctx, par), n, 0, rope_rot_job, &J);
@@ -457,12 +463,22 @@ static void rope_apply(const af_ctx *ctx,
 
 void af_rope_forward(const af_ctx *ctx, float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
                      float base, int neox) {
-    rope_apply(ctx, x, pos, n, n_heads, head_dim, base, neox, 1.0f);
+    rope_apply(ctx, x, pos, n, n_heads, head_dim, base, neox, NULL, 1.0f);
 }
 
 void af_rope_backward(const af_ctx *ctx, float *dx, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
                       float base, int neox) {
-    rope_apply(ctx, dx, pos, n, n_heads, head_dim, base, neox, -1.0f);
+    rope_apply(ctx, dx, pos, n, n_heads, head_dim, base, neox, NULL, -1.0f);
+}
+
+void af_rope_ff_forward(const af_ctx *ctx, float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim,
+                        float base, int neox, const float *freq_factors) {
+    rope_apply(ctx, x, pos, n, n_heads, head_dim, base, neox, freq_factors, 1.0f);
+}
+
+void af_rope_ff_backward(const af_ctx *ctx, float *dx, const int32_t *pos, int64_t n, int64_t n_heads,
+                         int64_t head_dim, float base, int neox, const float *freq_factors) {
+    rope_apply(ctx, dx, pos, n, n_heads, head_dim, base, neox, freq_factors, -1.0f);
 }
 
 /* ------------------------------------------------------------------------------------------------
