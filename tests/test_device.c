@@ -15,7 +15,8 @@
  *        tokens per micro-batch, --checkpointing, cpu); a device lost mid-run (exit 1 naming the
  *        last good checkpoint, which is intact; auto: the run goes on on the CPU from it and ends
  *        with the CPU run's adapter bit for bit); a device computing NaN where the CPU does not
- *        (exit 1; auto: the CPU's step, the CPU run's adapter bit for bit).
+ *        (exit 1; auto: the CPU's step, the CPU run's adapter bit for bit);
+ *      - serve: the memory guard at load (exit 1); auto: the server starts on the CPU.
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -46,6 +47,7 @@ static const char *P_(const char *name) {
  * unset); stdout and stderr into <dir>/out, <dir>/err, read into *out / *err (malloc'ed). Returns
  * the exit status (128 + signal when killed). */
 static int cli(const char *fault, char **out, char **err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static const char *g_wrap = ""; /* a command put before afinar (e.g. "timeout --preserve-status -s TERM 4 ") */
 static int cli(const char *fault, char **out, char **err, const char *fmt, ...) {
     char args[2048], cmd[4096];
     va_list ap;
@@ -59,8 +61,8 @@ static int cli(const char *fault, char **out, char **err, const char *fmt, ...) 
         else exp[k++] = *s;
     }
     exp[k] = 0;
-    if (fault) snprintf(cmd, sizeof cmd, "AFINAR_FAULT=%s %s %s >%s/out 2>%s/err", fault, g_bin, exp, g_dir, g_dir);
-    else snprintf(cmd, sizeof cmd, "env -u AFINAR_FAULT %s %s >%s/out 2>%s/err", g_bin, exp, g_dir, g_dir);
+    if (fault) snprintf(cmd, sizeof cmd, "AFINAR_FAULT=%s %s%s %s >%s/out 2>%s/err", fault, g_wrap, g_bin, exp, g_dir, g_dir);
+    else snprintf(cmd, sizeof cmd, "env -u AFINAR_FAULT %s%s %s >%s/out 2>%s/err", g_wrap, g_bin, exp, g_dir, g_dir);
     int st = system(cmd);
     char p[600];
     snprintf(p, sizeof p, "%s/out", g_dir);
@@ -292,6 +294,31 @@ static void test_generate_faults(void) {
     free(ref);
 }
 
+/* serve: the memory guard on the device at load; under --device auto the server starts on the CPU
+ * (stopped by SIGTERM after a few seconds: exit 0 once it drained). */
+static void test_serve_device(void) {
+    char *out = NULL, *err = NULL;
+    const char *serve = "serve -m @/tiny.gguf --port 0 -t 1 --parallel 1 --ctx 64";
+    int rc = cli("mem=16K", &out, &err, "%s --device guard", serve);
+    if (has(err, "not built in")) {
+        tl_skip("serve --device: afinar serve is not built in");
+        free(out), free(err);
+        return;
+    }
+    CHECK(rc == 1 && has(err, "the model's weights need") && has(err, "guard"), "serve mem=16K --device guard: exit %d\n%s",
+          rc, err);
+    free(out), free(err);
+    rc = cli(NULL, &out, &err, "%s --device nosuch", serve);
+    CHECK(rc == 2 && has(err, "nosuch"), "serve --device nosuch: exit %d\n%s", rc, err);
+    free(out), free(err);
+    g_wrap = "timeout --preserve-status -s TERM 4 ";
+    rc = cli("mem=16K,auto=guard", &out, &err, "%s --device auto", serve);
+    g_wrap = "";
+    CHECK(rc == 0 && has(err, "--device auto: going on on the CPU") && has(err, "listening on") && has(err, "stopped"),
+          "serve mem=16K --device auto: exit %d\n%s", rc, err);
+    free(out), free(err);
+}
+
 static void test_train_faults(void) {
     const char *train = "train -m @/tiny.gguf --train @/train.jsonl --val @/val.jsonl --batch 4 --grad-accum 2 "
                         "--lora-r 2 --lora-layers all --max-seq-len 16 --max-steps 6 --save-every 2 --eval-every 2 -t 1 "
@@ -392,6 +419,7 @@ int main(void) {
     else {
         test_generate_faults();
         test_lm_eval();
+        test_serve_device();
         test_train_faults();
     }
     char rm[600];
