@@ -34,6 +34,7 @@ static void help(void) {
            "  -t, --threads N         compute threads (default: all cores)\n"
            "      --poll US           microseconds threads spin between operations (default 1000)\n"
            "      --kernel PATH       auto | scalar | avx2 | avx512 (default auto)\n"
+           CLI_DEVICE_HELP
            "Endpoints: POST /v1/chat/completions, /v1/completions (stream, temperature, top_p, top_k,\n"
            "max_tokens, stop, seed, lora), /v1/classify; GET /v1/models, /health, /lora-adapters;\n"
            "POST /lora-adapters (scales), /lora-adapters/load {\"name\",\"path\"}, /lora-adapters/unload {\"id\"}.\n"
@@ -47,7 +48,7 @@ int cmd_serve(int argc, char **argv) {
     const char *kernel = NULL;
     long threads = 0, poll = -1, port = so.port, par = so.max_seqs, ctxn = so.n_ctx, queue = so.queue, timeout = so.timeout_s;
     long max_body = (long)so.max_body;
-    enum { O_HOST = 1000, O_PORT, O_PAR, O_CTX, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_POLL, O_KERNEL };
+    enum { O_HOST = 1000, O_PORT, O_PAR, O_CTX, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_POLL, O_KERNEL, O_DEVICE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"adapter", required_argument, 0, 'a'},
         {"host", required_argument, 0, O_HOST},    {"port", required_argument, 0, O_PORT},
@@ -55,7 +56,8 @@ int cmd_serve(int argc, char **argv) {
         {"queue", required_argument, 0, O_QUEUE},  {"max-body", required_argument, 0, O_BODY},
         {"timeout", required_argument, 0, O_TIMEOUT}, {"chat-template", required_argument, 0, O_TMPL},
         {"threads", required_argument, 0, 't'},    {"poll", required_argument, 0, O_POLL},
-        {"kernel", required_argument, 0, O_KERNEL}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"kernel", required_argument, 0, O_KERNEL}, {"device", required_argument, 0, O_DEVICE},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     char **names = calloc((size_t)argc + 1, sizeof *names), **paths = calloc((size_t)argc + 1, sizeof *paths);
     if (!names || !paths) {
         free(names), free(paths);
@@ -91,6 +93,7 @@ int cmd_serve(int argc, char **argv) {
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) goto out; break;
         case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) goto out; break;
         case O_KERNEL: kernel = optarg; break;
+        case O_DEVICE: cli_set_device(optarg); break;
         case 'h': help(); rc = 0; goto out;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); goto out;
         default: cli_error(C, "unknown option '%s' (see 'afinar serve --help')", argv[optind - 1]); goto out;
@@ -105,7 +108,11 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     af_ctx *ctx = NULL;
-    if (!cli_make_ctx(C, threads, poll, kernel, 0, 0, &ctx)) goto out;
+    int mrc = cli_make_ctx(C, threads, poll, kernel, 0, 0, &ctx);
+    if (mrc) {
+        rc = mrc;
+        goto out;
+    }
     so.port = (int32_t)port;
     so.max_seqs = (int32_t)par;
     so.n_ctx = (int32_t)ctxn;
@@ -122,8 +129,16 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN); /* a client that closes its socket is an EPIPE, not the end of the server */
     af_status st = af_server_run(&so);
+    af_ctx *old = NULL;
+    /* A failure is returned only before the server listens (model load, memory guard): under
+     * --device auto the CPU takes over then. Once serving, a device failure answers HTTP 500s. */
+    if (st != AF_OK && !g_stop && cli_fallback_cpu(C, &ctx, &old, st)) {
+        so.ctx = ctx;
+        st = af_server_run(&so);
+    }
     rc = st == AF_OK ? 0 : cli_fail(C, st);
     af_ctx_free(ctx);
+    af_ctx_free(old);
 out:
     free(names);
     free(paths);

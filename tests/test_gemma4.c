@@ -237,6 +237,77 @@ static void check_quantize_dropout(void) {
     af_ctx_free(ctx);
 }
 
+/* Issue 14: gemma4's paths (per-layer inputs, KV sharing, the unweighted v norm, RoPE frequency
+ * factors, per-layer sizes) on the guard device (device memory PROT_NONE between the backend table's
+ * ops, and every op argument checked to be device memory): prompt + decode logits, the batched
+ * decode of three sequences, and three LoRA steps (classification, dropout) equal the CPU's bit for
+ * bit. */
+static void check_guard(void) {
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.device = "guard";
+    af_ctx *gc = NULL;
+    af_model *m[2] = {NULL, NULL};
+    if (!CHECK(af_ctx_new(&p, &gc) == AF_OK && af_model_load(T_CTX, GGUF, &m[0]) == AF_OK &&
+                   af_model_load(gc, GGUF, &m[1]) == AF_OK,
+               "gemma4 on the guard device: %s", af_last_error())) {
+        af_model_free(m[0]);
+        af_model_free(m[1]);
+        af_ctx_free(gc);
+        return;
+    }
+    const int V = m[0]->cfg.vocab_size;
+    int32_t ids[10];
+    for (int i = 0; i < 10; i++) ids[i] = (int32_t)((i * 53 + 7) % V);
+    float *lg[2], *bt[2], *par[2];
+    double loss[2][3];
+    for (int d = 0; d < 2; d++) {
+        lg[d] = calloc((size_t)V * 12, sizeof(float));
+        bt[d] = calloc((size_t)V * 3, sizeof(float));
+        par[d] = NULL;
+        af_session *s[3] = {NULL, NULL, NULL};
+        int ok = 1;
+        for (int k = 0; k < 3 && ok; k++) ok = af_session_new(m[d], 32, &s[k]) == AF_OK;
+        ok = ok && af_session_eval(s[0], ids, 10, NULL, lg[d]) == AF_OK &&
+             af_session_eval(s[0], ids + 3, 1, lg[d] + 10 * V, NULL) == AF_OK &&
+             af_session_eval(s[1], ids + 2, 4, NULL, NULL) == AF_OK && af_session_eval(s[2], ids + 5, 2, NULL, NULL) == AF_OK;
+        const int32_t nxt[3] = {ids[1], ids[7], ids[9]};
+        ok = ok && af_session_eval_batch(s, 3, nxt, bt[d]) == AF_OK;
+        CHECK(ok, "gemma4 sessions on %s: %s", d ? "guard" : "cpu", af_last_error());
+        for (int k = 0; k < 3; k++) af_session_free(s[k]);
+        af_lora_trainer_opts o;
+        af_lora_trainer_opts_defaults(&o);
+        o.r = 4;
+        o.targets = "all-linear";
+        o.num_classes = 3;
+        o.lora_dropout = 0.1f;
+        o.lr = 1e-2f;
+        af_lora_trainer *tr = NULL;
+        const int32_t ss[3] = {0, 6, 10}, lab[2] = {2, 0};
+        ok = af_lora_trainer_new(m[d], &o, &tr) == AF_OK;
+        for (int k = 0; k < 3 && ok; k++)
+            ok = af_lora_trainer_accumulate(tr, ids, ss, 2, lab, 1.0f, &loss[d][k], NULL) == AF_OK &&
+                 af_lora_trainer_step(tr, -1.0f, NULL) == AF_OK;
+        if (ok) {
+            par[d] = malloc(sizeof(float) * (size_t)af_lora_trainer_n_params(tr));
+            ok = af_lora_trainer_get_params(tr, par[d]) == AF_OK;
+        }
+        CHECK(ok, "gemma4 LoRA steps on %s: %s", d ? "guard" : "cpu", af_last_error());
+        if (d == 1 && ok && par[0])
+            CHECK(!memcmp(par[0], par[1], sizeof(float) * (size_t)af_lora_trainer_n_params(tr)) &&
+                      !memcmp(loss[0], loss[1], sizeof loss[0]),
+                  "gemma4 LoRA steps: guard parameters/losses differ from the cpu's");
+        af_lora_trainer_free(tr);
+    }
+    CHECK(!memcmp(lg[0], lg[1], sizeof(float) * (size_t)V * 11), "gemma4 prompt/decode logits: guard != cpu");
+    CHECK(!memcmp(bt[0], bt[1], sizeof(float) * (size_t)V * 3), "gemma4 batched decode: guard != cpu");
+    printf("gemma4 on the guard device: logits, batched decode and 3 LoRA steps equal the CPU's bit for bit\n");
+    for (int d = 0; d < 2; d++) free(lg[d]), free(bt[d]), free(par[d]);
+    af_model_free(m[0]);
+    af_model_free(m[1]);
+    af_ctx_free(gc);
+}
+
 /* ---------------------------------------------------------------- bad input */
 
 typedef af_status (*edit_fn)(af_gguf_writer *w);
@@ -350,6 +421,7 @@ int main(void) {
     w_forms = tl_max_abs_diff(a, b, 464, NULL);
     CHECK(w_forms == 0, "GGUF and HF directory: last logits of sequence 0 bit for bit equal (max |diff| %.3g)", w_forms);
     check_quantize_dropout();
+    check_guard();
     bad_input();
     printf("gemma4 vs transformers/PEFT (worst of GGUF and HF forms): logits %.2e abs, decode vs batched %.2e abs, "
            "loss %.2e rel, LoRA/head gradients %.2e of max|ref|; GGUF vs HF %.2e\n",

@@ -3,16 +3,32 @@
 #include "infer/session.h"
 
 #include "lora/adapter_io.h"
-#include "kernels/matmul.h"
-#include "kernels/quant.h"
 #include "model/transformer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Per-layer KV caches, each a region of its own (so no allocation exceeds the device's limit): a
+ * layer with its own K/V gets [n_ctx][kvd(l)], a KV-sharing layer (gemma4) its kv_src's. */
+static void kv_plan(af_carver *cv, af_session *s, int32_t L) {
+    for (int32_t l = 0; l < L; l++) {
+        const af_layer *Ly = &s->m->layers[l];
+        if (Ly->kv_src != l) {
+            if (s->k_cache) s->k_cache[l] = s->k_cache[Ly->kv_src], s->v_cache[l] = s->v_cache[Ly->kv_src];
+            continue;
+        }
+        const int64_t kvd = (int64_t)Ly->n_kv_head * Ly->head_dim;
+        float *k = af_carve(cv, s->n_ctx * kvd), *v = af_carve(cv, s->n_ctx * kvd);
+        if (s->k_cache) s->k_cache[l] = k, s->v_cache[l] = v;
+    }
+}
 
-
+static size_t dev_limit(const af_ctx *ctx) {
+    const uint64_t m = ctx->dev->info.max_alloc;
+    return m == UINT64_MAX ? 0 : (size_t)m;
+}
 
 af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     if (!m || !out) return af_fail(AF_ERR_INVALID_ARG, "af_session_new: NULL argument");
@@ -22,6 +38,7 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
     af_session *s = af_calloc(1, sizeof *s);
     if (!s) return af_fail(AF_ERR_NOMEM, "out of memory for session");
     s->m = m;
+    s->ctx = m->ctx;
     s->n_ctx = n_ctx;
     s->kv_dim = m->kv_floats; /* Σ over the layers with their own K/V of n_kv_head·head_dim */
     size_t n_kv, bytes;
@@ -30,17 +47,56 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
         free(s);
         return af_fail(AF_ERR_INVALID_ARG, "KV cache for n_ctx %d overflows", n_ctx);
     }
-    s->k_cache = af_malloc_aligned(bytes);
-    s->v_cache = af_malloc_aligned(bytes);
-    af_status st = (s->k_cache && s->v_cache)
-                       ? af_tf_infer_init(&s->s, m, NULL, AF_EVAL_CHUNK)
-                       : af_fail(AF_ERR_NOMEM, "out of memory for a KV cache of %d positions (%zu MiB)", n_ctx,
-                                 2 * bytes >> 20);
+    const int32_t L = c->num_hidden_layers;
+    af_carver cv;
+    af_carver_count(&cv, dev_limit(s->ctx));
+    kv_plan(&cv, s, L);
+    if (!s->ctx->dev->info.host_memory) { /* the memory guard: KV cache + forward state + logits must fit */
+        af_carver fs;
+        af_carver_count(&fs, 0);
+        af_tf_infer tmp;
+        memset(&tmp, 0, sizeof tmp);
+        af_tf_carve_acts(&fs, &tmp.S, m, NULL, AF_EVAL_CHUNK, AF_TF_INFER, 0);
+        af_tf_carve_scratch(&fs, &tmp.w, m, NULL, AF_EVAL_CHUNK, AF_TF_INFER, 0);
+        af_carver_done(&fs);
+        const uint64_t need = cv.used + fs.used + (uint64_t)AF_EVAL_CHUNK * (uint64_t)(c->hidden_size + c->vocab_size) * 4;
+        uint64_t free_b = 0, total_b = 0;
+        af_be(s->ctx)->memory(s->ctx, &free_b, &total_b);
+        if (need > free_b) {
+            af_carver_done(&cv);
+            char b1[32], b2[32], b3[32];
+            af_status st = af_fail(AF_ERR_NOMEM, "a session of %d positions needs about %s on device %s (KV cache %s) "
+                                                 "but it has %s free: use a smaller context (--ctx), or --device cpu",
+                                   n_ctx, af_fmt_bytes(b1, sizeof b1, need), af_ctx_device(s->ctx),
+                                   af_fmt_bytes(b2, sizeof b2, cv.used), af_fmt_bytes(b3, sizeof b3, free_b));
+            free(s);
+            return st;
+        }
+    }
+    s->k_cache = af_calloc((size_t)L + 1, sizeof(float *));
+    s->v_cache = af_calloc((size_t)L + 1, sizeof(float *));
+    af_status st = s->k_cache && s->v_cache ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory for session");
     if (st == AF_OK) {
-        s->logit_tmp = af_malloc(sizeof(float) * (size_t)c->vocab_size);
+        st = af_carver_alloc(&cv, s->ctx, &s->kv);
+        if (st != AF_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", af_last_error());
+            st = af_fail(st, "a KV cache of %d positions (%zu MiB): %s", n_ctx, 2 * bytes >> 20, msg);
+        }
+    }
+    if (st == AF_OK) kv_plan(&cv, s, L);
+    else af_carver_done(&cv);
+    if (st == AF_OK) st = af_tf_infer_init(&s->s, s->ctx, m, NULL, AF_EVAL_CHUNK);
+    if (st == AF_OK) {
         s->toks = af_malloc(sizeof(int32_t) * (size_t)n_ctx);
         s->blocked = af_malloc((size_t)n_ctx);
-        if (!s->logit_tmp || !s->toks || !s->blocked) st = af_fail(AF_ERR_NOMEM, "out of memory");
+        if (!s->toks || !s->blocked) st = af_fail(AF_ERR_NOMEM, "out of memory");
+    }
+    if (st == AF_OK && !s->ctx->dev->info.host_memory) {
+        const uint64_t lim = s->ctx->dev->info.max_alloc / (sizeof(float) * (uint64_t)c->vocab_size);
+        s->logit_rows = lim < 1 ? 1 : lim > AF_EVAL_CHUNK ? AF_EVAL_CHUNK : (int64_t)lim;
+        s->logits_dev = af_be(s->ctx)->alloc(s->ctx, sizeof(float) * (size_t)s->logit_rows * (size_t)c->vocab_size);
+        if (!s->logits_dev) st = AF_ERR_NOMEM;
     }
     if (st != AF_OK) {
         af_session_free(s);
@@ -52,12 +108,13 @@ af_status af_session_new(const af_model *m, int n_ctx, af_session **out) {
 
 void af_session_free(af_session *s) {
     if (!s) return;
-    af_free_aligned(s->k_cache);
-    af_free_aligned(s->v_cache);
+    af_devmem_free(&s->kv);
+    free(s->k_cache);
+    free(s->v_cache);
     af_tf_infer_free(&s->s);
-    free(s->own_P);
+    af_be(s->ctx)->free(s->ctx, s->dev_P);
     if (s->has_own_lay) af_param_layout_free(&s->own_lay);
-    free(s->logit_tmp);
+    af_be(s->ctx)->free(s->ctx, s->logits_dev);
     free(s->toks);
     free(s->blocked);
     free(s);
@@ -93,6 +150,33 @@ static int64_t chunk_len(int64_t pos, int64_t left) {
     return left < room ? left : room;
 }
 
+/* LM head of rows x [n, H] into the caller's host logits [n, V]: written in place on a host-memory
+ * device; else through the device buffer, logit_rows rows at a time, and downloaded. */
+static af_status head_rows(af_session *s, float *logits, float *x, int64_t n) {
+    const af_ctx *ctx = s->ctx;
+    const af_model *m = s->m;
+    const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;
+    if (ctx->dev->info.host_memory) {
+        af_lm_head_forward(ctx, m, logits, x, n);
+        return AF_OK;
+    }
+    const int64_t parts = (n + s->logit_rows - 1) / s->logit_rows;
+    for (int64_t p = 0; p < parts; p++) { /* equal parts: never a lone small tail */
+        const int64_t r0 = n * p / parts, r1 = n * (p + 1) / parts;
+        af_lm_head_forward(ctx, m, s->logits_dev, x + r0 * H, r1 - r0);
+        AF_TRY(af_be(ctx)->download(ctx, logits + r0 * V, s->logits_dev, sizeof(float) * (size_t)((r1 - r0) * V)));
+    }
+    /* a device that computes NaN/Inf (the CPU would be needed to tell a model that overflows): a
+     * device failure, so that --device auto goes on on the CPU */
+    for (int64_t i = 0; i < n * V; i++)
+        if (!isfinite(logits[i]))
+            return af_fail(AF_ERR_DEVICE, "device %s (%s) computed non-finite logits (position %lld, token id %lld: "
+                                          "%g); run with --device cpu to compare with the CPU",
+                           af_ctx_device(ctx), ctx->dev->info.name, (long long)(s->n_past - n + i / V),
+                           (long long)(i % V), (double)logits[i]);
+    return AF_OK;
+}
+
 af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits) {
     const af_model *m = s->m;
     const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;
@@ -107,22 +191,22 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
     const af_tf_control ctl = {&s->cancel, 1};
     for (int done = 0; done < n;) {
         int64_t chunk = chunk_len(s->n_past, n - done);
-        AF_TRY(af_tf_infer_forward(m->ctx, m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past,
+        AF_TRY(af_tf_infer_forward(s->ctx, m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past,
                                    s->k_cache, s->v_cache, s->n_ctx, &ctl));
         memcpy(s->toks + s->n_past, tokens + done, sizeof(int32_t) * (size_t)chunk);
         memset(s->blocked + s->n_past, chunk > AF_TF_DECODE_ROWS, (size_t)chunk);
         s->n_past += chunk;
         if (all_logits) {
-            af_lm_head_forward(m->ctx, m, all_logits + (size_t)done * (size_t)V, s->s.x, chunk);
+            AF_TRY(head_rows(s, all_logits + (size_t)done * (size_t)V, s->s.x, chunk));
             if (logits && done + chunk == n)
                 memcpy(logits, all_logits + (size_t)(n - 1) * (size_t)V, sizeof(float) * (size_t)V);
         } else if (logits && done + chunk == n) {
-            af_lm_head_forward(m->ctx, m, logits, s->s.x + (chunk - 1) * H, 1);
+            AF_TRY(head_rows(s, logits, s->s.x + (chunk - 1) * H, 1));
         }
         done += (int)chunk;
         if (s->progress && n > 1) s->progress(s->progress_user, "prompt", done, n);
     }
-    return AF_OK;
+    return af_be(s->ctx)->sync(s->ctx);
 }
 
 /* 1 when position p of an n-token prompt evaluated in one call takes the blocked products (its
@@ -169,12 +253,13 @@ af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t 
         if (s->cancel && *s->cancel) return af_fail(AF_ERR_CANCELLED, "session %d: cancelled", i);
         if (s->P && s->lay->lora.r > rmax) rmax = s->lay->lora.r;
     }
+    const af_ctx *ctx = ss[0]->ctx;
     af_tf_seq *seq = af_calloc((size_t)n, sizeof *seq);
     const volatile int **flags = af_calloc((size_t)n, sizeof *flags);
-    float *xa = rmax ? af_malloc(sizeof(float) * (size_t)n * (size_t)rmax) : NULL;
+    float *xa = rmax ? af_be(ctx)->alloc(ctx, sizeof(float) * (size_t)n * (size_t)rmax) : NULL; /* device scratch */
     af_tf_infer st_;
     memset(&st_, 0, sizeof st_);
-    af_status st = (!seq || !flags || (rmax && !xa)) ? af_fail(AF_ERR_NOMEM, "out of memory") : af_tf_infer_init(&st_, m, NULL, n);
+    af_status st = (!seq || !flags || (rmax && !xa)) ? af_fail(AF_ERR_NOMEM, "out of memory") : af_tf_infer_init(&st_, ctx, m, NULL, n);
     for (int32_t i = 0; st == AF_OK && i < n; i++) {
         const af_session *s = ss[i];
         seq[i] = (af_tf_seq){1, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->P, s->lay, s->lora_scale};
@@ -182,13 +267,16 @@ af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t 
     }
     /* any session's cancel flag stops the whole step (checked before every layer) */
     const af_tf_control ctl = {(const volatile int *const *)flags, n};
-    if (st == AF_OK) st = af_tf_infer_forward_multi(m->ctx, m, &st_, seq, n, tokens, xa, &ctl);
+    if (st == AF_OK) st = af_tf_infer_forward_multi(ctx, m, &st_, seq, n, tokens, xa, &ctl);
     if (st == AF_OK) {
-        /* the LM head in groups of <= AF_TF_DECODE_ROWS rows: each row's bits as alone */
-        for (int32_t i = 0; i < n; i += AF_TF_DECODE_ROWS) {
+        /* the LM head in groups of <= AF_TF_DECODE_ROWS rows: each row's bits as alone (on a device
+         * through the first session's logits buffer, downloaded) */
+        for (int32_t i = 0; st == AF_OK && i < n; i += AF_TF_DECODE_ROWS) {
             const int32_t k = n - i < AF_TF_DECODE_ROWS ? n - i : AF_TF_DECODE_ROWS;
-            af_lm_head_forward(m->ctx, m, logits + (size_t)i * (size_t)V, st_.x + (size_t)i * (size_t)H, k);
+            st = head_rows(ss[0], logits + (size_t)i * (size_t)V, st_.x + (size_t)i * (size_t)H, k);
         }
+    }
+    if (st == AF_OK) {
         for (int32_t i = 0; i < n; i++) {
             ss[i]->toks[ss[i]->n_past] = tokens[i];
             ss[i]->blocked[ss[i]->n_past] = 0;
@@ -196,16 +284,16 @@ af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t 
         }
     }
     af_tf_infer_free(&st_);
-    free(xa);
+    af_be(ctx)->free(ctx, xa);
     free(flags);
     free(seq);
     return st;
 }
 
-/* Drop the owned adapter copies (not the borrowed ones). */
-static void drop_owned(af_session *s) {
-    free(s->own_P);
-    s->own_P = NULL;
+/* Drop the adapter's device copy and the owned layout. */
+static void drop_adapter(af_session *s) {
+    af_be(s->ctx)->free(s->ctx, s->dev_P);
+    s->dev_P = NULL;
     if (s->has_own_lay) af_param_layout_free(&s->own_lay);
     s->has_own_lay = 0;
 }
@@ -216,12 +304,35 @@ af_status af_session_set_lora(af_session *s, const float *P, const af_param_layo
         return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: the layout does not match the model");
     if (!isfinite(scale)) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: scale is not finite");
     const int on = P && scale != 0;
+    const af_backend *be = af_be(s->ctx);
+    float *dp = NULL;
+    if (on) {
+        dp = be->alloc(s->ctx, sizeof(float) * (size_t)lay->n_total);
+        if (!dp) return AF_ERR_NOMEM;
+        af_status st = be->upload(s->ctx, dp, P, sizeof(float) * (size_t)lay->n_total);
+        if (st != AF_OK) {
+            be->free(s->ctx, dp);
+            return st;
+        }
+    }
     af_tf_infer ns;
-    AF_TRY(af_tf_infer_init(&ns, s->m, on ? lay : NULL, AF_EVAL_CHUNK));
+    af_status st = af_tf_infer_init(&ns, s->ctx, s->m, on ? lay : NULL, AF_EVAL_CHUNK);
+    if (st != AF_OK) {
+        be->free(s->ctx, dp);
+        return st;
+    }
     af_tf_infer_free(&s->s);
     s->s = ns;
-    if (!(P && P == s->own_P)) drop_owned(s);
-    s->P = on ? P : NULL;
+    drop_adapter(s);
+    s->P_hash = 0;
+    if (on) { /* FNV-1a 64 of the parameters as given (session_file.c's layout hash reads it) */
+        const unsigned char *b = (const unsigned char *)P;
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < sizeof(float) * (size_t)lay->n_total; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+        s->P_hash = h;
+    }
+    s->dev_P = dp;
+    s->P = dp;
     s->lay = on ? lay : NULL;
     s->lora_scale = on ? scale : 0;
     return AF_OK;
@@ -248,14 +359,13 @@ af_status af_session_load_adapter(af_session *s, const char *dir, float scale) {
     }
     af_adapter_info_free(&info);
     if (st == AF_OK) st = af_session_set_lora(s, P, &lay, scale * lay.scale); /* drops the old copies */
+    free(P);
     if (st == AF_OK) {
         s->own_lay = lay;
         s->has_own_lay = 1;
-        s->own_P = P;
         if (s->lay) s->lay = &s->own_lay;
         return AF_OK;
     }
-    free(P);
     if (have_lay) af_param_layout_free(&lay);
     return st;
 }

@@ -4,26 +4,37 @@
 #ifndef AF_SESSION_H
 #define AF_SESSION_H
 
+#include "kernels/backend.h"
 #include "lora/lora.h"
 #include "model/transformer.h"
 
 #define AF_EVAL_CHUNK 256 /* tokens per forward chunk: bounds scratch memory for long prompts */
 
 /* One sequence: its KV cache, the tokens in it, its adapter (session.c; the prompt-cache file of
- * session_file.c reads and writes the cache). */
+ * session_file.c reads and writes the cache). Device memory (the model's context,
+ * kernels/backend.h): the KV caches, the forward state, the logits of a chunk and the adapter's
+ * parameters; the caller's token ids and logits are host arrays, uploaded / downloaded through the
+ * backend table. */
 struct af_session {
     const af_model *m;
+    const af_ctx *ctx;        /* the model's context (borrowed) */
     int64_t n_ctx, n_past, kv_dim;
-    float *k_cache, *v_cache; /* [n_ctx · kv_dim], kv_dim = m->kv_floats: per layer a [n_ctx][kvd(l)] slot (af_tf_kv_layer) */
+    float **k_cache, **v_cache; /* host arrays [layers] of device buffers [n_ctx][kvd(l)] (a KV-sharing layer
+                                 * points at its kv_src's); kv_dim = m->kv_floats (Σ kvd(l) over the
+                                 * layers with their own K/V) */
+    af_devmem kv;             /* their memory */
     af_tf_infer s;
-    /* adapter (P == NULL: none): borrowed (af_session_set_lora) or owned (af_session_load_adapter) */
+    /* adapter (P == NULL: none): a device copy of the caller's parameters (af_session_set_lora) or
+     * of an adapter directory (af_session_load_adapter) */
     const float *P;
     const af_param_layout *lay;
     float lora_scale;       /* the correction's scale s (adapter scale times the caller's factor) */
-    float *own_P;           /* owned copies */
+    float *dev_P;           /* device copy of the parameters [lay->n_total] */
+    uint64_t P_hash;        /* FNV-1a of the parameters as given (the prompt cache's layout hash) */
     af_param_layout own_lay;
     int has_own_lay;
-    float *logit_tmp; /* [vocab] when only the last logits are requested of a multi-chunk eval */
+    float *logits_dev;      /* device logits [logit_rows, vocab] (NULL on a host-memory device) */
+    int64_t logit_rows;
     int32_t *toks;    /* [n_ctx] the tokens whose K/V are in the cache (positions 0 .. n_past-1) */
     uint8_t *blocked; /* [n_ctx] 1: the position's K/V came from a chunk of > AF_TF_DECODE_ROWS rows
                          (blocked products), 0: from the per-row decode regime (af_session_keep_prefix) */
@@ -37,8 +48,9 @@ struct af_session {
  *   y = x·Wᵀ + scale·(x·Aᵀ)·Bᵀ on every projection with a slot in `lay` (no dropout),
  * where A, B live in P [lay->n_total] (lora.h layout; q/k B rows in the GGUF row order of the
  * model, as the trainer holds them). `scale` is the correction's full scale (the layout's own
- * lay->scale = alpha/r for the adapter as trained). P and lay are borrowed and must outlive their
- * use by the session (until the next af_session_set_lora / af_session_free). P == NULL or
+ * lay->scale = alpha/r for the adapter as trained). P (host) is copied to the session's device;
+ * lay is borrowed and must outlive its use by the session (until the next af_session_set_lora /
+ * af_session_free). P == NULL or
  * scale == 0: no adapter (exactly the base model's outputs). The KV cache is not touched: call
  * af_session_reset before evaluating a new sequence. Replaces an adapter loaded by
  * af_session_load_adapter. Errors: AF_ERR_INVALID_ARG (NULL session, layout for another layer

@@ -75,12 +75,14 @@ static uint64_t kv_layout_hash(const af_session *s) {
     h = fnv(h, kp, strlen(kp));
     h = fnv(h, pr, strlen(pr));
     h = fnv(h, &i8, sizeof i8);
+    const char *dev = af_ctx_device(m->ctx); /* values computed on another device may differ in the last bits */
+    if (strcmp(dev, "cpu") != 0) h = fnv(h, dev, strlen(dev));
     if (s->P) {
         h = fnv(h, "lora", 4);
         h = fnv(h, &s->lora_scale, sizeof s->lora_scale);
         h = fnv(h, &s->lay->lora.r, sizeof s->lay->lora.r);
         h = fnv(h, &s->lay->lora.targets, sizeof s->lay->lora.targets);
-        h = fnv(h, s->P, sizeof(float) * (size_t)s->lay->n_total);
+        h = fnv(h, &s->P_hash, sizeof s->P_hash); /* the parameters' own FNV-1a (they live on the device) */
     }
     return h;
 }
@@ -124,17 +126,18 @@ af_status af_session_save_file(const af_session *s, const char *path) {
     memset(buf + o, 0, regime_bytes(n));
     memcpy(buf + o, s->blocked, (size_t)n);
     o += regime_bytes(n);
-    const float *caches[2] = {s->k_cache, s->v_cache};
-    for (int c = 0; c < 2; c++)
-        for (int64_t l = 0; l < L; l++) {
+    float *const *caches[2] = {s->k_cache, s->v_cache};
+    af_status st = AF_OK;
+    for (int c = 0; c < 2 && st == AF_OK; c++)
+        for (int64_t l = 0; l < L && st == AF_OK; l++) {
             const af_layer *Ly = &s->m->layers[l];
             if (Ly->kv_src != l) continue; /* reads an earlier layer's slot */
             const size_t row = sizeof(float) * (size_t)(n * Ly->n_kv_head * Ly->head_dim);
-            memcpy(buf + o, af_tf_kv_layer(s->m, (float *)caches[c], s->n_ctx, (int32_t)l), row);
+            st = af_be(s->ctx)->download(s->ctx, buf + o, af_tf_kv_layer(s->m, caches[c], (int32_t)l), row); /* from the device */
             o += row;
         }
     put64(buf + o, fnv(FNV0, buf, o));
-    af_status st = af_write_file_atomic(path, buf, bytes);
+    if (st == AF_OK) st = af_write_file_atomic(path, buf, bytes);
     free(buf);
     return st;
 }
@@ -198,17 +201,17 @@ af_status af_session_load_file(af_session *s, const char *path) {
     if (st == AF_OK) { /* everything checked: now the session changes */
         memcpy(s->toks, tk, 4 * (size_t)n);
         memcpy(s->blocked, rg, (size_t)n);
-        float *caches[2] = {s->k_cache, s->v_cache};
+        float *const *caches[2] = {s->k_cache, s->v_cache};
         size_t o = 0;
-        for (int c = 0; c < 2; c++)
-            for (int64_t l = 0; l < L; l++) {
+        for (int c = 0; c < 2 && st == AF_OK; c++)
+            for (int64_t l = 0; l < L && st == AF_OK; l++) {
                 const af_layer *Ly = &s->m->layers[l];
                 if (Ly->kv_src != l) continue;
                 const size_t row = sizeof(float) * (size_t)(n * Ly->n_kv_head * Ly->head_dim);
-                memcpy(af_tf_kv_layer(s->m, caches[c], s->n_ctx, (int32_t)l), vals + o, row);
+                st = af_be(s->ctx)->upload(s->ctx, af_tf_kv_layer(s->m, caches[c], (int32_t)l), vals + o, row); /* onto the device */
                 o += row;
             }
-        s->n_past = n;
+        if (st == AF_OK) s->n_past = n;
     }
     free(buf);
     return st;

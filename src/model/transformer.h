@@ -36,10 +36,16 @@
  *                activation set keeps what the backward needs. Training-save: one set per layer;
  *                training-recompute (checkpointing): one set refilled by calling the forward again
  *                on the layer's saved input just before its backward (same bits).
+ *
+ * Memory (issue 14): every activation, scratch, KV-cache, parameter (P) and gradient (G) pointer
+ * below is DEVICE memory of the run's context (kernels/backend.h), allocated through its table
+ * (af_carver_alloc) and touched only by the table's ops; token ids and positions are uploaded
+ * into device buffers. Host arrays are said so ("host").
  */
 #ifndef AF_TRANSFORMER_H
 #define AF_TRANSFORMER_H
 
+#include "kernels/backend.h"
 #include "lora/lora.h"
 #include "model/model.h"
 
@@ -74,18 +80,12 @@ typedef struct af_tf_scratch {
     /* desc.ple_dim: the layer's per-layer input [P], gelu(gate)·input [P], the tokens' packed PLE row
      * [L·P] (af_tf_ple_inputs); backward: d act, d gate [P] */
     float *ple_in, *ple_act, *ple_tok, *ple_dact, *ple_dg;
+    int32_t *ple_idx; /* desc.ple_dim: [L, cap] the rows of each layer's slice of the per-layer inputs */
     float *ltmp;       /* [r (+ max width with dropout masks)] af_lora_backward scratch */
     float *padx, *pady; /* [AF_TF_MIN_ROWS, max(H, qd, F)] */
 } af_tf_scratch;
 
-/* Bump allocator over `base` (NULL: only count the bytes). Every region is 64-byte aligned. */
-typedef struct af_carver {
-    char *base;
-    size_t used;
-} af_carver;
-float *af_carve(af_carver *cv, int64_t nfloats);
-
-/* Carve (or count) one activation set / the scratch for `cap` tokens. lay: the adapter layout
+/* Carve (or count: af_carver, kernels/backend.h) one activation set / the scratch for `cap` tokens. lay: the adapter layout
  * (NULL: none). masks: room for dropout masks (training). */
 void af_tf_carve_acts(af_carver *cv, af_tf_acts *S, const af_model *m, const af_param_layout *lay, int64_t cap,
                       af_tf_mode mode, int masks);
@@ -102,9 +102,9 @@ typedef void (*af_tf_probe_fn)(void *ctx, const float *x, int64_t n, int32_t l, 
 typedef struct af_tf_seq {
     int64_t n;                /* tokens of this sequence in the call (>= 1) */
     int64_t n_past;           /* positions already in its cache; the tokens go to n_past .. n_past+n-1 */
-    float *k_cache, *v_cache; /* its caches [n_layers][n_ctx][kv_dim] */
+    float *const *k_cache, *const *v_cache; /* its caches: [n_layers] device buffers [n_ctx][kvd(l)] (af_tf_kv_layer) */
     int64_t n_ctx;
-    const float *P;           /* its adapter (NULL: none), laid out by lay, correction scale lora_scale */
+    const float *P;           /* its adapter (device; NULL: none), laid out by lay, correction scale lora_scale */
     const af_param_layout *lay;
     float lora_scale;
 } af_tf_seq;
@@ -120,7 +120,7 @@ struct af_tf_run {
     const af_model *m;
     af_tf_mode mode;
     int64_t n;                 /* tokens in this call */
-    const int32_t *pos;        /* [n] RoPE positions */
+    const int32_t *pos;        /* [n] RoPE positions (device) */
     af_tf_scratch *ws;
     /* adapter (P == NULL: none): parameters P laid out by lay, scale s of the correction */
     const float *P;
@@ -128,13 +128,14 @@ struct af_tf_run {
     float lora_scale;
     int drop;                  /* training: dropout active (masks from af_lora_dropout_mask) */
     uint64_t seed;             /* dropout seed */
-    /* AF_TF_TRAIN: packed samples, seq_start [B + 1]; token block of the frozen products (0: one call) */
+    /* AF_TF_TRAIN: packed samples, seq_start [B + 1] (host: the walk loops over the samples); token
+     * block of the frozen products (0: one call) */
     const int32_t *ss;
     int32_t B;
     int64_t block_rows;
-    /* AF_TF_INFER: KV caches [n_ctx · kv_floats] (per layer a [n_ctx][kvd(l)] slot, af_tf_kv_layer),
-     * past length */
-    float *k_cache, *v_cache;
+    /* AF_TF_INFER: KV caches, host arrays [n_layers] of device buffers [n_ctx][kvd(l)] (a KV-sharing
+     * layer reads kv_src's: af_tf_kv_layer), past length */
+    float *const *k_cache, *const *v_cache;
     int64_t n_ctx, n_past;
     /* desc.ple_dim: the per-layer inputs of this call's tokens [n, L, P] (af_tf_ple_inputs) */
     const float *ple;
@@ -154,21 +155,22 @@ struct af_tf_run {
 };
 typedef struct af_tf_run af_tf_run;
 
-/* x [n, H] = token embeddings of tokens[n] (ids in [0, vocab), checked by the caller) times
+/* x [n, H] = token embeddings of tokens[n] (device; ids in [0, vocab), checked by the caller) times
  * desc.embd_scale. */
-void af_tf_embed(const af_model *m, const int32_t *tokens, int64_t n, float *x);
+void af_tf_embed(const af_ctx *ctx, const af_model *m, const int32_t *tokens, int64_t n, float *x);
 
 /* Per-layer inputs (PLE, desc.ple_dim = P > 0) of R->n tokens, out [n, L, P] (transformers
  * Gemma4TextModel.get_per_layer_inputs + project_per_layer_inputs; llama.cpp gemma4.cpp
  * build_inp_per_layer / project_per_layer_inputs):
  *   proj = rmsnorm_P((xemb·Wpmpᵀ)·H^-1/2)·per_layer_proj_norm     (norm over each layer's P values)
  *   out  = (proj + per_layer_token_embd[token]·P^1/2)·2^-1/2
- * xemb [n, H]: the scaled token embeddings (af_tf_embed). Uses R->ws->ple_tok. */
+ * xemb [n, H]: the scaled token embeddings (af_tf_embed); tokens [n] (device). Uses R->ws->ple_tok and
+ * fills R->ws->ple_idx (the rows of each layer's slice). */
 void af_tf_ple_inputs(const af_tf_run *R, const int32_t *tokens, const float *xemb, float *out);
 
-/* Layer l's slot of a KV cache [n_ctx · m->kv_floats]: [n_ctx][kvd(l)], the slot of layer kv_src for
- * a KV-sharing layer. */
-float *af_tf_kv_layer(const af_model *m, float *cache, int64_t n_ctx, int32_t l);
+/* Layer l's buffer of a KV cache (host array [n_layers] of device buffers [n_ctx][kvd(l)]): the
+ * buffer of layer kv_src for a KV-sharing layer. */
+float *af_tf_kv_layer(const af_model *m, float *const *cache, int32_t l);
 /* 1 when a later layer attends to layer l's K/V (gemma4 KV sharing), else 0. */
 int af_tf_kv_shared_src(const af_model *m, int32_t l);
 
@@ -223,30 +225,36 @@ int64_t af_lm_head_scratch_floats(const af_model *m);
 
 /* Forward (+ backward when dx != NULL) of the LM head loss above for n rows.
  *   x       [n, H]  final hidden states (read only)
- *   targets [n]     -1 or a token id in [0, vocab) (checked by the caller)
+ *   targets [n]     host: -1 or a token id in [0, vocab) (checked by the caller)
  *   hN      [n, H]  out: normed states; then, with dx, overwritten by dL/dh (scratch)
  *   rstd    [n]     out: the norm's 1/rms per row
  *   dx      [n, H]  ADDED to: dL/dx (NULL: forward only)
  *   scratch [af_lm_head_scratch_floats(m)] floats (64-byte aligned)
  * Results in *res (overwritten). A non-finite loss is returned as is; the gradient is then
- * meaningless (the caller must not use it). Threads: the context's (kernel calls and per-row
+ * meaningless (the caller must not use it). A device error gives loss_sum NaN (the sticky error
+ * is then in af_device_status). Threads: the context's (kernel calls and per-row
  * softmax); the result does not depend on the thread count. */
 void af_lm_head_loss(const af_ctx *ctx, const af_model *m, const float *x, const int32_t *targets, int64_t n,
                      float *hN, float *rstd, float *dx, float grad_scale, float *scratch, af_lm_loss *res);
 
-/* Inference state of up to `cap` tokens per call: residual stream, one activation set, scratch. */
+/* Inference state of up to `cap` tokens per call: residual stream, one activation set, scratch
+ * (device memory of the context given to af_tf_infer_init). */
 typedef struct af_tf_infer {
     int64_t cap;
-    void *mem;
-    float *x;       /* [cap, H] residual stream; the final hidden states (before the norm) after a call */
-    int32_t *pos;   /* [cap] */
-    float *ple;     /* [cap, L·P] per-layer inputs (desc.ple_dim), else NULL */
+    af_devmem mem;
+    float *x;         /* [cap, H] residual stream; the final hidden states (before the norm) after a call */
+    int32_t *pos;     /* [cap] positions (device) */
+    int32_t *tok;     /* [cap] token ids (device) */
+    int32_t *pos_host;/* [cap] positions (host staging) */
+    float *ple;       /* [cap, L·P] per-layer inputs (desc.ple_dim), else NULL */
     af_tf_acts S;
     af_tf_scratch w;
 } af_tf_infer;
 
-/* lay: the adapter layout the state must serve (NULL: none). Errors: AF_ERR_NOMEM. */
-af_status af_tf_infer_init(af_tf_infer *s, const af_model *m, const af_param_layout *lay, int64_t cap);
+/* lay: the adapter layout the state must serve (NULL: none); memory on ctx's device.
+ * Errors: AF_ERR_NOMEM (naming the device). */
+af_status af_tf_infer_init(af_tf_infer *s, const af_ctx *ctx, const af_model *m, const af_param_layout *lay,
+                           int64_t cap);
 void af_tf_infer_free(af_tf_infer *s);
 
 /* Cancellation of an inference forward (NULL: none): the flags flags[0 .. n_flags) (NULL entries
@@ -258,21 +266,24 @@ typedef struct af_tf_control {
     int32_t n_flags;
 } af_tf_control;
 
-/* Inference forward of n tokens (n <= s->cap) at positions n_past .. n_past+n-1 through every
- * layer, appending K/V to k_cache/v_cache [n_ctx · m->kv_floats] (af_tf_kv_layer); s->x gets the final hidden
- * states [n, H] before the output norm. Adapter: P laid out by lay (as given to af_tf_infer_init)
- * with correction scale `scale`; P == NULL: none. */
-af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
-                              const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
-                              int64_t n_ctx, const af_tf_control *ctl);
+/* Inference forward of n tokens (host ids, n <= s->cap) at positions n_past .. n_past+n-1 through
+ * every layer, appending K/V to the per-layer caches k_cache[l], v_cache[l] [n_ctx][kvd(l)]
+ * (device); s->x gets the final hidden states [n, H] before the output norm. Adapter: P (device)
+ * laid out by lay (as given to af_tf_infer_init) with correction scale `scale`; P == NULL: none.
+ * ctx: the context s was made with. Errors: AF_ERR_CANCELLED (ctl), the device's (AF_ERR_DEVICE
+ * from the uploads). */
+af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P,
+                              const af_param_layout *lay, float scale, const int32_t *tokens, int64_t n,
+                              int64_t n_past, float *const *k_cache, float *const *v_cache, int64_t n_ctx,
+                              const af_tf_control *ctl);
 
-/* Multi-sequence inference forward (continuous batching): tokens [n] hold the rows of seq[0], then
+/* Multi-sequence inference forward (continuous batching): tokens [n] (host) hold the rows of seq[0], then
  * seq[1], ... (n = Σ seq[i].n <= s->cap); every sequence attends to its own cache at its own
  * positions and gets its own adapter's LoRA correction, while each frozen product runs once over
  * the rows of several sequences. Rows are grouped so that every sequence gets exactly the bits of
  * a one-sequence af_tf_infer_forward of the same tokens: sequences of <= AF_TF_DECODE_ROWS rows are
  * packed into products of <= AF_TF_DECODE_ROWS rows (the decode regime, per-row exact), a longer
- * sequence is a product of its own; the adapters' corrections run per sequence. xa: scratch
+ * sequence is a product of its own; the adapters' corrections run per sequence. xa: device scratch
  * [n, max r over the sequences' adapters] (NULL when none has one). s->x gets the final hidden
  * states [n, H]. Returns AF_ERR_CANCELLED when ctl->cancel was set before a layer, else AF_OK. */
 af_status af_tf_infer_forward_multi(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const af_tf_seq *seq,
