@@ -27,6 +27,7 @@
  */
 #include "afinar.h"
 #include "core/blocks.h"
+#include "core/core.h"
 #include "kernels/ctx.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -41,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static af_vk_dev *D;
@@ -113,6 +115,13 @@ static double *ulp_tol(const float *want, int64_t n, double ulps) {
         t[i] = a > 0 ? ulps * a * 2 * U : ulps * 1.4e-45;
     }
     return t;
+}
+
+/* CPU seconds of this process (every thread, the driver's included) */
+static double cpu_sec(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static double gamma_k(int64_t k) { return (double)k * U / (1.0 - (double)k * U); }
@@ -871,45 +880,249 @@ static void test_adamw(int64_t n) {
     free(Gg), free(tg);
 }
 
+/* ---------------------------------------------------------------- buffer windows, staging */
+
+/* With the per-buffer limit lowered to 64 KiB (windows of 64 KiB every 32 KiB), tensors of a few
+ * hundred KiB are split: products by rows of x/y, rows of W or the summed dimension, element-wise
+ * ops by ranges, the embedding by pieces of the weight, transfers by windows. */
+static void test_split(void) {
+    printf("-- arguments split across buffer windows (limit 64 KiB)\n");
+    af_vk_set_hook(D, AF_VK_HOOK_BUFFER_LIMIT, 65536);
+    double t = af_time_sec();
+    test_matmul(AF_TYPE_Q4_0, 20, 512, 300);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_matmul(AF_TYPE_Q4_0, 20, 512, 300);"), t = af_time_sec();
+    test_matmul(AF_TYPE_Q6_K, 3, 512, 200);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_matmul(AF_TYPE_Q6_K, 3, 512, 200);"), t = af_time_sec();
+    test_matmul(AF_TYPE_F32, 40, 256, 70);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_matmul(AF_TYPE_F32, 40, 256, 70);"), t = af_time_sec();
+    test_gemm(16, 300, 200);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_gemm(16, 300, 200);"), t = af_time_sec();
+    test_gemm(90, 16, 300);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_gemm(90, 16, 300);"), t = af_time_sec();
+    test_elementwise(50000);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_elementwise(50000);"), t = af_time_sec();
+    test_rmsnorm(100, 576);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_rmsnorm(100, 576);"), t = af_time_sec();
+    test_rope(300, 3, 64, 10000.0f, 1, 1000);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_rope(300, 3, 64, 10000.0f, 1, 1000);"), t = af_time_sec();
+    test_rows(AF_TYPE_Q4_0, 500, 1024);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_rows(AF_TYPE_Q4_0, 500, 1024);"), t = af_time_sec();
+    test_rows(AF_TYPE_F32, 100, 256);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_rows(AF_TYPE_F32, 100, 256);"), t = af_time_sec();
+    test_lora(70, 256, 96, 8, 2.0f, 1);
+    if (getenv("TL_VERBOSE")) printf("   %.2f s: %s\n", af_time_sec() - t, "test_lora(70, 256, 96, 8, 2.0f, 1);"), t = af_time_sec();
+    /* a 1 MiB round trip through many windows */
+    const int64_t n = 262144;
+    float *x = frand(n, -1, 1), *dx = upf(x, n);
+    float *d2 = af_vk_alloc(D, (size_t)n * 4);
+    af_vk_copy(D, d2, dx, (size_t)n * 4);
+    float *g = down(d2, n);
+    CLOSE("1 MiB upload, copy, download over 64 KiB windows", g, x, NULL, 0, n);
+    af_vk_free(D, dx), af_vk_free(D, d2);
+    free(x), free(g);
+    af_vk_set_hook(D, AF_VK_HOOK_BUFFER_LIMIT, 0);
+}
+
+/* Uploads and downloads through staging buffers (what a discrete GPU always does), larger than one
+ * frame's staging memory, interleaved with ops. */
+static void test_staging(void) {
+    printf("-- transfers through staging buffers\n");
+    af_vk_set_hook(D, AF_VK_HOOK_STAGING, 1);
+    const int64_t n = 3 * 1024 * 1024 + 17; /* 12 MiB: two frames' staging */
+    float *x = frand(n, -1, 1), *dx = upf(x, n);
+    af_vk_scale(D, dx, dx, 2.0f, n);
+    float *g = down(dx, n);
+    for (int64_t i = 0; i < n; i++) x[i] *= 2.0f;
+    CLOSE("12 MiB upload, scale, download through staging", g, x, NULL, 0, n);
+    /* an upload queued behind an op that reads the old contents */
+    float *a = frand(1000, -1, 1), *b = frand(1000, -1, 1), *da = upf(a, 1000), *dy = af_vk_alloc(D, 4000);
+    af_vk_scale(D, dy, da, 3.0f, 1000);
+    af_vk_upload(D, da, b, 4000);
+    float *yg = down(dy, 1000), *ag = down(da, 1000);
+    for (int64_t i = 0; i < 1000; i++) a[i] *= 3.0f;
+    CLOSE("an upload ordered after the op that reads the old data", yg, a, NULL, 0, 1000);
+    CLOSE("the uploaded data", ag, b, NULL, 0, 1000);
+    test_moves();
+    af_vk_free(D, dx), af_vk_free(D, da), af_vk_free(D, dy);
+    free(x), free(g), free(a), free(b), free(yg), free(ag);
+    af_vk_set_hook(D, AF_VK_HOOK_STAGING, 0);
+}
+
+/* ---------------------------------------------------------------- failures */
+
+static int contains(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
+
+/* In a child process with `env`=`val` set before the loader is opened: af_vk_open must fail with a
+ * message containing `want`. Returns 1 when it did. */
+static int child_open_fails(const char *env, const char *val, const char *want) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv(env, val, 1);
+        af_vk_dev *d = NULL;
+        af_status st = af_vk_open(0, &d);
+        if (st == AF_OK) {
+            printf("  [child] %s=%s: af_vk_open succeeded\n", env, val);
+            _exit(2);
+        }
+        printf("  [child] %s=%s: %s: %s\n", env, val, af_status_name(st), af_last_error());
+        fflush(stdout);
+        _exit(contains(af_last_error(), want) ? 0 : 3);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+}
+
+static void test_faults(void) {
+    printf("-- failures\n");
+    af_vk_dev *d = NULL;
+    CHECK(af_vk_open(99, &d) == AF_ERR_NOT_FOUND && contains(af_last_error(), "vulkan:99"),
+          "a device index that does not exist: %s", af_last_error());
+    /* allocation failure: NULL with the device, the size and the VkResult named; the device stays usable */
+    af_vk_fault_arm(D, 0, 1);
+    void *p = af_vk_alloc(D, 1 << 20);
+    const char *e = af_last_error();
+    CHECK(p == NULL && contains(e, "vulkan:0") && contains(e, "1048576 bytes") &&
+              contains(e, "VK_ERROR_OUT_OF_DEVICE_MEMORY"),
+          "allocation failure message: %s", e);
+    printf("  allocation failure: %s\n", e);
+    p = af_vk_alloc(D, 1 << 20);
+    CHECK(p != NULL && af_vk_sync(D) == AF_OK, "the device works after an allocation failure");
+    af_vk_free(D, p);
+    /* a host pointer passed to an op: the op fails (sticky) naming the op and the argument */
+    float host[16] = {0};
+    af_vk_dev *d2 = NULL;
+    CHECK(af_vk_open(0, &d2) == AF_OK, "open a second device handle");
+    if (d2) {
+        float *dy = af_vk_alloc(d2, 64);
+        af_vk_add(d2, dy, host, host, 16);
+        af_status st = af_vk_sync(d2);
+        e = af_last_error();
+        CHECK(st != AF_OK && contains(e, "vulkan:0") && contains(e, "add") && contains(e, "not device memory"),
+              "a host pointer given to an op: %s", e);
+        printf("  host pointer: %s\n", e);
+        af_vk_free(d2, dy);
+        af_vk_close(d2);
+    }
+    /* a shader the driver refuses: the op's error at the next synchronization point */
+    CHECK(af_vk_open(0, &d2) == AF_OK, "open a device for the shader fault");
+    if (d2) {
+        af_vk_fault_arm(d2, 2, 1);
+        float *x = af_vk_alloc(d2, 4096), *w = af_vk_alloc(d2, 4096);
+        af_vk_fill(d2, x, 0, 4096);
+        af_vk_fill(d2, w, 0x3f800000u, 4096);
+        af_vk_rmsnorm_forward(d2, x, NULL, x, w, 4, 256, 1e-5f);
+        af_status st = af_vk_sync(d2);
+        e = af_last_error();
+        CHECK(st == AF_ERR_UNSUPPORTED && contains(e, "vulkan:0") && contains(e, "rmsnorm_forward") &&
+                  contains(e, "refused shader"),
+              "shader load failure: %s", e);
+        printf("  shader failure: %s\n", e);
+        float out[4];
+        CHECK(af_vk_download(d2, out, x, 16) != AF_OK, "later transfers report the error too");
+        af_vk_add(d2, x, x, x, 8); /* skipped, no crash */
+        af_vk_free(d2, x), af_vk_free(d2, w);
+        af_vk_close(d2);
+    }
+    /* device lost at a submission: every later op is skipped, every synchronization point says so */
+    CHECK(af_vk_open(0, &d2) == AF_OK, "open a device for the device-lost fault");
+    if (d2) {
+        af_vk_fault_arm(d2, 1, 1);
+        float *x = af_vk_alloc(d2, 4096);
+        af_vk_fill(d2, x, 0, 4096);
+        af_vk_add(d2, x, x, x, 1024);
+        af_status st = af_vk_sync(d2);
+        e = af_last_error();
+        CHECK(st != AF_OK && contains(e, "vulkan:0") && contains(e, "device lost") && contains(e, "add"),
+              "device lost: %s", e);
+        printf("  device lost: %s\n", e);
+        af_vk_scale(d2, x, x, 2.0f, 1024);
+        CHECK(isnan(af_vk_clip_grad_norm(d2, x, 1024, 1.0)), "a host scalar after the loss is NaN");
+        CHECK(af_vk_count_nonfinite(d2, x, 1024) == -1, "the non-finite count after the loss is -1");
+        float out[4];
+        CHECK(af_vk_download(d2, out, x, 16) != AF_OK, "a download after the loss fails");
+        af_vk_free(d2, x);
+        af_vk_close(d2);
+    }
+}
+
 /* ---------------------------------------------------------------- main */
 
 static void run_all(const char *label, int full) {
     printf("-- %s\n", label);
+    double t0 = af_time_sec();
     for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++) {
         const uint32_t t = all_types[i];
         if (!full && t != AF_TYPE_Q4_K && t != AF_TYPE_F32) continue;
         test_matmul(t, 1, 256, 37);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_matmul(t, 1, 256, 37);");
         test_matmul(t, 5, 256, 37);
-        if (full) test_matmul(t, 37, 512, 70);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_matmul(t, 5, 256, 37);");
+        if (full) test_matmul(t, 17, 256, 40);
+        if (getenv("TL_TIMING")) printf("   %.2f s cpu: after matmul %s\n", cpu_sec(), af_type_name(t));
         if (full) test_rows(t, 11, 256);
+        if (getenv("TL_TIMING")) printf("   %.2f s cpu: after rows %s\n", cpu_sec(), af_type_name(t));
     }
     test_gemm(1, 16, 576);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_gemm(1, 16, 576);");
     test_gemm(70, 16, 45);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_gemm(70, 16, 45);");
     test_gemm(16, 77, 130);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_gemm(16, 77, 130);");
     test_rmsnorm(1, 576);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_rmsnorm(1, 576);");
     test_rmsnorm(33, 67);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_rmsnorm(33, 67);");
     test_rope(7, 3, 64, 10000.0f, 0, g_fp64 ? 30000 : 64);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_rope(7, 3, 64, 10000.0f, 0, g_fp64 ? 30000 : 64);");
     test_rope(5, 2, 6, 1e6f, 1, g_fp64 ? 30000 : 64);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_rope(5, 2, 6, 1e6f, 1, g_fp64 ? 30000 : 64);");
     test_elementwise(1000);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_elementwise(1000);");
     test_softmax(4, 333);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_softmax(4, 333);");
     test_attention(70, 0, 70, 2 * 64, 6, 2, 64, 0);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_attention(70, 0, 70, 2 * 64, 6, 2, 64, 0);");
     test_attention(70, 0, 70, 2 * 64, 6, 2, 64, 16);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_attention(70, 0, 70, 2 * 64, 6, 2, 64, 16);");
     test_attention(1, 40, 64, 2 * 64 + 5, 6, 2, 64, 0);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_attention(1, 40, 64, 2 * 64 + 5, 6, 2, 64, 0);");
     test_attention(3, 5, 9, 80, 2, 1, 80, 0);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_attention(3, 5, 9, 80, 2, 1, 80, 0);");
     if (full) test_attention(20, 0, 20, 4 * 48, 4, 4, 48, 7);
     test_moves();
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_moves();");
     test_dropout(3, 70);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_dropout(3, 70);");
     test_lora(3, 96, 80, 8, 2.0f, 0);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_lora(3, 96, 80, 8, 2.0f, 0);");
     test_lora(37, 96, 80, 8, 2.0f, 1);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_lora(37, 96, 80, 8, 2.0f, 1);");
     test_lora(20, 64, 48, 4, 1.0f, 1);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_lora(20, 64, 48, 4, 1.0f, 1);");
     test_head(4, 96, 5);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_head(4, 96, 5);");
     test_losses(6, 5);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_losses(6, 5);");
     test_lm_rows(5, 1000, 0.0f);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_lm_rows(5, 1000, 0.0f);");
     test_lm_rows(4, 700, 30.0f);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_lm_rows(4, 700, 30.0f);");
     test_adamw(5000);
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_adamw(5000);");
+    printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
 }
 
 int main(void) {
+    /* before anything opens the loader in this process (forked children inherit it): no loader,
+     * and a loader that finds no driver, give clear messages and no crash */
+    printf("-- no loader, no driver\n");
+    CHECK(child_open_fails("AF_VULKAN_LOADER", "/nonexistent/libvulkan.so.1", "no loader"),
+          "a missing Vulkan loader is reported as such");
+    if (af_vk_built())
+        CHECK(child_open_fails("VK_ICD_FILENAMES", "/nonexistent/icd.json", "Vulkan"),
+              "a loader without a driver is reported");
     af_status st = af_vk_open(0, &D);
     if (st != AF_OK) {
         tl_skip("no Vulkan device: %s", af_last_error());
@@ -920,6 +1133,15 @@ int main(void) {
            af_vk_dev_name(D), in->driver, in->fp64, in->fp16, in->subgroup_arith, in->subgroup_size,
            (unsigned long long)in->max_range);
     run_all("default paths", 1);
+    double t0 = af_time_sec();
+    test_split();
+    printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
+    t0 = af_time_sec();
+    test_staging();
+    printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
+    t0 = af_time_sec();
+    test_faults();
+    printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
     if (af_vk_set_hook(D, AF_VK_HOOK_FP64, 0) >= 0 && af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP, 0) >= 0) {
         g_fp64 = 0;
         run_all("f32 variants of the double shaders, no subgroup arithmetic", 0);

@@ -9,6 +9,7 @@
  */
 #include "kernels/vulkan/vk_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +280,22 @@ void vk_grid(uint64_t groups, uint32_t *gx, uint32_t *gy) {
     }
     *gy = (uint32_t)((groups + 65534) / 65535);
     *gx = (uint32_t)((groups + *gy - 1) / *gy);
+}
+
+int vk_not_device(af_vk_dev *d, const char *op, int n, ...) {
+    va_list ap;
+    va_start(ap, n);
+    int bad = 0;
+    for (int i = 0; i < n && !bad; i++) {
+        const void *p = va_arg(ap, const void *);
+        if (p && !vk_find(d, p)) {
+            vk_fail(d, AF_ERR_INVALID_ARG, "%s: argument %p is not device memory of this device (a host pointer, or freed?)",
+                    op, p);
+            bad = 1;
+        }
+    }
+    va_end(ap);
+    return bad;
 }
 
 static const char *arg_error(int code) {

@@ -242,6 +242,8 @@ extern const int af_vk_nshaders;
 void vk_pcache_open(af_vk_dev *d);
 void vk_pcache_save(af_vk_dev *d);
 
+/* 1 (and the op fails, naming it) when one of the n pointers (NULL allowed) is not device memory. */
+int vk_not_device(af_vk_dev *d, const char *op, int n, ...);
 /* Argument checks of the ops: 1 when every size fits the shaders' 32-bit indexing, else the op fails. */
 int vk_sizes_ok(af_vk_dev *d, const char *op, int n, const int64_t *v);
 

@@ -29,7 +29,7 @@ typedef struct mm_push {
     uint32_t off[8];
     uint32_t M, N, K, sam, sak, sbk, sbn, ldc;
     float alpha_a, alpha_b, alpha_c;
-    uint32_t flags;
+    uint32_t flags, mode;
 } mm_push;
 
 typedef struct mv_push {
@@ -52,11 +52,11 @@ static uint64_t span_b(const vk_mm *c) {
 static void mm_dispatch(af_vk_dev *d, const char *op, const vk_mm *c) {
     uint32_t flags = (c->accumulate ? 1u : 0u) | (c->am ? 2u : 0u) | (c->bm ? 4u : 0u) | (c->cm ? 8u : 0u);
     mm_push p = {{0}, (uint32_t)c->M, (uint32_t)c->N, (uint32_t)c->K, (uint32_t)c->sam, (uint32_t)c->sak,
-                 (uint32_t)c->sbk, (uint32_t)c->sbn, (uint32_t)c->ldc, c->alpha_a, c->alpha_b, c->alpha_c, flags};
+                 (uint32_t)c->sbk, (uint32_t)c->sbn, (uint32_t)c->ldc, c->alpha_a, c->alpha_b, c->alpha_c, flags, (uint32_t)c->mode};
     const uint64_t sa = span_a(c), sb = span_b(c), sc = span_c(c);
     vk_arg args[6] = {{c->c, sc, 1}, {c->a, sa, 0}, {c->b, sb, 0}, {c->am, c->am ? sa : 0, 0},
                       {c->bm, c->bm ? sb : 0, 0}, {c->cm, c->cm ? sc : 0, 0}};
-    uint32_t spec[VK_NSPEC] = {c->type, (uint32_t)c->mode};
+    uint32_t spec[VK_NSPEC] = {c->type};
     vk_dispatch(d, op, AF_VKS_MM, spec, args, 6, &p, sizeof p, vk_div((uint64_t)c->N, 64), vk_div((uint64_t)c->M, 64), 1);
 }
 
@@ -111,6 +111,7 @@ static void mm_exec(af_vk_dev *d, const char *op, const vk_mm *c) {
     mm_exec(d, op, &y);
     return;
 fail:
+    if (vk_not_device(d, op, 6, c->c, c->a, c->b, c->am, c->bm, c->cm)) return;
     vk_fail(d, AF_ERR_UNSUPPORTED,
             "%s: a [%lld x %lld x %lld] product whose arguments cannot be split into buffer windows of this device",
             op, (long long)c->M, (long long)c->N, (long long)c->K);
@@ -127,6 +128,7 @@ static void mv_exec(af_vk_dev *d, const char *op, float *y, const float *x, cons
     const uint64_t sy = 4 * ((uint64_t)(n - 1) * ldy + out), sx = 4 * ((uint64_t)(n - 1) * ldx + in), sw = out * rb;
     if (!fits(d, y, sy) || !fits(d, w, sw)) {
         if (out <= 1) {
+            if (vk_not_device(d, op, 3, y, x, w)) return;
             vk_fail(d, AF_ERR_UNSUPPORTED, "%s: one weight row (%llu bytes) longer than a buffer window", op,
                     (unsigned long long)rb);
             return;
@@ -137,6 +139,7 @@ static void mv_exec(af_vk_dev *d, const char *op, float *y, const float *x, cons
         return;
     }
     if (!fits(d, x, sx)) {
+        if (vk_not_device(d, op, 3, y, x, w)) return;
         vk_fail(d, AF_ERR_UNSUPPORTED, "%s: an input row longer than a buffer window", op);
         return;
     }

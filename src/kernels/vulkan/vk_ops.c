@@ -19,6 +19,7 @@ typedef struct ew_push {
     uint32_t off[8];
     uint32_t n;
     float s;
+    uint32_t op;
 } ew_push;
 
 void vk_ew(af_vk_dev *d, const char *op, int kind, float *y, float *y2, const float *a, const float *b, const float *c,
@@ -26,6 +27,7 @@ void vk_ew(af_vk_dev *d, const char *op, int kind, float *y, float *y2, const fl
     if (d->err != AF_OK || n <= 0) return;
     const uint64_t by = 4 * (uint64_t)n;
     if (!fits(d, y, by) || !fits(d, y2, by) || !fits(d, a, by) || !fits(d, b, by) || !fits(d, c, by)) {
+        if (vk_not_device(d, op, 5, y, y2, a, b, c)) return;
         if (n < 2) {
             vk_fail(d, AF_ERR_INTERNAL, "%s: cannot split", op);
             return;
@@ -42,13 +44,12 @@ void vk_ew(af_vk_dev *d, const char *op, int kind, float *y, float *y2, const fl
     const int ry = kind == VK_EW_SWIGLU_BWD || kind == VK_EW_GEGLU_BWD || kind == VK_EW_AXPY;
     vk_arg args[5] = {{y, by, 1}, {y2, y2 ? by : 0, 1}, {a, a ? by : 0, 0}, {b, b ? by : 0, 0}, {c, c ? by : 0, 0}};
     (void)ry;
-    ew_push p = {{0}, (uint32_t)n, s};
-    uint32_t spec[VK_NSPEC] = {(uint32_t)kind};
+    ew_push p = {{0}, (uint32_t)n, s, (uint32_t)kind};
     uint64_t groups = vk_div((uint64_t)n, 256);
     if (groups > 65535u * 4) groups = 65535u * 4; /* the shader strides over the rest */
     uint32_t gx, gy;
     vk_grid(groups, &gx, &gy);
-    vk_dispatch(d, op, AF_VKS_EW, spec, args, 5, &p, sizeof p, gx, gy, 1);
+    vk_dispatch(d, op, AF_VKS_EW, NULL, args, 5, &p, sizeof p, gx, gy, 1);
 }
 
 #define EW_OP(name, body)                                                                           \
@@ -82,6 +83,7 @@ typedef struct norm_push {
     uint32_t off[8];
     uint32_t n, dim;
     float eps;
+    uint32_t bwd;
 } norm_push;
 
 static void rms_rows(af_vk_dev *d, const char *op, int bwd, float *y, float *rstd, const float *x, const float *w,
@@ -89,6 +91,7 @@ static void rms_rows(af_vk_dev *d, const char *op, int bwd, float *y, float *rst
     if (d->err != AF_OK || n <= 0) return;
     const uint64_t rows = 4 * (uint64_t)n * dim;
     if (!fits(d, y, rows) || !fits(d, x, rows) || !fits(d, dy, rows) || !fits(d, rstd, 4 * (uint64_t)n)) {
+        if (vk_not_device(d, op, 5, y, rstd, x, w, dy)) return;
         if (n < 2) {
             vk_fail(d, AF_ERR_UNSUPPORTED, "%s: a row of %lld floats longer than a buffer window", op, (long long)dim);
             return;
@@ -99,13 +102,12 @@ static void rms_rows(af_vk_dev *d, const char *op, int bwd, float *y, float *rst
                  eps);
         return;
     }
-    norm_push p = {{0}, (uint32_t)n, (uint32_t)dim, eps};
+    norm_push p = {{0}, (uint32_t)n, (uint32_t)dim, eps, (uint32_t)bwd};
     vk_arg args[5] = {{y, rows, 1}, {rstd, rstd ? 4 * (uint64_t)n : 0, !bwd}, {x, rows, 0}, {w, 4 * (uint64_t)dim, 0},
                       {dy, dy ? rows : 0, 0}};
-    uint32_t spec[VK_NSPEC] = {(uint32_t)bwd};
     uint32_t gx, gy;
     vk_grid((uint64_t)n, &gx, &gy);
-    vk_dispatch(d, op, d->use_fp64 ? AF_VKS_RMSNORM_F64 : AF_VKS_RMSNORM_F32, spec, args, 5, &p, sizeof p, gx, gy, 1);
+    vk_dispatch(d, op, d->use_fp64 ? AF_VKS_RMSNORM_F64 : AF_VKS_RMSNORM_F32, NULL, args, 5, &p, sizeof p, gx, gy, 1);
 }
 
 void af_vk_rmsnorm_forward(af_vk_dev *d, float *y, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
@@ -127,14 +129,22 @@ void af_vk_rmsnorm_backward(af_vk_dev *d, float *dx, float *dw, const float *dy,
     int64_t sz[2] = {n, dim};
     if (vk_enter(d, op) && vk_sizes_ok(d, op, 2, sz) && dim > 0 && n > 0) {
         rms_rows(d, op, 1, dx, (float *)rstd, x, w, dy, n, dim, 0.0f);
-        if (dw) {
-            const uint64_t rows = 4 * (uint64_t)n * dim;
-            if (!fits(d, x, rows) || !fits(d, dy, rows))
-                vk_fail(d, AF_ERR_UNSUPPORTED, "%s: dw of %lld rows: the rows do not fit one buffer window", op,
-                        (long long)n);
-            dw_push p = {{0}, (uint32_t)n, (uint32_t)dim};
-            vk_arg args[4] = {{dw, 4 * (uint64_t)dim, 1}, {rstd, 4 * (uint64_t)n, 0}, {x, rows, 0}, {dy, rows, 0}};
+        /* dw, summed over the rows in order: pieces of rows that fit a window, one after the other */
+        for (int64_t t0 = 0; dw && t0 < n && d->err == AF_OK;) {
+            const uint64_t rb = 4 * (uint64_t)dim;
+            uint64_t fx = vk_fit(d, x + t0 * dim) / rb, fd = vk_fit(d, dy + t0 * dim) / rb;
+            int64_t m = (int64_t)(fx < fd ? fx : fd);
+            if (m > n - t0) m = n - t0;
+            if (m <= 0 || vk_fit(d, rstd + t0) < 4 * (uint64_t)m) {
+                if (vk_not_device(d, op, 4, dw, rstd, x, dy)) break;
+                vk_fail(d, AF_ERR_UNSUPPORTED, "%s: a row of %lld floats longer than a buffer window", op, (long long)dim);
+                break;
+            }
+            dw_push p = {{0}, (uint32_t)m, (uint32_t)dim};
+            vk_arg args[4] = {{dw, rb, 1}, {rstd + t0, 4 * (uint64_t)m, 0}, {x + t0 * dim, m * rb, 0},
+                              {dy + t0 * dim, m * rb, 0}};
             vk_dispatch(d, op, AF_VKS_RMSNORM_DW, NULL, args, 4, &p, sizeof p, vk_div((uint64_t)dim, 64), 1, 1);
+            t0 += m;
         }
     }
     vk_leave(d);
@@ -192,6 +202,7 @@ static void rope_rows(af_vk_dev *d, const char *op, float *x, const int32_t *pos
     if (d->err != AF_OK || n <= 0) return;
     const uint64_t sx = 4 * (uint64_t)n * nh * hd;
     if (!fits(d, x, sx) || !fits(d, pos, 4 * (uint64_t)n)) {
+        if (vk_not_device(d, op, 2, x, pos)) return;
         if (n < 2) {
             vk_fail(d, AF_ERR_UNSUPPORTED, "%s: a token's heads do not fit a buffer window", op);
             return;
@@ -327,6 +338,7 @@ typedef struct rows_push {
     uint32_t rows, width, rb;
     float scale;
     int32_t lo, hi;
+    uint32_t op, type;
 } rows_push;
 
 enum { ROWS_GATHER = 0, ROWS_SCATTER = 1, ROWS_BIAS = 2, ROWS_EMBED = 3 };
@@ -337,14 +349,13 @@ static void rows_op(af_vk_dev *d, const char *op, int kind, float *dst, uint64_t
                     float scale, int32_t lo, int32_t hi) {
     int64_t sz[2] = {k, width};
     if (!vk_sizes_ok(d, op, 2, sz) || k == 0 || width == 0) return;
-    rows_push p = {{0}, (uint32_t)k, (uint32_t)width, (uint32_t)rb, scale, lo, hi};
+    rows_push p = {{0}, (uint32_t)k, (uint32_t)width, (uint32_t)rb, scale, lo, hi, (uint32_t)kind, type};
     vk_arg a[3] = {{dst, dst_bytes, 1}, {src, src_bytes, 0}, {idx, idx ? 4 * (uint64_t)k : 0, 0}};
-    uint32_t spec[VK_NSPEC] = {(uint32_t)kind, type};
     uint64_t groups = vk_div((uint64_t)k * width, 256);
     if (groups > 65535u * 4) groups = 65535u * 4;
     uint32_t gx, gy;
     vk_grid(groups, &gx, &gy);
-    vk_dispatch(d, op, AF_VKS_ROWS, spec, a, 3, &p, sizeof p, gx, gy, 1);
+    vk_dispatch(d, op, AF_VKS_ROWS, NULL, a, 3, &p, sizeof p, gx, gy, 1);
 }
 
 /* The extent of the rows a gather reads / a scatter writes depends on the indices (device data):
@@ -376,6 +387,7 @@ void af_vk_bias_add(af_vk_dev *d, float *y, const float *b, int64_t n, int64_t d
             uint64_t fit = vk_fit(d, y + t0 * dim) / (4 * (uint64_t)(dim ? dim : 1));
             int64_t m = fit < (uint64_t)(n - t0) ? (int64_t)fit : n - t0;
             if (m <= 0) {
+                if (vk_not_device(d, "bias_add", 2, y, b)) break;
                 vk_fail(d, AF_ERR_UNSUPPORTED, "bias_add: a row longer than a buffer window");
                 break;
             }
@@ -400,6 +412,7 @@ void af_vk_embed(af_vk_dev *d, float *x, const void *w, uint32_t type, const int
             int64_t m = (int64_t)(vk_fit(d, wp) / rb);
             if (m > rows - r0) m = rows - r0;
             if (m <= 0) {
+                if (vk_not_device(d, op, 3, x, w, tokens)) break;
                 vk_fail(d, AF_ERR_UNSUPPORTED, "%s: a weight row (%llu bytes) longer than a buffer window", op,
                         (unsigned long long)rb);
                 break;
@@ -416,7 +429,7 @@ void af_vk_embed(af_vk_dev *d, float *x, const void *w, uint32_t type, const int
 
 typedef struct red_push {
     uint32_t off[8];
-    uint32_t n, parts, chunk;
+    uint32_t n, parts, chunk, op;
 } red_push;
 
 /* Partials of reduce.comp OP over x [n] into scratch; returns the number of parts (0 on failure). */
@@ -428,15 +441,15 @@ static uint32_t reduce_parts(af_vk_dev *d, const char *op, int kind, const float
     if (parts == 0) parts = 1;
     const uint64_t chunk = vk_div((uint64_t)n, parts);
     if (!fits(d, x, 4 * (uint64_t)n)) {
+        if (vk_not_device(d, op, 1, x)) return 0;
         vk_fail(d, AF_ERR_UNSUPPORTED, "%s: %lld floats do not fit one buffer window", op, (long long)n);
         return 0;
     }
     void *part = vk_scratch(d, 8 * parts);
     if (!part) return 0;
-    red_push p = {{0}, (uint32_t)n, (uint32_t)parts, (uint32_t)chunk};
+    red_push p = {{0}, (uint32_t)n, (uint32_t)parts, (uint32_t)chunk, (uint32_t)kind};
     vk_arg a[2] = {{part, 8 * parts, 1}, {x, 4 * (uint64_t)n, 0}};
-    uint32_t spec[VK_NSPEC] = {(uint32_t)kind};
-    vk_dispatch(d, op, d->use_fp64 ? AF_VKS_REDUCE_F64 : AF_VKS_REDUCE_F32, spec, a, 2, &p, sizeof p, (uint32_t)parts,
+    vk_dispatch(d, op, d->use_fp64 ? AF_VKS_REDUCE_F64 : AF_VKS_REDUCE_F32, NULL, a, 2, &p, sizeof p, (uint32_t)parts,
                 1, 1);
     *partials = part;
     return (uint32_t)parts;

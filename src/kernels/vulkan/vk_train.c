@@ -99,7 +99,7 @@ void af_vk_lora_dropout_mask(af_vk_dev *d, float *mask, uint64_t seed, int32_t l
         drop_push q = {{0}, (uint32_t)n, (uint32_t)in, {(uint32_t)h, (uint32_t)(h >> 32)},
                        {(uint32_t)c, (uint32_t)(c >> 32)}, p, 1.0f / (1.0f - p)};
         if ((uint64_t)n * in > 0xFFFFFFFFu || vk_fit(d, mask) < 4 * (uint64_t)n * in)
-            vk_fail(d, AF_ERR_UNSUPPORTED, "%s: a [%lld, %lld] mask longer than a buffer window", op, (long long)n,
+            if (!vk_not_device(d, op, 1, mask)) vk_fail(d, AF_ERR_UNSUPPORTED, "%s: a [%lld, %lld] mask longer than a buffer window", op, (long long)n,
                     (long long)in);
         vk_arg a[1] = {{mask, 4 * (uint64_t)n * in, 1}};
         uint64_t groups = vk_div((uint64_t)n * in, 256);
@@ -115,7 +115,7 @@ void af_vk_lora_dropout_mask(af_vk_dev *d, float *mask, uint64_t seed, int32_t l
 
 typedef struct pool_push {
     uint32_t off[8];
-    uint32_t B, H, last;
+    uint32_t B, H, last, bwd;
 } pool_push;
 
 /* Everything bindable from p: the token rows of a pooling depend on seq_start (device data). */
@@ -129,12 +129,11 @@ static void pool(af_vk_dev *d, const char *op, int bwd, float *o, const float *x
     int64_t sz[2] = {B, H};
     if (vk_enter(d, op) && vk_sizes_ok(d, op, 2, sz) && B > 0 && H > 0) {
         const uint64_t sp = 4 * (uint64_t)B * H;
-        pool_push q = {{0}, (uint32_t)B, (uint32_t)H, (uint32_t)(last != 0)};
+        pool_push q = {{0}, (uint32_t)B, (uint32_t)H, (uint32_t)(last != 0), (uint32_t)bwd};
         vk_arg a[3] = {{o, bwd ? reach(d, o) : sp, 1}, {x, bwd ? sp : reach(d, x), 0}, {ss, 4 * ((uint64_t)B + 1), 0}};
-        uint32_t spec[VK_NSPEC] = {(uint32_t)bwd};
         uint32_t gx, gy;
         vk_grid(vk_div((uint64_t)B * H, 64), &gx, &gy);
-        vk_dispatch(d, op, d->use_fp64 ? AF_VKS_POOL_F64 : AF_VKS_POOL_F32, spec, a, 3, &q, sizeof q, gx, gy, 1);
+        vk_dispatch(d, op, d->use_fp64 ? AF_VKS_POOL_F64 : AF_VKS_POOL_F32, NULL, a, 3, &q, sizeof q, gx, gy, 1);
     }
     vk_leave(d);
 }
@@ -151,18 +150,17 @@ void af_vk_pool_backward(af_vk_dev *d, float *d_hidden, const float *d_pooled, c
 
 typedef struct head_push {
     uint32_t off[8];
-    uint32_t B, H, C;
+    uint32_t B, H, C, op;
 } head_push;
 
 static void head_op(af_vk_dev *d, const char *op, int kind, float *o, uint64_t so, const float *pooled,
                     const float *W, const float *b3, uint64_t s3, int32_t B, int64_t H, int32_t C, uint64_t items) {
     const uint64_t sp = 4 * (uint64_t)B * H, sw = 4 * (uint64_t)C * H;
-    head_push q = {{0}, (uint32_t)B, (uint32_t)H, (uint32_t)C};
+    head_push q = {{0}, (uint32_t)B, (uint32_t)H, (uint32_t)C, (uint32_t)kind};
     vk_arg a[4] = {{o, so, 1}, {pooled, pooled ? sp : 0, 0}, {W, W ? sw : 0, 0}, {b3, b3 ? s3 : 0, 0}};
-    uint32_t spec[VK_NSPEC] = {(uint32_t)kind};
     uint32_t gx, gy;
     vk_grid(vk_div(items, 64), &gx, &gy);
-    vk_dispatch(d, op, d->use_fp64 ? AF_VKS_HEAD_F64 : AF_VKS_HEAD_F32, spec, a, 4, &q, sizeof q, gx, gy, 1);
+    vk_dispatch(d, op, d->use_fp64 ? AF_VKS_HEAD_F64 : AF_VKS_HEAD_F32, NULL, a, 4, &q, sizeof q, gx, gy, 1);
 }
 
 void af_vk_head_forward(af_vk_dev *d, float *logits, const float *pooled, const float *W, const float *bias, int32_t B,
@@ -191,7 +189,7 @@ void af_vk_head_backward(af_vk_dev *d, float *d_pooled, float *dW, float *dbias,
 
 typedef struct loss_push {
     uint32_t off[8];
-    uint32_t B, C;
+    uint32_t B, C, op;
 } loss_push;
 
 /* Σ of n doubles at device address x, in index order (a synchronization point). */
@@ -226,13 +224,12 @@ double af_vk_ce_loss(af_vk_dev *d, float *d_logits, float *probs, const float *l
         void *terms = B > 0 ? vk_scratch(d, 8 * (uint64_t)B) : NULL;
         if (terms) {
             const uint64_t sl = 4 * (uint64_t)B * C;
-            loss_push q = {{0}, (uint32_t)B, (uint32_t)C};
+            loss_push q = {{0}, (uint32_t)B, (uint32_t)C, 0};
             vk_arg a[6] = {{d_logits, sl, 1}, {probs, probs ? sl : 0, 1}, {terms, 8 * (uint64_t)B, 1},
                            {logits, sl, 0}, {labels, 4 * (uint64_t)B, 0}, {class_w, class_w ? 4 * (uint64_t)C : 0, 0}};
-            uint32_t spec[VK_NSPEC] = {0};
             uint32_t gx, gy;
             vk_grid(vk_div((uint64_t)B, 64), &gx, &gy);
-            vk_dispatch(d, op, d->use_fp64 ? AF_VKS_LOSS_F64 : AF_VKS_LOSS_F32, spec, a, 6, &q, sizeof q, gx, gy, 1);
+            vk_dispatch(d, op, d->use_fp64 ? AF_VKS_LOSS_F64 : AF_VKS_LOSS_F32, NULL, a, 6, &q, sizeof q, gx, gy, 1);
             double total;
             if (sum_f64(d, terms, B, &total) == AF_OK) loss = total * (1.0 / (double)B);
         }
@@ -251,12 +248,11 @@ double af_vk_bce_loss(af_vk_dev *d, float *d_logits, const float *logits, const 
         void *terms = n > 0 ? vk_scratch(d, 8 * (uint64_t)n) : NULL;
         if (terms) {
             const uint64_t sl = 4 * (uint64_t)n;
-            loss_push q = {{0}, (uint32_t)B, (uint32_t)C};
+            loss_push q = {{0}, (uint32_t)B, (uint32_t)C, 1};
             vk_arg a[5] = {{d_logits, sl, 1}, {NULL, 0, 0}, {terms, 8 * (uint64_t)n, 1}, {logits, sl, 0}, {targets, sl, 0}};
-            uint32_t spec[VK_NSPEC] = {1};
             uint32_t gx, gy;
             vk_grid(vk_div((uint64_t)n, 64), &gx, &gy);
-            vk_dispatch(d, op, d->use_fp64 ? AF_VKS_LOSS_F64 : AF_VKS_LOSS_F32, spec, a, 5, &q, sizeof q, gx, gy, 1);
+            vk_dispatch(d, op, d->use_fp64 ? AF_VKS_LOSS_F64 : AF_VKS_LOSS_F32, NULL, a, 5, &q, sizeof q, gx, gy, 1);
             double total;
             if (sum_f64(d, terms, n, &total) == AF_OK) loss = total * (1.0 / (double)n);
         }
@@ -314,7 +310,7 @@ void af_vk_adamw_step(af_vk_dev *d, int64_t *t, float beta1, float beta2, float 
                         eps};
         const uint64_t sp = 4 * (uint64_t)n;
         if (vk_fit(d, P) < sp || vk_fit(d, G) < sp || vk_fit(d, M) < sp || vk_fit(d, V) < sp)
-            vk_fail(d, AF_ERR_UNSUPPORTED, "%s: %lld parameters longer than a buffer window", op, (long long)n);
+            if (!vk_not_device(d, op, 5, P, G, M, V, decay_mask)) vk_fail(d, AF_ERR_UNSUPPORTED, "%s: %lld parameters longer than a buffer window", op, (long long)n);
         vk_arg a[5] = {{P, sp, 1}, {M, sp, 1}, {V, sp, 1}, {G, sp, 0}, {decay_mask, decay_mask ? (uint64_t)n : 0, 0}};
         uint64_t groups = vk_div((uint64_t)n, 256);
         if (groups > 65535u * 4) groups = 65535u * 4;

@@ -147,7 +147,7 @@ void dq32(uint rb, uint i0, out float v[32]) {
         uint b = rb + (i0 >> 5) * bs;
         float d = rdh(b);
         if (TYPE == T_Q8_0) {
-            for (uint j = 0u; j < 32u; j++) {
+            [[unroll]] for (uint j = 0u; j < 32u; j++) {
                 precise float y = float(rds8(b + 2u + j)) * d;
                 v[j] = y;
             }
@@ -155,7 +155,7 @@ void dq32(uint rb, uint i0, out float v[32]) {
         }
         float m = TYPE == T_Q4_1 ? rdh(b + 2u) : 0.0;
         uint qs = b + (TYPE == T_Q4_0 ? 2u : 4u);
-        for (uint j = 0u; j < 16u; j++) {
+        [[unroll]] for (uint j = 0u; j < 16u; j++) {
             uint qb = rd8(qs + j);
             if (TYPE == T_Q4_0) {
                 precise float y0 = float(int(qb & 15u) - 8) * d;
@@ -179,7 +179,7 @@ void dq32(uint rb, uint i0, out float v[32]) {
         precise float ml = rdh(b + 2u) * float(mn);
         uint qs = b + (TYPE == T_Q4_K ? 16u : 48u) + 32u * (k / 2u);
         uint sh = 4u * (k & 1u);
-        for (uint j = 0u; j < 32u; j++) {
+        [[unroll]] for (uint j = 0u; j < 32u; j++) {
             uint q = (rd8(qs + j) >> sh) & 15u;
             if (TYPE == T_Q5_K) q |= ((rd8(b + 16u + j) >> k) & 1u) << 4;
             precise float y = dl * float(q) - ml;
@@ -195,12 +195,12 @@ void dq32(uint rb, uint i0, out float v[32]) {
         precise float dl1 = d * float(rds8(b + 192u + e0 / 16u + 1u));
         uint ql = b + 64u * h + (r0 & 63u), qh = b + 128u + 32u * h + (r0 & 31u);
         uint ls = 4u * (r0 / 64u), hs = 2u * (r0 / 32u);
-        for (uint j = 0u; j < 32u; j++) {
+        [[unroll]] for (uint j = 0u; j < 32u; j++) {
             uint q = ((rd8(ql + j) >> ls) & 15u) | (((rd8(qh + j) >> hs) & 3u) << 4);
             precise float y = (j < 16u ? dl0 : dl1) * float(int(q) - 32);
             v[j] = y;
         }
         return;
     }
-    for (uint j = 0u; j < 32u; j++) v[j] = dq(rb, i0 + j);
+    [[unroll]] for (uint j = 0u; j < 32u; j++) v[j] = dq(rb, i0 + j);
 }

@@ -1,6 +1,6 @@
 #version 450
 // ew.comp — element-wise ops over n elements (grid-stride), with the CPU kernels' exact float
-// expressions (ops.c, lora.c, optim.c): OP (specialization constant)
+// expressions (ops.c, lora.c, optim.c): OP (a push constant: one pipeline)
 //   0 exp        y = e^a                                  (af_vexpf)
 //   1 swiglu     y = (a·σ(a))·b,  σ(a) = 1/(1 + e^-a)      (af_swiglu_forward: a gate, b up)
 //   2 swiglu'    y += (c·b)·(s·(1 + a·(1 − s))), y2 += (c·a)·s    (backward: c = dh)
@@ -15,13 +15,14 @@
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
-layout(constant_id = 0) const uint OP = 0u;
 
 layout(push_constant) uniform PC {
     uint off[8];
     uint n;
     float s;
+    uint op;
 } pc;
+#define OP pc.op
 
 layout(std430, binding = 0) buffer BY { float y[]; };
 layout(std430, binding = 1) buffer BY2 { float y2[]; };

@@ -10,12 +10,13 @@
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
-layout(constant_id = 0) const uint OP = 0u;
 
 layout(push_constant) uniform PC {
     uint off[8];
     uint B, H, C;
+    uint op;
 } pc;
+#define OP pc.op
 
 layout(std430, binding = 0) buffer BO { float o[]; };
 layout(std430, binding = 1) readonly buffer BP { float pooled[]; };

@@ -16,15 +16,15 @@
 
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(constant_id = 0) const uint TYPE = 0u;
-layout(constant_id = 1) const uint MODE = 0u;
 
 layout(push_constant) uniform PC {
     uint off[8];
     uint M, N, K;
     uint sam, sak, sbk, sbn, ldc;
     float alpha_a, alpha_b, alpha_c;
-    uint flags;
+    uint flags, mode;
 } pc;
+#define MODE pc.mode
 
 layout(std430, binding = 0) buffer BC { float c[]; };
 layout(std430, binding = 1) readonly buffer BA { float a[]; };

@@ -4,7 +4,8 @@
 // AF_SUBGROUP = 0: 8 lanes per row, partial sums reduced through shared memory;
 // AF_SUBGROUP = 1 (fast path, devices with subgroup arithmetic): one subgroup per row at a time
 // (rows dealt by gl_SubgroupID, any subgroup size), reduced with subgroupAdd.
-// Each lane sums 32-element chunks c = lane, lane + lanes, ... (dq32: one block header per chunk);
+// Each lane sums 32-element chunks c = lane, lane + lanes, ... (dq32: one block header per chunk)
+// for one input row at a time;
 // rows whose length K is not a multiple of 32 (F32/F16/BF16) finish element by element.
 // Bindings: 0 y [N, out] (row stride ldy), 1 x [N, K] (row stride ldx), 2 W.
 #include "common.glsl"
@@ -36,7 +37,7 @@ layout(std430, binding = 2) readonly buffer BW { uint wq[]; };
 #define NMAX 8u
 
 #if !AF_SUBGROUP
-shared float red[NMAX][64];
+shared float red[64];
 #endif
 
 float xv(uint t, uint k) {
@@ -44,24 +45,24 @@ float xv(uint t, uint k) {
     return pc.alpha != 1.0 ? v * pc.alpha : v;
 }
 
-// Partial sums of one lane over row o: lanes split the 32-chunks
-void row_partial(uint o, uint lane, uint lanes, out float acc[NMAX]) {
-    [[unroll]] for (uint t = 0u; t < NMAX; t++) acc[t] = 0.0;
+// Partial sum of one lane for row o and input row t: lanes split the 32-chunks. Each token re-reads
+// (and dequantizes) the weight row: the loop over tokens stays outside, so the code is small and
+// everything is indexed statically (registers), which matters more for n <= 8 than the repeat.
+float row_partial(uint o, uint t, uint lane, uint lanes) {
+    float acc = 0.0;
     const uint rb = pc.off[2] + o * pc.rb;
     const uint nch = pc.K / 32u;
+    const uint xo = (pc.off[1] >> 2) + t * pc.ldx;
     for (uint ch = lane; ch < nch; ch += lanes) {
         float v[32];
         dq32(rb, ch * 32u, v);
-        for (uint t = 0u; t < pc.N; t++) {
-            float s = 0.0;
-            for (uint j = 0u; j < 32u; j++) s += xv(t, ch * 32u + j) * v[j];
-            acc[t] += s;
-        }
+        /* (alpha·x)·w: lora.c scales the activations first; alpha = 1 changes nothing */
+        float s = 0.0;
+        [[unroll]] for (uint j = 0u; j < 32u; j++) s += (pc.alpha * x[xo + ch * 32u + j]) * v[j];
+        acc += s;
     }
-    for (uint k = nch * 32u + lane; k < pc.K; k += lanes) {
-        float w = dq(rb, k);
-        for (uint t = 0u; t < pc.N; t++) acc[t] += xv(t, k) * w;
-    }
+    for (uint k = nch * 32u + lane; k < pc.K; k += lanes) acc += xv(t, k) * dq(rb, k);
+    return acc;
 }
 
 void store(uint o, uint t, float s) {
@@ -76,27 +77,24 @@ void main() {
     for (uint r = gl_SubgroupID; r < ROWS; r += gl_NumSubgroups) {
         uint o = row0 + r;
         if (o >= pc.OUT) break;
-        float acc[NMAX];
-        row_partial(o, gl_SubgroupInvocationID, gl_SubgroupSize, acc);
         for (uint t = 0u; t < pc.N; t++) {
-            float s = subgroupAdd(acc[t]);
+            float s = subgroupAdd(row_partial(o, t, gl_SubgroupInvocationID, gl_SubgroupSize));
             if (subgroupElect()) store(o, t, s);
         }
     }
 #else
     const uint lane = gl_LocalInvocationID.x & 7u, r = gl_LocalInvocationID.x >> 3;
     const uint o = row0 + r;
-    float acc[NMAX];
-    if (o < pc.OUT) row_partial(o, lane, 8u, acc);
-    else [[unroll]] for (uint t = 0u; t < NMAX; t++) acc[t] = 0.0;
-    [[unroll]] for (uint t = 0u; t < NMAX; t++) red[t][gl_LocalInvocationID.x] = acc[t];
-    barrier();
-    if (lane == 0u && o < pc.OUT)
-        for (uint t = 0u; t < pc.N; t++) {
-            uint b = r * 8u;
-            float s = ((red[t][b] + red[t][b + 4u]) + (red[t][b + 1u] + red[t][b + 5u])) +
-                      ((red[t][b + 2u] + red[t][b + 6u]) + (red[t][b + 3u] + red[t][b + 7u]));
+    for (uint t = 0u; t < pc.N; t++) {
+        red[gl_LocalInvocationID.x] = o < pc.OUT ? row_partial(o, t, lane, 8u) : 0.0;
+        barrier();
+        if (lane == 0u && o < pc.OUT) {
+            uint b = gl_LocalInvocationID.x;
+            float s = ((red[b] + red[b + 4u]) + (red[b + 1u] + red[b + 5u])) +
+                      ((red[b + 2u] + red[b + 6u]) + (red[b + 3u] + red[b + 7u]));
             store(o, t, s);
         }
+        barrier();
+    }
 #endif
 }

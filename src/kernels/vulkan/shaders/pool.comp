@@ -7,12 +7,13 @@
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
-layout(constant_id = 0) const uint BWD = 0u;
 
 layout(push_constant) uniform PC {
     uint off[8];
     uint B, H, last;
+    uint bwd;
 } pc;
+#define BWD pc.bwd
 
 layout(std430, binding = 0) buffer BO { float o[]; };
 layout(std430, binding = 1) readonly buffer BI { float x[]; };

@@ -8,12 +8,13 @@
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
-layout(constant_id = 0) const uint OP = 0u;
 
 layout(push_constant) uniform PC {
     uint off[8];
     uint n, parts, chunk; // part g: [g·chunk, min(n, (g+1)·chunk))
+    uint op;
 } pc;
+#define OP pc.op
 
 layout(std430, binding = 0) buffer BO { uint part[]; };
 layout(std430, binding = 1) readonly buffer BX { float x[]; };

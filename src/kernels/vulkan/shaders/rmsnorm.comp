@@ -9,13 +9,14 @@
 #include "common.glsl"
 
 layout(local_size_x = 32) in;
-layout(constant_id = 0) const uint BWD = 0u;
 
 layout(push_constant) uniform PC {
     uint off[8];
     uint n, dim;
     float eps;
+    uint bwd;
 } pc;
+#define BWD pc.bwd
 
 layout(std430, binding = 0) buffer BY { float y[]; };
 layout(std430, binding = 1) buffer BR { float rs[]; };

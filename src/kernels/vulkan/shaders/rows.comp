@@ -10,15 +10,16 @@
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
-layout(constant_id = 0) const uint OP = 0u;
-layout(constant_id = 1) const uint TYPE = 0u;
 
 layout(push_constant) uniform PC {
     uint off[8];
     uint rows, width, rb; // rb: bytes per weight row (OP 3)
     float scale;
     int lo, hi;
+    uint op, type;
 } pc;
+#define OP pc.op
+#define TYPE pc.type // a push constant here: one pipeline for every weight type (a per-token gather)
 
 layout(std430, binding = 0) buffer BD { float dst[]; };
 layout(std430, binding = 1) readonly buffer BS { uint wq[]; };
