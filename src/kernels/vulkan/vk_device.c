@@ -87,6 +87,7 @@ static af_status inst_open(vk_inst *I) {
                        "Vulkan: vkCreateInstance returned %s: no usable Vulkan driver (Debian: apt-get install "
                        "mesa-vulkan-drivers for lavapipe, or the GPU vendor's driver)",
                        af_vk_result_name(r));
+    af_vk_pin_modules();
     if (af_vk_load_instance(&I->f, I->inst, err, sizeof err)) {
         PFN_vkDestroyInstance des = (PFN_vkDestroyInstance)I->f.vkGetInstanceProcAddr(I->inst, "vkDestroyInstance");
         if (des) des(I->inst, NULL);

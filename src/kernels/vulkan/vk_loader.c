@@ -4,6 +4,7 @@
 #include "kernels/vulkan/vk_loader.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,25 @@ int af_vk_load(af_vk_fns *f, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+/* Every module loaded now (the driver the loader opened for the instance, its LLVM, ...) made
+ * unloadable: the loader would dlclose the driver with the last instance and load it (and initialise
+ * it) again for the next one. It also keeps the driver's code mapped until exit, so that leak
+ * reports of its one-time allocations name it (tests/lsan.supp). */
+static int pin_one(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size, (void)arg;
+    if (info->dlpi_name && info->dlpi_name[0]) {
+        void *h = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+        if (h) dlclose(h); /* NODELETE stays: the module is never unmapped */
+    }
+    return 0;
+}
+
+void af_vk_pin_modules(void) {
+    pthread_mutex_lock(&load_mu);
+    dl_iterate_phdr(pin_one, NULL);
+    pthread_mutex_unlock(&load_mu);
 }
 
 int af_vk_load_instance(af_vk_fns *f, VkInstance inst, char *err, size_t errlen) {

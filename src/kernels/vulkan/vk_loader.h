@@ -102,6 +102,8 @@ int af_vk_load(af_vk_fns *f, char *err, size_t errlen);
 /* After vkCreateInstance: the instance functions. Returns 0 on success, else the name of the first
  * missing function is written to err. */
 int af_vk_load_instance(af_vk_fns *f, VkInstance inst, char *err, size_t errlen);
+/* After vkCreateInstance: keep every loaded module (the driver) loaded until exit. */
+void af_vk_pin_modules(void);
 int af_vk_load_device(const af_vk_fns *f, VkDevice dev, af_vk_dfns *d, char *err, size_t errlen);
 
 /* "VK_ERROR_DEVICE_LOST" etc.; "VkResult <n>" for codes it does not know (static or thread-local). */
