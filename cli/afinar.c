@@ -22,11 +22,46 @@ void cli_error(const char *cmd, const char *fmt, ...) {
 
 static const char *g_quantize; /* cli_set_quantize */
 void cli_set_quantize(const char *name) { g_quantize = name; }
+static const char *g_device; /* cli_set_device */
+void cli_set_device(const char *name) { g_device = name; }
+
+/* --device auto that found no accelerator: why, on one line. */
+static void say_auto_cpu(const char *cmd) {
+    char why[600] = "";
+    size_t used = 0;
+    for (int32_t i = 0; i < af_backend_count(); i++) {
+        const char *nm = af_backend_name(i);
+        if (!strcmp(nm, "cpu")) continue;
+        int32_t n = 0;
+        char w[400] = "";
+        if (af_backend_devices(i, NULL, 0, &n, w, sizeof w) != AF_OK) continue;
+        if (used < sizeof why)
+            used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s", used ? "; " : "", nm,
+                                     n > 0 ? "a device that could not be used" : w[0] ? w : "no device");
+    }
+    fprintf(stderr, "afinar %s: --device auto: no accelerator (%s); computing on the CPU\n", cmd, why[0] ? why : "none");
+}
+
+int cli_fallback_cpu(const char *cmd, af_ctx **ctx, af_ctx **old, af_status st) {
+    if (!*ctx || !af_ctx_device_auto(*ctx) || af_ctx_on_cpu(*ctx) || (st != AF_ERR_DEVICE && st != AF_ERR_NOMEM)) return 0;
+    af_ctx_params p;
+    af_ctx_get_params(*ctx, &p);
+    p.device = "cpu";
+    af_ctx *cpu = NULL;
+    char msg[900];
+    snprintf(msg, sizeof msg, "%s", af_last_error());
+    if (af_ctx_new(&p, &cpu) != AF_OK) return 0;
+    fprintf(stderr, "afinar %s: %s; --device auto: going on on the CPU\n", cmd, msg);
+    *old = *ctx;
+    *ctx = cpu;
+    return 1;
+}
 
 int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel, int bf16, int int8_act, af_ctx **out) {
     af_ctx_params p;
     af_ctx_params_default(&p);
     p.quantize = g_quantize;
+    p.device = g_device;
     p.n_threads = (int)threads;
     if (poll_us >= 0) p.poll_us = (int)poll_us;
     p.kernel_path = kernel;
@@ -40,18 +75,22 @@ int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel
                 fprintf(stderr, "afinar %s: warning: --bf16: bf16 products are slower than f32 on this CPU (measured "
                                 "%.0f vs %.0f GFLOP/s, %d threads); using bf16 as asked, drop --bf16 to go faster\n",
                         cmd, bf, f32, af_ctx_n_threads(*out));
-            return 1;
+            if (af_ctx_device_auto(*out) && af_ctx_on_cpu(*out)) say_auto_cpu(cmd);
+            return 0;
         }
         snprintf(bf16_msg, sizeof bf16_msg, "%s", af_last_error());
         p.matmul_precision = "f32";
     }
-    if (af_ctx_new(&p, out) != AF_OK) { /* a bad --kernel (reported as such, not as a bf16 warning) */
-        const char *msg = af_last_error(); /* a bad --kernel, or a bad --quantize (its message names it) */
-        cli_error(cmd, "%s%s", kernel && !strstr(msg, "quantize") ? "--kernel: " : "", msg);
-        return 0;
+    af_status st = af_ctx_new(&p, out);
+    if (st != AF_OK) { /* a bad --kernel (reported as such, not as a bf16 warning) */
+        const char *msg = af_last_error(); /* a bad --kernel, --quantize or --device (its message names it) */
+        const int dev = !strncmp(msg, "device", 6);
+        cli_error(cmd, "%s%s", kernel && !dev && !strstr(msg, "quantize") ? "--kernel: " : dev ? "--device: " : "", msg);
+        return dev && st != AF_ERR_INVALID_ARG ? 1 : 2;
     }
     if (bf16) fprintf(stderr, "afinar %s: warning: --bf16: %s; using f32 products\n", cmd, bf16_msg);
-    return 1;
+    if (af_ctx_device_auto(*out) && af_ctx_on_cpu(*out)) say_auto_cpu(cmd);
+    return 0;
 }
 
 static int g_stdout_reported;
@@ -140,6 +179,7 @@ static void usage(FILE *fp) {
             "                     fold the adapter into the model, re-quantized (a standalone GGUF)\n"
             "  merge-adapters A B ... -o OUT [--method M] [--weights W,...] [--density D] [--rank R]\n"
             "                     merge LoRA adapters on their ΔW (linear, cat, ties, dare-ties, ...)\n"
+            "  devices            the compute devices of every backend (cpu, vulkan) with memory and features\n"
             "  version            print version and the CPU features detected\n"
             "\n"
             "Run 'afinar <command> --help' for the options of a command.\n"
@@ -187,6 +227,7 @@ static int run_command(int argc, char **argv) {
     if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
     if (!strcmp(cmd, "merge-adapters")) return cmd_merge_adapters(argc - 1, argv + 1);
+    if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

@@ -10,10 +10,25 @@ void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(prin
 int cli_fail(const char *cmd, af_status st);
 /* The command's context from its flags: -t/--threads (0: all cores), --poll (< 0: the default
  * spin window of af_ctx_params), --kernel (NULL: auto), --bf16
- * (where the CPU cannot: a warning on stderr and f32, the command goes on), --int8-act.
- * Errors (unknown or unsupported --kernel) are printed; returns 0 then, else 1 with *out set
- * (caller frees with af_ctx_free after the models loaded with it). */
+ * (where the CPU cannot: a warning on stderr and f32, the command goes on), --int8-act, and the
+ * --device given to cli_set_device. With --device auto and no accelerator: one line on stderr
+ * saying why, and the CPU. Errors are printed; returns the exit code then (2: a bad --kernel,
+ * --quantize or --device name; 1: a device that cannot be opened), else 0 with *out set (caller
+ * frees with af_ctx_free after the models loaded with it). */
 int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel, int bf16, int int8_act, af_ctx **out);
+/* --device DEV of the commands that compute: the next cli_make_ctx contexts get
+ * af_ctx_params.device = name (NULL: cpu). */
+void cli_set_device(const char *name);
+#define CLI_DEVICE_HELP \
+    "      --device DEV       cpu (default) | vulkan | vulkan:N | auto (a Vulkan device when there is one and\n" \
+    "                         the job fits it, else the CPU; a device failure goes on on the CPU);\n" \
+    "                         'afinar devices' lists them\n"
+/* After a failure `st` of work on *ctx (made by cli_make_ctx): when *ctx was made with --device
+ * auto, is not the CPU and st is a device failure (AF_ERR_DEVICE) or does not fit its memory
+ * (AF_ERR_NOMEM), prints one line ("... --device auto: going on on the CPU") and makes a CPU
+ * context with the same settings: *old gets the device context (the caller frees it after the
+ * objects made with it), *ctx the new one; returns 1. Else 0 (nothing changed). */
+int cli_fallback_cpu(const char *cmd, af_ctx **ctx, af_ctx **old, af_status st);
 /* --quantize TYPE of eval / predict / generate: the next cli_make_ctx contexts get
  * af_ctx_params.quantize = name (NULL: none). */
 void cli_set_quantize(const char *name);
@@ -41,6 +56,7 @@ int cmd_predict(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_merge_adapters(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 
 /* `afinar eval --generate N` (causal-LM data): parsed by cmd_eval, run by cmd_eval_generate. */
 typedef struct eval_gen_args {

@@ -25,7 +25,7 @@ int cmd_check(int argc, char **argv) {
         }
         af_ctx *ctx = NULL; /* which precision of the large products is faster on this CPU */
         double f32 = 0, bf16 = 0;
-        if (cli_make_ctx(C, o->threads, o->poll_us, NULL, 0, 0, &ctx) &&
+        if (cli_make_ctx(C, o->threads, o->poll_us, NULL, 0, 0, &ctx) == 0 &&
             af_ctx_measure_precision(ctx, &f32, &bf16) == AF_OK) {
             if (bf16 > 0)
                 printf("\nprecision: f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s on this CPU (%d threads) -> %s\n", f32, bf16,

@@ -23,6 +23,7 @@ static void help(void) {
            "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
            "  -t, --threads N        compute threads (default: all cores)\n"
            CLI_QUANTIZE_HELP
+           CLI_DEVICE_HELP
            "      --poll US          microseconds threads spin between operations before sleeping\n"
            "                         (default 1000; 0 = sleep at once)\n"
            "\n"
@@ -49,7 +50,7 @@ int cmd_eval(int argc, char **argv) {
                *label_field = NULL;
     long batch = 16, threads = 0, poll = -1;
     enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_BF16, O_GEN, O_MAXNEW, O_FIRST, O_SHOW, O_SCALE, O_TASK,
-           O_MSL, O_LOSSON, O_TMPL, O_POLL, O_QUANT };
+           O_MSL, O_LOSSON, O_TMPL, O_POLL, O_QUANT, O_DEVICE };
     int lm = 0;
     long max_seq_len = 1024;
     const char *loss_on = NULL, *chat_template = NULL;
@@ -67,7 +68,7 @@ int cmd_eval(int argc, char **argv) {
         {"first-line", no_argument, 0, O_FIRST},     {"show", required_argument, 0, O_SHOW},
         {"lora-scale", required_argument, 0, O_SCALE}, {"task", required_argument, 0, O_TASK},
         {"max-seq-len", required_argument, 0, O_MSL}, {"loss-on", required_argument, 0, O_LOSSON},
-        {"chat-template", required_argument, 0, O_TMPL}, {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT},
+        {"chat-template", required_argument, 0, O_TMPL}, {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT}, {"device", required_argument, 0, O_DEVICE},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -84,6 +85,7 @@ int cmd_eval(int argc, char **argv) {
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
         case O_QUANT: cli_set_quantize(optarg); break;
+        case O_DEVICE: cli_set_device(optarg); break;
         case O_BF16: bf16 = 1; break;
         case O_GEN: if (!cli_parse_int(C, "--generate", optarg, 0, 1 << 30, &n_generate)) return 2; break;
         case O_MAXNEW:
@@ -149,15 +151,19 @@ int cmd_eval(int argc, char **argv) {
     af_status st = json_out ? af_check_writable(json_out) : AF_OK;
     if (st != AF_OK) return cli_fail(C, st);
     af_ctx *ctx = NULL;
-    if (!cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx)) return 2;
+    int mrc = cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx);
+    if (mrc) return mrc;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
     af_dataset *ds = NULL;
     float *probs = NULL;
     af_metrics *m = NULL;
     char *js = NULL;
+    af_ctx *dev_ctx = NULL; /* --device auto that fell back to the CPU */
+retry:
     st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
-    if (st == AF_OK && af_classifier_note(c)) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
+    if (st != AF_OK && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) goto retry;
+    if (st == AF_OK && af_classifier_note(c) && !dev_ctx) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
     if (st != AF_OK) goto fail;
     const af_tokenizer *tok = af_model_tokenizer(af_classifier_model(c));
     if (!tok) {
@@ -190,6 +196,11 @@ int cmd_eval(int argc, char **argv) {
         goto done;
     }
     st = af_classifier_probs(c, ds, (int32_t)batch, probs);
+    if (st != AF_OK && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) { /* the same evaluation on the CPU */
+        free(probs), af_dataset_free(ds), af_corpus_free(corp), af_classifier_free(c);
+        probs = NULL, ds = NULL, corp = NULL, c = NULL;
+        goto retry;
+    }
     if (st == AF_OK) st = af_eval_metrics(ds, probs, &m);
     if (st != AF_OK) goto fail;
     printf("%s on %s (%d samples)\n", adapter, data, af_dataset_size(ds));
@@ -215,5 +226,6 @@ done:
     af_corpus_free(corp);
     af_classifier_free(c);
     af_ctx_free(ctx);
+    af_ctx_free(dev_ctx);
     return rc;
 }

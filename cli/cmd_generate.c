@@ -41,6 +41,7 @@ static void help(void) {
            "  -c, --ctx N          context size (default: prompt + n-predict)\n"
            "  -t, --threads N      compute threads (default: all cores)\n"
            CLI_QUANTIZE_HELP
+           CLI_DEVICE_HELP
            "      --poll US        microseconds threads spin between operations before sleeping\n"
            "                       (default 1000; 0 = sleep at once)\n"
            "      --kernel PATH    auto | scalar | avx2 | avx512 (default auto)\n"
@@ -58,7 +59,7 @@ int cmd_generate(int argc, char **argv) {
     long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42, poll = -1;
     double temp = 0.8, top_p = 0.95;
     int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL, O_QUANT, O_TMPL };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL, O_QUANT, O_TMPL, O_DEVICE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},    {"n-predict", required_argument, 0, 'n'},
@@ -71,6 +72,7 @@ int cmd_generate(int argc, char **argv) {
         {"echo", no_argument, 0, O_ECHO},       {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
         {"int8-act", no_argument, 0, O_INT8},    {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT},
         {"adapter", required_argument, 0, 'a'}, {"lora-scale", required_argument, 0, O_LORA_SCALE},
+        {"device", required_argument, 0, O_DEVICE},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -87,6 +89,7 @@ int cmd_generate(int argc, char **argv) {
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
         case O_QUANT: cli_set_quantize(optarg); break;
+        case O_DEVICE: cli_set_device(optarg); break;
         case O_TEMP: if (!cli_parse_float(C, "--temp", optarg, 0, 100, &temp)) return 2; break;
         case O_TOPK: if (!cli_parse_int(C, "--top-k", optarg, 0, 1 << 30, &top_k)) return 2; break;
         case O_TOPP: if (!cli_parse_float(C, "--top-p", optarg, 0, 1, &top_p)) return 2; break;
@@ -125,7 +128,8 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     af_ctx *ctx = NULL;
-    if (!cli_make_ctx(C, threads, poll, kernel, 0, int8_act, &ctx)) return 2;
+    int mrc = cli_make_ctx(C, threads, poll, kernel, 0, int8_act, &ctx);
+    if (mrc) return mrc;
 
     char *file_text = NULL;
     if (prompt_file) {
@@ -141,11 +145,21 @@ int cmd_generate(int argc, char **argv) {
     int rc = 1;
     af_model *model = NULL;
     af_session *sess = NULL;
+    af_ctx *dev_ctx = NULL; /* --device auto that fell back to the CPU: the device context, freed at the end */
     char *chat_text = NULL;
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, *gen = NULL;
     float *logits = NULL;
-    af_status st = af_model_load(ctx, model_path, &model);
+    long n_gen = 0; /* tokens generated (and printed) so far: a CPU fallback re-evaluates them */
+    double t_prompt = 0, t_decode = 0;
+    long n_decode = 0;
+    size_t n_ids = 0;
+    af_sampling sp = {(float)temp, (int32_t)top_k, (float)top_p, (uint64_t)seed};
+    uint64_t rng = af_rng_seed(sp.seed);
+    af_status st;
+retry:
+    st = af_model_load(ctx, model_path, &model);
     if (st != AF_OK) {
+        if (cli_fallback_cpu(C, &ctx, &dev_ctx, st)) goto retry;
         rc = cli_fail(C, st);
         goto done;
     }
@@ -157,6 +171,8 @@ int cmd_generate(int argc, char **argv) {
     }
     const char *text = prompt;
     if (chat) {
+        free(chat_text);
+        chat_text = NULL;
         st = af_chat_format_template(model, chat_template, system, prompt, &chat_text);
         if (st != AF_OK) {
             rc = cli_fail(C, st);
@@ -164,7 +180,8 @@ int cmd_generate(int argc, char **argv) {
         }
         text = chat_text;
     }
-    size_t n_ids = 0;
+    free(ids);
+    ids = NULL;
     st = af_tokenize(tok, text, strlen(text), 1, 1, &ids, &n_ids);
     if (st != AF_OK) {
         rc = cli_fail(C, st);
@@ -192,36 +209,30 @@ int cmd_generate(int argc, char **argv) {
     if (need > n_ctx) n_predict = n_ctx - (long)n_ids;
     st = af_session_new(model, (int)n_ctx, &sess);
     if (st == AF_OK && adapter_dir) st = af_session_load_adapter(sess, adapter_dir, (float)lora_scale);
-    if (st != AF_OK) {
-        rc = cli_fail(C, st);
-        goto done;
-    }
-    logits = malloc(sizeof(float) * (size_t)cfg->vocab_size);
-    if (!logits) {
+    if (st != AF_OK) goto device_fail;
+    if (!logits) logits = malloc(sizeof(float) * (size_t)cfg->vocab_size);
+    if (!gen) gen = malloc(sizeof(int32_t) * (size_t)(n_predict + 1));
+    if (!logits || !gen) {
         cli_error(C, "out of memory");
         goto done;
     }
     signal(SIGINT, on_sigint);
     signal(SIGTERM, on_sigint);
-    if (echo) {
+    if (echo && !dev_ctx) {
         fwrite(text, 1, strlen(text), stdout);
         if (cli_stdout_failed(C)) goto done; /* rc 1: the output cannot be written */
     }
     double t0 = now_sec();
     st = af_session_eval(sess, ids, (int)n_ids, logits, NULL);
-    double t_prompt = now_sec() - t0;
-    if (st != AF_OK) {
-        rc = cli_fail(C, st);
-        goto done;
-    }
-    af_sampling sp = {(float)temp, (int32_t)top_k, (float)top_p, (uint64_t)seed};
-    uint64_t rng = af_rng_seed(sp.seed);
-    double t_decode = 0;
-    long n_decode = 0, n_gen = 0;
+    if (st == AF_OK && n_gen > 1) /* after a fallback: the tokens already printed, but the last */
+        st = af_session_eval(sess, gen, (int)n_gen - 1, NULL, NULL);
+    t_prompt = now_sec() - t0;
+    if (st == AF_OK && n_gen > 0) st = af_session_eval(sess, gen + n_gen - 1, 1, logits, NULL);
+    if (st != AF_OK) goto device_fail;
     char piece[256];
     while (n_gen < n_predict && !g_stop) {
-        int32_t id = af_sample(logits, cfg->vocab_size, &sp, &rng);
-        n_gen++;
+        const int32_t id = af_sample(logits, cfg->vocab_size, &sp, &rng);
+        gen[n_gen++] = id;
         if (!ignore_eos && af_token_is_eog(tok, id)) break;
         int len = af_token_to_bytes(tok, id, 0, piece, sizeof piece);
         if (len > 0) {
@@ -234,11 +245,7 @@ int cmd_generate(int argc, char **argv) {
         st = af_session_eval(sess, &id, 1, logits, NULL);
         t_decode += now_sec() - t1;
         n_decode++;
-        if (st != AF_OK) {
-            fputc('\n', stdout);
-            rc = cli_fail(C, st);
-            goto done;
-        }
+            if (st != AF_OK) goto device_fail;
     }
     fputc('\n', stdout);
     if (cli_stdout_failed(C)) goto done;
@@ -247,13 +254,26 @@ int cmd_generate(int argc, char **argv) {
                 n_ids, t_prompt, t_prompt > 0 ? (double)n_ids / t_prompt : 0.0, n_decode, t_decode,
                 t_decode > 0 ? (double)n_decode / t_decode : 0.0);
     rc = g_stop ? 128 + (int)g_stop : 0;
+    goto done;
+device_fail: /* the session failed: with --device auto, the same generation on the CPU from here */
+    af_session_free(sess);
+    sess = NULL;
+    if (cli_fallback_cpu(C, &ctx, &dev_ctx, st)) {
+        af_model_free(model);
+        model = NULL;
+        goto retry;
+    }
+    if (n_gen > 0) fputc('\n', stdout);
+    rc = cli_fail(C, st);
 done:
     free(logits);
+    free(gen);
     free(ids);
     free(chat_text);
     free(file_text);
     af_session_free(sess);
     af_model_free(model);
     af_ctx_free(ctx);
+    af_ctx_free(dev_ctx);
     return rc;
 }

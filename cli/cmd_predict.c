@@ -25,6 +25,7 @@ static void help(void) {
            "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
            "  -t, --threads N        compute threads (default: all cores)\n"
            CLI_QUANTIZE_HELP
+           CLI_DEVICE_HELP
            "      --poll US          microseconds threads spin between operations before sleeping\n"
            "                         (default 1000; 0 = sleep at once)\n"
            "Output: one JSON line per input on stdout: {\"label\", \"label_id\", \"probs\"} (multi-label:\n"
@@ -144,14 +145,14 @@ int cmd_predict(int argc, char **argv) {
     const char *model_path = NULL, *adapter = NULL, *input = NULL, *text_field = NULL;
     long batch = 16, threads = 0, poll = -1;
     double thr = 0.5;
-    enum { O_TEXT = 1000, O_THR, O_BATCH, O_BF16, O_POLL, O_QUANT };
+    enum { O_TEXT = 1000, O_THR, O_BATCH, O_BF16, O_POLL, O_QUANT, O_DEVICE };
     int bf16 = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"adapter", required_argument, 0, 'a'},
         {"input", required_argument, 0, 'i'},     {"text-field", required_argument, 0, O_TEXT},
         {"threshold", required_argument, 0, O_THR}, {"batch", required_argument, 0, O_BATCH},
         {"threads", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'}, {"bf16", no_argument, 0, O_BF16},
-        {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT},
+        {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT}, {"device", required_argument, 0, O_DEVICE},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -167,6 +168,7 @@ int cmd_predict(int argc, char **argv) {
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
         case O_QUANT: cli_set_quantize(optarg); break;
+        case O_DEVICE: cli_set_device(optarg); break;
         case O_BF16: bf16 = 1; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
@@ -183,10 +185,13 @@ int cmd_predict(int argc, char **argv) {
     }
     if (!adapter) adapter = model_path; /* a merged classifier (afinar merge) carries its head */
     af_ctx *ctx = NULL;
-    if (!cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx)) return 2;
+    int mrc = cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx);
+    if (mrc) return mrc;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;
+    af_ctx *dev_ctx = NULL; /* --device auto that fell back to the CPU */
     af_status st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
+    if (st != AF_OK && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
     if (st == AF_OK && af_classifier_note(c)) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
     int rc = 0;
     if (st == AF_OK && !af_model_tokenizer(af_classifier_model(c))) {
@@ -213,5 +218,6 @@ done:
     af_corpus_free(corp);
     af_classifier_free(c);
     af_ctx_free(ctx);
+    af_ctx_free(dev_ctx);
     return rc;
 }

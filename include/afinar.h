@@ -40,7 +40,9 @@ typedef enum af_status {
     AF_ERR_INVALID_ARG = 5, /* caller passed an invalid argument */
     AF_ERR_NOT_FOUND = 6,   /* a required key/tensor/token is missing */
     AF_ERR_RANGE = 7,       /* a value is outside its allowed range (e.g. context full) */
-    AF_ERR_INTERNAL = 8     /* an internal invariant failed (a bug: please report) */
+    AF_ERR_INTERNAL = 8,    /* an internal invariant failed (a bug: please report) */
+    AF_ERR_DEVICE = 9       /* a compute device failed: lost, out of device memory during a run,
+                             * a shader or queue error (the message names the device and the op) */
 } af_status;
 
 /* Name of a status code, e.g. "AF_ERR_FORMAT". Static string, never NULL. */
@@ -100,6 +102,12 @@ typedef struct af_ctx_params {
      * another quantized type (Q4_K ...) makes af_model_load fail with AF_ERR_UNSUPPORTED naming
      * it. Training (LoRA) and inference run on the converted weights. */
     const char *quantize;
+    /* Compute device (issue 14): NULL or "cpu"; "vulkan" (the first Vulkan device) or "vulkan:N";
+     * "auto" (a Vulkan device when one is present, else the CPU; a run that does not fit the device
+     * or whose device fails goes on on the CPU, saying so). Contexts opened on the same device
+     * share it (its memory and the weights imported by models loaded with either).
+     * `afinar devices` / af_backend_devices list what there is. */
+    const char *device;
 } af_ctx_params;
 
 /* Defaults: n_threads 0 (all), kernel_path "auto", matmul_precision "f32", int8_activations 0,
@@ -114,6 +122,41 @@ af_status af_ctx_new(const af_ctx_params *p, af_ctx **out);
 
 /* Frees a context. NULL is ignored. */
 void af_ctx_free(af_ctx *ctx);
+
+/* What `afinar devices` prints about one device and what the memory guard reads. */
+typedef struct af_device_info {
+    char backend[16];     /* "cpu", "vulkan", "guard" (debug) */
+    int32_t index;        /* within its backend: --device vulkan:INDEX */
+    char name[128];       /* "AMD EPYC 7B13 (avx2, 2 threads)", "llvmpipe (LLVM 15.0.6, 256 bits)" */
+    char kind[32];        /* "cpu", "discrete GPU", "integrated GPU", "virtual GPU", "software (CPU)" */
+    char driver[128];     /* driver name and version ("" for the CPU) */
+    char features[256];   /* space-separated: "fp16 int8 subgroup=8 coopmat bf16 ..." */
+    uint64_t mem_total;   /* bytes of device memory the backend may use (CPU: RAM or cgroup limit) */
+    uint64_t mem_free;    /* bytes free now (0 = unknown) */
+    uint64_t max_alloc;   /* bytes of the largest single allocation (UINT64_MAX: no limit) */
+    int host_memory;      /* 1: device addresses are host addresses (the CPU backend only) */
+} af_device_info;
+
+/* The context's device: "cpu", "vulkan:0", "guard" (backend:index; the CPU as "cpu"). Borrowed:
+ * valid while ctx lives. */
+const char *af_ctx_device(const af_ctx *ctx);
+/* Its description (af_device_info of the open device: name, memory, features). */
+void af_ctx_device_info(const af_ctx *ctx, af_device_info *out);
+/* 1 when the context computes on the CPU (its device memory is host memory). */
+int af_ctx_on_cpu(const af_ctx *ctx);
+/* 1 when the context was made with device "auto" (a run that does not fit or fails on the device
+ * may go on on the CPU). */
+int af_ctx_device_auto(const af_ctx *ctx);
+
+/* Backends built into this library, as `afinar devices` lists them: cpu, vulkan (always listed;
+ * without devices when it is not built in or no device is found). */
+int32_t af_backend_count(void);
+/* Name of listed backend i ("cpu", "vulkan"); NULL outside [0, af_backend_count()). */
+const char *af_backend_name(int32_t i);
+/* The devices of listed backend i: up to `cap` into out (may be NULL with cap 0), *n the number
+ * there is. No device: AF_OK, *n = 0 and why [why_cap] says why ("not built in ...", "no Vulkan
+ * loader", "no device"). Errors: AF_ERR_INVALID_ARG (bad i). */
+af_status af_backend_devices(int32_t i, af_device_info *out, int32_t cap, int32_t *n, char *why, size_t why_cap);
 
 /* The settings in use, as params that af_ctx_new() accepts (to derive a context that differs in
  * one setting). kernel_path is the resolved path name ("scalar", "avx2" or "avx512"), n_threads
@@ -893,6 +936,11 @@ typedef struct af_trainer_opts {
     const char *quantize;        /* NULL: the base context's; else af_ctx_params.quantize of the run's context
                                     ("nf4", "q8_0", "f16", "bf16", "none"), applied when it loads model_path
                                     (QLoRA: LoRA on an NF4 base) */
+    const char *device;          /* NULL: the base context's device; else af_ctx_params.device of the run's
+                                    context ("cpu", "vulkan", "vulkan:N", "auto"). With "auto" the run takes the
+                                    Vulkan device when one is present and the run fits it (else the CPU, said in
+                                    the log), and goes on on the CPU when the device fails or computes non-finite
+                                    values where the CPU does not. */
     /* ---- causal LM (task AF_TASK_CAUSAL_LM) ---- */
     af_task task;                /* AF_TASK_CLASSIFICATION (default) */
     int packing;                 /* causal LM: -1 (default) or 1: micro-batches packed by best-fit decreasing to

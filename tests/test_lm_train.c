@@ -459,6 +459,22 @@ static void test_trainer_lm(void) {
           "causal LM: final adapter after resume is byte-identical to the uninterrupted run");
     CHECK(files_equal(path_in("res_a/best/adapter_model.safetensors"), path_in("res_b/best/adapter_model.safetensors")),
           "causal LM: best adapter after resume is byte-identical");
+    /* issue 14: the same run on the guard device (device memory PROT_NONE between the backend table's
+     * ops: any host access outside the table kills this program) ends with the CPU run's bits; the
+     * evaluation (forward-only LM loss) included */
+    if (CHECK(tl_ctx_set_device("guard") == AF_OK, "guard context: %s", af_last_error())) {
+        af_model *g = NULL;
+        if (CHECK(tm_load(&spec, &g) == AF_OK, "tiny llama on guard: %s", af_last_error())) {
+            lm_opts(&o, g, tr, va, path_in("res_g"));
+            o.checkpointing = 1;
+            CHECK(run_lm(&o, &r) == AF_OK, "res_g: %s", af_last_error());
+            CHECK(files_equal(path_in("res_a/final/adapter_model.safetensors"), path_in("res_g/final/adapter_model.safetensors")) &&
+                      files_equal(path_in("res_a/best/adapter_model.safetensors"), path_in("res_g/best/adapter_model.safetensors")),
+                  "causal LM on the guard device (checkpointing): adapters differ from the CPU run's");
+        }
+        af_model_free(g);
+        tl_ctx_set_device("cpu");
+    }
     /* refusals */
     lm_opts(&o, m, tr, va, path_in("bad"));
     o.class_weights = "inverse-freq";

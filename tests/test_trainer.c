@@ -558,6 +558,97 @@ static void test_cli(void) {
     CHECK(rc == 1, "eval with a missing adapter: exit %d, want 1", rc);
 }
 
+/* One run of resume_opts on train46.jsonl into OUT/name on `device` (lora layers 1-: the prefix
+ * cache holds layer 0's output), stopped after `stop` steps (0: to the end), or resumed (resume). */
+static af_status guard_run(const char *name, const char *device, int64_t stop, int ckpt, int resume) {
+    af_trainer_opts o;
+    af_train_result r;
+    resume_opts(&o, resume ? NULL : P_(name));
+    o.train_path = P_("train46.jsonl");
+    o.lora_layers = "1-";
+    o.device = device;
+    o.stop_after = stop;
+    o.checkpointing = ckpt;
+    if (resume) o.resume = P_(name);
+    return run(&o, &r);
+}
+
+static int same_adapters(const char *a, const char *b) {
+    char x[600], y[600];
+    int ok = 1;
+    for (int k = 0; k < 2; k++) {
+        const char *sub = k ? "best" : "final";
+        snprintf(x, sizeof x, "%s/%s/adapter_model.safetensors", P_(a), sub);
+        snprintf(y, sizeof y, "%s/%s/adapter_model.safetensors", P_(b), sub);
+        ok &= files_equal(x, y);
+    }
+    snprintf(x, sizeof x, "%s/metrics.jsonl", P_(a));
+    snprintf(y, sizeof y, "%s/metrics.jsonl", P_(b));
+    int n_cmp = 0;
+    return ok && same_train_lines(x, y, 0, &n_cmp) && n_cmp == 10;
+}
+
+/* Issue 14: training on the guard device (kernels/cpu/backend_guard.c: device memory PROT_NONE
+ * between the backend table's ops, so any host access to activations, parameters, gradients, AdamW
+ * state or weights outside the table kills this program) gives the CPU's adapters and metrics bit
+ * for bit (dropout, grad-accum, clipping, evaluation, best/final, prefix cache, checkpointing); a
+ * checkpoint written on one device resumes on the other and ends with the same bits. */
+static void test_guard(void) {
+    if (!CHECK(guard_run("gd_cpu", "cpu", 0, 0, 0) == AF_OK, "cpu run: %s", af_last_error())) return;
+    CHECK(guard_run("gd_guard", "guard", 0, 1, 0) == AF_OK, "guard run: %s", af_last_error());
+    CHECK(same_adapters("gd_cpu", "gd_guard"), "guard run (checkpointing) differs from the cpu run");
+    CHECK(guard_run("gd_g2c", "guard", 5, 0, 0) == AF_OK && guard_run("gd_g2c", "cpu", 0, 0, 1) == AF_OK,
+          "guard -> cpu resume: %s", af_last_error());
+    CHECK(same_adapters("gd_cpu", "gd_g2c"), "checkpoint of the guard device resumed on the cpu differs");
+    CHECK(guard_run("gd_c2g", "cpu", 5, 0, 0) == AF_OK && guard_run("gd_c2g", "guard", 0, 0, 1) == AF_OK,
+          "cpu -> guard resume: %s", af_last_error());
+    CHECK(same_adapters("gd_cpu", "gd_c2g"), "checkpoint of the cpu resumed on the guard device differs");
+    /* multi-label (BCE, last-token pooling, head bias) */
+    af_trainer_opts o;
+    af_train_result r;
+    for (int d = 0; d < 2; d++) {
+        base_opts(&o, P_(d ? "gd_multi_g" : "gd_multi_c"));
+        o.train_path = P_("multi.jsonl");
+        o.val_path = NULL;
+        o.val_split = 0.25;
+        o.multi_label = 1;
+        o.head_bias = 1;
+        o.pooling = AF_POOL_LAST;
+        o.max_steps = 6;
+        o.device = d ? "guard" : "cpu";
+        CHECK(run(&o, &r) == AF_OK, "multi-label on %s: %s", o.device, af_last_error());
+    }
+    CHECK(files_equal(P_("gd_multi_c/final/adapter_model.safetensors"), P_("gd_multi_g/final/adapter_model.safetensors")),
+          "multi-label: guard adapter differs from the cpu's");
+    /* the classifier (eval / predict) on the guard device */
+    af_ctx_params cp;
+    af_ctx_params_default(&cp);
+    cp.device = "guard";
+    af_ctx *gc = NULL;
+    af_classifier *c1 = NULL, *c2 = NULL;
+    af_corpus *cor = NULL;
+    af_dataset *ds = NULL;
+    if (CHECK(af_ctx_new(&cp, &gc) == AF_OK, "guard ctx: %s", af_last_error()) &&
+        CHECK(af_classifier_load(NULL, P_("tiny.gguf"), NULL, P_("gd_cpu/final"), &c1) == AF_OK &&
+                  af_classifier_load(gc, P_("tiny.gguf"), NULL, P_("gd_cpu/final"), &c2) == AF_OK,
+              "classifiers: %s", af_last_error()) &&
+        CHECK(af_corpus_read(P_("val.jsonl"), NULL, &cor) == AF_OK &&
+                  af_dataset_build(T_CTX, cor, af_model_tokenizer(c1->model), 64, &ds) == AF_OK,
+              "val set: %s", af_last_error())) {
+        float *p1 = malloc(sizeof(float) * (size_t)ds->n * 3), *p2 = malloc(sizeof(float) * (size_t)ds->n * 3);
+        CHECK(af_classifier_probs(c1, ds, 5, p1) == AF_OK && af_classifier_probs(c2, ds, 5, p2) == AF_OK &&
+                  !memcmp(p1, p2, sizeof(float) * (size_t)ds->n * 3),
+              "classifier probabilities on the guard device differ from the cpu's");
+        free(p1);
+        free(p2);
+    }
+    af_dataset_free(ds);
+    af_corpus_free(cor);
+    af_classifier_free(c1);
+    af_classifier_free(c2);
+    af_ctx_free(gc);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/afinar_trainer_%ld", (long)getpid());
     if (!CHECK(mkdir(g_dir, 0777) == 0, "mkdir %s", g_dir)) return tl_finish("trainer");
@@ -572,6 +663,7 @@ int main(void) {
     test_stops();
     test_bad_input();
     test_variants();
+    test_guard();
     test_cli();
     if (!tl_failed && !getenv("TL_KEEP")) sh("rm -rf %s", g_dir);
     else printf("test files kept in %s\n", g_dir);

@@ -178,15 +178,15 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
         pos[i] = i;
     }
     /* training mode: embedding, then every layer with its own activation set */
-    af_carver cv = {NULL, 0};
+    af_carver cv;
+    af_carver_count(&cv, 0);
     af_tf_acts S;
     af_tf_scratch ws;
     af_tf_carve_scratch(&cv, &ws, m, &lay, NTOK, AF_TF_TRAIN, 0);
     af_tf_carve_acts(&cv, &S, m, &lay, NTOK, AF_TF_TRAIN, 0);
-    void *mem = af_malloc_aligned(cv.used);
+    af_devmem mem;
     float *xt = malloc(sizeof(float) * (size_t)((NL + 1) * NTOK * H));
-    cv.base = mem;
-    cv.used = 0;
+    if (!CHECK(af_carver_alloc(&cv, m->ctx, &mem) == AF_OK, "workspace")) return;
     af_tf_carve_scratch(&cv, &ws, m, &lay, NTOK, AF_TF_TRAIN, 0);
     af_tf_carve_acts(&cv, &S, m, &lay, NTOK, AF_TF_TRAIN, 0);
     af_tf_run R;
@@ -203,13 +203,15 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
     R.ss = ss;
     R.B = 1;
     R.block_rows = 256;
-    af_tf_embed(m, tok, NTOK, xt);
+    af_tf_embed(m->ctx, m, tok, NTOK, xt);
     for (int32_t l = 0; l < NL; l++) af_tf_layer_forward(&R, l, &S, xt + l * NTOK * H, xt + (l + 1) * NTOK * H);
     /* inference mode */
     af_tf_infer inf;
     float *kc = calloc((size_t)(NL * NTOK * kvd), sizeof(float)), *vc = calloc((size_t)(NL * NTOK * kvd), sizeof(float));
-    if (CHECK(af_tf_infer_init(&inf, m, &lay, NTOK) == AF_OK, "infer init")) {
-        af_tf_infer_forward(m->ctx, m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kc, vc, NTOK);
+    float *kl[64], *vl[64]; /* the per-layer caches (host memory: the CPU backend) */
+    for (int64_t l = 0; l < NL && l < 64; l++) kl[l] = kc + l * NTOK * kvd, vl[l] = vc + l * NTOK * kvd;
+    if (CHECK(NL <= 64 && af_tf_infer_init(&inf, m->ctx, m, &lay, NTOK) == AF_OK, "infer init")) {
+        af_tf_infer_forward(m->ctx, m, &inf, P, &lay, lay.scale, tok, NTOK, 0, kl, vl, NTOK);
         const float *xf = xt + NL * NTOK * H;
         const double d = tl_max_abs_diff(inf.x, xf, (size_t)(NTOK * H), NULL);
         const double tol = 1e-5 * (1.0 + max_abs(xf, (size_t)(NTOK * H)));
@@ -222,7 +224,7 @@ static void test_train_vs_infer(const char *arch, uint32_t wtype) {
     free(kc);
     free(vc);
     free(xt);
-    af_free_aligned(mem);
+    af_devmem_free(&mem);
     free(P);
     af_param_layout_free(&lay);
     af_model_free(m);
@@ -443,7 +445,48 @@ out:
     af_model_free(m);
 }
 
+/* Issue 14: the inference session on the guard device (kernels/cpu/backend_guard.c: device memory
+ * PROT_NONE between the table's ops, so a host access outside the table kills this program) gives
+ * the CPU's logits bit for bit: a prompt in one call and token by token (KV-cache decode), with an
+ * adapter (uploaded by af_session_set_lora) and without. */
+static void test_guard_session(const char *arch, uint32_t wtype) {
+    af_model *m = NULL;
+    af_param_layout lay;
+    float *P = NULL;
+    if (!fixture(arch, wtype, 5, &m, &lay, &P)) return;
+    const int64_t V = m->cfg.vocab_size;
+    int32_t tok[NTOK];
+    uint64_t rng = 21;
+    for (int i = 0; i < NTOK; i++) tok[i] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)V);
+    float *a = malloc(sizeof(float) * (size_t)(4 * NTOK * V));
+    float *b = a + 2 * NTOK * V;
+    int ok = session_logits(m, P, &lay, lay.scale, tok, 0, a) && session_logits(m, NULL, NULL, 0, tok, 1, a + NTOK * V);
+    af_model *g = NULL;
+    if (ok && CHECK(tl_ctx_set_device("guard") == AF_OK, "guard context: %s", af_last_error())) {
+        tm_spec spec = tm_default(arch, wtype);
+        if (CHECK(tm_load(&spec, &g) == AF_OK, "tiny %s on guard: %s", arch, af_last_error())) {
+            CHECK(strcmp(af_ctx_device(g->ctx), "guard") == 0, "model on %s", af_ctx_device(g->ctx));
+            ok = session_logits(g, P, &lay, lay.scale, tok, 0, b) && session_logits(g, NULL, NULL, 0, tok, 1, b + NTOK * V);
+            CHECK(ok && !memcmp(a, b, sizeof(float) * (size_t)(2 * NTOK * V)),
+                  "%s %s: guard logits differ from the CPU's (max |diff| %.3g)", arch, af_type_name(wtype),
+                  tl_max_abs_diff(a, b, (size_t)(2 * NTOK * V), NULL));
+            printf("%s %s: session on the guard device: logits == CPU bit for bit (prompt with adapter, decode without)\n",
+                   arch, af_type_name(wtype));
+        }
+        af_model_free(g);
+        tl_ctx_set_device("cpu");
+    }
+    free(a);
+    free(P);
+    af_param_layout_free(&lay);
+    af_model_free(m);
+}
+
 int main(void) {
+    test_guard_session("llama", AF_TYPE_Q8_0);
+    test_guard_session("gemma3", AF_TYPE_F32);
+    test_guard_session("qwen2", AF_TYPE_Q4_1);
+    test_guard_session("qwen3", AF_TYPE_F32);
     test_merged("llama");
     test_merged("gemma3");
     test_merged("qwen2");

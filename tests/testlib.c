@@ -171,6 +171,20 @@ af_ctx *tl_ctx(void) {
     return tl_ctxs[tl_n_ctx - 1];
 }
 
+int tl_ctx_set_device(const char *device) {
+    af_ctx *cur = tl_ctx();
+    af_ctx_params p;
+    af_ctx_get_params(cur, &p);
+    p.device = device;
+    af_ctx *c = NULL;
+    af_status st = af_ctx_new(&p, &c);
+    if (st != AF_OK) return st;
+    c->fused_decode = cur->fused_decode;
+    c->att_gemm = cur->att_gemm;
+    tl_ctx_push(c);
+    return AF_OK;
+}
+
 int tl_ctx_set(const char *kernel_path, int n_threads, const char *precision, int int8_act) {
     af_ctx *cur = tl_ctx();
     af_ctx_params p;

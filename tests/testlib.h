@@ -59,5 +59,7 @@ struct af_ctx;
 struct af_ctx *tl_ctx(void);
 #define T_CTX tl_ctx()
 int tl_ctx_set(const char *kernel_path, int n_threads, const char *precision, int int8_act);
+/* Likewise with the device changed (af_ctx_params.device: "cpu", "guard", ...). */
+int tl_ctx_set_device(const char *device);
 
 #endif

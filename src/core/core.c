@@ -32,6 +32,7 @@ const char *af_status_name(af_status st) {
     case AF_ERR_NOT_FOUND: return "AF_ERR_NOT_FOUND";
     case AF_ERR_RANGE: return "AF_ERR_RANGE";
     case AF_ERR_INTERNAL: return "AF_ERR_INTERNAL";
+    case AF_ERR_DEVICE: return "AF_ERR_DEVICE";
     }
     return "AF_ERR_UNKNOWN";
 }
@@ -117,8 +118,40 @@ uint16_t af_f32_to_fp16(float f) {
     return (uint16_t)(sign | h);
 }
 
+const char *af_fmt_bytes(char *buf, size_t cap, uint64_t b) {
+    if (b < 1024) snprintf(buf, cap, "%llu B", (unsigned long long)b);
+    else if (b < ((uint64_t)1 << 20)) snprintf(buf, cap, "%.1f KiB", (double)b / 1024.0);
+    else if (b < ((uint64_t)1 << 30)) snprintf(buf, cap, "%.1f MiB", (double)b / 1048576.0);
+    else snprintf(buf, cap, "%.2f GiB", (double)b / 1073741824.0);
+    return buf;
+}
+
 double af_time_sec(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- counter RNG (core.h) */
+
+static inline uint64_t mix64(uint64_t z) {
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ULL;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z;
+}
+
+uint64_t af_ctr_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ULL);
+    h = mix64(h ^ (a * 0xd1b54a32d192ed03ULL + 1));
+    h = mix64(h ^ (b * 0xaef17502108ef2d9ULL + 2));
+    h = mix64(h ^ (c * 0xf58f7a5c5b1b1b4dULL + 3));
+    return h;
+}
+
+float af_ctr_u01(uint64_t key, uint64_t i) {
+    uint64_t h = mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL);
+    return (float)(h >> 40) * (1.0f / 16777216.0f);
 }

@@ -88,7 +88,22 @@ static inline float af_bf16_to_f32(uint16_t b) {
     return v.f;
 }
 
+/* `bytes` as "512 B", "12.3 KiB", "96.0 MiB" or "1.50 GiB" into buf [cap]; returns buf. */
+const char *af_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
+
 /* Monotonic wall clock in seconds. */
 double af_time_sec(void);
+
+/* ---- Counter-based RNG (LoRA initialisation, dropout masks; implemented in core.c) ----
+ * af_ctr_key mixes (seed, a, b, c) into a 64-bit stream key with the splitmix64 finaliser
+ * (Steele et al. 2014, "Fast splittable pseudorandom number generators"); af_ctr_u01 returns the
+ * i-th uniform of that stream in [0, 1) with 24 random bits (exact in f32). Pure functions of
+ * their arguments: results never depend on thread count or call order.
+ * Keys used: LoRA A of (layer, proj): af_ctr_key(seed, layer, proj, 0), index = row-major element;
+ * head W: af_ctr_key(seed, n_layers, AF_PROJ_COUNT, 0); dropout mask of (layer, proj, token):
+ * af_ctr_key(dropout_seed, layer, proj, token + 1), index = input feature. */
+uint64_t af_ctr_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
+float af_ctr_u01(uint64_t key, uint64_t i);
+
 
 #endif /* AF_CORE_H */

@@ -3,6 +3,7 @@
 #include "kernels/ctx.h"
 
 #include "core/blocks.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/matmul.h"
 
@@ -54,7 +55,22 @@ static af_status ctx_init(af_ctx *c, const af_ctx_params *p) {
                        "threads %d: more than 4x the %d CPUs this process may use (at most %d; 0 = one per CPU)",
                        p->n_threads, cpus, max_threads);
     c->n_threads = p->n_threads > 0 ? p->n_threads : cpus;
-    AF_TRY(af_threadpool_new(c->n_threads, p->poll_us, af_kernels_thread_release, &c->pool));
+    const char *dspec = p->device && *p->device ? p->device : "cpu";
+    if (strlen(dspec) >= sizeof c->device_spec)
+        return af_fail(AF_ERR_INVALID_ARG, "device '%.40s...': unknown (expected cpu, vulkan, vulkan:N or auto)", dspec);
+    snprintf(c->device_spec, sizeof c->device_spec, "%s", dspec);
+    c->device_auto = !strcmp(dspec, "auto");
+    AF_TRY(af_device_acquire(dspec, &c->dev, NULL, NULL, 0));
+    c->be = c->dev->be;
+    if (!strcmp(c->dev->info.backend, "cpu") || !strcmp(c->dev->info.backend, "guard"))
+        snprintf(c->device_id, sizeof c->device_id, "%s", c->dev->info.backend);
+    else snprintf(c->device_id, sizeof c->device_id, "%s:%d", c->dev->info.backend, (int)c->dev->info.index);
+    af_status st = af_threadpool_new(c->n_threads, p->poll_us, af_kernels_thread_release, &c->pool);
+    if (st != AF_OK) {
+        af_device_release(c->dev);
+        c->dev = NULL;
+        return st;
+    }
     c->int8_act = p->int8_activations != 0;
     c->fused_decode = 1;
     c->att_gemm = 1;
@@ -79,6 +95,7 @@ af_status af_ctx_new(const af_ctx_params *p, af_ctx **out) {
 void af_ctx_free(af_ctx *ctx) {
     if (!ctx) return;
     af_threadpool_free(ctx->pool);
+    af_device_release(ctx->dev);
     free(ctx);
 }
 
@@ -93,6 +110,10 @@ const af_ctx *af_ctx_default(void) {
             g_default.k = af_kernels_for(AF_KPATH_SCALAR);
             g_default.path = AF_KPATH_SCALAR;
             g_default.n_threads = 1;
+            if (!g_default.dev) af_device_acquire("cpu", &g_default.dev, NULL, NULL, 0);
+            g_default.be = &af_backend_cpu;
+            snprintf(g_default.device_spec, sizeof g_default.device_spec, "cpu");
+            snprintf(g_default.device_id, sizeof g_default.device_id, "cpu");
         }
         __atomic_store_n(&g_default_state, 2, __ATOMIC_RELEASE);
     } else
@@ -115,6 +136,7 @@ void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p) {
     p->quantize = ctx->quantize == AF_TYPE_NF4 ? "nf4" : ctx->quantize == AF_TYPE_Q8_0 ? "q8_0"
                   : ctx->quantize == AF_TYPE_F16 ? "f16" : ctx->quantize == AF_TYPE_BF16 ? "bf16" : "none";
     p->poll_us = af_threadpool_poll_us(ctx->pool);
+    p->device = ctx->device_spec;
 }
 
 int af_ctx_n_threads(const af_ctx *ctx) { return ctx->n_threads; }
@@ -160,4 +182,40 @@ af_status af_ctx_measure_precision(const af_ctx *ctx, double *f32_gflops, double
     }
     free(a);
     return AF_OK;
+}
+
+const char *af_ctx_device(const af_ctx *ctx) { return ctx->device_id; }
+int af_ctx_on_cpu(const af_ctx *ctx) { return ctx->dev->info.host_memory; }
+int af_ctx_device_auto(const af_ctx *ctx) { return ctx->device_auto; }
+
+void af_ctx_device_info(const af_ctx *ctx, af_device_info *out) {
+    *out = ctx->dev->info;
+    ctx->be->memory(ctx, &out->mem_free, &out->mem_total);
+}
+
+/* The listed (non-hidden) backends of the registry. */
+static const af_backend_entry *listed(int32_t i) {
+    const af_backend_entry *const *e;
+    const int32_t n = af_backend_registry(&e);
+    for (int32_t k = 0, j = 0; k < n; k++)
+        if (!e[k]->hidden && j++ == i) return e[k];
+    return NULL;
+}
+
+int32_t af_backend_count(void) {
+    int32_t n = 0;
+    while (listed(n)) n++;
+    return n;
+}
+
+const char *af_backend_name(int32_t i) {
+    const af_backend_entry *e = i >= 0 ? listed(i) : NULL;
+    return e ? e->name : NULL;
+}
+
+af_status af_backend_devices(int32_t i, af_device_info *out, int32_t cap, int32_t *n, char *why, size_t why_cap) {
+    const af_backend_entry *e = i >= 0 ? listed(i) : NULL;
+    if (!e || !n) return af_fail(AF_ERR_INVALID_ARG, "af_backend_devices: no backend %d", (int)i);
+    if (why && why_cap) why[0] = 0;
+    return e->enumerate(out, cap, n, why, why_cap);
 }

@@ -15,12 +15,19 @@
 #include "core/threadpool.h"
 
 struct af_kernels; /* kernels/cpu/kernels.h: the table of ISA variants */
+struct af_backend; /* kernels/backend.h: the ops table of the context's device */
+struct af_device;  /* kernels/backend.h: the open device (shared by the contexts on it) */
 
 struct af_ctx {
     int n_threads;                /* >= 1: threads of every parallel loop (the pool's size) */
     struct af_threadpool *pool;         /* owned; workers started at the first parallel loop */
     af_kpath path;                /* kernel path of `k` */
     const struct af_kernels *k;   /* ISA variants of every kernel, chosen at creation */
+    const struct af_backend *be;  /* the device's ops table (kernels/backend.h af_be); never NULL */
+    struct af_device *dev;        /* the device (held: af_device_acquire / release); never NULL */
+    int device_auto;              /* 1: made with device "auto": a device failure may fall back to the CPU */
+    char device_spec[32];         /* af_ctx_params.device as given ("cpu" when NULL) */
+    char device_id[40];           /* the device: "cpu", "vulkan:0", "guard" (af_ctx_device) */
     int bf16;                     /* 1: packed-GEMM products with bf16 operands (k has them) */
     int int8_act;                 /* 1: int8 activations in decode products */
     uint32_t quantize;            /* af_model_load requantizes projections to this af_type (NF4, Q8_0,

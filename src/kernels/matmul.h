@@ -26,6 +26,15 @@ void af_matmul_xwt(const af_ctx *ctx, float *y, const float *x, const void *w, u
 void af_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,
                    int64_t out, int accumulate);
 
+/* The training form (n >= 16 rows): dyw = 0 is af_matmul_xwt, dyw = 1 af_matmul_dyw (y [n, in]).
+ * Unless the packed GEMM takes the whole call (af_matmul_packed_path), the rows are cut into
+ * about n / block_rows token blocks (block_rows 0: one call), which the context's threads take
+ * whole (each block one single-threaded kernel call), keeping a block's x (or dy) stream in the
+ * per-core L2 (engine.h af_engine_set_block_rows). Every row's arithmetic is that of one call: the
+ * results equal one call bit for bit. Inside a pool job the blocks run one after the other. */
+void af_matmul_rows(const af_ctx *ctx, int dyw, float *y, const float *x, const void *w, uint32_t type, int64_t n,
+                    int64_t in, int64_t out, int accumulate, int64_t block_rows);
+
 /* Decode precision (n <= 4 tokens) is ctx->int8_act: when on, activations are quantized to int8
  * per 32-block and multiplied with integer dot products (llama.cpp's scheme: faster, relative
  * error ~5e-3 per product, which moves logits by up to ~0.5 over 30 layers); when off (the

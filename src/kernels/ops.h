@@ -101,4 +101,31 @@ void af_add(float *y, const float *a, const float *b, int64_t n);
 /* Softmax over one row in place. */
 void af_softmax_inplace(float *x, int64_t n);
 
+/* ---- loops that model / training code ran on the host (kernels/cpu/ops_misc.c; one op each of the
+ * backend table, kernels/backend.h) ---- */
+/* x[i] *= s over n floats. */
+void af_scale(const af_ctx *ctx, float *x, float s, int64_t n);
+/* y[t, :] += b for every row t of y [n, out]; b [out]. */
+void af_add_bias(const af_ctx *ctx, float *y, const float *b, int64_t n, int64_t out);
+/* x [n, H] = rows tokens[t] (in [0, rows of W), unchecked) of W [*, H] stored in blocks of `type`,
+ * dequantized (af_dequantize_row), then times `scale` unless it is 1. */
+void af_embed(const af_ctx *ctx, float *x, const int32_t *tokens, int64_t n, const void *w, uint32_t type, int64_t H,
+              float scale);
+/* x[i] = c·tanh(x[i]/c) over n floats (logit soft-capping, Gemma 2/3; c > 0). */
+void af_softcap(const af_ctx *ctx, float *x, int64_t n, float c);
+/* dst [k, W] row j = src row idx[j]. */
+void af_rows_gather(const af_ctx *ctx, float *dst, const float *src, const int32_t *idx, int64_t k, int64_t W);
+/* dst row idx[j] = src row j (src [k, W]); zeros when src is NULL. */
+void af_rows_scatter(const af_ctx *ctx, float *dst, const float *src, const int32_t *idx, int64_t k, int64_t W);
+/* Number of NaN / ±Inf values among x [n]. */
+int64_t af_count_nonfinite(const af_ctx *ctx, const float *x, int64_t n);
+/* Softmax cross-entropy of k logit rows z [k, V] with targets tgt [k] in [0, V) (the LM head loss,
+ * model/transformer.h af_lm_head_loss): z soft-capped in place when cap > 0 (c·tanh(z/c));
+ * loss[j] = logsumexp(z_j) − z_j[tgt_j] (double), correct[j] = (argmax_v z_j[v], lowest index on
+ * ties) == tgt_j; with grad, z_j is replaced by grad_scale·(softmax(z_j) − onehot(tgt_j)) times
+ * the soft-cap derivative 1 − (z/c)². Sums in double, one row per thread (the same bits for any
+ * thread count). Source: softmax CE gradient (Goodfellow et al. 2016 §6.2.2.3); tanh' = 1 − tanh². */
+void af_lm_ce_rows(const af_ctx *ctx, float *z, const int32_t *tgt, int64_t k, int64_t V, float cap, float grad_scale,
+                   int grad, double *loss, int32_t *correct);
+
 #endif /* AF_OPS_H */

@@ -8,7 +8,6 @@
 
 #include "core/core.h"
 #include "kernels/ctx.h"
-#include "kernels/matmul.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -21,57 +20,6 @@ static const char *const proj_short[AF_PROJ_COUNT] = {"q", "k", "v", "o", "gate"
 
 const char *af_proj_name(af_proj p) {
     return (p >= 0 && p < AF_PROJ_COUNT) ? proj_names[p] : "unknown";
-}
-
-/* ---------------------------------------------------------------- counter RNG */
-
-static inline uint64_t mix64(uint64_t z) {
-    z ^= z >> 30;
-    z *= 0xbf58476d1ce4e5b9ULL;
-    z ^= z >> 27;
-    z *= 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return z;
-}
-
-uint64_t af_ctr_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
-    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ULL);
-    h = mix64(h ^ (a * 0xd1b54a32d192ed03ULL + 1));
-    h = mix64(h ^ (b * 0xaef17502108ef2d9ULL + 2));
-    h = mix64(h ^ (c * 0xf58f7a5c5b1b1b4dULL + 3));
-    return h;
-}
-
-float af_ctr_u01(uint64_t key, uint64_t i) {
-    uint64_t h = mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL);
-    return (float)(h >> 40) * (1.0f / 16777216.0f);
-}
-
-typedef struct dropout_job {
-    float *mask;
-    uint64_t seed;
-    int32_t layer;
-    af_proj proj;
-    int64_t t0, in;
-    float p;
-} dropout_job;
-
-/* Mask rows [r0, r1). */
-static void dropout_rows(void *va, int64_t r0, int64_t r1, int tid) {
-    const dropout_job *J = va;
-    const float keep = 1.0f / (1.0f - J->p);
-    for (int64_t t = r0; t < r1; t++) {
-        uint64_t key = af_ctr_key(J->seed, (uint64_t)J->layer, (uint64_t)J->proj, (uint64_t)(J->t0 + t + 1));
-        float *m = J->mask + t * J->in;
-        for (int64_t i = 0; i < J->in; i++) m[i] = af_ctr_u01(key, (uint64_t)i) >= J->p ? keep : 0.0f;
-    }
-}
-
-void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
-                          int64_t in, float p) {
-    /* every element is a pure function of its indices: threads cannot change the result */
-    dropout_job J = {mask, seed, layer, proj, t0, in, p};
-    af_threadpool_run(ctx->pool, n * in >= 65536 ? ctx->n_threads : 1, n, 0, dropout_rows, &J);
 }
 
 /* ---------------------------------------------------------------- targets */
@@ -303,78 +251,6 @@ void af_lora_init_params(const af_param_layout *lay, float *P) {
         for (int64_t i = 0; i < (int64_t)lay->num_classes * lay->hidden; i++)
             W[i] = (2.0f * af_ctr_u01(key, (uint64_t)i) - 1.0f) * bound;
         memset(P + lay->head_b_off, 0, sizeof(float) * (size_t)lay->num_classes);
-    }
-}
-
-/* ---------------------------------------------------------------- forward / backward */
-
-#define DROP_CHUNK_FLOATS 16384 /* stack floats for masked input rows in the forward (64 KiB) */
-
-void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
-                     int64_t n, int64_t in, int64_t out, int32_t r, float scale) {
-    if (n <= 0) return;
-    if (!drop_mask) {
-        af_gemm_abt(ctx, xa, x, A, n, r, in, 0); /* xa[n, r] = x · Aᵀ */
-    } else {
-        float buf[DROP_CHUNK_FLOATS];
-        int64_t rows = DROP_CHUNK_FLOATS / in;
-        if (rows < 1) {
-            /* very wide input: one dot product at a time (accumulated in double) */
-            for (int64_t t = 0; t < n; t++)
-                for (int32_t j = 0; j < r; j++) {
-                    double s = 0;
-                    for (int64_t i = 0; i < in; i++) s += (double)x[t * in + i] * drop_mask[t * in + i] * A[j * in + i];
-                    xa[t * r + j] = (float)s;
-                }
-        } else {
-            for (int64_t t0 = 0; t0 < n; t0 += rows) {
-                int64_t m = n - t0 < rows ? n - t0 : rows;
-                for (int64_t i = 0; i < m * in; i++) buf[i] = x[t0 * in + i] * drop_mask[t0 * in + i];
-                af_gemm_abt(ctx, xa + t0 * r, buf, A, m, r, in, 0);
-            }
-        }
-    }
-    if (scale == 1.0f) {
-        af_gemm_abt(ctx, y, xa, B, n, out, r, 1); /* y += xa · Bᵀ */
-        return;
-    }
-    /* y += scale · xa · Bᵀ: scale the (small) xa, multiply, and restore xa exactly by re-forming it
-     * would lose bits, so instead scale a copy chunk-wise on the stack. */
-    float buf[DROP_CHUNK_FLOATS];
-    int64_t rows = DROP_CHUNK_FLOATS / r;
-    for (int64_t t0 = 0; t0 < n; t0 += rows) {
-        int64_t m = n - t0 < rows ? n - t0 : rows;
-        for (int64_t i = 0; i < m * r; i++) buf[i] = scale * xa[t0 * r + i];
-        af_gemm_abt(ctx, y + t0 * out, buf, B, m, out, r, 1);
-    }
-}
-
-void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
-                      const float *drop_mask, const float *A, const float *B, int64_t n, int64_t in, int64_t out,
-                      int32_t r, float scale) {
-    if (n <= 0) return;
-    float *t = tmp;           /* [n, r] */
-    float *xd = tmp + n * r;  /* [n, in], only with a mask */
-    /* dB[out, r] += dyᵀ · (scale · xa) */
-    for (int64_t i = 0; i < n * r; i++) t[i] = scale * xa[i];
-    af_gemm_atb(ctx, dB, dy, t, out, r, n, 1);
-    /* t[n, r] = scale · dy · B */
-    af_gemm_ab(ctx, t, dy, B, n, r, out, 0);
-    for (int64_t i = 0; i < n * r; i++) t[i] *= scale;
-    /* dA[r, in] += tᵀ · dropout(x) */
-    const float *xin = x;
-    if (drop_mask) {
-        for (int64_t i = 0; i < n * in; i++) xd[i] = x[i] * drop_mask[i];
-        xin = xd;
-    }
-    af_gemm_atb(ctx, dA, t, xin, r, in, n, 1);
-    /* dx[n, in] += (t · A) ⊙ mask */
-    if (!dx) return;
-    if (!drop_mask) {
-        af_gemm_ab(ctx, dx, t, A, n, in, r, 1);
-    } else {
-        af_gemm_ab(ctx, xd, t, A, n, in, r, 0);
-        for (int64_t i = 0; i < n * in; i++) dx[i] += xd[i] * drop_mask[i];
     }
 }
 

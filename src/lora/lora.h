@@ -15,6 +15,7 @@
 #define AF_LORA_H
 
 #include "core/core.h"
+#include "kernels/train_ops.h"
 
 #include <stdint.h>
 
@@ -106,42 +107,12 @@ static inline const af_lora_slot *af_lora_slot_at(const af_param_layout *lay, in
  * seed, independent of thread count. */
 void af_lora_init_params(const af_param_layout *lay, float *P);
 
-/* Forward correction of one projection for n tokens:
- *   xa[n, r] = dropout(x)[n, in] · Aᵀ   (saved for the backward)
- *   y[n, out] += scale · xa · Bᵀ
- * `drop_mask` [n, in] (may be NULL when dropout == 0) holds 0 or 1/(1-p) per element. */
-void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
-                     int64_t n, int64_t in, int64_t out, int32_t r, float scale);
-
-/* Backward of the correction, given dy [n, out]:
- *   dB[out, r] += scale · dyᵀ · xa
- *   t[n, r]     = scale · dy · B
- *   dA[r, in]  += tᵀ · dropout(x)
- *   dx[n, in]  += (t · A) ⊙ drop_mask     (the frozen path's dx = dy·W is added by the caller)
- * `tmp` is scratch of n*r floats (+ n*in when drop_mask != NULL). */
-void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
-                      const float *drop_mask, const float *A, const float *B, int64_t n, int64_t in, int64_t out,
-                      int32_t r, float scale);
-
 /* Merge: Wd[out, in] += scale · B·A (Wd is a dequantized f32 copy); unmerge subtracts it. */
 void af_lora_merge(float *Wd, const float *A, const float *B, int64_t in, int64_t out, int32_t r, float scale,
                    int sign);
 
-/* ---- Counter-based RNG (added by the LoRA implementation; also used for dropout masks) ----
- * af_ctr_key mixes (seed, a, b, c) into a 64-bit stream key with the splitmix64 finaliser
- * (Steele et al. 2014, "Fast splittable pseudorandom number generators"); af_ctr_u01 returns the
- * i-th uniform of that stream in [0, 1) with 24 random bits (exact in f32). Pure functions of
- * their arguments: results never depend on thread count or call order.
- * Keys used: LoRA A of (layer, proj): af_ctr_key(seed, layer, proj, 0), index = row-major element;
- * head W: af_ctr_key(seed, n_layers, AF_PROJ_COUNT, 0); dropout mask of (layer, proj, token):
- * af_ctr_key(dropout_seed, layer, proj, token + 1), index = input feature. */
-uint64_t af_ctr_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
-float af_ctr_u01(uint64_t key, uint64_t i);
-
-/* Fill mask [n, in] for the dropout of adapter (layer, proj) with probability p: element (t, i) is
- * 1/(1-p) when af_ctr_u01(af_ctr_key(seed, layer, proj, t0 + t + 1), i) >= p, else 0. t0 is the
- * index of the first row's token in the packed batch. */
-void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t layer, af_proj proj, int64_t t0, int64_t n,
-                          int64_t in, float p);
+/* The counter-based RNG (af_ctr_key, af_ctr_u01) is in core/core.h; the LoRA products and the
+ * dropout mask (af_lora_forward, af_lora_backward, af_lora_dropout_mask) are kernels of every
+ * backend: kernels/train_ops.h. */
 
 #endif /* AF_LORA_H */

@@ -529,6 +529,7 @@ af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out) {
         }
     }
     if (st == AF_OK && ctx->quantize != AF_TYPE_F32) st = af_model_requantize(m, ctx->quantize, NULL, NULL);
+    if (st == AF_OK && !m->imported) st = af_model_import(m); /* weights on the context's device */
     if (st != AF_OK) {
         af_model_free(m);
         return st;
@@ -539,6 +540,7 @@ af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out) {
 
 void af_model_free(af_model *m) {
     if (!m) return;
+    af_model_release(m);
     if (m->tok) af_tokenizer_free(m->tok);
     free(m->layers);
     free(m->owned_f32);

@@ -49,12 +49,24 @@ typedef struct af_arch_desc {
 } af_arch_desc;
 
 /* A frozen weight matrix W [rows = out_features, cols = in_features] in its stored type.
- * Row r starts at (const char *)data + r * af_row_bytes(type, cols). */
+ * Row r starts at (const char *)data + r * af_row_bytes(type, cols). `data` is the host view (the
+ * mapping, or a copy made at load): export, merge and requantize read it. The layer walk reads the
+ * device address `dev` (blocks of `dev_type`) imported once by af_model_load under the model's
+ * context (kernels/backend.h import_weight); on a context whose device memory is host memory (the
+ * CPU) it reads `data` / `type` (af_weight_dev). */
 typedef struct af_weight {
     const void *data;
     uint32_t type;
     int64_t rows, cols;
+    const void *dev;   /* device address (NULL before the import) */
+    uint32_t dev_type; /* block type on the device (== type unless the backend converted it) */
 } af_weight;
+
+/* Device addresses of a layer's vectors (norm weights, biases) [same shapes as the host fields];
+ * NULL where the host field is NULL. */
+typedef struct af_layer_dev {
+    const float *attn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffw_norm;
+} af_layer_dev;
 
 typedef struct af_layer {
     const float *attn_norm;      /* [hidden] */
@@ -73,6 +85,7 @@ typedef struct af_layer {
     const float *post_ffw_norm;  /* [hidden] with desc.sandwich_norm, else NULL */
     float rope_base;             /* RoPE theta of this layer */
     int64_t window;              /* sliding window (keys seen incl. self), 0 = global */
+    af_layer_dev dv;             /* the vectors above on the model's device (af_model_import) */
 } af_layer;
 
 struct af_model {
@@ -94,7 +107,27 @@ struct af_model {
     void *owned_quant;      /* owned (af_free_aligned): projections requantized at load (af_model_requantize) */
     size_t owned_quant_bytes;
     char tok_error[256];    /* why `tok` is NULL (message of the failed tokenizer load) */
+    const float *output_norm_dev; /* output_norm on the device */
+    int imported;           /* 1: the dev addresses are set (af_model_import) */
+    int weights_converted;  /* projections whose type the device converted at import (said once) */
 };
+
+/* Import every weight and vector of m into m->ctx's device (kernels/backend.h import_weight; the
+ * CPU backend returns the host addresses, no copy); called by af_model_load after the optional
+ * requantization, and again by af_model_requantize when the weights changed (the previous imports
+ * released first). Errors: those of import_weight (AF_ERR_NOMEM, AF_ERR_UNSUPPORTED), naming the
+ * tensor; on error nothing stays imported. */
+af_status af_model_import(af_model *m);
+/* Release what af_model_import imported (af_model_free calls it). */
+void af_model_release(af_model *m);
+/* Whether ctx may run model m: its device is the model's, or its memory is host memory (the CPU
+ * reads the host views: a CPU fallback runs any model). Errors: AF_ERR_INVALID_ARG naming both
+ * devices. */
+af_status af_model_check_ctx(const af_model *m, const af_ctx *ctx);
+
+/* The address and block type of w that ctx's ops read: the host view on a host-memory device
+ * (the CPU), else the imported device address. */
+const void *af_weight_dev(const af_ctx *ctx, const af_weight *w, uint32_t *type);
 
 /* Quantize the frozen projection weights of every layer (attn q/k/v/o, ffn gate/up/down; not the
  * embeddings, LM head, norms or biases) from F32/F16/BF16 to `type` (AF_TYPE_NF4, AF_TYPE_Q8_0,

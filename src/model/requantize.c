@@ -131,5 +131,5 @@ af_status af_model_requantize(af_model *m, uint32_t type, int *n_done, int *n_ke
     free(row);
     m->owned_quant = buf;
     m->owned_quant_bytes = total;
-    return AF_OK;
+    return m->imported ? af_model_import(m) : AF_OK; /* the device copies follow the new blocks */
 }

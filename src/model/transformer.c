@@ -1,7 +1,9 @@
 /*
  * transformer.c — the one layer walk (transformer.h): forward for inference and training, backward
  * for training, with LoRA on every projection; also the embedding, final norm and LM head. Every
- * kernel call of the model's forward and backward is in this file.
+ * kernel call of the model's forward and backward is in this file, and every one goes through the
+ * context's backend table (kernels/backend.h af_be): activations, parameters and gradients are
+ * device memory, read and written only by the table's ops (issue 14).
  *
  * Architecture differences are read from m->desc (model.h af_arch_desc), never from the
  * architecture's name.
@@ -16,9 +18,8 @@
 #include "model/transformer.h"
 
 #include "core/core.h"
-#include "kernels/matmul.h"
+#include "kernels/backend.h"
 #include "kernels/ctx.h"
-#include "kernels/ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -50,14 +51,11 @@ static dims get_dims(const af_model *m) {
     return d;
 }
 
-/* ---------------------------------------------------------------- workspace */
+/* Device views of a layer's vectors and weights: the host ones on a host-memory device (the CPU:
+ * the walk then reads exactly what it read before the table), else the model's imports. */
+#define LV(R, Ly, f) ((R)->ctx->dev->info.host_memory ? (Ly)->f : (Ly)->dv.f)
 
-float *af_carve(af_carver *cv, int64_t nfloats) {
-    size_t b = ((size_t)nfloats * sizeof(float) + 63) & ~(size_t)63;
-    float *p = cv->base ? (float *)(cv->base + cv->used) : NULL;
-    cv->used += b;
-    return p;
-}
+/* ---------------------------------------------------------------- workspace */
 
 void af_tf_carve_acts(af_carver *cv, af_tf_acts *S, const af_model *m, const af_param_layout *lay, int64_t cap,
                       af_tf_mode mode, int masks) {
@@ -131,62 +129,24 @@ void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, con
 
 /* ---------------------------------------------------------------- frozen products */
 
-/* Threads for a block-parallel product: the context's when the call is not itself inside a pool
- * job (the kernel calls inside the blocks then run single-threaded: nested calls are serial),
- * else 1 (blocks are then run one after the other). */
-static int block_threads(const af_ctx *ctx) { return af_threadpool_in_job() ? 1 : ctx->n_threads; }
-
-typedef struct blocks_job {
-    const af_tf_run *R;
-    int dyw, accumulate;
-    float *y;
-    const float *x;
-    const af_weight *w;
-    int64_t n, nb, xw, yw;
-} blocks_job;
-
-/* Row blocks [b0, b1) of mm_blocks, one kernel call each. */
-static void blocks_run(void *va, int64_t b0, int64_t b1, int tid) {
-    const blocks_job *J = va;
-    const int64_t n = J->n, nb = J->nb, xw = J->xw, yw = J->yw;
-    const af_weight *w = J->w;
-    for (int64_t b = b0; b < b1; b++) {
-        const int64_t t0 = n * b / nb, m = n * (b + 1) / nb - t0;
-        if (J->dyw) af_matmul_dyw(J->R->ctx, J->y + t0 * yw, J->x + t0 * xw, w->data, w->type, m, yw, xw, J->accumulate);
-        else af_matmul_xwt(J->R->ctx, J->y + t0 * yw, J->x + t0 * xw, w->data, w->type, m, xw, yw, J->accumulate);
-    }
-}
-
-/* Training frozen-weight product over n rows in token blocks (R->block_rows; engine.h
- * af_engine_set_block_rows explains why):
- *   dyw = 0: y[n, out] (+)= x[n, in] · Wᵀ      (af_matmul_xwt; out = W rows, in = W cols)
- *   dyw = 1: y[n, in]  (+)= x[n, out] · W      (af_matmul_dyw)
- * n >= MIN_ROWS (every block then has >= MIN_ROWS rows too). Every row's arithmetic is that of
- * one call (the kernel's per-row summation order does not depend on the rows beside it). */
+/* Training frozen-weight product over n >= MIN_ROWS rows (token-blocked by the backend, R->block_rows):
+ *   dyw = 0: y[n, out] (+)= x[n, in] · Wᵀ;   dyw = 1: y[n, in] (+)= x[n, out] · W */
 static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, const af_weight *w, int64_t n,
                       int accumulate) {
-    const int64_t xw = dyw ? w->rows : w->cols, yw = dyw ? w->cols : w->rows;
-    /* the packed GEMM blocks rows and threads by itself and packs W once per call: one call */
-    const int64_t br = af_matmul_packed_path(R->ctx, n, xw, yw) ? 0 : R->block_rows;
-    int64_t nb = br > 0 ? (n + br / 2) / br : 1;
-    const int nth = nb >= 2 ? block_threads(R->ctx) : 1;
-    if (nth > 1 && nb >= nth) nb = (nb + nth - 1) / nth * nth; /* equal shares */
-    if (nb < 2) {
-        if (dyw) af_matmul_dyw(R->ctx, y, x, w->data, w->type, n, yw, xw, accumulate);
-        else af_matmul_xwt(R->ctx, y, x, w->data, w->type, n, xw, yw, accumulate);
-        return;
-    }
-    const int par = nth > 1 && nb >= nth;
-    blocks_job J = {R, dyw, accumulate, y, x, w, n, nb, xw, yw};
-    af_threadpool_run(R->ctx->pool, par ? nth : 1, nb, 1, blocks_run, &J);
+    uint32_t type;
+    const void *wd = af_weight_dev(R->ctx, w, &type);
+    af_be(R->ctx)->matmul_rows(R->ctx, dyw, y, x, wd, type, n, w->cols, w->rows, accumulate, R->block_rows);
 }
 
 /* y[n, out] = x[n, in] · Wᵀ: inference one kernel call; training f32-exact for every n (MIN_ROWS)
  * and token-blocked. */
 static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight *w) {
     const int64_t in = w->cols, out = w->rows, n = R->n;
+    const af_backend *be = af_be(R->ctx);
+    uint32_t type;
+    const void *wd = af_weight_dev(R->ctx, w, &type);
     if (R->mode == AF_TF_INFER) {
-        af_matmul_xwt(R->ctx, y, x, w->data, w->type, n, in, out, 0);
+        be->matmul_xwt(R->ctx, y, x, wd, type, n, in, out, 0);
         return;
     }
     if (n >= MIN_ROWS) {
@@ -194,10 +154,10 @@ static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight
         return;
     }
     af_tf_scratch *ws = R->ws;
-    memcpy(ws->padx, x, sizeof(float) * (size_t)(n * in));
-    memset(ws->padx + n * in, 0, sizeof(float) * (size_t)((MIN_ROWS - n) * in));
-    af_matmul_xwt(R->ctx, ws->pady, ws->padx, w->data, w->type, MIN_ROWS, in, out, 0);
-    memcpy(y, ws->pady, sizeof(float) * (size_t)(n * out));
+    be->copy(R->ctx, ws->padx, x, sizeof(float) * (size_t)(n * in));
+    be->fill(R->ctx, ws->padx + n * in, 0.0f, (MIN_ROWS - n) * in);
+    be->matmul_xwt(R->ctx, ws->pady, ws->padx, wd, type, MIN_ROWS, in, out, 0);
+    be->copy(R->ctx, y, ws->pady, sizeof(float) * (size_t)(n * out));
 }
 
 static void probe(const af_tf_run *R, const float *x, int64_t n, int32_t l, const char *what, const char *what2) {
@@ -213,17 +173,12 @@ static const af_lora_slot *lora_slot(const af_tf_run *R, int32_t l, af_proj p) {
 
 static int adapted(const af_tf_run *R, int32_t l, af_proj p) { return lora_slot(R, l, p) != NULL; }
 
-/* y[t, :] += b for every row t of y [n, out]. */
-static void add_bias(float *y, const float *b, int64_t n, int64_t out) {
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t j = 0; j < out; j++) y[t * out + j] += b[j];
-}
-
 /* Projection p of layer l: y = x·Wᵀ (+ bias) plus the LoRA correction when p has an adapter. */
 static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
                      const float *bias, float *y, const float *x) {
+    const af_backend *be = af_be(R->ctx);
     mm_xwt(R, y, x, w);
-    if (bias) add_bias(y, bias, R->n, w->rows);
+    if (bias) be->add_bias(R->ctx, y, bias, R->n, w->rows);
     char mod[48] = "";
     if (R->probe) snprintf(mod, sizeof mod, "%s%s", p <= AF_PROJ_O ? "self_attn." : "mlp.", af_proj_name(p));
     probe(R, y, R->n * w->rows, l, mod, " output (frozen weight product)");
@@ -233,9 +188,9 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     float *mask = NULL;
     if (R->drop && S->mask[p]) {
         mask = S->mask[p];
-        af_lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
+        be->lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
     }
-    af_lora_forward(R->ctx, y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
+    be->lora_forward(R->ctx, y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
                     R->lora_scale);
     probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
 }
@@ -251,26 +206,22 @@ static const float *branch_out(const af_tf_run *R, af_tf_acts *S, int32_t l, af_
         return ws->tH;
     }
     proj_fwd(R, S, l, p, w, NULL, raw, in);
-    af_rmsnorm_forward(R->ctx, ws->tH, rstd, raw, post_norm, R->n, R->m->cfg.hidden_size, R->m->cfg.rms_norm_eps);
+    af_be(R->ctx)->rmsnorm_forward(R->ctx, ws->tH, rstd, raw, post_norm, R->n, R->m->cfg.hidden_size,
+                                   R->m->cfg.rms_norm_eps);
     return ws->tH;
 }
 
 static void glu_forward(const af_ctx *ctx, const af_model *m, float *act, const float *gate, const float *up, int64_t n) {
-    if (m->desc.act == AF_ACT_GEGLU_TANH) af_geglu_forward(ctx, act, gate, up, n);
-    else af_swiglu_forward(ctx, act, gate, up, n);
+    if (m->desc.act == AF_ACT_GEGLU_TANH) af_be(ctx)->geglu_forward(ctx, act, gate, up, n);
+    else af_be(ctx)->swiglu_forward(ctx, act, gate, up, n);
 }
 
 /* ---------------------------------------------------------------- forward */
 
-void af_tf_embed(const af_model *m, const int32_t *tokens, int64_t n, float *x) {
-    const int64_t H = m->cfg.hidden_size;
-    const float sc = m->desc.embd_scale;
-    for (int64_t t = 0; t < n; t++) {
-        float *row = x + t * H;
-        af_weight_row(&m->tok_embd, tokens[t], row);
-        if (sc != 1.0f)
-            for (int64_t i = 0; i < H; i++) row[i] *= sc;
-    }
+void af_tf_embed(const af_ctx *ctx, const af_model *m, const int32_t *tokens, int64_t n, float *x) {
+    uint32_t type;
+    const void *w = af_weight_dev(ctx, &m->tok_embd, &type);
+    af_be(ctx)->embed(ctx, x, tokens, n, w, type, m->cfg.hidden_size, m->desc.embd_scale);
 }
 
 /* Attention of the layer: training per packed sample over its own q/k/v (keeping lse); inference
@@ -280,23 +231,24 @@ static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *
     const af_layer *Ly = &m->layers[l];
     const float scale = m->desc.attn_scale;
     const int64_t n = R->n;
+    const af_backend *be = af_be(R->ctx);
     if (R->mode == AF_TF_INFER) {
-        float *kc = R->k_cache + (size_t)l * (size_t)R->n_ctx * (size_t)d->kvd;
-        float *vc = R->v_cache + (size_t)l * (size_t)R->n_ctx * (size_t)d->kvd;
-        memcpy(kc + (size_t)R->n_past * (size_t)d->kvd, S->k, sizeof(float) * (size_t)(n * d->kvd));
-        memcpy(vc + (size_t)R->n_past * (size_t)d->kvd, S->v, sizeof(float) * (size_t)(n * d->kvd));
-        af_attention_forward(R->ctx, S->attn, NULL, S->q, kc, vc, n, R->n_past, R->n_past + n, d->kvd, d->nh, d->nkv,
-                             d->hd, scale, Ly->window);
+        float *kc = R->k_cache[l], *vc = R->v_cache[l];
+        be->copy(R->ctx, kc + (size_t)R->n_past * (size_t)d->kvd, S->k, sizeof(float) * (size_t)(n * d->kvd));
+        be->copy(R->ctx, vc + (size_t)R->n_past * (size_t)d->kvd, S->v, sizeof(float) * (size_t)(n * d->kvd));
+        be->attention_forward(R->ctx, S->attn, NULL, S->q, kc, vc, n, R->n_past, R->n_past + n, d->kvd, d->nh, d->nkv,
+                              d->hd, scale, Ly->window);
         return;
     }
     for (int32_t b = 0; b < R->B; b++) {
         const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
-        af_attention_forward(R->ctx, S->attn + s0 * d->qd, S->lse + s0 * d->nh, S->q + s0 * d->qd, S->k + s0 * d->kvd,
-                             S->v + s0 * d->kvd, len, 0, len, d->kvd, d->nh, d->nkv, d->hd, scale, Ly->window);
+        be->attention_forward(R->ctx, S->attn + s0 * d->qd, S->lse + s0 * d->nh, S->q + s0 * d->qd, S->k + s0 * d->kvd,
+                              S->v + s0 * d->kvd, len, 0, len, d->kvd, d->nh, d->nkv, d->hd, scale, Ly->window);
     }
 }
 
 void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const float *x, float *xo) {
+    const af_backend *be = af_be(R->ctx);
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
@@ -305,33 +257,33 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     const int64_t n = R->n;
     af_tf_scratch *ws = R->ws;
     float *h1 = ws->hs; /* scratch: recomputed from x and rstd1 by the backward when needed */
-    af_rmsnorm_forward(R->ctx, h1, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+    be->rmsnorm_forward(R->ctx, h1, S->rstd1, x, LV(R, Ly, attn_norm), n, d.H, eps);
     probe(R, h1, n * d.H, l, "input_layernorm output", "");
-    proj_fwd(R, S, l, AF_PROJ_Q, &Ly->wq, D->qkv_bias ? Ly->bq : NULL, D->qk_norm ? S->qraw : S->q, h1);
-    proj_fwd(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? Ly->bk : NULL, D->qk_norm ? S->kraw : S->k, h1);
-    proj_fwd(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? Ly->bv : NULL, S->v, h1);
+    proj_fwd(R, S, l, AF_PROJ_Q, &Ly->wq, D->qkv_bias ? LV(R, Ly, bq) : NULL, D->qk_norm ? S->qraw : S->q, h1);
+    proj_fwd(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? LV(R, Ly, bk) : NULL, D->qk_norm ? S->kraw : S->k, h1);
+    proj_fwd(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? LV(R, Ly, bv) : NULL, S->v, h1);
     if (D->qk_norm) {
-        af_rmsnorm_forward(R->ctx, S->q, S->rstdq, S->qraw, Ly->q_norm, n * d.nh, d.hd, eps);
-        af_rmsnorm_forward(R->ctx, S->k, S->rstdk, S->kraw, Ly->k_norm, n * d.nkv, d.hd, eps);
+        be->rmsnorm_forward(R->ctx, S->q, S->rstdq, S->qraw, LV(R, Ly, q_norm), n * d.nh, d.hd, eps);
+        be->rmsnorm_forward(R->ctx, S->k, S->rstdk, S->kraw, LV(R, Ly, k_norm), n * d.nkv, d.hd, eps);
     }
-    af_rope_forward(R->ctx, S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
-    af_rope_forward(R->ctx, S->k, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
+    be->rope_forward(R->ctx, S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
+    be->rope_forward(R->ctx, S->k, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
     attention(R, l, S, &d);
     probe(R, S->q, n * d.qd, l, "self_attn q after norm/RoPE", "");
     probe(R, S->k, n * d.kvd, l, "self_attn k after norm/RoPE", "");
     probe(R, S->attn, n * d.qd, l, "self_attn attention output (softmax(q·kᵀ)·v)", "");
-    const float *o = branch_out(R, S, l, AF_PROJ_O, &Ly->wo, S->attn, S->oraw, S->rstdpa, Ly->post_attn_norm);
-    af_add(S->xmid, x, o, n * d.H);
+    const float *o = branch_out(R, S, l, AF_PROJ_O, &Ly->wo, S->attn, S->oraw, S->rstdpa, LV(R, Ly, post_attn_norm));
+    be->add(R->ctx, S->xmid, x, o, n * d.H);
     probe(R, S->xmid, n * d.H, l, "residual stream after self_attn", "");
     float *h2 = ws->hs; /* likewise (h1 is no longer needed) */
-    af_rmsnorm_forward(R->ctx, h2, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+    be->rmsnorm_forward(R->ctx, h2, S->rstd2, S->xmid, LV(R, Ly, ffn_norm), n, d.H, eps);
     probe(R, h2, n * d.H, l, "post_attention_layernorm output", "");
     proj_fwd(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
     proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
     glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F);
     probe(R, ws->act, n * d.F, l, "mlp activation (act(gate)·up)", "");
-    const float *dn = branch_out(R, S, l, AF_PROJ_DOWN, &Ly->w_down, ws->act, S->draw, S->rstdpf, Ly->post_ffw_norm);
-    af_add(xo, S->xmid, dn, n * d.H);
+    const float *dn = branch_out(R, S, l, AF_PROJ_DOWN, &Ly->w_down, ws->act, S->draw, S->rstdpf, LV(R, Ly, post_ffw_norm));
+    be->add(R->ctx, xo, S->xmid, dn, n * d.H);
     probe(R, xo, n * d.H, l, "output (residual stream after mlp)", "");
 }
 
@@ -341,24 +293,28 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
  * dx = NULL: the input gradient is not needed (nothing trainable below): only the LoRA grads. */
 static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_proj p, const af_weight *w,
                      float *dx, const float *dy, const float *x, int accumulate) {
+    const af_backend *be = af_be(R->ctx);
     if (dx) {
         if (R->n >= MIN_ROWS) mm_blocks(R, 1, dx, dy, w, R->n, accumulate);
-        else af_matmul_dyw(R->ctx, dx, dy, w->data, w->type, R->n, w->cols, w->rows, accumulate);
+        else {
+            uint32_t type;
+            const void *wd = af_weight_dev(R->ctx, w, &type);
+            be->matmul_dyw(R->ctx, dx, dy, wd, type, R->n, w->cols, w->rows, accumulate);
+        }
     }
     const af_lora_slot *s = lora_slot(R, l, p);
     if (!s) return;
     const af_param_layout *lay = R->lay;
-    af_lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
-                     R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, R->lora_scale);
+    be->lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
+                      R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, R->lora_scale);
 }
-
-static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
 
 /* dX [n, H]: gradient w.r.t. the layer output on entry, w.r.t. its input x on return when
  * `need_in`. Without need_in (the lowest adapted layer) the backward stops as soon as every
  * adapter of the layer has its gradient: no dx is formed for inputs that lead only to frozen
  * parameters (e.g. with adapters on q/v only: no dy·W of Wq/Wk/Wv, no input rmsnorm backward). */
 void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G, const float *x, int need_in) {
+    const af_backend *be = af_be(R->ctx);
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
@@ -375,84 +331,88 @@ void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G
     /* FFN branch */
     const float *dd = dX;
     if (D->sandwich_norm) {
-        zero(ws->dT, n * d.H);
-        af_rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->draw, Ly->post_ffw_norm, S->rstdpf, n, d.H);
+        be->fill(R->ctx, ws->dT, 0.0f, n * d.H);
+        be->rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->draw, LV(R, Ly, post_ffw_norm), S->rstdpf, n, d.H);
         dd = ws->dT;
     }
     if (adapted(R, l, AF_PROJ_DOWN)) glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F); /* down's adapter input */
     proj_bwd(R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, need_ffn ? ws->dact : NULL, dd, ws->act, 0);
     if (!need_ffn) return;
-    zero(ws->dgate, n * d.F);
-    zero(ws->dup, n * d.F);
-    if (D->act == AF_ACT_GEGLU_TANH) af_geglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
-    else af_swiglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    be->fill(R->ctx, ws->dgate, 0.0f, n * d.F);
+    be->fill(R->ctx, ws->dup, 0.0f, n * d.F);
+    if (D->act == AF_ACT_GEGLU_TANH) be->geglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    else be->swiglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
     /* h2, the input of gate/up's adapters, recomputed (same function, same inputs: same bits) */
     if (adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP))
-        af_rmsnorm_forward(R->ctx, ws->hs, S->rstd2, S->xmid, Ly->ffn_norm, n, d.H, eps);
+        be->rmsnorm_forward(R->ctx, ws->hs, S->rstd2, S->xmid, LV(R, Ly, ffn_norm), n, d.H, eps);
     proj_bwd(R, S, G, l, AF_PROJ_GATE, &Ly->w_gate, need_mid ? ws->dh : NULL, ws->dgate, ws->hs, 0);
     proj_bwd(R, S, G, l, AF_PROJ_UP, &Ly->w_up, need_mid ? ws->dh : NULL, ws->dup, ws->hs, 1);
     if (!need_mid) return;
-    af_rmsnorm_backward(R->ctx, dX, NULL, ws->dh, S->xmid, Ly->ffn_norm, S->rstd2, n, d.H); /* dX = d x_mid */
+    be->rmsnorm_backward(R->ctx, dX, NULL, ws->dh, S->xmid, LV(R, Ly, ffn_norm), S->rstd2, n, d.H); /* dX = d x_mid */
     /* attention branch */
     const float *dob = dX;
     if (D->sandwich_norm) {
-        zero(ws->dT, n * d.H);
-        af_rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->oraw, Ly->post_attn_norm, S->rstdpa, n, d.H);
+        be->fill(R->ctx, ws->dT, 0.0f, n * d.H);
+        be->rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->oraw, LV(R, Ly, post_attn_norm), S->rstdpa, n, d.H);
         dob = ws->dT;
     }
     proj_bwd(R, S, G, l, AF_PROJ_O, &Ly->wo, need_qkv ? ws->dattn : NULL, dob, S->attn, 0);
     if (!need_qkv) return;
-    zero(ws->dq, n * d.qd);
-    zero(ws->dk, n * d.kvd);
-    zero(ws->dv, n * d.kvd);
+    be->fill(R->ctx, ws->dq, 0.0f, n * d.qd);
+    be->fill(R->ctx, ws->dk, 0.0f, n * d.kvd);
+    be->fill(R->ctx, ws->dv, 0.0f, n * d.kvd);
     for (int32_t b = 0; b < R->B; b++) {
         const int64_t s0 = R->ss[b], len = R->ss[b + 1] - s0;
-        af_attention_backward(R->ctx, ws->dq + s0 * d.qd, ws->dk + s0 * d.kvd, ws->dv + s0 * d.kvd, ws->dattn + s0 * d.qd,
+        be->attention_backward(R->ctx, ws->dq + s0 * d.qd, ws->dk + s0 * d.kvd, ws->dv + s0 * d.kvd, ws->dattn + s0 * d.qd,
                               S->attn + s0 * d.qd, S->lse + s0 * d.nh, S->q + s0 * d.qd, S->k + s0 * d.kvd,
                               S->v + s0 * d.kvd, len, 0, len, d.nh, d.nkv, d.hd, D->attn_scale, Ly->window);
     }
-    af_rope_backward(R->ctx, ws->dq, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
-    af_rope_backward(R->ctx, ws->dk, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
+    be->rope_backward(R->ctx, ws->dq, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox);
+    be->rope_backward(R->ctx, ws->dk, R->pos, n, d.nkv, d.hd, Ly->rope_base, D->rope_neox);
     const float *gq = ws->dq, *gk = ws->dk;
     if (D->qk_norm) {
-        zero(ws->dqr, n * d.qd);
-        zero(ws->dkr, n * d.kvd);
-        af_rmsnorm_backward(R->ctx, ws->dqr, NULL, ws->dq, S->qraw, Ly->q_norm, S->rstdq, n * d.nh, d.hd);
-        af_rmsnorm_backward(R->ctx, ws->dkr, NULL, ws->dk, S->kraw, Ly->k_norm, S->rstdk, n * d.nkv, d.hd);
+        be->fill(R->ctx, ws->dqr, 0.0f, n * d.qd);
+        be->fill(R->ctx, ws->dkr, 0.0f, n * d.kvd);
+        be->rmsnorm_backward(R->ctx, ws->dqr, NULL, ws->dq, S->qraw, LV(R, Ly, q_norm), S->rstdq, n * d.nh, d.hd);
+        be->rmsnorm_backward(R->ctx, ws->dkr, NULL, ws->dk, S->kraw, LV(R, Ly, k_norm), S->rstdk, n * d.nkv, d.hd);
         gq = ws->dqr;
         gk = ws->dkr;
     }
     float *dh = need_in ? ws->dh : NULL;
     /* h1, the input of q/k/v's adapters, recomputed from the layer input likewise */
     if (adapted(R, l, AF_PROJ_Q) || adapted(R, l, AF_PROJ_K) || adapted(R, l, AF_PROJ_V))
-        af_rmsnorm_forward(R->ctx, ws->hs, S->rstd1, x, Ly->attn_norm, n, d.H, eps);
+        be->rmsnorm_forward(R->ctx, ws->hs, S->rstd1, x, LV(R, Ly, attn_norm), n, d.H, eps);
     proj_bwd(R, S, G, l, AF_PROJ_Q, &Ly->wq, dh, gq, ws->hs, 0);
     proj_bwd(R, S, G, l, AF_PROJ_K, &Ly->wk, dh, gk, ws->hs, 1);
     proj_bwd(R, S, G, l, AF_PROJ_V, &Ly->wv, dh, ws->dv, ws->hs, 1);
     if (!need_in) return;
-    af_rmsnorm_backward(R->ctx, dX, NULL, ws->dh, x, Ly->attn_norm, S->rstd1, n, d.H); /* dX = d x_in */
+    be->rmsnorm_backward(R->ctx, dX, NULL, ws->dh, x, LV(R, Ly, attn_norm), S->rstd1, n, d.H); /* dX = d x_in */
 }
 
 /* ---------------------------------------------------------------- final norm, LM head */
 
+static const float *out_norm(const af_ctx *ctx, const af_model *m) {
+    return ctx->dev->info.host_memory ? m->output_norm : m->output_norm_dev;
+}
+
 void af_tf_final_norm(const af_ctx *ctx, const af_model *m, float *y, float *rstd, const float *x, int64_t n) {
-    af_rmsnorm_forward(ctx, y, rstd, x, m->output_norm, n, m->cfg.hidden_size, m->cfg.rms_norm_eps);
+    af_be(ctx)->rmsnorm_forward(ctx, y, rstd, x, out_norm(ctx, m), n, m->cfg.hidden_size, m->cfg.rms_norm_eps);
 }
 
 void af_tf_final_norm_backward(const af_ctx *ctx, const af_model *m, float *dx, const float *dy, const float *x, const float *rstd,
                                int64_t n) {
-    af_rmsnorm_backward(ctx, dx, NULL, dy, x, m->output_norm, rstd, n, m->cfg.hidden_size);
+    af_be(ctx)->rmsnorm_backward(ctx, dx, NULL, dy, x, out_norm(ctx, m), rstd, n, m->cfg.hidden_size);
 }
 
 void af_lm_head_forward(const af_ctx *ctx, const af_model *m, float *logits, float *x, int64_t n) {
     const af_model_config *c = &m->cfg;
+    const af_backend *be = af_be(ctx);
+    uint32_t type;
+    const void *w = af_weight_dev(ctx, &m->output, &type);
     af_tf_final_norm(ctx, m, x, NULL, x, n);
-    af_matmul_xwt(ctx, logits, x, m->output.data, m->output.type, n, c->hidden_size, c->vocab_size, 0);
+    be->matmul_xwt(ctx, logits, x, w, type, n, c->hidden_size, c->vocab_size, 0);
     const float cap = m->desc.final_logit_softcap;
-    if (cap > 0) {
-        const int64_t nv = n * c->vocab_size;
-        for (int64_t i = 0; i < nv; i++) logits[i] = cap * tanhf(logits[i] / cap);
-    }
+    if (cap > 0) be->softcap(ctx, logits, n * c->vocab_size, cap);
 }
 
 /* ---------------------------------------------------------------- LM head loss (causal LM) */
@@ -463,63 +423,33 @@ int64_t af_lm_chunk_rows(const af_model *m) {
     return c < MIN_ROWS ? MIN_ROWS : c > 256 ? 256 : c;
 }
 
+/* The regions of the LM head scratch, each rounded up to 16 floats (64 bytes): logits [C, V], gathered
+ * rows [C, H], their dh [C, H], then per chunk row: its index and target (int32), loss (double) and
+ * argmax hit (int32). */
+typedef struct lm_scr {
+    float *z, *xc, *dc;
+    int32_t *idx, *tgt, *hit;
+    double *loss;
+} lm_scr;
+
+static int64_t r16(int64_t n) { return (n + 15) / 16 * 16; }
+
+static lm_scr lm_scratch(const af_model *m, float *base) {
+    const int64_t c = af_lm_chunk_rows(m), V = m->cfg.vocab_size, H = m->cfg.hidden_size;
+    lm_scr r;
+    r.z = base;
+    r.xc = r.z + r16(c * V);
+    r.dc = r.xc + r16(c * H);
+    r.idx = (int32_t *)(r.dc + r16(c * H));
+    r.tgt = (int32_t *)((float *)r.idx + r16(c));
+    r.hit = (int32_t *)((float *)r.tgt + r16(c));
+    r.loss = (double *)((float *)r.hit + r16(c));
+    return r;
+}
+
 int64_t af_lm_head_scratch_floats(const af_model *m) {
     const int64_t c = af_lm_chunk_rows(m), V = m->cfg.vocab_size, H = m->cfg.hidden_size;
-    /* each region rounded up to 16 floats (64 bytes) */
-    return ((c * V + 15) / 16 + 2 * ((c * H + 15) / 16)) * 16;
-}
-
-/* Forward: z [V] in place = softcap(z); returns loss = lse(z) − z[t] and whether argmax == t.
- * With grad: z becomes grad_scale·(softmax − onehot)·softcap'. */
-static double lm_row(float *z, int64_t V, int32_t t, float cap, float gs, int grad, int *correct) {
-    if (cap > 0)
-        for (int64_t v = 0; v < V; v++) z[v] = cap * tanhf(z[v] / cap);
-    int64_t am = 0;
-    float mx = z[0];
-    for (int64_t v = 1; v < V; v++)
-        if (z[v] > mx) {
-            mx = z[v];
-            am = v;
-        }
-    *correct = am == t;
-    double s = 0;
-    for (int64_t v = 0; v < V; v++) s += exp((double)(z[v] - mx));
-    const double lse = (double)mx + log(s);
-    const double loss = lse - (double)z[t];
-    if (grad) {
-        for (int64_t v = 0; v < V; v++) {
-            const float zv = z[v];
-            float g = (float)exp((double)zv - lse);
-            if (v == t) g -= 1.0f;
-            g *= gs;
-            if (cap > 0) {
-                const float th = zv / cap;
-                g *= 1.0f - th * th;
-            }
-            z[v] = g;
-        }
-    }
-    return loss;
-}
-
-/* rows [i0, i1) of a logits chunk: loss, gradient in place, argmax hit (one row per index, so the
- * results do not depend on the team) */
-typedef struct lm_rows_job {
-    float *z;
-    int64_t V;
-    const int32_t *targets;
-    const int64_t *rows;
-    float cap, grad_scale;
-    int grad;
-    double *rl;
-    int *rc;
-} lm_rows_job;
-
-static void lm_rows_run(void *arg, int64_t i0, int64_t i1, int tid) {
-    (void)tid;
-    const lm_rows_job *J = arg;
-    for (int64_t j = i0; j < i1; j++)
-        J->rl[j] = lm_row(J->z + j * J->V, J->V, J->targets[J->rows[j]], J->cap, J->grad_scale, J->grad, &J->rc[j]);
+    return r16(c * V) + 2 * r16(c * H) + 3 * r16(c) + r16(2 * c);
 }
 
 void af_lm_head_loss(const af_ctx *ctx, const af_model *m, const float *x, const int32_t *targets, int64_t n,
@@ -527,48 +457,64 @@ void af_lm_head_loss(const af_ctx *ctx, const af_model *m, const float *x, const
     const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, C = af_lm_chunk_rows(m);
     const float cap = m->desc.final_logit_softcap;
     const int grad = dx != NULL;
-    float *z = scratch, *xc = scratch + (C * V + 15) / 16 * 16, *dc = xc + (C * H + 15) / 16 * 16;
+    const af_backend *be = af_be(ctx);
+    uint32_t type;
+    const void *w = af_weight_dev(ctx, &m->output, &type);
+    const lm_scr S = lm_scratch(m, scratch);
     double rl[256];
-    int rc[256];
-    int64_t rows[256];
+    int32_t rc[256], rows[256], tg[256];
     res->loss_sum = 0;
     res->n_targets = 0;
     res->n_correct = 0;
     af_tf_final_norm(ctx, m, hN, rstd, x, n);
     int64_t i = 0;
-    const int nth = ctx->n_threads;
     while (i < n) {
-        /* gather up to C target rows */
+        /* up to C target rows, gathered on the device by index */
         int64_t k = 0;
         for (; i < n && k < C; i++)
             if (targets[i] >= 0) {
-                rows[k] = i;
-                memcpy(xc + k * H, hN + i * H, sizeof(float) * (size_t)H);
+                rows[k] = (int32_t)i;
+                tg[k] = targets[i];
                 k++;
             }
         if (k == 0) break;
+        if (be->upload(ctx, S.idx, rows, sizeof(int32_t) * (size_t)k) != AF_OK ||
+            be->upload(ctx, S.tgt, tg, sizeof(int32_t) * (size_t)k) != AF_OK)
+            goto device_error;
+        be->rows_gather(ctx, S.xc, hN, S.idx, k, H);
         /* f32-exact for every row count: at least MIN_ROWS rows, the extra ones zero (transformer.c top) */
         const int64_t kk = k < MIN_ROWS ? MIN_ROWS : k;
-        if (kk > k) memset(xc + k * H, 0, sizeof(float) * (size_t)((kk - k) * H));
-        af_matmul_xwt(ctx, z, xc, m->output.data, m->output.type, kk, H, V, 0);
-        lm_rows_job J = {z, V, targets, rows, cap, grad_scale, grad, rl, rc};
-        af_threadpool_run(ctx->pool, k > 1 ? nth : 1, k, 0, lm_rows_run, &J);
+        if (kk > k) be->fill(ctx, S.xc + k * H, 0.0f, (kk - k) * H);
+        be->matmul_xwt(ctx, S.z, S.xc, w, type, kk, H, V, 0);
+        be->lm_ce_rows(ctx, S.z, S.tgt, k, V, cap, grad_scale, grad, S.loss, S.hit);
+        if (be->download(ctx, rl, S.loss, sizeof(double) * (size_t)k) != AF_OK ||
+            be->download(ctx, rc, S.hit, sizeof(int32_t) * (size_t)k) != AF_OK)
+            goto device_error;
         for (int64_t j = 0; j < k; j++) {
             res->loss_sum += rl[j];
             res->n_correct += rc[j];
         }
         res->n_targets += k;
         if (!grad) continue;
-        if (kk > k) memset(z + k * V, 0, sizeof(float) * (size_t)((kk - k) * V));
-        af_matmul_dyw(ctx, dc, z, m->output.data, m->output.type, kk, H, V, 0);
+        if (kk > k) be->fill(ctx, S.z + k * V, 0.0f, (kk - k) * V);
+        be->matmul_dyw(ctx, S.dc, S.z, w, type, kk, H, V, 0);
         /* dh of the chunk's rows into hN (rows before i are no longer read by the forward) */
-        for (int64_t j = 0; j < k; j++) memcpy(hN + rows[j] * H, dc + j * H, sizeof(float) * (size_t)H);
+        be->rows_scatter(ctx, hN, S.dc, S.idx, k, H);
     }
     if (!grad) return;
-    /* rows without a target: dh = 0 (their hN still holds the normed state) */
-    for (int64_t r = 0; r < n; r++)
-        if (targets[r] < 0) memset(hN + r * H, 0, sizeof(float) * (size_t)H);
+    /* rows without a target: dh = 0 (their hN still holds the normed state), C rows per call */
+    for (int64_t r = 0, k = 0; r <= n; r++) {
+        if (r < n && targets[r] < 0) rows[k++] = (int32_t)r;
+        if (k == C || (r == n && k > 0)) {
+            if (be->upload(ctx, S.idx, rows, sizeof(int32_t) * (size_t)k) != AF_OK) goto device_error;
+            be->rows_scatter(ctx, hN, NULL, S.idx, k, H);
+            k = 0;
+        }
+    }
     af_tf_final_norm_backward(ctx, m, dx, hN, x, rstd, n);
+    return;
+device_error: /* the device failed: a NaN loss (the caller skips the step and reads af_device_status) */
+    res->loss_sum = NAN;
 }
 
 /* ---------------------------------------------------------------- inference state */
@@ -576,31 +522,40 @@ void af_lm_head_loss(const af_ctx *ctx, const af_model *m, const float *x, const
 static void infer_plan(af_carver *cv, af_tf_infer *s, const af_model *m, const af_param_layout *lay, int64_t cap) {
     s->x = af_carve(cv, cap * m->cfg.hidden_size);
     s->pos = (int32_t *)af_carve(cv, cap);
+    s->tok = (int32_t *)af_carve(cv, cap);
     af_tf_carve_acts(cv, &s->S, m, lay, cap, AF_TF_INFER, 0);
     af_tf_carve_scratch(cv, &s->w, m, lay, cap, AF_TF_INFER, 0);
 }
 
-af_status af_tf_infer_init(af_tf_infer *s, const af_model *m, const af_param_layout *lay, int64_t cap) {
+af_status af_tf_infer_init(af_tf_infer *s, const af_ctx *ctx, const af_model *m, const af_param_layout *lay,
+                           int64_t cap) {
     memset(s, 0, sizeof *s);
-    af_carver cv = {NULL, 0};
+    af_carver cv;
+    af_carver_count(&cv, ctx->dev->info.max_alloc == UINT64_MAX ? 0 : (size_t)ctx->dev->info.max_alloc);
     infer_plan(&cv, s, m, lay, cap);
-    s->mem = af_malloc_aligned(cv.used);
-    if (!s->mem) return af_fail(AF_ERR_NOMEM, "out of memory for forward scratch (%lld tokens)", (long long)cap);
-    cv.base = s->mem;
-    cv.used = 0;
+    s->pos_host = af_malloc(sizeof(int32_t) * (size_t)cap);
+    af_status st = s->pos_host ? af_carver_alloc(&cv, ctx, &s->mem)
+                               : af_fail(AF_ERR_NOMEM, "out of memory for forward scratch (%lld tokens)", (long long)cap);
+    if (st != AF_OK) {
+        af_carver_done(&cv);
+        free(s->pos_host);
+        s->pos_host = NULL;
+        return st;
+    }
     infer_plan(&cv, s, m, lay, cap);
     s->cap = cap;
     return AF_OK;
 }
 
 void af_tf_infer_free(af_tf_infer *s) {
-    af_free_aligned(s->mem);
+    af_devmem_free(&s->mem);
+    free(s->pos_host);
     memset(s, 0, sizeof *s);
 }
 
-void af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
-                         const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
-                         int64_t n_ctx) {
+af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P,
+                              const af_param_layout *lay, float scale, const int32_t *tokens, int64_t n,
+                              int64_t n_past, float *const *k_cache, float *const *v_cache, int64_t n_ctx) {
     af_tf_run R;
     memset(&R, 0, sizeof R);
     R.ctx = ctx;
@@ -616,7 +571,11 @@ void af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, c
     R.v_cache = v_cache;
     R.n_ctx = n_ctx;
     R.n_past = n_past;
-    af_tf_embed(m, tokens, n, s->x);
-    for (int64_t t = 0; t < n; t++) s->pos[t] = (int32_t)(n_past + t);
+    const af_backend *be = af_be(ctx);
+    for (int64_t t = 0; t < n; t++) s->pos_host[t] = (int32_t)(n_past + t);
+    AF_TRY(be->upload(ctx, s->tok, tokens, sizeof(int32_t) * (size_t)n));
+    AF_TRY(be->upload(ctx, s->pos, s->pos_host, sizeof(int32_t) * (size_t)n));
+    af_tf_embed(ctx, m, s->tok, n, s->x);
     for (int32_t l = 0; l < m->cfg.num_hidden_layers; l++) af_tf_layer_forward(&R, l, &s->S, s->x, s->x);
+    return AF_OK;
 }

@@ -31,10 +31,16 @@
  *                activation set keeps what the backward needs. Training-save: one set per layer;
  *                training-recompute (checkpointing): one set refilled by calling the forward again
  *                on the layer's saved input just before its backward (same bits).
+ *
+ * Memory (issue 14): every activation, scratch, KV-cache, parameter (P) and gradient (G) pointer
+ * below is DEVICE memory of the run's context (kernels/backend.h), allocated through its table
+ * (af_carver_alloc) and touched only by the table's ops; token ids and positions are uploaded
+ * into device buffers. Host arrays are said so ("host").
  */
 #ifndef AF_TRANSFORMER_H
 #define AF_TRANSFORMER_H
 
+#include "kernels/backend.h"
 #include "lora/lora.h"
 #include "model/model.h"
 
@@ -68,14 +74,7 @@ typedef struct af_tf_scratch {
     float *padx, *pady; /* [AF_TF_MIN_ROWS, max(H, qd, F)] */
 } af_tf_scratch;
 
-/* Bump allocator over `base` (NULL: only count the bytes). Every region is 64-byte aligned. */
-typedef struct af_carver {
-    char *base;
-    size_t used;
-} af_carver;
-float *af_carve(af_carver *cv, int64_t nfloats);
-
-/* Carve (or count) one activation set / the scratch for `cap` tokens. lay: the adapter layout
+/* Carve (or count: af_carver, kernels/backend.h) one activation set / the scratch for `cap` tokens. lay: the adapter layout
  * (NULL: none). masks: room for dropout masks (training). */
 void af_tf_carve_acts(af_carver *cv, af_tf_acts *S, const af_model *m, const af_param_layout *lay, int64_t cap,
                       af_tf_mode mode, int masks);
@@ -93,7 +92,7 @@ struct af_tf_run {
     const af_model *m;
     af_tf_mode mode;
     int64_t n;                 /* tokens in this call */
-    const int32_t *pos;        /* [n] RoPE positions */
+    const int32_t *pos;        /* [n] RoPE positions (device) */
     af_tf_scratch *ws;
     /* adapter (P == NULL: none): parameters P laid out by lay, scale s of the correction */
     const float *P;
@@ -101,12 +100,14 @@ struct af_tf_run {
     float lora_scale;
     int drop;                  /* training: dropout active (masks from af_lora_dropout_mask) */
     uint64_t seed;             /* dropout seed */
-    /* AF_TF_TRAIN: packed samples, seq_start [B + 1]; token block of the frozen products (0: one call) */
+    /* AF_TF_TRAIN: packed samples, seq_start [B + 1] (host: the walk loops over the samples); token
+     * block of the frozen products (0: one call) */
     const int32_t *ss;
     int32_t B;
     int64_t block_rows;
-    /* AF_TF_INFER: KV caches [n_layers][n_ctx][kv_dim] (position-major per layer), past length */
-    float *k_cache, *v_cache;
+    /* AF_TF_INFER: KV caches, one device buffer [n_ctx][kv_dim] per layer (host arrays of
+     * [n_layers] pointers), past length */
+    float *const *k_cache, *const *v_cache;
     int64_t n_ctx, n_past;
     /* optional probe (NULL: none) */
     af_tf_probe_fn probe;
@@ -114,9 +115,9 @@ struct af_tf_run {
 };
 typedef struct af_tf_run af_tf_run;
 
-/* x [n, H] = token embeddings of tokens[n] (ids in [0, vocab), checked by the caller) times
+/* x [n, H] = token embeddings of tokens[n] (device; ids in [0, vocab), checked by the caller) times
  * desc.embd_scale. */
-void af_tf_embed(const af_model *m, const int32_t *tokens, int64_t n, float *x);
+void af_tf_embed(const af_ctx *ctx, const af_model *m, const int32_t *tokens, int64_t n, float *x);
 
 /* Layer l forward: x [R->n, H] -> xo [R->n, H] (xo may equal x), filling S. Inference appends the
  * tokens' K/V to the caches at R->n_past. */
@@ -169,37 +170,44 @@ int64_t af_lm_head_scratch_floats(const af_model *m);
 
 /* Forward (+ backward when dx != NULL) of the LM head loss above for n rows.
  *   x       [n, H]  final hidden states (read only)
- *   targets [n]     -1 or a token id in [0, vocab) (checked by the caller)
+ *   targets [n]     host: -1 or a token id in [0, vocab) (checked by the caller)
  *   hN      [n, H]  out: normed states; then, with dx, overwritten by dL/dh (scratch)
  *   rstd    [n]     out: the norm's 1/rms per row
  *   dx      [n, H]  ADDED to: dL/dx (NULL: forward only)
  *   scratch [af_lm_head_scratch_floats(m)] floats (64-byte aligned)
  * Results in *res (overwritten). A non-finite loss is returned as is; the gradient is then
- * meaningless (the caller must not use it). Threads: the context's (kernel calls and per-row
+ * meaningless (the caller must not use it). A device error gives loss_sum NaN (the sticky error
+ * is then in af_device_status). Threads: the context's (kernel calls and per-row
  * softmax); the result does not depend on the thread count. */
 void af_lm_head_loss(const af_ctx *ctx, const af_model *m, const float *x, const int32_t *targets, int64_t n,
                      float *hN, float *rstd, float *dx, float grad_scale, float *scratch, af_lm_loss *res);
 
-/* Inference state of up to `cap` tokens per call: residual stream, one activation set, scratch. */
+/* Inference state of up to `cap` tokens per call: residual stream, one activation set, scratch
+ * (device memory of the context given to af_tf_infer_init). */
 typedef struct af_tf_infer {
     int64_t cap;
-    void *mem;
-    float *x;       /* [cap, H] residual stream; the final hidden states (before the norm) after a call */
-    int32_t *pos;   /* [cap] */
+    af_devmem mem;
+    float *x;         /* [cap, H] residual stream; the final hidden states (before the norm) after a call */
+    int32_t *pos;     /* [cap] positions (device) */
+    int32_t *tok;     /* [cap] token ids (device) */
+    int32_t *pos_host;/* [cap] positions (host staging) */
     af_tf_acts S;
     af_tf_scratch w;
 } af_tf_infer;
 
-/* lay: the adapter layout the state must serve (NULL: none). Errors: AF_ERR_NOMEM. */
-af_status af_tf_infer_init(af_tf_infer *s, const af_model *m, const af_param_layout *lay, int64_t cap);
+/* lay: the adapter layout the state must serve (NULL: none); memory on ctx's device.
+ * Errors: AF_ERR_NOMEM (naming the device). */
+af_status af_tf_infer_init(af_tf_infer *s, const af_ctx *ctx, const af_model *m, const af_param_layout *lay,
+                           int64_t cap);
 void af_tf_infer_free(af_tf_infer *s);
 
-/* Inference forward of n tokens (n <= s->cap) at positions n_past .. n_past+n-1 through every
- * layer, appending K/V to k_cache/v_cache [num_layers][n_ctx][kv_dim]; s->x gets the final hidden
- * states [n, H] before the output norm. Adapter: P laid out by lay (as given to af_tf_infer_init)
- * with correction scale `scale`; P == NULL: none. */
-void af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P, const af_param_layout *lay, float scale,
-                         const int32_t *tokens, int64_t n, int64_t n_past, float *k_cache, float *v_cache,
-                         int64_t n_ctx);
+/* Inference forward of n tokens (host ids, n <= s->cap) at positions n_past .. n_past+n-1 through
+ * every layer, appending K/V to the per-layer caches k_cache[l], v_cache[l] [n_ctx][kv_dim]
+ * (device); s->x gets the final hidden states [n, H] before the output norm. Adapter: P (device)
+ * laid out by lay (as given to af_tf_infer_init) with correction scale `scale`; P == NULL: none.
+ * ctx: the context s was made with. Errors: the device's (AF_ERR_DEVICE from the uploads). */
+af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer *s, const float *P,
+                              const af_param_layout *lay, float scale, const int32_t *tokens, int64_t n,
+                              int64_t n_past, float *const *k_cache, float *const *v_cache, int64_t n_ctx);
 
 #endif /* AF_TRANSFORMER_H */

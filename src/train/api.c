@@ -21,6 +21,7 @@
 #include "afinar.h"
 
 #include "core/core.h"
+#include "kernels/backend.h"
 #include "lora/adapter_io.h"
 #include "lora/lora.h"
 #include "model/model.h"
@@ -53,9 +54,10 @@ struct af_lora_trainer {
     af_lora_trainer_opts o;     /* copy; o.targets is NULL (parsed into lay.lora.targets) */
     af_param_layout lay;
     af_engine *eng;
-    float *P, *G, *M, *V;       /* [n_total] each */
-    uint8_t *decay;             /* [n_total] weight-decay mask (0 on the head bias), NULL without head */
-    float *class_w;             /* [num_classes] or NULL (uniform) */
+    float *P, *G, *M, *V;       /* [n_total] each, device memory of ctx (read back only for checkpoints,
+                                 * metrics, saves and the tensor getters) */
+    uint8_t *decay;             /* [n_total] weight-decay mask (0 on the head bias; device), NULL without head */
+    float *class_w;             /* host [num_classes] or NULL (uniform); the engine uploads it */
     int64_t adam_t;             /* AdamW updates applied */
     int64_t step_count;         /* optimizer steps taken (applied + skipped) */
     int32_t n_micro;            /* micro-batches accumulated since the last step */
@@ -197,6 +199,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     tr->head_dim = model->cfg.head_dim;
     tr->max_grad_norm = ext ? ext->max_grad_norm : (double)o.max_grad_norm;
     tr->ctx = ext && ext->ctx ? ext->ctx : model->ctx;
+    const af_backend *be = af_be(tr->ctx);
     af_lora_config cfg = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora != 0, mask, o.seed};
     st = af_param_layout_init_layers(&tr->lay, model, &cfg, o.num_classes, ext ? ext->layer_min : 0,
                                      ext ? ext->layer_end : 0);
@@ -206,21 +209,34 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
         return st;
     }
     const size_t n = (size_t)tr->lay.n_total;
-    tr->P = af_calloc(n, sizeof(float));
-    tr->G = af_calloc(n, sizeof(float));
-    tr->M = af_calloc(n, sizeof(float));
-    tr->V = af_calloc(n, sizeof(float));
-    if (tr->lay.num_classes > 0) tr->decay = af_malloc(n);
-    if (!tr->P || !tr->G || !tr->M || !tr->V || (tr->lay.num_classes > 0 && !tr->decay)) {
+    float *hostP = af_malloc(sizeof(float) * (n ? n : 1));
+    uint8_t *hdecay = tr->lay.num_classes > 0 ? af_malloc(n) : NULL;
+    tr->P = be->alloc(tr->ctx, sizeof(float) * n);
+    tr->G = tr->P ? be->alloc(tr->ctx, sizeof(float) * n) : NULL;
+    tr->M = tr->G ? be->alloc(tr->ctx, sizeof(float) * n) : NULL;
+    tr->V = tr->M ? be->alloc(tr->ctx, sizeof(float) * n) : NULL;
+    if (tr->V && tr->lay.num_classes > 0) tr->decay = be->alloc(tr->ctx, n);
+    if (!hostP || !tr->V || (tr->lay.num_classes > 0 && (!hdecay || !tr->decay))) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", tr->V ? "out of host memory" : af_last_error());
+        free(hostP);
+        free(hdecay);
         af_lora_trainer_free(tr);
-        return af_fail(AF_ERR_NOMEM, "%s: out of memory for %zu parameters", fn, n);
+        return af_fail(AF_ERR_NOMEM, "%s: %zu parameters on device %s: %s", fn, n, af_ctx_device(tr->ctx ? tr->ctx : model->ctx), msg);
     }
-    if (tr->decay) {
-        memset(tr->decay, 1, n);
-        memset(tr->decay + tr->lay.head_b_off, 0, (size_t)tr->lay.num_classes); /* no decay on the bias */
+    be->fill(tr->ctx, tr->G, 0.0f, (int64_t)n);
+    be->fill(tr->ctx, tr->M, 0.0f, (int64_t)n);
+    be->fill(tr->ctx, tr->V, 0.0f, (int64_t)n);
+    af_lora_init_params(&tr->lay, hostP);
+    st = be->upload(tr->ctx, tr->P, hostP, sizeof(float) * n);
+    if (st == AF_OK && hdecay) {
+        memset(hdecay, 1, n);
+        memset(hdecay + tr->lay.head_b_off, 0, (size_t)tr->lay.num_classes); /* no decay on the bias */
+        st = be->upload(tr->ctx, tr->decay, hdecay, n);
     }
-    af_lora_init_params(&tr->lay, tr->P);
-    st = build_tensors(tr);
+    free(hostP);
+    free(hdecay);
+    if (st == AF_OK) st = build_tensors(tr);
     if (st == AF_OK) {
         st = af_engine_new(tr->ctx, model, &tr->lay, &tr->eng);
         if (st != AF_OK) st = refail(st, fn);
@@ -240,11 +256,14 @@ void af_lora_trainer_free(af_lora_trainer *tr) {
         for (int32_t i = 0; i < tr->n_tensors; i++) free(tr->tensors[i].name);
     free(tr->tensors);
     af_param_layout_free(&tr->lay);
-    free(tr->P);
-    free(tr->G);
-    free(tr->M);
-    free(tr->V);
-    free(tr->decay);
+    if (tr->ctx) {
+        const af_backend *be = af_be(tr->ctx);
+        be->free(tr->ctx, tr->P);
+        be->free(tr->ctx, tr->G);
+        be->free(tr->ctx, tr->M);
+        be->free(tr->ctx, tr->V);
+        be->free(tr->ctx, tr->decay);
+    }
     free(tr->class_w);
     free(tr);
 }
@@ -295,7 +314,9 @@ static int layout_tensor_at(const af_param_layout *lay, int64_t k, char *name, s
     return 1;
 }
 
-int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backward, char *name, size_t cap) {
+int af_tr_nonfinite_tensor(const af_ctx *ctx, const af_param_layout *lay, const float *X, int backward, char *name,
+                           size_t cap) {
+    if (!ctx) ctx = af_ctx_default();
     const int64_t nt = (int64_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2;
     int found = 0;
     if (cap) name[0] = 0;
@@ -305,8 +326,7 @@ int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backw
         char nm[128];
         int64_t off = 0, len = 0;
         if (!layout_tensor_at(lay, k, nm, sizeof nm, &off, &len)) continue;
-        int bad = 0;
-        for (int64_t j = 0; j < len && !bad; j++) bad = !isfinite(X[off + j]);
+        const int bad = af_be(ctx)->count_nonfinite(ctx, X + off, len) != 0;
         if (bad && !found++ && cap) snprintf(name, cap, "%s", nm);
     }
     return found;
@@ -316,7 +336,7 @@ int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backw
  * the first forward stage that produced one (the engine's probe). */
 static af_status locate_nonfinite_loss(af_lora_trainer *tr, const af_batch *b, const af_step_opts *so) {
     char nm[128];
-    const int np = af_tr_nonfinite_tensor(&tr->lay, tr->P, 0, nm, sizeof nm);
+    const int np = af_tr_nonfinite_tensor(tr->ctx, &tr->lay, tr->P, 0, nm, sizeof nm);
     if (np) {
         snprintf(tr->nf_where, sizeof tr->nf_where, "%s parameter (%d tensor%s not finite)", nm, np, np > 1 ? "s" : "");
         return AF_OK;
@@ -457,7 +477,7 @@ af_status af_lora_trainer_forward_lm(af_lora_trainer *tr, const int32_t *tokens,
 
 /* Gradient and micro-batch count of the step cleared (the non-finite report stays readable). */
 static void clear_grad(af_lora_trainer *tr) {
-    memset(tr->G, 0, sizeof(float) * (size_t)tr->lay.n_total);
+    af_be(tr->ctx)->fill(tr->ctx, tr->G, 0.0f, tr->lay.n_total);
     tr->n_micro = 0;
     tr->nonfinite = 0;
 }
@@ -471,7 +491,7 @@ void af_lora_trainer_zero_grad(af_lora_trainer *tr) {
 af_status af_lora_trainer_collect_gradients(const af_lora_trainer *tr, float *out, int32_t *n_micro,
                                             int *nonfinite) {
     if (!tr || !out) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_collect_gradients: NULL argument");
-    memcpy(out, tr->G, sizeof(float) * (size_t)tr->lay.n_total);
+    AF_TRY(af_be(tr->ctx)->download(tr->ctx, out, tr->G, sizeof(float) * (size_t)tr->lay.n_total));
     if (n_micro) *n_micro = tr->n_micro;
     if (nonfinite) *nonfinite = tr->nonfinite;
     return AF_OK;
@@ -481,7 +501,7 @@ af_status af_lora_trainer_apply_gradients(af_lora_trainer *tr, const float *grad
     static const char *fn = "af_lora_trainer_apply_gradients";
     if (!tr || !grad) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
     if (n_micro < 1) return af_fail(AF_ERR_INVALID_ARG, "%s: n_micro = %d < 1", fn, n_micro);
-    if (grad != tr->G) memcpy(tr->G, grad, sizeof(float) * (size_t)tr->lay.n_total);
+    if (grad != tr->G) AF_TRY(af_be(tr->ctx)->upload(tr->ctx, tr->G, grad, sizeof(float) * (size_t)tr->lay.n_total));
     tr->n_micro = n_micro;
     if (nonfinite && !tr->nonfinite) { /* seen by another worker: where is its report */
         tr->nonfinite = 1;
@@ -498,14 +518,17 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
         return af_fail(AF_ERR_INVALID_ARG, "%s: no micro-batch accumulated since the last step", fn);
     const int64_t n = tr->lay.n_total;
     const float use_lr = lr < 0 ? tr->o.lr : lr;
+    const af_backend *be = af_be(tr->ctx);
     if (!tr->o.head_bias && tr->lay.head_b_off >= 0)
-        memset(tr->G + tr->lay.head_b_off, 0, sizeof(float) * (size_t)tr->lay.num_classes);
-    const double gn = tr->nonfinite ? NAN : af_clip_grad_norm(tr->ctx, tr->G, n, tr->max_grad_norm > 0 ? tr->max_grad_norm : 0);
+        be->fill(tr->ctx, tr->G + tr->lay.head_b_off, 0.0f, tr->lay.num_classes);
+    const double gn =
+        tr->nonfinite ? NAN : be->clip_grad_norm(tr->ctx, tr->G, n, tr->max_grad_norm > 0 ? tr->max_grad_norm : 0);
+    AF_TRY(be->sync(tr->ctx)); /* a device error is not a non-finite step */
     const int was_nonfinite_loss = tr->nonfinite;
     const int ok = isfinite(gn);
     if (!ok && !was_nonfinite_loss) {
         char nm[128];
-        const int ng = af_tr_nonfinite_tensor(&tr->lay, tr->G, 1, nm, sizeof nm);
+        const int ng = af_tr_nonfinite_tensor(tr->ctx, &tr->lay, tr->G, 1, nm, sizeof nm);
         if (ng)
             snprintf(tr->nf_where, sizeof tr->nf_where, "%s gradient (first in backward order; %d tensor%s not finite)",
                      nm, ng, ng > 1 ? "s" : "");
@@ -519,7 +542,8 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
         a.eps = tr->o.eps;
         a.weight_decay = tr->o.weight_decay;
         a.t = tr->adam_t;
-        af_adamw_step(tr->ctx, &a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
+        be->adamw_step(tr->ctx, &a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
+        AF_TRY(be->sync(tr->ctx));
         tr->adam_t = a.t;
     }
     const int64_t step = tr->step_count++;
@@ -557,8 +581,30 @@ void af_lora_trainer_get_view(af_lora_trainer *tr, af_lora_trainer_view *v) {
     v->lay = &tr->lay;
     v->eng = tr->eng;
     v->P = tr->P;
-    v->M = tr->M;
-    v->V = tr->V;
+    v->ctx = tr->ctx;
+}
+
+af_status af_lora_trainer_download_state(const af_lora_trainer *tr, float *P, float *M, float *V) {
+    const af_backend *be = af_be(tr->ctx);
+    const size_t bytes = sizeof(float) * (size_t)tr->lay.n_total;
+    if (P) AF_TRY(be->download(tr->ctx, P, tr->P, bytes));
+    if (M) AF_TRY(be->download(tr->ctx, M, tr->M, bytes));
+    if (V) AF_TRY(be->download(tr->ctx, V, tr->V, bytes));
+    return AF_OK;
+}
+
+af_status af_lora_trainer_upload_state(af_lora_trainer *tr, const float *P, const float *M, const float *V) {
+    const af_backend *be = af_be(tr->ctx);
+    const size_t bytes = sizeof(float) * (size_t)tr->lay.n_total;
+    if (P) AF_TRY(be->upload(tr->ctx, tr->P, P, bytes));
+    if (M) AF_TRY(be->upload(tr->ctx, tr->M, M, bytes));
+    if (V) AF_TRY(be->upload(tr->ctx, tr->V, V, bytes));
+    return AF_OK;
+}
+
+/* A host copy of tensor t's block of the device vector X ([rows, cols] floats) into buf. */
+static af_status tensor_down(const af_lora_trainer *tr, const tensor_desc *t, const float *X, float *buf) {
+    return af_be(tr->ctx)->download(tr->ctx, buf, X + t->off, sizeof(float) * (size_t)(t->rows * t->cols));
 }
 
 int32_t af_lora_trainer_n_tensors(const af_lora_trainer *tr) {
@@ -602,8 +648,12 @@ af_status af_lora_trainer_get_tensor(const af_lora_trainer *tr, int32_t i, float
     const tensor_desc *t = NULL;
     AF_TRY(tensor_at(tr, i, fn, &t));
     if (!out) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL out", fn);
-    copy_rows(out, tr->P + t->off, t, tr->head_dim, 1);
-    return AF_OK;
+    float *buf = af_malloc(sizeof(float) * (size_t)(t->rows * t->cols));
+    if (!buf) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
+    af_status st = tensor_down(tr, t, tr->P, buf);
+    if (st == AF_OK) copy_rows(out, buf, t, tr->head_dim, 1);
+    free(buf);
+    return st;
 }
 
 static af_status check_finite(const float *x, int64_t n, const char *fn, const char *what) {
@@ -620,30 +670,30 @@ af_status af_lora_trainer_set_tensor(af_lora_trainer *tr, int32_t i, const float
     AF_TRY(tensor_at(tr, i, fn, &t));
     if (!in) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL in", fn);
     AF_TRY(check_finite(in, t->rows * t->cols, fn, t->name));
-    copy_rows(tr->P + t->off, in, t, tr->head_dim, 0);
-    return AF_OK;
+    float *buf = af_malloc(sizeof(float) * (size_t)(t->rows * t->cols));
+    if (!buf) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
+    copy_rows(buf, in, t, tr->head_dim, 0);
+    af_status st = af_be(tr->ctx)->upload(tr->ctx, tr->P + t->off, buf, sizeof(float) * (size_t)(t->rows * t->cols));
+    free(buf);
+    return st;
 }
 
 af_status af_lora_trainer_get_params(const af_lora_trainer *tr, float *out) {
     if (!tr || !out) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_get_params: NULL argument");
-    memcpy(out, tr->P, sizeof(float) * (size_t)tr->lay.n_total);
-    return AF_OK;
+    return af_lora_trainer_download_state(tr, out, NULL, NULL);
 }
 
 af_status af_lora_trainer_set_params(af_lora_trainer *tr, const float *in) {
     static const char *fn = "af_lora_trainer_set_params";
     if (!tr || !in) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
     AF_TRY(check_finite(in, tr->lay.n_total, fn, "params"));
-    memcpy(tr->P, in, sizeof(float) * (size_t)tr->lay.n_total);
-    return AF_OK;
+    return af_lora_trainer_upload_state(tr, in, NULL, NULL);
 }
 
 af_status af_lora_trainer_get_optim_state(const af_lora_trainer *tr, float *m, float *v, int64_t *adam_t,
                                           int64_t *step_count) {
     if (!tr) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_get_optim_state: NULL trainer");
-    const size_t bytes = sizeof(float) * (size_t)tr->lay.n_total;
-    if (m) memcpy(m, tr->M, bytes);
-    if (v) memcpy(v, tr->V, bytes);
+    AF_TRY(af_lora_trainer_download_state(tr, NULL, m, v));
     if (adam_t) *adam_t = tr->adam_t;
     if (step_count) *step_count = tr->step_count;
     return AF_OK;
@@ -665,8 +715,7 @@ af_status af_lora_trainer_set_optim_state(af_lora_trainer *tr, const float *m, c
             if (v[i] < 0)
                 return af_fail(AF_ERR_INVALID_ARG, "%s: v: element %lld = %g is negative", fn, (long long)i, (double)v[i]);
     }
-    if (m) memcpy(tr->M, m, sizeof(float) * (size_t)n);
-    if (v) memcpy(tr->V, v, sizeof(float) * (size_t)n);
+    AF_TRY(af_lora_trainer_upload_state(tr, NULL, m, v));
     tr->adam_t = t;
     tr->step_count = s;
     return AF_OK;
@@ -691,7 +740,12 @@ static af_status adapter_save_peft(const af_lora_trainer *tr, const char *dir, c
     ao.write_head_bias = tr->o.head_bias != 0 && tr->lay.num_classes > 0;
     qk_geometry(tr, &ao.architecture, &ao.n_head, &ao.n_kv_head, &ao.head_dim);
     ao.pooling = tr->lay.num_classes > 0 ? (tr->o.pooling == AF_POOLING_LAST ? "last" : "mean") : NULL;
-    return af_adapter_save(dir, &tr->lay, tr->P, &ao);
+    float *P = af_malloc(sizeof(float) * (size_t)(tr->lay.n_total ? tr->lay.n_total : 1));
+    if (!P) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    af_status st = af_lora_trainer_download_state(tr, P, NULL, NULL);
+    if (st == AF_OK) st = af_adapter_save(dir, &tr->lay, P, &ao);
+    free(P);
+    return st;
 }
 
 static af_status adapter_load_peft(const af_lora_trainer *tr, const char *dir, float *P) {
@@ -714,15 +768,15 @@ af_status af_lora_trainer_load_adapter(af_lora_trainer *tr, const char *dir) {
     const size_t n = (size_t)tr->lay.n_total;
     float *X = af_malloc(sizeof(float) * n);
     if (!X) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
-    memcpy(X, tr->P, sizeof(float) * n);
-    af_status st = adapter_load_peft(tr, dir, X);
+    af_status st = af_lora_trainer_download_state(tr, X, NULL, NULL);
+    if (st == AF_OK) st = adapter_load_peft(tr, dir, X);
     if (st != AF_OK) st = refail(st, fn);
     for (size_t i = 0; st == AF_OK && i < n; i++)
         if (!isfinite(X[i])) st = af_fail(AF_ERR_FORMAT, "%s: %s: parameter %zu is not finite", fn, dir, i);
+    if (st == AF_OK) st = af_lora_trainer_upload_state(tr, X, NULL, NULL);
     if (st == AF_OK) {
-        memcpy(tr->P, X, sizeof(float) * n);
-        memset(tr->M, 0, sizeof(float) * n);
-        memset(tr->V, 0, sizeof(float) * n);
+        af_be(tr->ctx)->fill(tr->ctx, tr->M, 0.0f, (int64_t)n);
+        af_be(tr->ctx)->fill(tr->ctx, tr->V, 0.0f, (int64_t)n);
         tr->adam_t = tr->step_count = 0;
         af_lora_trainer_zero_grad(tr);
     }

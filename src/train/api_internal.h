@@ -38,15 +38,21 @@ typedef struct af_lora_trainer_ext {
 af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_opts *opts,
                                   const af_lora_trainer_ext *ext, af_lora_trainer **out);
 
-/* Borrowed views of a trainer's state, valid while it lives; the training loop reads and writes
- * P, M, V in place (checkpoint save / restore, evaluation) and uses the engine for evaluation and
- * the prefix cache. */
+/* Borrowed views of a trainer's state, valid while it lives; the training loop evaluates with the
+ * engine and the device parameters, and uses the engine's prefix cache. */
 typedef struct af_lora_trainer_view {
     const af_param_layout *lay; /* the trainer's layout */
     af_engine *eng;             /* its engine (built on *lay) */
-    float *P, *M, *V;           /* [lay->n_total] parameters, AdamW first and second moments */
+    const float *P;             /* [lay->n_total] parameters (device memory of ctx: for the engine only) */
+    const af_ctx *ctx;          /* the trainer's context (its device holds P, G, M, V) */
 } af_lora_trainer_view;
 void af_lora_trainer_get_view(af_lora_trainer *tr, af_lora_trainer_view *v);
+
+/* Host copies of the parameters and AdamW moments [lay->n_total] each (NULL: not that one), e.g.
+ * for a checkpoint; and back (no checks: the checkpoint reader validated them). Errors: the
+ * device's (AF_ERR_DEVICE). */
+af_status af_lora_trainer_download_state(const af_lora_trainer *tr, float *P, float *M, float *V);
+af_status af_lora_trainer_upload_state(af_lora_trainer *tr, const float *P, const float *M, const float *V);
 
 /* One micro-batch of the current optimizer step (what af_lora_trainer_accumulate[_multilabel] do
  * after checking their arguments): forward + loss + backward of the packed batch `b` (labels or
@@ -80,12 +86,14 @@ af_status af_lora_trainer_accumulate_lm_batch(af_lora_trainer *tr, const af_batc
  * with <tensor> as af_tr_nonfinite_tensor names it. */
 const char *af_lora_trainer_nonfinite_where(const af_lora_trainer *tr);
 
-/* Scan X [lay->n_total] (parameters or gradients) per tensor for NaN/Inf. Returns the number of
+/* Scan X [lay->n_total] (parameters or gradients, device memory of ctx; NULL ctx: the default CPU
+ * context, X host memory) per tensor for NaN/Inf. Returns the number of
  * tensors holding one and writes the first one's name to name [cap]: "model.layers.3.self_attn.
  * q_proj.lora_A", "model.layers.3.mlp.down_proj.lora_B", "score.weight", "score.bias". Order:
  * forward (backward = 0: layers upwards, q..down, A before B, then the head), or the order in which
  * the backward computes gradients (backward = 1: the head, then layers downwards, down..q, B
  * before A), so the name is where the non-finite value appeared first. */
-int af_tr_nonfinite_tensor(const af_param_layout *lay, const float *X, int backward, char *name, size_t cap);
+int af_tr_nonfinite_tensor(const af_ctx *ctx, const af_param_layout *lay, const float *X, int backward, char *name,
+                           size_t cap);
 
 #endif /* AF_API_INTERNAL_H */

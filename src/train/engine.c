@@ -16,7 +16,10 @@
 #include "train/engine_internal.h"
 
 #include "core/core.h"
+#include "kernels/backend.h"
 #include "kernels/ctx.h"
+
+#include <stdio.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,31 +37,50 @@
  * rows beside it), so results are bitwise those of one call (transformer.c mm_blocks). */
 #define BLOCK_ROWS 256
 
-/* Lay out (or count) the whole workspace for `cap` tokens and `n_sets` activation sets. */
+/* Lay out (or count) the whole workspace for `cap` tokens and `n_sets` activation sets (device
+ * memory; the host arrays xs and sets are filled when e != NULL in the carve pass). */
 static void plan(af_carver *cv, af_engine *e, const af_model *m, const af_param_layout *lay, int64_t cap,
                  int32_t n_sets) {
     const int64_t H = m->cfg.hidden_size, L = m->cfg.num_hidden_layers;
+    const int64_t C = lay->num_classes > 0 ? lay->num_classes : 1;
     const int masks = lay->lora.dropout > 0;
     const int64_t lo = af_lora_lowest_layer(lay);
     af_engine tmp;
     af_tf_acts stmp;
+    const int fill = e != NULL;
     if (!e) e = &tmp;
-    e->xs = af_carve(cv, (L - lo + 1) * cap * H);
+    for (int64_t l = lo; l <= L; l++) { /* one region per layer: no single buffer of [L, cap, H] */
+        float *x = af_carve(cv, cap * H);
+        if (fill) e->xs[l - lo] = x;
+    }
     e->pos = (int32_t *)af_carve(cv, cap);
+    e->tok = (int32_t *)af_carve(cv, cap);
+    e->ss = (int32_t *)af_carve(cv, cap + 1);
+    e->lab = (int32_t *)af_carve(cv, cap);
+    e->mh = af_carve(cv, cap * C);
+    e->cw = af_carve(cv, C);
+    e->pooled = af_carve(cv, cap * H);
+    e->dpooled = af_carve(cv, cap * H);
+    e->lg = af_carve(cv, cap * C);
+    e->dlg = af_carve(cv, cap * C);
     af_tf_carve_scratch(cv, &e->ws, m, lay, cap, AF_TF_TRAIN, masks);
     e->hN = af_carve(cv, cap * H);
     e->rstdN = af_carve(cv, cap);
-    e->sub_tok = (int32_t *)af_carve(cv, cap);
-    e->sub_ss = (int32_t *)af_carve(cv, cap + 1);
-    e->sub_idx = (int32_t *)af_carve(cv, cap);
     for (int32_t i = 0; i < n_sets; i++)
-        af_tf_carve_acts(cv, (cv->base && e->sets) ? &e->sets[i] : &stmp, m, lay, cap, AF_TF_TRAIN, masks);
+        af_tf_carve_acts(cv, fill ? &e->sets[i] : &stmp, m, lay, cap, AF_TF_TRAIN, masks);
+}
+
+static size_t dev_limit(const af_ctx *ctx) {
+    const uint64_t m = ctx->dev->info.max_alloc;
+    return m == UINT64_MAX ? 0 : (size_t)m;
 }
 
 size_t af_engine_bytes(const af_model *model, const af_param_layout *lay, int64_t n_tok, int checkpointing) {
-    af_carver cv = {NULL, 0};
+    af_carver cv;
+    af_carver_count(&cv, 0);
     const int32_t n_adapted = model->cfg.num_hidden_layers - af_lora_lowest_layer(lay);
     plan(&cv, NULL, model, lay, n_tok, checkpointing || n_adapted < 1 ? 1 : n_adapted);
+    af_carver_done(&cv);
     /* a layout without a classification head is a causal-LM run: + the LM head's logits chunk */
     if (lay->num_classes <= 0) cv.used += sizeof(float) * (size_t)af_lm_head_scratch_floats(model);
     return cv.used;
@@ -71,9 +93,11 @@ af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param
         return af_fail(AF_ERR_INVALID_ARG, "engine: parameter layout (%d layers, hidden %d) does not match the "
                                            "model (%d layers, hidden %d)",
                        lay->n_layers, lay->hidden, model->cfg.num_hidden_layers, model->cfg.hidden_size);
+    if (!ctx) ctx = model->ctx;
+    AF_TRY(af_model_check_ctx(model, ctx));
     af_engine *e = af_calloc(1, sizeof *e);
     if (!e) return af_fail(AF_ERR_NOMEM, "engine: out of memory");
-    e->ctx = ctx ? ctx : model->ctx;
+    e->ctx = ctx;
     e->m = model;
     e->lay = lay;
     e->lo = af_lora_lowest_layer(lay);
@@ -82,39 +106,50 @@ af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param
     return AF_OK;
 }
 
+static void free_work(af_engine *e) {
+    af_devmem_free(&e->mem);
+    free(e->sets), free(e->xs), free(e->pos_host), free(e->sub_tok), free(e->sub_ss), free(e->sub_idx);
+    e->sets = NULL, e->xs = NULL, e->pos_host = e->sub_tok = e->sub_ss = e->sub_idx = NULL;
+    e->cap = 0;
+    e->n_sets = 0;
+}
+
 void af_engine_free(af_engine *e) {
     if (!e) return;
     engine_pc_clear(&e->pc);
-    af_free_aligned(e->mem);
-    af_free_aligned(e->lm_scr);
-    free(e->sets);
+    free_work(e);
+    af_be(e->ctx)->free(e->ctx, e->lm_scr);
     free(e);
 }
 
 /* Make room for n tokens and at least `n_sets` activation sets. */
 af_status engine_reserve(af_engine *e, int64_t n, int32_t n_sets) {
-    if (e->mem && n <= e->cap && n_sets <= e->n_sets) return AF_OK;
+    if (e->mem.n && n <= e->cap && n_sets <= e->n_sets) return AF_OK;
     int64_t cap = n > e->cap ? n : e->cap;
     if (n_sets < e->n_sets) n_sets = e->n_sets;
-    af_carver cv = {NULL, 0};
+    free_work(e);
+    af_carver cv;
+    af_carver_count(&cv, dev_limit(e->ctx));
     plan(&cv, NULL, e->m, e->lay, cap, n_sets);
-    af_free_aligned(e->mem);
-    free(e->sets);
-    e->mem = NULL;
-    e->cap = 0;
-    e->n_sets = 0;
+    const int64_t nx = e->m->cfg.num_hidden_layers - e->lo + 1;
     e->sets = af_calloc((size_t)n_sets, sizeof(af_tf_acts));
-    e->mem = af_malloc_aligned(cv.used);
-    if (!e->mem || !e->sets) {
-        af_free_aligned(e->mem);
-        free(e->sets);
-        e->mem = NULL;
-        e->sets = NULL;
-        return af_fail(AF_ERR_NOMEM, "engine: out of memory for a workspace of %zu bytes (%lld tokens)", cv.used,
-                       (long long)cap);
+    e->xs = af_calloc((size_t)nx, sizeof(float *));
+    e->pos_host = af_malloc(sizeof(int32_t) * (size_t)cap);
+    e->sub_tok = af_malloc(sizeof(int32_t) * (size_t)cap);
+    e->sub_ss = af_malloc(sizeof(int32_t) * (size_t)(cap + 1));
+    e->sub_idx = af_malloc(sizeof(int32_t) * (size_t)cap);
+    const size_t bytes = cv.used;
+    af_status st = e->sets && e->xs && e->pos_host && e->sub_tok && e->sub_ss && e->sub_idx
+                       ? af_carver_alloc(&cv, e->ctx, &e->mem)
+                       : af_fail(AF_ERR_NOMEM, "out of memory");
+    if (st != AF_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", af_last_error());
+        af_carver_done(&cv);
+        free_work(e);
+        return af_fail(st, "engine: a workspace of %.1f MiB (%lld tokens) on device %s: %s", (double)bytes / 1048576.0,
+                       (long long)cap, af_ctx_device(e->ctx), msg);
     }
-    cv.base = e->mem;
-    cv.used = 0;
     plan(&cv, e, e->m, e->lay, cap, n_sets);
     e->cap = cap;
     e->n_sets = n_sets;
@@ -185,56 +220,56 @@ af_status engine_check_batch(const af_engine *e, const af_batch *b, int need_lab
     return AF_OK;
 }
 
-void engine_set_pos(af_engine *e, const int32_t *ss, int32_t B) {
+af_status engine_set_pos(af_engine *e, const int32_t *ss, int32_t B) {
     for (int32_t s = 0; s < B; s++)
-        for (int32_t t = ss[s]; t < ss[s + 1]; t++) e->pos[t] = t - ss[s];
+        for (int32_t t = ss[s]; t < ss[s + 1]; t++) e->pos_host[t] = t - ss[s];
+    return af_be(e->ctx)->upload(e->ctx, e->pos, e->pos_host, sizeof(int32_t) * (size_t)ss[B]);
 }
 
-/* The frozen prefix for the R->B samples of R (tokens [R->n]): embedding and layers 0..lo-1 into
- * out [R->n, H] (out must not be dT or dh). Nothing is kept: the residual stream ping-pongs between
- * the scratch buffers dT and dh (unused in the forward) and the activations go to set 0, which
- * layer lo overwrites next. Leaves e->pos set for R. */
-void engine_frozen_prefix(af_engine *e, const af_tf_run *R, const int32_t *tokens, float *out) {
+/* The frozen prefix for the R->B samples of R (host tokens [R->n]): embedding and layers 0..lo-1
+ * into out [R->n, H] (out must not be dT or dh). Nothing is kept: the residual stream ping-pongs
+ * between the scratch buffers dT and dh (unused in the forward) and the activations go to set 0,
+ * which layer lo overwrites next. Leaves e->pos set for R. */
+af_status engine_frozen_prefix(af_engine *e, const af_tf_run *R, const int32_t *tokens, float *out) {
     const af_model *m = e->m;
     const int64_t H = m->cfg.hidden_size, n = R->n;
     const int32_t lo = e->lo;
-    engine_set_pos(e, R->ss, R->B);
+    AF_TRY(engine_set_pos(e, R->ss, R->B));
+    AF_TRY(af_be(e->ctx)->upload(e->ctx, e->tok, tokens, sizeof(int32_t) * (size_t)n));
     float *x = lo == 0 ? out : e->ws.dT;
-    af_tf_embed(m, tokens, n, x);
+    af_tf_embed(e->ctx, m, e->tok, n, x);
     probe(R, x, n * H, "model.embed_tokens output");
     for (int32_t l = 0; l < lo; l++) {
         float *xo = l == lo - 1 ? out : x == e->ws.dT ? e->ws.dh : e->ws.dT;
         af_tf_layer_forward(R, l, &e->sets[0], x, xo);
         x = xo;
     }
+    return AF_OK;
 }
 
-/* Embedding, positions and every layer; final normed states in e->hN, pooled [B, H] and logits
- * (pooled == NULL, causal LM: stops after the last layer; the LM head loss does the final norm).
- * The frozen layers below e->lo run without keeping anything (engine_frozen_prefix), or come from
- * the prefix cache. Only layers lo.. keep their input (xs) and, with `save`, their own activation
- * set. */
-void engine_forward_all(af_engine *e, const af_tf_run *R, const af_batch *b, int save, float *pooled, float *logits,
-                        af_pooling pool) {
+af_status engine_forward_all(af_engine *e, const af_tf_run *R, const af_batch *b, int save, int head, af_pooling pool) {
     const af_model *m = e->m;
+    const af_backend *be = af_be(e->ctx);
     const int64_t n = R->n, H = m->cfg.hidden_size, L = m->cfg.num_hidden_layers;
     const int32_t lo = e->lo;
-    if (lo > 0 && e->pc.max_bytes > 0 && !e->probe) engine_prefix_cached(e, R, b);
-    else engine_frozen_prefix(e, R, b->tokens, engine_xs_at(e, lo, n));
-    engine_set_pos(e, b->seq_start, b->n_samples);
+    if (lo > 0 && e->pc.max_bytes > 0 && !e->probe) AF_TRY(engine_prefix_cached(e, R, b));
+    else AF_TRY(engine_frozen_prefix(e, R, b->tokens, engine_xs_at(e, lo, n)));
+    AF_TRY(engine_set_pos(e, b->seq_start, b->n_samples));
     for (int32_t l = lo; l < L; l++) {
         af_tf_acts *S = &e->sets[save ? l - lo : 0];
         af_tf_layer_forward(R, l, S, engine_xs_at(e, l, n), engine_xs_at(e, l + 1, n));
     }
-    if (!pooled) return;
+    if (!head) return AF_OK;
     af_tf_final_norm(e->ctx, m, e->hN, e->rstdN, engine_xs_at(e, L, n), n);
     probe(R, e->hN, n * H, "model.norm output");
-    af_pool_forward(pooled, e->hN, b->seq_start, b->n_samples, H, pool);
-    probe(R, pooled, b->n_samples * H, "pooled hidden state");
+    AF_TRY(be->upload(e->ctx, e->ss, b->seq_start, sizeof(int32_t) * (size_t)(b->n_samples + 1)));
+    be->pool_forward(e->ctx, e->pooled, e->hN, e->ss, b->n_samples, H, pool);
+    probe(R, e->pooled, b->n_samples * H, "pooled hidden state");
     const af_param_layout *lay = e->lay;
-    af_head_forward(e->ctx, logits, pooled, R->P + lay->head_w_off, R->P + lay->head_b_off, b->n_samples, H,
-                    lay->num_classes);
-    probe(R, logits, (int64_t)b->n_samples * lay->num_classes, "score output (logits)");
+    be->head_forward(e->ctx, e->lg, e->pooled, R->P + lay->head_w_off, R->P + lay->head_b_off, b->n_samples, H,
+                     lay->num_classes);
+    probe(R, e->lg, (int64_t)b->n_samples * lay->num_classes, "score output (logits)");
+    return AF_OK;
 }
 
 int32_t af_engine_first_layer(const af_engine *e) { return e->lo; }
@@ -250,17 +285,11 @@ af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, con
     if (!o) o = &default_opts;
     AF_TRY(engine_check_batch(e, b, 0));
     AF_TRY(engine_reserve(e, b->n_tok, 1));
-    const int64_t H = e->m->cfg.hidden_size;
-    float *pooled = af_malloc(sizeof(float) * (size_t)(b->n_samples * H));
-    if (!pooled) return af_fail(AF_ERR_NOMEM, "engine forward: out of memory");
     af_tf_run R = engine_run(e, P, b->seq_start, b->n_samples, b->n_tok, o->train && e->lay->lora.dropout > 0,
                              o->dropout_seed);
-    engine_forward_all(e, &R, b, 0, pooled, logits, o->pooling);
-    free(pooled);
-    return AF_OK;
+    AF_TRY(engine_forward_all(e, &R, b, 0, 1, o->pooling));
+    return af_be(e->ctx)->download(e->ctx, logits, e->lg, sizeof(float) * (size_t)b->n_samples * (size_t)e->lay->num_classes);
 }
-
-static void zero(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
 
 /* The walk's backward from e->ws.dX = dL/d(last layer output) down to the lowest adapted layer
  * only (nothing below it is trainable), recomputing each layer's activations first when
@@ -283,36 +312,39 @@ af_status af_engine_step(af_engine *e, const float *P, float *G, const af_batch 
     AF_TRY(engine_check_batch(e, b, 1));
     const af_model *m = e->m;
     const af_param_layout *lay = e->lay;
+    const af_backend *be = af_be(e->ctx);
+    const af_ctx *ctx = e->ctx;
     const int64_t H = m->cfg.hidden_size, NL = m->cfg.num_hidden_layers;
     const int ckpt = o->checkpointing != 0;
     const int32_t lo = e->lo;
     AF_TRY(engine_reserve(e, b->n_tok, ckpt || lo >= NL - 1 ? 1 : (int32_t)NL - lo));
     const int32_t B = b->n_samples, C = lay->num_classes;
     const int64_t n = b->n_tok;
-    float *small = af_malloc(sizeof(float) * (size_t)(2 * B * H + 2 * B * C));
-    if (!small) return af_fail(AF_ERR_NOMEM, "engine step: out of memory");
-    float *pooled = small, *dpooled = small + B * H, *lg = dpooled + B * H, *dlg = lg + B * C;
     af_tf_run R = engine_run(e, P, b->seq_start, B, n, o->train && lay->lora.dropout > 0, o->dropout_seed);
-    engine_forward_all(e, &R, b, !ckpt, pooled, lg, o->pooling);
-    if (logits) memcpy(logits, lg, sizeof(float) * (size_t)(B * C));
-    double L = b->labels ? af_ce_loss(dlg, NULL, lg, b->labels, o->class_w, B, C)
-                         : af_bce_loss(dlg, lg, b->multi_hot, B, C);
-    *loss = L;
-    if (!isfinite(L)) { /* the caller decides (skip the step); no gradient is added */
-        free(small);
-        return AF_OK;
+    AF_TRY(engine_forward_all(e, &R, b, !ckpt, 1, o->pooling));
+    if (logits) AF_TRY(be->download(ctx, logits, e->lg, sizeof(float) * (size_t)(B * C)));
+    double L;
+    if (b->labels) {
+        AF_TRY(be->upload(ctx, e->lab, b->labels, sizeof(int32_t) * (size_t)B));
+        if (o->class_w) AF_TRY(be->upload(ctx, e->cw, o->class_w, sizeof(float) * (size_t)C));
+        L = be->ce_loss(ctx, e->dlg, NULL, e->lg, e->lab, o->class_w ? e->cw : NULL, B, C);
+    } else {
+        AF_TRY(be->upload(ctx, e->mh, b->multi_hot, sizeof(float) * (size_t)(B * C)));
+        L = be->bce_loss(ctx, e->dlg, e->lg, e->mh, B, C);
     }
-    for (int64_t i = 0; i < (int64_t)B * C; i++) dlg[i] *= grad_scale;
-    zero(dpooled, B * H);
-    af_head_backward(e->ctx, dpooled, G + lay->head_w_off, G + lay->head_b_off, dlg, pooled, P + lay->head_w_off, B, H, C);
+    *loss = L;
+    if (!isfinite(L)) return af_device_status(ctx->dev); /* the caller decides (skip the step); no gradient is added */
+    be->scale(ctx, e->dlg, grad_scale, (int64_t)B * C);
+    be->fill(ctx, e->dpooled, 0.0f, B * H);
+    be->head_backward(ctx, e->dpooled, G + lay->head_w_off, G + lay->head_b_off, e->dlg, e->pooled, P + lay->head_w_off,
+                      B, H, C);
     af_tf_scratch *ws = &e->ws;
-    zero(ws->dT, n * H);
-    af_pool_backward(ws->dT, dpooled, b->seq_start, B, H, o->pooling);
-    zero(ws->dX, n * H);
-    af_tf_final_norm_backward(e->ctx, m, ws->dX, ws->dT, engine_xs_at(e, NL, n), e->rstdN, n);
+    be->fill(ctx, ws->dT, 0.0f, n * H);
+    be->pool_backward(ctx, ws->dT, e->dpooled, e->ss, B, H, o->pooling);
+    be->fill(ctx, ws->dX, 0.0f, n * H);
+    af_tf_final_norm_backward(ctx, m, ws->dX, ws->dT, engine_xs_at(e, NL, n), e->rstdN, n);
     backward_layers(e, &R, G, ckpt);
-    free(small);
-    return AF_OK;
+    return be->sync(ctx);
 }
 
 /* ---------------------------------------------------------------- causal LM */
@@ -324,22 +356,24 @@ af_status af_engine_lm_step(af_engine *e, const float *P, float *G, const af_bat
     if (!o) o = &default_opts;
     AF_TRY(engine_check_batch(e, b, 0));
     const af_model *m = e->m;
+    const af_backend *be = af_be(e->ctx);
     const int64_t NL = m->cfg.num_hidden_layers, n = b->n_tok;
     const int grad = G != NULL, ckpt = o->checkpointing != 0 || !grad;
     const int32_t lo = e->lo;
     AF_TRY(engine_reserve(e, n, ckpt || lo >= NL - 1 ? 1 : (int32_t)NL - lo));
     if (!e->lm_scr) {
-        e->lm_scr = af_malloc_aligned(sizeof(float) * (size_t)af_lm_head_scratch_floats(m));
-        if (!e->lm_scr) return af_fail(AF_ERR_NOMEM, "engine LM step: out of memory for the logits chunk");
+        e->lm_scr = be->alloc(e->ctx, sizeof(float) * (size_t)af_lm_head_scratch_floats(m));
+        if (!e->lm_scr) return af_fail(AF_ERR_NOMEM, "engine LM step: the logits chunk: %s", af_last_error());
     }
     af_tf_run R = engine_run(e, P, b->seq_start, b->n_samples, n, o->train && e->lay->lora.dropout > 0,
                              o->dropout_seed);
-    engine_forward_all(e, &R, b, !ckpt, NULL, NULL, o->pooling);
+    AF_TRY(engine_forward_all(e, &R, b, !ckpt, 0, o->pooling));
     af_tf_scratch *ws = &e->ws;
-    if (grad) zero(ws->dX, n * m->cfg.hidden_size);
+    if (grad) be->fill(e->ctx, ws->dX, 0.0f, n * m->cfg.hidden_size);
     af_lm_head_loss(e->ctx, m, engine_xs_at(e, NL, n), b->targets, n, e->hN, e->rstdN, grad ? ws->dX : NULL,
                     grad_scale, e->lm_scr, res);
-    if (!grad || !isfinite(res->loss_sum)) return AF_OK; /* non-finite: no gradient added (caller skips) */
+    if (!grad || !isfinite(res->loss_sum)) /* non-finite: no gradient added (caller skips) */
+        return af_device_status(e->ctx->dev);
     backward_layers(e, &R, G, o->checkpointing != 0);
-    return AF_OK;
+    return be->sync(e->ctx);
 }

@@ -5,6 +5,8 @@
  */
 #include "train/engine_internal.h"
 
+#include "kernels/backend.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,15 +31,17 @@ static pc_entry *pc_slot(prefix_cache *pc, uint64_t h, const int32_t *tok, int32
     }
 }
 
-/* Insert a copy of (tok, x [len, H]) if the byte budget allows; silently skipped otherwise (also on
- * allocation failure: the cache is an optimisation only). */
-static void pc_insert(prefix_cache *pc, uint64_t h, const int32_t *tok, int32_t len, const float *x, int64_t H) {
+/* Insert a copy of (tok, x [len, H]: device memory of ctx, downloaded) if the byte budget allows;
+ * silently skipped otherwise (also on allocation failure: the cache is an optimisation only).
+ * Errors: the device's (the download). */
+static af_status pc_insert(const af_ctx *ctx, prefix_cache *pc, uint64_t h, const int32_t *tok, int32_t len,
+                           const float *x, int64_t H) {
     const size_t sz = sizeof(int32_t) * (size_t)len + sizeof(float) * (size_t)(len * H) + 64;
-    if (pc->bytes + sz > pc->max_bytes) return;
+    if (pc->bytes + sz > pc->max_bytes) return AF_OK;
     if (2 * (pc->used + 1) > pc->cap) { /* grow to keep the load <= 1/2 */
         int64_t ncap = pc->cap ? 2 * pc->cap : 1024;
         pc_entry *nt = calloc((size_t)ncap, sizeof *nt);
-        if (!nt) return;
+        if (!nt) return AF_OK;
         prefix_cache g = *pc;
         g.tab = nt;
         g.cap = ncap;
@@ -48,25 +52,32 @@ static void pc_insert(prefix_cache *pc, uint64_t h, const int32_t *tok, int32_t 
         pc->cap = ncap;
     }
     pc_entry *en = pc_slot(pc, h, tok, len);
-    if (en->h) return; /* already there */
+    if (en->h) return AF_OK; /* already there */
     int32_t *mem = malloc(sz);
-    if (!mem) return;
+    if (!mem) return AF_OK;
     memcpy(mem, tok, sizeof(int32_t) * (size_t)len);
     float *xc = (float *)(((uintptr_t)(mem + len) + 63) & ~(uintptr_t)63);
-    memcpy(xc, x, sizeof(float) * (size_t)(len * H));
+    af_status st = af_be(ctx)->download(ctx, xc, x, sizeof(float) * (size_t)(len * H));
+    if (st != AF_OK) {
+        free(mem);
+        return st;
+    }
     en->h = h;
     en->len = len;
     en->tok = mem;
     en->x = xc;
     pc->used++;
     pc->bytes += sz;
+    return AF_OK;
 }
 
 /* Residual stream entering layer lo for the batch, into xs_at(lo): from the prefix cache for the
  * samples it holds, computed (and cached) for the others as one sub-batch. Samples are independent
  * (positions restart, attention stays inside a sample), so this equals computing the whole batch. */
-void engine_prefix_cached(af_engine *e, const af_tf_run *R, const af_batch *b) {
+af_status engine_prefix_cached(af_engine *e, const af_tf_run *R, const af_batch *b) {
     prefix_cache *pc = &e->pc;
+    const af_ctx *ctx = e->ctx;
+    const af_backend *be = af_be(ctx);
     const int64_t H = e->m->cfg.hidden_size;
     float *dst = engine_xs_at(e, e->lo, R->n);
     int32_t nmiss = 0;
@@ -77,7 +88,7 @@ void engine_prefix_cached(af_engine *e, const af_tf_run *R, const af_batch *b) {
         const uint64_t h = tok_hash(b->tokens + s0, len);
         pc_entry *en = pc->cap ? pc_slot(pc, h, b->tokens + s0, len) : NULL;
         if (en && en->h) {
-            memcpy(dst + (int64_t)s0 * H, en->x, sizeof(float) * (size_t)(len * H));
+            AF_TRY(be->upload(ctx, dst + (int64_t)s0 * H, en->x, sizeof(float) * (size_t)(len * H)));
             pc->hits++;
             continue;
         }
@@ -87,19 +98,20 @@ void engine_prefix_cached(af_engine *e, const af_tf_run *R, const af_batch *b) {
         e->sub_idx[nmiss] = s;
         e->sub_ss[++nmiss] = (int32_t)nt;
     }
-    if (!nmiss) return;
+    if (!nmiss) return AF_OK;
     af_tf_run Rs = *R;
     Rs.ss = e->sub_ss;
     Rs.B = nmiss;
     Rs.n = nt;
     Rs.pos = e->pos;
-    engine_frozen_prefix(e, &Rs, e->sub_tok, e->hN); /* hN is free until the final norm */
+    AF_TRY(engine_frozen_prefix(e, &Rs, e->sub_tok, e->hN)); /* hN is free until the final norm */
     for (int32_t k = 0; k < nmiss; k++) {
         const int32_t s = e->sub_idx[k], s0 = b->seq_start[s], len = b->seq_start[s + 1] - s0;
         const float *src = e->hN + (int64_t)e->sub_ss[k] * H;
-        memcpy(dst + (int64_t)s0 * H, src, sizeof(float) * (size_t)(len * H));
-        pc_insert(pc, tok_hash(b->tokens + s0, len), b->tokens + s0, len, src, H);
+        be->copy(ctx, dst + (int64_t)s0 * H, src, sizeof(float) * (size_t)(len * H));
+        AF_TRY(pc_insert(ctx, pc, tok_hash(b->tokens + s0, len), b->tokens + s0, len, src, H));
     }
+    return AF_OK;
 }
 
 void engine_pc_clear(prefix_cache *pc) {

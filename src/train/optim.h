@@ -1,5 +1,6 @@
 /*
- * optim.h — AdamW, gradient clipping, learning-rate schedules.
+ * optim.h — learning-rate schedules; AdamW and gradient clipping (kernels/train_ops.h, one kernel of
+ * every backend) are re-exported here.
  * AdamW (Loshchilov & Hutter 2019) with PyTorch torch.optim.AdamW semantics:
  *   p ← p − lr·wd·p;  m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
  *   m̂ = m / (1 − β1^t);  v̂ = v / (1 − β2^t);  p ← p − lr · m̂ / (sqrt(v̂) + eps)
@@ -11,31 +12,9 @@
 #define AF_OPTIM_H
 
 #include "afinar.h"
+#include "kernels/train_ops.h" /* af_adamw, af_adamw_step, af_clip_grad_norm */
 
 #include <stdint.h>
-
-typedef struct af_adamw {
-    float lr, beta1, beta2, eps, weight_decay;
-    int64_t t; /* steps taken so far (bias correction uses t after increment) */
-} af_adamw;
-
-/* lr as given, beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0.01, t 0. */
-void af_adamw_defaults(af_adamw *o, float lr);
-/* One update of P [n] with gradient G [n], moments M, V [n] (zero-initialised by the caller).
- * `lr` overrides o->lr for this step (schedules); `decay_mask` [n] (NULL = decay everything) selects
- * which parameters get weight decay (mask[i] != 0). Increments o->t. The hyper-parameters are used
- * as the doubles their float values represent; scalar factors (1 − lr·wd, lr/(1 − β1^t),
- * sqrt(1 − β2^t)) are formed in double and rounded to float once, element math is float, as in
- * PyTorch's single-tensor CPU implementation. Elements are independent, so threading (the context's pool,
- * for large n) does not change results. */
-void af_adamw_step(const af_ctx *ctx, af_adamw *o, float *P, const float *G, float *M, float *V, int64_t n, float lr,
-                   const uint8_t *decay_mask);
-
-/* Global L2 norm of G [n] (computed in double, fixed summation order). If max_norm > 0 and
- * clip_coef = max_norm / (norm + 1e-6) is below 1 (i.e. the norm exceeds max_norm, up to the 1e-6),
- * scales G by clip_coef (torch.nn.utils.clip_grad_norm_, which clamps the coefficient at 1).
- * Returns the pre-clip norm (NaN/Inf if G has non-finite values; G is then left untouched). */
-double af_clip_grad_norm(const af_ctx *ctx, float *G, int64_t n, double max_norm);
 
 /* af_sched: include/afinar.h ("Training runs"). */
 

@@ -76,6 +76,7 @@ static const af_setting_info k_keys[] = {
     {"poll", AF_SETTING_INT, 0, 0, 1e7, "US", "microseconds threads spin between operations before sleeping (default 1000; 0 = sleep at once)"},
     {"memory-limit", AF_SETTING_NUMBER, 0, 0, 1e9, "MIB", "refuse to start above this estimated peak (default: RAM or cgroup limit)"},
     {"bf16", AF_SETTING_BOOL, 0, 0, 0, NULL, "bfloat16 operands, f32 accumulation in the large products (AVX512_BF16; ~1.4x faster)"},
+    {"device", AF_SETTING_TEXT, 0, 0, 0, "DEV", "compute device: cpu (default), vulkan, vulkan:N, auto (a Vulkan device when present and the run fits it, else the CPU); 'afinar devices' lists them"},
     {"quantize", AF_SETTING_TEXT, 0, 0, 0, "TYPE", "quantize the base model's f32/f16/bf16 projections at load: nf4 (QLoRA NormalFloat4, bitsandbytes-exact) | q8_0 | f16 | bf16 | none (default)"},
     {"max-nonfinite", AF_SETTING_INT, 0, 1, 1e6, "N", "stop after N consecutive non-finite steps (default 5)"},
     {"log-every", AF_SETTING_INT, 0, 0, BIG, "N", "progress line every N steps when stderr is not a terminal"},
@@ -369,6 +370,7 @@ af_status af_train_settings_to_opts(af_train_settings *ts, af_trainer_opts *o) {
         else if (IS("poll")) o->poll_us = (int)v;
         else if (IS("bf16")) o->bf16 = b;
         else if (IS("quantize")) o->quantize = s;
+        else if (IS("device")) o->device = s;
         else if (IS("memory-limit")) o->memory_limit_mb = v;
         else if (IS("max-nonfinite")) o->max_nonfinite = (int32_t)v;
         else if (IS("log-every")) o->log_every = (int64_t)v;

@@ -66,6 +66,7 @@ void af_trainer_free(af_trainer *t) {
     af_diag_list_free(&t->diags);
     af_model_free(t->model_owned);
     af_ctx_free(t->ctx);
+    af_ctx_free(t->ctx_dev);
     free(t);
 }
 
@@ -234,6 +235,7 @@ static af_status plan(af_trainer *t) {
     /* memory: model mapping + engine workspace of the biggest micro-batch + P, G, M, V + logits */
     t->max_mb_tokens = t->packing ? t->budget : top_tokens(t->train, o->batch);
     int64_t ev = top_tokens(t->val, o->eval_batch > 0 ? o->eval_batch : o->batch);
+    t->max_ev_tokens = ev;
     size_t eng = af_engine_bytes(t->model, &t->lay, t->max_mb_tokens, o->checkpointing);
     size_t eng_ev = t->val ? af_engine_bytes(t->model, &t->lay, ev, 1) : 0;
     if (eng_ev > eng) eng = eng_ev;
@@ -263,6 +265,7 @@ static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
     if (o->threads != 0) p.n_threads = o->threads;
     if (o->poll_us >= 0) p.poll_us = o->poll_us;
     if (o->quantize) p.quantize = o->quantize;
+    if (o->device) p.device = o->device;
     if (o->bf16) {
         p.matmul_precision = "bf16";
         if (af_ctx_new(&p, &t->ctx) == AF_OK) {
@@ -339,6 +342,22 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     if (o->model) t->model = o->model;
     else {
         st = af_model_load(t->ctx, o->model_path, &t->model_owned);
+        if ((st == AF_ERR_NOMEM || st == AF_ERR_DEVICE) && t->ctx->device_auto && !af_ctx_on_cpu(t->ctx)) {
+            /* --device auto: the model does not fit (or the device failed): the CPU */
+            char msg[700];
+            snprintf(msg, sizeof msg, "%s", af_last_error());
+            if (o->log) fprintf(o->log, "warning: %s; --device auto: training on the CPU\n", msg);
+            af_ctx_params p;
+            af_ctx_get_params(t->ctx, &p);
+            p.device = "cpu";
+            af_ctx *cpu = NULL;
+            st = af_ctx_new(&p, &cpu);
+            if (st == AF_OK) {
+                af_ctx_free(t->ctx);
+                t->ctx = cpu;
+                st = af_model_load(t->ctx, o->model_path, &t->model_owned);
+            }
+        }
         if (st != AF_OK) goto fail;
         t->model = t->model_owned;
     }
@@ -506,6 +525,13 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
                 (long long)(l->n_total - (o->head_bias ? 0 : l->num_classes)), (double)t->n_model_params / 1e6);
     fprintf(fp, "      matmul precision %s%s\n", af_ctx_matmul_precision(t->ctx),
             t->ctx->bf16 ? " (bfloat16 operands, f32 accumulation, in the frozen-weight products)" : "");
+    if (!af_ctx_on_cpu(t->ctx)) { /* issue 14: the device and its memory */
+        af_device_info di;
+        af_ctx_device_info(t->ctx, &di);
+        char b1[32], b2[32];
+        fprintf(fp, "      device %s: %s [%s], %s free of %s\n", af_ctx_device(t->ctx), di.name, di.kind,
+                af_fmt_bytes(b1, sizeof b1, di.mem_free), af_fmt_bytes(b2, sizeof b2, di.mem_total));
+    }
     if (t->class_w) {
         fprintf(fp, "      class weights (%s):", o->class_weights);
         for (int32_t c = 0; c < t->num_classes; c++) fprintf(fp, " %.3g", t->class_w[c]);

@@ -101,7 +101,7 @@ typedef struct af_classifier {
     const af_model *model;    /* borrowed or == model_owned */
     af_model *model_owned;
     af_param_layout lay;
-    float *P;                 /* [lay.n_total] */
+    float *P;                 /* [lay.n_total] on the device of ctx */
     af_engine *eng;
     af_pooling pooling;
     int32_t max_seq_len;

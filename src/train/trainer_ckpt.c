@@ -12,6 +12,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -591,4 +593,74 @@ void af_tr_plot(const char *out_dir, FILE *log) {
         if (log) fprintf(log, "plot: gnuplot failed (exit status %d), no curves.png\n", rc);
     }
     free(mp), free(png), free(tmp), free(b);
+}
+
+af_status af_tr_write_run_json(const af_trainer *t) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return af_fail(AF_ERR_NOMEM, "out of memory");
+    cJSON *cfg = t->o.config_json ? cJSON_Parse(t->o.config_json) : NULL;
+    cJSON_AddItemToObject(j, "config", cfg ? cfg : cJSON_CreateNull());
+    cJSON_AddStringToObject(j, "afinar_version", af_version());
+    if (t->o.model_path) cJSON_AddStringToObject(j, "model", t->o.model_path);
+    cJSON_AddNumberToObject(j, "n_train", t->train->n);
+    cJSON_AddNumberToObject(j, "n_val", t->val ? t->val->n : 0);
+    cJSON_AddNumberToObject(j, "num_classes", t->num_classes);
+    cJSON_AddBoolToObject(j, "multi_label", t->multi_label);
+    if (t->label_names) {
+        cJSON *a = cJSON_AddArrayToObject(j, "labels");
+        for (int32_t i = 0; i < t->num_classes; i++) cJSON_AddItemToArray(a, cJSON_CreateString(t->label_names[i]));
+    }
+    cJSON_AddNumberToObject(j, "total_steps", (double)t->total);
+    cJSON_AddNumberToObject(j, "steps_per_epoch", (double)t->spe);
+    cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
+    cJSON_AddNumberToObject(j, "trainable_parameters", (double)t->lay.n_total);
+    char *s = cJSON_Print(j);
+    cJSON_Delete(j);
+    char *p = af_path_join(t->o.output_dir, "run.json");
+    af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
+    free(s);
+    free(p);
+    return st;
+}
+
+/* Output directory: derive from the checkpoint, refuse another run unless overwrite/resume-in-place. */
+af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out) {
+    af_trainer_opts *o = &t->o;
+    *owned_out = NULL;
+    char *parent = NULL;
+    if (ckpt) {
+        char *c = strdup(ckpt);
+        if (!c) return af_fail(AF_ERR_NOMEM, "out of memory");
+        parent = strdup(dirname(c));
+        free(c);
+        if (!parent) return af_fail(AF_ERR_NOMEM, "out of memory");
+    }
+    if (!o->output_dir) {
+        if (!parent) return af_fail(AF_ERR_INVALID_ARG, "no output directory (-o DIR)");
+        o->output_dir = *owned_out = strdup(parent);
+        if (!*owned_out) {
+            free(parent);
+            return af_fail(AF_ERR_NOMEM, "out of memory");
+        }
+    }
+    char what[256];
+    af_status st = AF_OK;
+    if (!writer) { /* another rank of a data-parallel run: rank 0 prepares the directory */
+        free(parent);
+        return AF_OK;
+    }
+    if (af_tr_dir_has_run(o->output_dir, what, sizeof what)) {
+        char a[PATH_MAX], b[PATH_MAX];
+        int same = parent && realpath(parent, a) && realpath(o->output_dir, b) && !strcmp(a, b);
+        if (same) st = af_tr_clear_stale(o->output_dir); /* resuming in place: a killed run's temporaries */
+        else if (o->overwrite) st = af_tr_clear_run(o->output_dir);
+        else
+            st = af_fail(AF_ERR_INVALID_ARG,
+                         "%s: holds another run (%s); use --overwrite to replace it, --resume %s to continue it, or "
+                         "another -o DIR",
+                         o->output_dir, what, o->output_dir);
+    }
+    free(parent);
+    if (st == AF_OK) st = af_mkdir_p(o->output_dir);
+    return st;
 }

@@ -7,11 +7,14 @@
 #define AF_TRAINER_INTERNAL_H
 
 #include "train/api_internal.h" /* the optimizer step (af_lora_trainer); af_tr_nonfinite_tensor */
+#include "train/dist.h"
 #include "train/trainer.h"
 
 struct af_trainer {
     af_trainer_opts o;                 /* copy; strings borrowed from the caller */
     af_ctx *ctx;                       /* owned: the run's context (trainer.c make_ctx) */
+    af_ctx *ctx_dev;                   /* owned: the device context the run left for the CPU (--device auto;
+                                          an owned model keeps it as its context), or NULL */
     af_lm_data_report lm_rep_train, lm_rep_val; /* causal-LM files: the reader's reports */
     int have_lm_rep;                   /* 0 none, 1 train, 2 train + val */
     af_model *model_owned;
@@ -32,6 +35,7 @@ struct af_trainer {
     int64_t total;                     /* optimizer steps of the run */
     int64_t warmup;                    /* warm-up steps */
     int64_t max_mb_tokens;             /* tokens of the largest possible micro-batch */
+    int64_t max_ev_tokens;             /* tokens of the largest evaluation batch (0: no validation set) */
     size_t mem_need, mem_ram; /* estimated peak; limit (RAM, cgroup or --memory-limit) */
     const char *mem_what;     /* which limit mem_ram is (static string) */
     int64_t n_model_params;
@@ -62,6 +66,88 @@ typedef struct af_run_state {
 
 #define AF_EMA_BETA 0.98
 
+/* Statistics of one micro-batch, carried at the end of its gathered gradient row (doubles). */
+enum { ST_LOSS, ST_CORRECT, ST_NTOK, ST_NONFINITE, DIST_STATS };
+#define DIST_STAT_F (DIST_STATS * (int64_t)(sizeof(double) / sizeof(float)))
+
+/* The state of af_trainer_run (trainer_run.c), shared with the device fallback (trainer_device.c). */
+struct af_tr_loop {
+    af_trainer *t;
+    af_lora_trainer *lt;  /* the optimizer step: parameters, gradients, AdamW state, engine */
+    const float *P;       /* lt's parameters [t->lay.n_total] on its device (for the engine) */
+    float *hP, *hM, *hV;  /* host copies [t->lay.n_total] made for checkpoints and saves */
+    af_engine *eng;       /* lt's engine */
+    af_batcher *bt;
+    int32_t *perm;
+    int64_t perm_epoch;
+    float *logits;       /* [batch, C] */
+    float *vprobs;       /* [n_val, C] */
+    FILE *mf;            /* metrics.jsonl */
+    int mf_errno;        /* the first failed write to metrics.jsonl (0: none); the run then fails */
+    af_run_state rs;
+    double t0;           /* session start */
+    int64_t session_steps, session_samples;
+    int tty;
+    int64_t log_every;
+    int live;            /* a '\r' line is on screen */
+    char last_ckpt[1024];
+    char good_ckpt[1024];  /* newest checkpoint saved after a finite step (or the resumed one) */
+    char nf_where[224];  /* where the current step's non-finite value appeared ("" when finite) */
+    char nf_first[288];  /* "step N: <where>" of the first step of the current non-finite run */
+    /* causal LM */
+    int32_t *bin_idx, *bin_off; /* packing: the epoch's micro-batches (af_pack_bfd), [n_train], [n_micro + 1] */
+    int64_t session_tokens;
+    /* data parallelism (af_dist_on(): launched by mpirun / srun; see dist_step) */
+    int dist;              /* 1: every step's micro-batches are split over the ranks */
+    int32_t rank, world;   /* this process, processes (0, 1 without MPI) */
+    int writer;            /* rank 0: the one that writes output, metrics and progress */
+    float *rows;           /* [grad_accum, row] per-micro-batch gradient rows of the step (gathered) */
+    int64_t row;           /* floats per row: n_total gradient + DIST_STAT_F (DIST_STATS doubles) */
+    float *gsum;           /* [n_total] the step's gradient: rows summed in micro-batch order */
+    int32_t *counts;       /* [world] micro-batches of the step per rank */
+    af_dist_counters comm; /* this step's communication: the gather (and rank 0's decisions) */
+    af_dist_counters wait; /* this step's error agreement = waiting for the slowest rank to finish its micro-batches */
+    double compute_s;      /* this step's micro-batch compute seconds (this rank) */
+    int64_t comm_bytes_all;/* this step's bytes received over all ranks (rows × row bytes × (world − 1)) */
+};
+
+/* ---- trainer_run.c ---- */
+/* The public trainer that takes the steps (L->lt) on t->ctx, with t's layout, options and class
+ * weights; L's views of its parameters and engine, host buffers for saves. Errors: those of
+ * af_lora_trainer_new_ext, AF_ERR_NOMEM. */
+af_status af_tr_new_optimizer(const af_trainer *t, struct af_tr_loop *L);
+/* What one optimizer step gave. */
+typedef struct af_tr_step {
+    int finite;              /* 0: skipped (a non-finite loss or gradient norm) */
+    double loss, acc, gn, lr;
+    int64_t n_step, n_tok;   /* samples, tokens of the step */
+} af_tr_step;
+/* Optimizer step L->rs.step on L->lt (its micro-batches, then af_lora_trainer_step). */
+af_status af_tr_take_step(struct af_tr_loop *L, af_tr_step *S);
+
+/* ---- trainer_device.c (issue 14: the device guard and the CPU fallback) ---- */
+/* Whether the run fits its device (t->ctx): activations of the largest micro-batch (and of an
+ * evaluation batch), parameters, gradients and AdamW state, against the device's free memory
+ * (its weights are already there). On the CPU: nothing (the RAM check is af_trainer_run's). Not
+ * fitting: with device "auto" a line on the log and t->ctx becomes a CPU context; else
+ * AF_ERR_NOMEM saying what would fit (fewer tokens per micro-batch, --checkpointing, --device cpu). */
+af_status af_tr_device_fit(af_trainer *t);
+/* After a step on a device (st: af_tr_take_step's status, S its results):
+ *  - AF_ERR_DEVICE (lost, out of memory mid-run): with "auto", a line on the log, then the run goes
+ *    on on the CPU from the last good checkpoint (or from the start: the same bits as a CPU run) and
+ *    the step is taken there; else the error, naming the checkpoint to resume on the CPU;
+ *  - a non-finite step: the same step is taken on the CPU from the same state; finite there: with
+ *    "auto" the run goes on on the CPU (S gets the CPU's step), else AF_ERR_DEVICE ("the device
+ *    computes non-finite values where the CPU does not"); non-finite there too: a real non-finite
+ *    step, left to the usual skip.
+ * On the CPU, or in a data-parallel run: returns st. */
+af_status af_tr_device_step(struct af_tr_loop *L, af_tr_step *S, af_status st);
+/* A device failure (AF_ERR_DEVICE) of step rs.step + 1 (during NULL) or of `during` ("the
+ * evaluation", "saving best/") after step rs.step: with "auto" the run goes on on the CPU from the
+ * last good checkpoint (rewound: the caller continues its loop), AF_OK; else the error naming the
+ * checkpoint. Any other status is returned as is. */
+af_status af_tr_device_failed(struct af_tr_loop *L, af_status st, const char *during);
+
 /* ---- trainer_ckpt.c ---- */
 /* Whether `dir` holds artifacts of a run (metrics.jsonl, run.json, checkpoint-*, best, final);
  * `what` receives a short list for messages. */
@@ -83,5 +169,10 @@ af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, floa
 af_status af_tr_truncate_metrics(const char *out_dir, int64_t step);
 /* curves.png from metrics.jsonl with gnuplot; prints one line to `log` either way. */
 void af_tr_plot(const char *out_dir, FILE *log);
+/* OUT/run.json: the resolved configuration and the plan. Errors: AF_ERR_IO, AF_ERR_NOMEM. */
+af_status af_tr_write_run_json(const af_trainer *t);
+/* Output directory: derived from the checkpoint when not given (*owned_out then owns it); another
+ * run there is refused unless overwrite or resuming in place (rank 0 only: `writer`). */
+af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out);
 
 #endif /* AF_TRAINER_INTERNAL_H */

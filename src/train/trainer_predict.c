@@ -2,6 +2,7 @@
  * (see trainer.h). */
 #include "train/trainer.h"
 
+#include "kernels/backend.h"
 #include "lora/adapter_io.h"
 #include "formats/jsonl.h"
 
@@ -131,7 +132,7 @@ af_status af_eval_metrics(const af_dataset *ds, const float *probs, af_metrics *
 void af_classifier_free(af_classifier *c) {
     if (!c) return;
     af_engine_free(c->eng);
-    free(c->P);
+    if (c->ctx) af_be(c->ctx)->free(c->ctx, c->P);
     af_param_layout_free(&c->lay);
     if (c->label_names) af_labels_free(c->label_names, c->num_classes);
     af_model_free(c->model_owned);
@@ -236,7 +237,14 @@ af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af
             }
         }
     }
-    st = af_adapter_load_for_model(adapter_dir, &info, model, info.dropout, c->num_classes, 0, &c->lay, &c->P);
+    float *hostP = NULL; /* the adapter as read, then on the engine's device */
+    st = af_adapter_load_for_model(adapter_dir, &info, model, info.dropout, c->num_classes, 0, &c->lay, &hostP);
+    if (st == AF_OK) {
+        const size_t bytes = sizeof(float) * (size_t)c->lay.n_total;
+        c->P = af_be(c->ctx)->alloc(c->ctx, bytes);
+        st = c->P ? af_be(c->ctx)->upload(c->ctx, c->P, hostP, bytes) : AF_ERR_NOMEM;
+    }
+    free(hostP);
     if (st != AF_OK) goto fail;
     st = af_engine_new(c->ctx, model, &c->lay, &c->eng);
     if (st != AF_OK) goto fail;
@@ -343,7 +351,14 @@ af_status af_lm_evaluate(const af_ctx *ctx, const af_model *model, const char *a
     st = af_engine_new(ctx, model, &lay, &eng);
     af_lm_loss l;
     memset(&l, 0, sizeof l);
-    if (st == AF_OK) st = af_lm_eval(eng, P, ds, batch, &l);
+    const af_ctx *ec = ctx ? ctx : model->ctx;
+    float *dP = NULL; /* the parameters on the engine's device */
+    if (st == AF_OK) {
+        dP = af_be(ec)->alloc(ec, sizeof(float) * (size_t)lay.n_total);
+        st = dP ? af_be(ec)->upload(ec, dP, P, sizeof(float) * (size_t)lay.n_total) : AF_ERR_NOMEM;
+    }
+    if (st == AF_OK) st = af_lm_eval(eng, dP, ds, batch, &l);
+    if (dP) af_be(ec)->free(ec, dP);
     if (st == AF_OK) {
         out->n_examples = ds->n;
         out->n_targets = l.n_targets;

@@ -16,48 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct loop {
-    af_trainer *t;
-    af_lora_trainer *lt;  /* the optimizer step: parameters, gradients, AdamW state, engine */
-    float *P, *M, *V;     /* lt's buffers [t->lay.n_total] (af_lora_trainer_get_view) */
-    af_engine *eng;       /* lt's engine */
-    af_batcher *bt;
-    int32_t *perm;
-    int64_t perm_epoch;
-    float *logits;       /* [batch, C] */
-    float *vprobs;       /* [n_val, C] */
-    FILE *mf;            /* metrics.jsonl */
-    int mf_errno;        /* the first failed write to metrics.jsonl (0: none); the run then fails */
-    af_run_state rs;
-    double t0;           /* session start */
-    int64_t session_steps, session_samples;
-    int tty;
-    int64_t log_every;
-    int live;            /* a '\r' line is on screen */
-    char last_ckpt[1024];
-    char good_ckpt[1024];  /* newest checkpoint saved after a finite step (or the resumed one) */
-    char nf_where[224];  /* where the current step's non-finite value appeared ("" when finite) */
-    char nf_first[288];  /* "step N: <where>" of the first step of the current non-finite run */
-    /* causal LM */
-    int32_t *bin_idx, *bin_off; /* packing: the epoch's micro-batches (af_pack_bfd), [n_train], [n_micro + 1] */
-    int64_t session_tokens;
-    /* data parallelism (af_dist_on(): launched by mpirun / srun; see dist_step) */
-    int dist;              /* 1: every step's micro-batches are split over the ranks */
-    int32_t rank, world;   /* this process, processes (0, 1 without MPI) */
-    int writer;            /* rank 0: the one that writes output, metrics and progress */
-    float *rows;           /* [grad_accum, row] per-micro-batch gradient rows of the step (gathered) */
-    int64_t row;           /* floats per row: n_total gradient + DIST_STAT_F (DIST_STATS doubles) */
-    float *gsum;           /* [n_total] the step's gradient: rows summed in micro-batch order */
-    int32_t *counts;       /* [world] micro-batches of the step per rank */
-    af_dist_counters comm; /* this step's communication: the gather (and rank 0's decisions) */
-    af_dist_counters wait; /* this step's error agreement = waiting for the slowest rank to finish its micro-batches */
-    double compute_s;      /* this step's micro-batch compute seconds (this rank) */
-    int64_t comm_bytes_all;/* this step's bytes received over all ranks (rows × row bytes × (world − 1)) */
-} loop;
+typedef struct af_tr_loop loop;
 
-/* Statistics of one micro-batch, carried at the end of its gathered gradient row (doubles). */
-enum { ST_LOSS, ST_CORRECT, ST_NTOK, ST_NONFINITE, DIST_STATS };
-#define DIST_STAT_F (DIST_STATS * (int64_t)(sizeof(double) / sizeof(float)))
 
 static double now(void) { return af_time_sec(); }
 
@@ -408,13 +368,20 @@ static af_status evaluate(loop *L, int *improved) {
     return AF_OK;
 }
 
+/* OUT/<name> (af_tr_save_dir) from host copies of the trainer's parameters (and, with `state`, its
+ * AdamW moments), read back from the device just now. */
+static af_status save_dir(loop *L, const char *name, int state, const af_run_state *rs, const char *selected_by) {
+    AF_TRY(af_lora_trainer_download_state(L->lt, L->hP, state ? L->hM : NULL, state ? L->hV : NULL));
+    return af_tr_save_dir(L->t, name, L->hP, state ? L->hM : NULL, state ? L->hV : NULL, rs, selected_by);
+}
+
 static af_status save_checkpoint(loop *L) {
     char name[64];
     snprintf(name, sizeof name, "checkpoint-%lld", (long long)L->rs.step);
     af_run_state rs = L->rs;
     rs.elapsed += now() - L->t0; /* total training seconds so far */
     if (L->writer) { /* the other ranks of a data-parallel run only keep the name */
-        af_status st = af_tr_save_dir(L->t, name, L->P, L->M, L->V, &rs, NULL);
+        af_status st = save_dir(L, name, 1, &rs, NULL);
         if (st != AF_OK) return st;
     }
     snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s/%s", L->t->o.output_dir, name);
@@ -423,79 +390,10 @@ static af_status save_checkpoint(loop *L) {
     return AF_OK;
 }
 
-static af_status write_run_json(const af_trainer *t) {
-    cJSON *j = cJSON_CreateObject();
-    if (!j) return af_fail(AF_ERR_NOMEM, "out of memory");
-    cJSON *cfg = t->o.config_json ? cJSON_Parse(t->o.config_json) : NULL;
-    cJSON_AddItemToObject(j, "config", cfg ? cfg : cJSON_CreateNull());
-    cJSON_AddStringToObject(j, "afinar_version", af_version());
-    if (t->o.model_path) cJSON_AddStringToObject(j, "model", t->o.model_path);
-    cJSON_AddNumberToObject(j, "n_train", t->train->n);
-    cJSON_AddNumberToObject(j, "n_val", t->val ? t->val->n : 0);
-    cJSON_AddNumberToObject(j, "num_classes", t->num_classes);
-    cJSON_AddBoolToObject(j, "multi_label", t->multi_label);
-    if (t->label_names) {
-        cJSON *a = cJSON_AddArrayToObject(j, "labels");
-        for (int32_t i = 0; i < t->num_classes; i++) cJSON_AddItemToArray(a, cJSON_CreateString(t->label_names[i]));
-    }
-    cJSON_AddNumberToObject(j, "total_steps", (double)t->total);
-    cJSON_AddNumberToObject(j, "steps_per_epoch", (double)t->spe);
-    cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
-    cJSON_AddNumberToObject(j, "trainable_parameters", (double)t->lay.n_total);
-    char *s = cJSON_Print(j);
-    cJSON_Delete(j);
-    char *p = af_path_join(t->o.output_dir, "run.json");
-    af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
-    free(s);
-    free(p);
-    return st;
-}
-
-/* Output directory: derive from the checkpoint, refuse another run unless overwrite/resume-in-place. */
-static af_status prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out) {
-    af_trainer_opts *o = &t->o;
-    *owned_out = NULL;
-    char *parent = NULL;
-    if (ckpt) {
-        char *c = strdup(ckpt);
-        if (!c) return af_fail(AF_ERR_NOMEM, "out of memory");
-        parent = strdup(dirname(c));
-        free(c);
-        if (!parent) return af_fail(AF_ERR_NOMEM, "out of memory");
-    }
-    if (!o->output_dir) {
-        if (!parent) return af_fail(AF_ERR_INVALID_ARG, "no output directory (-o DIR)");
-        o->output_dir = *owned_out = strdup(parent);
-        if (!*owned_out) {
-            free(parent);
-            return af_fail(AF_ERR_NOMEM, "out of memory");
-        }
-    }
-    char what[256];
-    af_status st = AF_OK;
-    if (!writer) { /* another rank of a data-parallel run: rank 0 prepares the directory */
-        free(parent);
-        return AF_OK;
-    }
-    if (af_tr_dir_has_run(o->output_dir, what, sizeof what)) {
-        char a[PATH_MAX], b[PATH_MAX];
-        int same = parent && realpath(parent, a) && realpath(o->output_dir, b) && !strcmp(a, b);
-        if (same) st = af_tr_clear_stale(o->output_dir); /* resuming in place: a killed run's temporaries */
-        else if (o->overwrite) st = af_tr_clear_run(o->output_dir);
-        else
-            st = af_fail(AF_ERR_INVALID_ARG,
-                         "%s: holds another run (%s); use --overwrite to replace it, --resume %s to continue it, or "
-                         "another -o DIR",
-                         o->output_dir, what, o->output_dir);
-    }
-    free(parent);
-    if (st == AF_OK) st = af_mkdir_p(o->output_dir);
-    return st;
-}
-
 static void free_loop(loop *L) {
     free(L->perm), free(L->logits), free(L->vprobs), free(L->bin_idx), free(L->bin_off);
     free(L->rows), free(L->gsum), free(L->counts);
+    free(L->hP), free(L->hM), free(L->hV);
     af_lora_trainer_free(L->lt);
     af_batcher_free(L->bt);
     if (L->mf) fclose(L->mf);
@@ -503,7 +401,7 @@ static void free_loop(loop *L) {
 
 /* The public trainer that takes the steps, with t's layout (the same af_param_layout_init_layers
  * arguments as af_trainer_new), options and class weights; L's views of its buffers and engine. */
-static af_status new_optimizer(const af_trainer *t, loop *L) {
+af_status af_tr_new_optimizer(const af_trainer *t, loop *L) {
     const af_trainer_opts *o = &t->o;
     const af_param_layout *lay = &t->lay;
     af_lora_trainer_opts lo;
@@ -528,8 +426,28 @@ static af_status new_optimizer(const af_trainer *t, loop *L) {
     if (v.lay->n_total != lay->n_total)
         return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: %lld trainable parameters, expected %lld",
                        (long long)v.lay->n_total, (long long)lay->n_total);
-    L->P = v.P, L->M = v.M, L->V = v.V, L->eng = v.eng;
+    L->P = v.P;
+    L->eng = v.eng;
+    if (o->prefix_cache_mb > 0) { /* layers below --lora-layers: run once per sample */
+        size_t cb = (size_t)o->prefix_cache_mb << 20;
+        if (t->mem_ram > t->mem_need && cb > (t->mem_ram - t->mem_need) / 2) cb = (t->mem_ram - t->mem_need) / 2;
+        AF_TRY(af_engine_set_prefix_cache(L->eng, cb));
+    }
+    if (L->hP) return AF_OK; /* a new optimizer of a running loop (trainer_device.c) */
+    const size_t n = (size_t)(lay->n_total ? lay->n_total : 1);
+    L->hP = af_malloc(sizeof(float) * n);
+    L->hM = af_malloc(sizeof(float) * n);
+    L->hV = af_malloc(sizeof(float) * n);
+    if (!L->hP || !L->hM || !L->hV) return af_fail(AF_ERR_NOMEM, "trainer: out of memory (%zu parameters)", n);
     return AF_OK;
+}
+
+af_status af_tr_take_step(loop *L, af_tr_step *S) {
+    S->finite = 0;
+    S->loss = NAN, S->acc = 0, S->gn = NAN, S->lr = 0;
+    S->n_step = S->n_tok = 0;
+    return L->t->lm ? train_step_lm(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step, &S->n_tok)
+                    : train_step(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step);
 }
 
 /* FNV-1a over `n` bytes, continuing from h. */
@@ -613,10 +531,11 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     af_status st = AF_OK;
     af_stop_reason stop = AF_STOP_DONE;
     if (o->resume) st = af_trainer_find_checkpoint(o->resume, &ckpt);
-    if (st == AF_OK) st = prepare_output(t, ckpt, L.writer, &owned_out);
+    if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L.writer, &owned_out);
     const int64_t n = t->lay.n_total;
     const int32_t C = t->num_classes;
-    if (st == AF_OK) st = new_optimizer(t, &L);
+    if (st == AF_OK) st = af_tr_device_fit(t); /* the device's memory, before anything is allocated on it */
+    if (st == AF_OK) st = af_tr_new_optimizer(t, &L);
     if (st == AF_OK) {
         L.perm = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
         if (t->lm) { /* no logits kept: the LM head loss works a chunk at a time */
@@ -641,17 +560,13 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
     }
     if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
-        st = af_tr_load_state(t, ckpt, L.P, L.M, L.V, &L.rs);
+        st = af_tr_load_state(t, ckpt, L.hP, L.hM, L.hV, &L.rs);
+        if (st == AF_OK) st = af_lora_trainer_upload_state(L.lt, L.hP, L.hM, L.hV);
         if (st == AF_OK) st = af_lora_trainer_set_optim_state(L.lt, NULL, NULL, &L.rs.adam_t, &L.rs.step);
     }
     if (st == AF_OK && ckpt && L.writer) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
-    if (st == AF_OK && o->prefix_cache_mb > 0) { /* layers below --lora-layers: run once per sample */
-        size_t cb = (size_t)o->prefix_cache_mb << 20;
-        if (t->mem_ram > t->mem_need && cb > (t->mem_ram - t->mem_need) / 2) cb = (t->mem_ram - t->mem_need) / 2;
-        st = af_engine_set_prefix_cache(L.eng, cb);
-    }
     if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L.bt);
-    if (st == AF_OK && L.writer) st = write_run_json(t);
+    if (st == AF_OK && L.writer) st = af_tr_write_run_json(t);
     if (st == AF_OK && L.writer) {
         char *mp = af_path_join(o->output_dir, "metrics.jsonl");
         L.mf = mp ? fopen(mp, "a") : NULL;
@@ -693,12 +608,12 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             memset(&L.wait, 0, sizeof L.wait);
             L.comm_bytes_all = 0;
         }
-        int finite = 0;
-        double loss = NAN, acc = 0, gn = NAN, lr = 0;
-        int64_t n_step = 0, n_tok = 0;
-        st = t->lm ? train_step_lm(&L, &finite, &loss, &acc, &gn, &lr, &n_step, &n_tok)
-                   : train_step(&L, &finite, &loss, &acc, &gn, &lr, &n_step);
+        af_tr_step S;
+        st = af_tr_device_step(&L, &S, af_tr_take_step(&L, &S)); /* a device failure: issue 14 */
         if (st != AF_OK) goto out;
+        const int finite = S.finite;
+        const double loss = S.loss, acc = S.acc, gn = S.gn, lr = S.lr;
+        const int64_t n_step = S.n_step, n_tok = S.n_tok;
         af_run_state *rs = &L.rs;
         rs->step++;
         char dl[256] = ""; /* data parallelism: this step's compute and communication (rank 0's view) */
@@ -773,10 +688,12 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         if (L.writer && t->val && (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
             int improved = 0;
             st = t->lm ? evaluate_lm(&L, &improved) : evaluate(&L, &improved);
+            if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(&L, st, "the evaluation")) == AF_OK) continue; /* on the CPU now */
             if (st != AF_OK) goto out;
             evaluated = 1;
             if (improved) {
-                st = af_tr_save_dir(t, "best", L.P, NULL, NULL, rs, t->lm ? "eval_loss" : "val_macro_f1");
+                st = save_dir(&L, "best", 0, rs, t->lm ? "eval_loss" : "val_macro_f1");
+                if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(&L, st, "saving best/")) == AF_OK) continue;
                 if (st != AF_OK) goto out;
             } else if (o->patience > 0 && rs->bad_evals >= o->patience) {
                 stop = AF_STOP_EARLY;
@@ -799,6 +716,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         if (save || last || stop != AF_STOP_DONE) {
             end_live(&L);
             st = save_checkpoint(&L);
+            if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(&L, st, "saving the checkpoint")) == AF_OK) continue;
             if (st != AF_OK) goto out;
             saved_now = 1;
         }
@@ -806,8 +724,8 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     }
     end_live(&L);
     if (L.writer && (stop == AF_STOP_DONE || stop == AF_STOP_EARLY)) {
-        st = af_tr_save_dir(t, "final", L.P, NULL, NULL, &L.rs, "last_step");
-        if (st == AF_OK && !t->val) st = af_tr_save_dir(t, "best", L.P, NULL, NULL, &L.rs, "last_step");
+        st = save_dir(&L, "final", 0, &L.rs, "last_step");
+        if (st == AF_OK && !t->val) st = save_dir(&L, "best", 0, &L.rs, "last_step");
         if (st != AF_OK) goto out;
     }
     (void)saved_now;

@@ -1,5 +1,6 @@
 /*
- * head.c — pooling, linear classification head and its losses (contracts and formulas in head.h).
+ * head_ops.c — the CPU kernels of the classification head: pooling, linear head and its losses
+ * (contracts and formulas in kernels/train_ops.h; moved from train/head.c for the backend table).
  *
  * Sizes are small (B <= 64, C <= 64, H <= 4096), so everything is plain loops written so that
  * the compiler vectorises the H dimension without -ffast-math:
@@ -14,7 +15,7 @@
  * Bengio & Courville, "Deep Learning" §6.2.2.3; the stable BCE-with-logits form
  * max(x,0) − x·t + log(1 + e^−|x|) as in PyTorch's BCEWithLogitsLoss documentation.
  */
-#include "train/head.h"
+#include "kernels/train_ops.h"
 
 #include "kernels/ctx.h"
 
@@ -56,7 +57,7 @@ static void acc_f64(double *restrict acc, const float *restrict x, int64_t n) {
 }
 
 void af_pool_forward(float *pooled, const float *hidden, const int32_t *seq_start, int32_t B, int64_t H,
-                     af_pooling pool) {
+                     af_head_pooling pool) {
     for (int32_t b = 0; b < B; b++) {
         const int64_t s = seq_start[b], e = seq_start[b + 1], len = e - s;
         float *out = pooled + (int64_t)b * H;
@@ -64,7 +65,7 @@ void af_pool_forward(float *pooled, const float *hidden, const int32_t *seq_star
             memset(out, 0, (size_t)H * sizeof *out);
             continue;
         }
-        if (pool == AF_POOL_LAST || len == 1) {
+        if (pool == AF_POOLING_LAST || len == 1) {
             memcpy(out, hidden + (e - 1) * H, (size_t)H * sizeof *out);
             continue;
         }
@@ -80,12 +81,12 @@ void af_pool_forward(float *pooled, const float *hidden, const int32_t *seq_star
 }
 
 void af_pool_backward(float *d_hidden, const float *d_pooled, const int32_t *seq_start, int32_t B, int64_t H,
-                      af_pooling pool) {
+                      af_head_pooling pool) {
     for (int32_t b = 0; b < B; b++) {
         const int64_t s = seq_start[b], e = seq_start[b + 1], len = e - s;
         const float *g = d_pooled + (int64_t)b * H;
         if (len <= 0) continue;
-        if (pool == AF_POOL_LAST || len == 1) {
+        if (pool == AF_POOLING_LAST || len == 1) {
             axpy_f32(d_hidden + (e - 1) * H, 1.0f, g, H);
             continue;
         }

@@ -1,0 +1,16 @@
+build2/src/kernels/cpu/attention_gemm.o: src/kernels/cpu/attention_gemm.c \
+ src/kernels/cpu/attention_gemm.h include/afinar.h src/core/core.h \
+ src/kernels/ctx.h src/core/threadpool.h src/kernels/cpu/gemm_packed.h \
+ src/kernels/cpu/matmul_internal.h src/kernels/cpu/kernels.h \
+ src/kernels/quant.h src/core/blocks.h src/kernels/cpu/vexp.h
+src/kernels/cpu/attention_gemm.h:
+include/afinar.h:
+src/core/core.h:
+src/kernels/ctx.h:
+src/core/threadpool.h:
+src/kernels/cpu/gemm_packed.h:
+src/kernels/cpu/matmul_internal.h:
+src/kernels/cpu/kernels.h:
+src/kernels/quant.h:
+src/core/blocks.h:
+src/kernels/cpu/vexp.h:

@@ -1,0 +1,3 @@
+build3/cli/cmd_eval.o: cli/cmd_eval.c cli/cli.h include/afinar.h
+cli/cli.h:
+include/afinar.h:

@@ -1,0 +1,4 @@
+build3/cli/cmd_merge_adapters.o: cli/cmd_merge_adapters.c cli/cli.h \
+ include/afinar.h
+cli/cli.h:
+include/afinar.h:

@@ -1,0 +1,20 @@
+build3/src/model/transformer.o: src/model/transformer.c \
+ src/model/transformer.h src/kernels/backend.h include/afinar.h \
+ src/kernels/ctx.h src/core/core.h src/core/threadpool.h src/lora/lora.h \
+ src/kernels/train_ops.h src/model/model.h src/formats/gguf.h \
+ src/formats/hf_config.h src/formats/safetensors.h \
+ src/tokenizer/tokenizer.h src/formats/lm_jsonl.h
+src/model/transformer.h:
+src/kernels/backend.h:
+include/afinar.h:
+src/kernels/ctx.h:
+src/core/core.h:
+src/core/threadpool.h:
+src/lora/lora.h:
+src/kernels/train_ops.h:
+src/model/model.h:
+src/formats/gguf.h:
+src/formats/hf_config.h:
+src/formats/safetensors.h:
+src/tokenizer/tokenizer.h:
+src/formats/lm_jsonl.h:
