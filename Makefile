@@ -66,16 +66,18 @@ VK_DIR := src/kernels/vulkan
 ifeq ($(VULKAN),1)
 VK_SKIP   := $(VK_DIR)/vk_none.c
 VK_CFLAGS := $(shell pkg-config --cflags vulkan) -I$(BUILD)/gen
+VK_DEFS   := -DAF_HAVE_VULKAN
 VK_GEN_OBJ := $(BUILD)/gen/vk_shaders.o
 VK_LIBS   := -ldl
 else
 VK_SKIP   := $(filter-out $(VK_DIR)/vk_none.c,$(wildcard $(VK_DIR)/*.c))
 VK_CFLAGS :=
+VK_DEFS   :=
 VK_GEN_OBJ :=
 VK_LIBS   :=
 endif
 
-CFLAGS  := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
+CFLAGS  := $(CFLAGS_BASE) $(VK_DEFS) $(EXTRA_CFLAGS)
 LDLIBS  := $(PKG_LIBS) $(MPI_LIBS) $(VK_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
 
 LIB_SRC  := $(filter-out $(DIST_SKIP) $(VK_SKIP),$(sort $(shell find src -name '*.c')))

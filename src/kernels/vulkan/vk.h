@@ -70,6 +70,14 @@ const char *af_vk_dev_name(const af_vk_dev *d);
  * was corrupt and was ignored. */
 const char *af_vk_dev_note(const af_vk_dev *d);
 
+/* Call on_fail(owner, status, message without the device name) when the device records its first
+ * failure (the backend table forwards it to af_device_fail). */
+void af_vk_set_owner(af_vk_dev *d, void (*on_fail)(void *owner, af_status st, const char *msg), void *owner);
+/* The sticky error (AF_OK when none), message set. Does not wait. */
+af_status af_vk_status(af_vk_dev *d);
+/* Mark the device lost now, as if during `op` (fault injection of the backend table). */
+void af_vk_lose(af_vk_dev *d, const char *op);
+
 /* ---- memory ---- */
 /* bytes of device memory (any size: larger than a buffer window it is split, see vk_internal.h).
  * NULL on failure (af_last_error: "vulkan:N (...): allocating B bytes: VK_ERROR_OUT_OF_DEVICE_MEMORY").
@@ -79,6 +87,8 @@ void *af_vk_alloc(af_vk_dev *d, size_t bytes);
 void af_vk_free(af_vk_dev *d, void *p);
 /* 1 when p lies inside one of d's allocations. */
 int af_vk_owns(af_vk_dev *d, const void *p);
+/* Bytes from p to the end of the bytes its allocation was asked for (0: not device memory). */
+uint64_t af_vk_bytes_from(af_vk_dev *d, const void *p);
 /* Host -> device (src host), ordered after every op recorded before. Errors: the sticky error. */
 af_status af_vk_upload(af_vk_dev *d, void *dst, const void *src, size_t bytes);
 /* Device -> host (dst host): a synchronization point. */
@@ -160,8 +170,8 @@ void af_vk_embed(af_vk_dev *d, float *x, const void *w, uint32_t type, const int
                  int64_t rows, float scale);
 /* x[i] = cap·tanh(x[i]/cap) (the final logit soft-cap) */
 void af_vk_softcap(af_vk_dev *d, float *x, int64_t n, float cap);
-/* dst[j, :] = src[idx[j], :] (gather) or dst[idx[j], :] = src[j, :] (scatter), rows of `width`
- * floats, idx [k] int32 (device) */
+/* dst[j, :] = src[idx[j], :] (gather) or dst[idx[j], :] = src[j, :] (scatter; zeros when src is
+ * NULL), rows of `width` floats, idx [k] int32 (device) */
 void af_vk_gather_rows(af_vk_dev *d, float *dst, const float *src, const int32_t *idx, int64_t k, int64_t width);
 void af_vk_scatter_rows(af_vk_dev *d, float *dst, const float *src, const int32_t *idx, int64_t k, int64_t width);
 /* Number of non-finite values in x [n] (a synchronization point; -1 after a device failure). */

@@ -25,6 +25,30 @@ void vk_fail(af_vk_dev *d, af_status st, const char *fmt, ...) {
     va_end(ap);
     d->err = st;
     snprintf(d->errmsg, sizeof d->errmsg, "%s: %s", af_vk_dev_name(d), msg);
+    if (d->on_fail) d->on_fail(d->owner, st, msg);
+}
+
+void af_vk_set_owner(af_vk_dev *d, void (*on_fail)(void *owner, af_status st, const char *msg), void *owner) {
+    pthread_mutex_lock(&d->mu);
+    d->on_fail = on_fail;
+    d->owner = owner;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void af_vk_lose(af_vk_dev *d, const char *op) {
+    pthread_mutex_lock(&d->mu);
+    if (d->err == AF_OK) {
+        d->lost = 1;
+        vk_fail(d, AF_ERR_IO, "device lost during %s (fault injection)", op);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+af_status af_vk_status(af_vk_dev *d) {
+    pthread_mutex_lock(&d->mu);
+    af_status st = vk_status(d);
+    pthread_mutex_unlock(&d->mu);
+    return st;
 }
 
 void vk_fail_vk(af_vk_dev *d, VkResult r, const char *what, const char *call) {

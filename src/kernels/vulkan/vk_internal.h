@@ -48,7 +48,8 @@ typedef struct vk_win {
 
 typedef struct vk_alloc {
     uintptr_t addr;    /* first byte in the reserved range */
-    uint64_t size;     /* bytes asked for */
+    uint64_t size;     /* bytes asked for, rounded up to 256 */
+    uint64_t req;      /* bytes asked for */
     uint64_t span;     /* address space taken (multiple of VK_ADDR_ALIGN) */
     int nmem, nwin;
     vk_mem *mems;
@@ -151,6 +152,8 @@ struct af_vk_dev {
     const char *last_op;
     int fault[AF_VK_FAULT_COUNT];
     char note[700]; /* af_vk_dev_note */
+    void (*on_fail)(void *owner, af_status st, const char *msg); /* af_vk_set_owner */
+    void *owner;
 };
 
 /* ---- errors (vk_device.c) ----

@@ -66,6 +66,14 @@ vk_alloc *vk_find(af_vk_dev *d, const void *p) {
     return a < al->addr + al->size ? al : NULL;
 }
 
+uint64_t af_vk_bytes_from(af_vk_dev *d, const void *p) {
+    pthread_mutex_lock(&d->mu);
+    vk_alloc *a = vk_find(d, p);
+    uint64_t r = a && (uintptr_t)p < a->addr + a->req ? a->addr + a->req - (uintptr_t)p : 0;
+    pthread_mutex_unlock(&d->mu);
+    return r;
+}
+
 int af_vk_owns(af_vk_dev *d, const void *p) {
     pthread_mutex_lock(&d->mu);
     int r = vk_find(d, p) != NULL;
@@ -234,6 +242,7 @@ static vk_alloc *alloc_locked(af_vk_dev *d, uint64_t bytes, af_status *st) {
         return NULL;
     }
     a->size = size;
+    a->req = bytes;
     a->span = align_up(size, VK_ADDR_ALIGN);
     uint64_t R, S;
     window_geometry(d, &R, &S);

@@ -341,7 +341,7 @@ typedef struct rows_push {
     uint32_t op, type;
 } rows_push;
 
-enum { ROWS_GATHER = 0, ROWS_SCATTER = 1, ROWS_BIAS = 2, ROWS_EMBED = 3 };
+enum { ROWS_GATHER = 0, ROWS_SCATTER = 1, ROWS_BIAS = 2, ROWS_EMBED = 3, ROWS_ZERO = 4 };
 
 /* dst/src extents: the caller's (gather and scatter address rows anywhere in their matrices). */
 static void rows_op(af_vk_dev *d, const char *op, int kind, float *dst, uint64_t dst_bytes, const void *src,
@@ -374,8 +374,8 @@ void af_vk_gather_rows(af_vk_dev *d, float *dst, const float *src, const int32_t
 
 void af_vk_scatter_rows(af_vk_dev *d, float *dst, const float *src, const int32_t *idx, int64_t k, int64_t width) {
     if (vk_enter(d, "scatter_rows"))
-        rows_op(d, "scatter_rows", ROWS_SCATTER, dst, reach(d, dst), src, 4 * (uint64_t)k * width, idx, k, width, 0, 0,
-                1.0f, 0, 0);
+        rows_op(d, "scatter_rows", src ? ROWS_SCATTER : ROWS_ZERO, dst, reach(d, dst), src,
+                src ? 4 * (uint64_t)k * width : 0, idx, k, width, 0, 0, 1.0f, 0, 0);
     vk_leave(d);
 }
 

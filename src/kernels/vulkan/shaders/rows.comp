@@ -1,7 +1,7 @@
 #version 450
 // rows.comp — row moves and row broadcasts over [rows, width] float matrices, one invocation per
 // element (grid-stride). OP: 0 gather  dst[j, :] = src[idx[j], :]
-//                             1 scatter dst[idx[j], :] = src[j, :]
+//                             1 scatter dst[idx[j], :] = src[j, :]   (4: = 0)
 //                             2 bias    dst[j, :] += src[:]            (y += b per row)
 //                             3 embed   dst[j, :] = dequant(W row idx[j]) (· scale when != 1), for the
 //                                       tokens in [lo, hi) only: the weight bound at binding 1 starts
@@ -38,6 +38,8 @@ void main() {
             dst[od + j * pc.width + c] = uintBitsToFloat(wq[os + uint(idx[oi + j]) * pc.width + c]);
         } else if (OP == 1u) {
             dst[od + uint(idx[oi + j]) * pc.width + c] = uintBitsToFloat(wq[os + j * pc.width + c]);
+        } else if (OP == 4u) {
+            dst[od + uint(idx[oi + j]) * pc.width + c] = 0.0;
         } else if (OP == 2u) {
             precise float v = dst[od + e] + uintBitsToFloat(wq[os + c]);
             dst[od + e] = v;
