@@ -19,7 +19,7 @@
 
 #include "kernels/vulkan/vk.h"
 #include "kernels/vulkan/vk_loader.h"
-#include "vk_shader_ids.h" /* generated: AF_VKS_* ids of the embedded SPIR-V (build/gen) */
+#include <vk_shader_ids.h> /* generated in $(BUILD)/gen by scripts/vk_shaders.sh: AF_VKS_* ids of the embedded SPIR-V */
 
 #include "core/core.h"
 
