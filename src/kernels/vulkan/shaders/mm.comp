@@ -1,6 +1,6 @@
 #version 450
-// mm.comp — tiled GEMM C[M, N] (+)= A'(M, K) · B'(K, N), 64 x 64 tiles of C per workgroup of 256
-// invocations (4 x 4 outputs each), K in steps of 16 through shared memory.
+// mm.comp — tiled GEMM C[M, N] (+)= A'(M, K) · B'(K, N), 64 x 64 tiles of C per workgroup of 64
+// invocations (8 x 8 outputs each, in registers), K in steps of 16 through shared memory.
 //   A(m, k) = a[m·sam + k·sak], f32 (activations, LoRA factors: any strides).
 //   B by MODE: 0  B(k, n) = W[n][k], the weight rows (matmul_xwt: y = x·Wᵀ), dequantized in the shader
 //              1  B(k, n) = W[k][n]                (matmul_dyw: dx = dy·W)
@@ -14,7 +14,7 @@
 // Bindings: 0 C, 1 A, 2 B / W, 3 am, 4 bm, 5 cm.
 #include "common.glsl"
 
-layout(local_size_x = 16, local_size_y = 16) in;
+layout(local_size_x = 8, local_size_y = 8) in;
 layout(constant_id = 0) const uint TYPE = 0u;
 
 layout(push_constant) uniform PC {
@@ -63,16 +63,16 @@ float load_b(uint k, uint n) {
 }
 
 void main() {
-    const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * 16u + tx;
+    const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * 8u + tx;
     const uint n0 = gl_WorkGroupID.x * BN, m0 = gl_WorkGroupID.y * BM;
-    float acc[4][4];
-    [[unroll]] for (uint i = 0u; i < 4u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++) acc[i][j] = 0.0;
+    float acc[8][8];
+    [[unroll]] for (uint i = 0u; i < 8u; i++) [[unroll]] for (uint j = 0u; j < 8u; j++) acc[i][j] = 0.0;
     // B tiles along the contiguous direction of its storage
     const bool b_kfast = MODE == 0u || (MODE == 2u && pc.sbk == 1u);
     const bool a_kfast = pc.sak == 1u;
     for (uint k0 = 0u; k0 < pc.K; k0 += BK) {
-        [[dont_unroll]] for (uint r = 0u; r < 4u; r++) {
-            uint idx = tid + 256u * r;
+        [[dont_unroll]] for (uint r = 0u; r < 16u; r++) {
+            uint idx = tid + 64u * r;
             uint mm = a_kfast ? idx / BK : idx % BM, kk = a_kfast ? idx % BK : idx / BM;
             uint m = m0 + mm, k = k0 + kk;
             As[kk][mm] = (m < pc.M && k < pc.K) ? load_a(m, k) : 0.0;
@@ -81,19 +81,19 @@ void main() {
             Bs[kb][nn] = (n < pc.N && kq < pc.K) ? load_b(kq, n) : 0.0;
         }
         barrier();
-        [[unroll]] for (uint kk = 0u; kk < BK; kk++) {
-            float av[4], bv[4];
-            [[unroll]] for (uint i = 0u; i < 4u; i++) av[i] = As[kk][ty + 16u * i];
-            [[unroll]] for (uint j = 0u; j < 4u; j++) bv[j] = Bs[kk][tx + 16u * j];
-            [[unroll]] for (uint i = 0u; i < 4u; i++) [[unroll]] for (uint j = 0u; j < 4u; j++) acc[i][j] += av[i] * bv[j];
+        for (uint kk = 0u; kk < BK; kk++) {
+            float av[8], bv[8];
+            [[unroll]] for (uint i = 0u; i < 8u; i++) av[i] = As[kk][ty + 8u * i];
+            [[unroll]] for (uint j = 0u; j < 8u; j++) bv[j] = Bs[kk][tx + 8u * j];
+            [[unroll]] for (uint i = 0u; i < 8u; i++) [[unroll]] for (uint j = 0u; j < 8u; j++) acc[i][j] += av[i] * bv[j];
         }
         barrier();
     }
-    [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        uint m = m0 + ty + 16u * i;
+    [[unroll]] for (uint i = 0u; i < 8u; i++) {
+        uint m = m0 + ty + 8u * i;
         if (m >= pc.M) continue;
-        [[unroll]] for (uint j = 0u; j < 4u; j++) {
-            uint n = n0 + tx + 16u * j;
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            uint n = n0 + tx + 8u * j;
             if (n >= pc.N) continue;
             uint ci = (pc.off[0] >> 2) + m * pc.ldc + n;
             precise float v = acc[i][j];
