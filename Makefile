@@ -69,11 +69,33 @@ MHD_LIBS   :=
 SERVE_SKIP := src/serve/http.c
 endif
 
-CFLAGS  := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
-LDLIBS  := $(PKG_LIBS) $(MPI_LIBS) $(MHD_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
+# Vulkan (optional; `--device vulkan`): the headers (libvulkan-dev, pkg-config vulkan) and glslc (shaderc)
+# at build time. Found: src/kernels/vulkan/*.c are built, the shaders of src/kernels/vulkan/shaders are
+# compiled to SPIR-V and embedded (scripts/vk_shaders.sh -> $(BUILD)/gen), and the loader
+# (libvulkan.so.1) is opened at run time (dlopen), so the binary starts without it. Not found, or
+# VULKAN=0: src/kernels/vulkan/vk_none.c (every Vulkan entry point says it is not built in).
+GLSLC  ?= glslc
+VULKAN ?= $(shell pkg-config --exists vulkan 2>/dev/null && command -v $(GLSLC) >/dev/null 2>&1 && echo 1 || echo 0)
+VK_DIR := src/kernels/vulkan
+ifeq ($(VULKAN),1)
+VK_SKIP   := $(VK_DIR)/vk_none.c
+VK_CFLAGS := $(shell pkg-config --cflags vulkan) -I$(BUILD)/gen
+VK_DEFS   := -DAF_HAVE_VULKAN
+VK_GEN_OBJ := $(BUILD)/gen/vk_shaders.o
+VK_LIBS   := -ldl
+else
+VK_SKIP   := $(filter-out $(VK_DIR)/vk_none.c,$(wildcard $(VK_DIR)/*.c))
+VK_CFLAGS :=
+VK_DEFS   :=
+VK_GEN_OBJ :=
+VK_LIBS   :=
+endif
 
-LIB_SRC  := $(filter-out $(DIST_SKIP) $(SERVE_SKIP),$(sort $(shell find src -name '*.c')))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CFLAGS  := $(CFLAGS_BASE) $(VK_DEFS) $(EXTRA_CFLAGS)
+LDLIBS  := $(PKG_LIBS) $(MPI_LIBS) $(MHD_LIBS) $(VK_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
+
+LIB_SRC  := $(filter-out $(DIST_SKIP) $(SERVE_SKIP) $(VK_SKIP),$(sort $(shell find src -name '*.c')))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(VK_GEN_OBJ)
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
@@ -103,6 +125,8 @@ probe:
 	  "$$([ '$(SERVE)' = 1 ] && echo "✓ $$(pkg-config --modversion libmicrohttpd)" || echo '✗ (apt-get install libmicrohttpd-dev; or SERVE=0 was given)')"
 	@printf 'afinar build: MPI (mpirun -np N afinar train) %s\n' \
 	  "$$([ '$(MPI)' = 1 ] && echo "✓ Open MPI $$(pkg-config --modversion ompi-c)" || echo '✗ (apt-get install libopenmpi-dev openmpi-bin; or MPI=0 was given)')"
+	@printf 'afinar build: Vulkan (--device vulkan) %s\n' \
+	  "$$([ '$(VULKAN)' = 1 ] && echo "✓ headers $$(pkg-config --modversion vulkan), $$($(GLSLC) --version | head -n 1)" || echo '✗ (apt-get install libvulkan-dev glslc mesa-vulkan-drivers; or VULKAN=0 was given)')"
 
 lib: $(BUILD)/libafinar.a $(BUILD)/libafinar.so
 cli: $(BUILD)/afinar
@@ -114,6 +138,19 @@ $(BUILD)/%.o: %.c $(BUILD)/%.d
 # Only the MPI transport sees the MPI headers; only the HTTP glue sees libmicrohttpd's.
 $(BUILD)/src/train/dist_mpi.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/src/serve/http.o: CFLAGS += $(MHD_CFLAGS)
+
+# The Vulkan backend: its files see the Vulkan headers and the generated shader ids; the SPIR-V of
+# every shader variant is compiled (in parallel) and embedded when a shader or the list changes.
+ifeq ($(VULKAN),1)
+VK_SHADER_DEPS := $(wildcard $(VK_DIR)/shaders/*.comp $(VK_DIR)/shaders/*.glsl) $(VK_DIR)/shaders/shaders.list scripts/vk_shaders.sh
+$(BUILD)/gen/vk_shaders.c $(BUILD)/gen/vk_shader_ids.h &: $(VK_SHADER_DEPS)
+	@mkdir -p $(BUILD)/gen
+	sh scripts/vk_shaders.sh $(VK_DIR)/shaders $(BUILD)/gen $(GLSLC)
+$(BUILD)/gen/vk_shaders.o: $(BUILD)/gen/vk_shaders.c
+	$(CC) $(CFLAGS) -c $< -o $@
+$(patsubst %.c,$(BUILD)/%.o,$(filter $(VK_DIR)/%,$(LIB_SRC))): CFLAGS += $(VK_CFLAGS)
+$(patsubst %.c,$(BUILD)/%.o,$(filter $(VK_DIR)/%,$(LIB_SRC))): $(BUILD)/gen/vk_shader_ids.h
+endif
 
 $(BUILD)/libafinar.a: $(LIB_OBJ)
 	@rm -f $@
@@ -167,7 +204,7 @@ install: lib cli
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libafinar.so
 	install -m 755 $(BUILD)/afinar $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	  -e 's|@LIBS@|$(PKG_LIBS) $(MPI_LIBS) $(MHD_LIBS) -lm -lpthread|g' afinar.pc.in \
+	  -e 's|@LIBS@|$(PKG_LIBS) $(MPI_LIBS) $(MHD_LIBS) $(VK_LIBS) -lm -lpthread|g' afinar.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/afinar.pc
 
 # libFuzzer targets (clang): make fuzz [FUZZ_SECONDS=60]; defined in tests/fuzz/fuzz.mk

