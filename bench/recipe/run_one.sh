@@ -24,17 +24,4 @@ nice -n "${NICE:-5}" "$BIN" eval -m "$MODEL" -a "$OUT/best" --data "data/$SET/te
     > "$OUT/test_metrics.txt"
 t2=$(date +%s.%N)
 load1=$(cut -d' ' -f1 /proc/loadavg)
-python3 - "$OUT" "$SET" "$RECIPE" "$t0" "$t1" "$t2" "$load0" "$load1" "$*" <<'PY'
-import json, os, sys
-out, s, r, t0, t1, t2, l0, l1, extra = sys.argv[1:10]
-m = json.load(open(os.path.join(out, "test_metrics.json")))
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-run = json.load(open(os.path.join(out, "run.json")))
-c = {"set": s, "recipe": r, "extra_flags": extra, "train_s": round(float(t1) - float(t0), 1),
-     "eval_s": round(float(t2) - float(t1), 1), "test_accuracy": m.get("accuracy"), "test_macro_f1": m.get("macro_f1"),
-     "total_steps": run.get("total_steps"), "recipe_choices": run.get("recipe"), "config": run.get("config"),
-     "cpu": cpu, "cores": os.cpu_count(), "load_before": float(l0), "load_after": float(l1)}
-json.dump(c, open(os.path.join(out, "cell.json"), "w"), indent=1)
-print(f"{s:8} {r:6} train {c['train_s']/60:5.1f} min  eval {c['eval_s']/60:4.1f} min  "
-      f"acc {100*c['test_accuracy']:.2f}%  macro-F1 {c['test_macro_f1']:.3f}  (load {l0} -> {l1})")
-PY
+python3 bench/recipe/cell.py afinar "$OUT" "$SET" "$RECIPE" "$t0" "$t1" "$t2" "$load0" "$load1" "$*"
