@@ -6,13 +6,14 @@
 # SET: bbc | rt | debates (data/SET/{train,val,test}.jsonl, labels.txt: scripts/fetch_data.sh,
 # scripts/fetch_recipe_data.sh). RECIPE: fixed | auto | legacy (a binary from before --recipe
 # existed: no --recipe flag; the same as fixed bit for bit, see the README). AFINAR overrides the
-# binary (default build/afinar); NICE the niceness (default 5).
+# binary (default build/afinar); NICE the niceness (default 5); CELL the cell's folder name (default
+# SET-RECIPE; give another one for a run with extra flags, e.g. CELL=bbc-auto-tb10).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SET=$1; RECIPE=$2; shift 2
 BIN=${AFINAR:-build/afinar}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
-OUT=runs/recipe/$SET-$RECIPE
+OUT=runs/recipe/${CELL:-$SET-$RECIPE}
 RF=(--recipe "$RECIPE"); [ "$RECIPE" = legacy ] && RF=()
 mkdir -p "$OUT"
 load0=$(cut -d' ' -f1 /proc/loadavg)
