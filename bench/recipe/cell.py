@@ -8,6 +8,9 @@ bench/recipe/run_one.sh (afinar) and bench/recipe/run_peft.sh (PyTorch + PEFT), 
   cell.py peft OUT SET RECIPE T0 T1 T2 LOAD0 LOAD1 EXTRA
       T0..T2 the whole peft_job.py process; its OUT/peft_result.json gives the training time (model
       load + training loop), the test evaluation time, accuracy, macro-F1 and the settings.
+With RESUMED=1 in the environment (run_one.sh RESUME=1: the run continued from a checkpoint),
+train_s is the whole run's training seconds, the last "elapsed" of OUT/metrics.jsonl (kept across
+resumes), and resumed_wall_s the last part's wall time.
 Times in seconds since the epoch (date +%s.%N); LOAD0/1 the 1-minute load average before/after."""
 import json
 import os
@@ -22,6 +25,9 @@ if kind == "afinar":
     c.update({"train_s": round(float(t1) - float(t0), 1), "eval_s": round(float(t2) - float(t1), 1),
               "test_accuracy": m.get("accuracy"), "test_macro_f1": m.get("macro_f1"),
               "total_steps": run.get("total_steps"), "recipe_choices": run.get("recipe"), "config": run.get("config")})
+    if os.environ.get("RESUMED"):
+        el = [json.loads(ln).get("elapsed") for ln in open(os.path.join(out, "metrics.jsonl")) if '"elapsed"' in ln]
+        c.update({"resumed": True, "resumed_wall_s": c["train_s"], "train_s": round(el[-1], 1)})
 else:
     p = json.load(open(os.path.join(out, "peft_result.json")))
     c.update({"train_s": round(p["load_s"] + p["train_s"], 1), "eval_s": p["eval_s"],
