@@ -53,6 +53,20 @@ static run_result run(const char *fault, const char *cmdline) {
 
 static int has(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
 
+/* s on one line (newlines as \\n), at most 200 bytes, in one of 2 static buffers. */
+static const char *one_line(const char *s) {
+    static char buf[2][256];
+    static int k;
+    char *o = buf[k = !k];
+    size_t n = 0;
+    for (; s && *s && n + 3 < 200; s++) {
+        if (*s == '\n') o[n++] = '\\', o[n++] = 'n';
+        else o[n++] = *s;
+    }
+    o[n] = 0;
+    return o;
+}
+
 /* The F32 payload of an afinar-written adapter_model.safetensors. */
 static float *adapter_floats(const char *path, size_t *n) {
     size_t len = 0;
@@ -304,7 +318,7 @@ static void test_smollm2(void) {
     rv = run(NULL, cmd);
     t_vk += af_time_sec() - t0;
     printf("SmolLM2 generate: cpu '%s', vulkan '%s' (smallest top-2 logit gap on the CPU %.3g; vulkan %.1f s)\n",
-           rc_.out, rv.out, gap, af_time_sec() - t0);
+           one_line(rc_.out), one_line(rv.out), gap, af_time_sec() - t0);
     CHECK(rc_.rc == 0 && rv.rc == 0, "generate: cpu exit %d, vulkan exit %d\n%s", rc_.rc, rv.rc, rv.err);
     if (gap > 0.05) CHECK(!strcmp(rc_.out, rv.out), "SmolLM2 greedy text differs: vulkan '%s', cpu '%s'", rv.out, rc_.out);
     else tl_skip("SmolLM2 greedy text: a near tie on the CPU (gap %.3g): not compared", gap);
