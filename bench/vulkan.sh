@@ -45,7 +45,7 @@ train() { # device -> "samples/s wall_s"
   t1=$(date +%s.%N)
   local sps
   sps=$(grep '"type":"train"' "$TMP/run_$1/metrics.jsonl" | tail -n 1 | sed 's/.*"samples_per_s":\([0-9.e+-]*\).*/\1/')
-  echo "$sps $(echo "$t1 - $t0" | bc)"
+  echo "$sps $(printf "%.1f" "$(echo "$t1 - $t0" | bc)")"
 }
 
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
