@@ -18,7 +18,7 @@
  *       ~1e-4: test_vulkan_model; else the comparison is skipped, said), `train` 2 steps on 2 BBC
  *       articles (losses relative 1e-4 and final adapters 1e-3·max|p| of the CPU's, the tolerances of
  *       test_vulkan_model), `eval` (same accuracy, NLL within 1e-3) and `predict` (same labels, probs
- *       within 1e-4) of the device-trained adapter on both devices. Sized for CI: 8 tokens per
+ *       within 1e-4) of the device-trained adapter on both devices. Sized for CI: 4 tokens per
  *       sample (every micro-batch takes lavapipe's matrix-vector path), 2 new tokens.
  * TL_KEEP=1 keeps the directory; CLI_DUMP=1 prints every command's stderr.
  */
@@ -327,7 +327,7 @@ static void test_smollm2(void) {
     copy_lines("data/bbc/train.jsonl", P_("bbc_train.jsonl"), 2);
     copy_lines("data/bbc/val.jsonl", P_("bbc_val.jsonl"), 2);
     const char *train = "train -m %s --train @/bbc_train.jsonl --labels data/bbc/labels.txt --recipe fixed --max-steps 2 "
-                        "--batch 1 --grad-accum 1 --max-seq-len 8 --lora-layers top2 --lora-r 4 --lora-dropout 0 "
+                        "--batch 1 --grad-accum 1 --max-seq-len 4 --lora-layers top2 --lora-r 4 --lora-dropout 0 "
                         "--no-plot -o @/smol_%s --device %s";
     snprintf(cmd, sizeof cmd, train, mpath, "cpu", "cpu");
     rc_ = run(NULL, cmd);
@@ -350,7 +350,7 @@ static void test_smollm2(void) {
             pd = tl_max_abs_diff(a, b, na, NULL);
             for (size_t i = 0; i < na; i++) pm = fmax(pm, fabs(b[i]));
         }
-        printf("SmolLM2 train (2 steps of 1 x 8 tokens): losses cpu %.6f %.6f, vulkan %.6f %.6f, max rel. diff %.3g; "
+        printf("SmolLM2 train (2 steps of 1 x 4 tokens): losses cpu %.6f %.6f, vulkan %.6f %.6f, max rel. diff %.3g; "
                "final adapters max|diff| %.3g (max|p| %.3g; vulkan %.1f s)\n",
                nc > 0 ? lc[0] : NAN, nc > 1 ? lc[1] : NAN, nv > 0 ? lv[0] : NAN, nv > 1 ? lv[1] : NAN, lw, pd, pm, t_train);
         CHECK(nc == 2 && nv == 2 && lw <= 1e-4, "SmolLM2 train losses differ: %d/%d records, %.3g", nc, nv, lw);
