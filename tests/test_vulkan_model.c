@@ -115,7 +115,7 @@ static int same_greedy(const char *what, const int32_t *a, const int32_t *b, con
     printf("%s: greedy continuation identical for %d of %d tokens%s\n", what, i, n,
            near_tie ? " (then a near tie on the CPU)" : "");
     return CHECK(i == n || near_tie, "%s: greedy token %d differs (vulkan %d, cpu %d)", what, i, i < n ? a[i] : -1,
-                 i < n ? b[i] : -1); /* (the arguments are evaluated also when the check passes with i == n) */
+                 i < n ? b[i] : -1); /* the message's arguments are evaluated when the check passes too */
 }
 
 /* Load a tiny model on the current test context's device. */
