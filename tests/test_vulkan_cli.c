@@ -17,8 +17,8 @@
  *       the CPU's top-2 logit gaps are clear (every gap > 0.05, 50x the logits' measured difference
  *       ~1e-4: test_vulkan_model; else the comparison is skipped, said), `train` 2 steps on 2 BBC
  *       articles (losses relative 1e-4 and final adapters 1e-3·max|p| of the CPU's, the tolerances of
- *       test_vulkan_model), `eval` (same accuracy, NLL within 1e-3) and `predict` (same labels, probs
- *       within 1e-4) of the device-trained adapter on both devices. Sized for CI: 4 tokens per
+ *       test_vulkan_model), `eval` (same accuracy, NLL within 1e-3) and `predict` (same label, probs
+ *       within 1e-4) of the device-trained adapter on one BBC validation article on both devices. Sized for CI: 4 tokens per
  *       sample (every micro-batch takes lavapipe's matrix-vector path), 2 new tokens.
  * TL_KEEP=1 keeps the directory; CLI_DUMP=1 prints every command's stderr.
  */
@@ -192,7 +192,7 @@ static void test_memory_guard(void) {
     CHECK(r.rc == 1 && has(r.err, "training needs about") && has(r.err, "vulkan:0") && has(r.err, "What would fit") &&
               has(r.err, "--max-seq-len") && has(r.err, "--device cpu") && !exists(P_("mem_vk/final")),
           "AFINAR_FAULT=mem=400K train --device vulkan: exit %d\n%s", r.rc, r.err);
-    printf("a run that does not fit: %s", r.err);
+    printf("a run that does not fit: %s\n", last_line(r.err));
     run_free(&r);
     snprintf(cmd, sizeof cmd, "%s auto -o @/mem_auto", train);
     r = run("mem=400K", cmd);
@@ -325,7 +325,7 @@ static void test_smollm2(void) {
     run_free(&rc_), run_free(&rv);
     /* train 2 steps */
     copy_lines("data/bbc/train.jsonl", P_("bbc_train.jsonl"), 2);
-    copy_lines("data/bbc/val.jsonl", P_("bbc_val.jsonl"), 2);
+    copy_lines("data/bbc/val.jsonl", P_("bbc_val.jsonl"), 1);
     const char *train = "train -m %s --train @/bbc_train.jsonl --labels data/bbc/labels.txt --recipe fixed --max-steps 2 "
                         "--batch 1 --grad-accum 1 --max-seq-len 4 --lora-layers top2 --lora-r 4 --lora-dropout 0 "
                         "--no-plot -o @/smol_%s --device %s";
@@ -383,11 +383,10 @@ static void test_smollm2(void) {
         double pc[16], pv[16], d = 0;
         const int np = numbers_after(rc_.out, "\"probs\"", pc, 16), nq = numbers_after(rv.out, "\"probs\"", pv, 16);
         for (int i = 0; i < np && i < nq; i++) d = fmax(d, fabs(pc[i] - pv[i]));
-        double lc[2] = {-1, -1}, lv[2] = {-2, -2};
-        numbers_after(rc_.out, "\"label_id\"", lc, 2), numbers_after(rv.out, "\"label_id\"", lv, 2);
-        printf("SmolLM2 predict: %d probabilities, max|diff| %.3g; labels cpu %g %g, vulkan %g %g\n", np, d, lc[0], lc[1],
-               lv[0], lv[1]);
-        CHECK(rc_.rc == 0 && rv.rc == 0 && np == 10 && nq == 10 && d <= 1e-4 && lc[0] == lv[0] && lc[1] == lv[1],
+        double lc[1] = {-1}, lv[1] = {-2};
+        numbers_after(rc_.out, "\"label_id\"", lc, 1), numbers_after(rv.out, "\"label_id\"", lv, 1);
+        printf("SmolLM2 predict: %d probabilities, max|diff| %.3g; label cpu %g, vulkan %g\n", np, d, lc[0], lv[0]);
+        CHECK(rc_.rc == 0 && rv.rc == 0 && np == 5 && nq == 5 && d <= 1e-4 && lc[0] == lv[0],
               "SmolLM2 predict: exit %d/%d\n%s\n%s", rc_.rc, rv.rc, rc_.out, rv.out);
         run_free(&rc_), run_free(&rv);
     }
