@@ -44,7 +44,9 @@ static void say_auto_cpu(const char *cmd) {
 }
 
 int cli_fallback_cpu(const char *cmd, af_ctx **ctx, af_ctx **old, af_status st) {
-    if (!*ctx || !af_ctx_device_auto(*ctx) || af_ctx_on_cpu(*ctx) || (st != AF_ERR_DEVICE && st != AF_ERR_NOMEM)) return 0;
+    if (!*ctx || !af_ctx_device_auto(*ctx) || af_ctx_on_cpu(*ctx) ||
+        (st != AF_ERR_DEVICE && st != AF_ERR_NOMEM && st != AF_ERR_UNSUPPORTED))
+        return 0;
     af_ctx_params p;
     af_ctx_get_params(*ctx, &p);
     p.device = "cpu";

@@ -24,8 +24,9 @@ void cli_set_device(const char *name);
     "                         the job fits it, else the CPU; a device failure goes on on the CPU);\n" \
     "                         'afinar devices' lists them\n"
 /* After a failure `st` of work on *ctx (made by cli_make_ctx): when *ctx was made with --device
- * auto, is not the CPU and st is a device failure (AF_ERR_DEVICE) or does not fit its memory
- * (AF_ERR_NOMEM), prints one line ("... --device auto: going on on the CPU") and makes a CPU
+ * auto, is not the CPU and st is a device failure (AF_ERR_DEVICE), does not fit its memory
+ * (AF_ERR_NOMEM) or is something the device cannot run (AF_ERR_UNSUPPORTED: e.g. a head_dim its
+ * attention does not take; refused when the model is loaded), prints one line ("... --device auto: going on on the CPU") and makes a CPU
  * context with the same settings: *old gets the device context (the caller frees it after the
  * objects made with it), *ctx the new one; returns 1. Else 0 (nothing changed). */
 int cli_fallback_cpu(const char *cmd, af_ctx **ctx, af_ctx **old, af_status st);

@@ -1106,6 +1106,9 @@ static void run_all(const char *label, int full) {
     test_attention(3, 5, 9, 80, 2, 1, 80, 0);
     if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_attention(3, 5, 9, 80, 2, 1, 80, 0);");
     if (full) test_attention(20, 0, 20, 4 * 48, 4, 4, 48, 7);
+    test_attention(6, 0, 6, 512, 2, 1, 512, 0); /* Gemma 4's global head_dim (the shaders' largest) */
+    if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_attention(6, 0, 6, 512, 2, 1, 512, 0);");
+    test_attention(2, 3, 5, 2 * 320, 4, 2, 320, 0); /* head_dim 320: more than 4 dims per invocation, a partial last */
     test_moves();
     if (getenv("TL_TIMING")) printf("   %.2f s cpu: %s\n", cpu_sec(), "test_moves();");
     test_dropout(3, 70);

@@ -68,6 +68,8 @@ typedef struct af_device {
     af_device_info info;
     void *impl;                           /* the backend's own state (owned by the backend) */
     int refs;                             /* contexts holding it (registry lock) */
+    int32_t max_head_dim;                 /* largest attention head_dim its ops take (0: any); a model with
+                                           * a larger one is refused at load (af_model_import) */
     int err;                              /* sticky af_status of the first device error (0: none) */
     char errmsg[512];                     /* its message */
 } af_device;

@@ -149,6 +149,12 @@ af_status af_model_import(af_model *m) {
                            af_fmt_bytes(b1, sizeof b1, need), af_ctx_device(m->ctx), m->ctx->dev->info.name,
                            af_fmt_bytes(b2, sizeof b2, free_b), af_fmt_bytes(b3, sizeof b3, total_b));
     }
+    const int32_t hd_max = m->ctx->dev->max_head_dim;
+    for (int32_t l = 0; hd_max > 0 && l < m->cfg.num_hidden_layers; l++)
+        if (m->layers[l].head_dim > hd_max)
+            return af_fail(AF_ERR_UNSUPPORTED, "layer %d has head_dim %d; the attention of device %s (%s) takes head_dim "
+                                               "<= %d: use --device cpu (--device auto does)",
+                           (int)l, (int)m->layers[l].head_dim, af_ctx_device(m->ctx), m->ctx->dev->info.name, (int)hd_max);
     m->weights_converted = 0;
     m->imported = 1; /* release() undoes a partial import */
     static const char *const wn[N_LAYER_W] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",

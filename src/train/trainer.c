@@ -361,8 +361,9 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     if (o->model) t->model = o->model;
     else {
         st = af_model_load(t->ctx, o->model_path, &t->model_owned);
-        if ((st == AF_ERR_NOMEM || st == AF_ERR_DEVICE) && t->ctx->device_auto && !af_ctx_on_cpu(t->ctx)) {
-            /* --device auto: the model does not fit (or the device failed): the CPU */
+        if ((st == AF_ERR_NOMEM || st == AF_ERR_DEVICE || st == AF_ERR_UNSUPPORTED) && t->ctx->device_auto &&
+            !af_ctx_on_cpu(t->ctx)) {
+            /* --device auto: the model does not fit, the device cannot run it (or failed): the CPU */
             char msg[700];
             snprintf(msg, sizeof msg, "%s", af_last_error());
             if (o->log) fprintf(o->log, "warning: %s; --device auto: training on the CPU\n", msg);

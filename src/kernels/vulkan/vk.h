@@ -148,6 +148,9 @@ void af_vk_swiglu_backward(af_vk_dev *d, float *d_gate, float *d_up, const float
 void af_vk_geglu_forward(af_vk_dev *d, float *h, const float *gate, const float *up, int64_t n);
 void af_vk_geglu_backward(af_vk_dev *d, float *d_gate, float *d_up, const float *dh, const float *gate,
                           const float *up, int64_t n);
+/* The attention shaders keep a query (and dout) row of head_dim floats in shared memory: head_dim <=
+ * AF_VK_ATTN_HD_MAX (Gemma 4's global layers have 512); a larger one is refused (AF_ERR_UNSUPPORTED). */
+#define AF_VK_ATTN_HD_MAX 512
 void af_vk_attention_forward(af_vk_dev *d, float *out, float *lse, const float *q, const float *k, const float *v,
                              int64_t n_q, int64_t q_pos0, int64_t n_kv, int64_t kv_stride, int64_t n_heads,
                              int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window);

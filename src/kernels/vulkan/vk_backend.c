@@ -359,6 +359,7 @@ static af_status vk_open(int32_t index, af_device *dev) {
     af_vk_set_owner(d, forward_fail, dev);
     dev->be = &vk_be;
     dev->impl = d;
+    dev->max_head_dim = AF_VK_ATTN_HD_MAX;
     return AF_OK;
 }
 

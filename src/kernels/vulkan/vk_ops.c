@@ -281,9 +281,10 @@ static int att_args_ok(af_vk_dev *d, const char *op, int64_t n_q, int64_t q_pos0
                        int64_t n_kv_heads, int64_t hd, int64_t window) {
     int64_t sz[7] = {n_q, q_pos0, n_kv, n_heads, n_kv_heads, hd, window < 0 ? 0 : window};
     if (!vk_sizes_ok(d, op, 7, sz)) return 0;
-    if (n_kv_heads <= 0 || n_heads % n_kv_heads || hd > 256) {
+    if (n_kv_heads <= 0 || n_heads % n_kv_heads || hd > AF_VK_ATTN_HD_MAX) {
         vk_fail(d, AF_ERR_UNSUPPORTED, "%s: %lld heads over %lld kv heads of dim %lld (needs a whole group per kv head, "
-                                       "head_dim <= 256)", op, (long long)n_heads, (long long)n_kv_heads, (long long)hd);
+                                       "head_dim <= %d)", op, (long long)n_heads, (long long)n_kv_heads, (long long)hd,
+                AF_VK_ATTN_HD_MAX);
         return 0;
     }
     return 1;

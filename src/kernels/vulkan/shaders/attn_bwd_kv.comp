@@ -5,6 +5,10 @@
 // dk_j += Σ ds·q_i. Bindings: 0 dk, 1 dv, 2 q, 3 k, 4 v, 5 dout, 6 lse, 7 D (from pass A).
 #include "common.glsl"
 
+// head_dim up to HD_MAX (512: Gemma 4's global layers): HD_R dimensions per invocation of 64
+#define HD_MAX 512u
+#define HD_R 8u
+
 layout(local_size_x = 64) in;
 
 layout(push_constant) uniform PC {
@@ -22,8 +26,8 @@ layout(std430, binding = 5) readonly buffer BDO { float dout[]; };
 layout(std430, binding = 6) readonly buffer BL { float lse[]; };
 layout(std430, binding = 7) readonly buffer BD { float Dv[]; };
 
-shared float kj[256];
-shared float vj[256];
+shared float kj[HD_MAX];
+shared float vj[HD_MAX];
 shared float ps[64];
 shared float dss[64];
 
@@ -41,7 +45,8 @@ void main() {
     const int i0 = max(int(j) - int(pc.q_pos0), 0);
     int i1 = int(pc.n_q) - 1;
     if (pc.window > 0u && int(j) + int(pc.window) - 1 - int(pc.q_pos0) < i1) i1 = int(j) + int(pc.window) - 1 - int(pc.q_pos0);
-    float adk[4] = float[4](0.0, 0.0, 0.0, 0.0), adv[4] = float[4](0.0, 0.0, 0.0, 0.0);
+    float adk[HD_R], adv[HD_R];
+    [[unroll]] for (uint r = 0u; r < HD_R; r++) adk[r] = 0.0, adv[r] = 0.0;
     for (uint h = g * group; h < (g + 1u) * group; h++) {
         for (int c0 = i0; c0 <= i1; c0 += 64) {
             const int nb = min(64, i1 - c0 + 1);
@@ -60,7 +65,7 @@ void main() {
                 dss[t] = ds;
             }
             barrier();
-            [[unroll]] for (uint r = 0u; r < 4u; r++) {
+            [[unroll]] for (uint r = 0u; r < HD_R; r++) {
                 const uint d = t + 64u * r;
                 if (d < hd)
                     for (int b = 0; b < nb; b++) {
@@ -71,7 +76,7 @@ void main() {
             }
         }
     }
-    [[unroll]] for (uint r = 0u; r < 4u; r++) {
+    [[unroll]] for (uint r = 0u; r < HD_R; r++) {
         const uint d = t + 64u * r;
         if (d < hd) {
             dk[(pc.off[0] >> 2) + j * ks + g * hd + d] += adk[r];

@@ -5,6 +5,10 @@
 // Bindings: 0 dq, 1 D [n_heads, n_q], 2 q, 3 k, 4 v, 5 dout, 6 lse, 7 out.
 #include "common.glsl"
 
+// head_dim up to HD_MAX (512: Gemma 4's global layers): HD_R dimensions per invocation of 64
+#define HD_MAX 512u
+#define HD_R 8u
+
 layout(local_size_x = 64) in;
 
 layout(push_constant) uniform PC {
@@ -22,8 +26,8 @@ layout(std430, binding = 5) readonly buffer BDO { float dout[]; };
 layout(std430, binding = 6) readonly buffer BL { float lse[]; };
 layout(std430, binding = 7) readonly buffer BO { float out_[]; };
 
-shared float qs[256];
-shared float dos[256];
+shared float qs[HD_MAX];
+shared float dos[HD_MAX];
 shared float ps[64];
 shared float red[64];
 
@@ -53,7 +57,8 @@ void main() {
     const int hi = min(p, int(pc.n_kv) - 1);
     const int lo = (pc.window > 0u && p - int(pc.window) + 1 > 0) ? p - int(pc.window) + 1 : 0;
     const uint ok = (pc.off[3] >> 2) + g * hd, ov = (pc.off[4] >> 2) + g * hd;
-    float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
+    float acc[HD_R];
+    [[unroll]] for (uint r = 0u; r < HD_R; r++) acc[r] = 0.0;
     for (int j0 = lo; j0 <= hi; j0 += 64) {
         const int nb = min(64, hi - j0 + 1);
         barrier();
@@ -69,13 +74,13 @@ void main() {
             ps[t] = ds;
         }
         barrier();
-        [[unroll]] for (uint r = 0u; r < 4u; r++) {
+        [[unroll]] for (uint r = 0u; r < HD_R; r++) {
             const uint d = t + 64u * r;
             if (d < hd)
                 for (int b = 0; b < nb; b++) acc[r] += ps[b] * k[ok + uint(j0 + b) * ks + d];
         }
     }
-    [[unroll]] for (uint r = 0u; r < 4u; r++) {
+    [[unroll]] for (uint r = 0u; r < HD_R; r++) {
         const uint d = t + 64u * r;
         if (d < hd) dq[(pc.off[0] >> 2) + oq + d] += acc[r];
     }

@@ -8,6 +8,10 @@
 // never read. Bindings: 0 out, 1 lse [n_heads, n_q] (optional), 2 q, 3 k, 4 v.
 #include "common.glsl"
 
+// head_dim up to HD_MAX (512: Gemma 4's global layers): HD_R dimensions per invocation of 64
+#define HD_MAX 512u
+#define HD_R 8u
+
 layout(local_size_x = 64) in;
 
 layout(push_constant) uniform PC {
@@ -22,7 +26,7 @@ layout(std430, binding = 2) readonly buffer BQ { float q[]; };
 layout(std430, binding = 3) readonly buffer BK { float k[]; };
 layout(std430, binding = 4) readonly buffer BV { float v[]; };
 
-shared float qs[256];
+shared float qs[HD_MAX];
 shared float ps[64];
 shared float red[64];
 
@@ -61,7 +65,8 @@ void main() {
     for (uint d = t; d < hd; d += 64u) qs[d] = q[oq + d];
     barrier();
     const uint ok = (pc.off[3] >> 2) + g * hd, ov = (pc.off[4] >> 2) + g * hd;
-    float o[4] = float[4](0.0, 0.0, 0.0, 0.0);
+    float o[HD_R];
+    [[unroll]] for (uint r = 0u; r < HD_R; r++) o[r] = 0.0;
     float m = -1.0 / 0.0, l = 0.0;
     for (int j0 = lo; j0 <= hi; j0 += 64) {
         const int nb = min(64, hi - j0 + 1);
@@ -76,13 +81,13 @@ void main() {
         if (bm > m) {
             const float f = af_expf(m - bm);
             l *= f;
-            [[unroll]] for (uint r = 0u; r < 4u; r++) o[r] *= f;
+            [[unroll]] for (uint r = 0u; r < HD_R; r++) o[r] *= f;
             m = bm;
         }
         const float e = int(t) < nb ? af_expf(s - m) : 0.0;
         ps[t] = e;
         l += reduce_sum(e, t); // also the barrier that publishes ps
-        [[unroll]] for (uint r = 0u; r < 4u; r++) {
+        [[unroll]] for (uint r = 0u; r < HD_R; r++) {
             const uint d = t + 64u * r;
             if (d < hd) {
                 float acc = o[r];
@@ -95,11 +100,11 @@ void main() {
     float L = -1.0 / 0.0;
     if (l > 0.0) {
         const float inv = 1.0 / l;
-        [[unroll]] for (uint r = 0u; r < 4u; r++) o[r] *= inv;
+        [[unroll]] for (uint r = 0u; r < HD_R; r++) o[r] *= inv;
         L = m + log(l);
     }
     const uint oo = (pc.off[0] >> 2) + (i * pc.n_heads + h) * hd;
-    [[unroll]] for (uint r = 0u; r < 4u; r++) {
+    [[unroll]] for (uint r = 0u; r < HD_R; r++) {
         const uint d = t + 64u * r;
         if (d < hd) o_[oo + d] = l > 0.0 ? o[r] : 0.0;
     }

@@ -1,3 +1,0 @@
-build3/cli/afinar.o: cli/afinar.c cli/cli.h include/afinar.h
-cli/cli.h:
-include/afinar.h:

@@ -1,3 +1,0 @@
-build3/cli/cmd_devices.o: cli/cmd_devices.c cli/cli.h include/afinar.h
-cli/cli.h:
-include/afinar.h:

@@ -1,3 +1,0 @@
-build3/cli/cmd_generate.o: cli/cmd_generate.c cli/cli.h include/afinar.h
-cli/cli.h:
-include/afinar.h:

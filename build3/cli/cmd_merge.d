@@ -1,3 +1,0 @@
-build3/cli/cmd_merge.o: cli/cmd_merge.c cli/cli.h include/afinar.h
-cli/cli.h:
-include/afinar.h:

@@ -1,4 +1,0 @@
-build3/cli/cmd_merge_adapters.o: cli/cmd_merge_adapters.c cli/cli.h \
- include/afinar.h
-cli/cli.h:
-include/afinar.h:

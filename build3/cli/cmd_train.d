@@ -1,5 +1,0 @@
-build3/cli/cmd_train.o: cli/cmd_train.c cli/cli.h include/afinar.h \
- cli/train_opts.h
-cli/cli.h:
-include/afinar.h:
-cli/train_opts.h:

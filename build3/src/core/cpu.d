@@ -1,3 +1,0 @@
-build3/src/core/cpu.o: src/core/cpu.c src/core/core.h include/afinar.h
-src/core/core.h:
-include/afinar.h:

@@ -1,5 +1,0 @@
-build3/src/core/threadpool.o: src/core/threadpool.c src/core/threadpool.h \
- src/core/core.h include/afinar.h
-src/core/threadpool.h:
-src/core/core.h:
-include/afinar.h:

@@ -1,7 +1,0 @@
-build3/src/kernels/quant.o: src/kernels/quant.c src/kernels/quant.h \
- src/core/blocks.h src/core/core.h include/afinar.h src/kernels/nf4.h
-src/kernels/quant.h:
-src/core/blocks.h:
-src/core/core.h:
-include/afinar.h:
-src/kernels/nf4.h:
