@@ -92,6 +92,39 @@ def cmd_check_tokens(a):
     print(json.dumps({"identical": same, "n": n, "max_seq_len": S}))
 
 
+def build_classifier(hf, num_labels, targets, r=16, alpha=32.0, dropout=0.0, seed=42):
+    """The PyTorch side's model: AutoModelForSequenceClassification from the float32 checkpoint
+    `hf` (made by `prepare`; score = Linear(hidden, num_labels, bias=False)) with PEFT
+    LoraConfig(task_type=SEQ_CLS, r, lora_alpha=alpha, lora_dropout=dropout, bias="none") on
+    q_proj,v_proj (targets "qv") or the 7 projections ("all-linear") of every layer, LoRA A
+    initialised under torch.manual_seed(seed). pad_token_id = 2 (SmolLM2's <|im_end|>; only used
+    where inputs are padded, with an attention mask). Returns (peft_model in train mode, inner),
+    inner = the LlamaForSequenceClassification with the LoRA layers injected (inner.model: the
+    decoder, inner.score: the head)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForSequenceClassification
+    base = AutoModelForSequenceClassification.from_pretrained(hf, num_labels=num_labels, dtype=torch.float32)
+    base.config.pad_token_id = 2
+    tm = ["q_proj", "v_proj"] if targets == "qv" else PROJ_ALL
+    cfg = LoraConfig(task_type="SEQ_CLS", r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=tm, bias="none")
+    torch.manual_seed(seed)
+    pm = get_peft_model(base, cfg)
+    pm.train()
+    return pm, pm.base_model.model
+
+
+def mean_pool_logits(inner, x, mask=None):
+    """Logits [B, C] of afinar's --pooling mean, which PEFT's own forward cannot express: the final
+    hidden states (after the final norm) [B, S, H] averaged over each row's real tokens (mask
+    [B, S] of 0/1, right padding; None: every position is real), then inner.score."""
+    h = inner.model(input_ids=x, attention_mask=mask).last_hidden_state
+    if mask is None:
+        return inner.score(h.mean(1))
+    m = mask.to(h.dtype).unsqueeze(-1)
+    return inner.score((h * m).sum(1) / m.sum(1).clamp(min=1.0))
+
+
 def cmd_train(a):
     import torch
     torch.set_num_threads(a.threads)
@@ -101,20 +134,10 @@ def cmd_train(a):
         pass
     import peft
     import transformers
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForSequenceClassification
 
     n, C, S, labels, ids = read_tokens(a.tokens)
     t0 = time.time()
-    base = AutoModelForSequenceClassification.from_pretrained(a.hf, num_labels=C, dtype=torch.float32)
-    base.config.pad_token_id = 2
-    targets = ["q_proj", "v_proj"] if a.targets == "qv" else PROJ_ALL
-    cfg = LoraConfig(task_type="SEQ_CLS", r=a.r, lora_alpha=a.alpha, lora_dropout=0.0, target_modules=targets,
-                     bias="none")
-    torch.manual_seed(42)
-    pm = get_peft_model(base, cfg)
-    pm.train()
-    inner = pm.base_model.model  # LlamaForSequenceClassification with LoRA layers injected
+    pm, inner = build_classifier(a.hf, C, a.targets, a.r, a.alpha)
     load_s = time.time() - t0
     rss_load = proc_kib("VmRSS")
     params = [p for p in pm.parameters() if p.requires_grad]
@@ -127,9 +150,7 @@ def cmd_train(a):
     dts, losses = [], []
 
     def forward(x, y):
-        h = inner.model(input_ids=x).last_hidden_state  # [B, S, H] after the final norm
-        logits = inner.score(h.mean(1))                  # mean pooling (rows are full: no mask)
-        return torch.nn.functional.cross_entropy(logits.float(), y)
+        return torch.nn.functional.cross_entropy(mean_pool_logits(inner, x).float(), y)
 
     for s in range(total):
         rows = [(s * B + i) % n for i in range(B)]
