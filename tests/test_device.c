@@ -35,13 +35,7 @@
 static char g_dir[256];
 static const char *g_bin;
 
-static const char *P_(const char *name) {
-    static char buf[32][512];
-    static int k;
-    k = (k + 1) % 32;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define P_(name) tl_join(g_dir, (name)) /* g_dir/name (testlib.h) */
 
 /* Run `afinar ARGS` (ARGS: printf format; "@" is the test directory) with AFINAR_FAULT=fault (NULL:
  * unset); stdout and stderr into <dir>/out, <dir>/err, read into *out / *err (malloc'ed). Returns

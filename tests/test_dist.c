@@ -40,13 +40,7 @@
 static char g_dir[256], g_bin[1024];
 static const char *MPIRUN = "mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo";
 
-static const char *P_(const char *name) {
-    static char buf[32][512];
-    static int k;
-    k = (k + 1) % 32;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define P_(name) tl_join(g_dir, (name)) /* g_dir/name (testlib.h) */
 
 static af_status write_model(const char *path) {
     static const char *const extra[1] = {"<|endoftext|>"};

@@ -46,13 +46,7 @@ static void tl_note(const char *fmt, ...) {
 
 static char g_dir[64];
 
-static const char *P_(const char *name) {
-    static char buf[8][256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define P_(name) tl_join(g_dir, (name)) /* g_dir/name (testlib.h) */
 
 static int exists(const char *p) {
     struct stat sb;

@@ -41,13 +41,7 @@
 
 static char g_dir[256];
 
-static const char *P_(const char *name) {
-    static char buf[64][512];
-    static int k;
-    k = (k + 1) % 64;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define P_(name) tl_join(g_dir, (name)) /* g_dir/name (testlib.h) */
 
 /* Tiny llama (tinymodel.c) with a byte-level gpt2 tokenizer: 256 byte tokens + <|endoftext|>. */
 static af_status write_model(const char *path) {

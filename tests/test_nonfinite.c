@@ -30,13 +30,7 @@
 
 static char g_dir[256];
 
-static const char *P_(const char *name) {
-    static char buf[32][512];
-    static int k;
-    k = (k + 1) % 32;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define P_(name) tl_join(g_dir, (name)) /* g_dir/name (testlib.h) */
 
 #define N_SAMPLES 12
 #define POISON_TOK 5

@@ -40,13 +40,7 @@ static char g_dir[64], g_bin[4096];
 static int g_port;
 static pid_t g_pid;
 
-static const char *P_(const char *name) {
-    static char buf[16][512];
-    static int k;
-    k = (k + 1) % 16;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define P_(name) tl_join(g_dir, (name)) /* g_dir/name (testlib.h) */
 
 /* ---- HTTP over loopback (Connection: close; the whole response) ---- */
 typedef struct resp {

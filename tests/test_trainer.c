@@ -38,13 +38,7 @@
 
 static char g_dir[256];
 
-static const char *P_(const char *name) {
-    static char buf[256][512];
-    static int k;
-    k = (k + 1) % 256;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define P_(name) tl_join(g_dir, (name)) /* g_dir/name (testlib.h) */
 
 /* Tiny llama (tinymodel.c), with a byte-level gpt2 tokenizer (256 byte tokens, "ab", "Ġx", 2 merges,
  * <|endoftext|>) when with_tok, written to `path`. */

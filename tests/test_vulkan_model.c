@@ -42,13 +42,7 @@
 
 static char g_dir[256];
 
-static const char *P_(const char *name) {
-    static char buf[64][512];
-    static int k;
-    k = (k + 1) % 64;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define P_(name) tl_join(g_dir, (name)) /* g_dir/name (testlib.h) */
 
 static double max_abs(const float *x, size_t n) {
     double m = 0;

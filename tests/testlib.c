@@ -201,3 +201,11 @@ int tl_ctx_set(const char *kernel_path, int n_threads, const char *precision, in
     tl_ctx_push(c);
     return AF_OK;
 }
+
+const char *tl_join(const char *dir, const char *name) {
+    static char buf[256][512];
+    static int k;
+    k = (k + 1) % 256;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}

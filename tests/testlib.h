@@ -32,6 +32,9 @@ void tl_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Path of a real model file under models/ (or $AF_MODEL_DIR); NULL (and a SKIP) if absent. */
 const char *tl_model_path(const char *file_name);
+/* "dir/name" in one of 256 rotating static buffers of 512 bytes (valid for the next 255 calls;
+ * not thread-safe): the tests' path helper. */
+const char *tl_join(const char *dir, const char *name);
 
 /* Read a whole file into a malloc'ed buffer (NUL-terminated); NULL if missing. */
 char *tl_read_file(const char *path, size_t *len);
