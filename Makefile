@@ -95,17 +95,20 @@ CFLAGS  := $(CFLAGS_BASE) $(VK_DEFS) $(EXTRA_CFLAGS)
 LDLIBS  := $(PKG_LIBS) $(MPI_LIBS) $(MHD_LIBS) $(VK_LIBS) -lm -lpthread $(EXTRA_LDFLAGS)
 
 LIB_SRC  := $(filter-out $(DIST_SKIP) $(SERVE_SKIP) $(VK_SKIP),$(sort $(shell find src -name '*.c')))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(VK_GEN_OBJ)
+# The web page of `afinar serve` (src/serve/web/*: HTML, JS, CSS) embedded as a C table.
+WEB_ASSETS := $(sort $(wildcard src/serve/web/*))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(VK_GEN_OBJ) $(BUILD)/gen/web_assets.o
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON := $(BUILD)/tests/testlib.o
 # Scripts run by `make test` beside the test binaries (same RESULT line protocol).
-TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh
+TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh tests/check_web_ui.sh
 # The longest test programs start first, so that running JOBS at a time ends sooner.
 TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_vulkan_model test_vulkan_cli test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
-TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
+TEST_ORDER := tests/check_web_ui.sh $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) \
+              $(filter-out tests/check_web_ui.sh,$(TEST_SCRIPTS))
 
 .PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp
 all: probe lib cli
@@ -151,6 +154,12 @@ $(BUILD)/gen/vk_shaders.o: $(BUILD)/gen/vk_shaders.c
 $(patsubst %.c,$(BUILD)/%.o,$(filter $(VK_DIR)/%,$(LIB_SRC))): CFLAGS += $(VK_CFLAGS)
 $(patsubst %.c,$(BUILD)/%.o,$(filter $(VK_DIR)/%,$(LIB_SRC))): $(BUILD)/gen/vk_shader_ids.h
 endif
+
+$(BUILD)/gen/web_assets.c: $(WEB_ASSETS) scripts/embed_assets.sh
+	@mkdir -p $(BUILD)/gen
+	sh scripts/embed_assets.sh $@ $(WEB_ASSETS)
+$(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libafinar.a: $(LIB_OBJ)
 	@rm -f $@

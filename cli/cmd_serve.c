@@ -6,6 +6,7 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,8 @@ static void help(void) {
            "      --max-body BYTES    request body limit; more get HTTP 413 (default 1048576)\n"
            "      --timeout S         close a connection idle for S seconds (default 60)\n"
            "      --chat-template T   chatml | gemma instead of the model's own template\n"
+           "      --runs DIR          show the run directories under DIR on the web page (read-only: curves,\n"
+           "                          settings, last evaluation; a run's best/ loads as an adapter)\n"
            "  -t, --threads N         compute threads (default: all cores)\n"
            "      --poll US           microseconds threads spin between operations (default 1000)\n"
            "      --kernel PATH       auto | scalar | avx2 | avx512 (default auto)\n"
@@ -38,7 +41,8 @@ static void help(void) {
            "Endpoints: POST /v1/chat/completions, /v1/completions (stream, temperature, top_p, top_k,\n"
            "max_tokens, stop, seed, lora), /v1/classify; GET /v1/models, /health, /lora-adapters;\n"
            "POST /lora-adapters (scales), /lora-adapters/load {\"name\",\"path\"}, /lora-adapters/unload {\"id\"}.\n"
-           "See README \"Serving\".\n");
+           "The web page (playground, adapters, runs) is at http://HOST:PORT/ (docs/WEB.md).\n"
+           "See docs/SERVING.md.\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -48,7 +52,7 @@ int cmd_serve(int argc, char **argv) {
     const char *kernel = NULL;
     long threads = 0, poll = -1, port = so.port, par = so.max_seqs, ctxn = so.n_ctx, queue = so.queue, timeout = so.timeout_s;
     long max_body = (long)so.max_body;
-    enum { O_HOST = 1000, O_PORT, O_PAR, O_CTX, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_POLL, O_KERNEL, O_DEVICE };
+    enum { O_HOST = 1000, O_PORT, O_PAR, O_CTX, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_POLL, O_KERNEL, O_DEVICE, O_RUNS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"adapter", required_argument, 0, 'a'},
         {"host", required_argument, 0, O_HOST},    {"port", required_argument, 0, O_PORT},
@@ -57,6 +61,7 @@ int cmd_serve(int argc, char **argv) {
         {"timeout", required_argument, 0, O_TIMEOUT}, {"chat-template", required_argument, 0, O_TMPL},
         {"threads", required_argument, 0, 't'},    {"poll", required_argument, 0, O_POLL},
         {"kernel", required_argument, 0, O_KERNEL}, {"device", required_argument, 0, O_DEVICE},
+        {"runs", required_argument, 0, O_RUNS},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     char **names = calloc((size_t)argc + 1, sizeof *names), **paths = calloc((size_t)argc + 1, sizeof *paths);
     if (!names || !paths) {
@@ -90,6 +95,7 @@ int cmd_serve(int argc, char **argv) {
         case O_BODY: if (!cli_parse_int(C, "--max-body", optarg, 1024, 1L << 30, &max_body)) goto out; break;
         case O_TIMEOUT: if (!cli_parse_int(C, "--timeout", optarg, 0, 86400, &timeout)) goto out; break;
         case O_TMPL: so.chat_template = optarg; break;
+        case O_RUNS: so.runs_dir = optarg; break;
         case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) goto out; break;
         case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) goto out; break;
         case O_KERNEL: kernel = optarg; break;
@@ -105,6 +111,11 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!so.model_path) {
         cli_error(C, "missing -m FILE (the model)");
+        goto out;
+    }
+    struct stat rst;
+    if (so.runs_dir && (stat(so.runs_dir, &rst) != 0 || !S_ISDIR(rst.st_mode))) {
+        cli_error(C, "--runs %s: not a directory", so.runs_dir);
         goto out;
     }
     af_ctx *ctx = NULL;

@@ -712,6 +712,8 @@ typedef struct af_server_opts {
     FILE *log;                     /* one line per request and the "listening on" line; NULL: silent */
     const volatile int *stop;      /* non-zero (a SIGINT/SIGTERM handler): refuse new requests (503),
                                       finish the ones in flight, return */
+    const char *runs_dir;          /* NULL, or a directory whose run directories (one level down) the
+                                      web page shows read-only (GET /api/runs...) */
 } af_server_opts;
 
 /* Defaults as marked above. */

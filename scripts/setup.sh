@@ -22,6 +22,7 @@ APT_PKGS=(build-essential pkg-config libpcre2-dev libcjson-dev nettle-dev libutf
           openmpi-bin libopenmpi-dev
           libmicrohttpd-dev curl  # afinar serve (HTTP server); curl: the server's client tests
           mesa-vulkan-drivers libvulkan-dev glslc vulkan-tools  # the Vulkan backend: loader + headers, the GLSL -> SPIR-V compiler, lavapipe (a CPU Vulkan device, so tests run without a GPU), vulkaninfo
+          chromium chromium-driver  # the web page's browser tests (tests/check_web_ui.sh, selenium in .venv)
           cmake ninja-build)  # cmake, ninja: building llama-cpp-python (scripts/setup_llamacpp.sh)
 if [ "$NO_APT" = 0 ]; then
   missing=()

@@ -359,7 +359,31 @@ int main(void) {
         !CHECK(save_adapter(m, P_("lm"), 0, 11) == AF_OK, "lm adapter: %s", af_last_error()) ||
         !CHECK(save_adapter(m, P_("cls"), 3, 12) == AF_OK, "cls adapter: %s", af_last_error()))
         goto out;
-    const int s = start_server("--parallel 4 --queue 8");
+    /* a --runs directory: one run, a hidden entry, a link out, a run whose metrics.jsonl links out */
+    char runs_arg[1200];
+    {
+        mkdir(P_("runs"), 0755);
+        mkdir(P_("runs/good"), 0755);
+        mkdir(P_("runs/.hidden"), 0755);
+        mkdir(P_("runs/sym"), 0755);
+        FILE *f = fopen(P_("runs/good/metrics.jsonl"), "w");
+        if (f) {
+            fputs("{\"type\":\"train\",\"step\":1,\"loss\":2.5}\n{\"type\":\"train\",\"step\":2,\"loss\":2.0}\n{\"type\":\"tr", f);
+            fclose(f);
+        }
+        f = fopen(P_("runs/good/run.json"), "w");
+        if (f) fputs("{\"total_steps\":10,\"labels\":[\"a\",\"b\"]}", f), fclose(f);
+        f = fopen(P_("runs/good/eval.json"), "w");
+        if (f) fputs("{\"accuracy\":0.5,\"confusion\":[[1,0],[1,0]]}", f), fclose(f);
+        f = fopen(P_("runs/.hidden/run.json"), "w");
+        if (f) fputs("{}", f), fclose(f);
+        f = fopen(P_("runs/sym/run.json"), "w");
+        if (f) fputs("{}", f), fclose(f);
+        if (symlink("/etc/hostname", P_("runs/sym/metrics.jsonl")) != 0 || symlink("/", P_("runs/out")) != 0)
+            CHECK(0, "symlinks for the runs test");
+        snprintf(runs_arg, sizeof runs_arg, "--parallel 4 --queue 8 --runs %s", P_("runs"));
+    }
+    const int s = start_server(runs_arg);
     if (s < 0) {
         tl_skip("serve: the binary was built without libmicrohttpd");
         goto out;
@@ -375,6 +399,59 @@ int main(void) {
     r = http("GET", "/lora-adapters", NULL);
     CHECK(r.status == 200 && strstr(r.body, "\"id\":0") && strstr(r.body, "\"id\":1"), "GET /lora-adapters: %s", r.body);
     free(r.body);
+
+    /* the web page and its runs API (web.c) */
+    {
+        static const struct {
+            const char *method, *path;
+            int status;
+            const char *has; /* in the body */
+        } web[] = {
+            {"GET", "/", 200, "<title>afinar</title>"},
+            {"GET", "/index.html", 200, "/app.js"},
+            {"GET", "/app.js", 200, "use strict"},
+            {"GET", "/style.css", 200, "body"},
+            {"POST", "/app.js", 405, "only GET"},
+            {"GET", "/api/runs", 200, "\"runs\":[{\"name\":\""},
+            {"GET", "/api/runs/good", 200, "\"confusion\":[[1,0],[1,0]]"},
+            {"GET", "/api/runs/good/metrics", 200, "\"step\":2"},
+            {"GET", "/api/runs/good/metrics?from=9999", 200, "\"reset\":true"},
+            {"GET", "/api/runs/good/metrics?from=-1", 400, "byte offset"},
+            {"GET", "/api/runs/good/metrics?from=x", 400, "byte offset"},
+            {"GET", "/api/runs/good/load", 405, "use POST"},
+            {"POST", "/api/runs/good/load", 404, "no best/"},
+            {"POST", "/api/runs/good/metrics", 405, "use GET"},
+            {"GET", "/api/runs/good/other", 404, "no route"},
+            {"GET", "/api/runs/out", 404, "no run"},
+            {"GET", "/api/runs/.hidden", 404, "no such run"},
+            {"GET", "/api/runs/..%2F..%2Fetc", 404, "no such run"},
+            {"GET", "/api/runs/good%2F..%2F..", 404, "\"error\""},
+            {"GET", "/api/runs/nope", 404, "no run 'nope'"},
+            {"GET", "/api/runs/sym/metrics", 200, "\"lines\":[]"},
+            {"GET", "/api/runsx", 404, "no route"},
+        };
+        for (size_t i = 0; i < sizeof web / sizeof web[0]; i++) {
+            r = http(web[i].method, web[i].path, NULL);
+            CHECK(r.status == web[i].status && r.body && strstr(r.body, web[i].has), "web: %s %s -> %d (want %d, '%s'): %.200s",
+                  web[i].method, web[i].path, r.status, web[i].status, web[i].has, r.body ? r.body : "");
+            free(r.body);
+        }
+        r = http("GET", "/api/runs", NULL);
+        CHECK(r.status == 200 && strstr(r.body, "\"name\":\"good\"") && strstr(r.body, "\"name\":\"sym\"") &&
+                  !strstr(r.body, "hidden") && !strstr(r.body, "\"out\"") && strstr(r.body, "\"step\":2"),
+              "web: /api/runs lists good (last step 2) and sym only: %s", r.body);
+        free(r.body);
+        r = http("GET", "/api/runs/good/metrics?from=0", NULL);
+        const char *nx = r.body ? strstr(r.body, "\"next\":") : NULL;
+        const long next = nx ? atol(nx + 7) : -1;
+        CHECK(r.status == 200 && next == 74, "web: metrics stop before the unfinished third line (next %ld): %s", next, r.body);
+        free(r.body);
+        char q[64];
+        snprintf(q, sizeof q, "/api/runs/good/metrics?from=%ld", next);
+        r = http("GET", q, NULL);
+        CHECK(r.status == 200 && strstr(r.body, "\"lines\":[]") && strstr(r.body, "\"reset\":false"), "web: nothing new after next: %s", r.body);
+        free(r.body);
+    }
 
     /* equality with afinar generate */
     struct {

@@ -1,6 +1,7 @@
 /* http.c — the HTTP side of `afinar serve` on libmicrohttpd (one thread per connection; the
  * scheduler thread of engine.c does the compute). Routes:
  *   GET  /health, /v1/models (/models), /lora-adapters
+ *   GET  /, /app.js, /style.css, /api/runs... (the web page and its run views: web.c)
  *   POST /v1/chat/completions, /v1/completions (also without /v1), /v1/classify,
  *        /lora-adapters (global scales, llama.cpp), /lora-adapters/load, /lora-adapters/unload
  * Bodies above opts.max_body: 413 (from the Content-Length header, before reading, or while
@@ -193,6 +194,20 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         srv_err_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
                     "the body is larger than the limit of %lld bytes (--max-body)", (long long)o->max_body);
         return reply_err(c, &e);
+    }
+    srv_web_reply wr;
+    if (srv_web_route(s, method, url, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "from"),
+                      k->body ? k->body : "", k->len, &wr, &e)) {
+        if (wr.data) {
+            struct MHD_Response *r = MHD_create_response_from_buffer(wr.len, (void *)wr.data, MHD_RESPMEM_PERSISTENT);
+            if (!r) return MHD_NO;
+            MHD_add_response_header(r, "Content-Type", wr.type);
+            MHD_add_response_header(r, "Cache-Control", "no-cache");
+            const enum MHD_Result ok = MHD_queue_response(c, 200, r);
+            MHD_destroy_response(r);
+            return ok;
+        }
+        return wr.body ? reply(c, wr.status, wr.body, NULL) : reply_err(c, &e);
     }
     const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strncmp(url, "/v1/", 4) && strcmp(url, "/v1/classify")) url += 3; /* /v1/x == /x */

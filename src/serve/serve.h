@@ -121,4 +121,20 @@ char *srv_lora_unload(srv *s, const char *body, size_t len, srv_err *err);
 FILE *srv_log(srv *s);
 const af_server_opts *srv_opts(srv *s);
 
+/* ---- web.c: the web page (embedded assets) and the read-only API over --runs DIR ---- */
+typedef struct srv_web_reply {
+    int status;                /* 200 when handled without error */
+    const unsigned char *data; /* an embedded asset (static; not freed), or NULL */
+    size_t len;                /* bytes of data */
+    const char *type;          /* its content type */
+    char *body;                /* else a JSON body (malloc'ed; the caller frees or hands it on) */
+} srv_web_reply;
+
+/* Route GET /, /index.html, /app.js, /style.css and /api/runs[/NAME[/metrics|/load]] (see web.c).
+ * `from_arg` is the "from" query argument (NULL: none). Returns 0 when `url` is none of these (the
+ * caller goes on routing), 1 when handled: *out holds the asset or body, or *err the error (its
+ * status >= 400 and out->body NULL). */
+int srv_web_route(srv *s, const char *method, const char *url, const char *from_arg, const char *body, size_t len,
+                  srv_web_reply *out, srv_err *err);
+
 #endif /* AF_SERVE_H */

@@ -8,6 +8,7 @@
 #include "lora/adapter_io.h"
 #include "formats/manifest.h"
 #include "formats/safetensors.h"
+#include "train/metrics.h"
 
 #include <cJSON.h>
 #include <dirent.h>
@@ -52,7 +53,8 @@ int64_t af_tr_ckpt_step(const char *name) {
 }
 
 static int is_artifact(const char *n) {
-    return !strcmp(n, "metrics.jsonl") || !strcmp(n, "run.json") || !strcmp(n, "best") || !strcmp(n, "final") ||
+    return !strcmp(n, "metrics.jsonl") || !strcmp(n, "run.json") || !strcmp(n, "eval.json") || !strcmp(n, "best") ||
+           !strcmp(n, "final") ||
            !strcmp(n, "curves.png") || af_tr_ckpt_step(n) >= 0;
 }
 static int is_stale_tmp(const char *n) {
@@ -728,6 +730,21 @@ af_status af_tr_write_run_json(const af_trainer *t) {
     char *s = cJSON_Print(j);
     cJSON_Delete(j);
     char *p = af_path_join(t->o.output_dir, "run.json");
+    af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
+    free(s);
+    free(p);
+    return st;
+}
+
+af_status af_tr_write_eval_json(const af_trainer *t, const af_metrics *m, int64_t step) {
+    cJSON *j = af_metrics_to_json(m, (const char *const *)t->label_names);
+    if (!j) return af_fail(AF_ERR_NOMEM, "out of memory");
+    cJSON_AddStringToObject(j, "split", "val");
+    cJSON_AddNumberToObject(j, "step", (double)step);
+    cJSON_AddNumberToObject(j, "epoch", t->spe > 0 ? (double)step / (double)t->spe : 0.0);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    char *p = af_path_join(t->o.output_dir, "eval.json");
     af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
     free(s);
     free(p);

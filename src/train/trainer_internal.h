@@ -256,6 +256,9 @@ af_status af_tr_truncate_metrics(const char *out_dir, int64_t step);
 void af_tr_plot(const char *out_dir, FILE *log);
 /* OUT/run.json: the resolved configuration and the plan. Errors: AF_ERR_IO, AF_ERR_NOMEM. */
 af_status af_tr_write_run_json(const af_trainer *t);
+/* OUT/eval.json (atomically): the metrics of the validation evaluation at `step` (per-class table,
+ * confusion matrix: af_metrics_to_json), read by the web page of `afinar serve --runs`. */
+af_status af_tr_write_eval_json(const af_trainer *t, const af_metrics *m, int64_t step);
 /* Output directory: derived from the checkpoint when not given (*owned_out then owns it); another
  * run there is refused unless overwrite or resuming in place (rank 0 only: `writer`). */
 af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out);

@@ -132,6 +132,8 @@ static af_status evaluate(loop *L, int *improved) {
              (long long)rs->step, (double)rs->step / (double)t->spe, m->accuracy, m->macro_f1,
              isfinite(vloss) ? vloss : -1.0, isfinite(m->ece) ? m->ece : -1.0);
     log_line(L, line);
+    if (L->writer && af_tr_write_eval_json(t, m, rs->step) != AF_OK && o->log) /* a view, not the run's state */
+        fprintf(o->log, "warning: eval.json not written: %s\n", af_last_error());
     if (o->log) {
         end_live(L);
         fprintf(o->log, "eval  step %lld (epoch %.2f): accuracy %.4f  macro-F1 %.4f  loss %.4f", (long long)rs->step,
