@@ -283,8 +283,7 @@ static void usage(FILE *fp) {
             "2 usage error, 130 interrupted (SIGINT), 143 terminated (SIGTERM).\n"
             "\n"
             "multi-process training: mpirun -np N afinar train ... (or srun): data parallel, the same adapter\n"
-            "bytes for any N; %s\n",
-            af_dist_library() ? "MPI built in" : "MPI is NOT built in (rebuild with libopenmpi-dev installed)");
+            "bytes for any N ('afinar version' says whether MPI is built in).\n");
 }
 
 /* afinar version: the version, the optional parts built in, the CPU features. */

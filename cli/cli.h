@@ -20,9 +20,9 @@ int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel
  * af_ctx_params.device = name (NULL: cpu). */
 void cli_set_device(const char *name);
 #define CLI_DEVICE_HELP \
-    "      --device DEV       cpu (default) | vulkan | vulkan:N | auto (a Vulkan device when there is one and\n" \
-    "                         the job fits it, else the CPU; a device failure goes on on the CPU);\n" \
-    "                         'afinar devices' lists them\n"
+    "      --device DEV       cpu (default) | vulkan | vulkan:N | auto (a Vulkan device when there is\n" \
+    "                         one and the job fits it, else the CPU; a device failure goes on on the\n" \
+    "                         CPU); 'afinar devices' lists them\n"
 /* After a failure `st` of work on *ctx (made by cli_make_ctx): when *ctx was made with --device
  * auto, is not the CPU and st is a device failure (AF_ERR_DEVICE), does not fit its memory
  * (AF_ERR_NOMEM) or is something the device cannot run (AF_ERR_UNSUPPORTED: e.g. a head_dim its

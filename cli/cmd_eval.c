@@ -15,7 +15,8 @@ static void help(void) {
            "\n"
            "model and data:\n"
            "  -m, --model PATH       GGUF file or Hugging Face checkpoint directory (with its tokenizer)\n"
-           "  -a, --adapter DIR      adapter directory written by 'afinar train' (OUT/best, OUT/final, a checkpoint)\n"
+           "  -a, --adapter DIR      adapter directory written by 'afinar train' (OUT/best, OUT/final, a\n"
+           "                         checkpoint)\n"
            "      --data FILE        labelled JSONL ({\"input\": ..., \"label\": ...} or \"labels\": [...])\n"
            "      --text-field NAME  JSON field with the text (default input)\n"
            "      --label-field NAME JSON field with the label(s) (default label / labels)\n"
@@ -31,9 +32,10 @@ static void help(void) {
            "      --loss-on MODE     causal-LM: auto (default: completion / assistant tokens) | all\n"
            "      --chat-template T  causal-LM: chatml | gemma | gemma4 instead of the model's own\n"
            "      --generate N       greedy generation for the first N prompts (0 = all; prompt/completion\n"
-           "                         strings, or conversations scored on their last assistant turn), scored against the\n"
-           "                         completions: exact match (outer whitespace trimmed, case kept) and ROUGE-L F\n"
-           "                         (Lin 2004; rouge_score's tokenization: lowercase, [a-z0-9] runs, no stemming)\n"
+           "                         strings, or conversations scored on their last assistant turn), scored\n"
+           "                         against the completions: exact match (outer whitespace trimmed, case\n"
+           "                         kept) and ROUGE-L F (Lin 2004; rouge_score's tokenization: lowercase,\n"
+           "                         [a-z0-9] runs, no stemming)\n"
            "      --max-new-tokens N tokens generated per prompt (default 64; stops at end-of-generation)\n"
            "      --first-line       score only the first non-empty line of each generation (generation stops\n"
            "                         there)\n"
@@ -124,7 +126,7 @@ int cmd_eval(int argc, char **argv) {
     }
     if (n_generate >= 0 || lm) {
         if (!model_path || !data) {
-            cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : "--data FILE.jsonl");
+            cli_error(C, "missing %s", !model_path ? "-m MODEL (a GGUF file or HF directory)" : "--data FILE.jsonl");
             return 2;
         }
         if (text_field || label_field) {
@@ -140,7 +142,7 @@ int cmd_eval(int argc, char **argv) {
         return 2;
     }
     if (!model_path || !adapter || !data) {
-        cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : !adapter ? "-a ADAPTER_DIR" : "--data FILE.jsonl");
+        cli_error(C, "missing %s", !model_path ? "-m MODEL (a GGUF file or HF directory)" : !adapter ? "-a ADAPTER_DIR" : "--data FILE.jsonl");
         return 2;
     }
     int rc = 1;
