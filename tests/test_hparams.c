@@ -210,6 +210,20 @@ static void test_seq_len(void) {
     CHECK(d.severity == AF_DIAG_WARN && strstr(d.message, "6 of 100 samples (6.0%)") &&
               strstr(d.recommendation, "--max-seq-len 128"),
           "short: %s -> %s", d.message, d.recommendation);
+    /* the automatic recipe's own choice: said at info level with its reason, never "use --max-seq-len" */
+    c.max_seq_len_why = "max_seq_len 94: the compute budget (the rule gives 128)";
+    run(&c, &g_bal, "seq-len-short", &d, NULL);
+    CHECK(d.severity == AF_DIAG_INFO && strstr(d.message, "chosen by the automatic recipe (max_seq_len 94: the compute "
+                                                          "budget") && strstr(d.message, "6 of 100 samples") &&
+              !strstr(d.recommendation, "use --max-seq-len") && strstr(d.recommendation, "--max-seq-len 128"),
+          "short, the recipe's choice: info with the reason: %s -> %s", d.message, d.recommendation);
+    c.max_seq_len = 199;
+    run(&c, &g_bal, "seq-len-long", &d, NULL);
+    CHECK(d.severity == AF_DIAG_INFO && strstr(d.message, "chosen by the automatic recipe") &&
+              !strstr(d.recommendation, "use --max-seq-len"),
+          "long, the recipe's choice: info: %s -> %s", d.message, d.recommendation);
+    c.max_seq_len_why = NULL;
+    c.max_seq_len = 94;
     /* 198 samples of 10 tokens, 2 of 1000: p99 10, max 1000 */
     int32_t len[200], lab[200];
     for (int i = 0; i < 200; i++) len[i] = i < 198 ? 10 : 1000, lab[i] = i % 3;
