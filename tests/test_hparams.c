@@ -223,6 +223,18 @@ static void test_seq_len(void) {
               !strstr(d.recommendation, "use --max-seq-len"),
           "long, the recipe's choice: info: %s -> %s", d.message, d.recommendation);
     c.max_seq_len_why = NULL;
+    { /* p99 11: the suggestion (p99 rounded up to 64) is 64 itself: nothing to suggest at 64 */
+        int32_t sl[40], sb[40];
+        for (int i = 0; i < 40; i++) sl[i] = 10 + i % 2, sb[i] = i % 3;
+        af_data_stats ss;
+        if (CHECK(make_stats(sl, sb, 40, 3, 512, &ss), "stats")) {
+            c.max_seq_len = 64;
+            SILENT(c, &ss, "seq-len-long", "64 when p99 rounds up to 64");
+            c.max_seq_len = 65;
+            FIRES(c, &ss, "seq-len-long", AF_DIAG_WARN, "65");
+            af_data_stats_free(&ss);
+        }
+    }
     c.max_seq_len = 94;
     /* 198 samples of 10 tokens, 2 of 1000: p99 10, max 1000 */
     int32_t len[200], lab[200];
