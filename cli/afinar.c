@@ -221,7 +221,7 @@ static const command g_commands[] = {
     {"chat", "-m MODEL [-a ADAPTER] [options]",
      "talk to a chat model in the terminal (multi-turn; /reset, /system TEXT, /exit; Ctrl-C stops an answer)", cmd_chat},
     {"train", "-m MODEL --train DATA -o DIR [options]",
-     "LoRA fine-tuning: a text classifier (task classify) or a chat / text model (--task causal-lm)", cmd_train},
+     "LoRA fine-tuning: a text classifier (the default) or a chat / text model (--task causal-lm)", cmd_train},
     {"check", "-m MODEL --train DATA [options]",
      "data statistics and diagnostics of a training configuration, without training (exit 1 on errors)", cmd_check},
     {"eval", "-m MODEL -a ADAPTER --data DATA [options]",
