@@ -35,7 +35,8 @@ static void help(void) {
            "      --host H            address to listen on (default 127.0.0.1; 0.0.0.0 = every interface)\n"
            "      --port P            TCP port (default 8080; 0 = any free port, printed at start)\n"
            "      --api-key KEY       require the header 'Authorization: Bearer KEY' on every route but\n"
-           "                          /health (else HTTP 401; compared in constant time)\n"
+           "                          /health (else HTTP 401; compared in constant time); default: the\n"
+           "                          environment variable AFINAR_API_KEY when set (not visible in ps)\n"
            "  -np, --parallel N       sequences decoded together in one batch (default 4, max 64)\n"
            "  -c, --ctx-size N        positions per sequence, prompt + generated (default 2048; --ctx is the\n"
            "                          same)\n"
@@ -126,6 +127,7 @@ int cmd_serve(int argc, char **argv) {
         cli_error(C, "unexpected argument '%s'", argv[optind]);
         goto out;
     }
+    if (!so.api_key && getenv("AFINAR_API_KEY") && getenv("AFINAR_API_KEY")[0]) so.api_key = getenv("AFINAR_API_KEY");
     if (!so.model_path) {
         cli_error(C, "missing -m MODEL (a GGUF file or HF directory)");
         goto out;

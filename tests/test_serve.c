@@ -381,10 +381,18 @@ static void serve_flags(void) {
     free(r.body);
     CHECK(stop_server() == 0, "server with --api-key: exit 0");
     g_bare = 1; /* one model, no adapter: any id is that model (llama-server) */
-    if (CHECK(start_server("") == 1, "server without adapters")) {
+    setenv("AFINAR_API_KEY", "from-env", 1); /* the key from the environment (kept out of ps) */
+    const int started = start_server("");
+    unsetenv("AFINAR_API_KEY");
+    if (CHECK(started == 1, "server without adapters")) {
+        r = http("POST", "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2,\"model\":\"gpt-4o\"}");
+        CHECK(r.status == 401, "AFINAR_API_KEY: a request without the key is refused (%d)", r.status);
+        free(r.body);
+        g_auth = "Authorization: Bearer from-env\r\n";
         r = http("POST", "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2,\"model\":\"gpt-4o\"}");
         CHECK(r.status == 200, "no adapter loaded: any model id is the model: %d %s", r.status, r.body);
         free(r.body);
+        g_auth = NULL;
         CHECK(stop_server() == 0, "server without adapters: exit 0");
     }
     g_bare = 0;
