@@ -1,6 +1,6 @@
 /* engine.c — the state of `afinar serve` and its scheduler thread (serve.h).
  *
- * One scheduler thread runs every forward pass. Policy (README "Serving"): a request waits in a
+ * One scheduler thread runs every forward pass. Policy (docs/SERVING.md): a request waits in a
  * FIFO queue (at most opts.queue) until one of opts.max_seqs sequence slots is free; the slot whose
  * cached tokens share the longest prefix with its prompt (same adapter) is taken, and the cache is
  * kept as far as af_session_keep_prefix allows (bit-identical results). Each iteration of the loop
