@@ -308,9 +308,15 @@ static int cmd_version(int argc, char **argv) {
         if (!strcmp(nm, "cpu")) continue;
         int32_t n = 0;
         char why[400] = "";
-        if (af_backend_devices(i, NULL, 0, &n, why, sizeof why) != AF_OK) continue;
-        if (n > 0) printf("%s: built in, %d device%s ('afinar devices' lists them)\n", nm, (int)n, n > 1 ? "s" : "");
-        else printf("%s: %s\n", nm, why[0] ? why : "no device");
+        af_device_info d[8];
+        if (af_backend_devices(i, d, 8, &n, why, sizeof why) != AF_OK) continue;
+        if (n <= 0) {
+            printf("%s: %s\n", nm, why[0] ? why : "no device");
+            continue;
+        }
+        printf("%s: built in, %d device%s:", nm, (int)n, n > 1 ? "s" : "");
+        for (int32_t k = 0; k < n && k < 8; k++) printf("%s %s [%s]", k ? ";" : "", d[k].name, d[k].kind);
+        printf(" ('afinar devices' for details)\n");
     }
     printf("cpu: %s\nthreads: %d\n", af_ctx_describe(ctx), af_ctx_n_threads(ctx));
     af_ctx_free(ctx);

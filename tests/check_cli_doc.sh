@@ -3,7 +3,8 @@
 #   - docs/CLI.md is what scripts/gen_cli_doc.sh makes from the binary now (else: the diff, and
 #     "run make cli-doc");
 #   - `afinar help CMD` prints exactly `afinar CMD --help`, exit 0, for every command;
-#   - no help line is wider than 100 columns (characters, UTF-8 aware).
+#   - no help line is wider than 100 columns (characters, UTF-8 aware);
+#   - `afinar version` lists the optional parts (serve, mpi, vulkan) and the CPU features.
 # Prints the RESULT line run_all.sh sums.
 bin=${AFINAR_BIN:-build/afinar}
 pass=0 fail=0 skip=0
@@ -45,6 +46,11 @@ for c in $cmds; do
         LC_ALL=C.UTF-8 grep -E '^.{101,}' "$tmp/a" | head -n 3 | sed 's/^/  /'
         bad "afinar $c --help: $wide line(s) wider than 100 columns"
     fi
+done
+# afinar version: the optional parts built in and the CPU features, one line each
+"$bin" version > "$tmp/version" 2>&1 || bad "afinar version: exit status $?"
+for part in '^afinar [0-9]' '^serve: ' '^mpi: ' '^vulkan: ' '^cpu: '; do
+    grep -q "$part" "$tmp/version" && ok || bad "afinar version has no line matching '$part': $(cat "$tmp/version")"
 done
 "$bin" help no-such-command > /dev/null 2>&1; rc=$?
 [ "$rc" = 2 ] && ok || bad "afinar help no-such-command: exit $rc, expected 2"
