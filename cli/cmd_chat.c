@@ -1,8 +1,10 @@
 /* afinar chat — an interactive multi-turn conversation in the terminal with the model's chat
  * template. Each turn renders the whole conversation (af_chat_format_turns) and reuses the keys and
- * values of the conversation so far (af_session_keep_prefix): only the new tokens are evaluated, and
- * the answer is the same as `afinar generate` on the same rendered conversation (bit-identical
- * logits). Lines starting with '/' are commands (/reset, /system TEXT, /exit). SIGINT while an answer
+ * values already in the session (af_session_keep_prefix): the prompts of the earlier turns are not
+ * evaluated again; the last answer, whose keys and values were computed token by token (the decode
+ * kernels, which differ in the last bits from a batched evaluation), is evaluated again with the
+ * new message. So each answer is bit for bit what `afinar generate` gives on the same rendered
+ * conversation. Lines starting with '/' are commands (/reset, /system TEXT, /exit). SIGINT while an answer
  * streams ends that answer (the partial answer stays in the conversation); SIGINT at the prompt, a
  * second one during an answer, or end of input ends the program. */
 #include "cli.h"
@@ -13,7 +15,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+static double now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static void help(void) {
     af_sampling d;
@@ -21,8 +30,9 @@ static void help(void) {
     printf("usage: afinar chat -m MODEL [-a ADAPTER] [options]\n"
            "\n"
            "Talk to a chat model in the terminal: type a message and Enter; the answer streams. The whole\n"
-           "conversation is the prompt of each answer (the model's chat template); the keys and values of\n"
-           "what was already evaluated are kept, so a turn only evaluates its new tokens.\n"
+           "conversation is the prompt of each answer (the model's chat template). The keys and values of\n"
+           "the earlier prompts stay in the cache: a turn evaluates the last answer (computed token by\n"
+           "token) and the new message, and answers exactly as 'afinar generate' on the whole text.\n"
            "\n"
            "In the chat:\n"
            "  /reset                 forget the conversation (the system message stays)\n"
@@ -46,6 +56,9 @@ static void help(void) {
            "      --ignore-eos       do not stop at end-of-generation tokens (answers run to -n)\n"
            "  -c, --ctx-size N       positions of the whole conversation (default: the model's, at most 4096)\n"
            CLI_COMPUTE_HELP
+           "output:\n"
+           "      --timings          after each answer, on stderr: the prompt tokens evaluated and those reused\n"
+           "                         from the cache, and the decode speed\n"
            "The prompt '> ' is shown when standard input is a terminal; with a pipe, each input line is\n"
            "one user message and each answer one block of output lines followed by an empty line.\n",
            (double)d.temperature, (int)d.top_k, (double)d.top_p, (unsigned long long)d.seed);
@@ -110,7 +123,7 @@ static int buf_add(buf *b, const char *s, size_t n) {
 
 typedef struct chat_cfg {
     long n_predict;
-    int ignore_eos;
+    int ignore_eos, timings;
     af_sampling sp;
     const char *tmpl;
 } chat_cfg;
@@ -142,7 +155,9 @@ static int answer(const char *C, af_model *model, af_session *sess, int n_ctx, c
         goto out;
     }
     const int kept = af_session_keep_prefix(sess, ids, (int)n_ids);
+    double t0 = now_sec();
     st = af_session_eval(sess, ids + kept, (int)n_ids - kept, logits, NULL);
+    const double t_prompt = now_sec() - t0;
     if (st != AF_OK) {
         rc = cli_fail(C, st);
         af_session_reset(sess); /* its cache may be half-written */
@@ -150,6 +165,7 @@ static int answer(const char *C, af_model *model, af_session *sess, int n_ctx, c
         goto out;
     }
     long room = n_ctx - (long)n_ids, n_gen = 0;
+    t0 = now_sec();
     const long limit = g->n_predict < room ? g->n_predict : room;
     char piece[256];
     while (n_gen < limit && !cli_stop_signal()) {
@@ -176,11 +192,16 @@ static int answer(const char *C, af_model *model, af_session *sess, int n_ctx, c
             goto out;
         }
     }
+    const double t_decode = now_sec() - t0;
     if (n_gen == room && room < g->n_predict)
         fprintf(stderr, "\nafinar %s: the context (%d positions) is full: /reset, or a larger -c/--ctx-size\n", C, n_ctx);
     fputc('\n', stdout);
     if (!isatty(STDIN_FILENO)) fputc('\n', stdout); /* a pipe: an empty line ends each answer */
     if (cli_stdout_failed(C)) goto out;
+    if (g->timings)
+        fprintf(stderr, "timings: prompt %zu tokens, %d reused from the cache, %zu evaluated in %.3f s; decode %ld "
+                        "tokens in %.3f s (%.2f tok/s)\n", n_ids, kept, n_ids - (size_t)kept, t_prompt, n_gen, t_decode,
+                t_decode > 0 ? (double)n_gen / t_decode : 0.0);
     if (!convo_add(cv, "assistant", ans.p ? ans.p : "", ans.n)) {
         cli_error(C, "out of memory");
         goto out;
@@ -297,11 +318,11 @@ int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *adapter = NULL, *system = NULL;
     double lora_scale = 1.0;
     cli_compute cc = CLI_COMPUTE_INIT;
-    chat_cfg g = {512, 0, {0, 0, 0, 0}, NULL};
+    chat_cfg g = {512, 0, 0, {0, 0, 0, 0}, NULL};
     af_sampling_default(&g.sp);
     long top_k = g.sp.top_k, seed = (long)g.sp.seed, n_ctx = 0;
     double temp = g.sp.temperature, top_p = g.sp.top_p;
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_SYSTEM, O_TMPL, O_SCALE, O_NOEOS };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_SYSTEM, O_TMPL, O_SCALE, O_NOEOS, O_TIMINGS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"adapter", required_argument, 0, 'a'},
         {"lora-scale", required_argument, 0, O_SCALE}, {"system", required_argument, 0, O_SYSTEM},
@@ -309,7 +330,8 @@ int cmd_chat(int argc, char **argv) {
         {"temp", required_argument, 0, O_TEMP},   {"top-k", required_argument, 0, O_TOPK},
         {"top-p", required_argument, 0, O_TOPP},  {"seed", required_argument, 0, O_SEED},
         {"ignore-eos", no_argument, 0, O_NOEOS},  {"ctx-size", required_argument, 0, 'c'},
-        {"ctx", required_argument, 0, 'c'},       CLI_COMPUTE_OPTIONS,
+        {"ctx", required_argument, 0, 'c'},       {"timings", no_argument, 0, O_TIMINGS},
+        CLI_COMPUTE_OPTIONS,
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -331,6 +353,7 @@ int cmd_chat(int argc, char **argv) {
         case O_TOPP: if (!cli_parse_float(C, "--top-p", optarg, 0, 1, &top_p)) return 2; break;
         case O_SEED: if (!cli_parse_int(C, "--seed", optarg, 0, 0x7fffffffL, &seed)) return 2; break;
         case O_NOEOS: g.ignore_eos = 1; break;
+        case O_TIMINGS: g.timings = 1; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
         default: cli_error(C, "unknown option '%s' (see 'afinar chat --help')", argv[optind - 1]); return 2;

@@ -108,9 +108,12 @@ static int term_end(term *t, int ms) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* The "timings:" line of the last turn (afinar chat --timings), cut out of the answer by turn(). */
+static char g_timings[512];
+
 /* Type `line` and Enter at the prompt that ends at offset *at; returns the text written between the
- * echo of the line and the next prompt ("\r" removed, the echo and the last newline cut), malloc'ed;
- * *at moves past the new prompt. NULL when no prompt came back within the time. */
+ * echo of the line and the next prompt ("\r" removed, the echo, a "timings:" line and the last
+ * newline cut), malloc'ed; *at moves past the new prompt. NULL when no prompt came back in time. */
 static char *turn(term *t, size_t *at, const char *line) {
     char in[1024];
     snprintf(in, sizeof in, "%s\n", line);
@@ -127,6 +130,14 @@ static char *turn(term *t, size_t *at, const char *line) {
     if (!strncmp(s, line, ll) && s[ll] == '\n') memmove(s, s + ll + 1, n - ll); /* the echo */
     n = strlen(s);
     if (n && s[n - 1] == '\n') s[--n] = 0;
+    g_timings[0] = 0;
+    char *tl = strstr(s, "timings: ");
+    if (tl && (tl == s || tl[-1] == '\n')) { /* stderr's line after the answer */
+        snprintf(g_timings, sizeof g_timings, "%s", tl);
+        *tl = 0;
+        n = strlen(s);
+        if (n && s[n - 1] == '\n') s[--n] = 0;
+    }
     return s;
 }
 
@@ -173,7 +184,7 @@ static char *run_capture(char *const argv[]) {
 
 static void conversation(void) {
     char *argv[] = {"afinar", "chat", "-m", (char *)g_model, "--temp", "0", "-n", "24", "-t", "2",
-                    "--system", SYS, NULL};
+                    "--system", SYS, "--timings", NULL};
     term t;
     if (!CHECK(term_start(&t, argv), "forkpty: %s", strerror(errno))) return;
     long p = term_wait(&t, 0, "\n> ", 120000);
@@ -182,7 +193,14 @@ static void conversation(void) {
         return;
     }
     size_t at = (size_t)p + 3;
-    char *a1 = turn(&t, &at, Q1), *a2 = a1 ? turn(&t, &at, Q2) : NULL;
+    char *a1 = turn(&t, &at, Q1);
+    int p1 = -1, k1 = -1, p2 = -1, k2 = -1;
+    sscanf(g_timings, "timings: prompt %d tokens, %d reused", &p1, &k1);
+    char *a2 = a1 ? turn(&t, &at, Q2) : NULL;
+    sscanf(g_timings, "timings: prompt %d tokens, %d reused", &p2, &k2);
+    CHECK(p1 > 10 && k1 == 0 && p2 > p1 && k2 >= p1 - 4 && k2 <= p1 + 24,
+          "turn 2 reuses the cached keys and values of turn 1's prompt (turn 1: %d tokens, %d reused; turn 2: %d "
+          "tokens, %d reused; the answer, decoded token by token, is evaluated again)", p1, k1, p2, k2);
     char *g1 = run_capture((char *[]){"afinar", "generate", "-m", (char *)g_model, "--temp", "0", "-n", "24", "-t", "2",
                                       "--chat", "--system", SYS, "-p", Q1, NULL});
     CHECK(a1 && g1 && a1[0] && !strcmp(a1, g1), "turn 1 == afinar generate --chat: '%s' vs '%s'", a1 ? a1 : "(none)",
