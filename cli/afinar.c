@@ -132,6 +132,7 @@ void cli_catch_signals(const char *cmd) {
 void cli_graceful_stop(int on) { g_graceful = on; }
 volatile int *cli_stop_flag(void) { return (volatile int *)&g_stop_sig; }
 int cli_stop_signal(void) { return (int)g_stop_sig; }
+void cli_clear_stop(void) { g_stop_sig = 0; }
 
 int cli_stopped(const char *cmd, const char *what) {
     const int sig = (int)g_stop_sig;
@@ -203,44 +204,123 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo,
     return 1;
 }
 
+/* Every command: name, synopsis, one-line summary (wrapped by usage()), entry point. The general
+ * help, `afinar help CMD` and the dispatch read this one table. */
+typedef struct command {
+    const char *name, *synopsis, *summary;
+    int (*run)(int argc, char **argv);
+} command;
+
+static int cmd_version(int argc, char **argv);
+
+static const command g_commands[] = {
+    {"info", "FILE|DIR", "describe a GGUF file or HF directory: architecture, hyper-parameters, tokenizer, tensors",
+     cmd_info},
+    {"generate", "-m MODEL -p TEXT [options]", "generate text, streamed (--chat: with the chat template; --temp 0: greedy)",
+     cmd_generate},
+    {"chat", "-m MODEL [-a ADAPTER] [options]",
+     "talk to a chat model in the terminal (multi-turn; /reset, /system TEXT, /exit; Ctrl-C stops an answer)", cmd_chat},
+    {"train", "-m MODEL --train DATA -o DIR [options]",
+     "LoRA fine-tuning: a text classifier (the default) or a chat / text model (--task causal-lm)", cmd_train},
+    {"check", "-m MODEL --train DATA [options]",
+     "data statistics and diagnostics of a training configuration, without training (exit 1 on errors)", cmd_check},
+    {"eval", "-m MODEL -a ADAPTER --data DATA [options]",
+     "classifier: accuracy, macro-F1, per-class table, confusion matrix; causal-LM: loss, perplexity, generations",
+     cmd_eval},
+    {"predict", "-m MODEL -a ADAPTER [--data DATA] [options]", "one JSON line per input text (stdin lines without --data)",
+     cmd_predict},
+    {"export", "-m MODEL -a ADAPTER -o OUT.gguf", "the adapter as a llama.cpp LoRA GGUF (llama-cli --lora, Ollama ADAPTER)",
+     cmd_export},
+    {"merge", "-m MODEL -a ADAPTER -o OUT.gguf [--type T]", "fold the adapter into the model, re-quantized (a standalone GGUF)",
+     cmd_merge},
+    {"merge-adapters", "A B ... -o OUT [--method M] [options]", "merge LoRA adapters on their ΔW (linear, cat, ties, dare-ties, ...)",
+     cmd_merge_adapters},
+    {"serve", "-m MODEL [-a NAME=DIR ...] [--port P] [options]",
+     "OpenAI-compatible HTTP server (chat, completions, streaming, per-request adapters, classification)", cmd_serve},
+    {"convert", "DIR -o OUT.gguf [--type T]", "a Hugging Face checkpoint directory as a GGUF (llama.cpp names, tokenizer)",
+     cmd_convert},
+    {"devices", "", "the compute devices of every backend (cpu, vulkan) with memory and features", cmd_devices},
+    {"version", "", "version, the optional parts built in (Vulkan, MPI, serve) and the CPU features", cmd_version},
+};
+#define N_COMMANDS ((int)(sizeof g_commands / sizeof g_commands[0]))
+
+static const command *find_command(const char *name) {
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(g_commands[i].name, name)) return &g_commands[i];
+    return NULL;
+}
+
 static void usage(FILE *fp) {
     fprintf(fp,
-            "afinar %s — fine-tune and run transformer language models (GGUF)\n"
+            "afinar %s — fine-tune and run transformer language models (GGUF files, HF directories)\n"
             "\n"
             "usage: afinar <command> [options]\n"
+            "       afinar help <command>      (the same as afinar <command> --help)\n"
             "\n"
-            "commands:\n"
-            "  info FILE|DIR      describe a GGUF file or HF directory: architecture, hyper-parameters, tokenizer, tensors\n"
-            "  generate -m FILE -p TEXT [options]\n"
-            "                     generate text (streams tokens; --temp 0 is greedy)\n"
-            "  train -m FILE --train DATA.jsonl -o DIR [options]\n"
-            "                     fine-tune a LoRA sequence classifier (checkpoints, best/, metrics.jsonl)\n"
-            "  check -m FILE --train DATA.jsonl [options]\n"
-            "                     data statistics and diagnostics of a training configuration (exit 1 on errors)\n"
-            "  eval -m FILE -a ADAPTER --data DATA.jsonl [--json OUT.json]\n"
-            "                     accuracy, macro-F1, per-class table, confusion matrix, calibration\n"
-            "  predict -m FILE -a ADAPTER [--input DATA.jsonl]\n"
-            "                     one JSON line per input text (stdin lines without --input)\n"
-            "  export -m FILE -a ADAPTER -o OUT.gguf\n"
-            "                     the adapter as a llama.cpp LoRA GGUF (llama-cli --lora, Ollama ADAPTER)\n"
-            "  merge -m FILE -a ADAPTER -o OUT.gguf [--type keep|f16|q8_0|q4_k|...]\n"
-            "                     fold the adapter into the model, re-quantized (a standalone GGUF)\n"
-            "  merge-adapters A B ... -o OUT [--method M] [--weights W,...] [--density D] [--rank R]\n"
-            "                     merge LoRA adapters on their ΔW (linear, cat, ties, dare-ties, ...)\n"
-            "  devices            the compute devices of every backend (cpu, vulkan) with memory and features\n"
-            "  serve -m FILE [--adapter NAME=DIR ...] [--port P]\n"
-            "                     OpenAI-compatible HTTP server (chat, completions, streaming, per-request adapters)\n"
-            "  convert DIR -o OUT.gguf [--type keep|f16|q8_0|q4_k|...]\n"
-            "                     a Hugging Face checkpoint directory as a GGUF (llama.cpp names, tokenizer)\n"
-            "  version            print version and the CPU features detected\n"
+            "commands:\n",
+            af_version());
+    for (int i = 0; i < N_COMMANDS; i++) {
+        const command *c = &g_commands[i];
+        char head[96];
+        snprintf(head, sizeof head, "%s %s", c->name, c->synopsis);
+        int col = fprintf(fp, "  %s", head);
+        if (col > 20) col = fprintf(fp, "\n%21s", "") - 1;
+        else col += fprintf(fp, "%*s", 21 - col, "");
+        /* the summary's words, wrapped at 100 columns under the summary column */
+        for (const char *w = c->summary; *w;) {
+            size_t n = strcspn(w, " ");
+            if (col > 21 && col + 1 + (int)n > 100) col = fprintf(fp, "\n%21s", "") - 1;
+            else if (col > 21) col += fprintf(fp, " ");
+            col += fprintf(fp, "%.*s", (int)n, w);
+            w += n;
+            while (*w == ' ') w++;
+        }
+        fputc('\n', fp);
+    }
+    fprintf(fp,
             "\n"
-            "Run 'afinar <command> --help' for the options of a command.\n"
+            "MODEL is a GGUF file or a Hugging Face checkpoint directory. Exit status: 0 success, 1 failure,\n"
+            "2 usage error, 130 interrupted (SIGINT), 143 terminated (SIGTERM).\n"
             "\n"
             "multi-process training: mpirun -np N afinar train ... (or srun): data parallel, the same adapter\n"
-            "bytes for any N; %s\n",
-            af_version(),
-            af_dist_library() ? "MPI built in" : "MPI is NOT built in (rebuild with libopenmpi-dev installed)");
-    if (af_dist_library()) fprintf(fp, "MPI library: %s\n", af_dist_library());
+            "bytes for any N ('afinar version' says whether MPI is built in).\n");
+}
+
+/* afinar version: the version, the optional parts built in, the CPU features. */
+static int cmd_version(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: afinar version\n\n"
+               "Prints the version, the optional parts built in (serve: libmicrohttpd; MPI; Vulkan with the\n"
+               "number of devices it sees, software renderers included) and the CPU features detected.\n");
+        return 0;
+    }
+    if (argc > 1) {
+        cli_error("version", "unexpected argument '%s'", argv[1]);
+        return 2;
+    }
+    af_ctx *ctx = NULL;
+    if (af_ctx_new(NULL, &ctx) != AF_OK) return cli_fail("version", AF_ERR_NOMEM);
+    printf("afinar %s\n", af_version());
+    printf("serve: %s\n", af_server_available() ? "built in (libmicrohttpd)" : "not built in (libmicrohttpd-dev absent)");
+    printf("mpi: %s\n", af_dist_library() ? af_dist_library() : "not built in (libopenmpi-dev absent)");
+    for (int32_t i = 0; i < af_backend_count(); i++) {
+        const char *nm = af_backend_name(i);
+        if (!strcmp(nm, "cpu")) continue;
+        int32_t n = 0;
+        char why[400] = "";
+        af_device_info d[8];
+        if (af_backend_devices(i, d, 8, &n, why, sizeof why) != AF_OK) continue;
+        if (n <= 0) {
+            printf("%s: %s\n", nm, why[0] ? why : "no device");
+            continue;
+        }
+        printf("%s: built in, %d device%s:", nm, (int)n, n > 1 ? "s" : "");
+        for (int32_t k = 0; k < n && k < 8; k++) printf("%s %s [%s]", k ? ";" : "", d[k].name, d[k].kind);
+        printf(" ('afinar devices' for details)\n");
+    }
+    printf("cpu: %s\nthreads: %d\n", af_ctx_describe(ctx), af_ctx_n_threads(ctx));
+    af_ctx_free(ctx);
+    return 0;
 }
 
 static int run_command(int argc, char **argv);
@@ -261,29 +341,23 @@ static int run_command(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || (!strcmp(cmd, "help") && argc == 2)) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        af_ctx *ctx = NULL;
-        if (af_ctx_new(NULL, &ctx) != AF_OK) return cli_fail(cmd, AF_ERR_NOMEM);
-        printf("afinar %s\ncpu: %s\nthreads: %d\n", af_version(), af_ctx_describe(ctx), af_ctx_n_threads(ctx));
-        af_ctx_free(ctx);
-        return 0;
+    if (!strcmp(cmd, "help")) { /* afinar help CMD == afinar CMD --help */
+        const command *c = find_command(argv[2]);
+        if (!c || argc > 3) {
+            fprintf(stderr, "afinar help: %s '%s' (see 'afinar --help')\n", c ? "unexpected argument" : "unknown command",
+                    c ? argv[3] : argv[2]);
+            return 2;
+        }
+        char *hargv[] = {argv[2], "--help", NULL};
+        return c->run(2, hargv);
     }
-    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
-    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
-    if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
-    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
-    if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
-    if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
-    if (!strcmp(cmd, "merge")) return cmd_merge(argc - 1, argv + 1);
-    if (!strcmp(cmd, "merge-adapters")) return cmd_merge_adapters(argc - 1, argv + 1);
-    if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
-    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
-    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(cmd, "--version")) cmd = "version";
+    const command *c = find_command(cmd);
+    if (c) return c->run(argc - 1, argv + 1);
     fprintf(stderr, "afinar: unknown command '%s' (see 'afinar --help')\n", cmd);
     return 2;
 }

@@ -21,9 +21,9 @@ int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel
  * af_ctx_params.device = name (NULL: cpu). */
 void cli_set_device(const char *name);
 #define CLI_DEVICE_HELP \
-    "      --device DEV       cpu (default) | vulkan | vulkan:N | auto (a Vulkan device when there is one and\n" \
-    "                         the job fits it, else the CPU; a device failure goes on on the CPU);\n" \
-    "                         'afinar devices' lists them\n"
+    "      --device DEV       cpu (default) | vulkan | vulkan:N | auto (a Vulkan device when there is\n" \
+    "                         one and the job fits it, else the CPU; a device failure goes on on the\n" \
+    "                         CPU); 'afinar devices' lists them\n"
 /* After a failure `st` of work on *ctx (made by cli_make_ctx): when *ctx was made with --device
  * auto, is not the CPU and st is a device failure (AF_ERR_DEVICE), does not fit its memory
  * (AF_ERR_NOMEM) or is something the device cannot run (AF_ERR_UNSUPPORTED: e.g. a head_dim its
@@ -37,6 +37,43 @@ void cli_set_quantize(const char *name);
 #define CLI_QUANTIZE_HELP \
     "      --quantize TYPE    quantize the base model's f32/f16/bf16 projections at load: nf4 (QLoRA\n" \
     "                         NormalFloat4), q8_0, f16, bf16 (default none)\n"
+/* The compute flags of every command that runs a model (generate, chat, serve, eval, predict), parsed
+ * by cli_compute_opt and turned into a context by cli_compute_ctx (cli_make_ctx):
+ *   -t/--threads N, --device DEV, --bf16, --quantize TYPE, --kernel PATH, --poll US, --int8-act.
+ * Put CLI_COMPUTE_OPTIONS in the command's getopt_long table ("t:" in its short options) and
+ * CLI_COMPUTE_HELP in its help. */
+typedef struct cli_compute {
+    long threads;       /* 0: all cores */
+    long poll;          /* < 0: the default spin window */
+    const char *kernel; /* NULL: auto */
+    int bf16, int8_act;
+} cli_compute;
+#define CLI_COMPUTE_INIT {0, -1, NULL, 0, 0}
+enum { CLI_O_DEVICE = 900, CLI_O_BF16, CLI_O_QUANT, CLI_O_KERNEL, CLI_O_POLL, CLI_O_INT8 };
+#define CLI_COMPUTE_OPTIONS                                                                                   \
+    {"threads", required_argument, 0, 't'}, {"device", required_argument, 0, CLI_O_DEVICE},                 \
+        {"bf16", no_argument, 0, CLI_O_BF16}, {"quantize", required_argument, 0, CLI_O_QUANT},             \
+        {"kernel", required_argument, 0, CLI_O_KERNEL}, {"poll", required_argument, 0, CLI_O_POLL},         \
+        {"int8-act", no_argument, 0, CLI_O_INT8}
+#define CLI_COMPUTE_HELP \
+    "compute:\n" \
+    CLI_DEVICE_HELP \
+    "  -t, --threads N        compute threads (default 0 = all cores)\n" \
+    "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16;\n" \
+    "                         elsewhere a warning and f32)\n" \
+    CLI_QUANTIZE_HELP \
+    "      --kernel PATH      CPU matrix kernels: auto | scalar | avx2 | avx512 (default auto)\n" \
+    "      --int8-act         int8 activations in the token-by-token decode (llama.cpp-style; faster, not\n" \
+    "                         exact; batched prompt / classification products stay f32)\n" \
+    "      --poll US          microseconds threads spin between operations before sleeping\n" \
+    "                         (default 1000; 0 = sleep at once)\n"
+/* One option code o (getopt_long's value) with argument arg: 1 when it is a compute flag (stored
+ * in *c; --device / --quantize through cli_set_device / cli_set_quantize), 0 when it is not one,
+ * -1 for a bad value (message printed: exit 2). */
+int cli_compute_opt(const char *cmd, int o, const char *arg, cli_compute *c);
+/* cli_make_ctx with the flags of *c. */
+int cli_compute_ctx(const char *cmd, const cli_compute *c, af_ctx **out);
+
 /* Parse numbers strictly (whole string); on failure print a message naming the flag and return 0. */
 int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
@@ -59,6 +96,8 @@ void cli_graceful_stop(int on);
 volatile int *cli_stop_flag(void);
 /* The signal that asked to stop (0: none). */
 int cli_stop_signal(void);
+/* Forget that signal (afinar chat: a Ctrl-C stopped one answer; the next one may stop the next). */
+void cli_clear_stop(void);
 /* The end of a stopped command: "afinar CMD: interrupted by SIGINT|SIGTERM[: what]; nothing more is
  * written" on stderr; returns 128 + the signal. */
 int cli_stopped(const char *cmd, const char *what);
@@ -80,16 +119,17 @@ int cmd_convert(int argc, char **argv);
 int cmd_merge_adapters(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 /* `afinar eval --generate N` (causal-LM data): parsed by cmd_eval, run by cmd_eval_generate. */
 typedef struct eval_gen_args {
     const char *model, *adapter, *data, *json_out; /* adapter NULL: the base model */
     double lora_scale;
-    long n_generate, max_new_tokens, show, threads; /* n_generate < 0: no generation */
-    int first_line, bf16;
+    long n_generate, max_new_tokens, show;     /* n_generate < 0: no generation */
+    int first_line;
     long batch, max_seq_len;                   /* loss evaluation: examples per batch, truncation */
     const char *loss_on, *chat_template;       /* af_lm_data_opts (NULL: defaults) */
-    long poll_us;                              /* --poll (-1: default) */
+    cli_compute cc;                            /* the compute flags */
 } eval_gen_args;
 int cmd_eval_generate(const eval_gen_args *a);
 

@@ -10,36 +10,35 @@
 #include <string.h>
 
 static void help(void) {
-    printf("usage: afinar eval -m MODEL.gguf -a ADAPTER_DIR --data FILE.jsonl [options]\n"
-           "       afinar eval --task causal-lm -m MODEL.gguf [-a ADAPTER_DIR] --data FILE.jsonl [--generate N] [options]\n"
+    printf("usage: afinar eval -m MODEL -a ADAPTER --data FILE.jsonl [options]\n"
+           "       afinar eval --task causal-lm -m MODEL [-a ADAPTER] --data FILE.jsonl [--generate N] [options]\n"
            "\n"
-           "  -m, --model FILE       GGUF base model (with its tokenizer)\n"
-           "  -a, --adapter DIR      adapter directory written by 'afinar train' (OUT/best, OUT/final, a checkpoint)\n"
+           "model and data:\n"
+           "  -m, --model PATH       GGUF file or Hugging Face checkpoint directory (with its tokenizer)\n"
+           "  -a, --adapter DIR      adapter directory written by 'afinar train' (OUT/best, OUT/final, a\n"
+           "                         checkpoint)\n"
            "      --data FILE        labelled JSONL ({\"input\": ..., \"label\": ...} or \"labels\": [...])\n"
            "      --text-field NAME  JSON field with the text (default input)\n"
            "      --label-field NAME JSON field with the label(s) (default label / labels)\n"
            "      --batch N          samples per forward batch (default 16)\n"
            "      --json FILE        also write the metrics as JSON\n"
-           "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
-           "  -t, --threads N        compute threads (default: all cores)\n"
-           CLI_QUANTIZE_HELP
-           CLI_DEVICE_HELP
-           "      --poll US          microseconds threads spin between operations before sleeping\n"
-           "                         (default 1000; 0 = sleep at once)\n"
+           CLI_COMPUTE_HELP
            "\n"
-           "causal-LM data (--task causal-lm, implied by --generate; TRL formats as for 'afinar train --task causal-lm';\n"
-           "-a optional: the base model without it): loss, perplexity and mean token accuracy over every target\n"
-           "token of the file (the trainer's eval_loss), then with --generate the generation scores\n"
+           "causal-LM data (--task causal-lm, implied by --generate; TRL formats as for 'afinar train --task\n"
+           "causal-lm'; -a optional: the base model without it): loss, perplexity and mean token accuracy over\n"
+           "every target token of the file (the trainer's eval_loss), then with --generate the generation scores\n"
            "      --task NAME        classification (default) | causal-lm\n"
            "      --max-seq-len N    causal-LM: truncate examples to N tokens (default 1024)\n"
            "      --loss-on MODE     causal-LM: auto (default: completion / assistant tokens) | all\n"
            "      --chat-template T  causal-LM: chatml | gemma | gemma4 instead of the model's own\n"
-           "      --generate N       greedy generation for the first N prompts (0 = all; prompt/completion strings, or\n"
-           "                         conversations scored on their last assistant turn), scored against the\n"
-           "                         completions: exact match (outer whitespace trimmed, case kept) and ROUGE-L F\n"
-           "                         (Lin 2004; rouge_score's tokenization: lowercase, [a-z0-9] runs, no stemming)\n"
+           "      --generate N       greedy generation for the first N prompts (0 = all; prompt/completion\n"
+           "                         strings, or conversations scored on their last assistant turn), scored\n"
+           "                         against the completions: exact match (outer whitespace trimmed, case\n"
+           "                         kept) and ROUGE-L F (Lin 2004; rouge_score's tokenization: lowercase,\n"
+           "                         [a-z0-9] runs, no stemming)\n"
            "      --max-new-tokens N tokens generated per prompt (default 64; stops at end-of-generation)\n"
-           "      --first-line       score only the first non-empty line of each generation (generation stops there)\n"
+           "      --first-line       score only the first non-empty line of each generation (generation stops\n"
+           "                         there)\n"
            "      --show N           examples printed (default 3)\n"
            "      --lora-scale S     multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n"
            "\n"
@@ -50,13 +49,14 @@ int cmd_eval(int argc, char **argv) {
     const char *C = "eval";
     const char *model_path = NULL, *adapter = NULL, *data = NULL, *json_out = NULL, *text_field = NULL,
                *label_field = NULL;
-    long batch = 16, threads = 0, poll = -1;
-    enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_BF16, O_GEN, O_MAXNEW, O_FIRST, O_SHOW, O_SCALE, O_TASK,
-           O_MSL, O_LOSSON, O_TMPL, O_POLL, O_QUANT, O_DEVICE };
+    long batch = 16;
+    cli_compute cc = CLI_COMPUTE_INIT;
+    enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_GEN, O_MAXNEW, O_FIRST, O_SHOW, O_SCALE, O_TASK,
+           O_MSL, O_LOSSON, O_TMPL };
     int lm = 0;
     long max_seq_len = 1024;
     const char *loss_on = NULL, *chat_template = NULL;
-    int bf16 = 0, first_line = 0;
+    int first_line = 0;
     long n_generate = -1, max_new = 64, show = 3;
     double lora_scale = 1.0;
     const char *lm_only = NULL; /* the first causal-LM-only flag given (refused without --generate) */
@@ -64,18 +64,21 @@ int cmd_eval(int argc, char **argv) {
         {"model", required_argument, 0, 'm'},        {"adapter", required_argument, 0, 'a'},
         {"data", required_argument, 0, O_DATA},      {"json", required_argument, 0, O_JSON},
         {"batch", required_argument, 0, O_BATCH},    {"text-field", required_argument, 0, O_TEXT},
-        {"label-field", required_argument, 0, O_LABEL}, {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'}, {"bf16", no_argument, 0, O_BF16},
+        {"label-field", required_argument, 0, O_LABEL}, CLI_COMPUTE_OPTIONS,
+        {"help", no_argument, 0, 'h'},
         {"generate", required_argument, 0, O_GEN},   {"max-new-tokens", required_argument, 0, O_MAXNEW},
         {"first-line", no_argument, 0, O_FIRST},     {"show", required_argument, 0, O_SHOW},
         {"lora-scale", required_argument, 0, O_SCALE}, {"task", required_argument, 0, O_TASK},
         {"max-seq-len", required_argument, 0, O_MSL}, {"loss-on", required_argument, 0, O_LOSSON},
-        {"chat-template", required_argument, 0, O_TMPL}, {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT}, {"device", required_argument, 0, O_DEVICE},
+        {"chat-template", required_argument, 0, O_TMPL},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
     while ((o = getopt_long(argc, argv, ":m:a:t:h", opts, NULL)) != -1) {
+        const int co = cli_compute_opt(C, o, optarg, &cc);
+        if (co < 0) return 2;
+        if (co > 0) continue;
         switch (o) {
         case 'm': model_path = optarg; break;
         case 'a': adapter = optarg; break;
@@ -84,11 +87,6 @@ int cmd_eval(int argc, char **argv) {
         case O_TEXT: text_field = optarg; break;
         case O_LABEL: label_field = optarg; break;
         case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &batch)) return 2; break;
-        case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
-        case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
-        case O_QUANT: cli_set_quantize(optarg); break;
-        case O_DEVICE: cli_set_device(optarg); break;
-        case O_BF16: bf16 = 1; break;
         case O_GEN: if (!cli_parse_int(C, "--generate", optarg, 0, 1 << 30, &n_generate)) return 2; break;
         case O_MAXNEW:
             if (!cli_parse_int(C, "--max-new-tokens", optarg, 1, 1 << 16, &max_new)) return 2;
@@ -128,15 +126,15 @@ int cmd_eval(int argc, char **argv) {
     }
     if (n_generate >= 0 || lm) {
         if (!model_path || !data) {
-            cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : "--data FILE.jsonl");
+            cli_error(C, "missing %s", !model_path ? "-m MODEL (a GGUF file or HF directory)" : "--data FILE.jsonl");
             return 2;
         }
         if (text_field || label_field) {
             cli_error(C, "%s applies to classification data, not to causal-LM data", text_field ? "--text-field" : "--label-field");
             return 2;
         }
-        eval_gen_args g = {model_path, adapter, data, json_out, lora_scale, n_generate, max_new, show, threads,
-                           first_line, bf16, batch, max_seq_len, loss_on, chat_template, poll};
+        eval_gen_args g = {model_path, adapter, data, json_out, lora_scale, n_generate, max_new, show,
+                           first_line, batch, max_seq_len, loss_on, chat_template, cc};
         return cmd_eval_generate(&g);
     }
     if (lm_only) {
@@ -144,7 +142,7 @@ int cmd_eval(int argc, char **argv) {
         return 2;
     }
     if (!model_path || !adapter || !data) {
-        cli_error(C, "missing %s", !model_path ? "-m MODEL.gguf" : !adapter ? "-a ADAPTER_DIR" : "--data FILE.jsonl");
+        cli_error(C, "missing %s", !model_path ? "-m MODEL (a GGUF file or HF directory)" : !adapter ? "-a ADAPTER_DIR" : "--data FILE.jsonl");
         return 2;
     }
     int rc = 1;
@@ -153,7 +151,7 @@ int cmd_eval(int argc, char **argv) {
     af_status st = json_out ? af_check_writable(json_out) : AF_OK;
     if (st != AF_OK) return cli_fail(C, st);
     af_ctx *ctx = NULL;
-    int mrc = cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx);
+    int mrc = cli_compute_ctx(C, &cc, &ctx);
     if (mrc) return mrc;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;

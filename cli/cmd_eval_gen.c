@@ -29,7 +29,7 @@ int cmd_eval_generate(const eval_gen_args *a) {
     af_status st = a->json_out ? af_check_writable(a->json_out) : AF_OK;
     if (st != AF_OK) return cli_fail(C, st);
     af_ctx *ctx = NULL;
-    int mrc = cli_make_ctx(C, a->threads, a->poll_us, NULL, a->bf16, 0, &ctx);
+    int mrc = cli_compute_ctx(C, &a->cc, &ctx);
     if (mrc) return mrc;
     int rc = 1;
     af_model *model = NULL;

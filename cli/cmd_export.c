@@ -6,11 +6,11 @@
 #include <string.h>
 
 static void help(void) {
-    printf("usage: afinar export -m MODEL.gguf -a ADAPTER -o OUT.gguf [--overwrite]\n"
+    printf("usage: afinar export -m MODEL -a ADAPTER -o OUT.gguf [--overwrite]\n"
            "\n"
            "Write ADAPTER as a llama.cpp LoRA GGUF (llama-cli --lora OUT.gguf, Ollama ADAPTER).\n"
-           "  -m, --model FILE   the GGUF base model the adapter was trained on (architecture, q/k\n"
-           "                     row order and shapes come from it)\n"
+           "  -m, --model PATH   the base model the adapter was trained on, a GGUF file or HF directory\n"
+           "                     (architecture, q/k row order and shapes come from it)\n"
            "  -a, --adapter PATH adapter directory ('afinar train', PEFT) or a LoRA GGUF\n"
            "  -o, --output FILE  the LoRA GGUF to write (atomically)\n"
            "      --overwrite    replace FILE when it exists\n"
@@ -45,7 +45,7 @@ int cmd_export(int argc, char **argv) {
         return 2;
     }
     if (!model || !adapter || !out) {
-        cli_error(C, "missing %s", !model ? "-m MODEL.gguf" : !adapter ? "-a ADAPTER" : "-o OUT.gguf");
+        cli_error(C, "missing %s", !model ? "-m MODEL (a GGUF file or HF directory)" : !adapter ? "-a ADAPTER" : "-o OUT.gguf");
         return 2;
     }
     af_status st = af_adapter_export_gguf(model, adapter, out, overwrite);

@@ -18,65 +18,71 @@ static double now_sec(void) {
 }
 
 static void help(void) {
-    printf("usage: afinar generate -m FILE (-p TEXT | -f FILE) [options]\n"
+    af_sampling d;
+    af_sampling_default(&d);
+    printf("usage: afinar generate -m MODEL (-p TEXT | -f FILE) [options]\n"
            "\n"
-           "  -m, --model FILE     GGUF model\n"
-           "  -a, --adapter DIR    apply a LoRA adapter directory (afinar train / PEFT) unmerged\n"
-           "      --lora-scale S   multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n"
-           "  -p, --prompt TEXT    prompt text (special tokens such as <|im_start|> are recognised)\n"
-           "  -f, --file FILE      read the prompt from FILE\n"
-           "  -n, --n-predict N    tokens to generate (default 128; stops earlier at end-of-generation)\n"
-           "      --temp T         temperature (default 0.8; 0 = greedy, deterministic)\n"
-           "      --top-k K        keep the K most likely tokens (default 40; 0 = off)\n"
-           "      --top-p P        nucleus sampling threshold (default 0.95; 1 = off)\n"
-           "      --seed S         random seed (default 42)\n"
-           "      --chat           wrap the prompt in the model's chat template (SmolLM2: ChatML)\n"
-           "      --system TEXT    system message for --chat (default: the template's own)\n"
+           "model:\n"
+           "  -m, --model PATH       GGUF file or Hugging Face checkpoint directory\n"
+           "  -a, --adapter DIR      apply a LoRA adapter (afinar train directory, PEFT directory or LoRA GGUF)\n"
+           "      --lora-scale S     multiply the adapter's scale lora_alpha/r by S (default 1; 0 = base model)\n"
+           "prompt:\n"
+           "  -p, --prompt TEXT      prompt text (special tokens such as <|im_start|> are recognised)\n"
+           "  -f, --file FILE        read the prompt from FILE\n"
+           "      --chat             wrap the prompt in the model's chat template as one user turn\n"
+           "      --system TEXT      system message for --chat (default: the template's own)\n"
            "      --chat-template T  with --chat: chatml | gemma | gemma4 instead of the model's own template\n"
-           "      --ignore-eos     do not stop at end-of-generation tokens\n"
-           "  -c, --ctx N          context size (default: prompt + n-predict)\n"
-           "  -t, --threads N      compute threads (default: all cores)\n"
-           CLI_QUANTIZE_HELP
-           CLI_DEVICE_HELP
-           "      --poll US        microseconds threads spin between operations before sleeping\n"
-           "                       (default 1000; 0 = sleep at once)\n"
-           "      --kernel PATH    auto | scalar | avx2 | avx512 (default auto)\n"
-           "      --int8-act       int8 activations in decode (llama.cpp-style; faster, not exact)\n"
+           "      --echo             print the prompt before the generated text\n"
            "      --prompt-cache FILE  reuse the prompt's keys and values saved in FILE by an earlier run (the\n"
-           "                       longest common prefix that gives bit-identical results) and save this\n"
-           "                       prompt's there (versioned, checked against model, adapter and settings)\n"
-           "      --timings        print prompt and decode speed on stderr at the end\n"
-           "      --echo           print the prompt before the generated text\n");
+           "                         longest common prefix that gives bit-identical results) and save this\n"
+           "                         prompt's there (versioned, checked against model, adapter and settings)\n"
+           "sampling (the same defaults as 'afinar chat' and 'afinar serve'):\n"
+           "  -n, --n-predict N      tokens to generate (default 128; stops earlier at end-of-generation)\n"
+           "      --temp T           temperature (default %g; 0 = greedy, deterministic)\n"
+           "      --top-k K          keep the K most likely tokens (default %d; 0 = off)\n"
+           "      --top-p P          nucleus sampling threshold (default %g; 1 = off)\n"
+           "      --seed S           random seed (default %llu)\n"
+           "      --ignore-eos       do not stop at end-of-generation tokens\n"
+           "  -c, --ctx-size N       context size (default: prompt + n-predict; --ctx is the same)\n"
+           CLI_COMPUTE_HELP
+           "output:\n"
+           "      --timings          print prompt and decode speed on stderr at the end\n"
+           "Ctrl-C / SIGTERM: stop after the current token, end the line, exit 130 / 143.\n",
+           (double)d.temperature, (int)d.top_k, (double)d.top_p, (unsigned long long)d.seed);
 }
 
 int cmd_generate(int argc, char **argv) {
     const char *C = "generate";
     const char *adapter_dir = NULL, *prompt_cache = NULL;
     double lora_scale = 1.0;
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *kernel = NULL, *chat_template = NULL;
-    int int8_act = 0;
-    long n_predict = 128, top_k = 40, n_ctx = 0, threads = 0, seed = 42, poll = -1;
-    double temp = 0.8, top_p = 0.95;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *chat_template = NULL;
+    cli_compute cc = CLI_COMPUTE_INIT;
+    af_sampling dsp;
+    af_sampling_default(&dsp);
+    long n_predict = 128, top_k = dsp.top_k, n_ctx = 0, seed = (long)dsp.seed;
+    double temp = dsp.temperature, top_p = dsp.top_p;
     int chat = 0, timings = 0, echo = 0, ignore_eos = 0;
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_KERNEL, O_ECHO, O_IGNORE_EOS, O_INT8, O_LORA_SCALE, O_POLL, O_QUANT, O_TMPL, O_PCACHE, O_DEVICE };
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_SEED, O_CHAT, O_SYSTEM, O_TIMINGS, O_ECHO, O_IGNORE_EOS, O_LORA_SCALE, O_TMPL, O_PCACHE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},    {"n-predict", required_argument, 0, 'n'},
-        {"ctx", required_argument, 0, 'c'},     {"threads", required_argument, 0, 't'},
+        {"ctx", required_argument, 0, 'c'},     {"ctx-size", required_argument, 0, 'c'},
         {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
         {"top-p", required_argument, 0, O_TOPP}, {"seed", required_argument, 0, O_SEED},
         {"chat", no_argument, 0, O_CHAT},       {"system", required_argument, 0, O_SYSTEM},
         {"chat-template", required_argument, 0, O_TMPL}, {"prompt-cache", required_argument, 0, O_PCACHE},
-        {"timings", no_argument, 0, O_TIMINGS}, {"kernel", required_argument, 0, O_KERNEL},
+        {"timings", no_argument, 0, O_TIMINGS},
         {"echo", no_argument, 0, O_ECHO},       {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
-        {"int8-act", no_argument, 0, O_INT8},    {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT},
         {"adapter", required_argument, 0, 'a'}, {"lora-scale", required_argument, 0, O_LORA_SCALE},
-        {"device", required_argument, 0, O_DEVICE},
+        CLI_COMPUTE_OPTIONS,
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
     while ((o = getopt_long(argc, argv, ":m:a:p:f:n:c:t:h", opts, NULL)) != -1) {
+        const int co = cli_compute_opt(C, o, optarg, &cc);
+        if (co < 0) return 2;
+        if (co > 0) continue;
         switch (o) {
         case 'm': model_path = optarg; break;
         case 'a': adapter_dir = optarg; break;
@@ -85,10 +91,6 @@ int cmd_generate(int argc, char **argv) {
         case 'f': prompt_file = optarg; break;
         case 'n': if (!cli_parse_int(C, "--n-predict", optarg, 1, 1 << 20, &n_predict)) return 2; break;
         case 'c': if (!cli_parse_int(C, "--ctx", optarg, 1, 1 << 20, &n_ctx)) return 2; break;
-        case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
-        case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
-        case O_QUANT: cli_set_quantize(optarg); break;
-        case O_DEVICE: cli_set_device(optarg); break;
         case O_TEMP: if (!cli_parse_float(C, "--temp", optarg, 0, 100, &temp)) return 2; break;
         case O_TOPK: if (!cli_parse_int(C, "--top-k", optarg, 0, 1 << 30, &top_k)) return 2; break;
         case O_TOPP: if (!cli_parse_float(C, "--top-p", optarg, 0, 1, &top_p)) return 2; break;
@@ -98,10 +100,8 @@ int cmd_generate(int argc, char **argv) {
         case O_TMPL: chat_template = optarg; break;
         case O_PCACHE: prompt_cache = optarg; break;
         case O_TIMINGS: timings = 1; break;
-        case O_KERNEL: kernel = optarg; break;
         case O_ECHO: echo = 1; break;
         case O_IGNORE_EOS: ignore_eos = 1; break;
-        case O_INT8: int8_act = 1; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
         default: cli_error(C, "unknown option '%s' (see 'afinar generate --help')", argv[optind - 1]); return 2;
@@ -112,7 +112,7 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     if (!model_path) {
-        cli_error(C, "missing -m FILE (the GGUF model)");
+        cli_error(C, "missing -m MODEL (a GGUF file or HF directory)");
         return 2;
     }
     if (!prompt == !prompt_file) {
@@ -128,7 +128,7 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     af_ctx *ctx = NULL;
-    int mrc = cli_make_ctx(C, threads, poll, kernel, 0, int8_act, &ctx);
+    int mrc = cli_compute_ctx(C, &cc, &ctx);
     if (mrc) return mrc;
 
     char *file_text = NULL;

@@ -10,7 +10,8 @@ static void help(void) {
            "\n"
            "Write MODEL with W + s*B*A folded into every adapted tensor (a model llama.cpp and afinar load\n"
            "without the adapter). Every other tensor and all metadata are copied byte for byte.\n"
-           "  -m, --model FILE   the GGUF base model\n"
+           "  -m, --model FILE   the base model: a GGUF file only (its tensors and metadata are copied;\n"
+           "                     'afinar convert' makes one of an HF directory)\n"
            "  -a, --adapter PATH adapter directory ('afinar train', PEFT) or a LoRA GGUF ('afinar export')\n"
            "  -o, --output FILE  the merged GGUF to write (atomically)\n"
            "      --type TYPE    type of the merged tensors: keep (default: each tensor's own type), f32,\n"
@@ -50,7 +51,7 @@ int cmd_merge(int argc, char **argv) {
         return 2;
     }
     if (!model || !adapter || !out) {
-        cli_error(C, "missing %s", !model ? "-m MODEL.gguf" : !adapter ? "-a ADAPTER" : "-o OUT.gguf");
+        cli_error(C, "missing %s", !model ? "-m MODEL.gguf (a GGUF file)" : !adapter ? "-a ADAPTER" : "-o OUT.gguf");
         return 2;
     }
     af_merge_stats ms;

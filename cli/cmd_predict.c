@@ -1,8 +1,8 @@
 /* afinar predict — classify texts with a trained adapter: one JSON line per input,
  *   {"label": NAME, "label_id": ID, "probs": [...]}                      (single-label)
  *   {"labels": [NAMES], "label_ids": [IDS], "probs": [...]}              (multi-label: probs >= threshold)
- * Input: --input FILE.jsonl (text in --text-field, default "input"; "-" reads JSONL from stdin), or,
- * without --input, raw text lines from stdin (one sample per line; processed line by line when
+ * Input: --data FILE.jsonl (alias -i/--input; text in --text-field, default "input"; "-" reads JSONL
+ * from stdin), or, without --data, raw text lines from stdin (one sample per line; processed line by line when
  * stdin is a terminal, in chunks of 256 lines otherwise). */
 #include "cli.h"
 
@@ -13,21 +13,19 @@
 #include <unistd.h>
 
 static void help(void) {
-    printf("usage: afinar predict -m MODEL.gguf [-a ADAPTER] [--input FILE.jsonl] [options] [< lines.txt]\n"
+    printf("usage: afinar predict -m MODEL [-a ADAPTER] [--data FILE.jsonl] [options] [< lines.txt]\n"
            "\n"
-           "  -m, --model FILE       GGUF base model (with its tokenizer)\n"
+           "model:\n"
+           "  -m, --model PATH       GGUF file or Hugging Face checkpoint directory (with its tokenizer)\n"
            "  -a, --adapter PATH     adapter directory written by 'afinar train', or its LoRA GGUF ('afinar\n"
            "                         export'); without -a, MODEL must be a classifier merged by 'afinar merge'\n"
-           "  -i, --input FILE       JSONL input ('-' = JSONL on stdin); without it, stdin lines are raw texts\n"
+           "input:\n"
+           "      --data FILE        JSONL input ('-' = JSONL on stdin); without it, stdin lines are raw texts\n"
+           "                         (-i / --input FILE is the same)\n"
            "      --text-field NAME  JSON field with the text (default input)\n"
            "      --threshold P      multi-label decision threshold (default 0.5)\n"
            "      --batch N          samples per forward batch (default 16)\n"
-           "      --bf16             bfloat16 operands, f32 accumulation in the large products (AVX512_BF16)\n"
-           "  -t, --threads N        compute threads (default: all cores)\n"
-           CLI_QUANTIZE_HELP
-           CLI_DEVICE_HELP
-           "      --poll US          microseconds threads spin between operations before sleeping\n"
-           "                         (default 1000; 0 = sleep at once)\n"
+           CLI_COMPUTE_HELP
            "Output: one JSON line per input on stdout: {\"label\", \"label_id\", \"probs\"} (multi-label:\n"
            "{\"labels\", \"label_ids\", \"probs\"}).\n"
            "Ctrl-C / SIGTERM: stop after the current batch (the lines printed are complete), exit 130 / 143.\n");
@@ -109,7 +107,7 @@ static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t ba
                 st = len == -2 ? AF_ERR_RANGE : AF_ERR_NOMEM;
                 if (len == -2)
                     cli_error("predict", "<stdin>:%d: line longer than %zu bytes (the limit for a raw text line; "
-                              "split the text or pass it as JSONL with --input)", line_no + n, MAX_RAW_LINE);
+                              "split the text or pass it as JSONL with --data)", line_no + n, MAX_RAW_LINE);
                 else
                     cli_error("predict", "<stdin>:%d: out of memory", line_no + n);
                 g_reported = 1;
@@ -144,21 +142,24 @@ static af_status run_stdin_lines(const af_ctx *ctx, af_classifier *c, int32_t ba
 int cmd_predict(int argc, char **argv) {
     const char *C = "predict";
     const char *model_path = NULL, *adapter = NULL, *input = NULL, *text_field = NULL;
-    long batch = 16, threads = 0, poll = -1;
+    long batch = 16;
     double thr = 0.5;
-    enum { O_TEXT = 1000, O_THR, O_BATCH, O_BF16, O_POLL, O_QUANT, O_DEVICE };
-    int bf16 = 0;
+    cli_compute cc = CLI_COMPUTE_INIT;
+    enum { O_TEXT = 1000, O_THR, O_BATCH };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"adapter", required_argument, 0, 'a'},
-        {"input", required_argument, 0, 'i'},     {"text-field", required_argument, 0, O_TEXT},
+        {"data", required_argument, 0, 'i'},      {"input", required_argument, 0, 'i'},
+        {"text-field", required_argument, 0, O_TEXT},
         {"threshold", required_argument, 0, O_THR}, {"batch", required_argument, 0, O_BATCH},
-        {"threads", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'}, {"bf16", no_argument, 0, O_BF16},
-        {"poll", required_argument, 0, O_POLL}, {"quantize", required_argument, 0, O_QUANT}, {"device", required_argument, 0, O_DEVICE},
+        CLI_COMPUTE_OPTIONS,                      {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
     while ((o = getopt_long(argc, argv, ":m:a:i:t:h", opts, NULL)) != -1) {
+        const int co = cli_compute_opt(C, o, optarg, &cc);
+        if (co < 0) return 2;
+        if (co > 0) continue;
         switch (o) {
         case 'm': model_path = optarg; break;
         case 'a': adapter = optarg; break;
@@ -166,11 +167,6 @@ int cmd_predict(int argc, char **argv) {
         case O_TEXT: text_field = optarg; break;
         case O_THR: if (!cli_parse_float(C, "--threshold", optarg, 1e-6, 1 - 1e-6, &thr)) return 2; break;
         case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &batch)) return 2; break;
-        case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) return 2; break;
-        case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) return 2; break;
-        case O_QUANT: cli_set_quantize(optarg); break;
-        case O_DEVICE: cli_set_device(optarg); break;
-        case O_BF16: bf16 = 1; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
         default: cli_error(C, "unknown option '%s' (see 'afinar predict --help')", argv[optind - 1]); return 2;
@@ -181,12 +177,12 @@ int cmd_predict(int argc, char **argv) {
         return 2;
     }
     if (!model_path) {
-        cli_error(C, "missing -m MODEL.gguf");
+        cli_error(C, "missing -m MODEL (a GGUF file or HF directory)");
         return 2;
     }
     if (!adapter) adapter = model_path; /* a merged classifier (afinar merge) carries its head */
     af_ctx *ctx = NULL;
-    int mrc = cli_make_ctx(C, threads, poll, NULL, bf16, 0, &ctx);
+    int mrc = cli_compute_ctx(C, &cc, &ctx);
     if (mrc) return mrc;
     af_classifier *c = NULL;
     af_corpus *corp = NULL;

@@ -19,50 +19,66 @@ static void on_signal(int sig) {
 }
 
 static void help(void) {
-    printf("usage: afinar serve -m MODEL [--adapter NAME=DIR ...] [--host H] [--port P] [options]\n"
+    af_sampling d;
+    af_sampling_default(&d);
+    printf("usage: afinar serve -m MODEL [-a NAME=DIR ...] [--host H] [--port P] [options]\n"
            "\n"
-           "  -m, --model FILE        GGUF model (or Hugging Face directory)\n"
+           "model:\n"
+           "  -m, --model PATH        GGUF file or Hugging Face checkpoint directory\n"
+           "      --alias NAME        the model id clients use (default: the file or directory name without\n"
+           "                          .gguf); a request's \"model\" may add .gguf, and with no adapter loaded any\n"
+           "                          id is the model (as llama-server)\n"
            "  -a, --adapter NAME=DIR  serve a LoRA adapter (directory or LoRA GGUF) as model id NAME; an adapter\n"
-           "                          with a classification head also answers POST /v1/classify (repeatable)\n"
+           "                          with a classification head also answers POST /v1/classify (repeatable;\n"
+           "                          -a is --adapter as in every afinar command, not llama-server's --alias)\n"
+           "      --chat-template T   chatml | gemma | gemma4 instead of the model's own template\n"
+           "      --runs DIR          show the run directories under DIR on the web page (read-only: curves,\n"
+           "                          settings, last evaluation; a run's best/ loads as an adapter)\n"
+           "server:\n"
            "      --host H            address to listen on (default 127.0.0.1; 0.0.0.0 = every interface)\n"
            "      --port P            TCP port (default 8080; 0 = any free port, printed at start)\n"
-           "      --parallel N        sequences decoded together in one batch (default 4, max 64)\n"
-           "      --ctx N             positions per sequence, prompt + generated (default 2048)\n"
+           "      --api-key KEY       require the header 'Authorization: Bearer KEY' on every route but\n"
+           "                          /health (else HTTP 401; compared in constant time); default: the\n"
+           "                          environment variable AFINAR_API_KEY when set (not visible in ps)\n"
+           "  -np, --parallel N       sequences decoded together in one batch (default 4, max 64)\n"
+           "  -c, --ctx-size N        positions per sequence, prompt + generated (default 2048; --ctx is the\n"
+           "                          same)\n"
            "      --queue N           requests waiting for a sequence; more get HTTP 429 (default 16)\n"
            "      --max-body BYTES    request body limit; more get HTTP 413 (default 1048576)\n"
            "      --timeout S         close a connection idle for S seconds (default 60)\n"
-           "      --chat-template T   chatml | gemma instead of the model's own template\n"
-           "      --runs DIR          show the run directories under DIR on the web page (read-only: curves,\n"
-           "                          settings, last evaluation; a run's best/ loads as an adapter)\n"
-           "  -t, --threads N         compute threads (default: all cores)\n"
-           "      --poll US           microseconds threads spin between operations (default 1000)\n"
-           "      --kernel PATH       auto | scalar | avx2 | avx512 (default auto)\n"
-           CLI_DEVICE_HELP
+           CLI_COMPUTE_HELP
+           "A request that gives no sampling field uses the defaults of 'afinar generate': temperature %g,\n"
+           "top_k %d, top_p %g (a random seed unless \"seed\" is given).\n"
            "Endpoints: POST /v1/chat/completions, /v1/completions (stream, temperature, top_p, top_k,\n"
            "max_tokens, stop, seed, lora), /v1/classify; GET /v1/models, /health, /lora-adapters;\n"
            "POST /lora-adapters (scales), /lora-adapters/load {\"name\",\"path\"}, /lora-adapters/unload {\"id\"}.\n"
+           "SIGINT / SIGTERM: refuse new requests, finish those in flight, exit 0 (a second one: at once).\n"
            "The web page (playground, adapters, runs) is at http://HOST:PORT/ (docs/WEB.md).\n"
-           "See docs/SERVING.md.\n");
+           "See docs/SERVING.md.\n",
+           (double)d.temperature, (int)d.top_k, (double)d.top_p);
 }
 
 int cmd_serve(int argc, char **argv) {
     const char *C = "serve";
     af_server_opts so;
     af_server_opts_default(&so);
-    const char *kernel = NULL;
-    long threads = 0, poll = -1, port = so.port, par = so.max_seqs, ctxn = so.n_ctx, queue = so.queue, timeout = so.timeout_s;
+    cli_compute cc = CLI_COMPUTE_INIT;
+    long port = so.port, par = so.max_seqs, ctxn = so.n_ctx, queue = so.queue, timeout = so.timeout_s;
     long max_body = (long)so.max_body;
-    enum { O_HOST = 1000, O_PORT, O_PAR, O_CTX, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_POLL, O_KERNEL, O_DEVICE, O_RUNS };
+    enum { O_HOST = 1000, O_PORT, O_PAR, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_ALIAS, O_KEY, O_RUNS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"adapter", required_argument, 0, 'a'},
         {"host", required_argument, 0, O_HOST},    {"port", required_argument, 0, O_PORT},
-        {"parallel", required_argument, 0, O_PAR}, {"ctx", required_argument, 0, O_CTX},
+        {"parallel", required_argument, 0, O_PAR}, {"ctx", required_argument, 0, 'c'},
+        {"ctx-size", required_argument, 0, 'c'},   {"alias", required_argument, 0, O_ALIAS},
+        {"api-key", required_argument, 0, O_KEY},   {"runs", required_argument, 0, O_RUNS},
         {"queue", required_argument, 0, O_QUEUE},  {"max-body", required_argument, 0, O_BODY},
         {"timeout", required_argument, 0, O_TIMEOUT}, {"chat-template", required_argument, 0, O_TMPL},
-        {"threads", required_argument, 0, 't'},    {"poll", required_argument, 0, O_POLL},
-        {"kernel", required_argument, 0, O_KERNEL}, {"device", required_argument, 0, O_DEVICE},
-        {"runs", required_argument, 0, O_RUNS},
+        CLI_COMPUTE_OPTIONS,
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+    /* llama-server's -np (two letters after one dash) is --parallel */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-np")) argv[i] = (char *)"--parallel";
     char **names = calloc((size_t)argc + 1, sizeof *names), **paths = calloc((size_t)argc + 1, sizeof *paths);
     if (!names || !paths) {
         free(names), free(paths);
@@ -73,13 +89,16 @@ int cmd_serve(int argc, char **argv) {
     optind = 1;
     opterr = 0;
     int o;
-    while ((o = getopt_long(argc, argv, ":m:a:t:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:a:c:t:h", opts, NULL)) != -1) {
+        const int co = cli_compute_opt(C, o, optarg, &cc);
+        if (co < 0) goto out;
+        if (co > 0) continue;
         switch (o) {
         case 'm': so.model_path = optarg; break;
         case 'a': {
             char *eq = strchr(optarg, '=');
             if (!eq || eq == optarg || !eq[1]) {
-                cli_error(C, "--adapter %s: expected NAME=DIR", optarg);
+                cli_error(C, "--adapter %s: expected NAME=DIR (the model's own id is --alias NAME)", optarg);
                 goto out;
             }
             *eq = 0;
@@ -90,16 +109,20 @@ int cmd_serve(int argc, char **argv) {
         case O_HOST: so.host = optarg; break;
         case O_PORT: if (!cli_parse_int(C, "--port", optarg, 0, 65535, &port)) goto out; break;
         case O_PAR: if (!cli_parse_int(C, "--parallel", optarg, 1, 64, &par)) goto out; break;
-        case O_CTX: if (!cli_parse_int(C, "--ctx", optarg, 8, 1 << 20, &ctxn)) goto out; break;
+        case 'c': if (!cli_parse_int(C, "--ctx-size", optarg, 8, 1 << 20, &ctxn)) goto out; break;
+        case O_ALIAS: so.alias = optarg; break;
+        case O_KEY:
+            if (!optarg[0]) {
+                cli_error(C, "--api-key: the key is empty");
+                goto out;
+            }
+            so.api_key = optarg;
+            break;
         case O_QUEUE: if (!cli_parse_int(C, "--queue", optarg, 0, 100000, &queue)) goto out; break;
         case O_BODY: if (!cli_parse_int(C, "--max-body", optarg, 1024, 1L << 30, &max_body)) goto out; break;
         case O_TIMEOUT: if (!cli_parse_int(C, "--timeout", optarg, 0, 86400, &timeout)) goto out; break;
         case O_TMPL: so.chat_template = optarg; break;
         case O_RUNS: so.runs_dir = optarg; break;
-        case 't': if (!cli_parse_int(C, "--threads", optarg, 0, 1024, &threads)) goto out; break;
-        case O_POLL: if (!cli_parse_int(C, "--poll", optarg, 0, 10000000, &poll)) goto out; break;
-        case O_KERNEL: kernel = optarg; break;
-        case O_DEVICE: cli_set_device(optarg); break;
         case 'h': help(); rc = 0; goto out;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); goto out;
         default: cli_error(C, "unknown option '%s' (see 'afinar serve --help')", argv[optind - 1]); goto out;
@@ -109,8 +132,9 @@ int cmd_serve(int argc, char **argv) {
         cli_error(C, "unexpected argument '%s'", argv[optind]);
         goto out;
     }
+    if (!so.api_key && getenv("AFINAR_API_KEY") && getenv("AFINAR_API_KEY")[0]) so.api_key = getenv("AFINAR_API_KEY");
     if (!so.model_path) {
-        cli_error(C, "missing -m FILE (the model)");
+        cli_error(C, "missing -m MODEL (a GGUF file or HF directory)");
         goto out;
     }
     struct stat rst;
@@ -119,7 +143,7 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     af_ctx *ctx = NULL;
-    int mrc = cli_make_ctx(C, threads, poll, kernel, 0, 0, &ctx);
+    int mrc = cli_compute_ctx(C, &cc, &ctx);
     if (mrc) {
         rc = mrc;
         goto out;

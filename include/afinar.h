@@ -305,6 +305,14 @@ af_status af_chat_format(const af_model *model, const char *system, const char *
  * AF_ERR_UNSUPPORTED for an unknown name (the message lists chatml and gemma). */
 af_status af_chat_format_template(const af_model *model, const char *chat_template, const char *system,
                                   const char *user, char **out);
+/* Generation prompt of a whole conversation (multi-turn chat): turns roles[i] ("system", "user",
+ * "assistant") with texts contents[i], i < n (n >= 1), rendered with `chat_template` (as in
+ * af_chat_format_template) and the assistant header appended, without the BOS (af_tokenize adds it).
+ * The one-turn case equals af_chat_format_template. `*out`: malloc'ed, caller frees. Errors: those of
+ * af_chat_format_template, AF_ERR_INVALID_ARG (an unknown role, n < 1), AF_ERR_FORMAT ("messages[i]:
+ * ..." where the template needs alternating user / assistant turns, as Gemma's does). */
+af_status af_chat_format_turns(const af_model *model, const char *chat_template, const char *const *roles,
+                               const char *const *contents, int32_t n, char **out);
 
 /* ---------------------------------------------------------------------------------------------
  * Inference sessions: KV cache, evaluation, sampling
@@ -422,6 +430,9 @@ typedef struct af_sampling {
  * from af_sampling.seed by the caller; see af_rng_seed). Never fails for finite input. */
 int32_t af_sample(const float *logits, int32_t vocab_size, const af_sampling *p, uint64_t *rng_state);
 uint64_t af_rng_seed(uint64_t seed);
+/* The sampling defaults of `afinar generate`, `afinar chat` and of a serve request that gives none:
+ * temperature 0.8, top_k 40, top_p 0.95, seed 42 (llama.cpp's llama-cli / llama-server defaults). */
+void af_sampling_default(af_sampling *p);
 
 /* ---------------------------------------------------------------------------------------------
  * LoRA training engine

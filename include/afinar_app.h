@@ -712,6 +712,11 @@ typedef struct af_server_opts {
     FILE *log;                     /* one line per request and the "listening on" line; NULL: silent */
     const volatile int *stop;      /* non-zero (a SIGINT/SIGTERM handler): refuse new requests (503),
                                       finish the ones in flight, return */
+    const char *alias;             /* NULL: the model id is the file / directory name (".gguf" removed);
+                                      else this id (GET /v1/models). A request's "model" matches the id
+                                      with or without ".gguf"; with no adapter loaded any id is the model */
+    const char *api_key;           /* NULL: open; else every route but /health needs the header
+                                      "Authorization: Bearer <api_key>" (else HTTP 401) */
     const char *runs_dir;          /* NULL, or a directory whose run directories (one level down) the
                                       web page shows read-only (GET /api/runs...) */
 } af_server_opts;
@@ -724,6 +729,8 @@ void af_server_opts_default(af_server_opts *o);
  * name), AF_ERR_IO (the address cannot be bound), AF_ERR_UNSUPPORTED (built without
  * libmicrohttpd). */
 af_status af_server_run(const af_server_opts *o);
+/* 1 when afinar was built with the HTTP server (libmicrohttpd), else 0 (af_server_run fails). */
+int af_server_available(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Conversion of a Hugging Face checkpoint to GGUF (`afinar convert`)

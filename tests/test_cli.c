@@ -155,14 +155,14 @@ static void test_usage(void) {
     EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/val.jsonl --nope", 2,
            "afinar eval: unknown option '--nope' (see 'afinar eval --help')");
     EXPECT("eval -m @/tiny.gguf -a", 2, "afinar eval: option '-a' needs a value");
-    EXPECT("predict", 2, "afinar predict: missing -m MODEL.gguf");
+    EXPECT("predict", 2, "afinar predict: missing -m MODEL (a GGUF file or HF directory)");
     EXPECT("predict -m @/tiny.gguf -a @/run/final --threshold 1.5", 2,
            "afinar predict: --threshold: expected a number in [1e-06, 0.999999], got '1.5'");
     EXPECT("predict -m @/tiny.gguf -a @/run/final --batch abc", 2,
            "afinar predict: --batch: expected an integer in [1, 1048576], got 'abc'");
     EXPECT("info", 2, "afinar info: expected exactly one FILE argument (see 'afinar info --help')");
     EXPECT("info @/tiny.gguf @/tiny.gguf", 2, "afinar info: expected exactly one FILE argument (see 'afinar info --help')");
-    EXPECT("generate -p hi", 2, "afinar generate: missing -m FILE (the GGUF model)");
+    EXPECT("generate -p hi", 2, "afinar generate: missing -m MODEL (a GGUF file or HF directory)");
     EXPECT("generate -m @/tiny.gguf", 2, "afinar generate: give exactly one of -p TEXT or -f FILE");
     EXPECT("generate -m @/tiny.gguf -p hi -f @/pred_in.txt", 2, "afinar generate: give exactly one of -p TEXT or -f FILE");
     EXPECT("generate -m @/tiny.gguf -p hi -n 0", 2, "afinar generate: --n-predict: expected an integer in [1, 1048576], got '0'");
@@ -526,7 +526,7 @@ static void label_ids(const char *out, char *buf, size_t cap) {
  * answers) and bad input, each one message, exit 1, nothing written. */
 static void test_export_merge(void) {
     EXPECT("export -m @/tiny.gguf -a @/run/final", 2, "afinar export: missing -o OUT.gguf");
-    EXPECT("export -a @/run/final -o @/x.gguf", 2, "afinar export: missing -m MODEL.gguf");
+    EXPECT("export -a @/run/final -o @/x.gguf", 2, "afinar export: missing -m MODEL (a GGUF file or HF directory)");
     EXPECT("merge -m @/tiny.gguf -o @/m.gguf", 2, "afinar merge: missing -a ADAPTER");
     EXPECT("merge -m @/tiny.gguf -a @/run/final -o @/m.gguf --bogus", 2,
            "afinar merge: unknown option '--bogus' (see 'afinar merge --help')");
@@ -653,7 +653,7 @@ static void test_eval_generate(void) {
     write_text(P_("pc_chat.jsonl"), "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n");
     EXPECT("eval -m @/tiny.gguf --data @/pc.jsonl --generate -1", 2,
            "afinar eval: --generate: expected an integer in [0, 1073741824], got '-1'");
-    EXPECT("eval --data @/pc.jsonl --generate 2", 2, "afinar eval: missing -m MODEL.gguf");
+    EXPECT("eval --data @/pc.jsonl --generate 2", 2, "afinar eval: missing -m MODEL (a GGUF file or HF directory)");
     EXPECT("eval -m @/tiny.gguf --generate 2", 2, "afinar eval: missing --data FILE.jsonl");
     EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/train.jsonl --first-line", 2,
            "afinar eval: --first-line needs --task causal-lm or --generate N (causal-LM data)");
@@ -939,7 +939,7 @@ static void test_rel_sizes(void) {
         }
         expect_in(P_("long_line.txt"), 0, "predict -m @/tiny.gguf -a @/run/final -t 1", 1,
                   "afinar predict: <stdin>:2: line longer than 1048576 bytes (the limit for a raw text line; split the "
-                  "text or pass it as JSONL with --input)",
+                  "text or pass it as JSONL with --data)",
                   ONE);
     }
     /* a prompt file above 16 MiB */

@@ -427,7 +427,7 @@ int main(void) {
     }
     if (!realpath(bin, g_bin)) snprintf(g_bin, sizeof g_bin, "%s", bin);
     char help[1200];
-    snprintf(help, sizeof help, "%s --help 2>&1 | grep -q 'MPI built in'", g_bin);
+    snprintf(help, sizeof help, "%s version 2>&1 | grep '^mpi: ' | grep -vq 'not built in'", g_bin);
     if (system(help) != 0) {
         tl_skip("MPI: %s was built without MPI (install libopenmpi-dev and rebuild); multi-process tests not run", g_bin);
         return tl_finish("test_dist");

@@ -210,6 +210,32 @@ static void test_seq_len(void) {
     CHECK(d.severity == AF_DIAG_WARN && strstr(d.message, "6 of 100 samples (6.0%)") &&
               strstr(d.recommendation, "--max-seq-len 128"),
           "short: %s -> %s", d.message, d.recommendation);
+    /* the automatic recipe's own choice: said at info level with its reason, never "use --max-seq-len" */
+    c.max_seq_len_why = "max_seq_len 94: the compute budget (the rule gives 128)";
+    run(&c, &g_bal, "seq-len-short", &d, NULL);
+    CHECK(d.severity == AF_DIAG_INFO && strstr(d.message, "chosen by the automatic recipe (max_seq_len 94: the compute "
+                                                          "budget") && strstr(d.message, "6 of 100 samples") &&
+              !strstr(d.recommendation, "use --max-seq-len") && strstr(d.recommendation, "--max-seq-len 128"),
+          "short, the recipe's choice: info with the reason: %s -> %s", d.message, d.recommendation);
+    c.max_seq_len = 199;
+    run(&c, &g_bal, "seq-len-long", &d, NULL);
+    CHECK(d.severity == AF_DIAG_INFO && strstr(d.message, "chosen by the automatic recipe") &&
+              !strstr(d.recommendation, "use --max-seq-len"),
+          "long, the recipe's choice: info: %s -> %s", d.message, d.recommendation);
+    c.max_seq_len_why = NULL;
+    { /* p99 11: the suggestion (p99 rounded up to 64) is 64 itself: nothing to suggest at 64 */
+        int32_t sl[40], sb[40];
+        for (int i = 0; i < 40; i++) sl[i] = 10 + i % 2, sb[i] = i % 3;
+        af_data_stats ss;
+        if (CHECK(make_stats(sl, sb, 40, 3, 512, &ss), "stats")) {
+            c.max_seq_len = 64;
+            SILENT(c, &ss, "seq-len-long", "64 when p99 rounds up to 64");
+            c.max_seq_len = 65;
+            FIRES(c, &ss, "seq-len-long", AF_DIAG_WARN, "65");
+            af_data_stats_free(&ss);
+        }
+    }
+    c.max_seq_len = 94;
     /* 198 samples of 10 tokens, 2 of 1000: p99 10, max 1000 */
     int32_t len[200], lab[200];
     for (int i = 0; i < 200; i++) len[i] = i < 198 ? 10 : 1000, lab[i] = i % 3;

@@ -39,6 +39,8 @@
 static char g_dir[64], g_bin[4096];
 static int g_port;
 static pid_t g_pid;
+static const char *g_auth; /* a header line ("Authorization: ...\r\n") the requests send, or NULL */
+static int g_bare;         /* 1: start_server loads no adapter */
 
 #define P_(name) tl_join(g_dir, (name)) /* g_dir/name (testlib.h) */
 
@@ -80,7 +82,7 @@ static resp http(const char *method, const char *path, const char *body) {
     char head[512];
     const size_t bl = body ? strlen(body) : 0;
     snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                                "Content-Length: %zu\r\n\r\n", method, path, bl);
+                                "%sContent-Length: %zu\r\n\r\n", method, path, g_auth ? g_auth : "", bl);
     if (!send_all(fd, head, strlen(head)) || (bl && !send_all(fd, body, bl))) {
         close(fd);
         return r;
@@ -245,8 +247,12 @@ static char *complete(const char *extra, const char *prompt, int n, const char *
 /* ---- the server process ---- */
 static int start_server(const char *extra_args) {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "exec %s serve -m %s --adapter lm=%s --adapter cls=%s --port 0 -t 1 --ctx 128 --max-body 4096 %s",
-             g_bin, P_("tiny.gguf"), P_("lm"), P_("cls"), extra_args);
+    if (g_bare)
+        snprintf(cmd, sizeof cmd, "exec %s serve -m %s --port 0 -t 1 --ctx 128 --max-body 4096 %s", g_bin, P_("tiny.gguf"),
+                 extra_args);
+    else
+        snprintf(cmd, sizeof cmd, "exec %s serve -m %s --adapter lm=%s --adapter cls=%s --port 0 -t 1 --ctx 128 --max-body 4096 %s",
+                 g_bin, P_("tiny.gguf"), P_("lm"), P_("cls"), extra_args);
     const char *log = P_("server.log");
     unlink(log);
     g_pid = fork();
@@ -332,6 +338,64 @@ static af_status save_adapter(const af_model *m, const char *dir, int num_classe
     free(P);
     af_lora_trainer_free(tr);
     return st;
+}
+
+/* serve's llama-server flags: --alias (the model id, with or without .gguf), -np, -c, --api-key
+ * (Bearer; /health open; 401 OpenAI error elsewhere, the adapter routes included), and any model id
+ * when no adapter is loaded. */
+static void serve_flags(void) {
+    if (!CHECK(start_server("--alias mine -np 2 -c 96 --api-key s3cret") == 1, "server with --alias -np -c --api-key"))
+        return;
+    char *log = tl_read_file(P_("server.log"), NULL);
+    CHECK(log && strstr(log, "max 2 sequences, 96 positions"), "-np 2 -c 96 reach the server: %s", log ? log : "");
+    free(log);
+    resp r = http("GET", "/health", NULL);
+    CHECK(r.status == 200, "/health needs no key (%d)", r.status);
+    free(r.body);
+    r = http("GET", "/v1/models", NULL);
+    CHECK(r.status == 401 && strstr(r.body, "\"invalid_api_key\""), "no key: 401 with an OpenAI error: %d %s", r.status, r.body);
+    free(r.body);
+    g_auth = "Authorization: Bearer s3cre\r\n";
+    r = http("POST", "/v1/completions", "{\"prompt\":\"hello\",\"max_tokens\":2}");
+    CHECK(r.status == 401, "a wrong key (a prefix of the right one): 401 (%d)", r.status);
+    free(r.body);
+    g_auth = "Authorization: Bearer s3cret\r\n";
+    r = http("GET", "/v1/models", NULL);
+    CHECK(r.status == 200 && strstr(r.body, "\"id\":\"mine\"") && !strstr(r.body, "\"id\":\"tiny\""),
+          "with the key: the models, the base model named by --alias: %d %s", r.status, r.body);
+    free(r.body);
+    const char *ids[] = {"mine", "mine.gguf"};
+    for (int i = 0; i < 2; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"prompt\":\"hello\",\"max_tokens\":2,\"model\":\"%s\"}", ids[i]);
+        r = http("POST", "/v1/completions", body);
+        CHECK(r.status == 200, "model id '%s' is the base model: %d %s", ids[i], r.status, r.body);
+        free(r.body);
+    }
+    r = http("POST", "/v1/completions", "{\"prompt\":\"hello\",\"max_tokens\":2,\"model\":\"other\"}");
+    CHECK(r.status == 404, "with adapters loaded, an unknown id is a 404 (%d)", r.status);
+    free(r.body);
+    g_auth = NULL;
+    r = http("POST", "/lora-adapters/unload", "{\"id\":0}");
+    CHECK(r.status == 401, "the adapter routes need the key too (%d)", r.status);
+    free(r.body);
+    CHECK(stop_server() == 0, "server with --api-key: exit 0");
+    g_bare = 1; /* one model, no adapter: any id is that model (llama-server) */
+    setenv("AFINAR_API_KEY", "from-env", 1); /* the key from the environment (kept out of ps) */
+    const int started = start_server("");
+    unsetenv("AFINAR_API_KEY");
+    if (CHECK(started == 1, "server without adapters")) {
+        r = http("POST", "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2,\"model\":\"gpt-4o\"}");
+        CHECK(r.status == 401, "AFINAR_API_KEY: a request without the key is refused (%d)", r.status);
+        free(r.body);
+        g_auth = "Authorization: Bearer from-env\r\n";
+        r = http("POST", "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2,\"model\":\"gpt-4o\"}");
+        CHECK(r.status == 200, "no adapter loaded: any model id is the model: %d %s", r.status, r.body);
+        free(r.body);
+        g_auth = NULL;
+        CHECK(stop_server() == 0, "server without adapters: exit 0");
+    }
+    g_bare = 0;
 }
 
 static void rm_rf(const char *d) {
@@ -634,6 +698,7 @@ int main(void) {
         free(h.body);
         CHECK(stop_server() == 0, "second server: exit 0");
     }
+    serve_flags();
 out:
     af_model_free(m);
     if (!getenv("TL_KEEP")) rm_rf(g_dir);

@@ -7,6 +7,8 @@
 
 uint64_t af_rng_seed(uint64_t seed) { return seed ^ 0x853C49E6748FEA9Bull; }
 
+void af_sampling_default(af_sampling *p) { *p = (af_sampling){0.8f, 40, 0.95f, 42}; }
+
 static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -1,6 +1,6 @@
 /* engine.c — the state of `afinar serve` and its scheduler thread (serve.h).
  *
- * One scheduler thread runs every forward pass. Policy (README "Serving"): a request waits in a
+ * One scheduler thread runs every forward pass. Policy (docs/SERVING.md): a request waits in a
  * FIFO queue (at most opts.queue) until one of opts.max_seqs sequence slots is free; the slot whose
  * cached tokens share the longest prefix with its prompt (same adapter) is taken, and the cache is
  * kept as far as af_session_keep_prefix allows (bit-identical results). Each iteration of the loop
@@ -199,11 +199,21 @@ static uint64_t clock_seed(void) {
 /* Which adapter and scale a request asks for: "model" names the base or an adapter; "lora" (ids
  * and scales, llama.cpp) overrides; without either the global scales of POST /lora-adapters apply.
  * At most one adapter may have a non-zero scale (one adapter per sequence). Lock held. */
+/* 1 when a request's "model" names the base model: its id, the id + ".gguf", or any name that is
+ * no loaded adapter's while no adapter is loaded (one model served: llama-server's rule). Lock held. */
+static int names_base(const srv *s, const char *name) {
+    const size_t n = strlen(s->model_id);
+    if (!strcmp(name, s->model_id) || (!strncmp(name, s->model_id, n) && !strcmp(name + n, ".gguf"))) return 1;
+    for (int i = 0; i < s->n_ad; i++)
+        if (s->ad[i].used && !s->ad[i].removed) return 0;
+    return 1;
+}
+
 static int pick_adapter(srv *s, const srv_req *rq, int *id, float *scale, srv_err *err) {
     *id = -1;
     *scale = 0;
     int by_model = -1;
-    if (rq->model && strcmp(rq->model, s->model_id)) {
+    if (rq->model && !names_base(s, rq->model)) {
         for (int i = 0; i < s->n_ad; i++)
             if (s->ad[i].used && !s->ad[i].removed && !strcmp(s->ad[i].name, rq->model)) by_model = i;
         if (by_model < 0) {
@@ -583,7 +593,12 @@ af_status srv_new(const af_server_opts *o, srv **out) {
         af_chat_family fam;
         st = af_chat_family_of(s->tok, o->chat_template, &fam);
     }
-    if (st == AF_OK) {
+    if (st == AF_OK && o->alias) {
+        if (!o->alias[0] || strlen(o->alias) >= sizeof s->model_id)
+            st = af_fail(AF_ERR_INVALID_ARG, "--alias '%.40s': expected 1 to %d characters", o->alias,
+                         (int)sizeof s->model_id - 1);
+        else snprintf(s->model_id, sizeof s->model_id, "%s", o->alias);
+    } else if (st == AF_OK) {
         const char *b = strrchr(o->model_path, '/');
         b = b && b[1] ? b + 1 : o->model_path;
         snprintf(s->model_id, sizeof s->model_id, "%s", b);

@@ -4,6 +4,7 @@
  *   GET  /, /app.js, /style.css, /api/runs... (the web page and its run views: web.c)
  *   POST /v1/chat/completions, /v1/completions (also without /v1), /v1/classify,
  *        /lora-adapters (global scales, llama.cpp), /lora-adapters/load, /lora-adapters/unload
+ * With opts.api_key every route but /health needs "Authorization: Bearer KEY" (else 401).
  * Bodies above opts.max_body: 413 (from the Content-Length header, before reading, or while
  * reading); a client that closes its connection while its request runs cancels it (poll on the
  * socket for non-streaming requests, a failed write for streams, which send an SSE comment every
@@ -15,6 +16,8 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <nettle/memops.h>
+#include <nettle/sha2.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +150,27 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, srv_kind kind,
     return reply(c, status, body, NULL);
 }
 
+/* 1 when the request carries "Authorization: Bearer <key>" (or no key is set). The header and the key
+ * are compared as SHA-256 digests with Nettle's memeql_sec: the time taken does not depend on where
+ * they differ nor on their lengths. */
+static int authorized(struct MHD_Connection *c, const char *key) {
+    if (!key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    uint8_t dh[SHA256_DIGEST_SIZE], dk[SHA256_DIGEST_SIZE];
+    struct sha256_ctx x;
+    sha256_init(&x);
+    sha256_update(&x, strlen(h), (const uint8_t *)h);
+    sha256_digest(&x, sizeof dh, dh);
+    sha256_init(&x);
+    sha256_update(&x, strlen(key), (const uint8_t *)key);
+    sha256_digest(&x, sizeof dk, dk);
+    return memeql_sec(dh, dk, sizeof dh);
+}
+
+int af_server_available(void) { return 1; }
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -195,6 +219,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                     "the body is larger than the limit of %lld bytes (--max-body)", (long long)o->max_body);
         return reply_err(c, &e);
     }
+    if (!strncmp(url, "/api/", 5) && !authorized(c, o->api_key)) { /* the page's data; the page itself is open */
+        srv_err_set(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                    "missing or wrong API key: send the header 'Authorization: Bearer KEY' (--api-key)");
+        return reply_err(c, &e);
+    }
     srv_web_reply wr;
     if (srv_web_route(s, method, url, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "from"),
                       k->body ? k->body : "", k->len, &wr, &e)) {
@@ -216,6 +245,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         (void)busy;
         const int draining = o->stop && *o->stop;
         return reply(c, draining ? 503 : 200, strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}"), NULL);
+    }
+    if (!authorized(c, o->api_key)) { /* every route but /health (as llama-server) */
+        srv_err_set(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                    "missing or wrong API key: send the header 'Authorization: Bearer KEY' (--api-key)");
+        return reply_err(c, &e);
     }
     if (get && !strcmp(url, "/models")) return reply(c, 200, srv_models_json(s), NULL);
     if (get && !strcmp(url, "/lora-adapters")) return reply(c, 200, srv_lora_json(s), NULL);

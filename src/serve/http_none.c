@@ -9,3 +9,5 @@ af_status af_server_run(const af_server_opts *o) {
     return af_fail(AF_ERR_UNSUPPORTED, "afinar serve is not built in: libmicrohttpd was not found when afinar was "
                                        "built (apt-get install libmicrohttpd-dev, then rebuild)");
 }
+
+int af_server_available(void) { return 0; }

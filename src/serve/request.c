@@ -233,8 +233,11 @@ static int parse_generation(const cJSON *o, srv_req *r, srv_err *err) {
 int srv_req_parse(srv_kind kind, const char *body, size_t len, srv_req *r, srv_err *err) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
-    r->temperature = 1.0;
-    r->top_p = 1.0;
+    af_sampling def; /* the defaults of afinar generate (one place: af_sampling_default) */
+    af_sampling_default(&def);
+    r->temperature = def.temperature;
+    r->top_p = def.top_p;
+    r->top_k = def.top_k;
     r->max_tokens = -1;
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);

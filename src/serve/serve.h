@@ -35,9 +35,9 @@ typedef struct srv_req {
     int32_t n_inputs;
     int stream;               /* "stream" */
     int include_usage;        /* "stream_options": {"include_usage": true} */
-    double temperature;       /* "temperature" [0, 2] (default 1, as OpenAI) */
-    double top_p;             /* "top_p" (0, 1] (default 1) */
-    int32_t top_k;            /* "top_k" >= 0 (llama.cpp extension; default 0 = off) */
+    double temperature;       /* "temperature" [0, 2] (default: af_sampling_default's, as generate) */
+    double top_p;             /* "top_p" (0, 1] (default: af_sampling_default's) */
+    int32_t top_k;            /* "top_k" >= 0 (llama.cpp extension; 0 = off; default: af_sampling_default's) */
     int64_t max_tokens;       /* "max_tokens" / "max_completion_tokens" >= 1; -1: not given */
     char *stop[SRV_MAX_STOP]; /* "stop": a string or up to 4 strings (non-empty) */
     int32_t n_stop;
@@ -52,8 +52,9 @@ typedef struct srv_req {
 
 /* (srv_err_set returns 0, for "return srv_err_set(...)".) An error of a request: HTTP status, OpenAI error type and code, the parameter, the message. */
 typedef struct srv_err {
-    int status;               /* 400, 404, 413, 429, 500, 503 */
-    const char *type;         /* "invalid_request_error", "not_found_error", "rate_limit_error", "server_error" */
+    int status;               /* 400, 401, 404, 413, 429, 500, 503 */
+    const char *type;         /* "invalid_request_error", "not_found_error", "rate_limit_error", "server_error"
+                                 (401: "invalid_request_error", code "invalid_api_key") */
     const char *code;         /* NULL or a code ("model_not_found", "context_length_exceeded", ...) */
     char param[64];           /* "" when none */
     char message[512];

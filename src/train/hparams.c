@@ -235,26 +235,36 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
             num(a, sizeof a, c->max_grad_norm));
     /* ---- sequence length vs data ---- */
     int32_t L = c->max_seq_len;
-    if (L >= 1 && s->len_p99 >= 1 && (int64_t)L > 2 * (int64_t)s->len_p99) {
+    /* the recipe's reason, up to its first ';' (the rest repeats the truncation count) */
+    const char *why = c->max_seq_len_why;
+    const int why_n = why ? (int)strcspn(why, ";") : 0;
+    if (L >= 1 && s->len_p99 >= 1 && (int64_t)L > 2 * (int64_t)s->len_p99 && round_up(s->len_p99, 64) < L) {
         int64_t L2 = round_up(s->len_p99, 64);
         double worst = L < s->len_max ? L : s->len_max, worst2 = L2 < s->len_max ? (double)L2 : s->len_max;
         double t1 = attn_total(s, L), t2 = attn_total(s, (int32_t)L2);
         int32_t cut = af_data_stats_count_longer(s, (int32_t)L2);
-        snprintf(r, sizeof r, "use --max-seq-len %lld", (long long)L2);
-        ADD(AF_DIAG_WARN, "seq-len-long", r,
-            "max_seq_len %d is %.1fx the p99 token length %d; with %lld (p99 rounded up to a multiple of 64) the "
+        snprintf(r, sizeof r, "%s --max-seq-len %lld", c->max_seq_len_why ? "to change it:" : "use", (long long)L2);
+        ADD(c->max_seq_len_why ? AF_DIAG_INFO : AF_DIAG_WARN, "seq-len-long", r,
+            "%s%.*s%smax_seq_len %d is %.1fx the p99 token length %d; with %lld (p99 rounded up to a multiple of 64) the "
             "longest sample's attention cost (∝ L²) is %.1fx lower and its activation memory (∝ L) %.1fx lower, "
             "total attention cost over the data %.2fx lower, %d sample(s) (%.1f%%) truncated%s",
-            (int)L, (double)L / s->len_p99, (int)s->len_p99, (long long)L2, (worst / worst2) * (worst / worst2),
+            why ? "chosen by the automatic recipe (" : "", why_n, why ? why : "", why ? "): " : "", (int)L,
+            (double)L / s->len_p99, (int)s->len_p99, (long long)L2, (worst / worst2) * (worst / worst2),
             worst / worst2, t2 > 0 ? t1 / t2 : 1.0, (int)cut, 100.0 * cut / s->n,
             L >= s->len_max ? " (now the limit binds on no sample: packed batches have no padding)" : "");
     }
     if (L >= 1 && L < s->len_p95) {
         int32_t cut = af_data_stats_count_longer(s, L);
-        snprintf(r, sizeof r, "use --max-seq-len %lld if memory allows", (long long)round_up(s->len_p95, 64));
-        ADD(AF_DIAG_WARN, "seq-len-short", r,
-            "max_seq_len %d is below the p95 token length %d: %d of %d samples (%.1f%%) are truncated (p99 %d, max %d)",
-            (int)L, (int)s->len_p95, (int)cut, (int)s->n, 100.0 * cut / s->n, (int)s->len_p99, (int)s->len_max);
+        if (c->max_seq_len_why) /* the recipe's own choice: say what it chose and why, not "override it" */
+            snprintf(r, sizeof r, "--max-seq-len %lld would keep them whole (longer steps)",
+                     (long long)round_up(s->len_p95, 64));
+        else
+            snprintf(r, sizeof r, "use --max-seq-len %lld if memory allows", (long long)round_up(s->len_p95, 64));
+        ADD(c->max_seq_len_why ? AF_DIAG_INFO : AF_DIAG_WARN, "seq-len-short", r,
+            "%s%.*s%smax_seq_len %d is below the p95 token length %d: %d of %d samples (%.1f%%) are truncated "
+            "(p99 %d, max %d)", why ? "chosen by the automatic recipe (" : "", why_n, why ? why : "", why ? "): " : "",
+            (int)L, (int)s->len_p95,
+            (int)cut, (int)s->n, 100.0 * cut / s->n, (int)s->len_p99, (int)s->len_max);
     }
     /* ---- imbalance ---- */
     char n1[64], n2[64];

@@ -27,6 +27,8 @@
  *     cost over the data set (Σ min(len, L)², exact from the sorted lengths). Batches are packed, so
  *     short samples cost the same either way: only the longest ones gain.
  *   seq-len-short: warn — max_seq_len < p95: says how many samples are truncated.
+ *   Both seq-len rules are info, not warn, when the automatic recipe chose max_seq_len
+ *   (max_seq_len_why): the message gives the recipe's reason and what the flag would change.
  *   epochs-imbalance: warn — fewer than 2 epochs (epochs, or max_steps x effective batch / N) with
  *     class imbalance (max/min class count) above 5:1: says how often the minority class is seen.
  *   class-weights: info — imbalance above 5:1 and uniform class weights.
@@ -66,6 +68,9 @@ typedef struct af_train_config {
     int64_t warmup_steps, total_steps; /* the plan (total <= 0: unknown) */
     double step_samples;            /* packed causal LM: mean samples per optimizer step (samples / steps per
                                        epoch); 0: batch x grad_accum */
+    const char *max_seq_len_why;    /* the automatic recipe chose max_seq_len: its reason (the seq-len rules
+                                       then say so at info level instead of asking to override it); NULL:
+                                       given by --max-seq-len or a task default */
 } af_train_config;
 
 /* af_diag_severity, af_diag, af_diag_list: include/afinar.h ("Training runs"). */

@@ -7,7 +7,7 @@
  * statistics. trainer.c applies the choices, prints them with their reasons and records them in the
  * run's settings (train_config.json), so a resume is exact and `check` shows them.
  *
- * The rules (constants below; sources in brackets; README "Automatic recipe" has the measurements):
+ * The rules (constants below; sources in brackets; docs/RECIPE.md has the measurements):
  *   epochs (classification): E = ceil(3000 / N) samples seen, clamped to [1, 5]: small sets get more
  *     passes [own measurement: BBC News, 1,558 samples: 1 epoch 95.7% test accuracy; a 2,283-sample
  *     8-class set: 1 epoch 70.5%, 3 epochs + weights + 256 tokens 79.5% (issue 19); Mosbach et al.

@@ -465,7 +465,8 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
                           (const char *const *)t->label_names, o->class_weights, t->lm, o->lr_min,
                           o->schedule != AF_SCHED_CONSTANT, t->model->cfg.max_position_embeddings, t->val != NULL,
                           o->patience, o->eval_every, t->warmup, t->total,
-                          t->packing && t->spe > 0 ? (double)t->train->n / (double)t->spe : 0.0};
+                          t->packing && t->spe > 0 ? (double)t->train->n / (double)t->spe : 0.0,
+                          t->have_recipe && !t->lm && !(t->o.given & AF_GIVEN_MAX_SEQ_LEN) ? t->recipe.why_max_seq_len : NULL};
     st = af_hparams_check(&hc, &t->st_train, &t->diags);
     if (st != AF_OK) goto fail;
 #undef FAIL

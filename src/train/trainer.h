@@ -47,7 +47,7 @@
  *   measures its step time and re-plans the length when it would not fit (recorded as max-steps,
  *   warmup, eval-every in train_config.json); before every step it stops (AF_STOP_BUDGET: evaluated
  *   when the recipe did not give the evaluation up, best/ and final/ saved) when one more step, the
- *   last evaluation and the saves would pass the deadline (README "Automatic recipe").
+ *   last evaluation and the saves would pass the deadline (docs/RECIPE.md).
  *   checkpoint-STEP/        PEFT adapter (adapter_model.safetensors, adapter_config.json,
  *                           afinar.json) + trainer_state.safetensors (params, AdamW m and v as F32;
  *                           counters as I64, EMA/best values as F64: everything a bit-exact resume
