@@ -379,6 +379,12 @@ static void serve_flags(void) {
     r = http("POST", "/lora-adapters/unload", "{\"id\":0}");
     CHECK(r.status == 401, "the adapter routes need the key too (%d)", r.status);
     free(r.body);
+    r = http("GET", "/api/runs", NULL);
+    CHECK(r.status == 401, "the web page's data routes need the key too (%d)", r.status);
+    free(r.body);
+    r = http("GET", "/", NULL);
+    CHECK(r.status == 200 && strstr(r.body, "api-key"), "the page itself loads without the key and asks for it (%d)", r.status);
+    free(r.body);
     CHECK(stop_server() == 0, "server with --api-key: exit 0");
     g_bare = 1; /* one model, no adapter: any id is that model (llama-server) */
     setenv("AFINAR_API_KEY", "from-env", 1); /* the key from the environment (kept out of ps) */
