@@ -74,6 +74,8 @@ static af_status tm_vector(af_gguf_writer *w, const char *name, int64_t n, uint6
 typedef struct tm_bpe {
     const char *const *extra, *const *merges;
     int n_extra, n_merges;
+    int misfit;                   /* 1: store bos/eos below instead of the last extra token's id */
+    uint32_t bos, eos;
 } tm_bpe;
 
 /* GPT-2 byte -> unicode code point (printable bytes map to themselves, the rest to 256 + k). */
@@ -106,8 +108,8 @@ static af_status tm_add_bpe(af_gguf_writer *w, const tm_bpe *b) {
     if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tp, (uint64_t)n);
     if (st == AF_OK) st = af_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", AF_GGUF_INT32, types, (uint64_t)n);
     if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", b->merges, (uint64_t)b->n_merges);
-    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(n - 1));
-    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(n - 1));
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", b->misfit ? b->bos : (uint32_t)(n - 1));
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", b->misfit ? b->eos : (uint32_t)(n - 1));
     free(sym);
     free(tp);
     free(types);
@@ -191,6 +193,13 @@ af_status tm_write_bpe(const tm_spec *s, const char *path, const char *const *ex
     if (n_extra < 1 || n_merges < 0 || s->vocab != 256 + n_extra)
         return af_fail(AF_ERR_INVALID_ARG, "tm_write_bpe: vocab %d != 256 + %d extra tokens", s->vocab, n_extra);
     const tm_bpe tok = {.extra = extra, .merges = merges, .n_extra = n_extra, .n_merges = n_merges};
+    return tm_write_tok(s, path, &tok);
+}
+
+af_status tm_write_bpe_misfit(const tm_spec *s, const char *path, const char *const *extra, int n_extra, uint32_t bos,
+                              uint32_t eos) {
+    if (n_extra < 1) return af_fail(AF_ERR_INVALID_ARG, "tm_write_bpe_misfit: n_extra %d < 1", n_extra);
+    const tm_bpe tok = {.extra = extra, .n_extra = n_extra, .misfit = 1, .bos = bos, .eos = eos};
     return tm_write_tok(s, path, &tok);
 }
 

@@ -75,7 +75,7 @@ int af_json_nul_path(const char *text, size_t len, char *path, size_t cap) {
             if (nul) {
                 if (!cap) return 1;
                 const int named = depth < DEPTH ? depth : DEPTH;
-                if (is_key) put_path(st, named, key, path, cap);
+                if (is_key) put_path(st, depth <= DEPTH ? depth - 1 : DEPTH, key, path, cap); /* the key replaces its object's */
                 else put_path(st, named, NULL, path, cap);
                 return 1;
             }

@@ -256,8 +256,10 @@ af_status af_tr_truncate_metrics(const char *out_dir, int64_t step);
 void af_tr_plot(const char *out_dir, FILE *log);
 /* OUT/run.json: the resolved configuration and the plan. Errors: AF_ERR_IO, AF_ERR_NOMEM. */
 af_status af_tr_write_run_json(const af_trainer *t);
-/* Output directory: derived from the checkpoint when not given (*owned_out then owns it); another
- * run there is refused unless overwrite or resuming in place (rank 0 only: `writer`). */
-af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out);
+/* Output directory: derived from the checkpoint when not given (*owned_out then owns it), locked
+ * for this run first (run_lock.h; *lock_fd: release with af_run_unlock, also after an error; -1
+ * when not taken); another run there is refused unless overwrite or resuming in place (rank 0
+ * only: `writer`). */
+af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out, int *lock_fd);
 
 #endif /* AF_TRAINER_INTERNAL_H */
