@@ -7,7 +7,7 @@ loopback only; every socket has a timeout and the whole run a deadline, so it st
 2. Opens IDLE connections (default 1000) that send nothing, and SLOW ones (default 50) that send a
    request one byte per second, then times GET /health and a POST /v1/completions (2 tokens):
    each must get an HTTP answer (200, or 503/429) within LIMIT seconds (default 1 s; the
-   completion: 1 s plus its compute, measured alone first).
+   completion: 1 s plus three times its compute time measured alone first).
 3. Shedding: a second server with its open-files limit lowered to 256 (so its connection cap is
    small) gets more idle connections than the cap; a new request must get HTTP 503 at once, and
    /health 200 again once the idle ones are closed.
@@ -179,8 +179,9 @@ def main():
             check(st in (200, 503, 429) and dt <= a.limit,
                   f"/health with {len(idle)} idle + {len(slow)} slow connections: {st} in {dt:.2f} s (limit {a.limit} s)")
             st, dt = request(port, "POST", "/v1/completions", COMPLETION, timeout=60)
-            check(st in (200, 503, 429) and dt <= a.limit + base,
-                  f"completion with them open: {st} in {dt:.2f} s (limit {a.limit} s + {base:.2f} s alone)")
+            # the compute is not what is timed: allow its solo time three times over (a loaded machine)
+            check(st in (200, 503, 429) and dt <= a.limit + 3 * base,
+                  f"completion with them open: {st} in {dt:.2f} s (limit {a.limit} s + 3 x {base:.2f} s alone)")
             st, dt = request(port, "GET", "/v1/models", timeout=30)
             check(st == 200 and dt <= a.limit, f"/v1/models with them open: {st} in {dt:.2f} s")
             ev.set()
