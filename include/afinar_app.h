@@ -724,7 +724,9 @@ typedef struct af_server_opts {
 /* Defaults as marked above. */
 void af_server_opts_default(af_server_opts *o);
 
-/* Load the model and adapters and serve until *o->stop (returns AF_OK then). Errors: those of
+/* Load the model and adapters and serve until *o->stop (returns AF_OK then). Raises the process's
+ * open-files soft limit to its hard limit (one descriptor per connection; docs/RELIABILITY.md
+ * "The server" for the connection cap and the 503 shedding). Errors: those of
  * loading the model and adapters, AF_ERR_INVALID_ARG (an option out of range, a duplicate adapter
  * name), AF_ERR_IO (the address cannot be bound), AF_ERR_UNSUPPORTED (built without
  * libmicrohttpd). */

@@ -21,6 +21,7 @@
  * CLI_DUMP=1 prints every case's exit status and stderr; TL_KEEP=1 keeps the directory.
  */
 #include "cli_harness.c"
+#include "train/run_lock.h"
 
 /* ---------------------------------------------------------------- the matrix */
 
@@ -1524,6 +1525,159 @@ static void test_rel_nonfinite_adapter(void) {
     }
 }
 
+/* Round three: NUL characters in JSONL text, a tokenizer that does not fit its model, one writer per
+ * run directory, the failed save that names the last good checkpoint. */
+static void test_rel_round3(void) {
+    /* \u0000 in a JSON string would cut the text short (cJSON's strings end at a NUL): refused,
+     * naming the line and the field, in every JSONL reader */
+    write_text(P_("nul.jsonl"), "{\"input\": \"a\", \"label\": \"sport\"}\n{\"input\": \"b\\u0000 the rest\", \"label\": \"tech\"}\n");
+    write_text(P_("nul_label.jsonl"), "{\"input\": \"a\", \"label\": \"sport\\u0000x\"}\n");
+    write_text(P_("nul_pc.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"a\\u0000b\"}\n");
+    write_text(P_("nul_msgs.jsonl"),
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\\u0000\"}]}\n");
+    EXPECT("check -m @/tiny.gguf --train @/nul.jsonl -t 1", 1,
+           "afinar check: @/nul.jsonl:2: field 'input' holds a NUL character (\\u0000); text with NUL characters is not accepted");
+    EXPECT("check -m @/tiny.gguf --train @/nul_label.jsonl -t 1", 1,
+           "afinar check: @/nul_label.jsonl:1: field 'label' holds a NUL character (\\u0000); text with NUL characters is not accepted");
+    EXPECT("predict -m @/tiny.gguf -a @/run/final --input @/nul.jsonl -t 1", 1,
+           "afinar predict: @/nul.jsonl:2: field 'input' holds a NUL character (\\u0000)*");
+    EXPECT("eval -m @/tiny.gguf --data @/nul_pc.jsonl --generate 0 -t 1", 1,
+           "afinar eval: @/nul_pc.jsonl:1: field 'completion' holds a NUL character (\\u0000)*");
+    EXPECT("eval -m @/tiny.gguf --data @/nul_msgs.jsonl --generate 0 -t 1", 1,
+           "afinar eval: @/nul_msgs.jsonl:1: field 'messages[1].content' holds a NUL character (\\u0000)*");
+    EXPECT_MULTI("train -m @/tiny.gguf --task causal-lm --train @/nul_msgs.jsonl -o @/nul_run -t 1 --no-plot", 1,
+                 "afinar train: @/nul_msgs.jsonl:1: field 'messages[1].content' holds a NUL character (\\u0000)*");
+    CHECK(!exists(P_("nul_run")), "a refused train left its output directory");
+
+    /* a tokenizer that does not fit its model: refused at load, by every command */
+    {
+        static const char *const ex1[1] = {"<|endoftext|>"};
+        static const char *ex44[44];
+        static char names[44][16];
+        for (int i = 0; i < 44; i++) snprintf(names[i], sizeof names[i], "tok%d", i), ex44[i] = names[i];
+        tm_spec s = tm_default("llama", AF_TYPE_Q8_0);
+        s.vocab = 258, s.seed = 5;
+        CHECK(tm_write_bpe_misfit(&s, P_("tok_big.gguf"), ex44, 44, 299, 299) == AF_OK, "tok_big: %s", af_last_error());
+        CHECK(tm_write_bpe_misfit(&s, P_("tok_bos.gguf"), ex1, 1, 300, 256) == AF_OK, "tok_bos: %s", af_last_error());
+        CHECK(tm_write_bpe_misfit(&s, P_("tok_eos.gguf"), ex1, 1, 256, 4294967295u) == AF_OK, "tok_eos: %s", af_last_error());
+        s.vocab = 600;
+        CHECK(tm_write_bpe_misfit(&s, P_("tok_small.gguf"), ex1, 1, 256, 256) == AF_OK, "tok_small: %s", af_last_error());
+    }
+    EXPECT("generate -m @/tok_big.gguf -p ab -n 1 -t 1", 1,
+           "afinar generate: @/tok_big.gguf: the tokenizer has 300 tokens but the model's embedding has 258 rows (ids "
+           "258..299 have no embedding): the tokenizer does not belong to this model");
+    EXPECT("generate -m @/tok_small.gguf -p ab -n 1 -t 1", 1,
+           "afinar generate: @/tok_small.gguf: the tokenizer has 257 tokens, fewer than half the model's 600 embedding "
+           "rows: the tokenizer does not belong to this model");
+    EXPECT("generate -m @/tok_bos.gguf -p ab -n 1 -t 1", 1,
+           "afinar generate: @/tok_bos.gguf: tokenizer.ggml.bos_token_id is 300, outside the tokenizer's 257 tokens [0, "
+           "257): the tokenizer does not belong to this model");
+    EXPECT_MULTI("train -m @/tok_bos.gguf --train @/train.jsonl -o @/tok_run -t 1 --no-plot", 1,
+                 "afinar train: @/tok_bos.gguf: tokenizer.ggml.bos_token_id is 300*");
+    EXPECT("serve -m @/tok_bos.gguf --port 0 -t 1", 1, "afinar serve: @/tok_bos.gguf: tokenizer.ggml.bos_token_id is 300*");
+    /* "none" stored as 2^32 - 1 (-1 as u32) is no error */
+    {
+        char **av = split_args("generate -m @/tok_eos.gguf -p ab -n 1 -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 0, "an eos id of 2^32-1 (none) loads: exit %d, %s", r.rc, r.err ? r.err : "");
+        run_free(&r);
+    }
+    /* Hugging Face directories: the tiny llama (256 rows) with the 256 byte tokens of a byte-level
+     * BPE (tests/fixtures/tok_bytes) fits; with 333 tokens (tok_nfc) or config.json's bos_token_id
+     * 999 it does not */
+    CHECK(copy_tree("tests/fixtures/hf_tiny_llama", P_("hf_fit")) && copy_tree("tests/fixtures/hf_tiny_llama", P_("hf_bigtok")) &&
+              copy_file("tests/fixtures/tok_bytes/tokenizer.json", P_("hf_fit/tokenizer.json"), -1) &&
+              copy_file("tests/fixtures/tok_nfc/tokenizer.json", P_("hf_bigtok/tokenizer.json"), -1) &&
+              copy_tree(P_("hf_fit"), P_("hf_badbos")),
+          "tiny HF llamas with tokenizers");
+    {
+        size_t cl = 0;
+        char *cfg = tl_read_file(P_("hf_badbos/config.json"), &cl), *at = cfg ? strstr(cfg, "\"bos_token_id\": 1,") : NULL;
+        if (CHECK(at != NULL, "bos_token_id in the tiny HF config")) {
+            FILE *f = fopen(P_("hf_badbos/config.json"), "wb");
+            if (f) {
+                fwrite(cfg, 1, (size_t)(at - cfg), f);
+                fputs("\"bos_token_id\": 999,", f);
+                fputs(at + strlen("\"bos_token_id\": 1,"), f);
+                fclose(f);
+            }
+        }
+        free(cfg);
+        char **av = split_args("generate -m @/hf_fit -p ab -n 1 -t 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 0, "the tiny HF llama with 256 byte tokens loads: exit %d, %s", r.rc, r.err ? r.err : "");
+        run_free(&r);
+    }
+    EXPECT("generate -m @/hf_badbos -p ab -n 1 -t 1", 1,
+           "afinar generate: @/hf_badbos: config.json bos_token_id is 999, outside the tokenizer's 256 tokens [0, 256): the "
+           "tokenizer does not belong to this model");
+    EXPECT("generate -m @/hf_bigtok -p ab -n 1 -t 1", 1,
+           "afinar generate: @/hf_bigtok: the tokenizer has 333 tokens but the model's embedding has 256 rows (ids 256..332 "
+           "have no embedding): the tokenizer does not belong to this model");
+
+    /* one writer per run directory: while run A trains into lock_run, a second train there (fresh,
+     * --overwrite, --resume) is refused naming A's pid, and A's files are untouched; once A is
+     * killed (SIGKILL: its lock file stays behind) the directory is free again */
+    {
+        char **av = split_args("train -m @/tiny.gguf --train @/train.jsonl -o @/lock_run --batch 4 --grad-accum 1 --lora-r 2 "
+                               "--max-seq-len 16 --max-steps 100000 --save-every 1 -t 1 --no-plot");
+        fflush(stdout), fflush(stderr);
+        pid_t a = fork();
+        if (a == 0) {
+            int fd = open("/dev/null", O_RDWR);
+            if (fd >= 0) dup2(fd, 0), dup2(fd, 1), dup2(fd, 2);
+            execv(av[0], av);
+            _exit(127);
+        }
+        free_args(av);
+        int up = 0;
+        for (int i = 0; i < 1200 && a > 0 && !up; i++) { /* up to 60 s for checkpoint-1 */
+            up = exists(P_("lock_run/checkpoint-1/manifest.json"));
+            if (!up) usleep(50000);
+        }
+        if (CHECK(up, "run A wrote no checkpoint-1 in 60 s")) {
+            char want[256];
+            snprintf(want, sizeof want,
+                     "afinar train: @/lock_run: another afinar run is writing to this directory (pid %ld); wait for it to "
+                     "end, stop it, or use another -o DIR",
+                     (long)a);
+            EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/lock_run --overwrite --seed 7 --batch 4 "
+                         "--grad-accum 1 --lora-r 2 --max-seq-len 16 --max-steps 2 -t 1 --no-plot",
+                         1, want);
+            /* without --overwrite: refused by the earlier check that the directory holds a run */
+            EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/lock_run --batch 4 --grad-accum 1 --lora-r 2 "
+                         "--max-seq-len 16 --max-steps 2 -t 1 --no-plot",
+                         1, "afinar train: @/lock_run: holds another run (*); use --overwrite to replace it, *");
+            EXPECT_MULTI("train --resume @/lock_run/checkpoint-1 -t 1 --no-plot", 1, want);
+            CHECK(exists(P_("lock_run/checkpoint-1/manifest.json")), "a refused writer removed A's checkpoint-1");
+        }
+        if (a > 0) {
+            kill(a, SIGKILL);
+            waitpid(a, NULL, 0);
+        }
+        CHECK(exists(P_("lock_run/" AF_RUN_LOCK_FILE)), "the killed run's lock file is not there (the test means nothing)");
+        /* the lock of a killed process is gone with it: the directory is writable again */
+        char **bv = split_args("train -m @/tiny.gguf --train @/train.jsonl -o @/lock_run --overwrite --batch 4 --grad-accum 1 "
+                               "--lora-r 2 --max-seq-len 16 --max-steps 2 -t 1 --no-plot");
+        run_result r = run_argv(NULL, 0, bv);
+        free_args(bv);
+        CHECK(r.rc == 0 && exists(P_("lock_run/final/manifest.json")),
+              "train --overwrite after the holder was killed: exit %d, %s", r.rc, r.err ? r.err : "");
+        CHECK(!exists(P_("lock_run/" AF_RUN_LOCK_FILE)), "a finished run left its lock file");
+        run_free(&r);
+    }
+
+    /* a failed save names the newest checkpoint that is kept (was: "there is no earlier checkpoint-4") */
+    mkdir(P_("lastgood"), 0777);
+    CHECK(copy_tree(P_("run/checkpoint-2"), P_("lastgood/checkpoint-2")), "copy checkpoint-2");
+    expect_in(NULL, 4096, "train --resume @/lastgood/checkpoint-2 -t 1 --no-plot", 1,
+              "afinar train: @/lastgood/*: write failed at offset *: File too large (not saved; the last good checkpoint is "
+              "@/lastgood/checkpoint-2)*",
+              MULTI);
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || !realpath(bin, g_bin) || access(g_bin, X_OK) != 0) {
@@ -1579,6 +1733,7 @@ int main(void) {
     test_rel_semantics();
     test_rel_messages();
     test_rel_nonfinite_adapter();
+    test_rel_round3();
     if (!tl_failed && !getenv("TL_KEEP")) rm_tree(g_dir);
     else printf("test files kept in %s\n", g_dir);
     return tl_finish("cli");

@@ -19,7 +19,9 @@
  *   (f) two "hosts" (network namespaces joined by veth, MPI over TCP): same bytes as np 1 (skipped
  *       with a message where namespaces cannot be created);
  *   (g) SmolLM2-135M (models/, data/; skipped when absent): np 2 == np 1 for 2 steps, classification
- *       and causal LM.
+ *       and causal LM;
+ *   (h) a run directory held by a one-process run: `mpirun -np 2 ... --overwrite` is refused by rank 0
+ *       naming the holder's pid.
  * Needs AFINAR_BIN (make test sets it), mpirun on PATH and an afinar built with MPI; skipped with a
  * message otherwise. Ranks run with --threads 1 and --oversubscribe (the CI machine has 2 cores).
  */
@@ -415,6 +417,37 @@ static void smollm2(void) {
     }
 }
 
+/* (h) One writer per run directory under MPI: while a one-process run trains into `held`, an
+ * `mpirun -np 2 ... --overwrite -o held` job is refused by rank 0 (which takes the lock) naming the
+ * holder's pid, and the whole job ends with a non-zero status. */
+static void locked_dir(void) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && exec %s train -m tiny.gguf --train train.jsonl --seed 7 --batch 2 --lora-r 4 --max-seq-len 32 "
+             "--max-steps 100000000 --save-every 100000000 --threads 1 --no-plot -o held > held.log 2>&1",
+             g_dir, g_bin);
+    fflush(NULL);
+    pid_t holder = fork();
+    if (holder == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    const double t0 = mono();
+    while (mono() - t0 < 60 && !exists(P_("held/run.json"))) usleep(20000);
+    if (CHECK(exists(P_("held/run.json")), "locked dir: the holder started (run.json)")) {
+        int rc = run("cd %s && timeout 120 %s -np 2 %s train -m tiny.gguf --train train.jsonl %s -o held --overwrite "
+                     "> held_mpi.log 2>&1",
+                     g_dir, MPIRUN, g_bin, CLS_ARGS);
+        char *log = slurp(P_("held_mpi.log")), want[160];
+        snprintf(want, sizeof want, "held: another afinar run is writing to this directory (pid %ld)", (long)holder);
+        CHECK(rc != 0 && log && strstr(log, "rank 0 of 2") && strstr(log, want),
+              "locked dir: mpirun -np 2 --overwrite refused naming the holder (exit %d); log:\n%s", rc, log ? log : "");
+        free(log);
+    }
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || access(bin, X_OK) != 0) {
@@ -519,6 +552,7 @@ int main(void) {
         free(log);
     }
     killed_rank();
+    locked_dir();
     two_hosts();
     smollm2();
 

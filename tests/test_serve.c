@@ -612,6 +612,26 @@ int main(void) {
         {"POST", "/v1/classify", "{\"input\":\"x\"}", 404, "model_not_found"},
         {"GET", "/v1/nothing", NULL, 404, "no route"},
         {"POST", "/lora-adapters/load", "{\"name\":\"x\",\"path\":\"/nonexistent\"}", 400, "nonexistent"},
+        /* a NUL character (\u0000) in any string: 400 naming the field, never the text cut short */
+        {"POST", "/v1/completions", "{\"prompt\":\"a\\u0000 the quick brown fox\"}", 400, "\"param\":\"prompt\""},
+        {"POST", "/v1/completions", "{\"prompt\":[\"x\\u0000y\"]}", 400, "\"param\":\"prompt[0]\""},
+        {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\\u0000there\"}]}", 400,
+         "\"param\":\"messages[0].content\""},
+        {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"user\\u0000\",\"content\":\"x\"}]}",
+         400, "\"param\":\"messages[1].role\""},
+        {"POST", "/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"name\":\"a\\u0000\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}]}", 400,
+         "\"param\":\"messages[0].name\""},
+        {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\\u0000\"}]}]}",
+         400, "\"param\":\"messages[0].content[0].text\""},
+        {"POST", "/v1/completions", "{\"prompt\":\"x\",\"stop\":[\"\\u0000\"]}", 400, "\"param\":\"stop[0]\""},
+        {"POST", "/v1/classify", "{\"model\":\"cls\",\"input\":[\"ok\",\"a\\u0000b\"]}", 400, "\"param\":\"input[1]\""},
+        {"POST", "/lora-adapters/load", "{\"name\":\"x\",\"path\":\"/tmp\\u0000/y\"}", 400, "\"param\":\"path\""},
+        /* a route asked with the wrong method: 405 naming the path as written and the method it takes */
+        {"GET", "/v1/chat/completions", NULL, 405, "/v1/chat/completions takes POST, not GET"},
+        {"GET", "/v1/completions", NULL, 405, "/v1/completions takes POST"},
+        {"POST", "/v1/models", "{}", 405, "/v1/models takes GET, not POST"},
+        {"DELETE", "/lora-adapters", NULL, 405, "/lora-adapters takes GET, POST"},
     };
     int bad_ok = 0;
     const int nbad = (int)(sizeof bad / sizeof bad[0]);

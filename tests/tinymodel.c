@@ -86,7 +86,8 @@ static unsigned tm_byte_cp(unsigned b) {
 }
 
 /* Add the tokenizer.* keys of `b` (see tm_write_bpe) for a vocabulary of 256 + b->n_extra. */
-static af_status tm_add_bpe(af_gguf_writer *w, const tm_bpe *b) {
+/* ... with the stored BOS / EOS ids `bos` / `eos` (< 0: the last extra token's id). */
+static af_status tm_add_bpe_ids(af_gguf_writer *w, const tm_bpe *b, int64_t bos, int64_t eos) {
     const int n = 256 + b->n_extra;
     char(*sym)[4] = malloc(sizeof *sym * 256);
     const char **tp = malloc(sizeof *tp * (size_t)n);
@@ -106,16 +107,21 @@ static af_status tm_add_bpe(af_gguf_writer *w, const tm_bpe *b) {
     if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tp, (uint64_t)n);
     if (st == AF_OK) st = af_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", AF_GGUF_INT32, types, (uint64_t)n);
     if (st == AF_OK) st = af_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", b->merges, (uint64_t)b->n_merges);
-    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(n - 1));
-    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(n - 1));
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(bos < 0 ? n - 1 : bos));
+    if (st == AF_OK) st = af_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(eos < 0 ? n - 1 : eos));
     free(sym);
     free(tp);
     free(types);
     return st;
 }
 
-/* tm_write, plus the tokenizer keys of `tok` (NULL: none) after the model keys. */
-static af_status tm_write_tok(const tm_spec *s, const char *path, const tm_bpe *tok) {
+static __attribute__((unused)) af_status tm_add_bpe(af_gguf_writer *w, const tm_bpe *b) {
+    return tm_add_bpe_ids(w, b, -1, -1);
+}
+
+/* tm_write, plus the tokenizer keys of `tok` (NULL: none) after the model keys, with the BOS / EOS
+ * ids of tm_add_bpe_ids. */
+static af_status tm_write_tok(const tm_spec *s, const char *path, const tm_bpe *tok, int64_t bos, int64_t eos) {
     af_gguf_writer *w;
     af_status st = af_gguf_writer_new(&w);
     if (st != AF_OK) return st;
@@ -142,7 +148,7 @@ static af_status tm_write_tok(const tm_spec *s, const char *path, const tm_bpe *
         af_gguf_writer_add_f32(w, KEY("rope.freq_base_swa"), 10000.0f);
     }
 #undef KEY
-    if (tok) st = tm_add_bpe(w, tok);
+    if (tok) st = tm_add_bpe_ids(w, tok, bos, eos);
     /* embeddings: F32, std ~ 1 (llama) or 1/sqrt(H) (gemma3 scales them by sqrt(H)) */
     if (st == AF_OK)
         st = tm_matrix(w, "token_embd.weight", AF_TYPE_F32, s->vocab, H, gem ? 1.7f / sqrtf((float)H) : 1.7f, &rng);
@@ -183,7 +189,7 @@ static af_status tm_write_tok(const tm_spec *s, const char *path, const tm_bpe *
 }
 
 af_status tm_write(const tm_spec *s, const char *path) {
-    return tm_write_tok(s, path, NULL);
+    return tm_write_tok(s, path, NULL, -1, -1);
 }
 
 af_status tm_write_bpe(const tm_spec *s, const char *path, const char *const *extra, int n_extra,
@@ -191,7 +197,14 @@ af_status tm_write_bpe(const tm_spec *s, const char *path, const char *const *ex
     if (n_extra < 1 || n_merges < 0 || s->vocab != 256 + n_extra)
         return af_fail(AF_ERR_INVALID_ARG, "tm_write_bpe: vocab %d != 256 + %d extra tokens", s->vocab, n_extra);
     const tm_bpe tok = {.extra = extra, .merges = merges, .n_extra = n_extra, .n_merges = n_merges};
-    return tm_write_tok(s, path, &tok);
+    return tm_write_tok(s, path, &tok, -1, -1);
+}
+
+af_status tm_write_bpe_misfit(const tm_spec *s, const char *path, const char *const *extra, int n_extra, uint32_t bos,
+                              uint32_t eos) {
+    if (n_extra < 1) return af_fail(AF_ERR_INVALID_ARG, "tm_write_bpe_misfit: n_extra %d < 1", n_extra);
+    const tm_bpe tok = {.extra = extra, .n_extra = n_extra};
+    return tm_write_tok(s, path, &tok, bos, eos);
 }
 
 af_status tm_load(const tm_spec *s, af_model **out) {

@@ -44,6 +44,13 @@ af_status tm_write(const tm_spec *s, const char *path);
 af_status tm_write_bpe(const tm_spec *s, const char *path, const char *const *extra, int n_extra,
                        const char *const *merges, int n_merges);
 
+/* tm_write_bpe without merges, for tests of a tokenizer that does not fit its model: the embedding
+ * has s->vocab rows whatever the tokenizer's 256 + n_extra tokens, and the stored BOS / EOS ids
+ * are `bos` / `eos` (in range or not). Errors: AF_ERR_INVALID_ARG when n_extra < 1; else as
+ * af_gguf_writer_*. */
+af_status tm_write_bpe_misfit(const tm_spec *s, const char *path, const char *const *extra, int n_extra, uint32_t bos,
+                              uint32_t eos);
+
 /* Write to a unique temporary file and load it; the file is removed after loading (the mapping
  * stays valid). *out: free with af_model_free. */
 af_status tm_load(const tm_spec *s, af_model **out);

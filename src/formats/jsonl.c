@@ -3,6 +3,7 @@
  */
 #include "formats/jsonl.h"
 #include "core/fsutil.h"
+#include "formats/json_nul.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -377,11 +378,15 @@ af_status af_jsonl_parse_object(const char *path, long ln, const char *line, siz
     size_t k = end ? (size_t)(end - line) : len;
     while (k < len && is_space(line[k])) k++;
     af_status st = AF_OK;
+    char where[64];
     if (k < len)
         st = af_fail(AF_ERR_FORMAT, "%s:%ld: invalid JSON at column %zu: unexpected text after the object", path,
                      ln, k + 1);
     else if (!cJSON_IsObject(root))
         st = af_fail(AF_ERR_FORMAT, "%s:%ld: expected a JSON object, got %s", path, ln, af_json_type_name(root));
+    else if (af_json_nul_path(line, len, where, sizeof where))
+        st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s' holds a NUL character (\\u0000); text with NUL characters is not accepted",
+                     path, ln, where);
     if (st != AF_OK) {
         cJSON_Delete(root);
         return st;

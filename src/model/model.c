@@ -469,6 +469,7 @@ static af_status load_hf(af_model *m, const char *dir) {
     }
     model_plan_free(&pl);
     m->pad_token_id = h.pad_token_id;
+    const int64_t h_bos = h.bos_token_id, h_eos = h.eos_token_id;
     af_hf_config_free(&h);
     if (st != AF_OK) return st;
     /* A model without a usable tokenizer still runs on token ids; the CLI reports it. */
@@ -479,7 +480,9 @@ static af_status load_hf(af_model *m, const char *dir) {
         af_clear_error();
         if (ts == AF_ERR_NOMEM) return af_fail(AF_ERR_NOMEM, "%s", m->tok_error);
     }
-    return AF_OK;
+    const char *const names[] = {"config.json bos_token_id", "config.json eos_token_id", "config.json pad_token_id"};
+    const int64_t ids[] = {h_bos, h_eos, m->pad_token_id};
+    return model_tok_check(m, dir, names, ids, 3);
 }
 
 static int is_dir(const char *path) {
@@ -518,6 +521,7 @@ af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out) {
                 snprintf(m->tok_error, sizeof m->tok_error, "%s", af_last_error());
                 af_clear_error();
             }
+            if (st == AF_OK) st = model_tok_check_gguf(m, path);
         }
     }
     if (st == AF_OK && ctx->quantize != AF_TYPE_F32) st = af_model_requantize(m, ctx->quantize, NULL, NULL);

@@ -26,4 +26,12 @@ void model_plan_free(lplan *pl);
 /* 1 when the architecture's HF checkpoints store norm weights as w used as 1 + w (gemma3). */
 int model_arch_hf_norm_plus_one(const char *arch);
 
+/* model_tokcheck.c: refuse a tokenizer that does not fit m (m->tok NULL: nothing to check): more
+ * tokens than embedding rows, fewer than half as many, or one of ids[0..n_ids) (special-token ids
+ * as stored, named by names[i]) outside [0, tokens) (-1 and 2^32-1 mean "none"). Errors:
+ * AF_ERR_FORMAT naming `label`, the count or the key and the value. model_tok_check_gguf reads the
+ * tokenizer.ggml.*_token_id keys present in m->gguf and checks them. */
+af_status model_tok_check(const af_model *m, const char *label, const char *const *names, const int64_t *ids, int n_ids);
+af_status model_tok_check_gguf(const af_model *m, const char *path);
+
 #endif /* AF_MODEL_LOAD_H */

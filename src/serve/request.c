@@ -3,6 +3,8 @@
  * llama.cpp's server README (top_k, lora). */
 #include "serve/serve.h"
 
+#include "formats/json_nul.h"
+
 #include <cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -246,7 +248,10 @@ int srv_req_parse(srv_kind kind, const char *body, size_t len, srv_req *r, srv_e
         return BAD(NULL, "the body is not valid JSON (error near byte %zu)", at);
     }
     int ok = 1;
-    if (!cJSON_IsObject(o)) ok = BAD(NULL, "the body must be a JSON object");
+    char where[64];
+    if (af_json_nul_path(body, len, where, sizeof where))
+        ok = BAD(where, "'%s' holds a NUL character (\\u0000); text with NUL characters is not accepted", where);
+    if (ok && !cJSON_IsObject(o)) ok = BAD(NULL, "the body must be a JSON object");
     const cJSON *m = ok ? cJSON_GetObjectItemCaseSensitive(o, "model") : NULL;
     if (ok && m && !cJSON_IsNull(m)) {
         if (!cJSON_IsString(m)) ok = BAD("model", "'model' must be a string");

@@ -6,6 +6,7 @@
 #include "serve/engine_internal.h"
 
 #include "core/core.h"
+#include "formats/json_nul.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -37,6 +38,12 @@ static void wait_done(srv *s, int timeout_ms) {
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
     pthread_cond_timedwait(&s->done, &s->mu, &ts);
+}
+
+void srv_wait_change(srv *s, int timeout_ms) {
+    pthread_mutex_lock(&s->mu);
+    wait_done(s, timeout_ms);
+    pthread_mutex_unlock(&s->mu);
 }
 
 int srv_job_wait(srv *s, srv_job *j, int timeout_ms) {
@@ -233,7 +240,15 @@ char *srv_lora_json(srv *s) {
 
 static cJSON *parse_body(const char *body, size_t len, srv_err *err) {
     cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!o) srv_err_set(err, 400, "invalid_request_error", NULL, NULL, "the body is not valid JSON");
+    char where[64];
+    if (!o) {
+        srv_err_set(err, 400, "invalid_request_error", NULL, NULL, "the body is not valid JSON");
+    } else if (af_json_nul_path(body, len, where, sizeof where)) { /* a path cut at a NUL names another file */
+        srv_err_set(err, 400, "invalid_request_error", NULL, where,
+                    "'%s' holds a NUL character (\\u0000); text with NUL characters is not accepted", where);
+        cJSON_Delete(o);
+        o = NULL;
+    }
     return o;
 }
 

@@ -96,7 +96,9 @@ int srv_busy(srv *s);
 /* Hand a parsed request to the scheduler (the request moves into the job, also on error). On success
  * *out is a job with two references (the caller's and the scheduler's). 0 + *err on error. */
 int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err);
-/* Wait up to timeout_ms for the job to end. 1: ended. */
+/* Wait up to timeout_ms for the scheduler's next change (a token, a job ended or failed). */
+void srv_wait_change(srv *s, int timeout_ms);
+/* Wait up to timeout_ms for the job to end (0: just look). 1: ended. */
 int srv_job_wait(srv *s, srv_job *j, int timeout_ms);
 /* The job's result when it ended: 200 and the JSON body (malloc'ed), or an error status and the
  * error object. */

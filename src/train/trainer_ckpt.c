@@ -2,6 +2,7 @@
  * trainer state (save / load / compatibility check), checkpoint rotation, metrics.jsonl truncation
  * on resume, and the gnuplot curves (see trainer.h for the layout). */
 #include "train/trainer_internal.h"
+#include "train/run_lock.h"
 
 #include "core/fsutil.h"
 #include "train/dist.h"
@@ -247,7 +248,7 @@ static af_status write_state(const af_trainer *t, const char *dir, const float *
     char ws[16];
     snprintf(ws, sizeof ws, "%d", (int)af_dist_size());
     keys[N_CHECK + 2] = "world_size", vals[N_CHECK + 2] = ws;
-    keys[N_CHECK + 3] = "gradient_sum", vals[N_CHECK + 3] = af_dist_on() ? "per-micro-batch, in micro-batch order" : "accumulated in place";
+    keys[N_CHECK + 3] = "gradient_sum", vals[N_CHECK + 3] = "per-micro-batch rows, summed in micro-batch order";
     /* the checkpoint is written with a manifest (af_tr_save_dir): one that lost it is refused */
     keys[N_CHECK + 4] = "manifest", vals[N_CHECK + 4] = AF_MANIFEST_FILE;
     char *path = af_path_join(dir, STATE_FILE);
@@ -377,6 +378,20 @@ done:
     return st;
 }
 
+/* The name of the newest checkpoint-N directory in out_dir (1) or 0 when there is none. */
+static int newest_ckpt(const char *out_dir, char *name, size_t cap) {
+    DIR *d = opendir(out_dir);
+    if (!d) return 0;
+    int64_t best = -1;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (af_tr_ckpt_step(e->d_name) > best) best = af_tr_ckpt_step(e->d_name);
+    closedir(d);
+    if (best < 0) return 0;
+    snprintf(name, cap, "checkpoint-%lld", (long long)best);
+    return 1;
+}
+
 af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, const float *M, const float *V,
                          const af_run_state *rs, const char *selected_by) {
     const af_trainer_opts *o = &t->o;
@@ -481,9 +496,13 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         char keep[1024];
         const char *m = af_last_error();
         size_t lt = strlen(tmp);
-        if (fin && !strncmp(m, tmp, lt))
-            snprintf(keep, sizeof keep, had_old ? "%s%s (not saved; the previous %s is kept)" : "%s%s (not saved; there is no earlier %s)",
-                     fin, m + lt, name);
+        char last[64];
+        if (fin && !strncmp(m, tmp, lt) && had_old)
+            snprintf(keep, sizeof keep, "%s%s (not saved; the previous %s is kept)", fin, m + lt, name);
+        else if (fin && !strncmp(m, tmp, lt) && newest_ckpt(o->output_dir, last, sizeof last))
+            snprintf(keep, sizeof keep, "%s%s (not saved; the last good checkpoint is %s/%s)", fin, m + lt, o->output_dir, last);
+        else if (fin && !strncmp(m, tmp, lt))
+            snprintf(keep, sizeof keep, "%s%s (not saved; there is no earlier checkpoint)", fin, m + lt);
         else
             snprintf(keep, sizeof keep, "%s", m);
         (void)rm_tree(tmp);
@@ -752,9 +771,10 @@ af_status af_tr_write_eval_json(const af_trainer *t, const af_metrics *m, int64_
 }
 
 /* Output directory: derive from the checkpoint, refuse another run unless overwrite/resume-in-place. */
-af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out) {
+af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out, int *lock_fd) {
     af_trainer_opts *o = &t->o;
     *owned_out = NULL;
+    *lock_fd = -1;
     char *parent = NULL;
     if (ckpt) {
         char *c = strdup(ckpt);
@@ -776,6 +796,11 @@ af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char
     if (!writer) { /* another rank of a data-parallel run: rank 0 prepares the directory */
         free(parent);
         return AF_OK;
+    }
+    st = af_run_lock(o->output_dir, lock_fd); /* before looking: one writer at a time */
+    if (st != AF_OK) {
+        free(parent);
+        return st;
     }
     if (af_tr_dir_has_run(o->output_dir, what, sizeof what)) {
         char a[PATH_MAX], b[PATH_MAX];

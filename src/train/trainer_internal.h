@@ -259,8 +259,10 @@ af_status af_tr_write_run_json(const af_trainer *t);
 /* OUT/eval.json (atomically): the metrics of the validation evaluation at `step` (per-class table,
  * confusion matrix: af_metrics_to_json), read by the web page of `afinar serve --runs`. */
 af_status af_tr_write_eval_json(const af_trainer *t, const af_metrics *m, int64_t step);
-/* Output directory: derived from the checkpoint when not given (*owned_out then owns it); another
- * run there is refused unless overwrite or resuming in place (rank 0 only: `writer`). */
-af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out);
+/* Output directory: derived from the checkpoint when not given (*owned_out then owns it), locked
+ * for this run first (run_lock.h; *lock_fd: release with af_run_unlock, also after an error; -1
+ * when not taken); another run there is refused unless overwrite or resuming in place (rank 0
+ * only: `writer`). */
+af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out, int *lock_fd);
 
 #endif /* AF_TRAINER_INTERNAL_H */

@@ -3,6 +3,7 @@
  * optimizer step itself (accumulation, dropout seeds, clipping, AdamW, the non-finite skip and its
  * report) is the public trainer's (af_lora_trainer, api.c), driven through train/api_internal.h. */
 #include "train/trainer_internal.h"
+#include "train/run_lock.h"
 
 #include "core/fsutil.h"
 #include "train/dist.h"
@@ -294,6 +295,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
                                         : "use --checkpointing, or a smaller --batch or --max-seq-len");
     const double t_start = now();
     char *ckpt = NULL, *owned_out = NULL;
+    int run_lock = -1; /* the output directory's lock (run_lock.h), held to the end */
     loop L;
     memset(&L, 0, sizeof L);
     L.t = t;
@@ -342,7 +344,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
         if (st == AF_OK) st = af_lora_trainer_upload_state(L.lt, L.hP, L.hM, L.hV);
         if (st == AF_OK) st = af_lora_trainer_set_optim_state(L.lt, NULL, NULL, &L.rs.adam_t, &L.rs.step);
     }
-    if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L.writer, &owned_out);
+    if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L.writer, &owned_out, &run_lock);
     if (st == AF_OK && ckpt && L.writer) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
     if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L.bt);
     if (st == AF_OK && L.writer) st = af_tr_write_run_json(t);
@@ -592,6 +594,7 @@ out:
         af_tr_plot(o->output_dir, o->log);
     }
     free_loop(&L);
+    af_run_unlock(o->output_dir, run_lock);
     if (owned_out) o->output_dir = NULL;
     free(owned_out);
     free(ckpt);
