@@ -80,27 +80,34 @@ class Flag:
         return ctypes.pointer(self.value)
 
 
-def run_interruptible(call: Callable[[], object], on_interrupt: Callable[[int], None]):
+def run_interruptible(call: Callable[[], object], on_interrupt: Callable[[int], None],
+                      cancel_event=None, on_cancel: Optional[Callable[[], None]] = None):
     """Run `call()` on a worker thread and wait for it. A KeyboardInterrupt in this thread calls
     on_interrupt(n) (n = 1 for the first Ctrl-C, 2 for the second, ...), which sets the library's
     flag; the wait goes on until the call returns, then the KeyboardInterrupt is raised again.
-    Returns call()'s result or raises what it raised (af_last_error is per thread: `call` must turn
+    cancel_event (a threading.Event, may be None): once set (from any thread), on_cancel() is called
+    once. Returns call()'s result or raises what it raised (af_last_error is per thread: `call` must turn
     a failure into an exception itself)."""
     box = {}
+    done = threading.Event()  # not Thread.join: a join interrupted by Ctrl-C may report the thread dead
 
     def work():
         try:
             box["r"] = call()
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
             box["e"] = e
+        finally:
+            done.set()
 
     t = threading.Thread(target=work, name="afinar-worker", daemon=True)
     t.start()
     interrupts = 0
     while True:
         try:
-            while t.is_alive():
-                t.join(0.05)
+            while not done.wait(0.05):
+                if cancel_event is not None and on_cancel is not None and cancel_event.is_set():
+                    on_cancel()
+                    on_cancel = None
             break
         except KeyboardInterrupt:
             interrupts += 1

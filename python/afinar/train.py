@@ -244,7 +244,7 @@ def _settings(model_or_path, train_data, eval_data, output_dir, task, settings, 
 
 
 def train(model_or_path=None, train=None, eval=None, output_dir=None, task: Optional[str] = None,
-          progress: Union[bool, Callable] = True, verbose: bool = False, **settings) -> dict:
+          progress: Union[bool, Callable] = True, verbose: bool = False, cancel=None, **settings) -> dict:
     """Fine-tune LoRA adapters (and a classification head) — what ``afinar train`` runs.
 
     model_or_path  an afinar.Model (its path, device and quantize are used) or a GGUF / HF path.
@@ -259,6 +259,8 @@ def train(model_or_path=None, train=None, eval=None, output_dir=None, task: Opti
                    f(phase: str, current: int, total: int), phase "train" (optimizer steps) or
                    "eval" (validation samples), called on the training thread.
     verbose        True: the library's report and progress lines on stderr.
+    cancel         a threading.Event: once set (e.g. from a notebook button's thread) the run stops
+                   at the next layer and afinar.Cancelled is raised; checkpoints already written stay.
     **settings     afinar's keys (lr, epochs, max_steps, batch, grad_accum, max_seq_len, lora_r,
                    lora_alpha, lora_dropout, targets, lora_layers, seed, eval_every, save_every,
                    recipe, ...: ``afinar train --help``, with '_' or '-') or TRL / transformers / PEFT
@@ -279,7 +281,7 @@ def train(model_or_path=None, train=None, eval=None, output_dir=None, task: Opti
     diagnostics), NotFound, Unsupported, OutOfMemory, DeviceError, Cancelled.
     """
     s, given = _settings(model_or_path, train, eval, output_dir, task, settings, False)
-    interrupt, cancel = Flag(), Flag()
+    interrupt, cancel_flag = Flag(), Flag()
     cb, close = _progress_hook(progress)
     errors = []
 
@@ -288,10 +290,10 @@ def train(model_or_path=None, train=None, eval=None, output_dir=None, task: Opti
             cb(phase.decode(), int(cur), int(tot))
         except BaseException as e:  # noqa: BLE001 - stop the run, raise it afterwards
             errors.append(e)
-            cancel.set()
+            cancel_flag.set()
 
     cfn = _lib.PROGRESS_FN(progress_c) if cb else _lib.PROGRESS_FN()
-    hooks = _lib.TrainHooks(2 if verbose else -1, interrupt.ptr, cancel.ptr, cfn, None)
+    hooks = _lib.TrainHooks(2 if verbose else -1, interrupt.ptr, cancel_flag.ptr, cfn, None)
     box = {}
 
     def call():
@@ -302,19 +304,20 @@ def train(model_or_path=None, train=None, eval=None, output_dir=None, task: Opti
         return box["json"]
 
     def on_interrupt(k):
-        (interrupt if k == 1 else cancel).set()
+        (interrupt if k == 1 else cancel_flag).set()
 
     try:
         try:
-            text = run_interruptible(call, on_interrupt)
-        except KeyboardInterrupt as ki:
+            text = run_interruptible(call, on_interrupt, cancel, cancel_flag.set)
+        except KeyboardInterrupt:
             res = _result(box.get("json"))
-            ki.result = res
-            raise KeyboardInterrupt("training interrupted after step %s; %s" % (
+            ki = KeyboardInterrupt("training interrupted after step %s; %s" % (
                 res.get("steps_done", "?"),
-                ("checkpoint: %s (resume with afinar.train(..., resume=%r))"
+                ("checkpoint: %s (resume with afinar.train(resume=%r))"
                  % (res["last_checkpoint"], res.get("output_dir"))) if res.get("last_checkpoint")
-                else "no checkpoint was written")) from None
+                else "no checkpoint was written"))
+            ki.result = res
+            raise ki from None
         except BaseException:
             if errors:
                 raise errors[0] from None
