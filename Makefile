@@ -6,6 +6,7 @@
 #   make install PREFIX=/usr/local   header, libs, afinar.pc, CLI
 #   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
 #   make check-llamacpp  export/merge cross-checks against llama.cpp (builds .venv-llamacpp once)
+#   make test-python  the Python package's pytest suite and examples (python/, docs/PYTHON.md)
 # Options: DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder. Threads: the library's own
 # worker pool (src/core/pool.c, POSIX threads); OpenMP is not used.
 
@@ -107,7 +108,7 @@ TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh
 TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_vulkan_model test_vulkan_cli test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
 TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
 
-.PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp
+.PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp test-python
 all: probe lib cli
 
 # The link flags of a program that links build/libafinar.a (the reference scripts in tests/ref/
@@ -239,3 +240,8 @@ clean:
 # Dependency files: an empty rule so a missing one marks its output out of date (see DEPFLAGS).
 $(BUILD)/%.d: ;
 .PRECIOUS: $(BUILD)/%.d
+
+# The Python package (python/): pytest suite and examples over $(BUILD)/libafinar.so in the venv
+# .venv-python (made once); `scripts/test_python.sh --fresh` tests a fresh `pip install ./python`.
+test-python: lib cli
+	BUILD=$(BUILD) bash scripts/test_python.sh
