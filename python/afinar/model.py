@@ -6,6 +6,7 @@ import codecs
 import ctypes
 import json
 import os
+import warnings
 from ctypes import POINTER, byref, c_char_p, c_float, c_int32, c_size_t, c_uint64, c_void_p
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
@@ -399,6 +400,9 @@ class Model:
             c = c_void_p()
             check(lib.af_classifier_load(self._ctx, None, self._live(), path_bytes(adapter, "adapter"), byref(c)))
             self._classifiers[key] = c
+            note = lib.af_classifier_note(c)
+            if note:  # what the loader assumed for a PEFT adapter without afinar.json
+                warnings.warn(note.decode("utf-8", "replace"), stacklevel=3)
         return self._classifiers[key]
 
     def classify(self, texts: Union[str, Sequence[str]], adapter, batch_size: int = 8,
