@@ -56,6 +56,9 @@ class BuildWithMake(build_py):
             dst = os.path.join(self.build_lib, "afinar", "libafinar.so")
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copyfile(so, dst)
+            # the Makefile compiles with -g: ship the library without its debug sections (symbols stay)
+            if shutil.which("strip"):
+                subprocess.run(["strip", "--strip-debug", dst])
         finally:
             if not keep:
                 shutil.rmtree(bdir, ignore_errors=True)

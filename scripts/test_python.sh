@@ -6,7 +6,8 @@
 #   scripts/test_python.sh --fresh  what a user does: a new venv, `pip install ./python pytest pandas
 #                                   tqdm` (the package's build step compiles the library with `make lib`;
 #                                   the install time is printed), pytest and the examples against the
-#                                   installed package (.ci/run)
+#                                   installed package (.ci/run). AFINAR_BUILD_DIR=$PWD/build lets the
+#                                   package's build step reuse the objects `make` just built there
 # Prints "RESULT test_python passed=N failed=N skipped=N" and exits non-zero when a test fails or none
 # was collected (pytest's exit code 5 counts as a failure: the suite must exist).
 set -uo pipefail

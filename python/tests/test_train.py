@@ -127,3 +127,12 @@ def test_cancel_event(smol_path, tmp_path):
         afinar.train(smol_path, train=sentiment(16), output_dir=str(tmp_path / "c"), progress=on_progress,
                      cancel=ev, **dict(TINY_RUN, max_steps=50))
     assert e.value.status_name == "AF_ERR_CANCELLED"
+
+
+def test_setting_names():
+    keys = afinar.setting_keys()
+    assert {"lr", "batch", "grad-accum", "max-seq-len", "lora-r", "targets", "output"} <= set(keys)
+    assert keys["lr"]["kind"] == "number" and keys["batch"]["kind"] == "int" and keys["plot"]["kind"] == "bool"
+    # every TRL / transformers / PEFT name maps to a key the library knows
+    missing = {trl: k for trl, k in afinar.TRL_NAMES.items() if k not in keys}
+    assert not missing, missing
