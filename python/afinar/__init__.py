@@ -13,11 +13,13 @@ from ._lib import LIBRARY_PATH, lib as _clib
 from .errors import (Cancelled, DeviceError, Error, InvalidInput, NotFound, OutOfMemory,
                      Unsupported)
 from .model import Model
-from .train import TRL_NAMES, check_settings, evaluate, export, merge, setting_keys, train
+from .train import (TRL_NAMES, check_settings, convert, evaluate, export, merge, merge_adapters, setting_keys,
+                    train)
 
 __version__ = _clib.af_version().decode()
 """The C library's version (include/afinar.h AF_VERSION_*)."""
 
-__all__ = ["Model", "train", "check_settings", "evaluate", "export", "merge", "setting_keys", "TRL_NAMES",
+__all__ = ["Model", "train", "check_settings", "evaluate", "export", "merge", "convert", "merge_adapters",
+           "setting_keys", "TRL_NAMES",
            "Error", "InvalidInput", "NotFound", "Unsupported", "OutOfMemory", "DeviceError", "Cancelled",
            "LIBRARY_PATH", "__version__"]

@@ -97,6 +97,26 @@ class MergeStats(Structure):
                 ("requant_rms", c_double), ("base_requant_rms", c_double), ("_reserved", c_char * _RESERVED)]
 
 
+class ConvertOpts(Structure):
+    _fields_ = [("type", c_char_p), ("overwrite", c_int), ("log", c_void_p), ("_reserved", c_char * _RESERVED)]
+
+
+class ConvertStats(Structure):
+    _fields_ = [("tensors", c_int32), ("converted", c_int32), ("fallback", c_int32), ("folded_q_scale", c_int32),
+                ("bytes", c_uint64), ("_reserved", c_char * _RESERVED)]
+
+
+class AdapterMergeOpts(Structure):
+    _fields_ = [("method", c_int), ("weights", POINTER(c_double)), ("n_weights", c_int32), ("density", c_double),
+                ("rank", c_int32), ("seed", c_uint64), ("majority_sign_frequency", c_int), ("overwrite", c_int),
+                ("n_threads", c_int), ("_reserved", c_char * _RESERVED)]
+
+
+class AdapterMergeReport(Structure):
+    _fields_ = [("rank", c_int32), ("n_projections", c_int32), ("has_head", c_int), ("max_rel_error", c_double),
+                ("worst_layer", c_int32), ("worst_proj", c_char * 16), ("_reserved", c_char * _RESERVED)]
+
+
 class SettingInfo(Structure):
     _fields_ = [("name", c_char_p), ("kind", c_int), ("short_opt", c_int), ("lo", c_double),
                 ("hi", c_double), ("arg", c_char_p), ("help", c_char_p)]
@@ -183,6 +203,11 @@ _decl("af_train_settings_run", st, af_settings_p, POINTER(TrainHooks), c_int, PO
 # adapters elsewhere
 _decl("af_adapter_export_gguf", st, c_char_p, c_char_p, c_char_p, c_int)
 _decl("af_merge_adapter", st, c_char_p, c_char_p, c_char_p, POINTER(MergeOpts), POINTER(MergeStats))
+_decl("af_model_convert", st, c_char_p, c_char_p, POINTER(ConvertOpts), POINTER(ConvertStats))
+_decl("af_adapter_merge_opts_default", None, POINTER(AdapterMergeOpts))
+_decl("af_merge_method_parse", st, c_char_p, POINTER(c_int))
+_decl("af_adapter_merge", st, POINTER(c_char_p), c_int32, c_char_p, POINTER(AdapterMergeOpts),
+      POINTER(AdapterMergeReport))
 
 # memory the library malloc'ed and hands to the caller (af_tokenize ids, texts): freed with the C
 # library's free, which is the one libafinar.so uses (the process's libc)

@@ -7,7 +7,7 @@ import difflib
 import json
 import math
 import os
-from ctypes import POINTER, byref, c_float, c_int32, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int, c_int32, c_void_p
 from typing import Callable, Dict, Optional, Union
 
 import numpy as np
@@ -520,4 +520,61 @@ def merge(model_path, adapter, out_path, dtype: Optional[str] = None, overwrite:
             "requant_rms": stt.requant_rms, "base_requant_rms": stt.base_requant_rms}
 
 
-__all__ = ["train", "check_settings", "evaluate", "export", "merge", "setting_keys", "TRL_NAMES"]
+def convert(hf_dir, out_path, dtype: Optional[str] = None, overwrite: bool = False) -> dict:
+    """Convert the Hugging Face checkpoint directory `hf_dir` to the GGUF `out_path` (llama.cpp's
+    names and metadata, the tokenizer included) — ``afinar convert``. dtype: None / "keep" (each
+    tensor's stored type: exact for F32/F16/BF16) or "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1",
+    "q5_0", "q5_1", "q4_k", "q6_k". Written atomically. Returns {"tensors", "converted",
+    "fallback", "bytes"}. Raises InvalidInput (unknown dtype, not a directory, out_path exists
+    without overwrite), NotFound, Unsupported (architecture)."""
+    o = _lib.ConvertOpts()
+    tb = None if dtype is None else to_bytes(dtype, "dtype")
+    o.type = tb
+    o.overwrite = int(bool(overwrite))
+    stt = _lib.ConvertStats()
+    check(lib.af_model_convert(path_bytes(hf_dir, "hf_dir"), path_bytes(out_path, "out_path"), byref(o), byref(stt)))
+    return {"tensors": stt.tensors, "converted": stt.converted, "fallback": stt.fallback, "bytes": stt.bytes}
+
+
+def merge_adapters(adapters, out_dir, method: str = "linear", weights=None, density: Optional[float] = None,
+                   rank: int = 0, seed: int = 0, majority_sign: str = "total", overwrite: bool = False) -> dict:
+    """Merge several LoRA adapter directories of one base model into one — ``afinar merge-adapters``
+    (PEFT's add_weighted_adapter methods on each projection's ΔW = s·B·A): method "linear" / "svd"
+    (Σ w_i ΔW_i), "cat" (exact, rank Σ r_i), "ties", "dare-ties", "dare-linear", "magnitude-prune"
+    (those four need density in (0, 1]). weights: one float per adapter (default 1 each); rank: of
+    the result (0: the largest input rank); seed: DARE masks; majority_sign: "total" or "frequency".
+    Classification heads are combined linearly. Written as a whole (temporary directory + rename).
+    Returns {"rank", "n_projections", "has_head", "max_rel_error" (truncation error |ΔW - B·A|_F /
+    |ΔW|_F), "worst_layer", "worst_proj"}. Raises InvalidInput (naming the adapter and field), NotFound."""
+    if isinstance(adapters, (str, os.PathLike)) or not isinstance(adapters, (list, tuple)) or not adapters:
+        raise _bad("adapters: expected a non-empty list of adapter directories")
+    dirs = [path_bytes(a, "adapters[%d]" % i) for i, a in enumerate(adapters)]
+    o = _lib.AdapterMergeOpts()
+    lib.af_adapter_merge_opts_default(byref(o))
+    m = c_int()
+    check(lib.af_merge_method_parse(to_bytes(method, "method"), byref(m)))
+    o.method = m.value
+    w = None
+    if weights is not None:
+        if not isinstance(weights, (list, tuple)) or len(weights) != len(dirs):
+            raise _bad("weights: expected %d numbers, one per adapter" % len(dirs))
+        w = (c_double * len(weights))(*[float(x) for x in weights])
+        o.weights = w
+        o.n_weights = len(weights)
+    o.density = 0.0 if density is None else float(density)
+    o.rank = check_int(rank, "rank", 0, 1 << 20)
+    o.seed = check_int(seed, "seed", 0, (1 << 64) - 1)
+    if majority_sign not in ("total", "frequency"):
+        raise _bad("majority_sign: 'total' or 'frequency', got %r" % (majority_sign,))
+    o.majority_sign_frequency = int(majority_sign == "frequency")
+    o.overwrite = int(bool(overwrite))
+    rep = _lib.AdapterMergeReport()
+    check(lib.af_adapter_merge((c_char_p * len(dirs))(*dirs), len(dirs), path_bytes(out_dir, "out_dir"), byref(o),
+                               byref(rep)))
+    return {"rank": rep.rank, "n_projections": rep.n_projections, "has_head": bool(rep.has_head),
+            "max_rel_error": rep.max_rel_error, "worst_layer": rep.worst_layer,
+            "worst_proj": rep.worst_proj.decode("utf-8", "replace")}
+
+
+__all__ = ["train", "check_settings", "evaluate", "export", "merge", "convert", "merge_adapters", "setting_keys",
+           "TRL_NAMES"]

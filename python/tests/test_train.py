@@ -136,3 +136,24 @@ def test_setting_names():
     # every TRL / transformers / PEFT name maps to a key the library knows
     missing = {trl: k for trl, k in afinar.TRL_NAMES.items() if k not in keys}
     assert not missing, missing
+
+
+def test_convert_and_merge_adapters(tmp_path):
+    import numpy as np
+    d = os.path.join(FIX, "hf_tiny_llama")
+    out = str(tmp_path / "tiny.gguf")
+    st = afinar.convert(d, out)
+    assert st["tensors"] > 0 and st["bytes"] == os.path.getsize(out)
+    with pytest.raises(afinar.InvalidInput):
+        afinar.convert(d, out)  # exists
+    with afinar.Model(d, threads=1) as a, afinar.Model(out, threads=1) as b:
+        assert np.array_equal(a.logits([1, 2, 3]), b.logits([1, 2, 3]))  # "keep": bit for bit
+    fx = os.path.join(FIX, "adapter_merge")
+    rep = afinar.merge_adapters([os.path.join(fx, "a0"), os.path.join(fx, "a1")], str(tmp_path / "m"),
+                                method="cat")
+    assert rep["n_projections"] > 0 and rep["max_rel_error"] == 0
+    assert os.path.exists(str(tmp_path / "m" / "adapter_model.safetensors"))
+    with pytest.raises(afinar.InvalidInput, match="density"):
+        afinar.merge_adapters([os.path.join(fx, "a0"), os.path.join(fx, "a1")], str(tmp_path / "t"), method="ties")
+    with pytest.raises(afinar.InvalidInput):
+        afinar.merge_adapters([os.path.join(fx, "a0")], str(tmp_path / "u"), method="nope")
