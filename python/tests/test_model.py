@@ -104,3 +104,19 @@ def test_tiny_fixtures():
     # after close, calls fail cleanly
     with pytest.raises(afinar.InvalidInput, match="closed"):
         m.logits([0])
+
+
+def test_ctrl_c_during_prompt(smol):
+    # Ctrl-C while the library evaluates a long prompt: the session's cancel flag stops it at a layer
+    # boundary, KeyboardInterrupt is raised, and the model works afterwards
+    import signal
+    import threading
+    long_prompt = "the cat sat on the mat and " * 150  # ~1100 tokens
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            smol.generate(long_prompt, max_new_tokens=4, temperature=0)
+    finally:
+        timer.cancel()
+    assert smol.generate("1, 2, 3,", max_new_tokens=4, temperature=0)
