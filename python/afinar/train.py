@@ -16,7 +16,7 @@ from . import _lib
 from ._lib import check, lib, take_string
 from ._util import Flag, check_int, path_bytes, run_interruptible, to_bytes
 from .errors import InvalidInput
-from .model import Model, make_ctx
+from .model import Model
 
 # TRL / transformers / PEFT argument names -> afinar setting keys (afinar's own keys are accepted
 # with '-' or '_').

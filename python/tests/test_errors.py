@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import afinar
-from conftest import FIX, ROOT, SMOL, THREADS, TINY_RUN, sentiment
+from conftest import FIX, SMOL, TINY_RUN, sentiment
 
 
 def test_classes():
