@@ -6,6 +6,7 @@
 #   make install PREFIX=/usr/local   header, libs, afinar.pc, CLI
 #   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
 #   make check-llamacpp  export/merge cross-checks against llama.cpp (builds .venv-llamacpp once)
+#   make test-python  the Python package's pytest suite and examples (python/, docs/PYTHON.md)
 # Options: DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder. Threads: the library's own
 # worker pool (src/core/pool.c, POSIX threads); OpenMP is not used.
 
@@ -111,7 +112,7 @@ TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_vulkan_model test_vulkan_cli test
 TEST_ORDER := tests/check_web_ui.sh $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) \
               $(filter-out tests/check_web_ui.sh,$(TEST_SCRIPTS))
 
-.PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp cli-doc
+.PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp cli-doc test-python
 all: probe lib cli
 
 # The link flags of a program that links build/libafinar.a (the reference scripts in tests/ref/
@@ -253,3 +254,8 @@ $(BUILD)/%.d: ;
 # docs/CLI.md from the help texts of the built binary (tests/check_cli_doc.sh fails when it is stale).
 cli-doc: $(BUILD)/afinar
 	sh scripts/gen_cli_doc.sh $(BUILD)/afinar docs/CLI.md
+
+# The Python package (python/): pytest suite and examples over $(BUILD)/libafinar.so in the venv
+# .venv-python (made once); `scripts/test_python.sh --fresh` tests a fresh `pip install ./python`.
+test-python: lib cli
+	BUILD=$(BUILD) bash scripts/test_python.sh

@@ -937,6 +937,24 @@ void af_metrics_print(const af_metrics *m, const char *const *names, FILE *fp);
  * frees with free(). Errors: AF_ERR_INVALID_ARG (NULL m or out), AF_ERR_NOMEM. */
 af_status af_metrics_json(const af_metrics *m, const char *const *names, const char *const *extra, char **out);
 
+/* ---------------------------------------------------------------------------------------------
+ * For bindings (the Python package, python/): a conversation rendered with the chat template
+ * ------------------------------------------------------------------------------------------- */
+
+/* Render the conversation roles[i] / contents[i], i in [0, n), with the model's chat template (or
+ * `chat_template` "chatml" | "gemma" | "gemma4"; NULL or "auto": the model's), as training renders
+ * {"messages": [...]} data; add_generation_prompt != 0 appends the assistant header. roles[i] is
+ * "system", "user" or "assistant"; contents[i] holds lens[i] bytes of UTF-8 followed by a NUL
+ * (borrowed for the call). `*out`: the text without the BOS token (af_tokenize adds it; tokenize it
+ * with parse_special = 1), malloc'ed and NUL-terminated, caller frees with free().
+ * Errors: AF_ERR_INVALID_ARG (NULL argument, n < 1 or > 1000000, an unknown role naming its
+ * index, a NUL byte inside a content, an unknown template name), AF_ERR_NOT_FOUND (no tokenizer),
+ * AF_ERR_UNSUPPORTED (no template afinar renders), AF_ERR_FORMAT ("messages[i]: ..." when the
+ * template refuses the order of the turns), AF_ERR_NOMEM. */
+af_status af_chat_apply_template(const af_model *model, const char *chat_template, const char *const *roles,
+                                 const char *const *contents, const size_t *lens, int32_t n,
+                                 int add_generation_prompt, char **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -770,6 +770,41 @@ typedef struct af_convert_stats {
 af_status af_model_convert(const char *dir, const char *out_path, const af_convert_opts *opts,
                            af_convert_stats *stats);
 
+/* ---------------------------------------------------------------------------------------------
+ * For bindings (the Python package, python/): a training run driven by a settings object with the
+ * caller's log, progress and stop flags
+ * ------------------------------------------------------------------------------------------- */
+
+/* What af_train_settings_run passes to the run (every member may be 0 / NULL). */
+typedef struct af_train_hooks {
+    int log_fd;                 /* >= 0: the report and progress lines are written to a duplicate of this
+                                   file descriptor; < 0: silent */
+    volatile int *interrupt;    /* af_trainer_opts.interrupt: finish the step, save a checkpoint, stop */
+    const volatile int *cancel; /* af_trainer_opts.cancel: stop at the next layer, save nothing more */
+    af_progress_fn progress;    /* af_trainer_opts.progress ("train": steps done of total; "eval") */
+    void *progress_user;
+} af_train_hooks;
+
+/* What `afinar train` (check_only = 0) or `afinar check` (check_only = 1) do with the settings `s`
+ * (keys of af_train_setting_keys): with "resume", the checkpoint's own settings
+ * (af_train_settings_read_checkpoint) under those of `s`; af_train_settings_to_opts; the settings
+ * stored as the run's config_json; af_trainer_new; the report to the log; then, for a run, a refusal
+ * when a diagnostic is an error (AF_ERR_INVALID_ARG listing them) or af_trainer_run. `h` may be NULL.
+ * `*result_json` (malloc'ed, caller frees with free(); NULL when nothing ran): for a run
+ *   {"stop": "done"|"early_stopping"|"interrupted"|"nonfinite"|"time_budget", "steps_done",
+ *    "total_steps", "best_step", "best_macro_f1", "eval_accuracy", "eval_macro_f1", "train_loss",
+ *    "best_eval_loss", "eval_loss" (null when not measured), "n_nonfinite", "train_runtime"
+ *    (seconds), "last_checkpoint", "output_dir"}, also when af_trainer_run fails (cancelled,
+ *   non-finite stop, a write error);
+ *   for a dry run {"diagnostics": [{"severity", "code", "message", "recommendation"}], "n_errors",
+ *    "ready"}.
+ * Errors: those of the settings (AF_ERR_INVALID_ARG naming the flag), of resuming
+ * (AF_ERR_NOT_FOUND, AF_ERR_FORMAT, AF_ERR_IO), of af_trainer_new and af_trainer_run
+ * (AF_ERR_CANCELLED after h->cancel), AF_ERR_INVALID_ARG (no "model", "train" or, for a run,
+ * "output"; error diagnostics), AF_ERR_IO (a log_fd that cannot be written). */
+af_status af_train_settings_run(const af_train_settings *s, const af_train_hooks *h, int check_only,
+                                char **result_json);
+
 #ifdef __cplusplus
 }
 #endif
