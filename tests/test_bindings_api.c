@@ -7,7 +7,7 @@
  *    the progress callback sees every step, an interrupt flag set from the callback stops after the
  *    step with a checkpoint, and "resume" continues that run to its end.
  * Runs on SmolLM2 (skipped when models/ lacks it). */
-#include "afinar.h"
+#include "afinar_app.h"
 #include "testlib.h"
 
 #include <stdio.h>

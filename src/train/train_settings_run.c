@@ -4,7 +4,7 @@
  * turned into options, the report, the refusal on error diagnostics, the run — with the caller's
  * log descriptor, progress callback and interrupt / cancel flags, and the outcome as JSON (so the
  * caller needs no mirror of af_train_result). */
-#include "afinar.h"
+#include "afinar_app.h"
 
 #include "core/core.h"
 #include "core/fsutil.h"
