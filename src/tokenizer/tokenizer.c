@@ -360,7 +360,8 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &sp.add_bos)) != AF_OK) goto done;
     if (gemma4) sp.add_bos = true; /* as llama.cpp (llama-vocab.cpp: overridden to true for Gemma 4) */
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", false, &sp.add_eos)) != AF_OK) goto done;
-    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", false, &sp.add_space_prefix)) != AF_OK)
+    /* missing key: llama.cpp's default (true for SentencePiece: Llama 2, Phi-3, Mistral v1 files) */
+    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", spm, &sp.add_space_prefix)) != AF_OK)
         goto done;
     af_gguf_str tmpl;
     if (af_gguf_find(g, "tokenizer.chat_template")) {
@@ -376,6 +377,8 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     sp.pre_len = (size_t)pre.len;
     /* Qwen2/2.5/3 tokenizer.json normalise to NFC; their GGUF pre-tokenizer name says so */
     sp.nfc = !spm && af_gguf_str_eq(pre, "qwen2");
+    /* Llama 3's tokenizer.json sets BPE ignore_merges (llama.cpp: pre llama-bpe does the same) */
+    sp.ignore_merges = !spm && (af_gguf_str_eq(pre, "llama-bpe") || af_gguf_str_eq(pre, "llama3"));
     st = af_tok_build(t, &sp);
 done:
     free(tok);
