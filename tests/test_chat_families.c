@@ -245,9 +245,11 @@ static void run_family(const char *fixture) {
             free(ids);
             ids = NULL;
             /* the document tokenized piece by piece (training, generation prompt): identical where
-             * the pieces are cut at special tokens; DeepSeek's markers are text in the test vocabularies */
-            bool cut_safe = fam != AF_CHAT_DEEPSEEK_R1 ||
-                            af_tokenizer_find(tok, "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", 15) >= 0;
+             * the pieces are cut at special tokens; DeepSeek's and Mistral's markers are special in
+             * their own vocabularies but text in the test ones (Llama 3 / Qwen2, Llama 2) */
+            bool cut_safe = (fam != AF_CHAT_DEEPSEEK_R1 ||
+                             af_tokenizer_find(tok, "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", 15) >= 0) &&
+                            (fam != AF_CHAT_MISTRAL || af_tokenizer_find(tok, "[/INST]", 7) >= 0);
             st = af_chat_doc_tokenize(tok, d, &ids, &mask, &n);
             if (cut_safe) same = same && st == AF_OK && n == nw && (!n || !memcmp(ids, want, n * sizeof *ids));
             s.ids_checked++;

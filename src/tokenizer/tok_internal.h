@@ -73,6 +73,8 @@ struct af_tokenizer {
     /* spm */
     bool add_space_prefix;
     bool prefix_unless_space;  /* HF Metaspace: no prefix when the text already starts with ' ' */
+    bool prefix_each_segment;  /* the prefix also after every special token (llama.cpp SPM; HF Prepend
+                                  normalizer / Metaspace "always", applied per split), not only at the start */
     bool spm_rank_by_id;       /* Gemma: merge priority = lower merged-token id (see spm.c) */
 
     char *chat_template; /* owned copy or NULL */
@@ -104,6 +106,7 @@ typedef struct af_tok_spec {
     int32_t bos, eos, unk, eot, eom; /* ids in [0, n) or -1 */
     bool add_bos, add_eos, add_space_prefix;
     bool prefix_unless_space; /* HF Metaspace prepend: not when the text starts with ' ' */
+    bool prefix_each_segment; /* see af_tokenizer */
     bool spm_rank_by_id;      /* without explicit merges: Gemma's rank (spm.c) */
     const char *chat_template; /* or NULL */
     size_t chat_template_len;

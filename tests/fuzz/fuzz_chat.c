@@ -49,9 +49,10 @@ af_status fz_chat_one(const uint8_t *data, size_t size) {
     while (p < end && n < 32) {
         const uint8_t *q = memchr(p, 0x1E, (size_t)(end - p));
         if (!q) q = end;
-        m[n].role = (af_chat_role)(p[0] % 3);
-        m[n].content = (const char *)p + 1;
-        m[n].len = (size_t)(q - p) - 1;
+        size_t seg = (size_t)(q - p); /* an empty record is an empty user message */
+        m[n].role = seg ? (af_chat_role)(p[0] % 3) : AF_ROLE_USER;
+        m[n].content = (const char *)p + (seg ? 1 : 0);
+        m[n].len = seg ? seg - 1 : 0;
         n++;
         p = q + 1;
     }

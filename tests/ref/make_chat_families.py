@@ -12,9 +12,10 @@ llama.cpp's ggml-vocab-*.gguf.inp/.out pairs (ids written by each model's own Hu
 tokenizer); it stops if any of those differs.
     Llama 3  BPE(ignore_merges) + Split(llama3 regex, isolated) + ByteLevel(use_regex=False)
     Qwen2    NFC + BPE + Split(qwen2 regex, isolated) + ByteLevel(use_regex=False)
-SentencePiece vocabularies (Phi-3, Llama 2 for the [INST] layout) and the Gemma families are
-checked on the rendered text only here (T/H lines, no I/G lines): no reference SentencePiece
-tokenizer runs without torch in this venv.
+    Phi-3, Llama 2 (SentencePiece)  the `sentencepiece` library on a model rebuilt from the GGUF
+             (SpmReference below), text split at control tokens as llama.cpp does.
+Gemma 2 is checked on the rendered text only (T/H lines, no I/G lines): its tokenizer reference
+(transformers' GGUF conversion, tests/ref/make_chat_fixture.py) needs torch.
 
 It also writes the 1,160-string tokenizer parity fixtures of the Llama 3 and Qwen2 pre-tokenizers
 (tests/fixtures/tokenizer_{llama3,qwen2}.txt; corpus and format of make_tokenizer_fixture.py).
@@ -73,6 +74,12 @@ def bpe_tokenizer(gguf_name, regex, nfc, ignore_merges):
     return tk, tokens
 
 
+def encode_ids(tk, text):
+    if isinstance(tk, SpmReference):
+        return tk.encode(text)
+    return tk.encode(text, add_special_tokens=False).ids
+
+
 def check_inp_out(gguf_name, tk):
     base = os.path.join(VOCAB, gguf_name)
     inp = open(base + ".inp", encoding="utf-8").read().split("\n__ggml_vocab_test__\n")
@@ -80,11 +87,59 @@ def check_inp_out(gguf_name, tk):
     n = 0
     for s, o in zip(inp, out):
         want = [int(x) for x in o.split()]
-        got = tk.encode(s, add_special_tokens=False).ids
+        got = encode_ids(tk, s)
         if got != want:
             sys.exit("%s: the rebuilt tokenizer differs from the real one on %r" % (gguf_name, s))
         n += 1
     print("%s: rebuilt tokenizer = real tokenizer on %d llama.cpp test strings" % (gguf_name, n))
+
+
+class SpmReference:
+    """SentencePiece (the `sentencepiece` library) on a model rebuilt from the GGUF's pieces, scores
+    and types (BPE, byte fallback, dummy prefix), proven equal to the real tokenizer on llama.cpp's
+    .inp/.out. Text with special tokens is split at the control tokens first (leftmost, longest)
+    and each plain segment encoded on its own, so each gets the dummy-prefix space: llama.cpp's
+    rule for SentencePiece vocabularies and that of the legacy Hugging Face Llama/Phi-3
+    tokenizer.json (Prepend normalizer, run on every split between added tokens)."""
+
+    def __init__(self, gguf_name):
+        import sentencepiece as spm
+        from sentencepiece import sentencepiece_model_pb2 as pb
+        strs, ints, f, _ = mtf.read_gguf(os.path.join(VOCAB, gguf_name))
+        self.tokens = strs("tokenizer.ggml.tokens")
+        types = ints("tokenizer.ggml.token_type")
+        sc = f["tokenizer.ggml.scores"]
+        scores = [float(sc.parts[i][0]) for i in sc.data]
+        m = pb.ModelProto()
+        m.trainer_spec.model_type = pb.TrainerSpec.BPE
+        m.trainer_spec.byte_fallback = True
+        m.normalizer_spec.name = "identity"
+        m.normalizer_spec.add_dummy_prefix = True
+        m.normalizer_spec.remove_extra_whitespaces = False
+        m.normalizer_spec.escape_whitespaces = True
+        for i, (t, ty, s) in enumerate(zip(self.tokens, types, scores)):
+            p = m.pieces.add()
+            p.piece, p.score = t, s
+            p.type = ty if ty in (1, 3, 4, 5, 6) or (ty == 2 and i == 0) else 1  # one UNK (id 0)
+        self.sp = spm.SentencePieceProcessor(model_proto=m.SerializeToString())
+        self.special = sorted(((t, i) for i, (t, ty) in enumerate(zip(self.tokens, types)) if ty == 3),
+                              key=lambda x: -len(x[0]))
+
+    def encode(self, text):
+        ids, seg, i = [], 0, 0
+        while i < len(text):
+            hit = next(((t, k) for t, k in self.special if text.startswith(t, i)), None)
+            if not hit:
+                i += 1
+                continue
+            if i > seg:
+                ids += self.sp.encode(text[seg:i])
+            ids.append(hit[1])
+            i += len(hit[0])
+            seg = i
+        if seg < len(text):
+            ids += self.sp.encode(text[seg:])
+        return ids
 
 
 def tiny_host():
@@ -132,9 +187,9 @@ FAMILIES = [
      "ggml-vocab-llama-bpe.gguf", "llama3", "<|begin_of_text|>", "<|end_of_text|>", {}),
     ("deepseek-r1-qwen", "deepseek-r1", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
      "ggml-vocab-qwen2.gguf", "qwen2", "<|endoftext|>", "<|endoftext|>", {"enable_thinking": True}),
-    ("phi3.5", "phi3", "microsoft-Phi-3.5-mini-instruct.jinja", "ggml-vocab-phi-3.gguf", None, "<s>",
+    ("phi3.5", "phi3", "microsoft-Phi-3.5-mini-instruct.jinja", "ggml-vocab-phi-3.gguf", "spm:phi-3", "<s>",
      "<|endoftext|>", {}),
-    ("mistral-nemo", "mistral", "mistralai-Mistral-Nemo-Instruct-2407.jinja", "ggml-vocab-llama-spm.gguf", None,
+    ("mistral-nemo", "mistral", "mistralai-Mistral-Nemo-Instruct-2407.jinja", "ggml-vocab-llama-spm.gguf", "spm:llama-spm",
      "<s>", "</s>", {}),
     ("gemma2", "gemma", "google-gemma-2-2b-it.jinja", "gemma-3-270m-Q4_K_M.gguf", None, "<bos>", "<eos>", {}),
 ]
@@ -150,6 +205,10 @@ def main():
     tk, _ = bpe_tokenizer("ggml-vocab-qwen2.gguf", QWEN2_RE, True, False)
     check_inp_out("ggml-vocab-qwen2.gguf", tk)
     refs["qwen2"] = tk
+    for key, voc in (("spm:phi-3", "ggml-vocab-phi-3.gguf"), ("spm:llama-spm", "ggml-vocab-llama-spm.gguf")):
+        r = SpmReference(voc)
+        check_inp_out(voc, r)
+        refs[key] = r
 
     # 1,160-string pre-tokenizer fixtures
     corpus = mtf.gen_corpus()
@@ -167,7 +226,8 @@ def main():
 
     for k, (name, fam, tpl, voc, ref, bos, eos, kw) in enumerate(FAMILIES):
         template = open(os.path.join(TPL, tpl), encoding="utf-8").read()
-        host = PreTrainedTokenizerFast(tokenizer_object=refs[ref] if ref else tiny_host(),
+        hosted = refs[ref] if ref and not ref.startswith("spm:") else tiny_host()
+        host = PreTrainedTokenizerFast(tokenizer_object=hosted,
                                        bos_token=bos, eos_token=eos)
         lines = ["# %s: %s rendered by transformers' apply_chat_template%s (tests/ref/make_chat_families.py)"
                  % (name, tpl, ", ids by the rebuilt real tokenizer of " + voc if ref else " (text only)"),
@@ -188,8 +248,8 @@ def main():
             lines.append("T " + hexs(t))
             lines.append("H " + hexs(h))
             if ref:
-                lines.append("I " + " ".join(map(str, refs[ref].encode(t, add_special_tokens=False).ids)))
-                lines.append("G " + " ".join(map(str, refs[ref].encode(h, add_special_tokens=False).ids)))
+                lines.append("I " + " ".join(map(str, encode_ids(refs[ref], t))))
+                lines.append("G " + " ".join(map(str, encode_ids(refs[ref], h))))
             n_ok += 1
         with open(os.path.join(OUT, name + ".txt"), "w") as fp:
             fp.write("\n".join(lines) + "\n")
