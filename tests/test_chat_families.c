@@ -340,7 +340,8 @@ int main(void) {
     test_recognition();
     test_llama32_date();
     static const char *const fx[] = {"qwen2.5", "qwen3", "llama3.1", "llama3.2", "deepseek-r1-llama",
-                                     "deepseek-r1-qwen", "phi3.5", "mistral-nemo", "gemma2"};
+                                     "deepseek-r1-qwen", "phi3.5", "mistral-nemo", "gemma2",
+                                     "phi3-mini",  "qwen1.5"};
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
         char p[256];
         snprintf(p, sizeof p, "tests/fixtures/chat/%s.txt", fx[i]);

@@ -142,7 +142,8 @@ static const family_rule kRules[] = {
     {{"<|im_start|>", "<think>"}, AF_CHAT_QWEN3, "a ChatML template with reasoning (<think>) blocks other than Qwen3's"},
     {{"<|im_start|>"}, AF_CHAT_CHATML, NULL},
     {{"<|user|>", "<|assistant|>", "message['role'] == 'system' and message['content']"}, AF_CHAT_PHI3, NULL},
-    {{"<|end|>"}, AF_CHAT_PHI3, "a Phi template other than Phi-3.5's"},
+    {{"<|user|>", "<|assistant|>", "bos_token"}, AF_CHAT_PHI3, NULL}, /* Phi-3-mini's first template */
+    {{"<|end|>"}, AF_CHAT_PHI3, "a Phi template other than Phi-3's and Phi-3.5's"},
     {{"[SYSTEM_PROMPT]"}, AF_CHAT_MISTRAL, "Mistral's v7 (tekken) template with [SYSTEM_PROMPT]"},
     {{"[INST] "}, AF_CHAT_MISTRAL, "Mistral's v1 template (spaces inside [INST] ... [/INST])"},
     {{"[INST]", "[/INST]"}, AF_CHAT_MISTRAL, NULL},

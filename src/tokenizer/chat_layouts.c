@@ -239,8 +239,47 @@ af_status af_chat_render_deepseek_r1(const af_tokenizer *tok, const af_chat_msg 
  * Phi-3.5-mini's template: per message "<|{system|user|assistant}|>\n{content}<|end|>\n" (a system
  * message only when its content is not empty); then the generation prompt "<|assistant|>\n", or
  * without it the EOS token. No BOS. */
+/* Phi-3-mini's first template ("{{ bos_token }}" and no system branch): BOS; system messages are
+ * dropped; per user message "<|user|>\n{content}<|end|>\n<|assistant|>\n"; per assistant message
+ * "{content}<|end|>\n"; no separate generation prompt (a user turn ends with the assistant header). */
+static void render_phi3_mini(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                             af_chat_doc *d) {
+    add_bos(tok, d);
+    int pending_nl = 0; /* a "\n" after "<|assistant|>" or "<|end|>": the head of a following assistant piece */
+    for (int32_t i = 0; i < n; i++) {
+        if (m[i].role == AF_ROLE_SYSTEM) continue;
+        if (m[i].role == AF_ROLE_USER) {
+            if (pending_nl) af_chat_add_str(d, "\n", 0, 0);
+            af_chat_add_str(d, "<|user|>", 0, 0);
+            size_t off = d->len;
+            af_chat_put(d, "\n", 1);
+            af_chat_put(d, m[i].content, m[i].len);
+            af_chat_put(d, "<|end|>", 7);
+            af_chat_end_piece(d, off, 0, 0);
+            af_chat_add_str(d, "\n", 0, 0);
+            af_chat_add_str(d, "<|assistant|>", 0, 0);
+            pending_nl = 1;
+            continue;
+        }
+        int tgt = i >= target_from;
+        size_t off = d->len, head = pending_nl ? 1 : 0;
+        if (pending_nl) af_chat_put(d, "\n", 1);
+        pending_nl = 0;
+        af_chat_put(d, m[i].content, m[i].len);
+        af_chat_put(d, "<|end|>", 7);
+        af_chat_end_piece(d, off, tgt, tgt ? head : 0);
+        pending_nl = 1; /* its "\n" heads a following assistant piece (cut only at special tokens) */
+    }
+    if (pending_nl) af_chat_add_str(d, "\n", 0, 0);
+}
+
 af_status af_chat_render_phi3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
                               int gen, af_chat_doc *d) {
+    const char *tmpl = tok ? tok->chat_template : NULL;
+    if (tmpl && strstr(tmpl, "bos_token") && !strstr(tmpl, "'system'")) {
+        render_phi3_mini(tok, m, n, target_from, d);
+        return AF_OK;
+    }
     for (int32_t i = 0; i < n; i++) {
         if (m[i].role == AF_ROLE_SYSTEM && !m[i].len) continue;
         int tgt = m[i].role == AF_ROLE_ASSISTANT && i >= target_from;

@@ -191,12 +191,16 @@ FAMILIES = [
      "<|endoftext|>", {}),
     ("mistral-nemo", "mistral", "mistralai-Mistral-Nemo-Instruct-2407.jinja", "ggml-vocab-llama-spm.gguf", "spm:llama-spm",
      "<s>", "</s>", {}),
+    ("phi3-mini", "phi3", "llama.cpp-ggml-vocab-phi-3.jinja", "ggml-vocab-phi-3.gguf", "spm:phi-3", "<s>",
+     "<|endoftext|>", {}),
+    ("qwen1.5", "chatml", "llama.cpp-ggml-vocab-qwen2.jinja", "ggml-vocab-qwen2.gguf", "qwen2", None, "<|im_end|>", {}),
     ("gemma2", "gemma", "google-gemma-2-2b-it.jinja", "gemma-3-270m-Q4_K_M.gguf", None, "<bos>", "<eos>", {}),
 ]
 
 
 def main():
     from transformers import PreTrainedTokenizerFast
+    only = set(sys.argv[1:])  # family names to regenerate (default: all)
     os.makedirs(OUT, exist_ok=True)
     refs = {}
     tk, _ = bpe_tokenizer("ggml-vocab-llama-bpe.gguf", LLAMA3_RE, False, True)
@@ -225,6 +229,8 @@ def main():
         print("tokenizer_%s.txt: %d strings" % (name, len(corpus)))
 
     for k, (name, fam, tpl, voc, ref, bos, eos, kw) in enumerate(FAMILIES):
+        if only and name not in only:
+            continue
         template = open(os.path.join(TPL, tpl), encoding="utf-8").read()
         hosted = refs[ref] if ref and not ref.startswith("spm:") else tiny_host()
         host = PreTrainedTokenizerFast(tokenizer_object=hosted,
