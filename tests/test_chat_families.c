@@ -86,6 +86,7 @@ static const char *end_marker(af_chat_family f, const af_tokenizer *tok, char *b
     case AF_CHAT_DEEPSEEK_R1: return "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
     case AF_CHAT_PHI3: return "<|end|>";
     case AF_CHAT_GEMMA: return "<end_of_turn>";
+    case AF_CHAT_GEMMA4: return "<turn|>";
     default: {
         int b = af_token_to_bytes(tok, af_token_eos(tok), 1, buf, cap - 1);
         buf[b > 0 && (size_t)b < cap ? b : 0] = 0;
@@ -95,7 +96,7 @@ static const char *end_marker(af_chat_family f, const af_tokenizer *tok, char *b
 }
 
 typedef struct {
-    long convs, refused, text_ok, ids_checked, ids_ok, mask_ok;
+    long convs, refused, text_ok, ids_checked, ids_ok, mask_ok, own_refusals;
 } stats;
 
 /* Runs of mask = 1: one per assistant message, each decoding to text that ends with the marker. */
@@ -200,6 +201,11 @@ static void run_family(const char *fixture) {
             s.refused++;
             CHECK(refused, "%s: conversation %ld: the template refuses it, afinar rendered it", fam_name, s.convs);
         } else if ((line[0] == 'T' || line[0] == 'H') && ll >= 2) {
+            if (!rendered && fam == AF_CHAT_GEMMA4 && strstr(af_last_error(), "two assistant messages in a row")) {
+                s.own_refusals += line[0] == 'T'; /* documented: a continued model turn is not reproduced */
+                line = nl ? nl + 1 : NULL;
+                continue;
+            }
             if (!CHECK(rendered, "%s: conversation %ld: refused: %s", fam_name, s.convs, af_last_error())) {
                 line = nl ? nl + 1 : NULL;
                 continue;
@@ -268,6 +274,7 @@ static void run_family(const char *fixture) {
         printf("  %-18s %-12s %3ld conversations (%ld refused as the template does), text identical %ld, ids "
                "identical %ld/%ld, loss masks %ld\n", fixture + strlen("tests/fixtures/chat/"), fam_name, s.convs, s.refused,
                s.text_ok, s.ids_ok, s.ids_checked, s.mask_ok);
+        CHECK(s.own_refusals <= 2, "%s: afinar refuses %ld conversations the template renders", fixture, s.own_refusals);
         CHECK(s.convs - s.refused >= 50, "%s: %ld conversations rendered (>= 50 wanted)", fixture, s.convs - s.refused);
     }
     af_tokenizer_free(tok);
@@ -341,7 +348,7 @@ int main(void) {
     test_llama32_date();
     static const char *const fx[] = {"qwen2.5", "qwen3", "llama3.1", "llama3.2", "deepseek-r1-llama",
                                      "deepseek-r1-qwen", "phi3.5", "mistral-nemo", "gemma2",
-                                     "phi3-mini",  "qwen1.5"};
+                                     "phi3-mini",  "qwen1.5", "gemma4"};
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
         char p[256];
         snprintf(p, sizeof p, "tests/fixtures/chat/%s.txt", fx[i]);

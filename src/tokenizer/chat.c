@@ -297,17 +297,15 @@ static af_status render_gemma(const af_tokenizer *tok, const af_chat_msg *m, int
     return AF_OK;
 }
 
-/* Gemma 4 (the plain-message part of Google's template): BOS; a first system message as its own turn;
+/* Gemma 4 (the plain-message part of Google's template): BOS; a system message as its own turn;
  * per message "<|turn>{user|model}\n{af_chat_trim(content)}<turn|>\n"; generation prompt "<|turn>model\n"
  * followed by an empty thought channel "<|channel>thought\n<channel|>" (thinking off). Thinking
- * blocks in messages and consecutive assistant messages (a continued model turn) are refused. */
+ * blocks in messages and consecutive assistant messages (a continued model turn, written by the
+ * template without a header) are refused. */
 static af_status render_gemma4(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
                                int gen, af_chat_doc *d) {
     if (tok && tok->bos >= 0) af_chat_doc_add_id(d, tok->bos, 0);
     for (int32_t i = 0; i < n; i++) {
-        if (m[i].role == AF_ROLE_SYSTEM && i > 0)
-            return af_fail(AF_ERR_FORMAT, "messages[%d]: a system message after the first one (Gemma 4's template "
-                           "takes one, first)", (int)i);
         if (m[i].role == AF_ROLE_ASSISTANT && i > 0 && m[i - 1].role == AF_ROLE_ASSISTANT)
             return af_fail(AF_ERR_FORMAT, "messages[%d]: two assistant messages in a row (a continued model turn is "
                            "not reproduced)", (int)i);

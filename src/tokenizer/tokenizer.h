@@ -54,7 +54,8 @@ int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len)
 /* ---- chat templates (chat.c) ----
  * The Jinja templates are NOT interpreted: the family is recognised and its fixed layout reproduced.
  * Reference: transformers' apply_chat_template with the model's template (tests/ref/
- * make_chat_fixture.py; tests/test_lm_data.c requires identical token ids). Two families:
+ * make_chat_fixture.py, make_chat_families.py; tests/test_lm_data.c and test_chat_families.c require
+ * identical text and token ids). Families:
  *  ChatML (SmolLM2, Qwen2.5): per message "<|im_start|>{role}\n{content}<|im_end|>\n"; when the
  *     first message is not a system message and the template writes a literal default system prompt
  *     ("<|im_start|>system\n" TEXT "<|im_end|>" with no Jinja inside TEXT; SmolLM2: "You are a
@@ -65,10 +66,10 @@ int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len)
  *     raises otherwise); per message "<start_of_turn>{user|model}\n{trim(content)}<end_of_turn>\n"
  *     where trim strips Unicode white space at both ends (Python str.strip, Jinja's `trim`).
  *     Generation prompt: "<start_of_turn>model\n".
- *  Gemma 4: BOS; an optional first system message as "<|turn>system\n{trim}<turn|>\n"; per message
- *     "<|turn>{user|model}\n{trim(content)}<turn|>\n"; generation prompt "<|turn>model\n" plus the
- *     empty thought channel "<|channel>thought\n<channel|>" (thinking off). Refused: thinking blocks
- *     in messages, two assistant messages in a row, a later system message (chat.c render_gemma4).
+ *  Gemma 4: BOS; per message "<|turn>{system|user|model}\n{trim(content)}<turn|>\n"; generation
+ *     prompt "<|turn>model\n" plus the empty thought channel "<|channel>thought\n<channel|>"
+ *     (thinking off). Refused: thinking blocks in messages, two assistant messages in a row
+ *     (chat.c render_gemma4).
  *  Qwen3, Llama 3.x, DeepSeek-R1 distills, Phi-3/3.5, Mistral [INST]: chat_layouts.c and
  *     docs/FORMATS.md §6.4 (one layout each, as the published template writes it).
  * Family: recognised from tokenizer.chat_template by marker strings (af_chat_family_of; table in

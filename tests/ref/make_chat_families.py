@@ -194,6 +194,7 @@ FAMILIES = [
     ("phi3-mini", "phi3", "llama.cpp-ggml-vocab-phi-3.jinja", "ggml-vocab-phi-3.gguf", "spm:phi-3", "<s>",
      "<|endoftext|>", {}),
     ("qwen1.5", "chatml", "llama.cpp-ggml-vocab-qwen2.jinja", "ggml-vocab-qwen2.gguf", "qwen2", None, "<|im_end|>", {}),
+    ("gemma4", "gemma4", "google-gemma-4-31B-it.jinja", "gemma-3-270m-Q4_K_M.gguf", None, "<bos>", "<eos>", {}),
     ("gemma2", "gemma", "google-gemma-2-2b-it.jinja", "gemma-3-270m-Q4_K_M.gguf", None, "<bos>", "<eos>", {}),
 ]
 
