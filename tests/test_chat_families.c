@@ -81,7 +81,8 @@ static char *doc_text(const af_tokenizer *tok, const af_chat_doc *d, size_t *len
 static const char *end_marker(af_chat_family f, const af_tokenizer *tok, char *buf, size_t cap) {
     switch (f) {
     case AF_CHAT_CHATML:
-    case AF_CHAT_QWEN3: return "<|im_end|>";
+    case AF_CHAT_QWEN3:
+    case AF_CHAT_SMOLLM3: return "<|im_end|>";
     case AF_CHAT_LLAMA3: return "<|eot_id|>";
     case AF_CHAT_DEEPSEEK_R1: return "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
     case AF_CHAT_PHI3: return "<|end|>";
@@ -255,7 +256,8 @@ static void run_family(const char *fixture) {
              * their own vocabularies but text in the test ones (Llama 3 / Qwen2, Llama 2) */
             bool cut_safe = (fam != AF_CHAT_DEEPSEEK_R1 ||
                              af_tokenizer_find(tok, "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", 15) >= 0) &&
-                            (fam != AF_CHAT_MISTRAL || af_tokenizer_find(tok, "[/INST]", 7) >= 0);
+                            (fam != AF_CHAT_MISTRAL || af_tokenizer_find(tok, "[/INST]", 7) >= 0) &&
+                            (fam != AF_CHAT_SMOLLM3 || af_tokenizer_find(tok, "<|im_start|>", 12) >= 0);
             st = af_chat_doc_tokenize(tok, d, &ids, &mask, &n);
             if (cut_safe) same = same && st == AF_OK && n == nw && (!n || !memcmp(ids, want, n * sizeof *ids));
             s.ids_checked++;
@@ -290,7 +292,7 @@ static void test_recognition(void) {
         {"google-gemma-4-31B-it.jinja", "gemma4", NULL},
         {"meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3", NULL},
         {"Mistral-Small-3.2-24B-Instruct-2506.jinja", NULL, "mistral"},
-        {"HuggingFaceTB-SmolLM3-3B.jinja", NULL, "qwen3"},
+        {"Qwen-QwQ-32B.jinja", NULL, "qwen3"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         size_t l;
@@ -314,7 +316,7 @@ static void test_recognition(void) {
     CHECK(af_chat_family_of_template(NULL, "{{ '<|user|>' }}{{ '<|end|>' }}", &f) == AF_ERR_UNSUPPORTED &&
               strstr(af_last_error(), "phi3"),
           "other Phi template refused naming phi3: %s", af_last_error());
-    const char *names[] = {"chatml", "qwen3", "llama3", "deepseek-r1", "phi3", "mistral", "gemma", "gemma4"};
+    const char *names[] = {"chatml", "qwen3", "llama3", "deepseek-r1", "phi3", "mistral", "smollm3", "gemma", "gemma4"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         CHECK(af_chat_family_of(NULL, names[i], &f) == AF_OK && !strcmp(af_chat_family_name(f), names[i]),
               "override %s", names[i]);
@@ -348,7 +350,7 @@ int main(void) {
     test_llama32_date();
     static const char *const fx[] = {"qwen2.5", "qwen3", "llama3.1", "llama3.2", "deepseek-r1-llama",
                                      "deepseek-r1-qwen", "phi3.5", "mistral-nemo", "gemma2",
-                                     "phi3-mini",  "qwen1.5", "gemma4"};
+                                     "phi3-mini",  "qwen1.5", "gemma4", "smollm3"};
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
         char p[256];
         snprintf(p, sizeof p, "tests/fixtures/chat/%s.txt", fx[i]);

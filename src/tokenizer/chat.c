@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kFamilyName[AF_CHAT_NFAMILIES] = {"none",  "chatml",      "gemma", "gemma4", "qwen3",
-                                                             "llama3", "deepseek-r1", "phi3",  "mistral"};
-#define FAMILY_NAMES "chatml, qwen3, llama3, deepseek-r1, phi3, mistral, gemma, gemma4"
+static const char *const kFamilyName[AF_CHAT_NFAMILIES] = {"none",   "chatml",      "gemma", "gemma4",  "qwen3",
+                                                             "llama3", "deepseek-r1", "phi3",  "mistral", "smollm3"};
+#define FAMILY_NAMES "chatml, qwen3, llama3, deepseek-r1, phi3, mistral, smollm3, gemma, gemma4"
 
 const char *af_chat_family_name(af_chat_family f) {
     return f > AF_CHAT_NONE && f < AF_CHAT_NFAMILIES ? kFamilyName[f] : "none";
@@ -139,6 +139,7 @@ static const family_rule kRules[] = {
     {{DS_ASSISTANT_MARK}, AF_CHAT_DEEPSEEK_R1, NULL},
     {{"<|start_header_id|>", "<|eot_id|>"}, AF_CHAT_LLAMA3, NULL},
     {{"<|im_start|>", "<think>", "last_query_index"}, AF_CHAT_QWEN3, NULL},
+    {{"<|im_start|>", "Reasoning Mode: ", "Knowledge Cutoff Date:"}, AF_CHAT_SMOLLM3, NULL},
     {{"<|im_start|>", "<think>"}, AF_CHAT_QWEN3, "a ChatML template with reasoning (<think>) blocks other than Qwen3's"},
     {{"<|im_start|>"}, AF_CHAT_CHATML, NULL},
     {{"<|user|>", "<|assistant|>", "message['role'] == 'system' and message['content']"}, AF_CHAT_PHI3, NULL},
@@ -345,6 +346,7 @@ af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_c
     case AF_CHAT_DEEPSEEK_R1: st = af_chat_render_deepseek_r1(tok, m, n, target_from, g, d); break;
     case AF_CHAT_PHI3: st = af_chat_render_phi3(tok, m, n, target_from, g, d); break;
     case AF_CHAT_MISTRAL: st = af_chat_render_mistral(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_SMOLLM3: st = af_chat_render_smollm3(tok, m, n, target_from, g, d); break;
     default: st = af_fail(AF_ERR_INVALID_ARG, "chat render: unknown family %d", (int)fam); break;
     }
     if (st == AF_OK && d->oom) st = af_fail(AF_ERR_NOMEM, "chat render: out of memory");

@@ -1,6 +1,6 @@
 /*
- * chat_layouts.c — the chat layouts of Qwen3, Llama 3.x, the DeepSeek-R1 distills, Phi-3/3.5 and
- * Mistral's [INST] templates (tokenizer.h, docs/FORMATS.md §6.4). Each function writes what the
+ * chat_layouts.c — the chat layouts of Qwen3, Llama 3.x, the DeepSeek-R1 distills, Phi-3/3.5,
+ * Mistral's [INST] and SmolLM3's templates (tokenizer.h, docs/FORMATS.md §6.4). Each function writes what the
  * model's published Jinja template writes for plain system / user / assistant messages (no tools),
  * as pieces of an af_chat_doc: the assistant content and the end-of-turn marker after it are the
  * loss targets, cut next to the template's special tokens. The references are the templates
@@ -333,6 +333,128 @@ af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, 
             if (tok && tok->eos >= 0) af_chat_doc_add_id(d, tok->eos, tgt);
             else af_chat_add_str(d, "</s>", tgt, 0);
         }
+    }
+    return AF_OK;
+}
+
+/* ---- SmolLM3 ----
+ * ChatML with a generated system turn (the template HuggingFaceTB/SmolLM3-3B as edited by Unsloth,
+ * tests/fixtures/chat_templates/): "<|im_start|>system\n## Metadata\n\n{cutoff line}Reasoning Mode:
+ * {mode}\n\n## Custom Instructions\n\n{instructions}<|im_end|>\n". mode is "/think" unless the
+ * first (system) message contains "/no_think" (or, failing that, "/think" keeps it on);
+ * instructions: that message without "/no_think" and "/think", right-stripped, plus "\n\n"; when
+ * empty, the template's default text for the mode. The cut-off line and the default texts are
+ * read from the template's string literals. Then user messages "<|im_start|>user\n{c}<|im_end|>\n",
+ * assistant ones "<|im_start|>assistant\n" (+ "<think>\n\n</think>\n" in /no_think mode, part of
+ * the header) "{c without leading '\n'}<|im_end|>\n"; system messages write nothing in place.
+ * Generation prompt: the assistant header. */
+
+/* The Jinja string literal starting at the first '"' at or after p (escapes \n \" \\ undone), or
+ * NULL; malloc'ed. */
+static char *jinja_literal(const char *p, size_t *len) {
+    const char *q = p ? strchr(p, '"') : NULL;
+    if (!q) return NULL;
+    q++;
+    size_t n = 0, cap = 256;
+    char *o = malloc(cap);
+    if (!o) return NULL;
+    for (; *q && *q != '"'; q++) {
+        char c = *q;
+        if (c == '\\' && q[1]) {
+            q++;
+            c = *q == 'n' ? '\n' : *q == 't' ? '\t' : *q;
+        }
+        if (n + 1 >= cap) {
+            char *no = realloc(o, cap *= 2);
+            if (!no) { free(o); return NULL; }
+            o = no;
+        }
+        o[n++] = c;
+    }
+    if (*q != '"') { free(o); return NULL; }
+    o[n] = 0;
+    *len = n;
+    return o;
+}
+
+/* s[0..n) with every occurrence of `a` removed, malloc'ed (NULL on OOM). */
+static char *remove_all(const char *s, size_t n, const char *a, size_t *out_len) {
+    char *o = malloc(n + 1);
+    if (!o) return NULL;
+    size_t k = strlen(a), w = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + k <= n && !memcmp(s + i, a, k)) { i += k; continue; }
+        o[w++] = s[i++];
+    }
+    o[w] = 0;
+    *out_len = w;
+    return o;
+}
+
+af_status af_chat_render_smollm3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                                 int gen, af_chat_doc *d) {
+    const char *tmpl = tok ? tok->chat_template : NULL;
+    const char *cut = tmpl ? strstr(tmpl, "Knowledge Cutoff Date:") : NULL;
+    const char *think_at = tmpl ? strstr(tmpl, "elif reasoning_mode == \"/think\"") : NULL;
+    const char *else_at = think_at ? strstr(think_at, "{%- else -%}") : NULL;
+    const char *cut_end = cut ? strstr(cut, "\\n") : NULL;
+    if (!cut || !think_at || !else_at || !cut_end)
+        return af_fail(AF_ERR_UNSUPPORTED, "chat template: smollm3 layout needs SmolLM3's template (its cut-off line "
+                       "and default instructions are read from it)");
+    int no_think = 0;
+    size_t cl = 0;
+    char *custom = NULL;
+    if (m[0].role == AF_ROLE_SYSTEM) {
+        if (find(m[0].content, m[0].len, "/no_think")) no_think = 1;
+        size_t l1;
+        char *t1 = remove_all(m[0].content, m[0].len, "/no_think", &l1);
+        custom = t1 ? remove_all(t1, l1, "/think", &cl) : NULL;
+        free(t1);
+        if (!custom) return af_fail(AF_ERR_NOMEM, "chat render: out of memory");
+        size_t b, e;
+        af_chat_trim(custom, cl, &b, &e);
+        cl = b == e ? 0 : e; /* Python rstrip(): all white space -> empty */
+    }
+    size_t dl = 0;
+    char *def = cl ? NULL : jinja_literal(no_think ? else_at : think_at + strlen("elif reasoning_mode == \"/think\""), &dl);
+    if (!cl && !def) {
+        free(custom);
+        return af_fail(AF_ERR_UNSUPPORTED, "chat template: smollm3: no default instructions found in the template");
+    }
+    af_chat_add_str(d, "<|im_start|>system\n## Metadata\n\n", 0, 0);
+    af_chat_doc_add_text(d, cut, (size_t)(cut_end - cut), 0, 0);
+    af_chat_add_str(d, no_think ? "\nReasoning Mode: /no_think\n\n## Custom Instructions\n\n"
+                                : "\nReasoning Mode: /think\n\n## Custom Instructions\n\n", 0, 0);
+    if (cl) {
+        af_chat_doc_add_text(d, custom, cl, 0, 0);
+        af_chat_add_str(d, "\n\n", 0, 0);
+    } else {
+        af_chat_doc_add_text(d, def, dl, 0, 0);
+    }
+    free(custom);
+    free(def);
+    af_chat_add_str(d, "<|im_end|>\n", 0, 0);
+    const char *ahead = no_think ? "assistant\n<think>\n\n</think>\n" : "assistant\n";
+    for (int32_t i = 0; i < n; i++) {
+        if (m[i].role == AF_ROLE_SYSTEM) continue;
+        if (m[i].role == AF_ROLE_USER) {
+            chatml_turn(d, "user", m[i].content, m[i].len, 0);
+            continue;
+        }
+        size_t b = 0;
+        lstrip_nl(m[i].content, &b, m[i].len);
+        int tgt = i >= target_from;
+        af_chat_add_str(d, "<|im_start|>", 0, 0);
+        size_t off = d->len;
+        af_chat_put(d, ahead, strlen(ahead));
+        af_chat_put(d, m[i].content + b, m[i].len - b);
+        af_chat_put(d, "<|im_end|>", 10);
+        af_chat_end_piece(d, off, tgt, tgt ? strlen(ahead) : 0);
+        af_chat_add_str(d, "\n", 0, 0);
+    }
+    if (gen) {
+        af_chat_add_str(d, "<|im_start|>", 0, 0);
+        af_chat_add_str(d, ahead, 0, 0);
     }
     return AF_OK;
 }

@@ -172,5 +172,7 @@ af_status af_chat_render_phi3(const af_tokenizer *tok, const af_chat_msg *m, int
                               int gen, af_chat_doc *d);
 af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
                                  int gen, af_chat_doc *d);
+af_status af_chat_render_smollm3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                                 int gen, af_chat_doc *d);
 
 #endif /* AF_TOK_INTERNAL_H */

@@ -70,7 +70,7 @@ int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len)
  *     prompt "<|turn>model\n" plus the empty thought channel "<|channel>thought\n<channel|>"
  *     (thinking off). Refused: thinking blocks in messages, two assistant messages in a row
  *     (chat.c render_gemma4).
- *  Qwen3, Llama 3.x, DeepSeek-R1 distills, Phi-3/3.5, Mistral [INST]: chat_layouts.c and
+ *  Qwen3, Llama 3.x, DeepSeek-R1 distills, Phi-3/3.5, Mistral [INST], SmolLM3: chat_layouts.c and
  *     docs/FORMATS.md §6.4 (one layout each, as the published template writes it).
  * Family: recognised from tokenizer.chat_template by marker strings (af_chat_family_of; table in
  * chat.c), or, when the file has no template (the Gemma 3 GGUFs), from the vocabulary (a marker
@@ -87,10 +87,11 @@ typedef enum af_chat_family {
     AF_CHAT_DEEPSEEK_R1 = 6,
     AF_CHAT_PHI3 = 7,
     AF_CHAT_MISTRAL = 8,
-    AF_CHAT_NFAMILIES = 9
+    AF_CHAT_SMOLLM3 = 9,
+    AF_CHAT_NFAMILIES = 10
 } af_chat_family;
 
-/* "none", "chatml", "gemma", "gemma4", "qwen3", "llama3", "deepseek-r1", "phi3", "mistral". */
+/* "none", "chatml", "gemma", "gemma4", "qwen3", "llama3", "deepseek-r1", "phi3", "mistral", "smollm3". */
 const char *af_chat_family_name(af_chat_family f);
 
 /* The family to render with: `override` one of the names above forces it; NULL or "auto"

@@ -195,6 +195,8 @@ FAMILIES = [
      "<|endoftext|>", {}),
     ("qwen1.5", "chatml", "llama.cpp-ggml-vocab-qwen2.jinja", "ggml-vocab-qwen2.gguf", "qwen2", None, "<|im_end|>", {}),
     ("gemma4", "gemma4", "google-gemma-4-31B-it.jinja", "gemma-3-270m-Q4_K_M.gguf", None, "<bos>", "<eos>", {}),
+    ("smollm3", "smollm3", "HuggingFaceTB-SmolLM3-3B.jinja", "ggml-vocab-llama-bpe.gguf", "llama3",
+     "<|begin_of_text|>", "<|im_end|>", {}),
     ("gemma2", "gemma", "google-gemma-2-2b-it.jinja", "gemma-3-270m-Q4_K_M.gguf", None, "<bos>", "<eos>", {}),
 ]
 
