@@ -45,6 +45,7 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
 
 scripts/fetch_models.sh $([ "$NO_GEMMA" = 1 ] && echo --no-gemma)
+scripts/fetch_vocab.sh  # real tokenizer vocabularies for the chat-template / pre-tokenizer checks (vocab/)
 
 if [ -x scripts/fetch_data.sh ]; then
   scripts/fetch_data.sh

@@ -669,7 +669,7 @@ static void test_eval_generate(void) {
     EXPECT("eval -m @/tiny.gguf --data @/pc_msgs.jsonl --generate 0 -t 1", 1,
            "afinar eval: @/pc_msgs.jsonl:1: field 'messages': no assistant turn (nothing to train on)");
     EXPECT("eval -m @/tiny.gguf --data @/pc_chat.jsonl --generate 0 -t 1", 1,
-           "afinar eval: @/pc_chat.jsonl: chat template: the model has no chat template *--chat-template chatml|gemma|gemma4");
+           "afinar eval: @/pc_chat.jsonl: chat template: the model has no chat template *--chat-template NAME (chatml, qwen3, llama3*");
     EXPECT("eval -m @/tiny.gguf --data @/badjson.jsonl --generate 1 -t 1", 1,
            "afinar eval: @/badjson.jsonl:1: field 'label': a causal-LM data file has no labels (this looks like classification data: use --task classification)");
     EXPECT("eval -m @/tiny.gguf --data @/blank.jsonl --generate 1 -t 1", 1,

@@ -413,9 +413,9 @@ static void test_smollm2_sets(const af_model *m) {
               !strcmp(rep.chat_template, "gemma"), "chat_template override gemma on SmolLM2 renders");
     af_dataset_free(ds);
     ds = NULL;
-    o.chat_template = "llama3";
+    o.chat_template = "vicuna";
     CHECK(af_lm_dataset_read(NULL, FIXDIR "good_messages.jsonl", m, &o, &ds) == AF_ERR_INVALID_ARG &&
-              strstr(af_last_error(), "expected auto, chatml, gemma or gemma4"), "unknown chat_template refused");
+              strstr(af_last_error(), "expected auto, chatml, qwen3, llama3"), "unknown chat_template refused");
     o.chat_template = NULL;
     o.loss_on = "prompt";
     CHECK(af_lm_dataset_read(NULL, FIXDIR "good_messages.jsonl", m, &o, &ds) == AF_ERR_INVALID_ARG,
@@ -467,7 +467,7 @@ static void test_unknown_template(void) {
     af_lm_data_opts_init(&o);
     af_dataset *ds = NULL;
     af_status st = af_lm_dataset_read(NULL, FIXDIR "good_messages.jsonl", m, &o, &ds);
-    CHECK(st == AF_ERR_UNSUPPORTED && strstr(af_last_error(), "--chat-template chatml|gemma") &&
+    CHECK(st == AF_ERR_UNSUPPORTED && strstr(af_last_error(), "--chat-template NAME") &&
               !strncmp(af_last_error(), FIXDIR "good_messages.jsonl: ", strlen(FIXDIR) + 20),
           "no recognisable template: refused naming --chat-template (%s)", af_last_error());
     o.chat_template = "chatml";
@@ -530,7 +530,7 @@ static void test_template_families(void) {
     for (int k = 0; k < 2; k++) {
         tok = tok_with_template(refused[k]);
         CHECK(tok && af_chat_family_of(tok, NULL, &fam) == AF_ERR_UNSUPPORTED &&
-                  strstr(af_last_error(), "--chat-template chatml|gemma"),
+                  strstr(af_last_error(), "--chat-template NAME") && strstr(af_last_error(), "nearest family"),
               "template %d refused naming --chat-template: %s", k, af_last_error());
         CHECK(tok && af_chat_family_of(tok, "gemma", &fam) == AF_OK && fam == AF_CHAT_GEMMA, "override wins");
         af_tokenizer_free(tok);

@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 /* ---- fixture parsing ---- */
 typedef struct fx_case {
@@ -96,8 +97,9 @@ static void print_ids(const char *what, const int32_t *v, size_t n) {
 /* Compare af_tokenize with the fixture for every case, both parse_special modes; round trips. */
 /* `lossy_u2581`: SentencePiece decodes a literal '▁' in the text as ' ' (as HF does), so those
  * strings are left out of the round-trip check. */
-static void check_parity(const af_tokenizer *tok, const char *name, fx_case *c, long n, int32_t bos,
-                         bool lossy_u2581) {
+/* `nfc_round_trip`: the tokenizer NFC-normalises (Qwen2), so decode(encode(s)) is compared with NFC(s). */
+static void check_parity_rt(const af_tokenizer *tok, const char *name, fx_case *c, long n, int32_t bos,
+                            bool lossy_u2581, bool nfc_round_trip) {
     long mism = 0, rt_bad = 0, shown = 0;
     size_t total_ids = 0;
     for (long i = 0; i < n; i++) {
@@ -129,8 +131,18 @@ static void check_parity(const af_tokenizer *tok, const char *name, fx_case *c, 
                 free(ids);
                 continue;
             }
-            if (af_detokenize(tok, ids, nids, 1, &back) != AF_OK || strlen(back) != c[i].len ||
-                memcmp(back, c[i].text, c[i].len) != 0) {
+            /* NFC tokenizers (Qwen2) give back the text's NFC form (utf8proc, as the tokenizer) */
+            utf8proc_uint8_t *norm = NULL;
+            utf8proc_ssize_t nl = nfc_round_trip
+                                      ? utf8proc_map((const utf8proc_uint8_t *)c[i].text, (utf8proc_ssize_t)c[i].len,
+                                                     &norm, UTF8PROC_STABLE | UTF8PROC_COMPOSE)
+                                      : -1;
+            const char *expect = nl >= 0 ? (const char *)norm : c[i].text;
+            size_t elen = nl >= 0 ? (size_t)nl : c[i].len;
+            bool rt_ok = af_detokenize(tok, ids, nids, 1, &back) == AF_OK && strlen(back) == elen &&
+                         memcmp(back, expect, elen) == 0;
+            free(norm);
+            if (!rt_ok) {
                 if (rt_bad++ < 3) {
                     printf("  %s round trip failed case %ld parse_special=%d: \"", name, i, ps);
                     print_escaped(c[i].text, c[i].len);
@@ -156,6 +168,11 @@ static void check_parity(const af_tokenizer *tok, const char *name, fx_case *c, 
            total_ids, mism, rt_bad);
     CHECK(mism == 0, "%s: %ld of %ld encodings differ from Hugging Face", name, mism, 2 * n);
     CHECK(rt_bad == 0, "%s: %ld decode(encode(s)) != s", name, rt_bad);
+}
+
+static void check_parity(const af_tokenizer *tok, const char *name, fx_case *c, long n, int32_t bos,
+                         bool lossy_u2581) {
+    check_parity_rt(tok, name, c, n, bos, lossy_u2581, false);
 }
 
 static void check_chat(const af_tokenizer *tok, const char *kind) {
@@ -544,6 +561,85 @@ static void test_nfc(void) {
     af_gguf_close(g);
 }
 
+/* Real vocabularies from llama.cpp (scripts/fetch_vocab.sh into AF_VOCAB_DIR or vocab/): the Llama 3
+ * and Qwen2 pre-tokenizers on the 1,160-string corpus against the `tokenizers` library
+ * (tests/ref/make_chat_families.py), and every vocabulary on llama.cpp's .inp/.out pairs (ids written
+ * by the model's own Hugging Face tokenizer). Skipped when the vocabulary was not fetched. */
+static const char *vocab_path(const char *name) {
+    const char *dir = getenv("AF_VOCAB_DIR");
+    return tl_join(dir && *dir ? dir : "vocab", name);
+}
+
+static void check_inp_out(const af_tokenizer *tok, const char *gguf_name) {
+    char inp[512], outp[512];
+    snprintf(inp, sizeof inp, "%s.inp", vocab_path(gguf_name));
+    snprintf(outp, sizeof outp, "%s.out", vocab_path(gguf_name));
+    size_t li, lo;
+    char *ti = tl_read_file(inp, &li), *to = tl_read_file(outp, &lo);
+    if (!ti || !to) {
+        tl_skip("%s / %s missing", inp, outp);
+        free(ti);
+        free(to);
+        return;
+    }
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    long n = 0, bad = 0;
+    char *s = ti, *o = to;
+    while (s && o && *o) {
+        char *e = strstr(s, sep), *oe = strchr(o, '\n');
+        size_t sl = e ? (size_t)(e - s) : strlen(s);
+        if (oe) *oe = 0;
+        size_t nw = 0;
+        int32_t *want = parse_ids(o, &nw), *ids = NULL;
+        size_t nids = 0;
+        bool ok = af_tokenize(tok, s, sl, 0, 1, &ids, &nids) == AF_OK && nids == nw &&
+                  (nw == 0 || memcmp(ids, want, nw * sizeof *ids) == 0);
+        if (!ok && bad++ < 4) {
+            printf("  %s: .inp string %ld differs: \"", gguf_name, n);
+            print_escaped(s, sl);
+            printf("\"\n");
+            print_ids("want", want, nw);
+            print_ids("got", ids, nids);
+        }
+        free(want);
+        free(ids);
+        n++;
+        s = e ? e + sizeof sep - 1 : NULL;
+        o = oe ? oe + 1 : NULL;
+    }
+    CHECK(n >= 40 && bad == 0, "%s: llama.cpp .inp/.out: %ld of %ld strings differ", gguf_name, bad, n);
+    printf("  %s: %ld llama.cpp test strings, %ld differ\n", gguf_name, n, bad);
+    free(ti);
+    free(to);
+}
+
+static void test_vocab(const char *gguf_name, const char *fixture, const char *name) {
+    const char *path = vocab_path(gguf_name);
+    af_gguf *g = NULL;
+    af_tokenizer *tok = NULL;
+    if (af_gguf_open(path, &g) != AF_OK) {
+        tl_skip("%s missing (scripts/fetch_vocab.sh)", path);
+        return;
+    }
+    af_status st = af_tokenizer_load(g, &tok);
+    af_gguf_close(g);
+    if (!CHECK(st == AF_OK, "tokenizer load %s: %s", path, af_last_error())) return;
+    printf("  %s: %s\n", name, af_tokenizer_describe(tok));
+    check_inp_out(tok, gguf_name);
+    if (fixture) {
+        fx_case *c;
+        long nc = read_fixture(fixture, &c);
+        if (nc < 0) {
+            tl_skip("%s missing", fixture);
+        } else {
+            CHECK(nc >= 1000, "%s has %ld strings", fixture, nc);
+            check_parity_rt(tok, name, c, nc, -1, false, !strcmp(name, "qwen2"));
+            free_fixture(c, nc);
+        }
+    }
+    af_tokenizer_free(tok);
+}
+
 int main(void) {
     test_nfc();
     test_smollm2();
@@ -553,5 +649,9 @@ int main(void) {
                 false, "chatml", "pre=smollm");
     test_hf_dir("gemma-3-270m-hf-tok", "tests/fixtures/tokenizer_gemma3.txt", "gemma3 (tokenizer.json)", 2, true,
                 "gemma", "SentencePiece");
+    test_vocab("ggml-vocab-llama-bpe.gguf", "tests/fixtures/tokenizer_llama3.txt", "llama3");
+    test_vocab("ggml-vocab-qwen2.gguf", "tests/fixtures/tokenizer_qwen2.txt", "qwen2");
+    test_vocab("ggml-vocab-phi-3.gguf", NULL, "phi3");
+    test_vocab("ggml-vocab-llama-spm.gguf", NULL, "llama-spm");
     return tl_finish("test_tokenizer");
 }

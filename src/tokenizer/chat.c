@@ -10,8 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char *const kFamilyName[AF_CHAT_NFAMILIES] = {"none",   "chatml",      "gemma", "gemma4",  "qwen3",
+                                                             "llama3", "deepseek-r1", "phi3",  "mistral", "smollm3"};
+#define FAMILY_NAMES "chatml, qwen3, llama3, deepseek-r1, phi3, mistral, smollm3, gemma, gemma4"
+
 const char *af_chat_family_name(af_chat_family f) {
-    return f == AF_CHAT_CHATML ? "chatml" : f == AF_CHAT_GEMMA ? "gemma" : f == AF_CHAT_GEMMA4 ? "gemma4" : "none";
+    return f > AF_CHAT_NONE && f < AF_CHAT_NFAMILIES ? kFamilyName[f] : "none";
 }
 
 /* ---- documents ---- */
@@ -37,7 +41,7 @@ static af_chat_piece *new_piece(af_chat_doc *d) {
     return p;
 }
 
-static int put(af_chat_doc *d, const char *s, size_t n) {
+int af_chat_put(af_chat_doc *d, const char *s, size_t n) {
     if (d->oom) return 0;
     if (n > SIZE_MAX / 4 - d->len) { d->oom = 1; return 0; }
     if (d->len + n + 1 > d->cap) {
@@ -55,7 +59,7 @@ static int put(af_chat_doc *d, const char *s, size_t n) {
 
 /* Makes text[off..d->len) (already appended) a piece, merged into the previous piece when both are
  * non-target and adjacent. */
-static void end_piece(af_chat_doc *d, size_t off, int target, size_t head) {
+void af_chat_end_piece(af_chat_doc *d, size_t off, int target, size_t head) {
     if (d->oom || d->len == off) return;
     af_chat_piece *last = d->n ? &d->pc[d->n - 1] : NULL;
     if (!target && last && !last->target && last->len && last->off + last->len == off) {
@@ -72,12 +76,12 @@ static void end_piece(af_chat_doc *d, size_t off, int target, size_t head) {
 
 void af_chat_doc_add_text(af_chat_doc *d, const char *s, size_t len, int target, size_t head) {
     size_t off = d->len;
-    if (put(d, s, len)) end_piece(d, off, target, head);
+    if (af_chat_put(d, s, len)) af_chat_end_piece(d, off, target, head);
 }
 
 void af_chat_doc_add_id(af_chat_doc *d, int32_t id, int target) {
     if (d->oom) return;
-    if (!d->text && !put(d, "", 0)) return; /* keep text valid (NUL-terminated) */
+    if (!d->text && !af_chat_put(d, "", 0)) return; /* keep text valid (NUL-terminated) */
     af_chat_piece *p = new_piece(d);
     if (!p) return;
     p->id = id;
@@ -85,7 +89,7 @@ void af_chat_doc_add_id(af_chat_doc *d, int32_t id, int target) {
 }
 
 /* ---- template facts ---- */
-static void add_str(af_chat_doc *d, const char *s, int target, size_t head) {
+void af_chat_add_str(af_chat_doc *d, const char *s, int target, size_t head) {
     af_chat_doc_add_text(d, s, strlen(s), target, head);
 }
 
@@ -120,40 +124,90 @@ static const char *default_system(const char *tmpl, size_t *len) {
     return best;
 }
 
+/* Recognition: the first row whose markers all occur in the template. A row with a `refuse` text is
+ * a variant whose layout afinar does not reproduce: refused, naming the row's family as the nearest. */
+typedef struct {
+    const char *m[3];     /* markers, all required (NULL-terminated) */
+    af_chat_family fam;
+    const char *refuse;   /* NULL: render with fam */
+} family_rule;
+
+#define DS_ASSISTANT_MARK "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>"
+static const family_rule kRules[] = {
+    {{"<|turn>"}, AF_CHAT_GEMMA4, NULL},
+    {{"<start_of_turn>"}, AF_CHAT_GEMMA, NULL},
+    {{DS_ASSISTANT_MARK}, AF_CHAT_DEEPSEEK_R1, NULL},
+    {{"<|start_header_id|>", "<|eot_id|>"}, AF_CHAT_LLAMA3, NULL},
+    {{"<|im_start|>", "<think>", "last_query_index"}, AF_CHAT_QWEN3, NULL},
+    {{"<|im_start|>", "Reasoning Mode: ", "Knowledge Cutoff Date:"}, AF_CHAT_SMOLLM3, NULL},
+    {{"<|im_start|>", "<think>"}, AF_CHAT_QWEN3, "a ChatML template with reasoning (<think>) blocks other than Qwen3's"},
+    {{"<|im_start|>"}, AF_CHAT_CHATML, NULL},
+    {{"<|user|>", "<|assistant|>", "message['role'] == 'system' and message['content']"}, AF_CHAT_PHI3, NULL},
+    {{"<|user|>", "<|assistant|>", "bos_token"}, AF_CHAT_PHI3, NULL}, /* Phi-3-mini's first template */
+    {{"<|end|>"}, AF_CHAT_PHI3, "a Phi template other than Phi-3's and Phi-3.5's"},
+    {{"[SYSTEM_PROMPT]"}, AF_CHAT_MISTRAL, "Mistral's v7 (tekken) template with [SYSTEM_PROMPT]"},
+    {{"[INST] "}, AF_CHAT_MISTRAL, "Mistral's v1 template (spaces inside [INST] ... [/INST])"},
+    {{"[INST]", "[/INST]"}, AF_CHAT_MISTRAL, NULL},
+    {{"[INST]"}, AF_CHAT_MISTRAL, "an [INST] template without [/INST]"},
+};
+
+/* Marker tokens of each family, tried in order when the file has no template. */
+static const struct { const char *tok; af_chat_family fam; } kTokenRules[] = {
+    {"<|turn>", AF_CHAT_GEMMA4},          {"<start_of_turn>", AF_CHAT_GEMMA},   {"<|im_start|>", AF_CHAT_CHATML},
+    {"<|start_header_id|>", AF_CHAT_LLAMA3}, {DS_ASSISTANT_MARK, AF_CHAT_DEEPSEEK_R1}, {"<|assistant|>", AF_CHAT_PHI3},
+    {"[INST]", AF_CHAT_MISTRAL},
+};
+
+af_status af_chat_family_of_template(const af_tokenizer *tok, const char *tmpl, af_chat_family *fam) {
+    if (!fam) return af_fail(AF_ERR_INVALID_ARG, "chat template: NULL argument");
+    *fam = AF_CHAT_NONE;
+    if (tmpl) {
+        for (size_t r = 0; r < sizeof kRules / sizeof kRules[0]; r++) {
+            const family_rule *f = &kRules[r];
+            int all = 1;
+            for (int k = 0; k < 3 && f->m[k] && all; k++) all = strstr(tmpl, f->m[k]) != NULL;
+            if (!all) continue;
+            if (f->refuse)
+                return af_fail(AF_ERR_UNSUPPORTED, "chat template: the model's template is %s, a layout afinar does "
+                               "not reproduce (nearest family: %s); choose a layout with --chat-template NAME (%s)",
+                               f->refuse, af_chat_family_name(f->fam), FAMILY_NAMES);
+            *fam = f->fam;
+            return AF_OK;
+        }
+        /* nearest: a family whose end-of-turn word or role syntax occurs */
+        const char *near = strstr(tmpl, "eos_token") && strstr(tmpl, "[") ? "mistral"
+                           : strstr(tmpl, "im_end") || strstr(tmpl, "im_start") ? "chatml"
+                           : strstr(tmpl, "header_id") || strstr(tmpl, "eot_id")  ? "llama3"
+                           : strstr(tmpl, "turn")                                 ? "gemma"
+                                                                                  : "chatml";
+        return af_fail(AF_ERR_UNSUPPORTED, "chat template: the model's tokenizer.chat_template matches none of the "
+                       "layouts afinar reproduces (nearest family: %s); choose a layout with --chat-template NAME "
+                       "(%s)", near, FAMILY_NAMES);
+    }
+    if (!tok) return af_fail(AF_ERR_INVALID_ARG, "chat template: no tokenizer");
+    for (size_t r = 0; r < sizeof kTokenRules / sizeof kTokenRules[0]; r++)
+        if (af_tokenizer_find(tok, kTokenRules[r].tok, strlen(kTokenRules[r].tok)) >= 0) {
+            *fam = kTokenRules[r].fam;
+            return AF_OK;
+        }
+    return af_fail(AF_ERR_UNSUPPORTED, "chat template: the model has no chat template and no marker token of a known "
+                   "layout (<|im_start|>, <start_of_turn>, <|start_header_id|>, ...); choose a layout with "
+                   "--chat-template NAME (%s)", FAMILY_NAMES);
+}
+
 af_status af_chat_family_of(const af_tokenizer *tok, const char *override, af_chat_family *fam) {
     if (!fam) return af_fail(AF_ERR_INVALID_ARG, "chat template: NULL argument");
     *fam = AF_CHAT_NONE;
     if (override && strcmp(override, "auto")) {
-        if (!strcmp(override, "chatml")) *fam = AF_CHAT_CHATML;
-        else if (!strcmp(override, "gemma")) *fam = AF_CHAT_GEMMA;
-        else if (!strcmp(override, "gemma4")) *fam = AF_CHAT_GEMMA4;
-        else
-            return af_fail(AF_ERR_INVALID_ARG, "chat template '%.40s': unknown (expected auto, chatml, gemma or gemma4)",
-                           override);
-        return AF_OK;
+        for (int f = AF_CHAT_NONE + 1; f < AF_CHAT_NFAMILIES; f++)
+            if (!strcmp(override, kFamilyName[f])) {
+                *fam = (af_chat_family)f;
+                return AF_OK;
+            }
+        return af_fail(AF_ERR_INVALID_ARG, "chat template '%.40s': unknown (expected auto, " FAMILY_NAMES ")", override);
     }
     if (!tok) return af_fail(AF_ERR_INVALID_ARG, "chat template: no tokenizer");
-    const char *tmpl = tok->chat_template;
-    if (tmpl) {
-        if (strstr(tmpl, "<think>"))
-            return af_fail(AF_ERR_UNSUPPORTED, "chat template: the model's template has reasoning (<think>) blocks, "
-                           "which afinar does not reproduce; choose a layout with --chat-template chatml|gemma");
-        if (strstr(tmpl, "<|turn>")) *fam = AF_CHAT_GEMMA4;
-        else if (strstr(tmpl, "<|im_start|>")) *fam = AF_CHAT_CHATML;
-        else if (strstr(tmpl, "<start_of_turn>")) *fam = AF_CHAT_GEMMA;
-    } else if (af_tokenizer_find(tok, "<|turn>", 7) >= 0) {
-        *fam = AF_CHAT_GEMMA4;
-    } else if (af_tokenizer_find(tok, "<start_of_turn>", 15) >= 0) {
-        *fam = AF_CHAT_GEMMA;
-    } else if (af_tokenizer_find(tok, "<|im_start|>", 12) >= 0) {
-        *fam = AF_CHAT_CHATML;
-    }
-    if (*fam == AF_CHAT_NONE)
-        return af_fail(AF_ERR_UNSUPPORTED, "chat template: %s; choose a layout with --chat-template chatml|gemma|gemma4",
-                       tmpl ? "the model's tokenizer.chat_template is neither ChatML (<|im_start|>) nor Gemma "
-                              "(<start_of_turn>, <|turn>), the families afinar renders"
-                            : "the model has no chat template and no <|im_start|> / <start_of_turn> / <|turn> token");
-    return AF_OK;
+    return af_chat_family_of_template(tok, tok->chat_template, fam);
 }
 
 /* Length of the Unicode white-space code point (Python str.isspace) starting at s[0..n), or 0. */
@@ -171,7 +225,7 @@ static size_t ws_at(const unsigned char *s, size_t n) {
 }
 
 /* Jinja `trim` (Python str.strip()): s[*b..*e) without leading/trailing Unicode white space. */
-static void trim(const char *s, size_t len, size_t *b, size_t *e) {
+void af_chat_trim(const char *s, size_t len, size_t *b, size_t *e) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, j = len, k;
     while (i < j && (k = ws_at(u + i, j - i)) > 0) i += k;
@@ -191,28 +245,31 @@ static void render_chatml(const af_tokenizer *tok, const af_chat_msg *m, int32_t
     size_t dl = 0;
     const char *def = m[0].role != AF_ROLE_SYSTEM && tok ? default_system(tok->chat_template, &dl) : NULL;
     if (def) {
-        add_str(d, "<|im_start|>system\n", 0, 0);
+        af_chat_add_str(d, "<|im_start|>system\n", 0, 0);
         af_chat_doc_add_text(d, def, dl, 0, 0);
-        add_str(d, "<|im_end|>\n", 0, 0);
+        af_chat_add_str(d, "<|im_end|>\n", 0, 0);
     }
     for (int32_t i = 0; i < n; i++) {
         const char *role = af_chat_role_name(m[i].role);
         int tgt = m[i].role == AF_ROLE_ASSISTANT && i >= target_from;
-        add_str(d, "<|im_start|>", 0, 0);
+        af_chat_add_str(d, "<|im_start|>", 0, 0);
         /* one piece from the role header to the end-of-turn token: cut only next to special tokens */
         size_t off = d->len, head = strlen(role) + 1;
-        put(d, role, strlen(role));
-        put(d, "\n", 1);
-        put(d, m[i].content, m[i].len);
-        put(d, "<|im_end|>", 10);
-        end_piece(d, off, tgt, tgt ? head : 0);
-        add_str(d, "\n", 0, 0);
+        af_chat_put(d, role, strlen(role));
+        af_chat_put(d, "\n", 1);
+        af_chat_put(d, m[i].content, m[i].len);
+        af_chat_put(d, "<|im_end|>", 10);
+        af_chat_end_piece(d, off, tgt, tgt ? head : 0);
+        af_chat_add_str(d, "\n", 0, 0);
     }
-    if (gen) add_str(d, "<|im_start|>assistant\n", 0, 0);
+    if (gen) af_chat_add_str(d, "<|im_start|>assistant\n", 0, 0);
 }
 
 static af_status render_gemma(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
                               int gen, af_chat_doc *d) {
+    if (m[0].role == AF_ROLE_SYSTEM && tok && tok->chat_template && strstr(tok->chat_template, "System role not supported"))
+        return af_fail(AF_ERR_FORMAT, "messages[0]: a system message, which the model's template refuses (Gemma 2: "
+                       "'System role not supported')");
     if (tok && tok->bos >= 0) af_chat_doc_add_id(d, tok->bos, 0);
     int32_t start = m[0].role == AF_ROLE_SYSTEM ? 1 : 0;
     for (int32_t i = start; i < n; i++) {
@@ -224,34 +281,32 @@ static af_status render_gemma(const af_tokenizer *tok, const af_chat_msg *m, int
         int tgt = want == AF_ROLE_ASSISTANT && i >= target_from;
         const char *head = want == AF_ROLE_ASSISTANT ? "model\n" : "user\n";
         size_t b, e;
-        trim(m[i].content, m[i].len, &b, &e);
-        add_str(d, "<start_of_turn>", 0, 0);
+        af_chat_trim(m[i].content, m[i].len, &b, &e);
+        af_chat_add_str(d, "<start_of_turn>", 0, 0);
         size_t off = d->len;
-        put(d, head, strlen(head));
+        af_chat_put(d, head, strlen(head));
         if (start && i == start) {
-            put(d, m[0].content, m[0].len);
-            put(d, "\n\n", 2);
+            af_chat_put(d, m[0].content, m[0].len);
+            af_chat_put(d, "\n\n", 2);
         }
-        put(d, m[i].content + b, e - b);
-        put(d, "<end_of_turn>", 13);
-        end_piece(d, off, tgt, tgt ? strlen(head) : 0);
-        add_str(d, "\n", 0, 0);
+        af_chat_put(d, m[i].content + b, e - b);
+        af_chat_put(d, "<end_of_turn>", 13);
+        af_chat_end_piece(d, off, tgt, tgt ? strlen(head) : 0);
+        af_chat_add_str(d, "\n", 0, 0);
     }
-    if (gen) add_str(d, "<start_of_turn>model\n", 0, 0);
+    if (gen) af_chat_add_str(d, "<start_of_turn>model\n", 0, 0);
     return AF_OK;
 }
 
-/* Gemma 4 (the plain-message part of Google's template): BOS; a first system message as its own turn;
- * per message "<|turn>{user|model}\n{trim(content)}<turn|>\n"; generation prompt "<|turn>model\n"
+/* Gemma 4 (the plain-message part of Google's template): BOS; a system message as its own turn;
+ * per message "<|turn>{user|model}\n{af_chat_trim(content)}<turn|>\n"; generation prompt "<|turn>model\n"
  * followed by an empty thought channel "<|channel>thought\n<channel|>" (thinking off). Thinking
- * blocks in messages and consecutive assistant messages (a continued model turn) are refused. */
+ * blocks in messages and consecutive assistant messages (a continued model turn, written by the
+ * template without a header) are refused. */
 static af_status render_gemma4(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
                                int gen, af_chat_doc *d) {
     if (tok && tok->bos >= 0) af_chat_doc_add_id(d, tok->bos, 0);
     for (int32_t i = 0; i < n; i++) {
-        if (m[i].role == AF_ROLE_SYSTEM && i > 0)
-            return af_fail(AF_ERR_FORMAT, "messages[%d]: a system message after the first one (Gemma 4's template "
-                           "takes one, first)", (int)i);
         if (m[i].role == AF_ROLE_ASSISTANT && i > 0 && m[i - 1].role == AF_ROLE_ASSISTANT)
             return af_fail(AF_ERR_FORMAT, "messages[%d]: two assistant messages in a row (a continued model turn is "
                            "not reproduced)", (int)i);
@@ -262,31 +317,38 @@ static af_status render_gemma4(const af_tokenizer *tok, const af_chat_msg *m, in
         const int tgt = m[i].role == AF_ROLE_ASSISTANT && i >= target_from;
         const char *head = m[i].role == AF_ROLE_ASSISTANT ? "model\n" : m[i].role == AF_ROLE_SYSTEM ? "system\n" : "user\n";
         size_t b, e;
-        trim(m[i].content, m[i].len, &b, &e);
-        add_str(d, "<|turn>", 0, 0);
+        af_chat_trim(m[i].content, m[i].len, &b, &e);
+        af_chat_add_str(d, "<|turn>", 0, 0);
         size_t off = d->len;
-        put(d, head, strlen(head));
-        put(d, m[i].content + b, e - b);
-        put(d, "<turn|>", 7);
-        end_piece(d, off, tgt, tgt ? strlen(head) : 0);
-        add_str(d, "\n", 0, 0);
+        af_chat_put(d, head, strlen(head));
+        af_chat_put(d, m[i].content + b, e - b);
+        af_chat_put(d, "<turn|>", 7);
+        af_chat_end_piece(d, off, tgt, tgt ? strlen(head) : 0);
+        af_chat_add_str(d, "\n", 0, 0);
     }
-    if (gen) add_str(d, "<|turn>model\n<|channel>thought\n<channel|>", 0, 0);
+    if (gen) af_chat_add_str(d, "<|turn>model\n<|channel>thought\n<channel|>", 0, 0);
     return AF_OK;
 }
 
 af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
                          int32_t target_from, int add_generation_prompt, af_chat_doc *d) {
-    if (!d || !m || n < 1 || fam == AF_CHAT_NONE)
+    if (!d || !m || n < 1 || fam <= AF_CHAT_NONE || fam >= AF_CHAT_NFAMILIES)
         return af_fail(AF_ERR_INVALID_ARG, "chat render: %s", fam == AF_CHAT_NONE ? "no template family" : "no message");
     af_status st = AF_OK;
-    put(d, "", 0);
-    if (fam == AF_CHAT_CHATML)
-        render_chatml(tok, m, n, target_from, add_generation_prompt, d);
-    else if (fam == AF_CHAT_GEMMA4)
-        st = render_gemma4(tok, m, n, target_from, add_generation_prompt, d);
-    else
-        st = render_gemma(tok, m, n, target_from, add_generation_prompt, d);
+    af_chat_put(d, "", 0);
+    const int g = add_generation_prompt;
+    switch (fam) {
+    case AF_CHAT_CHATML: render_chatml(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_GEMMA4: st = render_gemma4(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_GEMMA: st = render_gemma(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_QWEN3: st = af_chat_render_qwen3(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_LLAMA3: st = af_chat_render_llama3(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_DEEPSEEK_R1: st = af_chat_render_deepseek_r1(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_PHI3: st = af_chat_render_phi3(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_MISTRAL: st = af_chat_render_mistral(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_SMOLLM3: st = af_chat_render_smollm3(tok, m, n, target_from, g, d); break;
+    default: st = af_fail(AF_ERR_INVALID_ARG, "chat render: unknown family %d", (int)fam); break;
+    }
     if (st == AF_OK && d->oom) st = af_fail(AF_ERR_NOMEM, "chat render: out of memory");
     if (st != AF_OK) af_chat_doc_free(d);
     return st;
@@ -295,7 +357,7 @@ af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_c
 af_status af_chat_doc_plain(const af_tokenizer *tok, const char *prompt, size_t plen, const char *text, size_t len,
                             af_chat_doc *d) {
     if (!tok || !d || (!text && len) || (!prompt && plen)) return af_fail(AF_ERR_INVALID_ARG, "plain document: NULL argument");
-    put(d, "", 0);
+    af_chat_put(d, "", 0);
     if (tok->add_bos && tok->bos >= 0) af_chat_doc_add_id(d, tok->bos, 0);
     if (plen) af_chat_doc_add_text(d, prompt, plen, 0, 0);
     if (len) af_chat_doc_add_text(d, text, len, 1, 0);

@@ -67,6 +67,7 @@ typedef struct pipe {
     int n_re;
     int spm_spaces;            /* the normalizer turns ' ' into U+2581 */
     int prefix;                /* add_space_prefix */
+    int prefix_each;           /* the prefix on every split between added tokens, not only the first */
     int metaspace;
     int nfc;                   /* an NFC normalizer */
 } pipe;
@@ -111,6 +112,7 @@ static af_status pre_one(const hfp *p, const cJSON *o, pipe *q, const char *fiel
                            field);
         q->metaspace = q->spm_spaces = 1;
         q->prefix = !cJSON_IsString(ps) || strcmp(ps->valuestring, "never") != 0;
+        q->prefix_each = cJSON_IsString(ps) && !strcmp(ps->valuestring, "always");
         if (cJSON_IsFalse(item(o, "add_prefix_space"))) q->prefix = 0;
         return AF_OK;
     }
@@ -134,7 +136,7 @@ static af_status norm_one(const hfp *p, const cJSON *o, pipe *q, const char *fie
     if (is_type(o, "Prepend")) {
         const cJSON *pp = item(o, "prepend");
         if (cJSON_IsString(pp) && !strcmp(pp->valuestring, "\xE2\x96\x81")) {
-            q->prefix = 1;
+            q->prefix = q->prefix_each = 1; /* a normalizer runs on each split between added tokens */
             return AF_OK;
         }
     }
@@ -314,6 +316,7 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
         sp.kind = AF_TOK_SPM;
         sp.add_space_prefix = q.prefix;
         sp.prefix_unless_space = q.metaspace;
+        sp.prefix_each_segment = q.prefix && q.prefix_each;
         for (int32_t i = 0; i < sp.n; i++) {
             const af_tok_str s = b->tok[i];
             if (b->type[i] == AF_TT_NORMAL && s.len == 6 && !memcmp(s.ptr, "<0x", 3) && s.ptr[5] == '>')

@@ -1,6 +1,6 @@
 /*
  * tok_internal.h — private to src/tokenizer/: the tokenizer struct and the per-model encoders.
- * Not part of any contract; only tokenizer.c, bpe.c, spm.c and chat.c include it.
+ * Not part of any contract; only tokenizer.c, bpe.c, spm.c, chat.c and chat_layouts.c include it.
  */
 #ifndef AF_TOK_INTERNAL_H
 #define AF_TOK_INTERNAL_H
@@ -73,6 +73,8 @@ struct af_tokenizer {
     /* spm */
     bool add_space_prefix;
     bool prefix_unless_space;  /* HF Metaspace: no prefix when the text already starts with ' ' */
+    bool prefix_each_segment;  /* the prefix also after every special token (llama.cpp SPM; HF Prepend
+                                  normalizer / Metaspace "always", applied per split), not only at the start */
     bool spm_rank_by_id;       /* Gemma: merge priority = lower merged-token id (see spm.c) */
 
     char *chat_template; /* owned copy or NULL */
@@ -104,6 +106,7 @@ typedef struct af_tok_spec {
     int32_t bos, eos, unk, eot, eom; /* ids in [0, n) or -1 */
     bool add_bos, add_eos, add_space_prefix;
     bool prefix_unless_space; /* HF Metaspace prepend: not when the text starts with ' ' */
+    bool prefix_each_segment; /* see af_tokenizer */
     bool spm_rank_by_id;      /* without explicit merges: Gemma's rank (spm.c) */
     const char *chat_template; /* or NULL */
     size_t chat_template_len;
@@ -145,5 +148,31 @@ af_status af_spm_encode(const af_tokenizer *tok, const char *s, size_t len, bool
 /* Length of the valid UTF-8 sequence starting at s[0] (1..4), or 0 if s[0..] is not valid UTF-8
  * (overlong, surrogate, > U+10FFFF, truncated). `n` = bytes available. */
 int af_utf8_valid_len(const unsigned char *s, size_t n);
+
+/* chat documents (chat.c), shared by the layouts of chat.c and chat_layouts.c. */
+/* Append s[0..n) to d->text (no piece made); 0 and d->oom set when out of memory. */
+int af_chat_put(af_chat_doc *d, const char *s, size_t n);
+/* Make text[off..d->len) (already appended) a piece: a target (loss) piece whose first `head`
+ * bytes are a role header, or a non-target piece merged into an adjacent non-target one. */
+void af_chat_end_piece(af_chat_doc *d, size_t off, int target, size_t head);
+/* af_chat_doc_add_text of a NUL-terminated string. */
+void af_chat_add_str(af_chat_doc *d, const char *s, int target, size_t head);
+/* Jinja `trim` (Python str.strip()): s[*b..*e) without leading/trailing Unicode white space. */
+void af_chat_trim(const char *s, size_t len, size_t *b, size_t *e);
+/* The layouts of chat_layouts.c (docs/FORMATS.md §6.4): render m[0..n) into d, assistant messages
+ * from target_from on as targets. Errors: AF_ERR_FORMAT (a conversation the model's template
+ * refuses; the message names messages[i]). */
+af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                                int gen, af_chat_doc *d);
+af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                               int gen, af_chat_doc *d);
+af_status af_chat_render_deepseek_r1(const af_tokenizer *tok, const af_chat_msg *m, int32_t n,
+                                     int32_t target_from, int gen, af_chat_doc *d);
+af_status af_chat_render_phi3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                              int gen, af_chat_doc *d);
+af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                                 int gen, af_chat_doc *d);
+af_status af_chat_render_smollm3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
+                                 int gen, af_chat_doc *d);
 
 #endif /* AF_TOK_INTERNAL_H */

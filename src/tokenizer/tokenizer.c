@@ -218,6 +218,7 @@ af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
     t->add_eos = sp->add_eos;
     t->add_space_prefix = sp->add_space_prefix;
     t->prefix_unless_space = sp->prefix_unless_space;
+    t->prefix_each_segment = sp->prefix_each_segment;
     t->ignore_merges = sp->ignore_merges;
     t->nfc = sp->nfc;
 
@@ -360,8 +361,10 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &sp.add_bos)) != AF_OK) goto done;
     if (gemma4) sp.add_bos = true; /* as llama.cpp (llama-vocab.cpp: overridden to true for Gemma 4) */
     if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", false, &sp.add_eos)) != AF_OK) goto done;
-    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", false, &sp.add_space_prefix)) != AF_OK)
+    /* missing key: llama.cpp's default (true for SentencePiece: Llama 2, Phi-3, Mistral v1 files) */
+    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", spm, &sp.add_space_prefix)) != AF_OK)
         goto done;
+    sp.prefix_each_segment = spm; /* llama.cpp: the SPM prefix also after each special token */
     af_gguf_str tmpl;
     if (af_gguf_find(g, "tokenizer.chat_template")) {
         if ((st = af_gguf_get_str(g, "tokenizer.chat_template", &tmpl)) != AF_OK) goto done;
@@ -376,6 +379,8 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     sp.pre_len = (size_t)pre.len;
     /* Qwen2/2.5/3 tokenizer.json normalise to NFC; their GGUF pre-tokenizer name says so */
     sp.nfc = !spm && af_gguf_str_eq(pre, "qwen2");
+    /* Llama 3's tokenizer.json sets BPE ignore_merges (llama.cpp: pre llama-bpe does the same) */
+    sp.ignore_merges = !spm && (af_gguf_str_eq(pre, "llama-bpe") || af_gguf_str_eq(pre, "llama3"));
     st = af_tok_build(t, &sp);
 done:
     free(tok);
@@ -501,12 +506,12 @@ static af_status tokenize(const af_tokenizer *t, const char *text, size_t len, i
         size_t mlen = 0;
         int32_t id = match_special(t, text + i, len - i, parse_special != 0, &mlen);
         if (id < 0) { i++; continue; }
-        if (i > seg) AF_TRY(encode_plain(t, text + seg, i - seg, seg == 0, out));
+        if (i > seg) AF_TRY(encode_plain(t, text + seg, i - seg, seg == 0 || t->prefix_each_segment, out));
         AF_TRY(af_ids_push(out, id));
         i += mlen;
         seg = i;
     }
-    if (len > seg) AF_TRY(encode_plain(t, text + seg, len - seg, seg == 0, out));
+    if (len > seg) AF_TRY(encode_plain(t, text + seg, len - seg, seg == 0 || t->prefix_each_segment, out));
     if (add_special && t->add_eos && t->eos >= 0) AF_TRY(af_ids_push(out, t->eos));
     return AF_OK;
 }

@@ -54,7 +54,8 @@ int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len)
 /* ---- chat templates (chat.c) ----
  * The Jinja templates are NOT interpreted: the family is recognised and its fixed layout reproduced.
  * Reference: transformers' apply_chat_template with the model's template (tests/ref/
- * make_chat_fixture.py; tests/test_lm_data.c requires identical token ids). Two families:
+ * make_chat_fixture.py, make_chat_families.py; tests/test_lm_data.c and test_chat_families.c require
+ * identical text and token ids). Families:
  *  ChatML (SmolLM2, Qwen2.5): per message "<|im_start|>{role}\n{content}<|im_end|>\n"; when the
  *     first message is not a system message and the template writes a literal default system prompt
  *     ("<|im_start|>system\n" TEXT "<|im_end|>" with no Jinja inside TEXT; SmolLM2: "You are a
@@ -65,23 +66,42 @@ int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len)
  *     raises otherwise); per message "<start_of_turn>{user|model}\n{trim(content)}<end_of_turn>\n"
  *     where trim strips Unicode white space at both ends (Python str.strip, Jinja's `trim`).
  *     Generation prompt: "<start_of_turn>model\n".
- *  Gemma 4: BOS; an optional first system message as "<|turn>system\n{trim}<turn|>\n"; per message
- *     "<|turn>{user|model}\n{trim(content)}<turn|>\n"; generation prompt "<|turn>model\n" plus the
- *     empty thought channel "<|channel>thought\n<channel|>" (thinking off). Refused: thinking blocks
- *     in messages, two assistant messages in a row, a later system message (chat.c render_gemma4).
- * Family: from tokenizer.chat_template ("<|turn>" -> Gemma 4, "<|im_start|>" -> ChatML,
- * "<start_of_turn>" -> Gemma; a
- * template holding "<think>" is refused: its reasoning blocks are not reproduced), or, when the file
- * has no template (the Gemma 3 GGUFs), from the vocabulary (<start_of_turn>, then <|im_start|>). */
-typedef enum af_chat_family { AF_CHAT_NONE = 0, AF_CHAT_CHATML = 1, AF_CHAT_GEMMA = 2, AF_CHAT_GEMMA4 = 3 } af_chat_family;
+ *  Gemma 4: BOS; per message "<|turn>{system|user|model}\n{trim(content)}<turn|>\n"; generation
+ *     prompt "<|turn>model\n" plus the empty thought channel "<|channel>thought\n<channel|>"
+ *     (thinking off). Refused: thinking blocks in messages, two assistant messages in a row
+ *     (chat.c render_gemma4).
+ *  Qwen3, Llama 3.x, DeepSeek-R1 distills, Phi-3/3.5, Mistral [INST], SmolLM3: chat_layouts.c and
+ *     docs/FORMATS.md §6.4 (one layout each, as the published template writes it).
+ * Family: recognised from tokenizer.chat_template by marker strings (af_chat_family_of; table in
+ * chat.c), or, when the file has no template (the Gemma 3 GGUFs), from the vocabulary (a marker
+ * token such as <start_of_turn>, <|im_start|>, <|start_header_id|>). A template with none of the
+ * layouts' markers, or with a variant afinar does not reproduce (e.g. a ChatML template with
+ * <think> blocks that is not Qwen3's), is refused naming the nearest family and --chat-template. */
+typedef enum af_chat_family {
+    AF_CHAT_NONE = 0,
+    AF_CHAT_CHATML = 1,
+    AF_CHAT_GEMMA = 2,
+    AF_CHAT_GEMMA4 = 3,
+    AF_CHAT_QWEN3 = 4,
+    AF_CHAT_LLAMA3 = 5,
+    AF_CHAT_DEEPSEEK_R1 = 6,
+    AF_CHAT_PHI3 = 7,
+    AF_CHAT_MISTRAL = 8,
+    AF_CHAT_SMOLLM3 = 9,
+    AF_CHAT_NFAMILIES = 10
+} af_chat_family;
 
-/* "none", "chatml", "gemma", "gemma4". */
+/* "none", "chatml", "gemma", "gemma4", "qwen3", "llama3", "deepseek-r1", "phi3", "mistral", "smollm3". */
 const char *af_chat_family_name(af_chat_family f);
 
-/* The family to render with: `override` "chatml" or "gemma" forces it; NULL or "auto" recognises
- * the model's (see above). Errors: AF_ERR_INVALID_ARG (unknown override name),
- * AF_ERR_UNSUPPORTED (no recognisable template; the message names --chat-template chatml|gemma|gemma4). */
+/* The family to render with: `override` one of the names above forces it; NULL or "auto"
+ * recognises the model's (see above). Errors: AF_ERR_INVALID_ARG (unknown override name; the
+ * message lists the names), AF_ERR_UNSUPPORTED (no recognisable template; the message names the
+ * nearest family and --chat-template NAME). */
 af_status af_chat_family_of(const af_tokenizer *tok, const char *override, af_chat_family *fam);
+/* The same for a template string `tmpl` (may be NULL: then the vocabulary of `tok` decides; `tok`
+ * may be NULL when tmpl is not). Used by af_chat_family_of and the tests/fuzz target. */
+af_status af_chat_family_of_template(const af_tokenizer *tok, const char *tmpl, af_chat_family *fam);
 
 /* A rendered document: its text and the pieces it is tokenized in. Each piece is tokenized on its
  * own (af_tokenize with add_special = 0, parse_special = 1, as transformers tokenizes a rendered

@@ -13,7 +13,7 @@ for t in "$@"; do
     gguf|gguf_tok) ml=32768 ;;
     adapter) ml=32768 ;;
     safetensors) ml=16384 ;;
-    tok_json) ml=32768 ;;
+    tok_json|chat) ml=32768 ;;
     jsonl|lm_jsonl|serve_req) ml=8192 ;;
     *) ml=4096 ;;
   esac
