@@ -1619,10 +1619,12 @@ static void test_rel_round3(void) {
 
     /* one writer per run directory: while run A trains into lock_run, a second train there (fresh,
      * --overwrite, --resume) is refused naming A's pid, and A's files are untouched; once A is
-     * killed (SIGKILL: its lock file stays behind) the directory is free again */
+     * killed (SIGKILL: its lock file stays behind) the directory is free again. A keeps every
+     * checkpoint (--save-total-limit 0): with the default 2, checkpoint-1 is rotated away after step 3,
+     * and on a loaded machine the resume case below then met a missing checkpoint, not the lock */
     {
         char **av = split_args("train -m @/tiny.gguf --train @/train.jsonl -o @/lock_run --batch 4 --grad-accum 1 --lora-r 2 "
-                               "--max-seq-len 16 --max-steps 100000 --save-every 1 -t 1 --no-plot");
+                               "--max-seq-len 16 --max-steps 100000 --save-every 1 --save-total-limit 0 -t 1 --no-plot");
         fflush(stdout), fflush(stderr);
         pid_t a = fork();
         if (a == 0) {
