@@ -6,6 +6,7 @@
  */
 #include "train/optim.h"
 #include "train/settings_internal.h"
+#include "train/settings_yaml.h"
 
 #include "core/core.h"
 #include "core/fsutil.h"
@@ -163,6 +164,7 @@ af_status af_train_settings_merge(af_train_settings *dst, const af_train_setting
 }
 
 af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out) {
+    if (af_settings_is_yaml_path(path)) return af_train_settings_read_yaml(path, what, out); /* .yaml / .yml */
     return af_train_settings_read_ext(path, what, out, NULL);
 }
 
