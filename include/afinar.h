@@ -870,7 +870,8 @@ void af_lm_data_opts_init(af_lm_data_opts *o);
 af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
                              af_dataset **out);
 
-/* Print a report as a few indented lines to `fp` (`title`, may be NULL, heads it). */
+/* Print a report as a few indented lines to `fp` (`title`, may be NULL, heads it); a "warning:"
+ * line naming --max-seq-len when more than 1% of the examples were dropped by truncation. */
 void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE *fp);
 
 /* Next-token evaluation of a causal-LM data set (read by af_lm_dataset_read). */
