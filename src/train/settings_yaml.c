@@ -450,7 +450,7 @@ static int write_cb(void *data, unsigned char *buf, size_t size) {
 
 static int emit_scalar(yaml_emitter_t *e, const char *v, int quoted) {
     yaml_event_t ev;
-    if (!yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)v, (int)strlen(v), !quoted, !quoted,
+    if (!yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)v, (int)strlen(v), !quoted, 1,
                                       quoted ? YAML_DOUBLE_QUOTED_SCALAR_STYLE : YAML_PLAIN_SCALAR_STYLE))
         return 0;
     return yaml_emitter_emit(e, &ev);
