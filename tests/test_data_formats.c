@@ -80,6 +80,13 @@ static void test_csv(void) {
               c->num_classes);
     }
     af_corpus_free(c);
+    /* a lone CR is data; CRLF inside a quoted field becomes LF */
+    p = TMP_TEXT("cr.csv", "text,label\r\na\rb,1\r\n\"c\r\nd\",0\r\n");
+    c = NULL;
+    st = af_corpus_read(p, NULL, &c);
+    CHECK(st == AF_OK && c->n == 2 && !strcmp(c->texts[0], "a\rb") && !strcmp(c->texts[1], "c\nd") && c->line_no[1] == 3,
+          "cr.csv: %s", st == AF_OK ? "texts" : af_last_error());
+    af_corpus_free(c);
     /* "007" and "1.0" are names, not ids: then all labels are names */
     p = TMP_TEXT("names.csv", "text,label\na,007\nb,1.0\n");
     c = NULL;

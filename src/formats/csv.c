@@ -156,13 +156,13 @@ static void on_row(int term, void *d) {
     if (!c->header) {
         c->header = c->row;
         c->n_header = c->n_fields;
-    } else if (c->n_fields != c->n_header) {
-        c->st = af_fail(AF_ERR_FORMAT, "%s:%ld: row has %d field%s but the header has %d%s", c->path, c->row_start,
-                        (int)c->n_fields, c->n_fields == 1 ? "" : "s", (int)c->n_header,
-                        c->n_fields > c->n_header ? " (a delimiter inside an unquoted field? quote the field)" : "");
     } else {
-        c->n_rows++;
-        c->st = c->fn(c->ud, c->row_start, c->row);
+        if (c->n_fields != c->n_header)
+            c->st = af_fail(AF_ERR_FORMAT, "%s:%ld: row has %d field%s but the header has %d%s", c->path, c->row_start,
+                            (int)c->n_fields, c->n_fields == 1 ? "" : "s", (int)c->n_header,
+                            c->n_fields > c->n_header ? " (a delimiter inside an unquoted field? quote the field)" : "");
+        else
+            c->n_rows++, c->st = c->fn(c->ud, c->row_start, c->row);
         cJSON_Delete(c->row);
     }
     c->row = NULL;
@@ -174,6 +174,10 @@ static int no_space(unsigned char ch) {
     (void)ch;
     return 0; /* RFC 4180: spaces are part of a field */
 }
+
+/* Rows end at LF only (a CR before it is dropped when the line is fed): a lone CR is data, and a
+ * row never starts in the middle of a physical line, so line numbers are exact. */
+static int is_lf(unsigned char ch) { return ch == '\n'; }
 
 af_status af_csv_read(const char *path, int delim, size_t max_row_bytes, af_csv_row_fn fn, void *ud, cJSON **header) {
     if (header) *header = NULL;
@@ -189,6 +193,7 @@ af_status af_csv_read(const char *path, int delim, size_t max_row_bytes, af_csv_
     }
     csv_set_delim(&p, (unsigned char)delim);
     csv_set_space_func(&p, no_space);
+    csv_set_term_func(&p, is_lf);
     csv_state c = {.path = path, .fn = fn, .ud = ud, .st = AF_OK};
     char *line = NULL;
     size_t cap = 0, row_bytes = 0;
@@ -228,7 +233,10 @@ af_status af_csv_read(const char *path, int delim, size_t max_row_bytes, af_csv_
             c.st = af_fail(AF_ERR_FORMAT, "%s:%ld: row longer than %zu bytes", path, c.row_start, maxr);
             break;
         }
-        if (csv_parse(&p, s, n, on_field, on_row, &c) != n && c.st == AF_OK) {
+        const int crlf = n >= 2 && s[n - 2] == '\r' && s[n - 1] == '\n';
+        const size_t body = crlf ? n - 2 : n >= 1 && s[n - 1] == '\r' ? n - 1 : n; /* CRLF (or a final CR) -> LF */
+        if ((csv_parse(&p, s, body, on_field, on_row, &c) != body ||
+             (crlf && csv_parse(&p, "\n", 1, on_field, on_row, &c) != 1)) && c.st == AF_OK) {
             c.st = csv_error(&p) == CSV_EPARSE
                        ? af_fail(AF_ERR_FORMAT,
                                  "%s:%ld: malformed quoting (a '\"' inside an unquoted field, or text after a closing "

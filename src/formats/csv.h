@@ -12,7 +12,8 @@
  *    (one quote) are data; a quote inside an UNQUOTED field, text after a closing quote and a
  *    quoted field left open at the end of the file are errors (the message names the line);
  *  - spaces around fields are data (not trimmed); lines that are empty (or hold only CR) between
- *    rows are skipped; CRLF and LF line ends are both accepted;
+ *    rows are skipped; CRLF and LF line ends are both accepted (CRLF becomes LF, also inside a
+ *    quoted field); a lone CR elsewhere is data, so a row always starts on a new line;
  *  - a NUL byte is refused; a row longer than max_row_bytes is refused before it is read whole.
  * Each row is handed to the caller as a cJSON object {"column": "cell", ...} (cells as strings), so
  * the JSONL readers' field checks and messages apply to CSV rows unchanged.
