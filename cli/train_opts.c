@@ -149,13 +149,7 @@ int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
             char path[4096];
             snprintf(path, sizeof path, "%s/train_config.json", ck);
             struct stat sb; /* stat, not open: never blocks; the settings reader refuses a non-regular file */
-            char yaml[4200];   /* the run directory's config.yaml, when the checkpoint lost its JSON */
-            snprintf(yaml, sizeof yaml, "%s/../config.yaml", ck);
-            if (stat(path, &sb) != 0 && stat(yaml, &sb) == 0) {
-                af_status st = af_train_settings_read(yaml, "run settings", &base);
-                if (st != AF_OK) rc = settings_fail(cmd, st);
-                else fprintf(stderr, "afinar %s: note: %s is missing: using the run's settings from %s\n", cmd, path, yaml);
-            } else if (stat(path, &sb) == 0) {
+            if (stat(path, &sb) == 0) {
                 /* verified against the checkpoint's manifest; paths found again if the run moved */
                 char *note = NULL;
                 af_status st = af_train_settings_read_checkpoint(ck, &base, &note);

@@ -439,6 +439,10 @@ static void test_runs(void) {
     out = run_ok("train --config @/resume.yaml");
     CHECK(out && strstr(out, "resum") && strstr(out, "checkpoint-2"), "resume_from_checkpoint: resumed\n%s", out ? out : "");
     free(out);
+    /* the run's config.yaml with --resume: the same settings, so the resume is exact */
+    out = run_ok("train --config @/run_yaml/config.yaml --resume @/run_yaml/checkpoint-2");
+    CHECK(out && strstr(out, "resum"), "--config config.yaml --resume:\n%s", out ? out : "");
+    free(out);
     /* causal LM from a CSV: max_seq_len from the data, recorded in config.yaml */
     FILE *f = fopen(P_("lm.csv"), "w");
     if (f) {
