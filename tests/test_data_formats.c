@@ -217,6 +217,12 @@ static void test_lm_tables(void) {
           st == AF_OK ? "ok" : af_last_error());
     af_lm_corpus_free(c);
     c = NULL;
+    st = af_lm_corpus_read(TMP_TEXT("alpaca.jsonl", "{\"instruction\": \"a\", \"output\": \"b\"}\n"), 0, &c);
+    CHECK(st == AF_ERR_FORMAT && strstr(af_last_error(), "alpaca.jsonl:1: field 'text': missing") &&
+              strstr(af_last_error(), "(it has 'instruction', 'output')"),
+          "alpaca.jsonl: %s", af_last_error());
+    af_lm_corpus_free(c);
+    c = NULL;
     st = af_lm_corpus_read(TMP_TEXT("lab.csv", "text,label\nx,1\n"), 0, &c);
     CHECK(st == AF_ERR_FORMAT && strstr(af_last_error(), "lab.csv:2: field 'label'") &&
               strstr(af_last_error(), "--task classification"),
@@ -299,6 +305,12 @@ static void test_yaml(void) {
         has(s, "lr", "0.001"), has(s, "grad-accum", "2"), has(s, "lora-r", "4"), has(s, "targets", "all-linear");
         CHECK(!af_train_settings_get(s, "val"), "null value: unset");
     }
+    af_train_settings_free(s);
+    s = yaml_ok("eval_steps: 50\neval_strategy: epoch\n");
+    if (s) has(s, "eval-every", "0");
+    af_train_settings_free(s);
+    s = yaml_ok("eval_strategy: epoch\neval_steps: 50\n");
+    if (s) has(s, "eval-every", "0");
     af_train_settings_free(s);
     s = yaml_ok("output_dir: runs/a\nresume_from_checkpoint: true\n");
     if (s) has(s, "resume", "runs/a");

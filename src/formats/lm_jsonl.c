@@ -107,8 +107,10 @@ static af_status fill(const char *P, long ln, const cJSON *root, af_lm_example *
                        "'%s' (use 'text', 'prompt'+'completion' or 'messages')", P, ln, names[1], names[0], names[1]);
     if (g == 0) {
         int cls = cJSON_GetObjectItemCaseSensitive(root, "input") != NULL;
+        char have[300];
+        af_json_key_list(root, have, sizeof have);
         return af_fail(AF_ERR_FORMAT, "%s:%ld: field 'text': missing: a causal-LM line needs 'text', "
-                       "'prompt'+'completion' or 'messages'%s", P, ln,
+                       "'prompt'+'completion' or 'messages' (it has %s)%s", P, ln, have,
                        cls ? " (found 'input': classification data? use --task classification)" : "");
     }
     memset(ex, 0, sizeof *ex);

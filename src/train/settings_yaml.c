@@ -13,6 +13,7 @@
  */
 #include "train/settings_yaml.h"
 #include "core/fsutil.h"
+#include "train/settings_internal.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -162,6 +163,7 @@ typedef struct yctx {
     int32_t n_keys;
     long *set_line; /* [n_keys] line where each afinar key was set (0: not yet) */
     char **set_by;  /* [n_keys] the YAML name that set it (owned) */
+    int eval_epoch; /* eval_strategy: epoch was given */
 } yctx;
 
 static af_status at(const yctx *y, const yaml_mark_t *m, const char *fmt, const char *a, const char *b) {
@@ -224,6 +226,7 @@ static af_status put(yctx *y, const yaml_mark_t *m, const char *yname, const cha
  * `v`... see read_value) following the alias kind. */
 static af_status apply(yctx *y, const yaml_mark_t *m, const char *yname, const alias *a, const char *key,
                        const char *v) {
+    if (y->eval_epoch && !strcmp(key, "eval-every")) return AF_OK; /* eval_strategy: epoch decides */
     switch (a ? a->kind : V_AS_IS) {
     case V_AS_IS:
     case V_TARGETS: return put(y, m, yname, key, v);
@@ -248,7 +251,17 @@ static af_status apply(yctx *y, const yaml_mark_t *m, const char *yname, const a
     }
     case V_EVAL_STRAT:
         if (!strcmp(v, "steps")) return AF_OK; /* eval_steps gives the interval */
-        if (!strcmp(v, "epoch")) return af_train_settings_get(y->s, "eval-every") ? AF_OK : put(y, m, yname, key, "0");
+        if (!strcmp(v, "epoch")) { /* every epoch (eval-every 0); eval_steps, before or after, is ignored as in transformers */
+            const af_setting_info *d = info_of(key);
+            int32_t nk = 0;
+            const int32_t idx = (int32_t)(d - af_train_setting_keys(&nk));
+            af_train_settings_unset(y->s, key);
+            free(y->set_by[idx]);
+            y->set_by[idx] = NULL;
+            y->set_line[idx] = 0;
+            y->eval_epoch = 1;
+            return put(y, m, yname, key, "0");
+        }
         return at(y, m, "key '%s': '%.60s' is not available (steps or epoch; afinar evaluates whenever validation data "
                         "are given)", yname, v);
     case V_LOSS_ONLY: {
