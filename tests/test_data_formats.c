@@ -154,7 +154,7 @@ static void test_encodings(void) {
         {"u32le_bom.jsonl", "\xFF\xFE\0\0{\0\0\0\"\0\0\0", 12, "UTF-32LE", "with a byte-order mark"},
         {"u32be_bom.jsonl", "\0\0\xFE\xFF\0\0\0{\0\0\0\"", 12, "UTF-32BE", "with a byte-order mark"},
         {"u16le.jsonl", "{\0\"\0t\0\"\0:\0", 10, "UTF-16LE", "without a byte-order mark"},
-        {"u16be.csv", "\0t\0e\0x\0t\0,\0l", 14, "UTF-16BE", "without a byte-order mark"},
+        {"u16be.csv", "\0t\0e\0x\0t\0,\0l", 12, "UTF-16BE", "without a byte-order mark"},
         {"u32le.csv", "t\0\0\0e\0\0\0", 8, "UTF-32LE", "without a byte-order mark"},
         {"u32be.jsonl", "\0\0\0{\0\0\0\"", 8, "UTF-32BE", "without a byte-order mark"},
     };
