@@ -15,9 +15,9 @@ PREFIX  ?= /usr/local
 BUILD   ?= build
 DEBUG   ?= 0
 
-PKGS       := libpcre2-8 libcjson nettle libutf8proc
+PKGS       := libpcre2-8 libcjson nettle libutf8proc yaml-0.1
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson -lnettle -lutf8proc)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lpcre2-8 -lcjson -lnettle -lutf8proc -lyaml) -lcsv
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     := -O2

@@ -140,6 +140,7 @@ int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
         if (st != AF_OK) rc = settings_fail(cmd, st);
     }
     const char *res = af_train_settings_get(cli, "resume");
+    if (!res && file) res = af_train_settings_get(file, "resume"); /* YAML: resume_from_checkpoint */
     if (rc == 0 && res) {
         char *ck = NULL;
         if (af_trainer_find_checkpoint(res, &ck) != AF_OK) {

@@ -744,7 +744,8 @@ af_status af_read_text_file(const char *path, size_t max_bytes, char **text, siz
  * A corpus is read from JSON Lines, one object per line:
  *   single-label  {"input": "text", "label": 3}  or  {"input": "text", "label": "sport"}
  *   multi-label   {"input": "text", "labels": [0, 4]}  or  {"input": "text", "labels": ["a", "b"]}
- * (field names configurable; blank lines skipped; other keys ignored). Integer labels are class
+ * (field names configurable; blank lines skipped; other keys ignored), or from a CSV / TSV table
+ * whose header names the fields (docs/DATA.md). Integer labels are class
  * ids >= 0; string labels map to their position in a given label list, or, without one, to their
  * rank among the file's distinct names sorted by byte value. A file uses one label form throughout.
  * A data set is a corpus tokenized for one model: af_tokenize(add_special = 1, parse_special = 0),
@@ -754,7 +755,8 @@ typedef struct af_corpus af_corpus;
 typedef struct af_dataset af_dataset;
 
 typedef struct af_corpus_opts {
-    const char *text_field;   /* NULL -> "input" */
+    const char *text_field;   /* NULL -> the first of "text", "sentence", "content", "input" present in the
+                                 first sample (then required in every sample) */
     const char *label_field;  /* NULL -> "label" (single) and "labels" (multi) are both accepted;
                                  when set, only this key is read, in either form */
     const char *const *label_names; /* [n_label_names] optional label list (borrowed), NULL = none */
@@ -768,11 +770,15 @@ typedef struct af_corpus_opts {
 /* Fill `o` with the defaults (all zero / NULL). */
 void af_corpus_opts_init(af_corpus_opts *o);
 
-/* Read a JSONL corpus. `opts` may be NULL (defaults). `*out`: caller frees with af_corpus_free().
+/* Read a corpus: JSON Lines, or a CSV / TSV table when the name ends in .csv / .tsv / .tab (a header
+ * row naming the fields, RFC 4180 quoting; docs/DATA.md). UTF-8 with or without a byte-order mark.
+ * `opts` may be NULL (defaults). `*out`: caller frees with af_corpus_free().
  * Errors (the message names FILE:LINE and the field): AF_ERR_IO (cannot open), AF_ERR_FORMAT
- * (invalid JSON with its column, not an object, missing field, wrong type, label out of range or
- * unknown name, mixed label forms, line longer than max_line_bytes, no sample), AF_ERR_INVALID_ARG
- * (bad options, e.g. duplicate names in the label list), AF_ERR_NOMEM. */
+ * (invalid JSON with its column, not an object, malformed CSV quoting, a row with the wrong number
+ * of cells, a UTF-16/32 file (named), missing field (the message lists the fields present and names
+ * --text-field / --label-field), wrong type, label out of range or unknown name, mixed label
+ * forms, line longer than max_line_bytes, no sample), AF_ERR_INVALID_ARG (bad options, e.g.
+ * duplicate names in the label list), AF_ERR_NOMEM. */
 af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus **out);
 
 /* An unlabelled single-label corpus of `n` (>= 0) texts: texts[i] holds lens[i] bytes (copied; a
@@ -807,7 +813,8 @@ void af_dataset_free(af_dataset *ds);
 /* ---------------------------------------------------------------------------------------------
  * Causal-LM data sets (supervised fine-tuning with a next-token loss)
  *
- * JSON Lines in Hugging Face TRL's dataset formats, one example per line, one format per file:
+ * JSON Lines in Hugging Face TRL's dataset formats, one example per line, one format per file (or a
+ * CSV / TSV table with the columns text, or prompt and completion; docs/DATA.md):
  *   {"text": "..."}                                   language modelling
  *   {"prompt": "...", "completion": "..."}            prompt / completion
  *   {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", ...}, ...]}
@@ -881,7 +888,8 @@ void af_lm_data_opts_init(af_lm_data_opts *o);
 af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
                              af_dataset **out);
 
-/* Print a report as a few indented lines to `fp` (`title`, may be NULL, heads it). */
+/* Print a report as a few indented lines to `fp` (`title`, may be NULL, heads it); a "warning:"
+ * line naming --max-seq-len when more than 1% of the examples were dropped by truncation. */
 void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE *fp);
 
 /* Next-token evaluation of a causal-LM data set (read by af_lm_dataset_read). */

@@ -18,7 +18,7 @@ for a in "$@"; do
   esac
 done
 
-APT_PKGS=(build-essential pkg-config libpcre2-dev libcjson-dev nettle-dev libutf8proc-dev python3 python3-venv unzip gnuplot-nox clang libclang-rt-14-dev
+APT_PKGS=(build-essential pkg-config libpcre2-dev libcjson-dev nettle-dev libutf8proc-dev libcsv-dev libyaml-dev python3 python3-venv unzip gnuplot-nox clang libclang-rt-14-dev
           openmpi-bin libopenmpi-dev
           libmicrohttpd-dev curl  # afinar serve (HTTP server); curl: the server's client tests
           mesa-vulkan-drivers libvulkan-dev glslc vulkan-tools  # the Vulkan backend: loader + headers, the GLSL -> SPIR-V compiler, lavapipe (a CPU Vulkan device, so tests run without a GPU), vulkaninfo

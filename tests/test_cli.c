@@ -296,10 +296,10 @@ static void test_files(void) {
 /* Exit status 1: data content, each message naming the file, the line and the field. */
 static void test_data(void) {
     EXPECT("check -m @/tiny.gguf --train @/badjson.jsonl -t 1", 1, "afinar check: @/badjson.jsonl:3: invalid JSON at column *");
-    EXPECT("check -m @/tiny.gguf --train @/notext.jsonl -t 1", 1, "afinar check: @/notext.jsonl:2: field 'input': missing");
+    EXPECT("check -m @/tiny.gguf --train @/notext.jsonl -t 1", 1, "afinar check: @/notext.jsonl:2: field 'input': missing (the line has 'text', 'label'; name the field with --text-field NAME)");
     EXPECT("check -m @/tiny.gguf --train @/notext.jsonl --text-field body -t 1", 1,
-           "afinar check: @/notext.jsonl:1: field 'body': missing");
-    EXPECT("check -m @/tiny.gguf --train @/nolabel.jsonl -t 1", 1, "afinar check: @/nolabel.jsonl:2: field 'label': missing");
+           "afinar check: @/notext.jsonl:1: field 'body': missing (the line has 'input', 'label'; name the field with --text-field NAME)");
+    EXPECT("check -m @/tiny.gguf --train @/nolabel.jsonl -t 1", 1, "afinar check: @/nolabel.jsonl:2: field 'label': missing (the line has 'input'; name the field with --label-field NAME)");
     EXPECT("check -m @/tiny.gguf --train @/range.jsonl --num-classes 3 -t 1", 1,
            "afinar check: @/range.jsonl:3: field 'label': value 7 out of range [0, 3)");
     EXPECT("check -m @/tiny.gguf --train @/neg.jsonl -t 1", 1, "afinar check: @/neg.jsonl:2: field 'label': label -1 is negative");
@@ -327,7 +327,7 @@ static void test_data(void) {
     EXPECT("eval -m @/tiny.gguf -a @/run/final --data @/blank.jsonl -t 1", 1,
            "afinar eval: @/blank.jsonl: no samples (empty data set)");
     EXPECT("predict -m @/tiny.gguf -a @/run/final --input @/notext.jsonl -t 1", 1,
-           "afinar predict: @/notext.jsonl:2: field 'input': missing");
+           "afinar predict: @/notext.jsonl:2: field 'input': missing (the line has 'text', 'label'; name the field with --text-field NAME)");
     /* no failed run left an output directory behind */
     CHECK(!exists(P_("u")), "a failed train left %s", P_("u"));
 }

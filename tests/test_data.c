@@ -193,7 +193,9 @@ static void test_reader_errors(void) {
     expect_err("trailing.jsonl", "{\"input\": \"a\", \"label\": 0} x\n", NULL, AF_ERR_FORMAT, 1,
                "invalid JSON at column 28", "unexpected text");
     expect_err("notobj.jsonl", "[1, 2]\n", NULL, AF_ERR_FORMAT, 1, "expected a JSON object, got array", NULL);
-    expect_err("noinput.jsonl", "{\"label\": 0}\n", NULL, AF_ERR_FORMAT, 1, "field 'input': missing", NULL);
+    expect_err("noinput.jsonl", "{\"label\": 0}\n", NULL, AF_ERR_FORMAT, 1, "no text field", "the line has 'label'");
+    expect_err("noinput2.jsonl", "{\"input\": \"a\", \"label\": 0}\n{\"label\": 0}\n", NULL, AF_ERR_FORMAT, 2,
+               "field 'input': missing (the line has 'label'", "--text-field NAME");
     expect_err("inputtype.jsonl", "{\"input\": 5, \"label\": 0}\n", NULL, AF_ERR_FORMAT, 1,
                "field 'input': expected a string, got number", NULL);
     expect_err("nolabel.jsonl", "{\"input\": \"a\", \"label\": 0}\n{\"input\": \"a\"}\n", NULL, AF_ERR_FORMAT, 2,

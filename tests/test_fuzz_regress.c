@@ -37,6 +37,8 @@ static void fz_regress_fail(const char *msg, const char *file, int line) {
 #include "fuzz/fuzz_tok_spm.c"
 #include "fuzz/fuzz_serve_req.c"
 #include "fuzz/fuzz_chat.c"
+#include "fuzz/fuzz_csv.c"
+#include "fuzz/fuzz_yaml.c"
 
 #include "formats/jsonl.h"
 
@@ -69,6 +71,7 @@ static const struct {
     {"gguf_tok", fz_gguf_tok_one}, {"lm_jsonl", fz_lm_jsonl_one},
     {"hf_config", fz_hf_config_one}, {"tok_json", fz_tok_json_one},   {"manifest", fz_manifest_one},
     {"serve_req", fz_serve_req_one}, {"chat", fz_chat_one},
+    {"csv", fz_csv_one},             {"yaml", fz_yaml_one},
 };
 
 /* Expected status from a regress file name "<what>.<STATUS>"; -1 if the suffix is unknown. */

@@ -254,6 +254,58 @@ static void test_causal_lm(void) {
     free(l);
 }
 
+/* The causal-LM max_seq_len from the data (af_recipe_lm_max_seq_len). */
+static void test_lm_max_seq_len(void) {
+    /* the held-out prompt/completion set of the issue: 3,000 examples, p99 139, max 147 */
+    int32_t *l = calloc(3000, sizeof *l);
+    if (!CHECK(l != NULL, "alloc")) return;
+    for (int i = 0; i < 3000; i++) l[i] = i < 2969 ? 60 + i / 60 : 139 + (i - 2969) * 8 / 30;
+    CHECK(l[2969] == 139 && l[2999] == 147, "fixture: p99 %d, max %d", l[2969], l[2999]);
+    int64_t longer = -1;
+    char why[256];
+    int32_t L = af_recipe_lm_max_seq_len(l, 3000, 8192, 0, 8, &longer, why, sizeof why);
+    CHECK(L == 192 && longer == 0, "p99 139 -> 192, none longer (got %d, %lld)", L, (long long)longer);
+    CHECK(strstr(why, "p99 token length 139") && strstr(why, "0 of 3,000"), "reason: %s", why);
+    /* the model's context binds: 31 examples (1.03%) longer than 128 */
+    L = af_recipe_lm_max_seq_len(l, 3000, 128, 0, 8, &longer, why, sizeof why);
+    CHECK(L == 128 && longer == 31 && strstr(why, "model's context"), "context cap: %d, %lld longer (%s)", L,
+          (long long)longer, why);
+    /* the memory limit binds: 8 x L <= 800 tokens -> 64 (a multiple of 64, at least 64) */
+    L = af_recipe_lm_max_seq_len(l, 3000, 8192, 800, 8, &longer, why, sizeof why);
+    CHECK(L == 64 && strstr(why, "memory limit"), "memory cap: %d (%s)", L, why);
+    L = af_recipe_lm_max_seq_len(l, 3000, 8192, 10, 8, &longer, NULL, 0);
+    CHECK(L == 64, "memory cap never below 64: %d", L);
+    /* a generous memory limit changes nothing */
+    L = af_recipe_lm_max_seq_len(l, 3000, 8192, 8 * 192, 8, &longer, NULL, 0);
+    CHECK(L == 192, "memory limit exactly 8 x 192: %d", L);
+    /* short examples: one step of 64 */
+    for (int i = 0; i < 3000; i++) l[i] = 10;
+    L = af_recipe_lm_max_seq_len(l, 3000, 8192, 0, 8, &longer, NULL, 0);
+    CHECK(L == 64 && longer == 0, "short examples -> 64 (got %d, %lld)", L, (long long)longer);
+    /* a model context shorter than a step */
+    L = af_recipe_lm_max_seq_len(l, 3000, 40, 0, 8, &longer, NULL, 0);
+    CHECK(L == 40 && longer == 0, "context 40 -> 40 (got %d)", L);
+    /* without a binding cap at most 1% are ever longer, whatever the distribution */
+    for (int shape = 0; shape < 4; shape++) {
+        for (int n = 1; n <= 3000; n += 277) {
+            for (int i = 0; i < n; i++) {
+                const double u = (double)(i + 1) / n;
+                l[i] = shape == 0 ? 1 + i : shape == 1 ? (int32_t)(20 / (1.0001 - u)) : shape == 2 ? (u > 0.98 ? 5000 : 30)
+                                                                                             : (int32_t)(u * u * 2000);
+                if (l[i] < 1) l[i] = 1;
+            }
+            L = af_recipe_lm_max_seq_len(l, n, 0, 0, 8, &longer, NULL, 0);
+            CHECK(L >= 1 && longer * 100 <= n, "shape %d, n %d: %lld of %d longer than %d", shape, n, (long long)longer,
+                  n, L);
+        }
+    }
+    CHECK(af_recipe_lm_max_seq_len(l, 0, 8192, 0, 8, NULL, NULL, 0) == 0 &&
+              af_recipe_lm_max_seq_len(NULL, 3, 8192, 0, 8, NULL, NULL, 0) == 0 &&
+              af_recipe_lm_max_seq_len(l, 3, 8192, 0, 0, NULL, NULL, 0) == 0,
+          "invalid input -> 0");
+    free(l);
+}
+
 static void test_eval_every(void) {
     CHECK(af_recipe_eval_every(4, 196, 98) == 49, "4 evaluations over 196 steps: %lld",
           (long long)af_recipe_eval_every(4, 196, 98));
@@ -291,6 +343,7 @@ int main(void) {
     test_budget();
     test_given();
     test_causal_lm();
+    test_lm_max_seq_len();
     test_eval_every();
     test_invalid();
     return tl_finish("test_recipe");

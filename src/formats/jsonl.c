@@ -4,6 +4,7 @@
 #include "formats/jsonl.h"
 #include "core/fsutil.h"
 #include "formats/json_nul.h"
+#include "formats/csv.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -286,7 +287,15 @@ typedef struct reader {
     name_map given;    /* label list from opts */
     name_map found;    /* names seen (no list) */
     int64_t max_int;   /* largest integer label seen */
+    const char *text_field; /* the text field: opts' or detected on the first sample (borrowed) */
+    int csv;           /* 1: rows of a CSV/TSV file (cells are strings; integer-looking labels are ids) */
 } reader;
+
+/* Text fields looked for when none is given, in this order: the names of Hugging Face data sets
+ * (text: imdb, ag_news, yelp; sentence: glue/sst2, cola; content: amazon_polarity-style sets) and
+ * afinar's own earlier default "input". */
+static const char *const k_text_fields[] = {"text", "sentence", "content", "input"};
+#define N_TEXT_FIELDS (sizeof k_text_fields / sizeof k_text_fields[0])
 
 static int ids_push(reader *r, int32_t v) {
     if (r->n_ids == r->cap_ids) {
@@ -395,25 +404,63 @@ af_status af_jsonl_parse_object(const char *path, long ln, const char *line, siz
     return AF_OK;
 }
 
-/* Parses one non-blank line into sample c->n. */
-static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
+/* The fields a line has and the flag to name another one, appended to a "missing" message. */
+static af_status missing_field(reader *r, long ln, const cJSON *root, const char *field, const char *flag) {
+    char have[400];
+    af_json_key_list(root, have, sizeof have);
+    return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': missing (the %s has %s; name the field with %s NAME)", r->path,
+                   ln, field, r->csv ? "header" : "line", have, flag);
+}
+
+/* The text field of a sample whose object is `root`: the given one, else the first of
+ * k_text_fields present in the first sample (then required in every later one). */
+static af_status find_text(reader *r, long ln, const cJSON *root, const cJSON **t) {
+    if (!r->text_field) {
+        for (size_t i = 0; i < N_TEXT_FIELDS && !r->text_field; i++)
+            if (cJSON_GetObjectItemCaseSensitive(root, k_text_fields[i])) r->text_field = k_text_fields[i];
+        if (!r->text_field) {
+            char have[400];
+            af_json_key_list(root, have, sizeof have);
+            return af_fail(AF_ERR_FORMAT,
+                           "%s:%ld: no text field: looked for 'text', 'sentence', 'content' and 'input', the %s has %s; "
+                           "name the text field with --text-field NAME",
+                           r->path, ln, r->csv ? "header" : "line", have);
+        }
+    }
+    *t = cJSON_GetObjectItemCaseSensitive(root, r->text_field);
+    if (!*t) return missing_field(r, ln, root, r->text_field, "--text-field");
+    if (!cJSON_IsString(*t))
+        return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected a string, got %s", r->path, ln, r->text_field,
+                       af_json_type_name(*t));
+    return AF_OK;
+}
+
+/* A CSV cell that is a canonical non-negative integer ("0", "17"; not "007", "+1", "1.0") becomes a
+ * number (an integer class id), as pandas and datasets write integer labels; others stay names. */
+static void csv_label_number(cJSON *lv) {
+    if (!cJSON_IsString(lv)) return;
+    const char *s = lv->valuestring;
+    size_t n = strlen(s);
+    if (n == 0 || n > 9 || (n > 1 && s[0] == '0')) return;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return;
+    const double v = (double)strtol(s, NULL, 10);
+    /* the item becomes a number in place (its string was made by cJSON_CreateString: ours to free) */
+    cJSON_free(lv->valuestring);
+    lv->valuestring = NULL;
+    lv->type = (lv->type & ~0xFF) | cJSON_Number;
+    cJSON_SetNumberValue(lv, v);
+}
+
+/* Adds sample c->n from the object `root` (one JSONL line or one CSV row at line `ln`). */
+static af_status parse_obj(reader *r, long ln, cJSON *root) {
     const char *P = r->path;
     af_corpus *c = r->c;
-    cJSON *root = NULL;
-    af_status st = af_jsonl_parse_object(P, ln, line, len, &root);
-    if (st != AF_OK) return st;
-    const char *tf = r->o->text_field ? r->o->text_field : "input";
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, tf);
-    if (!t) {
-        st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': missing", P, ln, tf);
-        goto done;
-    }
-    if (!cJSON_IsString(t)) {
-        st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected a string, got %s", P, ln, tf, af_json_type_name(t));
-        goto done;
-    }
+    af_status st = AF_OK;
+    const cJSON *t = NULL;
+    if ((st = find_text(r, ln, root, &t)) != AF_OK) return st;
     const char *lf = r->o->label_field;
-    const cJSON *lv;
+    cJSON *lv;
     if (lf) {
         lv = cJSON_GetObjectItemCaseSensitive(root, lf);
     } else {
@@ -421,11 +468,13 @@ static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
         lv = cJSON_GetObjectItemCaseSensitive(root, "label");
         if (!lv && (lv = cJSON_GetObjectItemCaseSensitive(root, "labels"))) lf = "labels";
     }
-    if (lv && cJSON_IsNull(lv) && r->o->labels_optional) lv = NULL;
-    if (!lv && !r->o->labels_optional) {
-        st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': missing", P, ln, r->o->label_field ? lf : "label");
-        goto done;
+    if (lv && r->csv) {
+        if (r->o->labels_optional && cJSON_IsString(lv) && !lv->valuestring[0]) lv = NULL; /* empty cell */
+        else csv_label_number(lv);
     }
+    if (lv && cJSON_IsNull(lv) && r->o->labels_optional) lv = NULL;
+    if (!lv && !r->o->labels_optional)
+        return missing_field(r, ln, root, r->o->label_field ? lf : "label", "--label-field");
     int64_t first = r->n_ids;
     if (lv) {
         int form = cJSON_IsArray(lv) ? 2 : 1;
@@ -433,7 +482,7 @@ static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
             st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': got a %s but earlier lines are %s", P, ln, lf,
                          form == 2 ? "list of labels" : "single label",
                          r->form == 2 ? "multi-label (lists)" : "single-label");
-            goto done;
+            return st;
         }
         r->form = form;
         if (form == 1) {
@@ -444,7 +493,7 @@ static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
                 if ((st = one_label(r, ln, lf, e)) != AF_OK) break;
             }
         }
-        if (st != AF_OK) goto done;
+        if (st != AF_OK) return st;
         if (form == 2 && r->n_ids - first > 1 && r->kind == 1) { /* sort + unique (ids are final) */
             int32_t *p = r->ids + first;
             int64_t m = r->n_ids - first, w = 1;
@@ -466,7 +515,7 @@ static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
         int32_t *lo = lnp ? af_realloc_array(c->label_off, (size_t)nc + 1, sizeof *lo) : NULL;
         if (!lo) {
             st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", P, ln);
-            goto done;
+            return st;
         }
         c->label_off = lo;
         r->cap = nc;
@@ -475,12 +524,12 @@ static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
     char *txt = dup_str(t->valuestring, tlen);
     if (!txt) {
         st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", P, ln);
-        goto done;
+        return st;
     }
     if (r->n_ids > INT32_MAX) {
         free(txt);
         st = af_fail(AF_ERR_RANGE, "%s:%ld: too many labels", P, ln);
-        goto done;
+        return st;
     }
     c->texts[c->n] = txt;
     c->text_len[c->n] = tlen;
@@ -488,9 +537,24 @@ static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
     c->label_off[c->n] = (int32_t)first;
     c->n++;
     c->label_off[c->n] = (int32_t)r->n_ids;
-done:
+    return st;
+}
+
+/* Parses one non-blank JSONL line into sample c->n. */
+static af_status parse_line(reader *r, long ln, const char *line, size_t len) {
+    cJSON *root = NULL;
+    af_status st = af_jsonl_parse_object(r->path, ln, line, len, &root);
+    if (st != AF_OK) return st;
+    st = parse_obj(r, ln, root);
     cJSON_Delete(root);
     return st;
+}
+
+/* One CSV/TSV row (af_csv_row_fn). */
+static af_status parse_row(void *ud, long ln, const cJSON *row) {
+    reader *r = ud;
+    if (r->c->n == INT32_MAX - 1) return af_fail(AF_ERR_RANGE, "%s:%ld: too many samples", r->path, ln);
+    return parse_obj(r, ln, (cJSON *)row); /* the label cell may become a number in place */
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -568,7 +632,54 @@ static af_status finish(reader *r) {
     return AF_OK;
 }
 
+/* The lines of a JSONL file into r->c (encoding checked on the first line, a UTF-8 BOM skipped). */
+static af_status read_jsonl_lines(reader *r, size_t maxl) {
+    const char *path = r->path;
+    FILE *fp = af_fopen_regular(path, NULL); /* never blocks; "/dev/stdin" may be a pipe */
+    if (!fp) return AF_ERR_IO;
+    af_status st = AF_OK;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long ln = 0;
+    while (st == AF_OK && (len = af_jsonl_read_line(fp, &line, &cap, maxl)) != -1) {
+        ln++;
+        if (len == -2) {
+            st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, ln, maxl);
+            break;
+        }
+        if (len == -3) {
+            st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
+            break;
+        }
+        char *s = line;
+        if (ln == 1) {
+            size_t bom = 0;
+            if ((st = af_text_check_encoding(path, (const unsigned char *)s, (size_t)len, &bom)) != AF_OK) break;
+            s += bom;
+            len -= (ssize_t)bom;
+        }
+        size_t k = 0;
+        while (k < (size_t)len && is_space(s[k])) k++;
+        if (k == (size_t)len) continue;
+        if (r->c->n == INT32_MAX - 1) {
+            st = af_fail(AF_ERR_RANGE, "%s:%ld: too many samples", path, ln);
+            break;
+        }
+        st = parse_line(r, ln, s, (size_t)len);
+    }
+    if (st == AF_OK && ferror(fp)) st = af_fail(AF_ERR_IO, "%s: read error: %s", path, strerror(errno));
+    free(line);
+    fclose(fp);
+    return st;
+}
+
 af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus **out) {
+    return af_corpus_read_as(path, af_data_file_delim(path), opts, out);
+}
+
+af_status af_corpus_read_as(const char *path, int delim, const af_corpus_opts *opts, af_corpus **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "corpus: NULL out");
     *out = NULL;
     af_corpus_opts def;
     if (!opts) {
@@ -596,42 +707,18 @@ af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus
         return af_fail(AF_ERR_INVALID_ARG, "%s: num_classes %d differs from the %d label names", path,
                        opts->num_classes, r.given.n);
     }
-    FILE *fp = af_fopen_regular(path, NULL); /* never blocks; "/dev/stdin" may be a pipe */
-    if (!fp) {
-        map_free(&r.given);
-        return AF_ERR_IO;
-    }
     af_corpus *c = calloc(1, sizeof *c);
     r.c = c;
+    r.text_field = opts->text_field;
     af_status st = AF_OK;
     if (!c || !(c->path = dup_str(path, strlen(path)))) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
     size_t maxl = opts->max_line_bytes ? opts->max_line_bytes : AF_JSONL_DEFAULT_MAX_LINE;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long ln = 0;
-    while (st == AF_OK && (len = af_jsonl_read_line(fp, &line, &cap, maxl)) != -1) {
-        ln++;
-        if (len == -2) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, ln, maxl);
-            break;
-        }
-        if (len == -3) {
-            st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
-            break;
-        }
-        size_t k = 0;
-        while (k < (size_t)len && is_space(line[k])) k++;
-        if (k == (size_t)len) continue;
-        if (c->n == INT32_MAX - 1) {
-            st = af_fail(AF_ERR_RANGE, "%s:%ld: too many samples", path, ln);
-            break;
-        }
-        st = parse_line(&r, ln, line, (size_t)len);
+    if (st == AF_OK && delim) {
+        r.csv = 1;
+        st = af_csv_read(path, delim, maxl, parse_row, &r, NULL);
+    } else if (st == AF_OK) {
+        st = read_jsonl_lines(&r, maxl);
     }
-    if (st == AF_OK && ferror(fp)) st = af_fail(AF_ERR_IO, "%s: read error: %s", path, strerror(errno));
-    free(line);
-    fclose(fp);
     if (st == AF_OK && c->n == 0) st = af_fail(AF_ERR_FORMAT, "%s: no samples (empty data set)", path);
     if (st == AF_OK) st = finish(&r);
     free(r.ids);

@@ -66,6 +66,15 @@ struct af_corpus {
 /* af_corpus_opts, af_corpus_opts_init, af_corpus_read, af_corpus_from_texts, af_corpus_size,
  * af_corpus_multi_label, af_corpus_free: include/afinar.h ("Data sets"). */
 
+/* af_corpus_read with the layout given instead of taken from the file name: delim 0 = JSON Lines,
+ * ',' = CSV, '\t' = TSV (formats/csv.h: header row, RFC 4180 quoting; a label cell that is a
+ * canonical non-negative integer is a class id, other cells are label names; with labels_optional
+ * an empty label cell is no label). Text field: opts->text_field, else the first of "text",
+ * "sentence", "content", "input" present in the first sample (then required in every sample).
+ * Errors: those of af_corpus_read and af_csv_read; a missing field names the fields the line (or
+ * header) has and the flag (--text-field / --label-field). */
+af_status af_corpus_read_as(const char *path, int delim, const af_corpus_opts *opts, af_corpus **out);
+
 /* Reads one line (with its '\n', NUL bytes allowed) of `fp` into *buf (malloc'ed, grown as needed,
  * never beyond maxl + 2 bytes, so a huge line is refused before it is allocated; caller frees) and
  * NUL-terminates it. Returns its length, -1 at end of file with nothing read, -2 when the line is

@@ -4,6 +4,7 @@
 #include "formats/lm_jsonl.h"
 #include "core/fsutil.h"
 
+#include "formats/csv.h"
 #include "formats/jsonl.h"
 
 #include <cJSON.h>
@@ -106,8 +107,10 @@ static af_status fill(const char *P, long ln, const cJSON *root, af_lm_example *
                        "'%s' (use 'text', 'prompt'+'completion' or 'messages')", P, ln, names[1], names[0], names[1]);
     if (g == 0) {
         int cls = cJSON_GetObjectItemCaseSensitive(root, "input") != NULL;
+        char have[300];
+        af_json_key_list(root, have, sizeof have);
         return af_fail(AF_ERR_FORMAT, "%s:%ld: field 'text': missing: a causal-LM line needs 'text', "
-                       "'prompt'+'completion' or 'messages'%s", P, ln,
+                       "'prompt'+'completion' or 'messages' (it has %s)%s", P, ln, have,
                        cls ? " (found 'input': classification data? use --task classification)" : "");
     }
     memset(ex, 0, sizeof *ex);
@@ -207,22 +210,82 @@ void af_lm_corpus_free(af_lm_corpus *c) {
     free(c);
 }
 
+/* State of one read: the corpus being filled and its first example's line (for the one-format rule). */
+typedef struct lm_reader {
+    af_lm_corpus *c;
+    int32_t ncap, first_line;
+} lm_reader;
+
+/* Appends a parsed example (moved in; cleared on error) checking the one-format-per-file rule. */
+static af_status lm_push(lm_reader *r, const char *path, long ln, af_lm_example *ex) {
+    af_lm_corpus *c = r->c;
+    if (c->n == INT32_MAX - 1) {
+        af_lm_example_clear(ex);
+        return af_fail(AF_ERR_RANGE, "%s:%ld: too many examples", path, ln);
+    }
+    if (c->n == 0) {
+        c->format = ex->format;
+        r->first_line = ex->line_no;
+    } else if (ex->format != c->format) {
+        af_status st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': line is '%s' but line %d is '%s' (one format per file)",
+                               path, ln, ex->format == AF_LM_TEXT ? "text" : ex->format == AF_LM_MESSAGES ? "messages" : "prompt",
+                               af_lm_format_name(ex->format), (int)r->first_line, af_lm_format_name(c->format));
+        af_lm_example_clear(ex);
+        return st;
+    }
+    if (c->n == r->ncap) {
+        int32_t nc = r->ncap ? (r->ncap > INT32_MAX / 2 ? INT32_MAX - 1 : r->ncap * 2) : 256;
+        af_lm_example *ne = af_realloc_array(c->ex, (size_t)nc, sizeof *ne);
+        if (!ne) {
+            af_lm_example_clear(ex);
+            return af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
+        }
+        c->ex = ne;
+        r->ncap = nc;
+    }
+    c->ex[c->n++] = *ex;
+    return AF_OK;
+}
+
+/* One CSV/TSV row: its columns as the keys of a JSONL line (text, or prompt + completion; a cell is
+ * always a string, so conversations need JSONL). */
+static af_status lm_row(void *ud, long ln, const cJSON *row) {
+    lm_reader *r = ud;
+    af_lm_example ex;
+    memset(&ex, 0, sizeof ex);
+    af_status st = fill(r->c->path, ln, row, &ex);
+    if (st != AF_OK) {
+        af_lm_example_clear(&ex);
+        return st;
+    }
+    return lm_push(r, r->c->path, ln, &ex);
+}
+
 af_status af_lm_corpus_read(const char *path, size_t max_line_bytes, af_lm_corpus **out) {
     if (!out) return af_fail(AF_ERR_INVALID_ARG, "lm corpus: NULL out");
     *out = NULL;
     if (!path) return af_fail(AF_ERR_INVALID_ARG, "lm corpus: NULL path");
-    FILE *fp = af_fopen_regular(path, NULL); /* never blocks; message recorded */
-    if (!fp) return AF_ERR_IO;
+    return af_lm_corpus_read_as(path, af_data_file_delim(path), max_line_bytes, out);
+}
+
+af_status af_lm_corpus_read_as(const char *path, int delim, size_t max_line_bytes, af_lm_corpus **out) {
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "lm corpus: NULL out");
+    *out = NULL;
+    if (!path) return af_fail(AF_ERR_INVALID_ARG, "lm corpus: NULL path");
+    size_t maxl = max_line_bytes ? max_line_bytes : AF_JSONL_DEFAULT_MAX_LINE;
+    lm_reader r = {0};
     af_lm_corpus *c = calloc(1, sizeof *c);
     af_status st = AF_OK;
     if (!c || !(c->path = strdup(path))) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
-    size_t maxl = max_line_bytes ? max_line_bytes : AF_JSONL_DEFAULT_MAX_LINE;
+    r.c = c;
+    FILE *fp = NULL;
+    if (st == AF_OK && delim) st = af_csv_read(path, delim, maxl, lm_row, &r, NULL);
+    else if (st == AF_OK && !(fp = af_fopen_regular(path, NULL))) st = AF_ERR_IO; /* never blocks; message recorded */
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
     long ln = 0;
-    int32_t ncap = 0, first_line = 0;
-    while (st == AF_OK && (len = af_jsonl_read_line(fp, &line, &cap, maxl)) != -1) {
+    while (fp && st == AF_OK && (len = af_jsonl_read_line(fp, &line, &cap, maxl)) != -1) {
         ln++;
         if (len == -2) {
             st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, ln, maxl);
@@ -232,40 +295,25 @@ af_status af_lm_corpus_read(const char *path, size_t max_line_bytes, af_lm_corpu
             st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
             break;
         }
+        char *s = line;
+        if (ln == 1) {
+            size_t bom = 0;
+            if ((st = af_text_check_encoding(path, (const unsigned char *)s, (size_t)len, &bom)) != AF_OK) break;
+            s += bom;
+            len -= (ssize_t)bom;
+        }
         size_t k = 0;
-        while (k < (size_t)len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
+        while (k < (size_t)len && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\n')) k++;
         if (k == (size_t)len) continue;
-        if (c->n == INT32_MAX - 1) {
-            st = af_fail(AF_ERR_RANGE, "%s:%ld: too many examples", path, ln);
-            break;
-        }
-        if (c->n == ncap) {
-            int32_t nc = ncap ? (ncap > INT32_MAX / 2 ? INT32_MAX - 1 : ncap * 2) : 256;
-            af_lm_example *ne = af_realloc_array(c->ex, (size_t)nc, sizeof *ne);
-            if (!ne) {
-                st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
-                break;
-            }
-            c->ex = ne;
-            ncap = nc;
-        }
-        af_lm_example *ex = &c->ex[c->n];
-        if ((st = af_lm_example_parse(path, ln, line, (size_t)len, ex)) != AF_OK) break;
-        if (c->n == 0) {
-            c->format = ex->format;
-            first_line = ex->line_no;
-        } else if (ex->format != c->format) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': line is '%s' but line %d is '%s' (one format per file)",
-                         path, ln, ex->format == AF_LM_TEXT ? "text" : ex->format == AF_LM_MESSAGES ? "messages" : "prompt",
-                         af_lm_format_name(ex->format), (int)first_line, af_lm_format_name(c->format));
-            af_lm_example_clear(ex);
-            break;
-        }
-        c->n++;
+        af_lm_example ex;
+        if ((st = af_lm_example_parse(path, ln, s, (size_t)len, &ex)) != AF_OK) break;
+        st = lm_push(&r, path, ln, &ex);
     }
-    if (st == AF_OK && ferror(fp)) st = af_fail(AF_ERR_IO, "%s: read error: %s", path, strerror(errno));
+    if (fp) {
+        if (st == AF_OK && ferror(fp)) st = af_fail(AF_ERR_IO, "%s: read error: %s", path, strerror(errno));
+        fclose(fp);
+    }
     free(line);
-    fclose(fp);
     if (st == AF_OK && c->n == 0) st = af_fail(AF_ERR_FORMAT, "%s: no examples (empty file)", path);
     if (st != AF_OK) {
         af_lm_corpus_free(c);

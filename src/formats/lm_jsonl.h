@@ -89,4 +89,12 @@ void af_lm_example_clear(af_lm_example *ex);
 af_status af_lm_corpus_read(const char *path, size_t max_line_bytes, af_lm_corpus **out);
 void af_lm_corpus_free(af_lm_corpus *c);
 
+/* af_lm_corpus_read with the layout given instead of taken from the file name (af_lm_corpus_read
+ * uses af_data_file_delim: ".csv" / ".tsv" are tables): delim 0 = JSON Lines, ',' = CSV, '\t' = TSV.
+ * A table's header names the fields of a line ("text", or "prompt" and "completion"; other columns
+ * are ignored); its cells are strings, so conversations ("messages") need JSON Lines. The file is
+ * UTF-8, a byte-order mark skipped; UTF-16/32 are refused naming the encoding (formats/csv.h).
+ * Errors: those of af_lm_corpus_read and af_csv_read. */
+af_status af_lm_corpus_read_as(const char *path, int delim, size_t max_line_bytes, af_lm_corpus **out);
+
 #endif /* AF_LM_JSONL_H */

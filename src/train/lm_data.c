@@ -230,4 +230,8 @@ void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE
             r->n_tokens ? 100.0 * (double)r->n_target_tokens / (double)r->n_tokens : 0.0);
     if (r->n_target_cut) fprintf(fp, ", %lld target tokens cut", (long long)r->n_target_cut);
     fprintf(fp, "\n");
+    if ((int64_t)r->n_dropped_cut * 100 > (int64_t)r->n_read) /* more than 1%: never silent */
+        fprintf(fp, "  warning: %d of %d examples (%.1f%%) dropped: every target token lies beyond max_seq_len %d "
+                "(first at line %d); raise --max-seq-len\n", r->n_dropped_cut, r->n_read,
+                100.0 * r->n_dropped_cut / (r->n_read > 0 ? r->n_read : 1), r->max_seq_len, r->first_dropped_line);
 }

@@ -282,3 +282,35 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
     }
     return 0;
 }
+
+int32_t af_recipe_lm_max_seq_len(const int32_t *sorted_len, int64_t n, int32_t max_positions, int64_t mem_tokens,
+                                 int32_t batch, int64_t *n_longer, char *why, size_t cap) {
+    if (n_longer) *n_longer = 0;
+    if (why && cap) why[0] = 0;
+    if (!sorted_len || n < 1 || batch < 1) return 0;
+    int64_t i99 = (int64_t)ceil(0.99 * (double)n) - 1;
+    const int32_t p99 = sorted_len[i99 < 0 ? 0 : i99 > n - 1 ? n - 1 : i99];
+    int32_t L = round_up(p99 < 1 ? 1 : p99, LEN_STEP);
+    const char *capped = "";
+    if (max_positions > 0 && L > max_positions) L = max_positions, capped = ", capped by the model's context";
+    if (mem_tokens > 0 && (int64_t)L * batch > mem_tokens) {
+        int64_t Lm = mem_tokens / batch / LEN_STEP * LEN_STEP;
+        if (Lm < LEN_STEP) Lm = LEN_STEP;
+        if (Lm < L) L = (int32_t)Lm, capped = ", capped by the memory limit";
+    }
+    /* examples longer than L: binary search for the first length > L */
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (sorted_len[mid] > L) hi = mid;
+        else lo = mid + 1;
+    }
+    if (n_longer) *n_longer = n - lo;
+    if (why && cap) {
+        char a[32], b[32];
+        snprintf(why, cap, "max_seq_len %d: the p99 token length %d rounded up to a multiple of %d%s (%s of %s "
+                 "examples longer; the longest %d)", (int)L, (int)p99, LEN_STEP, capped, thousands(a, sizeof a, n - lo),
+                 thousands(b, sizeof b, n), (int)sorted_len[n - 1]);
+    }
+    return L;
+}

@@ -28,7 +28,8 @@
  *     only the longest 5% are truncated [the seq-len diagnostics; Sun et al. 2019, "How to
  *     Fine-Tune BERT for Text Classification?": truncating long documents to their head works].
  *     The budget may shorten it, not below 128 (BBC News: 128-token heads give 95.7%).
- *     Causal LM: not chosen (the task default / --max-seq-len: samples longer are dropped).
+ *     Causal LM: af_recipe_lm_max_seq_len (the p99 of the data, whatever --recipe), applied when
+     the data are read; the budget then counts that length (it is in max_seq_len here).
  *   layers (classification): as many of the top layers as the budget allows, from the
  *     top 10 up to all (all layers is PEFT / QLoRA practice; the issue's set gained 6 points from
  *     all layers; the top layers first because the backward stops at the lowest adapted layer and
@@ -139,5 +140,18 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *out);
 /* Evaluation interval in optimizer steps: ceil(total / n_evals), at most steps_per_epoch (when
  * > 0: at least one evaluation per epoch), at least 1; 0 when n_evals <= 0 or total <= 0. */
 int64_t af_recipe_eval_every(int32_t n_evals, int64_t total, int64_t steps_per_epoch);
+
+/* max_seq_len of a causal-LM run the user gave none for (the task's default, whatever --recipe):
+ * the p99 token length of the training examples (nearest rank, lengths before truncation: the
+ * whole rendered example) rounded up to a multiple of 64, capped by the model's context
+ * (max_positions > 0) and by the memory limit (mem_tokens > 0: a packed micro-batch holds batch x L
+ * tokens, so L <= mem_tokens / batch, rounded down to a multiple of 64, at least 64). So at most 1%
+ * of the examples are longer than L unless a cap binds [TRL's SFTTrainer truncates at max_length
+ * (default 1024) and keeps every example; the p99 keeps the micro-batch from growing to the single
+ * longest example]. Returns L >= 1 and writes its reason (one line) to why[0..cap) and the
+ * examples longer than L to *n_longer (may be NULL); 0 on invalid input (n < 1, sorted_len NULL,
+ * batch < 1). */
+int32_t af_recipe_lm_max_seq_len(const int32_t *sorted_len, int64_t n, int32_t max_positions, int64_t mem_tokens,
+                                 int32_t batch, int64_t *n_longer, char *why, size_t cap);
 
 #endif /* AF_RECIPE_H */

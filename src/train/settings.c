@@ -6,6 +6,7 @@
  */
 #include "train/optim.h"
 #include "train/settings_internal.h"
+#include "train/settings_yaml.h"
 
 #include "core/core.h"
 #include "core/fsutil.h"
@@ -36,11 +37,11 @@ static const af_setting_info k_keys[] = {
     {"loss-on", AF_SETTING_TEXT, 0, 0, 0, "auto|all", "causal-lm: tokens with a loss: auto (default: completion only for prompt/completion, assistant turns for messages, all for text) or all"},
     {"chat-template", AF_SETTING_TEXT, 0, 0, 0, "NAME", "causal-lm: render messages with chatml, gemma or gemma4 instead of the model's own template"},
     {"packing", AF_SETTING_BOOL, 0, 0, 0, NULL, "causal-lm: pack samples into micro-batches of --batch x --max-seq-len tokens by best-fit decreasing (default on; --no-packing: --batch samples each)"},
-    {"train", AF_SETTING_TEXT, 0, 0, 0, "FILE", "training data, JSONL: {\"input\": text, \"label\": id|name} or \"labels\": [...]"},
-    {"val", AF_SETTING_TEXT, 0, 0, 0, "FILE", "validation data (JSONL); evaluation, best checkpoint and early stopping use it"},
+    {"train", AF_SETTING_TEXT, 0, 0, 0, "FILE", "training data: JSONL {\"text\": ..., \"label\": id|name} (or \"labels\": [...]), CSV or TSV with a header (docs/DATA.md)"},
+    {"val", AF_SETTING_TEXT, 0, 0, 0, "FILE", "validation data (JSONL, CSV or TSV); evaluation, best checkpoint and early stopping use it"},
     {"val-split", AF_SETTING_NUMBER, 0, 0, 0.99, "F", "hold out fraction F of train (stratified, seeded) as validation (default 0: none)"},
-    {"text-field", AF_SETTING_TEXT, 0, 0, 0, "NAME", "JSON field holding the text (default input)"},
-    {"label-field", AF_SETTING_TEXT, 0, 0, 0, "NAME", "JSON field holding the label(s) (default label / labels)"},
+    {"text-field", AF_SETTING_TEXT, 0, 0, 0, "NAME", "field (or column) holding the text (default: the first of text, sentence, content, input)"},
+    {"label-field", AF_SETTING_TEXT, 0, 0, 0, "NAME", "field (or column) holding the label(s) (default label / labels)"},
     {"labels", AF_SETTING_TEXT, 0, 0, 0, "FILE|a,b,c", "label names: a file with one per line, or a comma list (fixes the ids)"},
     {"num-classes", AF_SETTING_INT, 0, 0, 1e6, "N", "number of classes for integer labels (default: max label + 1)"},
     {"multi-label", AF_SETTING_BOOL, 0, 0, 0, NULL, "require multi-label data (BCE loss; the data decide otherwise)"},
@@ -163,6 +164,7 @@ af_status af_train_settings_merge(af_train_settings *dst, const af_train_setting
 }
 
 af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out) {
+    if (af_settings_is_yaml_path(path)) return af_train_settings_read_yaml(path, what, out); /* .yaml / .yml */
     return af_train_settings_read_ext(path, what, out, NULL);
 }
 

@@ -41,19 +41,6 @@ void af_trainer_opts_defaults(af_trainer_opts *o) {
     o->packing = -1;
 }
 
-/* The one call into the causal-LM JSONL reader (af_lm_dataset_read); its report is kept for
- * af_trainer_report. */
-static af_status read_lm_file(af_trainer *t, const char *path, af_lm_data_report *rep, af_dataset **out) {
-    const af_trainer_opts *o = &t->o;
-    af_lm_data_opts lo;
-    af_lm_data_opts_init(&lo);
-    lo.max_seq_len = o->max_seq_len;
-    lo.loss_on = o->loss_on;
-    lo.chat_template = o->chat_template;
-    lo.report = rep;
-    return af_lm_dataset_read(t->ctx, path, t->model, &lo, out);
-}
-
 void af_trainer_free(af_trainer *t) {
     if (!t) return;
     af_dataset_free(t->train_owned);
@@ -394,12 +381,7 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
             FAIL(AF_ERR_INVALID_ARG, "validation data: %d classes (%s), training data: %d (%s)", t->val->num_classes,
                  t->val->multi_label ? "multi" : "single", t->num_classes, t->multi_label ? "multi" : "single");
     } else if (t->lm) {
-        st = read_lm_file(t, o->train_path, &t->lm_rep_train, &t->train_owned);
-        if (st == AF_OK) t->have_lm_rep = 1;
-        if (st == AF_OK && o->val_path) {
-            st = read_lm_file(t, o->val_path, &t->lm_rep_val, &t->val_owned);
-            if (st == AF_OK) t->have_lm_rep = 2;
-        }
+        st = af_tr_lm_read(t); /* max_seq_len from the data unless given (trainer_lmdata.c) */
         if (st != AF_OK) goto fail;
         t->train = t->train_owned;
         t->val = t->val_owned;

@@ -3,6 +3,7 @@
  * on resume, and the gnuplot curves (see trainer.h for the layout). */
 #include "train/trainer_internal.h"
 #include "train/run_lock.h"
+#include "train/settings_yaml.h"
 
 #include "core/fsutil.h"
 #include "train/dist.h"
@@ -752,6 +753,11 @@ af_status af_tr_write_run_json(const af_trainer *t) {
     af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
     free(s);
     free(p);
+    if (st == AF_OK && t->o.config_json) { /* the same settings as YAML (a --config file) */
+        char *yp = af_path_join(t->o.output_dir, "config.yaml");
+        st = yp ? af_train_settings_write_yaml(t->o.config_json, yp) : af_fail(AF_ERR_NOMEM, "out of memory");
+        free(yp);
+    }
     return st;
 }
 

@@ -48,6 +48,8 @@ struct af_trainer {
     int lm;                            /* 1: causal-LM run (no head; next-token loss) */
     int packing;                       /* 1: micro-batches = best-fit-decreasing bins of `budget` tokens */
     int64_t budget;                    /* packing: tokens per micro-batch (batch x max_seq_len) */
+    int lm_len_chosen;                 /* 1: max_seq_len came from the data (af_tr_lm_read) */
+    char lm_len_why[256];              /* its reason (af_recipe_lm_max_seq_len) */
     /* the automatic recipe (o.recipe == AF_RECIPE_AUTO; trainer_recipe.c) and the time budget */
     af_recipe recipe;
     int have_recipe;                   /* 1: recipe holds the choices applied to o */
@@ -81,6 +83,14 @@ typedef struct af_run_state {
 /* The memory limit into t->mem_ram, t->mem_what: RAM, the cgroup's memory.max when lower, or
  * o.memory_limit_mb (trainer.c). */
 void af_tr_mem_limit(af_trainer *t);
+/* Tokens per micro-batch the memory limit allows (af_tr_mem_limit, the engine's bytes per token with
+ * every layer adapted), 0 when unknown. trainer_recipe.c. */
+int64_t af_tr_mem_tokens(af_trainer *t);
+/* Read the causal-LM training and validation files into t->train_owned / t->val_owned with their
+ * reports. With the automatic recipe and no max_seq_len given, max_seq_len comes from the data
+ * (af_recipe_lm_max_seq_len; o.max_seq_len, t->budget and t->lm_len_chosen are set, the reason is
+ * logged). trainer_lmdata.c. Errors: those of af_lm_dataset_read. */
+af_status af_tr_lm_read(af_trainer *t);
 
 /* ---- trainer_recipe.c ---- */
 /* The automatic recipe on a trainer whose data and statistics are loaded (before the layout and

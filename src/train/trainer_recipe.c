@@ -88,6 +88,25 @@ static af_status probe_rate(af_trainer *t, double *rate) {
     return st;
 }
 
+int64_t af_tr_mem_tokens(af_trainer *t) {
+    const af_trainer_opts *o = &t->o;
+    const af_model_config *c = af_model_get_config(t->model);
+    int64_t mem_tokens = 0;
+    af_tr_mem_limit(t);
+    uint32_t targets = 0;
+    af_param_layout lay;
+    af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, 0, o->seed};
+    if (t->mem_ram > 0 && af_lora_parse_targets(o->targets, &targets) == AF_OK && (lc.targets = targets, 1) &&
+        af_param_layout_init_layers(&lay, t->model, &lc, t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1, 0,
+                                    c->num_hidden_layers) == AF_OK) {
+        const double per_tok = (double)af_engine_bytes(t->model, &lay, 1024, o->checkpointing) / 1024.0;
+        const double fixed = (double)t->model->file_bytes + (double)lay.n_total * 17.0 + 64.0 * 1048576.0;
+        if (per_tok > 0 && (double)t->mem_ram > fixed) mem_tokens = (int64_t)(((double)t->mem_ram - fixed) / per_tok);
+        af_param_layout_free(&lay);
+    }
+    return mem_tokens;
+}
+
 af_status af_tr_recipe_apply(af_trainer *t) {
     af_trainer_opts *o = &t->o;
     t->flops_token_layer = flops_token_layer(t->model);
@@ -119,20 +138,7 @@ af_status af_tr_recipe_apply(af_trainer *t) {
     in.max_steps = o->max_steps;
     in.max_seq_len = o->max_seq_len;
     in.layers = layers_of(o->lora_layers, c->num_hidden_layers);
-    { /* memory: the tokens per micro-batch the limit allows (engine bytes per token, every layer adapted) */
-        af_tr_mem_limit(t);
-        uint32_t targets = 0;
-        af_param_layout lay;
-        af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, 0, o->seed};
-        if (t->mem_ram > 0 && af_lora_parse_targets(o->targets, &targets) == AF_OK && (lc.targets = targets, 1) &&
-            af_param_layout_init_layers(&lay, t->model, &lc, t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1, 0,
-                                        c->num_hidden_layers) == AF_OK) {
-            const double per_tok = (double)af_engine_bytes(t->model, &lay, 1024, o->checkpointing) / 1024.0;
-            const double fixed = (double)t->model->file_bytes + (double)lay.n_total * 17.0 + 64.0 * 1048576.0;
-            if (per_tok > 0 && (double)t->mem_ram > fixed) in.mem_tokens = (int64_t)(((double)t->mem_ram - fixed) / per_tok);
-            af_param_layout_free(&lay);
-        }
-    }
+    in.mem_tokens = af_tr_mem_tokens(t);
     if (o->time_budget_min > 0) { /* the budget in FLOPs at the speed of a probe step */
         AF_TRY(probe_rate(t, &t->rate_flops));
         const double budget_s = o->time_budget_min * 60.0;
@@ -143,6 +149,8 @@ af_status af_tr_recipe_apply(af_trainer *t) {
     }
     if (af_recipe_choose(&in, &t->recipe) != 0)
         return af_fail(AF_ERR_INVALID_ARG, "recipe: no training sample or no model layers");
+    if (t->lm_len_chosen) /* the data's choice (af_tr_lm_read), reported with the recipe's */
+        snprintf(t->recipe.why_max_seq_len, sizeof t->recipe.why_max_seq_len, "%s", t->lm_len_why);
     const af_recipe *r = &t->recipe;
     const unsigned g = in.given;
     if (!(g & AF_GIVEN_LENGTH)) o->epochs = r->epochs, o->max_steps = 0;
@@ -220,7 +228,8 @@ af_status af_tr_recipe_finish(af_trainer *t) {
     }
     if (ok && !t->lm && !t->multi_label && !(g & AF_GIVEN_CLASS_WEIGHTS))
         ok = put(j, "class-weights", cJSON_CreateString(o->class_weights));
-    if (ok && !t->lm && !(g & AF_GIVEN_MAX_SEQ_LEN)) ok = put(j, "max-seq-len", cJSON_CreateNumber(o->max_seq_len));
+    if (ok && (!t->lm || t->lm_len_chosen) && !(g & AF_GIVEN_MAX_SEQ_LEN))
+        ok = put(j, "max-seq-len", cJSON_CreateNumber(o->max_seq_len));
     if (ok && !t->lm && !(g & AF_GIVEN_LAYERS)) ok = put(j, "lora-layers", cJSON_CreateString(o->lora_layers));
     if (ok && !(g & AF_GIVEN_WARMUP)) {
         snprintf(w, sizeof w, "%lld", (long long)t->warmup); /* steps: the same after a re-planned length */
@@ -254,9 +263,14 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
         else fprintf(fp, "  %s\n", r->why_max_seq_len);
         if (g & AF_GIVEN_LAYERS) fprintf(fp, "  --lora-layers %s (given)\n", o->lora_layers ? o->lora_layers : "all");
         else fprintf(fp, "  %s\n", r->why_layers);
-    } else
-        fprintf(fp, "  causal LM: max_seq_len %d and --lora-layers %s are the task's (not chosen by the recipe)\n",
-                o->max_seq_len, o->lora_layers ? o->lora_layers : "all");
+    } else {
+        if (t->lm_len_chosen)
+            fprintf(fp, "  %s\n  causal LM: --lora-layers %s is the task's (not chosen by the recipe)\n",
+                    r->why_max_seq_len, o->lora_layers ? o->lora_layers : "all");
+        else
+            fprintf(fp, "  causal LM: max_seq_len %d and --lora-layers %s are the task's (not chosen by the recipe)\n",
+                    o->max_seq_len, o->lora_layers ? o->lora_layers : "all");
+    }
     if (g & AF_GIVEN_WARMUP) fprintf(fp, "  --warmup (given): %lld steps\n", (long long)t->warmup);
     else fprintf(fp, "  %s = %lld of %lld steps\n", r->why_warmup, (long long)t->warmup, (long long)t->total);
     if (t->val) {
