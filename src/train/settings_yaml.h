@@ -19,7 +19,7 @@
 #ifndef AF_SETTINGS_YAML_H
 #define AF_SETTINGS_YAML_H
 
-#include "afinar.h"
+#include "afinar_app.h"
 
 #include <stddef.h>
 
