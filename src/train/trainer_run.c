@@ -395,7 +395,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
             L.comm_bytes_all = 0;
         }
         af_tr_step S;
-        st = af_tr_device_step(&L, &S, af_tr_take_step(&L, &S)); /* a device failure: issue 14 */
+        st = af_tr_device_step(&L, &S, af_tr_take_step(&L, &S)); /* a device failure: trainer_device.c */
         if (st == AF_ERR_CANCELLED) stop = AF_STOP_INTERRUPTED;
         if (st != AF_OK) goto out;
         const int finite = S.finite;
