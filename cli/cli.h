@@ -22,12 +22,9 @@ int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel
  * af_ctx_params.device = name (NULL: cpu). */
 void cli_set_device(const char *name);
 #define CLI_DEVICE_HELP \
-    "      --device DEV       cpu (default) | vulkan | vulkan:N | auto (a Vulkan GPU when there is
-" \
-    "                         one and the job fits it, never a software device, else the CPU; a
-" \
-    "                         device failure goes on on the CPU); 'afinar devices' lists them
-"
+    "      --device DEV       cpu (default) | vulkan | vulkan:N | auto (a Vulkan GPU when there is\n" \
+    "                         one and the job fits it, never a software device, else the CPU; a\n" \
+    "                         device failure goes on on the CPU); 'afinar devices' lists them\n"
 /* After a failure `st` of work on *ctx (made by cli_make_ctx): when the library's fallback rule
  * allows it (af_ctx_falls_back: --device auto, on a device, st a device failure, a job that does not
  * fit or that the device cannot run), prints one line ("... --device auto: going on on the CPU") and makes a CPU
