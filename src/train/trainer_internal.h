@@ -12,6 +12,7 @@
 #include "train/dist.h"
 #include "train/trainer.h"
 
+#include <cJSON.h>
 #include <stdio.h>
 
 struct af_trainer {
@@ -30,7 +31,10 @@ struct af_trainer {
     int multi_label;
     af_data_stats st_train, st_val;
     int have_st_train, have_st_val;
-    af_param_layout lay;
+    af_lora_config lora;               /* the run's LoRA: rank, alpha, dropout, rsLoRA, target mask, seed */
+    int32_t layer_min, layer_end;      /* the adapted layers [layer_min, layer_end) (end 0: through the last):
+                                          --lora-layers resolved once (trainer.c), or the recipe's choice */
+    af_param_layout lay;               /* built once from lora and the layer range; handed to the optimizer */
     int have_lay;
     float *class_w;                    /* [num_classes] or NULL (uniform) */
     af_diag_list diags;
@@ -51,7 +55,6 @@ struct af_trainer {
     /* the automatic recipe (o.recipe == AF_RECIPE_AUTO; trainer_recipe.c) and the time budget */
     af_recipe recipe;
     int have_recipe;                   /* 1: recipe holds the choices applied to o */
-    char layers_spec[24];              /* o.lora_layers when the recipe chose it ("all", "topK") */
     char *config_owned;                /* o.config_json with the recipe's choices added (owned) */
     double t_created;                  /* af_time_sec() when af_trainer_new started (the time budget's start) */
     double flops_token_layer;          /* forward FLOPs of one token through one layer */
@@ -81,6 +84,15 @@ typedef struct af_run_state {
 /* The memory limit into t->mem_ram, t->mem_what: RAM, the cgroup's memory.max when lower, or
  * o.memory_limit_mb (trainer.c). */
 void af_tr_mem_limit(af_trainer *t);
+
+/* ---- trainer_plan.c: the plan as settings with their origins ---- */
+/* The adapted layers as --lora-layers text: "all", "topK" (through the last layer) or "A-B". */
+void af_tr_layers_text(const af_trainer *t, char *buf, size_t cap);
+/* Every setting's value as the run uses it, with its origin, grouped (`afinar check` leaves out the
+ * keys a dry run has no use for). */
+void af_tr_plan_print(const af_trainer *t, FILE *fp);
+/* The same as {"key": {"value": text, "origin": name}, ...} (run.json "settings"); NULL: no memory. */
+cJSON *af_tr_plan_json(const af_trainer *t);
 
 /* ---- trainer_recipe.c ---- */
 /* The automatic recipe on a trainer whose data and statistics are loaded (before the layout and

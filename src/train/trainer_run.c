@@ -175,8 +175,8 @@ static void free_loop(loop *L) {
     if (L->mf) fclose(L->mf);
 }
 
-/* The public trainer that takes the steps, with t's layout (the same af_param_layout_init_layers
- * arguments as af_trainer_new), options and class weights; L's views of its buffers and engine. */
+/* The public trainer that takes the steps, on t's layout (handed over, not built again), options
+ * and class weights; L's views of its buffers and engine. */
 af_status af_tr_new_optimizer(const af_trainer *t, loop *L) {
     const af_trainer_opts *o = &t->o;
     const af_param_layout *lay = &t->lay;
@@ -194,15 +194,14 @@ af_status af_tr_new_optimizer(const af_trainer *t, loop *L) {
     lo.checkpointing = o->checkpointing;
     lo.lr = (float)o->lr;
     lo.weight_decay = (float)o->weight_decay;
-    const af_lora_trainer_ext ext = {lay->layer_min, lay->layer_end, o->max_grad_norm, t->ctx};
+    lo.steps_per_epoch = t->spe; /* micro-batches numbered within the epoch (af_lora_trainer_micro_id) */
+    lo.grad_accum = o->grad_accum;
+    const af_lora_trainer_ext ext = {0, 0, o->max_grad_norm, t->ctx, lay}; /* the run's layout, as built */
     AF_TRY(af_lora_trainer_new_ext(t->model, &lo, &ext, &L->lt));
     if (t->class_w) AF_TRY(af_lora_trainer_set_class_weights(L->lt, t->class_w));
     af_lora_trainer_set_control(L->lt, o->cancel); /* every layer of every step and evaluation */
     af_lora_trainer_view v;
     af_lora_trainer_get_view(L->lt, &v);
-    if (v.lay->n_total != lay->n_total)
-        return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: %lld trainable parameters, expected %lld",
-                       (long long)v.lay->n_total, (long long)lay->n_total);
     L->P = v.P;
     L->eng = v.eng;
     if (o->prefix_cache_mb > 0) { /* layers below --lora-layers: run once per sample */
