@@ -197,7 +197,7 @@ sanitize:
 
 install: lib cli
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/afinar.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/afinar.h include/afinar_app.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libafinar.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/$(SOFILE) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SOFILE) $(DESTDIR)$(PREFIX)/lib/$(SONAME)

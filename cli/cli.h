@@ -3,6 +3,7 @@
 #define AF_CLI_H
 
 #include "afinar.h"
+#include "afinar_app.h"
 
 /* Print "afinar <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -15,6 +15,7 @@
 #define AF_CLI_TRAIN_OPTS_H
 
 #include "afinar.h"
+#include "afinar_app.h"
 
 #include <stdio.h>
 

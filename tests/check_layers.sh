@@ -78,7 +78,7 @@ while IFS="$TAB" read -r file kind name; do
         fi
         pass=$((pass + 1)); continue
     fi
-    if [ "$name" = afinar.h ]; then pass=$((pass + 1)); continue; fi
+    if [ "$name" = afinar.h ] || [ "$name" = afinar_app.h ]; then pass=$((pass + 1)); continue; fi
     case "$name" in
     */*) to=${name%%/*} ;;
     *) # a header next to the including file

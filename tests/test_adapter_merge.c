@@ -16,6 +16,7 @@
  * with TOL_REL = 1e-6 (f32 storage of B and A; the merge itself runs in double).
  */
 #include "afinar.h"
+#include "afinar_app.h"
 #include "formats/safetensors.h"
 #include "lora/svd.h"
 #include "testlib.h"

@@ -16,6 +16,7 @@
  *     an error naming the path, nothing written.
  */
 #include "afinar.h"
+#include "afinar_app.h"
 #include "testlib.h"
 
 #include "formats/gguf.h"

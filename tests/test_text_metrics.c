@@ -9,6 +9,7 @@
 #include "testlib.h"
 
 #include "afinar.h"
+#include "afinar_app.h"
 
 #include <cJSON.h>
 #include <math.h>

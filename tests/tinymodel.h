@@ -15,6 +15,7 @@
 #define AF_TINYMODEL_H
 
 #include "afinar.h"
+#include "afinar_app.h"
 
 #include <stdint.h>
 

@@ -11,6 +11,7 @@
  * the training renderer (tokenizer/chat.c af_chat_render) with the generation prompt; the last
  * assistant turn is the reference.
  */
+#include "afinar_app.h"
 #include "infer/session.h"
 #include "model/model.h"
 

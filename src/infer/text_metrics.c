@@ -14,6 +14,7 @@
  * KELVIN SIGN (to "k"); both are reproduced here, every other non-ASCII character separates.
  * Checked against rouge_score on tests/fixtures/rouge_pairs.jsonl (tests/ref/make_rouge_ref.py).
  */
+#include "afinar_app.h"
 #include "core/core.h"
 
 #include <stdlib.h>

@@ -8,6 +8,7 @@
  * rank-r pair (svd.h); the result is saved with af_adapter_save into a temporary directory that is
  * renamed into place.
  */
+#include "afinar_app.h"
 #include "lora/adapter_io.h"
 #include "lora/lora.h"
 #include "lora/svd.h"

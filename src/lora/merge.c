@@ -3,6 +3,7 @@
  * for each adapted tensor, every other tensor and KV copied byte for byte (docs/FORMATS.md §8).
  */
 #include "afinar.h"
+#include "afinar_app.h"
 #include "core/core.h"
 #include "formats/gguf.h"
 #include "formats/gguf_write.h"

@@ -7,6 +7,7 @@
  * Gemma3Model, Gemma4Model, Qwen2Model, Qwen3Model); docs/FORMATS.md §12.6.
  */
 #include "afinar.h"
+#include "afinar_app.h"
 
 #include "formats/gguf_write.h"
 #include "kernels/quant.h"

@@ -13,6 +13,7 @@
 #define AF_SERVE_H
 
 #include "afinar.h"
+#include "afinar_app.h"
 #include "formats/lm_jsonl.h"
 
 #include <stddef.h>

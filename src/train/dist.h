@@ -12,6 +12,7 @@
 #define AF_DIST_H
 
 #include "afinar.h"
+#include "afinar_app.h"
 
 #include <stddef.h>
 #include <stdint.h>

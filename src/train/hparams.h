@@ -36,6 +36,7 @@
 #ifndef AF_HPARAMS_H
 #define AF_HPARAMS_H
 
+#include "afinar_app.h"
 #include "train/data.h"
 
 #include <stdio.h>

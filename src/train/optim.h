@@ -12,6 +12,7 @@
 #define AF_OPTIM_H
 
 #include "afinar.h"
+#include "afinar_app.h"
 #include "kernels/train_ops.h" /* af_adamw, af_adamw_step, af_clip_grad_norm */
 
 #include <stdint.h>

@@ -53,6 +53,7 @@
 #define AF_RECIPE_H
 
 #include "afinar.h"
+#include "afinar_app.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -7,6 +7,7 @@
 #define AF_SETTINGS_INTERNAL_H
 
 #include "afinar.h"
+#include "afinar_app.h"
 
 #include "train/defaults.h"
 

@@ -97,6 +97,7 @@
 #ifndef AF_TRAINER_H
 #define AF_TRAINER_H
 
+#include "afinar_app.h"
 #include "train/data.h"
 #include "train/engine.h"
 #include "train/hparams.h"
