@@ -119,6 +119,54 @@ static int check_labels_spec(const char *cmd, const char *spec) {
     return 0;
 }
 
+/* With --resume: the checkpoint's own settings (verified against its manifest; paths found again if
+ * the run moved) into *base, its notes on stderr; without its train_config.json, the flags alone
+ * (an error when -m or --train is missing). Returns 0 or the exit code (message printed). */
+static int resume_base(const char *cmd, const char *res, const af_train_settings *cli, const af_train_settings *file,
+                       af_train_settings **base) {
+    int rc = 0;
+    char *ck = NULL;
+    if (af_trainer_find_checkpoint(res, &ck) != AF_OK) {
+        rc = cli_fail(cmd, AF_ERR_NOT_FOUND);
+    } else {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/train_config.json", ck);
+        struct stat sb; /* stat, not open: never blocks; the settings reader refuses a non-regular file */
+        if (stat(path, &sb) == 0) {
+            /* verified against the checkpoint's manifest; paths found again if the run moved */
+            char *note = NULL;
+            af_status st = af_train_settings_read_checkpoint(ck, base, &note);
+            /* a checkpoint that fails its checks is a failure (1), bad settings a usage error (2) */
+            if (st != AF_OK) rc = strstr(af_last_error(), "cannot resume from") ? cli_fail(cmd, st) : settings_fail(cmd, st);
+            for (char *ln = note; ln && *ln;) {
+                char *eol = strchr(ln, '\n');
+                if (eol) *eol = 0;
+                fprintf(stderr, "afinar %s: note: %s\n", cmd, ln);
+                ln = eol ? eol + 1 : NULL;
+            }
+            free(note);
+        } else {
+            /* without the run's settings every flag must come again: name the missing file first
+             * (not a series of "missing -m", "missing --train", then a batch mismatch) */
+            int has_m = af_train_settings_get(cli, "model") || (file && af_train_settings_get(file, "model"));
+            int has_t = af_train_settings_get(cli, "train") || (file && af_train_settings_get(file, "train"));
+            if (!has_m || !has_t) {
+                cli_error(cmd,
+                          "--resume %s: %s is missing (it holds the run's settings); copy it back from the run "
+                          "directory, or give the original run's settings again (-m, --train, --batch, ...)",
+                          res, path);
+                rc = 1;
+            } else {
+                fprintf(stderr, "afinar %s: warning: %s is missing: using only the settings given on the command "
+                                "line; they must equal the original run's (--batch, --lr, --seed, ...)\n",
+                        cmd, path);
+            }
+        }
+        free(ck);
+    }
+    return rc;
+}
+
 int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
     memset(tc, 0, sizeof *tc);
     int32_t n_keys;
@@ -199,47 +247,7 @@ int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
         if (st != AF_OK) rc = settings_fail(cmd, st);
     }
     const char *res = af_train_settings_get(cli, "resume");
-    if (rc == 0 && res) {
-        char *ck = NULL;
-        if (af_trainer_find_checkpoint(res, &ck) != AF_OK) {
-            rc = cli_fail(cmd, AF_ERR_NOT_FOUND);
-        } else {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/train_config.json", ck);
-            struct stat sb; /* stat, not open: never blocks; the settings reader refuses a non-regular file */
-            if (stat(path, &sb) == 0) {
-                /* verified against the checkpoint's manifest; paths found again if the run moved */
-                char *note = NULL;
-                af_status st = af_train_settings_read_checkpoint(ck, &base, &note);
-                /* a checkpoint that fails its checks is a failure (1), bad settings a usage error (2) */
-                if (st != AF_OK) rc = strstr(af_last_error(), "cannot resume from") ? cli_fail(cmd, st) : settings_fail(cmd, st);
-                for (char *ln = note; ln && *ln;) {
-                    char *eol = strchr(ln, '\n');
-                    if (eol) *eol = 0;
-                    fprintf(stderr, "afinar %s: note: %s\n", cmd, ln);
-                    ln = eol ? eol + 1 : NULL;
-                }
-                free(note);
-            } else {
-                /* without the run's settings every flag must come again: name the missing file first
-                 * (not a series of "missing -m", "missing --train", then a batch mismatch) */
-                int has_m = af_train_settings_get(cli, "model") || (file && af_train_settings_get(file, "model"));
-                int has_t = af_train_settings_get(cli, "train") || (file && af_train_settings_get(file, "train"));
-                if (!has_m || !has_t) {
-                    cli_error(cmd,
-                              "--resume %s: %s is missing (it holds the run's settings); copy it back from the run "
-                              "directory, or give the original run's settings again (-m, --train, --batch, ...)",
-                              res, path);
-                    rc = 1;
-                } else {
-                    fprintf(stderr, "afinar %s: warning: %s is missing: using only the settings given on the command "
-                                    "line; they must equal the original run's (--batch, --lr, --seed, ...)\n",
-                            cmd, path);
-                }
-            }
-            free(ck);
-        }
-    }
+    if (rc == 0 && res) rc = resume_base(cmd, res, cli, file, &base);
     if (rc == 0 && (af_train_settings_new(&tc->merged) != AF_OK ||
                     (base && af_train_settings_merge(tc->merged, base) != AF_OK) ||
                     (file && af_train_settings_merge(tc->merged, file) != AF_OK) ||
