@@ -3,11 +3,11 @@
 #   make test         build and run every test program, $(JOBS) at a time (default: the number of
 #                     CPUs), then print "N passed, N failed, N skipped" and the wall time
 #   make sanitize     the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-san/)
-#   make install PREFIX=/usr/local   header, libs, afinar.pc, CLI
+#   make install PREFIX=/usr/local   headers (afinar.h, afinar_app.h), libs, afinar.pc, CLI
 #   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
 #   make check-llamacpp  export/merge cross-checks against llama.cpp (builds .venv-llamacpp once)
 # Options: DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder. Threads: the library's own
-# worker pool (src/core/pool.c, POSIX threads); OpenMP is not used.
+# worker pool (src/core/threadpool.c, POSIX threads); OpenMP is not used.
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -24,6 +24,9 @@ ifeq ($(DEBUG),1)
 OPT     := -O0 -g
 endif
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -fPIC -Iinclude -Isrc $(PKG_CFLAGS)
+# libafinar.so exports only the functions include/afinar.h and include/afinar_app.h mark AF_API
+# (tests/check_exports.sh checks it); everything else stays internal to the library.
+CFLAGS_BASE += -fvisibility=hidden
 # Header dependencies written by the compiler next to each output (FILE.d): every header a source
 # includes, directly or not (cli/*.h and tests/*.h included); -MP adds an empty rule per header so a
 # deleted header does not stop the build. An output whose dependency file is missing (built by an
@@ -102,7 +105,7 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON := $(BUILD)/tests/testlib.o
 # Scripts run by `make test` beside the test binaries (same RESULT line protocol).
-TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh
+TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh tests/check_exports.sh tests/check_architecture_doc.sh
 # The longest test programs start first, so that running JOBS at a time ends sooner.
 TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_vulkan_model test_vulkan_cli test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
 TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
@@ -181,7 +184,9 @@ tests: $(TEST_BIN) $(BUILD)/afinar
 
 # Runs every test program from the repository root, $(JOBS) at a time; each prints its own checks
 # (in one block per program) and the runner prints the closing "N passed, N failed, N skipped" line
-# over all of them and the wall time. tests/check_layers.sh checks the include layering.
+# over all of them and the wall time. tests/check_layers.sh checks the layering (includes and calls),
+# tests/check_exports.sh the exported symbols, tests/check_architecture_doc.sh that
+# docs/ARCHITECTURE.md names every source file.
 test: tests
 	@AFINAR_BIN=$(BUILD)/afinar JOBS=$(JOBS) sh tests/run_all.sh $(TEST_ORDER)
 

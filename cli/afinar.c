@@ -26,34 +26,12 @@ void cli_set_quantize(const char *name) { g_quantize = name; }
 static const char *g_device; /* cli_set_device */
 void cli_set_device(const char *name) { g_device = name; }
 
-/* --device auto that found no accelerator: why, on one line. */
-static void say_auto_cpu(const char *cmd) {
-    char why[600] = "";
-    size_t used = 0;
-    for (int32_t i = 0; i < af_backend_count(); i++) {
-        const char *nm = af_backend_name(i);
-        if (!strcmp(nm, "cpu")) continue;
-        int32_t n = 0;
-        char w[400] = "";
-        if (af_backend_devices(i, NULL, 0, &n, w, sizeof w) != AF_OK) continue;
-        if (used < sizeof why)
-            used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s", used ? "; " : "", nm,
-                                     n > 0 ? "a device that could not be used" : w[0] ? w : "no device");
-    }
-    fprintf(stderr, "afinar %s: --device auto: no accelerator (%s); computing on the CPU\n", cmd, why[0] ? why : "none");
-}
-
 int cli_fallback_cpu(const char *cmd, af_ctx **ctx, af_ctx **old, af_status st) {
-    if (!*ctx || !af_ctx_device_auto(*ctx) || af_ctx_on_cpu(*ctx) ||
-        (st != AF_ERR_DEVICE && st != AF_ERR_NOMEM && st != AF_ERR_UNSUPPORTED))
-        return 0;
-    af_ctx_params p;
-    af_ctx_get_params(*ctx, &p);
-    p.device = "cpu";
+    if (!af_ctx_falls_back(*ctx, st)) return 0;
     af_ctx *cpu = NULL;
     char msg[900];
     snprintf(msg, sizeof msg, "%s", af_last_error());
-    if (af_ctx_new(&p, &cpu) != AF_OK) return 0;
+    if (af_ctx_new_cpu(*ctx, 1, &cpu) != AF_OK) return 0;
     fprintf(stderr, "afinar %s: %s; --device auto: going on on the CPU\n", cmd, msg);
     *old = *ctx;
     *ctx = cpu;
@@ -69,30 +47,20 @@ int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel
     if (poll_us >= 0) p.poll_us = (int)poll_us;
     p.kernel_path = kernel;
     p.int8_activations = int8_act;
-    char bf16_msg[512] = "";
-    if (bf16) {
-        p.matmul_precision = "bf16";
-        if (af_ctx_new(&p, out) == AF_OK) {
-            double f32 = 0, bf = 0; /* bf16 where it is slower: say so with the figures */
-            if (af_ctx_measure_precision(*out, &f32, &bf) == AF_OK && bf > 0 && bf < f32)
-                fprintf(stderr, "afinar %s: warning: --bf16: bf16 products are slower than f32 on this CPU (measured "
-                                "%.0f vs %.0f GFLOP/s, %d threads); using bf16 as asked, drop --bf16 to go faster\n",
-                        cmd, bf, f32, af_ctx_n_threads(*out));
-            if (af_ctx_device_auto(*out) && af_ctx_on_cpu(*out)) say_auto_cpu(cmd);
-            return 0;
-        }
-        snprintf(bf16_msg, sizeof bf16_msg, "%s", af_last_error());
-        p.matmul_precision = "f32";
-    }
-    af_status st = af_ctx_new(&p, out);
-    if (st != AF_OK) { /* a bad --kernel (reported as such, not as a bf16 warning) */
-        const char *msg = af_last_error(); /* a bad --kernel, --quantize or --device (its message names it) */
-        const int dev = !strncmp(msg, "device", 6);
-        cli_error(cmd, "%s%s", kernel && !dev && !strstr(msg, "quantize") ? "--kernel: " : dev ? "--device: " : "", msg);
+    if (bf16) p.matmul_precision = "bf16";
+    af_ctx_report rep;
+    af_status st = af_ctx_open(&p, out, &rep);
+    if (st != AF_OK) { /* the setting refused, named by its flag */
+        const int dev = rep.field == AF_CTX_SETTING_DEVICE;
+        cli_error(cmd, "%s%s", rep.field == AF_CTX_SETTING_KERNEL ? "--kernel: " : dev ? "--device: " : "", af_last_error());
         return dev && st != AF_ERR_INVALID_ARG ? 1 : 2;
     }
-    if (bf16) fprintf(stderr, "afinar %s: warning: --bf16: %s; using f32 products\n", cmd, bf16_msg);
-    if (af_ctx_device_auto(*out) && af_ctx_on_cpu(*out)) say_auto_cpu(cmd);
+    if (rep.bf16_slower)
+        fprintf(stderr, "afinar %s: warning: --bf16: bf16 products are slower than f32 on this CPU (measured "
+                        "%.0f vs %.0f GFLOP/s, %d threads); using bf16 as asked, drop --bf16 to go faster\n",
+                cmd, rep.bf16_gflops, rep.f32_gflops, af_ctx_n_threads(*out));
+    if (rep.bf16_fallback) fprintf(stderr, "afinar %s: warning: --bf16: %s; using f32 products\n", cmd, rep.bf16_why);
+    if (rep.device_line[0]) fprintf(stderr, "afinar %s: --device auto: %s\n", cmd, rep.device_line);
     return 0;
 }
 

@@ -9,25 +9,26 @@
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Report a failed library call: "afinar <cmd>: <af_last_error()>" and return the exit code 1. */
 int cli_fail(const char *cmd, af_status st);
-/* The command's context from its flags: -t/--threads (0: all cores), --poll (< 0: the default
- * spin window of af_ctx_params), --kernel (NULL: auto), --bf16
- * (where the CPU cannot: a warning on stderr and f32, the command goes on), --int8-act, and the
- * --device given to cli_set_device. With --device auto and no accelerator: one line on stderr
- * saying why, and the CPU. Errors are printed; returns the exit code then (2: a bad --kernel,
- * --quantize or --device name; 1: a device that cannot be opened), else 0 with *out set (caller
- * frees with af_ctx_free after the models loaded with it). */
+/* The command's context from its flags (af_ctx_open): -t/--threads (0: all cores), --poll (< 0: the
+ * default spin window of af_ctx_params), --kernel (NULL: auto), --bf16 (where the CPU cannot: a
+ * warning on stderr and f32, the command goes on), --int8-act, and the --device given to
+ * cli_set_device. With --device auto: one line on stderr saying which device it runs on (or why
+ * the CPU). Errors are printed, the refused setting named by its flag (af_ctx_report.field);
+ * returns the exit code then (2: a bad --kernel, --quantize or --device name; 1: a device that
+ * cannot be opened), else 0 with *out set (caller frees with af_ctx_free after the models loaded
+ * with it). */
 int cli_make_ctx(const char *cmd, long threads, long poll_us, const char *kernel, int bf16, int int8_act, af_ctx **out);
 /* --device DEV of the commands that compute: the next cli_make_ctx contexts get
  * af_ctx_params.device = name (NULL: cpu). */
 void cli_set_device(const char *name);
 #define CLI_DEVICE_HELP \
-    "      --device DEV       cpu (default) | vulkan | vulkan:N | auto (a Vulkan device when there is one and\n" \
-    "                         the job fits it, else the CPU; a device failure goes on on the CPU);\n" \
+    "      --device DEV       cpu (default) | vulkan | vulkan:N | auto (a Vulkan GPU when there is one and\n" \
+    "                         the job fits it, never a software device, else the CPU; a device failure\n" \
+    "                         goes on on the CPU);\n" \
     "                         'afinar devices' lists them\n"
-/* After a failure `st` of work on *ctx (made by cli_make_ctx): when *ctx was made with --device
- * auto, is not the CPU and st is a device failure (AF_ERR_DEVICE), does not fit its memory
- * (AF_ERR_NOMEM) or is something the device cannot run (AF_ERR_UNSUPPORTED: e.g. a head_dim its
- * attention does not take; refused when the model is loaded), prints one line ("... --device auto: going on on the CPU") and makes a CPU
+/* After a failure `st` of work on *ctx (made by cli_make_ctx): when the library's fallback rule
+ * allows it (af_ctx_falls_back: --device auto, on a device, st a device failure, a job that does not
+ * fit or that the device cannot run), prints one line ("... --device auto: going on on the CPU") and makes a CPU
  * context with the same settings: *old gets the device context (the caller frees it after the
  * objects made with it), *ctx the new one; returns 1. Else 0 (nothing changed). */
 int cli_fallback_cpu(const char *cmd, af_ctx **ctx, af_ctx **old, af_status st);
@@ -41,18 +42,18 @@ void cli_set_quantize(const char *name);
 int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
 
-/* Output errors (issue 18 class 3): flush stdout and check it. On a failed write (EPIPE with
+/* Output errors: flush stdout and check it. On a failed write (EPIPE with
  * SIGPIPE ignored, ENOSPC, EFBIG, /dev/full ...) print "afinar <cmd>: cannot write to stdout: <strerror>"
  * once and return 1 (the caller stops and exits 1); 0 while all is well. */
 int cli_stdout_failed(const char *cmd);
 
-/* Signals (issue 18). main() routes SIGINT and SIGTERM of every command through one handler:
+/* Signals. main() routes SIGINT and SIGTERM of every command through one handler:
  * by default a signal ends the process at once: the temporaries of af_atomic_open and the
  * registered temporary directories are removed (af_remove_temporaries), one line goes to stderr,
  * exit status 128 + signal (130, 143). A command that can stop cleanly calls
  * cli_graceful_stop(1) before its long loop: the first signal then only sets the flag that
  * cli_stop_flag() points to (give it to af_ctx_set_interrupt; the library stops between batches
- * with AF_ERR_INTERRUPTED) and cli_stop_signal() returns; a second signal ends at once as above.
+ * with AF_ERR_CANCELLED) and cli_stop_signal() returns; a second signal ends at once as above.
  * Slow system calls are interrupted (no SA_RESTART), so a read from a terminal returns. */
 void cli_catch_signals(const char *cmd);
 void cli_graceful_stop(int on);

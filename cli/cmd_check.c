@@ -13,6 +13,19 @@ int cmd_check(int argc, char **argv) {
     af_trainer_opts *o = &tc.opts;
     af_trainer *t = NULL;
     o->check_only = 1; /* the report says what train "would use" */
+    af_ctx *dctx = NULL; /* --device: the run's base context, made here so that the device taken by
+                          * auto is said on stderr as by every command (cli_make_ctx) */
+    if (o->device) {
+        cli_set_device(o->device);
+        rc = cli_make_ctx(C, o->threads, o->poll_us, NULL, 0, 0, &dctx);
+        cli_set_device(NULL);
+        if (rc != 0) {
+            train_cli_free(&tc);
+            return rc;
+        }
+        o->ctx = dctx;
+        o->device = NULL;
+    }
     af_status st = af_trainer_new(o, &t);
     if (st != AF_OK) {
         rc = cli_fail(C, st);
@@ -41,6 +54,7 @@ int cmd_check(int argc, char **argv) {
         printf("\ncheck: %s (%d errors, %d warnings)\n", rc ? "NOT ready to train" : "ready to train", n_err, n_warn);
     }
     af_trainer_free(t);
+    af_ctx_free(dctx);
     train_cli_free(&tc);
     return rc;
 }

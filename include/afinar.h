@@ -28,6 +28,16 @@ extern "C" {
 #define AF_VERSION_MINOR 1
 #define AF_VERSION_PATCH 0
 
+/* AF_API marks the functions libafinar.so exports (it is built with -fvisibility=hidden: every
+ * other function of the library stays internal). */
+#ifndef AF_API
+#if defined(__GNUC__) || defined(__clang__)
+#define AF_API __attribute__((visibility("default")))
+#else
+#define AF_API
+#endif
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * Status codes and errors
  * ------------------------------------------------------------------------------------------- */
@@ -41,23 +51,26 @@ typedef enum af_status {
     AF_ERR_NOT_FOUND = 6,   /* a required key/tensor/token is missing */
     AF_ERR_RANGE = 7,       /* a value is outside its allowed range (e.g. context full) */
     AF_ERR_INTERNAL = 8,    /* an internal invariant failed (a bug: please report) */
-    AF_ERR_CANCELLED = 9,   /* the caller's cancel flag was set (af_session_set_control,
-                               af_lora_trainer_set_control, af_trainer_opts.cancel): the work stopped
-                               at a layer boundary; nothing is wrong with the input */
-    AF_ERR_INTERRUPTED = 10, /* stopped on request between two batches (af_ctx_set_interrupt) */
+    AF_ERR_CANCELLED = 9,   /* the work stopped because it was asked to, through the caller's flag
+                               (af_session_set_control, af_lora_trainer_set_control,
+                               af_trainer_opts.cancel / .interrupt, af_ctx_set_interrupt; the CLI sets
+                               it on SIGINT/SIGTERM, the server on a client's disconnect): nothing is
+                               wrong with the input, nothing more was written */
+    AF_ERR_INTERRUPTED = AF_ERR_CANCELLED, /* the same status under its former name (kept so callers
+                               compile; 10 is no longer returned) */
     AF_ERR_DEVICE = 11      /* a compute device failed: lost, out of device memory during a run,
                              * a shader or queue error (the message names the device and the op) */
 } af_status;
 
 /* Name of a status code, e.g. "AF_ERR_FORMAT". Static string, never NULL. */
-const char *af_status_name(af_status st);
+AF_API const char *af_status_name(af_status st);
 
 /* The message describing the most recent failure on this thread ("" if none).
  * Borrowed: valid until the next afinar call on this thread. */
-const char *af_last_error(void);
+AF_API const char *af_last_error(void);
 
 /* Library version string "MAJOR.MINOR.PATCH". Static. */
-const char *af_version(void);
+AF_API const char *af_version(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Context: threads, kernel path, precision (created once, passed to models)
@@ -106,26 +119,72 @@ typedef struct af_ctx_params {
      * another quantized type (Q4_K ...) makes af_model_load fail with AF_ERR_UNSUPPORTED naming
      * it. Training (LoRA) and inference run on the converted weights. */
     const char *quantize;
-    /* Compute device (issue 14): NULL or "cpu"; "vulkan" (the first Vulkan device) or "vulkan:N";
-     * "auto" (a Vulkan device when one is present, else the CPU; a run that does not fit the device
-     * or whose device fails goes on on the CPU, saying so). Contexts opened on the same device
-     * share it (its memory and the weights imported by models loaded with either).
-     * `afinar devices` / af_backend_devices list what there is. */
+    /* Compute device: NULL or "cpu"; "vulkan" (the first Vulkan device) or "vulkan:N"; "auto" (the
+     * first Vulkan device that is not a software implementation (af_device_info.software), else
+     * the CPU; a run that does not fit the device or whose device fails goes on on the CPU:
+     * af_ctx_falls_back). Contexts opened on the same device share it (its memory and the weights
+     * imported by models loaded with either). `afinar devices` / af_backend_devices list what
+     * there is. */
     const char *device;
 } af_ctx_params;
 
 /* Defaults: n_threads 0 (all), kernel_path "auto", matmul_precision "f32", int8_activations 0,
  * poll_us 1000, quantize "none". */
-void af_ctx_params_default(af_ctx_params *p);
+AF_API void af_ctx_params_default(af_ctx_params *p);
 
 /* New context from `p` (NULL: defaults). `*out`: caller frees with af_ctx_free() after every
  * model loaded with it. Errors: AF_ERR_INVALID_ARG (unknown kernel path, precision or quantize name),
  * AF_ERR_UNSUPPORTED (a kernel path this CPU cannot run; "bf16" where the CPU lacks AVX512_BF16
  * or the kernel path is not avx512), AF_ERR_NOMEM. */
-af_status af_ctx_new(const af_ctx_params *p, af_ctx **out);
+AF_API af_status af_ctx_new(const af_ctx_params *p, af_ctx **out);
 
 /* Frees a context. NULL is ignored. */
-void af_ctx_free(af_ctx *ctx);
+AF_API void af_ctx_free(af_ctx *ctx);
+
+/* The setting of af_ctx_params that af_ctx_open refused (af_ctx_report.field). */
+typedef enum af_ctx_setting {
+    AF_CTX_SETTING_NONE = 0,  /* no setting: success, or a failure of no setting (out of memory) */
+    AF_CTX_SETTING_THREADS,   /* n_threads */
+    AF_CTX_SETTING_KERNEL,    /* kernel_path */
+    AF_CTX_SETTING_PRECISION, /* matmul_precision */
+    AF_CTX_SETTING_QUANTIZE,  /* quantize */
+    AF_CTX_SETTING_DEVICE     /* device: an unknown name (AF_ERR_INVALID_ARG) or a device that cannot
+                               * be opened (other codes) */
+} af_ctx_setting;
+
+/* What af_ctx_open did, for a caller that reports it (the CLI prints these lines). */
+typedef struct af_ctx_report {
+    af_ctx_setting field;   /* on failure: the setting refused (NONE: none of them) */
+    char value[64];         /* on failure: that setting's value as given (truncated), e.g. "avx9" */
+    int bf16_fallback;      /* 1: bf16 products were asked for and cannot run here: f32 products
+                             * (bf16_why says why) */
+    char bf16_why[320];
+    int bf16_slower;        /* 1: bf16 products run, measured slower than f32 on this CPU: */
+    double f32_gflops;      /*    the two rates (af_ctx_measure_precision) */
+    double bf16_gflops;
+    char device_line[640];  /* device "auto": the device chosen, "vulkan:0 (NAME, discrete GPU)",
+                             * or "no accelerator (WHY); computing on the CPU"; "" for other devices */
+} af_ctx_report;
+
+/* The one way from a device request to a context: af_ctx_new(p) where bf16 products
+ * (p->matmul_precision "bf16") that this CPU or kernel path cannot run fall back to f32 products
+ * (rep->bf16_fallback) and bf16 products that run are measured against f32 (rep->bf16_slower, ~0.1 s);
+ * with device "auto", rep->device_line says which device was taken. `rep` may be NULL. On failure
+ * rep->field / rep->value name the setting refused (no message text to parse). Errors: those of
+ * af_ctx_new. */
+AF_API af_status af_ctx_open(const af_ctx_params *p, af_ctx **out, af_ctx_report *rep);
+
+/* The one CPU-fallback rule: 1 when work on `ctx` that failed with `st` may go on on the CPU: ctx
+ * was made with device "auto", computes on a device (not the CPU), and st says the work does not
+ * fit the device's memory (AF_ERR_NOMEM), is something the device cannot run (AF_ERR_UNSUPPORTED)
+ * or the device failed (AF_ERR_DEVICE). Else 0 (an explicitly named device never falls back). */
+AF_API int af_ctx_falls_back(const af_ctx *ctx, af_status st);
+
+/* A CPU context with ctx's threads, kernel path, precision and waiting policy; the quantize setting
+ * too when keep_quantize (models will be loaded again), else "none" (a model already loaded is
+ * read through its host views). `*out`: caller frees with af_ctx_free(). Errors: those of
+ * af_ctx_new. */
+AF_API af_status af_ctx_new_cpu(const af_ctx *ctx, int keep_quantize, af_ctx **out);
 
 /* What `afinar devices` prints about one device and what the memory guard reads. */
 typedef struct af_device_info {
@@ -139,64 +198,67 @@ typedef struct af_device_info {
     uint64_t mem_free;    /* bytes free now (0 = unknown) */
     uint64_t max_alloc;   /* bytes of the largest single allocation (UINT64_MAX: no limit) */
     int host_memory;      /* 1: device addresses are host addresses (the CPU backend only) */
+    int software;         /* 1: a software implementation of the device API computing on this CPU
+                           * (Vulkan VK_PHYSICAL_DEVICE_TYPE_CPU: llvmpipe, lavapipe); device "auto"
+                           * never takes it, "vulkan:N" does */
 } af_device_info;
 
 /* The context's device: "cpu", "vulkan:0", "guard" (backend:index; the CPU as "cpu"). Borrowed:
  * valid while ctx lives. */
-const char *af_ctx_device(const af_ctx *ctx);
+AF_API const char *af_ctx_device(const af_ctx *ctx);
 /* Its description (af_device_info of the open device: name, memory, features). */
-void af_ctx_device_info(const af_ctx *ctx, af_device_info *out);
+AF_API void af_ctx_device_info(const af_ctx *ctx, af_device_info *out);
 /* 1 when the context computes on the CPU (its device memory is host memory). */
-int af_ctx_on_cpu(const af_ctx *ctx);
+AF_API int af_ctx_on_cpu(const af_ctx *ctx);
 /* 1 when the context was made with device "auto" (a run that does not fit or fails on the device
  * may go on on the CPU). */
-int af_ctx_device_auto(const af_ctx *ctx);
+AF_API int af_ctx_device_auto(const af_ctx *ctx);
 
 /* Backends built into this library, as `afinar devices` lists them: cpu, vulkan (always listed;
  * without devices when it is not built in or no device is found). */
-int32_t af_backend_count(void);
+AF_API int32_t af_backend_count(void);
 /* Name of listed backend i ("cpu", "vulkan"); NULL outside [0, af_backend_count()). */
-const char *af_backend_name(int32_t i);
+AF_API const char *af_backend_name(int32_t i);
 /* The devices of listed backend i: up to `cap` into out (may be NULL with cap 0), *n the number
  * there is. No device: AF_OK, *n = 0 and why [why_cap] says why ("not built in ...", "no Vulkan
  * loader", "no device"). Errors: AF_ERR_INVALID_ARG (bad i). */
-af_status af_backend_devices(int32_t i, af_device_info *out, int32_t cap, int32_t *n, char *why, size_t why_cap);
+AF_API af_status af_backend_devices(int32_t i, af_device_info *out, int32_t cap, int32_t *n, char *why, size_t why_cap);
 
 /* The settings in use, as params that af_ctx_new() accepts (to derive a context that differs in
  * one setting). kernel_path is the resolved path name ("scalar", "avx2" or "avx512"), n_threads
  * the resolved count; strings are static. */
-void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p);
+AF_API void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p);
 
-int af_ctx_n_threads(const af_ctx *ctx);
+AF_API int af_ctx_n_threads(const af_ctx *ctx);
 /* "scalar", "avx2" or "avx512". Static string. */
-const char *af_ctx_kernel_path(const af_ctx *ctx);
+AF_API const char *af_ctx_kernel_path(const af_ctx *ctx);
 /* Ask the long loops that run with `ctx` to stop between two batches once *flag is non-zero:
  * af_classifier_probs (per forward batch), af_lm_evaluate (per batch), af_gen_eval_run (per prompt
- * and per generated token). They then return AF_ERR_INTERRUPTED ("interrupted after N of M ...")
+ * and per generated token). They then return AF_ERR_CANCELLED ("stopped after N of M ...")
  * and write nothing. `flag` is typically a signal handler's `volatile sig_atomic_t` (int on the
  * platforms afinar builds on); NULL (the default) disables the check. The training loop has its
  * own flag (af_trainer_opts.interrupt: it finishes the step and saves). */
-void af_ctx_set_interrupt(af_ctx *ctx, volatile int *flag);
+AF_API void af_ctx_set_interrupt(af_ctx *ctx, volatile int *flag);
 /* 1 when ctx's interrupt flag is set (NULL ctx or no flag: 0). */
-int af_ctx_interrupted(const af_ctx *ctx);
+AF_API int af_ctx_interrupted(const af_ctx *ctx);
 /* "f32" or "bf16". Static string. */
-const char *af_ctx_matmul_precision(const af_ctx *ctx);
-int af_ctx_int8_activations(const af_ctx *ctx);
+AF_API const char *af_ctx_matmul_precision(const af_ctx *ctx);
+AF_API int af_ctx_int8_activations(const af_ctx *ctx);
 /* The pool's spin window in microseconds (af_ctx_params.poll_us, resolved). */
-int af_ctx_poll_us(const af_ctx *ctx);
+AF_API int af_ctx_poll_us(const af_ctx *ctx);
 
 /* Measures the throughput of the large matrix products (the packed GEMM of training steps and
  * prompts: a 256 x 576 · (1536 x 576)ᵀ product, the shape of a SmolLM2-135M MLP projection,
  * best of 5 after one warm-up) in f32 and in bf16 on this CPU with ctx's threads and kernel path,
  * in GFLOP/s (2·m·n·k / seconds); takes ~0.1 s. *bf16_gflops is 0 where bf16 products are not
  * available (no AVX512_BF16, or a kernel path other than avx512). Use: tell a user whether
- * --bf16 pays here (issue 20: VDPBF16PS ran at 0.46x the f32 FMA rate on an Intel Xeon, while on
+ * --bf16 pays here (VDPBF16PS ran at 0.46x the f32 FMA rate on an Intel Xeon, while on
  * AMD Zen 4/5 bf16 is faster). Errors: AF_ERR_INVALID_ARG (NULL), AF_ERR_NOMEM. */
-af_status af_ctx_measure_precision(const af_ctx *ctx, double *f32_gflops, double *bf16_gflops);
+AF_API af_status af_ctx_measure_precision(const af_ctx *ctx, double *f32_gflops, double *bf16_gflops);
 
 /* Human-readable summary of the CPU features detected at run time and the kernel path of `ctx`,
  * e.g. "avx512f avx512bw avx512_bf16 avx2 fma -> avx512". Borrowed: valid while ctx lives. */
-const char *af_ctx_describe(const af_ctx *ctx);
+AF_API const char *af_ctx_describe(const af_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Models
@@ -229,13 +291,13 @@ typedef struct af_model_config {
  * `*out` receives a new model; caller frees with af_model_free().
  * Errors: AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_UNSUPPORTED (architecture or tensor type),
  *         AF_ERR_NOT_FOUND (required key or tensor), AF_ERR_NOMEM. */
-af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out);
+AF_API af_status af_model_load(const af_ctx *ctx, const char *path, af_model **out);
 
 /* Frees a model and unmaps its file. NULL is ignored. */
-void af_model_free(af_model *model);
+AF_API void af_model_free(af_model *model);
 
 /* Borrowed: valid while `model` lives. */
-const af_model_config *af_model_get_config(const af_model *model);
+AF_API const af_model_config *af_model_get_config(const af_model *model);
 
 /* Shape of projection `proj` of layer `layer` (0 q_proj, 1 k_proj, 2 v_proj, 3 o_proj, 4 gate_proj,
  * 5 up_proj, 6 down_proj): *in = in_features, *out = out_features. Returns 1 when the layer has
@@ -243,19 +305,19 @@ const af_model_config *af_model_get_config(const af_model *model);
  * v of an attention_k_eq_v layer) or the arguments are out of range (*in = *out = 0). The sizes are
  * per layer (gemma4: head_dim, KV heads and FFN width differ between layers); af_model_config holds
  * layer 0's. */
-int af_model_proj_shape(const af_model *model, int32_t layer, int32_t proj, int64_t *in, int64_t *out);
+AF_API int af_model_proj_shape(const af_model *model, int32_t layer, int32_t proj, int64_t *in, int64_t *out);
 
 /* Print a human-readable description of a GGUF file to `fp`: architecture, hyper-parameters,
  * tokenizer kind and a table of tensors (name, type, shape, bytes). Works on any valid GGUF,
  * including architectures afinar cannot run. Errors as af_model_load() for the container. */
-af_status af_gguf_describe(const char *path, FILE *fp);
+AF_API af_status af_gguf_describe(const char *path, FILE *fp);
 
 /* `afinar info`: af_gguf_describe() for a file; for a Hugging Face directory (config.json,
  * model.safetensors or shards + index, tokenizer.json) its config.json hyper-parameters, tokenizer
  * summary and tensor table (name, dtype, shape, bytes, shard). A config.json afinar cannot run is
  * reported (the rest is still printed) and its error returned. Errors: those of af_gguf_describe,
  * of reading the directory's weights (AF_ERR_NOT_FOUND, AF_ERR_FORMAT, ...), AF_ERR_INVALID_ARG. */
-af_status af_model_describe(const char *path, FILE *fp);
+AF_API af_status af_model_describe(const char *path, FILE *fp);
 
 /* ---------------------------------------------------------------------------------------------
  * Tokenizer (read from the model file)
@@ -263,11 +325,11 @@ af_status af_model_describe(const char *path, FILE *fp);
 typedef struct af_tokenizer af_tokenizer;
 
 /* Borrowed: the model's tokenizer, valid while `model` lives. NULL if the file has none. */
-const af_tokenizer *af_model_tokenizer(const af_model *model);
+AF_API const af_tokenizer *af_model_tokenizer(const af_model *model);
 /* Why af_model_tokenizer is NULL, in words (borrowed): the tokenizer loader's message (the missing
  * or malformed tokenizer.ggml.* key) or "the file has no tokenizer.ggml.* keys"; NULL when the
  * model has a tokenizer. */
-const char *af_model_tokenizer_error(const af_model *model);
+AF_API const char *af_model_tokenizer_error(const af_model *model);
 
 /* Encode UTF-8 `text[0..len)` into token ids.
  *  add_special:   prepend BOS / append EOS as the model's metadata asks (add_bos_token ...).
@@ -275,35 +337,35 @@ const char *af_model_tokenizer_error(const af_model *model);
  *                 tokens; when 0 they are tokenized as plain text.
  * `*ids` receives a malloc'ed array of `*n_ids` ids; caller frees with free().
  * Invalid UTF-8 is tokenized byte by byte (never an error). Errors: AF_ERR_NOMEM. */
-af_status af_tokenize(const af_tokenizer *tok, const char *text, size_t len, int add_special,
+AF_API af_status af_tokenize(const af_tokenizer *tok, const char *text, size_t len, int add_special,
                       int parse_special, int32_t **ids, size_t *n_ids);
 
 /* Text of one token as bytes (byte-level BPE symbols mapped back to bytes).
  * Writes up to `cap` bytes into `buf` (not NUL-terminated) and returns the full byte length,
  * or -1 if `id` is out of range. Control tokens render as their text only if `render_special`. */
-int af_token_to_bytes(const af_tokenizer *tok, int32_t id, int render_special, char *buf, size_t cap);
+AF_API int af_token_to_bytes(const af_tokenizer *tok, int32_t id, int render_special, char *buf, size_t cap);
 
 /* Decode ids into a malloc'ed NUL-terminated string in `*text` (caller frees with free()).
  * Errors: AF_ERR_RANGE (an id out of range), AF_ERR_NOMEM. */
-af_status af_detokenize(const af_tokenizer *tok, const int32_t *ids, size_t n_ids, int render_special,
+AF_API af_status af_detokenize(const af_tokenizer *tok, const int32_t *ids, size_t n_ids, int render_special,
                         char **text);
 
-int32_t af_tokenizer_vocab_size(const af_tokenizer *tok);
-int32_t af_token_bos(const af_tokenizer *tok); /* -1 when the model has none */
-int32_t af_token_eos(const af_tokenizer *tok); /* -1 when the model has none */
+AF_API int32_t af_tokenizer_vocab_size(const af_tokenizer *tok);
+AF_API int32_t af_token_bos(const af_tokenizer *tok); /* -1 when the model has none */
+AF_API int32_t af_token_eos(const af_tokenizer *tok); /* -1 when the model has none */
 /* 1 when `id` ends generation (EOS, EOT, <|im_end|>, <end_of_turn>, ...). */
-int af_token_is_eog(const af_tokenizer *tok, int32_t id);
+AF_API int af_token_is_eog(const af_tokenizer *tok, int32_t id);
 
 /* Chat template application for a single user turn, ready for generation.
  * Supports ChatML (<|im_start|>role ... <|im_end|>) and Gemma (<start_of_turn>) families,
  * chosen from the model's tokenizer.chat_template. `system` may be NULL.
  * `*out` receives a malloc'ed NUL-terminated prompt; caller frees with free().
  * Errors: AF_ERR_UNSUPPORTED (no known template), AF_ERR_NOMEM. */
-af_status af_chat_format(const af_model *model, const char *system, const char *user, char **out);
+AF_API af_status af_chat_format(const af_model *model, const char *system, const char *user, char **out);
 /* af_chat_format with the layout chosen: `chat_template` "chatml" or "gemma" instead of the model's
  * own template (NULL or "auto": the model's). Errors: those of af_chat_format, AF_ERR_INVALID_ARG /
  * AF_ERR_UNSUPPORTED for an unknown name (the message lists chatml and gemma). */
-af_status af_chat_format_template(const af_model *model, const char *chat_template, const char *system,
+AF_API af_status af_chat_format_template(const af_model *model, const char *chat_template, const char *system,
                                   const char *user, char **out);
 
 /* ---------------------------------------------------------------------------------------------
@@ -315,20 +377,20 @@ typedef struct af_session af_session;
  * capped at 4096) for one sequence. `*out`: caller frees with af_session_free().
  * Borrows `model`, which must outlive the session; runs under the model's context.
  * Errors: AF_ERR_NOMEM, AF_ERR_INVALID_ARG. */
-af_status af_session_new(const af_model *model, int n_ctx, af_session **out);
-void af_session_free(af_session *s);
+AF_API af_status af_session_new(const af_model *model, int n_ctx, af_session **out);
+AF_API void af_session_free(af_session *s);
 
 /* Forget all cached positions (the next eval starts at position 0). */
-void af_session_reset(af_session *s);
+AF_API void af_session_reset(af_session *s);
 
 /* Number of positions currently in the cache. */
-int af_session_n_past(const af_session *s);
+AF_API int af_session_n_past(const af_session *s);
 
 /* Evaluate `n` tokens appended at the current position (batched prompt evaluation when n > 1).
  * If `logits` is not NULL it receives the logits of the LAST token, [vocab_size] floats;
  * if `all_logits` is not NULL it receives logits of every token, [n, vocab_size] row-major.
  * Errors: AF_ERR_RANGE (cache full or token id out of range), AF_ERR_NOMEM. */
-af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits);
+AF_API af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *logits, float *all_logits);
 
 /* Progress of long work (prompt evaluation, training): `phase` names it ("prompt": tokens of an
  * af_session_eval call evaluated so far, called after each chunk of 256; "train": optimizer steps
@@ -344,11 +406,11 @@ typedef void (*af_progress_fn)(void *user, const char *phase, int64_t current, i
  * thread or a signal handler (a `volatile sig_atomic_t`-sized int); clear it to evaluate again.
  * `progress(user, "prompt", done, n)` is called after each chunk of an af_session_eval of n > 1
  * tokens. */
-void af_session_set_control(af_session *s, const volatile int *cancel, af_progress_fn progress, void *user);
+AF_API void af_session_set_control(af_session *s, const volatile int *cancel, af_progress_fn progress, void *user);
 
 /* The tokens whose keys and values are in the cache, [*n = af_session_n_past(s)] (borrowed: valid
  * until the next call that changes the session). */
-const int32_t *af_session_tokens(const af_session *s, int *n);
+AF_API const int32_t *af_session_tokens(const af_session *s, int *n);
 
 /* Prompt cache within a session: keep the longest cached prefix of `tokens [n]` (n >= 1) that can
  * be reused without changing any result, drop the rest of the cache, and return the number of
@@ -361,7 +423,7 @@ const int32_t *af_session_tokens(const af_session *s, int *n);
  * logits after af_session_keep_prefix + af_session_eval of the rest are bit-identical to
  * af_session_reset + af_session_eval of all n tokens. The adapter is not part of the match: the
  * caller keeps a session's adapter fixed while reusing its cache. 0 for NULL. */
-int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n);
+AF_API int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n);
 
 /* Continuous batching: decode one token in each of `n` sessions of the same model in ONE pass
  * through the layers (sessions may carry different adapters, af_session_load_adapter /
@@ -376,7 +438,7 @@ int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n);
  * Errors: AF_ERR_INVALID_ARG (NULL, n < 1 or > 256, sessions of different models, a session given
  * twice), AF_ERR_RANGE (a session's cache full, a token id outside the vocabulary; nothing is
  * evaluated), AF_ERR_CANCELLED, AF_ERR_NOMEM. */
-af_status af_session_eval_batch(af_session *const *s, int32_t n, const int32_t *tokens, float *logits);
+AF_API af_status af_session_eval_batch(af_session *const *s, int32_t n, const int32_t *tokens, float *logits);
 
 /* Prompt-cache files (`afinar generate --prompt-cache FILE`; docs/FORMATS.md §13): the session's
  * cached tokens and their keys and values, with a layout hash of the model (architecture,
@@ -391,8 +453,8 @@ af_status af_session_eval_batch(af_session *const *s, int32_t n, const int32_t *
  * Errors: AF_ERR_INVALID_ARG (NULL), AF_ERR_IO (cannot read / write, naming the file),
  * AF_ERR_FORMAT (any check above, naming the file and the field or byte offset; the session is
  * unchanged), AF_ERR_RANGE (more tokens than the session's n_ctx), AF_ERR_NOMEM. */
-af_status af_session_save_file(const af_session *s, const char *path);
-af_status af_session_load_file(af_session *s, const char *path);
+AF_API af_status af_session_save_file(const af_session *s, const char *path);
+AF_API af_status af_session_load_file(af_session *s, const char *path);
 
 /* Load a LoRA adapter directory (PEFT layout: adapter_config.json + adapter_model.safetensors, as
  * written by `afinar train` / af_lora_trainer_save_adapter or PEFT's save_pretrained) or a llama.cpp
@@ -407,7 +469,7 @@ af_status af_session_load_file(af_session *s, const char *path);
  * model), AF_ERR_IO, AF_ERR_FORMAT (shapes that do not match the model), AF_ERR_NOT_FOUND,
  * AF_ERR_UNSUPPORTED (as af_lora_trainer_load_adapter), AF_ERR_NOMEM; on error the session is as
  * before. */
-af_status af_session_load_adapter(af_session *s, const char *dir, float scale);
+AF_API af_status af_session_load_adapter(af_session *s, const char *dir, float scale);
 
 /* Sampling parameters. temperature <= 0 is greedy (argmax; ties -> lowest id). top_k <= 0 and
  * top_p >= 1 disable those filters. Order: top-k, then temperature, then top-p (llama.cpp order). */
@@ -420,8 +482,8 @@ typedef struct af_sampling {
 
 /* Sample a token id from `logits [vocab_size]`. `rng_state` is updated (a 64-bit state seeded
  * from af_sampling.seed by the caller; see af_rng_seed). Never fails for finite input. */
-int32_t af_sample(const float *logits, int32_t vocab_size, const af_sampling *p, uint64_t *rng_state);
-uint64_t af_rng_seed(uint64_t seed);
+AF_API int32_t af_sample(const float *logits, int32_t vocab_size, const af_sampling *p, uint64_t *rng_state);
+AF_API uint64_t af_rng_seed(uint64_t seed);
 
 /* ---------------------------------------------------------------------------------------------
  * LoRA training engine
@@ -497,7 +559,7 @@ typedef struct af_lora_trainer_opts {
 } af_lora_trainer_opts;
 
 /* Fill `o` with the defaults listed above. */
-void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o);
+AF_API void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o);
 
 /* Create a trainer on `model` (borrowed: must outlive the trainer; the trainer runs under the
  * model's context) with `opts` (NULL: defaults;
@@ -507,14 +569,14 @@ void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o);
  * <= 0, lora_dropout outside [0, 1), unknown target, num_classes < 0, pooling not an
  * af_head_pooling, lr / weight_decay / eps negative or not finite, beta outside [0, 1)),
  * AF_ERR_NOMEM. */
-af_status af_lora_trainer_new(const af_model *model, const af_lora_trainer_opts *opts, af_lora_trainer **out);
+AF_API af_status af_lora_trainer_new(const af_model *model, const af_lora_trainer_opts *opts, af_lora_trainer **out);
 
 /* Frees the trainer and everything it owns. NULL is ignored. */
-void af_lora_trainer_free(af_lora_trainer *tr);
+AF_API void af_lora_trainer_free(af_lora_trainer *tr);
 
 /* Class weights of the cross-entropy: `w` [num_classes] (copied; each finite and >= 0), or NULL for
  * uniform weights (the default). Errors: AF_ERR_INVALID_ARG (NULL tr, no head, a bad weight). */
-af_status af_lora_trainer_set_class_weights(af_lora_trainer *tr, const float *w);
+AF_API af_status af_lora_trainer_set_class_weights(af_lora_trainer *tr, const float *w);
 
 /* Forward + loss + backward of one packed micro-batch (training mode: LoRA dropout active),
  * ADDING the gradient of (grad_scale · mean loss) into the trainer's gradient. For the gradient of
@@ -532,13 +594,13 @@ af_status af_lora_trainer_set_class_weights(af_lora_trainer *tr, const float *w)
  * Errors: AF_ERR_INVALID_ARG (NULL argument, no head, n_samples < 1, bad seq_start, token or label
  * out of range: the message names the sample/position), AF_ERR_NOMEM (activations of the batch:
  * see opts.checkpointing). On error the gradient is unchanged. */
-af_status af_lora_trainer_accumulate(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+AF_API af_status af_lora_trainer_accumulate(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
                                      int32_t n_samples, const int32_t *labels, float grad_scale, double *loss,
                                      float *logits);
 
 /* As af_lora_trainer_accumulate() for multi-label data: `targets` [n_samples, num_classes] with
  * entries in [0, 1] (multi-hot), loss BCE-with-logits. */
-af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32_t *tokens,
+AF_API af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32_t *tokens,
                                                 const int32_t *seq_start, int32_t n_samples, const float *targets,
                                                 float grad_scale, double *loss, float *logits);
 
@@ -558,12 +620,12 @@ af_status af_lora_trainer_accumulate_multilabel(af_lora_trainer *tr, const int32
  * never [tokens, vocab] whole; final-logit soft-capping (Gemma) is applied when the model has it.
  * Dropout, non-finite handling and errors as af_lora_trainer_accumulate (AF_ERR_INVALID_ARG also
  * for a trainer with a classification head and for a target outside [-1, vocab)). */
-af_status af_lora_trainer_accumulate_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+AF_API af_status af_lora_trainer_accumulate_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
                                         int32_t n_samples, const int32_t *targets, float grad_scale,
                                         double *loss_sum, int64_t *n_targets, int64_t *n_correct);
 
 /* Forward only of af_lora_trainer_accumulate_lm (evaluation: no dropout, no gradient). */
-af_status af_lora_trainer_forward_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+AF_API af_status af_lora_trainer_forward_lm(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
                                      int32_t n_samples, const int32_t *targets, double *loss_sum,
                                      int64_t *n_targets, int64_t *n_correct);
 
@@ -580,10 +642,10 @@ af_status af_lora_trainer_forward_lm(af_lora_trainer *tr, const int32_t *tokens,
  * usable, so a caller may count and continue.
  * Errors: AF_ERR_INVALID_ARG (NULL tr, lr NaN, nothing accumulated since the last step),
  * AF_ERR_RANGE (skipped, as above). */
-af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm);
+AF_API af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm);
 
 /* Discard the gradient accumulated since the last step (and a pending non-finite flag). */
-void af_lora_trainer_zero_grad(af_lora_trainer *tr);
+AF_API void af_lora_trainer_zero_grad(af_lora_trainer *tr);
 
 /* Cancel flag of the trainer's forwards and backwards (NULL: none; borrowed): read before every
  * layer of af_lora_trainer_accumulate*, _forward* and evaluation; once non-zero the call stops at
@@ -591,15 +653,15 @@ void af_lora_trainer_zero_grad(af_lora_trainer *tr);
  * accumulated since the last step (as af_lora_trainer_zero_grad: the interrupted micro-batch had
  * added part of its gradient); parameters and AdamW state are never touched. Clear the flag to go
  * on (redo the step's micro-batches). */
-void af_lora_trainer_set_control(af_lora_trainer *tr, const volatile int *cancel);
+AF_API void af_lora_trainer_set_control(af_lora_trainer *tr, const volatile int *cancel);
 
 /* Evaluation forward (no dropout, no gradient): logits [n_samples, num_classes] of a packed batch.
  * Errors: as af_lora_trainer_accumulate() (labels are not needed). */
-af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
+AF_API af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
                                   int32_t n_samples, float *logits);
 
 /* Optimizer steps taken so far (updates applied + skipped), 0 for NULL. */
-int64_t af_lora_trainer_step_count(const af_lora_trainer *tr);
+AF_API int64_t af_lora_trainer_step_count(const af_lora_trainer *tr);
 
 /* ---- Gradients for a transport of your own (data parallelism over NCCL, sockets, MPI ...) ----
  * A worker accumulates its share of a step's micro-batches, collects the flat gradient, sends it
@@ -619,7 +681,7 @@ int64_t af_lora_trainer_step_count(const af_lora_trainer *tr);
  * batches accumulated; *nonfinite (may be NULL): 1 when one of their losses was not finite (the
  * step would be skipped; send the flag with the vector).
  * Errors: AF_ERR_INVALID_ARG (NULL tr or out). */
-af_status af_lora_trainer_collect_gradients(const af_lora_trainer *tr, float *out, int32_t *n_micro,
+AF_API af_status af_lora_trainer_collect_gradients(const af_lora_trainer *tr, float *out, int32_t *n_micro,
                                             int *nonfinite);
 
 /* Replace the accumulated gradient by grad[af_lora_trainer_n_params(tr)] (same layout as
@@ -629,10 +691,10 @@ af_status af_lora_trainer_collect_gradients(const af_lora_trainer *tr, float *ou
  * af_lora_trainer_step clips, updates and zeroes it as usual; non-finite elements make that step
  * skip with "gradient" as the place.
  * Errors: AF_ERR_INVALID_ARG (NULL tr or grad, n_micro < 1). */
-af_status af_lora_trainer_apply_gradients(af_lora_trainer *tr, const float *grad, int32_t n_micro, int nonfinite);
+AF_API af_status af_lora_trainer_apply_gradients(af_lora_trainer *tr, const float *grad, int32_t n_micro, int nonfinite);
 
 /* Number of trainable floats (all LoRA A and B, then head W and b), 0 for NULL. */
-int64_t af_lora_trainer_n_params(const af_lora_trainer *tr);
+AF_API int64_t af_lora_trainer_n_params(const af_lora_trainer *tr);
 
 /* ---- Tensors, by their Hugging Face PEFT names ----
  * Tensor i in [0, n_tensors): for every layer l and every targeted projection in the order
@@ -646,41 +708,41 @@ int64_t af_lora_trainer_n_params(const af_lora_trainer *tr);
  * for llama GGUF models (q/k rows permuted by the GGUF converter), the rows of q_proj/k_proj lora_B
  * are given and taken in Hugging Face order, as PEFT holds them. The tensors together hold exactly
  * the n_params floats of the flat parameter vector. */
-int32_t af_lora_trainer_n_tensors(const af_lora_trainer *tr);
+AF_API int32_t af_lora_trainer_n_tensors(const af_lora_trainer *tr);
 
 /* Describe tensor i. Any output may be NULL. `*name`: borrowed, valid while `tr` lives;
  * shape {rows, cols}; `*offset`: float offset of the tensor's block in the flat parameter vector
  * (af_lora_trainer_get_params), which holds the same elements in afinar's internal row order.
  * Errors: AF_ERR_INVALID_ARG (NULL tr), AF_ERR_RANGE (i outside [0, n_tensors)). */
-af_status af_lora_trainer_tensor_info(const af_lora_trainer *tr, int32_t i, const char **name, int64_t shape[2],
+AF_API af_status af_lora_trainer_tensor_info(const af_lora_trainer *tr, int32_t i, const char **name, int64_t shape[2],
                                       int64_t *offset);
 
 /* Index of the tensor called `name` (exact match) in `*index`.
  * Errors: AF_ERR_INVALID_ARG (NULL argument), AF_ERR_NOT_FOUND. */
-af_status af_lora_trainer_find_tensor(const af_lora_trainer *tr, const char *name, int32_t *index);
+AF_API af_status af_lora_trainer_find_tensor(const af_lora_trainer *tr, const char *name, int32_t *index);
 
 /* Copy tensor i out to `out` [rows, cols] / in from `in` [rows, cols] (PEFT row order, see above).
  * Setting a tensor does not touch the gradient or the AdamW state.
  * Errors: AF_ERR_INVALID_ARG (NULL argument; a non-finite value in `in`, then nothing is written),
  * AF_ERR_RANGE (bad i). */
-af_status af_lora_trainer_get_tensor(const af_lora_trainer *tr, int32_t i, float *out);
-af_status af_lora_trainer_set_tensor(af_lora_trainer *tr, int32_t i, const float *in);
+AF_API af_status af_lora_trainer_get_tensor(const af_lora_trainer *tr, int32_t i, float *out);
+AF_API af_status af_lora_trainer_set_tensor(af_lora_trainer *tr, int32_t i, const float *in);
 
 /* ---- Whole state, for checkpoints written by other programs ----
  * The flat parameter vector [n_params] in afinar's internal order (layout: af_lora_trainer_tensor_info
  * offsets; q/k lora_B rows of llama models in GGUF order). Restoring params, AdamW moments and the
  * two counters into a trainer created with the same model and options continues a run bit for bit.
  * Errors: AF_ERR_INVALID_ARG (NULL argument; set_params: a non-finite value, nothing written). */
-af_status af_lora_trainer_get_params(const af_lora_trainer *tr, float *out);
-af_status af_lora_trainer_set_params(af_lora_trainer *tr, const float *in);
+AF_API af_status af_lora_trainer_get_params(const af_lora_trainer *tr, float *out);
+AF_API af_status af_lora_trainer_set_params(af_lora_trainer *tr, const float *in);
 
 /* AdamW first/second moments m, v [n_params] (either may be NULL to skip), `adam_t` (updates
  * applied; bias correction uses it) and `step_count` (af_lora_trainer_step_count; keys the dropout
  * masks); pointers may be NULL to skip. set: v must be >= 0, t and step_count >= 0, adam_t <=
  * step_count. Errors: AF_ERR_INVALID_ARG (NULL tr, an invalid value: nothing is written). */
-af_status af_lora_trainer_get_optim_state(const af_lora_trainer *tr, float *m, float *v, int64_t *adam_t,
+AF_API af_status af_lora_trainer_get_optim_state(const af_lora_trainer *tr, float *m, float *v, int64_t *adam_t,
                                           int64_t *step_count);
-af_status af_lora_trainer_set_optim_state(af_lora_trainer *tr, const float *m, const float *v,
+AF_API af_status af_lora_trainer_set_optim_state(af_lora_trainer *tr, const float *m, const float *v,
                                           const int64_t *adam_t, const int64_t *step_count);
 
 /* ---- PEFT adapter directories ----
@@ -690,7 +752,7 @@ af_status af_lora_trainer_set_optim_state(af_lora_trainer *tr, const float *m, c
  * (architecture, pooling, LoRA settings). score.bias is written only with opts.head_bias (PEFT's
  * score layer has none). Each file is written atomically.
  * Errors: AF_ERR_INVALID_ARG (NULL tr/dir), AF_ERR_IO (naming the file), AF_ERR_NOMEM. */
-af_status af_lora_trainer_save_adapter(const af_lora_trainer *tr, const char *dir, const char *base_model_name);
+AF_API af_status af_lora_trainer_save_adapter(const af_lora_trainer *tr, const char *dir, const char *base_model_name);
 
 /* Load an adapter directory (written by afinar or by PEFT's save_pretrained) into the trainer's
  * parameters. The directory must match the trainer: same r, lora_alpha, use_rslora, targets and
@@ -699,7 +761,7 @@ af_status af_lora_trainer_save_adapter(const af_lora_trainer *tr, const char *di
  * Errors: AF_ERR_INVALID_ARG (NULL argument; r / alpha / rslora mismatch), AF_ERR_IO (missing
  * files), AF_ERR_FORMAT (malformed files, unexpected tensors, wrong shapes, a non-finite value),
  * AF_ERR_NOT_FOUND (missing tensors), AF_ERR_UNSUPPORTED (not a plain LoRA adapter), AF_ERR_NOMEM. */
-af_status af_lora_trainer_load_adapter(af_lora_trainer *tr, const char *dir);
+AF_API af_status af_lora_trainer_load_adapter(af_lora_trainer *tr, const char *dir);
 
 /* ---------------------------------------------------------------------------------------------
  * Files
@@ -712,7 +774,7 @@ af_status af_lora_trainer_load_adapter(af_lora_trainer *tr, const char *dir);
  * Errors: AF_ERR_INVALID_ARG (NULL/empty path, path ending in '/'), AF_ERR_IO ("<path>: is a
  * directory, cannot be replaced by a file", directory missing or not writable, "<path>: write
  * failed at offset N: <strerror>", ...), AF_ERR_NOMEM. */
-af_status af_write_file_atomic(const char *path, const void *data, size_t n);
+AF_API af_status af_write_file_atomic(const char *path, const void *data, size_t n);
 
 /* Cheap early check that `path` could be written by af_write_file_atomic: its directory exists,
  * is a directory and is writable (access(2) W_OK|X_OK), and `path` itself is not a directory.
@@ -720,14 +782,14 @@ af_status af_write_file_atomic(const char *path, const void *data, size_t n);
  * refuse a bad destination before long work. Errors: AF_ERR_INVALID_ARG (NULL/empty), AF_ERR_IO
  * ("<path>: is a directory, cannot be replaced by a file", "<path>: directory <dir>: <strerror>"),
  * AF_ERR_NOMEM. */
-af_status af_check_writable(const char *path);
+AF_API af_status af_check_writable(const char *path);
 
 /* For a SIGINT / SIGTERM handler that ends the process: remove the temporaries afinar is writing
  * right now (the hidden ".NAME.tmp-PID-N" files of af_write_file_atomic and the other atomic
  * writers, and the temporary directories of checkpoints and merged adapters), so that a process
  * stopped by a signal leaves nothing half-written. Async-signal-safe (unlink(2) and rmdir(2)
  * only); call _exit afterwards. */
-void af_remove_temporaries(void);
+AF_API void af_remove_temporaries(void);
 
 /* Read a whole input file (a prompt, a config) into a malloc'ed, NUL-terminated buffer (`*text`,
  * caller frees with free(); `*len`, may be NULL, gets the byte count). Never blocks: the file is
@@ -736,7 +798,7 @@ void af_remove_temporaries(void);
  * (0: 64 MiB). Errors: AF_ERR_INVALID_ARG (NULL/empty), AF_ERR_IO ("<path>: cannot open:
  * <strerror>", "<path>: not a regular file (a FIFO or pipe)"), AF_ERR_RANGE ("<path>: larger than
  * the limit of N bytes"), AF_ERR_NOMEM. */
-af_status af_read_text_file(const char *path, size_t max_bytes, char **text, size_t *len);
+AF_API af_status af_read_text_file(const char *path, size_t max_bytes, char **text, size_t *len);
 
 /* ---------------------------------------------------------------------------------------------
  * Data sets: labelled JSONL corpora and their tokenized form
@@ -766,14 +828,14 @@ typedef struct af_corpus_opts {
 } af_corpus_opts;
 
 /* Fill `o` with the defaults (all zero / NULL). */
-void af_corpus_opts_init(af_corpus_opts *o);
+AF_API void af_corpus_opts_init(af_corpus_opts *o);
 
 /* Read a JSONL corpus. `opts` may be NULL (defaults). `*out`: caller frees with af_corpus_free().
  * Errors (the message names FILE:LINE and the field): AF_ERR_IO (cannot open), AF_ERR_FORMAT
  * (invalid JSON with its column, not an object, missing field, wrong type, label out of range or
  * unknown name, mixed label forms, line longer than max_line_bytes, no sample), AF_ERR_INVALID_ARG
  * (bad options, e.g. duplicate names in the label list), AF_ERR_NOMEM. */
-af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus **out);
+AF_API af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus **out);
 
 /* An unlabelled single-label corpus of `n` (>= 0) texts: texts[i] holds lens[i] bytes (copied; a
  * text need not be NUL-terminated), label -1 each, source line first_line + i in messages, `name`
@@ -781,28 +843,28 @@ af_status af_corpus_read(const char *path, const af_corpus_opts *opts, af_corpus
  * recorded as is.
  * `*out`: caller frees with af_corpus_free(). Errors: AF_ERR_INVALID_ARG (NULL argument with
  * n > 0, n or num_classes < 0), AF_ERR_NOMEM. */
-af_status af_corpus_from_texts(const char *name, const char *const *texts, const size_t *lens, int32_t n,
+AF_API af_status af_corpus_from_texts(const char *name, const char *const *texts, const size_t *lens, int32_t n,
                                int32_t first_line, int32_t num_classes, af_corpus **out);
 
 /* Samples of the corpus; 1 when it uses the multi-label form, else 0 (both 0 for NULL). */
-int32_t af_corpus_size(const af_corpus *c);
-int af_corpus_multi_label(const af_corpus *c);
+AF_API int32_t af_corpus_size(const af_corpus *c);
+AF_API int af_corpus_multi_label(const af_corpus *c);
 
 /* Frees a corpus. NULL is ignored. */
-void af_corpus_free(af_corpus *c);
+AF_API void af_corpus_free(af_corpus *c);
 
 /* Tokenize a corpus (threads of `ctx`; NULL: the process default context). `c` and `tok` are
  * borrowed for the call only (labels and names are copied). `*out`: caller frees with af_dataset_free(). Errors: AF_ERR_INVALID_ARG (max_seq_len < 1, NULL
  * tokenizer), AF_ERR_FORMAT (empty text and no BOS/EOS token: "FILE:LINE: field 'input': ..."),
  * AF_ERR_NOMEM. */
-af_status af_dataset_build(const af_ctx *ctx, const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len,
+AF_API af_status af_dataset_build(const af_ctx *ctx, const af_corpus *c, const af_tokenizer *tok, int32_t max_seq_len,
                           af_dataset **out);
 
 /* Samples of the data set (0 for NULL). */
-int32_t af_dataset_size(const af_dataset *ds);
+AF_API int32_t af_dataset_size(const af_dataset *ds);
 
 /* Frees a data set. NULL is ignored. */
-void af_dataset_free(af_dataset *ds);
+AF_API void af_dataset_free(af_dataset *ds);
 
 /* ---------------------------------------------------------------------------------------------
  * Causal-LM data sets (supervised fine-tuning with a next-token loss)
@@ -862,7 +924,7 @@ typedef struct af_lm_data_opts {
 } af_lm_data_opts;
 
 /* Fill `o` with the defaults (max_seq_len 1024, everything else NULL / 0). */
-void af_lm_data_opts_init(af_lm_data_opts *o);
+AF_API void af_lm_data_opts_init(af_lm_data_opts *o);
 
 /* Read a causal-LM JSONL file and tokenize it for `model` (borrowed for the call) with the threads
  * of `ctx` (NULL: the process default context); the result does not depend on the thread count.
@@ -878,11 +940,11 @@ void af_lm_data_opts_init(af_lm_data_opts *o);
  *   chat template afinar cannot render: the message names --chat-template chatml|gemma),
  *   AF_ERR_INVALID_ARG (NULL path/model/out, max_seq_len < 1, unknown loss_on or chat_template,
  *   a model without a tokenizer), AF_ERR_NOMEM. */
-af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
+AF_API af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
                              af_dataset **out);
 
 /* Print a report as a few indented lines to `fp` (`title`, may be NULL, heads it). */
-void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE *fp);
+AF_API void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE *fp);
 
 /* Next-token evaluation of a causal-LM data set (read by af_lm_dataset_read). */
 typedef struct af_lm_eval_result {
@@ -900,7 +962,7 @@ typedef struct af_lm_eval_result {
  * multiplies the adapter's scale (1: as trained). `ctx`: its threads (NULL: the model's).
  * Errors: AF_ERR_INVALID_ARG (NULL argument, batch < 1, a set without targets), the adapter
  * loader's errors (AF_ERR_IO, AF_ERR_FORMAT naming the file), AF_ERR_NOMEM. */
-af_status af_lm_evaluate(const af_ctx *ctx, const af_model *model, const char *adapter_dir, float lora_scale,
+AF_API af_status af_lm_evaluate(const af_ctx *ctx, const af_model *model, const char *adapter_dir, float lora_scale,
                          const af_dataset *ds, int32_t batch, af_lm_eval_result *out);
 
 /* ---------------------------------------------------------------------------------------------
@@ -918,14 +980,14 @@ typedef struct af_metrics af_metrics;
  * (single-label: samples with label -1 are skipped; multi-label: all). `*out`: caller frees with
  * af_metrics_free(). Errors: AF_ERR_INVALID_ARG (no labelled sample, a non-finite probability
  * naming the row), AF_ERR_NOMEM. */
-af_status af_eval_metrics(const af_dataset *ds, const float *probs, af_metrics **out);
+AF_API af_status af_eval_metrics(const af_dataset *ds, const float *probs, af_metrics **out);
 
 /* Frees metrics. NULL is ignored. */
-void af_metrics_free(af_metrics *m);
+AF_API void af_metrics_free(af_metrics *m);
 
 /* Report: headline numbers, a per-class table (precision, recall, F1, support) and the confusion
  * matrix (class names abbreviated to 8 characters in its columns). `names` [C] may be NULL (ids). */
-void af_metrics_print(const af_metrics *m, const char *const *names, FILE *fp);
+AF_API void af_metrics_print(const af_metrics *m, const char *const *names, FILE *fp);
 
 /* The metrics as a JSON object, pretty-printed (tab-indented, as cJSON_Print):
  *   {"n", "num_classes", "multi_label", "accuracy", "macro_f1", "weighted_f1", "micro_f1",
@@ -935,7 +997,7 @@ void af_metrics_print(const af_metrics *m, const char *const *names, FILE *fp);
  * followed by the string members of `extra` (may be NULL): {key0, value0, key1, value1, ..., NULL}.
  * `names` [C] may be NULL (labels are then the ids). `*out`: malloc'ed NUL-terminated text, caller
  * frees with free(). Errors: AF_ERR_INVALID_ARG (NULL m or out), AF_ERR_NOMEM. */
-af_status af_metrics_json(const af_metrics *m, const char *const *names, const char *const *extra, char **out);
+AF_API af_status af_metrics_json(const af_metrics *m, const char *const *names, const char *const *extra, char **out);
 
 #ifdef __cplusplus
 }

@@ -166,7 +166,7 @@ typedef struct af_trainer_opts {
                                     checkpoint, stop; a `volatile sig_atomic_t` flag (int on the
                                     platforms afinar builds on: checked at compile time) or NULL */
     int64_t stop_after;          /* > 0: behave as if interrupted after this many steps (tests) */
-    /* ---- automatic recipe (issue 19; rules and sources: src/train/recipe.h, README "Automatic recipe") ---- */
+    /* ---- automatic recipe (rules and sources: src/train/recipe.h, README "Automatic recipe") ---- */
     af_recipe_kind recipe;       /* AF_RECIPE_FIXED (this struct's default: the fields as set) or AF_RECIPE_AUTO:
                                     choose epochs, class weights, max_seq_len, lora_layers, warm-up and eval_every
                                     from the training data, except those marked in `given` (settings objects,
@@ -191,7 +191,7 @@ typedef struct af_trainer_opts {
 } af_trainer_opts;
 
 /* Fill `o` with the defaults noted on each field above. */
-void af_trainer_opts_defaults(af_trainer_opts *o);
+AF_API void af_trainer_opts_defaults(af_trainer_opts *o);
 
 typedef enum af_stop_reason {
     AF_STOP_DONE = 0,         /* reached the last step */
@@ -225,32 +225,32 @@ typedef struct af_trainer af_trainer;
  * Errors: AF_ERR_IO / AF_ERR_FORMAT (model or data, naming file:line:field), AF_ERR_NOT_FOUND
  * (model without tokenizer when text data are given), AF_ERR_INVALID_ARG (bad option naming it),
  * AF_ERR_NOMEM. Diagnostics with errors do NOT fail here: see af_trainer_has_errors. */
-af_status af_trainer_new(const af_trainer_opts *o, af_trainer **out);
+AF_API af_status af_trainer_new(const af_trainer_opts *o, af_trainer **out);
 /* Frees the trainer (the borrowed model and data stay). NULL is ignored. */
-void af_trainer_free(af_trainer *t);
+AF_API void af_trainer_free(af_trainer *t);
 
 /* Print data statistics (train, val), the run plan (steps, warm-up, trainable parameters),
  * the memory estimate and the diagnostics to fp. */
-void af_trainer_report(const af_trainer *t, FILE *fp);
+AF_API void af_trainer_report(const af_trainer *t, FILE *fp);
 /* 1 when a diagnostic is an error or the memory estimate exceeds physical RAM. */
-int af_trainer_has_errors(const af_trainer *t);
+AF_API int af_trainer_has_errors(const af_trainer *t);
 /* The number of errors af_trainer_report prints: error diagnostics plus the memory estimate when
  * it exceeds the limit (so a summary line counts what was printed). */
-int af_trainer_n_errors(const af_trainer *t);
+AF_API int af_trainer_n_errors(const af_trainer *t);
 /* Diagnostics of the configuration. Borrowed: valid while `t` lives. */
-const af_diag_list *af_trainer_diags(const af_trainer *t);
+AF_API const af_diag_list *af_trainer_diags(const af_trainer *t);
 
 /* Train (see the section comment). Refuses (AF_ERR_INVALID_ARG) when af_trainer_has_errors, when
  * output_dir holds another run and overwrite is off, or when the resume state does not match.
  * `res` (may be NULL) receives the summary. Returns AF_OK also for early stop and interruption
  * (see res->stop); AF_ERR_RANGE for the non-finite stop; AF_ERR_IO when a file cannot be written
  * (the previous checkpoints stay intact). Call once per trainer. */
-af_status af_trainer_run(af_trainer *t, af_train_result *res);
+AF_API af_status af_trainer_run(af_trainer *t, af_train_result *res);
 
 /* Resolve a resume argument to a checkpoint directory: `arg` itself when it holds
  * trainer_state.safetensors, else its newest checkpoint-N subdirectory holding one. `*ckpt`:
  * malloc'ed, caller frees. Errors: AF_ERR_NOT_FOUND (naming arg), AF_ERR_NOMEM. */
-af_status af_trainer_find_checkpoint(const char *arg, char **ckpt);
+AF_API af_status af_trainer_find_checkpoint(const char *arg, char **ckpt);
 
 /* ---------------------------------------------------------------------------------------------
  * Training settings by key: the flags of `afinar train` / `afinar check` and their JSON form
@@ -292,38 +292,38 @@ typedef enum af_setting_origin {
 } af_setting_origin;
 
 /* "default", "caller", "resume", "config", "flag", "recipe"; "?" for anything else. Static. */
-const char *af_setting_origin_name(af_setting_origin origin);
+AF_API const char *af_setting_origin_name(af_setting_origin origin);
 
 /* The default of `key` as it applies to a run of `task` with the automatic recipe when `auto_recipe`
  * is 1 ("auto: from the data" and the fixed recipe's value for the keys the recipe decides), into
  * buf (NUL-terminated, truncated to cap). Returns buf, or NULL for an unknown key. The values are
  * those of af_trainer_opts_defaults after the task's own defaults (causal-lm: targets all-linear,
  * lora-layers all, lr 2e-4). */
-char *af_train_setting_default(const char *key, af_task task, int auto_recipe, char *buf, size_t cap);
+AF_API char *af_train_setting_default(const char *key, af_task task, int auto_recipe, char *buf, size_t cap);
 
 /* The keys in reference order; `*n` receives their count. Static. */
-const af_setting_info *af_train_setting_keys(int32_t *n);
+AF_API const af_setting_info *af_train_setting_keys(int32_t *n);
 
 /* An empty settings object. `*out`: caller frees with af_train_settings_free().
  * Errors: AF_ERR_NOMEM. */
 typedef struct af_train_settings af_train_settings;
-af_status af_train_settings_new(af_train_settings **out);
+AF_API af_status af_train_settings_new(af_train_settings **out);
 /* Frees settings. NULL is ignored. */
-void af_train_settings_free(af_train_settings *s);
+AF_API void af_train_settings_free(af_train_settings *s);
 
 /* Mark every key `s` holds now as coming from `origin` (af_train_settings_set marks AF_ORIGIN_FLAG;
  * af_train_settings_read AF_ORIGIN_CONFIG; af_train_settings_read_checkpoint AF_ORIGIN_RESUME;
  * af_train_settings_merge keeps the source's). NULL is ignored. */
-void af_train_settings_set_origin(af_train_settings *s, af_setting_origin origin);
+AF_API void af_train_settings_set_origin(af_train_settings *s, af_setting_origin origin);
 
 /* Set `key` to the text `value` (copied) or to a boolean; an earlier value of the key is dropped
  * and the key moves to the end of the order. Values are checked by af_train_settings_to_opts.
  * Errors: AF_ERR_INVALID_ARG (NULL argument), AF_ERR_NOMEM. */
-af_status af_train_settings_set(af_train_settings *s, const char *key, const char *value);
-af_status af_train_settings_set_bool(af_train_settings *s, const char *key, int value);
+AF_API af_status af_train_settings_set(af_train_settings *s, const char *key, const char *value);
+AF_API af_status af_train_settings_set_bool(af_train_settings *s, const char *key, int value);
 
 /* The value of `key` when it is text, else NULL. Borrowed: valid until `s` changes. */
-const char *af_train_settings_get(const af_train_settings *s, const char *key);
+AF_API const char *af_train_settings_get(const af_train_settings *s, const char *key);
 
 /* Read a JSON settings file; `what` names it in messages ("config file"). Every key must be a
  * known key other than "resume", every value a string, number or boolean. `*out`: caller frees
@@ -331,11 +331,11 @@ const char *af_train_settings_get(const af_train_settings *s, const char *key);
  * AF_ERR_FORMAT ("PATH:LINE: invalid JSON at column C (byte B) in the WHAT", "PATH: WHAT is
  * empty", "PATH: WHAT must be a JSON object", "PATH: unknown key \"K\"", "PATH: key \"K\":
  * expected a string, number or boolean"), AF_ERR_NOMEM. */
-af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out);
+AF_API af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out);
 
 /* Copy every key of `src` into `dst` (src's values win; new keys are appended in src's order).
  * Errors: AF_ERR_NOMEM (dst may then hold part of src). */
-af_status af_train_settings_merge(af_train_settings *dst, const af_train_settings *src);
+AF_API af_status af_train_settings_merge(af_train_settings *dst, const af_train_settings *src);
 
 /* Fill `o`: af_trainer_opts_defaults(), recipe AF_RECIPE_AUTO (settings, hence the command line,
  * default to the automatic recipe; "recipe": "fixed" turns it off), then every key of `s` in order;
@@ -346,11 +346,11 @@ af_status af_train_settings_merge(af_train_settings *dst, const af_train_setting
  * no "epochs", epochs is 0 (max-steps sets the length). "time-budget" is in minutes.
  * Errors: AF_ERR_INVALID_ARG (a value of the wrong type or out of its key's range, naming the flag
  * and the value; "val" with "val-split"; no epochs and no max-steps), AF_ERR_NOMEM. */
-af_status af_train_settings_to_opts(af_train_settings *s, af_trainer_opts *o);
+AF_API af_status af_train_settings_to_opts(af_train_settings *s, af_trainer_opts *o);
 
 /* The settings as pretty-printed JSON without the keys "resume" and "overwrite" (what a run stores
  * as config_json). `*out`: malloc'ed, caller frees with free(). Errors: AF_ERR_NOMEM. */
-af_status af_train_settings_to_json(const af_train_settings *s, char **out);
+AF_API af_status af_train_settings_to_json(const af_train_settings *s, char **out);
 
 /* The settings of checkpoint `ckpt` (a directory from af_trainer_find_checkpoint) for resuming it:
  * its manifest.json is verified first (every file's size and SHA-256; a checkpoint written before
@@ -365,7 +365,7 @@ af_status af_train_settings_to_json(const af_train_settings *s, char **out);
  * Errors: those of af_train_settings_read; AF_ERR_FORMAT / AF_ERR_IO for a checkpoint whose files
  * do not match its manifest (the message names the file and the newest earlier checkpoint that
  * verifies), AF_ERR_NOMEM. */
-af_status af_train_settings_read_checkpoint(const char *ckpt, af_train_settings **out, char **note);
+AF_API af_status af_train_settings_read_checkpoint(const char *ckpt, af_train_settings **out, char **note);
 
 /* ---------------------------------------------------------------------------------------------
  * Classifiers: a trained adapter loaded for prediction (`afinar eval` / `afinar predict`)
@@ -381,29 +381,29 @@ typedef struct af_classifier af_classifier;
  * `*out`: caller frees with af_classifier_free(). Errors: those of af_model_load and of reading
  * the adapter (AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_NOT_FOUND, AF_ERR_UNSUPPORTED), AF_ERR_INVALID_ARG
  * (adapter made for another model shape, no classification head), AF_ERR_NOMEM. */
-af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af_model *model,
+AF_API af_status af_classifier_load(const af_ctx *ctx, const char *model_path, const af_model *model,
                              const char *adapter_dir, af_classifier **out);
 /* Frees the classifier (and the model it loaded itself). NULL is ignored. */
-void af_classifier_free(af_classifier *c);
+AF_API void af_classifier_free(af_classifier *c);
 
 /* The base model (borrowed: valid while `c` lives), the number of classes C, 1 for a multi-label
  * head (else 0), the truncation length of the samples, and the class names [C] (borrowed; NULL for
  * integer labels). */
-const af_model *af_classifier_model(const af_classifier *c);
-int32_t af_classifier_num_classes(const af_classifier *c);
-int af_classifier_multi_label(const af_classifier *c);
-int32_t af_classifier_max_seq_len(const af_classifier *c);
-const char *const *af_classifier_label_names(const af_classifier *c);
+AF_API const af_model *af_classifier_model(const af_classifier *c);
+AF_API int32_t af_classifier_num_classes(const af_classifier *c);
+AF_API int af_classifier_multi_label(const af_classifier *c);
+AF_API int32_t af_classifier_max_seq_len(const af_classifier *c);
+AF_API const char *const *af_classifier_label_names(const af_classifier *c);
 /* What the loader had to assume because the adapter's afinar.json is missing or lacks a field (a
  * PEFT/transformers adapter: last-token pooling, max_seq_len 512, label ids as names), as one
  * sentence naming the file; NULL when nothing was assumed. Commands print it as a warning. */
-const char *af_classifier_note(const af_classifier *c);
+AF_API const char *af_classifier_note(const af_classifier *c);
 
 /* probs [af_dataset_size(ds), C] (C = af_classifier_num_classes): softmax (single-label) or
  * sigmoid (multi-label) of the logits of every sample of `ds`, batches of `batch` samples in
  * data-set order (no dropout). Errors: AF_ERR_INVALID_ARG (NULL argument, batch < 1, data with more
  * classes than the adapter, multi-label data for a single-label adapter), AF_ERR_NOMEM. */
-af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t batch, float *probs);
+AF_API af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t batch, float *probs);
 
 /* One prediction as a single-line JSON object (what `afinar predict` prints), from probs [C]:
  *   single-label  {"label": NAME, "label_id": ID, "probs": [...]}       (ID = argmax, ties -> lowest)
@@ -411,7 +411,7 @@ af_status af_classifier_probs(af_classifier *c, const af_dataset *ds, int32_t ba
  * NAME is the class name, or the id as text for integer labels; probabilities are printed with 6
  * significant digits. `*out`: malloc'ed, caller frees with free(). Errors: AF_ERR_INVALID_ARG
  * (NULL argument), AF_ERR_NOMEM. */
-af_status af_classifier_prediction_json(const af_classifier *c, const float *probs, double threshold, char **out);
+AF_API af_status af_classifier_prediction_json(const af_classifier *c, const float *probs, double threshold, char **out);
 
 /* ---------------------------------------------------------------------------------------------
  * Text-generation metrics and generation-based evaluation (what `afinar eval --generate N` runs)
@@ -421,7 +421,7 @@ af_status af_classifier_prediction_json(const af_classifier *c, const float *pro
  * equal after removing leading and trailing ASCII whitespace (space, \t, \n, \r, \v, \f) from
  * each; case, inner whitespace and every other byte are kept (no lowercasing, no punctuation
  * stripping). NULL counts as "". Never fails. */
-int af_exact_match(const char *pred, const char *ref);
+AF_API int af_exact_match(const char *pred, const char *ref);
 
 /* ROUGE-L of one prediction against one reference (C.-Y. Lin 2004, section 3.1: sentence-level
  * LCS, F with beta = 1): R = LCS/|ref tokens|, P = LCS/|pred tokens|, F = 2PR/(P+R); all three 0
@@ -436,7 +436,7 @@ typedef struct af_rouge_score {
 /* `pred`, `ref`: NUL-terminated UTF-8 (NULL counts as ""); `*out` receives the scores.
  * Time O(|pred|·|ref|) tokens, memory O(|pred| + |ref|) bytes. Errors: AF_ERR_INVALID_ARG (NULL
  * out), AF_ERR_NOMEM (then *out is zero). */
-af_status af_rouge_l(const char *pred, const char *ref, af_rouge_score *out);
+AF_API af_status af_rouge_l(const char *pred, const char *ref, af_rouge_score *out);
 
 /* Options of af_gen_eval_run. */
 typedef struct af_gen_eval_opts {
@@ -454,7 +454,7 @@ typedef struct af_gen_eval_opts {
 
 /* Fill `o` with the defaults: all examples, 64 new tokens, whole generation, no log, the model's
  * chat template. */
-void af_gen_eval_opts_init(af_gen_eval_opts *o);
+AF_API void af_gen_eval_opts_init(af_gen_eval_opts *o);
 
 /* One scored example. Strings are owned by the result (NUL-terminated UTF-8). */
 typedef struct af_gen_example {
@@ -506,11 +506,11 @@ typedef struct af_gen_eval_result {
  * alternate; an empty prompt after tokenization), AF_ERR_UNSUPPORTED (a conversation and a model
  * without a chat template afinar renders, and no opts.chat_template), AF_ERR_RANGE (prompt + max_new_tokens longer than the
  * session), AF_ERR_NOMEM. */
-af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eval_opts *opts,
+AF_API af_status af_gen_eval_run(af_session *s, const char *data_path, const af_gen_eval_opts *opts,
                           af_gen_eval_result *out);
 
 /* Frees what `r` owns and zeroes it. NULL is ignored. */
-void af_gen_eval_result_free(af_gen_eval_result *r);
+AF_API void af_gen_eval_result_free(af_gen_eval_result *r);
 
 /* The result as a pretty-printed JSON object:
  *   {"n", "exact_match", "rouge_l": {"precision", "recall", "f"}, "prompt_tokens", "new_tokens",
@@ -519,7 +519,7 @@ void af_gen_eval_result_free(af_gen_eval_result *r);
  * followed by the string members of `extra` (may be NULL): {key0, value0, ..., NULL}.
  * `*out`: malloc'ed NUL-terminated text, caller frees with free().
  * Errors: AF_ERR_INVALID_ARG (NULL r or out), AF_ERR_NOMEM. */
-af_status af_gen_eval_json(const af_gen_eval_result *r, const char *const *extra, char **out);
+AF_API af_status af_gen_eval_json(const af_gen_eval_result *r, const char *const *extra, char **out);
 
 /* ---------------------------------------------------------------------------------------------
  * Adapter merging (`afinar merge-adapters`)
@@ -573,8 +573,8 @@ typedef enum af_merge_method {
 /* "linear", "svd", "cat", "ties", "dare-ties", "dare-linear", "magnitude-prune" (also accepted
  * with '_' for '-'). Errors: AF_ERR_INVALID_ARG naming the unknown method and listing the known
  * ones. af_merge_method_name returns the first spelling (static), "unknown" out of range. */
-af_status af_merge_method_parse(const char *name, af_merge_method *out);
-const char *af_merge_method_name(af_merge_method m);
+AF_API af_status af_merge_method_parse(const char *name, af_merge_method *out);
+AF_API const char *af_merge_method_name(af_merge_method m);
 
 typedef struct af_adapter_merge_opts {
     af_merge_method method;  /* (AF_MERGE_LINEAR) */
@@ -593,7 +593,7 @@ typedef struct af_adapter_merge_opts {
 } af_adapter_merge_opts;
 
 /* Defaults as marked above (method linear, weights 1, rank 0, seed 0, total, no overwrite, all CPUs). */
-void af_adapter_merge_opts_default(af_adapter_merge_opts *o);
+AF_API void af_adapter_merge_opts_default(af_adapter_merge_opts *o);
 
 /* What a merge did (filled on success). */
 typedef struct af_adapter_merge_report {
@@ -629,7 +629,7 @@ typedef struct af_adapter_merge_report {
  * that differ), AF_ERR_IO (output exists without overwrite, or is not an adapter directory; write
  * failures), the errors of reading an adapter (AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_NOT_FOUND,
  * AF_ERR_UNSUPPORTED), AF_ERR_NOMEM. */
-af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_dir, const af_adapter_merge_opts *opts,
+AF_API af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_dir, const af_adapter_merge_opts *opts,
                            af_adapter_merge_report *report);
 
 /* ---------------------------------------------------------------------------------------------
@@ -651,7 +651,7 @@ typedef struct af_dist_info {
 
 /* The MPI library afinar was built with ("Open MPI v4.1.4, ..." as MPI_Get_library_version says,
  * first line), or NULL when MPI is not built in. Static string. */
-const char *af_dist_library(void);
+AF_API const char *af_dist_library(void);
 
 /* Initialise MPI when this process was started by an MPI launcher (Open MPI's mpirun sets
  * OMPI_COMM_WORLD_SIZE; PMIx / PMI launchers such as Slurm's srun set PMIX_RANK / PMI_RANK) and MPI
@@ -659,14 +659,14 @@ const char *af_dist_library(void);
  * that fails can stop the job (af_dist_abort). Under MPI, SIGTERM (what the launcher sends when
  * another rank died) prints "rank R: stopped by the MPI launcher at step S ..." before exiting.
  * Errors: AF_ERR_IO (MPI_Init failed). */
-af_status af_dist_init(af_dist_info *info);
+AF_API af_status af_dist_init(af_dist_info *info);
 
 /* Stop every process of the job now (MPI_Abort with `exit_code`) when af_dist_init found a job of
  * more than one process; otherwise return (the caller exits as usual). Print the reason first. */
-void af_dist_abort(int exit_code);
+AF_API void af_dist_abort(int exit_code);
 
 /* End MPI (MPI_Finalize) if af_dist_init started it; every rank must call it at a clean exit. */
-void af_dist_finalize(void);
+AF_API void af_dist_finalize(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Taking an adapter elsewhere: llama.cpp LoRA GGUF export, merging into a GGUF model
@@ -685,7 +685,7 @@ void af_dist_finalize(void);
  * adapter made for another architecture or shape; an adapter without LoRA tensors), those of
  * af_model_load and of reading the adapter (AF_ERR_IO, AF_ERR_FORMAT, AF_ERR_NOT_FOUND,
  * AF_ERR_UNSUPPORTED), AF_ERR_IO (writing), AF_ERR_NOMEM. Nothing is written on error. */
-af_status af_adapter_export_gguf(const char *model_path, const char *adapter, const char *out_path, int overwrite);
+AF_API af_status af_adapter_export_gguf(const char *model_path, const char *adapter, const char *out_path, int overwrite);
 
 /* Options of af_merge_adapter; zero-initialised = keep each tensor's type, refuse to overwrite. */
 typedef struct af_merge_opts {
@@ -722,7 +722,7 @@ typedef struct af_merge_stats {
  * not a multiple of the output type's block size, naming the tensor), AF_ERR_UNSUPPORTED (a tensor
  * type afinar cannot dequantize or re-quantize), those of af_model_load and of reading the adapter,
  * AF_ERR_IO, AF_ERR_NOMEM. Nothing is written on error. */
-af_status af_merge_adapter(const char *model_path, const char *adapter, const char *out_path,
+AF_API af_status af_merge_adapter(const char *model_path, const char *adapter, const char *out_path,
                            const af_merge_opts *opts, af_merge_stats *stats);
 
 /* ---------------------------------------------------------------------------------------------
@@ -750,13 +750,13 @@ typedef struct af_server_opts {
 } af_server_opts;
 
 /* Defaults as marked above. */
-void af_server_opts_default(af_server_opts *o);
+AF_API void af_server_opts_default(af_server_opts *o);
 
 /* Load the model and adapters and serve until *o->stop (returns AF_OK then). Errors: those of
  * loading the model and adapters, AF_ERR_INVALID_ARG (an option out of range, a duplicate adapter
  * name), AF_ERR_IO (the address cannot be bound), AF_ERR_UNSUPPORTED (built without
  * libmicrohttpd). */
-af_status af_server_run(const af_server_opts *o);
+AF_API af_status af_server_run(const af_server_opts *o);
 
 /* ---------------------------------------------------------------------------------------------
  * Conversion of a Hugging Face checkpoint to GGUF (`afinar convert`)
@@ -791,7 +791,7 @@ typedef struct af_convert_stats {
  * cannot store, is folded into attn_q_norm (exact up to one f32 rounding). Written atomically.
  * `opts`, `stats` may be NULL. Errors: AF_ERR_INVALID_ARG (NULL argument, unknown type, not a
  * directory, out_path exists and !overwrite), those of af_model_load, AF_ERR_NOMEM, AF_ERR_IO. */
-af_status af_model_convert(const char *dir, const char *out_path, const af_convert_opts *opts,
+AF_API af_status af_model_convert(const char *dir, const char *out_path, const af_convert_opts *opts,
                            af_convert_stats *stats);
 
 #ifdef __cplusplus

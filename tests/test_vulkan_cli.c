@@ -126,14 +126,14 @@ static void test_head_dim(void) {
           "generate head_dim 520 --device vulkan: exit %d\n%s", r.rc, r.err);
     run_free(&r);
     snprintf(cmd, sizeof cmd, gen, "hd520.gguf", "auto");
-    r = run(NULL, cmd);
+    r = run("auto=software", cmd); /* auto takes lavapipe only when told to (a software device) */
     CHECK(r.rc == 0 && !strcmp(r.out, ref.out) && has(r.err, "head_dim 520") &&
               has(r.err, "--device auto: going on on the CPU"),
           "generate head_dim 520 --device auto: exit %d, the CPU's text %d\n%s", r.rc, !strcmp(r.out, ref.out), r.err);
     run_free(&r);
     run_free(&ref);
-    r = run(NULL, "train -m @/hd520.gguf --train @/train.jsonl --recipe fixed --batch 4 --grad-accum 1 --max-steps 2 "
-                  "--max-seq-len 16 --lora-r 2 -t 1 --no-plot -o @/hd_auto --device auto");
+    r = run("auto=software", "train -m @/hd520.gguf --train @/train.jsonl --recipe fixed --batch 4 --grad-accum 1 "
+                             "--max-steps 2 --max-seq-len 16 --lora-r 2 -t 1 --no-plot -o @/hd_auto --device auto");
     CHECK(r.rc == 0 && has(r.err, "head_dim 520") && has(r.err, "training on the CPU") &&
               exists(P_("hd_auto/final/adapter_model.safetensors")),
           "train head_dim 520 --device auto: exit %d\n%s", r.rc, r.err);
@@ -172,7 +172,9 @@ static void test_memory_guard(void) {
         if (i == 0) printf("weights that do not fit: %s", r.err);
         run_free(&r);
         snprintf(cmd, sizeof cmd, "%s auto", gen);
-        r = run(f[i].fault, cmd);
+        char fa[64];
+        snprintf(fa, sizeof fa, "%s,auto=software", f[i].fault);
+        r = run(fa, cmd);
         CHECK(r.rc == 0 && !strcmp(r.out, ref.out) && has(r.err, f[i].msg) &&
                   has(r.err, "--device auto: going on on the CPU"),
               "AFINAR_FAULT=%s generate --device auto: exit %d, the CPU's text %d\n%s", f[i].fault, r.rc,
@@ -195,7 +197,7 @@ static void test_memory_guard(void) {
     printf("a run that does not fit: %s\n", last_line(r.err));
     run_free(&r);
     snprintf(cmd, sizeof cmd, "%s auto -o @/mem_auto", train);
-    r = run("mem=400K", cmd);
+    r = run("mem=400K,auto=software", cmd);
     size_t na = 0, nb = 0;
     float *a = adapter_floats(P_("mem_auto/final/adapter_model.safetensors"), &na),
           *b = adapter_floats(P_("mem_cpu/final/adapter_model.safetensors"), &nb);

@@ -33,7 +33,6 @@ const char *af_status_name(af_status st) {
     case AF_ERR_RANGE: return "AF_ERR_RANGE";
     case AF_ERR_INTERNAL: return "AF_ERR_INTERNAL";
     case AF_ERR_CANCELLED: return "AF_ERR_CANCELLED";
-    case AF_ERR_INTERRUPTED: return "AF_ERR_INTERRUPTED";
     case AF_ERR_DEVICE: return "AF_ERR_DEVICE";
     }
     return "AF_ERR_UNKNOWN";

@@ -50,7 +50,7 @@ void af_atomic_abort(af_atomic_file *f);
 
 /* af_write_file_atomic and af_check_writable: include/afinar.h ("Files"). */
 
-/* Cleanup on a fatal signal (issue 18): the temporaries of this process that exist right now are
+/* Cleanup on a fatal signal: the temporaries of this process that exist right now are
  * remembered in a fixed table: every af_atomic_open temporary until its commit or abort
  * (automatically), and the temporary directories a caller registers with the names of the files it
  * writes into them (af_temp_dir_register; the files being written there are af_atomic

@@ -1,6 +1,6 @@
 /*
  * threadpool.h — the worker pool of a context (af_ctx owns one; kernels/ctx.h): threads created once,
- * per-operation dispatch to workers that stay hot between operations (issue 20).
+ * per-operation dispatch to workers that stay hot between operations.
  *
  * Design: every parallel loop of the compute path is one af_threadpool_run call. The calling thread
  * takes part (it is thread 0 of the team) and the size - 1 workers wait for the next job by
@@ -9,7 +9,7 @@
  * sleep on a condition variable. A dispatch to hot workers is one atomic increment of the
  * counter and, at the end, a spin on an atomic count of unfinished workers: no system call and no
  * kernel wake-up per operation boundary, only cache-line transfers between running threads, for
- * each of the hundreds of operations of a decode step (issue 20: with OpenMP's default waiting
+ * each of the hundreds of operations of a decode step (with OpenMP's default waiting
  * policy, each ended with a futex sleep and wake-up, and two threads decoded slower than one).
  * The price: while spinning, a worker holds its core; on a machine with more runnable threads
  * than cores a descheduled spinner delays every dispatch by a scheduler time slice, where a

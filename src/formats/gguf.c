@@ -421,7 +421,7 @@ static int cmp_off_idx(const void *a, const void *b) {
     return (x->off > y->off) - (x->off < y->off);
 }
 
-/* Tensor data that parse but make no sense (issue 18 class 7): two tensors whose bytes overlap, or a
+/* Tensor data that parse but make no sense: two tensors whose bytes overlap, or a
  * tensor followed by more bytes than its type and shape account for before the next tensor (a
  * type that does not match the data: e.g. F16 data declared Q4_0) — writers pad each tensor only to
  * the alignment. The byte size of each tensor comes from its type and dimensions. */

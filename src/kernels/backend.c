@@ -94,41 +94,54 @@ static af_status open_locked(const af_backend_entry *e, int32_t index, af_device
     return AF_OK;
 }
 
-/* The first device of a listed non-CPU backend (or of the guard backend when AFINAR_FAULT has
- * auto=guard); NULL when there is none, with the reasons in why. */
-static const af_backend_entry *auto_pick(char *why, size_t why_cap) {
+/* "auto": the first device of a listed non-CPU backend (or of the guard backend when AFINAR_FAULT
+ * has auto=guard) that is not a software implementation of the device API (af_device_info.software:
+ * llvmpipe / lavapipe compute on this CPU, slower than the CPU backend; AFINAR_FAULT auto=software
+ * lets tests take one). *index: the device's index in its backend. NULL when there is none, with
+ * the reasons in why. */
+static const af_backend_entry *auto_pick(int32_t *index, char *why, size_t why_cap) {
     const af_backend_entry *const *e;
     const int32_t n = af_backend_registry(&e);
     size_t used = 0;
+    *index = 0;
     if (why && why_cap) why[0] = 0;
     if (af_fault_auto_guard()) return &af_backend_entry_guard; /* the tests' accelerator, before any real one */
     for (int32_t i = 0; i < n; i++) {
-        if (e[i] == &af_backend_entry_cpu) continue;
-        if (e[i]->hidden && !(e[i] == &af_backend_entry_guard && af_fault_auto_guard())) continue;
+        if (e[i] == &af_backend_entry_cpu || e[i]->hidden) continue;
+        af_device_info d[16];
         int32_t nd = 0;
-        char w[256] = "";
-        if (e[i]->enumerate(NULL, 0, &nd, w, sizeof w) == AF_OK && nd > 0) return e[i];
+        char w[256] = "", soft[300] = "";
+        if (e[i]->enumerate(d, 16, &nd, w, sizeof w) == AF_OK)
+            for (int32_t k = 0; k < nd && k < 16; k++) {
+                if (!d[k].software || af_fault_auto_software()) {
+                    *index = d[k].index;
+                    return e[i];
+                }
+                if (!soft[0])
+                    snprintf(soft, sizeof soft, "only the software device %s:%d (%.120s), used when named: --device %s:%d",
+                             e[i]->name, (int)d[k].index, d[k].name, e[i]->name, (int)d[k].index);
+            }
         if (why && used + 1 < why_cap)
             used += (size_t)snprintf(why + used, why_cap - used, "%s%s: %s", used ? "; " : "", e[i]->name,
-                                     w[0] ? w : "no device");
+                                     soft[0] ? soft : nd > 0 ? "a device that could not be listed" : w[0] ? w : "no device");
         if (used >= why_cap) used = why_cap - 1;
     }
     return NULL;
 }
 
-af_status af_device_acquire(const char *spec, af_device **out, int *chose_cpu, char *why, size_t why_cap) {
+af_status af_device_acquire(const char *spec, af_device **out, af_device_pick *pick) {
     if (!out) return af_fail(AF_ERR_INVALID_ARG, "af_device_acquire: NULL argument");
     *out = NULL;
-    if (chose_cpu) *chose_cpu = 0;
-    if (why && why_cap) why[0] = 0;
+    if (pick) memset(pick, 0, sizeof *pick);
     const char *s = spec && *spec ? spec : "cpu";
     const af_backend_entry *e = NULL;
     int32_t index = 0;
-    if (!strcmp(s, "auto")) {
-        e = auto_pick(why, why_cap);
+    if (!strcmp(s, "auto")) { /* the one place "auto" is recognised */
+        if (pick) pick->is_auto = 1;
+        e = auto_pick(&index, pick ? pick->why : NULL, pick ? sizeof pick->why : 0);
         if (!e) {
             e = &af_backend_entry_cpu;
-            if (chose_cpu) *chose_cpu = 1;
+            if (pick) pick->chose_cpu = 1;
         }
     } else {
         const char *colon = strchr(s, ':');
@@ -202,9 +215,9 @@ static struct {
     pthread_once_t once;
     int64_t alloc_at, lost_at, nan_at;
     uint64_t mem;
-    int auto_guard;
+    int auto_guard, auto_software;
     int64_t n_alloc, n_op, n_mm; /* counters (atomic) */
-} g_fault = {PTHREAD_ONCE_INIT, 0, 0, 0, 0, 0, 0, 0, 0};
+} g_fault = {PTHREAD_ONCE_INIT, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 static void fault_init(void) {
     const char *s = getenv("AFINAR_FAULT");
@@ -225,7 +238,10 @@ static void fault_init(void) {
         else if (!strcmp(t, "lost")) g_fault.lost_at = (int64_t)x;
         else if (!strcmp(t, "nan")) g_fault.nan_at = (int64_t)x;
         else if (!strcmp(t, "mem")) g_fault.mem = x;
-        else if (!strcmp(t, "auto")) g_fault.auto_guard = !strcmp(v, "guard");
+        else if (!strcmp(t, "auto")) {
+            g_fault.auto_guard = !strcmp(v, "guard");
+            g_fault.auto_software = !strcmp(v, "software");
+        }
     }
 }
 
@@ -257,6 +273,11 @@ uint64_t af_fault_mem(void) {
 int af_fault_auto_guard(void) {
     fault_once();
     return g_fault.auto_guard;
+}
+
+int af_fault_auto_software(void) {
+    fault_once();
+    return g_fault.auto_software;
 }
 
 /* ---------------------------------------------------------------- carver */

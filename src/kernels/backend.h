@@ -1,12 +1,12 @@
 /*
- * backend.h — the backend table (issue 14): device buffers and every operation the transformer
+ * backend.h — the backend table: device buffers and every operation the transformer
  * walk, the training engine, the heads and losses, the optimizer step and the inference session run
  * on activation and parameter memory. Model and training code (src/model, src/train, src/infer)
  * reach the device ONLY through this table; the table is reached from the context:
  *
  *     const af_backend *be = ctx->be;      be->rmsnorm_forward(ctx, y, rstd, x, w, n, dim, eps);
  *
- * (af_be(ctx) below). Design (docs/ARCHITECTURE.md "Backends"; the contract /work/wt/ISSUE14.md):
+ * (af_be(ctx) below). Design (docs/ARCHITECTURE.md "Backends"):
  *
  *  1. DEVICE MEMORY IS ADDRESSED BY ORDINARY C POINTERS. Every op keeps the argument list of the
  *     CPU kernel it stands for (kernels/ops.h, kernels/matmul.h, kernels/train_ops.h): on the CPU
@@ -279,16 +279,24 @@ extern const af_backend_entry af_backend_entry_vulkan;
 /* The CPU ops table (also what the guard backend wraps). */
 extern const af_backend af_backend_cpu;
 
+/* What af_device_acquire chose for a spec (filled when the pointer is not NULL). */
+typedef struct af_device_pick {
+    int is_auto;     /* 1: the spec was "auto" */
+    int chose_cpu;   /* 1: "auto" found no accelerator and took the CPU (why says why) */
+    char why[512];   /* chose_cpu: why each backend gave none ("vulkan: only the software device ...") */
+} af_device_pick;
+
 /* Open (or share: reference counted) the device named by `spec`:
  *   NULL, "" or "cpu"   the CPU
- *   "vulkan", "vulkan:N" the first / N-th Vulkan device (af_device_info.index)
+ *   "vulkan", "vulkan:N" the first / N-th Vulkan device (af_device_info.index), software ones too
  *   "guard"              the debug backend (CPU kernels, device memory kept PROT_NONE between ops)
- *   "auto"               the first device of a non-hidden, non-CPU backend, else the CPU (*chose_cpu
- *                        says so; `why` [why_cap] says why no accelerator was taken)
- * Errors: AF_ERR_INVALID_ARG (unknown backend or a bad index, naming the spec and the accepted
- * forms), AF_ERR_UNSUPPORTED ("vulkan: not built ..."), AF_ERR_NOT_FOUND (no device N), the
- * backend's open errors. Release with af_device_release. */
-af_status af_device_acquire(const char *spec, af_device **out, int *chose_cpu, char *why, size_t why_cap);
+ *   "auto"               the first device of a non-hidden, non-CPU backend that is not a software
+ *                        implementation (af_device_info.software), else the CPU (pick->chose_cpu
+ *                        says so; pick->why says why no accelerator was taken)
+ * `pick` may be NULL. Errors: AF_ERR_INVALID_ARG (unknown backend or a bad index, naming the spec
+ * and the accepted forms), AF_ERR_UNSUPPORTED ("vulkan: not built ..."), AF_ERR_NOT_FOUND (no
+ * device N), the backend's open errors. Release with af_device_release. */
+af_status af_device_acquire(const char *spec, af_device **out, af_device_pick *pick);
 void af_device_release(af_device *dev);
 
 /* ---------------------------------------------------------------------------------------------
@@ -300,6 +308,8 @@ void af_device_release(af_device *dev);
  *   nan=N     the N-th frozen-weight product (matmul_xwt/dyw/rows) writes NaN into its output
  *   mem=B     the device reports B bytes of memory (total and free; suffix K, M, G allowed)
  *   auto=guard `--device auto` takes the guard device as the accelerator (tests of the fallback)
+ *   auto=software `--device auto` may take a software device (llvmpipe, lavapipe: tests of the
+ *             fallback on a machine without a GPU)
  * The CPU backend ignores it; device backends call these at the named points.
  * ------------------------------------------------------------------------------------------- */
 int af_fault_alloc(void);        /* 1: this allocation must fail */
@@ -307,6 +317,7 @@ int af_fault_op_lost(void);      /* 1: the device is lost at this op (counts ops
 int af_fault_matmul_nan(void);   /* 1: this product must write NaN (counts products) */
 uint64_t af_fault_mem(void);     /* bytes to report (0: no override) */
 int af_fault_auto_guard(void);   /* 1: auto may take the guard device */
+int af_fault_auto_software(void); /* 1: auto may take a software device */
 
 /* ---------------------------------------------------------------------------------------------
  * Planning and allocating many device regions (the engine's workspace, the session's state)

@@ -20,52 +20,76 @@ void af_ctx_params_default(af_ctx_params *p) {
     p->poll_us = AF_THREADPOOL_POLL_US;
 }
 
-/* Fills *c from p (c zeroed by the caller). */
-static af_status ctx_init(af_ctx *c, const af_ctx_params *p) {
+/* A failure of setting `field` (value `v`), recorded in rep (may be NULL): returns st. */
+static af_status refused(af_ctx_report *rep, af_ctx_setting field, const char *v, af_status st) {
+    if (rep) {
+        rep->field = field;
+        snprintf(rep->value, sizeof rep->value, "%s", v ? v : "");
+    }
+    return st;
+}
+
+/* Fills *c from p (c zeroed by the caller); a refused setting is named in rep (may be NULL);
+ * pick (may be NULL) gets what the device spec chose. */
+static af_status ctx_init(af_ctx *c, const af_ctx_params *p, af_ctx_report *rep, af_device_pick *pick) {
     af_ctx_params d;
     if (!p) {
         af_ctx_params_default(&d);
         p = &d;
     }
-    AF_TRY(af_kpath_parse(p->kernel_path, &c->path));
+    af_status st = af_kpath_parse(p->kernel_path, &c->path);
+    if (st != AF_OK) return refused(rep, AF_CTX_SETTING_KERNEL, p->kernel_path, st);
     c->k = af_kernels_for(c->path);
     const char *prec = p->matmul_precision ? p->matmul_precision : "f32";
     if (!strcmp(prec, "bf16")) {
         if (!c->k->gp_bf16 || !af_cpu()->avx512_bf16) {
             char buf[200];
             af_cpu_describe(buf, sizeof buf, c->path);
-            return af_fail(AF_ERR_UNSUPPORTED,
-                           "matmul precision bf16: needs AVX512_BF16 and the avx512 kernel path (this CPU/path: %s)",
-                           buf);
+            return refused(rep, AF_CTX_SETTING_PRECISION, prec,
+                           af_fail(AF_ERR_UNSUPPORTED,
+                                   "matmul precision bf16: needs AVX512_BF16 and the avx512 kernel path (this CPU/path: %s)",
+                                   buf));
         }
         c->bf16 = 1;
     } else if (strcmp(prec, "f32"))
-        return af_fail(AF_ERR_INVALID_ARG, "matmul precision '%s': expected f32 or bf16", prec);
+        return refused(rep, AF_CTX_SETTING_PRECISION, prec,
+                       af_fail(AF_ERR_INVALID_ARG, "matmul precision '%s': expected f32 or bf16", prec));
     const char *qz = p->quantize ? p->quantize : "none";
     if (!strcmp(qz, "none")) c->quantize = AF_TYPE_F32;
     else if (!strcmp(qz, "nf4")) c->quantize = AF_TYPE_NF4;
     else if (!strcmp(qz, "q8_0")) c->quantize = AF_TYPE_Q8_0;
     else if (!strcmp(qz, "f16")) c->quantize = AF_TYPE_F16;
     else if (!strcmp(qz, "bf16")) c->quantize = AF_TYPE_BF16;
-    else return af_fail(AF_ERR_INVALID_ARG, "quantize '%s': expected none, nf4, q8_0, f16 or bf16", qz);
+    else
+        return refused(rep, AF_CTX_SETTING_QUANTIZE, qz,
+                       af_fail(AF_ERR_INVALID_ARG, "quantize '%s': expected none, nf4, q8_0, f16 or bf16", qz));
     /* an absurd thread count (-t 1000 on 2 CPUs runs ~100x slower, threads fighting for cores) */
     const int cpus = af_cpu_count(), max_threads = 4 * cpus > 8 ? 4 * cpus : 8;
-    if (p->n_threads > max_threads)
-        return af_fail(AF_ERR_INVALID_ARG,
-                       "threads %d: more than 4x the %d CPUs this process may use (at most %d; 0 = one per CPU)",
-                       p->n_threads, cpus, max_threads);
+    if (p->n_threads > max_threads) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", p->n_threads);
+        return refused(rep, AF_CTX_SETTING_THREADS, v,
+                       af_fail(AF_ERR_INVALID_ARG,
+                               "threads %d: more than 4x the %d CPUs this process may use (at most %d; 0 = one per CPU)",
+                               p->n_threads, cpus, max_threads));
+    }
     c->n_threads = p->n_threads > 0 ? p->n_threads : cpus;
     const char *dspec = p->device && *p->device ? p->device : "cpu";
     if (strlen(dspec) >= sizeof c->device_spec)
-        return af_fail(AF_ERR_INVALID_ARG, "device '%.40s...': unknown (expected cpu, vulkan, vulkan:N or auto)", dspec);
+        return refused(rep, AF_CTX_SETTING_DEVICE, dspec,
+                       af_fail(AF_ERR_INVALID_ARG, "device '%.40s...': unknown (expected cpu, vulkan, vulkan:N or auto)",
+                               dspec));
     snprintf(c->device_spec, sizeof c->device_spec, "%s", dspec);
-    c->device_auto = !strcmp(dspec, "auto");
-    AF_TRY(af_device_acquire(dspec, &c->dev, NULL, NULL, 0));
+    af_device_pick pk;
+    st = af_device_acquire(dspec, &c->dev, &pk);
+    if (st != AF_OK) return refused(rep, AF_CTX_SETTING_DEVICE, dspec, st);
+    c->device_auto = pk.is_auto;
+    if (pick) *pick = pk;
     c->be = c->dev->be;
     if (!strcmp(c->dev->info.backend, "cpu") || !strcmp(c->dev->info.backend, "guard"))
         snprintf(c->device_id, sizeof c->device_id, "%s", c->dev->info.backend);
     else snprintf(c->device_id, sizeof c->device_id, "%s:%d", c->dev->info.backend, (int)c->dev->info.index);
-    af_status st = af_threadpool_new(c->n_threads, p->poll_us, af_kernels_thread_release, &c->pool);
+    st = af_threadpool_new(c->n_threads, p->poll_us, af_kernels_thread_release, &c->pool);
     if (st != AF_OK) {
         af_device_release(c->dev);
         c->dev = NULL;
@@ -83,13 +107,81 @@ af_status af_ctx_new(const af_ctx_params *p, af_ctx **out) {
     *out = NULL;
     af_ctx *c = af_calloc(1, sizeof *c);
     if (!c) return af_fail(AF_ERR_NOMEM, "out of memory for a context");
-    af_status st = ctx_init(c, p);
+    af_status st = ctx_init(c, p, NULL, NULL);
     if (st != AF_OK) {
         free(c);
         return st;
     }
     *out = c;
     return AF_OK;
+}
+
+/* af_ctx_new with the report of af_ctx_open (pick: the device choice). */
+static af_status ctx_new_rep(const af_ctx_params *p, af_ctx **out, af_ctx_report *rep, af_device_pick *pick) {
+    af_ctx *c = af_calloc(1, sizeof *c);
+    if (!c) return af_fail(AF_ERR_NOMEM, "out of memory for a context");
+    af_status st = ctx_init(c, p, rep, pick);
+    if (st != AF_OK) {
+        free(c);
+        return st;
+    }
+    *out = c;
+    return AF_OK;
+}
+
+af_status af_ctx_open(const af_ctx_params *p, af_ctx **out, af_ctx_report *rep) {
+    af_ctx_report local;
+    if (!rep) rep = &local;
+    memset(rep, 0, sizeof *rep);
+    if (!out) return af_fail(AF_ERR_INVALID_ARG, "af_ctx_open: NULL argument");
+    *out = NULL;
+    af_ctx_params q;
+    if (p) q = *p;
+    else af_ctx_params_default(&q);
+    af_device_pick pick;
+    memset(&pick, 0, sizeof pick);
+    af_status st;
+    if (q.matmul_precision && !strcmp(q.matmul_precision, "bf16")) {
+        st = ctx_new_rep(&q, out, rep, &pick);
+        if (st == AF_OK) {
+            double f32 = 0, bf = 0; /* bf16 where it is slower: the caller says so with the figures */
+            if (af_ctx_measure_precision(*out, &f32, &bf) == AF_OK && bf > 0 && bf < f32) {
+                rep->bf16_slower = 1;
+                rep->f32_gflops = f32;
+                rep->bf16_gflops = bf;
+            }
+        } else if (rep->field == AF_CTX_SETTING_PRECISION && st == AF_ERR_UNSUPPORTED) {
+            rep->bf16_fallback = 1;
+            snprintf(rep->bf16_why, sizeof rep->bf16_why, "%s", af_last_error());
+            rep->field = AF_CTX_SETTING_NONE;
+            rep->value[0] = 0;
+            q.matmul_precision = "f32";
+        } else
+            return st;
+    }
+    if (!*out) AF_TRY(ctx_new_rep(&q, out, rep, &pick));
+    const af_ctx *c = *out;
+    if (pick.is_auto && pick.chose_cpu)
+        snprintf(rep->device_line, sizeof rep->device_line, "no accelerator (%s); computing on the CPU",
+                 pick.why[0] ? pick.why : "none");
+    else if (pick.is_auto)
+        snprintf(rep->device_line, sizeof rep->device_line, "running on %s (%.200s, %s)", c->device_id, c->dev->info.name,
+                 c->dev->info.kind);
+    return AF_OK;
+}
+
+int af_ctx_falls_back(const af_ctx *ctx, af_status st) {
+    return ctx && ctx->device_auto && !af_ctx_on_cpu(ctx) &&
+           (st == AF_ERR_DEVICE || st == AF_ERR_NOMEM || st == AF_ERR_UNSUPPORTED);
+}
+
+af_status af_ctx_new_cpu(const af_ctx *ctx, int keep_quantize, af_ctx **out) {
+    if (!ctx || !out) return af_fail(AF_ERR_INVALID_ARG, "af_ctx_new_cpu: NULL argument");
+    af_ctx_params p;
+    af_ctx_get_params(ctx, &p);
+    p.device = "cpu";
+    if (!keep_quantize) p.quantize = "none";
+    return af_ctx_new(&p, out);
 }
 
 void af_ctx_free(af_ctx *ctx) {
@@ -106,11 +198,11 @@ const af_ctx *af_ctx_default(void) {
     if (__atomic_load_n(&g_default_state, __ATOMIC_ACQUIRE) == 2) return &g_default;
     int expected = 0;
     if (__atomic_compare_exchange_n(&g_default_state, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        if (ctx_init(&g_default, NULL) != AF_OK) { /* the defaults cannot fail; keep a scalar table */
+        if (ctx_init(&g_default, NULL, NULL, NULL) != AF_OK) { /* the defaults cannot fail; keep a scalar table */
             g_default.k = af_kernels_for(AF_KPATH_SCALAR);
             g_default.path = AF_KPATH_SCALAR;
             g_default.n_threads = 1;
-            if (!g_default.dev) af_device_acquire("cpu", &g_default.dev, NULL, NULL, 0);
+            if (!g_default.dev) af_device_acquire("cpu", &g_default.dev, NULL);
             g_default.be = &af_backend_cpu;
             snprintf(g_default.device_spec, sizeof g_default.device_spec, "cpu");
             snprintf(g_default.device_id, sizeof g_default.device_id, "cpu");

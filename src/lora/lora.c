@@ -143,20 +143,9 @@ int32_t af_lora_lowest_layer(const af_param_layout *lay) {
 
 /* ---------------------------------------------------------------- layout */
 
-/* Shape of projection p of layer l (per layer: gemma4's sizes differ between layers); 0 when the
- * layer has no such projection (gemma4: k/v of a KV-sharing layer, v with attention_k_eq_v). */
-static int proj_shape(const af_model *model, int32_t l, af_proj p, int64_t *in, int64_t *out) {
-    return af_model_proj_shape(model, l, (int32_t)p, in, out);
-}
-
-af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
-                               int32_t num_classes) {
-    return af_param_layout_init_layers(lay, model, cfg, num_classes, 0, 0);
-}
-
-af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
-                                      int32_t num_classes, int32_t layer_min, int32_t layer_end) {
-    if (!lay || !model || !cfg) return af_fail(AF_ERR_INVALID_ARG, "lora layout: NULL argument");
+af_status af_param_layout_build(af_param_layout *lay, const af_layout_shapes *sh, const af_lora_config *cfg,
+                                int32_t num_classes, int32_t layer_min, int32_t layer_end) {
+    if (!lay || !sh || !sh->proj_shape || !cfg) return af_fail(AF_ERR_INVALID_ARG, "lora layout: NULL argument");
     memset(lay, 0, sizeof *lay);
     if (cfg->targets == 0 || (cfg->targets >> AF_PROJ_COUNT) != 0)
         return af_fail(AF_ERR_INVALID_ARG, "lora: targets mask 0x%x selects no (or an unknown) projection",
@@ -167,7 +156,7 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
     if (!(cfg->dropout >= 0 && cfg->dropout < 1))
         return af_fail(AF_ERR_INVALID_ARG, "lora: dropout = %g must be in [0, 1)", (double)cfg->dropout);
     if (num_classes < 0) return af_fail(AF_ERR_INVALID_ARG, "lora: num_classes = %d < 0", num_classes);
-    const int32_t nl = af_model_get_config(model)->num_hidden_layers;
+    const int32_t nl = sh->n_layers;
     const int32_t lend = layer_end == 0 ? nl : layer_end;
     if (layer_min < 0 || layer_end < 0 || lend > nl || layer_min >= lend)
         return af_fail(AF_ERR_INVALID_ARG, "lora: layer range [%d, %d) is empty or outside the model's %d layers",
@@ -176,7 +165,7 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
         if (!(cfg->targets & (1u << p))) continue;
         for (int32_t l = layer_min; l < lend; l++) {
             int64_t in, out;
-            if (!proj_shape(model, l, (af_proj)p, &in, &out)) continue;
+            if (!sh->proj_shape(sh->user, l, (af_proj)p, &in, &out)) continue;
             int64_t mn = in < out ? in : out;
             if (cfg->r > mn)
                 return af_fail(AF_ERR_INVALID_ARG, "lora: rank r = %d exceeds min(in, out) = %lld of %s (layer %d)",
@@ -191,12 +180,12 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
     lay->layer_min = layer_min;
     lay->layer_end = lend;
     lay->num_classes = num_classes;
-    lay->hidden = af_model_get_config(model)->hidden_size;
+    lay->hidden = sh->hidden;
     int64_t off = 0;
     for (int32_t l = 0; l < nl; l++) {
         for (int p = 0; p < AF_PROJ_COUNT; p++) {
             af_lora_slot *s = &lay->slots[(int64_t)l * AF_PROJ_COUNT + p];
-            const int has = proj_shape(model, l, (af_proj)p, &s->in, &s->out);
+            const int has = sh->proj_shape(sh->user, l, (af_proj)p, &s->in, &s->out);
             s->a_off = s->b_off = -1;
             if (!has || !(cfg->targets & (1u << p)) || l < layer_min || l >= lend) continue;
             s->a_off = off;

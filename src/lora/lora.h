@@ -76,11 +76,27 @@ typedef struct af_param_layout {
  * layer >= n_layers, N < 1 or N > n_layers). */
 af_status af_lora_parse_layers(const char *spec, int32_t n_layers, int32_t *layer_min, int32_t *layer_end);
 
-/* Build the layout for `model`: adapters on cfg->targets of every layer that has the projection
- * (shapes per layer, af_model_proj_shape: a gemma4 KV-sharing layer has no k/v projection, an
- * attention_k_eq_v layer no v; those slots stay empty, as PEFT has no module there), then (if
- * num_classes > 0) the head. Errors: AF_ERR_INVALID_ARG (r <= 0, r > min(in, out) of a target, alpha <= 0,
- * dropout outside [0, 1), no target), AF_ERR_NOMEM. Free with af_param_layout_free(). */
+/* The model facts a layout is built from: layer count, hidden size and, per layer and projection,
+ * the projection's shape (proj_shape returns 0 when the layer has no such projection: a gemma4
+ * KV-sharing layer has no k/v, an attention_k_eq_v layer no v). model/lora_layout.c fills it from
+ * an af_model (af_model_proj_shape), so that lora/ needs nothing of model/. */
+typedef struct af_layout_shapes {
+    int32_t n_layers;
+    int32_t hidden;
+    const void *user; /* passed to proj_shape */
+    int (*proj_shape)(const void *user, int32_t layer, af_proj p, int64_t *in, int64_t *out);
+} af_layout_shapes;
+
+/* Build the layout: adapters on cfg->targets of every layer in [layer_min, layer_end) (layer_end 0:
+ * through the last layer) that has the projection (the other slots stay empty, as PEFT has no
+ * module there), then (if num_classes > 0) the head. Errors: AF_ERR_INVALID_ARG (r <= 0,
+ * r > min(in, out) of a target, alpha <= 0, dropout outside [0, 1), no target, an empty range or
+ * one outside [0, n_layers]), AF_ERR_NOMEM. Free with af_param_layout_free(). */
+af_status af_param_layout_build(af_param_layout *lay, const af_layout_shapes *sh, const af_lora_config *cfg,
+                                int32_t num_classes, int32_t layer_min, int32_t layer_end);
+
+/* af_param_layout_build for `model` (shapes per layer, af_model_proj_shape), every layer.
+ * Defined in model/lora_layout.c (it reads the model). */
 af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
                                int32_t num_classes);
 
@@ -94,7 +110,7 @@ af_status af_param_layout_copy(af_param_layout *dst, const af_param_layout *src)
  * layer_min are frozen completely: the engine keeps no activations for them and stops its backward
  * at layer_min (engine.h). The A matrices of a layer are initialised identically whatever the range
  * (the RNG is keyed by (seed, layer, proj)). Extra error: AF_ERR_INVALID_ARG when the range is
- * empty or outside [0, n_layers]. */
+ * empty or outside [0, n_layers]. Defined in model/lora_layout.c. */
 af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
                                       int32_t num_classes, int32_t layer_min, int32_t layer_end);
 void af_param_layout_free(af_param_layout *lay);

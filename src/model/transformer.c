@@ -3,7 +3,7 @@
  * for training, with LoRA on every projection; also the embedding, final norm and LM head. Every
  * kernel call of the model's forward and backward is in this file, and every one goes through the
  * context's backend table (kernels/backend.h af_be): activations, parameters and gradients are
- * device memory, read and written only by the table's ops (issue 14).
+ * device memory, read and written only by the table's ops.
  *
  * Architecture differences are read from m->desc (model.h af_arch_desc), never from the
  * architecture's name.

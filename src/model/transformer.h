@@ -37,7 +37,7 @@
  *                training-recompute (checkpointing): one set refilled by calling the forward again
  *                on the layer's saved input just before its backward (same bits).
  *
- * Memory (issue 14): every activation, scratch, KV-cache, parameter (P) and gradient (G) pointer
+ * Memory: every activation, scratch, KV-cache, parameter (P) and gradient (G) pointer
  * below is DEVICE memory of the run's context (kernels/backend.h), allocated through its table
  * (af_carver_alloc) and touched only by the table's ops; token ids and positions are uploaded
  * into device buffers. Host arrays are said so ("host").

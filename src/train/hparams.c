@@ -114,7 +114,7 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
     if (!(c->lr > 0) || !isfinite(c->lr))
         ADD(AF_DIAG_ERROR, "lr-invalid", "use --lr 2e-4", "learning rate %s must be a finite number > 0",
             num(a, sizeof a, c->lr));
-    /* combinations that cannot be right (issue 18 class 6): one place, for check and train alike */
+    /* combinations that cannot be right: one place, for check and train alike */
     if (c->lr_decays && c->lr > 0 && isfinite(c->lr) && c->lr_min > c->lr)
         ADD(AF_DIAG_ERROR, "lr-min-above-lr", "give --lr-min below --lr (e.g. 0 or lr/10)",
             "--lr-min %s is above --lr %s: the schedule would climb to %s instead of decaying",

@@ -1,5 +1,5 @@
 /*
- * recipe.h — the automatic recipe of `afinar train --recipe auto` (issue 19): from the statistics of
+ * recipe.h — the automatic recipe of `afinar train --recipe auto`: from the statistics of
  * the training data (the scan `afinar check` prints), choose what the user did not give: the number
  * of epochs, class weights, max_seq_len, the layers that carry LoRA, the warm-up and the evaluation
  * interval, within a compute budget (a default, or --time-budget MINUTES at a measured speed).
@@ -10,7 +10,7 @@
  * The rules (constants below; sources in brackets; README "Automatic recipe" has the measurements):
  *   epochs (classification): E = ceil(3000 / N) samples seen, clamped to [1, 5]: small sets get more
  *     passes [own measurement: BBC News, 1,558 samples: 1 epoch 95.7% test accuracy; a 2,283-sample
- *     8-class set: 1 epoch 70.5%, 3 epochs + weights + 256 tokens 79.5% (issue 19); Mosbach et al.
+ *     8-class set: 1 epoch 70.5%, 3 epochs + weights + 256 tokens 79.5% (measured on BBC News); Mosbach et al.
  *     2021, "On the Stability of Fine-tuning BERT": small data sets need more steps]. Above 20,000
  *     samples: 20,000 samples seen (E = 20000/N < 1: large sets see fewer than one pass). When the
  *     classes are imbalanced beyond 5:1 (max/min class count; single-label), at least 2 epochs and
@@ -21,7 +21,7 @@
  *     more: LIMA (Zhou et al. 2023)].
  *   class weights: sqrt-inverse (w_c ∝ 1/sqrt(n_c), mean 1) when imbalance > 5:1 (single-label)
  *     [Cui et al. 2019, "Class-Balanced Loss Based on Effective Number of Samples": re-weighting
- *     between none and inverse frequency; Mahajan et al. 2018 square-root re-sampling; issue 19's
+ *     between none and inverse frequency; Mahajan et al. 2018 square-root re-sampling; the
  *     measured gain]; otherwise uniform.
  *   max_seq_len (classification): the p95 token length rounded up to a multiple of 64, within
  *     [64, 512], capped by the model's context and by the memory limit (mem_tokens / batch);

@@ -259,8 +259,9 @@ static af_status resolve_layers(af_trainer *t) {
     return af_lora_parse_layers(lspec, n_layers, &t->layer_min, &t->layer_end);
 }
 
-/* The run's context t->ctx: the base (o->ctx, else the model's, else the defaults) with o->threads,
- * o->poll_us and o->bf16 applied. bf16 where the CPU has no AVX512_BF16: a warning, and f32 products. */
+/* The run's context t->ctx (af_ctx_open): the base (o->ctx, else the model's, else the defaults)
+ * with o->threads, o->poll_us, o->quantize, o->device and o->bf16 applied. bf16 where the CPU has
+ * no AVX512_BF16: a warning, and f32 products; device "auto": the device taken, on the log. */
 static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
     af_ctx_params p;
     const af_ctx *base = o->ctx ? o->ctx : o->model ? o->model->ctx : NULL;
@@ -270,20 +271,17 @@ static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
     if (o->poll_us >= 0) p.poll_us = o->poll_us;
     if (o->quantize) p.quantize = o->quantize;
     if (o->device) p.device = o->device;
-    if (o->bf16) {
-        p.matmul_precision = "bf16";
-        if (af_ctx_new(&p, &t->ctx) == AF_OK) {
-            double f32 = 0, bf16 = 0; /* bf16 where it is slower (issue 20 item 4): say so, once */
-            if (o->log && af_ctx_measure_precision(t->ctx, &f32, &bf16) == AF_OK && bf16 > 0 && bf16 < f32)
-                fprintf(o->log, "warning: --bf16: bf16 products are slower than f32 on this CPU (measured %.0f vs %.0f "
-                                "GFLOP/s, %d threads); training with bf16 as asked, drop --bf16 to go faster\n",
-                        bf16, f32, af_ctx_n_threads(t->ctx));
-            return AF_OK;
-        }
-        if (o->log) fprintf(o->log, "warning: --bf16: %s; training with f32 products\n", af_last_error());
-        p.matmul_precision = base ? af_ctx_matmul_precision(base) : "f32";
-    }
-    return af_ctx_new(&p, &t->ctx);
+    if (o->bf16) p.matmul_precision = "bf16";
+    af_ctx_report rep;
+    AF_TRY(af_ctx_open(&p, &t->ctx, &rep));
+    if (!o->log) return AF_OK;
+    if (rep.bf16_slower)
+        fprintf(o->log, "warning: --bf16: bf16 products are slower than f32 on this CPU (measured %.0f vs %.0f "
+                        "GFLOP/s, %d threads); training with bf16 as asked, drop --bf16 to go faster\n",
+                rep.bf16_gflops, rep.f32_gflops, af_ctx_n_threads(t->ctx));
+    if (rep.bf16_fallback) fprintf(o->log, "warning: --bf16: %s; training with f32 products\n", rep.bf16_why);
+    if (rep.device_line[0]) fprintf(o->log, "--device auto: %s\n", rep.device_line);
+    return AF_OK;
 }
 
 /* The options' consistency checks (the table's ranges are af_trainer_opts_check's): data and
@@ -445,17 +443,13 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     if (o->model) t->model = o->model;
     else {
         st = af_model_load(t->ctx, o->model_path, &t->model_owned);
-        if ((st == AF_ERR_NOMEM || st == AF_ERR_DEVICE || st == AF_ERR_UNSUPPORTED) && t->ctx->device_auto &&
-            !af_ctx_on_cpu(t->ctx)) {
+        if (af_ctx_falls_back(t->ctx, st)) {
             /* --device auto: the model does not fit, the device cannot run it (or failed): the CPU */
             char msg[700];
             snprintf(msg, sizeof msg, "%s", af_last_error());
             if (o->log) fprintf(o->log, "warning: %s; --device auto: training on the CPU\n", msg);
-            af_ctx_params p;
-            af_ctx_get_params(t->ctx, &p);
-            p.device = "cpu";
             af_ctx *cpu = NULL;
-            st = af_ctx_new(&p, &cpu);
+            st = af_ctx_new_cpu(t->ctx, 1, &cpu);
             if (st == AF_OK) {
                 af_ctx_free(t->ctx);
                 t->ctx = cpu;
@@ -548,7 +542,7 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
                 (long long)(l->n_total - (o->head_bias ? 0 : l->num_classes)), (double)t->n_model_params / 1e6);
     fprintf(fp, "      matmul precision %s%s\n", af_ctx_matmul_precision(t->ctx),
             t->ctx->bf16 ? " (bfloat16 operands, f32 accumulation, in the frozen-weight products)" : "");
-    if (!af_ctx_on_cpu(t->ctx)) { /* issue 14: the device and its memory */
+    if (!af_ctx_on_cpu(t->ctx)) { /* the device and its memory */
         af_device_info di;
         af_ctx_device_info(t->ctx, &di);
         char b1[32], b2[32];

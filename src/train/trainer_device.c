@@ -1,5 +1,5 @@
 /*
- * trainer_device.c — the training run's device guard and CPU fallback (issue 14; contracts in
+ * trainer_device.c — the training run's device guard and CPU fallback (contracts in
  * trainer_internal.h): does the run fit the device's memory, and what happens when the device fails
  * or computes non-finite values where the CPU does not. With `--device auto` the run goes on on the
  * CPU (said on the log); with an explicit device it stops with a message naming the device, the step
@@ -16,17 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int on_device(const af_ctx *ctx) { return !ctx->dev->info.host_memory; }
-
 /* t->ctx becomes a CPU context with the same threads, waiting policy and precision; the device
  * context is kept (an owned model holds it) until the trainer is freed. */
 static af_status switch_ctx_to_cpu(af_trainer *t) {
-    af_ctx_params p;
-    af_ctx_get_params(t->ctx, &p);
-    p.device = "cpu";
-    p.quantize = "none"; /* the model is loaded already */
     af_ctx *cpu = NULL;
-    AF_TRY(af_ctx_new(&p, &cpu));
+    AF_TRY(af_ctx_new_cpu(t->ctx, 0, &cpu)); /* quantize "none": the model is loaded already */
     af_ctx_free(t->ctx_dev); /* (only one switch per run) */
     t->ctx_dev = t->ctx;
     t->ctx = cpu;
@@ -41,7 +35,7 @@ static void say(const af_trainer *t, const char *fmt, const char *a, const char 
 
 af_status af_tr_device_fit(af_trainer *t) {
     const af_ctx *ctx = t->ctx;
-    if (!on_device(ctx)) return AF_OK;
+    if (af_ctx_on_cpu(ctx)) return AF_OK;
     const af_trainer_opts *o = &t->o;
     size_t act = af_engine_bytes(t->model, &t->lay, t->max_mb_tokens, o->checkpointing);
     const size_t act_ev = t->val ? af_engine_bytes(t->model, &t->lay, t->max_ev_tokens, 1) : 0;
@@ -63,7 +57,7 @@ af_status af_tr_device_fit(af_trainer *t) {
              af_fmt_bytes(b1, sizeof b1, act + par), af_ctx_device(ctx), ctx->dev->info.name, (long long)t->max_mb_tokens,
              af_fmt_bytes(b2, sizeof b2, act), af_fmt_bytes(b3, sizeof b3, par), af_fmt_bytes(b4, sizeof b4, free_b),
              af_fmt_bytes(b5, sizeof b5, total_b), o->checkpointing ? "" : ", --checkpointing", b6);
-    if (!ctx->device_auto) return af_fail(AF_ERR_NOMEM, "%s", full);
+    if (!af_ctx_falls_back(ctx, AF_ERR_NOMEM)) return af_fail(AF_ERR_NOMEM, "%s", full);
     say(t, "warning: %s; --device %s: training on the CPU\n", full, "auto");
     return switch_ctx_to_cpu(t);
 }
@@ -108,13 +102,13 @@ static af_status resume_on_cpu(struct af_tr_loop *L) {
 af_status af_tr_device_failed(struct af_tr_loop *L, af_status st, const char *during) {
     af_trainer *t = L->t;
     const af_ctx *ctx = t->ctx;
-    if (st != AF_ERR_DEVICE || !on_device(ctx) || L->dist) return st;
+    if (st != AF_ERR_DEVICE || af_ctx_on_cpu(ctx) || L->dist) return st;
     char msg[700], when[64];
     snprintf(msg, sizeof msg, "%s", af_last_error());
     if (during) snprintf(when, sizeof when, "%s after step %lld", during, (long long)L->rs.step);
     else snprintf(when, sizeof when, "step %lld", (long long)L->rs.step + 1);
     const char *ck = L->good_ckpt[0] ? L->good_ckpt : NULL;
-    if (!ctx->device_auto) {
+    if (!af_ctx_falls_back(ctx, st)) {
         if (ck)
             return af_fail(AF_ERR_DEVICE, "%s: %s. The last good checkpoint is %s: continue it on the CPU with "
                                           "--resume %s --device cpu", when, msg, ck, ck);
@@ -131,7 +125,7 @@ af_status af_tr_device_failed(struct af_tr_loop *L, af_status st, const char *du
 af_status af_tr_device_step(struct af_tr_loop *L, af_tr_step *S, af_status st) {
     af_trainer *t = L->t;
     const af_ctx *ctx = t->ctx;
-    if (!on_device(ctx) || L->dist) return st;
+    if (af_ctx_on_cpu(ctx) || L->dist) return st;
     const long long step = (long long)L->rs.step + 1;
     char msg[700];
     if (st == AF_ERR_DEVICE) {
@@ -149,12 +143,8 @@ af_status af_tr_device_step(struct af_tr_loop *L, af_tr_step *S, af_status st) {
     af_lora_trainer_view dv;
     af_lora_trainer_get_view(dev_lt, &dv);
     t->ctx_dev = NULL;
-    af_ctx_params p;
-    af_ctx_get_params(dev_ctx, &p);
-    p.device = "cpu";
-    p.quantize = "none";
     af_ctx *cpu = NULL;
-    af_status s2 = af_ctx_new(&p, &cpu);
+    af_status s2 = af_ctx_new_cpu(dev_ctx, 0, &cpu);
     af_tr_step C;
     if (s2 == AF_OK) {
         t->ctx = cpu;
@@ -182,7 +172,7 @@ af_status af_tr_device_step(struct af_tr_loop *L, af_tr_step *S, af_status st) {
              "step %lld: device %s (%s) computed non-finite values (first in %s) where the CPU computes a finite step "
              "(loss %.6g)",
              step, af_ctx_device(dev_ctx), dev_ctx->dev->info.name, where, C.loss);
-    if (!dev_ctx->device_auto) {
+    if (!af_ctx_falls_back(dev_ctx, AF_ERR_DEVICE)) { /* non-finite values: the device failed */
         af_lora_trainer_free(L->lt);
         L->lt = dev_lt;
         L->P = dv.P;

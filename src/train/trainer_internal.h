@@ -179,7 +179,7 @@ typedef struct af_tr_step {
 /* Optimizer step L->rs.step on L->lt (its micro-batches, then af_lora_trainer_step). */
 af_status af_tr_take_step(struct af_tr_loop *L, af_tr_step *S);
 
-/* ---- trainer_device.c (issue 14: the device guard and the CPU fallback) ---- */
+/* ---- trainer_device.c (the device guard and the CPU fallback) ---- */
 /* Whether the run fits its device (t->ctx): activations of the largest micro-batch (and of an
  * evaluation batch), parameters, gradients and AdamW state, against the device's free memory
  * (its weights are already there). On the CPU: nothing (the RAM check is af_trainer_run's). Not

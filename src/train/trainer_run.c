@@ -579,7 +579,7 @@ static af_status loop_steps(loop *L, int resumed, af_stop_reason *stop) {
             L->comm_bytes_all = 0;
         }
         af_tr_step S;
-        st = af_tr_device_step(L, &S, af_tr_take_step(L, &S)); /* a device failure: issue 14 */
+        st = af_tr_device_step(L, &S, af_tr_take_step(L, &S)); /* a device failure: trainer_device.c */
         if (st == AF_ERR_CANCELLED) *stop = AF_STOP_INTERRUPTED;
         if (st != AF_OK) return st;
         st = record_step(L, &S, stop);

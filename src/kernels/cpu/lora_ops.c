@@ -1,7 +1,7 @@
 /*
  * lora_ops.c — the CPU kernels of the LoRA correction (kernels/train_ops.h): the forward
  * s·(dropout(x)·Aᵀ)·Bᵀ, its backward, and the dropout mask from the counter-based RNG
- * (core/core.h af_ctr_key). Moved from lora/lora.c (issue 14: every op on activation memory is
+ * (core/core.h af_ctr_key). Moved from lora/lora.c (every op on activation memory is
  * a kernel the backend table points at). PEFT conventions: peft/tuners/lora/layer.py.
  */
 #include "kernels/train_ops.h"

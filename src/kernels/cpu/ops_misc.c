@@ -1,6 +1,6 @@
 /*
  * ops_misc.c — CPU kernels of the loops that model and training code ran on the host before the
- * backend table (issue 14): scale, bias add, embedding gather, soft-cap, row gather/scatter, the
+ * backend table: scale, bias add, embedding gather, soft-cap, row gather/scatter, the
  * non-finite count, the LM-head loss rows, and the token-blocked training product (moved from
  * model/transformer.c mm_blocks). Contracts: kernels/ops.h and kernels/matmul.h. Each loop is the
  * code it replaces, so results are the same bits.

@@ -324,6 +324,7 @@ static void to_info(const af_vk_info *v, int32_t index, af_device_info *d) {
     d->mem_free = 0; /* unknown (no VK_EXT_memory_budget query) */
     d->max_alloc = v->max_range & ~(uint64_t)255;
     d->host_memory = 0;
+    d->software = v->type == 4; /* VK_PHYSICAL_DEVICE_TYPE_CPU: llvmpipe, lavapipe, SwiftShader */
 }
 
 static af_status vk_enumerate(af_device_info *out, int32_t cap, int32_t *n, char *why, size_t why_cap) {

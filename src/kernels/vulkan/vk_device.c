@@ -24,7 +24,7 @@ void vk_fail(af_vk_dev *d, af_status st, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     d->err = st;
-    snprintf(d->errmsg, sizeof d->errmsg, "%s: %s", af_vk_dev_name(d), msg);
+    snprintf(d->errmsg, sizeof d->errmsg, "%.160s: %s", af_vk_dev_name(d), msg); /* fits: 160 + 2 + 599 < 768 */
     if (d->on_fail) d->on_fail(d->owner, st, msg);
 }
 

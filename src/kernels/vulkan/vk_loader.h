@@ -109,7 +109,7 @@ int af_vk_load_device(const af_vk_fns *f, VkDevice dev, af_vk_dfns *d, char *err
 /* "VK_ERROR_DEVICE_LOST" etc.; "VkResult <n>" for codes it does not know (static or thread-local). */
 const char *af_vk_result_name(VkResult r);
 
-/* ---- Fault injection (tests; the switch of issue 14's bad-input list) ----
+/* ---- Fault injection (tests of the bad-input cases) ----
  * Kinds: allocation failure (vkAllocateMemory returns VK_ERROR_OUT_OF_DEVICE_MEMORY), device lost
  * (vkQueueSubmit / vkWaitForFences return VK_ERROR_DEVICE_LOST from then on), shader load failure
  * (vkCreateShaderModule returns VK_ERROR_INVALID_SHADER_NV, i.e. the driver refused the SPIR-V).

@@ -2,7 +2,7 @@
  * gen_eval.c — generation-based evaluation of causal-LM data: read {"prompt", "completion"} JSONL
  * examples, generate greedily from each prompt through a session (adapter applied unmerged, as the
  * session holds it) and score the generation against the completion with exact match and ROUGE-L
- * (text_metrics.c). Contracts: include/afinar.h (af_gen_eval_*).
+ * (text_metrics.c). Contracts: include/afinar_app.h (af_gen_eval_*).
  *
  * Prompt rendering for plain prompt/completion data is the one of training (TRL's SFTTrainer
  * tokenizes the prompt alone for the prompt part: prompt ids = tokenizer(prompt), the completion

@@ -1,11 +1,12 @@
 /*
- * export.c — an adapter as a llama.cpp LoRA GGUF (af_adapter_export_gguf, afinar.h; layout in
+ * export.c — an adapter as a llama.cpp LoRA GGUF (af_adapter_export_gguf, afinar_app.h; layout in
  * lora/adapter_gguf.h and docs/FORMATS.md §8). Shared with merge.c: loading an adapter for a model
  * file and the "output exists" rule.
  */
-#include "lora/export.h"
+#include "app/export.h"
 
 #include "afinar.h"
+#include "afinar_app.h"
 #include "core/core.h"
 #include "lora/adapter_gguf.h"
 

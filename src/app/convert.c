@@ -1,5 +1,5 @@
 /*
- * convert.c — af_model_convert (afinar.h): a Hugging Face checkpoint directory written as a GGUF
+ * convert.c — af_model_convert (afinar_app.h): a Hugging Face checkpoint directory written as a GGUF
  * with llama.cpp's names and metadata. The source is the model af_model_load made of the directory
  * (the one walk's view: llama q/k rows already in GGUF order, Gemma 3 norms already 1 + w, gemma4's
  * RoPE factors built from config.json), so what is written is what afinar runs.
@@ -11,7 +11,7 @@
 
 #include "formats/gguf_write.h"
 #include "kernels/quant.h"
-#include "lora/export.h"
+#include "app/export.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

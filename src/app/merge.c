@@ -1,5 +1,5 @@
 /*
- * merge.c — fold an adapter into a GGUF model (af_merge_adapter, afinar.h): W' = quant(W + s·B·A)
+ * merge.c — fold an adapter into a GGUF model (af_merge_adapter, afinar_app.h): W' = quant(W + s·B·A)
  * for each adapted tensor, every other tensor and KV copied byte for byte (docs/FORMATS.md §8).
  */
 #include "afinar.h"
@@ -9,7 +9,7 @@
 #include "formats/gguf_write.h"
 #include "kernels/quant.h"
 #include "lora/adapter_gguf.h"
-#include "lora/export.h"
+#include "app/export.h"
 
 #include <math.h>
 #include <stdio.h>

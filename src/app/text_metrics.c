@@ -1,6 +1,6 @@
 /*
  * text_metrics.c — scores of generated text against a reference: exact match and ROUGE-L
- * (af_exact_match, af_rouge_l; contracts in include/afinar.h, "Text-generation metrics").
+ * (af_exact_match, af_rouge_l; contracts in include/afinar_app.h, "Text-generation metrics").
  *
  * ROUGE-L (C.-Y. Lin, "ROUGE: A Package for Automatic Evaluation of Summaries", ACL workshop 2004,
  * section 3.1, sentence-level LCS): with X the reference (m tokens), Y the prediction (n tokens)

@@ -1,8 +1,8 @@
 /*
  * export.h — helpers shared by export.c (af_adapter_export_gguf) and merge.c (af_merge_adapter).
  */
-#ifndef AF_LORA_EXPORT_H
-#define AF_LORA_EXPORT_H
+#ifndef AF_APP_EXPORT_H
+#define AF_APP_EXPORT_H
 
 #include "lora/adapter_io.h"
 #include "lora/lora.h"
@@ -25,4 +25,4 @@ af_status af_export_check_out(const char *out_path, int overwrite);
 af_status af_export_load(const char *model_path, const char *adapter, af_loaded_adapter *la);
 void af_export_unload(af_loaded_adapter *la);
 
-#endif /* AF_LORA_EXPORT_H */
+#endif /* AF_APP_EXPORT_H */

@@ -1,5 +1,5 @@
 /*
- * adapter_merge.c — merge LoRA adapters on their ΔW = s·B·A (af_adapter_merge, include/afinar.h
+ * adapter_merge.c — merge LoRA adapters on their ΔW = s·B·A (af_adapter_merge, include/afinar_app.h
  * "Adapter merging": the methods, their sources in PEFT and the RNG of DARE are documented there).
  *
  * Steps: each input directory is read against a layout built from its own tensor shapes (no model
