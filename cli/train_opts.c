@@ -87,8 +87,9 @@ void train_cli_help(const char *cmd, FILE *fp) {
     fprintf(fp, "\nOther:\n"
                 "      --config FILE.json      settings as {\"flag-name\": value, ...}; command-line flags win\n"
                 "  -h, --help                  this help\n\n");
-    put_wrapped(fp, 0, 0, "Boolean flags have a --no-FLAG form. Precedence: defaults < the checkpoint's settings "
-                       "(--resume) < --config < flags.");
+    put_wrapped(fp, 0, 0, check ? "Boolean flags have a --no-FLAG form. Precedence: defaults < --config < flags."
+                                : "Boolean flags have a --no-FLAG form. Precedence: defaults < the checkpoint's "
+                                  "settings (--resume) < --config < flags.");
     if (!check)
         put_wrapped(fp, 0, 0, "Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted by Ctrl-C (SIGINT), "
                            "143 by SIGTERM (both save a checkpoint first).");

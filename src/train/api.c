@@ -196,7 +196,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     const af_param_layout *given = ext ? ext->layout : NULL;
     if (given) { /* the caller's layout decides the LoRA and the head */
         o.r = given->lora.r, o.lora_alpha = given->lora.alpha, o.lora_dropout = given->lora.dropout;
-        o.use_rslora = given->lora.use_rslora, o.seed = given->lora.seed, o.num_classes = given->num_classes;
+        o.use_rslora = given->lora.use_rslora, o.num_classes = given->num_classes; /* (opts' seed: dropout) */
     }
     AF_TRY(check_opts(&o));
     uint32_t mask = 0;

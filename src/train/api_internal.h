@@ -29,7 +29,8 @@ typedef struct af_lora_trainer_ext {
     const af_ctx *ctx;            /* context of every computation (borrowed, must outlive the trainer; e.g.
                                      the af_trainer's own with its threads and precision); NULL: the model's */
     const af_param_layout *layout;/* the layout built by the caller (copied; its LoRA config and head replace
-                                     opts' r, alpha, dropout, rsLoRA, targets, seed, num_classes; the layer
+                                     opts' r, alpha, dropout, rsLoRA, targets, num_classes, and its seed
+                                     initialises the parameters; opts' seed keys the dropout masks; the layer
                                      range above is then not used), or NULL: built from opts */
 } af_lora_trainer_ext;
 

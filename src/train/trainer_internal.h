@@ -91,7 +91,8 @@ void af_tr_layers_text(const af_trainer *t, char *buf, size_t cap);
 /* Every setting's value as the run uses it, with its origin, grouped (`afinar check` leaves out the
  * keys a dry run has no use for). */
 void af_tr_plan_print(const af_trainer *t, FILE *fp);
-/* The same as {"key": {"value": text, "origin": name}, ...} (run.json "settings"); NULL: no memory. */
+/* The settings that did not keep their default, as {"key": "value (origin)", ...} (run.json
+ * "settings"; a key left out has its default); NULL: no memory. */
 cJSON *af_tr_plan_json(const af_trainer *t);
 
 /* ---- trainer_recipe.c ---- */

@@ -57,15 +57,11 @@ cJSON *af_tr_plan_json(const af_trainer *t) {
     const af_setting_info *keys = af_train_setting_keys(&n);
     cJSON *j = cJSON_CreateObject();
     for (int32_t i = 0; j && i < n; i++) {
-        char v[160];
-        cJSON *e = cJSON_CreateObject();
-        if (!e || !cJSON_AddItemToObject(j, keys[i].name, e)) {
-            cJSON_Delete(e);
-            cJSON_Delete(j);
-            return NULL;
-        }
-        if (!cJSON_AddStringToObject(e, "value", plan_value(t, i, v, sizeof v)) ||
-            !cJSON_AddStringToObject(e, "origin", af_setting_origin_name((af_setting_origin)t->o.origin[i]))) {
+        if (t->o.origin[i] == AF_ORIGIN_DEFAULT) continue; /* a key left out: its default */
+        char v[160], item[320];
+        snprintf(item, sizeof item, "%s (%s)", plan_value(t, i, v, sizeof v),
+                 af_setting_origin_name((af_setting_origin)t->o.origin[i]));
+        if (!cJSON_AddStringToObject(j, keys[i].name, item)) {
             cJSON_Delete(j);
             return NULL;
         }
