@@ -3,6 +3,7 @@
 
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
@@ -13,26 +14,85 @@
 #define O_HELP 2001
 #define O_NO 3000 /* O_NO + i: --no-<bool i> */
 
+#define HELP_COLS 100 /* help lines are wrapped at this width */
+#define HELP_LEFT 30  /* the column where descriptions start */
+
+/* Print `text` from column `col` (the cursor is there), wrapped at HELP_COLS with continuation lines
+ * indented by `indent`; words longer than a line are not cut. */
+static void put_wrapped(FILE *fp, int col, int indent, const char *text) {
+    const char *p = text;
+    int first = 1;
+    while (*p) {
+        while (*p == ' ') p++;
+        size_t w = strcspn(p, " ");
+        if (!w) break;
+        if (!first && col + 1 + (int)w > HELP_COLS) {
+            fprintf(fp, "\n%*s", indent, "");
+            col = indent;
+        } else if (!first) {
+            fputc(' ', fp);
+            col++;
+        }
+        first = 0;
+        fprintf(fp, "%.*s", (int)w, p);
+        col += (int)w;
+        p += w;
+    }
+    fputc('\n', fp);
+}
+
+/* One setting's line(s): flag, description, and its default per task ("auto: from the data" where
+ * the automatic recipe decides; the causal-LM default when it differs). */
+static void help_key(FILE *fp, const af_setting_info *d) {
+    char left[64], text[768], dc[160], dl[160];
+    if (d->short_opt) snprintf(left, sizeof left, "  -%c, --%s%s%s", d->short_opt, d->name, d->arg ? " " : "", d->arg ? d->arg : "");
+    else snprintf(left, sizeof left, "      --%s%s%s", d->name, d->arg ? " " : "", d->arg ? d->arg : "");
+    af_train_setting_default(d->name, AF_TASK_CLASSIFICATION, 1, dc, sizeof dc);
+    af_train_setting_default(d->name, AF_TASK_CAUSAL_LM, 1, dl, sizeof dl);
+    if (!strcmp(d->name, "task") || !strcmp(dc, "required")) snprintf(text, sizeof text, "%s%s", d->help,
+                                                                      strcmp(dc, "required") ? "" : " (required)");
+    else if (!strcmp(dc, dl)) snprintf(text, sizeof text, "%s (default: %s)", d->help, dc);
+    else snprintf(text, sizeof text, "%s (default: %s; causal-lm: %s)", d->help, dc, dl);
+    const int len = fprintf(fp, "%s", left);
+    if (len < HELP_LEFT) fprintf(fp, "%*s", HELP_LEFT - len, "");
+    else fprintf(fp, "\n%*s", HELP_LEFT, ""); /* a long flag: the description on the next line */
+    put_wrapped(fp, HELP_LEFT, HELP_LEFT, text);
+}
+
 void train_cli_help(const char *cmd, FILE *fp) {
-    fprintf(fp, "usage: afinar %s -m MODEL.gguf --train FILE.jsonl %s[options]\n\n", cmd,
-            strcmp(cmd, "train") ? "" : "-o DIR ");
-    if (!strcmp(cmd, "check"))
-        fprintf(fp, "Reads the model's tokenizer and the data, prints statistics and diagnostics of the configuration;\n"
-                    "exit status 1 when any of them is an error, else 0. Takes the same options as 'afinar train'.\n\n");
+    const int check = !strcmp(cmd, "check");
+    fprintf(fp, "usage: afinar %s -m MODEL --train FILE.jsonl %s[options]\n\n", cmd, check ? "" : "-o DIR ");
+    if (check)
+        put_wrapped(fp, 0, 0, "Reads the model's tokenizer and the data, prints statistics, the plan with the origin of "
+                           "every setting (default, config, flag, recipe, resume) and diagnostics; exit status 1 "
+                           "when any of them is an error, else 0. Takes the options of 'afinar train' that shape a "
+                           "run (those below).");
+    else
+        put_wrapped(fp, 0, 0, "Fine-tunes a LoRA adapter: a sequence classifier (default) or a causal LM "
+                           "(--task causal-lm). The defaults shown apply to a classification run with the automatic "
+                           "recipe; \"causal-lm:\" gives that task's own, \"auto: from the data\" what the recipe "
+                           "decides (and its value with --recipe fixed).");
     int32_t n_keys;
     const af_setting_info *keys = af_train_setting_keys(&n_keys);
-    for (int32_t i = 0; i < n_keys; i++) {
-        const af_setting_info *d = &keys[i];
-        char left[64];
-        if (d->short_opt) snprintf(left, sizeof left, "-%c, --%s%s%s", d->short_opt, d->name, d->arg ? " " : "", d->arg ? d->arg : "");
-        else snprintf(left, sizeof left, "    --%s%s%s", d->name, d->arg ? " " : "", d->arg ? d->arg : "");
-        fprintf(fp, "  %-30s %s\n", left, d->help);
+    static const char *const groups[] = {"model and data", "task", "LoRA and head", "optimisation", "schedule",
+                                         "evaluation", "checkpoints", "compute", "output"};
+    for (size_t g = 0; g < sizeof groups / sizeof *groups; g++) {
+        int shown = 0;
+        for (int32_t i = 0; i < n_keys; i++) {
+            if (strcmp(keys[i].group, groups[g]) != 0 || (check && keys[i].train_only)) continue;
+            if (!shown++) fprintf(fp, "\n%c%s:\n", toupper((unsigned char)groups[g][0]), groups[g] + 1);
+            help_key(fp, &keys[i]);
+        }
     }
-    fprintf(fp, "      --config FILE.json         settings as {\"flag-name\": value, ...}; command-line flags win\n"
-                "  -h, --help                     this help\n\n"
-                "Boolean flags have a --no-FLAG form. With --resume, the checkpoint's own settings are the base.\n"
-                "Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM\n"
-                "(both save a checkpoint first).\n");
+    fprintf(fp, "\nOther:\n"
+                "      --config FILE.json      settings as {\"flag-name\": value, ...}; command-line flags win\n"
+                "  -h, --help                  this help\n\n");
+    put_wrapped(fp, 0, 0, check ? "Boolean flags have a --no-FLAG form. Precedence: defaults < --config < flags."
+                                : "Boolean flags have a --no-FLAG form. Precedence: defaults < the checkpoint's "
+                                  "settings (--resume) < --config < flags.");
+    if (!check)
+        put_wrapped(fp, 0, 0, "Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted by Ctrl-C (SIGINT), "
+                           "143 by SIGTERM (both save a checkpoint first).");
 }
 
 /* Print a failed library call's message as "afinar CMD: MESSAGE"; return the exit code: 1 for
@@ -58,6 +118,54 @@ static int check_labels_spec(const char *cmd, const char *spec) {
         return 1;
     }
     return 0;
+}
+
+/* With --resume: the checkpoint's own settings (verified against its manifest; paths found again if
+ * the run moved) into *base, its notes on stderr; without its train_config.json, the flags alone
+ * (an error when -m or --train is missing). Returns 0 or the exit code (message printed). */
+static int resume_base(const char *cmd, const char *res, const af_train_settings *cli, const af_train_settings *file,
+                       af_train_settings **base) {
+    int rc = 0;
+    char *ck = NULL;
+    if (af_trainer_find_checkpoint(res, &ck) != AF_OK) {
+        rc = cli_fail(cmd, AF_ERR_NOT_FOUND);
+    } else {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/train_config.json", ck);
+        struct stat sb; /* stat, not open: never blocks; the settings reader refuses a non-regular file */
+        if (stat(path, &sb) == 0) {
+            /* verified against the checkpoint's manifest; paths found again if the run moved */
+            char *note = NULL;
+            af_status st = af_train_settings_read_checkpoint(ck, base, &note);
+            /* a checkpoint that fails its checks is a failure (1), bad settings a usage error (2) */
+            if (st != AF_OK) rc = strstr(af_last_error(), "cannot resume from") ? cli_fail(cmd, st) : settings_fail(cmd, st);
+            for (char *ln = note; ln && *ln;) {
+                char *eol = strchr(ln, '\n');
+                if (eol) *eol = 0;
+                fprintf(stderr, "afinar %s: note: %s\n", cmd, ln);
+                ln = eol ? eol + 1 : NULL;
+            }
+            free(note);
+        } else {
+            /* without the run's settings every flag must come again: name the missing file first
+             * (not a series of "missing -m", "missing --train", then a batch mismatch) */
+            int has_m = af_train_settings_get(cli, "model") || (file && af_train_settings_get(file, "model"));
+            int has_t = af_train_settings_get(cli, "train") || (file && af_train_settings_get(file, "train"));
+            if (!has_m || !has_t) {
+                cli_error(cmd,
+                          "--resume %s: %s is missing (it holds the run's settings); copy it back from the run "
+                          "directory, or give the original run's settings again (-m, --train, --batch, ...)",
+                          res, path);
+                rc = 1;
+            } else {
+                fprintf(stderr, "afinar %s: warning: %s is missing: using only the settings given on the command "
+                                "line; they must equal the original run's (--batch, --lr, --seed, ...)\n",
+                        cmd, path);
+            }
+        }
+        free(ck);
+    }
+    return rc;
 }
 
 int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
@@ -141,47 +249,7 @@ int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
     }
     const char *res = af_train_settings_get(cli, "resume");
     if (!res && file) res = af_train_settings_get(file, "resume"); /* YAML: resume_from_checkpoint */
-    if (rc == 0 && res) {
-        char *ck = NULL;
-        if (af_trainer_find_checkpoint(res, &ck) != AF_OK) {
-            rc = cli_fail(cmd, AF_ERR_NOT_FOUND);
-        } else {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/train_config.json", ck);
-            struct stat sb; /* stat, not open: never blocks; the settings reader refuses a non-regular file */
-            if (stat(path, &sb) == 0) {
-                /* verified against the checkpoint's manifest; paths found again if the run moved */
-                char *note = NULL;
-                af_status st = af_train_settings_read_checkpoint(ck, &base, &note);
-                /* a checkpoint that fails its checks is a failure (1), bad settings a usage error (2) */
-                if (st != AF_OK) rc = strstr(af_last_error(), "cannot resume from") ? cli_fail(cmd, st) : settings_fail(cmd, st);
-                for (char *ln = note; ln && *ln;) {
-                    char *eol = strchr(ln, '\n');
-                    if (eol) *eol = 0;
-                    fprintf(stderr, "afinar %s: note: %s\n", cmd, ln);
-                    ln = eol ? eol + 1 : NULL;
-                }
-                free(note);
-            } else {
-                /* without the run's settings every flag must come again: name the missing file first
-                 * (not a series of "missing -m", "missing --train", then a batch mismatch) */
-                int has_m = af_train_settings_get(cli, "model") || (file && af_train_settings_get(file, "model"));
-                int has_t = af_train_settings_get(cli, "train") || (file && af_train_settings_get(file, "train"));
-                if (!has_m || !has_t) {
-                    cli_error(cmd,
-                              "--resume %s: %s is missing (it holds the run's settings); copy it back from the run "
-                              "directory, or give the original run's settings again (-m, --train, --batch, ...)",
-                              res, path);
-                    rc = 1;
-                } else {
-                    fprintf(stderr, "afinar %s: warning: %s is missing: using only the settings given on the command "
-                                    "line; they must equal the original run's (--batch, --lr, --seed, ...)\n",
-                            cmd, path);
-                }
-            }
-            free(ck);
-        }
-    }
+    if (rc == 0 && res) rc = resume_base(cmd, res, cli, file, &base);
     if (rc == 0 && (af_train_settings_new(&tc->merged) != AF_OK ||
                     (base && af_train_settings_merge(tc->merged, base) != AF_OK) ||
                     (file && af_train_settings_merge(tc->merged, file) != AF_OK) ||

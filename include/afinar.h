@@ -507,7 +507,12 @@ AF_API void af_sampling_default(af_sampling *p);
  * quantized. One optimizer step is:
  *     af_lora_trainer_accumulate() once per micro-batch   (forward + loss + backward, ADDS gradients)
  *     af_lora_trainer_step()                               (clip, AdamW, zero the gradients)
- * which is exactly what `afinar train` does.
+ * `afinar train` does exactly this with two refinements that a program can repeat bit for bit:
+ * micro-batches numbered within the epoch (af_lora_trainer_opts.steps_per_epoch, grad_accum: their
+ * dropout masks), and each micro-batch's gradient computed alone (af_lora_trainer_zero_grad,
+ * accumulate, af_lora_trainer_collect_gradients), the gradients summed in micro-batch order and
+ * handed back with af_lora_trainer_apply_gradients before the step (the order a data-parallel run
+ * keeps for any process count).
  *
  * Packed batches (every function taking tokens): the samples of a batch are concatenated without
  * padding; sample b owns tokens [seq_start[b], seq_start[b+1]) of `tokens`:
@@ -556,6 +561,12 @@ typedef struct af_lora_trainer_opts {
     float weight_decay;      /* (0.01) decoupled; applied to LoRA A, B and head W, never to b */
     float beta1, beta2, eps; /* (0.9, 0.999, 1e-8) */
     float max_grad_norm;     /* (1.0) global L2 clipping threshold; <= 0 disables clipping */
+    /* ---- micro-batch numbering (the dropout masks' key) ---- */
+    int64_t steps_per_epoch; /* (0) with grad_accum: micro-batch i of step g is numbered
+                                (g mod steps_per_epoch) * grad_accum + i, its index within the epoch, as
+                                `afinar train` numbers them (same masks, same adapter); 0: i, its index
+                                within the step */
+    int32_t grad_accum;      /* (0) micro-batches per step (>= 1 when steps_per_epoch > 0) */
 } af_lora_trainer_opts;
 
 /* Fill `o` with the defaults listed above. */

@@ -63,6 +63,8 @@ typedef enum af_task {
     AF_TASK_CAUSAL_LM = 1       /* causal-LM fine-tuning (SFT): next-token cross-entropy on the target tokens */
 } af_task;
 
+#define AF_SETTINGS_MAX 64 /* room of af_trainer_opts.origin: at least the number of settings keys */
+
 /* af_trainer_opts.recipe (settings key "recipe"). */
 typedef enum af_recipe_kind {
     AF_RECIPE_FIXED = 0, /* the options as set, defaults as documented on each field */
@@ -182,6 +184,10 @@ typedef struct af_trainer_opts {
                                     and before and after every evaluation ("eval", 0 or n, n validation
                                     samples); NULL: none */
     void *progress_user;         /* passed to progress */
+    unsigned char origin[AF_SETTINGS_MAX]; /* af_setting_origin of each key by its index in
+                                    af_train_setting_keys: filled by af_train_settings_to_opts; left 0 by a C
+                                    caller (the trainer then marks CALLER each field that differs from its
+                                    default, and RECIPE what the automatic recipe chose) */
 } af_trainer_opts;
 
 /* Fill `o` with the defaults noted on each field above. */
@@ -268,8 +274,32 @@ typedef struct af_setting_info {
     int short_opt;         /* one-letter flag ('m', 'o', 't') or 0 */
     double lo, hi;         /* range of INT / NUMBER keys */
     const char *arg;       /* placeholder of the value in a usage text ("FILE", "N"), NULL for BOOL */
-    const char *help;      /* one-line description with the default */
+    const char *help;      /* one-line description (the default: af_train_setting_default) */
+    const char *group;     /* the help section: "model and data", "task", "LoRA and head", "optimisation",
+                              "schedule", "evaluation", "checkpoints", "compute", "output" */
+    int train_only;        /* 1: no meaning to a dry run (`afinar check` does not list it) */
 } af_setting_info;
+
+/* Where a setting's value came from, lowest precedence first (recorded per key in
+ * af_trainer_opts.origin, shown by `afinar check`, written to run.json). */
+typedef enum af_setting_origin {
+    AF_ORIGIN_DEFAULT = 0, /* the built-in default (of the task) */
+    AF_ORIGIN_CALLER = 1,  /* set in af_trainer_opts by a C caller, not through a settings object */
+    AF_ORIGIN_RESUME = 2,  /* the checkpoint's train_config.json (--resume) */
+    AF_ORIGIN_CONFIG = 3,  /* a --config file (af_train_settings_read) */
+    AF_ORIGIN_FLAG = 4,    /* the command line, or af_train_settings_set by a program */
+    AF_ORIGIN_RECIPE = 5   /* chosen by the automatic recipe (or the time budget) */
+} af_setting_origin;
+
+/* "default", "caller", "resume", "config", "flag", "recipe"; "?" for anything else. Static. */
+AF_API const char *af_setting_origin_name(af_setting_origin origin);
+
+/* The default of `key` as it applies to a run of `task` with the automatic recipe when `auto_recipe`
+ * is 1 ("auto: from the data" and the fixed recipe's value for the keys the recipe decides), into
+ * buf (NUL-terminated, truncated to cap). Returns buf, or NULL for an unknown key. The values are
+ * those of af_trainer_opts_defaults after the task's own defaults (causal-lm: targets all-linear,
+ * lora-layers all, lr 2e-4). */
+AF_API char *af_train_setting_default(const char *key, af_task task, int auto_recipe, char *buf, size_t cap);
 
 /* The keys in reference order; `*n` receives their count. Static. */
 AF_API const af_setting_info *af_train_setting_keys(int32_t *n);
@@ -280,6 +310,11 @@ typedef struct af_train_settings af_train_settings;
 AF_API af_status af_train_settings_new(af_train_settings **out);
 /* Frees settings. NULL is ignored. */
 AF_API void af_train_settings_free(af_train_settings *s);
+
+/* Mark every key `s` holds now as coming from `origin` (af_train_settings_set marks AF_ORIGIN_FLAG;
+ * af_train_settings_read AF_ORIGIN_CONFIG; af_train_settings_read_checkpoint AF_ORIGIN_RESUME;
+ * af_train_settings_merge keeps the source's). NULL is ignored. */
+AF_API void af_train_settings_set_origin(af_train_settings *s, af_setting_origin origin);
 
 /* Set `key` to the text `value` (copied) or to a boolean; an earlier value of the key is dropped
  * and the key moves to the end of the order. Values are checked by af_train_settings_to_opts.

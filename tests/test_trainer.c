@@ -18,11 +18,18 @@
  *      --val with --val-split.
  *  (e) CLI (when AFINAR_BIN points at the built binary, as `make test` does): exit codes and
  *      outputs of train (--config + flags), eval --json, predict (stdin lines and --input), check.
+ *  (f) one micro-batch numbering: the run of (b) (dropout on, gradient accumulation, an epoch whose
+ *      last step has fewer micro-batches) taken by hand through the public af_lora_trainer API
+ *      (steps_per_epoch, grad_accum set; the trainer's data order and schedule; each micro-batch's
+ *      gradient alone, summed in order, as afinar.h describes) ends with the
+ *      parameters of af_trainer_run's final adapter, bit for bit; with steps_per_epoch 0 (the
+ *      numbering within the step) they differ.
  */
 #include "testlib.h"
 #include "tinymodel.c"
 
 #include "kernels/quant.h"
+#include "train/optim.h"
 #include "train/trainer_internal.h"
 
 #include <dirent.h>
@@ -325,6 +332,102 @@ static void test_resume(void) {
     CHECK(ea && eb && !strcmp(ea, eb), "last eval lines differ:\n  %s\n  %s", ea, eb);
     free(ea);
     free(eb);
+}
+
+/* The run of af_trainer `t` taken through the public API: af_lora_trainer on t's model, t's data in
+ * t's order (af_shuffle_perm per epoch, `batch` samples per micro-batch), t's schedule; numbered
+ * within the epoch when `by_epoch`. Final parameters into P [n]. */
+static af_status api_run(const af_trainer *t, int by_epoch, float *P, int64_t n) {
+    const af_trainer_opts *o = &t->o;
+    const af_dataset *ds = t->train;
+    af_lora_trainer_opts lo;
+    af_lora_trainer_opts_defaults(&lo);
+    lo.r = o->lora_r, lo.lora_alpha = (float)o->lora_alpha, lo.lora_dropout = (float)o->lora_dropout;
+    lo.targets = o->targets, lo.seed = o->seed, lo.num_classes = t->num_classes;
+    lo.lr = (float)o->lr, lo.weight_decay = (float)o->weight_decay, lo.max_grad_norm = (float)o->max_grad_norm;
+    lo.steps_per_epoch = by_epoch ? t->spe : 0;
+    lo.grad_accum = o->grad_accum;
+    af_lora_trainer *tr = NULL;
+    AF_TRY(af_lora_trainer_new(t->model, &lo, &tr));
+    if (af_lora_trainer_n_params(tr) != n) {
+        af_lora_trainer_free(tr);
+        return af_fail(AF_ERR_INVALID_ARG, "api_run: %lld parameters, expected %lld",
+                       (long long)af_lora_trainer_n_params(tr), (long long)n);
+    }
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)ds->n), *tok = malloc(sizeof(int32_t) * (size_t)ds->tok_off[ds->n]);
+    float *row = malloc(sizeof(float) * (size_t)n), *sum = malloc(sizeof(float) * (size_t)n);
+    int32_t ss[65], lab[64];
+    af_status st = perm && tok && row && sum && o->batch <= 64 ? AF_OK : af_fail(AF_ERR_NOMEM, "api_run: out of memory");
+    for (int64_t g = 0; st == AF_OK && g < t->total; g++) {
+        const int64_t k = g % t->spe, mb0 = k * o->grad_accum;
+        const int64_t mb1 = mb0 + o->grad_accum < t->n_micro ? mb0 + o->grad_accum : t->n_micro;
+        if (k == 0) af_shuffle_perm(perm, ds->n, o->seed, (uint64_t)(g / t->spe));
+        const int64_t i_end = mb1 * o->batch < ds->n ? mb1 * o->batch : ds->n, n_step = i_end - mb0 * o->batch;
+        for (int64_t j = mb0; st == AF_OK && j < mb1; j++) {
+            const int64_t i0 = j * o->batch;
+            const int32_t m = (int32_t)(ds->n - i0 < o->batch ? ds->n - i0 : o->batch);
+            ss[0] = 0;
+            for (int32_t i = 0; i < m; i++) { /* the samples packed one after the other */
+                const int32_t s = perm[i0 + i], len = (int32_t)(ds->tok_off[s + 1] - ds->tok_off[s]);
+                memcpy(tok + ss[i], ds->tokens + ds->tok_off[s], sizeof(int32_t) * (size_t)len);
+                ss[i + 1] = ss[i] + len;
+                lab[i] = ds->labels[s];
+            }
+            double loss; /* each micro-batch's gradient alone, summed in micro-batch order */
+            af_lora_trainer_zero_grad(tr);
+            st = af_lora_trainer_accumulate(tr, tok, ss, m, lab, (float)((double)m / (double)n_step), &loss, NULL);
+            if (st == AF_OK) st = af_lora_trainer_collect_gradients(tr, j == mb0 ? sum : row, NULL, NULL);
+            for (int64_t i = 0; st == AF_OK && j > mb0 && i < n; i++) sum[i] += row[i];
+        }
+        if (st == AF_OK) st = af_lora_trainer_apply_gradients(tr, sum, (int32_t)(mb1 - mb0), 0);
+        if (st == AF_OK)
+            st = af_lora_trainer_step(tr, af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total),
+                                      NULL);
+    }
+    if (st == AF_OK) st = af_lora_trainer_get_params(tr, P);
+    free(perm), free(tok), free(row), free(sum);
+    af_lora_trainer_free(tr);
+    return st;
+}
+
+static void test_api_same_run(void) {
+    af_trainer_opts o;
+    resume_opts(&o, P_("api_cli"));
+    o.train_path = P_("train46.jsonl");
+    o.val_path = NULL;
+    o.grad_accum = 5; /* 12 micro-batches: steps of 5, 5, 2 per epoch */
+    o.max_steps = 6;
+    o.save_every = 0;
+    o.patience = 0, o.eval_every = 0; /* no validation data */
+    o.lora_layers = "all";
+    af_trainer *t = NULL;
+    af_train_result res;
+    if (!CHECK(af_trainer_new(&o, &t) == AF_OK, "trainer: %s", af_last_error())) return;
+    CHECK(t->spe == 3 && t->n_micro == 12 && t->total == 6, "plan: %lld steps per epoch, %lld micro-batches",
+          (long long)t->spe, (long long)t->n_micro);
+    const int64_t n = t->lay.n_total;
+    float *pa = malloc(sizeof(float) * (size_t)n), *pw = malloc(sizeof(float) * (size_t)n),
+          *pc = malloc(sizeof(float) * (size_t)n);
+    af_status sa = api_run(t, 1, pa, n), sw = api_run(t, 0, pw, n);
+    CHECK(sa == AF_OK && sw == AF_OK, "API runs: %s", af_last_error());
+    af_status st = af_trainer_run(t, &res);
+    CHECK(st == AF_OK && res.steps_done == 6, "af_trainer_run: %s", af_last_error());
+    af_lora_trainer_opts lo;
+    af_lora_trainer_opts_defaults(&lo);
+    lo.r = o.lora_r, lo.lora_alpha = (float)o.lora_alpha, lo.num_classes = t->num_classes;
+    af_lora_trainer *q = NULL;
+    st = af_lora_trainer_new(t->model, &lo, &q);
+    if (st == AF_OK) st = af_lora_trainer_load_adapter(q, P_("api_cli/final"));
+    if (st == AF_OK) st = af_lora_trainer_get_params(q, pc);
+    if (CHECK(st == AF_OK && sa == AF_OK && sw == AF_OK, "final adapter: %s", af_last_error())) {
+        CHECK(!memcmp(pa, pc, sizeof(float) * (size_t)n),
+              "the public API numbered by epoch ends with af_trainer_run's final adapter, bit for bit");
+        CHECK(memcmp(pw, pc, sizeof(float) * (size_t)n) != 0,
+              "numbered within the step (steps_per_epoch 0), the dropout masks differ after the first step");
+    }
+    af_lora_trainer_free(q);
+    af_trainer_free(t);
+    free(pa), free(pw), free(pc);
 }
 
 static void test_stops(void) {
@@ -789,6 +892,7 @@ int main(void) {
     write_multi(P_("multi.jsonl"), 64, 14);
     test_train_eval();
     test_resume();
+    test_api_same_run();
     test_stops();
     test_bad_input();
     test_variants();

@@ -421,7 +421,7 @@ static void test_smollm2(void) {
             to.num_classes = 5;
             to.lora_dropout = 0;
             to.targets = "all-linear";
-            af_lora_trainer_ext ext = {mc->cfg.num_hidden_layers - 2, 0, 1.0, NULL};
+            af_lora_trainer_ext ext = {mc->cfg.num_hidden_layers - 2, 0, 1.0, NULL, NULL};
             af_lora_trainer *tc = NULL, *tv = NULL;
             if (CHECK(af_lora_trainer_new_ext(mc, &to, &ext, &tc) == AF_OK &&
                           af_lora_trainer_new_ext(mv, &to, &ext, &tv) == AF_OK,

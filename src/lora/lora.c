@@ -211,6 +211,15 @@ af_status af_param_layout_build(af_param_layout *lay, const af_layout_shapes *sh
     return AF_OK;
 }
 
+af_status af_param_layout_copy(af_param_layout *dst, const af_param_layout *src) {
+    *dst = *src;
+    const size_t n = (size_t)src->n_layers * AF_PROJ_COUNT;
+    dst->slots = af_malloc(sizeof(af_lora_slot) * (n ? n : 1));
+    if (!dst->slots) return af_fail(AF_ERR_NOMEM, "lora: out of memory for the layout (%d layers)", src->n_layers);
+    if (n) memcpy(dst->slots, src->slots, sizeof(af_lora_slot) * n);
+    return AF_OK;
+}
+
 void af_param_layout_free(af_param_layout *lay) {
     if (!lay) return;
     free(lay->slots);

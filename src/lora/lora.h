@@ -100,6 +100,10 @@ af_status af_param_layout_build(af_param_layout *lay, const af_layout_shapes *sh
 af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
                                int32_t num_classes);
 
+/* A copy of `src` into `dst` (its own slots; free with af_param_layout_free). Errors: AF_ERR_NOMEM
+ * (dst then holds no slots). */
+af_status af_param_layout_copy(af_param_layout *dst, const af_param_layout *src);
+
 /* Same, with adapters only on the layers [layer_min, layer_end) (PEFT's layers_to_transform as a
  * contiguous range; layer_end = 0 means "through the last layer", so (0, 0) is every layer and
  * equals af_param_layout_init). Slots of the other layers have a_off = b_off = -1. Layers below

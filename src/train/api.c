@@ -26,6 +26,7 @@
 #include "lora/lora.h"
 #include "model/model.h"
 #include "train/api_internal.h"
+#include "train/defaults.h"
 #include "train/engine.h"
 #include "train/head.h"
 #include "train/optim.h"
@@ -60,7 +61,9 @@ struct af_lora_trainer {
     float *class_w;             /* host [num_classes] or NULL (uniform); the engine uploads it */
     int64_t adam_t;             /* AdamW updates applied */
     int64_t step_count;         /* optimizer steps taken (applied + skipped) */
-    int32_t n_micro;            /* micro-batches accumulated since the last step */
+    int32_t n_micro;            /* micro-batches in the gradient (since the last step or zero_grad) */
+    int32_t mb_in_step;         /* micro-batches accumulated since the last step (zero_grad keeps it): the
+                                   index within the step of the next one (af_lora_trainer_micro_id) */
     int nonfinite;              /* a micro-batch loss since the last step was not finite */
     double max_grad_norm;       /* clipping threshold (<= 0: off) */
     char nf_where[224];         /* where the step's first non-finite value appeared ("" when finite) */
@@ -79,18 +82,18 @@ static af_status refail(af_status st, const char *fn) {
 void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o) {
     if (!o) return;
     memset(o, 0, sizeof *o);
-    o->r = 16;
-    o->lora_alpha = 32.0f;
-    o->lora_dropout = 0.05f;
+    o->r = AF_DEFAULT_LORA_R;
+    o->lora_alpha = (float)AF_DEFAULT_LORA_ALPHA;
+    o->lora_dropout = (float)AF_DEFAULT_LORA_DROPOUT;
     o->targets = "qv";
-    o->seed = 42;
+    o->seed = AF_DEFAULT_SEED;
     o->pooling = AF_POOLING_MEAN;
-    o->lr = 2e-4f;
-    o->weight_decay = 0.01f;
+    o->lr = (float)AF_DEFAULT_LR_CAUSAL_LM; /* num_classes 0: a causal-LM trainer (train/defaults.h) */
+    o->weight_decay = (float)AF_DEFAULT_WEIGHT_DECAY;
     o->beta1 = 0.9f;
     o->beta2 = 0.999f;
     o->eps = 1e-8f;
-    o->max_grad_norm = 1.0f;
+    o->max_grad_norm = (float)AF_DEFAULT_MAX_GRAD_NORM;
 }
 
 /* Copy the [rows, cols] block of tensor t from `src` to `dst` (block bases): internal -> PEFT row
@@ -170,6 +173,9 @@ static af_status check_opts(const af_lora_trainer_opts *o) {
         return af_fail(AF_ERR_INVALID_ARG, "%s: beta1 = %g, beta2 = %g must be in [0, 1)", fn, (double)o->beta1,
                        (double)o->beta2);
     if (isnan(o->max_grad_norm)) return af_fail(AF_ERR_INVALID_ARG, "%s: max_grad_norm is NaN", fn);
+    if (o->steps_per_epoch < 0 || (o->steps_per_epoch > 0 && o->grad_accum < 1))
+        return af_fail(AF_ERR_INVALID_ARG, "%s: steps_per_epoch = %lld, grad_accum = %d: need steps_per_epoch >= 0 and "
+                                           "grad_accum >= 1 with it", fn, (long long)o->steps_per_epoch, (int)o->grad_accum);
     return AF_OK;
 }
 
@@ -187,9 +193,14 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
         o = *opts;
     else
         af_lora_trainer_opts_defaults(&o);
+    const af_param_layout *given = ext ? ext->layout : NULL;
+    if (given) { /* the caller's layout decides the LoRA and the head */
+        o.r = given->lora.r, o.lora_alpha = given->lora.alpha, o.lora_dropout = given->lora.dropout;
+        o.use_rslora = given->lora.use_rslora, o.num_classes = given->num_classes; /* (opts' seed: dropout) */
+    }
     AF_TRY(check_opts(&o));
     uint32_t mask = 0;
-    af_status st = af_lora_parse_targets(o.targets ? o.targets : "qv", &mask);
+    af_status st = given ? AF_OK : af_lora_parse_targets(o.targets ? o.targets : "qv", &mask);
     if (st != AF_OK) return refail(st, fn);
     o.targets = NULL;
     af_lora_trainer *tr = af_calloc(1, sizeof *tr);
@@ -201,8 +212,9 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     tr->ctx = ext && ext->ctx ? ext->ctx : model->ctx;
     const af_backend *be = af_be(tr->ctx);
     af_lora_config cfg = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora != 0, mask, o.seed};
-    st = af_param_layout_init_layers(&tr->lay, model, &cfg, o.num_classes, ext ? ext->layer_min : 0,
-                                     ext ? ext->layer_end : 0);
+    st = given ? af_param_layout_copy(&tr->lay, given)
+               : af_param_layout_init_layers(&tr->lay, model, &cfg, o.num_classes, ext ? ext->layer_min : 0,
+                                             ext ? ext->layer_end : 0);
     if (st != AF_OK) {
         st = refail(st, fn);
         af_lora_trainer_free(tr);
@@ -393,6 +405,7 @@ static af_status micro_done(af_lora_trainer *tr, const af_batch *b, const af_ste
         tr->nonfinite = 1;
     }
     tr->n_micro++;
+    tr->mb_in_step++;
     return AF_OK;
 }
 
@@ -431,7 +444,8 @@ static af_status accumulate(af_lora_trainer *tr, const char *fn, const int32_t *
                 return af_fail(AF_ERR_INVALID_ARG, "%s: target %g of sample %lld, class %lld is outside [0, 1]", fn,
                                (double)targets[i], (long long)(i / C), (long long)(i % C));
     const af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], labels, labels ? NULL : targets, NULL};
-    af_status st = af_lora_trainer_accumulate_batch(tr, &b, grad_scale, (uint64_t)tr->n_micro, loss, logits);
+    af_status st =
+        af_lora_trainer_accumulate_batch(tr, &b, grad_scale, af_lora_trainer_micro_id(tr, tr->mb_in_step), loss, logits);
     return st == AF_OK ? AF_OK : refail(st, fn);
 }
 
@@ -476,7 +490,7 @@ af_status af_lora_trainer_accumulate_lm(af_lora_trainer *tr, const int32_t *toke
     if (!isfinite(grad_scale)) return af_fail(AF_ERR_INVALID_ARG, "%s: grad_scale = %g is not finite", fn, (double)grad_scale);
     const af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], NULL, NULL, targets};
     af_lm_loss r;
-    af_status st = af_lora_trainer_accumulate_lm_batch(tr, &b, grad_scale, (uint64_t)tr->n_micro, &r);
+    af_status st = af_lora_trainer_accumulate_lm_batch(tr, &b, grad_scale, af_lora_trainer_micro_id(tr, tr->mb_in_step), &r);
     if (st != AF_OK) return refail(st, fn);
     lm_out(&r, loss_sum, n_targets, n_correct);
     return AF_OK;
@@ -568,6 +582,7 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
         tr->adam_t = a.t;
     }
     const int64_t step = tr->step_count++;
+    tr->mb_in_step = 0;
     clear_grad(tr);
     if (grad_norm) *grad_norm = gn;
     if (!ok)
@@ -588,6 +603,11 @@ af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, co
     af_step_opts so = {(af_pooling)tr->o.pooling, NULL, 0, 0, 0};
     af_status st = af_engine_forward(tr->eng, tr->P, &b, &so, logits);
     return st == AF_OK ? AF_OK : refail(st, fn);
+}
+
+uint64_t af_lora_trainer_micro_id(const af_lora_trainer *tr, int64_t i) {
+    const int64_t spe = tr->o.steps_per_epoch, a = tr->o.grad_accum;
+    return (uint64_t)(spe > 0 && a > 0 ? (tr->step_count % spe) * a + i : i);
 }
 
 int64_t af_lora_trainer_step_count(const af_lora_trainer *tr) {
@@ -739,6 +759,7 @@ af_status af_lora_trainer_set_optim_state(af_lora_trainer *tr, const float *m, c
     AF_TRY(af_lora_trainer_upload_state(tr, NULL, m, v));
     tr->adam_t = t;
     tr->step_count = s;
+    tr->mb_in_step = 0;
     return AF_OK;
 }
 

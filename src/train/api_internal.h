@@ -28,6 +28,10 @@ typedef struct af_lora_trainer_ext {
                                      is used unrounded (<= 0: no clipping) */
     const af_ctx *ctx;            /* context of every computation (borrowed, must outlive the trainer; e.g.
                                      the af_trainer's own with its threads and precision); NULL: the model's */
+    const af_param_layout *layout;/* the layout built by the caller (copied; its LoRA config and head replace
+                                     opts' r, alpha, dropout, rsLoRA, targets, num_classes, and its seed
+                                     initialises the parameters; opts' seed keys the dropout masks; the layer
+                                     range above is then not used), or NULL: built from opts */
 } af_lora_trainer_ext;
 
 /* af_lora_trainer_new with `ext` (NULL: every layer, opts->max_grad_norm). The layout is built by
@@ -61,13 +65,20 @@ af_status af_lora_trainer_upload_state(af_lora_trainer *tr, const float *P, cons
  * num_classes] (may be NULL) as af_engine_step writes them.
  * Dropout seed (the one RNG tag of training):
  *     af_ctr_key(opts.seed, af_lora_trainer_step_count(tr), micro_batch, 0x64726f70)
- * The public accumulate passes micro_batch = the index of the micro-batch within the step;
- * `afinar train` passes the index of the micro-batch within the epoch (trainer.h).
+ * Every caller numbers micro-batches with af_lora_trainer_micro_id (the public accumulate: the
+ * micro-batches accumulated so far in this step, af_lora_trainer_zero_grad included; `afinar
+ * train`: the micro-batch's index within the step, also on a data-parallel rank that computes only
+ * some of them).
  * A non-finite loss (first of the step) records where the first non-finite value appeared (see
  * af_lora_trainer_nonfinite_where; this costs one probing forward) and makes the next
  * af_lora_trainer_step skip. Errors: those of af_engine_step and af_engine_locate_nonfinite. */
 af_status af_lora_trainer_accumulate_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
                                            uint64_t micro_batch, double *loss, float *logits);
+
+/* The number of micro-batch `i` (0-based within the current step) in the one numbering of
+ * af_lora_trainer_opts: (step_count mod steps_per_epoch) * grad_accum + i, its index within the
+ * epoch; i when steps_per_epoch is 0. */
+uint64_t af_lora_trainer_micro_id(const af_lora_trainer *tr, int64_t i);
 
 /* Causal-LM micro-batch (as af_lora_trainer_accumulate_batch, through af_engine_lm_step): b->targets
  * set; ADDS the gradient of grad_scale · loss_sum; *res as af_engine_lm_step writes it. Same

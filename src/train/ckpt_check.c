@@ -379,6 +379,7 @@ af_status af_train_settings_read_checkpoint(const char *ckpt, af_train_settings 
         free(from_ckpt);
     }
     cJSON_Delete(paths);
+    af_train_settings_set_origin(s, AF_ORIGIN_RESUME);
     if (st != AF_OK) {
         af_train_settings_free(*out);
         *out = NULL;

@@ -1,5 +1,6 @@
 /* trainer.c — trainer setup: options, model, data, split, statistics, class weights, plan,
  * memory estimate, diagnostics and the pre-training report (see trainer.h). */
+#include "train/settings_internal.h"
 #include "train/trainer_internal.h"
 
 #include "formats/jsonl.h"
@@ -11,35 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-void af_trainer_opts_defaults(af_trainer_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->targets = "qv";
-    o->lora_r = 16;
-    o->lora_layers = "top10";
-    o->lora_alpha = 32;
-    o->lora_dropout = 0.05;
-    o->pooling = AF_POOL_MEAN;
-    o->poll_us = -1;
-    o->lr = 5e-4;
-    o->schedule = AF_SCHED_COSINE;
-    o->warmup_steps = -1;
-    o->warmup_ratio = 0.06;
-    o->epochs = 1;
-    o->batch = 8;
-    o->grad_accum = 2;
-    o->max_grad_norm = 1.0;
-    o->weight_decay = 0.01;
-    o->seed = 42;
-    o->max_seq_len = 128;
-    o->prefix_cache_mb = 2048;
-    o->save_total_limit = 2;
-    o->max_nonfinite = 5;
-    o->progress_tty = -1;
-    o->plot = 1;
-    o->task = AF_TASK_CLASSIFICATION;
-    o->packing = -1;
-}
 
 void af_trainer_free(af_trainer *t) {
     if (!t) return;
@@ -260,6 +232,20 @@ static af_status plan(af_trainer *t) {
     return AF_OK;
 }
 
+/* --lora-layers resolved against the model into t->layer_min, t->layer_end (end 0: through the last
+ * layer, as af_lora_parse_layers gives it); "topN" with N above the model's layers (the default
+ * top10 on a smaller model) is every layer. */
+static af_status resolve_layers(af_trainer *t) {
+    const int32_t n_layers = t->model->cfg.num_hidden_layers;
+    const char *lspec = t->o.lora_layers;
+    long top_n = 0;
+    char *end = NULL;
+    if (lspec && (!strncmp(lspec, "top", 3) || !strncmp(lspec, "last:", 5)))
+        top_n = strtol(lspec + (lspec[0] == 't' ? 3 : 5), &end, 10);
+    if (top_n > n_layers && end && !*end) lspec = "all";
+    return af_lora_parse_layers(lspec, n_layers, &t->layer_min, &t->layer_end);
+}
+
 /* The run's context t->ctx (af_ctx_open): the base (o->ctx, else the model's, else the defaults)
  * with o->threads, o->poll_us, o->quantize, o->device and o->bf16 applied. bf16 where the CPU has
  * no AVX512_BF16: a warning, and f32 products; device "auto": the device taken, on the log. */
@@ -285,6 +271,139 @@ static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
     return AF_OK;
 }
 
+/* The options' consistency checks (the table's ranges are af_trainer_opts_check's): data and
+ * model given, the task's own settings, the output directory (before the data are read). */
+static af_status check_opts(af_trainer *t) {
+    af_trainer_opts *o = &t->o;
+    if ((o->val_path || o->val_data) && o->val_split > 0)
+        return af_fail(AF_ERR_INVALID_ARG, "give either --val FILE or --val-split FRACTION, not both");
+    if (!o->train_data && !o->train_path) return af_fail(AF_ERR_INVALID_ARG, "no training data (--train FILE.jsonl)");
+    if (!o->model && !o->model_path) return af_fail(AF_ERR_INVALID_ARG, "no model (-m FILE.gguf)");
+    if (o->task != AF_TASK_CLASSIFICATION && o->task != AF_TASK_CAUSAL_LM)
+        return af_fail(AF_ERR_INVALID_ARG, "--task: %d is neither classification nor causal-lm", (int)o->task);
+    t->lm = o->task == AF_TASK_CAUSAL_LM;
+    if (t->lm) {
+        if (o->labels || o->num_classes > 0 || o->multi_label || o->label_field)
+            return af_fail(AF_ERR_INVALID_ARG, "--task causal-lm: --%s applies to classification only",
+                 o->labels ? "labels" : o->num_classes > 0 ? "num-classes" : o->multi_label ? "multi-label" : "label-field");
+        if (strcmp(o->class_weights, "uniform") != 0)
+            return af_fail(AF_ERR_INVALID_ARG, "--task causal-lm: --class-weights %s applies to classification only", o->class_weights);
+        if (o->head_bias) return af_fail(AF_ERR_INVALID_ARG, "--task causal-lm: --head-bias applies to classification only (no head)");
+        if (o->loss_on && strcmp(o->loss_on, "auto") != 0 && strcmp(o->loss_on, "all") != 0)
+            return af_fail(AF_ERR_INVALID_ARG, "--loss-on: expected auto or all, got '%s'", o->loss_on);
+        t->packing = o->packing != 0;
+        t->budget = (int64_t)o->batch * o->max_seq_len;
+    } else if (o->loss_on || o->chat_template || o->packing > 0)
+        return af_fail(AF_ERR_INVALID_ARG, "--%s applies to --task causal-lm only",
+             o->loss_on ? "loss-on" : o->chat_template ? "chat-template" : "packing");
+    if (o->output_dir && !o->resume) { /* the output checks, before the data are read and reported */
+        struct stat ob;
+        char what[256];
+        if (stat(o->output_dir, &ob) == 0 && !S_ISDIR(ob.st_mode))
+            return af_fail(AF_ERR_INVALID_ARG, "%s: exists and is not a directory", o->output_dir);
+        if (!o->overwrite && af_tr_dir_has_run(o->output_dir, what, sizeof what))
+            return af_fail(AF_ERR_INVALID_ARG,
+                 "%s: holds another run (%s); use --overwrite to replace it, --resume %s to continue it, or "
+                 "another -o DIR",
+                 o->output_dir, what, o->output_dir);
+    }
+    return AF_OK;
+}
+
+/* The data: borrowed sets, or the causal-LM / classification JSONL read and tokenized; the
+ * task's checks of the data; the validation split; the statistics. */
+static af_status load_data(af_trainer *t) {
+    const af_trainer_opts *o = &t->o;
+    af_status st = AF_OK;
+    if (o->train_data) {
+        t->train = o->train_data;
+        t->val = o->val_data;
+        t->num_classes = o->train_data->num_classes;
+        t->multi_label = o->train_data->multi_label;
+        if (o->train_data->label_names) {
+            st = copy_names(&t->label_names, o->train_data->label_names, t->num_classes);
+            if (st != AF_OK) return st;
+        }
+        if (t->val && (t->val->num_classes != t->num_classes || t->val->multi_label != t->multi_label))
+            return af_fail(AF_ERR_INVALID_ARG, "validation data: %d classes (%s), training data: %d (%s)", t->val->num_classes,
+                 t->val->multi_label ? "multi" : "single", t->num_classes, t->multi_label ? "multi" : "single");
+    } else if (t->lm) {
+        st = af_tr_lm_read(t); /* max_seq_len from the data unless given (trainer_lmdata.c) */
+        if (st != AF_OK) return st;
+        t->train = t->train_owned;
+        t->val = t->val_owned;
+    } else {
+        st = load_text_data(t);
+        if (st != AF_OK) return st;
+        t->train = t->train_owned;
+        t->val = t->val_owned;
+    }
+    if (t->lm) { /* causal-LM data: token masks, no labels */
+        const af_dataset *bad = !t->train->target_mask || t->train->num_classes > 0 ? t->train
+                              : t->val && (!t->val->target_mask || t->val->num_classes > 0) ? t->val : NULL;
+        if (bad)
+            return af_fail(AF_ERR_INVALID_ARG, "--task causal-lm: %s data set has %s", bad == t->train ? "the training" : "the validation",
+                 bad->target_mask ? "class labels" : "no loss mask (a classification data set?)");
+        t->num_classes = 0;
+        t->multi_label = 0;
+    } else if (t->train->target_mask || (t->val && t->val->target_mask))
+        return af_fail(AF_ERR_INVALID_ARG, "a causal-LM data set (with a loss mask) given to a classification run: use --task causal-lm");
+    if (o->val_split > 0) {
+        st = split_train(t);
+        if (st != AF_OK) return st;
+    }
+    st = af_data_stats_compute(t->train, &t->st_train);
+    if (st != AF_OK) return st;
+    t->have_st_train = 1;
+    if (t->val) {
+        st = af_data_stats_compute(t->val, &t->st_val);
+        if (st != AF_OK) return st;
+        t->have_st_val = 1;
+    }
+    return AF_OK;
+}
+
+/* After the data: the LoRA (layers resolved once), the automatic recipe, the layout built once,
+ * class weights, the step plan, the recipe's record, the diagnostics. */
+static af_status settle(af_trainer *t, uint32_t targets) {
+    const af_trainer_opts *o = &t->o;
+    af_status st;
+    t->lora = (af_lora_config){o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed};
+    st = resolve_layers(t); /* --lora-layers as numbers, once */
+    if (st == AF_OK) st = af_tr_recipe_apply(t); /* AF_RECIPE_AUTO: epochs, class weights, max_seq_len, layers, warm-up */
+    if (st != AF_OK) return st;
+    /* the LoRA layout of the run, built once here and handed to the optimizer (af_tr_new_optimizer) */
+    st = af_param_layout_init_layers(&t->lay, t->model, &t->lora, t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1,
+                                     t->layer_min, t->layer_end);
+    if (st != AF_OK) return st;
+    t->have_lay = 1;
+    if (strcmp(o->class_weights, "uniform") != 0) {
+        if (t->multi_label)
+            return af_fail(AF_ERR_INVALID_ARG, "--class-weights %s: class weights apply to single-label data only "
+                                     "(multi-label uses BCE)", o->class_weights);
+        t->class_w = af_malloc(sizeof(float) * (size_t)t->num_classes);
+        if (!t->class_w) return af_fail(AF_ERR_NOMEM, "trainer: out of memory");
+        st = af_class_weights(&t->st_train, o->class_weights, t->class_w);
+        if (st != AF_OK) return st;
+    }
+    st = plan(t);
+    if (st == AF_OK) st = af_tr_recipe_finish(t); /* the evaluation interval; the settings record */
+    if (st != AF_OK) return st;
+    const af_train_config hc = {
+        .lr = o->lr, .lora_r = o->lora_r, .lora_alpha = o->lora_alpha, .use_rslora = o->use_rslora,
+        .batch_size = o->batch, .grad_accum = o->grad_accum, .max_grad_norm = o->max_grad_norm, .epochs = o->epochs,
+        .max_steps = o->max_steps, .max_seq_len = o->max_seq_len, .n_model_params = t->n_model_params,
+        .num_classes = t->num_classes, .label_names = (const char *const *)t->label_names,
+        .class_weights = o->class_weights, .causal_lm = t->lm, .lr_min = o->lr_min,
+        .lr_decays = o->schedule != AF_SCHED_CONSTANT, .max_positions = t->model->cfg.max_position_embeddings,
+        .has_val = t->val != NULL, .patience = o->patience, .eval_every = o->eval_every, .warmup_steps = t->warmup,
+        .total_steps = t->total, .step_samples = t->packing && t->spe > 0 ? (double)t->train->n / (double)t->spe : 0.0,
+        .max_seq_len_why = t->have_recipe && !t->lm && !(t->o.given & AF_GIVEN_MAX_SEQ_LEN) ? t->recipe.why_max_seq_len : NULL};
+    st = af_hparams_check(&hc, &t->st_train, &t->diags);
+    if (st != AF_OK) return st;
+    return AF_OK;
+}
+
 af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     if (!opts || !out) return af_fail(AF_ERR_INVALID_ARG, "trainer: NULL argument");
     *out = NULL;
@@ -295,49 +414,10 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     af_trainer_opts *o = &t->o;
     if (!o->targets) o->targets = "qv";
     if (!o->class_weights) o->class_weights = "uniform";
-    af_status st = AF_OK;
-#define FAIL(...) do { st = af_fail(__VA_ARGS__); goto fail; } while (0)
-    if (o->batch < 1) FAIL(AF_ERR_INVALID_ARG, "--batch %d: must be >= 1", o->batch);
-    if (o->grad_accum < 1) FAIL(AF_ERR_INVALID_ARG, "--grad-accum %d: must be >= 1", o->grad_accum);
-    if (o->max_seq_len < 1) FAIL(AF_ERR_INVALID_ARG, "--max-seq-len %d: must be >= 1", o->max_seq_len);
-    if (!(o->weight_decay >= 0) || !isfinite((float)o->weight_decay))
-        FAIL(AF_ERR_INVALID_ARG, "--weight-decay %g: must be a finite number >= 0", o->weight_decay);
-    if (!(o->lr_min >= 0) || !isfinite((float)o->lr_min)) /* the schedule's rates stay >= 0 */
-        FAIL(AF_ERR_INVALID_ARG, "--lr-min %g: must be a finite number >= 0", o->lr_min);
-    if (o->val_split < 0 || o->val_split >= 1)
-        FAIL(AF_ERR_INVALID_ARG, "--val-split %g: must be in (0, 1) (0 = none)", o->val_split);
-    if ((o->val_path || o->val_data) && o->val_split > 0)
-        FAIL(AF_ERR_INVALID_ARG, "give either --val FILE or --val-split FRACTION, not both");
-    if (!o->train_data && !o->train_path) FAIL(AF_ERR_INVALID_ARG, "no training data (--train FILE.jsonl)");
-    if (!o->model && !o->model_path) FAIL(AF_ERR_INVALID_ARG, "no model (-m FILE.gguf)");
-    if (o->task != AF_TASK_CLASSIFICATION && o->task != AF_TASK_CAUSAL_LM)
-        FAIL(AF_ERR_INVALID_ARG, "--task: %d is neither classification nor causal-lm", (int)o->task);
-    t->lm = o->task == AF_TASK_CAUSAL_LM;
-    if (t->lm) {
-        if (o->labels || o->num_classes > 0 || o->multi_label || o->label_field)
-            FAIL(AF_ERR_INVALID_ARG, "--task causal-lm: --%s applies to classification only",
-                 o->labels ? "labels" : o->num_classes > 0 ? "num-classes" : o->multi_label ? "multi-label" : "label-field");
-        if (strcmp(o->class_weights, "uniform") != 0)
-            FAIL(AF_ERR_INVALID_ARG, "--task causal-lm: --class-weights %s applies to classification only", o->class_weights);
-        if (o->head_bias) FAIL(AF_ERR_INVALID_ARG, "--task causal-lm: --head-bias applies to classification only (no head)");
-        if (o->loss_on && strcmp(o->loss_on, "auto") != 0 && strcmp(o->loss_on, "all") != 0)
-            FAIL(AF_ERR_INVALID_ARG, "--loss-on: expected auto or all, got '%s'", o->loss_on);
-        t->packing = o->packing != 0;
-        t->budget = (int64_t)o->batch * o->max_seq_len;
-    } else if (o->loss_on || o->chat_template || o->packing > 0)
-        FAIL(AF_ERR_INVALID_ARG, "--%s applies to --task causal-lm only",
-             o->loss_on ? "loss-on" : o->chat_template ? "chat-template" : "packing");
-    if (o->output_dir && !o->resume) { /* the output checks, before the data are read and reported */
-        struct stat ob;
-        char what[256];
-        if (stat(o->output_dir, &ob) == 0 && !S_ISDIR(ob.st_mode))
-            FAIL(AF_ERR_INVALID_ARG, "%s: exists and is not a directory", o->output_dir);
-        if (!o->overwrite && af_tr_dir_has_run(o->output_dir, what, sizeof what))
-            FAIL(AF_ERR_INVALID_ARG,
-                 "%s: holds another run (%s); use --overwrite to replace it, --resume %s to continue it, or "
-                 "another -o DIR",
-                 o->output_dir, what, o->output_dir);
-    }
+    af_trainer_opts_mark_caller(o); /* the origin of what a C caller set (settings objects carry theirs) */
+    af_status st = af_trainer_opts_check(o); /* the table's ranges, as for a flag */
+    if (st == AF_OK) st = check_opts(t);
+    if (st != AF_OK) goto fail;
     uint32_t targets = 0;
     st = af_lora_parse_targets(o->targets, &targets);
     if (st != AF_OK) goto fail;
@@ -362,90 +442,9 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
         if (st != AF_OK) goto fail;
         t->model = t->model_owned;
     }
-    if (o->train_data) {
-        t->train = o->train_data;
-        t->val = o->val_data;
-        t->num_classes = o->train_data->num_classes;
-        t->multi_label = o->train_data->multi_label;
-        if (o->train_data->label_names) {
-            st = copy_names(&t->label_names, o->train_data->label_names, t->num_classes);
-            if (st != AF_OK) goto fail;
-        }
-        if (t->val && (t->val->num_classes != t->num_classes || t->val->multi_label != t->multi_label))
-            FAIL(AF_ERR_INVALID_ARG, "validation data: %d classes (%s), training data: %d (%s)", t->val->num_classes,
-                 t->val->multi_label ? "multi" : "single", t->num_classes, t->multi_label ? "multi" : "single");
-    } else if (t->lm) {
-        st = af_tr_lm_read(t); /* max_seq_len from the data unless given (trainer_lmdata.c) */
-        if (st != AF_OK) goto fail;
-        t->train = t->train_owned;
-        t->val = t->val_owned;
-    } else {
-        st = load_text_data(t);
-        if (st != AF_OK) goto fail;
-        t->train = t->train_owned;
-        t->val = t->val_owned;
-    }
-    if (t->lm) { /* causal-LM data: token masks, no labels */
-        const af_dataset *bad = !t->train->target_mask || t->train->num_classes > 0 ? t->train
-                              : t->val && (!t->val->target_mask || t->val->num_classes > 0) ? t->val : NULL;
-        if (bad)
-            FAIL(AF_ERR_INVALID_ARG, "--task causal-lm: %s data set has %s", bad == t->train ? "the training" : "the validation",
-                 bad->target_mask ? "class labels" : "no loss mask (a classification data set?)");
-        t->num_classes = 0;
-        t->multi_label = 0;
-    } else if (t->train->target_mask || (t->val && t->val->target_mask))
-        FAIL(AF_ERR_INVALID_ARG, "a causal-LM data set (with a loss mask) given to a classification run: use --task causal-lm");
-    if (o->val_split > 0) {
-        st = split_train(t);
-        if (st != AF_OK) goto fail;
-    }
-    st = af_data_stats_compute(t->train, &t->st_train);
+    st = load_data(t);
+    if (st == AF_OK) st = settle(t, targets);
     if (st != AF_OK) goto fail;
-    t->have_st_train = 1;
-    if (t->val) {
-        st = af_data_stats_compute(t->val, &t->st_val);
-        if (st != AF_OK) goto fail;
-        t->have_st_val = 1;
-    }
-    st = af_tr_recipe_apply(t); /* AF_RECIPE_AUTO: epochs, class weights, max_seq_len, layers, warm-up */
-    if (st != AF_OK) goto fail;
-    af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed};
-    int32_t lmin = 0, lend = 0;
-    const int32_t n_layers = t->model->cfg.num_hidden_layers;
-    const char *lspec = o->lora_layers;
-    long top_n = 0;
-    char *end = NULL;
-    if (lspec && (!strncmp(lspec, "top", 3) || !strncmp(lspec, "last:", 5)))
-        top_n = strtol(lspec + (lspec[0] == 't' ? 3 : 5), &end, 10);
-    if (top_n > n_layers && end && !*end) lspec = "all"; /* default top10 on a smaller model: every layer */
-    st = af_lora_parse_layers(lspec, n_layers, &lmin, &lend);
-    if (st != AF_OK) goto fail;
-    st = af_param_layout_init_layers(&t->lay, t->model, &lc, t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1, lmin,
-                                     lend);
-    if (st != AF_OK) goto fail;
-    t->have_lay = 1;
-    if (strcmp(o->class_weights, "uniform") != 0) {
-        if (t->multi_label)
-            FAIL(AF_ERR_INVALID_ARG, "--class-weights %s: class weights apply to single-label data only "
-                                     "(multi-label uses BCE)", o->class_weights);
-        t->class_w = af_malloc(sizeof(float) * (size_t)t->num_classes);
-        if (!t->class_w) FAIL(AF_ERR_NOMEM, "trainer: out of memory");
-        st = af_class_weights(&t->st_train, o->class_weights, t->class_w);
-        if (st != AF_OK) goto fail;
-    }
-    st = plan(t);
-    if (st == AF_OK) st = af_tr_recipe_finish(t); /* the evaluation interval; the settings record */
-    if (st != AF_OK) goto fail;
-    af_train_config hc = {o->lr, o->lora_r, o->lora_alpha, o->use_rslora, o->batch, o->grad_accum, o->max_grad_norm,
-                          o->epochs, o->max_steps, o->max_seq_len, t->n_model_params, t->num_classes,
-                          (const char *const *)t->label_names, o->class_weights, t->lm, o->lr_min,
-                          o->schedule != AF_SCHED_CONSTANT, t->model->cfg.max_position_embeddings, t->val != NULL,
-                          o->patience, o->eval_every, t->warmup, t->total,
-                          t->packing && t->spe > 0 ? (double)t->train->n / (double)t->spe : 0.0,
-                          t->have_recipe && !t->lm && !(t->o.given & AF_GIVEN_MAX_SEQ_LEN) ? t->recipe.why_max_seq_len : NULL};
-    st = af_hparams_check(&hc, &t->st_train, &t->diags);
-    if (st != AF_OK) goto fail;
-#undef FAIL
     *out = t;
     return AF_OK;
 fail:
@@ -539,6 +538,7 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
         fputc('\n', fp);
     }
     af_tr_recipe_report(t, fp);
+    if (o->check_only) af_tr_plan_print(t, fp);
     fprintf(fp, "memory: about %.0f MiB (model %.0f MiB mapped, activations for %lld tokens per micro-batch%s, "
                 "parameters + AdamW %.1f MiB); limit %.0f MiB (%s)\n",
             mib(t->mem_need), mib((size_t)t->model->file_bytes), (long long)t->max_mb_tokens,

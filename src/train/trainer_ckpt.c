@@ -744,6 +744,8 @@ af_status af_tr_write_run_json(const af_trainer *t) {
     cJSON_AddNumberToObject(j, "steps_per_epoch", (double)t->spe);
     cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
     cJSON_AddNumberToObject(j, "trainable_parameters", (double)t->lay.n_total);
+    cJSON *pj = af_tr_plan_json(t); /* every setting as the run uses it, with its origin */
+    if (pj) cJSON_AddItemToObject(j, "settings", pj);
     char *rj = af_tr_recipe_json(t); /* the automatic recipe's choices and reasons */
     if (rj) cJSON_AddItemToObject(j, "recipe", cJSON_Parse(rj));
     free(rj);

@@ -12,6 +12,7 @@
 #include "train/dist.h"
 #include "train/trainer.h"
 
+#include <cJSON.h>
 #include <stdio.h>
 
 struct af_trainer {
@@ -30,7 +31,10 @@ struct af_trainer {
     int multi_label;
     af_data_stats st_train, st_val;
     int have_st_train, have_st_val;
-    af_param_layout lay;
+    af_lora_config lora;               /* the run's LoRA: rank, alpha, dropout, rsLoRA, target mask, seed */
+    int32_t layer_min, layer_end;      /* the adapted layers [layer_min, layer_end) (end 0: through the last):
+                                          --lora-layers resolved once (trainer.c), or the recipe's choice */
+    af_param_layout lay;               /* built once from lora and the layer range; handed to the optimizer */
     int have_lay;
     float *class_w;                    /* [num_classes] or NULL (uniform) */
     af_diag_list diags;
@@ -53,7 +57,6 @@ struct af_trainer {
     /* the automatic recipe (o.recipe == AF_RECIPE_AUTO; trainer_recipe.c) and the time budget */
     af_recipe recipe;
     int have_recipe;                   /* 1: recipe holds the choices applied to o */
-    char layers_spec[24];              /* o.lora_layers when the recipe chose it ("all", "topK") */
     char *config_owned;                /* o.config_json with the recipe's choices added (owned) */
     double t_created;                  /* af_time_sec() when af_trainer_new started (the time budget's start) */
     double flops_token_layer;          /* forward FLOPs of one token through one layer */
@@ -91,6 +94,16 @@ int64_t af_tr_mem_tokens(af_trainer *t);
  * (af_recipe_lm_max_seq_len; o.max_seq_len, t->budget and t->lm_len_chosen are set, the reason is
  * logged). trainer_lmdata.c. Errors: those of af_lm_dataset_read. */
 af_status af_tr_lm_read(af_trainer *t);
+
+/* ---- trainer_plan.c: the plan as settings with their origins ---- */
+/* The adapted layers as --lora-layers text: "all", "topK" (through the last layer) or "A-B". */
+void af_tr_layers_text(const af_trainer *t, char *buf, size_t cap);
+/* Every setting's value as the run uses it, with its origin, grouped (`afinar check` leaves out the
+ * keys a dry run has no use for). */
+void af_tr_plan_print(const af_trainer *t, FILE *fp);
+/* The settings that did not keep their default, as {"key": "value (origin)", ...} (run.json
+ * "settings"; a key left out has its default); NULL: no memory. */
+cJSON *af_tr_plan_json(const af_trainer *t);
 
 /* ---- trainer_recipe.c ---- */
 /* The automatic recipe on a trainer whose data and statistics are loaded (before the layout and

@@ -5,6 +5,7 @@
 #include "train/trainer_internal.h"
 
 #include "kernels/ctx.h"
+#include "train/settings_internal.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -15,17 +16,6 @@
  * variance), plus this share of the budget. */
 #define BUDGET_RESERVE_S 10.0
 #define BUDGET_RESERVE_SHARE 0.03
-
-static int32_t layers_of(const char *spec, int32_t n_layers) {
-    int32_t lmin = 0, lend = n_layers;
-    long top = 0;
-    char *end = NULL;
-    if (spec && (!strncmp(spec, "top", 3) || !strncmp(spec, "last:", 5)))
-        top = strtol(spec + (spec[0] == 't' ? 3 : 5), &end, 10);
-    if (top > n_layers && end && !*end) return n_layers;
-    if (af_lora_parse_layers(spec, n_layers, &lmin, &lend) != AF_OK) return n_layers;
-    return lend - lmin;
-}
 
 static double flops_token_layer(const af_model *m) {
     const af_model_config *c = af_model_get_config(m);
@@ -59,7 +49,7 @@ static af_status probe_rate(af_trainer *t, double *rate) {
     lo.num_classes = t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1;
     lo.pooling = (af_head_pooling)o->pooling;
     lo.checkpointing = o->checkpointing;
-    const af_lora_trainer_ext ext = {0, c->num_hidden_layers, o->max_grad_norm, t->ctx};
+    const af_lora_trainer_ext ext = {0, c->num_hidden_layers, o->max_grad_norm, t->ctx, NULL};
     if (st == AF_OK) st = af_lora_trainer_new_ext(t->model, &lo, &ext, &lt);
     if (st == AF_OK) st = af_batcher_new(sub, NULL, mm, mm, &bt);
     logits = af_malloc(sizeof(float) * (size_t)mm * (size_t)(lo.num_classes > 0 ? lo.num_classes : 1));
@@ -107,6 +97,24 @@ int64_t af_tr_mem_tokens(af_trainer *t) {
     return mem_tokens;
 }
 
+/* The origin of what the recipe chose: AF_ORIGIN_RECIPE on every key it decided (not given). */
+static void mark_recipe(af_trainer *t) {
+    const unsigned g = t->o.given;
+    static const struct { const char *key; unsigned bit; int classification_only; } keys[] = {
+        {"epochs", AF_GIVEN_LENGTH, 0},        {"class-weights", AF_GIVEN_CLASS_WEIGHTS, 1},
+        {"max-seq-len", AF_GIVEN_MAX_SEQ_LEN, 1}, {"lora-layers", AF_GIVEN_LAYERS, 1},
+        {"warmup", AF_GIVEN_WARMUP, 0},        {"eval-every", AF_GIVEN_EVAL_EVERY, 0}};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        if ((g & keys[k].bit) || (keys[k].classification_only && t->lm &&
+                                   !(keys[k].bit == AF_GIVEN_MAX_SEQ_LEN && t->lm_len_chosen))) /* the data's length */
+            continue;
+        if (keys[k].bit == AF_GIVEN_CLASS_WEIGHTS && t->multi_label) continue;
+        if (keys[k].bit == AF_GIVEN_EVAL_EVERY && !t->val) continue;
+        const int32_t i = af_setting_index(keys[k].key);
+        if (i >= 0) t->o.origin[i] = AF_ORIGIN_RECIPE;
+    }
+}
+
 af_status af_tr_recipe_apply(af_trainer *t) {
     af_trainer_opts *o = &t->o;
     t->flops_token_layer = flops_token_layer(t->model);
@@ -137,7 +145,7 @@ af_status af_tr_recipe_apply(af_trainer *t) {
     in.epochs = o->epochs;
     in.max_steps = o->max_steps;
     in.max_seq_len = o->max_seq_len;
-    in.layers = layers_of(o->lora_layers, c->num_hidden_layers);
+    in.layers = (t->layer_end > 0 ? t->layer_end : c->num_hidden_layers) - t->layer_min;
     in.mem_tokens = af_tr_mem_tokens(t);
     if (o->time_budget_min > 0) { /* the budget in FLOPs at the speed of a probe step */
         AF_TRY(probe_rate(t, &t->rate_flops));
@@ -171,13 +179,13 @@ af_status af_tr_recipe_apply(af_trainer *t) {
         }
     } else if (!t->lm && !(g & AF_GIVEN_MAX_SEQ_LEN))
         o->max_seq_len = r->max_seq_len;
-    if (!t->lm && !(g & AF_GIVEN_LAYERS)) {
-        if (r->layers >= c->num_hidden_layers) snprintf(t->layers_spec, sizeof t->layers_spec, "all");
-        else snprintf(t->layers_spec, sizeof t->layers_spec, "top%d", (int)r->layers);
-        o->lora_layers = t->layers_spec;
+    if (!t->lm && !(g & AF_GIVEN_LAYERS)) { /* the top r->layers layers (all: 0, 0 as "all" parses) */
+        t->layer_min = r->layers >= c->num_hidden_layers ? 0 : c->num_hidden_layers - r->layers;
+        t->layer_end = 0;
     }
     if (!(g & AF_GIVEN_WARMUP)) o->warmup_steps = -1, o->warmup_ratio = r->warmup_ratio;
     t->o.given = g;
+    mark_recipe(t);
     t->have_recipe = 1;
     return AF_OK;
 }
@@ -230,7 +238,9 @@ af_status af_tr_recipe_finish(af_trainer *t) {
         ok = put(j, "class-weights", cJSON_CreateString(o->class_weights));
     if (ok && (!t->lm || t->lm_len_chosen) && !(g & AF_GIVEN_MAX_SEQ_LEN))
         ok = put(j, "max-seq-len", cJSON_CreateNumber(o->max_seq_len));
-    if (ok && !t->lm && !(g & AF_GIVEN_LAYERS)) ok = put(j, "lora-layers", cJSON_CreateString(o->lora_layers));
+    char ly[32];
+    af_tr_layers_text(t, ly, sizeof ly);
+    if (ok && !t->lm && !(g & AF_GIVEN_LAYERS)) ok = put(j, "lora-layers", cJSON_CreateString(ly));
     if (ok && !(g & AF_GIVEN_WARMUP)) {
         snprintf(w, sizeof w, "%lld", (long long)t->warmup); /* steps: the same after a re-planned length */
         ok = put(j, "warmup", cJSON_CreateString(w));
@@ -301,7 +311,9 @@ char *af_tr_recipe_json(const af_trainer *t) {
     cJSON_AddStringToObject(j, "why_class_weights", (o->given & AF_GIVEN_CLASS_WEIGHTS) ? "given" : r->why_class_weights);
     cJSON_AddNumberToObject(j, "max_seq_len", o->max_seq_len);
     cJSON_AddStringToObject(j, "why_max_seq_len", (o->given & AF_GIVEN_MAX_SEQ_LEN) ? "given" : r->why_max_seq_len);
-    cJSON_AddStringToObject(j, "lora_layers", o->lora_layers ? o->lora_layers : "all");
+    char ly[32];
+    af_tr_layers_text(t, ly, sizeof ly);
+    cJSON_AddStringToObject(j, "lora_layers", (o->given & AF_GIVEN_LAYERS) && o->lora_layers ? o->lora_layers : ly);
     cJSON_AddStringToObject(j, "why_layers", (o->given & AF_GIVEN_LAYERS) ? "given" : r->why_layers);
     cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
     cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);

@@ -178,8 +178,8 @@ static void free_loop(loop *L) {
     if (L->mf) fclose(L->mf);
 }
 
-/* The public trainer that takes the steps, with t's layout (the same af_param_layout_init_layers
- * arguments as af_trainer_new), options and class weights; L's views of its buffers and engine. */
+/* The public trainer that takes the steps, on t's layout (handed over, not built again), options
+ * and class weights; L's views of its buffers and engine. */
 af_status af_tr_new_optimizer(const af_trainer *t, loop *L) {
     const af_trainer_opts *o = &t->o;
     const af_param_layout *lay = &t->lay;
@@ -197,15 +197,14 @@ af_status af_tr_new_optimizer(const af_trainer *t, loop *L) {
     lo.checkpointing = o->checkpointing;
     lo.lr = (float)o->lr;
     lo.weight_decay = (float)o->weight_decay;
-    const af_lora_trainer_ext ext = {lay->layer_min, lay->layer_end, o->max_grad_norm, t->ctx};
+    lo.steps_per_epoch = t->spe; /* micro-batches numbered within the epoch (af_lora_trainer_micro_id) */
+    lo.grad_accum = o->grad_accum;
+    const af_lora_trainer_ext ext = {0, 0, o->max_grad_norm, t->ctx, lay}; /* the run's layout, as built */
     AF_TRY(af_lora_trainer_new_ext(t->model, &lo, &ext, &L->lt));
     if (t->class_w) AF_TRY(af_lora_trainer_set_class_weights(L->lt, t->class_w));
     af_lora_trainer_set_control(L->lt, o->cancel); /* every layer of every step and evaluation */
     af_lora_trainer_view v;
     af_lora_trainer_get_view(L->lt, &v);
-    if (v.lay->n_total != lay->n_total)
-        return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: %lld trainable parameters, expected %lld",
-                       (long long)v.lay->n_total, (long long)lay->n_total);
     L->P = v.P;
     L->eng = v.eng;
     if (o->prefix_cache_mb > 0) { /* layers below --lora-layers: run once per sample */
@@ -228,6 +227,32 @@ af_status af_tr_take_step(loop *L, af_tr_step *S) {
     S->n_step = S->n_tok = 0;
     return L->t->lm ? af_tr_train_step_lm(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step, &S->n_tok)
                     : af_tr_train_step(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step);
+}
+
+/* The closing line of the log: where the run stopped, or what it gave and where. */
+static void log_summary(const loop *L, af_status st, const af_train_result *res) {
+    const af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    char tb[32];
+    fmt_time(res->seconds, tb, sizeof tb);
+    if (res->stop == AF_STOP_INTERRUPTED) {
+        fprintf(o->log, "stopped at step %lld of %lld; checkpoint %s (continue with --resume %s)\n",
+                (long long)L->rs.step, (long long)t->total, L->last_ckpt, L->last_ckpt);
+        return;
+    }
+    if (st != AF_OK) return;
+    fprintf(o->log, "done: %lld steps in %s%s", (long long)L->rs.step, tb,
+            res->stop == AF_STOP_BUDGET ? " (stopped at the time budget)" : "");
+    if (res->best_step > 0 && t->lm)
+        fprintf(o->log, "; best eval loss %.4f (perplexity %.4g) at step %lld -> %s/best", res->best_eval_loss,
+                exp(res->best_eval_loss), (long long)res->best_step, o->output_dir);
+    else if (res->best_step > 0)
+        fprintf(o->log, "; best val macro-F1 %.4f at step %lld -> %s/best", res->best_macro_f1, (long long)res->best_step,
+                o->output_dir);
+    else fprintf(o->log, "; %s: %s/best is the last step",
+                 af_tr_no_eval(t) ? "no evaluation (the time budget)" : "no validation data", o->output_dir);
+    fprintf(o->log, "; final adapter %s/final; log %s/metrics.jsonl\n", o->output_dir, o->output_dir);
+    if (L->rs.n_nonfinite) fprintf(o->log, "note: %lld non-finite steps were skipped\n", (long long)L->rs.n_nonfinite);
 }
 
 /* FNV-1a over `n` bytes, continuing from h. */
@@ -276,6 +301,351 @@ static af_status dist_setup_agree(loop *L, af_status st) {
     return AF_OK;
 }
 
+/* The loop's buffers: data order, logits, validation probabilities, packed bins, the step's
+ * per-micro-batch gradient rows and their sum (one process too). */
+static af_status loop_alloc(loop *L) {
+    const af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    const int64_t n = t->lay.n_total;
+    const int32_t C = t->num_classes;
+    L->perm = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
+    if (t->lm) { /* no logits kept: the LM head loss works a chunk at a time */
+        L->logits = af_malloc(sizeof(float));
+        L->vprobs = t->val ? af_malloc(sizeof(float)) : NULL;
+        if (t->packing) {
+            L->bin_idx = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
+            L->bin_off = af_malloc(sizeof(int32_t) * (size_t)(t->train->n + 1));
+        }
+    } else {
+        L->logits = af_malloc(sizeof(float) * (size_t)o->batch * (size_t)C);
+        L->vprobs = t->val ? af_malloc(sizeof(float) * (size_t)t->val->n * (size_t)C) : NULL;
+    }
+    L->row = n + DIST_STAT_F;
+    L->rows = af_malloc(sizeof(float) * (size_t)L->row * (size_t)o->grad_accum);
+    L->gsum = af_malloc(sizeof(float) * (size_t)n);
+    L->counts = af_malloc(sizeof(int32_t) * (size_t)L->world);
+    if (!L->perm || !L->logits || (t->val && !L->vprobs) || (t->packing && (!L->bin_idx || !L->bin_off)) || !L->rows ||
+        !L->gsum || !L->counts)
+        return af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
+    return AF_OK;
+}
+
+/* The log's header: resume point, length, output, data parallelism. */
+static void log_start(const loop *L, const char *ckpt) {
+    const af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    if (!o->log) return;
+    if (ckpt) fprintf(o->log, "resuming from %s at step %lld of %lld\n", ckpt, (long long)L->rs.step, (long long)t->total);
+    fprintf(o->log, "training: %lld steps, output %s\n", (long long)t->total, o->output_dir);
+    if (L->dist) {
+        const int32_t A = o->grad_accum;
+        fprintf(o->log, "data parallel: %d process%s (%s); effective batch %d = %d per micro-batch x %d "
+                        "micro-batches per step (%.3g per process x %d processes); gradients gathered per "
+                        "micro-batch and summed in micro-batch order (the same bits for any process count)\n",
+                (int)L->world, L->world > 1 ? "es" : "", af_dist_library(), (int)(o->batch * A), (int)o->batch, (int)A,
+                (double)A / (double)L->world, (int)L->world);
+        if (A < L->world)
+            fprintf(o->log, "warning: --grad-accum %d < %d processes: %d process%s idle in every step (give "
+                            "--grad-accum a multiple of the process count)\n",
+                    (int)A, (int)L->world, (int)(L->world - A), L->world - A > 1 ? "es are" : " is");
+    }
+    fflush(o->log);
+}
+
+/* Everything before the first step: the device's memory, the optimizer on the run's layout, the
+ * buffers, the resumed state (ckpt, or NULL), the output directory, run.json, metrics.jsonl, the
+ * ranks' agreement (also on a failure so far, st0); then the log's header. *owned_out: the output
+ * directory derived from the checkpoint (caller frees); *run_lock: the directory's lock (run_lock.h;
+ * the caller releases it with af_run_unlock, also after an error). */
+static af_status loop_start(loop *L, af_status st0, const char *ckpt, char **owned_out, int *run_lock) {
+    af_trainer *t = L->t;
+    af_trainer_opts *o = &t->o;
+    af_status st = st0;
+    if (st == AF_OK) st = af_tr_device_fit(t); /* the device's memory, before anything is allocated on it */
+    if (st == AF_OK) st = af_tr_new_optimizer(t, L);
+    if (st == AF_OK) st = loop_alloc(L);
+    if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
+        st = af_tr_load_state(t, ckpt, L->hP, L->hM, L->hV, &L->rs); /* verified and checked before anything is written */
+        if (st == AF_OK) st = af_lora_trainer_upload_state(L->lt, L->hP, L->hM, L->hV);
+        if (st == AF_OK) st = af_lora_trainer_set_optim_state(L->lt, NULL, NULL, &L->rs.adam_t, &L->rs.step);
+    }
+    if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L->writer, owned_out, run_lock);
+    if (st == AF_OK && ckpt && L->writer) st = af_tr_truncate_metrics(o->output_dir, L->rs.step);
+    if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L->bt);
+    if (st == AF_OK && L->writer) st = af_tr_write_run_json(t);
+    if (st == AF_OK && L->writer) {
+        char *mp = af_path_join(o->output_dir, "metrics.jsonl");
+        L->mf = mp ? fopen(mp, "a") : NULL;
+        if (!L->mf) st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: cannot open for writing", o->output_dir);
+        free(mp);
+    }
+    if (L->dist) st = dist_setup_agree(L, st);
+    if (st != AF_OK) return st;
+    if (ckpt) snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s", ckpt);
+    if (ckpt) snprintf(L->good_ckpt, sizeof L->good_ckpt, "%s", ckpt);
+    L->tty = o->progress_tty >= 0 ? o->progress_tty : (o->log && isatty(fileno(o->log)));
+    L->log_every = o->log_every > 0 ? o->log_every : (t->total >= 20 ? t->total / 20 : 1);
+    log_start(L, ckpt);
+    L->t0 = now();
+    return AF_OK;
+}
+
+/* A step's line of metrics.jsonl (TRL's names for a causal LM: loss, mean_token_accuracy,
+ * num_tokens, grad_norm, learning_rate). */
+static void log_step(loop *L, const af_tr_step *S) {
+    const af_trainer *t = L->t;
+    const af_run_state *rs = &L->rs;
+    char dl[256] = "", line[1024]; /* data parallelism: this step's compute and communication (rank 0's view) */
+    if (L->dist)
+        snprintf(dl, sizeof dl, ",\"world_size\":%d,\"compute_s\":%.6f,\"wait_s\":%.6f,\"comm_s\":%.6f,"
+                                "\"comm_bytes\":%lld,\"comm_bytes_all\":%lld",
+                 (int)L->world, L->compute_s, L->wait.seconds, L->comm.seconds, (long long)(L->comm.bytes + L->wait.bytes),
+                 (long long)L->comm_bytes_all);
+    const double el = rs->elapsed + (now() - L->t0), dt = now() - L->t0, loss = S->loss, gn = S->gn;
+    if (t->lm)
+        snprintf(line, sizeof line,
+                 "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"mean_token_accuracy\":%.9g,"
+                 "\"num_tokens\":%lld,\"grad_norm\":%.9g,\"learning_rate\":%.9g,\"perplexity\":%.9g,"
+                 "\"tokens_per_s\":%.4g,\"elapsed\":%.3f%s%s}",
+                 (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, S->acc,
+                 (long long)rs->tokens_seen, isfinite(gn) ? gn : -1.0, S->lr, isfinite(loss) ? exp(loss) : -1.0,
+                 dt > 0 ? (double)L->session_tokens / dt : 0.0, el, dl, S->finite ? "" : ",\"skipped\":true");
+    else
+        snprintf(line, sizeof line,
+                 "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"acc\":%.9g,\"lr\":%.9g,"
+                 "\"grad_norm\":%.9g,\"samples_per_s\":%.4g,\"elapsed\":%.3f%s%s}",
+                 (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, S->acc, S->lr,
+                 isfinite(gn) ? gn : -1.0, dt > 0 ? (double)L->session_samples / dt : 0.0, el, dl,
+                 S->finite ? "" : ",\"skipped\":true");
+    log_line(L, line);
+}
+
+/* After optimizer step rs.step + 1: the counters, its metrics line, the EMAs or the non-finite
+ * bookkeeping. Too many non-finite steps in a row: *stop AF_STOP_NONFINITE and AF_ERR_RANGE. */
+static af_status record_step(loop *L, const af_tr_step *S, af_stop_reason *stop) {
+    const af_trainer_opts *o = &L->t->o;
+    af_run_state *rs = &L->rs;
+    rs->step++;
+    rs->samples_seen += S->n_step;
+    rs->tokens_seen += S->n_tok;
+    L->session_steps++;
+    L->session_samples += S->n_step;
+    L->session_tokens += S->n_tok;
+    log_step(L, S);
+    if (S->finite) {
+        rs->nonfinite_run = 0;
+        L->nf_first[0] = 0;
+        rs->ema_loss = AF_EMA_BETA * rs->ema_loss + (1 - AF_EMA_BETA) * S->loss;
+        rs->ema_acc = AF_EMA_BETA * rs->ema_acc + (1 - AF_EMA_BETA) * S->acc;
+        rs->ema_n++;
+        return AF_OK;
+    }
+    rs->nonfinite_run++;
+    rs->n_nonfinite++;
+    if (rs->nonfinite_run == 1 || !L->nf_first[0])
+        snprintf(L->nf_first, sizeof L->nf_first, "step %lld: %s", (long long)rs->step, L->nf_where);
+    char line[1024];
+    snprintf(line, sizeof line,
+             "{\"type\":\"nonfinite\",\"step\":%lld,\"where\":\"%s\",\"loss\":\"%g\",\"grad_norm\":\"%g\","
+             "\"consecutive\":%lld,\"skipped_total\":%lld}",
+             (long long)rs->step, L->nf_where, S->loss, S->gn, (long long)rs->nonfinite_run, (long long)rs->n_nonfinite);
+    log_line(L, line);
+    if (o->log) {
+        end_live(L);
+        fprintf(o->log, "warn  step %lld: not finite in %s (loss %g, grad-norm %g): step skipped, parameters "
+                        "unchanged (%lld in a row)\n",
+                (long long)rs->step, L->nf_where, S->loss, S->gn, (long long)rs->nonfinite_run);
+        fflush(o->log);
+    }
+    if (rs->nonfinite_run < (o->max_nonfinite > 0 ? o->max_nonfinite : 1)) return AF_OK;
+    *stop = AF_STOP_NONFINITE;
+    return af_fail(AF_ERR_RANGE,
+                   "step %lld: loss or gradient not finite for %lld consecutive steps; stopped. First "
+                   "non-finite value: %s. Last good checkpoint (saved after a finite step): %s. Try a lower --lr (now %g) or "
+                   "--max-grad-norm 1",
+                   (long long)rs->step, (long long)rs->nonfinite_run, L->nf_first,
+                   L->good_ckpt[0] ? L->good_ckpt : "none (no checkpoint saved yet)", o->lr);
+}
+
+/* The time budget's bookkeeping (--time-budget): evaluation seconds so far and of the last one,
+ * whether the length was re-planned, and after how many steps of this session it is. */
+typedef struct {
+    double eval_total_s, eval_last_s;
+    int replanned;
+    int64_t replan_at;
+} budget_clock;
+
+/* Time budget, after a step (one process only): re-plan the length once after the first steps of a
+ * fresh run; 1 when the next step and the last evaluation would pass the deadline. */
+static int budget_check(loop *L, budget_clock *B) {
+    af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    const af_run_state *rs = &L->rs;
+    if (!(o->time_budget_min > 0) || L->dist || rs->step >= t->total) return 0;
+    const double tn = now(), step_s = (tn - L->t0 - B->eval_total_s) / (double)L->session_steps;
+    const double ev = t->val ? (B->eval_last_s > 0 ? B->eval_last_s : step_s * af_tr_eval_steps(t)) : 0.0;
+    const double reserve = 1.2 * ev + 3.0, left = af_tr_budget_left(t, tn, rs->elapsed);
+    if (!B->replanned && L->session_steps >= B->replan_at) {
+        const int64_t was = t->total;
+        B->replanned = 1;
+        if (af_tr_budget_replan(t, rs->step, step_s, ev, left, reserve) != was && o->log) {
+            end_live(L);
+            fprintf(o->log, "time budget: %.2f s per step measured; %lld steps instead of %lld fit the %g min "
+                            "(%.0f s left)\n", step_s, (long long)t->total, (long long)was, o->time_budget_min, left);
+        }
+    }
+    return rs->step < t->total && left < 1.5 * step_s + reserve;
+}
+
+/* The evaluation due after this step (the last one, every eval_every steps, or each epoch end) on
+ * the writer: best/ when it improved, early stopping (*stop AF_STOP_EARLY). *rewound: a device
+ * failure moved the run to the CPU from its last good checkpoint (the caller goes on with the loop). */
+static af_status maybe_evaluate(loop *L, int last, int epoch_end, budget_clock *B, af_stop_reason *stop, int *evaluated,
+                                int *rewound) {
+    af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    const af_run_state *rs = &L->rs;
+    *evaluated = *rewound = 0;
+    if (!L->writer || !t->val || af_tr_no_eval(t) ||
+        !(last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end)))
+        return AF_OK;
+    int improved = 0;
+    const int64_t nval = af_dataset_size(t->val);
+    if (o->progress) o->progress(o->progress_user, "eval", 0, nval);
+    const double te = now();
+    af_status st = t->lm ? evaluate_lm(L, &improved) : evaluate(L, &improved);
+    if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(L, st, "the evaluation")) == AF_OK) { /* on the CPU now */
+        *rewound = 1;
+        return AF_OK;
+    }
+    if (st == AF_ERR_CANCELLED) *stop = AF_STOP_INTERRUPTED;
+    if (st != AF_OK) return st;
+    if (o->progress) o->progress(o->progress_user, "eval", nval, nval);
+    B->eval_last_s = now() - te;
+    B->eval_total_s += B->eval_last_s;
+    *evaluated = 1;
+    if (improved) {
+        st = save_dir(L, "best", 0, rs, t->lm ? "eval_loss" : "val_macro_f1");
+        if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(L, st, "saving best/")) == AF_OK) *rewound = 1;
+        return st;
+    }
+    if (o->patience > 0 && rs->bad_evals >= o->patience) {
+        *stop = AF_STOP_EARLY;
+        if (o->log)
+            fprintf(o->log, "early stop: no %s improvement in %lld evaluations (best %.4f at step %lld)\n",
+                    t->lm ? "eval-loss" : "macro-F1", (long long)rs->bad_evals, rs->best, (long long)rs->best_step);
+    }
+    return AF_OK;
+}
+
+/* After a step's evaluation: why to stop (interrupt, budget; a data-parallel run takes rank 0's
+ * decision and evaluation flag), then a checkpoint when due or stopping. *rewound as maybe_evaluate. */
+static af_status decide_and_save(loop *L, int last, int budget_end, int epoch_end, int evaluated, af_stop_reason *stop,
+                                 int *rewound) {
+    const af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    const af_run_state *rs = &L->rs;
+    *rewound = 0;
+    const int interrupted = (o->interrupt && *o->interrupt) || (o->stop_after > 0 && rs->step >= o->stop_after);
+    if (interrupted && *stop == AF_STOP_DONE && !last) *stop = AF_STOP_INTERRUPTED;
+    if (budget_end && *stop == AF_STOP_DONE) *stop = AF_STOP_BUDGET;
+    if (L->dist) { /* rank 0 evaluated and decides: every rank stops (and names checkpoints) alike */
+        int64_t dec[2] = {(int64_t)*stop, evaluated};
+        AF_TRY(af_dist_bcast_i64(dec, 2, NULL));
+        *stop = (af_stop_reason)dec[0];
+        evaluated = (int)dec[1];
+    }
+    const int save = o->save_every > 0 ? rs->step % o->save_every == 0 : (t->val ? evaluated : epoch_end);
+    if (!(save || last || *stop != AF_STOP_DONE)) return AF_OK;
+    end_live(L);
+    af_status st = save_checkpoint(L);
+    if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(L, st, "saving the checkpoint")) == AF_OK) *rewound = 1;
+    return st;
+}
+
+/* The steps from rs.step to the end: step, record, budget, progress, evaluation, checkpoint. */
+static af_status loop_steps(loop *L, int resumed, af_stop_reason *stop) {
+    af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    /* time budget (--time-budget): re-plan the length once after the first steps of a fresh run, stop
+       (evaluated, saved) when the next step and the last evaluation would pass the deadline */
+    budget_clock B = {0, 0, resumed || !(o->time_budget_min > 0) || L->dist,
+                      t->total / 20 > 20 ? 20 : t->total / 20 > 3 ? t->total / 20 : 3};
+    af_status st = AF_OK;
+    while (L->rs.step < t->total) {
+        if (L->dist) {
+            char sl[1200];
+            snprintf(sl, sizeof sl, "step %lld of %lld; last good checkpoint: %s", (long long)L->rs.step + 1,
+                     (long long)t->total, L->good_ckpt[0] ? L->good_ckpt : "none yet");
+            af_dist_set_status(sl);
+            memset(&L->comm, 0, sizeof L->comm);
+            memset(&L->wait, 0, sizeof L->wait);
+            L->comm_bytes_all = 0;
+        }
+        af_tr_step S;
+        st = af_tr_device_step(L, &S, af_tr_take_step(L, &S)); /* a device failure: trainer_device.c */
+        if (st == AF_ERR_CANCELLED) *stop = AF_STOP_INTERRUPTED;
+        if (st != AF_OK) return st;
+        st = record_step(L, &S, stop);
+        if (st != AF_OK) return st;
+        const int budget_end = budget_check(L, &B);
+        const int last = L->rs.step == t->total || budget_end;
+        progress(L, S.lr, S.gn, last);
+        if (o->progress) o->progress(o->progress_user, "train", L->rs.step, t->total);
+        const int epoch_end = L->rs.step % t->spe == 0;
+        int evaluated = 0, rewound = 0;
+        st = maybe_evaluate(L, last, epoch_end, &B, stop, &evaluated, &rewound);
+        if (st != AF_OK) return st;
+        if (rewound) continue;
+        st = decide_and_save(L, last, budget_end, epoch_end, evaluated, stop, &rewound);
+        if (st != AF_OK) return st;
+        if (rewound) continue;
+        if (*stop != AF_STOP_DONE) break;
+    }
+    end_live(L);
+    if (L->writer && (*stop == AF_STOP_DONE || *stop == AF_STOP_EARLY || *stop == AF_STOP_BUDGET)) {
+        st = save_dir(L, "final", 0, &L->rs, "last_step");
+        if (st == AF_OK && (!t->val || af_tr_no_eval(t))) st = save_dir(L, "best", 0, &L->rs, "last_step");
+    }
+    return st;
+}
+
+/* The result, the closing line of the log, curves.png. */
+static af_status loop_finish(loop *L, af_status st, af_stop_reason stop, double t_start, af_train_result *res) {
+    const af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    if (st == AF_OK && L->mf_errno) /* no silent loss of the metrics log */
+        st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: write failed: %s", o->output_dir, strerror(L->mf_errno));
+    end_live(L);
+    if (st != AF_OK && L->dist && L->world > 1) { /* name the rank, the step and the last good checkpoint */
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", af_last_error());
+        st = af_fail(st, "rank %d of %d, step %lld of %lld: %s; last good checkpoint: %s", (int)L->rank, (int)L->world,
+                     (long long)L->rs.step + (stop == AF_STOP_DONE), (long long)t->total, msg,
+                     L->good_ckpt[0] ? L->good_ckpt : "none (no checkpoint saved yet)");
+    }
+    res->stop = stop;
+    res->steps_done = L->rs.step;
+    res->total_steps = t->total;
+    res->best_step = L->rs.best_step;
+    res->best_macro_f1 = L->rs.best_step > 0 && !t->lm ? L->rs.best : NAN;
+    res->last_val_accuracy = L->rs.last_val_acc;
+    res->last_val_macro_f1 = t->lm ? NAN : L->rs.last_val_f1;
+    res->best_eval_loss = L->rs.best_step > 0 && t->lm ? L->rs.best : NAN;
+    res->last_eval_loss = t->lm ? L->rs.last_val_f1 : NAN;
+    res->last_train_loss = ema_shown(L->rs.ema_loss, L->rs.ema_n);
+    res->n_nonfinite = L->rs.n_nonfinite;
+    res->seconds = now() - t_start;
+    snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", L->last_ckpt);
+    if (o->log && L->mf) log_summary(L, st, res);
+    if (L->mf && o->plot && (st == AF_OK || stop == AF_STOP_NONFINITE)) {
+        fclose(L->mf);
+        L->mf = NULL;
+        af_tr_plot(o->output_dir, o->log);
+    }
+    return st;
+}
+
 af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     if (!t) return af_fail(AF_ERR_INVALID_ARG, "trainer: NULL argument");
     af_train_result dummy;
@@ -309,290 +679,11 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     }
     L.perm_epoch = -1;
     L.rs.best = L.rs.last_val_acc = L.rs.last_val_f1 = NAN;
-    af_status st = AF_OK;
     af_stop_reason stop = AF_STOP_DONE;
-    if (o->resume) st = af_trainer_find_checkpoint(o->resume, &ckpt);
-    const int64_t n = t->lay.n_total;
-    const int32_t C = t->num_classes;
-    if (st == AF_OK) st = af_tr_device_fit(t); /* the device's memory, before anything is allocated on it */
-    if (st == AF_OK) st = af_tr_new_optimizer(t, &L);
-    if (st == AF_OK) {
-        L.perm = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
-        if (t->lm) { /* no logits kept: the LM head loss works a chunk at a time */
-            L.logits = af_malloc(sizeof(float));
-            L.vprobs = t->val ? af_malloc(sizeof(float)) : NULL;
-            if (t->packing) {
-                L.bin_idx = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
-                L.bin_off = af_malloc(sizeof(int32_t) * (size_t)(t->train->n + 1));
-            }
-        } else {
-            L.logits = af_malloc(sizeof(float) * (size_t)o->batch * (size_t)C);
-            L.vprobs = t->val ? af_malloc(sizeof(float) * (size_t)t->val->n * (size_t)C) : NULL;
-        }
-        { /* the step's per-micro-batch gradient rows, their sum, the split (one process too) */
-            L.row = n + DIST_STAT_F;
-            L.rows = af_malloc(sizeof(float) * (size_t)L.row * (size_t)o->grad_accum);
-            L.gsum = af_malloc(sizeof(float) * (size_t)n);
-            L.counts = af_malloc(sizeof(int32_t) * (size_t)L.world);
-        }
-        if (!L.perm || !L.logits || (t->val && !L.vprobs) || (t->packing && (!L.bin_idx || !L.bin_off)) ||
-            !L.rows || !L.gsum || !L.counts)
-            st = af_fail(AF_ERR_NOMEM, "trainer: out of memory (%lld parameters)", (long long)n);
-    }
-    if (st == AF_OK && ckpt) { /* parameters, AdamW state and the counters that key the dropout masks */
-        st = af_tr_load_state(t, ckpt, L.hP, L.hM, L.hV, &L.rs); /* verified and checked before anything is written */
-        if (st == AF_OK) st = af_lora_trainer_upload_state(L.lt, L.hP, L.hM, L.hV);
-        if (st == AF_OK) st = af_lora_trainer_set_optim_state(L.lt, NULL, NULL, &L.rs.adam_t, &L.rs.step);
-    }
-    if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L.writer, &owned_out, &run_lock);
-    if (st == AF_OK && ckpt && L.writer) st = af_tr_truncate_metrics(o->output_dir, L.rs.step);
-    if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L.bt);
-    if (st == AF_OK && L.writer) st = af_tr_write_run_json(t);
-    if (st == AF_OK && L.writer) {
-        char *mp = af_path_join(o->output_dir, "metrics.jsonl");
-        L.mf = mp ? fopen(mp, "a") : NULL;
-        if (!L.mf) st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: cannot open for writing", o->output_dir);
-        free(mp);
-    }
-    if (L.dist) st = dist_setup_agree(&L, st);
-    if (st != AF_OK) goto out;
-    if (ckpt) snprintf(L.last_ckpt, sizeof L.last_ckpt, "%s", ckpt);
-    if (ckpt) snprintf(L.good_ckpt, sizeof L.good_ckpt, "%s", ckpt);
-    L.tty = o->progress_tty >= 0 ? o->progress_tty : (o->log && isatty(fileno(o->log)));
-    L.log_every = o->log_every > 0 ? o->log_every : (t->total >= 20 ? t->total / 20 : 1);
-    if (o->log) {
-        if (ckpt) fprintf(o->log, "resuming from %s at step %lld of %lld\n", ckpt, (long long)L.rs.step, (long long)t->total);
-        fprintf(o->log, "training: %lld steps, output %s\n", (long long)t->total, o->output_dir);
-        if (L.dist) {
-            const int32_t A = o->grad_accum;
-            fprintf(o->log, "data parallel: %d process%s (%s); effective batch %d = %d per micro-batch x %d "
-                            "micro-batches per step (%.3g per process x %d processes); gradients gathered per "
-                            "micro-batch and summed in micro-batch order (the same bits for any process count)\n",
-                    (int)L.world, L.world > 1 ? "es" : "", af_dist_library(), (int)(o->batch * A), (int)o->batch,
-                    (int)A, (double)A / (double)L.world, (int)L.world);
-            if (A < L.world)
-                fprintf(o->log, "warning: --grad-accum %d < %d processes: %d process%s idle in every step (give "
-                                "--grad-accum a multiple of the process count)\n",
-                        (int)A, (int)L.world, (int)(L.world - A), L.world - A > 1 ? "es are" : " is");
-        }
-        fflush(o->log);
-    }
-    L.t0 = now();
-    int saved_now = 0;
-    /* time budget (--time-budget): re-plan the length once after the first steps of a fresh run, stop
-       (evaluated, saved) when the next step and the last evaluation would pass the deadline */
-    double eval_total_s = 0, eval_last_s = 0;
-    int replanned = ckpt != NULL || !(o->time_budget_min > 0) || L.dist;
-    const int64_t replan_at = t->total / 20 > 20 ? 20 : t->total / 20 > 3 ? t->total / 20 : 3;
-    while (L.rs.step < t->total) {
-        if (L.dist) {
-            char sl[1200];
-            snprintf(sl, sizeof sl, "step %lld of %lld; last good checkpoint: %s", (long long)L.rs.step + 1,
-                     (long long)t->total, L.good_ckpt[0] ? L.good_ckpt : "none yet");
-            af_dist_set_status(sl);
-            memset(&L.comm, 0, sizeof L.comm);
-            memset(&L.wait, 0, sizeof L.wait);
-            L.comm_bytes_all = 0;
-        }
-        af_tr_step S;
-        st = af_tr_device_step(&L, &S, af_tr_take_step(&L, &S)); /* a device failure: trainer_device.c */
-        if (st == AF_ERR_CANCELLED) stop = AF_STOP_INTERRUPTED;
-        if (st != AF_OK) goto out;
-        const int finite = S.finite;
-        const double loss = S.loss, acc = S.acc, gn = S.gn, lr = S.lr;
-        const int64_t n_step = S.n_step, n_tok = S.n_tok;
-        af_run_state *rs = &L.rs;
-        rs->step++;
-        char dl[256] = ""; /* data parallelism: this step's compute and communication (rank 0's view) */
-        if (L.dist)
-            snprintf(dl, sizeof dl, ",\"world_size\":%d,\"compute_s\":%.6f,\"wait_s\":%.6f,\"comm_s\":%.6f,"
-                                    "\"comm_bytes\":%lld,\"comm_bytes_all\":%lld",
-                     (int)L.world, L.compute_s, L.wait.seconds, L.comm.seconds, (long long)(L.comm.bytes + L.wait.bytes),
-                     (long long)L.comm_bytes_all);
-        rs->samples_seen += n_step;
-        rs->tokens_seen += n_tok;
-        L.session_steps++;
-        L.session_samples += n_step;
-        L.session_tokens += n_tok;
-        saved_now = 0;
-        char line[1024];
-        double el = rs->elapsed + (now() - L.t0);
-        if (t->lm) /* TRL's names (SFTTrainer logs loss, mean_token_accuracy, num_tokens, grad_norm, learning_rate) */
-            snprintf(line, sizeof line,
-                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"mean_token_accuracy\":%.9g,"
-                     "\"num_tokens\":%lld,\"grad_norm\":%.9g,\"learning_rate\":%.9g,\"perplexity\":%.9g,"
-                     "\"tokens_per_s\":%.4g,\"elapsed\":%.3f%s%s}",
-                     (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, acc,
-                     (long long)rs->tokens_seen, isfinite(gn) ? gn : -1.0, lr, isfinite(loss) ? exp(loss) : -1.0,
-                     (now() - L.t0) > 0 ? (double)L.session_tokens / (now() - L.t0) : 0.0, el, dl,
-                     finite ? "" : ",\"skipped\":true");
-        else
-            snprintf(line, sizeof line,
-                     "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"acc\":%.9g,\"lr\":%.9g,"
-                     "\"grad_norm\":%.9g,\"samples_per_s\":%.4g,\"elapsed\":%.3f%s%s}",
-                     (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, acc, lr,
-                     isfinite(gn) ? gn : -1.0, (now() - L.t0) > 0 ? (double)L.session_samples / (now() - L.t0) : 0.0, el,
-                     dl, finite ? "" : ",\"skipped\":true");
-        log_line(&L, line);
-        if (!finite) {
-            rs->nonfinite_run++;
-            rs->n_nonfinite++;
-            if (rs->nonfinite_run == 1 || !L.nf_first[0])
-                snprintf(L.nf_first, sizeof L.nf_first, "step %lld: %s", (long long)rs->step, L.nf_where);
-            snprintf(line, sizeof line,
-                     "{\"type\":\"nonfinite\",\"step\":%lld,\"where\":\"%s\",\"loss\":\"%g\",\"grad_norm\":\"%g\","
-                     "\"consecutive\":%lld,\"skipped_total\":%lld}",
-                     (long long)rs->step, L.nf_where, loss, gn, (long long)rs->nonfinite_run, (long long)rs->n_nonfinite);
-            log_line(&L, line);
-            if (o->log) {
-                end_live(&L);
-                fprintf(o->log, "warn  step %lld: not finite in %s (loss %g, grad-norm %g): step skipped, parameters "
-                                "unchanged (%lld in a row)\n",
-                        (long long)rs->step, L.nf_where, loss, gn, (long long)rs->nonfinite_run);
-                fflush(o->log);
-            }
-            if (rs->nonfinite_run >= (o->max_nonfinite > 0 ? o->max_nonfinite : 1)) {
-                stop = AF_STOP_NONFINITE;
-                st = af_fail(AF_ERR_RANGE,
-                             "step %lld: loss or gradient not finite for %lld consecutive steps; stopped. First "
-                             "non-finite value: %s. Last good checkpoint (saved after a finite step): %s. Try a lower --lr (now %g) or "
-                             "--max-grad-norm 1",
-                             (long long)rs->step, (long long)rs->nonfinite_run, L.nf_first,
-                             L.good_ckpt[0] ? L.good_ckpt : "none (no checkpoint saved yet)", o->lr);
-                break;
-            }
-        } else {
-            rs->nonfinite_run = 0;
-            L.nf_first[0] = 0;
-            rs->ema_loss = AF_EMA_BETA * rs->ema_loss + (1 - AF_EMA_BETA) * loss;
-            rs->ema_acc = AF_EMA_BETA * rs->ema_acc + (1 - AF_EMA_BETA) * acc;
-            rs->ema_n++;
-        }
-        int budget_end = 0;
-        if (o->time_budget_min > 0 && !L.dist && rs->step < t->total) { /* (one process only) */
-            const double tn = now(), step_s = (tn - L.t0 - eval_total_s) / (double)L.session_steps;
-            const double ev = t->val ? (eval_last_s > 0 ? eval_last_s : step_s * af_tr_eval_steps(t)) : 0.0;
-            const double reserve = 1.2 * ev + 3.0, left = af_tr_budget_left(t, tn, rs->elapsed);
-            if (!replanned && L.session_steps >= replan_at) {
-                const int64_t was = t->total;
-                replanned = 1;
-                if (af_tr_budget_replan(t, rs->step, step_s, ev, left, reserve) != was && o->log) {
-                    end_live(&L);
-                    fprintf(o->log, "time budget: %.2f s per step measured; %lld steps instead of %lld fit the %g min "
-                                    "(%.0f s left)\n", step_s, (long long)t->total, (long long)was, o->time_budget_min,
-                            left);
-                }
-            }
-            budget_end = rs->step < t->total && left < 1.5 * step_s + reserve;
-        }
-        const int last = rs->step == t->total || budget_end;
-        progress(&L, lr, gn, last);
-        if (o->progress) o->progress(o->progress_user, "train", rs->step, t->total);
-        const int epoch_end = rs->step % t->spe == 0;
-        int evaluated = 0;
-        if (L.writer && t->val && !af_tr_no_eval(t) &&
-            (last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end))) {
-            int improved = 0;
-            const int64_t nval = af_dataset_size(t->val);
-            if (o->progress) o->progress(o->progress_user, "eval", 0, nval);
-            const double te = now();
-            st = t->lm ? evaluate_lm(&L, &improved) : evaluate(&L, &improved);
-            if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(&L, st, "the evaluation")) == AF_OK) continue; /* on the CPU now */
-            if (st == AF_ERR_CANCELLED) stop = AF_STOP_INTERRUPTED;
-            if (st == AF_OK && o->progress) o->progress(o->progress_user, "eval", nval, nval);
-            if (st != AF_OK) goto out;
-            eval_last_s = now() - te;
-            eval_total_s += eval_last_s;
-            evaluated = 1;
-            if (improved) {
-                st = save_dir(&L, "best", 0, rs, t->lm ? "eval_loss" : "val_macro_f1");
-                if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(&L, st, "saving best/")) == AF_OK) continue;
-                if (st != AF_OK) goto out;
-            } else if (o->patience > 0 && rs->bad_evals >= o->patience) {
-                stop = AF_STOP_EARLY;
-                if (o->log)
-                    fprintf(o->log, "early stop: no %s improvement in %lld evaluations (best %.4f at step %lld)\n",
-                            t->lm ? "eval-loss" : "macro-F1", (long long)rs->bad_evals, rs->best,
-                            (long long)rs->best_step);
-            }
-        }
-        const int interrupted = (o->interrupt && *o->interrupt) || (o->stop_after > 0 && rs->step >= o->stop_after);
-        if (interrupted && stop == AF_STOP_DONE && !last) stop = AF_STOP_INTERRUPTED;
-        if (budget_end && stop == AF_STOP_DONE) stop = AF_STOP_BUDGET;
-        if (L.dist) { /* rank 0 evaluated and decides: every rank stops (and names checkpoints) alike */
-            int64_t dec[2] = {(int64_t)stop, evaluated};
-            st = af_dist_bcast_i64(dec, 2, NULL);
-            if (st != AF_OK) goto out;
-            stop = (af_stop_reason)dec[0];
-            evaluated = (int)dec[1];
-        }
-        int save = o->save_every > 0 ? rs->step % o->save_every == 0 : (t->val ? evaluated : epoch_end);
-        if (save || last || stop != AF_STOP_DONE) {
-            end_live(&L);
-            st = save_checkpoint(&L);
-            if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(&L, st, "saving the checkpoint")) == AF_OK) continue;
-            if (st != AF_OK) goto out;
-            saved_now = 1;
-        }
-        if (stop != AF_STOP_DONE) break;
-    }
-    end_live(&L);
-    if (L.writer && (stop == AF_STOP_DONE || stop == AF_STOP_EARLY || stop == AF_STOP_BUDGET)) {
-        st = save_dir(&L, "final", 0, &L.rs, "last_step");
-        if (st == AF_OK && (!t->val || af_tr_no_eval(t))) st = save_dir(&L, "best", 0, &L.rs, "last_step");
-        if (st != AF_OK) goto out;
-    }
-    (void)saved_now;
-out:
-    if (st == AF_OK && L.mf_errno) /* no silent loss of the metrics log */
-        st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: write failed: %s", o->output_dir, strerror(L.mf_errno));
-    end_live(&L);
-    if (st != AF_OK && L.dist && L.world > 1) { /* name the rank, the step and the last good checkpoint */
-        char msg[768];
-        snprintf(msg, sizeof msg, "%s", af_last_error());
-        st = af_fail(st, "rank %d of %d, step %lld of %lld: %s; last good checkpoint: %s", (int)L.rank, (int)L.world,
-                     (long long)L.rs.step + (stop == AF_STOP_DONE), (long long)t->total, msg,
-                     L.good_ckpt[0] ? L.good_ckpt : "none (no checkpoint saved yet)");
-    }
-    res->stop = stop;
-    res->steps_done = L.rs.step;
-    res->total_steps = t->total;
-    res->best_step = L.rs.best_step;
-    res->best_macro_f1 = L.rs.best_step > 0 && !t->lm ? L.rs.best : NAN;
-    res->last_val_accuracy = L.rs.last_val_acc;
-    res->last_val_macro_f1 = t->lm ? NAN : L.rs.last_val_f1;
-    res->best_eval_loss = L.rs.best_step > 0 && t->lm ? L.rs.best : NAN;
-    res->last_eval_loss = t->lm ? L.rs.last_val_f1 : NAN;
-    res->last_train_loss = ema_shown(L.rs.ema_loss, L.rs.ema_n);
-    res->n_nonfinite = L.rs.n_nonfinite;
-    res->seconds = now() - t_start;
-    snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", L.last_ckpt);
-    if (o->log && L.mf) {
-        char tb[32];
-        fmt_time(res->seconds, tb, sizeof tb);
-        if (stop == AF_STOP_INTERRUPTED)
-            fprintf(o->log, "stopped at step %lld of %lld; checkpoint %s (continue with --resume %s)\n",
-                    (long long)L.rs.step, (long long)t->total, L.last_ckpt, L.last_ckpt);
-        else if (st == AF_OK) {
-            fprintf(o->log, "done: %lld steps in %s%s", (long long)L.rs.step, tb,
-                    stop == AF_STOP_BUDGET ? " (stopped at the time budget)" : "");
-            if (res->best_step > 0 && t->lm)
-                fprintf(o->log, "; best eval loss %.4f (perplexity %.4g) at step %lld -> %s/best", res->best_eval_loss,
-                        exp(res->best_eval_loss), (long long)res->best_step, o->output_dir);
-            else if (res->best_step > 0)
-                fprintf(o->log, "; best val macro-F1 %.4f at step %lld -> %s/best", res->best_macro_f1,
-                        (long long)res->best_step, o->output_dir);
-            else fprintf(o->log, "; %s: %s/best is the last step",
-                         af_tr_no_eval(t) ? "no evaluation (the time budget)" : "no validation data", o->output_dir);
-            fprintf(o->log, "; final adapter %s/final; log %s/metrics.jsonl\n", o->output_dir, o->output_dir);
-            if (L.rs.n_nonfinite) fprintf(o->log, "note: %lld non-finite steps were skipped\n", (long long)L.rs.n_nonfinite);
-        }
-    }
-    if (L.mf && o->plot && (st == AF_OK || stop == AF_STOP_NONFINITE)) {
-        fclose(L.mf);
-        L.mf = NULL;
-        af_tr_plot(o->output_dir, o->log);
-    }
+    af_status st = o->resume ? af_trainer_find_checkpoint(o->resume, &ckpt) : AF_OK;
+    st = loop_start(&L, st, ckpt, &owned_out, &run_lock);
+    if (st == AF_OK) st = loop_steps(&L, ckpt != NULL, &stop);
+    st = loop_finish(&L, st, stop, t_start, res);
     free_loop(&L);
     af_run_unlock(o->output_dir, run_lock);
     if (owned_out) o->output_dir = NULL;

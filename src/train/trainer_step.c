@@ -20,8 +20,8 @@ static af_status micro_cls(loop *L, int64_t j, int64_t n_step, double st[DIST_ST
     AF_TRY(af_batcher_pack(L->bt, L->perm + i0, m, &pb));
     af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot, pb.targets};
     double l = 0;
-    AF_TRY(af_lora_trainer_accumulate_batch(L->lt, &b, (float)((double)m / (double)n_step), (uint64_t)j, &l,
-                                            L->logits));
+    AF_TRY(af_lora_trainer_accumulate_batch(L->lt, &b, (float)((double)m / (double)n_step),
+                                            af_lora_trainer_micro_id(L->lt, j % t->o.grad_accum), &l, L->logits));
     memset(st, 0, sizeof(double) * DIST_STATS);
     if (!isfinite(l)) {
         st[ST_LOSS] = l;
@@ -167,7 +167,7 @@ static af_status micro_lm(loop *L, int64_t j, float gs, double st[DIST_STATS]) {
     AF_TRY(af_batcher_pack(L->bt, idx, m, &pb));
     const af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, pb.targets};
     af_lm_loss r;
-    AF_TRY(af_lora_trainer_accumulate_lm_batch(L->lt, &b, gs, (uint64_t)j, &r));
+    AF_TRY(af_lora_trainer_accumulate_lm_batch(L->lt, &b, gs, af_lora_trainer_micro_id(L->lt, j % L->t->o.grad_accum), &r));
     memset(st, 0, sizeof(double) * DIST_STATS);
     st[ST_LOSS] = r.loss_sum;
     st[ST_CORRECT] = (double)r.n_correct;
