@@ -947,6 +947,23 @@ static void test_staging(void) {
     float *g = down(dx, n);
     for (int64_t i = 0; i < n; i++) x[i] *= 2.0f;
     CLOSE("12 MiB upload, scale, download through staging", g, x, NULL, 0, n);
+    /* a result read back right after the work that computes it: the upload, the op and the copy
+     * to the host in one command buffer (the discrete-GPU path of a decode step's logits) */
+    {
+        float *c = frand(5000, -1, 1), *dc = af_vk_alloc(D, 20000), *dr = af_vk_alloc(D, 20000);
+        af_vk_sync(D);
+        const uint64_t s0 = af_vk_submissions(D);
+        af_vk_upload(D, dc, c, 20000);
+        af_vk_scale(D, dr, dc, -0.5f, 5000);
+        float *r = down(dr, 5000);
+        const uint64_t ns = af_vk_submissions(D) - s0;
+        for (int64_t i = 0; i < 5000; i++) c[i] *= -0.5f;
+        CLOSE("upload, scale, download through staging", r, c, NULL, 0, 5000);
+        CHECK(ns == 1, "upload + op + read-back through staging: %llu submissions, want 1", (unsigned long long)ns);
+        printf("upload + op + read-back through staging: %llu submission(s)\n", (unsigned long long)ns);
+        af_vk_free(D, dc), af_vk_free(D, dr);
+        free(c), free(r);
+    }
     /* an upload queued behind an op that reads the old contents */
     float *a = frand(1000, -1, 1), *b = frand(1000, -1, 1), *da = upf(a, 1000), *dy = af_vk_alloc(D, 4000);
     af_vk_scale(D, dy, da, 3.0f, 1000);
@@ -959,6 +976,40 @@ static void test_staging(void) {
     af_vk_free(D, dx), af_vk_free(D, da), af_vk_free(D, dy);
     free(x), free(g), free(a), free(b), free(yg), free(ag);
     af_vk_set_hook(D, AF_VK_HOOK_STAGING, 0);
+}
+
+/* ---------------------------------------------------------------- memory policy */
+
+/* af_vk_pick_memory on the memory properties of devices we cannot run here (values as vulkaninfo
+ * reports them: an NVIDIA data-centre GPU with a resizable BAR, a discrete GPU with a 256 MiB BAR, an
+ * integrated GPU, lavapipe). Flags: 1 DEVICE_LOCAL, 2 HOST_VISIBLE, 4 HOST_COHERENT, 8 HOST_CACHED. */
+static void test_mem_policy(void) {
+    printf("-- memory policy (af_vk_pick_memory)\n");
+    const uint64_t G = 1ull << 30;
+    /* NVIDIA H100-like: VRAM, host WC, host cached, VRAM through the BAR (same heap as VRAM) */
+    const af_vk_memtype nv[] = {{1, 80 * G}, {2 | 4, 128 * G}, {2 | 4 | 8, 128 * G}, {1 | 2 | 4, 80 * G}};
+    af_vk_mempick p = {-1, -1, -1, -1, -1};
+    CHECK(af_vk_pick_memory(nv, 4, 2, &p) == 0 && p.device == 0 && !p.device_host_visible && p.host == 2 &&
+              p.host_coherent && p.host_cached,
+          "discrete GPU with a resizable BAR: plain VRAM (0), staging in cached host memory (2): got %d %d %d", p.device,
+          p.host, p.device_host_visible);
+    CHECK(af_vk_pick_memory(nv, 4, 1, &p) == 0 && p.device == 3 && p.device_host_visible,
+          "the same types on an integrated device: the mapped device-local type (3): got %d %d", p.device,
+          p.device_host_visible);
+    /* discrete with a small BAR heap: the large VRAM heap wins whatever the device type */
+    const af_vk_memtype amd[] = {{1, 16 * G}, {2 | 4, 32 * G}, {1 | 2 | 4, 256ull << 20}};
+    CHECK(af_vk_pick_memory(amd, 3, 2, &p) == 0 && p.device == 0 && !p.device_host_visible && p.host == 1 &&
+              !p.host_cached,
+          "discrete GPU with a 256 MiB BAR: VRAM (0), staging 1: got %d %d", p.device, p.host);
+    CHECK(af_vk_pick_memory(amd, 3, 1, &p) == 0 && p.device == 0 && !p.device_host_visible,
+          "largest heap first: got %d", p.device);
+    /* lavapipe: one type that is everything */
+    const af_vk_memtype lvp[] = {{1 | 2 | 4 | 8, 2 * G}};
+    CHECK(af_vk_pick_memory(lvp, 1, 4, &p) == 0 && p.device == 0 && p.host == 0 && p.device_host_visible,
+          "lavapipe: one mapped type");
+    const af_vk_memtype none[] = {{2 | 4, G}}, nohost[] = {{1, G}};
+    CHECK(af_vk_pick_memory(none, 1, 2, &p) == -1 && af_vk_pick_memory(nohost, 1, 2, &p) == -1,
+          "no device-local or no host-visible type: refused");
 }
 
 /* ---------------------------------------------------------------- failures */
@@ -1141,6 +1192,7 @@ int main(void) {
     if (af_vk_built())
         CHECK(child_open_fails("VK_ICD_FILENAMES", "/nonexistent/icd.json", "Vulkan"),
               "a loader without a driver is reported");
+    if (af_vk_built()) test_mem_policy();
     af_status st = af_vk_open(0, &D);
     if (st != AF_OK) {
         tl_skip("no Vulkan device: %s", af_last_error());

@@ -102,6 +102,34 @@ af_status af_vk_sync(af_vk_dev *d);
  * reports one). */
 void af_vk_meminfo(af_vk_dev *d, uint64_t *used, uint64_t *total);
 
+/* ---- memory policy (a pure function of the device's memory properties: tested with made-up ones) ----
+ * One memory type as the device reports it: its VkMemoryPropertyFlags (bit 0 DEVICE_LOCAL, 1
+ * HOST_VISIBLE, 2 HOST_COHERENT, 3 HOST_CACHED) and the size in bytes of its heap. */
+typedef struct af_vk_memtype {
+    uint32_t flags;
+    uint64_t heap_size;
+} af_vk_memtype;
+typedef struct af_vk_mempick {
+    int device;              /* index of the type of every allocation */
+    int host;                /* index of the type of the staging buffers */
+    int device_host_visible; /* allocations are mapped: the host reads and writes them directly */
+    int host_coherent, host_cached;
+} af_vk_mempick;
+/* Memory types for a device of VkPhysicalDeviceType `device_type` (2: discrete) from its `n` types:
+ *  - device: a DEVICE_LOCAL type on the largest such heap. On a discrete GPU one that is not
+ *    HOST_VISIBLE is preferred and allocations are never mapped (device_host_visible 0): a
+ *    host-visible device-local type there is VRAM behind the PCIe BAR (resizable BAR), which the
+ *    host reads uncached, far slower than a staged copy, so every transfer goes through staging
+ *    buffers recorded in the command stream. Elsewhere (integrated, CPU such as lavapipe, virtual)
+ *    a HOST_VISIBLE + HOST_COHERENT one is preferred and mapped (no copies).
+ *  - host (staging): a HOST_VISIBLE type, preferring HOST_COHERENT + HOST_CACHED (the host reads
+ *    downloads from cached memory), then HOST_COHERENT, then HOST_CACHED, then any.
+ * Returns 0, or -1 when the device has no DEVICE_LOCAL or no HOST_VISIBLE type (*out unchanged). */
+int af_vk_pick_memory(const af_vk_memtype *t, int n, int device_type, af_vk_mempick *out);
+/* Queue submissions made by this device so far (command buffers: one per synchronization point or
+ * full frame; tests and AF_VULKAN_TRACE count them per decode step). */
+uint64_t af_vk_submissions(af_vk_dev *d);
+
 /* ---- test hooks ---- */
 typedef enum af_vk_hook {
     AF_VK_HOOK_BUFFER_LIMIT, /* value: bytes per buffer window for allocations made from now on (0: the device's) */

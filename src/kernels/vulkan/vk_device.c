@@ -206,32 +206,48 @@ const char *af_vk_dev_name(const af_vk_dev *d) {
     return buf;
 }
 
-/* Memory types: the device-local one on the largest device-local heap (preferring one that is also
- * host-visible there: UMA, lavapipe, resizable BAR), and a host-visible coherent one for staging. */
-static int pick_memory(af_vk_dev *d) {
-    const VkPhysicalDeviceMemoryProperties *mp = &d->memprops;
-    int best = -1;
+int af_vk_pick_memory(const af_vk_memtype *t, int n, int device_type, af_vk_mempick *out) {
+    const uint32_t DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
+                   HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+    const int discrete = device_type == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    int best = -1, best_pref = 0, host = -1, host_score = -1;
     uint64_t best_heap = 0;
-    int best_hv = 0;
-    for (uint32_t i = 0; i < mp->memoryTypeCount; i++) {
-        VkMemoryPropertyFlags fl = mp->memoryTypes[i].propertyFlags;
-        if (!(fl & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) continue;
-        uint64_t hs = mp->memoryHeaps[mp->memoryTypes[i].heapIndex].size;
-        int hv = (fl & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && (fl & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-        if (best < 0 || hs > best_heap || (hs == best_heap && hv && !best_hv)) best = (int)i, best_heap = hs, best_hv = hv;
+    for (int i = 0; i < n; i++) {
+        const uint32_t fl = t[i].flags;
+        if (!(fl & DL)) continue;
+        const int hv = (fl & HV) && (fl & HC);
+        const int pref = discrete ? !(fl & HV) : hv; /* the preferred kind on this device */
+        if (best < 0 || t[i].heap_size > best_heap || (t[i].heap_size == best_heap && pref && !best_pref))
+            best = i, best_heap = t[i].heap_size, best_pref = pref;
     }
-    int host = -1, host_coh = 0;
-    for (uint32_t i = 0; i < mp->memoryTypeCount; i++) {
-        VkMemoryPropertyFlags fl = mp->memoryTypes[i].propertyFlags;
-        if (!(fl & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) continue;
-        int coh = (fl & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
-        if (host < 0 || (coh && !host_coh)) host = (int)i, host_coh = coh;
+    for (int i = 0; i < n; i++) {
+        const uint32_t fl = t[i].flags;
+        if (!(fl & HV)) continue;
+        const int score = 2 * ((fl & HC) != 0) + ((fl & CA) != 0);
+        if (score > host_score) host = i, host_score = score;
     }
     if (best < 0 || host < 0) return -1;
-    d->mt_device = (uint32_t)best;
-    d->mt_host = (uint32_t)host;
-    d->device_host_visible = best_hv;
-    d->mt_host_coherent = host_coh;
+    out->device = best;
+    out->host = host;
+    out->device_host_visible = !discrete && (t[best].flags & HV) && (t[best].flags & HC);
+    out->host_coherent = (t[host].flags & HC) != 0;
+    out->host_cached = (t[host].flags & CA) != 0;
+    return 0;
+}
+
+/* Memory types of the device (af_vk_pick_memory's policy). */
+static int pick_memory(af_vk_dev *d) {
+    const VkPhysicalDeviceMemoryProperties *mp = &d->memprops;
+    af_vk_memtype t[VK_MAX_MEMORY_TYPES];
+    const int n = (int)(mp->memoryTypeCount < VK_MAX_MEMORY_TYPES ? mp->memoryTypeCount : VK_MAX_MEMORY_TYPES);
+    for (int i = 0; i < n; i++)
+        t[i] = (af_vk_memtype){mp->memoryTypes[i].propertyFlags, mp->memoryHeaps[mp->memoryTypes[i].heapIndex].size};
+    af_vk_mempick pk;
+    if (af_vk_pick_memory(t, n, d->info.type, &pk)) return -1;
+    d->mt_device = (uint32_t)pk.device;
+    d->mt_host = (uint32_t)pk.host;
+    d->device_host_visible = pk.device_host_visible;
+    d->mt_host_coherent = pk.host_coherent;
     return 0;
 }
 

@@ -100,7 +100,15 @@ void vk_flush(af_vk_dev *d, const char *why) {
         return;
     }
     f->submitted = 1;
+    d->n_submit++;
     d->cur = (d->cur + 1) % VK_NFRAMES;
+}
+
+uint64_t af_vk_submissions(af_vk_dev *d) {
+    pthread_mutex_lock(&d->mu);
+    uint64_t n = d->n_submit;
+    pthread_mutex_unlock(&d->mu);
+    return n;
 }
 
 af_status vk_finish(af_vk_dev *d, const char *why) {
@@ -453,23 +461,25 @@ void vk_cmd_upload(af_vk_dev *d, const char *op, void *dst, const void *src, uin
     }
 }
 
-vk_staging *vk_frame_staging(af_vk_dev *d) {
+vk_staging *vk_frame_staging(af_vk_dev *d, uint64_t want, uint64_t *off) {
     vk_frame *f = recording(d);
     if (!f) return NULL;
-    if (f->st.used) { /* begin a fresh frame so that the whole staging buffer is free */
+    const uint64_t at = (f->st.used + 255) & ~(uint64_t)255;
+    if (f->st.used && (at >= f->st.size || f->st.size - at < want)) { /* full: a fresh frame, all of it free */
         vk_flush(d, "download");
         if (!(f = recording(d))) return NULL;
     }
+    *off = f->st.used ? at : 0;
     return &f->st;
 }
 
-void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, uint64_t n) {
+void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, uint64_t s_off, uint64_t n) {
     vk_frame *f = recording(d);
     if (!f) return;
     full_barrier(d, f->cb);
-    VkBufferCopy c = {off, 0, n};
+    VkBufferCopy c = {off, s_off, n};
     d->v.vkCmdCopyBuffer(f->cb, b, s->buf, 1, &c);
-    s->used = n;
+    s->used = s_off + n;
     VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT};
     d->v.vkCmdPipelineBarrier(f->cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0,
                               NULL);

@@ -109,6 +109,7 @@ struct af_vk_dev {
     uint32_t mt_device, mt_host;   /* memory type indices: device-local, host-visible staging */
     int device_host_visible;       /* the device-local type is host-visible (lavapipe, UMA) */
     int mt_host_coherent;
+    uint64_t n_submit;             /* queue submissions so far (af_vk_submissions) */
     uint64_t max_range;            /* maxStorageBufferRange (rounded down to 256) */
     uint64_t max_alloc;            /* maxMemoryAllocationSize */
     uint64_t buf_align;            /* alignment of buffer memory offsets */
@@ -212,10 +213,14 @@ void vk_cmd_copy(af_vk_dev *d, const char *op, void *dst, const void *src, uint6
 void vk_cmd_fill(af_vk_dev *d, const char *op, void *dst, uint32_t pattern, uint64_t bytes);
 /* Copy host bytes into device memory at dst, ordered after everything recorded so far. */
 void vk_cmd_upload(af_vk_dev *d, const char *op, void *dst, const void *src, uint64_t bytes);
-/* The staging buffer of the recording frame (begun if needed), emptied; NULL after a failure. */
-vk_staging *vk_frame_staging(af_vk_dev *d);
-/* Record a copy of n bytes from (b, off) into the start of staging s, made visible to the host. */
-void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, uint64_t n);
+/* The staging buffer of the recording frame (begun if needed) and in *off where `want` bytes are free
+ * in it (256-aligned, after what the frame's recorded uploads use): when they do not fit, the frame
+ * is submitted first (without waiting) and a fresh one gives its whole buffer (*off = 0; `want` may
+ * exceed its size: the caller then takes what fits). So a read-back of a result lands in the same
+ * command buffer as the work that computes it: one submission. NULL after a failure. */
+vk_staging *vk_frame_staging(af_vk_dev *d, uint64_t want, uint64_t *off);
+/* Record a copy of n bytes from (b, off) into staging s at s_off, made visible to the host. */
+void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, uint64_t s_off, uint64_t n);
 /* Submit the recording frame (if any) without waiting; `why` names the synchronization point. */
 void vk_flush(af_vk_dev *d, const char *why);
 /* Submit and wait for everything; releases deferred frees. Returns the sticky status. */
