@@ -107,7 +107,7 @@ TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh
 TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_vulkan_model test_vulkan_cli test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
 TEST_ORDER := $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) $(TEST_SCRIPTS)
 
-.PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp
+.PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp device-kit
 all: probe lib cli
 
 # The link flags of a program that links build/libafinar.a (the reference scripts in tests/ref/
@@ -212,6 +212,12 @@ install: lib cli
 
 bench: all
 	bash bench/run_decode.sh
+
+# The device kit (bench/kit/make_kit.sh, docs/VULKAN.md "Device kit"): build/device-kit/, the binary,
+# the Vulkan test programs (built without MPI in build/kit-obj, rpath $$ORIGIN/lib), their libraries,
+# the Vulkan loader packages, a 38 MiB SmolLM2 cut, fixtures, a BBC slice and run.sh.
+device-kit:
+	bash bench/kit/make_kit.sh
 
 # llama.cpp cross-checks of `afinar export` / `afinar merge` (tests/ref/llamacpp_adapter_check.py):
 # builds llama-cpp-python into $(LLAMACPP_VENV) once (scripts/setup_llamacpp.sh, portable build),
