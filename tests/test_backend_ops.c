@@ -1012,6 +1012,45 @@ static void test_mem_policy(void) {
           "no device-local or no host-visible type: refused");
 }
 
+/* ---------------------------------------------------------------- subgroup sizes */
+
+/* The size policy on the ranges of devices we cannot run here, then, on this device, the decode
+ * products of the subgroup shader (mv_sg) created with every required size the device allows (and
+ * with none: the driver's choice) against the CPU. Lavapipe allows only 8; the shader strides its
+ * lanes by gl_SubgroupSize, so sizes 16/32/64 run the same code with more lanes (GPU run: the kit). */
+static void test_subgroup_sizes(void) {
+    printf("-- subgroup sizes\n");
+    CHECK(af_vk_pick_subgroup_size(32, 32) == 32 && af_vk_pick_subgroup_size(32, 64) == 32 &&
+              af_vk_pick_subgroup_size(8, 32) == 32 && af_vk_pick_subgroup_size(8, 8) == 8 &&
+              af_vk_pick_subgroup_size(64, 64) == 64 && af_vk_pick_subgroup_size(4, 16) == 16 &&
+              af_vk_pick_subgroup_size(0, 0) == 0 && af_vk_pick_subgroup_size(64, 32) == 0,
+          "subgroup size policy: 32 clamped to the device's range");
+    const af_vk_info *in = af_vk_dev_info(D);
+    if (!in->subgroup_arith) {
+        tl_skip("no subgroup arithmetic on this device: the subgroup shaders are not used");
+        return;
+    }
+    CHECK(af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, 3) == -1, "a required subgroup size of 3 is refused");
+    if (!in->subgroup_control) {
+        tl_skip("no subgroup size control on this device (subgroup size %u, the driver's)", in->subgroup_size);
+        return;
+    }
+    const int prev = af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, 0);
+    CHECK(af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, 2 * (uint64_t)in->subgroup_max) == -1,
+          "a required size above the device's maximum is refused");
+    static const uint32_t types[] = {AF_TYPE_Q4_0, AF_TYPE_Q3_K, AF_TYPE_Q6_K, AF_TYPE_F16};
+    for (uint32_t sz = 0; sz <= in->subgroup_max; sz = sz ? 2 * sz : in->subgroup_min) {
+        CHECK(af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, sz) >= 0, "required subgroup size %u accepted", sz);
+        printf("required subgroup size %u%s:\n", sz, sz ? "" : " (none: the driver's)");
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            test_matmul(types[i], 1, 768, 45);
+            test_matmul(types[i], 6, 512, 19);
+        }
+        if (sz == in->subgroup_max) break;
+    }
+    af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, (uint64_t)(prev > 0 ? prev : 0));
+}
+
 /* ---------------------------------------------------------------- failures */
 
 static int contains(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
@@ -1208,6 +1247,9 @@ int main(void) {
     printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
     t0 = af_time_sec();
     test_staging();
+    printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
+    t0 = af_time_sec();
+    test_subgroup_sizes();
     printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
     t0 = af_time_sec();
     test_faults();

@@ -142,7 +142,12 @@ static void describe(const vk_inst *I, VkPhysicalDevice p, af_vk_info *info) {
     VkPhysicalDeviceProperties base;
     I->f.vkGetPhysicalDeviceProperties(p, &base);
     const int v12 = VK_API_VERSION_MINOR(base.apiVersion) >= 2 || has_ext(I, p, "VK_KHR_driver_properties");
-    sg.pNext = v12 ? &drv : NULL;
+    const int szc = VK_API_VERSION_MINOR(base.apiVersion) >= 3 || has_ext(I, p, "VK_EXT_subgroup_size_control");
+    VkPhysicalDeviceSubgroupSizeControlProperties scp;
+    memset(&scp, 0, sizeof scp);
+    scp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES;
+    drv.pNext = szc ? &scp : NULL;
+    sg.pNext = v12 ? (void *)&drv : szc ? (void *)&scp : NULL;
     VkPhysicalDeviceProperties2 pr = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &sg, base};
     I->f.vkGetPhysicalDeviceProperties2(p, &pr);
     snprintf(info->name, sizeof info->name, "%s", base.deviceName);
@@ -162,8 +167,20 @@ static void describe(const vk_inst *I, VkPhysicalDevice p, af_vk_info *info) {
     VkPhysicalDeviceShaderFloat16Int8Features f16 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
                                                      NULL, 0, 0};
     const int has_f16 = VK_API_VERSION_MINOR(base.apiVersion) >= 2 || has_ext(I, p, "VK_KHR_shader_float16_int8");
-    VkPhysicalDeviceFeatures2 ft = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, has_f16 ? &f16 : NULL, {0}};
+    VkPhysicalDeviceSubgroupSizeControlFeatures scf;
+    memset(&scf, 0, sizeof scf);
+    scf.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES;
+    f16.pNext = szc ? &scf : NULL;
+    VkPhysicalDeviceFeatures2 ft = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                    has_f16 ? (void *)&f16 : szc ? (void *)&scf : NULL, {0}};
     I->f.vkGetPhysicalDeviceFeatures2(p, &ft);
+    if (szc && info->subgroup_arith) {
+        info->subgroup_min = scp.minSubgroupSize;
+        info->subgroup_max = scp.maxSubgroupSize;
+        info->subgroup_control = scf.subgroupSizeControl && (scp.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                                 scp.minSubgroupSize > 0 && scp.maxSubgroupSize >= scp.minSubgroupSize;
+        info->full_subgroups = scf.computeFullSubgroups != 0;
+    }
     info->fp64 = ft.features.shaderFloat64 != 0;
     info->int64 = ft.features.shaderInt64 != 0;
     info->fp16 = has_f16 && f16.shaderFloat16;
@@ -233,6 +250,14 @@ int af_vk_pick_memory(const af_vk_memtype *t, int n, int device_type, af_vk_memp
     out->host_coherent = (t[host].flags & HC) != 0;
     out->host_cached = (t[host].flags & CA) != 0;
     return 0;
+}
+
+uint32_t af_vk_pick_subgroup_size(uint32_t min_size, uint32_t max_size) {
+    if (min_size == 0 || max_size < min_size) return 0;
+    uint32_t s = 32;
+    if (s < min_size) s = min_size;
+    if (s > max_size) s = max_size;
+    return s;
 }
 
 /* Memory types of the device (af_vk_pick_memory's policy). */
@@ -322,6 +347,7 @@ af_status af_vk_open(int index, af_vk_dev **out) {
     d->use_fp64 = d->fp64;
     d->use_subgroup = d->subgroup_arith;
     d->use_fp16 = 0; /* opt-in precision */
+    d->sg_required = d->info.subgroup_control ? af_vk_pick_subgroup_size(d->info.subgroup_min, d->info.subgroup_max) : 0;
     /* features: only what the shaders use */
     VkPhysicalDeviceShaderFloat16Int8Features f16 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
                                                      NULL, d->fp16 ? VK_TRUE : VK_FALSE, VK_FALSE};
@@ -331,10 +357,20 @@ af_status af_vk_open(int index, af_vk_dev **out) {
     feat.shaderInt64 = d->int64 ? VK_TRUE : VK_FALSE;
     const float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, NULL, 0, d->qfam, 1, &prio};
-    const char *exts[1];
+    const char *exts[2];
     uint32_t next = 0;
     if (d->fp16 && VK_API_VERSION_MINOR(d->info.api_version) < 2) exts[next++] = "VK_KHR_shader_float16_int8";
-    VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, d->fp16 ? &f16 : NULL, 0, 1, &qci, 0, NULL, next,
+    /* subgroup size control: only the two features the subgroup shaders' pipelines use */
+    const int szc = d->info.subgroup_control || d->info.full_subgroups;
+    VkPhysicalDeviceSubgroupSizeControlFeatures scf;
+    memset(&scf, 0, sizeof scf);
+    scf.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES;
+    scf.subgroupSizeControl = d->info.subgroup_control ? VK_TRUE : VK_FALSE;
+    scf.computeFullSubgroups = d->info.full_subgroups ? VK_TRUE : VK_FALSE;
+    if (szc && VK_API_VERSION_MINOR(d->info.api_version) < 3) exts[next++] = "VK_EXT_subgroup_size_control";
+    f16.pNext = szc ? &scf : NULL;
+    VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              d->fp16 ? (void *)&f16 : szc ? (void *)&scf : NULL, 0, 1, &qci, 0, NULL, next,
                               exts, &feat};
     VkResult r = d->f.vkCreateDevice(d->phys, &dci, NULL, &d->dev);
     if (r != VK_SUCCESS) {
@@ -417,6 +453,13 @@ int af_vk_set_hook(af_vk_dev *d, af_vk_hook h, uint64_t value) {
     case AF_VK_HOOK_STAGING:
         prev = d->force_staging;
         d->force_staging = value != 0;
+        break;
+    case AF_VK_HOOK_SUBGROUP_SIZE:
+        prev = (int)d->sg_required;
+        if (value && (!d->info.subgroup_control || value < d->info.subgroup_min || value > d->info.subgroup_max ||
+                      (value & (value - 1))))
+            prev = -1;
+        else d->sg_required = (uint32_t)value;
         break;
     }
     pthread_mutex_unlock(&d->mu);

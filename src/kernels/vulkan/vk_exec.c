@@ -184,14 +184,20 @@ static void hazards(af_vk_dev *d, vk_frame *f, const uintptr_t *a, const uintptr
 VkPipeline vk_pipeline(af_vk_dev *d, const char *op, int shader, const uint32_t *spec) {
     static const uint32_t zero[VK_NSPEC];
     if (!spec) spec = zero;
-    for (int i = 0; i < d->npipe; i++)
-        if (d->pipes[i].shader == (uint32_t)shader && !memcmp(d->pipes[i].spec, spec, sizeof zero))
-            return d->pipes[i].pipe;
     if (shader < 0 || shader >= af_vk_nshaders) {
         vk_fail(d, AF_ERR_INTERNAL, "%s: no shader %d", op, shader);
         return VK_NULL_HANDLE;
     }
     const af_vk_spirv *sp = &af_vk_shaders[shader];
+    /* the subgroup variants ("*_sg") stride their lanes by gl_SubgroupSize: full subgroups where the
+     * device can promise them, and the required size where it can be chosen */
+    const size_t nl = strlen(sp->name);
+    const int sgv = nl > 3 && !strcmp(sp->name + nl - 3, "_sg");
+    const uint32_t sgs = sgv ? d->sg_required : 0;
+    for (int i = 0; i < d->npipe; i++)
+        if (d->pipes[i].shader == (uint32_t)shader && d->pipes[i].sg_size == sgs &&
+            !memcmp(d->pipes[i].spec, spec, sizeof zero))
+            return d->pipes[i].pipe;
     if (!d->modules[shader]) {
         VkShaderModuleCreateInfo mi = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, sp->words * 4, sp->code};
         VkResult r = af_vk_fault_hit(d->fault, AF_VK_FAULT_SHADER)
@@ -215,13 +221,19 @@ VkPipeline vk_pipeline(af_vk_dev *d, const char *op, int shader, const uint32_t 
     ci.stage.module = d->modules[shader];
     ci.stage.pName = "main";
     ci.stage.pSpecializationInfo = &si;
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfo rs;
+    memset(&rs, 0, sizeof rs);
+    rs.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO;
+    rs.requiredSubgroupSize = sgs;
+    if (sgv && d->info.full_subgroups) ci.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
+    if (sgs) ci.stage.pNext = &rs;
     ci.layout = d->layout;
     VkPipeline p = VK_NULL_HANDLE;
     double t0 = af_time_sec();
     VkResult r = d->v.vkCreateComputePipelines(d->dev, d->pcache, 1, &ci, NULL, &p);
     if (getenv("AF_VULKAN_TRACE"))
-        fprintf(stderr, "vulkan: pipeline %s [%u %u %u] for %s: %.3f s\n", sp->name, spec[0], spec[1], spec[2], op,
-                af_time_sec() - t0);
+        fprintf(stderr, "vulkan: pipeline %s [%u %u %u] for %s%s%.0u: %.3f s\n", sp->name, spec[0], spec[1], spec[2], op,
+                sgs ? ", subgroup size " : "", sgs, af_time_sec() - t0);
     if (r != VK_SUCCESS) {
         vk_fail(d, r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? AF_ERR_NOMEM
                                                                                            : AF_ERR_UNSUPPORTED,
@@ -242,6 +254,7 @@ VkPipeline vk_pipeline(af_vk_dev *d, const char *op, int shader, const uint32_t 
     }
     vk_pipe *e = &d->pipes[d->npipe++];
     e->shader = (uint32_t)shader;
+    e->sg_size = sgs;
     memcpy(e->spec, spec, sizeof zero);
     e->pipe = p;
     return p;

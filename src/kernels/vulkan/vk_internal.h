@@ -91,6 +91,7 @@ typedef struct vk_frame {
 typedef struct vk_pipe {
     uint32_t shader;
     uint32_t spec[VK_NSPEC];
+    uint32_t sg_size; /* required subgroup size it was created with (subgroup shaders; 0: none) */
     VkPipeline pipe; /* VK_NULL_HANDLE: creation failed (the error was reported) */
 } vk_pipe;
 
@@ -116,6 +117,7 @@ struct af_vk_dev {
     uint64_t min_sb_align;         /* minStorageBufferOffsetAlignment (offsets we bind are 0) */
     int fp64, int64, fp16, subgroup_arith;
     uint32_t subgroup_size;
+    uint32_t sg_required;          /* required subgroup size of the subgroup shaders (0: the driver's) */
     /* feature switches (hooks): what the shaders may use; start as the device's features */
     int use_fp64, use_subgroup, use_fp16;
     int force_staging;             /* hook: never write device memory through a mapping */
