@@ -1012,6 +1012,42 @@ static void test_mem_policy(void) {
           "no device-local or no host-visible type: refused");
 }
 
+/* ---------------------------------------------------------------- profiler */
+
+/* A device opened with AF_VULKAN_PROFILE=1: two element-wise ops, an upload and a read-back are in
+ * its table with their counts and a positive time; the plain device reports nothing. */
+static void test_profile(void) {
+    printf("-- profiler (AF_VULKAN_PROFILE)\n");
+    char buf[4096];
+    CHECK(af_vk_profile_text(D, buf, sizeof buf) == 0 && buf[0] == 0, "no profile without AF_VULKAN_PROFILE");
+    setenv("AF_VULKAN_PROFILE", "1", 1);
+    af_vk_dev *d2 = NULL;
+    af_status st = af_vk_open(0, &d2);
+    unsetenv("AF_VULKAN_PROFILE");
+    if (!CHECK(st == AF_OK, "profiled device: %s", af_last_error())) return;
+    float *x = frand(4096, -1, 1), *y = malloc(4096 * 4);
+    float *dx = af_vk_alloc(d2, 4096 * 4), *dy = af_vk_alloc(d2, 4096 * 4);
+    af_vk_set_hook(d2, AF_VK_HOOK_STAGING, 1);
+    af_vk_upload(d2, dx, x, 4096 * 4);
+    af_vk_scale(d2, dy, dx, 2.0f, 4096);
+    af_vk_add(d2, dy, dy, dx, 4096);
+    CHECK(af_vk_download(d2, y, dy, 4096 * 4) == AF_OK && y[7] == 3.0f * x[7], "profiled device computes");
+    af_vk_sync(d2);
+    const size_t n = af_vk_profile_text(d2, buf, sizeof buf);
+    printf("%s", buf);
+    const char *ew = strstr(buf, "\n  ew "), *tr = strstr(buf, "\n  transfers ");
+    unsigned long long cnt = 0, tcnt = 0;
+    double ms = -1, tms = -1;
+    if (ew) sscanf(ew + 5, "%llu %lf", &cnt, &ms);
+    if (tr) sscanf(tr + 12, "%llu %lf", &tcnt, &tms);
+    CHECK(n > 0 && ew && cnt == 2 && ms > 0, "profile: the element-wise shader twice with a positive time (%llu, %g ms)",
+          cnt, ms);
+    CHECK(tr && tcnt == 2 && tms >= 0, "profile: the upload and the read-back as transfers (%llu)", tcnt);
+    af_vk_free(d2, dx), af_vk_free(d2, dy);
+    af_vk_close(d2);
+    free(x), free(y);
+}
+
 /* ---------------------------------------------------------------- subgroup sizes */
 
 /* The size policy on the ranges of devices we cannot run here, then, on this device, the decode
@@ -1248,6 +1284,7 @@ int main(void) {
     t0 = af_time_sec();
     test_staging();
     printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
+    test_profile();
     t0 = af_time_sec();
     test_subgroup_sizes();
     printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());

@@ -6,7 +6,8 @@
 #                  PyTorch + PEFT fp32 / bf16 autocast on the GPU), the main job's losses on both
 #   devices.txt    `afinar devices`, nvidia-smi, vulkaninfo --summary (when present), CPU, kernel
 #   tests.log      test_backend_ops, test_vulkan_model, test_vulkan_cli (full output)
-#   bench.log      every benchmark command line and its stderr
+#   bench.log      every benchmark command line and its stderr (with the AF_VULKAN_PROFILE tables:
+#                  where the device's time goes in decode and in a training step)
 #   main_cpu.jsonl, main_vulkan.jsonl   the main job's metrics.jsonl on each device
 #   peft.jsonl     one JSON object per PyTorch run (or {"skipped": why})
 # Environment:
@@ -128,6 +129,8 @@ rate() {
 declare -A R
 for d in cpu "$DEV"; do
   k=${d%%:*}
+  # one token first: the pipelines are created (and saved in the pipeline cache) outside the timing
+  bench "generate $d (warm-up)" 60 ./afinar generate -m "$MODEL" -f "$WORK/prompt.txt" -n 1 --temp 0 --device "$d"
   if bench "generate $d" 120 ./afinar generate -m "$MODEL" -f "$WORK/prompt.txt" -n "$NGEN" --temp 0 --ignore-eos \
        --device "$d" --timings; then
     line=$(grep '^timings:' "$BLOG" | tail -n 1)
@@ -147,6 +150,21 @@ for d in cpu "$DEV"; do
   fi
   say "bench $d: prompt ${R[$k.ps]:-?} tok/s, decode ${R[$k.ds]:-?} tok/s, cls ${R[$k.cls]:-?} samples/s, lm ${R[$k.lm]:-?} tokens/s"
 done
+# where the device's time goes (AF_VULKAN_PROFILE: GPU timestamps per shader, vk_prof.c), on the
+# same decode and classification runs; the tables go to bench.log and summary.md
+PROF=""
+profile() { # LABEL CMD...: run CMD profiled, keep the table it prints
+  local label=$1 n0; shift
+  n0=$(wc -l < "$BLOG")
+  if bench "profile: $label" 90 env AF_VULKAN_PROFILE=1 "$@"; then
+    PROF+=$'\n'"$label:"$'\n\n'"$(tail -n +"$((n0 + 1))" "$BLOG" | grep -A 16 '^vulkan profile of' | sed 's/^/    /')"$'\n'
+  fi
+}
+profile "decode ($NGEN tokens)" ./afinar generate -m "$MODEL" -f "$WORK/prompt.txt" -n "$NGEN" --temp 0 --ignore-eos \
+  --device "$DEV"
+[ "$QUICK" = 1 ] || profile "classification training ($CSTEPS steps)" ./afinar train -m "$MODEL" \
+  --train data/bbc/train.jsonl --labels data/bbc/labels.txt --recipe fixed --max-steps "$CSTEPS" --batch "$CB" \
+  --grad-accum "$CA" --max-seq-len "$CS" --no-plot -o "$WORK/prof_cls" --overwrite --device "$DEV"
 # the model's shape for PyTorch, from the GGUF
 hp() { ./afinar info "$MODEL" 2>/dev/null | awk -v k="$1" '$1 == k {print $2; exit}'; }
 PSHAPE=(--layers "$(hp num_hidden_layers)" --hidden "$(hp hidden_size)" --inter "$(hp intermediate_size)"
@@ -248,6 +266,10 @@ v() { echo "${R[$1]:-?}"; }
   echo "| step | loss cpu | loss $DEV | rel. diff |"; echo "|---|---|---|---|"
   echo "$LOSSTAB" | grep '^|'
   echo
+  if [ -n "$PROF" ]; then
+    echo "## Profile of $DEV (AF_VULKAN_PROFILE: GPU timestamps after every command, totals per shader)"
+    echo "$PROF"
+  fi
   if [ ${#NOTES[@]} -gt 0 ]; then echo "## Notes"; echo; printf -- '- %s\n' "${NOTES[@]}"; echo; fi
   echo "Whole run: $(( $(date +%s) - T0 )) s (budget $BUDGET s)."
 } > "$SUM"

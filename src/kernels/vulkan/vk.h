@@ -135,6 +135,11 @@ int af_vk_pick_memory(const af_vk_memtype *t, int n, int device_type, af_vk_memp
  * to that range (NVIDIA: 32; AMD RDNA 32..64: 32, the smaller wave keeps more lanes busy on rows of
  * 576..2048 values = 18..64 chunks; Intel 8..32: 32; lavapipe 8..8: 8). 0 when the range is empty. */
 uint32_t af_vk_pick_subgroup_size(uint32_t min_size, uint32_t max_size);
+/* The profile of a device opened with $AF_VULKAN_PROFILE=1 (vk_prof.c: GPU timestamps after every
+ * command, totals per shader, largest first) as text into buf (cap bytes, NUL-terminated,
+ * truncated to fit); also printed on stderr when the device is closed. Returns the full length
+ * (0: not profiling). */
+size_t af_vk_profile_text(af_vk_dev *d, char *buf, size_t cap);
 /* Queue submissions made by this device so far (command buffers: one per synchronization point or
  * full frame; tests and AF_VULKAN_TRACE count them per decode step). */
 uint64_t af_vk_submissions(af_vk_dev *d);

@@ -29,6 +29,7 @@ static void retire(af_vk_dev *d, vk_frame *f) {
     VkResult r = d->v.vkWaitForFences(d->dev, 1, &f->fence, VK_TRUE, UINT64_MAX);
     if (r != VK_SUCCESS) vk_fail_vk(d, r, "waiting for submitted work", "vkWaitForFences");
     if (r == VK_SUCCESS) d->v.vkResetFences(d->dev, 1, &f->fence);
+    if (r == VK_SUCCESS) vk_prof_collect(d, f);
     f->submitted = 0;
     release_defers(d, f);
 }
@@ -80,6 +81,7 @@ static vk_frame *recording(af_vk_dev *d) {
     }
     f->recording = 1;
     full_barrier(d, f->cb);
+    vk_prof_begin(d, f);
     return f;
 }
 
@@ -385,6 +387,7 @@ void vk_dispatch(af_vk_dev *d, const char *op, int shader, const uint32_t *spec,
     }
     d->v.vkCmdPushConstants(f->cb, d->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
     d->v.vkCmdDispatch(f->cb, gx, gy, gz);
+    vk_prof_mark(d, f, shader);
     f->ndispatch++;
 }
 
@@ -417,6 +420,7 @@ void vk_cmd_copy(af_vk_dev *d, const char *op, void *dst, const void *src, uint6
         hazards(d, f, a, b, w, 2);
         VkBufferCopy c = {os, ot, n};
         d->v.vkCmdCopyBuffer(f->cb, bs, bt, 1, &c);
+        vk_prof_mark(d, f, -1);
         s += n, t += n, bytes -= n;
     }
 }
@@ -437,6 +441,7 @@ void vk_cmd_fill(af_vk_dev *d, const char *op, void *dst, uint32_t pattern, uint
         int w = 1;
         hazards(d, f, &a, &e, &w, 1);
         d->v.vkCmdFillBuffer(f->cb, b, o, n, pattern);
+        vk_prof_mark(d, f, -1);
         t += n, bytes -= n;
     }
 }
@@ -469,6 +474,7 @@ void vk_cmd_upload(af_vk_dev *d, const char *op, void *dst, const void *src, uin
         hazards(d, f, &a, &e, &w, 1);
         VkBufferCopy c = {f->st.used, o, n};
         d->v.vkCmdCopyBuffer(f->cb, f->st.buf, b, 1, &c);
+        vk_prof_mark(d, f, -1);
         f->st.used = (f->st.used + n + 15) & ~(uint64_t)15;
         s += n, t += n, bytes -= n;
     }
@@ -492,6 +498,7 @@ void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, ui
     full_barrier(d, f->cb);
     VkBufferCopy c = {off, s_off, n};
     d->v.vkCmdCopyBuffer(f->cb, b, s->buf, 1, &c);
+    vk_prof_mark(d, f, -1);
     s->used = s_off + n;
     VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT};
     d->v.vkCmdPipelineBarrier(f->cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0,
@@ -554,10 +561,16 @@ int vk_exec_init(af_vk_dev *d) {
     d->dummy_alloc = vk_find(d, p);
     uint64_t o;
     vk_resolve(d, p, 256, &d->dummy, &o);
-    return 0;
+    return vk_prof_init(d);
 }
 
 void vk_exec_release(af_vk_dev *d) {
+    for (int i = 0; i < VK_NFRAMES && d->prof; i++) { /* the last frames' timestamps, then the table */
+        vk_frame *f = &d->fr[i];
+        if (f->submitted && d->v.vkWaitForFences(d->dev, 1, &f->fence, VK_TRUE, UINT64_MAX) == VK_SUCCESS)
+            vk_prof_collect(d, f);
+    }
+    vk_prof_release(d);
     for (int i = 0; i < VK_NFRAMES; i++) {
         vk_frame *f = &d->fr[i];
         if (f->submitted) d->v.vkWaitForFences(d->dev, 1, &f->fence, VK_TRUE, UINT64_MAX);

@@ -86,6 +86,10 @@ typedef struct vk_frame {
     VkDescriptorSet last_set;
     VkBuffer last_bufs[VK_NBIND];
     VkPipeline last_pipe; /* bound pipeline */
+    /* profiler (vk_prof.c): timestamp queries of this frame and the shader of each (-1: a transfer) */
+    VkQueryPool qpool;
+    int *qtag;
+    uint32_t nq;
 } vk_frame;
 
 typedef struct vk_pipe {
@@ -111,6 +115,12 @@ struct af_vk_dev {
     int device_host_visible;       /* the device-local type is host-visible (lavapipe, UMA) */
     int mt_host_coherent;
     uint64_t n_submit;             /* queue submissions so far (af_vk_submissions) */
+    /* profiler ($AF_VULKAN_PROFILE, vk_prof.c): totals per shader id, [af_vk_nshaders] = transfers */
+    int prof;
+    uint64_t prof_mask, prof_frames;
+    float prof_period; /* ns per timestamp tick */
+    double *prof_ns;
+    uint64_t *prof_n;
     uint64_t max_range;            /* maxStorageBufferRange (rounded down to 256) */
     uint64_t max_alloc;            /* maxMemoryAllocationSize */
     uint64_t buf_align;            /* alignment of buffer memory offsets */
@@ -223,6 +233,15 @@ void vk_cmd_upload(af_vk_dev *d, const char *op, void *dst, const void *src, uin
 vk_staging *vk_frame_staging(af_vk_dev *d, uint64_t want, uint64_t *off);
 /* Record a copy of n bytes from (b, off) into staging s at s_off, made visible to the host. */
 void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, uint64_t s_off, uint64_t n);
+/* The profiler (vk_prof.c; $AF_VULKAN_PROFILE=1 at open): init after the frames exist (0, or -1 with
+ * the error set), begin after a frame's opening barrier, mark after each recorded command (tag: the
+ * shader id, -1 a transfer), collect when the frame's fence was waited for, release (prints the
+ * table on stderr) before the frames go. All are no-ops when profiling is off. */
+int vk_prof_init(af_vk_dev *d);
+void vk_prof_begin(af_vk_dev *d, vk_frame *f);
+void vk_prof_mark(af_vk_dev *d, vk_frame *f, int tag);
+void vk_prof_collect(af_vk_dev *d, vk_frame *f);
+void vk_prof_release(af_vk_dev *d);
 /* Submit the recording frame (if any) without waiting; `why` names the synchronization point. */
 void vk_flush(af_vk_dev *d, const char *why);
 /* Submit and wait for everything; releases deferred frees. Returns the sticky status. */
