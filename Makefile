@@ -6,6 +6,8 @@
 #   make install PREFIX=/usr/local   header, libs, afinar.pc, CLI
 #   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
 #   make check-llamacpp  export/merge cross-checks against llama.cpp (builds .venv-llamacpp once)
+#   make device-kit   build/device-kit/: the Vulkan tests and GPU benchmarks for a bare GPU machine,
+#                     run there with its run.sh in one call (docs/VULKAN.md "Device kit")
 # Options: DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder. Threads: the library's own
 # worker pool (src/core/pool.c, POSIX threads); OpenMP is not used.
 
