@@ -20,6 +20,7 @@
 #                   slice, 12 steps of 16 samples an epoch; quick 2)
 #   KIT_DEVICE      the Vulkan device (default: the first vulkan:N that is not a software device,
 #                   else vulkan:0)
+#   KIT_TESTS=0     skip the three test programs (a second, shorter call for the benchmarks)
 # The Vulkan loader: when `ldconfig -p` lists no libvulkan.so.1, the packages of debs/ are unpacked
 # as the device README says (dpkg -x into / as root, else into a private folder put on
 # LD_LIBRARY_PATH); when afinar then sees no Vulkan device and VK_DRIVER_FILES is unset, the NVIDIA
@@ -99,7 +100,9 @@ TRES=()
 TFAIL=0
 TCAP=150
 [ "$QUICK" = 1 ] && TCAP=300 # lavapipe on a loaded 2-core machine
-for t in test_backend_ops test_vulkan_model test_vulkan_cli; do
+TESTS="test_backend_ops test_vulkan_model test_vulkan_cli"
+[ "${KIT_TESTS:-1}" = 0 ] && TESTS="" && NOTES+=("test programs: not run (KIT_TESTS=0)")
+for t in $TESTS; do
   if ! tt=$(cap $TCAP); then TRES+=("| $t | skipped: budget spent | |"); TFAIL=1; continue; fi
   s0=$(date +%s)
   echo "==== $t" >> "$TLOG"
