@@ -163,9 +163,11 @@ PROF=""
 profile() { # LABEL CMD...: run CMD profiled, keep the table it prints
   local label=$1 n0; shift
   n0=$(wc -l < "$BLOG")
-  if bench "profile: $label" 90 env AF_VULKAN_PROFILE=1 "$@"; then
-    PROF+=$'\n'"$label:"$'\n\n'"$(tail -n +"$((n0 + 1))" "$BLOG" | grep -A 16 '^vulkan profile of' | sed 's/^/    /')"$'\n'
-  fi
+  local tab=""
+  bench "profile: $label" 90 env AF_VULKAN_PROFILE=1 "$@" &&
+    tab=$(tail -n +"$((n0 + 1))" "$BLOG" | grep -A 16 '^vulkan profile of' | sed 's/^/    /')
+  if [ -n "$tab" ]; then PROF+=$'\n'"$label:"$'\n\n'"$tab"$'\n'
+  else NOTES+=("profile: $label: no table (not a Vulkan device, or no timestamps: bench.log)"); fi
 }
 profile "decode ($NGEN tokens)" ./afinar generate -m "$MODEL" -f "$WORK/prompt.txt" -n "$NGEN" --temp 0 --ignore-eos \
   --device "$DEV"
