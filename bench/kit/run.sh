@@ -264,7 +264,7 @@ v() { echo "${R[$1]:-?}"; }
   echo "Decode bandwidth floor: the weights are $((wb / 1048576)) MiB read once per token; at B GB/s the floor is"
   echo "B·1e9 / $wb tok/s (H100 SXM HBM3 ~3000 GB/s measured by the device README: $(awk -v b="$wb" 'BEGIN {printf "%.0f", 3.0e12 / b}') tok/s)."
   echo
-  echo "## Main job: BBC News slice ($(wc -l < data/bbc/train.jsonl) train, $(wc -l < "$VAL") val, $(wc -l < "$TEST") test), --recipe fixed ${MJ[*]}, $STEPS steps, dropout 0"
+  echo "## Main job: BBC News slice ($(wc -l < data/bbc/train.jsonl) train, $(wc -l < "$VAL") val, $(wc -l < "$TEST") test), --recipe fixed${MJ[*]:+ ${MJ[*]}}, $STEPS steps, dropout 0"
   echo
   echo "| device | train + eval wall s | test accuracy |"; echo "|---|---|---|"
   echo "| $DEV | ${MW[vulkan]:-?} | ${MA[vulkan]:-?} |"
