@@ -7,6 +7,8 @@
 #   make bench        decode/prompt benchmarks (needs models/ and .venv-bench, see bench/README.md)
 #   make check-llamacpp  export/merge cross-checks against llama.cpp (builds .venv-llamacpp once)
 #   make test-python  the Python package's pytest suite and examples (python/, docs/PYTHON.md)
+#   make device-kit   build/device-kit/: the Vulkan tests and GPU benchmarks for a bare GPU machine,
+#                     run there with its run.sh in one call (docs/VULKAN.md "Device kit")
 # Options: DEBUG=1 builds -O0 -g; BUILD=dir changes the build folder. Threads: the library's own
 # worker pool (src/core/threadpool.c, POSIX threads); OpenMP is not used.
 
@@ -115,7 +117,8 @@ TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_vulkan_model test_vulkan_cli test
 TEST_ORDER := tests/check_web_ui.sh $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) \
               $(filter-out tests/check_web_ui.sh,$(TEST_SCRIPTS))
 
-.PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp cli-doc test-python
+.PHONY: all lib cli test tests sanitize install clean probe print-ldlibs bench check-llamacpp cli-doc test-python \
+        device-kit
 all: probe lib cli
 
 # The link flags of a program that links build/libafinar.a (the reference scripts in tests/ref/
@@ -228,6 +231,12 @@ install: lib cli
 
 bench: all
 	bash bench/run_decode.sh
+
+# The device kit (bench/kit/make_kit.sh, docs/VULKAN.md "Device kit"): build/device-kit/, the binary,
+# the Vulkan test programs (built without MPI in build/kit-obj, rpath $$ORIGIN/lib), their libraries,
+# the Vulkan loader packages, a 38 MiB SmolLM2 cut, fixtures, a BBC slice and run.sh.
+device-kit:
+	bash bench/kit/make_kit.sh
 
 # llama.cpp cross-checks of `afinar export` / `afinar merge` (tests/ref/llamacpp_adapter_check.py):
 # builds llama-cpp-python into $(LLAMACPP_VENV) once (scripts/setup_llamacpp.sh, portable build),

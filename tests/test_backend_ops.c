@@ -947,6 +947,23 @@ static void test_staging(void) {
     float *g = down(dx, n);
     for (int64_t i = 0; i < n; i++) x[i] *= 2.0f;
     CLOSE("12 MiB upload, scale, download through staging", g, x, NULL, 0, n);
+    /* a result read back right after the work that computes it: the upload, the op and the copy
+     * to the host in one command buffer (the discrete-GPU path of a decode step's logits) */
+    {
+        float *c = frand(5000, -1, 1), *dc = af_vk_alloc(D, 20000), *dr = af_vk_alloc(D, 20000);
+        af_vk_sync(D);
+        const uint64_t s0 = af_vk_submissions(D);
+        af_vk_upload(D, dc, c, 20000);
+        af_vk_scale(D, dr, dc, -0.5f, 5000);
+        float *r = down(dr, 5000);
+        const uint64_t ns = af_vk_submissions(D) - s0;
+        for (int64_t i = 0; i < 5000; i++) c[i] *= -0.5f;
+        CLOSE("upload, scale, download through staging", r, c, NULL, 0, 5000);
+        CHECK(ns == 1, "upload + op + read-back through staging: %llu submissions, want 1", (unsigned long long)ns);
+        printf("upload + op + read-back through staging: %llu submission(s)\n", (unsigned long long)ns);
+        af_vk_free(D, dc), af_vk_free(D, dr);
+        free(c), free(r);
+    }
     /* an upload queued behind an op that reads the old contents */
     float *a = frand(1000, -1, 1), *b = frand(1000, -1, 1), *da = upf(a, 1000), *dy = af_vk_alloc(D, 4000);
     af_vk_scale(D, dy, da, 3.0f, 1000);
@@ -959,6 +976,115 @@ static void test_staging(void) {
     af_vk_free(D, dx), af_vk_free(D, da), af_vk_free(D, dy);
     free(x), free(g), free(a), free(b), free(yg), free(ag);
     af_vk_set_hook(D, AF_VK_HOOK_STAGING, 0);
+}
+
+/* ---------------------------------------------------------------- memory policy */
+
+/* af_vk_pick_memory on the memory properties of devices we cannot run here (values as vulkaninfo
+ * reports them: an NVIDIA data-centre GPU with a resizable BAR, a discrete GPU with a 256 MiB BAR, an
+ * integrated GPU, lavapipe). Flags: 1 DEVICE_LOCAL, 2 HOST_VISIBLE, 4 HOST_COHERENT, 8 HOST_CACHED. */
+static void test_mem_policy(void) {
+    printf("-- memory policy (af_vk_pick_memory)\n");
+    const uint64_t G = 1ull << 30;
+    /* NVIDIA H100-like: VRAM, host WC, host cached, VRAM through the BAR (same heap as VRAM) */
+    const af_vk_memtype nv[] = {{1, 80 * G}, {2 | 4, 128 * G}, {2 | 4 | 8, 128 * G}, {1 | 2 | 4, 80 * G}};
+    af_vk_mempick p = {-1, -1, -1, -1, -1};
+    CHECK(af_vk_pick_memory(nv, 4, 2, &p) == 0 && p.device == 0 && !p.device_host_visible && p.host == 2 &&
+              p.host_coherent && p.host_cached,
+          "discrete GPU with a resizable BAR: plain VRAM (0), staging in cached host memory (2): got %d %d %d", p.device,
+          p.host, p.device_host_visible);
+    CHECK(af_vk_pick_memory(nv, 4, 1, &p) == 0 && p.device == 3 && p.device_host_visible,
+          "the same types on an integrated device: the mapped device-local type (3): got %d %d", p.device,
+          p.device_host_visible);
+    /* discrete with a small BAR heap: the large VRAM heap wins whatever the device type */
+    const af_vk_memtype amd[] = {{1, 16 * G}, {2 | 4, 32 * G}, {1 | 2 | 4, 256ull << 20}};
+    CHECK(af_vk_pick_memory(amd, 3, 2, &p) == 0 && p.device == 0 && !p.device_host_visible && p.host == 1 &&
+              !p.host_cached,
+          "discrete GPU with a 256 MiB BAR: VRAM (0), staging 1: got %d %d", p.device, p.host);
+    CHECK(af_vk_pick_memory(amd, 3, 1, &p) == 0 && p.device == 0 && !p.device_host_visible,
+          "largest heap first: got %d", p.device);
+    /* lavapipe: one type that is everything */
+    const af_vk_memtype lvp[] = {{1 | 2 | 4 | 8, 2 * G}};
+    CHECK(af_vk_pick_memory(lvp, 1, 4, &p) == 0 && p.device == 0 && p.host == 0 && p.device_host_visible,
+          "lavapipe: one mapped type");
+    const af_vk_memtype none[] = {{2 | 4, G}}, nohost[] = {{1, G}};
+    CHECK(af_vk_pick_memory(none, 1, 2, &p) == -1 && af_vk_pick_memory(nohost, 1, 2, &p) == -1,
+          "no device-local or no host-visible type: refused");
+}
+
+/* ---------------------------------------------------------------- profiler */
+
+/* A device opened with AF_VULKAN_PROFILE=1: two element-wise ops, an upload and a read-back are in
+ * its table with their counts and a positive time; the plain device reports nothing. */
+static void test_profile(void) {
+    printf("-- profiler (AF_VULKAN_PROFILE)\n");
+    char buf[4096];
+    CHECK(af_vk_profile_text(D, buf, sizeof buf) == 0 && buf[0] == 0, "no profile without AF_VULKAN_PROFILE");
+    setenv("AF_VULKAN_PROFILE", "1", 1);
+    af_vk_dev *d2 = NULL;
+    af_status st = af_vk_open(0, &d2);
+    unsetenv("AF_VULKAN_PROFILE");
+    if (!CHECK(st == AF_OK, "profiled device: %s", af_last_error())) return;
+    float *x = frand(4096, -1, 1), *y = malloc(4096 * 4);
+    float *dx = af_vk_alloc(d2, 4096 * 4), *dy = af_vk_alloc(d2, 4096 * 4);
+    af_vk_set_hook(d2, AF_VK_HOOK_STAGING, 1);
+    af_vk_upload(d2, dx, x, 4096 * 4);
+    af_vk_scale(d2, dy, dx, 2.0f, 4096);
+    af_vk_add(d2, dy, dy, dx, 4096);
+    CHECK(af_vk_download(d2, y, dy, 4096 * 4) == AF_OK && y[7] == 3.0f * x[7], "profiled device computes");
+    af_vk_sync(d2);
+    const size_t n = af_vk_profile_text(d2, buf, sizeof buf);
+    printf("%s", buf);
+    const char *ew = strstr(buf, "\n  ew "), *tr = strstr(buf, "\n  transfers ");
+    unsigned long long cnt = 0, tcnt = 0;
+    double ms = -1, tms = -1;
+    if (ew) sscanf(ew + 5, "%llu %lf", &cnt, &ms);
+    if (tr) sscanf(tr + 12, "%llu %lf", &tcnt, &tms);
+    CHECK(n > 0 && ew && cnt == 2 && ms > 0, "profile: the element-wise shader twice with a positive time (%llu, %g ms)",
+          cnt, ms);
+    CHECK(tr && tcnt == 2 && tms >= 0, "profile: the upload and the read-back as transfers (%llu)", tcnt);
+    af_vk_free(d2, dx), af_vk_free(d2, dy);
+    af_vk_close(d2);
+    free(x), free(y);
+}
+
+/* ---------------------------------------------------------------- subgroup sizes */
+
+/* The size policy on the ranges of devices we cannot run here, then, on this device, the decode
+ * products of the subgroup shader (mv_sg) created with every required size the device allows (and
+ * with none: the driver's choice) against the CPU. Lavapipe allows only 8; the shader strides its
+ * lanes by gl_SubgroupSize, so sizes 16/32/64 run the same code with more lanes (GPU run: the kit). */
+static void test_subgroup_sizes(void) {
+    printf("-- subgroup sizes\n");
+    CHECK(af_vk_pick_subgroup_size(32, 32) == 32 && af_vk_pick_subgroup_size(32, 64) == 32 &&
+              af_vk_pick_subgroup_size(8, 32) == 32 && af_vk_pick_subgroup_size(8, 8) == 8 &&
+              af_vk_pick_subgroup_size(64, 64) == 64 && af_vk_pick_subgroup_size(4, 16) == 16 &&
+              af_vk_pick_subgroup_size(0, 0) == 0 && af_vk_pick_subgroup_size(64, 32) == 0,
+          "subgroup size policy: 32 clamped to the device's range");
+    const af_vk_info *in = af_vk_dev_info(D);
+    if (!in->subgroup_arith) {
+        tl_skip("no subgroup arithmetic on this device: the subgroup shaders are not used");
+        return;
+    }
+    CHECK(af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, 3) == -1, "a required subgroup size of 3 is refused");
+    if (!in->subgroup_control) {
+        tl_skip("no subgroup size control on this device (subgroup size %u, the driver's)", in->subgroup_size);
+        return;
+    }
+    const int prev = af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, 0);
+    CHECK(af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, 2 * (uint64_t)in->subgroup_max) == -1,
+          "a required size above the device's maximum is refused");
+    static const uint32_t types[] = {AF_TYPE_Q4_0, AF_TYPE_Q3_K, AF_TYPE_Q6_K, AF_TYPE_F16};
+    for (uint32_t sz = 0; sz <= in->subgroup_max; sz = sz ? 2 * sz : in->subgroup_min) {
+        CHECK(af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, sz) >= 0, "required subgroup size %u accepted", sz);
+        printf("required subgroup size %u%s:\n", sz, sz ? "" : " (none: the driver's)");
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            test_matmul(types[i], 1, 768, 45);
+            test_matmul(types[i], 6, 512, 19);
+        }
+        if (sz == in->subgroup_max) break;
+    }
+    af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP_SIZE, (uint64_t)(prev > 0 ? prev : 0));
 }
 
 /* ---------------------------------------------------------------- failures */
@@ -1141,6 +1267,7 @@ int main(void) {
     if (af_vk_built())
         CHECK(child_open_fails("VK_ICD_FILENAMES", "/nonexistent/icd.json", "Vulkan"),
               "a loader without a driver is reported");
+    if (af_vk_built()) test_mem_policy();
     af_status st = af_vk_open(0, &D);
     if (st != AF_OK) {
         tl_skip("no Vulkan device: %s", af_last_error());
@@ -1156,6 +1283,10 @@ int main(void) {
     printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
     t0 = af_time_sec();
     test_staging();
+    printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
+    test_profile();
+    t0 = af_time_sec();
+    test_subgroup_sizes();
     printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
     t0 = af_time_sec();
     test_faults();

@@ -297,7 +297,7 @@ static void test_smollm2(void) {
         tl_skip("SmolLM2 through the CLI on Vulkan under the sanitizers (lavapipe is no faster under ASan)");
         return;
     }
-    const char *model = tl_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    const char *model = tl_smollm2_path();
     if (!model) return;
     if (access("data/bbc/train.jsonl", R_OK) != 0 || access("data/bbc/labels.txt", R_OK) != 0) {
         tl_skip("data/bbc not found (scripts/setup.sh fetches it)");

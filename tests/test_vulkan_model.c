@@ -394,7 +394,7 @@ static void test_smollm2(void) {
         tl_skip("SmolLM2 on Vulkan under the sanitizers (the tiny models cover the same code)");
         return;
     }
-    const char *path = tl_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    const char *path = tl_smollm2_path();
     if (!path) return;
     const int slow = getenv("AF_TEST_SLOW") && atoi(getenv("AF_TEST_SLOW")) > 0;
     af_model *mc = NULL, *mv = NULL;
@@ -409,7 +409,7 @@ static void test_smollm2(void) {
               af_last_error());
         const int n = slow ? ((int)nt < 16 ? (int)nt : 16) : 4;
         double t0 = af_time_sec();
-        test_session("SmolLM2-135M", AF_TYPE_Q4_1, mc, mv, tok, n, slow ? (int)nt : 6, slow ? 16 : 2, 1e-3);
+        test_session("SmolLM2-135M", mc->layers[0].wq.type, mc, mv, tok, n, slow ? (int)nt : 6, slow ? 16 : 2, 1e-3);
         printf("SmolLM2 logits and greedy: %.1f s\n", af_time_sec() - t0);
         t0 = af_time_sec();
         if (slow) {

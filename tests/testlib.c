@@ -93,6 +93,15 @@ const char *tl_model_path(const char *file_name) {
     return p;
 }
 
+const char *tl_smollm2_path(void) {
+    const char *name = getenv("AF_SMOLLM2");
+    if (name && !strcmp(name, "none")) {
+        tl_skip("SmolLM2: AF_SMOLLM2=none");
+        return NULL;
+    }
+    return tl_model_path(name && *name ? name : "SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
 char *tl_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -32,6 +32,10 @@ void tl_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Path of a real model file under models/ (or $AF_MODEL_DIR); NULL (and a SKIP) if absent. */
 const char *tl_model_path(const char *file_name);
+/* The SmolLM2-135M GGUF of the model-level tests: $AF_SMOLLM2 (a file name under the model folder;
+ * the device kit sets its smaller copy) or SmolLM2-135M-Instruct.Q4_1.gguf; AF_SMOLLM2=none skips
+ * (NULL and a SKIP), as does a missing file. */
+const char *tl_smollm2_path(void);
 /* "dir/name" in one of 256 rotating static buffers of 512 bytes (valid for the next 255 calls;
  * not thread-safe): the tests' path helper. */
 const char *tl_join(const char *dir, const char *name);

@@ -46,6 +46,10 @@ typedef struct af_vk_info {
     uint32_t subgroup_size; /* 0 when subgroup arithmetic in compute shaders is unavailable */
     int fp16, fp64, int64;  /* shaderFloat16, shaderFloat64, shaderInt64 */
     int subgroup_arith;     /* VK_SUBGROUP_FEATURE_ARITHMETIC_BIT in compute */
+    uint32_t subgroup_min, subgroup_max; /* minSubgroupSize..maxSubgroupSize (subgroup size control), else 0 */
+    int subgroup_control;   /* subgroupSizeControl with compute in requiredSubgroupSizeStages: the subgroup
+                               shaders are created with a required size (vk_exec.c) */
+    int full_subgroups;     /* computeFullSubgroups: the subgroup shaders require full subgroups */
     int coopmat;            /* VK_KHR_cooperative_matrix extension present (not used: see VULKAN.md) */
 } af_vk_info;
 
@@ -102,6 +106,44 @@ af_status af_vk_sync(af_vk_dev *d);
  * reports one). */
 void af_vk_meminfo(af_vk_dev *d, uint64_t *used, uint64_t *total);
 
+/* ---- memory policy (a pure function of the device's memory properties: tested with made-up ones) ----
+ * One memory type as the device reports it: its VkMemoryPropertyFlags (bit 0 DEVICE_LOCAL, 1
+ * HOST_VISIBLE, 2 HOST_COHERENT, 3 HOST_CACHED) and the size in bytes of its heap. */
+typedef struct af_vk_memtype {
+    uint32_t flags;
+    uint64_t heap_size;
+} af_vk_memtype;
+typedef struct af_vk_mempick {
+    int device;              /* index of the type of every allocation */
+    int host;                /* index of the type of the staging buffers */
+    int device_host_visible; /* allocations are mapped: the host reads and writes them directly */
+    int host_coherent, host_cached;
+} af_vk_mempick;
+/* Memory types for a device of VkPhysicalDeviceType `device_type` (2: discrete) from its `n` types:
+ *  - device: a DEVICE_LOCAL type on the largest such heap. On a discrete GPU one that is not
+ *    HOST_VISIBLE is preferred and allocations are never mapped (device_host_visible 0): a
+ *    host-visible device-local type there is VRAM behind the PCIe BAR (resizable BAR), which the
+ *    host reads uncached, far slower than a staged copy, so every transfer goes through staging
+ *    buffers recorded in the command stream. Elsewhere (integrated, CPU such as lavapipe, virtual)
+ *    a HOST_VISIBLE + HOST_COHERENT one is preferred and mapped (no copies).
+ *  - host (staging): a HOST_VISIBLE type, preferring HOST_COHERENT + HOST_CACHED (the host reads
+ *    downloads from cached memory), then HOST_COHERENT, then HOST_CACHED, then any.
+ * Returns 0, or -1 when the device has no DEVICE_LOCAL or no HOST_VISIBLE type (*out unchanged). */
+int af_vk_pick_memory(const af_vk_memtype *t, int n, int device_type, af_vk_mempick *out);
+/* The required subgroup size of the subgroup shaders (mv_sg: one subgroup per weight row, lanes
+ * striding 32-value chunks) on a device whose size control allows [min_size, max_size]: 32 clamped
+ * to that range (NVIDIA: 32; AMD RDNA 32..64: 32, the smaller wave keeps more lanes busy on rows of
+ * 576..2048 values = 18..64 chunks; Intel 8..32: 32; lavapipe 8..8: 8). 0 when the range is empty. */
+uint32_t af_vk_pick_subgroup_size(uint32_t min_size, uint32_t max_size);
+/* The profile of a device opened with $AF_VULKAN_PROFILE=1 (vk_prof.c: GPU timestamps after every
+ * command, totals per shader, largest first) as text into buf (cap bytes, NUL-terminated,
+ * truncated to fit); also printed on stderr when the device is closed. Returns the full length
+ * (0: not profiling). */
+size_t af_vk_profile_text(af_vk_dev *d, char *buf, size_t cap);
+/* Queue submissions made by this device so far (command buffers: one per synchronization point or
+ * full frame; tests and AF_VULKAN_TRACE count them per decode step). */
+uint64_t af_vk_submissions(af_vk_dev *d);
+
 /* ---- test hooks ---- */
 typedef enum af_vk_hook {
     AF_VK_HOOK_BUFFER_LIMIT, /* value: bytes per buffer window for allocations made from now on (0: the device's) */
@@ -109,6 +151,10 @@ typedef enum af_vk_hook {
     AF_VK_HOOK_SUBGROUP,     /* value 0: no subgroup-arithmetic variants */
     AF_VK_HOOK_FP16,         /* value 1: fp16-arithmetic products (opt-in precision, needs shaderFloat16) */
     AF_VK_HOOK_STAGING,      /* value 1: uploads/downloads through staging copies even on host-visible memory */
+    AF_VK_HOOK_SUBGROUP_SIZE, /* value: the required subgroup size of the subgroup shaders' pipelines created from
+                                now on (0: none, the driver's choice); a value outside the device's
+                                [subgroup_min, subgroup_max], not a power of two, or on a device without
+                                subgroup size control is refused (-1) */
 } af_vk_hook;
 /* Returns the previous value; AF_ERR-free (an unsupported switch to 1 stays 0 and returns -1). */
 int af_vk_set_hook(af_vk_dev *d, af_vk_hook h, uint64_t value);

@@ -316,8 +316,14 @@ static void to_info(const af_vk_info *v, int32_t index, af_device_info *d) {
              v->int64 ? "int64 " : "", v->subgroup_arith ? "subgroup " : "",
              v->coopmat ? "coopmat(not used) " : "");
     size_t l = strlen(d->features);
-    if (v->subgroup_arith && l + 16 < sizeof d->features)
-        snprintf(d->features + l, sizeof d->features - l, "subgroup_size=%u", v->subgroup_size);
+    if (v->subgroup_arith && l + 48 < sizeof d->features) {
+        if (v->subgroup_control)
+            snprintf(d->features + l, sizeof d->features - l, "subgroup_size=%u (control %u-%u, used %u%s)",
+                     v->subgroup_size, v->subgroup_min, v->subgroup_max,
+                     af_vk_pick_subgroup_size(v->subgroup_min, v->subgroup_max), v->full_subgroups ? ", full" : "");
+        else
+            snprintf(d->features + l, sizeof d->features - l, "subgroup_size=%u", v->subgroup_size);
+    }
     else if (l) d->features[l - 1] = 0;
     const uint64_t cap = af_fault_mem();
     d->mem_total = cap && cap < v->mem_total ? cap : v->mem_total;

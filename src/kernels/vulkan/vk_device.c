@@ -142,7 +142,12 @@ static void describe(const vk_inst *I, VkPhysicalDevice p, af_vk_info *info) {
     VkPhysicalDeviceProperties base;
     I->f.vkGetPhysicalDeviceProperties(p, &base);
     const int v12 = VK_API_VERSION_MINOR(base.apiVersion) >= 2 || has_ext(I, p, "VK_KHR_driver_properties");
-    sg.pNext = v12 ? &drv : NULL;
+    const int szc = VK_API_VERSION_MINOR(base.apiVersion) >= 3 || has_ext(I, p, "VK_EXT_subgroup_size_control");
+    VkPhysicalDeviceSubgroupSizeControlProperties scp;
+    memset(&scp, 0, sizeof scp);
+    scp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES;
+    drv.pNext = szc ? &scp : NULL;
+    sg.pNext = v12 ? (void *)&drv : szc ? (void *)&scp : NULL;
     VkPhysicalDeviceProperties2 pr = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &sg, base};
     I->f.vkGetPhysicalDeviceProperties2(p, &pr);
     snprintf(info->name, sizeof info->name, "%s", base.deviceName);
@@ -162,8 +167,20 @@ static void describe(const vk_inst *I, VkPhysicalDevice p, af_vk_info *info) {
     VkPhysicalDeviceShaderFloat16Int8Features f16 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
                                                      NULL, 0, 0};
     const int has_f16 = VK_API_VERSION_MINOR(base.apiVersion) >= 2 || has_ext(I, p, "VK_KHR_shader_float16_int8");
-    VkPhysicalDeviceFeatures2 ft = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, has_f16 ? &f16 : NULL, {0}};
+    VkPhysicalDeviceSubgroupSizeControlFeatures scf;
+    memset(&scf, 0, sizeof scf);
+    scf.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES;
+    f16.pNext = szc ? &scf : NULL;
+    VkPhysicalDeviceFeatures2 ft = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                    has_f16 ? (void *)&f16 : szc ? (void *)&scf : NULL, {0}};
     I->f.vkGetPhysicalDeviceFeatures2(p, &ft);
+    if (szc && info->subgroup_arith) {
+        info->subgroup_min = scp.minSubgroupSize;
+        info->subgroup_max = scp.maxSubgroupSize;
+        info->subgroup_control = scf.subgroupSizeControl && (scp.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                                 scp.minSubgroupSize > 0 && scp.maxSubgroupSize >= scp.minSubgroupSize;
+        info->full_subgroups = scf.computeFullSubgroups != 0;
+    }
     info->fp64 = ft.features.shaderFloat64 != 0;
     info->int64 = ft.features.shaderInt64 != 0;
     info->fp16 = has_f16 && f16.shaderFloat16;
@@ -206,32 +223,56 @@ const char *af_vk_dev_name(const af_vk_dev *d) {
     return buf;
 }
 
-/* Memory types: the device-local one on the largest device-local heap (preferring one that is also
- * host-visible there: UMA, lavapipe, resizable BAR), and a host-visible coherent one for staging. */
-static int pick_memory(af_vk_dev *d) {
-    const VkPhysicalDeviceMemoryProperties *mp = &d->memprops;
-    int best = -1;
+int af_vk_pick_memory(const af_vk_memtype *t, int n, int device_type, af_vk_mempick *out) {
+    const uint32_t DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
+                   HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+    const int discrete = device_type == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    int best = -1, best_pref = 0, host = -1, host_score = -1;
     uint64_t best_heap = 0;
-    int best_hv = 0;
-    for (uint32_t i = 0; i < mp->memoryTypeCount; i++) {
-        VkMemoryPropertyFlags fl = mp->memoryTypes[i].propertyFlags;
-        if (!(fl & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) continue;
-        uint64_t hs = mp->memoryHeaps[mp->memoryTypes[i].heapIndex].size;
-        int hv = (fl & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && (fl & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-        if (best < 0 || hs > best_heap || (hs == best_heap && hv && !best_hv)) best = (int)i, best_heap = hs, best_hv = hv;
+    for (int i = 0; i < n; i++) {
+        const uint32_t fl = t[i].flags;
+        if (!(fl & DL)) continue;
+        const int hv = (fl & HV) && (fl & HC);
+        const int pref = discrete ? !(fl & HV) : hv; /* the preferred kind on this device */
+        if (best < 0 || t[i].heap_size > best_heap || (t[i].heap_size == best_heap && pref && !best_pref))
+            best = i, best_heap = t[i].heap_size, best_pref = pref;
     }
-    int host = -1, host_coh = 0;
-    for (uint32_t i = 0; i < mp->memoryTypeCount; i++) {
-        VkMemoryPropertyFlags fl = mp->memoryTypes[i].propertyFlags;
-        if (!(fl & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) continue;
-        int coh = (fl & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
-        if (host < 0 || (coh && !host_coh)) host = (int)i, host_coh = coh;
+    for (int i = 0; i < n; i++) {
+        const uint32_t fl = t[i].flags;
+        if (!(fl & HV)) continue;
+        const int score = 2 * ((fl & HC) != 0) + ((fl & CA) != 0);
+        if (score > host_score) host = i, host_score = score;
     }
     if (best < 0 || host < 0) return -1;
-    d->mt_device = (uint32_t)best;
-    d->mt_host = (uint32_t)host;
-    d->device_host_visible = best_hv;
-    d->mt_host_coherent = host_coh;
+    out->device = best;
+    out->host = host;
+    out->device_host_visible = !discrete && (t[best].flags & HV) && (t[best].flags & HC);
+    out->host_coherent = (t[host].flags & HC) != 0;
+    out->host_cached = (t[host].flags & CA) != 0;
+    return 0;
+}
+
+uint32_t af_vk_pick_subgroup_size(uint32_t min_size, uint32_t max_size) {
+    if (min_size == 0 || max_size < min_size) return 0;
+    uint32_t s = 32;
+    if (s < min_size) s = min_size;
+    if (s > max_size) s = max_size;
+    return s;
+}
+
+/* Memory types of the device (af_vk_pick_memory's policy). */
+static int pick_memory(af_vk_dev *d) {
+    const VkPhysicalDeviceMemoryProperties *mp = &d->memprops;
+    af_vk_memtype t[VK_MAX_MEMORY_TYPES];
+    const int n = (int)(mp->memoryTypeCount < VK_MAX_MEMORY_TYPES ? mp->memoryTypeCount : VK_MAX_MEMORY_TYPES);
+    for (int i = 0; i < n; i++)
+        t[i] = (af_vk_memtype){mp->memoryTypes[i].propertyFlags, mp->memoryHeaps[mp->memoryTypes[i].heapIndex].size};
+    af_vk_mempick pk;
+    if (af_vk_pick_memory(t, n, d->info.type, &pk)) return -1;
+    d->mt_device = (uint32_t)pk.device;
+    d->mt_host = (uint32_t)pk.host;
+    d->device_host_visible = pk.device_host_visible;
+    d->mt_host_coherent = pk.host_coherent;
     return 0;
 }
 
@@ -306,6 +347,7 @@ af_status af_vk_open(int index, af_vk_dev **out) {
     d->use_fp64 = d->fp64;
     d->use_subgroup = d->subgroup_arith;
     d->use_fp16 = 0; /* opt-in precision */
+    d->sg_required = d->info.subgroup_control ? af_vk_pick_subgroup_size(d->info.subgroup_min, d->info.subgroup_max) : 0;
     /* features: only what the shaders use */
     VkPhysicalDeviceShaderFloat16Int8Features f16 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
                                                      NULL, d->fp16 ? VK_TRUE : VK_FALSE, VK_FALSE};
@@ -315,10 +357,20 @@ af_status af_vk_open(int index, af_vk_dev **out) {
     feat.shaderInt64 = d->int64 ? VK_TRUE : VK_FALSE;
     const float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, NULL, 0, d->qfam, 1, &prio};
-    const char *exts[1];
+    const char *exts[2];
     uint32_t next = 0;
     if (d->fp16 && VK_API_VERSION_MINOR(d->info.api_version) < 2) exts[next++] = "VK_KHR_shader_float16_int8";
-    VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, d->fp16 ? &f16 : NULL, 0, 1, &qci, 0, NULL, next,
+    /* subgroup size control: only the two features the subgroup shaders' pipelines use */
+    const int szc = d->info.subgroup_control || d->info.full_subgroups;
+    VkPhysicalDeviceSubgroupSizeControlFeatures scf;
+    memset(&scf, 0, sizeof scf);
+    scf.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES;
+    scf.subgroupSizeControl = d->info.subgroup_control ? VK_TRUE : VK_FALSE;
+    scf.computeFullSubgroups = d->info.full_subgroups ? VK_TRUE : VK_FALSE;
+    if (szc && VK_API_VERSION_MINOR(d->info.api_version) < 3) exts[next++] = "VK_EXT_subgroup_size_control";
+    f16.pNext = szc ? &scf : NULL;
+    VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              d->fp16 ? (void *)&f16 : szc ? (void *)&scf : NULL, 0, 1, &qci, 0, NULL, next,
                               exts, &feat};
     VkResult r = d->f.vkCreateDevice(d->phys, &dci, NULL, &d->dev);
     if (r != VK_SUCCESS) {
@@ -401,6 +453,13 @@ int af_vk_set_hook(af_vk_dev *d, af_vk_hook h, uint64_t value) {
     case AF_VK_HOOK_STAGING:
         prev = d->force_staging;
         d->force_staging = value != 0;
+        break;
+    case AF_VK_HOOK_SUBGROUP_SIZE:
+        prev = (int)d->sg_required;
+        if (value && (!d->info.subgroup_control || value < d->info.subgroup_min || value > d->info.subgroup_max ||
+                      (value & (value - 1))))
+            prev = -1;
+        else d->sg_required = (uint32_t)value;
         break;
     }
     pthread_mutex_unlock(&d->mu);

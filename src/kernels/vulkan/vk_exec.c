@@ -29,6 +29,7 @@ static void retire(af_vk_dev *d, vk_frame *f) {
     VkResult r = d->v.vkWaitForFences(d->dev, 1, &f->fence, VK_TRUE, UINT64_MAX);
     if (r != VK_SUCCESS) vk_fail_vk(d, r, "waiting for submitted work", "vkWaitForFences");
     if (r == VK_SUCCESS) d->v.vkResetFences(d->dev, 1, &f->fence);
+    if (r == VK_SUCCESS) vk_prof_collect(d, f);
     f->submitted = 0;
     release_defers(d, f);
 }
@@ -80,6 +81,7 @@ static vk_frame *recording(af_vk_dev *d) {
     }
     f->recording = 1;
     full_barrier(d, f->cb);
+    vk_prof_begin(d, f);
     return f;
 }
 
@@ -100,7 +102,15 @@ void vk_flush(af_vk_dev *d, const char *why) {
         return;
     }
     f->submitted = 1;
+    d->n_submit++;
     d->cur = (d->cur + 1) % VK_NFRAMES;
+}
+
+uint64_t af_vk_submissions(af_vk_dev *d) {
+    pthread_mutex_lock(&d->mu);
+    uint64_t n = d->n_submit;
+    pthread_mutex_unlock(&d->mu);
+    return n;
 }
 
 af_status vk_finish(af_vk_dev *d, const char *why) {
@@ -176,14 +186,20 @@ static void hazards(af_vk_dev *d, vk_frame *f, const uintptr_t *a, const uintptr
 VkPipeline vk_pipeline(af_vk_dev *d, const char *op, int shader, const uint32_t *spec) {
     static const uint32_t zero[VK_NSPEC];
     if (!spec) spec = zero;
-    for (int i = 0; i < d->npipe; i++)
-        if (d->pipes[i].shader == (uint32_t)shader && !memcmp(d->pipes[i].spec, spec, sizeof zero))
-            return d->pipes[i].pipe;
     if (shader < 0 || shader >= af_vk_nshaders) {
         vk_fail(d, AF_ERR_INTERNAL, "%s: no shader %d", op, shader);
         return VK_NULL_HANDLE;
     }
     const af_vk_spirv *sp = &af_vk_shaders[shader];
+    /* the subgroup variants ("*_sg") stride their lanes by gl_SubgroupSize: full subgroups where the
+     * device can promise them, and the required size where it can be chosen */
+    const size_t nl = strlen(sp->name);
+    const int sgv = nl > 3 && !strcmp(sp->name + nl - 3, "_sg");
+    const uint32_t sgs = sgv ? d->sg_required : 0;
+    for (int i = 0; i < d->npipe; i++)
+        if (d->pipes[i].shader == (uint32_t)shader && d->pipes[i].sg_size == sgs &&
+            !memcmp(d->pipes[i].spec, spec, sizeof zero))
+            return d->pipes[i].pipe;
     if (!d->modules[shader]) {
         VkShaderModuleCreateInfo mi = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, sp->words * 4, sp->code};
         VkResult r = af_vk_fault_hit(d->fault, AF_VK_FAULT_SHADER)
@@ -207,13 +223,19 @@ VkPipeline vk_pipeline(af_vk_dev *d, const char *op, int shader, const uint32_t 
     ci.stage.module = d->modules[shader];
     ci.stage.pName = "main";
     ci.stage.pSpecializationInfo = &si;
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfo rs;
+    memset(&rs, 0, sizeof rs);
+    rs.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO;
+    rs.requiredSubgroupSize = sgs;
+    if (sgv && d->info.full_subgroups) ci.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
+    if (sgs) ci.stage.pNext = &rs;
     ci.layout = d->layout;
     VkPipeline p = VK_NULL_HANDLE;
     double t0 = af_time_sec();
     VkResult r = d->v.vkCreateComputePipelines(d->dev, d->pcache, 1, &ci, NULL, &p);
     if (getenv("AF_VULKAN_TRACE"))
-        fprintf(stderr, "vulkan: pipeline %s [%u %u %u] for %s: %.3f s\n", sp->name, spec[0], spec[1], spec[2], op,
-                af_time_sec() - t0);
+        fprintf(stderr, "vulkan: pipeline %s [%u %u %u] for %s%s%.0u: %.3f s\n", sp->name, spec[0], spec[1], spec[2], op,
+                sgs ? ", subgroup size " : "", sgs, af_time_sec() - t0);
     if (r != VK_SUCCESS) {
         vk_fail(d, r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? AF_ERR_NOMEM
                                                                                            : AF_ERR_UNSUPPORTED,
@@ -234,6 +256,7 @@ VkPipeline vk_pipeline(af_vk_dev *d, const char *op, int shader, const uint32_t 
     }
     vk_pipe *e = &d->pipes[d->npipe++];
     e->shader = (uint32_t)shader;
+    e->sg_size = sgs;
     memcpy(e->spec, spec, sizeof zero);
     e->pipe = p;
     return p;
@@ -364,6 +387,7 @@ void vk_dispatch(af_vk_dev *d, const char *op, int shader, const uint32_t *spec,
     }
     d->v.vkCmdPushConstants(f->cb, d->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
     d->v.vkCmdDispatch(f->cb, gx, gy, gz);
+    vk_prof_mark(d, f, shader);
     f->ndispatch++;
 }
 
@@ -396,6 +420,7 @@ void vk_cmd_copy(af_vk_dev *d, const char *op, void *dst, const void *src, uint6
         hazards(d, f, a, b, w, 2);
         VkBufferCopy c = {os, ot, n};
         d->v.vkCmdCopyBuffer(f->cb, bs, bt, 1, &c);
+        vk_prof_mark(d, f, -1);
         s += n, t += n, bytes -= n;
     }
 }
@@ -416,6 +441,7 @@ void vk_cmd_fill(af_vk_dev *d, const char *op, void *dst, uint32_t pattern, uint
         int w = 1;
         hazards(d, f, &a, &e, &w, 1);
         d->v.vkCmdFillBuffer(f->cb, b, o, n, pattern);
+        vk_prof_mark(d, f, -1);
         t += n, bytes -= n;
     }
 }
@@ -448,28 +474,32 @@ void vk_cmd_upload(af_vk_dev *d, const char *op, void *dst, const void *src, uin
         hazards(d, f, &a, &e, &w, 1);
         VkBufferCopy c = {f->st.used, o, n};
         d->v.vkCmdCopyBuffer(f->cb, f->st.buf, b, 1, &c);
+        vk_prof_mark(d, f, -1);
         f->st.used = (f->st.used + n + 15) & ~(uint64_t)15;
         s += n, t += n, bytes -= n;
     }
 }
 
-vk_staging *vk_frame_staging(af_vk_dev *d) {
+vk_staging *vk_frame_staging(af_vk_dev *d, uint64_t want, uint64_t *off) {
     vk_frame *f = recording(d);
     if (!f) return NULL;
-    if (f->st.used) { /* begin a fresh frame so that the whole staging buffer is free */
+    const uint64_t at = (f->st.used + 255) & ~(uint64_t)255;
+    if (f->st.used && (at >= f->st.size || f->st.size - at < want)) { /* full: a fresh frame, all of it free */
         vk_flush(d, "download");
         if (!(f = recording(d))) return NULL;
     }
+    *off = f->st.used ? at : 0;
     return &f->st;
 }
 
-void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, uint64_t n) {
+void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, uint64_t s_off, uint64_t n) {
     vk_frame *f = recording(d);
     if (!f) return;
     full_barrier(d, f->cb);
-    VkBufferCopy c = {off, 0, n};
+    VkBufferCopy c = {off, s_off, n};
     d->v.vkCmdCopyBuffer(f->cb, b, s->buf, 1, &c);
-    s->used = n;
+    vk_prof_mark(d, f, -1);
+    s->used = s_off + n;
     VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT};
     d->v.vkCmdPipelineBarrier(f->cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0,
                               NULL);
@@ -531,10 +561,16 @@ int vk_exec_init(af_vk_dev *d) {
     d->dummy_alloc = vk_find(d, p);
     uint64_t o;
     vk_resolve(d, p, 256, &d->dummy, &o);
-    return 0;
+    return vk_prof_init(d);
 }
 
 void vk_exec_release(af_vk_dev *d) {
+    for (int i = 0; i < VK_NFRAMES && d->prof; i++) { /* the last frames' timestamps, then the table */
+        vk_frame *f = &d->fr[i];
+        if (f->submitted && d->v.vkWaitForFences(d->dev, 1, &f->fence, VK_TRUE, UINT64_MAX) == VK_SUCCESS)
+            vk_prof_collect(d, f);
+    }
+    vk_prof_release(d);
     for (int i = 0; i < VK_NFRAMES; i++) {
         vk_frame *f = &d->fr[i];
         if (f->submitted) d->v.vkWaitForFences(d->dev, 1, &f->fence, VK_TRUE, UINT64_MAX);

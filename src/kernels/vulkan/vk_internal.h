@@ -86,11 +86,16 @@ typedef struct vk_frame {
     VkDescriptorSet last_set;
     VkBuffer last_bufs[VK_NBIND];
     VkPipeline last_pipe; /* bound pipeline */
+    /* profiler (vk_prof.c): timestamp queries of this frame and the shader of each (-1: a transfer) */
+    VkQueryPool qpool;
+    int *qtag;
+    uint32_t nq;
 } vk_frame;
 
 typedef struct vk_pipe {
     uint32_t shader;
     uint32_t spec[VK_NSPEC];
+    uint32_t sg_size; /* required subgroup size it was created with (subgroup shaders; 0: none) */
     VkPipeline pipe; /* VK_NULL_HANDLE: creation failed (the error was reported) */
 } vk_pipe;
 
@@ -109,12 +114,20 @@ struct af_vk_dev {
     uint32_t mt_device, mt_host;   /* memory type indices: device-local, host-visible staging */
     int device_host_visible;       /* the device-local type is host-visible (lavapipe, UMA) */
     int mt_host_coherent;
+    uint64_t n_submit;             /* queue submissions so far (af_vk_submissions) */
+    /* profiler ($AF_VULKAN_PROFILE, vk_prof.c): totals per shader id, [af_vk_nshaders] = transfers */
+    int prof;
+    uint64_t prof_mask, prof_frames;
+    float prof_period; /* ns per timestamp tick */
+    double *prof_ns;
+    uint64_t *prof_n;
     uint64_t max_range;            /* maxStorageBufferRange (rounded down to 256) */
     uint64_t max_alloc;            /* maxMemoryAllocationSize */
     uint64_t buf_align;            /* alignment of buffer memory offsets */
     uint64_t min_sb_align;         /* minStorageBufferOffsetAlignment (offsets we bind are 0) */
     int fp64, int64, fp16, subgroup_arith;
     uint32_t subgroup_size;
+    uint32_t sg_required;          /* required subgroup size of the subgroup shaders (0: the driver's) */
     /* feature switches (hooks): what the shaders may use; start as the device's features */
     int use_fp64, use_subgroup, use_fp16;
     int force_staging;             /* hook: never write device memory through a mapping */
@@ -212,10 +225,23 @@ void vk_cmd_copy(af_vk_dev *d, const char *op, void *dst, const void *src, uint6
 void vk_cmd_fill(af_vk_dev *d, const char *op, void *dst, uint32_t pattern, uint64_t bytes);
 /* Copy host bytes into device memory at dst, ordered after everything recorded so far. */
 void vk_cmd_upload(af_vk_dev *d, const char *op, void *dst, const void *src, uint64_t bytes);
-/* The staging buffer of the recording frame (begun if needed), emptied; NULL after a failure. */
-vk_staging *vk_frame_staging(af_vk_dev *d);
-/* Record a copy of n bytes from (b, off) into the start of staging s, made visible to the host. */
-void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, uint64_t n);
+/* The staging buffer of the recording frame (begun if needed) and in *off where `want` bytes are free
+ * in it (256-aligned, after what the frame's recorded uploads use): when they do not fit, the frame
+ * is submitted first (without waiting) and a fresh one gives its whole buffer (*off = 0; `want` may
+ * exceed its size: the caller then takes what fits). So a read-back of a result lands in the same
+ * command buffer as the work that computes it: one submission. NULL after a failure. */
+vk_staging *vk_frame_staging(af_vk_dev *d, uint64_t want, uint64_t *off);
+/* Record a copy of n bytes from (b, off) into staging s at s_off, made visible to the host. */
+void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, uint64_t s_off, uint64_t n);
+/* The profiler (vk_prof.c; $AF_VULKAN_PROFILE=1 at open): init after the frames exist (0, or -1 with
+ * the error set), begin after a frame's opening barrier, mark after each recorded command (tag: the
+ * shader id, -1 a transfer), collect when the frame's fence was waited for, release (prints the
+ * table on stderr) before the frames go. All are no-ops when profiling is off. */
+int vk_prof_init(af_vk_dev *d);
+void vk_prof_begin(af_vk_dev *d, vk_frame *f);
+void vk_prof_mark(af_vk_dev *d, vk_frame *f, int tag);
+void vk_prof_collect(af_vk_dev *d, vk_frame *f);
+void vk_prof_release(af_vk_dev *d);
 /* Submit the recording frame (if any) without waiting; `why` names the synchronization point. */
 void vk_flush(af_vk_dev *d, const char *why);
 /* Submit and wait for everything; releases deferred frees. Returns the sticky status. */

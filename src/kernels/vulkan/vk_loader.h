@@ -79,7 +79,12 @@
     X(vkDestroyFence)                                                                              \
     X(vkWaitForFences)                                                                             \
     X(vkResetFences)                                                                               \
-    X(vkGetFenceStatus)
+    X(vkGetFenceStatus)                                                                            \
+    X(vkCreateQueryPool)                                                                           \
+    X(vkDestroyQueryPool)                                                                          \
+    X(vkCmdResetQueryPool)                                                                         \
+    X(vkCmdWriteTimestamp)                                                                         \
+    X(vkGetQueryPoolResults)
 
 typedef struct af_vk_fns {
     PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;

@@ -452,9 +452,9 @@ out:;
 af_status vk_download_locked(af_vk_dev *d, void *dst, const void *src, uint64_t bytes) {
     if (d->err != AF_OK) return vk_status(d);
     if (!span_ok(d, "download", src, bytes)) goto out;
-    if (vk_finish(d, "download") != AF_OK) goto out;
     vk_alloc *a = vk_find(d, src);
     if (a->host_visible && !d->force_staging) {
+        if (vk_finish(d, "download") != AF_OK) goto out;
         uint64_t rel = (uintptr_t)src - a->addr, left = bytes;
         char *o = dst;
         for (int i = 0; i < a->nmem && left; i++) {
@@ -466,14 +466,17 @@ af_status vk_download_locked(af_vk_dev *d, void *dst, const void *src, uint64_t 
         }
         goto out;
     }
-    /* through the staging buffer of a frame, one chunk per submission */
+    /* through the staging buffer of a frame, one chunk per submission; the first chunk is copied in
+     * the frame that holds the work recorded so far (vk_frame_staging), so a result read back after
+     * its computation (a decode step's logits) costs one submission */
     const char *s = src;
     char *o = dst;
     uint64_t left = bytes;
     while (left && d->err == AF_OK) {
-        vk_staging *st = vk_frame_staging(d);
+        uint64_t soff = 0;
+        vk_staging *st = vk_frame_staging(d, left, &soff);
         if (!st) break;
-        uint64_t n = st->size < left ? st->size : left;
+        uint64_t n = st->size - soff < left ? st->size - soff : left;
         uint64_t fit = vk_fit(d, s);
         if (fit < n) n = fit;
         VkBuffer b;
@@ -482,13 +485,13 @@ af_status vk_download_locked(af_vk_dev *d, void *dst, const void *src, uint64_t 
             vk_fail(d, AF_ERR_INTERNAL, "download: cannot resolve %p", (const void *)s);
             break;
         }
-        vk_record_to_host(d, b, off, st, n);
+        vk_record_to_host(d, b, off, st, soff, n);
         if (vk_finish(d, "download") != AF_OK) break;
         if (!st->coherent) {
             VkMappedMemoryRange mr = {VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, NULL, st->mem, 0, VK_WHOLE_SIZE};
             d->v.vkInvalidateMappedMemoryRanges(d->dev, 1, &mr);
         }
-        memcpy(o, st->map, n);
+        memcpy(o, (const char *)st->map + soff, n);
         s += n, o += n, left -= n;
     }
 out:

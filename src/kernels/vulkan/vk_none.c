@@ -40,6 +40,13 @@ af_status af_vk_sync(af_vk_dev *d) { return af_fail(AF_ERR_UNSUPPORTED, "Vulkan:
 void af_vk_meminfo(af_vk_dev *d, uint64_t *used, uint64_t *total) {}
 int af_vk_set_hook(af_vk_dev *d, af_vk_hook h, uint64_t value) { return 0; }
 void af_vk_fault_arm(af_vk_dev *d, int kind, int n) {}
+int af_vk_pick_memory(const af_vk_memtype *t, int n, int device_type, af_vk_mempick *out) { return -1; }
+uint64_t af_vk_submissions(af_vk_dev *d) { return 0; }
+size_t af_vk_profile_text(af_vk_dev *d, char *buf, size_t cap) {
+    if (cap) buf[0] = 0;
+    return 0;
+}
+uint32_t af_vk_pick_subgroup_size(uint32_t min_size, uint32_t max_size) { return 0; }
 void af_vk_matmul_xwt(af_vk_dev *d, float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in, int64_t out, int accumulate) {}
 void af_vk_matmul_dyw(af_vk_dev *d, float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in, int64_t out, int accumulate) {}
 void af_vk_gemm_abt(af_vk_dev *d, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k, int accumulate) {}
