@@ -119,7 +119,7 @@ class AdapterMergeReport(Structure):
 
 class SettingInfo(Structure):
     _fields_ = [("name", c_char_p), ("kind", c_int), ("short_opt", c_int), ("lo", c_double),
-                ("hi", c_double), ("arg", c_char_p), ("help", c_char_p)]
+                ("hi", c_double), ("arg", c_char_p), ("help", c_char_p), ("group", c_char_p), ("train_only", c_int)]
 
 
 class TrainHooks(Structure):
