@@ -42,8 +42,8 @@ static void corpus_err(const char *path, const af_corpus_opts *o, af_status want
     af_status st = af_corpus_read(path, o, &c);
     const char *msg = af_last_error();
     CHECK(st == want && c == NULL, "%s: status %s, want %s (%s)", path, af_status_name(st), af_status_name(want), msg);
-    CHECK(!frag1 || strstr(msg, frag1), "%s: message '%s' lacks '%s'", path, msg, frag1);
-    CHECK(!frag2 || strstr(msg, frag2), "%s: message '%s' lacks '%s'", path, msg, frag2);
+    CHECK(!frag1 || strstr(msg, frag1), "%s: message '%s' lacks '%s'", path, msg, frag1 ? frag1 : "");
+    CHECK(!frag2 || strstr(msg, frag2), "%s: message '%s' lacks '%s'", path, msg, frag2 ? frag2 : "");
     af_corpus_free(c);
 }
 
