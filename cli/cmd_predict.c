@@ -22,7 +22,8 @@ static void help(void) {
            "input:\n"
            "      --data FILE        JSONL input ('-' = JSONL on stdin); without it, stdin lines are raw texts\n"
            "                         (-i / --input FILE is the same)\n"
-           "      --text-field NAME  JSON field with the text (default input)\n"
+           "      --text-field NAME  field (or CSV/TSV column) with the text (default: the first of text,\n"
+           "                         sentence, content, input)\n"
            "      --threshold P      multi-label decision threshold (default 0.5)\n"
            "      --batch N          samples per forward batch (default 16)\n"
            CLI_COMPUTE_HELP

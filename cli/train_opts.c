@@ -85,7 +85,8 @@ void train_cli_help(const char *cmd, FILE *fp) {
         }
     }
     fprintf(fp, "\nOther:\n"
-                "      --config FILE.json      settings as {\"flag-name\": value, ...}; command-line flags win\n"
+                "      --config FILE           settings from FILE.json ({\"flag-name\": value}) or FILE.yaml (afinar's\n"
+                "                              names or TRL/PEFT's: docs/DATA.md); command-line flags win\n"
                 "  -h, --help                  this help\n\n");
     put_wrapped(fp, 0, 0, check ? "Boolean flags have a --no-FLAG form. Precedence: defaults < --config < flags."
                                 : "Boolean flags have a --no-FLAG form. Precedence: defaults < the checkpoint's "
