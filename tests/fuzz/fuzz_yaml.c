@@ -44,15 +44,6 @@ af_status fz_yaml_one(const uint8_t *data, size_t size) {
 }
 
 #ifndef FZ_NO_MAIN
-/* settings.c's af_train_settings_to_opts (never called here) starts from the trainer's defaults; the
- * fuzz library has no trainer (tests/fuzz/fuzz.mk), so the fuzzer binary defines the symbol as a
- * trap. The regression test (FZ_NO_MAIN) links the whole library instead. */
-void af_trainer_opts_defaults(af_trainer_opts *o) {
-    (void)o;
-    fprintf(stderr, "fuzz_yaml: af_trainer_opts_defaults reached\n");
-    abort();
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)fz_yaml_one(data, size);
