@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,6 +215,29 @@ out:
     return rc;
 }
 
+/* At the terminal's prompt: wait until a line can be read or a signal asked to stop, without the
+ * race of a signal that arrives between printing the prompt and blocking in read(2) (the flag
+ * would be set, and read would wait for a line all the same). SIGINT / SIGTERM are blocked while
+ * the flag is checked and unblocked atomically by ppoll. Returns 1: input ready; 0: a stop signal. */
+static int wait_input(void) {
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stop, &old);
+    int ready = 0;
+    while (!cli_stop_signal()) {
+        struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+        const int r = ppoll(&p, 1, NULL, &old);
+        if (r > 0 || (r < 0 && errno != EINTR)) { /* readable, hung up or an error: read(2) says which */
+            ready = 1;
+            break;
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return ready;
+}
+
 /* Start the conversation anew: only the system message, if any. */
 static int convo_reset(convo *cv, const char *system) {
     convo_cut(cv, 0);
@@ -246,7 +270,8 @@ static int dialogue(const char *C, af_model *model, af_session *sess, int n_ctx,
             }
         }
         errno = 0;
-        ssize_t len = getline(&line, &cap, stdin);
+        /* at a terminal stdin's buffer is empty between lines (canonical mode reads one line) */
+        ssize_t len = tty && !wait_input() ? -1 : getline(&line, &cap, stdin);
         if (len < 0) {
             if (cli_stop_signal()) { /* Ctrl-C at the prompt */
                 fputc('\n', stdout);
