@@ -142,7 +142,16 @@ probe:
 lib: $(BUILD)/libafinar.a $(BUILD)/libafinar.so
 cli: $(BUILD)/afinar
 
-$(BUILD)/%.o: %.c $(BUILD)/%.d
+# Compiler and flags of this build folder: the stamp is rewritten only when they change, and every
+# object depends on it, so a changed flag (e.g. -fvisibility, EXTRA_CFLAGS) rebuilds everything.
+FLAGS_STAMP := $(BUILD)/.cflags
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CC) $(CFLAGS) $(LDLIBS)' | cmp -s - $@ || echo '$(CC) $(CFLAGS) $(LDLIBS)' > $@
+.PHONY: FORCE
+FORCE:
+
+$(BUILD)/%.o: %.c $(BUILD)/%.d $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
@@ -157,7 +166,7 @@ VK_SHADER_DEPS := $(wildcard $(VK_DIR)/shaders/*.comp $(VK_DIR)/shaders/*.glsl) 
 $(BUILD)/gen/vk_shaders.c $(BUILD)/gen/vk_shader_ids.h &: $(VK_SHADER_DEPS)
 	@mkdir -p $(BUILD)/gen
 	sh scripts/vk_shaders.sh $(VK_DIR)/shaders $(BUILD)/gen $(GLSLC)
-$(BUILD)/gen/vk_shaders.o: $(BUILD)/gen/vk_shaders.c
+$(BUILD)/gen/vk_shaders.o: $(BUILD)/gen/vk_shaders.c $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -c $< -o $@
 $(patsubst %.c,$(BUILD)/%.o,$(filter $(VK_DIR)/%,$(LIB_SRC))): CFLAGS += $(VK_CFLAGS)
 $(patsubst %.c,$(BUILD)/%.o,$(filter $(VK_DIR)/%,$(LIB_SRC))): $(BUILD)/gen/vk_shader_ids.h
@@ -166,7 +175,7 @@ endif
 $(BUILD)/gen/web_assets.c: $(WEB_ASSETS) scripts/embed_assets.sh
 	@mkdir -p $(BUILD)/gen
 	sh scripts/embed_assets.sh $@ $(WEB_ASSETS)
-$(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
+$(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libafinar.a: $(LIB_OBJ)
@@ -185,12 +194,12 @@ $(BUILD)/libafinar.so: $(BUILD)/$(SONAME)
 $(BUILD)/afinar: $(CLI_OBJ) $(BUILD)/libafinar.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libafinar.a $(LDLIBS)
 
-$(BUILD)/tests/testlib.o: tests/testlib.c $(BUILD)/tests/testlib.d
+$(BUILD)/tests/testlib.o: tests/testlib.c $(BUILD)/tests/testlib.d $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -Itests -c $< -o $@
 
 # Compiled and linked in one step: the dependency file is named and targeted explicitly.
-$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libafinar.a $(BUILD)/tests/%.d
+$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(BUILD)/libafinar.a $(BUILD)/tests/%.d $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -Itests -o $@ $< $(TEST_COMMON) $(BUILD)/libafinar.a $(LDLIBS)
 

@@ -1617,14 +1617,13 @@ static void test_rel_round3(void) {
            "afinar generate: @/hf_bigtok: the tokenizer has 333 tokens but the model's embedding has 256 rows (ids 256..332 "
            "have no embedding): the tokenizer does not belong to this model");
 
-    /* one writer per run directory: while run A trains into lock_run, a second train there (fresh,
-     * --overwrite, --resume) is refused naming A's pid, and A's files are untouched; once A is
-     * killed (SIGKILL: its lock file stays behind) the directory is free again. A keeps every
-     * checkpoint (--save-total-limit 0): with the default 2, checkpoint-1 is rotated away after step 3,
-     * and on a loaded machine the resume case below then met a missing checkpoint, not the lock */
+    /* one writer per run directory: while run A trains into lock_run (saving no checkpoint, so that
+     * nothing it rotates away races with the test), a second train there (fresh, --overwrite,
+     * --resume in place, --resume into it) is refused naming A's pid, and A's files are untouched;
+     * once A is killed (SIGKILL: its lock file stays behind) the directory is free again */
     {
         char **av = split_args("train -m @/tiny.gguf --train @/train.jsonl -o @/lock_run --batch 4 --grad-accum 1 --lora-r 2 "
-                               "--max-seq-len 16 --max-steps 100000 --save-every 1 --save-total-limit 0 -t 1 --no-plot");
+                               "--max-seq-len 16 --max-steps 100000000 --save-every 100000000 -t 1 --no-plot");
         fflush(stdout), fflush(stderr);
         pid_t a = fork();
         if (a == 0) {
@@ -1635,16 +1634,18 @@ static void test_rel_round3(void) {
         }
         free_args(av);
         int up = 0;
-        for (int i = 0; i < 1200 && a > 0 && !up; i++) { /* up to 60 s for checkpoint-1 */
-            up = exists(P_("lock_run/checkpoint-1/manifest.json"));
+        for (int i = 0; i < 1200 && a > 0 && !up; i++) { /* up to 60 s for A to take the lock and start */
+            up = exists(P_("lock_run/run.json"));
             if (!up) usleep(50000);
         }
-        if (CHECK(up, "run A wrote no checkpoint-1 in 60 s")) {
+        if (CHECK(up, "run A did not start in 60 s")) {
             char want[256];
             snprintf(want, sizeof want,
                      "afinar train: @/lock_run: another afinar run is writing to this directory (pid %ld); wait for it to "
                      "end, stop it, or use another -o DIR",
                      (long)a);
+            /* a checkpoint in A's directory (A never rotates it: it saves none) */
+            CHECK(copy_tree(P_("run/checkpoint-2"), P_("lock_run/checkpoint-2")), "copy checkpoint-2 into lock_run");
             EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/lock_run --overwrite --seed 7 --batch 4 "
                          "--grad-accum 1 --lora-r 2 --max-seq-len 16 --max-steps 2 -t 1 --no-plot",
                          1, want);
@@ -1652,8 +1653,12 @@ static void test_rel_round3(void) {
             EXPECT_MULTI("train -m @/tiny.gguf --train @/train.jsonl -o @/lock_run --batch 4 --grad-accum 1 --lora-r 2 "
                          "--max-seq-len 16 --max-steps 2 -t 1 --no-plot",
                          1, "afinar train: @/lock_run: holds another run (*); use --overwrite to replace it, *");
-            EXPECT_MULTI("train --resume @/lock_run/checkpoint-1 -t 1 --no-plot", 1, want);
-            CHECK(exists(P_("lock_run/checkpoint-1/manifest.json")), "a refused writer removed A's checkpoint-1");
+            EXPECT_MULTI("train --resume @/lock_run/checkpoint-2 -t 1 --no-plot", 1, want);
+            EXPECT_MULTI("train --resume @/run/checkpoint-2 -o @/lock_run -t 1 --no-plot", 1, want);
+            CHECK(exists(P_("lock_run/checkpoint-2/manifest.json")) && exists(P_("lock_run/run.json")) &&
+                      exists(P_("lock_run/metrics.jsonl")),
+                  "a refused writer removed files of A's directory");
+            CHECK(waitpid(a, NULL, WNOHANG) == 0, "run A ended while the others were refused");
         }
         if (a > 0) {
             kill(a, SIGKILL);
