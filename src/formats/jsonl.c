@@ -99,6 +99,32 @@ void af_labels_free(char **names, int32_t n) {
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 /* af_jsonl_read_line: jsonl.h. */
+af_status af_jsonl_next_line(FILE *fp, const char *path, size_t maxl, char **line, size_t *cap, long *ln, char **text,
+                             size_t *len) {
+    ssize_t n;
+    *text = NULL;
+    *len = 0;
+    while ((n = af_jsonl_read_line(fp, line, cap, maxl)) != -1) {
+        ++*ln;
+        if (n == -2) return af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, *ln, maxl);
+        if (n == -3) return af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, *ln);
+        char *s = *line;
+        if (*ln == 1) {
+            size_t bom = 0;
+            AF_TRY(af_text_check_encoding(path, (const unsigned char *)s, (size_t)n, &bom));
+            s += bom;
+            n -= (ssize_t)bom;
+        }
+        size_t k = 0;
+        while (k < (size_t)n && is_space(s[k])) k++;
+        if (k == (size_t)n) continue;
+        *text = s;
+        *len = (size_t)n;
+        return AF_OK;
+    }
+    return AF_OK;
+}
+
 ssize_t af_jsonl_read_line(FILE *fp, char **buf, size_t *cap, size_t maxl) {
     size_t len = 0;
     int ch;
@@ -640,33 +666,15 @@ static af_status read_jsonl_lines(reader *r, size_t maxl) {
     af_status st = AF_OK;
     char *line = NULL;
     size_t cap = 0;
-    ssize_t len;
+    char *s = NULL;
+    size_t len = 0;
     long ln = 0;
-    while (st == AF_OK && (len = af_jsonl_read_line(fp, &line, &cap, maxl)) != -1) {
-        ln++;
-        if (len == -2) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, ln, maxl);
-            break;
-        }
-        if (len == -3) {
-            st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
-            break;
-        }
-        char *s = line;
-        if (ln == 1) {
-            size_t bom = 0;
-            if ((st = af_text_check_encoding(path, (const unsigned char *)s, (size_t)len, &bom)) != AF_OK) break;
-            s += bom;
-            len -= (ssize_t)bom;
-        }
-        size_t k = 0;
-        while (k < (size_t)len && is_space(s[k])) k++;
-        if (k == (size_t)len) continue;
+    while (st == AF_OK && (st = af_jsonl_next_line(fp, path, maxl, &line, &cap, &ln, &s, &len)) == AF_OK && s) {
         if (r->c->n == INT32_MAX - 1) {
             st = af_fail(AF_ERR_RANGE, "%s:%ld: too many samples", path, ln);
             break;
         }
-        st = parse_line(r, ln, s, (size_t)len);
+        st = parse_line(r, ln, s, len);
     }
     if (st == AF_OK && ferror(fp)) st = af_fail(AF_ERR_IO, "%s: read error: %s", path, strerror(errno));
     free(line);

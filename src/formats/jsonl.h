@@ -75,12 +75,6 @@ struct af_corpus {
  * header) has and the flag (--text-field / --label-field). */
 af_status af_corpus_read_as(const char *path, int delim, const af_corpus_opts *opts, af_corpus **out);
 
-/* Reads one line (with its '\n', NUL bytes allowed) of `fp` into *buf (malloc'ed, grown as needed,
- * never beyond maxl + 2 bytes, so a huge line is refused before it is allocated; caller frees) and
- * NUL-terminates it. Returns its length, -1 at end of file with nothing read, -2 when the line is
- * longer than maxl bytes (the rest of it is left unread), -3 when out of memory. */
-ssize_t af_jsonl_read_line(FILE *fp, char **buf, size_t *cap, size_t maxl);
-
 /* Label-name lists.
  * af_labels_parse_list: split "a,b,c" at commas (spaces around names are trimmed).
  * af_labels_read_file:  one name per line (labels.txt); trailing CR/spaces trimmed, blank lines
@@ -101,6 +95,14 @@ struct cJSON;
  * of file with nothing read, -2 when the line is longer than maxl bytes (the rest of it is left
  * unread), -3 when out of memory. */
 ssize_t af_jsonl_read_line(FILE *fp, char **buf, size_t *cap, size_t maxl);
+
+/* The next non-blank line of a JSON Lines file: af_jsonl_read_line, *ln counting lines; the first
+ * line's encoding checked (a UTF-8 byte-order mark skipped, UTF-16/32 refused by name:
+ * af_text_check_encoding); lines of spaces, tabs, CR and LF skipped. *text, *len: the line (without
+ * a BOM; points into *line). AF_OK with *text NULL at the end of the file. Errors: AF_ERR_FORMAT
+ * ("PATH:LINE: line longer than MAXL bytes", the encoding), AF_ERR_NOMEM. */
+af_status af_jsonl_next_line(FILE *fp, const char *path, size_t maxl, char **line, size_t *cap, long *ln, char **text,
+                             size_t *len);
 
 /* Parse line[0..len) (line `ln` of `path`, for messages) as ONE JSON object with cJSON. `*out`:
  * the object, caller frees with cJSON_Delete. Errors (AF_ERR_FORMAT): "FILE:LINE: invalid JSON at

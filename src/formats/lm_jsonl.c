@@ -283,30 +283,12 @@ af_status af_lm_corpus_read_as(const char *path, int delim, size_t max_line_byte
     else if (st == AF_OK && !(fp = af_fopen_regular(path, NULL))) st = AF_ERR_IO; /* never blocks; message recorded */
     char *line = NULL;
     size_t cap = 0;
-    ssize_t len;
+    char *s = NULL;
+    size_t len = 0;
     long ln = 0;
-    while (fp && st == AF_OK && (len = af_jsonl_read_line(fp, &line, &cap, maxl)) != -1) {
-        ln++;
-        if (len == -2) {
-            st = af_fail(AF_ERR_FORMAT, "%s:%ld: line longer than %zu bytes", path, ln, maxl);
-            break;
-        }
-        if (len == -3) {
-            st = af_fail(AF_ERR_NOMEM, "%s:%ld: out of memory", path, ln);
-            break;
-        }
-        char *s = line;
-        if (ln == 1) {
-            size_t bom = 0;
-            if ((st = af_text_check_encoding(path, (const unsigned char *)s, (size_t)len, &bom)) != AF_OK) break;
-            s += bom;
-            len -= (ssize_t)bom;
-        }
-        size_t k = 0;
-        while (k < (size_t)len && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\n')) k++;
-        if (k == (size_t)len) continue;
+    while (fp && st == AF_OK && (st = af_jsonl_next_line(fp, path, maxl, &line, &cap, &ln, &s, &len)) == AF_OK && s) {
         af_lm_example ex;
-        if ((st = af_lm_example_parse(path, ln, s, (size_t)len, &ex)) != AF_OK) break;
+        if ((st = af_lm_example_parse(path, ln, s, len, &ex)) != AF_OK) break;
         st = lm_push(&r, path, ln, &ex);
     }
     if (fp) {
