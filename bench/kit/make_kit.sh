@@ -96,6 +96,9 @@ cp bench/kit/run.sh "$KIT.tmp/run.sh"
 cp bench/kit/peft_gpu.py bench/train_peft.py bench/bench_common.py "$KIT.tmp/py/"
 chmod +x "$KIT.tmp/run.sh"
 git rev-parse --short HEAD > "$KIT.tmp/COMMIT" 2>/dev/null || echo unknown > "$KIT.tmp/COMMIT"
+# the programs travel gzip-compressed (11 MiB -> ~4): the device tool carries 64 MiB in all, the
+# project's tracked files included; run.sh unpacks them in place before anything else
+for b in afinar $TESTS; do gzip -9 "$KIT.tmp/$b"; done
 
 # 6. size check, then the kit replaces the old one
 mib=$(du -sm "$KIT.tmp" | cut -f1)
