@@ -712,8 +712,17 @@ static void test_head(int32_t B, int64_t H, int32_t C) {
     af_vk_head_forward(D, dl, dpooled, dW, dbias, B, H, C);
     float *lg = down(dl, B * C);
     double *tl = ulp_tol(lc, B * C, 2);
-    if (!g_fp64)
-        for (int64_t i = 0; i < B * C; i++) tl[i] = 2 * gamma_k(H) * H * 0.5 + 4 * U * fabs(lc[i]);
+    /* Both sides sum 16 float lanes in the same order, but a driver may still fuse a lane's multiply
+     * and add (NVIDIA 580 does, despite NoContraction: 30 ulp apart at H = 96): each lane's chain of
+     * H/16 multiply-adds then differs by at most the forward error bound of both, 2·γ(H/16 + 1)·Σ|p|
+     * over the lane's products p (Higham, Accuracy and Stability §3.1), summed over the lanes. */
+    for (int64_t i = 0; i < B * C; i++) {
+        const int64_t b = i / C, c = i % C;
+        double sabs = 0;
+        for (int64_t h = 0; h < H; h++) sabs += fabs((double)pooled[b * H + h] * (double)W[c * H + h]);
+        const double fused = 2 * gamma_k(H / 16 + 1) * sabs;
+        tl[i] = g_fp64 ? tl[i] + fused : 2 * gamma_k(H) * H * 0.5 + 4 * U * fabs(lc[i]);
+    }
     snprintf(what, sizeof what, "head_forward B=%d H=%lld C=%d", B, (long long)H, C);
     CLOSE(what, lg, lc, tl, 0, B * C);
     float *dlog = frand(B * C, -1, 1), *gp0 = frand(B * H, -1, 1), *gW0 = frand((int64_t)C * H, -1, 1), *gb0 = frand(C, -1, 1);
@@ -1043,6 +1052,8 @@ static void test_profile(void) {
     CHECK(n > 0 && ew && cnt == 2 && ms > 0, "profile: the element-wise shader twice with a positive time (%llu, %g ms)",
           cnt, ms);
     CHECK(tr && tcnt == 2 && tms >= 0, "profile: the upload and the read-back as transfers (%llu)", tcnt);
+    const char *bo = strstr(buf, " operation ");
+    CHECK(bo && strstr(bo, " scale ") && strstr(bo, " add "), "profile: a table by operation names scale and add");
     af_vk_free(d2, dx), af_vk_free(d2, dy);
     af_vk_close(d2);
     free(x), free(y);
@@ -1291,6 +1302,21 @@ int main(void) {
     t0 = af_time_sec();
     test_faults();
     printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
+    /* the products with the other tile size than this device's default (mm / mm_s) */
+    const int mm_prev = af_vk_set_hook(D, AF_VK_HOOK_MM_SMALL, 0);
+    af_vk_set_hook(D, AF_VK_HOOK_MM_SMALL, mm_prev > 0 ? 0 : UINT64_MAX);
+    printf("-- %s\n", mm_prev > 0 ? "products in 64 x 64 tiles (mm)" : "products in 32 x 32 tiles (mm_s)");
+    t0 = af_time_sec();
+    for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++) test_matmul(all_types[i], 17, 256, 40);
+    test_matmul(AF_TYPE_Q4_0, 70, 256, 100); /* several tiles each way, partial last ones */
+    test_gemm(70, 16, 45);
+    test_gemm(16, 77, 130);
+    test_lora(37, 96, 80, 8, 2.0f, 1);
+    /* split-K where the 32 x 32 tiles are on: few output tiles, a long k (the LoRA gradients) */
+    test_gemm(16, 40, 1100);
+    test_lora(600, 96, 80, 8, 2.0f, 1);
+    printf("   (%.1f s, %.1f s cpu so far)\n", af_time_sec() - t0, cpu_sec());
+    af_vk_set_hook(D, AF_VK_HOOK_MM_SMALL, (uint64_t)mm_prev);
     if (af_vk_set_hook(D, AF_VK_HOOK_FP64, 0) >= 0 && af_vk_set_hook(D, AF_VK_HOOK_SUBGROUP, 0) >= 0) {
         g_fp64 = 0;
         run_all("f32 variants of the double shaders, no subgroup arithmetic", 0);

@@ -21,6 +21,8 @@
 #   KIT_DEVICE      the Vulkan device (default: the first vulkan:N that is not a software device,
 #                   else vulkan:0)
 #   KIT_TESTS=0     skip the three test programs (a second, shorter call for the benchmarks)
+#   KIT_PEFT=0      skip the PyTorch + PEFT runs (~100 s with their model builds; a rerun after a
+#                   first call that has their figures)
 # The Vulkan loader: when `ldconfig -p` lists no libvulkan.so.1, the packages of debs/ are unpacked
 # as the device README says (dpkg -x into / as root, else into a private folder put on
 # LD_LIBRARY_PATH); when afinar then sees no Vulkan device and VK_DRIVER_FILES is unset, the NVIDIA
@@ -185,7 +187,10 @@ PSHAPE=(--layers "$(hp num_hidden_layers)" --hidden "$(hp hidden_size)" --inter 
         --heads "$(hp num_attention_heads)" --kv-heads "$(hp num_key_value_heads)" --vocab "$(hp vocab_size)"
         --rope-theta "$(hp rope_theta)" --rms-eps "$(hp rms_norm_eps)")
 PY=${KIT_PYTHON:-python3}
-if "$PY" -c 'import torch, peft, transformers, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>> "$BLOG"; then
+if [ "${KIT_PEFT:-1}" = 0 ]; then
+  echo '{"skipped": "KIT_PEFT=0"}' >> "$PJ"
+  NOTES+=("PyTorch + PEFT: skipped (KIT_PEFT=0: a rerun; the first call of the session has its figures)")
+elif "$PY" -c 'import torch, peft, transformers, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>> "$BLOG"; then
   for task in cls lm; do
     for dt in f32 bf16; do
       if [ $task = cls ]; then a=(--batch "$CB" --grad-accum "$CA" --seq "$CS" --targets qv --lora-top 10)

@@ -155,6 +155,8 @@ typedef enum af_vk_hook {
                                 now on (0: none, the driver's choice); a value outside the device's
                                 [subgroup_min, subgroup_max], not a power of two, or on a device without
                                 subgroup size control is refused (-1) */
+    AF_VK_HOOK_MM_SMALL,     /* value: products whose 64 x 64-tile grid has fewer workgroups use the 32 x 32-tile
+                                shader (0: never; UINT64_MAX: always; default 1024 on GPUs, 0 on CPU devices) */
 } af_vk_hook;
 /* Returns the previous value; AF_ERR-free (an unsupported switch to 1 stays 0 and returns -1). */
 int af_vk_set_hook(af_vk_dev *d, af_vk_hook h, uint64_t value);

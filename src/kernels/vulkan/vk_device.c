@@ -347,6 +347,9 @@ af_status af_vk_open(int index, af_vk_dev **out) {
     d->use_fp64 = d->fp64;
     d->use_subgroup = d->subgroup_arith;
     d->use_fp16 = 0; /* opt-in precision */
+    /* a GPU has tens of compute units, each wanting several workgroups; a CPU device (lavapipe) has a
+     * few threads, and the 64-tile shader does more work per workgroup */
+    d->mm_small_below = d->info.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : VK_MM_SMALL_BELOW;
     d->sg_required = d->info.subgroup_control ? af_vk_pick_subgroup_size(d->info.subgroup_min, d->info.subgroup_max) : 0;
     /* features: only what the shaders use */
     VkPhysicalDeviceShaderFloat16Int8Features f16 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
@@ -449,6 +452,10 @@ int af_vk_set_hook(af_vk_dev *d, af_vk_hook h, uint64_t value) {
         prev = d->use_fp16;
         if (!value || d->fp16) d->use_fp16 = value != 0;
         else prev = -1;
+        break;
+    case AF_VK_HOOK_MM_SMALL:
+        prev = (int)(d->mm_small_below > 0x7FFFFFFF ? 0x7FFFFFFF : d->mm_small_below);
+        d->mm_small_below = value;
         break;
     case AF_VK_HOOK_STAGING:
         prev = d->force_staging;

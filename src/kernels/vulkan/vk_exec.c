@@ -387,7 +387,7 @@ void vk_dispatch(af_vk_dev *d, const char *op, int shader, const uint32_t *spec,
     }
     d->v.vkCmdPushConstants(f->cb, d->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
     d->v.vkCmdDispatch(f->cb, gx, gy, gz);
-    vk_prof_mark(d, f, shader);
+    vk_prof_mark(d, f, shader, op);
     f->ndispatch++;
 }
 
@@ -420,7 +420,7 @@ void vk_cmd_copy(af_vk_dev *d, const char *op, void *dst, const void *src, uint6
         hazards(d, f, a, b, w, 2);
         VkBufferCopy c = {os, ot, n};
         d->v.vkCmdCopyBuffer(f->cb, bs, bt, 1, &c);
-        vk_prof_mark(d, f, -1);
+        vk_prof_mark(d, f, -1, NULL);
         s += n, t += n, bytes -= n;
     }
 }
@@ -441,7 +441,7 @@ void vk_cmd_fill(af_vk_dev *d, const char *op, void *dst, uint32_t pattern, uint
         int w = 1;
         hazards(d, f, &a, &e, &w, 1);
         d->v.vkCmdFillBuffer(f->cb, b, o, n, pattern);
-        vk_prof_mark(d, f, -1);
+        vk_prof_mark(d, f, -1, NULL);
         t += n, bytes -= n;
     }
 }
@@ -474,7 +474,7 @@ void vk_cmd_upload(af_vk_dev *d, const char *op, void *dst, const void *src, uin
         hazards(d, f, &a, &e, &w, 1);
         VkBufferCopy c = {f->st.used, o, n};
         d->v.vkCmdCopyBuffer(f->cb, f->st.buf, b, 1, &c);
-        vk_prof_mark(d, f, -1);
+        vk_prof_mark(d, f, -1, NULL);
         f->st.used = (f->st.used + n + 15) & ~(uint64_t)15;
         s += n, t += n, bytes -= n;
     }
@@ -498,7 +498,7 @@ void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, ui
     full_barrier(d, f->cb);
     VkBufferCopy c = {off, s_off, n};
     d->v.vkCmdCopyBuffer(f->cb, b, s->buf, 1, &c);
-    vk_prof_mark(d, f, -1);
+    vk_prof_mark(d, f, -1, NULL);
     s->used = s_off + n;
     VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT};
     d->v.vkCmdPipelineBarrier(f->cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0,

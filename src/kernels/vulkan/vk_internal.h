@@ -28,6 +28,8 @@
 
 #define VK_NBIND 8           /* storage-buffer bindings of the one descriptor set layout */
 #define VK_PUSH_BYTES 128    /* push constants of every pipeline: uint off[8] + op fields */
+#define VK_MM_SMALL_BELOW 1024 /* see af_vk_dev.mm_small_below */
+#define VK_PROF_OPS 48     /* (shader, operation) pairs the profiler tells apart */
 #define VK_NSPEC 8           /* specialization constants (constant_id 0..7) of every pipeline */
 #define VK_NFRAMES 2         /* command streams in flight (one recording, one executing) */
 #define VK_ADDR_ALIGN 65536u /* alignment of allocations in the reserved range */
@@ -89,6 +91,7 @@ typedef struct vk_frame {
     /* profiler (vk_prof.c): timestamp queries of this frame and the shader of each (-1: a transfer) */
     VkQueryPool qpool;
     int *qtag;
+    const char **qop; /* the operation of each query (a static string; NULL: a transfer) */
     uint32_t nq;
 } vk_frame;
 
@@ -121,12 +124,18 @@ struct af_vk_dev {
     float prof_period; /* ns per timestamp tick */
     double *prof_ns;
     uint64_t *prof_n;
+    /* totals per (shader, operation) pair, the first VK_PROF_OPS pairs seen (the product shaders
+     * serve a dozen operations: matmul_xwt, gemm_atb, the LoRA products...) */
+    struct vk_prof_op { int shader; const char *op; double ns; uint64_t n; } prof_op[VK_PROF_OPS];
+    int prof_nop;
     uint64_t max_range;            /* maxStorageBufferRange (rounded down to 256) */
     uint64_t max_alloc;            /* maxMemoryAllocationSize */
     uint64_t buf_align;            /* alignment of buffer memory offsets */
     uint64_t min_sb_align;         /* minStorageBufferOffsetAlignment (offsets we bind are 0) */
     int fp64, int64, fp16, subgroup_arith;
     uint32_t subgroup_size;
+    uint64_t mm_small_below;       /* products whose 64-tile grid has fewer workgroups take the 32-tile
+                                      shader (mm_s): VK_MM_SMALL_BELOW on GPUs, 0 on CPU devices */
     uint32_t sg_required;          /* required subgroup size of the subgroup shaders (0: the driver's) */
     /* feature switches (hooks): what the shaders may use; start as the device's features */
     int use_fp64, use_subgroup, use_fp16;
@@ -239,7 +248,7 @@ void vk_record_to_host(af_vk_dev *d, VkBuffer b, uint64_t off, vk_staging *s, ui
  * table on stderr) before the frames go. All are no-ops when profiling is off. */
 int vk_prof_init(af_vk_dev *d);
 void vk_prof_begin(af_vk_dev *d, vk_frame *f);
-void vk_prof_mark(af_vk_dev *d, vk_frame *f, int tag);
+void vk_prof_mark(af_vk_dev *d, vk_frame *f, int tag, const char *op);
 void vk_prof_collect(af_vk_dev *d, vk_frame *f);
 void vk_prof_release(af_vk_dev *d);
 /* Submit the recording frame (if any) without waiting; `why` names the synchronization point. */

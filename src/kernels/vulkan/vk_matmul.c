@@ -29,8 +29,15 @@ typedef struct mm_push {
     uint32_t off[8];
     uint32_t M, N, K, sam, sak, sbk, sbn, ldc;
     float alpha_a, alpha_b, alpha_c;
-    uint32_t flags, mode;
+    uint32_t flags, mode, kz;
 } mm_push;
+
+typedef struct red_push {
+    uint32_t off[8];
+    uint32_t M, N, ldc, S;
+    float alpha_c;
+    uint32_t flags;
+} red_push;
 
 typedef struct mv_push {
     uint32_t off[8];
@@ -49,15 +56,52 @@ static uint64_t span_b(const vk_mm *c) {
     return 4 * ((uint64_t)(c->K - 1) * c->sbk + (uint64_t)(c->N - 1) * c->sbn + 1);
 }
 
+/* Split-K slices for a product whose 32-tile grid leaves a GPU mostly idle and whose k is long (the
+ * LoRA weight gradients: [r, in] and [out, r] summed over the tokens): enough slices of >= 128 k for
+ * ~256 workgroups, at most VK_MM_SPLIT_MAX; 1 = no split. Only where the 32-tile shader is chosen. */
+#define VK_MM_SPLIT_MAX 32
+static uint32_t mm_split(const af_vk_dev *d, const vk_mm *c, uint64_t g32) {
+    if (d->mm_small_below == 0 || g32 >= 64 || c->K < 256) return 1;
+    uint64_t s = (uint64_t)c->K / 128, want = vk_div(256, g32);
+    if (s > want) s = want;
+    if (s > VK_MM_SPLIT_MAX) s = VK_MM_SPLIT_MAX;
+    return s < 2 ? 1 : (uint32_t)s;
+}
+
 static void mm_dispatch(af_vk_dev *d, const char *op, const vk_mm *c) {
     uint32_t flags = (c->accumulate ? 1u : 0u) | (c->am ? 2u : 0u) | (c->bm ? 4u : 0u) | (c->cm ? 8u : 0u);
     mm_push p = {{0}, (uint32_t)c->M, (uint32_t)c->N, (uint32_t)c->K, (uint32_t)c->sam, (uint32_t)c->sak,
-                 (uint32_t)c->sbk, (uint32_t)c->sbn, (uint32_t)c->ldc, c->alpha_a, c->alpha_b, c->alpha_c, flags, (uint32_t)c->mode};
+                 (uint32_t)c->sbk, (uint32_t)c->sbn, (uint32_t)c->ldc, c->alpha_a, c->alpha_b, c->alpha_c, flags,
+                 (uint32_t)c->mode, (uint32_t)c->K};
     const uint64_t sa = span_a(c), sb = span_b(c), sc = span_c(c);
     vk_arg args[6] = {{c->c, sc, 1}, {c->a, sa, 0}, {c->b, sb, 0}, {c->am, c->am ? sa : 0, 0},
                       {c->bm, c->bm ? sb : 0, 0}, {c->cm, c->cm ? sc : 0, 0}};
     uint32_t spec[VK_NSPEC] = {c->type};
-    vk_dispatch(d, op, AF_VKS_MM, spec, args, 6, &p, sizeof p, vk_div((uint64_t)c->N, 64), vk_div((uint64_t)c->M, 64), 1);
+    /* the 32-tile variant when the 64-tile grid is small for the device (same bits either way) */
+    const uint64_t g64 = vk_div((uint64_t)c->N, 64) * vk_div((uint64_t)c->M, 64);
+    const uint32_t tile = g64 < d->mm_small_below ? 32 : 64;
+    const uint32_t S = tile == 32 ? mm_split(d, c, vk_div((uint64_t)c->N, 32) * vk_div((uint64_t)c->M, 32)) : 1;
+    const uint64_t slice = 4 * (uint64_t)c->M * (uint64_t)c->N;
+    float *part = S > 1 ? vk_scratch(d, S * slice) : NULL;
+    if (S > 1 && part && vk_fit(d, part) >= S * slice) {
+        /* slices of k (a multiple of the 32-deep k-step, so block-format chunks stay whole) into the
+         * scratch, no output transform */
+        mm_push q = p;
+        q.kz = (uint32_t)(vk_div((uint64_t)c->K, (uint64_t)S * 32) * 32);
+        q.flags = flags & 6u, q.alpha_c = 1.0f, q.ldc = (uint32_t)c->N;
+        const uint32_t nz = (uint32_t)vk_div((uint64_t)c->K, q.kz);
+        vk_arg pa[6] = {{part, nz * slice, 1}, args[1], args[2], args[3], args[4], {NULL, 0, 0}};
+        vk_dispatch(d, op, AF_VKS_MM_S, spec, pa, 6, &q, sizeof q, vk_div((uint64_t)c->N, 32), vk_div((uint64_t)c->M, 32), nz);
+        red_push r = {{0}, (uint32_t)c->M, (uint32_t)c->N, (uint32_t)c->ldc, nz, c->alpha_c, flags & 9u};
+        vk_arg ra[6] = {args[0], {part, nz * slice, 0}, {NULL, 0, 0}, {NULL, 0, 0}, {NULL, 0, 0}, args[5]};
+        uint32_t gx, gy;
+        vk_grid(vk_div((uint64_t)c->M * (uint64_t)c->N, 64), &gx, &gy);
+        vk_dispatch(d, op, AF_VKS_MM_RED, NULL, ra, 6, &r, sizeof r, gx, gy, 1);
+        return;
+    }
+    if (d->err != AF_OK) return;
+    vk_dispatch(d, op, tile == 32 ? AF_VKS_MM_S : AF_VKS_MM, spec, args, 6, &p, sizeof p, vk_div((uint64_t)c->N, tile),
+                vk_div((uint64_t)c->M, tile), 1);
 }
 
 /* Split until every argument fits a window (halving rows of C, rows of W, or the summed dimension). */
@@ -146,7 +190,11 @@ static void mv_exec(af_vk_dev *d, const char *op, float *y, const float *x, cons
     mv_push p = {{0}, (uint32_t)n, (uint32_t)in, (uint32_t)out, (uint32_t)rb, (uint32_t)ldx, (uint32_t)ldy,
                  (uint32_t)(accumulate != 0), alpha};
     vk_arg args[3] = {{y, sy, 1}, {x, sx, 0}, {w, sw, 0}};
-    uint32_t spec[VK_NSPEC] = {type};
+    /* mv_sg's workgroup: one subgroup per output row of its 8, at most 256 invocations */
+    uint32_t sg = d->sg_required ? d->sg_required : d->subgroup_size, wg = 8 * (sg ? sg : 8);
+    if (wg > 256) wg = 256;
+    if (wg < 64) wg = 64;
+    uint32_t spec[VK_NSPEC] = {type, wg};
     uint32_t gx, gy;
     vk_grid(vk_div((uint64_t)out, 8), &gx, &gy);
     vk_dispatch(d, op, d->use_subgroup ? AF_VKS_MV_SG : AF_VKS_MV, spec, args, 3, &p, sizeof p, gx, gy, 1);

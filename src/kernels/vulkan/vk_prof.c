@@ -47,7 +47,8 @@ int vk_prof_init(af_vk_dev *d) {
         VkQueryPoolCreateInfo qi = {VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, NULL, 0, VK_QUERY_TYPE_TIMESTAMP, NQ, 0};
         VkResult r = d->v.vkCreateQueryPool(d->dev, &qi, NULL, &f->qpool);
         f->qtag = calloc(NQ, sizeof *f->qtag);
-        if (r != VK_SUCCESS || !f->qtag) {
+        f->qop = calloc(NQ, sizeof *f->qop);
+        if (r != VK_SUCCESS || !f->qtag || !f->qop) {
             if (r == VK_SUCCESS) d->v.vkDestroyQueryPool(d->dev, f->qpool, NULL);
             f->qpool = VK_NULL_HANDLE;
             vk_fail_vk(d, r, "setting up the profiler", "vkCreateQueryPool");
@@ -65,10 +66,23 @@ void vk_prof_begin(af_vk_dev *d, vk_frame *f) {
     f->nq = 1;
 }
 
-void vk_prof_mark(af_vk_dev *d, vk_frame *f, int tag) {
+void vk_prof_mark(af_vk_dev *d, vk_frame *f, int tag, const char *op) {
     if (!d->prof || f->nq == 0 || f->nq >= NQ) return;
     d->v.vkCmdWriteTimestamp(f->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, f->qpool, f->nq);
+    f->qop[f->nq] = op;
     f->qtag[f->nq++] = tag;
+}
+
+/* the totals of (shader, op): op strings are static, compared by content */
+static void prof_add_op(af_vk_dev *d, int shader, const char *op, double ns) {
+    if (shader < 0 || !op) return;
+    for (int i = 0; i < d->prof_nop; i++)
+        if (d->prof_op[i].shader == shader && !strcmp(d->prof_op[i].op, op)) {
+            d->prof_op[i].ns += ns;
+            d->prof_op[i].n++;
+            return;
+        }
+    if (d->prof_nop < VK_PROF_OPS) d->prof_op[d->prof_nop++] = (struct vk_prof_op){shader, op, ns, 1};
 }
 
 void vk_prof_collect(af_vk_dev *d, vk_frame *f) {
@@ -82,6 +96,7 @@ void vk_prof_collect(af_vk_dev *d, vk_frame *f) {
             const int k = f->qtag[i] < 0 ? af_vk_nshaders : f->qtag[i];
             d->prof_ns[k] += (double)dt * d->prof_period;
             d->prof_n[k]++;
+            prof_add_op(d, f->qtag[i], f->qop[i], (double)dt * d->prof_period);
         }
         d->prof_frames++;
     }
@@ -114,6 +129,23 @@ size_t af_vk_profile_text(af_vk_dev *d, char *buf, size_t cap) {
                                     d->prof_ns[best] * 1e-3 / (double)d->prof_n[best],
                                     total > 0 ? 100.0 * d->prof_ns[best] / total : 0.0);
         }
+        /* the same time by (shader, operation), the 16 largest */
+        if (d->prof_nop > 0)
+            len += (size_t)snprintf(buf + (len < cap ? len : cap), len < cap ? cap - len : 0, "  %-14s %-22s %10s %12s %10s %6s\n",
+                                    "shader", "operation", "commands", "total ms", "mean us", "share");
+        char odone[VK_PROF_OPS] = {0};
+        for (int shown = 0; shown < 16; shown++) {
+            int best = -1;
+            for (int i = 0; i < d->prof_nop; i++)
+                if (!odone[i] && (best < 0 || d->prof_op[i].ns > d->prof_op[best].ns)) best = i;
+            if (best < 0) break;
+            odone[best] = 1;
+            const struct vk_prof_op *o = &d->prof_op[best];
+            len += (size_t)snprintf(buf + (len < cap ? len : cap), len < cap ? cap - len : 0,
+                                    "  %-14s %-22s %10llu %12.3f %10.2f %5.1f%%\n", af_vk_shaders[o->shader].name, o->op,
+                                    (unsigned long long)o->n, o->ns * 1e-6, o->ns * 1e-3 / (double)o->n,
+                                    total > 0 ? 100.0 * o->ns / total : 0.0);
+        }
     }
     pthread_mutex_unlock(&d->mu);
     return len;
@@ -129,11 +161,14 @@ void vk_prof_release(af_vk_dev *d) {
         if (f->qpool) d->v.vkDestroyQueryPool(d->dev, f->qpool, NULL);
         f->qpool = VK_NULL_HANDLE;
         free(f->qtag);
+        free(f->qop);
         f->qtag = NULL;
+        f->qop = NULL;
     }
     free(d->prof_ns);
     free(d->prof_n);
     d->prof_ns = NULL;
     d->prof_n = NULL;
+    d->prof_nop = 0;
     d->prof = 0;
 }

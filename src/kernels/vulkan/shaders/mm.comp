@@ -1,6 +1,10 @@
 #version 450
-// mm.comp — tiled GEMM C[M, N] (+)= A'(M, K) · B'(K, N), 64 x 64 tiles of C per workgroup of 64
-// invocations (8 x 8 outputs each, in registers), K in steps of 16 through shared memory.
+// mm.comp — tiled GEMM C[M, N] (+)= A'(M, K) · B'(K, N), MM_TILE x MM_TILE tiles of C per workgroup
+// of 64 invocations ((MM_TILE/8)^2 outputs each, in registers: TM consecutive rows x TM consecutive
+// columns), K in steps of 32 through shared
+// memory. MM_TILE 64 (`mm`), or 32 (`mm_s`: four times the workgroups, for products whose 64-grid
+// leaves a GPU's compute units idle; vk_matmul.c picks). Both sum each output over k in the same
+// order, so they give the same bits.
 //   A(m, k) = a[m·sam + k·sak], f32 (activations, LoRA factors: any strides).
 //   B by MODE: 0  B(k, n) = W[n][k], the weight rows (matmul_xwt: y = x·Wᵀ), dequantized in the shader
 //              1  B(k, n) = W[k][n]                (matmul_dyw: dx = dy·W)
@@ -10,7 +14,9 @@
 // (am laid out like A), else A·alpha_a; bit 2: B' = (B ⊙ bm)·alpha_b (MODE 2; bm laid out like B);
 // bit 3: the product is multiplied element-wise by cm (laid out like C) before it is stored or added;
 // the product is multiplied by alpha_c first. bit 0: accumulate (C += ...), else C = ....
-// Summation over k in order per output (f32 accumulator).
+// Summation over k in order per output (f32 accumulator). Split-K (vk_matmul.c, products with few
+// output tiles and a long k): workgroup z sums its range of k into slice z of a scratch C, with no
+// output transform; mm_red.comp adds the slices in order and applies the transforms.
 // Bindings: 0 C, 1 A, 2 B / W, 3 am, 4 bm, 5 cm.
 #include "common.glsl"
 
@@ -23,6 +29,7 @@ layout(push_constant) uniform PC {
     uint sam, sak, sbk, sbn, ldc;
     float alpha_a, alpha_b, alpha_c;
     uint flags, mode;
+    uint kz; // split-K: workgroup z sums k in [z·kz, min(K, (z+1)·kz)) into slice z of C (M·ldc apart)
 } pc;
 #define MODE pc.mode
 
@@ -35,12 +42,20 @@ layout(std430, binding = 5) readonly buffer BCM { float cm[]; };
 
 #include "dequant.glsl"
 
-#define BM 64u
-#define BN 64u
-#define BK 16u
+#ifndef MM_TILE
+#define MM_TILE 64
+#endif
+#define BM uint(MM_TILE)
+#define BN uint(MM_TILE)
+#define BK 32u /* the k-step: one 32-element chunk of a block-format weight row */
+#define TM (BM / 8u) /* outputs per invocation along m and along n */
+#define TR (BK * BM / 64u) /* tile elements each invocation loads per operand */
+#define CHUNKED (MODE != 2u && TYPE != T_F32 && TYPE != T_F16 && TYPE != T_BF16)
 
-shared float As[BK][BM];
-shared float Bs[BK][BN];
+// the tiles as vec4 along m and n: an invocation reads its TM consecutive rows (columns) of a k-step
+// in TM/4 wide loads
+shared vec4 As[BK][BM / 4u];
+shared vec4 Bs[BK][BN / 4u];
 
 float load_a(uint m, uint k) {
     uint idx = m * pc.sam + k * pc.sak;
@@ -65,37 +80,66 @@ float load_b(uint k, uint n) {
 void main() {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * 8u + tx;
     const uint n0 = gl_WorkGroupID.x * BN, m0 = gl_WorkGroupID.y * BM;
-    float acc[8][8];
-    [[unroll]] for (uint i = 0u; i < 8u; i++) [[unroll]] for (uint j = 0u; j < 8u; j++) acc[i][j] = 0.0;
+    float acc[TM][TM];
+    [[unroll]] for (uint i = 0u; i < TM; i++) [[unroll]] for (uint j = 0u; j < TM; j++) acc[i][j] = 0.0;
     // B tiles along the contiguous direction of its storage
     const bool b_kfast = MODE == 0u || (MODE == 2u && pc.sbk == 1u);
     const bool a_kfast = pc.sak == 1u;
-    for (uint k0 = 0u; k0 < pc.K; k0 += BK) {
-        [[dont_unroll]] for (uint r = 0u; r < 16u; r++) {
+    const uint kb = gl_WorkGroupID.z * pc.kz, ke = min(pc.K, kb + pc.kz);
+    for (uint k0 = kb; k0 < ke; k0 += BK) {
+        [[dont_unroll]] for (uint r = 0u; r < TR; r++) {
             uint idx = tid + 64u * r;
             uint mm = a_kfast ? idx / BK : idx % BM, kk = a_kfast ? idx % BK : idx / BM;
             uint m = m0 + mm, k = k0 + kk;
-            As[kk][mm] = (m < pc.M && k < pc.K) ? load_a(m, k) : 0.0;
-            uint nn = b_kfast ? idx / BK : idx % BN, kb = b_kfast ? idx % BK : idx / BN;
-            uint n = n0 + nn, kq = k0 + kb;
-            Bs[kb][nn] = (n < pc.N && kq < pc.K) ? load_b(kq, n) : 0.0;
+            As[kk][mm >> 2][mm & 3u] = (m < pc.M && k < ke) ? load_a(m, k) : 0.0;
+        }
+        if (CHUNKED) {
+            // block-format weights: one invocation decodes a 32-element chunk of a weight row with its
+            // block header read once (dq32: the same values as dq). MODE 0: chunk k0..k0+31 of row n
+            // (BN chunks); MODE 1: chunk n..n+31 of row k (BK x BN/32 chunks). k0, K, kz and (MODE 1)
+            // N and n0 are multiples of 32 for these types, so a chunk is all in range or all out.
+            const uint nch = MODE == 0u ? BN : BK * (BN / 32u);
+            [[dont_unroll]] for (uint t = tid; t < nch; t += 64u) {
+                float v[32];
+                if (MODE == 0u) {
+                    const uint n = n0 + t;
+                    if (n < pc.N && k0 < ke) dq32(pc.off[2] + n * pc.sbk, k0, v);
+                    else [[unroll]] for (uint j = 0u; j < 32u; j++) v[j] = 0.0;
+                    [[unroll]] for (uint j = 0u; j < 32u; j++) Bs[j][t >> 2][t & 3u] = v[j];
+                } else {
+                    const uint kr = t / (BN / 32u), c32 = t % (BN / 32u), k = k0 + kr, nb = n0 + 32u * c32;
+                    if (k < ke && nb < pc.N) dq32(pc.off[2] + k * pc.sbk, nb, v);
+                    else [[unroll]] for (uint j = 0u; j < 32u; j++) v[j] = 0.0;
+                    [[unroll]] for (uint q = 0u; q < 8u; q++)
+                        Bs[kr][8u * c32 + q] = vec4(v[4u * q], v[4u * q + 1u], v[4u * q + 2u], v[4u * q + 3u]);
+                }
+            }
+        } else {
+            [[dont_unroll]] for (uint r = 0u; r < TR; r++) {
+                uint idx = tid + 64u * r;
+                uint nn = b_kfast ? idx / BK : idx % BN, kr = b_kfast ? idx % BK : idx / BN;
+                uint n = n0 + nn, kq = k0 + kr;
+                Bs[kr][nn >> 2][nn & 3u] = (n < pc.N && kq < ke) ? load_b(kq, n) : 0.0;
+            }
         }
         barrier();
         for (uint kk = 0u; kk < BK; kk++) {
-            float av[8], bv[8];
-            [[unroll]] for (uint i = 0u; i < 8u; i++) av[i] = As[kk][ty + 8u * i];
-            [[unroll]] for (uint j = 0u; j < 8u; j++) bv[j] = Bs[kk][tx + 8u * j];
-            [[unroll]] for (uint i = 0u; i < 8u; i++) [[unroll]] for (uint j = 0u; j < 8u; j++) acc[i][j] += av[i] * bv[j];
+            float av[TM], bv[TM];
+            [[unroll]] for (uint q = 0u; q < TM / 4u; q++) {
+                const vec4 a4 = As[kk][ty * (TM / 4u) + q], b4 = Bs[kk][tx * (TM / 4u) + q];
+                [[unroll]] for (uint e = 0u; e < 4u; e++) av[4u * q + e] = a4[e], bv[4u * q + e] = b4[e];
+            }
+            [[unroll]] for (uint i = 0u; i < TM; i++) [[unroll]] for (uint j = 0u; j < TM; j++) acc[i][j] += av[i] * bv[j];
         }
         barrier();
     }
-    [[unroll]] for (uint i = 0u; i < 8u; i++) {
-        uint m = m0 + ty + 8u * i;
+    [[unroll]] for (uint i = 0u; i < TM; i++) {
+        uint m = m0 + ty * TM + i;
         if (m >= pc.M) continue;
-        [[unroll]] for (uint j = 0u; j < 8u; j++) {
-            uint n = n0 + tx + 8u * j;
+        [[unroll]] for (uint j = 0u; j < TM; j++) {
+            uint n = n0 + tx * TM + j;
             if (n >= pc.N) continue;
-            uint ci = (pc.off[0] >> 2) + m * pc.ldc + n;
+            uint ci = (pc.off[0] >> 2) + gl_WorkGroupID.z * pc.M * pc.ldc + m * pc.ldc + n;
             precise float v = acc[i][j];
             if (pc.alpha_c != 1.0) v = v * pc.alpha_c;
             if ((pc.flags & 8u) != 0u) v = v * cm[(pc.off[5] >> 2) + m * pc.ldc + n];

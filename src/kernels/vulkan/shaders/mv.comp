@@ -3,7 +3,8 @@
 // each weight row is read once for all N rows of x. A workgroup of 64 invocations owns 8 output rows.
 // AF_SUBGROUP = 0: 8 lanes per row, partial sums reduced through shared memory;
 // AF_SUBGROUP = 1 (fast path, devices with subgroup arithmetic): one subgroup per row at a time
-// (rows dealt by gl_SubgroupID, any subgroup size), reduced with subgroupAdd.
+// (rows dealt by gl_SubgroupID, any subgroup size), reduced with subgroupAdd; the workgroup has
+// 8 subgroups where 8 x the subgroup size <= 256 (NVIDIA: 256 invocations), so the rows run side by side.
 // Each lane sums 32-element chunks c = lane, lane + lanes, ... (dq32: one block header per chunk)
 // for one input row at a time;
 // rows whose length K is not a multiple of 32 (F32/F16/BF16) finish element by element.
@@ -17,7 +18,12 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
 
+#if AF_SUBGROUP
+// one subgroup per row of the workgroup's 8: vk_matmul.c sets 8 x the subgroup size (at most 256)
+layout(local_size_x_id = 1) in;
+#else
 layout(local_size_x = 64) in;
+#endif
 layout(constant_id = 0) const uint TYPE = 0u;
 
 layout(push_constant) uniform PC {
