@@ -84,10 +84,9 @@ static void mm_dispatch(af_vk_dev *d, const char *op, const vk_mm *c) {
     const uint64_t slice = 4 * (uint64_t)c->M * (uint64_t)c->N;
     float *part = S > 1 ? vk_scratch(d, S * slice) : NULL;
     if (S > 1 && part && vk_fit(d, part) >= S * slice) {
-        /* slices of k (a multiple of the 32-deep k-step, so block-format chunks stay whole) into the
-         * scratch, no output transform */
+        /* slices of k (a multiple of the 16-deep k-step) into the scratch, no output transform */
         mm_push q = p;
-        q.kz = (uint32_t)(vk_div((uint64_t)c->K, (uint64_t)S * 32) * 32);
+        q.kz = (uint32_t)(vk_div((uint64_t)c->K, (uint64_t)S * 16) * 16);
         q.flags = flags & 6u, q.alpha_c = 1.0f, q.ldc = (uint32_t)c->N;
         const uint32_t nz = (uint32_t)vk_div((uint64_t)c->K, q.kz);
         vk_arg pa[6] = {{part, nz * slice, 1}, args[1], args[2], args[3], args[4], {NULL, 0, 0}};

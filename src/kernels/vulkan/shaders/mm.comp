@@ -1,7 +1,7 @@
 #version 450
 // mm.comp — tiled GEMM C[M, N] (+)= A'(M, K) · B'(K, N), MM_TILE x MM_TILE tiles of C per workgroup
 // of 64 invocations ((MM_TILE/8)^2 outputs each, in registers: TM consecutive rows x TM consecutive
-// columns), K in steps of 32 through shared
+// columns), K in steps of 16 through shared
 // memory. MM_TILE 64 (`mm`), or 32 (`mm_s`: four times the workgroups, for products whose 64-grid
 // leaves a GPU's compute units idle; vk_matmul.c picks). Both sum each output over k in the same
 // order, so they give the same bits.
@@ -47,10 +47,9 @@ layout(std430, binding = 5) readonly buffer BCM { float cm[]; };
 #endif
 #define BM uint(MM_TILE)
 #define BN uint(MM_TILE)
-#define BK 32u /* the k-step: one 32-element chunk of a block-format weight row */
+#define BK 16u
 #define TM (BM / 8u) /* outputs per invocation along m and along n */
 #define TR (BK * BM / 64u) /* tile elements each invocation loads per operand */
-#define CHUNKED (MODE != 2u && TYPE != T_F32 && TYPE != T_F16 && TYPE != T_BF16)
 
 // the tiles as vec4 along m and n: an invocation reads its TM consecutive rows (columns) of a k-step
 // in TM/4 wide loads
@@ -92,35 +91,9 @@ void main() {
             uint mm = a_kfast ? idx / BK : idx % BM, kk = a_kfast ? idx % BK : idx / BM;
             uint m = m0 + mm, k = k0 + kk;
             As[kk][mm >> 2][mm & 3u] = (m < pc.M && k < ke) ? load_a(m, k) : 0.0;
-        }
-        if (CHUNKED) {
-            // block-format weights: one invocation decodes a 32-element chunk of a weight row with its
-            // block header read once (dq32: the same values as dq). MODE 0: chunk k0..k0+31 of row n
-            // (BN chunks); MODE 1: chunk n..n+31 of row k (BK x BN/32 chunks). k0, K, kz and (MODE 1)
-            // N and n0 are multiples of 32 for these types, so a chunk is all in range or all out.
-            const uint nch = MODE == 0u ? BN : BK * (BN / 32u);
-            [[dont_unroll]] for (uint t = tid; t < nch; t += 64u) {
-                float v[32];
-                if (MODE == 0u) {
-                    const uint n = n0 + t;
-                    if (n < pc.N && k0 < ke) dq32(pc.off[2] + n * pc.sbk, k0, v);
-                    else [[unroll]] for (uint j = 0u; j < 32u; j++) v[j] = 0.0;
-                    [[unroll]] for (uint j = 0u; j < 32u; j++) Bs[j][t >> 2][t & 3u] = v[j];
-                } else {
-                    const uint kr = t / (BN / 32u), c32 = t % (BN / 32u), k = k0 + kr, nb = n0 + 32u * c32;
-                    if (k < ke && nb < pc.N) dq32(pc.off[2] + k * pc.sbk, nb, v);
-                    else [[unroll]] for (uint j = 0u; j < 32u; j++) v[j] = 0.0;
-                    [[unroll]] for (uint q = 0u; q < 8u; q++)
-                        Bs[kr][8u * c32 + q] = vec4(v[4u * q], v[4u * q + 1u], v[4u * q + 2u], v[4u * q + 3u]);
-                }
-            }
-        } else {
-            [[dont_unroll]] for (uint r = 0u; r < TR; r++) {
-                uint idx = tid + 64u * r;
-                uint nn = b_kfast ? idx / BK : idx % BN, kr = b_kfast ? idx % BK : idx / BN;
-                uint n = n0 + nn, kq = k0 + kr;
-                Bs[kr][nn >> 2][nn & 3u] = (n < pc.N && kq < ke) ? load_b(kq, n) : 0.0;
-            }
+            uint nn = b_kfast ? idx / BK : idx % BN, kr = b_kfast ? idx % BK : idx / BN;
+            uint n = n0 + nn, kq = k0 + kr;
+            Bs[kr][nn >> 2][nn & 3u] = (n < pc.N && kq < ke) ? load_b(kq, n) : 0.0;
         }
         barrier();
         for (uint kk = 0u; kk < BK; kk++) {
