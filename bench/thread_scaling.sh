@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Thread scaling of afinar (issue 20): prompt and decode tok/s of `afinar generate` and LoRA
+# Thread scaling of afinar: prompt and decode tok/s of `afinar generate` and LoRA
 # training samples/s of bench_train, at 1, 2, ... up to all cores, on this machine, in the default
 # environment (no OMP_* variable is set by this script), with the CPU model, family/model, core
 # count, cache sizes and the kernel path afinar chose recorded.

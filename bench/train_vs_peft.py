@@ -381,7 +381,7 @@ def write_md(rep, path):
              % m["threads"])
     L.append("Losses differ between systems only through the initialisation (each side draws its own LoRA A and "
              "head weights; B = 0) and arithmetic; data order and hyper-parameters are the same.\n")
-    L.append("## Against the targets of issue 5\n")
+    L.append("## Against the training-speed targets\n")
     L.append("Targets: samples/s >= 3x PyTorch f32 and >= 1.5x PyTorch bf16 autocast; peak RSS <= 0.3x PyTorch f32; "
              "MFU >= 50% (of the f32 peak, or of the bf16 peak for bf16 compute). afinar f32 = Q4_1 base with f32 "
              "products (the default); afinar bf16 = Q4_1 base with `--bf16`.\n")

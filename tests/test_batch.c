@@ -1,6 +1,6 @@
 /*
- * test_batch.c — continuous batching, the prompt cache and cancellation of inference sessions
- * (issue 17), on tiny random models (tests/tinymodel.c: llama, gemma3, qwen2, qwen3) and on
+ * test_batch.c — continuous batching, the prompt cache and cancellation of inference sessions,
+ * on tiny random models (tests/tinymodel.c: llama, gemma3, qwen2, qwen3) and on
  * SmolLM2-135M when models/ has it:
  *  (a) af_session_eval_batch: 6 sessions with different prompts and adapters (none, and three
  *      random LoRA adapters of different ranks and targets), decoded greedily together, sessions

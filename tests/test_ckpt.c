@@ -1,5 +1,5 @@
 /*
- * test_ckpt.c — a checkpoint is never trusted blindly (issue 18 class 5), through the CLI
+ * test_ckpt.c — a checkpoint is never trusted blindly (a reliability class: damaged or foreign checkpoints), through the CLI
  * ($AFINAR_BIN, set by `make test`; skipped without it) on the tiny llama of tests/cli_harness.c:
  *   - manifest.json units: SHA-256 of FIPS 180-2's examples, parse refusals, write/verify, the
  *     temporaries a signal handler removes (af_remove_temporaries);

@@ -795,8 +795,8 @@ static void test_merge_adapters(void) {
     run_free(&ref);
 }
 
-/* ================================================================ reliability (issue 18)
- * Each class of issue 18 as CLI cases; a hang is a failure after g_run_timeout seconds. */
+/* ================================================================ reliability
+ * Each reliability class (docs/RELIABILITY.md) as CLI cases; a hang is a failure after g_run_timeout seconds. */
 
 /* Class 1: no path the CLI opens blocks or is read when it is not a regular file: a FIFO with no
  * writer (open(2) without O_NONBLOCK would block forever), /dev/zero (endless), a directory. */
@@ -858,7 +858,7 @@ static void test_rel_special_files(void) {
     EXPECT("train --resume @/fifo -t 1", 1, "afinar train: --resume @/fifo: *");
     snprintf(want, sizeof want, "afinar train: @/fifo_ck/train_config.json: %s; cannot resume from @/fifo_ck*", F);
     EXPECT("train --resume @/fifo_ck -t 1", 1, want);
-    /* the commands added after the first round (issue 18 re-sweep): export, merge, merge-adapters,
+    /* the commands added after the first round (the reliability re-sweep): export, merge, merge-adapters,
      * Hugging Face directories */
     for (int z = 0; z < 2; z++) {
         static const char *const wr[] = {"export -m %s -a @/run/final -o @/sp.gguf", "merge -m %s -a @/run/final -o @/sp.gguf"};
@@ -1040,7 +1040,7 @@ static void test_rel_output(void) {
         "eval -m @/tiny.gguf --data @/pc.jsonl --generate 1 --max-new-tokens 2 -t 1",
         "train --help",
         "version",
-        /* the commands added after the first round (issue 18 re-sweep) */
+        /* the commands added after the first round (the reliability re-sweep) */
         "export --help", "merge --help", "merge-adapters --help", "info tests/fixtures/hf_tiny_llama",
         "merge-adapters @/run/final @/run/final -o @/full_m"};
     for (size_t k = 0; k < sizeof full_cmds / sizeof *full_cmds; k++) {
@@ -1467,7 +1467,7 @@ static void test_rel_nonfinite_adapter(void) {
     snprintf(want, sizeof want, "afinar generate: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
     EXPECT("generate -m @/tiny.gguf -a @/nan_ad -p hi -t 1", 1, want);
     EXPECT("eval -m @/tiny.gguf -a @/nan_ad --data @/pc.jsonl --generate 1 -t 1", 1, "afinar eval: *not finite (NaN or Inf)*");
-    /* the commands that write a model or an adapter from it (issue 18 re-sweep: export, merge,
+    /* the commands that write a model or an adapter from it (the reliability re-sweep: export, merge,
      * merge-adapters came after the first round) */
     snprintf(want, sizeof want, "afinar export: @/nan_ad/adapter_model.safetensors: tensor '*': %s", tail);
     EXPECT("export -m @/tiny.gguf -a @/nan_ad -o @/nan.gguf", 1, want);
@@ -1731,7 +1731,7 @@ int main(void) {
     test_eval_generate();
     test_merge_adapters();
     test_convert();
-    /* reliability (issue 18) */
+    /* reliability */
     test_rel_special_files();
     test_rel_sizes();
     test_rel_output();

@@ -1,5 +1,5 @@
 /*
- * test_device.c — devices and the backend table (issue 14; src/kernels/backend.h):
+ * test_device.c — devices and the backend table (src/kernels/backend.h):
  *  (a) the registry: `afinar devices` / af_backend_devices list the CPU and say why Vulkan has no
  *      device (not built in, no loader, no device); device names accepted and refused by
  *      af_ctx_new and `--device` (usage errors exit 2, a device that cannot be opened exits 1);

@@ -6,7 +6,7 @@
  *     targets (tests/fuzz/fuzz_<target>.c are #included with FZ_NO_MAIN; their invariant checks
  *     become CHECKs here). A regress file is named <what>.<STATUS>, STATUS being the af_status
  *     the entry point must return without the AF_ERR_ prefix (OK, FORMAT, UNSUPPORTED, ...).
- *  2. limits before allocation (issue 6.3): tiny crafted files that claim absurd sizes (billions of
+ *  2. limits before allocation: tiny crafted files that claim absurd sizes (billions of
  *     metadata entries or array elements, a 1 TB string, tensor data far past the end of the file,
  *     a huge SafeTensors header length, an oversized adapter JSON) must be refused with
  *     AF_ERR_FORMAT. Without AddressSanitizer each case runs in a forked child whose address space

@@ -237,7 +237,7 @@ static void check_quantize_dropout(void) {
     af_ctx_free(ctx);
 }
 
-/* Issue 14: gemma4's paths (per-layer inputs, KV sharing, the unweighted v norm, RoPE frequency
+/* gemma4's paths (per-layer inputs, KV sharing, the unweighted v norm, RoPE frequency
  * factors, per-layer sizes) on the guard device (device memory PROT_NONE between the backend table's
  * ops, and every op argument checked to be device memory): prompt + decode logits, the batched
  * decode of three sequences, and three LoRA steps (classification, dropout) equal the CPU's bit for

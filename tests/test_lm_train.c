@@ -459,7 +459,7 @@ static void test_trainer_lm(void) {
           "causal LM: final adapter after resume is byte-identical to the uninterrupted run");
     CHECK(files_equal(path_in("res_a/best/adapter_model.safetensors"), path_in("res_b/best/adapter_model.safetensors")),
           "causal LM: best adapter after resume is byte-identical");
-    /* issue 14: the same run on the guard device (device memory PROT_NONE between the backend table's
+    /* the same run on the guard device (device memory PROT_NONE between the backend table's
      * ops: any host access outside the table kills this program) ends with the CPU run's bits; the
      * evaluation (forward-only LM loss) included */
     if (CHECK(tl_ctx_set_device("guard") == AF_OK, "guard context: %s", af_last_error())) {

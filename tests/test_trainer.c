@@ -778,7 +778,7 @@ static int same_adapters(const char *a, const char *b) {
     return ok && same_train_lines(x, y, 0, &n_cmp) && n_cmp == 10;
 }
 
-/* Issue 14: training on the guard device (kernels/cpu/backend_guard.c: device memory PROT_NONE
+/* Training on the guard device (kernels/cpu/backend_guard.c: device memory PROT_NONE
  * between the backend table's ops, so any host access to activations, parameters, gradients, AdamW
  * state or weights outside the table kills this program) gives the CPU's adapters and metrics bit
  * for bit (dropout, grad-accum, clipping, evaluation, best/final, prefix cache, checkpointing); a
@@ -839,7 +839,7 @@ static void test_guard(void) {
     af_ctx_free(gc);
 }
 
-/* af_trainer_opts.progress and .cancel (issue 17): the callback sees every step ("train", step,
+/* af_trainer_opts.progress and .cancel: the callback sees every step ("train", step,
  * total) and each evaluation ("eval", 0/n, n); a cancel flag set after step 3 stops the run in
  * step 4 with AF_ERR_CANCELLED, steps_done 3. */
 typedef struct prog_state {

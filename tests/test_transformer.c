@@ -445,7 +445,7 @@ out:
     af_model_free(m);
 }
 
-/* Issue 14: the inference session on the guard device (kernels/cpu/backend_guard.c: device memory
+/* The inference session on the guard device (kernels/cpu/backend_guard.c: device memory
  * PROT_NONE between the table's ops, so a host access outside the table kills this program) gives
  * the CPU's logits bit for bit: a prompt in one call and token by token (KV-cache decode), with an
  * adapter (uploaded by af_session_set_lora) and without. */

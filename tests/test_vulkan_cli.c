@@ -1,5 +1,5 @@
 /*
- * test_vulkan_cli.c — the command-line tool on a Vulkan device (issue 14) against --device cpu,
+ * test_vulkan_cli.c — the command-line tool on a Vulkan device against --device cpu,
  * through $AFINAR_BIN (set by `make test`; skipped without it) and skipped with a message where no
  * Vulkan device exists (CI: lavapipe):
  *   (a) head_dim beyond the attention shaders (AF_VK_ATTN_HD_MAX = 512): a tiny model with

@@ -1,5 +1,5 @@
 /*
- * test_vulkan_model.c — whole models on the Vulkan backend (issue 14) against the CPU backend: the
+ * test_vulkan_model.c — whole models on the Vulkan backend against the CPU backend: the
  * logits of a prompt (one batched call, with a LoRA adapter) and of a token-by-token decode, the
  * greedy continuation, the LoRA + head gradients of a classification micro-batch and of a causal-LM
  * micro-batch, five optimizer steps, and training runs of `afinar train`'s loop whose checkpoints
