@@ -18,6 +18,11 @@
  * 8. af_cpu_count() >= 1; the context's pool: af_ctx_params.poll_us round-trips.
  * 9. fork: a child of a process whose pool has started workers dispatches on that pool (new
  *    workers) and gets correct sums; the parent's pool still works.
+ * 10. Oversubscription: a pool of 2 whose worker's share takes 3 ms while the caller's takes
+ *    nothing (what a descheduled worker looks like) runs, after two such dispatches, on the caller
+ *    alone (both shares, tids 0 and 1, on the calling thread, every index once), and probes the
+ *    worker again after 16 dispatches; a balanced job (both shares 20 ms) keeps both threads;
+ *    AFINAR_POOL_ADAPT=0 never lowers the cap.
  */
 #include "afinar.h"
 #include "core/threadpool.h"
@@ -330,6 +335,61 @@ static void test_fork(void) {
     af_threadpool_free(p);
 }
 
+typedef struct adapt_job {
+    pthread_t caller;
+    int us0, us1;          /* sleep of share 0 and share 1 */
+    int hits[2];
+    int tid1_on_caller;    /* share 1 ran on the calling thread */
+} adapt_job;
+
+static void adapt_fn(void *va, int64_t i0, int64_t i1, int tid) {
+    adapt_job *J = va;
+    for (int64_t i = i0; i < i1; i++) __atomic_fetch_add(&J->hits[i], 1, __ATOMIC_RELAXED);
+    if (tid == 1 && pthread_equal(pthread_self(), J->caller)) J->tid1_on_caller = 1;
+    const int us = tid == 0 ? J->us0 : J->us1;
+    if (us > 0) usleep((useconds_t)us);
+}
+
+/* one dispatch of 2 indices over a team of 2; returns 1 when share 1 ran on the caller */
+static int adapt_once(af_threadpool *p, int us0, int us1, int *ok) {
+    adapt_job J = {pthread_self(), us0, us1, {0, 0}, 0};
+    af_threadpool_run(p, 2, 2, 0, adapt_fn, &J);
+    if (J.hits[0] != 1 || J.hits[1] != 1) *ok = 0;
+    return J.tid1_on_caller;
+}
+
+static void test_adapt(void) {
+    af_threadpool *p = NULL;
+    unsetenv("AFINAR_POOL_ADAPT");
+    if (!CHECK(af_threadpool_new(2, 1000, NULL, &p) == AF_OK, "pool of 2")) return;
+    int ok = 1;
+    CHECK(af_threadpool_cap(p) == 2, "a new pool may use its 2 threads");
+    adapt_once(p, 0, 0, &ok); /* start the workers */
+    /* two lagging dispatches lower the cap (one more may be needed when a dispatch before them was
+     * slow for real: this machine may be loaded) */
+    int lagged = 0;
+    while (af_threadpool_cap(p) == 2 && lagged < 4) adapt_once(p, 0, 3000, &ok), lagged++;
+    CHECK(af_threadpool_cap(p) == 1 && lagged >= 1 && lagged <= 2,
+          "dispatches whose worker lagged 3 ms: cap 1 after %d (got %d)", lagged, af_threadpool_cap(p));
+    int on_caller = 0;
+    for (int i = 0; i < 16; i++) on_caller += adapt_once(p, 0, 0, &ok);
+    CHECK(on_caller == 16, "the 16 dispatches at cap 1 run share 1 on the caller (%d of 16)", on_caller);
+    CHECK(af_threadpool_cap(p) == 2, "then the pool probes 2 threads again (cap %d)", af_threadpool_cap(p));
+    CHECK(!adapt_once(p, 0, 0, &ok), "the probe runs share 1 on the worker");
+    CHECK(ok, "every index once in every dispatch");
+    for (int i = 0; i < 4; i++) adapt_once(p, 20000, 20000, &ok);
+    CHECK(af_threadpool_cap(p) == 2 && ok, "a balanced job keeps both threads (cap %d)", af_threadpool_cap(p));
+    af_threadpool_free(p);
+    setenv("AFINAR_POOL_ADAPT", "0", 1);
+    p = NULL;
+    if (CHECK(af_threadpool_new(2, 1000, NULL, &p) == AF_OK, "pool of 2, AFINAR_POOL_ADAPT=0")) {
+        for (int i = 0; i < 4; i++) adapt_once(p, 0, 3000, &ok);
+        CHECK(af_threadpool_cap(p) == 2 && ok, "AFINAR_POOL_ADAPT=0: the cap stays 2 (%d)", af_threadpool_cap(p));
+        af_threadpool_free(p);
+    }
+    unsetenv("AFINAR_POOL_ADAPT");
+}
+
 int main(void) {
     part("coverage", test_coverage);
     part("one per thread", test_one_per_thread);
@@ -340,5 +400,6 @@ int main(void) {
     part("idle", test_idle);
     part("ctx", test_ctx);
     part("fork", test_fork);
+    part("oversubscription", test_adapt);
     return tl_finish("test_pool");
 }

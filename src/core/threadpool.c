@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -32,7 +33,12 @@ struct af_threadpool {
     af_threadpool_fn fn;
     void *arg;
     int64_t n, chunk;
-    int team;
+    int team;                 /* the logical team: the static split is by it (the arithmetic's) */
+    int phys;                 /* threads that run it now (<= team): workers with id < phys */
+    /* oversubscription (under run_mu): when the caller keeps waiting for workers longer than the
+     * whole job would take it alone, the pool runs the next `cap_left` dispatches on at most `cap`
+     * threads, then probes a doubled cap (see af_threadpool_run) */
+    int adapt, cap, cap_left, hold, slow_streak;
     _Alignas(LINE) unsigned gen;   /* job generation: workers wait for it to change */
     int stop;                      /* set with a new generation: workers leave */
     _Alignas(LINE) int pending;    /* workers that have not finished the current job */
@@ -74,7 +80,9 @@ static double now_us(void) {
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-/* Thread `t` of the current job does its share. */
+/* Thread `t` (< phys) of the current job does its share: dynamic chunks, or the static shares
+ * t, t + phys, t + 2·phys, ... of the logical team (each with its own tid, so a kernel that splits
+ * its arithmetic by the team gets the same bits whichever threads run the shares). */
 static void do_share(af_threadpool *p, int t) {
     const int64_t n = p->n, chunk = p->chunk;
     tl_in_job = 1;
@@ -86,11 +94,18 @@ static void do_share(af_threadpool *p, int t) {
         }
     } else {
         const int T = p->team;
-        int64_t i0 = n * t / T, i1 = n * (t + 1) / T;
-        if (i1 > i0) p->fn(p->arg, i0, i1, t);
+        for (int s = t; s < T; s += p->phys) {
+            int64_t i0 = n * s / T, i1 = n * (s + 1) / T;
+            if (i1 > i0) p->fn(p->arg, i0, i1, s);
+        }
     }
     tl_in_job = 0;
 }
+
+/* Oversubscription (af_threadpool_run): a wait this long is more than a worker's wake-up */
+#define ADAPT_MIN_WAIT_US 300.0
+#define ADAPT_HOLD_MIN 16
+#define ADAPT_HOLD_MAX 4096
 
 /* Pause hints before a spinning thread starts to yield the CPU between checks (~20-80 µs): on a
  * machine with more runnable threads than cores, the thread a spinner waits for may need its core. */
@@ -138,7 +153,7 @@ static void *worker_main(void *va) {
     for (;;) {
         seen = wait_job(p, seen);
         if (p->stop) break;
-        if (wa.id < p->team) do_share(p, wa.id);
+        if (wa.id < p->phys) do_share(p, wa.id);
         __atomic_fetch_sub(&p->pending, 1, __ATOMIC_RELEASE);
     }
     if (p->thread_exit) p->thread_exit();
@@ -153,6 +168,10 @@ af_status af_threadpool_new(int size, int poll_us, void (*thread_exit)(void), af
     p->size = size < 1 ? 1 : size;
     p->poll_us = poll_us < 0 ? AF_THREADPOOL_POLL_US : poll_us;
     p->thread_exit = thread_exit;
+    const char *ad = getenv("AFINAR_POOL_ADAPT");
+    p->adapt = !(ad && !strcmp(ad, "0"));
+    p->cap = p->size;
+    p->hold = ADAPT_HOLD_MIN;
     pthread_mutex_init(&p->run_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -220,7 +239,7 @@ static void start_workers(af_threadpool *p) {
     }
     /* partial start: stop the ones made (they wait for generation 1) */
     p->stop = 1;
-    p->team = 0;
+    p->team = p->phys = 0;
     int want = p->size - 1;
     p->size = made + 1;
     publish(p);
@@ -236,7 +255,7 @@ void af_threadpool_free(af_threadpool *p) {
     if (p->started == 1 && p->epoch != __atomic_load_n(&g_fork_epoch, __ATOMIC_RELAXED)) forget_workers(p);
     if (p->started == 1) {
         p->stop = 1;
-        p->team = 0;
+        p->team = p->phys = 0;
         publish(p);
         for (int i = 0; i < p->size - 1; i++) pthread_join(p->tid[i], NULL);
     }
@@ -255,9 +274,47 @@ int af_threadpool_team(const af_threadpool *p, int nth) {
     return nth < p->size ? nth : p->size;
 }
 
+int af_threadpool_cap(af_threadpool *p) {
+    if (!p) return 1;
+    pthread_mutex_lock(&p->run_mu);
+    const int c = p->cap;
+    pthread_mutex_unlock(&p->run_mu);
+    return c;
+}
+
+/* After a dispatch of the logical team on `phys` threads (under run_mu): `own` µs of the caller's
+ * share, `wait` µs waiting for the workers. With everyone running, wait is the imbalance, well
+ * under own·(phys − 1): the team beat the caller alone. A worker that was descheduled (more
+ * runnable threads than cores) makes the caller wait a time slice; when that costs more than
+ * running the other shares itself would have (wait > own·(phys − 1), and > ADAPT_MIN_WAIT_US so
+ * that a sleeping worker's wake-up does not count) twice in a row, the cap halves for `hold`
+ * dispatches (doubling, up to ADAPT_HOLD_MAX, while the probes keep failing). */
+static void adapt_after(af_threadpool *p, int phys, double own, double wait) {
+    const int slow = wait > ADAPT_MIN_WAIT_US && wait > own * (double)(phys - 1);
+    if (!slow) {
+        p->slow_streak = 0;
+        if (phys >= p->cap && p->cap == p->size) p->hold = ADAPT_HOLD_MIN;
+        return;
+    }
+    if (++p->slow_streak < 2) return;
+    p->slow_streak = 0;
+    p->cap = phys / 2 > 1 ? phys / 2 : 1;
+    p->cap_left = p->hold;
+    p->hold = p->hold * 2 < ADAPT_HOLD_MAX ? p->hold * 2 : ADAPT_HOLD_MAX;
+}
+
+/* One dispatch at the lowered cap has passed: after cap_left of them, probe a doubled cap. */
+static void adapt_tick(af_threadpool *p) {
+    if (p->cap < p->size && --p->cap_left <= 0) {
+        p->cap = p->cap * 2 < p->size ? p->cap * 2 : p->size;
+        p->cap_left = p->hold;
+    }
+}
+
 void af_threadpool_run(af_threadpool *p, int nth, int64_t n, int64_t chunk, af_threadpool_fn fn, void *arg) {
     if (n <= 0) return;
     int team = af_threadpool_team(p, nth);
+    int phys = team;
     if (team > 1) {
         if (__atomic_load_n(&p->started, __ATOMIC_ACQUIRE) == 1 &&
             p->epoch != __atomic_load_n(&g_fork_epoch, __ATOMIC_RELAXED))
@@ -266,13 +323,27 @@ void af_threadpool_run(af_threadpool *p, int nth, int64_t n, int64_t chunk, af_t
         if (!p->started) start_workers(p);
         if (p->started < 0) { /* no workers could be started: the caller alone */
             pthread_mutex_unlock(&p->run_mu);
-            team = 1;
+            team = phys = 1;
+        } else if (p->adapt && p->cap < team) {
+            phys = p->cap;
+            adapt_tick(p);
+            if (phys == 1) { /* the caller runs every share of the logical team */
+                pthread_mutex_unlock(&p->run_mu);
+                p = NULL;
+            }
         }
     }
-    if (team == 1) {
+    if (phys == 1) {
         int outer = tl_in_job;
         tl_in_job = 1;
-        fn(arg, 0, n, 0);
+        if (team == 1) fn(arg, 0, n, 0);
+        else if (chunk > 0) /* the team's chunks, in order, on the caller */
+            for (int64_t i0 = 0; i0 < n; i0 += chunk) fn(arg, i0, i0 + chunk < n ? i0 + chunk : n, 0);
+        else
+            for (int s = 0; s < team; s++) {
+                int64_t i0 = n * s / team, i1 = n * (s + 1) / team;
+                if (i1 > i0) fn(arg, i0, i1, s);
+            }
         tl_in_job = outer;
         return;
     }
@@ -281,9 +352,13 @@ void af_threadpool_run(af_threadpool *p, int nth, int64_t n, int64_t chunk, af_t
     p->n = n;
     p->chunk = chunk;
     p->team = team;
+    p->phys = phys;
     p->next = 0;
+    const double t0 = p->adapt ? now_us() : 0;
     publish(p);
     do_share(p, 0);
+    const double t1 = p->adapt ? now_us() : 0;
     wait_done(p);
+    if (p->adapt) adapt_after(p, phys, t1 - t0, now_us() - t1);
     pthread_mutex_unlock(&p->run_mu);
 }

@@ -35,6 +35,14 @@
  *  - An idle pool uses no CPU: after poll_us without a job every worker sleeps.
  *  - fork(): in the child, a pool whose workers were started in the parent starts new workers at
  *    its first dispatch (pthread_atfork), so a forked child can keep computing.
+ *  - Oversubscription: the team (the static split, and so the arithmetic) never changes, but the
+ *    threads that run it may. When the caller waits for its workers longer than doing their shares
+ *    itself would have taken (a worker was descheduled: more runnable threads than cores), twice
+ *    in a row, the pool runs the next 16 dispatches on half the threads (a thread then runs several
+ *    shares, each with its own tid), then probes the doubled count again; while probes keep
+ *    failing the wait doubles (up to 4096 dispatches). So two threads are not slower than one on
+ *    a core shared with another process, and results are the same bits either way.
+ *    AFINAR_POOL_ADAPT=0 (at pool creation) turns it off.
  */
 #ifndef AF_CORE_THREADPOOL_H
 #define AF_CORE_THREADPOOL_H
@@ -75,6 +83,10 @@ int af_threadpool_team(const af_threadpool *pool, int nth);
  * left (uneven iterations). A team of 1 calls fn(arg, 0, n, 0) once on the caller. n <= 0: no
  * call. fn must not depend on which thread runs which range unless it splits by tid itself. */
 void af_threadpool_run(af_threadpool *pool, int nth, int64_t n, int64_t chunk, af_threadpool_fn fn, void *arg);
+
+/* Threads a dispatch may use now (1 .. size; size unless oversubscription lowered it; see the
+ * rules above); 1 for NULL. For tests and diagnostics. */
+int af_threadpool_cap(af_threadpool *pool);
 
 /* Tests: 1 when the calling thread is inside a job of some pool (a nested call runs serially). */
 int af_threadpool_in_job(void);
