@@ -35,10 +35,11 @@ struct af_threadpool {
     int64_t n, chunk;
     int team;                 /* the logical team: the static split is by it (the arithmetic's) */
     int phys;                 /* threads that run it now (<= team): workers with id < phys */
-    /* oversubscription (under run_mu): when the caller keeps waiting for workers longer than the
-     * whole job would take it alone, the pool runs the next `cap_left` dispatches on at most `cap`
-     * threads, then probes a doubled cap (see af_threadpool_run) */
-    int adapt, cap, cap_left, hold, slow_streak;
+    /* oversubscription (under run_mu): when over a window of dispatches the caller waited for its
+     * workers longer than running their shares itself would have taken, the pool runs the next
+     * `cap_left` dispatches on at most `cap` threads, then probes a doubled cap (adapt_after) */
+    int adapt, cap, cap_left, hold, win_n;
+    double win_own, win_wait;
     _Alignas(LINE) unsigned gen;   /* job generation: workers wait for it to change */
     int stop;                      /* set with a new generation: workers leave */
     _Alignas(LINE) int pending;    /* workers that have not finished the current job */
@@ -102,10 +103,11 @@ static void do_share(af_threadpool *p, int t) {
     tl_in_job = 0;
 }
 
-/* Oversubscription (af_threadpool_run): a wait this long is more than a worker's wake-up */
-#define ADAPT_MIN_WAIT_US 300.0
-#define ADAPT_HOLD_MIN 16
-#define ADAPT_HOLD_MAX 4096
+/* Oversubscription (af_threadpool_run): dispatches judged together, and those run at a lowered
+ * cap before the next probe (doubling while probes fail) */
+#define ADAPT_WINDOW 32
+#define ADAPT_HOLD_MIN 64
+#define ADAPT_HOLD_MAX 8192
 
 /* Pause hints before a spinning thread starts to yield the CPU between checks (~20-80 µs): on a
  * machine with more runnable threads than cores, the thread a spinner waits for may need its core. */
@@ -284,20 +286,23 @@ int af_threadpool_cap(af_threadpool *p) {
 
 /* After a dispatch of the logical team on `phys` threads (under run_mu): `own` µs of the caller's
  * share, `wait` µs waiting for the workers. With everyone running, wait is the imbalance, well
- * under own·(phys − 1): the team beat the caller alone. A worker that was descheduled (more
- * runnable threads than cores) makes the caller wait a time slice; when that costs more than
- * running the other shares itself would have (wait > own·(phys − 1), and > ADAPT_MIN_WAIT_US so
- * that a sleeping worker's wake-up does not count) twice in a row, the cap halves for `hold`
- * dispatches (doubling, up to ADAPT_HOLD_MAX, while the probes keep failing). */
+ * under own·(phys − 1): the team beats the caller alone. A worker that was descheduled (more
+ * runnable threads than cores) makes the caller wait a time slice. Over a window of ADAPT_WINDOW
+ * dispatches, when the waits add up to more than running the other shares itself would have taken
+ * (Σ wait > (phys − 1)·Σ own), the cap halves for `hold` dispatches (doubling, up to
+ * ADAPT_HOLD_MAX, while the probes keep failing; back to ADAPT_HOLD_MIN after a good window at
+ * the full size). */
 static void adapt_after(af_threadpool *p, int phys, double own, double wait) {
-    const int slow = wait > ADAPT_MIN_WAIT_US && wait > own * (double)(phys - 1);
+    p->win_own += own;
+    p->win_wait += wait;
+    if (++p->win_n < ADAPT_WINDOW) return;
+    const int slow = p->win_wait > p->win_own * (double)(phys - 1);
+    p->win_n = 0;
+    p->win_own = p->win_wait = 0;
     if (!slow) {
-        p->slow_streak = 0;
-        if (phys >= p->cap && p->cap == p->size) p->hold = ADAPT_HOLD_MIN;
+        if (phys == p->size) p->hold = ADAPT_HOLD_MIN;
         return;
     }
-    if (++p->slow_streak < 2) return;
-    p->slow_streak = 0;
     p->cap = phys / 2 > 1 ? phys / 2 : 1;
     p->cap_left = p->hold;
     p->hold = p->hold * 2 < ADAPT_HOLD_MAX ? p->hold * 2 : ADAPT_HOLD_MAX;

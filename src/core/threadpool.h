@@ -37,10 +37,10 @@
  *    its first dispatch (pthread_atfork), so a forked child can keep computing.
  *  - Oversubscription: the team (the static split, and so the arithmetic) never changes, but the
  *    threads that run it may. When the caller waits for its workers longer than doing their shares
- *    itself would have taken (a worker was descheduled: more runnable threads than cores), twice
- *    in a row, the pool runs the next 16 dispatches on half the threads (a thread then runs several
- *    shares, each with its own tid), then probes the doubled count again; while probes keep
- *    failing the wait doubles (up to 4096 dispatches). So two threads are not slower than one on
+ *    itself would have taken (workers descheduled: more runnable threads than cores), summed over
+ *    a window of 32 dispatches, the pool runs the next 64 dispatches on half the threads (a thread
+ *    then runs several shares, each with its own tid), then probes the doubled count for another
+ *    window; while probes keep failing the wait doubles (up to 8192 dispatches). So two threads are not slower than one on
  *    a core shared with another process, and results are the same bits either way.
  *    AFINAR_POOL_ADAPT=0 (at pool creation) turns it off.
  */
