@@ -96,13 +96,16 @@ cp bench/kit/run.sh "$KIT.tmp/run.sh"
 cp bench/kit/peft_gpu.py bench/train_peft.py bench/bench_common.py "$KIT.tmp/py/"
 chmod +x "$KIT.tmp/run.sh"
 git rev-parse --short HEAD > "$KIT.tmp/COMMIT" 2>/dev/null || echo unknown > "$KIT.tmp/COMMIT"
-# the programs travel gzip-compressed (11 MiB -> ~4): the device tool carries 64 MiB in all, the
-# project's tracked files included; run.sh unpacks them in place before anything else
+# the programs, libraries, model and data travel gzip-compressed (51 MiB -> 40): the device tool
+# carries 64 MiB in all, the project's tracked files (18 MiB) included; run.sh unpacks every *.gz
+# in place before anything else
 for b in afinar $TESTS; do gzip -9 "$KIT.tmp/$b"; done
+gzip -9 "$KIT.tmp"/lib/* "$KIT.tmp"/data/*.jsonl "$KIT.tmp"/data/bbc/*.jsonl
+gzip -1 "$KIT.tmp"/models/*.gguf
 
 # 6. size check, then the kit replaces the old one
 mib=$(du -sm "$KIT.tmp" | cut -f1)
 [ "$mib" -le "$MAX_MIB" ] || die "the kit is $mib MiB, over KIT_MAX_MIB=$MAX_MIB"
 rm -rf "$KIT"
 mv "$KIT.tmp" "$KIT"
-echo "make_kit: $KIT: $mib MiB ($(ls $KIT/lib | wc -l) libraries, $(ls $KIT/debs | wc -l) packages, model $(du -m $KIT/models/$KIT_MODEL | cut -f1) MiB)"
+echo "make_kit: $KIT: $mib MiB ($(ls $KIT/lib | wc -l) libraries, $(ls $KIT/debs | wc -l) packages, model $(du -m $KIT/models/$KIT_MODEL.gz | cut -f1) MiB compressed)"

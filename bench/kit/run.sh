@@ -35,11 +35,11 @@ OUT=${OUT:-$KIT/out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$KIT"
-# the programs travel gzip-compressed (make_kit.sh); unpack them once, in place
-for z in afinar.gz test_backend_ops.gz test_vulkan_model.gz test_vulkan_cli.gz; do
-  [ -f "$z" ] && { gzip -dc "$z" > "${z%.gz}" && chmod +x "${z%.gz}" && rm -f "$z" ||
-    { echo "run.sh: cannot unpack $z" >&2; exit 1; }; }
-done
+# programs, libraries, model and data travel gzip-compressed (make_kit.sh); unpack them once, in place
+while IFS= read -r z; do
+  gzip -dc "$z" > "${z%.gz}" && chmod --reference="$z" "${z%.gz}" && rm -f "$z" ||
+    { echo "run.sh: cannot unpack $z" >&2; exit 1; }
+done < <(find . -name '*.gz' -type f)
 QUICK=${KIT_QUICK:-0}
 BUDGET=${KIT_BUDGET_S:-450}
 [ "$QUICK" = 1 ] && BUDGET=${KIT_BUDGET_S:-900}
