@@ -4,6 +4,7 @@
 #include "serve/serve.h"
 
 #include "formats/json_nul.h"
+#include "serve/grammar.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -36,6 +37,7 @@ void srv_req_free(srv_req *r) {
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     for (int32_t i = 0; i < r->n_bufs; i++) free(r->bufs[i]);
     free(r->bufs);
+    srv_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -191,7 +193,22 @@ static int parse_generation(const cJSON *o, srv_req *r, srv_err *err) {
     if (!get_int(o, "max_tokens", 1, 1 << 30, &r->max_tokens, err)) return 0;
     if (!get_int(o, "max_completion_tokens", 1, 1 << 30, &r->max_tokens, err)) return 0;
     int64_t n = 1;
-    if (!get_int(o, "n", 1, 1, &n, err)) return 0; /* one choice per request */
+    if (!get_int(o, "n", 1, SRV_MAX_CHOICES, &n, err)) return 0;
+    r->n_choices = (int32_t)n;
+    if (r->kind == SRV_CHAT) { /* "logprobs": bool, "top_logprobs": 0..20 (needs logprobs) */
+        if (!get_bool(o, "logprobs", &r->logprobs, err)) return 0;
+        int64_t t = 0;
+        if (!get_int(o, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &t, err)) return 0;
+        if (t > 0 && !r->logprobs) return BAD("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+        r->top_logprobs = (int32_t)t;
+    } else { /* completions: "logprobs": K, the K most likely tokens of each position (0..5) */
+        int64_t t = -1;
+        if (!get_int(o, "logprobs", 0, 5, &t, err)) return 0;
+        r->logprobs = t >= 0;
+        r->top_logprobs = t > 0 ? (int32_t)t : 0;
+    }
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
+    if (rf && !cJSON_IsNull(rf) && !srv_grammar_from_format(rf, &r->grammar, err)) return 0;
     const cJSON *sd = cJSON_GetObjectItemCaseSensitive(o, "seed");
     if (sd && !cJSON_IsNull(sd)) {
         int64_t s = 0;
@@ -241,6 +258,7 @@ int srv_req_parse(srv_kind kind, const char *body, size_t len, srv_req *r, srv_e
     r->top_p = def.top_p;
     r->top_k = def.top_k;
     r->max_tokens = -1;
+    r->n_choices = 1;
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!o) {
@@ -268,10 +286,21 @@ int srv_req_parse(srv_kind kind, const char *body, size_t len, srv_req *r, srv_e
         free(list);
         ok = ok && parse_generation(o, r, err);
     }
-    if (ok && kind == SRV_CLASSIFY) {
+    if (ok && (kind == SRV_CLASSIFY || kind == SRV_EMBED)) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "input");
         if (!p) ok = BAD("input", "'input' is required");
-        else ok = parse_strings(p, "input", 256, &r->inputs, &r->n_inputs, 1, err);
+        else ok = parse_strings(p, "input", 256, &r->inputs, &r->n_inputs, kind == SRV_CLASSIFY, err);
+    }
+    if (ok && kind == SRV_EMBED) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "encoding_format");
+        if (f && !cJSON_IsNull(f)) {
+            if (!cJSON_IsString(f) || (strcmp(f->valuestring, "float") && strcmp(f->valuestring, "base64")))
+                ok = BAD("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+            else r->embed_base64 = !strcmp(f->valuestring, "base64");
+        }
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "dimensions");
+        if (ok && d && !cJSON_IsNull(d))
+            ok = BAD("dimensions", "'dimensions' is not supported: the embeddings have the model's hidden size");
     }
     cJSON_Delete(o);
     return ok;

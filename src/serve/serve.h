@@ -7,6 +7,10 @@
  *   engine.c   the model, the adapters, the sequence slots and the scheduler thread: continuous
  *              batching (af_session_eval_batch), the prompt cache (af_session_keep_prefix),
  *              sampling, stop strings, classification (af_classifier_*)
+ *   respond.c  the JSON of finished requests and the stream events (logprobs, n choices)
+ *   grammar.c  response_format: JSON-schema subset compiled to a byte-level matcher (constrained decoding)
+ *   embed.c    POST /v1/embeddings (mean-pooled, L2-normalised last hidden state)
+ *   metrics.c  GET /metrics (Prometheus text format)
  *   http.c     libmicrohttpd glue (built when the Makefile finds libmicrohttpd; http_none.c else)
  */
 #ifndef AF_SERVE_H
@@ -19,10 +23,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1, SRV_CLASSIFY = 2 } srv_kind;
+typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1, SRV_CLASSIFY = 2, SRV_EMBED = 3 } srv_kind;
 
 #define SRV_MAX_STOP 4
 #define SRV_MAX_LORA 16
+#define SRV_MAX_CHOICES 16   /* "n" */
+#define SRV_MAX_TOP_LOGPROBS 20 /* chat "top_logprobs" (OpenAI's limit; completions "logprobs": 5) */
+
+typedef struct srv_grammar srv_grammar; /* grammar.c */
 
 /* A parsed request (srv_req_parse). Strings are owned by the request (srv_req_free). */
 typedef struct srv_req {
@@ -48,6 +56,11 @@ typedef struct srv_req {
     double lora_scale[SRV_MAX_LORA];
     char **bufs;              /* owned strings of msgs */
     int32_t n_bufs;
+    int32_t n_choices;        /* "n" [1, SRV_MAX_CHOICES] (default 1) */
+    int logprobs;             /* chat "logprobs": true, or completions "logprobs": K given */
+    int32_t top_logprobs;     /* chat "top_logprobs" [0, 20]; completions "logprobs" K [0, 5] */
+    srv_grammar *grammar;     /* "response_format" json_object / json_schema (NULL: free text); owned */
+    int embed_base64;         /* embeddings "encoding_format": "base64" (else "float") */
 } srv_req;
 
 /* (srv_err_set returns 0, for "return srv_err_set(...)".) An error of a request: HTTP status, OpenAI error type and code, the parameter, the message. */
@@ -112,6 +125,10 @@ void srv_job_cancel(srv *s, srv_job *j);
 /* Drop the caller's reference. */
 void srv_job_release(srv *s, srv_job *j);
 
+/* GET /metrics: the Prometheus text (metrics.c; malloc'ed, NULL when out of memory). */
+char *srv_metrics_text(srv *s);
+/* Count a request refused before it reached the scheduler (parse or submit error) in /metrics. */
+void srv_count_error(srv *s, srv_kind kind, int status);
 /* GET /v1/models, GET /lora-adapters, GET /health bodies (malloc'ed). */
 char *srv_models_json(srv *s);
 char *srv_lora_json(srv *s);
