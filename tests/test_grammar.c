@@ -386,10 +386,12 @@ static void documents(void) {
     /* whitespace between tokens is bounded (a model cannot loop on spaces) */
     srv_err e;
     srv_grammar *g = compile_text("{\"type\":\"array\"}", &e);
-    char ws[80] = "[";
-    memset(ws + 1, ' ', 40);
+    char ws[80] = "[\n";
+    memset(ws + 2, '\t', 40);
     int end;
-    CHECK(feed_doc(g, ws, &end) == 33, "at most 32 whitespace bytes in a row between tokens");
+    CHECK(feed_doc(g, ws, &end) == 22, "whitespace between tokens: a newline and at most 20 spaces or tabs");
+    CHECK(feed_doc(g, "[  ", &end) == 2 && feed_doc(g, "[\r", &end) == 1 && feed_doc(g, "[ \n", &end) == 2,
+          "whitespace between tokens: one space, no carriage return, no newline after a space");
     srv_grammar_free(g);
 }
 

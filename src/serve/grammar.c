@@ -2,8 +2,9 @@
  * nodes, a pushdown matcher over bytes, and the logit mask of constrained decoding.
  *
  * The matcher follows the JSON grammar of RFC 8259 (values, strings with their escapes, numbers)
- * with strict UTF-8 (RFC 3629 table 3-7: no overlong forms, no surrogates) and at most MAX_WS
- * whitespace bytes between two tokens (none after the end), and enforces the schema while it reads: an object of a schema with "properties"
+ * with strict UTF-8 (RFC 3629 table 3-7: no overlong forms, no surrogates) and bounded whitespace
+ * between two tokens (nothing, one space, or a newline and up to 20 spaces or tabs, as llama.cpp's
+ * json.gbnf; none after the end), and enforces the schema while it reads: an object of a schema with "properties"
  * takes only those keys, once each, and closes only when the "required" ones are there; an array
  * holds between minItems and maxItems values of its "items" schema; "enum"/"const" values are
  * matched as their compact JSON text (cJSON_PrintUnformatted). Digits are bounded (an integer part
@@ -25,7 +26,8 @@ enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_O
 #define MAX_INT_DIGITS 15
 #define MAX_FRAC_DIGITS 15
 #define MAX_EXP_DIGITS 3
-#define MAX_WS 32
+#define MAX_INDENT 20 /* whitespace between two tokens: nothing, one space, or a newline and up to 20 spaces/tabs */
+#define WS_SPACE 100
 
 typedef struct gnode {
     int types;           /* T_* mask */
@@ -338,7 +340,7 @@ typedef struct gframe {
 struct srv_gstate {
     const srv_grammar *g;
     int depth, done;
-    int ws; /* whitespace bytes in a row (at most MAX_WS between two tokens of the JSON text) */
+    int ws; /* whitespace since the last token: 0 none, WS_SPACE one space, 1 + k a newline and k indent bytes */
     gframe f[SRV_GRAMMAR_MAX_DEPTH];
 };
 
@@ -489,12 +491,17 @@ static int str_byte(srv_gstate *st, gframe *f, int c) {
 /* One byte. */
 static int feed1(srv_gstate *st, int c) {
     const int is_ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
-    if (!is_ws) st->ws = 0;
+    const int ws = st->ws;
+    st->ws = 0;
     for (;;) { /* loops only when a number or literal ends at c and the parent takes c */
         if (st->done || st->depth == 0) return 0;
         gframe *f = &st->f[st->depth - 1];
-        if (is_ws && (f->kind == F_VALUE || f->kind == F_OBJ || f->kind == F_ARR)) /* between the tokens */
-            return st->ws++ < MAX_WS;
+        if (is_ws && (f->kind == F_VALUE || f->kind == F_OBJ || f->kind == F_ARR)) { /* between two tokens */
+            if (ws == 0 && (c == ' ' || c == '\n')) st->ws = c == ' ' ? WS_SPACE : 1;
+            else if (ws >= 1 && ws <= MAX_INDENT && (c == ' ' || c == '\t')) st->ws = ws + 1;
+            else return 0;
+            return 1;
+        }
         const srv_grammar *g = st->g;
         const gnode *n = &g->nodes[f->node];
         switch (f->kind) {

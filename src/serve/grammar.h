@@ -7,7 +7,8 @@
  * const, items, minItems, maxItems, additionalProperties (only to give the value schema of an object
  * without properties); annotations (title, description, default, examples, $schema, $id, $comment)
  * are ignored; any other keyword is refused (so the output never breaks a rule it does not
- * enforce). Between two tokens of the JSON text at most 32 whitespace bytes (none after its end); an object with
+ * enforce). Between two tokens of the JSON text: nothing, one space, or a newline and up to 20 spaces or tabs
+ * (none after its end); an object with
  * "properties" holds only those keys, each at most once, the required ones always. */
 #ifndef AF_SERVE_GRAMMAR_H
 #define AF_SERVE_GRAMMAR_H
