@@ -18,7 +18,8 @@ case "${AF_TEST_SANITIZE:-0}" in 0|"") ;; *) skip "sanitizer build: the server i
 command -v curl >/dev/null 2>&1 || skip "curl not installed (scripts/setup.sh installs it)"
 [ -x "$py" ] && "$py" -c "import openai" 2>/dev/null || skip "$py with the openai package absent (scripts/setup.sh)"
 t0=$(date +%s)
-timeout "${SERVE_CLIENTS_TIMEOUT:-900}" "$py" tests/serve_clients.py --afinar "$bin" --model "$model" --threads 2
+gemma=${AF_MODEL_DIR:-models}/gemma-3-270m-Q4_K_M.gguf
+timeout "${SERVE_CLIENTS_TIMEOUT:-900}" "$py" tests/serve_clients.py --afinar "$bin" --model "$model" --threads 2 --gemma "$gemma"
 rc=$?
 echo "serve clients: $(( $(date +%s) - t0 )) s"
 if [ "$rc" = 124 ]; then echo "FAIL: timed out"; echo "RESULT check_serve_clients passed=0 failed=1 skipped=0"; fi
