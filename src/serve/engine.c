@@ -16,6 +16,7 @@
 #include "kernels/cpu/kernels.h"
 #include "lora/adapter_io.h"
 #include "serve/engine_internal.h"
+#include "serve/tools.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cJSON.h>
@@ -343,7 +344,31 @@ static af_status tokenize_prompt(srv *s, const srv_req *rq, int32_t **ids, size_
     if (rq->kind == SRV_CHAT) {
         af_chat_family fam;
         st = af_chat_family_of(s->tok, s->o.chat_template, &fam);
-        if (st == AF_OK) st = af_chat_prompt_text(s->tok, fam, rq->msgs, rq->n_msgs, &text);
+        const af_chat_msg *m = rq->msgs;
+        int32_t nm = rq->n_msgs;
+        af_chat_msg *mt = NULL;
+        char *sys = NULL;
+        if (st == AF_OK && rq->tools && rq->tools->choice != SRV_TOOL_NONE) {
+            /* the tools' description: appended to the system turn, or a system turn of its own */
+            char *tp = srv_tools_prompt(rq->tools);
+            const int has_sys = rq->msgs[0].role == AF_ROLE_SYSTEM;
+            mt = malloc(sizeof *mt * ((size_t)nm + 1));
+            sys = tp ? malloc(strlen(tp) + (has_sys ? rq->msgs[0].len : 0) + 3) : NULL;
+            if (!mt || !sys) {
+                st = af_fail(AF_ERR_NOMEM, "out of memory");
+            } else {
+                if (has_sys) sprintf(sys, "%.*s\n\n%s", (int)rq->msgs[0].len, rq->msgs[0].content, tp);
+                else strcpy(sys, tp);
+                mt[0] = (af_chat_msg){AF_ROLE_SYSTEM, sys, strlen(sys)};
+                memcpy(mt + 1, rq->msgs + has_sys, sizeof *mt * (size_t)(nm - has_sys));
+                nm = nm - has_sys + 1;
+                m = mt;
+            }
+            free(tp);
+        }
+        if (st == AF_OK) st = af_chat_prompt_text(s->tok, fam, m, nm, &text);
+        free(mt);
+        free(sys);
     }
     const char *t = rq->kind == SRV_CHAT ? text : rq->prompt;
     if (st == AF_OK) st = af_tokenize(s->tok, t, strlen(t), 1, 1, ids, n);

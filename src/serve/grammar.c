@@ -46,6 +46,7 @@ struct srv_grammar {
     gnode *nodes;
     int32_t n_nodes, cap;
     int32_t root, any, lit_bool, lit_null;
+    char *prefix, *suffix; /* literal text before / after the document (NULL: none) */
 };
 
 /* ---------------------------------------------------------------- compiling */
@@ -316,7 +317,17 @@ void srv_grammar_free(srv_grammar *g) {
         free(n->pnode);
     }
     free(g->nodes);
+    free(g->prefix);
+    free(g->suffix);
     free(g);
+}
+
+int srv_grammar_set_affixes(srv_grammar *g, const char *prefix, const char *suffix) {
+    free(g->prefix);
+    free(g->suffix);
+    g->prefix = prefix && prefix[0] ? strdup(prefix) : NULL;
+    g->suffix = suffix && suffix[0] ? strdup(suffix) : NULL;
+    return (!prefix || !prefix[0] || g->prefix) && (!suffix || !suffix[0] || g->suffix);
 }
 
 /* ---------------------------------------------------------------- matching */
@@ -341,6 +352,7 @@ struct srv_gstate {
     const srv_grammar *g;
     int depth, done;
     int ws; /* whitespace since the last token: 0 none, WS_SPACE one space, 1 + k a newline and k indent bytes */
+    int pre, suf; /* bytes of the grammar's prefix / suffix matched */
     gframe f[SRV_GRAMMAR_MAX_DEPTH];
 };
 
@@ -361,6 +373,8 @@ void srv_gstate_copy(srv_gstate *dst, const srv_gstate *src) {
     dst->depth = src->depth;
     dst->done = src->done;
     dst->ws = src->ws;
+    dst->pre = src->pre;
+    dst->suf = src->suf;
     memcpy(dst->f, src->f, sizeof(gframe) * (size_t)src->depth);
 }
 
@@ -491,10 +505,13 @@ static int str_byte(srv_gstate *st, gframe *f, int c) {
 /* One byte. */
 static int feed1(srv_gstate *st, int c) {
     const int is_ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+    const srv_grammar *gr = st->g;
+    if (gr->prefix && gr->prefix[st->pre]) return (unsigned char)gr->prefix[st->pre] == c ? (st->pre++, 1) : 0;
     const int ws = st->ws;
     st->ws = 0;
     for (;;) { /* loops only when a number or literal ends at c and the parent takes c */
-        if (st->done || st->depth == 0) return 0;
+        if (st->done) return gr->suffix && gr->suffix[st->suf] && (unsigned char)gr->suffix[st->suf] == c ? (st->suf++, 1) : 0;
+        if (st->depth == 0) return 0;
         gframe *f = &st->f[st->depth - 1];
         if (is_ws && (f->kind == F_VALUE || f->kind == F_OBJ || f->kind == F_ARR)) { /* between two tokens */
             if (ws == 0 && (c == ' ' || c == '\n')) st->ws = c == ' ' ? WS_SPACE : 1;
@@ -650,9 +667,10 @@ int srv_gstate_feed(srv_gstate *st, const char *bytes, size_t n) {
     return 1;
 }
 
-int srv_gstate_done(const srv_gstate *st) { return st->done; }
+int srv_gstate_done(const srv_gstate *st) { return st->done && !(st->g->suffix && st->g->suffix[st->suf]); }
 
 int srv_gstate_can_end(const srv_gstate *st) {
+    if (st->g->suffix) return srv_gstate_done(st);
     if (st->done) return 1;
     if (st->depth != 1) return 0;
     const gframe *f = &st->f[0];

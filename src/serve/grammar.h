@@ -46,6 +46,9 @@ int srv_grammar_from_format(const cJSON *rf, srv_grammar **out, srv_err *err);
  * `path` as the prefix of the field names. */
 int srv_grammar_compile(const cJSON *schema, const char *path, srv_grammar **out, srv_err *err);
 void srv_grammar_free(srv_grammar *g);
+/* Literal text the output must start with (before the document) and end with (after it); NULL or
+ * "": none. 0 when out of memory. */
+int srv_grammar_set_affixes(srv_grammar *g, const char *prefix, const char *suffix);
 
 /* A matcher at the start of the text (NULL: out of memory); the grammar must outlive it. */
 srv_gstate *srv_gstate_new(const srv_grammar *g);

@@ -5,6 +5,7 @@
 
 #include "formats/json_nul.h"
 #include "serve/grammar.h"
+#include "serve/tools.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -38,6 +39,7 @@ void srv_req_free(srv_req *r) {
     for (int32_t i = 0; i < r->n_bufs; i++) free(r->bufs[i]);
     free(r->bufs);
     srv_grammar_free(r->grammar);
+    srv_tools_free(r->tools);
     memset(r, 0, sizeof *r);
 }
 
@@ -119,6 +121,41 @@ static char *content_text(const cJSON *c, int i, srv_err *err) {
     return d;
 }
 
+/* An earlier assistant turn with "tool_calls": its content (when any) then each call as the model
+ * writes it (srv_tool_call_text). malloc'ed; NULL + *err. */
+static char *calls_text(const cJSON *c, const cJSON *tc, int i, srv_err *err) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+    if (!cJSON_IsArray(tc) || cJSON_GetArraySize(tc) < 1) {
+        BAD(param, "'%s' must be a non-empty list of {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", param);
+        return NULL;
+    }
+    char *out = (c && !cJSON_IsNull(c)) ? content_text(c, i, err) : strdup("");
+    if (!out) return NULL;
+    const cJSON *x;
+    int k = 0;
+    cJSON_ArrayForEach(x, tc) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(x, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"), *ar = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        if (!cJSON_IsString(nm) || (ar && !cJSON_IsString(ar))) {
+            free(out);
+            BAD(param, "'%s[%d]' must be {\"function\": {\"name\": STRING, \"arguments\": JSON_TEXT}}", param, k);
+            return NULL;
+        }
+        char *call = srv_tool_call_text(nm->valuestring, ar ? ar->valuestring : "{}");
+        char *t = call ? malloc(strlen(out) + strlen(call) + 2) : NULL;
+        if (t) sprintf(t, "%s%s%s", out, out[0] ? "\n" : "", call);
+        free(call);
+        free(out);
+        if (!(out = t)) {
+            srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            return NULL;
+        }
+        k++;
+    }
+    return out;
+}
+
 static int parse_messages(const cJSON *o, srv_req *r, srv_err *err) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (!m) return BAD("messages", "'messages' is required");
@@ -138,14 +175,27 @@ static int parse_messages(const cJSON *o, srv_req *r, srv_err *err) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
         if (!cJSON_IsString(role)) return BAD(param, "'%s.role' must be a string", param);
         af_chat_role rl;
+        const int is_tool = !strcmp(role->valuestring, "tool");
         if (!strcmp(role->valuestring, "system") || !strcmp(role->valuestring, "developer")) rl = AF_ROLE_SYSTEM;
-        else if (!strcmp(role->valuestring, "user")) rl = AF_ROLE_USER;
+        else if (!strcmp(role->valuestring, "user") || is_tool) rl = AF_ROLE_USER; /* a tool's result: tools.h */
         else if (!strcmp(role->valuestring, "assistant")) rl = AF_ROLE_ASSISTANT;
-        else return BAD(param, "'%s.role' is \"%.40s\": expected system, developer, user or assistant", param, role->valuestring);
+        else return BAD(param, "'%s.role' is \"%.40s\": expected system, developer, user, assistant or tool", param, role->valuestring);
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (!c) return BAD(param, "'%s.content' is required", param);
-        char *t = content_text(c, i, err);
+        const cJSON *tc = rl == AF_ROLE_ASSISTANT ? cJSON_GetObjectItemCaseSensitive(e, "tool_calls") : NULL;
+        char *t = NULL;
+        if (tc && !cJSON_IsNull(tc)) {
+            t = calls_text(c, tc, i, err);
+        } else {
+            if (!c || cJSON_IsNull(c)) return BAD(param, "'%s.content' is required", param);
+            t = content_text(c, i, err);
+        }
         if (!t) return 0;
+        if (is_tool) {
+            char *w = malloc(strlen(t) + 64);
+            if (w) sprintf(w, "<tool_response>\n%s\n</tool_response>", t);
+            free(t);
+            if (!(t = w)) return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        }
         r->bufs[r->n_bufs++] = t;
         r->msgs[i] = (af_chat_msg){rl, t, strlen(t)};
         i++;
@@ -276,6 +326,16 @@ int srv_req_parse(srv_kind kind, const char *body, size_t len, srv_req *r, srv_e
         else if (!(r->model = dup_str(m->valuestring))) ok = srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     }
     if (ok && kind == SRV_CHAT) ok = parse_messages(o, r, err) && parse_generation(o, r, err);
+    if (ok && kind == SRV_CHAT) {
+        srv_grammar *tg = NULL;
+        ok = srv_tools_parse(o, &r->tools, &tg, err);
+        if (ok && tg && r->grammar) {
+            srv_grammar_free(tg);
+            ok = BAD("tool_choice", "a required tool call and 'response_format' cannot be combined");
+        } else if (tg) {
+            r->grammar = tg;
+        }
+    }
     if (ok && kind == SRV_COMPLETION) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
         char **list = NULL;

@@ -7,6 +7,7 @@
 
 #include "core/core.h"
 #include "formats/json_nul.h"
+#include "serve/tools.h"
 #include "tokenizer/tok_internal.h"
 
 #include <cJSON.h>
@@ -18,7 +19,10 @@
 
 /* Bytes of j->text that may be streamed now: whole UTF-8 characters, and not the tail that could
  * still become a stop string. */
+static int tools_on(const srv_job *j) { return j->rq.tools && j->rq.tools->choice != SRV_TOOL_NONE; }
+
 static size_t sendable(const srv_job *j) {
+    if (tools_on(j) && j->phase != 3) return 0; /* a tool call is known only at the end: held back */
     size_t n = j->len;
     if (j->phase != 3) {
         size_t hold = 0;
@@ -204,17 +208,27 @@ char *srv_job_result(srv *s, srv_job *j, int *status) {
                 memcpy(t, q->text ? q->text : "", n);
                 t[n] = 0;
             }
+            cJSON *calls = NULL;
             if (j->rq.kind == SRV_CHAT) {
                 cJSON *msg = cJSON_AddObjectToObject(c, "message");
                 cJSON_AddStringToObject(msg, "role", "assistant");
-                cJSON_AddStringToObject(msg, "content", t ? t : "");
+                char *content = NULL;
+                if (tools_on(q) && t) calls = srv_tools_extract(q->rq.tools, t, n, j->id, &content);
+                if (calls) {
+                    if (content) cJSON_AddStringToObject(msg, "content", content);
+                    else cJSON_AddNullToObject(msg, "content");
+                    cJSON_AddItemToObject(msg, "tool_calls", calls);
+                } else {
+                    cJSON_AddStringToObject(msg, "content", t ? t : "");
+                }
+                free(content);
             } else {
                 cJSON_AddStringToObject(c, "text", t ? t : "");
             }
             free(t);
             if (j->rq.logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, q, 0, lp_count(q, n)));
             else cJSON_AddNullToObject(c, "logprobs");
-            cJSON_AddStringToObject(c, "finish_reason", q->finish ? q->finish : "stop");
+            cJSON_AddStringToObject(c, "finish_reason", calls ? "tool_calls" : q->finish ? q->finish : "stop");
         }
         add_usage(o, j);
         out = cJSON_PrintUnformatted(o);
@@ -278,6 +292,39 @@ static int chunk_event(srv *s, srv_job *j, srv_job *q, const char *text, size_t 
     return ok;
 }
 
+/* The end of a streamed choice that made tool calls (lock held): one chunk with the calls (each with
+ * its "index"; arguments whole) and the text outside them, then the finish chunk "tool_calls".
+ * 0 when the text holds no call (it is then streamed as text). */
+static int tool_events(srv *s, srv_job *j, srv_job *q, size_t n, char **buf, size_t *len) {
+    char *content = NULL;
+    cJSON *calls = srv_tools_extract(q->rq.tools, q->text ? q->text : "", n, j->id, &content);
+    if (!calls) return 0;
+    cJSON *o = base_obj(s, j, "chat.completion.chunk");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(ch, c);
+    cJSON_AddNumberToObject(c, "index", q->choice);
+    cJSON *d = cJSON_AddObjectToObject(c, "delta");
+    if (!q->stream_started) cJSON_AddStringToObject(d, "role", "assistant");
+    if (content) cJSON_AddStringToObject(d, "content", content);
+    int k = 0;
+    cJSON *x;
+    cJSON_ArrayForEach(x, calls) cJSON_AddNumberToObject(x, "index", k++);
+    cJSON_AddItemToObject(d, "tool_calls", calls);
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (js) buf_add(buf, len, "data: ", js, "\n\n");
+    free(js);
+    free(content);
+    q->stream_started = 1;
+    q->sent = n;
+    q->lp_sent = q->n_lp;
+    chunk_event(s, j, q, "", 0, "tool_calls", 0, 0, 0, buf, len);
+    q->fin_sent = 1;
+    return 1;
+}
+
 /* 1 when some choice of j has text to stream or a finish to send (lock held). */
 static int stream_news(const srv_job *j) {
     for (int i = 0; i <= j->n_kids; i++) {
@@ -309,6 +356,7 @@ int srv_job_events(srv *s, srv_job *j, int timeout_ms, char **buf, size_t *len) 
     for (int i = 0; i <= j->n_kids; i++) {
         srv_job *q = choice(j, i);
         const size_t n = sendable(q);
+        if (q->phase == 3 && !q->fin_sent && tools_on(q) && tool_events(s, j, q, n, buf, len)) continue;
         if (!q->stream_started || n > q->sent) {
             chunk_event(s, j, q, q->text ? q->text + q->sent : "", n - q->sent, NULL, !q->stream_started, 0,
                         lp_count(q, n), buf, len);

@@ -11,6 +11,7 @@
  *   grammar.c  response_format: JSON-schema subset compiled to a byte-level matcher (constrained decoding)
  *   embed.c    POST /v1/embeddings (mean-pooled, L2-normalised last hidden state)
  *   metrics.c  GET /metrics (Prometheus text format)
+ *   tools.c    "tools" / "tool_choice": the tools' prompt, the forced call's grammar, tool_calls
  *   http.c     libmicrohttpd glue (built when the Makefile finds libmicrohttpd; http_none.c else)
  */
 #ifndef AF_SERVE_H
@@ -31,6 +32,7 @@ typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1, SRV_CLASSIFY = 2, SRV_
 #define SRV_MAX_TOP_LOGPROBS 20 /* chat "top_logprobs" (OpenAI's limit; completions "logprobs": 5) */
 
 typedef struct srv_grammar srv_grammar; /* grammar.c */
+typedef struct srv_tools srv_tools;     /* tools.c */
 
 /* A parsed request (srv_req_parse). Strings are owned by the request (srv_req_free). */
 typedef struct srv_req {
@@ -61,6 +63,7 @@ typedef struct srv_req {
     int32_t top_logprobs;     /* chat "top_logprobs" [0, 20]; completions "logprobs" K [0, 5] */
     srv_grammar *grammar;     /* "response_format" json_object / json_schema (NULL: free text); owned */
     int embed_base64;         /* embeddings "encoding_format": "base64" (else "float") */
+    srv_tools *tools;         /* chat "tools" / "tool_choice" (NULL: none); owned */
 } srv_req;
 
 /* (srv_err_set returns 0, for "return srv_err_set(...)".) An error of a request: HTTP status, OpenAI error type and code, the parameter, the message. */
