@@ -151,6 +151,37 @@ def api_features(openai, client, model_id, base, light=False):
                                         max_tokens=80, temperature=0, stream=True,
                                         response_format={"type": "json_schema", "json_schema": {"name": "fruit", "schema": schema}})
     check("".join(ch.choices[0].delta.content or "" for ch in st if ch.choices) == txt, "json_schema streamed == non-streamed")
+    # tools: a forced call (named, streamed too), then the conversation with its result
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "The current weather of a city",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+                                                   "required": ["city"]}}}]
+    wq = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=model_id, messages=wq, max_tokens=60, temperature=0, tools=tools,
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    tc = r.choices[0].message.tool_calls
+    try:
+        args = json.loads(tc[0].function.arguments) if tc else None
+    except ValueError:
+        args = None
+    check(r.choices[0].finish_reason == "tool_calls" and tc and tc[0].function.name == "get_weather" and tc[0].id and
+          isinstance(args, dict) and isinstance(args.get("city"), str) and args.get("unit", "celsius") in ("celsius", "fahrenheit"),
+          "tools, tool_choice named: tool_calls with valid JSON arguments, finish_reason tool_calls", str(r.choices[0]))
+    st = client.chat.completions.create(model=model_id, messages=wq, max_tokens=60, temperature=0, tools=tools,
+                                        tool_choice="required", stream=True)
+    calls, fins = [], []
+    for ch in st:
+        for x in ch.choices:
+            calls += x.delta.tool_calls or []
+            fins += [x.finish_reason] if x.finish_reason else []
+    check(len(calls) >= 1 and calls[0].function.name == "get_weather" and json.loads(calls[0].function.arguments) == args and
+          fins == ["tool_calls"], "tools, tool_choice required, streamed: the same call as a tool_calls delta", str(calls))
+    if tc:
+        follow = wq + [{"role": "assistant", "content": None, "tool_calls": [tc[0].model_dump()]},
+                       {"role": "tool", "tool_call_id": tc[0].id, "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}]
+        r = client.chat.completions.create(model=model_id, messages=follow, max_tokens=30, temperature=0, tools=tools)
+        check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), "tools: the conversation goes on with the tool's result",
+              str(r.choices[0].message))
     if not light:
         r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "List two colours as JSON."}],
                                            max_tokens=60, temperature=0, response_format={"type": "json_object"})

@@ -8,11 +8,14 @@
  *    items, minItems, maxItems, nesting), each with random walks that pick random tokens of a
  *    synthetic vocabulary among those srv_gstate_mask leaves allowed until the end-of-generation
  *    token: every finished document must parse (cJSON) and validate against its schema under an
- *    independent validator written here from the JSON Schema rules; almost every walk must finish.
+ *    independent validator written here from the JSON Schema rules; almost every walk must finish;
+ *  - tools (src/serve/tools.c): "tools" / "tool_choice" errors, the forced call's grammar (prefix and
+ *    suffix literals around {"name", "arguments"}), and tool calls parsed from the three formats.
  */
 #include "testlib.h"
 
 #include "serve/grammar.h"
+#include "serve/tools.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -444,7 +447,112 @@ static void fuzz_schemas(void) {
     srv_vocab_free(v);
 }
 
+static srv_tools *tools_of(const char *body, srv_grammar **g, srv_err *e) {
+    cJSON *o = cJSON_Parse(body);
+    srv_tools *t = NULL;
+    memset(e, 0, sizeof *e);
+    *g = NULL;
+    if (!o || !srv_tools_parse(o, &t, g, e)) {
+        srv_tools_free(t);
+        t = NULL;
+        if (!e->status) e->status = -1;
+    }
+    cJSON_Delete(o);
+    return t;
+}
+
+static void tools(void) {
+    static const char *const T = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+                                 "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}},"
+                                 "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]";
+    static const struct {
+        const char *extra, *needle, *param;
+    } bad[] = {
+        {"\"tools\":{}", "must be a list", "tools"},
+        {"\"tools\":[]", "1 to 64 functions", "tools"},
+        {"\"tools\":[{\"type\":\"code\"}]", "must be {\"type\": \"function\"", "tools[0]"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", "letters, digits", "tools[0].function.name"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]",
+         "given twice", "tools[1].function.name"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":3}}]", "JSON schema", "tools[0].function.parameters"},
+        {"\"tool_choice\":\"auto\"", "needs 'tools'", "tool_choice"},
+        {"%s,\"tool_choice\":\"always\"", "expected \"none\"", "tool_choice"},
+        {"%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}", "not in 'tools'", "tool_choice"},
+        {"%s,\"parallel_tool_calls\":1", "true or false", "parallel_tool_calls"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+         "{\"x\":{\"type\":\"integer\",\"minimum\":1}}}}}],\"tool_choice\":\"required\"",
+         "minimum' is not supported", "tools[0].function.parameters"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char body[1024], ex[900];
+        snprintf(ex, sizeof ex, bad[i].extra, T);
+        snprintf(body, sizeof body, "{%s}", ex);
+        srv_err e;
+        srv_grammar *g = NULL;
+        srv_tools *t = tools_of(body, &g, &e);
+        CHECK(!t && e.status == 400 && strstr(e.message, bad[i].needle) && !strncmp(e.param, bad[i].param, strlen(bad[i].param)),
+              "tools %s: want 400 '%s' (param %s), got %d '%s' (%s)", body, bad[i].needle, bad[i].param, e.status, e.message, e.param);
+        srv_grammar_free(g);
+    }
+    char body[1024];
+    snprintf(body, sizeof body, "{%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}", T);
+    srv_err e;
+    srv_grammar *g = NULL;
+    srv_tools *t = tools_of(body, &g, &e);
+    CHECK(t && g && t->n == 2 && t->choice == SRV_TOOL_NAMED && t->named == 0, "named tool_choice: a grammar (%s)", e.message);
+    if (t && g) {
+        int end = 0;
+        CHECK(feed_doc(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", &end) < 0 && end,
+              "the forced call: prefix, {name, arguments valid under the function's schema}, suffix");
+        CHECK(feed_doc(g, "<tool_call>\n{\"name\":\"now\"", &end) == 21, "the forced call: only the named function");
+        CHECK(feed_doc(g, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{}", &end) == 47,
+              "the forced call: the arguments' required fields");
+        CHECK(feed_doc(g, "{", &end) == 0, "the forced call: the prefix first");
+        CHECK(feed_doc(g, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"x\"}}\n</tool_call> ", &end) == 72,
+              "nothing after the suffix");
+        /* parsing: the three formats; unknown functions and bad JSON stay text */
+        static const struct {
+            const char *text, *name, *args, *content;
+            int n;
+        } out[] = {
+            {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "get_weather",
+             "{\"city\":\"Paris\"}", NULL, 1},
+            {"Let me check.\n<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"get_weather\","
+             "\"arguments\":{\"city\":\"Oslo\"}}</tool_call>", "now", "{}", "Let me check.", 2},
+            {" {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", "get_weather", "{\"city\":\"Rome\"}", NULL, 1},
+            {"[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Bern\"}}]", "get_weather", "{\"city\":\"Bern\"}", NULL, 1},
+            {"<tool_call>{\"name\":\"delete_all\",\"arguments\":{}}</tool_call>", NULL, NULL, NULL, 0},
+            {"<tool_call>{\"name\":\"now\",</tool_call>", NULL, NULL, NULL, 0},
+            {"It is sunny.", NULL, NULL, NULL, 0},
+        };
+        for (size_t i = 0; i < sizeof out / sizeof *out; i++) {
+            char *content = NULL;
+            cJSON *c = srv_tools_extract(t, out[i].text, strlen(out[i].text), 7, &content);
+            const cJSON *f = c ? cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(c, 0), "function") : NULL;
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"), *ar = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+            const cJSON *id = c ? cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(c, 0), "id") : NULL;
+            const int ok = out[i].n == 0 ? !c && !content
+                                         : c && cJSON_GetArraySize(c) == out[i].n && !strcmp(nm->valuestring, out[i].name) &&
+                                               !strcmp(ar->valuestring, out[i].args) && !strcmp(id->valuestring, "call_7_0") &&
+                                               (out[i].content ? content && !strcmp(content, out[i].content) : !content);
+            CHECK(ok, "tool calls of %s: want %d (%s %s), content '%s'", out[i].text, out[i].n, out[i].name ? out[i].name : "-",
+                  out[i].args ? out[i].args : "-", content ? content : "");
+            cJSON_Delete(c);
+            free(content);
+        }
+        char *p = srv_tools_prompt(t), *ct = srv_tool_call_text("now", "{\"a\": 1}");
+        CHECK(p && strstr(p, "<tools>\n{\"name\":\"get_weather\",\"parameters\":{") && strstr(p, "{\"name\":\"now\"}\n</tools>") &&
+                  ct && !strcmp(ct, "<tool_call>\n{\"name\":\"now\",\"arguments\":{\"a\":1}}\n</tool_call>"),
+              "the tools' system text and a call as the model writes it:\n%s\n%s", p ? p : "", ct ? ct : "");
+        free(p);
+        free(ct);
+    }
+    srv_tools_free(t);
+    srv_grammar_free(g);
+}
+
 int main(void) {
+    tools();
     compile_errors();
     documents();
     fuzz_schemas();

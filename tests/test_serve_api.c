@@ -302,6 +302,15 @@ static void bad_fields(void) {
                                  "\"json_schema\":{\"name\":\"a\",\"schema\":{\"type\":\"string\",\"pattern\":\"a+\"}}}}",
          "\"param\":\"response_format.json_schema.schema\""},
         {"/v1/completions", "{\"prompt\":\"x\",\"response_format\":\"json\"}", "must be an object"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
+         "\"param\":\"tools[0]\""},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", "needs 'tools'"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+                                 "{\"name\":\"f\"}}],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
+         "cannot be combined"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":1}}]}]}",
+         "\"param\":\"messages[0].tool_calls\""},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "assistant or tool"},
         {"/v1/embeddings", "{}", "'input' is required"},
         {"/v1/embeddings", "{\"input\":[]}", "'input' is an empty list"},
         {"/v1/embeddings", "{\"input\":[1,2]}", "'input[0]' must be a string"},
@@ -318,7 +327,16 @@ static void bad_fields(void) {
                     "%s %s: want 400 with '%s', got %d %s", bad[i].path, bad[i].body, bad[i].needle, r.status, r.body ? r.body : "");
         free(r.body);
     }
-    resp r = http("GET", "/v1/embeddings", NULL);
+    /* a conversation with an earlier tool call and its result (tools off: the prompt stays short) */
+    resp r = http("POST", "/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":\"assistant\",\"content\":null,"
+                  "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+                  "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"9\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+                  "{\"name\":\"f\"}}],\"tool_choice\":\"none\",\"max_tokens\":2,\"temperature\":0}");
+    CHECK(r.status == 200 && strstr(r.body, "\"finish_reason\":"), "assistant tool_calls and a tool message are accepted: %d %s",
+          r.status, r.body);
+    free(r.body);
+    r = http("GET", "/v1/embeddings", NULL);
     CHECK(r.status == 405, "GET /v1/embeddings: 405 (%d)", r.status);
     free(r.body);
     r = http("POST", "/metrics", "{}");
