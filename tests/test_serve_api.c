@@ -15,7 +15,10 @@
  *    object;
  *  - GET /metrics: counters move with the requests above (200 and 400 by endpoint, tokens),
  *    latency quantiles present;
- *  - every new field with bad values: OpenAI-shaped 400 naming the field; n beyond --queue: 429.
+ *  - every new field with bad values: OpenAI-shaped 400 naming the field; n beyond --queue: 429;
+ *  - af_session_copy_prefix (what the choices share) and af_session_embed in-process: logits after a
+ *    copied prefix are bit-identical to a fresh evaluation; the embedding has norm 1 and equals the
+ *    server's.
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -186,7 +189,7 @@ static void choices(void) {
     free(r.body);
 }
 
-static void embeddings(int64_t H) {
+static void embeddings(int64_t H, const float *ref) {
     int st;
     cJSON *a = post_json("/v1/embeddings", "{\"input\":[\"hello world\",\"ab ab\"],\"model\":\"tiny\"}", &st);
     const cJSON *e0 = at(a, "data.0.embedding"), *e1 = at(a, "data.1.embedding");
@@ -211,8 +214,10 @@ static void embeddings(int64_t H) {
         uint32_t u = (uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 | (uint32_t)raw[4 * i + 2] << 16 | (uint32_t)raw[4 * i + 3] << 24;
         memcpy(&f, &u, 4);
         ok &= f == (float)cJSON_GetArrayItem(e1, (int)i)->valuedouble; /* a list item == the text alone */
+        ok &= f == ref[i];                                               /* == af_session_embed in-process */
     }
-    CHECK(st == 200 && ok, "base64 (little-endian float32) == the float list; a list's item == the same text alone");
+    CHECK(st == 200 && ok, "base64 (little-endian float32) == the float list; a list's item == the same text alone; "
+                           "== af_session_embed in-process");
     free(raw);
     cJSON_Delete(a);
     cJSON_Delete(b);
@@ -345,6 +350,51 @@ static void bad_fields(void) {
     printf("serve api: %d of %d bad requests answered with the right 400\n", ok, n);
 }
 
+/* The sessions under the choices and the embeddings, in-process. */
+static void sessions(af_model *m, float *emb_out) {
+    const af_tokenizer *tok = af_model_tokenizer(m);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *text = "ab ab hello world, a longer prompt of some forty bytes or so";
+    af_session *a = NULL, *b = NULL, *c = NULL;
+    const int64_t V = m->cfg.vocab_size;
+    float *la = malloc(sizeof(float) * (size_t)V * 3), *lb = la + V, *lc = lb + V;
+    if (!CHECK(af_tokenize(tok, text, strlen(text), 1, 0, &ids, &n) == AF_OK && n > 20 && af_session_new(m, 128, &a) == AF_OK &&
+                   af_session_new(m, 128, &b) == AF_OK && af_session_new(m, 128, &c) == AF_OK,
+               "sessions: %s", af_last_error()))
+        goto done;
+    af_session_eval(a, ids, (int)n, la, NULL);
+    const int32_t more[3] = {97, 98, 32};
+    af_session_eval(a, more, 3, la, NULL); /* a's cache now runs past the prompt */
+    const int kept = af_session_copy_prefix(b, a, ids, (int)n);
+    af_session_eval(b, ids + kept, (int)n - kept, lb, NULL);
+    af_session_eval(c, ids, (int)n, lc, NULL);
+    CHECK(kept > 0 && kept < (int)n && af_session_n_past(b) == (int)n && !memcmp(lb, lc, sizeof(float) * (size_t)V),
+          "af_session_copy_prefix: %d of %zu prompt positions copied; the logits then equal a fresh evaluation bit for bit",
+          kept, n);
+    af_session_eval(b, more, 3, lb, NULL);
+    af_session_eval(c, more, 3, lc, NULL);
+    CHECK(!memcmp(lb, lc, sizeof(float) * (size_t)V), "... and so do the next decode steps");
+    CHECK(af_session_copy_prefix(c, a, ids, (int)n) == af_session_reusable(a, ids, (int)n),
+          "a session keeping its own prefix takes the longer one");
+    int32_t *e = NULL;
+    size_t ne = 0;
+    if (af_tokenize(tok, "ab ab", 5, 1, 0, &e, &ne) == AF_OK && af_session_embed(c, e, (int)ne, emb_out) == AF_OK) {
+        double nn = 0;
+        for (int64_t i = 0; i < m->cfg.hidden_size; i++) nn += (double)emb_out[i] * emb_out[i];
+        CHECK(fabs(nn - 1) < 1e-5 && af_session_n_past(c) == 0, "af_session_embed: norm 1 (%.7f), the session left reset", nn);
+    } else {
+        CHECK(0, "af_session_embed: %s", af_last_error());
+    }
+    free(e);
+done:
+    af_session_free(a);
+    af_session_free(b);
+    af_session_free(c);
+    free(ids);
+    free(la);
+}
+
 int main(void) {
     const char *bin = getenv("AFINAR_BIN");
     if (!bin || access(bin, X_OK) != 0 || !realpath(bin, g_bin)) {
@@ -369,9 +419,12 @@ int main(void) {
         goto out;
     }
     if (!CHECK(s == 1, "the server starts (log: %s)", P_("server.log"))) goto out;
+    float *emb = calloc((size_t)m->cfg.hidden_size, sizeof(float));
+    sessions(m, emb);
     logprobs(m);
     choices();
-    embeddings(m->cfg.hidden_size);
+    embeddings(m->cfg.hidden_size, emb);
+    free(emb);
     structured();
     bad_fields();
     metrics();
