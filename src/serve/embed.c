@@ -76,7 +76,7 @@ char *srv_embed_json(srv *s, const srv_job *j) {
             free(b64);
         } else {
             cJSON *a = cJSON_AddArrayToObject(x, "embedding");
-            for (int64_t k = 0; ok && a && k < H; k++) ok = cJSON_AddItemToArray(a, cJSON_CreateNumber((double)e[k]));
+            for (int64_t k = 0; ok && a && k < H; k++) ok = cJSON_AddItemToArray(a, cJSON_CreateNumber(srv_json_float(e[k])));
             ok = ok && a;
         }
     }

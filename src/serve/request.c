@@ -395,6 +395,12 @@ char *srv_json_string(const char *s, size_t len) {
     return out;
 }
 
+double srv_json_float(float f) {
+    char b[32];
+    snprintf(b, sizeof b, "%.9g", (double)f);
+    return strtod(b, NULL);
+}
+
 size_t srv_utf8_complete(const char *s, size_t len) {
     /* look back at most 3 bytes for the lead byte of the last character */
     for (size_t k = 1; k <= 4 && k <= len; k++) {

@@ -135,13 +135,13 @@ static cJSON *logprobs_json(srv *s, const srv_job *j, int a, int b) {
             const srv_lp *e = &j->lp[i];
             cJSON *x = cJSON_CreateObject(), *by = NULL;
             cJSON_AddItemToObject(x, "token", token_str(s, e->id, &by));
-            cJSON_AddNumberToObject(x, "logprob", e->logprob);
+            cJSON_AddNumberToObject(x, "logprob", srv_json_float(e->logprob));
             cJSON_AddItemToObject(x, "bytes", by);
             cJSON *t = cJSON_AddArrayToObject(x, "top_logprobs");
             for (int k = 0; k < e->n_top; k++) {
                 cJSON *y = cJSON_CreateObject(), *yb = NULL;
                 cJSON_AddItemToObject(y, "token", token_str(s, e->top_id[k], &yb));
-                cJSON_AddNumberToObject(y, "logprob", e->top_lp[k]);
+                cJSON_AddNumberToObject(y, "logprob", srv_json_float(e->top_lp[k]));
                 cJSON_AddItemToObject(y, "bytes", yb);
                 cJSON_AddItemToArray(t, y);
             }
@@ -154,12 +154,12 @@ static cJSON *logprobs_json(srv *s, const srv_job *j, int a, int b) {
     for (int i = a; i < b; i++) {
         const srv_lp *e = &j->lp[i];
         cJSON_AddItemToArray(tk, token_str(s, e->id, NULL));
-        cJSON_AddItemToArray(lp, cJSON_CreateNumber(e->logprob));
+        cJSON_AddItemToArray(lp, cJSON_CreateNumber(srv_json_float(e->logprob)));
         cJSON *m = cJSON_CreateObject();
         for (int k = 0; k < e->n_top; k++) {
             cJSON *key = token_str(s, e->top_id[k], NULL);
             if (key && !cJSON_GetObjectItemCaseSensitive(m, key->valuestring))
-                cJSON_AddNumberToObject(m, key->valuestring, e->top_lp[k]);
+                cJSON_AddNumberToObject(m, key->valuestring, srv_json_float(e->top_lp[k]));
             cJSON_Delete(key);
         }
         cJSON_AddItemToArray(tl, m);

@@ -93,6 +93,10 @@ char *srv_err_json(const srv_err *e);
  * malloc'ed. */
 char *srv_json_string(const char *s, size_t len);
 
+/* A float as the double whose shortest decimal form reads back as that float (printf "%.9g"), so
+ * that cJSON prints it in at most 9 significant digits, not the 17 of its exact double value. */
+double srv_json_float(float f);
+
 /* Bytes of s[0..len) that end on a whole UTF-8 character (an incomplete sequence at the end is
  * held back until its continuation bytes arrive). */
 size_t srv_utf8_complete(const char *s, size_t len);
