@@ -256,6 +256,7 @@ static void structured(void) {
             v &= keys == 2 + (c != NULL);
             if (!v) CHECK(0, "schema output: %s", str_at(j, p));
             n_valid += v;
+            cJSON_Delete(d);
         }
         n += 2;
         cJSON_Delete(j);
