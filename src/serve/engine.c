@@ -152,6 +152,12 @@ static void job_end(srv *s, srv_job *j) {
         if (!j->lead && !j->cancel) m->cached_tokens += (uint64_t)j->n_done;
         if (j->t_first > 0 && !j->lead) srv_metrics_ring_add(&m->ttft, j->t_first - j->t0);
     }
+    if (j->err.status) /* a failed choice fails the request: the others stop */
+        for (int i = 0; i < (j->lead ? j->lead->n_kids : j->n_kids); i++) {
+            srv_job *q = j->lead ? j->lead->kids[i] : j->kids[i];
+            if (q->phase != 3) q->cancel = 1;
+        }
+    if (j->err.status && j->lead && j->lead->phase != 3) j->lead->cancel = 1;
     if (!j->lead) { /* one request (its other choices are counted in its tokens only) */
         srv_metrics_request(m, j->rq.kind, j->err.status ? j->err.status : j->cancel ? 499 : 200);
         if (!j->err.status && !j->cancel) srv_metrics_ring_add(&m->latency, now_s() - j->t0);
