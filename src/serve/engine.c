@@ -183,6 +183,7 @@ static int append(srv_job *j, const char *p, size_t n) {
 /* The token sampled for j: append its text, apply stop strings, EOG and max_tokens. Returns 1 when
  * the job goes on (then `id` is the next token to evaluate). Caller holds the lock. */
 static int take_token(srv *s, srv_job *j, int32_t id) {
+    if (!j->t_first) j->t_first = now_s();
     if (af_token_is_eog(s->tok, id)) {
         j->finish = "stop";
         return 0;
@@ -217,69 +218,6 @@ static int take_token(srv *s, srv_job *j, int32_t id) {
     }
     j->pending = id;
     return 1;
-}
-
-/* A new log-probability entry of j from logits [V]: the top ones; *lse = log Σ exp(logits) for the
- * chosen token's (set by the caller once sampled). 0 when out of memory. */
-static int record_logprobs(srv_job *j, const float *logits, int32_t V, double *lse_out) {
-    if (j->n_lp == j->cap_lp) {
-        const int c = j->cap_lp ? 2 * j->cap_lp : 16;
-        srv_lp *t = realloc(j->lp, sizeof *t * (size_t)c);
-        if (!t) return 0;
-        j->lp = t, j->cap_lp = c;
-    }
-    srv_lp *e = &j->lp[j->n_lp++];
-    memset(e, 0, sizeof *e);
-    float mx = logits[0];
-    for (int32_t i = 1; i < V; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double sum = 0;
-    for (int32_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
-    const double lse = mx + log(sum);
-    *lse_out = lse;
-    e->id = -1;
-    const int32_t k = j->rq.top_logprobs;
-    for (int32_t i = 0; i < V && k > 0; i++) { /* insertion into the k best (ties: the lower id first) */
-        if (e->n_top == k && logits[i] <= logits[e->top_id[k - 1]]) continue;
-        int32_t p = e->n_top < k ? e->n_top++ : k - 1;
-        while (p > 0 && logits[e->top_id[p - 1]] < logits[i]) {
-            e->top_id[p] = e->top_id[p - 1];
-            p--;
-        }
-        e->top_id[p] = i;
-    }
-    for (int32_t t = 0; t < e->n_top; t++) e->top_lp[t] = (float)(logits[e->top_id[t]] - lse);
-    return 1;
-}
-
-/* Choose j's next token from its logits row [V] (modified: the grammar's mask): the log-probs
- * when asked (from the model's distribution, before the mask), then af_sample. Returns the token, or
- * -1 with j->err set. Lock held. */
-static int32_t next_token(srv *s, srv_job *j, float *logits, int32_t V) {
-    if (!j->t_first) j->t_first = now_s();
-    double lse = 0;
-    if (j->rq.logprobs && !record_logprobs(j, logits, V, &lse)) {
-        srv_err_set(&j->err, 500, "server_error", NULL, NULL, "out of memory");
-        return -1;
-    }
-    int32_t allowed = V;
-    if (j->gs) allowed = srv_gstate_mask(j->gs, s->vocab, logits, V);
-    if (!allowed) {
-        srv_err_set(&j->err, 500, "server_error", NULL, "response_format",
-                    "no token of the vocabulary continues the required JSON here");
-        return -1;
-    }
-    int32_t id = af_sample(logits, V, &j->sp, &j->rng);
-    if (!isfinite(logits[id])) { /* a masked token (rounding at the tail of the draw): the best allowed */
-        id = 0;
-        for (int32_t i = 1; i < V; i++)
-            if (logits[i] > logits[id]) id = i;
-    }
-    if (j->rq.logprobs) {
-        if (af_token_is_eog(s->tok, id)) j->n_lp--; /* the end is no token of the text */
-        else j->lp[j->n_lp - 1].id = id, j->lp[j->n_lp - 1].logprob = (float)(logits[id] - lse);
-    }
-    return id;
 }
 
 /* ---------------------------------------------------------------- submit */
@@ -382,39 +320,6 @@ static af_status tokenize_prompt(srv *s, const srv_req *rq, int32_t **ids, size_
     return st;
 }
 
-/* The matcher of a response_format (when any) and the other choices of an "n" > 1 request: jobs of
- * their own (seed + i, the same prompt, a shallow copy of the request). The lead gets a reference per
- * choice, dropped when that choice ends. 0 when out of memory. */
-static int make_choices(srv_job *j) {
-    if (j->rq.grammar && !(j->gs = srv_gstate_new(j->rq.grammar))) return 0;
-    const int nk = j->rq.n_choices - 1;
-    if (nk < 1) return 1;
-    if (!(j->kids = calloc((size_t)nk, sizeof *j->kids))) return 0;
-    for (int i = 0; i < nk; i++) {
-        srv_job *k = calloc(1, sizeof *k);
-        if (!k) return 0;
-        j->kids[j->n_kids++] = k;
-        k->rq = j->rq;
-        k->lead = j;
-        k->choice = i + 1;
-        k->slot = -1;
-        k->ad = j->ad;
-        k->scale = j->scale;
-        k->n_prompt = j->n_prompt;
-        k->max_tokens = j->max_tokens;
-        k->sp = j->sp;
-        k->sp.seed = j->sp.seed + (uint64_t)(i + 1);
-        k->rng = af_rng_seed(k->sp.seed);
-        k->created = j->created;
-        k->t0 = j->t0;
-        if (!(k->prompt = malloc(sizeof(int32_t) * (size_t)j->n_prompt))) return 0;
-        memcpy(k->prompt, j->prompt, sizeof(int32_t) * (size_t)j->n_prompt);
-        if (j->rq.grammar && !(k->gs = srv_gstate_new(j->rq.grammar))) return 0;
-    }
-    j->refs += nk;
-    return 1;
-}
-
 int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
     *out = NULL;
     srv_job *j = calloc(1, sizeof *j);
@@ -495,7 +400,7 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
             j->sp = (af_sampling){(float)j->rq.temperature, j->rq.top_k, (float)j->rq.top_p,
                                   j->rq.has_seed ? j->rq.seed : clock_seed()};
             j->rng = af_rng_seed(j->sp.seed);
-            if (ok && !make_choices(j)) {
+            if (ok && !srv_make_choices(j)) {
                 srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
                 ok = 0;
             }
@@ -705,7 +610,7 @@ static void *scheduler(void *arg) {
                 job_end(s, pj);
             } else if (p_last) {
                 pj->phase = 2;
-                const int32_t id = next_token(s, pj, s->logits, (int32_t)V);
+                const int32_t id = srv_next_token(s, pj, s->logits, (int32_t)V);
                 if (id < 0 || !take_token(s, pj, id)) job_end(s, pj);
             }
         }
@@ -727,7 +632,7 @@ static void *scheduler(void *arg) {
                     j->finish = "length";
                     job_end(s, j);
                 } else {
-                    const int32_t id = next_token(s, j, dl + (size_t)i * V, (int32_t)V);
+                    const int32_t id = srv_next_token(s, j, dl + (size_t)i * V, (int32_t)V);
                     if (id < 0 || !take_token(s, j, id)) job_end(s, j);
                 }
             }

@@ -111,6 +111,15 @@ struct srv {
 af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id);
 void srv_adapter_free(adapter *a);
 
+/* decode.c: choose j's next token from its logits row [V] (modified in place by the grammar's
+ * mask): the log-probabilities when asked (from the model's distribution, before the mask), then
+ * af_sample. Returns the token, or -1 with j->err set. Lock held. */
+int32_t srv_next_token(srv *s, srv_job *j, float *logits, int32_t V);
+/* decode.c: the matcher of j's response_format (when any) and the other choices of an "n" > 1
+ * request: jobs of their own (seed + i, a copy of the prompt, a shallow copy of the request; each
+ * holds a reference to j). 0 when out of memory (j->kids then holds those made: freed with j). */
+int srv_make_choices(srv_job *j);
+
 /* embed.c: run an embeddings job (scheduler thread, lock NOT held): fills j->emb, j->emb_tokens or
  * j->err. The JSON of its answer (lock held): malloc'ed, NULL when out of memory. */
 void srv_embed_run(srv *s, srv_job *j);

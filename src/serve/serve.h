@@ -8,6 +8,7 @@
  *              batching (af_session_eval_batch), the prompt cache (af_session_keep_prefix),
  *              sampling, stop strings, classification (af_classifier_*)
  *   respond.c  the JSON of finished requests and the stream events (logprobs, n choices)
+ *   decode.c   per request around each token: logprobs, the grammar's mask, the draw, the n choices
  *   grammar.c  response_format: JSON-schema subset compiled to a byte-level matcher (constrained decoding)
  *   embed.c    POST /v1/embeddings (mean-pooled, L2-normalised last hidden state)
  *   metrics.c  GET /metrics (Prometheus text format)
