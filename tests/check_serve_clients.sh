@@ -4,8 +4,8 @@
 # test` (tests/serve_clients.py does the checks). Skips, with the reason, when the binary has no
 # server (built without libmicrohttpd), the model, curl or the openai package is missing. Bounded:
 # at most SERVE_CLIENTS_TIMEOUT seconds (default 1200; with the OpenAI-feature checks and the Gemma 3
-# pass the script took 11 min on a machine shared with 5 other jobs). Prints the RESULT line
-# run_all.sh sums. The Gemma 3 270M pass is skipped, naming scripts/fetch_models.sh, without its GGUF.
+# pass the script took 80 s on 2 shared cores, 11 min while the machine was also building). Prints
+# the RESULT line run_all.sh sums. The Gemma 3 270M pass is skipped, naming scripts/fetch_models.sh, without its GGUF.
 bin=${AFINAR_BIN:-build/afinar}
 model=${AF_MODEL_DIR:-models}/SmolLM2-135M-Instruct.Q4_1.gguf
 py=.venv/bin/python
