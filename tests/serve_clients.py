@@ -12,6 +12,12 @@ on data/bbc, when those files exist), then checks:
   the client's exceptions (404 unknown model, 400 max_tokens beyond the context, 400 bad JSON);
   a streamed request whose client disconnects is cancelled (server log); SIGTERM with a request in
   flight: the request completes, exit status 0.
+The OpenAI features (api_features): logprobs / top_logprobs (chat and completions, streamed too), n
+choices (each == a request with seed + i; streamed per index), embeddings (float and the client's
+default base64), response_format json_object and json_schema (the output parses and validates),
+/metrics, and their bad values as openai.BadRequestError. With --gemma MODEL (Gemma 3 270M; skipped
+with the fetch script's name when absent): a second server on it, chat == afinar generate --chat,
+streaming, logprobs, json_schema, embeddings.
 Prints one line per check and "RESULT check_serve_clients passed=P failed=F skipped=S".
 """
 import argparse
@@ -61,12 +67,185 @@ def gen_text(afinar, model, prompt, n, temp, top_p, seed, chat=False, adapter=No
     return out[:-1] if out.endswith("\n") else out
 
 
+def start_server(afinar, model, threads, extra, log_path):
+    logf = open(log_path, "w")
+    srv = subprocess.Popen([afinar, "serve", "-m", model, "--port", "0", "-t", threads] + extra, stderr=logf,
+                           stdout=subprocess.DEVNULL)
+    port = None
+    for _ in range(600):
+        time.sleep(0.1)
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
+        if m:
+            port = int(m.group(1))
+            break
+        if srv.poll() is not None:
+            break
+    return srv, logf, port
+
+
+def api_features(openai, client, model_id, base, light=False):
+    """n, logprobs, embeddings, response_format, /metrics through the openai client (light: the
+    Gemma pass, fewer requests)."""
+    msgs = [{"role": "user", "content": "Name a fruit."}]
+    # logprobs: chat shape, top_logprobs, the stream carries the same numbers
+    r = client.chat.completions.create(model=model_id, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                       top_logprobs=3)
+    c = r.choices[0].logprobs.content
+    check(len(c) == r.usage.completion_tokens and all(len(x.top_logprobs) == 3 and x.logprob <= 0 for x in c) and
+          all(abs(x.logprob - x.top_logprobs[0].logprob) < 1e-6 for x in c),
+          "chat logprobs=True top_logprobs=3: one entry per token, greedy token == the best of its top 3",
+          str(c[:2]))
+    check("".join(bytes(x.bytes).decode("utf-8", "replace") for x in c) == r.choices[0].message.content or
+          any(x.token.startswith("bytes:") for x in c), "the logprob tokens' bytes make the text")
+    st = client.chat.completions.create(model=model_id, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                        top_logprobs=3, stream=True)
+    sl = [x for ch in st if ch.choices and ch.choices[0].logprobs for x in ch.choices[0].logprobs.content]
+    check([x.logprob for x in sl] == [x.logprob for x in c] and [x.token for x in sl] == [x.token for x in c],
+          "streamed chat logprobs == non-streamed", f"{len(sl)} vs {len(c)}")
+    if not light:
+        r = client.completions.create(model=model_id, prompt="The sky is", max_tokens=6, temperature=0, logprobs=2)
+        lp = r.choices[0].logprobs
+        check(len(lp.tokens) == r.usage.completion_tokens and len(lp.top_logprobs) == len(lp.tokens) and
+              all(len(t) <= 2 for t in lp.top_logprobs) and lp.text_offset[0] == 0 and "".join(lp.tokens) == r.choices[0].text,
+              "completions logprobs=2: tokens, token_logprobs, top_logprobs, text_offset", str(lp)[:300])
+    # n: choices; choice i == a request with seed + i; streamed per index
+    r = client.chat.completions.create(model=model_id, messages=msgs, max_tokens=10, temperature=0.9, seed=5, n=3)
+    texts = [ch.message.content for ch in sorted(r.choices, key=lambda x: x.index)]
+    ok = len(texts) == 3
+    for i in range(3 if not light else 2):
+        one = client.chat.completions.create(model=model_id, messages=msgs, max_tokens=10, temperature=0.9, seed=5 + i)
+        ok = ok and one.choices[0].message.content == texts[i]
+    check(ok, "n=3: three choices, choice i == the request with seed + i", str(texts))
+    st = client.chat.completions.create(model=model_id, messages=msgs, max_tokens=10, temperature=0.9, seed=5, n=3,
+                                        stream=True)
+    acc = ["", "", ""]
+    for ch in st:
+        for x in ch.choices:
+            acc[x.index] += x.delta.content or ""
+    check(acc == texts, "n=3 streamed: each index's deltas == its text", f"{acc} vs {texts}")
+    # embeddings: the client's default (base64) and float
+    e = client.embeddings.create(model=model_id, input=["a red apple", "the stock market"])
+    f = client.embeddings.create(model=model_id, input="a red apple", encoding_format="float")
+    v0, v1, w = e.data[0].embedding, e.data[1].embedding, f.data[0].embedding
+    n0 = sum(x * x for x in v0)
+    check(len(v0) == len(w) and abs(n0 - 1) < 1e-4 and max(abs(x - y) for x, y in zip(v0, w)) < 1e-6 and
+          sum(x * y for x, y in zip(v0, v1)) < 0.9999 and e.usage.prompt_tokens > 0,
+          f"embeddings: {len(v0)} floats of norm 1, base64 == float, two texts differ")
+    # response_format
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "colour": {"enum": ["red", "green", "yellow"]},
+                                               "sweet": {"type": "boolean"}},
+              "required": ["name", "colour", "sweet"], "additionalProperties": False}
+    r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Describe a fruit as JSON."}],
+                                       max_tokens=80, temperature=0,
+                                       response_format={"type": "json_schema", "json_schema": {"name": "fruit", "schema": schema,
+                                                                                               "strict": True}})
+    txt = r.choices[0].message.content
+    try:
+        d = json.loads(txt)
+        valid = set(d) == {"name", "colour", "sweet"} and isinstance(d["name"], str) and \
+            d["colour"] in ("red", "green", "yellow") and isinstance(d["sweet"], bool)
+    except ValueError:
+        valid = False
+    check(r.choices[0].finish_reason == "stop" and valid, "json_schema: the output parses and validates", repr(txt))
+    st = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Describe a fruit as JSON."}],
+                                        max_tokens=80, temperature=0, stream=True,
+                                        response_format={"type": "json_schema", "json_schema": {"name": "fruit", "schema": schema}})
+    check("".join(ch.choices[0].delta.content or "" for ch in st if ch.choices) == txt, "json_schema streamed == non-streamed")
+    # tools: a forced call (named, streamed too), then the conversation with its result
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "The current weather of a city",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+                                                   "required": ["city"]}}}]
+    wq = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=model_id, messages=wq, max_tokens=60, temperature=0, tools=tools,
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    tc = r.choices[0].message.tool_calls
+    try:
+        args = json.loads(tc[0].function.arguments) if tc else None
+    except ValueError:
+        args = None
+    check(r.choices[0].finish_reason == "tool_calls" and tc and tc[0].function.name == "get_weather" and tc[0].id and
+          isinstance(args, dict) and isinstance(args.get("city"), str) and args.get("unit", "celsius") in ("celsius", "fahrenheit"),
+          "tools, tool_choice named: tool_calls with valid JSON arguments, finish_reason tool_calls", str(r.choices[0]))
+    st = client.chat.completions.create(model=model_id, messages=wq, max_tokens=60, temperature=0, tools=tools,
+                                        tool_choice="required", stream=True)
+    calls, fins = [], []
+    for ch in st:
+        for x in ch.choices:
+            calls += x.delta.tool_calls or []
+            fins += [x.finish_reason] if x.finish_reason else []
+    check(len(calls) >= 1 and calls[0].function.name == "get_weather" and json.loads(calls[0].function.arguments) == args and
+          fins == ["tool_calls"], "tools, tool_choice required, streamed: the same call as a tool_calls delta", str(calls))
+    if tc:
+        follow = wq + [{"role": "assistant", "content": None, "tool_calls": [tc[0].model_dump()]},
+                       {"role": "tool", "tool_call_id": tc[0].id, "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}]
+        r = client.chat.completions.create(model=model_id, messages=follow, max_tokens=30, temperature=0, tools=tools)
+        check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), "tools: the conversation goes on with the tool's result",
+              str(r.choices[0].message))
+    if not light:
+        r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "List two colours as JSON."}],
+                                           max_tokens=60, temperature=0, response_format={"type": "json_object"})
+        txt = r.choices[0].message.content
+        try:
+            ok = isinstance(json.loads(txt), dict)
+        except ValueError:
+            ok = r.choices[0].finish_reason == "length" and txt.lstrip().startswith("{")
+        check(ok, f"json_object: an object ({r.choices[0].finish_reason})", repr(txt))
+        # bad values: OpenAI-shaped 400s through the client
+        for kw, what in ((dict(n=0), "n"), (dict(top_logprobs=30, logprobs=True), "top_logprobs"),
+                         (dict(response_format={"type": "json_schema", "json_schema": {"name": "x",
+                                                "schema": {"type": "string", "pattern": "a"}}}), "response_format")):
+            try:
+                client.chat.completions.create(model=model_id, messages=msgs, max_tokens=2, **kw)
+                check(False, f"bad {what} refused")
+            except openai.BadRequestError as ex:
+                check(ex.status_code == 400 and (ex.param or "").startswith(what),
+                      f"bad {what}: openai.BadRequestError (400, param {ex.param})")
+        try:
+            client.embeddings.create(model=model_id, input="x", dimensions=8)
+            check(False, "embeddings dimensions refused")
+        except openai.BadRequestError:
+            check(True, "embeddings dimensions: openai.BadRequestError (400)")
+        rc, out, _ = run(["curl", "-s", base + "/metrics"])
+        check(rc == 0 and re.search(r'^afinar_requests_total\{endpoint="embeddings",code="200"\} [1-9]', out, re.M) and
+              re.search(r'^afinar_requests_total\{endpoint="chat",code="400"\} [1-9]', out, re.M) and
+              "afinar_time_to_first_token_seconds{quantile=\"0.5\"}" in out,
+              "curl GET /metrics: requests by endpoint and code, time to first token quantiles", out[:400])
+
+
+def gemma_pass(openai, a):
+    if not a.gemma or not os.path.exists(a.gemma):
+        skip(f"Gemma 3 270M ({a.gemma or 'models/gemma-3-270m-Q4_K_M.gguf'}) absent: scripts/fetch_models.sh fetches it")
+        return
+    tmp = tempfile.mkdtemp(prefix="af_serve_gemma_")
+    log_path = os.path.join(tmp, "server.log")
+    srv, logf, port = start_server(a.afinar, a.gemma, a.threads, ["--parallel", "3", "--ctx", "512"], log_path)
+    if not check(port is not None, "the server starts on Gemma 3 270M", open(log_path).read()[-2000:]):
+        srv.kill()
+        return
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
+    model_id = os.path.basename(a.gemma).removesuffix(".gguf")
+    q = "What is the capital of France? Answer in one sentence."
+    want = gen_text(a.afinar, a.gemma, q, 24, 0, 1, 1, chat=True)
+    r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": q}], max_tokens=24, temperature=0)
+    check(r.choices[0].message.content == want, "Gemma 3: chat == afinar generate --chat", f"{r.choices[0].message.content!r} vs {want!r}")
+    st = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": q}], max_tokens=24,
+                                        temperature=0, stream=True)
+    check("".join(ch.choices[0].delta.content or "" for ch in st if ch.choices) == want, "Gemma 3: chat stream == the text")
+    api_features(openai, client, model_id, f"http://127.0.0.1:{port}", light=True)
+    srv.send_signal(signal.SIGTERM)
+    check(srv.wait(timeout=300) == 0, "Gemma 3 server: SIGTERM, exit 0")
+    logf.close()
+    subprocess.run(["rm", "-rf", tmp])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--afinar", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--data", default="data")
     ap.add_argument("--threads", default="2")
+    ap.add_argument("--gemma", default=None, help="Gemma 3 270M GGUF for a second pass (skipped when absent)")
     a = ap.parse_args()
     import openai
 
@@ -97,18 +276,7 @@ def main():
         skip(f"{bbc} absent: no classification adapter")
 
     log_path = os.path.join(tmp, "server.log")
-    logf = open(log_path, "w")
-    srv = subprocess.Popen([a.afinar, "serve", "-m", a.model, "--port", "0", "-t", a.threads, "--parallel", "4",
-                            "--ctx", "512"] + adapters, stderr=logf, stdout=subprocess.DEVNULL)
-    port = None
-    for _ in range(600):
-        time.sleep(0.1)
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
-        if m:
-            port = int(m.group(1))
-            break
-        if srv.poll() is not None:
-            break
+    srv, logf, port = start_server(a.afinar, a.model, a.threads, ["--parallel", "4", "--ctx", "512"] + adapters, log_path)
     if not check(port is not None, "the server starts", open(log_path).read()[-2000:]):
         srv.kill()
         return
@@ -192,6 +360,8 @@ def main():
                                                      for g, p_ in zip(got, pl)),
               "curl /v1/classify == afinar predict (labels and probabilities)", f"{got} vs {pl}")
 
+    api_features(openai, client, model_id, base)
+
     try:
         client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
         check(False, "unknown model refused")
@@ -239,6 +409,7 @@ def main():
     log = open(log_path).read()
     check("stopping" in log and "stopped" in log, "the log says it drained and stopped")
     subprocess.run(["rm", "-rf", tmp])
+    gemma_pass(openai, a)
 
 
 if __name__ == "__main__":

@@ -218,6 +218,12 @@ static int blocked_at(int64_t p, int64_t n) {
 
 int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n) {
     if (!s) return 0;
+    s->n_past = af_session_reusable(s, tokens, n);
+    return (int)s->n_past;
+}
+
+int af_session_reusable(const af_session *s, const int32_t *tokens, int n) {
+    if (!s) return 0;
     int64_t c = 0;
     const int64_t lim = s->n_past < n ? s->n_past : n;
     /* a cached position is reused only when it holds the same token AND was computed in the regime
@@ -230,7 +236,6 @@ int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n) {
         if (c != c0 && e - c0 > AF_TF_DECODE_ROWS && e - c <= AF_TF_DECODE_ROWS) c = e - AF_TF_DECODE_ROWS - 1;
     }
     if (c < 0) c = 0;
-    s->n_past = c;
     return (int)c;
 }
 

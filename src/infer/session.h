@@ -61,4 +61,21 @@ af_status af_session_set_lora(af_session *s, const float *P, const af_param_layo
 const af_model *af_session_model(const af_session *s);
 int64_t af_session_n_ctx(const af_session *s);
 
+/* The number of cached positions af_session_keep_prefix(s, tokens, n) would keep (s unchanged). */
+int af_session_reusable(const af_session *s, const int32_t *tokens, int n);
+
+/* session_share.c: make dst's cache hold the reusable prefix of src's for the prompt tokens[0..n)
+ * (af_session_reusable(src, ...) positions: keys, values, tokens and their regime copied on the
+ * device) when it is longer than what dst keeps of its own (af_session_keep_prefix(dst, ...));
+ * returns dst's new n_past. Both sessions must run the same model, adapter and scale (the caller's
+ * duty: the copied values are those dst would compute, bit for bit). */
+int af_session_copy_prefix(af_session *dst, const af_session *src, const int32_t *tokens, int n);
+
+/* session_share.c: evaluate tokens[0..n) from position 0 (the cache is reset first) and write the
+ * mean over the n positions of the final hidden states (after the model's final norm: what
+ * transformers calls last_hidden_state) into out[hidden_size], L2-normalised (a zero vector stays
+ * zero). Errors: those of af_session_eval (AF_ERR_RANGE beyond n_ctx, AF_ERR_CANCELLED, device
+ * errors), AF_ERR_NOMEM. */
+af_status af_session_embed(af_session *s, const int32_t *tokens, int n, float *out);
+
 #endif /* AF_SESSION_H */

@@ -16,6 +16,7 @@
 #include "kernels/cpu/kernels.h"
 #include "lora/adapter_io.h"
 #include "serve/engine_internal.h"
+#include "serve/tools.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cJSON.h>
@@ -91,10 +92,15 @@ static void adapter_unref(srv *s, int id) {
 /* ---------------------------------------------------------------- jobs */
 
 static void job_free(srv_job *j) {
-    srv_req_free(&j->rq);
+    for (int i = 0; i < j->n_kids; i++) job_free(j->kids[i]);
+    free(j->kids);
+    if (!j->lead) srv_req_free(&j->rq); /* a later choice borrows its lead's request */
     free(j->prompt);
     free(j->text);
     free(j->result);
+    free(j->lp);
+    free(j->emb);
+    srv_gstate_free(j->gs);
     free(j);
 }
 
@@ -113,6 +119,8 @@ void srv_job_release(srv *s, srv_job *j) {
 void srv_job_cancel(srv *s, srv_job *j) {
     pthread_mutex_lock(&s->mu);
     if (j->phase != 3) j->cancel = 1;
+    for (int i = 0; i < j->n_kids; i++)
+        if (j->kids[i]->phase != 3) j->kids[i]->cancel = 1;
     pthread_cond_broadcast(&s->work);
     pthread_mutex_unlock(&s->mu);
 }
@@ -137,8 +145,25 @@ static void job_end(srv *s, srv_job *j) {
                     j->cancel ? 0 : j->n_done, j->n_gen, j->finish ? j->finish : "-", now_s() - j->t0);
         fflush(s->o.log);
     }
+    srv_metrics *m = &s->met;
+    if (j->rq.kind == SRV_CHAT || j->rq.kind == SRV_COMPLETION) {
+        m->completion_tokens += (uint64_t)j->n_gen;
+        if (!j->lead) m->prompt_tokens += (uint64_t)j->n_prompt;
+        if (!j->lead && !j->cancel) m->cached_tokens += (uint64_t)j->n_done;
+        if (j->t_first > 0 && !j->lead) srv_metrics_ring_add(&m->ttft, j->t_first - j->t0);
+    }
+    if (j->err.status) /* a failed choice fails the request: the others stop */
+        for (int i = 0; i < (j->lead ? j->lead->n_kids : j->n_kids); i++) {
+            srv_job *q = j->lead ? j->lead->kids[i] : j->kids[i];
+            if (q->phase != 3) q->cancel = 1;
+        }
+    if (j->err.status && j->lead && j->lead->phase != 3) j->lead->cancel = 1;
+    if (!j->lead) { /* one request (its other choices are counted in its tokens only) */
+        srv_metrics_request(m, j->rq.kind, j->err.status ? j->err.status : j->cancel ? 499 : 200);
+        if (!j->err.status && !j->cancel) srv_metrics_ring_add(&m->latency, now_s() - j->t0);
+    }
     pthread_cond_broadcast(&s->done);
-    job_unref(s, j);
+    job_unref(s, j->lead ? j->lead : j); /* a later choice holds a reference to its lead */
 }
 
 static int append(srv_job *j, const char *p, size_t n) {
@@ -158,15 +183,22 @@ static int append(srv_job *j, const char *p, size_t n) {
 /* The token sampled for j: append its text, apply stop strings, EOG and max_tokens. Returns 1 when
  * the job goes on (then `id` is the next token to evaluate). Caller holds the lock. */
 static int take_token(srv *s, srv_job *j, int32_t id) {
+    if (!j->t_first) j->t_first = now_s();
     if (af_token_is_eog(s->tok, id)) {
         j->finish = "stop";
         return 0;
     }
     char piece[256];
     int n = af_token_to_bytes(s->tok, id, 0, piece, sizeof piece);
+    if (n > (int)sizeof piece) n = (int)sizeof piece;
     j->n_gen++;
-    if (n > 0 && !append(j, piece, (size_t)(n < (int)sizeof piece ? n : (int)sizeof piece))) {
+    if (n > 0 && !append(j, piece, (size_t)n)) {
         srv_err_set(&j->err, 500, "server_error", NULL, NULL, "out of memory");
+        return 0;
+    }
+    if (j->n_lp > 0 && j->lp[j->n_lp - 1].id == id) j->lp[j->n_lp - 1].end = j->len;
+    if (j->gs && n > 0 && srv_gstate_feed(j->gs, piece, (size_t)n) && srv_gstate_done(j->gs)) {
+        j->finish = "stop"; /* the document is complete: nothing but the end can follow */
         return 0;
     }
     for (int k = 0; k < j->rq.n_stop; k++) {
@@ -256,7 +288,31 @@ static af_status tokenize_prompt(srv *s, const srv_req *rq, int32_t **ids, size_
     if (rq->kind == SRV_CHAT) {
         af_chat_family fam;
         st = af_chat_family_of(s->tok, s->o.chat_template, &fam);
-        if (st == AF_OK) st = af_chat_prompt_text(s->tok, fam, rq->msgs, rq->n_msgs, &text);
+        const af_chat_msg *m = rq->msgs;
+        int32_t nm = rq->n_msgs;
+        af_chat_msg *mt = NULL;
+        char *sys = NULL;
+        if (st == AF_OK && rq->tools && rq->tools->choice != SRV_TOOL_NONE) {
+            /* the tools' description: appended to the system turn, or a system turn of its own */
+            char *tp = srv_tools_prompt(rq->tools);
+            const int has_sys = rq->msgs[0].role == AF_ROLE_SYSTEM;
+            mt = malloc(sizeof *mt * ((size_t)nm + 1));
+            sys = tp ? malloc(strlen(tp) + (has_sys ? rq->msgs[0].len : 0) + 3) : NULL;
+            if (!mt || !sys) {
+                st = af_fail(AF_ERR_NOMEM, "out of memory");
+            } else {
+                if (has_sys) sprintf(sys, "%.*s\n\n%s", (int)rq->msgs[0].len, rq->msgs[0].content, tp);
+                else strcpy(sys, tp);
+                mt[0] = (af_chat_msg){AF_ROLE_SYSTEM, sys, strlen(sys)};
+                memcpy(mt + 1, rq->msgs + has_sys, sizeof *mt * (size_t)(nm - has_sys));
+                nm = nm - has_sys + 1;
+                m = mt;
+            }
+            free(tp);
+        }
+        if (st == AF_OK) st = af_chat_prompt_text(s->tok, fam, m, nm, &text);
+        free(mt);
+        free(sys);
     }
     const char *t = rq->kind == SRV_CHAT ? text : rq->prompt;
     if (st == AF_OK) st = af_tokenize(s->tok, t, strlen(t), 1, 1, ids, n);
@@ -285,7 +341,19 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
         srv_err_set(err, 503, "server_error", "unavailable", NULL, "the server is shutting down");
         ok = 0;
     }
-    if (ok && j->rq.kind == SRV_CLASSIFY) {
+    if (ok && j->rq.kind == SRV_EMBED) {
+        if (j->rq.model && !names_base(s, j->rq.model)) {
+            int is_ad = 0;
+            for (int i = 0; i < s->n_ad; i++) is_ad |= s->ad[i].used && !s->ad[i].removed && !strcmp(s->ad[i].name, j->rq.model);
+            if (is_ad)
+                srv_err_set(err, 400, "invalid_request_error", NULL, "model",
+                            "'%.200s' is an adapter: embeddings come from the base model ('%s')", j->rq.model, s->model_id);
+            else
+                srv_err_set(err, 404, "invalid_request_error", "model_not_found", "model",
+                            "The model '%.200s' does not exist (GET /v1/models)", j->rq.model);
+            ok = 0;
+        }
+    } else if (ok && j->rq.kind == SRV_CLASSIFY) {
         int id = -1;
         for (int i = 0; i < s->n_ad; i++)
             if (s->ad[i].used && !s->ad[i].removed && j->rq.model && !strcmp(s->ad[i].name, j->rq.model)) id = i;
@@ -307,7 +375,7 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
     if (ok) {
         if (j->ad >= 0) s->ad[j->ad].refs++;
         pthread_mutex_unlock(&s->mu);
-        if (j->rq.kind != SRV_CLASSIFY) { /* tokenize outside the lock */
+        if (j->rq.kind == SRV_CHAT || j->rq.kind == SRV_COMPLETION) { /* tokenize outside the lock */
             size_t n = 0;
             af_status st = tokenize_prompt(s, &j->rq, &j->prompt, &n);
             j->n_prompt = (int)n;
@@ -332,15 +400,24 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
             j->sp = (af_sampling){(float)j->rq.temperature, j->rq.top_k, (float)j->rq.top_p,
                                   j->rq.has_seed ? j->rq.seed : clock_seed()};
             j->rng = af_rng_seed(j->sp.seed);
+            if (ok && !srv_make_choices(j)) {
+                srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+                ok = 0;
+            }
         }
         pthread_mutex_lock(&s->mu);
+        if (ok && j->rq.grammar && !s->vocab && !(s->vocab = srv_vocab_new(s->tok))) {
+            srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            ok = 0;
+        }
         if (ok && s->draining) {
             srv_err_set(err, 503, "server_error", "unavailable", NULL, "the server is shutting down");
             ok = 0;
         }
-        if (ok && s->nq >= s->o.queue) {
+        if (ok && s->nq + 1 + j->n_kids > s->o.queue) {
             srv_err_set(err, 429, "rate_limit_error", "rate_limit_exceeded", NULL,
-                        "too many requests: %d waiting for %d sequence slots (--queue)", s->nq, s->n_slots);
+                        "too many requests: %d waiting for %d sequence slots, and %d more would exceed --queue %d",
+                        s->nq, s->n_slots, 1 + j->n_kids, s->o.queue);
             ok = 0;
         }
         if (!ok) adapter_unref(s, j->ad);
@@ -352,6 +429,11 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
     }
     j->id = ++s->next_id;
     s->queue[s->nq++] = j;
+    for (int i = 0; i < j->n_kids; i++) { /* the other choices right behind (each refers to its lead) */
+        j->kids[i]->id = j->id;
+        if (j->ad >= 0) s->ad[j->ad].refs++;
+        s->queue[s->nq++] = j->kids[i];
+    }
     pthread_cond_broadcast(&s->work);
     pthread_mutex_unlock(&s->mu);
     *out = j;
@@ -450,6 +532,8 @@ static void job_start(srv *s, srv_job *j, int k) {
     }
     af_session_set_control(sl->s, &j->cancel, NULL, NULL);
     j->n_done = af_session_keep_prefix(sl->s, j->prompt, j->n_prompt);
+    if (j->lead && j->lead->phase == 2 && j->lead->slot >= 0) /* the prompt's keys and values, from its lead */
+        j->n_done = af_session_copy_prefix(sl->s, s->slots[j->lead->slot].s, j->prompt, j->n_prompt);
     s->active[s->na++] = j;
 }
 
@@ -461,14 +545,17 @@ static void *scheduler(void *arg) {
         /* admit queued jobs: classification at once (it needs no slot), generation into free slots */
         while (s->nq > 0) {
             srv_job *j = s->queue[0];
-            if (j->rq.kind != SRV_CLASSIFY && (j->cancel ? 0 : pick_slot(s, j) < 0)) break;
+            const int gen = j->rq.kind == SRV_CHAT || j->rq.kind == SRV_COMPLETION;
+            if (gen && !j->cancel && j->lead && j->lead->phase < 2 && !j->lead->cancel) break; /* its lead's prompt first */
+            if (gen && (j->cancel ? 0 : pick_slot(s, j) < 0)) break;
             memmove(s->queue, s->queue + 1, sizeof(srv_job *) * (size_t)--s->nq);
             if (j->cancel) {
                 j->slot = -1;
                 job_end(s, j);
-            } else if (j->rq.kind == SRV_CLASSIFY) {
+            } else if (!gen) {
                 pthread_mutex_unlock(&s->mu);
-                classify(s, j);
+                if (j->rq.kind == SRV_CLASSIFY) classify(s, j);
+                else srv_embed_run(s, j);
                 pthread_mutex_lock(&s->mu);
                 job_end(s, j);
             } else {
@@ -523,9 +610,12 @@ static void *scheduler(void *arg) {
                 job_end(s, pj);
             } else if (p_last) {
                 pj->phase = 2;
-                if (!take_token(s, pj, af_sample(s->logits, (int32_t)V, &pj->sp, &pj->rng))) job_end(s, pj);
+                const int32_t id = srv_next_token(s, pj, s->logits, (int32_t)V);
+                if (id < 0 || !take_token(s, pj, id)) job_end(s, pj);
             }
         }
+        if (pj) s->met.prompt_chunks++;
+        if (nd > 0) s->met.decode_steps++, s->met.decode_rows += (uint64_t)nd;
         if (nd > 0 && dst != AF_OK) {
             /* a client went away during the step (its flag stopped it): nothing advanced; the
              * cancelled jobs are dropped at the top of the loop and the others decode again */
@@ -541,8 +631,9 @@ static void *scheduler(void *arg) {
                 if (af_session_n_past(bs[i]) >= s->o.n_ctx) {
                     j->finish = "length";
                     job_end(s, j);
-                } else if (!take_token(s, j, af_sample(dl + (size_t)i * V, (int32_t)V, &j->sp, &j->rng))) {
-                    job_end(s, j);
+                } else {
+                    const int32_t id = srv_next_token(s, j, dl + (size_t)i * V, (int32_t)V);
+                    if (id < 0 || !take_token(s, j, id)) job_end(s, j);
                 }
             }
         }
@@ -656,6 +747,8 @@ void srv_free(srv *s) {
         pthread_join(s->th, NULL);
     }
     for (int i = 0; s->slots && i < s->n_slots; i++) af_session_free(s->slots[i].s);
+    af_session_free(s->emb);
+    srv_vocab_free(s->vocab);
     for (int i = 0; i < s->n_ad; i++) srv_adapter_free(&s->ad[i]);
     free(s->slots);
     free(s->queue);

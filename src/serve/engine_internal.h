@@ -5,6 +5,8 @@
 #define AF_SERVE_ENGINE_INTERNAL_H
 
 #include "infer/session.h"
+#include "serve/grammar.h"
+#include "serve/metrics.h"
 #include "serve/serve.h"
 
 #include <pthread.h>
@@ -24,8 +26,19 @@ typedef struct adapter {
     af_classifier *cls;    /* with a classification head: for /v1/classify; else NULL */
 } adapter;
 
+/* The log-probabilities of one generated token (the model's distribution before sampling
+ * filters and the grammar's mask: log-softmax of the logits). */
+typedef struct srv_lp {
+    int32_t id;
+    float logprob;
+    size_t end;                /* bytes of the job's text once this token was appended */
+    int32_t n_top;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS];
+    float top_lp[SRV_MAX_TOP_LOGPROBS];
+} srv_lp;
+
 struct srv_job {
-    srv_req rq;
+    srv_req rq;                /* a choice > 0 of an "n" request: a shallow copy of its lead's (not freed) */
     int refs;
     int32_t *prompt;
     int n_prompt, n_done;      /* prompt tokens, and those in the slot's cache */
@@ -47,7 +60,17 @@ struct srv_job {
     int stream_started, stream_done;
     long created;
     uint64_t id;
-    double t0;
+    double t0, t_first;        /* submitted; first token sampled (0: not yet) */
+    srv_lp *lp;                /* "logprobs": one per generated token [n_lp] */
+    int n_lp, cap_lp, lp_sent; /* lp_sent: entries already streamed */
+    int fin_sent;              /* streaming: the finish chunk of this choice was sent */
+    srv_gstate *gs;            /* response_format: the matcher of the text so far (NULL: free text) */
+    int choice;                /* index in "choices" */
+    srv_job *lead;             /* choices > 0: the request's first choice (holds a reference to it) */
+    srv_job **kids;            /* the lead: choices 1 .. n_kids (owned: freed with the lead) */
+    int n_kids;
+    float *emb;                /* embeddings: [n_inputs, hidden] */
+    int64_t emb_tokens;
 };
 
 typedef struct slot {
@@ -78,11 +101,28 @@ struct srv {
     srv_job **active;          /* [n_slots] */
     int na;
     uint64_t next_id;
+    srv_vocab *vocab;          /* response_format masks: the tokens' bytes (made at the first use) */
+    af_session *emb;           /* embeddings: a session of their own (made at the first use; scheduler only) */
+    srv_metrics met;           /* GET /metrics */
 };
 
 /* engine.c: load adapter `path` as model id `name` into the next entry (lock held, or before the
  * scheduler starts); free an entry's weights. */
 af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id);
 void srv_adapter_free(adapter *a);
+
+/* decode.c: choose j's next token from its logits row [V] (modified in place by the grammar's
+ * mask): the log-probabilities when asked (from the model's distribution, before the mask), then
+ * af_sample. Returns the token, or -1 with j->err set. Lock held. */
+int32_t srv_next_token(srv *s, srv_job *j, float *logits, int32_t V);
+/* decode.c: the matcher of j's response_format (when any) and the other choices of an "n" > 1
+ * request: jobs of their own (seed + i, a copy of the prompt, a shallow copy of the request; each
+ * holds a reference to j). 0 when out of memory (j->kids then holds those made: freed with j). */
+int srv_make_choices(srv_job *j);
+
+/* embed.c: run an embeddings job (scheduler thread, lock NOT held): fills j->emb, j->emb_tokens or
+ * j->err. The JSON of its answer (lock held): malloc'ed, NULL when out of memory. */
+void srv_embed_run(srv *s, srv_job *j);
+char *srv_embed_json(srv *s, const srv_job *j);
 
 #endif

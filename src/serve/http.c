@@ -1,8 +1,8 @@
 /* http.c — the HTTP side of `afinar serve` on libmicrohttpd; the scheduler thread of engine.c does
  * the compute. Routes:
- *   GET  /health, /v1/models (/models), /lora-adapters
+ *   GET  /health, /v1/models (/models), /lora-adapters, /metrics (Prometheus text)
  *   GET  /, /app.js, /style.css, /api/runs... (the web page and its run views: web.c)
- *   POST /v1/chat/completions, /v1/completions (also without /v1), /v1/classify,
+ *   POST /v1/chat/completions, /v1/completions, /v1/embeddings (also without /v1), /v1/classify,
  *        /lora-adapters (global scales, llama.cpp), /lora-adapters/load, /lora-adapters/unload
  * With opts.api_key every route but /health needs "Authorization: Bearer KEY" (else 401).
  *
@@ -228,11 +228,15 @@ static enum MHD_Result generate(srv *s, waker *w, struct MHD_Connection *c, srv_
     memset(&e, 0, sizeof e);
     if (!srv_req_parse(kind, k->body ? k->body : "", k->len, &rq, &e)) {
         srv_req_free(&rq);
+        srv_count_error(s, kind, e.status);
         return reply_err(c, &e);
     }
-    const int streaming = rq.stream && kind != SRV_CLASSIFY;
+    const int streaming = rq.stream && (kind == SRV_CHAT || kind == SRV_COMPLETION);
     srv_job *j = NULL;
-    if (!srv_submit(s, &rq, &j, &e)) return reply_err(c, &e);
+    if (!srv_submit(s, &rq, &j, &e)) {
+        srv_count_error(s, kind, e.status);
+        return reply_err(c, &e);
+    }
     if (streaming) {
         stream *t = calloc(1, sizeof *t);
         struct MHD_Response *r = t ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, t, stream_free) : NULL;
@@ -296,8 +300,9 @@ int af_server_available(void) { return 1; }
 
 /* The methods route `url` (the /v1 prefix already dropped) answers, for a 405; NULL: no such route. */
 static const char *allowed_methods(const char *url) {
-    static const char *const get[] = {"/models"}, *const post[] = {"/chat/completions", "/completions", "/v1/classify",
-                                                                   "/classify", "/lora-adapters/load", "/lora-adapters/unload"};
+    static const char *const get[] = {"/models", "/metrics"},
+                             *const post[] = {"/chat/completions", "/completions", "/v1/classify", "/classify",
+                                              "/lora-adapters/load", "/lora-adapters/unload", "/embeddings"};
     if (!strcmp(url, "/lora-adapters")) return "GET, POST";
     for (size_t i = 0; i < sizeof get / sizeof *get; i++)
         if (!strcmp(url, get[i])) return "GET";
@@ -391,11 +396,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (get && !strcmp(url, "/models")) return reply(c, 200, srv_models_json(s), NULL);
     if (get && !strcmp(url, "/lora-adapters")) return reply(c, 200, srv_lora_json(s), NULL);
+    if (get && !strcmp(url, "/metrics")) return reply(c, 200, srv_metrics_text(s), "text/plain; version=0.0.4");
     if (post) {
         const char *b = k->body ? k->body : "";
         char *r = NULL;
         if (!strcmp(url, "/chat/completions")) return generate(s, w, c, SRV_CHAT, k);
         if (!strcmp(url, "/completions")) return generate(s, w, c, SRV_COMPLETION, k);
+        if (!strcmp(url, "/embeddings")) return generate(s, w, c, SRV_EMBED, k);
         if (!strcmp(url, "/v1/classify") || !strcmp(url, "/classify")) return generate(s, w, c, SRV_CLASSIFY, k);
         if (!strcmp(url, "/lora-adapters")) r = srv_lora_post(s, b, k->len, &e);
         else if (!strcmp(url, "/lora-adapters/load")) r = srv_lora_load(s, b, k->len, &e);

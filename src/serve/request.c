@@ -4,6 +4,8 @@
 #include "serve/serve.h"
 
 #include "formats/json_nul.h"
+#include "serve/grammar.h"
+#include "serve/tools.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -36,6 +38,8 @@ void srv_req_free(srv_req *r) {
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     for (int32_t i = 0; i < r->n_bufs; i++) free(r->bufs[i]);
     free(r->bufs);
+    srv_grammar_free(r->grammar);
+    srv_tools_free(r->tools);
     memset(r, 0, sizeof *r);
 }
 
@@ -117,6 +121,41 @@ static char *content_text(const cJSON *c, int i, srv_err *err) {
     return d;
 }
 
+/* An earlier assistant turn with "tool_calls": its content (when any) then each call as the model
+ * writes it (srv_tool_call_text). malloc'ed; NULL + *err. */
+static char *calls_text(const cJSON *c, const cJSON *tc, int i, srv_err *err) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+    if (!cJSON_IsArray(tc) || cJSON_GetArraySize(tc) < 1) {
+        BAD(param, "'%s' must be a non-empty list of {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", param);
+        return NULL;
+    }
+    char *out = (c && !cJSON_IsNull(c)) ? content_text(c, i, err) : strdup("");
+    if (!out) return NULL;
+    const cJSON *x;
+    int k = 0;
+    cJSON_ArrayForEach(x, tc) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(x, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"), *ar = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        if (!cJSON_IsString(nm) || (ar && !cJSON_IsString(ar))) {
+            free(out);
+            BAD(param, "'%s[%d]' must be {\"function\": {\"name\": STRING, \"arguments\": JSON_TEXT}}", param, k);
+            return NULL;
+        }
+        char *call = srv_tool_call_text(nm->valuestring, ar ? ar->valuestring : "{}");
+        char *t = call ? malloc(strlen(out) + strlen(call) + 2) : NULL;
+        if (t) sprintf(t, "%s%s%s", out, out[0] ? "\n" : "", call);
+        free(call);
+        free(out);
+        if (!(out = t)) {
+            srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            return NULL;
+        }
+        k++;
+    }
+    return out;
+}
+
 static int parse_messages(const cJSON *o, srv_req *r, srv_err *err) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (!m) return BAD("messages", "'messages' is required");
@@ -136,14 +175,27 @@ static int parse_messages(const cJSON *o, srv_req *r, srv_err *err) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
         if (!cJSON_IsString(role)) return BAD(param, "'%s.role' must be a string", param);
         af_chat_role rl;
+        const int is_tool = !strcmp(role->valuestring, "tool");
         if (!strcmp(role->valuestring, "system") || !strcmp(role->valuestring, "developer")) rl = AF_ROLE_SYSTEM;
-        else if (!strcmp(role->valuestring, "user")) rl = AF_ROLE_USER;
+        else if (!strcmp(role->valuestring, "user") || is_tool) rl = AF_ROLE_USER; /* a tool's result: tools.h */
         else if (!strcmp(role->valuestring, "assistant")) rl = AF_ROLE_ASSISTANT;
-        else return BAD(param, "'%s.role' is \"%.40s\": expected system, developer, user or assistant", param, role->valuestring);
+        else return BAD(param, "'%s.role' is \"%.40s\": expected system, developer, user, assistant or tool", param, role->valuestring);
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (!c) return BAD(param, "'%s.content' is required", param);
-        char *t = content_text(c, i, err);
+        const cJSON *tc = rl == AF_ROLE_ASSISTANT ? cJSON_GetObjectItemCaseSensitive(e, "tool_calls") : NULL;
+        char *t = NULL;
+        if (tc && !cJSON_IsNull(tc)) {
+            t = calls_text(c, tc, i, err);
+        } else {
+            if (!c || cJSON_IsNull(c)) return BAD(param, "'%s.content' is required", param);
+            t = content_text(c, i, err);
+        }
         if (!t) return 0;
+        if (is_tool) {
+            char *w = malloc(strlen(t) + 64);
+            if (w) sprintf(w, "<tool_response>\n%s\n</tool_response>", t);
+            free(t);
+            if (!(t = w)) return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        }
         r->bufs[r->n_bufs++] = t;
         r->msgs[i] = (af_chat_msg){rl, t, strlen(t)};
         i++;
@@ -191,7 +243,22 @@ static int parse_generation(const cJSON *o, srv_req *r, srv_err *err) {
     if (!get_int(o, "max_tokens", 1, 1 << 30, &r->max_tokens, err)) return 0;
     if (!get_int(o, "max_completion_tokens", 1, 1 << 30, &r->max_tokens, err)) return 0;
     int64_t n = 1;
-    if (!get_int(o, "n", 1, 1, &n, err)) return 0; /* one choice per request */
+    if (!get_int(o, "n", 1, SRV_MAX_CHOICES, &n, err)) return 0;
+    r->n_choices = (int32_t)n;
+    if (r->kind == SRV_CHAT) { /* "logprobs": bool, "top_logprobs": 0..20 (needs logprobs) */
+        if (!get_bool(o, "logprobs", &r->logprobs, err)) return 0;
+        int64_t t = 0;
+        if (!get_int(o, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &t, err)) return 0;
+        if (t > 0 && !r->logprobs) return BAD("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+        r->top_logprobs = (int32_t)t;
+    } else { /* completions: "logprobs": K, the K most likely tokens of each position (0..5) */
+        int64_t t = -1;
+        if (!get_int(o, "logprobs", 0, 5, &t, err)) return 0;
+        r->logprobs = t >= 0;
+        r->top_logprobs = t > 0 ? (int32_t)t : 0;
+    }
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
+    if (rf && !cJSON_IsNull(rf) && !srv_grammar_from_format(rf, &r->grammar, err)) return 0;
     const cJSON *sd = cJSON_GetObjectItemCaseSensitive(o, "seed");
     if (sd && !cJSON_IsNull(sd)) {
         int64_t s = 0;
@@ -241,6 +308,7 @@ int srv_req_parse(srv_kind kind, const char *body, size_t len, srv_req *r, srv_e
     r->top_p = def.top_p;
     r->top_k = def.top_k;
     r->max_tokens = -1;
+    r->n_choices = 1;
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!o) {
@@ -258,6 +326,16 @@ int srv_req_parse(srv_kind kind, const char *body, size_t len, srv_req *r, srv_e
         else if (!(r->model = dup_str(m->valuestring))) ok = srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     }
     if (ok && kind == SRV_CHAT) ok = parse_messages(o, r, err) && parse_generation(o, r, err);
+    if (ok && kind == SRV_CHAT) {
+        srv_grammar *tg = NULL;
+        ok = srv_tools_parse(o, &r->tools, &tg, err);
+        if (ok && tg && r->grammar) {
+            srv_grammar_free(tg);
+            ok = BAD("tool_choice", "a required tool call and 'response_format' cannot be combined");
+        } else if (tg) {
+            r->grammar = tg;
+        }
+    }
     if (ok && kind == SRV_COMPLETION) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
         char **list = NULL;
@@ -268,10 +346,21 @@ int srv_req_parse(srv_kind kind, const char *body, size_t len, srv_req *r, srv_e
         free(list);
         ok = ok && parse_generation(o, r, err);
     }
-    if (ok && kind == SRV_CLASSIFY) {
+    if (ok && (kind == SRV_CLASSIFY || kind == SRV_EMBED)) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "input");
         if (!p) ok = BAD("input", "'input' is required");
-        else ok = parse_strings(p, "input", 256, &r->inputs, &r->n_inputs, 1, err);
+        else ok = parse_strings(p, "input", 256, &r->inputs, &r->n_inputs, kind == SRV_CLASSIFY, err);
+    }
+    if (ok && kind == SRV_EMBED) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "encoding_format");
+        if (f && !cJSON_IsNull(f)) {
+            if (!cJSON_IsString(f) || (strcmp(f->valuestring, "float") && strcmp(f->valuestring, "base64")))
+                ok = BAD("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+            else r->embed_base64 = !strcmp(f->valuestring, "base64");
+        }
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "dimensions");
+        if (ok && d && !cJSON_IsNull(d))
+            ok = BAD("dimensions", "'dimensions' is not supported: the embeddings have the model's hidden size");
     }
     cJSON_Delete(o);
     return ok;
@@ -304,6 +393,12 @@ char *srv_json_string(const char *s, size_t len) {
     char *out = v ? cJSON_PrintUnformatted(v) : NULL;
     cJSON_Delete(v);
     return out;
+}
+
+double srv_json_float(float f) {
+    char b[32];
+    snprintf(b, sizeof b, "%.9g", (double)f);
+    return strtod(b, NULL);
 }
 
 size_t srv_utf8_complete(const char *s, size_t len) {

@@ -7,6 +7,8 @@
 
 #include "core/core.h"
 #include "formats/json_nul.h"
+#include "serve/tools.h"
+#include "tokenizer/tok_internal.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -17,7 +19,10 @@
 
 /* Bytes of j->text that may be streamed now: whole UTF-8 characters, and not the tail that could
  * still become a stop string. */
+static int tools_on(const srv_job *j) { return j->rq.tools && j->rq.tools->choice != SRV_TOOL_NONE; }
+
 static size_t sendable(const srv_job *j) {
+    if (tools_on(j) && j->phase != 3) return 0; /* a tool call is known only at the end: held back */
     size_t n = j->len;
     if (j->phase != 3) {
         size_t hold = 0;
@@ -46,10 +51,29 @@ void srv_wait_change(srv *s, int timeout_ms) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The choices of a request: the lead (index 0) and its kids. */
+static srv_job *choice(srv_job *j, int i) { return i ? j->kids[i - 1] : j; }
+
+/* 1 when every choice ended (lock held). */
+static int all_ended(const srv_job *j) {
+    if (j->phase != 3) return 0;
+    for (int i = 0; i < j->n_kids; i++)
+        if (j->kids[i]->phase != 3) return 0;
+    return 1;
+}
+
+/* The first failed choice's error, or NULL (lock held). */
+static const srv_err *job_error(const srv_job *j) {
+    if (j->err.status) return &j->err;
+    for (int i = 0; i < j->n_kids; i++)
+        if (j->kids[i]->err.status) return &j->kids[i]->err;
+    return NULL;
+}
+
 int srv_job_wait(srv *s, srv_job *j, int timeout_ms) {
     pthread_mutex_lock(&s->mu);
-    if (j->phase != 3) wait_done(s, timeout_ms);
-    const int ended = j->phase == 3;
+    if (!all_ended(j)) wait_done(s, timeout_ms);
+    const int ended = all_ended(j);
     pthread_mutex_unlock(&s->mu);
     return ended;
 }
@@ -57,10 +81,91 @@ int srv_job_wait(srv *s, srv_job *j, int timeout_ms) {
 /* ---------------------------------------------------------------- responses */
 
 static void add_usage(cJSON *o, const srv_job *j) {
+    int gen = j->n_gen; /* the prompt is counted once, the tokens of every choice */
+    for (int i = 0; i < j->n_kids; i++) gen += j->kids[i]->n_gen;
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + j->n_gen);
+    cJSON_AddNumberToObject(u, "completion_tokens", gen);
+    cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + gen);
+}
+
+/* A token's text as OpenAI shows it: its bytes when they are valid UTF-8, else "bytes:\\xNN..."
+ * (a piece of a multi-byte character); with its byte values in *bytes when asked. */
+static cJSON *token_str(srv *s, int32_t id, cJSON **bytes) {
+    char piece[256], out[256 * 4 + 8];
+    int n = af_token_to_bytes(s->tok, id, 0, piece, sizeof piece);
+    if (n < 0) n = 0;
+    if (n > (int)sizeof piece) n = (int)sizeof piece;
+    int valid = 1;
+    for (int i = 0; i < n && valid;) {
+        const int k = af_utf8_valid_len((const unsigned char *)piece + i, (size_t)(n - i));
+        if (k <= 0) valid = 0;
+        else i += k;
+    }
+    if (valid) {
+        memcpy(out, piece, (size_t)n);
+        out[n] = 0;
+    } else {
+        size_t o = (size_t)snprintf(out, sizeof out, "bytes:");
+        for (int i = 0; i < n; i++) o += (size_t)snprintf(out + o, sizeof out - o, "\\x%02x", (unsigned char)piece[i]);
+    }
+    if (bytes) {
+        *bytes = cJSON_CreateArray();
+        for (int i = 0; i < n; i++) cJSON_AddItemToArray(*bytes, cJSON_CreateNumber((unsigned char)piece[i]));
+    }
+    return cJSON_CreateString(out);
+}
+
+/* How many log-probability entries of j lie in its text's first `len` bytes (a token cut by a stop
+ * string is dropped with its text). */
+static int lp_count(const srv_job *j, size_t len) {
+    int n = 0;
+    while (n < j->n_lp && j->lp[n].end <= len) n++;
+    if (j->phase == 3 && n < j->n_lp && (n ? j->lp[n - 1].end : 0) < len) n++; /* the token a stop string cut */
+    return n;
+}
+
+/* The "logprobs" object of entries [a, b) of j: chat {"content": [...]}, completions {"tokens",
+ * "token_logprobs", "top_logprobs", "text_offset"}. */
+static cJSON *logprobs_json(srv *s, const srv_job *j, int a, int b) {
+    cJSON *o = cJSON_CreateObject();
+    if (j->rq.kind == SRV_CHAT) {
+        cJSON *c = cJSON_AddArrayToObject(o, "content");
+        for (int i = a; i < b; i++) {
+            const srv_lp *e = &j->lp[i];
+            cJSON *x = cJSON_CreateObject(), *by = NULL;
+            cJSON_AddItemToObject(x, "token", token_str(s, e->id, &by));
+            cJSON_AddNumberToObject(x, "logprob", srv_json_float(e->logprob));
+            cJSON_AddItemToObject(x, "bytes", by);
+            cJSON *t = cJSON_AddArrayToObject(x, "top_logprobs");
+            for (int k = 0; k < e->n_top; k++) {
+                cJSON *y = cJSON_CreateObject(), *yb = NULL;
+                cJSON_AddItemToObject(y, "token", token_str(s, e->top_id[k], &yb));
+                cJSON_AddNumberToObject(y, "logprob", srv_json_float(e->top_lp[k]));
+                cJSON_AddItemToObject(y, "bytes", yb);
+                cJSON_AddItemToArray(t, y);
+            }
+            cJSON_AddItemToArray(c, x);
+        }
+        return o;
+    }
+    cJSON *tk = cJSON_AddArrayToObject(o, "tokens"), *lp = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tl = cJSON_AddArrayToObject(o, "top_logprobs"), *of = cJSON_AddArrayToObject(o, "text_offset");
+    for (int i = a; i < b; i++) {
+        const srv_lp *e = &j->lp[i];
+        cJSON_AddItemToArray(tk, token_str(s, e->id, NULL));
+        cJSON_AddItemToArray(lp, cJSON_CreateNumber(srv_json_float(e->logprob)));
+        cJSON *m = cJSON_CreateObject();
+        for (int k = 0; k < e->n_top; k++) {
+            cJSON *key = token_str(s, e->top_id[k], NULL);
+            if (key && !cJSON_GetObjectItemCaseSensitive(m, key->valuestring))
+                cJSON_AddNumberToObject(m, key->valuestring, srv_json_float(e->top_lp[k]));
+            cJSON_Delete(key);
+        }
+        cJSON_AddItemToArray(tl, m);
+        cJSON_AddItemToArray(of, cJSON_CreateNumber(i == 0 ? 0 : (double)j->lp[i - 1].end));
+    }
+    return o;
 }
 
 static cJSON *base_obj(srv *s, const srv_job *j, const char *object) {
@@ -77,35 +182,54 @@ static cJSON *base_obj(srv *s, const srv_job *j, const char *object) {
 char *srv_job_result(srv *s, srv_job *j, int *status) {
     pthread_mutex_lock(&s->mu);
     char *out = NULL;
-    if (j->err.status) {
-        *status = j->err.status;
-        out = srv_err_json(&j->err);
+    const srv_err *err = job_error(j);
+    if (err) {
+        *status = err->status;
+        out = srv_err_json(err);
     } else if (j->rq.kind == SRV_CLASSIFY) {
         *status = 200;
         out = j->result;
         j->result = NULL;
+    } else if (j->rq.kind == SRV_EMBED) {
+        *status = 200;
+        out = srv_embed_json(s, j);
     } else {
         *status = 200;
         cJSON *o = base_obj(s, j, j->rq.kind == SRV_CHAT ? "chat.completion" : "text_completion");
-        cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-        cJSON_AddItemToArray(ch, c);
-        cJSON_AddNumberToObject(c, "index", 0);
-        const size_t n = srv_utf8_complete(j->text ? j->text : "", j->len);
-        char *t = malloc(n + 1);
-        if (t) {
-            memcpy(t, j->text ? j->text : "", n);
-            t[n] = 0;
+        cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+        for (int i = 0; i <= j->n_kids; i++) {
+            const srv_job *q = choice(j, i);
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddItemToArray(ch, c);
+            cJSON_AddNumberToObject(c, "index", i);
+            const size_t n = srv_utf8_complete(q->text ? q->text : "", q->len);
+            char *t = malloc(n + 1);
+            if (t) {
+                memcpy(t, q->text ? q->text : "", n);
+                t[n] = 0;
+            }
+            cJSON *calls = NULL;
+            if (j->rq.kind == SRV_CHAT) {
+                cJSON *msg = cJSON_AddObjectToObject(c, "message");
+                cJSON_AddStringToObject(msg, "role", "assistant");
+                char *content = NULL;
+                if (tools_on(q) && t) calls = srv_tools_extract(q->rq.tools, t, n, j->id, &content);
+                if (calls) {
+                    if (content) cJSON_AddStringToObject(msg, "content", content);
+                    else cJSON_AddNullToObject(msg, "content");
+                    cJSON_AddItemToObject(msg, "tool_calls", calls);
+                } else {
+                    cJSON_AddStringToObject(msg, "content", t ? t : "");
+                }
+                free(content);
+            } else {
+                cJSON_AddStringToObject(c, "text", t ? t : "");
+            }
+            free(t);
+            if (j->rq.logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, q, 0, lp_count(q, n)));
+            else cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddStringToObject(c, "finish_reason", calls ? "tool_calls" : q->finish ? q->finish : "stop");
         }
-        if (j->rq.kind == SRV_CHAT) {
-            cJSON *msg = cJSON_AddObjectToObject(c, "message");
-            cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", t ? t : "");
-        } else {
-            cJSON_AddStringToObject(c, "text", t ? t : "");
-            cJSON_AddNullToObject(c, "logprobs");
-        }
-        free(t);
-        cJSON_AddStringToObject(c, "finish_reason", j->finish ? j->finish : "stop");
         add_usage(o, j);
         out = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
@@ -127,15 +251,16 @@ static int buf_add(char **buf, size_t *len, const char *a, const char *b, const 
     return 1;
 }
 
-/* One chunk event of the stream (lock held). */
-static int chunk_event(srv *s, srv_job *j, const char *text, size_t n, const char *finish, int role, int usage,
-                       char **buf, size_t *len) {
+/* One chunk event of the stream for choice q of request j (lock held); lp_to > q->lp_sent: the
+ * log-probabilities of entries [q->lp_sent, lp_to) go with it. */
+static int chunk_event(srv *s, srv_job *j, srv_job *q, const char *text, size_t n, const char *finish, int role,
+                       int usage, int lp_to, char **buf, size_t *len) {
     cJSON *o = base_obj(s, j, j->rq.kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
     cJSON *ch = cJSON_AddArrayToObject(o, "choices");
     if (!usage) {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(ch, c);
-        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddNumberToObject(c, "index", q->choice);
         char *t = malloc(n + 1);
         if (t) {
             memcpy(t, text, n);
@@ -149,6 +274,12 @@ static int chunk_event(srv *s, srv_job *j, const char *text, size_t n, const cha
             cJSON_AddStringToObject(c, "text", t ? t : "");
         }
         free(t);
+        if (j->rq.logprobs && lp_to > q->lp_sent) {
+            cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, q, q->lp_sent, lp_to));
+            q->lp_sent = lp_to;
+        } else {
+            cJSON_AddNullToObject(c, "logprobs");
+        }
         if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
         else cJSON_AddNullToObject(c, "finish_reason");
     } else {
@@ -161,30 +292,84 @@ static int chunk_event(srv *s, srv_job *j, const char *text, size_t n, const cha
     return ok;
 }
 
+/* The end of a streamed choice that made tool calls (lock held): one chunk with the calls (each with
+ * its "index"; arguments whole) and the text outside them, then the finish chunk "tool_calls".
+ * 0 when the text holds no call (it is then streamed as text). */
+static int tool_events(srv *s, srv_job *j, srv_job *q, size_t n, char **buf, size_t *len) {
+    char *content = NULL;
+    cJSON *calls = srv_tools_extract(q->rq.tools, q->text ? q->text : "", n, j->id, &content);
+    if (!calls) return 0;
+    cJSON *o = base_obj(s, j, "chat.completion.chunk");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(ch, c);
+    cJSON_AddNumberToObject(c, "index", q->choice);
+    cJSON *d = cJSON_AddObjectToObject(c, "delta");
+    if (!q->stream_started) cJSON_AddStringToObject(d, "role", "assistant");
+    if (content) cJSON_AddStringToObject(d, "content", content);
+    int k = 0;
+    cJSON *x;
+    cJSON_ArrayForEach(x, calls) cJSON_AddNumberToObject(x, "index", k++);
+    cJSON_AddItemToObject(d, "tool_calls", calls);
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (js) buf_add(buf, len, "data: ", js, "\n\n");
+    free(js);
+    free(content);
+    q->stream_started = 1;
+    q->sent = n;
+    q->lp_sent = q->n_lp;
+    chunk_event(s, j, q, "", 0, "tool_calls", 0, 0, 0, buf, len);
+    q->fin_sent = 1;
+    return 1;
+}
+
+/* 1 when some choice of j has text to stream or a finish to send (lock held). */
+static int stream_news(const srv_job *j) {
+    for (int i = 0; i <= j->n_kids; i++) {
+        const srv_job *q = i ? j->kids[i - 1] : j;
+        if (!q->stream_started || sendable(q) > q->sent || (q->phase == 3 && !q->fin_sent)) return 1;
+    }
+    return 0;
+}
+
 int srv_job_events(srv *s, srv_job *j, int timeout_ms, char **buf, size_t *len) {
     pthread_mutex_lock(&s->mu);
     if (j->stream_done) {
         pthread_mutex_unlock(&s->mu);
         return 0;
     }
-    if (j->phase != 3 && sendable(j) <= j->sent && j->stream_started) wait_done(s, timeout_ms);
-    if (j->err.status) { /* an error after the headers: an error event, then the end */
-        char *e = srv_err_json(&j->err);
+    if (!stream_news(j) && !job_error(j)) wait_done(s, timeout_ms);
+    const srv_err *err = job_error(j);
+    if (err) { /* an error after the headers: an error event, then the end */
+        char *e = srv_err_json(err);
         buf_add(buf, len, "data: ", e ? e : "{}", "\n\ndata: [DONE]\n\n");
         free(e);
         j->stream_done = 1;
+        for (int i = 0; i < j->n_kids; i++) /* the other choices stop too */
+            if (j->kids[i]->phase != 3) j->kids[i]->cancel = 1;
+        if (j->phase != 3) j->cancel = 1;
         pthread_mutex_unlock(&s->mu);
         return 0;
     }
-    const size_t n = sendable(j);
-    if (!j->stream_started || n > j->sent) {
-        chunk_event(s, j, j->text ? j->text + j->sent : "", n - j->sent, NULL, !j->stream_started, 0, buf, len);
-        j->stream_started = 1;
-        j->sent = n;
+    for (int i = 0; i <= j->n_kids; i++) {
+        srv_job *q = choice(j, i);
+        const size_t n = sendable(q);
+        if (q->phase == 3 && !q->fin_sent && tools_on(q) && tool_events(s, j, q, n, buf, len)) continue;
+        if (!q->stream_started || n > q->sent) {
+            chunk_event(s, j, q, q->text ? q->text + q->sent : "", n - q->sent, NULL, !q->stream_started, 0,
+                        lp_count(q, n), buf, len);
+            q->stream_started = 1;
+            q->sent = n;
+        }
+        if (q->phase == 3 && !q->fin_sent) {
+            chunk_event(s, j, q, "", 0, q->finish ? q->finish : "stop", 0, 0, lp_count(q, n), buf, len);
+            q->fin_sent = 1;
+        }
     }
-    if (j->phase == 3) {
-        chunk_event(s, j, "", 0, j->finish ? j->finish : "stop", 0, 0, buf, len);
-        if (j->rq.include_usage) chunk_event(s, j, "", 0, NULL, 0, 1, buf, len);
+    if (all_ended(j)) {
+        if (j->rq.include_usage) chunk_event(s, j, j, "", 0, NULL, 0, 1, 0, buf, len);
         buf_add(buf, len, "data: [DONE]\n\n", NULL, NULL);
         j->stream_done = 1;
     }

@@ -7,6 +7,12 @@
  *   engine.c   the model, the adapters, the sequence slots and the scheduler thread: continuous
  *              batching (af_session_eval_batch), the prompt cache (af_session_keep_prefix),
  *              sampling, stop strings, classification (af_classifier_*)
+ *   respond.c  the JSON of finished requests and the stream events (logprobs, n choices)
+ *   decode.c   per request around each token: logprobs, the grammar's mask, the draw, the n choices
+ *   grammar.c  response_format: JSON-schema subset compiled to a byte-level matcher (constrained decoding)
+ *   embed.c    POST /v1/embeddings (mean-pooled, L2-normalised last hidden state)
+ *   metrics.c  GET /metrics (Prometheus text format)
+ *   tools.c    "tools" / "tool_choice": the tools' prompt, the forced call's grammar, tool_calls
  *   http.c     libmicrohttpd glue (built when the Makefile finds libmicrohttpd; http_none.c else)
  */
 #ifndef AF_SERVE_H
@@ -19,10 +25,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1, SRV_CLASSIFY = 2 } srv_kind;
+typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1, SRV_CLASSIFY = 2, SRV_EMBED = 3 } srv_kind;
 
 #define SRV_MAX_STOP 4
 #define SRV_MAX_LORA 16
+#define SRV_MAX_CHOICES 16   /* "n" */
+#define SRV_MAX_TOP_LOGPROBS 20 /* chat "top_logprobs" (OpenAI's limit; completions "logprobs": 5) */
+
+typedef struct srv_grammar srv_grammar; /* grammar.c */
+typedef struct srv_tools srv_tools;     /* tools.c */
 
 /* A parsed request (srv_req_parse). Strings are owned by the request (srv_req_free). */
 typedef struct srv_req {
@@ -48,6 +59,12 @@ typedef struct srv_req {
     double lora_scale[SRV_MAX_LORA];
     char **bufs;              /* owned strings of msgs */
     int32_t n_bufs;
+    int32_t n_choices;        /* "n" [1, SRV_MAX_CHOICES] (default 1) */
+    int logprobs;             /* chat "logprobs": true, or completions "logprobs": K given */
+    int32_t top_logprobs;     /* chat "top_logprobs" [0, 20]; completions "logprobs" K [0, 5] */
+    srv_grammar *grammar;     /* "response_format" json_object / json_schema (NULL: free text); owned */
+    int embed_base64;         /* embeddings "encoding_format": "base64" (else "float") */
+    srv_tools *tools;         /* chat "tools" / "tool_choice" (NULL: none); owned */
 } srv_req;
 
 /* (srv_err_set returns 0, for "return srv_err_set(...)".) An error of a request: HTTP status, OpenAI error type and code, the parameter, the message. */
@@ -76,6 +93,10 @@ char *srv_err_json(const srv_err *e);
 /* JSON string literal of s[0..len) (quotes included, UTF-8 kept, control characters escaped);
  * malloc'ed. */
 char *srv_json_string(const char *s, size_t len);
+
+/* A float as the double whose shortest decimal form reads back as that float (printf "%.9g"), so
+ * that cJSON prints it in at most 9 significant digits, not the 17 of its exact double value. */
+double srv_json_float(float f);
 
 /* Bytes of s[0..len) that end on a whole UTF-8 character (an incomplete sequence at the end is
  * held back until its continuation bytes arrive). */
@@ -112,6 +133,10 @@ void srv_job_cancel(srv *s, srv_job *j);
 /* Drop the caller's reference. */
 void srv_job_release(srv *s, srv_job *j);
 
+/* GET /metrics: the Prometheus text (metrics.c; malloc'ed, NULL when out of memory). */
+char *srv_metrics_text(srv *s);
+/* Count a request refused before it reached the scheduler (parse or submit error) in /metrics. */
+void srv_count_error(srv *s, srv_kind kind, int status);
 /* GET /v1/models, GET /lora-adapters, GET /health bodies (malloc'ed). */
 char *srv_models_json(srv *s);
 char *srv_lora_json(srv *s);

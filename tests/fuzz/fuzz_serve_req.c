@@ -1,10 +1,11 @@
 /*
  * fuzz_serve_req.c — libFuzzer target for the request parser of `afinar serve` (src/serve/request.c:
  * srv_req_parse, srv_err_json, srv_json_string, srv_utf8_complete).
- * Input: byte 0 selects the endpoint (% 3: chat completions, completions, classify), the rest is the
+ * Input: byte 0 selects the endpoint (% 4: chat completions, completions, classify, embeddings), the rest is the
  * HTTP body. Oracles: on success every field is in its documented range (messages >= 1 with a role
  * and a NUL-terminated content, temperature [0, 2], top_p [0, 1], max_tokens -1 or >= 1, <= 4
- * non-empty stop strings, <= 16 lora entries, >= 1 classify input); on failure the error has a
+ * non-empty stop strings, <= 16 lora entries, >= 1 classify/embeddings input, n in [1, 16],
+ * top_logprobs in [0, 20] and only with logprobs, tools only in chat); on failure the error has a
  * 400/500 status and a message, and its OpenAI error object parses back as JSON with
  * error.message; the JSON string of the body parses back to the same bytes up to the first NUL;
  * srv_utf8_complete never cuts more than 3 bytes. Returns AF_OK (parsed) or AF_ERR_FORMAT.
@@ -16,7 +17,7 @@
 
 af_status fz_serve_req_one(const uint8_t *data, size_t size) {
     if (size == 0) return AF_ERR_INVALID_ARG;
-    const srv_kind kind = (srv_kind)(data[0] % 3);
+    const srv_kind kind = (srv_kind)(data[0] % 4);
     const char *body = (const char *)data + 1;
     const size_t len = size - 1;
     srv_req r;
@@ -33,12 +34,15 @@ af_status fz_serve_req_one(const uint8_t *data, size_t size) {
             }
         }
         if (kind == SRV_COMPLETION) FZ_ASSERT(r.prompt != NULL);
-        if (kind == SRV_CLASSIFY) FZ_ASSERT(r.n_inputs >= 1 && r.n_inputs <= 256 && r.inputs[r.n_inputs - 1]);
+        if (kind == SRV_CLASSIFY || kind == SRV_EMBED) FZ_ASSERT(r.n_inputs >= 1 && r.n_inputs <= 256 && r.inputs[r.n_inputs - 1]);
         FZ_ASSERT(r.temperature >= 0 && r.temperature <= 2 && r.top_p >= 0 && r.top_p <= 1 && r.top_k >= 0);
         FZ_ASSERT(r.max_tokens == -1 || r.max_tokens >= 1);
         FZ_ASSERT(r.n_stop >= 0 && r.n_stop <= SRV_MAX_STOP && r.n_lora >= 0 && r.n_lora <= SRV_MAX_LORA);
         for (int32_t i = 0; i < r.n_stop; i++) FZ_ASSERT(r.stop[i] && r.stop[i][0]);
         for (int32_t i = 0; i < r.n_lora; i++) FZ_ASSERT(r.lora_id[i] >= 0 && r.lora_scale[i] >= -100 && r.lora_scale[i] <= 100);
+        FZ_ASSERT(r.n_choices >= 1 && r.n_choices <= SRV_MAX_CHOICES && r.top_logprobs >= 0 &&
+                  r.top_logprobs <= SRV_MAX_TOP_LOGPROBS && (r.logprobs || !r.top_logprobs));
+        FZ_ASSERT(kind == SRV_CHAT || !r.tools);
     } else {
         FZ_ASSERT((e.status == 400 || e.status == 500) && e.message[0] && e.type);
         char *js = srv_err_json(&e);

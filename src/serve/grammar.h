@@ -1,0 +1,71 @@
+/* grammar.h — constrained decoding for `afinar serve`'s "response_format" (grammar.c): a subset of
+ * JSON Schema compiled into a byte-level matcher, and the mask it puts on the sampler's logits so
+ * that the generated text is always a prefix of a JSON text that parses and validates.
+ *
+ * Supported schema keywords (docs/SERVING.md, "Structured output"): type (a name or a list of
+ * names: object, array, string, number, integer, boolean, null), properties, required, enum,
+ * const, items, minItems, maxItems, additionalProperties (only to give the value schema of an object
+ * without properties); annotations (title, description, default, examples, $schema, $id, $comment)
+ * are ignored; any other keyword is refused (so the output never breaks a rule it does not
+ * enforce). Between two tokens of the JSON text: nothing, one space, or a newline and up to 20 spaces or tabs
+ * (none after its end); an object with
+ * "properties" holds only those keys, each at most once, the required ones always. */
+#ifndef AF_SERVE_GRAMMAR_H
+#define AF_SERVE_GRAMMAR_H
+
+#include "serve/serve.h"
+
+#include <cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRV_GRAMMAR_MAX_DEPTH 32 /* nesting of the matcher's frames (a schema level takes 2) */
+
+typedef struct srv_gstate srv_gstate;
+
+/* The byte strings of a tokenizer's tokens: token i is bytes[off[i] .. off[i+1]), eog[i] = 1 for an
+ * end-of-generation token. Owned by the caller of srv_vocab_new (srv_vocab_free). */
+typedef struct srv_vocab {
+    int32_t n;
+    uint32_t *off; /* [n + 1] */
+    char *bytes;
+    uint8_t *eog;  /* [n] */
+} srv_vocab;
+
+/* The vocabulary of `tok` (af_token_to_bytes of every id, af_token_is_eog). NULL when out of memory. */
+srv_vocab *srv_vocab_new(const af_tokenizer *tok);
+void srv_vocab_free(srv_vocab *v);
+
+/* Parse a request's "response_format" value rf: {"type": "text"} (*out = NULL), {"type":
+ * "json_object"} (any JSON object) or {"type": "json_schema", "json_schema": {"name", "schema",
+ * "strict"}} (the schema compiled; keywords above). Returns 1 and *out (owned by the caller:
+ * srv_grammar_free), or 0 and *err: a 400 whose param names the field
+ * ("response_format.json_schema.schema.properties.age.minimum") and why. */
+int srv_grammar_from_format(const cJSON *rf, srv_grammar **out, srv_err *err);
+/* Compile a JSON schema alone (the json_schema's "schema"); param/message of *err as above with
+ * `path` as the prefix of the field names. */
+int srv_grammar_compile(const cJSON *schema, const char *path, srv_grammar **out, srv_err *err);
+void srv_grammar_free(srv_grammar *g);
+/* Literal text the output must start with (before the document) and end with (after it); NULL or
+ * "": none. 0 when out of memory. */
+int srv_grammar_set_affixes(srv_grammar *g, const char *prefix, const char *suffix);
+
+/* A matcher at the start of the text (NULL: out of memory); the grammar must outlive it. */
+srv_gstate *srv_gstate_new(const srv_grammar *g);
+void srv_gstate_free(srv_gstate *st);
+/* Feed n bytes: 1 when the text so far is still a prefix of a valid document (the state advanced),
+ * 0 when not (the state is then unspecified: feed a copy, srv_gstate_copy, to try). */
+int srv_gstate_feed(srv_gstate *st, const char *bytes, size_t n);
+/* 1 when the text so far is a whole valid document (an end-of-generation token may come now). */
+int srv_gstate_can_end(const srv_gstate *st);
+/* 1 when the document is complete and no byte can follow (the generation can stop at once). */
+int srv_gstate_done(const srv_gstate *st);
+void srv_gstate_copy(srv_gstate *dst, const srv_gstate *src);
+/* Mask logits [n_logits] in place: -INFINITY for every token whose bytes would make the text
+ * invalid, for an end-of-generation token unless srv_gstate_can_end, for tokens without bytes and
+ * for ids >= v->n (padding rows of the LM head). Returns the number of tokens left allowed (0:
+ * none; the caller ends the generation). Cost: one copy of the state and a feed per token whose
+ * first byte can come next. */
+int32_t srv_gstate_mask(const srv_gstate *st, const srv_vocab *v, float *logits, int32_t n_logits);
+
+#endif

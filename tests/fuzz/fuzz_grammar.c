@@ -1,0 +1,80 @@
+/*
+ * fuzz_grammar.c — libFuzzer target for the "response_format" grammar of `afinar serve`
+ * (src/serve/grammar.c: srv_grammar_compile, srv_gstate_feed / _can_end / _mask).
+ * Input: a JSON schema, a NUL byte, then a document. Oracles: a refused schema gives a 400 with a
+ * message and a param starting with "schema"; with a compiled schema, the document is fed byte by
+ * byte, and whenever the bytes fed so far are a complete document (srv_gstate_can_end) they parse as
+ * JSON (cJSON); at every position the mask over a vocabulary of the 256 single bytes plus an end
+ * token allows exactly the bytes the matcher accepts, and the end token exactly when can_end.
+ * Returns AF_OK (schema compiled) or AF_ERR_FORMAT.
+ */
+#include "fuzz/fuzz_common.h"
+#include "serve/grammar.h"
+
+#include <cJSON.h>
+#include <math.h>
+
+static srv_vocab *fz_byte_vocab(void) {
+    static srv_vocab v;
+    static uint32_t off[258];
+    static char bytes[256];
+    static uint8_t eog[257];
+    if (!v.n) {
+        for (int i = 0; i < 256; i++) bytes[i] = (char)i, off[i] = (uint32_t)i;
+        off[256] = off[257] = 256;
+        eog[256] = 1;
+        v = (srv_vocab){257, off, bytes, eog};
+    }
+    return &v;
+}
+
+af_status fz_grammar_one(const uint8_t *data, size_t size) {
+    const uint8_t *nul = memchr(data, 0, size);
+    const size_t sl = nul ? (size_t)(nul - data) : size;
+    const char *doc = nul ? (const char *)nul + 1 : "";
+    const size_t dl = nul ? size - sl - 1 : 0;
+    cJSON *sc = cJSON_ParseWithLength((const char *)data, sl);
+    if (!sc) return AF_ERR_FORMAT;
+    srv_grammar *g = NULL;
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    const int ok = srv_grammar_compile(sc, "schema", &g, &e);
+    cJSON_Delete(sc);
+    if (!ok) {
+        FZ_ASSERT(e.status == 400 && e.message[0] && !strncmp(e.param, "schema", 6));
+        return AF_ERR_FORMAT;
+    }
+    srv_gstate *st = srv_gstate_new(g), *t = srv_gstate_new(g);
+    const srv_vocab *v = fz_byte_vocab();
+    float lg[257];
+    for (size_t i = 0; st && t && i <= dl && i < 512; i++) {
+        if (srv_gstate_can_end(st)) {
+            cJSON *d = cJSON_ParseWithLength(doc, i);
+            FZ_ASSERT(d != NULL);
+            cJSON_Delete(d);
+        }
+        if (i % 7 == 0) { /* the mask agrees with feeding each byte */
+            for (int k = 0; k < 257; k++) lg[k] = 0;
+            srv_gstate_mask(st, v, lg, 257);
+            for (int b = 0; b < 256; b++) {
+                srv_gstate_copy(t, st);
+                const char c = (char)b;
+                FZ_ASSERT(srv_gstate_feed(t, &c, 1) == isfinite(lg[b]));
+            }
+            FZ_ASSERT(srv_gstate_can_end(st) == isfinite(lg[256]));
+        }
+        if (i == dl || !srv_gstate_feed(st, doc + i, 1)) break;
+    }
+    srv_gstate_free(st);
+    srv_gstate_free(t);
+    srv_grammar_free(g);
+    return AF_OK;
+}
+
+#ifndef FZ_NO_MAIN
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    (void)fz_grammar_one(data, size);
+    return 0;
+}
+#endif
