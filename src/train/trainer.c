@@ -463,7 +463,7 @@ static af_status settle(af_trainer *t, uint32_t targets) {
         .batch_size = o->batch, .grad_accum = o->grad_accum, .max_grad_norm = o->max_grad_norm, .epochs = o->epochs,
         .max_steps = o->max_steps, .max_seq_len = o->max_seq_len, .n_model_params = t->n_model_params,
         .num_classes = t->num_classes, .label_names = (const char *const *)t->label_names,
-        .class_weights = o->class_weights, .causal_lm = t->lm, .lr_min = o->lr_min,
+        .class_weights = o->class_weights, .causal_lm = t->lm, .preference = t->pref, .lr_min = o->lr_min,
         .lr_decays = o->schedule != AF_SCHED_CONSTANT, .max_positions = t->model->cfg.max_position_embeddings,
         .has_val = t->val != NULL, .patience = o->patience, .eval_every = o->eval_every, .warmup_steps = t->warmup,
         .total_steps = t->total, .step_samples = t->packing && t->spe > 0 ? (double)t->train->n / (double)t->spe : 0.0,

@@ -152,15 +152,15 @@ static af_status evaluate_pref(loop *L, int *improved) {
         rs->best_step = rs->step;
         rs->bad_evals = 0;
     } else rs->bad_evals++;
-    char line[768];
+    char line[768], nll[64] = "";
+    if (t->po.type == AF_PREF_ORPO) snprintf(nll, sizeof nll, ",\"eval_nll_loss\":%.9g", sum[7]);
     snprintf(line, sizeof line,
              "{\"type\":\"eval\",\"split\":\"val\",\"step\":%lld,\"epoch\":%.6g,\"eval_loss\":%.9g,"
              "\"eval_rewards/chosen\":%.9g,\"eval_rewards/rejected\":%.9g,\"eval_rewards/accuracies\":%.9g,"
-             "\"eval_rewards/margins\":%.9g,\"eval_logps/chosen\":%.9g,\"eval_logps/rejected\":%.9g%s%.9g,"
+             "\"eval_rewards/margins\":%.9g,\"eval_logps/chosen\":%.9g,\"eval_logps/rejected\":%.9g%s,"
              "\"eval_pairs\":%d}",
              (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(vl) ? vl : -1.0, sum[1], sum[2], sum[3],
-             sum[4], sum[5], sum[6], t->po.type == AF_PREF_ORPO ? ",\"eval_nll_loss\":" : ",\"eval_nll\":", sum[7],
-             (int)np);
+             sum[4], sum[5], sum[6], nll, (int)np);
     log_line(L, line);
     if (o->log) {
         end_live(L);
@@ -311,7 +311,10 @@ static void log_summary(const loop *L, af_status st, const af_train_result *res)
     if (st != AF_OK) return;
     fprintf(o->log, "done: %lld steps in %s%s", (long long)L->rs.step, tb,
             res->stop == AF_STOP_BUDGET ? " (stopped at the time budget)" : "");
-    if (res->best_step > 0 && t->lm)
+    if (res->best_step > 0 && t->pref)
+        fprintf(o->log, "; best eval loss %.4f at step %lld -> %s/best", res->best_eval_loss, (long long)res->best_step,
+                o->output_dir);
+    else if (res->best_step > 0 && t->lm)
         fprintf(o->log, "; best eval loss %.4f (perplexity %.4g) at step %lld -> %s/best", res->best_eval_loss,
                 exp(res->best_eval_loss), (long long)res->best_step, o->output_dir);
     else if (res->best_step > 0)
