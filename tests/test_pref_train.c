@@ -6,12 +6,13 @@
  *   2. af_pref_dataset_read on a tiny model with a byte-level BPE tokenizer: pairs kept or dropped
  *      whole, the pair report (identical pairs, prompts that fill max_seq_len, lengths);
  *   3. trainer-level parity: 4 optimizer steps of the af_trainer (what `afinar train --task dpo|orpo`
- *      runs) on the tiny random llama of tests/fixtures/hf_tiny_llama: the loss, rewards/margins and
+ *      runs) on the tiny random llama and qwen2 of tests/fixtures/hf_tiny_*: the loss, rewards/margins and
  *      logps/chosen of every step equal those of PyTorch + PEFT + TRL's loss expressions with the same
  *      LoRA initialisation (tests/ref/make_pref_train_ref.py -> tests/fixtures/pref_train_ref.bin), for
  *      DPO sigmoid, IPO and ORPO, and for DPO with the step's pairs over 3 accumulated micro-batches;
  *   4. exact resume (stop after 2 steps, resume: the final adapter byte-identical), reference
- *      log-probabilities on the fly (--no-precompute-ref) giving the same bits as the cached ones,
+ *      log-probabilities on the fly (--no-precompute-ref) giving the same bits as the cached ones, the
+ *      run on the guard device (every device access through the backend table) giving the CPU's bits,
  *      evaluation lines with TRL's names, the pair-wise --val-split, and the refusals.
  */
 #include "testlib.h"
@@ -202,10 +203,10 @@ typedef struct fixture {
     rd rest;
 } fixture;
 
-static int load_fixture(fixture *F) {
+static int load_fixture(fixture *F, const char *path) {
     size_t len = 0;
-    F->buf = tl_read_file("tests/fixtures/pref_train_ref.bin", &len);
-    if (!CHECK(F->buf != NULL, "fixture tests/fixtures/pref_train_ref.bin missing (tests/ref/make_pref_train_ref.py)")) return 0;
+    F->buf = tl_read_file(path, &len);
+    if (!CHECK(F->buf != NULL, "fixture %s missing (tests/ref/make_pref_train_ref.py)", path)) return 0;
     rd r = {(const unsigned char *)F->buf, (const unsigned char *)F->buf + len};
     const void *magic = take(&r, 4);
     const uint32_t ver = u32(&r);
@@ -287,7 +288,7 @@ static int metric(const char *dir, const char *type, const char *key, double *v,
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-3); }
 
-static void test_parity(const af_model *m, fixture *F, const af_dataset *ds) {
+static void test_parity(const af_model *m, fixture *F, const af_dataset *ds, const char *arch) {
     rd r = F->rest;
     const uint32_t n_types = u32(&r);
     const char *names[3] = {"dpo sigmoid", "ipo", "orpo"};
@@ -300,7 +301,7 @@ static void test_parity(const af_model *m, fixture *F, const af_dataset *ds) {
         if (!CHECK(type <= 2 && isfinite(beta), "fixture entry %u", k)) return;
         for (int accum = 0; accum < (type == 0 ? 2 : 1); accum++) {
             char out[64];
-            snprintf(out, sizeof out, "parity_%u_%d", type, accum);
+            snprintf(out, sizeof out, "parity_%s_%u_%d", arch, type, accum);
             af_trainer_opts o;
             af_train_result res;
             pref_opts(&o, m, ds, type == 2 ? AF_TASK_ORPO : AF_TASK_DPO, F, path_in(out));
@@ -320,11 +321,11 @@ static void test_parity(const af_model *m, fixture *F, const af_dataset *ds) {
                 for (uint32_t s = 0; s < F->steps; s++)
                     worst = fmax(worst, q == 1 ? fabs(got[q][s] - want[q][s]) / fmax(fabs(want[q][s]), 1e-2)
                                                : rel(got[q][s], want[q][s]));
-            CHECK(worst < 2e-4, "%s%s: %u steps' loss, rewards/margins, logps/chosen vs PyTorch + PEFT + TRL's loss: worst "
-                  "rel %.2e (losses %.6f .. %.6f, reference %.6f .. %.6f)", names[type],
+            CHECK(worst < 2e-4, "%s %s%s: %u steps' loss, rewards/margins, logps/chosen vs PyTorch + PEFT + TRL's loss: worst "
+                  "rel %.2e (losses %.6f .. %.6f, reference %.6f .. %.6f)", arch, names[type],
                   accum ? " (3 accumulated micro-batches)" : "", F->steps, worst, got[0][0], got[0][F->steps - 1],
                   want[0][0], want[0][F->steps - 1]);
-            printf("  %s%s: step losses %.6f -> %.6f (reference %.6f -> %.6f), worst rel %.2e\n", names[type],
+            printf("  %s %s%s: step losses %.6f -> %.6f (reference %.6f -> %.6f), worst rel %.2e\n", arch, names[type],
                    accum ? " accum" : "", got[0][0], got[0][F->steps - 1], want[0][0], want[0][F->steps - 1], worst);
         }
     }
@@ -352,6 +353,19 @@ static void test_run_features(const af_model *m, const fixture *F, af_dataset *d
     CHECK(run_opts(&o, &res) == AF_OK, "fly: %s", af_last_error());
     CHECK(files_equal(path_in("res_a/final/adapter_model.safetensors"), path_in("fly/final/adapter_model.safetensors")),
           "reference log-probabilities on the fly give the cached run's bits");
+    /* the same run on the guard device (device memory PROT_NONE between the backend table's ops: a host
+       access outside the table kills this program) ends with the CPU run's bits */
+    if (CHECK(tl_ctx_set_device("guard") == AF_OK, "guard context: %s", af_last_error())) {
+        af_model *g = NULL;
+        if (CHECK(af_model_load(T_CTX, "tests/fixtures/hf_tiny_llama", &g) == AF_OK, "tiny llama on guard: %s", af_last_error())) {
+            pref_opts(&o, g, ds, AF_TASK_DPO, F, path_in("guard"));
+            CHECK(run_opts(&o, &res) == AF_OK, "guard run: %s", af_last_error());
+            CHECK(files_equal(path_in("res_a/final/adapter_model.safetensors"), path_in("guard/final/adapter_model.safetensors")),
+                  "dpo on the guard device: the final adapter equals the CPU run's");
+        }
+        af_model_free(g);
+        tl_ctx_set_device("cpu");
+    }
     /* evaluation on a validation set, best on eval_loss */
     pref_opts(&o, m, ds, AF_TASK_DPO, F, path_in("eval"));
     o.val_data = ds;
@@ -396,18 +410,24 @@ int main(void) {
     if (!CHECK(mkdir(g_dir, 0777) == 0, "mkdir %s", g_dir)) return tl_finish("test_pref_train");
     test_reader();
     test_dataset();
-    fixture F = {0};
-    af_model *m = NULL;
-    if (load_fixture(&F) && CHECK(af_model_load(T_CTX, "tests/fixtures/hf_tiny_llama", &m) == AF_OK, "load: %s", af_last_error())) {
-        af_dataset *ds = fixture_set(&F);
-        if (ds) {
-            test_parity(m, &F, ds);
-            test_run_features(m, &F, ds);
+    const char *arch[2] = {"llama", "qwen2"};
+    for (int a = 0; a < 2; a++) {
+        fixture F = {0};
+        af_model *m = NULL;
+        char fx[128], md[128];
+        snprintf(fx, sizeof fx, "tests/fixtures/pref_train_ref%s%s.bin", a ? "_" : "", a ? arch[a] : "");
+        snprintf(md, sizeof md, "tests/fixtures/hf_tiny_%s", arch[a]);
+        if (load_fixture(&F, fx) && CHECK(af_model_load(T_CTX, md, &m) == AF_OK, "load %s: %s", md, af_last_error())) {
+            af_dataset *ds = fixture_set(&F);
+            if (ds) {
+                test_parity(m, &F, ds, arch[a]);
+                if (a == 0) test_run_features(m, &F, ds);
+            }
+            af_dataset_free(ds);
         }
-        af_dataset_free(ds);
+        af_model_free(m);
+        free(F.buf);
     }
-    af_model_free(m);
-    free(F.buf);
     if (!tl_failed && !getenv("TL_KEEP")) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

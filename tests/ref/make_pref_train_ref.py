@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Reference optimizer steps of preference tuning (DPO sigmoid, IPO, ORPO) with PyTorch + transformers +
-PEFT and TRL's loss expressions on the tiny random llama of tests/fixtures/hf_tiny_llama, for the
+PEFT and TRL's loss expressions on the tiny random llama of tests/fixtures/hf_tiny_llama (or qwen2:
+tests/fixtures/hf_tiny_qwen2, with its q/k/v biases), for the
 trainer-level parity of tests/test_pref_train.c (what `afinar train --task dpo|orpo` runs).
 
 Setup (mirrored by the C test, which runs the af_trainer on the same token ids):
@@ -21,8 +22,8 @@ Setup (mirrored by the C test, which runs the af_trainer on the same token ids):
   - Recorded per step (before its update, as afinar's metrics.jsonl "loss"): the loss, rewards/margins,
     logps/chosen (means over the pairs).
 
-Run:  .venv-ref/bin/python tests/ref/make_pref_train_ref.py     (needs torch, transformers, peft, trl)
-Output: tests/fixtures/pref_train_ref.bin (little-endian):
+Run:  .venv-ref/bin/python tests/ref/make_pref_train_ref.py [llama|qwen2]   (needs torch, transformers, peft, trl)
+Output: tests/fixtures/pref_train_ref.bin (llama), pref_train_ref_qwen2.bin (little-endian):
   b"AFPT", u32 version=1, u32 n_pairs, u32 r, u32 n_steps, f64 lr, u32 n_tok
   i32 seq_start[2n+1] (sequence 2i chosen, 2i+1 rejected), i32 tokens[n_tok], i32 mask[n_tok] (1: a target)
   u32 n_types, per type: u32 type (0 sigmoid, 1 ipo, 2 orpo), f64 beta,
@@ -43,8 +44,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_merge_ref import ctr_key, ctr_u01  # noqa: E402  afinar's counter RNG
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "tests", "fixtures", "hf_tiny_llama")
-OUT = os.path.join(ROOT, "tests", "fixtures", "pref_train_ref.bin")
+ARCH = sys.argv[1] if len(sys.argv) > 1 else "llama"  # llama | qwen2
+MODEL = os.path.join(ROOT, "tests", "fixtures", "hf_tiny_" + ARCH)
+OUT = os.path.join(ROOT, "tests", "fixtures", "pref_train_ref%s.bin" % ("" if ARCH == "llama" else "_" + ARCH))
 PROJ = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 R, ALPHA, SEED, LR, STEPS = 4, 8.0, 42, 5e-3, 4
 PROMPTS = [5, 8, 3]
