@@ -3,11 +3,11 @@
 #
 #   scripts/dpo_job.sh [OUT_DIR] [extra 'afinar train --task dpo' flags...]
 #
-# env: N_SFT (160: SFT examples, the first of data/bbc_headlines/train.jsonl), N_DPO (96: preference
-#      pairs from the next training examples), N_TEST (40: held-out pairs / generations from the
+# env: N_SFT (128: SFT examples, the first of data/bbc_headlines/train.jsonl), N_DPO (64: preference
+#      pairs from the next training examples), N_TEST (32: held-out pairs / generations from the
 #      test split), THREADS (0 = all cores), MAX_NEW (32)
 #
-# 1. data: scripts/make_pref_headlines.py -> data/bbc_pref/{train,test}.jsonl: the article's true
+# 1. data: scripts/make_pref_headlines.py -> OUT_DIR/pref/{train,test}.jsonl: the article's true
 #    headline "chosen", another article's headline "rejected" (seeded);
 # 2. SFT: afinar train --task causal-lm on the first N_SFT headline examples (1 epoch, batch 8 x 2,
 #    lr 4e-4, LoRA r 16 all-linear, as scripts/sft_job.sh), merged into the base
@@ -21,16 +21,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/dpo_headlines}
 shift || true
-N_SFT=${N_SFT:-160}
-N_DPO=${N_DPO:-96}
-N_TEST=${N_TEST:-40}
+N_SFT=${N_SFT:-128}
+N_DPO=${N_DPO:-64}
+N_TEST=${N_TEST:-32}
 THREADS=${THREADS:-0}
 MAX_NEW=${MAX_NEW:-32}
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 AF=build/afinar
 mkdir -p "$OUT"
 t0=$(date +%s)
-python3 scripts/make_pref_headlines.py --skip "$N_SFT" --n-train "$N_DPO" --n-test "$N_TEST"
+python3 scripts/make_pref_headlines.py --out "$OUT/pref" --skip "$N_SFT" --n-train "$N_DPO" --n-test "$N_TEST"
 head -n "$N_SFT" data/bbc_headlines/train.jsonl > "$OUT/sft_train.jsonl"
 head -n "$N_TEST" data/bbc_headlines/test.jsonl > "$OUT/test_subset.jsonl"
 
@@ -53,7 +53,7 @@ gen sft
 t2=$(date +%s)
 
 echo "== DPO ($N_DPO pairs, $N_TEST held-out pairs) =="
-"$AF" train --task dpo -m "$OUT/sft_merged.gguf" --train data/bbc_pref/train.jsonl --val data/bbc_pref/test.jsonl \
+"$AF" train --task dpo -m "$OUT/sft_merged.gguf" --train "$OUT/pref/train.jsonl" --val "$OUT/pref/test.jsonl" \
     -o "$OUT/dpo" --overwrite --no-plot --max-seq-len 256 --epochs 1 --batch 4 --grad-accum 2 --lr 1e-4 \
     --beta 0.1 --targets all-linear --lora-layers all --lora-r 16 --lora-alpha 32 --seed 42 -t "$THREADS" "$@"
 t3=$(date +%s)
