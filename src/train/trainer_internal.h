@@ -249,6 +249,11 @@ af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, d
  * the step's metrics (means over its pairs). */
 af_status af_tr_train_step_pref(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
                                 int64_t *n_step_out, int64_t *n_tok_out);
+/* ---- trainer_pref.c ---- */
+/* Preference runs, before the first step: the validation batcher (L->bt_val); the reference
+ * log-probabilities of the validation pairs and (precompute-ref, the default) of the training pairs
+ * into L->ref_* (not orpo), logged with their time. Errors: AF_ERR_NOMEM, af_tr_pref_pack's. */
+af_status af_tr_pref_setup(loop *L);
 /* Pairs idx[0..m) (m <= max(batch, eval batch)) of the preference set ds packed by bt into *b
  * (borrowed from bt and L), with the reference log-probabilities of cache_c / cache_r (by pair
  * index) or, NULL, computed now with the adapter off; orpo: none. Errors: those of af_batcher_pack

@@ -408,45 +408,6 @@ static af_status loop_alloc(loop *L) {
     return AF_OK;
 }
 
-/* Reference log-probabilities (the base model: the adapter off) of every pair of ds, in batches of
- * `batch` pairs, into *c, *r [pairs] (allocated). */
-static af_status pref_ref_cache(loop *L, af_batcher *bt, const af_dataset *ds, double **c, double **r) {
-    const int32_t np = ds->n / 2, B = L->t->o.batch < AF_PREF_MAX_EVAL_BATCH ? L->t->o.batch : AF_PREF_MAX_EVAL_BATCH;
-    *c = af_malloc(sizeof(double) * (size_t)np);
-    *r = af_malloc(sizeof(double) * (size_t)np);
-    if (!*c || !*r) return af_fail(AF_ERR_NOMEM, "trainer: out of memory (reference log-probabilities)");
-    int32_t idx[AF_PREF_MAX_EVAL_BATCH];
-    for (int32_t i0 = 0, m; i0 < np; i0 += m) {
-        m = np - i0 < B ? np - i0 : B;
-        for (int32_t k = 0; k < m; k++) idx[k] = i0 + k;
-        af_pref_batch b;
-        AF_TRY(af_tr_pref_pack(L, bt, idx, m, NULL, NULL, &b));
-        memcpy(*c + i0, L->prc, sizeof(double) * (size_t)m);
-        memcpy(*r + i0, L->prr, sizeof(double) * (size_t)m);
-    }
-    return AF_OK;
-}
-
-/* Preference runs, before the first step: the validation batcher; the reference log-probabilities of
- * the validation pairs and (precompute-ref, the default) of the training pairs, computed once: the
- * base is frozen, so they never change (orpo: no reference). */
-static af_status pref_setup(loop *L) {
-    af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
-    if (t->val) AF_TRY(af_batcher_new(t->val, NULL, t->val->n, 2, &L->bt_val));
-    if (t->po.type == AF_PREF_ORPO) return AF_OK;
-    const double t0 = now();
-    if (o->precompute_ref != 0) AF_TRY(pref_ref_cache(L, L->bt, t->train, &L->ref_tc, &L->ref_tr));
-    if (t->val) AF_TRY(pref_ref_cache(L, L->bt_val, t->val, &L->ref_vc, &L->ref_vr));
-    if (o->log && L->writer && (L->ref_tc || L->ref_vc)) {
-        fprintf(o->log, "reference log-probabilities (adapter off): %d training + %d validation pairs in %.1f s%s\n",
-                L->ref_tc ? (int)(t->train->n / 2) : 0, t->val ? (int)(t->val->n / 2) : 0, now() - t0,
-                L->ref_tc ? "" : " (training pairs: computed in every step, --no-precompute-ref)");
-        fflush(o->log);
-    }
-    return AF_OK;
-}
-
 /* The log's header: resume point, length, output, data parallelism. */
 static void log_start(const loop *L, const char *ckpt) {
     const af_trainer *t = L->t;
@@ -489,7 +450,7 @@ static af_status loop_start(loop *L, af_status st0, const char *ckpt, char **own
     if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L->writer, owned_out, run_lock);
     if (st == AF_OK && ckpt && L->writer) st = af_tr_truncate_metrics(o->output_dir, L->rs.step);
     if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L->bt);
-    if (st == AF_OK && t->pref) st = pref_setup(L);
+    if (st == AF_OK && t->pref) st = af_tr_pref_setup(L);
     if (st == AF_OK && L->writer) st = af_tr_write_run_json(t);
     if (st == AF_OK && L->writer) {
         char *mp = af_path_join(o->output_dir, "metrics.jsonl");

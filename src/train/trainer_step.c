@@ -235,19 +235,6 @@ af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, d
 
 /* ---- preference tuning ---- */
 
-af_status af_tr_pref_pack(loop *L, af_batcher *bt, const int32_t *idx, int32_t m, const double *cache_c,
-                          const double *cache_r, af_pref_batch *b) {
-    for (int32_t k = 0; k < m; k++) L->pidx[2 * k] = 2 * idx[k], L->pidx[2 * k + 1] = 2 * idx[k] + 1;
-    af_packed_batch pb;
-    AF_TRY(af_batcher_pack(bt, L->pidx, 2 * m, &pb));
-    *b = (af_pref_batch){pb.tokens, pb.seq_start, pb.targets, m, NULL, NULL};
-    if (L->t->po.type == AF_PREF_ORPO) return AF_OK; /* no reference model */
-    b->ref_c = L->prc, b->ref_r = L->prr;
-    if (!cache_c) return af_lora_trainer_pref_ref(L->lt, b, L->prc, L->prr);
-    for (int32_t k = 0; k < m; k++) L->prc[k] = cache_c[idx[k]], L->prr[k] = cache_r[idx[k]];
-    return AF_OK;
-}
-
 /* Preference micro-batch j of the current epoch: `batch` pairs of the shuffle, accumulated with scale
  * m / n_step (the step's mean over pairs); st[]: loss · m, rewards/accuracies · m (correct pairs),
  * tokens, non-finite flag, and the metric sums of pref_sum (· m). */
