@@ -3,9 +3,12 @@
 #
 #   scripts/dpo_job.sh [OUT_DIR] [extra 'afinar train --task dpo' flags...]
 #
-# env: N_SFT (128: SFT examples, the first of data/bbc_headlines/train.jsonl), N_DPO (64: preference
-#      pairs from the next training examples), N_TEST (32: held-out pairs / generations from the
-#      test split), THREADS (0 = all cores), MAX_NEW (32)
+# env: N_SFT (64: SFT examples, the first of data/bbc_headlines/train.jsonl), N_DPO (16: preference
+#      pairs from the next training examples), N_TEST (8: held-out pairs / generations from the
+#      test split), THREADS (0 = all cores), MAX_NEW (32), SKIP_SFT=1 (keep OUT_DIR/sft/final from an
+#      earlier run). The defaults are small because the project's machine is 2 shared cores (a DPO
+#      pair is two ~160-token sequences, each a forward and a forward + backward per step); raise
+#      them on a quiet machine.
 #
 # 1. data: scripts/make_pref_headlines.py -> OUT_DIR/pref/{train,test}.jsonl: the article's true
 #    headline "chosen", another article's headline "rejected" (seeded);
@@ -21,9 +24,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/dpo_headlines}
 shift || true
-N_SFT=${N_SFT:-128}
-N_DPO=${N_DPO:-64}
-N_TEST=${N_TEST:-32}
+N_SFT=${N_SFT:-64}
+N_DPO=${N_DPO:-16}
+N_TEST=${N_TEST:-8}
 THREADS=${THREADS:-0}
 MAX_NEW=${MAX_NEW:-32}
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -35,6 +38,7 @@ head -n "$N_SFT" data/bbc_headlines/train.jsonl > "$OUT/sft_train.jsonl"
 head -n "$N_TEST" data/bbc_headlines/test.jsonl > "$OUT/test_subset.jsonl"
 
 echo "== SFT ($N_SFT examples) =="
+[ "${SKIP_SFT:-0}" = 1 ] && [ -d "$OUT/sft/final" ] && echo "SKIP_SFT=1: keeping $OUT/sft/final" ||
 "$AF" train --task causal-lm -m "$MODEL" --train "$OUT/sft_train.jsonl" -o "$OUT/sft" --overwrite --no-plot \
     --max-seq-len 256 --epochs 1 --batch 8 --grad-accum 2 --lr 4e-4 --schedule cosine --warmup 6% \
     --targets all-linear --lora-layers all --lora-r 16 --lora-alpha 32 --seed 42 -t "$THREADS"

@@ -5,7 +5,7 @@ scripts/export_bbc_headlines.py): each pair is an article's prompt with its true
 "rejected" (TRL's explicit-prompt preference format: {"prompt", "chosen", "rejected"}).
 
   python3 scripts/make_pref_headlines.py [--src data/bbc_headlines] --out DIR
-         [--skip 128] [--n-train 64] [--n-test 32] [--seed 7]
+         [--skip 64] [--n-train 16] [--n-test 8] [--seed 7]
 
 train.jsonl: pairs from training examples [skip, skip + n_train) (the first `skip` are left to the
 SFT stage, so SFT and DPO never see the same article); test.jsonl: pairs from the first n_test test
@@ -44,9 +44,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--src", default="data/bbc_headlines")
     ap.add_argument("--out", required=True, help="output directory (e.g. runs/dpo_headlines/pref)")
-    ap.add_argument("--skip", type=int, default=128)
-    ap.add_argument("--n-train", type=int, default=64)
-    ap.add_argument("--n-test", type=int, default=32)
+    ap.add_argument("--skip", type=int, default=64)
+    ap.add_argument("--n-train", type=int, default=16)
+    ap.add_argument("--n-test", type=int, default=8)
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
     train, test = read(os.path.join(a.src, "train.jsonl")), read(os.path.join(a.src, "test.jsonl"))
