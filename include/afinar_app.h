@@ -60,7 +60,11 @@ typedef struct af_diag_list {
 /* What a training run learns (af_trainer_opts.task; settings key "task"). */
 typedef enum af_task {
     AF_TASK_CLASSIFICATION = 0, /* sequence classification: pooled hidden state -> linear head */
-    AF_TASK_CAUSAL_LM = 1       /* causal-LM fine-tuning (SFT): next-token cross-entropy on the target tokens */
+    AF_TASK_CAUSAL_LM = 1,      /* causal-LM fine-tuning (SFT): next-token cross-entropy on the target tokens */
+    AF_TASK_DPO = 2,            /* preference tuning of a causal LM on chosen/rejected pairs: DPO (sigmoid) or IPO
+                                   loss against the base model with the adapter off (docs/PREFERENCE.md) */
+    AF_TASK_ORPO = 3            /* ORPO (Hong et al. 2024): SFT loss on the chosen side plus an odds-ratio term,
+                                   no reference model */
 } af_task;
 
 #define AF_SETTINGS_MAX 64 /* room of af_trainer_opts.origin: at least the number of settings keys */
@@ -156,6 +160,12 @@ typedef struct af_trainer_opts {
                                     batch x max_seq_len tokens; 0: `batch` samples per micro-batch */
     const char *loss_on;         /* causal LM, JSONL data: NULL/"auto" or "all" (af_lm_data_opts.loss_on) */
     const char *chat_template;   /* causal LM, JSONL data: NULL (the model's), "chatml" or "gemma" */
+    /* ---- preference tuning (task AF_TASK_DPO / AF_TASK_ORPO; docs/PREFERENCE.md) ---- */
+    double pref_beta;            /* 0.1: DPO/IPO beta; ORPO: lambda, the weight of the odds-ratio term */
+    int pref_loss_type;          /* dpo: 0 sigmoid (default), 1 ipo */
+    double label_smoothing;      /* dpo sigmoid: 0 (conservative DPO epsilon in [0, 0.5)) */
+    int precompute_ref;          /* dpo: -1 (default) or 1: reference log-probabilities computed once per pair before
+                                    training and kept; 0: computed again in every step */
     /* ---- reporting and control ---- */
     FILE *log;                   /* progress and reports (NULL: silent) */
     int progress_tty;            /* -1 auto (isatty of log), 0 newline lines, 1 '\r' live line */

@@ -180,6 +180,20 @@ static void test_trl_parity(void) {
         printf("  %s: loss %.8f (TRL %.8f), rewards/margins %.6f, worst gradient-norm rel %.2e\n", names[type], mt.loss, t_loss,
                mt.reward_margin, worst);
     }
+    /* a non-finite parameter: NaN log-probabilities give a NaN loss and no gradient (the trainer's skip) */
+    {
+        const af_lora_slot *s0 = af_lora_slot_at(&lay, 0, AF_PROJ_Q);
+        P[s0->a_off] = NAN;
+        memset(G, 0, sizeof(float) * (size_t)lay.n_total);
+        const af_step_opts so = {AF_POOL_MEAN, NULL, 0, 0, 0};
+        af_pref_opts po = {AF_PREF_SIGMOID, 0.1, 0.0};
+        af_pref_metrics mt;
+        int zero = 1;
+        const af_status st = af_pref_step(e, P, G, &b, &so, &po, 1.0f, &mt);
+        for (int64_t i = 0; i < lay.n_total; i++) zero &= G[i] == 0.0f;
+        CHECK(st == AF_OK && isnan(mt.loss) && zero, "a NaN parameter: step AF_OK, loss NaN (%g), no gradient added (%s)",
+              mt.loss, af_last_error());
+    }
     free(P), free(G), free(Z);
     af_engine_free(e);
     af_param_layout_free(&lay);

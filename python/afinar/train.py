@@ -254,7 +254,8 @@ def train(model_or_path=None, train=None, eval=None, output_dir=None, task: Opti
                    "labels": [...]; causal-lm: TRL's {"text"}, {"prompt", "completion"} or
                    {"messages": [{"role", "content"}, ...]}.
     output_dir     the run directory: checkpoint-N/, best/ and final/ (PEFT adapters), metrics.jsonl.
-    task           "classification" (default) or "causal-lm".
+    task           "classification" (default), "causal-lm", or "dpo" / "orpo" (preference pairs: TRL's
+                   {"prompt", "chosen", "rejected"}; docs/PREFERENCE.md).
     progress       True: a tqdm bar when tqdm is installed; False: none; or a callable
                    f(phase: str, current: int, total: int), phase "train" (optimizer steps) or
                    "eval" (validation samples), called on the training thread.

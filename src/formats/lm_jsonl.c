@@ -34,9 +34,7 @@ void af_lm_example_clear(af_lm_example *ex) {
     memset(ex, 0, sizeof *ex);
 }
 
-/* Checks one message list (field `f`); adds its messages to *n and their bytes (+ NULs) to *bytes;
- * *n_asst counts assistant turns. */
-static af_status check_msgs(const char *P, long ln, const char *f, const cJSON *arr, int32_t *n, size_t *bytes,
+af_status af_lm_msgs_check(const char *P, long ln, const char *f, const cJSON *arr, int32_t *n, size_t *bytes,
                             int32_t *n_asst) {
     if (!cJSON_IsArray(arr))
         return af_fail(AF_ERR_FORMAT, "%s:%ld: field '%s': expected a list of messages, got %s", P, ln, f,
@@ -70,8 +68,7 @@ static af_status check_msgs(const char *P, long ln, const char *f, const cJSON *
     return AF_OK;
 }
 
-/* Copies the messages of a checked list into ex->msgs[*n...] and their text into ex->buf at *o. */
-static void copy_msgs(af_lm_example *ex, const cJSON *arr, int32_t *n, size_t *o) {
+void af_lm_msgs_copy(af_lm_example *ex, const cJSON *arr, int32_t *n, size_t *o) {
     const cJSON *m;
     cJSON_ArrayForEach(m, arr) {
         const char *rs = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
@@ -150,9 +147,9 @@ static af_status fill(const char *P, long ln, const cJSON *root, af_lm_example *
                            cJSON_IsString(p) ? "a string" : "a list of messages", af_json_type_name(c));
         int32_t n = 0, np, na_p = 0, na_c = 0;
         size_t bytes = 0;
-        AF_TRY(check_msgs(P, ln, "prompt", p, &n, &bytes, &na_p));
+        AF_TRY(af_lm_msgs_check(P, ln, "prompt", p, &n, &bytes, &na_p));
         np = n;
-        AF_TRY(check_msgs(P, ln, "completion", c, &n, &bytes, &na_c));
+        AF_TRY(af_lm_msgs_check(P, ln, "completion", c, &n, &bytes, &na_c));
         if (!na_c)
             return af_fail(AF_ERR_FORMAT, "%s:%ld: field 'completion': no assistant message (nothing to train on)",
                            P, ln);
@@ -164,8 +161,8 @@ static af_status fill(const char *P, long ln, const cJSON *root, af_lm_example *
         }
         int32_t k = 0;
         size_t o = 0;
-        copy_msgs(ex, p, &k, &o);
-        copy_msgs(ex, c, &k, &o);
+        af_lm_msgs_copy(ex, p, &k, &o);
+        af_lm_msgs_copy(ex, c, &k, &o);
         ex->format = AF_LM_CHAT_PC;
         ex->n_msgs = n;
         ex->n_prompt_msgs = np;
@@ -174,7 +171,7 @@ static af_status fill(const char *P, long ln, const cJSON *root, af_lm_example *
     }
     int32_t n = 0, na = 0;
     size_t bytes = 0;
-    AF_TRY(check_msgs(P, ln, "messages", ms, &n, &bytes, &na));
+    AF_TRY(af_lm_msgs_check(P, ln, "messages", ms, &n, &bytes, &na));
     if (!na)
         return af_fail(AF_ERR_FORMAT, "%s:%ld: field 'messages': no assistant turn (nothing to train on)", P, ln);
     ex->msgs = malloc((size_t)n * sizeof *ex->msgs);
@@ -185,7 +182,7 @@ static af_status fill(const char *P, long ln, const cJSON *root, af_lm_example *
     }
     int32_t k = 0;
     size_t o = 0;
-    copy_msgs(ex, ms, &k, &o);
+    af_lm_msgs_copy(ex, ms, &k, &o);
     ex->format = AF_LM_MESSAGES;
     ex->n_msgs = n;
     ex->line_no = (int32_t)(ln > INT32_MAX ? INT32_MAX : ln);

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct cJSON;
+
 typedef enum af_chat_role { AF_ROLE_SYSTEM = 0, AF_ROLE_USER = 1, AF_ROLE_ASSISTANT = 2 } af_chat_role;
 
 /* "system", "user", "assistant". */
@@ -80,6 +82,15 @@ typedef struct af_lm_corpus {
  * af_jsonl_parse_object for invalid JSON / non-objects), AF_ERR_NOMEM; on error `*ex` holds nothing. */
 af_status af_lm_example_parse(const char *path, long ln, const char *line, size_t len, af_lm_example *ex);
 void af_lm_example_clear(af_lm_example *ex);
+
+/* One list of messages of field `f` (a cJSON array; line `ln` of `P` for the messages) checked as
+ * the rules above say; adds its messages to *n, their bytes (+ a NUL each) to *bytes and its
+ * assistant turns to *n_asst. Errors: AF_ERR_FORMAT "P:LN: field 'F[K].role': ...", AF_ERR_RANGE. */
+af_status af_lm_msgs_check(const char *P, long ln, const char *f, const struct cJSON *arr, int32_t *n, size_t *bytes,
+                           int32_t *n_asst);
+/* Copies the messages of a checked list into ex->msgs[*n...] (advancing *n) and their text into
+ * ex->buf at byte *o (advancing it); both arrays sized from af_lm_msgs_check's counts. */
+void af_lm_msgs_copy(af_lm_example *ex, const struct cJSON *arr, int32_t *n, size_t *o);
 
 /* Read a whole file (max_line_bytes 0: AF_JSONL_DEFAULT_MAX_LINE). `*out`: free with
  * af_lm_corpus_free. Errors: AF_ERR_IO "FILE: cannot open: ...", AF_ERR_FORMAT (a line as above,

@@ -30,6 +30,7 @@
 #include "train/engine.h"
 #include "train/head.h"
 #include "train/optim.h"
+#include "train/pref.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -429,6 +430,31 @@ af_status af_lora_trainer_accumulate_lm_batch(af_lora_trainer *tr, const af_batc
     if (st == AF_ERR_CANCELLED) af_lora_trainer_zero_grad(tr); /* a partial gradient is never kept */
     AF_TRY(st);
     return micro_done(tr, b, &so, res->loss_sum);
+}
+
+af_status af_lora_trainer_accumulate_pref_batch(af_lora_trainer *tr, const af_pref_batch *b, const af_pref_opts *po,
+                                                float scale, uint64_t micro_batch, af_pref_metrics *m) {
+    if (!tr || !b || !po || !m) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_accumulate_pref_batch: NULL argument");
+    const af_step_opts so = micro_opts(tr, micro_batch);
+    af_status st = af_pref_step(tr->eng, tr->P, tr->G, b, &so, po, scale, m);
+    if (st == AF_ERR_CANCELLED) af_lora_trainer_zero_grad(tr); /* a partial gradient is never kept */
+    AF_TRY(st);
+    const af_batch all = {b->tokens, b->seq_start, 2 * b->n_pairs, b->seq_start[2 * b->n_pairs], NULL, NULL, b->targets};
+    af_step_opts fo = so;
+    fo.train = 0; /* af_pref_step's forward: no dropout */
+    return micro_done(tr, &all, &fo, m->loss);
+}
+
+af_status af_lora_trainer_pref_ref(af_lora_trainer *tr, const af_pref_batch *b, double *ref_c, double *ref_r) {
+    if (!tr || !b || !ref_c || !ref_r) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_pref_ref: NULL argument");
+    const af_backend *be = af_be(tr->ctx);
+    const size_t n = (size_t)(tr->lay.n_total ? tr->lay.n_total : 1);
+    float *Z = be->alloc(tr->ctx, sizeof(float) * n);
+    if (!Z) return af_fail(AF_ERR_NOMEM, "preference reference: out of memory (%zu parameters)", n);
+    be->fill(tr->ctx, Z, 0.0f, (int64_t)n);
+    af_status st = af_pref_ref_logps(tr->eng, Z, b, ref_c, ref_r);
+    be->free(tr->ctx, Z);
+    return st;
 }
 
 static af_status accumulate(af_lora_trainer *tr, const char *fn, const int32_t *tokens, const int32_t *seq_start,

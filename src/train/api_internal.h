@@ -86,6 +86,21 @@ uint64_t af_lora_trainer_micro_id(const af_lora_trainer *tr, int64_t i);
 af_status af_lora_trainer_accumulate_lm_batch(af_lora_trainer *tr, const af_batch *b, float grad_scale,
                                               uint64_t micro_batch, af_lm_loss *res);
 
+/* One preference micro-batch (af_pref_step: the 2n sequences of b, the loss of `po`, the gradient
+ * of scale · loss ADDED to the trainer's; no dropout: the log-probabilities of the loss are those
+ * differentiated), counted as a micro-batch like the others (a non-finite loss recorded). *m: the
+ * batch's metrics. Errors: AF_ERR_INVALID_ARG (NULL argument), those of af_pref_step. */
+struct af_pref_batch;
+struct af_pref_opts;
+struct af_pref_metrics;
+af_status af_lora_trainer_accumulate_pref_batch(af_lora_trainer *tr, const struct af_pref_batch *b,
+                                                const struct af_pref_opts *po, float scale, uint64_t micro_batch,
+                                                struct af_pref_metrics *m);
+/* The reference log-probabilities (the base model: every LoRA parameter 0, in a zeroed buffer on the
+ * trainer's device) of each pair of b into ref_c[n_pairs], ref_r[n_pairs] (af_pref_ref_logps).
+ * Errors: AF_ERR_INVALID_ARG, AF_ERR_NOMEM, those of af_pref_ref_logps. */
+af_status af_lora_trainer_pref_ref(af_lora_trainer *tr, const struct af_pref_batch *b, double *ref_c, double *ref_r);
+
 /* Where the first non-finite value of the current step (or, after af_lora_trainer_step, of the
  * step just taken) appeared; "" when the step is finite. Borrowed, valid until the next
  * accumulate or zero_grad. Forms:

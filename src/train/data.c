@@ -231,6 +231,8 @@ af_status af_dataset_subset(const af_dataset *ds, const int32_t *idx, int32_t m,
         free(s->labels);
         s->labels = NULL;
     }
+    s->pairs = ds->pairs && m % 2 == 0; /* still pairs when idx takes whole pairs in order (2i, 2i + 1) */
+    for (int32_t k = 0; s->pairs && k < m; k += 2) s->pairs = idx[k] % 2 == 0 && idx[k + 1] == idx[k] + 1;
     *out = s;
     return AF_OK;
 }

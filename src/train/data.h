@@ -39,6 +39,8 @@ struct af_dataset {
     uint8_t *target_mask;     /* [tok_off[n]] 1 where the token is a loss target, i.e. predicted from the
                                  token before it in the same sample (the first token of a sample is
                                  never a target); NULL for classification */
+    int pairs;                /* 1: preference pairs (a causal-LM set of 2m samples: 2i the chosen side of
+                                 pair i, 2i + 1 its rejected side; read by af_pref_dataset_read) */
 };
 
 /* af_dataset_build, af_dataset_size, af_dataset_free: include/afinar.h ("Data sets"). */
@@ -51,8 +53,9 @@ af_status af_dataset_from_tokens(const int32_t *ids, const int64_t *off, int32_t
                                  const uint8_t *multi_hot, int32_t num_classes, int32_t max_seq_len,
                                  af_dataset **out);
 
-/* New data set holding samples idx[0..m) of `ds` in that order (copies). Errors: AF_ERR_INVALID_ARG
- * (index out of range, m < 1), AF_ERR_NOMEM. */
+/* New data set holding samples idx[0..m) of `ds` in that order (copies); a preference set stays one
+ * (pairs 1) when idx lists whole pairs (2i, 2i + 1). Errors: AF_ERR_INVALID_ARG (index out of range,
+ * m < 1), AF_ERR_NOMEM. */
 af_status af_dataset_subset(const af_dataset *ds, const int32_t *idx, int32_t m, af_dataset **out);
 /* Truncate every sample of a classification data set to its first L tokens in place (L <= the
  * truncation length it was built with; orig_len keeps the lengths before truncation); ds->max_seq_len
@@ -191,5 +194,32 @@ int64_t af_dataset_n_targets(const af_dataset *ds, int32_t i);
  * a sample longer than budget), AF_ERR_NOMEM. */
 af_status af_pack_bfd(const af_dataset *ds, const int32_t *order, int32_t n, int64_t budget, uint64_t shuffle_seed,
                       int32_t *idx, int32_t *off, int32_t *n_bins);
+
+/* ---- preference pairs (causal-LM data of chosen / rejected sides; train/lm_data.c) ---- */
+/* What af_pref_dataset_read found, per pair (the diagnostics of `afinar check --task dpo`). */
+typedef struct af_pref_data_report {
+    int32_t n_read, n_kept;        /* pairs in the file / in the data set */
+    int32_t n_prompt_too_long;     /* dropped: the prompt alone fills max_seq_len (no completion token left) */
+    int32_t n_dropped_other;       /* dropped: a side without any target token (empty completion) */
+    int32_t first_dropped_line;    /* 0: none */
+    int32_t n_truncated;           /* kept pairs with a side longer than max_seq_len (its completion cut) */
+    int32_t n_identical;           /* pairs whose chosen and rejected sides are the same tokens (no signal) */
+    int32_t first_identical_line;  /* 0: none */
+    int32_t prompt_p50, prompt_max;/* prompt tokens (before the first target token), nearest-rank median, max */
+    double chosen_tokens_mean, rejected_tokens_mean; /* completion (target) tokens before truncation */
+    int32_t n_length_far;          /* pairs with one completion more than twice as long as the other */
+} af_pref_data_report;
+
+/* Read a preference file (formats/pref_jsonl.h: TRL's prompt/chosen/rejected, implicit prompt,
+ * conversations; JSONL, CSV or TSV) and tokenize both sides of every pair as af_lm_dataset_read
+ * tokenizes a prompt/completion example (o->report: the per-side report; o->loss_on must be auto).
+ * A pair is kept or dropped whole. `*out`: pairs = 1, n = 2 × kept pairs; *pref (may be NULL) the
+ * pair report. Errors: those of af_lm_dataset_read and af_pref_corpus_read, AF_ERR_INVALID_ARG
+ * (loss_on all). */
+af_status af_pref_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
+                               af_pref_data_report *pref, af_dataset **out);
+/* A pair report as indented lines to fp (title may be NULL); "warning:" lines for identical pairs and
+ * prompts that fill max_seq_len. */
+void af_pref_data_report_print(const af_pref_data_report *r, int32_t max_seq_len, const char *title, FILE *fp);
 
 #endif /* AF_DATA_H */

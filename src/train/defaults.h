@@ -13,6 +13,10 @@
 #define AF_DEFAULT_LORA_DROPOUT 0.05
 #define AF_DEFAULT_LR_CLASSIFICATION 5e-4
 #define AF_DEFAULT_LR_CAUSAL_LM 2e-4
+/* preference tuning (dpo, orpo) with LoRA: 5e-5, between TRL's full-model default (1e-6) and the
+ * 5e-6..5e-5 of its LoRA DPO examples; beta 0.1 as TRL's DPOConfig / ORPOConfig */
+#define AF_DEFAULT_LR_PREF 5e-5
+#define AF_DEFAULT_PREF_BETA 0.1
 #define AF_DEFAULT_WEIGHT_DECAY 0.01
 #define AF_DEFAULT_MAX_GRAD_NORM 1.0
 #define AF_DEFAULT_SEED 42

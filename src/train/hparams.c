@@ -178,7 +178,7 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
     model_size(sz, sizeof sz, P);
     /* ---- learning rate vs model size (QLoRA) ---- */
     double rec_lr = P > 13000000000ll ? 1e-4 : 2e-4;
-    if (c->lr > 0 && isfinite(c->lr)) {
+    if (!c->preference && c->lr > 0 && isfinite(c->lr)) {
         double q = c->lr / rec_lr;
         if (q > 3 || q < 1.0 / 3) {
             snprintf(r, sizeof r, "use --lr %s", num(b, sizeof b, rec_lr));

@@ -59,6 +59,8 @@ typedef struct af_train_config {
     const char *const *label_names; /* [num_classes] for messages, or NULL */
     const char *class_weights;      /* spec as given to af_class_weights, NULL = "uniform" */
     int causal_lm;                  /* 1: causal-LM run (no classes: the class rules are skipped) */
+    int preference;                 /* 1: dpo / orpo run (causal_lm too): lr-model-size is skipped (its
+                                       QLoRA rate is an SFT rate) */
     double lr_min;                  /* floor of the decay (--lr-min); must not exceed lr */
     int lr_decays;                  /* 1: a cosine/linear schedule that uses lr_min */
     int32_t max_positions;          /* the model's positions (context_length); <= 0: unknown */

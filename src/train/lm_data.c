@@ -7,6 +7,7 @@
 #include "train/data.h"
 
 #include "formats/lm_jsonl.h"
+#include "formats/pref_jsonl.h"
 #include "kernels/ctx.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,8 +46,64 @@ static void lm_tok_range(void *arg, int64_t i0, int64_t i1, int tid) {
     }
 }
 
-af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
-                             af_dataset **out) {
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Preference pairs (examples 2i chosen, 2i + 1 rejected): a pair with a side dropped (keep[] 2 or 3)
+ * is dropped whole (its kept side becomes 2); the pair diagnostics into *r. Prompt tokens of a side:
+ * those before its first target token. */
+static void pref_pairs(const af_lm_corpus *c, int32_t *const *ids, uint8_t *const *msk, const size_t *nids, int32_t L,
+                       uint8_t *keep, af_pref_data_report *r) {
+    memset(r, 0, sizeof *r);
+    const int32_t np = c->n / 2;
+    int32_t *plen = malloc(sizeof(int32_t) * (size_t)(np ? np : 1));
+    double sum_c = 0, sum_r = 0;
+    r->n_read = np;
+    for (int32_t i = 0; i < np; i++) {
+        const int32_t a = 2 * i, b = 2 * i + 1;
+        size_t first = nids[a];
+        for (size_t j = 1; j < nids[a]; j++)
+            if (msk[a][j]) {
+                first = j;
+                break;
+            }
+        if (plen) plen[i] = (int32_t)(first > INT32_MAX ? INT32_MAX : first);
+        int64_t tc = 0, tr = 0;
+        for (size_t j = 1; j < nids[a]; j++) tc += msk[a][j];
+        for (size_t j = 1; j < nids[b]; j++) tr += msk[b][j];
+        sum_c += (double)tc, sum_r += (double)tr;
+        if (tc > 2 * tr || tr > 2 * tc) r->n_length_far++;
+        if (nids[a] == nids[b] && !memcmp(ids[a], ids[b], sizeof(int32_t) * nids[a])) {
+            r->n_identical++;
+            if (!r->first_identical_line) r->first_identical_line = c->ex[a].line_no;
+        }
+        if (keep[a] != 1 || keep[b] != 1) {
+            if (first >= (size_t)L) r->n_prompt_too_long++;
+            else r->n_dropped_other++;
+            if (!r->first_dropped_line) r->first_dropped_line = c->ex[a].line_no;
+            if (keep[a] == 1) keep[a] = 2;
+            if (keep[b] == 1) keep[b] = 2;
+            continue;
+        }
+        r->n_kept++;
+        r->n_truncated += nids[a] > (size_t)L || nids[b] > (size_t)L;
+    }
+    r->chosen_tokens_mean = np ? sum_c / np : 0;
+    r->rejected_tokens_mean = np ? sum_r / np : 0;
+    if (plen && np) {
+        qsort(plen, (size_t)np, sizeof *plen, cmp_i32);
+        r->prompt_p50 = plen[(np + 1) / 2 - 1];
+        r->prompt_max = plen[np - 1];
+    }
+    free(plen);
+}
+
+/* The one causal-LM reader: `pref` NULL reads `path` as causal-LM data (af_lm_dataset_read), else
+ * as preference pairs (af_pref_dataset_read: a pair is kept or dropped whole, *pref filled). */
+static af_status lm_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
+                         af_pref_data_report *pref, af_dataset **out) {
     if (!out) return af_fail(AF_ERR_INVALID_ARG, "lm data: NULL out");
     *out = NULL;
     af_lm_data_opts def;
@@ -61,6 +118,9 @@ af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model
     if (o->loss_on && strcmp(o->loss_on, "auto")) {
         if (strcmp(o->loss_on, "all"))
             return af_fail(AF_ERR_INVALID_ARG, "%s: loss_on '%.40s': expected auto or all", path, o->loss_on);
+        if (pref)
+            return af_fail(AF_ERR_INVALID_ARG, "%s: loss_on all: a preference pair compares the completions only "
+                           "(the prompt is shared)", path);
         all = 1;
     }
     const af_tokenizer *tok = af_model_tokenizer(model);
@@ -71,7 +131,9 @@ af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model
         AF_TRY(af_chat_family_of(tok, o->chat_template, &fam));
 
     af_lm_corpus *c = NULL;
-    AF_TRY(af_lm_corpus_read(path, o->max_line_bytes, &c));
+    af_pref_format pfmt = AF_PREF_EXPLICIT;
+    if (pref) AF_TRY(af_pref_corpus_read(path, -1, o->max_line_bytes, &c, &pfmt));
+    else AF_TRY(af_lm_corpus_read(path, o->max_line_bytes, &c));
     int chat = c->format == AF_LM_MESSAGES || c->format == AF_LM_CHAT_PC;
     af_status st = AF_OK;
     if (chat && fam == AF_CHAT_NONE && (st = af_chat_family_of(tok, o->chat_template, &fam)) != AF_OK) {
@@ -132,13 +194,20 @@ af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model
             t_all += m[j];
             if (j < k) t_in += m[j];
         }
-        if (t_in == 0) {
-            if (t_all == 0) empty++;
+        keep[i] = t_in > 0 ? 1 : t_all > 0 ? 2 : 3; /* 1 kept; dropped: 2 every target cut, 3 none */
+    }
+    if (pref) pref_pairs(c, ids, msk, nids, L, keep, pref);
+    for (int32_t i = 0; i < n; i++) {
+        if (keep[i] != 1) {
+            if (keep[i] == 3) empty++;
             else cut++;
             if (!first_drop) first_drop = c->ex[i].line_no;
+            keep[i] = 0;
             continue;
         }
-        keep[i] = 1;
+        const size_t len = nids[i], k = len < (size_t)L ? len : (size_t)L;
+        int64_t t_all = 0, t_in = 0;
+        for (size_t j = 1; j < len; j++) t_all += msk[i][j], t_in += j < k ? msk[i][j] : 0;
         kept++;
         total += (int64_t)k;
         tgt_kept += t_in;
@@ -151,6 +220,7 @@ af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model
         goto done;
     }
     ds->n = kept;
+    ds->pairs = pref != NULL;
     ds->max_seq_len = L;
     ds->tok_off = calloc((size_t)kept + 1, sizeof *ds->tok_off);
     ds->orig_len = malloc((size_t)kept * sizeof *ds->orig_len);
@@ -176,7 +246,7 @@ af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model
     if (o->report) {
         af_lm_data_report *r = o->report;
         memset(r, 0, sizeof *r);
-        r->format = af_lm_format_name(c->format);
+        r->format = pref ? af_pref_format_name(pfmt) : af_lm_format_name(c->format);
         r->chat_template = chat ? af_chat_family_name(fam) : "none";
         r->loss_on = all ? "all" : c->format == AF_LM_TEXT ? "all"
                    : c->format == AF_LM_PROMPT_COMPLETION ? "completion" : "assistant";
@@ -213,6 +283,17 @@ done:
     return AF_OK;
 }
 
+af_status af_lm_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
+                             af_dataset **out) {
+    return lm_read(ctx, path, model, o, NULL, out);
+}
+
+af_status af_pref_dataset_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
+                               af_pref_data_report *pref, af_dataset **out) {
+    af_pref_data_report tmp;
+    return lm_read(ctx, path, model, o, pref ? pref : &tmp, out);
+}
+
 void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE *fp) {
     if (!r || !fp) return;
     if (title) fprintf(fp, "%s\n", title);
@@ -234,4 +315,26 @@ void af_lm_data_report_print(const af_lm_data_report *r, const char *title, FILE
         fprintf(fp, "  warning: %d of %d examples (%.1f%%) dropped: every target token lies beyond max_seq_len %d "
                 "(first at line %d); raise --max-seq-len\n", r->n_dropped_cut, r->n_read,
                 100.0 * r->n_dropped_cut / (r->n_read > 0 ? r->n_read : 1), r->max_seq_len, r->first_dropped_line);
+}
+
+void af_pref_data_report_print(const af_pref_data_report *r, int32_t max_seq_len, const char *title, FILE *fp) {
+    if (!r || !fp) return;
+    if (title) fprintf(fp, "%s\n", title);
+    fprintf(fp, "  pairs          %d read, %d kept", r->n_read, r->n_kept);
+    if (r->n_prompt_too_long || r->n_dropped_other)
+        fprintf(fp, ", %d dropped (%d: prompt fills max_seq_len %d, %d: a side without target; first at line %d)",
+                r->n_prompt_too_long + r->n_dropped_other, r->n_prompt_too_long, max_seq_len, r->n_dropped_other,
+                r->first_dropped_line);
+    fprintf(fp, "\n  prompt tokens  p50 %d  max %d; completion tokens: chosen mean %.1f, rejected mean %.1f (ratio %.2f)\n",
+            r->prompt_p50, r->prompt_max, r->chosen_tokens_mean, r->rejected_tokens_mean,
+            r->rejected_tokens_mean > 0 ? r->chosen_tokens_mean / r->rejected_tokens_mean : 0.0);
+    fprintf(fp, "  pairs          %d with a side truncated, %d with one completion over twice the other's length, "
+                "%d with chosen == rejected\n", r->n_truncated, r->n_length_far, r->n_identical);
+    if (r->n_identical)
+        fprintf(fp, "  warning: %d pair%s with chosen == rejected (first at line %d) carry no preference: the loss "
+                    "is constant for them\n", r->n_identical, r->n_identical > 1 ? "s" : "", r->first_identical_line);
+    if (r->n_prompt_too_long)
+        fprintf(fp, "  warning: %d pair%s dropped: the prompt alone fills max_seq_len %d (first at line %d); raise "
+                    "--max-seq-len\n", r->n_prompt_too_long, r->n_prompt_too_long > 1 ? "s" : "", max_seq_len,
+                r->first_dropped_line);
 }

@@ -140,6 +140,17 @@ af_status af_pref_step(af_engine *e, const float *P, float *G, const af_pref_bat
     }
     double loss = 0;
     af_pref_metrics M;
+    int bad = 0; /* a non-finite log-probability (orpo: one >= 0, log(1 - p) undefined): no loss, no gradient */
+    for (int32_t i = 0; st == AF_OK && i < n; i++)
+        bad |= !isfinite(lp[i].c) || !isfinite(lp[i].r) ||
+               (po->type == AF_PREF_ORPO ? lp[i].c >= 0 || lp[i].r >= 0 : !isfinite(lp[i].c0) || !isfinite(lp[i].r0));
+    if (st == AF_OK && bad) {
+        memset(&M, 0, sizeof M);
+        M.loss = NAN;
+        if (m) *m = M;
+        free(lp), free(dc), free(dr);
+        return AF_OK;
+    }
     if (st == AF_OK) st = af_pref_loss(po, lp, n, &loss, dc, dr, &M);
     /* ORPO's NLL: the token-mean cross-entropy of the chosen sequences over every position, prompt
      * included (TRL ORPOTrainer's cross_entropy_loss on the chosen input ids) */

@@ -85,7 +85,9 @@ af_status af_pref_ref_logps(af_engine *e, const float *zero, const af_pref_batch
  * grad_scale_s · ∇(loss_sum_s) into G with grad_scale_s = −∂loss/∂logp_s · `scale` (so G receives
  * scale · ∇loss; pass scale = 1 / micro-batches per step to average). Dropout must be off in `so`
  * (the log-probabilities of the loss must be those the gradient is taken of: TRL disables dropout
- * for DPO by default). *m: the metrics. Sequences run one at a time (batches of one sample).
+ * for DPO by default). *m: the metrics. Sequences run one at a time (batches of one sample). G NULL:
+ * forward only (the loss and metrics of an evaluation). A non-finite log-probability (orpo: one >= 0,
+ * where log(1 − p) is undefined) gives m->loss NaN and adds nothing to G (the trainer skips the step).
  * Errors: AF_ERR_INVALID_ARG (NULL argument, n_pairs < 1, a side without a target token, so->train
  * with dropout), those of af_pref_loss and af_engine_lm_step. */
 af_status af_pref_step(af_engine *e, const float *P, float *G, const af_pref_batch *b, const af_step_opts *so,

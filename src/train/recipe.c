@@ -97,6 +97,10 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
     double E = in->epochs;
     if (g & AF_RECIPE_GIVEN_LENGTH) {
         E = in->max_steps > 0 ? 0 : in->epochs;
+    } else if (in->preference) {
+        E = 1;
+        snprintf(r->why_epochs, sizeof r->why_epochs, "1 epoch: preference tuning (the alignment handbook's DPO and "
+                 "ORPO recipes train 1 epoch; the implicit rewards overfit quickly)");
     } else if (lm) {
         int64_t T = in->n_targets > 0 ? in->n_targets : 1;
         E = ceil((double)LM_TARGETS / (double)T);

@@ -84,6 +84,7 @@ typedef struct af_recipe_in {
     int64_t n_val;                 /* validation samples (0: none) */
     const int32_t *val_sorted_len; /* [n_val] ascending, or NULL */
     int causal_lm;                 /* 1: causal-LM run */
+    int preference;                /* 1: dpo / orpo run (causal_lm too): 1 epoch */
     int64_t n_targets;             /* causal LM: loss target tokens of the training set */
     int32_t num_classes;
     int multi_label;

@@ -37,6 +37,12 @@ const cJSON *af_train_settings_item(const af_train_settings *s, const char *key)
 const cJSON *af_train_settings_first(const af_train_settings *s);
 af_setting_origin af_train_settings_origin(const af_train_settings *s, const char *key);
 
+/* 1 for the tasks that train a causal LM without a head (causal-lm, dpo, orpo): they share the
+ * causal-LM defaults, data reader and step machinery. */
+#define AF_TASK_IS_LM(task) ((task) == AF_TASK_CAUSAL_LM || (task) == AF_TASK_DPO || (task) == AF_TASK_ORPO)
+/* 1 for the preference tasks (dpo, orpo). */
+#define AF_TASK_IS_PREF(task) ((task) == AF_TASK_DPO || (task) == AF_TASK_ORPO)
+
 /* ---- settings_table.c: the one table of settings (key -> af_trainer_opts field) ---- */
 /* Index of `name` in af_train_setting_keys, or -1. */
 int32_t af_setting_index(const char *name);

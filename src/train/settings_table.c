@@ -50,15 +50,17 @@ void af_trainer_opts_defaults(af_trainer_opts *o) {
     o->plot = 1;
     o->task = AF_TASK_CLASSIFICATION;
     o->packing = -1;
+    o->pref_beta = AF_DEFAULT_PREF_BETA;
+    o->precompute_ref = -1;
 }
 
 void af_trainer_opts_task_defaults(af_trainer_opts *o, af_task task) {
     o->task = task;
-    if (task != AF_TASK_CAUSAL_LM) return;
+    if (!AF_TASK_IS_LM(task)) return;
     /* all linear layers as in QLoRA (Dettmers et al. 2023) and PEFT/TRL's SFT guides */
     o->targets = "all-linear";
     o->lora_layers = "all";
-    o->lr = AF_DEFAULT_LR_CAUSAL_LM;
+    o->lr = task == AF_TASK_CAUSAL_LM ? AF_DEFAULT_LR_CAUSAL_LM : AF_DEFAULT_LR_PREF;
 }
 
 /* How a row's value is stored in af_trainer_opts. */
@@ -86,7 +88,8 @@ _Static_assert(sizeof(af_task) == sizeof(int) && sizeof(af_sched) == sizeof(int)
                    sizeof(af_recipe_kind) == sizeof(int) && sizeof(af_head_pooling) == sizeof(int),
                "FT_ENUM fields are stored as int");
 
-static const char *const w_task[] = {"classification", "causal-lm", NULL};
+static const char *const w_task[] = {"classification", "causal-lm", "dpo", "orpo", NULL};
+static const char *const w_loss_type[] = {"sigmoid", "ipo", NULL};
 static const char *const w_recipe[] = {"fixed", "auto", NULL};
 static const char *const w_pooling[] = {"mean", "last", NULL};
 static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
@@ -126,7 +129,8 @@ static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
       "require multi-label data (BCE loss; the data decide otherwise)")                                             \
     X("task", TEXT, 0, 0, 0, "NAME", G_TASK, 0, F(task), FT_ENUM, w_task, 0, NULL,                                  \
       "classification | causal-lm: next-token LoRA SFT on text, prompt/completion or messages JSONL "             \
-      "(its own defaults of --targets, --lora-layers, --lr are shown as \"causal-lm\")")                          \
+      "(its own defaults of --targets, --lora-layers, --lr are shown as \"causal-lm\") | dpo | orpo: preference "  \
+      "tuning on prompt/chosen/rejected pairs (causal-lm's defaults, --lr 5e-5; docs/PREFERENCE.md)")              \
     X("recipe", TEXT, 0, 0, 0, "auto|fixed", G_TASK, 0, F(recipe), FT_ENUM, w_recipe, 0, NULL,                      \
       "auto: epochs, class weights, max_seq_len, LoRA layers, warm-up and evaluation interval chosen from the "     \
       "data within a compute budget (each choice printed with its reason; flags you give win); fixed: the "        \
@@ -143,6 +147,15 @@ static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
     X("packing", BOOL, 0, 0, 0, NULL, G_TASK, 0, F(packing), FT_BOOL, NULL, 0, "on",                                \
       "causal-lm: pack samples into micro-batches of --batch x --max-seq-len tokens by best-fit decreasing "       \
       "(--no-packing: --batch samples each)")                                                                      \
+    X("beta", NUMBER, 0, 1e-9, 1e6, "B", G_TASK, 0, F(pref_beta), FT_DBL, NULL, 0, NULL,                            \
+      "dpo: beta of the DPO/IPO loss (deviation from the reference); orpo: lambda, weight of the odds-ratio term") \
+    X("loss-type", TEXT, 0, 0, 0, "sigmoid|ipo", G_TASK, 0, F(pref_loss_type), FT_ENUM, w_loss_type, 0, NULL,       \
+      "dpo: sigmoid (DPO, Rafailov et al. 2023) or ipo (Azar et al. 2023)")                                        \
+    X("label-smoothing", NUMBER, 0, 0, 0.49, "E", G_TASK, 0, F(label_smoothing), FT_DBL, NULL, 0, NULL,             \
+      "dpo sigmoid: conservative DPO label smoothing in [0, 0.5)")                                                 \
+    X("precompute-ref", BOOL, 0, 0, 0, NULL, G_TASK, 0, F(precompute_ref), FT_BOOL, NULL, 0, "on",                  \
+      "dpo: reference log-probabilities (adapter off) computed once per pair before training "                     \
+      "(--no-precompute-ref: again in every step)")                                                                \
     X("targets", TEXT, 0, 0, 0, "SPEC", G_LORA, 0, F(targets), FT_STR, NULL, 0, NULL,                               \
       "LoRA targets: qv, qkv, all-linear, or a list of q,k,v,o,gate,up,down")                                       \
     X("lora-layers", TEXT, 0, 0, 0, "A-B|topN", G_LORA, 0, F(lora_layers), FT_STR, NULL, AF_GIVEN_LAYERS, "all",  \
@@ -354,7 +367,7 @@ char *af_train_setting_default(const char *key, af_task task, int auto_recipe, c
     /* the keys the automatic recipe decides: of a causal-LM run only the length, warm-up and
        evaluation interval (recipe.h); class weights of single-label data */
     const unsigned g = k_bind[i].given;
-    const int decided = auto_recipe && g && (task != AF_TASK_CAUSAL_LM || g == AF_GIVEN_LENGTH ||
+    const int decided = auto_recipe && g && (!AF_TASK_IS_LM(task) || g == AF_GIVEN_LENGTH ||
                                              g == AF_GIVEN_WARMUP || g == AF_GIVEN_EVAL_EVERY);
     if (decided) snprintf(buf, cap, "auto: from the data; fixed recipe: %s", v);
     else snprintf(buf, cap, "%s", v);
@@ -519,7 +532,7 @@ af_status af_train_settings_to_opts(af_train_settings *ts, af_trainer_opts *o) {
 af_status af_trainer_opts_check(const af_trainer_opts *o) {
     af_trainer_opts d;
     af_trainer_opts_defaults(&d);
-    af_trainer_opts_task_defaults(&d, o->task == AF_TASK_CAUSAL_LM ? AF_TASK_CAUSAL_LM : AF_TASK_CLASSIFICATION);
+    af_trainer_opts_task_defaults(&d, AF_TASK_IS_LM(o->task) ? o->task : AF_TASK_CLASSIFICATION);
     /* the values a run cannot start with; the others (a learning rate of 0 or 1e30, ...) are the
        diagnostics' to judge (hparams.c), as a C caller may set them */
     static const char *const hard[] = {"batch", "grad-accum", "max-seq-len", "weight-decay", "lr-min", "val-split"};

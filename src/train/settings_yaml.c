@@ -7,7 +7,9 @@
  * weight_decay, max_grad_norm, gradient_checkpointing, bf16, logging_steps,
  * resume_from_checkpoint), TRL's SFTConfig (max_length, the older max_seq_length,
  * dataset_text_field, packing, completion_only_loss, assistant_only_loss), PEFT's LoraConfig
- * (r, lora_alpha, lora_dropout, target_modules, use_rslora, bias, task_type), the LoRA names of
+ * (r, lora_alpha, lora_dropout, target_modules, use_rslora, bias, task_type), TRL's DPOConfig /
+ * ORPOConfig (beta, loss_type, label_smoothing: afinar's own keys in '_' spelling;
+ * precompute_ref_log_probs), the LoRA names of
  * TRL's ModelConfig (lora_r, lora_alpha, lora_dropout, lora_target_modules) and of the example
  * scripts (model_name_or_path, train_file, validation_file).
  */
@@ -85,6 +87,7 @@ static const alias k_alias[] = {
     {"logging_steps", "log-every", V_AS_IS},
     {"completion_only_loss", "loss-on", V_LOSS_ONLY},
     {"assistant_only_loss", "loss-on", V_LOSS_ONLY},
+    {"precompute_ref_log_probs", "precompute-ref", V_AS_IS},
 };
 #define N_ALIAS (sizeof k_alias / sizeof k_alias[0])
 

@@ -118,9 +118,42 @@ done:
     return st;
 }
 
+/* A preference set's split: round(val_split · pairs) pairs (at least 1, at most pairs − 1) chosen by
+ * a seeded shuffle of the pairs go to validation, both sides of each; indices ascending. */
+static af_status split_pairs(const af_dataset *ds, double frac, uint64_t seed, int32_t **ti, int32_t *nt, int32_t **vi,
+                             int32_t *nv) {
+    const int32_t np = ds->n / 2;
+    int32_t nval = (int32_t)floor(frac * np + 0.5);
+    if (nval < 1) nval = 1;
+    if (nval > np - 1)
+        return af_fail(AF_ERR_INVALID_ARG, "--val-split %g: %d pairs cannot be split (none would be left to train on)",
+                       frac, (int)np);
+    int32_t *perm = af_malloc(sizeof(int32_t) * (size_t)np);
+    uint8_t *isv = af_calloc((size_t)np, 1);
+    *ti = af_malloc(sizeof(int32_t) * 2 * (size_t)(np - nval));
+    *vi = af_malloc(sizeof(int32_t) * 2 * (size_t)nval);
+    af_status st = perm && isv && *ti && *vi ? AF_OK : af_fail(AF_ERR_NOMEM, "trainer: out of memory");
+    if (st == AF_OK) {
+        af_shuffle_perm(perm, np, seed, 0x76616c);
+        for (int32_t k = 0; k < nval; k++) isv[perm[k]] = 1;
+        *nt = *nv = 0;
+        for (int32_t i = 0; i < np; i++) {
+            int32_t *d = isv[i] ? *vi : *ti, *c = isv[i] ? nv : nt;
+            d[(*c)++] = 2 * i, d[(*c)++] = 2 * i + 1;
+        }
+    }
+    free(perm), free(isv);
+    return st;
+}
+
 static af_status split_train(af_trainer *t) {
     int32_t *ti = NULL, *vi = NULL, nt = 0, nv = 0;
-    AF_TRY(af_dataset_split_stratified(t->train, t->o.val_split, t->o.seed, &ti, &nt, &vi, &nv));
+    af_status sst = t->train->pairs ? split_pairs(t->train, t->o.val_split, t->o.seed, &ti, &nt, &vi, &nv)
+                                    : af_dataset_split_stratified(t->train, t->o.val_split, t->o.seed, &ti, &nt, &vi, &nv);
+    if (sst != AF_OK) {
+        free(ti), free(vi);
+        return sst;
+    }
     af_dataset *tr = NULL, *va = NULL;
     af_status st = af_dataset_subset(t->train, ti, nt, &tr);
     if (st == AF_OK) st = af_dataset_subset(t->train, vi, nv, &va);
@@ -189,8 +222,8 @@ void af_tr_mem_limit(af_trainer *t) {
 
 static af_status plan(af_trainer *t) {
     const af_trainer_opts *o = &t->o;
-    const int64_t n = t->train->n;
-    t->n_micro = (n + o->batch - 1) / o->batch;
+    const int64_t n = t->train->n, units = t->pref ? n / 2 : n; /* preference: micro-batches of pairs */
+    t->n_micro = (units + o->batch - 1) / o->batch;
     if (t->packing) { /* bins of epoch 0; every epoch has as many (af_pack_bfd) */
         int32_t *idx = af_malloc(sizeof(int32_t) * (size_t)n), *off = af_malloc(sizeof(int32_t) * (size_t)(n + 1));
         int32_t nb = 0;
@@ -210,8 +243,9 @@ static af_status plan(af_trainer *t) {
     t->warmup = o->warmup_steps >= 0 ? o->warmup_steps : (int64_t)ceil(o->warmup_ratio * (double)t->total - 1e-9);
     if (t->warmup < 0) t->warmup = 0;
     /* memory: model mapping + engine workspace of the biggest micro-batch + P, G, M, V + logits */
-    t->max_mb_tokens = t->packing ? t->budget : top_tokens(t->train, o->batch);
-    int64_t ev = top_tokens(t->val, o->eval_batch > 0 ? o->eval_batch : o->batch);
+    /* preference steps run one sequence at a time (pref.h) */
+    t->max_mb_tokens = t->packing ? t->budget : top_tokens(t->train, t->pref ? 1 : o->batch);
+    int64_t ev = top_tokens(t->val, t->pref ? 1 : o->eval_batch > 0 ? o->eval_batch : o->batch);
     t->max_ev_tokens = ev;
     size_t eng = af_engine_bytes(t->model, &t->lay, t->max_mb_tokens, o->checkpointing);
     size_t eng_ev = t->val ? af_engine_bytes(t->model, &t->lay, ev, 1) : 0;
@@ -279,9 +313,39 @@ static af_status check_opts(af_trainer *t) {
         return af_fail(AF_ERR_INVALID_ARG, "give either --val FILE or --val-split FRACTION, not both");
     if (!o->train_data && !o->train_path) return af_fail(AF_ERR_INVALID_ARG, "no training data (--train FILE.jsonl)");
     if (!o->model && !o->model_path) return af_fail(AF_ERR_INVALID_ARG, "no model (-m FILE.gguf)");
-    if (o->task != AF_TASK_CLASSIFICATION && o->task != AF_TASK_CAUSAL_LM)
-        return af_fail(AF_ERR_INVALID_ARG, "--task: %d is neither classification nor causal-lm", (int)o->task);
-    t->lm = o->task == AF_TASK_CAUSAL_LM;
+    if (o->task != AF_TASK_CLASSIFICATION && !AF_TASK_IS_LM(o->task))
+        return af_fail(AF_ERR_INVALID_ARG, "--task: %d is not classification, causal-lm, dpo or orpo", (int)o->task);
+    t->lm = AF_TASK_IS_LM(o->task);
+    t->pref = AF_TASK_IS_PREF(o->task);
+    if (t->pref) { /* the loss (pref.h) and what a preference run does not take */
+        t->po.type = o->task == AF_TASK_ORPO ? AF_PREF_ORPO : o->pref_loss_type == 1 ? AF_PREF_IPO : AF_PREF_SIGMOID;
+        t->po.beta = o->pref_beta;
+        t->po.label_smoothing = o->label_smoothing;
+        const char *task = o->task == AF_TASK_ORPO ? "orpo" : "dpo";
+        if (!(o->pref_beta > 0) || !isfinite(o->pref_beta))
+            return af_fail(AF_ERR_INVALID_ARG, "--beta %g: must be > 0", o->pref_beta);
+        if (!(o->label_smoothing >= 0 && o->label_smoothing < 0.5))
+            return af_fail(AF_ERR_INVALID_ARG, "--label-smoothing %g: must be in [0, 0.5)", o->label_smoothing);
+        if (o->label_smoothing > 0 && t->po.type != AF_PREF_SIGMOID)
+            return af_fail(AF_ERR_INVALID_ARG, "--label-smoothing applies to --task dpo --loss-type sigmoid only");
+        if (o->pref_loss_type != 0 && o->task == AF_TASK_ORPO)
+            return af_fail(AF_ERR_INVALID_ARG, "--loss-type applies to --task dpo (orpo has its own loss)");
+        if (o->packing > 0)
+            return af_fail(AF_ERR_INVALID_ARG, "--task %s: --packing does not apply (micro-batches of --batch pairs)", task);
+        if (o->loss_on && strcmp(o->loss_on, "auto") != 0)
+            return af_fail(AF_ERR_INVALID_ARG, "--task %s: --loss-on %s: a pair is compared on its completions only", task,
+                           o->loss_on);
+        if (o->lora_dropout > 0 && o->lora_dropout != AF_DEFAULT_LORA_DROPOUT && o->log)
+            fprintf(o->log, "note: --task %s runs without LoRA dropout (--lora-dropout %g ignored): the log-probabilities "
+                            "of the loss are the ones differentiated, as TRL disables dropout for preference losses\n",
+                    task, o->lora_dropout);
+        o->lora_dropout = 0;
+        o->packing = 0;
+    } else if (o->pref_loss_type != 0 || o->label_smoothing != 0 || o->precompute_ref == 0 ||
+               o->pref_beta != AF_DEFAULT_PREF_BETA)
+        return af_fail(AF_ERR_INVALID_ARG, "--%s applies to --task dpo / orpo only",
+                       o->pref_loss_type ? "loss-type" : o->label_smoothing != 0 ? "label-smoothing"
+                       : o->precompute_ref == 0 ? "precompute-ref" : "beta");
     if (t->lm) {
         if (o->labels || o->num_classes > 0 || o->multi_label || o->label_field)
             return af_fail(AF_ERR_INVALID_ARG, "--task causal-lm: --%s applies to classification only",
@@ -344,6 +408,11 @@ static af_status load_data(af_trainer *t) {
         if (bad)
             return af_fail(AF_ERR_INVALID_ARG, "--task causal-lm: %s data set has %s", bad == t->train ? "the training" : "the validation",
                  bad->target_mask ? "class labels" : "no loss mask (a classification data set?)");
+        const af_dataset *np = t->train->pairs != t->pref ? t->train : t->val && t->val->pairs != t->pref ? t->val : NULL;
+        if (np)
+            return af_fail(AF_ERR_INVALID_ARG, "%s data set %s", np == t->train ? "the training" : "the validation",
+                           t->pref ? "holds no preference pairs (read it with --task dpo / orpo)"
+                                   : "holds preference pairs: use --task dpo or orpo");
         t->num_classes = 0;
         t->multi_label = 0;
     } else if (t->train->target_mask || (t->val && t->val->target_mask))
@@ -394,7 +463,7 @@ static af_status settle(af_trainer *t, uint32_t targets) {
         .batch_size = o->batch, .grad_accum = o->grad_accum, .max_grad_norm = o->max_grad_norm, .epochs = o->epochs,
         .max_steps = o->max_steps, .max_seq_len = o->max_seq_len, .n_model_params = t->n_model_params,
         .num_classes = t->num_classes, .label_names = (const char *const *)t->label_names,
-        .class_weights = o->class_weights, .causal_lm = t->lm, .lr_min = o->lr_min,
+        .class_weights = o->class_weights, .causal_lm = t->lm, .preference = t->pref, .lr_min = o->lr_min,
         .lr_decays = o->schedule != AF_SCHED_CONSTANT, .max_positions = t->model->cfg.max_position_embeddings,
         .has_val = t->val != NULL, .patience = o->patience, .eval_every = o->eval_every, .warmup_steps = t->warmup,
         .total_steps = t->total, .step_samples = t->packing && t->spe > 0 ? (double)t->train->n / (double)t->spe : 0.0,
@@ -475,8 +544,10 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
     if (!fp) return;
     const af_trainer_opts *o = &t->o;
     const char *const *names = (const char *const *)t->label_names;
-    if (t->have_lm_rep >= 1) af_lm_data_report_print(&t->lm_rep_train, "training file", fp);
-    if (t->have_lm_rep >= 2) af_lm_data_report_print(&t->lm_rep_val, "validation file", fp);
+    if (t->have_lm_rep >= 1) af_lm_data_report_print(&t->lm_rep_train, t->pref ? "training file (chosen and rejected sides)" : "training file", fp);
+    if (t->have_lm_rep >= 1 && t->pref) af_pref_data_report_print(&t->pref_rep_train, t->o.max_seq_len, NULL, fp);
+    if (t->have_lm_rep >= 2) af_lm_data_report_print(&t->lm_rep_val, t->pref ? "validation file (chosen and rejected sides)" : "validation file", fp);
+    if (t->have_lm_rep >= 2 && t->pref) af_pref_data_report_print(&t->pref_rep_val, t->o.max_seq_len, NULL, fp);
     if (!t->have_lm_rep)
         af_data_stats_print(&t->st_train, names, o->val_split > 0 ? "training data (after the validation split)"
                                                                    : "training data", fp);
@@ -494,7 +565,19 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
                 (long long)t->total, (long long)t->spe, (long long)t->n_micro, (long long)t->budget, o->batch,
                 o->max_seq_len, o->grad_accum, (long long)t->warmup, sched, o->lr,
                 o->schedule == AF_SCHED_CONSTANT ? o->lr : o->lr_min);
-    else
+    else if (t->pref) {
+        const char *lt = t->po.type == AF_PREF_ORPO ? "orpo (odds ratio + NLL of the chosen side)"
+                       : t->po.type == AF_PREF_IPO ? "ipo" : "sigmoid (DPO)";
+        fprintf(fp, "\nplan: preference (%s), %lld optimizer steps (%lld per epoch = %lld micro-batches of %d pairs / "
+                    "grad-accum %d; effective batch %d pairs), warm-up %lld, schedule %s, lr %g -> %g; loss %s, beta %g%s%s\n",
+                o->task == AF_TASK_ORPO ? "orpo" : "dpo", (long long)t->total, (long long)t->spe, (long long)t->n_micro,
+                o->batch, o->grad_accum, o->batch * o->grad_accum, (long long)t->warmup, sched, o->lr,
+                o->schedule == AF_SCHED_CONSTANT ? o->lr : o->lr_min, lt, t->po.beta,
+                t->po.label_smoothing > 0 ? ", label smoothing " : "", t->po.label_smoothing > 0 ? "on" : "");
+        if (t->po.type != AF_PREF_ORPO)
+            fprintf(fp, "      reference: the base model (the adapter off), %s\n",
+                    o->precompute_ref != 0 ? "computed once per pair before training" : "computed in every step");
+    } else
         fprintf(fp, "\nplan: %s%lld optimizer steps (%lld per epoch = %lld micro-batches of %d / grad-accum %d; "
                     "effective batch %d), warm-up %lld, schedule %s, lr %g -> %g\n",
                 t->lm ? "causal LM, " : "", (long long)t->total, (long long)t->spe, (long long)t->n_micro, o->batch,

@@ -410,6 +410,7 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
     const int slot = st == AF_OK ? af_temp_dir_register(tmp, files, 6) : -1; /* a second Ctrl-C removes it */
     if (st == AF_OK && t->lm) { /* causal LM: PEFT CAUSAL_LM adapter (no head, no pooling) */
         cJSON_AddStringToObject(extra, "task", "causal-lm");
+        if (t->pref) cJSON_AddStringToObject(extra, "trained_with", o->task == AF_TASK_ORPO ? "orpo" : "dpo");
         cJSON_AddNumberToObject(extra, "step", (double)rs->step);
         if (selected_by) cJSON_AddStringToObject(extra, "selected_by", selected_by);
         if (rs->best_step > 0 && isfinite(rs->best)) cJSON_AddNumberToObject(extra, "best_eval_loss", rs->best);

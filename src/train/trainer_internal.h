@@ -10,6 +10,7 @@
 #include "train/api_internal.h" /* the optimizer step (af_lora_trainer); af_tr_nonfinite_tensor */
 #include "train/recipe.h"
 #include "train/dist.h"
+#include "train/pref.h"
 #include "train/trainer.h"
 
 #include <cJSON.h>
@@ -54,6 +55,11 @@ struct af_trainer {
     int64_t budget;                    /* packing: tokens per micro-batch (batch x max_seq_len) */
     int lm_len_chosen;                 /* 1: max_seq_len came from the data (af_tr_lm_read) */
     char lm_len_why[256];              /* its reason (af_recipe_lm_max_seq_len) */
+    /* preference tuning (o.task AF_TASK_DPO / AF_TASK_ORPO; lm is 1 too): micro-batches of `batch`
+       pairs of the train set (pairs = 1: samples 2i chosen, 2i + 1 rejected), never packed */
+    int pref;
+    af_pref_opts po;                   /* the loss: sigmoid / ipo (dpo), orpo; beta, label smoothing */
+    af_pref_data_report pref_rep_train, pref_rep_val; /* the reader's pair reports (have_lm_rep) */
     /* the automatic recipe (o.recipe == AF_RECIPE_AUTO; trainer_recipe.c) and the time budget */
     af_recipe recipe;
     int have_recipe;                   /* 1: recipe holds the choices applied to o */
@@ -158,6 +164,17 @@ typedef struct af_tr_loop {
     /* causal LM */
     int32_t *bin_idx, *bin_off; /* packing: the epoch's micro-batches (af_pack_bfd), [n_train], [n_micro + 1] */
     int64_t session_tokens;
+    /* preference tuning */
+    double *ref_tc, *ref_tr;  /* [train pairs] reference log-probabilities (chosen, rejected) computed once
+                                 (precompute-ref, not orpo), or NULL: computed in every micro-batch */
+    double *ref_vc, *ref_vr;  /* [val pairs] the validation set's (always precomputed; not orpo) */
+    int32_t *pidx;            /* [2 max(batch, eval batch)] sample indices of a micro-batch's pairs */
+    double *prc, *prr;        /* [max(batch, eval batch)] its reference log-probabilities */
+    af_batcher *bt_val;       /* the validation set's batcher (evaluation) */
+    af_pref_metrics pm;       /* the last step's metrics (means over its pairs) */
+    double pref_sum[4];       /* the step being gathered: sums over its pairs of rewards/chosen,
+                                 rewards/rejected, logps/chosen, logps/rejected (ST_RC.. of the rows) */
+    double nll_sum;           /* orpo: sum over its micro-batches of NLL x pairs */
     /* data parallelism (af_dist_on(): launched by mpirun / srun; see dist_step) */
     int dist;              /* 1: every step's micro-batches are split over the ranks */
     int32_t rank, world;   /* this process, processes (0, 1 without MPI) */
@@ -172,8 +189,11 @@ typedef struct af_tr_loop {
     int64_t comm_bytes_all;/* this step's bytes received over all ranks (rows × row bytes × (world − 1)) */
 } loop;
 
+/* Pairs per reference / evaluation batch of a preference run at most (stack index arrays). */
+#define AF_PREF_MAX_EVAL_BATCH 256
+
 /* Statistics of one micro-batch, carried at the end of its gathered gradient row (doubles). */
-enum { ST_LOSS, ST_CORRECT, ST_NTOK, ST_NONFINITE, DIST_STATS };
+enum { ST_LOSS, ST_CORRECT, ST_NTOK, ST_NONFINITE, ST_RC, ST_RR, ST_LPC, ST_LPR, ST_NLL, DIST_STATS };
 #define DIST_STAT_F (DIST_STATS * (int64_t)(sizeof(double) / sizeof(float)))
 
 /* ---- trainer_run.c ---- */
@@ -222,6 +242,24 @@ af_status af_tr_train_step(loop *L, int *finite, double *loss, double *acc, doub
  * PR #34191); loss = Σ token losses / N, acc = mean token accuracy, *n_tok_out the step's tokens. */
 af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
                               int64_t *n_step_out, int64_t *n_tok_out);
+
+/* One preference optimizer step (global step L->rs.step): `batch` pairs per micro-batch
+ * (af_lora_trainer_accumulate_pref_batch with scale pairs / pairs of the step, so the gradient is
+ * that of the mean loss over the step's pairs); loss = that mean, acc = rewards/accuracies, L->pm
+ * the step's metrics (means over its pairs). */
+af_status af_tr_train_step_pref(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
+                                int64_t *n_step_out, int64_t *n_tok_out);
+/* ---- trainer_pref.c ---- */
+/* Preference runs, before the first step: the validation batcher (L->bt_val); the reference
+ * log-probabilities of the validation pairs and (precompute-ref, the default) of the training pairs
+ * into L->ref_* (not orpo), logged with their time. Errors: AF_ERR_NOMEM, af_tr_pref_pack's. */
+af_status af_tr_pref_setup(loop *L);
+/* Pairs idx[0..m) (m <= max(batch, eval batch)) of the preference set ds packed by bt into *b
+ * (borrowed from bt and L), with the reference log-probabilities of cache_c / cache_r (by pair
+ * index) or, NULL, computed now with the adapter off; orpo: none. Errors: those of af_batcher_pack
+ * and af_lora_trainer_pref_ref. */
+af_status af_tr_pref_pack(loop *L, af_batcher *bt, const int32_t *idx, int32_t m, const double *cache_c,
+                          const double *cache_r, af_pref_batch *b);
 
 /* ---- ckpt_check.c: a checkpoint is never trusted blindly ---- */
 #define AF_CKPT_STATE_FILE "trainer_state.safetensors"

@@ -1,5 +1,6 @@
 /*
- * trainer_lmdata.c — the causal-LM data of a training run: the files read with af_lm_dataset_read,
+ * trainer_lmdata.c — the causal-LM data of a training run: the files read with af_lm_dataset_read
+ * (preference runs: af_pref_dataset_read, the same reader keeping pairs whole),
  * max_seq_len from the data when the user gave none (af_recipe_lm_max_seq_len, recipe.h). The
  * counts of dropped and truncated examples (and the warning above 1% dropped) are in the reader's
  * report (af_lm_data_report_print). See trainer_internal.h.
@@ -14,6 +15,7 @@
 
 /* The one call into the causal-LM reader (af_lm_dataset_read) at truncation length L. */
 static af_status read_lm_file(af_trainer *t, const char *path, int32_t L, af_lm_data_report *rep, af_dataset **out) {
+    const int val = rep == &t->lm_rep_val;
     const af_trainer_opts *o = &t->o;
     af_lm_data_opts lo;
     af_lm_data_opts_init(&lo);
@@ -21,6 +23,7 @@ static af_status read_lm_file(af_trainer *t, const char *path, int32_t L, af_lm_
     lo.loss_on = o->loss_on;
     lo.chat_template = o->chat_template;
     lo.report = rep;
+    if (t->pref) return af_pref_dataset_read(t->ctx, path, t->model, &lo, val ? &t->pref_rep_val : &t->pref_rep_train, out);
     return af_lm_dataset_read(t->ctx, path, t->model, &lo, out);
 }
 

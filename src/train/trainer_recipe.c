@@ -126,6 +126,7 @@ af_status af_tr_recipe_apply(af_trainer *t) {
     in.sorted_len = t->st_train.sorted_len;
     if (t->have_st_val) in.n_val = t->st_val.n, in.val_sorted_len = t->st_val.sorted_len;
     in.causal_lm = t->lm;
+    in.preference = t->pref;
     if (t->lm)
         for (int32_t i = 0; i < t->train->n; i++) in.n_targets += af_dataset_n_targets(t->train, i);
     in.num_classes = t->st_train.num_classes;

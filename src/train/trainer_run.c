@@ -45,6 +45,16 @@ static void progress(loop *L, double lr, double gn, int force) {
     double eta = L->session_steps > 0 ? el / (double)L->session_steps * (double)(t->total - rs->step) : NAN;
     char e[32];
     fmt_time(eta, e, sizeof e);
+    if (t->pref) { /* TRL's names: the loss, rewards/accuracies (EMA), the last step's rewards/margins */
+        fprintf(lg, "%sepoch %.2f | step %lld/%lld | loss %.4f | rewards/acc %.3f | margin %.3f | lr %.2e | "
+                    "grad-norm %.3g | %.1f pairs/s | ETA %s%s",
+                L->tty ? "\r\033[K" : "", (double)rs->step / (double)t->spe, (long long)rs->step, (long long)t->total,
+                ema_shown(rs->ema_loss, rs->ema_n), ema_shown(rs->ema_acc, rs->ema_n), L->pm.reward_margin, lr, gn, sps,
+                e, L->tty ? "" : "\n");
+        fflush(lg);
+        L->live = L->tty;
+        return;
+    }
     if (t->lm) {
         const double l = ema_shown(rs->ema_loss, rs->ema_n);
         fprintf(lg, "%sepoch %.2f | step %lld/%lld | loss %.4f | ppl %.4g | token-acc %.3f | lr %.2e | grad-norm %.3g | "
@@ -102,6 +112,61 @@ static af_status evaluate_lm(loop *L, int *improved) {
         fprintf(o->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  perplexity %.4g  mean_token_accuracy %.4f (%lld "
                         "target tokens)%s\n",
                 (long long)rs->step, (double)rs->step / (double)t->spe, vl, exp(vl), va, (long long)r.n_targets,
+                *improved ? "  (best so far)" : "");
+        fflush(o->log);
+    }
+    return AF_OK;
+}
+
+/* Preference evaluation on the validation pairs (batches of --eval-batch pairs, forward only):
+ * eval_loss (the task's loss; orpo with its NLL) and TRL's eval_rewards/... and eval_logps/...,
+ * means over the pairs; the lowest eval_loss is the best. */
+static af_status evaluate_pref(loop *L, int *improved) {
+    af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    af_run_state *rs = &L->rs;
+    const int32_t np = t->val->n / 2, eb = o->eval_batch > 0 ? o->eval_batch : o->batch;
+    const af_step_opts so = {AF_POOL_MEAN, NULL, o->checkpointing != 0, 0, 0};
+    double sum[8] = {0};
+    int32_t idx[AF_PREF_MAX_EVAL_BATCH];
+    for (int32_t i0 = 0, m; i0 < np; i0 += m) {
+        m = np - i0 < eb ? np - i0 : eb;
+        if (m > AF_PREF_MAX_EVAL_BATCH) m = AF_PREF_MAX_EVAL_BATCH;
+        for (int32_t k = 0; k < m; k++) idx[k] = i0 + k;
+        af_pref_batch b;
+        AF_TRY(af_tr_pref_pack(L, L->bt_val, idx, m, L->ref_vc, L->ref_vr, &b));
+        af_pref_metrics mt;
+        AF_TRY(af_pref_step(L->eng, L->P, NULL, &b, &so, &t->po, 1.0f, &mt));
+        const double v[8] = {mt.loss, mt.reward_chosen, mt.reward_rejected, mt.reward_accuracy, mt.reward_margin,
+                             mt.logp_chosen, mt.logp_rejected, mt.nll};
+        for (int q = 0; q < 8; q++) sum[q] += v[q] * m;
+    }
+    for (int q = 0; q < 8; q++) sum[q] /= np;
+    const double vl = sum[0];
+    rs->last_eval_step = rs->step;
+    rs->last_val_acc = sum[3];
+    rs->last_val_f1 = vl;
+    *improved = isfinite(vl) && !(rs->best <= vl);
+    if (*improved) {
+        rs->best = vl;
+        rs->best_step = rs->step;
+        rs->bad_evals = 0;
+    } else rs->bad_evals++;
+    char line[768], nll[64] = "";
+    if (t->po.type == AF_PREF_ORPO) snprintf(nll, sizeof nll, ",\"eval_nll_loss\":%.9g", sum[7]);
+    snprintf(line, sizeof line,
+             "{\"type\":\"eval\",\"split\":\"val\",\"step\":%lld,\"epoch\":%.6g,\"eval_loss\":%.9g,"
+             "\"eval_rewards/chosen\":%.9g,\"eval_rewards/rejected\":%.9g,\"eval_rewards/accuracies\":%.9g,"
+             "\"eval_rewards/margins\":%.9g,\"eval_logps/chosen\":%.9g,\"eval_logps/rejected\":%.9g%s,"
+             "\"eval_pairs\":%d}",
+             (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(vl) ? vl : -1.0, sum[1], sum[2], sum[3],
+             sum[4], sum[5], sum[6], nll, (int)np);
+    log_line(L, line);
+    if (o->log) {
+        end_live(L);
+        fprintf(o->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  rewards/accuracies %.4f  rewards/margins %.4f  "
+                        "rewards chosen %.4f / rejected %.4f (%d pairs)%s\n",
+                (long long)rs->step, (double)rs->step / (double)t->spe, vl, sum[3], sum[4], sum[1], sum[2], (int)np,
                 *improved ? "  (best so far)" : "");
         fflush(o->log);
     }
@@ -171,6 +236,8 @@ static af_status save_checkpoint(loop *L) {
 
 static void free_loop(loop *L) {
     free(L->perm), free(L->logits), free(L->vprobs), free(L->bin_idx), free(L->bin_off);
+    free(L->ref_tc), free(L->ref_tr), free(L->ref_vc), free(L->ref_vr), free(L->pidx), free(L->prc), free(L->prr);
+    af_batcher_free(L->bt_val);
     free(L->rows), free(L->gsum), free(L->counts);
     free(L->hP), free(L->hM), free(L->hV);
     af_lora_trainer_free(L->lt);
@@ -225,6 +292,7 @@ af_status af_tr_take_step(loop *L, af_tr_step *S) {
     S->finite = 0;
     S->loss = NAN, S->acc = 0, S->gn = NAN, S->lr = 0;
     S->n_step = S->n_tok = 0;
+    if (L->t->pref) return af_tr_train_step_pref(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step, &S->n_tok);
     return L->t->lm ? af_tr_train_step_lm(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step, &S->n_tok)
                     : af_tr_train_step(L, &S->finite, &S->loss, &S->acc, &S->gn, &S->lr, &S->n_step);
 }
@@ -243,7 +311,10 @@ static void log_summary(const loop *L, af_status st, const af_train_result *res)
     if (st != AF_OK) return;
     fprintf(o->log, "done: %lld steps in %s%s", (long long)L->rs.step, tb,
             res->stop == AF_STOP_BUDGET ? " (stopped at the time budget)" : "");
-    if (res->best_step > 0 && t->lm)
+    if (res->best_step > 0 && t->pref)
+        fprintf(o->log, "; best eval loss %.4f at step %lld -> %s/best", res->best_eval_loss, (long long)res->best_step,
+                o->output_dir);
+    else if (res->best_step > 0 && t->lm)
         fprintf(o->log, "; best eval loss %.4f (perplexity %.4g) at step %lld -> %s/best", res->best_eval_loss,
                 exp(res->best_eval_loss), (long long)res->best_step, o->output_dir);
     else if (res->best_step > 0)
@@ -320,6 +391,13 @@ static af_status loop_alloc(loop *L) {
         L->logits = af_malloc(sizeof(float) * (size_t)o->batch * (size_t)C);
         L->vprobs = t->val ? af_malloc(sizeof(float) * (size_t)t->val->n * (size_t)C) : NULL;
     }
+    if (t->pref) { /* a micro-batch's pairs: sample indices and reference log-probabilities */
+        const size_t cap = (size_t)(o->batch > AF_PREF_MAX_EVAL_BATCH ? o->batch : AF_PREF_MAX_EVAL_BATCH);
+        L->pidx = af_malloc(sizeof(int32_t) * 2 * cap);
+        L->prc = af_malloc(sizeof(double) * cap);
+        L->prr = af_malloc(sizeof(double) * cap);
+        if (!L->pidx || !L->prc || !L->prr) return af_fail(AF_ERR_NOMEM, "trainer: out of memory");
+    }
     L->row = n + DIST_STAT_F;
     L->rows = af_malloc(sizeof(float) * (size_t)L->row * (size_t)o->grad_accum);
     L->gsum = af_malloc(sizeof(float) * (size_t)n);
@@ -372,6 +450,7 @@ static af_status loop_start(loop *L, af_status st0, const char *ckpt, char **own
     if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L->writer, owned_out, run_lock);
     if (st == AF_OK && ckpt && L->writer) st = af_tr_truncate_metrics(o->output_dir, L->rs.step);
     if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L->bt);
+    if (st == AF_OK && t->pref) st = af_tr_pref_setup(L);
     if (st == AF_OK && L->writer) st = af_tr_write_run_json(t);
     if (st == AF_OK && L->writer) {
         char *mp = af_path_join(o->output_dir, "metrics.jsonl");
@@ -402,7 +481,20 @@ static void log_step(loop *L, const af_tr_step *S) {
                  (int)L->world, L->compute_s, L->wait.seconds, L->comm.seconds, (long long)(L->comm.bytes + L->wait.bytes),
                  (long long)L->comm_bytes_all);
     const double el = rs->elapsed + (now() - L->t0), dt = now() - L->t0, loss = S->loss, gn = S->gn;
-    if (t->lm)
+    if (t->pref) {
+        const af_pref_metrics *m = &L->pm;
+        char nll[64] = "";
+        if (t->po.type == AF_PREF_ORPO) snprintf(nll, sizeof nll, ",\"nll_loss\":%.9g", m->nll);
+        snprintf(line, sizeof line,
+                 "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"rewards/chosen\":%.9g,"
+                 "\"rewards/rejected\":%.9g,\"rewards/accuracies\":%.9g,\"rewards/margins\":%.9g,\"logps/chosen\":%.9g,"
+                 "\"logps/rejected\":%.9g%s,\"num_tokens\":%lld,\"grad_norm\":%.9g,\"learning_rate\":%.9g,"
+                 "\"pairs_per_s\":%.4g,\"elapsed\":%.3f%s%s}",
+                 (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, m->reward_chosen,
+                 m->reward_rejected, m->reward_accuracy, m->reward_margin, m->logp_chosen, m->logp_rejected, nll,
+                 (long long)rs->tokens_seen, isfinite(gn) ? gn : -1.0, S->lr,
+                 dt > 0 ? (double)L->session_samples / dt : 0.0, el, dl, S->finite ? "" : ",\"skipped\":true");
+    } else if (t->lm)
         snprintf(line, sizeof line,
                  "{\"type\":\"train\",\"step\":%lld,\"epoch\":%.6g,\"loss\":%.17g,\"mean_token_accuracy\":%.9g,"
                  "\"num_tokens\":%lld,\"grad_norm\":%.9g,\"learning_rate\":%.9g,\"perplexity\":%.9g,"
@@ -513,7 +605,7 @@ static af_status maybe_evaluate(loop *L, int last, int epoch_end, budget_clock *
     const int64_t nval = af_dataset_size(t->val);
     if (o->progress) o->progress(o->progress_user, "eval", 0, nval);
     const double te = now();
-    af_status st = t->lm ? evaluate_lm(L, &improved) : evaluate(L, &improved);
+    af_status st = t->pref ? evaluate_pref(L, &improved) : t->lm ? evaluate_lm(L, &improved) : evaluate(L, &improved);
     if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(L, st, "the evaluation")) == AF_OK) { /* on the CPU now */
         *rewound = 1;
         return AF_OK;

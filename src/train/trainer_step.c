@@ -47,6 +47,7 @@ static af_status micro_cls(loop *L, int64_t j, int64_t n_step, double st[DIST_ST
 }
 
 static af_status micro_lm(loop *L, int64_t j, float gs, double st[DIST_STATS]);
+static af_status micro_pref(loop *L, int64_t j, int64_t n_step, double st[DIST_STATS]);
 
 /* The micro-batches [mb0, mb1) of this step — the one path of one process and of W data-parallel
  * ranks: the K = mb1 − mb0 micro-batches are split over the W ranks in contiguous blocks (rank r:
@@ -69,7 +70,7 @@ static af_status step_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n
         float *row = L->rows + (size_t)(j - mb0) * (size_t)L->row;
         double stt[DIST_STATS];
         af_lora_trainer_zero_grad(L->lt);
-        st = L->t->lm ? micro_lm(L, j, gs, stt) : micro_cls(L, j, n_step, stt);
+        st = L->t->pref ? micro_pref(L, j, n_step, stt) : L->t->lm ? micro_lm(L, j, gs, stt) : micro_cls(L, j, n_step, stt);
         if (st == AF_OK) st = af_lora_trainer_collect_gradients(L->lt, row, NULL, NULL);
         memcpy(row + n, stt, sizeof stt);
     }
@@ -95,6 +96,8 @@ static af_status step_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n
         for (int64_t i = 0; i < n; i++) L->gsum[i] += x[i];
     }
     *finite = 1;
+    memset(L->pref_sum, 0, sizeof L->pref_sum);
+    L->nll_sum = 0;
     for (int64_t k = 0; k < K; k++) {
         double stt[DIST_STATS];
         memcpy(stt, L->rows + (size_t)k * (size_t)L->row + n, sizeof stt);
@@ -105,7 +108,9 @@ static af_status step_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n
             break;
         }
         *lsum += stt[ST_LOSS];
-        *correct += (int64_t)stt[ST_CORRECT];
+        *correct += llround(stt[ST_CORRECT]);
+        for (int q = 0; q < 4; q++) L->pref_sum[q] += stt[ST_RC + q];
+        L->nll_sum += stt[ST_NLL];
     }
     return af_lora_trainer_apply_gradients(L->lt, L->gsum, (int32_t)K, !*finite);
 }
@@ -219,6 +224,71 @@ af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, d
     *acc = N > 0 ? (double)correct / (double)N : 0.0;
     *n_step_out = n_step;
     *n_tok_out = n_tok;
+    *lr = af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total);
+    af_status st = af_lora_trainer_step(L->lt, (float)*lr, gn);
+    if (st != AF_OK && st != AF_ERR_RANGE) return st;
+    *finite = st == AF_OK;
+    if (!*finite) snprintf(L->nf_where, sizeof L->nf_where, "%s", af_lora_trainer_nonfinite_where(L->lt));
+    AF_TRY(af_lora_trainer_get_optim_state(L->lt, NULL, NULL, &L->rs.adam_t, NULL));
+    return AF_OK;
+}
+
+/* ---- preference tuning ---- */
+
+/* Preference micro-batch j of the current epoch: `batch` pairs of the shuffle, accumulated with scale
+ * m / n_step (the step's mean over pairs); st[]: loss · m, rewards/accuracies · m (correct pairs),
+ * tokens, non-finite flag, and the metric sums of pref_sum (· m). */
+static af_status micro_pref(loop *L, int64_t j, int64_t n_step, double st[DIST_STATS]) {
+    const af_trainer *t = L->t;
+    const int64_t i0 = j * t->o.batch, np = t->train->n / 2;
+    const int32_t m = (int32_t)(np - i0 < t->o.batch ? np - i0 : t->o.batch);
+    af_pref_batch b;
+    AF_TRY(af_tr_pref_pack(L, L->bt, L->perm + i0, m, L->ref_tc, L->ref_tr, &b));
+    af_pref_metrics mt;
+    AF_TRY(af_lora_trainer_accumulate_pref_batch(L->lt, &b, &t->po, (float)((double)m / (double)n_step),
+                                                 af_lora_trainer_micro_id(L->lt, j % t->o.grad_accum), &mt));
+    memset(st, 0, sizeof(double) * DIST_STATS);
+    st[ST_NTOK] = (double)b.seq_start[2 * m];
+    if (!isfinite(mt.loss)) {
+        st[ST_LOSS] = mt.loss;
+        st[ST_NONFINITE] = 1;
+        return AF_OK;
+    }
+    st[ST_LOSS] = mt.loss * m;
+    st[ST_CORRECT] = mt.reward_accuracy * m;
+    st[ST_RC] = mt.reward_chosen * m, st[ST_RR] = mt.reward_rejected * m;
+    st[ST_LPC] = mt.logp_chosen * m, st[ST_LPR] = mt.logp_rejected * m;
+    st[ST_NLL] = mt.nll * m;
+    return AF_OK;
+}
+
+af_status af_tr_train_step_pref(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
+                                int64_t *n_step_out, int64_t *n_tok_out) {
+    af_trainer *t = L->t;
+    const af_trainer_opts *o = &t->o;
+    const int32_t np = t->train->n / 2;
+    const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
+    if (af_lora_trainer_step_count(L->lt) != g)
+        return af_fail(AF_ERR_INVALID_ARG, "trainer: internal error: step %lld, optimizer at step %lld", (long long)g,
+                       (long long)af_lora_trainer_step_count(L->lt));
+    if (L->perm_epoch != e) { /* the pairs' order of this epoch */
+        af_shuffle_perm(L->perm, np, o->seed, (uint64_t)e);
+        L->perm_epoch = e;
+    }
+    const int64_t mb0 = k * o->grad_accum, mb1 = mb0 + o->grad_accum < t->n_micro ? mb0 + o->grad_accum : t->n_micro;
+    const int64_t i_end = mb1 * o->batch < np ? mb1 * o->batch : np, n_step = i_end - mb0 * o->batch;
+    double lsum = 0;
+    int64_t correct = 0, n_tok = 0;
+    *finite = 1;
+    AF_TRY(step_micro_batches(L, mb0, mb1, n_step, 0.0f, &lsum, &correct, &n_tok, finite));
+    *loss = *finite ? lsum / (double)n_step : lsum;
+    *acc = (double)correct / (double)n_step;
+    *n_step_out = n_step;
+    *n_tok_out = n_tok;
+    const double inv = 1.0 / (double)n_step;
+    L->pm = (af_pref_metrics){*loss, L->pref_sum[0] * inv, L->pref_sum[1] * inv, *acc,
+                              (L->pref_sum[0] - L->pref_sum[1]) * inv, L->pref_sum[2] * inv, L->pref_sum[3] * inv,
+                              L->nll_sum * inv};
     *lr = af_lr_at(o->schedule, (float)o->lr, (float)o->lr_min, g, t->warmup, t->total);
     af_status st = af_lora_trainer_step(L->lt, (float)*lr, gn);
     if (st != AF_OK && st != AF_ERR_RANGE) return st;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The preference job: SFT then DPO of SmolLM2-135M-Instruct (Q4_1 GGUF) with LoRA on BBC headlines.
+#
+#   scripts/dpo_job.sh [OUT_DIR] [extra 'afinar train --task dpo' flags...]
+#
+# env: N_SFT (64: SFT examples, the first of data/bbc_headlines/train.jsonl), N_DPO (16: preference
+#      pairs from the next training examples), N_TEST (8: held-out pairs / generations from the
+#      test split), THREADS (0 = all cores), MAX_NEW (32), SKIP_SFT=1 (keep OUT_DIR/sft/final from an
+#      earlier run). The defaults are small because the project's machine is 2 shared cores (a DPO
+#      pair is two ~160-token sequences, each a forward and a forward + backward per step); raise
+#      them on a quiet machine.
+#
+# 1. data: scripts/make_pref_headlines.py -> OUT_DIR/pref/{train,test}.jsonl: the article's true
+#    headline "chosen", another article's headline "rejected" (seeded);
+# 2. SFT: afinar train --task causal-lm on the first N_SFT headline examples (1 epoch, batch 8 x 2,
+#    lr 4e-4, LoRA r 16 all-linear, as scripts/sft_job.sh), merged into the base
+#    (afinar merge --type q8_0): the SFT model, which is also DPO's reference;
+# 3. greedy headlines of the SFT model on N_TEST test articles (exact match, ROUGE-L);
+# 4. DPO: afinar train --task dpo on the N_DPO pairs (1 epoch, batch 4 x 2 pairs, lr 1e-4, beta 0.1,
+#    LoRA r 16 all-linear) with the N_TEST held-out pairs as validation: eval_rewards/accuracies;
+# 5. greedy headlines of the SFT model + the DPO adapter on the same articles.
+# Times of every stage are printed; everything is written under OUT_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-runs/dpo_headlines}
+shift || true
+N_SFT=${N_SFT:-64}
+N_DPO=${N_DPO:-16}
+N_TEST=${N_TEST:-8}
+THREADS=${THREADS:-0}
+MAX_NEW=${MAX_NEW:-32}
+MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+AF=build/afinar
+mkdir -p "$OUT"
+t0=$(date +%s)
+python3 scripts/make_pref_headlines.py --out "$OUT/pref" --skip "$N_SFT" --n-train "$N_DPO" --n-test "$N_TEST"
+head -n "$N_SFT" data/bbc_headlines/train.jsonl > "$OUT/sft_train.jsonl"
+head -n "$N_TEST" data/bbc_headlines/test.jsonl > "$OUT/test_subset.jsonl"
+
+echo "== SFT ($N_SFT examples) =="
+[ "${SKIP_SFT:-0}" = 1 ] && [ -d "$OUT/sft/final" ] && echo "SKIP_SFT=1: keeping $OUT/sft/final" ||
+"$AF" train --task causal-lm -m "$MODEL" --train "$OUT/sft_train.jsonl" -o "$OUT/sft" --overwrite --no-plot \
+    --max-seq-len 256 --epochs 1 --batch 8 --grad-accum 2 --lr 4e-4 --schedule cosine --warmup 6% \
+    --targets all-linear --lora-layers all --lora-r 16 --lora-alpha 32 --seed 42 -t "$THREADS"
+"$AF" merge -m "$MODEL" -a "$OUT/sft/final" -o "$OUT/sft_merged.gguf" --type q8_0 --overwrite
+t1=$(date +%s)
+
+gen() { # gen PHASE [ADAPTER]
+  local a=()
+  [ -n "${2:-}" ] && a=(-a "$2")
+  "$AF" eval --task causal-lm -m "$OUT/sft_merged.gguf" "${a[@]}" --data "$OUT/test_subset.jsonl" --max-seq-len 256 \
+      --generate "$N_TEST" --max-new-tokens "$MAX_NEW" --first-line --show 3 -t "$THREADS" --json "$OUT/gen_$1.json" \
+      | tee "$OUT/gen_$1.txt"
+}
+echo "== headlines of the SFT model =="
+gen sft
+t2=$(date +%s)
+
+echo "== DPO ($N_DPO pairs, $N_TEST held-out pairs) =="
+"$AF" train --task dpo -m "$OUT/sft_merged.gguf" --train "$OUT/pref/train.jsonl" --val "$OUT/pref/test.jsonl" \
+    -o "$OUT/dpo" --overwrite --no-plot --max-seq-len 256 --epochs 1 --batch 4 --grad-accum 2 --lr 1e-4 \
+    --beta 0.1 --targets all-linear --lora-layers all --lora-r 16 --lora-alpha 32 --seed 42 -t "$THREADS" "$@"
+t3=$(date +%s)
+
+echo "== headlines of the SFT model + DPO adapter =="
+gen dpo "$OUT/dpo/final"
+t4=$(date +%s)
+
+field() { awk -v k="$2" 'index($0, k) == 1 { sub("^" k "[ ]*", ""); split($0, w, " "); print w[1]; exit }' "$1"; }
+{
+  echo "dpo_job summary ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores)"
+  grep '"type":"eval"' "$OUT/dpo/metrics.jsonl" | tail -1
+  printf '%-22s %12s %12s\n' "" "SFT" "SFT+DPO"
+  printf '%-22s %12s %12s\n' "exact match" "$(field "$OUT/gen_sft.txt" 'exact match')" "$(field "$OUT/gen_dpo.txt" 'exact match')"
+  printf '%-22s %12s %12s\n' "ROUGE-L F" "$(field "$OUT/gen_sft.txt" 'ROUGE-L F')" "$(field "$OUT/gen_dpo.txt" 'ROUGE-L F')"
+  echo "times: data+SFT+merge $(( t1 - t0 )) s, SFT headlines $(( t2 - t1 )) s, DPO $(( t3 - t2 )) s, DPO headlines $(( t4 - t3 )) s, total $(( t4 - t0 )) s"
+} | tee "$OUT/dpo_job.txt"
