@@ -82,16 +82,33 @@ static void llama3_date(const char *tmpl, char out[32]) {
     }
 }
 
-af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                                int gen, af_chat_doc *d) {
+/* With tools (3.1-3.3 templates, tools_in_user_message as by default): "Environment: ipython\n" opens
+ * the system turn; the first message after the system one becomes the user turn "Given the following
+ * functions, ...Do not use variables.\n\n" + per tool json.dumps(tool, indent=4) + "\n\n" +
+ * trim(content); an assistant message with a call (exactly one) is written {"name": "N",
+ * "parameters": {arguments}} (its content is not written); a tool result is an "ipython" turn with
+ * the content as a JSON string (the template's `tojson` of a string). */
+#define LLAMA3_TOOLS_INTRO                                                                                         \
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments "   \
+    "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "      \
+    "dictionary of argument name and its value}.Do not use variables.\n\n"
+
+af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                                int32_t target_from, int gen, af_chat_doc *d) {
     const char *tmpl = tok ? tok->chat_template : NULL;
+    const int tools = af_chat_tools_count(x) > 0;
+    for (int32_t i = 0; x && x->msg && i < n; i++)
+        if (x->msg[i].n_calls > 1)
+            return af_fail(AF_ERR_FORMAT, "messages[%d]: %d tool calls in one message; Llama 3's template takes one "
+                           "(\"This model only supports single tool-calls at once!\")", (int)i, (int)x->msg[i].n_calls);
     add_bos(tok, d);
     int32_t start = 0;
     if (!tmpl || strstr(tmpl, "Cutting Knowledge Date")) {
         char date[32];
         llama3_date(tmpl, date);
-        af_chat_add_str(d, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
-                           "Today Date: ", 0, 0);
+        af_chat_add_str(d, "<|start_header_id|>system<|end_header_id|>\n\n", 0, 0);
+        if (tools) af_chat_add_str(d, "Environment: ipython\n", 0, 0);
+        af_chat_add_str(d, "Cutting Knowledge Date: December 2023\nToday Date: ", 0, 0);
         af_chat_add_str(d, date, 0, 0);
         af_chat_add_str(d, "\n\n", 0, 0);
         if (m[0].role == AF_ROLE_SYSTEM) {
@@ -102,8 +119,25 @@ af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, i
         }
         af_chat_add_str(d, "<|eot_id|>", 0, 0);
     }
+    if (tools) {
+        if (start >= n)
+            return af_fail(AF_ERR_FORMAT, "messages: tools but no message after the system message (Llama 3's "
+                           "template writes the tools into the first user message)");
+        size_t b, e;
+        af_chat_trim(m[start].content, m[start].len, &b, &e);
+        af_chat_add_str(d, "<|start_header_id|>", 0, 0);
+        size_t off = d->len;
+        af_chat_put(d, "user<|end_header_id|>\n\n" LLAMA3_TOOLS_INTRO, strlen("user<|end_header_id|>\n\n" LLAMA3_TOOLS_INTRO));
+        af_chat_put_tools(d, x, "", "\n\n", 4);
+        af_chat_put(d, m[start].content + b, e - b);
+        af_chat_put(d, "<|eot_id|>", 10);
+        af_chat_end_piece(d, off, 0, 0);
+        start++;
+    }
     for (int32_t i = start; i < n; i++) {
-        const char *role = af_chat_role_name(m[i].role);
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        const int call = mx && mx->n_calls == 1;
+        const char *role = m[i].role == AF_ROLE_TOOL ? "ipython" : af_chat_role_name(m[i].role);
         int tgt = m[i].role == AF_ROLE_ASSISTANT && i >= target_from;
         size_t b, e;
         af_chat_trim(m[i].content, m[i].len, &b, &e);
@@ -111,7 +145,17 @@ af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, i
         size_t off = d->len, head = strlen(role) + strlen("<|end_header_id|>\n\n");
         af_chat_put(d, role, strlen(role));
         af_chat_put(d, "<|end_header_id|>\n\n", strlen("<|end_header_id|>\n\n"));
-        af_chat_put(d, m[i].content + b, e - b);
+        if (call) {
+            af_chat_put(d, "{\"name\": \"", strlen("{\"name\": \""));
+            af_chat_put(d, mx->calls[0].name, strlen(mx->calls[0].name));
+            af_chat_put(d, "\", \"parameters\": ", strlen("\", \"parameters\": "));
+            af_chat_put_json(d, mx->calls[0].args, mx->calls[0].args_len, 0);
+            af_chat_put(d, "}", 1);
+        } else if (m[i].role == AF_ROLE_TOOL) {
+            af_chat_put_json_string(d, m[i].content, m[i].len);
+        } else {
+            af_chat_put(d, m[i].content + b, e - b);
+        }
         af_chat_put(d, "<|eot_id|>", 10);
         af_chat_end_piece(d, off, tgt, tgt ? head : 0);
     }
@@ -146,10 +190,13 @@ static void chatml_turn(af_chat_doc *d, const char *role, const char *s, size_t 
     af_chat_add_str(d, "\n", 0, 0);
 }
 
-af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                               int gen, af_chat_doc *d) {
+af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                               int32_t target_from, int gen, af_chat_doc *d) {
     (void)tok;
-    if (m[0].role == AF_ROLE_SYSTEM) {
+    if (af_chat_tools_count(x) > 0) {
+        const int sys = m[0].role == AF_ROLE_SYSTEM;
+        af_chat_hermes_system(d, x, sys ? m[0].content : "", sys ? m[0].len : 0, 0);
+    } else if (m[0].role == AF_ROLE_SYSTEM) {
         af_chat_add_str(d, "<|im_start|>system\n", 0, 0);
         af_chat_doc_add_text(d, m[0].content, m[0].len, 0, 0);
         af_chat_add_str(d, "<|im_end|>\n", 0, 0);
@@ -162,10 +209,15 @@ af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, in
         }
     for (int32_t i = 0; i < n; i++) {
         if (m[i].role == AF_ROLE_SYSTEM && i == 0) continue;
+        if (m[i].role == AF_ROLE_TOOL) {
+            i = af_chat_hermes_results(d, m, n, i) - 1;
+            continue;
+        }
         if (m[i].role != AF_ROLE_ASSISTANT) {
             chatml_turn(d, af_chat_role_name(m[i].role), m[i].content, m[i].len, 0);
             continue;
         }
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
         const char *c = m[i].content;
         size_t ab = 0, ae = m[i].len, rb = 0, re = 0; /* answer c[ab..ae), reasoning c[rb..re) */
         const char *close_last = find_last(c, m[i].len, "</think>");
@@ -182,6 +234,7 @@ af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, in
         af_chat_add_str(d, "<|im_start|>", 0, 0);
         size_t off = d->len;
         af_chat_put(d, "assistant\n", 10);
+        const int has_content = ae > ab; /* the template's `content` before its lstrip('\n') below */
         if (i > last_query && (i == n - 1 || re > rb)) {
             size_t b = rb, e = re;
             lstrip_nl(c, &b, e);
@@ -192,6 +245,10 @@ af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, in
             lstrip_nl(c, &ab, ae);
         }
         af_chat_put(d, c + ab, ae - ab);
+        for (int32_t k = 0; mx && k < mx->n_calls; k++) {
+            if (k > 0 || has_content) af_chat_put(d, "\n", 1);
+            af_chat_hermes_call(d, &mx->calls[k]);
+        }
         af_chat_put(d, "<|im_end|>", 10);
         af_chat_end_piece(d, off, tgt, tgt ? 10 : 0);
         af_chat_add_str(d, "\n", 0, 0);

@@ -1,0 +1,840 @@
+/*
+ * chat_tools.c — tool definitions, tool calls and tool results in the chat layouts (tokenizer.h
+ * af_chat_render_ex): JSON written as the templates' Jinja `tojson` filter writes it (transformers:
+ * Python's json.dumps(x, ensure_ascii=False, indent=None|4); separators ", " and ": "), the
+ * Hermes-style blocks of the Qwen2.5 / Qwen3 / QwQ templates (<tools>, <tool_call>,
+ * <tool_response>), the Mistral v7 (tekken, Mistral Small 3.x) layout with [AVAILABLE_TOOLS],
+ * [TOOL_CALLS], [TOOL_RESULTS], and the reverse direction: a model's generated text parsed back into
+ * tool calls (af_chat_parse_tool_calls). References: the published templates in
+ * tests/fixtures/chat_templates/, rendered by transformers in tests/ref/make_chat_families.py and
+ * compared byte for byte and id for id by tests/test_chat_families.c.
+ */
+#include "tokenizer/tok_internal.h"
+
+#include <cJSON.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- JSON as Python's json.dumps writes it ---- */
+
+#define PJ_MAX_DEPTH 64
+
+typedef struct {
+    const char *s;
+    size_t n, i;
+    af_chat_doc *d; /* NULL: validate only */
+    int indent;     /* 0: one line with ", " / ": " separators; > 0: json.dumps(indent=k) */
+    const char *err;
+} pj;
+
+static void pj_out(pj *p, const char *s, size_t n) {
+    if (p->d) af_chat_put(p->d, s, n);
+}
+
+static void pj_ws(pj *p) {
+    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r')) p->i++;
+}
+
+static void pj_newline(pj *p, int depth) {
+    if (!p->indent) return;
+    pj_out(p, "\n", 1);
+    for (int k = 0; k < depth * p->indent; k++) pj_out(p, " ", 1);
+}
+
+static int hex4(const char *s, unsigned *v) {
+    *v = 0;
+    for (int k = 0; k < 4; k++) {
+        char c = s[k];
+        int h = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (h < 0) return 0;
+        *v = *v * 16 + (unsigned)h;
+    }
+    return 1;
+}
+
+/* A string: escapes decoded, written back as json.dumps(ensure_ascii=False) does (\" \\ \n \r \t \b
+ * \f, other control characters \u00XX, everything else as UTF-8). Lone surrogates are refused
+ * (Python would keep them, and they have no UTF-8 form). */
+static int pj_string(pj *p) {
+    if (p->i >= p->n || p->s[p->i] != '"') return p->err = "expected a string", 0;
+    p->i++;
+    pj_out(p, "\"", 1);
+    while (p->i < p->n && p->s[p->i] != '"') {
+        unsigned char c = (unsigned char)p->s[p->i];
+        unsigned cp;
+        if (c < 0x20) return p->err = "control character inside a string", 0;
+        if (c != '\\') {
+            int k = af_utf8_valid_len((const unsigned char *)p->s + p->i, p->n - p->i);
+            if (k <= 0) return p->err = "invalid UTF-8 inside a string", 0;
+            pj_out(p, p->s + p->i, (size_t)k);
+            p->i += (size_t)k;
+            continue;
+        }
+        if (p->i + 1 >= p->n) return p->err = "unterminated escape", 0;
+        char e = p->s[p->i + 1];
+        p->i += 2;
+        switch (e) {
+        case '"': cp = '"'; break;
+        case '\\': cp = '\\'; break;
+        case '/': cp = '/'; break;
+        case 'b': cp = 8; break;
+        case 'f': cp = 12; break;
+        case 'n': cp = 10; break;
+        case 'r': cp = 13; break;
+        case 't': cp = 9; break;
+        case 'u':
+            if (p->i + 4 > p->n || !hex4(p->s + p->i, &cp)) return p->err = "bad \\u escape", 0;
+            p->i += 4;
+            if (cp >= 0xD800 && cp < 0xDC00) {
+                unsigned lo;
+                if (p->i + 6 > p->n || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u' || !hex4(p->s + p->i + 2, &lo) ||
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return p->err = "lone UTF-16 surrogate in a \\u escape", 0;
+                p->i += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp < 0xE000) {
+                return p->err = "lone UTF-16 surrogate in a \\u escape", 0;
+            }
+            break;
+        default: return p->err = "unknown escape", 0;
+        }
+        char o[8];
+        size_t ol = 0;
+        if (cp == '"' || cp == '\\') { o[0] = '\\'; o[1] = (char)cp; ol = 2; }
+        else if (cp == 10) { memcpy(o, "\\n", 2); ol = 2; }
+        else if (cp == 13) { memcpy(o, "\\r", 2); ol = 2; }
+        else if (cp == 9) { memcpy(o, "\\t", 2); ol = 2; }
+        else if (cp == 8) { memcpy(o, "\\b", 2); ol = 2; }
+        else if (cp == 12) { memcpy(o, "\\f", 2); ol = 2; }
+        else if (cp < 0x20) ol = (size_t)snprintf(o, sizeof o, "\\u%04x", cp);
+        else if (cp < 0x80) { o[0] = (char)cp; ol = 1; }
+        else if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); ol = 2; }
+        else if (cp < 0x10000) {
+            o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
+            ol = 3;
+        } else {
+            o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+            o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
+            ol = 4;
+        }
+        pj_out(p, o, ol);
+    }
+    if (p->i >= p->n) return p->err = "unterminated string", 0;
+    p->i++;
+    pj_out(p, "\"", 1);
+    return 1;
+}
+
+/* Python's repr() of a finite double (the shortest digits that read back to v; fixed notation for
+ * decimal exponents -4 <= e < 16, always with a fractional part, else d.ddde+XX), into o[40]. */
+static void py_float_repr(double v, char *o) {
+    char b[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(b, sizeof b, "%.*e", prec - 1, v);
+        if (strtod(b, NULL) == v) break;
+    }
+    const char *q = b;
+    int neg = *q == '-';
+    if (neg) q++;
+    char dig[24];
+    int nd = 0;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9' && nd < 20) dig[nd++] = *q;
+    int e = *q == 'e' ? atoi(q + 1) : 0;
+    while (nd > 1 && dig[nd - 1] == '0') nd--;
+    size_t w = 0;
+    if (neg) o[w++] = '-';
+    if (e >= -4 && e < 16) {
+        if (e < 0) {
+            o[w++] = '0';
+            o[w++] = '.';
+            for (int k = 0; k < -e - 1; k++) o[w++] = '0';
+            for (int k = 0; k < nd; k++) o[w++] = dig[k];
+        } else {
+            for (int k = 0; k <= e; k++) o[w++] = k < nd ? dig[k] : '0';
+            o[w++] = '.';
+            if (nd > e + 1) for (int k = e + 1; k < nd; k++) o[w++] = dig[k];
+            else o[w++] = '0';
+        }
+        o[w] = 0;
+    } else {
+        o[w++] = dig[0];
+        if (nd > 1) {
+            o[w++] = '.';
+            for (int k = 1; k < nd; k++) o[w++] = dig[k];
+        }
+        snprintf(o + w, 40 - w, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+    }
+}
+
+/* A number: an integer literal as Python's int prints it ("-0" -> "0"), any other as the repr of
+ * the double it reads as. */
+static int pj_number(pj *p) {
+    size_t b = p->i;
+    if (p->i < p->n && p->s[p->i] == '-') p->i++;
+    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return p->err = "bad number", 0;
+    if (p->s[p->i] == '0') p->i++;
+    else while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    int is_float = 0;
+    if (p->i < p->n && p->s[p->i] == '.') {
+        is_float = 1;
+        p->i++;
+        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return p->err = "bad number", 0;
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    }
+    if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
+        is_float = 1;
+        p->i++;
+        if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
+        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return p->err = "bad number", 0;
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    }
+    size_t len = p->i - b;
+    if (!is_float) {
+        if (len == 2 && p->s[b] == '-' && p->s[b + 1] == '0') pj_out(p, "0", 1);
+        else pj_out(p, p->s + b, len);
+        return 1;
+    }
+    if (len > 300) return p->err = "number literal too long", 0;
+    char lit[320], o[40];
+    memcpy(lit, p->s + b, len);
+    lit[len] = 0;
+    double v = strtod(lit, NULL);
+    if (!isfinite(v)) return p->err = "number out of the double range", 0;
+    py_float_repr(v, o);
+    pj_out(p, o, strlen(o));
+    return 1;
+}
+
+static int pj_value(pj *p, int depth) {
+    if (depth > PJ_MAX_DEPTH) return p->err = "nested deeper than 64 levels", 0;
+    pj_ws(p);
+    if (p->i >= p->n) return p->err = "unexpected end", 0;
+    char c = p->s[p->i];
+    if (c == '"') return pj_string(p);
+    if (c == '{' || c == '[') {
+        const char close = c == '{' ? '}' : ']';
+        p->i++;
+        pj_out(p, &c, 1);
+        pj_ws(p);
+        if (p->i < p->n && p->s[p->i] == close) {
+            p->i++;
+            pj_out(p, &close, 1);
+            return 1;
+        }
+        for (int first = 1;; first = 0) {
+            if (!first) pj_out(p, p->indent ? "," : ", ", p->indent ? 1 : 2);
+            pj_newline(p, depth + 1);
+            if (c == '{') {
+                pj_ws(p);
+                if (!pj_string(p)) return 0;
+                pj_ws(p);
+                if (p->i >= p->n || p->s[p->i] != ':') return p->err = "expected ':'", 0;
+                p->i++;
+                pj_out(p, ": ", 2);
+            }
+            if (!pj_value(p, depth + 1)) return 0;
+            pj_ws(p);
+            if (p->i < p->n && p->s[p->i] == ',') {
+                p->i++;
+                continue;
+            }
+            if (p->i < p->n && p->s[p->i] == close) {
+                p->i++;
+                pj_newline(p, depth);
+                pj_out(p, &close, 1);
+                return 1;
+            }
+            return p->err = c == '{' ? "expected ',' or '}'" : "expected ',' or ']'", 0;
+        }
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) return pj_number(p);
+    static const char *const lit[3] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++) {
+        size_t l = strlen(lit[k]);
+        if (p->n - p->i >= l && !memcmp(p->s + p->i, lit[k], l)) {
+            pj_out(p, lit[k], l);
+            p->i += l;
+            return 1;
+        }
+    }
+    return p->err = "unexpected character", 0;
+}
+
+/* Checks that s[0..n) is one JSON value (of type '{' / '[' when want is one of them, 0: any);
+ * NULL when it is, else what is wrong (with *at the byte offset). */
+static const char *pj_check(const char *s, size_t n, char want, size_t *at) {
+    pj p = {s, n, 0, NULL, 0, NULL};
+    pj_ws(&p);
+    if (want && (p.i >= n || s[p.i] != want)) {
+        *at = p.i;
+        return want == '{' ? "expected a JSON object" : "expected a JSON array";
+    }
+    if (pj_value(&p, 0)) {
+        pj_ws(&p);
+        if (p.i == n) return NULL;
+        p.err = "text after the JSON value";
+    }
+    *at = p.i;
+    return p.err;
+}
+
+void af_chat_put_json(af_chat_doc *d, const char *s, size_t n, int indent) {
+    pj p = {s, n, 0, d, indent, NULL};
+    (void)pj_value(&p, 0); /* validated before rendering (af_chat_tools_check) */
+}
+
+void af_chat_put_json_string(af_chat_doc *d, const char *s, size_t n) {
+    af_chat_put(d, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char o[8];
+        size_t ol = 1;
+        o[0] = (char)c;
+        if (c == '"' || c == '\\') { o[0] = '\\'; o[1] = (char)c; ol = 2; }
+        else if (c == '\n') { memcpy(o, "\\n", 2); ol = 2; }
+        else if (c == '\r') { memcpy(o, "\\r", 2); ol = 2; }
+        else if (c == '\t') { memcpy(o, "\\t", 2); ol = 2; }
+        else if (c == 8) { memcpy(o, "\\b", 2); ol = 2; }
+        else if (c == 12) { memcpy(o, "\\f", 2); ol = 2; }
+        else if (c < 0x20) ol = (size_t)snprintf(o, sizeof o, "\\u%04x", c);
+        af_chat_put(d, o, ol);
+    }
+    af_chat_put(d, "\"", 1);
+}
+
+/* Spans [b, e) of the elements of the JSON array s[0..n) (validated), up to max; returns the count. */
+static int32_t pj_items(const char *s, size_t n, size_t *b, size_t *e, int32_t max) {
+    pj p = {s, n, 0, NULL, 0, NULL};
+    pj_ws(&p);
+    if (p.i >= n || s[p.i] != '[') return 0;
+    p.i++;
+    int32_t k = 0;
+    for (;;) {
+        pj_ws(&p);
+        if (p.i >= n || s[p.i] == ']') break;
+        size_t st = p.i;
+        if (!pj_value(&p, 1)) break;
+        if (k < max) {
+            b[k] = st;
+            e[k] = p.i;
+        }
+        k++;
+        pj_ws(&p);
+        if (p.i < n && s[p.i] == ',') p.i++;
+    }
+    return k;
+}
+
+int32_t af_chat_tools_count(const af_chat_extra *x) {
+    if (!x || !x->tools || !x->tools_len) return 0;
+    size_t b, e;
+    return pj_items(x->tools, x->tools_len, &b, &e, 0);
+}
+
+/* Writes each tool of x->tools with `before` / `after` around it, as json.dumps(indent) writes it. */
+void af_chat_put_tools(af_chat_doc *d, const af_chat_extra *x, const char *before, const char *after, int indent) {
+    int32_t n = af_chat_tools_count(x);
+    if (n <= 0) return;
+    size_t *b = malloc(sizeof *b * (size_t)n), *e = malloc(sizeof *e * (size_t)n);
+    if (!b || !e) {
+        d->oom = 1;
+        free(b);
+        free(e);
+        return;
+    }
+    pj_items(x->tools, x->tools_len, b, e, n);
+    for (int32_t k = 0; k < n; k++) {
+        af_chat_put(d, before, strlen(before));
+        af_chat_put_json(d, x->tools + b[k], e[k] - b[k], indent);
+        af_chat_put(d, after, strlen(after));
+    }
+    free(b);
+    free(e);
+}
+
+/* ---- checks ---- */
+
+/* Whether family `fam` (with template tmpl) has tool turns, and whether its tools list may be given. */
+static int family_has_tools(af_chat_family fam, const char *tmpl) {
+    switch (fam) {
+    case AF_CHAT_QWEN3:
+    case AF_CHAT_QWQ:
+    case AF_CHAT_MISTRAL7: return 1;
+    case AF_CHAT_CHATML: return tmpl && strstr(tmpl, "<tool_call>") != NULL; /* Qwen2.5; not SmolLM2, Qwen1.5 */
+    case AF_CHAT_LLAMA3: return tmpl && strstr(tmpl, "Environment: ipython") != NULL; /* 3.1, 3.2, 3.3 */
+    default: return 0;
+    }
+}
+
+af_status af_chat_tools_check(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                              const af_chat_extra *x) {
+    int any = x && x->tools && x->tools_len;
+    for (int32_t i = 0; i < n; i++) {
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        if (m[i].role == AF_ROLE_TOOL || (mx && mx->n_calls > 0)) any = 1;
+        if (mx && mx->n_calls > 0 && m[i].role != AF_ROLE_ASSISTANT)
+            return af_fail(AF_ERR_FORMAT, "messages[%d]: tool_calls in a %s message (only assistant messages make tool "
+                           "calls)", (int)i, af_chat_role_name(m[i].role));
+        if (mx && (mx->n_calls < 0 || (mx->n_calls > 0 && !mx->calls)))
+            return af_fail(AF_ERR_INVALID_ARG, "messages[%d]: tool_calls: bad count %d", (int)i, (int)mx->n_calls);
+        for (int32_t k = 0; mx && k < mx->n_calls; k++) {
+            const af_chat_call *c = &mx->calls[k];
+            if (!c->name || !c->name[0])
+                return af_fail(AF_ERR_FORMAT, "messages[%d].tool_calls[%d].function.name: missing", (int)i, (int)k);
+            size_t at = 0;
+            const char *why = c->args ? pj_check(c->args, c->args_len, '{', &at) : "missing";
+            if (why)
+                return af_fail(AF_ERR_FORMAT, "messages[%d].tool_calls[%d].function.arguments: %s at byte %zu (a JSON "
+                               "object is expected)", (int)i, (int)k, why, at);
+        }
+    }
+    if (!any) return AF_OK;
+    const char *tmpl = tok ? tok->chat_template : NULL;
+    if (!family_has_tools(fam, tmpl))
+        return af_fail(AF_ERR_UNSUPPORTED, "chat template: tools, tool calls or tool results with the %s layout%s, "
+                       "which has no tool turns (layouts with tools: chatml of Qwen2.5, qwen3, qwq, llama3 of Llama "
+                       "3.1-3.3, mistral-v7)", af_chat_family_name(fam),
+                       fam == AF_CHAT_CHATML || fam == AF_CHAT_LLAMA3 ? " of this template" : "");
+    if (x && x->tools && x->tools_len) {
+        size_t at = 0;
+        const char *why = pj_check(x->tools, x->tools_len, '[', &at);
+        if (why) return af_fail(AF_ERR_FORMAT, "tools: %s at byte %zu (a JSON array of tool definitions)", why, at);
+    }
+    return AF_OK;
+}
+
+/* ---- Hermes-style tool turns (Qwen2.5, Qwen3, QwQ) ---- */
+
+#define HERMES_TOOLS_HEAD                                                                                          \
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "       \
+    "function signatures within <tools></tools> XML tags:\n<tools>"
+#define HERMES_TOOLS_TAIL                                                                                          \
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "          \
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "                   \
+    "<args-json-object>}\n</tool_call><|im_end|>\n"
+
+void af_chat_hermes_system(af_chat_doc *d, const af_chat_extra *x, const char *pre, size_t pre_len, int sep) {
+    af_chat_add_str(d, "<|im_start|>", 0, 0);
+    size_t off = d->len;
+    af_chat_put(d, "system\n", 7);
+    if (pre_len) af_chat_put(d, pre, pre_len);
+    if (pre_len || sep) af_chat_put(d, "\n\n", 2);
+    af_chat_put(d, HERMES_TOOLS_HEAD, strlen(HERMES_TOOLS_HEAD));
+    af_chat_put_tools(d, x, "\n", "", 0);
+    af_chat_put(d, HERMES_TOOLS_TAIL, strlen(HERMES_TOOLS_TAIL));
+    af_chat_end_piece(d, off, 0, 0);
+}
+
+void af_chat_hermes_call(af_chat_doc *d, const af_chat_call *c) {
+    af_chat_put(d, "<tool_call>\n{\"name\": \"", strlen("<tool_call>\n{\"name\": \""));
+    af_chat_put(d, c->name, strlen(c->name));
+    af_chat_put(d, "\", \"arguments\": ", strlen("\", \"arguments\": "));
+    af_chat_put_json(d, c->args, c->args_len, 0);
+    af_chat_put(d, "}\n</tool_call>", strlen("}\n</tool_call>"));
+}
+
+int32_t af_chat_hermes_results(af_chat_doc *d, const af_chat_msg *m, int32_t n, int32_t i) {
+    af_chat_add_str(d, "<|im_start|>", 0, 0);
+    size_t off = d->len;
+    af_chat_put(d, "user", 4);
+    for (; i < n && m[i].role == AF_ROLE_TOOL; i++) {
+        af_chat_put(d, "\n<tool_response>\n", strlen("\n<tool_response>\n"));
+        af_chat_put(d, m[i].content, m[i].len);
+        af_chat_put(d, "\n</tool_response>", strlen("\n</tool_response>"));
+    }
+    af_chat_put(d, "<|im_end|>", 10);
+    af_chat_end_piece(d, off, 0, 0);
+    af_chat_add_str(d, "\n", 0, 0);
+    return i;
+}
+
+/* ---- QwQ ----
+ * Qwen's QwQ-32B template: ChatML without a default system prompt (with tools: "<|im_start|>system\n
+ * {system or ''}\n\n# Tools..."); assistant messages other than the last keep only the text after
+ * their last "</think>" (leading '\n' removed); with tool calls "<|im_start|>assistant" + ("\n" +
+ * content when the message has content) + per call "\n<tool_call>...</tool_call>" + "<|im_end|>\n";
+ * tool results grouped in one user turn; generation prompt "<|im_start|>assistant\n<think>\n". */
+static const char *find_last_of(const char *s, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    const char *last = NULL;
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, needle, k)) last = s + i;
+    return last;
+}
+
+af_status af_chat_render_qwq(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                             int32_t target_from, int gen, af_chat_doc *d) {
+    (void)tok;
+    if (af_chat_tools_count(x) > 0) {
+        int sys = m[0].role == AF_ROLE_SYSTEM;
+        af_chat_hermes_system(d, x, sys ? m[0].content : "", sys ? m[0].len : 0, 1);
+    } else if (m[0].role == AF_ROLE_SYSTEM) {
+        af_chat_add_str(d, "<|im_start|>system\n", 0, 0);
+        af_chat_doc_add_text(d, m[0].content, m[0].len, 0, 0);
+        af_chat_add_str(d, "<|im_end|>\n", 0, 0);
+    }
+    for (int32_t i = 0; i < n;) {
+        if (m[i].role == AF_ROLE_TOOL) {
+            i = af_chat_hermes_results(d, m, n, i);
+            continue;
+        }
+        if (m[i].role != AF_ROLE_ASSISTANT) {
+            if (!(m[i].role == AF_ROLE_SYSTEM && i == 0)) {
+                af_chat_add_str(d, "<|im_start|>", 0, 0);
+                size_t off = d->len;
+                af_chat_put(d, af_chat_role_name(m[i].role), strlen(af_chat_role_name(m[i].role)));
+                af_chat_put(d, "\n", 1);
+                af_chat_put(d, m[i].content, m[i].len);
+                af_chat_put(d, "<|im_end|>", 10);
+                af_chat_end_piece(d, off, 0, 0);
+                af_chat_add_str(d, "\n", 0, 0);
+            }
+            i++;
+            continue;
+        }
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        const char *c = m[i].content;
+        size_t b = 0;
+        if (i != n - 1) {
+            const char *cl = find_last_of(c, m[i].len, "</think>");
+            if (cl) b = (size_t)(cl - c) + 8;
+            while (b < m[i].len && c[b] == '\n') b++;
+        }
+        int tgt = i >= target_from;
+        af_chat_add_str(d, "<|im_start|>", 0, 0);
+        size_t off = d->len;
+        if (mx && mx->n_calls > 0) {
+            af_chat_put(d, "assistant", 9);
+            if (m[i].len) {
+                af_chat_put(d, "\n", 1);
+                af_chat_put(d, c + b, m[i].len - b);
+            }
+            for (int32_t k = 0; k < mx->n_calls; k++) {
+                af_chat_put(d, "\n", 1);
+                af_chat_hermes_call(d, &mx->calls[k]);
+            }
+        } else {
+            af_chat_put(d, "assistant\n", 10);
+            af_chat_put(d, c + b, m[i].len - b);
+        }
+        af_chat_put(d, "<|im_end|>", 10);
+        af_chat_end_piece(d, off, tgt, tgt ? 10 : 0);
+        af_chat_add_str(d, "\n", 0, 0);
+        i++;
+    }
+    if (gen) af_chat_add_str(d, "<|im_start|>assistant\n<think>\n", 0, 0);
+    return AF_OK;
+}
+
+/* ---- Mistral v7 (tekken; Mistral Small 3.x) ----
+ * Mistral-Small-3.2-24B-Instruct-2506's template: BOS; "[SYSTEM_PROMPT]{first system message, else
+ * the template's default text with today's date}[/SYSTEM_PROMPT]"; the other messages, where those
+ * that are neither tool results nor tool calls must alternate user, assistant, ...; a later system
+ * message "[SYSTEM_PROMPT]{c}[/SYSTEM_PROMPT]"; a user message "[INST]{c}[/INST]", preceded by
+ * "[AVAILABLE_TOOLS]{tools|tojson}[/AVAILABLE_TOOLS]" when tools are given and it equals the last
+ * user message; an assistant message "{c}" + EOS, or with tool calls per call
+ * "[TOOL_CALLS]{name}[CALL_ID]{id}[ARGS]{arguments|tojson}" + EOS (ids of 9 characters); a tool
+ * result "[TOOL_RESULTS]{tool_call_id}[TOOL_CONTENT]{c}[/TOOL_RESULTS]". No generation prompt (a
+ * conversation ending in "[/INST]" is the prompt). The default system text is read from the
+ * template (`default_system_message = "..." + today + "..."`); today is strftime("%Y-%m-%d") of the
+ * current UTC time, or of SOURCE_DATE_EPOCH (seconds) when set. */
+
+/* The Jinja string literal starting at p (p[0] == '"'): escapes \n \t \" \\ undone, appended to d
+ * without a piece; the end of the literal (after the closing quote), or NULL. */
+static const char *put_literal(af_chat_doc *d, const char *p) {
+    if (*p != '"') return NULL;
+    for (p++; *p && *p != '"'; p++) {
+        char c = *p;
+        if (c == '\\' && p[1]) {
+            p++;
+            c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
+        }
+        af_chat_put(d, &c, 1);
+    }
+    return *p == '"' ? p + 1 : NULL;
+}
+
+static void today_ymd(char out[16]) {
+    time_t t = time(NULL);
+    const char *sde = getenv("SOURCE_DATE_EPOCH");
+    if (sde && *sde) {
+        char *end;
+        long long v = strtoll(sde, &end, 10);
+        if (*end == 0 && v >= 0) t = (time_t)v;
+    }
+    struct tm tmv;
+    if (!gmtime_r(&t, &tmv)) {
+        strcpy(out, "1970-01-01");
+        return;
+    }
+    snprintf(out, 16, "%04d-%02d-%02d", (tmv.tm_year + 1900) % 10000, (tmv.tm_mon + 1) % 100, tmv.tm_mday % 100);
+}
+
+/* The default system prompt of the template, written into d as text (no piece); 0 when the template
+ * has none in the expected form. */
+static int mistral7_default_system(af_chat_doc *d, const char *tmpl) {
+    static const char key[] = "set default_system_message = ";
+    const char *p = tmpl ? strstr(tmpl, key) : NULL;
+    if (!p) return 0;
+    p += sizeof key - 1;
+    for (;;) {
+        p = put_literal(d, p);
+        if (!p) return 0;
+        while (*p == ' ') p++;
+        if (*p != '+') return 1;
+        p++;
+        while (*p == ' ') p++;
+        if (!strncmp(p, "today", 5)) {
+            char day[16];
+            today_ymd(day);
+            af_chat_put(d, day, strlen(day));
+            p += 5;
+            while (*p == ' ') p++;
+            if (*p != '+') return 1;
+            p++;
+            while (*p == ' ') p++;
+        }
+    }
+}
+
+static void eos_piece(const af_tokenizer *tok, af_chat_doc *d, int tgt) {
+    if (tok && tok->eos >= 0) af_chat_doc_add_id(d, tok->eos, tgt);
+    else af_chat_add_str(d, "</s>", tgt, 0);
+}
+
+af_status af_chat_render_mistral7(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                                  int32_t target_from, int gen, af_chat_doc *d) {
+    (void)gen;
+    const int32_t start = m[0].role == AF_ROLE_SYSTEM ? 1 : 0;
+    int32_t idx = 0, last_user = -1;
+    for (int32_t i = start; i < n; i++) {
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        if (m[i].role == AF_ROLE_USER) last_user = i;
+        if (m[i].role == AF_ROLE_TOOL || (mx && mx->n_calls > 0)) {
+            for (int32_t k = 0; mx && k < mx->n_calls; k++)
+                if (!mx->calls[k].id || strlen(mx->calls[k].id) != 9)
+                    return af_fail(AF_ERR_FORMAT, "messages[%d].tool_calls[%d].id: Mistral's template needs an id of 9 "
+                                   "characters", (int)i, (int)k);
+            if (m[i].role == AF_ROLE_TOOL && (!mx || !mx->call_id || strlen(mx->call_id) != 9))
+                return af_fail(AF_ERR_FORMAT, "messages[%d].tool_call_id: Mistral's template needs an id of 9 "
+                               "characters", (int)i);
+            continue;
+        }
+        if ((m[i].role == AF_ROLE_USER) != (idx % 2 == 0))
+            return af_fail(AF_ERR_FORMAT, "messages[%d]: role '%s' where Mistral's chat template needs %s (after an "
+                           "optional first system message, turns must alternate user, assistant, user, ...)", (int)i,
+                           af_chat_role_name(m[i].role), idx % 2 == 0 ? "'user'" : "a message other than 'user'");
+        idx++;
+    }
+    const char *tmpl = tok ? tok->chat_template : NULL;
+    if (tok && tok->bos >= 0) af_chat_doc_add_id(d, tok->bos, 0);
+    size_t off = d->len;
+    af_chat_put(d, "[SYSTEM_PROMPT]", 15);
+    if (start) af_chat_put(d, m[0].content, m[0].len);
+    else if (!mistral7_default_system(d, tmpl))
+        return af_fail(AF_ERR_UNSUPPORTED, "chat template: mistral-v7 without a system message needs the template's "
+                       "default system prompt (default_system_message), which this template does not have");
+    af_chat_put(d, "[/SYSTEM_PROMPT]", 16);
+    af_chat_end_piece(d, off, 0, 0);
+    const int has_tools = af_chat_tools_count(x) > 0;
+    for (int32_t i = start; i < n; i++) {
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        const int tgt = i >= target_from;
+        off = d->len;
+        switch (m[i].role) {
+        case AF_ROLE_SYSTEM:
+            af_chat_put(d, "[SYSTEM_PROMPT]", 15);
+            af_chat_put(d, m[i].content, m[i].len);
+            af_chat_put(d, "[/SYSTEM_PROMPT]", 16);
+            af_chat_end_piece(d, off, 0, 0);
+            break;
+        case AF_ROLE_USER:
+            if (has_tools && m[i].len == m[last_user].len && !memcmp(m[i].content, m[last_user].content, m[i].len)) {
+                af_chat_put(d, "[AVAILABLE_TOOLS]", 17);
+                af_chat_put_json(d, x->tools, x->tools_len, 0);
+                af_chat_put(d, "[/AVAILABLE_TOOLS]", 18);
+            }
+            af_chat_put(d, "[INST]", 6);
+            af_chat_put(d, m[i].content, m[i].len);
+            af_chat_put(d, "[/INST]", 7);
+            af_chat_end_piece(d, off, 0, 0);
+            break;
+        case AF_ROLE_ASSISTANT:
+            if (mx && mx->n_calls > 0) {
+                for (int32_t k = 0; k < mx->n_calls; k++) {
+                    af_chat_put(d, "[TOOL_CALLS]", 12);
+                    af_chat_put(d, mx->calls[k].name, strlen(mx->calls[k].name));
+                    af_chat_put(d, "[CALL_ID]", 9);
+                    af_chat_put(d, mx->calls[k].id, strlen(mx->calls[k].id));
+                    af_chat_put(d, "[ARGS]", 6);
+                    af_chat_put_json(d, mx->calls[k].args, mx->calls[k].args_len, 0);
+                }
+            } else {
+                af_chat_put(d, m[i].content, m[i].len);
+            }
+            af_chat_end_piece(d, off, tgt, 0);
+            eos_piece(tok, d, tgt);
+            break;
+        case AF_ROLE_TOOL:
+            af_chat_put(d, "[TOOL_RESULTS]", 14);
+            af_chat_put(d, mx->call_id, strlen(mx->call_id));
+            af_chat_put(d, "[TOOL_CONTENT]", 14);
+            af_chat_put(d, m[i].content, m[i].len);
+            af_chat_put(d, "[/TOOL_RESULTS]", 15);
+            af_chat_end_piece(d, off, 0, 0);
+            break;
+        }
+    }
+    return AF_OK;
+}
+
+/* ---- parsing generated text back into tool calls ---- */
+
+void af_chat_tool_output_free(af_chat_tool_output *o) {
+    if (!o) return;
+    for (int32_t k = 0; k < o->n_calls; k++) {
+        free(o->calls[k].name);
+        free(o->calls[k].arguments);
+        free(o->calls[k].id);
+    }
+    free(o->calls);
+    free(o->content);
+    memset(o, 0, sizeof *o);
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *o = malloc(n + 1);
+    if (!o) return NULL;
+    if (n) memcpy(o, s, n);
+    o[n] = 0;
+    return o;
+}
+
+/* Appends a call named name (NUL-terminated) with arguments `args` (a cJSON object, printed compact)
+ * and id (may be NULL). */
+static af_status add_call(af_chat_tool_output *o, const char *name, const cJSON *args, const char *id, size_t id_len) {
+    af_chat_parsed_call *nc = af_realloc_array(o->calls, (size_t)o->n_calls + 1, sizeof *nc);
+    if (!nc) return af_fail(AF_ERR_NOMEM, "tool calls: out of memory");
+    o->calls = nc;
+    af_chat_parsed_call *c = &o->calls[o->n_calls];
+    memset(c, 0, sizeof *c);
+    c->name = dup_n(name, strlen(name));
+    c->arguments = cJSON_PrintUnformatted(args);
+    c->id = id ? dup_n(id, id_len) : NULL;
+    o->n_calls++;
+    if (!c->name || !c->arguments || (id && !c->id)) return af_fail(AF_ERR_NOMEM, "tool calls: out of memory");
+    return AF_OK;
+}
+
+/* A JSON object s[0..n) {"name": string, "<args_key>": object} (args_key "arguments", or for Llama
+ * "parameters" too) as a call; 0 when it is not one. */
+static int json_call(af_chat_tool_output *o, const char *s, size_t n, af_status *st) {
+    cJSON *j = cJSON_ParseWithLength(s, n);
+    int ok = 0;
+    if (cJSON_IsObject(j)) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
+        if (!args) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
+        if (cJSON_IsString(name) && name->valuestring[0] && cJSON_IsObject(args)) {
+            *st = add_call(o, name->valuestring, args, NULL, 0);
+            ok = 1;
+        }
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+static af_status parse_hermes(const char *s, size_t n, af_chat_tool_output *o, size_t *content_end) {
+    static const char open[] = "<tool_call>", close[] = "</tool_call>";
+    af_status st = AF_OK;
+    const char *p = s, *end = s + n;
+    *content_end = n;
+    for (;;) {
+        const char *a = NULL;
+        for (const char *q = p; q + sizeof open - 1 <= end; q++)
+            if (!memcmp(q, open, sizeof open - 1)) { a = q; break; }
+        if (!a) break;
+        const char *b = a + sizeof open - 1, *e = NULL;
+        for (const char *q = b; q + sizeof close - 1 <= end; q++)
+            if (!memcmp(q, close, sizeof close - 1)) { e = q; break; }
+        const char *stop = e ? e : end;
+        if (!json_call(o, b, (size_t)(stop - b), &st)) break; /* not a call: the text stays content */
+        if (st != AF_OK) return st;
+        if (o->n_calls == 1) *content_end = (size_t)(a - s);
+        p = e ? e + sizeof close - 1 : end;
+    }
+    return st;
+}
+
+static af_status parse_mistral7(const char *s, size_t n, af_chat_tool_output *o, size_t *content_end) {
+    static const char tc[] = "[TOOL_CALLS]", ci[] = "[CALL_ID]", ar[] = "[ARGS]";
+    const char *end = s + n, *p = NULL;
+    *content_end = n;
+    for (const char *q = s; q + sizeof tc - 1 <= end; q++)
+        if (!memcmp(q, tc, sizeof tc - 1)) { p = q; break; }
+    if (!p) return AF_OK;
+    size_t cend = (size_t)(p - s);
+    while (p && p + sizeof tc - 1 <= end && !memcmp(p, tc, sizeof tc - 1)) {
+        const char *name = p + sizeof tc - 1, *a = NULL, *id = NULL;
+        for (const char *q = name; q + sizeof ar - 1 <= end; q++)
+            if (!memcmp(q, ar, sizeof ar - 1)) { a = q; break; }
+        if (!a) break;
+        const char *name_end = a;
+        for (const char *q = name; q + sizeof ci - 1 <= a; q++)
+            if (!memcmp(q, ci, sizeof ci - 1)) { name_end = q; id = q + sizeof ci - 1; break; }
+        const char *args = a + sizeof ar - 1, *next = NULL;
+        for (const char *q = args; q + sizeof tc - 1 <= end; q++)
+            if (!memcmp(q, tc, sizeof tc - 1)) { next = q; break; }
+        const char *aend = next ? next : end;
+        cJSON *j = cJSON_ParseWithLength(args, (size_t)(aend - args));
+        if (!cJSON_IsObject(j) || name_end == name) {
+            cJSON_Delete(j);
+            break;
+        }
+        char *nm = dup_n(name, (size_t)(name_end - name));
+        af_status st = nm ? add_call(o, nm, j, id, id ? (size_t)(a - id) : 0) : af_fail(AF_ERR_NOMEM, "out of memory");
+        free(nm);
+        cJSON_Delete(j);
+        if (st != AF_OK) return st;
+        p = next;
+    }
+    if (o->n_calls) *content_end = cend;
+    return AF_OK;
+}
+
+af_status af_chat_parse_tool_calls(const af_tokenizer *tok, af_chat_family fam, const char *text, size_t len,
+                                   af_chat_tool_output *out) {
+    if (!out || (!text && len)) return af_fail(AF_ERR_INVALID_ARG, "tool calls: NULL argument");
+    memset(out, 0, sizeof *out);
+    (void)tok;
+    if (fam != AF_CHAT_QWEN3 && fam != AF_CHAT_QWQ && fam != AF_CHAT_MISTRAL7 && fam != AF_CHAT_CHATML &&
+        fam != AF_CHAT_LLAMA3)
+        return af_fail(AF_ERR_UNSUPPORTED, "tool calls: the %s layout has no tool calls (chatml, qwen3, qwq, llama3, "
+                       "mistral-v7 have)", af_chat_family_name(fam));
+    size_t cend = len;
+    af_status st = AF_OK;
+    if (fam == AF_CHAT_MISTRAL7) {
+        st = parse_mistral7(text, len, out, &cend);
+    } else if (fam == AF_CHAT_LLAMA3) {
+        size_t b, e;
+        af_chat_trim(text, len, &b, &e);
+        static const char tag[] = "<|python_tag|>";
+        if (e - b >= sizeof tag - 1 && !memcmp(text + b, tag, sizeof tag - 1)) b += sizeof tag - 1;
+        if (e > b && text[b] == '{' && json_call(out, text + b, e - b, &st) && st == AF_OK) cend = 0;
+    } else {
+        st = parse_hermes(text, len, out, &cend);
+    }
+    if (st == AF_OK) {
+        while (cend > 0 && (text[cend - 1] == '\n' || text[cend - 1] == ' ') && out->n_calls) cend--;
+        out->content = dup_n(text ? text : "", cend);
+        out->content_len = cend;
+        if (!out->content) st = af_fail(AF_ERR_NOMEM, "tool calls: out of memory");
+    }
+    if (st != AF_OK) af_chat_tool_output_free(out);
+    return st;
+}
