@@ -14,6 +14,7 @@
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 
+#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,7 @@ static const char *end_marker(af_chat_family f, const af_tokenizer *tok, char *b
     switch (f) {
     case AF_CHAT_CHATML:
     case AF_CHAT_QWEN3:
+    case AF_CHAT_QWQ:
     case AF_CHAT_SMOLLM3: return "<|im_end|>";
     case AF_CHAT_LLAMA3: return "<|eot_id|>";
     case AF_CHAT_DEEPSEEK_R1: return "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
@@ -137,6 +139,12 @@ static void run_family(const char *fixture) {
     stats s = {0};
     af_chat_msg msgs[64];
     char *content[64];
+    af_chat_msg_x mx[64];
+    af_chat_call calls[64][4];
+    cJSON *extra[64] = {0};
+    char *tools = NULL;
+    size_t tools_len = 0;
+    long n_tool_convs = 0;
     int32_t nm = 0, want_n = 0;
     int rendered = 0, refused = 0;
     af_chat_doc d0 = {0}, d1 = {0};
@@ -173,28 +181,58 @@ static void run_family(const char *fixture) {
                 break;
             }
         } else if (line[0] == 'C') {
-            for (int32_t i = 0; i < nm; i++) free(content[i]);
+            for (int32_t i = 0; i < nm; i++) {
+                free(content[i]);
+                cJSON_Delete(extra[i]);
+                extra[i] = NULL;
+            }
+            free(tools);
+            tools = NULL;
+            tools_len = 0;
             nm = 0;
             want_n = atoi(line + 2);
             rendered = refused = 0;
             s.convs++;
+        } else if (line[0] == 'W') { /* the conversation's tools list (JSON) */
+            tools = unhex(line + 2, ll - 2, &tools_len);
+            n_tool_convs++;
         } else if (line[0] == 'M' && nm < 64) {
             char *sp = strchr(line + 2, ' ');
             size_t rl = (size_t)(sp - (line + 2));
             af_chat_role r = !strncmp(line + 2, "system", rl) ? AF_ROLE_SYSTEM
                              : !strncmp(line + 2, "user", rl) ? AF_ROLE_USER
+                             : !strncmp(line + 2, "tool", rl) ? AF_ROLE_TOOL
                                                               : AF_ROLE_ASSISTANT;
-            size_t cl;
-            content[nm] = unhex(sp + 1, strlen(sp + 1), &cl);
+            size_t cl, xl;
+            char *sp2 = strchr(sp + 1, ' '); /* optional: the message's tool_calls / tool_call_id (JSON) */
+            content[nm] = unhex(sp + 1, sp2 ? (size_t)(sp2 - (sp + 1)) : strlen(sp + 1), &cl);
             msgs[nm] = (af_chat_msg){r, content[nm], cl};
+            memset(&mx[nm], 0, sizeof mx[nm]);
+            if (sp2) {
+                char *xs = unhex(sp2 + 1, strlen(sp2 + 1), &xl);
+                extra[nm] = cJSON_Parse(xs);
+                free(xs);
+                const cJSON *tc = cJSON_GetObjectItemCaseSensitive(extra[nm], "tool_calls"), *c;
+                const cJSON *tid = cJSON_GetObjectItemCaseSensitive(extra[nm], "tool_call_id");
+                mx[nm].calls = calls[nm];
+                cJSON_ArrayForEach(c, tc) {
+                    if (mx[nm].n_calls == 4) break;
+                    const char *a = cJSON_GetObjectItemCaseSensitive(c, "arguments")->valuestring;
+                    calls[nm][mx[nm].n_calls++] = (af_chat_call){
+                        cJSON_GetObjectItemCaseSensitive(c, "id")->valuestring,
+                        cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring, a, strlen(a)};
+                }
+                if (cJSON_IsString(tid)) mx[nm].call_id = tid->valuestring;
+            }
             nm++;
             if (nm == want_n) { /* all messages read: render both ways */
                 af_chat_doc_free(&d0);
                 af_chat_doc_free(&d1);
                 memset(&d0, 0, sizeof d0);
                 memset(&d1, 0, sizeof d1);
-                af_status a = af_chat_render(tok, fam, msgs, nm, 0, 0, &d0);
-                af_status b = af_chat_render(tok, fam, msgs, nm, nm, 1, &d1);
+                const af_chat_extra x = {tools, tools_len, mx};
+                af_status a = af_chat_render_ex(tok, fam, msgs, nm, &x, 0, 0, &d0);
+                af_status b = af_chat_render_ex(tok, fam, msgs, nm, &x, nm, 1, &d1);
                 rendered = a == AF_OK && b == AF_OK;
                 refused = a != AF_OK && b != AF_OK;
             }
@@ -256,7 +294,8 @@ static void run_family(const char *fixture) {
              * their own vocabularies but text in the test ones (Llama 3 / Qwen2, Llama 2) */
             bool cut_safe = (fam != AF_CHAT_DEEPSEEK_R1 ||
                              af_tokenizer_find(tok, "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", 15) >= 0) &&
-                            (fam != AF_CHAT_MISTRAL || af_tokenizer_find(tok, "[/INST]", 7) >= 0) &&
+                            ((fam != AF_CHAT_MISTRAL && fam != AF_CHAT_MISTRAL7) ||
+                             af_tokenizer_find(tok, "[/INST]", 7) >= 0) &&
                             (fam != AF_CHAT_SMOLLM3 || af_tokenizer_find(tok, "<|im_start|>", 12) >= 0);
             st = af_chat_doc_tokenize(tok, d, &ids, &mask, &n);
             if (cut_safe) same = same && st == AF_OK && n == nw && (!n || !memcmp(ids, want, n * sizeof *ids));
@@ -269,13 +308,17 @@ static void run_family(const char *fixture) {
         }
         line = nl ? nl + 1 : NULL;
     }
-    for (int32_t i = 0; i < nm; i++) free(content[i]);
+    for (int32_t i = 0; i < nm; i++) {
+        free(content[i]);
+        cJSON_Delete(extra[i]);
+    }
+    free(tools);
     af_chat_doc_free(&d0);
     af_chat_doc_free(&d1);
     if (!skip) {
         printf("  %-18s %-12s %3ld conversations (%ld refused as the template does), text identical %ld, ids "
-               "identical %ld/%ld, loss masks %ld\n", fixture + strlen("tests/fixtures/chat/"), fam_name, s.convs, s.refused,
-               s.text_ok, s.ids_ok, s.ids_checked, s.mask_ok);
+               "identical %ld/%ld, loss masks %ld, with tools %ld\n", fixture + strlen("tests/fixtures/chat/"), fam_name,
+               s.convs, s.refused, s.text_ok, s.ids_ok, s.ids_checked, s.mask_ok, n_tool_convs);
         CHECK(s.own_refusals <= 2, "%s: afinar refuses %ld conversations the template renders", fixture, s.own_refusals);
         CHECK(s.convs - s.refused >= 50, "%s: %ld conversations rendered (>= 50 wanted)", fixture, s.convs - s.refused);
     }
@@ -291,8 +334,8 @@ static void test_recognition(void) {
     } c[] = {
         {"google-gemma-4-31B-it.jinja", "gemma4", NULL},
         {"meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3", NULL},
-        {"Mistral-Small-3.2-24B-Instruct-2506.jinja", NULL, "mistral"},
-        {"Qwen-QwQ-32B.jinja", NULL, "qwen3"},
+        {"Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral-v7", NULL},
+        {"Qwen-QwQ-32B.jinja", "qwq", NULL},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         size_t l;
@@ -316,7 +359,8 @@ static void test_recognition(void) {
     CHECK(af_chat_family_of_template(NULL, "{{ '<|user|>' }}{{ '<|end|>' }}", &f) == AF_ERR_UNSUPPORTED &&
               strstr(af_last_error(), "phi3"),
           "other Phi template refused naming phi3: %s", af_last_error());
-    const char *names[] = {"chatml", "qwen3", "llama3", "deepseek-r1", "phi3", "mistral", "smollm3", "gemma", "gemma4"};
+    const char *names[] = {"chatml",  "qwen3",      "qwq",     "llama3", "deepseek-r1", "phi3",
+                           "mistral", "mistral-v7", "smollm3", "gemma",  "gemma4"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         CHECK(af_chat_family_of(NULL, names[i], &f) == AF_OK && !strcmp(af_chat_family_name(f), names[i]),
               "override %s", names[i]);
@@ -350,7 +394,7 @@ int main(void) {
     test_llama32_date();
     static const char *const fx[] = {"qwen2.5", "qwen3", "llama3.1", "llama3.2", "deepseek-r1-llama",
                                      "deepseek-r1-qwen", "phi3.5", "mistral-nemo", "gemma2",
-                                     "phi3-mini",  "qwen1.5", "gemma4", "smollm3"};
+                                     "phi3-mini",  "qwen1.5", "gemma4", "smollm3", "qwq", "mistral-small-3.2"};
     for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
         char p[256];
         snprintf(p, sizeof p, "tests/fixtures/chat/%s.txt", fx[i]);
