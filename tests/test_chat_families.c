@@ -388,10 +388,120 @@ static void test_llama32_date(void) {
     free(t);
 }
 
+/* A tokenizer holding only a template (no vocabulary): for rendering text. */
+static char *fake_tok(af_tokenizer *fake, const char *file) {
+    size_t l;
+    char *t = tl_read_file(tl_join("tests/fixtures/chat_templates", file), &l);
+    memset(fake, 0, sizeof *fake);
+    fake->bos = -1;
+    fake->eos = -1;
+    fake->chat_template = t;
+    return t;
+}
+
+/* Tool turns: refusals and errors of af_chat_render_ex, and af_chat_parse_tool_calls (each format,
+ * and the round trip render -> parse on Qwen2.5's layout). */
+static void test_tools_api(void) {
+    af_tokenizer q25, q15, ll, ms;
+    char *t1 = fake_tok(&q25, "Qwen-Qwen2.5-7B-Instruct.jinja"), *t2 = fake_tok(&q15, "llama.cpp-ggml-vocab-qwen2.jinja");
+    char *t3 = fake_tok(&ll, "meta-llama-Llama-3.1-8B-Instruct.jinja");
+    char *t4 = fake_tok(&ms, "Mistral-Small-3.2-24B-Instruct-2506.jinja");
+    if (!CHECK(t1 && t2 && t3 && t4, "templates")) goto done;
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"add\", \"parameters\": {}}}]";
+    af_chat_call c2[2] = {{"abcdefghi", "add", "{\"a\":1.5,\"b\":[1,2]}", 19}, {"bcdefghij", "neg", "{ \"x\" : -0 }", 12}};
+    af_chat_msg m[4] = {{AF_ROLE_USER, "sum", 3}, {AF_ROLE_ASSISTANT, "", 0}, {AF_ROLE_TOOL, "2.5", 3},
+                        {AF_ROLE_ASSISTANT, "2.5", 3}};
+    af_chat_msg_x mx[4] = {{NULL, 0, NULL}, {c2, 2, NULL}, {NULL, 0, "abcdefghi"}, {NULL, 0, NULL}};
+    af_chat_extra x = {tools, strlen(tools), mx};
+    af_chat_doc d = {0};
+    /* layouts without tool turns refuse, naming those that have them */
+    CHECK(af_chat_render_ex(&q15, AF_CHAT_CHATML, m, 4, &x, 0, 0, &d) == AF_ERR_UNSUPPORTED &&
+              strstr(af_last_error(), "qwen3") && strstr(af_last_error(), "mistral-v7"),
+          "Qwen1.5's ChatML refuses tools: %s", af_last_error());
+    CHECK(af_chat_render_ex(NULL, AF_CHAT_PHI3, m, 4, &x, 0, 0, &d) == AF_ERR_UNSUPPORTED, "phi3 refuses tools");
+    const af_chat_extra only_msgs = {NULL, 0, mx};
+    CHECK(af_chat_render_ex(NULL, AF_CHAT_GEMMA, m, 3, &only_msgs, 0, 0, &d) == AF_ERR_UNSUPPORTED,
+          "gemma refuses a tool result: %s", af_last_error());
+    /* bad JSON is an error naming the field and byte */
+    const af_chat_extra bad_tools = {"[{\"a\": }]", 10, mx};
+    CHECK(af_chat_render_ex(&q25, AF_CHAT_CHATML, m, 4, &bad_tools, 0, 0, &d) == AF_ERR_FORMAT &&
+              strstr(af_last_error(), "tools: ") && strstr(af_last_error(), "byte 7"),
+          "bad tools JSON: %s", af_last_error());
+    af_chat_call arr = {"abcdefghi", "add", "[1]", 3};
+    af_chat_msg_x mx_arr[4] = {{NULL, 0, NULL}, {&arr, 1, NULL}, {NULL, 0, NULL}, {NULL, 0, NULL}};
+    const af_chat_extra xa = {NULL, 0, mx_arr};
+    CHECK(af_chat_render_ex(&q25, AF_CHAT_CHATML, m, 2, &xa, 0, 0, &d) == AF_ERR_FORMAT &&
+              strstr(af_last_error(), "messages[1].tool_calls[0].function.arguments"),
+          "arguments not an object: %s", af_last_error());
+    CHECK(af_chat_render_ex(&ll, AF_CHAT_LLAMA3, m, 4, &x, 0, 0, &d) == AF_ERR_FORMAT &&
+              strstr(af_last_error(), "2 tool calls in one message"),
+          "Llama 3: one call per message: %s", af_last_error());
+    af_chat_call shortid = {"abc", "add", "{}", 2};
+    af_chat_msg_x mx_s[4] = {{NULL, 0, NULL}, {&shortid, 1, NULL}, {NULL, 0, "abc"}, {NULL, 0, NULL}};
+    const af_chat_extra xs = {NULL, 0, mx_s};
+    CHECK(af_chat_render_ex(&ms, AF_CHAT_MISTRAL7, m, 4, &xs, 0, 0, &d) == AF_ERR_FORMAT &&
+              strstr(af_last_error(), "9 characters"),
+          "Mistral v7: ids of 9 characters: %s", af_last_error());
+
+    /* round trip on Qwen2.5: the rendered assistant turn parses back into the calls */
+    af_status st = af_chat_render_ex(&q25, AF_CHAT_CHATML, m, 4, &x, 0, 0, &d);
+    const char *a = st == AF_OK ? strstr(d.text, "<|im_start|>assistant\n") : NULL;
+    const char *e = a ? strstr(a, "<|im_end|>") : NULL;
+    if (CHECK(a && e, "render Qwen2.5 with calls: %s", st ? af_last_error() : "no assistant turn")) {
+        a += strlen("<|im_start|>assistant\n");
+        af_chat_tool_output o;
+        st = af_chat_parse_tool_calls(&q25, AF_CHAT_CHATML, a, (size_t)(e - a), &o);
+        CHECK(st == AF_OK && o.n_calls == 2 && !strcmp(o.calls[0].name, "add") &&
+                  !strcmp(o.calls[0].arguments, "{\"a\":1.5,\"b\":[1,2]}") && !strcmp(o.calls[1].name, "neg") &&
+                  !strcmp(o.calls[1].arguments, "{\"x\":0}") && o.content_len == 0,
+              "Qwen2.5 round trip: %d calls, '%s'", (int)o.n_calls, o.n_calls ? o.calls[0].arguments : "");
+        af_chat_tool_output_free(&o);
+        CHECK(strstr(d.text, "{\"name\": \"add\", \"arguments\": {\"a\": 1.5, \"b\": [1, 2]}}") &&
+                  strstr(d.text, "{\"x\": 0}") && strstr(d.text, "<|im_start|>user\n<tool_response>\n2.5\n</tool_response>"),
+              "Qwen2.5 calls written as tojson does: %s", d.text);
+    }
+    af_chat_doc_free(&d);
+
+    af_chat_tool_output o;
+    const char *h = "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"k\": \"v\"}}\n</tool_call>\n"
+                    "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}";
+    CHECK(af_chat_parse_tool_calls(NULL, AF_CHAT_QWEN3, h, strlen(h), &o) == AF_OK && o.n_calls == 2 &&
+              !strcmp(o.content, "Sure.") && !strcmp(o.calls[1].name, "g") && !strcmp(o.calls[1].arguments, "{}"),
+          "Hermes: two calls (the last left open), content before: %d '%s'", (int)o.n_calls, o.content);
+    af_chat_tool_output_free(&o);
+    const char *bad = "x <tool_call>{not json}</tool_call>";
+    CHECK(af_chat_parse_tool_calls(NULL, AF_CHAT_QWQ, bad, strlen(bad), &o) == AF_OK && o.n_calls == 0 &&
+              !strcmp(o.content, bad), "Hermes: a block that is no call stays content");
+    af_chat_tool_output_free(&o);
+    const char *l3 = " <|python_tag|>{\"name\": \"get\", \"parameters\": {\"city\": \"Z\u00fcrich\"}}\n";
+    CHECK(af_chat_parse_tool_calls(NULL, AF_CHAT_LLAMA3, l3, strlen(l3), &o) == AF_OK && o.n_calls == 1 &&
+              !strcmp(o.calls[0].name, "get") && !strcmp(o.calls[0].arguments, "{\"city\":\"Z\u00fcrich\"}") &&
+              o.content_len == 0, "Llama 3: a JSON call: %d", (int)o.n_calls);
+    af_chat_tool_output_free(&o);
+    CHECK(af_chat_parse_tool_calls(NULL, AF_CHAT_LLAMA3, "{\"a\": 1}", 8, &o) == AF_OK && o.n_calls == 0 &&
+              !strcmp(o.content, "{\"a\": 1}"), "Llama 3: JSON without name is content");
+    af_chat_tool_output_free(&o);
+    const char *mv = "ok[TOOL_CALLS]get_weather[CALL_ID]abcdefghi[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]add[ARGS]{}";
+    CHECK(af_chat_parse_tool_calls(NULL, AF_CHAT_MISTRAL7, mv, strlen(mv), &o) == AF_OK && o.n_calls == 2 &&
+              !strcmp(o.content, "ok") && !strcmp(o.calls[0].name, "get_weather") && o.calls[0].id &&
+              !strcmp(o.calls[0].id, "abcdefghi") && !strcmp(o.calls[0].arguments, "{\"city\":\"Paris\"}") &&
+              !strcmp(o.calls[1].name, "add") && !o.calls[1].id,
+          "Mistral v7: two calls: %d", (int)o.n_calls);
+    af_chat_tool_output_free(&o);
+    CHECK(af_chat_parse_tool_calls(NULL, AF_CHAT_GEMMA, "x", 1, &o) == AF_ERR_UNSUPPORTED, "gemma: no tool calls");
+    af_chat_tool_output_free(&o);
+done:
+    free(t1);
+    free(t2);
+    free(t3);
+    free(t4);
+}
+
 int main(void) {
     setenv("SOURCE_DATE_EPOCH", "1721952000", 1); /* 26 Jul 2024, the fixtures' date_string */
     test_recognition();
     test_llama32_date();
+    test_tools_api();
     static const char *const fx[] = {"qwen2.5", "qwen3", "llama3.1", "llama3.2", "deepseek-r1-llama",
                                      "deepseek-r1-qwen", "phi3.5", "mistral-nemo", "gemma2",
                                      "phi3-mini",  "qwen1.5", "gemma4", "smollm3", "qwq", "mistral-small-3.2"};

@@ -1,6 +1,7 @@
 /*
  * tok_internal.h — private to src/tokenizer/: the tokenizer struct and the per-model encoders.
- * Not part of any contract; only tokenizer.c, bpe.c, spm.c, chat.c, chat_layouts.c and chat_tools.c include it.
+ * Not part of any contract; only tokenizer.c, bpe.c, spm.c, chat.c, chat_layouts.c, chat_tools.c and chat_json.c
+ * include it.
  */
 #ifndef AF_TOK_INTERNAL_H
 #define AF_TOK_INTERNAL_H
@@ -180,6 +181,9 @@ af_status af_chat_render_smollm3(const af_tokenizer *tok, const af_chat_msg *m, 
  * template) has tool turns when any are present. Errors: as af_chat_render_ex. */
 af_status af_chat_tools_check(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
                               const af_chat_extra *x);
+/* JSON (chat_json.c). Checks that s[0..n) is one JSON value (a '{' object / '[' array when want is
+ * one of them, 0: any); NULL when it is, else what is wrong (*at: its byte offset). */
+const char *af_chat_json_check(const char *s, size_t n, char want, size_t *at);
 /* Number of tool definitions in x->tools (0: none). */
 int32_t af_chat_tools_count(const af_chat_extra *x);
 /* Append the JSON value s[0..n) (validated) as Python's json.dumps writes it (indent 0: one line). */
