@@ -388,6 +388,46 @@ static void test_llama32_date(void) {
     free(t);
 }
 
+/* chat_json.c against values Python's json.dumps (ensure_ascii=False) writes; the expected strings
+ * are Python 3's output (repr of floats, separators, indent=4). */
+static void test_json_writer(void) {
+    static const struct {
+        const char *in, *want;
+        int indent;
+    } c[] = {
+        {"[1e16, 1e-5, 0.0001, -0.0, 5e-324, 1.7976931348623157e308, 1E22, 123456789.125, 0.30000000000000004, 2.50]",
+         "[1e+16, 1e-05, 0.0001, -0.0, 5e-324, 1.7976931348623157e+308, 1e+22, 123456789.125, 0.30000000000000004, "
+         "2.5]", 0},
+        {"[-0, 12345678901234567890123, 100.0, 1.0e15, 9007199254740993.0]",
+         "[0, 12345678901234567890123, 100.0, 1000000000000000.0, 9007199254740992.0]", 0},
+        {"{\"a\":\"\\u00e9\\ud83d\\ude00\\/\\u0001\\u007f\\\"\",\"b\":{},\"c\":[]}",
+         "{\"a\": \"\xC3\xA9\xF0\x9F\x98\x80/\\u0001\x7f\\\"\", \"b\": {}, \"c\": []}", 0},
+        {"{\"a\": [1, {\"b\": null}], \"e\": {}}", "{\n    \"a\": [\n        1,\n        {\n            \"b\": "
+         "null\n        }\n    ],\n    \"e\": {}\n}", 4},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        size_t at = 0;
+        const char *why = af_chat_json_check(c[i].in, strlen(c[i].in), 0, &at);
+        af_chat_doc d = {0};
+        af_chat_put(&d, "", 0);
+        if (!why) af_chat_put_json(&d, c[i].in, strlen(c[i].in), c[i].indent);
+        CHECK(!why && d.text && !strcmp(d.text, c[i].want), "json %zu: %s -> '%s', want '%s'", i, why ? why : "ok",
+              d.text ? d.text : "", c[i].want);
+        af_chat_doc_free(&d);
+    }
+    static const char *const bad[] = {"[1,]", "{\"a\" 1}", "\"\\ud800\"", "[1e999]", "\"a\x01\"", "01", "[", "tru",
+                                      "\"\xff\""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t at = 0;
+        CHECK(af_chat_json_check(bad[i], strlen(bad[i]), 0, &at) != NULL, "json refused: '%s'", bad[i]);
+    }
+    char deep[200];
+    memset(deep, '[', 100);
+    memset(deep + 100, ']', 100);
+    size_t at = 0;
+    CHECK(af_chat_json_check(deep, 200, 0, &at) != NULL, "json nested 100 deep refused");
+}
+
 /* A tokenizer holding only a template (no vocabulary): for rendering text. */
 static char *fake_tok(af_tokenizer *fake, const char *file) {
     size_t l;
@@ -502,6 +542,7 @@ int main(void) {
     test_recognition();
     test_llama32_date();
     test_tools_api();
+    test_json_writer();
     static const char *const fx[] = {"qwen2.5", "qwen3", "llama3.1", "llama3.2", "deepseek-r1-llama",
                                      "deepseek-r1-qwen", "phi3.5", "mistral-nemo", "gemma2",
                                      "phi3-mini",  "qwen1.5", "gemma4", "smollm3", "qwq", "mistral-small-3.2"};
