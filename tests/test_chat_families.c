@@ -359,6 +359,13 @@ static void test_recognition(void) {
     CHECK(af_chat_family_of_template(NULL, "{{ '<|user|>' }}{{ '<|end|>' }}", &f) == AF_ERR_UNSUPPORTED &&
               strstr(af_last_error(), "phi3"),
           "other Phi template refused naming phi3: %s", af_last_error());
+    CHECK(af_chat_family_of_template(NULL, "{{ bos_token }}{% for m in messages %}{{ '[INST] ' + m['content'] + ' [/INST]' }}"
+                                           "{% endfor %}", &f) == AF_ERR_UNSUPPORTED &&
+              strstr(af_last_error(), "v1") && strstr(af_last_error(), "closest supported layout: mistral"),
+          "Mistral v1 refused naming the closest layout: %s", af_last_error());
+    CHECK(af_chat_family_of_template(NULL, "{{ '<|system|>' + m + '<|tool|>' + t + '<|/tool|><|end|>' }}", &f) ==
+                  AF_ERR_UNSUPPORTED && strstr(af_last_error(), "Phi-4-mini") && strstr(af_last_error(), "phi3"),
+          "Phi-4-mini refused naming phi3: %s", af_last_error());
     const char *names[] = {"chatml",  "qwen3",      "qwq",     "llama3", "deepseek-r1", "phi3",
                            "mistral", "mistral-v7", "smollm3", "gemma",  "gemma4"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
