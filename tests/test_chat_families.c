@@ -469,6 +469,11 @@ static void test_tools_api(void) {
     const af_chat_extra only_msgs = {NULL, 0, mx};
     CHECK(af_chat_render_ex(NULL, AF_CHAT_GEMMA, m, 3, &only_msgs, 0, 0, &d) == AF_ERR_UNSUPPORTED,
           "gemma refuses a tool result: %s", af_last_error());
+    const af_chat_extra empty = {"[ ]", 3, NULL};
+    CHECK(af_chat_render_ex(NULL, AF_CHAT_GEMMA, m, 1, &empty, 0, 1, &d) == AF_OK && d.text &&
+              !strcmp(d.text, "<start_of_turn>user\nsum<end_of_turn>\n<start_of_turn>model\n"),
+          "an empty tools list counts as none: %s", d.text ? d.text : af_last_error());
+    af_chat_doc_free(&d);
     /* bad JSON is an error naming the field and byte */
     const af_chat_extra bad_tools = {"[{\"a\": }]", 10, mx};
     CHECK(af_chat_render_ex(&q25, AF_CHAT_CHATML, m, 4, &bad_tools, 0, 0, &d) == AF_ERR_FORMAT &&

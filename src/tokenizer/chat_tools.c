@@ -33,7 +33,12 @@ static int family_has_tools(af_chat_family fam, const char *tmpl) {
 
 af_status af_chat_tools_check(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
                               const af_chat_extra *x) {
-    int any = x && x->tools && x->tools_len;
+    if (x && x->tools && x->tools_len) {
+        size_t at = 0;
+        const char *why = af_chat_json_check(x->tools, x->tools_len, '[', &at);
+        if (why) return af_fail(AF_ERR_FORMAT, "tools: %s at byte %zu (a JSON array of tool definitions)", why, at);
+    }
+    int any = af_chat_tools_count(x) > 0; /* an empty list counts as none */
     for (int32_t i = 0; i < n; i++) {
         const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
         if (m[i].role == AF_ROLE_TOOL || (mx && mx->n_calls > 0)) any = 1;
@@ -60,11 +65,6 @@ af_status af_chat_tools_check(const af_tokenizer *tok, af_chat_family fam, const
                        "which has no tool turns (layouts with tools: chatml of Qwen2.5, qwen3, qwq, llama3 of Llama "
                        "3.1-3.3, mistral-v7)", af_chat_family_name(fam),
                        fam == AF_CHAT_CHATML || fam == AF_CHAT_LLAMA3 ? " of this template" : "");
-    if (x && x->tools && x->tools_len) {
-        size_t at = 0;
-        const char *why = af_chat_json_check(x->tools, x->tools_len, '[', &at);
-        if (why) return af_fail(AF_ERR_FORMAT, "tools: %s at byte %zu (a JSON array of tool definitions)", why, at);
-    }
     return AF_OK;
 }
 
