@@ -145,6 +145,9 @@ static void run_family(const char *fixture) {
     char *tools = NULL;
     size_t tools_len = 0;
     long n_tool_convs = 0;
+    char *last_t = NULL; /* the last T text and I ids ("H =" / "G =" refer to them) */
+    size_t last_tl = 0, last_in = 0;
+    int32_t *last_i = NULL;
     int32_t nm = 0, want_n = 0;
     int rendered = 0, refused = 0;
     af_chat_doc d0 = {0}, d1 = {0};
@@ -250,7 +253,19 @@ static void run_family(const char *fixture) {
                 continue;
             }
             size_t wl, gl;
-            char *want = unhex(line + 2, ll - 2, &wl);
+            if (line[0] == 'T') {
+                free(last_t);
+                last_t = unhex(line + 2, ll - 2, &last_tl);
+            }
+            /* "H =": the text with the generation prompt equals T (no separate prompt) */
+            char *want;
+            if (line[0] == 'H' && !strcmp(line + 2, "=") && last_t) {
+                want = malloc(last_tl + 1);
+                memcpy(want, last_t, last_tl + 1);
+                wl = last_tl;
+            } else {
+                want = unhex(line + 2, ll - 2, &wl);
+            }
             char *got = doc_text(tok, line[0] == 'T' ? &d0 : &d1, &gl);
             bool same = wl == gl && !memcmp(want, got, wl);
             if (!same) {
@@ -276,7 +291,20 @@ static void run_family(const char *fixture) {
             }
         } else if ((line[0] == 'I' || line[0] == 'G') && rendered) {
             size_t nw;
-            int32_t *want = parse_ids(line + 1, &nw);
+            int32_t *want;
+            if (line[0] == 'G' && !strcmp(line + 1, " =") && last_i) { /* "G =": the ids of I */
+                nw = last_in;
+                want = malloc((nw ? nw : 1) * sizeof *want);
+                if (nw) memcpy(want, last_i, nw * sizeof *want);
+            } else {
+                want = parse_ids(line + 1, &nw);
+            }
+            if (line[0] == 'I') {
+                free(last_i);
+                last_in = nw;
+                last_i = malloc((nw ? nw : 1) * sizeof *last_i);
+                if (nw) memcpy(last_i, want, nw * sizeof *want);
+            }
             const af_chat_doc *d = line[0] == 'I' ? &d0 : &d1;
             int32_t *ids = NULL;
             uint8_t *mask = NULL;
@@ -313,6 +341,8 @@ static void run_family(const char *fixture) {
         cJSON_Delete(extra[i]);
     }
     free(tools);
+    free(last_t);
+    free(last_i);
     af_chat_doc_free(&d0);
     af_chat_doc_free(&d1);
     if (!skip) {

@@ -27,7 +27,8 @@ Fixture format (tests/fixtures/chat/<name>.txt):
     "tool_call_id"}>] lines (role system, user, assistant or tool; the arguments as JSON text in
     assorted spellings: compact, indented, ASCII-escaped), then either X (the template refuses)
     or T <hex text>, H <hex text with the generation prompt>, and with a reference tokenizer
-    I <ids of T>, G <ids of H> (apply_chat_template(tokenize=True): no BOS/EOS added).
+    I <ids of T>, G <ids of H> (apply_chat_template(tokenize=True): no BOS/EOS added); "H =" / "G ="
+    when equal to T / I (templates without a generation prompt).
 Tool conversations (tool_convs: 5 hand-written, 1 without a tools list, 34 random with random JSON
 arguments: floats in both notations, escapes, control characters, emoji, nesting) are added for
 the families whose templates have tool turns (TOOL_FAMILIES). Dates: strftime_now answers 26 Jul
@@ -400,10 +401,12 @@ def main():
                 n_x += 1
                 continue
             lines.append("T " + hexs(t))
-            lines.append("H " + hexs(h))
+            lines.append("H =" if h == t else "H " + hexs(h))
             if ref:
-                lines.append("I " + " ".join(map(str, encode_ids(refs[ref], t))))
-                lines.append("G " + " ".join(map(str, encode_ids(refs[ref], h))))
+                i_ids = encode_ids(refs[ref], t)
+                g_ids = encode_ids(refs[ref], h)
+                lines.append("I " + " ".join(map(str, i_ids)))
+                lines.append("G =" if g_ids == i_ids else "G " + " ".join(map(str, g_ids)))
             n_ok += 1
         with open(os.path.join(OUT, name + ".txt"), "w") as fp:
             fp.write("\n".join(lines) + "\n")
