@@ -13,7 +13,7 @@
 static const char *const kFamilyName[AF_CHAT_NFAMILIES] = {"none",    "chatml", "gemma",      "gemma4",
                                                              "qwen3",   "llama3", "deepseek-r1", "phi3",
                                                              "mistral", "smollm3", "qwq",       "mistral-v7"};
-#define FAMILY_NAMES "chatml, qwen3, qwq, llama3, deepseek-r1, phi3, mistral, mistral-v7, smollm3, gemma, gemma4"
+#define FAMILY_NAMES "chatml, qwen3, llama3, deepseek-r1, phi3, mistral, smollm3, gemma, gemma4, qwq, mistral-v7"
 
 const char *af_chat_family_name(af_chat_family f) {
     return f > AF_CHAT_NONE && f < AF_CHAT_NFAMILIES ? kFamilyName[f] : "none";
