@@ -570,6 +570,13 @@ static void test_tools_api(void) {
               !strcmp(o.calls[1].name, "add") && !o.calls[1].id,
           "Mistral v7: two calls: %d", (int)o.n_calls);
     af_chat_tool_output_free(&o);
+    const char *m3 = "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": [1]}, \"id\": \"abcdefghi\"}, "
+                     "{\"name\": \"g\", \"arguments\": {}}]";
+    CHECK(af_chat_parse_tool_calls(NULL, AF_CHAT_MISTRAL, m3, strlen(m3), &o) == AF_OK && o.n_calls == 2 &&
+              o.content_len == 0 && !strcmp(o.calls[0].arguments, "{\"a\":[1]}") && o.calls[0].id &&
+              !strcmp(o.calls[0].id, "abcdefghi") && !strcmp(o.calls[1].name, "g") && !o.calls[1].id,
+          "Mistral Nemo: a JSON list of calls: %d", (int)o.n_calls);
+    af_chat_tool_output_free(&o);
     CHECK(af_chat_parse_tool_calls(NULL, AF_CHAT_GEMMA, "x", 1, &o) == AF_ERR_UNSUPPORTED, "gemma: no tool calls");
     af_chat_tool_output_free(&o);
 done:

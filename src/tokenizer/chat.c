@@ -387,7 +387,7 @@ af_status af_chat_render_ex(const af_tokenizer *tok, af_chat_family fam, const a
     case AF_CHAT_LLAMA3: st = af_chat_render_llama3(tok, m, n, x, target_from, g, d); break;
     case AF_CHAT_DEEPSEEK_R1: st = af_chat_render_deepseek_r1(tok, m, n, target_from, g, d); break;
     case AF_CHAT_PHI3: st = af_chat_render_phi3(tok, m, n, target_from, g, d); break;
-    case AF_CHAT_MISTRAL: st = af_chat_render_mistral(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_MISTRAL: st = af_chat_render_mistral(tok, m, n, x, target_from, g, d); break;
     case AF_CHAT_SMOLLM3: st = af_chat_render_smollm3(tok, m, n, target_from, g, d); break;
     default: st = af_fail(AF_ERR_INVALID_ARG, "chat render: unknown family %d", (int)fam); break;
     }

@@ -24,6 +24,7 @@ typedef struct {
     af_chat_doc *d; /* NULL: validate only */
     int indent;     /* 0: one line with ", " / ": " separators; > 0: json.dumps(indent=k) */
     const char *err;
+    int raw;        /* strings: the decoded text without quotes or escapes (Jinja's string output) */
 } pj;
 
 static void pj_out(pj *p, const char *s, size_t n) {
@@ -57,7 +58,7 @@ static int hex4(const char *s, unsigned *v) {
 static int pj_string(pj *p) {
     if (p->i >= p->n || p->s[p->i] != '"') return p->err = "expected a string", 0;
     p->i++;
-    pj_out(p, "\"", 1);
+    if (!p->raw) pj_out(p, "\"", 1);
     while (p->i < p->n && p->s[p->i] != '"') {
         unsigned char c = (unsigned char)p->s[p->i];
         unsigned cp;
@@ -99,7 +100,8 @@ static int pj_string(pj *p) {
         }
         char o[8];
         size_t ol = 0;
-        if (cp == '"' || cp == '\\') { o[0] = '\\'; o[1] = (char)cp; ol = 2; }
+        if (p->raw && cp < 0x80) { o[0] = (char)cp; ol = 1; }
+        else if (cp == '"' || cp == '\\') { o[0] = '\\'; o[1] = (char)cp; ol = 2; }
         else if (cp == 10) { memcpy(o, "\\n", 2); ol = 2; }
         else if (cp == 13) { memcpy(o, "\\r", 2); ol = 2; }
         else if (cp == 9) { memcpy(o, "\\t", 2); ol = 2; }
@@ -120,7 +122,7 @@ static int pj_string(pj *p) {
     }
     if (p->i >= p->n) return p->err = "unterminated string", 0;
     p->i++;
-    pj_out(p, "\"", 1);
+    if (!p->raw) pj_out(p, "\"", 1);
     return 1;
 }
 
@@ -261,7 +263,7 @@ static int pj_value(pj *p, int depth) {
 }
 
 const char *af_chat_json_check(const char *s, size_t n, char want, size_t *at) {
-    pj p = {s, n, 0, NULL, 0, NULL};
+    pj p = {s, n, 0, NULL, 0, NULL, 0};
     pj_ws(&p);
     if (want && (p.i >= n || s[p.i] != want)) {
         *at = p.i;
@@ -277,7 +279,7 @@ const char *af_chat_json_check(const char *s, size_t n, char want, size_t *at) {
 }
 
 void af_chat_put_json(af_chat_doc *d, const char *s, size_t n, int indent) {
-    pj p = {s, n, 0, d, indent, NULL};
+    pj p = {s, n, 0, d, indent, NULL, 0};
     (void)pj_value(&p, 0); /* validated before rendering (af_chat_tools_check) */
 }
 
@@ -300,9 +302,49 @@ void af_chat_put_json_string(af_chat_doc *d, const char *s, size_t n) {
     af_chat_put(d, "\"", 1);
 }
 
+void af_chat_put_json_raw(af_chat_doc *d, const char *s, size_t n) {
+    pj p = {s, n, 0, d, 0, NULL, 1};
+    (void)pj_string(&p);
+}
+
+int32_t af_chat_json_members(const char *s, size_t n, af_chat_json_member *m, int32_t max) {
+    pj p = {s, n, 0, NULL, 0, NULL, 0};
+    pj_ws(&p);
+    if (p.i >= n || s[p.i] != '{') return 0;
+    p.i++;
+    int32_t k = 0;
+    for (;;) {
+        pj_ws(&p);
+        if (p.i >= n || s[p.i] != '"') break;
+        size_t kb = p.i;
+        if (!pj_string(&p)) break;
+        size_t ke = p.i;
+        pj_ws(&p);
+        if (p.i >= n || s[p.i] != ':') break;
+        p.i++;
+        pj_ws(&p);
+        size_t vb = p.i;
+        if (!pj_value(&p, 1)) break;
+        if (k < max) m[k] = (af_chat_json_member){kb, ke, vb, p.i};
+        k++;
+        pj_ws(&p);
+        if (p.i < n && s[p.i] == ',') p.i++;
+    }
+    return k;
+}
+
+int af_chat_json_key_is(const char *s, const af_chat_json_member *m, const char *key) {
+    af_chat_doc d = {0};
+    af_chat_put(&d, "", 0);
+    af_chat_put_json_raw(&d, s + m->kb, m->ke - m->kb);
+    int eq = !d.oom && !strcmp(d.text, key) && d.len == strlen(key);
+    af_chat_doc_free(&d);
+    return eq;
+}
+
 /* Spans [b, e) of the elements of the JSON array s[0..n) (validated), up to max; returns the count. */
 static int32_t pj_items(const char *s, size_t n, size_t *b, size_t *e, int32_t max) {
-    pj p = {s, n, 0, NULL, 0, NULL};
+    pj p = {s, n, 0, NULL, 0, NULL, 0};
     pj_ws(&p);
     if (p.i >= n || s[p.i] != '[') return 0;
     p.i++;
@@ -321,6 +363,10 @@ static int32_t pj_items(const char *s, size_t n, size_t *b, size_t *e, int32_t m
         if (p.i < n && s[p.i] == ',') p.i++;
     }
     return k;
+}
+
+void af_chat_tools_spans(const af_chat_extra *x, size_t *b, size_t *e, int32_t max) {
+    if (x && x->tools && x->tools_len) (void)pj_items(x->tools, x->tools_len, b, e, max);
 }
 
 int32_t af_chat_tools_count(const af_chat_extra *x) {

@@ -356,26 +356,72 @@ af_status af_chat_render_phi3(const af_tokenizer *tok, const af_chat_msg *m, int
 }
 
 /* ---- Mistral [INST] (v3 / Nemo) ----
- * BOS; an optional first system message; the other messages must alternate user, assistant, ...
- * (the template raises otherwise); per user message "[INST]{content}[/INST]", where the LAST
- * message, when it is a user message and there is a system message, is "[INST]{system}\n\n{content}
- * [/INST]" (a system message is written only then); per assistant message "{content}" + EOS. The
- * template has no separate generation prompt: the conversation ending in "[/INST]" is the prompt. */
-af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                                 int gen, af_chat_doc *d) {
+ * BOS; an optional first system message; the other messages, except tool results and messages with
+ * tool calls, must alternate user, assistant, ... (the template raises otherwise); per user message
+ * "[INST]{content}[/INST]", where the LAST message, when it is a user message and there is a system
+ * message, is "[INST]{system}\n\n{content}[/INST]" (a system message is written only then); per
+ * assistant message "{content}" + EOS. The template has no separate generation prompt: the
+ * conversation ending in "[/INST]" is the prompt. Tool turns (Nemo's template): the tools list
+ * before the last user message (chat_tools.c af_chat_mistral3_tools); an assistant message with
+ * calls "[TOOL_CALLS][" + per call {"name": N, "arguments": {...}, "id": "ID"} joined by ", " + "]" +
+ * EOS; a tool result "[TOOL_RESULTS]{"content": {content}, "call_id": "ID"}[/TOOL_RESULTS]"; ids of
+ * 9 characters (the template raises otherwise). */
+af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                                 int32_t target_from, int gen, af_chat_doc *d) {
     (void)gen;
-    int32_t start = m[0].role == AF_ROLE_SYSTEM ? 1 : 0;
+    int32_t start = m[0].role == AF_ROLE_SYSTEM ? 1 : 0, idx = 0, last_user = -1;
     for (int32_t i = start; i < n; i++) {
-        af_chat_role want = (i - start) % 2 == 0 ? AF_ROLE_USER : AF_ROLE_ASSISTANT;
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        if (m[i].role == AF_ROLE_TOOL || (mx && mx->n_calls > 0)) {
+            for (int32_t k = 0; mx && k < mx->n_calls; k++)
+                if (!mx->calls[k].id || strlen(mx->calls[k].id) != 9)
+                    return af_fail(AF_ERR_FORMAT, "messages[%d].tool_calls[%d].id: Mistral's template needs an id of 9 "
+                                   "characters", (int)i, (int)k);
+            if (m[i].role == AF_ROLE_TOOL && (!mx || !mx->call_id || strlen(mx->call_id) != 9))
+                return af_fail(AF_ERR_FORMAT, "messages[%d].tool_call_id: Mistral's template needs an id of 9 "
+                               "characters", (int)i);
+            continue;
+        }
+        af_chat_role want = idx % 2 == 0 ? AF_ROLE_USER : AF_ROLE_ASSISTANT;
         if (m[i].role != want)
             return af_fail(AF_ERR_FORMAT, "messages[%d]: role '%s' where Mistral's chat template needs '%s' (after an "
                            "optional first system message, turns must alternate user, assistant, user, ...)",
                            (int)i, af_chat_role_name(m[i].role), af_chat_role_name(want));
+        if (want == AF_ROLE_USER) last_user = i;
+        idx++;
     }
+    const int tools = af_chat_tools_count(x) > 0;
     add_bos(tok, d);
     for (int32_t i = start; i < n; i++) {
-        if (m[i].role == AF_ROLE_USER) {
-            size_t off = d->len;
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        const int tgt = i >= target_from;
+        size_t off = d->len;
+        if (mx && mx->n_calls > 0) {
+            af_chat_put(d, "[TOOL_CALLS][", 13);
+            for (int32_t k = 0; k < mx->n_calls; k++) {
+                if (k) af_chat_put(d, ", ", 2);
+                af_chat_put(d, "{\"name\": ", 9);
+                af_chat_put_json_string(d, mx->calls[k].name, strlen(mx->calls[k].name));
+                af_chat_put(d, ", \"arguments\": ", 15);
+                af_chat_put_json(d, mx->calls[k].args, mx->calls[k].args_len, 0);
+                af_chat_put(d, ", \"id\": \"", 9);
+                af_chat_put(d, mx->calls[k].id, strlen(mx->calls[k].id));
+                af_chat_put(d, "\"}", 2);
+            }
+            af_chat_put(d, "]", 1);
+            af_chat_end_piece(d, off, tgt, 0);
+            if (tok && tok->eos >= 0) af_chat_doc_add_id(d, tok->eos, tgt);
+            else af_chat_add_str(d, "</s>", tgt, 0);
+        } else if (m[i].role == AF_ROLE_TOOL) {
+            af_chat_put(d, "[TOOL_RESULTS]{\"content\": ", 26);
+            af_chat_put(d, m[i].content, m[i].len);
+            af_chat_put(d, ", \"call_id\": \"", 14);
+            af_chat_put(d, mx->call_id, strlen(mx->call_id));
+            af_chat_put(d, "\"}[/TOOL_RESULTS]", 17);
+            af_chat_end_piece(d, off, 0, 0);
+        } else if (m[i].role == AF_ROLE_USER) {
+            if (tools && m[i].len == m[last_user].len && !memcmp(m[i].content, m[last_user].content, m[i].len))
+                AF_TRY(af_chat_mistral3_tools(d, x));
             af_chat_put(d, "[INST]", 6);
             if (start && i == n - 1) {
                 af_chat_put(d, m[0].content, m[0].len);
@@ -385,7 +431,6 @@ af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, 
             af_chat_put(d, "[/INST]", 7);
             af_chat_end_piece(d, off, 0, 0);
         } else {
-            int tgt = i >= target_from;
             af_chat_doc_add_text(d, m[i].content, m[i].len, tgt, 0);
             if (tok && tok->eos >= 0) af_chat_doc_add_id(d, tok->eos, tgt);
             else af_chat_add_str(d, "</s>", tgt, 0);

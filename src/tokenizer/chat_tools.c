@@ -27,6 +27,7 @@ static int family_has_tools(af_chat_family fam, const char *tmpl) {
     case AF_CHAT_MISTRAL7: return 1;
     case AF_CHAT_CHATML: return tmpl && strstr(tmpl, "<tool_call>") != NULL; /* Qwen2.5; not SmolLM2, Qwen1.5 */
     case AF_CHAT_LLAMA3: return tmpl && strstr(tmpl, "Environment: ipython") != NULL; /* 3.1, 3.2, 3.3 */
+    case AF_CHAT_MISTRAL: return tmpl && strstr(tmpl, "[TOOL_CALLS][") != NULL;        /* Nemo's v3 */
     default: return 0;
     }
 }
@@ -63,8 +64,9 @@ af_status af_chat_tools_check(const af_tokenizer *tok, af_chat_family fam, const
     if (!family_has_tools(fam, tmpl))
         return af_fail(AF_ERR_UNSUPPORTED, "chat template: tools, tool calls or tool results with the %s layout%s, "
                        "which has no tool turns (layouts with tools: chatml of Qwen2.5, qwen3, qwq, llama3 of Llama "
-                       "3.1-3.3, mistral-v7)", af_chat_family_name(fam),
-                       fam == AF_CHAT_CHATML || fam == AF_CHAT_LLAMA3 ? " of this template" : "");
+                       "3.1-3.3, mistral of Mistral Nemo, mistral-v7)", af_chat_family_name(fam),
+                       fam == AF_CHAT_CHATML || fam == AF_CHAT_LLAMA3 || fam == AF_CHAT_MISTRAL ? " of this template"
+                                                                                                : "");
     return AF_OK;
 }
 
@@ -111,6 +113,74 @@ int32_t af_chat_hermes_results(af_chat_doc *d, const af_chat_msg *m, int32_t n, 
     af_chat_end_piece(d, off, 0, 0);
     af_chat_add_str(d, "\n", 0, 0);
     return i;
+}
+
+/* ---- Mistral Nemo's tools list ---- */
+af_status af_chat_mistral3_tools(af_chat_doc *d, const af_chat_extra *x) {
+    int32_t nt = af_chat_tools_count(x);
+    size_t *b = malloc(sizeof *b * (size_t)(nt > 0 ? nt : 1)), *e = malloc(sizeof *e * (size_t)(nt > 0 ? nt : 1));
+    af_chat_json_member *mem = NULL;
+    af_status st = AF_OK;
+    if (!b || !e) {
+        st = af_fail(AF_ERR_NOMEM, "chat render: out of memory");
+        goto done;
+    }
+    af_chat_tools_spans(x, b, e, nt);
+    af_chat_put(d, "[AVAILABLE_TOOLS][", 18);
+    for (int32_t k = 0; k < nt; k++) {
+        const char *t = x->tools + b[k];
+        const size_t tl = e[k] - b[k];
+        int32_t nm = af_chat_json_members(t, tl, NULL, 0), fi = -1;
+        free(mem);
+        mem = malloc(sizeof *mem * (size_t)(nm > 0 ? nm : 1));
+        if (!mem) {
+            st = af_fail(AF_ERR_NOMEM, "chat render: out of memory");
+            goto done;
+        }
+        af_chat_json_members(t, tl, mem, nm);
+        for (int32_t j = 0; j < nm && fi < 0; j++)
+            if (af_chat_json_key_is(t, &mem[j], "function") && t[mem[j].vb] == '{') fi = j;
+        if (fi < 0) {
+            st = af_fail(AF_ERR_FORMAT, "tools[%d]: no \"function\" object (Mistral's template lists each tool's "
+                         "function)", (int)k);
+            goto done;
+        }
+        const char *f = t + mem[fi].vb;
+        const size_t fl = mem[fi].ve - mem[fi].vb;
+        int32_t nf = af_chat_json_members(f, fl, NULL, 0);
+        af_chat_json_member *fm = malloc(sizeof *fm * (size_t)(nf > 0 ? nf : 1));
+        if (!fm) {
+            st = af_fail(AF_ERR_NOMEM, "chat render: out of memory");
+            goto done;
+        }
+        af_chat_json_members(f, fl, fm, nf);
+        static const char head[] = "{\"type\": \"function\", \"function\": {";
+        af_chat_put(d, head, sizeof head - 1);
+        int first = 1;
+        for (int32_t j = 0; j < nf; j++) {
+            if (af_chat_json_key_is(f, &fm[j], "return")) continue;
+            if (!first) af_chat_put(d, ", ", 2);
+            first = 0;
+            af_chat_put(d, "\"", 1);
+            af_chat_put_json_raw(d, f + fm[j].kb, fm[j].ke - fm[j].kb);
+            af_chat_put(d, "\": ", 3);
+            if (f[fm[j].vb] == '"') {
+                af_chat_put(d, "\"", 1);
+                af_chat_put_json_raw(d, f + fm[j].vb, fm[j].ve - fm[j].vb);
+                af_chat_put(d, "\"", 1);
+            } else {
+                af_chat_put_json(d, f + fm[j].vb, fm[j].ve - fm[j].vb, 0);
+            }
+        }
+        free(fm);
+        af_chat_put(d, k + 1 < nt ? "}}, " : "}}]", k + 1 < nt ? 4 : 3);
+    }
+    af_chat_put(d, "[/AVAILABLE_TOOLS]", 18);
+done:
+    free(b);
+    free(e);
+    free(mem);
+    return st;
 }
 
 /* ---- QwQ ----
@@ -467,19 +537,48 @@ static af_status parse_mistral7(const char *s, size_t n, af_chat_tool_output *o,
     return AF_OK;
 }
 
+/* Mistral Nemo: "[TOOL_CALLS]" followed by a JSON array of {"name", "arguments", "id"?} objects. */
+static af_status parse_mistral3(const char *s, size_t n, af_chat_tool_output *o, size_t *content_end) {
+    static const char tc[] = "[TOOL_CALLS]";
+    *content_end = n;
+    const char *p = NULL;
+    for (size_t i = 0; i + sizeof tc - 1 <= n; i++)
+        if (!memcmp(s + i, tc, sizeof tc - 1)) { p = s + i; break; }
+    if (!p) return AF_OK;
+    const char *a = p + sizeof tc - 1;
+    cJSON *j = cJSON_ParseWithLength(a, n - (size_t)(a - s));
+    const cJSON *c;
+    af_status st = AF_OK;
+    const cJSON *arr = cJSON_IsArray(j) ? j : NULL;
+    cJSON_ArrayForEach(c, arr) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(c, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(c, "arguments");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        if (!cJSON_IsString(name) || !name->valuestring[0] || !cJSON_IsObject(args)) break;
+        st = add_call(o, name->valuestring, args, cJSON_IsString(id) ? id->valuestring : NULL,
+                      cJSON_IsString(id) ? strlen(id->valuestring) : 0);
+        if (st != AF_OK) break;
+    }
+    cJSON_Delete(j);
+    if (o->n_calls) *content_end = (size_t)(p - s);
+    return st;
+}
+
 af_status af_chat_parse_tool_calls(const af_tokenizer *tok, af_chat_family fam, const char *text, size_t len,
                                    af_chat_tool_output *out) {
     if (!out || (!text && len)) return af_fail(AF_ERR_INVALID_ARG, "tool calls: NULL argument");
     memset(out, 0, sizeof *out);
     (void)tok;
     if (fam != AF_CHAT_QWEN3 && fam != AF_CHAT_QWQ && fam != AF_CHAT_MISTRAL7 && fam != AF_CHAT_CHATML &&
-        fam != AF_CHAT_LLAMA3)
+        fam != AF_CHAT_LLAMA3 && fam != AF_CHAT_MISTRAL)
         return af_fail(AF_ERR_UNSUPPORTED, "tool calls: the %s layout has no tool calls (chatml, qwen3, qwq, llama3, "
-                       "mistral-v7 have)", af_chat_family_name(fam));
+                       "mistral, mistral-v7 have)", af_chat_family_name(fam));
     size_t cend = len;
     af_status st = AF_OK;
     if (fam == AF_CHAT_MISTRAL7) {
         st = parse_mistral7(text, len, out, &cend);
+    } else if (fam == AF_CHAT_MISTRAL) {
+        st = parse_mistral3(text, len, out, &cend);
     } else if (fam == AF_CHAT_LLAMA3) {
         size_t b, e;
         af_chat_trim(text, len, &b, &e);

@@ -171,8 +171,8 @@ af_status af_chat_render_deepseek_r1(const af_tokenizer *tok, const af_chat_msg 
                                      int32_t target_from, int gen, af_chat_doc *d);
 af_status af_chat_render_phi3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
                               int gen, af_chat_doc *d);
-af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                                 int gen, af_chat_doc *d);
+af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                                 int32_t target_from, int gen, af_chat_doc *d);
 af_status af_chat_render_smollm3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
                                  int gen, af_chat_doc *d);
 
@@ -184,6 +184,19 @@ af_status af_chat_tools_check(const af_tokenizer *tok, af_chat_family fam, const
 /* JSON (chat_json.c). Checks that s[0..n) is one JSON value (a '{' object / '[' array when want is
  * one of them, 0: any); NULL when it is, else what is wrong (*at: its byte offset). */
 const char *af_chat_json_check(const char *s, size_t n, char want, size_t *at);
+/* The decoded text of the JSON string literal s[0..n) (with its quotes; validated), as Jinja writes a
+ * string value: no quotes, no escapes. */
+void af_chat_put_json_raw(af_chat_doc *d, const char *s, size_t n);
+/* Members of the JSON object s[0..n) (validated), in order: key literal s[kb..ke) (with quotes), value
+ * s[vb..ve). Writes up to max into m and returns the count. */
+typedef struct af_chat_json_member {
+    size_t kb, ke, vb, ve;
+} af_chat_json_member;
+int32_t af_chat_json_members(const char *s, size_t n, af_chat_json_member *m, int32_t max);
+/* Whether member m's decoded key is `key`. */
+int af_chat_json_key_is(const char *s, const af_chat_json_member *m, const char *key);
+/* Spans [b[k], e[k]) in x->tools of its first max tool definitions. */
+void af_chat_tools_spans(const af_chat_extra *x, size_t *b, size_t *e, int32_t max);
 /* Number of tool definitions in x->tools (0: none). */
 int32_t af_chat_tools_count(const af_chat_extra *x);
 /* Append the JSON value s[0..n) (validated) as Python's json.dumps writes it (indent 0: one line). */
@@ -199,6 +212,11 @@ void af_chat_put_tools(af_chat_doc *d, const af_chat_extra *x, const char *befor
 void af_chat_hermes_system(af_chat_doc *d, const af_chat_extra *x, const char *pre, size_t pre_len, int sep);
 void af_chat_hermes_call(af_chat_doc *d, const af_chat_call *c);
 int32_t af_chat_hermes_results(af_chat_doc *d, const af_chat_msg *m, int32_t n, int32_t i);
+/* Mistral Nemo's tools list: "[AVAILABLE_TOOLS][" + per tool {"type": "function", "function": {...}}
+ * with the members of the tool's "function" object except "return" (string values written raw, as
+ * the template does, others as tojson) + "][/AVAILABLE_TOOLS]". Errors: AF_ERR_FORMAT (a tool
+ * without a "function" object). */
+af_status af_chat_mistral3_tools(af_chat_doc *d, const af_chat_extra *x);
 af_status af_chat_render_qwq(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
                              int32_t target_from, int gen, af_chat_doc *d);
 af_status af_chat_render_mistral7(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,

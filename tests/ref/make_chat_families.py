@@ -291,7 +291,7 @@ def link_tool_ids(msgs):
 
 
 TOOL_FAMILIES = {"qwen2.5": False, "qwen3": False, "qwq": False, "llama3.1": True, "llama3.2": True,
-                 "mistral-small-3.2": False}
+                 "mistral-small-3.2": False, "mistral-nemo": False}
 
 
 def fix_today():
