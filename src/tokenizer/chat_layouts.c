@@ -1,7 +1,8 @@
 /*
  * chat_layouts.c — the chat layouts of Qwen3, Llama 3.x, the DeepSeek-R1 distills, Phi-3/3.5,
  * Mistral's [INST] and SmolLM3's templates (tokenizer.h, docs/FORMATS.md §6.4). Each function writes what the
- * model's published Jinja template writes for plain system / user / assistant messages (no tools),
+ * model's published Jinja template writes for system / user / assistant messages (and, for Llama
+ * 3.1+, Qwen3 and Mistral Nemo, tool turns: docs/CHAT.md; the shared pieces are in chat_tools.c),
  * as pieces of an af_chat_doc: the assistant content and the end-of-turn marker after it are the
  * loss targets, cut next to the template's special tokens. The references are the templates
  * themselves (tests/fixtures/chat_templates/, rendered by transformers in

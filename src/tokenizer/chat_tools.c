@@ -2,9 +2,10 @@
  * chat_tools.c — tool definitions, tool calls and tool results in the chat layouts (tokenizer.h
  * af_chat_render_ex; their JSON written as transformers' `tojson` by chat_json.c): the
  * Hermes-style blocks of the Qwen2.5 / Qwen3 / QwQ templates (<tools>, <tool_call>,
- * <tool_response>), the Mistral v7 (tekken, Mistral Small 3.x) layout with [AVAILABLE_TOOLS],
- * [TOOL_CALLS], [TOOL_RESULTS], and the reverse direction: a model's generated text parsed back into
- * tool calls (af_chat_parse_tool_calls). References: the published templates in
+ * <tool_response>), Mistral Nemo's tools list, the QwQ layout, the Mistral v7 (tekken, Mistral
+ * Small 3.x) layout with [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS], and the reverse direction:
+ * a model's generated text parsed back into tool calls (af_chat_parse_tool_calls). The Llama 3 and
+ * Mistral Nemo tool turns are written by their layouts in chat_layouts.c. References: the published templates in
  * tests/fixtures/chat_templates/, rendered by transformers in tests/ref/make_chat_families.py and
  * compared byte for byte and id for id by tests/test_chat_families.c.
  */

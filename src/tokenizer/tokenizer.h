@@ -71,7 +71,8 @@ int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len)
  *     (thinking off). Refused: thinking blocks in messages, two assistant messages in a row
  *     (chat.c render_gemma4).
  *  Qwen3, Llama 3.x, DeepSeek-R1 distills, Phi-3/3.5, Mistral [INST], SmolLM3: chat_layouts.c and
- *     docs/FORMATS.md §6.4 (one layout each, as the published template writes it).
+ *     docs/FORMATS.md §6.4 (one layout each, as the published template writes it); QwQ and Mistral
+ *     v7 ([SYSTEM_PROMPT], Mistral Small 3.x): chat_tools.c; docs/CHAT.md lists them all.
  * Family: recognised from tokenizer.chat_template by marker strings (af_chat_family_of; table in
  * chat.c), or, when the file has no template (the Gemma 3 GGUFs), from the vocabulary (a marker
  * token such as <start_of_turn>, <|im_start|>, <|start_header_id|>). A template with none of the
@@ -152,7 +153,8 @@ af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_c
  * "<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>", results in a user turn inside
  * <tool_response></tool_response>), llama3 with a 3.1-3.3 template (tools in the first user
  * message, json.dumps(indent=4); a call is the assistant message {"name": ..., "parameters": ...};
- * results in an "ipython" turn as a JSON string; one call per message) and mistral-v7
+ * results in an "ipython" turn as a JSON string; one call per message), mistral with Mistral Nemo's
+ * template ([AVAILABLE_TOOLS][...], [TOOL_CALLS][{...}], [TOOL_RESULTS]{"content": ...}) and mistral-v7
  * ([AVAILABLE_TOOLS] before the last user message, [TOOL_CALLS]name[CALL_ID]id[ARGS]{...},
  * [TOOL_RESULTS]id[TOOL_CONTENT]...[/TOOL_RESULTS]; ids of 9 characters). JSON is written as Jinja's
  * `tojson` in transformers writes it (Python json.dumps, ensure_ascii=False: ", " and ": "
