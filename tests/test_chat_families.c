@@ -366,6 +366,10 @@ static void test_recognition(void) {
         {"meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3", NULL},
         {"Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral-v7", NULL},
         {"Qwen-QwQ-32B.jinja", "qwq", NULL},
+        /* look-alikes of qwq and mistral-v7 whose layouts differ (checked with transformers) */
+        {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", NULL, "qwen3"},
+        {"mistralai-Ministral-3-14B-Reasoning-2512.jinja", NULL, "closest supported layout: mistral-v7"},
+        {"unsloth-mistral-Devstral-Small-2507.jinja", NULL, "closest supported layout: mistral-v7"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         size_t l;

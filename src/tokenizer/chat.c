@@ -141,7 +141,8 @@ static const family_rule kRules[] = {
     {{"<|start_header_id|>", "<|eot_id|>"}, AF_CHAT_LLAMA3, NULL},
     {{"<|im_start|>", "<think>", "last_query_index"}, AF_CHAT_QWEN3, NULL},
     {{"<|im_start|>", "Reasoning Mode: ", "Knowledge Cutoff Date:"}, AF_CHAT_SMOLLM3, NULL},
-    {{"<|im_start|>", "<|im_start|>assistant\\n<think>\\n", "split('</think>')[-1]"}, AF_CHAT_QWQ, NULL},
+    {{"<|im_start|>", "<|im_start|>assistant\\n<think>\\n", "message.content.split('</think>')[-1].lstrip('\\n')"},
+     AF_CHAT_QWQ, NULL},
     {{"<|im_start|>", "<think>"}, AF_CHAT_QWEN3, "a ChatML template with reasoning (<think>) blocks other than those "
       "of Qwen3, QwQ and SmolLM3"},
     {{"<|im_start|>"}, AF_CHAT_CHATML, NULL},
@@ -149,9 +150,10 @@ static const family_rule kRules[] = {
     {{"<|user|>", "<|assistant|>", "bos_token"}, AF_CHAT_PHI3, NULL}, /* Phi-3-mini's first template */
     {{"<|end|>"}, AF_CHAT_PHI3, "a Phi template other than Phi-3's and Phi-3.5's (e.g. Phi-4-mini's "
       "<|system|>...<|end|> without newlines and with <|tool|> blocks; closest supported layout: phi3)"},
-    {{"[SYSTEM_PROMPT]", "default_system_message", "[TOOL_RESULTS]"}, AF_CHAT_MISTRAL7, NULL},
+    {{"[SYSTEM_PROMPT]", "default_system_message", "[CALL_ID]"}, AF_CHAT_MISTRAL7, NULL},
     {{"[SYSTEM_PROMPT]"}, AF_CHAT_MISTRAL7, "a Mistral [SYSTEM_PROMPT] template other than Mistral Small 3.x's "
-      "(closest supported layout: mistral-v7)"},
+      "(e.g. Devstral's or Ministral's, which write tool calls without [CALL_ID] and assistant content before "
+      "them; closest supported layout: mistral-v7)"},
     {{"[INST] "}, AF_CHAT_MISTRAL, "Mistral's v1 template (spaces inside [INST] ... [/INST], e.g. "
       "Mistral-7B-Instruct-v0.1/v0.2; closest supported layout: mistral, the v3 layout without the spaces)"},
     {{"[INST]", "[/INST]"}, AF_CHAT_MISTRAL, NULL},
