@@ -370,6 +370,10 @@ static void test_recognition(void) {
         {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", NULL, "qwen3"},
         {"mistralai-Ministral-3-14B-Reasoning-2512.jinja", NULL, "closest supported layout: mistral-v7"},
         {"unsloth-mistral-Devstral-Small-2507.jinja", NULL, "closest supported layout: mistral-v7"},
+        {"deepseek-ai-DeepSeek-V3.1.jinja", NULL, "closest supported layout: deepseek-r1"},
+        {"meetkai-functionary-medium-v3.1.jinja", NULL, "closest supported layout: llama3"},
+        {"Qwen3.5-4B.jinja", NULL, "closest supported layout: qwen3"},
+        {"unsloth-Apriel-1.5.jinja", NULL, "phi3"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         size_t l;

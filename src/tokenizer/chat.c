@@ -137,9 +137,16 @@ typedef struct {
 static const family_rule kRules[] = {
     {{"<|turn>"}, AF_CHAT_GEMMA4, NULL},
     {{"<start_of_turn>"}, AF_CHAT_GEMMA, NULL},
-    {{DS_ASSISTANT_MARK}, AF_CHAT_DEEPSEEK_R1, NULL},
-    {{"<|start_header_id|>", "<|eot_id|>"}, AF_CHAT_LLAMA3, NULL},
-    {{"<|im_start|>", "<think>", "last_query_index"}, AF_CHAT_QWEN3, NULL},
+    {{DS_ASSISTANT_MARK, "is_output_first=true", "if message['role'] == 'assistant' and message['content'] is not none"},
+     AF_CHAT_DEEPSEEK_R1, NULL},
+    {{DS_ASSISTANT_MARK}, AF_CHAT_DEEPSEEK_R1, "a DeepSeek template other than the R1 distills' (e.g. DeepSeek "
+      "V3.1 and later, llama.cpp's DeepSeek-R1 template; closest supported layout: deepseek-r1)"},
+    {{"<|start_header_id|>", "<|eot_id|>", "message['content'] | trim"}, AF_CHAT_LLAMA3, NULL},
+    {{"<|start_header_id|>", "<|eot_id|>"}, AF_CHAT_LLAMA3, "a Llama 3 header template other than Meta's (e.g. "
+      "functionary's; closest supported layout: llama3)"},
+    {{"<|im_start|>", "last_query_index", "if '</think>' in message.content"}, AF_CHAT_QWEN3, NULL},
+    {{"<|im_start|>", "last_query_index"}, AF_CHAT_QWEN3, "a ChatML template with Qwen3-style reasoning that "
+      "is not Qwen3's (e.g. Qwen3.5's, MiniCPM5's; closest supported layout: qwen3)"},
     {{"<|im_start|>", "Reasoning Mode: ", "Knowledge Cutoff Date:"}, AF_CHAT_SMOLLM3, NULL},
     {{"<|im_start|>", "<|im_start|>assistant\\n<think>\\n", "message.content.split('</think>')[-1].lstrip('\\n')"},
      AF_CHAT_QWQ, NULL},
@@ -147,7 +154,7 @@ static const family_rule kRules[] = {
       "of Qwen3, QwQ and SmolLM3"},
     {{"<|im_start|>"}, AF_CHAT_CHATML, NULL},
     {{"<|user|>", "<|assistant|>", "message['role'] == 'system' and message['content']"}, AF_CHAT_PHI3, NULL},
-    {{"<|user|>", "<|assistant|>", "bos_token"}, AF_CHAT_PHI3, NULL}, /* Phi-3-mini's first template */
+    {{"<|user|>", "'<|end|>' + '\n' + '<|assistant|>'", "bos_token"}, AF_CHAT_PHI3, NULL}, /* Phi-3-mini's first */
     {{"<|end|>"}, AF_CHAT_PHI3, "a Phi template other than Phi-3's and Phi-3.5's (e.g. Phi-4-mini's "
       "<|system|>...<|end|> without newlines and with <|tool|> blocks; closest supported layout: phi3)"},
     {{"[SYSTEM_PROMPT]", "default_system_message", "[CALL_ID]"}, AF_CHAT_MISTRAL7, NULL},
