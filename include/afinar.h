@@ -336,7 +336,10 @@ AF_API const char *af_model_tokenizer_error(const af_model *model);
  *  parse_special: match control/special token texts (e.g. "<|im_start|>") in `text` as single
  *                 tokens; when 0 they are tokenized as plain text.
  * `*ids` receives a malloc'ed array of `*n_ids` ids; caller frees with free().
- * Invalid UTF-8 is tokenized byte by byte (never an error). Errors: AF_ERR_NOMEM. */
+ * Bytes that are not valid UTF-8 become one byte token each (the byte-level symbol of gpt2
+ * vocabularies, <0xNN> of SentencePiece ones), so such text round-trips through af_detokenize.
+ * Errors: AF_ERR_FORMAT (an invalid byte the vocabulary has no byte token for; the message names
+ * the byte and its offset), AF_ERR_INVALID_ARG (NULL argument), AF_ERR_NOMEM. */
 AF_API af_status af_tokenize(const af_tokenizer *tok, const char *text, size_t len, int add_special,
                       int parse_special, int32_t **ids, size_t *n_ids);
 
@@ -370,9 +373,10 @@ AF_API af_status af_chat_format_template(const af_model *model, const char *chat
 /* Generation prompt of a whole conversation (multi-turn chat): turns roles[i] ("system", "user",
  * "assistant") with texts contents[i], i < n (n >= 1), rendered with `chat_template` (as in
  * af_chat_format_template) and the assistant header appended, without the BOS (af_tokenize adds it).
- * The one-turn case equals af_chat_format_template. `*out`: malloc'ed, caller frees. Errors: those of
- * af_chat_format_template, AF_ERR_INVALID_ARG (an unknown role, n < 1), AF_ERR_FORMAT ("messages[i]:
- * ..." where the template needs alternating user / assistant turns, as Gemma's does). */
+ * The one-turn case equals af_chat_format_template. The same renderer as af_chat_apply_template with
+ * add_generation_prompt = 1 (contents NUL-terminated). `*out`: malloc'ed, caller frees. Errors: those
+ * of af_chat_apply_template (AF_ERR_INVALID_ARG for an unknown role or n < 1, AF_ERR_FORMAT
+ * "messages[i]: ..." where the template needs alternating user / assistant turns, as Gemma's does). */
 AF_API af_status af_chat_format_turns(const af_model *model, const char *chat_template, const char *const *roles,
                                const char *const *contents, int32_t n, char **out);
 

@@ -223,11 +223,15 @@ static size_t byte_token_text(unsigned b, char *o) {
 
 /* Random bytes (mostly invalid UTF-8): never crash, ids in range, and exact round trip when every
  * byte has a token (`bytes` lists the usable bytes; SmolLM2's vocabulary lacks 21 byte symbols,
- * e.g. 0xC0, 0xFF, which HF drops too). */
+ * e.g. 0xC0, 0xFF, which never occur in valid UTF-8). With any byte (second half) af_tokenize either
+ * succeeds or, only when the string holds a byte outside `bytes`, fails with AF_ERR_FORMAT naming
+ * "not valid UTF-8" (never a silent drop). */
 static void check_invalid_utf8(const af_tokenizer *tok, const unsigned char *bytes, int nbytes) {
     uint64_t rng = 12345;
-    int bad_range = 0, bad_rt = 0;
+    int bad_range = 0, bad_rt = 0, bad_err = 0, n_err = 0;
     int32_t nv = af_tokenizer_vocab_size(tok);
+    bool usable[256] = {false};
+    for (int i = 0; i < nbytes; i++) usable[bytes[i]] = true;
     for (int it = 0; it < 600; it++) {
         bool any = it >= 300; /* second half: any byte except NUL, round trip not required */
         size_t len = 1 + tl_rand_u64(&rng) % 64;
@@ -238,7 +242,14 @@ static void check_invalid_utf8(const af_tokenizer *tok, const unsigned char *byt
         }
         int32_t *ids = NULL;
         size_t n = 0;
-        if (af_tokenize(tok, s, len, 0, it & 1, &ids, &n) != AF_OK) { bad_range++; continue; }
+        af_status st = af_tokenize(tok, s, len, 0, it & 1, &ids, &n);
+        if (st != AF_OK) {
+            bool unusable = false;
+            for (size_t i = 0; i < len; i++) unusable |= !usable[(unsigned char)s[i]];
+            n_err++;
+            bad_err += !(any && unusable && st == AF_ERR_FORMAT && strstr(af_last_error(), "not valid UTF-8"));
+            continue;
+        }
         for (size_t i = 0; i < n; i++) bad_range += ids[i] < 0 || ids[i] >= nv;
         char *back = NULL;
         if (af_detokenize(tok, ids, n, 1, &back) == AF_OK) {
@@ -249,7 +260,23 @@ static void check_invalid_utf8(const af_tokenizer *tok, const unsigned char *byt
         free(back);
         free(ids);
     }
-    CHECK(bad_range == 0, "invalid UTF-8: %d failures / ids out of range", bad_range);
+    CHECK(bad_range == 0, "invalid UTF-8: %d ids out of range", bad_range);
+    CHECK(bad_err == 0, "invalid UTF-8: %d of %d errors not for a byte without a byte token", bad_err, n_err);
+    CHECK(n_err == 0 || nbytes < 255, "invalid UTF-8: %d errors with a token for every byte", n_err);
+    /* a byte without a token is an error naming the byte and its offset */
+    for (unsigned b = 0x80; b < 256; b++) {
+        if (usable[b]) continue;
+        char s[4] = {'a', (char)b, 'b', 0};
+        int32_t *ids = NULL;
+        size_t n = 0;
+        char want[32];
+        snprintf(want, sizeof want, "byte 0x%02X at offset 1", b);
+        af_status st = af_tokenize(tok, s, 3, 0, 1, &ids, &n);
+        CHECK(st == AF_ERR_FORMAT && !ids && strstr(af_last_error(), want), "byte 0x%02X without a token: status %d, "
+              "'%s'", b, (int)st, af_last_error());
+        free(ids);
+        break;
+    }
     CHECK(bad_rt == 0, "invalid UTF-8: %d of 300 byte strings do not round-trip", bad_rt);
 }
 

@@ -206,7 +206,8 @@ class Model:
         add_special_tokens: add BOS/EOS as the model's metadata asks (SmolLM2: none; Gemma: BOS).
         parse_special: special-token texts such as "<|im_start|>" become their single token (as
         transformers' tokenizers do); False tokenizes them as plain text.
-        Raises InvalidInput (not a str, a NUL character), NotFound (no tokenizer)."""
+        Raises InvalidInput (not a str, a NUL character; bytes that are not UTF-8 and have no byte
+        token in the vocabulary), NotFound (no tokenizer)."""
         tok = self._tokenizer()
         b = to_bytes(text, "text")
         ids = POINTER(c_int32)()

@@ -14,7 +14,7 @@
 #include <string.h>
 
 const char *af_chat_role_name(af_chat_role r) {
-    return r == AF_ROLE_SYSTEM ? "system" : r == AF_ROLE_USER ? "user" : "assistant";
+    return r == AF_ROLE_SYSTEM ? "system" : r == AF_ROLE_USER ? "user" : r == AF_ROLE_TOOL ? "tool" : "assistant";
 }
 
 const char *af_lm_format_name(af_lm_format f) {

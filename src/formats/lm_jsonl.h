@@ -33,9 +33,11 @@
 
 struct cJSON;
 
-typedef enum af_chat_role { AF_ROLE_SYSTEM = 0, AF_ROLE_USER = 1, AF_ROLE_ASSISTANT = 2 } af_chat_role;
+/* AF_ROLE_TOOL: a tool result (OpenAI "role": "tool"); rendered only by the chat layouts that have
+ * tool turns (tokenizer.h af_chat_render_ex); the JSONL reader never produces it. */
+typedef enum af_chat_role { AF_ROLE_SYSTEM = 0, AF_ROLE_USER = 1, AF_ROLE_ASSISTANT = 2, AF_ROLE_TOOL = 3 } af_chat_role;
 
-/* "system", "user", "assistant". */
+/* "system", "user", "assistant", "tool". */
 const char *af_chat_role_name(af_chat_role r);
 
 /* One chat message; `content[0..len)` is UTF-8, borrowed (NUL at content[len]). */

@@ -568,30 +568,17 @@ af_status af_chat_format_template(const af_model *m, const char *chat_template, 
     return af_chat_format_tok_as(m->tok, chat_template, system, user, out);
 }
 
+/* The generation prompt of a conversation is af_chat_apply_template with add_generation_prompt = 1:
+ * one renderer, one set of argument checks (chat_messages.c). */
 af_status af_chat_format_turns(const af_model *m, const char *chat_template, const char *const *roles,
                                const char *const *contents, int32_t n, char **out) {
+    if (out) *out = NULL;
     if (!m || !roles || !contents || !out || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_chat_format_turns: no turns");
-    *out = NULL;
-    if (!m->tok) return af_fail(AF_ERR_NOT_FOUND, "model has no tokenizer, so no chat template");
-    af_chat_family fam;
-    AF_TRY(af_chat_family_of(m->tok, chat_template, &fam));
-    af_chat_msg *msg = malloc(sizeof *msg * (size_t)n);
-    if (!msg) return af_fail(AF_ERR_NOMEM, "out of memory");
-    for (int32_t i = 0; i < n; i++) {
-        af_chat_role r;
-        if (!roles[i] || !contents[i]) r = (af_chat_role)-1;
-        else if (!strcmp(roles[i], "system")) r = AF_ROLE_SYSTEM;
-        else if (!strcmp(roles[i], "user")) r = AF_ROLE_USER;
-        else if (!strcmp(roles[i], "assistant")) r = AF_ROLE_ASSISTANT;
-        else r = (af_chat_role)-1;
-        if ((int)r < 0) {
-            free(msg);
-            return af_fail(AF_ERR_INVALID_ARG, "turn %d: role '%s' (expected system, user or assistant)", (int)i,
-                           roles[i] ? roles[i] : "(null)");
-        }
-        msg[i] = (af_chat_msg){r, contents[i], strlen(contents[i])};
-    }
-    af_status st = af_chat_prompt_text(m->tok, fam, msg, n, out);
-    free(msg);
+    if (n > 1000000) return af_fail(AF_ERR_INVALID_ARG, "af_chat_format_turns: %d turns, more than 1000000", (int)n);
+    size_t *lens = malloc(sizeof *lens * (size_t)n);
+    if (!lens) return af_fail(AF_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; i < n; i++) lens[i] = contents[i] ? strlen(contents[i]) : 0;
+    af_status st = af_chat_apply_template(m, chat_template, roles, contents, lens, n, 1, out);
+    free(lens);
     return st;
 }

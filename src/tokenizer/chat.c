@@ -10,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kFamilyName[AF_CHAT_NFAMILIES] = {"none",   "chatml",      "gemma", "gemma4",  "qwen3",
-                                                             "llama3", "deepseek-r1", "phi3",  "mistral", "smollm3"};
-#define FAMILY_NAMES "chatml, qwen3, llama3, deepseek-r1, phi3, mistral, smollm3, gemma, gemma4"
+static const char *const kFamilyName[AF_CHAT_NFAMILIES] = {"none",    "chatml", "gemma",      "gemma4",
+                                                             "qwen3",   "llama3", "deepseek-r1", "phi3",
+                                                             "mistral", "smollm3", "qwq",       "mistral-v7"};
+#define FAMILY_NAMES "chatml, qwen3, llama3, deepseek-r1, phi3, mistral, smollm3, gemma, gemma4, qwq, mistral-v7"
 
 const char *af_chat_family_name(af_chat_family f) {
     return f > AF_CHAT_NONE && f < AF_CHAT_NFAMILIES ? kFamilyName[f] : "none";
@@ -136,17 +137,32 @@ typedef struct {
 static const family_rule kRules[] = {
     {{"<|turn>"}, AF_CHAT_GEMMA4, NULL},
     {{"<start_of_turn>"}, AF_CHAT_GEMMA, NULL},
-    {{DS_ASSISTANT_MARK}, AF_CHAT_DEEPSEEK_R1, NULL},
-    {{"<|start_header_id|>", "<|eot_id|>"}, AF_CHAT_LLAMA3, NULL},
-    {{"<|im_start|>", "<think>", "last_query_index"}, AF_CHAT_QWEN3, NULL},
+    {{DS_ASSISTANT_MARK, "is_output_first=true", "if message['role'] == 'assistant' and message['content'] is not none"},
+     AF_CHAT_DEEPSEEK_R1, NULL},
+    {{DS_ASSISTANT_MARK}, AF_CHAT_DEEPSEEK_R1, "a DeepSeek template other than the R1 distills' (e.g. DeepSeek "
+      "V3.1 and later, llama.cpp's DeepSeek-R1 template; closest supported layout: deepseek-r1)"},
+    {{"<|start_header_id|>", "<|eot_id|>", "message['content'] | trim"}, AF_CHAT_LLAMA3, NULL},
+    {{"<|start_header_id|>", "<|eot_id|>"}, AF_CHAT_LLAMA3, "a Llama 3 header template other than Meta's (e.g. "
+      "functionary's; closest supported layout: llama3)"},
+    {{"<|im_start|>", "last_query_index", "if '</think>' in message.content"}, AF_CHAT_QWEN3, NULL},
+    {{"<|im_start|>", "last_query_index"}, AF_CHAT_QWEN3, "a ChatML template with Qwen3-style reasoning that "
+      "is not Qwen3's (e.g. Qwen3.5's, MiniCPM5's; closest supported layout: qwen3)"},
     {{"<|im_start|>", "Reasoning Mode: ", "Knowledge Cutoff Date:"}, AF_CHAT_SMOLLM3, NULL},
-    {{"<|im_start|>", "<think>"}, AF_CHAT_QWEN3, "a ChatML template with reasoning (<think>) blocks other than Qwen3's"},
+    {{"<|im_start|>", "<|im_start|>assistant\\n<think>\\n", "message.content.split('</think>')[-1].lstrip('\\n')"},
+     AF_CHAT_QWQ, NULL},
+    {{"<|im_start|>", "<think>"}, AF_CHAT_QWEN3, "a ChatML template with reasoning (<think>) blocks other than those "
+      "of Qwen3, QwQ and SmolLM3"},
     {{"<|im_start|>"}, AF_CHAT_CHATML, NULL},
     {{"<|user|>", "<|assistant|>", "message['role'] == 'system' and message['content']"}, AF_CHAT_PHI3, NULL},
-    {{"<|user|>", "<|assistant|>", "bos_token"}, AF_CHAT_PHI3, NULL}, /* Phi-3-mini's first template */
-    {{"<|end|>"}, AF_CHAT_PHI3, "a Phi template other than Phi-3's and Phi-3.5's"},
-    {{"[SYSTEM_PROMPT]"}, AF_CHAT_MISTRAL, "Mistral's v7 (tekken) template with [SYSTEM_PROMPT]"},
-    {{"[INST] "}, AF_CHAT_MISTRAL, "Mistral's v1 template (spaces inside [INST] ... [/INST])"},
+    {{"<|user|>", "'<|end|>' + '\n' + '<|assistant|>'", "bos_token"}, AF_CHAT_PHI3, NULL}, /* Phi-3-mini's first */
+    {{"<|end|>"}, AF_CHAT_PHI3, "a Phi template other than Phi-3's and Phi-3.5's (e.g. Phi-4-mini's "
+      "<|system|>...<|end|> without newlines and with <|tool|> blocks; closest supported layout: phi3)"},
+    {{"[SYSTEM_PROMPT]", "default_system_message", "[CALL_ID]"}, AF_CHAT_MISTRAL7, NULL},
+    {{"[SYSTEM_PROMPT]"}, AF_CHAT_MISTRAL7, "a Mistral [SYSTEM_PROMPT] template other than Mistral Small 3.x's "
+      "(e.g. Devstral's or Ministral's, which write tool calls without [CALL_ID] and assistant content before "
+      "them; closest supported layout: mistral-v7)"},
+    {{"[INST] "}, AF_CHAT_MISTRAL, "Mistral's v1 template (spaces inside [INST] ... [/INST], e.g. "
+      "Mistral-7B-Instruct-v0.1/v0.2; closest supported layout: mistral, the v3 layout without the spaces)"},
     {{"[INST]", "[/INST]"}, AF_CHAT_MISTRAL, NULL},
     {{"[INST]"}, AF_CHAT_MISTRAL, "an [INST] template without [/INST]"},
 };
@@ -240,27 +256,51 @@ void af_chat_trim(const char *s, size_t len, size_t *b, size_t *e) {
 }
 
 /* ---- rendering ---- */
-static void render_chatml(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                          int gen, af_chat_doc *d) {
+/* ChatML; with Qwen2.5's template also its tool turns (chat_tools.c): with tools the system turn is
+ * "{system or the default}\n\n# Tools..."; an assistant message with calls is "<|im_start|>assistant"
+ * ("\n" + content when not empty) + per call "\n<tool_call>...</tool_call>" + "<|im_end|>\n"; tool
+ * results are grouped in one user turn. */
+static void render_chatml(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                          int32_t target_from, int gen, af_chat_doc *d) {
     size_t dl = 0;
     const char *def = m[0].role != AF_ROLE_SYSTEM && tok ? default_system(tok->chat_template, &dl) : NULL;
-    if (def) {
+    int32_t i = 0;
+    if (af_chat_tools_count(x) > 0) {
+        const int sys = m[0].role == AF_ROLE_SYSTEM;
+        af_chat_hermes_system(d, x, sys ? m[0].content : def ? def : "", sys ? m[0].len : def ? dl : 0, 1);
+        i = sys;
+    } else if (def) {
         af_chat_add_str(d, "<|im_start|>system\n", 0, 0);
         af_chat_doc_add_text(d, def, dl, 0, 0);
         af_chat_add_str(d, "<|im_end|>\n", 0, 0);
     }
-    for (int32_t i = 0; i < n; i++) {
+    while (i < n) {
+        if (m[i].role == AF_ROLE_TOOL) {
+            i = af_chat_hermes_results(d, m, n, i);
+            continue;
+        }
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
         const char *role = af_chat_role_name(m[i].role);
         int tgt = m[i].role == AF_ROLE_ASSISTANT && i >= target_from;
         af_chat_add_str(d, "<|im_start|>", 0, 0);
         /* one piece from the role header to the end-of-turn token: cut only next to special tokens */
         size_t off = d->len, head = strlen(role) + 1;
         af_chat_put(d, role, strlen(role));
-        af_chat_put(d, "\n", 1);
-        af_chat_put(d, m[i].content, m[i].len);
+        if (mx && mx->n_calls > 0) {
+            if (m[i].len) af_chat_put(d, "\n", 1);
+            af_chat_put(d, m[i].content, m[i].len);
+            for (int32_t k = 0; k < mx->n_calls; k++) {
+                af_chat_put(d, "\n", 1);
+                af_chat_hermes_call(d, &mx->calls[k]);
+            }
+        } else {
+            af_chat_put(d, "\n", 1);
+            af_chat_put(d, m[i].content, m[i].len);
+        }
         af_chat_put(d, "<|im_end|>", 10);
         af_chat_end_piece(d, off, tgt, tgt ? head : 0);
         af_chat_add_str(d, "\n", 0, 0);
+        i++;
     }
     if (gen) af_chat_add_str(d, "<|im_start|>assistant\n", 0, 0);
 }
@@ -332,20 +372,31 @@ static af_status render_gemma4(const af_tokenizer *tok, const af_chat_msg *m, in
 
 af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
                          int32_t target_from, int add_generation_prompt, af_chat_doc *d) {
+    return af_chat_render_ex(tok, fam, m, n, NULL, target_from, add_generation_prompt, d);
+}
+
+af_status af_chat_render_ex(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                            const af_chat_extra *x, int32_t target_from, int add_generation_prompt, af_chat_doc *d) {
     if (!d || !m || n < 1 || fam <= AF_CHAT_NONE || fam >= AF_CHAT_NFAMILIES)
         return af_fail(AF_ERR_INVALID_ARG, "chat render: %s", fam == AF_CHAT_NONE ? "no template family" : "no message");
+    for (int32_t i = 0; i < n; i++)
+        if ((unsigned)m[i].role > AF_ROLE_TOOL || (!m[i].content && m[i].len))
+            return af_fail(AF_ERR_INVALID_ARG, "chat render: messages[%d]: bad role or content", (int)i);
+    AF_TRY(af_chat_tools_check(tok, fam, m, n, x));
     af_status st = AF_OK;
     af_chat_put(d, "", 0);
     const int g = add_generation_prompt;
     switch (fam) {
-    case AF_CHAT_CHATML: render_chatml(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_CHATML: render_chatml(tok, m, n, x, target_from, g, d); break;
     case AF_CHAT_GEMMA4: st = render_gemma4(tok, m, n, target_from, g, d); break;
     case AF_CHAT_GEMMA: st = render_gemma(tok, m, n, target_from, g, d); break;
-    case AF_CHAT_QWEN3: st = af_chat_render_qwen3(tok, m, n, target_from, g, d); break;
-    case AF_CHAT_LLAMA3: st = af_chat_render_llama3(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_QWEN3: st = af_chat_render_qwen3(tok, m, n, x, target_from, g, d); break;
+    case AF_CHAT_QWQ: st = af_chat_render_qwq(tok, m, n, x, target_from, g, d); break;
+    case AF_CHAT_MISTRAL7: st = af_chat_render_mistral7(tok, m, n, x, target_from, g, d); break;
+    case AF_CHAT_LLAMA3: st = af_chat_render_llama3(tok, m, n, x, target_from, g, d); break;
     case AF_CHAT_DEEPSEEK_R1: st = af_chat_render_deepseek_r1(tok, m, n, target_from, g, d); break;
     case AF_CHAT_PHI3: st = af_chat_render_phi3(tok, m, n, target_from, g, d); break;
-    case AF_CHAT_MISTRAL: st = af_chat_render_mistral(tok, m, n, target_from, g, d); break;
+    case AF_CHAT_MISTRAL: st = af_chat_render_mistral(tok, m, n, x, target_from, g, d); break;
     case AF_CHAT_SMOLLM3: st = af_chat_render_smollm3(tok, m, n, target_from, g, d); break;
     default: st = af_fail(AF_ERR_INVALID_ARG, "chat render: unknown family %d", (int)fam); break;
     }
@@ -436,10 +487,15 @@ af_status af_chat_doc_tokenize(const af_tokenizer *tok, const af_chat_doc *d, in
 /* ---- generation prompts ---- */
 af_status af_chat_prompt_text(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
                               char **out) {
+    return af_chat_prompt_text_ex(tok, fam, m, n, NULL, out);
+}
+
+af_status af_chat_prompt_text_ex(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                                 const af_chat_extra *x, char **out) {
     if (!out) return af_fail(AF_ERR_INVALID_ARG, "chat prompt: NULL argument");
     *out = NULL;
     af_chat_doc d = {0};
-    AF_TRY(af_chat_render(tok, fam, m, n, n, 1, &d));
+    AF_TRY(af_chat_render_ex(tok, fam, m, n, x, n, 1, &d));
     *out = d.text; /* the BOS piece (Gemma) has no text: af_tokenize adds BOS */
     free(d.pc);
     return AF_OK;

@@ -1,7 +1,8 @@
 /*
  * chat_layouts.c — the chat layouts of Qwen3, Llama 3.x, the DeepSeek-R1 distills, Phi-3/3.5,
  * Mistral's [INST] and SmolLM3's templates (tokenizer.h, docs/FORMATS.md §6.4). Each function writes what the
- * model's published Jinja template writes for plain system / user / assistant messages (no tools),
+ * model's published Jinja template writes for system / user / assistant messages (and, for Llama
+ * 3.1+, Qwen3 and Mistral Nemo, tool turns: docs/CHAT.md; the shared pieces are in chat_tools.c),
  * as pieces of an af_chat_doc: the assistant content and the end-of-turn marker after it are the
  * loss targets, cut next to the template's special tokens. The references are the templates
  * themselves (tests/fixtures/chat_templates/, rendered by transformers in
@@ -82,16 +83,33 @@ static void llama3_date(const char *tmpl, char out[32]) {
     }
 }
 
-af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                                int gen, af_chat_doc *d) {
+/* With tools (3.1-3.3 templates, tools_in_user_message as by default): "Environment: ipython\n" opens
+ * the system turn; the first message after the system one becomes the user turn "Given the following
+ * functions, ...Do not use variables.\n\n" + per tool json.dumps(tool, indent=4) + "\n\n" +
+ * trim(content); an assistant message with a call (exactly one) is written {"name": "N",
+ * "parameters": {arguments}} (its content is not written); a tool result is an "ipython" turn with
+ * the content as a JSON string (the template's `tojson` of a string). */
+#define LLAMA3_TOOLS_INTRO                                                                                         \
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments "   \
+    "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "      \
+    "dictionary of argument name and its value}.Do not use variables.\n\n"
+
+af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                                int32_t target_from, int gen, af_chat_doc *d) {
     const char *tmpl = tok ? tok->chat_template : NULL;
+    const int tools = af_chat_tools_count(x) > 0;
+    for (int32_t i = 0; x && x->msg && i < n; i++)
+        if (x->msg[i].n_calls > 1)
+            return af_fail(AF_ERR_FORMAT, "messages[%d]: %d tool calls in one message; Llama 3's template takes one "
+                           "(\"This model only supports single tool-calls at once!\")", (int)i, (int)x->msg[i].n_calls);
     add_bos(tok, d);
     int32_t start = 0;
     if (!tmpl || strstr(tmpl, "Cutting Knowledge Date")) {
         char date[32];
         llama3_date(tmpl, date);
-        af_chat_add_str(d, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
-                           "Today Date: ", 0, 0);
+        af_chat_add_str(d, "<|start_header_id|>system<|end_header_id|>\n\n", 0, 0);
+        if (tools) af_chat_add_str(d, "Environment: ipython\n", 0, 0);
+        af_chat_add_str(d, "Cutting Knowledge Date: December 2023\nToday Date: ", 0, 0);
         af_chat_add_str(d, date, 0, 0);
         af_chat_add_str(d, "\n\n", 0, 0);
         if (m[0].role == AF_ROLE_SYSTEM) {
@@ -102,8 +120,25 @@ af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, i
         }
         af_chat_add_str(d, "<|eot_id|>", 0, 0);
     }
+    if (tools) {
+        if (start >= n)
+            return af_fail(AF_ERR_FORMAT, "messages: tools but no message after the system message (Llama 3's "
+                           "template writes the tools into the first user message)");
+        size_t b, e;
+        af_chat_trim(m[start].content, m[start].len, &b, &e);
+        af_chat_add_str(d, "<|start_header_id|>", 0, 0);
+        size_t off = d->len;
+        af_chat_put(d, "user<|end_header_id|>\n\n" LLAMA3_TOOLS_INTRO, strlen("user<|end_header_id|>\n\n" LLAMA3_TOOLS_INTRO));
+        af_chat_put_tools(d, x, "", "\n\n", 4);
+        af_chat_put(d, m[start].content + b, e - b);
+        af_chat_put(d, "<|eot_id|>", 10);
+        af_chat_end_piece(d, off, 0, 0);
+        start++;
+    }
     for (int32_t i = start; i < n; i++) {
-        const char *role = af_chat_role_name(m[i].role);
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        const int call = mx && mx->n_calls == 1;
+        const char *role = m[i].role == AF_ROLE_TOOL ? "ipython" : af_chat_role_name(m[i].role);
         int tgt = m[i].role == AF_ROLE_ASSISTANT && i >= target_from;
         size_t b, e;
         af_chat_trim(m[i].content, m[i].len, &b, &e);
@@ -111,7 +146,17 @@ af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, i
         size_t off = d->len, head = strlen(role) + strlen("<|end_header_id|>\n\n");
         af_chat_put(d, role, strlen(role));
         af_chat_put(d, "<|end_header_id|>\n\n", strlen("<|end_header_id|>\n\n"));
-        af_chat_put(d, m[i].content + b, e - b);
+        if (call) {
+            af_chat_put(d, "{\"name\": \"", strlen("{\"name\": \""));
+            af_chat_put(d, mx->calls[0].name, strlen(mx->calls[0].name));
+            af_chat_put(d, "\", \"parameters\": ", strlen("\", \"parameters\": "));
+            af_chat_put_json(d, mx->calls[0].args, mx->calls[0].args_len, 0);
+            af_chat_put(d, "}", 1);
+        } else if (m[i].role == AF_ROLE_TOOL) {
+            af_chat_put_json_string(d, m[i].content, m[i].len);
+        } else {
+            af_chat_put(d, m[i].content + b, e - b);
+        }
         af_chat_put(d, "<|eot_id|>", 10);
         af_chat_end_piece(d, off, tgt, tgt ? head : 0);
     }
@@ -146,10 +191,13 @@ static void chatml_turn(af_chat_doc *d, const char *role, const char *s, size_t 
     af_chat_add_str(d, "\n", 0, 0);
 }
 
-af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                               int gen, af_chat_doc *d) {
+af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                               int32_t target_from, int gen, af_chat_doc *d) {
     (void)tok;
-    if (m[0].role == AF_ROLE_SYSTEM) {
+    if (af_chat_tools_count(x) > 0) {
+        const int sys = m[0].role == AF_ROLE_SYSTEM;
+        af_chat_hermes_system(d, x, sys ? m[0].content : "", sys ? m[0].len : 0, 0);
+    } else if (m[0].role == AF_ROLE_SYSTEM) {
         af_chat_add_str(d, "<|im_start|>system\n", 0, 0);
         af_chat_doc_add_text(d, m[0].content, m[0].len, 0, 0);
         af_chat_add_str(d, "<|im_end|>\n", 0, 0);
@@ -162,10 +210,15 @@ af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, in
         }
     for (int32_t i = 0; i < n; i++) {
         if (m[i].role == AF_ROLE_SYSTEM && i == 0) continue;
+        if (m[i].role == AF_ROLE_TOOL) {
+            i = af_chat_hermes_results(d, m, n, i) - 1;
+            continue;
+        }
         if (m[i].role != AF_ROLE_ASSISTANT) {
             chatml_turn(d, af_chat_role_name(m[i].role), m[i].content, m[i].len, 0);
             continue;
         }
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
         const char *c = m[i].content;
         size_t ab = 0, ae = m[i].len, rb = 0, re = 0; /* answer c[ab..ae), reasoning c[rb..re) */
         const char *close_last = find_last(c, m[i].len, "</think>");
@@ -182,6 +235,7 @@ af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, in
         af_chat_add_str(d, "<|im_start|>", 0, 0);
         size_t off = d->len;
         af_chat_put(d, "assistant\n", 10);
+        const int has_content = ae > ab; /* the template's `content` before its lstrip('\n') below */
         if (i > last_query && (i == n - 1 || re > rb)) {
             size_t b = rb, e = re;
             lstrip_nl(c, &b, e);
@@ -192,6 +246,10 @@ af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, in
             lstrip_nl(c, &ab, ae);
         }
         af_chat_put(d, c + ab, ae - ab);
+        for (int32_t k = 0; mx && k < mx->n_calls; k++) {
+            if (k > 0 || has_content) af_chat_put(d, "\n", 1);
+            af_chat_hermes_call(d, &mx->calls[k]);
+        }
         af_chat_put(d, "<|im_end|>", 10);
         af_chat_end_piece(d, off, tgt, tgt ? 10 : 0);
         af_chat_add_str(d, "\n", 0, 0);
@@ -299,26 +357,72 @@ af_status af_chat_render_phi3(const af_tokenizer *tok, const af_chat_msg *m, int
 }
 
 /* ---- Mistral [INST] (v3 / Nemo) ----
- * BOS; an optional first system message; the other messages must alternate user, assistant, ...
- * (the template raises otherwise); per user message "[INST]{content}[/INST]", where the LAST
- * message, when it is a user message and there is a system message, is "[INST]{system}\n\n{content}
- * [/INST]" (a system message is written only then); per assistant message "{content}" + EOS. The
- * template has no separate generation prompt: the conversation ending in "[/INST]" is the prompt. */
-af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                                 int gen, af_chat_doc *d) {
+ * BOS; an optional first system message; the other messages, except tool results and messages with
+ * tool calls, must alternate user, assistant, ... (the template raises otherwise); per user message
+ * "[INST]{content}[/INST]", where the LAST message, when it is a user message and there is a system
+ * message, is "[INST]{system}\n\n{content}[/INST]" (a system message is written only then); per
+ * assistant message "{content}" + EOS. The template has no separate generation prompt: the
+ * conversation ending in "[/INST]" is the prompt. Tool turns (Nemo's template): the tools list
+ * before the last user message (chat_tools.c af_chat_mistral3_tools); an assistant message with
+ * calls "[TOOL_CALLS][" + per call {"name": N, "arguments": {...}, "id": "ID"} joined by ", " + "]" +
+ * EOS; a tool result "[TOOL_RESULTS]{"content": {content}, "call_id": "ID"}[/TOOL_RESULTS]"; ids of
+ * 9 characters (the template raises otherwise). */
+af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                                 int32_t target_from, int gen, af_chat_doc *d) {
     (void)gen;
-    int32_t start = m[0].role == AF_ROLE_SYSTEM ? 1 : 0;
+    int32_t start = m[0].role == AF_ROLE_SYSTEM ? 1 : 0, idx = 0, last_user = -1;
     for (int32_t i = start; i < n; i++) {
-        af_chat_role want = (i - start) % 2 == 0 ? AF_ROLE_USER : AF_ROLE_ASSISTANT;
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        if (m[i].role == AF_ROLE_TOOL || (mx && mx->n_calls > 0)) {
+            for (int32_t k = 0; mx && k < mx->n_calls; k++)
+                if (!mx->calls[k].id || strlen(mx->calls[k].id) != 9)
+                    return af_fail(AF_ERR_FORMAT, "messages[%d].tool_calls[%d].id: Mistral's template needs an id of 9 "
+                                   "characters", (int)i, (int)k);
+            if (m[i].role == AF_ROLE_TOOL && (!mx || !mx->call_id || strlen(mx->call_id) != 9))
+                return af_fail(AF_ERR_FORMAT, "messages[%d].tool_call_id: Mistral's template needs an id of 9 "
+                               "characters", (int)i);
+            continue;
+        }
+        af_chat_role want = idx % 2 == 0 ? AF_ROLE_USER : AF_ROLE_ASSISTANT;
         if (m[i].role != want)
             return af_fail(AF_ERR_FORMAT, "messages[%d]: role '%s' where Mistral's chat template needs '%s' (after an "
                            "optional first system message, turns must alternate user, assistant, user, ...)",
                            (int)i, af_chat_role_name(m[i].role), af_chat_role_name(want));
+        if (want == AF_ROLE_USER) last_user = i;
+        idx++;
     }
+    const int tools = af_chat_tools_count(x) > 0;
     add_bos(tok, d);
     for (int32_t i = start; i < n; i++) {
-        if (m[i].role == AF_ROLE_USER) {
-            size_t off = d->len;
+        const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
+        const int tgt = i >= target_from;
+        size_t off = d->len;
+        if (mx && mx->n_calls > 0) {
+            af_chat_put(d, "[TOOL_CALLS][", 13);
+            for (int32_t k = 0; k < mx->n_calls; k++) {
+                if (k) af_chat_put(d, ", ", 2);
+                af_chat_put(d, "{\"name\": ", 9);
+                af_chat_put_json_string(d, mx->calls[k].name, strlen(mx->calls[k].name));
+                af_chat_put(d, ", \"arguments\": ", 15);
+                af_chat_put_json(d, mx->calls[k].args, mx->calls[k].args_len, 0);
+                af_chat_put(d, ", \"id\": \"", 9);
+                af_chat_put(d, mx->calls[k].id, strlen(mx->calls[k].id));
+                af_chat_put(d, "\"}", 2);
+            }
+            af_chat_put(d, "]", 1);
+            af_chat_end_piece(d, off, tgt, 0);
+            if (tok && tok->eos >= 0) af_chat_doc_add_id(d, tok->eos, tgt);
+            else af_chat_add_str(d, "</s>", tgt, 0);
+        } else if (m[i].role == AF_ROLE_TOOL) {
+            af_chat_put(d, "[TOOL_RESULTS]{\"content\": ", 26);
+            af_chat_put(d, m[i].content, m[i].len);
+            af_chat_put(d, ", \"call_id\": \"", 14);
+            af_chat_put(d, mx->call_id, strlen(mx->call_id));
+            af_chat_put(d, "\"}[/TOOL_RESULTS]", 17);
+            af_chat_end_piece(d, off, 0, 0);
+        } else if (m[i].role == AF_ROLE_USER) {
+            if (tools && m[i].len == m[last_user].len && !memcmp(m[i].content, m[last_user].content, m[i].len))
+                AF_TRY(af_chat_mistral3_tools(d, x));
             af_chat_put(d, "[INST]", 6);
             if (start && i == n - 1) {
                 af_chat_put(d, m[0].content, m[0].len);
@@ -328,7 +432,6 @@ af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, 
             af_chat_put(d, "[/INST]", 7);
             af_chat_end_piece(d, off, 0, 0);
         } else {
-            int tgt = i >= target_from;
             af_chat_doc_add_text(d, m[i].content, m[i].len, tgt, 0);
             if (tok && tok->eos >= 0) af_chat_doc_add_id(d, tok->eos, tgt);
             else af_chat_add_str(d, "</s>", tgt, 0);

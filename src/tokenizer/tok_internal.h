@@ -1,6 +1,7 @@
 /*
  * tok_internal.h — private to src/tokenizer/: the tokenizer struct and the per-model encoders.
- * Not part of any contract; only tokenizer.c, bpe.c, spm.c, chat.c and chat_layouts.c include it.
+ * Not part of any contract; only tokenizer.c, bpe.c, spm.c, chat.c, chat_layouts.c, chat_tools.c and chat_json.c
+ * include it.
  */
 #ifndef AF_TOK_INTERNAL_H
 #define AF_TOK_INTERNAL_H
@@ -162,17 +163,63 @@ void af_chat_trim(const char *s, size_t len, size_t *b, size_t *e);
 /* The layouts of chat_layouts.c (docs/FORMATS.md §6.4): render m[0..n) into d, assistant messages
  * from target_from on as targets. Errors: AF_ERR_FORMAT (a conversation the model's template
  * refuses; the message names messages[i]). */
-af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                                int gen, af_chat_doc *d);
-af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                               int gen, af_chat_doc *d);
+af_status af_chat_render_llama3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                                int32_t target_from, int gen, af_chat_doc *d);
+af_status af_chat_render_qwen3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                               int32_t target_from, int gen, af_chat_doc *d);
 af_status af_chat_render_deepseek_r1(const af_tokenizer *tok, const af_chat_msg *m, int32_t n,
                                      int32_t target_from, int gen, af_chat_doc *d);
 af_status af_chat_render_phi3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
                               int gen, af_chat_doc *d);
-af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
-                                 int gen, af_chat_doc *d);
+af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                                 int32_t target_from, int gen, af_chat_doc *d);
 af_status af_chat_render_smollm3(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, int32_t target_from,
                                  int gen, af_chat_doc *d);
+
+/* Tool turns (chat_tools.c). x may be NULL everywhere (no tools). */
+/* Checks the tools JSON, the calls' names and argument objects, and that family fam (with tok's
+ * template) has tool turns when any are present. Errors: as af_chat_render_ex. */
+af_status af_chat_tools_check(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                              const af_chat_extra *x);
+/* JSON (chat_json.c). Checks that s[0..n) is one JSON value (a '{' object / '[' array when want is
+ * one of them, 0: any); NULL when it is, else what is wrong (*at: its byte offset). */
+const char *af_chat_json_check(const char *s, size_t n, char want, size_t *at);
+/* The decoded text of the JSON string literal s[0..n) (with its quotes; validated), as Jinja writes a
+ * string value: no quotes, no escapes. */
+void af_chat_put_json_raw(af_chat_doc *d, const char *s, size_t n);
+/* Members of the JSON object s[0..n) (validated), in order: key literal s[kb..ke) (with quotes), value
+ * s[vb..ve). Writes up to max into m and returns the count. */
+typedef struct af_chat_json_member {
+    size_t kb, ke, vb, ve;
+} af_chat_json_member;
+int32_t af_chat_json_members(const char *s, size_t n, af_chat_json_member *m, int32_t max);
+/* Whether member m's decoded key is `key`. */
+int af_chat_json_key_is(const char *s, const af_chat_json_member *m, const char *key);
+/* Spans [b[k], e[k]) in x->tools of its first max tool definitions. */
+void af_chat_tools_spans(const af_chat_extra *x, size_t *b, size_t *e, int32_t max);
+/* Number of tool definitions in x->tools (0: none). */
+int32_t af_chat_tools_count(const af_chat_extra *x);
+/* Append the JSON value s[0..n) (validated) as Python's json.dumps writes it (indent 0: one line). */
+void af_chat_put_json(af_chat_doc *d, const char *s, size_t n, int indent);
+/* Append s[0..n) (UTF-8 text) as a JSON string literal, as json.dumps(str, ensure_ascii=False). */
+void af_chat_put_json_string(af_chat_doc *d, const char *s, size_t n);
+/* Append each tool of x as before + json.dumps(tool, indent) + after. */
+void af_chat_put_tools(af_chat_doc *d, const af_chat_extra *x, const char *before, const char *after, int indent);
+/* Hermes-style (Qwen) pieces: the system turn "<|im_start|>system\n{pre}\n\n# Tools...<|im_end|>\n"
+ * ("\n\n" after pre only when pre_len > 0 or sep); one call "<tool_call>\n{...}\n</tool_call>"
+ * (without a preceding "\n"); the tool results m[i..] (role tool, consecutive) as one user turn,
+ * returning the index after them. */
+void af_chat_hermes_system(af_chat_doc *d, const af_chat_extra *x, const char *pre, size_t pre_len, int sep);
+void af_chat_hermes_call(af_chat_doc *d, const af_chat_call *c);
+int32_t af_chat_hermes_results(af_chat_doc *d, const af_chat_msg *m, int32_t n, int32_t i);
+/* Mistral Nemo's tools list: "[AVAILABLE_TOOLS][" + per tool {"type": "function", "function": {...}}
+ * with the members of the tool's "function" object except "return" (string values written raw, as
+ * the template does, others as tojson) + "][/AVAILABLE_TOOLS]". Errors: AF_ERR_FORMAT (a tool
+ * without a "function" object). */
+af_status af_chat_mistral3_tools(af_chat_doc *d, const af_chat_extra *x);
+af_status af_chat_render_qwq(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                             int32_t target_from, int gen, af_chat_doc *d);
+af_status af_chat_render_mistral7(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
+                                  int32_t target_from, int gen, af_chat_doc *d);
 
 #endif /* AF_TOK_INTERNAL_H */

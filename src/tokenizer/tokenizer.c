@@ -6,7 +6,8 @@
  * Encoding follows the Hugging Face `tokenizers` pipeline: added/special tokens are split out of
  * the text first (leftmost, longest match; control tokens only when parse_special, user-defined
  * ones always), every remaining piece is pre-tokenized and BPE-encoded independently.
- * Invalid UTF-8 bytes are cut out of the text and emitted one byte token each.
+ * Invalid UTF-8 bytes are cut out of the text and emitted one byte token each (an error when the
+ * vocabulary has no token for such a byte).
  */
 #include "tokenizer/tok_internal.h"
 
@@ -430,21 +431,22 @@ int af_token_is_eog(const af_tokenizer *t, int32_t id) {
 
 /* ---- encoding ---- */
 
-/* Emit one token per byte for an invalid UTF-8 byte. */
-static af_status emit_raw_byte(const af_tokenizer *t, unsigned char b, af_ids *out) {
+/* The byte token of a byte that is not valid UTF-8 at text offset `at`: the byte-level symbol (gpt2
+ * vocabularies) or <0xNN> (SentencePiece byte fallback). A vocabulary without that token cannot
+ * represent the byte: an error naming byte and offset, never a silent drop. */
+static af_status emit_raw_byte(const af_tokenizer *t, unsigned char b, size_t at, af_ids *out) {
     int32_t id = -1;
-    if (t->kind == AF_TOK_GPT2) {
-        id = t->byte_tok[b];
-    } else {
-        char name[8];
-        snprintf(name, sizeof name, "<0x%02X>", b);
-        id = af_strmap_get(&t->vocab, t->text, t->off, name, 6);
-        if (id < 0) id = t->unk;
-    }
-    return id >= 0 ? af_ids_push(out, id) : AF_OK;
+    char name[8];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    if (t->kind == AF_TOK_GPT2) id = t->byte_tok[b];
+    else id = af_strmap_get(&t->vocab, t->text, t->off, name, 6);
+    if (id < 0)
+        return af_fail(AF_ERR_FORMAT, "tokenizer: byte 0x%02X at offset %zu of the text is not valid UTF-8 and the "
+                       "vocabulary has no byte token for it (%s); convert the text to UTF-8", b, at,
+                       t->kind == AF_TOK_GPT2 ? "byte-level symbol" : name);
+    return af_ids_push(out, id);
 }
 
-/* Plain text (no special tokens): split off invalid UTF-8 bytes, encode the valid runs. */
 /* A valid UTF-8 run without special tokens: NFC first when the tokenizer normalises (HF normalizers
  * "NFC": utf8proc_map with UTF8PROC_STABLE | UTF8PROC_COMPOSE is utf8proc_NFC; ASCII is its own NFC). */
 static af_status encode_run(const af_tokenizer *t, const char *s, size_t len, bool first, af_ids *out) {
@@ -467,14 +469,16 @@ static af_status encode_run(const af_tokenizer *t, const char *s, size_t len, bo
     return st;
 }
 
-/* Plain text (no special tokens): split off invalid UTF-8 bytes, encode the valid runs. */
-static af_status encode_plain(const af_tokenizer *t, const char *s, size_t len, bool at_start, af_ids *out) {
+/* Plain text s[0..len) at offset `base` of the whole text (no special tokens): split off invalid UTF-8
+ * bytes (one byte token each, emit_raw_byte), encode the valid runs. */
+static af_status encode_plain(const af_tokenizer *t, const char *s, size_t len, size_t base, bool at_start,
+                              af_ids *out) {
     size_t i = 0, run = 0;
     while (i < len) {
         int k = af_utf8_valid_len((const unsigned char *)s + i, len - i);
         if (k > 0) { i += (size_t)k; continue; }
         if (i > run) AF_TRY(encode_run(t, s + run, i - run, at_start && run == 0, out));
-        AF_TRY(emit_raw_byte(t, (unsigned char)s[i], out));
+        AF_TRY(emit_raw_byte(t, (unsigned char)s[i], base + i, out));
         run = ++i;
     }
     if (len > run) AF_TRY(encode_run(t, s + run, len - run, at_start && run == 0, out));
@@ -506,12 +510,12 @@ static af_status tokenize(const af_tokenizer *t, const char *text, size_t len, i
         size_t mlen = 0;
         int32_t id = match_special(t, text + i, len - i, parse_special != 0, &mlen);
         if (id < 0) { i++; continue; }
-        if (i > seg) AF_TRY(encode_plain(t, text + seg, i - seg, seg == 0 || t->prefix_each_segment, out));
+        if (i > seg) AF_TRY(encode_plain(t, text + seg, i - seg, seg, seg == 0 || t->prefix_each_segment, out));
         AF_TRY(af_ids_push(out, id));
         i += mlen;
         seg = i;
     }
-    if (len > seg) AF_TRY(encode_plain(t, text + seg, len - seg, seg == 0 || t->prefix_each_segment, out));
+    if (len > seg) AF_TRY(encode_plain(t, text + seg, len - seg, seg, seg == 0 || t->prefix_each_segment, out));
     if (add_special && t->add_eos && t->eos >= 0) AF_TRY(af_ids_push(out, t->eos));
     return AF_OK;
 }

@@ -71,7 +71,8 @@ int32_t af_tokenizer_find(const af_tokenizer *tok, const char *text, size_t len)
  *     (thinking off). Refused: thinking blocks in messages, two assistant messages in a row
  *     (chat.c render_gemma4).
  *  Qwen3, Llama 3.x, DeepSeek-R1 distills, Phi-3/3.5, Mistral [INST], SmolLM3: chat_layouts.c and
- *     docs/FORMATS.md §6.4 (one layout each, as the published template writes it).
+ *     docs/FORMATS.md §6.4 (one layout each, as the published template writes it); QwQ and Mistral
+ *     v7 ([SYSTEM_PROMPT], Mistral Small 3.x): chat_tools.c; docs/CHAT.md lists them all.
  * Family: recognised from tokenizer.chat_template by marker strings (af_chat_family_of; table in
  * chat.c), or, when the file has no template (the Gemma 3 GGUFs), from the vocabulary (a marker
  * token such as <start_of_turn>, <|im_start|>, <|start_header_id|>). A template with none of the
@@ -88,10 +89,13 @@ typedef enum af_chat_family {
     AF_CHAT_PHI3 = 7,
     AF_CHAT_MISTRAL = 8,
     AF_CHAT_SMOLLM3 = 9,
-    AF_CHAT_NFAMILIES = 10
+    AF_CHAT_QWQ = 10,      /* Qwen's QwQ-32B (chat_tools.c) */
+    AF_CHAT_MISTRAL7 = 11, /* Mistral v7 / tekken with [SYSTEM_PROMPT] (Mistral Small 3.x; chat_tools.c) */
+    AF_CHAT_NFAMILIES = 12
 } af_chat_family;
 
-/* "none", "chatml", "gemma", "gemma4", "qwen3", "llama3", "deepseek-r1", "phi3", "mistral", "smollm3". */
+/* "none", "chatml", "gemma", "gemma4", "qwen3", "llama3", "deepseek-r1", "phi3", "mistral", "smollm3",
+ * "qwq", "mistral-v7". */
 const char *af_chat_family_name(af_chat_family f);
 
 /* The family to render with: `override` one of the names above forces it; NULL or "auto"
@@ -139,6 +143,86 @@ void af_chat_doc_free(af_chat_doc *d);
  * (fam NONE, n < 1), AF_ERR_NOMEM. */
 af_status af_chat_render(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
                          int32_t target_from, int add_generation_prompt, af_chat_doc *d);
+
+/* ---- tool turns (chat_tools.c) ----
+ * A conversation with tools, as an OpenAI chat request carries them: a `tools` list of function
+ * definitions, assistant messages with `tool_calls`, and messages of role AF_ROLE_TOOL holding a
+ * tool's result. Layouts that have tool turns (each as its published template writes them, checked
+ * against transformers in tests/test_chat_families.c): chatml with Qwen2.5's template, qwen3, qwq
+ * (Hermes style: a "# Tools" system block listing the tools inside <tools></tools>, calls
+ * "<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>", results in a user turn inside
+ * <tool_response></tool_response>), llama3 with a 3.1-3.3 template (tools in the first user
+ * message, json.dumps(indent=4); a call is the assistant message {"name": ..., "parameters": ...};
+ * results in an "ipython" turn as a JSON string; one call per message), mistral with Mistral Nemo's
+ * template ([AVAILABLE_TOOLS][...], [TOOL_CALLS][{...}], [TOOL_RESULTS]{"content": ...}) and mistral-v7
+ * ([AVAILABLE_TOOLS] before the last user message, [TOOL_CALLS]name[CALL_ID]id[ARGS]{...},
+ * [TOOL_RESULTS]id[TOOL_CONTENT]...[/TOOL_RESULTS]; ids of 9 characters). JSON is written as Jinja's
+ * `tojson` in transformers writes it (Python json.dumps, ensure_ascii=False: ", " and ": "
+ * separators, keys in the given order, floats as Python's repr). Other layouts refuse tools. */
+typedef struct af_chat_call {
+    const char *id;   /* the call's id (NUL-terminated), or NULL; mistral-v7 needs 9 characters */
+    const char *name; /* function name, NUL-terminated, not empty */
+    const char *args; /* the arguments: a JSON object, args[0..args_len), UTF-8 */
+    size_t args_len;
+} af_chat_call;
+
+/* What message i carries besides role and content. */
+typedef struct af_chat_msg_x {
+    const af_chat_call *calls; /* assistant: [n_calls] tool calls (content may be empty); else NULL */
+    int32_t n_calls;
+    const char *call_id;       /* AF_ROLE_TOOL: the id of the call answered (mistral-v7 needs it), or NULL */
+} af_chat_msg_x;
+
+typedef struct af_chat_extra {
+    const char *tools;        /* JSON array of tool definitions tools[0..tools_len) (OpenAI "tools", each
+                                 written as given), or NULL; an empty array counts as no tools */
+    size_t tools_len;
+    const af_chat_msg_x *msg; /* [n] parallel to the messages, or NULL (no tool calls) */
+} af_chat_extra;
+
+/* af_chat_render with tools (x may be NULL: then exactly af_chat_render). Assistant messages with tool
+ * calls are loss targets like any other assistant message (their calls and end-of-turn marker);
+ * tool results are not. Errors: those of af_chat_render, AF_ERR_UNSUPPORTED (tools, tool calls or
+ * tool messages with a layout that has none; the message lists the layouts that have),
+ * AF_ERR_FORMAT ("tools: ..." / "messages[i].tool_calls[k]...: ..." for JSON that does not parse,
+ * arguments that are not an object, a missing name, Mistral ids not of 9 characters, Llama's one
+ * call per message). */
+af_status af_chat_render_ex(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                            const af_chat_extra *x, int32_t target_from, int add_generation_prompt, af_chat_doc *d);
+
+/* af_chat_prompt_text with tools: the generation prompt of m[0..n) as text without BOS, for a server
+ * that renders a chat request with `tools` / `tool_calls` / role "tool" messages. `*out`:
+ * malloc'ed, NUL-terminated, caller frees (NULL on error). Errors: those of af_chat_render_ex. */
+af_status af_chat_prompt_text_ex(const af_tokenizer *tok, af_chat_family fam, const af_chat_msg *m, int32_t n,
+                                 const af_chat_extra *x, char **out);
+
+/* A tool call found in generated text: all strings malloc'ed, NUL-terminated. */
+typedef struct af_chat_parsed_call {
+    char *name;
+    char *arguments; /* the arguments object as compact JSON text (OpenAI's function.arguments) */
+    char *id;        /* mistral-v7 "[CALL_ID]" when the model wrote one, else NULL */
+} af_chat_parsed_call;
+
+typedef struct af_chat_tool_output {
+    char *content;              /* the text before the first call (trailing '\n' / ' ' removed when
+                                   there are calls), or all of it; malloc'ed */
+    size_t content_len;
+    af_chat_parsed_call *calls; /* [n_calls], malloc'ed; n_calls 0: no call in the text */
+    int32_t n_calls;
+} af_chat_tool_output;
+
+/* Parse a model's generated text[0..len) (decoded with special tokens rendered, up to but without
+ * the end-of-turn token) into content and tool calls, in the format of family `fam`: chatml / qwen3
+ * / qwq: each "<tool_call>{json}</tool_call>" holding {"name": string, "arguments": object} (a
+ * block left open at the end is read to the end); llama3: the whole text (trimmed, an optional
+ * leading <|python_tag|>) being {"name": string, "parameters" or "arguments": object};
+ * mistral-v7: "[TOOL_CALLS]name[CALL_ID]id[ARGS]{json}" repeated ([CALL_ID] optional). A block that
+ * does not parse as such a call ends the calls; it and what follows stays content only when no
+ * call came before it. `*out` is overwritten; free with af_chat_tool_output_free (also on error).
+ * Errors: AF_ERR_INVALID_ARG (NULL), AF_ERR_UNSUPPORTED (a layout without tool calls), AF_ERR_NOMEM. */
+af_status af_chat_parse_tool_calls(const af_tokenizer *tok, af_chat_family fam, const char *text, size_t len,
+                                   af_chat_tool_output *out);
+void af_chat_tool_output_free(af_chat_tool_output *o);
 
 /* Document of a plain (non-chat) example into `*d` (zero-initialised by the caller; freed on error):
  * [BOS when the tokenizer adds one (add_bos_token)], `prompt` (not a target; NULL/plen 0: none),

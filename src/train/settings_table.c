@@ -143,7 +143,7 @@ static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
       "messages, all for text) or all")                                                                            \
     X("chat-template", TEXT, 0, 0, 0, "NAME", G_TASK, 0, F(chat_template), FT_STR, NULL, 0, "the model's",          \
       "causal-lm: render messages with NAME (chatml, qwen3, llama3, deepseek-r1, phi3, mistral, smollm3, gemma, "   \
-      "gemma4) instead of the layout recognised from the model's own template")              \
+      "gemma4, qwq, mistral-v7) instead of the layout recognised from the model's own template")              \
     X("packing", BOOL, 0, 0, 0, NULL, G_TASK, 0, F(packing), FT_BOOL, NULL, 0, "on",                                \
       "causal-lm: pack samples into micro-batches of --batch x --max-seq-len tokens by best-fit decreasing "       \
       "(--no-packing: --batch samples each)")                                                                      \

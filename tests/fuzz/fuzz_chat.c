@@ -1,8 +1,11 @@
 /*
  * fuzz_chat.c — libFuzzer target for chat-template recognition and rendering (src/tokenizer/chat.c,
- * chat_layouts.c). Input: a template text, a NUL byte, then messages separated by 0x1E bytes; the
- * first byte of each message picks its role (byte % 3: system, user, assistant), the rest is its
- * content (any bytes). The template is recognised (af_chat_family_of_template); when it is refused,
+ * chat_layouts.c, chat_tools.c, chat_json.c). Input: a template text, a NUL byte, then messages
+ * separated by 0x1E bytes; the first byte of each message picks its role (byte % 4: system, user,
+ * assistant, tool), the rest is its content (any bytes). Tool turns: bit 0x40 of that byte on an
+ * assistant message adds a tool call whose arguments are the content (any bytes: the JSON check),
+ * bit 0x80 on the first message makes its content the tools list; tool messages answer call id
+ * "abcdefghi". Every content is also parsed as generated text (af_chat_parse_tool_calls). The template is recognised (af_chat_family_of_template); when it is refused,
  * the family comes from the first input byte. The messages are rendered by that family with and
  * without the generation prompt, with every target_from, through a tokenizer-less stand-in whose
  * chat_template is the input template (BOS/EOS absent). Oracles: recognition returns a valid
@@ -44,15 +47,29 @@ af_status fz_chat_one(const uint8_t *data, size_t size) {
         fam = (af_chat_family)(1 + (size ? data[0] : 0) % (AF_CHAT_NFAMILIES - 1));
     }
     af_chat_msg m[32];
+    af_chat_msg_x mx[32];
+    af_chat_call calls[32];
+    af_chat_extra x = {NULL, 0, mx};
     int32_t n = 0;
     const uint8_t *p = nul ? nul + 1 : data + size, *end = data + size;
     while (p < end && n < 32) {
         const uint8_t *q = memchr(p, 0x1E, (size_t)(end - p));
         if (!q) q = end;
         size_t seg = (size_t)(q - p); /* an empty record is an empty user message */
-        m[n].role = seg ? (af_chat_role)(p[0] % 3) : AF_ROLE_USER;
+        m[n].role = seg ? (af_chat_role)(p[0] % 4) : AF_ROLE_USER;
         m[n].content = (const char *)p + (seg ? 1 : 0);
         m[n].len = seg ? seg - 1 : 0;
+        memset(&mx[n], 0, sizeof mx[n]);
+        if (seg && (p[0] & 0x40) && m[n].role == AF_ROLE_ASSISTANT) {
+            calls[n] = (af_chat_call){"abcdefghi", "f", m[n].content, m[n].len};
+            mx[n].calls = &calls[n];
+            mx[n].n_calls = 1;
+        }
+        if (m[n].role == AF_ROLE_TOOL) mx[n].call_id = "abcdefghi";
+        if (n == 0 && seg && (p[0] & 0x80)) {
+            x.tools = m[n].content;
+            x.tools_len = m[n].len;
+        }
         n++;
         p = q + 1;
     }
@@ -64,7 +81,7 @@ af_status fz_chat_one(const uint8_t *data, size_t size) {
     for (int32_t tf = 0; n > 0 && tf <= n; tf++)
         for (int gen = 0; gen < 2; gen++) {
             af_chat_doc d = {0};
-            st = af_chat_render(&stand_in, fam, m, n, tf, gen, &d);
+            st = af_chat_render_ex(&stand_in, fam, m, n, &x, tf, gen, &d);
             if (st == AF_OK) {
                 fz_chat_check_doc(&d);
             } else {
@@ -73,6 +90,16 @@ af_status fz_chat_one(const uint8_t *data, size_t size) {
             }
             af_chat_doc_free(&d);
         }
+    for (int32_t i = 0; i < n; i++) {
+        af_chat_tool_output o;
+        if (af_chat_parse_tool_calls(&stand_in, fam, m[i].content, m[i].len, &o) == AF_OK) {
+            FZ_ASSERT(o.content && o.content_len <= m[i].len && o.n_calls >= 0);
+            for (int32_t k = 0; k < o.n_calls; k++) FZ_ASSERT(o.calls[k].name && o.calls[k].arguments);
+        } else {
+            af_clear_error();
+        }
+        af_chat_tool_output_free(&o);
+    }
     free(tmpl);
     return st;
 }

@@ -22,12 +22,21 @@ It also writes the 1,160-string tokenizer parity fixtures of the Llama 3 and Qwe
 
 Fixture format (tests/fixtures/chat/<name>.txt):
     F <family afinar must recognise>   J <template file>   V <vocabulary file>   D <date or ->
-    per conversation: C <n>, M <role> <hex content> lines, then either X (the template refuses)
+    per conversation: C <n>, optionally W <hex JSON of the tools list> (apply_chat_template(tools=)),
+    M <role> <hex content> [<hex JSON {"tool_calls": [{"id", "name", "arguments": JSON text}],
+    "tool_call_id"}>] lines (role system, user, assistant or tool; the arguments as JSON text in
+    assorted spellings: compact, indented, ASCII-escaped), then either X (the template refuses)
     or T <hex text>, H <hex text with the generation prompt>, and with a reference tokenizer
-    I <ids of T>, G <ids of H> (apply_chat_template(tokenize=True): no BOS/EOS added).
+    I <ids of T>, G <ids of H> (apply_chat_template(tokenize=True): no BOS/EOS added); "H =" / "G ="
+    when equal to T / I (templates without a generation prompt).
+Tool conversations (tool_convs: 5 hand-written, 1 without a tools list, 34 random with random JSON
+arguments: floats in both notations, escapes, control characters, emoji, nesting) are added for
+the families whose templates have tool turns (TOOL_FAMILIES). Dates: strftime_now answers 26 Jul
+2024 (fix_today), the date the C test sets with SOURCE_DATE_EPOCH.
 Regenerate: scripts/fetch_vocab.sh && .venv-ref/bin/python tests/ref/make_chat_families.py
 (.venv-ref: python3 -m venv .venv-ref && .venv-ref/bin/pip install -r tests/ref/requirements-chat.txt)
 """
+import json
 import os
 import random
 import sys
@@ -175,6 +184,129 @@ def convs_for(seed):
     return mcf.HAND + THINK + mcf.random_convs(40, seed=seed + 1) + extra
 
 
+# ---- tool turns: a tools list, assistant tool_calls (OpenAI form) and role "tool" results ----
+TOOL_DEFS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather \"now\" in a city \u00e9t\u00e9 \U0001F600",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string",
+                    "enum": ["c", "f"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "description": "a + b\nwith newline\tand tab",
+     "parameters": {"type": "object", "properties": {"a": {"type": "number", "minimum": -1.5e-7},
+                    "b": {"type": "integer", "default": 0}}, "required": []}}},
+    {"type": "function", "function": {"name": "search", "description": "",
+     "parameters": {"type": "object", "properties": {}, "additionalProperties": False, "x": None}}},
+]
+
+JSON_ATOMS = [0, -0.0, 1, -17, 3.5, 0.1, 1e-7, 2.5e20, 100.0, 123456789012345678, 1e16, 1.0e15, True, False, None,
+              "", "plain", "quote \" and \\ backslash", "line\nbreak\ttab\u0001ctl", "caf\u00e9 \u65e5\u672c \U0001F468\u200D\U0001F469",
+              "</tool_call>?", "[INST] x [/INST]"]
+
+
+def rand_json(rnd, depth=0):
+    r = rnd.random()
+    if depth < 2 and r < 0.2:
+        return [rand_json(rnd, depth + 1) for _ in range(rnd.randint(0, 3))]
+    if depth < 2 and r < 0.4:
+        return {rnd.choice(["k", "key two", "\u00fcml", "n"]) + str(i): rand_json(rnd, depth + 1)
+                for i in range(rnd.randint(0, 3))}
+    return rnd.choice(JSON_ATOMS)
+
+
+def call(rnd, name, args, k):
+    return {"id": "c%08d" % (rnd.randint(0, 10 ** 8 - 1)), "type": "function",
+            "function": {"name": name, "arguments": args}}
+
+
+def tool_convs(seed, single_call):
+    """Hand-written and random conversations with tools; the tools list is kept under the key
+    "_tools" of the first message (removed before rendering)."""
+    rnd = random.Random(seed)
+    out = []
+    base = [
+        [mcf.U("Weather in Paris?"),
+         {"role": "assistant", "content": "", "tool_calls": [call(rnd, "get_weather", {"city": "Paris"}, 0)]},
+         {"role": "tool", "content": "{\"temp\": 21}"}, mcf.A("It is 21 degrees.")],
+        [mcf.S("You are a helpful bot."), mcf.U("add 2 and 3"),
+         {"role": "assistant", "content": "Let me add.", "tool_calls": [call(rnd, "add", {"a": 2, "b": 3}, 0)]},
+         {"role": "tool", "content": "5"}, mcf.A("5"), mcf.U("thanks"), mcf.A("welcome")],
+        [mcf.U("hi"), mcf.A("hello")],
+        [mcf.S("sys  "), mcf.U("  spaced  ")],
+    ]
+    if not single_call:
+        base.append([mcf.U("two cities"),
+                     {"role": "assistant", "content": "", "tool_calls": [
+                         call(rnd, "get_weather", {"city": "Oslo", "unit": "c"}, 0),
+                         call(rnd, "get_weather", {"city": "Rome"}, 1)]},
+                     {"role": "tool", "content": "cold"}, {"role": "tool", "content": "warm"},
+                     mcf.A("Oslo is cold, Rome warm.")])
+    for b in base:
+        out.append((TOOL_DEFS, b))
+    out.append((None, base[0]))  # tool turns without a tools list
+    while len(out) < 40:
+        tools = rnd.sample(TOOL_DEFS, rnd.randint(1, 3))
+        msgs = []
+        if rnd.random() < 0.4:
+            msgs.append(mcf.S(rnd.choice(["Be terse.", "Ты помощник.", " padded system \n"])))
+        for turn in range(rnd.randint(1, 2)):
+            msgs.append(mcf.U(rnd.choice(["do it", "what is 1.5 + 2?", "日本の天気は?", "quote \" here"])))
+            ncalls = 1 if single_call else rnd.randint(1, 2)
+            calls = [call(rnd, rnd.choice(tools)["function"]["name"],
+                          {"arg%d" % j: rand_json(rnd) for j in range(rnd.randint(0, 3))}, k) for k in range(ncalls)]
+            msgs.append({"role": "assistant", "content": rnd.choice(["", "", "Calling.", "<think>\nhmm\n</think>\n\n"]),
+                         "tool_calls": calls})
+            for c in calls:
+                msgs.append({"role": "tool", "content": rnd.choice(["ok", "{\"v\": [1, 2]}", "multi\nline", ""])})
+            msgs.append(mcf.A(rnd.choice(["Done.", "<think>\nr\n</think>\n\nanswer", "结果"])))
+        out.append((tools, msgs))
+    return out
+
+
+def tool_extra(m):
+    """The per-message extra of the fixture (JSON, hex): the calls with their arguments as JSON text in
+    assorted spellings (compact, indented, ASCII-escaped) and the tool_call_id."""
+    x = {}
+    if m.get("tool_calls"):
+        rnd = random.Random(str(m))
+        x["tool_calls"] = [{"id": c["id"], "name": c["function"]["name"],
+                            "arguments": json.dumps(c["function"]["arguments"], ensure_ascii=rnd.random() < 0.5,
+                                                    indent=rnd.choice([None, 2]),
+                                                    separators=rnd.choice([None, (",", ":")]))}
+                           for c in m["tool_calls"]]
+    if m["role"] == "tool" and m.get("tool_call_id"):
+        x["tool_call_id"] = m["tool_call_id"]
+    return hexs(json.dumps(x)) if x else None
+
+
+def link_tool_ids(msgs):
+    """tool_call_id of each tool message: the id of the matching call (in order)."""
+    pending = []
+    out = []
+    for m in msgs:
+        m = dict(m)
+        if m.get("tool_calls"):
+            pending = [c["id"] for c in m["tool_calls"]]
+        if m["role"] == "tool":
+            m["tool_call_id"] = pending.pop(0) if pending else "c00000000"
+        out.append(m)
+    return out
+
+
+TOOL_FAMILIES = {"qwen2.5": False, "qwen3": False, "qwq": False, "llama3.1": True, "llama3.2": True,
+                 "mistral-small-3.2": False, "mistral-nemo": False}
+
+
+def fix_today():
+    """transformers' strftime_now (a closure over its module's `datetime`) answers 26 Jul 2024, the date
+    tests/test_chat_families.c sets with SOURCE_DATE_EPOCH."""
+    import datetime
+    import transformers.utils.chat_template_utils as ctu
+
+    class Fixed(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2024, 7, 26)
+    ctu.datetime = Fixed
+
+
 FAMILIES = [
     # name, family, template, vocabulary, reference tokenizer (None: text only), bos, eos, kwargs
     ("qwen2.5", "chatml", "Qwen-Qwen2.5-7B-Instruct.jinja", "ggml-vocab-qwen2.gguf", "qwen2", None, "<|im_end|>", {}),
@@ -198,12 +330,17 @@ FAMILIES = [
     ("smollm3", "smollm3", "HuggingFaceTB-SmolLM3-3B.jinja", "ggml-vocab-llama-bpe.gguf", "llama3",
      "<|begin_of_text|>", "<|im_end|>", {}),
     ("gemma2", "gemma", "google-gemma-2-2b-it.jinja", "gemma-3-270m-Q4_K_M.gguf", None, "<bos>", "<eos>", {}),
+    ("qwq", "qwq", "Qwen-QwQ-32B.jinja", "ggml-vocab-qwen2.gguf", "qwen2", None, "<|im_end|>",
+     {"enable_thinking": True}),
+    ("mistral-small-3.2", "mistral-v7", "Mistral-Small-3.2-24B-Instruct-2506.jinja", "ggml-vocab-llama-spm.gguf",
+     "spm:llama-spm", "<s>", "</s>", {}),
 ]
 
 
 def main():
     from transformers import PreTrainedTokenizerFast
     only = set(sys.argv[1:])  # family names to regenerate (default: all)
+    fix_today()
     os.makedirs(OUT, exist_ok=True)
     refs = {}
     tk, _ = bpe_tokenizer("ggml-vocab-llama-bpe.gguf", LLAMA3_RE, False, True)
@@ -240,25 +377,36 @@ def main():
                                        bos_token=bos, eos_token=eos)
         lines = ["# %s: %s rendered by transformers' apply_chat_template%s (tests/ref/make_chat_families.py)"
                  % (name, tpl, ", ids by the rebuilt real tokenizer of " + voc if ref else " (text only)"),
-                 "F " + fam, "J " + tpl, "V " + voc, "D " + kw.get("date_string", "-")]
+                 "F " + fam, "J " + tpl, "V " + voc,
+                 "D " + kw.get("date_string", "2024-07-26" if "strftime_now" in template else "-")]
         n_ok = n_x = 0
-        for msgs in convs_for(100 + k):
+        convs = [(None, c) for c in convs_for(100 + k)]
+        if name in TOOL_FAMILIES:
+            convs += tool_convs(500 + k, TOOL_FAMILIES[name])
+        for tools, msgs in convs:
+            msgs = link_tool_ids(msgs)
             lines.append("C %d" % len(msgs))
+            if tools:
+                lines.append("W " + hexs(json.dumps(tools, indent=1)))
             for m in msgs:
-                lines.append("M %s %s" % (m["role"], hexs(m["content"])))
+                x = tool_extra(m)
+                lines.append("M %s %s%s" % (m["role"], hexs(m["content"]), " " + x if x else ""))
+            tkw = dict(kw, tools=tools) if tools else kw
             try:
-                t = host.apply_chat_template(msgs, chat_template=template, tokenize=False, **kw)
+                t = host.apply_chat_template(msgs, chat_template=template, tokenize=False, **tkw)
                 h = host.apply_chat_template(msgs, chat_template=template, tokenize=False,
-                                             add_generation_prompt=True, **kw)
+                                             add_generation_prompt=True, **tkw)
             except Exception:  # raise_exception in the template
                 lines.append("X")
                 n_x += 1
                 continue
             lines.append("T " + hexs(t))
-            lines.append("H " + hexs(h))
+            lines.append("H =" if h == t else "H " + hexs(h))
             if ref:
-                lines.append("I " + " ".join(map(str, encode_ids(refs[ref], t))))
-                lines.append("G " + " ".join(map(str, encode_ids(refs[ref], h))))
+                i_ids = encode_ids(refs[ref], t)
+                g_ids = encode_ids(refs[ref], h)
+                lines.append("I " + " ".join(map(str, i_ids)))
+                lines.append("G =" if g_ids == i_ids else "G " + " ".join(map(str, g_ids)))
             n_ok += 1
         with open(os.path.join(OUT, name + ".txt"), "w") as fp:
             fp.write("\n".join(lines) + "\n")
