@@ -567,6 +567,10 @@ typedef struct af_lora_trainer_opts {
                                 `afinar train` numbers them (same masks, same adapter); 0: i, its index
                                 within the step */
     int32_t grad_accum;      /* (0) micro-batches per step (>= 1 when steps_per_epoch > 0) */
+    /* ---- LoRA+ (Hayou et al. 2024; PEFT's create_loraplus_optimizer) ---- */
+    float loraplus_lr_ratio; /* (0) > 0 and != 1: every lora_B and every 1-D parameter (the head bias) is
+                                updated with lr · ratio (its weight decay too: AdamW's decay is lr·wd),
+                                lora_A and the head W with lr; 0 or 1: one learning rate */
 } af_lora_trainer_opts;
 
 /* Fill `o` with the defaults listed above. */

@@ -173,6 +173,9 @@ static af_status check_opts(const af_lora_trainer_opts *o) {
         return af_fail(AF_ERR_INVALID_ARG, "%s: beta1 = %g, beta2 = %g must be in [0, 1)", fn, (double)o->beta1,
                        (double)o->beta2);
     if (isnan(o->max_grad_norm)) return af_fail(AF_ERR_INVALID_ARG, "%s: max_grad_norm is NaN", fn);
+    if (!(o->loraplus_lr_ratio >= 0) || !isfinite(o->loraplus_lr_ratio))
+        return af_fail(AF_ERR_INVALID_ARG, "%s: loraplus_lr_ratio = %g must be finite and >= 0 (0: off)", fn,
+                       (double)o->loraplus_lr_ratio);
     if (o->steps_per_epoch < 0 || (o->steps_per_epoch > 0 && o->grad_accum < 1))
         return af_fail(AF_ERR_INVALID_ARG, "%s: steps_per_epoch = %lld, grad_accum = %d: need steps_per_epoch >= 0 and "
                                            "grad_accum >= 1 with it", fn, (long long)o->steps_per_epoch, (int)o->grad_accum);
@@ -545,6 +548,53 @@ af_status af_lora_trainer_apply_gradients(af_lora_trainer *tr, const float *grad
     return AF_OK;
 }
 
+/* One AdamW update with LoRA+'s two learning rates (PEFT peft/optimizers/loraplus.py,
+ * create_loraplus_optimizer: "lora_B" in the name or a 1-D parameter -> lr·ratio, the rest -> lr; weight
+ * decay as the run's, none on the head bias as always). The flat vector is cut into runs of one
+ * learning rate (A, B of each slot, head W, head b) and each run is one adamw_step call on that part of
+ * P, G, M, V with the same step count t: elements are independent, so this equals one optimizer with
+ * two parameter groups. */
+static void adamw_loraplus(af_lora_trainer *tr, af_adamw *a, float lr, float ratio) {
+    const af_backend *be = af_be(tr->ctx);
+    const af_param_layout *lay = &tr->lay;
+    const int64_t t0 = a->t;
+    const float lr_b = (float)((double)lr * (double)ratio);
+    int64_t run0 = 0, run_end = 0;
+    int run_b = 0;
+    for (int64_t k = 0;; k++) { /* segments in offset order: A, B per slot, then head W, head b */
+        int64_t off = -1, len = 0;
+        int is_b = 0;
+        const int64_t nslot = (int64_t)lay->n_layers * AF_PROJ_COUNT;
+        if (k < 2 * nslot) {
+            const af_lora_slot *s = &lay->slots[k / 2];
+            if (s->a_off < 0) continue;
+            is_b = (int)(k & 1);
+            off = is_b ? s->b_off : s->a_off;
+            len = (int64_t)lay->lora.r * (is_b ? s->out : s->in);
+        } else if (k == 2 * nslot && lay->head_w_off >= 0) {
+            off = lay->head_w_off, len = (int64_t)lay->num_classes * lay->hidden;
+        } else if (k == 2 * nslot + 1 && lay->head_b_off >= 0) {
+            off = lay->head_b_off, len = lay->num_classes, is_b = 1; /* 1-D: PEFT's groupB_no_decay */
+        } else if (k > 2 * nslot + 1) {
+            off = -2; /* end: flush */
+        } else {
+            continue;
+        }
+        if (off == run_end && off >= 0 && is_b == run_b) { /* extends the current run */
+            run_end += len;
+            continue;
+        }
+        if (run_end > run0) {
+            a->t = t0;
+            be->adamw_step(tr->ctx, a, tr->P + run0, tr->G + run0, tr->M + run0, tr->V + run0, run_end - run0,
+                           run_b ? lr_b : lr, tr->decay ? tr->decay + run0 : NULL);
+        }
+        if (off < 0) break;
+        run0 = off, run_end = off + len, run_b = is_b;
+    }
+    a->t = t0 + 1;
+}
+
 af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm) {
     static const char *fn = "af_lora_trainer_step";
     if (!tr) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer", fn);
@@ -577,7 +627,11 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
         a.eps = tr->o.eps;
         a.weight_decay = tr->o.weight_decay;
         a.t = tr->adam_t;
-        be->adamw_step(tr->ctx, &a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
+        const float ratio = tr->o.loraplus_lr_ratio;
+        if (ratio > 0 && ratio != 1.0f)
+            adamw_loraplus(tr, &a, use_lr, ratio);
+        else
+            be->adamw_step(tr->ctx, &a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
         AF_TRY(be->sync(tr->ctx));
         tr->adam_t = a.t;
     }

@@ -154,6 +154,8 @@ static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
       "dropout on the LoRA input")                                                                                 \
     X("rslora", BOOL, 0, 0, 0, NULL, G_LORA, 0, F(use_rslora), FT_BOOL, NULL, 0, NULL,                              \
       "rank-stabilised scale alpha/sqrt(r)")                                                                       \
+    X("loraplus-lr-ratio", NUMBER, 0, 0, 1e4, "X", G_LORA, 0, F(loraplus_lr_ratio), FT_DBL, NULL, 0, "off",         \
+      "LoRA+: lora_B (and the head bias) learn at lr x X (PEFT create_loraplus_optimizer; 0 or 1: off)")         \
     X("pooling", TEXT, 0, 0, 0, "mean|last", G_LORA, 0, F(pooling), FT_ENUM, w_pooling, 0, NULL,                    \
       "sequence pooling for the head (last = transformers/PEFT)")                                                  \
     X("head-bias", BOOL, 0, 0, 0, NULL, G_LORA, 0, F(head_bias), FT_BOOL, NULL, 0, NULL,                            \

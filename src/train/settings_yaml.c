@@ -9,7 +9,8 @@
  * dataset_text_field, packing, completion_only_loss, assistant_only_loss), PEFT's LoraConfig
  * (r, lora_alpha, lora_dropout, target_modules, use_rslora, bias, task_type), the LoRA names of
  * TRL's ModelConfig (lora_r, lora_alpha, lora_dropout, lora_target_modules) and of the example
- * scripts (model_name_or_path, train_file, validation_file).
+ * scripts (model_name_or_path, train_file, validation_file), and loraplus_lr_ratio (the argument of
+ * PEFT's create_loraplus_optimizer, axolotl's key).
  */
 #include "train/settings_yaml.h"
 #include "core/fsutil.h"
@@ -63,6 +64,7 @@ static const alias k_alias[] = {
     {"lora_alpha", "lora-alpha", V_AS_IS},
     {"lora_dropout", "lora-dropout", V_AS_IS},
     {"use_rslora", "rslora", V_AS_IS},
+    {"loraplus_lr_ratio", "loraplus-lr-ratio", V_AS_IS},
     {"target_modules", "targets", V_TARGETS},
     {"lora_target_modules", "targets", V_TARGETS},
     {"bias", NULL, V_BIAS_NONE},
