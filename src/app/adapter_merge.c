@@ -32,7 +32,7 @@
 
 static const char *const k_methods[AF_MERGE_METHOD_COUNT] = {"linear",      "svd",         "cat",
                                                              "ties",        "dare-ties",   "dare-linear",
-                                                             "magnitude-prune"};
+                                                             "magnitude-prune", "slerp"};
 
 const char *af_merge_method_name(af_merge_method m) {
     return (m >= 0 && m < AF_MERGE_METHOD_COUNT) ? k_methods[m] : "unknown";
@@ -51,7 +51,7 @@ af_status af_merge_method_parse(const char *name, af_merge_method *out) {
         }
     }
     return af_fail(AF_ERR_INVALID_ARG,
-                   "unknown merge method '%s' (linear, svd, cat, ties, dare-ties, dare-linear, magnitude-prune)", name);
+                   "unknown merge method '%s' (linear, svd, cat, ties, dare-ties, dare-linear, magnitude-prune, slerp)", name);
 }
 
 void af_adapter_merge_opts_default(af_adapter_merge_opts *o) {
@@ -63,7 +63,9 @@ void af_adapter_merge_opts_default(af_adapter_merge_opts *o) {
 static int uses_density(af_merge_method m) {
     return m == AF_MERGE_TIES || m == AF_MERGE_DARE_TIES || m == AF_MERGE_DARE_LINEAR || m == AF_MERGE_MAGNITUDE_PRUNE;
 }
-static int is_factored(af_merge_method m) { return m == AF_MERGE_LINEAR || m == AF_MERGE_SVD || m == AF_MERGE_CAT; }
+static int is_factored(af_merge_method m) {
+    return m == AF_MERGE_LINEAR || m == AF_MERGE_SVD || m == AF_MERGE_CAT || m == AF_MERGE_SLERP;
+}
 
 /* ---------------------------------------------------------------- one input adapter */
 
@@ -349,6 +351,40 @@ typedef struct merge_job {
     char **msg;                 /* [n_proj] the message of a failed projection (malloc'ed) */
 } merge_job;
 
+/* <ΔW_x, ΔW_y>_F of slot (l, p) of adapters x and y from their factors: s_x s_y Σ_ab (B_xᵀB_y)_ab (A_x A_yᵀ)_ab
+ * (0 when either lacks the slot). */
+static double delta_dot(const in_adapter *x, const in_adapter *y, int32_t l, int p) {
+    if (l >= x->lay.n_layers || l >= y->lay.n_layers) return 0;
+    const af_lora_slot *sx = af_lora_slot_at(&x->lay, l, (af_proj)p), *sy = af_lora_slot_at(&y->lay, l, (af_proj)p);
+    if (sx->a_off < 0 || sy->a_off < 0) return 0;
+    const int32_t rx = x->lay.lora.r, ry = y->lay.lora.r;
+    const float *Bx = x->P + sx->b_off, *By = y->P + sy->b_off, *Ax = x->P + sx->a_off, *Ay = y->P + sy->a_off;
+    double sum = 0;
+    for (int32_t a = 0; a < rx; a++)
+        for (int32_t b = 0; b < ry; b++) {
+            double g1 = 0, g2 = 0;
+            for (int64_t i = 0; i < sx->out; i++) g1 += (double)Bx[i * rx + a] * By[i * ry + b];
+            for (int64_t j = 0; j < sx->in; j++) g2 += (double)Ax[a * sx->in + j] * Ay[b * sy->in + j];
+            sum += g1 * g2;
+        }
+    return sum * x->scale * y->scale;
+}
+
+/* The slerp weights (c0, c1) of slot (l, p) for the two adapters a[0], a[1] (af_adapter_merge, "slerp"). */
+static void slerp_weights(const in_adapter *a, int32_t l, int p, double t, double c[2]) {
+    const double eps = 1e-8, thr = 0.9995;
+    const double n0 = sqrt(fmax(0.0, delta_dot(&a[0], &a[0], l, p))), n1 = sqrt(fmax(0.0, delta_dot(&a[1], &a[1], l, p)));
+    double d = delta_dot(&a[0], &a[1], l, p);
+    d /= (n0 > eps ? n0 : 1.0) * (n1 > eps ? n1 : 1.0);
+    if (fabs(d) > thr) {
+        c[0] = 1.0 - t, c[1] = t;
+        return;
+    }
+    const double th = acos(d), st = sin(th);
+    c[0] = sin((1.0 - t) * th) / st;
+    c[1] = sin(t * th) / st;
+}
+
 /* Merge slot (l, p) of the inputs into Bo [out, rank], Ao [rank, in] (float, into the output P);
  * *rel receives |ΔW - Bo·Ao|_F / |ΔW|_F. */
 static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, int64_t in, float *Bo, float *Ao,
@@ -357,6 +393,12 @@ static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, i
     const int64_t k = J->rank, N = out * in;
     int32_t idx[256], m = 0; /* contributing adapters */
     int64_t R = 0;
+    double wsl[2];
+    const double *wts = J->w; /* per adapter; slerp: this projection's two coefficients */
+    if (o->method == AF_MERGE_SLERP) {
+        slerp_weights(J->a, l, p, o->t, wsl);
+        wts = wsl;
+    }
     for (int32_t i = 0; i < J->n; i++) {
         const af_param_layout *lay = &J->a[i].lay;
         if (l < lay->n_layers && af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0) {
@@ -395,7 +437,7 @@ static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, i
             const in_adapter *x = &J->a[idx[t]];
             const af_lora_slot *s = af_lora_slot_at(&x->lay, l, (af_proj)p);
             const int32_t r = x->lay.lora.r;
-            const double f = J->w[idx[t]] * (double)x->scale;
+            const double f = wts[idx[t]] * (double)x->scale;
             for (int32_t c = 0; c < r; c++) {
                 for (int64_t j = 0; j < in; j++) Af[(c0 + c) * in + j] = f * x->P[s->a_off + c * in + j];
                 for (int64_t i = 0; i < out; i++) Bf[i * R + c0 + c] = x->P[s->b_off + i * r + c];
@@ -510,6 +552,7 @@ static cJSON *merge_record(const char *const *dirs, int32_t n, const double *w, 
     cJSON_AddNumberToObject(m, "rank", rank);
     if (uses_density(o->method)) cJSON_AddNumberToObject(m, "density", o->density);
     if (o->method == AF_MERGE_DARE_TIES || o->method == AF_MERGE_DARE_LINEAR) cJSON_AddNumberToObject(m, "seed", (double)o->seed);
+    if (o->method == AF_MERGE_SLERP) cJSON_AddNumberToObject(m, "t", o->t);
     if (o->method == AF_MERGE_TIES || o->method == AF_MERGE_DARE_TIES)
         cJSON_AddStringToObject(m, "majority_sign", o->majority_sign_frequency ? "frequency" : "total");
     if (gguf_rows) cJSON_AddStringToObject(extra, "qk_row_order", "gguf");
@@ -537,9 +580,19 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
         return af_fail(AF_ERR_INVALID_ARG, "merge: %s: density does not apply (only ties, dare-ties, dare-linear, "
                                            "magnitude-prune prune)", mname);
     if (o->rank < 0) return af_fail(AF_ERR_INVALID_ARG, "merge: rank %d (>= 1, or 0 for the default)", o->rank);
+    const int slerp = o->method == AF_MERGE_SLERP;
+    if (slerp && n != 2)
+        return af_fail(AF_ERR_INVALID_ARG, "merge: slerp interpolates between exactly 2 adapters (%d given)", n);
+    if (slerp && o->weights)
+        return af_fail(AF_ERR_INVALID_ARG, "merge: slerp takes no weights (t decides the mix: --t)");
+    if (slerp && !(o->t >= 0 && o->t <= 1))
+        return af_fail(AF_ERR_INVALID_ARG, "merge: slerp: t = %g must be in [0, 1]", o->t);
+    if (!slerp && o->t != 0)
+        return af_fail(AF_ERR_INVALID_ARG, "merge: %s: t applies to slerp only", mname);
     double *w = af_malloc((size_t)n * sizeof(double));
     if (!w) return af_fail(AF_ERR_NOMEM, "merge: out of memory");
     for (int32_t i = 0; i < n; i++) w[i] = o->weights ? o->weights[i] : 1.0;
+    if (slerp) w[0] = 1.0 - o->t, w[1] = o->t; /* the heads (and the record) */
     for (int32_t i = 0; i < n; i++)
         if (!isfinite(w[i])) {
             free(w);
