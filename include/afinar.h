@@ -571,6 +571,11 @@ typedef struct af_lora_trainer_opts {
     float loraplus_lr_ratio; /* (0) > 0 and != 1: every lora_B and every 1-D parameter (the head bias) is
                                 updated with lr · ratio (its weight decay too: AdamW's decay is lr·wd),
                                 lora_A and the head W with lr; 0 or 1: one learning rate */
+    /* ---- DoRA (Liu et al. 2024; PEFT's use_dora) ---- */
+    int32_t use_dora;        /* (0) 1: every adapted projection also trains a magnitude vector m [out]:
+                                y = m / ||W + s·B·A||_row ⊙ (x·Wᵀ + s·x·Aᵀ·Bᵀ), the norm detached in the
+                                backward as PEFT does (docs/LORA.md); m starts at the row norms of W.
+                                CPU contexts only (AF_ERR_UNSUPPORTED on another device) */
 } af_lora_trainer_opts;
 
 /* Fill `o` with the defaults listed above. */

@@ -129,7 +129,7 @@ static void test_equal_internal(const af_model *m, int steps, int head_bias) {
     if (!CHECK(af_lora_trainer_new(m, &o, &tr) == AF_OK, "new: %s", af_last_error())) return;
     uint32_t mask = 0;
     af_lora_parse_targets(o.targets, &mask);
-    af_lora_config c = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora, mask, o.seed};
+    af_lora_config c = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora, mask, o.seed, 0};
     af_param_layout lay;
     af_engine *e = NULL;
     CHECK(af_param_layout_init(&lay, m, &c, o.num_classes) == AF_OK, "layout");
@@ -338,7 +338,7 @@ static void test_adapter(const af_model *m, af_lora_trainer *tr) {
         CHECK(!memcmp(p0, p1, 4 * (size_t)n), "adapter save/load round trip exact (max diff %g)",
               tl_max_abs_diff(p0, p1, (size_t)n, NULL));
         /* the file holds PEFT order: load it raw into a layout and compare with get_tensor */
-        af_lora_config c = {o.r, o.lora_alpha, o.lora_dropout, 0, (1u << AF_PROJ_COUNT) - 1, 0};
+        af_lora_config c = {o.r, o.lora_alpha, o.lora_dropout, 0, (1u << AF_PROJ_COUNT) - 1, 0, 0};
         af_param_layout lay;
         int32_t iq = -1;
         af_lora_trainer_find_tensor(t2, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", &iq);

@@ -160,7 +160,7 @@ static void test_layout(void) {
     tm_spec s = tm_default("llama", AF_TYPE_F32);
     af_model *m = NULL;
     if (!CHECK(tm_load(&s, &m) == AF_OK, "tiny model: %s", af_last_error())) return;
-    af_lora_config c = {4, 8.0f, 0.0f, 0, 0, 7};
+    af_lora_config c = {4, 8.0f, 0.0f, 0, 0, 7, 0};
     af_param_layout lay;
     CHECK(af_lora_parse_targets("all-linear", &c.targets) == AF_OK, "targets");
     if (CHECK(af_param_layout_init(&lay, m, &c, 3) == AF_OK, "layout: %s", af_last_error())) {
@@ -272,7 +272,7 @@ static void test_layers(void) {
     s.n_layer = 4;
     af_model *m = NULL;
     if (!CHECK(tm_load(&s, &m) == AF_OK, "tiny model: %s", af_last_error())) return;
-    af_lora_config c = {4, 8.0f, 0.0f, 0, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 7};
+    af_lora_config c = {4, 8.0f, 0.0f, 0, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 7, 0};
     af_param_layout full, part;
     if (CHECK(af_param_layout_init(&full, m, &c, 3) == AF_OK, "full layout")) {
         CHECK(af_lora_lowest_layer(&full) == 0 && full.layer_min == 0 && full.layer_end == 4, "full: lowest layer 0");

@@ -124,7 +124,7 @@ static af_model *tiny(const char *arch, uint32_t wtype) {
 static float *random_params(const af_model *m, af_param_layout *lay) {
     uint32_t targets = 0;
     af_lora_parse_targets("all-linear", &targets);
-    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 11};
+    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 11, 0};
     if (!CHECK(af_param_layout_init(lay, m, &c, 0) == AF_OK, "layout: %s", af_last_error())) return NULL;
     float *P = malloc(sizeof(float) * (size_t)lay->n_total);
     uint64_t r = 99;

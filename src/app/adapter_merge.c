@@ -100,8 +100,11 @@ static af_status in_read(const char *dir, in_adapter *a) {
     a->dir = dir;
     AF_TRY(af_adapter_read_info(dir, &a->info));
     const af_adapter_info *in = &a->info;
+    if (in->use_dora)
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: a DoRA adapter (use_dora): its magnitude vectors have no ΔW merge "
+                       "(merge it into the model with `afinar merge` instead)", dir);
     af_param_layout *lay = &a->lay;
-    lay->lora = (af_lora_config){in->r, in->alpha, 0.0f, in->use_rslora, in->targets, 0};
+    lay->lora = (af_lora_config){in->r, in->alpha, 0.0f, in->use_rslora, in->targets, 0, 0};
     lay->scale = in->use_rslora ? in->alpha / sqrtf((float)in->r) : in->alpha / (float)in->r;
     a->scale = in->use_rslora ? (double)in->alpha / sqrt((double)in->r) : (double)in->alpha / (double)in->r;
     if (in->n_layers > AF_MERGE_MAX_LAYERS)
@@ -114,7 +117,7 @@ static af_status in_read(const char *dir, in_adapter *a) {
     const size_t nslots = (size_t)(in->n_layers > 0 ? in->n_layers : 1) * AF_PROJ_COUNT;
     lay->slots = af_calloc(nslots, sizeof *lay->slots);
     if (!lay->slots) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
-    for (size_t k = 0; k < nslots; k++) lay->slots[k] = (af_lora_slot){-1, -1, 0, 0};
+    for (size_t k = 0; k < nslots; k++) lay->slots[k] = (af_lora_slot){-1, -1, 0, 0, -1};
 
     char *path = af_path_join(dir, AF_ADAPTER_WEIGHTS_FILE);
     af_st_file *f = NULL;
@@ -633,7 +636,7 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
         st = af_fail(AF_ERR_INVALID_ARG, "merge: cat: rank %d, but cat's rank is the sum of the ranks, %d (use svd or "
                                          "linear for another rank)", o->rank, sum_r);
     if (st == AF_OK) {
-        lay.lora = (af_lora_config){rank, (float)rank, a[0].info.dropout, 0, 0, 0};
+        lay.lora = (af_lora_config){rank, (float)rank, a[0].info.dropout, 0, 0, 0, 0};
         lay.scale = 1.0f;
         lay.n_layers = n_layers;
         lay.head_w_off = lay.head_b_off = -1;
@@ -645,7 +648,7 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
     for (int32_t l = 0; st == AF_OK && l < n_layers; l++)
         for (int p = 0; st == AF_OK && p < AF_PROJ_COUNT; p++) {
             af_lora_slot *s = &lay.slots[(size_t)l * AF_PROJ_COUNT + p];
-            *s = (af_lora_slot){-1, -1, 0, 0};
+            *s = (af_lora_slot){-1, -1, 0, 0, -1};
             for (int32_t i = 0; i < n && s->a_off < 0; i++)
                 if (l < a[i].lay.n_layers && af_lora_slot_at(&a[i].lay, l, (af_proj)p)->a_off >= 0) {
                     const af_lora_slot *t = af_lora_slot_at(&a[i].lay, l, (af_proj)p);

@@ -43,4 +43,11 @@ void af_dora_dmag(float *dm, const float *dy, const float *y_pre, const float *n
 void af_dora_merge(float *Wd, const float *A, const float *B, const float *m, int64_t in, int64_t out, int32_t r,
                    float scale);
 
+/* m of every slot of `lay` (lay->lora.use_dora) = af_dora_weight_norm of the model's frozen weight with
+ * the A, B already in P (B = 0 after af_lora_init_params: the row norms of W), as PEFT's update_layer.
+ * Host weights (af_weight.data). Errors: AF_ERR_INVALID_ARG (NULL, no DoRA layout, a slot the model
+ * lacks, a weight type without a dequantizer). Defined in model/lora_layout.c (it reads the model). */
+struct af_param_layout;
+af_status af_dora_init_magnitudes(const af_model *model, const struct af_param_layout *lay, float *P);
+
 #endif /* AF_DORA_H */

@@ -186,12 +186,16 @@ af_status af_param_layout_build(af_param_layout *lay, const af_layout_shapes *sh
         for (int p = 0; p < AF_PROJ_COUNT; p++) {
             af_lora_slot *s = &lay->slots[(int64_t)l * AF_PROJ_COUNT + p];
             const int has = sh->proj_shape(sh->user, l, (af_proj)p, &s->in, &s->out);
-            s->a_off = s->b_off = -1;
+            s->a_off = s->b_off = s->m_off = -1;
             if (!has || !(cfg->targets & (1u << p)) || l < layer_min || l >= lend) continue;
             s->a_off = off;
             off += (int64_t)cfg->r * s->in;
             s->b_off = off;
             off += s->out * cfg->r;
+            if (cfg->use_dora) {
+                s->m_off = off;
+                off += s->out;
+            }
         }
     }
     lay->n_lora = off;
@@ -237,6 +241,7 @@ void af_lora_init_params(const af_param_layout *lay, float *P) {
             float *A = P + s->a_off;
             for (int64_t i = 0; i < (int64_t)r * s->in; i++) A[i] = (2.0f * af_ctr_u01(key, (uint64_t)i) - 1.0f) * bound;
             memset(P + s->b_off, 0, sizeof(float) * (size_t)(s->out * r));
+            if (lay->lora.use_dora) memset(P + s->m_off, 0, sizeof(float) * (size_t)s->out);
         }
     }
     if (lay->head_w_off >= 0) {

@@ -44,12 +44,15 @@ typedef struct af_lora_config {
     int32_t use_rslora;  /* scale = alpha / sqrt(r) instead of alpha / r */
     uint32_t targets;    /* bit mask of af_proj */
     uint64_t seed;       /* initialisation seed */
+    int32_t use_dora;    /* DoRA (lora/dora.h): a magnitude vector m [out] per adapted projection */
 } af_lora_config;
 
 /* Where one adapter lives in the flat buffer. */
 typedef struct af_lora_slot {
     int64_t a_off, b_off; /* float offsets of A [r, in] and B [out, r]; -1 when not targeted */
     int64_t in, out;
+    int64_t m_off;        /* DoRA magnitude m [out] (right after B), meaningful only when the layout's
+                             lora.use_dora is set (hand-built slots leave it 0) */
 } af_lora_slot;
 
 typedef struct af_param_layout {
@@ -128,6 +131,9 @@ static inline const af_lora_slot *af_lora_slot_at(const af_param_layout *lay, in
  * head W from U(-1/sqrt(hidden), 1/sqrt(hidden)) (nn.Linear default), b = 0. Deterministic for a
  * seed, independent of thread count. */
 void af_lora_init_params(const af_param_layout *lay, float *P);
+/* (With cfg.use_dora the layout holds, after each slot's B, its magnitude m [out]: af_lora_init_params
+ * leaves it 0; af_dora_init_magnitudes (lora/dora.h, defined in model/lora_layout.c) sets it from the
+ * model's weights.) */
 
 /* Merge: Wd[out, in] += scale · B·A (Wd is a dequantized f32 copy); unmerge subtracts it. */
 void af_lora_merge(float *Wd, const float *A, const float *B, int64_t in, int64_t out, int32_t r, float scale,

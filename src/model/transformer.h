@@ -68,6 +68,8 @@ typedef struct af_tf_acts {
     float *ple_g, *ple_raw, *rstdple;     /* desc.ple_dim: gate pre-activation [P], projection before its norm [H], [1] */
     float *xa[AF_PROJ_COUNT];             /* adapted projections: x·Aᵀ [r] */
     float *mask[AF_PROJ_COUNT];           /* training with dropout: the masks [in] */
+    float *dora_y[AF_PROJ_COUNT];         /* DoRA layouts: the projection's y_pre [out] (lora/dora.h) */
+    float *dora_n[AF_PROJ_COUNT];         /* DoRA layouts: the weight norms, [out] once (not per token) */
 } af_tf_acts;
 
 /* Scratch shared by the layers, each [cap, width]. The backward-only ones are NULL in inference. */
@@ -83,6 +85,7 @@ typedef struct af_tf_scratch {
     int32_t *ple_idx; /* desc.ple_dim: [L, cap] the rows of each layer's slice of the per-layer inputs */
     float *ltmp;       /* [r (+ max width with dropout masks)] af_lora_backward scratch */
     float *padx, *pady; /* [AF_TF_MIN_ROWS, max(H, qd, F)] */
+    float *dora_a, *dora_b, *dora_c; /* training with a DoRA layout: [max(H, qd, F)] each */
 } af_tf_scratch;
 
 /* Carve (or count: af_carver, kernels/backend.h) one activation set / the scratch for `cap` tokens. lay: the adapter layout

@@ -23,6 +23,7 @@
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "lora/adapter_io.h"
+#include "lora/dora.h"
 #include "lora/lora.h"
 #include "model/model.h"
 #include "train/api_internal.h"
@@ -129,7 +130,8 @@ static af_status build_tensors(af_lora_trainer *tr) {
     const af_param_layout *lay = &tr->lay;
     int32_t n = lay->num_classes > 0 ? 2 : 0;
     for (int32_t l = 0; l < lay->n_layers; l++)
-        for (int p = 0; p < AF_PROJ_COUNT; p++) n += af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0 ? 2 : 0;
+        for (int p = 0; p < AF_PROJ_COUNT; p++)
+            n += af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0 ? (lay->lora.use_dora ? 3 : 2) : 0;
     tr->tensors = af_calloc((size_t)n, sizeof(tensor_desc));
     if (!tr->tensors) return af_fail(AF_ERR_NOMEM, "af_lora_trainer_new: out of memory");
     /* same criterion as adapter_io, so tensors by name and adapter files always agree */
@@ -148,6 +150,11 @@ static af_status build_tensors(af_lora_trainer *tr) {
             snprintf(name, sizeof name, "%s.%d.%s.%s.lora_B.weight", AF_ADAPTER_DEFAULT_LAYERS_PREFIX, l, block,
                      af_proj_name((af_proj)p));
             AF_TRY(add_tensor(tr, name, s->out, r, s->b_off, qk));
+            if (lay->lora.use_dora) { /* PEFT's name: no ".weight" (a 1-D [out] tensor) */
+                snprintf(name, sizeof name, "%s.%d.%s.%s.lora_magnitude_vector", AF_ADAPTER_DEFAULT_LAYERS_PREFIX, l,
+                         block, af_proj_name((af_proj)p));
+                AF_TRY(add_tensor(tr, name, s->out, 1, s->m_off, qk));
+            }
         }
     if (lay->num_classes > 0) {
         AF_TRY(add_tensor(tr, AF_ADAPTER_DEFAULT_HEAD_PREFIX ".weight", lay->num_classes, lay->hidden,
@@ -200,6 +207,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     if (given) { /* the caller's layout decides the LoRA and the head */
         o.r = given->lora.r, o.lora_alpha = given->lora.alpha, o.lora_dropout = given->lora.dropout;
         o.use_rslora = given->lora.use_rslora, o.num_classes = given->num_classes; /* (opts' seed: dropout) */
+        o.use_dora = given->lora.use_dora;
     }
     AF_TRY(check_opts(&o));
     uint32_t mask = 0;
@@ -214,7 +222,12 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     tr->max_grad_norm = ext ? ext->max_grad_norm : (double)o.max_grad_norm;
     tr->ctx = ext && ext->ctx ? ext->ctx : model->ctx;
     const af_backend *be = af_be(tr->ctx);
-    af_lora_config cfg = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora != 0, mask, o.seed};
+    af_lora_config cfg = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora != 0, mask, o.seed, o.use_dora != 0};
+    if (o.use_dora && !af_ctx_on_cpu(tr->ctx)) {
+        af_lora_trainer_free(tr);
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: DoRA runs on the CPU only (device %s): train with --device cpu", fn,
+                       af_ctx_device(ext && ext->ctx ? ext->ctx : model->ctx));
+    }
     st = given ? af_param_layout_copy(&tr->lay, given)
                : af_param_layout_init_layers(&tr->lay, model, &cfg, o.num_classes, ext ? ext->layer_min : 0,
                                              ext ? ext->layer_end : 0);
@@ -243,7 +256,8 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     be->fill(tr->ctx, tr->M, 0.0f, (int64_t)n);
     be->fill(tr->ctx, tr->V, 0.0f, (int64_t)n);
     af_lora_init_params(&tr->lay, hostP);
-    st = be->upload(tr->ctx, tr->P, hostP, sizeof(float) * n);
+    st = tr->lay.lora.use_dora ? af_dora_init_magnitudes(model, &tr->lay, hostP) : AF_OK;
+    if (st == AF_OK) st = be->upload(tr->ctx, tr->P, hostP, sizeof(float) * n);
     if (st == AF_OK && hdecay) {
         memset(hdecay, 1, n);
         memset(hdecay + tr->lay.head_b_off, 0, (size_t)tr->lay.num_classes); /* no decay on the bias */
@@ -551,7 +565,7 @@ af_status af_lora_trainer_apply_gradients(af_lora_trainer *tr, const float *grad
 /* One AdamW update with LoRA+'s two learning rates (PEFT peft/optimizers/loraplus.py,
  * create_loraplus_optimizer: "lora_B" in the name or a 1-D parameter -> lr·ratio, the rest -> lr; weight
  * decay as the run's, none on the head bias as always). The flat vector is cut into runs of one
- * learning rate (A, B of each slot, head W, head b) and each run is one adamw_step call on that part of
+ * learning rate (A, B, DoRA magnitude of each slot, head W, head b) and each run is one adamw_step call on that part of
  * P, G, M, V with the same step count t: elements are independent, so this equals one optimizer with
  * two parameter groups. */
 static void adamw_loraplus(af_lora_trainer *tr, af_adamw *a, float lr, float ratio) {
@@ -565,17 +579,18 @@ static void adamw_loraplus(af_lora_trainer *tr, af_adamw *a, float lr, float rat
         int64_t off = -1, len = 0;
         int is_b = 0;
         const int64_t nslot = (int64_t)lay->n_layers * AF_PROJ_COUNT;
-        if (k < 2 * nslot) {
-            const af_lora_slot *s = &lay->slots[k / 2];
-            if (s->a_off < 0) continue;
-            is_b = (int)(k & 1);
-            off = is_b ? s->b_off : s->a_off;
-            len = (int64_t)lay->lora.r * (is_b ? s->out : s->in);
-        } else if (k == 2 * nslot && lay->head_w_off >= 0) {
+        if (k < 3 * nslot) { /* A, B, DoRA magnitude (1-D: the lr x ratio group) */
+            const af_lora_slot *s = &lay->slots[k / 3];
+            const int part = (int)(k % 3);
+            if (s->a_off < 0 || (part == 2 && !lay->lora.use_dora)) continue;
+            is_b = part > 0;
+            off = part == 2 ? s->m_off : part ? s->b_off : s->a_off;
+            len = part == 2 ? s->out : (int64_t)lay->lora.r * (part ? s->out : s->in);
+        } else if (k == 3 * nslot && lay->head_w_off >= 0) {
             off = lay->head_w_off, len = (int64_t)lay->num_classes * lay->hidden;
-        } else if (k == 2 * nslot + 1 && lay->head_b_off >= 0) {
+        } else if (k == 3 * nslot + 1 && lay->head_b_off >= 0) {
             off = lay->head_b_off, len = lay->num_classes, is_b = 1; /* 1-D: PEFT's groupB_no_decay */
-        } else if (k > 2 * nslot + 1) {
+        } else if (k > 3 * nslot + 1) {
             off = -2; /* end: flush */
         } else {
             continue;

@@ -156,6 +156,8 @@ static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
       "rank-stabilised scale alpha/sqrt(r)")                                                                       \
     X("loraplus-lr-ratio", NUMBER, 0, 0, 1e4, "X", G_LORA, 0, F(loraplus_lr_ratio), FT_DBL, NULL, 0, "off",         \
       "LoRA+: lora_B (and the head bias) learn at lr x X (PEFT create_loraplus_optimizer; 0 or 1: off)")         \
+    X("dora", BOOL, 0, 0, 0, NULL, G_LORA, 0, F(use_dora), FT_BOOL, NULL, 0, NULL,                                 \
+      "DoRA: a trained magnitude per output row, m/||W + sBA|| x (W + sBA) (PEFT use_dora; CPU only; docs/LORA.md)") \
     X("pooling", TEXT, 0, 0, 0, "mean|last", G_LORA, 0, F(pooling), FT_ENUM, w_pooling, 0, NULL,                    \
       "sequence pooling for the head (last = transformers/PEFT)")                                                  \
     X("head-bias", BOOL, 0, 0, 0, NULL, G_LORA, 0, F(head_bias), FT_BOOL, NULL, 0, NULL,                            \

@@ -7,7 +7,7 @@
  * weight_decay, max_grad_norm, gradient_checkpointing, bf16, logging_steps,
  * resume_from_checkpoint), TRL's SFTConfig (max_length, the older max_seq_length,
  * dataset_text_field, packing, completion_only_loss, assistant_only_loss), PEFT's LoraConfig
- * (r, lora_alpha, lora_dropout, target_modules, use_rslora, bias, task_type), the LoRA names of
+ * (r, lora_alpha, lora_dropout, target_modules, use_rslora, use_dora, bias, task_type), the LoRA names of
  * TRL's ModelConfig (lora_r, lora_alpha, lora_dropout, lora_target_modules) and of the example
  * scripts (model_name_or_path, train_file, validation_file), and loraplus_lr_ratio (the argument of
  * PEFT's create_loraplus_optimizer, axolotl's key).
@@ -65,6 +65,7 @@ static const alias k_alias[] = {
     {"lora_dropout", "lora-dropout", V_AS_IS},
     {"use_rslora", "rslora", V_AS_IS},
     {"loraplus_lr_ratio", "loraplus-lr-ratio", V_AS_IS},
+    {"use_dora", "dora", V_AS_IS},
     {"target_modules", "targets", V_TARGETS},
     {"lora_target_modules", "targets", V_TARGETS},
     {"bias", NULL, V_BIAS_NONE},

@@ -368,7 +368,8 @@ static af_status load_data(af_trainer *t) {
 static af_status settle(af_trainer *t, uint32_t targets) {
     const af_trainer_opts *o = &t->o;
     af_status st;
-    t->lora = (af_lora_config){o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed};
+    t->lora = (af_lora_config){o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed,
+                               o->use_dora};
     st = resolve_layers(t); /* --lora-layers as numbers, once */
     if (st == AF_OK) st = af_tr_recipe_apply(t); /* AF_RECIPE_AUTO: epochs, class weights, max_seq_len, layers, warm-up */
     if (st != AF_OK) return st;
