@@ -225,7 +225,7 @@ static void test_layout(void) {
         af_param_layout_free(&lay);
     }
     /* rsLoRA scale, qv-only layout */
-    af_lora_config c2 = {16, 16.0f, 0.1f, 1, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 1};
+    af_lora_config c2 = {16, 16.0f, 0.1f, 1, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 1, 0};
     if (CHECK(af_param_layout_init(&lay, m, &c2, 0) == AF_OK, "qv layout")) {
         CHECK(fabsf(lay.scale - 4.0f) < 1e-6f && lay.head_w_off == -1 && lay.n_total == lay.n_lora &&
                   af_lora_slot_at(&lay, 0, AF_PROJ_K)->a_off == -1,
