@@ -15,9 +15,12 @@
  *  (d) PEFT's own DoRA adapter of tests/fixtures/hf_tiny_llama (tests/ref/make_dora_model_ref.py) loads
  *      as it is; the summed next-token loss (2e-5 relative) and all 42 gradients (A, B, magnitude; 1e-4
  *      of each tensor's largest entry) equal PEFT's;
+ *  (e) a DoRA adapter applied unmerged by a session (CPU) gives the logits of the model af_merge_adapter
+ *      writes (F32 tiny llama); llama.cpp GGUF adapter export refuses DoRA.
  * Tolerances: PEFT parity 2e-5 relative to each tensor's largest entry (float32 vs float64);
  * finite differences (central, h = 1e-2 · max(1, |θ|)) 2e-3 relative.
  */
+#include "afinar_app.h"
 #include "testlib.h"
 #include "tinymodel.c"
 
@@ -419,6 +422,88 @@ out:
     af_model_free(m);
 }
 
+/* Logits [n, vocab] of ids (7i + 3) mod V through a session, with the adapter directory applied unmerged. */
+static float *session_logits(const char *model_path, const char *adapter, int n, int32_t *vocab) {
+    af_model *m = NULL;
+    if (af_model_load(NULL, model_path, &m) != AF_OK) return NULL;
+    const int32_t V = af_model_get_config(m)->vocab_size;
+    *vocab = V;
+    af_session *s = NULL;
+    float *out = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    int32_t ids[16];
+    for (int i = 0; i < n; i++) ids[i] = (7 * i + 3) % V;
+    af_status st = af_session_new(m, n + 1, &s);
+    if (st == AF_OK && adapter) st = af_session_load_adapter(s, adapter, 1.0f);
+    if (st == AF_OK) st = af_session_eval(s, ids, n, NULL, out);
+    if (!CHECK(st == AF_OK, "session logits (%s, %s): %s", model_path, adapter ? adapter : "-", af_last_error())) {
+        free(out);
+        out = NULL;
+    }
+    af_session_free(s);
+    af_model_free(m);
+    return out;
+}
+
+/* (e) a trained-looking DoRA adapter applied unmerged by a session equals the model `afinar merge` writes
+ * (F32: the same function), and differs from the base; GGUF adapter export refuses DoRA. */
+static void test_merge(void) {
+    char mp[64], dir[64], out[64], gg[64];
+    snprintf(mp, sizeof mp, "/tmp/af_dora_m_%d.gguf", (int)getpid());
+    snprintf(dir, sizeof dir, "/tmp/af_dora_a_%d", (int)getpid());
+    snprintf(out, sizeof out, "/tmp/af_dora_o_%d.gguf", (int)getpid());
+    snprintf(gg, sizeof gg, "/tmp/af_dora_g_%d.gguf", (int)getpid());
+    tm_spec ts = tm_default("llama", AF_TYPE_F32);
+    af_model *m = NULL;
+    af_lora_trainer *tr = NULL;
+    if (!CHECK(tm_write(&ts, mp) == AF_OK && af_model_load(NULL, mp, &m) == AF_OK, "model: %s", af_last_error())) return;
+    af_lora_trainer_opts o = dora_opts(1, 0.0f);
+    o.num_classes = 0;
+    if (CHECK(af_lora_trainer_new(m, &o, &tr) == AF_OK, "trainer: %s", af_last_error())) {
+        const int64_t n = af_lora_trainer_n_params(tr);
+        float *P = malloc(4 * (size_t)n);
+        af_lora_trainer_get_params(tr, P);
+        uint64_t rng = 17;
+        for (int32_t i = 0; i < af_lora_trainer_n_tensors(tr); i++) {
+            const char *name;
+            int64_t sh[2], off;
+            af_lora_trainer_tensor_info(tr, i, &name, sh, &off);
+            for (int64_t k = 0; k < sh[0] * sh[1]; k++) {
+                if (strstr(name, "lora_B")) P[off + k] = tl_rand_uniform(&rng, -0.1f, 0.1f);
+                if (strstr(name, "lora_magnitude_vector")) P[off + k] *= 1.0f + tl_rand_uniform(&rng, -0.3f, 0.3f);
+            }
+        }
+        af_lora_trainer_set_params(tr, P);
+        free(P);
+        CHECK(af_lora_trainer_save_adapter(tr, dir, "tiny") == AF_OK, "save: %s", af_last_error());
+    }
+    af_lora_trainer_free(tr);
+    af_model_free(m);
+    af_merge_opts mo = {"keep", 0};
+    af_merge_stats ms;
+    if (CHECK(af_merge_adapter(mp, dir, out, &mo, &ms) == AF_OK, "afinar merge of a DoRA adapter: %s", af_last_error())) {
+        int32_t V = 0;
+        float *un = session_logits(mp, dir, 6, &V), *mg = session_logits(out, NULL, 6, &V),
+              *base = session_logits(mp, NULL, 6, &V);
+        if (un && mg && base) {
+            double d = 0, eff = 0, amax = 0;
+            for (size_t i = 0; i < (size_t)6 * (size_t)V; i++) {
+                d = fmax(d, fabs((double)mg[i] - un[i]));
+                eff = fmax(eff, fabs((double)un[i] - base[i]));
+                amax = fmax(amax, fabs((double)un[i]));
+            }
+            printf("  DoRA merge: max |merged - unmerged| %.3g, max |adapter effect| %.3g\n", d, eff);
+            CHECK(eff > 1e-2 && d <= 1e-4 * (1 + amax), "merged == unmerged DoRA logits: %.3g (effect %.3g)", d, eff);
+        }
+        free(un), free(mg), free(base);
+    }
+    CHECK(af_adapter_export_gguf(mp, dir, gg, 1) == AF_ERR_UNSUPPORTED && strstr(af_last_error(), "afinar merge"),
+          "GGUF adapter export refuses DoRA: %s", af_last_error());
+    static const char *const files[] = {"adapter_config.json", "adapter_model.safetensors", "afinar.json", "manifest.json"};
+    for (int i = 0; i < 4; i++) unlink(tl_join(dir, files[i]));
+    rmdir(dir);
+    unlink(mp), unlink(out), unlink(gg);
+}
+
 int main(void) {
     test_peft();
     tm_spec sp = tm_default("llama", AF_TYPE_F32);
@@ -428,5 +513,6 @@ int main(void) {
     if (CHECK(tm_load(&sp, &m) == AF_OK, "tiny llama: %s", af_last_error())) test_trainer(m);
     af_model_free(m);
     test_peft_model();
+    test_merge();
     return tl_finish("dora");
 }
