@@ -576,6 +576,8 @@ typedef struct af_lora_trainer_opts {
                                 y = m / ||W + s·B·A||_row ⊙ (x·Wᵀ + s·x·Aᵀ·Bᵀ), the norm detached in the
                                 backward as PEFT does (docs/LORA.md); m starts at the row norms of W.
                                 CPU contexts only (AF_ERR_UNSUPPORTED on another device) */
+    int32_t init_gaussian;   /* (0) 1: lora_A from N(0, 1/r²) (PEFT init_lora_weights="gaussian") instead of
+                                kaiming-uniform U(-1/sqrt(in), 1/sqrt(in)); B = 0 either way */
 } af_lora_trainer_opts;
 
 /* Fill `o` with the defaults listed above. */

@@ -375,6 +375,8 @@ static void test_bad_inputs(void) {
         {"malformed json", "\"r\":", "\"r\" ", AF_ERR_FORMAT, "adapter_config.json: malformed JSON at offset"},
         {"peft type", "\"LORA\"", "\"IA3\"", AF_ERR_UNSUPPORTED, "peft_type: \"IA3\""},
         {"dora", "\"use_dora\":\tfalse", "\"use_dora\": true", AF_ERR_INVALID_ARG, "use_dora = true but the layout has false"},
+        {"pissa", "\"init_lora_weights\":\ttrue", "\"init_lora_weights\": \"pissa_niter_4\"", AF_ERR_UNSUPPORTED,
+         "init_lora_weights \"pissa_niter_4\": the adapter is relative to the base weights PEFT rewrote"},
         {"r type", "\"r\":\t2", "\"r\": \"2\"", AF_ERR_FORMAT, "r: missing or not a positive integer"},
         {"rank pattern", "\"rank_pattern\":\t{", "\"rank_pattern\": {\"q_proj\": 4", AF_ERR_UNSUPPORTED,
          "rank_pattern"},

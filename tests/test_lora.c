@@ -312,7 +312,46 @@ static void test_layers(void) {
     af_model_free(m);
 }
 
+/* init_gaussian: A from N(0, 1/r²) (PEFT init_lora_weights="gaussian"), deterministic, B = 0. */
+static void test_gaussian(void) {
+    af_lora_slot slots[2 * AF_PROJ_COUNT];
+    for (int k = 0; k < 2 * AF_PROJ_COUNT; k++) slots[k] = (af_lora_slot){-1, -1, 0, 0, -1};
+    const int32_t r = 4;
+    const int64_t in = 512, out = 64;
+    slots[0] = (af_lora_slot){0, r * in, in, out, -1}; /* layer 0 q_proj */
+    af_param_layout lay;
+    memset(&lay, 0, sizeof lay);
+    lay.lora = (af_lora_config){r, 8.0f, 0.0f, 0, 1u << AF_PROJ_Q, 5, 0};
+    lay.n_layers = 2;
+    lay.slots = slots;
+    lay.head_w_off = lay.head_b_off = -1;
+    lay.n_lora = lay.n_total = r * in + out * r;
+    lay.init_gaussian = 1;
+    float *P = malloc(sizeof(float) * (size_t)lay.n_total), *Q = malloc(sizeof(float) * (size_t)lay.n_total);
+    for (int64_t i = 0; i < lay.n_total; i++) P[i] = Q[i] = 7.0f;
+    af_lora_init_params(&lay, P);
+    af_lora_init_params(&lay, Q);
+    double s1 = 0, s2 = 0, s4 = 0;
+    const int64_t na = r * in;
+    for (int64_t i = 0; i < na; i++) s1 += P[i], s2 += (double)P[i] * P[i], s4 += pow(P[i], 4);
+    const double mean = s1 / na, var = s2 / na - mean * mean, kurt = (s4 / na) / (var * var);
+    int bzero = 1;
+    for (int64_t i = na; i < lay.n_total; i++) bzero &= P[i] == 0.0f;
+    CHECK(fabs(mean) < 4.0 * 0.25 / sqrt((double)na) && fabs(sqrt(var) - 0.25) < 0.02 && fabs(kurt - 3.0) < 0.5 &&
+              bzero && !memcmp(P, Q, sizeof(float) * (size_t)lay.n_total),
+          "gaussian init: mean %.4f, std %.4f (1/r = 0.25), kurtosis %.2f (3), B = 0, deterministic", mean, sqrt(var),
+          kurt);
+    lay.init_gaussian = 0;
+    af_lora_init_params(&lay, Q);
+    double amax = 0;
+    for (int64_t i = 0; i < na; i++) amax = fmax(amax, fabs((double)Q[i]));
+    CHECK(amax <= 1.0 / sqrt((double)in) && amax > 0.9 / sqrt((double)in), "default init: U(-1/sqrt(in), 1/sqrt(in)), max %.4f",
+          amax);
+    free(P), free(Q);
+}
+
 int main(void) {
+    test_gaussian();
     test_layers();
     test_fd(0);
     test_fd(1);

@@ -79,7 +79,8 @@ static cJSON *make_adapter_config(const af_param_layout *lay, const af_adapter_s
     cJSON_AddStringToObject(c, "bias", "none");
     cJSON_AddBoolToObject(c, "fan_in_fan_out", 0);
     cJSON_AddBoolToObject(c, "inference_mode", 1); /* save_pretrained always writes true */
-    cJSON_AddBoolToObject(c, "init_lora_weights", 1);
+    if (lay->init_gaussian) cJSON_AddStringToObject(c, "init_lora_weights", "gaussian");
+    else cJSON_AddBoolToObject(c, "init_lora_weights", 1);
     cJSON_AddItemToObject(c, "layers_pattern", cJSON_CreateNull());
     cJSON_AddItemToObject(c, "layers_to_transform", layers ? layers : cJSON_CreateNull());
     cJSON_AddNumberToObject(c, "lora_alpha", clean_double(lay->lora.alpha));
@@ -429,6 +430,17 @@ static af_status parse_config(const char *dir, const cJSON *c, af_adapter_info *
         return af_fail(AF_ERR_FORMAT, "%s/%s: lora_dropout: not a number in [0, 1)", dir, F);
     info->dropout = v ? (float)v->valuedouble : 0.0f;
 
+    v = cJSON_GetObjectItemCaseSensitive(c, "init_lora_weights");
+    if (cJSON_IsString(v)) { /* these inits rewrite the base weights: the adapter holds only a part of ΔW */
+        static const char *const mutated[] = {"pissa", "olora", "corda", "loftq"};
+        for (size_t i = 0; i < sizeof mutated / sizeof *mutated; i++)
+            if (!strncmp(v->valuestring, mutated[i], strlen(mutated[i])))
+                return af_fail(AF_ERR_UNSUPPORTED,
+                               "%s/%s: init_lora_weights \"%.40s\": the adapter is relative to the base weights "
+                               "PEFT rewrote at initialisation (a residual model), not to the base model; save it with "
+                               "PEFT's save_pretrained(path_initial_model_for_weight_conversion=...) to get a plain "
+                               "LoRA adapter of the base", dir, F, v->valuestring);
+    }
     v = cJSON_GetObjectItemCaseSensitive(c, "use_dora");
     if (v && !cJSON_IsBool(v)) return af_fail(AF_ERR_FORMAT, "%s/%s: use_dora: not a boolean", dir, F);
     info->use_dora = cJSON_IsTrue(v);

@@ -239,7 +239,18 @@ void af_lora_init_params(const af_param_layout *lay, float *P) {
             const float bound = 1.0f / sqrtf((float)s->in);
             const uint64_t key = af_ctr_key(lay->lora.seed, (uint64_t)l, (uint64_t)p, 0);
             float *A = P + s->a_off;
-            for (int64_t i = 0; i < (int64_t)r * s->in; i++) A[i] = (2.0f * af_ctr_u01(key, (uint64_t)i) - 1.0f) * bound;
+            const int64_t na = (int64_t)r * s->in;
+            if (lay->init_gaussian) {
+                const double sd = 1.0 / (double)r;
+                for (int64_t i = 0; i < na; i += 2) { /* Box-Muller: u1 in (0, 1], u2 in [0, 1) */
+                    const double u1 = 1.0 - (double)af_ctr_u01(key, (uint64_t)i), u2 = af_ctr_u01(key, (uint64_t)i + 1);
+                    const double rad = sqrt(-2.0 * log(u1)) * sd, th = 6.283185307179586 * u2;
+                    A[i] = (float)(rad * cos(th));
+                    if (i + 1 < na) A[i + 1] = (float)(rad * sin(th));
+                }
+            } else {
+                for (int64_t i = 0; i < na; i++) A[i] = (2.0f * af_ctr_u01(key, (uint64_t)i) - 1.0f) * bound;
+            }
             memset(P + s->b_off, 0, sizeof(float) * (size_t)(s->out * r));
             if (lay->lora.use_dora) memset(P + s->m_off, 0, sizeof(float) * (size_t)s->out);
         }

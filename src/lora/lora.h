@@ -67,6 +67,8 @@ typedef struct af_param_layout {
     int64_t head_w_off;      /* W [num_classes, hidden], -1 if no head */
     int64_t head_b_off;      /* b [num_classes], -1 if no head */
     int64_t n_lora;          /* floats in the LoRA part (offsets [0, n_lora)) */
+    int32_t init_gaussian;   /* af_lora_init_params draws A from N(0, 1/r²) (PEFT init_lora_weights="gaussian")
+                                instead of kaiming-uniform; 0 by af_param_layout_build, set by the caller */
     int64_t n_total;         /* floats in the whole buffer */
 } af_param_layout;
 
@@ -127,7 +129,9 @@ static inline const af_lora_slot *af_lora_slot_at(const af_param_layout *lay, in
 }
 
 /* Initialise parameters P [n_total] like PEFT: every A row-major [r, in] from
- * U(-1/sqrt(in), 1/sqrt(in)) with a counter-based RNG keyed by (seed, layer, proj), every B = 0;
+ * U(-1/sqrt(in), 1/sqrt(in)) with a counter-based RNG keyed by (seed, layer, proj), every B = 0
+ * (lay->init_gaussian: A from N(0, 1/r²), PEFT's nn.init.normal_(std = 1/r), the normal deviates by the
+ * Box-Muller transform of consecutive pairs of the same stream);
  * head W from U(-1/sqrt(hidden), 1/sqrt(hidden)) (nn.Linear default), b = 0. Deterministic for a
  * seed, independent of thread count. */
 void af_lora_init_params(const af_param_layout *lay, float *P);

@@ -236,6 +236,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
         af_lora_trainer_free(tr);
         return st;
     }
+    tr->lay.init_gaussian = o.init_gaussian != 0;
     const size_t n = (size_t)tr->lay.n_total;
     float *hostP = af_malloc(sizeof(float) * (n ? n : 1));
     uint8_t *hdecay = tr->lay.num_classes > 0 ? af_malloc(n) : NULL;

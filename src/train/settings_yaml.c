@@ -36,7 +36,8 @@ typedef enum {
     V_EVAL_STRAT,  /* "steps": nothing; "epoch": eval-every 0 */
     V_LOSS_ONLY,   /* completion_only_loss / assistant_only_loss: true -> auto, false -> all */
     V_TASK_TYPE,   /* CAUSAL_LM -> causal-lm, SEQ_CLS -> classification */
-    V_BIAS_NONE    /* only "none" (afinar's LoRA has no bias terms) */
+    V_BIAS_NONE,   /* only "none" (afinar's LoRA has no bias terms) */
+    V_LORA_INIT    /* init_lora_weights: true -> default, "gaussian" as is; PEFT's others refused by name */
 } vkind;
 
 typedef struct alias {
@@ -66,6 +67,7 @@ static const alias k_alias[] = {
     {"use_rslora", "rslora", V_AS_IS},
     {"loraplus_lr_ratio", "loraplus-lr-ratio", V_AS_IS},
     {"use_dora", "dora", V_AS_IS},
+    {"init_lora_weights", "init-lora-weights", V_LORA_INIT},
     {"target_modules", "targets", V_TARGETS},
     {"lora_target_modules", "targets", V_TARGETS},
     {"bias", NULL, V_BIAS_NONE},
@@ -280,6 +282,11 @@ static af_status apply(yctx *y, const yaml_mark_t *m, const char *yname, const a
     case V_BIAS_NONE:
         if (!strcmp(v, "none")) return AF_OK;
         return at(y, m, "key '%s': '%.60s' is not available (afinar's LoRA has no bias terms: none)", yname, v);
+    case V_LORA_INIT:
+        if (yaml_bool(v) == 1) return put(y, m, yname, key, "default");
+        if (!strcmp(v, "gaussian")) return put(y, m, yname, key, v);
+        return at(y, m, "key '%s': '%.60s' is not available (true or gaussian; PEFT's pissa, olora, loftq, eva, corda "
+                        "and false are not implemented)", yname, v);
     }
     return AF_OK;
 }
