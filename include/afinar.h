@@ -576,8 +576,12 @@ typedef struct af_lora_trainer_opts {
                                 y = m / ||W + s·B·A||_row ⊙ (x·Wᵀ + s·x·Aᵀ·Bᵀ), the norm detached in the
                                 backward as PEFT does (docs/LORA.md); m starts at the row norms of W.
                                 CPU contexts only (AF_ERR_UNSUPPORTED on another device) */
-    int32_t init_gaussian;   /* (0) 1: lora_A from N(0, 1/r²) (PEFT init_lora_weights="gaussian") instead of
-                                kaiming-uniform U(-1/sqrt(in), 1/sqrt(in)); B = 0 either way */
+    int32_t init_lora_weights; /* (0) PEFT's init_lora_weights: 0 default (kaiming-uniform A, B = 0); 1 "gaussian"
+                                (A ~ N(0, 1/r²), B = 0); 2 "pissa" (A, B from the SVD of each frozen W: the top r
+                                singular triplets, B·A·s = their part of W); 3 "olora" (from the QR of W). With 2 and
+                                3 the rest W − s·B0·A0 stays frozen: every forward subtracts s·B0·A0 from the
+                                correction, and saved adapters are the plain LoRA of rank 2r that PEFT's
+                                path_initial_model_for_weight_conversion writes (docs/LORA.md); not with use_dora */
 } af_lora_trainer_opts;
 
 /* Fill `o` with the defaults listed above. */

@@ -104,7 +104,7 @@ typedef struct af_trainer_opts {
     int use_rslora;              /* 0 */
     double loraplus_lr_ratio;    /* 0 (off): LoRA+, lora_B and the head bias at lr x ratio (af_lora_trainer_opts) */
     int use_dora;                /* 0: 1 = DoRA (af_lora_trainer_opts.use_dora; CPU only) */
-    int init_lora_weights;       /* 0 "default" (kaiming-uniform A), 1 "gaussian" (af_lora_trainer_opts.init_gaussian) */
+    int init_lora_weights;       /* 0 "default", 1 "gaussian", 2 "pissa", 3 "olora" (af_lora_trainer_opts) */
     af_head_pooling pooling;     /* AF_POOLING_MEAN */
     int head_bias;               /* 0: b stays 0 (PEFT's score has no bias) */
     const char *class_weights;   /* "uniform" (NULL), "inverse-freq", "sqrt-inverse" or w1,w2,... */

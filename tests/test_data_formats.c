@@ -328,7 +328,10 @@ static void test_yaml(void) {
     s = yaml_ok("init_lora_weights: true\n");
     if (s) has(s, "init-lora-weights", "default");
     af_train_settings_free(s);
-    yaml_err("init_lora_weights: pissa\n", "key 'init_lora_weights': 'pissa' is not available", "not implemented");
+    s = yaml_ok("init_lora_weights: pissa_niter_16\n");
+    if (s) has(s, "init-lora-weights", "pissa");
+    af_train_settings_free(s);
+    yaml_err("init_lora_weights: loftq\n", "key 'init_lora_weights': 'loftq' is not available", "not implemented");
 
     yaml_err("lerning_rate: 1e-4\n", "t.yaml:1:1: unknown key 'lerning_rate'", "nearest known key: learning_rate");
     yaml_err("lr: 1\nnum_train_epoch: 2\n", "t.yaml:2:1: unknown key 'num_train_epoch'", "nearest known key: num_train_epochs");

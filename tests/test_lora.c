@@ -312,7 +312,7 @@ static void test_layers(void) {
     af_model_free(m);
 }
 
-/* init_gaussian: A from N(0, 1/r²) (PEFT init_lora_weights="gaussian"), deterministic, B = 0. */
+/* AF_LORA_INIT_GAUSSIAN: A from N(0, 1/r²) (PEFT init_lora_weights="gaussian"), deterministic, B = 0. */
 static void test_gaussian(void) {
     af_lora_slot slots[2 * AF_PROJ_COUNT];
     for (int k = 0; k < 2 * AF_PROJ_COUNT; k++) slots[k] = (af_lora_slot){-1, -1, 0, 0, -1};
@@ -326,7 +326,7 @@ static void test_gaussian(void) {
     lay.slots = slots;
     lay.head_w_off = lay.head_b_off = -1;
     lay.n_lora = lay.n_total = r * in + out * r;
-    lay.init_gaussian = 1;
+    lay.init = AF_LORA_INIT_GAUSSIAN;
     float *P = malloc(sizeof(float) * (size_t)lay.n_total), *Q = malloc(sizeof(float) * (size_t)lay.n_total);
     for (int64_t i = 0; i < lay.n_total; i++) P[i] = Q[i] = 7.0f;
     af_lora_init_params(&lay, P);
@@ -341,7 +341,7 @@ static void test_gaussian(void) {
               bzero && !memcmp(P, Q, sizeof(float) * (size_t)lay.n_total),
           "gaussian init: mean %.4f, std %.4f (1/r = 0.25), kurtosis %.2f (3), B = 0, deterministic", mean, sqrt(var),
           kurt);
-    lay.init_gaussian = 0;
+    lay.init = AF_LORA_INIT_DEFAULT;
     af_lora_init_params(&lay, Q);
     double amax = 0;
     for (int64_t i = 0; i < na; i++) amax = fmax(amax, fabs((double)Q[i]));

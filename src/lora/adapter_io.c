@@ -79,7 +79,7 @@ static cJSON *make_adapter_config(const af_param_layout *lay, const af_adapter_s
     cJSON_AddStringToObject(c, "bias", "none");
     cJSON_AddBoolToObject(c, "fan_in_fan_out", 0);
     cJSON_AddBoolToObject(c, "inference_mode", 1); /* save_pretrained always writes true */
-    if (lay->init_gaussian) cJSON_AddStringToObject(c, "init_lora_weights", "gaussian");
+    if (lay->init == AF_LORA_INIT_GAUSSIAN) cJSON_AddStringToObject(c, "init_lora_weights", "gaussian");
     else cJSON_AddBoolToObject(c, "init_lora_weights", 1);
     cJSON_AddItemToObject(c, "layers_pattern", cJSON_CreateNull());
     cJSON_AddItemToObject(c, "layers_to_transform", layers ? layers : cJSON_CreateNull());
@@ -200,6 +200,15 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
     af_adapter_save_opts zero = {0};
     const af_adapter_save_opts *o = opts ? opts : &zero;
     if (!dir || !*dir || !lay || !P) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_save: NULL argument");
+    if (lay->init_P) { /* PiSSA / OLoRA: written as the plain rank-2r LoRA of the original weights */
+        af_param_layout plain;
+        float *Q = NULL;
+        AF_TRY(af_lora_residual_layout(lay, P, &plain, &Q));
+        af_status st = af_adapter_save(dir, &plain, Q, opts);
+        free(Q);
+        af_param_layout_free(&plain);
+        return st;
+    }
     if (lay->lora.r <= 0 || lay->n_layers < 0 || !lay->slots)
         return af_fail(AF_ERR_INVALID_ARG, "%s: layout: r = %d, n_layers = %d", dir, lay->lora.r, lay->n_layers);
     if (o->labels && o->n_labels != lay->num_classes)
@@ -685,6 +694,49 @@ static int shape_is(const af_st_tensor *t, int64_t d0, int64_t d1, int nd) {
     return t->n_dims == nd && t->shape[0] == d0 && (nd == 1 || t->shape[1] == d1);
 }
 
+/* A PiSSA / OLoRA layout (lay->init_P): the file is the rank-2r plain LoRA af_adapter_save writes for it
+ * (af_lora_residual_layout); its second half must be this model's −A0, B0, its first half is the
+ * trained A, B. */
+static af_status load_residual(const char *dir, const af_param_layout *lay, float *P, const af_adapter_load_opts *lo,
+                               af_adapter_info *info_out) {
+    af_param_layout plain;
+    AF_TRY(af_lora_residual_layout(lay, NULL, &plain, NULL));
+    float *Q = af_calloc((size_t)(plain.n_total > 0 ? plain.n_total : 1), sizeof(float));
+    af_status st = Q ? af_adapter_load(dir, &plain, Q, lo, info_out) : af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    const int32_t r = lay->lora.r, r2 = 2 * r;
+    const int64_t nslot = (int64_t)lay->n_layers * AF_PROJ_COUNT;
+    int64_t bad = -1; /* the first slot whose frozen half is not this model's initialisation */
+    for (int64_t k = 0; st == AF_OK && k < nslot && bad < 0; k++) {
+        const af_lora_slot *s = &lay->slots[k], *d = &plain.slots[k];
+        if (s->a_off < 0) continue;
+        const int64_t na = (int64_t)r * s->in;
+        for (int64_t i = 0; i < na && bad < 0; i++) {
+            const float want = -lay->init_P[s->a_off + i];
+            if (fabsf(Q[d->a_off + na + i] - want) > 1e-5f * (1.0f + fabsf(want))) bad = k;
+        }
+        for (int64_t o = 0; o < s->out && bad < 0; o++)
+            for (int32_t j = 0; j < r; j++) {
+                const float want = lay->init_P[s->b_off + o * r + j];
+                if (fabsf(Q[d->b_off + o * r2 + r + j] - want) > 1e-5f * (1.0f + fabsf(want))) bad = k;
+            }
+        if (bad >= 0) break;
+        memcpy(P + s->a_off, Q + d->a_off, sizeof(float) * (size_t)na);
+        for (int64_t o = 0; o < s->out; o++) memcpy(P + s->b_off + o * r, Q + d->b_off + o * r2, sizeof(float) * (size_t)r);
+    }
+    if (st == AF_OK && bad >= 0)
+        st = af_fail(AF_ERR_INVALID_ARG, "%s: layer %lld %s: the adapter's frozen half (B0, -A0: rank %d..%d) is not this "
+                     "model's %s initialisation (an adapter of another base model, or not of a %s run?)", dir,
+                     (long long)(bad / AF_PROJ_COUNT), k_proj_name[bad % AF_PROJ_COUNT], r, r2 - 1,
+                     lay->init == AF_LORA_INIT_PISSA ? "pissa" : "olora", lay->init == AF_LORA_INIT_PISSA ? "pissa" : "olora");
+    if (st == AF_OK && lay->head_w_off >= 0)
+        memcpy(P + lay->head_w_off, Q + plain.head_w_off,
+               sizeof(float) * (size_t)((int64_t)lay->num_classes * lay->hidden + lay->num_classes));
+    if (st != AF_OK && info_out && Q && bad >= 0) af_adapter_info_free(info_out);
+    free(Q);
+    af_param_layout_free(&plain);
+    return st;
+}
+
 af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, const af_adapter_load_opts *opts,
                           af_adapter_info *info_out) {
     if (!dir || !lay || !P) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_load: NULL argument");
@@ -692,6 +744,7 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     const af_adapter_load_opts *lo = opts ? opts : &zero;
     const unsigned flags = lo->flags;
     if (af_adapter_is_gguf(dir)) return af_adapter_gguf_load(dir, lay, P, flags, info_out);
+    if (lay->init_P) return load_residual(dir, lay, P, lo, info_out);
     af_adapter_info info;
     af_st_file *f = NULL;
     AF_TRY(read_info_open(dir, &info, &f));

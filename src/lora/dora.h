@@ -50,4 +50,5 @@ void af_dora_merge(float *Wd, const float *A, const float *B, const float *m, in
 struct af_param_layout;
 af_status af_dora_init_magnitudes(const af_model *model, const struct af_param_layout *lay, float *P);
 
+
 #endif /* AF_DORA_H */

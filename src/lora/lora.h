@@ -37,6 +37,14 @@ const char *af_proj_name(af_proj p);
  * Errors: AF_ERR_INVALID_ARG naming the unknown target. */
 af_status af_lora_parse_targets(const char *spec, uint32_t *mask);
 
+/* lora_A initialisation (PEFT's init_lora_weights). */
+typedef enum af_lora_init {
+    AF_LORA_INIT_DEFAULT = 0,  /* kaiming-uniform U(-1/sqrt(in), 1/sqrt(in)) (init_lora_weights=True) */
+    AF_LORA_INIT_GAUSSIAN = 1, /* N(0, 1/r²) ("gaussian") */
+    AF_LORA_INIT_PISSA = 2,    /* from the SVD of W ("pissa"; Meng et al. 2024), residual kept frozen */
+    AF_LORA_INIT_OLORA = 3     /* from the QR of W ("olora"; Büyükakyüz 2024), residual kept frozen */
+} af_lora_init;
+
 typedef struct af_lora_config {
     int32_t r;           /* rank, 1 <= r <= min(in, out) of every targeted projection */
     float alpha;         /* lora_alpha */
@@ -67,8 +75,11 @@ typedef struct af_param_layout {
     int64_t head_w_off;      /* W [num_classes, hidden], -1 if no head */
     int64_t head_b_off;      /* b [num_classes], -1 if no head */
     int64_t n_lora;          /* floats in the LoRA part (offsets [0, n_lora)) */
-    int32_t init_gaussian;   /* af_lora_init_params draws A from N(0, 1/r²) (PEFT init_lora_weights="gaussian")
-                                instead of kaiming-uniform; 0 by af_param_layout_build, set by the caller */
+    int32_t init;            /* af_lora_init (AF_LORA_INIT_DEFAULT from af_param_layout_build; set by the caller) */
+    float *init_P;           /* PiSSA / OLoRA (af_lora_init_residual): [n_lora] the initial A0, B0 at the slots'
+                                offsets, also the frozen offset −s·B0·A0 of every forward (the residual PEFT
+                                writes into the base weights); owned (af_param_layout_free, copied by
+                                af_param_layout_copy); NULL otherwise */
     int64_t n_total;         /* floats in the whole buffer */
 } af_param_layout;
 
@@ -120,6 +131,29 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
                                       int32_t num_classes, int32_t layer_min, int32_t layer_end);
 void af_param_layout_free(af_param_layout *lay);
 
+/* PiSSA / OLoRA (lay->init AF_LORA_INIT_PISSA / _OLORA; PEFT 0.21 LoraLayer.pissa_init / olora_init):
+ * lay->init_P [n_lora] (allocated here, owned by the layout) receives, per adapted slot with W [out, in]
+ * (dequantized to double) and s = lay->scale:
+ *   pissa: W = U·diag(σ)·Vᵀ (af_svd_lowrank, top r), A0 = diag(sqrt(σ_r / s))·V_rᵀ, B0 = U_r·diag(sqrt(σ_r / s))
+ *   olora: W = Q·R (af_qr_thin; for out < in the QR of W's first `out` columns and R = Qᵀ·W),
+ *          A0 = R[:r, :], B0 = Q[:, :r]
+ * so that s·B0·A0 is the part of W the adapter starts with; PEFT writes W − s·B0·A0 into the base,
+ * afinar keeps W and subtracts s·B0·A0 in every forward (the same function without re-rounding a
+ * quantized base). Singular vectors are defined up to a simultaneous sign of u_i and v_i: afinar's may
+ * differ from LAPACK's (B0·A0 does not). Time: an SVD (or QR) of every adapted [out, in] weight
+ * (seconds per 576 x 1536 projection for pissa). Errors: AF_ERR_INVALID_ARG (no such init, a DoRA layout,
+ * a slot the model lacks), AF_ERR_UNSUPPORTED (a weight type without a dequantizer), AF_ERR_NOMEM, those
+ * of the SVD. Defined in model/lora_layout.c. */
+af_status af_lora_init_residual(const af_model *model, af_param_layout *lay);
+
+/* The plain LoRA of a PiSSA / OLoRA layout (lay->init_P), as PEFT's
+ * save_pretrained(path_initial_model_for_weight_conversion=...) converts it: rank 2r,
+ *   A' = [A; −A0] [2r, in],  B' = [B, B0] [out, 2r],  lora_alpha' = 2·alpha (√2·alpha with rsLoRA)
+ * so that s'·B'·A' = s·(B·A − B0·A0), the adapter's whole change of the ORIGINAL weights. *out gets that
+ * layout (own slots, no init_P, init default; the head copied) and, when P != NULL, *Pout [out->n_total]
+ * (malloc'ed) the parameters. Errors: AF_ERR_INVALID_ARG (no init_P), AF_ERR_NOMEM. */
+af_status af_lora_residual_layout(const af_param_layout *lay, const float *P, af_param_layout *out, float **Pout);
+
 /* Lowest layer holding at least one adapter, or n_layers when there is none. Everything below it
  * is frozen: the engine needs neither saved activations nor a backward there. */
 int32_t af_lora_lowest_layer(const af_param_layout *lay);
@@ -130,8 +164,9 @@ static inline const af_lora_slot *af_lora_slot_at(const af_param_layout *lay, in
 
 /* Initialise parameters P [n_total] like PEFT: every A row-major [r, in] from
  * U(-1/sqrt(in), 1/sqrt(in)) with a counter-based RNG keyed by (seed, layer, proj), every B = 0
- * (lay->init_gaussian: A from N(0, 1/r²), PEFT's nn.init.normal_(std = 1/r), the normal deviates by the
- * Box-Muller transform of consecutive pairs of the same stream);
+ * (lay->init AF_LORA_INIT_GAUSSIAN: A from N(0, 1/r²), PEFT's nn.init.normal_(std = 1/r), the normal
+ * deviates by the Box-Muller transform of consecutive pairs of the same stream; with lay->init_P: A and B
+ * copied from it);
  * head W from U(-1/sqrt(hidden), 1/sqrt(hidden)) (nn.Linear default), b = 0. Deterministic for a
  * seed, independent of thread count. */
 void af_lora_init_params(const af_param_layout *lay, float *P);

@@ -187,6 +187,10 @@ void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, con
     w->ltmp = af_carve(cv, cap * (r + (masks ? d.maxd : 0)));
     w->padx = af_carve(cv, MIN_ROWS * d.maxd);
     w->pady = af_carve(cv, MIN_ROWS * d.maxd);
+    if (lay && lay->init_P) {
+        w->xa0 = af_carve(cv, cap * r);
+        w->g0 = af_carve(cv, 2 * r * d.maxd);
+    }
     if (lay && lay->lora.use_dora) {
         w->dora_a = af_carve(cv, cap * d.maxd);
         w->dora_b = af_carve(cv, cap * d.maxd);
@@ -332,6 +336,9 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     }
     af_be(R->ctx)->lora_forward(R->ctx, y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
                     R->lora_scale);
+    if (R->P0) /* PiSSA / OLoRA: the frozen residual W − s·B0·A0, on the undropped input as PEFT's base layer */
+        af_be(R->ctx)->lora_forward(R->ctx, y, R->ws->xa0, x, NULL, R->P0 + s->a_off, R->P0 + s->b_off, R->n, s->in,
+                                    s->out, lay->lora.r, -R->lora_scale);
     probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
 }
 
@@ -571,6 +578,13 @@ static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_
     const af_param_layout *lay = R->lay;
     af_be(R->ctx)->lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
                      R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, R->lora_scale);
+    if (R->P0 && dx) { /* dx −= s·(dy·B0)·A0; the dA0, dB0 it also forms go to scratch and are dropped */
+        const int64_t r = lay->lora.r;
+        af_be(R->ctx)->fill(R->ctx, R->ws->g0, 0.0f, r * (s->in + s->out));
+        af_be(R->ctx)->lora_backward(R->ctx, dx, R->ws->g0, R->ws->g0 + r * s->in, R->ws->ltmp, dy, x, R->ws->xa0, NULL,
+                                     R->P0 + s->a_off, R->P0 + s->b_off, R->n, s->in, s->out, lay->lora.r,
+                                     -R->lora_scale);
+    }
 }
 
 

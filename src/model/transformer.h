@@ -86,6 +86,7 @@ typedef struct af_tf_scratch {
     float *ltmp;       /* [r (+ max width with dropout masks)] af_lora_backward scratch */
     float *padx, *pady; /* [AF_TF_MIN_ROWS, max(H, qd, F)] */
     float *dora_a, *dora_b, *dora_c; /* training with a DoRA layout: [max(H, qd, F)] each */
+    float *xa0, *g0;   /* training with lay->init_P (PiSSA / OLoRA): [r] x·A0ᵀ, and [2·r·max width] discarded dA0, dB0 */
 } af_tf_scratch;
 
 /* Carve (or count: af_carver, kernels/backend.h) one activation set / the scratch for `cap` tokens. lay: the adapter layout
@@ -129,6 +130,8 @@ struct af_tf_run {
     const float *P;
     const af_param_layout *lay;
     float lora_scale;
+    const float *P0;           /* training with lay->init_P (PiSSA / OLoRA): its device copy; every adapted
+                                  product also gets −s·x·A0ᵀ·B0ᵀ (no dropout, no gradient), else NULL */
     int drop;                  /* training: dropout active (masks from af_lora_dropout_mask) */
     uint64_t seed;             /* dropout seed */
     /* AF_TF_TRAIN: packed samples, seq_start [B + 1] (host: the walk loops over the samples); token

@@ -180,6 +180,9 @@ static af_status check_opts(const af_lora_trainer_opts *o) {
         return af_fail(AF_ERR_INVALID_ARG, "%s: beta1 = %g, beta2 = %g must be in [0, 1)", fn, (double)o->beta1,
                        (double)o->beta2);
     if (isnan(o->max_grad_norm)) return af_fail(AF_ERR_INVALID_ARG, "%s: max_grad_norm is NaN", fn);
+    if (o->init_lora_weights < AF_LORA_INIT_DEFAULT || o->init_lora_weights > AF_LORA_INIT_OLORA)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: init_lora_weights = %d (0 default, 1 gaussian, 2 pissa, 3 olora)", fn,
+                       (int)o->init_lora_weights);
     if (!(o->loraplus_lr_ratio >= 0) || !isfinite(o->loraplus_lr_ratio))
         return af_fail(AF_ERR_INVALID_ARG, "%s: loraplus_lr_ratio = %g must be finite and >= 0 (0: off)", fn,
                        (double)o->loraplus_lr_ratio);
@@ -236,7 +239,16 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
         af_lora_trainer_free(tr);
         return st;
     }
-    tr->lay.init_gaussian = o.init_gaussian != 0;
+    if (!given) {
+        tr->lay.init = o.init_lora_weights;
+        if (tr->lay.init == AF_LORA_INIT_PISSA || tr->lay.init == AF_LORA_INIT_OLORA)
+            st = af_lora_init_residual(model, &tr->lay); /* the SVD / QR of every adapted weight */
+        if (st != AF_OK) {
+            st = refail(st, fn);
+            af_lora_trainer_free(tr);
+            return st;
+        }
+    }
     const size_t n = (size_t)tr->lay.n_total;
     float *hostP = af_malloc(sizeof(float) * (n ? n : 1));
     uint8_t *hdecay = tr->lay.num_classes > 0 ? af_malloc(n) : NULL;

@@ -90,7 +90,7 @@ static const char *const w_task[] = {"classification", "causal-lm", NULL};
 static const char *const w_recipe[] = {"fixed", "auto", NULL};
 static const char *const w_pooling[] = {"mean", "last", NULL};
 static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
-static const char *const w_lora_init[] = {"default", "gaussian", NULL};
+static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora", NULL};
 
 #define G_DATA "model and data"
 #define G_TASK "task"
@@ -157,8 +157,9 @@ static const char *const w_lora_init[] = {"default", "gaussian", NULL};
       "rank-stabilised scale alpha/sqrt(r)")                                                                       \
     X("loraplus-lr-ratio", NUMBER, 0, 0, 1e4, "X", G_LORA, 0, F(loraplus_lr_ratio), FT_DBL, NULL, 0, "off",         \
       "LoRA+: lora_B (and the head bias) learn at lr x X (PEFT create_loraplus_optimizer; 0 or 1: off)")         \
-    X("init-lora-weights", TEXT, 0, 0, 0, "default|gaussian", G_LORA, 0, F(init_lora_weights), FT_ENUM, w_lora_init, \
-      0, NULL, "lora_A init: default (kaiming-uniform) or gaussian N(0, 1/r^2) as PEFT init_lora_weights; B = 0")   \
+    X("init-lora-weights", TEXT, 0, 0, 0, "NAME", G_LORA, 0, F(init_lora_weights), FT_ENUM, w_lora_init, 0, NULL,     \
+      "PEFT init_lora_weights: default (kaiming-uniform A, B = 0), gaussian (A ~ N(0, 1/r^2)), pissa (SVD of W) or " \
+      "olora (QR of W), the rest of W frozen; saved as a rank-2r LoRA of the base (docs/LORA.md)")                  \
     X("dora", BOOL, 0, 0, 0, NULL, G_LORA, 0, F(use_dora), FT_BOOL, NULL, 0, NULL,                                 \
       "DoRA: a trained magnitude per output row, m/||W + sBA|| x (W + sBA) (PEFT use_dora; CPU only; docs/LORA.md)") \
     X("pooling", TEXT, 0, 0, 0, "mean|last", G_LORA, 0, F(pooling), FT_ENUM, w_pooling, 0, NULL,                    \

@@ -37,7 +37,7 @@ typedef enum {
     V_LOSS_ONLY,   /* completion_only_loss / assistant_only_loss: true -> auto, false -> all */
     V_TASK_TYPE,   /* CAUSAL_LM -> causal-lm, SEQ_CLS -> classification */
     V_BIAS_NONE,   /* only "none" (afinar's LoRA has no bias terms) */
-    V_LORA_INIT    /* init_lora_weights: true -> default, "gaussian" as is; PEFT's others refused by name */
+    V_LORA_INIT    /* init_lora_weights: true -> default; gaussian, pissa, olora as is; pissa_niter_N -> pissa */
 } vkind;
 
 typedef struct alias {
@@ -284,9 +284,10 @@ static af_status apply(yctx *y, const yaml_mark_t *m, const char *yname, const a
         return at(y, m, "key '%s': '%.60s' is not available (afinar's LoRA has no bias terms: none)", yname, v);
     case V_LORA_INIT:
         if (yaml_bool(v) == 1) return put(y, m, yname, key, "default");
-        if (!strcmp(v, "gaussian")) return put(y, m, yname, key, v);
-        return at(y, m, "key '%s': '%.60s' is not available (true or gaussian; PEFT's pissa, olora, loftq, eva, corda "
-                        "and false are not implemented)", yname, v);
+        if (!strcmp(v, "gaussian") || !strcmp(v, "pissa") || !strcmp(v, "olora")) return put(y, m, yname, key, v);
+        if (!strncmp(v, "pissa_niter_", 12)) return put(y, m, yname, key, "pissa"); /* afinar's SVD is exact */
+        return at(y, m, "key '%s': '%.60s' is not available (true, gaussian, pissa, pissa_niter_N (an exact SVD) or "
+                        "olora; PEFT's loftq, eva, corda, orthogonal and false are not implemented)", yname, v);
     }
     return AF_OK;
 }

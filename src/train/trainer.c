@@ -378,6 +378,9 @@ static af_status settle(af_trainer *t, uint32_t targets) {
                                      t->layer_min, t->layer_end);
     if (st != AF_OK) return st;
     t->have_lay = 1;
+    t->lay.init = o->init_lora_weights; /* pissa / olora: the SVD / QR of every adapted weight (not for a dry run) */
+    if ((t->lay.init == AF_LORA_INIT_PISSA || t->lay.init == AF_LORA_INIT_OLORA) && !o->check_only)
+        AF_TRY(af_lora_init_residual(t->model, &t->lay));
     if (strcmp(o->class_weights, "uniform") != 0) {
         if (t->multi_label)
             return af_fail(AF_ERR_INVALID_ARG, "--class-weights %s: class weights apply to single-label data only "
