@@ -30,6 +30,7 @@ TRL_NAMES = {
     "max_seq_length": "max-seq-len",
     "r": "lora-r",
     "use_rslora": "rslora",
+    "use_dora": "dora",
     "target_modules": "targets",
     "layers_to_transform": "lora-layers",
     "warmup_ratio": "warmup",
