@@ -22,7 +22,10 @@
  *      OLoRA with LAPACK's QR signs, none flipped), the base model's loss at initialisation, then with
  *      PEFT's moved A, B the summed loss (2e-5) and all gradients (1e-4); the saved adapter is a rank-2r
  *      plain LoRA (r 8, lora_alpha 16) whose loss on the unmodified base equals the training loss, and
- *      it loads back into a pissa/olora trainer exactly.
+ *      it loads back into a pissa/olora trainer exactly;
+ *  (g) LoRA+ against PEFT's create_loraplus_optimizer (tests/ref/make_loraplus_ref.py): three AdamW steps
+ *      from PEFT's saved adapter, plain LoRA and DoRA (magnitudes in the lr x ratio group): losses (1e-4
+ *      relative) and the final parameters.
  * Tolerances: PEFT parity 2e-5 relative to each tensor's largest entry (float32 vs float64);
  * finite differences (central, h = 1e-2 · max(1, |θ|)) 2e-3 relative.
  */
@@ -670,6 +673,73 @@ out:
     af_model_free(m);
 }
 
+/* (g) LoRA+ against PEFT's create_loraplus_optimizer (tests/fixtures/loraplus_ref.safetensors): from PEFT's saved
+ * starting adapter, three AdamW steps (lr 1e-2, ratio 16, weight decay 0.01, no clipping) of a plain LoRA and
+ * of a DoRA adapter (magnitudes in the lr x ratio group); the loss before each step and after the last, and
+ * the final parameters. */
+static void test_loraplus(int dora) {
+    const char *kind = dora ? "dora" : "lora";
+    af_model *m = NULL;
+    af_st_file *f = NULL;
+    af_lora_trainer *tr = NULL;
+    float *x = NULL, *ref = NULL;
+    if (!CHECK(af_model_load(NULL, "tests/fixtures/hf_tiny_llama", &m) == AF_OK, "hf_tiny_llama: %s", af_last_error()))
+        return;
+    if (!CHECK(af_st_open("tests/fixtures/loraplus_ref.safetensors", &f) == AF_OK, "fixture: %s", af_last_error()))
+        goto out;
+    af_lora_trainer_opts o;
+    af_lora_trainer_opts_defaults(&o);
+    o.r = 4, o.lora_alpha = 8.0f, o.lora_dropout = 0.0f, o.targets = "all-linear", o.use_dora = dora;
+    o.lr = 1e-2f, o.weight_decay = 0.01f, o.max_grad_norm = 0.0f, o.loraplus_lr_ratio = 16.0f;
+    char dir[96], key[300];
+    snprintf(dir, sizeof dir, "tests/fixtures/loraplus_adapter_%s", kind);
+    if (!CHECK(af_lora_trainer_new(m, &o, &tr) == AF_OK && af_lora_trainer_load_adapter(tr, dir) == AF_OK,
+               "%s: trainer from PEFT's starting adapter: %s", kind, af_last_error()))
+        goto out;
+    float tokf[18], ssf[3], lref[4];
+    af_st_read_f32(f, af_st_find(f, "tokens"), tokf, 18), af_st_read_f32(f, af_st_find(f, "seq_start"), ssf, 3);
+    snprintf(key, sizeof key, "%s.losses", kind);
+    af_st_read_f32(f, af_st_find(f, key), lref, 4);
+    int32_t tok[18], tgt[18], ss[3] = {(int32_t)ssf[0], (int32_t)ssf[1], (int32_t)ssf[2]};
+    for (int i = 0; i < 18; i++) tok[i] = (int32_t)tokf[i];
+    for (int b = 0; b < 2; b++)
+        for (int32_t t = ss[b]; t < ss[b + 1]; t++) tgt[t] = t + 1 < ss[b + 1] ? tok[t + 1] : -1;
+    double lw = 0, l[4];
+    for (int step = 0; step < 4; step++) {
+        if (step < 3) {
+            af_lora_trainer_accumulate_lm(tr, tok, ss, 2, tgt, 1.0f, &l[step], NULL, NULL);
+            CHECK(af_lora_trainer_step(tr, 1e-2f, NULL) == AF_OK, "step: %s", af_last_error());
+        } else {
+            af_lora_trainer_forward_lm(tr, tok, ss, 2, tgt, &l[step], NULL, NULL);
+        }
+        lw = fmax(lw, fabs(l[step] - lref[step]) / fabs((double)lref[step]));
+    }
+    double pw = 0;
+    for (int32_t i = 0; i < af_lora_trainer_n_tensors(tr); i++) {
+        const char *name;
+        int64_t sh[2];
+        af_lora_trainer_tensor_info(tr, i, &name, sh, NULL);
+        const size_t cnt = (size_t)(sh[0] * sh[1]);
+        x = realloc(x, 4 * cnt), ref = realloc(ref, 4 * cnt);
+        snprintf(key, sizeof key, "%s.final.%s", kind, name);
+        const af_st_tensor *t = af_st_find(f, key);
+        if (!CHECK(t && t->n_elem == cnt, "%s missing", key)) continue;
+        af_lora_trainer_get_tensor(tr, i, x);
+        af_st_read_f32(f, t, ref, cnt);
+        pw = fmax(pw, tl_max_abs_diff(x, ref, cnt, NULL));
+    }
+    printf("  LoRA+ (%s) vs PEFT create_loraplus_optimizer: losses %.5f %.5f %.5f %.5f (max rel. diff %.2e), "
+           "final params max |diff| %.2e\n", kind, l[0], l[1], l[2], l[3], lw, pw);
+    CHECK(lw <= 1e-4, "LoRA+ %s: losses of 3 steps = PEFT's: %.2e", kind, lw);
+    /* AdamW moves an element whose gradient is at rounding level by up to lr_B per step either way */
+    CHECK(pw <= 0.05 * 0.16 * 3, "LoRA+ %s: parameters after 3 steps = PEFT's: %.2e", kind, pw);
+out:
+    free(x), free(ref);
+    af_lora_trainer_free(tr);
+    af_st_close(f);
+    af_model_free(m);
+}
+
 int main(void) {
     test_peft();
     tm_spec sp = tm_default("llama", AF_TYPE_F32);
@@ -682,5 +752,7 @@ int main(void) {
     test_merge();
     test_pissa(AF_LORA_INIT_PISSA);
     test_pissa(AF_LORA_INIT_OLORA);
+    test_loraplus(0);
+    test_loraplus(1);
     return tl_finish("dora");
 }
