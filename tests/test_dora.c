@@ -25,7 +25,9 @@
  *      it loads back into a pissa/olora trainer exactly;
  *  (g) LoRA+ against PEFT's create_loraplus_optimizer (tests/ref/make_loraplus_ref.py): three AdamW steps
  *      from PEFT's saved adapter, plain LoRA and DoRA (magnitudes in the lr x ratio group): losses (1e-4
- *      relative) and the final parameters.
+ *      relative) and the final parameters;
+ *  (h) af_lora_identity_params (the "adapter off" of a reference model) gives the base model's loss for DoRA
+ *      and PiSSA layouts, where all-zero parameters do not.
  * Tolerances: PEFT parity 2e-5 relative to each tensor's largest entry (float32 vs float64);
  * finite differences (central, h = 1e-2 · max(1, |θ|)) 2e-3 relative.
  */
@@ -38,6 +40,7 @@
 #include "kernels/train_ops.h"
 #include "lora/dora.h"
 #include "lora/lora.h"
+#include "train/api_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -740,6 +743,52 @@ out:
     af_model_free(m);
 }
 
+/* (h) af_lora_identity_params: the "adapter off" parameters of a DoRA and of a PiSSA layout give the base
+ * model's loss (all-zero parameters would not: g = 0 for DoRA, the residual model for PiSSA). */
+static void test_identity(int dora, int init) {
+    af_model *m = NULL;
+    af_lora_trainer *tr = NULL;
+    float *P = NULL;
+    if (!CHECK(af_model_load(NULL, "tests/fixtures/hf_tiny_llama", &m) == AF_OK, "hf_tiny_llama: %s", af_last_error()))
+        return;
+    af_lora_trainer_opts o;
+    af_lora_trainer_opts_defaults(&o);
+    o.r = 4, o.lora_alpha = 8.0f, o.lora_dropout = 0.0f, o.targets = "all-linear", o.use_dora = dora;
+    o.init_lora_weights = init;
+    int32_t tok[18], tgt[18], ss[3] = {0, 7, 18};
+    for (int i = 0; i < 18; i++) tok[i] = (i * 37 + 11) % 250 + 3;
+    for (int b = 0; b < 2; b++)
+        for (int32_t t = ss[b]; t < ss[b + 1]; t++) tgt[t] = t + 1 < ss[b + 1] ? tok[t + 1] : -1;
+    if (CHECK(af_lora_trainer_new(m, &o, &tr) == AF_OK, "trainer: %s", af_last_error())) {
+        af_lora_trainer_view v;
+        af_lora_trainer_get_view(tr, &v);
+        const int64_t n = af_lora_trainer_n_params(tr);
+        P = malloc(4 * (size_t)n);
+        for (int s = 0; s < 2; s++) { /* move away from the initialisation */
+            double l;
+            af_lora_trainer_accumulate_lm(tr, tok, ss, 2, tgt, 1.0f, &l, NULL, NULL);
+            af_lora_trainer_step(tr, 5e-2f, NULL);
+        }
+        double moved = 0, off = 0, zero = 0;
+        af_lora_trainer_forward_lm(tr, tok, ss, 2, tgt, &moved, NULL, NULL);
+        af_lora_trainer_get_params(tr, P);
+        CHECK(af_lora_identity_params(m, v.lay, P) == AF_OK, "identity: %s", af_last_error());
+        af_lora_trainer_set_params(tr, P);
+        af_lora_trainer_forward_lm(tr, tok, ss, 2, tgt, &off, NULL, NULL);
+        memset(P, 0, 4 * (size_t)v.lay->n_lora);
+        af_lora_trainer_set_params(tr, P);
+        af_lora_trainer_forward_lm(tr, tok, ss, 2, tgt, &zero, NULL, NULL);
+        const double base = session_loss("tests/fixtures/hf_tiny_llama", NULL, tok, ss, 2);
+        printf("  identity parameters (%s): loss %.6f = base %.6f (trained %.6f, all-zero %.6f)\n",
+               dora ? "DoRA" : "pissa", off, base, moved, zero);
+        CHECK(fabs(off - base) <= 1e-5 * fabs(base) && fabs(moved - base) > 1e-3 && fabs(zero - base) > 1e-3,
+              "%s: adapter-off parameters give the base loss %.6f (got %.6f)", dora ? "DoRA" : "pissa", base, off);
+    }
+    free(P);
+    af_lora_trainer_free(tr);
+    af_model_free(m);
+}
+
 int main(void) {
     test_peft();
     tm_spec sp = tm_default("llama", AF_TYPE_F32);
@@ -754,5 +803,7 @@ int main(void) {
     test_pissa(AF_LORA_INIT_OLORA);
     test_loraplus(0);
     test_loraplus(1);
+    test_identity(1, 0);
+    test_identity(0, AF_LORA_INIT_PISSA);
     return tl_finish("dora");
 }

@@ -146,6 +146,13 @@ void af_param_layout_free(af_param_layout *lay);
  * of the SVD. Defined in model/lora_layout.c. */
 af_status af_lora_init_residual(const af_model *model, af_param_layout *lay);
 
+/* Parameters with which the adapters of `lay` change nothing (the "adapter off" of a reference model, e.g.
+ * DPO's): plain LoRA and gaussian: A = B = 0; DoRA: A = B = 0 and m = the row norms of W (g = 1; all-zero
+ * parameters would make g = 0, i.e. zero outputs); PiSSA / OLoRA: A = A0, B = B0 (cancelling the frozen
+ * −s·B0·A0; zeros would leave the residual model). The LoRA part of P [lay->n_total] is written, the head
+ * is left as it is. Errors: those of af_dora_init_magnitudes. Defined in model/lora_layout.c. */
+af_status af_lora_identity_params(const af_model *model, const af_param_layout *lay, float *P);
+
 /* The plain LoRA of a PiSSA / OLoRA layout (lay->init_P), as PEFT's
  * save_pretrained(path_initial_model_for_weight_conversion=...) converts it: rank 2r,
  *   A' = [A; −A0] [2r, in],  B' = [B, B0] [out, 2r],  lora_alpha' = 2·alpha (√2·alpha with rsLoRA)

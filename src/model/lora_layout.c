@@ -150,3 +150,12 @@ af_status af_lora_init_residual(const af_model *model, af_param_layout *lay) {
     lay->init_P = P0;
     return AF_OK;
 }
+
+af_status af_lora_identity_params(const af_model *model, const af_param_layout *lay, float *P) {
+    if (!model || !lay || !P) return af_fail(AF_ERR_INVALID_ARG, "af_lora_identity_params: NULL argument");
+    if (lay->n_lora > 0) {
+        if (lay->init_P) memcpy(P, lay->init_P, sizeof(float) * (size_t)lay->n_lora); /* A0, B0 (no DoRA with them) */
+        else memset(P, 0, sizeof(float) * (size_t)lay->n_lora);
+    }
+    return lay->lora.use_dora ? af_dora_init_magnitudes(model, lay, P) : AF_OK; /* with B = 0: m = ||W||_row */
+}
