@@ -16,7 +16,8 @@
  *      as it is; the summed next-token loss (2e-5 relative) and all 42 gradients (A, B, magnitude; 1e-4
  *      of each tensor's largest entry) equal PEFT's;
  *  (e) a DoRA adapter applied unmerged by a session (CPU) gives the logits of the model af_merge_adapter
- *      writes (F32 tiny llama); llama.cpp GGUF adapter export refuses DoRA;
+ *      writes (F32 tiny llama), and token-by-token decoding (norms cached by the session) the batched
+ *      logits; llama.cpp GGUF adapter export refuses DoRA;
  *  (f) PiSSA and OLoRA initialisation against PEFT on the tiny HF llama (tests/ref/make_pissa_ref.py): A0,
  *      B0 (1e-4 of the largest entry; PiSSA up to the sign of each singular pair, aligned by A0's rows;
  *      OLoRA with LAPACK's QR signs, none flipped), the base model's loss at initialisation, then with
@@ -508,6 +509,31 @@ static void test_merge(void) {
             CHECK(eff > 1e-2 && d <= 1e-4 * (1 + amax), "merged == unmerged DoRA logits: %.3g (effect %.3g)", d, eff);
         }
         free(un), free(mg), free(base);
+    }
+    { /* token by token (the session's cached DoRA norms reused across calls) == one batched call */
+        af_model *mm = NULL;
+        af_session *se = NULL;
+        int32_t V = 0;
+        float *batch = session_logits(mp, dir, 6, &V);
+        if (CHECK(batch && af_model_load(NULL, mp, &mm) == AF_OK && af_session_new(mm, 8, &se) == AF_OK &&
+                      af_session_load_adapter(se, dir, 1.0f) == AF_OK,
+                  "session: %s", af_last_error())) {
+            float *one = malloc(sizeof(float) * (size_t)V);
+            double d = 0, amax = 0;
+            for (int i = 0; i < 6; i++) {
+                const int32_t id = (7 * i + 3) % V;
+                if (!CHECK(af_session_eval(se, &id, 1, NULL, one) == AF_OK, "eval: %s", af_last_error())) break;
+                for (int32_t v = 0; v < V; v++) {
+                    d = fmax(d, fabs((double)one[v] - batch[(size_t)i * (size_t)V + (size_t)v]));
+                    amax = fmax(amax, fabs((double)one[v]));
+                }
+            }
+            CHECK(d <= 1e-4 * (1 + amax), "DoRA decode token by token == batched logits: %.3g", d);
+            free(one);
+        }
+        free(batch);
+        af_session_free(se);
+        af_model_free(mm);
     }
     CHECK(af_adapter_export_gguf(mp, dir, gg, 1) == AF_ERR_UNSUPPORTED && strstr(af_last_error(), "afinar merge"),
           "GGUF adapter export refuses DoRA: %s", af_last_error());

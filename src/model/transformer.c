@@ -264,16 +264,25 @@ static int adapted(const af_tf_run *R, int32_t l, af_proj p) { return lora_slot(
  *   dropout:     y_pre = x_d·Wᵀ + s·x_d·Aᵀ·Bᵀ,  y = x·Wᵀ − x_d·Wᵀ + g ⊙ y_pre
  * with g = m / ||W + s·B·A||_row (norm and y_pre kept in S for the backward). Host memory (the CPU
  * backend: DoRA runs nowhere else). */
-static void dora_fwd(const af_tf_run *R, af_tf_acts *S, af_proj p, const af_lora_slot *s, const af_weight *w,
-                     float *y, const float *x, const float *mask) {
+static void dora_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_lora_slot *s,
+                     const af_weight *w, float *y, const float *x, const float *mask) {
     const af_param_layout *lay = R->lay;
     const int64_t n = R->n, in = s->in, out = s->out;
     const int32_t r = lay->lora.r;
     const float *A = R->P + s->a_off, *B = R->P + s->b_off, *m = R->P + s->m_off;
     float *nrm = S->dora_n[p], *yp = S->dora_y[p];
+    af_tf_infer *c = out <= (R->dora_cache ? R->dora_cache->dora_stride : 0) ? R->dora_cache : NULL;
+    const int64_t slot = (int64_t)l * AF_PROJ_COUNT + p;
+    if (c && c->dora_nrm && (c->dora_P != R->P || c->dora_scale != R->lora_scale)) { /* another adapter or scale */
+        memset(c->dora_ok, 0, (size_t)R->lay->n_layers * AF_PROJ_COUNT);
+        c->dora_P = R->P, c->dora_scale = R->lora_scale;
+    }
+    if (c && c->dora_nrm) nrm = c->dora_nrm + slot * c->dora_stride; /* inference: once per adapter */
     uint32_t type;
     const void *wd = af_weight_dev(R->ctx, w, &type);
-    af_dora_weight_norm(R->ctx, nrm, wd, type, A, B, in, out, r, R->lora_scale);
+    if (!c || !c->dora_nrm || !c->dora_ok[slot])
+        af_dora_weight_norm(R->ctx, nrm, wd, type, A, B, in, out, r, R->lora_scale);
+    if (c && c->dora_nrm) c->dora_ok[slot] = 1;
     if (!mask) {
         memcpy(yp, y, sizeof(float) * (size_t)(n * out));
         af_be(R->ctx)->lora_forward(R->ctx, yp, S->xa[p], x, NULL, A, B, n, in, out, r, R->lora_scale);
@@ -301,7 +310,7 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
             mask = S->mask[p];
             be->lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, R->lay->lora.dropout);
         }
-        dora_fwd(R, S, p, s, w, y, x, mask);
+        dora_fwd(R, S, l, p, s, w, y, x, mask);
         if (bias) be->add_bias(R->ctx, y, bias, R->n, w->rows);
         if (R->probe) {
             char md[48];
@@ -866,12 +875,25 @@ af_status af_tf_infer_init(af_tf_infer *s, const af_ctx *ctx, const af_model *m,
     }
     infer_plan(&cv, s, m, lay, cap);
     s->cap = cap;
+    if (lay && lay->lora.use_dora) { /* the norms of a DoRA adapter depend on P only: kept across calls */
+        for (int64_t k = 0; k < (int64_t)lay->n_layers * AF_PROJ_COUNT; k++)
+            if (lay->slots[k].a_off >= 0 && lay->slots[k].out > s->dora_stride) s->dora_stride = lay->slots[k].out;
+        const size_t nk = (size_t)lay->n_layers * AF_PROJ_COUNT;
+        s->dora_nrm = af_malloc(sizeof(float) * nk * (size_t)(s->dora_stride > 0 ? s->dora_stride : 1));
+        s->dora_ok = af_calloc(nk, 1);
+        if (!s->dora_nrm || !s->dora_ok) {
+            af_tf_infer_free(s);
+            return af_fail(AF_ERR_NOMEM, "out of memory for the DoRA norms");
+        }
+    }
     return AF_OK;
 }
 
 void af_tf_infer_free(af_tf_infer *s) {
     af_devmem_free(&s->mem);
     free(s->pos_host);
+    free(s->dora_nrm);
+    free(s->dora_ok);
     memset(s, 0, sizeof *s);
 }
 
@@ -920,6 +942,7 @@ af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer 
     R.P = P;
     R.lay = P ? lay : NULL;
     R.lora_scale = scale;
+    R.dora_cache = P && lay && lay->lora.use_dora && s->dora_nrm && lay->n_layers == m->cfg.num_hidden_layers ? s : NULL;
     R.k_cache = k_cache;
     R.v_cache = v_cache;
     R.n_ctx = n_ctx;

@@ -130,6 +130,7 @@ struct af_tf_run {
     const float *P;
     const af_param_layout *lay;
     float lora_scale;
+    struct af_tf_infer *dora_cache; /* AF_TF_INFER with a DoRA adapter: the state whose cached norms it uses, else NULL */
     const float *P0;           /* training with lay->init_P (PiSSA / OLoRA): its device copy; every adapted
                                   product also gets −s·x·A0ᵀ·B0ᵀ (no dropout, no gradient), else NULL */
     int drop;                  /* training: dropout active (masks from af_lora_dropout_mask) */
@@ -255,6 +256,13 @@ typedef struct af_tf_infer {
     float *ple;       /* [cap, L·P] per-layer inputs (desc.ple_dim), else NULL */
     af_tf_acts S;
     af_tf_scratch w;
+    /* DoRA adapter (lay->lora.use_dora; CPU): the weight norms of every (layer, projection), computed at the
+     * first forward that needs them and kept while the same P and scale are used (host, owned) */
+    float *dora_nrm;        /* [n_layers · AF_PROJ_COUNT · dora_stride] */
+    unsigned char *dora_ok; /* [n_layers · AF_PROJ_COUNT] */
+    int64_t dora_stride;    /* the largest out of the layout's slots */
+    const float *dora_P;    /* the P and scale the cached norms belong to */
+    float dora_scale;
 } af_tf_infer;
 
 /* lay: the adapter layout the state must serve (NULL: none); memory on ctx's device.
