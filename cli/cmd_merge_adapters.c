@@ -22,10 +22,12 @@ static void help(void) {
            "                          dare-ties, dare-linear: random pruning (--density, --seed), rescaled\n"
            "                          by 1/density; then as ties / as linear\n"
            "                          magnitude-prune: magnitude pruning, then as linear\n"
+           "                          slerp:   two adapters, spherical interpolation of each ΔW at --t\n"
            "      --weights W1,W2,... one weight per adapter (default 1 each; negative subtracts)\n"
            "      --density D         fraction of ΔW entries kept, in (0, 1] (ties, dare-*, magnitude-prune)\n"
            "      --rank R            rank of the result (default: the largest input rank; cat: the sum)\n"
            "      --seed S            DARE pruning masks (default 0)\n"
+           "      --t T               slerp: position in [0, 1] (0: the first adapter, 1: the second)\n"
            "      --majority-sign M   ties / dare-ties sign election: total (default) or frequency\n"
            "      --overwrite         replace an existing output adapter directory\n"
            "  -t, --threads N         projections merged at the same time (default: all cores)\n"
@@ -69,7 +71,7 @@ int cmd_merge_adapters(int argc, char **argv) {
                                        {"rank", required_argument, 0, 'r'},    {"seed", required_argument, 0, 's'},
                                        {"majority-sign", required_argument, 0, 'g'},
                                        {"overwrite", no_argument, 0, 'O'},     {"help", no_argument, 0, 'h'},
-                                       {"threads", required_argument, 0, 't'},
+                                       {"threads", required_argument, 0, 't'}, {"t", required_argument, 0, 'T'},
                                        {0, 0, 0, 0}};
     af_adapter_merge_opts o;
     af_adapter_merge_opts_default(&o);
@@ -117,6 +119,9 @@ int cmd_merge_adapters(int argc, char **argv) {
                 cli_error(cmd, "--majority-sign: expected total or frequency, got '%s'", optarg);
                 return 2;
             }
+            break;
+        case 'T':
+            if (!cli_parse_float(cmd, "--t", optarg, 0, 1, &o.t)) return 2;
             break;
         case 'O': o.overwrite = 1; break;
         case 't':

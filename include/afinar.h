@@ -571,6 +571,21 @@ typedef struct af_lora_trainer_opts {
                                 `afinar train` numbers them (same masks, same adapter); 0: i, its index
                                 within the step */
     int32_t grad_accum;      /* (0) micro-batches per step (>= 1 when steps_per_epoch > 0) */
+    /* ---- LoRA+ (Hayou et al. 2024; PEFT's create_loraplus_optimizer) ---- */
+    float loraplus_lr_ratio; /* (0) > 0 and != 1: every lora_B and every 1-D parameter (the head bias) is
+                                updated with lr · ratio (its weight decay too: AdamW's decay is lr·wd),
+                                lora_A and the head W with lr; 0 or 1: one learning rate */
+    /* ---- DoRA (Liu et al. 2024; PEFT's use_dora) ---- */
+    int32_t use_dora;        /* (0) 1: every adapted projection also trains a magnitude vector m [out]:
+                                y = m / ||W + s·B·A||_row ⊙ (x·Wᵀ + s·x·Aᵀ·Bᵀ), the norm detached in the
+                                backward as PEFT does (docs/LORA.md); m starts at the row norms of W.
+                                CPU contexts only (AF_ERR_UNSUPPORTED on another device) */
+    int32_t init_lora_weights; /* (0) PEFT's init_lora_weights: 0 default (kaiming-uniform A, B = 0); 1 "gaussian"
+                                (A ~ N(0, 1/r²), B = 0); 2 "pissa" (A, B from the SVD of each frozen W: the top r
+                                singular triplets, B·A·s = their part of W); 3 "olora" (from the QR of W). With 2 and
+                                3 the rest W − s·B0·A0 stays frozen: every forward subtracts s·B0·A0 from the
+                                correction, and saved adapters are the plain LoRA of rank 2r that PEFT's
+                                path_initial_model_for_weight_conversion writes (docs/LORA.md); not with use_dora */
 } af_lora_trainer_opts;
 
 /* Fill `o` with the defaults listed above. */

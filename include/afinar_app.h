@@ -106,6 +106,9 @@ typedef struct af_trainer_opts {
     double lora_alpha;           /* 32 */
     double lora_dropout;         /* 0.05 */
     int use_rslora;              /* 0 */
+    double loraplus_lr_ratio;    /* 0 (off): LoRA+, lora_B and the head bias at lr x ratio (af_lora_trainer_opts) */
+    int use_dora;                /* 0: 1 = DoRA (af_lora_trainer_opts.use_dora; CPU only) */
+    int init_lora_weights;       /* 0 "default", 1 "gaussian", 2 "pissa", 3 "olora" (af_lora_trainer_opts) */
     af_head_pooling pooling;     /* AF_POOLING_MEAN */
     int head_bias;               /* 0: b stays 0 (PEFT's score has no bias) */
     const char *class_weights;   /* "uniform" (NULL), "inverse-freq", "sqrt-inverse" or w1,w2,... */
@@ -555,6 +558,15 @@ AF_API af_status af_gen_eval_json(const af_gen_eval_result *r, const char *const
  *   dare-linear     T_i = random-prune(ΔW_i, density) / density, ΔW = Σ w_i T_i (PEFT "dare_linear_svd")
  *   dare-ties       random-prune as dare-linear, then sign election and disjoint merge as ties
  *   magnitude-prune T_i = magnitude-prune(ΔW_i, density), ΔW = Σ w_i T_i
+ *   slerp           two adapters, t in [0, 1], per projection (Shoemake 1985 spherical interpolation as
+ *                   mergekit's slerp applies it to flattened tensors): u_i = ΔW_i / |ΔW_i|_F (a ΔW_i
+ *                   with |ΔW_i|_F <= 1e-8, e.g. a projection one adapter lacks, stays as it is),
+ *                   d = <u_0, u_1>_F; |d| > 0.9995: ΔW = (1-t) ΔW_0 + t ΔW_1; else θ = acos(d),
+ *                   ΔW = sin((1-t)θ)/sin θ · ΔW_0 + sin(tθ)/sin θ · ΔW_1 (a projection only one
+ *                   adapter has: d = 0, θ = π/2, its ΔW scaled by sin(tθ) or sin((1-t)θ)). The inner
+ *                   products come from the factors (BᵢᵀBⱼ and AᵢAⱼᵀ, no dense ΔW), then rank r by SVD as
+ *                   linear. Heads: W = (1-t) W_0 + t W_1. No weights (t decides them). PEFT has no
+ *                   slerp; reimplemented in tests/ref/make_merge_ref.py (NumPy, dense ΔW)
  * Random pruning (DARE) keeps entry (o, j) of adapter i's ΔW [out, in] when
  *   af_ctr_u01(af_ctr_key(seed, layer, proj, i), o·in + j) < density
  * with the splitmix64 counter RNG of src/lora/lora.h (proj: 0 q, 1 k, 2 v, 3 o, 4 gate, 5 up,
@@ -577,10 +589,11 @@ typedef enum af_merge_method {
     AF_MERGE_DARE_TIES,
     AF_MERGE_DARE_LINEAR,
     AF_MERGE_MAGNITUDE_PRUNE,
+    AF_MERGE_SLERP,
     AF_MERGE_METHOD_COUNT
 } af_merge_method;
 
-/* "linear", "svd", "cat", "ties", "dare-ties", "dare-linear", "magnitude-prune" (also accepted
+/* "linear", "svd", "cat", "ties", "dare-ties", "dare-linear", "magnitude-prune", "slerp" (also accepted
  * with '_' for '-'). Errors: AF_ERR_INVALID_ARG naming the unknown method and listing the known
  * ones. af_merge_method_name returns the first spelling (static), "unknown" out of range. */
 AF_API af_status af_merge_method_parse(const char *name, af_merge_method *out);
@@ -600,6 +613,7 @@ typedef struct af_adapter_merge_opts {
     int overwrite;           /* 1: replace an existing output adapter directory */
     int n_threads;           /* projections merged at the same time (0: one per CPU this process may
                                 run on); the result does not depend on it */
+    double t;                /* slerp: interpolation position in [0, 1] (0: the first adapter, 1: the second) */
 } af_adapter_merge_opts;
 
 /* Defaults as marked above (method linear, weights 1, rank 0, seed 0, total, no overwrite, all CPUs). */
@@ -632,7 +646,8 @@ typedef struct af_adapter_merge_report {
  * 576 x 576 projection; the factored methods (linear, svd, cat) never form ΔW and take milliseconds.
  * `opts` NULL: defaults; `report` may be NULL.
  * Errors (messages name the adapter directory and the field): AF_ERR_INVALID_ARG (NULL, n < 1,
- * weights count != n, non-finite weight, density outside (0, 1] or given for a method without
+ * weights count != n, non-finite weight, slerp with n != 2, with weights or with t outside [0, 1],
+ * density outside (0, 1] or given for a method without
  * pruning or missing for one with pruning, rank < 0 or above min(out, in) of a projection, cat with
  * a rank other than Σ r_i, adapters for different architectures / numbers of layers, a projection
  * or head of different shapes, heads in some adapters only, different label names, q/k row orders

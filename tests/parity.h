@@ -150,7 +150,7 @@ static int check_cls(rd *r, af_model *m, int nl, int H) {
     const double ref_loss = f64(r);
     const float *ref_logits = take(r, 4 * (size_t)B * C);
     if (!CHECK(tok && lab && ref_logits, "fixture classification body")) return 0;
-    af_lora_config cfg = {(int32_t)rank, alpha, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0};
+    af_lora_config cfg = {(int32_t)rank, alpha, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0, 0};
     af_param_layout lay;
     af_engine *e = NULL;
     if (!CHECK(af_param_layout_init(&lay, m, &cfg, (int32_t)C) == AF_OK, "layout: %s", af_last_error())) return 0;
@@ -206,7 +206,7 @@ static int check_lm(rd *r, af_model *m, int nl) {
     const double ref_loss = f64(r);
     const uint32_t ref_nt = u32(r);
     if (!CHECK(tok && tg && ref_nt > 0, "fixture causal-LM body")) return 0;
-    af_lora_config cfg = {(int32_t)rank, alpha, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0};
+    af_lora_config cfg = {(int32_t)rank, alpha, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0, 0};
     af_param_layout lay;
     af_engine *e = NULL;
     if (!CHECK(af_param_layout_init(&lay, m, &cfg, 0) == AF_OK, "layout: %s", af_last_error())) return 0;

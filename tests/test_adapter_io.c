@@ -49,7 +49,7 @@ static void make_layout(af_param_layout *lay, dims d, uint32_t targets, int32_t 
             int64_t in = p == AF_PROJ_O ? d.q_out : p == AF_PROJ_DOWN ? d.ffn : d.hidden;
             int64_t out = p == AF_PROJ_Q ? d.q_out : (p == AF_PROJ_K || p == AF_PROJ_V) ? d.kv_out
                         : (p == AF_PROJ_GATE || p == AF_PROJ_UP) ? d.ffn : d.hidden;
-            *s = (af_lora_slot){-1, -1, in, out};
+            *s = (af_lora_slot){-1, -1, in, out, -1};
             if (!(targets & (1u << p))) continue;
             s->a_off = off;
             off += r * in;
@@ -374,7 +374,9 @@ static void test_bad_inputs(void) {
     } cases[] = {
         {"malformed json", "\"r\":", "\"r\" ", AF_ERR_FORMAT, "adapter_config.json: malformed JSON at offset"},
         {"peft type", "\"LORA\"", "\"IA3\"", AF_ERR_UNSUPPORTED, "peft_type: \"IA3\""},
-        {"dora", "\"use_dora\":\tfalse", "\"use_dora\": true", AF_ERR_UNSUPPORTED, "use_dora: true"},
+        {"dora", "\"use_dora\":\tfalse", "\"use_dora\": true", AF_ERR_INVALID_ARG, "use_dora = true but the layout has false"},
+        {"pissa", "\"init_lora_weights\":\ttrue", "\"init_lora_weights\": \"pissa_niter_4\"", AF_ERR_UNSUPPORTED,
+         "init_lora_weights \"pissa_niter_4\": the adapter is relative to the base weights PEFT rewrote"},
         {"r type", "\"r\":\t2", "\"r\": \"2\"", AF_ERR_FORMAT, "r: missing or not a positive integer"},
         {"rank pattern", "\"rank_pattern\":\t{", "\"rank_pattern\": {\"q_proj\": 4", AF_ERR_UNSUPPORTED,
          "rank_pattern"},

@@ -7,7 +7,7 @@
  *   - every case of tests/fixtures/adapter_merge/cases.json (made by tests/ref/make_merge_ref.py,
  *     NumPy; its svd / cat / ties_svd definitions checked there against PEFT's add_weighted_adapter):
  *     the written adapter's s·B·A per projection equals the reference's truncated merged ΔW, its
- *     head equals Σ w_i head_i, its rank and lora_alpha are as documented, and the reported
+ *     head equals Σ w_i head_i (slerp: (1-t) W_0 + t W_1), its rank and lora_alpha are as documented, and the reported
  *     truncation error equals the reference's;
  *   - one adapter with weight 1 reproduces it; cat is exact (equals the untruncated ΔW); DARE is
  *     deterministic for a seed and changes with it;
@@ -335,8 +335,12 @@ static void test_cases(void) {
             dirs[na] = dbuf[na];
             na++;
         }
-        o.weights = w;
+        o.weights = n ? w : NULL; /* slerp: none */
         o.n_weights = n;
+        const cJSON *tj = cJSON_GetObjectItem(c, "t");
+        o.t = cJSON_IsNumber(tj) ? tj->valuedouble : 0.0;
+        const cJSON *pj = cJSON_GetObjectItem(c, "expect_projections");
+        const int expect_proj = cJSON_IsNumber(pj) ? (int)pj->valuedouble : 6;
         o.density = cJSON_GetObjectItem(c, "density")->valuedouble;
         o.seed = (uint64_t)cJSON_GetObjectItem(c, "seed")->valuedouble;
         o.rank = (int32_t)cJSON_GetObjectItem(c, "rank")->valuedouble;
@@ -345,8 +349,9 @@ static void test_cases(void) {
         const char *out = tmp_path(name);
         af_adapter_merge_report rep;
         if (!CHECK(af_adapter_merge(dirs, na, out, &o, &rep) == AF_OK, "%s: %s", name, af_last_error())) continue;
-        CHECK(rep.rank == expect_rank && rep.n_projections == 6 && rep.has_head, "%s: rank %d (want %d), %d projections",
-              name, rep.rank, expect_rank, rep.n_projections);
+        CHECK(rep.rank == expect_rank && rep.n_projections == expect_proj && rep.has_head,
+              "%s: rank %d (want %d), %d projections (want %d)", name, rep.rank, expect_rank, rep.n_projections,
+              expect_proj);
         const double want_trunc = cJSON_GetObjectItem(c, "max_truncation_rel_error")->valuedouble;
         CHECK(fabs(rep.max_rel_error - want_trunc) < 1e-5, "%s: reported truncation error %.6g, reference %.6g", name,
               rep.max_rel_error, want_trunc);
@@ -362,7 +367,7 @@ static void test_cases(void) {
         if (!CHECK(af_st_open(rp, &ref) == AF_OK, "%s: %s", rp, af_last_error())) continue;
         int n_cmp = 0;
         const double err = compare_ref(out, ref, "layers.", &n_cmp);
-        CHECK(err >= 0 && err <= TOL_REL && n_cmp == 6,
+        CHECK(err >= 0 && err <= TOL_REL && n_cmp == expect_proj,
               "%s: s·B·A vs the NumPy reference: max |Δ| / max |ΔW_ref| = %.2e over %d projections (tol %.0e)", name,
               err, n_cmp, TOL_REL);
         printf("  %-16s rank %d: max |ΔW_afinar - ΔW_ref| / max |ΔW_ref| = %.2e; truncation error %.3g\n", name,
@@ -526,7 +531,22 @@ static void test_bad_inputs(void) {
     o.rank = 0;
     expect_fail("method", good, 3, out, &o, AF_ERR_INVALID_ARG, "unknown method");
     af_merge_method m;
-    CHECK(af_merge_method_parse("slerp", &m) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "'slerp'"), "slerp unknown");
+    CHECK(af_merge_method_parse("slurp", &m) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "'slurp'") &&
+              strstr(af_last_error(), "slerp"),
+          "unknown method named, slerp listed: %s", af_last_error());
+    CHECK(af_merge_method_parse("slerp", &m) == AF_OK && m == AF_MERGE_SLERP, "slerp parsed");
+    /* slerp: two adapters, no weights, t in [0, 1]; t only with slerp */
+    o.method = AF_MERGE_SLERP;
+    o.t = 0.5;
+    expect_fail("slerp of 3", good, 3, out, &o, AF_ERR_INVALID_ARG, "exactly 2 adapters (3 given)");
+    o.weights = w2, o.n_weights = 2;
+    expect_fail("slerp weights", good, 2, out, &o, AF_ERR_INVALID_ARG, "slerp takes no weights");
+    o.weights = NULL, o.n_weights = 0;
+    o.t = 1.5;
+    expect_fail("slerp t", good, 2, out, &o, AF_ERR_INVALID_ARG, "t = 1.5 must be in [0, 1]");
+    o.method = AF_MERGE_LINEAR;
+    expect_fail("t without slerp", good, 2, out, &o, AF_ERR_INVALID_ARG, "t applies to slerp only");
+    o.t = 0;
     CHECK(af_merge_method_parse("dare_ties", &m) == AF_OK && m == AF_MERGE_DARE_TIES, "dare_ties spelling");
     { /* a trailing '/' on the output: the temporary is still a sibling, the result in place */
         af_adapter_merge_opts_default(&o);

@@ -20,7 +20,9 @@
  *      "workers" each accumulate one micro-batch, their collected vectors are summed and applied to
  *      both: both end with the parameters of one trainer that summed the same per-micro-batch vectors
  *      (bit for bit); collecting keeps the gradient; applying a trainer's own gradient changes
- *      nothing; a non-finite flag or element makes the step skip; argument errors.
+ *      nothing; a non-finite flag or element makes the step skip; argument errors;
+ *  (j) LoRA+ (loraplus_lr_ratio): equal to AdamW by hand with lr on A / head W and lr·ratio on B / head
+ *      bias; ratio 1 equals none; a negative ratio refused.
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -127,7 +129,7 @@ static void test_equal_internal(const af_model *m, int steps, int head_bias) {
     if (!CHECK(af_lora_trainer_new(m, &o, &tr) == AF_OK, "new: %s", af_last_error())) return;
     uint32_t mask = 0;
     af_lora_parse_targets(o.targets, &mask);
-    af_lora_config c = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora, mask, o.seed};
+    af_lora_config c = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora, mask, o.seed, 0};
     af_param_layout lay;
     af_engine *e = NULL;
     CHECK(af_param_layout_init(&lay, m, &c, o.num_classes) == AF_OK, "layout");
@@ -336,7 +338,7 @@ static void test_adapter(const af_model *m, af_lora_trainer *tr) {
         CHECK(!memcmp(p0, p1, 4 * (size_t)n), "adapter save/load round trip exact (max diff %g)",
               tl_max_abs_diff(p0, p1, (size_t)n, NULL));
         /* the file holds PEFT order: load it raw into a layout and compare with get_tensor */
-        af_lora_config c = {o.r, o.lora_alpha, o.lora_dropout, 0, (1u << AF_PROJ_COUNT) - 1, 0};
+        af_lora_config c = {o.r, o.lora_alpha, o.lora_dropout, 0, (1u << AF_PROJ_COUNT) - 1, 0, 0};
         af_param_layout lay;
         int32_t iq = -1;
         af_lora_trainer_find_tensor(t2, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", &iq);
@@ -587,6 +589,75 @@ out:
     af_lora_trainer_free(q);
 }
 
+/* (j) LoRA+: with loraplus_lr_ratio = 4 one step equals AdamW applied by hand to the same gradient with
+ * lr on every lora_A and the head W and 4·lr on every lora_B and the head bias (PEFT's
+ * create_loraplus_optimizer groups); ratio 1 equals no LoRA+ bit for bit; a negative ratio is refused. */
+static void test_loraplus(const af_model *m) {
+    af_lora_trainer_opts o = base_opts();
+    o.lora_dropout = 0.0f;
+    o.max_grad_norm = 0.0f; /* no clipping: the gradient given to AdamW is the collected one */
+    o.head_bias = 1;
+    o.loraplus_lr_ratio = 4.0f;
+    af_lora_trainer *tr = NULL, *one = NULL, *plain = NULL;
+    if (!CHECK(af_lora_trainer_new(m, &o, &tr) == AF_OK, "loraplus new: %s", af_last_error())) return;
+    const int64_t n = af_lora_trainer_n_params(tr);
+    float *p0 = malloc(4 * (size_t)n), *g = malloc(4 * (size_t)n), *pw = calloc((size_t)n, 4), *mm = calloc((size_t)n, 4),
+          *vv = calloc((size_t)n, 4), *pt = malloc(4 * (size_t)n), *pp = malloc(4 * (size_t)n);
+    double l[2];
+    for (int step = 0; step < 2; step++) { /* two steps: B (and then A) have gradients and moments */
+        af_lora_trainer_get_params(tr, p0);
+        if (step == 0) memcpy(pw, p0, 4 * (size_t)n);
+        af_lora_trainer_accumulate(tr, g_tok, g_ss_lo, 2, g_lab, 0.5f, &l[0], NULL);
+        af_lora_trainer_accumulate(tr, g_tok + 15, g_ss_hi, 2, g_lab + 2, 0.5f, &l[1], NULL);
+        af_lora_trainer_collect_gradients(tr, g, NULL, NULL);
+        CHECK(af_lora_trainer_step(tr, -1.0f, NULL) == AF_OK, "loraplus step: %s", af_last_error());
+        af_adamw a;
+        int nb = 0, na = 0;
+        for (int32_t i = 0; i < af_lora_trainer_n_tensors(tr); i++) {
+            const char *name;
+            int64_t sh[2], off;
+            af_lora_trainer_tensor_info(tr, i, &name, sh, &off);
+            const int is_b = strstr(name, "lora_B") != NULL || sh[1] == 1; /* lora_B or 1-D */
+            nb += is_b, na += !is_b;
+            af_adamw_defaults(&a, o.lr);
+            a.weight_decay = o.weight_decay;
+            a.t = step;
+            uint8_t *nodecay = strstr(name, "score.bias") ? calloc((size_t)sh[0], 1) : NULL; /* never decayed */
+            af_adamw_step(T_CTX, &a, pw + off, g + off, mm + off, vv + off, sh[0] * sh[1], is_b ? 4.0f * o.lr : o.lr,
+                          nodecay);
+            free(nodecay);
+        }
+        if (step == 0) CHECK(nb > 0 && na > 0, "both groups present (%d B, %d A)", nb, na);
+    }
+    af_lora_trainer_get_params(tr, pt);
+    double md = 0;
+    for (int64_t i = 0; i < n; i++) md = fmax(md, fabs((double)pt[i] - pw[i]));
+    CHECK(md == 0, "LoRA+ step == AdamW by hand with lr (A, W) and 4 lr (B, bias): max |diff| %.3g", md);
+    /* ratio 1 == plain */
+    o.loraplus_lr_ratio = 1.0f;
+    CHECK(af_lora_trainer_new(m, &o, &one) == AF_OK, "ratio 1: %s", af_last_error());
+    o.loraplus_lr_ratio = 0.0f;
+    CHECK(af_lora_trainer_new(m, &o, &plain) == AF_OK, "ratio 0: %s", af_last_error());
+    if (one && plain) {
+        double d0, d1;
+        api_step(one, l, &d0);
+        api_step(plain, l, &d1);
+        af_lora_trainer_get_params(one, pt);
+        af_lora_trainer_get_params(plain, pp);
+        CHECK(!memcmp(pt, pp, 4 * (size_t)n), "ratio 1 == no LoRA+ (bitwise)");
+        af_lora_trainer_get_params(tr, p0);
+        CHECK(memcmp(pt, p0, 4 * (size_t)n) != 0, "ratio 4 differs from ratio 1");
+    }
+    af_lora_trainer_free(one), af_lora_trainer_free(plain);
+    o.loraplus_lr_ratio = -1.0f;
+    plain = NULL;
+    CHECK(af_lora_trainer_new(m, &o, &plain) == AF_ERR_INVALID_ARG && contains(af_last_error(), "loraplus_lr_ratio"),
+          "negative ratio refused: %s", af_last_error());
+    af_lora_trainer_free(plain);
+    af_lora_trainer_free(tr);
+    free(p0), free(g), free(pw), free(mm), free(vv), free(pt), free(pp);
+}
+
 int main(void) {
     tm_spec s = tm_default("llama", AF_TYPE_Q8_0);
     make_tokens(s.vocab);
@@ -606,6 +677,7 @@ int main(void) {
     test_resume(m);
     test_errors(m);
     test_exchange(m);
+    test_loraplus(m);
     test_forward_gemma();
     af_model_free(m);
     return tl_finish("api_train");

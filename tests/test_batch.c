@@ -33,7 +33,7 @@ typedef struct adapter {
 static int make_adapter(const af_model *m, int r, const char *targets, uint64_t seed, adapter *a) {
     uint32_t mask = 0;
     if (af_lora_parse_targets(targets, &mask) != AF_OK) return 0;
-    af_lora_config c = {r, 2.0f * (float)r, 0.0f, 0, mask, seed};
+    af_lora_config c = {r, 2.0f * (float)r, 0.0f, 0, mask, seed, 0};
     if (af_param_layout_init(&a->lay, m, &c, 0) != AF_OK) return 0;
     a->P = malloc(sizeof(float) * (size_t)a->lay.n_total);
     uint64_t rng = seed;

@@ -723,8 +723,13 @@ static void test_merge_adapters(void) {
     char want[512];
     EXPECT("merge-adapters @/run/final", 2, "afinar merge-adapters: missing -o OUT_DIR (the merged adapter directory)");
     EXPECT("merge-adapters -o @/m", 2, "afinar merge-adapters: no adapter directories given (see 'afinar merge-adapters --help')");
-    EXPECT("merge-adapters @/run/final @/run/final -o @/m --method slerp", 2,
-           "afinar merge-adapters: --method: unknown merge method 'slerp' (linear, svd, cat, ties, dare-ties, dare-linear, magnitude-prune)");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/m --method slurp", 2,
+           "afinar merge-adapters: --method: unknown merge method 'slurp' (linear, svd, cat, ties, dare-ties, dare-linear, "
+           "magnitude-prune, slerp)");
+    EXPECT("merge-adapters @/run/final @/run/final @/run/final -o @/m --method slerp --t 0.5", 1,
+           "afinar merge-adapters: merge: slerp interpolates between exactly 2 adapters (3 given)");
+    EXPECT("merge-adapters @/run/final @/run/final -o @/m --method slerp --weights 1,1", 1,
+           "afinar merge-adapters: merge: slerp takes no weights (t decides the mix: --t)");
     EXPECT("merge-adapters @/run/final @/run/final -o @/m --method ties --density 0", 2,
            "afinar merge-adapters: --density: expected a fraction in (0, 1], got '0'");
     EXPECT("merge-adapters @/run/final @/run/final -o @/m --method ties --density 1.5", 2,

@@ -315,6 +315,23 @@ static void test_yaml(void) {
     s = yaml_ok("output_dir: runs/a\nresume_from_checkpoint: true\n");
     if (s) has(s, "resume", "runs/a");
     af_train_settings_free(s);
+    /* the LoRA variants: PEFT's use_dora / init_lora_weights, LoRA+'s loraplus_lr_ratio */
+    s = yaml_ok("use_dora: true\ninit_lora_weights: gaussian\nloraplus_lr_ratio: 16\n");
+    if (s) {
+        has(s, "init-lora-weights", "gaussian"), has(s, "loraplus-lr-ratio", "16");
+        af_trainer_opts o;
+        CHECK(af_train_settings_to_opts(s, &o) == AF_OK && o.use_dora == 1 && o.init_lora_weights == 1 &&
+                  o.loraplus_lr_ratio == 16.0,
+              "LoRA variants to opts: %s", af_last_error());
+    }
+    af_train_settings_free(s);
+    s = yaml_ok("init_lora_weights: true\n");
+    if (s) has(s, "init-lora-weights", "default");
+    af_train_settings_free(s);
+    s = yaml_ok("init_lora_weights: pissa_niter_16\n");
+    if (s) has(s, "init-lora-weights", "pissa");
+    af_train_settings_free(s);
+    yaml_err("init_lora_weights: loftq\n", "key 'init_lora_weights': 'loftq' is not available", "not implemented");
 
     yaml_err("lerning_rate: 1e-4\n", "t.yaml:1:1: unknown key 'lerning_rate'", "nearest known key: learning_rate");
     yaml_err("lr: 1\nnum_train_epoch: 2\n", "t.yaml:2:1: unknown key 'num_train_epoch'", "nearest known key: num_train_epochs");

@@ -75,7 +75,7 @@ static int fx_init_ex(fixture *f, const tm_spec *s, float dropout, int32_t class
     if (!CHECK(tm_load(s, &f->m) == AF_OK, "tiny %s %s: %s", s->arch, af_type_name(s->wtype), af_last_error()))
         return 0;
     if (g_requant != AF_TYPE_F32 && !nf4_apply(f)) return 0;
-    af_lora_config c = {4, 8.0f, dropout, 0, targets, 5};
+    af_lora_config c = {4, 8.0f, dropout, 0, targets, 5, 0};
     if (!CHECK(af_param_layout_init_layers(&f->lay, f->m, &c, classes, lmin, lend) == AF_OK, "layout: %s",
                af_last_error()))
         return 0;
@@ -565,7 +565,7 @@ static void test_errors(void) {
     free(G);
     /* layout without head */
     af_param_layout lay2;
-    af_lora_config c = {2, 4, 0, 0, 3, 1};
+    af_lora_config c = {2, 4, 0, 0, 3, 1, 0};
     af_engine *e2 = NULL;
     if (CHECK(af_param_layout_init(&lay2, f.m, &c, 0) == AF_OK, "layout without head")) {
         CHECK(af_engine_new(NULL, f.m, &lay2, &e2) == AF_OK, "engine");

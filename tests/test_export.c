@@ -59,7 +59,7 @@ static int exists(const char *p) {
 static float *make_adapter(const af_model *m, const char *dir, int32_t num_classes, af_param_layout *lay,
                            int rslora) {
     const af_model_config *mc = af_model_get_config(m);
-    af_lora_config lc = {4, 8.0f, 0.0f, rslora, (1u << AF_PROJ_COUNT) - 1, 7};
+    af_lora_config lc = {4, 8.0f, 0.0f, rslora, (1u << AF_PROJ_COUNT) - 1, 7, 0};
     if (af_param_layout_init(lay, m, &lc, num_classes) != AF_OK) return NULL;
     float *P = calloc((size_t)lay->n_total, sizeof(float));
     af_lora_init_params(lay, P);

@@ -206,7 +206,7 @@ static void check_quantize_dropout(void) {
     free(a);
     free(b);
     /* dropout */
-    af_lora_config cfg = {4, 8.0f, 0.2f, 0, (1u << AF_PROJ_COUNT) - 1, 7};
+    af_lora_config cfg = {4, 8.0f, 0.2f, 0, (1u << AF_PROJ_COUNT) - 1, 7, 0};
     af_param_layout lay;
     af_engine *e = NULL;
     if (CHECK(af_param_layout_init(&lay, m, &cfg, 3) == AF_OK && af_engine_new(NULL, m, &lay, &e) == AF_OK,

@@ -67,7 +67,7 @@ static void test_engine_fd(const char *arch, float cap) {
     make_batch(m->cfg.vocab_size);
     uint32_t targets = 0;
     af_lora_parse_targets("all-linear", &targets);
-    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 3};
+    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 3, 0};
     af_param_layout lay;
     if (!CHECK(af_param_layout_init(&lay, m, &c, 0) == AF_OK, "layout: %s", af_last_error())) {
         af_model_free(m);

@@ -160,7 +160,7 @@ static void test_layout(void) {
     tm_spec s = tm_default("llama", AF_TYPE_F32);
     af_model *m = NULL;
     if (!CHECK(tm_load(&s, &m) == AF_OK, "tiny model: %s", af_last_error())) return;
-    af_lora_config c = {4, 8.0f, 0.0f, 0, 0, 7};
+    af_lora_config c = {4, 8.0f, 0.0f, 0, 0, 7, 0};
     af_param_layout lay;
     CHECK(af_lora_parse_targets("all-linear", &c.targets) == AF_OK, "targets");
     if (CHECK(af_param_layout_init(&lay, m, &c, 3) == AF_OK, "layout: %s", af_last_error())) {
@@ -225,7 +225,7 @@ static void test_layout(void) {
         af_param_layout_free(&lay);
     }
     /* rsLoRA scale, qv-only layout */
-    af_lora_config c2 = {16, 16.0f, 0.1f, 1, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 1};
+    af_lora_config c2 = {16, 16.0f, 0.1f, 1, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 1, 0};
     if (CHECK(af_param_layout_init(&lay, m, &c2, 0) == AF_OK, "qv layout")) {
         CHECK(fabsf(lay.scale - 4.0f) < 1e-6f && lay.head_w_off == -1 && lay.n_total == lay.n_lora &&
                   af_lora_slot_at(&lay, 0, AF_PROJ_K)->a_off == -1,
@@ -272,7 +272,7 @@ static void test_layers(void) {
     s.n_layer = 4;
     af_model *m = NULL;
     if (!CHECK(tm_load(&s, &m) == AF_OK, "tiny model: %s", af_last_error())) return;
-    af_lora_config c = {4, 8.0f, 0.0f, 0, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 7};
+    af_lora_config c = {4, 8.0f, 0.0f, 0, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 7, 0};
     af_param_layout full, part;
     if (CHECK(af_param_layout_init(&full, m, &c, 3) == AF_OK, "full layout")) {
         CHECK(af_lora_lowest_layer(&full) == 0 && full.layer_min == 0 && full.layer_end == 4, "full: lowest layer 0");
@@ -312,7 +312,46 @@ static void test_layers(void) {
     af_model_free(m);
 }
 
+/* AF_LORA_INIT_GAUSSIAN: A from N(0, 1/r²) (PEFT init_lora_weights="gaussian"), deterministic, B = 0. */
+static void test_gaussian(void) {
+    af_lora_slot slots[2 * AF_PROJ_COUNT];
+    for (int k = 0; k < 2 * AF_PROJ_COUNT; k++) slots[k] = (af_lora_slot){-1, -1, 0, 0, -1};
+    const int32_t r = 4;
+    const int64_t in = 512, out = 64;
+    slots[0] = (af_lora_slot){0, r * in, in, out, -1}; /* layer 0 q_proj */
+    af_param_layout lay;
+    memset(&lay, 0, sizeof lay);
+    lay.lora = (af_lora_config){r, 8.0f, 0.0f, 0, 1u << AF_PROJ_Q, 5, 0};
+    lay.n_layers = 2;
+    lay.slots = slots;
+    lay.head_w_off = lay.head_b_off = -1;
+    lay.n_lora = lay.n_total = r * in + out * r;
+    lay.init = AF_LORA_INIT_GAUSSIAN;
+    float *P = malloc(sizeof(float) * (size_t)lay.n_total), *Q = malloc(sizeof(float) * (size_t)lay.n_total);
+    for (int64_t i = 0; i < lay.n_total; i++) P[i] = Q[i] = 7.0f;
+    af_lora_init_params(&lay, P);
+    af_lora_init_params(&lay, Q);
+    double s1 = 0, s2 = 0, s4 = 0;
+    const int64_t na = r * in;
+    for (int64_t i = 0; i < na; i++) s1 += P[i], s2 += (double)P[i] * P[i], s4 += pow(P[i], 4);
+    const double mean = s1 / na, var = s2 / na - mean * mean, kurt = (s4 / na) / (var * var);
+    int bzero = 1;
+    for (int64_t i = na; i < lay.n_total; i++) bzero &= P[i] == 0.0f;
+    CHECK(fabs(mean) < 4.0 * 0.25 / sqrt((double)na) && fabs(sqrt(var) - 0.25) < 0.02 && fabs(kurt - 3.0) < 0.5 &&
+              bzero && !memcmp(P, Q, sizeof(float) * (size_t)lay.n_total),
+          "gaussian init: mean %.4f, std %.4f (1/r = 0.25), kurtosis %.2f (3), B = 0, deterministic", mean, sqrt(var),
+          kurt);
+    lay.init = AF_LORA_INIT_DEFAULT;
+    af_lora_init_params(&lay, Q);
+    double amax = 0;
+    for (int64_t i = 0; i < na; i++) amax = fmax(amax, fabs((double)Q[i]));
+    CHECK(amax <= 1.0 / sqrt((double)in) && amax > 0.9 / sqrt((double)in), "default init: U(-1/sqrt(in), 1/sqrt(in)), max %.4f",
+          amax);
+    free(P), free(Q);
+}
+
 int main(void) {
+    test_gaussian();
     test_layers();
     test_fd(0);
     test_fd(1);

@@ -212,7 +212,7 @@ static void test_stop_layer(af_model *m, const af_dataset *ds) {
 }
 
 static void test_tensor_names(const af_model *m) {
-    af_lora_config cfg = {4, 8.0f, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 1};
+    af_lora_config cfg = {4, 8.0f, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 1, 0};
     af_param_layout lay;
     if (!CHECK(af_param_layout_init(&lay, m, &cfg, 3) == AF_OK, "layout: %s", af_last_error())) return;
     float *G = calloc((size_t)lay.n_total, sizeof(float));

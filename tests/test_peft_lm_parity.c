@@ -117,7 +117,7 @@ static void parity(const char *gguf, const char *fixture, double step_tol) {
     const int64_t hd = mc->head_dim;
     const int permuted = af_adapter_qk_permuted(mc->architecture);
     CHECK((int)nl == mc->num_hidden_layers && (int)vocab == mc->vocab_size, "%s: %u layers, vocab %u", gguf, nl, vocab);
-    af_lora_config cfg = {(int32_t)rank, 2.0f * (float)rank, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0};
+    af_lora_config cfg = {(int32_t)rank, 2.0f * (float)rank, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0, 0};
     af_param_layout lay;
     af_engine *e = NULL;
     if (!CHECK(af_param_layout_init(&lay, m, &cfg, 0) == AF_OK, "layout: %s", af_last_error()) ||

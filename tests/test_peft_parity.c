@@ -69,7 +69,7 @@ int main(void) {
     }
     const int64_t H = m->cfg.hidden_size, hd = m->cfg.head_dim;
     CHECK((int)nl == m->cfg.num_hidden_layers, "layers %u", nl);
-    af_lora_config cfg = {(int32_t)rank, 8.0f, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0};
+    af_lora_config cfg = {(int32_t)rank, 8.0f, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0, 0};
     af_param_layout lay;
     af_engine *e = NULL;
     if (!CHECK(af_param_layout_init(&lay, m, &cfg, (int32_t)C) == AF_OK, "layout: %s", af_last_error()) ||

@@ -118,7 +118,7 @@ static void test_trl_parity(void) {
     const af_model_config *mc = &m->cfg;
     CHECK((int)nl == mc->num_hidden_layers && (int)vocab == mc->vocab_size, "tiny llama: %u layers, vocab %u", nl, vocab);
     const int permuted = af_adapter_qk_permuted(mc->architecture);
-    af_lora_config cfg = {(int32_t)rank, 2.0f * (float)rank, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0};
+    af_lora_config cfg = {(int32_t)rank, 2.0f * (float)rank, 0.0f, 0, (1u << AF_PROJ_COUNT) - 1, 0, 0};
     af_param_layout lay;
     af_engine *e = NULL;
     if (!CHECK(af_param_layout_init(&lay, m, &cfg, 0) == AF_OK, "layout: %s", af_last_error()) ||

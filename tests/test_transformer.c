@@ -113,7 +113,7 @@ static int fixture(const char *arch, uint32_t wtype, uint64_t seed, af_model **m
     if (!CHECK(tm_load(&spec, m) == AF_OK, "tiny %s: %s", arch, af_last_error())) return 0;
     uint32_t targets = 0;
     CHECK(af_lora_parse_targets("all-linear", &targets) == AF_OK, "targets");
-    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 11};
+    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 11, 0};
     if (!CHECK(af_param_layout_init(lay, *m, &c, 0) == AF_OK, "layout: %s", af_last_error())) {
         af_model_free(*m);
         return 0;
@@ -401,7 +401,7 @@ static void test_load_adapter(const char *arch) {
     if (!CHECK(af_lora_trainer_save_adapter(tr, dir, NULL) == AF_OK, "save: %s", af_last_error())) goto out;
     uint32_t targets = 0;
     af_lora_parse_targets("all-linear", &targets);
-    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 42};
+    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 42, 0};
     af_param_layout lay;
     if (!CHECK(af_param_layout_init(&lay, m, &c, 0) == AF_OK, "layout") ||
         !CHECK(lay.n_total == np, "layout of %lld params, trainer %lld", (long long)lay.n_total, (long long)np))

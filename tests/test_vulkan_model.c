@@ -20,6 +20,8 @@
  *     moves every gradient element by about the same relative amount; measured: printed);
  *   - losses of five steps: relative 1e-4 (AdamW amplifies a gradient difference at most by
  *     lr/(sqrt(v)+eps) per step: measured ~1e-6);
+ *   - the same training with the PiSSA initialisation (llama, causal LM): the frozen −s·B0·A0 on the device;
+ *     and DoRA refused on the device;
  *   - parameters after five steps: max |Δp| <= 5% of lr·steps (AdamW divides each gradient element
  *     by its RMS, so an element whose gradient is at rounding level may move by up to lr per step
  *     either way on either device; measured ~1e-5·lr·steps).
@@ -124,7 +126,7 @@ static af_model *tiny(const char *arch, uint32_t wtype) {
 static float *random_params(const af_model *m, af_param_layout *lay) {
     uint32_t targets = 0;
     af_lora_parse_targets("all-linear", &targets);
-    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 11};
+    af_lora_config c = {4, 8.0f, 0.0f, 0, targets, 11, 0};
     if (!CHECK(af_param_layout_init(lay, m, &c, 0) == AF_OK, "layout: %s", af_last_error())) return NULL;
     float *P = malloc(sizeof(float) * (size_t)lay->n_total);
     uint64_t r = 99;
@@ -169,11 +171,14 @@ typedef struct run_out {
     int64_t n;
 } run_out;
 
+static int32_t g_init; /* af_lora_trainer_opts.init_lora_weights of train5 */
+
 /* A trainer on m: one classification (num_classes 3, dropout 0.1, all-linear) or causal-LM micro-batch
  * per step for 5 steps; the gradient of the first step and the parameters at the end. */
 static int train5(const af_model *m, int lm, run_out *o) {
     af_lora_trainer_opts to;
     af_lora_trainer_opts_defaults(&to);
+    to.init_lora_weights = g_init;
     to.r = 4;
     to.lora_alpha = 8;
     to.lora_dropout = 0.1f;
@@ -216,7 +221,8 @@ static int train5(const af_model *m, int lm, run_out *o) {
 
 static void test_training(const char *arch, uint32_t wtype, af_model *mc, af_model *mv, int lm) {
     char what[128];
-    snprintf(what, sizeof what, "%s %s %s", arch, af_type_name(wtype), lm ? "causal-LM" : "classification");
+    snprintf(what, sizeof what, "%s %s %s%s", arch, af_type_name(wtype), lm ? "causal-LM" : "classification",
+             g_init == AF_LORA_INIT_PISSA ? " (pissa init)" : "");
     run_out c = {{0}, NULL, NULL, 0}, v = {{0}, NULL, NULL, 0};
     if (train5(mc, lm, &c) && train5(mv, lm, &v) && CHECK(c.n == v.n, "parameter counts")) {
         const double g = rel_l2(v.grad0, c.grad0, (size_t)c.n);
@@ -250,6 +256,18 @@ static void test_tiny(const char *arch, uint32_t wtype) {
         test_session(arch, wtype, mc, mv, tok, NTOK, 4, 16, 2e-4);
         test_training(arch, wtype, mc, mv, 0);
         test_training(arch, wtype, mc, mv, 1);
+        if (!strcmp(arch, "llama")) { /* PiSSA's frozen −s·B0·A0 runs on the device's LoRA kernels; DoRA is refused */
+            g_init = AF_LORA_INIT_PISSA;
+            test_training(arch, wtype, mc, mv, 1);
+            g_init = 0;
+            af_lora_trainer_opts to;
+            af_lora_trainer_opts_defaults(&to);
+            to.use_dora = 1;
+            af_lora_trainer *tr = NULL;
+            CHECK(af_lora_trainer_new(mv, &to, &tr) == AF_ERR_UNSUPPORTED && strstr(af_last_error(), "CPU only"),
+                  "DoRA on Vulkan refused: %s", af_last_error());
+            af_lora_trainer_free(tr);
+        }
     }
     af_model_free(mv);
     af_model_free(mc);

@@ -109,7 +109,7 @@ class ConvertStats(Structure):
 class AdapterMergeOpts(Structure):
     _fields_ = [("method", c_int), ("weights", POINTER(c_double)), ("n_weights", c_int32), ("density", c_double),
                 ("rank", c_int32), ("seed", c_uint64), ("majority_sign_frequency", c_int), ("overwrite", c_int),
-                ("n_threads", c_int), ("_reserved", c_char * _RESERVED)]
+                ("n_threads", c_int), ("t", c_double), ("_reserved", c_char * _RESERVED)]
 
 
 class AdapterMergeReport(Structure):

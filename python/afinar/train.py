@@ -30,6 +30,7 @@ TRL_NAMES = {
     "max_seq_length": "max-seq-len",
     "r": "lora-r",
     "use_rslora": "rslora",
+    "use_dora": "dora",
     "target_modules": "targets",
     "layers_to_transform": "lora-layers",
     "warmup_ratio": "warmup",
@@ -538,11 +539,12 @@ def convert(hf_dir, out_path, dtype: Optional[str] = None, overwrite: bool = Fal
 
 
 def merge_adapters(adapters, out_dir, method: str = "linear", weights=None, density: Optional[float] = None,
-                   rank: int = 0, seed: int = 0, majority_sign: str = "total", overwrite: bool = False) -> dict:
+                   rank: int = 0, seed: int = 0, majority_sign: str = "total", overwrite: bool = False,
+                   t: Optional[float] = None) -> dict:
     """Merge several LoRA adapter directories of one base model into one — ``afinar merge-adapters``
     (PEFT's add_weighted_adapter methods on each projection's ΔW = s·B·A): method "linear" / "svd"
     (Σ w_i ΔW_i), "cat" (exact, rank Σ r_i), "ties", "dare-ties", "dare-linear", "magnitude-prune"
-    (those four need density in (0, 1]). weights: one float per adapter (default 1 each); rank: of
+    (those four need density in (0, 1]), "slerp" (two adapters, spherical interpolation at t in [0, 1]). weights: one float per adapter (default 1 each); rank: of
     the result (0: the largest input rank); seed: DARE masks; majority_sign: "total" or "frequency".
     Classification heads are combined linearly. Written as a whole (temporary directory + rename).
     Returns {"rank", "n_projections", "has_head", "max_rel_error" (truncation error |ΔW - B·A|_F /
@@ -569,6 +571,7 @@ def merge_adapters(adapters, out_dir, method: str = "linear", weights=None, dens
         raise _bad("majority_sign: 'total' or 'frequency', got %r" % (majority_sign,))
     o.majority_sign_frequency = int(majority_sign == "frequency")
     o.overwrite = int(bool(overwrite))
+    o.t = 0.0 if t is None else float(t)
     rep = _lib.AdapterMergeReport()
     check(lib.af_adapter_merge((c_char_p * len(dirs))(*dirs), len(dirs), path_bytes(out_dir, "out_dir"), byref(o),
                                byref(rep)))

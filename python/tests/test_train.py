@@ -157,3 +157,9 @@ def test_convert_and_merge_adapters(tmp_path):
         afinar.merge_adapters([os.path.join(fx, "a0"), os.path.join(fx, "a1")], str(tmp_path / "t"), method="ties")
     with pytest.raises(afinar.InvalidInput):
         afinar.merge_adapters([os.path.join(fx, "a0")], str(tmp_path / "u"), method="nope")
+    rep = afinar.merge_adapters([os.path.join(fx, "a0"), os.path.join(fx, "a1")], str(tmp_path / "s"),
+                                method="slerp", t=0.3)  # the t field of the struct mirror reaches the library
+    assert rep["n_projections"] == 6 and 0.39 < rep["max_rel_error"] < 0.41  # NumPy reference: 0.401
+    with pytest.raises(afinar.InvalidInput, match="t = 1.5"):
+        afinar.merge_adapters([os.path.join(fx, "a0"), os.path.join(fx, "a1")], str(tmp_path / "s2"),
+                              method="slerp", t=1.5)

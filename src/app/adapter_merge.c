@@ -32,7 +32,7 @@
 
 static const char *const k_methods[AF_MERGE_METHOD_COUNT] = {"linear",      "svd",         "cat",
                                                              "ties",        "dare-ties",   "dare-linear",
-                                                             "magnitude-prune"};
+                                                             "magnitude-prune", "slerp"};
 
 const char *af_merge_method_name(af_merge_method m) {
     return (m >= 0 && m < AF_MERGE_METHOD_COUNT) ? k_methods[m] : "unknown";
@@ -51,7 +51,7 @@ af_status af_merge_method_parse(const char *name, af_merge_method *out) {
         }
     }
     return af_fail(AF_ERR_INVALID_ARG,
-                   "unknown merge method '%s' (linear, svd, cat, ties, dare-ties, dare-linear, magnitude-prune)", name);
+                   "unknown merge method '%s' (linear, svd, cat, ties, dare-ties, dare-linear, magnitude-prune, slerp)", name);
 }
 
 void af_adapter_merge_opts_default(af_adapter_merge_opts *o) {
@@ -63,7 +63,9 @@ void af_adapter_merge_opts_default(af_adapter_merge_opts *o) {
 static int uses_density(af_merge_method m) {
     return m == AF_MERGE_TIES || m == AF_MERGE_DARE_TIES || m == AF_MERGE_DARE_LINEAR || m == AF_MERGE_MAGNITUDE_PRUNE;
 }
-static int is_factored(af_merge_method m) { return m == AF_MERGE_LINEAR || m == AF_MERGE_SVD || m == AF_MERGE_CAT; }
+static int is_factored(af_merge_method m) {
+    return m == AF_MERGE_LINEAR || m == AF_MERGE_SVD || m == AF_MERGE_CAT || m == AF_MERGE_SLERP;
+}
 
 /* ---------------------------------------------------------------- one input adapter */
 
@@ -98,8 +100,11 @@ static af_status in_read(const char *dir, in_adapter *a) {
     a->dir = dir;
     AF_TRY(af_adapter_read_info(dir, &a->info));
     const af_adapter_info *in = &a->info;
+    if (in->use_dora)
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: a DoRA adapter (use_dora): its magnitude vectors have no ΔW merge "
+                       "(merge it into the model with `afinar merge` instead)", dir);
     af_param_layout *lay = &a->lay;
-    lay->lora = (af_lora_config){in->r, in->alpha, 0.0f, in->use_rslora, in->targets, 0};
+    lay->lora = (af_lora_config){in->r, in->alpha, 0.0f, in->use_rslora, in->targets, 0, 0};
     lay->scale = in->use_rslora ? in->alpha / sqrtf((float)in->r) : in->alpha / (float)in->r;
     a->scale = in->use_rslora ? (double)in->alpha / sqrt((double)in->r) : (double)in->alpha / (double)in->r;
     if (in->n_layers > AF_MERGE_MAX_LAYERS)
@@ -112,7 +117,7 @@ static af_status in_read(const char *dir, in_adapter *a) {
     const size_t nslots = (size_t)(in->n_layers > 0 ? in->n_layers : 1) * AF_PROJ_COUNT;
     lay->slots = af_calloc(nslots, sizeof *lay->slots);
     if (!lay->slots) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
-    for (size_t k = 0; k < nslots; k++) lay->slots[k] = (af_lora_slot){-1, -1, 0, 0};
+    for (size_t k = 0; k < nslots; k++) lay->slots[k] = (af_lora_slot){-1, -1, 0, 0, -1};
 
     char *path = af_path_join(dir, AF_ADAPTER_WEIGHTS_FILE);
     af_st_file *f = NULL;
@@ -349,6 +354,40 @@ typedef struct merge_job {
     char **msg;                 /* [n_proj] the message of a failed projection (malloc'ed) */
 } merge_job;
 
+/* <ΔW_x, ΔW_y>_F of slot (l, p) of adapters x and y from their factors: s_x s_y Σ_ab (B_xᵀB_y)_ab (A_x A_yᵀ)_ab
+ * (0 when either lacks the slot). */
+static double delta_dot(const in_adapter *x, const in_adapter *y, int32_t l, int p) {
+    if (l >= x->lay.n_layers || l >= y->lay.n_layers) return 0;
+    const af_lora_slot *sx = af_lora_slot_at(&x->lay, l, (af_proj)p), *sy = af_lora_slot_at(&y->lay, l, (af_proj)p);
+    if (sx->a_off < 0 || sy->a_off < 0) return 0;
+    const int32_t rx = x->lay.lora.r, ry = y->lay.lora.r;
+    const float *Bx = x->P + sx->b_off, *By = y->P + sy->b_off, *Ax = x->P + sx->a_off, *Ay = y->P + sy->a_off;
+    double sum = 0;
+    for (int32_t a = 0; a < rx; a++)
+        for (int32_t b = 0; b < ry; b++) {
+            double g1 = 0, g2 = 0;
+            for (int64_t i = 0; i < sx->out; i++) g1 += (double)Bx[i * rx + a] * By[i * ry + b];
+            for (int64_t j = 0; j < sx->in; j++) g2 += (double)Ax[a * sx->in + j] * Ay[b * sy->in + j];
+            sum += g1 * g2;
+        }
+    return sum * x->scale * y->scale;
+}
+
+/* The slerp weights (c0, c1) of slot (l, p) for the two adapters a[0], a[1] (af_adapter_merge, "slerp"). */
+static void slerp_weights(const in_adapter *a, int32_t l, int p, double t, double c[2]) {
+    const double eps = 1e-8, thr = 0.9995;
+    const double n0 = sqrt(fmax(0.0, delta_dot(&a[0], &a[0], l, p))), n1 = sqrt(fmax(0.0, delta_dot(&a[1], &a[1], l, p)));
+    double d = delta_dot(&a[0], &a[1], l, p);
+    d /= (n0 > eps ? n0 : 1.0) * (n1 > eps ? n1 : 1.0);
+    if (fabs(d) > thr) {
+        c[0] = 1.0 - t, c[1] = t;
+        return;
+    }
+    const double th = acos(d), st = sin(th);
+    c[0] = sin((1.0 - t) * th) / st;
+    c[1] = sin(t * th) / st;
+}
+
 /* Merge slot (l, p) of the inputs into Bo [out, rank], Ao [rank, in] (float, into the output P);
  * *rel receives |ΔW - Bo·Ao|_F / |ΔW|_F. */
 static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, int64_t in, float *Bo, float *Ao,
@@ -357,6 +396,12 @@ static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, i
     const int64_t k = J->rank, N = out * in;
     int32_t idx[256], m = 0; /* contributing adapters */
     int64_t R = 0;
+    double wsl[2];
+    const double *wts = J->w; /* per adapter; slerp: this projection's two coefficients */
+    if (o->method == AF_MERGE_SLERP) {
+        slerp_weights(J->a, l, p, o->t, wsl);
+        wts = wsl;
+    }
     for (int32_t i = 0; i < J->n; i++) {
         const af_param_layout *lay = &J->a[i].lay;
         if (l < lay->n_layers && af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0) {
@@ -395,7 +440,7 @@ static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, i
             const in_adapter *x = &J->a[idx[t]];
             const af_lora_slot *s = af_lora_slot_at(&x->lay, l, (af_proj)p);
             const int32_t r = x->lay.lora.r;
-            const double f = J->w[idx[t]] * (double)x->scale;
+            const double f = wts[idx[t]] * (double)x->scale;
             for (int32_t c = 0; c < r; c++) {
                 for (int64_t j = 0; j < in; j++) Af[(c0 + c) * in + j] = f * x->P[s->a_off + c * in + j];
                 for (int64_t i = 0; i < out; i++) Bf[i * R + c0 + c] = x->P[s->b_off + i * r + c];
@@ -510,6 +555,7 @@ static cJSON *merge_record(const char *const *dirs, int32_t n, const double *w, 
     cJSON_AddNumberToObject(m, "rank", rank);
     if (uses_density(o->method)) cJSON_AddNumberToObject(m, "density", o->density);
     if (o->method == AF_MERGE_DARE_TIES || o->method == AF_MERGE_DARE_LINEAR) cJSON_AddNumberToObject(m, "seed", (double)o->seed);
+    if (o->method == AF_MERGE_SLERP) cJSON_AddNumberToObject(m, "t", o->t);
     if (o->method == AF_MERGE_TIES || o->method == AF_MERGE_DARE_TIES)
         cJSON_AddStringToObject(m, "majority_sign", o->majority_sign_frequency ? "frequency" : "total");
     if (gguf_rows) cJSON_AddStringToObject(extra, "qk_row_order", "gguf");
@@ -537,9 +583,19 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
         return af_fail(AF_ERR_INVALID_ARG, "merge: %s: density does not apply (only ties, dare-ties, dare-linear, "
                                            "magnitude-prune prune)", mname);
     if (o->rank < 0) return af_fail(AF_ERR_INVALID_ARG, "merge: rank %d (>= 1, or 0 for the default)", o->rank);
+    const int slerp = o->method == AF_MERGE_SLERP;
+    if (slerp && n != 2)
+        return af_fail(AF_ERR_INVALID_ARG, "merge: slerp interpolates between exactly 2 adapters (%d given)", n);
+    if (slerp && o->weights)
+        return af_fail(AF_ERR_INVALID_ARG, "merge: slerp takes no weights (t decides the mix: --t)");
+    if (slerp && !(o->t >= 0 && o->t <= 1))
+        return af_fail(AF_ERR_INVALID_ARG, "merge: slerp: t = %g must be in [0, 1]", o->t);
+    if (!slerp && o->t != 0)
+        return af_fail(AF_ERR_INVALID_ARG, "merge: %s: t applies to slerp only", mname);
     double *w = af_malloc((size_t)n * sizeof(double));
     if (!w) return af_fail(AF_ERR_NOMEM, "merge: out of memory");
     for (int32_t i = 0; i < n; i++) w[i] = o->weights ? o->weights[i] : 1.0;
+    if (slerp) w[0] = 1.0 - o->t, w[1] = o->t; /* the heads (and the record) */
     for (int32_t i = 0; i < n; i++)
         if (!isfinite(w[i])) {
             free(w);
@@ -580,7 +636,7 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
         st = af_fail(AF_ERR_INVALID_ARG, "merge: cat: rank %d, but cat's rank is the sum of the ranks, %d (use svd or "
                                          "linear for another rank)", o->rank, sum_r);
     if (st == AF_OK) {
-        lay.lora = (af_lora_config){rank, (float)rank, a[0].info.dropout, 0, 0, 0};
+        lay.lora = (af_lora_config){rank, (float)rank, a[0].info.dropout, 0, 0, 0, 0};
         lay.scale = 1.0f;
         lay.n_layers = n_layers;
         lay.head_w_off = lay.head_b_off = -1;
@@ -592,7 +648,7 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
     for (int32_t l = 0; st == AF_OK && l < n_layers; l++)
         for (int p = 0; st == AF_OK && p < AF_PROJ_COUNT; p++) {
             af_lora_slot *s = &lay.slots[(size_t)l * AF_PROJ_COUNT + p];
-            *s = (af_lora_slot){-1, -1, 0, 0};
+            *s = (af_lora_slot){-1, -1, 0, 0, -1};
             for (int32_t i = 0; i < n && s->a_off < 0; i++)
                 if (l < a[i].lay.n_layers && af_lora_slot_at(&a[i].lay, l, (af_proj)p)->a_off >= 0) {
                     const af_lora_slot *t = af_lora_slot_at(&a[i].lay, l, (af_proj)p);

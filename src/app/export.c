@@ -57,6 +57,10 @@ af_status af_adapter_export_gguf(const char *model_path, const char *adapter, co
     if (la.info.targets == 0)
         st = af_fail(AF_ERR_INVALID_ARG, "%s: has no LoRA tensors (only a classification head): nothing to export",
                      adapter);
+    if (st == AF_OK && la.info.use_dora)
+        st = af_fail(AF_ERR_UNSUPPORTED, "%s: a DoRA adapter (use_dora) has no llama.cpp LoRA GGUF form (its magnitude "
+                     "rescales each whole weight row): merge it into the model instead (afinar merge), then use the "
+                     "merged GGUF", adapter);
     if (st == AF_OK && la.info.afinar && !(json = cJSON_PrintUnformatted(la.info.afinar)))
         st = af_fail(AF_ERR_NOMEM, "%s: out of memory", adapter);
     if (st == AF_OK)

@@ -9,6 +9,7 @@
 #include "formats/gguf_write.h"
 #include "kernels/quant.h"
 #include "lora/adapter_gguf.h"
+#include "lora/dora.h"
 #include "app/export.h"
 
 #include <math.h>
@@ -51,7 +52,10 @@ static af_status merge_tensor(const af_gguf_tensor *t, const af_lora_slot *s, co
     const uint8_t *src = t->data;
     for (int64_t r = 0; r < rows; r++) af_dequantize_row(t->type, src + (size_t)r * in_rb, W + r * cols, cols);
     memcpy(M, W, sizeof(float) * (size_t)(rows * cols));
-    af_lora_merge(M, P + s->a_off, P + s->b_off, s->in, s->out, lay->lora.r, lay->scale, 1);
+    if (lay->lora.use_dora) /* m / ||W + s·B·A||_row ⊙ (W + s·B·A) (PEFT merge_safe) */
+        af_dora_merge(M, P + s->a_off, P + s->b_off, P + s->m_off, s->in, s->out, lay->lora.r, lay->scale);
+    else
+        af_lora_merge(M, P + s->a_off, P + s->b_off, s->in, s->out, lay->lora.r, lay->scale, 1);
     const int same = ty == t->type;
     for (int64_t r = 0; r < rows; r++) {
         const float *m = M + r * cols, *w = W + r * cols;

@@ -308,6 +308,12 @@ af_status af_session_set_lora(af_session *s, const float *P, const af_param_layo
     if (P && (!lay || lay->n_layers != s->m->cfg.num_hidden_layers || lay->lora.r < 1))
         return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: the layout does not match the model");
     if (!isfinite(scale)) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: scale is not finite");
+    if (P && lay->init_P) /* the frozen −s·B0·A0 is applied by the training engine only */
+        return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: a pissa / olora training layout: save the adapter (a "
+                                           "plain LoRA of the base) and load that");
+    if (P && lay->lora.use_dora && !af_ctx_on_cpu(s->ctx))
+        return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is applied on the CPU only (device %s): use --device cpu, or "
+                       "merge it into the model with `afinar merge`", af_ctx_device(s->ctx));
     const int on = P && scale != 0;
     const af_backend *be = af_be(s->ctx);
     float *dp = NULL;

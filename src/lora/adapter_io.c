@@ -79,7 +79,8 @@ static cJSON *make_adapter_config(const af_param_layout *lay, const af_adapter_s
     cJSON_AddStringToObject(c, "bias", "none");
     cJSON_AddBoolToObject(c, "fan_in_fan_out", 0);
     cJSON_AddBoolToObject(c, "inference_mode", 1); /* save_pretrained always writes true */
-    cJSON_AddBoolToObject(c, "init_lora_weights", 1);
+    if (lay->init == AF_LORA_INIT_GAUSSIAN) cJSON_AddStringToObject(c, "init_lora_weights", "gaussian");
+    else cJSON_AddBoolToObject(c, "init_lora_weights", 1);
     cJSON_AddItemToObject(c, "layers_pattern", cJSON_CreateNull());
     cJSON_AddItemToObject(c, "layers_to_transform", layers ? layers : cJSON_CreateNull());
     cJSON_AddNumberToObject(c, "lora_alpha", clean_double(lay->lora.alpha));
@@ -98,7 +99,7 @@ static cJSON *make_adapter_config(const af_param_layout *lay, const af_adapter_s
     cJSON_AddItemToObject(c, "revision", cJSON_CreateNull());
     cJSON_AddItemToObject(c, "target_modules", targets_array(mask));
     cJSON_AddStringToObject(c, "task_type", task);
-    cJSON_AddBoolToObject(c, "use_dora", 0);
+    cJSON_AddBoolToObject(c, "use_dora", lay->lora.use_dora != 0);
     cJSON_AddBoolToObject(c, "use_rslora", lay->lora.use_rslora != 0);
     return c;
 }
@@ -128,6 +129,7 @@ static cJSON *make_afinar_json(const af_param_layout *lay, const af_adapter_save
         cJSON_AddNumberToObject(l, "alpha", clean_double(lay->lora.alpha));
         cJSON_AddNumberToObject(l, "dropout", clean_double(lay->lora.dropout));
         cJSON_AddBoolToObject(l, "use_rslora", lay->lora.use_rslora != 0);
+        if (lay->lora.use_dora) cJSON_AddBoolToObject(l, "use_dora", 1);
         cJSON_AddNumberToObject(l, "scale", clean_double(lay->scale));
         cJSON_AddItemToObject(l, "targets", targets_array(mask));
     }
@@ -198,6 +200,15 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
     af_adapter_save_opts zero = {0};
     const af_adapter_save_opts *o = opts ? opts : &zero;
     if (!dir || !*dir || !lay || !P) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_save: NULL argument");
+    if (lay->init_P) { /* PiSSA / OLoRA: written as the plain rank-2r LoRA of the original weights */
+        af_param_layout plain;
+        float *Q = NULL;
+        AF_TRY(af_lora_residual_layout(lay, P, &plain, &Q));
+        af_status st = af_adapter_save(dir, &plain, Q, opts);
+        free(Q);
+        af_param_layout_free(&plain);
+        return st;
+    }
     if (lay->lora.r <= 0 || lay->n_layers < 0 || !lay->slots)
         return af_fail(AF_ERR_INVALID_ARG, "%s: layout: r = %d, n_layers = %d", dir, lay->lora.r, lay->n_layers);
     if (o->labels && o->n_labels != lay->num_classes)
@@ -210,8 +221,9 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
     const char *task = o->task_type ? o->task_type : lay->num_classes > 0 ? "SEQ_CLS" : "CAUSAL_LM";
     af_st_dtype dt = (o->dtype == AF_ST_F16 || o->dtype == AF_ST_BF16) ? o->dtype : AF_ST_F32;
     const int32_t r = lay->lora.r;
+    const int dora = lay->lora.use_dora != 0; /* + lora_magnitude_vector [out] per slot */
 
-    /* q/k rows GGUF -> HF: permuted copies of the q/k B matrices, in slot order. */
+    /* q/k rows GGUF -> HF: permuted copies of the q/k B matrices (and DoRA magnitudes), in slot order. */
     const int perm = af_adapter_qk_permuted(o->architecture) && (o->n_head || o->n_kv_head || o->head_dim);
     size_t n_perm = 0;
     for (int32_t l = 0; perm && l < lay->n_layers; l++)
@@ -220,9 +232,9 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
             int64_t nh;
             if (s->a_off < 0 || s->out <= 0) continue;
             AF_TRY(qk_heads(dir, l, p, s->out, o->n_head, o->n_kv_head, o->head_dim, &nh));
-            n_perm += (size_t)s->out * (size_t)r;
+            n_perm += (size_t)s->out * (size_t)(r + (dora ? 1 : 0));
         }
-    size_t cap = (size_t)lay->n_layers * AF_PROJ_COUNT * 2 + 2, n = 0;
+    size_t cap = (size_t)lay->n_layers * AF_PROJ_COUNT * 3 + 2, n = 0;
     af_st_write_tensor *t = af_calloc(cap, sizeof *t);
     size_t name_len = strlen(lp) + strlen(hp) + 96;
     char *names = af_calloc(cap, name_len);
@@ -243,23 +255,26 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
             const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
             if (s->a_off < 0) continue;
             if (s->in <= 0 || s->out <= 0 || s->b_off < 0 || s->a_off + r * s->in > lay->n_total ||
-                s->b_off + s->out * r > lay->n_total) {
+                s->b_off + s->out * r > lay->n_total || (dora && (s->m_off < 0 || s->m_off + s->out > lay->n_total))) {
                 st = af_fail(AF_ERR_INVALID_ARG, "%s: layout: layer %d %s: bad slot (in %lld, out %lld)", dir, l,
                              k_proj_name[p], (long long)s->in, (long long)s->out);
                 break;
             }
             mask |= 1u << p;
             has_layer[l] = 1;
-            for (int ab = 0; ab < 2; ab++) {
+            for (int ab = 0; ab < 2 + dora; ab++) {
                 char *nm = names + n * name_len;
-                snprintf(nm, name_len, "%s.%d.%s.%s.lora_%c.weight", lp, l, k_proj_block[p], k_proj_name[p],
-                         ab ? 'B' : 'A');
+                if (ab == 2) /* PEFT's DoRA magnitude: 1-D, no ".weight" */
+                    snprintf(nm, name_len, "%s.%d.%s.%s.lora_magnitude_vector", lp, l, k_proj_block[p], k_proj_name[p]);
+                else
+                    snprintf(nm, name_len, "%s.%d.%s.%s.lora_%c.weight", lp, l, k_proj_block[p], k_proj_name[p],
+                             ab ? 'B' : 'A');
                 t[n].name = nm;
                 t[n].dtype = dt;
-                t[n].n_dims = 2;
+                t[n].n_dims = ab == 2 ? 1 : 2;
                 t[n].shape[0] = ab ? s->out : r;
-                t[n].shape[1] = ab ? r : s->in;
-                t[n].f32 = P + (ab ? s->b_off : s->a_off);
+                t[n].shape[1] = ab == 2 ? 1 : ab ? r : s->in;
+                t[n].f32 = P + (ab == 2 ? s->m_off : ab ? s->b_off : s->a_off);
                 const int64_t bad = first_nonfinite_f32(t[n].f32, t[n].shape[0] * t[n].shape[1]);
                 if (bad >= 0) { /* a diverged run's parameters: never written as an adapter */
                     st = af_fail(AF_ERR_RANGE, "%s: not saved: %s element %lld is not finite (NaN or Inf)", dir, nm,
@@ -267,10 +282,11 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
                     break;
                 }
                 if (ab && perm && (p == AF_PROJ_Q || p == AF_PROJ_K)) {
-                    memcpy(pnext, P + s->b_off, (size_t)s->out * (size_t)r * sizeof(float));
-                    af_adapter_qk_rows(pnext, s->out / o->head_dim, o->head_dim, r, 1, ptmp);
+                    const int32_t w = ab == 2 ? 1 : r; /* columns of the rows moved */
+                    memcpy(pnext, t[n].f32, (size_t)s->out * (size_t)w * sizeof(float));
+                    af_adapter_qk_rows(pnext, s->out / o->head_dim, o->head_dim, w, 1, ptmp);
                     t[n].f32 = pnext;
-                    pnext += (size_t)s->out * (size_t)r;
+                    pnext += (size_t)s->out * (size_t)w;
                 }
                 n++;
             }
@@ -423,7 +439,21 @@ static af_status parse_config(const char *dir, const cJSON *c, af_adapter_info *
         return af_fail(AF_ERR_FORMAT, "%s/%s: lora_dropout: not a number in [0, 1)", dir, F);
     info->dropout = v ? (float)v->valuedouble : 0.0f;
 
-    static const char *const flags_off[] = {"use_dora", "fan_in_fan_out", "lora_bias"};
+    v = cJSON_GetObjectItemCaseSensitive(c, "init_lora_weights");
+    if (cJSON_IsString(v)) { /* these inits rewrite the base weights: the adapter holds only a part of ΔW */
+        static const char *const mutated[] = {"pissa", "olora", "corda", "loftq"};
+        for (size_t i = 0; i < sizeof mutated / sizeof *mutated; i++)
+            if (!strncmp(v->valuestring, mutated[i], strlen(mutated[i])))
+                return af_fail(AF_ERR_UNSUPPORTED,
+                               "%s/%s: init_lora_weights \"%.40s\": the adapter is relative to the base weights "
+                               "PEFT rewrote at initialisation (a residual model), not to the base model; save it with "
+                               "PEFT's save_pretrained(path_initial_model_for_weight_conversion=...) to get a plain "
+                               "LoRA adapter of the base", dir, F, v->valuestring);
+    }
+    v = cJSON_GetObjectItemCaseSensitive(c, "use_dora");
+    if (v && !cJSON_IsBool(v)) return af_fail(AF_ERR_FORMAT, "%s/%s: use_dora: not a boolean", dir, F);
+    info->use_dora = cJSON_IsTrue(v);
+    static const char *const flags_off[] = {"fan_in_fan_out", "lora_bias"};
     for (size_t i = 0; i < sizeof flags_off / sizeof *flags_off; i++) {
         v = cJSON_GetObjectItemCaseSensitive(c, flags_off[i]);
         if (v && !cJSON_IsBool(v)) return af_fail(AF_ERR_FORMAT, "%s/%s: %s: not a boolean", dir, F, flags_off[i]);
@@ -508,6 +538,8 @@ static name_map map_name(const char *name) {
         const char *rest = p + lb + 1 + ln;
         if (strcmp(rest, ".lora_A.weight") == 0) return (name_map){1, (int32_t)layer, (af_proj)q};
         if (strcmp(rest, ".lora_B.weight") == 0) return (name_map){2, (int32_t)layer, (af_proj)q};
+        if (strcmp(rest, ".lora_magnitude_vector") == 0 || strcmp(rest, ".lora_magnitude_vector.weight") == 0)
+            return (name_map){5, (int32_t)layer, (af_proj)q}; /* DoRA (PEFT writes it without ".weight") */
     }
     return m;
 }
@@ -662,6 +694,49 @@ static int shape_is(const af_st_tensor *t, int64_t d0, int64_t d1, int nd) {
     return t->n_dims == nd && t->shape[0] == d0 && (nd == 1 || t->shape[1] == d1);
 }
 
+/* A PiSSA / OLoRA layout (lay->init_P): the file is the rank-2r plain LoRA af_adapter_save writes for it
+ * (af_lora_residual_layout); its second half must be this model's −A0, B0, its first half is the
+ * trained A, B. */
+static af_status load_residual(const char *dir, const af_param_layout *lay, float *P, const af_adapter_load_opts *lo,
+                               af_adapter_info *info_out) {
+    af_param_layout plain;
+    AF_TRY(af_lora_residual_layout(lay, NULL, &plain, NULL));
+    float *Q = af_calloc((size_t)(plain.n_total > 0 ? plain.n_total : 1), sizeof(float));
+    af_status st = Q ? af_adapter_load(dir, &plain, Q, lo, info_out) : af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    const int32_t r = lay->lora.r, r2 = 2 * r;
+    const int64_t nslot = (int64_t)lay->n_layers * AF_PROJ_COUNT;
+    int64_t bad = -1; /* the first slot whose frozen half is not this model's initialisation */
+    for (int64_t k = 0; st == AF_OK && k < nslot && bad < 0; k++) {
+        const af_lora_slot *s = &lay->slots[k], *d = &plain.slots[k];
+        if (s->a_off < 0) continue;
+        const int64_t na = (int64_t)r * s->in;
+        for (int64_t i = 0; i < na && bad < 0; i++) {
+            const float want = -lay->init_P[s->a_off + i];
+            if (fabsf(Q[d->a_off + na + i] - want) > 1e-5f * (1.0f + fabsf(want))) bad = k;
+        }
+        for (int64_t o = 0; o < s->out && bad < 0; o++)
+            for (int32_t j = 0; j < r; j++) {
+                const float want = lay->init_P[s->b_off + o * r + j];
+                if (fabsf(Q[d->b_off + o * r2 + r + j] - want) > 1e-5f * (1.0f + fabsf(want))) bad = k;
+            }
+        if (bad >= 0) break;
+        memcpy(P + s->a_off, Q + d->a_off, sizeof(float) * (size_t)na);
+        for (int64_t o = 0; o < s->out; o++) memcpy(P + s->b_off + o * r, Q + d->b_off + o * r2, sizeof(float) * (size_t)r);
+    }
+    if (st == AF_OK && bad >= 0)
+        st = af_fail(AF_ERR_INVALID_ARG, "%s: layer %lld %s: the adapter's frozen half (B0, -A0: rank %d..%d) is not this "
+                     "model's %s initialisation (an adapter of another base model, or not of a %s run?)", dir,
+                     (long long)(bad / AF_PROJ_COUNT), k_proj_name[bad % AF_PROJ_COUNT], r, r2 - 1,
+                     lay->init == AF_LORA_INIT_PISSA ? "pissa" : "olora", lay->init == AF_LORA_INIT_PISSA ? "pissa" : "olora");
+    if (st == AF_OK && lay->head_w_off >= 0)
+        memcpy(P + lay->head_w_off, Q + plain.head_w_off,
+               sizeof(float) * (size_t)((int64_t)lay->num_classes * lay->hidden + lay->num_classes));
+    if (st != AF_OK && info_out && Q && bad >= 0) af_adapter_info_free(info_out);
+    free(Q);
+    af_param_layout_free(&plain);
+    return st;
+}
+
 af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, const af_adapter_load_opts *opts,
                           af_adapter_info *info_out) {
     if (!dir || !lay || !P) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_load: NULL argument");
@@ -669,6 +744,7 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     const af_adapter_load_opts *lo = opts ? opts : &zero;
     const unsigned flags = lo->flags;
     if (af_adapter_is_gguf(dir)) return af_adapter_gguf_load(dir, lay, P, flags, info_out);
+    if (lay->init_P) return load_residual(dir, lay, P, lo, info_out);
     af_adapter_info info;
     af_st_file *f = NULL;
     AF_TRY(read_info_open(dir, &info, &f));
@@ -676,7 +752,7 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     const int32_t r = lay->lora.r;
     const size_t nslots = (size_t)lay->n_layers * AF_PROJ_COUNT;
     af_status st = AF_OK;
-    const af_st_tensor **src = NULL; /* [nslots*2 + 2]: A, B per slot, then head W, b */
+    const af_st_tensor **src = NULL; /* [nslots*3 + 2]: A, B, DoRA m per slot, then head W, b */
     if (info.r != r)
         st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: r = %d but the layout has r = %d", dir, AF_ADAPTER_CONFIG_FILE,
                      info.r, r);
@@ -686,7 +762,11 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     else if (!info.use_rslora != !lay->lora.use_rslora)
         st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: use_rslora = %s but the layout has %s", dir, AF_ADAPTER_CONFIG_FILE,
                      info.use_rslora ? "true" : "false", lay->lora.use_rslora ? "true" : "false");
-    if (st == AF_OK && !(src = af_calloc(nslots * 2 + 2, sizeof *src)))
+    else if (!info.use_dora != !lay->lora.use_dora)
+        st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: use_dora = %s but the layout has %s", dir, AF_ADAPTER_CONFIG_FILE,
+                     info.use_dora ? "true" : "false", lay->lora.use_dora ? "true" : "false");
+    const int dora = lay->lora.use_dora != 0;
+    if (st == AF_OK && !(src = af_calloc(nslots * 3 + 2, sizeof *src)))
         st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
 
     char unexpected[512] = "", missing[512] = "";
@@ -698,18 +778,18 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
         const af_st_tensor **dst = NULL;
         int ok_shape = 0;
         int64_t e0 = 0, e1 = 0;
-        if ((m.kind == 1 || m.kind == 2) && m.layer < lay->n_layers) {
+        if ((m.kind == 1 || m.kind == 2 || (m.kind == 5 && dora)) && m.layer < lay->n_layers) {
             const af_lora_slot *s = af_lora_slot_at(lay, m.layer, m.proj);
             if (s->a_off >= 0) {
-                dst = &src[((size_t)m.layer * AF_PROJ_COUNT + m.proj) * 2 + (size_t)(m.kind - 1)];
+                dst = &src[((size_t)m.layer * AF_PROJ_COUNT + m.proj) * 3 + (size_t)(m.kind == 5 ? 2 : m.kind - 1)];
                 e0 = m.kind == 1 ? r : s->out;
                 e1 = m.kind == 1 ? s->in : r;
-                ok_shape = shape_is(t, e0, e1, 2);
+                ok_shape = m.kind == 5 ? shape_is(t, s->out, 1, 1) || shape_is(t, s->out, 1, 2) : shape_is(t, e0, e1, 2);
             }
         } else if ((m.kind == 3 || m.kind == 4) && (flags & AF_ADAPTER_IGNORE_HEAD) && !has_head) {
             continue;
         } else if ((m.kind == 3 || m.kind == 4) && has_head && (m.kind == 3 || lay->head_b_off >= 0)) {
-            dst = &src[nslots * 2 + (size_t)(m.kind - 3)];
+            dst = &src[nslots * 3 + (size_t)(m.kind - 3)];
             e0 = lay->num_classes;
             e1 = lay->hidden;
             ok_shape = shape_is(t, e0, e1, m.kind == 3 ? 2 : 1);
@@ -727,7 +807,7 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
                 size_t l = strlen(got);
                 snprintf(got + l, sizeof got - l, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
             }
-            if (m.kind == 4)
+            if (m.kind == 4 || m.kind == 5)
                 st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld]", W, t->name, got,
                              (long long)e0);
             else {
@@ -758,15 +838,19 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     for (size_t k = 0; st == AF_OK && k < nslots; k++) {
         const af_lora_slot *s = &lay->slots[k];
         if (s->a_off < 0) continue;
-        for (int ab = 0; ab < 2; ab++) {
-            if (src[k * 2 + (size_t)ab]) continue;
+        for (int ab = 0; ab < 2 + dora; ab++) {
+            if (src[k * 3 + (size_t)ab]) continue;
             char nm[96];
-            snprintf(nm, sizeof nm, "layers.%zu.%s.%s.lora_%c.weight", k / AF_PROJ_COUNT,
-                     k_proj_block[k % AF_PROJ_COUNT], k_proj_name[k % AF_PROJ_COUNT], ab ? 'B' : 'A');
+            if (ab == 2)
+                snprintf(nm, sizeof nm, "layers.%zu.%s.%s.lora_magnitude_vector", k / AF_PROJ_COUNT,
+                         k_proj_block[k % AF_PROJ_COUNT], k_proj_name[k % AF_PROJ_COUNT]);
+            else
+                snprintf(nm, sizeof nm, "layers.%zu.%s.%s.lora_%c.weight", k / AF_PROJ_COUNT,
+                         k_proj_block[k % AF_PROJ_COUNT], k_proj_name[k % AF_PROJ_COUNT], ab ? 'B' : 'A');
             note(missing, sizeof missing, &n_miss, nm);
         }
     }
-    if (st == AF_OK && has_head && !src[nslots * 2] && !(flags & AF_ADAPTER_ALLOW_MISSING_HEAD))
+    if (st == AF_OK && has_head && !src[nslots * 3] && !(flags & AF_ADAPTER_ALLOW_MISSING_HEAD))
         note(missing, sizeof missing, &n_miss, "score.weight (classification head)");
     if (st == AF_OK && n_miss)
         st = af_fail(AF_ERR_NOT_FOUND, "%s: %zu missing tensor(s): %s%s", W, n_miss, missing, n_miss > 4 ? ", ..." : "");
@@ -781,7 +865,7 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
             int64_t nh;
             if (s->a_off < 0) continue;
             st = qk_heads(dir, l, p, s->out, lo->n_head, lo->n_kv_head, lo->head_dim, &nh);
-            if (st == AF_OK && !ptmp && !(ptmp = af_malloc((size_t)lo->head_dim * (size_t)r * sizeof(float))))
+            if (st == AF_OK && !ptmp && !(ptmp = af_malloc((size_t)lo->head_dim * (size_t)(r + 1) * sizeof(float))))
                 st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
         }
 
@@ -789,17 +873,20 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     for (size_t k = 0; st == AF_OK && k < nslots; k++) {
         const af_lora_slot *s = &lay->slots[k];
         if (s->a_off < 0) continue;
-        st = af_st_read_f32(f, src[2 * k], P + s->a_off, (size_t)(r * s->in));
-        if (st == AF_OK) st = af_st_read_f32(f, src[2 * k + 1], P + s->b_off, (size_t)(s->out * r));
+        st = af_st_read_f32(f, src[3 * k], P + s->a_off, (size_t)(r * s->in));
+        if (st == AF_OK) st = af_st_read_f32(f, src[3 * k + 1], P + s->b_off, (size_t)(s->out * r));
+        if (st == AF_OK && dora) st = af_st_read_f32(f, src[3 * k + 2], P + s->m_off, (size_t)s->out);
         const int p = (int)(k % AF_PROJ_COUNT);
-        if (st == AF_OK && perm && (p == AF_PROJ_Q || p == AF_PROJ_K))
+        if (st == AF_OK && perm && (p == AF_PROJ_Q || p == AF_PROJ_K)) {
             af_adapter_qk_rows(P + s->b_off, s->out / lo->head_dim, lo->head_dim, r, 0, ptmp);
+            if (dora) af_adapter_qk_rows(P + s->m_off, s->out / lo->head_dim, lo->head_dim, 1, 0, ptmp);
+        }
     }
-    if (st == AF_OK && has_head && src[nslots * 2]) {
-        st = af_st_read_f32(f, src[nslots * 2], P + lay->head_w_off, (size_t)lay->num_classes * (size_t)lay->hidden);
+    if (st == AF_OK && has_head && src[nslots * 3]) {
+        st = af_st_read_f32(f, src[nslots * 3], P + lay->head_w_off, (size_t)lay->num_classes * (size_t)lay->hidden);
         if (st == AF_OK && lay->head_b_off >= 0) {
-            if (src[nslots * 2 + 1])
-                st = af_st_read_f32(f, src[nslots * 2 + 1], P + lay->head_b_off, (size_t)lay->num_classes);
+            if (src[nslots * 3 + 1])
+                st = af_st_read_f32(f, src[nslots * 3 + 1], P + lay->head_b_off, (size_t)lay->num_classes);
             else
                 memset(P + lay->head_b_off, 0, (size_t)lay->num_classes * sizeof(float));
         }

@@ -145,6 +145,8 @@ typedef struct af_adapter_info {
                                  or "qk_row_order": "gguf"); 0: HF order (PEFT, afinar >= 2) */
     cJSON *afinar;            /* parsed afinar.json, NULL when the file is absent */
     char *architecture;       /* a GGUF adapter's general.architecture (owned), NULL for directories */
+    int use_dora;             /* adapter_config.json use_dora: the file also holds a
+                                 <prefix>.lora_magnitude_vector [out] per adapted projection (lora/dora.h) */
 } af_adapter_info;
 
 /* Verify manifest.json (formats/manifest.h; a directory without one is accepted unless its

@@ -186,12 +186,16 @@ af_status af_param_layout_build(af_param_layout *lay, const af_layout_shapes *sh
         for (int p = 0; p < AF_PROJ_COUNT; p++) {
             af_lora_slot *s = &lay->slots[(int64_t)l * AF_PROJ_COUNT + p];
             const int has = sh->proj_shape(sh->user, l, (af_proj)p, &s->in, &s->out);
-            s->a_off = s->b_off = -1;
+            s->a_off = s->b_off = s->m_off = -1;
             if (!has || !(cfg->targets & (1u << p)) || l < layer_min || l >= lend) continue;
             s->a_off = off;
             off += (int64_t)cfg->r * s->in;
             s->b_off = off;
             off += s->out * cfg->r;
+            if (cfg->use_dora) {
+                s->m_off = off;
+                off += s->out;
+            }
         }
     }
     lay->n_lora = off;
@@ -213,10 +217,21 @@ af_status af_param_layout_build(af_param_layout *lay, const af_layout_shapes *sh
 
 af_status af_param_layout_copy(af_param_layout *dst, const af_param_layout *src) {
     *dst = *src;
+    dst->init_P = NULL;
     const size_t n = (size_t)src->n_layers * AF_PROJ_COUNT;
     dst->slots = af_malloc(sizeof(af_lora_slot) * (n ? n : 1));
     if (!dst->slots) return af_fail(AF_ERR_NOMEM, "lora: out of memory for the layout (%d layers)", src->n_layers);
     if (n) memcpy(dst->slots, src->slots, sizeof(af_lora_slot) * n);
+    if (src->init_P) {
+        dst->init_P = af_malloc(sizeof(float) * (size_t)(src->n_lora > 0 ? src->n_lora : 1));
+        if (!dst->init_P) {
+            free(dst->slots);
+            dst->slots = NULL;
+            return af_fail(AF_ERR_NOMEM, "lora: out of memory for the initial adapter (%lld floats)",
+                           (long long)src->n_lora);
+        }
+        memcpy(dst->init_P, src->init_P, sizeof(float) * (size_t)src->n_lora);
+    }
     return AF_OK;
 }
 
@@ -224,6 +239,8 @@ void af_param_layout_free(af_param_layout *lay) {
     if (!lay) return;
     free(lay->slots);
     lay->slots = NULL;
+    free(lay->init_P);
+    lay->init_P = NULL;
 }
 
 void af_lora_init_params(const af_param_layout *lay, float *P) {
@@ -235,8 +252,26 @@ void af_lora_init_params(const af_param_layout *lay, float *P) {
             const float bound = 1.0f / sqrtf((float)s->in);
             const uint64_t key = af_ctr_key(lay->lora.seed, (uint64_t)l, (uint64_t)p, 0);
             float *A = P + s->a_off;
-            for (int64_t i = 0; i < (int64_t)r * s->in; i++) A[i] = (2.0f * af_ctr_u01(key, (uint64_t)i) - 1.0f) * bound;
+            const int64_t na = (int64_t)r * s->in;
+            if (lay->init_P) {
+                memcpy(A, lay->init_P + s->a_off, sizeof(float) * (size_t)na);
+                memcpy(P + s->b_off, lay->init_P + s->b_off, sizeof(float) * (size_t)(s->out * r));
+                if (lay->lora.use_dora) memset(P + s->m_off, 0, sizeof(float) * (size_t)s->out);
+                continue;
+            }
+            if (lay->init == AF_LORA_INIT_GAUSSIAN) {
+                const double sd = 1.0 / (double)r;
+                for (int64_t i = 0; i < na; i += 2) { /* Box-Muller: u1 in (0, 1], u2 in [0, 1) */
+                    const double u1 = 1.0 - (double)af_ctr_u01(key, (uint64_t)i), u2 = af_ctr_u01(key, (uint64_t)i + 1);
+                    const double rad = sqrt(-2.0 * log(u1)) * sd, th = 6.283185307179586 * u2;
+                    A[i] = (float)(rad * cos(th));
+                    if (i + 1 < na) A[i + 1] = (float)(rad * sin(th));
+                }
+            } else {
+                for (int64_t i = 0; i < na; i++) A[i] = (2.0f * af_ctr_u01(key, (uint64_t)i) - 1.0f) * bound;
+            }
             memset(P + s->b_off, 0, sizeof(float) * (size_t)(s->out * r));
+            if (lay->lora.use_dora) memset(P + s->m_off, 0, sizeof(float) * (size_t)s->out);
         }
     }
     if (lay->head_w_off >= 0) {
@@ -260,4 +295,55 @@ void af_lora_merge(float *Wd, const float *A, const float *B, int64_t in, int64_
             for (int64_t i = 0; i < in; i++) w[i] += c * a[i];
         }
     }
+}
+
+af_status af_lora_residual_layout(const af_param_layout *lay, const float *P, af_param_layout *out, float **Pout) {
+    if (!lay || !lay->init_P || !out) return af_fail(AF_ERR_INVALID_ARG, "lora: not a pissa / olora layout");
+    if (Pout) *Pout = NULL;
+    AF_TRY(af_param_layout_copy(out, lay));
+    free(out->init_P);
+    out->init_P = NULL;
+    out->init = AF_LORA_INIT_DEFAULT;
+    const int32_t r = lay->lora.r, r2 = 2 * r;
+    out->lora.r = r2;
+    out->lora.alpha = lay->lora.use_rslora ? lay->lora.alpha * sqrtf(2.0f) : 2.0f * lay->lora.alpha;
+    out->scale = lay->scale; /* alpha'/r' = alpha/r (alpha'/sqrt(r') = alpha/sqrt(r) with rsLoRA) */
+    int64_t off = 0;
+    const int64_t nslot = (int64_t)lay->n_layers * AF_PROJ_COUNT;
+    for (int64_t k = 0; k < nslot; k++) {
+        af_lora_slot *s = &out->slots[k];
+        if (s->a_off < 0) continue;
+        s->a_off = off;
+        off += (int64_t)r2 * s->in;
+        s->b_off = off;
+        off += s->out * r2;
+        s->m_off = -1;
+    }
+    out->n_lora = off;
+    const int64_t nh = lay->head_w_off >= 0 ? (int64_t)lay->num_classes * lay->hidden + lay->num_classes : 0;
+    if (lay->head_w_off >= 0) {
+        out->head_w_off = off;
+        out->head_b_off = off + (int64_t)lay->num_classes * lay->hidden;
+    }
+    out->n_total = off + nh;
+    if (!P || !Pout) return AF_OK;
+    float *Q = af_calloc((size_t)(out->n_total > 0 ? out->n_total : 1), sizeof(float));
+    if (!Q) {
+        af_param_layout_free(out);
+        return af_fail(AF_ERR_NOMEM, "lora: out of memory (%lld parameters)", (long long)out->n_total);
+    }
+    for (int64_t k = 0; k < nslot; k++) {
+        const af_lora_slot *s = &lay->slots[k], *d = &out->slots[k];
+        if (s->a_off < 0) continue;
+        const int64_t na = (int64_t)r * s->in;
+        memcpy(Q + d->a_off, P + s->a_off, sizeof(float) * (size_t)na);
+        for (int64_t i = 0; i < na; i++) Q[d->a_off + na + i] = -lay->init_P[s->a_off + i];
+        for (int64_t o = 0; o < s->out; o++) {
+            memcpy(Q + d->b_off + o * r2, P + s->b_off + o * r, sizeof(float) * (size_t)r);
+            memcpy(Q + d->b_off + o * r2 + r, lay->init_P + s->b_off + o * r, sizeof(float) * (size_t)r);
+        }
+    }
+    if (nh) memcpy(Q + out->head_w_off, P + lay->head_w_off, sizeof(float) * (size_t)nh);
+    *Pout = Q;
+    return AF_OK;
 }

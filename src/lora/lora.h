@@ -37,6 +37,14 @@ const char *af_proj_name(af_proj p);
  * Errors: AF_ERR_INVALID_ARG naming the unknown target. */
 af_status af_lora_parse_targets(const char *spec, uint32_t *mask);
 
+/* lora_A initialisation (PEFT's init_lora_weights). */
+typedef enum af_lora_init {
+    AF_LORA_INIT_DEFAULT = 0,  /* kaiming-uniform U(-1/sqrt(in), 1/sqrt(in)) (init_lora_weights=True) */
+    AF_LORA_INIT_GAUSSIAN = 1, /* N(0, 1/r²) ("gaussian") */
+    AF_LORA_INIT_PISSA = 2,    /* from the SVD of W ("pissa"; Meng et al. 2024), residual kept frozen */
+    AF_LORA_INIT_OLORA = 3     /* from the QR of W ("olora"; Büyükakyüz 2024), residual kept frozen */
+} af_lora_init;
+
 typedef struct af_lora_config {
     int32_t r;           /* rank, 1 <= r <= min(in, out) of every targeted projection */
     float alpha;         /* lora_alpha */
@@ -44,12 +52,15 @@ typedef struct af_lora_config {
     int32_t use_rslora;  /* scale = alpha / sqrt(r) instead of alpha / r */
     uint32_t targets;    /* bit mask of af_proj */
     uint64_t seed;       /* initialisation seed */
+    int32_t use_dora;    /* DoRA (lora/dora.h): a magnitude vector m [out] per adapted projection */
 } af_lora_config;
 
 /* Where one adapter lives in the flat buffer. */
 typedef struct af_lora_slot {
     int64_t a_off, b_off; /* float offsets of A [r, in] and B [out, r]; -1 when not targeted */
     int64_t in, out;
+    int64_t m_off;        /* DoRA magnitude m [out] (right after B), meaningful only when the layout's
+                             lora.use_dora is set (hand-built slots leave it 0) */
 } af_lora_slot;
 
 typedef struct af_param_layout {
@@ -64,6 +75,11 @@ typedef struct af_param_layout {
     int64_t head_w_off;      /* W [num_classes, hidden], -1 if no head */
     int64_t head_b_off;      /* b [num_classes], -1 if no head */
     int64_t n_lora;          /* floats in the LoRA part (offsets [0, n_lora)) */
+    int32_t init;            /* af_lora_init (AF_LORA_INIT_DEFAULT from af_param_layout_build; set by the caller) */
+    float *init_P;           /* PiSSA / OLoRA (af_lora_init_residual): [n_lora] the initial A0, B0 at the slots'
+                                offsets, also the frozen offset −s·B0·A0 of every forward (the residual PEFT
+                                writes into the base weights); owned (af_param_layout_free, copied by
+                                af_param_layout_copy); NULL otherwise */
     int64_t n_total;         /* floats in the whole buffer */
 } af_param_layout;
 
@@ -115,6 +131,36 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
                                       int32_t num_classes, int32_t layer_min, int32_t layer_end);
 void af_param_layout_free(af_param_layout *lay);
 
+/* PiSSA / OLoRA (lay->init AF_LORA_INIT_PISSA / _OLORA; PEFT 0.21 LoraLayer.pissa_init / olora_init):
+ * lay->init_P [n_lora] (allocated here, owned by the layout) receives, per adapted slot with W [out, in]
+ * (dequantized to double) and s = lay->scale:
+ *   pissa: W = U·diag(σ)·Vᵀ (af_svd_lowrank, top r), A0 = diag(sqrt(σ_r / s))·V_rᵀ, B0 = U_r·diag(sqrt(σ_r / s))
+ *   olora: W = Q·R (af_qr_thin; for out < in the QR of W's first `out` columns and R = Qᵀ·W),
+ *          A0 = R[:r, :], B0 = Q[:, :r]
+ * so that s·B0·A0 is the part of W the adapter starts with; PEFT writes W − s·B0·A0 into the base,
+ * afinar keeps W and subtracts s·B0·A0 in every forward (the same function without re-rounding a
+ * quantized base). Singular vectors are defined up to a simultaneous sign of u_i and v_i: afinar's may
+ * differ from LAPACK's (B0·A0 does not). Time: an SVD (or QR) of every adapted [out, in] weight
+ * (seconds per 576 x 1536 projection for pissa). Errors: AF_ERR_INVALID_ARG (no such init, a DoRA layout,
+ * a slot the model lacks), AF_ERR_UNSUPPORTED (a weight type without a dequantizer), AF_ERR_NOMEM, those
+ * of the SVD. Defined in model/lora_layout.c. */
+af_status af_lora_init_residual(const af_model *model, af_param_layout *lay);
+
+/* Parameters with which the adapters of `lay` change nothing (the "adapter off" of a reference model, e.g.
+ * DPO's): plain LoRA and gaussian: A = B = 0; DoRA: A = B = 0 and m = the row norms of W (g = 1; all-zero
+ * parameters would make g = 0, i.e. zero outputs); PiSSA / OLoRA: A = A0, B = B0 (cancelling the frozen
+ * −s·B0·A0; zeros would leave the residual model). The LoRA part of P [lay->n_total] is written, the head
+ * is left as it is. Errors: those of af_dora_init_magnitudes. Defined in model/lora_layout.c. */
+af_status af_lora_identity_params(const af_model *model, const af_param_layout *lay, float *P);
+
+/* The plain LoRA of a PiSSA / OLoRA layout (lay->init_P), as PEFT's
+ * save_pretrained(path_initial_model_for_weight_conversion=...) converts it: rank 2r,
+ *   A' = [A; −A0] [2r, in],  B' = [B, B0] [out, 2r],  lora_alpha' = 2·alpha (√2·alpha with rsLoRA)
+ * so that s'·B'·A' = s·(B·A − B0·A0), the adapter's whole change of the ORIGINAL weights. *out gets that
+ * layout (own slots, no init_P, init default; the head copied) and, when P != NULL, *Pout [out->n_total]
+ * (malloc'ed) the parameters. Errors: AF_ERR_INVALID_ARG (no init_P), AF_ERR_NOMEM. */
+af_status af_lora_residual_layout(const af_param_layout *lay, const float *P, af_param_layout *out, float **Pout);
+
 /* Lowest layer holding at least one adapter, or n_layers when there is none. Everything below it
  * is frozen: the engine needs neither saved activations nor a backward there. */
 int32_t af_lora_lowest_layer(const af_param_layout *lay);
@@ -124,10 +170,16 @@ static inline const af_lora_slot *af_lora_slot_at(const af_param_layout *lay, in
 }
 
 /* Initialise parameters P [n_total] like PEFT: every A row-major [r, in] from
- * U(-1/sqrt(in), 1/sqrt(in)) with a counter-based RNG keyed by (seed, layer, proj), every B = 0;
+ * U(-1/sqrt(in), 1/sqrt(in)) with a counter-based RNG keyed by (seed, layer, proj), every B = 0
+ * (lay->init AF_LORA_INIT_GAUSSIAN: A from N(0, 1/r²), PEFT's nn.init.normal_(std = 1/r), the normal
+ * deviates by the Box-Muller transform of consecutive pairs of the same stream; with lay->init_P: A and B
+ * copied from it);
  * head W from U(-1/sqrt(hidden), 1/sqrt(hidden)) (nn.Linear default), b = 0. Deterministic for a
  * seed, independent of thread count. */
 void af_lora_init_params(const af_param_layout *lay, float *P);
+/* (With cfg.use_dora the layout holds, after each slot's B, its magnitude m [out]: af_lora_init_params
+ * leaves it 0; af_dora_init_magnitudes (lora/dora.h, defined in model/lora_layout.c) sets it from the
+ * model's weights.) */
 
 /* Merge: Wd[out, in] += scale · B·A (Wd is a dequantized f32 copy); unmerge subtracts it. */
 void af_lora_merge(float *Wd, const float *A, const float *B, int64_t in, int64_t out, int32_t r, float scale,

@@ -59,6 +59,12 @@ static af_status qr(const double *M, int64_t m, int64_t n, double *Q, double *R)
     return AF_OK;
 }
 
+af_status af_qr_thin(const double *M, int64_t m, int64_t n, double *Q, double *R) {
+    if (!M || !Q || !R || n < 1 || m < n) return af_fail(AF_ERR_INVALID_ARG, "qr: bad arguments (%lld x %lld)",
+                                                         (long long)m, (long long)n);
+    return qr(M, m, n, Q, R);
+}
+
 typedef struct sv_idx {
     double s;
     int64_t j;

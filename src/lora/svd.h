@@ -29,6 +29,12 @@
  * non-finite entry in M, or no convergence after 80 sweeps — never seen for finite input). */
 af_status af_svd(const double *M, int64_t m, int64_t n, double *U, double *S, double *V);
 
+/* Thin Householder QR M = Q·R of M [m, n] (m >= n >= 1; step 1 above): Q [m, n] with orthonormal columns,
+ * R [n, n] upper triangular with R[j][j] = −sign(first entry of the column being reduced)·|that column|,
+ * LAPACK dgeqrf's convention (so Q, R equal numpy / torch.linalg.qr's up to rounding). Errors:
+ * AF_ERR_INVALID_ARG (NULL, m < n, n < 1), AF_ERR_NOMEM. */
+af_status af_qr_thin(const double *M, int64_t m, int64_t n, double *Q, double *R);
+
 /* Rank-k truncated SVD of M [m, n] of any shape, as the factors of a LoRA pair with scale 1:
  * Bout [m, k] = U_k·diag(S_k) and Aout [k, n] = V_kᵀ, so Bout·Aout is the best rank-k approximation
  * of M in Frobenius and spectral norm (Eckart–Young). Only one side's singular vectors are computed

@@ -21,11 +21,11 @@ af_status af_adapter_load_for_model(const char *dir, const af_adapter_info *info
         return af_fail(AF_ERR_INVALID_ARG, "%s: adapter for architecture \"%s\", the model is \"%s\"", dir, arch,
                        mc->architecture);
     if (info->targets == 0) { /* head only (a merged classifier's GGUF): a layout without active slots */
-        af_lora_config lc = {1, 1.0f, 0.0f, 0, 1u << AF_PROJ_Q, 0};
+        af_lora_config lc = {1, 1.0f, 0.0f, 0, 1u << AF_PROJ_Q, 0, 0};
         AF_TRY(af_param_layout_init(lay, model, &lc, num_classes));
         for (int64_t k = 0; k < (int64_t)lay->n_layers * AF_PROJ_COUNT; k++) lay->slots[k].a_off = lay->slots[k].b_off = -1;
     } else {
-        af_lora_config lc = {info->r, info->alpha, dropout, info->use_rslora, info->targets, 0};
+        af_lora_config lc = {info->r, info->alpha, dropout, info->use_rslora, info->targets, 0, info->use_dora};
         AF_TRY(af_param_layout_init(lay, model, &lc, num_classes));
         af_adapter_restrict_layout(lay, info); /* PEFT layers_to_transform */
     }

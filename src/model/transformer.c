@@ -20,6 +20,7 @@
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "kernels/ctx.h"
+#include "lora/dora.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -133,6 +134,15 @@ void af_tf_carve_acts(af_carver *cv, af_tf_acts *S, const af_model *m, const af_
         }
         S->xa[p] = tr ? af_carve(cv, cap * lay->lora.r) : xa_shared;
         if (tr && masks) S->mask[p] = af_carve(cv, cap * in_max);
+        if (lay->lora.use_dora) {
+            int64_t out_max = 0;
+            for (int32_t l = 0; l < lay->n_layers; l++) {
+                const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+                if (s->a_off >= 0 && s->out > out_max) out_max = s->out;
+            }
+            S->dora_y[p] = af_carve(cv, cap * out_max);
+            S->dora_n[p] = af_carve(cv, out_max);
+        }
     }
 }
 
@@ -177,6 +187,15 @@ void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, con
     w->ltmp = af_carve(cv, cap * (r + (masks ? d.maxd : 0)));
     w->padx = af_carve(cv, MIN_ROWS * d.maxd);
     w->pady = af_carve(cv, MIN_ROWS * d.maxd);
+    if (lay && lay->init_P) {
+        w->xa0 = af_carve(cv, cap * r);
+        w->g0 = af_carve(cv, 2 * r * d.maxd);
+    }
+    if (lay && lay->lora.use_dora) {
+        w->dora_a = af_carve(cv, cap * d.maxd);
+        w->dora_b = af_carve(cv, cap * d.maxd);
+        w->dora_c = af_carve(cv, cap * d.maxd);
+    }
 }
 
 /* ---------------------------------------------------------------- frozen products */
@@ -240,11 +259,66 @@ static const af_lora_slot *lora_slot(const af_tf_run *R, int32_t l, af_proj p) {
 
 static int adapted(const af_tf_run *R, int32_t l, af_proj p) { return lora_slot(R, l, p) != NULL; }
 
+/* DoRA projection (lora/dora.h; PEFT DoraLinearVariant.forward), y = x·Wᵀ on entry (no bias yet):
+ *   no dropout:  y_pre = y + s·x·Aᵀ·Bᵀ,  y = g ⊙ y_pre
+ *   dropout:     y_pre = x_d·Wᵀ + s·x_d·Aᵀ·Bᵀ,  y = x·Wᵀ − x_d·Wᵀ + g ⊙ y_pre
+ * with g = m / ||W + s·B·A||_row (norm and y_pre kept in S for the backward). Host memory (the CPU
+ * backend: DoRA runs nowhere else). */
+static void dora_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_lora_slot *s,
+                     const af_weight *w, float *y, const float *x, const float *mask) {
+    const af_param_layout *lay = R->lay;
+    const int64_t n = R->n, in = s->in, out = s->out;
+    const int32_t r = lay->lora.r;
+    const float *A = R->P + s->a_off, *B = R->P + s->b_off, *m = R->P + s->m_off;
+    float *nrm = S->dora_n[p], *yp = S->dora_y[p];
+    af_tf_infer *c = out <= (R->dora_cache ? R->dora_cache->dora_stride : 0) ? R->dora_cache : NULL;
+    const int64_t slot = (int64_t)l * AF_PROJ_COUNT + p;
+    if (c && c->dora_nrm && (c->dora_P != R->P || c->dora_scale != R->lora_scale)) { /* another adapter or scale */
+        memset(c->dora_ok, 0, (size_t)R->lay->n_layers * AF_PROJ_COUNT);
+        c->dora_P = R->P, c->dora_scale = R->lora_scale;
+    }
+    if (c && c->dora_nrm) nrm = c->dora_nrm + slot * c->dora_stride; /* inference: once per adapter */
+    uint32_t type;
+    const void *wd = af_weight_dev(R->ctx, w, &type);
+    if (!c || !c->dora_nrm || !c->dora_ok[slot])
+        af_dora_weight_norm(R->ctx, nrm, wd, type, A, B, in, out, r, R->lora_scale);
+    if (c && c->dora_nrm) c->dora_ok[slot] = 1;
+    if (!mask) {
+        memcpy(yp, y, sizeof(float) * (size_t)(n * out));
+        af_be(R->ctx)->lora_forward(R->ctx, yp, S->xa[p], x, NULL, A, B, n, in, out, r, R->lora_scale);
+        af_dora_scale(y, yp, m, nrm, n, out, 0.0f);
+        return;
+    }
+    float *xd = R->ws->dora_a, *gy = R->ws->dora_b;
+    for (int64_t k = 0; k < n * in; k++) xd[k] = x[k] * mask[k];
+    mm_xwt(R, yp, xd, w);
+    for (int64_t k = 0; k < n * out; k++) y[k] -= yp[k];
+    af_be(R->ctx)->lora_forward(R->ctx, yp, S->xa[p], x, mask, A, B, n, in, out, r, R->lora_scale);
+    af_dora_scale(gy, yp, m, nrm, n, out, 0.0f);
+    for (int64_t k = 0; k < n * out; k++) y[k] += gy[k];
+}
+
 /* Projection p of layer l: y = x·Wᵀ (+ bias) plus the LoRA correction when p has an adapter. */
 static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
                      const float *bias, float *y, const float *x) {
     const af_backend *be = af_be(R->ctx);
     mm_xwt(R, y, x, w);
+    if (R->n_seq == 0 && R->lay && R->lay->lora.use_dora && lora_slot(R, l, p)) { /* DoRA: the bias stays unscaled */
+        const af_lora_slot *s = lora_slot(R, l, p);
+        float *mask = NULL;
+        if (R->drop && S->mask[p]) {
+            mask = S->mask[p];
+            be->lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, R->lay->lora.dropout);
+        }
+        dora_fwd(R, S, l, p, s, w, y, x, mask);
+        if (bias) be->add_bias(R->ctx, y, bias, R->n, w->rows);
+        if (R->probe) {
+            char md[48];
+            snprintf(md, sizeof md, "%s%s", p <= AF_PROJ_O ? "self_attn." : "mlp.", af_proj_name(p));
+            probe(R, y, R->n * w->rows, l, md, " output (DoRA)");
+        }
+        return;
+    }
     if (bias) be->add_bias(R->ctx, y, bias, R->n, w->rows);
     char mod[48] = "";
     if (R->probe) snprintf(mod, sizeof mod, "%s%s", p <= AF_PROJ_O ? "self_attn." : "mlp.", af_proj_name(p));
@@ -271,6 +345,9 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     }
     af_be(R->ctx)->lora_forward(R->ctx, y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
                     R->lora_scale);
+    if (R->P0) /* PiSSA / OLoRA: the frozen residual W − s·B0·A0, on the undropped input as PEFT's base layer */
+        af_be(R->ctx)->lora_forward(R->ctx, y, R->ws->xa0, x, NULL, R->P0 + s->a_off, R->P0 + s->b_off, R->n, s->in,
+                                    s->out, lay->lora.r, -R->lora_scale);
     probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
 }
 
@@ -473,16 +550,50 @@ static void frozen_bwd(const af_tf_run *R, float *dx, const float *dy, const af_
     }
 }
 
+/* DoRA backward (lora/dora.h), the norm detached: dm += Σ_t dy·y_pre / nrm; dy' = g ⊙ dy drives the LoRA
+ * gradients; dx (+)= dy'·W without dropout, dy·W + (((g − 1) ⊙ dy)·W) ⊙ mask with it, + LoRA dx of dy'. */
+static void dora_bwd(const af_tf_run *R, af_tf_acts *S, float *G, af_proj p, const af_lora_slot *s,
+                     const af_weight *w, float *dx, const float *dy, const float *x, int accumulate) {
+    const af_param_layout *lay = R->lay;
+    const int64_t n = R->n, in = s->in, out = s->out;
+    const float *m = R->P + s->m_off, *nrm = S->dora_n[p], *mask = R->drop ? S->mask[p] : NULL;
+    af_dora_dmag(G + s->m_off, dy, S->dora_y[p], nrm, n, out);
+    float *dyg = R->ws->dora_a;
+    af_dora_scale(dyg, dy, m, nrm, n, out, 0.0f);
+    if (dx && !mask) {
+        frozen_bwd(R, dx, dyg, w, accumulate);
+    } else if (dx) {
+        frozen_bwd(R, dx, dy, w, accumulate);
+        float *t = R->ws->dora_b, *tmp = R->ws->dora_c;
+        af_dora_scale(t, dy, m, nrm, n, out, 1.0f);
+        frozen_bwd(R, tmp, t, w, 0);
+        for (int64_t k = 0; k < n * in; k++) dx[k] += tmp[k] * mask[k];
+    }
+    af_be(R->ctx)->lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dyg, x, S->xa[p], mask,
+                                 R->P + s->a_off, R->P + s->b_off, n, in, out, lay->lora.r, R->lora_scale);
+}
+
 /* Backward of projection p: dx[n, in] (+)= dy·W (+ LoRA dx), LoRA grads into G.
  * dx = NULL: the input gradient is not needed (nothing trainable below): only the LoRA grads. */
 static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_proj p, const af_weight *w,
                      float *dx, const float *dy, const float *x, int accumulate) {
-    if (dx) frozen_bwd(R, dx, dy, w, accumulate);
     const af_lora_slot *s = lora_slot(R, l, p);
+    if (s && R->lay->lora.use_dora) {
+        dora_bwd(R, S, G, p, s, w, dx, dy, x, accumulate);
+        return;
+    }
+    if (dx) frozen_bwd(R, dx, dy, w, accumulate);
     if (!s) return;
     const af_param_layout *lay = R->lay;
     af_be(R->ctx)->lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p], R->drop ? S->mask[p] : NULL,
                      R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r, R->lora_scale);
+    if (R->P0 && dx) { /* dx −= s·(dy·B0)·A0; the dA0, dB0 it also forms go to scratch and are dropped */
+        const int64_t r = lay->lora.r;
+        af_be(R->ctx)->fill(R->ctx, R->ws->g0, 0.0f, r * (s->in + s->out));
+        af_be(R->ctx)->lora_backward(R->ctx, dx, R->ws->g0, R->ws->g0 + r * s->in, R->ws->ltmp, dy, x, R->ws->xa0, NULL,
+                                     R->P0 + s->a_off, R->P0 + s->b_off, R->n, s->in, s->out, lay->lora.r,
+                                     -R->lora_scale);
+    }
 }
 
 
@@ -764,12 +875,25 @@ af_status af_tf_infer_init(af_tf_infer *s, const af_ctx *ctx, const af_model *m,
     }
     infer_plan(&cv, s, m, lay, cap);
     s->cap = cap;
+    if (lay && lay->lora.use_dora) { /* the norms of a DoRA adapter depend on P only: kept across calls */
+        for (int64_t k = 0; k < (int64_t)lay->n_layers * AF_PROJ_COUNT; k++)
+            if (lay->slots[k].a_off >= 0 && lay->slots[k].out > s->dora_stride) s->dora_stride = lay->slots[k].out;
+        const size_t nk = (size_t)lay->n_layers * AF_PROJ_COUNT;
+        s->dora_nrm = af_malloc(sizeof(float) * nk * (size_t)(s->dora_stride > 0 ? s->dora_stride : 1));
+        s->dora_ok = af_calloc(nk, 1);
+        if (!s->dora_nrm || !s->dora_ok) {
+            af_tf_infer_free(s);
+            return af_fail(AF_ERR_NOMEM, "out of memory for the DoRA norms");
+        }
+    }
     return AF_OK;
 }
 
 void af_tf_infer_free(af_tf_infer *s) {
     af_devmem_free(&s->mem);
     free(s->pos_host);
+    free(s->dora_nrm);
+    free(s->dora_ok);
     memset(s, 0, sizeof *s);
 }
 
@@ -818,6 +942,7 @@ af_status af_tf_infer_forward(const af_ctx *ctx, const af_model *m, af_tf_infer 
     R.P = P;
     R.lay = P ? lay : NULL;
     R.lora_scale = scale;
+    R.dora_cache = P && lay && lay->lora.use_dora && s->dora_nrm && lay->n_layers == m->cfg.num_hidden_layers ? s : NULL;
     R.k_cache = k_cache;
     R.v_cache = v_cache;
     R.n_ctx = n_ctx;
@@ -832,6 +957,10 @@ af_status af_tf_infer_forward_multi(const af_ctx *ctx, const af_model *m, af_tf_
     R.seq = seq;
     R.n_seq = n_seq;
     R.xa = xa;
+    for (int32_t i = 0; i < n_seq; i++)
+        if (seq[i].P && seq[i].lay && seq[i].lay->lora.use_dora)
+            return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is not applied in batched serving (merge it into the "
+                                               "model with `afinar merge`)");
     for (int32_t i = 0; i < n_seq; i++) {
         for (int64_t t = 0; t < seq[i].n; t++) s->pos_host[R.n + t] = (int32_t)(seq[i].n_past + t);
         R.n += seq[i].n;

@@ -68,6 +68,8 @@ typedef struct af_tf_acts {
     float *ple_g, *ple_raw, *rstdple;     /* desc.ple_dim: gate pre-activation [P], projection before its norm [H], [1] */
     float *xa[AF_PROJ_COUNT];             /* adapted projections: x·Aᵀ [r] */
     float *mask[AF_PROJ_COUNT];           /* training with dropout: the masks [in] */
+    float *dora_y[AF_PROJ_COUNT];         /* DoRA layouts: the projection's y_pre [out] (lora/dora.h) */
+    float *dora_n[AF_PROJ_COUNT];         /* DoRA layouts: the weight norms, [out] once (not per token) */
 } af_tf_acts;
 
 /* Scratch shared by the layers, each [cap, width]. The backward-only ones are NULL in inference. */
@@ -83,6 +85,8 @@ typedef struct af_tf_scratch {
     int32_t *ple_idx; /* desc.ple_dim: [L, cap] the rows of each layer's slice of the per-layer inputs */
     float *ltmp;       /* [r (+ max width with dropout masks)] af_lora_backward scratch */
     float *padx, *pady; /* [AF_TF_MIN_ROWS, max(H, qd, F)] */
+    float *dora_a, *dora_b, *dora_c; /* training with a DoRA layout: [max(H, qd, F)] each */
+    float *xa0, *g0;   /* training with lay->init_P (PiSSA / OLoRA): [r] x·A0ᵀ, and [2·r·max width] discarded dA0, dB0 */
 } af_tf_scratch;
 
 /* Carve (or count: af_carver, kernels/backend.h) one activation set / the scratch for `cap` tokens. lay: the adapter layout
@@ -126,6 +130,9 @@ struct af_tf_run {
     const float *P;
     const af_param_layout *lay;
     float lora_scale;
+    struct af_tf_infer *dora_cache; /* AF_TF_INFER with a DoRA adapter: the state whose cached norms it uses, else NULL */
+    const float *P0;           /* training with lay->init_P (PiSSA / OLoRA): its device copy; every adapted
+                                  product also gets −s·x·A0ᵀ·B0ᵀ (no dropout, no gradient), else NULL */
     int drop;                  /* training: dropout active (masks from af_lora_dropout_mask) */
     uint64_t seed;             /* dropout seed */
     /* AF_TF_TRAIN: packed samples, seq_start [B + 1] (host: the walk loops over the samples); token
@@ -249,6 +256,13 @@ typedef struct af_tf_infer {
     float *ple;       /* [cap, L·P] per-layer inputs (desc.ple_dim), else NULL */
     af_tf_acts S;
     af_tf_scratch w;
+    /* DoRA adapter (lay->lora.use_dora; CPU): the weight norms of every (layer, projection), computed at the
+     * first forward that needs them and kept while the same P and scale are used (host, owned) */
+    float *dora_nrm;        /* [n_layers · AF_PROJ_COUNT · dora_stride] */
+    unsigned char *dora_ok; /* [n_layers · AF_PROJ_COUNT] */
+    int64_t dora_stride;    /* the largest out of the layout's slots */
+    const float *dora_P;    /* the P and scale the cached norms belong to */
+    float dora_scale;
 } af_tf_infer;
 
 /* lay: the adapter layout the state must serve (NULL: none); memory on ctx's device.

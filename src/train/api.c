@@ -23,6 +23,7 @@
 #include "core/core.h"
 #include "kernels/backend.h"
 #include "lora/adapter_io.h"
+#include "lora/dora.h"
 #include "lora/lora.h"
 #include "model/model.h"
 #include "train/api_internal.h"
@@ -130,7 +131,8 @@ static af_status build_tensors(af_lora_trainer *tr) {
     const af_param_layout *lay = &tr->lay;
     int32_t n = lay->num_classes > 0 ? 2 : 0;
     for (int32_t l = 0; l < lay->n_layers; l++)
-        for (int p = 0; p < AF_PROJ_COUNT; p++) n += af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0 ? 2 : 0;
+        for (int p = 0; p < AF_PROJ_COUNT; p++)
+            n += af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0 ? (lay->lora.use_dora ? 3 : 2) : 0;
     tr->tensors = af_calloc((size_t)n, sizeof(tensor_desc));
     if (!tr->tensors) return af_fail(AF_ERR_NOMEM, "af_lora_trainer_new: out of memory");
     /* same criterion as adapter_io, so tensors by name and adapter files always agree */
@@ -149,6 +151,11 @@ static af_status build_tensors(af_lora_trainer *tr) {
             snprintf(name, sizeof name, "%s.%d.%s.%s.lora_B.weight", AF_ADAPTER_DEFAULT_LAYERS_PREFIX, l, block,
                      af_proj_name((af_proj)p));
             AF_TRY(add_tensor(tr, name, s->out, r, s->b_off, qk));
+            if (lay->lora.use_dora) { /* PEFT's name: no ".weight" (a 1-D [out] tensor) */
+                snprintf(name, sizeof name, "%s.%d.%s.%s.lora_magnitude_vector", AF_ADAPTER_DEFAULT_LAYERS_PREFIX, l,
+                         block, af_proj_name((af_proj)p));
+                AF_TRY(add_tensor(tr, name, s->out, 1, s->m_off, qk));
+            }
         }
     if (lay->num_classes > 0) {
         AF_TRY(add_tensor(tr, AF_ADAPTER_DEFAULT_HEAD_PREFIX ".weight", lay->num_classes, lay->hidden,
@@ -174,6 +181,12 @@ static af_status check_opts(const af_lora_trainer_opts *o) {
         return af_fail(AF_ERR_INVALID_ARG, "%s: beta1 = %g, beta2 = %g must be in [0, 1)", fn, (double)o->beta1,
                        (double)o->beta2);
     if (isnan(o->max_grad_norm)) return af_fail(AF_ERR_INVALID_ARG, "%s: max_grad_norm is NaN", fn);
+    if (o->init_lora_weights < AF_LORA_INIT_DEFAULT || o->init_lora_weights > AF_LORA_INIT_OLORA)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: init_lora_weights = %d (0 default, 1 gaussian, 2 pissa, 3 olora)", fn,
+                       (int)o->init_lora_weights);
+    if (!(o->loraplus_lr_ratio >= 0) || !isfinite(o->loraplus_lr_ratio))
+        return af_fail(AF_ERR_INVALID_ARG, "%s: loraplus_lr_ratio = %g must be finite and >= 0 (0: off)", fn,
+                       (double)o->loraplus_lr_ratio);
     if (o->steps_per_epoch < 0 || (o->steps_per_epoch > 0 && o->grad_accum < 1))
         return af_fail(AF_ERR_INVALID_ARG, "%s: steps_per_epoch = %lld, grad_accum = %d: need steps_per_epoch >= 0 and "
                                            "grad_accum >= 1 with it", fn, (long long)o->steps_per_epoch, (int)o->grad_accum);
@@ -198,6 +211,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     if (given) { /* the caller's layout decides the LoRA and the head */
         o.r = given->lora.r, o.lora_alpha = given->lora.alpha, o.lora_dropout = given->lora.dropout;
         o.use_rslora = given->lora.use_rslora, o.num_classes = given->num_classes; /* (opts' seed: dropout) */
+        o.use_dora = given->lora.use_dora;
     }
     AF_TRY(check_opts(&o));
     uint32_t mask = 0;
@@ -212,7 +226,12 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     tr->max_grad_norm = ext ? ext->max_grad_norm : (double)o.max_grad_norm;
     tr->ctx = ext && ext->ctx ? ext->ctx : model->ctx;
     const af_backend *be = af_be(tr->ctx);
-    af_lora_config cfg = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora != 0, mask, o.seed};
+    af_lora_config cfg = {o.r, o.lora_alpha, o.lora_dropout, o.use_rslora != 0, mask, o.seed, o.use_dora != 0};
+    if (o.use_dora && !af_ctx_on_cpu(tr->ctx)) {
+        af_lora_trainer_free(tr);
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: DoRA runs on the CPU only (device %s): train with --device cpu", fn,
+                       af_ctx_device(ext && ext->ctx ? ext->ctx : model->ctx));
+    }
     st = given ? af_param_layout_copy(&tr->lay, given)
                : af_param_layout_init_layers(&tr->lay, model, &cfg, o.num_classes, ext ? ext->layer_min : 0,
                                              ext ? ext->layer_end : 0);
@@ -220,6 +239,16 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
         st = refail(st, fn);
         af_lora_trainer_free(tr);
         return st;
+    }
+    if (!given) {
+        tr->lay.init = o.init_lora_weights;
+        if (tr->lay.init == AF_LORA_INIT_PISSA || tr->lay.init == AF_LORA_INIT_OLORA)
+            st = af_lora_init_residual(model, &tr->lay); /* the SVD / QR of every adapted weight */
+        if (st != AF_OK) {
+            st = refail(st, fn);
+            af_lora_trainer_free(tr);
+            return st;
+        }
     }
     const size_t n = (size_t)tr->lay.n_total;
     float *hostP = af_malloc(sizeof(float) * (n ? n : 1));
@@ -241,7 +270,8 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     be->fill(tr->ctx, tr->M, 0.0f, (int64_t)n);
     be->fill(tr->ctx, tr->V, 0.0f, (int64_t)n);
     af_lora_init_params(&tr->lay, hostP);
-    st = be->upload(tr->ctx, tr->P, hostP, sizeof(float) * n);
+    st = tr->lay.lora.use_dora ? af_dora_init_magnitudes(model, &tr->lay, hostP) : AF_OK;
+    if (st == AF_OK) st = be->upload(tr->ctx, tr->P, hostP, sizeof(float) * n);
     if (st == AF_OK && hdecay) {
         memset(hdecay, 1, n);
         memset(hdecay + tr->lay.head_b_off, 0, (size_t)tr->lay.num_classes); /* no decay on the bias */
@@ -571,6 +601,54 @@ af_status af_lora_trainer_apply_gradients(af_lora_trainer *tr, const float *grad
     return AF_OK;
 }
 
+/* One AdamW update with LoRA+'s two learning rates (PEFT peft/optimizers/loraplus.py,
+ * create_loraplus_optimizer: "lora_B" in the name or a 1-D parameter -> lr·ratio, the rest -> lr; weight
+ * decay as the run's, none on the head bias as always). The flat vector is cut into runs of one
+ * learning rate (A, B, DoRA magnitude of each slot, head W, head b) and each run is one adamw_step call on that part of
+ * P, G, M, V with the same step count t: elements are independent, so this equals one optimizer with
+ * two parameter groups. */
+static void adamw_loraplus(af_lora_trainer *tr, af_adamw *a, float lr, float ratio) {
+    const af_backend *be = af_be(tr->ctx);
+    const af_param_layout *lay = &tr->lay;
+    const int64_t t0 = a->t;
+    const float lr_b = (float)((double)lr * (double)ratio);
+    int64_t run0 = 0, run_end = 0;
+    int run_b = 0;
+    for (int64_t k = 0;; k++) { /* segments in offset order: A, B per slot, then head W, head b */
+        int64_t off = -1, len = 0;
+        int is_b = 0;
+        const int64_t nslot = (int64_t)lay->n_layers * AF_PROJ_COUNT;
+        if (k < 3 * nslot) { /* A, B, DoRA magnitude (1-D: the lr x ratio group) */
+            const af_lora_slot *s = &lay->slots[k / 3];
+            const int part = (int)(k % 3);
+            if (s->a_off < 0 || (part == 2 && !lay->lora.use_dora)) continue;
+            is_b = part > 0;
+            off = part == 2 ? s->m_off : part ? s->b_off : s->a_off;
+            len = part == 2 ? s->out : (int64_t)lay->lora.r * (part ? s->out : s->in);
+        } else if (k == 3 * nslot && lay->head_w_off >= 0) {
+            off = lay->head_w_off, len = (int64_t)lay->num_classes * lay->hidden;
+        } else if (k == 3 * nslot + 1 && lay->head_b_off >= 0) {
+            off = lay->head_b_off, len = lay->num_classes, is_b = 1; /* 1-D: PEFT's groupB_no_decay */
+        } else if (k > 3 * nslot + 1) {
+            off = -2; /* end: flush */
+        } else {
+            continue;
+        }
+        if (off == run_end && off >= 0 && is_b == run_b) { /* extends the current run */
+            run_end += len;
+            continue;
+        }
+        if (run_end > run0) {
+            a->t = t0;
+            be->adamw_step(tr->ctx, a, tr->P + run0, tr->G + run0, tr->M + run0, tr->V + run0, run_end - run0,
+                           run_b ? lr_b : lr, tr->decay ? tr->decay + run0 : NULL);
+        }
+        if (off < 0) break;
+        run0 = off, run_end = off + len, run_b = is_b;
+    }
+    a->t = t0 + 1;
+}
+
 af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm) {
     static const char *fn = "af_lora_trainer_step";
     if (!tr) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer", fn);
@@ -603,7 +681,11 @@ af_status af_lora_trainer_step(af_lora_trainer *tr, float lr, double *grad_norm)
         a.eps = tr->o.eps;
         a.weight_decay = tr->o.weight_decay;
         a.t = tr->adam_t;
-        be->adamw_step(tr->ctx, &a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
+        const float ratio = tr->o.loraplus_lr_ratio;
+        if (ratio > 0 && ratio != 1.0f)
+            adamw_loraplus(tr, &a, use_lr, ratio);
+        else
+            be->adamw_step(tr->ctx, &a, tr->P, tr->G, tr->M, tr->V, n, use_lr, tr->decay);
         AF_TRY(be->sync(tr->ctx));
         tr->adam_t = a.t;
     }

@@ -114,6 +114,16 @@ af_status af_engine_new(const af_ctx *ctx, const af_model *model, const af_param
         free(e);
         return af_fail(AF_ERR_NOMEM, "engine: out of memory");
     }
+    if (lay->init_P) { /* PiSSA / OLoRA: the frozen initial adapter, subtracted in every forward */
+        const af_backend *be = af_be(ctx);
+        const size_t bytes = sizeof(float) * (size_t)lay->n_lora;
+        af_status st = (e->P0 = be->alloc(ctx, bytes)) ? be->upload(ctx, e->P0, lay->init_P, bytes)
+                                                      : af_fail(AF_ERR_NOMEM, "engine: out of device memory");
+        if (st != AF_OK) {
+            af_engine_free(e);
+            return st;
+        }
+    }
     *out = e;
     return AF_OK;
 }
@@ -133,6 +143,7 @@ void af_engine_free(af_engine *e) {
     engine_pc_clear(&e->pc);
     free_work(e);
     af_be(e->ctx)->free(e->ctx, e->lm_scr);
+    af_be(e->ctx)->free(e->ctx, e->P0);
     free(e->kvs);
     free(e);
 }
@@ -183,6 +194,7 @@ af_tf_run engine_run(af_engine *e, const float *P, const int32_t *ss, int32_t B,
     R.P = P;
     R.lay = e->lay;
     R.lora_scale = e->lay->scale;
+    R.P0 = e->P0;
     R.drop = drop;
     R.seed = seed;
     R.ss = ss;

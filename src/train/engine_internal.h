@@ -58,6 +58,7 @@ struct af_engine {
     float **kvs;          /* [4·L] KV sharing (desc.n_kv_shared): K, V, dK, dV [cap, kvd(l)] of each layer whose
                              K/V later layers reuse (af_tf_run.kv_k ...), NULL elsewhere; owned array */
     int probe;            /* af_engine_locate_nonfinite: check every stage of the forward */
+    float *P0;            /* device copy of lay->init_P (PiSSA / OLoRA: the frozen −s·B0·A0), else NULL */
     char probe_at[160];   /* the first stage holding a non-finite value ("" = none yet) */
 };
 

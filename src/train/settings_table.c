@@ -93,6 +93,7 @@ static const char *const w_loss_type[] = {"sigmoid", "ipo", NULL};
 static const char *const w_recipe[] = {"fixed", "auto", NULL};
 static const char *const w_pooling[] = {"mean", "last", NULL};
 static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
+static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora", NULL};
 
 #define G_DATA "model and data"
 #define G_TASK "task"
@@ -167,6 +168,13 @@ static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
       "dropout on the LoRA input")                                                                                 \
     X("rslora", BOOL, 0, 0, 0, NULL, G_LORA, 0, F(use_rslora), FT_BOOL, NULL, 0, NULL,                              \
       "rank-stabilised scale alpha/sqrt(r)")                                                                       \
+    X("loraplus-lr-ratio", NUMBER, 0, 0, 1e4, "X", G_LORA, 0, F(loraplus_lr_ratio), FT_DBL, NULL, 0, "off",         \
+      "LoRA+: lora_B (and the head bias) learn at lr x X (PEFT create_loraplus_optimizer; 0 or 1: off)")         \
+    X("init-lora-weights", TEXT, 0, 0, 0, "NAME", G_LORA, 0, F(init_lora_weights), FT_ENUM, w_lora_init, 0, NULL,     \
+      "PEFT init_lora_weights: default (kaiming-uniform A, B = 0), gaussian (A ~ N(0, 1/r^2)), pissa (SVD of W) or " \
+      "olora (QR of W), the rest of W frozen; saved as a rank-2r LoRA of the base (docs/LORA.md)")                  \
+    X("dora", BOOL, 0, 0, 0, NULL, G_LORA, 0, F(use_dora), FT_BOOL, NULL, 0, NULL,                                 \
+      "DoRA: a trained magnitude per output row, m/||W + sBA|| x (W + sBA) (PEFT use_dora; CPU only; docs/LORA.md)") \
     X("pooling", TEXT, 0, 0, 0, "mean|last", G_LORA, 0, F(pooling), FT_ENUM, w_pooling, 0, NULL,                    \
       "sequence pooling for the head (last = transformers/PEFT)")                                                  \
     X("head-bias", BOOL, 0, 0, 0, NULL, G_LORA, 0, F(head_bias), FT_BOOL, NULL, 0, NULL,                            \

@@ -7,11 +7,12 @@
  * weight_decay, max_grad_norm, gradient_checkpointing, bf16, logging_steps,
  * resume_from_checkpoint), TRL's SFTConfig (max_length, the older max_seq_length,
  * dataset_text_field, packing, completion_only_loss, assistant_only_loss), PEFT's LoraConfig
- * (r, lora_alpha, lora_dropout, target_modules, use_rslora, bias, task_type), TRL's DPOConfig /
+ * (r, lora_alpha, lora_dropout, target_modules, use_rslora, use_dora, bias, task_type), TRL's DPOConfig /
  * ORPOConfig (beta, loss_type, label_smoothing: afinar's own keys in '_' spelling;
  * precompute_ref_log_probs), the LoRA names of
  * TRL's ModelConfig (lora_r, lora_alpha, lora_dropout, lora_target_modules) and of the example
- * scripts (model_name_or_path, train_file, validation_file).
+ * scripts (model_name_or_path, train_file, validation_file), and loraplus_lr_ratio (the argument of
+ * PEFT's create_loraplus_optimizer, axolotl's key).
  */
 #include "train/settings_yaml.h"
 #include "core/fsutil.h"
@@ -37,7 +38,8 @@ typedef enum {
     V_EVAL_STRAT,  /* "steps": nothing; "epoch": eval-every 0 */
     V_LOSS_ONLY,   /* completion_only_loss / assistant_only_loss: true -> auto, false -> all */
     V_TASK_TYPE,   /* CAUSAL_LM -> causal-lm, SEQ_CLS -> classification */
-    V_BIAS_NONE    /* only "none" (afinar's LoRA has no bias terms) */
+    V_BIAS_NONE,   /* only "none" (afinar's LoRA has no bias terms) */
+    V_LORA_INIT    /* init_lora_weights: true -> default; gaussian, pissa, olora as is; pissa_niter_N -> pissa */
 } vkind;
 
 typedef struct alias {
@@ -65,6 +67,9 @@ static const alias k_alias[] = {
     {"lora_alpha", "lora-alpha", V_AS_IS},
     {"lora_dropout", "lora-dropout", V_AS_IS},
     {"use_rslora", "rslora", V_AS_IS},
+    {"loraplus_lr_ratio", "loraplus-lr-ratio", V_AS_IS},
+    {"use_dora", "dora", V_AS_IS},
+    {"init_lora_weights", "init-lora-weights", V_LORA_INIT},
     {"target_modules", "targets", V_TARGETS},
     {"lora_target_modules", "targets", V_TARGETS},
     {"bias", NULL, V_BIAS_NONE},
@@ -280,6 +285,12 @@ static af_status apply(yctx *y, const yaml_mark_t *m, const char *yname, const a
     case V_BIAS_NONE:
         if (!strcmp(v, "none")) return AF_OK;
         return at(y, m, "key '%s': '%.60s' is not available (afinar's LoRA has no bias terms: none)", yname, v);
+    case V_LORA_INIT:
+        if (yaml_bool(v) == 1) return put(y, m, yname, key, "default");
+        if (!strcmp(v, "gaussian") || !strcmp(v, "pissa") || !strcmp(v, "olora")) return put(y, m, yname, key, v);
+        if (!strncmp(v, "pissa_niter_", 12)) return put(y, m, yname, key, "pissa"); /* afinar's SVD is exact */
+        return at(y, m, "key '%s': '%.60s' is not available (true, gaussian, pissa, pissa_niter_N (an exact SVD) or "
+                        "olora; PEFT's loftq, eva, corda, orthogonal and false are not implemented)", yname, v);
     }
     return AF_OK;
 }

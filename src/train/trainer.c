@@ -437,7 +437,8 @@ static af_status load_data(af_trainer *t) {
 static af_status settle(af_trainer *t, uint32_t targets) {
     const af_trainer_opts *o = &t->o;
     af_status st;
-    t->lora = (af_lora_config){o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed};
+    t->lora = (af_lora_config){o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed,
+                               o->use_dora};
     st = resolve_layers(t); /* --lora-layers as numbers, once */
     if (st == AF_OK) st = af_tr_recipe_apply(t); /* AF_RECIPE_AUTO: epochs, class weights, max_seq_len, layers, warm-up */
     if (st != AF_OK) return st;
@@ -446,6 +447,9 @@ static af_status settle(af_trainer *t, uint32_t targets) {
                                      t->layer_min, t->layer_end);
     if (st != AF_OK) return st;
     t->have_lay = 1;
+    t->lay.init = o->init_lora_weights; /* pissa / olora: the SVD / QR of every adapted weight (not for a dry run) */
+    if ((t->lay.init == AF_LORA_INIT_PISSA || t->lay.init == AF_LORA_INIT_OLORA) && !o->check_only)
+        AF_TRY(af_lora_init_residual(t->model, &t->lay));
     if (strcmp(o->class_weights, "uniform") != 0) {
         if (t->multi_label)
             return af_fail(AF_ERR_INVALID_ARG, "--class-weights %s: class weights apply to single-label data only "

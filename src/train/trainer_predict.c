@@ -166,7 +166,7 @@ af_status af_lm_evaluate(const af_ctx *ctx, const af_model *model, const char *a
                 }
     } else {
         /* base model: a rank-1 q_proj layout whose parameters are all zero adds exactly 0 */
-        af_lora_config lc = {1, 1.0f, 0.0f, 0, 1u << AF_PROJ_Q, 0};
+        af_lora_config lc = {1, 1.0f, 0.0f, 0, 1u << AF_PROJ_Q, 0, 0};
         st = af_param_layout_init(&lay, model, &lc, 0);
         if (st != AF_OK) return st;
         P = af_calloc((size_t)lay.n_total, sizeof(float));

@@ -85,7 +85,7 @@ int64_t af_tr_mem_tokens(af_trainer *t) {
     af_tr_mem_limit(t);
     uint32_t targets = 0;
     af_param_layout lay;
-    af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, 0, o->seed};
+    af_lora_config lc = {o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, 0, o->seed, 0};
     if (t->mem_ram > 0 && af_lora_parse_targets(o->targets, &targets) == AF_OK && (lc.targets = targets, 1) &&
         af_param_layout_init_layers(&lay, t->model, &lc, t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1, 0,
                                     c->num_hidden_layers) == AF_OK) {

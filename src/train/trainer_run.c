@@ -264,6 +264,8 @@ af_status af_tr_new_optimizer(const af_trainer *t, loop *L) {
     lo.checkpointing = o->checkpointing;
     lo.lr = (float)o->lr;
     lo.weight_decay = (float)o->weight_decay;
+    lo.loraplus_lr_ratio = (float)o->loraplus_lr_ratio;
+    lo.init_lora_weights = o->init_lora_weights;
     lo.steps_per_epoch = t->spe; /* micro-batches numbered within the epoch (af_lora_trainer_micro_id) */
     lo.grad_accum = o->grad_accum;
     const af_lora_trainer_ext ext = {0, 0, o->max_grad_norm, t->ctx, lay}; /* the run's layout, as built */

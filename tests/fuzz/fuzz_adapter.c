@@ -66,7 +66,7 @@ static void fz_adapter_layout(af_param_layout *lay, af_lora_slot *slots) {
             int64_t out = p == AF_PROJ_Q ? q_out : (p == AF_PROJ_K || p == AF_PROJ_V) ? kv_out
                         : (p == AF_PROJ_GATE || p == AF_PROJ_UP) ? ffn : hidden;
             af_lora_slot *s = &slots[l * AF_PROJ_COUNT + p];
-            *s = (af_lora_slot){off, off + 2 * in, in, out};
+            *s = (af_lora_slot){off, off + 2 * in, in, out, -1};
             off += 2 * in + 2 * out;
         }
     lay->n_lora = off;

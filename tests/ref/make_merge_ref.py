@@ -12,8 +12,8 @@ Writes tests/fixtures/adapter_merge/:
   bad_labels/        as a0 with labels [neg, pos, neu] (same count, other order)
   bad_arch/          as a0 with afinar.json architecture "gemma3"
   no_head/           as a0 without the head (a CAUSAL_LM adapter)
-  cases.json         the merge cases: method, weights, density, seed, rank, majority sign, and the
-                     reference file of each
+  cases.json         the merge cases: method, weights, density, seed, rank, majority sign (slerp: t,
+                     two adapters, no weights), and the reference file of each
   svd_ref.safetensors  F64 matrices (tall [9, 5], wide [5, 9], lowrank [30, 30] of rank 7, graded
                      [20, 12] with singular values 1 .. 1e-6, square [16, 16]) and "S.<name>",
                      numpy.linalg.svd's singular values
@@ -32,6 +32,7 @@ choices are reproducible):
       below), then divide by density
   sign election: "total" sign(sum_i T_i), "frequency" sign(sum_i sign(T_i)), >= 0 -> +1
   disjoint merge: sum_i w_i T_i [sign(T_i) == elected] / max(1, count)
+  slerp (not in PEFT; mergekit's formula on flattened tensors): slerp_delta below
 The truncated SVD is numpy.linalg.svd (LAPACK gesdd) in float64.
 
 Run from the repository root with the reference venv:  .venv-ref/bin/python tests/ref/make_merge_ref.py
@@ -126,6 +127,19 @@ def merge_delta(method, deltas, ids, w, density, seed, layer, proj, freq):
     return sum(wi * t for wi, t in zip(w, ts))
 
 
+def slerp_delta(d0, d1, t, eps=1e-8, thr=0.9995):
+    """Spherical interpolation of two ΔW (flattened, as mergekit's slerp): a ΔW with norm <= eps is
+    left unnormalised; nearly (anti)parallel directions fall back to linear interpolation."""
+    n0, n1 = np.linalg.norm(d0), np.linalg.norm(d1)
+    u0 = d0 / n0 if n0 > eps else d0
+    u1 = d1 / n1 if n1 > eps else d1
+    dot = float(np.sum(u0 * u1))
+    if abs(dot) > thr:
+        return (1 - t) * d0 + t * d1
+    th = np.arccos(dot)
+    return np.sin((1 - t) * th) / np.sin(th) * d0 + np.sin(t * th) / np.sin(th) * d1
+
+
 def truncate(M, rank):
     U, S, Vt = np.linalg.svd(M, full_matrices=False)
     k = min(rank, S.size)
@@ -205,6 +219,13 @@ CASES = [
     ("magnitude_prune", "magnitude-prune", [1.0, -0.3, 0.9], 0.4, 0, 0, "total"),
 ]
 
+SLERP_CASES = [
+    # name, adapter positions, t, rank (0: the larger input rank)
+    ("slerp", (0, 1), 0.3, 0),       # down_proj only in a1: d = 0, θ = π/2
+    ("slerp_r6", (0, 1), 0.75, 6),   # rank r0 + r1: no truncation
+    ("slerp_same", (1, 1), 0.4, 0),  # parallel: the linear fallback, ΔW of a1 itself
+]
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -270,6 +291,34 @@ def main():
         manifest.append({"name": name, "method": method, "adapters": ["a0", "a1", "a2"], "weights": w,
                          "density": density, "seed": seed, "rank": rank, "majority_sign": sign,
                          "expect_rank": out_rank, "ref": f"ref_{name}.safetensors",
+                         "max_truncation_rel_error": float(worst)})
+        print(f"{name:16s} rank {out_rank}: truncation |M - M_r|_F/|M|_F up to {worst:.3g}")
+    # slerp: two adapters, per projection, no weights; heads (1-t) W_0 + t W_1
+    for name, pair, t, rank in SLERP_CASES:
+        sel = [ads[i] for i in pair]
+        out_rank = rank or max(a["r"] for a in sel)
+        tens, worst, nproj = {}, 0.0, 0
+        for l in range(N_LAYERS):
+            for p in PROJ:
+                d = [delta(a, l, p) for a in sel]
+                if d[0] is None and d[1] is None:
+                    continue
+                shape = SHAPE[p]
+                d = [x if x is not None else np.zeros(shape) for x in d]
+                M = slerp_delta(d[0], d[1], t)
+                T, _ = truncate(M, out_rank)
+                worst = max(worst, np.linalg.norm(M - T) / np.linalg.norm(M))
+                tens[f"layers.{l}.{p}"] = T.astype(np.float32)
+                tens[f"full.layers.{l}.{p}"] = M.astype(np.float32)
+                nproj += 1
+        hw = [a["tensors"]["base_model.model.score.weight"].astype(np.float64) for a in sel]
+        hb = [a["tensors"].get("base_model.model.score.bias", np.zeros(3, np.float32)).astype(np.float64) for a in sel]
+        tens["head.weight"] = ((1 - t) * hw[0] + t * hw[1]).astype(np.float32)
+        tens["head.bias"] = ((1 - t) * hb[0] + t * hb[1]).astype(np.float32)
+        save_file(tens, os.path.join(OUT, f"ref_{name}.safetensors"))
+        manifest.append({"name": name, "method": "slerp", "adapters": [f"a{i}" for i in pair], "weights": [],
+                         "t": t, "density": 0, "seed": 0, "rank": rank, "majority_sign": "total",
+                         "expect_rank": out_rank, "expect_projections": nproj, "ref": f"ref_{name}.safetensors",
                          "max_truncation_rel_error": float(worst)})
         print(f"{name:16s} rank {out_rank}: truncation |M - M_r|_F/|M|_F up to {worst:.3g}")
     with open(os.path.join(OUT, "cases.json"), "w") as f:
