@@ -386,6 +386,22 @@ static void test_run_features(const af_model *m, const fixture *F, af_dataset *d
     double vp[2];
     CHECK(run_opts(&o, &res) == AF_OK && metric(path_in("split"), "eval", "eval_pairs", vp, 2) == 1 && vp[0] == 1,
           "--val-split 0.34 of 3 pairs holds out 1 whole pair: %s", af_last_error());
+    /* the reference with the LoRA variants is the base model (the identity adapter, not zeros): at
+     * step 1 the untrained DoRA / PiSSA / OLoRA adapter is the base, so the rewards are 0 and the
+     * loss is log 2 */
+    const char *vname[3] = {"dora", "pissa", "olora"};
+    for (int v = 0; v < 3; v++) {
+        pref_opts(&o, m, ds, AF_TASK_DPO, F, path_in(vname[v]));
+        o.max_steps = 1;
+        if (v == 0) o.use_dora = 1;
+        else o.init_lora_weights = v == 1 ? 2 : 3;
+        double rc[2] = {1, 1}, lo[2] = {0, 0};
+        const int ok = run_opts(&o, &res) == AF_OK && metric(path_in(vname[v]), "train", "rewards/chosen", rc, 2) == 1 &&
+                       metric(path_in(vname[v]), "train", "loss", lo, 2) == 1;
+        CHECK(ok && fabs(rc[0]) < 1e-5 && fabs(lo[0] - log(2.0)) < 1e-5,
+              "dpo with %s: step 1 rewards/chosen %.3g, loss %.7f (the reference is the base model): %s", vname[v], rc[0],
+              lo[0], ok ? "" : af_last_error());
+    }
     /* refusals */
     pref_opts(&o, m, ds, AF_TASK_CAUSAL_LM, F, path_in("bad"));
     CHECK(run_opts(&o, &res) == AF_ERR_INVALID_ARG && strstr(af_last_error(), "use --task dpo or orpo"),

@@ -479,11 +479,17 @@ af_status af_lora_trainer_pref_ref(af_lora_trainer *tr, const af_pref_batch *b, 
     if (!tr || !b || !ref_c || !ref_r) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_pref_ref: NULL argument");
     const af_backend *be = af_be(tr->ctx);
     const size_t n = (size_t)(tr->lay.n_total ? tr->lay.n_total : 1);
-    float *Z = be->alloc(tr->ctx, sizeof(float) * n);
-    if (!Z) return af_fail(AF_ERR_NOMEM, "preference reference: out of memory (%zu parameters)", n);
-    be->fill(tr->ctx, Z, 0.0f, (int64_t)n);
-    af_status st = af_pref_ref_logps(tr->eng, Z, b, ref_c, ref_r);
-    be->free(tr->ctx, Z);
+    /* the adapter off: the parameters of the identity adapter (zero for plain LoRA; DoRA's magnitudes
+     * = the weights' column norms; PiSSA / OLoRA: A0, B0, cancelling the frozen -s·B0·A0), so the
+     * reference is the base model with every variant (af_lora_identity_params) */
+    float *Zh = calloc(n, sizeof(float));
+    float *Z = Zh ? be->alloc(tr->ctx, sizeof(float) * n) : NULL;
+    af_status st = Z ? AF_OK : af_fail(AF_ERR_NOMEM, "preference reference: out of memory (%zu parameters)", n);
+    if (st == AF_OK && tr->lay.n_total > 0) st = af_lora_identity_params(tr->model, &tr->lay, Zh);
+    if (st == AF_OK) st = be->upload(tr->ctx, Z, Zh, sizeof(float) * n);
+    if (st == AF_OK) st = af_pref_ref_logps(tr->eng, Z, b, ref_c, ref_r);
+    if (Z) be->free(tr->ctx, Z);
+    free(Zh);
     return st;
 }
 

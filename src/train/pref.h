@@ -5,7 +5,8 @@
  * sequence (prompt + completion) whose targets are the completion tokens only (prompt positions -1),
  * so the engine's causal-LM loss_sum of a sequence is −logπ(completion | prompt) summed over its
  * completion tokens (nats). The reference log-probabilities are those of the frozen base model: LoRA
- * is applied unmerged, so the reference is the same walk with every LoRA parameter zero
+ * is applied unmerged, so the reference is the same walk with the identity adapter (every LoRA
+ * parameter zero for plain LoRA; af_lora_identity_params for DoRA, PiSSA, OLoRA)
  * (af_pref_ref_logps), the way TRL evaluates a PEFT model's reference with the adapter disabled.
  *
  * Losses (mean over the n pairs of a batch; c, r: policy log-probabilities of chosen / rejected;
@@ -76,8 +77,10 @@ typedef struct af_pref_batch {
 } af_pref_batch;
 
 /* Reference log-probabilities of each pair's chosen / rejected completion (ref_c[n], ref_r[n]): the
- * engine's causal-LM forward with every LoRA parameter zero (the frozen base model). `zero` is a
- * caller's buffer of the layout's n_total floats, all 0. Errors: those of af_engine_lm_step. */
+ * engine's causal-LM forward with the identity adapter (the frozen base model). `zero` is a caller's
+ * buffer of the layout's n_total floats holding af_lora_identity_params (all 0 for plain LoRA; DoRA's
+ * magnitudes are the weights' column norms, PiSSA / OLoRA's A, B their A0, B0). Errors: those of
+ * af_engine_lm_step. */
 af_status af_pref_ref_logps(af_engine *e, const float *zero, const af_pref_batch *b, double *ref_c, double *ref_r);
 
 /* One preference micro-batch: the policy log-probabilities of the 2n sequences (forward), the loss
