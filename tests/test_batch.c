@@ -12,7 +12,12 @@
  *      (truncated, a flipped byte, wrong version, another adapter, a NaN value or a token id out of
  *      range with the checksum made valid again) refused with AF_ERR_FORMAT, the session unchanged;
  *  (d) the cancel flag: AF_ERR_CANCELLED before anything, and after the first chunk of a 600-token
- *      prompt when set by the progress callback (n_past = 256); progress (phase, current, total).
+ *      prompt when set by the progress callback (n_past = 256); progress (phase, current, total);
+ *  (f) chunked prefill (af_session_eval_multi): prompts of 300 and 37 tokens evaluated in pieces
+ *      (af_session_prompt_piece, a budget of 24 tokens a pass) in the same passes as the decode
+ *      tokens of three running sessions, with adapters, the prompt rows between decode rows: every
+ *      logit, then greedy decoding after the prompts, bitwise as each session alone; the piece rule
+ *      and the refused calls (a 256 boundary crossed, a count of 0).
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -367,6 +372,120 @@ static void test_train_cancel(const af_model *m) {
     af_lora_trainer_free(tr);
 }
 
+/* (f) chunked prefill: prompt pieces and decode tokens in one af_session_eval_multi pass == alone. */
+#define NP 2 /* sessions in their prompt */
+#define ND 3 /* sessions decoding */
+static void test_chunked_prefill(const af_model *m, const char *what) {
+    const int64_t V = m->cfg.vocab_size;
+    adapter ad[2];
+    memset(ad, 0, sizeof ad);
+    if (!CHECK(make_adapter(m, 4, "all-linear", 41, &ad[0]) && make_adapter(m, 2, "qv", 42, &ad[1]), "%s: adapters", what))
+        return;
+    const int plen[NP + ND] = {300, 37, 9, 3, 21};
+    int32_t *prompt[NP + ND];
+    af_session *alone[NP + ND], *bat[NP + ND];
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V * (NP + ND));
+    float *first = malloc(sizeof(float) * (size_t)V * (NP + ND)); /* alone: logits after each prompt */
+    uint64_t rng = 99;
+    int ok = la && lb && first;
+    for (int i = 0; ok && i < NP + ND; i++) {
+        prompt[i] = malloc(sizeof(int32_t) * (size_t)plen[i]);
+        for (int t = 0; t < plen[i]; t++) prompt[i][t] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)V);
+        ok = af_session_new(m, 400, &alone[i]) == AF_OK && af_session_new(m, 400, &bat[i]) == AF_OK;
+        const adapter *a = i % 3 == 1 ? NULL : &ad[i % 2];
+        if (ok && a)
+            ok = af_session_set_lora(alone[i], a->P, &a->lay, a->lay.scale * 0.8f) == AF_OK &&
+                 af_session_set_lora(bat[i], a->P, &a->lay, a->lay.scale * 0.8f) == AF_OK;
+        ok = ok && af_session_eval(alone[i], prompt[i], plen[i], first + (size_t)i * V, NULL) == AF_OK;
+        /* the decoding sessions start with their prompt already in (as alone) */
+        if (ok && i >= NP) ok = af_session_eval(bat[i], prompt[i], plen[i], lb, NULL) == AF_OK;
+    }
+    if (!CHECK(ok, "%s: sessions: %s", what, af_last_error())) return;
+    int32_t tok[NP + ND];
+    for (int i = 0; i < NP + ND; i++) tok[i] = argmax(first + (size_t)i * V, V);
+    int same = 1, passes = 0, mixed = 0, prompt_done[NP] = {0, 0};
+    for (int pass = 0; ok && pass < 40; pass++) {
+        /* rows: decode 0, prompt 0, decode 1, prompt 1, decode 2 (prompts between decodes) */
+        af_session *act[NP + ND];
+        int32_t cnt[NP + ND], rows[512], idx[NP + ND], na = 0, nr = 0, budget = 24, nprompt = 0, npseq = 0;
+        for (int k = 0; k < NP + ND; k++) {
+            const int i = k % 2 ? (k / 2) : NP + k / 2; /* k even: decode session, odd: prompt session */
+            if (i < NP && prompt_done[i] == 0) {
+                const int np = af_session_n_past(bat[i]), c = af_session_prompt_piece(bat[i], plen[i], budget);
+                if (c == 0) continue;
+                memcpy(rows + nr, prompt[i] + np, sizeof(int32_t) * (size_t)c);
+                budget -= c, nprompt += c, npseq++;
+                cnt[na] = c;
+                nr += c;
+            } else {
+                rows[nr++] = tok[i];
+                cnt[na] = 1;
+            }
+            act[na] = bat[i];
+            idx[na++] = i;
+        }
+        if (nprompt == 0 && pass > 30) break;
+        mixed += npseq > 0 && na > npseq;
+        ok = af_session_eval_multi(act, na, cnt, rows, lb) == AF_OK;
+        if (!CHECK(ok, "%s: eval_multi: %s", what, af_last_error())) break;
+        passes++;
+        for (int j = 0; j < na; j++) {
+            const int i = idx[j];
+            const float *ref = NULL;
+            if (i < NP && prompt_done[i] == 0) { /* in its prompt: compared once the prompt is in */
+                if (af_session_n_past(bat[i]) < plen[i]) continue;
+                prompt_done[i] = 1;
+                ref = first + (size_t)i * V;
+            } else {
+                ok = af_session_eval(alone[i], &tok[i], 1, la, NULL) == AF_OK;
+                if (!ok) break;
+                ref = la;
+            }
+            if (memcmp(ref, lb + (size_t)j * V, sizeof(float) * (size_t)V) != 0) {
+                same = 0;
+                printf("%s: pass %d session %d (n_past %d): logits differ by %.3g\n", what, pass, i,
+                       af_session_n_past(bat[i]), tl_max_abs_diff(ref, lb + (size_t)j * V, (size_t)V, NULL));
+            }
+            tok[i] = argmax(lb + (size_t)j * V, V);
+            CHECK(af_session_n_past(bat[i]) == af_session_n_past(alone[i]), "%s: n_past of session %d", what, i);
+        }
+    }
+    CHECK(ok && prompt_done[0] && prompt_done[1], "%s: both prompts evaluated in pieces", what);
+    CHECK(mixed >= 13, "%s: %d passes mixed prompt pieces with decode tokens", what, mixed);
+    CHECK(same, "%s: chunked prefill gives every session bit-identical logits to evaluating it alone", what);
+    printf("%s: chunked prefill, prompts of 300 and 37 tokens in pieces of <= 24 with 3 decoding sessions, %d passes "
+           "(%d mixed): == alone bitwise: %s\n", what, passes, mixed, same ? "yes" : "NO");
+    /* the piece rule (af_session_prompt_piece) and refused calls */
+    af_session *s = bat[1];
+    af_session_reset(s);
+    CHECK(af_session_prompt_piece(s, 300, 24) == 24 && af_session_prompt_piece(s, 300, 4) == 0 &&
+              af_session_prompt_piece(s, 3, 2) == 2 && af_session_prompt_piece(NULL, 300, 24) == 0,
+          "%s: pieces from position 0", what);
+    CHECK(af_session_eval(s, prompt[0], 232, NULL, NULL) == AF_OK, "%s: 232 tokens", what);
+    CHECK(af_session_prompt_piece(s, 300, 20) == 19, "%s: no tail of 1-4 rows left in a blocked chunk (%d)", what,
+          af_session_prompt_piece(s, 300, 20));
+    CHECK(af_session_prompt_piece(s, 300, 100) == 24, "%s: a piece stops at 256", what);
+    CHECK(af_session_prompt_piece(s, 234, 100) == 2, "%s: the prompt's end", what);
+    CHECK(af_session_eval(s, prompt[0], 24, NULL, NULL) == AF_OK && af_session_prompt_piece(s, 258, 100) == 2 &&
+              af_session_prompt_piece(s, 258, 1) == 1,
+          "%s: a decode-regime chunk: any piece", what);
+    int32_t c30 = 30, c0 = 0;
+    af_session_reset(s);
+    CHECK(af_session_eval(s, prompt[0], 240, NULL, NULL) == AF_OK &&
+              af_session_eval_multi(&s, 1, &c30, prompt[0], lb) == AF_ERR_INVALID_ARG && af_session_n_past(s) == 240,
+          "%s: a piece across position 256 is refused", what);
+    CHECK(af_session_eval_multi(&s, 1, &c0, prompt[0], lb) == AF_ERR_INVALID_ARG, "%s: a count of 0 is refused", what);
+    for (int i = 0; i < NP + ND; i++) {
+        af_session_free(alone[i]);
+        af_session_free(bat[i]);
+        free(prompt[i]);
+    }
+    for (int i = 0; i < 2; i++) free_adapter(&ad[i]);
+    free(la);
+    free(lb);
+    free(first);
+}
+
 int main(void) {
     const char *archs[4] = {"llama", "gemma3", "qwen2", "qwen3"};
     for (int i = 0; i < 4; i++) {
@@ -379,6 +498,7 @@ int main(void) {
             snprintf(what, sizeof what, "tiny %s %s", archs[i], q ? "Q8_0" : "F32");
             test_batch_equals_alone(m, what, STEPS);
             if (q == 1) test_keep_prefix(m, what, 0);
+            if (q == 1) test_chunked_prefill(m, what);
             if (q == 1 && i < 2) test_file(m, what);
             if (i == 0 && q == 0) test_cancel(m);
             if (i == 0 && q == 1) test_train_cancel(m);
@@ -393,6 +513,7 @@ int main(void) {
                   af_last_error())) {
             test_batch_equals_alone(m, "tiny gemma4", STEPS);
             test_keep_prefix(m, "tiny gemma4", 0);
+            test_chunked_prefill(m, "tiny gemma4");
             test_file(m, "tiny gemma4");
             af_model_free(m);
         }
@@ -403,6 +524,7 @@ int main(void) {
         if (CHECK(af_model_load(T_CTX, sm, &m) == AF_OK, "SmolLM2: %s", af_last_error())) {
             test_batch_equals_alone(m, "SmolLM2-135M Q4_1", tl_sanitized() ? 5 : STEPS);
             if (!tl_sanitized()) test_keep_prefix(m, "SmolLM2-135M Q4_1", 1);
+            if (!tl_sanitized()) test_chunked_prefill(m, "SmolLM2-135M Q4_1");
             af_model_free(m);
         }
     }

@@ -234,60 +234,118 @@ int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n) {
     return (int)c;
 }
 
-af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t *tokens, float *logits) {
-    if (!ss || !tokens || !logits || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: NULL argument or n < 1");
-    if (n > AF_EVAL_CHUNK) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: %d sessions, more than %d", n, AF_EVAL_CHUNK);
-    const af_model *m = ss[0]->m;
-    const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;
-    int32_t rmax = 0;
+int af_session_prompt_piece(const af_session *s, int n, int budget) {
+    if (!s || budget < 1 || s->n_past >= n) return 0;
+    const int64_t p = s->n_past, c0 = p / AF_EVAL_CHUNK * AF_EVAL_CHUNK;
+    const int64_t e = c0 + AF_EVAL_CHUNK < n ? c0 + AF_EVAL_CHUNK : n, r = e - p;
+    int64_t k = r < budget ? r : budget;
+    /* a chunk of the blocked regime: pieces of > AF_TF_DECODE_ROWS rows, and no tail of 1-4 rows
+     * left (a cache that already ends 1-4 rows before the chunk's end cannot be helped: the rest) */
+    if (e - c0 > AF_TF_DECODE_ROWS && r > AF_TF_DECODE_ROWS) {
+        if (r - k > 0 && r - k <= AF_TF_DECODE_ROWS) k = r - AF_TF_DECODE_ROWS - 1;
+        if (k <= AF_TF_DECODE_ROWS) return 0;
+    }
+    return (int)k;
+}
+
+#define MULTI_MAX_ROWS 4096 /* tokens of one af_session_eval_multi call */
+
+/* Check the arguments of af_session_eval_multi; *rows = Σ counts, *rmax = the largest adapter rank. */
+static af_status multi_check(af_session *const *ss, int32_t n, const int32_t *counts, const int32_t *tokens,
+                             int64_t *rows, int32_t *rmax) {
+    const af_model *m = ss[0] ? ss[0]->m : NULL;
+    const int64_t V = m ? m->cfg.vocab_size : 0;
+    *rows = 0, *rmax = 0;
     for (int32_t i = 0; i < n; i++) {
         const af_session *s = ss[i];
-        if (!s || s->m != m) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: session %d is NULL or of another model", i);
+        const int64_t c = counts ? counts[i] : 1;
+        if (!s || s->m != m) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: session %d is NULL or of another model", i);
         for (int32_t j = 0; j < i; j++)
-            if (ss[j] == s) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: session %d given twice", i);
-        if (s->n_past + 1 > s->n_ctx)
-            return af_fail(AF_ERR_RANGE, "session %d: context full (%lld positions)", i, (long long)s->n_ctx);
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return af_fail(AF_ERR_RANGE, "token id %d of session %d outside the vocabulary [0, %lld)", tokens[i], i,
-                           (long long)V);
+            if (ss[j] == s) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: session %d given twice", i);
+        if (c < 1 || *rows + c > MULTI_MAX_ROWS)
+            return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: session %d: %lld tokens (expected >= 1, at most %d in all)",
+                           i, (long long)c, MULTI_MAX_ROWS);
+        if (s->n_past + c > s->n_ctx)
+            return af_fail(AF_ERR_RANGE, "session %d: context full (%lld cached + %lld new > %lld positions)", i,
+                           (long long)s->n_past, (long long)c, (long long)s->n_ctx);
+        if (s->n_past % AF_EVAL_CHUNK + c > AF_EVAL_CHUNK)
+            return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: session %d: positions %lld..%lld cross a multiple of %d",
+                           i, (long long)s->n_past, (long long)(s->n_past + c - 1), AF_EVAL_CHUNK);
+        for (int64_t t = *rows; t < *rows + c; t++)
+            if (tokens[t] < 0 || tokens[t] >= V)
+                return af_fail(AF_ERR_RANGE, "token id %d (index %lld) of session %d outside the vocabulary [0, %lld)",
+                               tokens[t], (long long)(t - *rows), i, (long long)V);
         if (s->cancel && *s->cancel) return af_fail(AF_ERR_CANCELLED, "session %d: cancelled", i);
-        if (s->P && s->lay->lora.r > rmax) rmax = s->lay->lora.r;
+        if (s->P && s->lay->lora.r > *rmax) *rmax = s->lay->lora.r;
+        *rows += c;
     }
+    return AF_OK;
+}
+
+af_status af_session_eval_multi(af_session *const *ss, int32_t n, const int32_t *counts, const int32_t *tokens,
+                                float *logits) {
+    if (!ss || !tokens || !logits || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: NULL argument or n < 1");
+    if (n > AF_EVAL_CHUNK) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: %d sessions, more than %d", n, AF_EVAL_CHUNK);
+    int64_t rows;
+    int32_t rmax;
+    AF_TRY(multi_check(ss, n, counts, tokens, &rows, &rmax));
+    const af_model *m = ss[0]->m;
+    const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;
     const af_ctx *ctx = ss[0]->ctx;
     af_tf_seq *seq = af_calloc((size_t)n, sizeof *seq);
     const volatile int **flags = af_calloc((size_t)n, sizeof *flags);
-    float *xa = rmax ? af_be(ctx)->alloc(ctx, sizeof(float) * (size_t)n * (size_t)rmax) : NULL; /* device scratch */
-    af_tf_infer st_;
-    memset(&st_, 0, sizeof st_);
-    af_status st = (!seq || !flags || (rmax && !xa)) ? af_fail(AF_ERR_NOMEM, "out of memory") : af_tf_infer_init(&st_, ctx, m, NULL, n);
+    float *xa = rmax ? af_be(ctx)->alloc(ctx, sizeof(float) * (size_t)rows * (size_t)rmax) : NULL; /* device scratch */
+    /* the forward state: the first session's (scratch between calls) when the rows fit, else one of its own */
+    af_tf_infer own;
+    memset(&own, 0, sizeof own);
+    af_tf_infer *fs = rows <= ss[0]->s.cap ? &ss[0]->s : &own;
+    af_status st = (!seq || !flags || (rmax && !xa)) ? af_fail(AF_ERR_NOMEM, "out of memory")
+                   : fs == &own                      ? af_tf_infer_init(&own, ctx, m, NULL, rows)
+                                                     : AF_OK;
     for (int32_t i = 0; st == AF_OK && i < n; i++) {
         const af_session *s = ss[i];
-        seq[i] = (af_tf_seq){1, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->P, s->lay, s->lora_scale};
+        seq[i] = (af_tf_seq){counts ? counts[i] : 1, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->P, s->lay, s->lora_scale};
         flags[i] = s->cancel;
     }
     /* any session's cancel flag stops the whole step (checked before every layer) */
     const af_tf_control ctl = {(const volatile int *const *)flags, n};
-    if (st == AF_OK) st = af_tf_infer_forward_multi(ctx, m, &st_, seq, n, tokens, xa, &ctl);
+    if (st == AF_OK) st = af_tf_infer_forward_multi(ctx, m, fs, seq, n, tokens, xa, &ctl);
     if (st == AF_OK) {
-        /* the LM head in groups of <= AF_TF_DECODE_ROWS rows: each row's bits as alone (on a device
+        /* each session's last row moved to row i (rows only move down, into rows already read), then
+         * the LM head in groups of <= AF_TF_DECODE_ROWS rows: each row's bits as alone (on a device
          * through the first session's logits buffer, downloaded) */
+        int64_t r = 0;
+        for (int32_t i = 0; i < n; i++) {
+            r += seq[i].n;
+            if (r - 1 != i)
+                af_be(ctx)->copy(ctx, fs->x + (size_t)i * (size_t)H, fs->x + (size_t)(r - 1) * (size_t)H,
+                                      sizeof(float) * (size_t)H);
+        }
         for (int32_t i = 0; st == AF_OK && i < n; i += AF_TF_DECODE_ROWS) {
             const int32_t k = n - i < AF_TF_DECODE_ROWS ? n - i : AF_TF_DECODE_ROWS;
-            st = head_rows(ss[0], logits + (size_t)i * (size_t)V, st_.x + (size_t)i * (size_t)H, k);
+            st = head_rows(ss[0], logits + (size_t)i * (size_t)V, fs->x + (size_t)i * (size_t)H, k);
         }
     }
     if (st == AF_OK) {
+        int64_t r = 0;
         for (int32_t i = 0; i < n; i++) {
-            ss[i]->toks[ss[i]->n_past] = tokens[i];
-            ss[i]->blocked[ss[i]->n_past] = 0;
-            ss[i]->n_past++;
+            af_session *s = ss[i];
+            const int64_t c = seq[i].n;
+            memcpy(s->toks + s->n_past, tokens + r, sizeof(int32_t) * (size_t)c);
+            memset(s->blocked + s->n_past, c > AF_TF_DECODE_ROWS, (size_t)c);
+            s->n_past += c;
+            r += c;
         }
     }
-    af_tf_infer_free(&st_);
+    af_tf_infer_free(&own);
     af_be(ctx)->free(ctx, xa);
     free(flags);
     free(seq);
     return st;
+}
+
+af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t *tokens, float *logits) {
+    return af_session_eval_multi(ss, n, NULL, tokens, logits);
 }
 
 /* Drop the adapter's device copy and the owned layout. */
