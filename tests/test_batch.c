@@ -14,7 +14,7 @@
  *  (d) the cancel flag: AF_ERR_CANCELLED before anything, and after the first chunk of a 600-token
  *      prompt when set by the progress callback (n_past = 256); progress (phase, current, total);
  *  (f) chunked prefill (af_session_eval_multi): prompts of 300 and 37 tokens evaluated in pieces
- *      (af_session_prompt_piece, a budget of 24 tokens a pass) in the same passes as the decode
+ *      (af_session_prompt_piece, budgets of 24 and 18 tokens a pass) in the same passes as the decode
  *      tokens of three running sessions, with adapters, the prompt rows between decode rows: every
  *      logit, then greedy decoding after the prompts, bitwise as each session alone; the piece rule
  *      and the refused calls (a 256 boundary crossed, a count of 0).
@@ -405,16 +405,18 @@ static void test_chunked_prefill(const af_model *m, const char *what) {
     for (int i = 0; i < NP + ND; i++) tok[i] = argmax(first + (size_t)i * V, V);
     int same = 1, passes = 0, mixed = 0, prompt_done[NP] = {0, 0};
     for (int pass = 0; ok && pass < 40; pass++) {
-        /* rows: decode 0, prompt 0, decode 1, prompt 1, decode 2 (prompts between decodes) */
+        /* rows: decode 0, prompt 0, prompt 1, decode 1, decode 2 (the two prompt pieces share a
+         * blocked product, between decode rows), budgets of 24 and 18 tokens a pass */
+        static const int order[NP + ND] = {2, 0, 1, 3, 4};
         af_session *act[NP + ND];
-        int32_t cnt[NP + ND], rows[512], idx[NP + ND], na = 0, nr = 0, budget = 24, nprompt = 0, npseq = 0;
+        int32_t cnt[NP + ND], rows[512], idx[NP + ND], na = 0, nr = 0, nprompt = 0, npseq = 0;
         for (int k = 0; k < NP + ND; k++) {
-            const int i = k % 2 ? (k / 2) : NP + k / 2; /* k even: decode session, odd: prompt session */
+            const int i = order[k];
             if (i < NP && prompt_done[i] == 0) {
-                const int np = af_session_n_past(bat[i]), c = af_session_prompt_piece(bat[i], plen[i], budget);
+                const int np = af_session_n_past(bat[i]), c = af_session_prompt_piece(bat[i], plen[i], 24 - 6 * i);
                 if (c == 0) continue;
                 memcpy(rows + nr, prompt[i] + np, sizeof(int32_t) * (size_t)c);
-                budget -= c, nprompt += c, npseq++;
+                nprompt += c, npseq++;
                 cnt[na] = c;
                 nr += c;
             } else {
@@ -453,7 +455,7 @@ static void test_chunked_prefill(const af_model *m, const char *what) {
     CHECK(ok && prompt_done[0] && prompt_done[1], "%s: both prompts evaluated in pieces", what);
     CHECK(mixed >= 13, "%s: %d passes mixed prompt pieces with decode tokens", what, mixed);
     CHECK(same, "%s: chunked prefill gives every session bit-identical logits to evaluating it alone", what);
-    printf("%s: chunked prefill, prompts of 300 and 37 tokens in pieces of <= 24 with 3 decoding sessions, %d passes "
+    printf("%s: chunked prefill, prompts of 300 and 37 tokens in pieces of <= 24 and 18 with 3 decoding sessions, %d passes "
            "(%d mixed): == alone bitwise: %s\n", what, passes, mixed, same ? "yes" : "NO");
     /* the piece rule (af_session_prompt_piece) and refused calls */
     af_session *s = bat[1];

@@ -199,13 +199,17 @@ static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight
     const void *wd = af_weight_dev(R->ctx, w, &type);
     if (R->mode == AF_TF_INFER && R->n_seq > 0) {
         /* several sequences (af_tf_infer_forward_multi): short ones packed into decode-regime
-         * products of <= AF_TF_DECODE_ROWS rows, a longer one alone: each row's bits as alone */
+         * products of <= AF_TF_DECODE_ROWS rows, consecutive longer ones (prompt pieces) into one
+         * blocked product (its per-row bits do not depend on the row count, matmul.h): each row's
+         * bits as alone */
         int64_t r0 = 0;
         for (int32_t i = 0; i < R->n_seq;) {
             int64_t rows = R->seq[i].n;
             int32_t j = i + 1;
             if (rows <= AF_TF_DECODE_ROWS)
                 while (j < R->n_seq && rows + R->seq[j].n <= AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
+            else
+                while (j < R->n_seq && R->seq[j].n > AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
             be->matmul_xwt(R->ctx, y + r0 * out, x + r0 * in, wd, type, rows, in, out, 0);
             r0 += rows;
             i = j;
