@@ -754,6 +754,8 @@ typedef struct af_server_opts {
                                       "Authorization: Bearer <api_key>" (else HTTP 401) */
     const char *runs_dir;          /* NULL, or a directory whose run directories (one level down) the
                                       web page shows read-only (GET /api/runs...) */
+    int32_t batch_tokens;          /* (256) prompt tokens evaluated per scheduler pass, in the same pass
+                                      as the running requests' next tokens (chunked prefill), 16..2048 */
 } af_server_opts;
 
 /* Defaults as marked above. */

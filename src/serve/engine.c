@@ -4,9 +4,11 @@
  * FIFO queue (at most opts.queue) until one of opts.max_seqs sequence slots is free; the slot whose
  * cached tokens share the longest prefix with its prompt (same adapter) is taken, and the cache is
  * kept as far as af_session_keep_prefix allows (bit-identical results). Each iteration of the loop
- * evaluates at most one 256-token prompt chunk of one request (so a long prompt delays the others'
- * next token by one chunk), then decodes one token of every request past its prompt in ONE batched
- * pass (af_session_eval_batch: different adapters in one batch, each sequence's bits as alone).
+ * runs ONE pass of the walk (af_session_eval_multi, chunked prefill): the next token of every
+ * request past its prompt, plus pieces of the prompts of the others, in order of admission, within
+ * opts.batch_tokens prompt tokens (af_session_prompt_piece keeps each piece in the regime a
+ * one-call evaluation gives it), so a long prompt delays the running streams by one pass of at
+ * most batch_tokens prompt tokens; different adapters share the pass, each sequence's bits as alone.
  * Classification requests run between iterations. A cancelled request (client gone) is dropped at
  * the next iteration. Sampling: af_sample with the request's seed (or a clock-derived one). */
 #include "serve/serve.h"
@@ -484,64 +486,57 @@ static void *scheduler(void *arg) {
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
-        /* one prompt chunk of the first job still in its prompt */
-        srv_job *pj = NULL;
+        /* one pass: the next token of every decoding job, then pieces of the prompts of the
+         * others (in order of admission) within --batch-tokens prompt tokens */
+        srv_job *bj[64];
+        int nb = 0, nd = 0, budget = s->o.batch_tokens;
         for (int i = 0; i < s->na; i++)
-            if (s->active[i]->phase == 1) {
-                pj = s->active[i];
-                break;
-            }
-        srv_job *dj[64];
-        int nd = 0;
-        for (int i = 0; i < s->na; i++)
-            if (s->active[i]->phase == 2) dj[nd++] = s->active[i];
+            if (s->active[i]->phase == 2) bj[nb++] = s->active[i];
+        nd = nb;
+        for (int i = 0; i < s->na && budget > 0; i++) {
+            srv_job *j = s->active[i];
+            if (j->phase != 1) continue;
+            const int c = af_session_prompt_piece(s->slots[j->slot].s, j->n_prompt, budget);
+            if (c == 0) continue;
+            j->piece = c;
+            budget -= c;
+            bj[nb++] = j;
+        }
         pthread_mutex_unlock(&s->mu);
-        af_status pst = AF_OK, dst = AF_OK;
-        int p_last = 0;
-        if (pj) {
-            af_session *ss = s->slots[pj->slot].s;
-            const int pos = af_session_n_past(ss);
-            int k = AF_EVAL_CHUNK - pos % AF_EVAL_CHUNK;
-            if (k > pj->n_prompt - pos) k = pj->n_prompt - pos;
-            p_last = pos + k == pj->n_prompt;
-            pst = af_session_eval(ss, pj->prompt + pos, k, p_last ? s->logits : NULL, NULL);
-        }
+        af_status st = AF_OK;
         af_session *bs[64];
-        int32_t bt[64];
-        for (int i = 0; i < nd; i++) {
-            bs[i] = s->slots[dj[i]->slot].s;
-            bt[i] = dj[i]->pending;
+        int32_t cnt[64], nt = 0;
+        for (int i = 0; i < nb; i++) {
+            bs[i] = s->slots[bj[i]->slot].s;
+            cnt[i] = i < nd ? 1 : bj[i]->piece;
+            if (i < nd) s->toks[nt] = bj[i]->pending;
+            else memcpy(s->toks + nt, bj[i]->prompt + af_session_n_past(bs[i]), sizeof(int32_t) * (size_t)cnt[i]);
+            nt += cnt[i];
         }
-        float *dl = s->logits + (size_t)V; /* row 0 is the prompt's */
-        if (nd > 0) dst = af_session_eval_batch(bs, nd, bt, dl);
+        if (nb > 0) st = af_session_eval_multi(bs, nb, cnt, s->toks, s->logits);
         pthread_mutex_lock(&s->mu);
-        if (pj) {
-            if (pst == AF_ERR_CANCELLED || pj->cancel) {
-                job_end(s, pj);
-            } else if (pst != AF_OK) {
-                srv_err_set(&pj->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
-                job_end(s, pj);
-            } else if (p_last) {
-                pj->phase = 2;
-                if (!take_token(s, pj, af_sample(s->logits, (int32_t)V, &pj->sp, &pj->rng))) job_end(s, pj);
-            }
-        }
-        if (nd > 0 && dst != AF_OK) {
-            /* a client went away during the step (its flag stopped it): nothing advanced; the
-             * cancelled jobs are dropped at the top of the loop and the others decode again */
-            if (dst != AF_ERR_CANCELLED)
-                for (int i = 0; i < nd; i++) {
-                    srv_err_set(&dj[i]->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
-                    job_end(s, dj[i]);
+        if (st != AF_OK) {
+            /* a client went away during the pass (its flag stopped it): nothing advanced; the
+             * cancelled jobs are dropped at the top of the loop and the others go again */
+            if (st != AF_ERR_CANCELLED)
+                for (int i = 0; i < nb; i++) {
+                    srv_err_set(&bj[i]->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
+                    job_end(s, bj[i]);
                 }
         } else {
-            for (int i = 0; i < nd; i++) {
-                srv_job *j = dj[i];
-                if (j->phase != 2) continue;
-                if (af_session_n_past(bs[i]) >= s->o.n_ctx) {
+            for (int i = 0; i < nb; i++) {
+                srv_job *j = bj[i];
+                const float *lg = s->logits + (size_t)i * (size_t)V;
+                if (j->cancel) {
+                    job_end(s, j);
+                } else if (j->phase == 1) { /* a prompt piece: sample once the whole prompt is in */
+                    if (af_session_n_past(bs[i]) < j->n_prompt) continue;
+                    j->phase = 2;
+                    if (!take_token(s, j, af_sample(lg, (int32_t)V, &j->sp, &j->rng))) job_end(s, j);
+                } else if (af_session_n_past(bs[i]) >= s->o.n_ctx) {
                     j->finish = "length";
                     job_end(s, j);
-                } else if (!take_token(s, j, af_sample(dl + (size_t)i * V, (int32_t)V, &j->sp, &j->rng))) {
+                } else if (!take_token(s, j, af_sample(lg, (int32_t)V, &j->sp, &j->rng))) {
                     job_end(s, j);
                 }
             }
@@ -564,6 +559,7 @@ void af_server_opts_default(af_server_opts *o) {
     o->queue = 16;
     o->max_body = (int64_t)1 << 20;
     o->timeout_s = 60;
+    o->batch_tokens = 256;
 }
 
 af_status srv_new(const af_server_opts *o, srv **out) {
@@ -572,6 +568,8 @@ af_status srv_new(const af_server_opts *o, srv **out) {
     if (o->max_seqs < 1 || o->max_seqs > 64) return af_fail(AF_ERR_INVALID_ARG, "--parallel %d: expected 1..64", o->max_seqs);
     if (o->queue < 0 || o->queue > 100000) return af_fail(AF_ERR_INVALID_ARG, "--queue %d: expected 0..100000", o->queue);
     if (o->n_ctx < 8) return af_fail(AF_ERR_INVALID_ARG, "--ctx %d: expected >= 8", o->n_ctx);
+    if (o->batch_tokens < 16 || o->batch_tokens > 2048)
+        return af_fail(AF_ERR_INVALID_ARG, "--batch-tokens %d: expected 16..2048", o->batch_tokens);
     srv *s = calloc(1, sizeof *s);
     if (!s) return af_fail(AF_ERR_NOMEM, "out of memory");
     s->o = *o;
@@ -615,7 +613,8 @@ af_status srv_new(const af_server_opts *o, srv **out) {
         s->queue = calloc((size_t)o->queue + 1, sizeof *s->queue);
         s->active = calloc((size_t)s->n_slots, sizeof *s->active);
         s->logits = malloc(sizeof(float) * (size_t)(s->n_slots + 1) * (size_t)s->m->cfg.vocab_size);
-        if (!s->slots || !s->queue || !s->active || !s->logits) st = af_fail(AF_ERR_NOMEM, "out of memory");
+        s->toks = malloc(sizeof(int32_t) * (size_t)(o->batch_tokens + s->n_slots));
+        if (!s->slots || !s->queue || !s->active || !s->logits || !s->toks) st = af_fail(AF_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; st == AF_OK && i < s->n_slots; i++) st = af_session_new(s->m, o->n_ctx, &s->slots[i].s);
     if (st == AF_OK) {
@@ -661,6 +660,7 @@ void srv_free(srv *s) {
     free(s->queue);
     free(s->active);
     free(s->logits);
+    free(s->toks);
     af_model_free(s->m);
     af_ctx_free(s->own_ctx);
     pthread_mutex_destroy(&s->mu);

@@ -37,6 +37,7 @@ struct srv_job {
     int slot;                  /* -1 while queued */
     int phase;                 /* 0 queued, 1 prompt, 2 decoding, 3 ended */
     int32_t pending;           /* decoding: the token to evaluate next */
+    int piece;                 /* prompt: tokens of the piece in the scheduler's current pass */
     int n_gen;                 /* tokens generated (EOG excluded) */
     char *text;                /* generated text */
     size_t len, cap, sent;     /* sent: bytes already handed to the stream */
@@ -68,7 +69,8 @@ struct srv {
     uint64_t next_gen;
     slot *slots;
     int n_slots;
-    float *logits;             /* [max_seqs, vocab] */
+    float *logits;             /* [max_seqs + 1, vocab] */
+    int32_t *toks;             /* [batch_tokens + max_seqs] the token ids of one pass (scheduler thread) */
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     pthread_t th;
