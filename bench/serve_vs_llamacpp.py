@@ -194,7 +194,7 @@ def export_gguf(a, d, out):
 def start_afinar(a, port, ad, logf):
     cmd = [a.afinar, "serve", "-m", a.model, "--port", str(port), "-t", a.threads, "--parallel", str(a.parallel),
            "--ctx", str(a.ctx), "--queue", "1000", "--timeout", str(int(a.timeout)),
-           "--adapter", f"A={ad[0]}", "--adapter", f"B={ad[1]}"]
+           "--adapter", f"A={ad[0]}", "--adapter", f"B={ad[1]}"] + a.afinar_args.split()
     return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), "/health"
 
 
@@ -227,7 +227,7 @@ def write_md(out, meta, rows):
     L = [f"# afinar serve vs llama.cpp's server ({meta['date']})", "",
          f"CPU: {meta['cpu']}, {meta['cores']} cores; threads {meta['threads']}; model {meta['model']}; "
          f"prompts {meta['min_prompt']}-{meta['max_prompt']} tokens (log-uniform), max_tokens {meta['max_tokens']}, "
-         f"greedy, streamed; afinar --parallel {meta['parallel']}; load average before {meta['load_before']}, "
+         f"greedy, streamed; afinar --parallel {meta['parallel']} {meta['afinar_args']}; load average before {meta['load_before']}, "
          f"after {meta['load_after']}.", "",
          "| server | adapters | clients | requests | errors | output tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |",
          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -264,6 +264,7 @@ def main():
     ap.add_argument("--max-prompt", type=int, default=1024)
     ap.add_argument("--threads", default="2")
     ap.add_argument("--parallel", type=int, default=8, help="afinar serve --parallel")
+    ap.add_argument("--afinar-args", default="", help="more options of afinar serve (e.g. \"--batch-tokens 64\")")
     ap.add_argument("--ctx", type=int, default=2048, help="positions per sequence (both servers)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per request")
     ap.add_argument("--out", default="bench/results/serve_vs_llamacpp")
@@ -281,7 +282,7 @@ def main():
     plist = prompts(max(clients) * a.requests_per_client, a.min_prompt, a.max_prompt, 7)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_name(), "cores": os.cpu_count(),
             "threads": a.threads, "model": os.path.basename(a.model), "max_tokens": a.max_tokens,
-            "min_prompt": a.min_prompt, "max_prompt": a.max_prompt, "parallel": a.parallel,
+            "min_prompt": a.min_prompt, "max_prompt": a.max_prompt, "parallel": a.parallel, "afinar_args": a.afinar_args,
             "load_before": " ".join(f"{x:.1f}" for x in os.getloadavg())}
     rows, failed = [], False
     for srv in servers:

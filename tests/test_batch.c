@@ -17,7 +17,11 @@
  *      (af_session_prompt_piece, budgets of 24 and 18 tokens a pass) in the same passes as the decode
  *      tokens of three running sessions, with adapters, the prompt rows between decode rows: every
  *      logit, then greedy decoding after the prompts, bitwise as each session alone; the piece rule
- *      and the refused calls (a 256 boundary crossed, a count of 0).
+ *      and the refused calls (a 256 boundary crossed, a count of 0);
+ *  (g) several adapters applied together (af_session_set_loras): logits equal, to f32 rounding, to
+ *      one adapter of the summed rank holding both (A stacked, B side by side with the scales
+ *      folded in); a list with a scale-0 entry == the list without it, bitwise; sessions with lists
+ *      batched (af_session_eval_batch) == alone, bitwise.
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -488,6 +492,81 @@ static void test_chunked_prefill(const af_model *m, const char *what) {
     free(first);
 }
 
+/* (g) several adapters in one session. */
+static void test_lora_list(const af_model *m, const char *what) {
+    const int64_t V = m->cfg.vocab_size;
+    adapter a, b, c;
+    memset(&c, 0, sizeof c);
+    if (!CHECK(make_adapter(m, 2, "all-linear", 51, &a) && make_adapter(m, 3, "all-linear", 52, &b) &&
+                   make_adapter(m, 5, "all-linear", 53, &c),
+               "%s: adapters", what))
+        return;
+    const float sa = a.lay.scale * 0.7f, sb = b.lay.scale * -1.3f;
+    /* c = [a; b]: A_c rows = A_a's then A_b's, B_c [out, 5] = [sa·B_a | sb·B_b] (applied with scale 1) */
+    for (int32_t l = 0; l < c.lay.n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *qa = af_lora_slot_at(&a.lay, l, (af_proj)p), *qb = af_lora_slot_at(&b.lay, l, (af_proj)p),
+                               *qc = af_lora_slot_at(&c.lay, l, (af_proj)p);
+            if (qc->a_off < 0) continue;
+            memcpy(c.P + qc->a_off, a.P + qa->a_off, sizeof(float) * (size_t)(2 * qa->in));
+            memcpy(c.P + qc->a_off + 2 * qa->in, b.P + qb->a_off, sizeof(float) * (size_t)(3 * qb->in));
+            for (int64_t o = 0; o < qc->out; o++) {
+                for (int k = 0; k < 2; k++) c.P[qc->b_off + o * 5 + k] = sa * a.P[qa->b_off + o * 2 + k];
+                for (int k = 0; k < 3; k++) c.P[qc->b_off + o * 5 + 2 + k] = sb * b.P[qb->b_off + o * 3 + k];
+            }
+        }
+    af_session *s2 = NULL, *s1 = NULL, *s3 = NULL, *t[3] = {NULL, NULL, NULL};
+    int ok = af_session_new(m, 64, &s2) == AF_OK && af_session_new(m, 64, &s1) == AF_OK && af_session_new(m, 64, &s3) == AF_OK;
+    for (int i = 0; i < 3; i++) ok = ok && af_session_new(m, 64, &t[i]) == AF_OK;
+    const float *P2[3] = {a.P, b.P, c.P};
+    const af_param_layout *L2[3] = {&a.lay, &b.lay, &c.lay};
+    const float S2[3] = {sa, sb, 0.0f}, S3[2] = {sb, sa};
+    const float *P3[2] = {b.P, a.P};
+    const af_param_layout *L3[2] = {&b.lay, &a.lay};
+    ok = ok && af_session_set_loras(s2, 2, P2, L2, S2) == AF_OK && af_session_set_lora(s1, c.P, &c.lay, 1.0f) == AF_OK &&
+         af_session_set_loras(s3, 3, P2, L2, S2) == AF_OK && af_session_set_loras(t[0], 2, P2, L2, S2) == AF_OK &&
+         af_session_set_loras(t[2], 2, P3, L3, S3) == AF_OK;
+    if (!CHECK(ok, "%s: sessions with adapter lists: %s", what, af_last_error())) return;
+    int32_t prompt[20];
+    for (int i = 0; i < 20; i++) prompt[i] = (int32_t)((i * 37 + 5) % V);
+    float *l2 = malloc(sizeof(float) * (size_t)V), *l1 = malloc(sizeof(float) * (size_t)V), *l3 = malloc(sizeof(float) * (size_t)V);
+    float *lb = malloc(sizeof(float) * (size_t)V * 3), *la = malloc(sizeof(float) * (size_t)V);
+    ok = af_session_eval(s2, prompt, 20, l2, NULL) == AF_OK && af_session_eval(s1, prompt, 20, l1, NULL) == AF_OK &&
+         af_session_eval(s3, prompt, 20, l3, NULL) == AF_OK;
+    double mx = 0, ref = 0;
+    for (int64_t i = 0; ok && i < V; i++) {
+        mx = fmax(mx, fabs((double)l2[i] - l1[i]));
+        ref = fmax(ref, fabs((double)l1[i]));
+    }
+    CHECK(ok && mx <= 1e-4 * (1 + ref), "%s: two adapters together == one adapter holding both (max diff %.3g, max |logit| %.3g)",
+          what, mx, ref);
+    CHECK(ok && memcmp(l2, l3, sizeof(float) * (size_t)V) == 0, "%s: a scale-0 entry is off (bitwise)", what);
+    /* batched: [a, b], base, [b, a] == each alone (the same prompt, then the same tokens one by one) */
+    int same = 1;
+    af_session *al[3] = {NULL, NULL, NULL};
+    for (int i = 0; ok && i < 3; i++) ok = af_session_new(m, 64, &al[i]) == AF_OK;
+    ok = ok && af_session_set_loras(al[0], 2, P2, L2, S2) == AF_OK && af_session_set_loras(al[2], 2, P3, L3, S3) == AF_OK;
+    for (int i = 0; ok && i < 3; i++)
+        ok = af_session_eval(t[i], prompt, 20 - 3 * i, la, NULL) == AF_OK && af_session_eval(al[i], prompt, 20 - 3 * i, la, NULL) == AF_OK;
+    int32_t tok[3] = {7, 9, 11};
+    for (int step = 0; ok && step < 3; step++) {
+        ok = af_session_eval_batch(t, 3, tok, lb) == AF_OK;
+        for (int i = 0; ok && i < 3; i++) {
+            ok = af_session_eval(al[i], &tok[i], 1, la, NULL) == AF_OK;
+            same &= ok && memcmp(la, lb + (size_t)i * V, sizeof(float) * (size_t)V) == 0;
+        }
+        for (int i = 0; i < 3; i++) tok[i] = argmax(lb + (size_t)i * V, V);
+    }
+    for (int i = 0; i < 3; i++) af_session_free(al[i]);
+    CHECK(ok, "%s: batched lists: %s", what, af_last_error());
+    CHECK(same, "%s: sessions with adapter lists batched == alone, bitwise", what);
+    printf("%s: adapter lists: [a, b] vs one stacked adapter max diff %.3g; batched == alone: %s\n", what, mx, same ? "yes" : "NO");
+    af_session_free(s1), af_session_free(s2), af_session_free(s3);
+    for (int i = 0; i < 3; i++) af_session_free(t[i]);
+    free(l1), free(l2), free(l3), free(la), free(lb);
+    free_adapter(&a), free_adapter(&b), free_adapter(&c);
+}
+
 int main(void) {
     const char *archs[4] = {"llama", "gemma3", "qwen2", "qwen3"};
     for (int i = 0; i < 4; i++) {
@@ -501,6 +580,7 @@ int main(void) {
             test_batch_equals_alone(m, what, STEPS);
             if (q == 1) test_keep_prefix(m, what, 0);
             if (q == 1) test_chunked_prefill(m, what);
+            if (q == 1) test_lora_list(m, what);
             if (q == 1 && i < 2) test_file(m, what);
             if (i == 0 && q == 0) test_cancel(m);
             if (i == 0 && q == 1) test_train_cancel(m);
@@ -516,6 +596,7 @@ int main(void) {
             test_batch_equals_alone(m, "tiny gemma4", STEPS);
             test_keep_prefix(m, "tiny gemma4", 0);
             test_chunked_prefill(m, "tiny gemma4");
+            test_lora_list(m, "tiny gemma4");
             test_file(m, "tiny gemma4");
             af_model_free(m);
         }
@@ -527,6 +608,7 @@ int main(void) {
             test_batch_equals_alone(m, "SmolLM2-135M Q4_1", tl_sanitized() ? 5 : STEPS);
             if (!tl_sanitized()) test_keep_prefix(m, "SmolLM2-135M Q4_1", 1);
             if (!tl_sanitized()) test_chunked_prefill(m, "SmolLM2-135M Q4_1");
+            test_lora_list(m, "SmolLM2-135M Q4_1");
             af_model_free(m);
         }
     }

@@ -112,7 +112,8 @@ void af_session_free(af_session *s) {
     free(s->k_cache);
     free(s->v_cache);
     af_tf_infer_free(&s->s);
-    af_be(s->ctx)->free(s->ctx, s->dev_P);
+    for (int32_t k = 0; k < s->n_lora; k++) af_be(s->ctx)->free(s->ctx, s->dev_P[k]);
+    af_be(s->ctx)->free(s->ctx, s->xa);
     if (s->has_own_lay) af_param_layout_free(&s->own_lay);
     af_be(s->ctx)->free(s->ctx, s->logits_dev);
     free(s->toks);
@@ -191,8 +192,9 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
     const af_tf_control ctl = {&s->cancel, 1};
     for (int done = 0; done < n;) {
         int64_t chunk = chunk_len(s->n_past, n - done);
-        AF_TRY(af_tf_infer_forward(s->ctx, m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past,
-                                   s->k_cache, s->v_cache, s->n_ctx, &ctl));
+        /* the multi-sequence walk with one sequence: the path of af_session_eval_multi (adapter lists) */
+        const af_tf_seq q = {chunk, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->lora, s->n_lora};
+        AF_TRY(af_tf_infer_forward_multi(s->ctx, m, &s->s, &q, 1, tokens + done, s->xa, &ctl));
         memcpy(s->toks + s->n_past, tokens + done, sizeof(int32_t) * (size_t)chunk);
         memset(s->blocked + s->n_past, chunk > AF_TF_DECODE_ROWS, (size_t)chunk);
         s->n_past += chunk;
@@ -276,7 +278,8 @@ static af_status multi_check(af_session *const *ss, int32_t n, const int32_t *co
                 return af_fail(AF_ERR_RANGE, "token id %d (index %lld) of session %d outside the vocabulary [0, %lld)",
                                tokens[t], (long long)(t - *rows), i, (long long)V);
         if (s->cancel && *s->cancel) return af_fail(AF_ERR_CANCELLED, "session %d: cancelled", i);
-        if (s->P && s->lay->lora.r > *rmax) *rmax = s->lay->lora.r;
+        for (int32_t k = 0; k < s->n_lora; k++)
+            if (s->lora[k].lay->lora.r > *rmax) *rmax = s->lora[k].lay->lora.r;
         *rows += c;
     }
     return AF_OK;
@@ -304,7 +307,7 @@ af_status af_session_eval_multi(af_session *const *ss, int32_t n, const int32_t 
                                                      : AF_OK;
     for (int32_t i = 0; st == AF_OK && i < n; i++) {
         const af_session *s = ss[i];
-        seq[i] = (af_tf_seq){counts ? counts[i] : 1, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->P, s->lay, s->lora_scale};
+        seq[i] = (af_tf_seq){counts ? counts[i] : 1, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->lora, s->n_lora};
         flags[i] = s->cancel;
     }
     /* any session's cancel flag stops the whole step (checked before every layer) */
@@ -348,52 +351,64 @@ af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t 
     return af_session_eval_multi(ss, n, NULL, tokens, logits);
 }
 
-/* Drop the adapter's device copy and the owned layout. */
-static void drop_adapter(af_session *s) {
-    af_be(s->ctx)->free(s->ctx, s->dev_P);
-    s->dev_P = NULL;
+/* FNV-1a 64 of n floats as given (session_file.c's layout hash reads it). */
+static uint64_t fnv_floats(const float *P, int64_t n) {
+    const unsigned char *b = (const unsigned char *)P;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof(float) * (size_t)n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+af_status af_session_set_loras(af_session *s, int32_t n, const float *const *P, const af_param_layout *const *lay,
+                               const float *scale) {
+    if (!s) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: NULL session");
+    if (n < 0 || n > AF_SESSION_MAX_LORA || (n > 0 && (!P || !lay || !scale)))
+        return af_fail(AF_ERR_INVALID_ARG, "af_session_set_loras: %d adapters (expected 0..%d with their arrays)", n,
+                       AF_SESSION_MAX_LORA);
+    for (int32_t k = 0; k < n; k++) {
+        if (P[k] && (!lay[k] || lay[k]->n_layers != s->m->cfg.num_hidden_layers || lay[k]->lora.r < 1))
+            return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: the layout of adapter %d does not match the model", k);
+        if (!isfinite(scale[k])) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: the scale of adapter %d is not finite", k);
+    }
+    const af_backend *be = af_be(s->ctx);
+    af_tf_lora nl[AF_SESSION_MAX_LORA];
+    float *dp[AF_SESSION_MAX_LORA], *xa = NULL;
+    uint64_t hs[AF_SESSION_MAX_LORA];
+    int32_t m = 0, rmax = 0;
+    af_status st = AF_OK;
+    for (int32_t k = 0; st == AF_OK && k < n; k++) {
+        if (!P[k] || scale[k] == 0) continue; /* off */
+        dp[m] = be->alloc(s->ctx, sizeof(float) * (size_t)lay[k]->n_total);
+        if (!dp[m]) {
+            st = AF_ERR_NOMEM;
+            break;
+        }
+        st = be->upload(s->ctx, dp[m], P[k], sizeof(float) * (size_t)lay[k]->n_total);
+        hs[m] = fnv_floats(P[k], lay[k]->n_total);
+        nl[m] = (af_tf_lora){dp[m], lay[k], scale[k]};
+        if (lay[k]->lora.r > rmax) rmax = lay[k]->lora.r;
+        m++;
+    }
+    if (st == AF_OK && rmax > 0) {
+        xa = be->alloc(s->ctx, sizeof(float) * (size_t)AF_EVAL_CHUNK * (size_t)rmax);
+        if (!xa) st = AF_ERR_NOMEM;
+    }
+    if (st != AF_OK) {
+        for (int32_t k = 0; k < m; k++) be->free(s->ctx, dp[k]);
+        return st;
+    }
+    for (int32_t k = 0; k < s->n_lora; k++) be->free(s->ctx, s->dev_P[k]);
+    be->free(s->ctx, s->xa);
     if (s->has_own_lay) af_param_layout_free(&s->own_lay);
     s->has_own_lay = 0;
+    for (int32_t k = 0; k < m; k++) s->lora[k] = nl[k], s->dev_P[k] = dp[k], s->P_hash[k] = hs[k];
+    s->n_lora = m;
+    s->xa = xa;
+    return AF_OK;
 }
 
 af_status af_session_set_lora(af_session *s, const float *P, const af_param_layout *lay, float scale) {
-    if (!s) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: NULL session");
-    if (P && (!lay || lay->n_layers != s->m->cfg.num_hidden_layers || lay->lora.r < 1))
-        return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: the layout does not match the model");
-    if (!isfinite(scale)) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: scale is not finite");
-    const int on = P && scale != 0;
-    const af_backend *be = af_be(s->ctx);
-    float *dp = NULL;
-    if (on) {
-        dp = be->alloc(s->ctx, sizeof(float) * (size_t)lay->n_total);
-        if (!dp) return AF_ERR_NOMEM;
-        af_status st = be->upload(s->ctx, dp, P, sizeof(float) * (size_t)lay->n_total);
-        if (st != AF_OK) {
-            be->free(s->ctx, dp);
-            return st;
-        }
-    }
-    af_tf_infer ns;
-    af_status st = af_tf_infer_init(&ns, s->ctx, s->m, on ? lay : NULL, AF_EVAL_CHUNK);
-    if (st != AF_OK) {
-        be->free(s->ctx, dp);
-        return st;
-    }
-    af_tf_infer_free(&s->s);
-    s->s = ns;
-    drop_adapter(s);
-    s->P_hash = 0;
-    if (on) { /* FNV-1a 64 of the parameters as given (session_file.c's layout hash reads it) */
-        const unsigned char *b = (const unsigned char *)P;
-        uint64_t h = 0xcbf29ce484222325ull;
-        for (size_t i = 0; i < sizeof(float) * (size_t)lay->n_total; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-        s->P_hash = h;
-    }
-    s->dev_P = dp;
-    s->P = dp;
-    s->lay = on ? lay : NULL;
-    s->lora_scale = on ? scale : 0;
-    return AF_OK;
+    return af_session_set_loras(s, 1, &P, &lay, &scale);
 }
 
 af_status af_session_load_adapter(af_session *s, const char *dir, float scale) {
@@ -421,7 +436,7 @@ af_status af_session_load_adapter(af_session *s, const char *dir, float scale) {
     if (st == AF_OK) {
         s->own_lay = lay;
         s->has_own_lay = 1;
-        if (s->lay) s->lay = &s->own_lay;
+        if (s->n_lora) s->lora[0].lay = &s->own_lay;
         return AF_OK;
     }
     if (have_lay) af_param_layout_free(&lay);

@@ -253,14 +253,17 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     char mod[48] = "";
     if (R->probe) snprintf(mod, sizeof mod, "%s%s", p <= AF_PROJ_O ? "self_attn." : "mlp.", af_proj_name(p));
     probe(R, y, R->n * w->rows, l, mod, " output (frozen weight product)");
-    if (R->n_seq > 0) { /* several sequences: each one's own adapter on its rows */
+    if (R->n_seq > 0) { /* several sequences: each one's own adapters on its rows, in order */
         int64_t r0 = 0;
         for (int32_t i = 0; i < R->n_seq; i++) {
             const af_tf_seq *q = &R->seq[i];
-            const af_lora_slot *qs = q->P && q->lay ? af_lora_slot_at(q->lay, l, p) : NULL;
-            if (qs && qs->a_off >= 0)
-                af_be(R->ctx)->lora_forward(R->ctx, y + r0 * w->rows, R->xa, x + r0 * qs->in, NULL, q->P + qs->a_off,
-                                q->P + qs->b_off, q->n, qs->in, qs->out, q->lay->lora.r, q->lora_scale);
+            for (int32_t k = 0; k < q->n_lora; k++) {
+                const af_tf_lora *a = &q->lora[k];
+                const af_lora_slot *qs = a->P && a->lay ? af_lora_slot_at(a->lay, l, p) : NULL;
+                if (qs && qs->a_off >= 0)
+                    af_be(R->ctx)->lora_forward(R->ctx, y + r0 * w->rows, R->xa, x + r0 * qs->in, NULL, a->P + qs->a_off,
+                                                a->P + qs->b_off, q->n, qs->in, qs->out, a->lay->lora.r, a->scale);
+            }
             r0 += q->n;
         }
         return;

@@ -81,13 +81,32 @@ af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id) 
     return AF_OK;
 }
 
-static void adapter_unref(srv *s, int id) {
-    if (id < 0) return;
-    adapter *a = &s->ad[id];
-    if (--a->refs == 0 && a->removed) {
-        srv_adapter_free(a);
-        a->used = 1, a->removed = 1; /* the id stays taken */
+/* Drop a job's references to its adapters (lock held). */
+static void adapters_unref(srv *s, const srv_job *j) {
+    for (int k = 0; k < j->n_ad; k++) {
+        adapter *a = &s->ad[j->ad[k]];
+        if (--a->refs == 0 && a->removed) {
+            srv_adapter_free(a);
+            a->used = 1, a->removed = 1; /* the id stays taken */
+        }
     }
+}
+
+void srv_slots_forget(srv *s, uint64_t gen) {
+    for (int i = 0; i < s->n_slots; i++)
+        for (int k = 0; k < s->slots[i].n_key; k++)
+            if (!s->slots[i].busy && s->slots[i].gen[k] == gen) {
+                s->slots[i].n_key = -1;
+                break;
+            }
+}
+
+/* 1 when slot sl's cached positions were computed with j's adapters and scales (lock held). */
+static int slot_matches(const srv *s, const slot *sl, const srv_job *j) {
+    if (sl->n_key != j->n_ad) return 0;
+    for (int k = 0; k < j->n_ad; k++)
+        if (sl->gen[k] != s->ad[j->ad[k]].gen || sl->scale[k] != j->scale[k]) return 0;
+    return 1;
 }
 
 /* ---------------------------------------------------------------- jobs */
@@ -124,7 +143,7 @@ static void job_end(srv *s, srv_job *j) {
     if (j->phase == 3) return;
     j->phase = 3;
     if (j->slot >= 0) s->slots[j->slot].busy = 0;
-    adapter_unref(s, j->ad);
+    adapters_unref(s, j);
     for (int i = 0; i < s->na; i++)
         if (s->active[i] == j) {
             s->active[i] = s->active[--s->na];
@@ -198,9 +217,6 @@ static uint64_t clock_seed(void) {
     return (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
 }
 
-/* Which adapter and scale a request asks for: "model" names the base or an adapter; "lora" (ids
- * and scales, llama.cpp) overrides; without either the global scales of POST /lora-adapters apply.
- * At most one adapter may have a non-zero scale (one adapter per sequence). Lock held. */
 /* 1 when a request's "model" names the base model: its id, the id + ".gguf", or any name that is
  * no loaded adapter's while no adapter is loaded (one model served: llama-server's rule). Lock held. */
 static int names_base(const srv *s, const char *name) {
@@ -211,9 +227,12 @@ static int names_base(const srv *s, const char *name) {
     return 1;
 }
 
-static int pick_adapter(srv *s, const srv_req *rq, int *id, float *scale, srv_err *err) {
-    *id = -1;
-    *scale = 0;
+/* Which adapters and scales a request asks for (j->n_ad, j->ad, j->scale): "model" names the base
+ * or an adapter; "lora" (ids and scales, llama.cpp) overrides; without either the global scales of
+ * POST /lora-adapters apply. Every adapter with a non-zero scale is applied (scale 0 = off). Lock held. */
+static int pick_adapters(srv *s, srv_job *j, srv_err *err) {
+    const srv_req *rq = &j->rq;
+    j->n_ad = 0;
     int by_model = -1;
     if (rq->model && !names_base(s, rq->model)) {
         for (int i = 0; i < s->n_ad; i++)
@@ -240,14 +259,14 @@ static int pick_adapter(srv *s, const srv_req *rq, int *id, float *scale, srv_er
         sc[i] = (float)rq->lora_scale[k];
     }
     for (int i = 0; i < s->n_ad; i++) {
-        if (sc[i] == 0) continue;
-        if (*id >= 0) {
+        if (sc[i] == 0 || !s->ad[i].used || s->ad[i].removed) continue;
+        if (j->n_ad == SRV_MAX_LORA) {
             srv_err_set(err, 400, "invalid_request_error", NULL, "lora",
-                        "adapters %d and %d both have a non-zero scale: afinar applies one adapter per request", *id, i);
+                        "more than %d adapters with a non-zero scale in one request", SRV_MAX_LORA);
             return 0;
         }
-        *id = i;
-        *scale = sc[i];
+        j->ad[j->n_ad] = i;
+        j->scale[j->n_ad++] = sc[i];
     }
     return 1;
 }
@@ -277,7 +296,6 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
     j->rq = *rq;
     memset(rq, 0, sizeof *rq);
     j->slot = -1;
-    j->ad = -1;
     j->refs = 2;
     j->created = (long)time(NULL);
     j->t0 = now_s();
@@ -301,13 +319,15 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
                         "the adapter '%s' has no classification head (score.weight)", s->ad[id].name);
             ok = 0;
         } else {
-            j->ad = id;
+            j->n_ad = 1;
+            j->ad[0] = id;
+            j->scale[0] = 1.0f;
         }
     } else if (ok) {
-        ok = pick_adapter(s, &j->rq, &j->ad, &j->scale, err);
+        ok = pick_adapters(s, j, err);
     }
     if (ok) {
-        if (j->ad >= 0) s->ad[j->ad].refs++;
+        for (int k = 0; k < j->n_ad; k++) s->ad[j->ad[k]].refs++;
         pthread_mutex_unlock(&s->mu);
         if (j->rq.kind != SRV_CLASSIFY) { /* tokenize outside the lock */
             size_t n = 0;
@@ -345,7 +365,7 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
                         "too many requests: %d waiting for %d sequence slots (--queue)", s->nq, s->n_slots);
             ok = 0;
         }
-        if (!ok) adapter_unref(s, j->ad);
+        if (!ok) adapters_unref(s, j);
     }
     if (!ok) {
         pthread_mutex_unlock(&s->mu);
@@ -365,13 +385,12 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
 /* A free slot for j: the longest reusable cached prefix with the same adapter, else the least
  * useful one. Lock held. */
 static int pick_slot(srv *s, const srv_job *j) {
-    const uint64_t gen = j->ad >= 0 ? s->ad[j->ad].gen : 0;
     int best = -1, best_len = -1;
     for (int i = 0; i < s->n_slots; i++) {
         if (s->slots[i].busy) continue;
         int n = 0, len = 0;
         const int32_t *t = af_session_tokens(s->slots[i].s, &n);
-        if (s->slots[i].gen == gen && s->slots[i].scale == j->scale)
+        if (slot_matches(s, &s->slots[i], j))
             while (len < n && len < j->n_prompt && t[len] == j->prompt[len]) len++;
         if (len > best_len) best = i, best_len = len;
     }
@@ -379,7 +398,7 @@ static int pick_slot(srv *s, const srv_job *j) {
 }
 
 static void classify(srv *s, srv_job *j) {
-    adapter *a = &s->ad[j->ad];
+    adapter *a = &s->ad[j->ad[0]];
     const int32_t n = j->rq.n_inputs, C = af_classifier_num_classes(a->cls);
     size_t *lens = calloc((size_t)n, sizeof *lens);
     float *probs = malloc(sizeof(float) * (size_t)n * (size_t)C);
@@ -436,23 +455,33 @@ static void classify(srv *s, srv_job *j) {
     free(probs);
 }
 
-/* Start a job on a slot (lock held; no compute here). */
-static void job_start(srv *s, srv_job *j, int k) {
-    slot *sl = &s->slots[k];
+/* Start a job on a slot (lock held; no compute here). 0: the adapters could not be set (j->err). */
+static int job_start(srv *s, srv_job *j, int slot_id) {
+    slot *sl = &s->slots[slot_id];
     sl->busy = 1;
-    j->slot = k;
+    j->slot = slot_id;
     j->phase = 1;
-    const uint64_t gen = j->ad >= 0 ? s->ad[j->ad].gen : 0;
-    if (sl->gen != gen || sl->scale != j->scale) {
+    if (!slot_matches(s, sl, j)) {
+        const float *P[SRV_MAX_LORA];
+        const af_param_layout *lay[SRV_MAX_LORA];
+        float sc[SRV_MAX_LORA];
+        for (int k = 0; k < j->n_ad; k++) {
+            const adapter *a = &s->ad[j->ad[k]];
+            P[k] = a->P, lay[k] = &a->lay, sc[k] = a->lay.scale * j->scale[k];
+        }
         af_session_reset(sl->s);
-        af_session_set_lora(sl->s, j->ad >= 0 ? s->ad[j->ad].P : NULL, j->ad >= 0 ? &s->ad[j->ad].lay : NULL,
-                            j->ad >= 0 ? s->ad[j->ad].lay.scale * j->scale : 0.0f);
-        sl->gen = gen;
-        sl->scale = j->scale;
+        sl->n_key = -1;
+        if (af_session_set_loras(sl->s, j->n_ad, P, lay, sc) != AF_OK) {
+            srv_err_set(&j->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
+            return 0;
+        }
+        sl->n_key = j->n_ad;
+        for (int k = 0; k < j->n_ad; k++) sl->gen[k] = s->ad[j->ad[k]].gen, sl->scale[k] = j->scale[k];
     }
     af_session_set_control(sl->s, &j->cancel, NULL, NULL);
     j->n_done = af_session_keep_prefix(sl->s, j->prompt, j->n_prompt);
     s->active[s->na++] = j;
+    return 1;
 }
 
 static void *scheduler(void *arg) {
@@ -474,7 +503,7 @@ static void *scheduler(void *arg) {
                 pthread_mutex_lock(&s->mu);
                 job_end(s, j);
             } else {
-                job_start(s, j, pick_slot(s, j));
+                if (!job_start(s, j, pick_slot(s, j))) job_end(s, j);
             }
         }
         for (int i = 0; i < s->na;) { /* clients gone */

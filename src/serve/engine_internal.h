@@ -30,8 +30,9 @@ struct srv_job {
     int32_t *prompt;
     int n_prompt, n_done;      /* prompt tokens, and those in the slot's cache */
     int64_t max_tokens;
-    int ad;                    /* adapter id or -1 */
-    float scale;
+    int n_ad;                  /* adapters applied together (0: the base model); classify: 1, its head's */
+    int ad[SRV_MAX_LORA];      /* their ids, ascending */
+    float scale[SRV_MAX_LORA]; /* their scales (non-zero; times the adapter's alpha/r in the session) */
     af_sampling sp;
     uint64_t rng;
     int slot;                  /* -1 while queued */
@@ -54,8 +55,10 @@ struct srv_job {
 typedef struct slot {
     af_session *s;
     int busy;
-    uint64_t gen;              /* adapter generation of the cached positions (0: base) */
-    float scale;
+    int n_key;                 /* the adapters of the cached positions: n_key generations and scales
+                                  (0: the base model; -1: none can match, the cache is reset) */
+    uint64_t gen[SRV_MAX_LORA];
+    float scale[SRV_MAX_LORA];
 } slot;
 
 struct srv {
@@ -86,5 +89,8 @@ struct srv {
  * scheduler starts); free an entry's weights. */
 af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id);
 void srv_adapter_free(adapter *a);
+/* An adapter is unloaded: no free slot's cached positions that used generation `gen` are reused
+ * (lock held). */
+void srv_slots_forget(srv *s, uint64_t gen);
 
 #endif

@@ -277,10 +277,7 @@ char *srv_lora_post(srv *s, const char *body, size_t len, srv_err *err) {
         }
         k++;
     }
-    int nz = 0;
-    for (int i = 0; ok && i < s->n_ad; i++) nz += s->ad[i].used && !s->ad[i].removed && sc[i] != 0;
-    (void)nz; /* global scales may enable several adapters; a request using more than one is refused */
-    if (ok)
+    if (ok) /* global scales: every adapter with a non-zero one applies to requests that name none */
         for (int i = 0; i < s->n_ad; i++) s->ad[i].scale = sc[i];
     pthread_mutex_unlock(&s->mu);
     cJSON_Delete(a);
@@ -332,8 +329,7 @@ char *srv_lora_unload(srv *s, const char *body, size_t len, srv_err *err) {
             srv_adapter_free(&s->ad[id]);
             s->ad[id].used = 1, s->ad[id].removed = 1;
         }
-        for (int i = 0; i < s->n_slots; i++) /* its cached positions can never be reused */
-            if (!s->slots[i].busy && s->slots[i].gen && s->slots[i].gen == s->ad[id].gen) s->slots[i].gen = (uint64_t)-1;
+        srv_slots_forget(s, s->ad[id].gen); /* its cached positions can never be reused */
         char b[64];
         snprintf(b, sizeof b, "{\"id\":%d,\"unloaded\":true}", id);
         res = strdup(b);
