@@ -47,8 +47,18 @@ void srv_adapter_free(adapter *a) {
     memset(a, 0, sizeof *a);
 }
 
+/* The least recently used loaded adapter that no request is using, or -1 (lock held). */
+static int lru_adapter(const srv *s) {
+    int best = -1;
+    for (int i = 0; i < s->n_ad; i++)
+        if (s->ad[i].used && !s->ad[i].removed && s->ad[i].refs == 0 && (best < 0 || s->ad[i].last_use < s->ad[best].last_use))
+            best = i;
+    return best;
+}
+
 /* Load adapter `path` as `name` into a free entry (caller holds the lock or is single-threaded). */
-af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id) {
+af_status srv_adapter_load(srv *s, const char *name, const char *path, int evict, int *id, int *evicted) {
+    *evicted = -1;
     if (!name[0] || strlen(name) >= sizeof s->ad[0].name || strlen(path) >= sizeof s->ad[0].path)
         return af_fail(AF_ERR_INVALID_ARG, "adapter name '%s' or path too long or empty", name);
     if (!strcmp(name, s->model_id)) return af_fail(AF_ERR_INVALID_ARG, "adapter name '%s' is the base model's id", name);
@@ -56,6 +66,15 @@ af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id) 
         if (s->ad[i].used && !s->ad[i].removed && !strcmp(s->ad[i].name, name))
             return af_fail(AF_ERR_INVALID_ARG, "an adapter named '%s' is already loaded (id %d)", name, i);
     if (s->n_ad >= MAX_ADAPTERS) return af_fail(AF_ERR_RANGE, "at most %d adapters per server run", MAX_ADAPTERS);
+    int loaded = 0;
+    for (int i = 0; i < s->n_ad; i++) loaded += s->ad[i].used && !s->ad[i].removed;
+    const int lru = loaded >= s->o.max_adapters ? lru_adapter(s) : -1;
+    if (loaded >= s->o.max_adapters && !evict)
+        return af_fail(AF_ERR_RANGE, "%d adapters are loaded (--max-adapters %d): unload one, or load with "
+                                     "\"evict\": true to unload the least recently used one", loaded, s->o.max_adapters);
+    if (loaded >= s->o.max_adapters && lru < 0)
+        return af_fail(AF_ERR_RANGE, "%d adapters are loaded (--max-adapters %d) and every one is in use by a request",
+                       loaded, s->o.max_adapters);
     adapter a;
     memset(&a, 0, sizeof a);
     af_adapter_info info;
@@ -71,8 +90,13 @@ af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id) 
         srv_adapter_free(&a);
         return st;
     }
+    if (lru >= 0) { /* evicted only once the new one loaded */
+        srv_adapter_unload(s, lru);
+        *evicted = lru;
+    }
     a.used = 1;
     a.gen = ++s->next_gen;
+    a.last_use = ++s->use_clock;
     a.scale = 0.0f; /* not applied to requests that name no adapter until POST /lora-adapters says so */
     snprintf(a.name, sizeof a.name, "%s", name);
     snprintf(a.path, sizeof a.path, "%s", path);
@@ -89,6 +113,16 @@ static void adapters_unref(srv *s, const srv_job *j) {
             srv_adapter_free(a);
             a->used = 1, a->removed = 1; /* the id stays taken */
         }
+    }
+}
+
+void srv_adapter_unload(srv *s, int id) {
+    adapter *a = &s->ad[id];
+    a->removed = 1; /* freed when the last job using it ends */
+    srv_slots_forget(s, a->gen); /* its cached positions can never be reused */
+    if (a->refs == 0) {
+        srv_adapter_free(a);
+        a->used = 1, a->removed = 1; /* the id stays taken */
     }
 }
 
@@ -327,7 +361,7 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
         ok = pick_adapters(s, j, err);
     }
     if (ok) {
-        for (int k = 0; k < j->n_ad; k++) s->ad[j->ad[k]].refs++;
+        for (int k = 0; k < j->n_ad; k++) s->ad[j->ad[k]].refs++, s->ad[j->ad[k]].last_use = ++s->use_clock;
         pthread_mutex_unlock(&s->mu);
         if (j->rq.kind != SRV_CLASSIFY) { /* tokenize outside the lock */
             size_t n = 0;
@@ -589,6 +623,7 @@ void af_server_opts_default(af_server_opts *o) {
     o->max_body = (int64_t)1 << 20;
     o->timeout_s = 60;
     o->batch_tokens = 256;
+    o->max_adapters = 64;
 }
 
 af_status srv_new(const af_server_opts *o, srv **out) {
@@ -597,6 +632,8 @@ af_status srv_new(const af_server_opts *o, srv **out) {
     if (o->max_seqs < 1 || o->max_seqs > 64) return af_fail(AF_ERR_INVALID_ARG, "--parallel %d: expected 1..64", o->max_seqs);
     if (o->queue < 0 || o->queue > 100000) return af_fail(AF_ERR_INVALID_ARG, "--queue %d: expected 0..100000", o->queue);
     if (o->n_ctx < 8) return af_fail(AF_ERR_INVALID_ARG, "--ctx %d: expected >= 8", o->n_ctx);
+    if (o->max_adapters < 1 || o->max_adapters > MAX_ADAPTERS)
+        return af_fail(AF_ERR_INVALID_ARG, "--max-adapters %d: expected 1..%d", o->max_adapters, MAX_ADAPTERS);
     if (o->batch_tokens < 16 || o->batch_tokens > 2048)
         return af_fail(AF_ERR_INVALID_ARG, "--batch-tokens %d: expected 16..2048", o->batch_tokens);
     srv *s = calloc(1, sizeof *s);
@@ -633,8 +670,8 @@ af_status srv_new(const af_server_opts *o, srv **out) {
         if (dot && !dot[5]) *dot = 0;
     }
     for (int32_t i = 0; st == AF_OK && i < o->n_adapters; i++) {
-        int id;
-        st = srv_adapter_load(s, o->adapter_names[i], o->adapter_paths[i], &id);
+        int id, ev;
+        st = srv_adapter_load(s, o->adapter_names[i], o->adapter_paths[i], 0, &id, &ev);
     }
     s->n_slots = o->max_seqs;
     if (st == AF_OK) {

@@ -9,13 +9,15 @@
 
 #include <pthread.h>
 
-#define MAX_ADAPTERS 64 /* adapters loaded over a server run (ids are never reused) */
+#define MAX_ADAPTERS 1024 /* adapters loaded over a server run (ids are never reused); at most
+                            opts.max_adapters of them loaded at once */
 
 typedef struct adapter {
     int used;              /* 0: a free entry (ids are never reused while the server runs) */
     int removed;           /* unloaded: no new requests; freed when refs reaches 0 */
     int refs;              /* jobs using it */
     uint64_t gen;          /* unique per load: keys the prompt cache of the slots */
+    uint64_t last_use;     /* srv.use_clock at its load or at the last request that applied it (LRU) */
     char name[128], path[1024];
     float scale;           /* global scale (POST /lora-adapters; 0 at load): applied to requests that name no
                               model and give no "lora"; a request naming the adapter uses it, or 1 when 0 */
@@ -70,6 +72,7 @@ struct srv {
     adapter ad[MAX_ADAPTERS];
     int n_ad;
     uint64_t next_gen;
+    uint64_t use_clock;
     slot *slots;
     int n_slots;
     float *logits;             /* [max_seqs + 1, vocab] */
@@ -86,8 +89,13 @@ struct srv {
 };
 
 /* engine.c: load adapter `path` as model id `name` into the next entry (lock held, or before the
- * scheduler starts); free an entry's weights. */
-af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id);
+ * scheduler starts). With opts.max_adapters loaded already: evict = 1 unloads the least recently
+ * used one that no request is using first (*evicted = its id, else -1); evict = 0, or all in use:
+ * AF_ERR_RANGE, nothing changes. Free an entry's weights. */
+af_status srv_adapter_load(srv *s, const char *name, const char *path, int evict, int *id, int *evicted);
+/* Unload adapter `id` (lock held): no new request can name it, its weights are freed when the last
+ * request using it ends, no slot reuses positions computed with it. */
+void srv_adapter_unload(srv *s, int id);
 void srv_adapter_free(adapter *a);
 /* An adapter is unloaded: no free slot's cached positions that used generation `gen` are reused
  * (lock held). */
