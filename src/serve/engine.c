@@ -556,9 +556,16 @@ static void *scheduler(void *arg) {
         for (int i = 0; i < s->na; i++)
             if (s->active[i]->phase == 2) bj[nb++] = s->active[i];
         nd = nb;
-        for (int i = 0; i < s->na && budget > 0; i++) {
-            srv_job *j = s->active[i];
-            if (j->phase != 1) continue;
+        srv_job *pq[64]; /* the jobs in their prompt, oldest request first */
+        int np = 0;
+        for (int i = 0; i < s->na; i++) {
+            if (s->active[i]->phase != 1) continue;
+            int k = np++;
+            for (; k > 0 && pq[k - 1]->id > s->active[i]->id; k--) pq[k] = pq[k - 1];
+            pq[k] = s->active[i];
+        }
+        for (int i = 0; i < np && budget > 0; i++) {
+            srv_job *j = pq[i];
             const int c = af_session_prompt_piece(s->slots[j->slot].s, j->n_prompt, budget);
             if (c == 0) continue;
             j->piece = c;
