@@ -21,7 +21,8 @@
  *  (g) several adapters applied together (af_session_set_loras): logits equal, to f32 rounding, to
  *      one adapter of the summed rank holding both (A stacked, B side by side with the scales
  *      folded in); a list with a scale-0 entry == the list without it, bitwise; sessions with lists
- *      batched (af_session_eval_batch) == alone, bitwise.
+ *      batched (af_session_eval_batch) == alone, bitwise;
+ *  (f) and (g) again on a Vulkan device when there is one (tiny llama Q8_0).
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -599,6 +600,32 @@ int main(void) {
             test_lora_list(m, "tiny gemma4");
             test_file(m, "tiny gemma4");
             af_model_free(m);
+        }
+    }
+    /* the same on a Vulkan device when there is one (the blocked product's per-row bits must not
+     * depend on the row count there either: prompt pieces share one product) */
+    {
+        af_device_info inf[4];
+        int32_t nd = 0, vk = -1;
+        char why[300] = "";
+        for (int32_t i = 0; i < af_backend_count(); i++)
+            if (!strcmp(af_backend_name(i), "vulkan")) vk = i;
+        if (vk < 0 || af_backend_devices(vk, inf, 4, &nd, why, sizeof why) != AF_OK || nd == 0) {
+            tl_skip("chunked prefill and adapter lists on Vulkan: no Vulkan device");
+        } else if (tl_sanitized()) {
+            tl_skip("chunked prefill and adapter lists on Vulkan: sanitizer build (run in make test)");
+        } else if (CHECK(tl_ctx_set_device("vulkan") == AF_OK, "vulkan ctx: %s", af_last_error())) {
+            tm_spec spec = tm_default("llama", AF_TYPE_Q8_0);
+            spec.seed = 3;
+            af_model *m = NULL;
+            if (CHECK(tm_load(&spec, &m) == AF_OK, "tiny llama on vulkan: %s", af_last_error())) {
+                char what[160];
+                snprintf(what, sizeof what, "tiny llama Q8_0 on %s (%s)", af_ctx_device(m->ctx), inf[0].name);
+                test_chunked_prefill(m, what);
+                test_lora_list(m, what);
+            }
+            af_model_free(m);
+            tl_ctx_set_device("cpu");
         }
     }
     const char *sm = tl_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
