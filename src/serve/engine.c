@@ -29,6 +29,8 @@
 #include <string.h>
 #include <time.h>
 
+_Static_assert(SRV_MAX_LORA <= AF_SESSION_MAX_LORA, "a request's adapters must fit a session's list");
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
