@@ -441,8 +441,9 @@ AF_API int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n);
  * Every session's logits, cache and positions are bit-identical to af_session_eval(ss[i],
  * &tokens[i], 1, ...) alone: the products group at most 4 rows (the per-row decode kernels) and
  * each session attends to its own cache. Any session's cancel flag (af_session_set_control) stops
- * the whole step before the next layer (AF_ERR_CANCELLED, no session advances). n <= 256;
- * scratch of about n x 40 KiB (SmolLM2) is allocated per call.
+ * the whole step before the next layer (AF_ERR_CANCELLED, no session advances). n <= 256; the
+ * first session's forward state serves as scratch when the rows fit its 256, else scratch of about
+ * rows x 40 KiB (SmolLM2) is allocated for the call.
  * Errors: AF_ERR_INVALID_ARG (NULL, n < 1 or > 256, sessions of different models, a session given
  * twice), AF_ERR_RANGE (a session's cache full, a token id outside the vocabulary; nothing is
  * evaluated), AF_ERR_CANCELLED, AF_ERR_NOMEM. */
