@@ -16,6 +16,7 @@
  *    requests (429 with --parallel 1 --queue 1), a slow client (closed after --timeout), clients that
  *    vanish mid-body or mid-stream (the server keeps serving; that the request is cancelled is
  *    checked on SmolLM2 by serve_clients.py); adapters loaded and unloaded while serving;
+ *  - --batch-tokens 16: a long prompt evaluated in pieces of at most 16 tokens (passes in the log);
  *  - --max-adapters: a load beyond it refused (409), or with "evict" the least recently used adapter
  *    unloaded; 8 loads with eviction racing 32 requests naming adapters being evicted (each request
  *    200 or 404 adapter_not_found, never more than the limit loaded, exit 0 / no leak);
@@ -457,11 +458,29 @@ static void *race_loader(void *arg) {
 }
 
 static void max_adapters_test(void) {
-    if (start_server("--max-adapters 3 --parallel 2") != 1) {
-        CHECK(0, "server with --max-adapters 3");
+    if (start_server("--max-adapters 3 --parallel 2 --batch-tokens 16") != 1) {
+        CHECK(0, "server with --max-adapters 3 --batch-tokens 16");
         return;
     }
     char body[700];
+    /* chunked prefill: a long prompt goes in pieces of at most 16 tokens, one per pass (the log) */
+    {
+        char prompt[400] = "";
+        for (int i = 0; i < 8; i++) strcat(prompt, "hello world "); /* 96 tokens of the tiny vocabulary */
+        char *t = complete(NULL, prompt, 4, "0", "1", "1", 0);
+        free(t);
+        char *log = tl_read_file(P_("server.log"), NULL);
+        const char *p = log ? strstr(log, " prompt tokens (") : NULL;
+        int np = 0, nc = -1, passes = 0;
+        if (p) {
+            while (p > log && p[-1] != ' ') p--;
+            sscanf(p, "%d prompt tokens (%d from the cache) in %d passes", &np, &nc, &passes);
+        }
+        const int lo = (np - nc + 15) / 16;
+        CHECK(np > 32 && nc == 0 && passes >= lo && passes <= lo + 1,
+              "--batch-tokens 16: a %d-token prompt in %d passes (expected %d or %d)", np, passes, lo, lo + 1);
+        free(log);
+    }
     snprintf(body, sizeof body, "{\"name\":\"lm2\",\"path\":\"%s\"}", P_("lm"));
     resp r = http("POST", "/lora-adapters/load", body);
     CHECK(r.status == 200 && strstr(r.body, "{\"id\":2}"), "third adapter loads: %d %s", r.status, r.body);

@@ -189,9 +189,9 @@ static void job_end(srv *s, srv_job *j) {
         if (j->err.status)
             fprintf(s->o.log, "serve: request %llu: %d %s\n", (unsigned long long)j->id, j->err.status, j->err.message);
         else if (j->rq.kind != SRV_CLASSIFY)
-            fprintf(s->o.log, "serve: request %llu: %s, %d prompt tokens (%d from the cache), %d generated, %s, %.3f s\n",
+            fprintf(s->o.log, "serve: request %llu: %s, %d prompt tokens (%d from the cache) in %d passes, %d generated, %s, %.3f s\n",
                     (unsigned long long)j->id, j->cancel ? "cancelled" : "done", j->n_prompt,
-                    j->cancel ? 0 : j->n_done, j->n_gen, j->finish ? j->finish : "-", now_s() - j->t0);
+                    j->cancel ? 0 : j->n_done, j->n_passes, j->n_gen, j->finish ? j->finish : "-", now_s() - j->t0);
         fflush(s->o.log);
     }
     pthread_cond_broadcast(&s->done);
@@ -571,6 +571,7 @@ static void *scheduler(void *arg) {
             const int c = af_session_prompt_piece(s->slots[j->slot].s, j->n_prompt, budget);
             if (c == 0) continue;
             j->piece = c;
+            j->n_passes++;
             budget -= c;
             bj[nb++] = j;
         }

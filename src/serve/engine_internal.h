@@ -41,6 +41,7 @@ struct srv_job {
     int phase;                 /* 0 queued, 1 prompt, 2 decoding, 3 ended */
     int32_t pending;           /* decoding: the token to evaluate next */
     int piece;                 /* prompt: tokens of the piece in the scheduler's current pass */
+    int n_passes;              /* passes that evaluated a piece of the prompt (the log line) */
     int n_gen;                 /* tokens generated (EOG excluded) */
     char *text;                /* generated text */
     size_t len, cap, sent;     /* sent: bytes already handed to the stream */
