@@ -41,6 +41,11 @@ static void help(void) {
            "                          /health (else HTTP 401; compared in constant time); default: the\n"
            "                          environment variable AFINAR_API_KEY when set (not visible in ps)\n"
            "  -np, --parallel N       sequences decoded together in one batch (default 4, max 64)\n"
+           "      --max-adapters N    adapters loaded at once (default 64, max 1024); POST /lora-adapters/load\n"
+           "                          beyond it: HTTP 409, or with \"evict\": true the least recently used\n"
+           "                          adapter that no request is using is unloaded\n"
+           "      --batch-tokens N    prompt tokens evaluated per scheduler pass together with the running\n"
+           "                          requests' next tokens (chunked prefill; default 256, 16..2048)\n"
            "  -c, --ctx-size N        positions per sequence, prompt + generated (default 2048; --ctx is the\n"
            "                          same)\n"
            "      --queue N           requests waiting for a sequence; more get HTTP 429 (default 16)\n"
@@ -65,9 +70,9 @@ int cmd_serve(int argc, char **argv) {
     af_server_opts so;
     af_server_opts_default(&so);
     cli_compute cc = CLI_COMPUTE_INIT;
-    long port = so.port, par = so.max_seqs, ctxn = so.n_ctx, queue = so.queue, timeout = so.timeout_s;
+    long port = so.port, par = so.max_seqs, btok = so.batch_tokens, maxad = so.max_adapters, ctxn = so.n_ctx, queue = so.queue, timeout = so.timeout_s;
     long max_body = (long)so.max_body;
-    enum { O_HOST = 1000, O_PORT, O_PAR, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_ALIAS, O_KEY, O_RUNS };
+    enum { O_HOST = 1000, O_PORT, O_PAR, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_ALIAS, O_KEY, O_RUNS, O_BTOK, O_MAXAD };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"adapter", required_argument, 0, 'a'},
         {"host", required_argument, 0, O_HOST},    {"port", required_argument, 0, O_PORT},
@@ -76,6 +81,7 @@ int cmd_serve(int argc, char **argv) {
         {"api-key", required_argument, 0, O_KEY},   {"runs", required_argument, 0, O_RUNS},
         {"queue", required_argument, 0, O_QUEUE},  {"max-body", required_argument, 0, O_BODY},
         {"timeout", required_argument, 0, O_TIMEOUT}, {"chat-template", required_argument, 0, O_TMPL},
+        {"batch-tokens", required_argument, 0, O_BTOK}, {"max-adapters", required_argument, 0, O_MAXAD},
         CLI_COMPUTE_OPTIONS,
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     /* llama-server's -np (two letters after one dash) is --parallel */
@@ -111,6 +117,8 @@ int cmd_serve(int argc, char **argv) {
         case O_HOST: so.host = optarg; break;
         case O_PORT: if (!cli_parse_int(C, "--port", optarg, 0, 65535, &port)) goto out; break;
         case O_PAR: if (!cli_parse_int(C, "--parallel", optarg, 1, 64, &par)) goto out; break;
+        case O_BTOK: if (!cli_parse_int(C, "--batch-tokens", optarg, 16, 2048, &btok)) goto out; break;
+        case O_MAXAD: if (!cli_parse_int(C, "--max-adapters", optarg, 1, 1024, &maxad)) goto out; break;
         case 'c': if (!cli_parse_int(C, "--ctx-size", optarg, 8, 1 << 20, &ctxn)) goto out; break;
         case O_ALIAS: so.alias = optarg; break;
         case O_KEY:
@@ -152,6 +160,8 @@ int cmd_serve(int argc, char **argv) {
     }
     so.port = (int32_t)port;
     so.max_seqs = (int32_t)par;
+    so.batch_tokens = (int32_t)btok;
+    so.max_adapters = (int32_t)maxad;
     so.n_ctx = (int32_t)ctxn;
     so.queue = (int32_t)queue;
     so.max_body = max_body;

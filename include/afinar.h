@@ -445,12 +445,36 @@ AF_API int af_session_keep_prefix(af_session *s, const int32_t *tokens, int n);
  * Every session's logits, cache and positions are bit-identical to af_session_eval(ss[i],
  * &tokens[i], 1, ...) alone: the products group at most 4 rows (the per-row decode kernels) and
  * each session attends to its own cache. Any session's cancel flag (af_session_set_control) stops
- * the whole step before the next layer (AF_ERR_CANCELLED, no session advances). n <= 256;
- * scratch of about n x 40 KiB (SmolLM2) is allocated per call.
+ * the whole step before the next layer (AF_ERR_CANCELLED, no session advances). n <= 256; the
+ * first session's forward state serves as scratch when the rows fit its 256, else scratch of about
+ * rows x 40 KiB (SmolLM2) is allocated for the call.
  * Errors: AF_ERR_INVALID_ARG (NULL, n < 1 or > 256, sessions of different models, a session given
  * twice), AF_ERR_RANGE (a session's cache full, a token id outside the vocabulary; nothing is
  * evaluated), AF_ERR_CANCELLED, AF_ERR_NOMEM. */
 AF_API af_status af_session_eval_batch(af_session *const *s, int32_t n, const int32_t *tokens, float *logits);
+
+/* Prompt chunks and decode tokens in ONE pass (chunked prefill; what `afinar serve` runs): session
+ * i appends counts[i] >= 1 tokens (tokens holds those of session 0, then of session 1, ...; Σ
+ * counts <= 4096) and logits row i [vocab_size] receives the logits of its LAST token. A session's
+ * tokens may not cross a multiple of 256 positions (the chunk boundaries of af_session_eval), so
+ * its logits, cache and positions are bit-identical to af_session_eval(ss[i], its tokens, counts[i],
+ * ...) alone: a session of <= 4 tokens shares per-row decode products (groups of at most 4 rows)
+ * with others, a longer one gets a blocked product of its own; each attends to its own cache and
+ * gets its own adapter. A prompt evaluated in such pieces gives the bits of one
+ * af_session_eval call when every piece keeps its positions in the regime that call gives them
+ * (af_session_prompt_piece picks such pieces). af_session_eval_batch is the case counts[i] = 1.
+ * Cancel flags, scratch and errors as af_session_eval_batch; AF_ERR_INVALID_ARG also for a count
+ * < 1, a 256-boundary crossed, or more than 4096 tokens. */
+AF_API af_status af_session_eval_multi(af_session *const *s, int32_t n, const int32_t *counts, const int32_t *tokens,
+                                       float *logits);
+
+/* The length of the next piece of an n-token prompt (positions af_session_n_past(s) .. n-1 still
+ * to evaluate) that af_session_eval_multi may evaluate within a budget of `budget` tokens with the
+ * bits of a one-call af_session_eval of the whole prompt: at most budget, never across a
+ * multiple of 256, and never leaving 1-4 rows of a 256-token chunk whose one-call evaluation takes
+ * the blocked product (nor taking only 1-4 of them). 0 when no such piece fits the budget (or
+ * nothing is left, or s is NULL). */
+AF_API int af_session_prompt_piece(const af_session *s, int n, int budget);
 
 /* Prompt-cache files (`afinar generate --prompt-cache FILE`; docs/FORMATS.md §13): the session's
  * cached tokens and their keys and values, with a layout hash of the model (architecture,

@@ -779,6 +779,11 @@ typedef struct af_server_opts {
                                       "Authorization: Bearer <api_key>" (else HTTP 401) */
     const char *runs_dir;          /* NULL, or a directory whose run directories (one level down) the
                                       web page shows read-only (GET /api/runs...) */
+    int32_t batch_tokens;          /* (256) prompt tokens evaluated per scheduler pass, in the same pass
+                                      as the running requests' next tokens (chunked prefill), 16..2048 */
+    int32_t max_adapters;          /* (64) adapters loaded at once, 1..1024: POST /lora-adapters/load beyond
+                                      it is refused (HTTP 409) unless it asks "evict": true, which unloads
+                                      the least recently used adapter no request is using */
 } af_server_opts;
 
 /* Defaults as marked above. */

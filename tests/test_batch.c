@@ -12,7 +12,17 @@
  *      (truncated, a flipped byte, wrong version, another adapter, a NaN value or a token id out of
  *      range with the checksum made valid again) refused with AF_ERR_FORMAT, the session unchanged;
  *  (d) the cancel flag: AF_ERR_CANCELLED before anything, and after the first chunk of a 600-token
- *      prompt when set by the progress callback (n_past = 256); progress (phase, current, total).
+ *      prompt when set by the progress callback (n_past = 256); progress (phase, current, total);
+ *  (f) chunked prefill (af_session_eval_multi): prompts of 300 and 37 tokens evaluated in pieces
+ *      (af_session_prompt_piece, budgets of 24 and 18 tokens a pass) in the same passes as the decode
+ *      tokens of three running sessions, with adapters, the prompt rows between decode rows: every
+ *      logit, then greedy decoding after the prompts, bitwise as each session alone; the piece rule
+ *      and the refused calls (a 256 boundary crossed, a count of 0);
+ *  (g) several adapters applied together (af_session_set_loras): logits equal, to f32 rounding, to
+ *      one adapter of the summed rank holding both (A stacked, B side by side with the scales
+ *      folded in); a list with a scale-0 entry == the list without it, bitwise; sessions with lists
+ *      batched (af_session_eval_batch) == alone, bitwise;
+ *  (f) and (g) again on a Vulkan device when there is one (tiny llama Q8_0).
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -367,6 +377,197 @@ static void test_train_cancel(const af_model *m) {
     af_lora_trainer_free(tr);
 }
 
+/* (f) chunked prefill: prompt pieces and decode tokens in one af_session_eval_multi pass == alone. */
+#define NP 2 /* sessions in their prompt */
+#define ND 3 /* sessions decoding */
+static void test_chunked_prefill(const af_model *m, const char *what) {
+    const int64_t V = m->cfg.vocab_size;
+    adapter ad[2];
+    memset(ad, 0, sizeof ad);
+    if (!CHECK(make_adapter(m, 4, "all-linear", 41, &ad[0]) && make_adapter(m, 2, "qv", 42, &ad[1]), "%s: adapters", what))
+        return;
+    const int plen[NP + ND] = {300, 37, 9, 3, 21};
+    int32_t *prompt[NP + ND];
+    af_session *alone[NP + ND], *bat[NP + ND];
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V * (NP + ND));
+    float *first = malloc(sizeof(float) * (size_t)V * (NP + ND)); /* alone: logits after each prompt */
+    uint64_t rng = 99;
+    int ok = la && lb && first;
+    for (int i = 0; ok && i < NP + ND; i++) {
+        prompt[i] = malloc(sizeof(int32_t) * (size_t)plen[i]);
+        for (int t = 0; t < plen[i]; t++) prompt[i][t] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)V);
+        ok = af_session_new(m, 400, &alone[i]) == AF_OK && af_session_new(m, 400, &bat[i]) == AF_OK;
+        const adapter *a = i % 3 == 1 ? NULL : &ad[i % 2];
+        if (ok && a)
+            ok = af_session_set_lora(alone[i], a->P, &a->lay, a->lay.scale * 0.8f) == AF_OK &&
+                 af_session_set_lora(bat[i], a->P, &a->lay, a->lay.scale * 0.8f) == AF_OK;
+        ok = ok && af_session_eval(alone[i], prompt[i], plen[i], first + (size_t)i * V, NULL) == AF_OK;
+        /* the decoding sessions start with their prompt already in (as alone) */
+        if (ok && i >= NP) ok = af_session_eval(bat[i], prompt[i], plen[i], lb, NULL) == AF_OK;
+    }
+    if (!CHECK(ok, "%s: sessions: %s", what, af_last_error())) return;
+    int32_t tok[NP + ND];
+    for (int i = 0; i < NP + ND; i++) tok[i] = argmax(first + (size_t)i * V, V);
+    int same = 1, passes = 0, mixed = 0, prompt_done[NP] = {0, 0};
+    for (int pass = 0; ok && pass < 40; pass++) {
+        /* rows: decode 0, prompt 0, prompt 1, decode 1, decode 2 (the two prompt pieces share a
+         * blocked product, between decode rows), budgets of 24 and 18 tokens a pass */
+        static const int order[NP + ND] = {2, 0, 1, 3, 4};
+        af_session *act[NP + ND];
+        int32_t cnt[NP + ND], rows[512], idx[NP + ND], na = 0, nr = 0, nprompt = 0, npseq = 0;
+        for (int k = 0; k < NP + ND; k++) {
+            const int i = order[k];
+            if (i < NP && prompt_done[i] == 0) {
+                const int np = af_session_n_past(bat[i]), c = af_session_prompt_piece(bat[i], plen[i], 24 - 6 * i);
+                if (c == 0) continue;
+                memcpy(rows + nr, prompt[i] + np, sizeof(int32_t) * (size_t)c);
+                nprompt += c, npseq++;
+                cnt[na] = c;
+                nr += c;
+            } else {
+                rows[nr++] = tok[i];
+                cnt[na] = 1;
+            }
+            act[na] = bat[i];
+            idx[na++] = i;
+        }
+        if (nprompt == 0 && pass > 30) break;
+        mixed += npseq > 0 && na > npseq;
+        ok = af_session_eval_multi(act, na, cnt, rows, lb) == AF_OK;
+        if (!CHECK(ok, "%s: eval_multi: %s", what, af_last_error())) break;
+        passes++;
+        for (int j = 0; j < na; j++) {
+            const int i = idx[j];
+            const float *ref = NULL;
+            if (i < NP && prompt_done[i] == 0) { /* in its prompt: compared once the prompt is in */
+                if (af_session_n_past(bat[i]) < plen[i]) continue;
+                prompt_done[i] = 1;
+                ref = first + (size_t)i * V;
+            } else {
+                ok = af_session_eval(alone[i], &tok[i], 1, la, NULL) == AF_OK;
+                if (!ok) break;
+                ref = la;
+            }
+            if (memcmp(ref, lb + (size_t)j * V, sizeof(float) * (size_t)V) != 0) {
+                same = 0;
+                printf("%s: pass %d session %d (n_past %d): logits differ by %.3g\n", what, pass, i,
+                       af_session_n_past(bat[i]), tl_max_abs_diff(ref, lb + (size_t)j * V, (size_t)V, NULL));
+            }
+            tok[i] = argmax(lb + (size_t)j * V, V);
+            CHECK(af_session_n_past(bat[i]) == af_session_n_past(alone[i]), "%s: n_past of session %d", what, i);
+        }
+    }
+    CHECK(ok && prompt_done[0] && prompt_done[1], "%s: both prompts evaluated in pieces", what);
+    CHECK(mixed >= 13, "%s: %d passes mixed prompt pieces with decode tokens", what, mixed);
+    CHECK(same, "%s: chunked prefill gives every session bit-identical logits to evaluating it alone", what);
+    printf("%s: chunked prefill, prompts of 300 and 37 tokens in pieces of <= 24 and 18 with 3 decoding sessions, %d passes "
+           "(%d mixed): == alone bitwise: %s\n", what, passes, mixed, same ? "yes" : "NO");
+    /* the piece rule (af_session_prompt_piece) and refused calls */
+    af_session *s = bat[1];
+    af_session_reset(s);
+    CHECK(af_session_prompt_piece(s, 300, 24) == 24 && af_session_prompt_piece(s, 300, 4) == 0 &&
+              af_session_prompt_piece(s, 3, 2) == 2 && af_session_prompt_piece(NULL, 300, 24) == 0,
+          "%s: pieces from position 0", what);
+    CHECK(af_session_eval(s, prompt[0], 232, NULL, NULL) == AF_OK, "%s: 232 tokens", what);
+    CHECK(af_session_prompt_piece(s, 300, 20) == 19, "%s: no tail of 1-4 rows left in a blocked chunk (%d)", what,
+          af_session_prompt_piece(s, 300, 20));
+    CHECK(af_session_prompt_piece(s, 300, 100) == 24, "%s: a piece stops at 256", what);
+    CHECK(af_session_prompt_piece(s, 234, 100) == 2, "%s: the prompt's end", what);
+    CHECK(af_session_eval(s, prompt[0], 24, NULL, NULL) == AF_OK && af_session_prompt_piece(s, 258, 100) == 2 &&
+              af_session_prompt_piece(s, 258, 1) == 1,
+          "%s: a decode-regime chunk: any piece", what);
+    int32_t c30 = 30, c0 = 0;
+    af_session_reset(s);
+    CHECK(af_session_eval(s, prompt[0], 240, NULL, NULL) == AF_OK &&
+              af_session_eval_multi(&s, 1, &c30, prompt[0], lb) == AF_ERR_INVALID_ARG && af_session_n_past(s) == 240,
+          "%s: a piece across position 256 is refused", what);
+    CHECK(af_session_eval_multi(&s, 1, &c0, prompt[0], lb) == AF_ERR_INVALID_ARG, "%s: a count of 0 is refused", what);
+    for (int i = 0; i < NP + ND; i++) {
+        af_session_free(alone[i]);
+        af_session_free(bat[i]);
+        free(prompt[i]);
+    }
+    for (int i = 0; i < 2; i++) free_adapter(&ad[i]);
+    free(la);
+    free(lb);
+    free(first);
+}
+
+/* (g) several adapters in one session. */
+static void test_lora_list(const af_model *m, const char *what) {
+    const int64_t V = m->cfg.vocab_size;
+    adapter a, b, c;
+    memset(&c, 0, sizeof c);
+    if (!CHECK(make_adapter(m, 2, "all-linear", 51, &a) && make_adapter(m, 3, "all-linear", 52, &b) &&
+                   make_adapter(m, 5, "all-linear", 53, &c),
+               "%s: adapters", what))
+        return;
+    const float sa = a.lay.scale * 0.7f, sb = b.lay.scale * -1.3f;
+    /* c = [a; b]: A_c rows = A_a's then A_b's, B_c [out, 5] = [sa·B_a | sb·B_b] (applied with scale 1) */
+    for (int32_t l = 0; l < c.lay.n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *qa = af_lora_slot_at(&a.lay, l, (af_proj)p), *qb = af_lora_slot_at(&b.lay, l, (af_proj)p),
+                               *qc = af_lora_slot_at(&c.lay, l, (af_proj)p);
+            if (qc->a_off < 0) continue;
+            memcpy(c.P + qc->a_off, a.P + qa->a_off, sizeof(float) * (size_t)(2 * qa->in));
+            memcpy(c.P + qc->a_off + 2 * qa->in, b.P + qb->a_off, sizeof(float) * (size_t)(3 * qb->in));
+            for (int64_t o = 0; o < qc->out; o++) {
+                for (int k = 0; k < 2; k++) c.P[qc->b_off + o * 5 + k] = sa * a.P[qa->b_off + o * 2 + k];
+                for (int k = 0; k < 3; k++) c.P[qc->b_off + o * 5 + 2 + k] = sb * b.P[qb->b_off + o * 3 + k];
+            }
+        }
+    af_session *s2 = NULL, *s1 = NULL, *s3 = NULL, *t[3] = {NULL, NULL, NULL};
+    int ok = af_session_new(m, 64, &s2) == AF_OK && af_session_new(m, 64, &s1) == AF_OK && af_session_new(m, 64, &s3) == AF_OK;
+    for (int i = 0; i < 3; i++) ok = ok && af_session_new(m, 64, &t[i]) == AF_OK;
+    const float *P2[3] = {a.P, b.P, c.P};
+    const af_param_layout *L2[3] = {&a.lay, &b.lay, &c.lay};
+    const float S2[3] = {sa, sb, 0.0f}, S3[2] = {sb, sa};
+    const float *P3[2] = {b.P, a.P};
+    const af_param_layout *L3[2] = {&b.lay, &a.lay};
+    ok = ok && af_session_set_loras(s2, 2, P2, L2, S2) == AF_OK && af_session_set_lora(s1, c.P, &c.lay, 1.0f) == AF_OK &&
+         af_session_set_loras(s3, 3, P2, L2, S2) == AF_OK && af_session_set_loras(t[0], 2, P2, L2, S2) == AF_OK &&
+         af_session_set_loras(t[2], 2, P3, L3, S3) == AF_OK;
+    if (!CHECK(ok, "%s: sessions with adapter lists: %s", what, af_last_error())) return;
+    int32_t prompt[20];
+    for (int i = 0; i < 20; i++) prompt[i] = (int32_t)((i * 37 + 5) % V);
+    float *l2 = malloc(sizeof(float) * (size_t)V), *l1 = malloc(sizeof(float) * (size_t)V), *l3 = malloc(sizeof(float) * (size_t)V);
+    float *lb = malloc(sizeof(float) * (size_t)V * 3), *la = malloc(sizeof(float) * (size_t)V);
+    ok = af_session_eval(s2, prompt, 20, l2, NULL) == AF_OK && af_session_eval(s1, prompt, 20, l1, NULL) == AF_OK &&
+         af_session_eval(s3, prompt, 20, l3, NULL) == AF_OK;
+    double mx = 0, ref = 0;
+    for (int64_t i = 0; ok && i < V; i++) {
+        mx = fmax(mx, fabs((double)l2[i] - l1[i]));
+        ref = fmax(ref, fabs((double)l1[i]));
+    }
+    CHECK(ok && mx <= 1e-4 * (1 + ref), "%s: two adapters together == one adapter holding both (max diff %.3g, max |logit| %.3g)",
+          what, mx, ref);
+    CHECK(ok && memcmp(l2, l3, sizeof(float) * (size_t)V) == 0, "%s: a scale-0 entry is off (bitwise)", what);
+    /* batched: [a, b], base, [b, a] == each alone (the same prompt, then the same tokens one by one) */
+    int same = 1;
+    af_session *al[3] = {NULL, NULL, NULL};
+    for (int i = 0; ok && i < 3; i++) ok = af_session_new(m, 64, &al[i]) == AF_OK;
+    ok = ok && af_session_set_loras(al[0], 2, P2, L2, S2) == AF_OK && af_session_set_loras(al[2], 2, P3, L3, S3) == AF_OK;
+    for (int i = 0; ok && i < 3; i++)
+        ok = af_session_eval(t[i], prompt, 20 - 3 * i, la, NULL) == AF_OK && af_session_eval(al[i], prompt, 20 - 3 * i, la, NULL) == AF_OK;
+    int32_t tok[3] = {7, 9, 11};
+    for (int step = 0; ok && step < 3; step++) {
+        ok = af_session_eval_batch(t, 3, tok, lb) == AF_OK;
+        for (int i = 0; ok && i < 3; i++) {
+            ok = af_session_eval(al[i], &tok[i], 1, la, NULL) == AF_OK;
+            same &= ok && memcmp(la, lb + (size_t)i * V, sizeof(float) * (size_t)V) == 0;
+        }
+        for (int i = 0; i < 3; i++) tok[i] = argmax(lb + (size_t)i * V, V);
+    }
+    for (int i = 0; i < 3; i++) af_session_free(al[i]);
+    CHECK(ok, "%s: batched lists: %s", what, af_last_error());
+    CHECK(same, "%s: sessions with adapter lists batched == alone, bitwise", what);
+    printf("%s: adapter lists: [a, b] vs one stacked adapter max diff %.3g; batched == alone: %s\n", what, mx, same ? "yes" : "NO");
+    af_session_free(s1), af_session_free(s2), af_session_free(s3);
+    for (int i = 0; i < 3; i++) af_session_free(t[i]);
+    free(l1), free(l2), free(l3), free(la), free(lb);
+    free_adapter(&a), free_adapter(&b), free_adapter(&c);
+}
+
 int main(void) {
     const char *archs[4] = {"llama", "gemma3", "qwen2", "qwen3"};
     for (int i = 0; i < 4; i++) {
@@ -379,6 +580,8 @@ int main(void) {
             snprintf(what, sizeof what, "tiny %s %s", archs[i], q ? "Q8_0" : "F32");
             test_batch_equals_alone(m, what, STEPS);
             if (q == 1) test_keep_prefix(m, what, 0);
+            if (q == 1) test_chunked_prefill(m, what);
+            if (q == 1) test_lora_list(m, what);
             if (q == 1 && i < 2) test_file(m, what);
             if (i == 0 && q == 0) test_cancel(m);
             if (i == 0 && q == 1) test_train_cancel(m);
@@ -393,8 +596,36 @@ int main(void) {
                   af_last_error())) {
             test_batch_equals_alone(m, "tiny gemma4", STEPS);
             test_keep_prefix(m, "tiny gemma4", 0);
+            test_chunked_prefill(m, "tiny gemma4");
+            test_lora_list(m, "tiny gemma4");
             test_file(m, "tiny gemma4");
             af_model_free(m);
+        }
+    }
+    /* the same on a Vulkan device when there is one (the blocked product's per-row bits must not
+     * depend on the row count there either: prompt pieces share one product) */
+    {
+        af_device_info inf[4];
+        int32_t nd = 0, vk = -1;
+        char why[300] = "";
+        for (int32_t i = 0; i < af_backend_count(); i++)
+            if (!strcmp(af_backend_name(i), "vulkan")) vk = i;
+        if (vk < 0 || af_backend_devices(vk, inf, 4, &nd, why, sizeof why) != AF_OK || nd == 0) {
+            tl_skip("chunked prefill and adapter lists on Vulkan: no Vulkan device");
+        } else if (tl_sanitized()) {
+            tl_skip("chunked prefill and adapter lists on Vulkan: sanitizer build (run in make test)");
+        } else if (CHECK(tl_ctx_set_device("vulkan") == AF_OK, "vulkan ctx: %s", af_last_error())) {
+            tm_spec spec = tm_default("llama", AF_TYPE_Q8_0);
+            spec.seed = 3;
+            af_model *m = NULL;
+            if (CHECK(tm_load(&spec, &m) == AF_OK, "tiny llama on vulkan: %s", af_last_error())) {
+                char what[160];
+                snprintf(what, sizeof what, "tiny llama Q8_0 on %s (%s)", af_ctx_device(m->ctx), inf[0].name);
+                test_chunked_prefill(m, what);
+                test_lora_list(m, what);
+            }
+            af_model_free(m);
+            tl_ctx_set_device("cpu");
         }
     }
     const char *sm = tl_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -403,6 +634,8 @@ int main(void) {
         if (CHECK(af_model_load(T_CTX, sm, &m) == AF_OK, "SmolLM2: %s", af_last_error())) {
             test_batch_equals_alone(m, "SmolLM2-135M Q4_1", tl_sanitized() ? 5 : STEPS);
             if (!tl_sanitized()) test_keep_prefix(m, "SmolLM2-135M Q4_1", 1);
+            if (!tl_sanitized()) test_chunked_prefill(m, "SmolLM2-135M Q4_1");
+            test_lora_list(m, "SmolLM2-135M Q4_1");
             af_model_free(m);
         }
     }

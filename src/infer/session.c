@@ -112,7 +112,8 @@ void af_session_free(af_session *s) {
     free(s->k_cache);
     free(s->v_cache);
     af_tf_infer_free(&s->s);
-    af_be(s->ctx)->free(s->ctx, s->dev_P);
+    for (int32_t k = 0; k < s->n_lora; k++) af_be(s->ctx)->free(s->ctx, s->dev_P[k]);
+    af_be(s->ctx)->free(s->ctx, s->xa);
     if (s->has_own_lay) af_param_layout_free(&s->own_lay);
     af_be(s->ctx)->free(s->ctx, s->logits_dev);
     free(s->toks);
@@ -191,8 +192,9 @@ af_status af_session_eval(af_session *s, const int32_t *tokens, int n, float *lo
     const af_tf_control ctl = {&s->cancel, 1};
     for (int done = 0; done < n;) {
         int64_t chunk = chunk_len(s->n_past, n - done);
-        AF_TRY(af_tf_infer_forward(s->ctx, m, &s->s, s->P, s->lay, s->lora_scale, tokens + done, chunk, s->n_past,
-                                   s->k_cache, s->v_cache, s->n_ctx, &ctl));
+        /* the multi-sequence walk with one sequence: the path of af_session_eval_multi (adapter lists) */
+        const af_tf_seq q = {chunk, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->lora, s->n_lora};
+        AF_TRY(af_tf_infer_forward_multi(s->ctx, m, &s->s, &q, 1, tokens + done, s->xa, &ctl));
         memcpy(s->toks + s->n_past, tokens + done, sizeof(int32_t) * (size_t)chunk);
         memset(s->blocked + s->n_past, chunk > AF_TF_DECODE_ROWS, (size_t)chunk);
         s->n_past += chunk;
@@ -239,114 +241,185 @@ int af_session_reusable(const af_session *s, const int32_t *tokens, int n) {
     return (int)c;
 }
 
-af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t *tokens, float *logits) {
-    if (!ss || !tokens || !logits || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: NULL argument or n < 1");
-    if (n > AF_EVAL_CHUNK) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: %d sessions, more than %d", n, AF_EVAL_CHUNK);
-    const af_model *m = ss[0]->m;
-    const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;
-    int32_t rmax = 0;
+int af_session_prompt_piece(const af_session *s, int n, int budget) {
+    if (!s || budget < 1 || s->n_past >= n) return 0;
+    const int64_t p = s->n_past, c0 = p / AF_EVAL_CHUNK * AF_EVAL_CHUNK;
+    const int64_t e = c0 + AF_EVAL_CHUNK < n ? c0 + AF_EVAL_CHUNK : n, r = e - p;
+    int64_t k = r < budget ? r : budget;
+    /* a chunk of the blocked regime: pieces of > AF_TF_DECODE_ROWS rows, and no tail of 1-4 rows
+     * left (a cache that already ends 1-4 rows before the chunk's end cannot be helped: the rest) */
+    if (e - c0 > AF_TF_DECODE_ROWS && r > AF_TF_DECODE_ROWS) {
+        if (r - k > 0 && r - k <= AF_TF_DECODE_ROWS) k = r - AF_TF_DECODE_ROWS - 1;
+        if (k <= AF_TF_DECODE_ROWS) return 0;
+    }
+    return (int)k;
+}
+
+#define MULTI_MAX_ROWS 4096 /* tokens of one af_session_eval_multi call */
+
+/* Check the arguments of af_session_eval_multi; *rows = Σ counts, *rmax = the largest adapter rank. */
+static af_status multi_check(af_session *const *ss, int32_t n, const int32_t *counts, const int32_t *tokens,
+                             int64_t *rows, int32_t *rmax) {
+    const af_model *m = ss[0] ? ss[0]->m : NULL;
+    const int64_t V = m ? m->cfg.vocab_size : 0;
+    *rows = 0, *rmax = 0;
     for (int32_t i = 0; i < n; i++) {
         const af_session *s = ss[i];
-        if (!s || s->m != m) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: session %d is NULL or of another model", i);
+        const int64_t c = counts ? counts[i] : 1;
+        if (!s || s->m != m) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: session %d is NULL or of another model", i);
         for (int32_t j = 0; j < i; j++)
-            if (ss[j] == s) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_batch: session %d given twice", i);
-        if (s->n_past + 1 > s->n_ctx)
-            return af_fail(AF_ERR_RANGE, "session %d: context full (%lld positions)", i, (long long)s->n_ctx);
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return af_fail(AF_ERR_RANGE, "token id %d of session %d outside the vocabulary [0, %lld)", tokens[i], i,
-                           (long long)V);
+            if (ss[j] == s) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: session %d given twice", i);
+        if (c < 1 || *rows + c > MULTI_MAX_ROWS)
+            return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: session %d: %lld tokens (expected >= 1, at most %d in all)",
+                           i, (long long)c, MULTI_MAX_ROWS);
+        if (s->n_past + c > s->n_ctx)
+            return af_fail(AF_ERR_RANGE, "session %d: context full (%lld cached + %lld new > %lld positions)", i,
+                           (long long)s->n_past, (long long)c, (long long)s->n_ctx);
+        if (s->n_past % AF_EVAL_CHUNK + c > AF_EVAL_CHUNK)
+            return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: session %d: positions %lld..%lld cross a multiple of %d",
+                           i, (long long)s->n_past, (long long)(s->n_past + c - 1), AF_EVAL_CHUNK);
+        for (int64_t t = *rows; t < *rows + c; t++)
+            if (tokens[t] < 0 || tokens[t] >= V)
+                return af_fail(AF_ERR_RANGE, "token id %d (index %lld) of session %d outside the vocabulary [0, %lld)",
+                               tokens[t], (long long)(t - *rows), i, (long long)V);
         if (s->cancel && *s->cancel) return af_fail(AF_ERR_CANCELLED, "session %d: cancelled", i);
-        if (s->P && s->lay->lora.r > rmax) rmax = s->lay->lora.r;
+        for (int32_t k = 0; k < s->n_lora; k++)
+            if (s->lora[k].lay->lora.r > *rmax) *rmax = s->lora[k].lay->lora.r;
+        *rows += c;
     }
+    return AF_OK;
+}
+
+af_status af_session_eval_multi(af_session *const *ss, int32_t n, const int32_t *counts, const int32_t *tokens,
+                                float *logits) {
+    if (!ss || !tokens || !logits || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: NULL argument or n < 1");
+    if (n > AF_EVAL_CHUNK) return af_fail(AF_ERR_INVALID_ARG, "af_session_eval_multi: %d sessions, more than %d", n, AF_EVAL_CHUNK);
+    int64_t rows;
+    int32_t rmax;
+    AF_TRY(multi_check(ss, n, counts, tokens, &rows, &rmax));
+    const af_model *m = ss[0]->m;
+    const int64_t V = m->cfg.vocab_size, H = m->cfg.hidden_size;
     const af_ctx *ctx = ss[0]->ctx;
     af_tf_seq *seq = af_calloc((size_t)n, sizeof *seq);
     const volatile int **flags = af_calloc((size_t)n, sizeof *flags);
-    float *xa = rmax ? af_be(ctx)->alloc(ctx, sizeof(float) * (size_t)n * (size_t)rmax) : NULL; /* device scratch */
-    af_tf_infer st_;
-    memset(&st_, 0, sizeof st_);
-    af_status st = (!seq || !flags || (rmax && !xa)) ? af_fail(AF_ERR_NOMEM, "out of memory") : af_tf_infer_init(&st_, ctx, m, NULL, n);
+    float *xa = rmax ? af_be(ctx)->alloc(ctx, sizeof(float) * (size_t)rows * (size_t)rmax) : NULL; /* device scratch */
+    /* the forward state: the first session's (scratch between calls) when the rows fit, else one of its own */
+    af_tf_infer own;
+    memset(&own, 0, sizeof own);
+    af_tf_infer *fs = rows <= ss[0]->s.cap ? &ss[0]->s : &own;
+    af_status st = (!seq || !flags || (rmax && !xa)) ? af_fail(AF_ERR_NOMEM, "out of memory")
+                   : fs == &own                      ? af_tf_infer_init(&own, ctx, m, NULL, rows)
+                                                     : AF_OK;
     for (int32_t i = 0; st == AF_OK && i < n; i++) {
         const af_session *s = ss[i];
-        seq[i] = (af_tf_seq){1, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->P, s->lay, s->lora_scale};
+        seq[i] = (af_tf_seq){counts ? counts[i] : 1, s->n_past, s->k_cache, s->v_cache, s->n_ctx, s->lora, s->n_lora};
         flags[i] = s->cancel;
     }
     /* any session's cancel flag stops the whole step (checked before every layer) */
     const af_tf_control ctl = {(const volatile int *const *)flags, n};
-    if (st == AF_OK) st = af_tf_infer_forward_multi(ctx, m, &st_, seq, n, tokens, xa, &ctl);
+    if (st == AF_OK) st = af_tf_infer_forward_multi(ctx, m, fs, seq, n, tokens, xa, &ctl);
     if (st == AF_OK) {
-        /* the LM head in groups of <= AF_TF_DECODE_ROWS rows: each row's bits as alone (on a device
+        /* each session's last row moved to row i (rows only move down, into rows already read), then
+         * the LM head in groups of <= AF_TF_DECODE_ROWS rows: each row's bits as alone (on a device
          * through the first session's logits buffer, downloaded) */
+        int64_t r = 0;
+        for (int32_t i = 0; i < n; i++) {
+            r += seq[i].n;
+            if (r - 1 != i)
+                af_be(ctx)->copy(ctx, fs->x + (size_t)i * (size_t)H, fs->x + (size_t)(r - 1) * (size_t)H,
+                                      sizeof(float) * (size_t)H);
+        }
         for (int32_t i = 0; st == AF_OK && i < n; i += AF_TF_DECODE_ROWS) {
             const int32_t k = n - i < AF_TF_DECODE_ROWS ? n - i : AF_TF_DECODE_ROWS;
-            st = head_rows(ss[0], logits + (size_t)i * (size_t)V, st_.x + (size_t)i * (size_t)H, k);
+            st = head_rows(ss[0], logits + (size_t)i * (size_t)V, fs->x + (size_t)i * (size_t)H, k);
         }
     }
     if (st == AF_OK) {
+        int64_t r = 0;
         for (int32_t i = 0; i < n; i++) {
-            ss[i]->toks[ss[i]->n_past] = tokens[i];
-            ss[i]->blocked[ss[i]->n_past] = 0;
-            ss[i]->n_past++;
+            af_session *s = ss[i];
+            const int64_t c = seq[i].n;
+            memcpy(s->toks + s->n_past, tokens + r, sizeof(int32_t) * (size_t)c);
+            memset(s->blocked + s->n_past, c > AF_TF_DECODE_ROWS, (size_t)c);
+            s->n_past += c;
+            r += c;
         }
     }
-    af_tf_infer_free(&st_);
+    af_tf_infer_free(&own);
     af_be(ctx)->free(ctx, xa);
     free(flags);
     free(seq);
     return st;
 }
 
-/* Drop the adapter's device copy and the owned layout. */
-static void drop_adapter(af_session *s) {
-    af_be(s->ctx)->free(s->ctx, s->dev_P);
-    s->dev_P = NULL;
+af_status af_session_eval_batch(af_session *const *ss, int32_t n, const int32_t *tokens, float *logits) {
+    return af_session_eval_multi(ss, n, NULL, tokens, logits);
+}
+
+/* FNV-1a 64 of n floats as given (session_file.c's layout hash reads it). */
+static uint64_t fnv_floats(const float *P, int64_t n) {
+    const unsigned char *b = (const unsigned char *)P;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof(float) * (size_t)n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+af_status af_session_set_loras(af_session *s, int32_t n, const float *const *P, const af_param_layout *const *lay,
+                               const float *scale) {
+    if (!s) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: NULL session");
+    if (n < 0 || n > AF_SESSION_MAX_LORA || (n > 0 && (!P || !lay || !scale)))
+        return af_fail(AF_ERR_INVALID_ARG, "af_session_set_loras: %d adapters (expected 0..%d with their arrays)", n,
+                       AF_SESSION_MAX_LORA);
+    for (int32_t k = 0; k < n; k++) {
+        if (P[k] && (!lay[k] || lay[k]->n_layers != s->m->cfg.num_hidden_layers || lay[k]->lora.r < 1))
+            return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: the layout of adapter %d does not match the model", k);
+        if (!isfinite(scale[k])) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: the scale of adapter %d is not finite", k);
+        if (P[k] && lay[k]->init_P) /* the frozen −s·B0·A0 is applied by the training engine only */
+            return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: a pissa / olora training layout: save the adapter (a "
+                                               "plain LoRA of the base) and load that");
+        if (P[k] && lay[k]->lora.use_dora)
+            return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is applied unmerged in training only: merge it into the "
+                                               "model with `afinar merge` to generate or serve with it");
+    }
+    const af_backend *be = af_be(s->ctx);
+    af_tf_lora nl[AF_SESSION_MAX_LORA];
+    float *dp[AF_SESSION_MAX_LORA], *xa = NULL;
+    uint64_t hs[AF_SESSION_MAX_LORA];
+    int32_t m = 0, rmax = 0;
+    af_status st = AF_OK;
+    for (int32_t k = 0; st == AF_OK && k < n; k++) {
+        if (!P[k] || scale[k] == 0) continue; /* off */
+        dp[m] = be->alloc(s->ctx, sizeof(float) * (size_t)lay[k]->n_total);
+        if (!dp[m]) {
+            st = AF_ERR_NOMEM;
+            break;
+        }
+        st = be->upload(s->ctx, dp[m], P[k], sizeof(float) * (size_t)lay[k]->n_total);
+        hs[m] = fnv_floats(P[k], lay[k]->n_total);
+        nl[m] = (af_tf_lora){dp[m], lay[k], scale[k]};
+        if (lay[k]->lora.r > rmax) rmax = lay[k]->lora.r;
+        m++;
+    }
+    if (st == AF_OK && rmax > 0) {
+        xa = be->alloc(s->ctx, sizeof(float) * (size_t)AF_EVAL_CHUNK * (size_t)rmax);
+        if (!xa) st = AF_ERR_NOMEM;
+    }
+    if (st != AF_OK) {
+        for (int32_t k = 0; k < m; k++) be->free(s->ctx, dp[k]);
+        return st;
+    }
+    for (int32_t k = 0; k < s->n_lora; k++) be->free(s->ctx, s->dev_P[k]);
+    be->free(s->ctx, s->xa);
     if (s->has_own_lay) af_param_layout_free(&s->own_lay);
     s->has_own_lay = 0;
+    for (int32_t k = 0; k < m; k++) s->lora[k] = nl[k], s->dev_P[k] = dp[k], s->P_hash[k] = hs[k];
+    s->n_lora = m;
+    s->xa = xa;
+    return AF_OK;
 }
 
 af_status af_session_set_lora(af_session *s, const float *P, const af_param_layout *lay, float scale) {
-    if (!s) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: NULL session");
-    if (P && (!lay || lay->n_layers != s->m->cfg.num_hidden_layers || lay->lora.r < 1))
-        return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: the layout does not match the model");
-    if (!isfinite(scale)) return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: scale is not finite");
-    if (P && lay->init_P) /* the frozen −s·B0·A0 is applied by the training engine only */
-        return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: a pissa / olora training layout: save the adapter (a "
-                                           "plain LoRA of the base) and load that");
-    if (P && lay->lora.use_dora && !af_ctx_on_cpu(s->ctx))
-        return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is applied on the CPU only (device %s): use --device cpu, or "
-                       "merge it into the model with `afinar merge`", af_ctx_device(s->ctx));
-    const int on = P && scale != 0;
-    const af_backend *be = af_be(s->ctx);
-    float *dp = NULL;
-    if (on) {
-        dp = be->alloc(s->ctx, sizeof(float) * (size_t)lay->n_total);
-        if (!dp) return AF_ERR_NOMEM;
-        af_status st = be->upload(s->ctx, dp, P, sizeof(float) * (size_t)lay->n_total);
-        if (st != AF_OK) {
-            be->free(s->ctx, dp);
-            return st;
-        }
-    }
-    af_tf_infer ns;
-    af_status st = af_tf_infer_init(&ns, s->ctx, s->m, on ? lay : NULL, AF_EVAL_CHUNK);
-    if (st != AF_OK) {
-        be->free(s->ctx, dp);
-        return st;
-    }
-    af_tf_infer_free(&s->s);
-    s->s = ns;
-    drop_adapter(s);
-    s->P_hash = 0;
-    if (on) { /* FNV-1a 64 of the parameters as given (session_file.c's layout hash reads it) */
-        const unsigned char *b = (const unsigned char *)P;
-        uint64_t h = 0xcbf29ce484222325ull;
-        for (size_t i = 0; i < sizeof(float) * (size_t)lay->n_total; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-        s->P_hash = h;
-    }
-    s->dev_P = dp;
-    s->P = dp;
-    s->lay = on ? lay : NULL;
-    s->lora_scale = on ? scale : 0;
-    return AF_OK;
+    return af_session_set_loras(s, 1, &P, &lay, &scale);
 }
 
 af_status af_session_load_adapter(af_session *s, const char *dir, float scale) {
@@ -374,7 +447,7 @@ af_status af_session_load_adapter(af_session *s, const char *dir, float scale) {
     if (st == AF_OK) {
         s->own_lay = lay;
         s->has_own_lay = 1;
-        if (s->lay) s->lay = &s->own_lay;
+        if (s->n_lora) s->lora[0].lay = &s->own_lay;
         return AF_OK;
     }
     if (have_lay) af_param_layout_free(&lay);

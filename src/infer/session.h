@@ -9,6 +9,7 @@
 #include "model/transformer.h"
 
 #define AF_EVAL_CHUNK 256 /* tokens per forward chunk: bounds scratch memory for long prompts */
+#define AF_SESSION_MAX_LORA 16 /* adapters applied together in one session */
 
 /* One sequence: its KV cache, the tokens in it, its adapter (session.c; the prompt-cache file of
  * session_file.c reads and writes the cache). Device memory (the model's context,
@@ -24,13 +25,15 @@ struct af_session {
                                  * layers with their own K/V) */
     af_devmem kv;             /* their memory */
     af_tf_infer s;
-    /* adapter (P == NULL: none): a device copy of the caller's parameters (af_session_set_lora) or
-     * of an adapter directory (af_session_load_adapter) */
-    const float *P;
-    const af_param_layout *lay;
-    float lora_scale;       /* the correction's scale s (adapter scale times the caller's factor) */
-    float *dev_P;           /* device copy of the parameters [lay->n_total] */
-    uint64_t P_hash;        /* FNV-1a of the parameters as given (the prompt cache's layout hash) */
+    /* adapters applied together, unmerged (n_lora 0: none), their corrections added in this order:
+     * lora[k].P is dev_P[k], a device copy of the caller's parameters (af_session_set_loras) or of an
+     * adapter directory (af_session_load_adapter: lora[0].lay is own_lay); lora[k].scale the
+     * correction's scale (adapter scale times the caller's factor) */
+    af_tf_lora lora[AF_SESSION_MAX_LORA];
+    int32_t n_lora;
+    float *dev_P[AF_SESSION_MAX_LORA];
+    uint64_t P_hash[AF_SESSION_MAX_LORA]; /* FNV-1a of each adapter's parameters as given (the prompt cache's layout hash) */
+    float *xa;              /* device scratch [AF_EVAL_CHUNK, max r of the adapters] (NULL: no adapter) */
     af_param_layout own_lay;
     int has_own_lay;
     float *logits_dev;      /* device logits [logit_rows, vocab] (NULL on a host-memory device) */
@@ -56,6 +59,16 @@ struct af_session {
  * af_session_load_adapter. Errors: AF_ERR_INVALID_ARG (NULL session, layout for another layer
  * count, non-finite scale), AF_ERR_NOMEM (nothing changes). */
 af_status af_session_set_lora(af_session *s, const float *P, const af_param_layout *lay, float scale);
+
+/* Several adapters applied together, unmerged, to every later evaluation of `s`:
+ *   y = x·Wᵀ + Σ_k scale[k]·(x·A_kᵀ)·B_kᵀ (added in the order k = 0, 1, ...)
+ * with P[k] [lay[k]->n_total] laid out by lay[k] (as af_session_set_lora; each P[k] copied to the
+ * device, each lay[k] borrowed). An entry with P[k] == NULL or scale[k] == 0 is off; n == 0 or all
+ * off: the base model. af_session_set_lora is the list of one. Errors: AF_ERR_INVALID_ARG (NULL
+ * session, n outside 0..AF_SESSION_MAX_LORA, a layout for another model, a non-finite scale),
+ * AF_ERR_NOMEM (nothing changes). */
+af_status af_session_set_loras(af_session *s, int32_t n, const float *const *P, const af_param_layout *const *lay,
+                               const float *scale);
 
 /* The model a session runs (borrowed; NULL for NULL) and its KV-cache capacity in positions. */
 const af_model *af_session_model(const af_session *s);

@@ -77,12 +77,13 @@ static uint64_t kv_layout_hash(const af_session *s) {
     h = fnv(h, &i8, sizeof i8);
     const char *dev = af_ctx_device(m->ctx); /* values computed on another device may differ in the last bits */
     if (strcmp(dev, "cpu") != 0) h = fnv(h, dev, strlen(dev));
-    if (s->P) {
+    for (int32_t k = 0; k < s->n_lora; k++) { /* each adapter, in the order they are applied */
+        const af_tf_lora *a = &s->lora[k];
         h = fnv(h, "lora", 4);
-        h = fnv(h, &s->lora_scale, sizeof s->lora_scale);
-        h = fnv(h, &s->lay->lora.r, sizeof s->lay->lora.r);
-        h = fnv(h, &s->lay->lora.targets, sizeof s->lay->lora.targets);
-        h = fnv(h, &s->P_hash, sizeof s->P_hash); /* the parameters' own FNV-1a (they live on the device) */
+        h = fnv(h, &a->scale, sizeof a->scale);
+        h = fnv(h, &a->lay->lora.r, sizeof a->lay->lora.r);
+        h = fnv(h, &a->lay->lora.targets, sizeof a->lay->lora.targets);
+        h = fnv(h, &s->P_hash[k], sizeof s->P_hash[k]); /* the parameters' own FNV-1a (they live on the device) */
     }
     return h;
 }

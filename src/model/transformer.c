@@ -218,13 +218,17 @@ static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight
     const void *wd = af_weight_dev(R->ctx, w, &type);
     if (R->mode == AF_TF_INFER && R->n_seq > 0) {
         /* several sequences (af_tf_infer_forward_multi): short ones packed into decode-regime
-         * products of <= AF_TF_DECODE_ROWS rows, a longer one alone: each row's bits as alone */
+         * products of <= AF_TF_DECODE_ROWS rows, consecutive longer ones (prompt pieces) into one
+         * blocked product (its per-row bits do not depend on the row count, matmul.h): each row's
+         * bits as alone */
         int64_t r0 = 0;
         for (int32_t i = 0; i < R->n_seq;) {
             int64_t rows = R->seq[i].n;
             int32_t j = i + 1;
             if (rows <= AF_TF_DECODE_ROWS)
                 while (j < R->n_seq && rows + R->seq[j].n <= AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
+            else
+                while (j < R->n_seq && R->seq[j].n > AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
             be->matmul_xwt(R->ctx, y + r0 * out, x + r0 * in, wd, type, rows, in, out, 0);
             r0 += rows;
             i = j;
@@ -323,14 +327,17 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     char mod[48] = "";
     if (R->probe) snprintf(mod, sizeof mod, "%s%s", p <= AF_PROJ_O ? "self_attn." : "mlp.", af_proj_name(p));
     probe(R, y, R->n * w->rows, l, mod, " output (frozen weight product)");
-    if (R->n_seq > 0) { /* several sequences: each one's own adapter on its rows */
+    if (R->n_seq > 0) { /* several sequences: each one's own adapters on its rows, in order */
         int64_t r0 = 0;
         for (int32_t i = 0; i < R->n_seq; i++) {
             const af_tf_seq *q = &R->seq[i];
-            const af_lora_slot *qs = q->P && q->lay ? af_lora_slot_at(q->lay, l, p) : NULL;
-            if (qs && qs->a_off >= 0)
-                af_be(R->ctx)->lora_forward(R->ctx, y + r0 * w->rows, R->xa, x + r0 * qs->in, NULL, q->P + qs->a_off,
-                                q->P + qs->b_off, q->n, qs->in, qs->out, q->lay->lora.r, q->lora_scale);
+            for (int32_t k = 0; k < q->n_lora; k++) {
+                const af_tf_lora *a = &q->lora[k];
+                const af_lora_slot *qs = a->P && a->lay ? af_lora_slot_at(a->lay, l, p) : NULL;
+                if (qs && qs->a_off >= 0)
+                    af_be(R->ctx)->lora_forward(R->ctx, y + r0 * w->rows, R->xa, x + r0 * qs->in, NULL, a->P + qs->a_off,
+                                                a->P + qs->b_off, q->n, qs->in, qs->out, a->lay->lora.r, a->scale);
+            }
             r0 += q->n;
         }
         return;
@@ -958,9 +965,10 @@ af_status af_tf_infer_forward_multi(const af_ctx *ctx, const af_model *m, af_tf_
     R.n_seq = n_seq;
     R.xa = xa;
     for (int32_t i = 0; i < n_seq; i++)
-        if (seq[i].P && seq[i].lay && seq[i].lay->lora.use_dora)
-            return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is not applied in batched serving (merge it into the "
-                                               "model with `afinar merge`)");
+        for (int32_t k = 0; k < seq[i].n_lora; k++)
+            if (seq[i].lora[k].P && seq[i].lora[k].lay && seq[i].lora[k].lay->lora.use_dora)
+                return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is applied unmerged in training only (merge it into "
+                                                   "the model with `afinar merge`)");
     for (int32_t i = 0; i < n_seq; i++) {
         for (int64_t t = 0; t < seq[i].n; t++) s->pos_host[R.n + t] = (int32_t)(seq[i].n_past + t);
         R.n += seq[i].n;

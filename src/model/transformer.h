@@ -101,6 +101,14 @@ void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, con
 typedef void (*af_tf_probe_fn)(void *ctx, const float *x, int64_t n, int32_t l, const char *what,
                                const char *what2);
 
+/* One LoRA adapter applied unmerged at inference: parameters P (device) laid out by lay, the
+ * correction's scale (y += scale·(x·Aᵀ)·Bᵀ on every projection with a slot in lay). */
+typedef struct af_tf_lora {
+    const float *P;
+    const af_param_layout *lay;
+    float scale;
+} af_tf_lora;
+
 /* One sequence of a multi-sequence inference call (AF_TF_INFER with af_tf_run.n_seq > 0: continuous
  * batching). Its rows are contiguous in the call, in the order of the af_tf_run.seq table. */
 typedef struct af_tf_seq {
@@ -108,9 +116,8 @@ typedef struct af_tf_seq {
     int64_t n_past;           /* positions already in its cache; the tokens go to n_past .. n_past+n-1 */
     float *const *k_cache, *const *v_cache; /* its caches: [n_layers] device buffers [n_ctx][kvd(l)] (af_tf_kv_layer) */
     int64_t n_ctx;
-    const float *P;           /* its adapter (device; NULL: none), laid out by lay, correction scale lora_scale */
-    const af_param_layout *lay;
-    float lora_scale;
+    const af_tf_lora *lora;   /* its adapters [n_lora] (0: none), their corrections added in this order */
+    int32_t n_lora;
 } af_tf_seq;
 
 /* Rows per frozen product of a multi-sequence call: the matmul decode regime (n <= 4 rows,

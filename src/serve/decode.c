@@ -89,8 +89,9 @@ int srv_make_choices(srv_job *j) {
         k->lead = j;
         k->choice = i + 1;
         k->slot = -1;
-        k->ad = j->ad;
-        k->scale = j->scale;
+        k->n_ad = j->n_ad;
+        memcpy(k->ad, j->ad, sizeof k->ad);
+        memcpy(k->scale, j->scale, sizeof k->scale);
         k->n_prompt = j->n_prompt;
         k->max_tokens = j->max_tokens;
         k->sp = j->sp;

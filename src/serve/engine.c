@@ -4,9 +4,11 @@
  * FIFO queue (at most opts.queue) until one of opts.max_seqs sequence slots is free; the slot whose
  * cached tokens share the longest prefix with its prompt (same adapter) is taken, and the cache is
  * kept as far as af_session_keep_prefix allows (bit-identical results). Each iteration of the loop
- * evaluates at most one 256-token prompt chunk of one request (so a long prompt delays the others'
- * next token by one chunk), then decodes one token of every request past its prompt in ONE batched
- * pass (af_session_eval_batch: different adapters in one batch, each sequence's bits as alone).
+ * runs ONE pass of the walk (af_session_eval_multi, chunked prefill): the next token of every
+ * request past its prompt, plus pieces of the prompts of the others, in order of admission, within
+ * opts.batch_tokens prompt tokens (af_session_prompt_piece keeps each piece in the regime a
+ * one-call evaluation gives it), so a long prompt delays the running streams by one pass of at
+ * most batch_tokens prompt tokens; different adapters share the pass, each sequence's bits as alone.
  * Classification requests run between iterations. A cancelled request (client gone) is dropped at
  * the next iteration. Sampling: af_sample with the request's seed (or a clock-derived one). */
 #include "serve/serve.h"
@@ -28,6 +30,8 @@
 #include <string.h>
 #include <time.h>
 
+_Static_assert(SRV_MAX_LORA <= AF_SESSION_MAX_LORA, "a request's adapters must fit a session's list");
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -46,8 +50,18 @@ void srv_adapter_free(adapter *a) {
     memset(a, 0, sizeof *a);
 }
 
+/* The least recently used loaded adapter that no request is using, or -1 (lock held). */
+static int lru_adapter(const srv *s) {
+    int best = -1;
+    for (int i = 0; i < s->n_ad; i++)
+        if (s->ad[i].used && !s->ad[i].removed && s->ad[i].refs == 0 && (best < 0 || s->ad[i].last_use < s->ad[best].last_use))
+            best = i;
+    return best;
+}
+
 /* Load adapter `path` as `name` into a free entry (caller holds the lock or is single-threaded). */
-af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id) {
+af_status srv_adapter_load(srv *s, const char *name, const char *path, int evict, int *id, int *evicted) {
+    *evicted = -1;
     if (!name[0] || strlen(name) >= sizeof s->ad[0].name || strlen(path) >= sizeof s->ad[0].path)
         return af_fail(AF_ERR_INVALID_ARG, "adapter name '%s' or path too long or empty", name);
     if (!strcmp(name, s->model_id)) return af_fail(AF_ERR_INVALID_ARG, "adapter name '%s' is the base model's id", name);
@@ -55,6 +69,15 @@ af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id) 
         if (s->ad[i].used && !s->ad[i].removed && !strcmp(s->ad[i].name, name))
             return af_fail(AF_ERR_INVALID_ARG, "an adapter named '%s' is already loaded (id %d)", name, i);
     if (s->n_ad >= MAX_ADAPTERS) return af_fail(AF_ERR_RANGE, "at most %d adapters per server run", MAX_ADAPTERS);
+    int loaded = 0;
+    for (int i = 0; i < s->n_ad; i++) loaded += s->ad[i].used && !s->ad[i].removed;
+    const int lru = loaded >= s->o.max_adapters ? lru_adapter(s) : -1;
+    if (loaded >= s->o.max_adapters && !evict)
+        return af_fail(AF_ERR_RANGE, "%d adapters are loaded (--max-adapters %d): unload one, or load with "
+                                     "\"evict\": true to unload the least recently used one", loaded, s->o.max_adapters);
+    if (loaded >= s->o.max_adapters && lru < 0)
+        return af_fail(AF_ERR_RANGE, "%d adapters are loaded (--max-adapters %d) and every one is in use by a request",
+                       loaded, s->o.max_adapters);
     adapter a;
     memset(&a, 0, sizeof a);
     af_adapter_info info;
@@ -70,8 +93,13 @@ af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id) 
         srv_adapter_free(&a);
         return st;
     }
+    if (lru >= 0) { /* evicted only once the new one loaded */
+        srv_adapter_unload(s, lru);
+        *evicted = lru;
+    }
     a.used = 1;
     a.gen = ++s->next_gen;
+    a.last_use = ++s->use_clock;
     a.scale = 0.0f; /* not applied to requests that name no adapter until POST /lora-adapters says so */
     snprintf(a.name, sizeof a.name, "%s", name);
     snprintf(a.path, sizeof a.path, "%s", path);
@@ -80,13 +108,42 @@ af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id) 
     return AF_OK;
 }
 
-static void adapter_unref(srv *s, int id) {
-    if (id < 0) return;
+/* Drop a job's references to its adapters (lock held). */
+static void adapters_unref(srv *s, const srv_job *j) {
+    for (int k = 0; k < j->n_ad; k++) {
+        adapter *a = &s->ad[j->ad[k]];
+        if (--a->refs == 0 && a->removed) {
+            srv_adapter_free(a);
+            a->used = 1, a->removed = 1; /* the id stays taken */
+        }
+    }
+}
+
+void srv_adapter_unload(srv *s, int id) {
     adapter *a = &s->ad[id];
-    if (--a->refs == 0 && a->removed) {
+    a->removed = 1; /* freed when the last job using it ends */
+    srv_slots_forget(s, a->gen); /* its cached positions can never be reused */
+    if (a->refs == 0) {
         srv_adapter_free(a);
         a->used = 1, a->removed = 1; /* the id stays taken */
     }
+}
+
+void srv_slots_forget(srv *s, uint64_t gen) {
+    for (int i = 0; i < s->n_slots; i++)
+        for (int k = 0; k < s->slots[i].n_key; k++)
+            if (!s->slots[i].busy && s->slots[i].gen[k] == gen) {
+                s->slots[i].n_key = -1;
+                break;
+            }
+}
+
+/* 1 when slot sl's cached positions were computed with j's adapters and scales (lock held). */
+static int slot_matches(const srv *s, const slot *sl, const srv_job *j) {
+    if (sl->n_key != j->n_ad) return 0;
+    for (int k = 0; k < j->n_ad; k++)
+        if (sl->gen[k] != s->ad[j->ad[k]].gen || sl->scale[k] != j->scale[k]) return 0;
+    return 1;
 }
 
 /* ---------------------------------------------------------------- jobs */
@@ -130,7 +187,7 @@ static void job_end(srv *s, srv_job *j) {
     if (j->phase == 3) return;
     j->phase = 3;
     if (j->slot >= 0) s->slots[j->slot].busy = 0;
-    adapter_unref(s, j->ad);
+    adapters_unref(s, j);
     for (int i = 0; i < s->na; i++)
         if (s->active[i] == j) {
             s->active[i] = s->active[--s->na];
@@ -140,9 +197,9 @@ static void job_end(srv *s, srv_job *j) {
         if (j->err.status)
             fprintf(s->o.log, "serve: request %llu: %d %s\n", (unsigned long long)j->id, j->err.status, j->err.message);
         else if (j->rq.kind != SRV_CLASSIFY)
-            fprintf(s->o.log, "serve: request %llu: %s, %d prompt tokens (%d from the cache), %d generated, %s, %.3f s\n",
+            fprintf(s->o.log, "serve: request %llu: %s, %d prompt tokens (%d from the cache) in %d passes, %d generated, %s, %.3f s\n",
                     (unsigned long long)j->id, j->cancel ? "cancelled" : "done", j->n_prompt,
-                    j->cancel ? 0 : j->n_done, j->n_gen, j->finish ? j->finish : "-", now_s() - j->t0);
+                    j->cancel ? 0 : j->n_done, j->n_passes, j->n_gen, j->finish ? j->finish : "-", now_s() - j->t0);
         fflush(s->o.log);
     }
     srv_metrics *m = &s->met;
@@ -228,9 +285,6 @@ static uint64_t clock_seed(void) {
     return (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
 }
 
-/* Which adapter and scale a request asks for: "model" names the base or an adapter; "lora" (ids
- * and scales, llama.cpp) overrides; without either the global scales of POST /lora-adapters apply.
- * At most one adapter may have a non-zero scale (one adapter per sequence). Lock held. */
 /* 1 when a request's "model" names the base model: its id, the id + ".gguf", or any name that is
  * no loaded adapter's while no adapter is loaded (one model served: llama-server's rule). Lock held. */
 static int names_base(const srv *s, const char *name) {
@@ -241,9 +295,12 @@ static int names_base(const srv *s, const char *name) {
     return 1;
 }
 
-static int pick_adapter(srv *s, const srv_req *rq, int *id, float *scale, srv_err *err) {
-    *id = -1;
-    *scale = 0;
+/* Which adapters and scales a request asks for (j->n_ad, j->ad, j->scale): "model" names the base
+ * or an adapter; "lora" (ids and scales, llama.cpp) overrides; without either the global scales of
+ * POST /lora-adapters apply. Every adapter with a non-zero scale is applied (scale 0 = off). Lock held. */
+static int pick_adapters(srv *s, srv_job *j, srv_err *err) {
+    const srv_req *rq = &j->rq;
+    j->n_ad = 0;
     int by_model = -1;
     if (rq->model && !names_base(s, rq->model)) {
         for (int i = 0; i < s->n_ad; i++)
@@ -270,14 +327,14 @@ static int pick_adapter(srv *s, const srv_req *rq, int *id, float *scale, srv_er
         sc[i] = (float)rq->lora_scale[k];
     }
     for (int i = 0; i < s->n_ad; i++) {
-        if (sc[i] == 0) continue;
-        if (*id >= 0) {
+        if (sc[i] == 0 || !s->ad[i].used || s->ad[i].removed) continue;
+        if (j->n_ad == SRV_MAX_LORA) {
             srv_err_set(err, 400, "invalid_request_error", NULL, "lora",
-                        "adapters %d and %d both have a non-zero scale: afinar applies one adapter per request", *id, i);
+                        "more than %d adapters with a non-zero scale in one request", SRV_MAX_LORA);
             return 0;
         }
-        *id = i;
-        *scale = sc[i];
+        j->ad[j->n_ad] = i;
+        j->scale[j->n_ad++] = sc[i];
     }
     return 1;
 }
@@ -331,7 +388,6 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
     j->rq = *rq;
     memset(rq, 0, sizeof *rq);
     j->slot = -1;
-    j->ad = -1;
     j->refs = 2;
     j->created = (long)time(NULL);
     j->t0 = now_s();
@@ -367,13 +423,15 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
                         "the adapter '%s' has no classification head (score.weight)", s->ad[id].name);
             ok = 0;
         } else {
-            j->ad = id;
+            j->n_ad = 1;
+            j->ad[0] = id;
+            j->scale[0] = 1.0f;
         }
     } else if (ok) {
-        ok = pick_adapter(s, &j->rq, &j->ad, &j->scale, err);
+        ok = pick_adapters(s, j, err);
     }
     if (ok) {
-        if (j->ad >= 0) s->ad[j->ad].refs++;
+        for (int k = 0; k < j->n_ad; k++) s->ad[j->ad[k]].refs++, s->ad[j->ad[k]].last_use = ++s->use_clock;
         pthread_mutex_unlock(&s->mu);
         if (j->rq.kind == SRV_CHAT || j->rq.kind == SRV_COMPLETION) { /* tokenize outside the lock */
             size_t n = 0;
@@ -420,7 +478,7 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
                         s->nq, s->n_slots, 1 + j->n_kids, s->o.queue);
             ok = 0;
         }
-        if (!ok) adapter_unref(s, j->ad);
+        if (!ok) adapters_unref(s, j);
     }
     if (!ok) {
         pthread_mutex_unlock(&s->mu);
@@ -431,7 +489,7 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
     s->queue[s->nq++] = j;
     for (int i = 0; i < j->n_kids; i++) { /* the other choices right behind (each refers to its lead) */
         j->kids[i]->id = j->id;
-        if (j->ad >= 0) s->ad[j->ad].refs++;
+        for (int k = 0; k < j->n_ad; k++) s->ad[j->ad[k]].refs++;
         s->queue[s->nq++] = j->kids[i];
     }
     pthread_cond_broadcast(&s->work);
@@ -445,13 +503,12 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
 /* A free slot for j: the longest reusable cached prefix with the same adapter, else the least
  * useful one. Lock held. */
 static int pick_slot(srv *s, const srv_job *j) {
-    const uint64_t gen = j->ad >= 0 ? s->ad[j->ad].gen : 0;
     int best = -1, best_len = -1;
     for (int i = 0; i < s->n_slots; i++) {
         if (s->slots[i].busy) continue;
         int n = 0, len = 0;
         const int32_t *t = af_session_tokens(s->slots[i].s, &n);
-        if (s->slots[i].gen == gen && s->slots[i].scale == j->scale)
+        if (slot_matches(s, &s->slots[i], j))
             while (len < n && len < j->n_prompt && t[len] == j->prompt[len]) len++;
         if (len > best_len) best = i, best_len = len;
     }
@@ -459,7 +516,7 @@ static int pick_slot(srv *s, const srv_job *j) {
 }
 
 static void classify(srv *s, srv_job *j) {
-    adapter *a = &s->ad[j->ad];
+    adapter *a = &s->ad[j->ad[0]];
     const int32_t n = j->rq.n_inputs, C = af_classifier_num_classes(a->cls);
     size_t *lens = calloc((size_t)n, sizeof *lens);
     float *probs = malloc(sizeof(float) * (size_t)n * (size_t)C);
@@ -516,25 +573,35 @@ static void classify(srv *s, srv_job *j) {
     free(probs);
 }
 
-/* Start a job on a slot (lock held; no compute here). */
-static void job_start(srv *s, srv_job *j, int k) {
-    slot *sl = &s->slots[k];
+/* Start a job on a slot (lock held; no compute here). 0: the adapters could not be set (j->err). */
+static int job_start(srv *s, srv_job *j, int slot_id) {
+    slot *sl = &s->slots[slot_id];
     sl->busy = 1;
-    j->slot = k;
+    j->slot = slot_id;
     j->phase = 1;
-    const uint64_t gen = j->ad >= 0 ? s->ad[j->ad].gen : 0;
-    if (sl->gen != gen || sl->scale != j->scale) {
+    if (!slot_matches(s, sl, j)) {
+        const float *P[SRV_MAX_LORA];
+        const af_param_layout *lay[SRV_MAX_LORA];
+        float sc[SRV_MAX_LORA];
+        for (int k = 0; k < j->n_ad; k++) {
+            const adapter *a = &s->ad[j->ad[k]];
+            P[k] = a->P, lay[k] = &a->lay, sc[k] = a->lay.scale * j->scale[k];
+        }
         af_session_reset(sl->s);
-        af_session_set_lora(sl->s, j->ad >= 0 ? s->ad[j->ad].P : NULL, j->ad >= 0 ? &s->ad[j->ad].lay : NULL,
-                            j->ad >= 0 ? s->ad[j->ad].lay.scale * j->scale : 0.0f);
-        sl->gen = gen;
-        sl->scale = j->scale;
+        sl->n_key = -1;
+        if (af_session_set_loras(sl->s, j->n_ad, P, lay, sc) != AF_OK) {
+            srv_err_set(&j->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
+            return 0;
+        }
+        sl->n_key = j->n_ad;
+        for (int k = 0; k < j->n_ad; k++) sl->gen[k] = s->ad[j->ad[k]].gen, sl->scale[k] = j->scale[k];
     }
     af_session_set_control(sl->s, &j->cancel, NULL, NULL);
     j->n_done = af_session_keep_prefix(sl->s, j->prompt, j->n_prompt);
     if (j->lead && j->lead->phase == 2 && j->lead->slot >= 0) /* the prompt's keys and values, from its lead */
         j->n_done = af_session_copy_prefix(sl->s, s->slots[j->lead->slot].s, j->prompt, j->n_prompt);
     s->active[s->na++] = j;
+    return 1;
 }
 
 static void *scheduler(void *arg) {
@@ -559,7 +626,7 @@ static void *scheduler(void *arg) {
                 pthread_mutex_lock(&s->mu);
                 job_end(s, j);
             } else {
-                job_start(s, j, pick_slot(s, j));
+                if (!job_start(s, j, pick_slot(s, j))) job_end(s, j);
             }
         }
         for (int i = 0; i < s->na;) { /* clients gone */
@@ -571,68 +638,69 @@ static void *scheduler(void *arg) {
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
-        /* one prompt chunk of the first job still in its prompt */
-        srv_job *pj = NULL;
+        /* one pass: the next token of every decoding job, then pieces of the prompts of the
+         * others (in order of admission) within --batch-tokens prompt tokens */
+        srv_job *bj[64];
+        int nb = 0, nd = 0, budget = s->o.batch_tokens;
         for (int i = 0; i < s->na; i++)
-            if (s->active[i]->phase == 1) {
-                pj = s->active[i];
-                break;
-            }
-        srv_job *dj[64];
-        int nd = 0;
-        for (int i = 0; i < s->na; i++)
-            if (s->active[i]->phase == 2) dj[nd++] = s->active[i];
+            if (s->active[i]->phase == 2) bj[nb++] = s->active[i];
+        nd = nb;
+        srv_job *pq[64]; /* the jobs in their prompt, oldest request first */
+        int np = 0;
+        for (int i = 0; i < s->na; i++) {
+            if (s->active[i]->phase != 1) continue;
+            int k = np++;
+            for (; k > 0 && pq[k - 1]->id > s->active[i]->id; k--) pq[k] = pq[k - 1];
+            pq[k] = s->active[i];
+        }
+        for (int i = 0; i < np && budget > 0; i++) {
+            srv_job *j = pq[i];
+            const int c = af_session_prompt_piece(s->slots[j->slot].s, j->n_prompt, budget);
+            if (c == 0) continue;
+            j->piece = c;
+            j->n_passes++;
+            budget -= c;
+            bj[nb++] = j;
+        }
         pthread_mutex_unlock(&s->mu);
-        af_status pst = AF_OK, dst = AF_OK;
-        int p_last = 0;
-        if (pj) {
-            af_session *ss = s->slots[pj->slot].s;
-            const int pos = af_session_n_past(ss);
-            int k = AF_EVAL_CHUNK - pos % AF_EVAL_CHUNK;
-            if (k > pj->n_prompt - pos) k = pj->n_prompt - pos;
-            p_last = pos + k == pj->n_prompt;
-            pst = af_session_eval(ss, pj->prompt + pos, k, p_last ? s->logits : NULL, NULL);
-        }
+        af_status st = AF_OK;
         af_session *bs[64];
-        int32_t bt[64];
-        for (int i = 0; i < nd; i++) {
-            bs[i] = s->slots[dj[i]->slot].s;
-            bt[i] = dj[i]->pending;
+        int32_t cnt[64], nt = 0;
+        for (int i = 0; i < nb; i++) {
+            bs[i] = s->slots[bj[i]->slot].s;
+            cnt[i] = i < nd ? 1 : bj[i]->piece;
+            if (i < nd) s->toks[nt] = bj[i]->pending;
+            else memcpy(s->toks + nt, bj[i]->prompt + af_session_n_past(bs[i]), sizeof(int32_t) * (size_t)cnt[i]);
+            nt += cnt[i];
         }
-        float *dl = s->logits + (size_t)V; /* row 0 is the prompt's */
-        if (nd > 0) dst = af_session_eval_batch(bs, nd, bt, dl);
+        if (nb > 0) st = af_session_eval_multi(bs, nb, cnt, s->toks, s->logits);
         pthread_mutex_lock(&s->mu);
-        if (pj) {
-            if (pst == AF_ERR_CANCELLED || pj->cancel) {
-                job_end(s, pj);
-            } else if (pst != AF_OK) {
-                srv_err_set(&pj->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
-                job_end(s, pj);
-            } else if (p_last) {
-                pj->phase = 2;
-                const int32_t id = srv_next_token(s, pj, s->logits, (int32_t)V);
-                if (id < 0 || !take_token(s, pj, id)) job_end(s, pj);
-            }
-        }
-        if (pj) s->met.prompt_chunks++;
+        if (nb > nd) s->met.prompt_chunks += (uint64_t)(nb - nd);
         if (nd > 0) s->met.decode_steps++, s->met.decode_rows += (uint64_t)nd;
-        if (nd > 0 && dst != AF_OK) {
-            /* a client went away during the step (its flag stopped it): nothing advanced; the
-             * cancelled jobs are dropped at the top of the loop and the others decode again */
-            if (dst != AF_ERR_CANCELLED)
-                for (int i = 0; i < nd; i++) {
-                    srv_err_set(&dj[i]->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
-                    job_end(s, dj[i]);
+        if (st != AF_OK) {
+            /* a client went away during the pass (its flag stopped it): nothing advanced; the
+             * cancelled jobs are dropped at the top of the loop and the others go again */
+            if (st != AF_ERR_CANCELLED)
+                for (int i = 0; i < nb; i++) {
+                    srv_err_set(&bj[i]->err, 500, "server_error", NULL, NULL, "%s", af_last_error());
+                    job_end(s, bj[i]);
                 }
         } else {
-            for (int i = 0; i < nd; i++) {
-                srv_job *j = dj[i];
-                if (j->phase != 2) continue;
-                if (af_session_n_past(bs[i]) >= s->o.n_ctx) {
+            for (int i = 0; i < nb; i++) {
+                srv_job *j = bj[i];
+                float *lg = s->logits + (size_t)i * (size_t)V;
+                if (j->cancel) {
+                    job_end(s, j);
+                } else if (j->phase == 1) { /* a prompt piece: sample once the whole prompt is in */
+                    if (af_session_n_past(bs[i]) < j->n_prompt) continue;
+                    j->phase = 2;
+                    const int32_t id = srv_next_token(s, j, lg, (int32_t)V);
+                    if (id < 0 || !take_token(s, j, id)) job_end(s, j);
+                } else if (af_session_n_past(bs[i]) >= s->o.n_ctx) {
                     j->finish = "length";
                     job_end(s, j);
                 } else {
-                    const int32_t id = srv_next_token(s, j, dl + (size_t)i * V, (int32_t)V);
+                    const int32_t id = srv_next_token(s, j, lg, (int32_t)V);
                     if (id < 0 || !take_token(s, j, id)) job_end(s, j);
                 }
             }
@@ -655,6 +723,8 @@ void af_server_opts_default(af_server_opts *o) {
     o->queue = 16;
     o->max_body = (int64_t)1 << 20;
     o->timeout_s = 60;
+    o->batch_tokens = 256;
+    o->max_adapters = 64;
 }
 
 af_status srv_new(const af_server_opts *o, srv **out) {
@@ -663,6 +733,10 @@ af_status srv_new(const af_server_opts *o, srv **out) {
     if (o->max_seqs < 1 || o->max_seqs > 64) return af_fail(AF_ERR_INVALID_ARG, "--parallel %d: expected 1..64", o->max_seqs);
     if (o->queue < 0 || o->queue > 100000) return af_fail(AF_ERR_INVALID_ARG, "--queue %d: expected 0..100000", o->queue);
     if (o->n_ctx < 8) return af_fail(AF_ERR_INVALID_ARG, "--ctx %d: expected >= 8", o->n_ctx);
+    if (o->max_adapters < 1 || o->max_adapters > MAX_ADAPTERS)
+        return af_fail(AF_ERR_INVALID_ARG, "--max-adapters %d: expected 1..%d", o->max_adapters, MAX_ADAPTERS);
+    if (o->batch_tokens < 16 || o->batch_tokens > 2048)
+        return af_fail(AF_ERR_INVALID_ARG, "--batch-tokens %d: expected 16..2048", o->batch_tokens);
     srv *s = calloc(1, sizeof *s);
     if (!s) return af_fail(AF_ERR_NOMEM, "out of memory");
     s->o = *o;
@@ -697,8 +771,8 @@ af_status srv_new(const af_server_opts *o, srv **out) {
         if (dot && !dot[5]) *dot = 0;
     }
     for (int32_t i = 0; st == AF_OK && i < o->n_adapters; i++) {
-        int id;
-        st = srv_adapter_load(s, o->adapter_names[i], o->adapter_paths[i], &id);
+        int id, ev;
+        st = srv_adapter_load(s, o->adapter_names[i], o->adapter_paths[i], 0, &id, &ev);
     }
     s->n_slots = o->max_seqs;
     if (st == AF_OK) {
@@ -706,7 +780,8 @@ af_status srv_new(const af_server_opts *o, srv **out) {
         s->queue = calloc((size_t)o->queue + 1, sizeof *s->queue);
         s->active = calloc((size_t)s->n_slots, sizeof *s->active);
         s->logits = malloc(sizeof(float) * (size_t)(s->n_slots + 1) * (size_t)s->m->cfg.vocab_size);
-        if (!s->slots || !s->queue || !s->active || !s->logits) st = af_fail(AF_ERR_NOMEM, "out of memory");
+        s->toks = malloc(sizeof(int32_t) * (size_t)(o->batch_tokens + s->n_slots));
+        if (!s->slots || !s->queue || !s->active || !s->logits || !s->toks) st = af_fail(AF_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; st == AF_OK && i < s->n_slots; i++) st = af_session_new(s->m, o->n_ctx, &s->slots[i].s);
     if (st == AF_OK) {
@@ -754,6 +829,7 @@ void srv_free(srv *s) {
     free(s->queue);
     free(s->active);
     free(s->logits);
+    free(s->toks);
     af_model_free(s->m);
     af_ctx_free(s->own_ctx);
     pthread_mutex_destroy(&s->mu);

@@ -11,13 +11,15 @@
 
 #include <pthread.h>
 
-#define MAX_ADAPTERS 64 /* adapters loaded over a server run (ids are never reused) */
+#define MAX_ADAPTERS 1024 /* adapters loaded over a server run (ids are never reused); at most
+                            opts.max_adapters of them loaded at once */
 
 typedef struct adapter {
     int used;              /* 0: a free entry (ids are never reused while the server runs) */
     int removed;           /* unloaded: no new requests; freed when refs reaches 0 */
     int refs;              /* jobs using it */
     uint64_t gen;          /* unique per load: keys the prompt cache of the slots */
+    uint64_t last_use;     /* srv.use_clock at its load or at the last request that applied it (LRU) */
     char name[128], path[1024];
     float scale;           /* global scale (POST /lora-adapters; 0 at load): applied to requests that name no
                               model and give no "lora"; a request naming the adapter uses it, or 1 when 0 */
@@ -43,13 +45,16 @@ struct srv_job {
     int32_t *prompt;
     int n_prompt, n_done;      /* prompt tokens, and those in the slot's cache */
     int64_t max_tokens;
-    int ad;                    /* adapter id or -1 */
-    float scale;
+    int n_ad;                  /* adapters applied together (0: the base model); classify: 1, its head's */
+    int ad[SRV_MAX_LORA];      /* their ids, ascending */
+    float scale[SRV_MAX_LORA]; /* their scales (non-zero; times the adapter's alpha/r in the session) */
     af_sampling sp;
     uint64_t rng;
     int slot;                  /* -1 while queued */
     int phase;                 /* 0 queued, 1 prompt, 2 decoding, 3 ended */
     int32_t pending;           /* decoding: the token to evaluate next */
+    int piece;                 /* prompt: tokens of the piece in the scheduler's current pass */
+    int n_passes;              /* passes that evaluated a piece of the prompt (the log line) */
     int n_gen;                 /* tokens generated (EOG excluded) */
     char *text;                /* generated text */
     size_t len, cap, sent;     /* sent: bytes already handed to the stream */
@@ -76,8 +81,10 @@ struct srv_job {
 typedef struct slot {
     af_session *s;
     int busy;
-    uint64_t gen;              /* adapter generation of the cached positions (0: base) */
-    float scale;
+    int n_key;                 /* the adapters of the cached positions: n_key generations and scales
+                                  (0: the base model; -1: none can match, the cache is reset) */
+    uint64_t gen[SRV_MAX_LORA];
+    float scale[SRV_MAX_LORA];
 } slot;
 
 struct srv {
@@ -89,9 +96,11 @@ struct srv {
     adapter ad[MAX_ADAPTERS];
     int n_ad;
     uint64_t next_gen;
+    uint64_t use_clock;
     slot *slots;
     int n_slots;
-    float *logits;             /* [max_seqs, vocab] */
+    float *logits;             /* [max_seqs + 1, vocab] */
+    int32_t *toks;             /* [batch_tokens + max_seqs] the token ids of one pass (scheduler thread) */
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     pthread_t th;
@@ -107,9 +116,17 @@ struct srv {
 };
 
 /* engine.c: load adapter `path` as model id `name` into the next entry (lock held, or before the
- * scheduler starts); free an entry's weights. */
-af_status srv_adapter_load(srv *s, const char *name, const char *path, int *id);
+ * scheduler starts). With opts.max_adapters loaded already: evict = 1 unloads the least recently
+ * used one that no request is using first (*evicted = its id, else -1); evict = 0, or all in use:
+ * AF_ERR_RANGE, nothing changes. Free an entry's weights. */
+af_status srv_adapter_load(srv *s, const char *name, const char *path, int evict, int *id, int *evicted);
+/* Unload adapter `id` (lock held): no new request can name it, its weights are freed when the last
+ * request using it ends, no slot reuses positions computed with it. */
+void srv_adapter_unload(srv *s, int id);
 void srv_adapter_free(adapter *a);
+/* An adapter is unloaded: no free slot's cached positions that used generation `gen` are reused
+ * (lock held). */
+void srv_slots_forget(srv *s, uint64_t gen);
 
 /* decode.c: choose j's next token from its logits row [V] (modified in place by the grammar's
  * mask): the log-probabilities when asked (from the model's distribution, before the mask), then

@@ -462,10 +462,7 @@ char *srv_lora_post(srv *s, const char *body, size_t len, srv_err *err) {
         }
         k++;
     }
-    int nz = 0;
-    for (int i = 0; ok && i < s->n_ad; i++) nz += s->ad[i].used && !s->ad[i].removed && sc[i] != 0;
-    (void)nz; /* global scales may enable several adapters; a request using more than one is refused */
-    if (ok)
+    if (ok) /* global scales: every adapter with a non-zero one applies to requests that name none */
         for (int i = 0; i < s->n_ad; i++) s->ad[i].scale = sc[i];
     pthread_mutex_unlock(&s->mu);
     cJSON_Delete(a);
@@ -476,22 +473,31 @@ char *srv_lora_load(srv *s, const char *body, size_t len, srv_err *err) {
     cJSON *o = parse_body(body, len, err);
     if (!o) return NULL;
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "name"), *p = cJSON_GetObjectItemCaseSensitive(o, "path");
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "evict");
     char *res = NULL;
     if (!cJSON_IsString(n) || !cJSON_IsString(p)) {
         srv_err_set(err, 400, "invalid_request_error", NULL, !cJSON_IsString(n) ? "name" : "path",
-                    "expected {\"name\": MODEL_ID, \"path\": ADAPTER_DIR}");
+                    "expected {\"name\": MODEL_ID, \"path\": ADAPTER_DIR, \"evict\": false}");
+    } else if (ev && !cJSON_IsBool(ev)) {
+        srv_err_set(err, 400, "invalid_request_error", NULL, "evict", "'evict' must be true or false");
     } else {
         pthread_mutex_lock(&s->mu); /* loading under the lock: requests wait, the scheduler too */
-        int id = -1;
-        af_status st = srv_adapter_load(s, n->valuestring, p->valuestring, &id);
+        int id = -1, evicted = -1;
+        af_status st = srv_adapter_load(s, n->valuestring, p->valuestring, cJSON_IsTrue(ev), &id, &evicted);
         pthread_mutex_unlock(&s->mu);
-        if (st != AF_OK)
-            srv_err_set(err, st == AF_ERR_NOMEM ? 500 : 400, "invalid_request_error", NULL, "path", "%s", af_last_error());
-        else {
-            char b[64];
-            snprintf(b, sizeof b, "{\"id\":%d}", id);
+        if (st != AF_OK) {
+            srv_err_set(err, st == AF_ERR_NOMEM ? 500 : st == AF_ERR_RANGE ? 409 : 400,
+                        st == AF_ERR_NOMEM ? "server_error" : "invalid_request_error", st == AF_ERR_RANGE ? "adapter_limit" : NULL,
+                        st == AF_ERR_RANGE ? "name" : "path", "%s", af_last_error());
+        } else {
+            char b[96];
+            if (evicted >= 0) snprintf(b, sizeof b, "{\"id\":%d,\"evicted\":%d}", id, evicted);
+            else snprintf(b, sizeof b, "{\"id\":%d}", id);
             res = strdup(b);
-            if (s->o.log) fprintf(s->o.log, "serve: adapter %d '%s' loaded from %s\n", id, n->valuestring, p->valuestring);
+            if (s->o.log) {
+                fprintf(s->o.log, "serve: adapter %d '%s' loaded from %s\n", id, n->valuestring, p->valuestring);
+                if (evicted >= 0) fprintf(s->o.log, "serve: adapter %d unloaded (least recently used; --max-adapters)\n", evicted);
+            }
         }
     }
     cJSON_Delete(o);
@@ -512,13 +518,7 @@ char *srv_lora_unload(srv *s, const char *body, size_t len, srv_err *err) {
     if (id < 0) {
         srv_err_set(err, 404, "invalid_request_error", "adapter_not_found", "id", "no loaded adapter with that id or name");
     } else {
-        s->ad[id].removed = 1; /* freed when the last job using it ends */
-        if (s->ad[id].refs == 0) {
-            srv_adapter_free(&s->ad[id]);
-            s->ad[id].used = 1, s->ad[id].removed = 1;
-        }
-        for (int i = 0; i < s->n_slots; i++) /* its cached positions can never be reused */
-            if (!s->slots[i].busy && s->slots[i].gen && s->slots[i].gen == s->ad[id].gen) s->slots[i].gen = (uint64_t)-1;
+        srv_adapter_unload(s, id);
         char b[64];
         snprintf(b, sizeof b, "{\"id\":%d,\"unloaded\":true}", id);
         res = strdup(b);

@@ -5,7 +5,7 @@
  *   request.c  the JSON request parser and the response / error builders (cJSON); no I/O, fuzzed
  *              (tests/fuzz/fuzz_serve_req.c)
  *   engine.c   the model, the adapters, the sequence slots and the scheduler thread: continuous
- *              batching (af_session_eval_batch), the prompt cache (af_session_keep_prefix),
+ *              batching with chunked prefill (af_session_eval_multi), the prompt cache (af_session_keep_prefix),
  *              sampling, stop strings, classification (af_classifier_*)
  *   respond.c  the JSON of finished requests and the stream events (logprobs, n choices)
  *   decode.c   per request around each token: logprobs, the grammar's mask, the draw, the n choices
