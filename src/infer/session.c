@@ -377,9 +377,23 @@ af_status af_session_set_loras(af_session *s, int32_t n, const float *const *P, 
         if (P[k] && lay[k]->init_P) /* the frozen −s·B0·A0 is applied by the training engine only */
             return af_fail(AF_ERR_INVALID_ARG, "af_session_set_lora: a pissa / olora training layout: save the adapter (a "
                                                "plain LoRA of the base) and load that");
-        if (P[k] && lay[k]->lora.use_dora)
-            return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is applied unmerged in training only: merge it into the "
-                                               "model with `afinar merge` to generate or serve with it");
+    }
+    /* DoRA rescales each projection by its norm: applied alone (the walk's single-adapter path with
+     * the norms cached per adapter in the forward state, re-made for it), never mixed with others */
+    int32_t n_on = 0, dora = -1;
+    for (int32_t k = 0; k < n; k++)
+        if (P[k] && scale[k] != 0) {
+            n_on++;
+            if (lay[k]->lora.use_dora) dora = k;
+        }
+    if (dora >= 0 && n_on > 1)
+        return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is applied alone, not together with other adapters (merge it "
+                                           "into the model with `afinar merge`)");
+    if (dora >= 0) {
+        af_tf_infer ns;
+        AF_TRY(af_tf_infer_init(&ns, s->ctx, s->m, lay[dora], AF_EVAL_CHUNK));
+        af_tf_infer_free(&s->s);
+        s->s = ns;
     }
     const af_backend *be = af_be(s->ctx);
     af_tf_lora nl[AF_SESSION_MAX_LORA];

@@ -964,10 +964,15 @@ af_status af_tf_infer_forward_multi(const af_ctx *ctx, const af_model *m, af_tf_
     R.seq = seq;
     R.n_seq = n_seq;
     R.xa = xa;
+    /* one sequence with one DoRA adapter: the single-adapter walk (DoRA's norm is not a correction the
+     * multi-sequence mode adds; the session re-made its forward state for that layout) */
+    if (n_seq == 1 && seq[0].n_lora == 1 && seq[0].lora[0].P && seq[0].lora[0].lay && seq[0].lora[0].lay->lora.use_dora)
+        return af_tf_infer_forward(ctx, m, s, seq[0].lora[0].P, seq[0].lora[0].lay, seq[0].lora[0].scale, tokens, seq[0].n,
+                                   seq[0].n_past, seq[0].k_cache, seq[0].v_cache, seq[0].n_ctx, ctl);
     for (int32_t i = 0; i < n_seq; i++)
         for (int32_t k = 0; k < seq[i].n_lora; k++)
             if (seq[i].lora[k].P && seq[i].lora[k].lay && seq[i].lora[k].lay->lora.use_dora)
-                return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is applied unmerged in training only (merge it into "
+                return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is not applied in a batch of sequences (merge it into "
                                                    "the model with `afinar merge`)");
     for (int32_t i = 0; i < n_seq; i++) {
         for (int64_t t = 0; t < seq[i].n; t++) s->pos_host[R.n + t] = (int32_t)(seq[i].n_past + t);

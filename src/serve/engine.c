@@ -88,6 +88,9 @@ af_status srv_adapter_load(srv *s, const char *name, const char *path, int evict
                        : af_adapter_load_for_model(path, &info, s->m, 0.0f, 0, AF_ADAPTER_IGNORE_HEAD, &a.lay, &a.P);
     const int has_head = info.num_classes > 0;
     af_adapter_info_free(&info);
+    if (st == AF_OK && a.lay.lora.use_dora) /* its norm is not a correction the batch walk can add */
+        st = af_fail(AF_ERR_UNSUPPORTED, "%s: a DoRA adapter is not served unmerged: merge it into the model with "
+                                         "`afinar merge` and serve that", path);
     if (st == AF_OK && has_head) st = af_classifier_load(s->m->ctx, NULL, s->m, path, &a.cls);
     if (st != AF_OK) {
         srv_adapter_free(&a);
