@@ -389,6 +389,9 @@ af_status af_session_set_loras(af_session *s, int32_t n, const float *const *P, 
     if (dora >= 0 && n_on > 1)
         return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is applied alone, not together with other adapters (merge it "
                                            "into the model with `afinar merge`)");
+    if (dora >= 0 && !af_ctx_on_cpu(s->ctx))
+        return af_fail(AF_ERR_UNSUPPORTED, "a DoRA adapter is applied on the CPU only (device %s): use --device cpu, or "
+                                           "merge it into the model with `afinar merge`", af_ctx_device(s->ctx));
     if (dora >= 0) {
         af_tf_infer ns;
         AF_TRY(af_tf_infer_init(&ns, s->ctx, s->m, lay[dora], AF_EVAL_CHUNK));
