@@ -3,8 +3,9 @@
 (llama-cpp-python's `python -m llama_cpp.server`) on the same GGUF, the same threads, on 127.0.0.1,
 with one bounded load script (Python standard library only on the client side).
 
-For each server, each adapter mode and each client count, C concurrent clients send
---requests-per-client streamed completions each (POST /v1/completions, "stream": true, greedy,
+For each server, each adapter mode and each client count, C concurrent clients send the same
+--requests streamed completions between them (every phase the same prompts, so phases compare;
+POST /v1/completions, "stream": true, greedy,
 max_tokens --max-tokens) of prompts of mixed lengths (--min-prompt .. --max-prompt tokens, about
 log-uniform, the same list for both servers). Adapter modes: "none" (the base model) and "mixed"
 (requests alternate between two LoRA adapters A and B; afinar batches them together unmerged;
@@ -136,8 +137,7 @@ def one_request(port, prompt, model, max_tokens, timeout):
     return None, times, t0
 
 
-def phase(port, clients, per_client, plist, models, max_tokens, timeout):
-    n = clients * per_client
+def phase(port, clients, n, plist, models, max_tokens, timeout):
     res = [None] * n
     lock = threading.Lock()
     nxt = [0]
@@ -258,7 +258,7 @@ def main():
     ap.add_argument("--adapter-a", help="afinar adapter directory A (default: a 2-step adapter trained here)")
     ap.add_argument("--adapter-b", help="afinar adapter directory B")
     ap.add_argument("--clients", default="1,4,8,16")
-    ap.add_argument("--requests-per-client", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=32, help="requests of every phase (the same prompts)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--min-prompt", type=int, default=32)
     ap.add_argument("--max-prompt", type=int, default=1024)
@@ -279,7 +279,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="serve_vs_llamacpp.")
     ad = [a.adapter_a or train_adapter(a, tmp, "A", 1), a.adapter_b or train_adapter(a, tmp, "B", 2)]
     ggufs = [export_gguf(a, d, os.path.join(tmp, f"{n}.gguf")) for d, n in zip(ad, "AB")] if "llamacpp" in servers else []
-    plist = prompts(max(clients) * a.requests_per_client, a.min_prompt, a.max_prompt, 7)
+    plist = prompts(a.requests, a.min_prompt, a.max_prompt, 7)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_name(), "cores": os.cpu_count(),
             "threads": a.threads, "model": os.path.basename(a.model), "max_tokens": a.max_tokens,
             "min_prompt": a.min_prompt, "max_prompt": a.max_prompt, "parallel": a.parallel, "afinar_args": a.afinar_args,
@@ -298,7 +298,7 @@ def main():
                 for m in models:  # warm-up, not measured (llama_cpp.server loads a model entry on first use)
                     one_request(port, plist[0], m, 4, a.timeout)
                 for c in clients:
-                    r = phase(port, c, a.requests_per_client, plist, models, a.max_tokens, a.timeout)
+                    r = phase(port, c, a.requests, plist, models, a.max_tokens, a.timeout)
                     r.update(server=srv, adapters=mode)
                     rows.append(r)
                     failed |= r["errors"] > 0

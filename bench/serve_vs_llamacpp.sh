@@ -9,7 +9,7 @@
 # First run: creates .venv-bench with llama-cpp-python built for this CPU (scripts/setup_llamacpp.sh
 # NATIVE=1, as bench/run_decode.sh; 10-30 min on 2 cores) and adds the server's packages
 # (bench/requirements-server.txt). Needs a quiet machine for figures worth keeping: the full run
-# (2 servers x 2 adapter modes x 1/4/8/16 clients x 4 requests of up to 1,024 + 64 tokens) takes
+# (2 servers x 2 adapter modes x 1/4/8/16 clients x 32 requests of up to 1,024 + 64 tokens) takes
 # about 20-40 min on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
