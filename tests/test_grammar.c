@@ -189,7 +189,7 @@ static cJSON *rand_schema(int depth) {
         cJSON *p = cJSON_AddObjectToObject(s, "properties"), *rq = cJSON_AddArrayToObject(s, "required");
         const int n = 1 + rnd(4);
         for (int i = 0; i < n; i++) {
-            char name[16];
+            char name[32];
             snprintf(name, sizeof name, "%s%d", rnd(2) ? "k" : "key", i); /* "k0" is a prefix of "k01" etc. */
             if (rnd(4) == 0) snprintf(name, sizeof name, "k%d%d", i, i);
             if (cJSON_GetObjectItemCaseSensitive(p, name)) continue;
