@@ -21,8 +21,8 @@
  * 10. Oversubscription: a pool of 2 whose worker's share takes 1 ms while the caller's takes
  *    nothing (what a descheduled worker looks like) runs, after a window of 32 such dispatches, on
  *    the caller alone (both shares, tids 0 and 1, on the calling thread, every index once), and
- *    probes the worker again after 64 dispatches; a balanced job (both shares 4 ms) keeps both
- *    threads; AFINAR_POOL_ADAPT=0 never lowers the cap.
+ *    probes the worker again after 64 dispatches; a job whose worker share is the shorter (5 vs
+ *    20 ms) keeps both threads; AFINAR_POOL_ADAPT=0 never lowers the cap.
  */
 #include "afinar.h"
 #include "core/threadpool.h"
@@ -376,8 +376,8 @@ static void test_adapt(void) {
     CHECK(af_threadpool_cap(p) == 2, "then the pool probes 2 threads again (cap %d)", af_threadpool_cap(p));
     CHECK(!adapt_once(p, 0, 0, &ok), "the probe runs share 1 on the worker");
     CHECK(ok, "every index once in every dispatch");
-    for (int i = 0; i < 40; i++) adapt_once(p, 4000, 4000, &ok);
-    CHECK(af_threadpool_cap(p) == 2 && ok, "a balanced job keeps both threads (cap %d)", af_threadpool_cap(p));
+    for (int i = 0; i < 40; i++) adapt_once(p, 20000, 5000, &ok); /* the worker done first: no wait unless it lags 15+ ms */
+    CHECK(af_threadpool_cap(p) == 2 && ok, "a job the worker finishes first keeps both threads (cap %d)", af_threadpool_cap(p));
     af_threadpool_free(p);
     setenv("AFINAR_POOL_ADAPT", "0", 1);
     p = NULL;
