@@ -351,6 +351,115 @@ static void bad_fields(void) {
     printf("serve api: %d of %d bad requests answered with the right 400\n", ok, n);
 }
 
+/* ---- tools in the model's own chat layout (a server with --chat-template qwen3 or mistral-v7) ---- */
+
+#define TOOLS_JSON                                                                                                     \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"the weather\",\"parameters\":{\"type\":"     \
+    "\"object\",\"properties\":{\"city\":{\"enum\":[\"Paris\",\"Oslo\"]}},\"required\":[\"city\"]}}},{\"type\":"          \
+    "\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]"
+
+/* A conversation with an earlier call of f and its result, rendered by the server (usage.prompt_tokens
+ * and the greedy answer of the chat request) and by af_chat_prompt_text_ex in-process (sent as a
+ * plain completion): the same prompt gives the same tokens and the same answer. */
+static void tools_prompt_same(af_model *m, af_chat_family fam, const char *name) {
+    const af_tokenizer *tok = af_model_tokenizer(m);
+    static const char id[] = "abcDEF123"; /* 9 characters: mistral-v7's ids */
+    const af_chat_call call = {id, "f", "{\"city\":\"Oslo\"}", 15};
+    const af_chat_msg msgs[4] = {{AF_ROLE_SYSTEM, "be brief", 8},
+                                 {AF_ROLE_USER, "weather in Oslo?", 16},
+                                 {AF_ROLE_ASSISTANT, "", 0},
+                                 {AF_ROLE_TOOL, "-3 C", 4}};
+    const af_chat_msg_x mx[4] = {{NULL, 0, NULL}, {NULL, 0, NULL}, {&call, 1, NULL}, {NULL, 0, id}};
+    const af_chat_extra x = {TOOLS_JSON, strlen(TOOLS_JSON), mx};
+    char *text = NULL;
+    if (!CHECK(af_chat_prompt_text_ex(tok, fam, msgs, 4, &x, &text) == AF_OK, "%s: af_chat_prompt_text_ex: %s", name,
+               af_last_error()))
+        return;
+    char body[8192];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather in Oslo?\"},"
+             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"%s\",\"type\":\"function\",\"function\":"
+             "{\"name\":\"f\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"%s\","
+             "\"content\":\"-3 C\"}],\"tools\":%s,\"max_tokens\":6,\"temperature\":0}",
+             id, id, TOOLS_JSON);
+    int st, st2;
+    cJSON *j = post_json("/v1/chat/completions", body, &st);
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "prompt", text);
+    cJSON_AddNumberToObject(p, "max_tokens", 6);
+    cJSON_AddNumberToObject(p, "temperature", 0);
+    char *pb = cJSON_PrintUnformatted(p);
+    cJSON *c = post_json("/v1/completions", pb, &st2);
+    const cJSON *pt = at(j, "usage.prompt_tokens"), *pt2 = at(c, "usage.prompt_tokens");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    af_tokenize(tok, text, strlen(text), 1, 1, &ids, &n);
+    CHECK(st == 200 && st2 == 200 && cJSON_IsNumber(pt) && cJSON_IsNumber(pt2) && pt->valueint == pt2->valueint &&
+              pt->valueint == (int)n && !strcmp(str_at(j, "choices.0.message.content"), str_at(c, "choices.0.text")),
+          "%s: a tools request is rendered as af_chat_prompt_text_ex renders it (%d and %d prompt tokens, want %zu; "
+          "answers '%s' and '%s'): %.200s", name, pt ? pt->valueint : -1, pt2 ? pt2->valueint : -1, n,
+          str_at(j, "choices.0.message.content"), str_at(c, "choices.0.text"), st == 200 ? "" : cJSON_PrintUnformatted(j));
+    free(ids);
+    free(pb);
+    cJSON_Delete(p);
+    cJSON_Delete(c);
+    cJSON_Delete(j);
+    free(text);
+}
+
+/* A forced call of f (tool_choice names it; and "required"): the grammar makes the model write the
+ * layout's own call markers; the answer comes back as tool_calls with arguments valid for f. */
+static void tools_forced(const char *name, const char *choice, int stream) {
+    int done = 0, good = 0, n = 0;
+    char last[600] = "";
+    for (int seed = 1; seed <= 3; seed++, n++) {
+        char body[4096];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather?\"}],"
+                 "\"tools\":%s,\"tool_choice\":%s,\"max_tokens\":400,\"temperature\":1,\"seed\":%d%s}",
+                 TOOLS_JSON, choice, seed, stream ? ",\"stream\":true" : "");
+        if (stream) {
+            resp r = http("POST", "/v1/chat/completions", body);
+            const char *b = r.body ? r.body : "";
+            const int fin = strstr(b, "\"finish_reason\":\"tool_calls\"") != NULL;
+            done += !fin && strstr(b, "\"finish_reason\":\"length\"") != NULL;
+            good += fin && strstr(b, "\"tool_calls\":[{\"id\":") && strstr(b, "\"name\":\"f\"") && strstr(b, "\"index\":0") &&
+                    (strstr(b, "{\\\"city\\\":\\\"Paris\\\"}") || strstr(b, "{\\\"city\\\":\\\"Oslo\\\"}"));
+            snprintf(last, sizeof last, "%.590s", b);
+            free(r.body);
+            continue;
+        }
+        int st;
+        cJSON *j = post_json("/v1/chat/completions", body, &st);
+        const char *fr = str_at(j, "choices.0.finish_reason");
+        if (!strcmp(fr, "length")) { /* the tiny model's whitespace can run past max_tokens */
+            done++;
+            cJSON_Delete(j);
+            continue;
+        }
+        cJSON *args = cJSON_Parse(str_at(j, "choices.0.message.tool_calls.0.function.arguments"));
+        const char *city = str_at(args, "city");
+        good += st == 200 && !strcmp(fr, "tool_calls") && !strcmp(str_at(j, "choices.0.message.tool_calls.0.function.name"), "f") &&
+                !strcmp(str_at(j, "choices.0.message.tool_calls.0.type"), "function") &&
+                cJSON_IsString(at(j, "choices.0.message.tool_calls.0.id")) && cJSON_IsNull(at(j, "choices.0.message.content")) &&
+                (!strcmp(city, "Paris") || !strcmp(city, "Oslo")) && cJSON_GetArraySize(args) == 1;
+        char *js = cJSON_PrintUnformatted(j);
+        snprintf(last, sizeof last, "%.590s", js ? js : "");
+        free(js);
+        cJSON_Delete(args);
+        cJSON_Delete(j);
+    }
+    CHECK(good >= 1 && good == n - done,
+          "%s: tool_choice %s%s: %d of %d answers are tool_calls of f with valid arguments (%d ran out of tokens); last: %s",
+          name, choice, stream ? " (streamed)" : "", good, n, done, last);
+}
+
+static void tools_native(af_model *m, af_chat_family fam, const char *name) {
+    tools_prompt_same(m, fam, name);
+    tools_forced(name, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", 0);
+    tools_forced(name, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", 1);
+}
+
 /* The sessions under the choices and the embeddings, in-process. */
 static void sessions(af_model *m, float *emb_out) {
     const af_tokenizer *tok = af_model_tokenizer(m);
@@ -409,6 +518,7 @@ int main(void) {
     tm_spec sp = tm_default("llama", AF_TYPE_Q8_0);
     sp.vocab = 256 + 2;
     sp.seed = 5;
+    sp.n_ctx = 4096; /* the tools prompts of the layouts with tool turns run to some 1,000 byte tokens */
     af_model *m = NULL;
     g_bare = 1;
     if (!CHECK(tm_write_bpe(&sp, P_("tiny.gguf"), extra, 2, merges, 1) == AF_OK, "tiny model") ||
@@ -433,6 +543,21 @@ int main(void) {
     char *log = tl_read_file(P_("server.log"), NULL);
     CHECK(log && strstr(log, "prompt tokens ("), "server log: %s", log ? "present" : "missing");
     free(log);
+    /* the model's own tool format: Hermes blocks (qwen3), [TOOL_CALLS]name[ARGS]{...} (mistral-v7) */
+    if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template qwen3") == 1, "qwen3 server")) {
+        tools_native(m, AF_CHAT_QWEN3, "qwen3");
+        CHECK(stop_server() == 0, "qwen3 server: exit 0");
+    }
+    if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template mistral-v7") == 1, "mistral-v7 server")) {
+        tools_native(m, AF_CHAT_MISTRAL7, "mistral-v7");
+        resp r = http("POST", "/v1/chat/completions",
+                      "{\"messages\":[{\"role\":\"system\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"x\"}],"
+                      "\"tools\":" TOOLS_JSON ",\"tool_choice\":\"required\"}");
+        CHECK(r.status == 400 && r.body && strstr(r.body, "\"param\":\"tool_choice\"") && strstr(r.body, "only one function"),
+              "mistral-v7: \"required\" with two functions is a 400 naming tool_choice: %d %s", r.status, r.body ? r.body : "");
+        free(r.body);
+        CHECK(stop_server() == 0, "mistral-v7 server: exit 0");
+    }
 out:
     af_model_free(m);
     char cmd[256];
