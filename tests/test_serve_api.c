@@ -25,6 +25,9 @@
 #include "serve_testkit.h"
 
 #include "infer/session.h"
+#include "serve/grammar.h"
+#include "serve/tools.h"
+#include "tokenizer/tok_internal.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -454,6 +457,67 @@ static void tools_forced(const char *name, const char *choice, int stream) {
           name, choice, stream ? " (streamed)" : "", good, n, done, last);
 }
 
+/* The layouts whose tool turns need the published template (llama3 of Llama 3.1, mistral of Mistral
+ * Nemo), in-process with that template set on the tiny tokenizer: the prompt of a request with an
+ * earlier call == af_chat_prompt_text_ex's, the forced call's grammar takes the layout's call and
+ * not the Hermes block, and the layout's call parses into tool_calls. */
+static void tools_inproc(af_model *m, af_chat_family fam, const char *file, const char *call, const char *want_args) {
+    af_tokenizer *tok = (af_tokenizer *)af_model_tokenizer(m);
+    char *tmpl = tl_read_file(tl_join("tests/fixtures/chat_templates", file), NULL);
+    if (!CHECK(tmpl != NULL, "%s: the template fixture", file)) return;
+    char *save = tok->chat_template;
+    tok->chat_template = tmpl;
+    static const char id[] = "abcDEF123";
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather in Oslo?\"},"
+             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"%s\",\"type\":\"function\",\"function\":"
+             "{\"name\":\"f\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"%s\","
+             "\"content\":\"-3 C\"}],\"tools\":%s,"
+             "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+             id, id, TOOLS_JSON);
+    srv_req rq;
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    char *got = NULL, *want = NULL;
+    if (CHECK(srv_req_parse(SRV_CHAT, body, strlen(body), &rq, &e) && srv_tools_bind(rq.tools, tok, fam, &rq.grammar, &e),
+              "%s: parse and bind: %s", file, e.message)) {
+        const af_chat_call c = {id, "f", "{\"city\":\"Oslo\"}", 15};
+        const af_chat_msg msgs[4] = {{AF_ROLE_SYSTEM, "be brief", 8}, {AF_ROLE_USER, "weather in Oslo?", 16},
+                                     {AF_ROLE_ASSISTANT, "", 0}, {AF_ROLE_TOOL, "-3 C", 4}};
+        const af_chat_msg_x mx[4] = {{NULL, 0, NULL}, {NULL, 0, NULL}, {&c, 1, NULL}, {NULL, 0, id}};
+        const af_chat_extra x = {TOOLS_JSON, strlen(TOOLS_JSON), mx};
+        const af_status s1 = srv_chat_prompt(tok, fam, &rq, &got), s2 = af_chat_prompt_text_ex(tok, fam, msgs, 4, &x, &want);
+        CHECK(rq.tools->native && s1 == AF_OK && s2 == AF_OK && !strcmp(got, want),
+              "%s: the layout's own tool turns (native %d), the server's prompt == af_chat_prompt_text_ex's:\n%s\n----\n%s",
+              file, rq.tools->native, got ? got : af_last_error(), want ? want : "");
+        srv_gstate *g = rq.grammar ? srv_gstate_new(rq.grammar) : NULL, *h = rq.grammar ? srv_gstate_new(rq.grammar) : NULL;
+        const char *hermes = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        CHECK(g && h && srv_gstate_feed(g, call, strlen(call)) && srv_gstate_can_end(g) && !srv_gstate_feed(h, hermes, strlen(hermes)),
+              "%s: the forced call's grammar takes %s and refuses the Hermes block", file, call);
+        srv_gstate_free(g);
+        srv_gstate_free(h);
+        char *content = NULL;
+        cJSON *calls = srv_tools_extract(rq.tools, call, strlen(call), 5, &content);
+        char *js = calls ? cJSON_PrintUnformatted(calls) : NULL;
+        CHECK(js && cJSON_GetArraySize(calls) == 1 && !content && strstr(js, "\"name\":\"f\"") && strstr(js, want_args),
+              "%s: %s comes back as tool_calls: %s", file, call, js ? js : "(none)");
+        free(js);
+        cJSON_Delete(calls);
+        free(content);
+        const char *other = fam == AF_CHAT_LLAMA3 ? "{\"name\": \"h\", \"parameters\": {}}" : "[TOOL_CALLS][{\"name\": \"h\", \"arguments\": {}}]";
+        calls = srv_tools_extract(rq.tools, other, strlen(other), 5, &content);
+        CHECK(!calls, "%s: a call of a function not in 'tools' stays text", file);
+        cJSON_Delete(calls);
+        free(content);
+    }
+    free(got);
+    free(want);
+    srv_req_free(&rq);
+    tok->chat_template = save;
+    free(tmpl);
+}
+
 static void tools_native(af_model *m, af_chat_family fam, const char *name) {
     tools_prompt_same(m, fam, name);
     tools_forced(name, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", 0);
@@ -543,6 +607,11 @@ int main(void) {
     char *log = tl_read_file(P_("server.log"), NULL);
     CHECK(log && strstr(log, "prompt tokens ("), "server log: %s", log ? "present" : "missing");
     free(log);
+    tools_inproc(m, AF_CHAT_LLAMA3, "meta-llama-Llama-3.1-8B-Instruct.jinja", "{\"name\": \"f\", \"parameters\": {\"city\": \"Paris\"}}",
+                 "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"");
+    tools_inproc(m, AF_CHAT_MISTRAL, "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                 "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"city\": \"Oslo\"}}]",
+                 "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"");
     /* the model's own tool format: Hermes blocks (qwen3), [TOOL_CALLS]name[ARGS]{...} (mistral-v7) */
     if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template qwen3") == 1, "qwen3 server")) {
         tools_native(m, AF_CHAT_QWEN3, "qwen3");
