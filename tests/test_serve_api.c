@@ -16,6 +16,12 @@
  *  - GET /metrics: counters move with the requests above (200 and 400 by endpoint, tokens),
  *    latency quantiles present;
  *  - every new field with bad values: OpenAI-shaped 400 naming the field; n beyond --queue: 429;
+ *  - tools in the model's own chat layout: servers with --chat-template qwen3 and mistral-v7 render a
+ *    conversation with tools, an earlier call and its result exactly as af_chat_prompt_text_ex (the
+ *    same prompt tokens and greedy answer as that text sent to /v1/completions); a forced call comes
+ *    back as tool_calls with valid arguments (plain and streamed); "required" with two functions on
+ *    mistral-v7 is a 400; the Llama 3.1 and Mistral Nemo templates in-process (the tiny tokenizer
+ *    given the published template): prompt, forced-call grammar, parsing, unknown functions;
  *  - af_session_copy_prefix (what the choices share) and af_session_embed in-process: logits after a
  *    copied prefix are bit-identical to a fresh evaluation; the embedding has norm 1 and equals the
  *    server's.
