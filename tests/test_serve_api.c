@@ -16,6 +16,12 @@
  *  - GET /metrics: counters move with the requests above (200 and 400 by endpoint, tokens),
  *    latency quantiles present;
  *  - every new field with bad values: OpenAI-shaped 400 naming the field; n beyond --queue: 429;
+ *  - tools in the model's own chat layout: servers with --chat-template qwen3 and mistral-v7 render a
+ *    conversation with tools, an earlier call and its result exactly as af_chat_prompt_text_ex (the
+ *    same prompt tokens and greedy answer as that text sent to /v1/completions); a forced call comes
+ *    back as tool_calls with valid arguments (plain and streamed); "required" with two functions on
+ *    mistral-v7 is a 400; the Llama 3.1 and Mistral Nemo templates in-process (the tiny tokenizer
+ *    given the published template): prompt, forced-call grammar, parsing, unknown functions;
  *  - af_session_copy_prefix (what the choices share) and af_session_embed in-process: logits after a
  *    copied prefix are bit-identical to a fresh evaluation; the embedding has norm 1 and equals the
  *    server's.
@@ -25,6 +31,9 @@
 #include "serve_testkit.h"
 
 #include "infer/session.h"
+#include "serve/grammar.h"
+#include "serve/tools.h"
+#include "tokenizer/tok_internal.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -351,6 +360,176 @@ static void bad_fields(void) {
     printf("serve api: %d of %d bad requests answered with the right 400\n", ok, n);
 }
 
+/* ---- tools in the model's own chat layout (a server with --chat-template qwen3 or mistral-v7) ---- */
+
+#define TOOLS_JSON                                                                                                     \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"the weather\",\"parameters\":{\"type\":"     \
+    "\"object\",\"properties\":{\"city\":{\"enum\":[\"Paris\",\"Oslo\"]}},\"required\":[\"city\"]}}},{\"type\":"          \
+    "\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]"
+
+/* A conversation with an earlier call of f and its result, rendered by the server (usage.prompt_tokens
+ * and the greedy answer of the chat request) and by af_chat_prompt_text_ex in-process (sent as a
+ * plain completion): the same prompt gives the same tokens and the same answer. */
+static void tools_prompt_same(af_model *m, af_chat_family fam, const char *name) {
+    const af_tokenizer *tok = af_model_tokenizer(m);
+    static const char id[] = "abcDEF123"; /* 9 characters: mistral-v7's ids */
+    const af_chat_call call = {id, "f", "{\"city\":\"Oslo\"}", 15};
+    const af_chat_msg msgs[4] = {{AF_ROLE_SYSTEM, "be brief", 8},
+                                 {AF_ROLE_USER, "weather in Oslo?", 16},
+                                 {AF_ROLE_ASSISTANT, "", 0},
+                                 {AF_ROLE_TOOL, "-3 C", 4}};
+    const af_chat_msg_x mx[4] = {{NULL, 0, NULL}, {NULL, 0, NULL}, {&call, 1, NULL}, {NULL, 0, id}};
+    const af_chat_extra x = {TOOLS_JSON, strlen(TOOLS_JSON), mx};
+    char *text = NULL;
+    if (!CHECK(af_chat_prompt_text_ex(tok, fam, msgs, 4, &x, &text) == AF_OK, "%s: af_chat_prompt_text_ex: %s", name,
+               af_last_error()))
+        return;
+    char body[8192];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather in Oslo?\"},"
+             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"%s\",\"type\":\"function\",\"function\":"
+             "{\"name\":\"f\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"%s\","
+             "\"content\":\"-3 C\"}],\"tools\":%s,\"max_tokens\":6,\"temperature\":0}",
+             id, id, TOOLS_JSON);
+    int st, st2;
+    cJSON *j = post_json("/v1/chat/completions", body, &st);
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "prompt", text);
+    cJSON_AddNumberToObject(p, "max_tokens", 6);
+    cJSON_AddNumberToObject(p, "temperature", 0);
+    char *pb = cJSON_PrintUnformatted(p);
+    cJSON *c = post_json("/v1/completions", pb, &st2);
+    const cJSON *pt = at(j, "usage.prompt_tokens"), *pt2 = at(c, "usage.prompt_tokens");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    af_tokenize(tok, text, strlen(text), 1, 1, &ids, &n);
+    CHECK(st == 200 && st2 == 200 && cJSON_IsNumber(pt) && cJSON_IsNumber(pt2) && pt->valueint == pt2->valueint &&
+              pt->valueint == (int)n && !strcmp(str_at(j, "choices.0.message.content"), str_at(c, "choices.0.text")),
+          "%s: a tools request is rendered as af_chat_prompt_text_ex renders it (%d and %d prompt tokens, want %zu; "
+          "answers '%s' and '%s'): %.200s", name, pt ? pt->valueint : -1, pt2 ? pt2->valueint : -1, n,
+          str_at(j, "choices.0.message.content"), str_at(c, "choices.0.text"), st == 200 ? "" : cJSON_PrintUnformatted(j));
+    free(ids);
+    free(pb);
+    cJSON_Delete(p);
+    cJSON_Delete(c);
+    cJSON_Delete(j);
+    free(text);
+}
+
+/* A forced call of f (tool_choice names it; and "required"): the grammar makes the model write the
+ * layout's own call markers; the answer comes back as tool_calls with arguments valid for f. */
+static void tools_forced(const char *name, const char *choice, int stream) {
+    int done = 0, good = 0, n = 0;
+    char last[600] = "";
+    for (int seed = 1; seed <= 3; seed++, n++) {
+        char body[4096];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather?\"}],"
+                 "\"tools\":%s,\"tool_choice\":%s,\"max_tokens\":400,\"temperature\":1,\"seed\":%d%s}",
+                 TOOLS_JSON, choice, seed, stream ? ",\"stream\":true" : "");
+        if (stream) {
+            resp r = http("POST", "/v1/chat/completions", body);
+            const char *b = r.body ? r.body : "";
+            const int fin = strstr(b, "\"finish_reason\":\"tool_calls\"") != NULL;
+            done += !fin && strstr(b, "\"finish_reason\":\"length\"") != NULL;
+            good += fin && strstr(b, "\"tool_calls\":[{\"id\":") && strstr(b, "\"name\":\"f\"") && strstr(b, "\"index\":0") &&
+                    (strstr(b, "{\\\"city\\\":\\\"Paris\\\"}") || strstr(b, "{\\\"city\\\":\\\"Oslo\\\"}"));
+            snprintf(last, sizeof last, "%.590s", b);
+            free(r.body);
+            continue;
+        }
+        int st;
+        cJSON *j = post_json("/v1/chat/completions", body, &st);
+        const char *fr = str_at(j, "choices.0.finish_reason");
+        if (!strcmp(fr, "length")) { /* the tiny model's whitespace can run past max_tokens */
+            done++;
+            cJSON_Delete(j);
+            continue;
+        }
+        cJSON *args = cJSON_Parse(str_at(j, "choices.0.message.tool_calls.0.function.arguments"));
+        const char *city = str_at(args, "city");
+        good += st == 200 && !strcmp(fr, "tool_calls") && !strcmp(str_at(j, "choices.0.message.tool_calls.0.function.name"), "f") &&
+                !strcmp(str_at(j, "choices.0.message.tool_calls.0.type"), "function") &&
+                cJSON_IsString(at(j, "choices.0.message.tool_calls.0.id")) && cJSON_IsNull(at(j, "choices.0.message.content")) &&
+                (!strcmp(city, "Paris") || !strcmp(city, "Oslo")) && cJSON_GetArraySize(args) == 1;
+        char *js = cJSON_PrintUnformatted(j);
+        snprintf(last, sizeof last, "%.590s", js ? js : "");
+        free(js);
+        cJSON_Delete(args);
+        cJSON_Delete(j);
+    }
+    CHECK(good >= 1 && good == n - done,
+          "%s: tool_choice %s%s: %d of %d answers are tool_calls of f with valid arguments (%d ran out of tokens); last: %s",
+          name, choice, stream ? " (streamed)" : "", good, n, done, last);
+}
+
+/* The layouts whose tool turns need the published template (llama3 of Llama 3.1, mistral of Mistral
+ * Nemo), in-process with that template set on the tiny tokenizer: the prompt of a request with an
+ * earlier call == af_chat_prompt_text_ex's, the forced call's grammar takes the layout's call and
+ * not the Hermes block, and the layout's call parses into tool_calls. */
+static void tools_inproc(af_model *m, af_chat_family fam, const char *file, const char *call, const char *want_args) {
+    af_tokenizer *tok = (af_tokenizer *)af_model_tokenizer(m);
+    char *tmpl = tl_read_file(tl_join("tests/fixtures/chat_templates", file), NULL);
+    if (!CHECK(tmpl != NULL, "%s: the template fixture", file)) return;
+    char *save = tok->chat_template;
+    tok->chat_template = tmpl;
+    static const char id[] = "abcDEF123";
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather in Oslo?\"},"
+             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"%s\",\"type\":\"function\",\"function\":"
+             "{\"name\":\"f\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"%s\","
+             "\"content\":\"-3 C\"}],\"tools\":%s,"
+             "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+             id, id, TOOLS_JSON);
+    srv_req rq;
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    char *got = NULL, *want = NULL;
+    if (CHECK(srv_req_parse(SRV_CHAT, body, strlen(body), &rq, &e) && srv_tools_bind(rq.tools, tok, fam, &rq.grammar, &e),
+              "%s: parse and bind: %s", file, e.message)) {
+        const af_chat_call c = {id, "f", "{\"city\":\"Oslo\"}", 15};
+        const af_chat_msg msgs[4] = {{AF_ROLE_SYSTEM, "be brief", 8}, {AF_ROLE_USER, "weather in Oslo?", 16},
+                                     {AF_ROLE_ASSISTANT, "", 0}, {AF_ROLE_TOOL, "-3 C", 4}};
+        const af_chat_msg_x mx[4] = {{NULL, 0, NULL}, {NULL, 0, NULL}, {&c, 1, NULL}, {NULL, 0, id}};
+        const af_chat_extra x = {TOOLS_JSON, strlen(TOOLS_JSON), mx};
+        const af_status s1 = srv_chat_prompt(tok, fam, &rq, &got), s2 = af_chat_prompt_text_ex(tok, fam, msgs, 4, &x, &want);
+        CHECK(rq.tools->native && s1 == AF_OK && s2 == AF_OK && !strcmp(got, want),
+              "%s: the layout's own tool turns (native %d), the server's prompt == af_chat_prompt_text_ex's:\n%s\n----\n%s",
+              file, rq.tools->native, got ? got : af_last_error(), want ? want : "");
+        srv_gstate *g = rq.grammar ? srv_gstate_new(rq.grammar) : NULL, *h = rq.grammar ? srv_gstate_new(rq.grammar) : NULL;
+        const char *hermes = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        CHECK(g && h && srv_gstate_feed(g, call, strlen(call)) && srv_gstate_can_end(g) && !srv_gstate_feed(h, hermes, strlen(hermes)),
+              "%s: the forced call's grammar takes %s and refuses the Hermes block", file, call);
+        srv_gstate_free(g);
+        srv_gstate_free(h);
+        char *content = NULL;
+        cJSON *calls = srv_tools_extract(rq.tools, call, strlen(call), 5, &content);
+        char *js = calls ? cJSON_PrintUnformatted(calls) : NULL;
+        CHECK(js && cJSON_GetArraySize(calls) == 1 && !content && strstr(js, "\"name\":\"f\"") && strstr(js, want_args),
+              "%s: %s comes back as tool_calls: %s", file, call, js ? js : "(none)");
+        free(js);
+        cJSON_Delete(calls);
+        free(content);
+        const char *other = fam == AF_CHAT_LLAMA3 ? "{\"name\": \"h\", \"parameters\": {}}" : "[TOOL_CALLS][{\"name\": \"h\", \"arguments\": {}}]";
+        calls = srv_tools_extract(rq.tools, other, strlen(other), 5, &content);
+        CHECK(!calls, "%s: a call of a function not in 'tools' stays text", file);
+        cJSON_Delete(calls);
+        free(content);
+    }
+    free(got);
+    free(want);
+    srv_req_free(&rq);
+    tok->chat_template = save;
+    free(tmpl);
+}
+
+static void tools_native(af_model *m, af_chat_family fam, const char *name) {
+    tools_prompt_same(m, fam, name);
+    tools_forced(name, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", 0);
+    tools_forced(name, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", 1);
+}
+
 /* The sessions under the choices and the embeddings, in-process. */
 static void sessions(af_model *m, float *emb_out) {
     const af_tokenizer *tok = af_model_tokenizer(m);
@@ -409,6 +588,7 @@ int main(void) {
     tm_spec sp = tm_default("llama", AF_TYPE_Q8_0);
     sp.vocab = 256 + 2;
     sp.seed = 5;
+    sp.n_ctx = 4096; /* the tools prompts of the layouts with tool turns run to some 1,000 byte tokens */
     af_model *m = NULL;
     g_bare = 1;
     if (!CHECK(tm_write_bpe(&sp, P_("tiny.gguf"), extra, 2, merges, 1) == AF_OK, "tiny model") ||
@@ -433,6 +613,26 @@ int main(void) {
     char *log = tl_read_file(P_("server.log"), NULL);
     CHECK(log && strstr(log, "prompt tokens ("), "server log: %s", log ? "present" : "missing");
     free(log);
+    tools_inproc(m, AF_CHAT_LLAMA3, "meta-llama-Llama-3.1-8B-Instruct.jinja", "{\"name\": \"f\", \"parameters\": {\"city\": \"Paris\"}}",
+                 "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"");
+    tools_inproc(m, AF_CHAT_MISTRAL, "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                 "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"city\": \"Oslo\"}}]",
+                 "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"");
+    /* the model's own tool format: Hermes blocks (qwen3), [TOOL_CALLS]name[ARGS]{...} (mistral-v7) */
+    if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template qwen3") == 1, "qwen3 server")) {
+        tools_native(m, AF_CHAT_QWEN3, "qwen3");
+        CHECK(stop_server() == 0, "qwen3 server: exit 0");
+    }
+    if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template mistral-v7") == 1, "mistral-v7 server")) {
+        tools_native(m, AF_CHAT_MISTRAL7, "mistral-v7");
+        resp r = http("POST", "/v1/chat/completions",
+                      "{\"messages\":[{\"role\":\"system\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"x\"}],"
+                      "\"tools\":" TOOLS_JSON ",\"tool_choice\":\"required\"}");
+        CHECK(r.status == 400 && r.body && strstr(r.body, "\"param\":\"tool_choice\"") && strstr(r.body, "only one function"),
+              "mistral-v7: \"required\" with two functions is a 400 naming tool_choice: %d %s", r.status, r.body ? r.body : "");
+        free(r.body);
+        CHECK(stop_server() == 0, "mistral-v7 server: exit 0");
+    }
 out:
     af_model_free(m);
     char cmd[256];

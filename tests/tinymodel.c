@@ -140,7 +140,7 @@ static af_status tm_write_tok(const tm_spec *s, const char *path, const tm_bpe *
     af_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->n_kv_head);
     af_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)s->head_dim);
     af_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)s->head_dim);
-    af_gguf_writer_add_u32(w, KEY("context_length"), 256);
+    af_gguf_writer_add_u32(w, KEY("context_length"), s->n_ctx > 0 ? (uint32_t)s->n_ctx : 256);
     af_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
     af_gguf_writer_add_f32(w, KEY("rope.freq_base"), gem ? 1000000.0f : 10000.0f);
     if (gem) {

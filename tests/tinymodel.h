@@ -25,6 +25,7 @@ typedef struct tm_spec {
     int hidden, ffn, n_head, n_kv_head, head_dim, n_layer, vocab;
     int window;       /* gemma3 sliding window */
     uint64_t seed;
+    int n_ctx;        /* context_length written to the file (0: 256) */
 } tm_spec;
 
 /* Small defaults: hidden 64 / ffn 128 (or 256 / 256 with head_dim 64 when wtype is a K-quant). */

@@ -5,6 +5,7 @@
 #include "serve/engine_internal.h"
 
 #include "core/core.h"
+#include "serve/tools.h"
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
@@ -44,6 +45,10 @@ static int record_logprobs(srv_job *j, const float *logits, int32_t V, double *l
     return 1;
 }
 
+int srv_job_marked(const srv_job *j) {
+    return j->rq.tools && j->rq.tools->native && j->rq.tools->choice != SRV_TOOL_NONE;
+}
+
 /* Choose j's next token from its logits row [V] (modified: the grammar's mask): the log-probs
  * when asked (from the model's distribution, before the mask), then af_sample. Returns the token, or
  * -1 with j->err set. Lock held. */
@@ -54,7 +59,7 @@ int32_t srv_next_token(srv *s, srv_job *j, float *logits, int32_t V) {
         return -1;
     }
     int32_t allowed = V;
-    if (j->gs) allowed = srv_gstate_mask(j->gs, s->vocab, logits, V);
+    if (j->gs) allowed = srv_gstate_mask(j->gs, srv_job_marked(j) ? s->vocab_tools : s->vocab, logits, V);
     if (!allowed) {
         srv_err_set(&j->err, 500, "server_error", NULL, "response_format",
                     "no token of the vocabulary continues the required JSON here");

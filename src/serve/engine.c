@@ -250,6 +250,10 @@ static int take_token(srv *s, srv_job *j, int32_t id) {
     }
     char piece[256];
     int n = af_token_to_bytes(s->tok, id, 0, piece, sizeof piece);
+    if (n == 0 && srv_job_marked(j)) { /* a control token: kept when it is a tool-call marker */
+        n = af_token_to_bytes(s->tok, id, 1, piece, sizeof piece);
+        if (n < 0 || n > (int)sizeof piece || !srv_tools_marker(piece, (size_t)n)) n = 0;
+    }
     if (n > (int)sizeof piece) n = (int)sizeof piece;
     j->n_gen++;
     if (n > 0 && !append(j, piece, (size_t)n)) {
@@ -348,31 +352,7 @@ static af_status tokenize_prompt(srv *s, const srv_req *rq, int32_t **ids, size_
     if (rq->kind == SRV_CHAT) {
         af_chat_family fam;
         st = af_chat_family_of(s->tok, s->o.chat_template, &fam);
-        const af_chat_msg *m = rq->msgs;
-        int32_t nm = rq->n_msgs;
-        af_chat_msg *mt = NULL;
-        char *sys = NULL;
-        if (st == AF_OK && rq->tools && rq->tools->choice != SRV_TOOL_NONE) {
-            /* the tools' description: appended to the system turn, or a system turn of its own */
-            char *tp = srv_tools_prompt(rq->tools);
-            const int has_sys = rq->msgs[0].role == AF_ROLE_SYSTEM;
-            mt = malloc(sizeof *mt * ((size_t)nm + 1));
-            sys = tp ? malloc(strlen(tp) + (has_sys ? rq->msgs[0].len : 0) + 3) : NULL;
-            if (!mt || !sys) {
-                st = af_fail(AF_ERR_NOMEM, "out of memory");
-            } else {
-                if (has_sys) sprintf(sys, "%.*s\n\n%s", (int)rq->msgs[0].len, rq->msgs[0].content, tp);
-                else strcpy(sys, tp);
-                mt[0] = (af_chat_msg){AF_ROLE_SYSTEM, sys, strlen(sys)};
-                memcpy(mt + 1, rq->msgs + has_sys, sizeof *mt * (size_t)(nm - has_sys));
-                nm = nm - has_sys + 1;
-                m = mt;
-            }
-            free(tp);
-        }
-        if (st == AF_OK) st = af_chat_prompt_text(s->tok, fam, m, nm, &text);
-        free(mt);
-        free(sys);
+        if (st == AF_OK) st = srv_chat_prompt(s->tok, fam, rq, &text); /* tools: the layout's own turns (tools.h) */
     }
     const char *t = rq->kind == SRV_CHAT ? text : rq->prompt;
     if (st == AF_OK) st = af_tokenize(s->tok, t, strlen(t), 1, 1, ids, n);
@@ -438,9 +418,17 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
         pthread_mutex_unlock(&s->mu);
         if (j->rq.kind == SRV_CHAT || j->rq.kind == SRV_COMPLETION) { /* tokenize outside the lock */
             size_t n = 0;
-            af_status st = tokenize_prompt(s, &j->rq, &j->prompt, &n);
+            af_chat_family fam = AF_CHAT_NONE;
+            af_status st = AF_OK;
+            if (j->rq.tools) { /* the call format of the model's layout (tools.h) */
+                st = af_chat_family_of(s->tok, s->o.chat_template, &fam);
+                if (st == AF_OK && !srv_tools_bind(j->rq.tools, s->tok, fam, &j->rq.grammar, err)) ok = 0;
+            }
+            if (ok && st == AF_OK) st = tokenize_prompt(s, &j->rq, &j->prompt, &n);
             j->n_prompt = (int)n;
-            if (st != AF_OK) {
+            if (!ok) {
+                /* *err set by srv_tools_bind */
+            } else if (st != AF_OK) {
                 srv_err_set(err, st == AF_ERR_NOMEM ? 500 : 400, st == AF_ERR_NOMEM ? "server_error" : "invalid_request_error",
                             NULL, j->rq.kind == SRV_CHAT ? "messages" : "prompt", "%s", af_last_error());
                 ok = 0;
@@ -467,7 +455,9 @@ int srv_submit(srv *s, srv_req *rq, srv_job **out, srv_err *err) {
             }
         }
         pthread_mutex_lock(&s->mu);
-        if (ok && j->rq.grammar && !s->vocab && !(s->vocab = srv_vocab_new(s->tok))) {
+        const int marked = srv_job_marked(j);
+        srv_vocab **vp = marked ? &s->vocab_tools : &s->vocab;
+        if (ok && j->rq.grammar && !*vp && !(*vp = srv_vocab_new(s->tok, marked ? srv_tools_marker : NULL))) {
             srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
             ok = 0;
         }
@@ -827,6 +817,7 @@ void srv_free(srv *s) {
     for (int i = 0; s->slots && i < s->n_slots; i++) af_session_free(s->slots[i].s);
     af_session_free(s->emb);
     srv_vocab_free(s->vocab);
+    srv_vocab_free(s->vocab_tools);
     for (int i = 0; i < s->n_ad; i++) srv_adapter_free(&s->ad[i]);
     free(s->slots);
     free(s->queue);

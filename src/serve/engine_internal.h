@@ -111,6 +111,8 @@ struct srv {
     int na;
     uint64_t next_id;
     srv_vocab *vocab;          /* response_format masks: the tokens' bytes (made at the first use) */
+    srv_vocab *vocab_tools;    /* forced tool calls in the model's own format: the same with the control
+                                  tokens that are tool-call markers rendered (srv_tools_marker) */
     af_session *emb;           /* embeddings: a session of their own (made at the first use; scheduler only) */
     srv_metrics met;           /* GET /metrics */
 };
@@ -128,6 +130,9 @@ void srv_adapter_free(adapter *a);
  * (lock held). */
 void srv_slots_forget(srv *s, uint64_t gen);
 
+/* decode.c: 1 when job j's generated text keeps the tool-call marker tokens (srv_tools_marker): tools
+ * on (not "none") in the model's own format (srv_tools_bind). */
+int srv_job_marked(const srv_job *j);
 /* decode.c: choose j's next token from its logits row [V] (modified in place by the grammar's
  * mask): the log-probabilities when asked (from the model's distribution, before the mask), then
  * af_sample. Returns the token, or -1 with j->err set. Lock held. */

@@ -707,7 +707,7 @@ int32_t srv_gstate_mask(const srv_gstate *st, const srv_vocab *v, float *logits,
 
 /* ---------------------------------------------------------------- vocabulary */
 
-srv_vocab *srv_vocab_new(const af_tokenizer *tok) {
+srv_vocab *srv_vocab_new(const af_tokenizer *tok, int (*keep)(const char *s, size_t n)) {
     const int32_t n = af_tokenizer_vocab_size(tok);
     srv_vocab *v = calloc(1, sizeof *v);
     size_t cap = (size_t)n * 8 + 256, len = 0;
@@ -726,6 +726,10 @@ srv_vocab *srv_vocab_new(const af_tokenizer *tok) {
         v->off[i] = (uint32_t)len;
         v->eog[i] = (uint8_t)af_token_is_eog(tok, i);
         int k = v->eog[i] ? 0 : af_token_to_bytes(tok, i, 0, piece, sizeof piece);
+        if (k == 0 && keep && !v->eog[i]) { /* a control token: allowed when keep says so */
+            k = af_token_to_bytes(tok, i, 1, piece, sizeof piece);
+            if (k < 0 || k > (int)sizeof piece || !keep(piece, (size_t)k)) k = 0;
+        }
         if (k < 0 || k > (int)sizeof piece) k = 0; /* a special token or one longer than a piece: never allowed */
         if (len + (size_t)k > cap) {
             char *t = realloc(v->bytes, cap * 2);

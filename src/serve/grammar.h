@@ -32,8 +32,10 @@ typedef struct srv_vocab {
     uint8_t *eog;  /* [n] */
 } srv_vocab;
 
-/* The vocabulary of `tok` (af_token_to_bytes of every id, af_token_is_eog). NULL when out of memory. */
-srv_vocab *srv_vocab_new(const af_tokenizer *tok);
+/* The vocabulary of `tok` (af_token_to_bytes of every id, af_token_is_eog). A control token has no
+ * bytes (never allowed), except where keep(its rendered text, length) returns 1 (keep may be NULL).
+ * NULL when out of memory. */
+srv_vocab *srv_vocab_new(const af_tokenizer *tok, int (*keep)(const char *s, size_t n));
 void srv_vocab_free(srv_vocab *v);
 
 /* Parse a request's "response_format" value rf: {"type": "text"} (*out = NULL), {"type":

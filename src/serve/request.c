@@ -38,6 +38,8 @@ void srv_req_free(srv_req *r) {
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     for (int32_t i = 0; i < r->n_bufs; i++) free(r->bufs[i]);
     free(r->bufs);
+    free(r->msgx);
+    free(r->calls);
     srv_grammar_free(r->grammar);
     srv_tools_free(r->tools);
     memset(r, 0, sizeof *r);
@@ -121,41 +123,65 @@ static char *content_text(const cJSON *c, int i, srv_err *err) {
     return d;
 }
 
-/* An earlier assistant turn with "tool_calls": its content (when any) then each call as the model
- * writes it (srv_tool_call_text). malloc'ed; NULL + *err. */
-static char *calls_text(const cJSON *c, const cJSON *tc, int i, srv_err *err) {
-    char param[64];
-    snprintf(param, sizeof param, "messages[%d].tool_calls", i);
-    if (!cJSON_IsArray(tc) || cJSON_GetArraySize(tc) < 1) {
-        BAD(param, "'%s' must be a non-empty list of {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", param);
+/* Keep string t (malloc'ed, may be NULL: out of memory) among r's owned strings. Returns t, or
+ * NULL with *err set (t freed). */
+static char *keep(srv_req *r, char *t, srv_err *err) {
+    if (t && r->n_bufs == r->cap_bufs) {
+        const int32_t c = r->cap_bufs ? 2 * r->cap_bufs : 16;
+        char **nb = realloc(r->bufs, sizeof *nb * (size_t)c);
+        if (!nb) {
+            free(t);
+            t = NULL;
+        } else {
+            r->bufs = nb, r->cap_bufs = c;
+        }
+    }
+    if (!t) {
+        srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
         return NULL;
     }
-    char *out = (c && !cJSON_IsNull(c)) ? content_text(c, i, err) : strdup("");
-    if (!out) return NULL;
-    const cJSON *x;
-    int k = 0;
-    cJSON_ArrayForEach(x, tc) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(x, "function");
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"), *ar = cJSON_GetObjectItemCaseSensitive(f, "arguments");
-        if (!cJSON_IsString(nm) || (ar && !cJSON_IsString(ar))) {
-            free(out);
-            BAD(param, "'%s[%d]' must be {\"function\": {\"name\": STRING, \"arguments\": JSON_TEXT}}", param, k);
-            return NULL;
-        }
-        char *call = srv_tool_call_text(nm->valuestring, ar ? ar->valuestring : "{}");
-        char *t = call ? malloc(strlen(out) + strlen(call) + 2) : NULL;
-        if (t) sprintf(t, "%s%s%s", out, out[0] ? "\n" : "", call);
-        free(call);
-        free(out);
-        if (!(out = t)) {
-            srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
-            return NULL;
-        }
-        k++;
-    }
-    return out;
+    r->bufs[r->n_bufs++] = t;
+    return t;
 }
 
+/* The "tool_calls" of assistant message i into r->calls[*k ..] (their strings kept in r->bufs):
+ * each {"id"?, "type": "function", "function": {"name": STRING, "arguments": JSON object as text}}. */
+static int parse_calls(const cJSON *tc, int i, srv_req *r, int32_t *k, srv_err *err) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+    const int nc = cJSON_IsArray(tc) ? cJSON_GetArraySize(tc) : 0;
+    if (nc < 1 || nc > SRV_MAX_TOOLS)
+        return BAD(param, "'%s' must be a list of 1 to %d {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                   param, SRV_MAX_TOOLS);
+    af_chat_call *nc_arr = realloc(r->calls, sizeof *nc_arr * (size_t)(*k + nc));
+    if (!nc_arr) return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    r->calls = nc_arr;
+    const cJSON *x;
+    int c = 0;
+    cJSON_ArrayForEach(x, tc) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(x, "function"), *id = cJSON_GetObjectItemCaseSensitive(x, "id");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"), *ar = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        if (!cJSON_IsString(nm) || !nm->valuestring[0] || (ar && !cJSON_IsNull(ar) && !cJSON_IsString(ar)) ||
+            (id && !cJSON_IsNull(id) && !cJSON_IsString(id)))
+            return BAD(param, "'%s[%d]' must be {\"id\": STRING, \"function\": {\"name\": STRING, \"arguments\": JSON_TEXT}}",
+                       param, c);
+        const char *as = cJSON_IsString(ar) ? ar->valuestring : "{}";
+        cJSON *av = cJSON_Parse(as);
+        const int obj = cJSON_IsObject(av);
+        cJSON_Delete(av);
+        if (!obj) return BAD(param, "'%s[%d].function.arguments' must be a JSON object as text (\"{...}\")", param, c);
+        af_chat_call *cl = &r->calls[*k];
+        memset(cl, 0, sizeof *cl);
+        if (!(cl->name = keep(r, dup_str(nm->valuestring), err)) || !(cl->args = keep(r, dup_str(as), err))) return 0;
+        cl->args_len = strlen(cl->args);
+        if (cJSON_IsString(id) && !(cl->id = keep(r, dup_str(id->valuestring), err))) return 0;
+        (*k)++, c++;
+    }
+    return 1;
+}
+
+/* "messages": roles, contents, and the tool turns as they are (tools.c renders them for the model's
+ * layout: srv_chat_prompt). */
 static int parse_messages(const cJSON *o, srv_req *r, srv_err *err) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (!m) return BAD("messages", "'messages' is required");
@@ -164,41 +190,83 @@ static int parse_messages(const cJSON *o, srv_req *r, srv_err *err) {
     if (n < 1) return BAD("messages", "'messages' is empty");
     if (n > 4096) return BAD("messages", "'messages' has %d entries, more than 4096", n);
     r->msgs = calloc((size_t)n, sizeof *r->msgs);
-    r->bufs = calloc((size_t)n, sizeof *r->bufs);
-    if (!r->msgs || !r->bufs) return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
-    int i = 0;
+    af_chat_msg_x *mx = calloc((size_t)n, sizeof *mx);
+    int32_t *first = calloc((size_t)n, sizeof *first); /* index of message i's first call in r->calls */
+    if (!r->msgs || !mx || !first) {
+        free(mx);
+        free(first);
+        return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    r->msgx = mx;
+    int i = 0, ok = 1, any = 0;
+    int32_t k = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, m) {
         char param[64];
         snprintf(param, sizeof param, "messages[%d]", i);
-        if (!cJSON_IsObject(e)) return BAD(param, "'%s' must be an object with 'role' and 'content'", param);
+        if (!cJSON_IsObject(e)) {
+            ok = BAD(param, "'%s' must be an object with 'role' and 'content'", param);
+            break;
+        }
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
-        if (!cJSON_IsString(role)) return BAD(param, "'%s.role' must be a string", param);
+        if (!cJSON_IsString(role)) {
+            ok = BAD(param, "'%s.role' must be a string", param);
+            break;
+        }
         af_chat_role rl;
-        const int is_tool = !strcmp(role->valuestring, "tool");
         if (!strcmp(role->valuestring, "system") || !strcmp(role->valuestring, "developer")) rl = AF_ROLE_SYSTEM;
-        else if (!strcmp(role->valuestring, "user") || is_tool) rl = AF_ROLE_USER; /* a tool's result: tools.h */
+        else if (!strcmp(role->valuestring, "user")) rl = AF_ROLE_USER;
+        else if (!strcmp(role->valuestring, "tool")) rl = AF_ROLE_TOOL;
         else if (!strcmp(role->valuestring, "assistant")) rl = AF_ROLE_ASSISTANT;
-        else return BAD(param, "'%s.role' is \"%.40s\": expected system, developer, user, assistant or tool", param, role->valuestring);
+        else {
+            ok = BAD(param, "'%s.role' is \"%.40s\": expected system, developer, user, assistant or tool", param, role->valuestring);
+            break;
+        }
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
         const cJSON *tc = rl == AF_ROLE_ASSISTANT ? cJSON_GetObjectItemCaseSensitive(e, "tool_calls") : NULL;
+        const int calls = tc && !cJSON_IsNull(tc);
         char *t = NULL;
-        if (tc && !cJSON_IsNull(tc)) {
-            t = calls_text(c, tc, i, err);
-        } else {
-            if (!c || cJSON_IsNull(c)) return BAD(param, "'%s.content' is required", param);
-            t = content_text(c, i, err);
+        if (calls && (!c || cJSON_IsNull(c))) {
+            t = keep(r, dup_str(""), err);
+        } else if (!c || cJSON_IsNull(c)) {
+            ok = BAD(param, "'%s.content' is required", param);
+            break;
+        } else if ((t = content_text(c, i, err))) {
+            t = keep(r, t, err);
         }
-        if (!t) return 0;
-        if (is_tool) {
-            char *w = malloc(strlen(t) + 64);
-            if (w) sprintf(w, "<tool_response>\n%s\n</tool_response>", t);
-            free(t);
-            if (!(t = w)) return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (!t) {
+            ok = 0;
+            break;
         }
-        r->bufs[r->n_bufs++] = t;
         r->msgs[i] = (af_chat_msg){rl, t, strlen(t)};
+        first[i] = k;
+        if (calls) {
+            const int32_t k0 = k;
+            if (!(ok = parse_calls(tc, i, r, &k, err))) break;
+            mx[i].n_calls = k - k0;
+            any = 1;
+        }
+        if (rl == AF_ROLE_TOOL) {
+            any = 1;
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "tool_call_id");
+            if (id && !cJSON_IsNull(id) && !cJSON_IsString(id)) {
+                ok = BAD(param, "'%s.tool_call_id' must be a string", param);
+                break;
+            }
+            if (cJSON_IsString(id) && !(mx[i].call_id = keep(r, dup_str(id->valuestring), err))) {
+                ok = 0;
+                break;
+            }
+        }
         i++;
+    }
+    for (int q = 0; ok && q < n; q++) /* r->calls moved while it grew: point into it now */
+        if (mx[q].n_calls) mx[q].calls = r->calls + first[q];
+    free(first);
+    if (!ok) return 0;
+    if (!any) { /* no tool turns: the plain chat rendering */
+        free(r->msgx);
+        r->msgx = NULL;
     }
     r->n_msgs = n;
     return 1;

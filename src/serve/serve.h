@@ -21,6 +21,7 @@
 #include "afinar.h"
 #include "afinar_app.h"
 #include "formats/lm_jsonl.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -57,8 +58,11 @@ typedef struct srv_req {
     int32_t n_lora;           /* "lora": [{"id": N, "scale": S}] (llama.cpp) */
     int32_t lora_id[SRV_MAX_LORA];
     double lora_scale[SRV_MAX_LORA];
-    char **bufs;              /* owned strings of msgs */
-    int32_t n_bufs;
+    char **bufs;              /* owned strings of msgs, msgx and calls */
+    int32_t n_bufs, cap_bufs;
+    af_chat_msg_x *msgx;      /* chat: [n_msgs] each message's tool calls / tool_call_id (NULL: the request
+                                 has no assistant "tool_calls" and no "tool" message); owned */
+    af_chat_call *calls;      /* the tool calls of all messages (msgx[i].calls point into it); owned */
     int32_t n_choices;        /* "n" [1, SRV_MAX_CHOICES] (default 1) */
     int logprobs;             /* chat "logprobs": true, or completions "logprobs": K given */
     int32_t top_logprobs;     /* chat "top_logprobs" [0, 20]; completions "logprobs" K [0, 5] */

@@ -2,6 +2,9 @@
  * reference (chat/completions: tools, tool_choice, message.tool_calls, finish_reason "tool_calls"). */
 #include "serve/tools.h"
 
+#include "core/core.h"
+#include "tokenizer/tok_internal.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@ void srv_tools_free(srv_tools *t) {
         free(t->spec[i]);
         free(t->params[i]);
     }
+    free(t->json);
     free(t->name);
     free(t->spec);
     free(t->params);
@@ -32,32 +36,74 @@ static int good_name(const char *s) {
     return 1;
 }
 
-/* The grammar of one forced call: CALL_OPEN {"name": one of the names, "arguments": schema} CALL_CLOSE. */
-static int call_grammar(const srv_tools *t, int32_t only, srv_grammar **out, srv_err *err) {
+/* The JSON schema of the arguments of a forced call: function `only`'s "parameters" (or the one
+ * function's), else any object. */
+static cJSON *args_schema(const srv_tools *t, int32_t only) {
+    const int one = only >= 0 || t->n == 1;
+    cJSON *args = one ? cJSON_Parse(t->params[only >= 0 ? only : 0]) : NULL;
+    if (!args) args = cJSON_CreateObject();
+    if (args && (!one || !cJSON_GetObjectItemCaseSensitive(args, "type"))) cJSON_AddStringToObject(args, "type", "object");
+    return args;
+}
+
+/* {"name": one of the names, args_key: the arguments' schema}, both required. */
+static cJSON *call_schema(const srv_tools *t, int32_t only, const char *args_key) {
     cJSON *sc = cJSON_CreateObject(), *pr = cJSON_AddObjectToObject(sc, "properties"), *nm = cJSON_AddObjectToObject(pr, "name");
     cJSON *en = cJSON_AddArrayToObject(nm, "enum");
     for (int32_t i = 0; i < t->n; i++)
         if (only < 0 || i == only) cJSON_AddItemToArray(en, cJSON_CreateString(t->name[i]));
-    const int one = only >= 0 || t->n == 1;
-    const int32_t k = only >= 0 ? only : 0;
-    cJSON *args = one ? cJSON_Parse(t->params[k]) : NULL;
-    if (!args) args = cJSON_CreateObject();
-    if (!one || !cJSON_GetObjectItemCaseSensitive(args, "type")) cJSON_AddStringToObject(args, "type", "object");
-    cJSON_AddItemToObject(pr, "arguments", args);
+    cJSON_AddItemToObject(pr, args_key, args_schema(t, only));
     cJSON *rq = cJSON_AddArrayToObject(sc, "required");
     cJSON_AddItemToArray(rq, cJSON_CreateString("name"));
-    cJSON_AddItemToArray(rq, cJSON_CreateString("arguments"));
+    cJSON_AddItemToArray(rq, cJSON_CreateString(args_key));
     cJSON_AddStringToObject(sc, "type", "object");
-    char path[64];
-    snprintf(path, sizeof path, "tools[%d].function.parameters", (int)k);
+    return sc;
+}
+
+/* The grammar of one forced call in the format of layout fam (native 0: the generic fallback's
+ * CALL_OPEN {"name", "arguments"} CALL_CLOSE; the other formats: srv_tools_bind). */
+static int call_grammar(const srv_tools *t, int32_t only, int native, af_chat_family fam, srv_grammar **out, srv_err *err) {
+    *out = NULL;
+    const int32_t k = only >= 0 ? only : 0;
+    cJSON *sc = NULL;
+    const char *pre = CALL_OPEN, *suf = CALL_CLOSE;
+    char m7[96];
+    if (native && fam == AF_CHAT_LLAMA3) {
+        sc = call_schema(t, only, "parameters");
+        pre = suf = NULL;
+    } else if (native && fam == AF_CHAT_MISTRAL) {
+        sc = cJSON_CreateObject();
+        cJSON_AddStringToObject(sc, "type", "array");
+        cJSON_AddItemToObject(sc, "items", call_schema(t, only, "arguments"));
+        cJSON_AddNumberToObject(sc, "minItems", 1);
+        pre = "[TOOL_CALLS]", suf = NULL;
+    } else if (native && fam == AF_CHAT_MISTRAL7) {
+        if (only < 0 && t->n > 1)
+            return BADT("tool_choice", "'tool_choice' \"required\" with %d functions: the mistral-v7 call format writes "
+                                       "the name outside the JSON, so only one function can be forced; name it "
+                                       "({\"type\": \"function\", \"function\": {\"name\": ...}})", (int)t->n);
+        sc = args_schema(t, only);
+        snprintf(m7, sizeof m7, "[TOOL_CALLS]%s[ARGS]", t->name[k]);
+        pre = m7, suf = NULL;
+    } else {
+        sc = call_schema(t, only, "arguments");
+    }
+    if (!sc) return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     srv_grammar *g = NULL;
-    /* the arguments' schema sits at properties.arguments: name the tool's field in errors */
-    int ok = srv_grammar_compile(args, path, &g, err);
-    srv_grammar_free(g);
-    g = NULL;
+    int ok = 1;
+    if (!native) { /* the arguments' schema: name the tool's field in errors */
+        char path[64];
+        snprintf(path, sizeof path, "tools[%d].function.parameters", (int)k);
+        cJSON *args = args_schema(t, only);
+        ok = args && srv_grammar_compile(args, path, &g, err);
+        if (!args) srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        cJSON_Delete(args);
+        srv_grammar_free(g);
+        g = NULL;
+    }
     if (ok) ok = srv_grammar_compile(sc, "tool_choice", &g, err);
     cJSON_Delete(sc);
-    if (ok && !srv_grammar_set_affixes(g, CALL_OPEN, CALL_CLOSE)) {
+    if (ok && !srv_grammar_set_affixes(g, pre, suf)) {
         srv_grammar_free(g);
         return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     }
@@ -91,6 +137,7 @@ int srv_tools_parse(const cJSON *o, srv_tools **out, srv_grammar **grammar, srv_
         return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     }
     *out = t;
+    if (!(t->json = cJSON_PrintUnformatted(tl))) return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     const cJSON *e;
     cJSON_ArrayForEach(e, tl) {
         char p[64];
@@ -140,7 +187,7 @@ int srv_tools_parse(const cJSON *o, srv_tools **out, srv_grammar **grammar, srv_
         t->choice = SRV_TOOL_NAMED;
     }
     if (t->choice == SRV_TOOL_REQUIRED || t->choice == SRV_TOOL_NAMED)
-        return call_grammar(t, t->choice == SRV_TOOL_NAMED ? t->named : -1, grammar, err);
+        return call_grammar(t, t->choice == SRV_TOOL_NAMED ? t->named : -1, 0, AF_CHAT_NONE, grammar, err);
     return 1;
 }
 
@@ -172,6 +219,103 @@ char *srv_tool_call_text(const char *name, const char *args_json) {
     if (s) sprintf(s, "%s%s%s", CALL_OPEN, js, CALL_CLOSE);
     free(js);
     return s;
+}
+
+int srv_tools_native(const af_tokenizer *tok, af_chat_family fam) {
+    /* the tokenizer's own check: a conversation holding a tool result passes only where the layout
+     * has tool turns */
+    const af_chat_msg probe = {AF_ROLE_TOOL, "", 0};
+    return af_chat_tools_check(tok, fam, &probe, 1, NULL) == AF_OK;
+}
+
+int srv_tools_bind(srv_tools *t, const af_tokenizer *tok, af_chat_family fam, srv_grammar **grammar, srv_err *err) {
+    if (!t) return 1;
+    t->tok = tok;
+    t->fam = fam;
+    t->native = srv_tools_native(tok, fam);
+    if (!t->native || (t->choice != SRV_TOOL_REQUIRED && t->choice != SRV_TOOL_NAMED)) return 1;
+    if (fam != AF_CHAT_LLAMA3 && fam != AF_CHAT_MISTRAL && fam != AF_CHAT_MISTRAL7) return 1; /* Hermes: as parsed */
+    srv_grammar *g = NULL;
+    if (!call_grammar(t, t->choice == SRV_TOOL_NAMED ? t->named : -1, 1, fam, &g, err)) return 0;
+    srv_grammar_free(*grammar);
+    *grammar = g;
+    return 1;
+}
+
+int srv_tools_marker(const char *s, size_t n) {
+    static const char *const mk[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>", "<tool_call>", "</tool_call>"};
+    for (size_t i = 0; i < sizeof mk / sizeof *mk; i++)
+        if (strlen(mk[i]) == n && !memcmp(mk[i], s, n)) return 1;
+    return 0;
+}
+
+/* The generic fallback: the tools' description in the system turn (appended to the request's, or one
+ * of its own), earlier calls as CALL_OPEN ... CALL_CLOSE text of the assistant turn, tool results as
+ * user turns <tool_response>...</tool_response>; then the layout's plain rendering. */
+static af_status generic_prompt(const af_tokenizer *tok, af_chat_family fam, const srv_req *rq, int tools_on, char **out) {
+    const int32_t n = rq->n_msgs;
+    af_chat_msg *m = malloc(sizeof *m * ((size_t)n + 1));
+    char **own = calloc((size_t)n + 1, sizeof *own); /* strings made here, freed at the end */
+    af_status st = m && own ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
+    int32_t nm = 0, i0 = 0;
+    if (st == AF_OK && tools_on) {
+        char *tp = srv_tools_prompt(rq->tools);
+        const int has_sys = rq->msgs[0].role == AF_ROLE_SYSTEM;
+        char *sys = tp ? malloc(strlen(tp) + (has_sys ? rq->msgs[0].len : 0) + 3) : NULL;
+        if (!sys) st = af_fail(AF_ERR_NOMEM, "out of memory");
+        else if (has_sys) sprintf(sys, "%.*s\n\n%s", (int)rq->msgs[0].len, rq->msgs[0].content, tp);
+        else strcpy(sys, tp);
+        free(tp);
+        if (sys) own[n] = sys, m[nm++] = (af_chat_msg){AF_ROLE_SYSTEM, sys, strlen(sys)};
+        i0 = has_sys;
+    }
+    for (int32_t i = i0; st == AF_OK && i < n; i++) {
+        const af_chat_msg *q = &rq->msgs[i];
+        const af_chat_msg_x *x = rq->msgx ? &rq->msgx[i] : NULL;
+        char *t = NULL;
+        if (q->role == AF_ROLE_TOOL) {
+            if ((t = malloc(q->len + 40))) sprintf(t, "<tool_response>\n%.*s\n</tool_response>", (int)q->len, q->content);
+        } else if (x && x->n_calls > 0) {
+            size_t cap = q->len + 1, len = q->len;
+            if ((t = malloc(cap))) memcpy(t, q->content, q->len), t[len] = 0;
+            for (int32_t k = 0; t && k < x->n_calls; k++) {
+                char *c = srv_tool_call_text(x->calls[k].name, x->calls[k].args);
+                char *nt = c ? realloc(t, len + strlen(c) + 2) : NULL;
+                if (!nt) {
+                    free(c);
+                    free(t);
+                    t = NULL;
+                    break;
+                }
+                t = nt;
+                len += (size_t)sprintf(t + len, "%s%s", len ? "\n" : "", c);
+                free(c);
+            }
+        } else {
+            m[nm++] = *q;
+            continue;
+        }
+        if (!t) {
+            st = af_fail(AF_ERR_NOMEM, "out of memory");
+            break;
+        }
+        own[i] = t;
+        m[nm++] = (af_chat_msg){q->role == AF_ROLE_TOOL ? AF_ROLE_USER : q->role, t, strlen(t)};
+    }
+    if (st == AF_OK) st = af_chat_prompt_text(tok, fam, m, nm, out);
+    for (int32_t i = 0; own && i <= n; i++) free(own[i]);
+    free(own);
+    free(m);
+    return st;
+}
+
+af_status srv_chat_prompt(const af_tokenizer *tok, af_chat_family fam, const srv_req *rq, char **out) {
+    *out = NULL;
+    const int tools_on = rq->tools && rq->tools->choice != SRV_TOOL_NONE;
+    if (!tools_on && !rq->msgx) return af_chat_prompt_text(tok, fam, rq->msgs, rq->n_msgs, out);
+    if (!srv_tools_native(tok, fam)) return generic_prompt(tok, fam, rq, tools_on, out);
+    const af_chat_extra x = {tools_on ? rq->tools->json : NULL, tools_on ? strlen(rq->tools->json) : 0, rq->msgx};
+    return af_chat_prompt_text_ex(tok, fam, rq->msgs, rq->n_msgs, &x, out);
 }
 
 /* Add one call {"name", "arguments" | "parameters"} from the JSON object c when its name is a tool's. */
@@ -207,8 +351,42 @@ static char *trimmed(const char *s, size_t n) {
     return d;
 }
 
+/* srv_tools_extract in the layout's own format (af_chat_parse_tool_calls). */
+static cJSON *native_extract(const srv_tools *t, const char *text, size_t len, uint64_t req_id, char **content) {
+    af_chat_tool_output o;
+    if (af_chat_parse_tool_calls(t->tok, t->fam, text, len, &o) != AF_OK || o.n_calls == 0) {
+        af_chat_tool_output_free(&o);
+        return NULL;
+    }
+    cJSON *calls = cJSON_CreateArray();
+    for (int32_t k = 0; calls && k < o.n_calls; k++) {
+        const af_chat_parsed_call *c = &o.calls[k];
+        int known = 0;
+        for (int32_t i = 0; i < t->n; i++) known |= !strcmp(t->name[i], c->name);
+        if (!known) { /* a function the request does not offer: the answer stays text */
+            cJSON_Delete(calls);
+            calls = NULL;
+            break;
+        }
+        char id[64];
+        if (c->id) snprintf(id, sizeof id, "%s", c->id);
+        else snprintf(id, sizeof id, "call_%llu_%d", (unsigned long long)req_id, (int)k);
+        cJSON *x = cJSON_CreateObject(), *f;
+        cJSON_AddStringToObject(x, "id", id);
+        cJSON_AddStringToObject(x, "type", "function");
+        f = cJSON_AddObjectToObject(x, "function");
+        cJSON_AddStringToObject(f, "name", c->name);
+        cJSON_AddStringToObject(f, "arguments", c->arguments);
+        cJSON_AddItemToArray(calls, x);
+    }
+    if (calls) *content = trimmed(o.content, o.content_len);
+    af_chat_tool_output_free(&o);
+    return calls;
+}
+
 cJSON *srv_tools_extract(const srv_tools *t, const char *text, size_t len, uint64_t req_id, char **content) {
     *content = NULL;
+    if (t->native) return native_extract(t, text, len, req_id, content);
     cJSON *calls = cJSON_CreateArray();
     char *txt = malloc(len + 1), *rest = malloc(len + 1);
     if (!calls || !txt || !rest) {

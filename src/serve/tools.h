@@ -1,20 +1,24 @@
 /* tools.h — function calling in `afinar serve` (tools.c): the request's "tools" and "tool_choice",
- * the text that tells the model about the tools, the grammar that forces a call, and the parsing of
- * the model's answer into OpenAI "tool_calls".
+ * the prompt that shows the model the tools and the earlier tool turns, the grammar that forces a
+ * call, and the parsing of the model's answer into OpenAI "tool_calls".
  *
- * Call format (one for every chat family): the tools are described in a system turn (own wording,
- * their JSON schemas one per line between <tools> and </tools>) that asks for calls as
+ * Call format: the model's own where its chat layout has tool turns (tokenizer.h "tool turns":
+ * chatml of a Qwen2.5 template, qwen3, qwq, llama3 of a Llama 3.1-3.3 template, mistral of Mistral
+ * Nemo's template, mistral-v7): the request's tools, assistant tool calls and "tool" messages are
+ * rendered by af_chat_prompt_text_ex, and the answer parsed by af_chat_parse_tool_calls.
+ * Other layouts (SmolLM2's chatml, Gemma, Phi-3, DeepSeek-R1, SmolLM3, Mistral [INST] before Nemo,
+ * Llama 3 without tools): a generic fallback — the tools described in a system turn (own wording,
+ * their JSON schemas one per line between <tools> and </tools>) asking for calls as
  *   <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>
- * (the format of Qwen2.5/Qwen3's templates and Hermes-style fine-tunes). An earlier assistant turn
- * with "tool_calls" is rendered in that format, a "tool" message as a user turn
- * <tool_response>\n...\n</tool_response>. The answer is parsed in that format, and also as Llama
- * 3.x's bare JSON object {"name", "parameters" | "arguments"} and Mistral's [TOOL_CALLS] JSON list
- * (its control token is not part of the text), so that models trained on those formats work too. */
+ * earlier calls written so in the assistant turn, a "tool" message as a user turn
+ * <tool_response>\n...\n</tool_response>; the answer is parsed in that format, and also as a bare
+ * JSON object {"name", "parameters" | "arguments"} or a JSON list of them. */
 #ifndef AF_SERVE_TOOLS_H
 #define AF_SERVE_TOOLS_H
 
 #include "serve/grammar.h"
 #include "serve/serve.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cJSON.h>
 
@@ -27,8 +31,13 @@ struct srv_tools {
     char **name;   /* [n] function names ([A-Za-z0-9_.-], 1..64 bytes) */
     char **spec;   /* [n] compact JSON {"name", "description"?, "parameters"?} as shown to the model */
     char **params; /* [n] compact JSON of "parameters" ("{}" when absent) */
+    char *json;    /* the "tools" list as compact JSON (af_chat_extra.tools of the model's own layout) */
     int choice;    /* SRV_TOOL_*: "tool_choice" (default auto with tools) */
     int32_t named; /* SRV_TOOL_NAMED: the index of the function */
+    /* set by srv_tools_bind once the model's layout is known: */
+    int native;              /* 1: the layout has tool turns (its own format); 0: the generic fallback */
+    af_chat_family fam;
+    const af_tokenizer *tok; /* the server's (outlives the request) */
 };
 
 /* Parse "tools" and "tool_choice" of a chat request body `o` into *out (NULL when there is no "tools"
@@ -40,17 +49,44 @@ struct srv_tools {
 int srv_tools_parse(const cJSON *o, srv_tools **out, srv_grammar **grammar, srv_err *err);
 void srv_tools_free(srv_tools *t);
 
-/* The system text that describes the tools and the call format (malloc'ed; NULL when out of memory). */
+/* The generic fallback's system text that describes the tools and the call format (malloc'ed; NULL
+ * when out of memory). */
 char *srv_tools_prompt(const srv_tools *t);
 
-/* One earlier assistant call as the model writes it: "<tool_call>\n{json}\n</tool_call>" with json =
+/* One earlier call in the generic fallback's format: "<tool_call>\n{json}\n</tool_call>" with json =
  * {"name": NAME, "arguments": ARGS} (ARGS: the JSON text of "arguments", an object). malloc'ed. */
 char *srv_tool_call_text(const char *name, const char *args_json);
 
+/* 1 when layout `fam` (with tok's chat template) has tool turns of its own (tokenizer.h). */
+int srv_tools_native(const af_tokenizer *tok, af_chat_family fam);
+
+/* Bind the request's tools (when any) to the model's layout: sets t->native, fam, tok; with the
+ * model's own format and tool_choice "required" / a named function, *grammar (the request's forced
+ * call, from srv_tools_parse) is replaced by the grammar of one call in that format:
+ *   chatml/qwen3/qwq: <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>
+ *   llama3:           {"name": N, "parameters": {...}}
+ *   mistral (Nemo):   [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]
+ *   mistral-v7:       [TOOL_CALLS]N[ARGS]{...} (one function only: named, or "required" with one tool)
+ * Returns 1, or 0 and *err (400 "tool_choice": "required" with several functions on mistral-v7;
+ * 500 out of memory). */
+int srv_tools_bind(srv_tools *t, const af_tokenizer *tok, af_chat_family fam, srv_grammar **grammar, srv_err *err);
+
+/* The generation prompt of chat request rq for layout fam (text without BOS; *out malloc'ed):
+ * without tool turns af_chat_prompt_text; with them (tools not "none", assistant tool_calls, "tool"
+ * messages) the layout's own rendering (af_chat_prompt_text_ex) when it has tool turns, else the
+ * generic fallback above. Errors: those of af_chat_prompt_text(_ex), AF_ERR_NOMEM. */
+af_status srv_chat_prompt(const af_tokenizer *tok, af_chat_family fam, const srv_req *rq, char **out);
+
+/* 1 when text s[0..n) is a tool-call marker that some layout writes as a control token
+ * ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>", "<tool_call>", "</tool_call>"): with the
+ * model's own tool format such tokens are kept in the generated text (rendered) for the parser. */
+int srv_tools_marker(const char *s, size_t n);
+
 /* Parse the generated text[0..len) into OpenAI tool calls: a cJSON array of {"id", "type":
- * "function", "function": {"name", "arguments": JSON text}} (ids "call_<req>_<k>"), or NULL when the
- * text holds no call of a known function. *content: the text outside the calls, trimmed (malloc'ed;
- * NULL when empty). */
+ * "function", "function": {"name", "arguments": JSON text}} (ids: the model's [CALL_ID] when it
+ * wrote one, else "call_<req>_<k>"), or NULL when the text holds no call, or (the model's own format)
+ * a call of a function not in "tools". *content: the text before the calls (own format) / outside
+ * them (fallback), trimmed (malloc'ed; NULL when empty). */
 cJSON *srv_tools_extract(const srv_tools *t, const char *text, size_t len, uint64_t req_id, char **content);
 
 #endif

@@ -3,7 +3,8 @@
  * srv_req_parse, srv_err_json, srv_json_string, srv_utf8_complete).
  * Input: byte 0 selects the endpoint (% 4: chat completions, completions, classify, embeddings), the rest is the
  * HTTP body. Oracles: on success every field is in its documented range (messages >= 1 with a role
- * and a NUL-terminated content, temperature [0, 2], top_p [0, 1], max_tokens -1 or >= 1, <= 4
+ * and a NUL-terminated content, tool calls only in assistant messages with a name and their arguments'
+ * text, tool_call_id only in tool messages, temperature [0, 2], top_p [0, 1], max_tokens -1 or >= 1, <= 4
  * non-empty stop strings, <= 16 lora entries, >= 1 classify/embeddings input, n in [1, 16],
  * top_logprobs in [0, 20] and only with logprobs, tools only in chat); on failure the error has a
  * 400/500 status and a message, and its OpenAI error object parses back as JSON with
@@ -29,8 +30,13 @@ af_status fz_serve_req_one(const uint8_t *data, size_t size) {
         if (kind == SRV_CHAT) {
             FZ_ASSERT(r.n_msgs >= 1 && r.msgs);
             for (int32_t i = 0; i < r.n_msgs; i++) {
-                FZ_ASSERT(r.msgs[i].role <= AF_ROLE_ASSISTANT && r.msgs[i].content);
+                FZ_ASSERT(r.msgs[i].role <= AF_ROLE_TOOL && r.msgs[i].content);
                 FZ_ASSERT(strlen(r.msgs[i].content) == r.msgs[i].len);
+                const af_chat_msg_x *x = r.msgx ? &r.msgx[i] : NULL; /* calls only in assistant messages */
+                FZ_ASSERT(!x || x->n_calls == 0 || (r.msgs[i].role == AF_ROLE_ASSISTANT && x->calls));
+                for (int32_t k = 0; x && k < x->n_calls; k++)
+                    FZ_ASSERT(x->calls[k].name[0] && strlen(x->calls[k].args) == x->calls[k].args_len);
+                FZ_ASSERT(!x || !x->call_id || r.msgs[i].role == AF_ROLE_TOOL);
             }
         }
         if (kind == SRV_COMPLETION) FZ_ASSERT(r.prompt != NULL);
