@@ -42,7 +42,7 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 head -n "$N_SFT" data/bbc_headlines/train.jsonl > "$OUT/sft_train.jsonl"
 head -n "$N_TEST" data/bbc_headlines/test.jsonl > "$OUT/test_subset.jsonl"
-tail -n +"$(( N_SFT + 1 ))" data/bbc_headlines/train.jsonl | head -n "$N_DPO" > "$OUT/dpo_articles.jsonl"
+sed -n "$(( N_SFT + 1 )),$(( N_SFT + N_DPO ))p" data/bbc_headlines/train.jsonl > "$OUT/dpo_articles.jsonl"
 
 echo "== SFT ($N_SFT examples) =="
 if [ "${SKIP_SFT:-0}" = 1 ] && [ -d "$OUT/sft/final" ]; then echo "SKIP_SFT=1: keeping $OUT/sft/final"; else
