@@ -187,7 +187,7 @@ def cmd_trl(a):
     t0 = time.time()
     trainer = DPOTrainer(model=model, args=cfg, train_dataset=Dataset.from_list(train),
                          eval_dataset=Dataset.from_list(test), processing_class=tok, peft_config=peft_cfg)
-    rep["init_seconds"] = round(time.time() - t0, 1)  # tokenization (+ the reference pass if done here)
+    rep["init_seconds"] = round(time.time() - t0, 1)  # tokenization + precompute_ref_log_probs
     t0 = time.time()
     out = trainer.train()
     rep["train_seconds"] = round(time.time() - t0, 1)
@@ -248,8 +248,8 @@ def cmd_report(a):
         ("ROUGE-L F, SFT + DPO", "%.4f" % gd["rouge_l"]["f"], "%.4f" % t["after"]["rouge_l_f"]),
         ("exact match, SFT / SFT + DPO", "%.3f / %.3f" % (gs["exact_match"], gd["exact_match"]),
          "%s / %.3f" % ("%.3f" % t["before"]["exact_match"] if "before" in t else "-", t["after"]["exact_match"])),
-        ("DPO training wall time (s)", "%.0f (whole `afinar train`: load, reference pass, %d evaluations, saves)" % (aw, len(ev)),
-         "%.0f (DPOTrainer(...) %.0f: tokenization; trainer.train() %.0f: reference pass + steps; + evaluate() %.0f)"
+        ("DPO training wall time (s)", "%.0f (whole `afinar train`: load, reference pass, steps, %d evaluation(s), saves)" % (aw, len(ev)),
+         "%.0f (DPOTrainer(...) %.0f: tokenization + reference pass; trainer.train() %.0f: the steps; evaluate() %.0f)"
          % (t["init_seconds"] + t["train_seconds"] + t["eval_seconds"], t["init_seconds"], t["train_seconds"], t["eval_seconds"])),
         ("peak RSS (MiB)", "%.0f" % ar, "%.0f (whole process)" % trss),
     ]
