@@ -3,6 +3,7 @@
 sft_vs_peft.py): CPU facts, load average, memory of the current process, and running a benchmark
 child process that prints one JSON object as its last stdout line."""
 import json
+import math
 import platform
 import resource
 import subprocess
@@ -23,7 +24,16 @@ def cpu_model():
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor()
+    return platform.processor() or "unknown"
+
+
+def pct(xs, p):
+    """The p-th percentile of xs by nearest rank (the smallest value with at least p% of xs at or
+    below it); NaN for an empty list."""
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[max(0, min(len(xs) - 1, int(math.ceil(p / 100.0 * len(xs))) - 1))]
 
 
 def cpu_flags_summary():

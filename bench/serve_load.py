@@ -19,7 +19,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import re
 import signal
 import subprocess
@@ -28,22 +27,14 @@ import tempfile
 import threading
 import time
 
+from bench_common import cpu_model
+
 SYSTEM = ("You are a helpful assistant for a news website. Answer in one or two short sentences, "
           "plainly, without lists.")
 QUESTIONS = ["What is inflation?", "Why do central banks raise interest rates?", "What is a general election?",
              "How does a football league table work?", "What does a film critic do?", "What is a smartphone?",
              "Why do share prices fall?", "What is a budget deficit?", "Who elects a prime minister?",
              "What is streaming music?", "What is a trade tariff?", "How do elections get counted?"]
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def pct(xs, p):
@@ -153,7 +144,7 @@ def main():
     cached = [int(x) for x in re.findall(r"\((\d+) from the cache\)", log)]
     load1 = os.getloadavg()
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "git": rev, "cpu": cpu_name(),
+    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "git": rev, "cpu": cpu_model(),
            "cores": os.cpu_count(), "threads": int(a.threads), "loadavg_before": [round(x, 2) for x in load0],
            "loadavg_after": [round(x, 2) for x in load1], "model": os.path.basename(a.model),
            "parallel": a.parallel, "max_tokens": a.max_tokens, "server_exit": rc,

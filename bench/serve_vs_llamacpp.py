@@ -30,7 +30,6 @@ import http.client
 import json
 import math
 import os
-import platform
 import random
 import signal
 import socket
@@ -40,27 +39,11 @@ import tempfile
 import threading
 import time
 
+from bench_common import cpu_model, pct
+
 WORDS = ("the market rose after the central bank kept interest rates on hold while analysts said inflation "
          "would ease slowly over the coming year and the government promised new spending on schools roads "
          "and hospitals in the north of the country").split()
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def pct(xs, p):
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = max(0, min(len(xs) - 1, int(math.ceil(p / 100.0 * len(xs))) - 1))  # nearest rank
-    return xs[k]
 
 
 def free_port():
@@ -280,7 +263,7 @@ def main():
     ad = [a.adapter_a or train_adapter(a, tmp, "A", 1), a.adapter_b or train_adapter(a, tmp, "B", 2)]
     ggufs = [export_gguf(a, d, os.path.join(tmp, f"{n}.gguf")) for d, n in zip(ad, "AB")] if "llamacpp" in servers else []
     plist = prompts(a.requests, a.min_prompt, a.max_prompt, 7)
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_name(), "cores": os.cpu_count(),
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_model(), "cores": os.cpu_count(),
             "threads": a.threads, "model": os.path.basename(a.model), "max_tokens": a.max_tokens,
             "min_prompt": a.min_prompt, "max_prompt": a.max_prompt, "parallel": a.parallel, "afinar_args": a.afinar_args,
             "load_before": " ".join(f"{x:.1f}" for x in os.getloadavg())}
