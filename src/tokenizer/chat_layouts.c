@@ -374,13 +374,7 @@ af_status af_chat_render_mistral(const af_tokenizer *tok, const af_chat_msg *m, 
     for (int32_t i = start; i < n; i++) {
         const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
         if (m[i].role == AF_ROLE_TOOL || (mx && mx->n_calls > 0)) {
-            for (int32_t k = 0; mx && k < mx->n_calls; k++)
-                if (!mx->calls[k].id || strlen(mx->calls[k].id) != 9)
-                    return af_fail(AF_ERR_FORMAT, "messages[%d].tool_calls[%d].id: Mistral's template needs an id of 9 "
-                                   "characters", (int)i, (int)k);
-            if (m[i].role == AF_ROLE_TOOL && (!mx || !mx->call_id || strlen(mx->call_id) != 9))
-                return af_fail(AF_ERR_FORMAT, "messages[%d].tool_call_id: Mistral's template needs an id of 9 "
-                               "characters", (int)i);
+            AF_TRY(af_chat_mistral_tool_ids(&m[i], mx, i));
             continue;
         }
         af_chat_role want = idx % 2 == 0 ? AF_ROLE_USER : AF_ROLE_ASSISTANT;

@@ -338,6 +338,18 @@ static void eos_piece(const af_tokenizer *tok, af_chat_doc *d, int tgt) {
     else af_chat_add_str(d, "</s>", tgt, 0);
 }
 
+/* Mistral's templates (v3 and v7) need a tool call's id and a tool result's tool_call_id of exactly
+ * 9 characters (they raise otherwise); AF_ERR_FORMAT naming messages[i]'s field. */
+af_status af_chat_mistral_tool_ids(const af_chat_msg *mi, const af_chat_msg_x *mx, int32_t i) {
+    for (int32_t k = 0; mx && k < mx->n_calls; k++)
+        if (!mx->calls[k].id || strlen(mx->calls[k].id) != 9)
+            return af_fail(AF_ERR_FORMAT, "messages[%d].tool_calls[%d].id: Mistral's template needs an id of 9 characters",
+                           (int)i, (int)k);
+    if (mi->role == AF_ROLE_TOOL && (!mx || !mx->call_id || strlen(mx->call_id) != 9))
+        return af_fail(AF_ERR_FORMAT, "messages[%d].tool_call_id: Mistral's template needs an id of 9 characters", (int)i);
+    return AF_OK;
+}
+
 af_status af_chat_render_mistral7(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
                                   int32_t target_from, int gen, af_chat_doc *d) {
     (void)gen;
@@ -347,13 +359,7 @@ af_status af_chat_render_mistral7(const af_tokenizer *tok, const af_chat_msg *m,
         const af_chat_msg_x *mx = x && x->msg ? &x->msg[i] : NULL;
         if (m[i].role == AF_ROLE_USER) last_user = i;
         if (m[i].role == AF_ROLE_TOOL || (mx && mx->n_calls > 0)) {
-            for (int32_t k = 0; mx && k < mx->n_calls; k++)
-                if (!mx->calls[k].id || strlen(mx->calls[k].id) != 9)
-                    return af_fail(AF_ERR_FORMAT, "messages[%d].tool_calls[%d].id: Mistral's template needs an id of 9 "
-                                   "characters", (int)i, (int)k);
-            if (m[i].role == AF_ROLE_TOOL && (!mx || !mx->call_id || strlen(mx->call_id) != 9))
-                return af_fail(AF_ERR_FORMAT, "messages[%d].tool_call_id: Mistral's template needs an id of 9 "
-                               "characters", (int)i);
+            AF_TRY(af_chat_mistral_tool_ids(&m[i], mx, i));
             continue;
         }
         if ((m[i].role == AF_ROLE_USER) != (idx % 2 == 0))

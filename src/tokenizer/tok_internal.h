@@ -217,6 +217,9 @@ int32_t af_chat_hermes_results(af_chat_doc *d, const af_chat_msg *m, int32_t n, 
  * the template does, others as tojson) + "][/AVAILABLE_TOOLS]". Errors: AF_ERR_FORMAT (a tool
  * without a "function" object). */
 af_status af_chat_mistral3_tools(af_chat_doc *d, const af_chat_extra *x);
+/* Mistral's 9-character tool-call ids of message i (its calls' ids, a tool result's call_id):
+ * AF_ERR_FORMAT naming the field. */
+af_status af_chat_mistral_tool_ids(const af_chat_msg *mi, const af_chat_msg_x *mx, int32_t i);
 af_status af_chat_render_qwq(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
                              int32_t target_from, int gen, af_chat_doc *d);
 af_status af_chat_render_mistral7(const af_tokenizer *tok, const af_chat_msg *m, int32_t n, const af_chat_extra *x,
