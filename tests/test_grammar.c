@@ -64,11 +64,11 @@ static int validate(const cJSON *v, const cJSON *sc) {
             if (ps && !validate(k, ps)) return 0;
             if (!ps && cJSON_IsFalse(ap)) return 0;
             if (!ps && cJSON_IsObject(ap) && !validate(k, ap)) return 0;
-            /* a key twice: JSON Schema sees the last one; a duplicate is refused by the grammar */
+            /* a key twice: JSON Schema sees the last one; the grammar refuses a named key twice */
             int n = 0;
             const cJSON *k2;
             cJSON_ArrayForEach(k2, v) n += !strcmp(k2->string, k->string);
-            if (n > 1 && pr) return 0;
+            if (n > 1 && pr && pr->child) return 0;
         }
         const cJSON *rq = cJSON_GetObjectItemCaseSensitive(sc, "required"), *r;
         cJSON_ArrayForEach(r, rq) if (!cJSON_GetObjectItemCaseSensitive(v, r->valuestring)) return 0;
@@ -182,9 +182,12 @@ static cJSON *rand_schema(int depth) {
     if (t) cJSON_AddStringToObject(s, "type", t);
     if (rnd(3) == 0) cJSON_AddStringToObject(s, "description", "ignored");
     if (t && !strcmp(t, "object")) {
-        if (rnd(5) == 0) {
-            if (rnd(2)) cJSON_AddItemToObject(s, "additionalProperties", rand_schema(depth + 1));
-            return s; /* free keys */
+        if (rnd(5) == 0) { /* free keys, or none: an empty 'properties' / 'additionalProperties': false */
+            if (rnd(3) == 0) cJSON_AddObjectToObject(s, "properties");
+            const int a = rnd(3);
+            if (a == 1) cJSON_AddItemToObject(s, "additionalProperties", rand_schema(depth + 1));
+            if (a == 2) cJSON_AddFalseToObject(s, "additionalProperties");
+            return s;
         }
         cJSON *p = cJSON_AddObjectToObject(s, "properties"), *rq = cJSON_AddArrayToObject(s, "required");
         const int n = 1 + rnd(4);
@@ -375,6 +378,12 @@ static void documents(void) {
         {"{\"const\":{\"a\":[1,2]}}", "{\"a\":[1,2]}", -1, 1},
         {"{\"type\":\"object\"}", "[", 0, 0},
         {"{\"type\":\"object\"}", "{\"x\":{\"y\":[1,\"z\",null]},\"x\":2}", -1, 1},
+        /* no named property: an empty 'properties' or 'additionalProperties': false allows only {} */
+        {"{\"type\":\"object\",\"properties\":{}}", "{}", -1, 1},
+        {"{\"type\":\"object\",\"properties\":{}}", "{\"aUb\": \"x\"}", 1, 0},
+        {"{\"type\":\"object\",\"additionalProperties\":false}", "{ \"a\"", 2, 0},
+        {"{\"type\":\"object\",\"properties\":{},\"additionalProperties\":{\"type\":\"integer\"}}", "{\"a\":1,\"b\":2}", -1, 1},
+        {"{\"type\":\"object\",\"properties\":{},\"additionalProperties\":{\"type\":\"integer\"}}", "{\"a\":true", 5, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         srv_err e;

@@ -132,16 +132,19 @@ static int compile_object(srv_grammar *g, int32_t id, const cJSON *sc, const cha
                 return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
             nd->pnode[nd->n_prop++] = c;
         }
-    } else if (ap && cJSON_IsObject(ap)) {
-        snprintf(sub, sizeof sub, "%s.additionalProperties", path);
-        const int32_t c = compile_node(g, ap, sub, depth + 1, err);
-        if (c < 0) return 0;
-        g->nodes[id].values = c;
-    } else {
-        g->nodes[id].values = g->any;
     }
     if (ap && !cJSON_IsBool(ap) && !cJSON_IsObject(ap))
         return BADG("'%s.additionalProperties' must be a boolean or a schema", path);
+    /* Without named properties, the keys are free and their values follow `values`; values < 0
+     * (an empty 'properties' or 'additionalProperties': false) allows only the empty object. */
+    if (!g->nodes[id].n_prop && !cJSON_IsFalse(ap) && !(props && !cJSON_IsObject(ap))) {
+        int32_t c = g->any;
+        if (cJSON_IsObject(ap)) {
+            snprintf(sub, sizeof sub, "%s.additionalProperties", path);
+            if ((c = compile_node(g, ap, sub, depth + 1, err)) < 0) return 0;
+        }
+        g->nodes[id].values = c;
+    }
     if (req) {
         if (!cJSON_IsArray(req)) return BADG("'%s.required' must be a list of property names", path);
         const cJSON *r;
@@ -607,6 +610,7 @@ static int feed1(srv_gstate *st, int c) {
                     f->sub = O_INKEY;
                     return push(st, F_KEY, f->node);
                 }
+                if (n->values < 0) return 0; /* no key allowed */
                 f->sub = O_INKEY;
                 if (!push(st, F_STR, f->node)) return 0;
                 return 1;
