@@ -11,6 +11,12 @@ log-uniform, the same list for both servers). Adapter modes: "none" (the base mo
 (requests alternate between two LoRA adapters A and B; afinar batches them together unmerged;
 llama_cpp.server takes one model entry per adapter from its config file, as its API allows: one
 request at a time, the model re-created when the next request names the other adapter).
+Peers: "llama-server" (llama.cpp's own C++ server, built by scripts/setup_llama_server.sh: continuous
+batching over --parallel slots; both adapters loaded with --lora and --lora-init-without-apply, a
+request names its adapter with llama.cpp's per-request "lora" field [{"id", "scale"}], which batches
+only requests with the same adapter set) and "llamacpp" (llama-cpp-python's Python server, one
+request at a time). Each phase (adapter mode x client count) has its own prompts, the same for
+every server, so no phase is served from an earlier phase's prompt cache.
 Measured per phase: requests, errors, output tokens/s (streamed content chunks / wall time),
 time to first token and inter-token latency p50 / p99, and the machine (CPU, cores, load average).
 Everything is bounded: a fixed number of requests, each with --timeout seconds; the servers get
@@ -22,8 +28,9 @@ text, so generations do not end early). llama.cpp gets
 them as LoRA GGUF files written by `afinar export`.
 
   python3 bench/serve_vs_llamacpp.py --afinar build/afinar --model models/SmolLM2-135M-Instruct.Q4_1.gguf \\
-      --llamacpp-python .venv-llamacpp/bin/python --clients 1,4,8,16 --out bench/results/serve_vs_llamacpp
-(bench/serve_vs_llamacpp.sh makes the llama-cpp-python venv with its server extra and runs this.)
+      --llama-server .llama-server/bin/llama-server --clients 1,4,8,16 --out bench/results/serve_vs_llamacpp
+(bench/serve_vs_llamacpp.sh builds llama-server — and, with SERVERS naming llamacpp, the
+llama-cpp-python venv with its server extra — and runs this.)
 """
 import argparse
 import http.client
@@ -61,7 +68,8 @@ def prompts(n, lo, hi, seed):
     for i in range(n):
         toks = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
         words = max(4, int(toks / 1.3))
-        body = " ".join(WORDS[(i + k) % len(WORDS)] for k in range(words))
+        off = rng.randrange(len(WORDS))
+        body = " ".join(WORDS[(off + k) % len(WORDS)] for k in range(words))
         out.append(f"News report.\n\n{body}. In other news,")  # a continuation: no early end token
     return out
 
@@ -86,9 +94,12 @@ def wait_ready(port, path, proc, timeout):
 
 
 def one_request(port, prompt, model, max_tokens, timeout):
-    """A streamed completion: (error or None, [arrival times of content chunks], t0)."""
+    """A streamed completion: (error or None, [arrival times of content chunks], t0). model: None,
+    a model name (str) or a dict of extra request fields (llama-server's "lora" list)."""
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    if model:
+    if isinstance(model, dict):
+        body.update(model)
+    elif model:
         body["model"] = model
     t0 = time.time()
     times = []
@@ -195,6 +206,25 @@ def start_llamacpp(a, port, ggufs, tmp, logf):
     return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), "/v1/models"
 
 
+def start_llama_server(a, port, ggufs, logf):
+    cmd = [a.llama_server, "-m", a.model, "--host", "127.0.0.1", "--port", str(port), "-t", a.threads, "-tb", a.threads,
+           "-np", str(a.parallel), "-c", str(a.ctx * a.parallel), "--no-webui", "--timeout", str(int(a.timeout))]
+    for g in ggufs:
+        cmd += ["--lora", g]
+    if ggufs:
+        cmd.append("--lora-init-without-apply")  # scale 0 unless a request names the adapter
+    return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT), "/health"
+
+
+def request_models(srv, mode):
+    """What each request of a phase names, in turn: the base model, or adapters A and B alternating."""
+    if srv == "afinar":
+        return [None] if mode == "none" else ["A", "B"]
+    if srv == "llama-server":
+        return [None] if mode == "none" else [{"lora": [{"id": 0, "scale": 1.0}]}, {"lora": [{"id": 1, "scale": 1.0}]}]
+    return ["base"] if mode == "none" else ["A", "B"]
+
+
 def stop(proc):
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -218,14 +248,15 @@ def write_md(out, meta, rows):
         L.append(f"| {r['server']} | {r['adapters']} | {r['clients']} | {r['requests']} | {r['errors']} | {r['tok_s']} | "
                  f"{r['ttft_p50_s']} | {r['ttft_p99_s']} | {r['itl_p50_ms']} | {r['itl_p99_ms']} |")
     key = {(r["server"], r["adapters"], r["clients"]): r for r in rows}
-    ratio = []
-    for (srv, ad, c), r in sorted(key.items()):
-        o = key.get(("llamacpp", ad, c))
-        if srv == "afinar" and o and o["tok_s"] > 0 and o["ttft_p99_s"] > 0:
-            ratio.append(f"| {ad} | {c} | {r['tok_s'] / o['tok_s']:.2f} | {r['ttft_p99_s'] / o['ttft_p99_s']:.2f} |")
-    if ratio:
-        L += ["", "| adapters | clients | afinar / llama.cpp output tok/s | afinar / llama.cpp TTFT p99 |",
-              "|---|---:|---:|---:|"] + ratio
+    for peer in ("llama-server", "llamacpp"):
+        ratio = []
+        for (srv, ad, c), r in sorted(key.items()):
+            o = key.get((peer, ad, c))
+            if srv == "afinar" and o and o["tok_s"] > 0 and o["ttft_p99_s"] > 0:
+                ratio.append(f"| {ad} | {c} | {r['tok_s'] / o['tok_s']:.2f} | {r['ttft_p99_s'] / o['ttft_p99_s']:.2f} |")
+        if ratio:
+            L += ["", f"| adapters | clients | afinar / {peer} output tok/s | afinar / {peer} TTFT p99 |",
+                  "|---|---:|---:|---:|"] + ratio
     with open(out + ".md", "w") as f:
         f.write("\n".join(L) + "\n")
 
@@ -236,7 +267,10 @@ def main():
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--llamacpp-python", default=".venv-llamacpp/bin/python",
                     help="a Python with llama_cpp and its server extra (bench/requirements-server.txt)")
-    ap.add_argument("--servers", default="afinar,llamacpp")
+    ap.add_argument("--llama-server", default=".llama-server/bin/llama-server",
+                    help="llama.cpp's llama-server binary (scripts/setup_llama_server.sh)")
+    ap.add_argument("--servers", default="afinar,llama-server",
+                    help="afinar, llama-server (llama.cpp's C++ server), llamacpp (llama-cpp-python's server)")
     ap.add_argument("--adapters", default="none,mixed", help="adapter modes: none, mixed")
     ap.add_argument("--adapter-a", help="afinar adapter directory A (default: a 2-step adapter trained here)")
     ap.add_argument("--adapter-b", help="afinar adapter directory B")
@@ -246,7 +280,7 @@ def main():
     ap.add_argument("--min-prompt", type=int, default=32)
     ap.add_argument("--max-prompt", type=int, default=1024)
     ap.add_argument("--threads", default="2")
-    ap.add_argument("--parallel", type=int, default=8, help="afinar serve --parallel")
+    ap.add_argument("--parallel", type=int, default=8, help="afinar serve --parallel and llama-server -np")
     ap.add_argument("--afinar-args", default="", help="more options of afinar serve (e.g. \"--batch-tokens 64\")")
     ap.add_argument("--ctx", type=int, default=2048, help="positions per sequence (both servers)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per request")
@@ -255,14 +289,13 @@ def main():
     clients = [int(c) for c in a.clients.split(",")]
     modes = a.adapters.split(",")
     servers = a.servers.split(",")
-    if any(m not in ("none", "mixed") for m in modes) or any(s not in ("afinar", "llamacpp") for s in servers):
-        sys.exit("serve_vs_llamacpp: --adapters takes none,mixed and --servers afinar,llamacpp")
+    if any(m not in ("none", "mixed") for m in modes) or any(s not in ("afinar", "llama-server", "llamacpp") for s in servers):
+        sys.exit("serve_vs_llamacpp: --adapters takes none,mixed and --servers afinar,llama-server,llamacpp")
     if a.max_prompt + a.max_tokens + 16 > a.ctx:
         sys.exit(f"serve_vs_llamacpp: --max-prompt {a.max_prompt} + --max-tokens {a.max_tokens} do not fit --ctx {a.ctx}")
     tmp = tempfile.mkdtemp(prefix="serve_vs_llamacpp.")
     ad = [a.adapter_a or train_adapter(a, tmp, "A", 1), a.adapter_b or train_adapter(a, tmp, "B", 2)]
-    ggufs = [export_gguf(a, d, os.path.join(tmp, f"{n}.gguf")) for d, n in zip(ad, "AB")] if "llamacpp" in servers else []
-    plist = prompts(a.requests, a.min_prompt, a.max_prompt, 7)
+    ggufs = [export_gguf(a, d, os.path.join(tmp, f"{n}.gguf")) for d, n in zip(ad, "AB")] if set(servers) - {"afinar"} else []
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_model(), "cores": os.cpu_count(),
             "threads": a.threads, "model": os.path.basename(a.model), "max_tokens": a.max_tokens,
             "min_prompt": a.min_prompt, "max_prompt": a.max_prompt, "parallel": a.parallel, "afinar_args": a.afinar_args,
@@ -272,23 +305,30 @@ def main():
         port = free_port()
         logp = os.path.join(tmp, f"{srv}.log")
         with open(logp, "w") as logf:
-            proc, ready = start_afinar(a, port, ad, logf) if srv == "afinar" else start_llamacpp(a, port, ggufs, tmp, logf)
+            if srv == "afinar":
+                proc, ready = start_afinar(a, port, ad, logf)
+            elif srv == "llama-server":
+                proc, ready = start_llama_server(a, port, ggufs, logf)
+            else:
+                proc, ready = start_llamacpp(a, port, ggufs, tmp, logf)
             if not wait_ready(port, ready, proc, 600):
                 stop(proc)
                 sys.exit(f"serve_vs_llamacpp: {srv} did not start; its log:\n" + open(logp).read()[-3000:])
-            for mode in modes:
-                models = ([None] if srv == "afinar" else ["base"]) if mode == "none" else ["A", "B"]
+            for mi, mode in enumerate(modes):
+                models = request_models(srv, mode)
+                warm = prompts(1, a.min_prompt, a.min_prompt, 1)[0]
                 for m in models:  # warm-up, not measured (llama_cpp.server loads a model entry on first use)
-                    one_request(port, plist[0], m, 4, a.timeout)
+                    one_request(port, warm, m, 4, a.timeout)
                 for c in clients:
+                    plist = prompts(a.requests, a.min_prompt, a.max_prompt, 7 + 1000 * mi + c)  # per phase
                     r = phase(port, c, a.requests, plist, models, a.max_tokens, a.timeout)
                     r.update(server=srv, adapters=mode)
                     rows.append(r)
                     failed |= r["errors"] > 0
                     print(json.dumps(r), flush=True)
             rc = stop(proc)
-            if srv == "afinar" and rc != 0:
-                print(f"serve_vs_llamacpp: afinar serve exited {rc}", file=sys.stderr)
+            if srv != "llamacpp" and rc != 0:
+                print(f"serve_vs_llamacpp: {srv} exited {rc}", file=sys.stderr)
                 failed = True
     meta["load_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
