@@ -10,7 +10,8 @@
  * matched as their compact JSON text (cJSON_PrintUnformatted). Digits are bounded (an integer part
  * of at most 15, a fraction of 15, an exponent of 3) so that a number always ends. A token is
  * allowed when the matcher accepts all its bytes from the current state (a copy is fed); an
- * end-of-generation token when the document is complete. */
+ * end-of-generation token when the document is complete (srv_gstate_mask_simple; the fast mask over an
+ * indexed vocabulary: grammar_mask.c). */
 #include "serve/grammar.h"
 
 #include <math.h>
@@ -683,7 +684,19 @@ int srv_gstate_can_end(const srv_gstate *st) {
     return 0;
 }
 
-int32_t srv_gstate_mask(const srv_gstate *st, const srv_vocab *v, float *logits, int32_t n_logits) {
+srv_gstate *srv_gstate_clone(const srv_gstate *st) {
+    srv_gstate *c = malloc(sizeof *c);
+    if (c) srv_gstate_copy(c, st);
+    return c;
+}
+
+int srv_gstate_in_string(const srv_gstate *st) {
+    if ((st->g->prefix && st->g->prefix[st->pre]) || st->done || st->depth == 0) return 0;
+    const gframe *f = &st->f[st->depth - 1];
+    return f->kind == F_STR && f->sub == S_CHAR && f->len == 0;
+}
+
+int32_t srv_gstate_mask_simple(const srv_gstate *st, const srv_vocab *v, float *logits, int32_t n_logits) {
     for (int32_t i = v->n; i < n_logits; i++) logits[i] = -INFINITY; /* padding rows of the LM head */
     srv_gstate tmp;
     int first[256]; /* 1: a token may start with this byte */
@@ -707,53 +720,4 @@ int32_t srv_gstate_mask(const srv_gstate *st, const srv_vocab *v, float *logits,
         else logits[i] = -INFINITY;
     }
     return left;
-}
-
-/* ---------------------------------------------------------------- vocabulary */
-
-srv_vocab *srv_vocab_new(const af_tokenizer *tok, int (*keep)(const char *s, size_t n)) {
-    const int32_t n = af_tokenizer_vocab_size(tok);
-    srv_vocab *v = calloc(1, sizeof *v);
-    size_t cap = (size_t)n * 8 + 256, len = 0;
-    if (v) {
-        v->n = n;
-        v->off = malloc(sizeof(uint32_t) * ((size_t)n + 1));
-        v->eog = calloc((size_t)n + 1, 1);
-        v->bytes = malloc(cap);
-    }
-    if (!v || !v->off || !v->eog || !v->bytes) {
-        srv_vocab_free(v);
-        return NULL;
-    }
-    char piece[256];
-    for (int32_t i = 0; i < n; i++) {
-        v->off[i] = (uint32_t)len;
-        v->eog[i] = (uint8_t)af_token_is_eog(tok, i);
-        int k = v->eog[i] ? 0 : af_token_to_bytes(tok, i, 0, piece, sizeof piece);
-        if (k == 0 && keep && !v->eog[i]) { /* a control token: allowed when keep says so */
-            k = af_token_to_bytes(tok, i, 1, piece, sizeof piece);
-            if (k < 0 || k > (int)sizeof piece || !keep(piece, (size_t)k)) k = 0;
-        }
-        if (k < 0 || k > (int)sizeof piece) k = 0; /* a special token or one longer than a piece: never allowed */
-        if (len + (size_t)k > cap) {
-            char *t = realloc(v->bytes, cap * 2);
-            if (!t) {
-                srv_vocab_free(v);
-                return NULL;
-            }
-            v->bytes = t, cap *= 2;
-        }
-        memcpy(v->bytes + len, piece, (size_t)k);
-        len += (size_t)k;
-    }
-    v->off[n] = (uint32_t)len;
-    return v;
-}
-
-void srv_vocab_free(srv_vocab *v) {
-    if (!v) return;
-    free(v->off);
-    free(v->bytes);
-    free(v->eog);
-    free(v);
 }
