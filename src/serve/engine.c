@@ -161,6 +161,7 @@ static void job_free(srv_job *j) {
     free(j->lp);
     free(j->emb);
     srv_gstate_free(j->gs);
+    srv_tool_stream_free(j->ts);
     free(j);
 }
 

@@ -70,6 +70,7 @@ struct srv_job {
     int n_lp, cap_lp, lp_sent; /* lp_sent: entries already streamed */
     int fin_sent;              /* streaming: the finish chunk of this choice was sent */
     srv_gstate *gs;            /* response_format: the matcher of the text so far (NULL: free text) */
+    struct srv_tool_stream *ts; /* a streamed chat with tools: what of the calls was sent (tools.h) */
     int choice;                /* index in "choices" */
     srv_job *lead;             /* choices > 0: the request's first choice (holds a reference to it) */
     srv_job **kids;            /* the lead: choices 1 .. n_kids (owned: freed with the lead) */

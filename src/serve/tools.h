@@ -89,4 +89,21 @@ int srv_tools_marker(const char *s, size_t n);
  * them (fallback), trimmed (malloc'ed; NULL when empty). */
 cJSON *srv_tools_extract(const srv_tools *t, const char *text, size_t len, uint64_t req_id, char **content);
 
+/* Tool calls streamed (tool_stream.c): what of a streamed answer has been sent. */
+typedef struct srv_tool_stream srv_tool_stream;
+srv_tool_stream *srv_tool_stream_new(void); /* NULL when out of memory */
+void srv_tool_stream_free(srv_tool_stream *ts);
+/* The chunk deltas (a cJSON array of OpenAI "delta" objects: {"content"} or {"tool_calls": [{"index",
+ * "id"?, "type"?, "function": {"name"?, "arguments"}}]}) for the generated text[0..n) (whole UTF-8
+ * characters) that were not sent yet, and ts updated. While generating (final 0): the content
+ * before the first call marker, from its first non-space byte, without a tail that may begin a
+ * marker or trailing whitespace; a call's first delta (index, id, type, name, arguments "") once its
+ * name is complete and in t (Nemo: once its object is complete, for its "id"); then its arguments
+ * re-printed as cJSON_PrintUnformatted prints them, as far as certain. final 1 (the answer ended):
+ * the text is parsed by srv_tools_extract and what was not sent is sent; *has_calls = 1 when the
+ * answer has calls (finish_reason "tool_calls"). ts NULL (out of memory): nothing until final,
+ * then everything. NULL when out of memory. */
+cJSON *srv_tool_stream_step(srv_tool_stream *ts, const srv_tools *t, const char *text, size_t n, int final,
+                            uint64_t req_id, int *has_calls);
+
 #endif
