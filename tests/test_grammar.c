@@ -9,6 +9,7 @@
  *    synthetic vocabulary among those srv_gstate_mask leaves allowed until the end-of-generation
  *    token: every finished document must parse (cJSON) and validate against its schema under an
  *    independent validator written here from the JSON Schema rules; almost every walk must finish;
+ *  - alternatives of the literal prefix (srv_grammar_set_prefixes);
  *  - tools (src/serve/tools.c): "tools" / "tool_choice" errors, the forced call's grammar (prefix and
  *    suffix literals around {"name", "arguments"}), and tool calls parsed from the three formats.
  */
@@ -571,7 +572,43 @@ static void tools(void) {
     srv_grammar_free(g);
 }
 
+/* Alternatives of the literal prefix (mistral-v7's "[TOOL_CALLS]NAME[ARGS]" per function): the
+ * document follows any one of them, nothing else; the fast mask agrees inside the prefix; a set where
+ * one alternative starts another is refused. */
+static void prefixes(void) {
+    srv_err e;
+    srv_grammar *g = compile_text("{\"type\":\"object\"}", &e);
+    const char *const alt[3] = {"[TOOL_CALLS]get[ARGS]", "[TOOL_CALLS]g[ARGS]", "[TOOL_CALLS]go.x[ARGS]"};
+    CHECK(g && srv_grammar_set_prefixes(g, alt, 3, NULL), "three prefixes set");
+    int end;
+    CHECK(feed_doc(g, "[TOOL_CALLS]g[ARGS]{}", &end) < 0 && end, "the second alternative, then the document");
+    CHECK(feed_doc(g, "[TOOL_CALLS]go.x[ARGS]{\"a\": 1}", &end) < 0 && end, "the third alternative");
+    CHECK(feed_doc(g, "[TOOL_CALLS]get[ARGS] {}", &end) < 0 && end, "the first alternative, a space, the document");
+    CHECK(feed_doc(g, "[TOOL_CALLS]gx", &end) == 13 && feed_doc(g, "{}", &end) == 0 && feed_doc(g, "[TOOL_CALLS]get{", &end) == 15,
+          "no other prefix: refused at the first byte no alternative has");
+    srv_vocab *v = make_vocab();
+    srv_gstate *st = srv_gstate_new(g);
+    int same = 1;
+    const char *doc = "[TOOL_CALLS]go.x[ARGS]{}";
+    float *a = malloc(sizeof(float) * (size_t)v->n), *b = malloc(sizeof(float) * (size_t)v->n);
+    for (size_t i = 0; i <= strlen(doc); i++) {
+        for (int32_t k = 0; k < v->n; k++) a[k] = b[k] = 0;
+        same &= srv_gstate_mask(st, v, a, v->n) == srv_gstate_mask_simple(st, v, b, v->n);
+        for (int32_t k = 0; k < v->n; k++) same &= isfinite(a[k]) == isfinite(b[k]);
+        if (doc[i]) srv_gstate_feed(st, doc + i, 1);
+    }
+    CHECK(same, "inside and after the prefix, the fast mask == the simple one");
+    free(a);
+    free(b);
+    srv_gstate_free(st);
+    srv_vocab_free(v);
+    const char *const bad[2] = {"[TOOL_CALLS]g", "[TOOL_CALLS]get"};
+    CHECK(!srv_grammar_set_prefixes(g, bad, 2, NULL), "prefixes where one starts another are refused");
+    srv_grammar_free(g);
+}
+
 int main(void) {
+    prefixes();
     tools();
     compile_errors();
     documents();

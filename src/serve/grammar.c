@@ -47,7 +47,10 @@ struct srv_grammar {
     gnode *nodes;
     int32_t n_nodes, cap;
     int32_t root, any, lit_bool, lit_null;
-    char *prefix, *suffix; /* literal text before / after the document (NULL: none) */
+    char **prefix;         /* [n_prefix] alternatives of the literal text before the document (none
+                              a prefix of another); 0: none */
+    int32_t n_prefix;
+    char *suffix;          /* literal text after the document (NULL: none) */
 };
 
 /* ---------------------------------------------------------------- compiling */
@@ -321,17 +324,32 @@ void srv_grammar_free(srv_grammar *g) {
         free(n->pnode);
     }
     free(g->nodes);
+    for (int32_t k = 0; k < g->n_prefix; k++) free(g->prefix[k]);
     free(g->prefix);
     free(g->suffix);
     free(g);
 }
 
-int srv_grammar_set_affixes(srv_grammar *g, const char *prefix, const char *suffix) {
+int srv_grammar_set_prefixes(srv_grammar *g, const char *const *prefixes, int32_t n, const char *suffix) {
+    for (int32_t k = 0; k < g->n_prefix; k++) free(g->prefix[k]);
     free(g->prefix);
     free(g->suffix);
-    g->prefix = prefix && prefix[0] ? strdup(prefix) : NULL;
+    g->prefix = NULL, g->n_prefix = 0;
     g->suffix = suffix && suffix[0] ? strdup(suffix) : NULL;
-    return (!prefix || !prefix[0] || g->prefix) && (!suffix || !suffix[0] || g->suffix);
+    int ok = !suffix || !suffix[0] || g->suffix;
+    for (int32_t k = 0; k < n && ok; k++) /* prefix-free: none starts another (a complete one ends the prefix) */
+        for (int32_t i = 0; i < n && ok; i++)
+            ok = !prefixes[k][0] || (i == k ? 1 : strncmp(prefixes[i], prefixes[k], strlen(prefixes[k])) != 0);
+    if (ok && n > 0 && prefixes[0][0]) {
+        ok = (g->prefix = calloc((size_t)n, sizeof(char *))) != NULL;
+        for (int32_t k = 0; k < n && ok; k++) ok = (g->prefix[g->n_prefix++] = strdup(prefixes[k])) != NULL;
+    }
+    return ok;
+}
+
+int srv_grammar_set_affixes(srv_grammar *g, const char *prefix, const char *suffix) {
+    const char *one[1] = {prefix};
+    return srv_grammar_set_prefixes(g, one, prefix && prefix[0] ? 1 : 0, suffix);
 }
 
 /* ---------------------------------------------------------------- matching */
@@ -357,6 +375,7 @@ struct srv_gstate {
     int depth, done;
     int ws; /* whitespace since the last token: 0 none, WS_SPACE one space, 1 + k a newline and k indent bytes */
     int pre, suf; /* bytes of the grammar's prefix / suffix matched */
+    int pcand;    /* the prefix alternative matched so far */
     gframe f[SRV_GRAMMAR_MAX_DEPTH];
 };
 
@@ -378,9 +397,13 @@ void srv_gstate_copy(srv_gstate *dst, const srv_gstate *src) {
     dst->done = src->done;
     dst->ws = src->ws;
     dst->pre = src->pre;
+    dst->pcand = src->pcand;
     dst->suf = src->suf;
     memcpy(dst->f, src->f, sizeof(gframe) * (size_t)src->depth);
 }
+
+/* 1 while the literal prefix is not complete. */
+static int in_prefix(const srv_gstate *st) { return st->g->n_prefix && st->g->prefix[st->pcand][st->pre]; }
 
 static int push(srv_gstate *st, int kind, int32_t node) {
     if (st->depth >= SRV_GRAMMAR_MAX_DEPTH) return 0;
@@ -510,7 +533,14 @@ static int str_byte(srv_gstate *st, gframe *f, int c) {
 static int feed1(srv_gstate *st, int c) {
     const int is_ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
     const srv_grammar *gr = st->g;
-    if (gr->prefix && gr->prefix[st->pre]) return (unsigned char)gr->prefix[st->pre] == c ? (st->pre++, 1) : 0;
+    if (in_prefix(st)) { /* an alternative that extends the bytes matched by c */
+        for (int32_t k = 0; k < gr->n_prefix; k++)
+            if ((unsigned char)gr->prefix[k][st->pre] == c && !strncmp(gr->prefix[k], gr->prefix[st->pcand], (size_t)st->pre)) {
+                st->pcand = k, st->pre++;
+                return 1;
+            }
+        return 0;
+    }
     const int ws = st->ws;
     st->ws = 0;
     for (;;) { /* loops only when a number or literal ends at c and the parent takes c */
@@ -691,7 +721,7 @@ srv_gstate *srv_gstate_clone(const srv_gstate *st) {
 }
 
 int srv_gstate_in_string(const srv_gstate *st) {
-    if ((st->g->prefix && st->g->prefix[st->pre]) || st->done || st->depth == 0) return 0;
+    if (in_prefix(st) || st->done || st->depth == 0) return 0;
     const gframe *f = &st->f[st->depth - 1];
     return f->kind == F_STR && f->sub == S_CHAR && f->len == 0;
 }

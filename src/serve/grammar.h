@@ -60,6 +60,9 @@ void srv_grammar_free(srv_grammar *g);
 /* Literal text the output must start with (before the document) and end with (after it); NULL or
  * "": none. 0 when out of memory. */
 int srv_grammar_set_affixes(srv_grammar *g, const char *prefix, const char *suffix);
+/* The same with several alternatives of the prefix (prefixes[n]: the output starts with one of
+ * them; none may be a prefix of another). 0 when out of memory or not prefix-free. */
+int srv_grammar_set_prefixes(srv_grammar *g, const char *const *prefixes, int32_t n, const char *suffix);
 
 /* A matcher at the start of the text (NULL: out of memory); the grammar must outlive it. */
 srv_gstate *srv_gstate_new(const srv_grammar *g);

@@ -66,9 +66,9 @@ int srv_tools_native(const af_tokenizer *tok, af_chat_family fam);
  *   chatml/qwen3/qwq: <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>
  *   llama3:           {"name": N, "parameters": {...}}
  *   mistral (Nemo):   [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]
- *   mistral-v7:       [TOOL_CALLS]N[ARGS]{...} (one function only: named, or "required" with one tool)
- * Returns 1, or 0 and *err (400 "tool_choice": "required" with several functions on mistral-v7;
- * 500 out of memory). */
+ *   mistral-v7:       [TOOL_CALLS]N[ARGS]{...} ("required" with several functions: one literal prefix
+ *                     per function, srv_grammar_set_prefixes, and any object as arguments)
+ * Returns 1, or 0 and *err (500 out of memory). */
 int srv_tools_bind(srv_tools *t, const af_tokenizer *tok, af_chat_family fam, srv_grammar **grammar, srv_err *err);
 
 /* The generation prompt of chat request rq for layout fam (text without BOS; *out malloc'ed):

@@ -8,7 +8,7 @@
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf safetensors jsonl tok_bpe tok_spm adapter gguf_tok lm_jsonl hf_config tok_json manifest serve_req chat csv yaml grammar
+FUZZ_TARGETS ?= gguf safetensors jsonl tok_bpe tok_spm adapter gguf_tok lm_jsonl hf_config tok_json manifest serve_req chat csv yaml grammar tool_stream
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 -g $(FUZZ_SAN) -Wno-unknown-pragmas
 # Only the modules the targets reach (the parsers and what they call); the kernels, model and
