@@ -88,9 +88,11 @@ static void put_char(obuf *o, unsigned char c) {
     }
 }
 
-/* A string at s[*i] == '"': its characters as far as they are complete. R_DONE past the closing quote. */
+/* A string at s[*i] == '"': its characters as far as they are complete. R_DONE past the closing
+ * quote. A NUL (raw or \u0000) ends cJSON's C string: nothing after it is printed. */
 static int rp_string(const char *s, size_t n, size_t *i, obuf *o) {
     size_t k = *i + 1;
+    int cut = 0;
     put(o, "\"", 1);
     while (k < n) {
         const unsigned char c = (unsigned char)s[k];
@@ -100,7 +102,8 @@ static int rp_string(const char *s, size_t n, size_t *i, obuf *o) {
             return R_DONE;
         }
         if (c != '\\') {
-            put_char(o, c);
+            cut |= c == 0;
+            if (!cut) put_char(o, c);
             k++;
             continue;
         }
@@ -109,7 +112,7 @@ static int rp_string(const char *s, size_t n, size_t *i, obuf *o) {
         const char *simple = strchr("bfnrt\"\\/", e);
         if (e && simple) {
             static const char dec[] = "\b\f\n\r\t\"\\/";
-            put_char(o, (unsigned char)dec[simple - "bfnrt\"\\/"]);
+            if (!cut) put_char(o, (unsigned char)dec[simple - "bfnrt\"\\/"]);
             k += 2;
             continue;
         }
@@ -136,8 +139,8 @@ static int rp_string(const char *s, size_t n, size_t *i, obuf *o) {
         else
             b[0] = (unsigned char)(0xF0 | u >> 18), b[1] = (unsigned char)(0x80 | ((u >> 12) & 63)),
             b[2] = (unsigned char)(0x80 | ((u >> 6) & 63)), b[3] = (unsigned char)(0x80 | (u & 63)), nb = 4;
-        if (u == 0) return R_BAD; /* cJSON would cut the string there */
-        for (int q = 0; q < nb; q++) put_char(o, b[q]);
+        cut |= u == 0;
+        for (int q = 0; q < nb && !cut; q++) put_char(o, b[q]);
         k += used;
     }
     return R_MORE;
