@@ -226,6 +226,7 @@ typedef struct call_view {
     char *name, *id;  /* complete (malloc'ed) or NULL */
     obuf args;        /* the arguments re-printed as far as certain (an object value only) */
     int args_obj;     /* the arguments' value is an object (else it is sent at the end) */
+    int args_seen;    /* its arguments key came (the first one counts, as cJSON_GetObjectItem finds) */
     int ready;        /* its first delta may be sent (name known; Nemo: the object complete) */
 } call_view;
 
@@ -277,8 +278,9 @@ static int scan_object(const srv_tools *t, const char *s, size_t n, size_t *i, c
         }
         const int is_args = key.p && (!strcmp(key.p, "\"arguments\"") || (args2 && !strcmp(key.p, "\"parameters\"")));
         const int is_name = key.p && !strcmp(key.p, "\"name\""), is_id = id_key && key.p && !strcmp(key.p, "\"id\"");
-        if (r == R_DONE && is_args && !c->args.n && !c->args.oom) {
+        if (r == R_DONE && is_args && !c->args_seen) {
             const size_t v0 = skip_ws(s, n, k);
+            c->args_seen = 1;
             c->args_obj = v0 < n && s[v0] == '{';
             r = rp_value(s, n, &k, c->args_obj ? &c->args : &val, 0);
         } else if (r == R_DONE) {
