@@ -535,7 +535,7 @@ static int feed1(srv_gstate *st, int c) {
     const srv_grammar *gr = st->g;
     if (in_prefix(st)) { /* an alternative that extends the bytes matched by c */
         for (int32_t k = 0; k < gr->n_prefix; k++)
-            if ((unsigned char)gr->prefix[k][st->pre] == c && !strncmp(gr->prefix[k], gr->prefix[st->pcand], (size_t)st->pre)) {
+            if (!strncmp(gr->prefix[k], gr->prefix[st->pcand], (size_t)st->pre) && (unsigned char)gr->prefix[k][st->pre] == c) {
                 st->pcand = k, st->pre++;
                 return 1;
             }
