@@ -417,11 +417,11 @@ static void tools_prompt_same(af_model *m, af_chat_family fam, const char *name)
     free(text);
 }
 
-/* The tool calls of a streamed chat answer put together as the openai client does (per index: id,
+/* The tool calls of choice `choice_index` of a streamed chat answer put together as the openai client does (per index: id,
  * type and name from the first delta, the arguments concatenated) as [{id, type, function: {name,
  * arguments}}]; *pieces: the most argument deltas of one call; *leak: a content delta holds call
  * marker text; *finish: the last finish_reason (a static copy). */
-static cJSON *sse_tool_calls(const char *body, int *pieces, int *leak, char *finish, size_t fcap) {
+static cJSON *sse_tool_calls(const char *body, int choice_index, int *pieces, int *leak, char *finish, size_t fcap) {
     cJSON *calls = cJSON_CreateArray();
     int np[16] = {0};
     *pieces = *leak = 0;
@@ -430,6 +430,10 @@ static cJSON *sse_tool_calls(const char *body, int *pieces, int *leak, char *fin
         const char *e = strstr(p, "\n\n");
         cJSON *o = cJSON_ParseWithLength(p + 6, e ? (size_t)(e - p - 6) : strlen(p + 6));
         const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
+        if (!c || (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(c, "index")) != choice_index) {
+            cJSON_Delete(o);
+            continue;
+        }
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(c, "delta"), *x;
         const char *fr = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "finish_reason"));
         if (fr) snprintf(finish, fcap, "%s", fr);
@@ -521,7 +525,7 @@ static void tools_forced(const char *name, const char *choice) {
         resp r = http("POST", "/v1/chat/completions", sbody);
         int pieces = 0, leak = 0;
         char sfin[32];
-        cJSON *sc = sse_tool_calls(r.body, &pieces, &leak, sfin, sizeof sfin);
+        cJSON *sc = sse_tool_calls(r.body, 0, &pieces, &leak, sfin, sizeof sfin);
         const int eq = !strcmp(sfin, "tool_calls") && same_calls(sc, at(j, "choices.0.message.tool_calls"));
         same += eq;
         streamed += eq && pieces > 1;
@@ -543,6 +547,44 @@ static void tools_forced(const char *name, const char *choice) {
           "%s: tool_choice %s streamed: %d of %d equal the non-streamed tool_calls (%d with the arguments in several "
           "deltas), %d with marker text in content; last streamed: %s",
           name, choice, same, n - done, streamed, leaks, slast);
+}
+
+/* Two choices of a forced call streamed: each choice's deltas put together equal that choice of
+ * the same request not streamed. */
+static void tools_forced_n2(const char *name) {
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"}],\"tools\":%s,\"tool_choice\":"
+             "{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"max_tokens\":400,\"temperature\":1,\"seed\":7,\"n\":2",
+             TOOLS_JSON);
+    char *plain = malloc(strlen(body) + 40), *streamed = malloc(strlen(body) + 40);
+    sprintf(plain, "%s}", body);
+    sprintf(streamed, "%s,\"stream\":true}", body);
+    int st, same = 0, n = 0;
+    cJSON *j = post_json("/v1/chat/completions", plain, &st);
+    resp r = http("POST", "/v1/chat/completions", streamed);
+    char last[400] = "";
+    for (int i = 0; i < 2; i++) {
+        char p[64], sfin[32];
+        snprintf(p, sizeof p, "choices.%d.finish_reason", i);
+        if (strcmp(str_at(j, p), "tool_calls")) continue; /* cut by max_tokens: not a call */
+        n++;
+        snprintf(p, sizeof p, "choices.%d.message.tool_calls", i);
+        int pieces = 0, leak = 0;
+        cJSON *sc = sse_tool_calls(r.body, i, &pieces, &leak, sfin, sizeof sfin);
+        same += !strcmp(sfin, "tool_calls") && same_calls(sc, at(j, p)) && !leak;
+        char *t = cJSON_PrintUnformatted(sc);
+        snprintf(last, sizeof last, "%.390s", t ? t : "");
+        free(t);
+        cJSON_Delete(sc);
+    }
+    CHECK(st == 200 && r.status == 200 && n >= 1 && same == n,
+          "%s: n=2 forced calls streamed: each choice's deltas == its non-streamed tool_calls (%d of %d); last: %s", name,
+          same, n, last);
+    free(r.body);
+    cJSON_Delete(j);
+    free(plain);
+    free(streamed);
 }
 
 /* The layouts whose tool turns need the published template (llama3 of Llama 3.1, mistral of Mistral
@@ -703,12 +745,14 @@ int main(void) {
     if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template chatml") == 1, "chatml server")) {
         tools_forced("chatml (generic format)", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}");
         tools_forced("chatml (generic format)", "\"required\"");
+        tools_forced_n2("chatml (generic format)");
         CHECK(stop_server() == 0, "chatml server: exit 0");
     }
     /* the model's own tool format: Hermes blocks (qwen3), [TOOL_CALLS]name[ARGS]{...} (mistral-v7) */
     if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template qwen3") == 1, "qwen3 server")) {
         tools_native(m, AF_CHAT_QWEN3, "qwen3");
         tools_forced("qwen3", "\"required\"");
+        tools_forced_n2("qwen3");
         CHECK(stop_server() == 0, "qwen3 server: exit 0");
     }
     if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template mistral-v7") == 1, "mistral-v7 server")) {
