@@ -7,7 +7,8 @@
  * JSON (cJSON); at every position the mask over a vocabulary of the 256 single bytes plus an end
  * token allows exactly the bytes the matcher accepts, and the end token exactly when can_end; and
  * the fast mask over an indexed vocabulary of those bytes plus pieces of the document (shared
- * prefixes, multi-byte tokens) equals the simple mask (srv_gstate_mask_simple).
+ * prefixes, multi-byte tokens) equals the simple mask (srv_gstate_mask_simple). The same again
+ * with two alternatives of a literal prefix, the document's first bytes and a variant of them.
  * Returns AF_OK (schema compiled) or AF_ERR_FORMAT.
  */
 #include "fuzz/fuzz_common.h"
@@ -60,29 +61,15 @@ static srv_vocab *fz_doc_vocab(const char *doc, size_t dl) {
     return v;
 }
 
-af_status fz_grammar_one(const uint8_t *data, size_t size) {
-    const uint8_t *nul = memchr(data, 0, size);
-    const size_t sl = nul ? (size_t)(nul - data) : size;
-    const char *doc = nul ? (const char *)nul + 1 : "";
-    const size_t dl = nul ? size - sl - 1 : 0;
-    cJSON *sc = cJSON_ParseWithLength((const char *)data, sl);
-    if (!sc) return AF_ERR_FORMAT;
-    srv_grammar *g = NULL;
-    srv_err e;
-    memset(&e, 0, sizeof e);
-    const int ok = srv_grammar_compile(sc, "schema", &g, &e);
-    cJSON_Delete(sc);
-    if (!ok) {
-        FZ_ASSERT(e.status == 400 && e.message[0] && !strncmp(e.param, "schema", 6));
-        return AF_ERR_FORMAT;
-    }
+/* Feed doc[0..dl) to g byte by byte (the first `pre` bytes are its literal prefix), checking the
+ * masks on the way (every 7th byte). */
+static void fz_grammar_walk(const srv_grammar *g, const char *doc, size_t dl, size_t pre, srv_vocab *dv) {
     srv_gstate *st = srv_gstate_new(g), *t = srv_gstate_new(g);
     const srv_vocab *v = fz_byte_vocab();
-    srv_vocab *dv = fz_doc_vocab(doc, dl);
     float lg[257], fa[256 + 96 + 1], fb[256 + 96 + 1];
     for (size_t i = 0; st && t && i <= dl && i < 512; i++) {
-        if (srv_gstate_can_end(st)) {
-            cJSON *d = cJSON_ParseWithLength(doc, i);
+        if (srv_gstate_can_end(st) && i >= pre) {
+            cJSON *d = cJSON_ParseWithLength(doc + pre, i - pre);
             FZ_ASSERT(d != NULL);
             cJSON_Delete(d);
         }
@@ -105,6 +92,37 @@ af_status fz_grammar_one(const uint8_t *data, size_t size) {
     }
     srv_gstate_free(st);
     srv_gstate_free(t);
+}
+
+af_status fz_grammar_one(const uint8_t *data, size_t size) {
+    const uint8_t *nul = memchr(data, 0, size);
+    const size_t sl = nul ? (size_t)(nul - data) : size;
+    const char *doc = nul ? (const char *)nul + 1 : "";
+    const size_t dl = nul ? size - sl - 1 : 0;
+    cJSON *sc = cJSON_ParseWithLength((const char *)data, sl);
+    if (!sc) return AF_ERR_FORMAT;
+    srv_grammar *g = NULL;
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    const int ok = srv_grammar_compile(sc, "schema", &g, &e);
+    cJSON_Delete(sc);
+    if (!ok) {
+        FZ_ASSERT(e.status == 400 && e.message[0] && !strncmp(e.param, "schema", 6));
+        return AF_ERR_FORMAT;
+    }
+    srv_vocab *dv = fz_doc_vocab(doc, dl);
+    fz_grammar_walk(g, doc, dl, 0, dv);
+    /* again with two alternatives of a literal prefix: the document's first k bytes, and the same
+     * with another last byte (srv_grammar_set_prefixes; mistral-v7's forced calls) */
+    const size_t k = dl >= 2 ? 1 + (size_t)(unsigned char)doc[0] % (dl < 6 ? dl - 1 : 5) : 0;
+    if (k && !memchr(doc, 0, k)) {
+        char p0[8], p1[8];
+        memcpy(p0, doc, k), p0[k] = 0;
+        memcpy(p1, doc, k), p1[k - 1] = doc[k - 1] == 1 ? 2 : 1, p1[k] = 0;
+        const char *alt[2] = {p1, p0};
+        FZ_ASSERT(srv_grammar_set_prefixes(g, alt, 2, NULL));
+        fz_grammar_walk(g, doc, dl, k, dv);
+    }
     srv_vocab_free(dv);
     srv_grammar_free(g);
     return AF_OK;
