@@ -283,3 +283,8 @@ cli-doc: $(BUILD)/afinar
 # .venv-python (made once); `scripts/test_python.sh --fresh` tests a fresh `pip install ./python`.
 test-python: lib cli
 	BUILD=$(BUILD) bash scripts/test_python.sh
+
+# The grammar mask's cost per decode step on a model's vocabulary (bench/bench_grammar.c,
+# bench/results/grammar_mask.md): make build/bench_grammar
+$(BUILD)/bench_grammar: bench/bench_grammar.c $(BUILD)/libafinar.a $(FLAGS_STAMP)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libafinar.a $(LDLIBS)

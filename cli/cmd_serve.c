@@ -65,13 +65,12 @@ static void help(void) {
            (double)d.temperature, (int)d.top_k, (double)d.top_p);
 }
 
-int cmd_serve(int argc, char **argv) {
+/* The options of `afinar serve` into *so and *cc (the adapters' NAME=DIR into names/paths[*na], cut
+ * in argv). Returns 1, 0 after an error message (exit 2), -1 after --help (exit 0). */
+static int serve_opts(int argc, char **argv, af_server_opts *so, cli_compute *cc, char **names, char **paths, int *na) {
     const char *C = "serve";
-    af_server_opts so;
-    af_server_opts_default(&so);
-    cli_compute cc = CLI_COMPUTE_INIT;
-    long port = so.port, par = so.max_seqs, btok = so.batch_tokens, maxad = so.max_adapters, ctxn = so.n_ctx, queue = so.queue, timeout = so.timeout_s;
-    long max_body = (long)so.max_body;
+    long port = so->port, par = so->max_seqs, btok = so->batch_tokens, maxad = so->max_adapters, ctxn = so->n_ctx;
+    long queue = so->queue, timeout = so->timeout_s, max_body = (long)so->max_body;
     enum { O_HOST = 1000, O_PORT, O_PAR, O_QUEUE, O_BODY, O_TIMEOUT, O_TMPL, O_ALIAS, O_KEY, O_RUNS, O_BTOK, O_MAXAD };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"adapter", required_argument, 0, 'a'},
@@ -87,6 +86,72 @@ int cmd_serve(int argc, char **argv) {
     /* llama-server's -np (two letters after one dash) is --parallel */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-np")) argv[i] = (char *)"--parallel";
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:a:c:t:h", opts, NULL)) != -1) {
+        const int co = cli_compute_opt(C, o, optarg, cc);
+        if (co < 0) return 0;
+        if (co > 0) continue;
+        int ok = 1;
+        switch (o) {
+        case 'm': so->model_path = optarg; break;
+        case 'a': {
+            char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || !eq[1]) {
+                cli_error(C, "--adapter %s: expected NAME=DIR (the model's own id is --alias NAME)", optarg);
+                return 0;
+            }
+            *eq = 0;
+            names[*na] = optarg;
+            paths[(*na)++] = eq + 1;
+            break;
+        }
+        case O_HOST: so->host = optarg; break;
+        case O_PORT: ok = cli_parse_int(C, "--port", optarg, 0, 65535, &port); break;
+        case O_PAR: ok = cli_parse_int(C, "--parallel", optarg, 1, 64, &par); break;
+        case O_BTOK: ok = cli_parse_int(C, "--batch-tokens", optarg, 16, 2048, &btok); break;
+        case O_MAXAD: ok = cli_parse_int(C, "--max-adapters", optarg, 1, 1024, &maxad); break;
+        case 'c': ok = cli_parse_int(C, "--ctx-size", optarg, 8, 1 << 20, &ctxn); break;
+        case O_ALIAS: so->alias = optarg; break;
+        case O_KEY:
+            if (!optarg[0]) {
+                cli_error(C, "--api-key: the key is empty");
+                return 0;
+            }
+            so->api_key = optarg;
+            break;
+        case O_QUEUE: ok = cli_parse_int(C, "--queue", optarg, 0, 100000, &queue); break;
+        case O_BODY: ok = cli_parse_int(C, "--max-body", optarg, 1024, 1L << 30, &max_body); break;
+        case O_TIMEOUT: ok = cli_parse_int(C, "--timeout", optarg, 0, 86400, &timeout); break;
+        case O_TMPL: so->chat_template = optarg; break;
+        case O_RUNS: so->runs_dir = optarg; break;
+        case 'h': help(); return -1;
+        case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 0;
+        default: cli_error(C, "unknown option '%s' (see 'afinar serve --help')", argv[optind - 1]); return 0;
+        }
+        if (!ok) return 0;
+    }
+    if (optind < argc) {
+        cli_error(C, "unexpected argument '%s'", argv[optind]);
+        return 0;
+    }
+    so->port = (int32_t)port;
+    so->max_seqs = (int32_t)par;
+    so->batch_tokens = (int32_t)btok;
+    so->max_adapters = (int32_t)maxad;
+    so->n_ctx = (int32_t)ctxn;
+    so->queue = (int32_t)queue;
+    so->max_body = max_body;
+    so->timeout_s = (int32_t)timeout;
+    return 1;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *C = "serve";
+    af_server_opts so;
+    af_server_opts_default(&so);
+    cli_compute cc = CLI_COMPUTE_INIT;
     char **names = calloc((size_t)argc + 1, sizeof *names), **paths = calloc((size_t)argc + 1, sizeof *paths);
     if (!names || !paths) {
         free(names), free(paths);
@@ -94,52 +159,9 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     int na = 0, rc = 2;
-    optind = 1;
-    opterr = 0;
-    int o;
-    while ((o = getopt_long(argc, argv, ":m:a:c:t:h", opts, NULL)) != -1) {
-        const int co = cli_compute_opt(C, o, optarg, &cc);
-        if (co < 0) goto out;
-        if (co > 0) continue;
-        switch (o) {
-        case 'm': so.model_path = optarg; break;
-        case 'a': {
-            char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || !eq[1]) {
-                cli_error(C, "--adapter %s: expected NAME=DIR (the model's own id is --alias NAME)", optarg);
-                goto out;
-            }
-            *eq = 0;
-            names[na] = optarg;
-            paths[na++] = eq + 1;
-            break;
-        }
-        case O_HOST: so.host = optarg; break;
-        case O_PORT: if (!cli_parse_int(C, "--port", optarg, 0, 65535, &port)) goto out; break;
-        case O_PAR: if (!cli_parse_int(C, "--parallel", optarg, 1, 64, &par)) goto out; break;
-        case O_BTOK: if (!cli_parse_int(C, "--batch-tokens", optarg, 16, 2048, &btok)) goto out; break;
-        case O_MAXAD: if (!cli_parse_int(C, "--max-adapters", optarg, 1, 1024, &maxad)) goto out; break;
-        case 'c': if (!cli_parse_int(C, "--ctx-size", optarg, 8, 1 << 20, &ctxn)) goto out; break;
-        case O_ALIAS: so.alias = optarg; break;
-        case O_KEY:
-            if (!optarg[0]) {
-                cli_error(C, "--api-key: the key is empty");
-                goto out;
-            }
-            so.api_key = optarg;
-            break;
-        case O_QUEUE: if (!cli_parse_int(C, "--queue", optarg, 0, 100000, &queue)) goto out; break;
-        case O_BODY: if (!cli_parse_int(C, "--max-body", optarg, 1024, 1L << 30, &max_body)) goto out; break;
-        case O_TIMEOUT: if (!cli_parse_int(C, "--timeout", optarg, 0, 86400, &timeout)) goto out; break;
-        case O_TMPL: so.chat_template = optarg; break;
-        case O_RUNS: so.runs_dir = optarg; break;
-        case 'h': help(); rc = 0; goto out;
-        case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); goto out;
-        default: cli_error(C, "unknown option '%s' (see 'afinar serve --help')", argv[optind - 1]); goto out;
-        }
-    }
-    if (optind < argc) {
-        cli_error(C, "unexpected argument '%s'", argv[optind]);
+    const int po = serve_opts(argc, argv, &so, &cc, names, paths, &na);
+    if (po <= 0) {
+        rc = po < 0 ? 0 : 2;
         goto out;
     }
     if (!so.api_key && getenv("AFINAR_API_KEY") && getenv("AFINAR_API_KEY")[0]) so.api_key = getenv("AFINAR_API_KEY");
@@ -158,14 +180,6 @@ int cmd_serve(int argc, char **argv) {
         rc = mrc;
         goto out;
     }
-    so.port = (int32_t)port;
-    so.max_seqs = (int32_t)par;
-    so.batch_tokens = (int32_t)btok;
-    so.max_adapters = (int32_t)maxad;
-    so.n_ctx = (int32_t)ctxn;
-    so.queue = (int32_t)queue;
-    so.max_body = max_body;
-    so.timeout_s = (int32_t)timeout;
     so.adapter_names = (const char *const *)names;
     so.adapter_paths = (const char *const *)paths;
     so.n_adapters = na;

@@ -167,15 +167,29 @@ def api_features(openai, client, model_id, base, light=False):
     check(r.choices[0].finish_reason == "tool_calls" and tc and tc[0].function.name == "get_weather" and tc[0].id and
           isinstance(args, dict) and isinstance(args.get("city"), str) and args.get("unit", "celsius") in ("celsius", "fahrenheit"),
           "tools, tool_choice named: tool_calls with valid JSON arguments, finish_reason tool_calls", str(r.choices[0]))
+    # streamed: the deltas put together as OpenAI documents it (per index: id, type, name from the
+    # first delta, the arguments concatenated) equal the non-streamed answer's tool_calls
+    rq = client.chat.completions.create(model=model_id, messages=wq, max_tokens=60, temperature=0, tools=tools,
+                                        tool_choice="required")
     st = client.chat.completions.create(model=model_id, messages=wq, max_tokens=60, temperature=0, tools=tools,
                                         tool_choice="required", stream=True)
-    calls, fins = [], []
+    acc, fins, content = {}, [], ""
     for ch in st:
         for x in ch.choices:
-            calls += x.delta.tool_calls or []
+            content += x.delta.content or ""
+            for d in x.delta.tool_calls or []:
+                a = acc.setdefault(d.index, {"id": d.id, "type": d.type, "name": d.function.name if d.function else None,
+                                             "arguments": "", "pieces": 0})
+                if d.function and d.function.arguments:
+                    a["arguments"] += d.function.arguments
+                    a["pieces"] += 1
             fins += [x.finish_reason] if x.finish_reason else []
-    check(len(calls) >= 1 and calls[0].function.name == "get_weather" and json.loads(calls[0].function.arguments) == args and
-          fins == ["tool_calls"], "tools, tool_choice required, streamed: the same call as a tool_calls delta", str(calls))
+    ref = [{"type": c.type, "name": c.function.name, "arguments": c.function.arguments} for c in rq.choices[0].message.tool_calls or []]
+    got = [{"type": acc[k]["type"], "name": acc[k]["name"], "arguments": acc[k]["arguments"]} for k in sorted(acc)]
+    check(ref and got == ref and all(acc[k]["id"] for k in acc) and fins == ["tool_calls"] and "<tool_call>" not in content,
+          "tools, tool_choice required, streamed: the deltas put together == the non-streamed tool_calls", f"{got} vs {ref}")
+    check(acc and acc[0]["pieces"] >= 2, "tools streamed: the arguments come in several deltas, token by token",
+          str(acc.get(0)))
     if tc:
         follow = wq + [{"role": "assistant", "content": None, "tool_calls": [tc[0].model_dump()]},
                        {"role": "tool", "tool_call_id": tc[0].id, "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}]

@@ -40,6 +40,7 @@ static void fz_regress_fail(const char *msg, const char *file, int line) {
 #include "fuzz/fuzz_csv.c"
 #include "fuzz/fuzz_yaml.c"
 #include "fuzz/fuzz_grammar.c"
+#include "fuzz/fuzz_tool_stream.c"
 
 #include "formats/jsonl.h"
 
@@ -73,7 +74,7 @@ static const struct {
     {"hf_config", fz_hf_config_one}, {"tok_json", fz_tok_json_one},   {"manifest", fz_manifest_one},
     {"serve_req", fz_serve_req_one}, {"chat", fz_chat_one},
     {"csv", fz_csv_one},             {"yaml", fz_yaml_one},
-    {"grammar", fz_grammar_one},
+    {"grammar", fz_grammar_one},     {"tool_stream", fz_tool_stream_one},
 };
 
 /* Expected status from a regress file name "<what>.<STATUS>"; -1 if the suffix is unknown. */

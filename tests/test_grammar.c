@@ -9,6 +9,7 @@
  *    synthetic vocabulary among those srv_gstate_mask leaves allowed until the end-of-generation
  *    token: every finished document must parse (cJSON) and validate against its schema under an
  *    independent validator written here from the JSON Schema rules; almost every walk must finish;
+ *  - alternatives of the literal prefix (srv_grammar_set_prefixes);
  *  - tools (src/serve/tools.c): "tools" / "tool_choice" errors, the forced call's grammar (prefix and
  *    suffix literals around {"name", "arguments"}), and tool calls parsed from the three formats.
  */
@@ -116,7 +117,8 @@ static srv_vocab *make_vocab(void) {
     static const char *const extra[] = {"{\"", "\":", "\",\"", "\"}", "}}", "]}", "[\"", "\"]", "true", "false", "null",
                                         "12", "-3", "0.5", "e+7", " ", "\n  ", ", ", "name", "age", "tags", "é",
                                         "\xe2\x82", "\xac", "\\u00e9", "\\n", "ab", "xyz", "1,", "[]", "{}", "\"a\"",
-                                        "\":\"", "\":[", "\":{", "],\"", "},\""};
+                                        "\":\"", "\":[", "\":{", "],\"", "},\"", "\"nam", "\"name\":", "tru", "nul",
+                                        "xyz\"", "ab c", "1.5e", "\xe2\x82\xac", "a\xe2", "a\\"};
     const int ne = (int)(sizeof extra / sizeof *extra), n = 256 + ne + 1;
     srv_vocab *v = calloc(1, sizeof *v);
     v->n = n;
@@ -134,6 +136,7 @@ static srv_vocab *make_vocab(void) {
     }
     v->off[n] = len;
     v->eog[n - 1] = 1;
+    if (!srv_vocab_build_index(v)) abort();
     return v;
 }
 
@@ -209,20 +212,27 @@ static cJSON *rand_schema(int depth) {
     return s;
 }
 
+static int g_mask_diff; /* steps where the fast mask (indexed vocabulary) differs from the simple one */
+
 /* One random walk: tokens drawn uniformly among the allowed ones (after 200 steps, closing pieces
  * first) until the end token. Returns the document (malloc'ed) or NULL when it did not finish in
- * 3000 tokens. *stuck = 1 when the mask left no token. */
+ * 3000 tokens. *stuck = 1 when the mask left no token. Every step also compares srv_gstate_mask
+ * with srv_gstate_mask_simple (g_mask_diff). */
 static char *walk(const srv_grammar *g, const srv_vocab *v, int *stuck) {
     srv_gstate *st = srv_gstate_new(g);
-    float *lg = malloc(sizeof(float) * (size_t)v->n);
+    float *lg = malloc(sizeof(float) * (size_t)v->n), *lg2 = malloc(sizeof(float) * (size_t)v->n);
     int32_t *ok = malloc(sizeof(int32_t) * (size_t)v->n);
     size_t cap = 1 << 16, len = 0;
     char *doc = malloc(cap);
     *stuck = 0;
     int finished = 0;
     for (int step = 0; step < 3000 && !finished; step++) {
-        for (int32_t i = 0; i < v->n; i++) lg[i] = 0;
-        if (srv_gstate_mask(st, v, lg, v->n) == 0) {
+        for (int32_t i = 0; i < v->n; i++) lg[i] = lg2[i] = 0;
+        const int32_t allowed = srv_gstate_mask(st, v, lg, v->n);
+        int same = allowed == srv_gstate_mask_simple(st, v, lg2, v->n);
+        for (int32_t i = 0; i < v->n; i++) same &= isfinite(lg[i]) == isfinite(lg2[i]);
+        g_mask_diff += !same;
+        if (allowed == 0) {
             *stuck = 1;
             break;
         }
@@ -260,6 +270,7 @@ static char *walk(const srv_grammar *g, const srv_vocab *v, int *stuck) {
     doc[len] = 0;
     srv_gstate_free(st);
     free(lg);
+    free(lg2);
     free(ok);
     if (!finished) {
         free(doc);
@@ -450,6 +461,7 @@ static void fuzz_schemas(void) {
     CHECK(n_schemas >= 300, "%d of 400 generated schemas compile", n_schemas);
     CHECK(n_docs > 0 && n_valid == n_docs, "every finished walk parses and validates: %d of %d", n_valid, n_docs);
     CHECK(n_stuck == 0 && n_leak == 0, "the mask never leaves no token (%d) nor lets a refused one through (%d)", n_stuck, n_leak);
+    CHECK(g_mask_diff == 0, "the fast mask equals the simple one at every step of every walk (%d differ)", g_mask_diff);
     CHECK(n_unfinished * 20 <= n_docs + n_unfinished, "walks that did not finish in 3000 tokens: %d of %d", n_unfinished,
           n_docs + n_unfinished);
     printf("grammar fuzz: %d schemas, %d documents (all valid: %d), %d unfinished\n", n_schemas, n_docs, n_valid, n_unfinished);
@@ -560,7 +572,43 @@ static void tools(void) {
     srv_grammar_free(g);
 }
 
+/* Alternatives of the literal prefix (mistral-v7's "[TOOL_CALLS]NAME[ARGS]" per function): the
+ * document follows any one of them, nothing else; the fast mask agrees inside the prefix; a set where
+ * one alternative starts another is refused. */
+static void prefixes(void) {
+    srv_err e;
+    srv_grammar *g = compile_text("{\"type\":\"object\"}", &e);
+    const char *const alt[3] = {"[TOOL_CALLS]get[ARGS]", "[TOOL_CALLS]g[ARGS]", "[TOOL_CALLS]go.x[ARGS]"};
+    CHECK(g && srv_grammar_set_prefixes(g, alt, 3, NULL), "three prefixes set");
+    int end;
+    CHECK(feed_doc(g, "[TOOL_CALLS]g[ARGS]{}", &end) < 0 && end, "the second alternative, then the document");
+    CHECK(feed_doc(g, "[TOOL_CALLS]go.x[ARGS]{\"a\": 1}", &end) < 0 && end, "the third alternative");
+    CHECK(feed_doc(g, "[TOOL_CALLS]get[ARGS] {}", &end) < 0 && end, "the first alternative, a space, the document");
+    CHECK(feed_doc(g, "[TOOL_CALLS]gx", &end) == 13 && feed_doc(g, "{}", &end) == 0 && feed_doc(g, "[TOOL_CALLS]get{", &end) == 15,
+          "no other prefix: refused at the first byte no alternative has");
+    srv_vocab *v = make_vocab();
+    srv_gstate *st = srv_gstate_new(g);
+    int same = 1;
+    const char *doc = "[TOOL_CALLS]go.x[ARGS]{}";
+    float *a = malloc(sizeof(float) * (size_t)v->n), *b = malloc(sizeof(float) * (size_t)v->n);
+    for (size_t i = 0; i <= strlen(doc); i++) {
+        for (int32_t k = 0; k < v->n; k++) a[k] = b[k] = 0;
+        same &= srv_gstate_mask(st, v, a, v->n) == srv_gstate_mask_simple(st, v, b, v->n);
+        for (int32_t k = 0; k < v->n; k++) same &= isfinite(a[k]) == isfinite(b[k]);
+        if (doc[i]) srv_gstate_feed(st, doc + i, 1);
+    }
+    CHECK(same, "inside and after the prefix, the fast mask == the simple one");
+    free(a);
+    free(b);
+    srv_gstate_free(st);
+    srv_vocab_free(v);
+    const char *const bad[2] = {"[TOOL_CALLS]g", "[TOOL_CALLS]get"};
+    CHECK(!srv_grammar_set_prefixes(g, bad, 2, NULL), "prefixes where one starts another are refused");
+    srv_grammar_free(g);
+}
+
 int main(void) {
+    prefixes();
     tools();
     compile_errors();
     documents();

@@ -19,8 +19,9 @@
  *  - tools in the model's own chat layout: servers with --chat-template qwen3 and mistral-v7 render a
  *    conversation with tools, an earlier call and its result exactly as af_chat_prompt_text_ex (the
  *    same prompt tokens and greedy answer as that text sent to /v1/completions); a forced call comes
- *    back as tool_calls with valid arguments (plain and streamed); "required" with two functions on
- *    mistral-v7 is a 400; the Llama 3.1 and Mistral Nemo templates in-process (the tiny tokenizer
+ *    back as tool_calls with valid arguments, and streamed (same seed) the deltas put together equal
+ *    them (also in the generic format of a chatml server); "required" with two functions (on
+ *    mistral-v7 too, where the name precedes the JSON); the Llama 3.1 and Mistral Nemo templates in-process (the tiny tokenizer
  *    given the published template): prompt, forced-call grammar, parsing, unknown functions;
  *  - af_session_copy_prefix (what the choices share) and af_session_embed in-process: logits after a
  *    copied prefix are bit-identical to a fresh evaluation; the embedding has norm 1 and equals the
@@ -416,30 +417,91 @@ static void tools_prompt_same(af_model *m, af_chat_family fam, const char *name)
     free(text);
 }
 
-/* A forced call of f (tool_choice names it; and "required"): the grammar makes the model write the
- * layout's own call markers; the answer comes back as tool_calls with arguments valid for f. */
-static void tools_forced(const char *name, const char *choice, int stream) {
-    int done = 0, good = 0, n = 0;
-    char last[600] = "";
+/* The tool calls of choice `choice_index` of a streamed chat answer put together as the openai client does (per index: id,
+ * type and name from the first delta, the arguments concatenated) as [{id, type, function: {name,
+ * arguments}}]; *pieces: the most argument deltas of one call; *leak: a content delta holds call
+ * marker text; *finish: the last finish_reason (a static copy). */
+static cJSON *sse_tool_calls(const char *body, int choice_index, int *pieces, int *leak, char *finish, size_t fcap) {
+    cJSON *calls = cJSON_CreateArray();
+    int np[16] = {0};
+    *pieces = *leak = 0;
+    snprintf(finish, fcap, "(none)");
+    for (const char *p = body ? strstr(body, "data: ") : NULL; p; p = strstr(p + 1, "data: ")) {
+        const char *e = strstr(p, "\n\n");
+        cJSON *o = cJSON_ParseWithLength(p + 6, e ? (size_t)(e - p - 6) : strlen(p + 6));
+        const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
+        if (!c || (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(c, "index")) != choice_index) {
+            cJSON_Delete(o);
+            continue;
+        }
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(c, "delta"), *x;
+        const char *fr = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "finish_reason"));
+        if (fr) snprintf(finish, fcap, "%s", fr);
+        const char *ct = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "content"));
+        if (ct && (strstr(ct, "<tool_call>") || strstr(ct, "[TOOL_CALLS]") || strstr(ct, "[ARGS]"))) *leak = 1;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(d, "tool_calls")) {
+            const int k = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(x, "index"));
+            const cJSON *f = cJSON_GetObjectItemCaseSensitive(x, "function");
+            const char *args = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "arguments"));
+            if (k < 0 || k >= 16 || k > cJSON_GetArraySize(calls)) continue;
+            if (k == cJSON_GetArraySize(calls)) { /* its first delta */
+                cJSON *y = cJSON_CreateObject(), *g;
+                cJSON_AddItemToObject(y, "id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(x, "id"), 1));
+                cJSON_AddItemToObject(y, "type", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(x, "type"), 1));
+                g = cJSON_AddObjectToObject(y, "function");
+                cJSON_AddItemToObject(g, "name", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(f, "name"), 1));
+                cJSON_AddStringToObject(g, "arguments", "");
+                cJSON_AddItemToArray(calls, y);
+            }
+            if (args && *args) {
+                cJSON *g = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(calls, k), "function");
+                const char *old = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(g, "arguments"));
+                char *cat = malloc(strlen(old) + strlen(args) + 1);
+                strcpy(cat, old);
+                strcat(cat, args);
+                cJSON_ReplaceItemInObjectCaseSensitive(g, "arguments", cJSON_CreateString(cat));
+                free(cat);
+                if (++np[k] > *pieces) *pieces = np[k];
+            }
+        }
+        cJSON_Delete(o);
+    }
+    return calls;
+}
+
+/* 1 when the streamed calls equal the non-streamed ones: type, name and arguments byte for byte;
+ * ids of the same kind (the server's "call_<request>_<k>" names each request's calls). */
+static int same_calls(const cJSON *a, const cJSON *b) {
+    if (cJSON_GetArraySize(a) != cJSON_GetArraySize(b) || !cJSON_GetArraySize(a)) return 0;
+    for (int k = 0; k < cJSON_GetArraySize(a); k++) {
+        const cJSON *x = cJSON_GetArrayItem(a, k), *y = cJSON_GetArrayItem(b, k);
+        if (strcmp(str_at(x, "type"), "function") || strcmp(str_at(y, "type"), "function") ||
+            strcmp(str_at(x, "function.name"), str_at(y, "function.name")) ||
+            strcmp(str_at(x, "function.arguments"), str_at(y, "function.arguments")) ||
+            strncmp(str_at(x, "id"), "call_", 5) || strncmp(str_at(y, "id"), "call_", 5))
+            return 0;
+    }
+    return 1;
+}
+
+/* A forced call (tool_choice names f, or "required"): the grammar makes the model write the layout's
+ * own call markers; the answer comes back as tool_calls (of f with arguments valid for it when named;
+ * of f or g with an object when "required"), and
+ * the same request streamed (same seed) gives the same calls. */
+static void tools_forced(const char *name, const char *choice) {
+    int done = 0, good = 0, n = 0, same = 0, streamed = 0, leaks = 0;
+    char last[600] = "", slast[600] = "";
     for (int seed = 1; seed <= 3; seed++, n++) {
         char body[4096];
         snprintf(body, sizeof body,
                  "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather?\"}],"
-                 "\"tools\":%s,\"tool_choice\":%s,\"max_tokens\":400,\"temperature\":1,\"seed\":%d%s}",
-                 TOOLS_JSON, choice, seed, stream ? ",\"stream\":true" : "");
-        if (stream) {
-            resp r = http("POST", "/v1/chat/completions", body);
-            const char *b = r.body ? r.body : "";
-            const int fin = strstr(b, "\"finish_reason\":\"tool_calls\"") != NULL;
-            done += !fin && strstr(b, "\"finish_reason\":\"length\"") != NULL;
-            good += fin && strstr(b, "\"tool_calls\":[{\"id\":") && strstr(b, "\"name\":\"f\"") && strstr(b, "\"index\":0") &&
-                    (strstr(b, "{\\\"city\\\":\\\"Paris\\\"}") || strstr(b, "{\\\"city\\\":\\\"Oslo\\\"}"));
-            snprintf(last, sizeof last, "%.590s", b);
-            free(r.body);
-            continue;
-        }
+                 "\"tools\":%s,\"tool_choice\":%s,\"max_tokens\":400,\"temperature\":1,\"seed\":%d",
+                 TOOLS_JSON, choice, seed);
         int st;
-        cJSON *j = post_json("/v1/chat/completions", body, &st);
+        char *plain = malloc(strlen(body) + 40);
+        sprintf(plain, "%s}", body);
+        cJSON *j = post_json("/v1/chat/completions", plain, &st);
+        free(plain);
         const char *fr = str_at(j, "choices.0.finish_reason");
         if (!strcmp(fr, "length")) { /* the tiny model's whitespace can run past max_tokens */
             done++;
@@ -448,19 +510,81 @@ static void tools_forced(const char *name, const char *choice, int stream) {
         }
         cJSON *args = cJSON_Parse(str_at(j, "choices.0.message.tool_calls.0.function.arguments"));
         const char *city = str_at(args, "city");
-        good += st == 200 && !strcmp(fr, "tool_calls") && !strcmp(str_at(j, "choices.0.message.tool_calls.0.function.name"), "f") &&
+        const char *fname = str_at(j, "choices.0.message.tool_calls.0.function.name");
+        const int named = strstr(choice, "\"name\"") != NULL; /* f named: its arguments validate; "required": any object */
+        good += st == 200 && !strcmp(fr, "tool_calls") && (!strcmp(fname, "f") || (!named && !strcmp(fname, "g"))) &&
                 !strcmp(str_at(j, "choices.0.message.tool_calls.0.type"), "function") &&
                 cJSON_IsString(at(j, "choices.0.message.tool_calls.0.id")) && cJSON_IsNull(at(j, "choices.0.message.content")) &&
-                (!strcmp(city, "Paris") || !strcmp(city, "Oslo")) && cJSON_GetArraySize(args) == 1;
+                (named ? (!strcmp(city, "Paris") || !strcmp(city, "Oslo")) && cJSON_GetArraySize(args) == 1 : cJSON_IsObject(args));
         char *js = cJSON_PrintUnformatted(j);
         snprintf(last, sizeof last, "%.590s", js ? js : "");
         free(js);
+        /* the same request streamed */
+        char sbody[4200];
+        snprintf(sbody, sizeof sbody, "%s,\"stream\":true}", body);
+        resp r = http("POST", "/v1/chat/completions", sbody);
+        int pieces = 0, leak = 0;
+        char sfin[32];
+        cJSON *sc = sse_tool_calls(r.body, 0, &pieces, &leak, sfin, sizeof sfin);
+        const int eq = !strcmp(sfin, "tool_calls") && same_calls(sc, at(j, "choices.0.message.tool_calls"));
+        same += eq;
+        streamed += eq && pieces > 1;
+        leaks += leak;
+        char *sj = cJSON_PrintUnformatted(sc);
+        snprintf(slast, sizeof slast, "%.590s", sj ? sj : "");
+        free(sj);
+        cJSON_Delete(sc);
+        free(r.body);
         cJSON_Delete(args);
         cJSON_Delete(j);
     }
     CHECK(good >= 1 && good == n - done,
-          "%s: tool_choice %s%s: %d of %d answers are tool_calls of f with valid arguments (%d ran out of tokens); last: %s",
-          name, choice, stream ? " (streamed)" : "", good, n, done, last);
+          "%s: tool_choice %s: %d of %d answers are tool_calls of f with valid arguments (%d ran out of tokens); last: %s",
+          name, choice, good, n, done, last);
+    /* how many deltas the arguments take depends on how many tokens the scheduler made between two
+     * reads of the stream (the pieces themselves: tests/test_tool_stream.c) */
+    CHECK(same == n - done && !leaks,
+          "%s: tool_choice %s streamed: %d of %d equal the non-streamed tool_calls (%d with the arguments in several "
+          "deltas), %d with marker text in content; last streamed: %s",
+          name, choice, same, n - done, streamed, leaks, slast);
+}
+
+/* Two choices of a forced call streamed: each choice's deltas put together equal that choice of
+ * the same request not streamed. */
+static void tools_forced_n2(const char *name) {
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"}],\"tools\":%s,\"tool_choice\":"
+             "{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"max_tokens\":400,\"temperature\":1,\"seed\":7,\"n\":2",
+             TOOLS_JSON);
+    char *plain = malloc(strlen(body) + 40), *streamed = malloc(strlen(body) + 40);
+    sprintf(plain, "%s}", body);
+    sprintf(streamed, "%s,\"stream\":true}", body);
+    int st, same = 0, n = 0;
+    cJSON *j = post_json("/v1/chat/completions", plain, &st);
+    resp r = http("POST", "/v1/chat/completions", streamed);
+    char last[400] = "";
+    for (int i = 0; i < 2; i++) {
+        char p[64], sfin[32];
+        snprintf(p, sizeof p, "choices.%d.finish_reason", i);
+        if (strcmp(str_at(j, p), "tool_calls")) continue; /* cut by max_tokens: not a call */
+        n++;
+        snprintf(p, sizeof p, "choices.%d.message.tool_calls", i);
+        int pieces = 0, leak = 0;
+        cJSON *sc = sse_tool_calls(r.body, i, &pieces, &leak, sfin, sizeof sfin);
+        same += !strcmp(sfin, "tool_calls") && same_calls(sc, at(j, p)) && !leak;
+        char *t = cJSON_PrintUnformatted(sc);
+        snprintf(last, sizeof last, "%.390s", t ? t : "");
+        free(t);
+        cJSON_Delete(sc);
+    }
+    CHECK(st == 200 && r.status == 200 && n >= 1 && same == n,
+          "%s: n=2 forced calls streamed: each choice's deltas == its non-streamed tool_calls (%d of %d); last: %s", name,
+          same, n, last);
+    free(r.body);
+    cJSON_Delete(j);
+    free(plain);
+    free(streamed);
 }
 
 /* The layouts whose tool turns need the published template (llama3 of Llama 3.1, mistral of Mistral
@@ -526,8 +650,7 @@ static void tools_inproc(af_model *m, af_chat_family fam, const char *file, cons
 
 static void tools_native(af_model *m, af_chat_family fam, const char *name) {
     tools_prompt_same(m, fam, name);
-    tools_forced(name, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", 0);
-    tools_forced(name, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", 1);
+    tools_forced(name, "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}");
 }
 
 /* The sessions under the choices and the embeddings, in-process. */
@@ -618,19 +741,24 @@ int main(void) {
     tools_inproc(m, AF_CHAT_MISTRAL, "mistralai-Mistral-Nemo-Instruct-2407.jinja",
                  "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"city\": \"Oslo\"}}]",
                  "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"");
+    /* the generic tools format (the tiny tokenizer has no tool template): forced calls, plain and streamed */
+    if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template chatml") == 1, "chatml server")) {
+        tools_forced("chatml (generic format)", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}");
+        tools_forced("chatml (generic format)", "\"required\"");
+        tools_forced_n2("chatml (generic format)");
+        CHECK(stop_server() == 0, "chatml server: exit 0");
+    }
     /* the model's own tool format: Hermes blocks (qwen3), [TOOL_CALLS]name[ARGS]{...} (mistral-v7) */
     if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template qwen3") == 1, "qwen3 server")) {
         tools_native(m, AF_CHAT_QWEN3, "qwen3");
+        tools_forced("qwen3", "\"required\"");
+        tools_forced_n2("qwen3");
         CHECK(stop_server() == 0, "qwen3 server: exit 0");
     }
     if (CHECK(start_server("--parallel 2 --queue 8 --ctx 2048 --max-body 65536 --chat-template mistral-v7") == 1, "mistral-v7 server")) {
         tools_native(m, AF_CHAT_MISTRAL7, "mistral-v7");
-        resp r = http("POST", "/v1/chat/completions",
-                      "{\"messages\":[{\"role\":\"system\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"x\"}],"
-                      "\"tools\":" TOOLS_JSON ",\"tool_choice\":\"required\"}");
-        CHECK(r.status == 400 && r.body && strstr(r.body, "\"param\":\"tool_choice\"") && strstr(r.body, "only one function"),
-              "mistral-v7: \"required\" with two functions is a 400 naming tool_choice: %d %s", r.status, r.body ? r.body : "");
-        free(r.body);
+        /* "required" with two functions: the name outside the JSON, one prefix per function */
+        tools_forced("mistral-v7", "\"required\"");
         CHECK(stop_server() == 0, "mistral-v7 server: exit 0");
     }
 out:

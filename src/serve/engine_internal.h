@@ -70,6 +70,7 @@ struct srv_job {
     int n_lp, cap_lp, lp_sent; /* lp_sent: entries already streamed */
     int fin_sent;              /* streaming: the finish chunk of this choice was sent */
     srv_gstate *gs;            /* response_format: the matcher of the text so far (NULL: free text) */
+    struct srv_tool_stream *ts; /* a streamed chat with tools: what of the calls was sent (tools.h) */
     int choice;                /* index in "choices" */
     srv_job *lead;             /* choices > 0: the request's first choice (holds a reference to it) */
     srv_job **kids;            /* the lead: choices 1 .. n_kids (owned: freed with the lead) */
@@ -117,12 +118,19 @@ struct srv {
     srv_metrics met;           /* GET /metrics */
 };
 
-/* engine.c: load adapter `path` as model id `name` into the next entry (lock held, or before the
+/* engine.c: seconds on the monotonic clock. */
+double srv_now(void);
+/* engine.c: free a job, its choices and its request (its last reference is gone). */
+void srv_job_free(srv_job *j);
+/* admit.c: drop a job's references to its adapters; an unloaded one is freed with its last (lock held). */
+void srv_adapters_unref(srv *s, const srv_job *j);
+
+/* admit.c: load adapter `path` as model id `name` into the next entry (lock held, or before the
  * scheduler starts). With opts.max_adapters loaded already: evict = 1 unloads the least recently
  * used one that no request is using first (*evicted = its id, else -1); evict = 0, or all in use:
  * AF_ERR_RANGE, nothing changes. Free an entry's weights. */
 af_status srv_adapter_load(srv *s, const char *name, const char *path, int evict, int *id, int *evicted);
-/* Unload adapter `id` (lock held): no new request can name it, its weights are freed when the last
+/* admit.c: unload adapter `id` (lock held): no new request can name it, its weights are freed when the last
  * request using it ends, no slot reuses positions computed with it. */
 void srv_adapter_unload(srv *s, int id);
 void srv_adapter_free(adapter *a);

@@ -10,7 +10,8 @@
  * matched as their compact JSON text (cJSON_PrintUnformatted). Digits are bounded (an integer part
  * of at most 15, a fraction of 15, an exponent of 3) so that a number always ends. A token is
  * allowed when the matcher accepts all its bytes from the current state (a copy is fed); an
- * end-of-generation token when the document is complete. */
+ * end-of-generation token when the document is complete (srv_gstate_mask_simple; the fast mask over an
+ * indexed vocabulary: grammar_mask.c). */
 #include "serve/grammar.h"
 
 #include <math.h>
@@ -46,7 +47,10 @@ struct srv_grammar {
     gnode *nodes;
     int32_t n_nodes, cap;
     int32_t root, any, lit_bool, lit_null;
-    char *prefix, *suffix; /* literal text before / after the document (NULL: none) */
+    char **prefix;         /* [n_prefix] alternatives of the literal text before the document (none
+                              a prefix of another); 0: none */
+    int32_t n_prefix;
+    char *suffix;          /* literal text after the document (NULL: none) */
 };
 
 /* ---------------------------------------------------------------- compiling */
@@ -320,17 +324,32 @@ void srv_grammar_free(srv_grammar *g) {
         free(n->pnode);
     }
     free(g->nodes);
+    for (int32_t k = 0; k < g->n_prefix; k++) free(g->prefix[k]);
     free(g->prefix);
     free(g->suffix);
     free(g);
 }
 
-int srv_grammar_set_affixes(srv_grammar *g, const char *prefix, const char *suffix) {
+int srv_grammar_set_prefixes(srv_grammar *g, const char *const *prefixes, int32_t n, const char *suffix) {
+    for (int32_t k = 0; k < g->n_prefix; k++) free(g->prefix[k]);
     free(g->prefix);
     free(g->suffix);
-    g->prefix = prefix && prefix[0] ? strdup(prefix) : NULL;
+    g->prefix = NULL, g->n_prefix = 0;
     g->suffix = suffix && suffix[0] ? strdup(suffix) : NULL;
-    return (!prefix || !prefix[0] || g->prefix) && (!suffix || !suffix[0] || g->suffix);
+    int ok = !suffix || !suffix[0] || g->suffix;
+    for (int32_t k = 0; k < n && ok; k++) /* prefix-free: none starts another (a complete one ends the prefix) */
+        for (int32_t i = 0; i < n && ok; i++)
+            ok = !prefixes[k][0] || (i == k ? 1 : strncmp(prefixes[i], prefixes[k], strlen(prefixes[k])) != 0);
+    if (ok && n > 0 && prefixes[0][0]) {
+        ok = (g->prefix = calloc((size_t)n, sizeof(char *))) != NULL;
+        for (int32_t k = 0; k < n && ok; k++) ok = (g->prefix[g->n_prefix++] = strdup(prefixes[k])) != NULL;
+    }
+    return ok;
+}
+
+int srv_grammar_set_affixes(srv_grammar *g, const char *prefix, const char *suffix) {
+    const char *one[1] = {prefix};
+    return srv_grammar_set_prefixes(g, one, prefix && prefix[0] ? 1 : 0, suffix);
 }
 
 /* ---------------------------------------------------------------- matching */
@@ -356,6 +375,7 @@ struct srv_gstate {
     int depth, done;
     int ws; /* whitespace since the last token: 0 none, WS_SPACE one space, 1 + k a newline and k indent bytes */
     int pre, suf; /* bytes of the grammar's prefix / suffix matched */
+    int pcand;    /* the prefix alternative matched so far */
     gframe f[SRV_GRAMMAR_MAX_DEPTH];
 };
 
@@ -377,9 +397,13 @@ void srv_gstate_copy(srv_gstate *dst, const srv_gstate *src) {
     dst->done = src->done;
     dst->ws = src->ws;
     dst->pre = src->pre;
+    dst->pcand = src->pcand;
     dst->suf = src->suf;
     memcpy(dst->f, src->f, sizeof(gframe) * (size_t)src->depth);
 }
+
+/* 1 while the literal prefix is not complete. */
+static int in_prefix(const srv_gstate *st) { return st->g->n_prefix && st->g->prefix[st->pcand][st->pre]; }
 
 static int push(srv_gstate *st, int kind, int32_t node) {
     if (st->depth >= SRV_GRAMMAR_MAX_DEPTH) return 0;
@@ -509,7 +533,14 @@ static int str_byte(srv_gstate *st, gframe *f, int c) {
 static int feed1(srv_gstate *st, int c) {
     const int is_ws = c == ' ' || c == '\n' || c == '\t' || c == '\r';
     const srv_grammar *gr = st->g;
-    if (gr->prefix && gr->prefix[st->pre]) return (unsigned char)gr->prefix[st->pre] == c ? (st->pre++, 1) : 0;
+    if (in_prefix(st)) { /* an alternative that extends the bytes matched by c */
+        for (int32_t k = 0; k < gr->n_prefix; k++)
+            if (!strncmp(gr->prefix[k], gr->prefix[st->pcand], (size_t)st->pre) && (unsigned char)gr->prefix[k][st->pre] == c) {
+                st->pcand = k, st->pre++;
+                return 1;
+            }
+        return 0;
+    }
     const int ws = st->ws;
     st->ws = 0;
     for (;;) { /* loops only when a number or literal ends at c and the parent takes c */
@@ -683,7 +714,19 @@ int srv_gstate_can_end(const srv_gstate *st) {
     return 0;
 }
 
-int32_t srv_gstate_mask(const srv_gstate *st, const srv_vocab *v, float *logits, int32_t n_logits) {
+srv_gstate *srv_gstate_clone(const srv_gstate *st) {
+    srv_gstate *c = malloc(sizeof *c);
+    if (c) srv_gstate_copy(c, st);
+    return c;
+}
+
+int srv_gstate_in_string(const srv_gstate *st) {
+    if (in_prefix(st) || st->done || st->depth == 0) return 0;
+    const gframe *f = &st->f[st->depth - 1];
+    return f->kind == F_STR && f->sub == S_CHAR && f->len == 0;
+}
+
+int32_t srv_gstate_mask_simple(const srv_gstate *st, const srv_vocab *v, float *logits, int32_t n_logits) {
     for (int32_t i = v->n; i < n_logits; i++) logits[i] = -INFINITY; /* padding rows of the LM head */
     srv_gstate tmp;
     int first[256]; /* 1: a token may start with this byte */
@@ -707,53 +750,4 @@ int32_t srv_gstate_mask(const srv_gstate *st, const srv_vocab *v, float *logits,
         else logits[i] = -INFINITY;
     }
     return left;
-}
-
-/* ---------------------------------------------------------------- vocabulary */
-
-srv_vocab *srv_vocab_new(const af_tokenizer *tok, int (*keep)(const char *s, size_t n)) {
-    const int32_t n = af_tokenizer_vocab_size(tok);
-    srv_vocab *v = calloc(1, sizeof *v);
-    size_t cap = (size_t)n * 8 + 256, len = 0;
-    if (v) {
-        v->n = n;
-        v->off = malloc(sizeof(uint32_t) * ((size_t)n + 1));
-        v->eog = calloc((size_t)n + 1, 1);
-        v->bytes = malloc(cap);
-    }
-    if (!v || !v->off || !v->eog || !v->bytes) {
-        srv_vocab_free(v);
-        return NULL;
-    }
-    char piece[256];
-    for (int32_t i = 0; i < n; i++) {
-        v->off[i] = (uint32_t)len;
-        v->eog[i] = (uint8_t)af_token_is_eog(tok, i);
-        int k = v->eog[i] ? 0 : af_token_to_bytes(tok, i, 0, piece, sizeof piece);
-        if (k == 0 && keep && !v->eog[i]) { /* a control token: allowed when keep says so */
-            k = af_token_to_bytes(tok, i, 1, piece, sizeof piece);
-            if (k < 0 || k > (int)sizeof piece || !keep(piece, (size_t)k)) k = 0;
-        }
-        if (k < 0 || k > (int)sizeof piece) k = 0; /* a special token or one longer than a piece: never allowed */
-        if (len + (size_t)k > cap) {
-            char *t = realloc(v->bytes, cap * 2);
-            if (!t) {
-                srv_vocab_free(v);
-                return NULL;
-            }
-            v->bytes = t, cap *= 2;
-        }
-        memcpy(v->bytes + len, piece, (size_t)k);
-        len += (size_t)k;
-    }
-    v->off[n] = (uint32_t)len;
-    return v;
-}
-
-void srv_vocab_free(srv_vocab *v) {
-    if (!v) return;
-    free(v->off);
-    free(v->bytes);
-    free(v->eog);
-    free(v);
 }

@@ -23,20 +23,29 @@
 
 typedef struct srv_gstate srv_gstate;
 
+typedef struct srv_vocab_index srv_vocab_index;
+
 /* The byte strings of a tokenizer's tokens: token i is bytes[off[i] .. off[i+1]), eog[i] = 1 for an
- * end-of-generation token. Owned by the caller of srv_vocab_new (srv_vocab_free). */
+ * end-of-generation token; idx: the index of the fast mask (srv_vocab_build_index; NULL: the mask
+ * feeds every token alone). Owned by the caller of srv_vocab_new (srv_vocab_free). */
 typedef struct srv_vocab {
     int32_t n;
     uint32_t *off; /* [n + 1] */
     char *bytes;
     uint8_t *eog;  /* [n] */
+    srv_vocab_index *idx;
 } srv_vocab;
 
-/* The vocabulary of `tok` (af_token_to_bytes of every id, af_token_is_eog). A control token has no
- * bytes (never allowed), except where keep(its rendered text, length) returns 1 (keep may be NULL).
- * NULL when out of memory. */
+/* The vocabulary of `tok` (af_token_to_bytes of every id, af_token_is_eog), with its index. A
+ * control token has no bytes (never allowed), except where keep(its rendered text, length) returns
+ * 1 (keep may be NULL). NULL when out of memory. */
 srv_vocab *srv_vocab_new(const af_tokenizer *tok, int (*keep)(const char *s, size_t n));
-void srv_vocab_free(srv_vocab *v);
+/* Build v->idx from v's tokens (replacing an older one): the tokens with bytes sorted by their
+ * bytes, each one's common prefix length with the one before, and which of them are "plain" string
+ * text (complete UTF-8 characters, no '"', '\\' or control byte). Memory: 9 bytes per token. 0 when
+ * out of memory (v->idx is then NULL). */
+int srv_vocab_build_index(srv_vocab *v);
+void srv_vocab_free(srv_vocab *v); /* the index too */
 
 /* Parse a request's "response_format" value rf: {"type": "text"} (*out = NULL), {"type":
  * "json_object"} (any JSON object) or {"type": "json_schema", "json_schema": {"name", "schema",
@@ -51,6 +60,9 @@ void srv_grammar_free(srv_grammar *g);
 /* Literal text the output must start with (before the document) and end with (after it); NULL or
  * "": none. 0 when out of memory. */
 int srv_grammar_set_affixes(srv_grammar *g, const char *prefix, const char *suffix);
+/* The same with several alternatives of the prefix (prefixes[n]: the output starts with one of
+ * them; none may be a prefix of another). 0 when out of memory or not prefix-free. */
+int srv_grammar_set_prefixes(srv_grammar *g, const char *const *prefixes, int32_t n, const char *suffix);
 
 /* A matcher at the start of the text (NULL: out of memory); the grammar must outlive it. */
 srv_gstate *srv_gstate_new(const srv_grammar *g);
@@ -63,11 +75,21 @@ int srv_gstate_can_end(const srv_gstate *st);
 /* 1 when the document is complete and no byte can follow (the generation can stop at once). */
 int srv_gstate_done(const srv_gstate *st);
 void srv_gstate_copy(srv_gstate *dst, const srv_gstate *src);
+/* A new copy of st (srv_gstate_free); NULL when out of memory. */
+srv_gstate *srv_gstate_clone(const srv_gstate *st);
+/* 1 when the next byte is read as the text of a string at a character boundary (not after a
+ * backslash, in a \u escape or inside a UTF-8 character): every "plain" token is then accepted. */
+int srv_gstate_in_string(const srv_gstate *st);
 /* Mask logits [n_logits] in place: -INFINITY for every token whose bytes would make the text
  * invalid, for an end-of-generation token unless srv_gstate_can_end, for tokens without bytes and
  * for ids >= v->n (padding rows of the LM head). Returns the number of tokens left allowed (0:
- * none; the caller ends the generation). Cost: one copy of the state and a feed per token whose
- * first byte can come next. */
+ * none; the caller ends the generation). With v->idx (grammar_mask.c): the tokens are walked in byte order, a shared prefix is fed once,
+ * a refused prefix refuses every token that starts with it without feeding them, and inside a
+ * string the plain tokens are accepted without feeding (out of memory for its scratch states: the
+ * simple mask); the result is exactly srv_gstate_mask_simple's (tests/test_grammar.c, tests/test_grammar_vocab.c). */
 int32_t srv_gstate_mask(const srv_gstate *st, const srv_vocab *v, float *logits, int32_t n_logits);
+/* The same mask by the definition (the reference of the fast one): one copy of the state and a
+ * feed of its bytes per token whose first byte can come next. Never fails. */
+int32_t srv_gstate_mask_simple(const srv_gstate *st, const srv_vocab *v, float *logits, int32_t n_logits);
 
 #endif

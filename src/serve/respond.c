@@ -17,12 +17,11 @@
 #include <string.h>
 #include <time.h>
 
-/* Bytes of j->text that may be streamed now: whole UTF-8 characters, and not the tail that could
- * still become a stop string. */
 static int tools_on(const srv_job *j) { return j->rq.tools && j->rq.tools->choice != SRV_TOOL_NONE; }
 
+/* Bytes of j->text that may be streamed now: whole UTF-8 characters, and not the tail that could
+ * still become a stop string (with tools, tool_stream.c holds back what may be a call). */
 static size_t sendable(const srv_job *j) {
-    if (tools_on(j) && j->phase != 3) return 0; /* a tool call is known only at the end: held back */
     size_t n = j->len;
     if (j->phase != 3) {
         size_t hold = 0;
@@ -292,37 +291,37 @@ static int chunk_event(srv *s, srv_job *j, srv_job *q, const char *text, size_t 
     return ok;
 }
 
-/* The end of a streamed choice that made tool calls (lock held): one chunk with the calls (each with
- * its "index"; arguments whole) and the text outside them, then the finish chunk "tool_calls".
- * 0 when the text holds no call (it is then streamed as text). */
-static int tool_events(srv *s, srv_job *j, srv_job *q, size_t n, char **buf, size_t *len) {
-    char *content = NULL;
-    cJSON *calls = srv_tools_extract(q->rq.tools, q->text ? q->text : "", n, j->id, &content);
-    if (!calls) return 0;
-    cJSON *o = base_obj(s, j, "chat.completion.chunk");
-    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(ch, c);
-    cJSON_AddNumberToObject(c, "index", q->choice);
-    cJSON *d = cJSON_AddObjectToObject(c, "delta");
-    if (!q->stream_started) cJSON_AddStringToObject(d, "role", "assistant");
-    if (content) cJSON_AddStringToObject(d, "content", content);
-    int k = 0;
-    cJSON *x;
-    cJSON_ArrayForEach(x, calls) cJSON_AddNumberToObject(x, "index", k++);
-    cJSON_AddItemToObject(d, "tool_calls", calls);
-    cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddNullToObject(c, "finish_reason");
-    char *js = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (js) buf_add(buf, len, "data: ", js, "\n\n");
-    free(js);
-    free(content);
+/* The stream of choice q of a chat request with tools (lock held): the deltas of the text [0, n) not
+ * sent yet (srv_tool_stream_step: content before the calls, each call's first delta, then pieces of
+ * its arguments), and at the end the finish chunk ("tool_calls" when the answer has calls, with
+ * the log-probabilities). */
+static void tool_chunks(srv *s, srv_job *j, srv_job *q, size_t n, char **buf, size_t *len) {
+    const int final = q->phase == 3;
+    if (q->fin_sent || (!final && q->stream_started && n <= q->sent)) return;
+    if (!q->ts) q->ts = srv_tool_stream_new(); /* NULL: everything at the end */
+    int calls = 0;
+    cJSON *deltas = srv_tool_stream_step(q->ts, q->rq.tools, q->text, n, final, j->id, &calls);
+    if (!q->stream_started) chunk_event(s, j, q, "", 0, NULL, 1, 0, 0, buf, len); /* the role */
     q->stream_started = 1;
     q->sent = n;
-    q->lp_sent = q->n_lp;
-    chunk_event(s, j, q, "", 0, "tool_calls", 0, 0, 0, buf, len);
+    cJSON *d;
+    while (deltas && (d = cJSON_DetachItemFromArray(deltas, 0)) != NULL) {
+        cJSON *o = base_obj(s, j, "chat.completion.chunk");
+        cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(ch, c);
+        cJSON_AddNumberToObject(c, "index", q->choice);
+        cJSON_AddItemToObject(c, "delta", d);
+        cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddNullToObject(c, "finish_reason");
+        char *js = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (js) buf_add(buf, len, "data: ", js, "\n\n");
+        free(js);
+    }
+    cJSON_Delete(deltas);
+    if (!final) return;
+    chunk_event(s, j, q, "", 0, calls ? "tool_calls" : q->finish ? q->finish : "stop", 0, 0, lp_count(q, n), buf, len);
     q->fin_sent = 1;
-    return 1;
 }
 
 /* 1 when some choice of j has text to stream or a finish to send (lock held). */
@@ -356,7 +355,10 @@ int srv_job_events(srv *s, srv_job *j, int timeout_ms, char **buf, size_t *len) 
     for (int i = 0; i <= j->n_kids; i++) {
         srv_job *q = choice(j, i);
         const size_t n = sendable(q);
-        if (q->phase == 3 && !q->fin_sent && tools_on(q) && tool_events(s, j, q, n, buf, len)) continue;
+        if (tools_on(q) && j->rq.kind == SRV_CHAT) {
+            tool_chunks(s, j, q, n, buf, len);
+            continue;
+        }
         if (!q->stream_started || n > q->sent) {
             chunk_event(s, j, q, q->text ? q->text + q->sent : "", n - q->sent, NULL, !q->stream_started, 0,
                         lp_count(q, n), buf, len);

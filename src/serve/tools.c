@@ -67,7 +67,9 @@ static int call_grammar(const srv_tools *t, int32_t only, int native, af_chat_fa
     const int32_t k = only >= 0 ? only : 0;
     cJSON *sc = NULL;
     const char *pre = CALL_OPEN, *suf = CALL_CLOSE;
-    char m7[96];
+    char *m7[SRV_MAX_TOOLS]; /* mistral-v7: the prefix of each function that may be called */
+    int32_t n7 = 0;
+    int oom = 0;
     if (native && fam == AF_CHAT_LLAMA3) {
         sc = call_schema(t, only, "parameters");
         pre = suf = NULL;
@@ -77,21 +79,23 @@ static int call_grammar(const srv_tools *t, int32_t only, int native, af_chat_fa
         cJSON_AddItemToObject(sc, "items", call_schema(t, only, "arguments"));
         cJSON_AddNumberToObject(sc, "minItems", 1);
         pre = "[TOOL_CALLS]", suf = NULL;
-    } else if (native && fam == AF_CHAT_MISTRAL7) {
-        if (only < 0 && t->n > 1)
-            return BADT("tool_choice", "'tool_choice' \"required\" with %d functions: the mistral-v7 call format writes "
-                                       "the name outside the JSON, so only one function can be forced; name it "
-                                       "({\"type\": \"function\", \"function\": {\"name\": ...}})", (int)t->n);
+    } else if (native && fam == AF_CHAT_MISTRAL7) { /* the name outside the JSON: one prefix per function */
         sc = args_schema(t, only);
-        snprintf(m7, sizeof m7, "[TOOL_CALLS]%s[ARGS]", t->name[k]);
-        pre = m7, suf = NULL;
+        for (int32_t i = 0; i < t->n; i++)
+            if (only < 0 || i == only) {
+                char *m = malloc(strlen(t->name[i]) + 32);
+                if (m) sprintf(m, "[TOOL_CALLS]%s[ARGS]", t->name[i]);
+                m7[n7++] = m;
+                if (!m) oom = 1;
+            }
+        pre = NULL, suf = NULL;
     } else {
         sc = call_schema(t, only, "arguments");
     }
-    if (!sc) return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     srv_grammar *g = NULL;
-    int ok = 1;
-    if (!native) { /* the arguments' schema: name the tool's field in errors */
+    int ok = sc && !oom;
+    if (!ok) srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (ok && !native) { /* the arguments' schema: name the tool's field in errors */
         char path[64];
         snprintf(path, sizeof path, "tools[%d].function.parameters", (int)k);
         cJSON *args = args_schema(t, only);
@@ -103,10 +107,12 @@ static int call_grammar(const srv_tools *t, int32_t only, int native, af_chat_fa
     }
     if (ok) ok = srv_grammar_compile(sc, "tool_choice", &g, err);
     cJSON_Delete(sc);
-    if (ok && !srv_grammar_set_affixes(g, pre, suf)) {
+    if (ok && !(n7 ? srv_grammar_set_prefixes(g, (const char *const *)m7, n7, NULL) : srv_grammar_set_affixes(g, pre, suf))) {
         srv_grammar_free(g);
-        return srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        g = NULL;
+        ok = srv_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     }
+    for (int32_t i = 0; i < n7; i++) free(m7[i]);
     *out = ok ? g : NULL;
     return ok;
 }

@@ -66,9 +66,9 @@ int srv_tools_native(const af_tokenizer *tok, af_chat_family fam);
  *   chatml/qwen3/qwq: <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>
  *   llama3:           {"name": N, "parameters": {...}}
  *   mistral (Nemo):   [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]
- *   mistral-v7:       [TOOL_CALLS]N[ARGS]{...} (one function only: named, or "required" with one tool)
- * Returns 1, or 0 and *err (400 "tool_choice": "required" with several functions on mistral-v7;
- * 500 out of memory). */
+ *   mistral-v7:       [TOOL_CALLS]N[ARGS]{...} ("required" with several functions: one literal prefix
+ *                     per function, srv_grammar_set_prefixes, and any object as arguments)
+ * Returns 1, or 0 and *err (500 out of memory). */
 int srv_tools_bind(srv_tools *t, const af_tokenizer *tok, af_chat_family fam, srv_grammar **grammar, srv_err *err);
 
 /* The generation prompt of chat request rq for layout fam (text without BOS; *out malloc'ed):
@@ -88,5 +88,22 @@ int srv_tools_marker(const char *s, size_t n);
  * a call of a function not in "tools". *content: the text before the calls (own format) / outside
  * them (fallback), trimmed (malloc'ed; NULL when empty). */
 cJSON *srv_tools_extract(const srv_tools *t, const char *text, size_t len, uint64_t req_id, char **content);
+
+/* Tool calls streamed (tool_stream.c): what of a streamed answer has been sent. */
+typedef struct srv_tool_stream srv_tool_stream;
+srv_tool_stream *srv_tool_stream_new(void); /* NULL when out of memory */
+void srv_tool_stream_free(srv_tool_stream *ts);
+/* The chunk deltas (a cJSON array of OpenAI "delta" objects: {"content"} or {"tool_calls": [{"index",
+ * "id"?, "type"?, "function": {"name"?, "arguments"}}]}) for the generated text[0..n) (whole UTF-8
+ * characters) that were not sent yet, and ts updated. While generating (final 0): the content
+ * before the first call marker, from its first non-space byte, without a tail that may begin a
+ * marker or trailing whitespace; a call's first delta (index, id, type, name, arguments "") once its
+ * name is complete and in t (Nemo: once its object is complete, for its "id"); then its arguments
+ * re-printed as cJSON_PrintUnformatted prints them, as far as certain. final 1 (the answer ended):
+ * the text is parsed by srv_tools_extract and what was not sent is sent; *has_calls = 1 when the
+ * answer has calls (finish_reason "tool_calls"). ts NULL (out of memory): nothing until final,
+ * then everything. NULL when out of memory. */
+cJSON *srv_tool_stream_step(srv_tool_stream *ts, const srv_tools *t, const char *text, size_t n, int final,
+                            uint64_t req_id, int *has_calls);
 
 #endif

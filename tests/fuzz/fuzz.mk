@@ -8,7 +8,7 @@
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= gguf safetensors jsonl tok_bpe tok_spm adapter gguf_tok lm_jsonl hf_config tok_json manifest serve_req chat csv yaml grammar
+FUZZ_TARGETS ?= gguf safetensors jsonl tok_bpe tok_spm adapter gguf_tok lm_jsonl hf_config tok_json manifest serve_req chat csv yaml grammar tool_stream
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 -g $(FUZZ_SAN) -Wno-unknown-pragmas
 # Only the modules the targets reach (the parsers and what they call); the kernels, model and
@@ -17,6 +17,8 @@ FUZZ_LIB_SRC := $(filter src/core/% src/formats/% src/tokenizer/% src/lora/adapt
                   src/kernels/quant.c src/kernels/quantize.c src/kernels/nf4.c src/serve/request.c src/serve/grammar.c src/serve/tools.c \
                   src/train/settings.c src/train/settings_table.c src/train/settings_yaml.c src/train/optim.c \
                   src/infer/sample.c,$(LIB_SRC))
+# The grammar's mask over an indexed vocabulary and the streamed tool calls (serve).
+FUZZ_LIB_SRC += $(filter src/serve/grammar_mask.c src/serve/tool_stream.c,$(LIB_SRC))
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 
