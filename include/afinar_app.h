@@ -377,7 +377,7 @@ AF_API af_status af_train_settings_to_json(const af_train_settings *s, char **ou
  * with one line per path that was changed or not found. `*out`: free with af_train_settings_free.
  * Errors: those of af_train_settings_read; AF_ERR_FORMAT / AF_ERR_IO for a checkpoint whose files
  * do not match its manifest (the message names the file and the newest earlier checkpoint that
- * verifies), AF_ERR_NOMEM. */
+ * verifies; af_last_error_kind() says AF_ERROR_KIND_CHECKPOINT, and only for these), AF_ERR_NOMEM. */
 AF_API af_status af_train_settings_read_checkpoint(const char *ckpt, af_train_settings **out, char **note);
 
 /* ---------------------------------------------------------------------------------------------

@@ -272,7 +272,7 @@ extern const char *const af_ckpt_files[AF_CKPT_N_FILES];
  * ("" when none). af_last_error() is kept. */
 void af_tr_older_good(const char *ckpt, char *out, size_t cap);
 /* Record "<what>; cannot resume from CKPT: resume from <older good> instead ..., or start the run
- * again (--overwrite)" and return st. */
+ * again (--overwrite)" with the kind AF_ERROR_KIND_CHECKPOINT (af_last_error_kind) and return st. */
 af_status af_tr_ckpt_fail(af_status st, const char *ckpt, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Verify ckpt/manifest.json (every file of af_ckpt_files that exists must be listed and match).
  * No manifest: *present = 0 and AF_OK for a checkpoint written before manifests existed, an error
