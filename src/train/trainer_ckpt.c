@@ -176,7 +176,7 @@ static void fsync_dir(const char *dir) {
 /* Compatibility fields stored in the state metadata; all must match to resume. */
 #define N_CHECK 11
 static void check_fields(const af_trainer *t, const char *key[N_CHECK], char val[N_CHECK][48]) {
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     static const char *const k[N_CHECK] = {"n_train", "num_classes", "n_params", "batch", "grad_accum", "seed",
                                            "total_steps", "warmup_steps", "schedule", "lr", "lr_min"};
     for (int i = 0; i < N_CHECK; i++) key[i] = k[i];
@@ -290,17 +290,17 @@ static void explain_params(const af_trainer *t, const char *ckpt, char *why, siz
         snprintf(why, cap, "--lora-layers differ: the checkpoint adapts layers %d-%d, this run %d-%d",
                  ai.layers_to_transform && ai.n_layers_to_transform > 0 ? ai.layers_to_transform[0] : 0, ai.n_layers - 1,
                  l->layer_min, l->layer_end - 1);
-    else if (ai.num_classes > 0 && ai.has_head_bias != (t->o.head_bias != 0))
+    else if (ai.num_classes > 0 && ai.has_head_bias != (t->o->head_bias != 0))
         snprintf(why, cap, "--head-bias is %s in the checkpoint but %s now", ai.has_head_bias ? "on" : "off",
-                 t->o.head_bias ? "on" : "off");
+                 t->o->head_bias ? "on" : "off");
     af_adapter_info_free(&ai);
 }
 
 af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, float *M, float *V, af_run_state *rs) {
     int present = 0;
     AF_TRY(af_tr_ckpt_verify(ckpt, &present)); /* every file against the manifest, before any is read */
-    if (!present && t->o.log)
-        fprintf(t->o.log, "warning: %s has no %s (written by an afinar before checkpoints carried checksums): its "
+    if (!present && t->log)
+        fprintf(t->log, "warning: %s has no %s (written by an afinar before checkpoints carried checksums): its "
                           "files cannot be verified; its values are checked\n", ckpt, AF_MANIFEST_FILE);
     char *path = af_path_join(ckpt, STATE_FILE);
     if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
@@ -395,11 +395,11 @@ static int newest_ckpt(const char *out_dir, char *name, size_t cap) {
 
 af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, const float *M, const float *V,
                          const af_run_state *rs, const char *selected_by) {
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     char tmpname[256];
     static unsigned counter;
     snprintf(tmpname, sizeof tmpname, ".%s.tmp-%ld-%u", name, (long)getpid(), counter++);
-    char *tmp = af_path_join(o->output_dir, tmpname), *fin = af_path_join(o->output_dir, name);
+    char *tmp = af_path_join(t->out_dir, tmpname), *fin = af_path_join(t->out_dir, name);
     const int had_old = fin && is_dir(fin); /* for the failure message: is there an earlier one to keep? */
     cJSON *extra = cJSON_CreateObject();
     af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
@@ -462,14 +462,14 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         st = af_adapter_save(tmp, &t->lay, P, &ao);
     }
     if (st == AF_OK && M) st = write_state(t, tmp, P, M, V, rs);
-    if (st == AF_OK && M && o->config_json) { /* paths recorded absolute and relative to the checkpoint */
-        char *cp = af_path_join(tmp, CONFIG_FILE), *cj = af_tr_ckpt_config_json(o->config_json, o->output_dir, name);
+    if (st == AF_OK && M && t->config_json) { /* paths recorded absolute and relative to the checkpoint */
+        char *cp = af_path_join(tmp, CONFIG_FILE), *cj = af_tr_ckpt_config_json(t->config_json, t->out_dir, name);
         st = cp && cj ? af_write_file_atomic(cp, cj, strlen(cj)) : af_fail(AF_ERR_NOMEM, "out of memory");
         free(cp);
         free(cj);
     }
     if (st == AF_OK && M) /* last: the sizes and SHA-256 of every file of the checkpoint */
-        st = af_manifest_write(tmp, af_ckpt_files, o->config_json ? AF_CKPT_N_FILES : AF_CKPT_N_FILES - 1);
+        st = af_manifest_write(tmp, af_ckpt_files, t->config_json ? AF_CKPT_N_FILES : AF_CKPT_N_FILES - 1);
     if (st == AF_OK) {
         if (is_dir(fin)) {
             /* swap atomically, then delete the old one (now at tmp) */
@@ -481,7 +481,7 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
             {
                 char old[300];
                 snprintf(old, sizeof old, ".%s.old-%ld-%u", name, (long)getpid(), counter++);
-                char *op = af_path_join(o->output_dir, old);
+                char *op = af_path_join(t->out_dir, old);
                 if (!op) st = af_fail(AF_ERR_NOMEM, "out of memory");
                 else if (rename(fin, op) != 0 || rename(tmp, fin) != 0)
                     st = af_fail(AF_ERR_IO, "%s: cannot replace: %s", fin, strerror(errno));
@@ -491,7 +491,7 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         } else if (rename(tmp, fin) != 0) {
             st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", fin, tmp, strerror(errno));
         }
-        if (st == AF_OK) fsync_dir(o->output_dir);
+        if (st == AF_OK) fsync_dir(t->out_dir);
     }
     if (st != AF_OK && tmp) {
         /* name the final directory, not the temporary one the user never sees */
@@ -501,8 +501,8 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         char last[64];
         if (fin && !strncmp(m, tmp, lt) && had_old)
             snprintf(keep, sizeof keep, "%s%s (not saved; the previous %s is kept)", fin, m + lt, name);
-        else if (fin && !strncmp(m, tmp, lt) && newest_ckpt(o->output_dir, last, sizeof last))
-            snprintf(keep, sizeof keep, "%s%s (not saved; the last good checkpoint is %s/%s)", fin, m + lt, o->output_dir, last);
+        else if (fin && !strncmp(m, tmp, lt) && newest_ckpt(t->out_dir, last, sizeof last))
+            snprintf(keep, sizeof keep, "%s%s (not saved; the last good checkpoint is %s/%s)", fin, m + lt, t->out_dir, last);
         else if (fin && !strncmp(m, tmp, lt))
             snprintf(keep, sizeof keep, "%s%s (not saved; there is no earlier checkpoint)", fin, m + lt);
         else
@@ -523,9 +523,9 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 void af_tr_rotate(const af_trainer *t) {
-    const int32_t keep = t->o.save_total_limit;
+    const int32_t keep = t->o->save_total_limit;
     if (keep <= 0) return;
-    DIR *d = opendir(t->o.output_dir);
+    DIR *d = opendir(t->out_dir);
     if (!d) return;
     int64_t steps[4096];
     int n = 0;
@@ -543,7 +543,7 @@ void af_tr_rotate(const af_trainer *t) {
         char name[64], hidden[128];
         snprintf(name, sizeof name, "checkpoint-%lld", (long long)steps[i]);
         snprintf(hidden, sizeof hidden, ".%s.tmp-del-%ld-%u", name, (long)getpid(), counter++);
-        char *p = af_path_join(t->o.output_dir, name), *h = af_path_join(t->o.output_dir, hidden);
+        char *p = af_path_join(t->out_dir, name), *h = af_path_join(t->out_dir, hidden);
         if (p && h && rename(p, h) == 0) (void)rm_tree(h);
         free(p);
         free(h);
@@ -729,10 +729,10 @@ void af_tr_plot(const char *out_dir, FILE *log) {
 af_status af_tr_write_run_json(const af_trainer *t) {
     cJSON *j = cJSON_CreateObject();
     if (!j) return af_fail(AF_ERR_NOMEM, "out of memory");
-    cJSON *cfg = t->o.config_json ? cJSON_Parse(t->o.config_json) : NULL;
+    cJSON *cfg = t->config_json ? cJSON_Parse(t->config_json) : NULL;
     cJSON_AddItemToObject(j, "config", cfg ? cfg : cJSON_CreateNull());
     cJSON_AddStringToObject(j, "afinar_version", af_version());
-    if (t->o.model_path) cJSON_AddStringToObject(j, "model", t->o.model_path);
+    if (t->o->model_path) cJSON_AddStringToObject(j, "model", t->o->model_path);
     cJSON_AddNumberToObject(j, "n_train", t->train->n);
     cJSON_AddNumberToObject(j, "n_val", t->val ? t->val->n : 0);
     cJSON_AddNumberToObject(j, "num_classes", t->num_classes);
@@ -752,13 +752,13 @@ af_status af_tr_write_run_json(const af_trainer *t) {
     free(rj);
     char *s = cJSON_Print(j);
     cJSON_Delete(j);
-    char *p = af_path_join(t->o.output_dir, "run.json");
+    char *p = af_path_join(t->out_dir, "run.json");
     af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
     free(s);
     free(p);
-    if (st == AF_OK && t->o.config_json) { /* the same settings as YAML (a --config file) */
-        char *yp = af_path_join(t->o.output_dir, "config.yaml");
-        st = yp ? af_train_settings_write_yaml(t->o.config_json, yp) : af_fail(AF_ERR_NOMEM, "out of memory");
+    if (st == AF_OK && t->config_json) { /* the same settings as YAML (a --config file) */
+        char *yp = af_path_join(t->out_dir, "config.yaml");
+        st = yp ? af_train_settings_write_yaml(t->config_json, yp) : af_fail(AF_ERR_NOMEM, "out of memory");
         free(yp);
     }
     return st;
@@ -772,7 +772,7 @@ af_status af_tr_write_eval_json(const af_trainer *t, const af_metrics *m, int64_
     cJSON_AddNumberToObject(j, "epoch", t->spe > 0 ? (double)step / (double)t->spe : 0.0);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
-    char *p = af_path_join(t->o.output_dir, "eval.json");
+    char *p = af_path_join(t->out_dir, "eval.json");
     af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
     free(s);
     free(p);
@@ -781,7 +781,7 @@ af_status af_tr_write_eval_json(const af_trainer *t, const af_metrics *m, int64_
 
 /* Output directory: derive from the checkpoint, refuse another run unless overwrite/resume-in-place. */
 af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out, int *lock_fd) {
-    af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     *owned_out = NULL;
     *lock_fd = -1;
     char *parent = NULL;
@@ -792,9 +792,9 @@ af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char
         free(c);
         if (!parent) return af_fail(AF_ERR_NOMEM, "out of memory");
     }
-    if (!o->output_dir) {
+    if (!t->out_dir) {
         if (!parent) return af_fail(AF_ERR_INVALID_ARG, "no output directory (-o DIR)");
-        o->output_dir = *owned_out = strdup(parent);
+        t->out_dir = *owned_out = strdup(parent);
         if (!*owned_out) {
             free(parent);
             return af_fail(AF_ERR_NOMEM, "out of memory");
@@ -806,23 +806,23 @@ af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char
         free(parent);
         return AF_OK;
     }
-    st = af_run_lock(o->output_dir, lock_fd); /* before looking: one writer at a time */
+    st = af_run_lock(t->out_dir, lock_fd); /* before looking: one writer at a time */
     if (st != AF_OK) {
         free(parent);
         return st;
     }
-    if (af_tr_dir_has_run(o->output_dir, what, sizeof what)) {
+    if (af_tr_dir_has_run(t->out_dir, what, sizeof what)) {
         char a[PATH_MAX], b[PATH_MAX];
-        int same = parent && realpath(parent, a) && realpath(o->output_dir, b) && !strcmp(a, b);
-        if (same) st = af_tr_clear_stale(o->output_dir); /* resuming in place: a killed run's temporaries */
-        else if (o->overwrite) st = af_tr_clear_run(o->output_dir);
+        int same = parent && realpath(parent, a) && realpath(t->out_dir, b) && !strcmp(a, b);
+        if (same) st = af_tr_clear_stale(t->out_dir); /* resuming in place: a killed run's temporaries */
+        else if (o->overwrite) st = af_tr_clear_run(t->out_dir);
         else
             st = af_fail(AF_ERR_INVALID_ARG,
                          "%s: holds another run (%s); use --overwrite to replace it, --resume %s to continue it, or "
                          "another -o DIR",
-                         o->output_dir, what, o->output_dir);
+                         t->out_dir, what, t->out_dir);
     }
     free(parent);
-    if (st == AF_OK) st = af_mkdir_p(o->output_dir);
+    if (st == AF_OK) st = af_mkdir_p(t->out_dir);
     return st;
 }
