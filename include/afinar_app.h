@@ -102,6 +102,10 @@ typedef struct af_trainer_opts {
     const char *targets;         /* "qv" (default), "qkv", "all-linear" or a list of q,k,v,o,gate,up,down */
     const char *lora_layers;     /* layers with adapters, 0-based: "all", "A-B", "A-", "topN"; default "top10";
                                     NULL -> every layer; topN with N > the model's layers: every layer */
+    const char *layers_to_transform; /* NULL (default): lora_layers decides; else PEFT's layers_to_transform: a
+                                    comma list of 0-based layer indices, any set ("0,2,5"), the only layers
+                                    with adapters; replaces lora_layers (a settings object with both is
+                                    refused) and keeps the automatic recipe from choosing layers */
     int32_t lora_r;              /* 16 */
     double lora_alpha;           /* 32 */
     double lora_dropout;         /* 0.05 */

@@ -22,6 +22,7 @@ void af_trainer_free(af_trainer *t) {
     if (t->have_st_val) af_data_stats_free(&t->st_val);
     if (t->have_lay) af_param_layout_free(&t->lay);
     free(t->class_w);
+    free(t->layer_list);
     af_diag_list_free(&t->diags);
     free(t->config_owned);
     free((void *)t->o); /* the plan, allocated by af_trainer_new */
@@ -269,9 +270,17 @@ static af_status plan_steps(af_trainer *t) {
 
 /* --lora-layers resolved against the model into t->layer_min, t->layer_end (end 0: through the last
  * layer, as af_lora_parse_layers gives it); "topN" with N above the model's layers (the default
- * top10 on a smaller model) is every layer. */
+ * top10 on a smaller model) is every layer. --layers-to-transform instead: the list into
+ * t->layer_list, its lowest and highest layer into the range. */
 static af_status resolve_layers(af_trainer *t) {
     const int32_t n_layers = t->model->cfg.num_hidden_layers;
+    if (t->o->layers_to_transform) {
+        AF_TRY(af_lora_parse_layer_list(t->o->layers_to_transform, n_layers, &t->layer_list, &t->n_layer_list));
+        const int32_t hi = t->layer_list[t->n_layer_list - 1];
+        t->layer_min = t->layer_list[0];
+        t->layer_end = hi == n_layers - 1 ? 0 : hi + 1;
+        return AF_OK;
+    }
     const char *lspec = t->o->lora_layers;
     long top_n = 0;
     char *end = NULL;
@@ -360,6 +369,7 @@ static af_status check_opts(af_trainer *t, af_trainer_opts *o) {
     } else if (o->loss_on || o->chat_template || o->packing > 0)
         return af_fail(AF_ERR_INVALID_ARG, "--%s applies to --task causal-lm only",
              o->loss_on ? "loss-on" : o->chat_template ? "chat-template" : "packing");
+    if (o->layers_to_transform) o->given |= AF_GIVEN_LAYERS; /* the explicit list: never the recipe's choice */
     if (o->output_dir && !o->resume) { /* the output checks, before the data are read and reported */
         struct stat ob;
         char what[256];
@@ -443,8 +453,9 @@ static af_status settle(af_trainer *t, af_trainer_opts *plan, uint32_t targets) 
     if (st == AF_OK) st = af_tr_recipe_apply(t, plan); /* AF_RECIPE_AUTO: epochs, class weights, max_seq_len, layers, warm-up */
     if (st != AF_OK) return st;
     /* the LoRA layout of the run, built once here and handed to the optimizer (af_tr_new_optimizer) */
-    st = af_param_layout_init_layers(&t->lay, t->model, &t->lora, t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1,
-                                     t->layer_min, t->layer_end);
+    const int32_t nc = t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1;
+    st = t->layer_list ? af_param_layout_init_list(&t->lay, t->model, &t->lora, nc, t->layer_list, t->n_layer_list)
+                       : af_param_layout_init_layers(&t->lay, t->model, &t->lora, nc, t->layer_min, t->layer_end);
     if (st != AF_OK) return st;
     t->have_lay = 1;
     t->lay.init = o->init_lora_weights; /* pissa / olora: the SVD / QR of every adapted weight (not for a dry run) */
@@ -604,8 +615,12 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
             if (tg[0]) strncat(tg, ",", sizeof tg - strlen(tg) - 1);
             strncat(tg, af_proj_name((af_proj)p), sizeof tg - strlen(tg) - 1);
         }
-    char ly[64] = "";
-    if (l->layer_min > 0 || l->layer_end < l->n_layers)
+    char ly[80] = "";
+    if (t->layer_list) { /* --layers-to-transform */
+        char list[48];
+        af_tr_layers_text(t, list, sizeof list);
+        snprintf(ly, sizeof ly, " of layers %s (of %d)", list, l->n_layers);
+    } else if (l->layer_min > 0 || l->layer_end < l->n_layers)
         snprintf(ly, sizeof ly, " of layers %d-%d (of %d)", l->layer_min, l->layer_end - 1, l->n_layers);
     if (t->lm)
         fprintf(fp, "      LoRA r %d alpha %g (scale %g) dropout %g on %s%s; no head (the model's LM head, frozen); "

@@ -46,7 +46,8 @@ struct af_trainer {
     af_lora_config lora;               /* the run's LoRA: rank, alpha, dropout, rsLoRA, target mask, seed */
     int32_t layer_min, layer_end;      /* the adapted layers [layer_min, layer_end) (end 0: through the last):
                                           --lora-layers resolved once (trainer.c), or the recipe's choice */
-    af_param_layout lay;               /* built once from lora and the layer range; handed to the optimizer */
+    int32_t *layer_list, n_layer_list; /* o->layers_to_transform parsed (owned; ascending), or NULL: the range */
+    af_param_layout lay;               /* built once from lora and the layers; handed to the optimizer */
     int have_lay;
     float *class_w;                    /* [num_classes] or NULL (uniform) */
     af_diag_list diags;
@@ -114,7 +115,8 @@ int64_t af_tr_mem_tokens(af_trainer *t);
 af_status af_tr_lm_read(af_trainer *t, af_trainer_opts *plan);
 
 /* ---- trainer_plan.c: the plan as settings with their origins ---- */
-/* The adapted layers as --lora-layers text: "all", "topK" (through the last layer) or "A-B". */
+/* The adapted layers as --lora-layers text: "all", "topK" (through the last layer) or "A-B"; with
+ * --layers-to-transform its list ("0,2,5"; cut at cap). */
 void af_tr_layers_text(const af_trainer *t, char *buf, size_t cap);
 /* Every setting's value as the run uses it, with its origin, grouped (`afinar check` leaves out the
  * keys a dry run has no use for). */

@@ -11,6 +11,13 @@
 #include <string.h>
 
 void af_tr_layers_text(const af_trainer *t, char *buf, size_t cap) {
+    if (t->layer_list) { /* --layers-to-transform: the list */
+        size_t at = 0;
+        buf[0] = 0;
+        for (int32_t i = 0; i < t->n_layer_list && at < cap; i++)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%d", i ? "," : "", (int)t->layer_list[i]);
+        return;
+    }
     const int32_t n = t->model->cfg.num_hidden_layers, end = t->layer_end > 0 ? t->layer_end : n;
     if (t->layer_min == 0 && end == n) snprintf(buf, cap, "all");
     else if (end == n) snprintf(buf, cap, "top%d", (int)(n - t->layer_min));

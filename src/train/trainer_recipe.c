@@ -269,18 +269,21 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
         if (g & AF_GIVEN_CLASS_WEIGHTS) fprintf(fp, "  --class-weights %s (given)\n", o->class_weights);
         else fprintf(fp, "  %s\n", r->why_class_weights);
     }
+    /* the layers as given: --layers-to-transform when set, else --lora-layers */
+    const char *lk = o->layers_to_transform ? "layers-to-transform" : "lora-layers";
+    const char *lv = o->layers_to_transform ? o->layers_to_transform : o->lora_layers ? o->lora_layers : "all";
     if (!t->lm) {
         if (g & AF_GIVEN_MAX_SEQ_LEN) fprintf(fp, "  --max-seq-len %d (given)\n", o->max_seq_len);
         else fprintf(fp, "  %s\n", r->why_max_seq_len);
-        if (g & AF_GIVEN_LAYERS) fprintf(fp, "  --lora-layers %s (given)\n", o->lora_layers ? o->lora_layers : "all");
+        if (g & AF_GIVEN_LAYERS) fprintf(fp, "  --%s %s (given)\n", lk, lv);
         else fprintf(fp, "  %s\n", r->why_layers);
     } else {
         if (t->lm_len_chosen)
-            fprintf(fp, "  %s\n  causal LM: --lora-layers %s is the task's (not chosen by the recipe)\n",
-                    r->why_max_seq_len, o->lora_layers ? o->lora_layers : "all");
+            fprintf(fp, "  %s\n  causal LM: --%s %s is the task's (not chosen by the recipe)\n", r->why_max_seq_len,
+                    lk, lv);
         else
-            fprintf(fp, "  causal LM: max_seq_len %d and --lora-layers %s are the task's (not chosen by the recipe)\n",
-                    o->max_seq_len, o->lora_layers ? o->lora_layers : "all");
+            fprintf(fp, "  causal LM: max_seq_len %d and --%s %s are the task's (not chosen by the recipe)\n",
+                    o->max_seq_len, lk, lv);
     }
     if (g & AF_GIVEN_WARMUP) fprintf(fp, "  --warmup (given): %lld steps\n", (long long)t->warmup);
     else fprintf(fp, "  %s = %lld of %lld steps\n", r->why_warmup, (long long)t->warmup, (long long)t->total);
@@ -314,7 +317,9 @@ char *af_tr_recipe_json(const af_trainer *t) {
     cJSON_AddStringToObject(j, "why_max_seq_len", (o->given & AF_GIVEN_MAX_SEQ_LEN) ? "given" : r->why_max_seq_len);
     char ly[32];
     af_tr_layers_text(t, ly, sizeof ly);
-    cJSON_AddStringToObject(j, "lora_layers", (o->given & AF_GIVEN_LAYERS) && o->lora_layers ? o->lora_layers : ly);
+    cJSON_AddStringToObject(j, "lora_layers", o->layers_to_transform                          ? o->layers_to_transform
+                                              : (o->given & AF_GIVEN_LAYERS) && o->lora_layers ? o->lora_layers
+                                                                                               : ly);
     cJSON_AddStringToObject(j, "why_layers", (o->given & AF_GIVEN_LAYERS) ? "given" : r->why_layers);
     cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
     cJSON_AddNumberToObject(j, "eval_every", (double)t->eval_every);
