@@ -193,6 +193,137 @@ af_status af_adapter_qk_heads(const char *where, int32_t layer, int p, int64_t o
     return AF_OK;
 }
 
+/* The tensors of adapter_model.safetensors being listed: names in one buffer, the q/k rows moved to
+ * PEFT's order in another, the projections and layers seen. */
+typedef struct save_list {
+    af_st_write_tensor *t;
+    char *names;
+    size_t name_len, n;
+    float *pnext, *ptmp;       /* next free float of the permuted copies; scratch of af_adapter_qk_rows */
+    uint32_t mask;             /* projections with an adapter */
+    unsigned char *has_layer;  /* [n_layers]: layers with an adapter */
+} save_list;
+
+/* Floats of the q/k rows to permute (B and DoRA magnitudes of q/k), checking the head geometry. */
+static af_status perm_floats(const char *dir, const af_param_layout *lay, const af_adapter_save_opts *o, int perm,
+                             size_t *n_perm) {
+    const int32_t r = lay->lora.r;
+    const int dora = lay->lora.use_dora != 0;
+    *n_perm = 0;
+    for (int32_t l = 0; perm && l < lay->n_layers; l++)
+        for (int p = AF_PROJ_Q; p <= AF_PROJ_K; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            int64_t nh;
+            if (s->a_off < 0 || s->out <= 0) continue;
+            AF_TRY(af_adapter_qk_heads(dir, l, p, s->out, o->n_head, o->n_kv_head, o->head_dim, &nh));
+            *n_perm += (size_t)s->out * (size_t)(r + (dora ? 1 : 0));
+        }
+    return AF_OK;
+}
+
+/* Every adapted slot's lora_A, lora_B (and DoRA magnitude) under PEFT's names (prefix lp), refusing
+ * a bad slot or a non-finite value; q/k rows in PEFT's order when perm. */
+static af_status list_slots(const char *dir, const af_param_layout *lay, const float *P, const af_adapter_save_opts *o,
+                            const char *lp, af_st_dtype dt, int perm, save_list *L) {
+    const int32_t r = lay->lora.r;
+    const int dora = lay->lora.use_dora != 0; /* + lora_magnitude_vector [out] per slot */
+    for (int32_t l = 0; l < lay->n_layers; l++) {
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            if (s->a_off < 0) continue;
+            if (s->in <= 0 || s->out <= 0 || s->b_off < 0 || s->a_off + r * s->in > lay->n_total ||
+                s->b_off + s->out * r > lay->n_total || (dora && (s->m_off < 0 || s->m_off + s->out > lay->n_total)))
+                return af_fail(AF_ERR_INVALID_ARG, "%s: layout: layer %d %s: bad slot (in %lld, out %lld)", dir, l,
+                               af_adapter_proj_name[p], (long long)s->in, (long long)s->out);
+            L->mask |= 1u << p;
+            L->has_layer[l] = 1;
+            for (int ab = 0; ab < 2 + dora; ab++) {
+                af_st_write_tensor *t = &L->t[L->n];
+                char *nm = L->names + L->n * L->name_len;
+                if (ab == 2) /* PEFT's DoRA magnitude: 1-D, no ".weight" */
+                    snprintf(nm, L->name_len, "%s.%d.%s.%s.lora_magnitude_vector", lp, l, af_adapter_proj_block[p],
+                             af_adapter_proj_name[p]);
+                else
+                    snprintf(nm, L->name_len, "%s.%d.%s.%s.lora_%c.weight", lp, l, af_adapter_proj_block[p],
+                             af_adapter_proj_name[p], ab ? 'B' : 'A');
+                t->name = nm;
+                t->dtype = dt;
+                t->n_dims = ab == 2 ? 1 : 2;
+                t->shape[0] = ab ? s->out : r;
+                t->shape[1] = ab == 2 ? 1 : ab ? r : s->in;
+                t->f32 = P + (ab == 2 ? s->m_off : ab ? s->b_off : s->a_off);
+                const int64_t bad = first_nonfinite_f32(t->f32, t->shape[0] * t->shape[1]);
+                if (bad >= 0) /* a diverged run's parameters: never written as an adapter */
+                    return af_fail(AF_ERR_RANGE, "%s: not saved: %s element %lld is not finite (NaN or Inf)", dir, nm,
+                                   (long long)bad);
+                if (ab && perm && (p == AF_PROJ_Q || p == AF_PROJ_K)) {
+                    const int32_t w = ab == 2 ? 1 : r; /* columns of the rows moved */
+                    memcpy(L->pnext, t->f32, (size_t)s->out * (size_t)w * sizeof(float));
+                    af_adapter_qk_rows(L->pnext, s->out / o->head_dim, o->head_dim, w, 1, L->ptmp);
+                    t->f32 = L->pnext;
+                    L->pnext += (size_t)s->out * (size_t)w;
+                }
+                L->n++;
+            }
+        }
+    }
+    return AF_OK;
+}
+
+/* The classification head (prefix hp): its weight, and its bias when asked; refused when not finite. */
+static af_status list_head(const char *dir, const af_param_layout *lay, const float *P, const af_adapter_save_opts *o,
+                           const char *hp, af_st_dtype dt, save_list *L) {
+    if (lay->num_classes <= 0 || lay->head_w_off < 0) return AF_OK;
+    char *nm = L->names + L->n * L->name_len;
+    snprintf(nm, L->name_len, "%s.weight", hp);
+    L->t[L->n] = (af_st_write_tensor){.name = nm, .dtype = dt, .n_dims = 2, .f32 = P + lay->head_w_off};
+    L->t[L->n].shape[0] = lay->num_classes;
+    L->t[L->n].shape[1] = lay->hidden;
+    L->n++;
+    if (o->write_head_bias && lay->head_b_off >= 0) {
+        nm = L->names + L->n * L->name_len;
+        snprintf(nm, L->name_len, "%s.bias", hp);
+        L->t[L->n] = (af_st_write_tensor){.name = nm, .dtype = dt, .n_dims = 1, .f32 = P + lay->head_b_off};
+        L->t[L->n].shape[0] = lay->num_classes;
+        L->n++;
+    }
+    const int64_t bw = first_nonfinite_f32(P + lay->head_w_off, (int64_t)lay->num_classes * lay->hidden);
+    const int64_t bb = o->write_head_bias && lay->head_b_off >= 0
+                           ? first_nonfinite_f32(P + lay->head_b_off, lay->num_classes) : -1;
+    if (bw >= 0 || bb >= 0)
+        return af_fail(AF_ERR_RANGE, "%s: not saved: %s.%s element %lld is not finite (NaN or Inf)", dir, hp,
+                       bw >= 0 ? "weight" : "bias", (long long)(bw >= 0 ? bw : bb));
+    return AF_OK;
+}
+
+/* adapter_config.json (layers_to_transform when some layers have adapters and others not),
+ * afinar.json, then the manifest unless the caller writes it. */
+static af_status write_configs(const char *dir, const af_param_layout *lay, const af_adapter_save_opts *o,
+                               const char *task, const char *hm, uint32_t mask, const unsigned char *has_layer) {
+    int32_t n_with = 0;
+    for (int32_t l = 0; l < lay->n_layers; l++) n_with += has_layer[l];
+    cJSON *layers = NULL;
+    if (n_with > 0 && n_with < lay->n_layers) {
+        layers = cJSON_CreateArray();
+        for (int32_t l = 0; layers && l < lay->n_layers; l++)
+            if (has_layer[l]) cJSON_AddItemToArray(layers, cJSON_CreateNumber(l));
+    }
+    cJSON *cfg = make_adapter_config(lay, o, task, hm, mask, layers);
+    if (!cfg) {
+        cJSON_Delete(layers);
+        return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    }
+    af_status st = write_json(dir, AF_ADAPTER_CONFIG_FILE, cfg);
+    cJSON_Delete(cfg);
+    if (st != AF_OK) return st;
+    cJSON *af = make_afinar_json(lay, o, mask);
+    if (!af) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+    st = write_json(dir, AF_ADAPTER_AFINAR_FILE, af);
+    cJSON_Delete(af);
+    if (st == AF_OK && !o->caller_writes_manifest) st = af_manifest_write(dir, AF_ADAPTER_FILES, AF_ADAPTER_N_FILES);
+    return st;
+}
+
 af_status af_adapter_save(const char *dir, const af_param_layout *lay, const float *P,
                           const af_adapter_save_opts *opts) {
     af_adapter_save_opts zero = {0};
@@ -218,138 +349,38 @@ af_status af_adapter_save(const char *dir, const af_param_layout *lay, const flo
     const char *hm = strrchr(hp, '.') ? strrchr(hp, '.') + 1 : hp;
     const char *task = o->task_type ? o->task_type : lay->num_classes > 0 ? "SEQ_CLS" : "CAUSAL_LM";
     af_st_dtype dt = (o->dtype == AF_ST_F16 || o->dtype == AF_ST_BF16) ? o->dtype : AF_ST_F32;
-    const int32_t r = lay->lora.r;
-    const int dora = lay->lora.use_dora != 0; /* + lora_magnitude_vector [out] per slot */
 
     /* q/k rows GGUF -> HF: permuted copies of the q/k B matrices (and DoRA magnitudes), in slot order. */
     const int perm = af_adapter_qk_permuted(o->architecture) && (o->n_head || o->n_kv_head || o->head_dim);
     size_t n_perm = 0;
-    for (int32_t l = 0; perm && l < lay->n_layers; l++)
-        for (int p = AF_PROJ_Q; p <= AF_PROJ_K; p++) {
-            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
-            int64_t nh;
-            if (s->a_off < 0 || s->out <= 0) continue;
-            AF_TRY(af_adapter_qk_heads(dir, l, p, s->out, o->n_head, o->n_kv_head, o->head_dim, &nh));
-            n_perm += (size_t)s->out * (size_t)(r + (dora ? 1 : 0));
-        }
-    size_t cap = (size_t)lay->n_layers * AF_PROJ_COUNT * 3 + 2, n = 0;
-    af_st_write_tensor *t = af_calloc(cap, sizeof *t);
-    size_t name_len = strlen(lp) + strlen(hp) + 96;
-    char *names = af_calloc(cap, name_len);
-    float *pbuf = n_perm ? af_malloc((n_perm + (size_t)o->head_dim * (size_t)r) * sizeof(float)) : NULL;
-    unsigned char *has_layer = af_calloc((size_t)lay->n_layers + 1, 1);
-    if (!t || !names || (n_perm && !pbuf) || !has_layer) {
-        free(t);
-        free(names);
+    AF_TRY(perm_floats(dir, lay, o, perm, &n_perm));
+    const size_t cap = (size_t)lay->n_layers * AF_PROJ_COUNT * 3 + 2;
+    save_list L = {0};
+    L.name_len = strlen(lp) + strlen(hp) + 96;
+    L.t = af_calloc(cap, sizeof *L.t);
+    L.names = af_calloc(cap, L.name_len);
+    float *pbuf = n_perm ? af_malloc((n_perm + (size_t)o->head_dim * (size_t)lay->lora.r) * sizeof(float)) : NULL;
+    L.has_layer = af_calloc((size_t)lay->n_layers + 1, 1);
+    if (!L.t || !L.names || (n_perm && !pbuf) || !L.has_layer) {
+        free(L.t);
+        free(L.names);
         free(pbuf);
-        free(has_layer);
+        free(L.has_layer);
         return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
     }
-    float *pnext = pbuf, *ptmp = pbuf ? pbuf + n_perm : NULL;
-    af_status st = AF_OK;
-    uint32_t mask = 0;
-    for (int32_t l = 0; l < lay->n_layers && st == AF_OK; l++) {
-        for (int p = 0; p < AF_PROJ_COUNT; p++) {
-            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
-            if (s->a_off < 0) continue;
-            if (s->in <= 0 || s->out <= 0 || s->b_off < 0 || s->a_off + r * s->in > lay->n_total ||
-                s->b_off + s->out * r > lay->n_total || (dora && (s->m_off < 0 || s->m_off + s->out > lay->n_total))) {
-                st = af_fail(AF_ERR_INVALID_ARG, "%s: layout: layer %d %s: bad slot (in %lld, out %lld)", dir, l,
-                             af_adapter_proj_name[p], (long long)s->in, (long long)s->out);
-                break;
-            }
-            mask |= 1u << p;
-            has_layer[l] = 1;
-            for (int ab = 0; ab < 2 + dora; ab++) {
-                char *nm = names + n * name_len;
-                if (ab == 2) /* PEFT's DoRA magnitude: 1-D, no ".weight" */
-                    snprintf(nm, name_len, "%s.%d.%s.%s.lora_magnitude_vector", lp, l, af_adapter_proj_block[p],
-                             af_adapter_proj_name[p]);
-                else
-                    snprintf(nm, name_len, "%s.%d.%s.%s.lora_%c.weight", lp, l, af_adapter_proj_block[p],
-                             af_adapter_proj_name[p], ab ? 'B' : 'A');
-                t[n].name = nm;
-                t[n].dtype = dt;
-                t[n].n_dims = ab == 2 ? 1 : 2;
-                t[n].shape[0] = ab ? s->out : r;
-                t[n].shape[1] = ab == 2 ? 1 : ab ? r : s->in;
-                t[n].f32 = P + (ab == 2 ? s->m_off : ab ? s->b_off : s->a_off);
-                const int64_t bad = first_nonfinite_f32(t[n].f32, t[n].shape[0] * t[n].shape[1]);
-                if (bad >= 0) { /* a diverged run's parameters: never written as an adapter */
-                    st = af_fail(AF_ERR_RANGE, "%s: not saved: %s element %lld is not finite (NaN or Inf)", dir, nm,
-                                 (long long)bad);
-                    break;
-                }
-                if (ab && perm && (p == AF_PROJ_Q || p == AF_PROJ_K)) {
-                    const int32_t w = ab == 2 ? 1 : r; /* columns of the rows moved */
-                    memcpy(pnext, t[n].f32, (size_t)s->out * (size_t)w * sizeof(float));
-                    af_adapter_qk_rows(pnext, s->out / o->head_dim, o->head_dim, w, 1, ptmp);
-                    t[n].f32 = pnext;
-                    pnext += (size_t)s->out * (size_t)w;
-                }
-                n++;
-            }
-            if (st != AF_OK) break;
-        }
-    }
-    if (st == AF_OK && lay->num_classes > 0 && lay->head_w_off >= 0) {
-        char *nm = names + n * name_len;
-        snprintf(nm, name_len, "%s.weight", hp);
-        t[n] = (af_st_write_tensor){.name = nm, .dtype = dt, .n_dims = 2, .f32 = P + lay->head_w_off};
-        t[n].shape[0] = lay->num_classes;
-        t[n].shape[1] = lay->hidden;
-        n++;
-        if (o->write_head_bias && lay->head_b_off >= 0) {
-            nm = names + n * name_len;
-            snprintf(nm, name_len, "%s.bias", hp);
-            t[n] = (af_st_write_tensor){.name = nm, .dtype = dt, .n_dims = 1, .f32 = P + lay->head_b_off};
-            t[n].shape[0] = lay->num_classes;
-            n++;
-        }
-        const int64_t bw = first_nonfinite_f32(P + lay->head_w_off, (int64_t)lay->num_classes * lay->hidden);
-        const int64_t bb = o->write_head_bias && lay->head_b_off >= 0
-                               ? first_nonfinite_f32(P + lay->head_b_off, lay->num_classes) : -1;
-        if (bw >= 0 || bb >= 0)
-            st = af_fail(AF_ERR_RANGE, "%s: not saved: %s.%s element %lld is not finite (NaN or Inf)", dir, hp,
-                         bw >= 0 ? "weight" : "bias", (long long)(bw >= 0 ? bw : bb));
-    }
+    L.pnext = pbuf, L.ptmp = pbuf ? pbuf + n_perm : NULL;
+    af_status st = list_slots(dir, lay, P, o, lp, dt, perm, &L);
+    if (st == AF_OK) st = list_head(dir, lay, P, o, hp, dt, &L);
     if (st == AF_OK) st = af_mkdir_p(dir);
     char *path = st == AF_OK ? af_path_join(dir, AF_ADAPTER_WEIGHTS_FILE) : NULL;
     if (st == AF_OK && !path) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
     static const char *const meta_k[] = {"format"}, *const meta_v[] = {"pt"}; /* as PEFT writes */
-    if (st == AF_OK) st = af_st_write(path, t, n, meta_k, meta_v, 1);
+    if (st == AF_OK) st = af_st_write(path, L.t, L.n, meta_k, meta_v, 1);
     free(path);
-    free(t);
-    free(names);
+    free(L.t);
+    free(L.names);
     free(pbuf);
-    if (st != AF_OK) {
-        free(has_layer);
-        return st;
-    }
-
-    /* layers_to_transform when some layers have adapters and others not */
-    int32_t n_with = 0;
-    for (int32_t l = 0; l < lay->n_layers; l++) n_with += has_layer[l];
-    cJSON *layers = NULL;
-    if (n_with > 0 && n_with < lay->n_layers) {
-        layers = cJSON_CreateArray();
-        for (int32_t l = 0; layers && l < lay->n_layers; l++)
-            if (has_layer[l]) cJSON_AddItemToArray(layers, cJSON_CreateNumber(l));
-    }
-    free(has_layer);
-    cJSON *cfg = make_adapter_config(lay, o, task, hm, mask, layers);
-    if (!cfg) {
-        cJSON_Delete(layers);
-        return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
-    }
-    st = write_json(dir, AF_ADAPTER_CONFIG_FILE, cfg);
-    cJSON_Delete(cfg);
-    if (st != AF_OK) return st;
-    cJSON *af = make_afinar_json(lay, o, mask);
-    if (!af) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
-    st = write_json(dir, AF_ADAPTER_AFINAR_FILE, af);
-    cJSON_Delete(af);
-    if (st == AF_OK && !o->caller_writes_manifest) st = af_manifest_write(dir, AF_ADAPTER_FILES, AF_ADAPTER_N_FILES);
+    if (st == AF_OK) st = write_configs(dir, lay, o, task, hm, L.mask, L.has_layer);
+    free(L.has_layer);
     return st;
 }
-

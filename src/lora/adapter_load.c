@@ -401,6 +401,179 @@ static af_status load_residual(const char *dir, const af_param_layout *lay, floa
     return st;
 }
 
+/* The adapter's config against the layout: rank, alpha, rsLoRA and DoRA must agree. */
+static af_status check_config(const char *dir, const af_adapter_info *info, const af_param_layout *lay) {
+    if (info->r != lay->lora.r)
+        return af_fail(AF_ERR_INVALID_ARG, "%s/%s: r = %d but the layout has r = %d", dir, AF_ADAPTER_CONFIG_FILE,
+                       info->r, lay->lora.r);
+    if (fabsf(info->alpha - lay->lora.alpha) > 1e-6f * fabsf(lay->lora.alpha))
+        return af_fail(AF_ERR_INVALID_ARG, "%s/%s: lora_alpha = %g but the layout has %g", dir, AF_ADAPTER_CONFIG_FILE,
+                       (double)info->alpha, (double)lay->lora.alpha);
+    if (!info->use_rslora != !lay->lora.use_rslora)
+        return af_fail(AF_ERR_INVALID_ARG, "%s/%s: use_rslora = %s but the layout has %s", dir, AF_ADAPTER_CONFIG_FILE,
+                       info->use_rslora ? "true" : "false", lay->lora.use_rslora ? "true" : "false");
+    if (!info->use_dora != !lay->lora.use_dora)
+        return af_fail(AF_ERR_INVALID_ARG, "%s/%s: use_dora = %s but the layout has %s", dir, AF_ADAPTER_CONFIG_FILE,
+                       info->use_dora ? "true" : "false", lay->lora.use_dora ? "true" : "false");
+    return AF_OK;
+}
+
+/* The file's tensors matched to the layout: src [nslots*3 + 2] (A, B, DoRA m per slot, then head
+ * W, b), unexpected names collected. */
+typedef struct load_match {
+    const af_st_tensor **src;
+    size_t nslots;
+    char unexpected[512];
+    size_t n_unexp;
+} load_match;
+
+/* The shape error of tensor t (kind m.kind) expected [e0, e1] (or [e0]); a LoRA tensor whose rank
+ * matches belongs to another model's projection (named when the config says which). */
+static af_status shape_error(const char *W, const af_st_tensor *t, name_map m, int64_t e0, int64_t e1, int32_t r,
+                             const af_adapter_info *info) {
+    char got[96] = "";
+    for (int d = 0; d < t->n_dims && d < 4; d++) {
+        size_t l = strlen(got);
+        snprintf(got + l, sizeof got - l, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    }
+    if (m.kind == 4 || m.kind == 5)
+        return af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld]", W, t->name, got, (long long)e0);
+    /* the rank matches: a LoRA tensor of another model's projection */
+    const int same_r = m.kind <= 2 && (t->shape[0] == r || t->n_dims < 2 || t->shape[1] == r);
+    char why[600] = " (different LoRA rank or model?)";
+    if (same_r && info->base_model)
+        snprintf(why, sizeof why, " (an adapter for another model: it was trained on %s)", info->base_model);
+    else if (same_r)
+        why[0] = 0;
+    return af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld, %lld]%s", W, t->name, got,
+                   (long long)e0, (long long)e1, why);
+}
+
+/* Tensor t matched to its parameter in M->src: once each, of the expected shape, a readable dtype,
+ * finite; a tensor of no parameter is noted as unexpected (a head ignored with IGNORE_HEAD). */
+static af_status match_tensor(const char *W, const af_st_tensor *t, const af_param_layout *lay,
+                              const af_adapter_info *info, unsigned flags, load_match *M) {
+    const int32_t r = lay->lora.r;
+    const int dora = lay->lora.use_dora != 0;
+    const int has_head = lay->num_classes > 0 && lay->head_w_off >= 0;
+    name_map m = map_name(t->name);
+    const af_st_tensor **dst = NULL;
+    int ok_shape = 0;
+    int64_t e0 = 0, e1 = 0;
+    if ((m.kind == 1 || m.kind == 2 || (m.kind == 5 && dora)) && m.layer < lay->n_layers) {
+        const af_lora_slot *s = af_lora_slot_at(lay, m.layer, m.proj);
+        if (s->a_off >= 0) {
+            dst = &M->src[((size_t)m.layer * AF_PROJ_COUNT + m.proj) * 3 + (size_t)(m.kind == 5 ? 2 : m.kind - 1)];
+            e0 = m.kind == 1 ? r : s->out;
+            e1 = m.kind == 1 ? s->in : r;
+            ok_shape = m.kind == 5 ? shape_is(t, s->out, 1, 1) || shape_is(t, s->out, 1, 2) : shape_is(t, e0, e1, 2);
+        }
+    } else if ((m.kind == 3 || m.kind == 4) && (flags & AF_ADAPTER_IGNORE_HEAD) && !has_head) {
+        return AF_OK;
+    } else if ((m.kind == 3 || m.kind == 4) && has_head && (m.kind == 3 || lay->head_b_off >= 0)) {
+        dst = &M->src[M->nslots * 3 + (size_t)(m.kind - 3)];
+        e0 = lay->num_classes;
+        e1 = lay->hidden;
+        ok_shape = shape_is(t, e0, e1, m.kind == 3 ? 2 : 1);
+    }
+    if (!dst) {
+        note(M->unexpected, sizeof M->unexpected, &M->n_unexp, t->name);
+        return AF_OK;
+    }
+    if (*dst)
+        return af_fail(AF_ERR_FORMAT, "%s: tensors '%s' and '%s' both map to the same parameter", W, (*dst)->name,
+                       t->name);
+    if (!ok_shape) return shape_error(W, t, m, e0, e1, r, info);
+    if (!readable_dtype(t->dtype))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported for adapters", W, t->name,
+                       af_st_dtype_name(t->dtype));
+    /* a diverged run's adapter: refused wherever it is loaded (predict, eval, generate, resume) */
+    if (first_nonfinite(t) >= 0)
+        return af_fail(AF_ERR_FORMAT, "%s: tensor '%s': element %lld is not finite (NaN or Inf): the adapter is "
+                       "unusable (saved from a diverged run?)", W, t->name, (long long)first_nonfinite(t));
+    *dst = t;
+    return AF_OK;
+}
+
+/* Every parameter of the layout found: the missing tensors named (the head unless ALLOW_MISSING_HEAD). */
+static af_status check_missing(const char *W, const af_param_layout *lay, unsigned flags, const load_match *M) {
+    const int dora = lay->lora.use_dora != 0;
+    const int has_head = lay->num_classes > 0 && lay->head_w_off >= 0;
+    char missing[512] = "";
+    size_t n_miss = 0;
+    for (size_t k = 0; k < M->nslots; k++) {
+        const af_lora_slot *s = &lay->slots[k];
+        if (s->a_off < 0) continue;
+        for (int ab = 0; ab < 2 + dora; ab++) {
+            if (M->src[k * 3 + (size_t)ab]) continue;
+            char nm[96];
+            if (ab == 2)
+                snprintf(nm, sizeof nm, "layers.%zu.%s.%s.lora_magnitude_vector", k / AF_PROJ_COUNT,
+                         af_adapter_proj_block[k % AF_PROJ_COUNT], af_adapter_proj_name[k % AF_PROJ_COUNT]);
+            else
+                snprintf(nm, sizeof nm, "layers.%zu.%s.%s.lora_%c.weight", k / AF_PROJ_COUNT,
+                         af_adapter_proj_block[k % AF_PROJ_COUNT], af_adapter_proj_name[k % AF_PROJ_COUNT], ab ? 'B' : 'A');
+            note(missing, sizeof missing, &n_miss, nm);
+        }
+    }
+    if (has_head && !M->src[M->nslots * 3] && !(flags & AF_ADAPTER_ALLOW_MISSING_HEAD))
+        note(missing, sizeof missing, &n_miss, "score.weight (classification head)");
+    if (n_miss)
+        return af_fail(AF_ERR_NOT_FOUND, "%s: %zu missing tensor(s): %s%s", W, n_miss, missing, n_miss > 4 ? ", ..." : "");
+    return AF_OK;
+}
+
+/* q/k rows HF -> GGUF: head counts checked and the scratch (*ptmp, caller frees) allocated before P
+ * is touched. */
+static af_status qk_scratch(const char *dir, const af_param_layout *lay, const af_adapter_load_opts *lo, int perm,
+                            float **ptmp) {
+    af_status st = AF_OK;
+    for (int32_t l = 0; st == AF_OK && perm && l < lay->n_layers; l++)
+        for (int p = AF_PROJ_Q; st == AF_OK && p <= AF_PROJ_K; p++) {
+            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
+            int64_t nh;
+            if (s->a_off < 0) continue;
+            st = af_adapter_qk_heads(dir, l, p, s->out, lo->n_head, lo->n_kv_head, lo->head_dim, &nh);
+            if (st == AF_OK && !*ptmp &&
+                !(*ptmp = af_malloc((size_t)lo->head_dim * (size_t)(lay->lora.r + 1) * sizeof(float))))
+                st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
+        }
+    return st;
+}
+
+/* Everything checked: P filled from the matched tensors (q/k rows to the GGUF order when perm; a
+ * head bias the file lacks is 0). */
+static af_status fill_params(af_st_file *f, const af_param_layout *lay, const af_adapter_load_opts *lo, int perm,
+                             float *ptmp, const load_match *M, float *P) {
+    const int32_t r = lay->lora.r;
+    const int dora = lay->lora.use_dora != 0;
+    const int has_head = lay->num_classes > 0 && lay->head_w_off >= 0;
+    const af_st_tensor **src = M->src;
+    af_status st = AF_OK;
+    for (size_t k = 0; st == AF_OK && k < M->nslots; k++) {
+        const af_lora_slot *s = &lay->slots[k];
+        if (s->a_off < 0) continue;
+        st = af_st_read_f32(f, src[3 * k], P + s->a_off, (size_t)(r * s->in));
+        if (st == AF_OK) st = af_st_read_f32(f, src[3 * k + 1], P + s->b_off, (size_t)(s->out * r));
+        if (st == AF_OK && dora) st = af_st_read_f32(f, src[3 * k + 2], P + s->m_off, (size_t)s->out);
+        const int p = (int)(k % AF_PROJ_COUNT);
+        if (st == AF_OK && perm && (p == AF_PROJ_Q || p == AF_PROJ_K)) {
+            af_adapter_qk_rows(P + s->b_off, s->out / lo->head_dim, lo->head_dim, r, 0, ptmp);
+            if (dora) af_adapter_qk_rows(P + s->m_off, s->out / lo->head_dim, lo->head_dim, 1, 0, ptmp);
+        }
+    }
+    if (st == AF_OK && has_head && src[M->nslots * 3]) {
+        st = af_st_read_f32(f, src[M->nslots * 3], P + lay->head_w_off, (size_t)lay->num_classes * (size_t)lay->hidden);
+        if (st == AF_OK && lay->head_b_off >= 0) {
+            if (src[M->nslots * 3 + 1])
+                st = af_st_read_f32(f, src[M->nslots * 3 + 1], P + lay->head_b_off, (size_t)lay->num_classes);
+            else
+                memset(P + lay->head_b_off, 0, (size_t)lay->num_classes * sizeof(float));
+        }
+    }
+    return st;
+}
+
 af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P, const af_adapter_load_opts *opts,
                           af_adapter_info *info_out) {
     if (!dir || !lay || !P) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_load: NULL argument");
@@ -413,149 +586,24 @@ af_status af_adapter_load(const char *dir, const af_param_layout *lay, float *P,
     af_st_file *f = NULL;
     AF_TRY(read_info_open(dir, &info, &f));
     const char *W = af_st_path(f);
-    const int32_t r = lay->lora.r;
-    const size_t nslots = (size_t)lay->n_layers * AF_PROJ_COUNT;
-    af_status st = AF_OK;
-    const af_st_tensor **src = NULL; /* [nslots*3 + 2]: A, B, DoRA m per slot, then head W, b */
-    if (info.r != r)
-        st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: r = %d but the layout has r = %d", dir, AF_ADAPTER_CONFIG_FILE,
-                     info.r, r);
-    else if (fabsf(info.alpha - lay->lora.alpha) > 1e-6f * fabsf(lay->lora.alpha))
-        st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: lora_alpha = %g but the layout has %g", dir, AF_ADAPTER_CONFIG_FILE,
-                     (double)info.alpha, (double)lay->lora.alpha);
-    else if (!info.use_rslora != !lay->lora.use_rslora)
-        st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: use_rslora = %s but the layout has %s", dir, AF_ADAPTER_CONFIG_FILE,
-                     info.use_rslora ? "true" : "false", lay->lora.use_rslora ? "true" : "false");
-    else if (!info.use_dora != !lay->lora.use_dora)
-        st = af_fail(AF_ERR_INVALID_ARG, "%s/%s: use_dora = %s but the layout has %s", dir, AF_ADAPTER_CONFIG_FILE,
-                     info.use_dora ? "true" : "false", lay->lora.use_dora ? "true" : "false");
-    const int dora = lay->lora.use_dora != 0;
-    if (st == AF_OK && !(src = af_calloc(nslots * 3 + 2, sizeof *src)))
+    load_match M;
+    memset(&M, 0, sizeof M);
+    M.nslots = (size_t)lay->n_layers * AF_PROJ_COUNT;
+    af_status st = check_config(dir, &info, lay);
+    if (st == AF_OK && !(M.src = af_calloc(M.nslots * 3 + 2, sizeof *M.src)))
         st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
-
-    char unexpected[512] = "", missing[512] = "";
-    size_t n_unexp = 0, n_miss = 0;
-    const int has_head = lay->num_classes > 0 && lay->head_w_off >= 0;
-    for (size_t i = 0; st == AF_OK && i < af_st_count(f); i++) {
-        const af_st_tensor *t = af_st_tensor_at(f, i);
-        name_map m = map_name(t->name);
-        const af_st_tensor **dst = NULL;
-        int ok_shape = 0;
-        int64_t e0 = 0, e1 = 0;
-        if ((m.kind == 1 || m.kind == 2 || (m.kind == 5 && dora)) && m.layer < lay->n_layers) {
-            const af_lora_slot *s = af_lora_slot_at(lay, m.layer, m.proj);
-            if (s->a_off >= 0) {
-                dst = &src[((size_t)m.layer * AF_PROJ_COUNT + m.proj) * 3 + (size_t)(m.kind == 5 ? 2 : m.kind - 1)];
-                e0 = m.kind == 1 ? r : s->out;
-                e1 = m.kind == 1 ? s->in : r;
-                ok_shape = m.kind == 5 ? shape_is(t, s->out, 1, 1) || shape_is(t, s->out, 1, 2) : shape_is(t, e0, e1, 2);
-            }
-        } else if ((m.kind == 3 || m.kind == 4) && (flags & AF_ADAPTER_IGNORE_HEAD) && !has_head) {
-            continue;
-        } else if ((m.kind == 3 || m.kind == 4) && has_head && (m.kind == 3 || lay->head_b_off >= 0)) {
-            dst = &src[nslots * 3 + (size_t)(m.kind - 3)];
-            e0 = lay->num_classes;
-            e1 = lay->hidden;
-            ok_shape = shape_is(t, e0, e1, m.kind == 3 ? 2 : 1);
-        }
-        if (!dst) {
-            note(unexpected, sizeof unexpected, &n_unexp, t->name);
-            continue;
-        }
-        if (*dst) {
-            st = af_fail(AF_ERR_FORMAT, "%s: tensors '%s' and '%s' both map to the same parameter", W, (*dst)->name,
-                         t->name);
-        } else if (!ok_shape) {
-            char got[96] = "";
-            for (int d = 0; d < t->n_dims && d < 4; d++) {
-                size_t l = strlen(got);
-                snprintf(got + l, sizeof got - l, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-            }
-            if (m.kind == 4 || m.kind == 5)
-                st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld]", W, t->name, got,
-                             (long long)e0);
-            else {
-                /* the rank matches: a LoRA tensor of another model's projection */
-                const int same_r = m.kind <= 2 && (t->shape[0] == r || t->n_dims < 2 || t->shape[1] == r);
-                char why[600] = " (different LoRA rank or model?)";
-                if (same_r && info.base_model)
-                    snprintf(why, sizeof why, " (an adapter for another model: it was trained on %s)", info.base_model);
-                else if (same_r)
-                    why[0] = 0;
-                st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected [%lld, %lld]%s", W, t->name, got,
-                             (long long)e0, (long long)e1, why);
-            }
-        } else if (!readable_dtype(t->dtype)) {
-            st = af_fail(AF_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported for adapters", W, t->name,
-                         af_st_dtype_name(t->dtype));
-        } else if (first_nonfinite(t) >= 0) {
-            /* a diverged run's adapter: refused wherever it is loaded (predict, eval, generate, resume) */
-            st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': element %lld is not finite (NaN or Inf): the adapter is "
-                         "unusable (saved from a diverged run?)", W, t->name, (long long)first_nonfinite(t));
-        } else {
-            *dst = t;
-        }
-    }
-    if (st == AF_OK && n_unexp)
-        st = af_fail(AF_ERR_FORMAT, "%s: %zu unexpected tensor(s) for this model/layout: %s%s", W, n_unexp, unexpected,
-                     n_unexp > 4 ? ", ..." : "");
-    for (size_t k = 0; st == AF_OK && k < nslots; k++) {
-        const af_lora_slot *s = &lay->slots[k];
-        if (s->a_off < 0) continue;
-        for (int ab = 0; ab < 2 + dora; ab++) {
-            if (src[k * 3 + (size_t)ab]) continue;
-            char nm[96];
-            if (ab == 2)
-                snprintf(nm, sizeof nm, "layers.%zu.%s.%s.lora_magnitude_vector", k / AF_PROJ_COUNT,
-                         af_adapter_proj_block[k % AF_PROJ_COUNT], af_adapter_proj_name[k % AF_PROJ_COUNT]);
-            else
-                snprintf(nm, sizeof nm, "layers.%zu.%s.%s.lora_%c.weight", k / AF_PROJ_COUNT,
-                         af_adapter_proj_block[k % AF_PROJ_COUNT], af_adapter_proj_name[k % AF_PROJ_COUNT], ab ? 'B' : 'A');
-            note(missing, sizeof missing, &n_miss, nm);
-        }
-    }
-    if (st == AF_OK && has_head && !src[nslots * 3] && !(flags & AF_ADAPTER_ALLOW_MISSING_HEAD))
-        note(missing, sizeof missing, &n_miss, "score.weight (classification head)");
-    if (st == AF_OK && n_miss)
-        st = af_fail(AF_ERR_NOT_FOUND, "%s: %zu missing tensor(s): %s%s", W, n_miss, missing, n_miss > 4 ? ", ..." : "");
-
-    /* q/k rows HF -> GGUF: head counts checked and scratch allocated before P is touched. */
+    for (size_t i = 0; st == AF_OK && i < af_st_count(f); i++)
+        st = match_tensor(W, af_st_tensor_at(f, i), lay, &info, flags, &M);
+    if (st == AF_OK && M.n_unexp)
+        st = af_fail(AF_ERR_FORMAT, "%s: %zu unexpected tensor(s) for this model/layout: %s%s", W, M.n_unexp,
+                     M.unexpected, M.n_unexp > 4 ? ", ..." : "");
+    if (st == AF_OK) st = check_missing(W, lay, flags, &M);
     const int perm = af_adapter_qk_permuted(lo->architecture) && (lo->n_head || lo->n_kv_head || lo->head_dim) &&
                      !info.qk_rows_gguf;
     float *ptmp = NULL;
-    for (int32_t l = 0; st == AF_OK && perm && l < lay->n_layers; l++)
-        for (int p = AF_PROJ_Q; st == AF_OK && p <= AF_PROJ_K; p++) {
-            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
-            int64_t nh;
-            if (s->a_off < 0) continue;
-            st = af_adapter_qk_heads(dir, l, p, s->out, lo->n_head, lo->n_kv_head, lo->head_dim, &nh);
-            if (st == AF_OK && !ptmp && !(ptmp = af_malloc((size_t)lo->head_dim * (size_t)(r + 1) * sizeof(float))))
-                st = af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
-        }
-
-    /* Everything checked: fill P. */
-    for (size_t k = 0; st == AF_OK && k < nslots; k++) {
-        const af_lora_slot *s = &lay->slots[k];
-        if (s->a_off < 0) continue;
-        st = af_st_read_f32(f, src[3 * k], P + s->a_off, (size_t)(r * s->in));
-        if (st == AF_OK) st = af_st_read_f32(f, src[3 * k + 1], P + s->b_off, (size_t)(s->out * r));
-        if (st == AF_OK && dora) st = af_st_read_f32(f, src[3 * k + 2], P + s->m_off, (size_t)s->out);
-        const int p = (int)(k % AF_PROJ_COUNT);
-        if (st == AF_OK && perm && (p == AF_PROJ_Q || p == AF_PROJ_K)) {
-            af_adapter_qk_rows(P + s->b_off, s->out / lo->head_dim, lo->head_dim, r, 0, ptmp);
-            if (dora) af_adapter_qk_rows(P + s->m_off, s->out / lo->head_dim, lo->head_dim, 1, 0, ptmp);
-        }
-    }
-    if (st == AF_OK && has_head && src[nslots * 3]) {
-        st = af_st_read_f32(f, src[nslots * 3], P + lay->head_w_off, (size_t)lay->num_classes * (size_t)lay->hidden);
-        if (st == AF_OK && lay->head_b_off >= 0) {
-            if (src[nslots * 3 + 1])
-                st = af_st_read_f32(f, src[nslots * 3 + 1], P + lay->head_b_off, (size_t)lay->num_classes);
-            else
-                memset(P + lay->head_b_off, 0, (size_t)lay->num_classes * sizeof(float));
-        }
-    }
-    free(src);
+    if (st == AF_OK) st = qk_scratch(dir, lay, lo, perm, &ptmp);
+    if (st == AF_OK) st = fill_params(f, lay, lo, perm, ptmp, &M, P);
+    free(M.src);
     free(ptmp);
     af_st_close(f);
     if (st == AF_OK && info_out) *info_out = info;
