@@ -562,11 +562,8 @@ static cJSON *merge_record(const char *const *dirs, int32_t n, const double *w, 
     return extra;
 }
 
-af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_arg, const af_adapter_merge_opts *opts,
-                           af_adapter_merge_report *report) {
-    af_adapter_merge_opts def;
-    af_adapter_merge_opts_default(&def);
-    const af_adapter_merge_opts *o = opts ? opts : &def;
+/* The arguments against the method: adapter count, weights, density, rank, slerp's t. */
+static af_status check_merge_args(const char *const *dirs, int32_t n, const char *out_arg, const af_adapter_merge_opts *o) {
     if (!dirs || !out_arg || !*out_arg || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_merge: no adapters or no output");
     if (n > 256) return af_fail(AF_ERR_INVALID_ARG, "merge: %d adapters (at most 256)", n);
     for (int32_t i = 0; i < n; i++)
@@ -592,15 +589,204 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
         return af_fail(AF_ERR_INVALID_ARG, "merge: slerp: t = %g must be in [0, 1]", o->t);
     if (!slerp && o->t != 0)
         return af_fail(AF_ERR_INVALID_ARG, "merge: %s: t applies to slerp only", mname);
+    return AF_OK;
+}
+
+/* The weight of each adapter (*w, malloc'ed: the given ones, 1 each, or slerp's 1 - t, t), finite. */
+static af_status merge_weights(const char *const *dirs, int32_t n, const af_adapter_merge_opts *o, double **w_out) {
     double *w = af_malloc((size_t)n * sizeof(double));
     if (!w) return af_fail(AF_ERR_NOMEM, "merge: out of memory");
     for (int32_t i = 0; i < n; i++) w[i] = o->weights ? o->weights[i] : 1.0;
-    if (slerp) w[0] = 1.0 - o->t, w[1] = o->t; /* the heads (and the record) */
+    if (o->method == AF_MERGE_SLERP) w[0] = 1.0 - o->t, w[1] = o->t; /* the heads (and the record) */
     for (int32_t i = 0; i < n; i++)
         if (!isfinite(w[i])) {
             free(w);
             return af_fail(AF_ERR_INVALID_ARG, "merge: weight %d (%s) is not finite", i + 1, dirs[i]);
         }
+    *w_out = w;
+    return AF_OK;
+}
+
+/* What the inputs say about the output: its rank, layer count, the adapter whose head and labels
+ * it takes (-1: none), whether a head bias or GGUF q/k rows are among them; n_proj: projections. */
+typedef struct merge_out {
+    int32_t rank, n_layers, head, any_bias, gguf_rows, n_proj;
+} merge_out;
+
+/* The output layout into *lay (slots: the union of the inputs' at the output rank; the head of
+ * M->head) and M's fields. Errors: AF_ERR_INVALID_ARG (a rank above a projection's min(out, in),
+ * cat with another rank), AF_ERR_NOMEM. */
+static af_status out_layout(const in_adapter *a, int32_t n, const af_adapter_merge_opts *o, af_param_layout *lay,
+                            merge_out *M) {
+    int32_t max_r = 0, sum_r = 0;
+    memset(M, 0, sizeof *M);
+    M->head = -1;
+    for (int32_t i = 0; i < n; i++) {
+        const af_adapter_info *in = &a[i].info;
+        max_r = in->r > max_r ? in->r : max_r;
+        sum_r += in->r;
+        int32_t nl = afj_int(&a[i], "n_layers");
+        if (nl < in->n_layers) nl = in->n_layers;
+        M->n_layers = nl > M->n_layers ? nl : M->n_layers;
+        if (in->num_classes > 0 && M->head < 0) M->head = i;
+        M->any_bias |= in->has_head_bias;
+        M->gguf_rows |= in->qk_rows_gguf;
+    }
+    const int32_t rank = M->rank = o->method == AF_MERGE_CAT ? sum_r : (o->rank > 0 ? o->rank : max_r);
+    if (o->method == AF_MERGE_CAT && o->rank > 0 && o->rank != sum_r)
+        return af_fail(AF_ERR_INVALID_ARG, "merge: cat: rank %d, but cat's rank is the sum of the ranks, %d (use svd or "
+                                           "linear for another rank)", o->rank, sum_r);
+    lay->lora = (af_lora_config){rank, (float)rank, a[0].info.dropout, 0, 0, 0, 0};
+    lay->scale = 1.0f;
+    lay->n_layers = M->n_layers;
+    lay->head_w_off = lay->head_b_off = -1;
+    lay->slots = af_calloc((size_t)(M->n_layers > 0 ? M->n_layers : 1) * AF_PROJ_COUNT, sizeof *lay->slots);
+    if (!lay->slots) return af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    int64_t off = 0;
+    for (int32_t l = 0; l < M->n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            af_lora_slot *s = &lay->slots[(size_t)l * AF_PROJ_COUNT + p];
+            *s = (af_lora_slot){-1, -1, 0, 0, -1};
+            for (int32_t i = 0; i < n && s->a_off < 0; i++)
+                if (l < a[i].lay.n_layers && af_lora_slot_at(&a[i].lay, l, (af_proj)p)->a_off >= 0) {
+                    const af_lora_slot *t = af_lora_slot_at(&a[i].lay, l, (af_proj)p);
+                    s->in = t->in, s->out = t->out, s->a_off = 0;
+                }
+            if (s->a_off < 0) continue;
+            const int64_t mn = s->in < s->out ? s->in : s->out;
+            if (rank > mn)
+                return af_fail(AF_ERR_INVALID_ARG,
+                               o->method == AF_MERGE_CAT
+                                   ? "merge: cat: rank %d (the sum of the ranks) is above min(out, in) = %lld of layer %d %s "
+                                     "(use svd or linear with a smaller rank)"
+                                   : "merge: rank %d is above min(out, in) = %lld of layer %d %s",
+                               rank, (long long)mn, l, af_proj_name((af_proj)p));
+            lay->lora.targets |= 1u << p;
+            s->a_off = off;
+            off += (int64_t)rank * s->in;
+            s->b_off = off;
+            off += s->out * (int64_t)rank;
+            M->n_proj++;
+        }
+    lay->n_lora = off;
+    if (M->head >= 0) {
+        lay->num_classes = a[M->head].info.num_classes;
+        lay->hidden = a[M->head].info.hidden;
+        lay->head_w_off = off;
+        off += (int64_t)lay->num_classes * lay->hidden;
+        lay->head_b_off = off;
+        off += lay->num_classes;
+    } else {
+        lay->hidden = afj_int(&a[0], "hidden");
+    }
+    lay->n_total = off;
+    return AF_OK;
+}
+
+/* Every projection merged into J->P, one job per projection on a pool of threads; the first
+ * failure in slot order is the result; the worst truncation error into rep. */
+static af_status merge_projections(merge_job *J, const merge_out *M, af_adapter_merge_report *rep) {
+    const int32_t n_proj = M->n_proj;
+    J->slots = af_calloc((size_t)n_proj, sizeof *J->slots);
+    J->rel = af_calloc((size_t)n_proj, sizeof *J->rel);
+    J->st = af_calloc((size_t)n_proj, sizeof *J->st);
+    J->msg = af_calloc((size_t)n_proj, sizeof *J->msg);
+    af_threadpool *pool = NULL;
+    const int nth = J->o->n_threads > 0 ? J->o->n_threads : af_cpu_count();
+    af_status st;
+    if (!J->slots || !J->rel || !J->st || !J->msg) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    else st = af_threadpool_new(nth < n_proj ? nth : n_proj, 0, NULL, &pool);
+    int32_t k = 0;
+    for (int32_t l = 0; st == AF_OK && l < M->n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++)
+            if (af_lora_slot_at(J->lay, l, (af_proj)p)->a_off >= 0) J->slots[k++] = l * AF_PROJ_COUNT + p;
+    if (st == AF_OK) af_threadpool_run(pool, af_threadpool_size(pool), n_proj, 1, merge_jobs, J);
+    af_threadpool_free(pool);
+    for (int32_t i = 0; st == AF_OK && i < n_proj; i++) { /* the first failure in slot order */
+        const int32_t l = J->slots[i] / AF_PROJ_COUNT, p = J->slots[i] % AF_PROJ_COUNT;
+        if (J->st[i] != AF_OK)
+            st = af_fail(J->st[i], "merge: layer %d %s: %s", l, af_proj_name((af_proj)p), J->msg[i] ? J->msg[i] : "");
+        else if (J->rel[i] > rep->max_rel_error || rep->worst_layer < 0) {
+            rep->max_rel_error = J->rel[i];
+            rep->worst_layer = l;
+            snprintf(rep->worst_proj, sizeof rep->worst_proj, "%s", af_proj_name((af_proj)p));
+        }
+    }
+    for (int32_t i = 0; J->msg && i < n_proj; i++) free(J->msg[i]);
+    free(J->slots), free(J->rel), free(J->st), free(J->msg);
+    J->slots = NULL, J->rel = NULL, J->st = NULL, J->msg = NULL;
+    return st;
+}
+
+/* The labels of the head's adapter (*labels: borrowed strings of its afinar.json, array caller
+ * frees), as many as the output's classes. */
+static af_status merge_labels(const in_adapter *h, const af_param_layout *lay, const char ***labels) {
+    const int32_t nl = cJSON_GetArraySize(h->labels);
+    *labels = af_calloc((size_t)(nl > 0 ? nl : 1), sizeof **labels);
+    if (!*labels) return af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    for (int32_t i = 0; i < nl; i++) {
+        const cJSON *e = cJSON_GetArrayItem(h->labels, i);
+        (*labels)[i] = cJSON_IsString(e) ? e->valuestring : "";
+    }
+    if (nl != lay->num_classes)
+        return af_fail(AF_ERR_FORMAT, "%s/afinar.json: %d labels for %d classes", h->dir, nl, lay->num_classes);
+    return AF_OK;
+}
+
+/* The merged adapter saved into the temporary tmp, then renamed into out_dir (an existing one moved
+ * aside to old first, removed after); on a failure nothing is written and the message names
+ * out_dir, not the temporary. */
+static af_status save_merged(const in_adapter *f, const af_param_layout *lay, const float *P, int any_bias,
+                             const char **labels, cJSON *extra, const char *tmp, const char *old, const char *out_dir) {
+    af_adapter_save_opts so = {0};
+    so.base_model_name_or_path = f->info.base_model;
+    so.task_type = f->info.task_type;
+    so.write_head_bias = any_bias;
+    so.architecture = afj_string(f, "architecture"); /* head counts 0: rows written as they are */
+    so.pooling = afj_string(f, "pooling");
+    so.max_seq_len = afj_int(f, "max_seq_len");
+    so.labels = labels;
+    so.n_labels = labels ? lay->num_classes : 0;
+    so.extra = extra;
+    rm_flat_dir(tmp); /* a stale one of a killed run with our pid */
+    static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
+                                        AF_MANIFEST_FILE};
+    const int slot = af_temp_dir_register(tmp, files, 4); /* removed by a fatal signal (cli) */
+    af_status st = af_adapter_save(tmp, lay, P, &so);
+    if (st == AF_OK) {
+        struct stat sb;
+        const int exists = lstat(out_dir, &sb) == 0;
+        if (exists && rename(out_dir, old) != 0)
+            st = af_fail(AF_ERR_IO, "%s: cannot move the old adapter aside: %s", out_dir, strerror(errno));
+        else if (rename(tmp, out_dir) != 0) {
+            st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", out_dir, tmp, strerror(errno));
+            if (exists) (void)rename(old, out_dir);
+        } else if (exists) {
+            rm_flat_dir(old);
+        }
+    }
+    if (st != AF_OK) rm_flat_dir(tmp);
+    af_temp_dir_unregister(slot);
+    if (st != AF_OK) {
+        char msg[1024]; /* name the output, not the temporary the user never sees */
+        const char *e = af_last_error();
+        const size_t lt = strlen(tmp);
+        if (!strncmp(e, tmp, lt)) {
+            snprintf(msg, sizeof msg, "%s%s (nothing written)", out_dir, e + lt);
+            af_fail(st, "%s", msg);
+        }
+    }
+    return st;
+}
+
+af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_arg, const af_adapter_merge_opts *opts,
+                           af_adapter_merge_report *report) {
+    af_adapter_merge_opts def;
+    af_adapter_merge_opts_default(&def);
+    const af_adapter_merge_opts *o = opts ? opts : &def;
+    AF_TRY(check_merge_args(dirs, n, out_arg, o));
+    double *w = NULL;
+    AF_TRY(merge_weights(dirs, n, o, &w));
     char *out_dir = strdup(out_arg); /* without trailing '/': the temporary is its sibling */
     if (!out_dir) {
         free(w);
@@ -619,105 +805,15 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
 
     /* output layout: union of the slots; rank */
     af_param_layout lay = {0};
-    int32_t max_r = 0, sum_r = 0, n_layers = 0, head = -1, any_bias = 0, gguf_rows = 0;
-    for (int32_t i = 0; st == AF_OK && i < n; i++) {
-        const af_adapter_info *in = &a[i].info;
-        max_r = in->r > max_r ? in->r : max_r;
-        sum_r += in->r;
-        int32_t nl = afj_int(&a[i], "n_layers");
-        if (nl < in->n_layers) nl = in->n_layers;
-        n_layers = nl > n_layers ? nl : n_layers;
-        if (in->num_classes > 0 && head < 0) head = i;
-        any_bias |= in->has_head_bias;
-        gguf_rows |= in->qk_rows_gguf;
-    }
-    const int32_t rank = o->method == AF_MERGE_CAT ? sum_r : (o->rank > 0 ? o->rank : max_r);
-    if (st == AF_OK && o->method == AF_MERGE_CAT && o->rank > 0 && o->rank != sum_r)
-        st = af_fail(AF_ERR_INVALID_ARG, "merge: cat: rank %d, but cat's rank is the sum of the ranks, %d (use svd or "
-                                         "linear for another rank)", o->rank, sum_r);
-    if (st == AF_OK) {
-        lay.lora = (af_lora_config){rank, (float)rank, a[0].info.dropout, 0, 0, 0, 0};
-        lay.scale = 1.0f;
-        lay.n_layers = n_layers;
-        lay.head_w_off = lay.head_b_off = -1;
-        lay.slots = af_calloc((size_t)(n_layers > 0 ? n_layers : 1) * AF_PROJ_COUNT, sizeof *lay.slots);
-        if (!lay.slots) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
-    }
-    int64_t off = 0;
-    int32_t n_proj = 0;
-    for (int32_t l = 0; st == AF_OK && l < n_layers; l++)
-        for (int p = 0; st == AF_OK && p < AF_PROJ_COUNT; p++) {
-            af_lora_slot *s = &lay.slots[(size_t)l * AF_PROJ_COUNT + p];
-            *s = (af_lora_slot){-1, -1, 0, 0, -1};
-            for (int32_t i = 0; i < n && s->a_off < 0; i++)
-                if (l < a[i].lay.n_layers && af_lora_slot_at(&a[i].lay, l, (af_proj)p)->a_off >= 0) {
-                    const af_lora_slot *t = af_lora_slot_at(&a[i].lay, l, (af_proj)p);
-                    s->in = t->in, s->out = t->out, s->a_off = 0;
-                }
-            if (s->a_off < 0) continue;
-            const int64_t mn = s->in < s->out ? s->in : s->out;
-            if (rank > mn) {
-                st = af_fail(AF_ERR_INVALID_ARG,
-                             o->method == AF_MERGE_CAT
-                                 ? "merge: cat: rank %d (the sum of the ranks) is above min(out, in) = %lld of layer %d %s "
-                                   "(use svd or linear with a smaller rank)"
-                                 : "merge: rank %d is above min(out, in) = %lld of layer %d %s",
-                             rank, (long long)mn, l, af_proj_name((af_proj)p));
-                break;
-            }
-            lay.lora.targets |= 1u << p;
-            s->a_off = off;
-            off += (int64_t)rank * s->in;
-            s->b_off = off;
-            off += s->out * (int64_t)rank;
-            n_proj++;
-        }
-    lay.n_lora = off;
-    if (st == AF_OK && head >= 0) {
-        lay.num_classes = a[head].info.num_classes;
-        lay.hidden = a[head].info.hidden;
-        lay.head_w_off = off;
-        off += (int64_t)lay.num_classes * lay.hidden;
-        lay.head_b_off = off;
-        off += lay.num_classes;
-    } else if (st == AF_OK) {
-        lay.hidden = afj_int(&a[0], "hidden");
-    }
-    lay.n_total = off;
-    float *P = st == AF_OK ? af_calloc((size_t)(off > 0 ? off : 1), sizeof(float)) : NULL;
-    if (st == AF_OK && !P) st = af_fail(AF_ERR_NOMEM, "merge: out of memory (%lld parameters)", (long long)off);
+    merge_out M = {0, 0, -1, 0, 0, 0};
+    if (st == AF_OK) st = out_layout(a, n, o, &lay, &M);
+    float *P = st == AF_OK ? af_calloc((size_t)(lay.n_total > 0 ? lay.n_total : 1), sizeof(float)) : NULL;
+    if (st == AF_OK && !P) st = af_fail(AF_ERR_NOMEM, "merge: out of memory (%lld parameters)", (long long)lay.n_total);
 
-    af_adapter_merge_report rep = {rank, n_proj, head >= 0, 0.0, -1, ""};
-    merge_job J = {a, n, w, o, rank, &lay, P, NULL, NULL, NULL, NULL};
-    if (st == AF_OK && n_proj > 0) { /* one job per projection, on a pool of threads */
-        J.slots = af_calloc((size_t)n_proj, sizeof *J.slots);
-        J.rel = af_calloc((size_t)n_proj, sizeof *J.rel);
-        J.st = af_calloc((size_t)n_proj, sizeof *J.st);
-        J.msg = af_calloc((size_t)n_proj, sizeof *J.msg);
-        af_threadpool *pool = NULL;
-        const int nth = o->n_threads > 0 ? o->n_threads : af_cpu_count();
-        if (!J.slots || !J.rel || !J.st || !J.msg) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
-        else st = af_threadpool_new(nth < n_proj ? nth : n_proj, 0, NULL, &pool);
-        int32_t k = 0;
-        for (int32_t l = 0; st == AF_OK && l < n_layers; l++)
-            for (int p = 0; p < AF_PROJ_COUNT; p++)
-                if (af_lora_slot_at(&lay, l, (af_proj)p)->a_off >= 0) J.slots[k++] = l * AF_PROJ_COUNT + p;
-        if (st == AF_OK) af_threadpool_run(pool, af_threadpool_size(pool), n_proj, 1, merge_jobs, &J);
-        af_threadpool_free(pool);
-        for (int32_t i = 0; st == AF_OK && i < n_proj; i++) { /* the first failure in slot order */
-            const int32_t l = J.slots[i] / AF_PROJ_COUNT, p = J.slots[i] % AF_PROJ_COUNT;
-            if (J.st[i] != AF_OK)
-                st = af_fail(J.st[i], "merge: layer %d %s: %s", l, af_proj_name((af_proj)p), J.msg[i] ? J.msg[i] : "");
-            else if (J.rel[i] > rep.max_rel_error || rep.worst_layer < 0) {
-                rep.max_rel_error = J.rel[i];
-                rep.worst_layer = l;
-                snprintf(rep.worst_proj, sizeof rep.worst_proj, "%s", af_proj_name((af_proj)p));
-            }
-        }
-        for (int32_t i = 0; J.msg && i < n_proj; i++) free(J.msg[i]);
-        free(J.slots), free(J.rel), free(J.st), free(J.msg);
-    }
-    if (st == AF_OK && head >= 0) { /* W = Σ w_i W_i, b = Σ w_i b_i */
+    af_adapter_merge_report rep = {M.rank, M.n_proj, M.head >= 0, 0.0, -1, ""};
+    merge_job J = {a, n, w, o, M.rank, &lay, P, NULL, NULL, NULL, NULL};
+    if (st == AF_OK && M.n_proj > 0) st = merge_projections(&J, &M, &rep);
+    if (st == AF_OK && M.head >= 0) { /* W = Σ w_i W_i, b = Σ w_i b_i */
         const int64_t nw = (int64_t)lay.num_classes * lay.hidden;
         for (int32_t i = 0; i < n; i++) {
             const af_param_layout *x = &a[i].lay;
@@ -734,61 +830,12 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
     if (st == AF_OK) {
         tmp = sibling(out_dir, "merge-tmp");
         old = sibling(out_dir, "merge-old");
-        extra = merge_record(dirs, n, w, o, rank, gguf_rows);
+        extra = merge_record(dirs, n, w, o, M.rank, M.gguf_rows);
         if (!tmp || !old || !extra) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
     }
-    if (st == AF_OK && head >= 0 && a[head].labels) {
-        const int32_t nl = cJSON_GetArraySize(a[head].labels);
-        labels = af_calloc((size_t)(nl > 0 ? nl : 1), sizeof *labels);
-        if (!labels) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
-        for (int32_t i = 0; st == AF_OK && i < nl; i++) {
-            const cJSON *e = cJSON_GetArrayItem(a[head].labels, i);
-            labels[i] = cJSON_IsString(e) ? e->valuestring : "";
-        }
-        if (st == AF_OK && nl != lay.num_classes)
-            st = af_fail(AF_ERR_FORMAT, "%s/afinar.json: %d labels for %d classes", a[head].dir, nl, lay.num_classes);
-    }
-    if (st == AF_OK) {
-        const in_adapter *f = &a[head >= 0 ? head : 0];
-        af_adapter_save_opts so = {0};
-        so.base_model_name_or_path = f->info.base_model;
-        so.task_type = f->info.task_type;
-        so.write_head_bias = any_bias;
-        so.architecture = afj_string(f, "architecture"); /* head counts 0: rows written as they are */
-        so.pooling = afj_string(f, "pooling");
-        so.max_seq_len = afj_int(f, "max_seq_len");
-        so.labels = labels;
-        so.n_labels = labels ? lay.num_classes : 0;
-        so.extra = extra;
-        rm_flat_dir(tmp); /* a stale one of a killed run with our pid */
-        static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
-                                            AF_MANIFEST_FILE};
-        const int slot = af_temp_dir_register(tmp, files, 4); /* removed by a fatal signal (cli) */
-        st = af_adapter_save(tmp, &lay, P, &so);
-        if (st == AF_OK) {
-            struct stat sb;
-            const int exists = lstat(out_dir, &sb) == 0;
-            if (exists && rename(out_dir, old) != 0)
-                st = af_fail(AF_ERR_IO, "%s: cannot move the old adapter aside: %s", out_dir, strerror(errno));
-            else if (rename(tmp, out_dir) != 0) {
-                st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", out_dir, tmp, strerror(errno));
-                if (exists) (void)rename(old, out_dir);
-            } else if (exists) {
-                rm_flat_dir(old);
-            }
-        }
-        if (st != AF_OK) rm_flat_dir(tmp);
-        af_temp_dir_unregister(slot);
-        if (st != AF_OK) {
-            char msg[1024]; /* name the output, not the temporary the user never sees */
-            const char *e = af_last_error();
-            const size_t lt = strlen(tmp);
-            if (!strncmp(e, tmp, lt)) {
-                snprintf(msg, sizeof msg, "%s%s (nothing written)", out_dir, e + lt);
-                af_fail(st, "%s", msg);
-            }
-        }
-    }
+    if (st == AF_OK && M.head >= 0 && a[M.head].labels) st = merge_labels(&a[M.head], &lay, &labels);
+    if (st == AF_OK)
+        st = save_merged(&a[M.head >= 0 ? M.head : 0], &lay, P, M.any_bias, labels, extra, tmp, old, out_dir);
     if (st == AF_OK && report) *report = rep;
     cJSON_Delete(extra);
     free(labels), free(tmp), free(old), free(P), free(lay.slots), free(w), free(out_dir);
