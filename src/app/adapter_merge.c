@@ -388,137 +388,168 @@ static void slerp_weights(const in_adapter *a, int32_t l, int p, double t, doubl
     c[1] = sin(t * th) / st;
 }
 
+/* One projection (l, p) being merged: its shape [out, in], the output rank k, the contributing
+ * adapters idx[m] with R ranks in all, their weights (slerp: this projection's two coefficients). */
+typedef struct slot_merge {
+    const merge_job *J;
+    int32_t l;
+    int p;
+    int64_t out, in, k, R;
+    int32_t idx[256], m;
+    const double *wts;
+} slot_merge;
+
+/* cat, exact: A rows w_i s_i A_i, B columns B_i, zero-padded to the rank. */
+static void merge_cat(const slot_merge *S, float *Bo, float *Ao) {
+    const int64_t in = S->in, out = S->out, k = S->k;
+    memset(Bo, 0, (size_t)(out * k) * sizeof(float));
+    memset(Ao, 0, (size_t)(k * in) * sizeof(float));
+    int64_t c0 = 0;
+    for (int32_t t = 0; t < S->m; t++) {
+        const in_adapter *x = &S->J->a[S->idx[t]];
+        const af_lora_slot *s = af_lora_slot_at(&x->lay, S->l, (af_proj)S->p);
+        const int32_t r = x->lay.lora.r;
+        const double f = S->J->w[S->idx[t]] * (double)x->scale;
+        for (int32_t c = 0; c < r; c++) {
+            for (int64_t j = 0; j < in; j++) Ao[(c0 + c) * in + j] = (float)(f * x->P[s->a_off + c * in + j]);
+            for (int64_t i = 0; i < out; i++) Bo[i * k + c0 + c] = x->P[s->b_off + i * r + c];
+        }
+        c0 += r;
+    }
+}
+
+/* linear / svd / slerp: the weighted factors stacked (Bf [out, R], Af [R, in]), |Bf·Af|_F² into
+ * *norm2, the rank-k SVD of Bf·Af from the factors into Bd, Ad, S (*ns singular values). */
+static af_status merge_factored(const slot_merge *S, double *Bd, double *Ad, double *Sv, double *norm2, int64_t *ns) {
+    const int64_t in = S->in, out = S->out, R = S->R, k = S->k;
+    double *Bf = af_malloc((size_t)(out * R) * sizeof(double)), *Af = af_malloc((size_t)(R * in) * sizeof(double));
+    af_status st = Bf && Af ? AF_OK : af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    int64_t c0 = 0;
+    for (int32_t t = 0; st == AF_OK && t < S->m; t++) {
+        const in_adapter *x = &S->J->a[S->idx[t]];
+        const af_lora_slot *s = af_lora_slot_at(&x->lay, S->l, (af_proj)S->p);
+        const int32_t r = x->lay.lora.r;
+        const double f = S->wts[S->idx[t]] * (double)x->scale;
+        for (int32_t c = 0; c < r; c++) {
+            for (int64_t j = 0; j < in; j++) Af[(c0 + c) * in + j] = f * x->P[s->a_off + c * in + j];
+            for (int64_t i = 0; i < out; i++) Bf[i * R + c0 + c] = x->P[s->b_off + i * r + c];
+        }
+        c0 += r;
+    }
+    if (st == AF_OK) { /* |Bf·Af|_F² = Σ (BfᵀBf) ∘ (Af·Afᵀ) */
+        for (int64_t a = 0; a < R; a++)
+            for (int64_t b = 0; b < R; b++) {
+                double g1 = 0, g2 = 0;
+                for (int64_t i = 0; i < out; i++) g1 += Bf[i * R + a] * Bf[i * R + b];
+                for (int64_t j = 0; j < in; j++) g2 += Af[a * in + j] * Af[b * in + j];
+                *norm2 += g1 * g2;
+            }
+        st = af_svd_lowrank_factored(Bf, Af, out, in, R, k, Bd, Ad, Sv);
+        *ns = k < R ? k : R;
+        const int64_t mn = out < in ? out : in;
+        if (*ns > mn) *ns = mn;
+    }
+    free(Bf), free(Af);
+    return st;
+}
+
+/* ties / dare / magnitude-prune: each adapter's dense ΔW_t = s B A pruned (by magnitude or at
+ * random), combined (ties: by the elected sign), |ΔW|_F² into *norm2, its rank-k SVD into Bd, Ad,
+ * S (*ns singular values). */
+static af_status merge_dense(const slot_merge *S, double *Bd, double *Ad, double *Sv, double *norm2, int64_t *ns) {
+    const af_adapter_merge_opts *o = S->J->o;
+    const int64_t in = S->in, out = S->out, k = S->k, N = out * in;
+    const int32_t m = S->m;
+    const int by_magnitude = o->method == AF_MERGE_TIES || o->method == AF_MERGE_MAGNITUDE_PRUNE;
+    double *M = af_calloc((size_t)N, sizeof(double)), *D = af_malloc((size_t)m * (size_t)N * sizeof(double));
+    absidx *scr = by_magnitude ? af_malloc((size_t)N * sizeof(absidx)) : NULL;
+    af_status st = AF_OK;
+    if (!M || !D || (!scr && by_magnitude))
+        st = af_fail(AF_ERR_NOMEM, "merge: out of memory (%d dense [%lld, %lld] matrices)", m + 1, (long long)out,
+                     (long long)in);
+    for (int32_t t = 0; st == AF_OK && t < m; t++) { /* D_t = s B A, then pruned */
+        const in_adapter *x = &S->J->a[S->idx[t]];
+        const af_lora_slot *s = af_lora_slot_at(&x->lay, S->l, (af_proj)S->p);
+        const int32_t r = x->lay.lora.r;
+        double *Dt = D + (size_t)t * (size_t)N;
+        memset(Dt, 0, (size_t)N * sizeof(double));
+        for (int64_t i = 0; i < out; i++)
+            for (int32_t c = 0; c < r; c++) {
+                const double b = (double)x->scale * x->P[s->b_off + i * r + c];
+                const float *ar = x->P + s->a_off + c * in;
+                for (int64_t j = 0; j < in; j++) Dt[i * in + j] += b * ar[j];
+            }
+        if (by_magnitude) st = magnitude_prune(Dt, N, o->density, scr);
+        else random_prune(Dt, N, o->density, o->seed, S->l, S->p, S->idx[t]);
+    }
+    if (st == AF_OK && (o->method == AF_MERGE_TIES || o->method == AF_MERGE_DARE_TIES)) {
+        for (int64_t e = 0; e < N; e++) {
+            double tot = 0;
+            for (int32_t t = 0; t < m; t++) {
+                const double v = D[(size_t)t * (size_t)N + (size_t)e];
+                tot += o->majority_sign_frequency ? sgn(v) : v;
+            }
+            const double el = tot >= 0 ? 1.0 : -1.0;
+            double num = 0, cnt = 0;
+            for (int32_t t = 0; t < m; t++) {
+                const double v = D[(size_t)t * (size_t)N + (size_t)e];
+                if (sgn(v) == el) num += S->J->w[S->idx[t]] * v, cnt += 1;
+            }
+            M[e] = num / (cnt > 1 ? cnt : 1);
+        }
+    } else if (st == AF_OK) {
+        for (int32_t t = 0; t < m; t++)
+            for (int64_t e = 0; e < N; e++) M[e] += S->J->w[S->idx[t]] * D[(size_t)t * (size_t)N + (size_t)e];
+    }
+    if (st == AF_OK) {
+        for (int64_t e = 0; e < N; e++) *norm2 += M[e] * M[e];
+        st = af_svd_lowrank(M, out, in, k, Bd, Ad, Sv);
+        *ns = k < (out < in ? out : in) ? k : (out < in ? out : in);
+    }
+    free(M), free(D), free(scr);
+    return st;
+}
+
 /* Merge slot (l, p) of the inputs into Bo [out, rank], Ao [rank, in] (float, into the output P);
  * *rel receives |ΔW - Bo·Ao|_F / |ΔW|_F. */
 static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, int64_t in, float *Bo, float *Ao,
                             double *rel) {
     const af_adapter_merge_opts *o = J->o;
-    const int64_t k = J->rank, N = out * in;
-    int32_t idx[256], m = 0; /* contributing adapters */
-    int64_t R = 0;
+    slot_merge S;
+    S.J = J, S.l = l, S.p = p, S.out = out, S.in = in, S.k = J->rank, S.R = 0, S.m = 0; /* contributing adapters */
     double wsl[2];
-    const double *wts = J->w; /* per adapter; slerp: this projection's two coefficients */
+    S.wts = J->w; /* per adapter; slerp: this projection's two coefficients */
     if (o->method == AF_MERGE_SLERP) {
         slerp_weights(J->a, l, p, o->t, wsl);
-        wts = wsl;
+        S.wts = wsl;
     }
     for (int32_t i = 0; i < J->n; i++) {
         const af_param_layout *lay = &J->a[i].lay;
         if (l < lay->n_layers && af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0) {
-            idx[m++] = i;
-            R += lay->lora.r;
+            S.idx[S.m++] = i;
+            S.R += lay->lora.r;
         }
     }
     *rel = 0;
-    if (J->o->method == AF_MERGE_CAT) { /* exact: A rows w_i s_i A_i, B columns B_i, zero-padded */
-        memset(Bo, 0, (size_t)(out * k) * sizeof(float));
-        memset(Ao, 0, (size_t)(k * in) * sizeof(float));
-        int64_t c0 = 0;
-        for (int32_t t = 0; t < m; t++) {
-            const in_adapter *x = &J->a[idx[t]];
-            const af_lora_slot *s = af_lora_slot_at(&x->lay, l, (af_proj)p);
-            const int32_t r = x->lay.lora.r;
-            const double f = J->w[idx[t]] * (double)x->scale;
-            for (int32_t c = 0; c < r; c++) {
-                for (int64_t j = 0; j < in; j++) Ao[(c0 + c) * in + j] = (float)(f * x->P[s->a_off + c * in + j]);
-                for (int64_t i = 0; i < out; i++) Bo[i * k + c0 + c] = x->P[s->b_off + i * r + c];
-            }
-            c0 += r;
-        }
+    if (J->o->method == AF_MERGE_CAT) {
+        merge_cat(&S, Bo, Ao);
         return AF_OK;
     }
+    const int64_t k = S.k;
     double *Bd = af_malloc((size_t)(out * k) * sizeof(double)), *Ad = af_malloc((size_t)(k * in) * sizeof(double));
-    double *S = af_malloc((size_t)k * sizeof(double));
-    af_status st = Bd && Ad && S ? AF_OK : af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    double *Sv = af_malloc((size_t)k * sizeof(double));
+    af_status st = Bd && Ad && Sv ? AF_OK : af_fail(AF_ERR_NOMEM, "merge: out of memory");
     double norm2 = 0, kept2 = 0;
     int64_t ns = 0; /* singular values computed */
-    if (st == AF_OK && is_factored(o->method)) {
-        double *Bf = af_malloc((size_t)(out * R) * sizeof(double)), *Af = af_malloc((size_t)(R * in) * sizeof(double));
-        if (!Bf || !Af) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
-        int64_t c0 = 0;
-        for (int32_t t = 0; st == AF_OK && t < m; t++) {
-            const in_adapter *x = &J->a[idx[t]];
-            const af_lora_slot *s = af_lora_slot_at(&x->lay, l, (af_proj)p);
-            const int32_t r = x->lay.lora.r;
-            const double f = wts[idx[t]] * (double)x->scale;
-            for (int32_t c = 0; c < r; c++) {
-                for (int64_t j = 0; j < in; j++) Af[(c0 + c) * in + j] = f * x->P[s->a_off + c * in + j];
-                for (int64_t i = 0; i < out; i++) Bf[i * R + c0 + c] = x->P[s->b_off + i * r + c];
-            }
-            c0 += r;
-        }
-        if (st == AF_OK) { /* |Bf·Af|_F² = Σ (BfᵀBf) ∘ (Af·Afᵀ) */
-            for (int64_t a = 0; a < R; a++)
-                for (int64_t b = 0; b < R; b++) {
-                    double g1 = 0, g2 = 0;
-                    for (int64_t i = 0; i < out; i++) g1 += Bf[i * R + a] * Bf[i * R + b];
-                    for (int64_t j = 0; j < in; j++) g2 += Af[a * in + j] * Af[b * in + j];
-                    norm2 += g1 * g2;
-                }
-            st = af_svd_lowrank_factored(Bf, Af, out, in, R, k, Bd, Ad, S);
-            ns = k < R ? k : R;
-            const int64_t mn = out < in ? out : in;
-            if (ns > mn) ns = mn;
-        }
-        free(Bf), free(Af);
-    } else if (st == AF_OK) {
-        double *M = af_calloc((size_t)N, sizeof(double)), *D = af_malloc((size_t)m * (size_t)N * sizeof(double));
-        absidx *scr = o->method == AF_MERGE_TIES || o->method == AF_MERGE_MAGNITUDE_PRUNE
-                          ? af_malloc((size_t)N * sizeof(absidx))
-                          : NULL;
-        if (!M || !D || (!scr && (o->method == AF_MERGE_TIES || o->method == AF_MERGE_MAGNITUDE_PRUNE)))
-            st = af_fail(AF_ERR_NOMEM, "merge: out of memory (%d dense [%lld, %lld] matrices)", m + 1, (long long)out,
-                         (long long)in);
-        for (int32_t t = 0; st == AF_OK && t < m; t++) { /* D_t = s B A, then pruned */
-            const in_adapter *x = &J->a[idx[t]];
-            const af_lora_slot *s = af_lora_slot_at(&x->lay, l, (af_proj)p);
-            const int32_t r = x->lay.lora.r;
-            double *Dt = D + (size_t)t * (size_t)N;
-            memset(Dt, 0, (size_t)N * sizeof(double));
-            for (int64_t i = 0; i < out; i++)
-                for (int32_t c = 0; c < r; c++) {
-                    const double b = (double)x->scale * x->P[s->b_off + i * r + c];
-                    const float *ar = x->P + s->a_off + c * in;
-                    for (int64_t j = 0; j < in; j++) Dt[i * in + j] += b * ar[j];
-                }
-            if (o->method == AF_MERGE_TIES || o->method == AF_MERGE_MAGNITUDE_PRUNE)
-                st = magnitude_prune(Dt, N, o->density, scr);
-            else
-                random_prune(Dt, N, o->density, o->seed, l, p, idx[t]);
-        }
-        if (st == AF_OK && (o->method == AF_MERGE_TIES || o->method == AF_MERGE_DARE_TIES)) {
-            for (int64_t e = 0; e < N; e++) {
-                double tot = 0;
-                for (int32_t t = 0; t < m; t++) {
-                    const double v = D[(size_t)t * (size_t)N + (size_t)e];
-                    tot += o->majority_sign_frequency ? sgn(v) : v;
-                }
-                const double el = tot >= 0 ? 1.0 : -1.0;
-                double num = 0, cnt = 0;
-                for (int32_t t = 0; t < m; t++) {
-                    const double v = D[(size_t)t * (size_t)N + (size_t)e];
-                    if (sgn(v) == el) num += J->w[idx[t]] * v, cnt += 1;
-                }
-                M[e] = num / (cnt > 1 ? cnt : 1);
-            }
-        } else if (st == AF_OK) {
-            for (int32_t t = 0; t < m; t++)
-                for (int64_t e = 0; e < N; e++) M[e] += J->w[idx[t]] * D[(size_t)t * (size_t)N + (size_t)e];
-        }
-        if (st == AF_OK) {
-            for (int64_t e = 0; e < N; e++) norm2 += M[e] * M[e];
-            st = af_svd_lowrank(M, out, in, k, Bd, Ad, S);
-            ns = k < (out < in ? out : in) ? k : (out < in ? out : in);
-        }
-        free(M), free(D), free(scr);
-    }
+    if (st == AF_OK) st = is_factored(o->method) ? merge_factored(&S, Bd, Ad, Sv, &norm2, &ns)
+                                                 : merge_dense(&S, Bd, Ad, Sv, &norm2, &ns);
     if (st == AF_OK) {
-        for (int64_t c = 0; c < ns; c++) kept2 += S[c] * S[c];
+        for (int64_t c = 0; c < ns; c++) kept2 += Sv[c] * Sv[c];
         *rel = norm2 > 0 ? sqrt(fmax(0.0, norm2 - kept2) / norm2) : 0.0;
         for (int64_t i = 0; i < out * k; i++) Bo[i] = (float)Bd[i];
         for (int64_t i = 0; i < k * in; i++) Ao[i] = (float)Ad[i];
     }
-    free(Bd), free(Ad), free(S);
+    free(Bd), free(Ad), free(Sv);
     return st;
 }
 
