@@ -387,22 +387,19 @@ static int newest_ckpt(const char *out_dir, char *name, size_t cap) {
     return 1;
 }
 
-af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, const float *M, const float *V,
-                         const af_run_state *rs, const char *selected_by) {
+/* Numbers the temporary and set-aside directories of this process's saves. */
+static unsigned save_counter;
+
+/* The adapter of P into tmp with the run's record (extra: afinar.json's fields; causal LM: a PEFT
+ * CAUSAL_LM adapter, no head; classification: the head, labels, pooling and their notes). M != NULL
+ * (a checkpoint): the manifest is written by the caller, over every file. */
+static af_status save_adapter(const af_trainer *t, const char *tmp, const float *P, const float *M,
+                              const af_run_state *rs, const char *selected_by, cJSON *extra) {
     const af_trainer_opts *o = t->o;
-    char tmpname[256];
-    static unsigned counter;
-    snprintf(tmpname, sizeof tmpname, ".%s.tmp-%ld-%u", name, (long)getpid(), counter++);
-    char *tmp = af_path_join(t->out_dir, tmpname), *fin = af_path_join(t->out_dir, name);
-    const int had_old = fin && is_dir(fin); /* for the failure message: is there an earlier one to keep? */
-    cJSON *extra = cJSON_CreateObject();
-    af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
-    if (st == AF_OK) st = rm_tree(tmp);
-    if (st == AF_OK) st = af_mkdir_p(tmp);
-    static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
-                                        STATE_FILE, CONFIG_FILE, AF_MANIFEST_FILE};
-    const int slot = st == AF_OK ? af_temp_dir_register(tmp, files, 6) : -1; /* a second Ctrl-C removes it */
-    if (st == AF_OK && t->lm) { /* causal LM: PEFT CAUSAL_LM adapter (no head, no pooling) */
+    const af_model_config *mc = af_model_get_config(t->model);
+    af_adapter_save_opts ao;
+    memset(&ao, 0, sizeof ao);
+    if (t->lm) { /* causal LM: PEFT CAUSAL_LM adapter (no head, no pooling) */
         cJSON_AddStringToObject(extra, "task", "causal-lm");
         if (t->pref) cJSON_AddStringToObject(extra, "trained_with", o->task == AF_TASK_ORPO ? "orpo" : "dpo");
         cJSON_AddNumberToObject(extra, "step", (double)rs->step);
@@ -411,19 +408,7 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         if (o->model_path) cJSON_AddStringToObject(extra, "base_model_path", o->model_path);
         if (o->loss_on) cJSON_AddStringToObject(extra, "loss_on", o->loss_on);
         if (o->chat_template) cJSON_AddStringToObject(extra, "chat_template", o->chat_template);
-        const af_model_config *mc = af_model_get_config(t->model);
-        af_adapter_save_opts ao;
-        memset(&ao, 0, sizeof ao);
-        ao.base_model_name_or_path = o->model_path;
-        ao.architecture = mc->architecture;
-        ao.n_head = mc->num_attention_heads;
-        ao.n_kv_head = mc->num_key_value_heads;
-        ao.head_dim = mc->head_dim;
-        ao.max_seq_len = o->max_seq_len;
-        ao.extra = extra;
-        ao.caller_writes_manifest = M != NULL; /* a checkpoint: written below, over every file */
-        st = af_adapter_save(tmp, &t->lay, P, &ao);
-    } else if (st == AF_OK) {
+    } else {
         cJSON_AddBoolToObject(extra, "multi_label", t->multi_label);
         cJSON_AddNumberToObject(extra, "step", (double)rs->step);
         if (selected_by) cJSON_AddStringToObject(extra, "selected_by", selected_by);
@@ -438,23 +423,82 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
             cJSON_AddStringToObject(extra, "pooling_note",
                                     "mean pooling has no transformers equivalent (*ForSequenceClassification pools "
                                     "the last token); train with --pooling last for a faithful PEFT export");
-        const af_model_config *mc = af_model_get_config(t->model);
-        af_adapter_save_opts ao;
-        memset(&ao, 0, sizeof ao);
-        ao.base_model_name_or_path = o->model_path;
         ao.write_head_bias = o->head_bias;
-        ao.architecture = mc->architecture;
-        ao.n_head = mc->num_attention_heads; /* q/k B rows exported in HF order (adapter_io.h) */
-        ao.n_kv_head = mc->num_key_value_heads;
-        ao.head_dim = mc->head_dim;
         ao.pooling = o->pooling == AF_POOL_LAST ? "last" : "mean";
-        ao.max_seq_len = o->max_seq_len;
         ao.labels = (const char *const *)t->label_names;
         ao.n_labels = t->label_names ? t->num_classes : 0;
-        ao.extra = extra;
-        ao.caller_writes_manifest = M != NULL; /* a checkpoint: written below, over every file */
-        st = af_adapter_save(tmp, &t->lay, P, &ao);
     }
+    ao.base_model_name_or_path = o->model_path;
+    ao.architecture = mc->architecture;
+    ao.n_head = mc->num_attention_heads; /* q/k B rows exported in HF order (adapter_io.h) */
+    ao.n_kv_head = mc->num_key_value_heads;
+    ao.head_dim = mc->head_dim;
+    ao.max_seq_len = o->max_seq_len;
+    ao.extra = extra;
+    ao.caller_writes_manifest = M != NULL; /* a checkpoint: written below, over every file */
+    return af_adapter_save(tmp, &t->lay, P, &ao);
+}
+
+/* The complete temporary tmp renamed to fin (an existing fin swapped atomically, or set aside and
+ * removed), the directory synced. */
+static af_status install_dir(const char *out_dir, const char *name, char *tmp, const char *fin) {
+    af_status st = AF_OK;
+    if (is_dir(fin)) {
+        /* swap atomically, then delete the old one (now at tmp) */
+#ifdef RENAME_EXCHANGE
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
+            st = rm_tree(tmp);
+        } else
+#endif
+        {
+            char old[300];
+            snprintf(old, sizeof old, ".%s.old-%ld-%u", name, (long)getpid(), save_counter++);
+            char *op = af_path_join(out_dir, old);
+            if (!op) st = af_fail(AF_ERR_NOMEM, "out of memory");
+            else if (rename(fin, op) != 0 || rename(tmp, fin) != 0)
+                st = af_fail(AF_ERR_IO, "%s: cannot replace: %s", fin, strerror(errno));
+            else st = rm_tree(op);
+            free(op);
+        }
+    } else if (rename(tmp, fin) != 0) {
+        st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", fin, tmp, strerror(errno));
+    }
+    if (st == AF_OK) fsync_dir(out_dir);
+    return st;
+}
+
+/* A failed save's message (af_last_error) as it names the final directory fin, not the temporary
+ * tmp the user never sees, with what is kept (the previous one, the last good checkpoint, or
+ * nothing), into keep. */
+static void name_final(const char *out_dir, const char *name, const char *tmp, const char *fin, int had_old,
+                       char *keep, size_t cap) {
+    const char *m = af_last_error();
+    size_t lt = strlen(tmp);
+    char last[64];
+    if (fin && !strncmp(m, tmp, lt) && had_old)
+        snprintf(keep, cap, "%s%s (not saved; the previous %s is kept)", fin, m + lt, name);
+    else if (fin && !strncmp(m, tmp, lt) && newest_ckpt(out_dir, last, sizeof last))
+        snprintf(keep, cap, "%s%s (not saved; the last good checkpoint is %s/%s)", fin, m + lt, out_dir, last);
+    else if (fin && !strncmp(m, tmp, lt))
+        snprintf(keep, cap, "%s%s (not saved; there is no earlier checkpoint)", fin, m + lt);
+    else
+        snprintf(keep, cap, "%s", m);
+}
+
+af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, const float *M, const float *V,
+                         const af_run_state *rs, const char *selected_by) {
+    char tmpname[256];
+    snprintf(tmpname, sizeof tmpname, ".%s.tmp-%ld-%u", name, (long)getpid(), save_counter++);
+    char *tmp = af_path_join(t->out_dir, tmpname), *fin = af_path_join(t->out_dir, name);
+    const int had_old = fin && is_dir(fin); /* for the failure message: is there an earlier one to keep? */
+    cJSON *extra = cJSON_CreateObject();
+    af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
+    if (st == AF_OK) st = rm_tree(tmp);
+    if (st == AF_OK) st = af_mkdir_p(tmp);
+    static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
+                                        STATE_FILE, CONFIG_FILE, AF_MANIFEST_FILE};
+    const int slot = st == AF_OK ? af_temp_dir_register(tmp, files, 6) : -1; /* a second Ctrl-C removes it */
+    if (st == AF_OK) st = save_adapter(t, tmp, P, M, rs, selected_by, extra);
     if (st == AF_OK && M) st = write_state(t, tmp, P, M, V, rs);
     if (st == AF_OK && M && t->config_json) { /* paths recorded absolute and relative to the checkpoint */
         char *cp = af_path_join(tmp, CONFIG_FILE), *cj = af_tr_ckpt_config_json(t->config_json, t->out_dir, name);
@@ -464,43 +508,10 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
     }
     if (st == AF_OK && M) /* last: the sizes and SHA-256 of every file of the checkpoint */
         st = af_manifest_write(tmp, af_ckpt_files, t->config_json ? AF_CKPT_N_FILES : AF_CKPT_N_FILES - 1);
-    if (st == AF_OK) {
-        if (is_dir(fin)) {
-            /* swap atomically, then delete the old one (now at tmp) */
-#ifdef RENAME_EXCHANGE
-            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
-                st = rm_tree(tmp);
-            } else
-#endif
-            {
-                char old[300];
-                snprintf(old, sizeof old, ".%s.old-%ld-%u", name, (long)getpid(), counter++);
-                char *op = af_path_join(t->out_dir, old);
-                if (!op) st = af_fail(AF_ERR_NOMEM, "out of memory");
-                else if (rename(fin, op) != 0 || rename(tmp, fin) != 0)
-                    st = af_fail(AF_ERR_IO, "%s: cannot replace: %s", fin, strerror(errno));
-                else st = rm_tree(op);
-                free(op);
-            }
-        } else if (rename(tmp, fin) != 0) {
-            st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", fin, tmp, strerror(errno));
-        }
-        if (st == AF_OK) fsync_dir(t->out_dir);
-    }
+    if (st == AF_OK) st = install_dir(t->out_dir, name, tmp, fin);
     if (st != AF_OK && tmp) {
-        /* name the final directory, not the temporary one the user never sees */
         char keep[1024];
-        const char *m = af_last_error();
-        size_t lt = strlen(tmp);
-        char last[64];
-        if (fin && !strncmp(m, tmp, lt) && had_old)
-            snprintf(keep, sizeof keep, "%s%s (not saved; the previous %s is kept)", fin, m + lt, name);
-        else if (fin && !strncmp(m, tmp, lt) && newest_ckpt(t->out_dir, last, sizeof last))
-            snprintf(keep, sizeof keep, "%s%s (not saved; the last good checkpoint is %s/%s)", fin, m + lt, t->out_dir, last);
-        else if (fin && !strncmp(m, tmp, lt))
-            snprintf(keep, sizeof keep, "%s%s (not saved; there is no earlier checkpoint)", fin, m + lt);
-        else
-            snprintf(keep, sizeof keep, "%s", m);
+        name_final(t->out_dir, name, tmp, fin, had_old, keep, sizeof keep);
         (void)rm_tree(tmp);
         af_fail(st, "%s", keep);
     }
