@@ -482,6 +482,11 @@ static void test_runs(void) {
     CHECK(out && strstr(out, "of layers 1 (of 2)") && strstr(out, "--layers-to-transform 1 (given)"),
           "layers_to_transform: the plan names the layer:\n%s", out ? out : "");
     free(out);
+    out = run_ok("check --config @/ltt.yaml -o @/run_ltt_check");
+    CHECK(out && strstr(out, "lora-layers none (layers-to-transform) (default)") &&
+              strstr(out, "layers-to-transform 1 (config)"),
+          "check: the layer list and the unused --lora-layers with their origins:\n%s", out ? out : "");
+    free(out);
     free(run_ok("train -m @/tiny.gguf --train @/train.csv --val @/val.csv -o @/run_ll --max-steps 3 --batch 4 "
                 "--grad-accum 1 --max-seq-len 16 --lora-r 2 --no-plot -t 1 --lora-layers 1"));
     free(run_ok("train -m @/tiny.gguf --train @/train.csv --val @/val.csv -o @/run_lt --max-steps 3 --batch 4 "

@@ -25,10 +25,11 @@ void af_tr_layers_text(const af_trainer *t, char *buf, size_t cap) {
 }
 
 /* Key i's value as the run uses it: the options' field, except the LoRA layers (the resolved
- * range) and the class weights of a classification run (the spec applied, "uniform" included). */
+ * range; none when --layers-to-transform lists them) and the class weights of a classification run (the spec applied, "uniform" included). */
 static const char *plan_value(const af_trainer *t, int32_t i, char *buf, size_t cap) {
     const char *name = af_train_setting_keys(NULL)[i].name;
-    if (!strcmp(name, "lora-layers") && t->model) af_tr_layers_text(t, buf, cap);
+    if (!strcmp(name, "lora-layers") && t->layer_list) snprintf(buf, cap, "none (layers-to-transform)");
+    else if (!strcmp(name, "lora-layers") && t->model) af_tr_layers_text(t, buf, cap);
     else af_setting_format(i, t->o, buf, cap);
     return buf;
 }
