@@ -129,6 +129,21 @@ def test_cancel_event(smol_path, tmp_path):
     assert e.value.status_name == "AF_ERR_CANCELLED"
 
 
+def test_layers_to_transform_list(smol_path, tmp_path):
+    # PEFT's layers_to_transform as a list with a gap: adapters on those layers only
+    out = str(tmp_path / "ltt")
+    run = dict(TINY_RUN)
+    del run["lora_layers"]
+    res = afinar.train(smol_path, train=sentiment(8), output_dir=out, progress=False, layers_to_transform=[27, 29],
+                       **run)
+    assert res["steps_done"] == 2
+    with open(os.path.join(out, "final", "adapter_config.json")) as f:
+        assert json.load(f)["layers_to_transform"] == [27, 29]
+    with pytest.raises(afinar.InvalidInput):
+        afinar.train(smol_path, train=sentiment(8), output_dir=str(tmp_path / "x"), progress=False,
+                     layers_to_transform=[], **run)
+
+
 def test_setting_names():
     keys = afinar.setting_keys()
     assert {"lr", "batch", "grad-accum", "max-seq-len", "lora-r", "targets", "output"} <= set(keys)
