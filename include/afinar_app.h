@@ -868,7 +868,8 @@ typedef struct af_train_hooks {
  *   for a dry run {"diagnostics": [{"severity", "code", "message", "recommendation"}], "n_errors",
  *    "ready"}.
  * Errors: those of the settings (AF_ERR_INVALID_ARG naming the flag), of resuming
- * (AF_ERR_NOT_FOUND, AF_ERR_FORMAT, AF_ERR_IO), of af_trainer_new and af_trainer_run
+ * (AF_ERR_NOT_FOUND, AF_ERR_FORMAT, AF_ERR_IO; af_last_error_kind() AF_ERROR_KIND_CHECKPOINT for a
+ * checkpoint that does not verify), of af_trainer_new and af_trainer_run
  * (AF_ERR_CANCELLED after h->cancel), AF_ERR_INVALID_ARG (no "model", "train" or, for a run,
  * "output"; error diagnostics), AF_ERR_IO (a log_fd that cannot be written). */
 AF_API af_status af_train_settings_run(const af_train_settings *s, const af_train_hooks *h, int check_only,

@@ -2,6 +2,7 @@
 the CLI, classification and causal-LM runs, Ctrl-C leaving a checkpoint that resumes exactly."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -110,6 +111,17 @@ def test_ctrl_c_leaves_checkpoint_that_resumes(smol_path, tmp_path):
     res = ki.value.result
     assert res["stop"] == "interrupted" and 1 <= res["steps_done"] < 4
     assert os.path.isdir(res["last_checkpoint"]) and "checkpoint" in str(ki.value)
+    # a copy of the run whose checkpoint lost a byte: refused, and the error says it is the checkpoint
+    bad = str(tmp_path / "bad")
+    shutil.copytree(out, bad)
+    ck = os.path.join(res["last_checkpoint"].replace(out, bad), "trainer_state.safetensors")
+    with open(ck, "r+b") as f:
+        b = f.read(1)
+        f.seek(0)
+        f.write(bytes([b[0] ^ 1]))
+    with pytest.raises(afinar.Error) as be:
+        afinar.train(resume=bad, progress=False)
+    assert be.value.kind == "checkpoint" and "cannot resume from" in str(be.value)
     done = afinar.train(resume=out, progress=False)
     assert done["stop"] == "done" and done["steps_done"] == 4
     f = "final/adapter_model.safetensors"
