@@ -46,21 +46,34 @@ static void help(void) {
            "Ctrl-C / SIGTERM: stop after the current batch, print and write nothing, exit 130 / 143.\n");
 }
 
-int cmd_eval(int argc, char **argv) {
+/* The command line. */
+typedef struct eval_opts {
+    const char *model_path, *adapter, *data, *json_out, *text_field, *label_field;
+    long batch;
+    cli_compute cc;
+    int lm;
+    long max_seq_len;
+    const char *loss_on, *chat_template;
+    int first_line;
+    long n_generate, max_new, show;
+    double lora_scale;
+    const char *lm_only; /* the first causal-LM-only flag given (refused without --generate) */
+} eval_opts;
+
+#define EV_GO_ON (-1) /* a step's return: continue */
+#define EV_RETRY (-2) /* the device failed with --device auto: again on the CPU */
+
+/* Parse the options into e. Returns EV_GO_ON, or the exit code (help printed, or a usage error). */
+static int parse_opts(int argc, char **argv, eval_opts *e) {
     const char *C = "eval";
-    const char *model_path = NULL, *adapter = NULL, *data = NULL, *json_out = NULL, *text_field = NULL,
-               *label_field = NULL;
-    long batch = 16;
-    cli_compute cc = CLI_COMPUTE_INIT;
+    memset(e, 0, sizeof *e);
+    e->batch = 16;
+    e->cc = (cli_compute)CLI_COMPUTE_INIT;
+    e->max_seq_len = 1024;
+    e->n_generate = -1, e->max_new = 64, e->show = 3;
+    e->lora_scale = 1.0;
     enum { O_DATA = 1000, O_JSON, O_BATCH, O_TEXT, O_LABEL, O_GEN, O_MAXNEW, O_FIRST, O_SHOW, O_SCALE, O_TASK,
            O_MSL, O_LOSSON, O_TMPL };
-    int lm = 0;
-    long max_seq_len = 1024;
-    const char *loss_on = NULL, *chat_template = NULL;
-    int first_line = 0;
-    long n_generate = -1, max_new = 64, show = 3;
-    double lora_scale = 1.0;
-    const char *lm_only = NULL; /* the first causal-LM-only flag given (refused without --generate) */
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"adapter", required_argument, 0, 'a'},
         {"data", required_argument, 0, O_DATA},      {"json", required_argument, 0, O_JSON},
@@ -77,45 +90,45 @@ int cmd_eval(int argc, char **argv) {
     opterr = 0;
     int o;
     while ((o = getopt_long(argc, argv, ":m:a:t:h", opts, NULL)) != -1) {
-        const int co = cli_compute_opt(C, o, optarg, &cc);
+        const int co = cli_compute_opt(C, o, optarg, &e->cc);
         if (co < 0) return 2;
         if (co > 0) continue;
         switch (o) {
-        case 'm': model_path = optarg; break;
-        case 'a': adapter = optarg; break;
-        case O_DATA: data = optarg; break;
-        case O_JSON: json_out = optarg; break;
-        case O_TEXT: text_field = optarg; break;
-        case O_LABEL: label_field = optarg; break;
-        case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &batch)) return 2; break;
-        case O_GEN: if (!cli_parse_int(C, "--generate", optarg, 0, 1 << 30, &n_generate)) return 2; break;
+        case 'm': e->model_path = optarg; break;
+        case 'a': e->adapter = optarg; break;
+        case O_DATA: e->data = optarg; break;
+        case O_JSON: e->json_out = optarg; break;
+        case O_TEXT: e->text_field = optarg; break;
+        case O_LABEL: e->label_field = optarg; break;
+        case O_BATCH: if (!cli_parse_int(C, "--batch", optarg, 1, 1 << 20, &e->batch)) return 2; break;
+        case O_GEN: if (!cli_parse_int(C, "--generate", optarg, 0, 1 << 30, &e->n_generate)) return 2; break;
         case O_MAXNEW:
-            if (!cli_parse_int(C, "--max-new-tokens", optarg, 1, 1 << 16, &max_new)) return 2;
-            if (!lm_only) lm_only = "--max-new-tokens";
+            if (!cli_parse_int(C, "--max-new-tokens", optarg, 1, 1 << 16, &e->max_new)) return 2;
+            if (!e->lm_only) e->lm_only = "--max-new-tokens";
             break;
-        case O_FIRST: first_line = 1; if (!lm_only) lm_only = "--first-line"; break;
+        case O_FIRST: e->first_line = 1; if (!e->lm_only) e->lm_only = "--first-line"; break;
         case O_SHOW:
-            if (!cli_parse_int(C, "--show", optarg, 0, 1 << 30, &show)) return 2;
-            if (!lm_only) lm_only = "--show";
+            if (!cli_parse_int(C, "--show", optarg, 0, 1 << 30, &e->show)) return 2;
+            if (!e->lm_only) e->lm_only = "--show";
             break;
         case O_SCALE:
-            if (!cli_parse_float(C, "--lora-scale", optarg, -100, 100, &lora_scale)) return 2;
-            if (!lm_only) lm_only = "--lora-scale";
+            if (!cli_parse_float(C, "--lora-scale", optarg, -100, 100, &e->lora_scale)) return 2;
+            if (!e->lm_only) e->lm_only = "--lora-scale";
             break;
         case O_TASK:
-            if (!strcmp(optarg, "causal-lm")) lm = 1;
-            else if (!strcmp(optarg, "classification")) lm = 0;
+            if (!strcmp(optarg, "causal-lm")) e->lm = 1;
+            else if (!strcmp(optarg, "classification")) e->lm = 0;
             else {
                 cli_error(C, "--task: unknown task '%s' (classification, causal-lm)", optarg);
                 return 2;
             }
             break;
         case O_MSL:
-            if (!cli_parse_int(C, "--max-seq-len", optarg, 1, 1 << 20, &max_seq_len)) return 2;
-            if (!lm_only) lm_only = "--max-seq-len";
+            if (!cli_parse_int(C, "--max-seq-len", optarg, 1, 1 << 20, &e->max_seq_len)) return 2;
+            if (!e->lm_only) e->lm_only = "--max-seq-len";
             break;
-        case O_LOSSON: loss_on = optarg; if (!lm_only) lm_only = "--loss-on"; break;
-        case O_TMPL: chat_template = optarg; if (!lm_only) lm_only = "--chat-template"; break;
+        case O_LOSSON: e->loss_on = optarg; if (!e->lm_only) e->lm_only = "--loss-on"; break;
+        case O_TMPL: e->chat_template = optarg; if (!e->lm_only) e->lm_only = "--chat-template"; break;
         case 'h': help(); return 0;
         case ':': cli_error(C, "option '%s' needs a value", argv[optind - 1]); return 2;
         default: cli_error(C, "unknown option '%s' (see 'afinar eval --help')", argv[optind - 1]); return 2;
@@ -125,103 +138,84 @@ int cmd_eval(int argc, char **argv) {
         cli_error(C, "unexpected argument '%s'", argv[optind]);
         return 2;
     }
-    if (n_generate >= 0 || lm) {
-        if (!model_path || !data) {
-            cli_error(C, "missing %s", !model_path ? "-m MODEL (a GGUF file or HF directory)" : "--data FILE.jsonl");
-            return 2;
-        }
-        if (text_field || label_field) {
-            cli_error(C, "%s applies to classification data, not to causal-LM data", text_field ? "--text-field" : "--label-field");
-            return 2;
-        }
-        eval_gen_args g = {model_path, adapter, data, json_out, lora_scale, n_generate, max_new, show,
-                           first_line, batch, max_seq_len, loss_on, chat_template, cc};
-        return cmd_eval_generate(&g);
-    }
-    if (lm_only) {
-        cli_error(C, "%s needs --task causal-lm or --generate N (causal-LM data)", lm_only);
-        return 2;
-    }
-    if (!model_path || !adapter || !data) {
-        cli_error(C, "missing %s", !model_path ? "-m MODEL (a GGUF file or HF directory)" : !adapter ? "-a ADAPTER_DIR" : "--data FILE.jsonl");
-        return 2;
-    }
-    int rc = 1;
-    /* a --json destination that cannot be written fails now, not after the evaluation; the file
-     * itself is written atomically at the end (never half-written) */
-    af_status st = json_out ? af_check_writable(json_out) : AF_OK;
+    return EV_GO_ON;
+}
+
+/* A classification evaluation: what a CPU fallback frees and builds again (besides the contexts). */
+typedef struct cls_run {
+    af_ctx *ctx, *dev_ctx; /* dev_ctx: --device auto that fell back to the CPU */
+    af_classifier *c;
+    af_corpus *corp;
+    af_dataset *ds;
+    float *probs;
+} cls_run;
+
+static void cls_free_data(cls_run *R) {
+    free(R->probs), af_dataset_free(R->ds), af_corpus_free(R->corp), af_classifier_free(R->c);
+    R->probs = NULL, R->ds = NULL, R->corp = NULL, R->c = NULL;
+}
+
+/* The classifier (model + adapter) loaded, the data read with its labels and tokenized, the
+ * probabilities' buffer. EV_GO_ON, EV_RETRY (on the CPU) or the exit code. */
+static int cls_load(const eval_opts *e, cls_run *R) {
+    const char *C = "eval";
+    af_status st = af_classifier_load(R->ctx, e->model_path, NULL, e->adapter, &R->c);
+    if (st != AF_OK && cli_fallback_cpu(C, &R->ctx, &R->dev_ctx, st)) return EV_RETRY;
+    if (st == AF_OK && af_classifier_note(R->c) && !R->dev_ctx)
+        fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(R->c));
     if (st != AF_OK) return cli_fail(C, st);
-    af_ctx *ctx = NULL;
-    int mrc = cli_compute_ctx(C, &cc, &ctx);
-    if (mrc) return mrc;
-    af_classifier *c = NULL;
-    af_corpus *corp = NULL;
-    af_dataset *ds = NULL;
-    float *probs = NULL;
-    af_metrics *m = NULL;
-    char *js = NULL;
-    af_ctx *dev_ctx = NULL; /* --device auto that fell back to the CPU */
-retry:
-    st = af_classifier_load(ctx, model_path, NULL, adapter, &c);
-    if (st != AF_OK && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) goto retry;
-    if (st == AF_OK && af_classifier_note(c) && !dev_ctx) fprintf(stderr, "afinar %s: warning: %s\n", C, af_classifier_note(c));
-    if (st != AF_OK) goto fail;
-    const af_tokenizer *tok = af_model_tokenizer(af_classifier_model(c));
+    const af_tokenizer *tok = af_model_tokenizer(af_classifier_model(R->c));
     if (!tok) {
-        cli_error(C, "%s: the model has no usable tokenizer (%s), so text cannot be read", model_path,
-                  tok_reason(af_classifier_model(c), model_path));
-        goto done;
+        cli_error(C, "%s: the model has no usable tokenizer (%s), so text cannot be read", e->model_path,
+                  tok_reason(af_classifier_model(R->c), e->model_path));
+        return 1;
     }
     af_corpus_opts co;
     af_corpus_opts_init(&co);
-    co.text_field = text_field;
-    co.label_field = label_field;
-    const char *const *names = af_classifier_label_names(c);
-    const int32_t n_classes = af_classifier_num_classes(c);
-    const int multi = af_classifier_multi_label(c);
+    co.text_field = e->text_field;
+    co.label_field = e->label_field;
+    const char *const *names = af_classifier_label_names(R->c);
+    const int32_t n_classes = af_classifier_num_classes(R->c);
+    const int multi = af_classifier_multi_label(R->c);
     co.label_names = names;
     co.n_label_names = names ? n_classes : 0;
     co.num_classes = n_classes;
-    st = af_corpus_read(data, &co, &corp);
-    if (st != AF_OK) goto fail;
-    if (af_corpus_multi_label(corp) != multi) {
-        cli_error(C, "%s: the data are %s but the adapter is %s", data,
-                  af_corpus_multi_label(corp) ? "multi-label" : "single-label", multi ? "multi-label" : "single-label");
-        goto done;
+    st = af_corpus_read(e->data, &co, &R->corp);
+    if (st != AF_OK) return cli_fail(C, st);
+    if (af_corpus_multi_label(R->corp) != multi) {
+        cli_error(C, "%s: the data are %s but the adapter is %s", e->data,
+                  af_corpus_multi_label(R->corp) ? "multi-label" : "single-label", multi ? "multi-label" : "single-label");
+        return 1;
     }
-    st = af_dataset_build(ctx, corp, tok, af_classifier_max_seq_len(c), &ds);
-    if (st != AF_OK) goto fail;
-    probs = malloc(sizeof(float) * (size_t)af_dataset_size(ds) * (size_t)n_classes);
-    if (!probs) {
+    st = af_dataset_build(R->ctx, R->corp, tok, af_classifier_max_seq_len(R->c), &R->ds);
+    if (st != AF_OK) return cli_fail(C, st);
+    R->probs = malloc(sizeof(float) * (size_t)af_dataset_size(R->ds) * (size_t)n_classes);
+    if (!R->probs) {
         cli_error(C, "out of memory");
-        goto done;
+        return 1;
     }
-    /* SIGINT / SIGTERM from here on: stop after the current batch, print and write nothing, 130 / 143 */
-    af_ctx_set_interrupt(ctx, cli_stop_flag());
-    cli_graceful_stop(1);
-    st = af_classifier_probs(c, ds, (int32_t)batch, probs);
-    if (st != AF_OK && st != AF_ERR_INTERRUPTED && cli_fallback_cpu(C, &ctx, &dev_ctx, st)) {
-        /* the same evaluation on the CPU */
-        free(probs), af_dataset_free(ds), af_corpus_free(corp), af_classifier_free(c);
-        probs = NULL, ds = NULL, corp = NULL, c = NULL;
-        goto retry;
-    }
-    cli_graceful_stop(0);
-    if (st == AF_ERR_INTERRUPTED) {
-        rc = cli_stopped(C, af_last_error());
-        goto done;
-    }
-    if (st == AF_OK) st = af_eval_metrics(ds, probs, &m);
+    return EV_GO_ON;
+}
+
+/* The metrics of the probabilities (st: af_classifier_probs' status) on stdout and, with --json,
+ * in that file (atomically). The exit code. */
+static int cls_report(const eval_opts *e, const cls_run *R, af_status st) {
+    const char *C = "eval";
+    const char *const *names = af_classifier_label_names(R->c);
+    af_metrics *m = NULL;
+    char *js = NULL;
+    int rc = 1;
+    if (st == AF_OK) st = af_eval_metrics(R->ds, R->probs, &m);
     if (st != AF_OK) goto fail;
-    printf("%s on %s (%d samples)\n", adapter, data, af_dataset_size(ds));
+    printf("%s on %s (%d samples)\n", e->adapter, e->data, af_dataset_size(R->ds));
     af_metrics_print(m, names, stdout);
-    if (json_out) {
-        const char *extra[] = {"data", data, "adapter", adapter, NULL};
+    if (e->json_out) {
+        const char *extra[] = {"data", e->data, "adapter", e->adapter, NULL};
         if (af_metrics_json(m, names, extra, &js) != AF_OK) {
             cli_error(C, "out of memory");
             goto done;
         }
-        st = af_write_file_atomic(json_out, js, strlen(js));
+        st = af_write_file_atomic(e->json_out, js, strlen(js));
         if (st != AF_OK) goto fail;
     }
     rc = 0;
@@ -231,11 +225,71 @@ fail:
 done:
     free(js);
     af_metrics_free(m);
-    free(probs);
-    af_dataset_free(ds);
-    af_corpus_free(corp);
-    af_classifier_free(c);
-    af_ctx_free(ctx);
-    af_ctx_free(dev_ctx);
     return rc;
+}
+
+/* eval of a classifier adapter: probabilities of every sample, then the metrics; after a device
+ * failure with --device auto, the same evaluation on the CPU. The exit code. */
+static int eval_classifier(const eval_opts *e) {
+    const char *C = "eval";
+    /* a --json destination that cannot be written fails now, not after the evaluation; the file
+     * itself is written atomically at the end (never half-written) */
+    af_status st = e->json_out ? af_check_writable(e->json_out) : AF_OK;
+    if (st != AF_OK) return cli_fail(C, st);
+    cls_run R;
+    memset(&R, 0, sizeof R);
+    int rc = cli_compute_ctx(C, &e->cc, &R.ctx);
+    if (rc) return rc;
+    for (;;) {
+        rc = cls_load(e, &R);
+        if (rc == EV_RETRY) continue;
+        if (rc != EV_GO_ON) break;
+        /* SIGINT / SIGTERM from here on: stop after the current batch, print and write nothing, 130 / 143 */
+        af_ctx_set_interrupt(R.ctx, cli_stop_flag());
+        cli_graceful_stop(1);
+        st = af_classifier_probs(R.c, R.ds, (int32_t)e->batch, R.probs);
+        if (st != AF_OK && st != AF_ERR_INTERRUPTED && cli_fallback_cpu(C, &R.ctx, &R.dev_ctx, st)) {
+            cls_free_data(&R); /* the same evaluation on the CPU */
+            continue;
+        }
+        cli_graceful_stop(0);
+        rc = st == AF_ERR_INTERRUPTED ? cli_stopped(C, af_last_error()) : cls_report(e, &R, st);
+        break;
+    }
+    cls_free_data(&R);
+    af_ctx_free(R.ctx);
+    af_ctx_free(R.dev_ctx);
+    return rc;
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *C = "eval";
+    eval_opts e;
+    int rc = parse_opts(argc, argv, &e);
+    if (rc != EV_GO_ON) return rc;
+    if (e.n_generate >= 0 || e.lm) {
+        if (!e.model_path || !e.data) {
+            cli_error(C, "missing %s", !e.model_path ? "-m MODEL (a GGUF file or HF directory)" : "--data FILE.jsonl");
+            return 2;
+        }
+        if (e.text_field || e.label_field) {
+            cli_error(C, "%s applies to classification data, not to causal-LM data",
+                      e.text_field ? "--text-field" : "--label-field");
+            return 2;
+        }
+        eval_gen_args g = {e.model_path, e.adapter, e.data, e.json_out, e.lora_scale, e.n_generate, e.max_new, e.show,
+                           e.first_line, e.batch, e.max_seq_len, e.loss_on, e.chat_template, e.cc};
+        return cmd_eval_generate(&g);
+    }
+    if (e.lm_only) {
+        cli_error(C, "%s needs --task causal-lm or --generate N (causal-LM data)", e.lm_only);
+        return 2;
+    }
+    if (!e.model_path || !e.adapter || !e.data) {
+        cli_error(C, "missing %s", !e.model_path ? "-m MODEL (a GGUF file or HF directory)"
+                                 : !e.adapter    ? "-a ADAPTER_DIR"
+                                                 : "--data FILE.jsonl");
+        return 2;
+    }
+    return eval_classifier(&e);
 }

@@ -139,7 +139,7 @@ static int resume_base(const char *cmd, const char *res, const af_train_settings
             char *note = NULL;
             af_status st = af_train_settings_read_checkpoint(ck, base, &note);
             /* a checkpoint that fails its checks is a failure (1), bad settings a usage error (2) */
-            if (st != AF_OK) rc = strstr(af_last_error(), "cannot resume from") ? cli_fail(cmd, st) : settings_fail(cmd, st);
+            if (st != AF_OK) rc = af_last_error_kind() == AF_ERROR_KIND_CHECKPOINT ? cli_fail(cmd, st) : settings_fail(cmd, st);
             for (char *ln = note; ln && *ln;) {
                 char *eol = strchr(ln, '\n');
                 if (eol) *eol = 0;

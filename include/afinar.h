@@ -69,6 +69,19 @@ AF_API const char *af_status_name(af_status st);
  * Borrowed: valid until the next afinar call on this thread. */
 AF_API const char *af_last_error(void);
 
+/* What a failure is about, when a caller must act on more than its status (an exit code, a retry):
+ * recorded with the message, so callers never read the message's text to decide. */
+typedef enum af_error_kind {
+    AF_ERROR_KIND_NONE = 0,      /* nothing finer than the status (every failure not listed below) */
+    AF_ERROR_KIND_CHECKPOINT = 1 /* a checkpoint's files do not verify or are inconsistent: the run
+                                    cannot resume from it (the message names the file and the newest
+                                    earlier checkpoint that verifies) */
+} af_error_kind;
+
+/* The kind of the most recent failure on this thread (AF_ERROR_KIND_NONE if none, or if the last
+ * message was recorded without a kind). Set together with af_last_error()'s message. */
+AF_API af_error_kind af_last_error_kind(void);
+
 /* Library version string "MAJOR.MINOR.PATCH". Static. */
 AF_API const char *af_version(void);
 

@@ -102,6 +102,10 @@ typedef struct af_trainer_opts {
     const char *targets;         /* "qv" (default), "qkv", "all-linear" or a list of q,k,v,o,gate,up,down */
     const char *lora_layers;     /* layers with adapters, 0-based: "all", "A-B", "A-", "topN"; default "top10";
                                     NULL -> every layer; topN with N > the model's layers: every layer */
+    const char *layers_to_transform; /* NULL (default): lora_layers decides; else PEFT's layers_to_transform: a
+                                    comma list of 0-based layer indices, any set ("0,2,5"), the only layers
+                                    with adapters; replaces lora_layers (a settings object with both is
+                                    refused) and keeps the automatic recipe from choosing layers */
     int32_t lora_r;              /* 16 */
     double lora_alpha;           /* 32 */
     double lora_dropout;         /* 0.05 */
@@ -377,7 +381,7 @@ AF_API af_status af_train_settings_to_json(const af_train_settings *s, char **ou
  * with one line per path that was changed or not found. `*out`: free with af_train_settings_free.
  * Errors: those of af_train_settings_read; AF_ERR_FORMAT / AF_ERR_IO for a checkpoint whose files
  * do not match its manifest (the message names the file and the newest earlier checkpoint that
- * verifies), AF_ERR_NOMEM. */
+ * verifies; af_last_error_kind() says AF_ERROR_KIND_CHECKPOINT, and only for these), AF_ERR_NOMEM. */
 AF_API af_status af_train_settings_read_checkpoint(const char *ckpt, af_train_settings **out, char **note);
 
 /* ---------------------------------------------------------------------------------------------
@@ -864,7 +868,8 @@ typedef struct af_train_hooks {
  *   for a dry run {"diagnostics": [{"severity", "code", "message", "recommendation"}], "n_errors",
  *    "ready"}.
  * Errors: those of the settings (AF_ERR_INVALID_ARG naming the flag), of resuming
- * (AF_ERR_NOT_FOUND, AF_ERR_FORMAT, AF_ERR_IO), of af_trainer_new and af_trainer_run
+ * (AF_ERR_NOT_FOUND, AF_ERR_FORMAT, AF_ERR_IO; af_last_error_kind() AF_ERROR_KIND_CHECKPOINT for a
+ * checkpoint that does not verify), of af_trainer_new and af_trainer_run
  * (AF_ERR_CANCELLED after h->cancel), AF_ERR_INVALID_ARG (no "model", "train" or, for a run,
  * "output"; error diagnostics), AF_ERR_IO (a log_fd that cannot be written). */
 AF_API af_status af_train_settings_run(const af_train_settings *s, const af_train_hooks *h, int check_only,

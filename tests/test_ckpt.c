@@ -307,6 +307,14 @@ static void test_matrix(void) {
         snprintf(want, sizeof want, "afinar train: @/%s/checkpoint-3/%s: SHA-256 differs from manifest.json (the file "
                                     "changed after it was written: corrupted or edited)%s", name, af_ckpt_files[k], tail);
         expect_refused(name, want);
+        if (k == 0) { /* the library says which kind of failure it is: the caller needs no message text */
+            af_train_settings *got = NULL;
+            snprintf(p, sizeof p, "%s/checkpoint-3", P_(name));
+            CHECK(af_train_settings_read_checkpoint(p, &got, NULL) != AF_OK && !got &&
+                      af_last_error_kind() == AF_ERROR_KIND_CHECKPOINT,
+                  "a damaged checkpoint fails with the kind AF_ERROR_KIND_CHECKPOINT (got %d: %s)",
+                  (int)af_last_error_kind(), af_last_error());
+        }
     }
     /* the manifest itself: a changed digit of a hash, truncated, missing */
     if (CHECK(fresh_copy("man_flip"), "copy")) {
@@ -396,6 +404,17 @@ static void test_matrix(void) {
         expect_refused("none_ok", "afinar train: @/none_ok/checkpoint-3/trainer_state.safetensors: SHA-256 differs *; "
                                   "cannot resume from @/none_ok/checkpoint-3, and no earlier checkpoint next to it "
                                   "verifies: start the run again (--overwrite)");
+    }
+    /* an old checkpoint whose settings are bad: a usage error (2), of no kind beyond its status */
+    if (CHECK(fresh_copy("old_cfg") && mutate_state(P_("old_cfg/checkpoint-3"), MUT_NO_CLAIM), "old checkpoint")) {
+        unverify(P_("old_cfg/checkpoint-3"));
+        write_text(P_("old_cfg/checkpoint-3/train_config.json"), "{\"lora_r\": -3}");
+        af_train_settings *got = NULL;
+        CHECK(af_train_settings_read_checkpoint(P_("old_cfg/checkpoint-3"), &got, NULL) != AF_OK && !got &&
+                  af_last_error_kind() == AF_ERROR_KIND_NONE,
+              "bad settings in a checkpoint: no checkpoint kind (got %d: %s)", (int)af_last_error_kind(),
+              af_last_error());
+        EXPECT_MULTI("train --resume @/old_cfg -t 1", 2, "afinar train: @/old_cfg/checkpoint-3/train_config.json: *");
     }
     /* an old checkpoint (before manifests: none, and no claim): a warning, and the same result */
     if (CHECK(fresh_copy("old") && mutate_state(P_("old/checkpoint-3"), MUT_NO_CLAIM), "old checkpoint")) {

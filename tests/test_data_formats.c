@@ -472,6 +472,47 @@ static void test_runs(void) {
     out = run_ok("train --config @/run_yaml/config.yaml --resume @/run_yaml/checkpoint-2");
     CHECK(out && strstr(out, "resum"), "--config config.yaml --resume:\n%s", out ? out : "");
     free(out);
+    /* PEFT's layers_to_transform (YAML list or flag): the adapter of that layer alone, the same as the
+       equivalent --lora-layers; with --lora-layers also given, a usage error */
+    write_text(P_("ltt.yaml"), "model_name_or_path: tiny.gguf\ntrain_file: train.csv\nvalidation_file: val.csv\n"
+                               "max_steps: 3\nper_device_train_batch_size: 4\ngradient_accumulation_steps: 1\n"
+                               "max_length: 16\nlora_r: 2\noutput_dir: run_ltt\nplot: false\nthreads: 1\n"
+                               "layers_to_transform: [1]\n");
+    out = run_ok("train --config @/ltt.yaml");
+    CHECK(out && strstr(out, "of layers 1 (of 2)") && strstr(out, "--layers-to-transform 1 (given)"),
+          "layers_to_transform: the plan names the layer:\n%s", out ? out : "");
+    free(out);
+    out = run_ok("check --config @/ltt.yaml -o @/run_ltt_check");
+    CHECK(out && strstr(out, "lora-layers none (layers-to-transform) (default)") &&
+              strstr(out, "layers-to-transform 1 (config)"),
+          "check: the layer list and the unused --lora-layers with their origins:\n%s", out ? out : "");
+    free(out);
+    free(run_ok("train -m @/tiny.gguf --train @/train.csv --val @/val.csv -o @/run_ll --max-steps 3 --batch 4 "
+                "--grad-accum 1 --max-seq-len 16 --lora-r 2 --no-plot -t 1 --lora-layers 1"));
+    free(run_ok("train -m @/tiny.gguf --train @/train.csv --val @/val.csv -o @/run_lt --max-steps 3 --batch 4 "
+                "--grad-accum 1 --max-seq-len 16 --lora-r 2 --no-plot -t 1 --layers-to-transform 1"));
+    static const char *const ad_files[2] = {"adapter_model.safetensors", "adapter_config.json"};
+    for (int k = 0; k < 2; k++) {
+        char pa[64], pb[64];
+        snprintf(pa, sizeof pa, "run_ll/final/%s", ad_files[k]);
+        snprintf(pb, sizeof pb, "run_lt/final/%s", ad_files[k]);
+        size_t na = 0, nb = 0;
+        char *a = tl_read_file(P_(pa), &na), *b = tl_read_file(P_(pb), &nb);
+        CHECK(a && b && na == nb && !memcmp(a, b, na), "--layers-to-transform 1 = --lora-layers 1: %s identical",
+              ad_files[k]);
+        if (k == 1)
+            CHECK(b && strstr(b, "\"layers_to_transform\":\t[1]"), "adapter_config.json lists layer 1:\n%s", b ? b : "");
+        free(a);
+        free(b);
+    }
+    {
+        char **av = split_args("check -m @/tiny.gguf --train @/train.csv --layers-to-transform 0 --lora-layers 1");
+        run_result r = run_argv(NULL, 0, av);
+        free_args(av);
+        CHECK(r.rc == 2 && r.err && strstr(r.err, "--layers-to-transform 0 and --lora-layers 1: give one of them"),
+              "both layer settings: exit %d\n%s", r.rc, r.err ? r.err : "");
+        run_free(&r);
+    }
     /* causal LM from a CSV: max_seq_len from the data, recorded in config.yaml */
     FILE *f = fopen(P_("lm.csv"), "w");
     if (f) {

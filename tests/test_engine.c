@@ -13,7 +13,8 @@
  *      summed gradients as the samples one by one (tolerance 1e-4 relative to the largest value).
  *  (c) layer ranges (PEFT layers_to_transform, backward truncated at the lowest adapted layer):
  *      logits, loss and gradients identical to the full model with B = 0 outside the range; FD
- *      check; checkpointing identity; smaller workspace. The frozen-prefix cache gives identical
+ *      check; checkpointing identity; smaller workspace; the same for layer lists with gaps
+ *      (af_param_layout_init_list: unlisted layers between listed ones). The frozen-prefix cache gives identical
  *      results cold, warm, partly warm and over budget. Token-blocked products are bitwise equal to
  *      one call per product.
  *  (d) errors on bad input.
@@ -68,7 +69,19 @@ static int nf4_apply(fixture *f) {
     return 1;
 }
 
-/* Adapters on `targets` of the layers [lmin, lend) (lend = 0: through the last layer). */
+/* A layer list (af_param_layout_init_list) for the next fx_init_ex of a range, or NULL: the range. */
+static const int32_t *g_list;
+static int32_t g_nlist;
+
+/* Whether layer l has adapters: in [lmin, le), and listed when g_list is set. */
+static int selected(int32_t l, int32_t lmin, int32_t le) {
+    int listed = !g_list;
+    for (int32_t i = 0; g_list && i < g_nlist; i++) listed |= g_list[i] == l;
+    return listed && l >= lmin && l < le;
+}
+
+/* Adapters on `targets` of the layers [lmin, lend) (lend = 0: through the last layer); only the
+ * layers of g_list when it is set and the range is not every layer. */
 static int fx_init_ex(fixture *f, const tm_spec *s, float dropout, int32_t classes, uint32_t targets, int32_t lmin,
                       int32_t lend) {
     memset(f, 0, sizeof *f);
@@ -76,8 +89,10 @@ static int fx_init_ex(fixture *f, const tm_spec *s, float dropout, int32_t class
         return 0;
     if (g_requant != AF_TYPE_F32 && !nf4_apply(f)) return 0;
     af_lora_config c = {4, 8.0f, dropout, 0, targets, 5, 0};
-    if (!CHECK(af_param_layout_init_layers(&f->lay, f->m, &c, classes, lmin, lend) == AF_OK, "layout: %s",
-               af_last_error()))
+    const int list = g_list && !(lmin == 0 && lend == 0);
+    if (!CHECK((list ? af_param_layout_init_list(&f->lay, f->m, &c, classes, g_list, g_nlist)
+                     : af_param_layout_init_layers(&f->lay, f->m, &c, classes, lmin, lend)) == AF_OK,
+               "layout: %s", af_last_error()))
         return 0;
     if (!CHECK(af_engine_new(NULL, f->m, &f->lay, &f->e) == AF_OK, "engine: %s", af_last_error())) return 0;
     f->P = malloc(sizeof(float) * (size_t)f->lay.n_total);
@@ -356,7 +371,7 @@ static void test_layer_range(const char *arch, uint32_t type, uint32_t targets, 
         for (int p = 0; p < AF_PROJ_COUNT; p++) {
             const af_lora_slot *sf = af_lora_slot_at(&full.lay, l, (af_proj)p), *sp = af_lora_slot_at(&part.lay, l, (af_proj)p);
             if (sf->a_off < 0) continue;
-            const int in_range = l >= lmin && l < le;
+            const int in_range = selected(l, lmin, le);
             CHECK(in_range == (sp->a_off >= 0), "%s slot (%d, %d) adapted iff in the range", tag, l, p);
             if (!in_range) {
                 memset(full.P + sf->b_off, 0, sizeof(float) * (size_t)(sf->out * 4));
@@ -406,6 +421,15 @@ static void test_layer_range(const char *arch, uint32_t type, uint32_t targets, 
     CHECK(lmin == 0 || bp < bf, "%s workspace %zu < full %zu bytes", tag, bp, bf);
     fx_free(&full);
     fx_free(&part);
+}
+
+/* test_layer_range on a layer list with gaps (PEFT's layers_to_transform as any set): the layers
+ * between the listed ones run forward and backward without adapters. */
+static void test_layer_list(const char *arch, uint32_t type, uint32_t targets, const int32_t *list, int32_t n,
+                            float dropout) {
+    g_list = list, g_nlist = n;
+    test_layer_range(arch, type, targets, list[0], list[n - 1] + 1 == 4 ? 0 : list[n - 1] + 1, dropout, AF_POOL_MEAN);
+    g_list = NULL, g_nlist = 0;
 }
 
 /* One step (fresh gradients) into G [n_total] and logits lg [n_samples * 3]. */
@@ -722,6 +746,9 @@ int main(void) {
     test_layer_range("gemma3", AF_TYPE_F32, QV, 3, 0, 0.0f, AF_POOL_LAST);
     test_layer_range("gemma3", AF_TYPE_Q8_0, 127, 1, 2, 0.0f, AF_POOL_MEAN);
     test_layer_range("llama", AF_TYPE_F32, 1u << AF_PROJ_Q, 3, 0, 0.0f, AF_POOL_MEAN);
+    static const int32_t gap02[] = {0, 2}, gap13[] = {1, 3};
+    test_layer_list("llama", AF_TYPE_F32, 127, gap02, 2, 0.25f);
+    test_layer_list("gemma3", AF_TYPE_Q8_0, QV, gap13, 2, 0.0f);
     test_prefix_cache("llama", AF_TYPE_Q4_1);
     test_prefix_cache("gemma3", AF_TYPE_Q4_K);
     test_block_rows("llama", AF_TYPE_Q4_1);

@@ -3,7 +3,8 @@
  * central finite differences (the correction is linear in x, in A and in B separately, so central
  * differences are exact up to f32 rounding and the tolerance is tight), with and without a dropout
  * mask; merge/unmerge; target parsing; the parameter layout and its validation; initialisation;
- * layer selections (af_lora_parse_layers, af_param_layout_init_layers).
+ * layer selections (af_lora_parse_layers, af_param_layout_init_layers; lists: af_lora_parse_layer_list,
+ * af_param_layout_init_list).
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -268,11 +269,65 @@ static void test_layers(void) {
         CHECK(af_lora_parse_layers(bad[i], 30, &lo, &le) == AF_ERR_INVALID_ARG && strstr(af_last_error(), bad[i]),
               "layers '%s' rejected: %s", bad[i], af_last_error());
 
+    /* PEFT's layers_to_transform as a list: ascending, any set */
+    static const struct {
+        const char *spec;
+        int32_t n, l[4];
+    } lok[] = {{"0,2,5", 3, {0, 2, 5}}, {"5, 2,0", 3, {0, 2, 5}}, {"29", 1, {29}}, {"3,1", 2, {1, 3}}};
+    for (size_t i = 0; i < sizeof lok / sizeof lok[0]; i++) {
+        int32_t *v = NULL, n = 0;
+        const af_status st = af_lora_parse_layer_list(lok[i].spec, 30, &v, &n);
+        CHECK(st == AF_OK && n == lok[i].n && !memcmp(v, lok[i].l, sizeof(int32_t) * (size_t)n),
+              "layer list '%s': %d layers: %s", lok[i].spec, n, af_last_error());
+        free(v);
+    }
+    static const struct {
+        const char *spec, *why;
+    } lbad[] = {{"", "expected a comma list"}, {"1,,2", "expected a comma list"}, {"1,", "expected a comma list"},
+                {"a", "expected a comma list"}, {"1-3", "expected a comma list"}, {"-1", "expected a comma list"},
+                {"30", "layer 30 does not exist (layers 0..29)"}, {"2,4,2", "layer 2 is listed twice"}};
+    for (size_t i = 0; i < sizeof lbad / sizeof lbad[0]; i++) {
+        int32_t *v = (int32_t *)&lo, n = 5;
+        CHECK(af_lora_parse_layer_list(lbad[i].spec, 30, &v, &n) == AF_ERR_INVALID_ARG && !v && n == 0 &&
+                  strstr(af_last_error(), lbad[i].why),
+              "layer list '%s' rejected: %s", lbad[i].spec, af_last_error());
+    }
+
     tm_spec s = tm_default("llama", AF_TYPE_F32);
     s.n_layer = 4;
     af_model *m = NULL;
     if (!CHECK(tm_load(&s, &m) == AF_OK, "tiny model: %s", af_last_error())) return;
     af_lora_config c = {4, 8.0f, 0.0f, 0, (1u << AF_PROJ_Q) | (1u << AF_PROJ_V), 7, 0};
+    { /* a contiguous list is the range; a list with a gap leaves the layer between empty */
+        af_param_layout r, l;
+        static const int32_t l12[] = {1, 2}, l13[] = {1, 3}, unsorted[] = {2, 1}, past[] = {1, 4};
+        if (CHECK(af_param_layout_init_layers(&r, m, &c, 3, 1, 3) == AF_OK &&
+                      af_param_layout_init_list(&l, m, &c, 3, l12, 2) == AF_OK,
+                  "layouts: %s", af_last_error())) {
+            CHECK(r.n_total == l.n_total && r.head_w_off == l.head_w_off && r.layer_min == l.layer_min &&
+                      r.layer_end == l.layer_end &&
+                      !memcmp(r.slots, l.slots, sizeof(af_lora_slot) * (size_t)(4 * AF_PROJ_COUNT)),
+                  "list 1,2 = range [1, 3)");
+            af_param_layout_free(&l);
+            if (CHECK(af_param_layout_init_list(&l, m, &c, 3, l13, 2) == AF_OK, "list 1,3: %s", af_last_error())) {
+                int ok_slots = 1;
+                for (int32_t ly = 0; ly < 4; ly++)
+                    for (int p = 0; p < AF_PROJ_COUNT; p++) {
+                        const af_lora_slot *sl = af_lora_slot_at(&l, ly, (af_proj)p);
+                        const int want = (ly == 1 || ly == 3) && (c.targets & (1u << p));
+                        ok_slots &= want ? sl->a_off >= 0 : sl->a_off == -1 && sl->b_off == -1;
+                    }
+                CHECK(ok_slots && l.n_lora == r.n_lora && af_lora_lowest_layer(&l) == 1 && l.layer_end == 4,
+                      "list 1,3: adapters on layers 1 and 3 only, packed (%lld LoRA floats)", (long long)l.n_lora);
+                af_param_layout_free(&l);
+            }
+            af_param_layout_free(&r);
+        }
+        CHECK(af_param_layout_init_list(&l, m, &c, 3, unsorted, 2) == AF_ERR_INVALID_ARG &&
+                  af_param_layout_init_list(&l, m, &c, 3, past, 2) == AF_ERR_INVALID_ARG &&
+                  af_param_layout_init_list(&l, m, &c, 3, l12, 0) == AF_ERR_INVALID_ARG,
+              "unsorted, out-of-range and empty lists refused");
+    }
     af_param_layout full, part;
     if (CHECK(af_param_layout_init(&full, m, &c, 3) == AF_OK, "full layout")) {
         CHECK(af_lora_lowest_layer(&full) == 0 && full.layer_min == 0 && full.layer_end == 4, "full: lowest layer 0");

@@ -338,7 +338,7 @@ static void test_resume(void) {
  * t's order (af_shuffle_perm per epoch, `batch` samples per micro-batch), t's schedule; numbered
  * within the epoch when `by_epoch`. Final parameters into P [n]. */
 static af_status api_run(const af_trainer *t, int by_epoch, float *P, int64_t n) {
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_dataset *ds = t->train;
     af_lora_trainer_opts lo;
     af_lora_trainer_opts_defaults(&lo);

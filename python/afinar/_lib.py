@@ -137,6 +137,7 @@ def _decl(name, restype, *argtypes):
 st = c_int  # af_status
 _decl("af_status_name", c_char_p, c_int)
 _decl("af_last_error", c_char_p)
+_decl("af_last_error_kind", c_int)
 _decl("af_version", c_char_p)
 # context
 _decl("af_ctx_params_default", None, POINTER(CtxParams))
@@ -222,7 +223,7 @@ def check(status: int) -> None:
     on the calling thread, where the library keeps it)."""
     if status != 0:
         raise_for_status(status, lib.af_last_error().decode("utf-8", "replace"),
-                         lib.af_status_name(status).decode())
+                         lib.af_status_name(status).decode(), lib.af_last_error_kind())
 
 
 def take_string(p: c_void_p) -> str:

@@ -1,7 +1,9 @@
 """Exceptions raised by afinar: one class per kind of failure of the C library (af_status).
 
 Every exception carries the library's message ("FILE: field: problem at offset N"), the numeric
-status (``.status``) and its name (``.status_name``, e.g. ``"AF_ERR_FORMAT"``).
+status (``.status``), its name (``.status_name``, e.g. ``"AF_ERR_FORMAT"``) and what the failure is
+about when the library says more than the status (``.kind``: ``"checkpoint"`` for a checkpoint whose
+files do not verify, so the run cannot resume from it; else None).
 
 =====================  ===================================================  ===================
 class                  statuses                                             also a
@@ -26,6 +28,7 @@ class Error(Exception):
         self.message = message
         self.status = status
         self.status_name = status_name
+        self.kind = None  # af_last_error_kind: "checkpoint", or None
 
     def __str__(self) -> str:
         return self.message
@@ -67,7 +70,12 @@ _BY_STATUS = {1: NotFound, 2: InvalidInput, 3: Unsupported, 4: OutOfMemory, 5: I
               7: InvalidInput, 8: Error, 9: Cancelled, 10: Cancelled, 11: DeviceError}
 
 
-def raise_for_status(status: int, message: str, status_name: str) -> None:
-    """Raise the class of `status` with `message`."""
+_KINDS = {1: "checkpoint"}  # af_error_kind (afinar.h) -> .kind
+
+
+def raise_for_status(status: int, message: str, status_name: str, kind: int = 0) -> None:
+    """Raise the class of `status` with `message` and the library's error kind (af_error_kind)."""
     cls = _BY_STATUS.get(status, Error)
-    raise cls(message or status_name, status, status_name)
+    e = cls(message or status_name, status, status_name)
+    e.kind = _KINDS.get(kind)
+    raise e

@@ -32,7 +32,6 @@ TRL_NAMES = {
     "use_rslora": "rslora",
     "use_dora": "dora",
     "target_modules": "targets",
-    "layers_to_transform": "lora-layers",
     "warmup_ratio": "warmup",
     "warmup_steps": "warmup",
     "lr_scheduler_type": "schedule",
@@ -82,6 +81,10 @@ def _value_text(key: str, v) -> Union[str, bool]:
                 raise _bad("target_modules: expected names, got %s" % type(m).__name__)
             parts.append(_MODULES.get(m, m))
         return ",".join(parts)
+    if key == "layers-to-transform" and isinstance(v, (list, tuple)):  # PEFT's list: any set of layers
+        if not v or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in v):
+            raise _bad("layers_to_transform: expected a non-empty list of layer indices")
+        return ",".join(str(int(x)) for x in v)
     if key == "lora-layers" and isinstance(v, (list, tuple)):
         if not v or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
             raise _bad("layers_to_transform: expected a non-empty list of layer indices")

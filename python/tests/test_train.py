@@ -2,6 +2,7 @@
 the CLI, classification and causal-LM runs, Ctrl-C leaving a checkpoint that resumes exactly."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -110,6 +111,17 @@ def test_ctrl_c_leaves_checkpoint_that_resumes(smol_path, tmp_path):
     res = ki.value.result
     assert res["stop"] == "interrupted" and 1 <= res["steps_done"] < 4
     assert os.path.isdir(res["last_checkpoint"]) and "checkpoint" in str(ki.value)
+    # a copy of the run whose checkpoint lost a byte: refused, and the error says it is the checkpoint
+    bad = str(tmp_path / "bad")
+    shutil.copytree(out, bad)
+    ck = os.path.join(res["last_checkpoint"].replace(out, bad), "trainer_state.safetensors")
+    with open(ck, "r+b") as f:
+        b = f.read(1)
+        f.seek(0)
+        f.write(bytes([b[0] ^ 1]))
+    with pytest.raises(afinar.Error) as be:
+        afinar.train(resume=bad, progress=False)
+    assert be.value.kind == "checkpoint" and "cannot resume from" in str(be.value)
     done = afinar.train(resume=out, progress=False)
     assert done["stop"] == "done" and done["steps_done"] == 4
     f = "final/adapter_model.safetensors"
@@ -127,6 +139,21 @@ def test_cancel_event(smol_path, tmp_path):
         afinar.train(smol_path, train=sentiment(16), output_dir=str(tmp_path / "c"), progress=on_progress,
                      cancel=ev, **dict(TINY_RUN, max_steps=50))
     assert e.value.status_name == "AF_ERR_CANCELLED"
+
+
+def test_layers_to_transform_list(smol_path, tmp_path):
+    # PEFT's layers_to_transform as a list with a gap: adapters on those layers only
+    out = str(tmp_path / "ltt")
+    run = dict(TINY_RUN)
+    del run["lora_layers"]
+    res = afinar.train(smol_path, train=sentiment(8), output_dir=out, progress=False, layers_to_transform=[27, 29],
+                       **run)
+    assert res["steps_done"] == 2
+    with open(os.path.join(out, "final", "adapter_config.json")) as f:
+        assert json.load(f)["layers_to_transform"] == [27, 29]
+    with pytest.raises(afinar.InvalidInput):
+        afinar.train(smol_path, train=sentiment(8), output_dir=str(tmp_path / "x"), progress=False,
+                     layers_to_transform=[], **run)
 
 
 def test_setting_names():

@@ -3,8 +3,8 @@
  * "Adapter merging": the methods, their sources in PEFT and the RNG of DARE are documented there).
  *
  * Steps: each input directory is read against a layout built from its own tensor shapes (no model
- * needed) with af_adapter_load (every check of that loader applies); the inputs are checked against
- * each other; each adapted (layer, projection) is merged in double precision and written as a
+ * needed) with af_adapter_load (every check of that loader applies) and the inputs are checked
+ * against each other (adapter_merge_inputs.c); each adapted (layer, projection) is merged in double precision and written as a
  * rank-r pair (svd.h); the result is saved with af_adapter_save into a temporary directory that is
  * renamed into place.
  */
@@ -12,6 +12,7 @@
 #include "lora/adapter_io.h"
 #include "lora/lora.h"
 #include "lora/svd.h"
+#include "app/adapter_merge_inputs.h"
 
 #include "core/fsutil.h"
 #include "core/threadpool.h"
@@ -27,8 +28,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define AF_MERGE_MAX_LAYERS 65536 /* bounds the slot table built from tensor names */
 
 static const char *const k_methods[AF_MERGE_METHOD_COUNT] = {"linear",      "svd",         "cat",
                                                              "ties",        "dare-ties",   "dare-linear",
@@ -65,192 +64,6 @@ static int uses_density(af_merge_method m) {
 }
 static int is_factored(af_merge_method m) {
     return m == AF_MERGE_LINEAR || m == AF_MERGE_SVD || m == AF_MERGE_CAT || m == AF_MERGE_SLERP;
-}
-
-/* ---------------------------------------------------------------- one input adapter */
-
-typedef struct in_adapter {
-    const char *dir;
-    af_adapter_info info;
-    af_param_layout lay; /* built from the file's own shapes */
-    float *P;
-    double scale;        /* s = alpha / r (or / sqrt(r)), in double */
-    const cJSON *labels; /* afinar.json "labels" (in info.afinar) or NULL */
-} in_adapter;
-
-static void in_free(in_adapter *a) {
-    af_adapter_info_free(&a->info);
-    free(a->lay.slots);
-    free(a->P);
-    memset(a, 0, sizeof *a);
-}
-
-static const char *afj_string(const in_adapter *a, const char *key) {
-    const cJSON *v = a->info.afinar ? cJSON_GetObjectItemCaseSensitive(a->info.afinar, key) : NULL;
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-static int32_t afj_int(const in_adapter *a, const char *key) {
-    const cJSON *v = a->info.afinar ? cJSON_GetObjectItemCaseSensitive(a->info.afinar, key) : NULL;
-    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1e9 ? (int32_t)v->valuedouble : 0;
-}
-
-/* Read `dir`: info, a layout from the tensor shapes, then every tensor (af_adapter_load's checks). */
-static af_status in_read(const char *dir, in_adapter *a) {
-    memset(a, 0, sizeof *a);
-    a->dir = dir;
-    AF_TRY(af_adapter_read_info(dir, &a->info));
-    const af_adapter_info *in = &a->info;
-    if (in->use_dora)
-        return af_fail(AF_ERR_UNSUPPORTED, "%s: a DoRA adapter (use_dora): its magnitude vectors have no ΔW merge "
-                       "(merge it into the model with `afinar merge` instead)", dir);
-    af_param_layout *lay = &a->lay;
-    lay->lora = (af_lora_config){in->r, in->alpha, 0.0f, in->use_rslora, in->targets, 0, 0};
-    lay->scale = in->use_rslora ? in->alpha / sqrtf((float)in->r) : in->alpha / (float)in->r;
-    a->scale = in->use_rslora ? (double)in->alpha / sqrt((double)in->r) : (double)in->alpha / (double)in->r;
-    if (in->n_layers > AF_MERGE_MAX_LAYERS)
-        return af_fail(AF_ERR_FORMAT, "%s/%s: a LoRA tensor of layer %d (at most %d layers)", dir, AF_ADAPTER_WEIGHTS_FILE,
-                       in->n_layers - 1, AF_MERGE_MAX_LAYERS);
-    lay->n_layers = in->n_layers;
-    lay->num_classes = in->num_classes;
-    lay->hidden = in->hidden;
-    lay->head_w_off = lay->head_b_off = -1;
-    const size_t nslots = (size_t)(in->n_layers > 0 ? in->n_layers : 1) * AF_PROJ_COUNT;
-    lay->slots = af_calloc(nslots, sizeof *lay->slots);
-    if (!lay->slots) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
-    for (size_t k = 0; k < nslots; k++) lay->slots[k] = (af_lora_slot){-1, -1, 0, 0, -1};
-
-    char *path = af_path_join(dir, AF_ADAPTER_WEIGHTS_FILE);
-    af_st_file *f = NULL;
-    af_status st = path ? af_st_open(path, &f) : af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
-    free(path);
-    for (size_t i = 0; st == AF_OK && i < af_st_count(f); i++) {
-        const af_st_tensor *t = af_st_tensor_at(f, i);
-        int32_t l;
-        af_proj p;
-        const int role = af_adapter_tensor_role(t->name, &l, &p);
-        if ((role != 1 && role != 2) || l < 0 || l >= in->n_layers) continue;
-        af_lora_slot *s = &lay->slots[(size_t)l * AF_PROJ_COUNT + p];
-        s->a_off = 0; /* targeted; offsets below */
-        /* the rank side must be r before any size is derived from the other side (bounded by the file) */
-        if (t->n_dims != 2 || t->shape[role == 1 ? 0 : 1] != in->r) {
-            char got[96] = "";
-            for (int d = 0; d < t->n_dims && d < 4; d++) {
-                size_t gl = strlen(got);
-                snprintf(got + gl, sizeof got - gl, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-            }
-            st = af_fail(AF_ERR_FORMAT, "%s: tensor '%s': shape [%s], expected %s with r = %d (adapter_config.json)",
-                         af_st_path(f), t->name, got, role == 1 ? "[r, in]" : "[out, r]", in->r);
-            break;
-        }
-        if (role == 1) s->in = t->shape[1];
-        else s->out = t->shape[0];
-    }
-    af_st_close(f);
-    if (st != AF_OK) return st;
-    int64_t off = 0;
-    for (size_t k = 0; k < nslots; k++) {
-        af_lora_slot *s = &lay->slots[k];
-        if (s->a_off < 0) continue;
-        if (s->in <= 0 || s->in > (1 << 24)) s->in = 1; /* A missing or malformed: af_adapter_load names it */
-        if (s->out <= 0 || s->out > (1 << 24)) s->out = 1;
-        s->a_off = off;
-        off += (int64_t)in->r * s->in;
-        s->b_off = off;
-        off += s->out * (int64_t)in->r;
-    }
-    lay->n_lora = off;
-    if (in->num_classes > 0) {
-        lay->head_w_off = off;
-        off += (int64_t)in->num_classes * in->hidden;
-        lay->head_b_off = off;
-        off += in->num_classes;
-    }
-    lay->n_total = off;
-    a->P = af_calloc((size_t)(off > 0 ? off : 1), sizeof(float));
-    if (!a->P) return af_fail(AF_ERR_NOMEM, "%s: out of memory (%lld parameters)", dir, (long long)off);
-    AF_TRY(af_adapter_load(dir, lay, a->P, NULL, NULL)); /* no q/k conversion: rows stay in file order */
-    const cJSON *lb = a->info.afinar ? cJSON_GetObjectItemCaseSensitive(a->info.afinar, "labels") : NULL;
-    a->labels = cJSON_IsArray(lb) ? lb : NULL;
-    return AF_OK;
-}
-
-/* ---------------------------------------------------------------- consistency of the inputs */
-
-static af_status check_inputs(const in_adapter *a, int32_t n) {
-    const in_adapter *h = NULL; /* first with a head */
-    for (int32_t i = 0; i < n; i++)
-        if (a[i].info.num_classes > 0 && !h) h = &a[i];
-    for (int32_t i = 1; i < n; i++) {
-        const in_adapter *x = &a[0], *y = &a[i];
-        const char *ax = afj_string(x, "architecture"), *ay = afj_string(y, "architecture");
-        if (ax && ay && strcmp(ax, ay))
-            return af_fail(AF_ERR_INVALID_ARG, "%s: architecture \"%s\", but %s is for \"%s\" (adapters of one base model only)",
-                           y->dir, ay, x->dir, ax);
-        static const char *const dims[] = {"n_layers", "hidden"};
-        for (int d = 0; d < 2; d++) {
-            int32_t vx = afj_int(x, dims[d]), vy = afj_int(y, dims[d]);
-            if (vx > 0 && vy > 0 && vx != vy)
-                return af_fail(AF_ERR_INVALID_ARG, "%s/afinar.json: %s = %d, but %s has %d (adapters of one base model only)",
-                               y->dir, dims[d], vy, x->dir, vx);
-        }
-    }
-    /* the same projection has the same shape everywhere; q/k row orders agree where q/k are adapted */
-    const in_adapter *qk = NULL;
-    for (int32_t i = 0; i < n; i++) {
-        const in_adapter *y = &a[i];
-        for (int32_t l = 0; l < y->lay.n_layers; l++)
-            for (int p = 0; p < AF_PROJ_COUNT; p++) {
-                const af_lora_slot *s = af_lora_slot_at(&y->lay, l, (af_proj)p);
-                if (s->a_off < 0) continue;
-                if (p == AF_PROJ_Q || p == AF_PROJ_K) {
-                    if (!qk) qk = y;
-                    else if (qk->info.qk_rows_gguf != y->info.qk_rows_gguf)
-                        return af_fail(AF_ERR_INVALID_ARG,
-                                       "%s: q/k rows in %s order, but %s has them in %s order (re-save the older adapter "
-                                       "with a current afinar)",
-                                       y->dir, y->info.qk_rows_gguf ? "GGUF" : "HF", qk->dir,
-                                       qk->info.qk_rows_gguf ? "GGUF" : "HF");
-                }
-                for (int32_t j = 0; j < i; j++) {
-                    const in_adapter *x = &a[j];
-                    if (l >= x->lay.n_layers) continue;
-                    const af_lora_slot *t = af_lora_slot_at(&x->lay, l, (af_proj)p);
-                    if (t->a_off >= 0 && (t->in != s->in || t->out != s->out))
-                        return af_fail(AF_ERR_INVALID_ARG,
-                                       "%s: layer %d %s is [%lld, %lld] (out, in), but [%lld, %lld] in %s "
-                                       "(adapters of one base model only)",
-                                       y->dir, l, af_proj_name((af_proj)p), (long long)s->out, (long long)s->in,
-                                       (long long)t->out, (long long)t->in, x->dir);
-                }
-            }
-    }
-    if (!h) return AF_OK;
-    for (int32_t i = 0; i < n; i++) {
-        const in_adapter *y = &a[i];
-        if (y->info.num_classes <= 0)
-            return af_fail(AF_ERR_INVALID_ARG,
-                           "%s: no classification head, but %s has one (merge classifiers with classifiers only)", y->dir,
-                           h->dir);
-        if (y->info.num_classes != h->info.num_classes || y->info.hidden != h->info.hidden)
-            return af_fail(AF_ERR_INVALID_ARG, "%s: head [%d, %d] (num_classes, hidden), but %s has [%d, %d]", y->dir,
-                           y->info.num_classes, y->info.hidden, h->dir, h->info.num_classes, h->info.hidden);
-        const int same_labels = (!y->labels && !h->labels) ||
-                                (y->labels && h->labels && cJSON_Compare(y->labels, h->labels, 1));
-        if (!same_labels) {
-            char *ly = y->labels ? cJSON_PrintUnformatted(y->labels) : NULL;
-            char *lh = h->labels ? cJSON_PrintUnformatted(h->labels) : NULL;
-            af_status st = af_fail(AF_ERR_INVALID_ARG,
-                                   "%s/afinar.json: labels %s, but %s has %s (merged heads need the same label set, in "
-                                   "the same order)",
-                                   y->dir, ly ? ly : "(integer ids)", h->dir, lh ? lh : "(integer ids)");
-            free(ly), free(lh);
-            return st;
-        }
-        const char *py = afj_string(y, "pooling"), *ph = afj_string(h, "pooling");
-        if (py && ph && strcmp(py, ph))
-            return af_fail(AF_ERR_INVALID_ARG, "%s/afinar.json: pooling \"%s\", but %s has \"%s\"", y->dir, py, h->dir, ph);
-    }
-    return AF_OK;
 }
 
 /* ---------------------------------------------------------------- the methods on dense ΔW */
@@ -388,137 +201,168 @@ static void slerp_weights(const in_adapter *a, int32_t l, int p, double t, doubl
     c[1] = sin(t * th) / st;
 }
 
+/* One projection (l, p) being merged: its shape [out, in], the output rank k, the contributing
+ * adapters idx[m] with R ranks in all, their weights (slerp: this projection's two coefficients). */
+typedef struct slot_merge {
+    const merge_job *J;
+    int32_t l;
+    int p;
+    int64_t out, in, k, R;
+    int32_t idx[256], m;
+    const double *wts;
+} slot_merge;
+
+/* cat, exact: A rows w_i s_i A_i, B columns B_i, zero-padded to the rank. */
+static void merge_cat(const slot_merge *S, float *Bo, float *Ao) {
+    const int64_t in = S->in, out = S->out, k = S->k;
+    memset(Bo, 0, (size_t)(out * k) * sizeof(float));
+    memset(Ao, 0, (size_t)(k * in) * sizeof(float));
+    int64_t c0 = 0;
+    for (int32_t t = 0; t < S->m; t++) {
+        const in_adapter *x = &S->J->a[S->idx[t]];
+        const af_lora_slot *s = af_lora_slot_at(&x->lay, S->l, (af_proj)S->p);
+        const int32_t r = x->lay.lora.r;
+        const double f = S->J->w[S->idx[t]] * (double)x->scale;
+        for (int32_t c = 0; c < r; c++) {
+            for (int64_t j = 0; j < in; j++) Ao[(c0 + c) * in + j] = (float)(f * x->P[s->a_off + c * in + j]);
+            for (int64_t i = 0; i < out; i++) Bo[i * k + c0 + c] = x->P[s->b_off + i * r + c];
+        }
+        c0 += r;
+    }
+}
+
+/* linear / svd / slerp: the weighted factors stacked (Bf [out, R], Af [R, in]), |Bf·Af|_F² into
+ * *norm2, the rank-k SVD of Bf·Af from the factors into Bd, Ad, S (*ns singular values). */
+static af_status merge_factored(const slot_merge *S, double *Bd, double *Ad, double *Sv, double *norm2, int64_t *ns) {
+    const int64_t in = S->in, out = S->out, R = S->R, k = S->k;
+    double *Bf = af_malloc((size_t)(out * R) * sizeof(double)), *Af = af_malloc((size_t)(R * in) * sizeof(double));
+    af_status st = Bf && Af ? AF_OK : af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    int64_t c0 = 0;
+    for (int32_t t = 0; st == AF_OK && t < S->m; t++) {
+        const in_adapter *x = &S->J->a[S->idx[t]];
+        const af_lora_slot *s = af_lora_slot_at(&x->lay, S->l, (af_proj)S->p);
+        const int32_t r = x->lay.lora.r;
+        const double f = S->wts[S->idx[t]] * (double)x->scale;
+        for (int32_t c = 0; c < r; c++) {
+            for (int64_t j = 0; j < in; j++) Af[(c0 + c) * in + j] = f * x->P[s->a_off + c * in + j];
+            for (int64_t i = 0; i < out; i++) Bf[i * R + c0 + c] = x->P[s->b_off + i * r + c];
+        }
+        c0 += r;
+    }
+    if (st == AF_OK) { /* |Bf·Af|_F² = Σ (BfᵀBf) ∘ (Af·Afᵀ) */
+        for (int64_t a = 0; a < R; a++)
+            for (int64_t b = 0; b < R; b++) {
+                double g1 = 0, g2 = 0;
+                for (int64_t i = 0; i < out; i++) g1 += Bf[i * R + a] * Bf[i * R + b];
+                for (int64_t j = 0; j < in; j++) g2 += Af[a * in + j] * Af[b * in + j];
+                *norm2 += g1 * g2;
+            }
+        st = af_svd_lowrank_factored(Bf, Af, out, in, R, k, Bd, Ad, Sv);
+        *ns = k < R ? k : R;
+        const int64_t mn = out < in ? out : in;
+        if (*ns > mn) *ns = mn;
+    }
+    free(Bf), free(Af);
+    return st;
+}
+
+/* ties / dare / magnitude-prune: each adapter's dense ΔW_t = s B A pruned (by magnitude or at
+ * random), combined (ties: by the elected sign), |ΔW|_F² into *norm2, its rank-k SVD into Bd, Ad,
+ * S (*ns singular values). */
+static af_status merge_dense(const slot_merge *S, double *Bd, double *Ad, double *Sv, double *norm2, int64_t *ns) {
+    const af_adapter_merge_opts *o = S->J->o;
+    const int64_t in = S->in, out = S->out, k = S->k, N = out * in;
+    const int32_t m = S->m;
+    const int by_magnitude = o->method == AF_MERGE_TIES || o->method == AF_MERGE_MAGNITUDE_PRUNE;
+    double *M = af_calloc((size_t)N, sizeof(double)), *D = af_malloc((size_t)m * (size_t)N * sizeof(double));
+    absidx *scr = by_magnitude ? af_malloc((size_t)N * sizeof(absidx)) : NULL;
+    af_status st = AF_OK;
+    if (!M || !D || (!scr && by_magnitude))
+        st = af_fail(AF_ERR_NOMEM, "merge: out of memory (%d dense [%lld, %lld] matrices)", m + 1, (long long)out,
+                     (long long)in);
+    for (int32_t t = 0; st == AF_OK && t < m; t++) { /* D_t = s B A, then pruned */
+        const in_adapter *x = &S->J->a[S->idx[t]];
+        const af_lora_slot *s = af_lora_slot_at(&x->lay, S->l, (af_proj)S->p);
+        const int32_t r = x->lay.lora.r;
+        double *Dt = D + (size_t)t * (size_t)N;
+        memset(Dt, 0, (size_t)N * sizeof(double));
+        for (int64_t i = 0; i < out; i++)
+            for (int32_t c = 0; c < r; c++) {
+                const double b = (double)x->scale * x->P[s->b_off + i * r + c];
+                const float *ar = x->P + s->a_off + c * in;
+                for (int64_t j = 0; j < in; j++) Dt[i * in + j] += b * ar[j];
+            }
+        if (by_magnitude) st = magnitude_prune(Dt, N, o->density, scr);
+        else random_prune(Dt, N, o->density, o->seed, S->l, S->p, S->idx[t]);
+    }
+    if (st == AF_OK && (o->method == AF_MERGE_TIES || o->method == AF_MERGE_DARE_TIES)) {
+        for (int64_t e = 0; e < N; e++) {
+            double tot = 0;
+            for (int32_t t = 0; t < m; t++) {
+                const double v = D[(size_t)t * (size_t)N + (size_t)e];
+                tot += o->majority_sign_frequency ? sgn(v) : v;
+            }
+            const double el = tot >= 0 ? 1.0 : -1.0;
+            double num = 0, cnt = 0;
+            for (int32_t t = 0; t < m; t++) {
+                const double v = D[(size_t)t * (size_t)N + (size_t)e];
+                if (sgn(v) == el) num += S->J->w[S->idx[t]] * v, cnt += 1;
+            }
+            M[e] = num / (cnt > 1 ? cnt : 1);
+        }
+    } else if (st == AF_OK) {
+        for (int32_t t = 0; t < m; t++)
+            for (int64_t e = 0; e < N; e++) M[e] += S->J->w[S->idx[t]] * D[(size_t)t * (size_t)N + (size_t)e];
+    }
+    if (st == AF_OK) {
+        for (int64_t e = 0; e < N; e++) *norm2 += M[e] * M[e];
+        st = af_svd_lowrank(M, out, in, k, Bd, Ad, Sv);
+        *ns = k < (out < in ? out : in) ? k : (out < in ? out : in);
+    }
+    free(M), free(D), free(scr);
+    return st;
+}
+
 /* Merge slot (l, p) of the inputs into Bo [out, rank], Ao [rank, in] (float, into the output P);
  * *rel receives |ΔW - Bo·Ao|_F / |ΔW|_F. */
 static af_status merge_slot(const merge_job *J, int32_t l, int p, int64_t out, int64_t in, float *Bo, float *Ao,
                             double *rel) {
     const af_adapter_merge_opts *o = J->o;
-    const int64_t k = J->rank, N = out * in;
-    int32_t idx[256], m = 0; /* contributing adapters */
-    int64_t R = 0;
+    slot_merge S;
+    S.J = J, S.l = l, S.p = p, S.out = out, S.in = in, S.k = J->rank, S.R = 0, S.m = 0; /* contributing adapters */
     double wsl[2];
-    const double *wts = J->w; /* per adapter; slerp: this projection's two coefficients */
+    S.wts = J->w; /* per adapter; slerp: this projection's two coefficients */
     if (o->method == AF_MERGE_SLERP) {
         slerp_weights(J->a, l, p, o->t, wsl);
-        wts = wsl;
+        S.wts = wsl;
     }
     for (int32_t i = 0; i < J->n; i++) {
         const af_param_layout *lay = &J->a[i].lay;
         if (l < lay->n_layers && af_lora_slot_at(lay, l, (af_proj)p)->a_off >= 0) {
-            idx[m++] = i;
-            R += lay->lora.r;
+            S.idx[S.m++] = i;
+            S.R += lay->lora.r;
         }
     }
     *rel = 0;
-    if (J->o->method == AF_MERGE_CAT) { /* exact: A rows w_i s_i A_i, B columns B_i, zero-padded */
-        memset(Bo, 0, (size_t)(out * k) * sizeof(float));
-        memset(Ao, 0, (size_t)(k * in) * sizeof(float));
-        int64_t c0 = 0;
-        for (int32_t t = 0; t < m; t++) {
-            const in_adapter *x = &J->a[idx[t]];
-            const af_lora_slot *s = af_lora_slot_at(&x->lay, l, (af_proj)p);
-            const int32_t r = x->lay.lora.r;
-            const double f = J->w[idx[t]] * (double)x->scale;
-            for (int32_t c = 0; c < r; c++) {
-                for (int64_t j = 0; j < in; j++) Ao[(c0 + c) * in + j] = (float)(f * x->P[s->a_off + c * in + j]);
-                for (int64_t i = 0; i < out; i++) Bo[i * k + c0 + c] = x->P[s->b_off + i * r + c];
-            }
-            c0 += r;
-        }
+    if (J->o->method == AF_MERGE_CAT) {
+        merge_cat(&S, Bo, Ao);
         return AF_OK;
     }
+    const int64_t k = S.k;
     double *Bd = af_malloc((size_t)(out * k) * sizeof(double)), *Ad = af_malloc((size_t)(k * in) * sizeof(double));
-    double *S = af_malloc((size_t)k * sizeof(double));
-    af_status st = Bd && Ad && S ? AF_OK : af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    double *Sv = af_malloc((size_t)k * sizeof(double));
+    af_status st = Bd && Ad && Sv ? AF_OK : af_fail(AF_ERR_NOMEM, "merge: out of memory");
     double norm2 = 0, kept2 = 0;
     int64_t ns = 0; /* singular values computed */
-    if (st == AF_OK && is_factored(o->method)) {
-        double *Bf = af_malloc((size_t)(out * R) * sizeof(double)), *Af = af_malloc((size_t)(R * in) * sizeof(double));
-        if (!Bf || !Af) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
-        int64_t c0 = 0;
-        for (int32_t t = 0; st == AF_OK && t < m; t++) {
-            const in_adapter *x = &J->a[idx[t]];
-            const af_lora_slot *s = af_lora_slot_at(&x->lay, l, (af_proj)p);
-            const int32_t r = x->lay.lora.r;
-            const double f = wts[idx[t]] * (double)x->scale;
-            for (int32_t c = 0; c < r; c++) {
-                for (int64_t j = 0; j < in; j++) Af[(c0 + c) * in + j] = f * x->P[s->a_off + c * in + j];
-                for (int64_t i = 0; i < out; i++) Bf[i * R + c0 + c] = x->P[s->b_off + i * r + c];
-            }
-            c0 += r;
-        }
-        if (st == AF_OK) { /* |Bf·Af|_F² = Σ (BfᵀBf) ∘ (Af·Afᵀ) */
-            for (int64_t a = 0; a < R; a++)
-                for (int64_t b = 0; b < R; b++) {
-                    double g1 = 0, g2 = 0;
-                    for (int64_t i = 0; i < out; i++) g1 += Bf[i * R + a] * Bf[i * R + b];
-                    for (int64_t j = 0; j < in; j++) g2 += Af[a * in + j] * Af[b * in + j];
-                    norm2 += g1 * g2;
-                }
-            st = af_svd_lowrank_factored(Bf, Af, out, in, R, k, Bd, Ad, S);
-            ns = k < R ? k : R;
-            const int64_t mn = out < in ? out : in;
-            if (ns > mn) ns = mn;
-        }
-        free(Bf), free(Af);
-    } else if (st == AF_OK) {
-        double *M = af_calloc((size_t)N, sizeof(double)), *D = af_malloc((size_t)m * (size_t)N * sizeof(double));
-        absidx *scr = o->method == AF_MERGE_TIES || o->method == AF_MERGE_MAGNITUDE_PRUNE
-                          ? af_malloc((size_t)N * sizeof(absidx))
-                          : NULL;
-        if (!M || !D || (!scr && (o->method == AF_MERGE_TIES || o->method == AF_MERGE_MAGNITUDE_PRUNE)))
-            st = af_fail(AF_ERR_NOMEM, "merge: out of memory (%d dense [%lld, %lld] matrices)", m + 1, (long long)out,
-                         (long long)in);
-        for (int32_t t = 0; st == AF_OK && t < m; t++) { /* D_t = s B A, then pruned */
-            const in_adapter *x = &J->a[idx[t]];
-            const af_lora_slot *s = af_lora_slot_at(&x->lay, l, (af_proj)p);
-            const int32_t r = x->lay.lora.r;
-            double *Dt = D + (size_t)t * (size_t)N;
-            memset(Dt, 0, (size_t)N * sizeof(double));
-            for (int64_t i = 0; i < out; i++)
-                for (int32_t c = 0; c < r; c++) {
-                    const double b = (double)x->scale * x->P[s->b_off + i * r + c];
-                    const float *ar = x->P + s->a_off + c * in;
-                    for (int64_t j = 0; j < in; j++) Dt[i * in + j] += b * ar[j];
-                }
-            if (o->method == AF_MERGE_TIES || o->method == AF_MERGE_MAGNITUDE_PRUNE)
-                st = magnitude_prune(Dt, N, o->density, scr);
-            else
-                random_prune(Dt, N, o->density, o->seed, l, p, idx[t]);
-        }
-        if (st == AF_OK && (o->method == AF_MERGE_TIES || o->method == AF_MERGE_DARE_TIES)) {
-            for (int64_t e = 0; e < N; e++) {
-                double tot = 0;
-                for (int32_t t = 0; t < m; t++) {
-                    const double v = D[(size_t)t * (size_t)N + (size_t)e];
-                    tot += o->majority_sign_frequency ? sgn(v) : v;
-                }
-                const double el = tot >= 0 ? 1.0 : -1.0;
-                double num = 0, cnt = 0;
-                for (int32_t t = 0; t < m; t++) {
-                    const double v = D[(size_t)t * (size_t)N + (size_t)e];
-                    if (sgn(v) == el) num += J->w[idx[t]] * v, cnt += 1;
-                }
-                M[e] = num / (cnt > 1 ? cnt : 1);
-            }
-        } else if (st == AF_OK) {
-            for (int32_t t = 0; t < m; t++)
-                for (int64_t e = 0; e < N; e++) M[e] += J->w[idx[t]] * D[(size_t)t * (size_t)N + (size_t)e];
-        }
-        if (st == AF_OK) {
-            for (int64_t e = 0; e < N; e++) norm2 += M[e] * M[e];
-            st = af_svd_lowrank(M, out, in, k, Bd, Ad, S);
-            ns = k < (out < in ? out : in) ? k : (out < in ? out : in);
-        }
-        free(M), free(D), free(scr);
-    }
+    if (st == AF_OK) st = is_factored(o->method) ? merge_factored(&S, Bd, Ad, Sv, &norm2, &ns)
+                                                 : merge_dense(&S, Bd, Ad, Sv, &norm2, &ns);
     if (st == AF_OK) {
-        for (int64_t c = 0; c < ns; c++) kept2 += S[c] * S[c];
+        for (int64_t c = 0; c < ns; c++) kept2 += Sv[c] * Sv[c];
         *rel = norm2 > 0 ? sqrt(fmax(0.0, norm2 - kept2) / norm2) : 0.0;
         for (int64_t i = 0; i < out * k; i++) Bo[i] = (float)Bd[i];
         for (int64_t i = 0; i < k * in; i++) Ao[i] = (float)Ad[i];
     }
-    free(Bd), free(Ad), free(S);
+    free(Bd), free(Ad), free(Sv);
     return st;
 }
 
@@ -562,11 +406,8 @@ static cJSON *merge_record(const char *const *dirs, int32_t n, const double *w, 
     return extra;
 }
 
-af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_arg, const af_adapter_merge_opts *opts,
-                           af_adapter_merge_report *report) {
-    af_adapter_merge_opts def;
-    af_adapter_merge_opts_default(&def);
-    const af_adapter_merge_opts *o = opts ? opts : &def;
+/* The arguments against the method: adapter count, weights, density, rank, slerp's t. */
+static af_status check_merge_args(const char *const *dirs, int32_t n, const char *out_arg, const af_adapter_merge_opts *o) {
     if (!dirs || !out_arg || !*out_arg || n < 1) return af_fail(AF_ERR_INVALID_ARG, "af_adapter_merge: no adapters or no output");
     if (n > 256) return af_fail(AF_ERR_INVALID_ARG, "merge: %d adapters (at most 256)", n);
     for (int32_t i = 0; i < n; i++)
@@ -592,15 +433,204 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
         return af_fail(AF_ERR_INVALID_ARG, "merge: slerp: t = %g must be in [0, 1]", o->t);
     if (!slerp && o->t != 0)
         return af_fail(AF_ERR_INVALID_ARG, "merge: %s: t applies to slerp only", mname);
+    return AF_OK;
+}
+
+/* The weight of each adapter (*w, malloc'ed: the given ones, 1 each, or slerp's 1 - t, t), finite. */
+static af_status merge_weights(const char *const *dirs, int32_t n, const af_adapter_merge_opts *o, double **w_out) {
     double *w = af_malloc((size_t)n * sizeof(double));
     if (!w) return af_fail(AF_ERR_NOMEM, "merge: out of memory");
     for (int32_t i = 0; i < n; i++) w[i] = o->weights ? o->weights[i] : 1.0;
-    if (slerp) w[0] = 1.0 - o->t, w[1] = o->t; /* the heads (and the record) */
+    if (o->method == AF_MERGE_SLERP) w[0] = 1.0 - o->t, w[1] = o->t; /* the heads (and the record) */
     for (int32_t i = 0; i < n; i++)
         if (!isfinite(w[i])) {
             free(w);
             return af_fail(AF_ERR_INVALID_ARG, "merge: weight %d (%s) is not finite", i + 1, dirs[i]);
         }
+    *w_out = w;
+    return AF_OK;
+}
+
+/* What the inputs say about the output: its rank, layer count, the adapter whose head and labels
+ * it takes (-1: none), whether a head bias or GGUF q/k rows are among them; n_proj: projections. */
+typedef struct merge_out {
+    int32_t rank, n_layers, head, any_bias, gguf_rows, n_proj;
+} merge_out;
+
+/* The output layout into *lay (slots: the union of the inputs' at the output rank; the head of
+ * M->head) and M's fields. Errors: AF_ERR_INVALID_ARG (a rank above a projection's min(out, in),
+ * cat with another rank), AF_ERR_NOMEM. */
+static af_status out_layout(const in_adapter *a, int32_t n, const af_adapter_merge_opts *o, af_param_layout *lay,
+                            merge_out *M) {
+    int32_t max_r = 0, sum_r = 0;
+    memset(M, 0, sizeof *M);
+    M->head = -1;
+    for (int32_t i = 0; i < n; i++) {
+        const af_adapter_info *in = &a[i].info;
+        max_r = in->r > max_r ? in->r : max_r;
+        sum_r += in->r;
+        int32_t nl = af_merge_afj_int(&a[i], "n_layers");
+        if (nl < in->n_layers) nl = in->n_layers;
+        M->n_layers = nl > M->n_layers ? nl : M->n_layers;
+        if (in->num_classes > 0 && M->head < 0) M->head = i;
+        M->any_bias |= in->has_head_bias;
+        M->gguf_rows |= in->qk_rows_gguf;
+    }
+    const int32_t rank = M->rank = o->method == AF_MERGE_CAT ? sum_r : (o->rank > 0 ? o->rank : max_r);
+    if (o->method == AF_MERGE_CAT && o->rank > 0 && o->rank != sum_r)
+        return af_fail(AF_ERR_INVALID_ARG, "merge: cat: rank %d, but cat's rank is the sum of the ranks, %d (use svd or "
+                                           "linear for another rank)", o->rank, sum_r);
+    lay->lora = (af_lora_config){rank, (float)rank, a[0].info.dropout, 0, 0, 0, 0};
+    lay->scale = 1.0f;
+    lay->n_layers = M->n_layers;
+    lay->head_w_off = lay->head_b_off = -1;
+    lay->slots = af_calloc((size_t)(M->n_layers > 0 ? M->n_layers : 1) * AF_PROJ_COUNT, sizeof *lay->slots);
+    if (!lay->slots) return af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    int64_t off = 0;
+    for (int32_t l = 0; l < M->n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++) {
+            af_lora_slot *s = &lay->slots[(size_t)l * AF_PROJ_COUNT + p];
+            *s = (af_lora_slot){-1, -1, 0, 0, -1};
+            for (int32_t i = 0; i < n && s->a_off < 0; i++)
+                if (l < a[i].lay.n_layers && af_lora_slot_at(&a[i].lay, l, (af_proj)p)->a_off >= 0) {
+                    const af_lora_slot *t = af_lora_slot_at(&a[i].lay, l, (af_proj)p);
+                    s->in = t->in, s->out = t->out, s->a_off = 0;
+                }
+            if (s->a_off < 0) continue;
+            const int64_t mn = s->in < s->out ? s->in : s->out;
+            if (rank > mn)
+                return af_fail(AF_ERR_INVALID_ARG,
+                               o->method == AF_MERGE_CAT
+                                   ? "merge: cat: rank %d (the sum of the ranks) is above min(out, in) = %lld of layer %d %s "
+                                     "(use svd or linear with a smaller rank)"
+                                   : "merge: rank %d is above min(out, in) = %lld of layer %d %s",
+                               rank, (long long)mn, l, af_proj_name((af_proj)p));
+            lay->lora.targets |= 1u << p;
+            s->a_off = off;
+            off += (int64_t)rank * s->in;
+            s->b_off = off;
+            off += s->out * (int64_t)rank;
+            M->n_proj++;
+        }
+    lay->n_lora = off;
+    if (M->head >= 0) {
+        lay->num_classes = a[M->head].info.num_classes;
+        lay->hidden = a[M->head].info.hidden;
+        lay->head_w_off = off;
+        off += (int64_t)lay->num_classes * lay->hidden;
+        lay->head_b_off = off;
+        off += lay->num_classes;
+    } else {
+        lay->hidden = af_merge_afj_int(&a[0], "hidden");
+    }
+    lay->n_total = off;
+    return AF_OK;
+}
+
+/* Every projection merged into J->P, one job per projection on a pool of threads; the first
+ * failure in slot order is the result; the worst truncation error into rep. */
+static af_status merge_projections(merge_job *J, const merge_out *M, af_adapter_merge_report *rep) {
+    const int32_t n_proj = M->n_proj;
+    J->slots = af_calloc((size_t)n_proj, sizeof *J->slots);
+    J->rel = af_calloc((size_t)n_proj, sizeof *J->rel);
+    J->st = af_calloc((size_t)n_proj, sizeof *J->st);
+    J->msg = af_calloc((size_t)n_proj, sizeof *J->msg);
+    af_threadpool *pool = NULL;
+    const int nth = J->o->n_threads > 0 ? J->o->n_threads : af_cpu_count();
+    af_status st;
+    if (!J->slots || !J->rel || !J->st || !J->msg) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    else st = af_threadpool_new(nth < n_proj ? nth : n_proj, 0, NULL, &pool);
+    int32_t k = 0;
+    for (int32_t l = 0; st == AF_OK && l < M->n_layers; l++)
+        for (int p = 0; p < AF_PROJ_COUNT; p++)
+            if (af_lora_slot_at(J->lay, l, (af_proj)p)->a_off >= 0) J->slots[k++] = l * AF_PROJ_COUNT + p;
+    if (st == AF_OK) af_threadpool_run(pool, af_threadpool_size(pool), n_proj, 1, merge_jobs, J);
+    af_threadpool_free(pool);
+    for (int32_t i = 0; st == AF_OK && i < n_proj; i++) { /* the first failure in slot order */
+        const int32_t l = J->slots[i] / AF_PROJ_COUNT, p = J->slots[i] % AF_PROJ_COUNT;
+        if (J->st[i] != AF_OK)
+            st = af_fail(J->st[i], "merge: layer %d %s: %s", l, af_proj_name((af_proj)p), J->msg[i] ? J->msg[i] : "");
+        else if (J->rel[i] > rep->max_rel_error || rep->worst_layer < 0) {
+            rep->max_rel_error = J->rel[i];
+            rep->worst_layer = l;
+            snprintf(rep->worst_proj, sizeof rep->worst_proj, "%s", af_proj_name((af_proj)p));
+        }
+    }
+    for (int32_t i = 0; J->msg && i < n_proj; i++) free(J->msg[i]);
+    free(J->slots), free(J->rel), free(J->st), free(J->msg);
+    J->slots = NULL, J->rel = NULL, J->st = NULL, J->msg = NULL;
+    return st;
+}
+
+/* The labels of the head's adapter (*labels: borrowed strings of its afinar.json, array caller
+ * frees), as many as the output's classes. */
+static af_status merge_labels(const in_adapter *h, const af_param_layout *lay, const char ***labels) {
+    const int32_t nl = cJSON_GetArraySize(h->labels);
+    *labels = af_calloc((size_t)(nl > 0 ? nl : 1), sizeof **labels);
+    if (!*labels) return af_fail(AF_ERR_NOMEM, "merge: out of memory");
+    for (int32_t i = 0; i < nl; i++) {
+        const cJSON *e = cJSON_GetArrayItem(h->labels, i);
+        (*labels)[i] = cJSON_IsString(e) ? e->valuestring : "";
+    }
+    if (nl != lay->num_classes)
+        return af_fail(AF_ERR_FORMAT, "%s/afinar.json: %d labels for %d classes", h->dir, nl, lay->num_classes);
+    return AF_OK;
+}
+
+/* The merged adapter saved into the temporary tmp, then renamed into out_dir (an existing one moved
+ * aside to old first, removed after); on a failure nothing is written and the message names
+ * out_dir, not the temporary. */
+static af_status save_merged(const in_adapter *f, const af_param_layout *lay, const float *P, int any_bias,
+                             const char **labels, cJSON *extra, const char *tmp, const char *old, const char *out_dir) {
+    af_adapter_save_opts so = {0};
+    so.base_model_name_or_path = f->info.base_model;
+    so.task_type = f->info.task_type;
+    so.write_head_bias = any_bias;
+    so.architecture = af_merge_afj_string(f, "architecture"); /* head counts 0: rows written as they are */
+    so.pooling = af_merge_afj_string(f, "pooling");
+    so.max_seq_len = af_merge_afj_int(f, "max_seq_len");
+    so.labels = labels;
+    so.n_labels = labels ? lay->num_classes : 0;
+    so.extra = extra;
+    rm_flat_dir(tmp); /* a stale one of a killed run with our pid */
+    static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
+                                        AF_MANIFEST_FILE};
+    const int slot = af_temp_dir_register(tmp, files, 4); /* removed by a fatal signal (cli) */
+    af_status st = af_adapter_save(tmp, lay, P, &so);
+    if (st == AF_OK) {
+        struct stat sb;
+        const int exists = lstat(out_dir, &sb) == 0;
+        if (exists && rename(out_dir, old) != 0)
+            st = af_fail(AF_ERR_IO, "%s: cannot move the old adapter aside: %s", out_dir, strerror(errno));
+        else if (rename(tmp, out_dir) != 0) {
+            st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", out_dir, tmp, strerror(errno));
+            if (exists) (void)rename(old, out_dir);
+        } else if (exists) {
+            rm_flat_dir(old);
+        }
+    }
+    if (st != AF_OK) rm_flat_dir(tmp);
+    af_temp_dir_unregister(slot);
+    if (st != AF_OK) {
+        char msg[1024]; /* name the output, not the temporary the user never sees */
+        const char *e = af_last_error();
+        const size_t lt = strlen(tmp);
+        if (!strncmp(e, tmp, lt)) {
+            snprintf(msg, sizeof msg, "%s%s (nothing written)", out_dir, e + lt);
+            af_fail(st, "%s", msg);
+        }
+    }
+    return st;
+}
+
+af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_arg, const af_adapter_merge_opts *opts,
+                           af_adapter_merge_report *report) {
+    af_adapter_merge_opts def;
+    af_adapter_merge_opts_default(&def);
+    const af_adapter_merge_opts *o = opts ? opts : &def;
+    AF_TRY(check_merge_args(dirs, n, out_arg, o));
+    double *w = NULL;
+    AF_TRY(merge_weights(dirs, n, o, &w));
     char *out_dir = strdup(out_arg); /* without trailing '/': the temporary is its sibling */
     if (!out_dir) {
         free(w);
@@ -612,112 +642,22 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
     if (st == AF_OK && !a) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
     int32_t nread = 0;
     for (; st == AF_OK && nread < n; nread++) {
-        st = in_read(dirs[nread], &a[nread]);
-        if (st != AF_OK) in_free(&a[nread]);
+        st = af_merge_in_read(dirs[nread], &a[nread]);
+        if (st != AF_OK) af_merge_in_free(&a[nread]);
     }
-    if (st == AF_OK) st = check_inputs(a, n);
+    if (st == AF_OK) st = af_merge_check_inputs(a, n);
 
     /* output layout: union of the slots; rank */
     af_param_layout lay = {0};
-    int32_t max_r = 0, sum_r = 0, n_layers = 0, head = -1, any_bias = 0, gguf_rows = 0;
-    for (int32_t i = 0; st == AF_OK && i < n; i++) {
-        const af_adapter_info *in = &a[i].info;
-        max_r = in->r > max_r ? in->r : max_r;
-        sum_r += in->r;
-        int32_t nl = afj_int(&a[i], "n_layers");
-        if (nl < in->n_layers) nl = in->n_layers;
-        n_layers = nl > n_layers ? nl : n_layers;
-        if (in->num_classes > 0 && head < 0) head = i;
-        any_bias |= in->has_head_bias;
-        gguf_rows |= in->qk_rows_gguf;
-    }
-    const int32_t rank = o->method == AF_MERGE_CAT ? sum_r : (o->rank > 0 ? o->rank : max_r);
-    if (st == AF_OK && o->method == AF_MERGE_CAT && o->rank > 0 && o->rank != sum_r)
-        st = af_fail(AF_ERR_INVALID_ARG, "merge: cat: rank %d, but cat's rank is the sum of the ranks, %d (use svd or "
-                                         "linear for another rank)", o->rank, sum_r);
-    if (st == AF_OK) {
-        lay.lora = (af_lora_config){rank, (float)rank, a[0].info.dropout, 0, 0, 0, 0};
-        lay.scale = 1.0f;
-        lay.n_layers = n_layers;
-        lay.head_w_off = lay.head_b_off = -1;
-        lay.slots = af_calloc((size_t)(n_layers > 0 ? n_layers : 1) * AF_PROJ_COUNT, sizeof *lay.slots);
-        if (!lay.slots) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
-    }
-    int64_t off = 0;
-    int32_t n_proj = 0;
-    for (int32_t l = 0; st == AF_OK && l < n_layers; l++)
-        for (int p = 0; st == AF_OK && p < AF_PROJ_COUNT; p++) {
-            af_lora_slot *s = &lay.slots[(size_t)l * AF_PROJ_COUNT + p];
-            *s = (af_lora_slot){-1, -1, 0, 0, -1};
-            for (int32_t i = 0; i < n && s->a_off < 0; i++)
-                if (l < a[i].lay.n_layers && af_lora_slot_at(&a[i].lay, l, (af_proj)p)->a_off >= 0) {
-                    const af_lora_slot *t = af_lora_slot_at(&a[i].lay, l, (af_proj)p);
-                    s->in = t->in, s->out = t->out, s->a_off = 0;
-                }
-            if (s->a_off < 0) continue;
-            const int64_t mn = s->in < s->out ? s->in : s->out;
-            if (rank > mn) {
-                st = af_fail(AF_ERR_INVALID_ARG,
-                             o->method == AF_MERGE_CAT
-                                 ? "merge: cat: rank %d (the sum of the ranks) is above min(out, in) = %lld of layer %d %s "
-                                   "(use svd or linear with a smaller rank)"
-                                 : "merge: rank %d is above min(out, in) = %lld of layer %d %s",
-                             rank, (long long)mn, l, af_proj_name((af_proj)p));
-                break;
-            }
-            lay.lora.targets |= 1u << p;
-            s->a_off = off;
-            off += (int64_t)rank * s->in;
-            s->b_off = off;
-            off += s->out * (int64_t)rank;
-            n_proj++;
-        }
-    lay.n_lora = off;
-    if (st == AF_OK && head >= 0) {
-        lay.num_classes = a[head].info.num_classes;
-        lay.hidden = a[head].info.hidden;
-        lay.head_w_off = off;
-        off += (int64_t)lay.num_classes * lay.hidden;
-        lay.head_b_off = off;
-        off += lay.num_classes;
-    } else if (st == AF_OK) {
-        lay.hidden = afj_int(&a[0], "hidden");
-    }
-    lay.n_total = off;
-    float *P = st == AF_OK ? af_calloc((size_t)(off > 0 ? off : 1), sizeof(float)) : NULL;
-    if (st == AF_OK && !P) st = af_fail(AF_ERR_NOMEM, "merge: out of memory (%lld parameters)", (long long)off);
+    merge_out M = {0, 0, -1, 0, 0, 0};
+    if (st == AF_OK) st = out_layout(a, n, o, &lay, &M);
+    float *P = st == AF_OK ? af_calloc((size_t)(lay.n_total > 0 ? lay.n_total : 1), sizeof(float)) : NULL;
+    if (st == AF_OK && !P) st = af_fail(AF_ERR_NOMEM, "merge: out of memory (%lld parameters)", (long long)lay.n_total);
 
-    af_adapter_merge_report rep = {rank, n_proj, head >= 0, 0.0, -1, ""};
-    merge_job J = {a, n, w, o, rank, &lay, P, NULL, NULL, NULL, NULL};
-    if (st == AF_OK && n_proj > 0) { /* one job per projection, on a pool of threads */
-        J.slots = af_calloc((size_t)n_proj, sizeof *J.slots);
-        J.rel = af_calloc((size_t)n_proj, sizeof *J.rel);
-        J.st = af_calloc((size_t)n_proj, sizeof *J.st);
-        J.msg = af_calloc((size_t)n_proj, sizeof *J.msg);
-        af_threadpool *pool = NULL;
-        const int nth = o->n_threads > 0 ? o->n_threads : af_cpu_count();
-        if (!J.slots || !J.rel || !J.st || !J.msg) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
-        else st = af_threadpool_new(nth < n_proj ? nth : n_proj, 0, NULL, &pool);
-        int32_t k = 0;
-        for (int32_t l = 0; st == AF_OK && l < n_layers; l++)
-            for (int p = 0; p < AF_PROJ_COUNT; p++)
-                if (af_lora_slot_at(&lay, l, (af_proj)p)->a_off >= 0) J.slots[k++] = l * AF_PROJ_COUNT + p;
-        if (st == AF_OK) af_threadpool_run(pool, af_threadpool_size(pool), n_proj, 1, merge_jobs, &J);
-        af_threadpool_free(pool);
-        for (int32_t i = 0; st == AF_OK && i < n_proj; i++) { /* the first failure in slot order */
-            const int32_t l = J.slots[i] / AF_PROJ_COUNT, p = J.slots[i] % AF_PROJ_COUNT;
-            if (J.st[i] != AF_OK)
-                st = af_fail(J.st[i], "merge: layer %d %s: %s", l, af_proj_name((af_proj)p), J.msg[i] ? J.msg[i] : "");
-            else if (J.rel[i] > rep.max_rel_error || rep.worst_layer < 0) {
-                rep.max_rel_error = J.rel[i];
-                rep.worst_layer = l;
-                snprintf(rep.worst_proj, sizeof rep.worst_proj, "%s", af_proj_name((af_proj)p));
-            }
-        }
-        for (int32_t i = 0; J.msg && i < n_proj; i++) free(J.msg[i]);
-        free(J.slots), free(J.rel), free(J.st), free(J.msg);
-    }
-    if (st == AF_OK && head >= 0) { /* W = Σ w_i W_i, b = Σ w_i b_i */
+    af_adapter_merge_report rep = {M.rank, M.n_proj, M.head >= 0, 0.0, -1, ""};
+    merge_job J = {a, n, w, o, M.rank, &lay, P, NULL, NULL, NULL, NULL};
+    if (st == AF_OK && M.n_proj > 0) st = merge_projections(&J, &M, &rep);
+    if (st == AF_OK && M.head >= 0) { /* W = Σ w_i W_i, b = Σ w_i b_i */
         const int64_t nw = (int64_t)lay.num_classes * lay.hidden;
         for (int32_t i = 0; i < n; i++) {
             const af_param_layout *x = &a[i].lay;
@@ -734,65 +674,16 @@ af_status af_adapter_merge(const char *const *dirs, int32_t n, const char *out_a
     if (st == AF_OK) {
         tmp = sibling(out_dir, "merge-tmp");
         old = sibling(out_dir, "merge-old");
-        extra = merge_record(dirs, n, w, o, rank, gguf_rows);
+        extra = merge_record(dirs, n, w, o, M.rank, M.gguf_rows);
         if (!tmp || !old || !extra) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
     }
-    if (st == AF_OK && head >= 0 && a[head].labels) {
-        const int32_t nl = cJSON_GetArraySize(a[head].labels);
-        labels = af_calloc((size_t)(nl > 0 ? nl : 1), sizeof *labels);
-        if (!labels) st = af_fail(AF_ERR_NOMEM, "merge: out of memory");
-        for (int32_t i = 0; st == AF_OK && i < nl; i++) {
-            const cJSON *e = cJSON_GetArrayItem(a[head].labels, i);
-            labels[i] = cJSON_IsString(e) ? e->valuestring : "";
-        }
-        if (st == AF_OK && nl != lay.num_classes)
-            st = af_fail(AF_ERR_FORMAT, "%s/afinar.json: %d labels for %d classes", a[head].dir, nl, lay.num_classes);
-    }
-    if (st == AF_OK) {
-        const in_adapter *f = &a[head >= 0 ? head : 0];
-        af_adapter_save_opts so = {0};
-        so.base_model_name_or_path = f->info.base_model;
-        so.task_type = f->info.task_type;
-        so.write_head_bias = any_bias;
-        so.architecture = afj_string(f, "architecture"); /* head counts 0: rows written as they are */
-        so.pooling = afj_string(f, "pooling");
-        so.max_seq_len = afj_int(f, "max_seq_len");
-        so.labels = labels;
-        so.n_labels = labels ? lay.num_classes : 0;
-        so.extra = extra;
-        rm_flat_dir(tmp); /* a stale one of a killed run with our pid */
-        static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
-                                            AF_MANIFEST_FILE};
-        const int slot = af_temp_dir_register(tmp, files, 4); /* removed by a fatal signal (cli) */
-        st = af_adapter_save(tmp, &lay, P, &so);
-        if (st == AF_OK) {
-            struct stat sb;
-            const int exists = lstat(out_dir, &sb) == 0;
-            if (exists && rename(out_dir, old) != 0)
-                st = af_fail(AF_ERR_IO, "%s: cannot move the old adapter aside: %s", out_dir, strerror(errno));
-            else if (rename(tmp, out_dir) != 0) {
-                st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", out_dir, tmp, strerror(errno));
-                if (exists) (void)rename(old, out_dir);
-            } else if (exists) {
-                rm_flat_dir(old);
-            }
-        }
-        if (st != AF_OK) rm_flat_dir(tmp);
-        af_temp_dir_unregister(slot);
-        if (st != AF_OK) {
-            char msg[1024]; /* name the output, not the temporary the user never sees */
-            const char *e = af_last_error();
-            const size_t lt = strlen(tmp);
-            if (!strncmp(e, tmp, lt)) {
-                snprintf(msg, sizeof msg, "%s%s (nothing written)", out_dir, e + lt);
-                af_fail(st, "%s", msg);
-            }
-        }
-    }
+    if (st == AF_OK && M.head >= 0 && a[M.head].labels) st = merge_labels(&a[M.head], &lay, &labels);
+    if (st == AF_OK)
+        st = save_merged(&a[M.head >= 0 ? M.head : 0], &lay, P, M.any_bias, labels, extra, tmp, old, out_dir);
     if (st == AF_OK && report) *report = rep;
     cJSON_Delete(extra);
     free(labels), free(tmp), free(old), free(P), free(lay.slots), free(w), free(out_dir);
-    for (int32_t i = 0; a && i < nread; i++) in_free(&a[i]);
+    for (int32_t i = 0; a && i < nread; i++) af_merge_in_free(&a[i]);
     free(a);
     return st;
 }

@@ -8,18 +8,34 @@
 #include <time.h>
 
 static _Thread_local char tl_msg[1024];
+static _Thread_local af_error_kind tl_kind;
 
 af_status af_fail(af_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
     va_end(ap);
+    tl_kind = AF_ERROR_KIND_NONE;
     return st;
 }
 
-void af_clear_error(void) { tl_msg[0] = 0; }
+af_status af_fail_kind(af_status st, af_error_kind kind, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    va_end(ap);
+    tl_kind = kind;
+    return st;
+}
+
+void af_clear_error(void) {
+    tl_msg[0] = 0;
+    tl_kind = AF_ERROR_KIND_NONE;
+}
 
 const char *af_last_error(void) { return tl_msg; }
+
+af_error_kind af_last_error_kind(void) { return tl_kind; }
 
 const char *af_status_name(af_status st) {
     switch (st) {

@@ -22,7 +22,11 @@
  * Convention for messages: "<file>: <field>: <problem>[ at offset N]". */
 af_status af_fail(af_status st, const char *fmt, ...) AF_PRINTF(2, 3);
 
-/* Clear this thread's message. */
+/* As af_fail, and record `kind` (af_last_error_kind) with the message; af_fail records
+ * AF_ERROR_KIND_NONE. */
+af_status af_fail_kind(af_status st, af_error_kind kind, const char *fmt, ...) AF_PRINTF(3, 4);
+
+/* Clear this thread's message (and its kind). */
 void af_clear_error(void);
 
 /* Internal invariant (a bug if it fails): records AF_ERR_INTERNAL with file:line and returns it

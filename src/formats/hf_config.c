@@ -254,7 +254,9 @@ static af_status parse_gemma4(const cfgp *p, af_hf_config *c) {
     return AF_OK;
 }
 
-static af_status parse(const cfgp *p, af_hf_config *c) {
+/* The checkpoint's kind: a JSON object, not multimodal, not mixture-of-experts, a supported
+ * model_type (its index in k_types into *ti; c->model_type and c->architecture set). */
+static af_status parse_type(const cfgp *p, af_hf_config *c, int *ti_out) {
     const cJSON *r = p->root;
     if (!cJSON_IsObject(r)) return af_fail(AF_ERR_FORMAT, "%s: not a JSON object", p->L);
     for (size_t i = 0; i < sizeof k_vision_keys / sizeof *k_vision_keys; i++)
@@ -282,9 +284,13 @@ static af_status parse(const cfgp *p, af_hf_config *c) {
     }
     snprintf(c->model_type, sizeof c->model_type, "%s", k_types[ti].model_type);
     snprintf(c->architecture, sizeof c->architecture, "%s", k_types[ti].arch);
-    const int gemma4 = !strcmp(c->architecture, "gemma4");
-    const int gemma = gemma4 || !strcmp(c->architecture, "gemma3");
+    *ti_out = ti;
+    return AF_OK;
+}
 
+/* The sizes: hidden, layers, heads, head_dim, FFN, vocabulary, positions; tied embeddings, norm eps. */
+static af_status parse_sizes(const cfgp *p, af_hf_config *c, int ti) {
+    const cJSON *r = p->root;
     AF_TRY(get_i32(p, "hidden_size", 1, 0, 1, 1 << 16, &c->hidden_size));
     AF_TRY(get_i32(p, "num_hidden_layers", 1, 0, 1, AF_HF_MAX_LAYERS, &c->num_hidden_layers));
     AF_TRY(get_i32(p, "num_attention_heads", 1, 0, 1, 1024, &c->num_attention_heads));
@@ -296,8 +302,13 @@ static af_status parse(const cfgp *p, af_hf_config *c) {
     AF_TRY(get_i32(p, "max_position_embeddings", 0, 2048, 1, INT32_MAX, &c->max_position_embeddings));
     AF_TRY(get_bool(p, "tie_word_embeddings", k_types[ti].tie_default, &c->tie_word_embeddings));
     AF_TRY(get_float(p, r, "rms_norm_eps", "rms_norm_eps", 1, 0, &c->rms_norm_eps));
+    return AF_OK;
+}
 
-    /* RoPE: 4.x top-level keys, 5.x rope_parameters (flat, or per layer type for gemma3) */
+/* RoPE: 4.x top-level keys, 5.x rope_parameters (flat, or per layer type for gemma3; gemma4's
+ * proportional full-attention RoPE); no scaling, no partial rotary factor. */
+static af_status parse_rope(const cfgp *p, af_hf_config *c, int gemma4) {
+    const cJSON *r = p->root;
     AF_TRY(get_float(p, r, "rope_theta", "rope_theta", 0, 10000.0, &c->rope_theta));
     AF_TRY(get_float(p, r, "rope_local_base_freq", "rope_local_base_freq", 0, 10000.0, &c->rope_theta_swa));
     AF_TRY(check_rope_scaling(p, item(r, "rope_scaling"), "rope_scaling"));
@@ -328,8 +339,12 @@ static af_status parse(const cfgp *p, af_hf_config *c) {
     const cJSON *prf = item(r, "partial_rotary_factor");
     if (prf && !cJSON_IsNull(prf) && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0))
         return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'partial_rotary_factor': partial RoPE is not supported", p->L);
+    return AF_OK;
+}
 
-    /* activation */
+/* The activation (the type's own), attention biases; no MLP biases. */
+static af_status parse_activation(const cfgp *p, af_hf_config *c, int ti, int gemma) {
+    const cJSON *r = p->root;
     const cJSON *act = item(r, gemma ? "hidden_activation" : "hidden_act");
     if (!act && gemma) act = item(r, "hidden_act");
     if (act && !cJSON_IsNull(act)) {
@@ -343,8 +358,13 @@ static af_status parse(const cfgp *p, af_hf_config *c) {
     AF_TRY(get_bool(p, "attention_bias", 0, &c->attention_bias));
     AF_TRY(get_bool(p, "mlp_bias", 0, &mlp_bias));
     if (mlp_bias) return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'mlp_bias': MLP biases are not supported", p->L);
+    return AF_OK;
+}
 
-    /* sliding window, attention scale, soft-capping (gemma3; read for every type, checked by the model) */
+/* Sliding-window attention (gemma3/4; read for every type, checked by the model): the window, its
+ * pattern, the per-layer types. */
+static af_status parse_sliding(const cfgp *p, af_hf_config *c, int gemma) {
+    const cJSON *r = p->root;
     int64_t sw = 0;
     AF_TRY(get_int(p, r, "sliding_window", "sliding_window", 0, 0, 1, INT32_MAX, &sw));
     c->sliding_window = sw;
@@ -375,6 +395,20 @@ static af_status parse(const cfgp *p, af_hf_config *c) {
             i++;
         }
     }
+    return AF_OK;
+}
+
+static af_status parse(const cfgp *p, af_hf_config *c) {
+    const cJSON *r = p->root;
+    int ti = -1;
+    AF_TRY(parse_type(p, c, &ti));
+    const int gemma4 = !strcmp(c->architecture, "gemma4");
+    const int gemma = gemma4 || !strcmp(c->architecture, "gemma3");
+    AF_TRY(parse_sizes(p, c, ti));
+    AF_TRY(parse_rope(p, c, gemma4));
+    AF_TRY(parse_activation(p, c, ti, gemma));
+    /* sliding window, attention scale, soft-capping (gemma3; read for every type, checked by the model) */
+    AF_TRY(parse_sliding(p, c, gemma));
     if (gemma4) AF_TRY(parse_gemma4(p, c));
     if (gemma && !gemma4) {
         AF_TRY(get_float(p, r, "query_pre_attn_scalar", "query_pre_attn_scalar", 0, c->head_dim,

@@ -134,6 +134,43 @@ af_status af_lora_parse_layers(const char *spec, int32_t n_layers, int32_t *laye
     return AF_OK;
 }
 
+af_status af_lora_parse_layer_list(const char *spec, int32_t n_layers, int32_t **layers, int32_t *n) {
+    if (!spec || !layers || !n || n_layers < 1) return af_fail(AF_ERR_INVALID_ARG, "layers to transform: bad argument");
+    *layers = NULL;
+    *n = 0;
+    int32_t *v = af_malloc(sizeof(int32_t) * (size_t)n_layers);
+    if (!v) return af_fail(AF_ERR_NOMEM, "layers to transform: out of memory");
+    int32_t k = 0;
+    for (const char *s = spec;;) {
+        while (*s == ' ') s++;
+        const int64_t x = parse_uint(&s);
+        while (*s == ' ') s++;
+        af_status st = AF_OK;
+        if (x < 0 || (*s && *s != ','))
+            st = af_fail(AF_ERR_INVALID_ARG, "layers to transform '%s': expected a comma list of 0-based layer "
+                                             "indices (e.g. 0,2,5)", spec);
+        else if (x >= n_layers)
+            st = af_fail(AF_ERR_INVALID_ARG, "layers to transform '%s': layer %lld does not exist (layers 0..%d)", spec,
+                         (long long)x, n_layers - 1);
+        int32_t at = k; /* insertion keeps v ascending */
+        while (st == AF_OK && at > 0 && v[at - 1] >= x) {
+            if (v[at - 1] == x)
+                st = af_fail(AF_ERR_INVALID_ARG, "layers to transform '%s': layer %lld is listed twice", spec, (long long)x);
+            else v[at] = v[at - 1], at--;
+        }
+        if (st != AF_OK) {
+            free(v);
+            return st;
+        }
+        v[at] = (int32_t)x, k++; /* at most n_layers distinct indices: k stays <= n_layers */
+        if (!*s) break;
+        s++;
+    }
+    *layers = v;
+    *n = k;
+    return AF_OK;
+}
+
 int32_t af_lora_lowest_layer(const af_param_layout *lay) {
     for (int32_t l = 0; l < lay->n_layers; l++)
         for (int p = 0; p < AF_PROJ_COUNT; p++)

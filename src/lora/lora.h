@@ -92,6 +92,12 @@ typedef struct af_param_layout {
  * layer >= n_layers, N < 1 or N > n_layers). */
 af_status af_lora_parse_layers(const char *spec, int32_t n_layers, int32_t *layer_min, int32_t *layer_end);
 
+/* Parse PEFT's layers_to_transform for n_layers layers: a comma list of 0-based layer indices ("0,2,5",
+ * any order) into *layers (malloc'ed, caller frees; ascending) and *n. Errors: AF_ERR_INVALID_ARG
+ * naming the spec (an empty list or item, not a number, a layer >= n_layers, a layer listed twice),
+ * AF_ERR_NOMEM. */
+af_status af_lora_parse_layer_list(const char *spec, int32_t n_layers, int32_t **layers, int32_t *n);
+
 /* The model facts a layout is built from: layer count, hidden size and, per layer and projection,
  * the projection's shape (proj_shape returns 0 when the layer has no such projection: a gemma4
  * KV-sharing layer has no k/v, an attention_k_eq_v layer no v). model/lora_layout.c fills it from
@@ -129,6 +135,14 @@ af_status af_param_layout_copy(af_param_layout *dst, const af_param_layout *src)
  * empty or outside [0, n_layers]. Defined in model/lora_layout.c. */
 af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
                                       int32_t num_classes, int32_t layer_min, int32_t layer_end);
+/* Same, with adapters only on the `n` listed layers (ascending, distinct, each < the model's layers:
+ * af_lora_parse_layer_list), any set (PEFT's layers_to_transform as a list): the slots of the other
+ * layers are empty as where a model has no such projection, so the layout (offsets, n_total) is
+ * the one PEFT's module walk gives; the backward stops at the lowest listed layer and passes through
+ * the unlisted ones above it. Extra error: AF_ERR_INVALID_ARG (an empty, unsorted or out-of-range
+ * list). Defined in model/lora_layout.c. */
+af_status af_param_layout_init_list(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
+                                    int32_t num_classes, const int32_t *layers, int32_t n);
 void af_param_layout_free(af_param_layout *lay);
 
 /* PiSSA / OLoRA (lay->init AF_LORA_INIT_PISSA / _OLORA; PEFT 0.21 LoraLayer.pissa_init / olora_init):

@@ -26,6 +26,33 @@ af_status af_param_layout_init_layers(af_param_layout *lay, const af_model *mode
     return af_param_layout_build(lay, &sh, cfg, num_classes, layer_min, layer_end);
 }
 
+/* The model's shapes with only the listed layers' projections present. */
+typedef struct listed_shapes {
+    const af_model *model;
+    const int32_t *layers;
+    int32_t n;
+} listed_shapes;
+
+static int listed_proj_shape(const void *user, int32_t l, af_proj p, int64_t *in, int64_t *out) {
+    const listed_shapes *u = user;
+    int listed = 0;
+    for (int32_t i = 0; i < u->n && !listed; i++) listed = u->layers[i] == l;
+    return af_model_proj_shape(u->model, l, (int32_t)p, in, out) && listed;
+}
+
+af_status af_param_layout_init_list(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
+                                    int32_t num_classes, const int32_t *layers, int32_t n) {
+    if (!model || !layers || n < 1) return af_fail(AF_ERR_INVALID_ARG, "lora layout: NULL argument or no layer listed");
+    const af_model_config *c = af_model_get_config(model);
+    for (int32_t i = 0; i < n; i++)
+        if (layers[i] < 0 || layers[i] >= c->num_hidden_layers || (i > 0 && layers[i] <= layers[i - 1]))
+            return af_fail(AF_ERR_INVALID_ARG, "lora layout: the layer list must be ascending, distinct, in [0, %d)",
+                           c->num_hidden_layers);
+    const listed_shapes u = {model, layers, n};
+    const af_layout_shapes sh = {c->num_hidden_layers, c->hidden_size, &u, listed_proj_shape};
+    return af_param_layout_build(lay, &sh, cfg, num_classes, layers[0], layers[n - 1] + 1);
+}
+
 af_status af_param_layout_init(af_param_layout *lay, const af_model *model, const af_lora_config *cfg,
                                int32_t num_classes) {
     return af_param_layout_init_layers(lay, model, cfg, num_classes, 0, 0);

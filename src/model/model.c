@@ -248,12 +248,11 @@ static af_status load_ple(af_model *m, const wsrc *s, float **scratch) {
     return AF_OK;
 }
 
-/* The weights of either container (src_find maps names), with the per-layer sizes and sliding
- * pattern of `pl`. */
-static af_status load_weights(af_model *m, const wsrc *s, const lplan *pl) {
+/* The token embedding (its rows give the vocabulary size) and the output head (tied to the
+ * embedding when a GGUF has no output.weight, or as config.json says). */
+static af_status load_embeddings(af_model *m, const wsrc *s) {
     af_model_config *c = &m->cfg;
-    const int64_t H = c->hidden_size, P = m->desc.ple_dim;
-    const int32_t NL = c->num_hidden_layers;
+    const int64_t H = c->hidden_size;
     wview te;
     AF_TRY(src_find(s, "token_embd.weight", 1, &te));
     if (te.ne[1] < 1 || te.ne[1] > INT32_MAX)
@@ -276,6 +275,128 @@ static af_status load_weights(af_model *m, const wsrc *s, const lplan *pl) {
         m->output = m->tok_embd;
     }
     c->tie_word_embeddings = tied;
+    return AF_OK;
+}
+
+/* Layer il's projections and their norms: attention norm, q, k and v (none when it reads another
+ * layer's K/V; no v for attention_k_eq_v), o; feed-forward norm, gate, up, down. */
+static af_status load_layer_proj(af_model *m, const wsrc *s, const lplan *pl, int il, float **scratch) {
+    const af_arch_desc *D = &m->desc;
+    af_layer *L = &m->layers[il];
+    const int64_t H = m->cfg.hidden_size, hd = L->head_dim, qd = (int64_t)L->n_head * hd,
+                  kvd = (int64_t)L->n_kv_head * hd, F = L->n_ff;
+    const int own_kv = L->kv_src == il;
+    char n[96];
+#define NM(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
+    AF_TRY(find_vector(s, NM("attn_norm.weight"), H, scratch, &L->attn_norm));
+    AF_TRY(find_matrix(s, NM("attn_q.weight"), qd, H, L->n_head, &L->wq));
+    if (own_kv) {
+        AF_TRY(find_matrix(s, NM("attn_k.weight"), kvd, H, L->n_kv_head, &L->wk));
+        /* attention_k_eq_v: GGUF without attn_v (llama.cpp: v = k); HF global layers by config.json */
+        int has_v = 1;
+        if (D->v_norm) {
+            wview vv;
+            af_status fs = m->gguf ? src_find(s, NM("attn_v.weight"), 0, &vv)
+                                   : (pl->v_from_k_global && !pl->sliding[il] ? AF_ERR_NOT_FOUND : AF_OK);
+            if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
+            has_v = fs == AF_OK;
+        }
+        L->v_from_k = !has_v;
+        if (has_v) AF_TRY(find_matrix(s, NM("attn_v.weight"), kvd, H, 0, &L->wv));
+    }
+    AF_TRY(find_matrix(s, NM("attn_output.weight"), H, qd, 0, &L->wo));
+    AF_TRY(find_vector(s, NM("ffn_norm.weight"), H, scratch, &L->ffn_norm));
+    AF_TRY(find_matrix(s, NM("ffn_gate.weight"), F, H, 0, &L->w_gate));
+    AF_TRY(find_matrix(s, NM("ffn_up.weight"), F, H, 0, &L->w_up));
+    AF_TRY(find_matrix(s, NM("ffn_down.weight"), H, F, 0, &L->w_down));
+#undef NM
+    return AF_OK;
+}
+
+/* The rest of layer il (in the order the loader has always read it): RoPE base and window, the
+ * q/k/v biases and q/k norms its architecture has, the sandwich norms, the window and RoPE of
+ * sliding / global layers (gguf_ff: GGUF rope_freqs of the global layers, whose head_dim is
+ * hd_global; HF factors into *misc), the PLE tensors, the optional layer_output_scale. */
+static af_status load_layer_rest(af_model *m, const wsrc *s, const lplan *pl, int il, float **scratch, float **misc,
+                                 const float *gguf_ff, int32_t hd_global) {
+    const af_model_config *c = &m->cfg;
+    const af_arch_desc *D = &m->desc;
+    af_layer *L = &m->layers[il];
+    const int64_t H = c->hidden_size, P = D->ple_dim, hd = L->head_dim, qd = (int64_t)L->n_head * hd,
+                  kvd = (int64_t)L->n_kv_head * hd;
+    const int own_kv = L->kv_src == il;
+    char n[96];
+#define NM(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
+    L->rope_base = c->rope_theta;
+    L->window = 0;
+    if (D->qkv_bias) {
+        AF_TRY(find_vector(s, NM("attn_q.bias"), qd, scratch, &L->bq));
+        AF_TRY(find_vector(s, NM("attn_k.bias"), kvd, scratch, &L->bk));
+        AF_TRY(find_vector(s, NM("attn_v.bias"), kvd, scratch, &L->bv));
+    }
+    if (D->qk_norm) {
+        AF_TRY(find_vector(s, NM("attn_q_norm.weight"), hd, scratch, &L->q_norm));
+        if (own_kv) AF_TRY(find_vector(s, NM("attn_k_norm.weight"), hd, scratch, &L->k_norm));
+    }
+    if (D->sandwich_norm) {
+        AF_TRY(find_vector(s, NM("post_attention_norm.weight"), H, scratch, &L->post_attn_norm));
+        AF_TRY(find_vector(s, NM("post_ffw_norm.weight"), H, scratch, &L->post_ffw_norm));
+    }
+    if (D->swa_period != 0 && pl->sliding[il]) {
+        L->window = D->sliding_window;
+        L->rope_base = D->rope_base_swa;
+    }
+    if (D->swa_period < 0 && !pl->sliding[il]) {
+        if (m->gguf) {
+            if (gguf_ff && hd != hd_global)
+                return af_fail(AF_ERR_FORMAT, "%s: rope_freqs.weight has %d factors but layer %d has head_dim %lld",
+                               s->label, hd_global / 2, il, (long long)hd);
+            L->rope_freq_factors = gguf_ff;
+        } else {
+            L->rope_freq_factors = rope_factors(pl->rope_partial_full, (int32_t)hd, misc);
+        }
+    }
+    if (P > 0) {
+        AF_TRY(find_matrix(s, NM("inp_gate.weight"), P, H, 0, &L->ple_gate));
+        AF_TRY(find_matrix(s, NM("proj.weight"), H, P, 0, &L->ple_proj));
+        AF_TRY(find_vector(s, NM("post_norm.weight"), H, scratch, &L->ple_post_norm));
+    }
+    if (D->swa_period < 0) { /* layer_output_scale: optional */
+        wview os;
+        af_status fs = src_find(s, NM("layer_output_scale.weight"), 0, &os);
+        if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
+        if (fs == AF_OK) {
+            const float *sc = NULL;
+            AF_TRY(find_vector(s, NM("layer_output_scale.weight"), 1, scratch, &sc));
+            if (!isfinite(sc[0])) return af_fail(AF_ERR_FORMAT, "%s: tensor '%s' is not finite", s->label, os.name);
+            L->out_scale = sc[0];
+        }
+    }
+#undef NM
+    return AF_OK;
+}
+
+/* The largest per-layer sizes (the walk's buffers). */
+static void note_max_sizes(af_model *m) {
+    for (int il = 0; il < m->cfg.num_hidden_layers; il++) {
+        const af_layer *L = &m->layers[il];
+        const int64_t qd = (int64_t)L->n_head * L->head_dim, kvd = (int64_t)L->n_kv_head * L->head_dim;
+        if (qd > m->max_qd) m->max_qd = qd;
+        if (kvd > m->max_kvd) m->max_kvd = kvd;
+        if (L->n_ff > m->max_ff) m->max_ff = L->n_ff;
+        if (L->n_head > m->max_n_head) m->max_n_head = L->n_head;
+        if (L->n_kv_head > m->max_n_kv_head) m->max_n_kv_head = L->n_kv_head;
+        if (L->head_dim > m->max_head_dim) m->max_head_dim = L->head_dim;
+    }
+}
+
+/* The weights of either container (src_find maps names), with the per-layer sizes and sliding
+ * pattern of `pl`. */
+static af_status load_weights(af_model *m, const wsrc *s, const lplan *pl) {
+    af_model_config *c = &m->cfg;
+    const int64_t H = c->hidden_size, P = m->desc.ple_dim;
+    const int32_t NL = c->num_hidden_layers;
+    AF_TRY(load_embeddings(m, s));
     /* scratch for norms that are not F32 (rare) and, last, RoPE factors / ones: an upper bound */
     int32_t hdmax = 0;
     size_t nvec = (size_t)H + (size_t)P + 1;
@@ -322,92 +443,10 @@ static af_status load_weights(af_model *m, const wsrc *s, const lplan *pl) {
         misc += hdmax;
     }
     for (int il = 0; il < NL; il++) {
-        af_layer *L = &m->layers[il];
-        const int64_t hd = L->head_dim, qd = (int64_t)L->n_head * hd, kvd = (int64_t)L->n_kv_head * hd;
-        const int64_t F = L->n_ff;
-        const int own_kv = L->kv_src == il;
-        char n[96];
-#define NM(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
-        AF_TRY(find_vector(s, NM("attn_norm.weight"), H, &scratch, &L->attn_norm));
-        AF_TRY(find_matrix(s, NM("attn_q.weight"), qd, H, L->n_head, &L->wq));
-        if (own_kv) {
-            AF_TRY(find_matrix(s, NM("attn_k.weight"), kvd, H, L->n_kv_head, &L->wk));
-            /* attention_k_eq_v: GGUF without attn_v (llama.cpp: v = k); HF global layers by config.json */
-            int has_v = 1;
-            if (D->v_norm) {
-                wview vv;
-                af_status fs = m->gguf ? src_find(s, NM("attn_v.weight"), 0, &vv)
-                                       : (pl->v_from_k_global && !pl->sliding[il] ? AF_ERR_NOT_FOUND : AF_OK);
-                if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
-                has_v = fs == AF_OK;
-            }
-            L->v_from_k = !has_v;
-            if (has_v) AF_TRY(find_matrix(s, NM("attn_v.weight"), kvd, H, 0, &L->wv));
-        }
-        AF_TRY(find_matrix(s, NM("attn_output.weight"), H, qd, 0, &L->wo));
-        AF_TRY(find_vector(s, NM("ffn_norm.weight"), H, &scratch, &L->ffn_norm));
-        AF_TRY(find_matrix(s, NM("ffn_gate.weight"), F, H, 0, &L->w_gate));
-        AF_TRY(find_matrix(s, NM("ffn_up.weight"), F, H, 0, &L->w_up));
-        AF_TRY(find_matrix(s, NM("ffn_down.weight"), H, F, 0, &L->w_down));
-        L->rope_base = c->rope_theta;
-        L->window = 0;
-        if (D->qkv_bias) {
-            AF_TRY(find_vector(s, NM("attn_q.bias"), qd, &scratch, &L->bq));
-            AF_TRY(find_vector(s, NM("attn_k.bias"), kvd, &scratch, &L->bk));
-            AF_TRY(find_vector(s, NM("attn_v.bias"), kvd, &scratch, &L->bv));
-        }
-        if (D->qk_norm) {
-            AF_TRY(find_vector(s, NM("attn_q_norm.weight"), hd, &scratch, &L->q_norm));
-            if (own_kv) AF_TRY(find_vector(s, NM("attn_k_norm.weight"), hd, &scratch, &L->k_norm));
-        }
-        if (D->sandwich_norm) {
-            AF_TRY(find_vector(s, NM("post_attention_norm.weight"), H, &scratch, &L->post_attn_norm));
-            AF_TRY(find_vector(s, NM("post_ffw_norm.weight"), H, &scratch, &L->post_ffw_norm));
-        }
-        if (D->swa_period != 0 && pl->sliding[il]) {
-            L->window = D->sliding_window;
-            L->rope_base = D->rope_base_swa;
-        }
-        if (D->swa_period < 0 && !pl->sliding[il]) {
-            if (m->gguf) {
-                if (gguf_ff && hd != hd_global)
-                    return af_fail(AF_ERR_FORMAT, "%s: rope_freqs.weight has %d factors but layer %d has head_dim %lld",
-                                   s->label, hd_global / 2, il, (long long)hd);
-                L->rope_freq_factors = gguf_ff;
-            } else {
-                L->rope_freq_factors = rope_factors(pl->rope_partial_full, (int32_t)hd, &misc);
-            }
-        }
-        if (P > 0) {
-            AF_TRY(find_matrix(s, NM("inp_gate.weight"), P, H, 0, &L->ple_gate));
-            AF_TRY(find_matrix(s, NM("proj.weight"), H, P, 0, &L->ple_proj));
-            AF_TRY(find_vector(s, NM("post_norm.weight"), H, &scratch, &L->ple_post_norm));
-        }
-        if (D->swa_period < 0) { /* layer_output_scale: optional */
-            wview os;
-            af_status fs = src_find(s, NM("layer_output_scale.weight"), 0, &os);
-            if (fs != AF_OK && fs != AF_ERR_NOT_FOUND) return fs;
-            if (fs == AF_OK) {
-                const float *sc = NULL;
-                AF_TRY(find_vector(s, NM("layer_output_scale.weight"), 1, &scratch, &sc));
-                if (!isfinite(sc[0]))
-                    return af_fail(AF_ERR_FORMAT, "%s: tensor '%s' is not finite", s->label, os.name);
-                L->out_scale = sc[0];
-            }
-        }
-#undef NM
+        AF_TRY(load_layer_proj(m, s, pl, il, &scratch));
+        AF_TRY(load_layer_rest(m, s, pl, il, &scratch, &misc, gguf_ff, hd_global));
     }
-    /* the largest per-layer sizes (the walk's buffers) */
-    for (int il = 0; il < NL; il++) {
-        const af_layer *L = &m->layers[il];
-        const int64_t qd = (int64_t)L->n_head * L->head_dim, kvd = (int64_t)L->n_kv_head * L->head_dim;
-        if (qd > m->max_qd) m->max_qd = qd;
-        if (kvd > m->max_kvd) m->max_kvd = kvd;
-        if (L->n_ff > m->max_ff) m->max_ff = L->n_ff;
-        if (L->n_head > m->max_n_head) m->max_n_head = L->n_head;
-        if (L->n_kv_head > m->max_n_kv_head) m->max_n_kv_head = L->n_kv_head;
-        if (L->head_dim > m->max_head_dim) m->max_head_dim = L->head_dim;
-    }
+    note_max_sizes(m);
     return AF_OK;
 }
 

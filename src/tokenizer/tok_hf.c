@@ -198,29 +198,34 @@ typedef struct build {
     af_tok_str *merge;
 } build;
 
-static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const char *tmpl_file, af_tokenizer *t,
-                       build *b) {
+/* The "model" object: a BPE with a vocabulary object and a merges array, none of the options afinar
+ * lacks; *byte_fallback its flag. */
+static af_status parse_model(const hfp *p, const cJSON *root, const cJSON **model, int *byte_fallback) {
     if (!cJSON_IsObject(root)) return af_fail(AF_ERR_FORMAT, "%s: not a JSON object", p->L);
-    const cJSON *model = item(root, "model");
-    if (!cJSON_IsObject(model)) return af_fail(AF_ERR_FORMAT, "%s: field 'model': missing or not an object", p->L);
-    const cJSON *mt = item(model, "type");
+    *model = item(root, "model");
+    if (!cJSON_IsObject(*model)) return af_fail(AF_ERR_FORMAT, "%s: field 'model': missing or not an object", p->L);
+    const cJSON *mt = item(*model, "type");
     if (mt && (!cJSON_IsString(mt) || strcmp(mt->valuestring, "BPE")))
         return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'model.type': '%.40s' is not supported (BPE)", p->L,
                        cJSON_IsString(mt) ? mt->valuestring : "?");
-    const cJSON *vocab = item(model, "vocab"), *merges = item(model, "merges");
+    const cJSON *vocab = item(*model, "vocab"), *merges = item(*model, "merges");
     if (!cJSON_IsObject(vocab)) return af_fail(AF_ERR_FORMAT, "%s: field 'model.vocab': missing or not an object", p->L);
     if (!cJSON_IsArray(merges)) return af_fail(AF_ERR_FORMAT, "%s: field 'model.merges': missing or not an array", p->L);
     static const char *const unsup[] = {"continuing_subword_prefix", "end_of_word_suffix", "dropout"};
     for (size_t i = 0; i < 3; i++) {
-        const cJSON *v = item(model, unsup[i]);
+        const cJSON *v = item(*model, unsup[i]);
         if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0]))
             return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'model.%s' is not supported", p->L, unsup[i]);
     }
-    const int byte_fallback = cJSON_IsTrue(item(model, "byte_fallback"));
+    *byte_fallback = cJSON_IsTrue(item(*model, "byte_fallback"));
+    return AF_OK;
+}
 
-    /* vocabulary size: largest id + 1 over vocab and added_tokens */
+/* The vocabulary size (largest id + 1 over vocab and added_tokens) into *n_out; ids must be dense
+ * (checked before n slots are allocated). */
+static af_status vocab_size(const hfp *p, const cJSON *vocab, const cJSON *added, int64_t *n_out) {
     int64_t n = 0;
-    const cJSON *e, *added = item(root, "added_tokens");
+    const cJSON *e;
     if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
         return af_fail(AF_ERR_FORMAT, "%s: field 'added_tokens': expected an array", p->L);
     cJSON_ArrayForEach(e, vocab) {
@@ -245,6 +250,15 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
     if (n > entries)
         return af_fail(AF_ERR_FORMAT, "%s: field 'model.vocab': largest id %lld but only %lld tokens (ids must be 0..n-1)",
                        p->L, (long long)(n - 1), (long long)entries);
+    *n_out = n;
+    return AF_OK;
+}
+
+/* The n tokens (vocab, then added_tokens with their types; every id once, an added token agreeing
+ * with the vocab's) and the merges into b. */
+static af_status fill_vocab(const hfp *p, const cJSON *vocab, const cJSON *added, const cJSON *merges, int64_t n,
+                            build *b) {
+    const cJSON *e;
     b->tok = af_calloc((size_t)n, sizeof *b->tok);
     b->type = af_malloc((size_t)n * sizeof *b->type);
     int nm = cJSON_GetArraySize(merges);
@@ -284,40 +298,34 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
             return af_fail(AF_ERR_FORMAT, "%s: field 'model.merges[%d]': expected \"a b\" or [\"a\", \"b\"]", p->L, mi);
         mi++;
     }
+    return AF_OK;
+}
 
-    pipe q = {0};
-    AF_TRY(walk(p, item(root, "normalizer"), "normalizers", "normalizer", &q, norm_one));
-    AF_TRY(walk(p, item(root, "pre_tokenizer"), "pretokenizers", "pre_tokenizer", &q, pre_one));
-
-    af_tok_spec sp = {0};
-    sp.label = p->L;
-    sp.n = (int32_t)n;
-    sp.tok = b->tok;
-    sp.type = b->type;
-    sp.n_merges = nm;
-    sp.merge = b->merge;
-    sp.bos = sp.eos = sp.unk = sp.eot = sp.eom = -1;
-    sp.source = ", from tokenizer.json";
-    if (q.byte_level) {
-        if (byte_fallback || q.spm_spaces)
+/* The kind from the normalizer / pre-tokenizer pipeline q: byte-level BPE (its split regex known)
+ * or SentencePiece-style BPE (Metaspace or Replace(' ', U+2581) with byte_fallback; <0xNN> tokens
+ * typed as bytes); anything else is refused. */
+static af_status choose_kind(const hfp *p, const cJSON *model, const pipe *q, int byte_fallback, build *b,
+                             af_tok_spec *sp) {
+    if (q->byte_level) {
+        if (byte_fallback || q->spm_spaces)
             return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'pre_tokenizer': ByteLevel mixed with byte_fallback/Metaspace",
                            p->L);
-        sp.kind = AF_TOK_GPT2;
-        sp.ignore_merges = cJSON_IsTrue(item(model, "ignore_merges"));
-        sp.pre = af_bpe_pre_from_regex(q.re, q.n_re);
-        if (!sp.pre)
+        sp->kind = AF_TOK_GPT2;
+        sp->ignore_merges = cJSON_IsTrue(item(model, "ignore_merges"));
+        sp->pre = af_bpe_pre_from_regex(q->re, q->n_re);
+        if (!sp->pre)
             return af_fail(AF_ERR_UNSUPPORTED,
                            "%s: field 'pre_tokenizer': this split regex sequence is not supported (gpt2, smollm, "
                            "llama3, qwen2)", p->L);
-        sp.pre_len = strlen(sp.pre);
-    } else if (byte_fallback && q.spm_spaces && q.n_re == 0) {
+        sp->pre_len = strlen(sp->pre);
+    } else if (byte_fallback && q->spm_spaces && q->n_re == 0) {
         if (cJSON_IsTrue(item(model, "ignore_merges")))
             return af_fail(AF_ERR_UNSUPPORTED, "%s: field 'model.ignore_merges': not supported with byte_fallback", p->L);
-        sp.kind = AF_TOK_SPM;
-        sp.add_space_prefix = q.prefix;
-        sp.prefix_unless_space = q.metaspace;
-        sp.prefix_each_segment = q.prefix && q.prefix_each;
-        for (int32_t i = 0; i < sp.n; i++) {
+        sp->kind = AF_TOK_SPM;
+        sp->add_space_prefix = q->prefix;
+        sp->prefix_unless_space = q->metaspace;
+        sp->prefix_each_segment = q->prefix && q->prefix_each;
+        for (int32_t i = 0; i < sp->n; i++) {
             const af_tok_str s = b->tok[i];
             if (b->type[i] == AF_TT_NORMAL && s.len == 6 && !memcmp(s.ptr, "<0x", 3) && s.ptr[5] == '>')
                 b->type[i] = AF_TT_BYTE;
@@ -327,12 +335,16 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
                        "%s: fields 'normalizer'/'pre_tokenizer'/'model.byte_fallback': neither byte-level BPE nor "
                        "SentencePiece-style BPE (Metaspace or Replace(' ', U+2581) with byte_fallback)", p->L);
     }
-    const cJSON *unk = item(model, "unk_token"); /* resolved to an id after the build */
+    return AF_OK;
+}
 
-    /* post_processor: TemplateProcessing's single template decides BOS / EOS */
+/* post_processor: TemplateProcessing's single template decides BOS / EOS (*bos_text, *eos_text:
+ * their texts, NULL when not added; *have_pp: a template was found). */
+static af_status post_processor(const hfp *p, const cJSON *root, const char **bos_text, const char **eos_text,
+                                int *have_pp) {
     const cJSON *pp = item(root, "post_processor");
-    int have_pp = 0;
-    const char *bos_text = NULL, *eos_text = NULL;
+    *have_pp = 0;
+    *bos_text = *eos_text = NULL;
     for (int k = 0; pp && !cJSON_IsNull(pp) && k < 2; k++) {
         const cJSON *tp = pp;
         if (is_type(pp, "Sequence")) {
@@ -344,41 +356,79 @@ static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const 
         const cJSON *single = item(tp, "single");
         if (!cJSON_IsArray(single))
             return af_fail(AF_ERR_FORMAT, "%s: field 'post_processor.single': expected an array", p->L);
-        have_pp = 1;
+        *have_pp = 1;
         int ns = cJSON_GetArraySize(single);
         const cJSON *first = cJSON_GetArrayItem(single, 0), *last = cJSON_GetArrayItem(single, ns - 1);
         const cJSON *fs = item(first, "SpecialToken"), *ls = item(last, "SpecialToken");
-        if (fs && cJSON_IsString(item(fs, "id"))) bos_text = item(fs, "id")->valuestring;
-        if (ns > 1 && ls && cJSON_IsString(item(ls, "id"))) eos_text = item(ls, "id")->valuestring;
+        if (fs && cJSON_IsString(item(fs, "id"))) *bos_text = item(fs, "id")->valuestring;
+        if (ns > 1 && ls && cJSON_IsString(item(ls, "id"))) *eos_text = item(ls, "id")->valuestring;
         break;
     }
-    sp.add_bos = bos_text != NULL;
-    sp.nfc = q.nfc;
-    sp.add_eos = eos_text != NULL;
+    return AF_OK;
+}
 
-    /* tokenizer_config.json */
-    const char *cfg_bos = NULL, *cfg_eos = NULL;
+/* tokenizer_config.json (may be NULL): its BOS / EOS texts, add_bos/add_eos when no post-processor
+ * decided them, the chat template (a string, or the "default" of a list); else tmpl_file. */
+static af_status read_tok_config(const hfp *p, const cJSON *cfg, const char *tmpl_file, int have_pp, af_tok_spec *sp,
+                                 const char **cfg_bos, const char **cfg_eos) {
+    *cfg_bos = *cfg_eos = NULL;
     if (cfg) {
         if (!cJSON_IsObject(cfg)) return af_fail(AF_ERR_FORMAT, "%s: not a JSON object", p->LC);
-        cfg_bos = tok_text(item(cfg, "bos_token"));
-        cfg_eos = tok_text(item(cfg, "eos_token"));
+        *cfg_bos = tok_text(item(cfg, "bos_token"));
+        *cfg_eos = tok_text(item(cfg, "eos_token"));
         if (!have_pp) {
-            sp.add_bos = cJSON_IsTrue(item(cfg, "add_bos_token"));
-            sp.add_eos = cJSON_IsTrue(item(cfg, "add_eos_token"));
+            sp->add_bos = cJSON_IsTrue(item(cfg, "add_bos_token"));
+            sp->add_eos = cJSON_IsTrue(item(cfg, "add_eos_token"));
         }
         const cJSON *ct = item(cfg, "chat_template");
         if (cJSON_IsString(ct)) {
-            sp.chat_template = ct->valuestring;
+            sp->chat_template = ct->valuestring;
         } else if (cJSON_IsArray(ct)) { /* [{"name": ..., "template": ...}]: the "default" one */
             const cJSON *x;
             cJSON_ArrayForEach(x, ct) if (cJSON_IsString(item(x, "name")) && !strcmp(item(x, "name")->valuestring, "default") &&
-                                          cJSON_IsString(item(x, "template"))) sp.chat_template = item(x, "template")->valuestring;
+                                          cJSON_IsString(item(x, "template"))) sp->chat_template = item(x, "template")->valuestring;
         } else if (ct && !cJSON_IsNull(ct)) {
             return af_fail(AF_ERR_FORMAT, "%s: field 'chat_template': expected a string or a list", p->LC);
         }
     }
-    if (!sp.chat_template && tmpl_file) sp.chat_template = tmpl_file;
-    if (sp.chat_template) sp.chat_template_len = strlen(sp.chat_template);
+    if (!sp->chat_template && tmpl_file) sp->chat_template = tmpl_file;
+    if (sp->chat_template) sp->chat_template_len = strlen(sp->chat_template);
+    return AF_OK;
+}
+
+static af_status parse(const hfp *p, const cJSON *root, const cJSON *cfg, const char *tmpl_file, af_tokenizer *t,
+                       build *b) {
+    const cJSON *model = NULL;
+    int byte_fallback = 0;
+    AF_TRY(parse_model(p, root, &model, &byte_fallback));
+    const cJSON *vocab = item(model, "vocab"), *merges = item(model, "merges"), *added = item(root, "added_tokens");
+    int64_t n = 0;
+    AF_TRY(vocab_size(p, vocab, added, &n));
+    AF_TRY(fill_vocab(p, vocab, added, merges, n, b));
+
+    pipe q = {0};
+    AF_TRY(walk(p, item(root, "normalizer"), "normalizers", "normalizer", &q, norm_one));
+    AF_TRY(walk(p, item(root, "pre_tokenizer"), "pretokenizers", "pre_tokenizer", &q, pre_one));
+
+    af_tok_spec sp = {0};
+    sp.label = p->L;
+    sp.n = (int32_t)n;
+    sp.tok = b->tok;
+    sp.type = b->type;
+    sp.n_merges = cJSON_GetArraySize(merges);
+    sp.merge = b->merge;
+    sp.bos = sp.eos = sp.unk = sp.eot = sp.eom = -1;
+    sp.source = ", from tokenizer.json";
+    AF_TRY(choose_kind(p, model, &q, byte_fallback, b, &sp));
+    const cJSON *unk = item(model, "unk_token"); /* resolved to an id after the build */
+    int have_pp = 0;
+    const char *bos_text = NULL, *eos_text = NULL;
+    AF_TRY(post_processor(p, root, &bos_text, &eos_text, &have_pp));
+    sp.add_bos = bos_text != NULL;
+    sp.nfc = q.nfc;
+    sp.add_eos = eos_text != NULL;
+    const char *cfg_bos = NULL, *cfg_eos = NULL;
+    AF_TRY(read_tok_config(p, cfg, tmpl_file, have_pp, &sp, &cfg_bos, &cfg_eos));
 
     AF_TRY(af_tok_build(t, &sp));
     /* special ids by text, now that the vocabulary hash exists */

@@ -147,11 +147,11 @@ static int32_t get_id(const af_gguf *g, const char *key, int32_t def, int32_t n_
     return (v >= 0 && v < n_vocab) ? (int32_t)v : -1;
 }
 
-af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
+/* The token types and texts into t (t->type, t->text, t->off; t->dec, t->doff and t->eog allocated):
+ * whitespace-only SPM tokens respelled with U+2581 (sp->respell_spaces). */
+static af_status build_texts(af_tokenizer *t, const af_tok_spec *sp) {
     const char *path = sp->label;
     const int32_t n = sp->n;
-    t->kind = sp->kind;
-    t->n_vocab = n;
     t->type = af_malloc((size_t)n * sizeof *t->type);
     if (!t->type) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory (%d tokens)", path, n);
     memcpy(t->type, sp->type, (size_t)n * sizeof *t->type);
@@ -160,7 +160,6 @@ af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
      * user-defined; SentencePiece (and the HF tokenizer transformers builds from the GGUF) has them
      * as ordinary pieces spelled with U+2581. Respell tokens made only of spaces and treat them as
      * normal, so they take part in BPE instead of being matched literally (HF parity). */
-    const bool spm = t->kind == AF_TOK_SPM;
     bool *respell = sp->respell_spaces ? af_calloc((size_t)n, sizeof *respell) : NULL;
     if (sp->respell_spaces && !respell) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
     uint64_t total = 0;
@@ -199,30 +198,11 @@ af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
     }
     t->off[n] = pos;
     free(respell);
+    return AF_OK;
+}
 
-    if (spm) {
-        t->spm_rank_by_id = sp->spm_rank_by_id;
-        t->score = af_calloc((size_t)n, sizeof *t->score);
-        if (!t->score) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
-        if (sp->score) memcpy(t->score, sp->score, (size_t)n * sizeof *t->score);
-    }
-
-    AF_TRY(strmap_build(&t->vocab, t, false));
-    AF_TRY(strmap_build(&t->special, t, true));
-    AF_TRY(special_index(t));
-
-    t->bos = sp->bos;
-    t->eos = sp->eos;
-    t->unk = sp->unk;
-    t->eot = sp->eot;
-    t->add_bos = sp->add_bos;
-    t->add_eos = sp->add_eos;
-    t->add_space_prefix = sp->add_space_prefix;
-    t->prefix_unless_space = sp->prefix_unless_space;
-    t->prefix_each_segment = sp->prefix_each_segment;
-    t->ignore_merges = sp->ignore_merges;
-    t->nfc = sp->nfc;
-
+/* The end-of-generation tokens: the usual end-of-turn texts when special, EOS, EOT, EOM. */
+static void mark_eog(af_tokenizer *t, const af_tok_spec *sp) {
     static const char *const eog_texts[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<turn|>", "<eos>",
                                             "<|eot_id|>", "<|end|>", "<|eom_id|>", "<EOT>"};
     for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++) {
@@ -232,14 +212,13 @@ af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
     if (sp->eom >= 0) t->eog[sp->eom] = 1;
+}
 
-    if (sp->chat_template) {
-        t->chat_template = af_malloc(sp->chat_template_len + 1);
-        if (!t->chat_template) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
-        memcpy(t->chat_template, sp->chat_template, sp->chat_template_len);
-        t->chat_template[sp->chat_template_len] = 0;
-    }
-
+/* The merges, the pre-tokenizer (GPT-2), each token's decoded bytes (t->dec, t->doff) and the
+ * description. */
+static af_status build_decoder(af_tokenizer *t, const af_tok_spec *sp) {
+    const char *path = sp->label;
+    const int32_t n = sp->n;
     if (sp->n_merges > 0 || t->kind == AF_TOK_GPT2) AF_TRY(af_bpe_merges(t, sp));
     const char *src = sp->source ? sp->source : "";
     if (t->kind == AF_TOK_GPT2) {
@@ -268,11 +247,49 @@ af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
     return AF_OK;
 }
 
-/* The GGUF front end: tokenizer.ggml.* -> af_tok_spec (docs/FORMATS.md §6.1). */
-static af_status load(af_tokenizer *t, const af_gguf *g) {
-    const char *path = g->path ? g->path : "(gguf)";
-    af_tok_spec sp = {0};
-    sp.label = path;
+af_status af_tok_build(af_tokenizer *t, const af_tok_spec *sp) {
+    const char *path = sp->label;
+    const int32_t n = sp->n;
+    t->kind = sp->kind;
+    t->n_vocab = n;
+    AF_TRY(build_texts(t, sp));
+    const bool spm = t->kind == AF_TOK_SPM;
+    if (spm) {
+        t->spm_rank_by_id = sp->spm_rank_by_id;
+        t->score = af_calloc((size_t)n, sizeof *t->score);
+        if (!t->score) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
+        if (sp->score) memcpy(t->score, sp->score, (size_t)n * sizeof *t->score);
+    }
+
+    AF_TRY(strmap_build(&t->vocab, t, false));
+    AF_TRY(strmap_build(&t->special, t, true));
+    AF_TRY(special_index(t));
+
+    t->bos = sp->bos;
+    t->eos = sp->eos;
+    t->unk = sp->unk;
+    t->eot = sp->eot;
+    t->add_bos = sp->add_bos;
+    t->add_eos = sp->add_eos;
+    t->add_space_prefix = sp->add_space_prefix;
+    t->prefix_unless_space = sp->prefix_unless_space;
+    t->prefix_each_segment = sp->prefix_each_segment;
+    t->ignore_merges = sp->ignore_merges;
+    t->nfc = sp->nfc;
+    mark_eog(t, sp);
+
+    if (sp->chat_template) {
+        t->chat_template = af_malloc(sp->chat_template_len + 1);
+        if (!t->chat_template) return af_fail(AF_ERR_NOMEM, "%s: tokenizer: out of memory", path);
+        memcpy(t->chat_template, sp->chat_template, sp->chat_template_len);
+        t->chat_template[sp->chat_template_len] = 0;
+    }
+    return build_decoder(t, sp);
+}
+
+/* tokenizer.ggml.model -> sp->kind; *gemma4 for Gemma 4's BPE. Errors: AF_ERR_NOT_FOUND (no
+ * tokenizer), AF_ERR_UNSUPPORTED. */
+static af_status gguf_kind(const af_gguf *g, const char *path, af_tok_spec *sp, bool *gemma4_out) {
     af_gguf_str model;
     if (af_gguf_get_str(g, "tokenizer.ggml.model", &model) != AF_OK)
         return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.model: missing (file has no tokenizer)", path);
@@ -282,11 +299,67 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
         return af_fail(AF_ERR_NOT_FOUND, "%s: tokenizer.ggml.model is '%.*s': the file has no tokenizer", path,
                        (int)model.len, model.ptr);
     const bool gemma4 = af_gguf_str_eq(model, "gemma4");
-    if (af_gguf_str_eq(model, "gpt2")) sp.kind = AF_TOK_GPT2;
-    else if (af_gguf_str_eq(model, "llama") || gemma4) sp.kind = AF_TOK_SPM;
+    if (af_gguf_str_eq(model, "gpt2")) sp->kind = AF_TOK_GPT2;
+    else if (af_gguf_str_eq(model, "llama") || gemma4) sp->kind = AF_TOK_SPM;
     else
         return af_fail(AF_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model: '%.*s' not supported (gpt2, llama, gemma4)",
                        path, (int)(model.len > 40 ? 40 : model.len), model.ptr);
+    *gemma4_out = gemma4;
+    return AF_OK;
+}
+
+/* The special ids and flags (llama.cpp defaults when absent, docs/FORMATS.md §6.1), the chat
+ * template and the pre-tokenizer with what it implies (NFC, ignore_merges) into sp. Errors: those
+ * of the GGUF getters (a key of the wrong type). */
+static af_status gguf_special(const af_gguf *g, af_tok_spec *sp, bool gemma4) {
+    const int32_t n = sp->n;
+    const bool spm = sp->kind == AF_TOK_SPM;
+    af_status st;
+    if (spm) {
+        af_gguf_str arch;
+        if (af_gguf_find(g, "general.architecture") &&
+            af_gguf_get_str(g, "general.architecture", &arch) == AF_OK && arch.len >= 5 &&
+            memcmp(arch.ptr, "gemma", 5) == 0)
+            sp->spm_rank_by_id = true;
+    }
+    sp->bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : 11, n);
+    sp->eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : 11, n);
+    sp->unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n);
+    sp->eot = get_id(g, "tokenizer.ggml.eot_token_id", -1, n);
+    sp->eom = get_id(g, "tokenizer.ggml.eom_token_id", -1, n);
+    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &sp->add_bos)) != AF_OK) return st;
+    if (gemma4) sp->add_bos = true; /* as llama.cpp (llama-vocab.cpp: overridden to true for Gemma 4) */
+    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", false, &sp->add_eos)) != AF_OK) return st;
+    /* missing key: llama.cpp's default (true for SentencePiece: Llama 2, Phi-3, Mistral v1 files) */
+    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", spm, &sp->add_space_prefix)) != AF_OK)
+        return st;
+    sp->prefix_each_segment = spm; /* llama.cpp: the SPM prefix also after each special token */
+    af_gguf_str tmpl;
+    if (af_gguf_find(g, "tokenizer.chat_template")) {
+        if ((st = af_gguf_get_str(g, "tokenizer.chat_template", &tmpl)) != AF_OK) return st;
+        sp->chat_template = tmpl.ptr;
+        sp->chat_template_len = (size_t)tmpl.len;
+    }
+    af_gguf_str pre = {"default", 7};
+    if (!spm && af_gguf_find(g, "tokenizer.ggml.pre") &&
+        (st = af_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) != AF_OK)
+        return st;
+    sp->pre = pre.ptr;
+    sp->pre_len = (size_t)pre.len;
+    /* Qwen2/2.5/3 tokenizer.json normalise to NFC; their GGUF pre-tokenizer name says so */
+    sp->nfc = !spm && af_gguf_str_eq(pre, "qwen2");
+    /* Llama 3's tokenizer.json sets BPE ignore_merges (llama.cpp: pre llama-bpe does the same) */
+    sp->ignore_merges = !spm && (af_gguf_str_eq(pre, "llama-bpe") || af_gguf_str_eq(pre, "llama3"));
+    return AF_OK;
+}
+
+/* The GGUF front end: tokenizer.ggml.* -> af_tok_spec (docs/FORMATS.md §6.1). */
+static af_status load(af_tokenizer *t, const af_gguf *g) {
+    const char *path = g->path ? g->path : "(gguf)";
+    af_tok_spec sp = {0};
+    sp.label = path;
+    bool gemma4 = false;
+    AF_TRY(gguf_kind(g, path, &sp, &gemma4));
 
     const af_gguf_value *tv = af_gguf_find(g, "tokenizer.ggml.tokens");
     if (!tv || tv->type != AF_GGUF_ARRAY || tv->arr_type != AF_GGUF_STRING)
@@ -346,43 +419,8 @@ static af_status load(af_tokenizer *t, const af_gguf *g) {
     sp.respell_spaces = spm;
     sp.n_merges = mv ? (int64_t)mv->arr_n : 0;
     sp.merge = merge;
-    if (spm) {
-        af_gguf_str arch;
-        if (af_gguf_find(g, "general.architecture") &&
-            af_gguf_get_str(g, "general.architecture", &arch) == AF_OK && arch.len >= 5 &&
-            memcmp(arch.ptr, "gemma", 5) == 0)
-            sp.spm_rank_by_id = true;
-    }
-    /* special ids and flags (llama.cpp defaults when absent, docs/FORMATS.md §6.1) */
-    sp.bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : 11, n);
-    sp.eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : 11, n);
-    sp.unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n);
-    sp.eot = get_id(g, "tokenizer.ggml.eot_token_id", -1, n);
-    sp.eom = get_id(g, "tokenizer.ggml.eom_token_id", -1, n);
-    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &sp.add_bos)) != AF_OK) goto done;
-    if (gemma4) sp.add_bos = true; /* as llama.cpp (llama-vocab.cpp: overridden to true for Gemma 4) */
-    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", false, &sp.add_eos)) != AF_OK) goto done;
-    /* missing key: llama.cpp's default (true for SentencePiece: Llama 2, Phi-3, Mistral v1 files) */
-    if ((st = af_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", spm, &sp.add_space_prefix)) != AF_OK)
-        goto done;
-    sp.prefix_each_segment = spm; /* llama.cpp: the SPM prefix also after each special token */
-    af_gguf_str tmpl;
-    if (af_gguf_find(g, "tokenizer.chat_template")) {
-        if ((st = af_gguf_get_str(g, "tokenizer.chat_template", &tmpl)) != AF_OK) goto done;
-        sp.chat_template = tmpl.ptr;
-        sp.chat_template_len = (size_t)tmpl.len;
-    }
-    af_gguf_str pre = {"default", 7};
-    if (!spm && af_gguf_find(g, "tokenizer.ggml.pre") &&
-        (st = af_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) != AF_OK)
-        goto done;
-    sp.pre = pre.ptr;
-    sp.pre_len = (size_t)pre.len;
-    /* Qwen2/2.5/3 tokenizer.json normalise to NFC; their GGUF pre-tokenizer name says so */
-    sp.nfc = !spm && af_gguf_str_eq(pre, "qwen2");
-    /* Llama 3's tokenizer.json sets BPE ignore_merges (llama.cpp: pre llama-bpe does the same) */
-    sp.ignore_merges = !spm && (af_gguf_str_eq(pre, "llama-bpe") || af_gguf_str_eq(pre, "llama3"));
-    st = af_tok_build(t, &sp);
+    st = gguf_special(g, &sp, gemma4);
+    if (st == AF_OK) st = af_tok_build(t, &sp);
 done:
     free(tok);
     free(type);

@@ -4,12 +4,13 @@
  *   lora/lora.h         target parsing, the flat parameter layout, PEFT-like initialisation
  *   train/engine.h      forward + loss + backward of a packed batch (gradients ADDED into G)
  *   train/optim.h       global-norm clipping and AdamW
- *   lora/adapter_io     PEFT adapter directories (through adapter_save_peft / adapter_load_peft)
+ *   lora/adapter_io     PEFT adapter directories (api_state.c: adapter_save_peft / adapter_load_peft)
  * This is the one optimizer step of afinar: `afinar train` (src/train/trainer_run.c) drives an
  * af_lora_trainer through the internal entry points of train/api_internal.h, so gradient
  * accumulation, the dropout seed per micro-batch, dropping the head-bias gradient, clipping, AdamW
  * without decay on the head bias, the skip of a non-finite step and the report of where its first
- * non-finite value appeared are implemented here only.
+ * non-finite value appeared are implemented here only. The trainer's parameters and optimizer
+ * state seen from outside (the view, named tensors, state, adapter directories) are api_state.c's.
  *
  * Row order of q/k: on llama GGUF models (af_adapter_qk_permuted) the converter permuted the rows
  * of Wq/Wk per head, and the engine's LoRA acts on that order (docs/FORMATS.md §3.3):
@@ -27,6 +28,7 @@
 #include "lora/lora.h"
 #include "model/model.h"
 #include "train/api_internal.h"
+#include "train/api_trainer.h"
 #include "train/defaults.h"
 #include "train/engine.h"
 #include "train/head.h"
@@ -45,37 +47,7 @@ _Static_assert((int)AF_POOLING_MEAN == (int)AF_POOL_MEAN && (int)AF_POOLING_LAST
  * (api_internal.h: af_lora_trainer_accumulate_batch). */
 #define DROPOUT_TAG 0x64726f70u
 
-typedef struct tensor_desc {
-    char *name;             /* PEFT name, owned */
-    int64_t rows, cols, off; /* shape and float offset in the flat vector */
-    int qk_rows;            /* 1: lora_B of q/k whose rows are GGUF-permuted internally */
-} tensor_desc;
-
-struct af_lora_trainer {
-    const af_model *model;      /* borrowed */
-    const af_ctx *ctx;          /* borrowed: ext->ctx or the model's context */
-    af_lora_trainer_opts o;     /* copy; o.targets is NULL (parsed into lay.lora.targets) */
-    af_param_layout lay;
-    af_engine *eng;
-    float *P, *G, *M, *V;       /* [n_total] each, device memory of ctx (read back only for checkpoints,
-                                 * metrics, saves and the tensor getters) */
-    uint8_t *decay;             /* [n_total] weight-decay mask (0 on the head bias; device), NULL without head */
-    float *class_w;             /* host [num_classes] or NULL (uniform); the engine uploads it */
-    int64_t adam_t;             /* AdamW updates applied */
-    int64_t step_count;         /* optimizer steps taken (applied + skipped) */
-    int32_t n_micro;            /* micro-batches in the gradient (since the last step or zero_grad) */
-    int32_t mb_in_step;         /* micro-batches accumulated since the last step (zero_grad keeps it): the
-                                   index within the step of the next one (af_lora_trainer_micro_id) */
-    int nonfinite;              /* a micro-batch loss since the last step was not finite */
-    double max_grad_norm;       /* clipping threshold (<= 0: off) */
-    char nf_where[224];         /* where the step's first non-finite value appeared ("" when finite) */
-    int64_t head_dim;           /* for the q/k row map */
-    int32_t n_tensors;
-    tensor_desc *tensors;       /* [n_tensors] */
-};
-
-/* Prefix the current message with the public function's name, keeping the status. */
-static af_status refail(af_status st, const char *fn) {
+af_status af_lt_refail(af_status st, const char *fn) {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", af_last_error());
     return af_fail(st, "%s: %s", fn, buf);
@@ -96,19 +68,6 @@ void af_lora_trainer_opts_defaults(af_lora_trainer_opts *o) {
     o->beta2 = 0.999f;
     o->eps = 1e-8f;
     o->max_grad_norm = (float)AF_DEFAULT_MAX_GRAD_NORM;
-}
-
-/* Copy the [rows, cols] block of tensor t from `src` to `dst` (block bases): internal -> PEFT row
- * order (to_peft) or back; rows move only for permuted q/k lora_B. */
-static void copy_rows(float *dst, const float *src, const tensor_desc *t, int64_t hd, int to_peft) {
-    const size_t row = sizeof(float) * (size_t)t->cols;
-    for (int64_t o = 0; o < t->rows; o++) {
-        const int64_t e = t->qk_rows ? af_adapter_qk_hf_row(o, hd) : o;
-        if (to_peft)
-            memcpy(dst + e * t->cols, src + o * t->cols, row);
-        else
-            memcpy(dst + o * t->cols, src + e * t->cols, row);
-    }
 }
 
 static af_status add_tensor(af_lora_trainer *tr, const char *name, int64_t rows, int64_t cols, int64_t off,
@@ -216,7 +175,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     AF_TRY(check_opts(&o));
     uint32_t mask = 0;
     af_status st = given ? AF_OK : af_lora_parse_targets(o.targets ? o.targets : "qv", &mask);
-    if (st != AF_OK) return refail(st, fn);
+    if (st != AF_OK) return af_lt_refail(st, fn);
     o.targets = NULL;
     af_lora_trainer *tr = af_calloc(1, sizeof *tr);
     if (!tr) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
@@ -236,7 +195,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
                : af_param_layout_init_layers(&tr->lay, model, &cfg, o.num_classes, ext ? ext->layer_min : 0,
                                              ext ? ext->layer_end : 0);
     if (st != AF_OK) {
-        st = refail(st, fn);
+        st = af_lt_refail(st, fn);
         af_lora_trainer_free(tr);
         return st;
     }
@@ -245,7 +204,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
         if (tr->lay.init == AF_LORA_INIT_PISSA || tr->lay.init == AF_LORA_INIT_OLORA)
             st = af_lora_init_residual(model, &tr->lay); /* the SVD / QR of every adapted weight */
         if (st != AF_OK) {
-            st = refail(st, fn);
+            st = af_lt_refail(st, fn);
             af_lora_trainer_free(tr);
             return st;
         }
@@ -282,7 +241,7 @@ af_status af_lora_trainer_new_ext(const af_model *model, const af_lora_trainer_o
     if (st == AF_OK) st = build_tensors(tr);
     if (st == AF_OK) {
         st = af_engine_new(tr->ctx, model, &tr->lay, &tr->eng);
-        if (st != AF_OK) st = refail(st, fn);
+        if (st != AF_OK) st = af_lt_refail(st, fn);
     }
     if (st != AF_OK) {
         af_lora_trainer_free(tr);
@@ -508,7 +467,7 @@ static af_status accumulate(af_lora_trainer *tr, const char *fn, const int32_t *
     const af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], labels, labels ? NULL : targets, NULL};
     af_status st =
         af_lora_trainer_accumulate_batch(tr, &b, grad_scale, af_lora_trainer_micro_id(tr, tr->mb_in_step), loss, logits);
-    return st == AF_OK ? AF_OK : refail(st, fn);
+    return st == AF_OK ? AF_OK : af_lt_refail(st, fn);
 }
 
 af_status af_lora_trainer_accumulate(af_lora_trainer *tr, const int32_t *tokens, const int32_t *seq_start,
@@ -553,7 +512,7 @@ af_status af_lora_trainer_accumulate_lm(af_lora_trainer *tr, const int32_t *toke
     const af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], NULL, NULL, targets};
     af_lm_loss r;
     af_status st = af_lora_trainer_accumulate_lm_batch(tr, &b, grad_scale, af_lora_trainer_micro_id(tr, tr->mb_in_step), &r);
-    if (st != AF_OK) return refail(st, fn);
+    if (st != AF_OK) return af_lt_refail(st, fn);
     lm_out(&r, loss_sum, n_targets, n_correct);
     return AF_OK;
 }
@@ -567,7 +526,7 @@ af_status af_lora_trainer_forward_lm(af_lora_trainer *tr, const int32_t *tokens,
     const af_step_opts so = {(af_pooling)tr->o.pooling, NULL, 0, 0, 0};
     af_lm_loss r;
     af_status st = af_engine_lm_step(tr->eng, tr->P, NULL, &b, &so, 0.0f, &r);
-    if (st != AF_OK) return refail(st, fn);
+    if (st != AF_OK) return af_lt_refail(st, fn);
     lm_out(&r, loss_sum, n_targets, n_correct);
     return AF_OK;
 }
@@ -716,7 +675,7 @@ af_status af_lora_trainer_forward(af_lora_trainer *tr, const int32_t *tokens, co
     af_batch b = {tokens, seq_start, n_samples, seq_start[n_samples], NULL, NULL, NULL};
     af_step_opts so = {(af_pooling)tr->o.pooling, NULL, 0, 0, 0};
     af_status st = af_engine_forward(tr->eng, tr->P, &b, &so, logits);
-    return st == AF_OK ? AF_OK : refail(st, fn);
+    return st == AF_OK ? AF_OK : af_lt_refail(st, fn);
 }
 
 uint64_t af_lora_trainer_micro_id(const af_lora_trainer *tr, int64_t i) {
@@ -730,212 +689,4 @@ int64_t af_lora_trainer_step_count(const af_lora_trainer *tr) {
 
 int64_t af_lora_trainer_n_params(const af_lora_trainer *tr) {
     return tr ? tr->lay.n_total : 0;
-}
-
-void af_lora_trainer_get_view(af_lora_trainer *tr, af_lora_trainer_view *v) {
-    v->lay = &tr->lay;
-    v->eng = tr->eng;
-    v->P = tr->P;
-    v->ctx = tr->ctx;
-}
-
-af_status af_lora_trainer_download_state(const af_lora_trainer *tr, float *P, float *M, float *V) {
-    const af_backend *be = af_be(tr->ctx);
-    const size_t bytes = sizeof(float) * (size_t)tr->lay.n_total;
-    if (P) AF_TRY(be->download(tr->ctx, P, tr->P, bytes));
-    if (M) AF_TRY(be->download(tr->ctx, M, tr->M, bytes));
-    if (V) AF_TRY(be->download(tr->ctx, V, tr->V, bytes));
-    return AF_OK;
-}
-
-af_status af_lora_trainer_upload_state(af_lora_trainer *tr, const float *P, const float *M, const float *V) {
-    const af_backend *be = af_be(tr->ctx);
-    const size_t bytes = sizeof(float) * (size_t)tr->lay.n_total;
-    if (P) AF_TRY(be->upload(tr->ctx, tr->P, P, bytes));
-    if (M) AF_TRY(be->upload(tr->ctx, tr->M, M, bytes));
-    if (V) AF_TRY(be->upload(tr->ctx, tr->V, V, bytes));
-    return AF_OK;
-}
-
-/* A host copy of tensor t's block of the device vector X ([rows, cols] floats) into buf. */
-static af_status tensor_down(const af_lora_trainer *tr, const tensor_desc *t, const float *X, float *buf) {
-    return af_be(tr->ctx)->download(tr->ctx, buf, X + t->off, sizeof(float) * (size_t)(t->rows * t->cols));
-}
-
-int32_t af_lora_trainer_n_tensors(const af_lora_trainer *tr) {
-    return tr ? tr->n_tensors : 0;
-}
-
-static af_status tensor_at(const af_lora_trainer *tr, int32_t i, const char *fn, const tensor_desc **t) {
-    if (!tr) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer", fn);
-    if (i < 0 || i >= tr->n_tensors)
-        return af_fail(AF_ERR_RANGE, "%s: tensor index %d is outside [0, %d)", fn, i, tr->n_tensors);
-    *t = &tr->tensors[i];
-    return AF_OK;
-}
-
-af_status af_lora_trainer_tensor_info(const af_lora_trainer *tr, int32_t i, const char **name, int64_t shape[2],
-                                      int64_t *offset) {
-    const tensor_desc *t = NULL;
-    AF_TRY(tensor_at(tr, i, "af_lora_trainer_tensor_info", &t));
-    if (name) *name = t->name;
-    if (shape) {
-        shape[0] = t->rows;
-        shape[1] = t->cols;
-    }
-    if (offset) *offset = t->off;
-    return AF_OK;
-}
-
-af_status af_lora_trainer_find_tensor(const af_lora_trainer *tr, const char *name, int32_t *index) {
-    static const char *fn = "af_lora_trainer_find_tensor";
-    if (!tr || !name || !index) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
-    for (int32_t i = 0; i < tr->n_tensors; i++)
-        if (!strcmp(tr->tensors[i].name, name)) {
-            *index = i;
-            return AF_OK;
-        }
-    return af_fail(AF_ERR_NOT_FOUND, "%s: no tensor named '%s' (%d tensors)", fn, name, tr->n_tensors);
-}
-
-af_status af_lora_trainer_get_tensor(const af_lora_trainer *tr, int32_t i, float *out) {
-    static const char *fn = "af_lora_trainer_get_tensor";
-    const tensor_desc *t = NULL;
-    AF_TRY(tensor_at(tr, i, fn, &t));
-    if (!out) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL out", fn);
-    float *buf = af_malloc(sizeof(float) * (size_t)(t->rows * t->cols));
-    if (!buf) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
-    af_status st = tensor_down(tr, t, tr->P, buf);
-    if (st == AF_OK) copy_rows(out, buf, t, tr->head_dim, 1);
-    free(buf);
-    return st;
-}
-
-static af_status check_finite(const float *x, int64_t n, const char *fn, const char *what) {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return af_fail(AF_ERR_INVALID_ARG, "%s: %s: element %lld is not finite (%g)", fn, what, (long long)i,
-                           (double)x[i]);
-    return AF_OK;
-}
-
-af_status af_lora_trainer_set_tensor(af_lora_trainer *tr, int32_t i, const float *in) {
-    static const char *fn = "af_lora_trainer_set_tensor";
-    const tensor_desc *t = NULL;
-    AF_TRY(tensor_at(tr, i, fn, &t));
-    if (!in) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL in", fn);
-    AF_TRY(check_finite(in, t->rows * t->cols, fn, t->name));
-    float *buf = af_malloc(sizeof(float) * (size_t)(t->rows * t->cols));
-    if (!buf) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
-    copy_rows(buf, in, t, tr->head_dim, 0);
-    af_status st = af_be(tr->ctx)->upload(tr->ctx, tr->P + t->off, buf, sizeof(float) * (size_t)(t->rows * t->cols));
-    free(buf);
-    return st;
-}
-
-af_status af_lora_trainer_get_params(const af_lora_trainer *tr, float *out) {
-    if (!tr || !out) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_get_params: NULL argument");
-    return af_lora_trainer_download_state(tr, out, NULL, NULL);
-}
-
-af_status af_lora_trainer_set_params(af_lora_trainer *tr, const float *in) {
-    static const char *fn = "af_lora_trainer_set_params";
-    if (!tr || !in) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL argument", fn);
-    AF_TRY(check_finite(in, tr->lay.n_total, fn, "params"));
-    return af_lora_trainer_upload_state(tr, in, NULL, NULL);
-}
-
-af_status af_lora_trainer_get_optim_state(const af_lora_trainer *tr, float *m, float *v, int64_t *adam_t,
-                                          int64_t *step_count) {
-    if (!tr) return af_fail(AF_ERR_INVALID_ARG, "af_lora_trainer_get_optim_state: NULL trainer");
-    AF_TRY(af_lora_trainer_download_state(tr, NULL, m, v));
-    if (adam_t) *adam_t = tr->adam_t;
-    if (step_count) *step_count = tr->step_count;
-    return AF_OK;
-}
-
-af_status af_lora_trainer_set_optim_state(af_lora_trainer *tr, const float *m, const float *v,
-                                          const int64_t *adam_t, const int64_t *step_count) {
-    static const char *fn = "af_lora_trainer_set_optim_state";
-    if (!tr) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer", fn);
-    const int64_t n = tr->lay.n_total;
-    const int64_t t = adam_t ? *adam_t : tr->adam_t, s = step_count ? *step_count : tr->step_count;
-    if (t < 0 || s < 0 || t > s)
-        return af_fail(AF_ERR_INVALID_ARG, "%s: adam_t = %lld, step_count = %lld: need 0 <= adam_t <= step_count", fn,
-                       (long long)t, (long long)s);
-    if (m) AF_TRY(check_finite(m, n, fn, "m"));
-    if (v) {
-        AF_TRY(check_finite(v, n, fn, "v"));
-        for (int64_t i = 0; i < n; i++)
-            if (v[i] < 0)
-                return af_fail(AF_ERR_INVALID_ARG, "%s: v: element %lld = %g is negative", fn, (long long)i, (double)v[i]);
-    }
-    AF_TRY(af_lora_trainer_upload_state(tr, NULL, m, v));
-    tr->adam_t = t;
-    tr->step_count = s;
-    tr->mb_in_step = 0;
-    return AF_OK;
-}
-
-/* ---------------------------------------------------------------- adapter directories */
-
-/* The only calls into adapter_io. P is in the internal (GGUF) row order; adapter_io converts the
- * q/k lora_B rows to / from PEFT's HF order when it is given the architecture and head counts. */
-static void qk_geometry(const af_lora_trainer *tr, const char **arch, int32_t *nh, int32_t *nkv, int32_t *hd) {
-    const af_model_config *mc = af_model_get_config(tr->model);
-    *arch = mc->architecture;
-    *nh = mc->num_attention_heads;
-    *nkv = mc->num_key_value_heads;
-    *hd = mc->head_dim;
-}
-
-static af_status adapter_save_peft(const af_lora_trainer *tr, const char *dir, const char *base_model_name) {
-    af_adapter_save_opts ao;
-    memset(&ao, 0, sizeof ao);
-    ao.base_model_name_or_path = base_model_name;
-    ao.write_head_bias = tr->o.head_bias != 0 && tr->lay.num_classes > 0;
-    qk_geometry(tr, &ao.architecture, &ao.n_head, &ao.n_kv_head, &ao.head_dim);
-    ao.pooling = tr->lay.num_classes > 0 ? (tr->o.pooling == AF_POOLING_LAST ? "last" : "mean") : NULL;
-    float *P = af_malloc(sizeof(float) * (size_t)(tr->lay.n_total ? tr->lay.n_total : 1));
-    if (!P) return af_fail(AF_ERR_NOMEM, "%s: out of memory", dir);
-    af_status st = af_lora_trainer_download_state(tr, P, NULL, NULL);
-    if (st == AF_OK) st = af_adapter_save(dir, &tr->lay, P, &ao);
-    free(P);
-    return st;
-}
-
-static af_status adapter_load_peft(const af_lora_trainer *tr, const char *dir, float *P) {
-    af_adapter_load_opts lo;
-    memset(&lo, 0, sizeof lo);
-    qk_geometry(tr, &lo.architecture, &lo.n_head, &lo.n_kv_head, &lo.head_dim);
-    return af_adapter_load(dir, &tr->lay, P, &lo, NULL);
-}
-
-af_status af_lora_trainer_save_adapter(const af_lora_trainer *tr, const char *dir, const char *base_model_name) {
-    static const char *fn = "af_lora_trainer_save_adapter";
-    if (!tr || !dir || !*dir) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer or directory", fn);
-    af_status st = adapter_save_peft(tr, dir, base_model_name);
-    return st == AF_OK ? AF_OK : refail(st, fn);
-}
-
-af_status af_lora_trainer_load_adapter(af_lora_trainer *tr, const char *dir) {
-    static const char *fn = "af_lora_trainer_load_adapter";
-    if (!tr || !dir || !*dir) return af_fail(AF_ERR_INVALID_ARG, "%s: NULL trainer or directory", fn);
-    const size_t n = (size_t)tr->lay.n_total;
-    float *X = af_malloc(sizeof(float) * n);
-    if (!X) return af_fail(AF_ERR_NOMEM, "%s: out of memory", fn);
-    af_status st = af_lora_trainer_download_state(tr, X, NULL, NULL);
-    if (st == AF_OK) st = adapter_load_peft(tr, dir, X);
-    if (st != AF_OK) st = refail(st, fn);
-    for (size_t i = 0; st == AF_OK && i < n; i++)
-        if (!isfinite(X[i])) st = af_fail(AF_ERR_FORMAT, "%s: %s: parameter %zu is not finite", fn, dir, i);
-    if (st == AF_OK) st = af_lora_trainer_upload_state(tr, X, NULL, NULL);
-    if (st == AF_OK) {
-        af_be(tr->ctx)->fill(tr->ctx, tr->M, 0.0f, (int64_t)n);
-        af_be(tr->ctx)->fill(tr->ctx, tr->V, 0.0f, (int64_t)n);
-        tr->adam_t = tr->step_count = 0;
-        af_lora_trainer_zero_grad(tr);
-    }
-    free(X);
-    return st;
 }

@@ -89,10 +89,12 @@ af_status af_tr_ckpt_fail(af_status st, const char *ckpt, const char *fmt, ...) 
     char older[1200];
     af_tr_older_good(ckpt, older, sizeof older);
     if (older[0])
-        return af_fail(st, "%s; cannot resume from %s: resume from %s instead (the newest earlier checkpoint whose "
-                           "files verify), or start the run again (--overwrite)", what, ckpt, older);
-    return af_fail(st, "%s; cannot resume from %s, and no earlier checkpoint next to it verifies: start the run again "
-                       "(--overwrite)", what, ckpt);
+        return af_fail_kind(st, AF_ERROR_KIND_CHECKPOINT,
+                            "%s; cannot resume from %s: resume from %s instead (the newest earlier checkpoint whose "
+                            "files verify), or start the run again (--overwrite)", what, ckpt, older);
+    return af_fail_kind(st, AF_ERROR_KIND_CHECKPOINT,
+                        "%s; cannot resume from %s, and no earlier checkpoint next to it verifies: start the run "
+                        "again (--overwrite)", what, ckpt);
 }
 
 af_status af_tr_ckpt_verify(const char *ckpt, int *present) {

@@ -108,9 +108,16 @@ static double attn_total(const af_data_stats *s, int32_t L) {
     return t;
 }
 
-af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_diag_list *out) {
-    char a[32], b[32], r[256], sz[80];
-    /* ---- errors ---- */
+/* The effective batch: --batch x --grad-accum (0 when either is invalid). */
+static int64_t effective_batch(const af_train_config *c) {
+    return (int64_t)(c->batch_size > 0 ? c->batch_size : 0) * (c->grad_accum > 0 ? c->grad_accum : 0);
+}
+
+/* The errors: values and combinations a run cannot start with, the data's classes against the run's.
+ * *no_stats: 1 when the data have no (labelled) sample, so the data rules cannot run. */
+static af_status check_invalid(const af_train_config *c, const af_data_stats *s, af_diag_list *out, int *no_stats) {
+    char a[32], b[32], r[256];
+    *no_stats = 0;
     if (!(c->lr > 0) || !isfinite(c->lr))
         ADD(AF_DIAG_ERROR, "lr-invalid", "use --lr 2e-4", "learning rate %s must be a finite number > 0",
             num(a, sizeof a, c->lr));
@@ -159,6 +166,7 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
     if (c->causal_lm) {
         if (!s || s->n == 0) {
             ADD(AF_DIAG_ERROR, "data-empty", "check the training file", "the training data have no sample");
+            *no_stats = 1;
             return AF_OK;
         }
     } else if (c->num_classes < 2)
@@ -167,13 +175,20 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
     if (!c->causal_lm && (!s || s->n == 0 || s->n_labelled == 0)) {
         ADD(AF_DIAG_ERROR, "data-empty", "check the training file and its label field",
             "the training data have no labelled sample");
-        return AF_OK; /* the data rules need statistics */
+        *no_stats = 1; /* the data rules need statistics */
+        return AF_OK;
     }
     if (s->num_classes > c->num_classes && c->num_classes >= 2)
         ADD(AF_DIAG_ERROR, "labels-range", "make --labels / the model head match the data",
             "the training data use %d classes but the run is configured for %d (labels out of range)",
             (int)s->num_classes, (int)c->num_classes);
+    return AF_OK;
+}
 
+/* The optimisation against common practice: the learning rate and the effective batch for the
+ * model's size (QLoRA), alpha = 2r, gradient clipping. */
+static af_status check_optimisation(const af_train_config *c, af_diag_list *out) {
+    char a[32], b[32], r[256], sz[80];
     int64_t P = c->n_model_params;
     model_size(sz, sizeof sz, P);
     /* ---- learning rate vs model size (QLoRA) ---- */
@@ -188,7 +203,7 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
         }
     }
     /* ---- effective batch (QLoRA: 16 up to 13B, 32 up to 33B, 64 above) ---- */
-    int64_t eff = (int64_t)(c->batch_size > 0 ? c->batch_size : 0) * (c->grad_accum > 0 ? c->grad_accum : 0);
+    int64_t eff = effective_batch(c);
     int64_t rec_b = P > 33000000000ll ? 64 : P > 13000000000ll ? 32 : 16;
     if (c->step_samples > 0 && eff > 0) { /* packed causal LM: samples per step, not --batch x --grad-accum */
         const double es = c->step_samples, per_mb = es / (double)c->grad_accum;
@@ -233,7 +248,13 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
         ADD(AF_DIAG_WARN, "grad-clip", "use --max-grad-norm 1.0 (QLoRA used 0.3)",
             "gradient clipping is off (max_grad_norm %s); one bad batch can blow up the adapters",
             num(a, sizeof a, c->max_grad_norm));
-    /* ---- sequence length vs data ---- */
+    return AF_OK;
+}
+
+/* max_seq_len against the data's token lengths: far above the p99 (attention and memory wasted),
+ * below the p95 (samples truncated); as information when the automatic recipe chose it. */
+static af_status check_seq_len(const af_train_config *c, const af_data_stats *s, af_diag_list *out) {
+    char r[256];
     int32_t L = c->max_seq_len;
     /* the recipe's reason, up to its first ';' (the rest repeats the truncation count) */
     const char *why = c->max_seq_len_why;
@@ -266,8 +287,14 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
             (int)L, (int)s->len_p95,
             (int)cut, (int)s->n, 100.0 * cut / s->n, (int)s->len_p99, (int)s->len_max);
     }
-    /* ---- imbalance ---- */
-    char n1[64], n2[64];
+    return AF_OK;
+}
+
+/* The classes and texts of the data: empty classes, imbalance against the epochs and the class
+ * weights, empty texts. */
+static af_status check_classes(const af_train_config *c, const af_data_stats *s, af_diag_list *out) {
+    char r[256], n1[64], n2[64];
+    const int64_t eff = effective_batch(c);
     if (s->n_empty_classes > 0 && s->num_classes <= c->num_classes) {
         int32_t k = 0;
         while (k < s->num_classes && s->class_count[k] > 0) k++;
@@ -299,4 +326,13 @@ af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_
         ADD(AF_DIAG_INFO, "empty-texts", "check the input field of those lines",
             "%d sample(s) have an empty text (each stands as one BOS/EOS token)", (int)s->n_empty);
     return AF_OK;
+}
+
+af_status af_hparams_check(const af_train_config *c, const af_data_stats *s, af_diag_list *out) {
+    int no_stats = 0;
+    AF_TRY(check_invalid(c, s, out, &no_stats));
+    if (no_stats) return AF_OK;
+    AF_TRY(check_optimisation(c, out));
+    AF_TRY(check_seq_len(c, s, out));
+    return check_classes(c, s, out);
 }

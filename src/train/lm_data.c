@@ -100,6 +100,193 @@ static void pref_pairs(const af_lm_corpus *c, int32_t *const *ids, uint8_t *cons
     free(plen);
 }
 
+/* The per-example work of one read: rendered documents, token ids and loss masks, statuses, and
+ * the verdict of each example (1 kept; dropped: 2 every target cut, 3 no target; 0 once counted). */
+typedef struct lm_work {
+    int32_t n;
+    af_chat_doc *docs;
+    int32_t **ids;
+    uint8_t **msk;
+    size_t *nids;
+    af_status *sts;
+    uint8_t *keep;
+} lm_work;
+
+/* What the kept examples hold and why the others were dropped. */
+typedef struct lm_counts {
+    int32_t kept, cut, empty, first_drop, ntrunc;
+    int64_t total, tgt_kept, tgt_cut;
+} lm_counts;
+
+static af_status work_alloc(lm_work *W, int32_t n, const char *path) {
+    memset(W, 0, sizeof *W);
+    W->n = n;
+    W->docs = calloc((size_t)n, sizeof *W->docs);
+    W->ids = calloc((size_t)n, sizeof *W->ids);
+    W->msk = calloc((size_t)n, sizeof *W->msk);
+    W->nids = calloc((size_t)n, sizeof *W->nids);
+    W->sts = calloc((size_t)n, sizeof *W->sts);
+    W->keep = calloc((size_t)n, 1);
+    if (!W->docs || !W->ids || !W->msk || !W->nids || !W->sts || !W->keep)
+        return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    return AF_OK;
+}
+
+static void work_free(lm_work *W) {
+    if (W->docs)
+        for (int32_t i = 0; i < W->n; i++) af_chat_doc_free(&W->docs[i]);
+    if (W->ids)
+        for (int32_t i = 0; i < W->n; i++) free(W->ids[i]);
+    if (W->msk)
+        for (int32_t i = 0; i < W->n; i++) free(W->msk[i]);
+    free(W->docs), free(W->ids), free(W->msk), free(W->nids), free(W->sts), free(W->keep);
+}
+
+/* The options checked: max_seq_len >= 1, loss_on auto or all (*all; not for preference pairs). */
+static af_status check_lm_opts(const char *path, const af_lm_data_opts *o, int pref, int *all) {
+    if (o->max_seq_len < 1)
+        return af_fail(AF_ERR_INVALID_ARG, "%s: max_seq_len must be >= 1 (got %d)", path, (int)o->max_seq_len);
+    *all = 0;
+    if (o->loss_on && strcmp(o->loss_on, "auto")) {
+        if (strcmp(o->loss_on, "all"))
+            return af_fail(AF_ERR_INVALID_ARG, "%s: loss_on '%.40s': expected auto or all", path, o->loss_on);
+        if (pref)
+            return af_fail(AF_ERR_INVALID_ARG, "%s: loss_on all: a preference pair compares the completions only "
+                           "(the prompt is shared)", path);
+        *all = 1;
+    }
+    return AF_OK;
+}
+
+/* Render every example sequentially (cheap; errors name the line), then tokenize them in parallel
+ * into W (af_chat_doc_tokenize is thread-safe; statuses are collected per example and re-reported
+ * on this thread: af_fail's message is thread-local; each example's ids depend on it alone). */
+static af_status render_tokenize(const af_ctx *ctx, const af_tokenizer *tok, af_chat_family fam,
+                                 const af_lm_corpus *c, const char *path, lm_work *W) {
+    for (int32_t i = 0; i < c->n; i++) {
+        const af_lm_example *e = &c->ex[i];
+        af_status st = AF_OK;
+        switch (e->format) {
+        case AF_LM_TEXT: st = af_chat_doc_plain(tok, NULL, 0, e->text, e->text_len, &W->docs[i]); break;
+        case AF_LM_PROMPT_COMPLETION:
+            st = af_chat_doc_plain(tok, e->text, e->text_len, e->completion, e->completion_len, &W->docs[i]);
+            break;
+        case AF_LM_MESSAGES:
+        case AF_LM_CHAT_PC:
+            st = af_chat_render(tok, fam, e->msgs, e->n_msgs, e->n_prompt_msgs, 0, &W->docs[i]);
+            break;
+        }
+        if (st != AF_OK) {
+            char where[400];
+            snprintf(where, sizeof where, "%s:%d: field '%s'", path, (int)e->line_no,
+                     e->format == AF_LM_CHAT_PC ? "prompt/completion" : e->format == AF_LM_MESSAGES ? "messages" : "text");
+            return prefixed(st, where);
+        }
+    }
+    lm_tok_job J = {tok, W->docs, W->ids, W->msk, W->nids, W->sts};
+    af_threadpool_run(ctx->pool, ctx->n_threads, c->n, 4, lm_tok_range, &J);
+    for (int32_t i = 0; i < c->n; i++)
+        if (W->sts[i] != AF_OK)
+            return af_fail(W->sts[i], "%s:%d: tokenization failed (%s)", path, (int)c->ex[i].line_no,
+                           af_status_name(W->sts[i]));
+    return AF_OK;
+}
+
+/* The loss masks (no loss on the first token; every token with loss_on all) and each example's
+ * verdict in W->keep from its targets within the first L tokens. */
+static void mark_targets(lm_work *W, int32_t L, int all) {
+    for (int32_t i = 0; i < W->n; i++) {
+        uint8_t *m = W->msk[i];
+        size_t len = W->nids[i], k = len < (size_t)L ? len : (size_t)L;
+        if (len) m[0] = 0;
+        int64_t t_all = 0, t_in = 0;
+        for (size_t j = 1; j < len; j++) {
+            if (all) m[j] = 1;
+            t_all += m[j];
+            if (j < k) t_in += m[j];
+        }
+        W->keep[i] = t_in > 0 ? 1 : t_all > 0 ? 2 : 3; /* 1 kept; dropped: 2 every target cut, 3 none */
+    }
+}
+
+/* The kept examples' tokens and targets, and the dropped ones by reason, into *k (W->keep: 1 kept,
+ * else 0 afterwards). */
+static void count_kept(const af_lm_corpus *c, lm_work *W, int32_t L, lm_counts *k) {
+    memset(k, 0, sizeof *k);
+    for (int32_t i = 0; i < W->n; i++) {
+        if (W->keep[i] != 1) {
+            if (W->keep[i] == 3) k->empty++;
+            else k->cut++;
+            if (!k->first_drop) k->first_drop = c->ex[i].line_no;
+            W->keep[i] = 0;
+            continue;
+        }
+        const size_t len = W->nids[i], kk = len < (size_t)L ? len : (size_t)L;
+        int64_t t_all = 0, t_in = 0;
+        for (size_t j = 1; j < len; j++) t_all += W->msk[i][j], t_in += j < kk ? W->msk[i][j] : 0;
+        k->kept++;
+        k->total += (int64_t)kk;
+        k->tgt_kept += t_in;
+        k->tgt_cut += t_all - t_in;
+        k->ntrunc += len > (size_t)L;
+    }
+}
+
+/* The kept examples, cut to L tokens, into ds. Errors: AF_ERR_NOMEM. */
+static af_status fill_dataset(af_dataset *ds, const af_lm_corpus *c, const lm_work *W, const lm_counts *k, int32_t L,
+                              int pairs, const char *path) {
+    ds->n = k->kept;
+    ds->pairs = pairs;
+    ds->max_seq_len = L;
+    ds->tok_off = calloc((size_t)k->kept + 1, sizeof *ds->tok_off);
+    ds->orig_len = malloc((size_t)k->kept * sizeof *ds->orig_len);
+    ds->line_no = malloc((size_t)k->kept * sizeof *ds->line_no);
+    ds->tokens = malloc((size_t)k->total * sizeof *ds->tokens);
+    ds->target_mask = malloc((size_t)k->total);
+    ds->path = strdup(path);
+    if (!ds->tok_off || !ds->orig_len || !ds->line_no || !ds->tokens || !ds->target_mask || !ds->path)
+        return af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    for (int32_t i = 0, s = 0; i < W->n; i++) {
+        if (!W->keep[i]) continue;
+        size_t kk = W->nids[i] < (size_t)L ? W->nids[i] : (size_t)L;
+        int64_t o0 = ds->tok_off[s];
+        memcpy(ds->tokens + o0, W->ids[i], kk * sizeof *ds->tokens);
+        memcpy(ds->target_mask + o0, W->msk[i], kk);
+        ds->orig_len[s] = W->nids[i] > INT32_MAX ? INT32_MAX : (int32_t)W->nids[i];
+        ds->line_no[s] = c->ex[i].line_no;
+        ds->tok_off[s + 1] = o0 + (int64_t)kk;
+        s++;
+    }
+    return AF_OK;
+}
+
+/* The reader's report (af_lm_data_report) of a read that kept k's examples into ds. Errors: those of
+ * af_data_stats_compute. */
+static af_status fill_report(af_lm_data_report *r, const af_lm_corpus *c, const af_dataset *ds, const lm_counts *k,
+                             int32_t L, int all, const char *format, const char *chat_template) {
+    memset(r, 0, sizeof *r);
+    r->format = format;
+    r->chat_template = chat_template;
+    r->loss_on = all ? "all" : c->format == AF_LM_TEXT ? "all"
+               : c->format == AF_LM_PROMPT_COMPLETION ? "completion" : "assistant";
+    r->max_seq_len = L;
+    r->n_read = c->n;
+    r->n_kept = k->kept;
+    r->n_dropped_cut = k->cut;
+    r->n_dropped_empty = k->empty;
+    r->first_dropped_line = k->first_drop;
+    r->n_truncated = k->ntrunc;
+    r->n_tokens = k->total;
+    r->n_target_tokens = k->tgt_kept;
+    r->n_target_cut = k->tgt_cut;
+    af_data_stats s;
+    AF_TRY(af_data_stats_compute(ds, &s));
+    r->len_min = s.len_min, r->len_p50 = s.len_p50, r->len_p95 = s.len_p95, r->len_p99 = s.len_p99;
+    r->len_max = s.len_max, r->len_mean = s.len_mean;
+    af_data_stats_free(&s);
+    return AF_OK;
+}
+
 /* The one causal-LM reader: `pref` NULL reads `path` as causal-LM data (af_lm_dataset_read), else
  * as preference pairs (af_pref_dataset_read: a pair is kept or dropped whole, *pref filled). */
 static af_status lm_read(const af_ctx *ctx, const char *path, const af_model *model, const af_lm_data_opts *o,
@@ -112,17 +299,8 @@ static af_status lm_read(const af_ctx *ctx, const char *path, const af_model *mo
         o = &def;
     }
     if (!path || !model) return af_fail(AF_ERR_INVALID_ARG, "lm data: NULL %s", path ? "model" : "path");
-    if (o->max_seq_len < 1)
-        return af_fail(AF_ERR_INVALID_ARG, "%s: max_seq_len must be >= 1 (got %d)", path, (int)o->max_seq_len);
     int all = 0;
-    if (o->loss_on && strcmp(o->loss_on, "auto")) {
-        if (strcmp(o->loss_on, "all"))
-            return af_fail(AF_ERR_INVALID_ARG, "%s: loss_on '%.40s': expected auto or all", path, o->loss_on);
-        if (pref)
-            return af_fail(AF_ERR_INVALID_ARG, "%s: loss_on all: a preference pair compares the completions only "
-                           "(the prompt is shared)", path);
-        all = 1;
-    }
+    AF_TRY(check_lm_opts(path, o, pref != NULL, &all));
     const af_tokenizer *tok = af_model_tokenizer(model);
     if (!tok) return af_fail(AF_ERR_INVALID_ARG, "%s: the model has no tokenizer", path);
     if (!ctx) ctx = af_ctx_default();
@@ -142,138 +320,25 @@ static af_status lm_read(const af_ctx *ctx, const char *path, const af_model *mo
         return st;
     }
     const int32_t n = c->n, L = o->max_seq_len;
-    af_chat_doc *docs = calloc((size_t)n, sizeof *docs);
-    int32_t **ids = calloc((size_t)n, sizeof *ids);
-    uint8_t **msk = calloc((size_t)n, sizeof *msk);
-    size_t *nids = calloc((size_t)n, sizeof *nids);
-    af_status *sts = calloc((size_t)n, sizeof *sts);
-    uint8_t *keep = calloc((size_t)n, 1);
+    lm_work W;
+    lm_counts k;
     af_dataset *ds = calloc(1, sizeof *ds);
-    if (!docs || !ids || !msk || !nids || !sts || !keep || !ds) {
-        st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
+    st = work_alloc(&W, n, path);
+    if (st == AF_OK && !ds) st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
+    if (st == AF_OK) st = render_tokenize(ctx, tok, fam, c, path, &W);
+    if (st == AF_OK) {
+        mark_targets(&W, L, all);
+        if (pref) pref_pairs(c, W.ids, W.msk, W.nids, L, W.keep, pref);
+        count_kept(c, &W, L, &k);
+        if (k.kept == 0)
+            st = af_fail(AF_ERR_FORMAT, "%s: no example left: all %d were dropped (%d with every target token beyond "
+                         "max_seq_len = %d, %d with no target token)", path, (int)n, (int)k.cut, (int)L, (int)k.empty);
     }
-    /* Render sequentially (cheap; errors name the line), tokenize in parallel. */
-    for (int32_t i = 0; i < n; i++) {
-        const af_lm_example *e = &c->ex[i];
-        switch (e->format) {
-        case AF_LM_TEXT: st = af_chat_doc_plain(tok, NULL, 0, e->text, e->text_len, &docs[i]); break;
-        case AF_LM_PROMPT_COMPLETION:
-            st = af_chat_doc_plain(tok, e->text, e->text_len, e->completion, e->completion_len, &docs[i]);
-            break;
-        case AF_LM_MESSAGES:
-        case AF_LM_CHAT_PC:
-            st = af_chat_render(tok, fam, e->msgs, e->n_msgs, e->n_prompt_msgs, 0, &docs[i]);
-            break;
-        }
-        if (st != AF_OK) {
-            char where[400];
-            snprintf(where, sizeof where, "%s:%d: field '%s'", path, (int)e->line_no,
-                     e->format == AF_LM_CHAT_PC ? "prompt/completion" : e->format == AF_LM_MESSAGES ? "messages" : "text");
-            st = prefixed(st, where);
-            goto done;
-        }
-    }
-    /* af_chat_doc_tokenize is thread-safe; statuses are collected per example and re-reported on this
-       thread (af_fail's message is thread-local). Each example's ids depend on it alone. */
-    lm_tok_job J = {tok, docs, ids, msk, nids, sts};
-    af_threadpool_run(ctx->pool, ctx->n_threads, n, 4, lm_tok_range, &J);
-    int32_t kept = 0, cut = 0, empty = 0, first_drop = 0, ntrunc = 0;
-    int64_t total = 0, tgt_kept = 0, tgt_cut = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (sts[i] != AF_OK) {
-            st = af_fail(sts[i], "%s:%d: tokenization failed (%s)", path, (int)c->ex[i].line_no, af_status_name(sts[i]));
-            goto done;
-        }
-        uint8_t *m = msk[i];
-        size_t len = nids[i], k = len < (size_t)L ? len : (size_t)L;
-        if (len) m[0] = 0;
-        int64_t t_all = 0, t_in = 0;
-        for (size_t j = 1; j < len; j++) {
-            if (all) m[j] = 1;
-            t_all += m[j];
-            if (j < k) t_in += m[j];
-        }
-        keep[i] = t_in > 0 ? 1 : t_all > 0 ? 2 : 3; /* 1 kept; dropped: 2 every target cut, 3 none */
-    }
-    if (pref) pref_pairs(c, ids, msk, nids, L, keep, pref);
-    for (int32_t i = 0; i < n; i++) {
-        if (keep[i] != 1) {
-            if (keep[i] == 3) empty++;
-            else cut++;
-            if (!first_drop) first_drop = c->ex[i].line_no;
-            keep[i] = 0;
-            continue;
-        }
-        const size_t len = nids[i], k = len < (size_t)L ? len : (size_t)L;
-        int64_t t_all = 0, t_in = 0;
-        for (size_t j = 1; j < len; j++) t_all += msk[i][j], t_in += j < k ? msk[i][j] : 0;
-        kept++;
-        total += (int64_t)k;
-        tgt_kept += t_in;
-        tgt_cut += t_all - t_in;
-        ntrunc += len > (size_t)L;
-    }
-    if (kept == 0) {
-        st = af_fail(AF_ERR_FORMAT, "%s: no example left: all %d were dropped (%d with every target token beyond "
-                     "max_seq_len = %d, %d with no target token)", path, (int)n, (int)cut, (int)L, (int)empty);
-        goto done;
-    }
-    ds->n = kept;
-    ds->pairs = pref != NULL;
-    ds->max_seq_len = L;
-    ds->tok_off = calloc((size_t)kept + 1, sizeof *ds->tok_off);
-    ds->orig_len = malloc((size_t)kept * sizeof *ds->orig_len);
-    ds->line_no = malloc((size_t)kept * sizeof *ds->line_no);
-    ds->tokens = malloc((size_t)total * sizeof *ds->tokens);
-    ds->target_mask = malloc((size_t)total);
-    ds->path = strdup(path);
-    if (!ds->tok_off || !ds->orig_len || !ds->line_no || !ds->tokens || !ds->target_mask || !ds->path) {
-        st = af_fail(AF_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    for (int32_t i = 0, s = 0; i < n; i++) {
-        if (!keep[i]) continue;
-        size_t k = nids[i] < (size_t)L ? nids[i] : (size_t)L;
-        int64_t o0 = ds->tok_off[s];
-        memcpy(ds->tokens + o0, ids[i], k * sizeof *ds->tokens);
-        memcpy(ds->target_mask + o0, msk[i], k);
-        ds->orig_len[s] = nids[i] > INT32_MAX ? INT32_MAX : (int32_t)nids[i];
-        ds->line_no[s] = c->ex[i].line_no;
-        ds->tok_off[s + 1] = o0 + (int64_t)k;
-        s++;
-    }
-    if (o->report) {
-        af_lm_data_report *r = o->report;
-        memset(r, 0, sizeof *r);
-        r->format = pref ? af_pref_format_name(pfmt) : af_lm_format_name(c->format);
-        r->chat_template = chat ? af_chat_family_name(fam) : "none";
-        r->loss_on = all ? "all" : c->format == AF_LM_TEXT ? "all"
-                   : c->format == AF_LM_PROMPT_COMPLETION ? "completion" : "assistant";
-        r->max_seq_len = L;
-        r->n_read = n;
-        r->n_kept = kept;
-        r->n_dropped_cut = cut;
-        r->n_dropped_empty = empty;
-        r->first_dropped_line = first_drop;
-        r->n_truncated = ntrunc;
-        r->n_tokens = total;
-        r->n_target_tokens = tgt_kept;
-        r->n_target_cut = tgt_cut;
-        af_data_stats s;
-        if ((st = af_data_stats_compute(ds, &s)) != AF_OK) goto done;
-        r->len_min = s.len_min, r->len_p50 = s.len_p50, r->len_p95 = s.len_p95, r->len_p99 = s.len_p99;
-        r->len_max = s.len_max, r->len_mean = s.len_mean;
-        af_data_stats_free(&s);
-    }
-done:
-    if (docs)
-        for (int32_t i = 0; i < n; i++) af_chat_doc_free(&docs[i]);
-    if (ids)
-        for (int32_t i = 0; i < n; i++) free(ids[i]);
-    if (msk)
-        for (int32_t i = 0; i < n; i++) free(msk[i]);
-    free(docs), free(ids), free(msk), free(nids), free(sts), free(keep);
+    if (st == AF_OK) st = fill_dataset(ds, c, &W, &k, L, pref != NULL, path);
+    if (st == AF_OK && o->report)
+        st = fill_report(o->report, c, ds, &k, L, all, pref ? af_pref_format_name(pfmt) : af_lm_format_name(c->format),
+                         chat ? af_chat_family_name(fam) : "none");
+    work_free(&W);
     af_lm_corpus_free(c);
     if (st != AF_OK) {
         af_dataset_free(ds);

@@ -76,32 +76,31 @@ static const char *epochs_text(char *buf, size_t cap, double e) {
     return buf;
 }
 
-int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
-    memset(r, 0, sizeof *r);
-    if (!in || in->n <= 0 || !in->sorted_len || in->n_layers < 1 || !(in->flops_token_layer > 0)) return -1;
+/* The choices af_recipe_choose works on: the rules' values, then fitted to the budget. */
+typedef struct choice {
+    int chooseE, chooseL, chooseK; /* what the recipe decides (not given; layers and length: classification) */
+    double E, E_rule;              /* epochs; the rule's before the budget */
+    int32_t L, L_rule;             /* max_seq_len; the rule's */
+    int32_t K;                     /* adapted layers (the top K) */
+    int32_t nev;                   /* evaluations */
+    double cost, B;                /* the plan's FLOPs; the budget */
+    int over;                      /* still over the budget */
+    int evals_cut;                 /* 1: one evaluation instead of several, 2: none */
+} choice;
+
+/* The epochs' rule (r->why_epochs): preference 1, causal LM ~1M target tokens, classification ~3,000
+ * samples seen (more when the smallest class of imbalanced data is seen too rarely); the given
+ * length as it is. */
+static double rule_epochs(const af_recipe_in *in, af_recipe *r, int imbalanced, int64_t nmin, double imb) {
     char a[32], b[32], c[32];
-    const int32_t nl = in->n_layers;
-    const int lm = in->causal_lm != 0;
-    const unsigned g = in->given;
-    /* ---- class statistics ---- */
-    int64_t nmin = 0, nmax = 0;
-    for (int32_t k = 0; in->class_count && k < in->num_classes; k++) {
-        int64_t x = in->class_count[k];
-        if (x <= 0) continue;
-        if (nmin == 0 || x < nmin) nmin = x;
-        if (x > nmax) nmax = x;
-    }
-    const double imb = nmin > 0 ? (double)nmax / (double)nmin : 1.0;
-    const int imbalanced = !lm && !in->multi_label && imb > IMBALANCE_RATIO;
-    /* ---- epochs ---- */
     double E = in->epochs;
-    if (g & AF_RECIPE_GIVEN_LENGTH) {
+    if (in->given & AF_RECIPE_GIVEN_LENGTH) {
         E = in->max_steps > 0 ? 0 : in->epochs;
     } else if (in->preference) {
         E = 1;
         snprintf(r->why_epochs, sizeof r->why_epochs, "1 epoch: preference tuning (the alignment handbook's DPO and "
                  "ORPO recipes train 1 epoch; the implicit rewards overfit quickly)");
-    } else if (lm) {
+    } else if (in->causal_lm) {
         int64_t T = in->n_targets > 0 ? in->n_targets : 1;
         E = ceil((double)LM_TARGETS / (double)T);
         E = E < 1 ? 1 : E > LM_EPOCHS_MAX ? LM_EPOCHS_MAX : E;
@@ -133,157 +132,195 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
             }
         }
     }
-    const double E_rule = E;
-    /* ---- class weights ---- */
+    return E;
+}
+
+/* The class weights' rule (r->class_weights, r->why_class_weights): sqrt-inverse for imbalanced
+ * single-label data, else uniform. */
+static void rule_class_weights(const af_recipe_in *in, af_recipe *r, int imbalanced, double imb, int64_t nmin,
+                               int64_t nmax) {
+    char a[32], b[32];
     snprintf(r->class_weights, sizeof r->class_weights, "uniform");
-    if (!(g & AF_RECIPE_GIVEN_CLASS_WEIGHTS) && !lm) {
-        if (imbalanced) {
-            snprintf(r->class_weights, sizeof r->class_weights, "sqrt-inverse");
-            snprintf(r->why_class_weights, sizeof r->why_class_weights,
-                     "class weights sqrt-inverse: class imbalance %.1f:1 (%s vs %s samples) > %.0f:1", imb,
-                     thousands(a, sizeof a, nmax), thousands(b, sizeof b, nmin), IMBALANCE_RATIO);
-        } else if (!in->multi_label) {
-            snprintf(r->why_class_weights, sizeof r->why_class_weights,
-                     "class weights uniform: class imbalance %.1f:1 <= %.0f:1", imb, IMBALANCE_RATIO);
-        }
+    if ((in->given & AF_RECIPE_GIVEN_CLASS_WEIGHTS) || in->causal_lm) return;
+    if (imbalanced) {
+        snprintf(r->class_weights, sizeof r->class_weights, "sqrt-inverse");
+        snprintf(r->why_class_weights, sizeof r->why_class_weights,
+                 "class weights sqrt-inverse: class imbalance %.1f:1 (%s vs %s samples) > %.0f:1", imb,
+                 thousands(a, sizeof a, nmax), thousands(b, sizeof b, nmin), IMBALANCE_RATIO);
+    } else if (!in->multi_label) {
+        snprintf(r->why_class_weights, sizeof r->why_class_weights,
+                 "class weights uniform: class imbalance %.1f:1 <= %.0f:1", imb, IMBALANCE_RATIO);
     }
-    /* ---- max_seq_len ---- */
-    const int chooseL = !(g & AF_RECIPE_GIVEN_MAX_SEQ_LEN) && !lm;
+}
+
+/* The max_seq_len rule when chosen (r->why_max_seq_len): the p95 token length rounded up to
+ * LEN_STEP, within [LEN_MIN, LEN_MAX], the model's context and the memory limit. */
+static int32_t rule_max_seq_len(const af_recipe_in *in, af_recipe *r, int chooseL) {
     int32_t L = in->max_seq_len;
-    int32_t L_cap = LEN_MAX;
-    if (chooseL) {
-        int64_t i95 = (int64_t)ceil(0.95 * (double)in->n) - 1;
-        int32_t p95 = in->sorted_len[i95 < 0 ? 0 : i95];
-        L = round_up(p95 < 1 ? 1 : p95, LEN_STEP);
-        const char *cap = "";
-        if (L < LEN_MIN) L = LEN_MIN;
-        if (L > LEN_MAX) L = LEN_MAX, cap = ", capped at 512";
-        if (in->max_positions > 0 && L > in->max_positions) {
-            L = in->max_positions, cap = ", capped by the model's context";
-            L_cap = in->max_positions;
-        }
-        if (in->mem_tokens > 0 && in->batch > 0 && (int64_t)L * in->batch > in->mem_tokens) {
-            int32_t Lm = (int32_t)(in->mem_tokens / in->batch / LEN_STEP * LEN_STEP);
-            L = Lm < LEN_STEP ? LEN_STEP : Lm, cap = ", capped by the memory limit";
-            L_cap = L;
-        }
-        snprintf(r->why_max_seq_len, sizeof r->why_max_seq_len, "the p95 token length %d rounded up to a multiple of "
-                 "%d%s", (int)p95, LEN_STEP, cap);
+    if (!chooseL) return L;
+    int64_t i95 = (int64_t)ceil(0.95 * (double)in->n) - 1;
+    int32_t p95 = in->sorted_len[i95 < 0 ? 0 : i95];
+    L = round_up(p95 < 1 ? 1 : p95, LEN_STEP);
+    const char *cap = "";
+    if (L < LEN_MIN) L = LEN_MIN;
+    if (L > LEN_MAX) L = LEN_MAX, cap = ", capped at 512";
+    if (in->max_positions > 0 && L > in->max_positions) L = in->max_positions, cap = ", capped by the model's context";
+    if (in->mem_tokens > 0 && in->batch > 0 && (int64_t)L * in->batch > in->mem_tokens) {
+        int32_t Lm = (int32_t)(in->mem_tokens / in->batch / LEN_STEP * LEN_STEP);
+        L = Lm < LEN_STEP ? LEN_STEP : Lm, cap = ", capped by the memory limit";
     }
-    (void)L_cap;
-    const int32_t L_rule = L;
-    /* ---- layers ---- */
-    const int chooseK = !(g & AF_RECIPE_GIVEN_LAYERS) && !lm;
-    int32_t K = chooseK ? nl : (in->layers < 1 ? 1 : in->layers > nl ? nl : in->layers);
-    /* ---- evaluations ---- */
-    int32_t nev = 0;
+    snprintf(r->why_max_seq_len, sizeof r->why_max_seq_len, "the p95 token length %d rounded up to a multiple of "
+             "%d%s", (int)p95, LEN_STEP, cap);
+    return L;
+}
+
+/* Fit c to the budget c->B: under a time budget fewer evaluations first; then, while over it, a
+ * shorter max_seq_len (to LEN_BUDGET_MIN), fewer layers (to LAYERS_BUDGET_MIN), fewer whole
+ * epochs, then the last resorts (a time budget cuts passes below one); then as many layers as fit. */
+static void fit_budget(const af_recipe_in *in, choice *c) {
+    const unsigned g = in->given;
+    c->cost = af_recipe_cost(in, c->E > 0 ? c->E : 1, c->L, c->K, c->nev);
+    if (in->time_budget && c->cost > c->B && c->nev > 0 && !(g & AF_RECIPE_GIVEN_EVAL_EVERY)) {
+        /* one evaluation, at the end; none when it alone (at the budget's shortest length) would take
+           more than half the budget */
+        const int32_t Le = c->chooseL && c->L > LEN_BUDGET_MIN ? LEN_BUDGET_MIN : c->L;
+        if (c->nev > 1) c->nev = 1, c->evals_cut = 1;
+        if (af_recipe_cost(in, 0, Le, c->K, 1) > 0.5 * c->B) c->nev = 0, c->evals_cut = 2;
+        c->cost = af_recipe_cost(in, c->E > 0 ? c->E : 1, c->L, c->K, c->nev);
+    }
+    const int tb = in->time_budget && c->chooseE; /* a time budget cuts passes (below one) before layers < 10 */
+    while (c->cost > c->B) {
+        if (c->chooseL && c->L > LEN_BUDGET_MIN) c->L = c->L - LEN_STEP < LEN_BUDGET_MIN ? LEN_BUDGET_MIN : c->L - LEN_STEP;
+        else if (c->chooseK && c->K > LAYERS_BUDGET_MIN) c->K--;
+        else if (c->chooseE && c->E > 1) c->E = ceil(c->E) - 1 < 1 ? 1 : ceil(c->E) - 1;
+        else if (!tb && c->chooseK && c->K > 1) c->K--;
+        else if (!tb && c->chooseL && c->L > LEN_MIN) c->L = LEN_MIN;
+        else if (tb && c->E > 0) {
+            /* the cost is linear in E <= 1 plus the evaluations' fixed part */
+            const double c0 = af_recipe_cost(in, 0, c->L, c->K, c->nev);
+            c->E = c0 < c->B && c->cost > c0 ? c->E * (c->B - c0) / (c->cost - c0) * 0.999 : 1e-6;
+            if (c->E < 1e-6) c->E = 1e-6;
+            c->cost = af_recipe_cost(in, c->E, c->L, c->K, c->nev);
+            if (c->cost > c->B) c->over = 1;
+            break;
+        } else {
+            c->over = 1;
+            break;
+        }
+        c->cost = af_recipe_cost(in, c->E > 0 ? c->E : 1, c->L, c->K, c->nev);
+    }
+    if (c->chooseK)
+        while (c->K < in->n_layers && af_recipe_cost(in, c->E > 0 ? c->E : 1, c->L, c->K + 1, c->nev) <= c->B)
+            c->K++, c->cost = af_recipe_cost(in, c->E > 0 ? c->E : 1, c->L, c->K, c->nev);
+    if (in->n_val > 0 && c->chooseE && c->E > 0 && !c->evals_cut)
+        c->nev = c->E < 1 ? 1 : c->E > EVALS_MIN ? (int32_t)ceil(c->E) : EVALS_MIN;
+}
+
+/* The reasons of the fitted choices (why_layers, the final why_max_seq_len, the budget's note on
+ * the epochs and the evaluations) and what the budget took away (r->gave_up). */
+static void explain(const af_recipe_in *in, af_recipe *r, const choice *c) {
+    char a[32], b[32], t[160];
+    const int32_t nl = in->n_layers;
+    if (c->chooseK) {
+        if (c->K == nl)
+            snprintf(r->why_layers, sizeof r->why_layers, "LoRA on all %d layers: the run fits the compute budget "
+                     "(%.2g of %.2g FLOPs)", (int)nl, c->cost, c->B);
+        else
+            snprintf(r->why_layers, sizeof r->why_layers, "LoRA on the top %d of %d layers: the most the compute budget "
+                     "allows (%.2g of %.2g FLOPs; all %d layers: %.2g)", (int)c->K, (int)nl, c->cost, c->B, (int)nl,
+                     af_recipe_cost(in, c->E > 0 ? c->E : 1, c->L, nl, c->nev));
+    }
+    if (c->chooseL) { /* the reason, with the final length */
+        char rule[200];
+        snprintf(rule, sizeof rule, "%.190s", r->why_max_seq_len);
+        int64_t longer = 0;
+        for (int64_t i = in->n - 1; i >= 0 && in->sorted_len[i] > c->L; i--) longer++;
+        if (c->L != c->L_rule)
+            snprintf(r->why_max_seq_len, sizeof r->why_max_seq_len, "max_seq_len %d: the compute budget (the rule gives %d: "
+                     "%.190s)", (int)c->L, (int)c->L_rule, rule);
+        else
+            snprintf(r->why_max_seq_len, sizeof r->why_max_seq_len, "max_seq_len %d: %.190s", (int)c->L, rule);
+        size_t l = strlen(r->why_max_seq_len);
+        snprintf(r->why_max_seq_len + l, sizeof r->why_max_seq_len - l, "; %s of %s samples (%.1f%%) are longer, "
+                 "truncated to their first %d tokens", thousands(a, sizeof a, longer), thousands(b, sizeof b, in->n),
+                 100.0 * (double)longer / (double)in->n, (int)c->L);
+    }
+    if (c->chooseL && c->L != c->L_rule) {
+        snprintf(t, sizeof t, "max_seq_len %d instead of %d", (int)c->L, (int)c->L_rule);
+        append(r->gave_up, sizeof r->gave_up, t);
+    }
+    if (c->chooseK && c->K < nl) {
+        snprintf(t, sizeof t, "LoRA on %d instead of all %d layers", (int)c->K, (int)nl);
+        append(r->gave_up, sizeof r->gave_up, t);
+    }
+    if (c->chooseE && c->E != c->E_rule) {
+        snprintf(t, sizeof t, "%s instead of %s", epochs_text(a, sizeof a, c->E), epochs_text(b, sizeof b, c->E_rule));
+        append(r->gave_up, sizeof r->gave_up, t);
+        size_t l = strlen(r->why_epochs);
+        snprintf(r->why_epochs + l, sizeof r->why_epochs - l, "; the budget: %s", epochs_text(a, sizeof a, c->E));
+    }
+    if (c->evals_cut == 1) append(r->gave_up, sizeof r->gave_up, "one evaluation (at the end) instead of several");
+    if (c->evals_cut == 2) {
+        snprintf(t, sizeof t, "no evaluation on the validation data (%.2g FLOPs, more than half the budget): the "
+                 "last step is the best", af_recipe_cost(in, 0, c->L, c->K, 1));
+        append(r->gave_up, sizeof r->gave_up, t);
+        snprintf(r->why_eval, sizeof r->why_eval, "no evaluation: the validation data cost more than half the budget");
+    } else if (c->evals_cut == 1)
+        snprintf(r->why_eval, sizeof r->why_eval, "1 evaluation on the validation data, at the end (the budget)");
+    if (c->over) {
+        snprintf(t, sizeof t, "still over the budget (%.2g of %.2g FLOPs): nothing left to give up", c->cost, c->B);
+        append(r->gave_up, sizeof r->gave_up, t);
+    }
+}
+
+int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
+    memset(r, 0, sizeof *r);
+    if (!in || in->n <= 0 || !in->sorted_len || in->n_layers < 1 || !(in->flops_token_layer > 0)) return -1;
+    const int32_t nl = in->n_layers;
+    const int lm = in->causal_lm != 0;
+    const unsigned g = in->given;
+    /* ---- class statistics ---- */
+    int64_t nmin = 0, nmax = 0;
+    for (int32_t k = 0; in->class_count && k < in->num_classes; k++) {
+        int64_t x = in->class_count[k];
+        if (x <= 0) continue;
+        if (nmin == 0 || x < nmin) nmin = x;
+        if (x > nmax) nmax = x;
+    }
+    const double imb = nmin > 0 ? (double)nmax / (double)nmin : 1.0;
+    const int imbalanced = !lm && !in->multi_label && imb > IMBALANCE_RATIO;
+    /* ---- the rules: epochs, class weights, max_seq_len, layers, evaluations ---- */
+    choice c;
+    memset(&c, 0, sizeof c);
+    c.chooseE = !(g & AF_RECIPE_GIVEN_LENGTH);
+    c.chooseL = !(g & AF_RECIPE_GIVEN_MAX_SEQ_LEN) && !lm;
+    c.chooseK = !(g & AF_RECIPE_GIVEN_LAYERS) && !lm;
+    c.E = c.E_rule = rule_epochs(in, r, imbalanced, nmin, imb);
+    rule_class_weights(in, r, imbalanced, imb, nmin, nmax);
+    c.L = c.L_rule = rule_max_seq_len(in, r, c.chooseL);
+    c.K = c.chooseK ? nl : (in->layers < 1 ? 1 : in->layers > nl ? nl : in->layers);
     if (in->n_val > 0) {
-        nev = E > EVALS_MIN ? (int32_t)ceil(E) : EVALS_MIN;
+        c.nev = c.E > EVALS_MIN ? (int32_t)ceil(c.E) : EVALS_MIN;
         if (!(g & AF_RECIPE_GIVEN_EVAL_EVERY))
             snprintf(r->why_eval, sizeof r->why_eval,
                      "%d evaluations on the validation data (at least %d per run, every epoch when there are more), "
-                     "the best one kept", (int)nev, EVALS_MIN);
+                     "the best one kept", (int)c.nev, EVALS_MIN);
     }
     /* ---- the budget ---- */
-    const double B = in->budget_flops > 0 ? in->budget_flops : AF_RECIPE_DEFAULT_FLOPS;
-    const int chooseE = !(g & AF_RECIPE_GIVEN_LENGTH);
-    double cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
-    int over = 0, evals_cut = 0;
-    if (in->time_budget && cost > B && nev > 0 && !(g & AF_RECIPE_GIVEN_EVAL_EVERY)) {
-        /* one evaluation, at the end; none when it alone (at the budget's shortest length) would take
-           more than half the budget */
-        const int32_t Le = chooseL && L > LEN_BUDGET_MIN ? LEN_BUDGET_MIN : L;
-        if (nev > 1) nev = 1, evals_cut = 1;
-        if (af_recipe_cost(in, 0, Le, K, 1) > 0.5 * B) nev = 0, evals_cut = 2;
-        cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
-    }
-    const int tb = in->time_budget && chooseE; /* a time budget cuts passes (below one) before layers < 10 */
-    while (cost > B) {
-        if (chooseL && L > LEN_BUDGET_MIN) L = L - LEN_STEP < LEN_BUDGET_MIN ? LEN_BUDGET_MIN : L - LEN_STEP;
-        else if (chooseK && K > LAYERS_BUDGET_MIN) K--;
-        else if (chooseE && E > 1) E = ceil(E) - 1 < 1 ? 1 : ceil(E) - 1;
-        else if (!tb && chooseK && K > 1) K--;
-        else if (!tb && chooseL && L > LEN_MIN) L = LEN_MIN;
-        else if (tb && E > 0) {
-            /* the cost is linear in E <= 1 plus the evaluations' fixed part */
-            const double c0 = af_recipe_cost(in, 0, L, K, nev);
-            E = c0 < B && cost > c0 ? E * (B - c0) / (cost - c0) * 0.999 : 1e-6;
-            if (E < 1e-6) E = 1e-6;
-            cost = af_recipe_cost(in, E, L, K, nev);
-            if (cost > B) over = 1;
-            break;
-        } else {
-            over = 1;
-            break;
-        }
-        cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
-    }
-    if (chooseK)
-        while (K < nl && af_recipe_cost(in, E > 0 ? E : 1, L, K + 1, nev) <= B) K++, cost = af_recipe_cost(in, E > 0 ? E : 1, L, K, nev);
-    if (in->n_val > 0 && chooseE && E > 0 && !evals_cut) nev = E < 1 ? 1 : E > EVALS_MIN ? (int32_t)ceil(E) : EVALS_MIN;
-    r->epochs = E;
-    r->epochs_rule = E_rule;
-    r->max_seq_len = L;
-    r->layers = K;
-    r->n_evals = nev;
-    r->cost_flops = cost;
-    r->budget_flops = B;
+    c.B = in->budget_flops > 0 ? in->budget_flops : AF_RECIPE_DEFAULT_FLOPS;
+    fit_budget(in, &c);
+    r->epochs = c.E;
+    r->epochs_rule = c.E_rule;
+    r->max_seq_len = c.L;
+    r->layers = c.K;
+    r->n_evals = c.nev;
+    r->cost_flops = c.cost;
+    r->budget_flops = c.B;
     r->warmup_ratio = WARMUP_RATIO;
     if (!(g & AF_RECIPE_GIVEN_WARMUP))
         snprintf(r->why_warmup, sizeof r->why_warmup, "warm-up %.0f%% of the steps (RoBERTa's fine-tuning recipe, Liu et "
                  "al. 2019)", 100.0 * WARMUP_RATIO);
-    if (chooseK) {
-        if (K == nl)
-            snprintf(r->why_layers, sizeof r->why_layers, "LoRA on all %d layers: the run fits the compute budget "
-                     "(%.2g of %.2g FLOPs)", (int)nl, cost, B);
-        else
-            snprintf(r->why_layers, sizeof r->why_layers, "LoRA on the top %d of %d layers: the most the compute budget "
-                     "allows (%.2g of %.2g FLOPs; all %d layers: %.2g)", (int)K, (int)nl, cost, B, (int)nl,
-                     af_recipe_cost(in, E > 0 ? E : 1, L, nl, nev));
-    }
-    /* what the budget took away */
-    char t[160];
-    if (chooseL) { /* the reason, with the final length */
-        char rule[200];
-        snprintf(rule, sizeof rule, "%.190s", r->why_max_seq_len);
-        int64_t longer = 0;
-        for (int64_t i = in->n - 1; i >= 0 && in->sorted_len[i] > L; i--) longer++;
-        if (L != L_rule)
-            snprintf(r->why_max_seq_len, sizeof r->why_max_seq_len, "max_seq_len %d: the compute budget (the rule gives %d: "
-                     "%.190s)", (int)L, (int)L_rule, rule);
-        else
-            snprintf(r->why_max_seq_len, sizeof r->why_max_seq_len, "max_seq_len %d: %.190s", (int)L, rule);
-        size_t l = strlen(r->why_max_seq_len);
-        snprintf(r->why_max_seq_len + l, sizeof r->why_max_seq_len - l, "; %s of %s samples (%.1f%%) are longer, "
-                 "truncated to their first %d tokens", thousands(a, sizeof a, longer), thousands(b, sizeof b, in->n),
-                 100.0 * (double)longer / (double)in->n, (int)L);
-    }
-    if (chooseL && L != L_rule) {
-        snprintf(t, sizeof t, "max_seq_len %d instead of %d", (int)L, (int)L_rule);
-        append(r->gave_up, sizeof r->gave_up, t);
-    }
-    if (chooseK && K < nl) {
-        snprintf(t, sizeof t, "LoRA on %d instead of all %d layers", (int)K, (int)nl);
-        append(r->gave_up, sizeof r->gave_up, t);
-    }
-    if (chooseE && E != E_rule) {
-        snprintf(t, sizeof t, "%s instead of %s", epochs_text(a, sizeof a, E), epochs_text(b, sizeof b, E_rule));
-        append(r->gave_up, sizeof r->gave_up, t);
-        size_t l = strlen(r->why_epochs);
-        snprintf(r->why_epochs + l, sizeof r->why_epochs - l, "; the budget: %s", epochs_text(a, sizeof a, E));
-    }
-    if (evals_cut == 1) append(r->gave_up, sizeof r->gave_up, "one evaluation (at the end) instead of several");
-    if (evals_cut == 2) {
-        snprintf(t, sizeof t, "no evaluation on the validation data (%.2g FLOPs, more than half the budget): the "
-                 "last step is the best", af_recipe_cost(in, 0, L, K, 1));
-        append(r->gave_up, sizeof r->gave_up, t);
-        snprintf(r->why_eval, sizeof r->why_eval, "no evaluation: the validation data cost more than half the budget");
-    } else if (evals_cut == 1)
-        snprintf(r->why_eval, sizeof r->why_eval, "1 evaluation on the validation data, at the end (the budget)");
-    if (over) {
-        snprintf(t, sizeof t, "still over the budget (%.2g of %.2g FLOPs): nothing left to give up", cost, B);
-        append(r->gave_up, sizeof r->gave_up, t);
-    }
+    explain(in, r, &c);
     return 0;
 }
 

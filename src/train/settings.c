@@ -132,7 +132,11 @@ af_status af_train_settings_merge(af_train_settings *dst, const af_train_setting
 }
 
 af_status af_train_settings_read(const char *path, const char *what, af_train_settings **out) {
-    if (af_settings_is_yaml_path(path)) return af_train_settings_read_yaml(path, what, out); /* .yaml / .yml */
+    if (af_settings_is_yaml_path(path)) { /* .yaml / .yml: the origin of a config file, as a JSON one's */
+        AF_TRY(af_train_settings_read_yaml(path, what, out));
+        af_train_settings_set_origin(*out, AF_ORIGIN_CONFIG);
+        return AF_OK;
+    }
     return af_train_settings_read_ext(path, what, out, NULL);
 }
 

@@ -161,6 +161,9 @@ static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora
       "LoRA targets: qv, qkv, all-linear, or a list of q,k,v,o,gate,up,down")                                       \
     X("lora-layers", TEXT, 0, 0, 0, "A-B|topN", G_LORA, 0, F(lora_layers), FT_STR, NULL, AF_GIVEN_LAYERS, "all",  \
       "layers with adapters, 0-based: all, A-B, A-, topN (the backward stops at the lowest)")                      \
+    X("layers-to-transform", TEXT, 0, 0, 0, "I,J,...", G_LORA, 0, F(layers_to_transform), FT_STR, NULL, 0,          \
+      "--lora-layers", "PEFT layers_to_transform: adapters only on these 0-based layers, any set (e.g. 0,2,5; "   \
+      "YAML: a list); instead of --lora-layers")                                                                    \
     X("lora-r", INT, 0, 1, 4096, "R", G_LORA, 0, F(lora_r), FT_I32, NULL, 0, NULL, "LoRA rank")                   \
     X("lora-alpha", NUMBER, 0, 1e-9, 1e6, "A", G_LORA, 0, F(lora_alpha), FT_DBL, NULL, 0, NULL,                    \
       "LoRA alpha (scale alpha/r)")                                                                                \
@@ -531,6 +534,9 @@ af_status af_train_settings_to_opts(af_train_settings *ts, af_trainer_opts *o) {
     if (o->val_path && o->val_split > 0)
         return af_fail(AF_ERR_INVALID_ARG,
                        "--val and --val-split conflict: give a validation file or a split fraction, not both");
+    if (o->layers_to_transform && af_train_settings_item(ts, "lora-layers"))
+        return af_fail(AF_ERR_INVALID_ARG, "--layers-to-transform %s and --lora-layers %s: give one of them",
+                       o->layers_to_transform, o->lora_layers ? o->lora_layers : "all");
     if (have_steps && !have_epochs) o->epochs = 0; /* --max-steps alone: the default epochs play no part */
     if (!(o->epochs > 0) && o->max_steps <= 0)
         return af_fail(AF_ERR_INVALID_ARG, "--epochs 0 trains nothing: give --epochs E > 0 or --max-steps N");

@@ -358,7 +358,8 @@ static af_status one_pair(yctx *y, const yaml_event_t *kev) {
     af_status st = AF_OK;
     if (ev.type == YAML_SCALAR_EVENT) {
         if (!is_null_scalar(&ev)) st = apply(y, m, yname, a, key, (const char *)ev.data.scalar.value);
-    } else if (ev.type == YAML_SEQUENCE_START_EVENT && (a ? a->kind == V_TARGETS : !strcmp(key, "targets"))) {
+    } else if (ev.type == YAML_SEQUENCE_START_EVENT && (a ? a->kind == V_TARGETS : d->kind == AF_SETTING_TEXT)) {
+        /* a list for a text setting: its comma list (targets, labels, class weights, layers_to_transform) */
         char *list = NULL;
         st = read_list(y, yname, &list);
         if (st == AF_OK) st = put(y, m, yname, key, list);

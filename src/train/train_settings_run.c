@@ -171,8 +171,9 @@ af_status af_train_settings_run(const af_train_settings *s, const af_train_hooks
             cJSON_free(txt);
         }
     }
-    /* keep the failure's message: the frees below are afinar calls on this thread */
+    /* keep the failure's message and kind: the frees below are afinar calls on this thread */
     char msg[1024];
+    const af_error_kind kind = af_last_error_kind();
     if (st != AF_OK) snprintf(msg, sizeof msg, "%s", af_last_error());
     cJSON_Delete(out);
     af_trainer_free(t);
@@ -180,6 +181,6 @@ af_status af_train_settings_run(const af_train_settings *s, const af_train_hooks
     free(config);
     free(note);
     af_train_settings_free(m);
-    if (st != AF_OK) return af_fail(st, "%s", msg);
+    if (st != AF_OK) return af_fail_kind(st, kind, "%s", msg);
     return AF_OK;
 }

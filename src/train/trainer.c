@@ -22,8 +22,10 @@ void af_trainer_free(af_trainer *t) {
     if (t->have_st_val) af_data_stats_free(&t->st_val);
     if (t->have_lay) af_param_layout_free(&t->lay);
     free(t->class_w);
+    free(t->layer_list);
     af_diag_list_free(&t->diags);
     free(t->config_owned);
+    free((void *)t->o); /* the plan, allocated by af_trainer_new */
     af_model_free(t->model_owned);
     af_ctx_free(t->ctx);
     af_ctx_free(t->ctx_dev);
@@ -40,7 +42,7 @@ static af_status copy_names(char ***dst, char *const *src, int32_t n) {
 
 /* Read, check and tokenize the JSONL data; fills t->train_owned, t->val_owned, names, classes. */
 static af_status load_text_data(af_trainer *t) {
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_tokenizer *tok = af_model_tokenizer(t->model);
     if (!tok) {
         const char *mp = o->model_path ? o->model_path : "model";
@@ -148,8 +150,8 @@ static af_status split_pairs(const af_dataset *ds, double frac, uint64_t seed, i
 
 static af_status split_train(af_trainer *t) {
     int32_t *ti = NULL, *vi = NULL, nt = 0, nv = 0;
-    af_status sst = t->train->pairs ? split_pairs(t->train, t->o.val_split, t->o.seed, &ti, &nt, &vi, &nv)
-                                    : af_dataset_split_stratified(t->train, t->o.val_split, t->o.seed, &ti, &nt, &vi, &nv);
+    af_status sst = t->train->pairs ? split_pairs(t->train, t->o->val_split, t->o->seed, &ti, &nt, &vi, &nv)
+                                    : af_dataset_split_stratified(t->train, t->o->val_split, t->o->seed, &ti, &nt, &vi, &nv);
     if (sst != AF_OK) {
         free(ti), free(vi);
         return sst;
@@ -217,11 +219,11 @@ void af_tr_mem_limit(af_trainer *t) {
     t->mem_what = "RAM";
     size_t cg = cgroup_limit();
     if (cg > 0 && (t->mem_ram == 0 || cg < t->mem_ram)) t->mem_ram = cg, t->mem_what = "cgroup memory.max";
-    if (t->o.memory_limit_mb > 0) t->mem_ram = (size_t)(t->o.memory_limit_mb * 1048576.0), t->mem_what = "--memory-limit";
+    if (t->o->memory_limit_mb > 0) t->mem_ram = (size_t)(t->o->memory_limit_mb * 1048576.0), t->mem_what = "--memory-limit";
 }
 
-static af_status plan(af_trainer *t) {
-    const af_trainer_opts *o = &t->o;
+static af_status plan_steps(af_trainer *t) {
+    const af_trainer_opts *o = t->o;
     const int64_t n = t->train->n, units = t->pref ? n / 2 : n; /* preference: micro-batches of pairs */
     t->n_micro = (units + o->batch - 1) / o->batch;
     if (t->packing) { /* bins of epoch 0; every epoch has as many (af_pack_bfd) */
@@ -268,10 +270,18 @@ static af_status plan(af_trainer *t) {
 
 /* --lora-layers resolved against the model into t->layer_min, t->layer_end (end 0: through the last
  * layer, as af_lora_parse_layers gives it); "topN" with N above the model's layers (the default
- * top10 on a smaller model) is every layer. */
+ * top10 on a smaller model) is every layer. --layers-to-transform instead: the list into
+ * t->layer_list, its lowest and highest layer into the range. */
 static af_status resolve_layers(af_trainer *t) {
     const int32_t n_layers = t->model->cfg.num_hidden_layers;
-    const char *lspec = t->o.lora_layers;
+    if (t->o->layers_to_transform) {
+        AF_TRY(af_lora_parse_layer_list(t->o->layers_to_transform, n_layers, &t->layer_list, &t->n_layer_list));
+        const int32_t hi = t->layer_list[t->n_layer_list - 1];
+        t->layer_min = t->layer_list[0];
+        t->layer_end = hi == n_layers - 1 ? 0 : hi + 1;
+        return AF_OK;
+    }
+    const char *lspec = t->o->lora_layers;
     long top_n = 0;
     char *end = NULL;
     if (lspec && (!strncmp(lspec, "top", 3) || !strncmp(lspec, "last:", 5)))
@@ -307,8 +317,7 @@ static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
 
 /* The options' consistency checks (the table's ranges are af_trainer_opts_check's): data and
  * model given, the task's own settings, the output directory (before the data are read). */
-static af_status check_opts(af_trainer *t) {
-    af_trainer_opts *o = &t->o;
+static af_status check_opts(af_trainer *t, af_trainer_opts *o) {
     if ((o->val_path || o->val_data) && o->val_split > 0)
         return af_fail(AF_ERR_INVALID_ARG, "give either --val FILE or --val-split FRACTION, not both");
     if (!o->train_data && !o->train_path) return af_fail(AF_ERR_INVALID_ARG, "no training data (--train FILE.jsonl)");
@@ -360,6 +369,7 @@ static af_status check_opts(af_trainer *t) {
     } else if (o->loss_on || o->chat_template || o->packing > 0)
         return af_fail(AF_ERR_INVALID_ARG, "--%s applies to --task causal-lm only",
              o->loss_on ? "loss-on" : o->chat_template ? "chat-template" : "packing");
+    if (o->layers_to_transform) o->given |= AF_GIVEN_LAYERS; /* the explicit list: never the recipe's choice */
     if (o->output_dir && !o->resume) { /* the output checks, before the data are read and reported */
         struct stat ob;
         char what[256];
@@ -376,8 +386,8 @@ static af_status check_opts(af_trainer *t) {
 
 /* The data: borrowed sets, or the causal-LM / classification JSONL read and tokenized; the
  * task's checks of the data; the validation split; the statistics. */
-static af_status load_data(af_trainer *t) {
-    const af_trainer_opts *o = &t->o;
+static af_status load_data(af_trainer *t, af_trainer_opts *plan) {
+    const af_trainer_opts *o = t->o;
     af_status st = AF_OK;
     if (o->train_data) {
         t->train = o->train_data;
@@ -392,7 +402,7 @@ static af_status load_data(af_trainer *t) {
             return af_fail(AF_ERR_INVALID_ARG, "validation data: %d classes (%s), training data: %d (%s)", t->val->num_classes,
                  t->val->multi_label ? "multi" : "single", t->num_classes, t->multi_label ? "multi" : "single");
     } else if (t->lm) {
-        st = af_tr_lm_read(t); /* max_seq_len from the data unless given (trainer_lmdata.c) */
+        st = af_tr_lm_read(t, plan); /* max_seq_len from the data unless given (trainer_lmdata.c) */
         if (st != AF_OK) return st;
         t->train = t->train_owned;
         t->val = t->val_owned;
@@ -434,17 +444,18 @@ static af_status load_data(af_trainer *t) {
 
 /* After the data: the LoRA (layers resolved once), the automatic recipe, the layout built once,
  * class weights, the step plan, the recipe's record, the diagnostics. */
-static af_status settle(af_trainer *t, uint32_t targets) {
-    const af_trainer_opts *o = &t->o;
+static af_status settle(af_trainer *t, af_trainer_opts *plan, uint32_t targets) {
+    const af_trainer_opts *o = t->o;
     af_status st;
     t->lora = (af_lora_config){o->lora_r, (float)o->lora_alpha, (float)o->lora_dropout, o->use_rslora, targets, o->seed,
                                o->use_dora};
     st = resolve_layers(t); /* --lora-layers as numbers, once */
-    if (st == AF_OK) st = af_tr_recipe_apply(t); /* AF_RECIPE_AUTO: epochs, class weights, max_seq_len, layers, warm-up */
+    if (st == AF_OK) st = af_tr_recipe_apply(t, plan); /* AF_RECIPE_AUTO: epochs, class weights, max_seq_len, layers, warm-up */
     if (st != AF_OK) return st;
     /* the LoRA layout of the run, built once here and handed to the optimizer (af_tr_new_optimizer) */
-    st = af_param_layout_init_layers(&t->lay, t->model, &t->lora, t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1,
-                                     t->layer_min, t->layer_end);
+    const int32_t nc = t->lm ? 0 : t->num_classes > 0 ? t->num_classes : 1;
+    st = t->layer_list ? af_param_layout_init_list(&t->lay, t->model, &t->lora, nc, t->layer_list, t->n_layer_list)
+                       : af_param_layout_init_layers(&t->lay, t->model, &t->lora, nc, t->layer_min, t->layer_end);
     if (st != AF_OK) return st;
     t->have_lay = 1;
     t->lay.init = o->init_lora_weights; /* pissa / olora: the SVD / QR of every adapted weight (not for a dry run) */
@@ -459,8 +470,8 @@ static af_status settle(af_trainer *t, uint32_t targets) {
         st = af_class_weights(&t->st_train, o->class_weights, t->class_w);
         if (st != AF_OK) return st;
     }
-    st = plan(t);
-    if (st == AF_OK) st = af_tr_recipe_finish(t); /* the evaluation interval; the settings record */
+    st = plan_steps(t);
+    if (st == AF_OK) st = af_tr_recipe_finish(t, plan); /* the evaluation interval; the settings record */
     if (st != AF_OK) return st;
     const af_train_config hc = {
         .lr = o->lr, .lora_r = o->lora_r, .lora_alpha = o->lora_alpha, .use_rslora = o->use_rslora,
@@ -471,7 +482,7 @@ static af_status settle(af_trainer *t, uint32_t targets) {
         .lr_decays = o->schedule != AF_SCHED_CONSTANT, .max_positions = t->model->cfg.max_position_embeddings,
         .has_val = t->val != NULL, .patience = o->patience, .eval_every = o->eval_every, .warmup_steps = t->warmup,
         .total_steps = t->total, .step_samples = t->packing && t->spe > 0 ? (double)t->train->n / (double)t->spe : 0.0,
-        .max_seq_len_why = t->have_recipe && !t->lm && !(t->o.given & AF_GIVEN_MAX_SEQ_LEN) ? t->recipe.why_max_seq_len : NULL};
+        .max_seq_len_why = t->have_recipe && !t->lm && !(t->o->given & AF_GIVEN_MAX_SEQ_LEN) ? t->recipe.why_max_seq_len : NULL};
     st = af_hparams_check(&hc, &t->st_train, &t->diags);
     if (st != AF_OK) return st;
     return AF_OK;
@@ -483,13 +494,20 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
     af_trainer *t = af_calloc(1, sizeof *t);
     if (!t) return af_fail(AF_ERR_NOMEM, "trainer: out of memory");
     t->t_created = af_time_sec();
-    t->o = *opts;
-    af_trainer_opts *o = &t->o;
+    /* the plan: writable through `o` while it is resolved below, read-only through t->o afterwards */
+    af_trainer_opts *o = af_malloc(sizeof *o);
+    if (!o) {
+        free(t);
+        return af_fail(AF_ERR_NOMEM, "trainer: out of memory");
+    }
+    *o = *opts;
+    t->o = o;
+    t->log = o->log, t->plot = o->plot, t->out_dir = o->output_dir, t->config_json = o->config_json;
     if (!o->targets) o->targets = "qv";
     if (!o->class_weights) o->class_weights = "uniform";
     af_trainer_opts_mark_caller(o); /* the origin of what a C caller set (settings objects carry theirs) */
     af_status st = af_trainer_opts_check(o); /* the table's ranges, as for a flag */
-    if (st == AF_OK) st = check_opts(t);
+    if (st == AF_OK) st = check_opts(t, o);
     if (st != AF_OK) goto fail;
     uint32_t targets = 0;
     st = af_lora_parse_targets(o->targets, &targets);
@@ -515,9 +533,10 @@ af_status af_trainer_new(const af_trainer_opts *opts, af_trainer **out) {
         if (st != AF_OK) goto fail;
         t->model = t->model_owned;
     }
-    st = load_data(t);
-    if (st == AF_OK) st = settle(t, targets);
+    st = load_data(t, o);
+    if (st == AF_OK) st = settle(t, o, targets);
     if (st != AF_OK) goto fail;
+    t->eval_every = o->eval_every; /* resolved: from here on the plan is read through t->o only */
     *out = t;
     return AF_OK;
 fail:
@@ -546,12 +565,12 @@ static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
 void af_trainer_report(const af_trainer *t, FILE *fp) {
     if (!fp) return;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const char *const *names = (const char *const *)t->label_names;
     if (t->have_lm_rep >= 1) af_lm_data_report_print(&t->lm_rep_train, t->pref ? "training file (chosen and rejected sides)" : "training file", fp);
-    if (t->have_lm_rep >= 1 && t->pref) af_pref_data_report_print(&t->pref_rep_train, t->o.max_seq_len, NULL, fp);
+    if (t->have_lm_rep >= 1 && t->pref) af_pref_data_report_print(&t->pref_rep_train, t->o->max_seq_len, NULL, fp);
     if (t->have_lm_rep >= 2) af_lm_data_report_print(&t->lm_rep_val, t->pref ? "validation file (chosen and rejected sides)" : "validation file", fp);
-    if (t->have_lm_rep >= 2 && t->pref) af_pref_data_report_print(&t->pref_rep_val, t->o.max_seq_len, NULL, fp);
+    if (t->have_lm_rep >= 2 && t->pref) af_pref_data_report_print(&t->pref_rep_val, t->o->max_seq_len, NULL, fp);
     if (!t->have_lm_rep)
         af_data_stats_print(&t->st_train, names, o->val_split > 0 ? "training data (after the validation split)"
                                                                    : "training data", fp);
@@ -596,8 +615,12 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
             if (tg[0]) strncat(tg, ",", sizeof tg - strlen(tg) - 1);
             strncat(tg, af_proj_name((af_proj)p), sizeof tg - strlen(tg) - 1);
         }
-    char ly[64] = "";
-    if (l->layer_min > 0 || l->layer_end < l->n_layers)
+    char ly[80] = "";
+    if (t->layer_list) { /* --layers-to-transform */
+        char list[48];
+        af_tr_layers_text(t, list, sizeof list);
+        snprintf(ly, sizeof ly, " of layers %s (of %d)", list, l->n_layers);
+    } else if (l->layer_min > 0 || l->layer_end < l->n_layers)
         snprintf(ly, sizeof ly, " of layers %d-%d (of %d)", l->layer_min, l->layer_end - 1, l->n_layers);
     if (t->lm)
         fprintf(fp, "      LoRA r %d alpha %g (scale %g) dropout %g on %s%s; no head (the model's LM head, frozen); "

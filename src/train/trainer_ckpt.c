@@ -1,16 +1,15 @@
-/* trainer_ckpt.c — the trainer's files: output-directory checks, atomic checkpoint directories,
- * trainer state (save / load / compatibility check), checkpoint rotation, metrics.jsonl truncation
- * on resume, and the gnuplot curves (see trainer.h for the layout). */
+/* trainer_ckpt.c — the trainer's checkpoints and output directory: output-directory checks,
+ * atomic checkpoint directories, trainer state (save / load / compatibility check), checkpoint
+ * rotation (see trainer.h for the layout). The run directory's other files (metrics.jsonl on
+ * resume, curves.png, run.json, config.yaml, eval.json) are trainer_outputs.c's. */
 #include "train/trainer_internal.h"
 #include "train/run_lock.h"
-#include "train/settings_yaml.h"
 
 #include "core/fsutil.h"
 #include "train/dist.h"
 #include "lora/adapter_io.h"
 #include "formats/manifest.h"
 #include "formats/safetensors.h"
-#include "train/metrics.h"
 
 #include <cJSON.h>
 #include <dirent.h>
@@ -23,14 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-extern char **environ;
 
 #define STATE_FILE AF_CKPT_STATE_FILE
 #define CONFIG_FILE AF_CKPT_CONFIG_FILE
@@ -176,7 +170,7 @@ static void fsync_dir(const char *dir) {
 /* Compatibility fields stored in the state metadata; all must match to resume. */
 #define N_CHECK 11
 static void check_fields(const af_trainer *t, const char *key[N_CHECK], char val[N_CHECK][48]) {
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     static const char *const k[N_CHECK] = {"n_train", "num_classes", "n_params", "batch", "grad_accum", "seed",
                                            "total_steps", "warmup_steps", "schedule", "lr", "lr_min"};
     for (int i = 0; i < N_CHECK; i++) key[i] = k[i];
@@ -290,17 +284,17 @@ static void explain_params(const af_trainer *t, const char *ckpt, char *why, siz
         snprintf(why, cap, "--lora-layers differ: the checkpoint adapts layers %d-%d, this run %d-%d",
                  ai.layers_to_transform && ai.n_layers_to_transform > 0 ? ai.layers_to_transform[0] : 0, ai.n_layers - 1,
                  l->layer_min, l->layer_end - 1);
-    else if (ai.num_classes > 0 && ai.has_head_bias != (t->o.head_bias != 0))
+    else if (ai.num_classes > 0 && ai.has_head_bias != (t->o->head_bias != 0))
         snprintf(why, cap, "--head-bias is %s in the checkpoint but %s now", ai.has_head_bias ? "on" : "off",
-                 t->o.head_bias ? "on" : "off");
+                 t->o->head_bias ? "on" : "off");
     af_adapter_info_free(&ai);
 }
 
 af_status af_tr_load_state(const af_trainer *t, const char *ckpt, float *P, float *M, float *V, af_run_state *rs) {
     int present = 0;
     AF_TRY(af_tr_ckpt_verify(ckpt, &present)); /* every file against the manifest, before any is read */
-    if (!present && t->o.log)
-        fprintf(t->o.log, "warning: %s has no %s (written by an afinar before checkpoints carried checksums): its "
+    if (!present && t->log)
+        fprintf(t->log, "warning: %s has no %s (written by an afinar before checkpoints carried checksums): its "
                           "files cannot be verified; its values are checked\n", ckpt, AF_MANIFEST_FILE);
     char *path = af_path_join(ckpt, STATE_FILE);
     if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
@@ -393,22 +387,19 @@ static int newest_ckpt(const char *out_dir, char *name, size_t cap) {
     return 1;
 }
 
-af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, const float *M, const float *V,
-                         const af_run_state *rs, const char *selected_by) {
-    const af_trainer_opts *o = &t->o;
-    char tmpname[256];
-    static unsigned counter;
-    snprintf(tmpname, sizeof tmpname, ".%s.tmp-%ld-%u", name, (long)getpid(), counter++);
-    char *tmp = af_path_join(o->output_dir, tmpname), *fin = af_path_join(o->output_dir, name);
-    const int had_old = fin && is_dir(fin); /* for the failure message: is there an earlier one to keep? */
-    cJSON *extra = cJSON_CreateObject();
-    af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
-    if (st == AF_OK) st = rm_tree(tmp);
-    if (st == AF_OK) st = af_mkdir_p(tmp);
-    static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
-                                        STATE_FILE, CONFIG_FILE, AF_MANIFEST_FILE};
-    const int slot = st == AF_OK ? af_temp_dir_register(tmp, files, 6) : -1; /* a second Ctrl-C removes it */
-    if (st == AF_OK && t->lm) { /* causal LM: PEFT CAUSAL_LM adapter (no head, no pooling) */
+/* Numbers the temporary and set-aside directories of this process's saves. */
+static unsigned save_counter;
+
+/* The adapter of P into tmp with the run's record (extra: afinar.json's fields; causal LM: a PEFT
+ * CAUSAL_LM adapter, no head; classification: the head, labels, pooling and their notes). M != NULL
+ * (a checkpoint): the manifest is written by the caller, over every file. */
+static af_status save_adapter(const af_trainer *t, const char *tmp, const float *P, const float *M,
+                              const af_run_state *rs, const char *selected_by, cJSON *extra) {
+    const af_trainer_opts *o = t->o;
+    const af_model_config *mc = af_model_get_config(t->model);
+    af_adapter_save_opts ao;
+    memset(&ao, 0, sizeof ao);
+    if (t->lm) { /* causal LM: PEFT CAUSAL_LM adapter (no head, no pooling) */
         cJSON_AddStringToObject(extra, "task", "causal-lm");
         if (t->pref) cJSON_AddStringToObject(extra, "trained_with", o->task == AF_TASK_ORPO ? "orpo" : "dpo");
         cJSON_AddNumberToObject(extra, "step", (double)rs->step);
@@ -417,19 +408,7 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
         if (o->model_path) cJSON_AddStringToObject(extra, "base_model_path", o->model_path);
         if (o->loss_on) cJSON_AddStringToObject(extra, "loss_on", o->loss_on);
         if (o->chat_template) cJSON_AddStringToObject(extra, "chat_template", o->chat_template);
-        const af_model_config *mc = af_model_get_config(t->model);
-        af_adapter_save_opts ao;
-        memset(&ao, 0, sizeof ao);
-        ao.base_model_name_or_path = o->model_path;
-        ao.architecture = mc->architecture;
-        ao.n_head = mc->num_attention_heads;
-        ao.n_kv_head = mc->num_key_value_heads;
-        ao.head_dim = mc->head_dim;
-        ao.max_seq_len = o->max_seq_len;
-        ao.extra = extra;
-        ao.caller_writes_manifest = M != NULL; /* a checkpoint: written below, over every file */
-        st = af_adapter_save(tmp, &t->lay, P, &ao);
-    } else if (st == AF_OK) {
+    } else {
         cJSON_AddBoolToObject(extra, "multi_label", t->multi_label);
         cJSON_AddNumberToObject(extra, "step", (double)rs->step);
         if (selected_by) cJSON_AddStringToObject(extra, "selected_by", selected_by);
@@ -444,69 +423,95 @@ af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, 
             cJSON_AddStringToObject(extra, "pooling_note",
                                     "mean pooling has no transformers equivalent (*ForSequenceClassification pools "
                                     "the last token); train with --pooling last for a faithful PEFT export");
-        const af_model_config *mc = af_model_get_config(t->model);
-        af_adapter_save_opts ao;
-        memset(&ao, 0, sizeof ao);
-        ao.base_model_name_or_path = o->model_path;
         ao.write_head_bias = o->head_bias;
-        ao.architecture = mc->architecture;
-        ao.n_head = mc->num_attention_heads; /* q/k B rows exported in HF order (adapter_io.h) */
-        ao.n_kv_head = mc->num_key_value_heads;
-        ao.head_dim = mc->head_dim;
         ao.pooling = o->pooling == AF_POOL_LAST ? "last" : "mean";
-        ao.max_seq_len = o->max_seq_len;
         ao.labels = (const char *const *)t->label_names;
         ao.n_labels = t->label_names ? t->num_classes : 0;
-        ao.extra = extra;
-        ao.caller_writes_manifest = M != NULL; /* a checkpoint: written below, over every file */
-        st = af_adapter_save(tmp, &t->lay, P, &ao);
     }
+    ao.base_model_name_or_path = o->model_path;
+    ao.architecture = mc->architecture;
+    ao.n_head = mc->num_attention_heads; /* q/k B rows exported in HF order (adapter_io.h) */
+    ao.n_kv_head = mc->num_key_value_heads;
+    ao.head_dim = mc->head_dim;
+    ao.max_seq_len = o->max_seq_len;
+    ao.extra = extra;
+    ao.caller_writes_manifest = M != NULL; /* a checkpoint: written below, over every file */
+    return af_adapter_save(tmp, &t->lay, P, &ao);
+}
+
+/* The complete temporary tmp renamed to fin (an existing fin swapped atomically, or set aside and
+ * removed), the directory synced. */
+static af_status install_dir(const char *out_dir, const char *name, char *tmp, const char *fin) {
+    af_status st = AF_OK;
+    if (is_dir(fin)) {
+        /* swap atomically, then delete the old one (now at tmp) */
+#ifdef RENAME_EXCHANGE
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
+            st = rm_tree(tmp);
+        } else
+#endif
+        {
+            char old[300];
+            snprintf(old, sizeof old, ".%s.old-%ld-%u", name, (long)getpid(), save_counter++);
+            char *op = af_path_join(out_dir, old);
+            if (!op) st = af_fail(AF_ERR_NOMEM, "out of memory");
+            else if (rename(fin, op) != 0 || rename(tmp, fin) != 0)
+                st = af_fail(AF_ERR_IO, "%s: cannot replace: %s", fin, strerror(errno));
+            else st = rm_tree(op);
+            free(op);
+        }
+    } else if (rename(tmp, fin) != 0) {
+        st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", fin, tmp, strerror(errno));
+    }
+    if (st == AF_OK) fsync_dir(out_dir);
+    return st;
+}
+
+/* A failed save's message (af_last_error) as it names the final directory fin, not the temporary
+ * tmp the user never sees, with what is kept (the previous one, the last good checkpoint, or
+ * nothing), into keep. */
+static void name_final(const char *out_dir, const char *name, const char *tmp, const char *fin, int had_old,
+                       char *keep, size_t cap) {
+    const char *m = af_last_error();
+    size_t lt = strlen(tmp);
+    char last[64];
+    if (fin && !strncmp(m, tmp, lt) && had_old)
+        snprintf(keep, cap, "%s%s (not saved; the previous %s is kept)", fin, m + lt, name);
+    else if (fin && !strncmp(m, tmp, lt) && newest_ckpt(out_dir, last, sizeof last))
+        snprintf(keep, cap, "%s%s (not saved; the last good checkpoint is %s/%s)", fin, m + lt, out_dir, last);
+    else if (fin && !strncmp(m, tmp, lt))
+        snprintf(keep, cap, "%s%s (not saved; there is no earlier checkpoint)", fin, m + lt);
+    else
+        snprintf(keep, cap, "%s", m);
+}
+
+af_status af_tr_save_dir(const af_trainer *t, const char *name, const float *P, const float *M, const float *V,
+                         const af_run_state *rs, const char *selected_by) {
+    char tmpname[256];
+    snprintf(tmpname, sizeof tmpname, ".%s.tmp-%ld-%u", name, (long)getpid(), save_counter++);
+    char *tmp = af_path_join(t->out_dir, tmpname), *fin = af_path_join(t->out_dir, name);
+    const int had_old = fin && is_dir(fin); /* for the failure message: is there an earlier one to keep? */
+    cJSON *extra = cJSON_CreateObject();
+    af_status st = (tmp && fin && extra) ? AF_OK : af_fail(AF_ERR_NOMEM, "out of memory");
+    if (st == AF_OK) st = rm_tree(tmp);
+    if (st == AF_OK) st = af_mkdir_p(tmp);
+    static const char *const files[] = {AF_ADAPTER_WEIGHTS_FILE, AF_ADAPTER_CONFIG_FILE, AF_ADAPTER_AFINAR_FILE,
+                                        STATE_FILE, CONFIG_FILE, AF_MANIFEST_FILE};
+    const int slot = st == AF_OK ? af_temp_dir_register(tmp, files, 6) : -1; /* a second Ctrl-C removes it */
+    if (st == AF_OK) st = save_adapter(t, tmp, P, M, rs, selected_by, extra);
     if (st == AF_OK && M) st = write_state(t, tmp, P, M, V, rs);
-    if (st == AF_OK && M && o->config_json) { /* paths recorded absolute and relative to the checkpoint */
-        char *cp = af_path_join(tmp, CONFIG_FILE), *cj = af_tr_ckpt_config_json(o->config_json, o->output_dir, name);
+    if (st == AF_OK && M && t->config_json) { /* paths recorded absolute and relative to the checkpoint */
+        char *cp = af_path_join(tmp, CONFIG_FILE), *cj = af_tr_ckpt_config_json(t->config_json, t->out_dir, name);
         st = cp && cj ? af_write_file_atomic(cp, cj, strlen(cj)) : af_fail(AF_ERR_NOMEM, "out of memory");
         free(cp);
         free(cj);
     }
     if (st == AF_OK && M) /* last: the sizes and SHA-256 of every file of the checkpoint */
-        st = af_manifest_write(tmp, af_ckpt_files, o->config_json ? AF_CKPT_N_FILES : AF_CKPT_N_FILES - 1);
-    if (st == AF_OK) {
-        if (is_dir(fin)) {
-            /* swap atomically, then delete the old one (now at tmp) */
-#ifdef RENAME_EXCHANGE
-            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
-                st = rm_tree(tmp);
-            } else
-#endif
-            {
-                char old[300];
-                snprintf(old, sizeof old, ".%s.old-%ld-%u", name, (long)getpid(), counter++);
-                char *op = af_path_join(o->output_dir, old);
-                if (!op) st = af_fail(AF_ERR_NOMEM, "out of memory");
-                else if (rename(fin, op) != 0 || rename(tmp, fin) != 0)
-                    st = af_fail(AF_ERR_IO, "%s: cannot replace: %s", fin, strerror(errno));
-                else st = rm_tree(op);
-                free(op);
-            }
-        } else if (rename(tmp, fin) != 0) {
-            st = af_fail(AF_ERR_IO, "%s: cannot rename %s into place: %s", fin, tmp, strerror(errno));
-        }
-        if (st == AF_OK) fsync_dir(o->output_dir);
-    }
+        st = af_manifest_write(tmp, af_ckpt_files, t->config_json ? AF_CKPT_N_FILES : AF_CKPT_N_FILES - 1);
+    if (st == AF_OK) st = install_dir(t->out_dir, name, tmp, fin);
     if (st != AF_OK && tmp) {
-        /* name the final directory, not the temporary one the user never sees */
         char keep[1024];
-        const char *m = af_last_error();
-        size_t lt = strlen(tmp);
-        char last[64];
-        if (fin && !strncmp(m, tmp, lt) && had_old)
-            snprintf(keep, sizeof keep, "%s%s (not saved; the previous %s is kept)", fin, m + lt, name);
-        else if (fin && !strncmp(m, tmp, lt) && newest_ckpt(o->output_dir, last, sizeof last))
-            snprintf(keep, sizeof keep, "%s%s (not saved; the last good checkpoint is %s/%s)", fin, m + lt, o->output_dir, last);
-        else if (fin && !strncmp(m, tmp, lt))
-            snprintf(keep, sizeof keep, "%s%s (not saved; there is no earlier checkpoint)", fin, m + lt);
-        else
-            snprintf(keep, sizeof keep, "%s", m);
+        name_final(t->out_dir, name, tmp, fin, had_old, keep, sizeof keep);
         (void)rm_tree(tmp);
         af_fail(st, "%s", keep);
     }
@@ -523,9 +528,9 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 void af_tr_rotate(const af_trainer *t) {
-    const int32_t keep = t->o.save_total_limit;
+    const int32_t keep = t->o->save_total_limit;
     if (keep <= 0) return;
-    DIR *d = opendir(t->o.output_dir);
+    DIR *d = opendir(t->out_dir);
     if (!d) return;
     int64_t steps[4096];
     int n = 0;
@@ -543,245 +548,16 @@ void af_tr_rotate(const af_trainer *t) {
         char name[64], hidden[128];
         snprintf(name, sizeof name, "checkpoint-%lld", (long long)steps[i]);
         snprintf(hidden, sizeof hidden, ".%s.tmp-del-%ld-%u", name, (long)getpid(), counter++);
-        char *p = af_path_join(t->o.output_dir, name), *h = af_path_join(t->o.output_dir, hidden);
+        char *p = af_path_join(t->out_dir, name), *h = af_path_join(t->out_dir, hidden);
         if (p && h && rename(p, h) == 0) (void)rm_tree(h);
         free(p);
         free(h);
     }
 }
 
-af_status af_tr_truncate_metrics(const char *out_dir, int64_t step) {
-    char *path = af_path_join(out_dir, "metrics.jsonl");
-    if (!path) return af_fail(AF_ERR_NOMEM, "out of memory");
-    size_t len;
-    char *b = af_read_file(path, &len);
-    if (!b) {
-        free(path);
-        return AF_OK;
-    }
-    size_t w = 0;
-    for (char *line = b; *line;) {
-        char *nl = strchr(line, '\n');
-        if (!nl) break; /* an unterminated last line is a partial write: drop it */
-        *nl = 0;
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *s = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
-        int keep = cJSON_IsNumber(s) && s->valuedouble <= (double)step;
-        cJSON_Delete(j);
-        size_t l = (size_t)(nl - line);
-        if (keep) {
-            memmove(b + w, line, l);
-            w += l;
-            b[w++] = '\n';
-        }
-        line = nl + 1;
-    }
-    af_status st = af_write_file_atomic(path, b, w);
-    free(b);
-    free(path);
-    return st;
-}
-
-static int have_gnuplot(void) {
-    const char *path = getenv("PATH");
-    if (!path) return 0;
-    char buf[4096];
-    for (const char *p = path; *p;) {
-        const char *c = strchr(p, ':');
-        size_t l = c ? (size_t)(c - p) : strlen(p);
-        snprintf(buf, sizeof buf, "%.*s/gnuplot", (int)l, p);
-        if (l && access(buf, X_OK) == 0) return 1;
-        if (!c) break;
-        p = c + 1;
-    }
-    return 0;
-}
-
-/* Seconds gnuplot may take (AFINAR_PLOT_TIMEOUT, default 60): a gnuplot that hangs is killed. */
-static double plot_timeout(void) {
-    const char *e = getenv("AFINAR_PLOT_TIMEOUT");
-    char *end;
-    double v = e ? strtod(e, &end) : 0;
-    return e && end != e && !*end && v > 0 && v < 1e6 ? v : 60.0;
-}
-
-/* The gnuplot script of metrics.jsonl `b` (data inline) into fp. */
-static void plot_script(FILE *gp, char *b, const char *tmp_png) {
-    fprintf(gp, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1000,760 } "
-                "else { set terminal png size 1000,760 }\nset output '%s'\n", tmp_png);
-    int n_eval = 0, lm = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        fprintf(gp, "$%s << EOD\n", pass ? "E" : "T");
-        for (char *line = b; *line;) {
-            char *nl = strchr(line, '\n');
-            if (nl) *nl = 0;
-            cJSON *j = cJSON_Parse(line);
-            if (nl) *nl = '\n';
-            const cJSON *ty = j ? cJSON_GetObjectItemCaseSensitive(j, "type") : NULL;
-            double s = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "step"));
-            if (cJSON_IsString(ty) && !strcmp(ty->valuestring, pass ? "eval" : "train")) {
-                const char *k1 = pass ? "accuracy" : "acc";
-                double l = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "loss"));
-                double a = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, k1));
-                if (!cJSON_GetObjectItemCaseSensitive(j, k1)) { /* causal LM: TRL's names */
-                    lm = 1;
-                    if (pass) l = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "eval_loss"));
-                    a = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
-                        j, pass ? "eval_mean_token_accuracy" : "mean_token_accuracy"));
-                }
-                double f = pass ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "macro_f1")) : 0;
-                if (isfinite(l) && isfinite(a)) fprintf(gp, "%g %g %g %g\n", s, l, a, isfinite(f) ? f : 0);
-                n_eval += pass;
-            }
-            cJSON_Delete(j);
-            if (!nl) break;
-            line = nl + 1;
-        }
-        fprintf(gp, "EOD\n");
-    }
-    /* classification: accuracy and macro-F1; causal LM: mean token accuracy (no F1) */
-    const char *acc = lm ? "token accuracy" : "accuracy";
-    fprintf(gp, "set multiplot layout 2,1\nset grid\nset xlabel 'optimizer step'\nset ylabel 'loss'\n"
-                "plot $T using 1:2 with lines lc rgb '#88aadd' title 'train loss (per step)'%s\n"
-                "set ylabel '%s'\nset yrange [0:1.05]\nset key bottom right\n"
-                "plot $T using 1:3 with lines lc rgb '#88aadd' title 'train %s (per step)'",
-            n_eval ? ", $E using 1:2 with linespoints lw 2 lc rgb '#cc3333' title 'val loss'" : "", acc, acc);
-    if (n_eval) fprintf(gp, ", $E using 1:3 with linespoints lw 2 lc rgb '#cc3333' title 'val %s'", acc);
-    if (n_eval && !lm) fprintf(gp, ", $E using 1:4 with linespoints lw 2 lc rgb '#339933' title 'val macro-F1'");
-    fprintf(gp, "\nunset multiplot\nset output\n");
-}
-
-/* The script goes to a hidden file and gnuplot runs on it as a child process (stdin /dev/null), so
- * a gnuplot that exits early cannot kill the run with SIGPIPE (nothing is piped to it), and one that
- * hangs is killed after plot_timeout() seconds: the run's result never depends on the plot. */
-void af_tr_plot(const char *out_dir, FILE *log) {
-    if (!have_gnuplot()) {
-        if (log) fprintf(log, "plot: gnuplot not found, no curves.png (apt-get install gnuplot-nox)\n");
-        return;
-    }
-    char *mp = af_path_join(out_dir, "metrics.jsonl"), *png = af_path_join(out_dir, "curves.png");
-    char *tmp = af_path_join(out_dir, ".curves.png.tmp"), *gpf = af_path_join(out_dir, ".curves.gp.tmp");
-    char *b = mp ? af_read_file(mp, NULL) : NULL;
-    const int s_png = tmp ? af_temp_file_register(tmp) : -1, s_gp = gpf ? af_temp_file_register(gpf) : -1;
-    FILE *gp = (b && png && tmp && gpf) ? fopen(gpf, "w") : NULL;
-    int ok = gp != NULL;
-    if (gp) {
-        plot_script(gp, b, tmp);
-        ok = !ferror(gp);
-        ok = fclose(gp) == 0 && ok;
-    }
-    const char *why = ok ? NULL : "cannot write its script or read metrics.jsonl";
-    int rc = -1;
-    pid_t pid = -1;
-    if (ok) {
-        char *argv[] = {(char *)"gnuplot", gpf, NULL};
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawnattr_t at; /* its own process group: a hung gnuplot is stopped with its children */
-        posix_spawnattr_init(&at);
-        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
-        posix_spawnattr_setpgroup(&at, 0);
-        if (posix_spawnp(&pid, "gnuplot", &fa, &at, argv, environ) != 0) {
-            pid = -1;
-            why = "cannot start gnuplot";
-        }
-        posix_spawnattr_destroy(&at);
-        posix_spawn_file_actions_destroy(&fa);
-    }
-    if (pid > 0) {
-        const double t0 = af_time_sec(), lim = plot_timeout();
-        int status = 0;
-        for (;;) {
-            pid_t w = waitpid(pid, &status, WNOHANG);
-            if (w == pid) {
-                rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-                break;
-            }
-            if (w < 0 && errno != EINTR) break;
-            if (af_time_sec() - t0 > lim) {
-                kill(-pid, SIGKILL);
-                while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-                }
-                why = "gnuplot did not finish in time (AFINAR_PLOT_TIMEOUT) and was stopped";
-                break;
-            }
-            struct timespec ts = {0, 20 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
-    if (gpf) unlink(gpf);
-    if (rc == 0 && rename(tmp, png) == 0) {
-        if (log) fprintf(log, "plot: %s\n", png);
-    } else {
-        if (tmp) unlink(tmp);
-        if (log) {
-            if (why) fprintf(log, "plot: %s, no curves.png\n", why);
-            else if (rc == 0) fprintf(log, "plot: gnuplot wrote no image, no curves.png\n");
-            else fprintf(log, "plot: gnuplot failed (exit status %d), no curves.png\n", rc);
-        }
-    }
-    af_temp_dir_unregister(s_png);
-    af_temp_dir_unregister(s_gp);
-    free(mp), free(png), free(tmp), free(gpf), free(b);
-}
-
-af_status af_tr_write_run_json(const af_trainer *t) {
-    cJSON *j = cJSON_CreateObject();
-    if (!j) return af_fail(AF_ERR_NOMEM, "out of memory");
-    cJSON *cfg = t->o.config_json ? cJSON_Parse(t->o.config_json) : NULL;
-    cJSON_AddItemToObject(j, "config", cfg ? cfg : cJSON_CreateNull());
-    cJSON_AddStringToObject(j, "afinar_version", af_version());
-    if (t->o.model_path) cJSON_AddStringToObject(j, "model", t->o.model_path);
-    cJSON_AddNumberToObject(j, "n_train", t->train->n);
-    cJSON_AddNumberToObject(j, "n_val", t->val ? t->val->n : 0);
-    cJSON_AddNumberToObject(j, "num_classes", t->num_classes);
-    cJSON_AddBoolToObject(j, "multi_label", t->multi_label);
-    if (t->label_names) {
-        cJSON *a = cJSON_AddArrayToObject(j, "labels");
-        for (int32_t i = 0; i < t->num_classes; i++) cJSON_AddItemToArray(a, cJSON_CreateString(t->label_names[i]));
-    }
-    cJSON_AddNumberToObject(j, "total_steps", (double)t->total);
-    cJSON_AddNumberToObject(j, "steps_per_epoch", (double)t->spe);
-    cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
-    cJSON_AddNumberToObject(j, "trainable_parameters", (double)t->lay.n_total);
-    cJSON *pj = af_tr_plan_json(t); /* every setting as the run uses it, with its origin */
-    if (pj) cJSON_AddItemToObject(j, "settings", pj);
-    char *rj = af_tr_recipe_json(t); /* the automatic recipe's choices and reasons */
-    if (rj) cJSON_AddItemToObject(j, "recipe", cJSON_Parse(rj));
-    free(rj);
-    char *s = cJSON_Print(j);
-    cJSON_Delete(j);
-    char *p = af_path_join(t->o.output_dir, "run.json");
-    af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
-    free(s);
-    free(p);
-    if (st == AF_OK && t->o.config_json) { /* the same settings as YAML (a --config file) */
-        char *yp = af_path_join(t->o.output_dir, "config.yaml");
-        st = yp ? af_train_settings_write_yaml(t->o.config_json, yp) : af_fail(AF_ERR_NOMEM, "out of memory");
-        free(yp);
-    }
-    return st;
-}
-
-af_status af_tr_write_eval_json(const af_trainer *t, const af_metrics *m, int64_t step) {
-    cJSON *j = af_metrics_to_json(m, (const char *const *)t->label_names);
-    if (!j) return af_fail(AF_ERR_NOMEM, "out of memory");
-    cJSON_AddStringToObject(j, "split", "val");
-    cJSON_AddNumberToObject(j, "step", (double)step);
-    cJSON_AddNumberToObject(j, "epoch", t->spe > 0 ? (double)step / (double)t->spe : 0.0);
-    char *s = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    char *p = af_path_join(t->o.output_dir, "eval.json");
-    af_status st = (s && p) ? af_write_file_atomic(p, s, strlen(s)) : af_fail(AF_ERR_NOMEM, "out of memory");
-    free(s);
-    free(p);
-    return st;
-}
-
 /* Output directory: derive from the checkpoint, refuse another run unless overwrite/resume-in-place. */
 af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char **owned_out, int *lock_fd) {
-    af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     *owned_out = NULL;
     *lock_fd = -1;
     char *parent = NULL;
@@ -792,9 +568,9 @@ af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char
         free(c);
         if (!parent) return af_fail(AF_ERR_NOMEM, "out of memory");
     }
-    if (!o->output_dir) {
+    if (!t->out_dir) {
         if (!parent) return af_fail(AF_ERR_INVALID_ARG, "no output directory (-o DIR)");
-        o->output_dir = *owned_out = strdup(parent);
+        t->out_dir = *owned_out = strdup(parent);
         if (!*owned_out) {
             free(parent);
             return af_fail(AF_ERR_NOMEM, "out of memory");
@@ -806,23 +582,23 @@ af_status af_tr_prepare_output(af_trainer *t, const char *ckpt, int writer, char
         free(parent);
         return AF_OK;
     }
-    st = af_run_lock(o->output_dir, lock_fd); /* before looking: one writer at a time */
+    st = af_run_lock(t->out_dir, lock_fd); /* before looking: one writer at a time */
     if (st != AF_OK) {
         free(parent);
         return st;
     }
-    if (af_tr_dir_has_run(o->output_dir, what, sizeof what)) {
+    if (af_tr_dir_has_run(t->out_dir, what, sizeof what)) {
         char a[PATH_MAX], b[PATH_MAX];
-        int same = parent && realpath(parent, a) && realpath(o->output_dir, b) && !strcmp(a, b);
-        if (same) st = af_tr_clear_stale(o->output_dir); /* resuming in place: a killed run's temporaries */
-        else if (o->overwrite) st = af_tr_clear_run(o->output_dir);
+        int same = parent && realpath(parent, a) && realpath(t->out_dir, b) && !strcmp(a, b);
+        if (same) st = af_tr_clear_stale(t->out_dir); /* resuming in place: a killed run's temporaries */
+        else if (o->overwrite) st = af_tr_clear_run(t->out_dir);
         else
             st = af_fail(AF_ERR_INVALID_ARG,
                          "%s: holds another run (%s); use --overwrite to replace it, --resume %s to continue it, or "
                          "another -o DIR",
-                         o->output_dir, what, o->output_dir);
+                         t->out_dir, what, t->out_dir);
     }
     free(parent);
-    if (st == AF_OK) st = af_mkdir_p(o->output_dir);
+    if (st == AF_OK) st = af_mkdir_p(t->out_dir);
     return st;
 }

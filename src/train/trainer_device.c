@@ -28,15 +28,15 @@ static af_status switch_ctx_to_cpu(af_trainer *t) {
 }
 
 static void say(const af_trainer *t, const char *fmt, const char *a, const char *b) {
-    if (!t->o.log) return;
-    fprintf(t->o.log, fmt, a, b);
-    fflush(t->o.log);
+    if (!t->log) return;
+    fprintf(t->log, fmt, a, b);
+    fflush(t->log);
 }
 
 af_status af_tr_device_fit(af_trainer *t) {
     const af_ctx *ctx = t->ctx;
     if (af_ctx_on_cpu(ctx)) return AF_OK;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     size_t act = af_engine_bytes(t->model, &t->lay, t->max_mb_tokens, o->checkpointing);
     const size_t act_ev = t->val ? af_engine_bytes(t->model, &t->lay, t->max_ev_tokens, 1) : 0;
     if (act_ev > act) act = act_ev;
@@ -92,7 +92,7 @@ static af_status resume_on_cpu(struct af_tr_loop *L) {
     }
     AF_TRY(af_lora_trainer_set_optim_state(L->lt, NULL, NULL, &rs.adam_t, &rs.step));
     (void)n;
-    if (L->writer) AF_TRY(af_tr_truncate_metrics(t->o.output_dir, rs.step));
+    if (L->writer) AF_TRY(af_tr_truncate_metrics(t->out_dir, rs.step));
     rs.elapsed = L->rs.elapsed;
     L->rs = rs;
     L->perm_epoch = -1; /* the epoch's order and packing are made again */

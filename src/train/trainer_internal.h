@@ -17,7 +17,18 @@
 #include <stdio.h>
 
 struct af_trainer {
-    af_trainer_opts o;                 /* copy; strings borrowed from the caller */
+    const af_trainer_opts *o;          /* the plan: the caller's options resolved once by af_trainer_new (the
+                                          task's defaults, checks, the data's max_seq_len, the recipe's choices,
+                                          origins), read-only afterwards (owned: freed by af_trainer_free;
+                                          strings borrowed from the caller). Only af_trainer_new's resolution
+                                          steps hold it writable (their `af_trainer_opts *plan` argument). */
+    /* what the run derives from the plan without changing it */
+    FILE *log;                         /* progress and reports: the plan's log, NULL on a rank that does not write */
+    int plot;                          /* the plan's plot, 0 on a rank that does not write */
+    const char *out_dir;               /* the output directory: the plan's, or the resumed checkpoint's run
+                                          directory when the plan names none (af_tr_prepare_output) */
+    int64_t eval_every;                /* the evaluation interval: the plan's, re-planned with the length under
+                                          a time budget (af_tr_budget_replan) */
     af_ctx *ctx;                       /* owned: the run's context (trainer.c make_ctx) */
     af_ctx *ctx_dev;                   /* owned: the device context the run left for the CPU (--device auto;
                                           an owned model keeps it as its context), or NULL */
@@ -35,7 +46,8 @@ struct af_trainer {
     af_lora_config lora;               /* the run's LoRA: rank, alpha, dropout, rsLoRA, target mask, seed */
     int32_t layer_min, layer_end;      /* the adapted layers [layer_min, layer_end) (end 0: through the last):
                                           --lora-layers resolved once (trainer.c), or the recipe's choice */
-    af_param_layout lay;               /* built once from lora and the layer range; handed to the optimizer */
+    int32_t *layer_list, n_layer_list; /* o->layers_to_transform parsed (owned; ascending), or NULL: the range */
+    af_param_layout lay;               /* built once from lora and the layers; handed to the optimizer */
     int have_lay;
     float *class_w;                    /* [num_classes] or NULL (uniform) */
     af_diag_list diags;
@@ -63,7 +75,8 @@ struct af_trainer {
     /* the automatic recipe (o.recipe == AF_RECIPE_AUTO; trainer_recipe.c) and the time budget */
     af_recipe recipe;
     int have_recipe;                   /* 1: recipe holds the choices applied to o */
-    char *config_owned;                /* o.config_json with the recipe's choices added (owned) */
+    char *config_owned;                /* o->config_json with the recipe's choices added (owned) */
+    const char *config_json;           /* the run's settings record: config_owned, else o->config_json */
     double t_created;                  /* af_time_sec() when af_trainer_new started (the time budget's start) */
     double flops_token_layer;          /* forward FLOPs of one token through one layer */
     double rate_flops;                 /* time budget: FLOP/s assumed by the plan (0: no time budget) */
@@ -97,12 +110,13 @@ void af_tr_mem_limit(af_trainer *t);
 int64_t af_tr_mem_tokens(af_trainer *t);
 /* Read the causal-LM training and validation files into t->train_owned / t->val_owned with their
  * reports. With the automatic recipe and no max_seq_len given, max_seq_len comes from the data
- * (af_recipe_lm_max_seq_len; o.max_seq_len, t->budget and t->lm_len_chosen are set, the reason is
- * logged). trainer_lmdata.c. Errors: those of af_lm_dataset_read. */
-af_status af_tr_lm_read(af_trainer *t);
+ * (af_recipe_lm_max_seq_len; plan->max_seq_len, t->budget and t->lm_len_chosen are set, the reason
+ * is logged). Called by af_trainer_new only (the plan is writable there). trainer_lmdata.c. Errors: those of af_lm_dataset_read. */
+af_status af_tr_lm_read(af_trainer *t, af_trainer_opts *plan);
 
 /* ---- trainer_plan.c: the plan as settings with their origins ---- */
-/* The adapted layers as --lora-layers text: "all", "topK" (through the last layer) or "A-B". */
+/* The adapted layers as --lora-layers text: "all", "topK" (through the last layer) or "A-B"; with
+ * --layers-to-transform its list ("0,2,5"; cut at cap). */
 void af_tr_layers_text(const af_trainer *t, char *buf, size_t cap);
 /* Every setting's value as the run uses it, with its origin, grouped (`afinar check` leaves out the
  * keys a dry run has no use for). */
@@ -113,11 +127,13 @@ cJSON *af_tr_plan_json(const af_trainer *t);
 
 /* ---- trainer_recipe.c ---- */
 /* The automatic recipe on a trainer whose data and statistics are loaded (before the layout and
- * the plan): choose, apply to t->o (only what o.given does not mark), truncate the data to the
- * chosen max_seq_len, recompute the statistics. No-op for AF_RECIPE_FIXED. */
-af_status af_tr_recipe_apply(af_trainer *t);
-/* After the plan: the evaluation interval, the settings record (t->config_owned) . */
-af_status af_tr_recipe_finish(af_trainer *t);
+ * the step plan): choose, write the choices into `plan` (t->o, writable in af_trainer_new only; not
+ * what plan->given marks), truncate the data to the chosen max_seq_len, recompute the statistics.
+ * No-op for AF_RECIPE_FIXED. */
+af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan);
+/* After the step plan (in af_trainer_new): the evaluation interval into `plan`, the settings record
+ * (t->config_owned, t->config_json). */
+af_status af_tr_recipe_finish(af_trainer *t, af_trainer_opts *plan);
 /* The recipe block of the report ("recipe auto: the run uses" / "train would use"). */
 void af_tr_recipe_report(const af_trainer *t, FILE *fp);
 /* The choices and reasons as a JSON object text (run.json "recipe"); NULL without a recipe. Caller frees. */
@@ -272,7 +288,7 @@ extern const char *const af_ckpt_files[AF_CKPT_N_FILES];
  * ("" when none). af_last_error() is kept. */
 void af_tr_older_good(const char *ckpt, char *out, size_t cap);
 /* Record "<what>; cannot resume from CKPT: resume from <older good> instead ..., or start the run
- * again (--overwrite)" and return st. */
+ * again (--overwrite)" with the kind AF_ERROR_KIND_CHECKPOINT (af_last_error_kind) and return st. */
 af_status af_tr_ckpt_fail(af_status st, const char *ckpt, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Verify ckpt/manifest.json (every file of af_ckpt_files that exists must be listed and match).
  * No manifest: *present = 0 and AF_OK for a checkpoint written before manifests existed, an error

@@ -16,7 +16,7 @@
 /* The one call into the causal-LM reader (af_lm_dataset_read) at truncation length L. */
 static af_status read_lm_file(af_trainer *t, const char *path, int32_t L, af_lm_data_report *rep, af_dataset **out) {
     const int val = rep == &t->lm_rep_val;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     af_lm_data_opts lo;
     af_lm_data_opts_init(&lo);
     lo.max_seq_len = L;
@@ -27,8 +27,8 @@ static af_status read_lm_file(af_trainer *t, const char *path, int32_t L, af_lm_
     return af_lm_dataset_read(t->ctx, path, t->model, &lo, out);
 }
 
-af_status af_tr_lm_read(af_trainer *t) {
-    af_trainer_opts *o = &t->o;
+af_status af_tr_lm_read(af_trainer *t, af_trainer_opts *plan) {
+    af_trainer_opts *o = plan;
     const int choose = o->recipe == AF_RECIPE_AUTO && !(o->given & AF_GIVEN_MAX_SEQ_LEN);
     if (!choose) {
         AF_TRY(read_lm_file(t, o->train_path, o->max_seq_len, &t->lm_rep_train, &t->train_owned));

@@ -24,7 +24,7 @@ af_status af_tr_pref_pack(loop *L, af_batcher *bt, const int32_t *idx, int32_t m
 /* Reference log-probabilities (the base model: the adapter off) of every pair of ds, in batches of
  * `batch` pairs, into *c, *r [pairs] (allocated). */
 static af_status pref_ref_cache(loop *L, af_batcher *bt, const af_dataset *ds, double **c, double **r) {
-    const int32_t np = ds->n / 2, B = L->t->o.batch < AF_PREF_MAX_EVAL_BATCH ? L->t->o.batch : AF_PREF_MAX_EVAL_BATCH;
+    const int32_t np = ds->n / 2, B = L->t->o->batch < AF_PREF_MAX_EVAL_BATCH ? L->t->o->batch : AF_PREF_MAX_EVAL_BATCH;
     *c = af_malloc(sizeof(double) * (size_t)np);
     *r = af_malloc(sizeof(double) * (size_t)np);
     if (!*c || !*r) return af_fail(AF_ERR_NOMEM, "trainer: out of memory (reference log-probabilities)");
@@ -45,17 +45,17 @@ static af_status pref_ref_cache(loop *L, af_batcher *bt, const af_dataset *ds, d
  * base is frozen, so they never change (orpo: no reference). */
 af_status af_tr_pref_setup(loop *L) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     if (t->val) AF_TRY(af_batcher_new(t->val, NULL, t->val->n, 2, &L->bt_val));
     if (t->po.type == AF_PREF_ORPO) return AF_OK;
     const double t0 = af_time_sec();
     if (o->precompute_ref != 0) AF_TRY(pref_ref_cache(L, L->bt, t->train, &L->ref_tc, &L->ref_tr));
     if (t->val) AF_TRY(pref_ref_cache(L, L->bt_val, t->val, &L->ref_vc, &L->ref_vr));
-    if (o->log && L->writer && (L->ref_tc || L->ref_vc)) {
-        fprintf(o->log, "reference log-probabilities (adapter off): %d training + %d validation pairs in %.1f s%s\n",
+    if (t->log && L->writer && (L->ref_tc || L->ref_vc)) {
+        fprintf(t->log, "reference log-probabilities (adapter off): %d training + %d validation pairs in %.1f s%s\n",
                 L->ref_tc ? (int)(t->train->n / 2) : 0, t->val ? (int)(t->val->n / 2) : 0, af_time_sec() - t0,
                 L->ref_tc ? "" : " (training pairs: computed in every step, --no-precompute-ref)");
-        fflush(o->log);
+        fflush(t->log);
     }
     return AF_OK;
 }

@@ -30,7 +30,7 @@ static double flops_token_layer(const af_model *m) {
  * it is now, load included). A causal-LM run times the forward/backward of its first micro-batch
  * the same way. The first call of an engine includes its allocations: the estimate errs low. */
 static af_status probe_rate(af_trainer *t, double *rate) {
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_model_config *c = af_model_get_config(t->model);
     const int32_t m = t->train->n < o->batch ? t->train->n : o->batch;
     int32_t idx[64];
@@ -79,7 +79,7 @@ static af_status probe_rate(af_trainer *t, double *rate) {
 }
 
 int64_t af_tr_mem_tokens(af_trainer *t) {
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_model_config *c = af_model_get_config(t->model);
     int64_t mem_tokens = 0;
     af_tr_mem_limit(t);
@@ -98,8 +98,8 @@ int64_t af_tr_mem_tokens(af_trainer *t) {
 }
 
 /* The origin of what the recipe chose: AF_ORIGIN_RECIPE on every key it decided (not given). */
-static void mark_recipe(af_trainer *t) {
-    const unsigned g = t->o.given;
+static void mark_recipe(const af_trainer *t, af_trainer_opts *plan) {
+    const unsigned g = plan->given;
     static const struct { const char *key; unsigned bit; int classification_only; } keys[] = {
         {"epochs", AF_GIVEN_LENGTH, 0},        {"class-weights", AF_GIVEN_CLASS_WEIGHTS, 1},
         {"max-seq-len", AF_GIVEN_MAX_SEQ_LEN, 1}, {"lora-layers", AF_GIVEN_LAYERS, 1},
@@ -111,12 +111,12 @@ static void mark_recipe(af_trainer *t) {
         if (keys[k].bit == AF_GIVEN_CLASS_WEIGHTS && t->multi_label) continue;
         if (keys[k].bit == AF_GIVEN_EVAL_EVERY && !t->val) continue;
         const int32_t i = af_setting_index(keys[k].key);
-        if (i >= 0) t->o.origin[i] = AF_ORIGIN_RECIPE;
+        if (i >= 0) plan->origin[i] = AF_ORIGIN_RECIPE;
     }
 }
 
-af_status af_tr_recipe_apply(af_trainer *t) {
-    af_trainer_opts *o = &t->o;
+af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan) {
+    af_trainer_opts *o = plan;
     t->flops_token_layer = flops_token_layer(t->model);
     if (o->recipe != AF_RECIPE_AUTO) return AF_OK;
     const af_model_config *c = af_model_get_config(t->model);
@@ -185,8 +185,8 @@ af_status af_tr_recipe_apply(af_trainer *t) {
         t->layer_end = 0;
     }
     if (!(g & AF_GIVEN_WARMUP)) o->warmup_steps = -1, o->warmup_ratio = r->warmup_ratio;
-    t->o.given = g;
-    mark_recipe(t);
+    o->given = g;
+    mark_recipe(t, o);
     t->have_recipe = 1;
     return AF_OK;
 }
@@ -202,9 +202,9 @@ static int put(cJSON *j, const char *key, cJSON *item) {
     return 1;
 }
 
-/* The run's settings as a cJSON object (o.config_json parsed, or empty). */
+/* The run's settings as a cJSON object (t->config_json parsed, or empty). */
 static cJSON *settings_obj(const af_trainer *t) {
-    cJSON *j = t->o.config_json ? cJSON_Parse(t->o.config_json) : NULL;
+    cJSON *j = t->config_json ? cJSON_Parse(t->config_json) : NULL;
     if (j && !cJSON_IsObject(j)) cJSON_Delete(j), j = NULL;
     return j ? j : cJSON_CreateObject();
 }
@@ -215,13 +215,13 @@ static af_status store_settings(af_trainer *t, cJSON *j) {
     if (!s) return af_fail(AF_ERR_NOMEM, "out of memory");
     free(t->config_owned);
     t->config_owned = s;
-    t->o.config_json = s;
+    t->config_json = s;
     return AF_OK;
 }
 
-af_status af_tr_recipe_finish(af_trainer *t) {
+af_status af_tr_recipe_finish(af_trainer *t, af_trainer_opts *plan) {
     if (!t->have_recipe) return AF_OK;
-    af_trainer_opts *o = &t->o;
+    af_trainer_opts *o = plan;
     const af_recipe *r = &t->recipe;
     const unsigned g = o->given;
     if (t->val && !(g & AF_GIVEN_EVAL_EVERY))
@@ -256,7 +256,7 @@ af_status af_tr_recipe_finish(af_trainer *t) {
 
 void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
     if (!t->have_recipe) return;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_recipe *r = &t->recipe;
     const unsigned g = o->given;
     fprintf(fp, "recipe: auto (--recipe fixed: the documented defaults); %s:\n",
@@ -269,25 +269,28 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
         if (g & AF_GIVEN_CLASS_WEIGHTS) fprintf(fp, "  --class-weights %s (given)\n", o->class_weights);
         else fprintf(fp, "  %s\n", r->why_class_weights);
     }
+    /* the layers as given: --layers-to-transform when set, else --lora-layers */
+    const char *lk = o->layers_to_transform ? "layers-to-transform" : "lora-layers";
+    const char *lv = o->layers_to_transform ? o->layers_to_transform : o->lora_layers ? o->lora_layers : "all";
     if (!t->lm) {
         if (g & AF_GIVEN_MAX_SEQ_LEN) fprintf(fp, "  --max-seq-len %d (given)\n", o->max_seq_len);
         else fprintf(fp, "  %s\n", r->why_max_seq_len);
-        if (g & AF_GIVEN_LAYERS) fprintf(fp, "  --lora-layers %s (given)\n", o->lora_layers ? o->lora_layers : "all");
+        if (g & AF_GIVEN_LAYERS) fprintf(fp, "  --%s %s (given)\n", lk, lv);
         else fprintf(fp, "  %s\n", r->why_layers);
     } else {
         if (t->lm_len_chosen)
-            fprintf(fp, "  %s\n  causal LM: --lora-layers %s is the task's (not chosen by the recipe)\n",
-                    r->why_max_seq_len, o->lora_layers ? o->lora_layers : "all");
+            fprintf(fp, "  %s\n  causal LM: --%s %s is the task's (not chosen by the recipe)\n", r->why_max_seq_len,
+                    lk, lv);
         else
-            fprintf(fp, "  causal LM: max_seq_len %d and --lora-layers %s are the task's (not chosen by the recipe)\n",
-                    o->max_seq_len, o->lora_layers ? o->lora_layers : "all");
+            fprintf(fp, "  causal LM: max_seq_len %d and --%s %s are the task's (not chosen by the recipe)\n",
+                    o->max_seq_len, lk, lv);
     }
     if (g & AF_GIVEN_WARMUP) fprintf(fp, "  --warmup (given): %lld steps\n", (long long)t->warmup);
     else fprintf(fp, "  %s = %lld of %lld steps\n", r->why_warmup, (long long)t->warmup, (long long)t->total);
     if (t->val) {
         if (af_tr_no_eval(t)) fprintf(fp, "  %s\n", r->why_eval);
-        else if (g & AF_GIVEN_EVAL_EVERY) fprintf(fp, "  --eval-every %lld (given)\n", (long long)o->eval_every);
-        else fprintf(fp, "  evaluate every %lld steps: %s\n", (long long)o->eval_every, r->why_eval);
+        else if (g & AF_GIVEN_EVAL_EVERY) fprintf(fp, "  --eval-every %lld (given)\n", (long long)t->eval_every);
+        else fprintf(fp, "  evaluate every %lld steps: %s\n", (long long)t->eval_every, r->why_eval);
     }
     if (o->time_budget_min > 0)
         fprintf(fp, "  compute: about %.2g FLOPs; the --time-budget %g min allows %.2g at %.1f GFLOP/s (a probe step "
@@ -302,7 +305,7 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
 char *af_tr_recipe_json(const af_trainer *t) {
     if (!t->have_recipe) return NULL;
     const af_recipe *r = &t->recipe;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     cJSON *j = cJSON_CreateObject();
     if (!j) return NULL;
     cJSON_AddStringToObject(j, "recipe", "auto");
@@ -314,10 +317,12 @@ char *af_tr_recipe_json(const af_trainer *t) {
     cJSON_AddStringToObject(j, "why_max_seq_len", (o->given & AF_GIVEN_MAX_SEQ_LEN) ? "given" : r->why_max_seq_len);
     char ly[32];
     af_tr_layers_text(t, ly, sizeof ly);
-    cJSON_AddStringToObject(j, "lora_layers", (o->given & AF_GIVEN_LAYERS) && o->lora_layers ? o->lora_layers : ly);
+    cJSON_AddStringToObject(j, "lora_layers", o->layers_to_transform                          ? o->layers_to_transform
+                                              : (o->given & AF_GIVEN_LAYERS) && o->lora_layers ? o->lora_layers
+                                                                                               : ly);
     cJSON_AddStringToObject(j, "why_layers", (o->given & AF_GIVEN_LAYERS) ? "given" : r->why_layers);
     cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
-    cJSON_AddNumberToObject(j, "eval_every", (double)o->eval_every);
+    cJSON_AddNumberToObject(j, "eval_every", (double)t->eval_every);
     cJSON_AddNumberToObject(j, "cost_flops", r->cost_flops);
     cJSON_AddNumberToObject(j, "budget_flops", r->budget_flops);
     cJSON_AddNumberToObject(j, "time_budget_min", o->time_budget_min);
@@ -329,28 +334,28 @@ char *af_tr_recipe_json(const af_trainer *t) {
 }
 
 int af_tr_no_eval(const af_trainer *t) {
-    return t->have_recipe && t->val && t->recipe.n_evals == 0 && !(t->o.given & AF_GIVEN_EVAL_EVERY);
+    return t->have_recipe && t->val && t->recipe.n_evals == 0 && !(t->o->given & AF_GIVEN_EVAL_EVERY);
 }
 
 double af_tr_eval_steps(const af_trainer *t) {
     if (af_tr_no_eval(t)) return 0;
     if (!t->val || !t->have_st_train || !t->have_st_val || t->total <= 0) return 0;
-    const double T = (double)af_recipe_tokens(t->st_train.sorted_len, t->st_train.n, t->o.max_seq_len);
-    const double Tv = (double)af_recipe_tokens(t->st_val.sorted_len, t->st_val.n, t->o.max_seq_len);
+    const double T = (double)af_recipe_tokens(t->st_train.sorted_len, t->st_train.n, t->o->max_seq_len);
+    const double Tv = (double)af_recipe_tokens(t->st_val.sorted_len, t->st_val.n, t->o->max_seq_len);
     const double nl = t->lay.n_layers, K = t->lay.layer_end - t->lay.layer_min;
     const double step = T / (double)(t->spe > 0 ? t->spe : 1) * (2.0 * K + (nl - K));
     return step > 0 ? Tv * nl / step : 0;
 }
 
 double af_tr_budget_left(const af_trainer *t, double now, double elapsed_before) {
-    if (!(t->o.time_budget_min > 0)) return INFINITY;
-    return t->o.time_budget_min * 60.0 - (now - t->t_created) - elapsed_before;
+    if (!(t->o->time_budget_min > 0)) return INFINITY;
+    return t->o->time_budget_min * 60.0 - (now - t->t_created) - elapsed_before;
 }
 
 int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double eval_s, double left, double reserve) {
-    af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const int64_t rem = t->total - done;
-    const double every = o->eval_every > 0 ? (double)o->eval_every : (double)t->spe;
+    const double every = t->eval_every > 0 ? (double)t->eval_every : (double)t->spe;
     const double per = step_s + (t->val && every > 0 && !af_tr_no_eval(t) ? eval_s / every : 0.0);
     if (rem <= 0 || !(per > 0)) return t->total;
     /* a run the recipe shortened for the budget may grow back up to the passes its rules asked */
@@ -369,12 +374,12 @@ int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double e
         if (t->warmup < 0) t->warmup = 0;
     }
     if (t->have_recipe && t->val && !(o->given & AF_GIVEN_EVAL_EVERY))
-        o->eval_every = af_recipe_eval_every(t->recipe.n_evals, t->total, t->spe);
+        t->eval_every = af_recipe_eval_every(t->recipe.n_evals, t->total, t->spe);
     cJSON *j = settings_obj(t); /* recorded: a resume keeps this length, warm-up and evaluation interval */
     char w[32];
     snprintf(w, sizeof w, "%lld", (long long)t->warmup);
     if (j && put(j, "max-steps", cJSON_CreateNumber((double)t->total)) && put(j, "warmup", cJSON_CreateString(w)) &&
-        (o->eval_every <= 0 || put(j, "eval-every", cJSON_CreateNumber((double)o->eval_every))))
+        (t->eval_every <= 0 || put(j, "eval-every", cJSON_CreateNumber((double)t->eval_every))))
         store_settings(t, j);
     else cJSON_Delete(j);
     return t->total;

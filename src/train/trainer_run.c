@@ -29,14 +29,14 @@ static void fmt_time(double s, char *buf, size_t cap) {
 }
 
 static void end_live(loop *L) {
-    FILE *lg = L->t->o.log;
+    FILE *lg = L->t->log;
     if (L->live && lg) fputc('\n', lg);
     L->live = 0;
 }
 
 static void progress(loop *L, double lr, double gn, int force) {
     af_trainer *t = L->t;
-    FILE *lg = t->o.log;
+    FILE *lg = t->log;
     if (!lg) return;
     const af_run_state *rs = &L->rs;
     if (!L->tty && !force && rs->step % L->log_every != 0) return;
@@ -85,7 +85,7 @@ static void log_line(loop *L, const char *s) {
  * the lowest eval_loss is the best. */
 static af_status evaluate_lm(loop *L, int *improved) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     af_run_state *rs = &L->rs;
     af_lm_loss r;
     AF_TRY(af_lm_eval(L->eng, L->P, t->val, o->eval_batch > 0 ? o->eval_batch : o->batch, &r));
@@ -107,13 +107,13 @@ static af_status evaluate_lm(loop *L, int *improved) {
              (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(vl) ? vl : -1.0, isfinite(va) ? va : -1.0,
              isfinite(vl) ? exp(vl) : -1.0, (long long)r.n_targets);
     log_line(L, line);
-    if (o->log) {
+    if (t->log) {
         end_live(L);
-        fprintf(o->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  perplexity %.4g  mean_token_accuracy %.4f (%lld "
+        fprintf(t->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  perplexity %.4g  mean_token_accuracy %.4f (%lld "
                         "target tokens)%s\n",
                 (long long)rs->step, (double)rs->step / (double)t->spe, vl, exp(vl), va, (long long)r.n_targets,
                 *improved ? "  (best so far)" : "");
-        fflush(o->log);
+        fflush(t->log);
     }
     return AF_OK;
 }
@@ -123,7 +123,7 @@ static af_status evaluate_lm(loop *L, int *improved) {
  * means over the pairs; the lowest eval_loss is the best. */
 static af_status evaluate_pref(loop *L, int *improved) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     af_run_state *rs = &L->rs;
     const int32_t np = t->val->n / 2, eb = o->eval_batch > 0 ? o->eval_batch : o->batch;
     const af_step_opts so = {AF_POOL_MEAN, NULL, o->checkpointing != 0, 0, 0};
@@ -162,20 +162,20 @@ static af_status evaluate_pref(loop *L, int *improved) {
              (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(vl) ? vl : -1.0, sum[1], sum[2], sum[3],
              sum[4], sum[5], sum[6], nll, (int)np);
     log_line(L, line);
-    if (o->log) {
+    if (t->log) {
         end_live(L);
-        fprintf(o->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  rewards/accuracies %.4f  rewards/margins %.4f  "
+        fprintf(t->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  rewards/accuracies %.4f  rewards/margins %.4f  "
                         "rewards chosen %.4f / rejected %.4f (%d pairs)%s\n",
                 (long long)rs->step, (double)rs->step / (double)t->spe, vl, sum[3], sum[4], sum[1], sum[2], (int)np,
                 *improved ? "  (best so far)" : "");
-        fflush(o->log);
+        fflush(t->log);
     }
     return AF_OK;
 }
 
 static af_status evaluate(loop *L, int *improved) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     af_run_state *rs = &L->rs;
     double vloss = NAN;
     AF_TRY(af_eval_probs(L->eng, L->P, &t->lay, t->val, o->eval_batch > 0 ? o->eval_batch : o->batch, o->pooling,
@@ -198,15 +198,15 @@ static af_status evaluate(loop *L, int *improved) {
              (long long)rs->step, (double)rs->step / (double)t->spe, m->accuracy, m->macro_f1,
              isfinite(vloss) ? vloss : -1.0, isfinite(m->ece) ? m->ece : -1.0);
     log_line(L, line);
-    if (L->writer && af_tr_write_eval_json(t, m, rs->step) != AF_OK && o->log) /* a view, not the run's state */
-        fprintf(o->log, "warning: eval.json not written: %s\n", af_last_error());
-    if (o->log) {
+    if (L->writer && af_tr_write_eval_json(t, m, rs->step) != AF_OK && t->log) /* a view, not the run's state */
+        fprintf(t->log, "warning: eval.json not written: %s\n", af_last_error());
+    if (t->log) {
         end_live(L);
-        fprintf(o->log, "eval  step %lld (epoch %.2f): accuracy %.4f  macro-F1 %.4f  loss %.4f", (long long)rs->step,
+        fprintf(t->log, "eval  step %lld (epoch %.2f): accuracy %.4f  macro-F1 %.4f  loss %.4f", (long long)rs->step,
                 (double)rs->step / (double)t->spe, m->accuracy, m->macro_f1, vloss);
-        if (isfinite(m->ece)) fprintf(o->log, "  ECE %.4f", m->ece);
-        fprintf(o->log, "%s\n", *improved ? "  (best so far)" : "");
-        fflush(o->log);
+        if (isfinite(m->ece)) fprintf(t->log, "  ECE %.4f", m->ece);
+        fprintf(t->log, "%s\n", *improved ? "  (best so far)" : "");
+        fflush(t->log);
     }
     af_metrics_free(m);
     return AF_OK;
@@ -228,7 +228,7 @@ static af_status save_checkpoint(loop *L) {
         af_status st = save_dir(L, name, 1, &rs, NULL);
         if (st != AF_OK) return st;
     }
-    snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s/%s", L->t->o.output_dir, name);
+    snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s/%s", L->t->out_dir, name);
     if (L->rs.nonfinite_run == 0) snprintf(L->good_ckpt, sizeof L->good_ckpt, "%s", L->last_ckpt);
     if (L->writer) af_tr_rotate(L->t);
     return AF_OK;
@@ -248,7 +248,7 @@ static void free_loop(loop *L) {
 /* The public trainer that takes the steps, on t's layout (handed over, not built again), options
  * and class weights; L's views of its buffers and engine. */
 af_status af_tr_new_optimizer(const af_trainer *t, loop *L) {
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_param_layout *lay = &t->lay;
     af_lora_trainer_opts lo;
     af_lora_trainer_opts_defaults(&lo);
@@ -302,30 +302,29 @@ af_status af_tr_take_step(loop *L, af_tr_step *S) {
 /* The closing line of the log: where the run stopped, or what it gave and where. */
 static void log_summary(const loop *L, af_status st, const af_train_result *res) {
     const af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
     char tb[32];
     fmt_time(res->seconds, tb, sizeof tb);
     if (res->stop == AF_STOP_INTERRUPTED) {
-        fprintf(o->log, "stopped at step %lld of %lld; checkpoint %s (continue with --resume %s)\n",
+        fprintf(t->log, "stopped at step %lld of %lld; checkpoint %s (continue with --resume %s)\n",
                 (long long)L->rs.step, (long long)t->total, L->last_ckpt, L->last_ckpt);
         return;
     }
     if (st != AF_OK) return;
-    fprintf(o->log, "done: %lld steps in %s%s", (long long)L->rs.step, tb,
+    fprintf(t->log, "done: %lld steps in %s%s", (long long)L->rs.step, tb,
             res->stop == AF_STOP_BUDGET ? " (stopped at the time budget)" : "");
     if (res->best_step > 0 && t->pref)
-        fprintf(o->log, "; best eval loss %.4f at step %lld -> %s/best", res->best_eval_loss, (long long)res->best_step,
-                o->output_dir);
+        fprintf(t->log, "; best eval loss %.4f at step %lld -> %s/best", res->best_eval_loss, (long long)res->best_step,
+                t->out_dir);
     else if (res->best_step > 0 && t->lm)
-        fprintf(o->log, "; best eval loss %.4f (perplexity %.4g) at step %lld -> %s/best", res->best_eval_loss,
-                exp(res->best_eval_loss), (long long)res->best_step, o->output_dir);
+        fprintf(t->log, "; best eval loss %.4f (perplexity %.4g) at step %lld -> %s/best", res->best_eval_loss,
+                exp(res->best_eval_loss), (long long)res->best_step, t->out_dir);
     else if (res->best_step > 0)
-        fprintf(o->log, "; best val macro-F1 %.4f at step %lld -> %s/best", res->best_macro_f1, (long long)res->best_step,
-                o->output_dir);
-    else fprintf(o->log, "; %s: %s/best is the last step",
-                 af_tr_no_eval(t) ? "no evaluation (the time budget)" : "no validation data", o->output_dir);
-    fprintf(o->log, "; final adapter %s/final; log %s/metrics.jsonl\n", o->output_dir, o->output_dir);
-    if (L->rs.n_nonfinite) fprintf(o->log, "note: %lld non-finite steps were skipped\n", (long long)L->rs.n_nonfinite);
+        fprintf(t->log, "; best val macro-F1 %.4f at step %lld -> %s/best", res->best_macro_f1, (long long)res->best_step,
+                t->out_dir);
+    else fprintf(t->log, "; %s: %s/best is the last step",
+                 af_tr_no_eval(t) ? "no evaluation (the time budget)" : "no validation data", t->out_dir);
+    fprintf(t->log, "; final adapter %s/final; log %s/metrics.jsonl\n", t->out_dir, t->out_dir);
+    if (L->rs.n_nonfinite) fprintf(t->log, "note: %lld non-finite steps were skipped\n", (long long)L->rs.n_nonfinite);
 }
 
 /* FNV-1a over `n` bytes, continuing from h. */
@@ -340,8 +339,8 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 static uint64_t run_fingerprint(const af_trainer *t) {
     const af_dataset *d = t->train;
     uint64_t h = 0xcbf29ce484222325ull;
-    const int64_t plan[8] = {d->n, t->total, t->spe, t->n_micro, t->lay.n_total, t->o.batch, t->o.grad_accum,
-                             (int64_t)t->o.seed};
+    const int64_t plan[8] = {d->n, t->total, t->spe, t->n_micro, t->lay.n_total, t->o->batch, t->o->grad_accum,
+                             (int64_t)t->o->seed};
     h = fnv(h, plan, sizeof plan);
     h = fnv(h, d->tok_off, sizeof(int64_t) * ((size_t)d->n + 1));
     h = fnv(h, d->tokens, sizeof(int32_t) * (size_t)d->tok_off[d->n]);
@@ -378,7 +377,7 @@ static af_status dist_setup_agree(loop *L, af_status st) {
  * per-micro-batch gradient rows and their sum (one process too). */
 static af_status loop_alloc(loop *L) {
     const af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const int64_t n = t->lay.n_total;
     const int32_t C = t->num_classes;
     L->perm = af_malloc(sizeof(int32_t) * (size_t)t->train->n);
@@ -413,23 +412,23 @@ static af_status loop_alloc(loop *L) {
 /* The log's header: resume point, length, output, data parallelism. */
 static void log_start(const loop *L, const char *ckpt) {
     const af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
-    if (!o->log) return;
-    if (ckpt) fprintf(o->log, "resuming from %s at step %lld of %lld\n", ckpt, (long long)L->rs.step, (long long)t->total);
-    fprintf(o->log, "training: %lld steps, output %s\n", (long long)t->total, o->output_dir);
+    const af_trainer_opts *o = t->o;
+    if (!t->log) return;
+    if (ckpt) fprintf(t->log, "resuming from %s at step %lld of %lld\n", ckpt, (long long)L->rs.step, (long long)t->total);
+    fprintf(t->log, "training: %lld steps, output %s\n", (long long)t->total, t->out_dir);
     if (L->dist) {
         const int32_t A = o->grad_accum;
-        fprintf(o->log, "data parallel: %d process%s (%s); effective batch %d = %d per micro-batch x %d "
+        fprintf(t->log, "data parallel: %d process%s (%s); effective batch %d = %d per micro-batch x %d "
                         "micro-batches per step (%.3g per process x %d processes); gradients gathered per "
                         "micro-batch and summed in micro-batch order (the same bits for any process count)\n",
                 (int)L->world, L->world > 1 ? "es" : "", af_dist_library(), (int)(o->batch * A), (int)o->batch, (int)A,
                 (double)A / (double)L->world, (int)L->world);
         if (A < L->world)
-            fprintf(o->log, "warning: --grad-accum %d < %d processes: %d process%s idle in every step (give "
+            fprintf(t->log, "warning: --grad-accum %d < %d processes: %d process%s idle in every step (give "
                             "--grad-accum a multiple of the process count)\n",
                     (int)A, (int)L->world, (int)(L->world - A), L->world - A > 1 ? "es are" : " is");
     }
-    fflush(o->log);
+    fflush(t->log);
 }
 
 /* Everything before the first step: the device's memory, the optimizer on the run's layout, the
@@ -439,7 +438,7 @@ static void log_start(const loop *L, const char *ckpt) {
  * the caller releases it with af_run_unlock, also after an error). */
 static af_status loop_start(loop *L, af_status st0, const char *ckpt, char **owned_out, int *run_lock) {
     af_trainer *t = L->t;
-    af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     af_status st = st0;
     if (st == AF_OK) st = af_tr_device_fit(t); /* the device's memory, before anything is allocated on it */
     if (st == AF_OK) st = af_tr_new_optimizer(t, L);
@@ -450,21 +449,21 @@ static af_status loop_start(loop *L, af_status st0, const char *ckpt, char **own
         if (st == AF_OK) st = af_lora_trainer_set_optim_state(L->lt, NULL, NULL, &L->rs.adam_t, &L->rs.step);
     }
     if (st == AF_OK) st = af_tr_prepare_output(t, ckpt, L->writer, owned_out, run_lock);
-    if (st == AF_OK && ckpt && L->writer) st = af_tr_truncate_metrics(o->output_dir, L->rs.step);
+    if (st == AF_OK && ckpt && L->writer) st = af_tr_truncate_metrics(t->out_dir, L->rs.step);
     if (st == AF_OK) st = af_batcher_new(t->train, NULL, t->train->n, o->batch, &L->bt);
     if (st == AF_OK && t->pref) st = af_tr_pref_setup(L);
     if (st == AF_OK && L->writer) st = af_tr_write_run_json(t);
     if (st == AF_OK && L->writer) {
-        char *mp = af_path_join(o->output_dir, "metrics.jsonl");
+        char *mp = af_path_join(t->out_dir, "metrics.jsonl");
         L->mf = mp ? fopen(mp, "a") : NULL;
-        if (!L->mf) st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: cannot open for writing", o->output_dir);
+        if (!L->mf) st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: cannot open for writing", t->out_dir);
         free(mp);
     }
     if (L->dist) st = dist_setup_agree(L, st);
     if (st != AF_OK) return st;
     if (ckpt) snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s", ckpt);
     if (ckpt) snprintf(L->good_ckpt, sizeof L->good_ckpt, "%s", ckpt);
-    L->tty = o->progress_tty >= 0 ? o->progress_tty : (o->log && isatty(fileno(o->log)));
+    L->tty = o->progress_tty >= 0 ? o->progress_tty : (t->log && isatty(fileno(t->log)));
     L->log_every = o->log_every > 0 ? o->log_every : (t->total >= 20 ? t->total / 20 : 1);
     log_start(L, ckpt);
     L->t0 = now();
@@ -517,7 +516,8 @@ static void log_step(loop *L, const af_tr_step *S) {
 /* After optimizer step rs.step + 1: the counters, its metrics line, the EMAs or the non-finite
  * bookkeeping. Too many non-finite steps in a row: *stop AF_STOP_NONFINITE and AF_ERR_RANGE. */
 static af_status record_step(loop *L, const af_tr_step *S, af_stop_reason *stop) {
-    const af_trainer_opts *o = &L->t->o;
+    const af_trainer *t = L->t;
+    const af_trainer_opts *o = t->o;
     af_run_state *rs = &L->rs;
     rs->step++;
     rs->samples_seen += S->n_step;
@@ -544,12 +544,12 @@ static af_status record_step(loop *L, const af_tr_step *S, af_stop_reason *stop)
              "\"consecutive\":%lld,\"skipped_total\":%lld}",
              (long long)rs->step, L->nf_where, S->loss, S->gn, (long long)rs->nonfinite_run, (long long)rs->n_nonfinite);
     log_line(L, line);
-    if (o->log) {
+    if (t->log) {
         end_live(L);
-        fprintf(o->log, "warn  step %lld: not finite in %s (loss %g, grad-norm %g): step skipped, parameters "
+        fprintf(t->log, "warn  step %lld: not finite in %s (loss %g, grad-norm %g): step skipped, parameters "
                         "unchanged (%lld in a row)\n",
                 (long long)rs->step, L->nf_where, S->loss, S->gn, (long long)rs->nonfinite_run);
-        fflush(o->log);
+        fflush(t->log);
     }
     if (rs->nonfinite_run < (o->max_nonfinite > 0 ? o->max_nonfinite : 1)) return AF_OK;
     *stop = AF_STOP_NONFINITE;
@@ -573,7 +573,7 @@ typedef struct {
  * fresh run; 1 when the next step and the last evaluation would pass the deadline. */
 static int budget_check(loop *L, budget_clock *B) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_run_state *rs = &L->rs;
     if (!(o->time_budget_min > 0) || L->dist || rs->step >= t->total) return 0;
     const double tn = now(), step_s = (tn - L->t0 - B->eval_total_s) / (double)L->session_steps;
@@ -582,9 +582,9 @@ static int budget_check(loop *L, budget_clock *B) {
     if (!B->replanned && L->session_steps >= B->replan_at) {
         const int64_t was = t->total;
         B->replanned = 1;
-        if (af_tr_budget_replan(t, rs->step, step_s, ev, left, reserve) != was && o->log) {
+        if (af_tr_budget_replan(t, rs->step, step_s, ev, left, reserve) != was && t->log) {
             end_live(L);
-            fprintf(o->log, "time budget: %.2f s per step measured; %lld steps instead of %lld fit the %g min "
+            fprintf(t->log, "time budget: %.2f s per step measured; %lld steps instead of %lld fit the %g min "
                             "(%.0f s left)\n", step_s, (long long)t->total, (long long)was, o->time_budget_min, left);
         }
     }
@@ -597,11 +597,11 @@ static int budget_check(loop *L, budget_clock *B) {
 static af_status maybe_evaluate(loop *L, int last, int epoch_end, budget_clock *B, af_stop_reason *stop, int *evaluated,
                                 int *rewound) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_run_state *rs = &L->rs;
     *evaluated = *rewound = 0;
     if (!L->writer || !t->val || af_tr_no_eval(t) ||
-        !(last || (o->eval_every > 0 ? rs->step % o->eval_every == 0 : epoch_end)))
+        !(last || (t->eval_every > 0 ? rs->step % t->eval_every == 0 : epoch_end)))
         return AF_OK;
     int improved = 0;
     const int64_t nval = af_dataset_size(t->val);
@@ -625,8 +625,8 @@ static af_status maybe_evaluate(loop *L, int last, int epoch_end, budget_clock *
     }
     if (o->patience > 0 && rs->bad_evals >= o->patience) {
         *stop = AF_STOP_EARLY;
-        if (o->log)
-            fprintf(o->log, "early stop: no %s improvement in %lld evaluations (best %.4f at step %lld)\n",
+        if (t->log)
+            fprintf(t->log, "early stop: no %s improvement in %lld evaluations (best %.4f at step %lld)\n",
                     t->lm ? "eval-loss" : "macro-F1", (long long)rs->bad_evals, rs->best, (long long)rs->best_step);
     }
     return AF_OK;
@@ -637,7 +637,7 @@ static af_status maybe_evaluate(loop *L, int last, int epoch_end, budget_clock *
 static af_status decide_and_save(loop *L, int last, int budget_end, int epoch_end, int evaluated, af_stop_reason *stop,
                                  int *rewound) {
     const af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_run_state *rs = &L->rs;
     *rewound = 0;
     const int interrupted = (o->interrupt && *o->interrupt) || (o->stop_after > 0 && rs->step >= o->stop_after);
@@ -660,7 +660,7 @@ static af_status decide_and_save(loop *L, int last, int budget_end, int epoch_en
 /* The steps from rs.step to the end: step, record, budget, progress, evaluation, checkpoint. */
 static af_status loop_steps(loop *L, int resumed, af_stop_reason *stop) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     /* time budget (--time-budget): re-plan the length once after the first steps of a fresh run, stop
        (evaluated, saved) when the next step and the last evaluation would pass the deadline */
     budget_clock B = {0, 0, resumed || !(o->time_budget_min > 0) || L->dist,
@@ -707,9 +707,8 @@ static af_status loop_steps(loop *L, int resumed, af_stop_reason *stop) {
 /* The result, the closing line of the log, curves.png. */
 static af_status loop_finish(loop *L, af_status st, af_stop_reason stop, double t_start, af_train_result *res) {
     const af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
     if (st == AF_OK && L->mf_errno) /* no silent loss of the metrics log */
-        st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: write failed: %s", o->output_dir, strerror(L->mf_errno));
+        st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: write failed: %s", t->out_dir, strerror(L->mf_errno));
     end_live(L);
     if (st != AF_OK && L->dist && L->world > 1) { /* name the rank, the step and the last good checkpoint */
         char msg[768];
@@ -731,11 +730,11 @@ static af_status loop_finish(loop *L, af_status st, af_stop_reason stop, double 
     res->n_nonfinite = L->rs.n_nonfinite;
     res->seconds = now() - t_start;
     snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", L->last_ckpt);
-    if (o->log && L->mf) log_summary(L, st, res);
-    if (L->mf && o->plot && (st == AF_OK || stop == AF_STOP_NONFINITE)) {
+    if (t->log && L->mf) log_summary(L, st, res);
+    if (L->mf && t->plot && (st == AF_OK || stop == AF_STOP_NONFINITE)) {
         fclose(L->mf);
         L->mf = NULL;
-        af_tr_plot(o->output_dir, o->log);
+        af_tr_plot(t->out_dir, t->log);
     }
     return st;
 }
@@ -749,7 +748,7 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     res->best_eval_loss = res->last_eval_loss = NAN;
     if (t->ran) return af_fail(AF_ERR_INVALID_ARG, "trainer: af_trainer_run may be called once");
     t->ran = 1;
-    af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     if (af_diag_has_error(&t->diags))
         return af_fail(AF_ERR_INVALID_ARG, "the configuration has errors (see the diagnostics); not training");
     if (t->mem_ram > 0 && t->mem_need > t->mem_ram)
@@ -768,8 +767,8 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     L.world = af_dist_size();
     L.writer = L.rank == 0;
     if (!L.writer) { /* one writer: the other ranks print nothing and write nothing */
-        o->log = NULL;
-        o->plot = 0;
+        t->log = NULL;
+        t->plot = 0;
     }
     L.perm_epoch = -1;
     L.rs.best = L.rs.last_val_acc = L.rs.last_val_f1 = NAN;
@@ -779,8 +778,8 @@ af_status af_trainer_run(af_trainer *t, af_train_result *res) {
     if (st == AF_OK) st = loop_steps(&L, ckpt != NULL, &stop);
     st = loop_finish(&L, st, stop, t_start, res);
     free_loop(&L);
-    af_run_unlock(o->output_dir, run_lock);
-    if (owned_out) o->output_dir = NULL;
+    af_run_unlock(t->out_dir, run_lock);
+    if (owned_out) t->out_dir = t->o->output_dir; /* the derived directory is freed below */
     free(owned_out);
     free(ckpt);
     return st;

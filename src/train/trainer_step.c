@@ -13,7 +13,7 @@
 static af_status micro_cls(loop *L, int64_t j, int64_t n_step, double st[DIST_STATS]) {
     af_trainer *t = L->t;
     const af_dataset *ds = t->train;
-    const int32_t B = t->o.batch, C = t->num_classes;
+    const int32_t B = t->o->batch, C = t->num_classes;
     const int64_t i0 = j * B;
     const int32_t m = (int32_t)(ds->n - i0 < B ? ds->n - i0 : B);
     af_packed_batch pb;
@@ -21,7 +21,7 @@ static af_status micro_cls(loop *L, int64_t j, int64_t n_step, double st[DIST_ST
     af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, pb.labels, pb.multi_hot, pb.targets};
     double l = 0;
     AF_TRY(af_lora_trainer_accumulate_batch(L->lt, &b, (float)((double)m / (double)n_step),
-                                            af_lora_trainer_micro_id(L->lt, j % t->o.grad_accum), &l, L->logits));
+                                            af_lora_trainer_micro_id(L->lt, j % t->o->grad_accum), &l, L->logits));
     memset(st, 0, sizeof(double) * DIST_STATS);
     if (!isfinite(l)) {
         st[ST_LOSS] = l;
@@ -120,7 +120,7 @@ static af_status step_micro_batches(loop *L, int64_t mb0, int64_t mb1, int64_t n
 af_status af_tr_train_step(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
                             int64_t *n_step_out) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_dataset *ds = t->train;
     const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
     const int32_t B = o->batch;
@@ -156,9 +156,9 @@ static void lm_micro(const loop *L, int64_t j, const int32_t **idx, int32_t *m) 
         *idx = L->bin_idx + L->bin_off[j];
         *m = L->bin_off[j + 1] - L->bin_off[j];
     } else {
-        const int64_t i0 = j * t->o.batch, n = t->train->n;
+        const int64_t i0 = j * t->o->batch, n = t->train->n;
         *idx = L->perm + i0;
-        *m = (int32_t)(n - i0 < t->o.batch ? n - i0 : t->o.batch);
+        *m = (int32_t)(n - i0 < t->o->batch ? n - i0 : t->o->batch);
     }
 }
 
@@ -172,7 +172,7 @@ static af_status micro_lm(loop *L, int64_t j, float gs, double st[DIST_STATS]) {
     AF_TRY(af_batcher_pack(L->bt, idx, m, &pb));
     const af_batch b = {pb.tokens, pb.seq_start, pb.n_samples, pb.n_tok, NULL, NULL, pb.targets};
     af_lm_loss r;
-    AF_TRY(af_lora_trainer_accumulate_lm_batch(L->lt, &b, gs, af_lora_trainer_micro_id(L->lt, j % L->t->o.grad_accum), &r));
+    AF_TRY(af_lora_trainer_accumulate_lm_batch(L->lt, &b, gs, af_lora_trainer_micro_id(L->lt, j % L->t->o->grad_accum), &r));
     memset(st, 0, sizeof(double) * DIST_STATS);
     st[ST_LOSS] = r.loss_sum;
     st[ST_CORRECT] = (double)r.n_correct;
@@ -188,7 +188,7 @@ static af_status micro_lm(loop *L, int64_t j, float gs, double st[DIST_STATS]) {
 af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
                                int64_t *n_step_out, int64_t *n_tok_out) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const af_dataset *ds = t->train;
     const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
     if (af_lora_trainer_step_count(L->lt) != g)
@@ -240,13 +240,13 @@ af_status af_tr_train_step_lm(loop *L, int *finite, double *loss, double *acc, d
  * tokens, non-finite flag, and the metric sums of pref_sum (· m). */
 static af_status micro_pref(loop *L, int64_t j, int64_t n_step, double st[DIST_STATS]) {
     const af_trainer *t = L->t;
-    const int64_t i0 = j * t->o.batch, np = t->train->n / 2;
-    const int32_t m = (int32_t)(np - i0 < t->o.batch ? np - i0 : t->o.batch);
+    const int64_t i0 = j * t->o->batch, np = t->train->n / 2;
+    const int32_t m = (int32_t)(np - i0 < t->o->batch ? np - i0 : t->o->batch);
     af_pref_batch b;
     AF_TRY(af_tr_pref_pack(L, L->bt, L->perm + i0, m, L->ref_tc, L->ref_tr, &b));
     af_pref_metrics mt;
     AF_TRY(af_lora_trainer_accumulate_pref_batch(L->lt, &b, &t->po, (float)((double)m / (double)n_step),
-                                                 af_lora_trainer_micro_id(L->lt, j % t->o.grad_accum), &mt));
+                                                 af_lora_trainer_micro_id(L->lt, j % t->o->grad_accum), &mt));
     memset(st, 0, sizeof(double) * DIST_STATS);
     st[ST_NTOK] = (double)b.seq_start[2 * m];
     if (!isfinite(mt.loss)) {
@@ -265,7 +265,7 @@ static af_status micro_pref(loop *L, int64_t j, int64_t n_step, double st[DIST_S
 af_status af_tr_train_step_pref(loop *L, int *finite, double *loss, double *acc, double *gn, double *lr,
                                 int64_t *n_step_out, int64_t *n_tok_out) {
     af_trainer *t = L->t;
-    const af_trainer_opts *o = &t->o;
+    const af_trainer_opts *o = t->o;
     const int32_t np = t->train->n / 2;
     const int64_t g = L->rs.step, e = g / t->spe, k = g % t->spe;
     if (af_lora_trainer_step_count(L->lt) != g)

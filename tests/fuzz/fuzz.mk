@@ -13,7 +13,7 @@ FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit
 FUZZ_CFLAGS  := $(CFLAGS_BASE) -O1 -g $(FUZZ_SAN) -Wno-unknown-pragmas
 # Only the modules the targets reach (the parsers and what they call); the kernels, model and
 # training code are not needed and are slow to build under the sanitizers.
-FUZZ_LIB_SRC := $(filter src/core/% src/formats/% src/tokenizer/% src/lora/adapter_io.c src/lora/adapter_gguf.c src/lora/lora.c src/lora/dora.c \
+FUZZ_LIB_SRC := $(filter src/core/% src/formats/% src/tokenizer/% src/lora/adapter_io.c src/lora/adapter_load.c src/lora/adapter_gguf.c src/lora/lora.c src/lora/dora.c \
                   src/kernels/quant.c src/kernels/quantize.c src/kernels/nf4.c src/serve/request.c src/serve/grammar.c src/serve/tools.c \
                   src/train/settings.c src/train/settings_table.c src/train/settings_yaml.c src/train/optim.c \
                   src/infer/sample.c,$(LIB_SRC))

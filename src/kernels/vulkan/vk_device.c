@@ -286,6 +286,96 @@ static void parse_fault_env(af_vk_dev *d) {
     }
 }
 
+/* d->qfam: the first queue family with compute. Errors: AF_ERR_UNSUPPORTED (none). */
+static af_status pick_compute_queue(af_vk_dev *d) {
+    uint32_t nq = 0;
+    d->f.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, NULL);
+    VkQueueFamilyProperties qf[32];
+    if (nq > 32) nq = 32;
+    d->f.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, qf);
+    int fam = -1;
+    for (uint32_t i = 0; i < nq; i++)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+            fam = (int)i;
+            break;
+        }
+    if (fam < 0) return af_fail(AF_ERR_UNSUPPORTED, "%s: no compute queue", af_vk_dev_name(d));
+    d->qfam = (uint32_t)fam;
+    return AF_OK;
+}
+
+/* What the shaders may use on d (from its description) and the tile choice of its kind. */
+static void set_capabilities(af_vk_dev *d) {
+    d->fp64 = d->info.fp64;
+    d->int64 = d->info.int64;
+    d->fp16 = d->info.fp16;
+    d->subgroup_arith = d->info.subgroup_arith;
+    d->subgroup_size = d->info.subgroup_size;
+    d->use_fp64 = d->fp64;
+    d->use_subgroup = d->subgroup_arith;
+    d->use_fp16 = 0; /* opt-in precision */
+    /* a GPU has tens of compute units, each wanting several workgroups; a CPU device (lavapipe) has a
+     * few threads, and the 64-tile shader does more work per workgroup */
+    d->mm_small_below = d->info.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : VK_MM_SMALL_BELOW;
+    d->sg_required = d->info.subgroup_control ? af_vk_pick_subgroup_size(d->info.subgroup_min, d->info.subgroup_max) : 0;
+}
+
+/* The logical device with one compute queue and only the features and extensions the shaders use;
+ * its functions loaded, its queue. Errors: AF_ERR_UNSUPPORTED (vkCreateDevice failed, a function
+ * missing). */
+static af_status create_device(af_vk_dev *d) {
+    VkPhysicalDeviceShaderFloat16Int8Features f16 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
+                                                     NULL, d->fp16 ? VK_TRUE : VK_FALSE, VK_FALSE};
+    VkPhysicalDeviceFeatures feat;
+    memset(&feat, 0, sizeof feat);
+    feat.shaderFloat64 = d->fp64 ? VK_TRUE : VK_FALSE;
+    feat.shaderInt64 = d->int64 ? VK_TRUE : VK_FALSE;
+    const float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, NULL, 0, d->qfam, 1, &prio};
+    const char *exts[2];
+    uint32_t next = 0;
+    if (d->fp16 && VK_API_VERSION_MINOR(d->info.api_version) < 2) exts[next++] = "VK_KHR_shader_float16_int8";
+    /* subgroup size control: only the two features the subgroup shaders' pipelines use */
+    const int szc = d->info.subgroup_control || d->info.full_subgroups;
+    VkPhysicalDeviceSubgroupSizeControlFeatures scf;
+    memset(&scf, 0, sizeof scf);
+    scf.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES;
+    scf.subgroupSizeControl = d->info.subgroup_control ? VK_TRUE : VK_FALSE;
+    scf.computeFullSubgroups = d->info.full_subgroups ? VK_TRUE : VK_FALSE;
+    if (szc && VK_API_VERSION_MINOR(d->info.api_version) < 3) exts[next++] = "VK_EXT_subgroup_size_control";
+    f16.pNext = szc ? &scf : NULL;
+    VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              d->fp16 ? (void *)&f16 : szc ? (void *)&scf : NULL, 0, 1, &qci, 0, NULL, next,
+                              exts, &feat};
+    VkResult r = d->f.vkCreateDevice(d->phys, &dci, NULL, &d->dev);
+    if (r != VK_SUCCESS) {
+        d->dev = VK_NULL_HANDLE;
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: vkCreateDevice returned %s", af_vk_dev_name(d), af_vk_result_name(r));
+    }
+    char err[300];
+    if (af_vk_load_device(&d->f, d->dev, &d->v, err, sizeof err))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: %s", af_vk_dev_name(d), err);
+    d->v.vkGetDeviceQueue(d->dev, d->qfam, 0, &d->queue);
+    return AF_OK;
+}
+
+/* The memory types and the buffer limits (largest storage range, offset alignment, largest
+ * allocation). Errors: AF_ERR_UNSUPPORTED (no device-local or no host-visible memory). */
+static af_status read_memory(af_vk_dev *d) {
+    d->f.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->memprops);
+    if (pick_memory(d))
+        return af_fail(AF_ERR_UNSUPPORTED, "%s: no device-local or no host-visible memory type", af_vk_dev_name(d));
+    VkPhysicalDeviceProperties pr;
+    d->f.vkGetPhysicalDeviceProperties(d->phys, &pr);
+    d->max_range = (uint64_t)pr.limits.maxStorageBufferRange & ~(uint64_t)255;
+    d->min_sb_align = pr.limits.minStorageBufferOffsetAlignment;
+    VkPhysicalDeviceMaintenance3Properties m3 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES, NULL, 0, 0};
+    VkPhysicalDeviceProperties2 p2 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3, pr};
+    d->f.vkGetPhysicalDeviceProperties2(d->phys, &p2);
+    d->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : ((uint64_t)1 << 30);
+    return AF_OK;
+}
+
 af_status af_vk_open(int index, af_vk_dev **out) {
     *out = NULL;
     vk_inst I;
@@ -317,101 +407,29 @@ af_status af_vk_open(int index, af_vk_dev **out) {
     pthread_mutex_init(&d->mu, NULL);
     describe(&I, d->phys, &d->info);
     af_status st = AF_OK;
-    if (VK_API_VERSION_MAJOR(d->info.api_version) == 1 && VK_API_VERSION_MINOR(d->info.api_version) < 1) {
+    if (VK_API_VERSION_MAJOR(d->info.api_version) == 1 && VK_API_VERSION_MINOR(d->info.api_version) < 1)
         st = af_fail(AF_ERR_UNSUPPORTED, "%s: supports Vulkan %u.%u; afinar needs 1.1", af_vk_dev_name(d),
                      VK_API_VERSION_MAJOR(d->info.api_version), VK_API_VERSION_MINOR(d->info.api_version));
-        goto fail;
+    if (st == AF_OK) st = pick_compute_queue(d);
+    if (st == AF_OK) {
+        set_capabilities(d);
+        st = create_device(d);
     }
-    /* a compute queue family */
-    uint32_t nq = 0;
-    d->f.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, NULL);
-    VkQueueFamilyProperties qf[32];
-    if (nq > 32) nq = 32;
-    d->f.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, qf);
-    int fam = -1;
-    for (uint32_t i = 0; i < nq; i++)
-        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
-            fam = (int)i;
-            break;
+    if (st == AF_OK) st = read_memory(d);
+    if (st == AF_OK) {
+        parse_fault_env(d);
+        if (vk_exec_init(d)) {
+            st = vk_status(d);
+            if (st == AF_OK) st = af_fail(AF_ERR_INTERNAL, "%s: setting up the command stream failed", af_vk_dev_name(d));
         }
-    if (fam < 0) {
-        st = af_fail(AF_ERR_UNSUPPORTED, "%s: no compute queue", af_vk_dev_name(d));
-        goto fail;
     }
-    d->qfam = (uint32_t)fam;
-    d->fp64 = d->info.fp64;
-    d->int64 = d->info.int64;
-    d->fp16 = d->info.fp16;
-    d->subgroup_arith = d->info.subgroup_arith;
-    d->subgroup_size = d->info.subgroup_size;
-    d->use_fp64 = d->fp64;
-    d->use_subgroup = d->subgroup_arith;
-    d->use_fp16 = 0; /* opt-in precision */
-    /* a GPU has tens of compute units, each wanting several workgroups; a CPU device (lavapipe) has a
-     * few threads, and the 64-tile shader does more work per workgroup */
-    d->mm_small_below = d->info.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : VK_MM_SMALL_BELOW;
-    d->sg_required = d->info.subgroup_control ? af_vk_pick_subgroup_size(d->info.subgroup_min, d->info.subgroup_max) : 0;
-    /* features: only what the shaders use */
-    VkPhysicalDeviceShaderFloat16Int8Features f16 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
-                                                     NULL, d->fp16 ? VK_TRUE : VK_FALSE, VK_FALSE};
-    VkPhysicalDeviceFeatures feat;
-    memset(&feat, 0, sizeof feat);
-    feat.shaderFloat64 = d->fp64 ? VK_TRUE : VK_FALSE;
-    feat.shaderInt64 = d->int64 ? VK_TRUE : VK_FALSE;
-    const float prio = 1.0f;
-    VkDeviceQueueCreateInfo qci = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, NULL, 0, d->qfam, 1, &prio};
-    const char *exts[2];
-    uint32_t next = 0;
-    if (d->fp16 && VK_API_VERSION_MINOR(d->info.api_version) < 2) exts[next++] = "VK_KHR_shader_float16_int8";
-    /* subgroup size control: only the two features the subgroup shaders' pipelines use */
-    const int szc = d->info.subgroup_control || d->info.full_subgroups;
-    VkPhysicalDeviceSubgroupSizeControlFeatures scf;
-    memset(&scf, 0, sizeof scf);
-    scf.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES;
-    scf.subgroupSizeControl = d->info.subgroup_control ? VK_TRUE : VK_FALSE;
-    scf.computeFullSubgroups = d->info.full_subgroups ? VK_TRUE : VK_FALSE;
-    if (szc && VK_API_VERSION_MINOR(d->info.api_version) < 3) exts[next++] = "VK_EXT_subgroup_size_control";
-    f16.pNext = szc ? &scf : NULL;
-    VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                              d->fp16 ? (void *)&f16 : szc ? (void *)&scf : NULL, 0, 1, &qci, 0, NULL, next,
-                              exts, &feat};
-    VkResult r = d->f.vkCreateDevice(d->phys, &dci, NULL, &d->dev);
-    if (r != VK_SUCCESS) {
-        st = af_fail(AF_ERR_UNSUPPORTED, "%s: vkCreateDevice returned %s", af_vk_dev_name(d), af_vk_result_name(r));
-        d->dev = VK_NULL_HANDLE;
-        goto fail;
-    }
-    char err[300];
-    if (af_vk_load_device(&d->f, d->dev, &d->v, err, sizeof err)) {
-        st = af_fail(AF_ERR_UNSUPPORTED, "%s: %s", af_vk_dev_name(d), err);
-        goto fail;
-    }
-    d->v.vkGetDeviceQueue(d->dev, d->qfam, 0, &d->queue);
-    d->f.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->memprops);
-    if (pick_memory(d)) {
-        st = af_fail(AF_ERR_UNSUPPORTED, "%s: no device-local or no host-visible memory type", af_vk_dev_name(d));
-        goto fail;
-    }
-    VkPhysicalDeviceProperties pr;
-    d->f.vkGetPhysicalDeviceProperties(d->phys, &pr);
-    d->max_range = (uint64_t)pr.limits.maxStorageBufferRange & ~(uint64_t)255;
-    d->min_sb_align = pr.limits.minStorageBufferOffsetAlignment;
-    VkPhysicalDeviceMaintenance3Properties m3 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES, NULL, 0, 0};
-    VkPhysicalDeviceProperties2 p2 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3, pr};
-    d->f.vkGetPhysicalDeviceProperties2(d->phys, &p2);
-    d->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : ((uint64_t)1 << 30);
-    parse_fault_env(d);
-    if (vk_exec_init(d)) {
-        st = vk_status(d);
-        if (st == AF_OK) st = af_fail(AF_ERR_INTERNAL, "%s: setting up the command stream failed", af_vk_dev_name(d));
-        goto fail;
+    if (st != AF_OK) {
+        af_vk_close(d);
+        return st;
     }
     vk_pcache_open(d);
     *out = d;
     return AF_OK;
-fail:
-    af_vk_close(d);
-    return st;
 }
 
 void af_vk_close(af_vk_dev *d) {
