@@ -46,6 +46,9 @@ SHAPES = {
                rope_theta=500000.0, rope_factor=32.0, tied=True),
     "8b": dict(label="Llama-3.1-8B", hidden=4096, layers=32, heads=32, kv_heads=8, ff=14336, head_dim=128,
                rope_theta=500000.0, rope_factor=8.0, tied=False),
+    # a few MB, for tests/check_scaling.sh: two layers, an untied LM head
+    "tiny": dict(label="tiny test", hidden=256, layers=2, heads=4, kv_heads=2, ff=512, head_dim=64,
+                 rope_theta=500000.0, rope_factor=8.0, tied=False),
 }
 # shared by the three configs: rms_norm_eps, max_position_embeddings, llama3 rope_scaling
 RMS_EPS = 1e-5
@@ -197,7 +200,7 @@ def write_model(key, path, tok_src, seed):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="1b,3b,8b", help="comma list of 1b, 3b, 8b")
+    ap.add_argument("--sizes", default="1b,3b,8b", help="comma list of 1b, 3b, 8b (tiny: a test model)")
     ap.add_argument("--out", default="models/scale", help="output folder (files llama-<size>-random-Q4_K.gguf)")
     ap.add_argument("--tokenizer-from", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--seed", type=int, default=1234)
