@@ -2,9 +2,10 @@
 # check_scaling.sh — the model-size scaling benchmark's pieces (run by `make test`; docs/BENCHMARKS.md):
 #   - bench/scaling.py's verdicts on a committed result file (tests/fixtures/scaling_results.json,
 #     values chosen so that each kind of target is met, missed or not measured): the memory target
-#     met, decode tokens/s met (on the wall clock and per CPU-second), SFT tokens/s missed (the first
-#     steps' rate fell 7.5x for 6.65x the FLOPs: the 8B ran one step), a quadratic load time caught (exponent 2.02), a failed cell shown as
-#     failed, the CPU share and tokens per CPU-second in the table;
+#     met, decode tokens/s met (on the wall clock and per CPU-second), SFT tokens/s missed (the
+#     first steps' rate fell 7.5x for 6.65x the FLOPs: the 8B ran one step), a quadratic load time
+#     caught (exponent 2.02), a failed cell shown as failed, the CPU share and tokens per CPU-second
+#     in the table;
 #   - scripts/make_scale_models.py writes a loadable GGUF (the "tiny" shape: 2 layers, untied LM
 #     head, every matrix Q4_K): the `gguf` package dequantizes its matrices to finite, zero-mean
 #     weights of standard deviation ~0.02 and norms ~1, rope_freqs holds the llama3 factors, and
