@@ -113,6 +113,7 @@ TEST_COMMON := $(BUILD)/tests/testlib.o
 TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh tests/check_serve_load.sh tests/check_cli_doc.sh \
                 tests/check_exports.sh tests/check_architecture_doc.sh tests/check_web_ui.sh
 TEST_SCRIPTS += tests/check_pref_cli.sh
+TEST_SCRIPTS += tests/check_scaling.sh
 # The longest test programs start first, so that running JOBS at a time ends sooner.
 TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_vulkan_model test_vulkan_cli test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
 TEST_ORDER := tests/check_web_ui.sh $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) \
