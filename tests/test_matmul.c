@@ -25,6 +25,7 @@
 #include "kernels/ctx.h"
 
 #include "core/core.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -462,6 +463,148 @@ static void test_bf16(void) {
     tl_ctx_set(NULL, -1, "f32", -1);
 }
 
+/* ---- column blocks of the packed GEMM: products whose packed B exceeds MAX_B ---- */
+
+/* One product of kind `kind` on T_CTX with the packed-B cap `cap` (af_gp_set_max_b; 0: the default
+ * 64 MiB) into c (accumulate: onto its contents). W [out, in] of `type`; kinds: 0 xwt
+ * (c[n, out] = x[n, in] W^T), 1 dyw (c[n, in] = dy[n, out] W), 2 gemm_ab and 3 gemm_atb (f32 W
+ * read as B[in, out]; x or its transpose xt as A): c[n, out]. */
+static void blk_product(int kind, size_t cap, float *c, const float *x, const float *xt, const float *dy,
+                        const void *w, uint32_t type, int64_t n, int64_t in, int64_t out, int acc) {
+    af_gp_set_max_b(T_CTX, cap);
+    if (kind == 0) af_matmul_xwt(T_CTX, c, x, w, type, n, in, out, acc);
+    else if (kind == 1) af_matmul_dyw(T_CTX, c, dy, w, type, n, in, out, acc);
+    else if (kind == 2) af_gemm_ab(T_CTX, c, x, (const float *)w, n, out, in, acc);
+    else af_gemm_atb(T_CTX, c, xt, (const float *)w, n, out, in, acc);
+    af_gp_set_max_b(T_CTX, 0);
+}
+
+/* The packed-path decision of kind's product (as matmul.c and af_matmul_rows take it). */
+static int blk_packed(int kind, int64_t n, int64_t in, int64_t out) {
+    return kind == 1 ? af_matmul_packed_path(T_CTX, n, out, in) : af_matmul_packed_path(T_CTX, n, in, out);
+}
+
+/* One (type, kind, shape) case on the current context: with the cap lowered to `cap` (below this
+ * product's packed B), the product is column-blocked (projection-shaped, `blocked`) and then
+ * bitwise equal to one packed call (default cap), or it stays on the panel path (vocabulary-shaped)
+ * and is bitwise the panel result; either way (f32 precision) within the f32 tolerance of the
+ * panel path and of the f64 reference; also with accumulate. */
+static void blk_case(const char *pname, uint32_t type, int kind, int64_t n, int64_t in, int64_t out, size_t cap,
+                     bool blocked) {
+    int64_t nc = kind == 1 ? in : out, kd = kind == 1 ? out : in; /* output columns, depth */
+    float *wd = malloc(sizeof(float) * (size_t)(out * in));
+    uint8_t *w = make_w(type, out, in, wd);
+    float *x = malloc(sizeof(float) * (size_t)(n * in)), *xt = malloc(sizeof(float) * (size_t)(n * in));
+    float *dy = malloc(sizeof(float) * (size_t)(n * out));
+    rand_vec(x, n * in, 1.f);
+    rand_vec(dy, n * out, 1.f);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t k = 0; k < in; k++) xt[k * n + t] = x[t * in + k];
+    double *ref = malloc(sizeof(double) * (size_t)(n * nc)), *tol = malloc(sizeof(double) * (size_t)(n * nc));
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < nc; j++) {
+            double s = 0, ab = 0;
+            for (int64_t k = 0; k < kd; k++) {
+                double av = kind == 1 ? dy[t * out + k] : x[t * in + k];
+                double bv = kind == 0 ? wd[j * in + k] : kind == 1 ? wd[k * in + j] : wd[k * out + j];
+                s += av * bv;
+                ab += fabs(av * bv);
+            }
+            ref[t * nc + j] = s;
+            tol[t * nc + j] = 3e-5 * ab + 1e-6;
+        }
+    const bool exact = !strcmp(af_ctx_matmul_precision(T_CTX), "f32");
+    size_t cnt = (size_t)(n * nc), bytes = sizeof(float) * cnt;
+    float *cb = malloc(bytes), *c1 = malloc(bytes), *cp = malloc(bytes), *c0 = malloc(bytes);
+    double *tolp = malloc(sizeof(double) * cnt);
+    static const char *KINDS[] = {"xwt", "dyw", "gemm_ab", "gemm_atb"};
+    char what[200];
+    snprintf(what, sizeof what, "%s %s %s n=%lld in=%lld out=%lld cap=%zu", KINDS[kind], pname,
+             af_type_name(type), (long long)n, (long long)in, (long long)out, cap);
+    CHECK((double)af_gp_packed_b_floats(kd, nc) * sizeof(float) > (double)cap, "%s: B over the cap", what);
+    af_gp_set_max_b(T_CTX, cap);
+    int on_packed = blk_packed(kind, n, in, out);
+    af_gp_set_max_b(T_CTX, 4096); /* no block of B fits: the panel path */
+    int on_panel = !blk_packed(kind, n, in, out);
+    af_gp_set_max_b(T_CTX, 0);
+    CHECK(on_packed == (int)blocked && on_panel, "%s: %s (packed path %d)", what,
+          blocked ? "column-blocked packed path" : "stays on the panel path", on_packed);
+    CHECK(blk_packed(kind, n, in, out), "%s: one packed call under the default cap", what);
+    for (int acc = 0; acc < 2; acc++) {
+        rand_vec(c0, (int64_t)cnt, 1.f);
+        memcpy(cb, c0, bytes);
+        memcpy(c1, c0, bytes);
+        memcpy(cp, c0, bytes);
+        blk_product(kind, cap, cb, x, xt, dy, w, type, n, in, out, acc);
+        blk_product(kind, 0, c1, x, xt, dy, w, type, n, in, out, acc);
+        blk_product(kind, 4096, cp, x, xt, dy, w, type, n, in, out, acc);
+        if (acc)
+            for (size_t i = 0; i < cnt; i++) cb[i] -= c0[i], c1[i] -= c0[i], cp[i] -= c0[i];
+        if (blocked)
+            CHECK(!memcmp(cb, c1, bytes), "%s acc=%d: column blocks bitwise equal to one packed call", what, acc);
+        else
+            CHECK(!memcmp(cb, cp, bytes), "%s acc=%d: bitwise the panel path's result", what, acc);
+        if (!exact) continue; /* bf16 operands: their bounds are checked in bf16_case */
+        /* blocked vs panel within the f32 tolerance (twice: both are within it of the reference) */
+        double *pref = malloc(sizeof(double) * cnt);
+        for (size_t i = 0; i < cnt; i++) pref[i] = cp[i], tolp[i] = 2 * tol[i];
+        worst w1 = {0, 0}, w2 = {0, 0};
+        CHECK(check_vs(what, cb, pref, tolp, (int64_t)cnt, &w1), "%s acc=%d: vs the panel path", what, acc);
+        CHECK(check_vs(what, cb, ref, tol, (int64_t)cnt, &w2), "%s acc=%d: vs f64 reference", what, acc);
+        free(pref);
+    }
+    free(wd); free(w); free(x); free(xt); free(dy); free(ref); free(tol); free(cb); free(c1); free(cp); free(c0);
+    free(tolp);
+}
+
+static void test_packed_blocks(void) {
+    for (int p = 1; p < 3; p++) { /* the paths with the packed micro-kernel */
+        if (!path_ok[p]) continue;
+        for (int prec = 0; prec < 2; prec++) {
+            if (tl_ctx_set(PATHS[p], -1, prec ? "bf16" : "f32", -1) != AF_OK) continue; /* bf16: AVX512_BF16 */
+            char pname[32];
+            snprintf(pname, sizeof pname, "%s/%s", PATHS[p], prec ? "bf16" : "f32");
+            /* routing at model shapes under the default 64 MiB cap (xwt: n, in, out; the dyw of
+             * W[out, in] is decided on (n, out, in)); tokens n = 512 */
+            static const int64_t SH[][3] = {
+                {3072, 8192, 1}, {8192, 3072, 1},   /* Llama-3.2-3B MLP up/gate, down: 96 MiB, blocked */
+                {4096, 14336, 1}, {14336, 4096, 1}, /* Llama-3.1-8B MLP: 224 MiB, blocked */
+                {2048, 8192, 1},                    /* Llama-3.2-1B MLP: exactly 64 MiB, one block */
+                {576, 1536, 1},                     /* SmolLM2-135M MLP */
+                {576, 49152, 0},                    /* SmolLM2-135M LM head: 113 MiB, panel path */
+                {640, 262144, 0},                   /* Gemma 3 270M LM head: 671 MiB, panel path */
+                {3072, 49152, 0}, {4096, 128256, 0} /* LM heads of 16x / 31x the hidden size */
+            };
+            for (size_t i = 0; i < sizeof SH / sizeof SH[0]; i++) {
+                int64_t in = SH[i][0], out = SH[i][1];
+                int want = (int)SH[i][2];
+                CHECK(af_matmul_packed_path(T_CTX, 512, in, out) == want &&
+                          af_matmul_packed_path(T_CTX, 512, out, in) == want,
+                      "%s: %lld x %lld (xwt and dyw) %s", pname, (long long)in, (long long)out,
+                      want ? "on the packed path" : "on the panel path");
+            }
+            CHECK(!af_matmul_packed_path(T_CTX, 4, 3072, 8192), "%s: decode (n = 4) not on the packed path", pname);
+            /* xwt and the f32 GEMMs: 1000 columns of depth 512, 2 MiB of packed B (bf16: 1 MiB)
+             * under a 1 MiB cap (bf16: 512 KiB): 2 blocks, the last one ragged (488 = 15x32 + 8
+             * columns). dyw: 1024 columns of depth 1000 (4 MB, bf16 2 MB) under 1 MiB: blocks of
+             * 256 columns (of W's rows: a block boundary of every type) */
+            size_t cap = prec ? (512u << 10) : (1u << 20);
+            static const uint32_t BT[] = {AF_TYPE_F32, AF_TYPE_Q4_0, AF_TYPE_Q4_K};
+            for (size_t t = 0; t < sizeof BT / sizeof BT[0]; t++) {
+                blk_case(pname, BT[t], 0, 37, 512, 1000, cap, true);
+                blk_case(pname, BT[t], 1, 37, 1024, 1000, 1u << 20, true);
+            }
+            blk_case(pname, AF_TYPE_F32, 2, 37, 512, 1000, cap, true);
+            blk_case(pname, AF_TYPE_F32, 3, 37, 512, 1000, cap, true);
+            /* vocabulary-shaped (out = 17 x in): packed B 17 MiB over a 12 MiB cap that would hold
+             * a block (the aspect rule decides): the panel path, xwt and dyw */
+            blk_case(pname, AF_TYPE_Q4_0, 0, 17, 512, 8704, 12u << 20, false);
+            blk_case(pname, AF_TYPE_Q4_0, 1, 17, 512, 8704, 12u << 20, false);
+        }
+    }
+    tl_ctx_set("auto", -1, "f32", -1);
+}
+
 /* af_ctx: parameters checked once at creation, read back by the getters */
 static void test_ctx_api(void) {
     af_ctx *c = NULL;
@@ -504,6 +647,7 @@ int main(void) {
     printf("cpu: %s\n", af_ctx_describe(T_CTX));
     test_gemm();
     test_types();
+    test_packed_blocks();
     test_bf16();
     test_ctx_api();
     return tl_finish("test_matmul");

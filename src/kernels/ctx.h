@@ -35,6 +35,8 @@ struct af_ctx {
     /* test and benchmark hooks (af_ctx_set_hook), on by default: */
     int fused_decode;             /* 0: f32 decode through the dequant + dot fallback */
     int att_gemm;                 /* 0: attention of training sequences on the row kernels */
+    size_t gp_max_b;              /* bytes of the largest packed B of gemm_packed.c; 0: its MAX_B
+                                   * (64 MiB). Tests lower it (af_gp_set_max_b) */
     volatile int *interrupt;      /* af_ctx_set_interrupt (NULL: none) */
     char desc[256];               /* af_ctx_describe */
 };

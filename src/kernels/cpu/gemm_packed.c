@@ -12,7 +12,10 @@
  *    k-pairs (uint32 = bf16(B[2p][j]) | bf16(B[2p+1][j]) << 16).
  *    The buffer is kept per calling thread and only grows, so repeated calls do not fault in
  *    fresh pages (measured: page faults were ~10% of a training step when it was malloc'ed per
- *    call).
+ *    call). A B larger than MAX_B (64 MiB: the MLP products from Llama-3.2-3B's shape up) is
+ *    packed and multiplied in column blocks of at most MAX_B (the column loop of Goto's
+ *    algorithm), so the buffer never exceeds MAX_B; af_gp_usable keeps vocabulary-shaped products
+ *    over MAX_B (LM heads) on matmul.c's panel path, where they have always been.
  *  - A is packed per (block of MC rows, K-chunk of AF_GP_KC) into row micro-panels
  *    [MC/8][KC][8] (f32) or [MC/8][KC/2][8] (bf16 pairs), zero-padded rows, so the micro-kernel
  *    reads both operands contiguously. The block (128 KiB f32) stays in L2 while every panel of
@@ -57,16 +60,35 @@
 #endif
 #define MC GP_MC
 #define KC_MAX 512 /* largest compute chunk (bf16) */
-#define MAX_B (64u << 20)    /* largest packed B (bytes) this path allocates */
+#define MAX_B ((size_t)64 << 20) /* largest packed B (bytes) of one block of columns */
+/* Products whose packed B exceeds MAX_B run in column blocks (af_gp_gemm) only when
+ * max(n, k) <= GP_MAX_ASPECT * min(n, k): the layer projections of transformers (the MLP's
+ * intermediate / hidden is 2.7-5.4 in Llama 3, Qwen2/3, Gemma 3). The LM head and its backward
+ * (vocabulary x hidden: 16-85 for Llama 3, 85 for SmolLM2-135M, 410 for Gemma 3 270M) stay on the
+ * panel path of matmul.c, where they were before the column blocks: their f32 results stay
+ * bit-identical (the two paths sum in different orders). */
+#define GP_MAX_ASPECT 8
+/* columns of one block are a multiple of this when B comes from rows of W (b_trans = 0, block
+ * type): the column offset into a row of W must fall on a block boundary (AF_GP_KC is a multiple
+ * of every block size) */
+#define GP_COL_ALIGN AF_GP_KC
 
 int64_t af_gp_packed_b_floats(int64_t k, int64_t n) { return (n + AF_GP_NR - 1) / AF_GP_NR * AF_GP_NR * k; }
+
+static size_t max_b(const af_ctx *ctx) { return ctx->gp_max_b ? ctx->gp_max_b : MAX_B; }
+
+void af_gp_set_max_b(af_ctx *ctx, size_t bytes) { ctx->gp_max_b = bytes; }
 
 bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k) {
     const af_mm_ops *ops = ctx->k->mm;
     /* The choice must not depend on m: the engine splits the rows of a product into blocks and
      * relies on getting bitwise the same result as one call (tests/test_engine.c). */
     if (!ops->ukernel || m <= AF_MM_DECODE_N || n < 16 || k < 16 || n * k < GP_MIN_NK) return false;
-    return (double)af_gp_packed_b_floats(k, n) * sizeof(float) <= (double)MAX_B;
+    const double cap = (double)max_b(ctx);
+    if ((double)af_gp_packed_b_floats(k, n) * sizeof(float) <= cap) return true; /* one block */
+    /* column blocks: projection-shaped products only, and a block of GP_COL_ALIGN columns fits */
+    if (n > GP_MAX_ASPECT * k || k > GP_MAX_ASPECT * n) return false;
+    return (double)k * GP_COL_ALIGN * sizeof(float) <= cap;
 }
 
 /* bf16 is used for this product: ctx's precision (only set where the table has bf16 kernels), and
@@ -281,15 +303,12 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
         }
 }
 
-bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
-                const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
-                int accumulate, int nth) {
+/* One block of columns: B packed whole into bp (af_gp_packed_b_floats(k, n) f32 or half as many
+ * bf16 pairs), then the tasks. */
+static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, const float *a, int64_t sat,
+                     int64_t sak, const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m,
+                     int64_t n, int64_t k, int accumulate, int nth, bool bf) {
     const af_kernels *kt = ctx->k;
-    const bool bf = use_bf16(ctx, k);
-    /* bf16 packs pairs of k into 32 bits: half the bytes of f32 */
-    size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * (bf ? sizeof(uint16_t) : sizeof(float));
-    uint32_t *bp = bp_get(bbytes);
-    if (!bp) return false;
     const uint8_t *wb = (const uint8_t *)w;
     if (nth < 1) nth = 1;
     int64_t npan = (n + AF_GP_NR - 1) / AF_GP_NR;
@@ -308,6 +327,42 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
     af_threadpool_run(ctx->pool, nth, npack, 0, gp_pack_job, &J);
     J.team = af_threadpool_team(ctx->pool, nth);
     af_threadpool_run(ctx->pool, J.team, J.team, 0, gp_task_job, &J);
+}
+
+bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
+                int accumulate, int nth) {
+    const bool bf = use_bf16(ctx, k);
+    /* bf16 packs pairs of k into 32 bits: half the bytes of f32 */
+    const size_t esz = bf ? sizeof(uint16_t) : sizeof(float), cap = max_b(ctx);
+    size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * esz;
+    if (bbytes <= cap) {
+        uint32_t *bp = bp_get(bbytes);
+        if (!bp) return false;
+        gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf);
+        return true;
+    }
+    /* The GEMM's column loop (Goto's NC): blocks of whole panels, each packed into at most `cap`
+     * bytes (or one granule when even that does not fit: af_gp_usable refuses such products),
+     * widths balanced and a multiple of the granule. Every element of C is computed by the same
+     * chain of FMAs as in one call (the panels keep their place in a block), so the result is
+     * bitwise that of one unbounded call, for any block width. */
+    const int64_t gran = (b_trans || type == AF_TYPE_F32) ? AF_GP_NR : GP_COL_ALIGN;
+    const int64_t ngran = (n + gran - 1) / gran;
+    int64_t per = (int64_t)(cap / ((size_t)k * esz)) / gran; /* granules per block */
+    if (per < 1) per = 1;
+    const int64_t nblk = (ngran + per - 1) / per;
+    const int64_t width = (ngran + nblk - 1) / nblk * gran;
+    /* the buffer of the widest block, before any block: C stays untouched if it cannot be had */
+    uint32_t *bp = bp_get((size_t)af_gp_packed_b_floats(k, width) * esz);
+    if (!bp) return false;
+    const uint8_t *wb = (const uint8_t *)w;
+    for (int64_t j0 = 0; j0 < n; j0 += width) {
+        int64_t nb = n - j0 < width ? n - j0 : width;
+        /* columns j0.. of B: rows j0.. of W (b_trans), or j0 values into each row of W */
+        const uint8_t *wj = wb + (b_trans ? (size_t)j0 * (size_t)ldw_bytes : af_row_bytes(type, j0));
+        gp_block(ctx, bp, c + j0, ldc, a, sat, sak, wj, type, ldw_bytes, b_trans, m, nb, k, accumulate, nth, bf);
+    }
     return true;
 }
 

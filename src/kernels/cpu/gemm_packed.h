@@ -17,10 +17,18 @@ int64_t af_gp_packed_b_floats(int64_t k, int64_t n);
 
 /* True when af_gp_gemm should be used for C[m,n] = A[m,k]·B[k,n] on ctx's path: ctx->k->mm->ukernel
  * present (AVX-512 and AVX2 paths), m > AF_MM_DECODE_N, n >= 16, k >= 16, n*k >= 4096 (GP_MIN_NK in
- * gemm_packed.c: LoRA products with r = 16 included), packed B <= 64 MiB. Apart from
- * m > AF_MM_DECODE_N the choice does not depend on m, so a product split into row blocks gives
- * bitwise the result of one call. */
+ * gemm_packed.c: LoRA products with r = 16 included), and either the packed B (n rounded up to 32,
+ * x k x 4 bytes) fits in MAX_B = 64 MiB (ctx->gp_max_b when set), or the product is
+ * projection-shaped, max(n, k) <= 8 min(n, k) (GP_MAX_ASPECT), and k x 256 x 4 bytes fit: then
+ * af_gp_gemm runs it in column blocks of at most MAX_B. Vocabulary-shaped products (LM heads and
+ * their backward, ratio >= 16 in every supported model) over MAX_B stay on matmul.c's panel path.
+ * Apart from m > AF_MM_DECODE_N the choice does not depend on m, so a product split into row
+ * blocks gives bitwise the result of one call. */
 bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k);
+
+/* Tests only: the largest packed B (bytes) of ctx's products, 0 for the default MAX_B (64 MiB),
+ * so that the column blocks are exercised on small matrices. Call while no kernel uses ctx. */
+void af_gp_set_max_b(af_ctx *ctx, size_t bytes);
 
 /* C[m, n] (+)= A[m, k] · B[k, n], f32, row-major C with row stride ldc (floats).
  *  A(t, kk) = a[t*sat + kk*sak] (f32, any strides).
@@ -29,6 +37,9 @@ bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k);
  *  b_trans = 0: B[kk][j] = W[kk][j] (W is [k, n], dy·W). Block types need the dequantized
  *  index (kk for b_trans, j otherwise) to start at multiples of AF_GP_KC, which holds.
  *  accumulate: add to C instead of overwriting it. nth: threads of ctx's pool (>= 1; a nested call runs on one).
+ *  A packed B over MAX_B is packed and multiplied in column blocks of at most MAX_B bytes (widths
+ *  a multiple of 32 columns, of 256 when b_trans = 0 with a block type), so the packing buffer
+ *  stays <= MAX_B; the result is bitwise that of one block.
  * Returns false (C untouched) when the packed B cannot be allocated. Results do not depend on nth.
  * Precision: f32, or bf16 operands when ctx->bf16 and k is even (packed B pairs; error bound
  * in gemm_packed_avx512.c). Kernels: ctx->k (mm->ukernel, mm->tpack, gp_bf16). */
@@ -36,7 +47,7 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth);
 
-/* Frees the calling thread's packed-B buffer (kept between calls, grow-only, <= 64 MiB). */
+/* Frees the calling thread's packed-B buffer (kept between calls, grow-only, <= MAX_B = 64 MiB). */
 void af_gp_release(void);
 
 #if defined(__x86_64__)

@@ -21,8 +21,9 @@
  * af_matmul_dyw dequantizes 32 KiB tiles of W and runs the same micro-kernel with P = W rows:
  * split over column chunks of dx (each thread owns its columns), or, for n <= 4 or out >= 4*in,
  * over row ranges of W streamed sequentially into per-thread dx copies summed at the end.
- * On the AVX-512 path, large products (training, prompts) go to gemm_packed.c instead: B packed
- * once per call (dequantized), A packed per block, an 8x32 micro-kernel on contiguous operands.
+ * On the AVX2 and AVX-512 paths, large products (training, prompts) go to gemm_packed.c instead
+ * (af_gp_usable decides): B packed once per call (dequantized; in column blocks of at most 64 MiB),
+ * A packed per block, an 8x32 micro-kernel on contiguous operands.
  * Threads: the context's pool over disjoint output tiles (rows of y for xwt, columns of dx for dyw); the
  * f32 GEMMs also split tokens when there are too few column panels.
  */
