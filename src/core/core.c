@@ -10,21 +10,26 @@
 static _Thread_local char tl_msg[1024];
 static _Thread_local af_error_kind tl_kind;
 
+/* Records the message and its kind for af_last_error / af_last_error_kind; returns st. */
+static AF_PRINTF(3, 0) af_status record(af_status st, af_error_kind kind, const char *fmt, va_list ap) {
+    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    tl_kind = kind;
+    return st;
+}
+
 af_status af_fail(af_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    record(st, AF_ERROR_KIND_NONE, fmt, ap);
     va_end(ap);
-    tl_kind = AF_ERROR_KIND_NONE;
     return st;
 }
 
 af_status af_fail_kind(af_status st, af_error_kind kind, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    record(st, kind, fmt, ap);
     va_end(ap);
-    tl_kind = kind;
     return st;
 }
 
