@@ -19,7 +19,9 @@
 #        GEN_ARGS="--poll 0" for an A/B of the pool's waiting policy; recorded in the report),
 #        OUT (bench/results), WORK ($BUILD/bench/thread_scaling: per-run stdout/stderr/times),
 #        SLUG (file name threads-SLUG instead of the CPU slug), PRIO (-15: nice level when allowed, 0 = leave),
-#        WAIT_IDLE (300: wait up to this many s for the 1-min load average < IDLE_LOAD (0.5)), PY (python3)
+#        WAIT_IDLE (300: wait up to this many s for the 1-min load average < IDLE_LOAD (0.5)), PY (python3),
+#        COMPETE (0: after the idle wait, start this many busy-loop processes at the runs' own priority
+#        for the whole measurement — the "one competing process" case: COMPETE=1 PRIO=0; recorded)
 # Writes OUT/threads-<cpu-slug>.md (table: threads | prompt tok/s | decode tok/s | CPU share |
 # train samples/s | train CPU share | speedups vs 1 thread, the verdict "two threads are never
 # slower than one" per phase, throughput drops, whether greedy outputs agree across thread counts)
@@ -48,6 +50,7 @@ TRAIN_TARGETS=${TRAIN_TARGETS:-qv}
 GEN_ARGS=${GEN_ARGS:-}
 TRAIN_ARGS=${TRAIN_ARGS:-}
 OUT=${OUT:-bench/results}
+COMPETE=${COMPETE:-0}
 WORK=${WORK:-$BUILD/bench/thread_scaling}
 PRIO=${PRIO:--15}
 WAIT_IDLE=${WAIT_IDLE:-300}
@@ -68,6 +71,7 @@ for v in REPS NDECODE TRAIN_REPS TRAIN_BATCH TRAIN_STEPS TRAIN_SEQ TRAIN_N; do
   isint "${!v}" || die "$v=${!v}: expected an integer >= 1"
 done
 isint "$TRAIN_WARMUP" 0 || die "TRAIN_WARMUP=$TRAIN_WARMUP: expected an integer >= 0"
+isint "$COMPETE" 0 || die "COMPETE=$COMPETE: expected an integer >= 0"
 [ "$TRAIN" = 0 ] || [ "$TRAIN" = 1 ] || die "TRAIN=$TRAIN: expected 0 or 1"
 read -r -a TLIST <<< "$THREADS"
 [ "${#TLIST[@]}" -ge 1 ] || die "THREADS is empty"
@@ -129,6 +133,14 @@ DATE_START=$(date -u '+%Y-%m-%d %H:%M UTC')
 echo "$me: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $NCPU cores;" \
      "$(tr '\n' ' ' < "$WORK/version.txt")"
 echo "$me: load average before: $LOAD_BEFORE; threads: ${TLIST[*]}; $PRIO_NOTE"
+CPIDS=()
+stop_competitors() { [ "${#CPIDS[@]}" = 0 ] || kill "${CPIDS[@]}" 2>/dev/null || true; }
+trap stop_competitors EXIT
+for ((i = 0; i < COMPETE; i++)); do
+  ${RUN[@]+"${RUN[@]}"} sh -c 'while :; do :; done' &
+  CPIDS+=($!)
+done
+[ "$COMPETE" = 0 ] || echo "$me: $COMPETE competing busy-loop process(es) running ($PRIO_NOTE)"
 
 # run_timed PHASE T REP CMD...: runs CMD with stdout/stderr/bash-time files, records it in index.tsv
 run_timed() {
@@ -178,6 +190,8 @@ if [ "$TRAIN" = 1 ]; then
   done
 fi
 
+stop_competitors
+CPIDS=()
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 DATE_END=$(date -u '+%Y-%m-%d %H:%M UTC')
 "$PY" bench/thread_scaling.py report --work "$WORK" --out "$OUT" --slug "${SLUG:-}" \
@@ -188,4 +202,4 @@ DATE_END=$(date -u '+%Y-%m-%d %H:%M UTC')
   --meta "train_steps=$TRAIN_STEPS" --meta "train_seq=$TRAIN_SEQ" --meta "train_n=$TRAIN_N" \
   --meta "train_targets=$TRAIN_TARGETS" --meta "train_args=$TRAIN_ARGS" \
   --meta "load_before=$LOAD_BEFORE" --meta "load_after=$LOAD_AFTER" --meta "idle_load=$IDLE_LOAD" \
-  --meta "prio=$PRIO_NOTE"
+  --meta "prio=$PRIO_NOTE$([ "$COMPETE" = 0 ] || echo "; $COMPETE competing busy-loop process(es) during the runs")"
