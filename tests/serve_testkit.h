@@ -236,6 +236,34 @@ static char *complete(const char *extra, const char *prompt, int n, const char *
 }
 
 /* ---- the server process ---- */
+/* The setup both serve test programs share: the afinar binary from AFINAR_BIN (make test sets it),
+ * the test's folder g_dir (/tmp/<name>_XXXXXX) and the tiny byte-level llama model tiny.gguf in it
+ * (vocab 256 + 2 extra tokens, seed 5, n_ctx positions), loaded into *m.
+ * Returns 1 ready, 0 skipped (no binary: tl_skip recorded), -1 failed (g_dir empty when the folder
+ * could not be made; else a CHECK recorded it, and *m may be set: the caller frees it). */
+static int stk_setup(const char *name, int n_ctx, af_model **m) {
+    const char *bin = getenv("AFINAR_BIN");
+    if (!bin || access(bin, X_OK) != 0 || !realpath(bin, g_bin)) {
+        tl_skip("%s: AFINAR_BIN not set or not executable (make test sets it)", name);
+        return 0;
+    }
+    snprintf(g_dir, sizeof g_dir, "/tmp/af_%s_XXXXXX", name);
+    if (!mkdtemp(g_dir)) {
+        g_dir[0] = 0; /* no folder: nothing to remove */
+        return -1;
+    }
+    static const char *const extra[2] = {"ab", "<|endoftext|>"};
+    static const char *const merges[1] = {"a b"};
+    tm_spec sp = tm_default("llama", AF_TYPE_Q8_0);
+    sp.vocab = 256 + 2;
+    sp.seed = 5;
+    if (n_ctx > 0) sp.n_ctx = n_ctx;
+    if (!CHECK(tm_write_bpe(&sp, P_("tiny.gguf"), extra, 2, merges, 1) == AF_OK, "tiny model") ||
+        !CHECK(af_model_load(T_CTX, P_("tiny.gguf"), m) == AF_OK, "load: %s", af_last_error()))
+        return -1;
+    return 1;
+}
+
 static int start_server(const char *extra_args) {
     char cmd[8192];
     if (g_bare)

@@ -260,21 +260,11 @@ static void max_adapters_test(void) {
 }
 
 int main(void) {
-    const char *bin = getenv("AFINAR_BIN");
-    if (!bin || access(bin, X_OK) != 0 || !realpath(bin, g_bin)) {
-        tl_skip("serve: AFINAR_BIN not set or not executable (make test sets it)");
-        return tl_finish("test_serve");
-    }
-    snprintf(g_dir, sizeof g_dir, "/tmp/af_test_serve_XXXXXX");
-    if (!mkdtemp(g_dir)) return 1;
-    static const char *const extra[2] = {"ab", "<|endoftext|>"};
-    static const char *const merges[1] = {"a b"};
-    tm_spec sp = tm_default("llama", AF_TYPE_Q8_0);
-    sp.vocab = 256 + 2;
-    sp.seed = 5;
     af_model *m = NULL;
-    if (!CHECK(tm_write_bpe(&sp, P_("tiny.gguf"), extra, 2, merges, 1) == AF_OK, "tiny model") ||
-        !CHECK(af_model_load(T_CTX, P_("tiny.gguf"), &m) == AF_OK, "load: %s", af_last_error()) ||
+    const int ready = stk_setup("test_serve", 0, &m);
+    if (ready == 0) return tl_finish("test_serve");
+    if (ready < 0 && !g_dir[0]) return 1;
+    if (ready < 0 ||
         !CHECK(save_adapter(m, P_("lm"), 0, 11) == AF_OK, "lm adapter: %s", af_last_error()) ||
         !CHECK(save_adapter(m, P_("cls"), 3, 12) == AF_OK, "cls adapter: %s", af_last_error()))
         goto out;

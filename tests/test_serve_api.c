@@ -699,24 +699,13 @@ done:
 }
 
 int main(void) {
-    const char *bin = getenv("AFINAR_BIN");
-    if (!bin || access(bin, X_OK) != 0 || !realpath(bin, g_bin)) {
-        tl_skip("serve api: AFINAR_BIN not set or not executable (make test sets it)");
-        return tl_finish("test_serve_api");
-    }
-    snprintf(g_dir, sizeof g_dir, "/tmp/af_test_serve_api_XXXXXX");
-    if (!mkdtemp(g_dir)) return 1;
-    static const char *const extra[2] = {"ab", "<|endoftext|>"};
-    static const char *const merges[1] = {"a b"};
-    tm_spec sp = tm_default("llama", AF_TYPE_Q8_0);
-    sp.vocab = 256 + 2;
-    sp.seed = 5;
-    sp.n_ctx = 4096; /* the tools prompts of the layouts with tool turns run to some 1,000 byte tokens */
     af_model *m = NULL;
     g_bare = 1;
-    if (!CHECK(tm_write_bpe(&sp, P_("tiny.gguf"), extra, 2, merges, 1) == AF_OK, "tiny model") ||
-        !CHECK(af_model_load(T_CTX, P_("tiny.gguf"), &m) == AF_OK, "load: %s", af_last_error()))
-        goto out;
+    /* 4096 positions: the tools prompts of the layouts with tool turns run to some 1,000 byte tokens */
+    const int ready = stk_setup("test_serve_api", 4096, &m);
+    if (ready == 0) return tl_finish("test_serve_api");
+    if (ready < 0 && !g_dir[0]) return 1;
+    if (ready < 0) goto out;
     const int s = start_server("--parallel 3 --queue 8 --ctx 256 --chat-template chatml");
     if (s < 0) {
         tl_skip("serve api: the binary was built without libmicrohttpd");
