@@ -53,6 +53,17 @@ for t in "$@"; do
   P=$((P + p)); F=$((F + f)); S=$((S + s))
 done
 end=$(date +%s.%N)
+# a recap of what failed, so the last lines of a long log (all a CI page may show) name it
+if [ "$F" != 0 ]; then
+  for t in "$@"; do
+    name=$(basename "$t" .sh)
+    [ -f "$dir/$name.sum" ] || { echo "FAILED $name: did not run"; continue; }
+    read -r p f s < "$dir/$name.sum"
+    [ "$f" = 0 ] && continue
+    echo "FAILED $name ($f):"
+    grep -E '\] (FAIL|CRASHED|exit code)|ERROR: (Address|Leak)Sanitizer|runtime error' "$dir/$name.out" | head -n 8
+  done
+fi
 rm -rf "$dir"
 echo "$P passed, $F failed, $S skipped"
 awk -v a="$start" -v b="$end" -v n="$#" -v j="$JOBS" \
