@@ -248,9 +248,18 @@ static void max_adapters_test(void) {
     pthread_join(th[4], NULL);
     printf("serve: --max-adapters 3 under load: %d loads with eviction while 32 requests ran (%d served, %d adapter gone)\n",
            lj.n200, n200, n404);
-    CHECK(other == 0 && lj.other == 0 && n200 + n404 == 32 && lj.n200 >= 1 && n200 >= 1,
+    CHECK(other == 0 && lj.other == 0 && n200 + n404 == 32 && n200 >= 1,
           "load/evict races: every request served or 404 adapter_not_found, every load 200 or 409 in use (%d other, %d loader other)",
           other, lj.other);
+    /* On a busy machine every LRU adapter can be in use at each of the 8 loads (all 409, as
+     * documented): then a load with nothing in flight must evict and succeed. */
+    if (lj.n200 == 0) {
+        snprintf(body, sizeof body, "{\"name\":\"r8\",\"path\":\"%s\",\"evict\":true}", P_("lm"));
+        r = http("POST", "/lora-adapters/load", body);
+        lj.n200 += r.status == 200 && strstr(r.body, "\"evicted\":");
+        free(r.body);
+    }
+    CHECK(lj.n200 >= 1, "a load with eviction succeeds (during the races, or after them when every load met an adapter in use)");
     r = http("GET", "/lora-adapters", NULL);
     int listed = 0;
     for (const char *p = r.body; p && (p = strstr(p, "\"name\":")); p++) listed++;
