@@ -315,6 +315,24 @@ def thread_rows(R, work, parts):
               note="afinar alone: the 'afinar' column is 2 threads, the 'peer' column 1 thread")
 
 
+def peer_versions(work):
+    """The peers' versions as recorded by the parts' own reports (absent parts give nothing)."""
+    out = []
+    d, _ = load_json(os.path.join(work, "decode", "decode.json"))
+    if d and "llama_cpp_python" in d.get("info", {}):
+        out.append(f"llama-cpp-python {d['info']['llama_cpp_python']} ({d['info'].get('system_info', '?')[:160]})")
+    v = None
+    t, _ = load_json(os.path.join(work, "train", "train_vs_peft.json"))
+    if t:
+        v = next((r["versions"] for r in t.get("runs", []) if "versions" in r), None)
+    if v is None:
+        f, _ = load_json(os.path.join(work, "sft", "sft_vs_peft.json"))
+        v = (f or {}).get("pytorch_f32", {}).get("versions")
+    if v:
+        out.append(", ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "peft", "cpu_capability") if k in v))
+    return out
+
+
 def report(a):
     meta = dict(kv.split("=", 1) for kv in (a.meta or []) if "=" in kv)
     fx = facts(a.cpuinfo, a.meminfo, a.cores or cores_default())
@@ -339,12 +357,15 @@ def report(a):
              f"{fx['stepping']} ({fx['uarch']}), {fx['cores']} cores used, memory "
              f"{fmt(fx['mem_gib'], 1, ' GiB')}; {isa_text(fx['isa'])}")
     if peaks:
-        L.append("- measured peak (bench/peak_flops.c, all threads): " + ", ".join(
+        L.append("- measured peak, the MFU denominators (bench/peak_flops.c: max(all threads, threads x 1 thread)): " + ", ".join(
             f"{k.replace('_peak', '').replace('_', ' ')} {v:.0f} GFLOP/s" for k, v in peaks.items()))
     if floor:
         L.append(f"- read bandwidth (bench/stream_read.c, {floor['bandwidth_threads']} threads): "
                  f"{floor['bandwidth_gbps']:.1f} GB/s; decode reads {floor['bytes_per_token'] / 1e6:.1f} MB of "
                  f"weights per token: floor {floor['floor_tok_s']:.0f} tok/s")
+    peers = peer_versions(a.work)
+    if peers:
+        L.append("- peers: " + "; ".join(peers))
     for k in ("date_start", "date_end", "git", "threads", "quick", "model", "load_before", "load_after"):
         if k in meta:
             L.append(f"- {k.replace('_', ' ')}: {meta[k]}")

@@ -169,6 +169,7 @@ fi
 if skipped threads; then not_run threads skipped "SKIP"
 elif [ "$(nproc)" -lt 2 ]; then not_run threads "not applicable" "one core: no 2-thread run"
 else
+  [ -f data/bbc/train.jsonl ] && [ -f data/bbc/labels.txt ] || H_TRAIN=0  # no training rows without the data
   NOTE="one busy-loop competitor" run_part threads env BUILD="$BUILD" MODEL="$MODEL" THREADS="1 2" COMPETE=1 PRIO=0 \
     WAIT_IDLE=0 SLUG=compete OUT="$WORK/threads" WORK="$WORK/threads_work" REPS="$H_REPS" NDECODE="$H_NDECODE" \
     TRAIN="$H_TRAIN" PY="$PY" bash bench/thread_scaling.sh
