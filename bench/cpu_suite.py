@@ -164,17 +164,18 @@ class Rows:
     def __init__(self):
         self.rows = []
 
-    def add(self, part, what, afinar, peer, value, key, pct=False, note=""):
-        """One measurement; value is the ratio (or fraction) judged against TARGETS[key]."""
+    def add(self, part, what, afinar, peer, value, key, pct=False, note="", caveat=""):
+        """One measurement; value is the ratio (or fraction) judged against TARGETS[key]; caveat
+        (e.g. "portable peer") is printed beside the verdict."""
         v = verdict(key, value) if key else None
-        self.rows.append({"part": part, "measure": what, "afinar": afinar, "peer": peer,
+        self.rows.append({"part": part, "measure": what, "afinar": afinar, "peer": peer, "caveat": caveat,
                           "value": value, "value_text": fmt(100 * value, 0, "%") if pct and value is not None
                           else fmt(value, 2, "x"), "target_key": key,
                           "target": target_text(key, pct) if key else "— (reported)",
                           "verdict": v or ("not measured" if key else "—"), "note": note})
 
     def missing(self, part, what, why, key=None, pct=False):
-        self.rows.append({"part": part, "measure": what, "afinar": "—", "peer": "—", "value": None,
+        self.rows.append({"part": part, "measure": what, "afinar": "—", "peer": "—", "value": None, "caveat": "",
                           "value_text": "—", "target_key": key,
                           "target": target_text(key, pct) if key else "— (reported)",
                           "verdict": "not measured", "note": why})
@@ -199,19 +200,20 @@ def decode_rows(R, work, parts, fx, meta):
         R.missing("decode", "decode, % of the weight-bandwidth floor", why)
         return {}
     info, af, la = d.get("info", {}), d.get("afinar", {}), d.get("llama_cpp", {})
-    peer_note = ""
+    peer_note, caveat = "", ""
     if "system_info" in info:
         kind = llama_build(info["system_info"], fx["isa"])
         peer_note = f"llama-cpp-python {info.get('llama_cpp_python', '?')}, {kind} build"
         if kind != "native":
             peer_note += ": llama.cpp is slower than it can be here, the ratio is not a target figure"
+            caveat = "portable peer"
     else:
         peer_note = "llama.cpp not run: " + (parts.get("decode", {}).get("note") or "no llama-cpp-python (LLAMA_VENV)")
     ratio = d.get("ratio_afinar_over_llama", {})
     for phase, key in (("decode", "decode_vs_llamacpp"), ("prompt", "prompt_vs_llamacpp")):
         a, p = af.get(f"median_{phase}_tps"), la.get(f"median_{phase}_tps")
         R.add("decode", f"{phase} tok/s vs llama.cpp", fmt(a), fmt(p), ratio.get(f"{phase}_tps"), key,
-              note=peer_note)
+              note=peer_note, caveat=caveat)
     # weight-bandwidth floor
     out = {}
     why = []
@@ -259,7 +261,8 @@ def train_rows(R, work, parts):
     for (S, tg), g in groups.items():
         label = f"seq {S}, {tg}"
         for prec, a_k, t_k in (("f32", "afinar-q4", "torch-f32"), ("bf16", "afinar-q4-bf16", "torch-bf16")):
-            what = f"classification training {prec} ({label}) vs PyTorch {prec}" + (" autocast" if prec == "bf16" else "")
+            what = (f"classification training {prec} ({label}) vs PyTorch {prec}"
+                    + (" autocast" if prec == "bf16" else ""))
             if a_k not in g and t_k not in g:
                 continue
             if not (ok(g, a_k) and ok(g, t_k)):
@@ -357,8 +360,9 @@ def report(a):
              f"{fx['stepping']} ({fx['uarch']}), {fx['cores']} cores used, memory "
              f"{fmt(fx['mem_gib'], 1, ' GiB')}; {isa_text(fx['isa'])}")
     if peaks:
-        L.append("- measured peak, the MFU denominators (bench/peak_flops.c: max(all threads, threads x 1 thread)): " + ", ".join(
-            f"{k.replace('_peak', '').replace('_', ' ')} {v:.0f} GFLOP/s" for k, v in peaks.items()))
+        L.append("- measured peak, the MFU denominators (bench/peak_flops.c: max(all threads, threads x 1 "
+                 "thread)): " + ", ".join(f"{k.replace('_peak', '').replace('_', ' ')} {v:.0f} GFLOP/s"
+                                          for k, v in peaks.items()))
     if floor:
         L.append(f"- read bandwidth (bench/stream_read.c, {floor['bandwidth_threads']} threads): "
                  f"{floor['bandwidth_gbps']:.1f} GB/s; decode reads {floor['bytes_per_token'] / 1e6:.1f} MB of "
@@ -376,6 +380,8 @@ def report(a):
           "|---|---|---:|---:|---:|---|---|---|"]
     for r in R.rows:
         v = f"**{r['verdict']}**" if r["verdict"] in ("met", "missed") else r["verdict"]
+        if r.get("caveat") and r["verdict"] in ("met", "missed"):
+            v += f" ({r['caveat']})"
         L.append(f"| {r['part']} | {r['measure']} | {r['afinar']} | {r['peer']} | {r['value_text']} | "
                  f"{r['target']} | {v} | {r['note']} |")
     L += ["", "## Parts", "", "| part | status | seconds | note |", "|---|---|---:|---|"]
