@@ -50,6 +50,7 @@ die() { echo "$me: $*" >&2; exit 2; }
 [[ $WAIT_IDLE =~ ^[0-9]+$ ]] || die "WAIT_IDLE=$WAIT_IDLE: expected seconds (an integer >= 0)"
 IFS=',' read -r -a SKIPS <<< "$SKIP"
 for s in ${SKIPS[@]+"${SKIPS[@]}"}; do
+  [ -n "$s" ] || continue
   [[ " $PARTS " == *" $s "* ]] || die "SKIP=$SKIP: unknown part '$s' (parts: ${PARTS// /,})"
 done
 skipped() { [[ ",$SKIP," == *",$1,"* ]]; }
