@@ -9,17 +9,18 @@
  * T threads, each thread summing one contiguous slice with four independent 256-bit vector
  * accumulators (GCC vector extensions: AVX2 or two SSE2 loads per vector). All threads start a pass
  * together (a barrier); its time runs from the first thread's start to the last thread's end, each
- * read by the summing thread itself with CLOCK_MONOTONIC; the best pass
- * counts (a peak is wanted; neighbours only slow passes down). Bandwidth = buffer bytes / best
- * pass time, in GB/s of 10^9 bytes. Every pass's sum is checked against n(n-1)/2 (mod 2^64), so
+ * read by the summing thread itself with CLOCK_MONOTONIC; the best pass counts (a peak is wanted;
+ * neighbours only slow passes down). Bandwidth = buffer bytes / best pass time, in GB/s of 10^9
+ * bytes. Every pass's sum is checked against n(n-1)/2 (mod 2^64), so
  * each element is known to have been read exactly once and the loop cannot be optimised away.
  *
  * Usage: stream_read [--mib N] [--threads T1,T2,...] [--passes P]
- *   --mib     buffer size in MiB (default: max(512, 8 x the L3 size), at most a quarter of RAM)
+ *   --mib     buffer size in MiB (default: max(512, 8 x the machine's L3: cpu0's L3 times the number
+ *             of L3 instances), at most a quarter of RAM)
  *   --threads thread counts to measure, in order (default: 1 and the number of online CPUs)
  *   --passes  passes per thread count (default 5)
  * Prints one JSON object on stdout:
- *   {"l3_bytes": B, "buffer_bytes": B, "passes": P,
+ *   {"l3_bytes": B (the machine's L3, as for --mib), "buffer_bytes": B, "passes": P,
  *    "runs": [{"threads": T, "best_s": s, "gbps": GB/s, "median_gbps": GB/s}, ...]}
  * Exit status: 0 done, 1 a run-time failure (allocation, threads, a wrong sum), 2 bad arguments;
  * every failure is named on stderr.
@@ -163,10 +164,31 @@ static int measure(v4u64 *buf, size_t vecs, int nthreads, int passes, int fill, 
     return rc;
 }
 
-/* L3 size in bytes: sysfs (cpu0's level-3 cache), else sysconf, else 0. */
-static long long l3_bytes(void) {
+/* Number of CPUs in a sysfs CPU list such as "0-7,64-71"; 0 when unreadable. */
+static long cpu_list_count(const char *s) {
+    long n = 0;
+    while (*s && *s != '\n') {
+        char *end;
+        const long a = strtol(s, &end, 10);
+        if (end == s) return 0;
+        long b = a;
+        if (*end == '-') {
+            s = end + 1;
+            b = strtol(s, &end, 10);
+            if (end == s || b < a) return 0;
+        }
+        n += b - a + 1;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+/* Bytes of level-3 cache on the machine: cpu0's L3 (sysfs) times the number of L3 instances
+ * (online CPUs / CPUs sharing cpu0's L3: a multi-chiplet or multi-socket machine has several);
+ * sysconf's figure where sysfs says nothing; 0 when unknown. */
+static long long l3_bytes(long ncpu) {
     for (int i = 0; i < 8; i++) {
-        char path[96], buf[64];
+        char path[96], buf[4096];
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
         FILE *f = fopen(path, "r");
         if (!f) break;
@@ -180,7 +202,17 @@ static long long l3_bytes(void) {
         char unit = 0;
         const int got = fscanf(f, "%lld%c", &v, &unit);
         fclose(f);
-        if (got >= 1 && v > 0) return v * (unit == 'K' ? 1024LL : unit == 'M' ? 1048576LL : 1LL);
+        if (got < 1 || v <= 0) break;
+        v *= unit == 'K' ? 1024LL : unit == 'M' ? 1048576LL : 1LL;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_list", i);
+        f = fopen(path, "r");
+        long shared = 0;
+        if (f) {
+            if (fgets(buf, sizeof buf, f)) shared = cpu_list_count(buf);
+            fclose(f);
+        }
+        const long instances = shared > 0 ? (ncpu + shared - 1) / shared : 1;
+        return v * (instances > 0 ? instances : 1);
     }
     const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
     return v > 0 ? v : 0;
@@ -234,7 +266,7 @@ int main(int argc, char **argv) {
         counts[ncounts++] = 1;
         if (ncpu > 1) counts[ncounts++] = (int)(ncpu < MAX_THREADS ? ncpu : MAX_THREADS);
     }
-    const long long l3 = l3_bytes();
+    const long long l3 = l3_bytes(ncpu);
     if (!mib) {
         mib = 512;
         if (8 * l3 / 1048576 > mib) mib = (long)(8 * l3 / 1048576);
