@@ -114,6 +114,7 @@ TEST_SCRIPTS := tests/check_layers.sh tests/check_serve_clients.sh tests/check_s
                 tests/check_exports.sh tests/check_architecture_doc.sh tests/check_web_ui.sh
 TEST_SCRIPTS += tests/check_pref_cli.sh
 TEST_SCRIPTS += tests/check_scaling.sh
+TEST_SCRIPTS += tests/check_cpu_suite.sh
 # The longest test programs start first, so that running JOBS at a time ends sooner.
 TEST_SLOW  := $(addprefix $(BUILD)/tests/,test_vulkan_model test_vulkan_cli test_model test_peft_lm_parity test_dist test_trainer test_kill test_engine test_peft_parity test_lm_train)
 TEST_ORDER := tests/check_web_ui.sh $(foreach t,$(TEST_SLOW),$(filter $(t),$(TEST_BIN))) $(filter-out $(TEST_SLOW),$(TEST_BIN)) \
@@ -289,3 +290,10 @@ test-python: lib cli
 # bench/results/grammar_mask.md): make build/bench_grammar
 $(BUILD)/bench_grammar: bench/bench_grammar.c $(BUILD)/libafinar.a $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libafinar.a $(LDLIBS)
+
+# STREAM-like read bandwidth (bench/stream_read.c): the decode weight-bandwidth floor of
+# bench/cpu_suite.sh; built by `make bench` or `make build/bench/stream_read`.
+$(BUILD)/bench/stream_read: bench/stream_read.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O2 -o $@ $< -lpthread
+bench: $(BUILD)/bench/stream_read

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Helpers shared by the benchmark scripts in bench/ (train_vs_peft.py, train_peft.py,
-sft_vs_peft.py): CPU facts, load average, memory of the current process, and running a benchmark
-child process that prints one JSON object as its last stdout line."""
+sft_vs_peft.py, decode_llamacpp.py, cpu_suite.py): CPU facts, load average, memory of the current
+process, running a benchmark child process that prints one JSON object as its last stdout line, and
+the speed targets with their met/missed verdicts (standard library only)."""
 import json
 import math
 import platform
@@ -94,3 +95,30 @@ def run_child(cmd, logf, env=None, prefix=(), tolerate=False, name="bench"):
         sys.exit(f"{name}: failed ({why}): {' '.join(cmd)}\n{p.stderr[-3000:]}")
     lines = [l for l in p.stdout.splitlines() if l.strip().startswith("{")]
     return json.loads(lines[-1]), wall, cpu / wall if wall > 0 else 0.0
+
+
+# The speed targets of the per-CPU benchmark suite (bench/cpu_suite.sh) and of the scripts it runs:
+# key -> (comparison, threshold, what is compared). One table, so every script states the same aims.
+TARGETS = {
+    "decode_vs_llamacpp": (">=", 1.5, "decode tok/s, afinar / llama.cpp"),
+    "prompt_vs_llamacpp": (">=", 2.5, "prompt tok/s, afinar / llama.cpp"),
+    "train_vs_torch": (">=", 2.0, "classification training samples/s, afinar / PyTorch + PEFT (same precision)"),
+    "train_mfu": (">=", 0.70, "classification training MFU of afinar (of the measured peak)"),
+    "sft_vs_torch": (">=", 2.5, "causal-LM SFT tokens/s, afinar / PyTorch + PEFT f32"),
+    "sft_rss_vs_torch": ("<=", 0.2, "causal-LM SFT peak RSS, afinar / PyTorch + PEFT f32"),
+    "two_threads_compete": (">=", 1.0, "2 threads / 1 thread with one competing process"),
+}
+
+
+def target_text(key, pct=False):
+    """The target as text: ">= 1.5x", "<= 0.2x", or ">= 70%" with pct."""
+    op, thr, _ = TARGETS[key]
+    return f"{op} {100 * thr:.0f}%" if pct else f"{op} {thr:g}x"
+
+
+def verdict(key, value):
+    """"met" / "missed" for a measured value against TARGETS[key]; None when value is None."""
+    if value is None:
+        return None
+    op, thr, _ = TARGETS[key]
+    return "met" if (value >= thr if op == ">=" else value <= thr) else "missed"

@@ -22,7 +22,10 @@ HF=${HF:-${MODEL%.gguf}.hf-f32}
 [ -f "$HF/model.safetensors" ] || HF=$BUILD/bench/$(basename "${MODEL%.gguf}").hf-f32
 
 [ -f "$MODEL" ] || { echo "sft_vs_peft: $MODEL missing (scripts/fetch_models.sh)" >&2; exit 1; }
-if ! { [ -x "$VPY" ] && "$VPY" -c 'import torch, transformers, peft, gguf' 2>/dev/null; }; then
+# gguf (transformers' GGUF loader) only for making the float32 checkpoint once
+NEED="import torch, transformers, peft"
+[ -f "$HF/model.safetensors" ] || NEED="$NEED, gguf"
+if ! { [ -x "$VPY" ] && "$VPY" -c "$NEED" 2>/dev/null; }; then
   echo "sft_vs_peft: creating $VENV from tests/ref/requirements.txt (torch, transformers, peft, gguf)"
   [ -x "$VPY" ] || python3 -m venv "$VENV"
   "$VPY" -m pip install -q --disable-pip-version-check -r tests/ref/requirements.txt

@@ -32,10 +32,10 @@ def read(path, default=""):
 
 # --- machine facts -------------------------------------------------------------------------
 
-def cpuinfo():
-    """First processor block of /proc/cpuinfo as a dict."""
+def cpuinfo(path="/proc/cpuinfo"):
+    """First processor block of /proc/cpuinfo (or of a saved copy at path) as a dict."""
     d = {}
-    for line in read("/proc/cpuinfo").splitlines():
+    for line in read(path).splitlines():
         if not line.strip():
             if d:
                 break

@@ -18,7 +18,7 @@ import sys
 import time
 
 import bench_common
-from bench_common import cpu_flags_summary, cpu_model, loadavg
+from bench_common import TARGETS, cpu_flags_summary, cpu_model, loadavg, target_text
 
 PROJ = ["q", "k", "v", "o", "gate", "up", "down"]
 
@@ -382,8 +382,9 @@ def write_md(rep, path):
     L.append("Losses differ between systems only through the initialisation (each side draws its own LoRA A and "
              "head weights; B = 0) and arithmetic; data order and hyper-parameters are the same.\n")
     L.append("## Against the training-speed targets\n")
-    L.append("Targets: samples/s >= 3x PyTorch f32 and >= 1.5x PyTorch bf16 autocast; peak RSS <= 0.3x PyTorch f32; "
-             "MFU >= 50% (of the f32 peak, or of the bf16 peak for bf16 compute). afinar f32 = Q4_1 base with f32 "
+    L.append(f"Targets: samples/s {target_text('train_vs_torch')} PyTorch at the same precision "
+             f"({TARGETS['train_vs_torch'][2]}); MFU {target_text('train_mfu', pct=True)} (of the f32 peak, or of "
+             "the bf16 peak for bf16 compute). afinar f32 = Q4_1 base with f32 "
              "products (the default); afinar bf16 = Q4_1 base with `--bf16`.\n")
     L.append("| seq | targets | afinar f32 / torch f32 | afinar bf16 / torch f32 | afinar bf16 / torch bf16 | "
              "RSS afinar / torch f32 | RSS afinar ckpt / torch f32 | MFU afinar f32 | MFU afinar bf16 (of bf16 peak) |")
