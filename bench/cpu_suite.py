@@ -203,7 +203,8 @@ def decode_rows(R, work, parts, fx, meta):
     peer_note, caveat = "", ""
     if "system_info" in info:
         kind = llama_build(info["system_info"], fx["isa"])
-        peer_note = f"llama-cpp-python {info.get('llama_cpp_python', '?')}, {kind} build"
+        peer_note = (f"llama-bench ({info['llama_bench']}), {kind} build" if "llama_bench" in info
+                     else f"llama-cpp-python {info.get('llama_cpp_python', '?')}, {kind} build")
         if kind != "native":
             peer_note += ": llama.cpp is slower than it can be here, the ratio is not a target figure"
             caveat = "portable peer"
@@ -324,6 +325,8 @@ def peer_versions(work):
     d, _ = load_json(os.path.join(work, "decode", "decode.json"))
     if d and "llama_cpp_python" in d.get("info", {}):
         out.append(f"llama-cpp-python {d['info']['llama_cpp_python']} ({d['info'].get('system_info', '?')[:160]})")
+    elif d and "llama_bench" in d.get("info", {}):
+        out.append(f"llama.cpp's llama-bench {d['info']['llama_bench']} ({d['info'].get('system_info', '?')[:160]})")
     v = None
     t, _ = load_json(os.path.join(work, "train", "train_vs_peft.json"))
     if t:
@@ -388,7 +391,7 @@ def report(a):
     for name in PARTS:
         p = parts.get(name, {"status": "no record", "seconds": None, "note": ""})
         L.append(f"| {name} | {p['status']} | {fmt(p['seconds'], 0)} | {p['note']} |")
-    L += ["", "Peers: llama.cpp through llama-cpp-python (bench/run_decode.sh), PyTorch + transformers + PEFT "
+    L += ["", "Peers: llama.cpp through its own llama-bench or llama-cpp-python (bench/run_decode.sh), PyTorch + transformers + PEFT "
           "(bench/train_vs_peft, bench/sft_vs_peft.sh); the thread rows are afinar's alone "
           "(bench/thread_scaling.sh COMPETE=1). Each part's own report lies beside this file's sources in "
           f"{meta.get('work', a.work)}. Definitions: bench/README.md, \"One run per CPU kind\"."]

@@ -10,8 +10,10 @@
 #   env: QUICK (0), SKIP (comma-separated parts among stream,decode,train,sft,threads),
 #        THREADS (all cores: the thread count of every peer comparison), MODEL
 #        (models/SmolLM2-135M-Instruct.Q4_1.gguf), BUILD (build), OUT (bench/results), WORK
-#        ($BUILD/bench/cpu_suite: the parts' own reports and logs), LLAMA_VENV (the venv with
-#        llama-cpp-python: .venv-bench, else .venv-llamacpp when it exists; never built here),
+#        ($BUILD/bench/cpu_suite: the parts' own reports and logs), LLAMA_BENCH (llama.cpp's
+#        llama-bench: .llama-server/bin/llama-bench when scripts/setup_llama_server.sh built it;
+#        `none` = use LLAMA_VENV), LLAMA_VENV (the venv with llama-cpp-python, used without
+#        LLAMA_BENCH: .venv-bench, else .venv-llamacpp when it exists; never built here),
 #        REF_VENV (.venv-ref: torch, transformers, peft, gguf; never created here), HF (the float32
 #        transformers checkpoint of MODEL: its .hf-f32 sibling when present, else made once in
 #        $BUILD/bench/), WAIT_IDLE (600, QUICK: 0: wait up to this many s for the 1-minute load
@@ -57,6 +59,10 @@ skipped() { [[ ",$SKIP," == *",$1,"* ]]; }
 [ -f "$MODEL" ] || { echo "$me: model $MODEL missing (scripts/fetch_models.sh, or MODEL=...)" >&2; exit 1; }
 command -v "$PY" >/dev/null || { echo "$me: $PY not found (the report needs python3)" >&2; exit 1; }
 
+# llama.cpp's own llama-bench (scripts/setup_llama_server.sh: a native build) when present, else
+# llama-cpp-python from LLAMA_VENV; LLAMA_BENCH=none forces the venv
+if [ -z "${LLAMA_BENCH:-}" ] && [ -x .llama-server/bin/llama-bench ]; then LLAMA_BENCH=.llama-server/bin/llama-bench; fi
+[ "${LLAMA_BENCH:-}" != none ] || LLAMA_BENCH=
 if [ -z "${LLAMA_VENV:-}" ]; then
   LLAMA_VENV=.venv-bench
   [ -d .venv-bench ] || [ ! -d .venv-llamacpp ] || LLAMA_VENV=.venv-llamacpp
@@ -140,10 +146,11 @@ if skipped decode; then not_run decode skipped "SKIP"
 else
   "$BUILD/afinar" info "$MODEL" > "$WORK/model_info.txt" 2>&1 || echo "$me: afinar info $MODEL failed" >&2
   LNOTE="llama.cpp: llama-cpp-python in $LLAMA_VENV"
-  if ! { [ -x "$LLAMA_VENV/bin/python" ] && "$LLAMA_VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; }; then
+  if [ -n "${LLAMA_BENCH:-}" ]; then LNOTE="llama.cpp: $LLAMA_BENCH"
+  elif ! { [ -x "$LLAMA_VENV/bin/python" ] && "$LLAMA_VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; }; then
     LNOTE="peer missing: no llama-cpp-python in $LLAMA_VENV (bench/run_decode.sh builds .venv-bench; LLAMA_VENV=...): afinar only"
   fi
-  NOTE=$LNOTE run_part decode env LLAMA_VENV="$LLAMA_VENV" BUILD_LLAMA=0 OUT="$WORK/decode" AFINAR="$BUILD/afinar" \
+  NOTE=$LNOTE run_part decode env LLAMA_VENV="$LLAMA_VENV" LLAMA_BENCH="${LLAMA_BENCH:-}" BUILD_LLAMA=0 OUT="$WORK/decode" AFINAR="$BUILD/afinar" \
     MODEL="$MODEL" THREADS="$THREADS" REPS="$D_REPS" NGEN="$D_NGEN" WAIT_IDLE=0 PRIO=0 PY="$PY" bash bench/run_decode.sh
 fi
 

@@ -137,6 +137,51 @@ def run_llama_rep(args):
     return res
 
 
+def llama_bench_build(path):
+    """Build facts of a llama-bench binary from the CMakeCache.txt of its build tree (bin/.. or, for
+    the copy scripts/setup_llama_server.sh puts in DIR/bin, DIR/build), in
+    llama.cpp's system_info spelling for the flags bench/cpu_suite.py judges ('LLAMAFILE = 1',
+    'REPACK = 1', 'AVX512 = 1' where a native build on an AVX-512 CPU has it)."""
+    top = os.path.dirname(os.path.dirname(os.path.abspath(path)))  # BUILD/bin/.. or DIR/bin/..
+    cache = next((c for c in (os.path.join(top, "CMakeCache.txt"), os.path.join(top, "build", "CMakeCache.txt"))
+                  if os.path.isfile(c)), os.path.join(top, "CMakeCache.txt"))
+    kv = {}
+    try:
+        with open(cache) as f:
+            for line in f:
+                if ":" in line and "=" in line and not line.startswith(("#", "//")):
+                    k, v = line.rstrip("\n").split("=", 1)
+                    kv[k.split(":")[0]] = v
+    except OSError:
+        return "build facts unknown (no CMakeCache.txt beside " + path + ")"
+    on = lambda k: kv.get(k, "OFF").upper() in ("ON", "1", "TRUE")
+    avx512 = on("GGML_AVX512") or (on("GGML_NATIVE") and "avx512f" in open("/proc/cpuinfo").read())
+    return (f"llama-bench, GGML_NATIVE={kv.get('GGML_NATIVE', '?')} OPENMP={kv.get('GGML_OPENMP', '?')} | "
+            f"AVX512 = {int(avx512)} | LLAMAFILE = {int(on('GGML_LLAMAFILE'))} | REPACK = {int(on('GGML_CPU_REPACK'))}")
+
+
+def run_llama_bench_rep(args, n_prompt):
+    """One repetition with llama.cpp's own llama-bench (C++, no Python around it): the prompt as
+    one batch of n_prompt tokens (`-p N -n 0`), then n_gen decode steps at a depth of n_prompt
+    tokens of KV cache (`-p 0 -n G -d N`), i.e. the same work as afinar's prompt + decode. Each
+    test runs once after llama-bench's own warm-up run; tok/s are its avg_ts."""
+    res = {"prompt_tokens": n_prompt, "decode_tokens": args.n_gen}
+    for key, extra in (("prompt", ["-p", str(n_prompt), "-n", "0"]),
+                       ("decode", ["-p", "0", "-n", str(args.n_gen), "-d", str(n_prompt)])):
+        cmd = [args.llama_bench, "-m", args.model, "-t", str(args.threads), "-r", "1", "-o", "json"] + extra
+        p, share = run_child(cmd)
+        if p.returncode != 0:
+            raise RuntimeError(f"llama-bench failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
+        row = json.loads(p.stdout)[0]
+        res[key + "_tps"] = float(row["avg_ts"])
+        res[key + "_s"] = float(row["avg_ns"]) / 1e9
+        res[key + "_tps_wall"] = None
+        if key == "decode":
+            res["cpu_share"] = share
+    res["text"] = ""
+    return res
+
+
 def llama_info():
     p = subprocess.run([sys.executable, "-c",
                         "import llama_cpp,sys; print(llama_cpp.__version__); "
@@ -247,6 +292,9 @@ def main():
                     help="wait up to this many seconds for the 1-min load average to drop "
                          "below --idle-load before measuring")
     ap.add_argument("--idle-load", type=float, default=None, help="default 0.5")
+    ap.add_argument("--llama-bench", default=None, metavar="PATH",
+                    help="measure llama.cpp with its own llama-bench binary (e.g. "
+                         ".llama-server/build/bin/llama-bench) instead of llama-cpp-python")
     ap.add_argument("--child-llama", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
 
@@ -268,7 +316,11 @@ def main():
         "git": git_rev(), "nice": os.nice(0), "loadavg_before": os.getloadavg(),
         "prompt": PROMPT,
     }
-    if do_llama:
+    if do_llama and a.llama_bench:
+        if not os.access(a.llama_bench, os.X_OK):
+            sys.exit(f"decode bench: --llama-bench {a.llama_bench}: not an executable")
+        info.update({"llama_bench": a.llama_bench, "system_info": llama_bench_build(a.llama_bench)})
+    elif do_llama:
         info.update(llama_info())
     if a.wait_idle > 0:
         limit = a.idle_load if a.idle_load is not None else 0.5
@@ -284,15 +336,16 @@ def main():
         acmd = afinar_cmd(a)
         info["afinar_cmd"] = " ".join(acmd[:5]) + " '<prompt>' " + " ".join(acmd[6:])
         print("decode bench: afinar warm-up run", file=sys.stderr)
-        run_afinar_rep(acmd, a.threads)
+        warm = run_afinar_rep(acmd, a.threads)
 
     L, A = [], []
     for r in range(a.reps):
         if do_llama:
-            L.append(run_llama_rep(a))
+            n_prompt = (warm.get("prompt_tokens") if do_afinar else None) or 128
+            L.append(run_llama_bench_rep(a, n_prompt) if a.llama_bench else run_llama_rep(a))
             print(f"  rep {r + 1} llama.cpp: prompt {L[-1]['prompt_tps']:.1f} tok/s, "
                   f"decode {L[-1]['decode_tps']:.1f} tok/s "
-                  f"(wall {L[-1]['prompt_tps_wall']:.1f} / {L[-1]['decode_tps_wall']:.1f})",
+                  f"(wall {fmt(L[-1]['prompt_tps_wall'])} / {fmt(L[-1]['decode_tps_wall'])})",
                   file=sys.stderr)
         if do_afinar:
             A.append(run_afinar_rep(acmd, a.threads))
@@ -315,7 +368,7 @@ def main():
         la, af = res["llama_cpp"].get("median_" + k), res["afinar"].get("median_" + k)
         ratio[k] = af / la if la and af else None
     res["ratio_afinar_over_llama"] = ratio
-    if L and A:
+    if L and A and L[0]["text"]:
         res["greedy_text_common_prefix_chars"] = common_prefix(L[0]["text"], A[0]["text"])
     if L:
         res["llama_cpp"]["text"] = L[0]["text"]
@@ -333,7 +386,9 @@ def main():
         f" decode: {a.n_gen} tokens, greedy; median of {a.reps} interleaved runs",
         ("- llama.cpp: " + (f"llama-cpp-python {info['llama_cpp_python']} "
                             f"({info.get('system_info', '')[:200]})"
-                            if "llama_cpp_python" in info else "not run")),
+                            if "llama_cpp_python" in info else
+                            f"{info['llama_bench']} ({info['system_info']})" if "llama_bench" in info
+                            else "not run")),
         f"- afinar: {info.get('afinar_version', 'not run')}",
         f"- load average (1/5/15 min) before: {' '.join(f'{x:.2f}' for x in info['loadavg_before'])}"
         f", after: {' '.join(f'{x:.2f}' for x in info['loadavg_after'])}; nice {info['nice']}",
@@ -346,9 +401,12 @@ def main():
         f"| decode ({a.n_gen} tok) | {fmt(am.get('median_decode_tps'))} | "
         f"{fmt(lm.get('median_decode_tps'))} | {fmt(ratio['decode_tps'], 2)} |",
         "",
-        "llama.cpp tok/s are its internal counters (llama_perf_context); measured around the "
-        f"Python loop they are {fmt(lm.get('median_prompt_tps_wall'))} (prompt) and "
-        f"{fmt(lm.get('median_decode_tps_wall'))} (decode) tok/s. "
+        ("llama.cpp tok/s are llama-bench's avg_ts: the prompt as one batch (`-p N -n 0`), the "
+         f"decode steps at a depth of the prompt's tokens (`-p 0 -n {a.n_gen} -d N`; random token ids, "
+         "so no greedy text to compare). " if "llama_bench" in info else
+         "llama.cpp tok/s are its internal counters (llama_perf_context); measured around the "
+         f"Python loop they are {fmt(lm.get('median_prompt_tps_wall'))} (prompt) and "
+         f"{fmt(lm.get('median_decode_tps_wall'))} (decode) tok/s. ") +
         "afinar tok/s are from its `--timings` line.",
         "",
         f"CPU share (CPU s / wall s of each child; about {a.threads} when undisturbed): "

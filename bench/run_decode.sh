@@ -10,7 +10,10 @@
 #        WAIT_IDLE (600: wait up to this many s for load < IDLE_LOAD (0.5) before measuring),
 #        LLAMA_VENV (.venv-bench: the venv holding llama-cpp-python), OUT (bench/results),
 #        BUILD_LLAMA (1; 0 = never build llama.cpp: without llama-cpp-python in LLAMA_VENV only
-#        afinar is measured and the llama.cpp column says "not run")
+#        afinar is measured and the llama.cpp column says "not run"),
+#        LLAMA_BENCH (unset; a llama-bench binary, e.g. .llama-server/bin/llama-bench from
+#        scripts/setup_llama_server.sh: llama.cpp measured by its own C++ benchmark tool instead of
+#        llama-cpp-python, nothing built)
 # Prints and records the targets: decode >= 1.5x and prompt >= 2.5x llama.cpp, met or missed.
 # First run: creates .venv-bench and builds llama.cpp (scripts/setup_llamacpp.sh with NATIVE=1,
 # 10-30 min on 2 cores; log in .venv-bench/llama_build.log). Later runs reuse it.
@@ -25,22 +28,28 @@ PY=${PY:-python3}
 VENV=${LLAMA_VENV:-.venv-bench}
 VPY=$VENV/bin/python
 OUT=${OUT:-bench/results}
-SKIP_LLAMA=()
+LLAMA_ARGS=()
 
 [ -f "$MODEL" ] || { echo "run_decode: $MODEL missing (scripts/fetch_models.sh)" >&2; exit 1; }
 
 # llama-cpp-python with -march=native (the speed comparison needs the native build); the build
 # logic is shared with the llama.cpp cross-checks (scripts/setup_llamacpp.sh).
-if [ "${BUILD_LLAMA:-1}" = 0 ]; then
+LLAMA_BENCH=${LLAMA_BENCH:-}
+if [ -n "$LLAMA_BENCH" ]; then
+  # llama.cpp's own llama-bench (scripts/setup_llama_server.sh builds it): no llama-cpp-python needed
+  [ -x "$LLAMA_BENCH" ] || { echo "run_decode: LLAMA_BENCH=$LLAMA_BENCH is not an executable" >&2; exit 1; }
+  VPY=$PY
+  LLAMA_ARGS=(--llama-bench "$LLAMA_BENCH")
+elif [ "${BUILD_LLAMA:-1}" = 0 ]; then
   if ! { [ -x "$VPY" ] && "$VPY" -c 'import llama_cpp' 2>/dev/null; }; then
     echo "run_decode: no llama-cpp-python in $VENV and BUILD_LLAMA=0: measuring afinar only" >&2
     VPY=$PY
-    SKIP_LLAMA=(--skip-llama)
+    LLAMA_ARGS=(--skip-llama)
   fi
 else
   NATIVE=1 PY="$PY" bash scripts/setup_llamacpp.sh "$VENV" || { echo "run_decode: llama-cpp-python build failed" >&2; exit 1; }
 fi
-[ "${#SKIP_LLAMA[@]}" != 0 ] || "$VPY" -c 'import llama_cpp; print("run_decode: llama-cpp-python", llama_cpp.__version__, "|",
+[ "${#LLAMA_ARGS[@]}" != 0 ] || "$VPY" -c 'import llama_cpp; print("run_decode: llama-cpp-python", llama_cpp.__version__, "|",
   llama_cpp.llama_print_system_info().decode().strip())'
 
 if [ ! -x "$AFINAR" ]; then
@@ -58,4 +67,4 @@ fi
 echo "run_decode: load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 exec "${RUN[@]}" "$VPY" bench/decode_llamacpp.py --model "$MODEL" --afinar "$AFINAR" \
   --threads "$THREADS" --reps "$REPS" --n-gen "$NGEN" --out "$OUT" \
-  --wait-idle "${WAIT_IDLE:-600}" --idle-load "${IDLE_LOAD:-0.5}" ${SKIP_LLAMA[@]+"${SKIP_LLAMA[@]}"} "$@"
+  --wait-idle "${WAIT_IDLE:-600}" --idle-load "${IDLE_LOAD:-0.5}" ${LLAMA_ARGS[@]+"${LLAMA_ARGS[@]}"} "$@"
