@@ -379,6 +379,19 @@ static void test_adapt(void) {
     for (int i = 0; i < 40; i++) adapt_once(p, 20000, 5000, &ok); /* the worker done first: no wait unless it lags 15+ ms */
     CHECK(af_threadpool_cap(p) == 2 && ok, "a job the worker finishes first keeps both threads (cap %d)", af_threadpool_cap(p));
     af_threadpool_free(p);
+    /* a probe that plainly loses ends after its first 8 dispatches, not a whole window */
+    p = NULL;
+    if (CHECK(af_threadpool_new(2, 1000, NULL, &p) == AF_OK, "pool of 2 (probe)")) {
+        lagged = 0;
+        while (af_threadpool_cap(p) == 2 && lagged < 40) adapt_once(p, 0, 1000, &ok), lagged++;
+        for (int i = 0; i < 64; i++) adapt_once(p, 0, 0, &ok); /* the hold at cap 1 */
+        int probe = 0;
+        const int probed = af_threadpool_cap(p) == 2;
+        while (af_threadpool_cap(p) == 2 && probe < 40) adapt_once(p, 0, 2000, &ok), probe++;
+        CHECK(probed && probe == 8 && af_threadpool_cap(p) == 1 && ok,
+              "a failing probe (worker 2 ms late each time) ends after 8 dispatches (%d)", probe);
+        af_threadpool_free(p);
+    }
     setenv("AFINAR_POOL_ADAPT", "0", 1);
     p = NULL;
     if (CHECK(af_threadpool_new(2, 1000, NULL, &p) == AF_OK, "pool of 2, AFINAR_POOL_ADAPT=0")) {

@@ -38,7 +38,7 @@ struct af_threadpool {
     /* oversubscription (under run_mu): when over a window of dispatches the caller waited for its
      * workers longer than running their shares itself would have taken, the pool runs the next
      * `cap_left` dispatches on at most `cap` threads, then probes a doubled cap (adapt_after) */
-    int adapt, cap, cap_left, hold, win_n;
+    int adapt, cap, cap_left, hold, win_n, probing;
     double win_own, win_wait;
     _Alignas(LINE) unsigned gen;   /* job generation: workers wait for it to change */
     int stop;                      /* set with a new generation: workers leave */
@@ -108,6 +108,12 @@ static void do_share(af_threadpool *p, int t) {
 #define ADAPT_WINDOW 32
 #define ADAPT_HOLD_MIN 64
 #define ADAPT_HOLD_MAX 8192
+/* A probe whose first ADAPT_PROBE_EARLY dispatches waited ADAPT_PROBE_FAIL times longer than the
+ * caller alone would have taken ends there: on a machine that stays oversubscribed each of its
+ * dispatches costs a time slice, so a whole window per probe was most of what two threads lost to
+ * one beside a competing process. A quiet machine's waits are far below that bound. */
+#define ADAPT_PROBE_EARLY 8
+#define ADAPT_PROBE_FAIL 4.0
 
 /* Pause hints before a spinning thread starts to yield the CPU between checks (~20-80 µs): on a
  * machine with more runnable threads than cores, the thread a spinner waits for may need its core. */
@@ -295,8 +301,11 @@ int af_threadpool_cap(af_threadpool *p) {
 static void adapt_after(af_threadpool *p, int phys, double own, double wait) {
     p->win_own += own;
     p->win_wait += wait;
-    if (++p->win_n < ADAPT_WINDOW) return;
-    const int slow = p->win_wait > p->win_own * (double)(phys - 1);
+    const double alone = p->win_own * (double)(phys - 1); /* the other shares on the caller */
+    const int early = p->probing && p->win_n + 1 == ADAPT_PROBE_EARLY && p->win_wait > ADAPT_PROBE_FAIL * alone;
+    if (++p->win_n < ADAPT_WINDOW && !early) return;
+    const int slow = p->win_wait > alone;
+    p->probing = 0;
     p->win_n = 0;
     p->win_own = p->win_wait = 0;
     if (!slow) {
@@ -308,11 +317,15 @@ static void adapt_after(af_threadpool *p, int phys, double own, double wait) {
     p->hold = p->hold * 2 < ADAPT_HOLD_MAX ? p->hold * 2 : ADAPT_HOLD_MAX;
 }
 
-/* One dispatch at the lowered cap has passed: after cap_left of them, probe a doubled cap. */
+/* One dispatch at the lowered cap has passed: after cap_left of them, probe a doubled cap (a
+ * fresh window, which may end early: ADAPT_PROBE_EARLY). */
 static void adapt_tick(af_threadpool *p) {
     if (p->cap < p->size && --p->cap_left <= 0) {
         p->cap = p->cap * 2 < p->size ? p->cap * 2 : p->size;
         p->cap_left = p->hold;
+        p->probing = 1;
+        p->win_n = 0;
+        p->win_own = p->win_wait = 0;
     }
 }
 
