@@ -47,6 +47,33 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth);
 
+/* The extras of af_gp_gemm_fused: a second product sharing A, and an epilogue.
+ *  w2 (NULL: none; b_trans = 1 only): C2[m, n] (+)= A · W2ᵀ with W2 [n, k] of type2, row stride
+ *  ldw2_bytes, C2 row stride ldc as C. The packed panels of the two products alternate, so A is
+ *  packed once per block of rows and K-chunk for both (the saving of multiplying gate and up
+ *  together), and each element of C and C2 is the same chain of FMAs as in af_gp_gemm.
+ *  ep (NULL: none): called once per (block of rows r0 .. r0 + mc, 32-column panel j0 .. j0 + nr)
+ *  as soon as that tile of C (and of C2) is final, while it is still in cache; calls for disjoint
+ *  tiles run concurrently on the pool's threads, so ep writes only inside its tile (of any array
+ *  it owns, e.g. the activation of gate and up). */
+typedef struct af_gp_fused {
+    const void *w2;
+    uint32_t type2;
+    int64_t ldw2_bytes;
+    float *c2;
+    void (*ep)(void *arg, int64_t r0, int64_t mc, int64_t j0, int nr);
+    void *arg;
+} af_gp_fused;
+
+/* af_gp_gemm with the extras of `f` (af_gp_fused), on the same conditions (af_gp_usable), for
+ * products whose packed B (both products' together) fits in one block of MAX_B: false (C, C2
+ * untouched, ep not called) when it does not, when the buffer cannot be allocated, or when w2 is
+ * given with b_trans = 0; the caller then computes the same thing unfused. Results equal
+ * af_gp_gemm's bit for bit, for any nth. */
+bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                      const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
+                      int accumulate, int nth, const af_gp_fused *f);
+
 /* Frees the calling thread's packed-B buffer (kept between calls, grow-only, <= MAX_B = 64 MiB). */
 void af_gp_release(void);
 
