@@ -3,7 +3,7 @@
  * af_mlp_down_back: gate and up as one packed product with the activation in its epilogue; d act
  * with the activation's backward in its epilogue) against the unfused sequence they replace, BIT
  * FOR BIT (the fusion must not change a single result):
- *  (a) the ops alone, hook AF_CTX_MLP_FUSED on vs off (off = af_matmul_rows, fills, SwiGLU/GeGLU
+ *  (a) the ops alone (with and without the forward's activation), hook AF_CTX_MLP_FUSED on vs off (off = af_matmul_rows, fills, SwiGLU/GeGLU
  *      kernels), on every kernel path of this CPU, 1 and 2 threads, f32 and (where the CPU has it)
  *      bf16 products, several weight types, shapes with partial panels and several row blocks
  *      (column groups), SwiGLU and GeGLU; d_gate / d_up overwritten (NaN on entry); and that the
@@ -11,7 +11,8 @@
  *      and not when the packed B exceeds the cap (af_gp_set_max_b): then the same results unfused;
  *  (b) whole training steps of tiny llama / gemma3 models (engine: forward, loss, backward) with the
  *      hook on vs off: the same loss, logits and gradients bit for bit, for adapter targets where
- *      both fusions apply (q,v), where only one does (down; gate+up) and where none does (all).
+ *      both epilogues apply (q,v), where one does (down; gate+up) and where none does (all: gate
+ *      and up still one product, their adapters added after it), with LoRA and DoRA.
  */
 #include "testlib.h"
 #include "tinymodel.c"
@@ -63,7 +64,7 @@ static void op_case(const char *tag, uint32_t type, int64_t n, int64_t H, int64_
     const double bbytes = (double)af_gp_packed_b_floats(H, F) * esz, capb = (double)(cap ? cap : 64u << 20);
     const int packed = n > AF_MM_DECODE_N && af_gp_usable(T_CTX, n, F, H);
     /* fused: gate+up when both packed Bs fit in one block, the backward when its one does */
-    const int usable = packed * ((2 * bbytes <= capb) + (bbytes <= capb));
+    const int usable_f = packed && 2 * bbytes <= capb, usable = usable_f + (packed && bbytes <= capb);
     int64_t fused = 0;
     for (int on = 0; on < 2; on++) {
         g[on] = malloc(sizeof(float) * (size_t)nf), u[on] = malloc(sizeof(float) * (size_t)nf);
@@ -76,6 +77,14 @@ static void op_case(const char *tag, uint32_t type, int64_t n, int64_t H, int64_
         af_mlp_down_back(T_CTX, dh[on], dg[on], du[on], dy, wd, type, g[on], u[on], n, F, H, geglu, 64);
         if (on) fused = af_mlp_fused_calls() - c0;
         else CHECK(af_mlp_fused_calls() == c0, "%s: hook off: nothing fused", tag);
+        /* without the activation (h NULL): gate and up alone, the same bits */
+        float *g2 = malloc(sizeof(float) * (size_t)nf), *u2 = malloc(sizeof(float) * (size_t)nf);
+        const int64_t c1 = af_mlp_fused_calls();
+        af_mlp_gate_up(T_CTX, g2, u2, NULL, x, wg, type, wu, type, n, H, F, geglu, 64);
+        CHECK(same(g2, g[on], nf) && same(u2, u[on], nf) && af_mlp_fused_calls() - c1 == (on ? usable_f : 0),
+              "%s: hook %d: gate, up without the activation bitwise (%lld fused)", tag, on,
+              (long long)(af_mlp_fused_calls() - c1));
+        free(g2), free(u2);
     }
     af_ctx_set_hook(T_CTX, AF_CTX_MLP_FUSED, 1);
     af_gp_set_max_b(T_CTX, 0);
@@ -130,7 +139,8 @@ static void test_ops(void) {
 
 /* ---- (b) training steps ---- */
 
-static void step_case(const char *arch, uint32_t type, uint32_t targets, const char *tname, int expect_fused) {
+static void step_case(const char *arch, uint32_t type, uint32_t targets, const char *tname, int dora,
+                      int expect_fused) {
     tm_spec s = tm_default(arch, type);
     s.n_layer = 3;
     af_model *m = NULL;
@@ -138,10 +148,10 @@ static void step_case(const char *arch, uint32_t type, uint32_t targets, const c
     af_param_layout lay;
     memset(&lay, 0, sizeof lay);
     char tag[128];
-    snprintf(tag, sizeof tag, "%s/%s step, adapters on %s, %d thr", arch, af_type_name(type), tname,
-             af_ctx_n_threads(T_CTX));
+    snprintf(tag, sizeof tag, "%s/%s step, %s on %s, %d thr", arch, af_type_name(type), dora ? "DoRA" : "LoRA",
+             tname, af_ctx_n_threads(T_CTX));
     if (!CHECK(tm_load(&s, &m) == AF_OK, "%s: load: %s", tag, af_last_error())) return;
-    af_lora_config c = {4, 8.0f, 0.1f, 0, targets, 5, 0};
+    af_lora_config c = {4, 8.0f, 0.1f, 0, targets, 5, dora};
     if (!CHECK(af_param_layout_init_layers(&lay, m, &c, 3, 0, 0) == AF_OK && af_engine_new(NULL, m, &lay, &e) == AF_OK,
                "%s: engine: %s", tag, af_last_error())) {
         af_param_layout_free(&lay);
@@ -185,11 +195,13 @@ static void test_steps(void) {
                    GU = (1u << AF_PROJ_GATE) | (1u << AF_PROJ_UP);
     for (int th = 1; th <= 2; th++) {
         tl_ctx_set("auto", th, "f32", -1);
-        step_case("llama", AF_TYPE_Q4_1, QV, "q,v", 1);
-        step_case("gemma3", AF_TYPE_Q4_K, QV, "q,v", 1);
-        step_case("llama", AF_TYPE_F32, DOWN, "down", 1);
-        step_case("gemma3", AF_TYPE_Q8_0, GU, "gate,up", 1);
-        step_case("llama", AF_TYPE_Q4_1, 127, "all", 0);
+        step_case("llama", AF_TYPE_Q4_1, QV, "q,v", 0, 1);
+        step_case("gemma3", AF_TYPE_Q4_K, QV, "q,v", 0, 1);
+        step_case("llama", AF_TYPE_F32, DOWN, "down", 0, 1);
+        step_case("gemma3", AF_TYPE_Q8_0, GU, "gate,up", 0, 1);
+        step_case("gemma3", AF_TYPE_Q8_0, GU, "gate,up", 1, 1);
+        step_case("llama", AF_TYPE_Q4_1, 127, "all", 0, 1); /* gate and up one product, no epilogue */
+        step_case("llama", AF_TYPE_Q4_1, 127, "all", 1, 1);
     }
     tl_ctx_set("auto", -1, "f32", -1);
 }

@@ -66,8 +66,8 @@ void af_mlp_gate_up(const af_ctx *ctx, float *gate, float *up, float *h, const f
     if (n <= 0 || F <= 0) return;
     if (ctx->mlp_fused && n > AF_MM_DECODE_N && in > 0 && af_gp_usable(ctx, n, F, in)) {
         mlp_ep E = {.K = ctx->k->ops, .geglu = geglu, .F = F, .h = h, .gate = gate, .up = up};
-        af_gp_fused f = {.w2 = wu, .type2 = tu, .ldw2_bytes = (int64_t)af_row_bytes(tu, in), .c2 = up, .ep = ep_fwd,
-                         .arg = &E};
+        af_gp_fused f = {.w2 = wu, .type2 = tu, .ldw2_bytes = (int64_t)af_row_bytes(tu, in), .c2 = up,
+                         .ep = h ? ep_fwd : NULL, .arg = &E};
         if (af_gp_gemm_fused(ctx, gate, F, x, in, 1, wg, tg, (int64_t)af_row_bytes(tg, in), 1, n, F, in, 0,
                              ctx->n_threads, &f)) {
             __atomic_add_fetch(&g_fused_calls, 1, __ATOMIC_RELAXED);
@@ -76,6 +76,7 @@ void af_mlp_gate_up(const af_ctx *ctx, float *gate, float *up, float *h, const f
     }
     af_matmul_rows(ctx, 0, gate, x, wg, tg, n, in, F, 0, block_rows);
     af_matmul_rows(ctx, 0, up, x, wu, tu, n, in, F, 0, block_rows);
+    if (!h) return;
     if (geglu) af_geglu_forward(ctx, h, gate, up, n * F);
     else af_swiglu_forward(ctx, h, gate, up, n * F);
 }
