@@ -316,7 +316,10 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
                         if (bf) kt->gp_bf16->ukernel(mr, ka, api, bpp, ci, J->ldc, nr, acc);
                         else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, J->ldc, nr, acc);
                     }
-                    if (last && J->f && s == J->nsrc - 1) J->f->ep(J->f->arg, r0, mc, j0, nr);
+                }
+                if (last && J->f) { /* the task's rows x columns of C (and C2) are final */
+                    const int64_t j0 = p0 / J->nsrc * AF_GP_NR, j1 = p1 / J->nsrc * AF_GP_NR;
+                    J->f->ep(J->f->arg, r0, mc, j0, (j1 < n ? j1 : n) - j0);
                 }
             }
         }

@@ -52,16 +52,19 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
  *  ldw2_bytes, C2 row stride ldc as C. The packed panels of the two products alternate, so A is
  *  packed once per block of rows and K-chunk for both (the saving of multiplying gate and up
  *  together), and each element of C and C2 is the same chain of FMAs as in af_gp_gemm.
- *  ep (NULL: none): called once per (block of rows r0 .. r0 + mc, 32-column panel j0 .. j0 + nr)
- *  as soon as that tile of C (and of C2) is final, while it is still in cache; calls for disjoint
- *  tiles run concurrently on the pool's threads, so ep writes only inside its tile (of any array
- *  it owns, e.g. the activation of gate and up). */
+ *  ep (NULL: none): called once per task, rows r0 .. r0 + mc (a block of at most 128) x columns
+ *  j0 .. j0 + nc (all n, or a group of whole 32-column panels when the row blocks do not divide
+ *  over the threads), as soon as that part of C (and of C2) is final, while it is still in cache
+ *  (L2); the rows are then walked contiguously (whole rows: prefetch-friendly, where per 32-column
+ *  tile a row segment of each array sat in another page). Calls for disjoint parts run
+ *  concurrently on the pool's threads, so ep writes only inside its part (of any array it owns,
+ *  e.g. the activation of gate and up). */
 typedef struct af_gp_fused {
     const void *w2;
     uint32_t type2;
     int64_t ldw2_bytes;
     float *c2;
-    void (*ep)(void *arg, int64_t r0, int64_t mc, int64_t j0, int nr);
+    void (*ep)(void *arg, int64_t r0, int64_t mc, int64_t j0, int64_t nc);
     void *arg;
 } af_gp_fused;
 

@@ -39,7 +39,7 @@ typedef struct mlp_ep {
 } mlp_ep;
 
 /* Forward epilogue: h = act(gate) · up on rows [r0, r0 + mc) x columns [j0, j0 + nr). */
-static void ep_fwd(void *va, int64_t r0, int64_t mc, int64_t j0, int nr) {
+static void ep_fwd(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nr) {
     const mlp_ep *E = va;
     for (int64_t t = r0; t < r0 + mc; t++) {
         const int64_t o = t * E->F + j0;
@@ -50,7 +50,7 @@ static void ep_fwd(void *va, int64_t r0, int64_t mc, int64_t j0, int nr) {
 
 /* Backward epilogue: d gate, d up = 0 + the activation's backward of d act on the tile (the
  * unfused walk zero-fills them and adds, so +0.0 + v here too). */
-static void ep_bwd(void *va, int64_t r0, int64_t mc, int64_t j0, int nr) {
+static void ep_bwd(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nr) {
     const mlp_ep *E = va;
     for (int64_t t = r0; t < r0 + mc; t++) {
         const int64_t o = t * E->F + j0;
