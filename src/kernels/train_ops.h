@@ -4,7 +4,8 @@
  * and its losses, AdamW and global-norm clipping. Row-major float32; outputs first. Callers in
  * model / train / infer code reach them through the table (af_be(ctx)->...), never directly on
  * device memory; tests call them on host memory. Implementations: kernels/cpu/lora_ops.c,
- * head_ops.c, optim_ops.c (moved from lora/lora.c, train/head.c, train/optim.c, so that every op on activation memory is in the backend table).
+ * head_ops.c, optim_ops.c (moved from lora/lora.c, train/head.c, train/optim.c, so that every op on activation memory is in the backend table),
+ * mlp_ops.c (the gated MLP's products with the activation fused in).
  */
 #ifndef AF_TRAIN_OPS_H
 #define AF_TRAIN_OPS_H

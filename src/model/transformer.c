@@ -15,6 +15,11 @@
  * bits; "selective recomputation", Korthikanti et al. 2022). Dropout masks come from a
  * counter-based RNG keyed by (seed, layer, proj, token), so a recomputation regenerates the same
  * masks (checkpointing: Chen et al. 2016).
+ *
+ * Training MLP, where the backend has the optional fused ops (backend.h mlp_gate_up,
+ * mlp_down_back; the CPU): gate and up are one product, act = glu(gate, up) formed in its
+ * epilogue, and d gate, d up in the epilogue of d act = dy·W_down, unless adapters sit on those
+ * projections (then the sequence below, bit for bit the same results either way).
  */
 #include "model/transformer.h"
 
