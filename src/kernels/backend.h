@@ -243,8 +243,7 @@ typedef struct af_backend {
     /* ---- optional fused ops (kernels/train_ops.h); NULL: the walk composes the same result from
      * the ops above (matmul_rows, swiglu/geglu_forward/backward, fill), which is what a backend
      * without them runs (Vulkan, guard). The CPU's equal that composition bit for bit. ---- */
-    /* gate, up [n, F] = x·Wgᵀ, x·Wuᵀ; h = act(gate)·up (geglu 0: SwiGLU, 1: tanh GELU; h NULL: not
-     * formed); n >= AF_TF_MIN_ROWS. */
+    /* gate, up [n, F] = x·Wgᵀ, x·Wuᵀ; h = act(gate)·up (geglu 0: SwiGLU, 1: tanh GELU); n >= AF_TF_MIN_ROWS. */
     void (*mlp_gate_up)(const af_ctx *ctx, float *gate, float *up, float *h, const float *x, const void *wg,
                         uint32_t tg, const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu,
                         int64_t block_rows);

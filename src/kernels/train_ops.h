@@ -45,8 +45,8 @@ void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t
  * packed GEMM does not take the product; block_rows as af_matmul_rows. */
 
 /* gate, up [n, F] = x [n, in] · Wgᵀ, x · Wuᵀ (Wg, Wu [F, in], blocks of tg / tu, import_weight
- * addresses); h [n, F] = act(gate) · up (h NULL: not formed). = af_matmul_rows(dyw 0) twice, then
- * af_swiglu_forward (af_geglu_forward). h must not overlap gate, up or x. */
+ * addresses); h [n, F] = act(gate) · up. = af_matmul_rows(dyw 0) twice, then af_swiglu_forward
+ * (af_geglu_forward). h must not overlap gate, up or x. */
 void af_mlp_gate_up(const af_ctx *ctx, float *gate, float *up, float *h, const float *x, const void *wg, uint32_t tg,
                     const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu, int64_t block_rows);
 

@@ -17,9 +17,9 @@
  * masks (checkpointing: Chen et al. 2016).
  *
  * Training MLP, where the backend has the optional fused ops (backend.h mlp_gate_up,
- * mlp_down_back; the CPU): gate and up are one product, act = glu(gate, up) formed in its
- * epilogue, and d gate, d up in the epilogue of d act = dy·W_down, unless adapters sit on those
- * projections (then the sequence below, bit for bit the same results either way).
+ * mlp_down_back; the CPU): act = glu(gate, up) is formed in the epilogue of the up product, and
+ * d gate, d up in the epilogue of d act = dy·W_down, unless adapters sit on those projections
+ * (then the sequence below; bit for bit the same results either way).
  */
 #include "model/transformer.h"
 
@@ -308,11 +308,11 @@ static void dora_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     for (int64_t k = 0; k < n * out; k++) y[k] += gy[k];
 }
 
-/* Projection p of layer l after its frozen product y = x·Wᵀ: + bias, plus the LoRA correction
- * when p has an adapter. */
-static void proj_fwd_rest(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
-                          const float *bias, float *y, const float *x) {
+/* Projection p of layer l: y = x·Wᵀ (+ bias) plus the LoRA correction when p has an adapter. */
+static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
+                     const float *bias, float *y, const float *x) {
     const af_backend *be = af_be(R->ctx);
+    mm_xwt(R, y, x, w);
     if (R->n_seq == 0 && R->lay && R->lay->lora.use_dora && lora_slot(R, l, p)) { /* DoRA: the bias stays unscaled */
         const af_lora_slot *s = lora_slot(R, l, p);
         float *mask = NULL;
@@ -362,13 +362,6 @@ static void proj_fwd_rest(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj 
         af_be(R->ctx)->lora_forward(R->ctx, y, R->ws->xa0, x, NULL, R->P0 + s->a_off, R->P0 + s->b_off, R->n, s->in,
                                     s->out, lay->lora.r, -R->lora_scale);
     probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
-}
-
-/* Projection p of layer l: y = x·Wᵀ (+ bias) plus the LoRA correction when p has an adapter. */
-static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
-                     const float *bias, float *y, const float *x) {
-    mm_xwt(R, y, x, w);
-    proj_fwd_rest(R, S, l, p, w, bias, y, x);
 }
 
 /* Output projection p of a branch (o_proj, down_proj) of input `in`, followed by the sandwich
@@ -518,24 +511,20 @@ static void ple_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims
     af_be(R->ctx)->add(R->ctx, x, x, ws->tH, R->n * d->H);
 }
 
-/* Training: gate and up as one fused op of the backend (backend.h mlp_gate_up: one packed product
- * over both weights; the same bits as the two frozen products) when it has one; act = glu(gate,
- * up) in that product's epilogue when neither projection has an adapter (nor a probe to see their
- * outputs), else their adapters are added afterwards and glu runs as a pass. Returns 0 when the
- * caller must run the sequence. */
+/* Training: gate, up and act = glu(gate, up) as one fused op of the backend (backend.h
+ * mlp_gate_up: the activation in the epilogue of the up product; the same bits as the two
+ * projections and glu_forward) when it has one and neither projection has an adapter (nor a probe
+ * to see their outputs). Returns 0 when the caller must run the sequence. */
 static int mlp_fused_fwd(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, const float *h2) {
     const af_backend *be = af_be(R->ctx);
-    if (!be->mlp_gate_up || R->mode != AF_TF_TRAIN || R->n_seq > 0 || R->n < MIN_ROWS) return 0;
+    if (!be->mlp_gate_up || R->mode != AF_TF_TRAIN || R->n_seq > 0 || R->n < MIN_ROWS || R->probe ||
+        adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP))
+        return 0;
     const af_layer *Ly = &R->m->layers[l];
-    const int in_ep = !R->probe && !adapted(R, l, AF_PROJ_GATE) && !adapted(R, l, AF_PROJ_UP);
     uint32_t tg, tu;
     const void *wg = af_weight_dev(R->ctx, &Ly->w_gate, &tg), *wu = af_weight_dev(R->ctx, &Ly->w_up, &tu);
-    be->mlp_gate_up(R->ctx, S->gate, S->up, in_ep ? R->ws->act : NULL, h2, wg, tg, wu, tu, R->n, d->H, d->F,
+    be->mlp_gate_up(R->ctx, S->gate, S->up, R->ws->act, h2, wg, tg, wu, tu, R->n, d->H, d->F,
                     R->m->desc.act == AF_ACT_GEGLU_TANH, R->block_rows);
-    if (in_ep) return 1;
-    proj_fwd_rest(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
-    proj_fwd_rest(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
-    glu_forward(R->ctx, R->m, R->ws->act, S->gate, S->up, R->n * d->F);
     return 1;
 }
 

@@ -254,27 +254,13 @@ typedef struct gp_job {
     float *c;
     const float *a;
     int64_t ldc, sat, sak, m, n, k, npan, pstride, nmb, ngr, gsz;
-    /* af_gp_gemm_fused: nsrc 2 = a second product (w2, type2, ldw2 -> c2) whose panels alternate
-     * with the first one's (packed panel P is panel P / 2 of source P % 2); npan counts the
-     * panels of both. ep: the epilogue (NULL: none). */
-    int nsrc;
-    const uint8_t *w2;
-    uint32_t type2;
-    size_t ldw2;
-    float *c2;
-    const af_gp_fused *f;
+    const af_gp_fused *f; /* af_gp_gemm_fused's epilogue (NULL: none) */
 } gp_job;
 
 /* Packs panels / rows [i0, i1) of B. */
 static void gp_pack_job(void *va, int64_t i0, int64_t i1, int tid) {
     const gp_job *J = va;
-    if (J->b_trans && J->nsrc == 2) /* packed panel P = panel P / 2 of source P % 2 */
-        for (int64_t P = i0; P < i1; P++) {
-            const int64_t p = P / 2, s = P % 2;
-            pack_b_trans(J->kt, J->bp + (p + s) * J->pstride, s ? J->w2 : J->w, s ? J->type2 : J->type,
-                         s ? J->ldw2 : J->ldw, J->n, J->k, J->bf, p, p + 1);
-        }
-    else if (J->b_trans) pack_b_trans(J->kt, J->bp, J->w, J->type, J->ldw, J->n, J->k, J->bf, i0, i1);
+    if (J->b_trans) pack_b_trans(J->kt, J->bp, J->w, J->type, J->ldw, J->n, J->k, J->bf, i0, i1);
     else if (J->bf) pack_b_rows_bf16(J->kt, J->bp, J->w, J->type, J->ldw, J->n, J->k, i0, i1);
     else pack_b_rows(J->kt, (float *)J->bp, J->w, J->type, J->ldw, J->n, J->k, i0, i1);
 }
@@ -303,22 +289,20 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
                 const bool last = k0 + kc >= k; /* the tiles are final after this chunk */
                 pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
                 int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
-                for (int64_t P = p0; P < p1; P++) {
-                    const int64_t p = P / J->nsrc, s = P % J->nsrc;
+                for (int64_t p = p0; p < p1; p++) {
                     int64_t j0 = p * AF_GP_NR;
                     int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
-                    const uint32_t *bpp = J->bp + P * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
-                    float *cs = s ? J->c2 : J->c;
+                    const uint32_t *bpp = J->bp + p * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
                     for (int64_t i0 = 0; i0 < mc; i0 += 8) {
                         int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
                         const uint32_t *api = ap + (i0 / 8) * ka * 8;
-                        float *ci = cs + (r0 + i0) * J->ldc + j0;
+                        float *ci = J->c + (r0 + i0) * J->ldc + j0;
                         if (bf) kt->gp_bf16->ukernel(mr, ka, api, bpp, ci, J->ldc, nr, acc);
                         else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, J->ldc, nr, acc);
                     }
                 }
-                if (last && J->f) { /* the task's rows x columns of C (and C2) are final */
-                    const int64_t j0 = p0 / J->nsrc * AF_GP_NR, j1 = p1 / J->nsrc * AF_GP_NR;
+                if (last && J->f) { /* the task's rows x columns of C are final */
+                    const int64_t j0 = p0 * AF_GP_NR, j1 = p1 * AF_GP_NR;
                     J->f->ep(J->f->arg, r0, mc, j0, (j1 < n ? j1 : n) - j0);
                 }
             }
@@ -326,29 +310,24 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
 }
 
 /* One block of columns: B packed whole into bp (af_gp_packed_b_floats(k, n) f32 or half as many
- * bf16 pairs; twice that with a second product), then the tasks. X: the fused call's second
- * product and epilogue (nsrc, w2, type2, ldw2, c2, f; nsrc 1 and f NULL for a plain product). */
+ * bf16 pairs), then the tasks. f: af_gp_gemm_fused's epilogue (NULL: none). */
 static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, const float *a, int64_t sat,
                      int64_t sak, const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m,
-                     int64_t n, int64_t k, int accumulate, int nth, bool bf, const gp_job *X) {
+                     int64_t n, int64_t k, int accumulate, int nth, bool bf, const af_gp_fused *f) {
     const af_kernels *kt = ctx->k;
     const uint8_t *wb = (const uint8_t *)w;
     if (nth < 1) nth = 1;
-    const int64_t nsrc = X->nsrc;
-    int64_t npan = nsrc * ((n + AF_GP_NR - 1) / AF_GP_NR);
+    int64_t npan = (n + AF_GP_NR - 1) / AF_GP_NR;
     int64_t pstride = bf ? k / 2 * AF_GP_NR : k * AF_GP_NR; /* dwords per B panel */
     int64_t nmb = (m + MC - 1) / MC;
     /* column groups: 1 (A packed once per block and chunk) unless the row blocks do not divide
-     * evenly over the threads; then nth groups, so that round-robin dealing is balanced. A group
-     * holds whole pairs of panels of a fused call's two products (its epilogue needs both). */
+     * evenly over the threads; then nth groups, so that round-robin dealing is balanced */
     int64_t ngr = (nmb % nth == 0) ? 1 : (nth < npan ? nth : npan);
     int64_t gsz = (npan + ngr - 1) / ngr;
-    gsz = (gsz + nsrc - 1) / nsrc * nsrc;
     ngr = (npan + gsz - 1) / gsz;
     gp_job J = {.kt = kt, .bp = bp, .w = wb, .type = type, .ldw = (size_t)ldw_bytes, .b_trans = b_trans, .bf = bf,
                 .c = c, .ldc = ldc, .a = a, .sat = sat, .sak = sak, .m = m, .n = n, .k = k, .acc = accumulate,
-                .npan = npan, .pstride = pstride, .nmb = nmb, .ngr = ngr, .gsz = gsz, .nsrc = (int)nsrc,
-                .w2 = X->w2, .type2 = X->type2, .ldw2 = X->ldw2, .c2 = X->c2, .f = X->f};
+                .npan = npan, .pstride = pstride, .nmb = nmb, .ngr = ngr, .gsz = gsz, .f = f};
     /* B packed by all threads (panels, or rows of W / pairs of rows), then the tasks */
     int64_t npack = b_trans ? npan : bf ? k / 2 : k;
     af_threadpool_run(ctx->pool, nth, npack, 0, gp_pack_job, &J);
@@ -360,14 +339,13 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth) {
     const bool bf = use_bf16(ctx, k);
-    const gp_job plain = {.nsrc = 1};
     /* bf16 packs pairs of k into 32 bits: half the bytes of f32 */
     const size_t esz = bf ? sizeof(uint16_t) : sizeof(float), cap = max_b(ctx);
     size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * esz;
     if (bbytes <= cap) {
         uint32_t *bp = bp_get(bbytes);
         if (!bp) return false;
-        gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf, &plain);
+        gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf, NULL);
         return true;
     }
     /* The GEMM's column loop (Goto's NC): blocks of whole panels, each packed into at most `cap`
@@ -390,7 +368,7 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
         /* columns j0.. of B: rows j0.. of W (b_trans), or j0 values into each row of W */
         const uint8_t *wj = wb + (b_trans ? (size_t)j0 * (size_t)ldw_bytes : af_row_bytes(type, j0));
         gp_block(ctx, bp, c + j0, ldc, a, sat, sak, wj, type, ldw_bytes, b_trans, m, nb, k, accumulate, nth, bf,
-                 &plain);
+                 NULL);
     }
     return true;
 }
@@ -399,16 +377,11 @@ bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, 
                       const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                       int accumulate, int nth, const af_gp_fused *f) {
     const bool bf = use_bf16(ctx, k);
-    const int nsrc = f->w2 ? 2 : 1;
-    if (nsrc == 2 && !b_trans) return false;
-    const size_t esz = bf ? sizeof(uint16_t) : sizeof(float);
-    const size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * esz * (size_t)nsrc;
+    const size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * (bf ? sizeof(uint16_t) : sizeof(float));
     if (bbytes > max_b(ctx)) return false; /* one block of columns only */
     uint32_t *bp = bp_get(bbytes);
     if (!bp) return false;
-    const gp_job X = {.nsrc = nsrc, .w2 = (const uint8_t *)f->w2, .type2 = f->type2, .ldw2 = (size_t)f->ldw2_bytes,
-                      .c2 = f->c2, .f = f->ep ? f : NULL};
-    gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf, &X);
+    gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf, f);
     return true;
 }
 

@@ -47,32 +47,22 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth);
 
-/* The extras of af_gp_gemm_fused: a second product sharing A, and an epilogue.
- *  w2 (NULL: none; b_trans = 1 only): C2[m, n] (+)= A · W2ᵀ with W2 [n, k] of type2, row stride
- *  ldw2_bytes, C2 row stride ldc as C. The packed panels of the two products alternate, so A is
- *  packed once per block of rows and K-chunk for both (the saving of multiplying gate and up
- *  together), and each element of C and C2 is the same chain of FMAs as in af_gp_gemm.
- *  ep (NULL: none): called once per task, rows r0 .. r0 + mc (a block of at most 128) x columns
- *  j0 .. j0 + nc (all n, or a group of whole 32-column panels when the row blocks do not divide
- *  over the threads), as soon as that part of C (and of C2) is final, while it is still in cache
- *  (L2); the rows are then walked contiguously (whole rows: prefetch-friendly, where per 32-column
- *  tile a row segment of each array sat in another page). Calls for disjoint parts run
- *  concurrently on the pool's threads, so ep writes only inside its part (of any array it owns,
- *  e.g. the activation of gate and up). */
+/* The epilogue of af_gp_gemm_fused: ep(arg, r0, mc, j0, nc) is called once per task, rows
+ * r0 .. r0 + mc (a block of at most 128) x columns j0 .. j0 + nc (all n, or a group of whole
+ * 32-column panels when the row blocks do not divide over the threads), as soon as that part of C
+ * is final, while it is still in cache (L2); the callee walks whole rows (prefetch-friendly: a
+ * callback per 32-column tile, each row's segment in another page, missed cache on every row).
+ * Calls for disjoint parts run concurrently on the pool's threads, so ep writes only inside its
+ * part (of any array it owns, e.g. the activation of gate and up). */
 typedef struct af_gp_fused {
-    const void *w2;
-    uint32_t type2;
-    int64_t ldw2_bytes;
-    float *c2;
     void (*ep)(void *arg, int64_t r0, int64_t mc, int64_t j0, int64_t nc);
     void *arg;
 } af_gp_fused;
 
-/* af_gp_gemm with the extras of `f` (af_gp_fused), on the same conditions (af_gp_usable), for
- * products whose packed B (both products' together) fits in one block of MAX_B: false (C, C2
- * untouched, ep not called) when it does not, when the buffer cannot be allocated, or when w2 is
- * given with b_trans = 0; the caller then computes the same thing unfused. Results equal
- * af_gp_gemm's bit for bit, for any nth. */
+/* af_gp_gemm with the epilogue of `f` (af_gp_fused), on the same conditions (af_gp_usable), for
+ * products whose packed B fits in one block of MAX_B: false (C untouched, ep not called) when it
+ * does not or when the buffer cannot be allocated; the caller then computes the same thing
+ * unfused. C equals af_gp_gemm's bit for bit, for any nth. */
 bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                       const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                       int accumulate, int nth, const af_gp_fused *f);
