@@ -239,6 +239,18 @@ typedef struct af_backend {
     /* Global L2 norm of G [n] (double, fixed order), G scaled by max_norm/(norm+1e-6) when that is
      * below 1 and max_norm > 0. Returns the pre-clip norm (waits; NaN/Inf: G untouched). */
     double (*clip_grad_norm)(const af_ctx *ctx, float *G, int64_t n, double max_norm);
+
+    /* ---- optional fused ops (kernels/train_ops.h); NULL: the walk composes the same result from
+     * the ops above (matmul_rows, swiglu/geglu_forward/backward, fill), which is what a backend
+     * without them runs (Vulkan, guard). The CPU's equal that composition bit for bit. ---- */
+    /* gate, up [n, F] = x·Wgᵀ, x·Wuᵀ; h = act(gate)·up (geglu 0: SwiGLU, 1: tanh GELU); n >= AF_TF_MIN_ROWS. */
+    void (*mlp_gate_up)(const af_ctx *ctx, float *gate, float *up, float *h, const float *x, const void *wg,
+                        uint32_t tg, const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu,
+                        int64_t block_rows);
+    /* dh [n, F] = dy [n, H]·Wd; d_gate, d_up [n, F] = (overwritten) the activation's backward of dh. */
+    void (*mlp_down_back)(const af_ctx *ctx, float *dh, float *d_gate, float *d_up, const float *dy, const void *wd,
+                          uint32_t td, const float *gate, const float *up, int64_t n, int64_t F, int64_t H,
+                          int geglu, int64_t block_rows);
 } af_backend;
 
 /* The table of a context (never NULL: contexts without a device have the CPU's). */

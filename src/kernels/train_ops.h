@@ -4,7 +4,8 @@
  * and its losses, AdamW and global-norm clipping. Row-major float32; outputs first. Callers in
  * model / train / infer code reach them through the table (af_be(ctx)->...), never directly on
  * device memory; tests call them on host memory. Implementations: kernels/cpu/lora_ops.c,
- * head_ops.c, optim_ops.c (moved from lora/lora.c, train/head.c, train/optim.c, so that every op on activation memory is in the backend table).
+ * head_ops.c, optim_ops.c (moved from lora/lora.c, train/head.c, train/optim.c, so that every op on activation memory is in the backend table),
+ * mlp_ops.c (the gated MLP's products with the activation fused in).
  */
 #ifndef AF_TRAIN_OPS_H
 #define AF_TRAIN_OPS_H
@@ -37,6 +38,24 @@ void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float 
  * index of the first row's token in the packed batch. */
 void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t layer, int32_t proj, int64_t t0, int64_t n,
                           int64_t in, float p);
+
+/* ---- the gated MLP's products with the activation in their epilogue (cpu/mlp_ops.c) ----
+ * act(g) = g·σ(g) (SwiGLU; Shazeer 2020) or the tanh-approximated GELU (geglu = 1, Gemma).
+ * Results are bit for bit those of the unfused sequence, which the ops run themselves where the
+ * packed GEMM does not take the product; block_rows as af_matmul_rows. */
+
+/* gate, up [n, F] = x [n, in] · Wgᵀ, x · Wuᵀ (Wg, Wu [F, in], blocks of tg / tu, import_weight
+ * addresses); h [n, F] = act(gate) · up. = af_matmul_rows(dyw 0) twice, then af_swiglu_forward
+ * (af_geglu_forward). h must not overlap gate, up or x. */
+void af_mlp_gate_up(const af_ctx *ctx, float *gate, float *up, float *h, const float *x, const void *wg, uint32_t tg,
+                    const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu, int64_t block_rows);
+
+/* dh [n, F] = dy [n, H] · Wd (Wd [H, F], blocks of td); d_gate, d_up [n, F] = the activation's
+ * backward of dh at gate, up (OVERWRITTEN, not added to). = af_matmul_rows(dyw 1), zero-fill of
+ * d_gate and d_up, then af_swiglu_backward (af_geglu_backward). No array may overlap another. */
+void af_mlp_down_back(const af_ctx *ctx, float *dh, float *d_gate, float *d_up, const float *dy, const void *wd,
+                      uint32_t td, const float *gate, const float *up, int64_t n, int64_t F, int64_t H, int geglu,
+                      int64_t block_rows);
 
 /* ---- classification head and losses: sequence-classification head on the final hidden states ----
  * Samples are packed: sample b owns tokens [seq_start[b], seq_start[b+1]) (seq_start [B+1],

@@ -15,6 +15,11 @@
  * bits; "selective recomputation", Korthikanti et al. 2022). Dropout masks come from a
  * counter-based RNG keyed by (seed, layer, proj, token), so a recomputation regenerates the same
  * masks (checkpointing: Chen et al. 2016).
+ *
+ * Training MLP, where the backend has the optional fused ops (backend.h mlp_gate_up,
+ * mlp_down_back; the CPU): act = glu(gate, up) is formed in the epilogue of the up product, and
+ * d gate, d up in the epilogue of d act = dy·W_down, unless adapters sit on those projections
+ * (then the sequence below; bit for bit the same results either way).
  */
 #include "model/transformer.h"
 
@@ -506,6 +511,23 @@ static void ple_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims
     af_be(R->ctx)->add(R->ctx, x, x, ws->tH, R->n * d->H);
 }
 
+/* Training: gate, up and act = glu(gate, up) as one fused op of the backend (backend.h
+ * mlp_gate_up: the activation in the epilogue of the up product; the same bits as the two
+ * projections and glu_forward) when it has one and neither projection has an adapter (nor a probe
+ * to see their outputs). Returns 0 when the caller must run the sequence. */
+static int mlp_fused_fwd(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, const float *h2) {
+    const af_backend *be = af_be(R->ctx);
+    if (!be->mlp_gate_up || R->mode != AF_TF_TRAIN || R->n_seq > 0 || R->n < MIN_ROWS || R->probe ||
+        adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP))
+        return 0;
+    const af_layer *Ly = &R->m->layers[l];
+    uint32_t tg, tu;
+    const void *wg = af_weight_dev(R->ctx, &Ly->w_gate, &tg), *wu = af_weight_dev(R->ctx, &Ly->w_up, &tu);
+    be->mlp_gate_up(R->ctx, S->gate, S->up, R->ws->act, h2, wg, tg, wu, tu, R->n, d->H, d->F,
+                    R->m->desc.act == AF_ACT_GEGLU_TANH, R->block_rows);
+    return 1;
+}
+
 void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const float *x, float *xo) {
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
@@ -531,9 +553,11 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     float *h2 = ws->hs; /* likewise (h1 is no longer needed) */
     af_be(R->ctx)->rmsnorm_forward(R->ctx, h2, S->rstd2, S->xmid, LV(R, Ly, ffn_norm), n, d.H, eps);
     probe(R, h2, n * d.H, l, "post_attention_layernorm output", "");
-    proj_fwd(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
-    proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
-    glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F);
+    if (!mlp_fused_fwd(R, l, S, &d, h2)) {
+        proj_fwd(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
+        proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
+        glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F);
+    }
     probe(R, ws->act, n * d.F, l, "mlp activation (act(gate)·up)", "");
     const float *dn = branch_out(R, S, l, AF_PROJ_DOWN, &Ly->w_down, ws->act, S->draw, S->rstdpf, LV(R, Ly, post_ffw_norm));
     af_be(R->ctx)->add(R->ctx, xo, S->xmid, dn, n * d.H);
@@ -650,13 +674,22 @@ void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G
         af_be(R->ctx)->rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->draw, LV(R, Ly, post_ffw_norm), S->rstdpf, n, d.H);
         dd = ws->dT;
     }
-    if (adapted(R, l, AF_PROJ_DOWN)) glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F); /* down's adapter input */
-    proj_bwd(R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, need_ffn ? ws->dact : NULL, dd, ws->act, 0);
-    if (!need_ffn) return;
-    af_be(R->ctx)->fill(R->ctx, ws->dgate, 0.0f, n * d.F);
-    af_be(R->ctx)->fill(R->ctx, ws->dup, 0.0f, n * d.F);
-    if (D->act == AF_ACT_GEGLU_TANH) af_be(R->ctx)->geglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
-    else af_be(R->ctx)->swiglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    if (need_ffn && !adapted(R, l, AF_PROJ_DOWN) && af_be(R->ctx)->mlp_down_back && n >= MIN_ROWS) {
+        /* d act = dd·W_down with the activation's backward in the product's epilogue (backend.h
+         * mlp_down_back; the same bits as frozen_bwd, the fills and glu's backward below) */
+        uint32_t td;
+        const void *wd = af_weight_dev(R->ctx, &Ly->w_down, &td);
+        af_be(R->ctx)->mlp_down_back(R->ctx, ws->dact, ws->dgate, ws->dup, dd, wd, td, S->gate, S->up, n, d.F, d.H,
+                                     D->act == AF_ACT_GEGLU_TANH, R->block_rows);
+    } else {
+        if (adapted(R, l, AF_PROJ_DOWN)) glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F); /* down's adapter input */
+        proj_bwd(R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, need_ffn ? ws->dact : NULL, dd, ws->act, 0);
+        if (!need_ffn) return;
+        af_be(R->ctx)->fill(R->ctx, ws->dgate, 0.0f, n * d.F);
+        af_be(R->ctx)->fill(R->ctx, ws->dup, 0.0f, n * d.F);
+        if (D->act == AF_ACT_GEGLU_TANH) af_be(R->ctx)->geglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+        else af_be(R->ctx)->swiglu_backward(R->ctx, ws->dgate, ws->dup, ws->dact, S->gate, S->up, n * d.F);
+    }
     /* h2, the input of gate/up's adapters, recomputed (same function, same inputs: same bits) */
     if (adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP))
         af_be(R->ctx)->rmsnorm_forward(R->ctx, ws->hs, S->rstd2, S->xmid, LV(R, Ly, ffn_norm), n, d.H, eps);

@@ -154,6 +154,8 @@ const af_backend af_backend_cpu = {
     .lm_ce_rows = af_lm_ce_rows,
     .adamw_step = af_adamw_step,
     .clip_grad_norm = af_clip_grad_norm,
+    .mlp_gate_up = af_mlp_gate_up,
+    .mlp_down_back = af_mlp_down_back,
 };
 
 /* ---------------------------------------------------------------- the registry entry */

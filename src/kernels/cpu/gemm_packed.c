@@ -254,6 +254,7 @@ typedef struct gp_job {
     float *c;
     const float *a;
     int64_t ldc, sat, sak, m, n, k, npan, pstride, nmb, ngr, gsz;
+    const af_gp_fused *f; /* af_gp_gemm_fused's epilogue (NULL: none) */
 } gp_job;
 
 /* Packs panels / rows [i0, i1) of B. */
@@ -285,6 +286,7 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
             for (int64_t k0 = 0; k0 < k; k0 += KCC) {
                 int64_t kc = k - k0 < KCC ? k - k0 : KCC;
                 int acc = k0 > 0 || J->acc;
+                const bool last = k0 + kc >= k; /* the tiles are final after this chunk */
                 pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
                 int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
                 for (int64_t p = p0; p < p1; p++) {
@@ -299,15 +301,19 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
                         else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, J->ldc, nr, acc);
                     }
                 }
+                if (last && J->f) { /* the task's rows x columns of C are final */
+                    const int64_t j0 = p0 * AF_GP_NR, j1 = p1 * AF_GP_NR;
+                    J->f->ep(J->f->arg, r0, mc, j0, (j1 < n ? j1 : n) - j0);
+                }
             }
         }
 }
 
 /* One block of columns: B packed whole into bp (af_gp_packed_b_floats(k, n) f32 or half as many
- * bf16 pairs), then the tasks. */
+ * bf16 pairs), then the tasks. f: af_gp_gemm_fused's epilogue (NULL: none). */
 static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, const float *a, int64_t sat,
                      int64_t sak, const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m,
-                     int64_t n, int64_t k, int accumulate, int nth, bool bf) {
+                     int64_t n, int64_t k, int accumulate, int nth, bool bf, const af_gp_fused *f) {
     const af_kernels *kt = ctx->k;
     const uint8_t *wb = (const uint8_t *)w;
     if (nth < 1) nth = 1;
@@ -321,7 +327,7 @@ static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, con
     ngr = (npan + gsz - 1) / gsz;
     gp_job J = {.kt = kt, .bp = bp, .w = wb, .type = type, .ldw = (size_t)ldw_bytes, .b_trans = b_trans, .bf = bf,
                 .c = c, .ldc = ldc, .a = a, .sat = sat, .sak = sak, .m = m, .n = n, .k = k, .acc = accumulate,
-                .npan = npan, .pstride = pstride, .nmb = nmb, .ngr = ngr, .gsz = gsz};
+                .npan = npan, .pstride = pstride, .nmb = nmb, .ngr = ngr, .gsz = gsz, .f = f};
     /* B packed by all threads (panels, or rows of W / pairs of rows), then the tasks */
     int64_t npack = b_trans ? npan : bf ? k / 2 : k;
     af_threadpool_run(ctx->pool, nth, npack, 0, gp_pack_job, &J);
@@ -339,7 +345,7 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
     if (bbytes <= cap) {
         uint32_t *bp = bp_get(bbytes);
         if (!bp) return false;
-        gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf);
+        gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf, NULL);
         return true;
     }
     /* The GEMM's column loop (Goto's NC): blocks of whole panels, each packed into at most `cap`
@@ -361,8 +367,21 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
         int64_t nb = n - j0 < width ? n - j0 : width;
         /* columns j0.. of B: rows j0.. of W (b_trans), or j0 values into each row of W */
         const uint8_t *wj = wb + (b_trans ? (size_t)j0 * (size_t)ldw_bytes : af_row_bytes(type, j0));
-        gp_block(ctx, bp, c + j0, ldc, a, sat, sak, wj, type, ldw_bytes, b_trans, m, nb, k, accumulate, nth, bf);
+        gp_block(ctx, bp, c + j0, ldc, a, sat, sak, wj, type, ldw_bytes, b_trans, m, nb, k, accumulate, nth, bf,
+                 NULL);
     }
+    return true;
+}
+
+bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                      const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
+                      int accumulate, int nth, const af_gp_fused *f) {
+    const bool bf = use_bf16(ctx, k);
+    const size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * (bf ? sizeof(uint16_t) : sizeof(float));
+    if (bbytes > max_b(ctx)) return false; /* one block of columns only */
+    uint32_t *bp = bp_get(bbytes);
+    if (!bp) return false;
+    gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf, f);
     return true;
 }
 
@@ -373,6 +392,14 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
                 int accumulate, int nth) {
     (void)ctx, (void)c, (void)ldc, (void)a, (void)sat, (void)sak, (void)w, (void)type, (void)ldw_bytes;
     (void)b_trans, (void)m, (void)n, (void)k, (void)accumulate, (void)nth;
+    return false;
+}
+
+bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                      const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
+                      int accumulate, int nth, const af_gp_fused *f) {
+    (void)ctx, (void)c, (void)ldc, (void)a, (void)sat, (void)sak, (void)w, (void)type, (void)ldw_bytes;
+    (void)b_trans, (void)m, (void)n, (void)k, (void)accumulate, (void)nth, (void)f;
     return false;
 }
 #endif

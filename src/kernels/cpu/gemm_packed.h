@@ -47,6 +47,26 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth);
 
+/* The epilogue of af_gp_gemm_fused: ep(arg, r0, mc, j0, nc) is called once per task, rows
+ * r0 .. r0 + mc (a block of at most 128) x columns j0 .. j0 + nc (all n, or a group of whole
+ * 32-column panels when the row blocks do not divide over the threads), as soon as that part of C
+ * is final, while it is still in cache (L2); the callee walks whole rows (prefetch-friendly: a
+ * callback per 32-column tile, each row's segment in another page, missed cache on every row).
+ * Calls for disjoint parts run concurrently on the pool's threads, so ep writes only inside its
+ * part (of any array it owns, e.g. the activation of gate and up). */
+typedef struct af_gp_fused {
+    void (*ep)(void *arg, int64_t r0, int64_t mc, int64_t j0, int64_t nc);
+    void *arg;
+} af_gp_fused;
+
+/* af_gp_gemm with the epilogue of `f` (af_gp_fused), on the same conditions (af_gp_usable), for
+ * products whose packed B fits in one block of MAX_B: false (C untouched, ep not called) when it
+ * does not or when the buffer cannot be allocated; the caller then computes the same thing
+ * unfused. C equals af_gp_gemm's bit for bit, for any nth. */
+bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                      const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
+                      int accumulate, int nth, const af_gp_fused *f);
+
 /* Frees the calling thread's packed-B buffer (kept between calls, grow-only, <= MAX_B = 64 MiB). */
 void af_gp_release(void);
 

@@ -34,6 +34,15 @@ typedef struct af_ops_rows {
     void (*swiglu_bwd)(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up, int64_t n);
 } af_ops_rows;
 
+/* ops.c: GeGLU (tanh) forward / backward (adds into d_gate, d_up) of one contiguous range, the
+ * per-element arithmetic of af_geglu_forward / af_geglu_backward (scalar on every path). */
+void af_geglu_span_fwd(float *h, const float *gate, const float *up, int64_t n);
+void af_geglu_span_bwd(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up, int64_t n);
+
+/* mlp_ops.c: how many af_mlp_gate_up / af_mlp_down_back calls ran fused so far, in this process
+ * (tests: the fused path was taken). */
+int64_t af_mlp_fused_calls(void);
+
 /* ops_attention.c: the row-kernel attention passes, instantiated per ISA (args: ops_attention.c). */
 struct af_att_fwd_args;
 struct af_att_bwd_args;

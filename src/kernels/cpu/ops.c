@@ -673,6 +673,12 @@ static void geglu_bwd_range(float *d_gate, float *d_up, const float *dh, const f
     }
 }
 
+void af_geglu_span_fwd(float *h, const float *gate, const float *up, int64_t n) { geglu_fwd_range(h, gate, up, 0, n); }
+
+void af_geglu_span_bwd(float *d_gate, float *d_up, const float *dh, const float *gate, const float *up, int64_t n) {
+    geglu_bwd_range(d_gate, d_up, dh, gate, up, 0, n);
+}
+
 /* ------------------------------------------------------------------------------------------------
  * misc
  * ---------------------------------------------------------------------------------------------- */
