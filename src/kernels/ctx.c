@@ -240,6 +240,12 @@ const char *af_ctx_kernel_path(const af_ctx *ctx) { return af_kpath_name(ctx->pa
 const char *af_ctx_matmul_precision(const af_ctx *ctx) { return ctx->bf16 ? "bf16" : "f32"; }
 int af_ctx_int8_activations(const af_ctx *ctx) { return ctx->int8_act; }
 int af_ctx_poll_us(const af_ctx *ctx) { return af_threadpool_poll_us(ctx->pool); }
+void af_ctx_pool_stats(const af_ctx *ctx, af_pool_stats *out) {
+    af_threadpool_counts c;
+    af_threadpool_stats(ctx ? ctx->pool : NULL, &c);
+    out->regions = c.regions;
+    out->forks = c.forks;
+}
 const char *af_ctx_describe(const af_ctx *ctx) { return ctx->desc; }
 
 /* GFLOP/s of c = a · bᵀ on ctx (best of 5 after a warm-up). */
