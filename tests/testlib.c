@@ -190,6 +190,7 @@ int tl_ctx_set_device(const char *device) {
     if (st != AF_OK) return st;
     c->fused_decode = cur->fused_decode;
     c->att_gemm = cur->att_gemm;
+    c->decode_groups = cur->decode_groups;
     tl_ctx_push(c);
     return AF_OK;
 }
@@ -207,6 +208,7 @@ int tl_ctx_set(const char *kernel_path, int n_threads, const char *precision, in
     if (st != AF_OK) return st;
     c->fused_decode = cur->fused_decode;
     c->att_gemm = cur->att_gemm;
+    c->decode_groups = cur->decode_groups;
     tl_ctx_push(c);
     return AF_OK;
 }

@@ -98,6 +98,7 @@ static af_status ctx_init(af_ctx *c, const af_ctx_params *p, af_ctx_report *rep,
     c->int8_act = p->int8_activations != 0;
     c->fused_decode = 1;
     c->att_gemm = 1;
+    c->decode_groups = 1;
     af_cpu_describe(c->desc, sizeof c->desc, c->path);
     return AF_OK;
 }
@@ -217,6 +218,7 @@ const af_ctx *af_ctx_default(void) {
 void af_ctx_set_hook(af_ctx *ctx, af_ctx_hook hook, int on) {
     if (hook == AF_CTX_FUSED_DECODE) ctx->fused_decode = on != 0;
     else if (hook == AF_CTX_ATT_GEMM) ctx->att_gemm = on != 0;
+    else if (hook == AF_CTX_DECODE_GROUPS) ctx->decode_groups = on != 0;
 }
 
 void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p) {
