@@ -26,6 +26,7 @@
 
 #include "core/core.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -696,6 +697,37 @@ static void test_parts(void) {
     free(x);
 }
 
+/* ops.decode_f32 of one token over a row range (rows in pairs sharing x on the AVX2 path) ==
+ * the rows one call each (one row: the single-row kernel), bitwise, for every block type, odd and
+ * even ranges and both accumulate modes. */
+static void test_decode_rows(void) {
+    enum { IN = 512, OUT = 37 };
+    float *wd = malloc(sizeof(float) * IN * OUT), x[IN], ya[OUT], yb[OUT];
+    rand_vec(x, IN, 1.0f);
+    for (int p = 0; p < 3; p++) {
+        if (!path_ok[p]) continue;
+        tl_ctx_set(PATHS[p], -1, NULL, -1);
+        const af_mm_ops *ops = T_CTX->k->mm;
+        if (!ops->decode_f32) continue;
+        for (int ti = 0; ti < NTYPES; ti++) {
+            const uint32_t type = TYPES[ti];
+            const int64_t rb = (int64_t)af_row_bytes(type, IN);
+            uint8_t *w = make_w(type, OUT, IN, wd);
+            for (int acc = 0; acc < 2; acc++) {
+                rand_vec(ya, OUT, 1.0f);
+                memcpy(yb, ya, sizeof ya);
+                if (!ops->decode_f32(type, w, rb, 3, OUT, x, IN, 1, ya, OUT, acc)) break;
+                for (int64_t o = 3; o < OUT; o++) ops->decode_f32(type, w, rb, o, o + 1, x, IN, 1, yb, OUT, acc);
+                CHECK(memcmp(ya, yb, sizeof ya) == 0, "decode_f32 %s %s acc=%d: rows 3..%d in one call == one row a call",
+                      PATHS[p], af_type_name(type), acc, OUT);
+            }
+            free(w);
+        }
+    }
+    tl_ctx_set("auto", -1, NULL, -1);
+    free(wd);
+}
+
 /* af_ctx: parameters checked once at creation, read back by the getters */
 static void test_ctx_api(void) {
     af_ctx *c = NULL;
@@ -742,5 +774,6 @@ int main(void) {
     test_bf16();
     test_ctx_api();
     test_parts();
+    test_decode_rows();
     return tl_finish("test_matmul");
 }
