@@ -718,8 +718,9 @@ static void test_decode_rows(void) {
                 memcpy(yb, ya, sizeof ya);
                 if (!ops->decode_f32(type, w, rb, 3, OUT, x, IN, 1, ya, OUT, acc)) break;
                 for (int64_t o = 3; o < OUT; o++) ops->decode_f32(type, w, rb, o, o + 1, x, IN, 1, yb, OUT, acc);
-                CHECK(memcmp(ya, yb, sizeof ya) == 0, "decode_f32 %s %s acc=%d: rows 3..%d in one call == one row a call",
-                      PATHS[p], af_type_name(type), acc, OUT);
+                CHECK(memcmp(ya, yb, sizeof ya) == 0,
+                      "decode_f32 %s %s acc=%d: rows 3..%d in one call == one row a call", PATHS[p],
+                      af_type_name(type), acc, OUT);
             }
             free(w);
         }

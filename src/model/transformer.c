@@ -513,22 +513,18 @@ static float *v_out(const af_tf_run *R, int32_t l, af_tf_acts *S) {
     return R->m->desc.v_norm ? S->vraw : S->v;
 }
 
-/* K and V of a layer with its own K/V: projections (+ LoRA; frozen products already in k_out /
- * v_out when `done`), k norm, unweighted v norm, RoPE of k; stored for later layers when they
- * reuse them (training). */
-static void own_kv_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, const float *h1, int done) {
+/* K and V of a layer with its own K/V after their frozen products (in k_out / v_out): bias and
+ * LoRA, k norm, unweighted v norm, RoPE of k; stored for later layers when they reuse them
+ * (training). */
+static void own_kv_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, const float *h1) {
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
     const float eps = m->cfg.rms_norm_eps;
     const int64_t n = R->n;
-    if (!done) mm_xwt(R, k_out(R, S), h1, &Ly->wk);
     proj_finish(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? LV(R, Ly, bk) : NULL, k_out(R, S), h1);
     float *vr = v_out(R, l, S);
-    if (!Ly->v_from_k) {
-        if (!done) mm_xwt(R, vr, h1, &Ly->wv);
-        proj_finish(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? LV(R, Ly, bv) : NULL, vr, h1);
-    }
+    if (!Ly->v_from_k) proj_finish(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? LV(R, Ly, bv) : NULL, vr, h1);
     if (D->v_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->v, S->rstdv, vr, ONES(R), n * d->nkv, d->hd, eps);
     if (D->qk_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->k, S->rstdk, S->kraw, LV(R, Ly, k_norm), n * d->nkv, d->hd, eps);
     af_be(R->ctx)->rope_forward(R->ctx, S->k, R->pos, n, d->nkv, d->hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
@@ -568,7 +564,7 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     proj_finish(R, S, l, AF_PROJ_Q, &Ly->wq, D->qkv_bias ? LV(R, Ly, bq) : NULL, qo, h1);
     if (D->qk_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->q, S->rstdq, S->qraw, LV(R, Ly, q_norm), n * d.nh, d.hd, eps);
     af_be(R->ctx)->rope_forward(R->ctx, S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
-    if (Ly->kv_src == l) own_kv_forward(R, l, S, &d, h1, 1);
+    if (Ly->kv_src == l) own_kv_forward(R, l, S, &d, h1);
     attention(R, l, S, &d);
     probe(R, S->q, n * d.qd, l, "self_attn q after norm/RoPE", "");
     if (Ly->kv_src == l) probe(R, S->k, n * d.kvd, l, "self_attn k after norm/RoPE", "");

@@ -228,7 +228,8 @@ static void *dec_quantize(const af_ctx *ctx, const af_mm_ops *ops, dec_job *J) {
     size_t bytes = 0;
     for (int i = 0; i < J->np; i++) {
         const dec_part *P = &J->p[i];
-        if (P->mode == DEC_Q) bytes += (size_t)(P->n * (P->in / 32 + P->in / 16)) * sizeof(float) + (size_t)(P->n * P->in) + 64;
+        if (P->mode == DEC_Q) /* d, sq (floats), q (bytes), room to align the next */
+            bytes += (size_t)(P->n * (P->in / 32 + P->in / 16)) * sizeof(float) + (size_t)(P->n * P->in) + 64;
     }
     if (!bytes) return NULL;
     uint8_t *mem = af_malloc_aligned(bytes), *at = mem;
