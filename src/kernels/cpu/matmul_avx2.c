@@ -109,18 +109,34 @@ AF_MM_INLINE void f2_w(uint32_t t, const uint8_t *blk, int j, const float *s, co
                                      (const __m128i *)(blk + 2 + 8 * v)))), d);
         return;
     }
-    if (t == AF_TYPE_Q4_0 || t == AF_TYPE_Q4_1) {
-        /* values 0-7 / 8-15 are the low nibbles of bytes 0-7 / 8-15, values 16-23 / 24-31 their
-         * high nibbles: two zero-extending loads instead of mm_unpack's byte shuffles, the same u */
-        const uint8_t *q = blk + (t == AF_TYPE_Q4_1 ? 4 : 2);
-        const __m256i z0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
-        const __m256i z1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8)));
+    if (t == AF_TYPE_Q4_0 || t == AF_TYPE_Q4_1 || t == AF_TYPE_Q4_K) {
+        /* The nibbles with zero-extending 8-byte loads and 32-bit shifts instead of mm_unpack's
+         * byte shuffles (the kernel was bound by the shuffle port): the same u, so the same
+         * weights. Q4_0/Q4_1: values 0-7 / 8-15 are the low nibbles of bytes 0-7 / 8-15, values
+         * 16-23 / 24-31 their high nibbles. Q4_K: chunk j is the low (j even) or high (j odd)
+         * nibbles of 32 bytes. (Q5_0 measured slower this way: its qh bits cost more ALU work
+         * than the shuffles saved.) */
         const __m256i m4 = _mm256_set1_epi32(15);
-        const __m256 vs = _mm256_set1_ps(s[0]), vc = _mm256_set1_ps(b[0] - O * s[0]);
-        W[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(z0, m4)), vs, vc);
-        W[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(z1, m4)), vs, vc);
-        W[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(z0, 4)), vs, vc);
-        W[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(z1, 4)), vs, vc);
+        __m256i u[4];
+        if (t == AF_TYPE_Q4_K) {
+            const uint8_t *q = blk + 16 + 32 * (j >> 1);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const __m256i z = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * v)));
+                u[v] = (j & 1) ? _mm256_srli_epi32(z, 4) : _mm256_and_si256(z, m4);
+            }
+        } else {
+            const uint8_t *q = blk + (t == AF_TYPE_Q4_0 ? 2 : 4);
+            const __m256i z0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
+            const __m256i z1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8)));
+            u[0] = _mm256_and_si256(z0, m4);
+            u[1] = _mm256_and_si256(z1, m4);
+            u[2] = _mm256_srli_epi32(z0, 4);
+            u[3] = _mm256_srli_epi32(z1, 4);
+        }
+        const __m256 vs = _mm256_set1_ps(s[2 * j]), vc = _mm256_set1_ps(b[2 * j] - O * s[2 * j]);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) W[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[v]), vs, vc);
         return;
     }
     __m256i u = mm_unpack(t, blk, j);
