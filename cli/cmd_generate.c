@@ -17,6 +17,13 @@ static double now_sec(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU seconds of the whole process (every thread) so far. */
+static double cpu_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void help(void) {
     af_sampling d;
     af_sampling_default(&d);
@@ -46,7 +53,8 @@ static void help(void) {
            "  -c, --ctx-size N       context size (default: prompt + n-predict; --ctx is the same)\n"
            CLI_COMPUTE_HELP
            "output:\n"
-           "      --timings          print prompt and decode speed on stderr at the end\n"
+           "      --timings          print prompt and decode speed, and the decode's parallel regions and\n"
+           "                         CPU time per token, on stderr at the end\n"
            "Ctrl-C / SIGTERM: stop after the current token, end the line, exit 130 / 143.\n",
            (double)d.temperature, (int)d.top_k, (double)d.top_p, (unsigned long long)d.seed);
 }
@@ -242,6 +250,9 @@ static int decode(gen_run *R, af_status *st) {
     const char *C = "generate";
     const gen_opts *g = R->g;
     char piece[256];
+    af_pool_stats ps0, ps1;
+    af_ctx_pool_stats(R->ctx, &ps0);
+    double cpu_decode = 0;
     while (R->n_gen < R->n_predict && !cli_stop_signal()) {
         const int32_t id = af_sample(R->logits, R->cfg->vocab_size, &R->sp, &R->rng);
         R->gen[R->n_gen++] = id;
@@ -253,9 +264,10 @@ static int decode(gen_run *R, af_status *st) {
             if (cli_stdout_failed(C)) return 1;
         }
         if (R->n_gen == R->n_predict) break;
-        double t1 = now_sec();
+        double t1 = now_sec(), c1 = cpu_sec();
         *st = af_session_eval(R->sess, &id, 1, R->logits, NULL);
         R->t_decode += now_sec() - t1;
+        cpu_decode += cpu_sec() - c1;
         R->n_decode++;
         if (*st != AF_OK) return GEN_DEVICE_FAIL;
     }
@@ -265,6 +277,14 @@ static int decode(gen_run *R, af_status *st) {
         fprintf(stderr, "timings: prompt %zu tokens %.3f s (%.2f tok/s), decode %ld tokens %.3f s (%.2f tok/s)\n",
                 R->n_ids, R->t_prompt, R->t_prompt > 0 ? (double)R->n_ids / R->t_prompt : 0.0, R->n_decode,
                 R->t_decode, R->t_decode > 0 ? (double)R->n_decode / R->t_decode : 0.0);
+    af_ctx_pool_stats(R->ctx, &ps1);
+    if (g->timings && R->n_decode > 0)
+        fprintf(stderr,
+                "threads: decode %.1f parallel regions per token (%.1f woke the workers), %d threads, %.3f CPU ms "
+                "per token\n",
+                (double)(ps1.regions - ps0.regions) / (double)R->n_decode,
+                (double)(ps1.forks - ps0.forks) / (double)R->n_decode, af_ctx_n_threads(R->ctx),
+                1e3 * cpu_decode / (double)R->n_decode);
     return cli_stop_signal() ? 128 + cli_stop_signal() : 0;
 }
 

@@ -259,6 +259,16 @@ AF_API const char *af_ctx_matmul_precision(const af_ctx *ctx);
 AF_API int af_ctx_int8_activations(const af_ctx *ctx);
 /* The pool's spin window in microseconds (af_ctx_params.poll_us, resolved). */
 AF_API int af_ctx_poll_us(const af_ctx *ctx);
+/* Parallel regions the context's worker pool has run since the context was made (counters only
+ * grow: subtract two readings, e.g. around a decode, for the regions per token). regions: parallel
+ * loops with more than one thread asked for and granted (operations too small to split stay on
+ * the calling thread and are not counted); forks: those of them that woke the workers and waited
+ * for them (each costs a few µs of hand-over; fewer than regions when the pool runs a region on
+ * the caller alone, e.g. on an oversubscribed machine). Zeros for a context without a pool. */
+typedef struct af_pool_stats {
+    uint64_t regions, forks;
+} af_pool_stats;
+AF_API void af_ctx_pool_stats(const af_ctx *ctx, af_pool_stats *out);
 
 /* Measures the throughput of the large matrix products (the packed GEMM of training steps and
  * prompts: a 256 x 576 · (1536 x 576)ᵀ product, the shape of a SmolLM2-135M MLP projection,

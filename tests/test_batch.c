@@ -22,12 +22,17 @@
  *      one adapter of the summed rank holding both (A stacked, B side by side with the scales
  *      folded in); a list with a scale-0 entry == the list without it, bitwise; sessions with lists
  *      batched (af_session_eval_batch) == alone, bitwise;
- *  (f) and (g) again on a Vulkan device when there is one (tiny llama Q8_0).
+ *  (f) and (g) again on a Vulkan device when there is one (tiny llama Q8_0);
+ *  (h) the decode walk's grouped frozen products (q, k, v together; gate, up together: one
+ *      parallel region each) give bitwise the logits of one product per call (hook
+ *      AF_CTX_DECODE_GROUPS off): prompts, batched decode with an adapter, single decode; on
+ *      SmolLM2 with 2+ threads, 4 regions per layer + 1 per decoded token (af_ctx_pool_stats).
  */
 #include "testlib.h"
 #include "tinymodel.c"
 
 #include "infer/session.h"
+#include "kernels/ctx.h"
 #include "lora/lora.h"
 
 #include <math.h>
@@ -568,6 +573,74 @@ static void test_lora_list(const af_model *m, const char *what) {
     free_adapter(&a), free_adapter(&b), free_adapter(&c);
 }
 
+/* One decode of (h): three sessions (base, an adapter, base) eval their prompts, then 4 batched
+ * greedy steps, then 3 steps of session 0 alone; every logit appended to out (18 rows of
+ * V); *regions: the pool's parallel regions of the 3 lone steps. */
+static int groups_run(const af_model *m, const adapter *ad, float *out, uint64_t *regions) {
+    const int64_t V = m->cfg.vocab_size;
+    af_session *s[3] = {NULL, NULL, NULL};
+    int ok = 1, rows = 0;
+    int32_t tok[3];
+    for (int i = 0; i < 3 && ok; i++) {
+        int32_t prompt[9];
+        const int len = i == 0 ? 5 : i == 1 ? 3 : 9;
+        for (int t = 0; t < len; t++) prompt[t] = (int32_t)((7 + 31 * t + 13 * i) % V);
+        ok = af_session_new(m, 64, &s[i]) == AF_OK &&
+             (i != 1 || af_session_set_lora(s[i], ad->P, &ad->lay, ad->lay.scale) == AF_OK) &&
+             af_session_eval(s[i], prompt, len, out + (size_t)rows * V, NULL) == AF_OK;
+        if (ok) tok[i] = argmax(out + (size_t)rows++ * V, V);
+    }
+    for (int step = 0; step < 4 && ok; step++) {
+        ok = af_session_eval_batch(s, 3, tok, out + (size_t)rows * V) == AF_OK;
+        for (int i = 0; i < 3 && ok; i++) tok[i] = argmax(out + (size_t)rows++ * V, V);
+    }
+    af_pool_stats a, b;
+    af_ctx_pool_stats(m->ctx, &a);
+    for (int step = 0; step < 3 && ok; step++) {
+        ok = af_session_eval(s[0], &tok[0], 1, out + (size_t)rows * V, NULL) == AF_OK;
+        if (ok) tok[0] = argmax(out + (size_t)rows++ * V, V);
+    }
+    af_ctx_pool_stats(m->ctx, &b);
+    *regions = b.regions - a.regions;
+    for (int i = 0; i < 3; i++) af_session_free(s[i]);
+    return ok;
+}
+
+/* (h) the decode walk's grouped products (q, k, v in one matmul_xwt_parts call; gate, up in
+ * another): logits bitwise those of one product per call (the hook AF_CTX_DECODE_GROUPS off), for
+ * one session, a batch with an adapter, and prompts; on SmolLM2 with 2+ threads, 4 parallel
+ * regions per layer + the LM head per decoded token, fewer than one call per product. */
+static void test_groups(const af_model *m, const char *what) {
+    const int64_t V = m->cfg.vocab_size;
+    if (m->ctx != T_CTX) {
+        tl_skip("%s: decode groups: the model is not on the test context", what);
+        return;
+    }
+    adapter ad;
+    memset(&ad, 0, sizeof ad);
+    if (!CHECK(make_adapter(m, 4, "all-linear", 42, &ad), "%s: adapter", what)) return;
+    float *on = calloc((size_t)V * 18, sizeof(float)), *off = calloc((size_t)V * 18, sizeof(float));
+    uint64_t r_on = 0, r_off = 0;
+    af_ctx_set_hook(T_CTX, AF_CTX_DECODE_GROUPS, 0);
+    int ok = groups_run(m, &ad, off, &r_off);
+    af_ctx_set_hook(T_CTX, AF_CTX_DECODE_GROUPS, 1);
+    ok = ok && groups_run(m, &ad, on, &r_on);
+    if (CHECK(ok, "%s: decode groups: %s", what, af_last_error())) {
+        CHECK(memcmp(on, off, sizeof(float) * (size_t)V * 18) == 0,
+              "%s: grouped q/k/v and gate/up products give bitwise the logits of one call per product", what);
+        const int64_t L = m->cfg.num_hidden_layers;
+        printf("%s: decode: %.1f parallel regions per token grouped, %.1f one call per product (%d threads)\n", what,
+               (double)r_on / 3, (double)r_off / 3, af_ctx_n_threads(T_CTX));
+        if (!strncmp(what, "SmolLM2", 7) && af_ctx_n_threads(T_CTX) >= 2)
+            CHECK(r_on == (uint64_t)(3 * (4 * L + 1)) && r_off > r_on,
+                  "%s: %llu regions in 3 decoded tokens grouped (want %lld: 4 per layer + the head), %llu ungrouped",
+                  what, (unsigned long long)r_on, (long long)(3 * (4 * L + 1)), (unsigned long long)r_off);
+    }
+    free(on);
+    free(off);
+    free_adapter(&ad);
+}
+
 int main(void) {
     const char *archs[4] = {"llama", "gemma3", "qwen2", "qwen3"};
     for (int i = 0; i < 4; i++) {
@@ -579,6 +652,7 @@ int main(void) {
             char what[64];
             snprintf(what, sizeof what, "tiny %s %s", archs[i], q ? "Q8_0" : "F32");
             test_batch_equals_alone(m, what, STEPS);
+            test_groups(m, what);
             if (q == 1) test_keep_prefix(m, what, 0);
             if (q == 1) test_chunked_prefill(m, what);
             if (q == 1) test_lora_list(m, what);
@@ -595,6 +669,7 @@ int main(void) {
         if (CHECK(af_model_load(T_CTX, "tests/fixtures/tiny_gemma4.gguf", &m) == AF_OK, "tiny gemma4: %s",
                   af_last_error())) {
             test_batch_equals_alone(m, "tiny gemma4", STEPS);
+            test_groups(m, "tiny gemma4");
             test_keep_prefix(m, "tiny gemma4", 0);
             test_chunked_prefill(m, "tiny gemma4");
             test_lora_list(m, "tiny gemma4");
@@ -633,6 +708,7 @@ int main(void) {
         af_model *m = NULL;
         if (CHECK(af_model_load(T_CTX, sm, &m) == AF_OK, "SmolLM2: %s", af_last_error())) {
             test_batch_equals_alone(m, "SmolLM2-135M Q4_1", tl_sanitized() ? 5 : STEPS);
+            test_groups(m, "SmolLM2-135M Q4_1");
             if (!tl_sanitized()) test_keep_prefix(m, "SmolLM2-135M Q4_1", 1);
             if (!tl_sanitized()) test_chunked_prefill(m, "SmolLM2-135M Q4_1");
             test_lora_list(m, "SmolLM2-135M Q4_1");

@@ -26,6 +26,7 @@
 
 #include "core/core.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -605,6 +606,129 @@ static void test_packed_blocks(void) {
     tl_ctx_set("auto", -1, "f32", -1);
 }
 
+/* Parallel regions the pool of T_CTX has run so far. */
+static uint64_t regions_now(void) {
+    af_pool_stats st;
+    af_ctx_pool_stats(T_CTX, &st);
+    return st.regions;
+}
+
+/* af_matmul_xwt_parts: every product bitwise as its own af_matmul_xwt call, on every path and
+ * decode mode (f32 fused, dequant + dot, int8 activations), for parts of mixed types, parts of a
+ * second input, a part of 6 rows (not the decode regime: a call of its own) and 20 parts (two
+ * regions); with 2 threads the decode parts of one call are ONE parallel region. */
+static void test_parts(void) {
+    enum { IN = 512, NP = 20 };
+    static const uint32_t PT[] = {AF_TYPE_Q4_1, AF_TYPE_Q6_K, AF_TYPE_Q8_0, AF_TYPE_Q4_K, AF_TYPE_F16};
+    static const int64_t PO[] = {512, 72, 40, 512, 130};
+    uint8_t *w[NP];
+    float *wd = malloc(sizeof(float) * (size_t)IN * 512);
+    float *x = malloc(sizeof(float) * 6 * IN * 2);
+    float *ya[NP], *yb[NP];
+    rand_vec(x, 6 * IN * 2, 1.0f);
+    for (int i = 0; i < NP; i++) {
+        w[i] = make_w(PT[i % 5], PO[i % 5], IN, wd);
+        ya[i] = malloc(sizeof(float) * 6 * 512);
+        yb[i] = malloc(sizeof(float) * 6 * 512);
+    }
+    for (int p = 0; p < 3; p++) {
+        if (!path_ok[p]) continue;
+        tl_ctx_set(PATHS[p], 2, NULL, -1);
+        for (int mode = 0; mode < 3; mode++) {
+            if (mode > 0 && p == 0) continue;
+            af_ctx_set_hook(T_CTX, AF_CTX_FUSED_DECODE, mode != 1);
+            tl_ctx_set(NULL, -1, NULL, mode == 2);
+            for (int64_t n = 1; n <= 4; n++) {
+                for (int np = 1; np <= NP; np += np < 5 ? 1 : 15) {
+                    af_mm_part parts[NP];
+                    uint64_t lone = 0; /* regions of the 6-row part's own call */
+                    for (int i = 0; i < np; i++) {
+                        /* part 3 reads the second input; part 4 has 6 rows when n == 4 */
+                        const int64_t rows = i == 4 && n == 4 ? 6 : n;
+                        parts[i] = (af_mm_part){.y = ya[i], .x = x + (i == 3 ? 6 * IN : 0), .w = w[i],
+                                                .type = PT[i % 5], .n = rows, .in = IN, .out = PO[i % 5]};
+                        for (int64_t k = 0; k < rows * PO[i % 5]; k++) ya[i][k] = yb[i][k] = NAN;
+                        const uint64_t r = regions_now();
+                        af_matmul_xwt(T_CTX, yb[i], parts[i].x, w[i], PT[i % 5], rows, IN, PO[i % 5], 0);
+                        if (rows > 4) lone = regions_now() - r;
+                    }
+                    const uint64_t r0 = regions_now();
+                    af_matmul_xwt_parts(T_CTX, parts, np);
+                    const uint64_t regions = regions_now() - r0;
+                    int same = 1;
+                    for (int i = 0; i < np; i++)
+                        same &= memcmp(ya[i], yb[i], sizeof(float) * (size_t)(parts[i].n * parts[i].out)) == 0;
+                    CHECK(same, "xwt_parts %s %s n=%lld %d parts: each product bitwise as alone", PATHS[p], MODES[mode],
+                          (long long)n, np);
+                    /* decode parts: one region per 16 (each chunk's work is above the threshold),
+                     * plus the 6-row part's own */
+                    const int ndec = np - (n == 4 && np >= 5);
+                    const uint64_t want = (uint64_t)((ndec + 15) / 16) + lone;
+                    CHECK(regions == want, "xwt_parts %s %s n=%lld %d parts: %llu parallel regions (want %llu)",
+                              PATHS[p], MODES[mode], (long long)n, np, (unsigned long long)regions,
+                              (unsigned long long)want);
+                }
+            }
+            /* the hook off: one call per product (q, k and v of 512 x 512: three regions) */
+            af_ctx_set_hook(T_CTX, AF_CTX_DECODE_GROUPS, 0);
+            af_mm_part q3[3];
+            for (int i = 0; i < 3; i++)
+                q3[i] = (af_mm_part){.y = ya[i], .x = x, .w = w[5 * i], .type = PT[0], .n = 1, .in = IN, .out = 512};
+            uint64_t r0 = regions_now();
+            af_matmul_xwt_parts(T_CTX, q3, 3);
+            const uint64_t off = regions_now() - r0;
+            af_ctx_set_hook(T_CTX, AF_CTX_DECODE_GROUPS, 1);
+            r0 = regions_now();
+            af_matmul_xwt_parts(T_CTX, q3, 3);
+            const uint64_t on = regions_now() - r0;
+            CHECK(off == 3 && on == 1, "xwt_parts %s %s: three 512 x 512 products: %llu regions alone, %llu together",
+                  PATHS[p], MODES[mode], (unsigned long long)off, (unsigned long long)on);
+        }
+        af_ctx_set_hook(T_CTX, AF_CTX_FUSED_DECODE, 1);
+        tl_ctx_set(NULL, -1, NULL, 0);
+    }
+    tl_ctx_set("auto", -1, NULL, -1);
+    for (int i = 0; i < NP; i++) {
+        free(w[i]);
+        free(ya[i]);
+        free(yb[i]);
+    }
+    free(wd);
+    free(x);
+}
+
+/* ops.decode_f32 of one token over a row range (rows in pairs sharing x on the AVX2 path) ==
+ * the rows one call each (one row: the single-row kernel), bitwise, for every block type, odd and
+ * even ranges and both accumulate modes. */
+static void test_decode_rows(void) {
+    enum { IN = 512, OUT = 37 };
+    float *wd = malloc(sizeof(float) * IN * OUT), x[IN], ya[OUT], yb[OUT];
+    rand_vec(x, IN, 1.0f);
+    for (int p = 0; p < 3; p++) {
+        if (!path_ok[p]) continue;
+        tl_ctx_set(PATHS[p], -1, NULL, -1);
+        const af_mm_ops *ops = T_CTX->k->mm;
+        if (!ops->decode_f32) continue;
+        for (int ti = 0; ti < NTYPES; ti++) {
+            const uint32_t type = TYPES[ti];
+            const int64_t rb = (int64_t)af_row_bytes(type, IN);
+            uint8_t *w = make_w(type, OUT, IN, wd);
+            for (int acc = 0; acc < 2; acc++) {
+                rand_vec(ya, OUT, 1.0f);
+                memcpy(yb, ya, sizeof ya);
+                if (!ops->decode_f32(type, w, rb, 3, OUT, x, IN, 1, ya, OUT, acc)) break;
+                for (int64_t o = 3; o < OUT; o++) ops->decode_f32(type, w, rb, o, o + 1, x, IN, 1, yb, OUT, acc);
+                CHECK(memcmp(ya, yb, sizeof ya) == 0,
+                      "decode_f32 %s %s acc=%d: rows 3..%d in one call == one row a call", PATHS[p],
+                      af_type_name(type), acc, OUT);
+            }
+            free(w);
+        }
+    }
+    tl_ctx_set("auto", -1, NULL, -1);
+    free(wd);
+}
+
 /* af_ctx: parameters checked once at creation, read back by the getters */
 static void test_ctx_api(void) {
     af_ctx *c = NULL;
@@ -650,5 +774,7 @@ int main(void) {
     test_packed_blocks();
     test_bf16();
     test_ctx_api();
+    test_parts();
+    test_decode_rows();
     return tl_finish("test_matmul");
 }

@@ -23,6 +23,9 @@
  *    the caller alone (both shares, tids 0 and 1, on the calling thread, every index once), and
  *    probes the worker again after 64 dispatches; a job whose worker share is the shorter (5 vs
  *    20 ms) keeps both threads; AFINAR_POOL_ADAPT=0 never lowers the cap.
+ * 11. Counters (af_threadpool_stats): dispatches with a team > 1 are regions, those run on more
+ *    than one thread forks; nested calls, nth 1 and a NULL pool count nothing; dispatches run on the
+ *    caller alone under oversubscription are regions but not forks.
  */
 #include "afinar.h"
 #include "core/threadpool.h"
@@ -145,6 +148,8 @@ static void outer_fn(void *va, int64_t i0, int64_t i1, int tid) {
     }
 }
 
+static void noop_range(void *va, int64_t i0, int64_t i1, int tid) {}
+
 static void test_nested(void) {
     nest ns = {0};
     af_threadpool_new(3, 200, NULL, &ns.outer);
@@ -154,6 +159,17 @@ static void test_nested(void) {
     CHECK(!ns.inner_bad && ns.inner_calls == 4 * 30, "nested calls run serially on the caller (%d calls)",
           ns.inner_calls);
     CHECK(!ns.in_job_bad && !af_threadpool_in_job(), "af_threadpool_in_job inside and outside jobs");
+    af_threadpool_counts co, cn;
+    af_threadpool_stats(ns.outer, &co);
+    af_threadpool_stats(ns.other, &cn);
+    CHECK(co.regions == 2 && co.forks == 2 && cn.regions == 0 && cn.forks == 0,
+          "counters: the 2 outer calls are regions that woke the workers, the nested ones are not regions "
+          "(outer %llu/%llu, other %llu/%llu)", (unsigned long long)co.regions, (unsigned long long)co.forks,
+          (unsigned long long)cn.regions, (unsigned long long)cn.forks);
+    af_threadpool_run(ns.outer, 1, 30, 0, noop_range, NULL); /* one thread asked for: not a region */
+    af_threadpool_stats(ns.outer, &co);
+    af_threadpool_stats(NULL, &cn);
+    CHECK(co.regions == 2 && cn.regions == 0 && cn.forks == 0, "counters: nth 1 is no region; NULL pool zeros");
     af_threadpool_free(ns.other);
     af_threadpool_free(ns.outer);
 }
@@ -371,8 +387,14 @@ static void test_adapt(void) {
     CHECK(af_threadpool_cap(p) == 1 && lagged >= 31 && lagged <= 32,
           "dispatches whose worker lagged 1 ms: cap 1 after %d (got %d)", lagged, af_threadpool_cap(p));
     int on_caller = 0;
+    af_threadpool_counts c0, c1;
+    af_threadpool_stats(p, &c0);
     for (int i = 0; i < 64; i++) on_caller += adapt_once(p, 0, 0, &ok);
+    af_threadpool_stats(p, &c1);
     CHECK(on_caller == 64, "the 64 dispatches at cap 1 run share 1 on the caller (%d of 64)", on_caller);
+    CHECK(c1.regions - c0.regions == 64 && c1.forks == c0.forks,
+          "counters: the 64 dispatches at cap 1 are regions that woke no worker (%llu regions, %llu forks)",
+          (unsigned long long)(c1.regions - c0.regions), (unsigned long long)(c1.forks - c0.forks));
     CHECK(af_threadpool_cap(p) == 2, "then the pool probes 2 threads again (cap %d)", af_threadpool_cap(p));
     CHECK(!adapt_once(p, 0, 0, &ok), "the probe runs share 1 on the worker");
     CHECK(ok, "every index once in every dispatch");

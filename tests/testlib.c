@@ -191,6 +191,7 @@ int tl_ctx_set_device(const char *device) {
     c->fused_decode = cur->fused_decode;
     c->att_gemm = cur->att_gemm;
     c->mlp_fused = cur->mlp_fused;
+    c->decode_groups = cur->decode_groups;
     tl_ctx_push(c);
     return AF_OK;
 }
@@ -209,6 +210,7 @@ int tl_ctx_set(const char *kernel_path, int n_threads, const char *precision, in
     c->fused_decode = cur->fused_decode;
     c->att_gemm = cur->att_gemm;
     c->mlp_fused = cur->mlp_fused;
+    c->decode_groups = cur->decode_groups;
     tl_ctx_push(c);
     return AF_OK;
 }

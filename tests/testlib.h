@@ -58,7 +58,7 @@ int tl_finish(const char *test_name);
 /* ---- the context (af_ctx) of a test's kernel calls and model loads ----
  * T_CTX: the current one (created with default params at first use). tl_ctx_set replaces it by a
  * new context with the current settings changed where given (kernel path: NULL keeps it;
- * n_threads, int8_act: -1 keeps; precision: NULL keeps); the hooks (AF_CTX_FUSED_DECODE,
+ * n_threads, int8_act: -1 keeps; precision: NULL keeps); the hooks (AF_CTX_FUSED_DECODE, AF_CTX_DECODE_GROUPS,
  * AF_CTX_ATT_GEMM) are carried over. Tests that loop over kernel paths thus create one context
  * per path. Replaced contexts stay alive until exit (models and engines built on them stay
  * valid). Returns af_ctx_new's status; T_CTX is unchanged on error. */

@@ -40,6 +40,9 @@ struct af_threadpool {
      * `cap_left` dispatches on at most `cap` threads, then probes a doubled cap (adapt_after) */
     int adapt, cap, cap_left, hold, win_n, probing;
     double win_own, win_wait;
+    /* af_threadpool_stats: dispatches with a team > 1, and those of them run on > 1 thread (each
+     * a fork-join: workers woken, the caller waits for them); atomics, read without run_mu */
+    uint64_t n_regions, n_forks;
     _Alignas(LINE) unsigned gen;   /* job generation: workers wait for it to change */
     int stop;                      /* set with a new generation: workers leave */
     _Alignas(LINE) int pending;    /* workers that have not finished the current job */
@@ -282,6 +285,11 @@ int af_threadpool_team(const af_threadpool *p, int nth) {
     return nth < p->size ? nth : p->size;
 }
 
+void af_threadpool_stats(const af_threadpool *p, af_threadpool_counts *out) {
+    out->regions = p ? __atomic_load_n(&p->n_regions, __ATOMIC_RELAXED) : 0;
+    out->forks = p ? __atomic_load_n(&p->n_forks, __ATOMIC_RELAXED) : 0;
+}
+
 int af_threadpool_cap(af_threadpool *p) {
     if (!p) return 1;
     pthread_mutex_lock(&p->run_mu);
@@ -334,6 +342,7 @@ void af_threadpool_run(af_threadpool *p, int nth, int64_t n, int64_t chunk, af_t
     int team = af_threadpool_team(p, nth);
     int phys = team;
     if (team > 1) {
+        __atomic_fetch_add(&p->n_regions, 1, __ATOMIC_RELAXED);
         if (__atomic_load_n(&p->started, __ATOMIC_ACQUIRE) == 1 &&
             p->epoch != __atomic_load_n(&g_fork_epoch, __ATOMIC_RELAXED))
             forget_workers(p); /* first dispatch in a forked child (single-threaded there) */
@@ -372,6 +381,7 @@ void af_threadpool_run(af_threadpool *p, int nth, int64_t n, int64_t chunk, af_t
     p->team = team;
     p->phys = phys;
     p->next = 0;
+    __atomic_fetch_add(&p->n_forks, 1, __ATOMIC_RELAXED);
     const double t0 = p->adapt ? now_us() : 0;
     publish(p);
     do_share(p, 0);

@@ -88,6 +88,18 @@ void af_threadpool_run(af_threadpool *pool, int nth, int64_t n, int64_t chunk, a
  * rules above); 1 for NULL. For tests and diagnostics. */
 int af_threadpool_cap(af_threadpool *pool);
 
+/* Dispatches since the pool was made (counters only grow; a reader subtracts two readings):
+ * regions: af_threadpool_run calls with a team > 1 (a parallel region of the compute path: the
+ *   calls that stay on the caller, team 1, are not counted);
+ * forks: those of them that ran on more than one thread (workers woken, then the caller waits for
+ *   them at the region's end: the per-region cost of a few µs; fewer than regions when the
+ *   oversubscription rule lowered the threads to 1, or no worker could be started). */
+typedef struct af_threadpool_counts {
+    uint64_t regions, forks;
+} af_threadpool_counts;
+/* *out = the counts of `pool` (zeros for NULL). Safe while another thread dispatches (relaxed reads). */
+void af_threadpool_stats(const af_threadpool *pool, af_threadpool_counts *out);
+
 /* Tests: 1 when the calling thread is inside a job of some pool (a nested call runs serially). */
 int af_threadpool_in_job(void);
 

@@ -44,6 +44,7 @@
 
 #include "afinar.h"
 #include "kernels/ctx.h"
+#include "kernels/matmul.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -121,6 +122,10 @@ typedef struct af_backend {
                        int64_t in, int64_t out, int accumulate);
     void (*matmul_dyw)(const af_ctx *ctx, float *dx, const float *dy, const void *w, uint32_t type, int64_t n,
                        int64_t in, int64_t out, int accumulate);
+    /* Several products y_i = x_i · W_iᵀ (kernels/matmul.h af_matmul_xwt_parts: x, y device memory,
+     * w import_weight addresses), each with the bits of its own matmul_xwt call (accumulate 0): on
+     * the CPU the decode-regime ones share one parallel region. */
+    void (*matmul_xwt_parts)(const af_ctx *ctx, const af_mm_part *parts, int n_parts);
     /* The training form of the two products above (n >= AF_TF_MIN_ROWS rows): dyw = 0 is
      * matmul_xwt, dyw = 1 matmul_dyw (then `in`/`out` keep their meaning: y is [n, in]); the rows
      * may be cut into token blocks of about block_rows (0: one call) spread over the threads: the

@@ -99,6 +99,7 @@ static af_status ctx_init(af_ctx *c, const af_ctx_params *p, af_ctx_report *rep,
     c->fused_decode = 1;
     c->att_gemm = 1;
     c->mlp_fused = 1;
+    c->decode_groups = 1;
     af_cpu_describe(c->desc, sizeof c->desc, c->path);
     return AF_OK;
 }
@@ -219,6 +220,7 @@ void af_ctx_set_hook(af_ctx *ctx, af_ctx_hook hook, int on) {
     if (hook == AF_CTX_FUSED_DECODE) ctx->fused_decode = on != 0;
     else if (hook == AF_CTX_ATT_GEMM) ctx->att_gemm = on != 0;
     else if (hook == AF_CTX_MLP_FUSED) ctx->mlp_fused = on != 0;
+    else if (hook == AF_CTX_DECODE_GROUPS) ctx->decode_groups = on != 0;
 }
 
 void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p) {
@@ -242,6 +244,12 @@ const char *af_ctx_kernel_path(const af_ctx *ctx) { return af_kpath_name(ctx->pa
 const char *af_ctx_matmul_precision(const af_ctx *ctx) { return ctx->bf16 ? "bf16" : "f32"; }
 int af_ctx_int8_activations(const af_ctx *ctx) { return ctx->int8_act; }
 int af_ctx_poll_us(const af_ctx *ctx) { return af_threadpool_poll_us(ctx->pool); }
+void af_ctx_pool_stats(const af_ctx *ctx, af_pool_stats *out) {
+    af_threadpool_counts c;
+    af_threadpool_stats(ctx ? ctx->pool : NULL, &c);
+    out->regions = c.regions;
+    out->forks = c.forks;
+}
 const char *af_ctx_describe(const af_ctx *ctx) { return ctx->desc; }
 
 /* GFLOP/s of c = a · bᵀ on ctx (best of 5 after a warm-up). */

@@ -36,6 +36,7 @@ struct af_ctx {
     int fused_decode;             /* 0: f32 decode through the dequant + dot fallback */
     int att_gemm;                 /* 0: attention of training sequences on the row kernels */
     int mlp_fused;                /* 0: the MLP ops of train_ops.h run their unfused sequence */
+    int decode_groups;            /* 0: af_matmul_xwt_parts runs each product as its own call */
     size_t gp_max_b;              /* bytes of the largest packed B of gemm_packed.c; 0: its MAX_B
                                    * (64 MiB). Tests lower it (af_gp_set_max_b) */
     volatile int *interrupt;      /* af_ctx_set_interrupt (NULL: none) */
@@ -47,7 +48,7 @@ struct af_ctx {
 const af_ctx *af_ctx_default(void);
 
 /* Tests and benchmarks only: switch a hook of a context that no kernel is using. */
-typedef enum af_ctx_hook { AF_CTX_FUSED_DECODE, AF_CTX_ATT_GEMM, AF_CTX_MLP_FUSED } af_ctx_hook;
+typedef enum af_ctx_hook { AF_CTX_FUSED_DECODE, AF_CTX_ATT_GEMM, AF_CTX_MLP_FUSED, AF_CTX_DECODE_GROUPS } af_ctx_hook;
 void af_ctx_set_hook(af_ctx *ctx, af_ctx_hook hook, int on);
 
 #endif /* AF_KERNELS_CTX_H */

@@ -21,6 +21,25 @@
 void af_matmul_xwt(const af_ctx *ctx, float *y, const float *x, const void *w, uint32_t type, int64_t n, int64_t in,
                    int64_t out, int accumulate);
 
+/* One product of af_matmul_xwt_parts: y[n, out] = x[n, in] · W[out, in]ᵀ (W of `type`, as
+ * af_matmul_xwt: in % af_type_block_size(type) == 0). */
+typedef struct af_mm_part {
+    float *y;
+    const float *x;
+    const void *w;
+    uint32_t type;
+    int64_t n, in, out;
+} af_mm_part;
+
+/* The n_parts products parts[i] (y overwritten), each with exactly the bits af_matmul_xwt(ctx,
+ * y, x, w, type, n, in, out, 0) gives it. Products in the decode regime (n <= 4 rows) run as one
+ * parallel region of the context's pool over their concatenated row blocks (16 products at most
+ * per region; threads when their multiply-adds together reach the threshold a lone product has):
+ * one fork-join instead of one per product, and products too small to split alone (k and v of a
+ * small model) share the threads. Other products run one call each. The y arrays must not
+ * overlap each other or any x. */
+void af_matmul_xwt_parts(const af_ctx *ctx, const af_mm_part *parts, int n_parts);
+
 /* dx[n, in] (+)= dy[n, out] · W[out, in]   (backward of a Linear layer w.r.t. its input).
  * Same storage conventions as af_matmul_xwt. */
 void af_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const void *w, uint32_t type, int64_t n, int64_t in,

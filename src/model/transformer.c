@@ -215,36 +215,54 @@ static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, con
     af_be(R->ctx)->matmul_rows(R->ctx, dyw, y, x, wd, type, n, w->cols, w->rows, accumulate, R->block_rows);
 }
 
-/* y[n, out] = x[n, in] · Wᵀ: inference one kernel call; training f32-exact for every n (MIN_ROWS)
- * and token-blocked. */
+/* Parts flushed per matmul_xwt_parts call (several sequences: products x row groups). */
+#define GROUP_PARTS 48
+
+/* Inference: y[k] [n, out_k] = x[n, in] · W[k]ᵀ for np products of one input, handed to the
+ * backend together (matmul_xwt_parts: on the CPU one parallel region for the decode-sized ones).
+ * Several sequences (af_tf_infer_forward_multi): short ones packed into decode-regime products of
+ * <= AF_TF_DECODE_ROWS rows, consecutive longer ones (prompt pieces) into one blocked product (its
+ * per-row bits do not depend on the row count, matmul.h): each row's bits as alone. */
+static void mm_infer(const af_tf_run *R, int np, float *const *y, const float *x, const af_weight *const *w) {
+    const af_backend *be = af_be(R->ctx);
+    const int64_t in = w[0]->cols;
+    af_mm_part parts[GROUP_PARTS];
+    int n_parts = 0;
+    int64_t r0 = 0;
+    for (int32_t i = 0; i < (R->n_seq > 0 ? R->n_seq : 1);) {
+        int64_t rows = R->n_seq > 0 ? R->seq[i].n : R->n;
+        int32_t j = i + 1;
+        if (R->n_seq > 0 && rows <= AF_TF_DECODE_ROWS)
+            while (j < R->n_seq && rows + R->seq[j].n <= AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
+        else if (R->n_seq > 0)
+            while (j < R->n_seq && R->seq[j].n > AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
+        for (int k = 0; k < np; k++) {
+            uint32_t type;
+            const void *wd = af_weight_dev(R->ctx, w[k], &type);
+            parts[n_parts++] = (af_mm_part){.y = y[k] + r0 * w[k]->rows, .x = x + r0 * in, .w = wd, .type = type,
+                                            .n = rows, .in = in, .out = w[k]->rows};
+        }
+        if (n_parts + np > GROUP_PARTS) {
+            be->matmul_xwt_parts(R->ctx, parts, n_parts);
+            n_parts = 0;
+        }
+        r0 += rows;
+        i = j;
+    }
+    if (n_parts > 0) be->matmul_xwt_parts(R->ctx, parts, n_parts);
+}
+
+/* y[n, out] = x[n, in] · Wᵀ: inference mm_infer; training f32-exact for every n (MIN_ROWS) and
+ * token-blocked. */
 static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight *w) {
     const int64_t in = w->cols, out = w->rows, n = R->n;
     const af_backend *be = af_be(R->ctx);
+    if (R->mode == AF_TF_INFER) {
+        mm_infer(R, 1, &y, x, &w);
+        return;
+    }
     uint32_t type;
     const void *wd = af_weight_dev(R->ctx, w, &type);
-    if (R->mode == AF_TF_INFER && R->n_seq > 0) {
-        /* several sequences (af_tf_infer_forward_multi): short ones packed into decode-regime
-         * products of <= AF_TF_DECODE_ROWS rows, consecutive longer ones (prompt pieces) into one
-         * blocked product (its per-row bits do not depend on the row count, matmul.h): each row's
-         * bits as alone */
-        int64_t r0 = 0;
-        for (int32_t i = 0; i < R->n_seq;) {
-            int64_t rows = R->seq[i].n;
-            int32_t j = i + 1;
-            if (rows <= AF_TF_DECODE_ROWS)
-                while (j < R->n_seq && rows + R->seq[j].n <= AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
-            else
-                while (j < R->n_seq && R->seq[j].n > AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
-            be->matmul_xwt(R->ctx, y + r0 * out, x + r0 * in, wd, type, rows, in, out, 0);
-            r0 += rows;
-            i = j;
-        }
-        return;
-    }
-    if (R->mode == AF_TF_INFER) {
-        be->matmul_xwt(R->ctx, y, x, wd, type, n, in, out, 0);
-        return;
-    }
     if (n >= MIN_ROWS) {
         mm_blocks(R, 0, y, x, w, n, 0);
         return;
@@ -254,6 +272,14 @@ static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight
     be->fill(R->ctx, ws->padx + n * in, 0.0f, (MIN_ROWS - n) * in);
     be->matmul_xwt(R->ctx, ws->pady, ws->padx, wd, type, MIN_ROWS, in, out, 0);
     be->copy(R->ctx, y, ws->pady, sizeof(float) * (size_t)(n * out));
+}
+
+/* y[k] = x·W[k]ᵀ for np products of one input (q, k, v; gate, up): inference one mm_infer call
+ * (one parallel region in decode), training mm_xwt per product. */
+static void mm_xwt_group(const af_tf_run *R, int np, float *const *y, const float *x, const af_weight *const *w) {
+    if (R->mode == AF_TF_INFER) mm_infer(R, np, y, x, w);
+    else
+        for (int k = 0; k < np; k++) mm_xwt(R, y[k], x, w[k]);
 }
 
 static void probe(const af_tf_run *R, const float *x, int64_t n, int32_t l, const char *what, const char *what2) {
@@ -308,11 +334,11 @@ static void dora_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     for (int64_t k = 0; k < n * out; k++) y[k] += gy[k];
 }
 
-/* Projection p of layer l: y = x·Wᵀ (+ bias) plus the LoRA correction when p has an adapter. */
-static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
-                     const float *bias, float *y, const float *x) {
+/* Projection p of layer l after its frozen product (y = x·Wᵀ on entry): the bias and the LoRA /
+ * DoRA correction when p has an adapter (proj_fwd). */
+static void proj_finish(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
+                        const float *bias, float *y, const float *x) {
     const af_backend *be = af_be(R->ctx);
-    mm_xwt(R, y, x, w);
     if (R->n_seq == 0 && R->lay && R->lay->lora.use_dora && lora_slot(R, l, p)) { /* DoRA: the bias stays unscaled */
         const af_lora_slot *s = lora_slot(R, l, p);
         float *mask = NULL;
@@ -362,6 +388,13 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
         af_be(R->ctx)->lora_forward(R->ctx, y, R->ws->xa0, x, NULL, R->P0 + s->a_off, R->P0 + s->b_off, R->n, s->in,
                                     s->out, lay->lora.r, -R->lora_scale);
     probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
+}
+
+/* Projection p of layer l: y = x·Wᵀ (+ bias) plus the LoRA correction when p has an adapter. */
+static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
+                     const float *bias, float *y, const float *x) {
+    mm_xwt(R, y, x, w);
+    proj_finish(R, S, l, p, w, bias, y, x);
 }
 
 /* Output projection p of a branch (o_proj, down_proj) of input `in`, followed by the sandwich
@@ -478,18 +511,25 @@ static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *
     }
 }
 
-/* K and V of a layer with its own K/V: projections (+ LoRA), k norm, unweighted v norm, RoPE of k;
- * stored for later layers when they reuse them (training). */
+/* Where the k and v projections of layer l write (before their norms; v is k's with v_from_k). */
+static float *k_out(const af_tf_run *R, af_tf_acts *S) { return R->m->desc.qk_norm ? S->kraw : S->k; }
+static float *v_out(const af_tf_run *R, int32_t l, af_tf_acts *S) {
+    if (R->m->layers[l].v_from_k) return k_out(R, S); /* attention_k_eq_v: v is the k projection */
+    return R->m->desc.v_norm ? S->vraw : S->v;
+}
+
+/* K and V of a layer with its own K/V after their frozen products (in k_out / v_out): bias and
+ * LoRA, k norm, unweighted v norm, RoPE of k; stored for later layers when they reuse them
+ * (training). */
 static void own_kv_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, const float *h1) {
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
     const float eps = m->cfg.rms_norm_eps;
     const int64_t n = R->n;
-    proj_fwd(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? LV(R, Ly, bk) : NULL, D->qk_norm ? S->kraw : S->k, h1);
-    float *vr = D->v_norm ? S->vraw : S->v;
-    if (Ly->v_from_k) vr = D->qk_norm ? S->kraw : S->k; /* attention_k_eq_v: v is the k projection */
-    else proj_fwd(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? LV(R, Ly, bv) : NULL, vr, h1);
+    proj_finish(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? LV(R, Ly, bk) : NULL, k_out(R, S), h1);
+    float *vr = v_out(R, l, S);
+    if (!Ly->v_from_k) proj_finish(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? LV(R, Ly, bv) : NULL, vr, h1);
     if (D->v_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->v, S->rstdv, vr, ONES(R), n * d->nkv, d->hd, eps);
     if (D->qk_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->k, S->rstdk, S->kraw, LV(R, Ly, k_norm), n * d->nkv, d->hd, eps);
     af_be(R->ctx)->rope_forward(R->ctx, S->k, R->pos, n, d->nkv, d->hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
@@ -539,7 +579,11 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     float *h1 = ws->hs; /* scratch: recomputed from x and rstd1 by the backward when needed */
     af_be(R->ctx)->rmsnorm_forward(R->ctx, h1, S->rstd1, x, LV(R, Ly, attn_norm), n, d.H, eps);
     probe(R, h1, n * d.H, l, "input_layernorm output", "");
-    proj_fwd(R, S, l, AF_PROJ_Q, &Ly->wq, D->qkv_bias ? LV(R, Ly, bq) : NULL, D->qk_norm ? S->qraw : S->q, h1);
+    /* the q, k and v frozen products of h1 together (one parallel region in decode) */
+    float *qo = D->qk_norm ? S->qraw : S->q, *ys[3] = {qo, k_out(R, S), v_out(R, l, S)};
+    const af_weight *ws3[3] = {&Ly->wq, &Ly->wk, &Ly->wv};
+    mm_xwt_group(R, Ly->kv_src != l ? 1 : Ly->v_from_k ? 2 : 3, ys, h1, ws3);
+    proj_finish(R, S, l, AF_PROJ_Q, &Ly->wq, D->qkv_bias ? LV(R, Ly, bq) : NULL, qo, h1);
     if (D->qk_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->q, S->rstdq, S->qraw, LV(R, Ly, q_norm), n * d.nh, d.hd, eps);
     af_be(R->ctx)->rope_forward(R->ctx, S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
     if (Ly->kv_src == l) own_kv_forward(R, l, S, &d, h1);
@@ -554,8 +598,11 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     af_be(R->ctx)->rmsnorm_forward(R->ctx, h2, S->rstd2, S->xmid, LV(R, Ly, ffn_norm), n, d.H, eps);
     probe(R, h2, n * d.H, l, "post_attention_layernorm output", "");
     if (!mlp_fused_fwd(R, l, S, &d, h2)) {
-        proj_fwd(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
-        proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
+        float *gu[2] = {S->gate, S->up};
+        const af_weight *wgu[2] = {&Ly->w_gate, &Ly->w_up};
+        mm_xwt_group(R, 2, gu, h2, wgu);
+        proj_finish(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
+        proj_finish(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
         glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F);
     }
     probe(R, ws->act, n * d.F, l, "mlp activation (act(gate)·up)", "");

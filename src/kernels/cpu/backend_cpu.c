@@ -120,6 +120,7 @@ const af_backend af_backend_cpu = {
     .memory = cpu_memory,
     .matmul_xwt = af_matmul_xwt,
     .matmul_dyw = af_matmul_dyw,
+    .matmul_xwt_parts = af_matmul_xwt_parts,
     .matmul_rows = af_matmul_rows,
     .gemm_abt = af_gemm_abt,
     .gemm_ab = af_gemm_ab,

@@ -302,6 +302,18 @@ static void g_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const vo
     poison(ctx, dx, n * in);
 }
 
+static void g_matmul_xwt_parts(const af_ctx *ctx, const af_mm_part *parts, int n_parts) {
+    for (int i = 0; i < n_parts; i++) {
+        const void *p_[] = {parts[i].y, parts[i].x, parts[i].w};
+        dev_args(ctx, "matmul_xwt_parts", p_, 3);
+    }
+    if (lost(ctx, "matmul_xwt_parts")) return;
+    enter(G(ctx));
+    af_backend_cpu.matmul_xwt_parts(ctx, parts, n_parts);
+    leave(G(ctx));
+    for (int i = 0; i < n_parts; i++) poison(ctx, parts[i].y, parts[i].n * parts[i].out);
+}
+
 static void g_matmul_rows(const af_ctx *ctx, int dyw, float *y, const float *x, const void *w, uint32_t type, int64_t n,
                           int64_t in, int64_t out, int accumulate, int64_t block_rows) {
     const void *p_[] = {y, x, w};
@@ -402,6 +414,7 @@ static const af_backend guard_be = {
     .memory = g_memory,
     .matmul_xwt = g_matmul_xwt,
     .matmul_dyw = g_matmul_dyw,
+    .matmul_xwt_parts = g_matmul_xwt_parts,
     .matmul_rows = g_matmul_rows,
     .gemm_abt = g_gemm_abt,
     .gemm_ab = g_gemm_ab,

@@ -18,6 +18,9 @@
  *  - n > AF_MM_DECODE_N: a tile of ops.nr rows x KC columns of W is dequantized once into a
  *    transposed f32 panel (stack, L1/L2) and reused for every token by the register-tiled
  *    micro-kernel ops.panel. Exact up to f32 rounding.
+ * af_matmul_xwt_parts runs several decode-regime products (q, k and v of a layer; gate and up) as
+ * ONE parallel region over their concatenated row blocks, each product on the path and with the
+ * bits a lone af_matmul_xwt gives it: one fork-join of the pool instead of one per product.
  * af_matmul_dyw dequantizes 32 KiB tiles of W and runs the same micro-kernel with P = W rows:
  * split over column chunks of dx (each thread owns its columns), or, for n <= 4 or out >= 4*in,
  * over row ranges of W streamed sequentially into per-thread dx copies summed at the end.
@@ -94,7 +97,6 @@ typedef struct mm_job {
     uint32_t type;
     int64_t n, in, out, rb, RB, mb, ntb;
     int accumulate;
-    const af_mm_xq *q;
     /* gemm_strided */
     int64_t ldc, sxt, sxk, spk;
     const float *p;
@@ -136,90 +138,148 @@ static void quantize_x(const float *x, int64_t n, int64_t in, af_mm_xq *q) {
 
 /* ---------------------------------------------------------------- drivers */
 
-/* n <= AF_MM_DECODE_N without integer kernel: per row, dequantize DOT_BUF columns to the stack
- * and dot with each token (f32). */
-static void xwt_dot_job(void *va, int64_t o0, int64_t o1, int tid) {
-    const mm_job *J = va;
-    const af_mm_ops *ops = J->ops;
-    float *y = J->y;
-    const float *x = J->x;
-    const uint8_t *w = J->w;
-    const uint32_t type = J->type;
-    const int64_t n = J->n, in = J->in, out = J->out;
-    const size_t rb = (size_t)J->rb;
-    const int accumulate = J->accumulate;
+/* How a decode product is computed (chosen per product as af_matmul_xwt documents): int8
+ * activations (ops.decode), f32 in-register dequantization (ops.decode_f32), or the dequant + dot
+ * fallback (ops.dequant + ops.dot, DOT_BUF columns of a row at a time). */
+enum { DEC_Q, DEC_F32, DEC_DOT };
+
+/* One product of a decode region: y[n, out] (+)= x[n, in] · Wᵀ, its rows cut into blocks of RB
+ * rows (16 for DEC_F32, 8 for DEC_Q, 1 for DEC_DOT); blocks [b0, b0 + nb) of the region's index
+ * space are this product's. */
+typedef struct dec_part {
+    float *y;
+    const float *x;
+    const uint8_t *w;
+    uint32_t type;
+    int mode, accumulate;
+    int64_t n, in, out, rb, RB, b0, nb;
+    af_mm_xq q; /* DEC_Q: x quantized (matmul_internal.h) */
+} dec_part;
+
+/* Products per parallel region (af_matmul_xwt_parts runs more in several regions). */
+#define DEC_MAX 16
+
+typedef struct dec_job {
+    const af_mm_ops *ops;
+    int np;
+    dec_part p[DEC_MAX];
+} dec_job;
+
+/* Rows [o0, o1) of a DEC_DOT product: per row, dequantize DOT_BUF columns to the stack and dot
+ * with each token (f32). */
+static void dot_rows(const af_mm_ops *ops, const dec_part *P, int64_t o0, int64_t o1) {
+    const int64_t n = P->n, in = P->in, out = P->out;
+    const size_t rb = (size_t)P->rb;
     for (int64_t o = o0; o < o1; o++) {
         float buf[DOT_BUF];
         float acc[AF_MM_DECODE_N] = {0};
         for (int64_t k0 = 0; k0 < in; k0 += DOT_BUF) {
             int64_t kc = in - k0 < DOT_BUF ? in - k0 : DOT_BUF;
             const float *wr = buf;
-            if (type == AF_TYPE_F32)
-                wr = (const float *)(const void *)(w + o * rb) + k0;
+            if (P->type == AF_TYPE_F32)
+                wr = (const float *)(const void *)(P->w + o * rb) + k0;
             else
-                ops->dequant(type, w, (int64_t)rb, o, 1, k0, kc, buf, kc);
-            ops->dot(n, kc, x + k0, in, wr, acc);
+                ops->dequant(P->type, P->w, (int64_t)rb, o, 1, k0, kc, buf, kc);
+            ops->dot(n, kc, P->x + k0, in, wr, acc);
         }
-        for (int64_t t = 0; t < n; t++) y[t * out + o] = accumulate ? y[t * out + o] + acc[t] : acc[t];
+        for (int64_t t = 0; t < n; t++) P->y[t * out + o] = P->accumulate ? P->y[t * out + o] + acc[t] : acc[t];
     }
 }
 
-static void xwt_dot(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w, uint32_t type,
-                    int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
-    mm_job J = {.ops = ops, .y = y, .x = x, .w = w, .type = type, .n = n, .in = in, .out = out,
-                .rb = (int64_t)rb, .accumulate = accumulate};
-    af_threadpool_run(ctx->pool, threads_for(ctx, (double)n * in * out), out, 0, xwt_dot_job, &J);
+/* Blocks [b0, b1) of the region: each block is RB rows of one product, computed by that
+ * product's kernel. A row's arithmetic does not depend on the block or thread that computes it. */
+static void dec_job_run(void *va, int64_t b0, int64_t b1, int tid) {
+    const dec_job *J = va;
+    int i = 0;
+    while (b0 < b1) {
+        while (b0 >= J->p[i].b0 + J->p[i].nb) i++;
+        const dec_part *P = &J->p[i];
+        const int64_t e = b1 < P->b0 + P->nb ? b1 : P->b0 + P->nb;
+        const int64_t o0 = (b0 - P->b0) * P->RB, o1 = (e - P->b0) * P->RB < P->out ? (e - P->b0) * P->RB : P->out;
+        if (P->mode == DEC_Q)
+            J->ops->decode(P->type, P->w, P->rb, o0, o1, &P->q, P->n, P->y, P->out, P->accumulate);
+        else if (P->mode == DEC_F32)
+            J->ops->decode_f32(P->type, P->w, P->rb, o0, o1, P->x, P->in, P->n, P->y, P->out, P->accumulate);
+        else
+            dot_rows(J->ops, P, o0, o1);
+        b0 = e;
+    }
 }
 
-/* Row blocks [b0, b1) of RB rows of the fused f32 decode. */
-static void decode_f32_job(void *va, int64_t b0, int64_t b1, int tid) {
-    const mm_job *J = va;
-    int64_t o0 = b0 * J->RB, o1 = b1 * J->RB < J->out ? b1 * J->RB : J->out;
-    J->ops->decode_f32(J->type, J->w, J->rb, o0, o1, J->x, J->in, J->n, J->y, J->out, J->accumulate);
+/* The path of a decode product (af_matmul_xwt's order: int8 activations when the context asks for
+ * them (int8 != 0) and the kernel handles the type, else the fused f32 kernel when it handles the
+ * type, else dequant + dot) and its block size. */
+static void dec_choose(const af_ctx *ctx, const af_mm_ops *ops, dec_part *P, int int8) {
+    P->mode = DEC_DOT;
+    af_mm_xq probe = {.in = P->in, .nb32 = P->in / 32, .nb16 = P->in / 16};
+    if (int8 && ctx->int8_act && ops->decode && is_block_type(P->type) &&
+        ops->decode(P->type, P->w, P->rb, 0, 0, &probe, P->n, P->y, P->out, P->accumulate))
+        P->mode = DEC_Q;
+    else if (ctx->fused_decode && ops->decode_f32 &&
+             ops->decode_f32(P->type, P->w, P->rb, 0, 0, P->x, P->in, P->n, P->y, P->out, P->accumulate))
+        P->mode = DEC_F32;
+    P->RB = P->mode == DEC_Q ? 8 : P->mode == DEC_F32 ? 16 : 1;
 }
 
-/* Row blocks [b0, b1) of RB rows of the int8-activation decode. */
-static void decode_q_job(void *va, int64_t b0, int64_t b1, int tid) {
-    const mm_job *J = va;
-    int64_t o0 = b0 * J->RB, o1 = b1 * J->RB < J->out ? b1 * J->RB : J->out;
-    J->ops->decode(J->type, J->w, J->rb, o0, o1, J->q, J->n, J->y, J->out, J->accumulate);
+/* Quantizes the x of J's DEC_Q products (once per distinct x, n, in) into one allocation, returned
+ * for af_free_aligned (NULL when none is needed). On allocation failure those products take their
+ * f32 path instead (as a lone af_matmul_xwt does). */
+static void *dec_quantize(const af_ctx *ctx, const af_mm_ops *ops, dec_job *J) {
+    size_t bytes = 0;
+    for (int i = 0; i < J->np; i++) {
+        const dec_part *P = &J->p[i];
+        if (P->mode == DEC_Q) /* d, sq (floats), q (bytes), room to align the next */
+            bytes += (size_t)(P->n * (P->in / 32 + P->in / 16)) * sizeof(float) + (size_t)(P->n * P->in) + 64;
+    }
+    if (!bytes) return NULL;
+    uint8_t *mem = af_malloc_aligned(bytes), *at = mem;
+    for (int i = 0; i < J->np; i++) {
+        dec_part *P = &J->p[i];
+        if (P->mode != DEC_Q) continue;
+        if (!mem) {
+            dec_choose(ctx, ops, P, 0);
+            continue;
+        }
+        int same = -1;
+        for (int j = 0; j < i && same < 0; j++)
+            if (J->p[j].mode == DEC_Q && J->p[j].x == P->x && J->p[j].n == P->n && J->p[j].in == P->in) same = j;
+        if (same >= 0) {
+            P->q = J->p[same].q;
+            continue;
+        }
+        af_mm_xq *q = &P->q;
+        q->in = P->in;
+        q->nb32 = P->in / 32;
+        q->nb16 = P->in / 16;
+        q->d = (float *)(void *)at;
+        q->sq = q->d + P->n * q->nb32;
+        q->q = (int8_t *)(q->sq + P->n * q->nb16);
+        at = (uint8_t *)(q->q + P->n * P->in);
+        at += (64 - (uintptr_t)at % 64) % 64;
+        quantize_x(P->x, P->n, P->in, q);
+    }
+    return mem;
 }
 
-/* f32 decode with in-register dequantization (ops.decode_f32); false if the path or type has
- * none. Rows are split into RB-row blocks, contiguous per thread (schedule static), so each
- * thread streams one range of W. */
-static bool xwt_decode_f32(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
-                           uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
-    if (!ctx->fused_decode || !ops->decode_f32 || !ops->decode_f32(type, w, (int64_t)rb, 0, 0, x, in, n, y, out, accumulate))
-        return false;
-    const int64_t RB = 16;
-    mm_job J = {.ops = ops, .y = y, .x = x, .w = w, .type = type, .n = n, .in = in, .out = out,
-                .rb = (int64_t)rb, .RB = RB, .accumulate = accumulate};
-    af_threadpool_run(ctx->pool, threads_for(ctx, (double)n * in * out), (out + RB - 1) / RB, 0, decode_f32_job, &J);
-    return true;
-}
-
-/* Integer decode path; false if not available (allocation failure or unsupported type). */
-static bool xwt_decode(const af_ctx *ctx, const af_mm_ops *ops, float *y, const float *x, const uint8_t *w,
-                       uint32_t type, int64_t n, int64_t in, int64_t out, size_t rb, int accumulate) {
-    af_mm_xq q = {0};
-    q.in = in;
-    q.nb32 = in / 32;
-    q.nb16 = in / 16;
-    if (!ops->decode(type, w, (int64_t)rb, 0, 0, &q, n, y, out, accumulate)) return false;
-    size_t nq = (size_t)(n * in), nf = (size_t)(n * (q.nb32 + q.nb16));
-    void *mem = af_malloc_aligned(nq + 64 + nf * sizeof(float));
-    if (!mem) return false;
-    q.d = (float *)mem;
-    q.sq = q.d + n * q.nb32;
-    q.q = (int8_t *)(q.sq + n * q.nb16);
-    quantize_x(x, n, in, &q);
-    const int64_t RB = 8;
-    mm_job J = {.ops = ops, .y = y, .w = w, .type = type, .n = n, .in = in, .out = out,
-                .rb = (int64_t)rb, .RB = RB, .accumulate = accumulate, .q = &q};
-    af_threadpool_run(ctx->pool, threads_for(ctx, (double)n * in * out), (out + RB - 1) / RB, 0, decode_q_job, &J);
+/* Runs the np (<= DEC_MAX) decode products of J (fields y .. accumulate and rb set) as one parallel
+ * region over their concatenated row blocks: threads when their multiply-adds together reach
+ * PAR_MIN_WORK. Each product's rows get the bits a lone call gives them (same kernel, same
+ * per-row order; a row never depends on how the rows are split). */
+static void dec_run(const af_ctx *ctx, dec_job *J) {
+    const af_mm_ops *ops = J->ops;
+    for (int i = 0; i < J->np; i++) dec_choose(ctx, ops, &J->p[i], 1);
+    void *mem = dec_quantize(ctx, ops, J);
+    int64_t blocks = 0;
+    double work = 0;
+    for (int i = 0; i < J->np; i++) {
+        dec_part *P = &J->p[i];
+        P->b0 = blocks;
+        P->nb = (P->out + P->RB - 1) / P->RB;
+        blocks += P->nb;
+        work += (double)P->n * (double)P->in * (double)P->out;
+    }
+    af_threadpool_run(ctx->pool, threads_for(ctx, work), blocks, 0, dec_job_run, J);
     af_free_aligned(mem);
-    return true;
 }
 
 /* Tiles [i0, i1) of gemm_strided (n = m rows, out = n columns, in = k). */
@@ -323,11 +383,10 @@ void af_matmul_xwt(const af_ctx *ctx, float *y, const float *x, const void *w, u
     const af_mm_ops *ops = ctx->k->mm;
     size_t rb = af_row_bytes(type, in);
     if (n <= AF_MM_DECODE_N) {
-        if (ctx->int8_act && ops->decode && is_block_type(type) &&
-            xwt_decode(ctx, ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate))
-            return;
-        if (xwt_decode_f32(ctx, ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate)) return;
-        xwt_dot(ctx, ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
+        dec_job J = {.ops = ops, .np = 1};
+        J.p[0] = (dec_part){.y = y, .x = x, .w = (const uint8_t *)w, .type = type, .accumulate = accumulate,
+                            .n = n, .in = in, .out = out, .rb = (int64_t)rb};
+        dec_run(ctx, &J);
         return;
     }
     if (af_gp_usable(ctx, n, out, in) &&
@@ -337,9 +396,25 @@ void af_matmul_xwt(const af_ctx *ctx, float *y, const float *x, const void *w, u
     xwt_tiles(ctx, ops, y, x, (const uint8_t *)w, type, n, in, out, rb, accumulate);
 }
 
-/* dyw split over rows of W: each thread streams a contiguous range of rows (sequential reads of
- * W, good for many rows or few tokens) into a private dx copy; the copies are summed at the end.
- * False on allocation failure. */
+void af_matmul_xwt_parts(const af_ctx *ctx, const af_mm_part *parts, int n_parts) {
+    dec_job J = {.ops = ctx->k->mm};
+    for (int i = 0; i < n_parts; i++) {
+        const af_mm_part *a = &parts[i];
+        if (a->n <= 0 || a->out <= 0) continue;
+        if (a->n > AF_MM_DECODE_N || a->in <= 0 || !ctx->decode_groups) { /* a call of its own */
+            af_matmul_xwt(ctx, a->y, a->x, a->w, a->type, a->n, a->in, a->out, 0);
+            continue;
+        }
+        J.p[J.np++] = (dec_part){.y = a->y, .x = a->x, .w = (const uint8_t *)a->w, .type = a->type, .n = a->n,
+                                 .in = a->in, .out = a->out, .rb = (int64_t)af_row_bytes(a->type, a->in)};
+        if (J.np == DEC_MAX) {
+            dec_run(ctx, &J);
+            J.np = 0;
+        }
+    }
+    if (J.np > 0) dec_run(ctx, &J);
+}
+
 /* Thread `tid` of dyw_rows (one index per thread): its contiguous range of RB-row blocks into its
  * own dx copy (thread 0: dx itself). */
 static void dyw_rows_job(void *va, int64_t t0, int64_t t1, int tid) {

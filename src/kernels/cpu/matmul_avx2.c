@@ -6,7 +6,10 @@
  *    unsigned weight values are < 64, or |q| <= 128 for Q8_0 with the sign moved to x, so the
  *    pairwise i16 sums never saturate: 2*128*127 < 32767), unpacking in matmul_unpack.h.
  *  - decode_f32: f32 activations, weights dequantized in registers (mm_unpack) to the exact
- *    values of af_dequantize_row, f32 FMAs; one row at a time, 2 accumulators per token.
+ *    values of af_dequantize_row, f32 FMAs; 2 accumulators per token and row; one token: rows
+ *    in pairs sharing each load of x (f2_row2), each row's arithmetic that of f2_row. Q4_0,
+ *    Q4_1 and Q4_K nibbles come from zero-extending loads and 32-bit shifts (f2_w), not byte
+ *    shuffles: the shuffle port bounded this kernel (bench_matmul: Q4_1 rows 28% faster).
  *  - dequant: matmul_unpack.h.
  *  - ukernel/tpack: the 8 x 32 tile of the packed GEMM (gemm_packed.c) as three register tiles
  *    (6x16, 6x16, 2x32) and the 8 x 8 transposing packer of its operands.
@@ -108,6 +111,36 @@ AF_MM_INLINE void f2_w(uint32_t t, const uint8_t *blk, int j, const float *s, co
                                      (const __m128i *)(blk + 2 + 8 * v)))), d);
         return;
     }
+    if (t == AF_TYPE_Q4_0 || t == AF_TYPE_Q4_1 || t == AF_TYPE_Q4_K) {
+        /* The nibbles with zero-extending 8-byte loads and 32-bit shifts instead of mm_unpack's
+         * byte shuffles (the kernel was bound by the shuffle port): the same u, so the same
+         * weights. Q4_0/Q4_1: values 0-7 / 8-15 are the low nibbles of bytes 0-7 / 8-15, values
+         * 16-23 / 24-31 their high nibbles. Q4_K: chunk j is the low (j even) or high (j odd)
+         * nibbles of 32 bytes. (Q5_0 measured slower this way: its qh bits cost more ALU work
+         * than the shuffles saved.) */
+        const __m256i m4 = _mm256_set1_epi32(15);
+        __m256i u[4];
+        if (t == AF_TYPE_Q4_K) {
+            const uint8_t *q = blk + 16 + 32 * (j >> 1);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const __m256i z = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * v)));
+                u[v] = (j & 1) ? _mm256_srli_epi32(z, 4) : _mm256_and_si256(z, m4);
+            }
+        } else {
+            const uint8_t *q = blk + (t == AF_TYPE_Q4_0 ? 2 : 4);
+            const __m256i z0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
+            const __m256i z1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8)));
+            u[0] = _mm256_and_si256(z0, m4);
+            u[1] = _mm256_and_si256(z1, m4);
+            u[2] = _mm256_srli_epi32(z0, 4);
+            u[3] = _mm256_srli_epi32(z1, 4);
+        }
+        const __m256 vs = _mm256_set1_ps(s[2 * j]), vc = _mm256_set1_ps(b[2 * j] - O * s[2 * j]);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) W[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[v]), vs, vc);
+        return;
+    }
     __m256i u = mm_unpack(t, blk, j);
     /* one scale and bias for the whole 32-chunk where the type has them (mm_scale32) */
     __m256 vs = _mm256_set1_ps(s[2 * j]), vc = _mm256_set1_ps(b[2 * j] - O * s[2 * j]);
@@ -190,8 +223,45 @@ AF_MM_INLINE void f2_row(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64
     }
 }
 
+/* One token, rows o and o + 1 of a block type in one pass: each 8 x values loaded once serve both
+ * rows; each row keeps its own two accumulators, chunks and FMAs in f2_row's order (bitwise
+ * f2_row(t, 1, ...) per row). The next pair's rows are prefetched (two interleaved rows defeat
+ * part of the hardware prefetch: without it the cold pass was up to 1.6x slower). */
+AF_MM_INLINE void f2_row2(uint32_t t, const uint8_t *w, int64_t rb, int64_t o, const float *x, int64_t in, float *y,
+                          int accumulate) {
+    const uint8_t *r0 = w + o * rb, *r1 = r0 + rb;
+    const int bs = mm_bs(t), bb = mm_bb(t);
+    __m256 a0[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, a1[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 W[4], X[4];
+    float s0[16], b0[16], s1[16], b1[16];
+    for (int64_t k = 0; k < in; k += bs, r0 += bb, r1 += bb) {
+        _mm_prefetch((const char *)(r0 + 2 * rb + 256), _MM_HINT_T0);
+        _mm_prefetch((const char *)(r1 + 2 * rb + 256), _MM_HINT_T0);
+        mm_prep(t, r0, s0, b0);
+        mm_prep(t, r1, s1, b1);
+#pragma GCC unroll 8
+        for (int j = 0; j < bs / 32; j++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) X[v] = _mm256_loadu_ps(x + k + 32 * j + 8 * v);
+            f2_w(t, r0, j, s0, b0, W);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) a0[v & 1] = _mm256_fmadd_ps(W[v], X[v], a0[v & 1]);
+            f2_w(t, r1, j, s1, b1, W);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) a1[v & 1] = _mm256_fmadd_ps(W[v], X[v], a1[v & 1]);
+        }
+    }
+    const float v0 = mm_hsum(_mm256_add_ps(a0[0], a0[1])) + 0.f, v1 = mm_hsum(_mm256_add_ps(a1[0], a1[1])) + 0.f;
+    y[o] = accumulate ? y[o] + v0 : v0;
+    y[o + 1] = accumulate ? y[o + 1] + v1 : v1;
+}
+
 AF_MM_INLINE void f2_n(uint32_t t, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, const float *x,
                        int64_t in, int64_t n, float *y, int64_t ldy, int acc) {
+    /* rows in pairs for the 4/5-bit types of 32-blocks (Q8_0 and the K-quants measured slower in
+     * pairs when W streams from memory: bench_matmul AF_BENCH_COLD=1) */
+    if (n == 1 && (t == AF_TYPE_Q4_0 || t == AF_TYPE_Q4_1 || t == AF_TYPE_Q5_0 || t == AF_TYPE_Q5_1))
+        for (; o0 + 2 <= o1; o0 += 2) f2_row2(t, w, rb, o0, x, in, y, acc);
     for (int64_t o = o0; o < o1; o++) {
         switch (n) {
         case 1: f2_row(t, 1, w, rb, o, x, in, y, ldy, acc); break;

@@ -146,6 +146,12 @@ static void vb_matmul_dyw(const af_ctx *ctx, float *dx, const float *dy, const v
 }
 
 /* The training products: one call (the device needs no token blocks for its caches). */
+/* The products one after the other (one queued dispatch each, as separate calls). */
+static void vb_matmul_xwt_parts(const af_ctx *ctx, const af_mm_part *parts, int n_parts) {
+    for (int i = 0; i < n_parts; i++)
+        vb_matmul_xwt(ctx, parts[i].y, parts[i].x, parts[i].w, parts[i].type, parts[i].n, parts[i].in, parts[i].out, 0);
+}
+
 static void vb_matmul_rows(const af_ctx *ctx, int dyw, float *y, const float *x, const void *w, uint32_t type, int64_t n,
                            int64_t in, int64_t out, int accumulate, int64_t block_rows) {
     (void)block_rows;
@@ -265,6 +271,7 @@ static const af_backend vk_be = {
     .memory = vb_memory,
     .matmul_xwt = vb_matmul_xwt,
     .matmul_dyw = vb_matmul_dyw,
+    .matmul_xwt_parts = vb_matmul_xwt_parts,
     .matmul_rows = vb_matmul_rows,
     .gemm_abt = vb_gemm_abt,
     .gemm_ab = vb_gemm_ab,
