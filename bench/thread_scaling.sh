@@ -122,12 +122,8 @@ elif [ "$PRIO" != 0 ]; then
   echo "$me: cannot set nice $PRIO (not root): running at normal priority" >&2
 fi
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-waited=0
-while awk -v l="$(load1)" -v m="$IDLE_LOAD" 'BEGIN { exit !(l >= m) }' && [ "$waited" -lt "$WAIT_IDLE" ]; do
-  [ "$waited" = 0 ] && echo "$me: load $(load1) >= $IDLE_LOAD: waiting up to ${WAIT_IDLE}s for the machine to go idle"
-  sleep 10; waited=$((waited + 10))
-done
+. bench/wait_idle.sh
+wait_idle "$me" "$IDLE_LOAD" "$WAIT_IDLE"
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 DATE_START=$(date -u '+%Y-%m-%d %H:%M UTC')
 echo "$me: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $NCPU cores;" \
