@@ -215,8 +215,10 @@ static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, con
     af_be(R->ctx)->matmul_rows(R->ctx, dyw, y, x, wd, type, n, w->cols, w->rows, accumulate, R->block_rows);
 }
 
-/* Parts flushed per matmul_xwt_parts call (several sequences: products x row groups). */
+/* Parts flushed per matmul_xwt_parts call (several sequences: products x row groups); products
+ * of one input handed together (q, k, v). */
 #define GROUP_PARTS 48
+#define GROUP_MAX 3
 
 /* Inference: y[k] [n, out_k] = x[n, in] · W[k]ᵀ for np products of one input, handed to the
  * backend together (matmul_xwt_parts: on the CPU one parallel region for the decode-sized ones).
@@ -226,6 +228,9 @@ static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, con
 static void mm_infer(const af_tf_run *R, int np, float *const *y, const float *x, const af_weight *const *w) {
     const af_backend *be = af_be(R->ctx);
     const int64_t in = w[0]->cols;
+    const void *wd[GROUP_MAX];
+    uint32_t type[GROUP_MAX];
+    for (int k = 0; k < np; k++) wd[k] = af_weight_dev(R->ctx, w[k], &type[k]); /* once, not per row group */
     af_mm_part parts[GROUP_PARTS];
     int n_parts = 0;
     int64_t r0 = 0;
@@ -236,12 +241,9 @@ static void mm_infer(const af_tf_run *R, int np, float *const *y, const float *x
             while (j < R->n_seq && rows + R->seq[j].n <= AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
         else if (R->n_seq > 0)
             while (j < R->n_seq && R->seq[j].n > AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
-        for (int k = 0; k < np; k++) {
-            uint32_t type;
-            const void *wd = af_weight_dev(R->ctx, w[k], &type);
-            parts[n_parts++] = (af_mm_part){.y = y[k] + r0 * w[k]->rows, .x = x + r0 * in, .w = wd, .type = type,
+        for (int k = 0; k < np; k++)
+            parts[n_parts++] = (af_mm_part){.y = y[k] + r0 * w[k]->rows, .x = x + r0 * in, .w = wd[k], .type = type[k],
                                             .n = rows, .in = in, .out = w[k]->rows};
-        }
         if (n_parts + np > GROUP_PARTS) {
             be->matmul_xwt_parts(R->ctx, parts, n_parts);
             n_parts = 0;
