@@ -43,7 +43,7 @@ int cmd_check(int argc, char **argv) {
             af_ctx_measure_precision(ctx, &f32, &bf16) == AF_OK) {
             if (bf16 > 0)
                 printf("\nprecision: f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s on this CPU (%d threads) -> %s\n", f32, bf16,
-                       af_ctx_n_threads(ctx), bf16 > f32 ? "bf16 is faster (--bf16)" : "f32 is faster (no --bf16)");
+                       af_ctx_n_threads(ctx), bf16 > f32 ? "bf16 is faster (--frozen-precision bf16)" : "f32 is faster (--frozen-precision f32)");
             else
                 printf("\nprecision: f32 %.0f GFLOP/s on this CPU (%d threads); bf16 products not available here "
                        "(needs AVX512_BF16) -> f32\n", f32, af_ctx_n_threads(ctx));

@@ -172,9 +172,9 @@ typedef struct af_ctx_report {
     int bf16_fallback;      /* 1: bf16 products were asked for and cannot run here: f32 products
                              * (bf16_why says why) */
     char bf16_why[320];
-    int bf16_slower;        /* 1: bf16 products run, measured slower than f32 on this CPU: */
-    double f32_gflops;      /*    the two rates (af_ctx_measure_precision) */
-    double bf16_gflops;
+    int bf16_slower;        /* 1: bf16 products run, measured slower than f32 on this CPU */
+    double f32_gflops;      /* bf16 products run: the two measured rates (af_ctx_measure_precision), */
+    double bf16_gflops;     /* GFLOP/s; 0 when bf16 was not asked for or could not run */
     char device_line[640];  /* device "auto": the device chosen, "vulkan:0 (NAME, discrete GPU)",
                              * or "no accelerator (WHY); computing on the CPU"; "" for other devices */
 } af_ctx_report;

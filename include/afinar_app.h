@@ -67,13 +67,20 @@ typedef enum af_task {
                                    no reference model */
 } af_task;
 
-#define AF_SETTINGS_MAX 64 /* room of af_trainer_opts.origin: at least the number of settings keys */
+#define AF_SETTINGS_MAX 96 /* room of af_trainer_opts.origin: at least the number of settings keys */
 
 /* af_trainer_opts.recipe (settings key "recipe"). */
 typedef enum af_recipe_kind {
     AF_RECIPE_FIXED = 0, /* the options as set, defaults as documented on each field */
     AF_RECIPE_AUTO = 1   /* the automatic recipe chooses what `given` does not mark */
 } af_recipe_kind;
+
+/* af_trainer_opts.frozen_precision (settings key "frozen-precision"). */
+typedef enum af_frozen_precision {
+    AF_PRECISION_AUTO = 0, /* the recipe's choice (auto recipe), else the base context's precision */
+    AF_PRECISION_F32 = 1,  /* f32 operands: the exact products */
+    AF_PRECISION_BF16 = 2  /* bfloat16 operands, f32 accumulation (AVX512_BF16) */
+} af_frozen_precision;
 
 /* af_trainer_opts.given bits. */
 enum {
@@ -151,8 +158,14 @@ typedef struct af_trainer_opts {
                                     run's context (microseconds the pool's threads spin between operations) */
     double memory_limit_mb;      /* 0: the machine's RAM, or the cgroup limit (memory.max) when lower; N: refuse
                                     to start when the estimated peak exceeds N MiB */
-    int bf16;                    /* 1: the run's context gets matmul_precision "bf16" (falls back to f32 with a
-                                    warning where the CPU lacks AVX512_BF16); 0: the base context's precision */
+    int bf16;                    /* 1: the same as frozen_precision AF_PRECISION_BF16 (transformers' `bf16`) */
+    af_frozen_precision frozen_precision; /* operands of the large products (the frozen weights, attention):
+                                    AF_PRECISION_AUTO (default): under AF_RECIPE_AUTO the recipe's choice (bf16
+                                    for classification where the CPU runs bf16 products and measures them
+                                    faster than f32, src/train/recipe.h), else the base context's precision;
+                                    F32: f32; BF16: matmul_precision "bf16" (falls back to f32 with a warning
+                                    where the CPU lacks AVX512_BF16). The LoRA path, gradients and optimizer
+                                    stay f32. Resolved by af_trainer_new (AUTO never remains). */
     const char *quantize;        /* NULL: the base context's; else af_ctx_params.quantize of the run's context
                                     ("nf4", "q8_0", "f16", "bf16", "none"), applied when it loads model_path
                                     (QLoRA: LoRA on an NF4 base) */

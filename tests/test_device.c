@@ -456,7 +456,7 @@ static void test_serve_device(void) {
 static void test_train_faults(void) {
     const char *train = "train -m @/tiny.gguf --train @/train.jsonl --val @/val.jsonl --batch 4 --grad-accum 2 "
                         "--lora-r 2 --lora-layers all --max-seq-len 16 --max-steps 6 --save-every 2 --eval-every 2 -t 1 "
-                        "--no-plot --overwrite --lora-dropout 0.1 --save-total-limit 0";
+                        "--no-plot --overwrite --lora-dropout 0.1 --save-total-limit 0 --frozen-precision f32";
     char *err = NULL;
     int rc = cli(NULL, NULL, &err, "%s -o @/cpu --device cpu", train);
     if (!CHECK(rc == 0, "cpu run: %d\n%s", rc, err)) return;

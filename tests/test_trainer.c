@@ -28,6 +28,7 @@
 #include "testlib.h"
 #include "tinymodel.c"
 
+#include "core/core.h"
 #include "kernels/quant.h"
 #include "train/optim.h"
 #include "train/trainer_internal.h"
@@ -881,6 +882,62 @@ static void test_cancel_progress(void) {
     CHECK(ps.eval_calls == 2, "progress: one evaluation (before and after) at step 2 (%d calls)", ps.eval_calls);
 }
 
+/* The frozen products' precision: the automatic recipe takes bf16 for classification where this CPU
+ * runs it faster (and says so), f32 elsewhere; --recipe fixed and an explicit f32 keep f32; --bf16 is
+ * the same as --frozen-precision bf16; contradictions and unknown words are refused. */
+static void test_cli_precision(void) {
+    const char *bin = getenv("AFINAR_BIN");
+    char abs[1024];
+    if (!bin || !realpath(bin, abs) || access(abs, X_OK) != 0) {
+        tl_skip("precision CLI checks: AFINAR_BIN not set or not executable (make test sets it)");
+        return;
+    }
+    const char *m = P_("tiny.gguf");
+    const char *runs[][2] = {{"", "p_auto"}, {"--recipe fixed", "p_fixed"}, {"--frozen-precision f32", "p_f32"},
+                             {"--frozen-precision bf16", "p_bf16"}, {"--bf16", "p_alias"}};
+    char *want_auto = NULL;
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        char log[600], rj[600];
+        snprintf(log, sizeof log, "%s/%s.log", g_dir, runs[r][1]);
+        snprintf(rj, sizeof rj, "%s/%s/run.json", g_dir, runs[r][1]);
+        int rc = sh("%s train -m %s --train %s --val %s --threads 1 --max-steps 2 %s -o %s/%s --no-plot > %s 2>&1", abs, m,
+                    P_("train.jsonl"), P_("val.jsonl"), runs[r][0], g_dir, runs[r][1], log);
+        char *lg = tl_read_file(log, NULL), *js = tl_read_file(rj, NULL);
+        const int bf = js && json_has(js, "frozen-precision", "\"bf16"), f32 = js && json_has(js, "frozen-precision", "\"f32");
+        if (r == 0) {
+            /* the recipe's choice is said with its reason, and recorded */
+            const int said_bf = lg && strstr(lg, "frozen products: bf16 (bf16 "),
+                      said_f32 = lg && strstr(lg, "frozen products: f32 (");
+            CHECK(rc == 0 && ((bf && said_bf) || (f32 && said_f32)) && (bf || !af_cpu()->avx512_bf16 || said_f32),
+                  "auto recipe: the frozen precision chosen and said (exit %d)\n%s\n%s", rc, lg ? lg : "", js ? js : "");
+            want_auto = bf ? "bf16" : "f32";
+        } else if (r <= 2) {
+            CHECK(rc == 0 && !bf && (f32 || r == 1) && lg && !strstr(lg, "frozen products:") &&
+                      !strstr(lg, "matmul precision bf16"),
+                  "%s: f32 products, nothing chosen (exit %d)\n%s",
+                  runs[r][0], rc, js ? js : "");
+        } else {
+            /* asked for: bf16 where the CPU runs it, else a warning and f32 */
+            CHECK(rc == 0 && ((af_cpu()->avx512_bf16 && bf) || (!bf && f32 && lg && strstr(lg, "training with f32 products"))),
+                  "%s: bf16 products or the warning (exit %d)\n%s\n%s", runs[r][0], rc, lg ? lg : "", js ? js : "");
+        }
+        free(lg), free(js);
+    }
+    int rc = sh("%s train -m %s --train %s --bf16 --frozen-precision f32 -o %s/p_bad > %s/p_bad.log 2>&1", abs, m,
+                P_("train.jsonl"), g_dir, g_dir);
+    char *lg = tl_read_file(P_("p_bad.log"), NULL);
+    CHECK(rc != 0 && lg && strstr(lg, "contradict"), "--bf16 with --frozen-precision f32: refused (exit %d)\n%s", rc,
+          lg ? lg : "");
+    free(lg);
+    rc = sh("%s train -m %s --train %s --frozen-precision int4 -o %s/p_bad2 > %s/p_bad2.log 2>&1", abs, m, P_("train.jsonl"),
+            g_dir, g_dir);
+    lg = tl_read_file(P_("p_bad2.log"), NULL);
+    CHECK(rc == 2 && lg && strstr(lg, "frozen-precision"), "--frozen-precision int4: refused naming the flag (exit %d)\n%s",
+          rc, lg ? lg : "");
+    free(lg);
+    printf("  (the auto recipe chose %s frozen products on this CPU)\n", want_auto ? want_auto : "?");
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/afinar_trainer_%ld", (long)getpid());
     if (!CHECK(mkdir(g_dir, 0777) == 0, "mkdir %s", g_dir)) return tl_finish("trainer");
@@ -898,6 +955,7 @@ int main(void) {
     test_variants();
     test_guard();
     test_cli();
+    test_cli_precision();
     test_cancel_progress();
     if (!tl_failed && !getenv("TL_KEEP")) sh("rm -rf %s", g_dir);
     else printf("test files kept in %s\n", g_dir);

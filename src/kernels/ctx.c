@@ -147,8 +147,8 @@ af_status af_ctx_open(const af_ctx_params *p, af_ctx **out, af_ctx_report *rep) 
         st = ctx_new_rep(&q, out, rep, &pick);
         if (st == AF_OK) {
             double f32 = 0, bf = 0; /* bf16 where it is slower: the caller says so with the figures */
-            if (af_ctx_measure_precision(*out, &f32, &bf) == AF_OK && bf > 0 && bf < f32) {
-                rep->bf16_slower = 1;
+            if (af_ctx_measure_precision(*out, &f32, &bf) == AF_OK && bf > 0) {
+                rep->bf16_slower = bf < f32;
                 rep->f32_gflops = f32;
                 rep->bf16_gflops = bf;
             }

@@ -85,7 +85,8 @@ typedef struct {
 } binding;
 
 _Static_assert(sizeof(af_task) == sizeof(int) && sizeof(af_sched) == sizeof(int) &&
-                   sizeof(af_recipe_kind) == sizeof(int) && sizeof(af_head_pooling) == sizeof(int),
+                   sizeof(af_recipe_kind) == sizeof(int) && sizeof(af_head_pooling) == sizeof(int) &&
+                   sizeof(af_frozen_precision) == sizeof(int),
                "FT_ENUM fields are stored as int");
 
 static const char *const w_task[] = {"classification", "causal-lm", "dpo", "orpo", NULL};
@@ -93,6 +94,7 @@ static const char *const w_loss_type[] = {"sigmoid", "ipo", NULL};
 static const char *const w_recipe[] = {"fixed", "auto", NULL};
 static const char *const w_pooling[] = {"mean", "last", NULL};
 static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
+static const char *const w_precision[] = {"auto", "f32", "bf16", NULL};
 static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora", NULL};
 
 #define G_DATA "model and data"
@@ -228,8 +230,11 @@ static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora
     X("device", TEXT, 0, 0, 0, "DEV", G_COMP, 0, F(device), FT_STR, NULL, 0, "cpu",                                 \
       "compute device: cpu, vulkan, vulkan:N, auto (a Vulkan device when present and the run fits it, else the "  \
       "CPU); 'afinar devices' lists them")                                                                         \
+    X("frozen-precision", TEXT, 0, 0, 0, "auto|f32|bf16", G_COMP, 0, F(frozen_precision), FT_ENUM, w_precision, 0, \
+      NULL, "operands of the frozen-weight and attention products (LoRA, gradients, optimizer: f32); auto: "      \
+      "the recipe's choice, bf16 for classification where this CPU runs it faster (AVX512_BF16)")                \
     X("bf16", BOOL, 0, 0, 0, NULL, G_COMP, 0, F(bf16), FT_BOOL, NULL, 0, NULL,                                      \
-      "bfloat16 operands, f32 accumulation in the large products (AVX512_BF16; ~1.4x faster)")                    \
+      "the same as --frozen-precision bf16 (bfloat16 operands, f32 accumulation; AVX512_BF16)")                   \
     X("quantize", TEXT, 0, 0, 0, "TYPE", G_COMP, 0, F(quantize), FT_STR, NULL, 0, "none",                          \
       "quantize the base model's f32/f16/bf16 projections at load: nf4 (QLoRA NormalFloat4, bitsandbytes-exact) " \
       "| q8_0 | f16 | bf16 | none")                                                                                \

@@ -290,10 +290,24 @@ static af_status resolve_layers(af_trainer *t) {
     return af_lora_parse_layers(lspec, n_layers, &t->layer_min, &t->layer_end);
 }
 
+/* Whether the automatic recipe asks for bf16 frozen products: frozen_precision auto (and no --bf16)
+ * under AF_RECIPE_AUTO, classification, on the CPU. Quality measured on the main job (BBC News, 3
+ * seeds: test accuracy within the f32 runs' spread, docs/RECIPE.md); causal-LM and preference runs
+ * keep f32 until their held-out quality is measured the same way. */
+static int recipe_wants_bf16(const af_trainer_opts *o, const af_ctx_params *p) {
+    return o->frozen_precision == AF_PRECISION_AUTO && !o->bf16 && o->recipe == AF_RECIPE_AUTO &&
+           o->task == AF_TASK_CLASSIFICATION && (!p->device || !strcmp(p->device, "cpu"));
+}
+
 /* The run's context t->ctx (af_ctx_open): the base (o->ctx, else the model's, else the defaults)
- * with o->threads, o->poll_us, o->quantize, o->device and o->bf16 applied. bf16 where the CPU has
- * no AVX512_BF16: a warning, and f32 products; device "auto": the device taken, on the log. */
-static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
+ * with o->threads, o->poll_us, o->quantize, o->device and the frozen products' precision applied;
+ * o->frozen_precision resolved (never AUTO afterwards; the recipe's choice marked as its origin).
+ * bf16 asked for where the CPU has no AVX512_BF16: a warning, and f32 products; the recipe's bf16
+ * where the CPU cannot run it or measures it slower than f32: f32, said in one line; device "auto":
+ * the device taken, on the log. */
+static af_status make_ctx(af_trainer *t, af_trainer_opts *o) {
+    if (o->bf16 && o->frozen_precision == AF_PRECISION_F32)
+        return af_fail(AF_ERR_INVALID_ARG, "--bf16 and --frozen-precision f32 contradict each other: give one");
     af_ctx_params p;
     const af_ctx *base = o->ctx ? o->ctx : o->model ? o->model->ctx : NULL;
     if (base) af_ctx_get_params(base, &p);
@@ -302,15 +316,35 @@ static af_status make_ctx(af_trainer *t, const af_trainer_opts *o) {
     if (o->poll_us >= 0) p.poll_us = o->poll_us;
     if (o->quantize) p.quantize = o->quantize;
     if (o->device) p.device = o->device;
-    if (o->bf16) p.matmul_precision = "bf16";
+    const int asked = o->bf16 || o->frozen_precision == AF_PRECISION_BF16, by_recipe = recipe_wants_bf16(o, &p);
+    if (asked || by_recipe) p.matmul_precision = "bf16";
+    else if (o->frozen_precision == AF_PRECISION_F32) p.matmul_precision = "f32";
     af_ctx_report rep;
     AF_TRY(af_ctx_open(&p, &t->ctx, &rep));
+    if (by_recipe && (rep.bf16_fallback || rep.bf16_slower)) { /* the recipe takes bf16 only where it helps */
+        af_ctx_free(t->ctx);
+        t->ctx = NULL;
+        p.matmul_precision = "f32";
+        AF_TRY(af_ctx_open(&p, &t->ctx, NULL));
+    }
+    o->frozen_precision = t->ctx->bf16 ? AF_PRECISION_BF16 : AF_PRECISION_F32;
+    const int32_t i = af_setting_index("frozen-precision"), ib = af_setting_index("bf16");
+    if (i >= 0 && by_recipe) o->origin[i] = AF_ORIGIN_RECIPE;
+    else if (i >= 0 && ib >= 0 && o->bf16) o->origin[i] = o->origin[ib]; /* --bf16: the alias's origin */
+    if (by_recipe && t->ctx->bf16) /* said in the recipe's report (af_tr_recipe_report) */
+        snprintf(t->why_precision, sizeof t->why_precision,
+                 "frozen products: bf16 (bf16 %.0f vs f32 %.0f GFLOP/s on this CPU, %d threads; --frozen-precision f32: "
+                 "exact f32 products)", rep.bf16_gflops, rep.f32_gflops, af_ctx_n_threads(t->ctx));
+    else if (by_recipe)
+        snprintf(t->why_precision, sizeof t->why_precision, "frozen products: f32 (%s)",
+                 rep.bf16_fallback ? "this CPU runs no bf16 products" : "bf16 measured slower than f32 on this CPU");
     if (!o->log) return AF_OK;
-    if (rep.bf16_slower)
-        fprintf(o->log, "warning: --bf16: bf16 products are slower than f32 on this CPU (measured %.0f vs %.0f "
-                        "GFLOP/s, %d threads); training with bf16 as asked, drop --bf16 to go faster\n",
+    if (asked && rep.bf16_slower)
+        fprintf(o->log, "warning: --frozen-precision bf16: bf16 products are slower than f32 on this CPU (measured "
+                        "%.0f vs %.0f GFLOP/s, %d threads); training with bf16 as asked, use f32 to go faster\n",
                 rep.bf16_gflops, rep.f32_gflops, af_ctx_n_threads(t->ctx));
-    if (rep.bf16_fallback) fprintf(o->log, "warning: --bf16: %s; training with f32 products\n", rep.bf16_why);
+    if (asked && rep.bf16_fallback)
+        fprintf(o->log, "warning: --frozen-precision bf16: %s; training with f32 products\n", rep.bf16_why);
     if (rep.device_line[0]) fprintf(o->log, "--device auto: %s\n", rep.device_line);
     return AF_OK;
 }

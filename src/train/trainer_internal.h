@@ -75,6 +75,7 @@ struct af_trainer {
     /* the automatic recipe (o.recipe == AF_RECIPE_AUTO; trainer_recipe.c) and the time budget */
     af_recipe recipe;
     int have_recipe;                   /* 1: recipe holds the choices applied to o */
+    char why_precision[240];           /* the recipe's frozen-product precision and why ("" when not its choice) */
     char *config_owned;                /* o->config_json with the recipe's choices added (owned) */
     const char *config_json;           /* the run's settings record: config_owned, else o->config_json */
     double t_created;                  /* af_time_sec() when af_trainer_new started (the time budget's start) */

@@ -300,6 +300,7 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
         fprintf(fp, "  compute: about %.2g FLOPs of the default budget %.2g (--time-budget MIN fits the run to minutes)\n",
                 r->cost_flops, r->budget_flops);
     if (r->gave_up[0]) fprintf(fp, "  given up to fit the budget: %s\n", r->gave_up);
+    if (t->why_precision[0]) fprintf(fp, "  %s\n", t->why_precision);
 }
 
 char *af_tr_recipe_json(const af_trainer *t) {
