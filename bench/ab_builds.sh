@@ -8,7 +8,8 @@
 #   e.g. bench/ab_builds.sh before=/tmp/old/build after=build
 #   env: MODEL (models/SmolLM2-135M-Instruct.Q4_1.gguf), THREADS (2), REPS (3), NDECODE (128),
 #        TRAIN_N (64 training lines of data/bbc/train.jsonl), TRAIN_STEPS (4; batch 8 x grad-accum 2,
-#        128 tokens, defaults otherwise), TRAIN_ARGS (extra train flags), OUT (stdout only when
+#        128 tokens, defaults otherwise; exact f32 products: `--frozen-precision f32` for a build
+#        that has the flag, unless TRAIN_ARGS names it), TRAIN_ARGS (extra train flags), OUT (stdout only when
 #        unset: the Markdown table; OUT=FILE also writes it there), WORK (/tmp/ab_builds)
 # Each BUILD_DIR needs BUILD_DIR/afinar. Nothing else should run meanwhile; the 1-minute load
 # average before and after is printed with the table. Medians over REPS.
@@ -28,12 +29,15 @@ die() { echo "$me: $*" >&2; exit 1; }
 [ $# -ge 1 ] || die "usage: bench/ab_builds.sh NAME=BUILD_DIR [NAME=BUILD_DIR ...]"
 [ -f "$MODEL" ] || die "model $MODEL missing (scripts/fetch_models.sh)"
 [ -f data/bbc/train.jsonl ] || die "data/bbc/train.jsonl missing (scripts/fetch_data.sh)"
-NAMES=(); BINS=()
+NAMES=(); BINS=(); PREC=()
 for a in "$@"; do
   n=${a%%=*}; b=${a#*=}
   [ "$n" != "$a" ] && [ -n "$n" ] || die "argument '$a': expected NAME=BUILD_DIR"
   [ -x "$b/afinar" ] || die "$b/afinar: not an executable (build it: make BUILD=$b cli)"
   NAMES+=("$n"); BINS+=("$(cd "$b" && pwd)/afinar")
+  # builds that choose the frozen products' precision: exact f32, as builds before the flag
+  if [[ "$TRAIN_ARGS" != *frozen-precision* ]] && "$b/afinar" train --help 2>&1 | grep -q -- --frozen-precision; then
+    PREC+=("--frozen-precision f32"); else PREC+=(""); fi
 done
 rm -rf "$WORK"; mkdir -p "$WORK/runs"
 head -n "$TRAIN_N" data/bbc/train.jsonl > "$WORK/train.jsonl"
@@ -57,7 +61,7 @@ for rep in $(seq 1 "$REPS"); do
     s=$(date +%s.%N)
     # shellcheck disable=SC2086
     "${BINS[i]}" train -m "$MODEL" --train "$WORK/train.jsonl" --labels data/bbc/labels.txt -o "$p.dir" \
-      --max-steps "$TRAIN_STEPS" --batch 8 --grad-accum 2 --max-seq-len 128 -t "$THREADS" $TRAIN_ARGS \
+      --max-steps "$TRAIN_STEPS" --batch 8 --grad-accum 2 --max-seq-len 128 -t "$THREADS" ${PREC[i]} $TRAIN_ARGS \
       > "$p.out" 2> "$p.err" || die "${NAMES[i]}: train failed: $(tail -3 "$p.err")"
     e=$(date +%s.%N)
     echo "$s $e" > "$p.time"
