@@ -275,6 +275,14 @@ def train_rows(R, work, parts):
             R.add("train", what, f"{a['samples_per_s']:.3f} samples/s", f"{p['samples_per_s']:.3f} samples/s",
                   a["samples_per_s"] / p["samples_per_s"], "train_vs_torch",
                   note=f"peak RSS {a['peak_rss_kib'] / 1024:.0f} vs {p['peak_rss_kib'] / 1024:.0f} MiB")
+            if prec == "bf16" and ok(g, "afinar-q4") and ok(g, "torch-f32"):
+                # what a user gets without flags: the automatic recipe takes bf16 frozen products for
+                # classification where they run faster than f32 (afinar train --frozen-precision auto)
+                d = a if a["samples_per_s"] > g["afinar-q4"]["samples_per_s"] else g["afinar-q4"]
+                R.add("train", f"classification training, afinar's default ({'bf16' if d is a else 'f32'} "
+                      f"products chosen by the recipe; {label}) vs PyTorch f32",
+                      f"{d['samples_per_s']:.3f} samples/s", f"{g['torch-f32']['samples_per_s']:.3f} samples/s",
+                      d["samples_per_s"] / g["torch-f32"]["samples_per_s"], "train_vs_torch")
             mk = "mfu_bf16" if prec == "bf16" else "mfu_f32"
             if a.get(mk) is not None:
                 R.add("train", f"classification training MFU {prec} ({label})", fmt(100 * a[mk], 0, "%"),
