@@ -23,10 +23,14 @@
  *   make build/bench/decode_agree
  *   build/bench/decode_agree MODEL.gguf [--tokens 1000] [--per-prompt 128] [--threads 1]
  *       [--kernel auto|avx512|avx2|scalar] [--data data/bbc/test.jsonl] [--json OUT.json]
+ *       [--int8-roles qkv,o,gateup,down,head,other | all]
+ * --int8-roles: the product classes of the int8 context that take int8 activations (kernels/ctx.h
+ * AF_INT8_*; default all), the others computed exact f32: which products cost the agreement.
  * Exit status: 0 (the figures are printed; meeting the targets is reported, not enforced), 1 on
  * a load / evaluation error, 2 on bad arguments.
  */
 #include "afinar.h"
+#include "kernels/ctx.h" /* af_ctx_set_int8_roles: mixed decode (a benchmark setting) */
 
 #include <cJSON.h>
 #include <math.h>
@@ -119,6 +123,28 @@ static char *bbc_line(FILE *f, const char *path, long want) {
     return out;
 }
 
+/* "qkv,o,..." or "all" -> AF_INT8_* bits; -1 for an unknown name. */
+static int parse_roles(const char *s) {
+    static const struct {
+        const char *name;
+        int bit;
+    } R[] = {{"qkv", AF_INT8_QKV}, {"o", AF_INT8_O}, {"gateup", AF_INT8_GATEUP}, {"down", AF_INT8_DOWN},
+             {"head", AF_INT8_HEAD}, {"other", AF_INT8_OTHER}, {"all", AF_INT8_ALL}};
+    int bits = 0;
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        int found = 0;
+        for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
+            if (strlen(R[i].name) == n && !strncmp(s, R[i].name, n)) {
+                bits |= R[i].bit;
+                found = 1;
+            }
+        if (!found) return -1;
+        s += n + (s[n] == ',');
+    }
+    return bits;
+}
+
 static int fail(const char *what) {
     fprintf(stderr, "decode_agree: %s: %s\n", what, af_last_error());
     return 1;
@@ -201,7 +227,7 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *data = "data/bbc/test.jsonl", *json = NULL, *kernel = NULL;
+    const char *model = NULL, *data = "data/bbc/test.jsonl", *json = NULL, *kernel = NULL, *roles_s = "all";
     long target = 1000, per_prompt = 128, threads = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -212,12 +238,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--kernel") && v) kernel = argv[++i];
         else if (!strcmp(a, "--data") && v) data = argv[++i];
         else if (!strcmp(a, "--json") && v) json = argv[++i];
+        else if (!strcmp(a, "--int8-roles") && v) roles_s = argv[++i];
         else if (a[0] != '-' && !model) model = a;
         else {
             fprintf(stderr, "usage: decode_agree MODEL [--tokens N] [--per-prompt N] [--threads N] [--kernel PATH] "
-                            "[--data FILE.jsonl] [--json OUT]\n");
+                            "[--data FILE.jsonl] [--json OUT] [--int8-roles LIST]\n");
             return 2;
         }
+    }
+    const int roles = parse_roles(roles_s);
+    if (roles < 0) {
+        fprintf(stderr, "decode_agree: --int8-roles %s: names are qkv, o, gateup, down, head, other, all\n", roles_s);
+        return 2;
     }
     if (!model || target < 1 || per_prompt < 1 || per_prompt > 4096 || threads < 0) {
         fprintf(stderr, "decode_agree: need a MODEL, --tokens >= 1, --per-prompt in 1..4096, --threads >= 0\n");
@@ -232,6 +264,7 @@ int main(int argc, char **argv) {
     if (af_ctx_new(&p, &ce) != AF_OK) return fail("exact context");
     p.int8_activations = 1;
     if (af_ctx_new(&p, &cq) != AF_OK) return fail("int8 context");
+    af_ctx_set_int8_roles(cq, roles);
     if (af_model_load(ce, model, &me) != AF_OK || af_model_load(cq, model, &mq) != AF_OK) return fail(model);
     FILE *f = fopen(data, "r");
     if (!f) {
@@ -269,8 +302,8 @@ int main(int argc, char **argv) {
     const double top1 = S.steps ? (double)S.agree / (double)S.steps : 0, mkl = S.steps ? S.kl_sum / (double)S.steps : 0;
     const double freep = S.free_tokens ? (double)S.free_prefix / (double)S.free_tokens : 0;
     const long dis = S.steps - S.agree;
-    printf("model %s (%s), kernel path %s, %ld threads\n", model, af_model_get_config(me)->architecture,
-           af_ctx_kernel_path(ce), threads);
+    printf("model %s (%s), kernel path %s, %ld threads, int8 products: %s\n", model,
+           af_model_get_config(me)->architecture, af_ctx_kernel_path(ce), threads, roles_s);
     printf("prompts: %ld chat + %ld BBC test headlines; %ld teacher-forced decode steps\n", chat, bbc, S.steps);
     printf("top-1 agreement: %.2f%% (%ld of %ld differ; exact-path margin at those: mean %.3f, max %.3f)\n",
            100 * top1, dis, S.steps, dis ? S.margin_sum / (double)dis : 0, S.margin_max);
@@ -288,10 +321,10 @@ int main(int argc, char **argv) {
             return 1;
         }
         fprintf(o,
-                "{\"model\": \"%s\", \"kernel\": \"%s\", \"threads\": %ld, \"prompts\": %ld, \"steps\": %ld, "
+                "{\"model\": \"%s\", \"kernel\": \"%s\", \"threads\": %ld, \"int8_roles\": \"%s\", \"prompts\": %ld, \"steps\": %ld, "
                 "\"top1\": %.6f, \"kl_mean\": %.6e, \"kl_max\": %.6e, \"kl_over_1e3\": %ld, \"free_prefix\": %.6f, "
                 "\"free_identical_prompts\": %ld}\n",
-                model, af_ctx_kernel_path(ce), threads, S.prompts, S.steps, top1, mkl, S.kl_max, S.kl_over, freep,
+                model, af_ctx_kernel_path(ce), threads, roles_s, S.prompts, S.steps, top1, mkl, S.kl_max, S.kl_over, freep,
                 S.free_full);
         if (fclose(o) != 0 || rename(tmp, json) != 0) {
             fprintf(stderr, "decode_agree: %s: cannot write\n", json);
