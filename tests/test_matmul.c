@@ -729,6 +729,87 @@ static void test_decode_rows(void) {
     free(wd);
 }
 
+/* ops.decode (int8 activations) of every SIMD path against the scalar int8 reference of the
+ * contract (matmul_internal.h): x quantized here per 32-block (d = max|x|/127, q = round(x/d)),
+ * y_ref[t, o] = sum_k W[o, k] * d_t(k) * q_t(k) in double with W from af_dequantize_row. The
+ * integer dot products are exact, so only f32 rounding of the scales and sums separates the
+ * kernel from the reference: |err| <= 1e-5 * sum_k |W d q| + 1e-6. Odd block counts (the 512-bit
+ * kernel's half pair), odd row ranges (its single-row tail), n = 1..4, both accumulate modes. */
+static void test_decode_int8_ref(void) {
+    enum { OUT = 37, NMAX = AF_MM_DECODE_N };
+    for (int p = 1; p < 3; p++) {
+        if (!path_ok[p]) continue;
+        tl_ctx_set(PATHS[p], -1, NULL, -1);
+        const af_mm_ops *ops = T_CTX->k->mm;
+        if (!ops->decode) continue;
+        double wmax = 0;
+        for (int ti = 0; ti < NTYPES; ti++) {
+            const uint32_t type = TYPES[ti];
+            const int64_t bs = (int64_t)af_type_block_size(type);
+            if (type == AF_TYPE_F32 || type == AF_TYPE_F16 || type == AF_TYPE_BF16 || type == AF_TYPE_NF4) continue;
+            const int64_t in = bs == 256 ? 768 : 416, nb32 = in / 32, nb16 = in / 16;
+            const int64_t rb = (int64_t)af_row_bytes(type, in);
+            float *wd = malloc(sizeof(float) * (size_t)(in * OUT)), *x = malloc(sizeof(float) * (size_t)(NMAX * in));
+            float *d = malloc(sizeof(float) * (size_t)(NMAX * nb32)), *sq = malloc(sizeof(float) * (size_t)(NMAX * nb16));
+            int8_t *q = malloc((size_t)(NMAX * in));
+            uint8_t *w = make_w(type, OUT, in, wd);
+            rand_vec(x, NMAX * in, 1.0f);
+            for (int64_t t = 0; t < NMAX; t++)
+                for (int64_t b = 0; b < nb32; b++) {
+                    float amax = 0;
+                    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[t * in + 32 * b + j]));
+                    const float db = amax / 127.f, id = amax > 0 ? 127.f / amax : 0.f;
+                    d[t * nb32 + b] = db;
+                    for (int g = 0; g < 2; g++) {
+                        int s = 0;
+                        for (int j = 16 * g; j < 16 * g + 16; j++) {
+                            int v = (int)roundf(x[t * in + 32 * b + j] * id);
+                            v = v > 127 ? 127 : v < -127 ? -127 : v;
+                            q[t * in + 32 * b + j] = (int8_t)v;
+                            s += v;
+                        }
+                        sq[t * nb16 + 2 * b + g] = db * (float)s;
+                    }
+                }
+            const af_mm_xq xq = {.q = q, .d = d, .sq = sq, .in = in, .nb32 = nb32, .nb16 = nb16};
+            for (int64_t n = 1; n <= NMAX; n++)
+                for (int acc = 0; acc < 2; acc++) {
+                    float y[NMAX * OUT], y0[NMAX * OUT];
+                    rand_vec(y0, NMAX * OUT, 1.0f);
+                    memcpy(y, y0, sizeof y);
+                    if (!CHECK(ops->decode(type, w, rb, 3, OUT, &xq, n, y, OUT, acc), "%s decode %s handled", PATHS[p],
+                               af_type_name(type)))
+                        break;
+                    int bad = 0;
+                    for (int64_t t = 0; t < n; t++)
+                        for (int64_t o = 0; o < OUT; o++) {
+                            double ref = 0, mag = 0;
+                            for (int64_t k = 0; k < in; k++) {
+                                double v = (double)wd[o * in + k] * d[t * nb32 + k / 32] * q[t * in + k];
+                                ref += v;
+                                mag += fabs(v);
+                            }
+                            if (o < 3) ref = 0; /* rows outside the range keep their value */
+                            if (acc || o < 3) ref += y0[t * OUT + o];
+                            double err = fabs((double)y[t * OUT + o] - ref), tol = 1e-5 * mag + 1e-6;
+                            if (err / tol > wmax) wmax = err / tol;
+                            bad += !(err <= tol);
+                        }
+                    CHECK(!bad, "%s int8 decode %s n=%lld acc=%d == scalar int8 reference (%d outputs off)", PATHS[p],
+                          af_type_name(type), (long long)n, acc, bad);
+                }
+            free(w);
+            free(wd);
+            free(x);
+            free(d);
+            free(sq);
+            free(q);
+        }
+        printf("%s int8 decode vs scalar int8 reference: wmax err/tol %.3f\n", PATHS[p], wmax);
+    }
+    tl_ctx_set("auto", -1, NULL, -1);
+}
+
 /* af_ctx: parameters checked once at creation, read back by the getters */
 static void test_ctx_api(void) {
     af_ctx *c = NULL;
@@ -776,5 +857,6 @@ int main(void) {
     test_ctx_api();
     test_parts();
     test_decode_rows();
+    test_decode_int8_ref();
     return tl_finish("test_matmul");
 }
