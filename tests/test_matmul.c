@@ -734,20 +734,21 @@ static void test_decode_rows(void) {
  * y_ref[t, o] = sum_k W[o, k] * d_t(k) * q_t(k) in double with W from af_dequantize_row. The
  * integer dot products are exact, so only f32 rounding of the scales and sums separates the
  * kernel from the reference: |err| <= 1e-5 * sum_k |W d q| + 1e-6. Odd block counts (the 512-bit
- * kernel's half pair), odd row ranges (its single-row tail), n = 1..4, both accumulate modes. */
+ * kernel's half pair), rows of <= and > 512 bytes (its paired and single-row passes), an odd row
+ * range (its single-row tail), n = 1..4, both accumulate modes. */
 static void test_decode_int8_ref(void) {
-    enum { OUT = 37, NMAX = AF_MM_DECODE_N };
+    enum { OUT = 37, O0 = 2, NMAX = AF_MM_DECODE_N };
     for (int p = 1; p < 3; p++) {
         if (!path_ok[p]) continue;
         tl_ctx_set(PATHS[p], -1, NULL, -1);
         const af_mm_ops *ops = T_CTX->k->mm;
         if (!ops->decode) continue;
         double wmax = 0;
-        for (int ti = 0; ti < NTYPES; ti++) {
-            const uint32_t type = TYPES[ti];
+        for (int tc = 0; tc < 2 * NTYPES; tc++) {
+            const uint32_t type = TYPES[tc / 2];
             const int64_t bs = (int64_t)af_type_block_size(type);
             if (type == AF_TYPE_F32 || type == AF_TYPE_F16 || type == AF_TYPE_BF16 || type == AF_TYPE_NF4) continue;
-            const int64_t in = bs == 256 ? 768 : 416, nb32 = in / 32, nb16 = in / 16;
+            const int64_t in = bs == 256 ? 768 * (1 + tc % 2) : tc % 2 ? 928 : 416, nb32 = in / 32, nb16 = in / 16;
             const int64_t rb = (int64_t)af_row_bytes(type, in);
             float *wd = malloc(sizeof(float) * (size_t)(in * OUT)), *x = malloc(sizeof(float) * (size_t)(NMAX * in));
             float *d = malloc(sizeof(float) * (size_t)(NMAX * nb32)), *sq = malloc(sizeof(float) * (size_t)(NMAX * nb16));
@@ -777,7 +778,7 @@ static void test_decode_int8_ref(void) {
                     float y[NMAX * OUT], y0[NMAX * OUT];
                     rand_vec(y0, NMAX * OUT, 1.0f);
                     memcpy(y, y0, sizeof y);
-                    if (!CHECK(ops->decode(type, w, rb, 3, OUT, &xq, n, y, OUT, acc), "%s decode %s handled", PATHS[p],
+                    if (!CHECK(ops->decode(type, w, rb, O0, OUT, &xq, n, y, OUT, acc), "%s decode %s handled", PATHS[p],
                                af_type_name(type)))
                         break;
                     int bad = 0;
@@ -789,14 +790,14 @@ static void test_decode_int8_ref(void) {
                                 ref += v;
                                 mag += fabs(v);
                             }
-                            if (o < 3) ref = 0; /* rows outside the range keep their value */
-                            if (acc || o < 3) ref += y0[t * OUT + o];
+                            if (o < O0) ref = 0; /* rows outside the range keep their value */
+                            if (acc || o < O0) ref += y0[t * OUT + o];
                             double err = fabs((double)y[t * OUT + o] - ref), tol = 1e-5 * mag + 1e-6;
                             if (err / tol > wmax) wmax = err / tol;
                             bad += !(err <= tol);
                         }
-                    CHECK(!bad, "%s int8 decode %s n=%lld acc=%d == scalar int8 reference (%d outputs off)", PATHS[p],
-                          af_type_name(type), (long long)n, acc, bad);
+                    CHECK(!bad, "%s int8 decode %s in=%lld n=%lld acc=%d == scalar int8 reference (%d outputs off)",
+                          PATHS[p], af_type_name(type), (long long)in, (long long)n, acc, bad);
                 }
             free(w);
             free(wd);

@@ -3,7 +3,7 @@
  *  - panel: 8 tokens x 32 outputs register tile (16 zmm accumulators), masked loads/stores at the
  *    right edge; x broadcast from memory, the packed panel P read as two zmm per k.
  *  - decode: integer dot products with AVX512-VNNI vpdpbusd (u8 weights x s8 activations -> i32):
- *    Q4_0 / Q4_1 / Q8_0 two 32-blocks per zmm, two rows per pass sharing each load of x, scales
+ *    Q4_0 / Q4_1 two 32-blocks per zmm, short rows in pairs sharing each load of x, scales
  *    applied per lane (decode512); the K-quants on 256-bit vectors with the unpacking of
  *    matmul_unpack.h; the AVX2 decode (vpmaddubsw) when the CPU lacks VNNI (af_mm_ops_avx512_novnni).
  *  - decode_f32 (the default decode, n <= 4): f32 activations; each weight row is dequantized in
@@ -378,7 +378,7 @@ static AF_MM_TARGET bool decode_f32_512(uint32_t type, const uint8_t *w, int64_t
 
 /* ---------------------------------------------------------------- int8 decode on 512-bit vectors */
 
-/* ops.decode for the 32-blocks Q4_0, Q4_1 and Q8_0 with two blocks A, B per zmm (vpdpbusd on 64
+/* ops.decode for the 32-blocks Q4_0 and Q4_1 with two blocks A, B per zmm (vpdpbusd on 64
  * bytes) and R rows per pass sharing each load of the quantized x (af_mm_xq). Per block pair and
  * (row, token): P = vpdpbusd(u, q) gives 16 int32 sums of 4 products (lanes 0-7 block A, 8-15
  * block B), then
@@ -387,16 +387,11 @@ static AF_MM_TARGET bool decode_f32_512(uint32_t type, const uint8_t *w, int64_t
  *                                   SX = d_x * sum of the 16 quants of each 16-group / 4 per lane,
  * so sum(acc + accm) = sum_k W[o,k] * d_x q_k (llama.cpp's Q8_0 activation scheme) up to f32
  * rounding, the same value as the 256-bit kernel of matmul_unpack.h (mm_dec_chunk) and the scalar
- * reference of tests/test_matmul.c. Q8_0 is signed x signed: |w| (u8) against q with w's sign. */
+ * reference of tests/test_matmul.c. */
 
-/* 64 weights of blocks A, B as bytes in value order: Q4_0/Q4_1 [A lo, A hi, B lo, B hi] nibbles
- * (u8), Q8_0 the int8 quants. `full` 0: block B absent (zeros). */
+/* 64 4-bit weights of blocks A, B as u8 in value order ([A lo, A hi, B lo, B hi] nibbles).
+ * `full` 0: block B absent (zeros). */
 AF_MM_INLINE __m512i dq_w64(uint32_t t, const uint8_t *a, const uint8_t *b, int full) {
-    if (t == AF_TYPE_Q8_0) {
-        __m256i wa = _mm256_loadu_si256((const __m256i *)(a + 2));
-        __m256i wb = full ? _mm256_loadu_si256((const __m256i *)(b + 2)) : _mm256_setzero_si256();
-        return _mm512_inserti64x4(_mm512_castsi256_si512(wa), wb, 1);
-    }
     const int o = t == AF_TYPE_Q4_1 ? 4 : 2;
     __m128i qa = _mm_loadu_si128((const __m128i *)(a + o));
     __m128i qb = full ? _mm_loadu_si128((const __m128i *)(b + o)) : _mm_setzero_si128();
@@ -406,7 +401,7 @@ AF_MM_INLINE __m512i dq_w64(uint32_t t, const uint8_t *a, const uint8_t *b, int 
     return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
 }
 
-/* Weight scale D and bias M per lane of a block pair (M only for Q4_0 / Q4_1). */
+/* Weight scale D and bias M per lane of a block pair (Q4_1: d and m; Q4_0: d and -8d). */
 AF_MM_INLINE void dq_dm(uint32_t t, const uint8_t *a, const uint8_t *b, int full, __m512 *D, __m512 *M) {
     const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __mmask16 k = full ? 0xFFFF : 0x00FF;
@@ -424,57 +419,54 @@ AF_MM_INLINE void dq_dm(uint32_t t, const uint8_t *a, const uint8_t *b, int full
     if (full) memcpy(&hb, b, 2);
     __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | (uint32_t)hb << 16))));
     *D = _mm512_maskz_permutexvar_ps(k, lo, f);
-    if (t == AF_TYPE_Q4_0) *M = _mm512_mul_ps(*D, _mm512_set1_ps(-8.f));
+    *M = _mm512_mul_ps(*D, _mm512_set1_ps(-8.f));
+}
+
+/* One block pair (kb, kb+1; only kb when full is 0) of rows o .. o+R-1 into acc / accm. */
+AF_MM_INLINE void dq_pair(uint32_t t, int R, int nt, int full, const uint8_t *w, int64_t rb, int64_t o, int64_t kb,
+                          const af_mm_xq *xq, __m512 acc[2][AF_MM_DECODE_N], __m512 accm[2][AF_MM_DECODE_N]) {
+    const int bb = mm_bb(t);
+    const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i g4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512i W[2];
+    __m512 D[2], M[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        const uint8_t *a = w + (o + r) * rb + kb * bb;
+        W[r] = dq_w64(t, a, a + bb, full);
+        dq_dm(t, a, a + bb, full, &D[r], &M[r]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nt; i++) {
+        const int8_t *xp = xq->q + i * xq->in + 32 * kb;
+        const float *dp = xq->d + i * xq->nb32 + kb;
+        __m512i X = full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xp);
+        __m128 d2 = full ? _mm_castpd_ps(_mm_load_sd((const double *)(const void *)dp)) : _mm_load_ss(dp);
+        __m512 DX = _mm512_permutexvar_ps(lo, _mm512_castps128_ps512(d2));
+        const float *sp = xq->sq + i * xq->nb16 + 2 * kb;
+        __m128 s4 = full ? _mm_loadu_ps(sp) : _mm_castpd_ps(_mm_load_sd((const double *)(const void *)sp));
+        __m512 SX = _mm512_mul_ps(_mm512_permutexvar_ps(g4, _mm512_castps128_ps512(s4)), _mm512_set1_ps(0.25f));
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            __m512i P = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[r], X);
+            acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P), DX), D[r], acc[r][i]);
+            accm[r][i] = _mm512_fmadd_ps(M[r], SX, accm[r][i]);
+        }
+    }
 }
 
 /* Rows o .. o+R-1 of y for nt tokens (t, R, nt compile-time constants after inlining). */
 AF_MM_INLINE void dq_rows(uint32_t t, int R, int nt, const uint8_t *w, int64_t rb, int64_t o,
                           const af_mm_xq *xq, float *y, int64_t ldy, int accumulate) {
-    const int bb = mm_bb(t), bias = t != AF_TYPE_Q8_0;
     const int64_t nblk = xq->nb32;
-    const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i g4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     __m512 acc[2][AF_MM_DECODE_N], accm[2][AF_MM_DECODE_N];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) acc[r][i] = accm[r][i] = _mm512_setzero_ps();
-    for (int64_t kb = 0; kb < nblk; kb += 2) {
-        const int full = kb + 1 < nblk;
-        __m512i W[2];
-        __m512 D[2], M[2];
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++) {
-            const uint8_t *a = w + (o + r) * rb + kb * bb;
-            W[r] = dq_w64(t, a, a + bb, full);
-            dq_dm(t, a, a + bb, full, &D[r], &M[r]);
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < nt; i++) {
-            const int8_t *xp = xq->q + i * xq->in + 32 * kb;
-            const float *dp = xq->d + i * xq->nb32 + kb;
-            __m512i X = full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xp);
-            __m128 d2 = full ? _mm_castpd_ps(_mm_load_sd((const double *)(const void *)dp)) : _mm_load_ss(dp);
-            __m512 DX = _mm512_permutexvar_ps(lo, _mm512_castps128_ps512(d2));
-            __m512 SX = _mm512_setzero_ps();
-            if (bias) {
-                const float *sp = xq->sq + i * xq->nb16 + 2 * kb;
-                __m128 s4 = full ? _mm_loadu_ps(sp) : _mm_castpd_ps(_mm_load_sd((const double *)(const void *)sp));
-                SX = _mm512_mul_ps(_mm512_permutexvar_ps(g4, _mm512_castps128_ps512(s4)), _mm512_set1_ps(0.25f));
-            }
-#pragma GCC unroll 2
-            for (int r = 0; r < R; r++) {
-                __m512i P;
-                if (t == AF_TYPE_Q8_0) {
-                    __m512i xs = _mm512_mask_sub_epi8(X, _mm512_movepi8_mask(W[r]), _mm512_setzero_si512(), X);
-                    P = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(W[r]), xs);
-                } else
-                    P = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[r], X);
-                acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P), DX), D[r], acc[r][i]);
-                if (bias) accm[r][i] = _mm512_fmadd_ps(M[r], SX, accm[r][i]);
-            }
-        }
-    }
+    int64_t kb = 0;
+    for (; kb + 2 <= nblk; kb += 2) dq_pair(t, R, nt, 1, w, rb, o, kb, xq, acc, accm);
+    if (kb < nblk) dq_pair(t, R, nt, 0, w, rb, o, kb, xq, acc, accm);
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -485,12 +477,17 @@ AF_MM_INLINE void dq_rows(uint32_t t, int R, int nt, const uint8_t *w, int64_t r
         }
 }
 
-/* Rows [o0, o1): pairs of rows, then a last single row. */
+/* Rows [o0, o1): short rows (<= 512 bytes) in pairs sharing each x load, then one at a time.
+ * Measured on a Zen 4 with W streaming from DRAM (bench_matmul AF_BENCH_COLD=1, 1 thread): pairs
+ * 14-17% faster than single rows for SmolLM2's 360-byte Q4_1 rows, 2x slower for its 960-byte
+ * down_proj rows (two streams a row apart defeat the hardware prefetcher; a software prefetch
+ * recovered only part of it). */
 AF_MM_INLINE void dq_n(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1,
                        const af_mm_xq *xq, float *y, int64_t ldy, int acc) {
     int64_t o = o0;
-    for (; o + 2 <= o1; o += 2) dq_rows(t, 2, nt, w, rb, o, xq, y, ldy, acc);
-    if (o < o1) dq_rows(t, 1, nt, w, rb, o, xq, y, ldy, acc);
+    if (rb <= 512)
+        for (; o + 2 <= o1; o += 2) dq_rows(t, 2, nt, w, rb, o, xq, y, ldy, acc);
+    for (; o < o1; o++) dq_rows(t, 1, nt, w, rb, o, xq, y, ldy, acc);
 }
 
 AF_MM_INLINE void dq_t(uint32_t t, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, const af_mm_xq *xq,
@@ -503,15 +500,16 @@ AF_MM_INLINE void dq_t(uint32_t t, const uint8_t *w, int64_t rb, int64_t o0, int
     }
 }
 
-/* ops.decode of the VNNI table: Q4_0, Q4_1, Q8_0 here, the other block types on the 256-bit
- * kernel of matmul_unpack.h (mm_decode). */
+/* ops.decode of the VNNI table: Q4_0 and Q4_1 here, the other block types on the 256-bit kernel of
+ * matmul_unpack.h (mm_decode). Q8_0 stays there: a 512-bit variant of this kernel (|w| against
+ * q with w's sign by mask) was measured no faster in cache and 1.6x slower on SmolLM2's 28 MiB
+ * LM head streaming from memory. */
 static AF_MM_TARGET bool decode512(uint32_t type, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1,
                                    const af_mm_xq *xq, int64_t n, float *y, int64_t ldy, int acc) {
     if (n < 1 || n > AF_MM_DECODE_N) return false;
     switch (type) {
     case AF_TYPE_Q4_0: dq_t(AF_TYPE_Q4_0, w, rb, o0, o1, xq, n, y, ldy, acc); return true;
     case AF_TYPE_Q4_1: dq_t(AF_TYPE_Q4_1, w, rb, o0, o1, xq, n, y, ldy, acc); return true;
-    case AF_TYPE_Q8_0: dq_t(AF_TYPE_Q8_0, w, rb, o0, o1, xq, n, y, ldy, acc); return true;
     default: return mm_decode(type, w, rb, o0, o1, xq, n, y, ldy, acc);
     }
 }
