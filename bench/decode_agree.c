@@ -23,9 +23,11 @@
  *   make build/bench/decode_agree
  *   build/bench/decode_agree MODEL.gguf [--tokens 1000] [--per-prompt 128] [--threads 1]
  *       [--kernel auto|avx512|avx2|scalar] [--data data/bbc/test.jsonl] [--json OUT.json]
- *       [--int8-roles qkv,o,gateup,down,head,other | all]
+ *       [--int8-roles qkv,o,gateup,down,head,other | all] [--int8-residual]
  * --int8-roles: the product classes of the int8 context that take int8 activations (kernels/ctx.h
  * AF_INT8_*; default all), the others computed exact f32: which products cost the agreement.
+ * --int8-residual: two-term activations x ~ d*q + d2*q2 (kernels/ctx.h int8_residual; products
+ * whose kernel lacks them run exact f32).
  * Exit status: 0 (the figures are printed; meeting the targets is reported, not enforced), 1 on
  * a load / evaluation error, 2 on bad arguments.
  */
@@ -37,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *CHAT_PROMPTS[] = {
     "What are three things to check before buying a used bicycle?",
@@ -56,7 +59,15 @@ typedef struct stats {
     double margin_max;
     long free_tokens, free_prefix; /* free-running: exact tokens compared, common prefix */
     long free_full;                 /* prompts whose whole generation matched */
+    double cpu_e, cpu_q;            /* process CPU seconds of the teacher-forced decode steps */
 } stats;
+
+/* Process CPU time in seconds (all threads). */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int32_t argmax(const float *x, int32_t n) {
     int32_t b = 0;
@@ -177,7 +188,13 @@ static int run_prompt(af_model *me, af_model *mq, const char *text, int per_prom
     int32_t cur = ids[n - 1];
     int ng = 0;
     for (int step = 0; step < per_prompt; step++) {
-        if (af_session_eval(se, &cur, 1, la, NULL) != AF_OK || af_session_eval(sq, &cur, 1, lb, NULL) != AF_OK) {
+        const double c0 = cpu_now();
+        af_status st = af_session_eval(se, &cur, 1, la, NULL);
+        const double c1 = cpu_now();
+        if (st == AF_OK) st = af_session_eval(sq, &cur, 1, lb, NULL);
+        S->cpu_e += c1 - c0;
+        S->cpu_q += cpu_now() - c1;
+        if (st != AF_OK) {
             rc = fail("decode");
             goto done;
         }
@@ -229,6 +246,7 @@ done:
 int main(int argc, char **argv) {
     const char *model = NULL, *data = "data/bbc/test.jsonl", *json = NULL, *kernel = NULL, *roles_s = "all";
     long target = 1000, per_prompt = 128, threads = 1;
+    int residual = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -239,10 +257,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--data") && v) data = argv[++i];
         else if (!strcmp(a, "--json") && v) json = argv[++i];
         else if (!strcmp(a, "--int8-roles") && v) roles_s = argv[++i];
+        else if (!strcmp(a, "--int8-residual")) residual = 1;
         else if (a[0] != '-' && !model) model = a;
         else {
             fprintf(stderr, "usage: decode_agree MODEL [--tokens N] [--per-prompt N] [--threads N] [--kernel PATH] "
-                            "[--data FILE.jsonl] [--json OUT] [--int8-roles LIST]\n");
+                            "[--data FILE.jsonl] [--json OUT] [--int8-roles LIST] [--int8-residual]\n");
             return 2;
         }
     }
@@ -265,6 +284,7 @@ int main(int argc, char **argv) {
     p.int8_activations = 1;
     if (af_ctx_new(&p, &cq) != AF_OK) return fail("int8 context");
     af_ctx_set_int8_roles(cq, roles);
+    af_ctx_set_int8_residual(cq, residual);
     if (af_model_load(ce, model, &me) != AF_OK || af_model_load(cq, model, &mq) != AF_OK) return fail(model);
     FILE *f = fopen(data, "r");
     if (!f) {
@@ -302,14 +322,18 @@ int main(int argc, char **argv) {
     const double top1 = S.steps ? (double)S.agree / (double)S.steps : 0, mkl = S.steps ? S.kl_sum / (double)S.steps : 0;
     const double freep = S.free_tokens ? (double)S.free_prefix / (double)S.free_tokens : 0;
     const long dis = S.steps - S.agree;
-    printf("model %s (%s), kernel path %s, %ld threads, int8 products: %s\n", model,
-           af_model_get_config(me)->architecture, af_ctx_kernel_path(ce), threads, roles_s);
+    printf("model %s (%s), kernel path %s, %ld threads, int8 products: %s%s\n", model,
+           af_model_get_config(me)->architecture, af_ctx_kernel_path(ce), threads, roles_s,
+           residual ? " (two-term residual)" : "");
     printf("prompts: %ld chat + %ld BBC test headlines; %ld teacher-forced decode steps\n", chat, bbc, S.steps);
     printf("top-1 agreement: %.2f%% (%ld of %ld differ; exact-path margin at those: mean %.3f, max %.3f)\n",
            100 * top1, dis, S.steps, dis ? S.margin_sum / (double)dis : 0, S.margin_max);
     printf("KL(p_f32 || p_int8) per token: mean %.3e, max %.3e, steps over 1e-3: %ld\n", mkl, S.kl_max, S.kl_over);
     printf("free-running greedy: %.2f%% of exact tokens in the common prefix; %ld of %ld prompts identical\n",
            100 * freep, S.free_full, S.prompts);
+    printf("CPU ms per decode step (interleaved, step by step): exact %.3f, int8 %.3f (%.2fx)\n",
+           1e3 * S.cpu_e / (double)(S.steps ? S.steps : 1), 1e3 * S.cpu_q / (double)(S.steps ? S.steps : 1),
+           S.cpu_q > 0 ? S.cpu_e / S.cpu_q : 0);
     printf("targets: top-1 >= 99%%: %s; mean KL <= 1e-3: %s\n", top1 >= 0.99 ? "met" : "missed",
            mkl <= 1e-3 ? "met" : "missed");
     if (json) {
@@ -321,11 +345,12 @@ int main(int argc, char **argv) {
             return 1;
         }
         fprintf(o,
-                "{\"model\": \"%s\", \"kernel\": \"%s\", \"threads\": %ld, \"int8_roles\": \"%s\", \"prompts\": %ld, \"steps\": %ld, "
+                "{\"model\": \"%s\", \"kernel\": \"%s\", \"threads\": %ld, \"int8_roles\": \"%s\", \"residual\": %d, \"prompts\": %ld, \"steps\": %ld, "
                 "\"top1\": %.6f, \"kl_mean\": %.6e, \"kl_max\": %.6e, \"kl_over_1e3\": %ld, \"free_prefix\": %.6f, "
-                "\"free_identical_prompts\": %ld}\n",
-                model, af_ctx_kernel_path(ce), threads, roles_s, S.prompts, S.steps, top1, mkl, S.kl_max, S.kl_over, freep,
-                S.free_full);
+                "\"free_identical_prompts\": %ld, \"cpu_ms_exact\": %.4f, \"cpu_ms_int8\": %.4f}\n",
+                model, af_ctx_kernel_path(ce), threads, roles_s, residual, S.prompts, S.steps, top1, mkl, S.kl_max, S.kl_over, freep,
+                S.free_full, 1e3 * S.cpu_e / (double)(S.steps ? S.steps : 1),
+                1e3 * S.cpu_q / (double)(S.steps ? S.steps : 1));
         if (fclose(o) != 0 || rename(tmp, json) != 0) {
             fprintf(stderr, "decode_agree: %s: cannot write\n", json);
             remove(tmp);
