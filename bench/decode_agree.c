@@ -11,7 +11,9 @@
  * whole vocabulary (softmax in double), and, where the top-1 differs, the exact path's margin
  * between its first and second logit. Then, for reference, the int8 session generates greedily on
  * its own from the prompt and the length of its common prefix with the exact tokens is counted
- * (free-running agreement: one early flip changes everything after it).
+ * (free-running agreement: one early flip changes everything after it). The process CPU time of
+ * each teacher-forced step is summed per context (the two alternate step by step, so machine
+ * load hits both alike): CPU ms per decode step, exact vs int8.
  *
  * Prompts (none used to tune any kernel): a few generic questions through the model's chat
  * template (af_chat_format), then the first line (the headline) of successive articles of a BBC
@@ -23,11 +25,9 @@
  *   make build/bench/decode_agree
  *   build/bench/decode_agree MODEL.gguf [--tokens 1000] [--per-prompt 128] [--threads 1]
  *       [--kernel auto|avx512|avx2|scalar] [--data data/bbc/test.jsonl] [--json OUT.json]
- *       [--int8-roles qkv,o,gateup,down,head,other | all] [--int8-residual]
+ *       [--int8-roles qkv,o,gateup,down,head,other | all]
  * --int8-roles: the product classes of the int8 context that take int8 activations (kernels/ctx.h
  * AF_INT8_*; default all), the others computed exact f32: which products cost the agreement.
- * --int8-residual: two-term activations x ~ d*q + d2*q2 (kernels/ctx.h int8_residual; products
- * whose kernel lacks them run exact f32).
  * Exit status: 0 (the figures are printed; meeting the targets is reported, not enforced), 1 on
  * a load / evaluation error, 2 on bad arguments.
  */
@@ -246,7 +246,6 @@ done:
 int main(int argc, char **argv) {
     const char *model = NULL, *data = "data/bbc/test.jsonl", *json = NULL, *kernel = NULL, *roles_s = "all";
     long target = 1000, per_prompt = 128, threads = 1;
-    int residual = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -257,11 +256,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--data") && v) data = argv[++i];
         else if (!strcmp(a, "--json") && v) json = argv[++i];
         else if (!strcmp(a, "--int8-roles") && v) roles_s = argv[++i];
-        else if (!strcmp(a, "--int8-residual")) residual = 1;
         else if (a[0] != '-' && !model) model = a;
         else {
             fprintf(stderr, "usage: decode_agree MODEL [--tokens N] [--per-prompt N] [--threads N] [--kernel PATH] "
-                            "[--data FILE.jsonl] [--json OUT] [--int8-roles LIST] [--int8-residual]\n");
+                            "[--data FILE.jsonl] [--json OUT] [--int8-roles LIST]\n");
             return 2;
         }
     }
@@ -284,7 +282,6 @@ int main(int argc, char **argv) {
     p.int8_activations = 1;
     if (af_ctx_new(&p, &cq) != AF_OK) return fail("int8 context");
     af_ctx_set_int8_roles(cq, roles);
-    af_ctx_set_int8_residual(cq, residual);
     if (af_model_load(ce, model, &me) != AF_OK || af_model_load(cq, model, &mq) != AF_OK) return fail(model);
     FILE *f = fopen(data, "r");
     if (!f) {
@@ -322,9 +319,8 @@ int main(int argc, char **argv) {
     const double top1 = S.steps ? (double)S.agree / (double)S.steps : 0, mkl = S.steps ? S.kl_sum / (double)S.steps : 0;
     const double freep = S.free_tokens ? (double)S.free_prefix / (double)S.free_tokens : 0;
     const long dis = S.steps - S.agree;
-    printf("model %s (%s), kernel path %s, %ld threads, int8 products: %s%s\n", model,
-           af_model_get_config(me)->architecture, af_ctx_kernel_path(ce), threads, roles_s,
-           residual ? " (two-term residual)" : "");
+    printf("model %s (%s), kernel path %s, %ld threads, int8 products: %s\n", model,
+           af_model_get_config(me)->architecture, af_ctx_kernel_path(ce), threads, roles_s);
     printf("prompts: %ld chat + %ld BBC test headlines; %ld teacher-forced decode steps\n", chat, bbc, S.steps);
     printf("top-1 agreement: %.2f%% (%ld of %ld differ; exact-path margin at those: mean %.3f, max %.3f)\n",
            100 * top1, dis, S.steps, dis ? S.margin_sum / (double)dis : 0, S.margin_max);
@@ -345,10 +341,10 @@ int main(int argc, char **argv) {
             return 1;
         }
         fprintf(o,
-                "{\"model\": \"%s\", \"kernel\": \"%s\", \"threads\": %ld, \"int8_roles\": \"%s\", \"residual\": %d, \"prompts\": %ld, \"steps\": %ld, "
+                "{\"model\": \"%s\", \"kernel\": \"%s\", \"threads\": %ld, \"int8_roles\": \"%s\", \"prompts\": %ld, \"steps\": %ld, "
                 "\"top1\": %.6f, \"kl_mean\": %.6e, \"kl_max\": %.6e, \"kl_over_1e3\": %ld, \"free_prefix\": %.6f, "
                 "\"free_identical_prompts\": %ld, \"cpu_ms_exact\": %.4f, \"cpu_ms_int8\": %.4f}\n",
-                model, af_ctx_kernel_path(ce), threads, roles_s, residual, S.prompts, S.steps, top1, mkl, S.kl_max, S.kl_over, freep,
+                model, af_ctx_kernel_path(ce), threads, roles_s, S.prompts, S.steps, top1, mkl, S.kl_max, S.kl_over, freep,
                 S.free_full, 1e3 * S.cpu_e / (double)(S.steps ? S.steps : 1),
                 1e3 * S.cpu_q / (double)(S.steps ? S.steps : 1));
         if (fclose(o) != 0 || rename(tmp, json) != 0) {

@@ -39,8 +39,6 @@ struct af_ctx {
     int decode_groups;            /* 0: af_matmul_xwt_parts runs each product as its own call */
     int int8_roles;               /* with int8_act: the product classes that take int8 activations
                                    * (AF_INT8_* bits; default AF_INT8_ALL), the others exact f32 */
-    int int8_residual;            /* with int8_act: 1 = two-term activations (matmul_internal.h
-                                   * af_mm_xq q2), products whose kernel lacks them exact f32 */
     size_t gp_max_b;              /* bytes of the largest packed B of gemm_packed.c; 0: its MAX_B
                                    * (64 MiB). Tests lower it (af_gp_set_max_b) */
     volatile int *interrupt;      /* af_ctx_set_interrupt (NULL: none) */
@@ -70,7 +68,5 @@ enum {
 /* Tests and benchmarks only: sets ctx->int8_roles (bits outside AF_INT8_ALL ignored) of a context no
  * kernel is using. */
 void af_ctx_set_int8_roles(af_ctx *ctx, int roles);
-/* Tests and benchmarks only: sets ctx->int8_residual (0 or 1) of a context no kernel is using. */
-void af_ctx_set_int8_residual(af_ctx *ctx, int on);
 
 #endif /* AF_KERNELS_CTX_H */

@@ -108,18 +108,8 @@ typedef struct mm_job {
 
 /* ---------------------------------------------------------------- activation quantization */
 
-/* x[n, in] -> af_mm_xq (see matmul_internal.h) with q, d, sq; then, when q->q2 is set, the
- * rounding error x - d*q into q2, d2, sq2 the same way (tmp: n*in floats). `in` is a multiple of 32. */
-static void quantize_x1(const float *x, int64_t n, int64_t in, int8_t *qq, float *qd, float *qs, const af_mm_xq *q);
-static void quantize_x(const float *x, int64_t n, int64_t in, af_mm_xq *q, float *tmp) {
-    quantize_x1(x, n, in, q->q, q->d, q->sq, q);
-    if (!q->q2) return;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t k = 0; k < in; k++) tmp[t * in + k] = x[t * in + k] - q->d[t * q->nb32 + k / 32] * (float)q->q[t * in + k];
-    quantize_x1(tmp, n, in, q->q2, q->d2, q->sq2, q);
-}
-
-static void quantize_x1(const float *x, int64_t n, int64_t in, int8_t *qq, float *qd, float *qs, const af_mm_xq *q) {
+/* x[n, in] -> af_mm_xq (see matmul_internal.h). `in` is a multiple of 32. */
+static void quantize_x(const float *x, int64_t n, int64_t in, af_mm_xq *q) {
     for (int64_t t = 0; t < n; t++) {
         for (int64_t b = 0; b < q->nb32; b++) {
             const float *xb = x + t * in + 32 * b;
@@ -129,7 +119,7 @@ static void quantize_x1(const float *x, int64_t n, int64_t in, int8_t *qq, float
                 if (a > amax) amax = a;
             }
             float d = amax / 127.f, id = amax > 0 ? 127.f / amax : 0.f;
-            int8_t *qb = qq + t * in + 32 * b;
+            int8_t *qb = q->q + t * in + 32 * b;
             for (int g = 0; g < 2; g++) {
                 int sq = 0;
                 for (int j = 16 * g; j < 16 * g + 16; j++) {
@@ -139,9 +129,9 @@ static void quantize_x1(const float *x, int64_t n, int64_t in, int8_t *qq, float
                     qb[j] = (int8_t)qi;
                     sq += qi;
                 }
-                qs[t * q->nb16 + 2 * b + g] = d * (float)sq;
+                q->sq[t * q->nb16 + 2 * b + g] = d * (float)sq;
             }
-            qd[t * q->nb32 + b] = d;
+            q->d[t * q->nb32 + b] = d;
         }
     }
 }
@@ -221,8 +211,7 @@ static void dec_job_run(void *va, int64_t b0, int64_t b1, int tid) {
  * type, else dequant + dot) and its block size. */
 static void dec_choose(const af_ctx *ctx, const af_mm_ops *ops, dec_part *P, int int8) {
     P->mode = DEC_DOT;
-    int8_t dummy = 0;
-    af_mm_xq probe = {.in = P->in, .nb32 = P->in / 32, .nb16 = P->in / 16, .q2 = ctx->int8_residual ? &dummy : NULL};
+    af_mm_xq probe = {.in = P->in, .nb32 = P->in / 32, .nb16 = P->in / 16};
     if (int8 && ctx->int8_act && !P->exact && ops->decode && is_block_type(P->type) &&
         ops->decode(P->type, P->w, P->rb, 0, 0, &probe, P->n, P->y, P->out, P->accumulate))
         P->mode = DEC_Q;
@@ -240,8 +229,7 @@ static void *dec_quantize(const af_ctx *ctx, const af_mm_ops *ops, dec_job *J) {
     for (int i = 0; i < J->np; i++) {
         const dec_part *P = &J->p[i];
         if (P->mode == DEC_Q) /* d, sq (floats), q (bytes), room to align the next */
-            bytes += ((size_t)(P->n * (P->in / 32 + P->in / 16)) * sizeof(float) + (size_t)(P->n * P->in) + 64) *
-                     (ctx->int8_residual ? 2 : 1) + (ctx->int8_residual ? (size_t)(P->n * P->in) * sizeof(float) + 64 : 0);
+            bytes += (size_t)(P->n * (P->in / 32 + P->in / 16)) * sizeof(float) + (size_t)(P->n * P->in) + 64;
     }
     if (!bytes) return NULL;
     uint8_t *mem = af_malloc_aligned(bytes), *at = mem;
@@ -268,18 +256,7 @@ static void *dec_quantize(const af_ctx *ctx, const af_mm_ops *ops, dec_job *J) {
         q->q = (int8_t *)(q->sq + P->n * q->nb16);
         at = (uint8_t *)(q->q + P->n * P->in);
         at += (64 - (uintptr_t)at % 64) % 64;
-        float *tmp = NULL;
-        if (ctx->int8_residual) { /* second term and the residual's scratch */
-            q->d2 = (float *)(void *)at;
-            q->sq2 = q->d2 + P->n * q->nb32;
-            q->q2 = (int8_t *)(q->sq2 + P->n * q->nb16);
-            at = (uint8_t *)(q->q2 + P->n * P->in);
-            at += (64 - (uintptr_t)at % 64) % 64;
-            tmp = (float *)(void *)at;
-            at = (uint8_t *)(tmp + P->n * P->in);
-            at += (64 - (uintptr_t)at % 64) % 64;
-        }
-        quantize_x(P->x, P->n, P->in, q, tmp);
+        quantize_x(P->x, P->n, P->in, q);
     }
     return mem;
 }

@@ -423,8 +423,8 @@ AF_MM_INLINE void dq_dm(uint32_t t, const uint8_t *a, const uint8_t *b, int full
 }
 
 /* One block pair (kb, kb+1; only kb when full is 0) of rows o .. o+R-1 into acc / accm. */
-AF_MM_INLINE void dq_pair(uint32_t t, int R, int nt, int full, int res, const uint8_t *w, int64_t rb, int64_t o,
-                          int64_t kb, const af_mm_xq *xq, __m512 acc[2][AF_MM_DECODE_N], __m512 accm[2][AF_MM_DECODE_N]) {
+AF_MM_INLINE void dq_pair(uint32_t t, int R, int nt, int full, const uint8_t *w, int64_t rb, int64_t o, int64_t kb,
+                          const af_mm_xq *xq, __m512 acc[2][AF_MM_DECODE_N], __m512 accm[2][AF_MM_DECODE_N]) {
     const int bb = mm_bb(t);
     const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i g4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
@@ -452,26 +452,11 @@ AF_MM_INLINE void dq_pair(uint32_t t, int R, int nt, int full, int res, const ui
             acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P), DX), D[r], acc[r][i]);
             accm[r][i] = _mm512_fmadd_ps(M[r], SX, accm[r][i]);
         }
-        if (res) { /* the second term: the same weights against the quantized residual */
-            const int8_t *xp2 = xq->q2 + i * xq->in + 32 * kb;
-            const float *dp2 = xq->d2 + i * xq->nb32 + kb, *sp2 = xq->sq2 + i * xq->nb16 + 2 * kb;
-            __m512i X2 = full ? _mm512_loadu_si512(xp2) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xp2);
-            __m128 e2 = full ? _mm_castpd_ps(_mm_load_sd((const double *)(const void *)dp2)) : _mm_load_ss(dp2);
-            __m512 DX2 = _mm512_permutexvar_ps(lo, _mm512_castps128_ps512(e2));
-            __m128 t4 = full ? _mm_loadu_ps(sp2) : _mm_castpd_ps(_mm_load_sd((const double *)(const void *)sp2));
-            __m512 SX2 = _mm512_mul_ps(_mm512_permutexvar_ps(g4, _mm512_castps128_ps512(t4)), _mm512_set1_ps(0.25f));
-#pragma GCC unroll 2
-            for (int r = 0; r < R; r++) {
-                __m512i P = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[r], X2);
-                acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(P), DX2), D[r], acc[r][i]);
-                accm[r][i] = _mm512_fmadd_ps(M[r], SX2, accm[r][i]);
-            }
-        }
     }
 }
 
 /* Rows o .. o+R-1 of y for nt tokens (t, R, nt compile-time constants after inlining). */
-AF_MM_INLINE void dq_rows(uint32_t t, int R, int nt, int res, const uint8_t *w, int64_t rb, int64_t o,
+AF_MM_INLINE void dq_rows(uint32_t t, int R, int nt, const uint8_t *w, int64_t rb, int64_t o,
                           const af_mm_xq *xq, float *y, int64_t ldy, int accumulate) {
     const int64_t nblk = xq->nb32;
     __m512 acc[2][AF_MM_DECODE_N], accm[2][AF_MM_DECODE_N];
@@ -480,8 +465,8 @@ AF_MM_INLINE void dq_rows(uint32_t t, int R, int nt, int res, const uint8_t *w, 
 #pragma GCC unroll 4
         for (int i = 0; i < nt; i++) acc[r][i] = accm[r][i] = _mm512_setzero_ps();
     int64_t kb = 0;
-    for (; kb + 2 <= nblk; kb += 2) dq_pair(t, R, nt, 1, res, w, rb, o, kb, xq, acc, accm);
-    if (kb < nblk) dq_pair(t, R, nt, 0, res, w, rb, o, kb, xq, acc, accm);
+    for (; kb + 2 <= nblk; kb += 2) dq_pair(t, R, nt, 1, w, rb, o, kb, xq, acc, accm);
+    if (kb < nblk) dq_pair(t, R, nt, 0, w, rb, o, kb, xq, acc, accm);
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -497,30 +482,21 @@ AF_MM_INLINE void dq_rows(uint32_t t, int R, int nt, int res, const uint8_t *w, 
  * 14-17% faster than single rows for SmolLM2's 360-byte Q4_1 rows, 2x slower for its 960-byte
  * down_proj rows (two streams a row apart defeat the hardware prefetcher; a software prefetch
  * recovered only part of it). */
-AF_MM_INLINE void dq_n(uint32_t t, int nt, int res, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1,
+AF_MM_INLINE void dq_n(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1,
                        const af_mm_xq *xq, float *y, int64_t ldy, int acc) {
     int64_t o = o0;
     if (rb <= 512)
-        for (; o + 2 <= o1; o += 2) dq_rows(t, 2, nt, res, w, rb, o, xq, y, ldy, acc);
-    for (; o < o1; o++) dq_rows(t, 1, nt, res, w, rb, o, xq, y, ldy, acc);
+        for (; o + 2 <= o1; o += 2) dq_rows(t, 2, nt, w, rb, o, xq, y, ldy, acc);
+    for (; o < o1; o++) dq_rows(t, 1, nt, w, rb, o, xq, y, ldy, acc);
 }
 
 AF_MM_INLINE void dq_t(uint32_t t, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, const af_mm_xq *xq,
                        int64_t n, float *y, int64_t ldy, int acc) {
-    if (xq->q2) { /* two-term activations: one token (decode of one sequence) */
-        for (int64_t i = 0; i < n; i++) {
-            const af_mm_xq xi = {.q = xq->q + i * xq->in, .d = xq->d + i * xq->nb32, .sq = xq->sq + i * xq->nb16,
-                                 .in = xq->in, .nb32 = xq->nb32, .nb16 = xq->nb16, .q2 = xq->q2 + i * xq->in,
-                                 .d2 = xq->d2 + i * xq->nb32, .sq2 = xq->sq2 + i * xq->nb16};
-            dq_n(t, 1, 1, w, rb, o0, o1, &xi, y + i * ldy, ldy, acc);
-        }
-        return;
-    }
     switch (n) {
-    case 1: dq_n(t, 1, 0, w, rb, o0, o1, xq, y, ldy, acc); break;
-    case 2: dq_n(t, 2, 0, w, rb, o0, o1, xq, y, ldy, acc); break;
-    case 3: dq_n(t, 3, 0, w, rb, o0, o1, xq, y, ldy, acc); break;
-    default: dq_n(t, 4, 0, w, rb, o0, o1, xq, y, ldy, acc); break;
+    case 1: dq_n(t, 1, w, rb, o0, o1, xq, y, ldy, acc); break;
+    case 2: dq_n(t, 2, w, rb, o0, o1, xq, y, ldy, acc); break;
+    case 3: dq_n(t, 3, w, rb, o0, o1, xq, y, ldy, acc); break;
+    default: dq_n(t, 4, w, rb, o0, o1, xq, y, ldy, acc); break;
     }
 }
 

@@ -36,16 +36,11 @@
  *   q[t*in + k]        = round(x[t, k] / d), clamped to [-127, 127]   (int8, never -128)
  *   sq[t*nb16 + g]     = d * sum of the 16 int8 q in group g             (for offsets and mins)
  * Error bound: |x - d*q| <= d/2 per element (plus f32 rounding), so
- * |y_int - y_exact| <= sum_k |W[o,k]| * d_block(k) / 2.
- * Residual (two-term) mode, q2 != NULL: the rounding error r = x - d*q is quantized the same way
- * into q2 / d2 / sq2 (d2 = max|r| / 127 <= d / 254) and the kernel adds the second product, so
- * x ~ d*q + d2*q2 with |error| <= d2/2 per element. A kernel without it returns false. */
+ * |y_int - y_exact| <= sum_k |W[o,k]| * d_block(k) / 2. */
 typedef struct af_mm_xq {
     int8_t *q;
     float *d, *sq;
     int64_t in, nb32, nb16;
-    int8_t *q2; /* NULL: one term */
-    float *d2, *sq2;
 } af_mm_xq;
 
 typedef struct af_mm_ops {
