@@ -697,6 +697,37 @@ static void test_parts(void) {
     free(x);
 }
 
+/* af_mm_part.exact (mixed decode, kernels/ctx.h int8_roles): under a context with int8
+ * activations, a part marked exact has the bits of the call under the same context without them,
+ * an unmarked part those of the int8 call (the two differ), grouped or each its own region. */
+static void test_parts_exact(void) {
+    enum { IN = 512, OUT = 96 };
+    float *wd = malloc(sizeof(float) * IN * OUT), x[2 * IN], ye[2 * OUT], yq[2 * OUT], y0[2 * OUT], y1[2 * OUT];
+    uint8_t *w = make_w(AF_TYPE_Q4_1, OUT, IN, wd);
+    rand_vec(x, 2 * IN, 1.0f);
+    for (int p = 1; p < 3; p++) {
+        if (!path_ok[p]) continue;
+        tl_ctx_set(PATHS[p], 2, NULL, 0);
+        af_matmul_xwt(T_CTX, ye, x, w, AF_TYPE_Q4_1, 2, IN, OUT, 0);
+        tl_ctx_set(NULL, -1, NULL, 1);
+        af_matmul_xwt(T_CTX, yq, x, w, AF_TYPE_Q4_1, 2, IN, OUT, 0);
+        CHECK(memcmp(ye, yq, sizeof ye) != 0, "%s: the int8 product differs from the exact one", PATHS[p]);
+        for (int groups = 0; groups < 2; groups++) {
+            af_ctx_set_hook(T_CTX, AF_CTX_DECODE_GROUPS, groups);
+            af_mm_part parts[2] = {{.y = y0, .x = x, .w = w, .type = AF_TYPE_Q4_1, .n = 2, .in = IN, .out = OUT, .exact = 1},
+                                   {.y = y1, .x = x, .w = w, .type = AF_TYPE_Q4_1, .n = 2, .in = IN, .out = OUT}};
+            af_matmul_xwt_parts(T_CTX, parts, 2);
+            CHECK(!memcmp(y0, ye, sizeof ye) && !memcmp(y1, yq, sizeof yq),
+                  "%s groups=%d: exact part == exact call, int8 part == int8 call (bitwise)", PATHS[p], groups);
+        }
+        af_ctx_set_hook(T_CTX, AF_CTX_DECODE_GROUPS, 1);
+        tl_ctx_set(NULL, -1, NULL, 0);
+    }
+    tl_ctx_set("auto", -1, NULL, -1);
+    free(w);
+    free(wd);
+}
+
 /* ops.decode_f32 of one token over a row range (rows in pairs sharing x on the AVX2 path) ==
  * the rows one call each (one row: the single-row kernel), bitwise, for every block type, odd and
  * even ranges and both accumulate modes. */
@@ -857,6 +888,7 @@ int main(void) {
     test_bf16();
     test_ctx_api();
     test_parts();
+    test_parts_exact();
     test_decode_rows();
     test_decode_int8_ref();
     return tl_finish("test_matmul");
