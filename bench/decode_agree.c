@@ -246,7 +246,6 @@ done:
 int main(int argc, char **argv) {
     const char *model = NULL, *data = "data/bbc/test.jsonl", *json = NULL, *kernel = NULL, *roles_s = "all";
     long target = 1000, per_prompt = 128, threads = 1;
-    int g16 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -257,7 +256,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--data") && v) data = argv[++i];
         else if (!strcmp(a, "--json") && v) json = argv[++i];
         else if (!strcmp(a, "--int8-roles") && v) roles_s = argv[++i];
-        else if (!strcmp(a, "--g16")) g16 = 1;
         else if (a[0] != '-' && !model) model = a;
         else {
             fprintf(stderr, "usage: decode_agree MODEL [--tokens N] [--per-prompt N] [--threads N] [--kernel PATH] "
@@ -284,7 +282,6 @@ int main(int argc, char **argv) {
     p.int8_activations = 1;
     if (af_ctx_new(&p, &cq) != AF_OK) return fail("int8 context");
     af_ctx_set_int8_roles(cq, roles);
-    af_ctx_set_int8_g16(cq, g16);
     if (af_model_load(ce, model, &me) != AF_OK || af_model_load(cq, model, &mq) != AF_OK) return fail(model);
     FILE *f = fopen(data, "r");
     if (!f) {

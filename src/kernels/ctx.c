@@ -225,7 +225,6 @@ void af_ctx_set_hook(af_ctx *ctx, af_ctx_hook hook, int on) {
 }
 
 void af_ctx_set_int8_roles(af_ctx *ctx, int roles) { ctx->int8_roles = roles & AF_INT8_ALL; }
-void af_ctx_set_int8_g16(af_ctx *ctx, int on) { ctx->int8_g16 = on != 0; }
 
 void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p) {
     af_ctx_params_default(p);

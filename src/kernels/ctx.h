@@ -37,7 +37,6 @@ struct af_ctx {
     int att_gemm;                 /* 0: attention of training sequences on the row kernels */
     int mlp_fused;                /* 0: the MLP ops of train_ops.h run their unfused sequence */
     int decode_groups;            /* 0: af_matmul_xwt_parts runs each product as its own call */
-    int int8_g16;                 /* experiment: activation scales per 16 values */
     int int8_roles;               /* with int8_act: the product classes that take int8 activations
                                    * (AF_INT8_* bits; default AF_INT8_ALL), the others exact f32 */
     size_t gp_max_b;              /* bytes of the largest packed B of gemm_packed.c; 0: its MAX_B
@@ -69,6 +68,5 @@ enum {
 /* Tests and benchmarks only: sets ctx->int8_roles (bits outside AF_INT8_ALL ignored) of a context no
  * kernel is using. */
 void af_ctx_set_int8_roles(af_ctx *ctx, int roles);
-void af_ctx_set_int8_g16(af_ctx *ctx, int on); /* experiment */
 
 #endif /* AF_KERNELS_CTX_H */

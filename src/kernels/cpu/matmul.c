@@ -39,7 +39,6 @@
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/quant.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,32 +108,8 @@ typedef struct mm_job {
 
 /* ---------------------------------------------------------------- activation quantization */
 
-static void quantize_x16(const float *x, int64_t n, int64_t in, af_mm_xq *q) {
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t g = 0; g < q->nb16; g++) {
-            const float *xb = x + t * in + 16 * g;
-            float amax = 0.f;
-            for (int j = 0; j < 16; j++) amax = fmaxf(amax, fabsf(xb[j]));
-            float d = amax / 127.f, id = amax > 0 ? 127.f / amax : 0.f;
-            int sq = 0;
-            for (int j = 0; j < 16; j++) {
-                float v = xb[j] * id;
-                int qi = (int)(v + (v >= 0 ? 0.5f : -0.5f));
-                qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
-                q->q[t * in + 16 * g + j] = (int8_t)qi;
-                sq += qi;
-            }
-            q->sq[t * q->nb16 + g] = d * (float)sq;
-            q->d16[t * q->nb16 + g] = d;
-        }
-}
-
 /* x[n, in] -> af_mm_xq (see matmul_internal.h). `in` is a multiple of 32. */
 static void quantize_x(const float *x, int64_t n, int64_t in, af_mm_xq *q) {
-    if (q->d16) {
-        quantize_x16(x, n, in, q);
-        return;
-    }
     for (int64_t t = 0; t < n; t++) {
         for (int64_t b = 0; b < q->nb32; b++) {
             const float *xb = x + t * in + 32 * b;
@@ -236,8 +211,7 @@ static void dec_job_run(void *va, int64_t b0, int64_t b1, int tid) {
  * type, else dequant + dot) and its block size. */
 static void dec_choose(const af_ctx *ctx, const af_mm_ops *ops, dec_part *P, int int8) {
     P->mode = DEC_DOT;
-    float dummy = 0;
-    af_mm_xq probe = {.in = P->in, .nb32 = P->in / 32, .nb16 = P->in / 16, .d16 = ctx->int8_g16 ? &dummy : NULL};
+    af_mm_xq probe = {.in = P->in, .nb32 = P->in / 32, .nb16 = P->in / 16};
     if (int8 && ctx->int8_act && !P->exact && ops->decode && is_block_type(P->type) &&
         ops->decode(P->type, P->w, P->rb, 0, 0, &probe, P->n, P->y, P->out, P->accumulate))
         P->mode = DEC_Q;
@@ -255,7 +229,7 @@ static void *dec_quantize(const af_ctx *ctx, const af_mm_ops *ops, dec_job *J) {
     for (int i = 0; i < J->np; i++) {
         const dec_part *P = &J->p[i];
         if (P->mode == DEC_Q) /* d, sq (floats), q (bytes), room to align the next */
-            bytes += (size_t)(P->n * (P->in / 32 + 2 * (P->in / 16))) * sizeof(float) + (size_t)(P->n * P->in) + 128;
+            bytes += (size_t)(P->n * (P->in / 32 + P->in / 16)) * sizeof(float) + (size_t)(P->n * P->in) + 64;
     }
     if (!bytes) return NULL;
     uint8_t *mem = af_malloc_aligned(bytes), *at = mem;
@@ -282,12 +256,6 @@ static void *dec_quantize(const af_ctx *ctx, const af_mm_ops *ops, dec_job *J) {
         q->q = (int8_t *)(q->sq + P->n * q->nb16);
         at = (uint8_t *)(q->q + P->n * P->in);
         at += (64 - (uintptr_t)at % 64) % 64;
-        q->d16 = NULL;
-        if (ctx->int8_g16) {
-            q->d16 = (float *)(void *)at;
-            at = (uint8_t *)(q->d16 + P->n * q->nb16);
-            at += (64 - (uintptr_t)at % 64) % 64;
-        }
         quantize_x(P->x, P->n, P->in, q);
     }
     return mem;

@@ -443,11 +443,6 @@ AF_MM_INLINE void dq_pair(uint32_t t, int R, int nt, int full, const uint8_t *w,
         __m512i X = full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xp);
         __m128 d2 = full ? _mm_castpd_ps(_mm_load_sd((const double *)(const void *)dp)) : _mm_load_ss(dp);
         __m512 DX = _mm512_permutexvar_ps(lo, _mm512_castps128_ps512(d2));
-        if (xq->d16) {
-            const float *d16 = xq->d16 + i * xq->nb16 + 2 * kb;
-            __m128 e4 = full ? _mm_loadu_ps(d16) : _mm_castpd_ps(_mm_load_sd((const double *)(const void *)d16));
-            DX = _mm512_permutexvar_ps(g4, _mm512_castps128_ps512(e4));
-        }
         const float *sp = xq->sq + i * xq->nb16 + 2 * kb;
         __m128 s4 = full ? _mm_loadu_ps(sp) : _mm_castpd_ps(_mm_load_sd((const double *)(const void *)sp));
         __m512 SX = _mm512_mul_ps(_mm512_permutexvar_ps(g4, _mm512_castps128_ps512(s4)), _mm512_set1_ps(0.25f));

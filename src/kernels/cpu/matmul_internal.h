@@ -41,7 +41,6 @@ typedef struct af_mm_xq {
     int8_t *q;
     float *d, *sq;
     int64_t in, nb32, nb16;
-    float *d16; /* experiment: per-16 scales (q quantized per 16 values; sq uses them); NULL: off */
 } af_mm_xq;
 
 typedef struct af_mm_ops {

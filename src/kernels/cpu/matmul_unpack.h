@@ -398,7 +398,7 @@ AF_MM_INLINE void mm_dec_n(uint32_t t, const uint8_t *w, int64_t rb, int64_t o0,
 static AF_MM_TARGET bool mm_decode(uint32_t type, const uint8_t *w, int64_t rb, int64_t o0,
                                    int64_t o1, const af_mm_xq *xq, int64_t n, float *y, int64_t ldy,
                                    int acc) {
-    if (!mm_is_quant(type) || n < 1 || n > AF_MM_DECODE_N || xq->d16) return false;
+    if (!mm_is_quant(type) || n < 1 || n > AF_MM_DECODE_N) return false;
     switch (type) {
 #define MM_DEC(T) case T: mm_dec_n(T, w, rb, o0, o1, xq, n, y, ldy, acc); break;
         MM_DEC(AF_TYPE_Q4_0) MM_DEC(AF_TYPE_Q4_1) MM_DEC(AF_TYPE_Q5_0) MM_DEC(AF_TYPE_Q5_1)
