@@ -441,10 +441,10 @@ AF_MM_INLINE void dq_pair(uint32_t t, int R, int nt, int full, const uint8_t *w,
         const int8_t *xp = xq->q + i * xq->in + 32 * kb;
         const float *dp = xq->d + i * xq->nb32 + kb;
         __m512i X = full ? _mm512_loadu_si512(xp) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xp);
-        __m128 d2 = full ? _mm_castpd_ps(_mm_load_sd((const double *)(const void *)dp)) : _mm_load_ss(dp);
+        __m128 d2 = full ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)dp)) : _mm_load_ss(dp);
         __m512 DX = _mm512_permutexvar_ps(lo, _mm512_castps128_ps512(d2));
         const float *sp = xq->sq + i * xq->nb16 + 2 * kb;
-        __m128 s4 = full ? _mm_loadu_ps(sp) : _mm_castpd_ps(_mm_load_sd((const double *)(const void *)sp));
+        __m128 s4 = full ? _mm_loadu_ps(sp) : _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)sp));
         __m512 SX = _mm512_mul_ps(_mm512_permutexvar_ps(g4, _mm512_castps128_ps512(s4)), _mm512_set1_ps(0.25f));
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
