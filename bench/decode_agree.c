@@ -274,26 +274,39 @@ int main(int argc, char **argv) {
     }
     af_ctx *ce = NULL, *cq = NULL;
     af_model *me = NULL, *mq = NULL;
+    FILE *f = NULL;
+    float *la = NULL, *lb = NULL;
+    int32_t *gen = NULL;
+    int rc = 1;
     af_ctx_params p;
     af_ctx_params_default(&p);
     p.n_threads = (int)threads;
     if (kernel) p.kernel_path = kernel;
-    if (af_ctx_new(&p, &ce) != AF_OK) return fail("exact context");
+    if (af_ctx_new(&p, &ce) != AF_OK) {
+        fail("exact context");
+        goto out;
+    }
     p.int8_activations = 1;
-    if (af_ctx_new(&p, &cq) != AF_OK) return fail("int8 context");
+    if (af_ctx_new(&p, &cq) != AF_OK) {
+        fail("int8 context");
+        goto out;
+    }
     af_ctx_set_int8_roles(cq, roles);
-    if (af_model_load(ce, model, &me) != AF_OK || af_model_load(cq, model, &mq) != AF_OK) return fail(model);
-    FILE *f = fopen(data, "r");
-    if (!f) {
+    if (af_model_load(ce, model, &me) != AF_OK || af_model_load(cq, model, &mq) != AF_OK) {
+        fail(model);
+        goto out;
+    }
+    if (!(f = fopen(data, "r"))) {
         fprintf(stderr, "decode_agree: %s: cannot open\n", data);
-        return 1;
+        goto out;
     }
     const int32_t V = af_model_get_config(me)->vocab_size;
-    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
-    int32_t *gen = malloc(sizeof(int32_t) * (size_t)per_prompt);
+    la = malloc(sizeof(float) * (size_t)V);
+    lb = malloc(sizeof(float) * (size_t)V);
+    gen = malloc(sizeof(int32_t) * (size_t)per_prompt);
     if (!la || !lb || !gen) {
         fprintf(stderr, "decode_agree: out of memory\n");
-        return 1;
+        goto out;
     }
     stats S;
     memset(&S, 0, sizeof S);
@@ -301,7 +314,10 @@ int main(int argc, char **argv) {
     for (int i = 0; S.steps < target; i++) {
         char *text = NULL;
         if (i < N_CHAT) {
-            if (af_chat_format(me, NULL, CHAT_PROMPTS[i], &text) != AF_OK) return fail("chat template");
+            if (af_chat_format(me, NULL, CHAT_PROMPTS[i], &text) != AF_OK) {
+                fail("chat template");
+                goto out;
+            }
             chat++;
         } else {
             text = bbc_line(f, data, bbc);
@@ -311,11 +327,10 @@ int main(int argc, char **argv) {
             }
             bbc++;
         }
-        int rc = run_prompt(me, mq, text, (int)per_prompt, &S, la, lb, gen);
+        const int bad = run_prompt(me, mq, text, (int)per_prompt, &S, la, lb, gen);
         free(text);
-        if (rc) return 1;
+        if (bad) goto out;
     }
-    fclose(f);
     const double top1 = S.steps ? (double)S.agree / (double)S.steps : 0, mkl = S.steps ? S.kl_sum / (double)S.steps : 0;
     const double freep = S.free_tokens ? (double)S.free_prefix / (double)S.free_tokens : 0;
     const long dis = S.steps - S.agree;
@@ -332,27 +347,38 @@ int main(int argc, char **argv) {
            S.cpu_q > 0 ? S.cpu_e / S.cpu_q : 0);
     printf("targets: top-1 >= 99%%: %s; mean KL <= 1e-3: %s\n", top1 >= 0.99 ? "met" : "missed",
            mkl <= 1e-3 ? "met" : "missed");
-    if (json) {
+    if (json) { /* written to json.tmp, then renamed */
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", model);
+        cJSON_AddStringToObject(o, "kernel", af_ctx_kernel_path(ce));
+        cJSON_AddNumberToObject(o, "threads", (double)threads);
+        cJSON_AddStringToObject(o, "int8_roles", roles_s);
+        cJSON_AddNumberToObject(o, "prompts", (double)S.prompts);
+        cJSON_AddNumberToObject(o, "steps", (double)S.steps);
+        cJSON_AddNumberToObject(o, "top1", top1);
+        cJSON_AddNumberToObject(o, "kl_mean", mkl);
+        cJSON_AddNumberToObject(o, "kl_max", S.kl_max);
+        cJSON_AddNumberToObject(o, "kl_over_1e3", (double)S.kl_over);
+        cJSON_AddNumberToObject(o, "free_prefix", freep);
+        cJSON_AddNumberToObject(o, "free_identical_prompts", (double)S.free_full);
+        cJSON_AddNumberToObject(o, "cpu_ms_exact", 1e3 * S.cpu_e / (double)(S.steps ? S.steps : 1));
+        cJSON_AddNumberToObject(o, "cpu_ms_int8", 1e3 * S.cpu_q / (double)(S.steps ? S.steps : 1));
+        char *txt = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
         char tmp[4096];
         snprintf(tmp, sizeof tmp, "%s.tmp", json);
-        FILE *o = fopen(tmp, "w");
-        if (!o) {
-            fprintf(stderr, "decode_agree: %s: cannot write\n", tmp);
-            return 1;
-        }
-        fprintf(o,
-                "{\"model\": \"%s\", \"kernel\": \"%s\", \"threads\": %ld, \"int8_roles\": \"%s\", \"prompts\": %ld, \"steps\": %ld, "
-                "\"top1\": %.6f, \"kl_mean\": %.6e, \"kl_max\": %.6e, \"kl_over_1e3\": %ld, \"free_prefix\": %.6f, "
-                "\"free_identical_prompts\": %ld, \"cpu_ms_exact\": %.4f, \"cpu_ms_int8\": %.4f}\n",
-                model, af_ctx_kernel_path(ce), threads, roles_s, S.prompts, S.steps, top1, mkl, S.kl_max, S.kl_over, freep,
-                S.free_full, 1e3 * S.cpu_e / (double)(S.steps ? S.steps : 1),
-                1e3 * S.cpu_q / (double)(S.steps ? S.steps : 1));
-        if (fclose(o) != 0 || rename(tmp, json) != 0) {
+        FILE *out = txt ? fopen(tmp, "w") : NULL;
+        const int ok = out && fprintf(out, "%s\n", txt) > 0;
+        free(txt);
+        if (!out || fclose(out) != 0 || !ok || rename(tmp, json) != 0) {
             fprintf(stderr, "decode_agree: %s: cannot write\n", json);
-            remove(tmp);
-            return 1;
+            if (out) remove(tmp);
+            goto out;
         }
     }
+    rc = 0;
+out:
+    if (f) fclose(f);
     free(la);
     free(lb);
     free(gen);
@@ -360,5 +386,5 @@ int main(int argc, char **argv) {
     af_model_free(mq);
     af_ctx_free(ce);
     af_ctx_free(cq);
-    return 0;
+    return rc;
 }
