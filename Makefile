@@ -297,3 +297,9 @@ $(BUILD)/bench/stream_read: bench/stream_read.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O2 -o $@ $< -lpthread
 bench: $(BUILD)/bench/stream_read
+
+# Agreement of the int8-activation decode with the exact one on held-out prompts
+# (bench/decode_agree.c, bench/decode_agreement.sh): make build/bench/decode_agree
+$(BUILD)/bench/decode_agree: bench/decode_agree.c $(BUILD)/libafinar.a $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libafinar.a $(LDLIBS)

@@ -641,6 +641,36 @@ static void test_groups(const af_model *m, const char *what) {
     free_adapter(&ad);
 }
 
+/* Mixed int8 decode (kernels/ctx.h int8_roles, a benchmark setting): with int8 activations on and
+ * no product class in int8_roles, every decode product is marked exact and the logits of a prompt
+ * and 3 decoded tokens equal those of the exact context bitwise; with all classes (the default)
+ * they differ (SIMD paths: the scalar path has no int8 decode), as with all classes but the head. */
+static void test_int8_roles(af_model *m, const char *what) {
+    af_ctx *ctx = (af_ctx *)m->ctx;
+    const int64_t V = m->cfg.vocab_size;
+    const int32_t prompt[5] = {1, 5, 9, 3, 7};
+    const int roles[3] = {AF_INT8_ALL, 0, AF_INT8_ALL & ~AF_INT8_HEAD};
+    float *ref = calloc((size_t)V * 4, sizeof(float)), *lg[3] = {ref + V, ref + 2 * V, ref + 3 * V};
+    for (int c = -1; c < 3; c++) {
+        float *out = c < 0 ? ref : lg[c];
+        ctx->int8_act = c >= 0;
+        af_ctx_set_int8_roles(ctx, c >= 0 ? roles[c] : AF_INT8_ALL);
+        af_session *s = NULL;
+        if (!CHECK(af_session_new(m, 32, &s) == AF_OK, "%s: session", what)) continue;
+        af_session_eval(s, prompt, 5, out, NULL);
+        for (int32_t k = 0; k < 3; k++) af_session_eval(s, &prompt[k], 1, out, NULL);
+        af_session_free(s);
+    }
+    ctx->int8_act = 0;
+    af_ctx_set_int8_roles(ctx, AF_INT8_ALL);
+    const size_t bytes = sizeof(float) * (size_t)V;
+    CHECK(!memcmp(lg[1], ref, bytes), "%s: int8 activations with no int8 product class == exact, bitwise", what);
+    if (ctx->path != AF_KPATH_SCALAR)
+        CHECK(memcmp(lg[0], ref, bytes) && memcmp(lg[2], ref, bytes),
+              "%s: int8 everywhere, and all but the head, differ from exact", what);
+    free(ref);
+}
+
 int main(void) {
     const char *archs[4] = {"llama", "gemma3", "qwen2", "qwen3"};
     for (int i = 0; i < 4; i++) {
@@ -654,6 +684,7 @@ int main(void) {
             test_batch_equals_alone(m, what, STEPS);
             test_groups(m, what);
             if (q == 1) test_keep_prefix(m, what, 0);
+            if (q == 1) test_int8_roles(m, what);
             if (q == 1) test_chunked_prefill(m, what);
             if (q == 1) test_lora_list(m, what);
             if (q == 1 && i < 2) test_file(m, what);

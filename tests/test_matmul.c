@@ -697,6 +697,37 @@ static void test_parts(void) {
     free(x);
 }
 
+/* af_mm_part.exact (mixed decode, kernels/ctx.h int8_roles): under a context with int8
+ * activations, a part marked exact has the bits of the call under the same context without them,
+ * an unmarked part those of the int8 call (the two differ), grouped or each its own region. */
+static void test_parts_exact(void) {
+    enum { IN = 512, OUT = 96 };
+    float *wd = malloc(sizeof(float) * IN * OUT), x[2 * IN], ye[2 * OUT], yq[2 * OUT], y0[2 * OUT], y1[2 * OUT];
+    uint8_t *w = make_w(AF_TYPE_Q4_1, OUT, IN, wd);
+    rand_vec(x, 2 * IN, 1.0f);
+    for (int p = 1; p < 3; p++) {
+        if (!path_ok[p]) continue;
+        tl_ctx_set(PATHS[p], 2, NULL, 0);
+        af_matmul_xwt(T_CTX, ye, x, w, AF_TYPE_Q4_1, 2, IN, OUT, 0);
+        tl_ctx_set(NULL, -1, NULL, 1);
+        af_matmul_xwt(T_CTX, yq, x, w, AF_TYPE_Q4_1, 2, IN, OUT, 0);
+        CHECK(memcmp(ye, yq, sizeof ye) != 0, "%s: the int8 product differs from the exact one", PATHS[p]);
+        for (int groups = 0; groups < 2; groups++) {
+            af_ctx_set_hook(T_CTX, AF_CTX_DECODE_GROUPS, groups);
+            af_mm_part parts[2] = {{.y = y0, .x = x, .w = w, .type = AF_TYPE_Q4_1, .n = 2, .in = IN, .out = OUT, .exact = 1},
+                                   {.y = y1, .x = x, .w = w, .type = AF_TYPE_Q4_1, .n = 2, .in = IN, .out = OUT}};
+            af_matmul_xwt_parts(T_CTX, parts, 2);
+            CHECK(!memcmp(y0, ye, sizeof ye) && !memcmp(y1, yq, sizeof yq),
+                  "%s groups=%d: exact part == exact call, int8 part == int8 call (bitwise)", PATHS[p], groups);
+        }
+        af_ctx_set_hook(T_CTX, AF_CTX_DECODE_GROUPS, 1);
+        tl_ctx_set(NULL, -1, NULL, 0);
+    }
+    tl_ctx_set("auto", -1, NULL, -1);
+    free(w);
+    free(wd);
+}
+
 /* ops.decode_f32 of one token over a row range (rows in pairs sharing x on the AVX2 path) ==
  * the rows one call each (one row: the single-row kernel), bitwise, for every block type, odd and
  * even ranges and both accumulate modes. */
@@ -727,6 +758,88 @@ static void test_decode_rows(void) {
     }
     tl_ctx_set("auto", -1, NULL, -1);
     free(wd);
+}
+
+/* ops.decode (int8 activations) of every SIMD path against the scalar int8 reference of the
+ * contract (matmul_internal.h): x quantized here per 32-block (d = max|x|/127, q = round(x/d)),
+ * y_ref[t, o] = sum_k W[o, k] * d_t(k) * q_t(k) in double with W from af_dequantize_row. The
+ * integer dot products are exact, so only f32 rounding of the scales and sums separates the
+ * kernel from the reference: |err| <= 1e-5 * sum_k |W d q| + 1e-6. Odd block counts (the 512-bit
+ * kernel's half pair), rows of <= and > 512 bytes (its paired and single-row passes), an odd row
+ * range (its single-row tail), n = 1..4, both accumulate modes. */
+static void test_decode_int8_ref(void) {
+    enum { OUT = 37, O0 = 2, NMAX = AF_MM_DECODE_N };
+    for (int p = 1; p < 3; p++) {
+        if (!path_ok[p]) continue;
+        tl_ctx_set(PATHS[p], -1, NULL, -1);
+        const af_mm_ops *ops = T_CTX->k->mm;
+        if (!ops->decode) continue;
+        double wmax = 0;
+        for (int tc = 0; tc < 2 * NTYPES; tc++) {
+            const uint32_t type = TYPES[tc / 2];
+            const int64_t bs = (int64_t)af_type_block_size(type);
+            if (type == AF_TYPE_F32 || type == AF_TYPE_F16 || type == AF_TYPE_BF16 || type == AF_TYPE_NF4) continue;
+            const int64_t in = bs == 256 ? 768 * (1 + tc % 2) : tc % 2 ? 928 : 416, nb32 = in / 32, nb16 = in / 16;
+            const int64_t rb = (int64_t)af_row_bytes(type, in);
+            float *wd = malloc(sizeof(float) * (size_t)(in * OUT)), *x = malloc(sizeof(float) * (size_t)(NMAX * in));
+            float *d = malloc(sizeof(float) * (size_t)(NMAX * nb32)), *sq = malloc(sizeof(float) * (size_t)(NMAX * nb16));
+            int8_t *q = malloc((size_t)(NMAX * in));
+            uint8_t *w = make_w(type, OUT, in, wd);
+            rand_vec(x, NMAX * in, 1.0f);
+            for (int64_t t = 0; t < NMAX; t++)
+                for (int64_t b = 0; b < nb32; b++) {
+                    float amax = 0;
+                    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[t * in + 32 * b + j]));
+                    const float db = amax / 127.f, id = amax > 0 ? 127.f / amax : 0.f;
+                    d[t * nb32 + b] = db;
+                    for (int g = 0; g < 2; g++) {
+                        int s = 0;
+                        for (int j = 16 * g; j < 16 * g + 16; j++) {
+                            int v = (int)roundf(x[t * in + 32 * b + j] * id);
+                            v = v > 127 ? 127 : v < -127 ? -127 : v;
+                            q[t * in + 32 * b + j] = (int8_t)v;
+                            s += v;
+                        }
+                        sq[t * nb16 + 2 * b + g] = db * (float)s;
+                    }
+                }
+            const af_mm_xq xq = {.q = q, .d = d, .sq = sq, .in = in, .nb32 = nb32, .nb16 = nb16};
+            for (int64_t n = 1; n <= NMAX; n++)
+                for (int acc = 0; acc < 2; acc++) {
+                    float y[NMAX * OUT], y0[NMAX * OUT];
+                    rand_vec(y0, NMAX * OUT, 1.0f);
+                    memcpy(y, y0, sizeof y);
+                    if (!CHECK(ops->decode(type, w, rb, O0, OUT, &xq, n, y, OUT, acc), "%s decode %s handled", PATHS[p],
+                               af_type_name(type)))
+                        break;
+                    int bad = 0;
+                    for (int64_t t = 0; t < n; t++)
+                        for (int64_t o = 0; o < OUT; o++) {
+                            double ref = 0, mag = 0;
+                            for (int64_t k = 0; k < in; k++) {
+                                double v = (double)wd[o * in + k] * d[t * nb32 + k / 32] * q[t * in + k];
+                                ref += v;
+                                mag += fabs(v);
+                            }
+                            if (o < O0) ref = 0; /* rows outside the range keep their value */
+                            if (acc || o < O0) ref += y0[t * OUT + o];
+                            double err = fabs((double)y[t * OUT + o] - ref), tol = 1e-5 * mag + 1e-6;
+                            if (err / tol > wmax) wmax = err / tol;
+                            bad += !(err <= tol);
+                        }
+                    CHECK(!bad, "%s int8 decode %s in=%lld n=%lld acc=%d == scalar int8 reference (%d outputs off)",
+                          PATHS[p], af_type_name(type), (long long)in, (long long)n, acc, bad);
+                }
+            free(w);
+            free(wd);
+            free(x);
+            free(d);
+            free(sq);
+            free(q);
+        }
+        printf("%s int8 decode vs scalar int8 reference: wmax err/tol %.3f\n", PATHS[p], wmax);
+    }
+    tl_ctx_set("auto", -1, NULL, -1);
 }
 
 /* af_ctx: parameters checked once at creation, read back by the getters */
@@ -775,6 +888,8 @@ int main(void) {
     test_bf16();
     test_ctx_api();
     test_parts();
+    test_parts_exact();
     test_decode_rows();
+    test_decode_int8_ref();
     return tl_finish("test_matmul");
 }

@@ -100,6 +100,7 @@ static af_status ctx_init(af_ctx *c, const af_ctx_params *p, af_ctx_report *rep,
     c->att_gemm = 1;
     c->mlp_fused = 1;
     c->decode_groups = 1;
+    c->int8_roles = AF_INT8_ALL;
     af_cpu_describe(c->desc, sizeof c->desc, c->path);
     return AF_OK;
 }
@@ -222,6 +223,8 @@ void af_ctx_set_hook(af_ctx *ctx, af_ctx_hook hook, int on) {
     else if (hook == AF_CTX_MLP_FUSED) ctx->mlp_fused = on != 0;
     else if (hook == AF_CTX_DECODE_GROUPS) ctx->decode_groups = on != 0;
 }
+
+void af_ctx_set_int8_roles(af_ctx *ctx, int roles) { ctx->int8_roles = roles & AF_INT8_ALL; }
 
 void af_ctx_get_params(const af_ctx *ctx, af_ctx_params *p) {
     af_ctx_params_default(p);

@@ -37,6 +37,8 @@ struct af_ctx {
     int att_gemm;                 /* 0: attention of training sequences on the row kernels */
     int mlp_fused;                /* 0: the MLP ops of train_ops.h run their unfused sequence */
     int decode_groups;            /* 0: af_matmul_xwt_parts runs each product as its own call */
+    int int8_roles;               /* with int8_act: the product classes that take int8 activations
+                                   * (AF_INT8_* bits; default AF_INT8_ALL), the others exact f32 */
     size_t gp_max_b;              /* bytes of the largest packed B of gemm_packed.c; 0: its MAX_B
                                    * (64 MiB). Tests lower it (af_gp_set_max_b) */
     volatile int *interrupt;      /* af_ctx_set_interrupt (NULL: none) */
@@ -50,5 +52,21 @@ const af_ctx *af_ctx_default(void);
 /* Tests and benchmarks only: switch a hook of a context that no kernel is using. */
 typedef enum af_ctx_hook { AF_CTX_FUSED_DECODE, AF_CTX_ATT_GEMM, AF_CTX_MLP_FUSED, AF_CTX_DECODE_GROUPS } af_ctx_hook;
 void af_ctx_set_hook(af_ctx *ctx, af_ctx_hook hook, int on);
+
+/* Product classes of a decode step (bits of ctx->int8_roles): which products take int8
+ * activations when the context has int8_act on (mixed-precision decode, measured by
+ * bench/decode_agree.c). The walk marks the other products exact (af_mm_part.exact). */
+enum {
+    AF_INT8_QKV = 1,    /* q, k, v projections */
+    AF_INT8_O = 2,      /* attention output projection */
+    AF_INT8_GATEUP = 4, /* MLP gate and up */
+    AF_INT8_DOWN = 8,   /* MLP down */
+    AF_INT8_HEAD = 16,  /* LM head */
+    AF_INT8_OTHER = 32, /* every other product (per-layer inputs, DoRA) */
+    AF_INT8_ALL = 63
+};
+/* Tests and benchmarks only: sets ctx->int8_roles (bits outside AF_INT8_ALL ignored) of a context no
+ * kernel is using. */
+void af_ctx_set_int8_roles(af_ctx *ctx, int roles);
 
 #endif /* AF_KERNELS_CTX_H */

@@ -29,10 +29,12 @@ typedef struct af_mm_part {
     const void *w;
     uint32_t type;
     int64_t n, in, out;
+    int exact; /* 1: exact f32 decode even when the context has int8 activations */
 } af_mm_part;
 
 /* The n_parts products parts[i] (y overwritten), each with exactly the bits af_matmul_xwt(ctx,
- * y, x, w, type, n, in, out, 0) gives it. Products in the decode regime (n <= 4 rows) run as one
+ * y, x, w, type, n, in, out, 0) gives it (a part with `exact` set: the bits that call gives under
+ * the same context without int8 activations). Products in the decode regime (n <= 4 rows) run as one
  * parallel region of the context's pool over their concatenated row blocks (16 products at most
  * per region; threads when their multiply-adds together reach the threshold a lone product has):
  * one fork-join instead of one per product, and products too small to split alone (k and v of a

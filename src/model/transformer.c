@@ -29,6 +29,8 @@
 #include "lora/dora.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,6 +222,25 @@ static void mm_blocks(const af_tf_run *R, int dyw, float *y, const float *x, con
 #define GROUP_PARTS 48
 #define GROUP_MAX 3
 
+/* 1 when the inference product of weight w stays exact f32 under int8 activations: its class
+ * (a layer's q/k/v, o, gate/up, down, or other, found from w's place in m->layers) is not in
+ * ctx->int8_roles (kernels/ctx.h; a benchmark setting, all classes by default). */
+static int int8_exact(const af_tf_run *R, const af_weight *w) {
+    const int roles = R->ctx->int8_roles;
+    if (!R->ctx->int8_act || roles == AF_INT8_ALL) return 0;
+    const uintptr_t a = (uintptr_t)w, b = (uintptr_t)R->m->layers;
+    int role = AF_INT8_OTHER;
+    if (a >= b && a < b + sizeof(af_layer) * (size_t)R->m->cfg.num_hidden_layers) {
+        const size_t off = (a - b) % sizeof(af_layer);
+        if (off == offsetof(af_layer, wq) || off == offsetof(af_layer, wk) || off == offsetof(af_layer, wv))
+            role = AF_INT8_QKV;
+        else if (off == offsetof(af_layer, wo)) role = AF_INT8_O;
+        else if (off == offsetof(af_layer, w_gate) || off == offsetof(af_layer, w_up)) role = AF_INT8_GATEUP;
+        else if (off == offsetof(af_layer, w_down)) role = AF_INT8_DOWN;
+    }
+    return !(roles & role);
+}
+
 /* Inference: y[k] [n, out_k] = x[n, in] · W[k]ᵀ for np products of one input, handed to the
  * backend together (matmul_xwt_parts: on the CPU one parallel region for the decode-sized ones).
  * Several sequences (af_tf_infer_forward_multi): short ones packed into decode-regime products of
@@ -243,7 +264,7 @@ static void mm_infer(const af_tf_run *R, int np, float *const *y, const float *x
             while (j < R->n_seq && R->seq[j].n > AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
         for (int k = 0; k < np; k++)
             parts[n_parts++] = (af_mm_part){.y = y[k] + r0 * w[k]->rows, .x = x + r0 * in, .w = wd[k], .type = type[k],
-                                            .n = rows, .in = in, .out = w[k]->rows};
+                                            .n = rows, .in = in, .out = w[k]->rows, .exact = int8_exact(R, w[k])};
         if (n_parts + np > GROUP_PARTS) {
             be->matmul_xwt_parts(R->ctx, parts, n_parts);
             n_parts = 0;

@@ -38,7 +38,12 @@ void af_lm_head_forward(const af_ctx *ctx, const af_model *m, float *logits, flo
     uint32_t type;
     const void *w = af_weight_dev(ctx, &m->output, &type);
     af_tf_final_norm(ctx, m, x, NULL, x, n);
-    be->matmul_xwt(ctx, logits, x, w, type, n, c->hidden_size, c->vocab_size, 0);
+    if (ctx->int8_act && !(ctx->int8_roles & AF_INT8_HEAD)) { /* mixed decode: the head exact f32 */
+        const af_mm_part part = {.y = logits, .x = x, .w = w, .type = type, .n = n, .in = c->hidden_size,
+                                 .out = c->vocab_size, .exact = 1};
+        be->matmul_xwt_parts(ctx, &part, 1);
+    } else
+        be->matmul_xwt(ctx, logits, x, w, type, n, c->hidden_size, c->vocab_size, 0);
     const float cap = m->desc.final_logit_softcap;
     if (cap > 0) be->softcap(ctx, logits, n * c->vocab_size, cap);
 }

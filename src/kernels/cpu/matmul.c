@@ -151,7 +151,7 @@ typedef struct dec_part {
     const float *x;
     const uint8_t *w;
     uint32_t type;
-    int mode, accumulate;
+    int mode, accumulate, exact; /* exact: never DEC_Q */
     int64_t n, in, out, rb, RB, b0, nb;
     af_mm_xq q; /* DEC_Q: x quantized (matmul_internal.h) */
 } dec_part;
@@ -212,7 +212,7 @@ static void dec_job_run(void *va, int64_t b0, int64_t b1, int tid) {
 static void dec_choose(const af_ctx *ctx, const af_mm_ops *ops, dec_part *P, int int8) {
     P->mode = DEC_DOT;
     af_mm_xq probe = {.in = P->in, .nb32 = P->in / 32, .nb16 = P->in / 16};
-    if (int8 && ctx->int8_act && ops->decode && is_block_type(P->type) &&
+    if (int8 && ctx->int8_act && !P->exact && ops->decode && is_block_type(P->type) &&
         ops->decode(P->type, P->w, P->rb, 0, 0, &probe, P->n, P->y, P->out, P->accumulate))
         P->mode = DEC_Q;
     else if (ctx->fused_decode && ops->decode_f32 &&
@@ -401,12 +401,18 @@ void af_matmul_xwt_parts(const af_ctx *ctx, const af_mm_part *parts, int n_parts
     for (int i = 0; i < n_parts; i++) {
         const af_mm_part *a = &parts[i];
         if (a->n <= 0 || a->out <= 0) continue;
-        if (a->n > AF_MM_DECODE_N || a->in <= 0 || !ctx->decode_groups) { /* a call of its own */
+        if (a->n > AF_MM_DECODE_N || a->in <= 0) { /* a call of its own */
             af_matmul_xwt(ctx, a->y, a->x, a->w, a->type, a->n, a->in, a->out, 0);
             continue;
         }
-        J.p[J.np++] = (dec_part){.y = a->y, .x = a->x, .w = (const uint8_t *)a->w, .type = a->type, .n = a->n,
-                                 .in = a->in, .out = a->out, .rb = (int64_t)af_row_bytes(a->type, a->in)};
+        const dec_part P = {.y = a->y, .x = a->x, .w = (const uint8_t *)a->w, .type = a->type, .n = a->n,
+                            .in = a->in, .out = a->out, .rb = (int64_t)af_row_bytes(a->type, a->in), .exact = a->exact};
+        if (!ctx->decode_groups) { /* a region of its own */
+            dec_job J1 = {.ops = ctx->k->mm, .np = 1, .p = {P}};
+            dec_run(ctx, &J1);
+            continue;
+        }
+        J.p[J.np++] = P;
         if (J.np == DEC_MAX) {
             dec_run(ctx, &J);
             J.np = 0;
