@@ -38,7 +38,9 @@ extern "C" {
 
 /* Learning-rate schedule after the linear warm-up (transformers get_*_schedule_with_warmup shapes,
  * with a floor lr_min): constant lr, cosine decay or linear decay from lr to lr_min. */
-typedef enum af_sched { AF_SCHED_CONSTANT = 0, AF_SCHED_COSINE = 1, AF_SCHED_LINEAR = 2 } af_sched;
+/* AF_SCHED_WSD: warmup-stable-decay, constant after the warm-up and a linear decay to lr_min over the last
+ * fifth of the steps (src/train/optim.h af_lr_at); the length may be re-planned at a plateau. */
+typedef enum af_sched { AF_SCHED_CONSTANT = 0, AF_SCHED_COSINE = 1, AF_SCHED_LINEAR = 2, AF_SCHED_WSD = 3 } af_sched;
 
 /* Diagnostics of a configuration against the data and published practice (af_trainer_diags). */
 typedef enum af_diag_severity { AF_DIAG_INFO = 0, AF_DIAG_WARN = 1, AF_DIAG_ERROR = 2 } af_diag_severity;
@@ -82,7 +84,10 @@ enum {
     AF_GIVEN_MAX_SEQ_LEN = 1u << 2,   /* max_seq_len */
     AF_GIVEN_LAYERS = 1u << 3,        /* lora_layers */
     AF_GIVEN_WARMUP = 1u << 4,        /* warmup_steps / warmup_ratio */
-    AF_GIVEN_EVAL_EVERY = 1u << 5     /* eval_every */
+    AF_GIVEN_EVAL_EVERY = 1u << 5,    /* eval_every */
+    AF_GIVEN_SCHEDULE = 1u << 6,      /* schedule */
+    AF_GIVEN_PATIENCE = 1u << 7,      /* patience */
+    AF_GIVEN_THRESHOLD = 1u << 8      /* early_stopping_threshold */
 };
 
 typedef struct af_trainer_opts {
@@ -137,6 +142,9 @@ typedef struct af_trainer_opts {
     int64_t eval_every;          /* 0: every epoch end; N: every N steps */
     int32_t eval_batch;          /* 0 -> batch */
     int32_t patience;            /* evaluations without macro-F1 improvement before stopping; 0 off */
+    double early_stopping_threshold; /* 0: an evaluation resets the patience count when its metric beats the best
+                                    so far by more than this (macro-F1; causal LM: eval loss, lower); best/
+                                    still follows any improvement (transformers' EarlyStoppingCallback) */
     int64_t save_every;          /* 0: at every evaluation (every epoch end without val); N: every N steps */
     int32_t save_total_limit;    /* 2: checkpoints kept (best/ and final/ are extra) */
     const char *output_dir;      /* required (default derived from `resume` when NULL) */
