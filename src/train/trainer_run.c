@@ -671,7 +671,7 @@ static af_status decide_and_save(loop *L, int last, int budget_end, int epoch_en
         AF_TRY(af_dist_bcast_i64(dec, 3, NULL));
         *stop = (af_stop_reason)dec[0];
         evaluated = (int)dec[1];
-        L->t->total = dec[2];
+        if (dec[2] != t->total) L->t->total = dec[2], L->plateau = 1;
     }
     const int save = o->save_every > 0 ? rs->step % o->save_every == 0 : (t->val ? evaluated : epoch_end);
     if (!(save || last || *stop != AF_STOP_DONE)) return AF_OK;
