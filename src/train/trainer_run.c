@@ -631,7 +631,7 @@ static af_status maybe_evaluate(loop *L, int last, int epoch_end, budget_clock *
         if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(L, st, "saving best/")) == AF_OK) *rewound = 1;
         if (st != AF_OK || *rewound) return st;
     }
-    if (o->patience > 0 && rs->bad_evals >= o->patience && !last && !L->plateau) {
+    if (o->patience > 0 && rs->bad_evals >= o->patience && !L->plateau) {
         const char *what = t->pref || t->lm ? "eval-loss" : "macro-F1";
         const int64_t was_total = t->total;
         char thr[48] = "";
