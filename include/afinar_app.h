@@ -194,8 +194,9 @@ typedef struct af_trainer_opts {
     /* ---- automatic recipe (rules and sources: src/train/recipe.h, README "Automatic recipe") ---- */
     af_recipe_kind recipe;       /* AF_RECIPE_FIXED (this struct's default: the fields as set) or AF_RECIPE_AUTO:
                                     choose epochs, class weights, max_seq_len, lora_layers, warm-up and eval_every
-                                    from the training data, except those marked in `given` (settings objects,
-                                    hence `afinar train`, default to auto) */
+                                    from the training data, and with validation data early stopping (patience,
+                                    early_stopping_threshold, schedule AF_SCHED_WSD), except those marked in
+                                    `given` (settings objects, hence `afinar train`, default to auto) */
     unsigned given;              /* AF_GIVEN_* bits: the recipe settings the caller set (kept as set) */
     double time_budget_min;      /* > 0: the run (setup, training, evaluations) should take at most this many
                                     minutes: with AF_RECIPE_AUTO the choices are fitted to it at a measured speed;
@@ -365,9 +366,10 @@ AF_API af_status af_train_settings_merge(af_train_settings *dst, const af_train_
 /* Fill `o`: af_trainer_opts_defaults(), recipe AF_RECIPE_AUTO (settings, hence the command line,
  * default to the automatic recipe; "recipe": "fixed" turns it off), then every key of `s` in order;
  * o->given marks the recipe's keys present in `s` ("epochs" / "max-steps" > 0, "class-weights",
- * "max-seq-len", "lora-layers", "warmup", "eval-every"). The strings of `o` are
+ * "max-seq-len", "lora-layers", "warmup", "eval-every", "schedule", "patience",
+ * "early-stopping-threshold"). The strings of `o` are
  * borrowed from `s` (valid while `s` lives and is not changed). "warmup" takes N steps, a fraction
- * F < 1 or P%; "pooling" mean | last; "schedule" constant | cosine | linear. With "max-steps" and
+ * F < 1 or P%; "pooling" mean | last; "schedule" constant | cosine | linear | wsd. With "max-steps" and
  * no "epochs", epochs is 0 (max-steps sets the length). "time-budget" is in minutes.
  * Errors: AF_ERR_INVALID_ARG (a value of the wrong type or out of its key's range, naming the flag
  * and the value; "val" with "val-split"; no epochs and no max-steps), AF_ERR_NOMEM. */
