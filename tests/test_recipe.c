@@ -391,10 +391,11 @@ static void test_plateau(void) {
     r = choose(&in);
     CHECK(r.early_stop && strstr(r.why_stop, "the given --schedule") && strstr(r.why_stop, "the given threshold"),
           "given schedule and threshold: %s", r.why_stop);
-    /* --eval-every given: its cadence, early stopping on; --max-steps given: today's 2 evaluations, off */
+    /* --eval-every given (also a resume's recorded one): the caller's cadence, no early stopping chosen;
+       --max-steps given: today's 2 evaluations, off */
     in.given = AF_RECIPE_GIVEN_EVAL_EVERY;
     r = choose(&in);
-    CHECK(r.early_stop && r.n_evals == 2 && r.evals_per_epoch == 0, "--eval-every given: %d evaluations, early stop %d",
+    CHECK(!r.early_stop && r.n_evals == 2 && r.evals_per_epoch == 0, "--eval-every given: %d evaluations, early stop %d",
           r.n_evals, r.early_stop);
     in.given = AF_RECIPE_GIVEN_LENGTH;
     in.max_steps = 500;

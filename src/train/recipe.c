@@ -261,8 +261,11 @@ static void rule_plateau(const af_recipe_in *in, af_recipe *r, choice *c) {
                      "2 per epoch would cost more than %.0f%% of the training), the best one kept",
                      (int)c->nev, EVALS_MIN, 100.0 * EVAL_SHARE);
     }
+    /* not with --eval-every given: the evaluations are the caller's (and a resume, whose recorded
+       eval-every reads as given, decides as the run it continues: its choices are recorded) */
+    if (g & AF_RECIPE_GIVEN_EVAL_EVERY) return;
     const int32_t pat = (g & AF_RECIPE_GIVEN_PATIENCE) ? in->patience : PATIENCE;
-    if (!(g & AF_RECIPE_GIVEN_EVAL_EVERY) && (c->E <= 0 || c->nev < pat + 2)) {
+    if (c->E <= 0 || c->nev < pat + 2) {
         snprintf(r->why_stop, sizeof r->why_stop, "no early stopping: %d evaluations%s", (int)c->nev,
                  c->E <= 0 ? " over the given --max-steps" : " leave no room for it");
         return;

@@ -42,8 +42,8 @@
  *     load_best_model_at_end with step evaluation; Prechelt 1998, "Early Stopping - But When?"].
  *     For early stopping, every quarter epoch (4 per epoch; 3 or 2 when the evaluations would cost more
  *     than a quarter of the training compute by af_recipe_eval_cost; never fewer than above).
- *   early stopping (with validation data, the epochs chosen or given, and at least patience + 2
- *     evaluations, or --eval-every given): patience 2 evaluations (half an epoch at quarter-epoch
+ *   early stopping (with validation data, the epochs chosen or given, --eval-every not given, and at
+ *     least patience + 2 evaluations): patience 2 evaluations (half an epoch at quarter-epoch
  *     evaluations) without a gain above the threshold: 1/n_val of macro-F1 (about one validation sample
  *     of a balanced set) or 0.005 nats of eval loss (causal LM, preference) [transformers'
  *     EarlyStoppingCallback early_stopping_patience / early_stopping_threshold; Prechelt 1998: stop
