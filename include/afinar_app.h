@@ -38,7 +38,9 @@ extern "C" {
 
 /* Learning-rate schedule after the linear warm-up (transformers get_*_schedule_with_warmup shapes,
  * with a floor lr_min): constant lr, cosine decay or linear decay from lr to lr_min. */
-typedef enum af_sched { AF_SCHED_CONSTANT = 0, AF_SCHED_COSINE = 1, AF_SCHED_LINEAR = 2 } af_sched;
+/* AF_SCHED_WSD: warmup-stable-decay, constant after the warm-up and a linear decay to lr_min over the last
+ * fifth of the steps (src/train/optim.h af_lr_at); the length may be re-planned at a plateau. */
+typedef enum af_sched { AF_SCHED_CONSTANT = 0, AF_SCHED_COSINE = 1, AF_SCHED_LINEAR = 2, AF_SCHED_WSD = 3 } af_sched;
 
 /* Diagnostics of a configuration against the data and published practice (af_trainer_diags). */
 typedef enum af_diag_severity { AF_DIAG_INFO = 0, AF_DIAG_WARN = 1, AF_DIAG_ERROR = 2 } af_diag_severity;
@@ -89,7 +91,10 @@ enum {
     AF_GIVEN_MAX_SEQ_LEN = 1u << 2,   /* max_seq_len */
     AF_GIVEN_LAYERS = 1u << 3,        /* lora_layers */
     AF_GIVEN_WARMUP = 1u << 4,        /* warmup_steps / warmup_ratio */
-    AF_GIVEN_EVAL_EVERY = 1u << 5     /* eval_every */
+    AF_GIVEN_EVAL_EVERY = 1u << 5,    /* eval_every */
+    AF_GIVEN_SCHEDULE = 1u << 6,      /* schedule */
+    AF_GIVEN_PATIENCE = 1u << 7,      /* patience */
+    AF_GIVEN_THRESHOLD = 1u << 8      /* early_stopping_threshold */
 };
 
 typedef struct af_trainer_opts {
@@ -144,6 +149,9 @@ typedef struct af_trainer_opts {
     int64_t eval_every;          /* 0: every epoch end; N: every N steps */
     int32_t eval_batch;          /* 0 -> batch */
     int32_t patience;            /* evaluations without macro-F1 improvement before stopping; 0 off */
+    double early_stopping_threshold; /* 0: an evaluation resets the patience count when its metric beats the best
+                                    so far by more than this (macro-F1; causal LM: eval loss, lower); best/
+                                    still follows any improvement (transformers' EarlyStoppingCallback) */
     int64_t save_every;          /* 0: at every evaluation (every epoch end without val); N: every N steps */
     int32_t save_total_limit;    /* 2: checkpoints kept (best/ and final/ are extra) */
     const char *output_dir;      /* required (default derived from `resume` when NULL) */
@@ -199,8 +207,9 @@ typedef struct af_trainer_opts {
     /* ---- automatic recipe (rules and sources: src/train/recipe.h, README "Automatic recipe") ---- */
     af_recipe_kind recipe;       /* AF_RECIPE_FIXED (this struct's default: the fields as set) or AF_RECIPE_AUTO:
                                     choose epochs, class weights, max_seq_len, lora_layers, warm-up and eval_every
-                                    from the training data, except those marked in `given` (settings objects,
-                                    hence `afinar train`, default to auto) */
+                                    from the training data, and with validation data early stopping (patience,
+                                    early_stopping_threshold, schedule AF_SCHED_WSD), except those marked in
+                                    `given` (settings objects, hence `afinar train`, default to auto) */
     unsigned given;              /* AF_GIVEN_* bits: the recipe settings the caller set (kept as set) */
     double time_budget_min;      /* > 0: the run (setup, training, evaluations) should take at most this many
                                     minutes: with AF_RECIPE_AUTO the choices are fitted to it at a measured speed;
@@ -370,9 +379,10 @@ AF_API af_status af_train_settings_merge(af_train_settings *dst, const af_train_
 /* Fill `o`: af_trainer_opts_defaults(), recipe AF_RECIPE_AUTO (settings, hence the command line,
  * default to the automatic recipe; "recipe": "fixed" turns it off), then every key of `s` in order;
  * o->given marks the recipe's keys present in `s` ("epochs" / "max-steps" > 0, "class-weights",
- * "max-seq-len", "lora-layers", "warmup", "eval-every"). The strings of `o` are
+ * "max-seq-len", "lora-layers", "warmup", "eval-every", "schedule", "patience",
+ * "early-stopping-threshold"). The strings of `o` are
  * borrowed from `s` (valid while `s` lives and is not changed). "warmup" takes N steps, a fraction
- * F < 1 or P%; "pooling" mean | last; "schedule" constant | cosine | linear. With "max-steps" and
+ * F < 1 or P%; "pooling" mean | last; "schedule" constant | cosine | linear | wsd. With "max-steps" and
  * no "epochs", epochs is 0 (max-steps sets the length). "time-budget" is in minutes.
  * Errors: AF_ERR_INVALID_ARG (a value of the wrong type or out of its key's range, naming the flag
  * and the value; "val" with "val-split"; no epochs and no max-steps), AF_ERR_NOMEM. */

@@ -263,7 +263,8 @@ static void test_yaml(void) {
                                    "warmup_ratio: 0.03\nlr_scheduler_type: constant_with_warmup\n"
                                    "eval_strategy: steps\neval_steps: 50\nsave_steps: 100\nseed: 3\n"
                                    "output_dir: out\nbias: none\ntask_type: CAUSAL_LM\ngradient_checkpointing: yes\n"
-                                   "completion_only_loss: false\nuse_rslora: False\n");
+                                   "completion_only_loss: false\nuse_rslora: False\n"
+                                   "early_stopping_patience: 3\nearly_stopping_threshold: 0.01\n");
     if (s) {
         has(s, "model", "m.gguf"), has(s, "train", "t.csv"), has(s, "val", "v.csv"), has(s, "lr", "2.0e-4");
         has(s, "epochs", "3"), has(s, "batch", "4"), has(s, "grad-accum", "8"), has(s, "max-seq-len", "512");
@@ -271,11 +272,14 @@ static void test_yaml(void) {
         has(s, "targets", "q_proj,v_proj,o_proj"), has(s, "warmup", "0.03"), has(s, "schedule", "constant");
         has(s, "eval-every", "50"), has(s, "save-every", "100"), has(s, "seed", "3"), has(s, "output", "out");
         has(s, "task", "causal-lm"), has(s, "loss-on", "all");
+        has(s, "patience", "3"), has(s, "early-stopping-threshold", "0.01");
         CHECK(!af_train_settings_get(s, "max-steps"), "max_steps -1 leaves max-steps unset");
         af_trainer_opts o;
         af_status st = af_train_settings_to_opts(s, &o);
         CHECK(st == AF_OK && o.checkpointing == 1 && o.use_rslora == 0 && o.lora_r == 8 && o.batch == 4 &&
-                  o.grad_accum == 8 && o.max_seq_len == 512 && o.task == AF_TASK_CAUSAL_LM,
+                  o.grad_accum == 8 && o.max_seq_len == 512 && o.task == AF_TASK_CAUSAL_LM && o.patience == 3 &&
+                  o.early_stopping_threshold == 0.01 && (o.given & AF_GIVEN_PATIENCE) && (o.given & AF_GIVEN_THRESHOLD) &&
+                  (o.given & AF_GIVEN_SCHEDULE),
               "to_opts: %s", st == AF_OK ? "values" : af_last_error());
         /* the round trip: JSON -> config.yaml -> the same settings */
         char *json = NULL;

@@ -14,6 +14,8 @@
  *    values do not overflow, NaN/Inf return a non-finite norm and leave G bit-identical.
  * 4. Schedules at the boundaries (step 0, warm-up end, first decay step, last step, past the end,
  *    warmup 0, total 1, warmup = total) and af_sched_parse.
+ * 5. warmup-stable-decay (wsd): warm-up, stable, the cool-down over the last fifth, and the length
+ *    whose cool-down starts at a given step (af_wsd_total_ending).
  */
 #include "train/optim.h"
 #include "testlib.h"
@@ -269,8 +271,34 @@ static void test_sched(void) {
     CHECK(af_sched_parse("cosine", &sc) == 0 && sc == AF_SCHED_COSINE, "parse cosine");
     CHECK(af_sched_parse("constant", &sc) == 0 && sc == AF_SCHED_CONSTANT, "parse constant");
     CHECK(af_sched_parse("linear", &sc) == 0 && sc == AF_SCHED_LINEAR, "parse linear");
+    CHECK(af_sched_parse("wsd", &sc) == 0 && sc == AF_SCHED_WSD, "parse wsd");
+    sc = AF_SCHED_LINEAR;
     CHECK(af_sched_parse("Cosine", &sc) == -1 && sc == AF_SCHED_LINEAR, "parse is case-sensitive, out untouched");
     CHECK(af_sched_parse("", &sc) == -1 && af_sched_parse(NULL, &sc) == -1, "parse empty/NULL");
+}
+
+/* warmup-stable-decay: warm-up, lr up to the last fifth, then linear to lr_min as transformers'
+ * get_wsd_schedule (decay_type "linear": the first decay step at lr, the last at lr_min + (lr −
+ * lr_min)/decay_steps); the length that starts the cool-down at a given step. */
+static void test_wsd(void) {
+    CHECK(af_wsd_decay_start(100) == 80 && af_wsd_decay_start(4) == 4 && af_wsd_decay_start(0) == 0,
+          "decay start: 80 of 100, none in 4 steps");
+    LR_EQ(af_lr_at(AF_SCHED_WSD, 1.0f, 0.0f, 1, 4, 100), 0.5, "wsd warm-up");
+    LR_EQ(af_lr_at(AF_SCHED_WSD, 1.0f, 0.0f, 50, 4, 100), 1.0, "wsd stable");
+    LR_EQ(af_lr_at(AF_SCHED_WSD, 1.0f, 0.0f, 79, 4, 100), 1.0, "wsd last stable step");
+    LR_EQ(af_lr_at(AF_SCHED_WSD, 1.0f, 0.0f, 80, 4, 100), 1.0, "wsd first decay step");
+    LR_EQ(af_lr_at(AF_SCHED_WSD, 1.0f, 0.0f, 90, 4, 100), 0.5, "wsd decay midpoint");
+    LR_EQ(af_lr_at(AF_SCHED_WSD, 1.0f, 0.1f, 99, 4, 100), 0.1 + 0.9 / 20, "wsd last step");
+    LR_EQ(af_lr_at(AF_SCHED_WSD, 1.0f, 0.1f, 500, 4, 100), (double)0.1f, "wsd past the end: lr_min");
+    LR_EQ(af_lr_at(AF_SCHED_WSD, 1.0f, 0.0f, 3, 4, 4), 1.0, "wsd: 4 steps have no cool-down");
+    int ok = 1;
+    for (int64_t s = 1; s < 5000; s++) {
+        const int64_t t = af_wsd_total_ending(s);
+        if (af_wsd_decay_start(t) != s || af_wsd_decay_start(t - 1) >= s || t < s) ok = 0;
+    }
+    CHECK(ok, "af_wsd_total_ending: the cool-down starts exactly at s, the shortest such length");
+    CHECK(af_wsd_total_ending(80) == 99 && af_wsd_total_ending(98) == 122 && af_wsd_total_ending(0) == 0,
+          "80 -> 99 (99 - 19), 98 -> %lld", (long long)af_wsd_total_ending(98));
 }
 
 int main(void) {
@@ -278,5 +306,6 @@ int main(void) {
     test_adamw_props();
     test_clip();
     test_sched();
+    test_wsd();
     return tl_finish("test_optim");
 }

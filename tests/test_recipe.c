@@ -3,7 +3,8 @@
  * epochs from the set's size (and the imbalance floor), class weights at the 5:1 boundary,
  * max_seq_len from the p95 length with its caps (512, the context, memory), the compute budget's
  * order of giving up and the layer growth, given values kept, causal-LM epochs from target tokens,
- * the cost model by hand, and the evaluation interval.
+ * the cost model by hand, and the evaluation interval; the evaluations' cost with the prefix cache, the
+ * early-stopping cadence, patience and threshold.
  */
 #include "testlib.h"
 #include "train/recipe.h"
@@ -322,8 +323,112 @@ static void test_eval_every(void) {
     in.n_val = 10;
     in.val_sorted_len = l;
     r = choose(&in);
-    CHECK(r.n_evals == 5 && r.epochs == 5, "5 epochs: 5 evaluations (got %d)", r.n_evals);
+    CHECK(r.n_evals == 20 && r.evals_per_epoch == 4 && r.epochs == 5, "5 epochs: 20 evaluations, 4 per epoch (got %d)",
+          r.n_evals);
     free(l);
+}
+
+/* The evaluation cost with and without the prefix cache, by hand. */
+static void test_eval_cost(void) {
+    int32_t *l = lengths(100, 200, 200), *vl = lengths(20, 300, 300);
+    int64_t c[2] = {50, 50};
+    af_recipe_in in = base(100, l, c, 2);
+    in.n_val = 20;
+    in.val_sorted_len = vl;
+    const double Tv = 20.0 * 128;
+    CHECK(fabs(af_recipe_eval_cost(&in, 128, 10, 5) - F_SMOL * Tv * (30 + 4 * 10)) < 1,
+          "cached: the first evaluation every layer, the next 4 the top 10");
+    CHECK(fabs(af_recipe_eval_cost(&in, 128, 30, 5) - F_SMOL * Tv * 30 * 5) < 1, "all layers adapted: no cache");
+    in.prefix_cache_bytes = 0;
+    CHECK(fabs(af_recipe_eval_cost(&in, 128, 10, 5) - F_SMOL * Tv * 30 * 5) < 1, "cache off: every layer");
+    in.prefix_cache_bytes = (int64_t)(100 * 128 + 20 * 128) * 576 * 4 - 1; /* one byte short */
+    CHECK(fabs(af_recipe_eval_cost(&in, 128, 10, 5) - F_SMOL * Tv * 30 * 5) < 1, "cache too small: every layer");
+    CHECK(af_recipe_eval_cost(&in, 128, 10, 0) == 0, "no evaluation: 0");
+    free(l), free(vl);
+}
+
+/* Early stopping at the plateau: the evaluation cadence (a quarter epoch, fewer when they would cost
+ * more than 25% of the training), patience 2, the threshold, and when it is off. */
+static void test_plateau(void) {
+    int32_t *l = lengths(1558, 443, 949), *vl = lengths(223, 465, 928), *big = lengths(300, 465, 928);
+    int64_t c[5] = {357, 270, 292, 358, 281};
+    af_recipe_in in = base(1558, l, c, 5);
+    in.n_val = 223;
+    in.val_sorted_len = vl;
+    in.budget_flops = 0; /* the default: BBC News' plan */
+    af_recipe r = choose(&in);
+    const double train = af_recipe_cost(&in, r.epochs, r.max_seq_len, r.layers, 0);
+    CHECK(r.epochs == 2 && r.layers == 10 && r.max_seq_len == 128 && r.n_evals == 8 && r.evals_per_epoch == 4 &&
+              r.eval_flops <= 0.25 * train && fabs(r.eval_flops - af_recipe_eval_cost(&in, 128, 10, 8)) < 1,
+          "BBC-like: 2 epochs, top 10, 8 evaluations (%d, %d per epoch, %.3g of %.3g)", r.n_evals, r.evals_per_epoch,
+          r.eval_flops, train);
+    CHECK(fabs(r.cost_flops - af_recipe_cost(&in, 2, 128, 10, 2)) < 1 && r.cost_flops <= r.budget_flops,
+          "the budget counts the 2 evaluations it always did (%g)", r.cost_flops);
+    CHECK(r.early_stop && r.patience == 2 && fabs(r.es_threshold - 1.0 / 223) < 1e-15 && strstr(r.why_stop, "wsd") &&
+              strstr(r.why_stop, "1/223"),
+          "early stopping: patience %d, threshold %g (%s)", r.patience, r.es_threshold, r.why_stop);
+    /* a validation set of 300 long samples: fewer evaluations per epoch, within the share */
+    in.n_val = 300;
+    in.val_sorted_len = big;
+    r = choose(&in);
+    const double tr2 = af_recipe_cost(&in, r.epochs, r.max_seq_len, r.layers, 0);
+    const int32_t more = (int32_t)ceil(r.epochs * (r.evals_per_epoch + 1));
+    CHECK(r.evals_per_epoch >= 2 && r.evals_per_epoch < 4 && r.n_evals == (int32_t)ceil(r.epochs * r.evals_per_epoch) &&
+              r.eval_flops <= 0.25 * tr2 && af_recipe_eval_cost(&in, r.max_seq_len, r.layers, more) > 0.25 * tr2,
+          "large validation set: %d per epoch is the most within 25%% (%d evaluations)", r.evals_per_epoch, r.n_evals);
+    in.n_val = 223;
+    in.val_sorted_len = vl;
+    /* the given patience is kept and decides whether there is room: 8 evaluations hold patience 6, not 7 */
+    in.given = AF_RECIPE_GIVEN_PATIENCE;
+    in.patience = 6;
+    r = choose(&in);
+    CHECK(r.early_stop && strstr(r.why_stop, "the given --patience"), "given patience 6: on (%s)", r.why_stop);
+    in.patience = 7;
+    r = choose(&in);
+    CHECK(!r.early_stop && strstr(r.why_stop, "no early stopping"), "given patience 7: off (%s)", r.why_stop);
+    /* a given schedule and threshold are named as given */
+    in.given = AF_RECIPE_GIVEN_SCHEDULE | AF_RECIPE_GIVEN_THRESHOLD;
+    r = choose(&in);
+    CHECK(r.early_stop && strstr(r.why_stop, "the given --schedule") && strstr(r.why_stop, "the given threshold"),
+          "given schedule and threshold: %s", r.why_stop);
+    /* --eval-every given (also a resume's recorded one): the caller's cadence, no early stopping chosen;
+       --max-steps given: today's 2 evaluations, off */
+    in.given = AF_RECIPE_GIVEN_EVAL_EVERY;
+    r = choose(&in);
+    CHECK(!r.early_stop && r.n_evals == 2 && r.evals_per_epoch == 0, "--eval-every given: %d evaluations, early stop %d",
+          r.n_evals, r.early_stop);
+    in.given = AF_RECIPE_GIVEN_LENGTH;
+    in.max_steps = 500;
+    in.epochs = 0;
+    r = choose(&in);
+    CHECK(!r.early_stop && r.n_evals == 2 && strstr(r.why_stop, "--max-steps"), "--max-steps given: off (%s)",
+          r.why_stop);
+    in.given = 0;
+    in.max_steps = 0;
+    in.epochs = 1;
+    /* a time budget that leaves one evaluation: off */
+    in.time_budget = 1;
+    in.budget_flops = 3e13;
+    r = choose(&in);
+    CHECK(r.n_evals == 1 && !r.early_stop && !r.why_stop[0], "time budget, 1 evaluation: no early stopping (%d)",
+          r.n_evals);
+    in.time_budget = 0;
+    in.budget_flops = 0;
+    /* causal LM: the threshold in nats of eval loss */
+    in.causal_lm = 1;
+    in.layers = 30;
+    in.n_targets = 400000;
+    in.n_val = 50; /* a small validation set: room for the evaluations */
+    r = choose(&in);
+    CHECK(r.early_stop && fabs(r.es_threshold - 0.005) < 1e-15 && strstr(r.why_stop, "nats"),
+          "causal LM: threshold %g (%s)", r.es_threshold, r.why_stop);
+    /* no validation data: nothing */
+    in.causal_lm = 0;
+    in.n_val = 0;
+    in.val_sorted_len = NULL;
+    r = choose(&in);
+    CHECK(!r.early_stop && r.n_evals == 0 && !r.why_stop[0], "no validation data: no early stopping");
+    free(l), free(vl), free(big);
 }
 
 static void test_invalid(void) {
@@ -345,6 +450,8 @@ int main(void) {
     test_causal_lm();
     test_lm_max_seq_len();
     test_eval_every();
+    test_eval_cost();
+    test_plateau();
     test_invalid();
     return tl_finish("test_recipe");
 }

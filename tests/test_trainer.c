@@ -679,6 +679,89 @@ static void test_cli_recipe(const char *abs, const char *m) {
     free(lg), free(tc), free(mj);
 }
 
+/* Early stopping at the plateau with the wsd schedule, all chosen by the automatic recipe (--epochs 20
+ * given: 60 steps of 3, 20 evaluations, every 3 steps): a threshold no gain can pass makes the 3rd
+ * evaluation (step 9, patience 2) the plateau; the run is re-planned to af_wsd_total_ending(9) = 11
+ * steps, the lr falls linearly over steps 10-11, the last evaluation is at step 11 and the run stops
+ * early, saved, best/ kept, the length recorded in train_config.json and run.json. A run interrupted
+ * after the decision (step 10) and resumed from its checkpoint through the settings (what `afinar
+ * train --resume` does) ends the same plan: the same 11 steps, per-step lines and final adapter. */
+static volatile int g_stop_flag;
+static void stop_at_10(void *user, const char *phase, int64_t done, int64_t total) {
+    (void)user, (void)total;
+    if (!strcmp(phase, "train") && done == 10) g_stop_flag = 1;
+}
+
+static af_status plateau_run(const char *out, const char *resume, af_train_hooks *h, char **res) {
+    af_train_settings *s = NULL;
+    af_status st = af_train_settings_new(&s);
+    const char *kv[][2] = {{"model", P_("tiny.gguf")}, {"train", P_("train.jsonl")}, {"val", P_("val.jsonl")},
+                           {"threads", "1"}, {"epochs", "20"}, {"lr", "0.02"},
+                           {"early-stopping-threshold", "2"}, {"max-seq-len", "64"}};
+    for (size_t i = 0; st == AF_OK && i < sizeof kv / sizeof *kv && !resume; i++) st = af_train_settings_set(s, kv[i][0], kv[i][1]);
+    if (st == AF_OK && out) st = af_train_settings_set(s, "output", out);
+    if (st == AF_OK && resume) st = af_train_settings_set(s, "resume", resume);
+    if (st == AF_OK) st = af_train_settings_set_bool(s, "plot", 0);
+    if (st == AF_OK) st = af_train_settings_run(s, h, 0, res);
+    af_train_settings_free(s);
+    return st;
+}
+
+static double step_lr(const char *out, int64_t step) {
+    char p[600], k[48];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    snprintf(k, sizeof k, "\"type\":\"train\",\"step\":%lld,", (long long)step);
+    char *b = tl_read_file(p, NULL);
+    const char *l = b ? strstr(b, k) : NULL;
+    const double v = l ? json_num(l, "lr") : NAN;
+    free(b);
+    return v;
+}
+
+static void test_plateau(void) {
+    CHECK(af_wsd_total_ending(9) == 11 && af_wsd_decay_start(11) == 9, "wsd: 11 steps cool down from step 9");
+    char *res = NULL;
+    af_train_hooks h = {getenv("TL_VERBOSE") ? 2 : -1, NULL, NULL, NULL, NULL};
+    af_status st = plateau_run(P_("plat_a"), NULL, &h, &res);
+    if (!CHECK(st == AF_OK && res, "plateau run: %s", af_last_error())) return;
+    CHECK(json_has(res, "stop", "\"early_stopping\"") && json_has(res, "steps_done", "11") &&
+              json_has(res, "total_steps", "11"),
+          "the plateau at step 9 ends the run after a cool-down at step 11: %s", res);
+    free(res);
+    const double lr = 0.02;
+    CHECK(fabs(step_lr(P_("plat_a"), 9) - lr) < 1e-9 && fabs(step_lr(P_("plat_a"), 10) - lr) < 1e-9 &&
+              fabs(step_lr(P_("plat_a"), 11) - 0.5 * lr) < 1e-8,
+          "wsd cool-down lr: %g %g %g", step_lr(P_("plat_a"), 9), step_lr(P_("plat_a"), 10), step_lr(P_("plat_a"), 11));
+    char *ev = last_eval_line(P_("plat_a"));
+    CHECK(ev && json_num(ev, "step") == 11, "the last evaluation at step 11: %s", ev ? ev : "(none)");
+    free(ev);
+    char *tc = tl_read_file(P_("plat_a/checkpoint-11/train_config.json"), NULL);
+    char *rj = tl_read_file(P_("plat_a/run.json"), NULL);
+    CHECK(tc && json_has(tc, "max-steps", "11") && json_has(tc, "schedule", "\"wsd\"") && json_has(tc, "patience", "2") &&
+              json_has(tc, "early-stopping-threshold", "\"2\"") && rj && json_has(rj, "total_steps", "11"),
+          "the plan recorded: %s", tc ? tc : "(none)");
+    free(tc), free(rj);
+    CHECK(exists(P_("plat_a/best/adapter_model.safetensors")) && exists(P_("plat_a/final/adapter_model.safetensors")),
+          "best/ and final/ after the early stop");
+    /* interrupted in the cool-down, resumed */
+    g_stop_flag = 0;
+    af_train_hooks hi = {h.log_fd, &g_stop_flag, NULL, stop_at_10, NULL};
+    st = plateau_run(P_("plat_b"), NULL, &hi, &res);
+    CHECK(st == AF_OK && res && json_has(res, "stop", "\"interrupted\"") && json_has(res, "steps_done", "10"),
+          "interrupted at step 10: %s %s", af_last_error(), res ? res : "");
+    free(res), res = NULL;
+    st = plateau_run(NULL, P_("plat_b"), &h, &res);
+    CHECK(st == AF_OK && res && json_has(res, "stop", "\"early_stopping\"") && json_has(res, "steps_done", "11"),
+          "resumed in the cool-down: %s %s", af_last_error(), res ? res : "");
+    free(res);
+    int n_cmp = 0;
+    CHECK(same_train_lines(P_("plat_a/metrics.jsonl"), P_("plat_b/metrics.jsonl"), 0, &n_cmp) && n_cmp == 11,
+          "per-step lines of the resumed plateau run differ (%d compared)", n_cmp);
+    CHECK(files_equal(P_("plat_a/final/adapter_model.safetensors"), P_("plat_b/final/adapter_model.safetensors")) &&
+              files_equal(P_("plat_a/best/adapter_model.safetensors"), P_("plat_b/best/adapter_model.safetensors")),
+          "final/ or best/ of the resumed plateau run differ");
+}
+
 static void test_cli(void) {
     const char *bin = getenv("AFINAR_BIN");
     char abs[1024];
@@ -954,6 +1037,7 @@ int main(void) {
     test_bad_input();
     test_variants();
     test_guard();
+    test_plateau();
     test_cli();
     test_cli_precision();
     test_cancel_progress();

@@ -40,6 +40,7 @@ TRL_NAMES = {
     "logging_steps": "log-every",
     "gradient_checkpointing": "checkpointing",
     "early_stopping_patience": "patience",
+    "early_stopping_threshold": "early-stopping-threshold",
     "resume_from_checkpoint": "resume",
     "overwrite_output_dir": "overwrite",
     "dataset_text_field": "text-field",

@@ -27,9 +27,22 @@
  *   cosine: lr_min + (lr − lr_min)·½(1 + cos(π·progress));  linear: lr_min + (lr − lr_min)(1 − progress)
  * When no step follows the warm-up's first full-lr step (total − 1 − warmup <= 0) the post-warm-up
  * rate is lr. Constant ignores lr_min. Computed in double, rounded to float once. step < 0 counts as
- * 0; warmup <= 0 means no warm-up. */
+ * 0; warmup <= 0 means no warm-up.
+ * wsd (warmup-stable-decay): lr after the warm-up up to step D = af_wsd_decay_start(total) − 1, then
+ * lr_min + (lr − lr_min)(1 − (step − D)/(total − D)) from step D to total − 1: a linear cool-down over
+ * the last fifth of the steps [transformers get_wsd_schedule with decay_type "linear"; Hu et al. 2024,
+ * "MiniCPM" (WSD); Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
+ * Training Durations": a 20% cool-down matches cosine, and the run can end at any point by starting it]. */
 float af_lr_at(af_sched s, float lr, float lr_min, int64_t step, int64_t warmup, int64_t total);
-/* "constant" | "cosine" | "linear" -> 0 on success, -1 unknown (NULL too); *out untouched on error. */
+/* "constant" | "cosine" | "linear" | "wsd" -> 0 on success, -1 unknown (NULL too); *out untouched on error. */
 int af_sched_parse(const char *name, af_sched *out);
+
+/* First step of the wsd cool-down of a `total`-step run: total − floor(total / 5) (total <= 0: 0). */
+int64_t af_wsd_decay_start(int64_t total);
+
+/* The wsd length whose cool-down starts exactly at step `s` (> 0): the smallest total with
+ * af_wsd_decay_start(total) >= s, for which it equals s (total − floor(total/5) grows by 0 or 1 per
+ * step); about 1.25 s, i.e. a cool-down of a quarter of the steps done. s <= 0: 0. */
+int64_t af_wsd_total_ending(int64_t s);
 
 #endif /* AF_OPTIM_H */

@@ -16,8 +16,12 @@ enum {
     LM_EPOCHS_MAX = 3,
     LEN_MIN = 64, LEN_MAX = AF_RECIPE_MAX_LEN, LEN_BUDGET_MIN = 128, LEN_STEP = 64,
     LAYERS_BUDGET_MIN = 10,   /* the budget takes layers below this only after the epochs */
-    EVALS_MIN = 2
+    EVALS_MIN = 2,
+    EVALS_PER_EPOCH = 4,      /* early stopping: an evaluation every quarter epoch ... */
+    PATIENCE = 2              /* ... and a stop after 2 of them without a gain */
 };
+#define EVAL_SHARE 0.25       /* the evaluations at most this share of the training compute */
+#define LM_THRESHOLD 0.005    /* the least eval-loss gain (nats per target token) that counts */
 #define IMBALANCE_RATIO 5.0
 #define WARMUP_RATIO 0.06
 
@@ -39,6 +43,17 @@ double af_recipe_cost(const af_recipe_in *in, double epochs, int32_t L, int32_t 
     const int cache = below > 0 && in->prefix_cache_bytes > 0 && T * (double)in->hidden * 4.0 <= (double)in->prefix_cache_bytes;
     const double below_passes = cache ? (epochs < 1 ? epochs : 1.0) : epochs;
     return in->flops_token_layer * (T * (2.0 * K * epochs + below * below_passes) + (double)n_evals * Tv * nl);
+}
+
+double af_recipe_eval_cost(const af_recipe_in *in, int32_t L, int32_t layers, int32_t n_evals) {
+    if (n_evals <= 0 || !in->val_sorted_len || in->n_val <= 0) return 0;
+    const int32_t nl = in->n_layers;
+    const int32_t K = layers < 1 ? 1 : layers > nl ? nl : layers;
+    const double T = (double)af_recipe_tokens(in->sorted_len, in->n, L);
+    const double Tv = (double)af_recipe_tokens(in->val_sorted_len, in->n_val, L);
+    const int cache = K < nl && in->prefix_cache_bytes > 0 &&
+                      (T + Tv) * (double)in->hidden * 4.0 <= (double)in->prefix_cache_bytes;
+    return in->flops_token_layer * Tv * ((double)nl + (double)(n_evals - 1) * (cache ? K : nl));
 }
 
 int64_t af_recipe_eval_every(int32_t n_evals, int64_t total, int64_t steps_per_epoch) {
@@ -216,6 +231,64 @@ static void fit_budget(const af_recipe_in *in, choice *c) {
         c->nev = c->E < 1 ? 1 : c->E > EVALS_MIN ? (int32_t)ceil(c->E) : EVALS_MIN;
 }
 
+/* The evaluation cadence and early stopping (recipe.h), after the budget's fit: c->nev grows to
+ * EVALS_PER_EPOCH per epoch (fewer while the evaluations would cost more than EVAL_SHARE of the
+ * training); early stopping when at least patience + 2 evaluations remain. */
+static void rule_plateau(const af_recipe_in *in, af_recipe *r, choice *c) {
+    const unsigned g = in->given;
+    if (in->n_val <= 0 || c->evals_cut) return;
+    if (!(g & AF_RECIPE_GIVEN_EVAL_EVERY) && c->E > 0) {
+        const double train = af_recipe_cost(in, c->E, c->L, c->K, 0);
+        const int32_t base = c->nev;
+        for (int32_t epe = EVALS_PER_EPOCH; epe >= 2; epe--) {
+            int32_t nev = (int32_t)ceil(c->E * epe - 1e-9);
+            if (nev < base) nev = base;
+            if (af_recipe_eval_cost(in, c->L, c->K, nev) <= EVAL_SHARE * train) {
+                c->nev = nev;
+                r->evals_per_epoch = epe;
+                break;
+            }
+        }
+        r->eval_flops = af_recipe_eval_cost(in, c->L, c->K, c->nev);
+        if (r->evals_per_epoch)
+            snprintf(r->why_eval, sizeof r->why_eval,
+                     "%d evaluations on the validation data (%d per epoch: %.0f%% of the training compute with the "
+                     "prefix cache, at most %.0f%%), the best one kept",
+                     (int)c->nev, (int)r->evals_per_epoch, 100.0 * r->eval_flops / train, 100.0 * EVAL_SHARE);
+        else
+            snprintf(r->why_eval, sizeof r->why_eval,
+                     "%d evaluations on the validation data (at least %d per run, every epoch when there are more; "
+                     "2 per epoch would cost more than %.0f%% of the training), the best one kept",
+                     (int)c->nev, EVALS_MIN, 100.0 * EVAL_SHARE);
+    }
+    /* not with --eval-every given: the evaluations are the caller's (and a resume, whose recorded
+       eval-every reads as given, decides as the run it continues: its choices are recorded) */
+    if (g & AF_RECIPE_GIVEN_EVAL_EVERY) return;
+    const int32_t pat = (g & AF_RECIPE_GIVEN_PATIENCE) ? in->patience : PATIENCE;
+    if (c->E <= 0 || c->nev < pat + 2) {
+        snprintf(r->why_stop, sizeof r->why_stop, "no early stopping: %d evaluations%s", (int)c->nev,
+                 c->E <= 0 ? " over the given --max-steps" : " leave no room for it");
+        return;
+    }
+    r->early_stop = 1;
+    r->patience = PATIENCE;
+    r->es_threshold = in->causal_lm ? LM_THRESHOLD : 1.0 / (double)in->n_val;
+    char thr[96];
+    if (g & AF_RECIPE_GIVEN_THRESHOLD) snprintf(thr, sizeof thr, "the given threshold");
+    else if (in->causal_lm)
+        snprintf(thr, sizeof thr, "%.3g nats of eval loss", r->es_threshold);
+    else
+        snprintf(thr, sizeof thr, "%.3g of macro-F1 (1/%lld validation samples)", r->es_threshold, (long long)in->n_val);
+    snprintf(r->why_stop, sizeof r->why_stop,
+             "early stopping: %s evaluations without a gain above %s (transformers' EarlyStoppingCallback, Prechelt "
+             "1998); %s",
+             (g & AF_RECIPE_GIVEN_PATIENCE) ? "the given --patience" : "2", thr,
+             (g & AF_RECIPE_GIVEN_SCHEDULE) ? "the given --schedule"
+                                            : "schedule wsd: constant lr, then at the plateau a linear cool-down over a "
+                                              "quarter of the steps done and one last evaluation (Hu et al. 2024; Hägele "
+                                              "et al. 2024)");
+}
+
 /* The reasons of the fitted choices (why_layers, the final why_max_seq_len, the budget's note on
  * the epochs and the evaluations) and what the budget took away (r->gave_up). */
 static void explain(const af_recipe_in *in, af_recipe *r, const choice *c) {
@@ -321,6 +394,8 @@ int af_recipe_choose(const af_recipe_in *in, af_recipe *r) {
         snprintf(r->why_warmup, sizeof r->why_warmup, "warm-up %.0f%% of the steps (RoBERTa's fine-tuning recipe, Liu et "
                  "al. 2019)", 100.0 * WARMUP_RATIO);
     explain(in, r, &c);
+    rule_plateau(in, r, &c); /* after the budget's reasons: they cost the budget's evaluations */
+    r->n_evals = c.nev;
     return 0;
 }
 

@@ -40,6 +40,18 @@
  *   evaluation: with validation data, at least 2 evaluations per run (every epoch when there are
  *     more epochs; one, at the end, when a time budget leaves less than a pass) so the best checkpoint can be picked [transformers Trainer's
  *     load_best_model_at_end with step evaluation; Prechelt 1998, "Early Stopping - But When?"].
+ *     For early stopping, every quarter epoch (4 per epoch; 3 or 2 when the evaluations would cost more
+ *     than a quarter of the training compute by af_recipe_eval_cost; never fewer than above).
+ *   early stopping (with validation data, the epochs chosen or given, --eval-every not given, and at
+ *     least patience + 2 evaluations): patience 2 evaluations (half an epoch at quarter-epoch
+ *     evaluations) without a gain above the threshold: 1/n_val of macro-F1 (about one validation sample
+ *     of a balanced set) or 0.005 nats of eval loss (causal LM, preference) [transformers'
+ *     EarlyStoppingCallback early_stopping_patience / early_stopping_threshold; Prechelt 1998: stop
+ *     after s successive strips without progress]; and the schedule wsd (warmup-stable-decay: constant
+ *     lr, a linear cool-down over the last fifth), so that at the plateau the run is re-planned to end
+ *     with a cool-down of a quarter of the steps done, then one last evaluation [Hu et al. 2024
+ *     (MiniCPM); Hägele et al. 2024: the cool-down can start at any point and matches cosine]. A
+ *     time budget that leaves one evaluation turns it off.
  * The compute budget (FLOPs, see af_recipe_cost): AF_RECIPE_DEFAULT_FLOPS, or --time-budget
  *   minutes x the measured speed. When the choices above cost more, they are given up in this
  *   order, each said in the output: (time budget: evaluations down to one, at the end) max_seq_len
@@ -74,7 +86,10 @@ enum {
     AF_RECIPE_GIVEN_MAX_SEQ_LEN = AF_GIVEN_MAX_SEQ_LEN,     /* --max-seq-len */
     AF_RECIPE_GIVEN_LAYERS = AF_GIVEN_LAYERS,               /* --lora-layers */
     AF_RECIPE_GIVEN_WARMUP = AF_GIVEN_WARMUP,               /* --warmup */
-    AF_RECIPE_GIVEN_EVAL_EVERY = AF_GIVEN_EVAL_EVERY        /* --eval-every */
+    AF_RECIPE_GIVEN_EVAL_EVERY = AF_GIVEN_EVAL_EVERY,       /* --eval-every */
+    AF_RECIPE_GIVEN_SCHEDULE = AF_GIVEN_SCHEDULE,           /* --schedule */
+    AF_RECIPE_GIVEN_PATIENCE = AF_GIVEN_PATIENCE,           /* --patience */
+    AF_RECIPE_GIVEN_THRESHOLD = AF_GIVEN_THRESHOLD          /* --early-stopping-threshold */
 };
 
 /* What the rules read. Lengths are token counts BEFORE truncation, ascending (af_data_stats). */
@@ -104,6 +119,7 @@ typedef struct af_recipe_in {
     int64_t max_steps;             /* given optimizer steps (0: none) */
     int32_t max_seq_len;           /* given or task-default max_seq_len (causal LM: always kept) */
     int32_t layers;                /* given number of adapted layers from the top (causal LM: kept) */
+    int32_t patience;              /* given --patience (read when AF_RECIPE_GIVEN_PATIENCE is set) */
 } af_recipe_in;
 
 /* The choices, each with its reason (one line, no trailing newline; "" for a value given). */
@@ -116,9 +132,16 @@ typedef struct af_recipe {
     char class_weights[16];        /* "uniform" or "sqrt-inverse" */
     double warmup_ratio;           /* 0.06 */
     int32_t n_evals;               /* evaluations per run wanted (0: no validation data, or none affordable) */
-    double cost_flops, budget_flops;
+    int32_t evals_per_epoch;       /* the cadence of n_evals (4: every quarter epoch; 0: not per epoch) */
+    int early_stop;                /* 1: early stopping chosen (patience, threshold and the wsd schedule below,
+                                      each applied unless given) */
+    int32_t patience;              /* evaluations without a gain above es_threshold (early_stop) */
+    double es_threshold;           /* the least gain that counts (macro-F1; eval loss for a causal LM) */
+    double cost_flops, budget_flops; /* cost_flops: training with the budget's evaluations (af_recipe_cost of the
+                                      fitted plan with max(2, ceil(epochs)) evaluations, all layers each) */
+    double eval_flops;             /* the n_evals evaluations by af_recipe_eval_cost */
     char why_epochs[256], why_class_weights[192], why_max_seq_len[384], why_layers[256], why_warmup[128],
-        why_eval[160];
+        why_eval[256], why_stop[384];
     char gave_up[384];             /* what the budget took away ("" when nothing) */
 } af_recipe;
 
@@ -133,6 +156,13 @@ int64_t af_recipe_tokens(const int32_t *sorted_len, int64_t n, int32_t L);
  * output fits the prefix cache (T(L) · hidden · 4 bytes) and every epoch otherwise; evaluations
  * run every layer forward over the validation tokens. */
 double af_recipe_cost(const af_recipe_in *in, double epochs, int32_t L, int32_t layers, int32_t n_evals);
+
+/* FLOPs of n_evals evaluations on the validation data (Tv(L) validation tokens, f as above): the
+ * first runs every layer; the later ones run only the K adapted layers when the frozen layers below
+ * them are kept by the prefix cache (the training and validation outputs, (T(L) + Tv(L)) · hidden · 4
+ * bytes, fit prefix_cache_bytes; engine_prefix.c keys them by the sample's tokens), else every layer:
+ *   f · Tv(L) · (n_layers + (n_evals − 1) · (cache ? K : n_layers)).  0 when n_evals <= 0. */
+double af_recipe_eval_cost(const af_recipe_in *in, int32_t L, int32_t layers, int32_t n_evals);
 
 /* Choose (see the header comment). `out` is overwritten. Returns 0; -1 on invalid input
  * (n <= 0, sorted_len NULL, n_layers < 1, flops_token_layer <= 0). */

@@ -93,7 +93,7 @@ static const char *const w_task[] = {"classification", "causal-lm", "dpo", "orpo
 static const char *const w_loss_type[] = {"sigmoid", "ipo", NULL};
 static const char *const w_recipe[] = {"fixed", "auto", NULL};
 static const char *const w_pooling[] = {"mean", "last", NULL};
-static const char *const w_sched[] = {"constant", "cosine", "linear", NULL};
+static const char *const w_sched[] = {"constant", "cosine", "linear", "wsd", NULL};
 static const char *const w_precision[] = {"auto", "f32", "bf16", NULL};
 static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora", NULL};
 
@@ -204,8 +204,9 @@ static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora
       "passes over the training data, may be fractional")                                                          \
     X("max-steps", INT, 0, 0, BIG, "N", G_SCHED, 0, F(max_steps), FT_I64, NULL, 0, "none",                          \
       "optimizer steps; sets the length instead of --epochs")                                                      \
-    X("schedule", TEXT, 0, 0, 0, "NAME", G_SCHED, 0, F(schedule), FT_ENUM, w_sched, 0, NULL,                        \
-      "constant | cosine | linear, after a linear warm-up")                                                        \
+    X("schedule", TEXT, 0, 0, 0, "NAME", G_SCHED, 0, F(schedule), FT_ENUM, w_sched, AF_GIVEN_SCHEDULE, NULL,        \
+      "constant | cosine | linear | wsd (constant, then a linear cool-down over the last fifth), after a "         \
+      "linear warm-up")                                                                                            \
     X("warmup", TEXT, 0, 0, 0, "N|F|P%", G_SCHED, 0, F(warmup_steps), FT_WARMUP, NULL, AF_GIVEN_WARMUP, NULL,      \
       "warm-up: N steps, or a fraction F < 1 / P% of all steps")                                                  \
     X("lr-min", NUMBER, 0, 0, 10, "LR", G_SCHED, 0, F(lr_min), FT_DBL, NULL, 0, NULL,                              \
@@ -214,8 +215,11 @@ static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora
       "each epoch end", "evaluate every N steps (0: at each epoch end)")                                          \
     X("eval-batch", INT, 0, 0, 1e6, "N", G_EVAL, 0, F(eval_batch), FT_I32, NULL, 0, "--batch",                      \
       "samples per evaluation batch")                                                                              \
-    X("patience", INT, 0, 0, 1e9, "N", G_EVAL, 0, F(patience), FT_I32, NULL, 0, "off",                              \
-      "stop after N evaluations without a gain (macro-F1; causal-lm: eval loss)")                                 \
+    X("patience", INT, 0, 0, 1e9, "N", G_EVAL, 0, F(patience), FT_I32, NULL, AF_GIVEN_PATIENCE, "off",              \
+      "stop after N evaluations without a gain (macro-F1; causal-lm: eval loss); with --schedule wsd: cool "      \
+      "down, evaluate once more, stop")                                                                            \
+    X("early-stopping-threshold", NUMBER, 0, 0, 1e9, "X", G_EVAL, 0, F(early_stopping_threshold), FT_DBL, NULL,     \
+      AF_GIVEN_THRESHOLD, NULL, "a gain counts for --patience only above X (macro-F1, or eval loss)")           \
     X("output", TEXT, 'o', 0, 0, "DIR", G_CKPT, 1, F(output_dir), FT_STR, NULL, 0, "required",                      \
       "output directory (checkpoints, best/, final/, metrics.jsonl, run.json)")                                    \
     X("overwrite", BOOL, 0, 0, 0, NULL, G_CKPT, 1, F(overwrite), FT_BOOL, NULL, 0, NULL,                            \
@@ -384,7 +388,9 @@ char *af_train_setting_default(const char *key, af_task task, int auto_recipe, c
        evaluation interval (recipe.h); class weights of single-label data */
     const unsigned g = k_bind[i].given;
     const int decided = auto_recipe && g && (!AF_TASK_IS_LM(task) || g == AF_GIVEN_LENGTH ||
-                                             g == AF_GIVEN_WARMUP || g == AF_GIVEN_EVAL_EVERY);
+                                             g == AF_GIVEN_WARMUP || g == AF_GIVEN_EVAL_EVERY ||
+                                             g == AF_GIVEN_SCHEDULE || g == AF_GIVEN_PATIENCE ||
+                                             g == AF_GIVEN_THRESHOLD);
     if (decided) snprintf(buf, cap, "auto: from the data; fixed recipe: %s", v);
     else snprintf(buf, cap, "%s", v);
     return buf;

@@ -12,7 +12,8 @@
  * precompute_ref_log_probs), the LoRA names of
  * TRL's ModelConfig (lora_r, lora_alpha, lora_dropout, lora_target_modules) and of the example
  * scripts (model_name_or_path, train_file, validation_file), and loraplus_lr_ratio (the argument of
- * PEFT's create_loraplus_optimizer, axolotl's key).
+ * PEFT's create_loraplus_optimizer, axolotl's key), and transformers' EarlyStoppingCallback
+ * (early_stopping_patience, early_stopping_threshold).
  */
 #include "train/settings_yaml.h"
 #include "core/fsutil.h"
@@ -83,6 +84,7 @@ static const alias k_alias[] = {
     {"save_steps", "save-every", V_AS_IS},
     {"save_total_limit", "save-total-limit", V_AS_IS},
     {"early_stopping_patience", "patience", V_AS_IS},
+    {"early_stopping_threshold", "early-stopping-threshold", V_AS_IS},
     {"resume_from_checkpoint", "resume", V_RESUME},
     {"seed", "seed", V_AS_IS},
     {"output_dir", "output", V_AS_IS},

@@ -614,7 +614,8 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
     } else fprintf(fp, "validation: none (give --val FILE or --val-split 0.1 for evaluation, best checkpoint "
                      "selection and early stopping)\n");
     const af_param_layout *l = &t->lay;
-    const char *sched = o->schedule == AF_SCHED_COSINE ? "cosine" : o->schedule == AF_SCHED_LINEAR ? "linear" : "constant";
+    static const char *const sched_names[] = {"constant", "cosine", "linear", "wsd"};
+    const char *sched = (unsigned)o->schedule < 4 ? sched_names[o->schedule] : "constant";
     if (t->packing)
         fprintf(fp, "\nplan: causal LM, %lld optimizer steps (%lld per epoch = %lld packed micro-batches of <= %lld "
                     "tokens (--batch %d x --max-seq-len %d, best-fit decreasing) / grad-accum %d), warm-up %lld, "

@@ -153,6 +153,12 @@ double af_tr_budget_left(const af_trainer *t, double now, double elapsed_before)
  * `left` seconds (keeping `reserve` for the last evaluation and saves); records it as max-steps in
  * t->config_owned. Returns the new total (t->total when it fits). */
 int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double eval_s, double left, double reserve);
+/* Early stopping with the wsd schedule, at step `done` where patience ran out: when the cool-down has
+ * not begun (done < af_wsd_decay_start(t->total)), shorten the run to af_wsd_total_ending(done) steps
+ * (a linear cool-down over about a quarter of the steps done, then the last evaluation) and record it
+ * as max-steps (and the warm-up in steps) in t->config_owned, so a resume keeps the plan. Returns the
+ * new total (t->total when nothing changed: already cooling down, or the planned end comes first). */
+int64_t af_tr_plateau_replan(af_trainer *t, int64_t done);
 /* The training loop's state (trainer_run.c), shared with the step functions (trainer_step.c) and
  * the device fallback (trainer_device.c). */
 typedef struct af_tr_loop {
@@ -174,6 +180,7 @@ typedef struct af_tr_loop {
     int tty;
     int64_t log_every;
     int live;            /* a '\r' line is on screen */
+    int plateau;         /* early stopping re-planned the wsd run to cool down and end (af_tr_plateau_replan) */
     char last_ckpt[1024];
     char good_ckpt[1024];  /* newest checkpoint saved after a finite step (or the resumed one) */
     char nf_where[224];  /* where the current step's non-finite value appeared ("" when finite) */

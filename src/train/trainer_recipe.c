@@ -5,6 +5,7 @@
 #include "train/trainer_internal.h"
 
 #include "kernels/ctx.h"
+#include "train/optim.h"
 #include "train/settings_internal.h"
 
 #include <cJSON.h>
@@ -103,13 +104,18 @@ static void mark_recipe(const af_trainer *t, af_trainer_opts *plan) {
     static const struct { const char *key; unsigned bit; int classification_only; } keys[] = {
         {"epochs", AF_GIVEN_LENGTH, 0},        {"class-weights", AF_GIVEN_CLASS_WEIGHTS, 1},
         {"max-seq-len", AF_GIVEN_MAX_SEQ_LEN, 1}, {"lora-layers", AF_GIVEN_LAYERS, 1},
-        {"warmup", AF_GIVEN_WARMUP, 0},        {"eval-every", AF_GIVEN_EVAL_EVERY, 0}};
+        {"warmup", AF_GIVEN_WARMUP, 0},        {"eval-every", AF_GIVEN_EVAL_EVERY, 0},
+        {"schedule", AF_GIVEN_SCHEDULE, 0},    {"patience", AF_GIVEN_PATIENCE, 0},
+        {"early-stopping-threshold", AF_GIVEN_THRESHOLD, 0}};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         if ((g & keys[k].bit) || (keys[k].classification_only && t->lm &&
                                    !(keys[k].bit == AF_GIVEN_MAX_SEQ_LEN && t->lm_len_chosen))) /* the data's length */
             continue;
         if (keys[k].bit == AF_GIVEN_CLASS_WEIGHTS && t->multi_label) continue;
         if (keys[k].bit == AF_GIVEN_EVAL_EVERY && !t->val) continue;
+        if ((keys[k].bit == AF_GIVEN_SCHEDULE || keys[k].bit == AF_GIVEN_PATIENCE || keys[k].bit == AF_GIVEN_THRESHOLD) &&
+            !t->recipe.early_stop)
+            continue;
         const int32_t i = af_setting_index(keys[k].key);
         if (i >= 0) plan->origin[i] = AF_ORIGIN_RECIPE;
     }
@@ -147,6 +153,7 @@ af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan) {
     in.max_steps = o->max_steps;
     in.max_seq_len = o->max_seq_len;
     in.layers = (t->layer_end > 0 ? t->layer_end : c->num_hidden_layers) - t->layer_min;
+    in.patience = o->patience;
     in.mem_tokens = af_tr_mem_tokens(t);
     if (o->time_budget_min > 0) { /* the budget in FLOPs at the speed of a probe step */
         AF_TRY(probe_rate(t, &t->rate_flops));
@@ -185,6 +192,11 @@ af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan) {
         t->layer_end = 0;
     }
     if (!(g & AF_GIVEN_WARMUP)) o->warmup_steps = -1, o->warmup_ratio = r->warmup_ratio;
+    if (r->early_stop && t->val) { /* early stopping at the plateau (recipe.h) */
+        if (!(g & AF_GIVEN_PATIENCE)) o->patience = r->patience;
+        if (!(g & AF_GIVEN_THRESHOLD)) o->early_stopping_threshold = r->es_threshold;
+        if (!(g & AF_GIVEN_SCHEDULE)) o->schedule = AF_SCHED_WSD;
+    }
     o->given = g;
     mark_recipe(t, o);
     t->have_recipe = 1;
@@ -247,6 +259,12 @@ af_status af_tr_recipe_finish(af_trainer *t, af_trainer_opts *plan) {
         ok = put(j, "warmup", cJSON_CreateString(w));
     }
     if (ok && t->val && !(g & AF_GIVEN_EVAL_EVERY)) ok = put(j, "eval-every", cJSON_CreateNumber((double)o->eval_every));
+    if (ok && t->val && r->early_stop) { /* a resume stops, and cools down, alike */
+        if (ok && !(g & AF_GIVEN_SCHEDULE)) ok = put(j, "schedule", cJSON_CreateString("wsd"));
+        if (ok && !(g & AF_GIVEN_PATIENCE)) ok = put(j, "patience", cJSON_CreateNumber(o->patience));
+        if (ok && !(g & AF_GIVEN_THRESHOLD))
+            ok = put(j, "early-stopping-threshold", cJSON_CreateNumber(o->early_stopping_threshold));
+    }
     if (!ok) {
         cJSON_Delete(j);
         return af_fail(AF_ERR_NOMEM, "out of memory");
@@ -291,6 +309,7 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
         if (af_tr_no_eval(t)) fprintf(fp, "  %s\n", r->why_eval);
         else if (g & AF_GIVEN_EVAL_EVERY) fprintf(fp, "  --eval-every %lld (given)\n", (long long)t->eval_every);
         else fprintf(fp, "  evaluate every %lld steps: %s\n", (long long)t->eval_every, r->why_eval);
+        if (r->why_stop[0]) fprintf(fp, "  %s\n", r->why_stop);
     }
     if (o->time_budget_min > 0)
         fprintf(fp, "  compute: about %.2g FLOPs; the --time-budget %g min allows %.2g at %.1f GFLOP/s (a probe step "
@@ -324,6 +343,12 @@ char *af_tr_recipe_json(const af_trainer *t) {
     cJSON_AddStringToObject(j, "why_layers", (o->given & AF_GIVEN_LAYERS) ? "given" : r->why_layers);
     cJSON_AddNumberToObject(j, "warmup_steps", (double)t->warmup);
     cJSON_AddNumberToObject(j, "eval_every", (double)t->eval_every);
+    cJSON_AddNumberToObject(j, "eval_flops", r->eval_flops);
+    cJSON_AddNumberToObject(j, "patience", o->patience);
+    cJSON_AddNumberToObject(j, "early_stopping_threshold", o->early_stopping_threshold);
+    static const char *const sched[] = {"constant", "cosine", "linear", "wsd"};
+    cJSON_AddStringToObject(j, "schedule", (unsigned)o->schedule < 4 ? sched[o->schedule] : "?");
+    cJSON_AddStringToObject(j, "why_early_stopping", r->why_stop);
     cJSON_AddNumberToObject(j, "cost_flops", r->cost_flops);
     cJSON_AddNumberToObject(j, "budget_flops", r->budget_flops);
     cJSON_AddNumberToObject(j, "time_budget_min", o->time_budget_min);
@@ -381,6 +406,20 @@ int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double e
     snprintf(w, sizeof w, "%lld", (long long)t->warmup);
     if (j && put(j, "max-steps", cJSON_CreateNumber((double)t->total)) && put(j, "warmup", cJSON_CreateString(w)) &&
         (t->eval_every <= 0 || put(j, "eval-every", cJSON_CreateNumber((double)t->eval_every))))
+        store_settings(t, j);
+    else cJSON_Delete(j);
+    return t->total;
+}
+
+int64_t af_tr_plateau_replan(af_trainer *t, int64_t done) {
+    if (t->o->schedule != AF_SCHED_WSD || done <= 0 || done >= af_wsd_decay_start(t->total)) return t->total;
+    const int64_t nt = af_wsd_total_ending(done);
+    if (nt >= t->total) return t->total;
+    t->total = nt;
+    cJSON *j = settings_obj(t); /* recorded: a resume keeps this length and the warm-up it had */
+    char w[32];
+    snprintf(w, sizeof w, "%lld", (long long)t->warmup);
+    if (j && put(j, "max-steps", cJSON_CreateNumber((double)t->total)) && put(j, "warmup", cJSON_CreateString(w)))
         store_settings(t, j);
     else cJSON_Delete(j);
     return t->total;

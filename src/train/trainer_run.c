@@ -7,6 +7,7 @@
 
 #include "core/fsutil.h"
 #include "train/dist.h"
+#include "train/optim.h"
 
 #include <cJSON.h>
 #include <libgen.h>
@@ -81,6 +82,23 @@ static void log_line(loop *L, const char *s) {
         L->mf_errno = errno ? errno : EIO;
 }
 
+/* One evaluation's metric v into the run state: the best so far follows any gain (best/); the patience
+ * count restarts only on a gain above the threshold --early-stopping-threshold (transformers'
+ * EarlyStoppingCallback). lower: 1 when lower is better (eval loss). Returns 1 when v is the best so far. */
+static int note_metric(loop *L, double v, int lower) {
+    af_run_state *rs = &L->rs;
+    const double was = rs->best;
+    const int improved = lower ? isfinite(v) && !(was <= v) : !(was >= v); /* NaN best: first evaluation */
+    const double gain = lower ? was - v : v - was;
+    if (improved) {
+        rs->best = v;
+        rs->best_step = rs->step;
+    }
+    if (improved && (isnan(was) || gain > L->t->o->early_stopping_threshold)) rs->bad_evals = 0;
+    else rs->bad_evals++;
+    return improved;
+}
+
 /* Causal-LM evaluation: eval_loss (nats per target token), eval_mean_token_accuracy, perplexity;
  * the lowest eval_loss is the best. */
 static af_status evaluate_lm(loop *L, int *improved) {
@@ -94,12 +112,7 @@ static af_status evaluate_lm(loop *L, int *improved) {
     rs->last_eval_step = rs->step;
     rs->last_val_acc = va;
     rs->last_val_f1 = vl;
-    *improved = isfinite(vl) && !(rs->best <= vl); /* NaN best: first evaluation */
-    if (*improved) {
-        rs->best = vl;
-        rs->best_step = rs->step;
-        rs->bad_evals = 0;
-    } else rs->bad_evals++;
+    *improved = note_metric(L, vl, 1);
     char line[512];
     snprintf(line, sizeof line,
              "{\"type\":\"eval\",\"split\":\"val\",\"step\":%lld,\"epoch\":%.6g,\"eval_loss\":%.9g,"
@@ -146,12 +159,7 @@ static af_status evaluate_pref(loop *L, int *improved) {
     rs->last_eval_step = rs->step;
     rs->last_val_acc = sum[3];
     rs->last_val_f1 = vl;
-    *improved = isfinite(vl) && !(rs->best <= vl);
-    if (*improved) {
-        rs->best = vl;
-        rs->best_step = rs->step;
-        rs->bad_evals = 0;
-    } else rs->bad_evals++;
+    *improved = note_metric(L, vl, 1);
     char line[768], nll[64] = "";
     if (t->po.type == AF_PREF_ORPO) snprintf(nll, sizeof nll, ",\"eval_nll_loss\":%.9g", sum[7]);
     snprintf(line, sizeof line,
@@ -185,12 +193,7 @@ static af_status evaluate(loop *L, int *improved) {
     rs->last_eval_step = rs->step;
     rs->last_val_acc = m->accuracy;
     rs->last_val_f1 = m->macro_f1;
-    *improved = !(rs->best >= m->macro_f1); /* NaN best: first evaluation */
-    if (*improved) {
-        rs->best = m->macro_f1;
-        rs->best_step = rs->step;
-        rs->bad_evals = 0;
-    } else rs->bad_evals++;
+    *improved = note_metric(L, m->macro_f1, 0);
     char line[512];
     snprintf(line, sizeof line,
              "{\"type\":\"eval\",\"split\":\"val\",\"step\":%lld,\"epoch\":%.6g,\"accuracy\":%.9g,\"macro_f1\":%.9g,"
@@ -311,7 +314,10 @@ static void log_summary(const loop *L, af_status st, const af_train_result *res)
     }
     if (st != AF_OK) return;
     fprintf(t->log, "done: %lld steps in %s%s", (long long)L->rs.step, tb,
-            res->stop == AF_STOP_BUDGET ? " (stopped at the time budget)" : "");
+            res->stop == AF_STOP_BUDGET ? " (stopped at the time budget)"
+            : L->plateau               ? " (early stopping: the plateau's cool-down)"
+            : res->stop == AF_STOP_EARLY ? " (early stopping)"
+                                         : "");
     if (res->best_step > 0 && t->pref)
         fprintf(t->log, "; best eval loss %.4f at step %lld -> %s/best", res->best_eval_loss, (long long)res->best_step,
                 t->out_dir);
@@ -463,6 +469,8 @@ static af_status loop_start(loop *L, af_status st0, const char *ckpt, char **own
     if (st != AF_OK) return st;
     if (ckpt) snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s", ckpt);
     if (ckpt) snprintf(L->good_ckpt, sizeof L->good_ckpt, "%s", ckpt);
+    /* a checkpoint saved after the plateau's decision: the cool-down goes on to the recorded end */
+    L->plateau = ckpt && o->schedule == AF_SCHED_WSD && o->patience > 0 && L->rs.bad_evals >= o->patience;
     L->tty = o->progress_tty >= 0 ? o->progress_tty : (t->log && isatty(fileno(t->log)));
     L->log_every = o->log_every > 0 ? o->log_every : (t->total >= 20 ? t->total / 20 : 1);
     log_start(L, ckpt);
@@ -621,13 +629,28 @@ static af_status maybe_evaluate(loop *L, int last, int epoch_end, budget_clock *
     if (improved) {
         st = save_dir(L, "best", 0, rs, t->lm ? "eval_loss" : "val_macro_f1");
         if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(L, st, "saving best/")) == AF_OK) *rewound = 1;
-        return st;
+        if (st != AF_OK || *rewound) return st;
     }
-    if (o->patience > 0 && rs->bad_evals >= o->patience) {
-        *stop = AF_STOP_EARLY;
-        if (t->log)
-            fprintf(t->log, "early stop: no %s improvement in %lld evaluations (best %.4f at step %lld)\n",
-                    t->lm ? "eval-loss" : "macro-F1", (long long)rs->bad_evals, rs->best, (long long)rs->best_step);
+    if (o->patience > 0 && rs->bad_evals >= o->patience && !L->plateau) {
+        const char *what = t->pref || t->lm ? "eval-loss" : "macro-F1";
+        const int64_t was_total = t->total;
+        char thr[48] = "";
+        if (o->early_stopping_threshold > 0) snprintf(thr, sizeof thr, " above %.3g", o->early_stopping_threshold);
+        if (o->schedule != AF_SCHED_WSD) {
+            *stop = AF_STOP_EARLY;
+            if (t->log)
+                fprintf(t->log, "early stop: no %s improvement%s in %lld evaluations (best %.4f at step %lld)\n", what,
+                        thr, (long long)rs->bad_evals, rs->best, (long long)rs->best_step);
+        } else if (af_tr_plateau_replan(t, rs->step) != was_total) {
+            L->plateau = 1; /* wsd: cool down from here, evaluate at the new end, stop */
+            if (af_tr_write_run_json(t) != AF_OK && t->log) /* the new length; train_config.json has it too */
+                fprintf(t->log, "warning: run.json not updated: %s\n", af_last_error());
+            if (t->log)
+                fprintf(t->log, "plateau: no %s improvement%s in %lld evaluations (best %.4f at step %lld): cool-down "
+                                "to step %lld (lr linear to %g over %lld steps), then the last evaluation\n",
+                        what, thr, (long long)rs->bad_evals, rs->best, (long long)rs->best_step, (long long)t->total,
+                        o->lr_min, (long long)(t->total - rs->step));
+        }
     }
     return AF_OK;
 }
@@ -644,10 +667,11 @@ static af_status decide_and_save(loop *L, int last, int budget_end, int epoch_en
     if (interrupted && *stop == AF_STOP_DONE && !last) *stop = AF_STOP_INTERRUPTED;
     if (budget_end && *stop == AF_STOP_DONE) *stop = AF_STOP_BUDGET;
     if (L->dist) { /* rank 0 evaluated and decides: every rank stops (and names checkpoints) alike */
-        int64_t dec[2] = {(int64_t)*stop, evaluated};
-        AF_TRY(af_dist_bcast_i64(dec, 2, NULL));
+        int64_t dec[3] = {(int64_t)*stop, evaluated, t->total}; /* the length: a plateau re-plans it */
+        AF_TRY(af_dist_bcast_i64(dec, 3, NULL));
         *stop = (af_stop_reason)dec[0];
         evaluated = (int)dec[1];
+        if (dec[2] != t->total) L->t->total = dec[2], L->plateau = 1;
     }
     const int save = o->save_every > 0 ? rs->step % o->save_every == 0 : (t->val ? evaluated : epoch_end);
     if (!(save || last || *stop != AF_STOP_DONE)) return AF_OK;
@@ -697,6 +721,7 @@ static af_status loop_steps(loop *L, int resumed, af_stop_reason *stop) {
         if (*stop != AF_STOP_DONE) break;
     }
     end_live(L);
+    if (st == AF_OK && *stop == AF_STOP_DONE && L->plateau) *stop = AF_STOP_EARLY; /* ended by the cool-down */
     if (L->writer && (*stop == AF_STOP_DONE || *stop == AF_STOP_EARLY || *stop == AF_STOP_BUDGET)) {
         st = save_dir(L, "final", 0, &L->rs, "last_step");
         if (st == AF_OK && (!t->val || af_tr_no_eval(t))) st = save_dir(L, "best", 0, &L->rs, "last_step");
