@@ -173,7 +173,7 @@ int train_cli_parse(const char *cmd, int argc, char **argv, train_cli *tc) {
     memset(tc, 0, sizeof *tc);
     int32_t n_keys;
     const af_setting_info *keys = af_train_setting_keys(&n_keys);
-    enum { N_MAX = 64 };
+    enum { N_MAX = AF_SETTINGS_MAX };
     static struct option lopts[2 * N_MAX + 3];
     static char names[N_MAX][40];
     char shorts[64] = ":";
