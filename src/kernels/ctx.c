@@ -272,7 +272,7 @@ static double gemm_rate(const af_ctx *ctx, float *c, const float *a, const float
 
 af_status af_ctx_measure_precision(const af_ctx *ctx, double *f32_gflops, double *bf16_gflops) {
     if (!ctx || !f32_gflops || !bf16_gflops) return af_fail(AF_ERR_INVALID_ARG, "af_ctx_measure_precision: NULL argument");
-    const int64_t m = 128, n = 1536, k = 576; /* a training micro-batch's product shape; ~30 ms at 2 threads */
+    const int64_t m = 128, n = 1536, k = 576; /* a training micro-batch's product shape (SmolLM2 gate/up) */
     float *a = malloc((size_t)(m * k + n * k + m * n) * sizeof(float));
     if (!a) return af_fail(AF_ERR_NOMEM, "out of memory for the precision measurement");
     float *b = a + m * k, *c = b + n * k;
