@@ -251,7 +251,11 @@ static void mm_infer(const af_tf_run *R, int np, float *const *y, const float *x
     const int64_t in = w[0]->cols;
     const void *wd[GROUP_MAX];
     uint32_t type[GROUP_MAX];
-    for (int k = 0; k < np; k++) wd[k] = af_weight_dev(R->ctx, w[k], &type[k]); /* once, not per row group */
+    int exact[GROUP_MAX];
+    for (int k = 0; k < np; k++) { /* once per product, not per row group */
+        wd[k] = af_weight_dev(R->ctx, w[k], &type[k]);
+        exact[k] = int8_exact(R, w[k]);
+    }
     af_mm_part parts[GROUP_PARTS];
     int n_parts = 0;
     int64_t r0 = 0;
@@ -264,7 +268,7 @@ static void mm_infer(const af_tf_run *R, int np, float *const *y, const float *x
             while (j < R->n_seq && R->seq[j].n > AF_TF_DECODE_ROWS) rows += R->seq[j++].n;
         for (int k = 0; k < np; k++)
             parts[n_parts++] = (af_mm_part){.y = y[k] + r0 * w[k]->rows, .x = x + r0 * in, .w = wd[k], .type = type[k],
-                                            .n = rows, .in = in, .out = w[k]->rows, .exact = int8_exact(R, w[k])};
+                                            .n = rows, .in = in, .out = w[k]->rows, .exact = exact[k]};
         if (n_parts + np > GROUP_PARTS) {
             be->matmul_xwt_parts(R->ctx, parts, n_parts);
             n_parts = 0;
