@@ -28,6 +28,8 @@
 #include "testlib.h"
 #include "tinymodel.c"
 
+#include "core/core.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -550,6 +552,17 @@ int main(void) {
         CHECK(log && strstr(log, "rank 1 has other training data"), "other data on rank 1: refused; log:\n%s",
               log ? log : "");
         free(log);
+        if (af_cpu()->avx512_bf16 && af_cpu()->avx512bw) { /* bf16 products run here: ranks must agree on them */
+            rc = run("cd %s && timeout 90 %s -np 1 %s train -m tiny.gguf --train train.jsonl %s --frozen-precision f32 "
+                     "-o prec_out : -np 1 %s train -m tiny.gguf --train train.jsonl %s --frozen-precision bf16 "
+                     "-o prec_out > prec.log 2>&1", g_dir, MPIRUN, g_bin, CLS_ARGS, g_bin, CLS_ARGS);
+            log = slurp(P_("prec.log"));
+            CHECK(rc != 0 && rc != 124 && log && strstr(log, "rank 1 has other training data or settings") &&
+                      strstr(log, "precision"),
+                  "f32 on rank 0, bf16 on rank 1: refused (exit %d); log:\n%s", rc, log ? log : "");
+            free(log);
+        } else
+            tl_skip("ranks with other frozen-product precisions: this CPU runs no bf16 products");
     }
     killed_rank();
     locked_dir();

@@ -988,10 +988,13 @@ static void test_cli_precision(void) {
         char *lg = tl_read_file(log, NULL), *js = tl_read_file(rj, NULL);
         const int bf = js && json_has(js, "frozen-precision", "\"bf16"), f32 = js && json_has(js, "frozen-precision", "\"f32");
         if (r == 0) {
-            /* the recipe's choice is said with its reason, and recorded */
-            const int said_bf = lg && strstr(lg, "frozen products: bf16 (bf16 "),
-                      said_f32 = lg && strstr(lg, "frozen products: f32 (");
-            CHECK(rc == 0 && ((bf && said_bf) || (f32 && said_f32)) && (bf || !af_cpu()->avx512_bf16 || said_f32),
+            /* the recipe's choice follows the CPU's identity (never a timing), is said with its reason,
+             * and recorded with the recipe as its origin */
+            const int said_bf = lg && strstr(lg, "frozen products: bf16 (this CPU's VDPBF16PS"),
+                      said_f32 = lg && strstr(lg, "frozen products: f32 ("),
+                      origin = json_has(js, "frozen-precision", "\"bf16 (recipe)\"") ||
+                               json_has(js, "frozen-precision", "\"f32 (recipe)\"");
+            CHECK(rc == 0 && ((bf && said_bf) || (f32 && said_f32)) && bf == (int)af_cpu()->bf16_dot_fast && origin,
                   "auto recipe: the frozen precision chosen and said (exit %d)\n%s\n%s", rc, lg ? lg : "", js ? js : "");
             want_auto = bf ? "bf16" : "f32";
         } else if (r <= 2) {

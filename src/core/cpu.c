@@ -52,6 +52,9 @@ static void detect(void) {
         g_cpu.avx_vnni = g_cpu.avx2 && (a1 & (1u << 4));
         if (os_avx512) g_cpu.avx512_bf16 = a1 & (1u << 5);
     }
+    unsigned vendor[4] = {0, 0, 0, 0};
+    __cpuid(0, vendor[3], vendor[0], vendor[2], vendor[1]); /* the 12-byte name is in ebx, edx, ecx */
+    g_cpu.bf16_dot_fast = g_cpu.avx512_bf16 && !memcmp(vendor, "AuthenticAMD", 12);
 #elif defined(__aarch64__)
     g_cpu.neon = true;
 #endif

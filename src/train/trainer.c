@@ -290,11 +290,12 @@ static af_status resolve_layers(af_trainer *t) {
     return af_lora_parse_layers(lspec, n_layers, &t->layer_min, &t->layer_end);
 }
 
-/* Whether the automatic recipe asks for bf16 frozen products: frozen_precision auto (and no --bf16)
+/* Whether the automatic recipe considers bf16 frozen products: frozen_precision auto (and no --bf16)
  * under AF_RECIPE_AUTO, classification, on the CPU. Quality measured on the main job (BBC News, 3
  * seeds: test accuracy within the f32 runs' spread, docs/RECIPE.md); causal-LM and preference runs
- * keep f32 until their held-out quality is measured the same way. */
-static int recipe_wants_bf16(const af_trainer_opts *o, const af_ctx_params *p) {
+ * keep f32 until their held-out quality is measured the same way. It takes them where the CPU's
+ * bf16 dot product is fast (af_cpu_info.bf16_dot_fast: from the CPU's identity, never a timing). */
+static int recipe_considers_bf16(const af_trainer_opts *o, const af_ctx_params *p) {
     return o->frozen_precision == AF_PRECISION_AUTO && !o->bf16 && o->recipe == AF_RECIPE_AUTO &&
            o->task == AF_TASK_CLASSIFICATION && (!p->device || !strcmp(p->device, "cpu"));
 }
@@ -302,9 +303,11 @@ static int recipe_wants_bf16(const af_trainer_opts *o, const af_ctx_params *p) {
 /* The run's context t->ctx (af_ctx_open): the base (o->ctx, else the model's, else the defaults)
  * with o->threads, o->poll_us, o->quantize, o->device and the frozen products' precision applied;
  * o->frozen_precision resolved (never AUTO afterwards; the recipe's choice marked as its origin).
- * bf16 asked for where the CPU has no AVX512_BF16: a warning, and f32 products; the recipe's bf16
- * where the CPU cannot run it or measures it slower than f32: f32, said in one line; device "auto":
- * the device taken, on the log. */
+ * bf16 asked for where the CPU has no AVX512_BF16: a warning, and f32 products. The recipe's bf16
+ * only where af_cpu()->bf16_dot_fast and the context runs bf16 products; otherwise f32, said in one
+ * line. The choice never depends on a timing (the same run on the same machine gives the same bits
+ * however loaded it is, and every rank of a data-parallel run decides alike); the measured rates are
+ * reported. Device "auto": the device taken, on the log. */
 static af_status make_ctx(af_trainer *t, af_trainer_opts *o) {
     if (o->bf16 && o->frozen_precision == AF_PRECISION_F32)
         return af_fail(AF_ERR_INVALID_ARG, "--bf16 and --frozen-precision f32 contradict each other: give one");
@@ -316,12 +319,14 @@ static af_status make_ctx(af_trainer *t, af_trainer_opts *o) {
     if (o->poll_us >= 0) p.poll_us = o->poll_us;
     if (o->quantize) p.quantize = o->quantize;
     if (o->device) p.device = o->device;
-    const int asked = o->bf16 || o->frozen_precision == AF_PRECISION_BF16, by_recipe = recipe_wants_bf16(o, &p);
+    const int asked = o->bf16 || o->frozen_precision == AF_PRECISION_BF16, considered = recipe_considers_bf16(o, &p);
+    const af_cpu_info *cpu = af_cpu();
+    const int by_recipe = considered && cpu->bf16_dot_fast;
     if (asked || by_recipe) p.matmul_precision = "bf16";
     else if (o->frozen_precision == AF_PRECISION_F32) p.matmul_precision = "f32";
     af_ctx_report rep;
     AF_TRY(af_ctx_open(&p, &t->ctx, &rep));
-    if (by_recipe && (rep.bf16_fallback || rep.bf16_slower)) { /* the recipe takes bf16 only where it helps */
+    if (by_recipe && rep.bf16_fallback) { /* e.g. --kernel avx2: this context runs no bf16 products */
         af_ctx_free(t->ctx);
         t->ctx = NULL;
         p.matmul_precision = "f32";
@@ -329,15 +334,19 @@ static af_status make_ctx(af_trainer *t, af_trainer_opts *o) {
     }
     o->frozen_precision = t->ctx->bf16 ? AF_PRECISION_BF16 : AF_PRECISION_F32;
     const int32_t i = af_setting_index("frozen-precision"), ib = af_setting_index("bf16");
-    if (i >= 0 && by_recipe) o->origin[i] = AF_ORIGIN_RECIPE;
+    if (i >= 0 && considered) o->origin[i] = AF_ORIGIN_RECIPE;
     else if (i >= 0 && ib >= 0 && o->bf16) o->origin[i] = o->origin[ib]; /* --bf16: the alias's origin */
     if (by_recipe && t->ctx->bf16) /* said in the recipe's report (af_tr_recipe_report) */
         snprintf(t->why_precision, sizeof t->why_precision,
-                 "frozen products: bf16 (bf16 %.0f vs f32 %.0f GFLOP/s on this CPU, %d threads; --frozen-precision f32: "
-                 "exact f32 products)", rep.bf16_gflops, rep.f32_gflops, af_ctx_n_threads(t->ctx));
-    else if (by_recipe)
+                 "frozen products: bf16 (this CPU's VDPBF16PS runs twice the f32 FMA's multiply-adds; measured now "
+                 "bf16 %.0f vs f32 %.0f GFLOP/s, %d threads; --frozen-precision f32: exact f32 products)",
+                 rep.bf16_gflops, rep.f32_gflops, af_ctx_n_threads(t->ctx));
+    else if (considered)
         snprintf(t->why_precision, sizeof t->why_precision, "frozen products: f32 (%s)",
-                 rep.bf16_fallback ? "this CPU runs no bf16 products" : "bf16 measured slower than f32 on this CPU");
+                 by_recipe ? "this context runs no bf16 products"
+                 : cpu->avx512_bf16 ? "this CPU's bf16 dot product runs no faster than f32 FMA; --frozen-precision "
+                                      "bf16 to take it"
+                                    : "this CPU runs no bf16 products");
     if (!o->log) return AF_OK;
     if (asked && rep.bf16_slower)
         fprintf(o->log, "warning: --frozen-precision bf16: bf16 products are slower than f32 on this CPU (measured "
