@@ -2,7 +2,7 @@
  * transformer.c — the one layer walk (transformer.h): forward for inference and training, backward
  * for training, with LoRA on every projection; also the embedding. The final norm, the LM head
  * and its loss are in transformer_head.c, the inference state (KV cache, the decode walk) in
- * transformer_infer.c. Every kernel call of the model's forward and backward is in these files,
+ * transformer_infer.c, the walk's buffers (activations, scratch) in transformer_mem.c. Every kernel call of the model's forward and backward is in these files,
  * and every one goes through the context's backend table (kernels/backend.h af_be): activations, parameters and gradients are
  * device memory, read and written only by the table's ops.
  *
@@ -41,16 +41,10 @@
  * every process setting. Inference calls the kernel on its rows as they are (decode speed). */
 #define MIN_ROWS AF_TF_MIN_ROWS
 
-/* Sizes of one layer (per layer: gemma4's global layers have another head_dim and KV-head count,
- * its KV-sharing layers a double-width FFN), or the largest over the layers (max_dims: the buffers
- * are carved for those). P: the per-layer input width (desc.ple_dim, 0 = none). */
-typedef struct dims {
-    int64_t H, F, nh, nkv, hd, qd, kvd, P, maxd;
-} dims;
-
-static dims layer_dims(const af_model *m, int32_t l) {
+/* One layer's sizes (transformer.h af_tf_dims; maxd 0). */
+static af_tf_dims layer_dims(const af_model *m, int32_t l) {
     const af_layer *L = &m->layers[l];
-    dims d;
+    af_tf_dims d;
     d.H = m->cfg.hidden_size;
     d.F = L->n_ff;
     d.nh = L->n_head;
@@ -63,148 +57,10 @@ static dims layer_dims(const af_model *m, int32_t l) {
     return d;
 }
 
-static dims max_dims(const af_model *m) {
-    dims d;
-    d.H = m->cfg.hidden_size;
-    d.F = m->max_ff;
-    d.nh = m->max_n_head;
-    d.nkv = m->max_n_kv_head;
-    d.hd = m->max_head_dim;
-    d.qd = m->max_qd;
-    d.kvd = m->max_kvd;
-    d.P = m->desc.ple_dim;
-    d.maxd = d.H > d.qd ? d.H : d.qd;
-    if (d.F > d.maxd) d.maxd = d.F;
-    if (d.P > 0 && d.P * m->cfg.num_hidden_layers > d.maxd) d.maxd = d.P * m->cfg.num_hidden_layers; /* PLE projection */
-    return d;
-}
-
-float *af_tf_kv_layer(const af_model *m, float *const *cache, int32_t l) { return cache[m->layers[l].kv_src]; }
-
-int af_tf_kv_shared_src(const af_model *m, int32_t l) {
-    for (int32_t j = l + 1; j < m->cfg.num_hidden_layers; j++)
-        if (m->layers[j].kv_src == l) return 1;
-    return 0;
-}
-
 /* Device views of a layer's vectors and weights: the host ones on a host-memory device (the CPU:
  * the walk then reads exactly what it read before the table), else the model's imports. */
 #define LV(R, Ly, f) ((R)->ctx->dev->info.host_memory ? (Ly)->f : (Ly)->dv.f)
 #define ONES(R) ((R)->ctx->dev->info.host_memory ? (R)->m->ones : (R)->m->ones_dev)
-
-/* ---------------------------------------------------------------- workspace */
-
-void af_tf_carve_acts(af_carver *cv, af_tf_acts *S, const af_model *m, const af_param_layout *lay, int64_t cap,
-                      af_tf_mode mode, int masks) {
-    const dims d = max_dims(m);
-    const af_arch_desc *D = &m->desc;
-    const int tr = mode == AF_TF_TRAIN;
-    memset(S, 0, sizeof *S);
-    S->rstd1 = tr ? af_carve(cv, cap) : NULL;
-    S->q = af_carve(cv, cap * d.qd);
-    S->k = af_carve(cv, cap * d.kvd);
-    S->v = af_carve(cv, cap * d.kvd);
-    S->attn = af_carve(cv, cap * d.qd);
-    S->lse = tr ? af_carve(cv, cap * d.nh) : NULL;
-    S->xmid = af_carve(cv, cap * d.H);
-    S->rstd2 = tr ? af_carve(cv, cap) : NULL;
-    S->gate = af_carve(cv, cap * d.F);
-    S->up = af_carve(cv, cap * d.F);
-    if (D->qk_norm) {
-        S->qraw = af_carve(cv, cap * d.qd);
-        S->rstdq = tr ? af_carve(cv, cap * d.nh) : NULL;
-        S->kraw = af_carve(cv, cap * d.kvd);
-        S->rstdk = tr ? af_carve(cv, cap * d.nkv) : NULL;
-    }
-    if (D->sandwich_norm) {
-        S->oraw = af_carve(cv, cap * d.H);
-        S->rstdpa = tr ? af_carve(cv, cap) : NULL;
-        S->draw = af_carve(cv, cap * d.H);
-        S->rstdpf = tr ? af_carve(cv, cap) : NULL;
-    }
-    if (D->v_norm) {
-        S->vraw = af_carve(cv, cap * d.kvd);
-        S->rstdv = tr ? af_carve(cv, cap * d.nkv) : NULL;
-    }
-    if (d.P > 0) {
-        S->ple_g = af_carve(cv, cap * d.P);
-        S->ple_raw = af_carve(cv, cap * d.H);
-        S->rstdple = tr ? af_carve(cv, cap) : NULL;
-    }
-    if (!lay) return;
-    float *xa_shared = tr ? NULL : af_carve(cv, cap * lay->lora.r); /* inference: nothing is kept */
-    for (int p = 0; p < AF_PROJ_COUNT; p++) {
-        if (!(lay->lora.targets & (1u << p))) continue;
-        int64_t in_max = 0; /* the widest input of projection p over the layers */
-        for (int32_t l = 0; l < lay->n_layers; l++) {
-            const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
-            if (s->in > in_max) in_max = s->in;
-        }
-        S->xa[p] = tr ? af_carve(cv, cap * lay->lora.r) : xa_shared;
-        if (tr && masks) S->mask[p] = af_carve(cv, cap * in_max);
-        if (lay->lora.use_dora) {
-            int64_t out_max = 0;
-            for (int32_t l = 0; l < lay->n_layers; l++) {
-                const af_lora_slot *s = af_lora_slot_at(lay, l, (af_proj)p);
-                if (s->a_off >= 0 && s->out > out_max) out_max = s->out;
-            }
-            S->dora_y[p] = af_carve(cv, cap * out_max);
-            S->dora_n[p] = af_carve(cv, out_max);
-        }
-    }
-}
-
-void af_tf_carve_scratch(af_carver *cv, af_tf_scratch *w, const af_model *m, const af_param_layout *lay,
-                         int64_t cap, af_tf_mode mode, int masks) {
-    const dims d = max_dims(m);
-    const af_arch_desc *D = &m->desc;
-    memset(w, 0, sizeof *w);
-    if (d.P > 0) {
-        w->ple_in = af_carve(cv, cap * d.P);
-        w->ple_act = af_carve(cv, cap * d.P);
-        w->ple_tok = af_carve(cv, (int64_t)MIN_ROWS * m->cfg.num_hidden_layers * d.P);
-        w->ple_idx = (int32_t *)af_carve(cv, cap * m->cfg.num_hidden_layers);
-    }
-    if (mode == AF_TF_INFER) {
-        w->hs = af_carve(cv, cap * d.H);
-        w->tH = af_carve(cv, cap * d.H);
-        w->act = af_carve(cv, cap * d.F);
-        return;
-    }
-    const int64_t r = lay ? lay->lora.r : 0;
-    w->dX = af_carve(cv, cap * d.H);
-    w->dT = af_carve(cv, cap * d.H);
-    w->dh = af_carve(cv, cap * d.H);
-    w->tH = af_carve(cv, cap * d.H);
-    w->hs = af_carve(cv, cap * d.H);
-    w->dattn = af_carve(cv, cap * d.qd);
-    w->dq = af_carve(cv, cap * d.qd);
-    w->dk = af_carve(cv, cap * d.kvd);
-    w->dv = af_carve(cv, cap * d.kvd);
-    w->dqr = D->qk_norm ? af_carve(cv, cap * d.qd) : NULL;
-    w->dkr = D->qk_norm ? af_carve(cv, cap * d.kvd) : NULL;
-    w->dvr = D->v_norm ? af_carve(cv, cap * d.kvd) : NULL;
-    if (d.P > 0) {
-        w->ple_dact = af_carve(cv, cap * d.P);
-        w->ple_dg = af_carve(cv, cap * d.P);
-    }
-    w->act = af_carve(cv, cap * d.F);
-    w->dact = af_carve(cv, cap * d.F);
-    w->dgate = af_carve(cv, cap * d.F);
-    w->dup = af_carve(cv, cap * d.F);
-    w->ltmp = af_carve(cv, cap * (r + (masks ? d.maxd : 0)));
-    w->padx = af_carve(cv, MIN_ROWS * d.maxd);
-    w->pady = af_carve(cv, MIN_ROWS * d.maxd);
-    if (lay && lay->init_P) {
-        w->xa0 = af_carve(cv, cap * r);
-        w->g0 = af_carve(cv, 2 * r * d.maxd);
-    }
-    if (lay && lay->lora.use_dora) {
-        w->dora_a = af_carve(cv, cap * d.maxd);
-        w->dora_b = af_carve(cv, cap * d.maxd);
-        w->dora_c = af_carve(cv, cap * d.maxd);
-    }
-}
 
 /* ---------------------------------------------------------------- frozen products */
 
@@ -498,7 +354,7 @@ static void train_kv(const af_tf_run *R, int32_t l, af_tf_acts *S, const float *
 /* Attention of the layer: training per packed sample over its own (or layer kv_src's) q/k/v
  * (keeping lse); inference appends k/v to the layer's cache slot (a KV-sharing layer reads the slot
  * of kv_src, filled earlier in the same call) and attends over positions [0, n_past + n). */
-static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d) {
+static void attention(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_tf_dims *d) {
     const af_model *m = R->m;
     const af_layer *Ly = &m->layers[l];
     const float scale = m->desc.attn_scale;
@@ -548,7 +404,7 @@ static float *v_out(const af_tf_run *R, int32_t l, af_tf_acts *S) {
 /* K and V of a layer with its own K/V after their frozen products (in k_out / v_out): bias and
  * LoRA, k norm, unweighted v norm, RoPE of k; stored for later layers when they reuse them
  * (training). */
-static void own_kv_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, const float *h1) {
+static void own_kv_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_tf_dims *d, const float *h1) {
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
@@ -567,7 +423,7 @@ static void own_kv_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const d
 }
 
 /* The per-layer input branch (desc.ple_dim): x [n, H] += rmsnorm((gelu(x·Wgᵀ)·pl)·Wpᵀ)·post_norm. */
-static void ple_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, float *x) {
+static void ple_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_tf_dims *d, float *x) {
     const af_layer *Ly = &R->m->layers[l];
     af_tf_scratch *ws = R->ws;
     mm_xwt(R, S->ple_g, x, &Ly->ple_gate);
@@ -582,7 +438,7 @@ static void ple_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims
  * mlp_gate_up: the activation in the epilogue of the up product; the same bits as the two
  * projections and glu_forward) when it has one and neither projection has an adapter (nor a probe
  * to see their outputs). Returns 0 when the caller must run the sequence. */
-static int mlp_fused_fwd(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d, const float *h2) {
+static int mlp_fused_fwd(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_tf_dims *d, const float *h2) {
     const af_backend *be = af_be(R->ctx);
     if (!be->mlp_gate_up || R->mode != AF_TF_TRAIN || R->n_seq > 0 || R->n < MIN_ROWS || R->probe ||
         adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP))
@@ -599,7 +455,7 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
-    const dims d = layer_dims(m, l);
+    const af_tf_dims d = layer_dims(m, l);
     const float eps = m->cfg.rms_norm_eps;
     const int64_t n = R->n;
     af_tf_scratch *ws = R->ws;
@@ -704,7 +560,7 @@ static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_
 
 
 /* Backward of the per-layer input branch: dX [n, H] (d of the branch's output) += d through it. */
-static void ple_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, const dims *d) {
+static void ple_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_tf_dims *d) {
     const af_layer *Ly = &R->m->layers[l];
     af_tf_scratch *ws = R->ws;
     const int64_t n = R->n;
@@ -726,7 +582,7 @@ void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
-    const dims d = layer_dims(m, l);
+    const af_tf_dims d = layer_dims(m, l);
     const int64_t n = R->n;
     const float eps = m->cfg.rms_norm_eps;
     const int own_kv = Ly->kv_src == l;

@@ -55,6 +55,15 @@
 /* Training products with fewer rows are computed on a zero-padded copy (see transformer.c). */
 #define AF_TF_MIN_ROWS 16
 
+/* Sizes of one layer (per layer: gemma4's global layers have another head_dim and KV-head count,
+ * its KV-sharing layers a double-width FFN), or the largest over the layers (transformer_mem.c:
+ * the buffers are carved for those). H hidden_size, F intermediate size, nh / nkv attention / KV
+ * heads, hd head_dim, qd = nh*hd, kvd = nkv*hd, P the per-layer input width (desc.ple_dim, 0 =
+ * none), maxd the widest product row (0 for one layer's sizes). Internal to the walk's files. */
+typedef struct af_tf_dims {
+    int64_t H, F, nh, nkv, hd, qd, kvd, P, maxd;
+} af_tf_dims;
+
 typedef enum af_tf_mode { AF_TF_INFER = 0, AF_TF_TRAIN = 1 } af_tf_mode;
 
 /* One layer's activations, each [cap, width] floats (width per token in brackets). Buffers a mode

@@ -234,6 +234,20 @@ typedef struct af_tr_step {
 /* Optimizer step L->rs.step on L->lt (its micro-batches, then af_lora_trainer_step). */
 af_status af_tr_take_step(struct af_tr_loop *L, af_tr_step *S);
 
+/* Ends the live progress line on the log (a newline) before another line is written. */
+void af_tr_end_live(struct af_tr_loop *L);
+/* One line s (JSON, no newline) appended to metrics.jsonl and flushed; a write error is kept in
+ * L->mf_errno (reported at the end of the run), never fatal here. */
+void af_tr_log_line(struct af_tr_loop *L, const char *s);
+
+/* ---- trainer_eval.c ---- */
+/* One evaluation after step L->rs.step on t->val (classification, causal LM or preference pairs by
+ * the task): the run state's last/best metric and patience count (transformers'
+ * EarlyStoppingCallback: the patience restarts only on a gain above early_stopping_threshold), a
+ * metrics.jsonl line, a log line; *improved = 1 when it is the best so far. Errors: the engine's
+ * (AF_ERR_NOMEM, AF_ERR_DEVICE). */
+af_status af_tr_evaluate(struct af_tr_loop *L, int *improved);
+
 /* ---- trainer_device.c (the device guard and the CPU fallback) ---- */
 /* Whether the run fits its device (t->ctx): activations of the largest micro-batch (and of an
  * evaluation batch), parameters, gradients and AdamW state, against the device's free memory

@@ -1,5 +1,5 @@
-/* trainer_run.c — the training loop: steps, evaluation, best/early stopping, checkpoints, resume,
- * progress and the metrics log (see trainer.h). One step's micro-batches are in trainer_step.c; the
+/* trainer_run.c — the training loop: steps, when to evaluate, best/early stopping, checkpoints,
+ * resume, progress and the metrics log (see trainer.h); one evaluation is in trainer_eval.c. One step's micro-batches are in trainer_step.c; the
  * optimizer step itself (accumulation, dropout seeds, clipping, AdamW, the non-finite skip and its
  * report) is the public trainer's (af_lora_trainer, api.c), driven through train/api_internal.h. */
 #include "train/trainer_internal.h"
@@ -29,7 +29,7 @@ static void fmt_time(double s, char *buf, size_t cap) {
     else snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
-static void end_live(loop *L) {
+void af_tr_end_live(loop *L) {
     FILE *lg = L->t->log;
     if (L->live && lg) fputc('\n', lg);
     L->live = 0;
@@ -75,144 +75,11 @@ static void progress(loop *L, double lr, double gn, int force) {
     L->live = L->tty;
 }
 
-static void log_line(loop *L, const char *s) {
+void af_tr_log_line(loop *L, const char *s) {
     if (!L->mf) return;
     errno = 0;
     if ((fputs(s, L->mf) < 0 || fputc('\n', L->mf) == EOF || fflush(L->mf) != 0) && !L->mf_errno)
         L->mf_errno = errno ? errno : EIO;
-}
-
-/* One evaluation's metric v into the run state: the best so far follows any gain (best/); the patience
- * count restarts only on a gain above the threshold --early-stopping-threshold (transformers'
- * EarlyStoppingCallback). lower: 1 when lower is better (eval loss). Returns 1 when v is the best so far. */
-static int note_metric(loop *L, double v, int lower) {
-    af_run_state *rs = &L->rs;
-    const double was = rs->best;
-    const int improved = lower ? isfinite(v) && !(was <= v) : !(was >= v); /* NaN best: first evaluation */
-    const double gain = lower ? was - v : v - was;
-    if (improved) {
-        rs->best = v;
-        rs->best_step = rs->step;
-    }
-    if (improved && (isnan(was) || gain > L->t->o->early_stopping_threshold)) rs->bad_evals = 0;
-    else rs->bad_evals++;
-    return improved;
-}
-
-/* Causal-LM evaluation: eval_loss (nats per target token), eval_mean_token_accuracy, perplexity;
- * the lowest eval_loss is the best. */
-static af_status evaluate_lm(loop *L, int *improved) {
-    af_trainer *t = L->t;
-    const af_trainer_opts *o = t->o;
-    af_run_state *rs = &L->rs;
-    af_lm_loss r;
-    AF_TRY(af_lm_eval(L->eng, L->P, t->val, o->eval_batch > 0 ? o->eval_batch : o->batch, &r));
-    const double vl = r.n_targets > 0 ? r.loss_sum / (double)r.n_targets : NAN;
-    const double va = r.n_targets > 0 ? (double)r.n_correct / (double)r.n_targets : NAN;
-    rs->last_eval_step = rs->step;
-    rs->last_val_acc = va;
-    rs->last_val_f1 = vl;
-    *improved = note_metric(L, vl, 1);
-    char line[512];
-    snprintf(line, sizeof line,
-             "{\"type\":\"eval\",\"split\":\"val\",\"step\":%lld,\"epoch\":%.6g,\"eval_loss\":%.9g,"
-             "\"eval_mean_token_accuracy\":%.9g,\"perplexity\":%.9g,\"eval_num_tokens\":%lld}",
-             (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(vl) ? vl : -1.0, isfinite(va) ? va : -1.0,
-             isfinite(vl) ? exp(vl) : -1.0, (long long)r.n_targets);
-    log_line(L, line);
-    if (t->log) {
-        end_live(L);
-        fprintf(t->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  perplexity %.4g  mean_token_accuracy %.4f (%lld "
-                        "target tokens)%s\n",
-                (long long)rs->step, (double)rs->step / (double)t->spe, vl, exp(vl), va, (long long)r.n_targets,
-                *improved ? "  (best so far)" : "");
-        fflush(t->log);
-    }
-    return AF_OK;
-}
-
-/* Preference evaluation on the validation pairs (batches of --eval-batch pairs, forward only):
- * eval_loss (the task's loss; orpo with its NLL) and TRL's eval_rewards/... and eval_logps/...,
- * means over the pairs; the lowest eval_loss is the best. */
-static af_status evaluate_pref(loop *L, int *improved) {
-    af_trainer *t = L->t;
-    const af_trainer_opts *o = t->o;
-    af_run_state *rs = &L->rs;
-    const int32_t np = t->val->n / 2, eb = o->eval_batch > 0 ? o->eval_batch : o->batch;
-    const af_step_opts so = {AF_POOL_MEAN, NULL, o->checkpointing != 0, 0, 0};
-    double sum[8] = {0};
-    int32_t idx[AF_PREF_MAX_EVAL_BATCH];
-    for (int32_t i0 = 0, m; i0 < np; i0 += m) {
-        m = np - i0 < eb ? np - i0 : eb;
-        if (m > AF_PREF_MAX_EVAL_BATCH) m = AF_PREF_MAX_EVAL_BATCH;
-        for (int32_t k = 0; k < m; k++) idx[k] = i0 + k;
-        af_pref_batch b;
-        AF_TRY(af_tr_pref_pack(L, L->bt_val, idx, m, L->ref_vc, L->ref_vr, &b));
-        af_pref_metrics mt;
-        AF_TRY(af_pref_step(L->eng, L->P, NULL, &b, &so, &t->po, 1.0f, &mt));
-        const double v[8] = {mt.loss, mt.reward_chosen, mt.reward_rejected, mt.reward_accuracy, mt.reward_margin,
-                             mt.logp_chosen, mt.logp_rejected, mt.nll};
-        for (int q = 0; q < 8; q++) sum[q] += v[q] * m;
-    }
-    for (int q = 0; q < 8; q++) sum[q] /= np;
-    const double vl = sum[0];
-    rs->last_eval_step = rs->step;
-    rs->last_val_acc = sum[3];
-    rs->last_val_f1 = vl;
-    *improved = note_metric(L, vl, 1);
-    char line[768], nll[64] = "";
-    if (t->po.type == AF_PREF_ORPO) snprintf(nll, sizeof nll, ",\"eval_nll_loss\":%.9g", sum[7]);
-    snprintf(line, sizeof line,
-             "{\"type\":\"eval\",\"split\":\"val\",\"step\":%lld,\"epoch\":%.6g,\"eval_loss\":%.9g,"
-             "\"eval_rewards/chosen\":%.9g,\"eval_rewards/rejected\":%.9g,\"eval_rewards/accuracies\":%.9g,"
-             "\"eval_rewards/margins\":%.9g,\"eval_logps/chosen\":%.9g,\"eval_logps/rejected\":%.9g%s,"
-             "\"eval_pairs\":%d}",
-             (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(vl) ? vl : -1.0, sum[1], sum[2], sum[3],
-             sum[4], sum[5], sum[6], nll, (int)np);
-    log_line(L, line);
-    if (t->log) {
-        end_live(L);
-        fprintf(t->log, "eval  step %lld (epoch %.2f): eval_loss %.4f  rewards/accuracies %.4f  rewards/margins %.4f  "
-                        "rewards chosen %.4f / rejected %.4f (%d pairs)%s\n",
-                (long long)rs->step, (double)rs->step / (double)t->spe, vl, sum[3], sum[4], sum[1], sum[2], (int)np,
-                *improved ? "  (best so far)" : "");
-        fflush(t->log);
-    }
-    return AF_OK;
-}
-
-static af_status evaluate(loop *L, int *improved) {
-    af_trainer *t = L->t;
-    const af_trainer_opts *o = t->o;
-    af_run_state *rs = &L->rs;
-    double vloss = NAN;
-    AF_TRY(af_eval_probs(L->eng, L->P, &t->lay, t->val, o->eval_batch > 0 ? o->eval_batch : o->batch, o->pooling,
-                         t->multi_label, L->vprobs, &vloss));
-    af_metrics *m = NULL;
-    AF_TRY(af_eval_metrics(t->val, L->vprobs, &m));
-    rs->last_eval_step = rs->step;
-    rs->last_val_acc = m->accuracy;
-    rs->last_val_f1 = m->macro_f1;
-    *improved = note_metric(L, m->macro_f1, 0);
-    char line[512];
-    snprintf(line, sizeof line,
-             "{\"type\":\"eval\",\"split\":\"val\",\"step\":%lld,\"epoch\":%.6g,\"accuracy\":%.9g,\"macro_f1\":%.9g,"
-             "\"loss\":%.9g,\"ece\":%.9g}",
-             (long long)rs->step, (double)rs->step / (double)t->spe, m->accuracy, m->macro_f1,
-             isfinite(vloss) ? vloss : -1.0, isfinite(m->ece) ? m->ece : -1.0);
-    log_line(L, line);
-    if (L->writer && af_tr_write_eval_json(t, m, rs->step) != AF_OK && t->log) /* a view, not the run's state */
-        fprintf(t->log, "warning: eval.json not written: %s\n", af_last_error());
-    if (t->log) {
-        end_live(L);
-        fprintf(t->log, "eval  step %lld (epoch %.2f): accuracy %.4f  macro-F1 %.4f  loss %.4f", (long long)rs->step,
-                (double)rs->step / (double)t->spe, m->accuracy, m->macro_f1, vloss);
-        if (isfinite(m->ece)) fprintf(t->log, "  ECE %.4f", m->ece);
-        fprintf(t->log, "%s\n", *improved ? "  (best so far)" : "");
-        fflush(t->log);
-    }
-    af_metrics_free(m);
-    return AF_OK;
 }
 
 /* OUT/<name> (af_tr_save_dir) from host copies of the trainer's parameters (and, with `state`, its
@@ -341,12 +208,12 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 }
 
 /* What every rank of a data-parallel run must have the same: the training samples (tokens, labels,
- * loss targets), the step plan and the parameter count. */
+ * loss targets), the step plan, the parameter count and the frozen products' precision. */
 static uint64_t run_fingerprint(const af_trainer *t) {
     const af_dataset *d = t->train;
     uint64_t h = 0xcbf29ce484222325ull;
-    const int64_t plan[8] = {d->n, t->total, t->spe, t->n_micro, t->lay.n_total, t->o->batch, t->o->grad_accum,
-                             (int64_t)t->o->seed};
+    const int64_t plan[9] = {d->n, t->total, t->spe, t->n_micro, t->lay.n_total, t->o->batch, t->o->grad_accum,
+                             (int64_t)t->o->seed, (int64_t)t->ctx->bf16};
     h = fnv(h, plan, sizeof plan);
     h = fnv(h, d->tok_off, sizeof(int64_t) * ((size_t)d->n + 1));
     h = fnv(h, d->tokens, sizeof(int32_t) * (size_t)d->tok_off[d->n]);
@@ -374,7 +241,8 @@ static af_status dist_setup_agree(loop *L, af_status st) {
     AF_TRY(af_dist_agree(differs, &bad, &L->comm));
     if (bad >= 0)
         return af_fail(AF_ERR_INVALID_ARG, "rank %d has other training data or settings than rank 0 (the samples, "
-                                           "their tokens, or the step plan differ); every rank must read the same "
+                                           "their tokens, the step plan or the frozen products' precision differ); "
+                                           "every rank must read the same "
                                            "data with the same settings", (int)bad);
     return AF_OK;
 }
@@ -518,7 +386,7 @@ static void log_step(loop *L, const af_tr_step *S) {
                  (long long)rs->step, (double)rs->step / (double)t->spe, isfinite(loss) ? loss : -1.0, S->acc, S->lr,
                  isfinite(gn) ? gn : -1.0, dt > 0 ? (double)L->session_samples / dt : 0.0, el, dl,
                  S->finite ? "" : ",\"skipped\":true");
-    log_line(L, line);
+    af_tr_log_line(L, line);
 }
 
 /* After optimizer step rs.step + 1: the counters, its metrics line, the EMAs or the non-finite
@@ -551,9 +419,9 @@ static af_status record_step(loop *L, const af_tr_step *S, af_stop_reason *stop)
              "{\"type\":\"nonfinite\",\"step\":%lld,\"where\":\"%s\",\"loss\":\"%g\",\"grad_norm\":\"%g\","
              "\"consecutive\":%lld,\"skipped_total\":%lld}",
              (long long)rs->step, L->nf_where, S->loss, S->gn, (long long)rs->nonfinite_run, (long long)rs->n_nonfinite);
-    log_line(L, line);
+    af_tr_log_line(L, line);
     if (t->log) {
-        end_live(L);
+        af_tr_end_live(L);
         fprintf(t->log, "warn  step %lld: not finite in %s (loss %g, grad-norm %g): step skipped, parameters "
                         "unchanged (%lld in a row)\n",
                 (long long)rs->step, L->nf_where, S->loss, S->gn, (long long)rs->nonfinite_run);
@@ -591,7 +459,7 @@ static int budget_check(loop *L, budget_clock *B) {
         const int64_t was = t->total;
         B->replanned = 1;
         if (af_tr_budget_replan(t, rs->step, step_s, ev, left, reserve) != was && t->log) {
-            end_live(L);
+            af_tr_end_live(L);
             fprintf(t->log, "time budget: %.2f s per step measured; %lld steps instead of %lld fit the %g min "
                             "(%.0f s left)\n", step_s, (long long)t->total, (long long)was, o->time_budget_min, left);
         }
@@ -615,7 +483,7 @@ static af_status maybe_evaluate(loop *L, int last, int epoch_end, budget_clock *
     const int64_t nval = af_dataset_size(t->val);
     if (o->progress) o->progress(o->progress_user, "eval", 0, nval);
     const double te = now();
-    af_status st = t->pref ? evaluate_pref(L, &improved) : t->lm ? evaluate_lm(L, &improved) : evaluate(L, &improved);
+    af_status st = af_tr_evaluate(L, &improved);
     if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(L, st, "the evaluation")) == AF_OK) { /* on the CPU now */
         *rewound = 1;
         return AF_OK;
@@ -675,7 +543,7 @@ static af_status decide_and_save(loop *L, int last, int budget_end, int epoch_en
     }
     const int save = o->save_every > 0 ? rs->step % o->save_every == 0 : (t->val ? evaluated : epoch_end);
     if (!(save || last || *stop != AF_STOP_DONE)) return AF_OK;
-    end_live(L);
+    af_tr_end_live(L);
     af_status st = save_checkpoint(L);
     if (st == AF_ERR_DEVICE && (st = af_tr_device_failed(L, st, "saving the checkpoint")) == AF_OK) *rewound = 1;
     return st;
@@ -720,7 +588,7 @@ static af_status loop_steps(loop *L, int resumed, af_stop_reason *stop) {
         if (rewound) continue;
         if (*stop != AF_STOP_DONE) break;
     }
-    end_live(L);
+    af_tr_end_live(L);
     if (st == AF_OK && *stop == AF_STOP_DONE && L->plateau) *stop = AF_STOP_EARLY; /* ended by the cool-down */
     if (L->writer && (*stop == AF_STOP_DONE || *stop == AF_STOP_EARLY || *stop == AF_STOP_BUDGET)) {
         st = save_dir(L, "final", 0, &L->rs, "last_step");
@@ -734,7 +602,7 @@ static af_status loop_finish(loop *L, af_status st, af_stop_reason stop, double 
     const af_trainer *t = L->t;
     if (st == AF_OK && L->mf_errno) /* no silent loss of the metrics log */
         st = af_fail(AF_ERR_IO, "%s/metrics.jsonl: write failed: %s", t->out_dir, strerror(L->mf_errno));
-    end_live(L);
+    af_tr_end_live(L);
     if (st != AF_OK && L->dist && L->world > 1) { /* name the rank, the step and the last good checkpoint */
         char msg[768];
         snprintf(msg, sizeof msg, "%s", af_last_error());
