@@ -346,6 +346,10 @@ static void test_yaml(void) {
     yaml_err("lr: [1, 2]\n", "t.yaml:1:5: key 'lr': expected a single value, got a list", NULL);
     yaml_err("- lr\n- 1\n", "t.yaml:1:1: the config file must be a YAML mapping", NULL);
     yaml_err("lr_scheduler_type: polynomial\n", "key 'lr_scheduler_type': scheduler 'polynomial' is not available", NULL);
+    {
+        af_train_settings *w = yaml_ok("lr_scheduler_type: warmup_stable_decay\n");
+        if (w) has(w, "schedule", "wsd"), af_train_settings_free(w);
+    }
     yaml_err("task_type: TOKEN_CLS\n", "key 'task_type': 'TOKEN_CLS' is not available", NULL);
     yaml_err("bias: all\n", "key 'bias': 'all' is not available", NULL);
     yaml_err("gradient_checkpointing: maybe\n", "key 'gradient_checkpointing': expected true or false", NULL);

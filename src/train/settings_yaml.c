@@ -33,7 +33,7 @@
 typedef enum {
     V_AS_IS = 0,   /* the scalar's text */
     V_TARGETS,     /* a list or a string of module names -> "q_proj,v_proj" (the targets parser knows PEFT names) */
-    V_SCHEDULE,    /* lr_scheduler_type -> constant | cosine | linear */
+    V_SCHEDULE,    /* lr_scheduler_type -> constant | cosine | linear | wsd (warmup_stable_decay) */
     V_MAX_STEPS,   /* -1: not set */
     V_RESUME,      /* true: the output directory's newest checkpoint; a path; false: not set */
     V_EVAL_STRAT,  /* "steps": nothing; "epoch": eval-every 0 */
@@ -242,10 +242,11 @@ static af_status apply(yctx *y, const yaml_mark_t *m, const char *yname, const a
     case V_TARGETS: return put(y, m, yname, key, v);
     case V_SCHEDULE: {
         const char *to = !strcmp(v, "cosine") ? "cosine" : !strcmp(v, "linear") ? "linear"
-                       : (!strcmp(v, "constant") || !strcmp(v, "constant_with_warmup")) ? "constant" : NULL;
+                       : (!strcmp(v, "constant") || !strcmp(v, "constant_with_warmup")) ? "constant"
+                       : (!strcmp(v, "warmup_stable_decay") || !strcmp(v, "wsd")) ? "wsd" : NULL;
         if (!to)
-            return at(y, m, "key '%s': scheduler '%.60s' is not available (afinar has cosine, linear, constant and "
-                            "constant_with_warmup, all after a linear warm-up)", yname, v);
+            return at(y, m, "key '%s': scheduler '%.60s' is not available (afinar has cosine, linear, constant, "
+                            "constant_with_warmup and warmup_stable_decay, all after a linear warm-up)", yname, v);
         return put(y, m, yname, key, to);
     }
     case V_MAX_STEPS: return !strcmp(v, "-1") ? AF_OK : put(y, m, yname, key, v);
