@@ -308,6 +308,15 @@ def sft_rows(R, work, parts):
           q.get("tokens_per_s_afinar_over_torch"), "sft_vs_torch")
     R.add("sft", "causal-LM SFT peak RSS vs PyTorch f32", fmt(a.get("peak_rss_kib", 0) / 1024, 0, " MiB"),
           fmt(p.get("peak_rss_kib", 0) / 1024, 0, " MiB"), q.get("peak_rss_afinar_over_torch"), "sft_rss_vs_torch")
+    b, pb = s.get("afinar_bf16", {}), s.get("pytorch_bf16", {})
+    if "tokens_per_s_afinar_bf16_over_torch_bf16" in q:
+        R.add("sft", "causal-LM SFT tokens/s, bf16 vs PyTorch bf16 autocast", fmt(b.get("tokens_per_s")),
+              fmt(pb.get("tokens_per_s")), q["tokens_per_s_afinar_bf16_over_torch_bf16"], "sft_vs_torch")
+    d = s.get("afinar_default", {})
+    if "tokens_per_s_afinar_default_over_torch" in q:
+        R.add("sft", f"causal-LM SFT tokens/s, afinar's default ({d.get('frozen_precision') or '?'} products chosen "
+              "by the recipe) vs PyTorch f32", fmt(d.get("tokens_per_s")), fmt(p.get("tokens_per_s")),
+              q["tokens_per_s_afinar_default_over_torch"], "sft_vs_torch")
 
 
 def thread_rows(R, work, parts):

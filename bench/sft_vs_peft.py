@@ -18,7 +18,8 @@ Sub-commands:
       target tokens' cross-entropies / number of target tokens (transformers' ForCausalLMLoss).
       AdamW (weight decay 0.01) at a constant lr, gradient clipping at 1.0; no gradient
       checkpointing. tokens/s counts real (non-pad) tokens of the timed steps; peak RSS is VmHWM.
-      Prints one JSON object.
+      --dtype bf16: forward + loss under torch.autocast("cpu", bfloat16) (weights, LoRA parameters
+      and AdamW stay float32), as bench/train_peft.py does for classification. Prints one JSON object.
 
   run [--steps N] ... (the orchestrator)
       Runs the torch side (a child process), then afinar's `train --task causal-lm` on the same
@@ -26,6 +27,10 @@ Sub-commands:
       lr, batch, max_seq_len, all-linear) under /usr/bin/time -v for its peak RSS, and writes
       OUT/sft_vs_peft.{md,json} with the ratios. Where afinar's causal-LM training is not built
       (no `--task causal-lm`), its column says so and only PyTorch's numbers are reported.
+      Rows: PyTorch f32 and afinar with --frozen-precision f32 (the same work, the target's ratio);
+      with --bf16 on (auto: where the CPU has AVX512_BF16) also PyTorch bf16 autocast and afinar
+      with --frozen-precision bf16; and afinar's default (no precision flag: what the automatic
+      recipe chooses, read from its run.json) against PyTorch f32.
 """
 import argparse
 import datetime
@@ -74,6 +79,8 @@ def tokenize_sft(tok, examples, max_len):
 
 
 def cmd_torch(a):
+    import contextlib
+
     import torch
     torch.set_num_threads(a.threads)
     try:
@@ -113,7 +120,8 @@ def cmd_torch(a):
             m[i, :len(ids)] = 1
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = pm(input_ids=x, attention_mask=m, labels=y).loss  # sum over target tokens / their count
+        with (torch.autocast("cpu", dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()):
+            loss = pm(input_ids=x, attention_mask=m, labels=y).loss  # sum over target tokens / their count
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -126,7 +134,7 @@ def cmd_torch(a):
     tt = sum(dts[a.warmup:])
     toks = sum(ntok[a.warmup:])
     print(json.dumps({
-        "system": "pytorch-f32", "r": a.r, "alpha": a.alpha, "lr": a.lr, "batch": B, "max_seq_len": a.max_seq_len,
+        "system": "pytorch-" + ("bf16-autocast" if a.dtype == "bf16" else "f32"), "r": a.r, "alpha": a.alpha, "lr": a.lr, "batch": B, "max_seq_len": a.max_seq_len,
         "threads": torch.get_num_threads(), "warmup_steps": a.warmup, "timed_steps": a.steps,
         "trainable_params": sum(p.numel() for p in params), "step_s": [round(v, 4) for v in dts],
         "step_tokens": ntok, "step_target_tokens": ntgt, "loss": [round(v, 6) for v in losses],
@@ -137,18 +145,21 @@ def cmd_torch(a):
     }))
 
 
-def run_afinar(a, data_file, logf):
-    """afinar's run of the same steps; None when `train --task causal-lm` is not available."""
+def run_afinar(a, data_file, logf, precision=None):
+    """afinar's run of the same steps (--frozen-precision `precision`; None: no flag, the recipe's
+    choice); {"failed": why} when `train --task causal-lm` is not available or the run fails."""
     probe = subprocess.run([a.afinar, "train", "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if "causal-lm" not in probe.stdout:
         return {"failed": f"{a.afinar} has no 'train --task causal-lm' (the causal-LM trainer is not merged)"}
-    out = os.path.join(a.work, "afinar_run")
+    out = os.path.join(a.work, "afinar_run_" + (precision or "default"))
     cmd = ["/usr/bin/time", "-v", a.afinar, "train", "--task", "causal-lm", "-m", a.model, "--train", data_file,
            "-o", out, "--overwrite", "--max-steps", str(a.warmup + a.steps), "--batch", str(a.batch),
            "--grad-accum", "1", "--lr", str(a.lr), "--schedule", "constant", "--warmup", "0",
            "--lora-r", str(a.r), "--lora-alpha", str(a.alpha), "--lora-dropout", "0", "--targets", "all-linear",
            "--lora-layers", "all", "--max-seq-len", str(a.max_seq_len), "-t", str(a.threads), "--no-plot",
-           "--no-packing"]  # the same 8 examples per step as PyTorch
+           "--no-packing"]  # the same examples per step as PyTorch
+    if precision:
+        cmd += ["--frozen-precision", precision]
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=bench_common.oom_first)
     wall = time.time() - t0
@@ -166,7 +177,7 @@ def run_afinar(a, data_file, logf):
             if "loss" in o and "step" in o and "num_tokens" in o:
                 steps.append(o)
     r = {"system": "afinar", "wall_s": round(wall, 2), "peak_rss_kib": int(m.group(1)) if m else -1,
-         "records": len(steps)}
+         "records": len(steps), "frozen_precision": run_precision(out)}
     if len(steps) >= a.warmup + a.steps:
         timed = steps[a.warmup:a.warmup + a.steps]
         r["final_loss"] = timed[-1]["loss"]
@@ -179,6 +190,17 @@ def run_afinar(a, data_file, logf):
             r["note"] = "metrics.jsonl has no time stamp: tokens/s from the whole run's wall time"
             r["tokens_per_s"] = timed[-1]["num_tokens"] / wall
     return r
+
+
+def run_precision(out):
+    """The frozen products' precision a run used, from its run.json ("bf16 (recipe)" -> "bf16")."""
+    try:
+        with open(os.path.join(out, "run.json")) as f:
+            d = json.load(f)
+        v = d.get("settings", {}).get("frozen-precision") or d.get("config", {}).get("frozen-precision")
+    except (OSError, ValueError):
+        return None
+    return v.split()[0] if isinstance(v, str) and v else None
 
 
 def cmd_run(a):
@@ -200,21 +222,44 @@ def cmd_run(a):
     log(f"{meta['cpu']}, {meta['cores']} cores, load {meta['load_before']}; {a.warmup}+{a.steps} steps of "
         f"{a.batch} examples, max_seq_len {a.max_seq_len}, r {a.r}, alpha {a.alpha}, lr {a.lr}")
     py = sys.executable
-    torch_res, wall, share = bench_common.run_child(
-        [py, "bench/sft_vs_peft.py", "torch", "--hf", a.hf, "--data", data_file, "--steps", str(a.steps),
-         "--warmup", str(a.warmup), "--batch", str(a.batch), "--max-seq-len", str(a.max_seq_len), "--r", str(a.r),
-         "--alpha", str(a.alpha), "--lr", str(a.lr), "--threads", str(a.threads)], logf, tolerate=True,
-        name="sft_vs_peft")
-    torch_res["cpu_share"] = round(share, 2)
-    log("pytorch f32:", json.dumps({k: torch_res.get(k) for k in ("tokens_per_s", "peak_rss_kib", "final_loss",
-                                                                  "failed")}))
-    af = run_afinar(a, data_file, logf)
-    log("afinar:", json.dumps(af))
+    bf16 = a.bf16 == "on" or (a.bf16 == "auto" and "avx512_bf16" in cpu_flags_summary())
+    meta["bf16_rows"] = bf16
+
+    def torch_run(dtype):
+        res, _, share = bench_common.run_child(
+            [py, "bench/sft_vs_peft.py", "torch", "--hf", a.hf, "--data", data_file, "--steps", str(a.steps),
+             "--warmup", str(a.warmup), "--batch", str(a.batch), "--max-seq-len", str(a.max_seq_len), "--r",
+             str(a.r), "--alpha", str(a.alpha), "--lr", str(a.lr), "--threads", str(a.threads), "--dtype", dtype],
+            logf, tolerate=True, name="sft_vs_peft")
+        res["cpu_share"] = round(share, 2)
+        log(f"pytorch {dtype}:", json.dumps({k: res.get(k) for k in ("tokens_per_s", "peak_rss_kib", "final_loss",
+                                                                      "failed")}))
+        return res
+
+    rep = {"meta": meta, "pytorch_f32": torch_run("f32")}
+    if bf16:
+        rep["pytorch_bf16"] = torch_run("bf16")
+    # afinar: the same work in f32 (the target's row), in bf16, and its default (the recipe's choice;
+    # the run of that precision is reused rather than repeated)
+    rep["afinar"] = run_afinar(a, data_file, logf, "f32")
+    log("afinar f32:", json.dumps(rep["afinar"]))
+    if bf16:
+        rep["afinar_bf16"] = run_afinar(a, data_file, logf, "bf16")
+        log("afinar bf16:", json.dumps(rep["afinar_bf16"]))
+    d = run_afinar(a, data_file, logf, None)
+    log("afinar default:", json.dumps(d))
+    rep["afinar_default"] = d
     meta["load_after"] = loadavg()
-    rep = {"meta": meta, "pytorch_f32": torch_res, "afinar": af}
-    if "tokens_per_s" in af and "tokens_per_s" in torch_res:
-        rep["ratios"] = {"tokens_per_s_afinar_over_torch": af["tokens_per_s"] / torch_res["tokens_per_s"],
-                         "peak_rss_afinar_over_torch": af["peak_rss_kib"] / torch_res["peak_rss_kib"]}
+    af, t = rep["afinar"], rep["pytorch_f32"]
+    tps = lambda r: r.get("tokens_per_s") if "failed" not in r else None  # noqa: E731
+    if tps(af) and tps(t):
+        rep["ratios"] = {"tokens_per_s_afinar_over_torch": af["tokens_per_s"] / t["tokens_per_s"],
+                         "peak_rss_afinar_over_torch": af["peak_rss_kib"] / t["peak_rss_kib"]}
+        if tps(d):
+            rep["ratios"]["tokens_per_s_afinar_default_over_torch"] = d["tokens_per_s"] / t["tokens_per_s"]
+        if bf16 and tps(rep["afinar_bf16"]) and tps(rep["pytorch_bf16"]):
+            rep["ratios"]["tokens_per_s_afinar_bf16_over_torch_bf16"] = (rep["afinar_bf16"]["tokens_per_s"]
+                                                                          / rep["pytorch_bf16"]["tokens_per_s"])
     with open(os.path.join(a.out, "sft_vs_peft.json"), "w") as f:
         json.dump(rep, f, indent=1)
     write_md(rep, os.path.join(a.out, "sft_vs_peft.md"))
@@ -238,13 +283,25 @@ def write_md(rep, path):
             return f"| {name} | — | — | not run: {r['failed']} |"
         return (f"| {name} | {r['tokens_per_s']:.1f} | {r['peak_rss_kib'] / 1024:.0f} | {r['final_loss']:.4f} |")
     L.append(row("PyTorch f32", t))
-    L.append(row("afinar (Q4_1 base, f32 products)", af))
+    if "pytorch_bf16" in rep:
+        L.append(row("PyTorch bf16 autocast", rep["pytorch_bf16"]))
+    L.append(row("afinar (Q4_1 base, --frozen-precision f32)", af))
+    if "afinar_bf16" in rep:
+        L.append(row("afinar (Q4_1 base, --frozen-precision bf16)", rep["afinar_bf16"]))
+    if "afinar_default" in rep:
+        dp = rep["afinar_default"].get("frozen_precision") or "?"
+        L.append(row(f"afinar's default (no precision flag: {dp} products)", rep["afinar_default"]))
     if "ratios" in rep:
         q = rep["ratios"]
         t_r, m_r = q["tokens_per_s_afinar_over_torch"], q["peak_rss_afinar_over_torch"]
         L.append(f"\nafinar / PyTorch f32: tokens/s **{t_r:.2f}x** (target {target_text('sft_vs_torch')}: "
                  f"{verdict('sft_vs_torch', t_r)}), peak RSS **{m_r:.2f}x** (target {target_text('sft_rss_vs_torch')}: "
                  f"{verdict('sft_rss_vs_torch', m_r)}).")
+        if "tokens_per_s_afinar_default_over_torch" in q:
+            L.append(f"\nafinar's default / PyTorch f32: tokens/s **{q['tokens_per_s_afinar_default_over_torch']:.2f}x**.")
+        if "tokens_per_s_afinar_bf16_over_torch_bf16" in q:
+            L.append(f"\nafinar bf16 / PyTorch bf16 autocast: tokens/s "
+                     f"**{q['tokens_per_s_afinar_bf16_over_torch_bf16']:.2f}x**.")
     if "loss" in t:
         L.append(f"\nPyTorch per-step loss: {t['loss']}; step times (s): {t['step_s']}; tokens per step: "
                  f"{t['step_tokens']}; versions: {t['versions']}.")
@@ -272,6 +329,10 @@ def main():
             p.add_argument("--afinar", default="build/afinar")
             p.add_argument("--work", default="build/bench/sft_vs_peft")
             p.add_argument("--out", default="bench/results")
+            p.add_argument("--bf16", choices=["auto", "on", "off"], default="auto",
+                           help="bf16 rows (PyTorch autocast, afinar --frozen-precision bf16); auto: AVX512_BF16")
+        else:
+            p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     a = ap.parse_args()
     {"torch": cmd_torch, "run": cmd_run}[a.cmd](a)
 
