@@ -69,12 +69,8 @@ static double cpu_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
+/* Greedy choice: the library's (af_sample with no parameters: argmax, ties -> lowest id). */
+static int32_t argmax(const float *x, int32_t n) { return af_sample(x, n, NULL, NULL); }
 
 /* log-sum-exp of x[0..n) in double. */
 static double lse(const float *x, int32_t n) {

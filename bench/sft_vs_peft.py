@@ -200,7 +200,8 @@ def run_precision(out):
         v = d.get("settings", {}).get("frozen-precision") or d.get("config", {}).get("frozen-precision")
     except (OSError, ValueError):
         return None
-    return v.split()[0] if isinstance(v, str) and v else None
+    # run.json's settings list what differs from the defaults: absent, the products were f32
+    return v.split()[0] if isinstance(v, str) and v else "f32"
 
 
 def cmd_run(a):
