@@ -1021,6 +1021,38 @@ static void test_cli_precision(void) {
     CHECK(rc == 2 && lg && strstr(lg, "frozen-precision"), "--frozen-precision int4: refused naming the flag (exit %d)\n%s",
           rc, lg ? lg : "");
     free(lg);
+    /* causal LM: the recipe's choice as for classification (the headline job's ROUGE-L with bf16 within
+     * the f32 seeds' spread, docs/RECIPE.md); DPO: f32, nothing chosen */
+    FILE *f = fopen(P_("pc.jsonl"), "w");
+    FILE *g = fopen(P_("pairs.jsonl"), "w");
+    if (CHECK(f && g, "prompt/completion and pair files")) {
+        for (int i = 0; i < 12; i++) {
+            fprintf(f, "{\"prompt\": \"ab ab %s\", \"completion\": \" ab\"}\n", i % 2 ? "b" : "a");
+            fprintf(g, "{\"prompt\": \"ab %s\", \"chosen\": \" ab\", \"rejected\": \" b\"}\n", i % 2 ? "b" : "a");
+        }
+    }
+    if (f) fclose(f);
+    if (g) fclose(g);
+    const char *tasks[2][3] = {{"causal-lm", "pc.jsonl", "p_lm"}, {"dpo", "pairs.jsonl", "p_dpo"}};
+    for (int k = 0; k < 2; k++) {
+        char lgp[600], rj[600];
+        snprintf(lgp, sizeof lgp, "%s/%s.log", g_dir, tasks[k][2]);
+        snprintf(rj, sizeof rj, "%s/%s/run.json", g_dir, tasks[k][2]);
+        rc = sh("%s train --task %s -m %s --train %s/%s --threads 1 --max-steps 1 --max-seq-len 16 -o %s/%s --no-plot "
+                "> %s 2>&1", abs, tasks[k][0], m, g_dir, tasks[k][1], g_dir, tasks[k][2], lgp);
+        lg = tl_read_file(lgp, NULL);
+        char *js = tl_read_file(rj, NULL);
+        const int bf = json_has(js, "frozen-precision", "\"bf16 (recipe)\""),
+                  f32r = json_has(js, "frozen-precision", "\"f32 (recipe)\"");
+        if (k == 0)
+            CHECK(rc == 0 && (af_cpu()->bf16_dot_fast ? bf && lg && strstr(lg, "frozen products: bf16 (") : f32r),
+                  "causal LM: the recipe's precision follows the CPU (bf16 where fast) (exit %d)\n%s\n%s", rc,
+                  lg ? lg : "", js ? js : "");
+        else
+            CHECK(rc == 0 && js && !bf && !f32r && lg && !strstr(lg, "frozen products:"),
+                  "dpo: f32 products, nothing chosen by the recipe (exit %d)\n%s\n%s", rc, lg ? lg : "", js ? js : "");
+        free(lg), free(js);
+    }
     printf("  (the auto recipe chose %s frozen products on this CPU)\n", want_auto ? want_auto : "?");
 }
 

@@ -236,7 +236,8 @@ static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora
       "CPU); 'afinar devices' lists them")                                                                         \
     X("frozen-precision", TEXT, 0, 0, 0, "auto|f32|bf16", G_COMP, 0, F(frozen_precision), FT_ENUM, w_precision, 0, \
       NULL, "operands of the frozen-weight and attention products (LoRA, gradients, optimizer: f32); auto: "      \
-      "the recipe's choice, bf16 for classification where this CPU runs it faster (AVX512_BF16)")                \
+      "the recipe's choice, bf16 for classification and causal LM where this CPU's bf16 dot product is fast "   \
+      "(AMD Zen 4 and later)")                                                                                    \
     X("bf16", BOOL, 0, 0, 0, NULL, G_COMP, 0, F(bf16), FT_BOOL, NULL, 0, NULL,                                      \
       "the same as --frozen-precision bf16 (bfloat16 operands, f32 accumulation; AVX512_BF16)")                   \
     X("quantize", TEXT, 0, 0, 0, "TYPE", G_COMP, 0, F(quantize), FT_STR, NULL, 0, "none",                          \

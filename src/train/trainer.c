@@ -291,13 +291,15 @@ static af_status resolve_layers(af_trainer *t) {
 }
 
 /* Whether the automatic recipe considers bf16 frozen products: frozen_precision auto (and no --bf16)
- * under AF_RECIPE_AUTO, classification, on the CPU. Quality measured on the main job (BBC News, 3
- * seeds: test accuracy within the f32 runs' spread, docs/RECIPE.md); causal-LM and preference runs
- * keep f32 until their held-out quality is measured the same way. It takes them where the CPU's
- * bf16 dot product is fast (af_cpu_info.bf16_dot_fast: from the CPU's identity, never a timing). */
+ * under AF_RECIPE_AUTO, classification or causal LM, on the CPU. Quality measured with 3 seeds on
+ * the main job (BBC News test accuracy) and the headline job (BBC headlines ROUGE-L and completion
+ * loss), each within the f32 runs' seed spread (docs/RECIPE.md); preference runs keep f32 until
+ * their held-out quality is measured the same way. It takes them where the CPU's bf16 dot product
+ * is fast (af_cpu_info.bf16_dot_fast: from the CPU's identity, never a timing). */
 static int recipe_considers_bf16(const af_trainer_opts *o, const af_ctx_params *p) {
     return o->frozen_precision == AF_PRECISION_AUTO && !o->bf16 && o->recipe == AF_RECIPE_AUTO &&
-           o->task == AF_TASK_CLASSIFICATION && (!p->device || !strcmp(p->device, "cpu"));
+           (o->task == AF_TASK_CLASSIFICATION || o->task == AF_TASK_CAUSAL_LM) &&
+           (!p->device || !strcmp(p->device, "cpu"));
 }
 
 /* The run's context t->ctx (af_ctx_open): the base (o->ctx, else the model's, else the defaults)
