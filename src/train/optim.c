@@ -33,15 +33,21 @@ float af_lr_at(af_sched s, float lr, float lr_min, int64_t step, int64_t warmup,
     return (float)(lo + (hi - lo) * f);
 }
 
+/* The schedules' names, indexed by af_sched. */
+static const char *const k_sched_names[] = {[AF_SCHED_CONSTANT] = "constant", [AF_SCHED_COSINE] = "cosine",
+                                            [AF_SCHED_LINEAR] = "linear", [AF_SCHED_WSD] = "wsd"};
+#define N_SCHED ((int)(sizeof k_sched_names / sizeof *k_sched_names))
+
 int af_sched_parse(const char *name, af_sched *out) {
-    if (!name) return -1;
-    if (strcmp(name, "constant") == 0) *out = AF_SCHED_CONSTANT;
-    else if (strcmp(name, "cosine") == 0) *out = AF_SCHED_COSINE;
-    else if (strcmp(name, "linear") == 0) *out = AF_SCHED_LINEAR;
-    else if (strcmp(name, "wsd") == 0) *out = AF_SCHED_WSD;
-    else return -1;
-    return 0;
+    for (int i = 0; name && i < N_SCHED; i++)
+        if (strcmp(name, k_sched_names[i]) == 0) {
+            *out = (af_sched)i;
+            return 0;
+        }
+    return -1;
 }
+
+const char *af_sched_name(af_sched s) { return (int)s >= 0 && (int)s < N_SCHED ? k_sched_names[s] : "?"; }
 
 int64_t af_wsd_decay_start(int64_t total) { return total <= 0 ? 0 : total - total / 5; }
 

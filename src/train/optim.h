@@ -36,6 +36,8 @@
 float af_lr_at(af_sched s, float lr, float lr_min, int64_t step, int64_t warmup, int64_t total);
 /* "constant" | "cosine" | "linear" | "wsd" -> 0 on success, -1 unknown (NULL too); *out untouched on error. */
 int af_sched_parse(const char *name, af_sched *out);
+/* The name af_sched_parse reads ("constant", "cosine", "linear", "wsd"); "?" for another value. Static. */
+const char *af_sched_name(af_sched s);
 
 /* First step of the wsd cool-down of a `total`-step run: total − floor(total / 5) (total <= 0: 0). */
 int64_t af_wsd_decay_start(int64_t total);

@@ -327,13 +327,7 @@ static af_status make_ctx(af_trainer *t, af_trainer_opts *o) {
     if (asked || by_recipe) p.matmul_precision = "bf16";
     else if (o->frozen_precision == AF_PRECISION_F32) p.matmul_precision = "f32";
     af_ctx_report rep;
-    AF_TRY(af_ctx_open(&p, &t->ctx, &rep));
-    if (by_recipe && rep.bf16_fallback) { /* e.g. --kernel avx2: this context runs no bf16 products */
-        af_ctx_free(t->ctx);
-        t->ctx = NULL;
-        p.matmul_precision = "f32";
-        AF_TRY(af_ctx_open(&p, &t->ctx, NULL));
-    }
+    AF_TRY(af_ctx_open(&p, &t->ctx, &rep)); /* bf16 the context cannot run (rep.bf16_fallback): an f32 one */
     o->frozen_precision = t->ctx->bf16 ? AF_PRECISION_BF16 : AF_PRECISION_F32;
     const int32_t i = af_setting_index("frozen-precision"), ib = af_setting_index("bf16");
     if (i >= 0 && considered) o->origin[i] = AF_ORIGIN_RECIPE;
@@ -625,8 +619,7 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
     } else fprintf(fp, "validation: none (give --val FILE or --val-split 0.1 for evaluation, best checkpoint "
                      "selection and early stopping)\n");
     const af_param_layout *l = &t->lay;
-    static const char *const sched_names[] = {"constant", "cosine", "linear", "wsd"};
-    const char *sched = (unsigned)o->schedule < 4 ? sched_names[o->schedule] : "constant";
+    const char *sched = af_sched_name(o->schedule);
     if (t->packing)
         fprintf(fp, "\nplan: causal LM, %lld optimizer steps (%lld per epoch = %lld packed micro-batches of <= %lld "
                     "tokens (--batch %d x --max-seq-len %d, best-fit decreasing) / grad-accum %d), warm-up %lld, "

@@ -346,8 +346,7 @@ char *af_tr_recipe_json(const af_trainer *t) {
     cJSON_AddNumberToObject(j, "eval_flops", r->eval_flops);
     cJSON_AddNumberToObject(j, "patience", o->patience);
     cJSON_AddNumberToObject(j, "early_stopping_threshold", o->early_stopping_threshold);
-    static const char *const sched[] = {"constant", "cosine", "linear", "wsd"};
-    cJSON_AddStringToObject(j, "schedule", (unsigned)o->schedule < 4 ? sched[o->schedule] : "?");
+    cJSON_AddStringToObject(j, "schedule", af_sched_name(o->schedule));
     cJSON_AddStringToObject(j, "why_early_stopping", r->why_stop);
     cJSON_AddNumberToObject(j, "cost_flops", r->cost_flops);
     cJSON_AddNumberToObject(j, "budget_flops", r->budget_flops);
