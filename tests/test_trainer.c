@@ -1054,6 +1054,36 @@ static void test_cli_precision(void) {
         free(lg), free(js);
     }
     printf("  (the auto recipe chose %s frozen products on this CPU)\n", want_auto ? want_auto : "?");
+    /* causal LM, LoRA dropout not given: 0 in a run of one pass (the recipe's, recorded and said),
+     * the default 0.05 in a longer one, as given when given; --recipe fixed keeps the default. And
+     * --grad-accum not given: 1 (the recipe's), as given when given, 2 under --recipe fixed. */
+    const struct { const char *args, *dir, *want_rj, *want_ad; int said; const char *want_ga; } dr[] = {
+        {"--epochs 1", "d_one", "\"0 (recipe)\"", "0,", 1, "\"1 (recipe)\""},
+        {"--epochs 2", "d_two", NULL, "0.05", 0, "\"1 (recipe)\""},
+        {"--epochs 1 --lora-dropout 0.1 --grad-accum 3", "d_given", "\"0.1 (flag)\"", "0.1", 0, "\"3 (flag)\""},
+        {"--epochs 1 --recipe fixed", "d_fixed", NULL, "0.05", 0, NULL}};
+    for (size_t k = 0; k < sizeof dr / sizeof *dr; k++) {
+        char lgp[600], rj[600], ac[600];
+        snprintf(lgp, sizeof lgp, "%s/%s.log", g_dir, dr[k].dir);
+        snprintf(rj, sizeof rj, "%s/%s/run.json", g_dir, dr[k].dir);
+        snprintf(ac, sizeof ac, "%s/%s/final/adapter_config.json", g_dir, dr[k].dir);
+        rc = sh("%s train --task causal-lm -m %s --train %s --threads 1 --batch 4 --max-seq-len 16 %s -o %s/%s --no-plot "
+                "> %s 2>&1", abs, m, P_("pc.jsonl"), dr[k].args, g_dir, dr[k].dir, lgp);
+        lg = tl_read_file(lgp, NULL);
+        char *js = tl_read_file(rj, NULL), *acj = tl_read_file(ac, NULL);
+        char *q = acj ? strstr(acj, "\"lora_dropout\":") : NULL;
+        if (q) q += strlen("\"lora_dropout\":");
+        while (q && (*q == ' ' || *q == '\t')) q++;
+        const char *st = js ? strstr(js, "\"settings\"") : NULL; /* run.json's settings: value (origin) */
+        const int rj_ok = st && (dr[k].want_rj ? json_has(st, "lora-dropout", dr[k].want_rj) : !strstr(st, "\"lora-dropout\""));
+        const int said = lg && strstr(lg, "lora_dropout 0 (not 0.05): 1 pass over the data") != NULL;
+        const int ga_ok = st && (dr[k].want_ga ? json_has(st, "grad-accum", dr[k].want_ga) : !strstr(st, "\"grad-accum\""));
+        CHECK(rc == 0 && rj_ok && ga_ok && q && !strncmp(q, dr[k].want_ad, strlen(dr[k].want_ad)) && said == dr[k].said,
+              "causal LM %s: LoRA dropout %s in the adapter, run.json %s, grad-accum %s (exit %d)\n%s\n%s", dr[k].args,
+              dr[k].want_ad, dr[k].want_rj ? dr[k].want_rj : "without it", dr[k].want_ga ? dr[k].want_ga : "absent", rc,
+              lg ? lg : "", js ? js : "");
+        free(lg), free(js), free(acj);
+    }
 }
 
 int main(void) {

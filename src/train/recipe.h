@@ -35,6 +35,17 @@
  *     all layers; the top layers first because the backward stops at the lowest adapted layer and
  *     the layers below it run once per sample with the prefix cache). Causal LM: not chosen
  *     (all layers, the task default).
+ *   LoRA dropout (causal LM, not given; decided in trainer_recipe.c around this plan): 0 when the
+ *     run makes at most one pass over its data (no example is seen twice, so there is nothing for
+ *     dropout to regularise [Srivastava et al. 2014: dropout against co-adaptation on repeated
+ *     data]; PEFT's LoraConfig default is 0, unsloth's too), else the default 0.05 [QLoRA]. The
+ *     masked inputs cost about a third of a SmolLM2 step (the masked LoRA input cannot share the
+ *     frozen product's); measured on the headline job, 3 seeds (docs/RECIPE.md).
+ *   gradient accumulation (causal LM, not given): 1, an optimizer step per packed micro-batch of
+ *     --batch x max_seq_len tokens (~13 headline examples), about the 8 sequences per step of TRL's
+ *     SFTConfig default (per_device_train_batch_size 8, gradient_accumulation_steps 1): twice the
+ *     updates of the fixed default 2 in the same time, which a short or budgeted run needs (the
+ *     headline job under a 5.1-minute budget: ROUGE-L 0.2675 vs 0.2528; docs/RECIPE.md).
  *   warm-up: 6% of the steps [RoBERTa's fine-tuning recipe, Liu et al. 2019] (= the fixed
  *     default, applied to the chosen length).
  *   evaluation: with validation data, at least 2 evaluations per run (every epoch when there are

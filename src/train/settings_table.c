@@ -170,7 +170,7 @@ static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora
     X("lora-alpha", NUMBER, 0, 1e-9, 1e6, "A", G_LORA, 0, F(lora_alpha), FT_DBL, NULL, 0, NULL,                    \
       "LoRA alpha (scale alpha/r)")                                                                                \
     X("lora-dropout", NUMBER, 0, 0, 0.99, "P", G_LORA, 0, F(lora_dropout), FT_DBL, NULL, 0, NULL,                  \
-      "dropout on the LoRA input")                                                                                 \
+      "dropout on the LoRA input (auto recipe, causal-lm: 0 in a run of one pass or less)")                        \
     X("rslora", BOOL, 0, 0, 0, NULL, G_LORA, 0, F(use_rslora), FT_BOOL, NULL, 0, NULL,                              \
       "rank-stabilised scale alpha/sqrt(r)")                                                                       \
     X("loraplus-lr-ratio", NUMBER, 0, 0, 1e4, "X", G_LORA, 0, F(loraplus_lr_ratio), FT_DBL, NULL, 0, "off",         \

@@ -145,6 +145,16 @@ af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan) {
     in.flops_token_layer = t->flops_token_layer;
     in.hidden = c->hidden_size;
     in.prefix_cache_bytes = (int64_t)o->prefix_cache_mb << 20;
+    /* causal LM, --grad-accum not given: one micro-batch per optimizer step (recipe.h) */
+    const int32_t gi = af_setting_index("grad-accum");
+    if (t->lm && !t->pref && gi >= 0 && o->origin[gi] == AF_ORIGIN_DEFAULT && o->grad_accum > 1) {
+        snprintf(t->why_accum, sizeof t->why_accum, "grad-accum 1 (not %d): an optimizer step per micro-batch of up "
+                 "to --batch x max_seq_len packed tokens, about the 8 sequences a step of TRL's SFTConfig default: "
+                 "twice the updates in the same time (the headline job under a time budget: docs/RECIPE.md)",
+                 (int)o->grad_accum);
+        o->grad_accum = 1;
+        o->origin[gi] = AF_ORIGIN_RECIPE;
+    }
     in.batch = o->batch;
     in.grad_accum = o->grad_accum;
     in.given = o->given;
@@ -155,6 +165,12 @@ af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan) {
     in.layers = (t->layer_end > 0 ? t->layer_end : c->num_hidden_layers) - t->layer_min;
     in.patience = o->patience;
     in.mem_tokens = af_tr_mem_tokens(t);
+    /* causal LM, dropout not given: none in a run of at most one pass (recipe.h); the probe step runs
+     * as such a run would, and a longer plan gets the default back */
+    const int32_t di = af_setting_index("lora-dropout");
+    const int drop_rule = t->lm && !t->pref && di >= 0 && o->origin[di] == AF_ORIGIN_DEFAULT && o->lora_dropout > 0;
+    const double drop_default = o->lora_dropout;
+    if (drop_rule) o->lora_dropout = 0;
     if (o->time_budget_min > 0) { /* the budget in FLOPs at the speed of a probe step */
         AF_TRY(probe_rate(t, &t->rate_flops));
         const double budget_s = o->time_budget_min * 60.0;
@@ -170,6 +186,18 @@ af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan) {
     const af_recipe *r = &t->recipe;
     const unsigned g = in.given;
     if (!(g & AF_GIVEN_LENGTH)) o->epochs = r->epochs, o->max_steps = 0;
+    if (drop_rule) {
+        const double passes = (g & AF_GIVEN_LENGTH) && o->max_steps > 0 ? INFINITY : o->epochs;
+        if (passes <= 1.0 + 1e-9) {
+            o->origin[di] = AF_ORIGIN_RECIPE;
+            snprintf(t->why_dropout, sizeof t->why_dropout, "lora_dropout 0 (not %g): %.2g pass%s over the data, no "
+                     "example seen twice, so nothing for dropout to regularise, and its masked inputs cost about a "
+                     "third of a step (as PEFT's LoraConfig default; the headline job: docs/RECIPE.md)",
+                     drop_default, passes, passes == 1.0 ? "" : "es");
+        } else
+            o->lora_dropout = drop_default;
+        t->lora.dropout = (float)o->lora_dropout;
+    }
     if (!t->lm && !(g & AF_GIVEN_CLASS_WEIGHTS) && !t->multi_label) o->class_weights = r->class_weights;
     if (!t->lm && !(g & AF_GIVEN_MAX_SEQ_LEN) && r->max_seq_len != t->train->max_seq_len) {
         o->max_seq_len = r->max_seq_len;
@@ -254,6 +282,8 @@ af_status af_tr_recipe_finish(af_trainer *t, af_trainer_opts *plan) {
     char ly[32];
     af_tr_layers_text(t, ly, sizeof ly);
     if (ok && !t->lm && !(g & AF_GIVEN_LAYERS)) ok = put(j, "lora-layers", cJSON_CreateString(ly));
+    if (ok && t->why_dropout[0]) ok = put(j, "lora-dropout", cJSON_CreateNumber(o->lora_dropout));
+    if (ok && t->why_accum[0]) ok = put(j, "grad-accum", cJSON_CreateNumber(o->grad_accum));
     if (ok && !(g & AF_GIVEN_WARMUP)) {
         snprintf(w, sizeof w, "%lld", (long long)t->warmup); /* steps: the same after a re-planned length */
         ok = put(j, "warmup", cJSON_CreateString(w));
@@ -319,6 +349,8 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
         fprintf(fp, "  compute: about %.2g FLOPs of the default budget %.2g (--time-budget MIN fits the run to minutes)\n",
                 r->cost_flops, r->budget_flops);
     if (r->gave_up[0]) fprintf(fp, "  given up to fit the budget: %s\n", r->gave_up);
+    if (t->why_accum[0]) fprintf(fp, "  %s\n", t->why_accum);
+    if (t->why_dropout[0]) fprintf(fp, "  %s\n", t->why_dropout);
     if (t->why_precision[0]) fprintf(fp, "  %s\n", t->why_precision);
 }
 
@@ -353,6 +385,14 @@ char *af_tr_recipe_json(const af_trainer *t) {
     cJSON_AddNumberToObject(j, "time_budget_min", o->time_budget_min);
     cJSON_AddNumberToObject(j, "assumed_flops_per_s", t->rate_flops);
     cJSON_AddStringToObject(j, "gave_up", r->gave_up);
+    if (t->why_accum[0]) {
+        cJSON_AddNumberToObject(j, "grad_accum", o->grad_accum);
+        cJSON_AddStringToObject(j, "why_grad_accum", t->why_accum);
+    }
+    if (t->why_dropout[0]) {
+        cJSON_AddNumberToObject(j, "lora_dropout", o->lora_dropout);
+        cJSON_AddStringToObject(j, "why_lora_dropout", t->why_dropout);
+    }
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return s;
