@@ -212,7 +212,7 @@ def cmd_run(a):
             json.dump(res, f, indent=1)
     pf = rep["peft"]
     log(f"PEFT: {pf['steps']} steps in {pf['train_s']:.0f} s ({pf['tokens_per_s']:.1f} tok/s)")
-    budget_min = a.budget_fraction * pf["train_s"] / 60.0
+    budget_min = max(0.1, a.budget_fraction * pf["train_s"] / 60.0)  # 0.1: afinar's smallest --time-budget
     af_out = os.path.join(work, "afinar")
     cmd = ["/usr/bin/time", "-v", a.afinar, "train", "--task", "causal-lm", "-m", a.model, "--train", train_file,
            "-o", af_out, "--overwrite", "--time-budget", f"{budget_min:.3f}", "-t", str(a.threads), "--no-plot"]
