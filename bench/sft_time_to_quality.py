@@ -46,7 +46,7 @@ import time
 
 import bench_common
 from bench_common import cpu_flags_summary, cpu_model, loadavg, proc_kib
-from sft_vs_peft import PROJ_ALL, read_examples, tokenize_sft
+from sft_vs_peft import PROJ_ALL, pad_batch, read_examples, tokenize_sft
 
 SETS = {
     "headlines": {"dir": "data/bbc_headlines", "n_train": 960, "max_seq_len": 256},
@@ -106,15 +106,7 @@ def cmd_peft(a):
             opt.zero_grad(set_to_none=True)
             acc = 0.0
             for mb_idx in group:
-                mb = [rows[i] for i in mb_idx]
-                L = max(len(r[0]) for r in mb)
-                x = torch.full((len(mb), L), pad, dtype=torch.long)
-                y = torch.full((len(mb), L), -100, dtype=torch.long)
-                m = torch.zeros((len(mb), L), dtype=torch.long)
-                for i, (ids, lab) in enumerate(mb):
-                    x[i, :len(ids)] = torch.tensor(ids)
-                    y[i, :len(lab)] = torch.tensor(lab)
-                    m[i, :len(ids)] = 1
+                x, y, m = pad_batch(torch, [rows[i] for i in mb_idx], pad)
                 with (torch.autocast("cpu", dtype=torch.bfloat16) if a.dtype == "bf16"
                       else contextlib.nullcontext()):
                     loss = pm(input_ids=x, attention_mask=m, labels=y).loss / len(group)

@@ -78,6 +78,20 @@ def tokenize_sft(tok, examples, max_len):
     return rows
 
 
+def pad_batch(torch, mb, pad):
+    """Right-padded tensors of a micro-batch of (ids, labels) rows: input ids (pad), labels (-100 on
+    padding) and the attention mask, each [len(mb), longest row]."""
+    L = max(len(r[0]) for r in mb)
+    x = torch.full((len(mb), L), pad, dtype=torch.long)
+    y = torch.full((len(mb), L), -100, dtype=torch.long)
+    m = torch.zeros((len(mb), L), dtype=torch.long)
+    for i, (ids, lab) in enumerate(mb):
+        x[i, :len(ids)] = torch.tensor(ids)
+        y[i, :len(lab)] = torch.tensor(lab)
+        m[i, :len(ids)] = 1
+    return x, y, m
+
+
 def cmd_torch(a):
     import contextlib
 
@@ -109,15 +123,7 @@ def cmd_torch(a):
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     dts, losses, ntok, ntgt = [], [], [], []
     for s in range(total):
-        mb = rows[s * B:(s + 1) * B]
-        L = max(len(r[0]) for r in mb)
-        x = torch.full((B, L), pad, dtype=torch.long)
-        y = torch.full((B, L), -100, dtype=torch.long)
-        m = torch.zeros((B, L), dtype=torch.long)
-        for i, (ids, lab) in enumerate(mb):
-            x[i, :len(ids)] = torch.tensor(ids)
-            y[i, :len(lab)] = torch.tensor(lab)
-            m[i, :len(ids)] = 1
+        x, y, m = pad_batch(torch, rows[s * B:(s + 1) * B], pad)
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with (torch.autocast("cpu", dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()):

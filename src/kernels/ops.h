@@ -27,6 +27,12 @@
  * Scalar path: libm expf. */
 void af_vexpf(const af_ctx *ctx, float *y, const float *x, int64_t n);
 
+/* ---- element-wise product ----
+ * y[i] = a[i]·b[i] (acc 0) or y[i] += a[i]·b[i] (acc 1) for y, a, b: [n] (y may alias a); each
+ * element on its own (a multiply, then an add: no fused multiply-add), so the result does not
+ * depend on the threads. Used for LoRA dropout's masks (lora_ops.c). */
+void af_mul_elementwise(const af_ctx *ctx, float *y, const float *a, const float *b, int64_t n, int acc);
+
 /* ---- RMSNorm (Zhang & Sennrich 2019; llama/transformers LlamaRMSNorm) ----
  * y[t, :] = x[t, :] * rstd[t] * w[:],  rstd[t] = 1 / sqrt(mean(x[t, :]^2) + eps)
  * x, y: [n, dim]; w: [dim]; rstd (may be NULL): [n], saved for the backward. y may alias x. */

@@ -9,6 +9,7 @@
 #include "core/core.h"
 #include "kernels/ctx.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 
 #include <string.h>
 
@@ -40,36 +41,6 @@ void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t
 }
 
 #define DROP_CHUNK_FLOATS 16384 /* stack floats for masked input rows in the forward (64 KiB) */
-
-/* Element-wise passes of the masked backward over [0, n): out[i] = a[i]·m[i] (acc 0) or
- * out[i] += a[i]·m[i] (acc 1); every element on its own, so the threads cannot change a bit. */
-typedef struct mask_mul_job {
-    float *out;
-    const float *a, *m;
-    int acc;
-} mask_mul_job;
-
-#define MASK_MUL_CHUNK 16384
-
-static void mask_mul_run(void *va, int64_t c0, int64_t c1, int tid) {
-    (void)tid;
-    const mask_mul_job *J = va;
-    for (int64_t c = c0; c < c1; c++) {
-        const int64_t i0 = c * MASK_MUL_CHUNK, i1 = i0 + MASK_MUL_CHUNK;
-        if (J->acc)
-            for (int64_t i = i0; i < i1; i++) J->out[i] += J->a[i] * J->m[i];
-        else
-            for (int64_t i = i0; i < i1; i++) J->out[i] = J->a[i] * J->m[i];
-    }
-}
-
-static void mask_mul(const af_ctx *ctx, float *out, const float *a, const float *m, int64_t n, int acc) {
-    const int64_t nc = n / MASK_MUL_CHUNK;
-    mask_mul_job J = {out, a, m, acc};
-    if (nc > 0) af_threadpool_run(ctx->pool, nc > 1 ? ctx->n_threads : 1, nc, 0, mask_mul_run, &J);
-    for (int64_t i = nc * MASK_MUL_CHUNK; i < n; i++) /* the tail */
-        out[i] = acc ? out[i] + a[i] * m[i] : a[i] * m[i];
-}
 
 void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
                      int64_t n, int64_t in, int64_t out, int32_t r, float scale) {
@@ -125,7 +96,7 @@ void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float 
     /* dA[r, in] += tᵀ · dropout(x) */
     const float *xin = x;
     if (drop_mask) {
-        mask_mul(ctx, xd, x, drop_mask, n * in, 0);
+        af_mul_elementwise(ctx, xd, x, drop_mask, n * in, 0);
         xin = xd;
     }
     af_gemm_atb(ctx, dA, t, xin, r, in, n, 1);
@@ -135,7 +106,7 @@ void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float 
         af_gemm_ab(ctx, dx, t, A, n, in, r, 1);
     } else {
         af_gemm_ab(ctx, xd, t, A, n, in, r, 0);
-        mask_mul(ctx, dx, xd, drop_mask, n * in, 1);
+        af_mul_elementwise(ctx, dx, xd, drop_mask, n * in, 1);
     }
 }
 

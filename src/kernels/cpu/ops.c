@@ -599,7 +599,7 @@ OPS_T256 static void swiglu_bwd_256(float *d_gate, float *d_up, const float *dh,
 
 /* Element-wise ops over fixed chunks of OPS_EW_CHUNK elements (threads when n >= AF_OPS_PAR_MIN):
  * chunks [c0, c1) of one op. */
-typedef enum { EW_EXP, EW_SWIGLU_FWD, EW_SWIGLU_BWD, EW_GEGLU_FWD, EW_GEGLU_BWD } ew_op;
+typedef enum { EW_EXP, EW_SWIGLU_FWD, EW_SWIGLU_BWD, EW_GEGLU_FWD, EW_GEGLU_BWD, EW_MUL, EW_MUL_ACC } ew_op;
 typedef struct ew_job {
     const af_ops_rows *K;
     ew_op op;
@@ -622,6 +622,12 @@ static void ew_run_job(void *va, int64_t c0, int64_t c1, int tid) {
         case EW_SWIGLU_BWD: J->K->swiglu_bwd(J->y + i0, J->y2 + i0, J->a + i0, J->b + i0, J->c + i0, len); break;
         case EW_GEGLU_FWD: geglu_fwd_range(J->y, J->a, J->b, i0, i0 + len); break;
         case EW_GEGLU_BWD: geglu_bwd_range(J->y, J->y2, J->a, J->b, J->c, i0, i0 + len); break;
+        case EW_MUL:
+            for (int64_t i = i0; i < i0 + len; i++) J->y[i] = J->a[i] * J->b[i];
+            break;
+        case EW_MUL_ACC:
+            for (int64_t i = i0; i < i0 + len; i++) J->y[i] += J->a[i] * J->b[i];
+            break;
         }
     }
 }
@@ -634,6 +640,10 @@ static void ew_run(const af_ctx *ctx, ew_job *J) {
 
 void af_vexpf(const af_ctx *ctx, float *y, const float *x, int64_t n) {
     ew_run(ctx, &(ew_job){.op = EW_EXP, .n = n, .y = y, .a = x});
+}
+
+void af_mul_elementwise(const af_ctx *ctx, float *y, const float *a, const float *b, int64_t n, int acc) {
+    ew_run(ctx, &(ew_job){.op = acc ? EW_MUL_ACC : EW_MUL, .n = n, .y = y, .a = a, .b = b});
 }
 
 void af_swiglu_forward(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t n) {
