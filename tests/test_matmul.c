@@ -486,8 +486,9 @@ static int blk_packed(int kind, int64_t n, int64_t in, int64_t out) {
 }
 
 /* One (type, kind, shape) case on the current context: with the cap lowered to `cap` (below this
- * product's packed B), the product is column-blocked (projection-shaped, `blocked`) and then
- * bitwise equal to one packed call (default cap), or it stays on the panel path (vocabulary-shaped)
+ * product's packed B), the product is blocked (projection-shaped, or vocabulary-shaped in bf16:
+ * `blocked`) and then bitwise equal to one packed call (default cap), or it stays on the panel
+ * path (vocabulary-shaped in f32)
  * and is bitwise the panel result; either way (f32 precision) within the f32 tolerance of the
  * panel path and of the f64 reference; also with accumulate. */
 static void blk_case(const char *pname, uint32_t type, int kind, int64_t n, int64_t in, int64_t out, size_t cap,
@@ -572,13 +573,15 @@ static void test_packed_blocks(void) {
                 {4096, 14336, 1}, {14336, 4096, 1}, /* Llama-3.1-8B MLP: 224 MiB, blocked */
                 {2048, 8192, 1},                    /* Llama-3.2-1B MLP: exactly 64 MiB, one block */
                 {576, 1536, 1},                     /* SmolLM2-135M MLP */
-                {576, 49152, 0},                    /* SmolLM2-135M LM head: 113 MiB, panel path */
-                {640, 262144, 0},                   /* Gemma 3 270M LM head: 671 MiB, panel path */
-                {3072, 49152, 0}, {4096, 128256, 0} /* LM heads of 16x / 31x the hidden size */
+                /* LM heads (vocabulary-shaped): the panel path in f32, blocks of the packed path
+                 * in bf16 (want 2) */
+                {576, 49152, 2},                    /* SmolLM2-135M: 113 MiB (bf16 57) */
+                {640, 262144, 2},                   /* Gemma 3 270M: 671 MiB (bf16 335) */
+                {3072, 49152, 2}, {4096, 128256, 2} /* 16x / 31x the hidden size */
             };
             for (size_t i = 0; i < sizeof SH / sizeof SH[0]; i++) {
                 int64_t in = SH[i][0], out = SH[i][1];
-                int want = (int)SH[i][2];
+                int want = SH[i][2] == 2 ? prec : (int)SH[i][2];
                 CHECK(af_matmul_packed_path(T_CTX, 512, in, out) == want &&
                           af_matmul_packed_path(T_CTX, 512, out, in) == want,
                       "%s: %lld x %lld (xwt and dyw) %s", pname, (long long)in, (long long)out,
@@ -598,9 +601,16 @@ static void test_packed_blocks(void) {
             blk_case(pname, AF_TYPE_F32, 2, 37, 512, 1000, cap, true);
             blk_case(pname, AF_TYPE_F32, 3, 37, 512, 1000, cap, true);
             /* vocabulary-shaped (out = 17 x in): packed B 17 MiB over a 12 MiB cap that would hold
-             * a block (the aspect rule decides): the panel path, xwt and dyw */
-            blk_case(pname, AF_TYPE_Q4_0, 0, 17, 512, 8704, 12u << 20, false);
-            blk_case(pname, AF_TYPE_Q4_0, 1, 17, 512, 8704, 12u << 20, false);
+             * a block (the aspect rule decides): the panel path in f32, xwt and dyw; in bf16 the
+             * packed path (8.5 MiB: one block) */
+            blk_case(pname, AF_TYPE_Q4_0, 0, 17, 512, 8704, 12u << 20, prec);
+            blk_case(pname, AF_TYPE_Q4_0, 1, 17, 512, 8704, 12u << 20, prec);
+            if (prec) /* bf16 under a 1 MiB cap: xwt in column blocks (9, the last ragged); dyw, whose
+                       * 256 columns of depth 8704 are over it, in depth blocks of 1024 (9, the last 512) */
+                for (size_t t = 0; t < sizeof BT / sizeof BT[0]; t++) {
+                    blk_case(pname, BT[t], 0, 37, 512, 8704, 1u << 20, true);
+                    blk_case(pname, BT[t], 1, 37, 512, 8704, 1u << 20, true);
+                }
         }
     }
     tl_ctx_set("auto", -1, "f32", -1);

@@ -150,10 +150,12 @@ double af_tr_eval_steps(const af_trainer *t);
 /* Time budget: seconds left before the deadline at time `now` (training seconds of earlier sessions
  * `elapsed_before` count against it); +inf without a time budget. */
 double af_tr_budget_left(const af_trainer *t, double now, double elapsed_before);
-/* Time budget: the run's new length when the steps measured so far (`done` steps in `step_s` seconds
- * each, evaluations of `eval_s` seconds every `eval_every` steps) cannot finish `t->total` steps in
- * `left` seconds (keeping `reserve` for the last evaluation and saves); records it as max-steps in
- * t->config_owned. Returns the new total (t->total when it fits). */
+/* Time budget: the run's new length from the speed measured so far (`done` steps done, `step_s`
+ * seconds each, evaluations of `eval_s` seconds every `eval_every` steps): the steps that fit in
+ * `left` seconds (keeping `reserve` for the last evaluation and saves), shorter or, up to the passes
+ * the recipe's rules asked, longer; changes under 5% are not made. Records it as max-steps in
+ * t->config_owned. Returns the new total (t->total when unchanged). Called after the first steps and
+ * again as they double (trainer_run.c budget_check). */
 int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double eval_s, double left, double reserve);
 /* Early stopping with the wsd schedule, at step `done` where patience ran out: when the cool-down has
  * not begun (done < af_wsd_decay_start(t->total)), shorten the run to af_wsd_total_ending(done) steps

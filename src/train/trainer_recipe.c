@@ -432,7 +432,9 @@ int64_t af_tr_budget_replan(af_trainer *t, int64_t done, double step_s, double e
     int64_t nrem = (int64_t)floor((left - reserve) / per);
     if (nrem < 1) nrem = 1;
     int64_t nt = done + nrem < cap ? done + nrem : cap;
-    if (nt == t->total || (nt > t->total && (double)(nt - t->total) < 0.05 * (double)t->total)) return t->total;
+    /* changes under 5% are left (the run is re-planned more than once; one a little too long is
+       stopped at the budget near the end of its schedule) */
+    if (nt == t->total || (double)llabs(nt - t->total) < 0.05 * (double)t->total) return t->total;
     t->total = nt;
     if (o->warmup_steps < 0) { /* a warm-up share: of the new length */
         t->warmup = (int64_t)ceil(o->warmup_ratio * (double)t->total - 1e-9);

@@ -438,27 +438,37 @@ static af_status record_step(loop *L, const af_tr_step *S, af_stop_reason *stop)
 }
 
 /* The time budget's bookkeeping (--time-budget): evaluation seconds so far and of the last one,
- * whether the length was re-planned, and after how many steps of this session it is. */
+ * whether the length is still re-planned and at which step of this session next, and the clock
+ * (and evaluation seconds) after the session's first step. */
 typedef struct {
     double eval_total_s, eval_last_s;
-    int replanned;
+    int replan_done;
     int64_t replan_at;
+    double t1, eval_at_t1;
 } budget_clock;
 
-/* Time budget, after a step (one process only): re-plan the length once after the first steps of a
- * fresh run; 1 when the next step and the last evaluation would pass the deadline. */
+/* Time budget, after a step (one process only): re-plan the length of a fresh run after its first
+ * steps and again each time the steps done double, until 80% of the planned length (the measured
+ * speed settles after the first steps: the first step pays one-time costs and is left out of it;
+ * one re-plan at step 3 of the lede set's run left 27 s of 192 unused, bench/results/sft_ttq-lede.md);
+ * 1 when the next step and the last evaluation would pass the deadline. */
 static int budget_check(loop *L, budget_clock *B) {
     af_trainer *t = L->t;
     const af_trainer_opts *o = t->o;
     const af_run_state *rs = &L->rs;
     if (!(o->time_budget_min > 0) || L->dist || rs->step >= t->total) return 0;
-    const double tn = now(), step_s = (tn - L->t0 - B->eval_total_s) / (double)L->session_steps;
+    const double tn = now();
+    if (L->session_steps == 1) B->t1 = tn, B->eval_at_t1 = B->eval_total_s;
+    const double step_s = L->session_steps >= 2
+                              ? (tn - B->t1 - (B->eval_total_s - B->eval_at_t1)) / (double)(L->session_steps - 1)
+                              : (tn - L->t0 - B->eval_total_s) / (double)L->session_steps;
     const double ev = t->val ? (B->eval_last_s > 0 ? B->eval_last_s : step_s * af_tr_eval_steps(t)) : 0.0;
     const double reserve = 1.2 * ev + 3.0, left = af_tr_budget_left(t, tn, rs->elapsed);
-    if (!B->replanned && L->session_steps >= B->replan_at) {
+    if (!B->replan_done && L->session_steps >= B->replan_at) {
         const int64_t was = t->total;
-        B->replanned = 1;
-        if (af_tr_budget_replan(t, rs->step, step_s, ev, left, reserve) != was && t->log) {
+        B->replan_at *= 2;
+        if (5 * rs->step >= 4 * t->total) B->replan_done = 1;
+        else if (af_tr_budget_replan(t, rs->step, step_s, ev, left, reserve) != was && t->log) {
             af_tr_end_live(L);
             fprintf(t->log, "time budget: %.2f s per step measured; %lld steps instead of %lld fit the %g min "
                             "(%.0f s left)\n", step_s, (long long)t->total, (long long)was, o->time_budget_min, left);
@@ -553,10 +563,11 @@ static af_status decide_and_save(loop *L, int last, int budget_end, int epoch_en
 static af_status loop_steps(loop *L, int resumed, af_stop_reason *stop) {
     af_trainer *t = L->t;
     const af_trainer_opts *o = t->o;
-    /* time budget (--time-budget): re-plan the length once after the first steps of a fresh run, stop
+    /* time budget (--time-budget): re-plan the length after the first steps of a fresh run (and as
+       the steps done double), stop
        (evaluated, saved) when the next step and the last evaluation would pass the deadline */
     budget_clock B = {0, 0, resumed || !(o->time_budget_min > 0) || L->dist,
-                      t->total / 20 > 20 ? 20 : t->total / 20 > 3 ? t->total / 20 : 3};
+                      t->total / 20 > 20 ? 20 : t->total / 20 > 3 ? t->total / 20 : 3, 0, 0};
     af_status st = AF_OK;
     while (L->rs.step < t->total) {
         if (L->dist) {

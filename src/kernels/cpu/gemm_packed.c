@@ -61,13 +61,18 @@
 #define MC GP_MC
 #define KC_MAX 512 /* largest compute chunk (bf16) */
 #define MAX_B ((size_t)64 << 20) /* largest packed B (bytes) of one block of columns */
-/* Products whose packed B exceeds MAX_B run in column blocks (af_gp_gemm) only when
+/* f32 products whose packed B exceeds MAX_B run in column blocks (af_gp_gemm) only when
  * max(n, k) <= GP_MAX_ASPECT * min(n, k): the layer projections of transformers (the MLP's
  * intermediate / hidden is 2.7-5.4 in Llama 3, Qwen2/3, Gemma 3). The LM head and its backward
  * (vocabulary x hidden: 16-85 for Llama 3, 85 for SmolLM2-135M, 410 for Gemma 3 270M) stay on the
- * panel path of matmul.c, where they were before the column blocks: their f32 results stay
- * bit-identical (the two paths sum in different orders). */
+ * panel path of matmul.c in f32, where they were before the column blocks: their f32 results stay
+ * bit-identical (the two paths sum in different orders). In bf16 (a training context with
+ * bf16 frozen products) they take the packed path in blocks of at most GP_VOCAB_B bytes of B:
+ * ~1.3x the f32 panel path's speed per LM head product on Zen 4, and the packing buffer it leaves
+ * behind (grow-only, per thread) bounded at 32 MiB instead of the whole bf16 head (56 MiB for
+ * SmolLM2, 335 MiB for Gemma 3 270M). */
 #define GP_MAX_ASPECT 8
+#define GP_VOCAB_B ((size_t)32 << 20)
 /* columns of one block are a multiple of this when B comes from rows of W (b_trans = 0, block
  * type): the column offset into a row of W must fall on a block boundary (AF_GP_KC is a multiple
  * of every block size) */
@@ -79,6 +84,19 @@ static size_t max_b(const af_ctx *ctx) { return ctx->gp_max_b ? ctx->gp_max_b : 
 
 void af_gp_set_max_b(af_ctx *ctx, size_t bytes) { ctx->gp_max_b = bytes; }
 
+/* bf16 is used for this product: ctx's precision (only set where the table has bf16 kernels), and
+ * K even (pairs). */
+static bool use_bf16(const af_ctx *ctx, int64_t k) { return ctx->bf16 && k % 2 == 0; }
+
+static bool vocab_shaped(int64_t n, int64_t k) { return n > GP_MAX_ASPECT * k || k > GP_MAX_ASPECT * n; }
+
+/* The largest packed B (bytes) of one block of this product: MAX_B (ctx->gp_max_b), at most
+ * GP_VOCAB_B for a vocabulary-shaped bf16 one. */
+static size_t block_cap(const af_ctx *ctx, int64_t n, int64_t k, bool bf) {
+    const size_t cap = max_b(ctx);
+    return bf && vocab_shaped(n, k) && cap > GP_VOCAB_B ? GP_VOCAB_B : cap;
+}
+
 bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k) {
     const af_mm_ops *ops = ctx->k->mm;
     /* The choice must not depend on m: the engine splits the rows of a product into blocks and
@@ -86,14 +104,14 @@ bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k) {
     if (!ops->ukernel || m <= AF_MM_DECODE_N || n < 16 || k < 16 || n * k < GP_MIN_NK) return false;
     const double cap = (double)max_b(ctx);
     if ((double)af_gp_packed_b_floats(k, n) * sizeof(float) <= cap) return true; /* one block */
-    /* column blocks: projection-shaped products only, and a block of GP_COL_ALIGN columns fits */
-    if (n > GP_MAX_ASPECT * k || k > GP_MAX_ASPECT * n) return false;
-    return (double)k * GP_COL_ALIGN * sizeof(float) <= cap;
+    /* column blocks: projection-shaped products, and a block of GP_COL_ALIGN columns fits */
+    if (!vocab_shaped(n, k)) return (double)k * GP_COL_ALIGN * sizeof(float) <= cap;
+    /* vocabulary-shaped: bf16 only (f32 stays on the panel path), in blocks (af_gp_gemm) of
+     * GP_COL_ALIGN columns or, when those are over the cap, of one compute chunk of depth */
+    const double vcap = (double)block_cap(ctx, n, k, true);
+    return use_bf16(ctx, k) && ((double)k * GP_COL_ALIGN * sizeof(uint16_t) <= vcap ||
+                                (double)af_gp_packed_b_floats(GP_KC_BF16, n) * sizeof(uint16_t) <= vcap);
 }
-
-/* bf16 is used for this product: ctx's precision (only set where the table has bf16 kernels), and
- * K even (pairs). */
-static bool use_bf16(const af_ctx *ctx, int64_t k) { return ctx->bf16 && k % 2 == 0; }
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -321,8 +339,9 @@ static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, con
     int64_t pstride = bf ? k / 2 * AF_GP_NR : k * AF_GP_NR; /* dwords per B panel */
     int64_t nmb = (m + MC - 1) / MC;
     /* column groups: 1 (A packed once per block and chunk) unless the row blocks do not divide
-     * evenly over the threads; then nth groups, so that round-robin dealing is balanced */
-    int64_t ngr = (nmb % nth == 0) ? 1 : (nth < npan ? nth : npan);
+     * evenly over the threads (their count, or a short last block among few: 128 + 42 rows of an
+     * LM head chunk); then nth groups, so that round-robin dealing is balanced */
+    int64_t ngr = (nmb % nth == 0 && (m % MC == 0 || nmb >= 4 * nth)) ? 1 : (nth < npan ? nth : npan);
     int64_t gsz = (npan + ngr - 1) / ngr;
     ngr = (npan + gsz - 1) / gsz;
     gp_job J = {.kt = kt, .bp = bp, .w = wb, .type = type, .ldw = (size_t)ldw_bytes, .b_trans = b_trans, .bf = bf,
@@ -335,12 +354,38 @@ static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, con
     af_threadpool_run(ctx->pool, J.team, J.team, 0, gp_task_job, &J);
 }
 
+/* bf16 products whose one granule of columns is over `cap`, or vocabulary-shaped ones from rows of
+ * W (the backward of an LM head: depth = the vocabulary, where column blocks would pack the long
+ * rows of A once per block): blocks of the depth k, each a multiple of the compute chunk GP_KC_BF16
+ * with all n columns packed in at most `cap` bytes, the first one onto C as asked and the others
+ * accumulated. The micro-kernel calls on every tile of C are those of one call (the same chunks in
+ * the same order, C stored between chunks in both), so the result is bitwise that of one call. */
+static bool gp_depth_blocks(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                            const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n,
+                            int64_t k, int accumulate, int nth, size_t cap) {
+    const size_t per_k = (size_t)af_gp_packed_b_floats(1, n) * sizeof(uint16_t); /* bytes per depth index */
+    int64_t kb = (int64_t)(cap / per_k) / GP_KC_BF16 * GP_KC_BF16;
+    if (kb < GP_KC_BF16) kb = GP_KC_BF16;
+    if (kb > k) kb = k;
+    uint32_t *bp = bp_get((size_t)af_gp_packed_b_floats(kb, n) * sizeof(uint16_t));
+    if (!bp) return false;
+    const uint8_t *wb = (const uint8_t *)w;
+    for (int64_t k0 = 0; k0 < k; k0 += kb) {
+        const int64_t kc = k - k0 < kb ? k - k0 : kb; /* even: k is, and kb a multiple of GP_KC_BF16 */
+        /* depth k0..: columns k0.. of each row of W (b_trans; k0 on a block boundary), or rows k0.. */
+        const uint8_t *wk = wb + (b_trans ? af_row_bytes(type, k0) : (size_t)k0 * (size_t)ldw_bytes);
+        gp_block(ctx, bp, c, ldc, a + k0 * sak, sat, sak, wk, type, ldw_bytes, b_trans, m, n, kc, k0 ? 1 : accumulate,
+                 nth, true, NULL);
+    }
+    return true;
+}
+
 bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth) {
     const bool bf = use_bf16(ctx, k);
     /* bf16 packs pairs of k into 32 bits: half the bytes of f32 */
-    const size_t esz = bf ? sizeof(uint16_t) : sizeof(float), cap = max_b(ctx);
+    const size_t esz = bf ? sizeof(uint16_t) : sizeof(float), cap = block_cap(ctx, n, k, bf);
     size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * esz;
     if (bbytes <= cap) {
         uint32_t *bp = bp_get(bbytes);
@@ -354,6 +399,8 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
      * chain of FMAs as in one call (the panels keep their place in a block), so the result is
      * bitwise that of one unbounded call, for any block width. */
     const int64_t gran = (b_trans || type == AF_TYPE_F32) ? AF_GP_NR : GP_COL_ALIGN;
+    if (bf && ((!b_trans && vocab_shaped(n, k)) || (size_t)k * (size_t)gran * esz > cap))
+        return gp_depth_blocks(ctx, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, cap);
     const int64_t ngran = (n + gran - 1) / gran;
     int64_t per = (int64_t)(cap / ((size_t)k * esz)) / gran; /* granules per block */
     if (per < 1) per = 1;
