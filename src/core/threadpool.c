@@ -33,8 +33,10 @@ struct af_threadpool {
     af_threadpool_fn fn;
     void *arg;
     int64_t n, chunk;
+    int64_t per_unit;         /* dynamic schedule: chunks per claimed unit (1 unless > UNITS_MAX chunks) */
     int team;                 /* the logical team: the static split is by it (the arithmetic's) */
-    int phys;                 /* threads that run it now (<= team): workers with id < phys */
+    int phys;                 /* threads that may run it now (<= team): workers with id < phys; an
+                               * atomic (relaxed): a late worker reads it before it claims (do_units) */
     /* oversubscription (under run_mu): when over a window of dispatches the caller waited for its
      * workers longer than running their shares itself would have taken, the pool runs the next
      * `cap_left` dispatches on at most `cap` threads, then probes a doubled cap (adapt_after) */
@@ -45,8 +47,10 @@ struct af_threadpool {
     uint64_t n_regions, n_forks;
     _Alignas(LINE) unsigned gen;   /* job generation: workers wait for it to change */
     int stop;                      /* set with a new generation: workers leave */
-    _Alignas(LINE) int pending;    /* workers that have not finished the current job */
-    _Alignas(LINE) int64_t next;   /* dynamic schedule: next undistributed index */
+    /* the job's units (the static shares, or the dynamic schedule's chunks) are claimed by whichever
+     * thread of the team gets there first: tag (the job's generation) << 32 | units << 16 | next */
+    _Alignas(LINE) uint64_t claim;
+    _Alignas(LINE) int64_t done;   /* units of the current job finished */
     _Alignas(LINE) int sleepers;   /* workers asleep (or about to sleep) on `cv` */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -84,24 +88,47 @@ static double now_us(void) {
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-/* Thread `t` (< phys) of the current job does its share: dynamic chunks, or the static shares
- * t, t + phys, t + 2·phys, ... of the logical team (each with its own tid, so a kernel that splits
- * its arithmetic by the team gets the same bits whichever threads run the shares). */
-static void do_share(af_threadpool *p, int t) {
+/* Units of a job: the static split's shares (0 .. team - 1, each run with its own index as tid, so
+ * a kernel that splits its arithmetic by the team gets the same bits whichever thread runs a share),
+ * or the dynamic schedule's chunks (run with the physical thread's id as tid, < phys, for per-thread
+ * scratch). Each unit is claimed from p->claim by the first thread that asks, the caller included:
+ * a worker that is descheduled or slow to wake never holds up a unit it has not begun, the caller
+ * (or another worker) runs it (work-conserving, as a work-sharing loop with a shared counter).
+ * The claim word carries the job's tag and unit count, so a late worker of an earlier job, whose
+ * tag no longer matches, claims nothing and reads no field of the new job. */
+#define UNITS_MAX 0xffff
+
+static void run_unit(af_threadpool *p, int64_t u, int t) {
     const int64_t n = p->n, chunk = p->chunk;
-    tl_in_job = 1;
     if (chunk > 0) {
-        for (;;) {
-            int64_t i0 = __atomic_fetch_add(&p->next, chunk, __ATOMIC_RELAXED);
-            if (i0 >= n) break;
+        const int64_t per = p->per_unit;
+        for (int64_t c = u * per; c < (u + 1) * per && c * chunk < n; c++) {
+            const int64_t i0 = c * chunk;
             p->fn(p->arg, i0, i0 + chunk < n ? i0 + chunk : n, t);
         }
     } else {
         const int T = p->team;
-        for (int s = t; s < T; s += p->phys) {
-            int64_t i0 = n * s / T, i1 = n * (s + 1) / T;
-            if (i1 > i0) p->fn(p->arg, i0, i1, s);
-        }
+        const int64_t i0 = n * u / T, i1 = n * (u + 1) / T;
+        if (i1 > i0) p->fn(p->arg, i0, i1, (int)u);
+    }
+}
+
+/* Thread `t` claims and runs units of the job tagged `tag` until none is left (or the job is another
+ * one, or t is not among the threads that may run it). The ordering: a successful claim reads from
+ * the dispatcher's release store of the claim word, after the job's fields were written; the job
+ * cannot end (nor its fields change) before every claimed unit is counted in p->done. */
+static void do_units(af_threadpool *p, unsigned tag, int t) {
+    tl_in_job = 1;
+    uint64_t c = __atomic_load_n(&p->claim, __ATOMIC_ACQUIRE);
+    for (;;) {
+        const unsigned units = (unsigned)(c >> 16) & UNITS_MAX, u = (unsigned)c & UNITS_MAX;
+        if ((unsigned)(c >> 32) != tag || u >= units) break;
+        /* phys after the claim word: a value of this job while the CAS below can succeed */
+        if (t >= __atomic_load_n(&p->phys, __ATOMIC_RELAXED)) break;
+        if (!__atomic_compare_exchange_n(&p->claim, &c, c + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+        run_unit(p, u, t);
+        __atomic_fetch_add(&p->done, 1, __ATOMIC_RELEASE);
+        c = __atomic_load_n(&p->claim, __ATOMIC_ACQUIRE);
     }
     tl_in_job = 0;
 }
@@ -164,8 +191,7 @@ static void *worker_main(void *va) {
     for (;;) {
         seen = wait_job(p, seen);
         if (p->stop) break;
-        if (wa.id < p->phys) do_share(p, wa.id);
-        __atomic_fetch_sub(&p->pending, 1, __ATOMIC_RELEASE);
+        do_units(p, seen, wa.id);
     }
     if (p->thread_exit) p->thread_exit();
     return NULL;
@@ -191,9 +217,9 @@ af_status af_threadpool_new(int size, int poll_us, void (*thread_exit)(void), af
     return AF_OK;
 }
 
-/* Publishes the job already written into p (team, fn, ...) to the workers. */
+/* Publishes the job already written into p (team, fn, claim word, ...) to the workers: its tag is
+ * the new generation, gen + 1 (only the dispatcher, under run_mu, writes gen). */
 static void publish(af_threadpool *p) {
-    __atomic_store_n(&p->pending, p->size - 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&p->gen, 1u, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -202,10 +228,11 @@ static void publish(af_threadpool *p) {
     }
 }
 
-/* Waits for every worker to finish the current job: spins, then yields the CPU (the wait is
- * bounded by the slowest share of the job, so the caller does not sleep). */
-static void wait_done(af_threadpool *p) {
-    for (unsigned it = 0; __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) > 0; it++) {
+/* Waits until the `units` units of the current job are finished (the caller has claimed what it
+ * could: the wait is for units other threads are running): spins, then yields the CPU. Workers
+ * that claimed nothing are not waited for. */
+static void wait_done(af_threadpool *p, int64_t units) {
+    for (unsigned it = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < units; it++) {
         if (it < SPIN_PAUSES) CPU_RELAX();
         else sched_yield();
     }
@@ -219,7 +246,8 @@ static void forget_workers(af_threadpool *p) {
     p->tid = NULL;
     p->gen = 0;
     p->stop = 0;
-    p->pending = 0;
+    p->claim = 0;
+    p->done = 0;
     p->sleepers = 0;
     pthread_mutex_init(&p->run_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
@@ -250,7 +278,8 @@ static void start_workers(af_threadpool *p) {
     }
     /* partial start: stop the ones made (they wait for generation 1) */
     p->stop = 1;
-    p->team = p->phys = 0;
+    p->team = 0;
+    __atomic_store_n(&p->phys, 0, __ATOMIC_RELAXED);
     int want = p->size - 1;
     p->size = made + 1;
     publish(p);
@@ -266,7 +295,8 @@ void af_threadpool_free(af_threadpool *p) {
     if (p->started == 1 && p->epoch != __atomic_load_n(&g_fork_epoch, __ATOMIC_RELAXED)) forget_workers(p);
     if (p->started == 1) {
         p->stop = 1;
-        p->team = p->phys = 0;
+        p->team = 0;
+        __atomic_store_n(&p->phys, 0, __ATOMIC_RELAXED);
         publish(p);
         for (int i = 0; i < p->size - 1; i++) pthread_join(p->tid[i], NULL);
     }
@@ -379,14 +409,23 @@ void af_threadpool_run(af_threadpool *p, int nth, int64_t n, int64_t chunk, af_t
     p->n = n;
     p->chunk = chunk;
     p->team = team;
-    p->phys = phys;
-    p->next = 0;
+    __atomic_store_n(&p->phys, phys, __ATOMIC_RELAXED);
+    int64_t units = team;
+    p->per_unit = 1;
+    if (chunk > 0) {
+        const int64_t nchunk = (n + chunk - 1) / chunk;
+        p->per_unit = (nchunk + UNITS_MAX - 1) / UNITS_MAX;
+        units = (nchunk + p->per_unit - 1) / p->per_unit;
+    }
+    const unsigned tag = __atomic_load_n(&p->gen, __ATOMIC_RELAXED) + 1u;
+    __atomic_store_n(&p->done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->claim, (uint64_t)tag << 32 | (uint64_t)units << 16, __ATOMIC_RELEASE);
     __atomic_fetch_add(&p->n_forks, 1, __ATOMIC_RELAXED);
     const double t0 = p->adapt ? now_us() : 0;
     publish(p);
-    do_share(p, 0);
+    do_units(p, tag, 0);
     const double t1 = p->adapt ? now_us() : 0;
-    wait_done(p);
+    wait_done(p, units);
     if (p->adapt) adapt_after(p, phys, t1 - t0, now_us() - t1);
     pthread_mutex_unlock(&p->run_mu);
 }

@@ -35,6 +35,11 @@
  *  - An idle pool uses no CPU: after poll_us without a job every worker sleeps.
  *  - fork(): in the child, a pool whose workers were started in the parent starts new workers at
  *    its first dispatch (pthread_atfork), so a forked child can keep computing.
+ *  - Work-conserving dispatch: the units of a job (the static split's shares, or the dynamic
+ *    schedule's chunks) are claimed one by one from a shared counter by whichever thread of the
+ *    team asks first, the caller included, and the caller waits only for units that others have
+ *    claimed and not finished. A worker that is descheduled or still waking up when a job starts
+ *    holds up nothing: its share is run by the caller (with the share's own tid, so the same bits).
  *  - Oversubscription: the team (the static split, and so the arithmetic) never changes, but the
  *    threads that run it may. When the caller waits for its workers longer than doing their shares
  *    itself would have taken (workers descheduled: more runnable threads than cores), summed over
@@ -80,7 +85,8 @@ int af_threadpool_team(const af_threadpool *pool, int nth);
  * [n*t/T, n*(t+1)/T) (T the team; with n == T every thread gets exactly its own index, which is
  * how a kernel runs one job per thread); a thread whose range is empty is not called.
  * chunk > 0: dynamic, threads take the next `chunk` indices from a shared counter until none is
- * left (uneven iterations). A team of 1 calls fn(arg, 0, n, 0) once on the caller. n <= 0: no
+ * left (uneven iterations; tid is then the running thread's own index, < the team, for per-thread
+ * scratch). A team of 1 calls fn(arg, 0, n, 0) once on the caller. n <= 0: no
  * call. fn must not depend on which thread runs which range unless it splits by tid itself. */
 void af_threadpool_run(af_threadpool *pool, int nth, int64_t n, int64_t chunk, af_threadpool_fn fn, void *arg);
 
