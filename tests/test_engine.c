@@ -532,6 +532,50 @@ static void test_block_rows(const char *arch, uint32_t type) {
     fx_free(&f);
 }
 
+/* The workspace grows by an eighth at least (engine.c engine_reserve): after a batch of 300 tokens
+ * one of 330 fits a workspace of 337 tokens, and its step equals (bitwise) the step of an engine
+ * whose workspace was made for exactly those 330 tokens; a batch of 337 then needs no new one. */
+static void test_capacity(const char *arch, uint32_t type) {
+    tm_spec s = tm_default(arch, type);
+    fixture f;
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s/%s workspace growth", arch, af_type_name(type));
+    if (!fx_init(&f, &s, 0.1f, 3)) {
+        fx_free(&f);
+        return;
+    }
+    int32_t tok[337], ss[4] = {0, 100, 230, 330}, lab[3] = {0, 2, 1};
+    uint64_t rng = 11;
+    for (int i = 0; i < 337; i++) tok[i] = (int32_t)(tl_rand_u64(&rng) % (uint64_t)s.vocab);
+    const int64_t nt = f.lay.n_total;
+    float *G0 = malloc(sizeof(float) * (size_t)nt), *G1 = malloc(sizeof(float) * (size_t)nt);
+    float lg0[9], lg1[9];
+    af_engine *fresh = NULL;
+    if (CHECK(af_engine_new(NULL, f.m, &f.lay, &fresh) == AF_OK, "engine")) {
+        int32_t ss300[4] = {0, 100, 230, 300};
+        af_batch b300 = {tok, ss300, 3, 300, lab, NULL, NULL}, b = {tok, ss, 3, 330, lab, NULL, NULL};
+        step_into(&f, f.e, &b300, G0, lg0); /* workspace for 300 tokens */
+        const int64_t cap0 = af_engine_capacity(f.e);
+        double L1 = step_into(&f, f.e, &b, G1, lg1); /* grows to 300 + 300/8 = 337 */
+        const int64_t cap1 = af_engine_capacity(f.e);
+        double L0 = step_into(&f, fresh, &b, G0, lg0); /* made for 330 */
+        CHECK(cap0 == 300 && cap1 == 337 && af_engine_capacity(fresh) == 330, "%s: capacities %lld, %lld, fresh %lld",
+              tag, (long long)cap0, (long long)cap1, (long long)af_engine_capacity(fresh));
+        CHECK(isfinite(L0) && L0 == L1 && !memcmp(lg0, lg1, sizeof lg0) &&
+                  !memcmp(G0, G1, sizeof(float) * (size_t)nt),
+              "%s: the step in the larger workspace is bitwise the fresh one's (loss %.9g vs %.9g)", tag, L1, L0);
+        int32_t ss337[4] = {0, 100, 230, 337};
+        af_batch b337 = {tok, ss337, 3, 337, lab, NULL, NULL};
+        step_into(&f, f.e, &b337, G1, lg1);
+        CHECK(af_engine_capacity(f.e) == 337, "%s: a batch of 337 tokens fits without a new workspace (%lld)", tag,
+              (long long)af_engine_capacity(f.e));
+        af_engine_free(fresh);
+    }
+    free(G0);
+    free(G1);
+    fx_free(&f);
+}
+
 static void test_errors(void) {
     tm_spec s = tm_default("llama", AF_TYPE_F32);
     fixture f;
@@ -752,6 +796,7 @@ int main(void) {
     test_prefix_cache("llama", AF_TYPE_Q4_1);
     test_prefix_cache("gemma3", AF_TYPE_Q4_K);
     test_block_rows("llama", AF_TYPE_Q4_1);
+    test_capacity("llama", AF_TYPE_Q4_1);
     test_block_rows("gemma3", AF_TYPE_Q6_K);
     test_errors();
     test_nf4("llama");

@@ -72,6 +72,10 @@ const af_ctx *af_engine_ctx(const af_engine *e);
  * gradient G are then partial: the caller discards them). */
 void af_engine_set_cancel(af_engine *e, const volatile int *cancel);
 
+/* Tokens the engine's workspace holds now (0 before the first step): it grows, by an eighth at
+ * least, when a batch needs more, and never shrinks. For tests and memory reports. */
+int64_t af_engine_capacity(const af_engine *e);
+
 af_status af_engine_forward(af_engine *e, const float *P, const af_batch *b, const af_step_opts *o, float *logits);
 
 /* Forward + loss + backward. ADDS gradients into G [n_total] (accumulation over micro-batches is
