@@ -51,6 +51,18 @@ def cpu_flags_summary():
     return ""
 
 
+def import_torch(threads):
+    """torch, set to `threads` intra-op threads and one inter-op thread (the PyTorch side of every
+    CPU comparison: the same thread count as afinar's -t)."""
+    import torch
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set in this process
+        pass
+    return torch
+
+
 def proc_kib(field):
     """A /proc/self/status field in KiB (VmRSS, VmHWM = peak RSS), -1 when unreadable."""
     try:

@@ -95,12 +95,7 @@ def pad_batch(torch, mb, pad):
 def cmd_torch(a):
     import contextlib
 
-    import torch
-    torch.set_num_threads(a.threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
+    torch = bench_common.import_torch(a.threads)
     import peft
     import transformers
     from peft import LoraConfig, get_peft_model

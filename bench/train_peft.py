@@ -33,7 +33,7 @@ import resource
 import sys
 import time
 
-from bench_common import proc_kib
+from bench_common import import_torch, proc_kib
 
 PROJ_ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -126,12 +126,7 @@ def mean_pool_logits(inner, x, mask=None):
 
 
 def cmd_train(a):
-    import torch
-    torch.set_num_threads(a.threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
+    torch = import_torch(a.threads)
     import peft
     import transformers
 

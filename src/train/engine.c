@@ -150,23 +150,6 @@ void af_engine_free(af_engine *e) {
     free(e);
 }
 
-static af_status engine_reserve_cap(af_engine *e, int64_t cap, int32_t n_sets);
-
-/* Make room for n tokens and at least `n_sets` activation sets. A workspace that must grow for
- * more tokens grows by at least an eighth (batches of uneven length, --no-packing or evaluation,
- * would otherwise re-allocate it, and fault its pages in again, at each longer batch: 3 of the first
- * 6 steps of the suite's SFT run, ~700 MB of page faults each), or to exactly n when that larger
- * workspace cannot be had. */
-af_status engine_reserve(af_engine *e, int64_t n, int32_t n_sets) {
-    if (e->mem.n && n <= e->cap && n_sets <= e->n_sets) return AF_OK;
-    const int64_t need = n > e->cap ? n : e->cap;
-    const int64_t grown = e->mem.n && n > e->cap && e->cap + e->cap / 8 > n ? e->cap + e->cap / 8 : need;
-    if (n_sets < e->n_sets) n_sets = e->n_sets;
-    af_status st = engine_reserve_cap(e, grown, n_sets);
-    if (st != AF_OK && grown > need) st = engine_reserve_cap(e, need, n_sets);
-    return st;
-}
-
 /* engine_reserve for a capacity of `cap` tokens and `n_sets` sets (the workspace re-made). */
 static af_status engine_reserve_cap(af_engine *e, int64_t cap, int32_t n_sets) {
     free_work(e);
@@ -196,6 +179,21 @@ static af_status engine_reserve_cap(af_engine *e, int64_t cap, int32_t n_sets) {
     e->cap = cap;
     e->n_sets = n_sets;
     return AF_OK;
+}
+
+/* Make room for n tokens and at least `n_sets` activation sets. A workspace that must grow for
+ * more tokens grows by at least an eighth (batches of uneven length, --no-packing or evaluation,
+ * would otherwise re-allocate it, and fault its pages in again, at each longer batch: 3 of the first
+ * 6 steps of the suite's SFT run, ~700 MB of page faults each), or to exactly n when that larger
+ * workspace cannot be had. */
+af_status engine_reserve(af_engine *e, int64_t n, int32_t n_sets) {
+    if (e->mem.n && n <= e->cap && n_sets <= e->n_sets) return AF_OK;
+    const int64_t need = n > e->cap ? n : e->cap;
+    const int64_t grown = e->mem.n && n > e->cap && e->cap + e->cap / 8 > n ? e->cap + e->cap / 8 : need;
+    if (n_sets < e->n_sets) n_sets = e->n_sets;
+    af_status st = engine_reserve_cap(e, grown, n_sets);
+    if (st != AF_OK && grown > need) st = engine_reserve_cap(e, need, n_sets);
+    return st;
 }
 
 af_tf_run engine_run(af_engine *e, const float *P, const int32_t *ss, int32_t B, int64_t n, int drop, uint64_t seed) {
