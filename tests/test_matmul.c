@@ -588,14 +588,15 @@ static void test_packed_blocks(void) {
                       want ? "on the packed path" : "on the panel path");
             }
             CHECK(!af_matmul_packed_path(T_CTX, 4, 3072, 8192), "%s: decode (n = 4) not on the packed path", pname);
-            /* xwt and the f32 GEMMs: 1000 columns of depth 512, 2 MiB of packed B (bf16: 1 MiB)
+            /* (xwt with 137 rows: two row blocks, so B is packed whole, not streamed: test_streamed)
+             * xwt and the f32 GEMMs: 1000 columns of depth 512, 2 MiB of packed B (bf16: 1 MiB)
              * under a 1 MiB cap (bf16: 512 KiB): 2 blocks, the last one ragged (488 = 15x32 + 8
              * columns). dyw: 1024 columns of depth 1000 (4 MB, bf16 2 MB) under 1 MiB: blocks of
              * 256 columns (of W's rows: a block boundary of every type) */
             size_t cap = prec ? (512u << 10) : (1u << 20);
             static const uint32_t BT[] = {AF_TYPE_F32, AF_TYPE_Q4_0, AF_TYPE_Q4_K};
             for (size_t t = 0; t < sizeof BT / sizeof BT[0]; t++) {
-                blk_case(pname, BT[t], 0, 37, 512, 1000, cap, true);
+                blk_case(pname, BT[t], 0, 137, 512, 1000, cap, true);
                 blk_case(pname, BT[t], 1, 37, 1024, 1000, 1u << 20, true);
             }
             blk_case(pname, AF_TYPE_F32, 2, 37, 512, 1000, cap, true);
@@ -603,13 +604,60 @@ static void test_packed_blocks(void) {
             /* vocabulary-shaped (out = 17 x in): packed B 17 MiB over a 12 MiB cap that would hold
              * a block (the aspect rule decides): the panel path in f32, xwt and dyw; in bf16 the
              * packed path (8.5 MiB: one block) */
-            blk_case(pname, AF_TYPE_Q4_0, 0, 17, 512, 8704, 12u << 20, prec);
+            blk_case(pname, AF_TYPE_Q4_0, 0, 137, 512, 8704, 12u << 20, prec);
             blk_case(pname, AF_TYPE_Q4_0, 1, 17, 512, 8704, 12u << 20, prec);
             if (prec) /* bf16 under a 1 MiB cap: xwt in column blocks (9, the last ragged); dyw, whose
                        * 256 columns of depth 8704 are over it, in depth blocks of 1024 (9, the last 512) */
                 for (size_t t = 0; t < sizeof BT / sizeof BT[0]; t++) {
-                    blk_case(pname, BT[t], 0, 37, 512, 8704, 1u << 20, true);
+                    blk_case(pname, BT[t], 0, 137, 512, 8704, 1u << 20, true);
                     blk_case(pname, BT[t], 1, 37, 512, 8704, 1u << 20, true);
+                }
+        }
+    }
+    tl_ctx_set("auto", -1, "f32", -1);
+}
+
+/* Streamed B (gemm_packed.c gp_streams): x·Wᵀ with at most 128 rows packs each chunk of B in the
+ * task that uses it instead of packing B whole first. Rows 0..m-1 of a product of 200 rows (two
+ * row blocks: B packed whole) must equal the product of those m rows alone (streamed) bit for bit:
+ * every type the packers read, f32 and bf16 products, depth over one chunk and ragged (a last
+ * panel of 8 columns), onto C and accumulated. */
+static void test_streamed(void) {
+    static const uint32_t TY[] = {AF_TYPE_F32, AF_TYPE_Q4_0, AF_TYPE_Q4_1, AF_TYPE_Q4_K, AF_TYPE_Q8_0};
+    static const int64_t SH[][2] = {{512, 1000}, {768, 200}, {256, 40}}; /* in, out */
+    static const int64_t MS[] = {37, 128};
+    const int64_t M = 200;
+    for (int p = 1; p < 3; p++) {
+        if (!path_ok[p]) continue;
+        for (int prec = 0; prec < 2; prec++) {
+            if (tl_ctx_set(PATHS[p], -1, prec ? "bf16" : "f32", -1) != AF_OK) continue;
+            for (size_t t = 0; t < sizeof TY / sizeof TY[0]; t++)
+                for (size_t sh = 0; sh < sizeof SH / sizeof SH[0]; sh++) {
+                    const int64_t in = SH[sh][0], out = SH[sh][1];
+                    float *wd = malloc(sizeof(float) * (size_t)(out * in));
+                    uint8_t *w = make_w(TY[t], out, in, wd);
+                    float *x = malloc(sizeof(float) * (size_t)(M * in));
+                    float *c0 = malloc(sizeof(float) * (size_t)(M * out)), *cb = malloc(sizeof(float) * (size_t)(M * out));
+                    float *cs = malloc(sizeof(float) * (size_t)(M * out));
+                    rand_vec(x, M * in, 1.f);
+                    rand_vec(c0, M * out, 1.f);
+                    CHECK(af_matmul_packed_path(T_CTX, M, in, out) && af_matmul_packed_path(T_CTX, MS[0], in, out),
+                          "%s/%s %s %lldx%lld: on the packed path", PATHS[p], prec ? "bf16" : "f32",
+                          af_type_name(TY[t]), (long long)in, (long long)out);
+                    for (int acc = 0; acc < 2; acc++) {
+                        memcpy(cb, c0, sizeof(float) * (size_t)(M * out));
+                        af_matmul_xwt(T_CTX, cb, x, w, TY[t], M, in, out, acc);
+                        for (size_t mi = 0; mi < sizeof MS / sizeof MS[0]; mi++) {
+                            const int64_t m = MS[mi];
+                            memcpy(cs, c0, sizeof(float) * (size_t)(m * out));
+                            af_matmul_xwt(T_CTX, cs, x, w, TY[t], m, in, out, acc);
+                            CHECK(!memcmp(cs, cb, sizeof(float) * (size_t)(m * out)),
+                                  "%s/%s %s in=%lld out=%lld acc=%d: %lld rows streamed bitwise rows of B packed whole",
+                                  PATHS[p], prec ? "bf16" : "f32", af_type_name(TY[t]), (long long)in, (long long)out,
+                                  acc, (long long)m);
+                        }
+                    }
+                    free(wd); free(w); free(x); free(c0); free(cb); free(cs);
                 }
         }
     }
@@ -895,6 +943,7 @@ int main(void) {
     test_gemm();
     test_types();
     test_packed_blocks();
+    test_streamed();
     test_bf16();
     test_ctx_api();
     test_parts();

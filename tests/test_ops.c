@@ -655,6 +655,7 @@ static void run_all(void) {
     test_attention_cache(20, 4, 1, 256, 7);
     test_attention_cache(70, 9, 3, 64, 0); /* > ATT_BLK keys: online-softmax rescaling */
     test_attention_cache(9, 9, 1, 12, 4);  /* group of 9: sub-groups of 4+4+1 heads */
+    test_attention_cache(160, 9, 3, 64, 0); /* decode rows over >= 114 keys: parallel, one head per item */
 }
 
 int main(void) {

@@ -45,7 +45,8 @@
 #include <string.h>
 
 #ifndef GP_MC
-#define GP_MC 128 /* rows of A per task (packed block MC x KC = 128 KiB f32, in L2) */
+#define GP_MC 128 /* rows of A per task (packed block MC x KC = 128 KiB f32, in L2; bf16 blocks of 256
+                   * rows, the same bytes, were measured 3-8% slower on Zen 4) */
 #endif
 #ifndef GP_KC_F32
 #define GP_KC_F32 256 /* k per micro-kernel call, f32 (B sliver KC x 32 floats) */
@@ -77,6 +78,13 @@
  * type): the column offset into a row of W must fall on a block boundary (AF_GP_KC is a multiple
  * of every block size) */
 #define GP_COL_ALIGN AF_GP_KC
+/* Streamed B (gp_streams): products x·Wᵀ whose rows fit in one block of MC are not packed whole
+ * before the tasks; each task packs one chunk of one panel (KC x 32, 32 KiB f32) right before the
+ * micro-kernels that use it, so the packed B never goes to memory and back (a prompt of 128 tokens
+ * reads each panel once). The micro-kernel calls are those of the packed-whole path, so the result
+ * is bitwise the same. Chunks are whole multiples of AF_GP_KC (block boundaries). */
+#define GP_STREAM ((GP_KC_F32 % AF_GP_KC) == 0 && (GP_KC_BF16 % AF_GP_KC) == 0)
+#define STREAM_DW (GP_KC_F32 > GP_KC_BF16 / 2 ? GP_KC_F32 * AF_GP_NR : GP_KC_BF16 / 2 * AF_GP_NR)
 
 int64_t af_gp_packed_b_floats(int64_t k, int64_t n) { return (n + AF_GP_NR - 1) / AF_GP_NR * AF_GP_NR * k; }
 
@@ -138,35 +146,41 @@ void af_gp_release(void) {
 #if defined(__x86_64__)
 /* ---------------------------------------------------------------- packing (gemm_packed_avx512.c transposes) */
 
-/* B panels from W[N, K] (rows of W are columns of B): bp[(j/32)*K*32 + kk*32 + j%32] = W[j][kk]
- * (f32), or pairs bp[(j/32)*(K/2)*32 + p*32 + j%32] = pair(W[j][2p], W[j][2p+1]) (bf16).
- * 8 rows at a time are dequantized in K-chunks of AF_GP_KC (a multiple of every block size) and
- * transposed into the panel (mm->tpack or gp_bf16->tpack). */
+/* One chunk of one B panel from W[N, K] (rows of W are columns of B): depth k0 .. k0 + kc of
+ * panel p (rows 32p .. 32p + 31 of W) into dst, dst[kk*32 + j%32] = W[j][k0 + kk] (f32) or pairs
+ * dst[q*32 + j%32] = pair(W[j][k0 + 2q], W[j][k0 + 2q + 1]) (bf16, kc even); columns past n zero.
+ * k0 is a multiple of AF_GP_KC, kc <= AF_GP_KC. 8 rows at a time are dequantized (a multiple of
+ * every block size) and transposed into the panel (mm->tpack or gp_bf16->tpack). */
+static void pack_b_trans_chunk(const af_kernels *kt, uint32_t *dst, const uint8_t *w, uint32_t type, size_t rb,
+                               int64_t n, int64_t p, int64_t k0, int64_t kc, bool bf) {
+    float rows[8 * AF_GP_KC] __attribute__((aligned(64)));
+    const int64_t j0 = p * AF_GP_NR, nr = n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR;
+    if (nr < AF_GP_NR) memset(dst, 0, (size_t)(bf ? kc / 2 : kc) * AF_GP_NR * sizeof(uint32_t));
+    for (int64_t r0 = 0; r0 < nr; r0 += 8) {
+        const int64_t rr = nr - r0 < 8 ? nr - r0 : 8;
+        const float *src[8];
+        if (type == AF_TYPE_F32) /* f32 rows are read in place */
+            for (int i = 0; i < 8; i++) src[i] = i < rr ? (const float *)(w + (size_t)(j0 + r0 + i) * rb) + k0 : NULL;
+        else {
+            kt->mm->dequant(type, w, (int64_t)rb, j0 + r0, rr, k0, kc, rows, AF_GP_KC);
+            for (int i = 0; i < 8; i++) src[i] = i < rr ? rows + i * AF_GP_KC : NULL;
+        }
+        if (bf) kt->gp_bf16->tpack(src, kc, dst + r0, AF_GP_NR);
+        else kt->mm->tpack(src, kc, dst + r0, AF_GP_NR);
+    }
+}
+
+/* B panels pan0 .. pan1 - 1 from W[N, K]: bp[(j/32)*K*32 + kk*32 + j%32] = W[j][kk] (f32), or
+ * pairs bp[(j/32)*(K/2)*32 + p*32 + j%32] = pair(W[j][2p], W[j][2p+1]) (bf16), chunk by chunk. */
 static void pack_b_trans(const af_kernels *kt, void *bpv, const uint8_t *w, uint32_t type, size_t rb,
                          int64_t n, int64_t k, bool bf, int64_t pan0, int64_t pan1) {
-    int64_t pstride = bf ? k / 2 * AF_GP_NR : k * AF_GP_NR; /* dwords per panel */
-    for (int64_t p = pan0; p < pan1; p++) {
-        float rows[8 * AF_GP_KC] __attribute__((aligned(64)));
-        uint32_t *dst = (uint32_t *)bpv + p * pstride;
-        int64_t j0 = p * AF_GP_NR, nr = n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR;
-        if (nr < AF_GP_NR) memset(dst, 0, (size_t)pstride * sizeof(uint32_t));
-        for (int64_t r0 = 0; r0 < nr; r0 += 8) {
-            int64_t rr = nr - r0 < 8 ? nr - r0 : 8;
-            const float *src[8];
-            for (int64_t k0 = 0; k0 < k; k0 += AF_GP_KC) {
-                int64_t kc = k - k0 < AF_GP_KC ? k - k0 : AF_GP_KC;
-                if (type == AF_TYPE_F32) /* f32 rows are read in place */
-                    for (int i = 0; i < 8; i++)
-                        src[i] = i < rr ? (const float *)(w + (size_t)(j0 + r0 + i) * rb) + k0 : NULL;
-                else {
-                    kt->mm->dequant(type, w, (int64_t)rb, j0 + r0, rr, k0, kc, rows, AF_GP_KC);
-                    for (int i = 0; i < 8; i++) src[i] = i < rr ? rows + i * AF_GP_KC : NULL;
-                }
-                if (bf) kt->gp_bf16->tpack(src, kc, dst + (k0 / 2) * AF_GP_NR + r0, AF_GP_NR);
-                else kt->mm->tpack(src, kc, dst + k0 * AF_GP_NR + r0, AF_GP_NR);
-            }
+    const int64_t pstride = bf ? k / 2 * AF_GP_NR : k * AF_GP_NR; /* dwords per panel */
+    for (int64_t p = pan0; p < pan1; p++)
+        for (int64_t k0 = 0; k0 < k; k0 += AF_GP_KC) {
+            const int64_t kc = k - k0 < AF_GP_KC ? k - k0 : AF_GP_KC;
+            pack_b_trans_chunk(kt, (uint32_t *)bpv + p * pstride + (bf ? k0 / 2 : k0) * AF_GP_NR, w, type, rb, n, p,
+                               k0, kc, bf);
         }
-    }
 }
 
 /* B panels from W[K, N] (rows of W are rows of B): bp[(j/32)*K*32 + kk*32 + j%32] = W[kk][j]. */
@@ -243,16 +257,14 @@ static void pack_b_rows_bf16(const af_kernels *kt, uint32_t *bp, const uint8_t *
     int64_t kp = k / 2;
     for (int64_t q = q0; q < q1; q++) {
         float r0[AF_GP_KC] __attribute__((aligned(64))), r1[AF_GP_KC] __attribute__((aligned(64)));
-        uint32_t pr[AF_GP_KC] __attribute__((aligned(64)));
         for (int64_t c0 = 0; c0 < n; c0 += AF_GP_KC) {
             int64_t cc = n - c0 < AF_GP_KC ? n - c0 : AF_GP_KC;
             kt->mm->dequant(type, w, (int64_t)rb, 2 * q, 1, c0, cc, r0, cc);
             kt->mm->dequant(type, w, (int64_t)rb, 2 * q + 1, 1, c0, cc, r1, cc);
-            kt->gp_bf16->pair_rows(r0, r1, pr, cc);
-            for (int64_t j = 0; j < cc; j += AF_GP_NR) {
+            for (int64_t j = 0; j < cc; j += AF_GP_NR) { /* pairs straight into each panel's row q */
                 int64_t p = (c0 + j) / AF_GP_NR, nr = cc - j < AF_GP_NR ? cc - j : AF_GP_NR;
                 uint32_t *dst = bp + p * kp * AF_GP_NR + q * AF_GP_NR;
-                memcpy(dst, pr + j, (size_t)nr * sizeof(uint32_t));
+                kt->gp_bf16->pair_rows(r0 + j, r1 + j, dst, nr);
                 if (nr < AF_GP_NR) memset(dst + nr, 0, (size_t)(AF_GP_NR - nr) * sizeof(uint32_t));
             }
         }
@@ -268,7 +280,7 @@ typedef struct gp_job {
     uint32_t type;
     size_t ldw;
     int b_trans, acc, team;
-    bool bf;
+    bool bf, stream; /* stream: B's chunks packed by the task that uses them (gp_streams) */
     float *c;
     const float *a;
     int64_t ldc, sat, sak, m, n, k, npan, pstride, nmb, ngr, gsz;
@@ -296,6 +308,8 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
     /* packed A block: MC x KC f32, or MC x KC/2 bf16 pairs */
     uint32_t ap[MC * KC_MAX / 2 > MC * GP_KC_F32 ? MC * KC_MAX / 2 : MC * GP_KC_F32] __attribute__((aligned(64)));
     const int64_t KCC = bf ? GP_KC_BF16 : GP_KC_F32;
+    /* streamed B: one chunk of one panel at a time (in L1), packed right before its micro-kernels */
+    uint32_t bs[STREAM_DW] __attribute__((aligned(64)));
     for (int64_t th = t0; th < t1; th++)
         for (int64_t task = th; task < J->nmb * ngr; task += team) {
             int64_t mb = task / ngr, g = task % ngr;
@@ -310,7 +324,14 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
                 for (int64_t p = p0; p < p1; p++) {
                     int64_t j0 = p * AF_GP_NR;
                     int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
-                    const uint32_t *bpp = J->bp + p * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
+                    const uint32_t *bpp = bs;
+                    if (J->stream)
+                        for (int64_t q0 = k0; q0 < k0 + kc; q0 += AF_GP_KC)
+                            pack_b_trans_chunk(kt, bs + (bf ? (q0 - k0) / 2 : q0 - k0) * AF_GP_NR, J->w, J->type,
+                                               J->ldw, n, p, q0, k0 + kc - q0 < AF_GP_KC ? k0 + kc - q0 : AF_GP_KC,
+                                               bf);
+                    else
+                        bpp = J->bp + p * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
                     for (int64_t i0 = 0; i0 < mc; i0 += 8) {
                         int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
                         const uint32_t *api = ap + (i0 / 8) * ka * 8;
@@ -326,6 +347,10 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
             }
         }
 }
+
+/* B is streamed (GP_STREAM) for x·Wᵀ with at most MC rows: one row block, so each chunk of B is
+ * used by one task and packing it whole first would only move it through memory. */
+static bool gp_streams(int b_trans, int64_t m) { return GP_STREAM && b_trans && m <= MC; }
 
 /* One block of columns: B packed whole into bp (af_gp_packed_b_floats(k, n) f32 or half as many
  * bf16 pairs), then the tasks. f: af_gp_gemm_fused's epilogue (NULL: none). */
@@ -347,9 +372,11 @@ static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, con
     gp_job J = {.kt = kt, .bp = bp, .w = wb, .type = type, .ldw = (size_t)ldw_bytes, .b_trans = b_trans, .bf = bf,
                 .c = c, .ldc = ldc, .a = a, .sat = sat, .sak = sak, .m = m, .n = n, .k = k, .acc = accumulate,
                 .npan = npan, .pstride = pstride, .nmb = nmb, .ngr = ngr, .gsz = gsz, .f = f};
-    /* B packed by all threads (panels, or rows of W / pairs of rows), then the tasks */
+    /* B packed by all threads (panels, or rows of W / pairs of rows), then the tasks; or streamed
+     * (bp unused: NULL) */
+    J.stream = gp_streams(b_trans, m);
     int64_t npack = b_trans ? npan : bf ? k / 2 : k;
-    af_threadpool_run(ctx->pool, nth, npack, 0, gp_pack_job, &J);
+    if (!J.stream) af_threadpool_run(ctx->pool, nth, npack, 0, gp_pack_job, &J);
     J.team = af_threadpool_team(ctx->pool, nth);
     af_threadpool_run(ctx->pool, J.team, J.team, 0, gp_task_job, &J);
 }
@@ -387,6 +414,10 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
     /* bf16 packs pairs of k into 32 bits: half the bytes of f32 */
     const size_t esz = bf ? sizeof(uint16_t) : sizeof(float), cap = block_cap(ctx, n, k, bf);
     size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * esz;
+    if (gp_streams(b_trans, m)) { /* no packed B: no buffer, no column blocks */
+        gp_block(ctx, NULL, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf, NULL);
+        return true;
+    }
     if (bbytes <= cap) {
         uint32_t *bp = bp_get(bbytes);
         if (!bp) return false;
@@ -426,8 +457,8 @@ bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, 
     const bool bf = use_bf16(ctx, k);
     const size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * (bf ? sizeof(uint16_t) : sizeof(float));
     if (bbytes > max_b(ctx)) return false; /* one block of columns only */
-    uint32_t *bp = bp_get(bbytes);
-    if (!bp) return false;
+    uint32_t *bp = gp_streams(b_trans, m) ? NULL : bp_get(bbytes);
+    if (!bp && !gp_streams(b_trans, m)) return false;
     gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf, f);
     return true;
 }

@@ -39,7 +39,9 @@ void af_gp_set_max_b(af_ctx *ctx, size_t bytes);
  *  accumulate: add to C instead of overwriting it. nth: threads of ctx's pool (>= 1; a nested call runs on one).
  *  A packed B over MAX_B is packed and multiplied in column blocks of at most MAX_B bytes (widths
  *  a multiple of 32 columns, of 256 when b_trans = 0 with a block type), so the packing buffer
- *  stays <= MAX_B; the result is bitwise that of one block.
+ *  stays <= MAX_B; the result is bitwise that of one block. x·Wᵀ (b_trans = 1) with m <= 128
+ *  rows (one row block: prompts, small batches) is not packed whole: each task packs the chunk of
+ *  a panel it is about to use (no buffer, no column blocks), bitwise the same result.
  * Returns false (C untouched) when the packed B cannot be allocated. Results do not depend on nth.
  * Precision: f32, or bf16 operands when ctx->bf16 and k is even (packed B pairs; error bound
  * in gemm_packed_avx512.c). Kernels: ctx->k (mm->ukernel, mm->tpack, gp_bf16). */

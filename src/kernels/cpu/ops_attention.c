@@ -414,14 +414,16 @@ typedef struct af_att_fwd_args {
     const float *q, *k, *v;
     int64_t n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, hd, window;
     float scale;
-    int64_t n_sub; /* head sub-groups per kv group: ceil(group / ATT_HG) */
+    int64_t hg;    /* query heads per item, <= ATT_HG */
+    int64_t n_sub; /* head sub-groups per kv group: ceil(group / hg) */
 } fwd_args;
 
 /* Work item it = (i * n_kv_heads + g) * n_sub + sub. */
 ATT_INLINE void fwd_item(const int P, const fwd_args *a, int64_t it) {
     const int64_t hd = a->hd, stride = a->kv_stride, group = a->n_heads / a->n_kv_heads;
     int64_t sub = it % a->n_sub, ig = it / a->n_sub, g = ig % a->n_kv_heads, i = ig / a->n_kv_heads;
-    int64_t h0 = g * group + sub * ATT_HG, nh = group - sub * ATT_HG < ATT_HG ? group - sub * ATT_HG : ATT_HG;
+    const int64_t hg = a->hg;
+    int64_t h0 = g * group + sub * hg, nh = group - sub * hg < hg ? group - sub * hg : hg;
     const float *kh = a->k + g * hd, *vh = a->v + g * hd;
     float s[ATT_BLK], m[ATT_HG], l[ATT_HG];
     int64_t lo, hi;
@@ -533,7 +535,8 @@ ATT_INLINE void bwd_item_kv(const int P, const bwd_args *a, int64_t it) {
         for (int64_t it = i0; it < i1; it++) bwd_item_kv(P, (const bwd_args *)va, it);            \
     }                                                                                              \
     static void fwd_##SUFFIX(const af_ctx *ctx, const fwd_args *a, int64_t items, int par) {       \
-        af_threadpool_run(ctx->pool, par ? ctx->n_threads : 1, items, 4, fwd_job_##SUFFIX, (void *)a);   \
+        af_threadpool_run(ctx->pool, par ? ctx->n_threads : 1, items, items >= 8 * ctx->n_threads ? 4 : 1,  \
+                          fwd_job_##SUFFIX, (void *)a);                                            \
     }                                                                                              \
     static void bwd_##SUFFIX(const af_ctx *ctx, const bwd_args *a, int par) {                      \
         int nth = par ? ctx->n_threads : 1;                                                        \
@@ -553,7 +556,7 @@ const af_att_rows af_att_rows_avx512 = {fwd_512, bwd_512};
 
 /* Parallel only when the work (rows × up to 64 keys × head_dim) pays for a parallel region. */
 static int att_par(int64_t items, int64_t n_kv, int64_t hd) {
-    return items > 1 && items * (n_kv < 64 ? n_kv : 64) * hd >= 65536;
+    return items > 1 && items * n_kv * hd >= 65536;
 }
 
 void af_attention_forward(const af_ctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
@@ -565,9 +568,12 @@ void af_attention_forward(const af_ctx *ctx, float *out, float *lse, const float
     if (lse && n_q >= 192 && af_att_gemm_usable(ctx, n_q, q_pos0, n_kv, n_heads, n_kv_heads, head_dim) &&
         af_att_gemm_forward(ctx, out, lse, q, k, v, n_q, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, scale, window))
         return;
-    int64_t group = n_heads / n_kv_heads, n_sub = (group + ATT_HG - 1) / ATT_HG;
+    /* heads per item: ATT_HG, sharing each K/V block while it is in L1 (one head per item was
+     * measured to double decode attention's CPU time: each head reads the cache from L3 itself) */
+    int64_t group = n_heads / n_kv_heads, hg = ATT_HG;
+    int64_t n_sub = (group + hg - 1) / hg;
     fwd_args a = {out, lse, q, k, v, n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, window,
-                  scale, n_sub};
+                  scale, hg, n_sub};
     int64_t items = n_q * n_kv_heads * n_sub;
     int par = items > 1 && att_par(n_q * n_heads, n_kv, head_dim);
     ctx->k->att->fwd(ctx, &a, items, par);
