@@ -381,8 +381,10 @@ def write_report(base, rep):
     L += ["", "Load (decode) = wall - prompt - decode time; startup (training) = wall - the last step's elapsed "
               "(load, data, set-up, final save). CPU share = the child's user + system CPU time / wall time "
               "(at most the thread count); tokens per CPU-s = tokens/s / CPU share. Achieved GFLOP/s = tokens/s x forward FLOPs/token x 1 (decode), "
-              "2 (training), 3 (--checkpointing). Peak RSS is the kernel's ru_maxrss (exact); times come from a "
-              "shared, loaded machine (load average shown) and are not speed figures.", "", "## Targets", ""]
+              "2 (training), 3 (--checkpointing). Peak RSS is the kernel's ru_maxrss (exact). Times are speed "
+              "figures only where the machine was otherwise idle: the load average after each cell is shown "
+              "(the cell's own threads count in it, so up to about the thread count is a quiet machine).", "",
+          "## Targets", ""]
     for name, met, text in targets(rep):
         L.append(f"- {name}: **{'met' if met else 'missed' if met is False else 'not measured'}** ({text})")
     txt = "\n".join(L) + "\n"
