@@ -259,12 +259,18 @@ static void pack_b_rows_bf16(const af_kernels *kt, uint32_t *bp, const uint8_t *
         float r0[AF_GP_KC] __attribute__((aligned(64))), r1[AF_GP_KC] __attribute__((aligned(64)));
         for (int64_t c0 = 0; c0 < n; c0 += AF_GP_KC) {
             int64_t cc = n - c0 < AF_GP_KC ? n - c0 : AF_GP_KC;
-            kt->mm->dequant(type, w, (int64_t)rb, 2 * q, 1, c0, cc, r0, cc);
-            kt->mm->dequant(type, w, (int64_t)rb, 2 * q + 1, 1, c0, cc, r1, cc);
+            const float *lo = r0, *hi = r1;
+            if (type == AF_TYPE_F32) { /* f32 rows are read in place */
+                lo = (const float *)(const void *)(w + (size_t)(2 * q) * rb) + c0;
+                hi = (const float *)(const void *)(w + (size_t)(2 * q + 1) * rb) + c0;
+            } else {
+                kt->mm->dequant(type, w, (int64_t)rb, 2 * q, 1, c0, cc, r0, cc);
+                kt->mm->dequant(type, w, (int64_t)rb, 2 * q + 1, 1, c0, cc, r1, cc);
+            }
             for (int64_t j = 0; j < cc; j += AF_GP_NR) { /* pairs straight into each panel's row q */
                 int64_t p = (c0 + j) / AF_GP_NR, nr = cc - j < AF_GP_NR ? cc - j : AF_GP_NR;
                 uint32_t *dst = bp + p * kp * AF_GP_NR + q * AF_GP_NR;
-                kt->gp_bf16->pair_rows(r0 + j, r1 + j, dst, nr);
+                kt->gp_bf16->pair_rows(lo + j, hi + j, dst, nr);
                 if (nr < AF_GP_NR) memset(dst + nr, 0, (size_t)(AF_GP_NR - nr) * sizeof(uint32_t));
             }
         }
