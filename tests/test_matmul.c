@@ -410,6 +410,42 @@ static void bf16_case(uint32_t type, int xwt, int64_t n, int64_t in, int64_t out
     free(wd); free(w); free(x); free(y); free(y1); free(y2); free(r); free(tol); free(rb); free(tolb);
 }
 
+/* af_gemm_atb in bf16 (C[m, n] = A[k, m]ᵀ · B[k, n]: the LoRA gradients' shape, A packed from its
+ * columns): within the bounds of bf16_case against the exact and the bf16-rounded products, and
+ * bitwise the same on 1 thread. */
+static void bf16_atb_case(int64_t m, int64_t n, int64_t k) {
+    float *a = malloc(sizeof(float) * (size_t)(k * m)), *b = malloc(sizeof(float) * (size_t)(k * n));
+    float *c = malloc(sizeof(float) * (size_t)(m * n)), *c1 = malloc(sizeof(float) * (size_t)(m * n));
+    double *r = malloc(sizeof(double) * (size_t)(m * n)), *tol = malloc(sizeof(double) * (size_t)(m * n));
+    double *rb = malloc(sizeof(double) * (size_t)(m * n)), *tolb = malloc(sizeof(double) * (size_t)(m * n));
+    rand_vec(a, k * m, 1.f);
+    rand_vec(b, k * n, 1.f);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double sx = 0, ax = 0, sb = 0, ab = 0;
+            for (int64_t kk = 0; kk < k; kk++) {
+                double p = (double)a[kk * m + i] * b[kk * n + j], pb = bf16_round(a[kk * m + i]) * bf16_round(b[kk * n + j]);
+                sx += p, ax += fabs(p), sb += pb, ab += fabs(pb);
+            }
+            r[i * n + j] = sx, rb[i * n + j] = sb;
+            tol[i * n + j] = (ldexp(1, -8) + (double)k * ldexp(1, -24)) * ax + 1e-30;
+            tolb[i * n + j] = (double)k * ldexp(1, -23) * ab + 1e-30;
+        }
+    char what[120];
+    snprintf(what, sizeof what, "bf16 gemm_atb m=%lld n=%lld k=%lld", (long long)m, (long long)n, (long long)k);
+    CHECK(af_matmul_packed_path(T_CTX, m, k, n), "%s: takes the packed path", what);
+    af_gemm_atb(T_CTX, c, a, b, m, n, k, 0);
+    worst w1 = {0, 0}, w2 = {0, 0};
+    CHECK(check_vs(what, c, r, tol, m * n, &w1), "%s: vs exact within (2^-8 + k 2^-24) sum|ab|", what);
+    CHECK(check_vs(what, c, rb, tolb, m * n, &w2), "%s: vs bf16-rounded operands within k 2^-23 sum|ab|", what);
+    int th = af_ctx_n_threads(T_CTX);
+    tl_ctx_set(NULL, 1, NULL, -1);
+    af_gemm_atb(T_CTX, c1, a, b, m, n, k, 0);
+    tl_ctx_set(NULL, th, NULL, -1);
+    CHECK(!memcmp(c, c1, sizeof(float) * (size_t)(m * n)), "%s: 1 thread == %d threads bitwise", what, th);
+    free(a), free(b), free(c), free(c1), free(r), free(tol), free(rb), free(tolb);
+}
+
 static void test_bf16(void) {
     CHECK(!strcmp(af_ctx_matmul_precision(T_CTX), "f32"), "default matmul precision is f32");
     CHECK(tl_ctx_set(NULL, -1, "fp8", -1) == AF_ERR_INVALID_ARG, "unknown precision refused");
@@ -431,6 +467,10 @@ static void test_bf16(void) {
         bf16_case(BT[i], 0, 133, 512, 256);
         bf16_case(BT[i], 1, 9, 256, 300);
     }
+    /* the LoRA gradients' products (dB = dyᵀ·t, dA = tᵀ·x): full and partial 8-row micro-panels */
+    bf16_atb_case(576, 16, 300);
+    bf16_atb_case(13, 576, 300);
+    bf16_atb_case(16, 200, 1030);
     /* K not a multiple of the 32-wide conversion step / of the K-chunk (f32 operands only) */
     bf16_case(AF_TYPE_F32, 1, 133, 330, 200);
     bf16_case(AF_TYPE_F32, 0, 77, 256, 330);

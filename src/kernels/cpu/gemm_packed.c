@@ -218,10 +218,7 @@ static void pack_a(const af_kernels *kt, uint32_t *ap, const float *a, int64_t s
             const float *src = a + t0 + 8 * b + k0 * sak;
             uint32_t *dst = ap + b * bstride;
             if (bf) {
-                for (int64_t q = 0; q < kc / 2; q++) {
-                    kt->gp_bf16->pair_rows(src + 2 * q * sak, src + (2 * q + 1) * sak, dst + q * 8, nrow);
-                    for (int64_t i = nrow; i < 8; i++) dst[q * 8 + i] = 0;
-                }
+                kt->gp_bf16->pair_cols(src, sak, kc / 2, nrow, dst);
             } else {
                 float *df = (float *)dst;
                 if (nrow == 8)

@@ -80,12 +80,15 @@ void af_gp_release(void);
  * af_gp_tpack_bf16: dst[q*ldd + i] = pair(src[i][2q], src[i][2q+1]) for q < kc/2, kc even
  *                   (AVX512_BF16 only); src[i] NULL: zeros in column i.
  * af_gp_bf16_pair_rows: dst[j] = pair(lo[j], hi[j]), j < n (hi NULL: 0) (AVX512_BF16 only).
+ * af_gp_bf16_pair_cols: dst[q*8 + i] = pair(src[2q*s + i], src[(2q+1)*s + i]), q < kp, i < nrow <= 8,
+ *                   0 for i >= nrow (AVX512_BF16 only).
  * af_gp_ukernel_bf16: C[i][j] (+)= sum_p ap[p*8+i] . bp[p*32+j] (bf16 pair dot products, f32
  * accumulation, VDPBF16PS) for i < mr <= 8, j < nr <= 32, p < kp; ap [kp][8], bp [kp][32]
  * 64-byte aligned (AVX512_BF16 only). */
 void af_gp_tpack_f32(const float *const src[8], int64_t kc, uint32_t *dst, int64_t ldd);
 void af_gp_tpack_bf16(const float *const src[8], int64_t kc, uint32_t *dst, int64_t ldd);
 void af_gp_bf16_pair_rows(const float *lo, const float *hi, uint32_t *dst, int64_t n);
+void af_gp_bf16_pair_cols(const float *src, int64_t s, int64_t kp, int64_t nrow, uint32_t *dst);
 void af_gp_ukernel_bf16(int mr, int64_t kp, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc,
                         int nr, int accumulate);
 #endif

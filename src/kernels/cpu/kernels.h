@@ -19,6 +19,7 @@ typedef struct af_gp_bf16_ops {
     void (*pair_rows)(const float *lo, const float *hi, uint32_t *dst, int64_t n);
     void (*ukernel)(int mr, int64_t kp, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc, int nr,
                     int accumulate);
+    void (*pair_cols)(const float *src, int64_t s, int64_t kp, int64_t nrow, uint32_t *dst);
 } af_gp_bf16_ops;
 
 /* ops.c: per-row / per-chunk pieces of RMSNorm, RoPE, exp and SwiGLU (contracts in ops.c). */
