@@ -414,16 +414,14 @@ typedef struct af_att_fwd_args {
     const float *q, *k, *v;
     int64_t n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, hd, window;
     float scale;
-    int64_t hg;    /* query heads per item, <= ATT_HG */
-    int64_t n_sub; /* head sub-groups per kv group: ceil(group / hg) */
+    int64_t n_sub; /* head sub-groups per kv group: ceil(group / ATT_HG) */
 } fwd_args;
 
 /* Work item it = (i * n_kv_heads + g) * n_sub + sub. */
 ATT_INLINE void fwd_item(const int P, const fwd_args *a, int64_t it) {
     const int64_t hd = a->hd, stride = a->kv_stride, group = a->n_heads / a->n_kv_heads;
     int64_t sub = it % a->n_sub, ig = it / a->n_sub, g = ig % a->n_kv_heads, i = ig / a->n_kv_heads;
-    const int64_t hg = a->hg;
-    int64_t h0 = g * group + sub * hg, nh = group - sub * hg < hg ? group - sub * hg : hg;
+    int64_t h0 = g * group + sub * ATT_HG, nh = group - sub * ATT_HG < ATT_HG ? group - sub * ATT_HG : ATT_HG;
     const float *kh = a->k + g * hd, *vh = a->v + g * hd;
     float s[ATT_BLK], m[ATT_HG], l[ATT_HG];
     int64_t lo, hi;
@@ -554,7 +552,9 @@ const af_att_rows af_att_rows_avx2 = {fwd_256, bwd_256};
 const af_att_rows af_att_rows_avx512 = {fwd_512, bwd_512};
 #endif
 
-/* Parallel only when the work (rows × up to 64 keys × head_dim) pays for a parallel region. */
+/* Parallel only when the work (rows × keys × head_dim) pays for a parallel region: a decode row
+ * of SmolLM2 (9 heads of 64) from 114 keys on. Items are then dealt one at a time when they are
+ * few (a decode row's 3 kv groups), in chunks of 4 otherwise. */
 static int att_par(int64_t items, int64_t n_kv, int64_t hd) {
     return items > 1 && items * n_kv * hd >= 65536;
 }
@@ -568,12 +568,11 @@ void af_attention_forward(const af_ctx *ctx, float *out, float *lse, const float
     if (lse && n_q >= 192 && af_att_gemm_usable(ctx, n_q, q_pos0, n_kv, n_heads, n_kv_heads, head_dim) &&
         af_att_gemm_forward(ctx, out, lse, q, k, v, n_q, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, scale, window))
         return;
-    /* heads per item: ATT_HG, sharing each K/V block while it is in L1 (one head per item was
+    /* up to ATT_HG heads per item, sharing each K/V block while it is in L1 (one head per item was
      * measured to double decode attention's CPU time: each head reads the cache from L3 itself) */
-    int64_t group = n_heads / n_kv_heads, hg = ATT_HG;
-    int64_t n_sub = (group + hg - 1) / hg;
+    int64_t group = n_heads / n_kv_heads, n_sub = (group + ATT_HG - 1) / ATT_HG;
     fwd_args a = {out, lse, q, k, v, n_q, q_pos0, n_kv, kv_stride, n_heads, n_kv_heads, head_dim, window,
-                  scale, hg, n_sub};
+                  scale, n_sub};
     int64_t items = n_q * n_kv_heads * n_sub;
     int par = items > 1 && att_par(n_q * n_heads, n_kv, head_dim);
     ctx->k->att->fwd(ctx, &a, items, par);
