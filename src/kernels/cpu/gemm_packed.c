@@ -223,7 +223,7 @@ static void pack_a(const af_kernels *kt, uint32_t *ap, const float *a, int64_t s
                 float *df = (float *)dst;
                 if (nrow == 8)
                     for (int64_t kk = 0; kk < kc; kk++)
-                        for (int i = 0; i < 8; i++) df[kk * 8 + i] = src[kk * sak + i];
+                        memcpy(df + kk * 8, src + kk * sak, 8 * sizeof(float));
                 else
                     for (int64_t kk = 0; kk < kc; kk++)
                         for (int64_t i = 0; i < 8; i++) df[kk * 8 + i] = i < nrow ? src[kk * sak + i] : 0.0f;
