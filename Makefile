@@ -298,6 +298,13 @@ $(BUILD)/bench/stream_read: bench/stream_read.c $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -O2 -o $@ $< -lpthread
 bench: $(BUILD)/bench/stream_read
 
+# The CPU's measured FLOP peak and afinar's GEMM-shaped kernels at a SmolLM2 training shape
+# (bench/peak_flops.c; the MFU denominators of bench/train_vs_peft and bench/cpu_suite.sh, which
+# build it the same way): make build/bench/peak_flops (rebuilt when the library changes)
+$(BUILD)/bench/peak_flops: bench/peak_flops.c $(BUILD)/libafinar.a $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fopenmp -DAF_LINKED -o $@ $< $(BUILD)/libafinar.a $(LDLIBS)
+
 # Agreement of the int8-activation decode with the exact one on held-out prompts
 # (bench/decode_agree.c, bench/decode_agreement.sh): make build/bench/decode_agree
 $(BUILD)/bench/decode_agree: bench/decode_agree.c $(BUILD)/libafinar.a $(FLAGS_STAMP)
