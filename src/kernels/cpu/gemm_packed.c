@@ -460,8 +460,9 @@ bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, 
     const bool bf = use_bf16(ctx, k);
     const size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * (bf ? sizeof(uint16_t) : sizeof(float));
     if (bbytes > max_b(ctx)) return false; /* one block of columns only */
-    uint32_t *bp = gp_streams(b_trans, m) ? NULL : bp_get(bbytes);
-    if (!bp && !gp_streams(b_trans, m)) return false;
+    const bool stream = gp_streams(b_trans, m);
+    uint32_t *bp = stream ? NULL : bp_get(bbytes);
+    if (!bp && !stream) return false;
     gp_block(ctx, bp, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, bf, f);
     return true;
 }

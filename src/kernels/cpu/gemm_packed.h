@@ -79,7 +79,7 @@ void af_gp_release(void);
  * af_gp_tpack_f32:  dst[q*ldd + i] = src[i][q] for q < kc, i < 8 (AVX-512 path);
  * af_gp_tpack_bf16: dst[q*ldd + i] = pair(src[i][2q], src[i][2q+1]) for q < kc/2, kc even
  *                   (AVX512_BF16 only); src[i] NULL: zeros in column i.
- * af_gp_bf16_pair_rows: dst[j] = pair(lo[j], hi[j]), j < n (hi NULL: 0) (AVX512_BF16 only).
+ * af_gp_bf16_pair_rows: dst[j] = pair(lo[j], hi[j]), j < n (AVX512_BF16 only).
  * af_gp_bf16_pair_cols: dst[q*8 + i] = pair(src[2q*s + i], src[(2q+1)*s + i]), q < kp, i < nrow <= 8,
  *                   0 for i >= nrow (AVX512_BF16 only).
  * af_gp_ukernel_bf16: C[i][j] (+)= sum_p ap[p*8+i] . bp[p*32+j] (bf16 pair dot products, f32

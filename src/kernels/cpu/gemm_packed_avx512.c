@@ -85,13 +85,12 @@ BF_TARGET void af_gp_tpack_bf16(const float *const src[8], int64_t kc, uint32_t 
     }
 }
 
-/* dst[j] = bf16(lo[j]) | bf16(hi[j]) << 16 for j < n (hi == NULL: zeros). */
+/* dst[j] = bf16(lo[j]) | bf16(hi[j]) << 16 for j < n. */
 BF_TARGET void af_gp_bf16_pair_rows(const float *lo, const float *hi, uint32_t *dst, int64_t n) {
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 m = (__mmask16)(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
         __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, lo + j)));
-        __m512i h = hi ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, hi + j)))
-                       : _mm512_setzero_si512();
+        __m512i h = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, hi + j)));
         _mm512_mask_storeu_epi32(dst + j, m, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
     }
 }
