@@ -11,12 +11,13 @@
  *       "LABEL ID ID ID ...". The first line is "# n NUM_SAMPLES classes NUM_CLASSES max_seq_len S".
  *       bench/train_peft.py reads the same file, so both systems see identical token ids.
  *
- *   bench_train train --model M --tokens F [--f32] [--bf16] [--targets qv|all-linear] [--r 16]
+ *   bench_train train --model M --tokens F [--f32] [--bf16] [--int8] [--targets qv|all-linear] [--r 16]
  *       [--alpha 32] [--batch 16] [--warmup 1] [--steps 3] [--threads 2] [--lr 2e-4] [--checkpointing]
  *       Loads M (Q4_1 GGUF as stored; --f32: every matrix dequantized ONCE in memory to an f32
  *       copy, the engine then runs its f32-weight kernels; --bf16: a context with matmul precision bf16,
  *       bfloat16 operands with f32 accumulation in the large products, fails where the CPU lacks
- *       AVX512_BF16), builds a LoRA layout on ALL layers
+ *       AVX512_BF16; --int8: matmul precision int8, the frozen weights' products in int8, AVX512_VNNI),
+ *       builds a LoRA layout on ALL layers
  *       (dropout 0, seed 42) with a classification head (mean pooling, no head bias, as
  *       transformers' score layer), no prefix cache, and runs warmup + steps optimizer steps on
  *       consecutive micro-batches of `batch` samples taken in file order (wrapping around). One
@@ -216,7 +217,8 @@ static int cmd_train(int argc, char **argv) {
         fprintf(stderr, "bench_train train: --model and --tokens are required; batch, steps >= 1\n");
         return 1;
     }
-    if (bench_ctx(NULL, threads, flag(argc, argv, "--bf16") ? "bf16" : NULL, 0) != AF_OK) die("context (--bf16?)");
+    const char *prec = flag(argc, argv, "--int8") ? "int8" : flag(argc, argv, "--bf16") ? "bf16" : NULL;
+    if (bench_ctx(NULL, threads, prec, 0) != AF_OK) die("context (--bf16 / --int8?)");
     if (flag(argc, argv, "--row-attention")) af_ctx_set_hook(g_ctx, AF_CTX_ATT_GEMM, 0); /* A/B of attention_gemm.c */
     const double t_load0 = af_time_sec();
     af_model *m = NULL;

@@ -289,6 +289,15 @@ def train_rows(R, work, parts):
                       fmt(100 * p.get(mk, p.get("mfu_f32")), 0, "%") if p.get(mk, p.get("mfu_f32")) is not None
                       else "—", a[mk], "train_mfu", pct=True,
                       note="of the measured " + ("bf16 VDPBF16PS" if prec == "bf16" else "f32 FMA") + " peak")
+        if "afinar-q4-int8" in g and ok(g, "torch-f32"):  # --frozen-precision int8 (AVX512_VNNI)
+            what = f"classification training, int8 frozen products ({label}) vs PyTorch f32"
+            if not ok(g, "afinar-q4-int8"):
+                R.missing("train", what, g["afinar-q4-int8"]["failed"], "train_vs_torch")
+            else:
+                a, p = g["afinar-q4-int8"], g["torch-f32"]
+                R.add("train", what, f"{a['samples_per_s']:.3f} samples/s", f"{p['samples_per_s']:.3f} samples/s",
+                      a["samples_per_s"] / p["samples_per_s"], "train_vs_torch",
+                      note="opt-in (--frozen-precision int8), not the default; quality: docs/RECIPE.md")
     pk = t.get("peak_flops", {})
     return {k: pk[k] for k in ("f32_avx512_peak", "f32_avx2_peak", "bf16_avx512_peak") if k in pk}
 

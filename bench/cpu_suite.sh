@@ -23,7 +23,8 @@
 #   decode   bench/run_decode.sh: prompt and decode tok/s vs llama.cpp (+ `afinar info` for the
 #            weight bytes per token)
 #   train    bench/train_vs_peft: classification LoRA training vs PyTorch + PEFT, f32 and bf16
-#            autocast (bf16 rows only where the CPU has AVX512_BF16/AMX), MFU (bench/peak_flops.c)
+#            autocast (bf16 rows only where the CPU has AVX512_BF16/AMX), MFU (bench/peak_flops.c);
+#            afinar's int8 frozen products (--frozen-precision int8, AVX512_VNNI) vs PyTorch f32
 #   sft      bench/sft_vs_peft.sh: causal-LM SFT tokens/s and peak RSS vs PyTorch + PEFT f32
 #   threads  bench/thread_scaling.sh COMPETE=1: 2 threads vs 1 with one competing busy process
 # A part whose peer is missing runs afinar alone (decode) or is recorded as not run (train, sft);
@@ -157,7 +158,7 @@ elif [ ! -f data/bbc/train.jsonl ]; then not_run train "data missing" "data/bbc/
 else
   NOTE="PyTorch + PEFT from $REF_VENV" run_part train env BUILD="$BUILD" VENV="$REF_VENV" OUT="$WORK/train" \
     MODEL="$MODEL" HF="$HF" THREADS="$THREADS" BATCH="$T_BATCH" WARMUP=1 STEPS="$T_STEPS" SEQ="$T_SEQ" \
-    TARGETS="$T_TARGETS" SYSTEMS=afinar-q4,torch-f32,afinar-q4-bf16,torch-bf16 PROFILE=0 PRIO=0 bash bench/train_vs_peft
+    TARGETS="$T_TARGETS" SYSTEMS=afinar-q4,torch-f32,afinar-q4-bf16,afinar-q4-int8,torch-bf16 PROFILE=0 PRIO=0 bash bench/train_vs_peft
 fi
 
 # --- sft ---

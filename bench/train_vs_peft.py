@@ -248,6 +248,8 @@ def main():
                         cmd.append("--checkpointing")
                     if "bf16" in sy:
                         cmd.append("--bf16")
+                    if "int8" in sy:
+                        cmd.append("--int8")
                 else:
                     cmd = [py, "bench/train_peft.py", "train", "--hf", a.hf, "--tokens", tokfiles[S], "--targets",
                            tg, "--dtype", "bf16" if "bf16" in sy else "f32", "--batch", str(a.batch), "--warmup",
@@ -259,6 +261,11 @@ def main():
                                  "failed": "not run: this CPU has no AVX512_BF16/AMX_BF16 (torch.mm bf16 " +
                                  ", ".join(f"{v}" for k, v in gemm.items() if "bfloat16" in k) + " GFLOP/s)"})
                     log(f"S={S} {tg:10s} {sy:15s} not run (no bf16 hardware)")
+                    continue
+                if "int8" in sy and "avx512_vnni" not in cpu_flags_summary().split():
+                    runs.append({"config": sy, "seq": S, "targets_set": tg, "cpu_share": 0.0,
+                                 "failed": "not run: this CPU has no AVX512_VNNI (afinar's int8 products need it)"})
+                    log(f"S={S} {tg:10s} {sy:15s} not run (no AVX512_VNNI)")
                     continue
                 la = loadavg()[0]
                 res, wall, share = run_child(cmd, logf, env, prefix, tolerate=True)
@@ -350,13 +357,15 @@ def write_md(rep, path):
     L.append("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     names = {"afinar-q4": "afinar, Q4_1 base", "afinar-f32": "afinar, f32 base",
              "afinar-q4-bf16": "afinar, Q4_1 base, bf16 compute",
+             "afinar-q4-int8": "afinar, Q4_1 base, int8 frozen products",
              "afinar-q4-ckpt": "afinar, Q4_1, checkpointing", "torch-f32": "PyTorch f32",
              "torch-bf16": "PyTorch bf16 autocast"}
     groups = {}
     for r in runs:
         groups.setdefault((r["seq"], r["targets_set"]), {})[r["config"]] = r
     for (S, tg), g in groups.items():
-        for sy in ["afinar-q4", "afinar-q4-bf16", "afinar-f32", "afinar-q4-ckpt", "torch-f32", "torch-bf16"]:
+        for sy in ["afinar-q4", "afinar-q4-bf16", "afinar-q4-int8", "afinar-f32", "afinar-q4-ckpt", "torch-f32",
+                   "torch-bf16"]:
             if sy not in g:
                 continue
             r = g[sy]

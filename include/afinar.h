@@ -110,7 +110,12 @@ typedef struct af_ctx_params {
      *         autocast of Linear layers. It applies to every product on the packed GEMM path:
      *         frozen weights, LoRA factors (n·k >= 4096) and the blocked attention of training
      *         sequences (QKᵀ, PV and their gradients, as autocast does for bmm). Elementwise ops,
-     *         softmax, norms, the loss and the optimizer stay f32. */
+     *         softmax, norms, the loss and the optimizer stay f32.
+     *  "int8": the frozen weights' products (weights in a block format or f16/bf16, not the LM
+     *         head) with int8 operands and int32 sums (AVX512_VNNI VPDPBUSD), one scale per row of
+     *         the activations or output gradients and per row of the weight (SwitchBack, Wortsman
+     *         et al. 2023; error bound in src/kernels/cpu/gemm_int8.h); the other products as "bf16"
+     *         where the CPU has AVX512_BF16, else f32. */
     const char *matmul_precision;
     /* 1: single-token (decode) products with int8-quantized activations, as llama.cpp does:
      * faster, but logits move by up to ~0.5 on SmolLM2 compared with exact f32 (greedy text can
@@ -169,7 +174,7 @@ typedef enum af_ctx_setting {
 typedef struct af_ctx_report {
     af_ctx_setting field;   /* on failure: the setting refused (NONE: none of them) */
     char value[64];         /* on failure: that setting's value as given (truncated), e.g. "avx9" */
-    int bf16_fallback;      /* 1: bf16 products were asked for and cannot run here: f32 products
+    int bf16_fallback;      /* 1: bf16 (or int8) products were asked for and cannot run here: f32 products
                              * (bf16_why says why) */
     char bf16_why[320];
     int bf16_slower;        /* 1: bf16 products run, measured slower than f32 on this CPU */

@@ -81,7 +81,9 @@ typedef enum af_recipe_kind {
 typedef enum af_frozen_precision {
     AF_PRECISION_AUTO = 0, /* the recipe's choice (auto recipe), else the base context's precision */
     AF_PRECISION_F32 = 1,  /* f32 operands: the exact products */
-    AF_PRECISION_BF16 = 2  /* bfloat16 operands, f32 accumulation (AVX512_BF16) */
+    AF_PRECISION_BF16 = 2, /* bfloat16 operands, f32 accumulation (AVX512_BF16) */
+    AF_PRECISION_INT8 = 3  /* the frozen weights' products in int8, row scales (AVX512_VNNI; af_ctx_params
+                              matmul_precision "int8"); attention and LoRA as bf16 where the CPU has it */
 } af_frozen_precision;
 
 /* af_trainer_opts.given bits. */
@@ -172,7 +174,8 @@ typedef struct af_trainer_opts {
                                     for classification where the CPU runs bf16 products and measures them
                                     faster than f32, src/train/recipe.h), else the base context's precision;
                                     F32: f32; BF16: matmul_precision "bf16" (falls back to f32 with a warning
-                                    where the CPU lacks AVX512_BF16). The LoRA path, gradients and optimizer
+                                    where the CPU lacks AVX512_BF16); INT8: matmul_precision "int8" (the same
+                                    fallback where it lacks AVX512_VNNI). The LoRA path, gradients and optimizer
                                     stay f32. Resolved by af_trainer_new (AUTO never remains). */
     const char *quantize;        /* NULL: the base context's; else af_ctx_params.quantize of the run's context
                                     ("nf4", "q8_0", "f16", "bf16", "none"), applied when it loads model_path

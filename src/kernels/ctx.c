@@ -51,9 +51,21 @@ static af_status ctx_init(af_ctx *c, const af_ctx_params *p, af_ctx_report *rep,
                                    buf));
         }
         c->bf16 = 1;
+    } else if (!strcmp(prec, "int8")) {
+        /* the frozen weights' products in int8; the other packed products bf16 where the CPU has it */
+        if (!c->k->gp_i8) {
+            char buf[200];
+            af_cpu_describe(buf, sizeof buf, c->path);
+            return refused(rep, AF_CTX_SETTING_PRECISION, prec,
+                           af_fail(AF_ERR_UNSUPPORTED,
+                                   "matmul precision int8: needs AVX512_VNNI and the avx512 kernel path (this CPU/path: %s)",
+                                   buf));
+        }
+        c->i8 = 1;
+        c->bf16 = c->k->gp_bf16 && af_cpu()->avx512_bf16;
     } else if (strcmp(prec, "f32"))
         return refused(rep, AF_CTX_SETTING_PRECISION, prec,
-                       af_fail(AF_ERR_INVALID_ARG, "matmul precision '%s': expected f32 or bf16", prec));
+                       af_fail(AF_ERR_INVALID_ARG, "matmul precision '%s': expected f32, bf16 or int8", prec));
     const char *qz = p->quantize ? p->quantize : "none";
     if (!strcmp(qz, "none")) c->quantize = AF_TYPE_F32;
     else if (!strcmp(qz, "nf4")) c->quantize = AF_TYPE_NF4;
@@ -144,9 +156,9 @@ af_status af_ctx_open(const af_ctx_params *p, af_ctx **out, af_ctx_report *rep) 
     af_device_pick pick;
     memset(&pick, 0, sizeof pick);
     af_status st;
-    if (q.matmul_precision && !strcmp(q.matmul_precision, "bf16")) {
+    if (q.matmul_precision && (!strcmp(q.matmul_precision, "bf16") || !strcmp(q.matmul_precision, "int8"))) {
         st = ctx_new_rep(&q, out, rep, &pick);
-        if (st == AF_OK) {
+        if (st == AF_OK && !(*out)->i8) {
             double f32 = 0, bf = 0; /* bf16 where it is slower: the caller says so with the figures */
             if (af_ctx_measure_precision(*out, &f32, &bf) == AF_OK && bf > 0) {
                 rep->bf16_slower = bf < f32;
@@ -244,7 +256,7 @@ void af_ctx_set_interrupt(af_ctx *ctx, volatile int *flag) {
 }
 int af_ctx_interrupted(const af_ctx *ctx) { return ctx && ctx->interrupt && *ctx->interrupt != 0; }
 const char *af_ctx_kernel_path(const af_ctx *ctx) { return af_kpath_name(ctx->path); }
-const char *af_ctx_matmul_precision(const af_ctx *ctx) { return ctx->bf16 ? "bf16" : "f32"; }
+const char *af_ctx_matmul_precision(const af_ctx *ctx) { return ctx->i8 ? "int8" : ctx->bf16 ? "bf16" : "f32"; }
 int af_ctx_int8_activations(const af_ctx *ctx) { return ctx->int8_act; }
 int af_ctx_poll_us(const af_ctx *ctx) { return af_threadpool_poll_us(ctx->pool); }
 void af_ctx_pool_stats(const af_ctx *ctx, af_pool_stats *out) {

@@ -29,6 +29,7 @@ struct af_ctx {
     char device_spec[32];         /* af_ctx_params.device as given ("cpu" when NULL) */
     char device_id[40];           /* the device: "cpu", "vulkan:0", "guard" (af_ctx_device) */
     int bf16;                     /* 1: packed-GEMM products with bf16 operands (k has them) */
+    int i8;                       /* 1: the frozen weights' products in int8 (gemm_int8.h; k has gp_i8) */
     int int8_act;                 /* 1: int8 activations in decode products */
     uint32_t quantize;            /* af_model_load requantizes projections to this af_type (NF4, Q8_0,
                                    * F16, BF16); AF_TYPE_F32: keep them as stored */

@@ -94,7 +94,7 @@ static const char *const w_loss_type[] = {"sigmoid", "ipo", NULL};
 static const char *const w_recipe[] = {"fixed", "auto", NULL};
 static const char *const w_pooling[] = {"mean", "last", NULL};
 static const char *const w_sched[] = {"constant", "cosine", "linear", "wsd", NULL};
-static const char *const w_precision[] = {"auto", "f32", "bf16", NULL};
+static const char *const w_precision[] = {"auto", "f32", "bf16", "int8", NULL};
 static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora", NULL};
 
 #define G_DATA "model and data"
@@ -234,10 +234,10 @@ static const char *const w_lora_init[] = {"default", "gaussian", "pissa", "olora
     X("device", TEXT, 0, 0, 0, "DEV", G_COMP, 0, F(device), FT_STR, NULL, 0, "cpu",                                 \
       "compute device: cpu, vulkan, vulkan:N, auto (a Vulkan device when present and the run fits it, else the "  \
       "CPU); 'afinar devices' lists them")                                                                         \
-    X("frozen-precision", TEXT, 0, 0, 0, "auto|f32|bf16", G_COMP, 0, F(frozen_precision), FT_ENUM, w_precision, 0, \
-      NULL, "operands of the frozen-weight and attention products (LoRA, gradients, optimizer: f32); auto: "      \
+    X("frozen-precision", TEXT, 0, 0, 0, "auto|f32|bf16|int8", G_COMP, 0, F(frozen_precision), FT_ENUM, w_precision, \
+      0, NULL, "operands of the frozen-weight and attention products (LoRA, gradients, optimizer: f32); auto: "   \
       "the recipe's choice, bf16 for classification and causal LM where this CPU's bf16 dot product is fast "   \
-      "(AMD Zen 4 and later)")                                                                                    \
+      "(AMD Zen 4 and later); int8: the frozen weights' products in int8 with row scales (AVX512_VNNI)")          \
     X("bf16", BOOL, 0, 0, 0, NULL, G_COMP, 0, F(bf16), FT_BOOL, NULL, 0, NULL,                                      \
       "the same as --frozen-precision bf16 (bfloat16 operands, f32 accumulation; AVX512_BF16)")                   \
     X("quantize", TEXT, 0, 0, 0, "TYPE", G_COMP, 0, F(quantize), FT_STR, NULL, 0, "none",                          \

@@ -321,14 +321,18 @@ static af_status make_ctx(af_trainer *t, af_trainer_opts *o) {
     if (o->poll_us >= 0) p.poll_us = o->poll_us;
     if (o->quantize) p.quantize = o->quantize;
     if (o->device) p.device = o->device;
+    if (o->bf16 && o->frozen_precision == AF_PRECISION_INT8)
+        return af_fail(AF_ERR_INVALID_ARG, "--bf16 and --frozen-precision int8 contradict each other: give one");
+    const int asked_i8 = o->frozen_precision == AF_PRECISION_INT8;
     const int asked = o->bf16 || o->frozen_precision == AF_PRECISION_BF16, considered = recipe_considers_bf16(o, &p);
     const af_cpu_info *cpu = af_cpu();
     const int by_recipe = considered && cpu->bf16_dot_fast;
-    if (asked || by_recipe) p.matmul_precision = "bf16";
+    if (asked_i8) p.matmul_precision = "int8";
+    else if (asked || by_recipe) p.matmul_precision = "bf16";
     else if (o->frozen_precision == AF_PRECISION_F32) p.matmul_precision = "f32";
     af_ctx_report rep;
-    AF_TRY(af_ctx_open(&p, &t->ctx, &rep)); /* bf16 the context cannot run (rep.bf16_fallback): an f32 one */
-    o->frozen_precision = t->ctx->bf16 ? AF_PRECISION_BF16 : AF_PRECISION_F32;
+    AF_TRY(af_ctx_open(&p, &t->ctx, &rep)); /* bf16 / int8 the context cannot run (rep.bf16_fallback): f32 */
+    o->frozen_precision = t->ctx->i8 ? AF_PRECISION_INT8 : t->ctx->bf16 ? AF_PRECISION_BF16 : AF_PRECISION_F32;
     const int32_t i = af_setting_index("frozen-precision"), ib = af_setting_index("bf16");
     if (i >= 0 && considered) o->origin[i] = AF_ORIGIN_RECIPE;
     else if (i >= 0 && ib >= 0 && o->bf16) o->origin[i] = o->origin[ib]; /* --bf16: the alias's origin */
@@ -348,8 +352,9 @@ static af_status make_ctx(af_trainer *t, af_trainer_opts *o) {
         fprintf(o->log, "warning: --frozen-precision bf16: bf16 products are slower than f32 on this CPU (measured "
                         "%.0f vs %.0f GFLOP/s, %d threads); training with bf16 as asked, use f32 to go faster\n",
                 rep.bf16_gflops, rep.f32_gflops, af_ctx_n_threads(t->ctx));
-    if (asked && rep.bf16_fallback)
-        fprintf(o->log, "warning: --frozen-precision bf16: %s; training with f32 products\n", rep.bf16_why);
+    if ((asked || asked_i8) && rep.bf16_fallback)
+        fprintf(o->log, "warning: --frozen-precision %s: %s; training with f32 products\n", asked_i8 ? "int8" : "bf16",
+                rep.bf16_why);
     if (rep.device_line[0]) fprintf(o->log, "--device auto: %s\n", rep.device_line);
     return AF_OK;
 }
@@ -673,7 +678,11 @@ void af_trainer_report(const af_trainer *t, FILE *fp) {
                 o->head_bias ? "+ bias" : "(no bias)", o->pooling == AF_POOL_LAST ? "last" : "mean",
                 (long long)(l->n_total - (o->head_bias ? 0 : l->num_classes)), (double)t->n_model_params / 1e6);
     fprintf(fp, "      matmul precision %s%s\n", af_ctx_matmul_precision(t->ctx),
-            t->ctx->bf16 ? " (bfloat16 operands, f32 accumulation, in the frozen-weight products)" : "");
+            t->ctx->i8 ? (t->ctx->bf16 ? " (int8 operands, int32 sums, row scales, in the frozen-weight products; "
+                                         "bfloat16 in attention and LoRA)"
+                                       : " (int8 operands, int32 sums, row scales, in the frozen-weight products)")
+            : t->ctx->bf16 ? " (bfloat16 operands, f32 accumulation, in the frozen-weight products)"
+                           : "");
     if (!af_ctx_on_cpu(t->ctx)) { /* the device and its memory */
         af_device_info di;
         af_ctx_device_info(t->ctx, &di);

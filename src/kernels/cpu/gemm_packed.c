@@ -37,6 +37,8 @@
  */
 #include "kernels/cpu/gemm_packed.h"
 
+#include "kernels/cpu/gemm_int8.h"
+
 #include "core/core.h"
 #include "kernels/ctx.h"
 #include "kernels/cpu/kernels.h"
@@ -413,6 +415,8 @@ static bool gp_depth_blocks(const af_ctx *ctx, float *c, int64_t ldc, const floa
 bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth) {
+    if (af_gp_i8_applies(ctx, n, k, type)) /* int8 frozen products (gemm_int8.h) */
+        return af_gp_gemm_i8(ctx, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, NULL);
     const bool bf = use_bf16(ctx, k);
     /* bf16 packs pairs of k into 32 bits: half the bytes of f32 */
     const size_t esz = bf ? sizeof(uint16_t) : sizeof(float), cap = block_cap(ctx, n, k, bf);
@@ -457,6 +461,8 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
 bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                       const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                       int accumulate, int nth, const af_gp_fused *f) {
+    if (af_gp_i8_applies(ctx, n, k, type))
+        return af_gp_gemm_i8(ctx, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, f);
     const bool bf = use_bf16(ctx, k);
     const size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * (bf ? sizeof(uint16_t) : sizeof(float));
     if (bbytes > max_b(ctx)) return false; /* one block of columns only */

@@ -11,6 +11,8 @@
 #include "core/core.h"
 #include "kernels/cpu/matmul_internal.h"
 
+struct af_gp_i8_ops;
+
 #include <stdint.h>
 
 /* gemm_packed_avx512.c: bf16 operands of the packed GEMM (see gemm_packed.h for the layouts). */
@@ -68,6 +70,7 @@ typedef struct af_kernels {
     const af_ops_rows *ops;
     const af_att_rows *att;
     const af_ag_rows *ag;           /* NULL: no blocked attention on this path */
+    const struct af_gp_i8_ops *gp_i8; /* NULL: no int8 frozen products (gemm_int8.h; AVX512_VNNI) */
 } af_kernels;
 
 /* The table of `path` (scalar when this build has no such path); for avx512, the variant with
@@ -88,6 +91,7 @@ extern const af_ops_rows af_ops_rows_avx2, af_ops_rows_avx512;
 extern const af_att_rows af_att_rows_avx2, af_att_rows_avx512;
 extern const af_ag_rows af_ag_rows_avx2, af_ag_rows_avx512;
 extern const af_gp_bf16_ops af_gp_bf16_ops_avx512;
+extern const struct af_gp_i8_ops af_gp_i8_ops_avx512;
 #endif
 
 #endif /* AF_KERNELS_CPU_KERNELS_H */
