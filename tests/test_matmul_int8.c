@@ -1,8 +1,8 @@
 /*
  * test_matmul_int8.c — the int8 frozen products (matmul precision "int8", src/kernels/cpu/gemm_int8.h)
  * on CPUs with AVX512_VNNI, through af_matmul_xwt (y = x·Wᵀ) and af_matmul_dyw (dx = dy·W):
- *  - against an emulation of the method in this file (scales, round-half-even quantization, exact
- *    integer sums per depth chunk of 512, f32 scaling and summation in the kernel's order): equal
+ *  - against an emulation of the method in this file (scales per chunk of depth, round-half-even
+ *    quantization, exact integer sums per chunk, f32 scaling and summation in the kernel's order): equal
  *    bit for bit, so a wrong layout, offset correction, scale or chunking fails;
  *  - against the exact product in f64, within the error bound of the quantization
  *    sum_k (|a|·eb/2 + ea/2·|b| + ea·eb/4) + f32 rounding (ea, eb the two operands' steps);
@@ -60,42 +60,58 @@ static int32_t q8(float v, float inv) {
 }
 
 /* The method (gemm_int8.h) in scalar code: C[t][j] for A [n, k], B(kk, j) = W[j][kk] (xwt) or
- * W[kk][j] (dyw, W [k, nc]); e: the exact product and tol its bound (f64). */
+ * W[kk][j] (dyw, W [k, nc]); e: the exact product and tol its bound (f64). Chunks of AF_I8_KC. */
 static void emulate(int xwt, const float *x, const float *wd, int64_t n, int64_t k, int64_t nc, float *c, double *e,
                     double *tol) {
-    const int64_t wcols = xwt ? k : nc; /* W's row length */
-    const int64_t wrows = xwt ? nc : k;
-    float *sw = malloc(sizeof(float) * (size_t)wrows);
-    int32_t *qw = malloc(sizeof(int32_t) * (size_t)(wrows * wcols));
-    for (int64_t r = 0; r < wrows; r++) {
-        const float m = amax_of(wd + r * wcols, wcols, 1, NULL), inv = m > 0 ? 127.0f / m : 0.0f;
-        sw[r] = m / 127.0f;
-        for (int64_t i = 0; i < wcols; i++) qw[r * wcols + i] = q8(wd[r * wcols + i], inv);
-    }
+    const int64_t KC = AF_I8_KC, nch = (k + KC - 1) / KC;
+    /* weight scales: xwt per (row j, chunk), dyw per row kk (folded into A) */
+    float *sw = malloc(sizeof(float) * (size_t)((xwt ? nc * nch : k)));
+    int32_t *qw = malloc(sizeof(int32_t) * (size_t)(k * nc));
+    if (xwt)
+        for (int64_t j = 0; j < nc; j++)
+            for (int64_t ch = 0; ch < nch; ch++) {
+                const int64_t c0 = ch * KC, len = k - c0 < KC ? k - c0 : KC;
+                const float m = amax_of(wd + j * k + c0, len, 1, NULL), inv = m > 0 ? 127.0f / m : 0.0f;
+                sw[j * nch + ch] = m / 127.0f;
+                for (int64_t i = c0; i < c0 + len; i++) qw[j * k + i] = q8(wd[j * k + i], inv);
+            }
+    else
+        for (int64_t r = 0; r < k; r++) {
+            const float m = amax_of(wd + r * nc, nc, 1, NULL), inv = m > 0 ? 127.0f / m : 0.0f;
+            sw[r] = m / 127.0f;
+            for (int64_t i = 0; i < nc; i++) qw[r * nc + i] = q8(wd[r * nc + i], inv);
+        }
     int32_t *qa = malloc(sizeof(int32_t) * (size_t)k);
+    float *sa = malloc(sizeof(float) * (size_t)nch);
     for (int64_t t = 0; t < n; t++) {
         const float *xt = x + t * k, *fold = xwt ? NULL : sw;
-        const float m = amax_of(xt, k, 1, fold), inv = m > 0 ? 127.0f / m : 0.0f, sa = m / 127.0f;
-        for (int64_t kk = 0; kk < k; kk++) qa[kk] = q8(fold ? xt[kk] * fold[kk] : xt[kk], inv);
+        for (int64_t ch = 0; ch < nch; ch++) {
+            const int64_t c0 = ch * KC, len = k - c0 < KC ? k - c0 : KC;
+            const float m = amax_of(xt + c0, len, 1, fold ? fold + c0 : NULL), inv = m > 0 ? 127.0f / m : 0.0f;
+            sa[ch] = m / 127.0f;
+            for (int64_t kk = c0; kk < c0 + len; kk++) qa[kk] = q8(fold ? xt[kk] * fold[kk] : xt[kk], inv);
+        }
         for (int64_t j = 0; j < nc; j++) {
-            const float sc = (xwt ? sw[j] : 1.0f) * sa;
             float acc = 0.0f;
             double ex = 0, bound = 0, abs = 0;
-            for (int64_t k0 = 0; k0 < k; k0 += AF_I8_KC) {
+            for (int64_t ch = 0; ch < nch; ch++) {
+                const int64_t c0 = ch * KC;
+                const float sb = xwt ? sw[j * nch + ch] : 1.0f, sc = sb * sa[ch];
                 int64_t s = 0;
-                for (int64_t kk = k0; kk < k0 + AF_I8_KC && kk < k; kk++)
+                for (int64_t kk = c0; kk < c0 + KC && kk < k; kk++)
                     s += (int64_t)qa[kk] * (xwt ? qw[j * k + kk] : qw[kk * nc + j]);
                 const float v = (float)(int32_t)s * sc;
-                acc = k0 ? acc + v : v;
-            }
-            for (int64_t kk = 0; kk < k; kk++) {
-                const double w = xwt ? wd[j * k + kk] : wd[kk * nc + j];
-                /* folded units for dyw: a' = a·s (step sa), b' = w / s (step 1) */
-                const double a1 = xwt ? xt[kk] : (double)xt[kk] * sw[kk], b1 = xwt ? w : (sw[kk] > 0 ? w / sw[kk] : 0);
-                const double ea = sa, eb = xwt ? sw[j] : 1.0;
-                ex += (double)xt[kk] * w;
-                bound += fabs(a1) * eb / 2 + ea / 2 * fabs(b1) + ea * eb / 4;
-                abs += fabs((double)xt[kk] * w);
+                acc = ch ? acc + v : v;
+                for (int64_t kk = c0; kk < c0 + KC && kk < k; kk++) {
+                    const double w = xwt ? wd[j * k + kk] : wd[kk * nc + j];
+                    /* folded units for dyw: a' = a·s (step sa), b' = w / s (step 1) */
+                    const double a1 = xwt ? xt[kk] : (double)xt[kk] * sw[kk];
+                    const double b1 = xwt ? w : (sw[kk] > 0 ? w / sw[kk] : 0);
+                    const double ea = sa[ch], eb = xwt ? sb : 1.0;
+                    ex += (double)xt[kk] * w;
+                    bound += fabs(a1) * eb / 2 + ea / 2 * fabs(b1) + ea * eb / 4;
+                    abs += fabs((double)xt[kk] * w);
+                }
             }
             c[t * nc + j] = acc;
             e[t * nc + j] = ex;
@@ -105,6 +121,7 @@ static void emulate(int xwt, const float *x, const float *wd, int64_t n, int64_t
     free(sw);
     free(qw);
     free(qa);
+    free(sa);
 }
 
 static void product(int xwt, float *y, const float *x, const uint8_t *w, uint32_t type, int64_t n, int64_t in,
@@ -165,7 +182,7 @@ static void int8_case(uint32_t type, int xwt, int64_t n, int64_t in, int64_t out
     product(xwt, y1, x, w, type, n, in, out, 1);
     double wa = 0;
     for (int64_t i = 0; i < cnt; i++) {
-        const double d = fabs((double)y1[i] - 1.0 - y[i]) / (4e-7 * (1 + fabs(y[i])) * (double)((k + 511) / 512 + 1));
+        const double d = fabs((double)y1[i] - 1.0 - y[i]) / (4e-7 * (1 + fabs(y[i])) * (double)((k + AF_I8_KC - 1) / AF_I8_KC + 1));
         if (d > wa || isnan(d)) wa = isnan(d) ? INFINITY : d;
     }
     CHECK(wa <= 1, "%s: accumulate adds the product (worst %.3g of tol)", what, wa);
@@ -241,8 +258,8 @@ int main(void) {
     const uint32_t types[] = {AF_TYPE_Q4_0, AF_TYPE_Q4_1, AF_TYPE_Q8_0, AF_TYPE_Q4_K, AF_TYPE_Q6_K};
     for (int i = 0; i < (int)(sizeof types / sizeof types[0]); i++) {
         const int64_t in = types[i] == AF_TYPE_Q4_K || types[i] == AF_TYPE_Q6_K ? 768 : 576;
-        int8_case(types[i], 1, 133, in, 200);  /* x·Wᵀ: 7 panels, the last ragged; 2 chunks of depth */
-        int8_case(types[i], 0, 133, in, 1100); /* dy·W: depth 1100 (3 chunks, the last ragged) */
+        int8_case(types[i], 1, 133, in, 200);  /* x·Wᵀ: 7 panels, the last ragged; 3 chunks of depth */
+        int8_case(types[i], 0, 133, in, 1100); /* dy·W: depth 1100 (5 chunks, the last ragged) */
     }
     int8_case(AF_TYPE_F16, 1, 37, 330, 96);  /* depth 330: not a multiple of 4 */
     int8_case(AF_TYPE_F16, 0, 300, 96, 258); /* dy·W depth 258, three row blocks (128 + 128 + 44) */

@@ -7,7 +7,7 @@
  *    ceil(K/4), with one scale per column (x·Wᵀ) or per depth index (dy·W, then folded into A).
  *  - Each task (a block of at most 128 rows of A x a group of panels) quantizes its rows of A
  *    whole (s8 micro-panels [K4][8] dwords, one scale and, per depth chunk, one row sum per row),
- *    then runs the 8 x 32 VPDPBUSD micro-kernel chunk by chunk (AF_I8_KC deep) over its panels.
+ *    then runs the 8 x 32 VPDPBUSD micro-kernel chunk by chunk (AF_I8_KC deep, one scale per row and chunk)
  *  - The u8 offset of B is removed with 128 x the row sums of A's chunk; the tile is scaled and
  *    stored (or added) in f32 after each chunk, so C is final after the last chunk (af_gp_fused's
  *    epilogue runs then, as in gemm_packed.c).
@@ -95,11 +95,16 @@ static void pack_trans(const i8_job *J, int64_t p0, int64_t p1, int tid) {
             const float *src[8];
             for (int64_t i = 0; i < 8; i++) {
                 src[i] = NULL;
-                J->sb[j0 + i] = 0.0f;
+                for (int64_t c = 0; c < J->nch; c++) J->sb[c * J->npan * AF_GP_NR + j0 + i] = 0.0f;
                 if (i >= rr) continue;
-                const float amax = J->op->amax(rows + i * k, NULL, k);
-                J->sb[j0 + i] = amax / 127.0f;
-                J->op->quant_row(rows + i * k, NULL, inv_of(amax), k, rowb, 128, q + i * rowb, AF_I8_KC, NULL);
+                for (int64_t c = 0; c < J->nch; c++) { /* one scale per chunk of depth */
+                    const int64_t c0 = c * AF_I8_KC, len = k - c0 < AF_I8_KC ? k - c0 : AF_I8_KC;
+                    const int64_t pad = rowb - c0 < AF_I8_KC ? rowb - c0 : AF_I8_KC;
+                    const float amax = J->op->amax(rows + i * k + c0, NULL, len);
+                    J->sb[c * J->npan * AF_GP_NR + j0 + i] = amax / 127.0f;
+                    J->op->quant_row(rows + i * k + c0, NULL, inv_of(amax), len, pad, 128, q + i * rowb + c0, AF_I8_KC,
+                                     NULL);
+                }
                 src[i] = (const float *)(const void *)(q + i * rowb);
             }
             J->kt->mm->tpack(src, k4, dst + r0, AF_GP_NR);
@@ -142,8 +147,9 @@ static void i8_pack_job(void *va, int64_t i0, int64_t i1, int tid) {
     else pack_rows(J, i0, i1, tid);
 }
 
-/* Rows r0 .. r0 + mc of A quantized into aq ([mc/8][k4][8] dwords), comp ([mc/8][nch][8]: 128 x
- * the chunk's row sums) and sa ([mc rounded to 8]); rows past mc are zero. */
+/* Rows r0 .. r0 + mc of A quantized into aq ([mc/8][k4][8] dwords), one scale per row and chunk of
+ * depth, sa ([mc/8][nch][8]), and comp ([mc/8][nch][8]: 128 x the chunk's row sums); rows past mc
+ * are zero. */
 static void quant_a(const i8_job *J, int64_t r0, int64_t mc, uint32_t *aq, int32_t *comp, float *sa, uint8_t *q,
                     float *gath, int32_t *sums) {
     const int64_t k = J->k, k4 = J->k4, rowb = k4 * 4, nch = J->nch;
@@ -152,17 +158,24 @@ static void quant_a(const i8_job *J, int64_t r0, int64_t mc, uint32_t *aq, int32
         for (int64_t i = 0; i < 8; i++) {
             const int64_t t = 8 * b + i;
             src[i] = NULL;
-            sa[t] = 0.0f;
-            for (int64_t c = 0; c < nch; c++) sums[i * nch + c] = 0;
+            for (int64_t c = 0; c < nch; c++) {
+                sums[i * nch + c] = 0;
+                sa[(b * nch + c) * 8 + i] = 0.0f;
+            }
             if (t >= mc) continue;
             const float *x = J->a + (r0 + t) * J->sat;
             if (J->sak != 1) {
                 for (int64_t kk = 0; kk < k; kk++) gath[kk] = x[kk * J->sak];
                 x = gath;
             }
-            const float amax = J->op->amax(x, J->sw, k);
-            sa[t] = amax / 127.0f;
-            J->op->quant_row(x, J->sw, inv_of(amax), k, rowb, 0, q + i * rowb, AF_I8_KC, sums + i * nch);
+            for (int64_t c = 0; c < nch; c++) {
+                const int64_t c0 = c * AF_I8_KC, len = k - c0 < AF_I8_KC ? k - c0 : AF_I8_KC;
+                const int64_t pad = rowb - c0 < AF_I8_KC ? rowb - c0 : AF_I8_KC;
+                const float *s = J->sw ? J->sw + c0 : NULL;
+                const float amax = J->op->amax(x + c0, s, len);
+                sa[(b * nch + c) * 8 + i] = amax / 127.0f;
+                J->op->quant_row(x + c0, s, inv_of(amax), len, pad, 0, q + i * rowb + c0, AF_I8_KC, sums + i * nch + c);
+            }
             src[i] = (const float *)(const void *)(q + i * rowb);
         }
         J->kt->mm->tpack(src, k4, aq + b * k4 * 8, 8);
@@ -177,7 +190,7 @@ static void quant_a(const i8_job *J, int64_t r0, int64_t mc, uint32_t *aq, int32
 static size_t slot_bytes(int64_t n, int64_t k, int64_t k4, int64_t nch, int64_t np) {
 #define UP64(x) (((size_t)(x) + 63) / 64 * 64)
     const size_t pk = UP64(8 * k * 4) + UP64(8 * k4 * 4) + UP64(n * 4) + UP64(4 * np);
-    const size_t tk = UP64((I8_MC / 8) * k4 * 32) + UP64((I8_MC / 8) * nch * 32) + UP64(I8_MC * 4) + UP64(8 * k4 * 4) +
+    const size_t tk = UP64((I8_MC / 8) * k4 * 32) + 2 * UP64((I8_MC / 8) * nch * 32) + UP64(8 * k4 * 4) +
                       UP64(k * 4) + UP64(8 * nch * 4);
     return pk > tk ? pk : tk;
 #undef UP64
@@ -193,7 +206,7 @@ static void i8_task_job(void *va, int64_t t0, int64_t t1, int tid) {
     uint32_t *aq = (uint32_t *)(void *)blk;
     int32_t *comp = (int32_t *)(void *)(blk + abytes);
     float *sa = (float *)(void *)(blk + abytes + cbytes);
-    uint8_t *q = blk + abytes + cbytes + I8_MC * 4;
+    uint8_t *q = blk + abytes + 2 * cbytes;
     float *gath = (float *)(void *)(q + qbytes);
     int32_t *sums = (int32_t *)(void *)((uint8_t *)gath + gbytes);
     for (int64_t th = t0; th < t1; th++)
@@ -212,7 +225,7 @@ static void i8_task_job(void *va, int64_t t0, int64_t t1, int tid) {
                     for (int64_t i0 = 0; i0 < mc; i0 += 8) {
                         const int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
                         op->ukernel(mr, kq, aq + (i0 / 8) * k4 * 8 + q0 * 8, bpp, comp + ((i0 / 8) * nch + c) * 8,
-                                    sa + i0, J->sb + j0, J->c + (r0 + i0) * J->ldc + j0, J->ldc, nr, acc);
+                                    sa + ((i0 / 8) * nch + c) * 8, J->sb + c * J->npan * AF_GP_NR + j0, J->c + (r0 + i0) * J->ldc + j0, J->ldc, nr, acc);
                     }
                 }
             }
@@ -231,7 +244,7 @@ bool af_gp_gemm_i8(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int
     const int64_t nch = (k4 * 4 + AF_I8_KC - 1) / AF_I8_KC; /* chunks of depth */
     const int team = af_threadpool_team(ctx->pool, nth);
     const size_t bbytes = (size_t)npan * AF_GP_NR * (size_t)k4 * 4; /* a multiple of 128 */
-    const size_t sbytes = (size_t)npan * AF_GP_NR * sizeof(float), swbytes = ((size_t)k4 * 16 + 63) / 64 * 64;
+    const size_t sbytes = (size_t)nch * (size_t)npan * AF_GP_NR * sizeof(float), swbytes = ((size_t)k4 * 16 + 63) / 64 * 64;
     const size_t slot = slot_bytes(n, k, k4, nch, npan * AF_GP_NR);
     uint8_t *bufv = buf_get(bbytes + sbytes + swbytes + (size_t)team * slot);
     if (!bufv) return false;
@@ -245,7 +258,7 @@ bool af_gp_gemm_i8(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int
                 .npan = npan, .nmb = nmb, .ngr = ngr, .gsz = gsz, .f = f, .team = team,
                 .scratch = bufv + bbytes + sbytes + swbytes, .slot = slot};
     if (!b_trans)
-        for (int64_t j = 0; j < npan * AF_GP_NR; j++) J.sb[j] = 1.0f;
+        for (int64_t j = 0; j < nch * npan * AF_GP_NR; j++) J.sb[j] = 1.0f;
     af_threadpool_run(ctx->pool, team, b_trans ? npan : k4, 0, i8_pack_job, &J);
     af_threadpool_run(ctx->pool, team, team, 0, i8_task_job, &J);
     return true;

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define AF_I8_KC 512 /* depth of one micro-kernel call (a B sliver of 512 x 32 bytes, 16 KiB) */
+#define AF_I8_KC 256 /* depth of one scale and of one micro-kernel call (a B sliver of 256 x 32 bytes) */
 
 /* The AVX512-VNNI kernels (gemm_int8_avx512.c; layouts and rounding there), reached as ctx->k->gp_i8. */
 typedef struct af_gp_i8_ops {
@@ -32,18 +32,21 @@ bool af_gp_i8_applies(const af_ctx *ctx, int64_t n, int64_t k, uint32_t type);
 /* af_gp_gemm / af_gp_gemm_fused (gemm_packed.h: the same arguments, f may be NULL) as an int8
  * product, for products where af_gp_i8_applies. The method is SwitchBack's (Wortsman et al., "Stable
  * and low-precision training for large-scale vision-language models", NeurIPS 2023: int8 products
- * with one scale per row of the activations / output gradient and per row of the weight, for the
- * forward and the input gradient):
- *   x·Wᵀ (b_trans 1):  sW[j] = max_k |W[j][k]| / 127, qW = round(W / sW[j]);
- *                      sA[t] = max_k |A[t][k]| / 127, qA = round(A / sA[t]);
- *                      C[t][j] = sA[t]·sW[j]·sum_k qA[t][k]·qW[j][k]
- *   dy·W (b_trans 0):  the same weight quantization along W's rows, which run along the depth k here:
- *                      sW[k] folded into A before its row is quantized: qA = round(A[t][k]·sW[k] / sA[t])
- *                      with sA[t] = max_k |A[t][k]·sW[k]| / 127; C[t][j] = sA[t]·sum_k qA[t][k]·qW[k][j].
- * Rounding to nearest even; integer sums exact (int32), converted to f32 per depth chunk of AF_I8_KC and
- * summed in f32 in ascending chunk order. Error: per element |C - C_exact| <= sum_k (|A|·sW/2 + sA/2·|W|
- * + sA·sW/4) (with the folded scales for dy·W) plus f32 rounding; tests/test_matmul.c checks that bound
- * and the exact integer result. Results do not depend on nth or on the row blocking.
+ * with row-wise scales of the activations / output gradient and of the weight, for the forward and the
+ * input gradient), with the scales taken per chunk of AF_I8_KC along the depth (as llama.cpp's Q8
+ * blocks, coarser) so that one outlier channel coarsens only its chunk. For chunk c = [256c, 256c + 256):
+ *   x·Wᵀ (b_trans 1):  sW[j,c] = max_{k in c} |W[j][k]| / 127, qW = round(W / sW[j,c]);
+ *                      sA[t,c] = max_{k in c} |A[t][k]| / 127, qA = round(A / sA[t,c]);
+ *                      C[t][j] = sum_c sA[t,c]·sW[j,c]·sum_{k in c} qA[t][k]·qW[j][k]
+ *   dy·W (b_trans 0):  W quantized along its rows (which run along the depth here), one scale per row
+ *                      sW[k] = max_j |W[k][j]| / 127, folded into A before it is quantized:
+ *                      qA = round(A[t][k]·sW[k] / sA[t,c]), sA[t,c] = max_{k in c} |A[t][k]·sW[k]| / 127;
+ *                      C[t][j] = sum_c sA[t,c]·sum_{k in c} qA[t][k]·qW[k][j].
+ * Rounding to nearest even; integer sums exact (int32), converted to f32 per chunk, scaled and summed
+ * in f32 in ascending chunk order. Error: per element |C - C_exact| <= sum_k (|A|·sW/2 + sA/2·|W| +
+ * sA·sW/4) (the scales of k's chunk; the folded operands for dy·W) plus f32 rounding;
+ * tests/test_matmul_int8.c checks that bound and the exact integer result. Results do not depend on
+ * nth or on the row blocking.
  * Returns false (C untouched) when a buffer cannot be allocated. */
 bool af_gp_gemm_i8(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak, const void *w,
                    uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k, int accumulate,
