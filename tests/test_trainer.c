@@ -990,7 +990,7 @@ static void test_cli_precision(void) {
         if (r == 0) {
             /* the recipe's choice follows the CPU's identity (never a timing), is said with its reason,
              * and recorded with the recipe as its origin */
-            const int said_bf = lg && strstr(lg, "frozen products: bf16 (this CPU's VDPBF16PS"),
+            const int said_bf = lg && (strstr(lg, "frozen products: bf16 (this CPU's VDPBF16PS") || strstr(lg, "frozen products: bf16 (this CPU's AMX-BF16")),
                       said_f32 = lg && strstr(lg, "frozen products: f32 ("),
                       origin = json_has(js, "frozen-precision", "\"bf16 (recipe)\"") ||
                                json_has(js, "frozen-precision", "\"f32 (recipe)\"");

@@ -66,11 +66,15 @@ typedef struct af_cpu_info {
     bool sse3, ssse3, avx, avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512_bf16, avx512_vnni, avx_vnni;
     bool amx_tile, amx_bf16, amx_int8;
+    bool amx_ready; /* AMX-TILE + AMX-BF16 (and AVX-512) and Linux granted this process the tile data */
     bool neon, arm_dotprod; /* ARM */
-    /* AVX512_BF16 whose VDPBF16PS does twice the f32 FMA's multiply-adds per cycle: AMD Zen 4 and
-     * later (measured 1.9x the f32 rate on a Zen 4, bench/results/train_vs_peft.md). Intel Xeons run
-     * it on one port, at or below the f32 FMA rate (measured 0.46x), so false there. From the CPU's
-     * identity, never from a timing: a run's numerics must not depend on the machine's load. */
+    /* bf16 products run faster than f32 ones: AVX512_BF16 whose VDPBF16PS does twice the f32 FMA's
+     * multiply-adds per cycle, AMD Zen 4 and later (measured 1.9x the f32 rate on a Zen 4,
+     * bench/results/train_vs_peft.md), or AMX-BF16 tiles ready to use (amx_ready: Intel Sapphire /
+     * Emerald Rapids; the packed GEMM's bf16 products run on them, gemm_amx.c: a training step 1.9-2.3x
+     * f32 on an Emerald Rapids). Intel Xeons without AMX run VDPBF16PS on one port, at or below the f32
+     * FMA rate (measured 0.46x), so false there. From the CPU's identity, never from a timing: a run's
+     * numerics must not depend on the machine's load. */
     bool bf16_dot_fast;
 } af_cpu_info;
 

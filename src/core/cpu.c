@@ -7,6 +7,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* Detected once (idempotent: two racing first calls write the same values). */
 static af_cpu_info g_cpu;
@@ -47,6 +51,12 @@ static void detect(void) {
         g_cpu.amx_bf16 = d & (1u << 22);
         g_cpu.amx_tile = d & (1u << 24);
         g_cpu.amx_int8 = d & (1u << 25);
+#if defined(__x86_64__) && defined(__linux__)
+        /* Linux hands out the 8 KiB of tile data only on request (ARCH_REQ_XCOMP_PERM 0x1023 for
+         * XFEATURE_XTILEDATA 18, Documentation/arch/x86/xstate.rst); the grant is per process. */
+        if (g_cpu.amx_tile && g_cpu.amx_bf16 && g_cpu.avx512_vnni)
+            g_cpu.amx_ready = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#endif
         unsigned a1, b1, c1, d1;
         __cpuid_count(7, 1, a1, b1, c1, d1);
         g_cpu.avx_vnni = g_cpu.avx2 && (a1 & (1u << 4));
@@ -54,7 +64,7 @@ static void detect(void) {
     }
     unsigned vendor[4] = {0, 0, 0, 0};
     __cpuid(0, vendor[3], vendor[0], vendor[2], vendor[1]); /* the 12-byte name is in ebx, edx, ecx */
-    g_cpu.bf16_dot_fast = g_cpu.avx512_bf16 && !memcmp(vendor, "AuthenticAMD", 12);
+    g_cpu.bf16_dot_fast = g_cpu.avx512_bf16 && (!memcmp(vendor, "AuthenticAMD", 12) || g_cpu.amx_ready);
 #elif defined(__aarch64__)
     g_cpu.neon = true;
 #endif

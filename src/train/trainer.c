@@ -338,8 +338,10 @@ static af_status make_ctx(af_trainer *t, af_trainer_opts *o) {
     else if (i >= 0 && ib >= 0 && o->bf16) o->origin[i] = o->origin[ib]; /* --bf16: the alias's origin */
     if (by_recipe && t->ctx->bf16) /* said in the recipe's report (af_tr_recipe_report) */
         snprintf(t->why_precision, sizeof t->why_precision,
-                 "frozen products: bf16 (this CPU's VDPBF16PS runs twice the f32 FMA's multiply-adds; measured now "
-                 "bf16 %.0f vs f32 %.0f GFLOP/s, %d threads; --frozen-precision f32: exact f32 products)",
+                 "frozen products: bf16 (this CPU's %s; measured now bf16 %.0f vs f32 %.0f GFLOP/s, %d threads; "
+                 "--frozen-precision f32: exact f32 products)",
+                 cpu->amx_ready ? "AMX-BF16 tiles run bf16 products faster than f32 FMA"
+                                : "VDPBF16PS runs twice the f32 FMA's multiply-adds",
                  rep.bf16_gflops, rep.f32_gflops, af_ctx_n_threads(t->ctx));
     else if (considered)
         snprintf(t->why_precision, sizeof t->why_precision, "frozen products: f32 (%s)",

@@ -313,6 +313,8 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
     /* packed A block: MC x KC f32, or MC x KC/2 bf16 pairs */
     uint32_t ap[MC * KC_MAX / 2 > MC * GP_KC_F32 ? MC * KC_MAX / 2 : MC * GP_KC_F32] __attribute__((aligned(64)));
     const int64_t KCC = bf ? GP_KC_BF16 : GP_KC_F32;
+    /* AMX tiles (gemm_amx.c) for bf16 products whose A rows are contiguous in k */
+    const bool amx = bf && kt->gp_bf16->amx_ukernel && J->sak == 1;
     /* streamed B: one chunk of one panel at a time (in L1), packed right before its micro-kernels */
     uint32_t bs[STREAM_DW] __attribute__((aligned(64)));
     for (int64_t th = t0; th < t1; th++)
@@ -324,8 +326,10 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
                 int64_t kc = k - k0 < KCC ? k - k0 : KCC;
                 int acc = k0 > 0 || J->acc;
                 const bool last = k0 + kc >= k; /* the tiles are final after this chunk */
-                pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
                 int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
+                const int64_t lda = (ka + 15) / 16 * 16; /* AMX: dwords per row of A */
+                if (amx) kt->gp_bf16->amx_pack_a(J->a + r0 * J->sat, J->sat, k0, kc, mc, ap, lda);
+                else pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
                 for (int64_t p = p0; p < p1; p++) {
                     int64_t j0 = p * AF_GP_NR;
                     int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
@@ -337,6 +341,12 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
                                                bf);
                     else
                         bpp = J->bp + p * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
+                    if (amx) {
+                        for (int64_t i0 = 0; i0 < mc; i0 += 32)
+                            kt->gp_bf16->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), ka, ap + i0 * lda, lda, bpp,
+                                                     J->c + (r0 + i0) * J->ldc + j0, J->ldc, nr, acc);
+                        continue;
+                    }
                     for (int64_t i0 = 0; i0 < mc; i0 += 8) {
                         int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
                         const uint32_t *api = ap + (i0 / 8) * ka * 8;

@@ -19,6 +19,9 @@ static const af_kernels k_avx2 = {"avx2", AF_KPATH_AVX2, &af_mm_ops_avx2, NULL,
 static const af_kernels k_avx512 = {"avx512", AF_KPATH_AVX512, &af_mm_ops_avx512, &af_gp_bf16_ops_avx512,
                                     &af_ops_rows_avx512, &af_att_rows_avx512, &af_ag_rows_avx512,
                                     &af_gp_i8_ops_avx512};
+static const af_kernels k_avx512_amx = {"avx512", AF_KPATH_AVX512, &af_mm_ops_avx512, &af_gp_bf16_ops_amx,
+                                        &af_ops_rows_avx512, &af_att_rows_avx512, &af_ag_rows_avx512,
+                                        &af_gp_i8_ops_avx512};
 static const af_kernels k_avx512_novnni = {"avx512", AF_KPATH_AVX512, &af_mm_ops_avx512_novnni,
                                            &af_gp_bf16_ops_avx512, &af_ops_rows_avx512, &af_att_rows_avx512,
                                            &af_ag_rows_avx512, NULL};
@@ -26,7 +29,8 @@ static const af_kernels k_avx512_novnni = {"avx512", AF_KPATH_AVX512, &af_mm_ops
 
 const af_kernels *af_kernels_for(af_kpath path) {
 #if defined(__x86_64__)
-    if (path == AF_KPATH_AVX512) return af_cpu()->avx512_vnni ? &k_avx512 : &k_avx512_novnni;
+    if (path == AF_KPATH_AVX512)
+        return af_cpu()->amx_ready ? &k_avx512_amx : af_cpu()->avx512_vnni ? &k_avx512 : &k_avx512_novnni;
     if (path == AF_KPATH_AVX2) return &k_avx2;
 #endif
     (void)path;

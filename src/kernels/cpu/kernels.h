@@ -22,6 +22,10 @@ typedef struct af_gp_bf16_ops {
     void (*ukernel)(int mr, int64_t kp, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc, int nr,
                     int accumulate);
     void (*pair_cols)(const float *src, int64_t s, int64_t kp, int64_t nrow, uint32_t *dst);
+    /* gemm_amx.c, NULL without AMX: rows of A as bf16 pairs, and the 32 x 32 tile micro-kernel */
+    void (*amx_pack_a)(const float *a, int64_t sat, int64_t k0, int64_t kc, int64_t mc, uint32_t *dst, int64_t lda);
+    void (*amx_ukernel)(int mr, int64_t kp, const uint32_t *ap, int64_t lda, const uint32_t *bp, float *c,
+                        int64_t ldc, int nr, int accumulate);
 } af_gp_bf16_ops;
 
 /* ops.c: per-row / per-chunk pieces of RMSNorm, RoPE, exp and SwiGLU (contracts in ops.c). */
@@ -90,7 +94,7 @@ extern const af_mm_ops af_mm_ops_avx2, af_mm_ops_avx512, af_mm_ops_avx512_novnni
 extern const af_ops_rows af_ops_rows_avx2, af_ops_rows_avx512;
 extern const af_att_rows af_att_rows_avx2, af_att_rows_avx512;
 extern const af_ag_rows af_ag_rows_avx2, af_ag_rows_avx512;
-extern const af_gp_bf16_ops af_gp_bf16_ops_avx512;
+extern const af_gp_bf16_ops af_gp_bf16_ops_avx512, af_gp_bf16_ops_amx;
 extern const struct af_gp_i8_ops af_gp_i8_ops_avx512;
 #endif
 

@@ -1,0 +1,136 @@
+/*
+ * gemm_amx.c — the bf16 products of the packed GEMM (gemm_packed.c) on Intel AMX tiles (Intel SDM
+ * vol. 1 ch. 3 "Intel Advanced Matrix Extensions" and the TDPBF16PS entry: for each element of a
+ * 16 x 16 f32 tile, acc += sum over 16 pairs of a.lo·b.lo + a.hi·b.hi, bf16 products accumulated in
+ * f32, denormal inputs and outputs flushed). Same operands as the VDPBF16PS micro-kernel (bf16 pairs
+ * of consecutive k, rounded to nearest even when packed), so the same error bound
+ * (gemm_packed_avx512.c); the sums run in another order, so the bits differ from that kernel's.
+ *
+ * A 32 x 32 block of C is four 16 x 16 f32 tiles (tmm0-3) fed by two A tiles (tmm4-5: 16 rows x 16
+ * pairs, rows of A as bf16 pairs, row stride lda) and two B tiles (tmm6-7: 16 pairs x 16 columns of
+ * the B panel, [kp][32] pairs, row stride 128 bytes): 4 TDPBF16PS per 16 pairs of depth. C is loaded
+ * into the tiles and stored back once per call (a depth chunk), through a 32 x 32 buffer at the
+ * edges. The tiles are configured at each call (LDTILECFG, a few cycles against 8 x 4 TDPBF16PS).
+ * Reached only through the AMX variant of the AVX-512 table (kernels.c), chosen when the CPU has
+ * AMX-TILE and AMX-BF16 and Linux granted the process the tile data (af_cpu()->amx_ready).
+ */
+#if defined(__x86_64__)
+
+#include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
+
+typedef struct __attribute__((packed)) amx_cfg {
+    uint8_t palette, start_row;
+    uint8_t rsvd[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* tiles 0-3: C (16 x 64 bytes); 4-5: A (16 rows x 4·kq bytes); 6-7: B (kq rows x 64 bytes) */
+AMX_TARGET static void amx_config(int kq) {
+    amx_cfg cfg __attribute__((aligned(64)));
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 4; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    for (int t = 4; t < 6; t++) cfg.colsb[t] = (uint16_t)(4 * kq), cfg.rows[t] = 16;
+    for (int t = 6; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)kq;
+    /* not _tile_loadconfig: GCC 12's declares an 8-byte read, so the stores above were dropped as dead */
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+}
+
+/* A rows [0, mc) of `a` (row stride sat floats, depth k0 .. k0 + kc) as bf16 pairs: dst[i*lda + q] =
+ * bf16(a[i][k0 + 2q]) | bf16(a[i][k0 + 2q + 1]) << 16 for q < kc/2 (kc even), zero pairs up to lda and
+ * zero rows up to mc rounded up to 32. */
+AMX_TARGET void af_gp_amx_pack_a(const float *a, int64_t sat, int64_t k0, int64_t kc, int64_t mc, uint32_t *dst,
+                                 int64_t lda) {
+    const int64_t rows = (mc + 31) / 32 * 32;
+    for (int64_t i = 0; i < rows; i++) {
+        uint32_t *d = dst + i * lda;
+        if (i >= mc) {
+            memset(d, 0, (size_t)lda * sizeof(uint32_t));
+            continue;
+        }
+        const float *x = a + i * sat + k0;
+        int64_t q = 0;
+        for (int64_t k = 0; k < kc; k += 32, q += 16) {
+            const int64_t left = kc - k;
+            const __mmask16 m0 = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1);
+            const __mmask16 m1 = (__mmask16)(left >= 32 ? 0xFFFF : left > 16 ? (1u << (left - 16)) - 1 : 0);
+            const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + k + 16), _mm512_maskz_loadu_ps(m0, x + k));
+            const __mmask16 mq = (__mmask16)(left >= 32 ? 0xFFFF : (1u << (left / 2)) - 1);
+            _mm512_mask_storeu_epi32(d + q, mq, (__m512i)v);
+        }
+        for (q = kc / 2; q < lda; q++) d[q] = 0;
+    }
+}
+
+/* C[i][j] (+)= sum_q dot(ap[i*lda + q], bp[q*32 + j]) for i < mr <= 32, j < nr <= 32, q < kp (bf16 pairs,
+ * f32 sums): ap 32 rows of at least kp pairs (rows past mr zero), bp [kp][32] pairs. */
+AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_t lda, const uint32_t *bp, float *c,
+                                  int64_t ldc, int nr, int accumulate) {
+    float tmp[32 * 32] __attribute__((aligned(64)));
+    const int full = mr == 32 && nr == 32;
+    float *cc = full ? c : tmp;
+    const int64_t ldcc = full ? ldc : 32;
+    if (!full && accumulate) {
+        memset(tmp, 0, sizeof tmp);
+        for (int i = 0; i < mr; i++) memcpy(tmp + i * 32, c + i * ldc, (size_t)nr * sizeof(float));
+    }
+    const int64_t kfull = kp / 16 * 16, kt = kp - kfull;
+    amx_config(16);
+    if (accumulate) {
+        _tile_loadd(0, cc, ldcc * 4);
+        _tile_loadd(1, cc + 16, ldcc * 4);
+        _tile_loadd(2, cc + 16 * ldcc, ldcc * 4);
+        _tile_loadd(3, cc + 16 * ldcc + 16, ldcc * 4);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int64_t q = 0; q < kfull; q += 16) {
+        _tile_loadd(4, ap + q, lda * 4);
+        _tile_loadd(5, ap + 16 * lda + q, lda * 4);
+        _tile_loadd(6, bp + q * 32, 128);
+        _tile_loadd(7, bp + q * 32 + 16, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    if (kt) { /* the last kt < 16 pairs: A tiles of kt pairs per row, B tiles of kt rows */
+        _tile_stored(0, cc, ldcc * 4);
+        _tile_stored(1, cc + 16, ldcc * 4);
+        _tile_stored(2, cc + 16 * ldcc, ldcc * 4);
+        _tile_stored(3, cc + 16 * ldcc + 16, ldcc * 4);
+        amx_config((int)kt);
+        _tile_loadd(0, cc, ldcc * 4);
+        _tile_loadd(1, cc + 16, ldcc * 4);
+        _tile_loadd(2, cc + 16 * ldcc, ldcc * 4);
+        _tile_loadd(3, cc + 16 * ldcc + 16, ldcc * 4);
+        _tile_loadd(4, ap + kfull, lda * 4);
+        _tile_loadd(5, ap + 16 * lda + kfull, lda * 4);
+        _tile_loadd(6, bp + kfull * 32, 128);
+        _tile_loadd(7, bp + kfull * 32 + 16, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, cc, ldcc * 4);
+    _tile_stored(1, cc + 16, ldcc * 4);
+    _tile_stored(2, cc + 16 * ldcc, ldcc * 4);
+    _tile_stored(3, cc + 16 * ldcc + 16, ldcc * 4);
+    if (!full)
+        for (int i = 0; i < mr; i++) memcpy(c + i * ldc, tmp + i * 32, (size_t)nr * sizeof(float));
+}
+
+#else
+typedef int af_gemm_amx_empty; /* ISO C forbids an empty translation unit */
+#endif

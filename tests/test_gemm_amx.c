@@ -1,0 +1,119 @@
+/*
+ * test_gemm_amx.c — the AMX tile kernels of the bf16 packed GEMM (src/kernels/cpu/gemm_amx.c) on CPUs
+ * that have AMX-BF16 and whose kernel grants the tile data (af_cpu()->amx_ready; skipped elsewhere):
+ *  - af_gp_amx_pack_a: rows of A as bf16 pairs (round to nearest even), zero pairs and rows past the
+ *    data, for depths that are and are not multiples of 32;
+ *  - af_gp_amx_ukernel: C (+)= A·B for blocks of 1..32 rows and 1..32 columns and depths of 16..200
+ *    pairs (a tail of fewer than 16 pairs included) against a scalar sum of the same bf16 products
+ *    in double, within k 2^-23 sum |a'b'| (f32 accumulation), accumulate on and off; nothing outside
+ *    the mr x nr block is written;
+ *  - the table in use takes them (the bf16 products of tests/test_matmul.c then run on AMX too).
+ */
+#include "testlib.h"
+#include "kernels/ctx.h"
+
+#include "core/core.h"
+#include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t g_rng = 0xa11ce5eedull;
+
+static uint16_t bf16_bits(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static double bf16_val(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_pack(void) {
+    const int64_t mc = 37, kc = 70, sat = 80, lda = 48; /* 35 pairs: two tiles of 16 + 3 */
+    float *a = malloc(sizeof(float) * (size_t)(mc * sat));
+    uint32_t *d = malloc(sizeof(uint32_t) * (size_t)(64 * lda));
+    for (int64_t i = 0; i < mc * sat; i++) a[i] = tl_rand_normal(&g_rng);
+    memset(d, 0xAB, sizeof(uint32_t) * (size_t)(64 * lda));
+    af_gp_amx_pack_a(a, sat, 6, kc, mc, d, lda);
+    int bad = 0;
+    for (int64_t i = 0; i < 64; i++)
+        for (int64_t q = 0; q < lda; q++) {
+            uint32_t want = 0;
+            if (i < mc && q < kc / 2)
+                want = bf16_bits(a[i * sat + 6 + 2 * q]) | (uint32_t)bf16_bits(a[i * sat + 7 + 2 * q]) << 16;
+            bad += d[i * lda + q] != want;
+        }
+    CHECK(bad == 0, "amx_pack_a: 37 rows x 35 pairs, zero padding to 64 rows x 48 pairs (%d wrong)", bad);
+    free(a);
+    free(d);
+}
+
+static void ukernel_case(int mr, int nr, int64_t kp, int accumulate) {
+    const int64_t lda = (kp + 15) / 16 * 16, ldc = 40;
+    uint32_t *ap = calloc((size_t)(32 * lda), sizeof(uint32_t));
+    uint32_t *bp = aligned_alloc(64, (size_t)((kp * 32 * 4 + 63) / 64 * 64));
+    float *c = malloc(sizeof(float) * 34 * ldc);
+    double *ref = malloc(sizeof(double) * 32 * 32), *tol = malloc(sizeof(double) * 32 * 32);
+    for (int i = 0; i < mr; i++)
+        for (int64_t q = 0; q < kp; q++)
+            ap[i * lda + q] = bf16_bits(tl_rand_normal(&g_rng)) | (uint32_t)bf16_bits(tl_rand_normal(&g_rng)) << 16;
+    for (int64_t q = 0; q < kp; q++)
+        for (int j = 0; j < 32; j++)
+            bp[q * 32 + j] = bf16_bits(tl_rand_normal(&g_rng)) | (uint32_t)bf16_bits(tl_rand_normal(&g_rng)) << 16;
+    for (int i = 0; i < 34 * ldc; i++) c[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            double s = accumulate ? c[i * ldc + j] : 0.0, ab = fabs(s);
+            for (int64_t q = 0; q < kp; q++)
+                for (int h = 0; h < 2; h++) {
+                    double p = bf16_val((uint16_t)(ap[i * lda + q] >> (16 * h))) *
+                               bf16_val((uint16_t)(bp[q * 32 + j] >> (16 * h)));
+                    s += p;
+                    ab += fabs(p);
+                }
+            ref[i * 32 + j] = s;
+            tol[i * 32 + j] = (double)(2 * kp + 1) * ldexp(1, -23) * ab + 1e-30;
+        }
+    float *c0 = malloc(sizeof(float) * 34 * ldc);
+    memcpy(c0, c, sizeof(float) * 34 * ldc);
+    af_gp_amx_ukernel(mr, kp, ap, lda, bp, c, ldc, nr, accumulate);
+    double worst = 0;
+    int outside = 0;
+    for (int i = 0; i < 34; i++)
+        for (int j = 0; j < ldc; j++) {
+            if (i < mr && j < nr) {
+                double r = fabs(c[i * ldc + j] - ref[i * 32 + j]) / tol[i * 32 + j];
+                if (!(r <= worst)) worst = r;
+            } else
+                outside += c[i * ldc + j] != c0[i * ldc + j];
+        }
+    CHECK(worst <= 1 && outside == 0, "amx_ukernel mr=%d nr=%d kp=%lld acc=%d: within k 2^-23 sum|ab| (worst %.3g), "
+          "%d written outside", mr, nr, (long long)kp, accumulate, worst, outside);
+    free(ap); free(bp); free(c); free(c0); free(ref); free(tol);
+}
+
+int main(void) {
+    if (!af_cpu()->amx_ready) {
+        tl_skip("AMX: this CPU has no AMX-BF16 or the kernel did not grant the tile data");
+        return tl_finish("test_gemm_amx");
+    }
+    if (tl_ctx_set("avx512", -1, "bf16", -1) != AF_OK) {
+        tl_skip("bf16 products: %s", af_last_error());
+        return tl_finish("test_gemm_amx");
+    }
+    CHECK(T_CTX->k->gp_bf16 && T_CTX->k->gp_bf16->amx_ukernel, "the avx512 table of this CPU has the AMX kernels");
+    test_pack();
+    const int shapes[][2] = {{32, 32}, {1, 1}, {17, 32}, {32, 5}, {31, 31}, {16, 16}};
+    const int64_t depths[] = {16, 128, 35, 7, 200};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++)
+            for (int acc = 0; acc < 2; acc++) ukernel_case(shapes[s][0], shapes[s][1], depths[d], acc);
+    return tl_finish("test_gemm_amx");
+}
