@@ -41,26 +41,18 @@ static af_status ctx_init(af_ctx *c, const af_ctx_params *p, af_ctx_report *rep,
     if (st != AF_OK) return refused(rep, AF_CTX_SETTING_KERNEL, p->kernel_path, st);
     c->k = af_kernels_for(c->path);
     const char *prec = p->matmul_precision ? p->matmul_precision : "f32";
-    if (!strcmp(prec, "bf16")) {
-        if (!c->k->gp_bf16 || !af_cpu()->avx512_bf16) {
-            char buf[200];
-            af_cpu_describe(buf, sizeof buf, c->path);
-            return refused(rep, AF_CTX_SETTING_PRECISION, prec,
-                           af_fail(AF_ERR_UNSUPPORTED,
-                                   "matmul precision bf16: needs AVX512_BF16 and the avx512 kernel path (this CPU/path: %s)",
-                                   buf));
-        }
+    const int is_bf16 = !strcmp(prec, "bf16"), is_i8 = !strcmp(prec, "int8");
+    if ((is_bf16 && (!c->k->gp_bf16 || !af_cpu()->avx512_bf16)) || (is_i8 && !c->k->gp_i8)) {
+        char buf[200];
+        af_cpu_describe(buf, sizeof buf, c->path);
+        return refused(rep, AF_CTX_SETTING_PRECISION, prec,
+                       af_fail(AF_ERR_UNSUPPORTED, "matmul precision %s: needs %s and the avx512 kernel path (this CPU/path: %s)",
+                               prec, is_i8 ? "AVX512_VNNI" : "AVX512_BF16", buf));
+    }
+    if (is_bf16) {
         c->bf16 = 1;
-    } else if (!strcmp(prec, "int8")) {
+    } else if (is_i8) {
         /* the frozen weights' products in int8; the other packed products bf16 where the CPU has it */
-        if (!c->k->gp_i8) {
-            char buf[200];
-            af_cpu_describe(buf, sizeof buf, c->path);
-            return refused(rep, AF_CTX_SETTING_PRECISION, prec,
-                           af_fail(AF_ERR_UNSUPPORTED,
-                                   "matmul precision int8: needs AVX512_VNNI and the avx512 kernel path (this CPU/path: %s)",
-                                   buf));
-        }
         c->i8 = 1;
         c->bf16 = c->k->gp_bf16 && af_cpu()->avx512_bf16;
     } else if (strcmp(prec, "f32"))

@@ -43,6 +43,21 @@ AMX_TARGET static void amx_config(int kq) {
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
 }
 
+/* The 32 x 32 block of C at cc (row stride ldcc floats) into tiles 0-3 (load) or back (store). */
+AMX_TARGET static inline void c_tiles(float *cc, int64_t ldcc, int load) {
+    if (load) {
+        _tile_loadd(0, cc, ldcc * 4);
+        _tile_loadd(1, cc + 16, ldcc * 4);
+        _tile_loadd(2, cc + 16 * ldcc, ldcc * 4);
+        _tile_loadd(3, cc + 16 * ldcc + 16, ldcc * 4);
+    } else {
+        _tile_stored(0, cc, ldcc * 4);
+        _tile_stored(1, cc + 16, ldcc * 4);
+        _tile_stored(2, cc + 16 * ldcc, ldcc * 4);
+        _tile_stored(3, cc + 16 * ldcc + 16, ldcc * 4);
+    }
+}
+
 /* A rows [0, mc) of `a` (row stride sat floats, depth k0 .. k0 + kc) as bf16 pairs: dst[i*lda + q] =
  * bf16(a[i][k0 + 2q]) | bf16(a[i][k0 + 2q + 1]) << 16 for q < kc/2 (kc even), zero pairs up to lda and
  * zero rows up to mc rounded up to 32. */
@@ -84,10 +99,7 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
     const int64_t kfull = kp / 16 * 16, kt = kp - kfull;
     amx_config(16);
     if (accumulate) {
-        _tile_loadd(0, cc, ldcc * 4);
-        _tile_loadd(1, cc + 16, ldcc * 4);
-        _tile_loadd(2, cc + 16 * ldcc, ldcc * 4);
-        _tile_loadd(3, cc + 16 * ldcc + 16, ldcc * 4);
+        c_tiles(cc, ldcc, 1);
     } else {
         _tile_zero(0);
         _tile_zero(1);
@@ -105,15 +117,9 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
         _tile_dpbf16ps(3, 5, 7);
     }
     if (kt) { /* the last kt < 16 pairs: A tiles of kt pairs per row, B tiles of kt rows */
-        _tile_stored(0, cc, ldcc * 4);
-        _tile_stored(1, cc + 16, ldcc * 4);
-        _tile_stored(2, cc + 16 * ldcc, ldcc * 4);
-        _tile_stored(3, cc + 16 * ldcc + 16, ldcc * 4);
+        c_tiles(cc, ldcc, 0);
         amx_config((int)kt);
-        _tile_loadd(0, cc, ldcc * 4);
-        _tile_loadd(1, cc + 16, ldcc * 4);
-        _tile_loadd(2, cc + 16 * ldcc, ldcc * 4);
-        _tile_loadd(3, cc + 16 * ldcc + 16, ldcc * 4);
+        c_tiles(cc, ldcc, 1);
         _tile_loadd(4, ap + kfull, lda * 4);
         _tile_loadd(5, ap + 16 * lda + kfull, lda * 4);
         _tile_loadd(6, bp + kfull * 32, 128);
@@ -123,10 +129,7 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, cc, ldcc * 4);
-    _tile_stored(1, cc + 16, ldcc * 4);
-    _tile_stored(2, cc + 16 * ldcc, ldcc * 4);
-    _tile_stored(3, cc + 16 * ldcc + 16, ldcc * 4);
+    c_tiles(cc, ldcc, 0);
     if (!full)
         for (int i = 0; i < mr; i++) memcpy(c + i * ldc, tmp + i * 32, (size_t)nr * sizeof(float));
 }
