@@ -44,7 +44,9 @@ void af_gp_set_max_b(af_ctx *ctx, size_t bytes);
  *  a panel it is about to use (no buffer, no column blocks), bitwise the same result.
  * Returns false (C untouched) when the packed B cannot be allocated. Results do not depend on nth.
  * Precision: f32, or bf16 operands when ctx->bf16 and k is even (packed B pairs; error bound
- * in gemm_packed_avx512.c). Kernels: ctx->k (mm->ukernel, mm->tpack, gp_bf16). */
+ * in gemm_packed_avx512.c; on AMX tiles, gemm_amx.c, where ctx->k has them and A's rows are
+ * contiguous in k), or int8 for the frozen weights' products when ctx->i8 (af_gp_i8_applies:
+ * gemm_int8.h, its own driver). Kernels: ctx->k (mm->ukernel, mm->tpack, gp_bf16, gp_i8). */
 bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                 int accumulate, int nth);
