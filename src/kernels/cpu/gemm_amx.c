@@ -96,7 +96,6 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
         memset(tmp, 0, sizeof tmp);
         for (int i = 0; i < mr; i++) memcpy(tmp + i * 32, c + i * ldc, (size_t)nr * sizeof(float));
     }
-    const int64_t kfull = kp / 16 * 16, kt = kp - kfull;
     amx_config(16);
     if (accumulate) {
         c_tiles(cc, ldcc, 1);
@@ -106,24 +105,17 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
         _tile_zero(2);
         _tile_zero(3);
     }
-    for (int64_t q = 0; q < kfull; q += 16) {
+    for (int64_t q = 0; q < kp; q += 16) {
+        const int64_t kq = kp - q < 16 ? kp - q : 16;
+        if (kq < 16) { /* the last kq < 16 pairs: A tiles of kq pairs per row, B tiles of kq rows */
+            c_tiles(cc, ldcc, 0);
+            amx_config((int)kq);
+            c_tiles(cc, ldcc, 1);
+        }
         _tile_loadd(4, ap + q, lda * 4);
         _tile_loadd(5, ap + 16 * lda + q, lda * 4);
         _tile_loadd(6, bp + q * 32, 128);
         _tile_loadd(7, bp + q * 32 + 16, 128);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    if (kt) { /* the last kt < 16 pairs: A tiles of kt pairs per row, B tiles of kt rows */
-        c_tiles(cc, ldcc, 0);
-        amx_config((int)kt);
-        c_tiles(cc, ldcc, 1);
-        _tile_loadd(4, ap + kfull, lda * 4);
-        _tile_loadd(5, ap + 16 * lda + kfull, lda * 4);
-        _tile_loadd(6, bp + kfull * 32, 128);
-        _tile_loadd(7, bp + kfull * 32 + 16, 128);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);

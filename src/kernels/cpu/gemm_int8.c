@@ -39,27 +39,6 @@ bool af_gp_i8_applies(const af_ctx *ctx, int64_t n, int64_t k, uint32_t type) {
 
 #if defined(__x86_64__)
 
-/* Grow-only buffer of the calling thread (as gemm_packed.c's packed B): the packed B, its scales
- * and one scratch slot per thread of the team, all taken before any work so that a failed
- * allocation leaves C untouched. */
-static _Thread_local void *g_buf;
-static _Thread_local size_t g_size;
-
-static void *buf_get(size_t bytes) {
-    if (bytes <= g_size) return g_buf;
-    af_free_aligned(g_buf);
-    g_size = 0;
-    g_buf = af_malloc_aligned(bytes);
-    if (g_buf) g_size = bytes;
-    return g_buf;
-}
-
-void af_gp_i8_release(void) {
-    af_free_aligned(g_buf);
-    g_buf = NULL;
-    g_size = 0;
-}
-
 typedef struct i8_job {
     const af_kernels *kt;
     const af_gp_i8_ops *op;
@@ -246,7 +225,7 @@ bool af_gp_gemm_i8(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int
     const size_t bbytes = (size_t)npan * AF_GP_NR * (size_t)k4 * 4; /* a multiple of 128 */
     const size_t sbytes = (size_t)nch * (size_t)npan * AF_GP_NR * sizeof(float), swbytes = ((size_t)k4 * 16 + 63) / 64 * 64;
     const size_t slot = slot_bytes(n, k, k4, nch, npan * AF_GP_NR);
-    uint8_t *bufv = buf_get(bbytes + sbytes + swbytes + (size_t)team * slot);
+    uint8_t *bufv = af_gp_buffer(bbytes + sbytes + swbytes + (size_t)team * slot);
     if (!bufv) return false;
     int64_t ngr = (nmb % nth == 0 && (m % I8_MC == 0 || nmb >= 4 * nth)) ? 1 : (nth < npan ? nth : npan);
     const int64_t gsz = (npan + ngr - 1) / ngr;
@@ -274,5 +253,4 @@ bool af_gp_gemm_i8(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int
     return false;
 }
 
-void af_gp_i8_release(void) {}
 #endif

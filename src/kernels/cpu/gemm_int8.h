@@ -52,7 +52,4 @@ bool af_gp_gemm_i8(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int
                    uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k, int accumulate,
                    int nth, const af_gp_fused *f);
 
-/* Frees the calling thread's int8 buffers (grow-only; af_kernels_thread_release). */
-void af_gp_i8_release(void);
-
 #endif /* AF_GEMM_INT8_H */

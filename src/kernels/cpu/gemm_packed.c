@@ -139,6 +139,8 @@ static void *bp_get(size_t bytes) {
     return g_bp;
 }
 
+void *af_gp_buffer(size_t bytes) { return bp_get(bytes); }
+
 void af_gp_release(void) {
     af_free_aligned(g_bp);
     g_bp = NULL;

@@ -71,6 +71,10 @@ bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, 
                       const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                       int accumulate, int nth, const af_gp_fused *f);
 
+/* The calling thread's packed-B buffer, grown to at least `bytes` (contents undefined; NULL when it
+ * cannot be had), for the int8 products (gemm_int8.c), which run instead of af_gp_gemm, never inside it. */
+void *af_gp_buffer(size_t bytes);
+
 /* Frees the calling thread's packed-B buffer (kept between calls, grow-only, <= MAX_B = 64 MiB). */
 void af_gp_release(void);
 

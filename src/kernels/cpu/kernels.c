@@ -7,7 +7,6 @@
 
 void af_kernels_thread_release(void) {
     af_gp_release();
-    af_gp_i8_release();
     af_att_gemm_release();
 }
 
