@@ -10,6 +10,9 @@
 #   env: NATIVE (1): 1 = -march=native (the benchmark build), 0 = portable x86-64 baseline.
 #        PY (python3): interpreter whose pip downloads the sdist.
 #        CMAKE_BUILD_PARALLEL_LEVEL (nproc).
+#        EXTRA_FLAGS (empty): C/C++ flags added to the build, e.g. on an Intel Xeon with AMX whose
+#        guest kernel raises SIGILL in ggml's AMX kernel ("-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
+#        an explicit -mno-* wins over -march=native in GCC); use a DIR of its own for such a build.
 # Result: DIR/bin/llama-server and DIR/bin/llama-bench (the build tree, with its CMakeCache.txt,
 # stays in DIR/build). Idempotent: does nothing when both run; the source is unpacked once and
 # the build tree reused, so adding a target builds only what is missing.
@@ -38,6 +41,8 @@ ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_OPENMP=
       -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
       -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=OFF)
 if [ "$NATIVE" = 1 ]; then ARGS+=(-DGGML_NATIVE=ON); else ARGS+=(-DGGML_NATIVE=OFF); fi
+EXTRA_FLAGS=${EXTRA_FLAGS:-}
+if [ -n "$EXTRA_FLAGS" ]; then ARGS+=("-DCMAKE_C_FLAGS=$EXTRA_FLAGS" "-DCMAKE_CXX_FLAGS=$EXTRA_FLAGS"); fi
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 t0=$(date +%s)
 if [ ! -f "$SRC/CMakeLists.txt" ]; then # the llama.cpp source, unpacked once
@@ -53,7 +58,7 @@ tar -xzf "$SDIST" -C "$SRC" --strip-components=3 "llama_cpp_python-$VER/vendor/l
   fail "the sdist has no vendor/llama.cpp"
 fi
 cmake -S "$SRC" -B "$DIR/build" "${ARGS[@]}" >>"$LOG" 2>&1 || fail "cmake configure failed"
-echo "setup_llama_server: building llama-server and llama-bench (NATIVE=$NATIVE, $CMAKE_BUILD_PARALLEL_LEVEL jobs); log: $LOG"
+echo "setup_llama_server: building llama-server and llama-bench (NATIVE=$NATIVE${EXTRA_FLAGS:+, $EXTRA_FLAGS}, $CMAKE_BUILD_PARALLEL_LEVEL jobs); log: $LOG"
 cmake --build "$DIR/build" --target llama-server llama-bench >>"$LOG" 2>&1 || fail "build failed"
 cp "$DIR/build/bin/llama-server" "$BIN"
 cp "$DIR/build/bin/llama-bench" "$BENCH"

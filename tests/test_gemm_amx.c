@@ -2,7 +2,8 @@
  * test_gemm_amx.c — the AMX tile kernels of the bf16 packed GEMM (src/kernels/cpu/gemm_amx.c) on CPUs
  * that have AMX-BF16 and whose kernel grants the tile data (af_cpu()->amx_ready; skipped elsewhere):
  *  - af_gp_amx_pack_a: rows of A as bf16 pairs (round to nearest even), zero pairs and rows past the
- *    data, for depths that are and are not multiples of 32;
+ *    data, for depths that are and are not multiples of 32; af_gp_amx_pack_at the same from A stored
+ *    by columns (the gradient products' transposed operand), partial blocks of 16 rows and pairs;
  *  - af_gp_amx_ukernel: C (+)= A·B for blocks of 1..32 rows and 1..32 columns and depths of 16..200
  *    pairs (a tail of fewer than 16 pairs included) against a scalar sum of the same bf16 products
  *    in double, within k 2^-23 sum |a'b'| (f32 accumulation), accumulate on and off; nothing outside
@@ -55,6 +56,30 @@ static void test_pack(void) {
     free(d);
 }
 
+/* af_gp_amx_pack_at: A stored by columns, A(i, k) = a[i + k·sak], from column k0 = 6: mc rows x kc
+ * depth into rows of pairs, against the scalar packing; mc = 37 (16 + 16 + 5: a partial row block),
+ * 8 and 32, kc = 70 (a partial block of 16 pairs) and 32. */
+static void test_pack_at(int64_t mc, int64_t kc) {
+    const int64_t sak = 45, k0 = 6, lda = (kc / 2 + 15) / 16 * 16, rows = (mc + 31) / 32 * 32;
+    float *a = malloc(sizeof(float) * (size_t)((k0 + kc) * sak));
+    uint32_t *d = malloc(sizeof(uint32_t) * (size_t)(rows * lda));
+    for (int64_t i = 0; i < (k0 + kc) * sak; i++) a[i] = tl_rand_normal(&g_rng);
+    memset(d, 0xAB, sizeof(uint32_t) * (size_t)(rows * lda));
+    af_gp_amx_pack_at(a, sak, k0, kc, mc, d, lda);
+    int bad = 0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t q = 0; q < lda; q++) {
+            uint32_t want = 0;
+            if (i < mc && q < kc / 2)
+                want = bf16_bits(a[i + (k0 + 2 * q) * sak]) | (uint32_t)bf16_bits(a[i + (k0 + 2 * q + 1) * sak]) << 16;
+            bad += d[i * lda + q] != want;
+        }
+    CHECK(bad == 0, "amx_pack_at: %lld rows x %lld pairs, zero padding to %lld rows x %lld pairs (%d wrong)",
+          (long long)mc, (long long)(kc / 2), (long long)rows, (long long)lda, bad);
+    free(a);
+    free(d);
+}
+
 static void ukernel_case(int mr, int nr, int64_t kp, int accumulate) {
     const int64_t lda = (kp + 15) / 16 * 16, ldc = 40;
     uint32_t *ap = calloc((size_t)(32 * lda), sizeof(uint32_t));
@@ -83,7 +108,10 @@ static void ukernel_case(int mr, int nr, int64_t kp, int accumulate) {
         }
     float *c0 = malloc(sizeof(float) * 34 * ldc);
     memcpy(c0, c, sizeof(float) * 34 * ldc);
-    af_gp_amx_ukernel(mr, kp, ap, lda, bp, c, ldc, nr, accumulate);
+    /* one configuration state across all cases, as a job's calls share it: each case's depth either
+     * reuses the tiles' configuration or reloads it */
+    static int tilecfg = 0;
+    af_gp_amx_ukernel(mr, kp, ap, lda, bp, c, ldc, nr, accumulate, &tilecfg);
     double worst = 0;
     int outside = 0;
     for (int i = 0; i < 34; i++)
@@ -110,8 +138,11 @@ int main(void) {
     }
     CHECK(T_CTX->k->gp_bf16 && T_CTX->k->gp_bf16->amx_ukernel, "the avx512 table of this CPU has the AMX kernels");
     test_pack();
+    test_pack_at(37, 70);
+    test_pack_at(8, 32);
+    test_pack_at(32, 70);
     const int shapes[][2] = {{32, 32}, {1, 1}, {17, 32}, {32, 5}, {31, 31}, {16, 16}};
-    const int64_t depths[] = {16, 128, 35, 7, 200};
+    const int64_t depths[] = {16, 128, 35, 7, 200, 256};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++)
             for (int acc = 0; acc < 2; acc++) ukernel_case(shapes[s][0], shapes[s][1], depths[d], acc);

@@ -10,7 +10,12 @@
  * pairs, rows of A as bf16 pairs, row stride lda) and two B tiles (tmm6-7: 16 pairs x 16 columns of
  * the B panel, [kp][32] pairs, row stride 128 bytes): 4 TDPBF16PS per 16 pairs of depth. C is loaded
  * into the tiles and stored back once per call (a depth chunk), through a 32 x 32 buffer at the
- * edges. The tiles are configured at each call (LDTILECFG, a few cycles against 8 x 4 TDPBF16PS).
+ * edges. LDTILECFG is slow (measured on an Emerald Rapids guest: a fifth of a training step when it ran
+ * at every call), so the caller keeps the thread's configuration in *tilecfg and it is loaded only when
+ * the depth of the A and B tiles changes (the last < 16 pairs of a depth, or a product of depth < 32).
+ * A is packed from rows (af_gp_amx_pack_a: activations, output gradients) or from columns
+ * (af_gp_amx_pack_at: the transposed operand of the weight-gradient products, e.g. dyᵀ in dW = dyᵀ·x
+ * of LoRA's A and B), so every bf16 product of gemm_packed.c with either stride 1 runs on the tiles.
  * Reached only through the AMX variant of the AVX-512 table (kernels.c), chosen when the CPU has
  * AMX-TILE and AMX-BF16 and Linux granted the process the tile data (af_cpu()->amx_ready).
  */
@@ -84,19 +89,72 @@ AMX_TARGET void af_gp_amx_pack_a(const float *a, int64_t sat, int64_t k0, int64_
     }
 }
 
+/* The row of the 16 x 16 block that the j-th vector holds after the three stages of unpack / shuffle in
+ * af_gp_amx_pack_at (each stage swaps the middle bits of the row index). */
+static const int amx_tr_row[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+
+/* The same packing for A stored by columns (A(i, k) = a[i + k·sak]: the transposed operands of the
+ * gradient products, e.g. dyᵀ of dW = dyᵀ·x): 16 rows x 16 pairs at a time, each pair of k rows
+ * (16 values of i) converted and interleaved into 16 pairs, then the 16 x 16 block of pairs
+ * transposed in registers so that each row of dst is written whole. */
+AMX_TARGET void af_gp_amx_pack_at(const float *a, int64_t sak, int64_t k0, int64_t kc, int64_t mc, uint32_t *dst,
+                                  int64_t lda) {
+    const int64_t rows = (mc + 31) / 32 * 32, kp = kc / 2;
+    /* (lo, hi) bf16 of cvtne2ps_pbh(hi, lo) -> dword i = lo[i] | hi[i] << 16 */
+    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+        const __mmask16 mi = (__mmask16)(mc - i0 >= 16 ? 0xFFFF : mc > i0 ? (1u << (mc - i0)) - 1 : 0);
+        for (int64_t q0 = 0; q0 < lda; q0 += 16) {
+            __m512i v[16];
+            for (int qq = 0; qq < 16; qq++) {
+                const int64_t q = q0 + qq;
+                const __mmask16 m = q < kp ? mi : 0;
+                const float *lo = m ? a + i0 + (k0 + 2 * q) * sak : a, *hi = m ? lo + sak : a;
+                const __m512bh p = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m, hi), _mm512_maskz_loadu_ps(m, lo));
+                v[qq] = _mm512_permutexvar_epi16(ilv, (__m512i)p);
+            }
+            /* 16 x 16 dwords: v[q][i] -> row i = (v[0][i], ..., v[15][i]) */
+            __m512i t[16], u[16];
+            for (int r = 0; r < 16; r += 2) {
+                t[r] = _mm512_unpacklo_epi32(v[r], v[r + 1]);
+                t[r + 1] = _mm512_unpackhi_epi32(v[r], v[r + 1]);
+            }
+            for (int r = 0; r < 16; r += 4)
+                for (int h = 0; h < 2; h++) {
+                    u[r + h] = _mm512_unpacklo_epi64(t[r + h], t[r + 2 + h]);
+                    u[r + 2 + h] = _mm512_unpackhi_epi64(t[r + h], t[r + 2 + h]);
+                }
+            for (int r = 0; r < 16; r += 8)
+                for (int h = 0; h < 4; h++) {
+                    t[r + h] = _mm512_shuffle_i32x4(u[r + h], u[r + 4 + h], 0x88);
+                    t[r + 4 + h] = _mm512_shuffle_i32x4(u[r + h], u[r + 4 + h], 0xDD);
+                }
+            for (int h = 0; h < 8; h++) {
+                u[h] = _mm512_shuffle_i32x4(t[h], t[h + 8], 0x88);
+                u[h + 8] = _mm512_shuffle_i32x4(t[h], t[h + 8], 0xDD);
+            }
+            for (int j = 0; j < 16; j++) /* u[j] is row amx_tr_row[j], pairs q0 .. q0 + 15 in order */ _mm512_storeu_si512(dst + (i0 + amx_tr_row[j]) * lda + q0, u[j]);
+        }
+    }
+}
+
 /* C[i][j] (+)= sum_q dot(ap[i*lda + q], bp[q*32 + j]) for i < mr <= 32, j < nr <= 32, q < kp (bf16 pairs,
- * f32 sums): ap 32 rows of at least kp pairs (rows past mr zero), bp [kp][32] pairs. */
+ * f32 sums): ap 32 rows of at least kp pairs (rows past mr zero), bp [kp][32] pairs. *tilecfg: the pairs per
+ * A/B tile row the calling thread's tiles are configured for, 0 when unknown (set 0 at the start of each
+ * job: other code on the thread may have changed or released them); updated here. */
 AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_t lda, const uint32_t *bp, float *c,
-                                  int64_t ldc, int nr, int accumulate) {
+                                  int64_t ldc, int nr, int accumulate, int *tilecfg) {
     float tmp[32 * 32] __attribute__((aligned(64)));
-    const int full = mr == 32 && nr == 32;
+    const int full = mr == 32 && nr == 32, rows2 = mr > 16, cols2 = nr > 16;
     float *cc = full ? c : tmp;
     const int64_t ldcc = full ? ldc : 32;
     if (!full && accumulate) {
         memset(tmp, 0, sizeof tmp);
         for (int i = 0; i < mr; i++) memcpy(tmp + i * 32, c + i * ldc, (size_t)nr * sizeof(float));
     }
-    amx_config(16);
+    const int kq0 = kp < 16 ? (int)kp : 16;
+    if (*tilecfg != kq0) amx_config(*tilecfg = kq0);
     if (accumulate) {
         c_tiles(cc, ldcc, 1);
     } else {
@@ -107,19 +165,21 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
     }
     for (int64_t q = 0; q < kp; q += 16) {
         const int64_t kq = kp - q < 16 ? kp - q : 16;
-        if (kq < 16) { /* the last kq < 16 pairs: A tiles of kq pairs per row, B tiles of kq rows */
+        if (kq != *tilecfg) { /* the last kq < 16 pairs: A tiles of kq pairs per row, B tiles of kq rows */
             c_tiles(cc, ldcc, 0);
-            amx_config((int)kq);
+            amx_config(*tilecfg = (int)kq);
             c_tiles(cc, ldcc, 1);
         }
+        /* a block of <= 16 rows or columns (LoRA's r = 16 side of the gradient products) leaves out
+         * the tiles of the other half, whose inputs are zero padding */
         _tile_loadd(4, ap + q, lda * 4);
-        _tile_loadd(5, ap + 16 * lda + q, lda * 4);
+        if (rows2) _tile_loadd(5, ap + 16 * lda + q, lda * 4);
         _tile_loadd(6, bp + q * 32, 128);
-        _tile_loadd(7, bp + q * 32 + 16, 128);
+        if (cols2) _tile_loadd(7, bp + q * 32 + 16, 128);
         _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        if (cols2) _tile_dpbf16ps(1, 4, 7);
+        if (rows2) _tile_dpbf16ps(2, 5, 6);
+        if (rows2 && cols2) _tile_dpbf16ps(3, 5, 7);
     }
     c_tiles(cc, ldcc, 0);
     if (!full)

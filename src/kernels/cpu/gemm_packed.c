@@ -86,7 +86,7 @@
  * reads each panel once). The micro-kernel calls are those of the packed-whole path, so the result
  * is bitwise the same. Chunks are whole multiples of AF_GP_KC (block boundaries). */
 #define GP_STREAM ((GP_KC_F32 % AF_GP_KC) == 0 && (GP_KC_BF16 % AF_GP_KC) == 0)
-#define STREAM_DW (GP_KC_F32 > GP_KC_BF16 / 2 ? GP_KC_F32 * AF_GP_NR : GP_KC_BF16 / 2 * AF_GP_NR)
+#define STREAM_DW (GP_KC_F32 > KC_MAX / 2 ? GP_KC_F32 * AF_GP_NR : KC_MAX / 2 * AF_GP_NR) /* AMX chunks: KC_MAX */
 
 int64_t af_gp_packed_b_floats(int64_t k, int64_t n) { return (n + AF_GP_NR - 1) / AF_GP_NR * AF_GP_NR * k; }
 
@@ -280,6 +280,13 @@ static void pack_b_rows_bf16(const af_kernels *kt, uint32_t *bp, const uint8_t *
 
 /* ---------------------------------------------------------------- driver */
 
+/* Claim counters of the tasks (gp_task_job), one per share of the team, each on its own cache line;
+ * teams of more than GP_SHARES threads deal statically. */
+#define GP_SHARES 64
+typedef struct gp_claim {
+    _Alignas(64) int64_t n;
+} gp_claim;
+
 typedef struct gp_job {
     const af_kernels *kt;
     uint32_t *bp;
@@ -292,6 +299,7 @@ typedef struct gp_job {
     const float *a;
     int64_t ldc, sat, sak, m, n, k, npan, pstride, nmb, ngr, gsz;
     const af_gp_fused *f; /* af_gp_gemm_fused's epilogue (NULL: none) */
+    gp_claim *next;       /* per share of the team: tasks of it claimed so far (NULL: static dealing) */
 } gp_job;
 
 /* Packs panels / rows [i0, i1) of B. */
@@ -302,67 +310,89 @@ static void gp_pack_job(void *va, int64_t i0, int64_t i1, int tid) {
     else pack_b_rows(J->kt, (float *)J->bp, J->w, J->type, J->ldw, J->n, J->k, i0, i1);
 }
 
-/* Thread t0 of the team (one index per thread, or all on one thread): tasks t, t + team, ...
- * (round-robin dealing: with ngr == team column groups, each thread owns one group). A task is
- * one block of MC rows x one group of B panels; every C element is computed by one task, in the
- * same order for any team. */
-static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
-    const gp_job *J = va;
+/* Task `task` of J: one block of MC rows x one group of B panels (mb = task / ngr, g = task % ngr).
+ * ap, bs: the calling thread's packing buffers; *tilecfg: its AMX tile configuration (gemm_amx.c). */
+static void gp_run_task(const gp_job *J, int64_t task, uint32_t *ap, uint32_t *bs, int *tilecfg) {
     const af_kernels *kt = J->kt;
     const bool bf = J->bf;
     const int64_t m = J->m, n = J->n, k = J->k, ngr = J->ngr, gsz = J->gsz, npan = J->npan;
-    const int64_t team = J->team > 0 ? J->team : 1;
-    /* packed A block: MC x KC f32, or MC x KC/2 bf16 pairs */
-    uint32_t ap[MC * KC_MAX / 2 > MC * GP_KC_F32 ? MC * KC_MAX / 2 : MC * GP_KC_F32] __attribute__((aligned(64)));
-    const int64_t KCC = bf ? GP_KC_BF16 : GP_KC_F32;
-    /* AMX tiles (gemm_amx.c) for bf16 products whose A rows are contiguous in k */
-    const bool amx = bf && kt->gp_bf16->amx_ukernel && J->sak == 1;
-    /* streamed B: one chunk of one panel at a time (in L1), packed right before its micro-kernels */
-    uint32_t bs[STREAM_DW] __attribute__((aligned(64)));
-    for (int64_t th = t0; th < t1; th++)
-        for (int64_t task = th; task < J->nmb * ngr; task += team) {
-            int64_t mb = task / ngr, g = task % ngr;
-            int64_t r0 = mb * MC, mc = m - r0 < MC ? m - r0 : MC;
-            int64_t p0 = g * gsz, p1 = p0 + gsz < npan ? p0 + gsz : npan;
-            for (int64_t k0 = 0; k0 < k; k0 += KCC) {
-                int64_t kc = k - k0 < KCC ? k - k0 : KCC;
-                int acc = k0 > 0 || J->acc;
-                const bool last = k0 + kc >= k; /* the tiles are final after this chunk */
-                int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
-                const int64_t lda = (ka + 15) / 16 * 16; /* AMX: dwords per row of A */
-                if (amx) kt->gp_bf16->amx_pack_a(J->a + r0 * J->sat, J->sat, k0, kc, mc, ap, lda);
-                else pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
-                for (int64_t p = p0; p < p1; p++) {
-                    int64_t j0 = p * AF_GP_NR;
-                    int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
-                    const uint32_t *bpp = bs;
-                    if (J->stream)
-                        for (int64_t q0 = k0; q0 < k0 + kc; q0 += AF_GP_KC)
-                            pack_b_trans_chunk(kt, bs + (bf ? (q0 - k0) / 2 : q0 - k0) * AF_GP_NR, J->w, J->type,
-                                               J->ldw, n, p, q0, k0 + kc - q0 < AF_GP_KC ? k0 + kc - q0 : AF_GP_KC,
-                                               bf);
-                    else
-                        bpp = J->bp + p * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
-                    if (amx) {
-                        for (int64_t i0 = 0; i0 < mc; i0 += 32)
-                            kt->gp_bf16->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), ka, ap + i0 * lda, lda, bpp,
-                                                     J->c + (r0 + i0) * J->ldc + j0, J->ldc, nr, acc);
-                        continue;
-                    }
-                    for (int64_t i0 = 0; i0 < mc; i0 += 8) {
-                        int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
-                        const uint32_t *api = ap + (i0 / 8) * ka * 8;
-                        float *ci = J->c + (r0 + i0) * J->ldc + j0;
-                        if (bf) kt->gp_bf16->ukernel(mr, ka, api, bpp, ci, J->ldc, nr, acc);
-                        else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, J->ldc, nr, acc);
-                    }
-                }
-                if (last && J->f) { /* the task's rows x columns of C are final */
-                    const int64_t j0 = p0 * AF_GP_NR, j1 = p1 * AF_GP_NR;
-                    J->f->ep(J->f->arg, r0, mc, j0, (j1 < n ? j1 : n) - j0);
-                }
+    /* AMX tiles (gemm_amx.c) for bf16 products whose A is contiguous in k (rows) or in i (columns: the
+     * gradient products' dyᵀ): chunks of KC_MAX (C passes through memory once per chunk, exactly, so
+     * the bits do not depend on the chunk) */
+    const bool amx = bf && kt->gp_bf16->amx_ukernel && (J->sak == 1 || J->sat == 1);
+    const int64_t KCC = amx ? KC_MAX : bf ? GP_KC_BF16 : GP_KC_F32;
+    int64_t mb = task / ngr, g = task % ngr;
+    int64_t r0 = mb * MC, mc = m - r0 < MC ? m - r0 : MC;
+    int64_t p0 = g * gsz, p1 = p0 + gsz < npan ? p0 + gsz : npan;
+    for (int64_t k0 = 0; k0 < k; k0 += KCC) {
+        int64_t kc = k - k0 < KCC ? k - k0 : KCC;
+        int acc = k0 > 0 || J->acc;
+        const bool last = k0 + kc >= k; /* the tiles are final after this chunk */
+        int64_t ka = bf ? kc / 2 : kc; /* dwords per row of a micro-panel */
+        const int64_t lda = (ka + 15) / 16 * 16; /* AMX: dwords per row of A */
+        if (amx && J->sak == 1) kt->gp_bf16->amx_pack_a(J->a + r0 * J->sat, J->sat, k0, kc, mc, ap, lda);
+        else if (amx) kt->gp_bf16->amx_pack_at(J->a + r0, J->sak, k0, kc, mc, ap, lda);
+        else pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t j0 = p * AF_GP_NR;
+            int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
+            const uint32_t *bpp = bs;
+            if (J->stream)
+                for (int64_t q0 = k0; q0 < k0 + kc; q0 += AF_GP_KC)
+                    pack_b_trans_chunk(kt, bs + (bf ? (q0 - k0) / 2 : q0 - k0) * AF_GP_NR, J->w, J->type, J->ldw, n,
+                                       p, q0, k0 + kc - q0 < AF_GP_KC ? k0 + kc - q0 : AF_GP_KC, bf);
+            else
+                bpp = J->bp + p * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
+            if (amx) {
+                for (int64_t i0 = 0; i0 < mc; i0 += 32)
+                    kt->gp_bf16->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), ka, ap + i0 * lda, lda, bpp,
+                                             J->c + (r0 + i0) * J->ldc + j0, J->ldc, nr, acc, tilecfg);
+                continue;
+            }
+            for (int64_t i0 = 0; i0 < mc; i0 += 8) {
+                int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
+                const uint32_t *api = ap + (i0 / 8) * ka * 8;
+                float *ci = J->c + (r0 + i0) * J->ldc + j0;
+                if (bf) kt->gp_bf16->ukernel(mr, ka, api, bpp, ci, J->ldc, nr, acc);
+                else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, J->ldc, nr, acc);
             }
         }
+        if (last && J->f) { /* the task's rows x columns of C are final */
+            const int64_t j0 = p0 * AF_GP_NR, j1 = p1 * AF_GP_NR;
+            J->f->ep(J->f->arg, r0, mc, j0, (j1 < n ? j1 : n) - j0);
+        }
+    }
+}
+
+/* Shares t0 .. t1 - 1 of the team (one per thread, or several on one thread). Share th owns tasks
+ * th, th + team, ... (round-robin dealing: with ngr == team column groups, each share owns one group,
+ * whose B panels then stay in its thread's cache). A thread runs its own share's tasks, then takes
+ * the tasks the other shares have not started (J->next: a claim counter per share), so a thread
+ * slowed by another process on its core (or a late worker) holds up only the task it is running.
+ * Every C element is computed by one task, in the same order whichever thread runs it: the result
+ * does not depend on the team or on who ran what. */
+static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
+    const gp_job *J = va;
+    const int64_t team = J->team > 0 ? J->team : 1, ntask = J->nmb * J->ngr;
+    /* packed A block: MC x KC f32, or MC x KC/2 bf16 pairs */
+    uint32_t ap[MC * KC_MAX / 2 > MC * GP_KC_F32 ? MC * KC_MAX / 2 : MC * GP_KC_F32] __attribute__((aligned(64)));
+    /* streamed B: one chunk of one panel at a time (in L1), packed right before its micro-kernels */
+    uint32_t bs[STREAM_DW] __attribute__((aligned(64)));
+    int tilecfg = 0; /* the thread's tile configuration is unknown at the start of a job */
+    for (int64_t th = t0; th < t1; th++) {
+        if (!J->next) { /* no claim counters (a team over GP_SHARES): the share's own tasks only */
+            for (int64_t task = th; task < ntask; task += team) gp_run_task(J, task, ap, bs, &tilecfg);
+            continue;
+        }
+        for (int64_t o = 0; o < team; o++) { /* its own share first, then what is left of the others' */
+            const int64_t sh = (th + o) % team;
+            for (;;) {
+                const int64_t task = sh + team * __atomic_fetch_add(&J->next[sh].n, 1, __ATOMIC_RELAXED);
+                if (task >= ntask) break;
+                gp_run_task(J, task, ap, bs, &tilecfg);
+            }
+        }
+    }
 }
 
 /* B is streamed (GP_STREAM) for x·Wᵀ with at most MC rows: one row block, so each chunk of B is
@@ -395,6 +425,11 @@ static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, con
     int64_t npack = b_trans ? npan : bf ? k / 2 : k;
     if (!J.stream) af_threadpool_run(ctx->pool, nth, npack, 0, gp_pack_job, &J);
     J.team = af_threadpool_team(ctx->pool, nth);
+    gp_claim next[GP_SHARES];
+    if (J.team > 1 && J.team <= GP_SHARES) {
+        for (int t = 0; t < J.team; t++) next[t].n = 0;
+        J.next = next;
+    }
     af_threadpool_run(ctx->pool, J.team, J.team, 0, gp_task_job, &J);
 }
 

@@ -44,8 +44,8 @@ void af_gp_set_max_b(af_ctx *ctx, size_t bytes);
  *  a panel it is about to use (no buffer, no column blocks), bitwise the same result.
  * Returns false (C untouched) when the packed B cannot be allocated. Results do not depend on nth.
  * Precision: f32, or bf16 operands when ctx->bf16 and k is even (packed B pairs; error bound
- * in gemm_packed_avx512.c; on AMX tiles, gemm_amx.c, where ctx->k has them and A's rows are
- * contiguous in k), or int8 for the frozen weights' products when ctx->i8 (af_gp_i8_applies:
+ * in gemm_packed_avx512.c; on AMX tiles, gemm_amx.c, where ctx->k has them and A's rows or columns are
+ * contiguous (stride 1)), or int8 for the frozen weights' products when ctx->i8 (af_gp_i8_applies:
  * gemm_int8.h, its own driver). Kernels: ctx->k (mm->ukernel, mm->tpack, gp_bf16, gp_i8). */
 bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
                 const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
@@ -99,8 +99,9 @@ void af_gp_ukernel_bf16(int mr, int64_t kp, const uint32_t *ap, const uint32_t *
                         int nr, int accumulate);
 /* gemm_amx.c (AMX-TILE + AMX-BF16 only; layouts there). */
 void af_gp_amx_pack_a(const float *a, int64_t sat, int64_t k0, int64_t kc, int64_t mc, uint32_t *dst, int64_t lda);
+void af_gp_amx_pack_at(const float *a, int64_t sak, int64_t k0, int64_t kc, int64_t mc, uint32_t *dst, int64_t lda);
 void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_t lda, const uint32_t *bp, float *c, int64_t ldc,
-                       int nr, int accumulate);
+                       int nr, int accumulate, int *tilecfg);
 #endif
 
 #endif /* AF_GEMM_PACKED_H */

@@ -142,10 +142,11 @@ BF_TARGET void af_gp_ukernel_bf16(int mr, int64_t kp, const uint32_t *ap, const 
 
 /* bf16 part of the AVX-512 dispatch table (kernels.h); used only where the CPU has AVX512_BF16. */
 const af_gp_bf16_ops af_gp_bf16_ops_avx512 = {af_gp_tpack_bf16, af_gp_bf16_pair_rows, af_gp_ukernel_bf16,
-                                              af_gp_bf16_pair_cols, NULL, NULL};
-/* the same with the AMX tile kernels (gemm_amx.c) for A rows that are contiguous in k */
-const af_gp_bf16_ops af_gp_bf16_ops_amx = {af_gp_tpack_bf16, af_gp_bf16_pair_rows, af_gp_ukernel_bf16,
-                                           af_gp_bf16_pair_cols, af_gp_amx_pack_a, af_gp_amx_ukernel};
+                                              af_gp_bf16_pair_cols, NULL, NULL, NULL};
+/* the same with the AMX tile kernels (gemm_amx.c) for A contiguous in k (rows) or in i (columns) */
+const af_gp_bf16_ops af_gp_bf16_ops_amx = {af_gp_tpack_bf16,  af_gp_bf16_pair_rows, af_gp_ukernel_bf16,
+                                           af_gp_bf16_pair_cols, af_gp_amx_pack_a,  af_gp_amx_pack_at,
+                                           af_gp_amx_ukernel};
 
 #else
 typedef int af_gemm_bf16_avx512_empty; /* ISO C forbids an empty translation unit */

@@ -24,8 +24,9 @@ typedef struct af_gp_bf16_ops {
     void (*pair_cols)(const float *src, int64_t s, int64_t kp, int64_t nrow, uint32_t *dst);
     /* gemm_amx.c, NULL without AMX: rows of A as bf16 pairs, and the 32 x 32 tile micro-kernel */
     void (*amx_pack_a)(const float *a, int64_t sat, int64_t k0, int64_t kc, int64_t mc, uint32_t *dst, int64_t lda);
+    void (*amx_pack_at)(const float *a, int64_t sak, int64_t k0, int64_t kc, int64_t mc, uint32_t *dst, int64_t lda);
     void (*amx_ukernel)(int mr, int64_t kp, const uint32_t *ap, int64_t lda, const uint32_t *bp, float *c,
-                        int64_t ldc, int nr, int accumulate);
+                        int64_t ldc, int nr, int accumulate, int *tilecfg);
 } af_gp_bf16_ops;
 
 /* ops.c: per-row / per-chunk pieces of RMSNorm, RoPE, exp and SwiGLU (contracts in ops.c). */
