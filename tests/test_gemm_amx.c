@@ -8,12 +8,14 @@
  *    pairs (a tail of fewer than 16 pairs included) against a scalar sum of the same bf16 products
  *    in double, within k 2^-23 sum |a'b'| (f32 accumulation), accumulate on and off; nothing outside
  *    the mr x nr block is written;
+ *  - af_i8_amx_ukernel (AMX-INT8, the int8 products) gives bitwise the C of the VPDPBUSD micro-kernel;
  *  - the table in use takes them (the bf16 products of tests/test_matmul.c then run on AMX too).
  */
 #include "testlib.h"
 #include "kernels/ctx.h"
 
 #include "core/core.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/kernels.h"
 
@@ -127,6 +129,38 @@ static void ukernel_case(int mr, int nr, int64_t kp, int accumulate) {
     free(ap); free(bp); free(c); free(c0); free(ref); free(tol);
 }
 
+/* af_i8_amx_ukernel against the AVX512-VNNI micro-kernel of the int8 products (gemm_int8_avx512.c) on the
+ * same operands: s8 A (rows for the tiles, [kq][8] micro-panels of 8 rows for VPDPBUSD), u8 B panels,
+ * row sums, scales; C must be the same bits (exact integer sums, the same scaling). */
+static void i8_case(int mr, int nr, int64_t kq, int accumulate) {
+    const af_gp_i8_ops *vn = &af_gp_i8_ops_avx512;
+    const int64_t lda = (kq + 15) / 16 * 16, ldc = 35, gs = 3 * 8; /* 3 chunks per row group, chunk 1 used */
+    uint32_t *ap = calloc((size_t)(32 * lda), 4), *ap8 = calloc((size_t)(4 * kq * 8), 4);
+    uint32_t *bp = aligned_alloc(64, (size_t)((kq * 32 * 4 + 63) / 64 * 64));
+    int32_t comp[4 * 24];
+    float sa[4 * 24], sb[32];
+    float *c1 = malloc(sizeof(float) * 32 * ldc), *c2 = malloc(sizeof(float) * 32 * ldc);
+    for (int i = 0; i < mr; i++)
+        for (int64_t q = 0; q < kq; q++) {
+            uint32_t v = 0;
+            for (int b = 0; b < 4; b++) v |= (uint32_t)(uint8_t)(int8_t)((int)(tl_rand_u64(&g_rng) % 255) - 127) << (8 * b);
+            ap[i * lda + q] = v;
+            ap8[((i / 8) * kq + q) * 8 + i % 8] = v;
+        }
+    for (int64_t q = 0; q < kq * 32; q++) bp[q] = (uint32_t)tl_rand_u64(&g_rng);
+    for (int i = 0; i < 4 * 24; i++) comp[i] = (int)(tl_rand_u64(&g_rng) % 100000) - 50000, sa[i] = tl_rand_normal(&g_rng);
+    for (int j = 0; j < 32; j++) sb[j] = tl_rand_normal(&g_rng);
+    for (int i = 0; i < 32 * ldc; i++) c1[i] = c2[i] = tl_rand_normal(&g_rng);
+    for (int g = 0; g * 8 < mr; g++)
+        vn->ukernel(mr - 8 * g < 8 ? mr - 8 * g : 8, kq, ap8 + g * kq * 8, bp, comp + g * gs + 8, sa + g * gs + 8, sb,
+                    c1 + 8 * g * ldc, ldc, nr, accumulate);
+    static int tilecfg = 0;
+    af_i8_amx_ukernel(mr, kq, ap, lda, bp, comp + 8, sa + 8, gs, sb, c2, ldc, nr, accumulate, &tilecfg);
+    CHECK(!memcmp(c1, c2, sizeof(float) * 32 * ldc), "i8 amx_ukernel mr=%d nr=%d kq=%lld acc=%d: bitwise the VPDPBUSD kernel's C",
+          mr, nr, (long long)kq, accumulate);
+    free(ap); free(ap8); free(bp); free(c1); free(c2);
+}
+
 int main(void) {
     if (!af_cpu()->amx_ready) {
         tl_skip("AMX: this CPU has no AMX-BF16 or the kernel did not grant the tile data");
@@ -146,5 +180,9 @@ int main(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++)
             for (int acc = 0; acc < 2; acc++) ukernel_case(shapes[s][0], shapes[s][1], depths[d], acc);
+    const int64_t quads[] = {64, 16, 7, 40};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t d = 0; d < sizeof quads / sizeof quads[0]; d++)
+            for (int acc = 0; acc < 2; acc++) i8_case(shapes[s][0], shapes[s][1], quads[d], acc);
     return tl_finish("test_gemm_amx");
 }

@@ -66,7 +66,7 @@ typedef struct af_cpu_info {
     bool sse3, ssse3, avx, avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq, avx512_bf16, avx512_vnni, avx_vnni;
     bool amx_tile, amx_bf16, amx_int8;
-    bool amx_ready; /* AMX-TILE + AMX-BF16 (and AVX-512) and Linux granted this process the tile data */
+    bool amx_ready; /* AMX-TILE, -BF16 and -INT8 (and AVX-512) and Linux granted this process the tile data */
     bool neon, arm_dotprod; /* ARM */
     /* bf16 products run faster than f32 ones: AVX512_BF16 whose VDPBF16PS does twice the f32 FMA's
      * multiply-adds per cycle, AMD Zen 4 and later (measured 1.9x the f32 rate on a Zen 4,

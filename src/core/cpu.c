@@ -54,7 +54,7 @@ static void detect(void) {
 #if defined(__x86_64__) && defined(__linux__)
         /* Linux hands out the 8 KiB of tile data only on request (ARCH_REQ_XCOMP_PERM 0x1023 for
          * XFEATURE_XTILEDATA 18, Documentation/arch/x86/xstate.rst); the grant is per process. */
-        if (g_cpu.amx_tile && g_cpu.amx_bf16 && g_cpu.avx512_vnni)
+        if (g_cpu.amx_tile && g_cpu.amx_bf16 && g_cpu.amx_int8 && g_cpu.avx512_vnni)
             g_cpu.amx_ready = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 #endif
         unsigned a1, b1, c1, d1;

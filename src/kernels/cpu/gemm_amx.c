@@ -28,6 +28,7 @@
 #include <string.h>
 
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
+#define AMX_I8_TARGET __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
 
 typedef struct __attribute__((packed)) amx_cfg {
     uint8_t palette, start_row;
@@ -184,6 +185,61 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
     c_tiles(cc, ldcc, 0);
     if (!full)
         for (int i = 0; i < mr; i++) memcpy(c + i * ldc, tmp + i * 32, (size_t)nr * sizeof(float));
+}
+
+/* The int8 products' micro-kernel on AMX-INT8 tiles (gemm_int8.c, gemm_int8.h: the method). C[i][j] (+)=
+ * float(S[i][j] - comp[i]) · (sb[j]·sa[i]) for i < mr <= 32, j < nr <= 32, with S[i][j] = sum_q dot(ap[i*lda + q],
+ * bp[q*32 + j]) over kq <= 64 quads (one depth chunk): A s8 quads, rows of ap (row stride lda dwords, rows past
+ * mr zero), B u8 quads in the panels of gemm_int8.c ([kq][32] dwords). TDPBSUD (Intel SDM: s8 x u8 products,
+ * four per 32-bit lane, summed exactly in int32) gives the VPDPBUSD kernel's integer sums exactly, and the
+ * scaling below is that kernel's to the operation (af_i8_ukernel), so C is bitwise the same. comp and sa
+ * are in gemm_int8.c's groups of 8 rows: row i at [(i / 8)·gs + i % 8]. *tilecfg as af_gp_amx_ukernel's. */
+AMX_I8_TARGET void af_i8_amx_ukernel(int mr, int64_t kq, const uint32_t *ap, int64_t lda, const uint32_t *bp,
+                                     const int32_t *comp, const float *sa, int64_t gs, const float *sb, float *c,
+                                     int64_t ldc, int nr, int accumulate, int *tilecfg) {
+    int32_t s[32 * 32] __attribute__((aligned(64)));
+    const int rows2 = mr > 16, cols2 = nr > 16;
+    const int kq0 = kq < 16 ? (int)kq : 16;
+    if (*tilecfg != kq0) amx_config(*tilecfg = kq0);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t q = 0; q < kq; q += 16) {
+        const int64_t kk = kq - q < 16 ? kq - q : 16;
+        if (kk != *tilecfg) { /* the last kk < 16 quads: the partial sums go through s */
+            c_tiles((float *)(void *)s, 32, 0);
+            amx_config(*tilecfg = (int)kk);
+            c_tiles((float *)(void *)s, 32, 1);
+        }
+        _tile_loadd(4, ap + q, lda * 4);
+        if (rows2) _tile_loadd(5, ap + 16 * lda + q, lda * 4);
+        _tile_loadd(6, bp + q * 32, 128);
+        if (cols2) _tile_loadd(7, bp + q * 32 + 16, 128);
+        _tile_dpbsud(0, 4, 6);
+        if (cols2) _tile_dpbsud(1, 4, 7);
+        if (rows2) _tile_dpbsud(2, 5, 6);
+        if (rows2 && cols2) _tile_dpbsud(3, 5, 7);
+    }
+    c_tiles((float *)(void *)s, 32, 0);
+    const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
+    const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+    const __m512 s0 = _mm512_maskz_loadu_ps(m0, sb), s1 = _mm512_maskz_loadu_ps(m1, sb + 16);
+    for (int i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        const int64_t g = (i / 8) * gs + i % 8;
+        const __m512i ci32 = _mm512_set1_epi32(comp[g]);
+        const __m512 si = _mm512_set1_ps(sa[g]);
+        const __m512i a0 = _mm512_load_si512(s + i * 32), a1 = _mm512_load_si512(s + i * 32 + 16);
+        __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a0, ci32)), _mm512_mul_ps(s0, si));
+        __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a1, ci32)), _mm512_mul_ps(s1, si));
+        if (accumulate) {
+            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), v0);
+            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), v1);
+        }
+        _mm512_mask_storeu_ps(ci, m0, v0);
+        _mm512_mask_storeu_ps(ci + 16, m1, v1);
+    }
 }
 
 #else

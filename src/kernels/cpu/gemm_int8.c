@@ -7,7 +7,10 @@
  *    ceil(K/4), with one scale per column (x·Wᵀ) or per depth index (dy·W, then folded into A).
  *  - Each task (a block of at most 128 rows of A x a group of panels) quantizes its rows of A
  *    whole (s8 micro-panels [K4][8] dwords, one scale and, per depth chunk, one row sum per row),
- *    then runs the 8 x 32 VPDPBUSD micro-kernel chunk by chunk (AF_I8_KC deep, one scale per row and chunk)
+ *    then runs the 8 x 32 VPDPBUSD micro-kernel chunk by chunk (AF_I8_KC deep, one scale per row and chunk);
+ *    with AMX (the table's amx_ukernel, gemm_amx.c) the rows stay whole (row-major s8, the tiles' A
+ *    layout) and 32 x 32 blocks run on AMX-INT8 tiles, bitwise the same C (exact int32 sums, the same
+ *    scaling)
  *  - The u8 offset of B is removed with 128 x the row sums of A's chunk; the tile is scaled and
  *    stored (or added) in f32 after each chunk, so C is final after the last chunk (af_gp_fused's
  *    epilogue runs then, as in gemm_packed.c).
@@ -126,13 +129,18 @@ static void i8_pack_job(void *va, int64_t i0, int64_t i1, int tid) {
     else pack_rows(J, i0, i1, tid);
 }
 
-/* Rows r0 .. r0 + mc of A quantized into aq ([mc/8][k4][8] dwords), one scale per row and chunk of
- * depth, sa ([mc/8][nch][8]), and comp ([mc/8][nch][8]: 128 x the chunk's row sums); rows past mc
- * are zero. */
+/* Rows r0 .. r0 + mc of A quantized into aq ([mc/8][k4][8] dwords; amx: rows of k4 dwords, rows up to
+ * mc rounded up to 32), one scale per row and chunk of depth, sa ([mc/8][nch][8]), and comp
+ * ([mc/8][nch][8]: 128 x the chunk's row sums); rows past mc are zero. */
 static void quant_a(const i8_job *J, int64_t r0, int64_t mc, uint32_t *aq, int32_t *comp, float *sa, uint8_t *q,
-                    float *gath, int32_t *sums) {
+                    float *gath, int32_t *sums, bool amx) {
     const int64_t k = J->k, k4 = J->k4, rowb = k4 * 4, nch = J->nch;
+    if (amx) {
+        const int64_t rows = (mc + 31) / 32 * 32;
+        memset((uint8_t *)aq + mc * rowb, 0, (size_t)((rows - mc) * rowb));
+    }
     for (int64_t b = 0; b < (mc + 7) / 8; b++) {
+        if (amx) q = (uint8_t *)aq + 8 * b * rowb; /* the rows in place */
         const float *src[8];
         for (int64_t i = 0; i < 8; i++) {
             const int64_t t = 8 * b + i;
@@ -157,7 +165,7 @@ static void quant_a(const i8_job *J, int64_t r0, int64_t mc, uint32_t *aq, int32
             }
             src[i] = (const float *)(const void *)(q + i * rowb);
         }
-        J->kt->mm->tpack(src, k4, aq + b * k4 * 8, 8);
+        if (!amx) J->kt->mm->tpack(src, k4, aq + b * k4 * 8, 8);
         for (int64_t c = 0; c < nch; c++)
             for (int i = 0; i < 8; i++) comp[(b * nch + c) * 8 + i] = 128 * sums[i * nch + c];
     }
@@ -188,12 +196,14 @@ static void i8_task_job(void *va, int64_t t0, int64_t t1, int tid) {
     uint8_t *q = blk + abytes + 2 * cbytes;
     float *gath = (float *)(void *)(q + qbytes);
     int32_t *sums = (int32_t *)(void *)((uint8_t *)gath + gbytes);
+    const bool amx = op->amx_ukernel != NULL; /* AMX-INT8 tiles: A rows in place, 32 x 32 blocks */
+    int tilecfg = 0;                          /* the thread's tile configuration: unknown at first */
     for (int64_t th = t0; th < t1; th++)
         for (int64_t task = th; task < J->nmb * J->ngr; task += team) {
             const int64_t mb = task / J->ngr, g = task % J->ngr;
             const int64_t r0 = mb * I8_MC, mc = J->m - r0 < I8_MC ? J->m - r0 : I8_MC;
             const int64_t p0 = g * J->gsz, p1 = p0 + J->gsz < J->npan ? p0 + J->gsz : J->npan;
-            quant_a(J, r0, mc, aq, comp, sa, q, gath, sums);
+            quant_a(J, r0, mc, aq, comp, sa, q, gath, sums, amx);
             for (int64_t c = 0; c < nch; c++) {
                 const int64_t q0 = c * kqc, kq = k4 - q0 < kqc ? k4 - q0 : kqc;
                 const int acc = c > 0 || J->acc;
@@ -201,6 +211,14 @@ static void i8_task_job(void *va, int64_t t0, int64_t t1, int tid) {
                     const int64_t j0 = p * AF_GP_NR;
                     const int nr = (int)(J->n - j0 < AF_GP_NR ? J->n - j0 : AF_GP_NR);
                     const uint32_t *bpp = J->bp + (p * k4 + q0) * AF_GP_NR;
+                    const float *sbp = J->sb + c * J->npan * AF_GP_NR + j0;
+                    if (amx) {
+                        for (int64_t i0 = 0; i0 < mc; i0 += 32)
+                            op->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), kq, aq + i0 * k4 + q0, k4, bpp,
+                                            comp + ((i0 / 8) * nch + c) * 8, sa + ((i0 / 8) * nch + c) * 8, nch * 8, sbp,
+                                            J->c + (r0 + i0) * J->ldc + j0, J->ldc, nr, acc, &tilecfg);
+                        continue;
+                    }
                     for (int64_t i0 = 0; i0 < mc; i0 += 8) {
                         const int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
                         op->ukernel(mr, kq, aq + (i0 / 8) * k4 * 8 + q0 * 8, bpp, comp + ((i0 / 8) * nch + c) * 8,

@@ -11,7 +11,8 @@
 
 #define AF_I8_KC 256 /* depth of one scale and of one micro-kernel call (a B sliver of 256 x 32 bytes) */
 
-/* The AVX512-VNNI kernels (gemm_int8_avx512.c; layouts and rounding there), reached as ctx->k->gp_i8. */
+/* The AVX512-VNNI kernels (gemm_int8_avx512.c; layouts and rounding there), reached as ctx->k->gp_i8; with AMX,
+ * the micro-kernel on AMX-INT8 tiles too. */
 typedef struct af_gp_i8_ops {
     float (*amax)(const float *x, const float *s, int64_t n);
     void (*quant_row)(const float *x, const float *s, float inv, int64_t n, int64_t npad, int off, uint8_t *q,
@@ -19,7 +20,16 @@ typedef struct af_gp_i8_ops {
     void (*interleave4)(const uint8_t *const r[4], int64_t n, uint32_t *dst);
     void (*ukernel)(int mr, int64_t kq, const uint32_t *ap, const uint32_t *bp, const int32_t *comp, const float *sa,
                     const float *sb, float *c, int64_t ldc, int nr, int accumulate);
+    /* AMX-INT8 tiles (gemm_amx.c; NULL without AMX): 32 x 32 blocks from rows of A, bitwise ukernel's result */
+    void (*amx_ukernel)(int mr, int64_t kq, const uint32_t *ap, int64_t lda, const uint32_t *bp, const int32_t *comp,
+                        const float *sa, int64_t gs, const float *sb, float *c, int64_t ldc, int nr, int accumulate,
+                        int *tilecfg);
 } af_gp_i8_ops;
+
+/* gemm_amx.c: af_gp_i8_ops.amx_ukernel of the AMX table. */
+void af_i8_amx_ukernel(int mr, int64_t kq, const uint32_t *ap, int64_t lda, const uint32_t *bp, const int32_t *comp,
+                       const float *sa, int64_t gs, const float *sb, float *c, int64_t ldc, int nr, int accumulate,
+                       int *tilecfg);
 
 /* True when af_gp_gemm runs C = A·B of this shape and weight type as an int8 product: ctx->i8, the
  * weight in a block format (a frozen, quantized or f16/bf16 base weight: never F32, so LoRA, attention

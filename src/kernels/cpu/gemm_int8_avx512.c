@@ -115,7 +115,9 @@ I8_TARGET void af_i8_ukernel(int mr, int64_t kq, const uint32_t *ap, const uint3
 }
 
 /* int8 part of the AVX-512 dispatch table (kernels.h); only in the table of CPUs with AVX512_VNNI. */
-const af_gp_i8_ops af_gp_i8_ops_avx512 = {af_i8_amax, af_i8_quant_row, af_i8_interleave4, af_i8_ukernel};
+const af_gp_i8_ops af_gp_i8_ops_avx512 = {af_i8_amax, af_i8_quant_row, af_i8_interleave4, af_i8_ukernel, NULL};
+/* the same with the AMX-INT8 micro-kernel (gemm_amx.c), in the AMX table */
+const af_gp_i8_ops af_gp_i8_ops_amx = {af_i8_amax, af_i8_quant_row, af_i8_interleave4, af_i8_ukernel, af_i8_amx_ukernel};
 
 #else
 typedef int af_gemm_int8_avx512_empty; /* ISO C forbids an empty translation unit */

@@ -20,7 +20,7 @@ static const af_kernels k_avx512 = {"avx512", AF_KPATH_AVX512, &af_mm_ops_avx512
                                     &af_gp_i8_ops_avx512};
 static const af_kernels k_avx512_amx = {"avx512", AF_KPATH_AVX512, &af_mm_ops_avx512, &af_gp_bf16_ops_amx,
                                         &af_ops_rows_avx512, &af_att_rows_avx512, &af_ag_rows_avx512,
-                                        &af_gp_i8_ops_avx512};
+                                        &af_gp_i8_ops_amx};
 static const af_kernels k_avx512_novnni = {"avx512", AF_KPATH_AVX512, &af_mm_ops_avx512_novnni,
                                            &af_gp_bf16_ops_avx512, &af_ops_rows_avx512, &af_att_rows_avx512,
                                            &af_ag_rows_avx512, NULL};

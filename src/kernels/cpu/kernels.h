@@ -96,7 +96,7 @@ extern const af_ops_rows af_ops_rows_avx2, af_ops_rows_avx512;
 extern const af_att_rows af_att_rows_avx2, af_att_rows_avx512;
 extern const af_ag_rows af_ag_rows_avx2, af_ag_rows_avx512;
 extern const af_gp_bf16_ops af_gp_bf16_ops_avx512, af_gp_bf16_ops_amx;
-extern const struct af_gp_i8_ops af_gp_i8_ops_avx512;
+extern const struct af_gp_i8_ops af_gp_i8_ops_avx512, af_gp_i8_ops_amx;
 #endif
 
 #endif /* AF_KERNELS_CPU_KERNELS_H */
