@@ -57,6 +57,7 @@ typedef struct i8_job {
     int64_t ldc, sat, sak, m, n, k, k4, nch, npan, nmb, ngr, gsz;
     const af_gp_fused *f;
     uint8_t *scratch; /* team slots of `slot` bytes (64-byte multiples), by tid */
+    af_gp_claim *next; /* af_gp_deal_next's claim counters (NULL: static dealing) */
     size_t slot;
 } i8_job;
 
@@ -199,7 +200,7 @@ static void i8_task_job(void *va, int64_t t0, int64_t t1, int tid) {
     const bool amx = op->amx_ukernel != NULL; /* AMX-INT8 tiles: A rows in place, 32 x 32 blocks */
     int tilecfg = 0;                          /* the thread's tile configuration: unknown at first */
     for (int64_t th = t0; th < t1; th++)
-        for (int64_t task = th; task < J->nmb * J->ngr; task += team) {
+        for (int64_t o = 0, task; (task = af_gp_deal_next(J->next, team, J->nmb * J->ngr, th, &o)) >= 0;) {
             const int64_t mb = task / J->ngr, g = task % J->ngr;
             const int64_t r0 = mb * I8_MC, mc = J->m - r0 < I8_MC ? J->m - r0 : I8_MC;
             const int64_t p0 = g * J->gsz, p1 = p0 + J->gsz < J->npan ? p0 + J->gsz : J->npan;
@@ -257,6 +258,8 @@ bool af_gp_gemm_i8(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int
     if (!b_trans)
         for (int64_t j = 0; j < nch * npan * AF_GP_NR; j++) J.sb[j] = 1.0f;
     af_threadpool_run(ctx->pool, team, b_trans ? npan : k4, 0, i8_pack_job, &J);
+    af_gp_claim next[AF_GP_SHARES];
+    J.next = af_gp_deal_init(next, team);
     af_threadpool_run(ctx->pool, team, team, 0, i8_task_job, &J);
     return true;
 }

@@ -280,12 +280,24 @@ static void pack_b_rows_bf16(const af_kernels *kt, uint32_t *bp, const uint8_t *
 
 /* ---------------------------------------------------------------- driver */
 
-/* Claim counters of the tasks (gp_task_job), one per share of the team, each on its own cache line;
- * teams of more than GP_SHARES threads deal statically. */
-#define GP_SHARES 64
-typedef struct gp_claim {
-    _Alignas(64) int64_t n;
-} gp_claim;
+af_gp_claim *af_gp_deal_init(af_gp_claim next[AF_GP_SHARES], int team) {
+    if (team <= 1 || team > AF_GP_SHARES) return NULL;
+    for (int t = 0; t < team; t++) next[t].n = 0;
+    return next;
+}
+
+int64_t af_gp_deal_next(af_gp_claim *next, int64_t team, int64_t ntask, int64_t th, int64_t *o) {
+    if (!next) { /* static: the share's own tasks */
+        const int64_t task = th + team * (*o)++;
+        return task < ntask ? task : -1;
+    }
+    for (; *o < team; ++*o) { /* its own share first, then what is left of the others' */
+        const int64_t sh = (th + *o) % team;
+        const int64_t task = sh + team * __atomic_fetch_add(&next[sh].n, 1, __ATOMIC_RELAXED);
+        if (task < ntask) return task;
+    }
+    return -1;
+}
 
 typedef struct gp_job {
     const af_kernels *kt;
@@ -299,7 +311,7 @@ typedef struct gp_job {
     const float *a;
     int64_t ldc, sat, sak, m, n, k, npan, pstride, nmb, ngr, gsz;
     const af_gp_fused *f; /* af_gp_gemm_fused's epilogue (NULL: none) */
-    gp_claim *next;       /* per share of the team: tasks of it claimed so far (NULL: static dealing) */
+    af_gp_claim *next;    /* af_gp_deal_next's claim counters (NULL: static dealing) */
 } gp_job;
 
 /* Packs panels / rows [i0, i1) of B. */
@@ -364,13 +376,10 @@ static void gp_run_task(const gp_job *J, int64_t task, uint32_t *ap, uint32_t *b
     }
 }
 
-/* Shares t0 .. t1 - 1 of the team (one per thread, or several on one thread). Share th owns tasks
- * th, th + team, ... (round-robin dealing: with ngr == team column groups, each share owns one group,
- * whose B panels then stay in its thread's cache). A thread runs its own share's tasks, then takes
- * the tasks the other shares have not started (J->next: a claim counter per share), so a thread
- * slowed by another process on its core (or a late worker) holds up only the task it is running.
- * Every C element is computed by one task, in the same order whichever thread runs it: the result
- * does not depend on the team or on who ran what. */
+/* Shares t0 .. t1 - 1 of the team (one per thread, or several on one thread), dealt by
+ * af_gp_deal_next: with ngr == team column groups each share owns one group, whose B panels then stay
+ * in its thread's cache. Every C element is computed by one task, in the same order whichever thread
+ * runs it: the result does not depend on the team or on who ran what. */
 static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
     const gp_job *J = va;
     const int64_t team = J->team > 0 ? J->team : 1, ntask = J->nmb * J->ngr;
@@ -379,20 +388,9 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
     /* streamed B: one chunk of one panel at a time (in L1), packed right before its micro-kernels */
     uint32_t bs[STREAM_DW] __attribute__((aligned(64)));
     int tilecfg = 0; /* the thread's tile configuration is unknown at the start of a job */
-    for (int64_t th = t0; th < t1; th++) {
-        if (!J->next) { /* no claim counters (a team over GP_SHARES): the share's own tasks only */
-            for (int64_t task = th; task < ntask; task += team) gp_run_task(J, task, ap, bs, &tilecfg);
-            continue;
-        }
-        for (int64_t o = 0; o < team; o++) { /* its own share first, then what is left of the others' */
-            const int64_t sh = (th + o) % team;
-            for (;;) {
-                const int64_t task = sh + team * __atomic_fetch_add(&J->next[sh].n, 1, __ATOMIC_RELAXED);
-                if (task >= ntask) break;
-                gp_run_task(J, task, ap, bs, &tilecfg);
-            }
-        }
-    }
+    for (int64_t th = t0; th < t1; th++)
+        for (int64_t o = 0, task; (task = af_gp_deal_next(J->next, team, ntask, th, &o)) >= 0;)
+            gp_run_task(J, task, ap, bs, &tilecfg);
 }
 
 /* B is streamed (GP_STREAM) for x·Wᵀ with at most MC rows: one row block, so each chunk of B is
@@ -425,11 +423,8 @@ static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, con
     int64_t npack = b_trans ? npan : bf ? k / 2 : k;
     if (!J.stream) af_threadpool_run(ctx->pool, nth, npack, 0, gp_pack_job, &J);
     J.team = af_threadpool_team(ctx->pool, nth);
-    gp_claim next[GP_SHARES];
-    if (J.team > 1 && J.team <= GP_SHARES) {
-        for (int t = 0; t < J.team; t++) next[t].n = 0;
-        J.next = next;
-    }
+    af_gp_claim next[AF_GP_SHARES];
+    J.next = af_gp_deal_init(next, J.team);
     af_threadpool_run(ctx->pool, J.team, J.team, 0, gp_task_job, &J);
 }
 

@@ -71,6 +71,21 @@ bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, 
                       const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                       int accumulate, int nth, const af_gp_fused *f);
 
+/* Task dealing of the packed GEMMs' task jobs (gemm_packed.c, gemm_int8.c): share th of a team owns
+ * tasks th, th + team, ... (round-robin); a thread runs its own share's tasks, then takes the tasks the
+ * other shares have not started, so a thread slowed by another process on its core (or a late worker)
+ * holds up only the task it is running. One claim counter per share, each on its own cache line.
+ * af_gp_deal_init: zeroes next[0 .. team) and returns it; NULL (static dealing: each share runs its
+ * own tasks only) for a team of 1 or of more than AF_GP_SHARES.
+ * af_gp_deal_next: the next task for share th (< ntask), or -1 when none is left; *o is the walk's
+ * state, 0 before the first call. Tasks must not depend on the thread that runs them. */
+#define AF_GP_SHARES 64
+typedef struct af_gp_claim {
+    _Alignas(64) int64_t n;
+} af_gp_claim;
+af_gp_claim *af_gp_deal_init(af_gp_claim next[AF_GP_SHARES], int team);
+int64_t af_gp_deal_next(af_gp_claim *next, int64_t team, int64_t ntask, int64_t th, int64_t *o);
+
 /* The calling thread's packed-B buffer, grown to at least `bytes` (contents undefined; NULL when it
  * cannot be had), for the int8 products (gemm_int8.c), which run instead of af_gp_gemm, never inside it. */
 void *af_gp_buffer(size_t bytes);
