@@ -11,7 +11,8 @@
 #        THREADS (all cores: the thread count of every peer comparison), MODEL
 #        (models/SmolLM2-135M-Instruct.Q4_1.gguf), BUILD (build), OUT (bench/results), WORK
 #        ($BUILD/bench/cpu_suite: the parts' own reports and logs), LLAMA_BENCH (llama.cpp's
-#        llama-bench: .llama-server/bin/llama-bench when scripts/setup_llama_server.sh built it;
+#        llama-bench: .llama-server/bin/llama-bench when scripts/setup_llama_server.sh built it, on a
+#        CPU with AMX .llama-noamx/bin/llama-bench first (built without ggml's AMX kernel, see below);
 #        `none` = use LLAMA_VENV), LLAMA_VENV (the venv with llama-cpp-python, used without
 #        LLAMA_BENCH: .venv-bench, else .venv-llamacpp when it exists; never built here),
 #        REF_VENV (.venv-ref: torch, transformers, peft, gguf; never created here), HF (the float32
@@ -62,6 +63,12 @@ command -v "$PY" >/dev/null || { echo "$me: $PY not found (the report needs pyth
 
 # llama.cpp's own llama-bench (scripts/setup_llama_server.sh: a native build) when present, else
 # llama-cpp-python from LLAMA_VENV; LLAMA_BENCH=none forces the venv
+# On a CPU with AMX, a build without ggml's AMX kernel when there is one (.llama-noamx: on the Emerald
+# Rapids guest of 2026-11-28 ggml's tinygemm_kernel_amx died with SIGILL on the prompt):
+#   EXTRA_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" scripts/setup_llama_server.sh .llama-noamx
+if [ -z "${LLAMA_BENCH:-}" ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null && [ -x .llama-noamx/bin/llama-bench ]; then
+  LLAMA_BENCH=.llama-noamx/bin/llama-bench
+fi
 if [ -z "${LLAMA_BENCH:-}" ] && [ -x .llama-server/bin/llama-bench ]; then LLAMA_BENCH=.llama-server/bin/llama-bench; fi
 [ "${LLAMA_BENCH:-}" != none ] || LLAMA_BENCH=
 if [ -z "${LLAMA_VENV:-}" ]; then
