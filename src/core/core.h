@@ -71,8 +71,8 @@ typedef struct af_cpu_info {
     /* bf16 products run faster than f32 ones: AVX512_BF16 whose VDPBF16PS does twice the f32 FMA's
      * multiply-adds per cycle, AMD Zen 4 and later (measured 1.9x the f32 rate on a Zen 4,
      * bench/results/train_vs_peft.md), or AMX-BF16 tiles ready to use (amx_ready: Intel Sapphire /
-     * Emerald Rapids; the packed GEMM's bf16 products run on them, gemm_amx.c: a training step 1.9-2.3x
-     * f32 on an Emerald Rapids). Intel Xeons without AMX run VDPBF16PS on one port, at or below the f32
+     * Emerald Rapids; the packed GEMM's bf16 products run on them, gemm_amx.c: a classification step
+     * 2.0-2.6x f32 on an Emerald Rapids, bench/results/cpu-intel-xeon-emerald-rapids-2c.md). Intel Xeons without AMX run VDPBF16PS on one port, at or below the f32
      * FMA rate (measured 0.46x), so false there. From the CPU's identity, never from a timing: a run's
      * numerics must not depend on the machine's load. */
     bool bf16_dot_fast;
