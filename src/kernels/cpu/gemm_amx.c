@@ -27,8 +27,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
-#define AMX_I8_TARGET __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
+/* af_cpu()->amx_ready implies AMX-TILE, AMX-BF16 and AMX-INT8 */
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,amx-int8,avx512f,avx512bw,avx512vl,avx512bf16,avx512dq")))
 
 typedef struct __attribute__((packed)) amx_cfg {
     uint8_t palette, start_row;
@@ -61,6 +61,39 @@ AMX_TARGET static inline void c_tiles(float *cc, int64_t ldcc, int load) {
         _tile_stored(1, cc + 16, ldcc * 4);
         _tile_stored(2, cc + 16 * ldcc, ldcc * 4);
         _tile_stored(3, cc + 16 * ldcc + 16, ldcc * 4);
+    }
+}
+
+/* The depth loop of both micro-kernels: tiles 0-3 (C, already loaded or zeroed) += A tiles (rows of ap,
+ * stride lda dwords) x B tiles (bp's [kd][32] dwords) over kd dwords of depth (bf16 pairs, or int8 quads
+ * with i8: TDPBSUD), 16 at a time; the last kd % 16 with tiles reconfigured for that depth, C passing
+ * through cc (row stride ldcc floats) meanwhile. Blocks of <= 16 rows or columns (rows2 / cols2 false:
+ * LoRA's r = 16 side of the gradient products) leave out the tiles of the other half, whose inputs are
+ * zero padding. */
+AMX_TARGET static inline void amx_depth(int i8, int64_t kd, const uint32_t *ap, int64_t lda, const uint32_t *bp,
+                                        float *cc, int64_t ldcc, int rows2, int cols2, int *tilecfg) {
+    for (int64_t q = 0; q < kd; q += 16) {
+        const int64_t kq = kd - q < 16 ? kd - q : 16;
+        if (kq != *tilecfg) {
+            c_tiles(cc, ldcc, 0);
+            amx_config(*tilecfg = (int)kq);
+            c_tiles(cc, ldcc, 1);
+        }
+        _tile_loadd(4, ap + q, lda * 4);
+        if (rows2) _tile_loadd(5, ap + 16 * lda + q, lda * 4);
+        _tile_loadd(6, bp + q * 32, 128);
+        if (cols2) _tile_loadd(7, bp + q * 32 + 16, 128);
+        if (i8) {
+            _tile_dpbsud(0, 4, 6);
+            if (cols2) _tile_dpbsud(1, 4, 7);
+            if (rows2) _tile_dpbsud(2, 5, 6);
+            if (rows2 && cols2) _tile_dpbsud(3, 5, 7);
+        } else {
+            _tile_dpbf16ps(0, 4, 6);
+            if (cols2) _tile_dpbf16ps(1, 4, 7);
+            if (rows2) _tile_dpbf16ps(2, 5, 6);
+            if (rows2 && cols2) _tile_dpbf16ps(3, 5, 7);
+        }
     }
 }
 
@@ -164,24 +197,7 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
         _tile_zero(2);
         _tile_zero(3);
     }
-    for (int64_t q = 0; q < kp; q += 16) {
-        const int64_t kq = kp - q < 16 ? kp - q : 16;
-        if (kq != *tilecfg) { /* the last kq < 16 pairs: A tiles of kq pairs per row, B tiles of kq rows */
-            c_tiles(cc, ldcc, 0);
-            amx_config(*tilecfg = (int)kq);
-            c_tiles(cc, ldcc, 1);
-        }
-        /* a block of <= 16 rows or columns (LoRA's r = 16 side of the gradient products) leaves out
-         * the tiles of the other half, whose inputs are zero padding */
-        _tile_loadd(4, ap + q, lda * 4);
-        if (rows2) _tile_loadd(5, ap + 16 * lda + q, lda * 4);
-        _tile_loadd(6, bp + q * 32, 128);
-        if (cols2) _tile_loadd(7, bp + q * 32 + 16, 128);
-        _tile_dpbf16ps(0, 4, 6);
-        if (cols2) _tile_dpbf16ps(1, 4, 7);
-        if (rows2) _tile_dpbf16ps(2, 5, 6);
-        if (rows2 && cols2) _tile_dpbf16ps(3, 5, 7);
-    }
+    amx_depth(0, kp, ap, lda, bp, cc, ldcc, rows2, cols2, tilecfg);
     c_tiles(cc, ldcc, 0);
     if (!full)
         for (int i = 0; i < mr; i++) memcpy(c + i * ldc, tmp + i * 32, (size_t)nr * sizeof(float));
@@ -194,7 +210,7 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
  * four per 32-bit lane, summed exactly in int32) gives the VPDPBUSD kernel's integer sums exactly, and the
  * scaling below is that kernel's to the operation (af_i8_ukernel), so C is bitwise the same. comp and sa
  * are in gemm_int8.c's groups of 8 rows: row i at [(i / 8)·gs + i % 8]. *tilecfg as af_gp_amx_ukernel's. */
-AMX_I8_TARGET void af_i8_amx_ukernel(int mr, int64_t kq, const uint32_t *ap, int64_t lda, const uint32_t *bp,
+AMX_TARGET void af_i8_amx_ukernel(int mr, int64_t kq, const uint32_t *ap, int64_t lda, const uint32_t *bp,
                                      const int32_t *comp, const float *sa, int64_t gs, const float *sb, float *c,
                                      int64_t ldc, int nr, int accumulate, int *tilecfg) {
     int32_t s[32 * 32] __attribute__((aligned(64)));
@@ -205,22 +221,7 @@ AMX_I8_TARGET void af_i8_amx_ukernel(int mr, int64_t kq, const uint32_t *ap, int
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    for (int64_t q = 0; q < kq; q += 16) {
-        const int64_t kk = kq - q < 16 ? kq - q : 16;
-        if (kk != *tilecfg) { /* the last kk < 16 quads: the partial sums go through s */
-            c_tiles((float *)(void *)s, 32, 0);
-            amx_config(*tilecfg = (int)kk);
-            c_tiles((float *)(void *)s, 32, 1);
-        }
-        _tile_loadd(4, ap + q, lda * 4);
-        if (rows2) _tile_loadd(5, ap + 16 * lda + q, lda * 4);
-        _tile_loadd(6, bp + q * 32, 128);
-        if (cols2) _tile_loadd(7, bp + q * 32 + 16, 128);
-        _tile_dpbsud(0, 4, 6);
-        if (cols2) _tile_dpbsud(1, 4, 7);
-        if (rows2) _tile_dpbsud(2, 5, 6);
-        if (rows2 && cols2) _tile_dpbsud(3, 5, 7);
-    }
+    amx_depth(1, kq, ap, lda, bp, (float *)(void *)s, 32, rows2, cols2, tilecfg); /* int32 sums through s */
     c_tiles((float *)(void *)s, 32, 0);
     const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
     const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
