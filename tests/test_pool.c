@@ -432,9 +432,14 @@ static void test_adapt(void) {
               af_threadpool_cap(p));
         af_threadpool_free(p);
     }
-    /* a probe that plainly loses ends after its first 8 dispatches, not a whole window */
-    p = NULL;
-    if (CHECK(af_threadpool_new(2, 1000, NULL, &p) == AF_OK, "pool of 2 (probe)")) {
+    /* a probe that plainly loses ends after its first 8 dispatches, not a whole window. The verdict
+     * rests on measured waits (a lagging worker against the caller's own share), which another
+     * process on the cores can blur (make test runs two programs at a time): up to 3 attempts, each
+     * with a fresh pool; a broken rule fails all three */
+    int probe_ok = 0, probe_skip = 0, probe_n = -1, probe_idx = 1;
+    for (int attempt = 0; attempt < 3 && !probe_ok; attempt++) {
+        p = NULL;
+        if (!CHECK(af_threadpool_new(2, 1000, NULL, &p) == AF_OK, "pool of 2 (probe)")) break;
         lagged = missed = 0;
         while (af_threadpool_cap(p) == 2 && lagged < 40) missed += !lag_once(p, 1000, 2300, &ok), lagged++;
         for (int i = 0; i < 64; i++) adapt_once(p, 0, 0, &ok); /* the hold at cap 1 */
@@ -450,15 +455,19 @@ static void test_adapt(void) {
          * caller alone and costs no wait (work-conserving): the count of 8 holds when the worker
          * ran a share in each of them (and the cap fell before), which a machine with more
          * runnable threads than cores may not give */
-        if ((!probed && missed) || (probed && with_worker < (probe < 8 ? probe : 8)))
-            tl_skip("a failing probe ends after 8 dispatches: the worker ran no share in %d of the lagging "
-                    "dispatches and ran one in %d of the probe's first (a loaded machine)", missed, with_worker);
-        else
-            CHECK(probed && probe == 8 && af_threadpool_cap(p) == 1 && ok,
-                  "a failing probe (worker 2.5 ms late each time) ends after 8 dispatches (%d)", probe);
-        CHECK(ok, "every index once in every dispatch of the probe");
+        probe_skip = (!probed && missed) || (probed && with_worker < (probe < 8 ? probe : 8));
+        probe_ok = !probe_skip && probed && probe == 8 && af_threadpool_cap(p) == 1 && ok;
+        probe_n = probe;
+        probe_idx &= ok;
         af_threadpool_free(p);
     }
+    if (!probe_ok && probe_skip)
+        tl_skip("a failing probe ends after 8 dispatches: the worker ran no share in some of the lagging "
+                "dispatches or of the probe's first (a loaded machine)");
+    else
+        CHECK(probe_ok, "a failing probe (worker 2.5 ms late each time) ends after 8 dispatches (%d; up to 3 attempts)",
+              probe_n);
+    CHECK(probe_idx, "every index once in every dispatch of the probes");
     /* work-conserving: with workers that sleep at once (poll 0), a dispatch whose share 0 is
      * instant finds its worker still waking up; the caller then runs share 1 itself (with tid 1)
      * instead of waiting for it, in some of 200 dispatches at least (a wake-up takes microseconds) */
