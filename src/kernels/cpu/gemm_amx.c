@@ -17,7 +17,7 @@
  * (af_gp_amx_pack_at: the transposed operand of the weight-gradient products, e.g. dyᵀ in dW = dyᵀ·x
  * of LoRA's A and B), so every bf16 product of gemm_packed.c with either stride 1 runs on the tiles.
  * Reached only through the AMX variant of the AVX-512 table (kernels.c), chosen when the CPU has
- * AMX-TILE and AMX-BF16 and Linux granted the process the tile data (af_cpu()->amx_ready).
+ * AMX-TILE, AMX-BF16 and AMX-INT8 and Linux granted the process the tile data (af_cpu()->amx_ready).
  */
 #if defined(__x86_64__)
 
@@ -168,7 +168,8 @@ AMX_TARGET void af_gp_amx_pack_at(const float *a, int64_t sak, int64_t k0, int64
                 u[h] = _mm512_shuffle_i32x4(t[h], t[h + 8], 0x88);
                 u[h + 8] = _mm512_shuffle_i32x4(t[h], t[h + 8], 0xDD);
             }
-            for (int j = 0; j < 16; j++) /* u[j] is row amx_tr_row[j], pairs q0 .. q0 + 15 in order */ _mm512_storeu_si512(dst + (i0 + amx_tr_row[j]) * lda + q0, u[j]);
+            for (int j = 0; j < 16; j++) /* u[j] is row amx_tr_row[j], pairs q0 .. q0 + 15 in order */
+                _mm512_storeu_si512(dst + (i0 + amx_tr_row[j]) * lda + q0, u[j]);
         }
     }
 }
@@ -211,8 +212,8 @@ AMX_TARGET void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_
  * scaling below is that kernel's to the operation (af_i8_ukernel), so C is bitwise the same. comp and sa
  * are in gemm_int8.c's groups of 8 rows: row i at [(i / 8)·gs + i % 8]. *tilecfg as af_gp_amx_ukernel's. */
 AMX_TARGET void af_i8_amx_ukernel(int mr, int64_t kq, const uint32_t *ap, int64_t lda, const uint32_t *bp,
-                                     const int32_t *comp, const float *sa, int64_t gs, const float *sb, float *c,
-                                     int64_t ldc, int nr, int accumulate, int *tilecfg) {
+                                  const int32_t *comp, const float *sa, int64_t gs, const float *sb, float *c,
+                                  int64_t ldc, int nr, int accumulate, int *tilecfg) {
     int32_t s[32 * 32] __attribute__((aligned(64)));
     const int rows2 = mr > 16, cols2 = nr > 16;
     const int kq0 = kq < 16 ? (int)kq : 16;

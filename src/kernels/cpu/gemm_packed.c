@@ -307,6 +307,10 @@ typedef struct gp_job {
     size_t ldw;
     int b_trans, acc, team;
     bool bf, stream; /* stream: B's chunks packed by the task that uses them (gp_streams) */
+    /* AMX tiles (gemm_amx.c) for bf16 products whose A is contiguous in k (rows) or in i (columns: the
+     * gradient products' dyᵀ), in chunks of KC_MAX (C passes through memory once per chunk, exactly,
+     * so the bits do not depend on the chunk) */
+    bool amx;
     float *c;
     const float *a;
     int64_t ldc, sat, sak, m, n, k, npan, pstride, nmb, ngr, gsz;
@@ -328,10 +332,7 @@ static void gp_run_task(const gp_job *J, int64_t task, uint32_t *ap, uint32_t *b
     const af_kernels *kt = J->kt;
     const bool bf = J->bf;
     const int64_t m = J->m, n = J->n, k = J->k, ngr = J->ngr, gsz = J->gsz, npan = J->npan;
-    /* AMX tiles (gemm_amx.c) for bf16 products whose A is contiguous in k (rows) or in i (columns: the
-     * gradient products' dyᵀ): chunks of KC_MAX (C passes through memory once per chunk, exactly, so
-     * the bits do not depend on the chunk) */
-    const bool amx = bf && kt->gp_bf16->amx_ukernel && (J->sak == 1 || J->sat == 1);
+    const bool amx = J->amx;
     const int64_t KCC = amx ? KC_MAX : bf ? GP_KC_BF16 : GP_KC_F32;
     int64_t mb = task / ngr, g = task % ngr;
     int64_t r0 = mb * MC, mc = m - r0 < MC ? m - r0 : MC;
@@ -420,6 +421,7 @@ static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, con
     /* B packed by all threads (panels, or rows of W / pairs of rows), then the tasks; or streamed
      * (bp unused: NULL) */
     J.stream = gp_streams(b_trans, m);
+    J.amx = bf && kt->gp_bf16->amx_ukernel && (sak == 1 || sat == 1);
     int64_t npack = b_trans ? npan : bf ? k / 2 : k;
     if (!J.stream) af_threadpool_run(ctx->pool, nth, npack, 0, gp_pack_job, &J);
     J.team = af_threadpool_team(ctx->pool, nth);

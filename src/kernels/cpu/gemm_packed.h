@@ -112,7 +112,7 @@ void af_gp_bf16_pair_rows(const float *lo, const float *hi, uint32_t *dst, int64
 void af_gp_bf16_pair_cols(const float *src, int64_t s, int64_t kp, int64_t nrow, uint32_t *dst);
 void af_gp_ukernel_bf16(int mr, int64_t kp, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc,
                         int nr, int accumulate);
-/* gemm_amx.c (AMX-TILE + AMX-BF16 only; layouts there). */
+/* gemm_amx.c (AMX-TILE + AMX-BF16 + AMX-INT8 only: af_cpu()->amx_ready; layouts there). */
 void af_gp_amx_pack_a(const float *a, int64_t sat, int64_t k0, int64_t kc, int64_t mc, uint32_t *dst, int64_t lda);
 void af_gp_amx_pack_at(const float *a, int64_t sak, int64_t k0, int64_t kc, int64_t mc, uint32_t *dst, int64_t lda);
 void af_gp_amx_ukernel(int mr, int64_t kp, const uint32_t *ap, int64_t lda, const uint32_t *bp, float *c, int64_t ldc,
