@@ -188,6 +188,7 @@ AF_MM_INLINE void f2_row(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64
     if (t == AF_TYPE_F32 || t == AF_TYPE_F16 || t == AF_TYPE_BF16) {
         int64_t k = 0;
         for (; k + 32 <= in; k += 32) {
+            mm_pf(row + k * (t == AF_TYPE_F32 ? 4 : 2), t == AF_TYPE_F32 ? 128 : 64);
 #pragma GCC unroll 4
             for (int v = 0; v < 4; v++) W[v] = f2_flt(t, row, k + 8 * v);
             f2_fma(nt, acc, W, x, in, k);
@@ -208,6 +209,7 @@ AF_MM_INLINE void f2_row(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64
         const int bs = mm_bs(t), bb = mm_bb(t);
         float s[16], b[16];
         for (int64_t k = 0; k < in; k += bs, row += bb) {
+            mm_pf(row, bb);
             mm_prep(t, row, s, b);
 #pragma GCC unroll 8
             for (int j = 0; j < bs / 32; j++) {

@@ -259,6 +259,7 @@ AF_MM_INLINE void f5_quant(uint32_t t, int nt, const uint8_t *w, int64_t rb, int
     if (bs == 32) {
         int64_t k = 0;
         for (; k + 64 <= in; k += 64, row += 2 * bb) {
+            mm_pf(row, 2 * bb);
             f5_w32(t, row, &W[0], &W[1]);
             f5_w32(t, row + bb, &W[2], &W[3]);
             f5_fma(nt, 4, acc, W, x, in, k);
@@ -270,6 +271,7 @@ AF_MM_INLINE void f5_quant(uint32_t t, int nt, const uint8_t *w, int64_t rb, int
     } else {
         float s[16], c[16];
         for (int64_t k = 0; k < in; k += 256, row += bb) {
+            mm_pf(row, bb);
             f5_prep256(t, row, s, c);
 #pragma GCC unroll 4
             for (int h = 0; h < 4; h++) {
@@ -303,6 +305,7 @@ AF_MM_INLINE void f5_float(uint32_t t, int nt, const uint8_t *w, int64_t rb, int
     int64_t k = 0;
     for (; k + 32 <= in; k += 32) {
         __m512 w0, w1;
+        mm_pf(row + k * (t == AF_TYPE_F32 ? 4 : 2), t == AF_TYPE_F32 ? 128 : 64);
         if (t == AF_TYPE_F32) {
             w0 = _mm512_loadu_ps((const float *)(const void *)row + k);
             w1 = _mm512_loadu_ps((const float *)(const void *)row + k + 16);
@@ -433,6 +436,7 @@ AF_MM_INLINE void dq_pair(uint32_t t, int R, int nt, int full, const uint8_t *w,
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
         const uint8_t *a = w + (o + r) * rb + kb * bb;
+        mm_pf(a, 2 * bb);
         W[r] = dq_w64(t, a, a + bb, full);
         dq_dm(t, a, a + bb, full, &D[r], &M[r]);
     }
