@@ -28,7 +28,7 @@ Sub-commands:
       The orchestrator: PEFT's epoch (a child process), then `afinar train --task causal-lm -m MODEL
       --train FILE -o DIR --time-budget T` with T = fraction x PEFT's train_s (in minutes), then
       `afinar eval` of both adapters (and of the base model) on the first --n-test test examples,
-      and OUT/sft_ttq-SET.{md,json} with the verdict.
+      and OUT/sft_ttq-SET-<cpu-slug>.{md,json} with the verdict (slug: bench/thread_scaling.py).
       Sets: headlines = the headline job (scripts/sft_job.sh: the first 960 examples of
       data/bbc_headlines/train.jsonl, ~157 tokens each); lede = data/bbc_lede (scripts/
       export_bbc_headlines.py --task lede: write a BBC article's opening paragraph from its
@@ -45,6 +45,7 @@ import sys
 import time
 
 import bench_common
+import thread_scaling
 from bench_common import cpu_flags_summary, cpu_model, loadavg, proc_kib
 from sft_vs_peft import PROJ_ALL, pad_batch, read_examples, tokenize_sft
 
@@ -231,7 +232,9 @@ def cmd_run(a):
     rep["verdict"] = {"peft_rouge_l": rp, "afinar_rouge_l": ra, "afinar_time_over_peft": wall / pf["train_s"],
                       "met": (ra is not None and rp is not None and ra >= rp and wall <= a.budget_fraction *
                               pf["train_s"] * 1.02)}
-    base = os.path.join(a.out, f"sft_ttq-{a.set}")
+    # the CPU in the name: each machine kind keeps its own result (thread_scaling's slug, as cpu_suite)
+    slug = thread_scaling.cpu_slug(thread_scaling.cpuinfo(), a.threads)
+    base = os.path.join(a.out, f"sft_ttq-{a.set}-{slug}")
     with open(base + ".json", "w") as f:
         json.dump(rep, f, indent=1)
     write_md(rep, base + ".md")
