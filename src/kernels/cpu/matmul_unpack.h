@@ -41,7 +41,8 @@
 #endif
 AF_MM_INLINE void mm_pf(const uint8_t *p, int bytes) {
 #if AF_MM_PREFETCH > 0
-    for (int b = 0; b < bytes; b += 64) _mm_prefetch((const char *)((uintptr_t)p + AF_MM_PREFETCH + (unsigned)b), _MM_HINT_T0);
+    for (int b = 0; b < bytes; b += 64)
+        _mm_prefetch((const char *)((uintptr_t)p + AF_MM_PREFETCH + (unsigned)b), _MM_HINT_T0);
 #else
     (void)p;
     (void)bytes;
