@@ -72,9 +72,10 @@ typedef struct af_cpu_info {
      * multiply-adds per cycle, AMD Zen 4 and later (measured 1.9x the f32 rate on a Zen 4,
      * bench/results/train_vs_peft.md), or AMX-BF16 tiles ready to use (amx_ready: Intel Sapphire /
      * Emerald Rapids; the packed GEMM's bf16 products run on them, gemm_amx.c: a classification step
-     * 2.0-2.6x f32 on an Emerald Rapids, bench/results/cpu-intel-xeon-emerald-rapids-2c.md). Intel Xeons without AMX run VDPBF16PS on one port, at or below the f32
-     * FMA rate (measured 0.46x), so false there. From the CPU's identity, never from a timing: a run's
-     * numerics must not depend on the machine's load. */
+     * 2.0-2.6x f32 on an Emerald Rapids, bench/results/cpu-intel-xeon-emerald-rapids-2c.md). Intel
+     * Xeons without AMX run VDPBF16PS on one port, at or below the f32 FMA rate (measured 0.46x), so
+     * false there. From the CPU's identity, never from a timing: a run's numerics must not depend on
+     * the machine's load. */
     bool bf16_dot_fast;
 } af_cpu_info;
 

@@ -450,7 +450,8 @@ typedef struct {
 /* Time budget, after a step (one process only): re-plan the length of a fresh run after its first
  * steps and again each time the steps done double, until 80% of the planned length (the measured
  * speed settles after the first steps: the first step pays one-time costs and is left out of it;
- * one re-plan at step 3 of the lede set's run left 27 s of 192 unused, bench/results/sft_ttq-lede-amd-epyc-zen4-2c.md);
+ * one re-plan at step 3 of the lede set's run left 27 s of 192 unused,
+ * bench/results/sft_ttq-lede-amd-epyc-zen4-2c.md);
  * 1 when the next step and the last evaluation would pass the deadline. */
 static int budget_check(loop *L, budget_clock *B) {
     af_trainer *t = L->t;

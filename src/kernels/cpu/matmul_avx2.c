@@ -186,9 +186,10 @@ AF_MM_INLINE void f2_row(uint32_t t, int nt, const uint8_t *w, int64_t rb, int64
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     if (t == AF_TYPE_F32 || t == AF_TYPE_F16 || t == AF_TYPE_BF16) {
+        const int es = t == AF_TYPE_F32 ? 4 : 2; /* bytes per weight */
         int64_t k = 0;
         for (; k + 32 <= in; k += 32) {
-            mm_pf(row + k * (t == AF_TYPE_F32 ? 4 : 2), t == AF_TYPE_F32 ? 128 : 64);
+            mm_pf(row + k * es, 32 * es);
 #pragma GCC unroll 4
             for (int v = 0; v < 4; v++) W[v] = f2_flt(t, row, k + 8 * v);
             f2_fma(nt, acc, W, x, in, k);

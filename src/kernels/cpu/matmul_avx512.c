@@ -302,10 +302,11 @@ AF_MM_INLINE void f5_float(uint32_t t, int nt, const uint8_t *w, int64_t rb, int
     __m512 acc[AF_MM_DECODE_N][2];
 #pragma GCC unroll 4
     for (int i = 0; i < nt; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    const int es = t == AF_TYPE_F32 ? 4 : 2; /* bytes per weight */
     int64_t k = 0;
     for (; k + 32 <= in; k += 32) {
         __m512 w0, w1;
-        mm_pf(row + k * (t == AF_TYPE_F32 ? 4 : 2), t == AF_TYPE_F32 ? 128 : 64);
+        mm_pf(row + k * es, 32 * es);
         if (t == AF_TYPE_F32) {
             w0 = _mm512_loadu_ps((const float *)(const void *)row + k);
             w1 = _mm512_loadu_ps((const float *)(const void *)row + k + 16);
