@@ -1055,13 +1055,15 @@ static void test_cli_precision(void) {
     }
     printf("  (the auto recipe chose %s frozen products on this CPU)\n", want_auto ? want_auto : "?");
     /* causal LM, LoRA dropout not given: 0 in a run of one pass (the recipe's, recorded and said),
-     * the default 0.05 in a longer one, as given when given; --recipe fixed keeps the default. And
-     * --grad-accum not given: 1 (the recipe's), as given when given, 2 under --recipe fixed. */
-    const struct { const char *args, *dir, *want_rj, *want_ad; int said; const char *want_ga; } dr[] = {
-        {"--epochs 1", "d_one", "\"0 (recipe)\"", "0,", 1, "\"1 (recipe)\""},
-        {"--epochs 2", "d_two", NULL, "0.05", 0, "\"1 (recipe)\""},
-        {"--epochs 1 --lora-dropout 0.1 --grad-accum 3", "d_given", "\"0.1 (flag)\"", "0.1", 0, "\"3 (flag)\""},
-        {"--epochs 1 --recipe fixed", "d_fixed", NULL, "0.05", 0, NULL}};
+     * the default 0.05 in a longer one, as given when given; --recipe fixed keeps the default. The
+     * learning rate alike: 4e-4 in one pass, else the default 2e-4 (not recorded). And --grad-accum
+     * not given: 1 (the recipe's), as given when given, 2 under --recipe fixed. */
+    const struct { const char *args, *dir, *want_rj, *want_ad; int said; const char *want_ga, *want_lr; } dr[] = {
+        {"--epochs 1", "d_one", "\"0 (recipe)\"", "0,", 1, "\"1 (recipe)\"", "\"0.0004 (recipe)\""},
+        {"--epochs 2", "d_two", NULL, "0.05", 0, "\"1 (recipe)\"", NULL},
+        {"--epochs 1 --lora-dropout 0.1 --grad-accum 3 --lr 1e-4", "d_given", "\"0.1 (flag)\"", "0.1", 0,
+         "\"3 (flag)\"", "\"0.0001 (flag)\""},
+        {"--epochs 1 --recipe fixed", "d_fixed", NULL, "0.05", 0, NULL, NULL}};
     for (size_t k = 0; k < sizeof dr / sizeof *dr; k++) {
         char lgp[600], rj[600], ac[600];
         snprintf(lgp, sizeof lgp, "%s/%s.log", g_dir, dr[k].dir);
@@ -1078,10 +1080,14 @@ static void test_cli_precision(void) {
         const int rj_ok = st && (dr[k].want_rj ? json_has(st, "lora-dropout", dr[k].want_rj) : !strstr(st, "\"lora-dropout\""));
         const int said = lg && strstr(lg, "lora_dropout 0 (not 0.05): 1 pass over the data") != NULL;
         const int ga_ok = st && (dr[k].want_ga ? json_has(st, "grad-accum", dr[k].want_ga) : !strstr(st, "\"grad-accum\""));
-        CHECK(rc == 0 && rj_ok && ga_ok && q && !strncmp(q, dr[k].want_ad, strlen(dr[k].want_ad)) && said == dr[k].said,
-              "causal LM %s: LoRA dropout %s in the adapter, run.json %s, grad-accum %s (exit %d)\n%s\n%s", dr[k].args,
-              dr[k].want_ad, dr[k].want_rj ? dr[k].want_rj : "without it", dr[k].want_ga ? dr[k].want_ga : "absent", rc,
-              lg ? lg : "", js ? js : "");
+        const int lr_ok = st && (dr[k].want_lr ? json_has(st, "lr", dr[k].want_lr) : !strstr(st, "\"lr\"")) &&
+                          (lg && strstr(lg, "lr 0.0004 (not 0.0002): 1 pass over the data") != NULL) == dr[k].said;
+        CHECK(rc == 0 && rj_ok && ga_ok && lr_ok && q && !strncmp(q, dr[k].want_ad, strlen(dr[k].want_ad)) &&
+                  said == dr[k].said,
+              "causal LM %s: LoRA dropout %s in the adapter, run.json %s, grad-accum %s, lr %s (exit %d)\n%s\n%s",
+              dr[k].args, dr[k].want_ad, dr[k].want_rj ? dr[k].want_rj : "without it",
+              dr[k].want_ga ? dr[k].want_ga : "absent", dr[k].want_lr ? dr[k].want_lr : "absent", rc, lg ? lg : "",
+              js ? js : "");
         free(lg), free(js), free(acj);
     }
 }

@@ -41,6 +41,13 @@
  *     data]; PEFT's LoraConfig default is 0, unsloth's too), else the default 0.05 [QLoRA]. The
  *     masked inputs cost about a third of a SmolLM2 step (the masked LoRA input cannot share the
  *     frozen product's); measured on the headline job, 3 seeds (docs/RECIPE.md).
+ *   learning rate (causal LM, --lr not given; decided in trainer_recipe.c with the dropout): 4e-4
+ *     (AF_RECIPE_LM_ONE_PASS_LR) when the run makes at most one pass over its data, else the default
+ *     2e-4 [QLoRA, Dettmers et al. 2023]. A short LoRA run's best learning rate is higher than a
+ *     long one's [Schulman et al. 2025, "LoRA Without Regret": ~15x full fine-tuning's in short runs,
+ *     ~10x in long ones]; the headline job's settings, which PyTorch + PEFT runs in bench/, use 4e-4.
+ *     Measured: 1 epoch at 4e-4 against 2e-4, 3 seeds, SmolLM2-135M and Gemma 3 270M
+ *     (bench/sft_lr_seeds.sh; docs/RECIPE.md).
  *   gradient accumulation (causal LM, not given): 1, an optimizer step per packed micro-batch of
  *     --batch x max_seq_len tokens (~13 headline examples), about the 8 sequences per step of TRL's
  *     SFTConfig default (per_device_train_batch_size 8, gradient_accumulation_steps 1): twice the
@@ -86,6 +93,9 @@
  * recipe's BBC News main job (6.2e13 by af_recipe_cost) and about 15 minutes of SmolLM2-135M
  * training on 2 quiet Zen 3 cores. */
 #define AF_RECIPE_DEFAULT_FLOPS 1.0e14
+/* The peak learning rate of a causal-LM run of at most one pass when --lr is not given (the
+ * default AF_DEFAULT_LR_CAUSAL_LM, 2e-4, otherwise): see the rule above. */
+#define AF_RECIPE_LM_ONE_PASS_LR 4e-4
 /* The longest max_seq_len the recipe chooses (data are tokenized at this length, then truncated). */
 #define AF_RECIPE_MAX_LEN 512
 

@@ -78,6 +78,7 @@ struct af_trainer {
     char why_precision[240];           /* the recipe's frozen-product precision and why ("" when not its choice) */
     char why_dropout[320];             /* the recipe's LoRA dropout and why ("" when not its choice) */
     char why_accum[320];               /* the recipe's gradient accumulation and why ("" when not its choice) */
+    char why_lr[400];                  /* the recipe's learning rate and why ("" when not its choice) */
     char *config_owned;                /* o->config_json with the recipe's choices added (owned) */
     const char *config_json;           /* the run's settings record: config_owned, else o->config_json */
     double t_created;                  /* af_time_sec() when af_trainer_new started (the time budget's start) */

@@ -167,8 +167,9 @@ af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan) {
     in.mem_tokens = af_tr_mem_tokens(t);
     /* causal LM, dropout not given: none in a run of at most one pass (recipe.h); the probe step runs
      * as such a run would, and a longer plan gets the default back */
-    const int32_t di = af_setting_index("lora-dropout");
+    const int32_t di = af_setting_index("lora-dropout"), li = af_setting_index("lr");
     const int drop_rule = t->lm && !t->pref && di >= 0 && o->origin[di] == AF_ORIGIN_DEFAULT && o->lora_dropout > 0;
+    const int lr_rule = t->lm && !t->pref && li >= 0 && o->origin[li] == AF_ORIGIN_DEFAULT;
     const double drop_default = o->lora_dropout;
     if (drop_rule) o->lora_dropout = 0;
     if (o->time_budget_min > 0) { /* the budget in FLOPs at the speed of a probe step */
@@ -186,8 +187,20 @@ af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan) {
     const af_recipe *r = &t->recipe;
     const unsigned g = in.given;
     if (!(g & AF_GIVEN_LENGTH)) o->epochs = r->epochs, o->max_steps = 0;
+    /* passes over the data (--max-steps given: not known here, taken as more than one) */
+    const double passes = (g & AF_GIVEN_LENGTH) && o->max_steps > 0 ? INFINITY : o->epochs;
+    if (lr_rule && passes <= 1.0 + 1e-9) { /* causal LM, --lr not given: the one-pass rate (recipe.h) */
+        char a[24], b[24];
+        snprintf(a, sizeof a, "%g", AF_RECIPE_LM_ONE_PASS_LR);
+        snprintf(b, sizeof b, "%g", o->lr);
+        snprintf(t->why_lr, sizeof t->why_lr, "lr %s (not %s): %.2g pass%s over the data; a short LoRA run's best "
+                 "learning rate is higher than a long one's (Schulman et al. 2025, \"LoRA Without Regret\"), and "
+                 "4e-4 gave a lower completion loss than 2e-4 on 2 models x 3 seeds (docs/RECIPE.md)", a, b, passes,
+                 passes == 1.0 ? "" : "es");
+        o->lr = AF_RECIPE_LM_ONE_PASS_LR;
+        o->origin[li] = AF_ORIGIN_RECIPE;
+    }
     if (drop_rule) {
-        const double passes = (g & AF_GIVEN_LENGTH) && o->max_steps > 0 ? INFINITY : o->epochs;
         if (passes <= 1.0 + 1e-9) {
             o->origin[di] = AF_ORIGIN_RECIPE;
             snprintf(t->why_dropout, sizeof t->why_dropout, "lora_dropout 0 (not %g): %.2g pass%s over the data, no "
@@ -284,6 +297,7 @@ af_status af_tr_recipe_finish(af_trainer *t, af_trainer_opts *plan) {
     if (ok && !t->lm && !(g & AF_GIVEN_LAYERS)) ok = put(j, "lora-layers", cJSON_CreateString(ly));
     if (ok && t->why_dropout[0]) ok = put(j, "lora-dropout", cJSON_CreateNumber(o->lora_dropout));
     if (ok && t->why_accum[0]) ok = put(j, "grad-accum", cJSON_CreateNumber(o->grad_accum));
+    if (ok && t->why_lr[0]) ok = put(j, "lr", cJSON_CreateNumber(o->lr));
     if (ok && !(g & AF_GIVEN_WARMUP)) {
         snprintf(w, sizeof w, "%lld", (long long)t->warmup); /* steps: the same after a re-planned length */
         ok = put(j, "warmup", cJSON_CreateString(w));
@@ -350,6 +364,7 @@ void af_tr_recipe_report(const af_trainer *t, FILE *fp) {
                 r->cost_flops, r->budget_flops);
     if (r->gave_up[0]) fprintf(fp, "  given up to fit the budget: %s\n", r->gave_up);
     if (t->why_accum[0]) fprintf(fp, "  %s\n", t->why_accum);
+    if (t->why_lr[0]) fprintf(fp, "  %s\n", t->why_lr);
     if (t->why_dropout[0]) fprintf(fp, "  %s\n", t->why_dropout);
     if (t->why_precision[0]) fprintf(fp, "  %s\n", t->why_precision);
 }
@@ -388,6 +403,10 @@ char *af_tr_recipe_json(const af_trainer *t) {
     if (t->why_accum[0]) {
         cJSON_AddNumberToObject(j, "grad_accum", o->grad_accum);
         cJSON_AddStringToObject(j, "why_grad_accum", t->why_accum);
+    }
+    if (t->why_lr[0]) {
+        cJSON_AddNumberToObject(j, "lr", o->lr);
+        cJSON_AddStringToObject(j, "why_lr", t->why_lr);
     }
     if (t->why_dropout[0]) {
         cJSON_AddNumberToObject(j, "lora_dropout", o->lora_dropout);
