@@ -189,19 +189,17 @@ af_status af_tr_recipe_apply(af_trainer *t, af_trainer_opts *plan) {
     if (!(g & AF_GIVEN_LENGTH)) o->epochs = r->epochs, o->max_steps = 0;
     /* passes over the data (--max-steps given: not known here, taken as more than one) */
     const double passes = (g & AF_GIVEN_LENGTH) && o->max_steps > 0 ? INFINITY : o->epochs;
-    if (lr_rule && passes <= 1.0 + 1e-9) { /* causal LM, --lr not given: the one-pass rate (recipe.h) */
-        char a[24], b[24];
-        snprintf(a, sizeof a, "%g", AF_RECIPE_LM_ONE_PASS_LR);
-        snprintf(b, sizeof b, "%g", o->lr);
-        snprintf(t->why_lr, sizeof t->why_lr, "lr %s (not %s): %.2g pass%s over the data; a short LoRA run's best "
+    const int one_pass = passes <= 1.0 + 1e-9;
+    if (lr_rule && one_pass) { /* causal LM, --lr not given: the one-pass rate (recipe.h) */
+        snprintf(t->why_lr, sizeof t->why_lr, "lr %g (not %g): %.2g pass%s over the data; a short LoRA run's best "
                  "learning rate is higher than a long one's (Schulman et al. 2025, \"LoRA Without Regret\"), and "
-                 "4e-4 gave a lower completion loss than 2e-4 on 2 models x 3 seeds (docs/RECIPE.md)", a, b, passes,
-                 passes == 1.0 ? "" : "es");
+                 "4e-4 gave a lower completion loss than 2e-4 on 2 models x 3 seeds (docs/RECIPE.md)",
+                 AF_RECIPE_LM_ONE_PASS_LR, o->lr, passes, passes == 1.0 ? "" : "es");
         o->lr = AF_RECIPE_LM_ONE_PASS_LR;
         o->origin[li] = AF_ORIGIN_RECIPE;
     }
     if (drop_rule) {
-        if (passes <= 1.0 + 1e-9) {
+        if (one_pass) {
             o->origin[di] = AF_ORIGIN_RECIPE;
             snprintf(t->why_dropout, sizeof t->why_dropout, "lora_dropout 0 (not %g): %.2g pass%s over the data, no "
                      "example seen twice, so nothing for dropout to regularise, and its masked inputs cost about a "
