@@ -122,6 +122,13 @@ TARGETS = {
 }
 
 
+def bf16_peak_key(peak):
+    """The key of bench/peak_flops.c's results (with train_vs_peft.py's "_peak" keys) that the bf16 MFU
+    is taken over: the AMX TDPBF16PS peak where it was measured (the bf16 products of afinar and of
+    PyTorch's oneDNN then run on the tiles), else the AVX512_BF16 VDPBF16PS peak; None without either."""
+    return next((k for k in ("bf16_amx_peak", "bf16_avx512_peak") if k in peak), None)
+
+
 def target_text(key, pct=False):
     """The target as text: ">= 1.5x", "<= 0.2x", or ">= 70%" with pct."""
     op, thr, _ = TARGETS[key]

@@ -288,7 +288,8 @@ def train_rows(R, work, parts):
                 R.add("train", f"classification training MFU {prec} ({label})", fmt(100 * a[mk], 0, "%"),
                       fmt(100 * p.get(mk, p.get("mfu_f32")), 0, "%") if p.get(mk, p.get("mfu_f32")) is not None
                       else "—", a[mk], "train_mfu", pct=True,
-                      note="of the measured " + ("bf16 VDPBF16PS" if prec == "bf16" else "f32 FMA") + " peak")
+                      note="of the measured " + (("bf16 AMX TDPBF16PS" if "bf16_amx_peak" in t.get("peak_flops", {})
+                                                  else "bf16 VDPBF16PS") if prec == "bf16" else "f32 FMA") + " peak")
         if "afinar-q4-int8" in g and ok(g, "torch-f32"):  # --frozen-precision int8 (AVX512_VNNI)
             what = f"classification training, int8 frozen products ({label}) vs PyTorch f32"
             if not ok(g, "afinar-q4-int8"):
@@ -299,7 +300,7 @@ def train_rows(R, work, parts):
                       a["samples_per_s"] / p["samples_per_s"], "train_vs_torch",
                       note="opt-in (--frozen-precision int8), not the default; quality: docs/RECIPE.md")
     pk = t.get("peak_flops", {})
-    return {k: pk[k] for k in ("f32_avx512_peak", "f32_avx2_peak", "bf16_avx512_peak") if k in pk}
+    return {k: pk[k] for k in ("f32_avx512_peak", "f32_avx2_peak", "bf16_avx512_peak", "bf16_amx_peak") if k in pk}
 
 
 def sft_rows(R, work, parts):

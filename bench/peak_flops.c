@@ -8,12 +8,19 @@
  *   bf16 AVX512_BF16: _mm512_dpbf16_ps (VDPBF16PS: 32 bf16 pairs -> 16 f32 lanes, each lane
  *                     acc += a0*b0 + a1*b1), counted as 2 FLOPs per bf16 pair product-add, i.e.
  *                     64 FLOPs per instruction (the usual convention for dot-product units)
+ *   bf16 AMX        : TDPBF16PS on four independent 16 x 16 f32 accumulator tiles from two A and
+ *                     two B tiles (16 rows x 32 bf16), the tiles of afinar's AMX micro-kernel
+ *                     (gemm_amx.c) without its loads: 16·16·32·2 = 16384 FLOPs per instruction
+ *                     (Intel SDM, TDPBF16PS); only where CPUID has AMX-TILE and AMX-BF16 and Linux
+ *                     grants the tile data (arch_prctl ARCH_REQ_XCOMP_PERM); this is the peak of the
+ *                     bf16 products of afinar (and of PyTorch's oneDNN) on such CPUs
  * 16 accumulators (12 for AVX2) hide an FMA latency of 4 cycles on 2 pipes (Zen 4/5: 4 cycles, 2 FMA
  * pipes: 8 chains are the minimum). Each measurement is the best of REPS = 8 runs of ~0.1 s (the
  * best, because a peak is wanted and neighbours only slow runs down), for 1 thread and for T
  * threads (OpenMP, each thread runs the same loop; FLOP/s summed).
  * Instruction sets are detected at run time with cpuid (leaf 7: AVX2 ebx5, AVX-512F ebx16;
- * leaf 7 subleaf 1: AVX512_BF16 eax5) and XGETBV (the OS saves the ZMM/YMM state).
+ * leaf 7 subleaf 1: AVX512_BF16 eax5; leaf 7 edx: AMX-BF16 bit 22, AMX-TILE bit 24) and XGETBV (the OS
+ * saves the ZMM/YMM state).
  *
  * With -DAF_LINKED (built against libafinar.a, -Iinclude -Isrc) it also times afinar's kernels on
  * the shapes of one SmolLM2 training step (n = 2048 tokens, 576 -> 1536): af_gemm_abt (f32 x f32ᵀ),
@@ -29,7 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef AF_LINKED
 #include "afinar.h"
@@ -54,7 +63,7 @@ static uint64_t xgetbv0(void) {
     return ((uint64_t)d << 32) | a;
 }
 
-static int has_avx2, has_avx512, has_bf16;
+static int has_avx2, has_avx512, has_bf16, has_amx;
 
 static void detect(void) {
     unsigned a, b, c, d;
@@ -64,6 +73,8 @@ static void detect(void) {
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
     has_avx2 = ymm && (b & (1u << 5));
     has_avx512 = zmm && (b & (1u << 16));
+    /* AMX: CPUID bits, then Linux's permission for the tile data (XFEATURE_XTILEDATA = 18) */
+    has_amx = (d & (1u << 22)) && (d & (1u << 24)) && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) has_bf16 = has_avx512 && (a & (1u << 5));
 }
 
@@ -109,6 +120,47 @@ PEAK_KERNEL(k_avx2, "avx2,fma", 256, 12, _mm256_fmadd_ps, __m256, _mm256_set1_ps
 /* bf16 pairs: a = 1, b ~ 6e-8 */
 PEAK_KERNEL(k_bf16, "avx512f,avx512bf16", 512, 16, _mm512_dpbf16_ps, __m512bh, (__m512bh)_mm512_set1_epi16(0x3f80),
             (__m512bh)_mm512_set1_epi16(0x3380))
+
+/* AMX: 8 tiles of 16 rows x 64 bytes; tmm0-3 accumulate tmm4-5 (A) x tmm6-7 (B) as gemm_amx.c's
+ * 2 x 2 block. Each thread configures its own tiles and releases them. */
+typedef struct __attribute__((packed)) amx_cfg {
+    uint8_t palette, start_row;
+    uint8_t rsvd[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+__attribute__((target("amx-tile,amx-bf16"))) static float k_amx(int64_t iters) {
+    amx_cfg cfg __attribute__((aligned(64)));
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+    uint16_t op[16 * 32] __attribute__((aligned(64)));
+    for (int i = 0; i < 16 * 32; i++) op[i] = i % 2 ? 0x3380 : 0x3f80; /* pairs (1, ~6e-8) */
+    _tile_loadd(4, op, 64);
+    _tile_loadd(5, op, 64);
+    _tile_loadd(6, op, 64);
+    _tile_loadd(7, op, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float c[16 * 16] __attribute__((aligned(64)));
+    float s = 0;
+    _tile_stored(0, c, 64);
+    s += c[0];
+    _tile_stored(3, c, 64);
+    s += c[255];
+    _tile_release();
+    return s;
+}
 
 typedef float (*kern)(int64_t);
 static volatile float sink;
@@ -225,8 +277,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) __get_cpuid(0x80000002 + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
         memcpy(model, r, 48);
     }
-    printf("{\"cpu\": \"%s\", \"threads\": %d, \"avx2\": %d, \"avx512f\": %d, \"avx512_bf16\": %d", model, T,
-           has_avx2, has_avx512, has_bf16);
+    printf("{\"cpu\": \"%s\", \"threads\": %d, \"avx2\": %d, \"avx512f\": %d, \"avx512_bf16\": %d, \"amx_bf16\": %d",
+           model, T, has_avx2, has_avx512, has_bf16, has_amx);
     if (has_avx512) {
         double g1 = measure(k_avx512, 16 * 16 * 2.0, 1), gT = measure(k_avx512, 16 * 16 * 2.0, T);
         printf(", \"f32_avx512_gflops_1t\": %.1f, \"f32_avx512_gflops\": %.1f", g1, gT);
@@ -238,6 +290,10 @@ int main(int argc, char **argv) {
     if (has_bf16) {
         double g1 = measure(k_bf16, 16 * 32 * 2.0, 1), gT = measure(k_bf16, 16 * 32 * 2.0, T);
         printf(", \"bf16_avx512_gflops_1t\": %.1f, \"bf16_avx512_gflops\": %.1f", g1, gT);
+    }
+    if (has_amx) {
+        double g1 = measure(k_amx, 4 * 16384.0, 1), gT = measure(k_amx, 4 * 16384.0, T);
+        printf(", \"bf16_amx_gflops_1t\": %.1f, \"bf16_amx_gflops\": %.1f", g1, gT);
     }
 #ifdef AF_LINKED
     afinar_kernels(T);

@@ -205,7 +205,7 @@ def main():
     # The MFU denominator is the peak of `threads` cores: max(measured with all threads, threads x the
     # one-thread peak): on a shared machine both cores are rarely free at once, so the all-thread
     # measurement can fall short of the hardware's rate.
-    for k in ("f32_avx512", "f32_avx2", "bf16_avx512"):
+    for k in ("f32_avx512", "f32_avx2", "bf16_avx512", "bf16_amx"):
         if k + "_gflops" in peak:
             peak[k + "_peak"] = max(peak[k + "_gflops"], a.threads * peak[k + "_gflops_1t"])
     log("peak:", peak)
@@ -279,8 +279,9 @@ def main():
                 res["median_step_s"] = statistics.median(res["step_s"][a.warmup:])
                 res["achieved_gflops"] = fl["total"] / (res["timed_s"] / steps[S]) * 1e-9
                 res["mfu_f32"] = res["achieved_gflops"] / peak.get("f32_avx512_peak", peak.get("f32_avx2_peak", float("nan")))
-                if sy.endswith("bf16") and "bf16_avx512_peak" in peak:
-                    res["mfu_bf16"] = res["achieved_gflops"] / peak["bf16_avx512_peak"]
+                bk = bench_common.bf16_peak_key(peak)
+                if sy.endswith("bf16") and bk:
+                    res["mfu_bf16"] = res["achieved_gflops"] / peak[bk]
                 runs.append(res)
                 log(f"S={S} {tg:10s} {sy:15s} {res['samples_per_s']:.3f} samples/s {res['tokens_per_s']:.1f} tok/s "
                     f"peak RSS {res['peak_rss_kib'] / 1024:.0f} MiB loss {res['loss'][-1]:.4f} "
@@ -336,7 +337,8 @@ def write_md(rep, path):
     T = m["threads"]
     L.append(f"| | 1 thread | {T} threads measured | peak used for MFU |\n|---|---:|---:|---:|")
     for k, name in [("f32_avx512", "f32 FMA, AVX-512 (zmm)"), ("f32_avx2", "f32 FMA, AVX2 (ymm)"),
-                    ("bf16_avx512", "bf16 VDPBF16PS (2 FLOPs per pair)")]:
+                    ("bf16_avx512", "bf16 VDPBF16PS (2 FLOPs per pair)"),
+                    ("bf16_amx", "bf16 AMX TDPBF16PS (16·16·32·2 FLOPs per instruction)")]:
         if k + "_gflops" in pk:
             L.append(f"| {name} | {pk[k + '_gflops_1t']:.1f} | {pk[k + '_gflops']:.1f} | {pk[k + '_peak']:.1f} |")
     L.append(f"\nPeak used = max({T}-thread measurement, {T} x 1-thread measurement): on a shared machine both "
@@ -350,7 +352,8 @@ def write_md(rep, path):
     L.append("## Results\n")
     L.append("samples/s and tokens/s over the timed steps (step = zero grads + forward + loss + backward + AdamW); "
              "peak RSS = VmHWM of the process; loss = loss of the last timed step's batch; MFU = useful FLOPs "
-             "(see below) / step time / peak f32 FLOP/s of %d cores (bf16 systems: also over the bf16 peak). "
+             "(see below) / step time / peak f32 FLOP/s of %d cores (bf16 systems: also over the bf16 peak, AMX's "
+             "where the CPU has AMX). "
              "Ratios: afinar samples/s divided by PyTorch's for the same (seq, targets).\n" % m["threads"])
     L.append("| seq | targets | system | samples/s | tokens/s | s/step | peak RSS MiB | loss | GFLOP/s | MFU | "
              "x torch f32 | x torch bf16 | CPU share |")
@@ -393,7 +396,7 @@ def write_md(rep, path):
     L.append("## Against the training-speed targets\n")
     L.append(f"Targets: samples/s {target_text('train_vs_torch')} PyTorch at the same precision "
              f"({TARGETS['train_vs_torch'][2]}); MFU {target_text('train_mfu', pct=True)} (of the f32 peak, or of "
-             "the bf16 peak for bf16 compute). afinar f32 = Q4_1 base with f32 "
+             "the bf16 peak for bf16 compute: AMX's where the CPU has AMX). afinar f32 = Q4_1 base with f32 "
              "products (the default); afinar bf16 = Q4_1 base with `--bf16`.\n")
     L.append("| seq | targets | afinar f32 / torch f32 | afinar bf16 / torch f32 | afinar bf16 / torch bf16 | "
              "RSS afinar / torch f32 | RSS afinar ckpt / torch f32 | MFU afinar f32 | MFU afinar bf16 (of bf16 peak) |")

@@ -471,6 +471,10 @@ static void test_bf16(void) {
     bf16_atb_case(576, 16, 300);
     bf16_atb_case(13, 576, 300);
     bf16_atb_case(16, 200, 1030);
+    /* depths over one chunk of the AMX tiles' products with B packed whole (KC_AMX = 768: 768 + 768 + 64),
+     * more rows than one task's block */
+    bf16_case(AF_TYPE_Q4_1, 1, 200, 1600, 96);
+    bf16_case(AF_TYPE_Q8_0, 0, 200, 96, 1600);
     /* K not a multiple of the 32-wide conversion step / of the K-chunk (f32 operands only) */
     bf16_case(AF_TYPE_F32, 1, 133, 330, 200);
     bf16_case(AF_TYPE_F32, 0, 77, 256, 330);

@@ -62,7 +62,15 @@
 #define GP_MIN_NK 4096
 #endif
 #define MC GP_MC
-#define KC_MAX 512 /* largest compute chunk (bf16) */
+#define KC_MAX 512 /* largest compute chunk (bf16) of the VDPBF16PS kernel and of streamed B on AMX tiles */
+/* Depth chunk of the AMX products whose B is packed whole (floats; a multiple of 32, so the 16-pair
+ * steps of gemm_amx.c fall where one chunk's would): a depth up to this runs in one chunk and C is
+ * written once; deeper ones in chunks of at most this. With the rows of A outside the B panels
+ * (gp_run_task) the 32-row slab of A stays in L1 while B streams from L2. Measured on an Emerald Rapids
+ * guest (SmolLM2's training products, m = 2048, 2 threads, interleaved A/B): 1.2-1.3x the 512-chunk,
+ * panels-outside order; 512 with that order 1.1x; prefetching the next B or A tile rows in software
+ * gained nothing. */
+#define KC_AMX 768
 #define MAX_B ((size_t)64 << 20) /* largest packed B (bytes) of one block of columns */
 /* f32 products whose packed B exceeds MAX_B run in column blocks (af_gp_gemm) only when
  * max(n, k) <= GP_MAX_ASPECT * min(n, k): the layer projections of transformers (the MLP's
@@ -308,8 +316,8 @@ typedef struct gp_job {
     int b_trans, acc, team;
     bool bf, stream; /* stream: B's chunks packed by the task that uses them (gp_streams) */
     /* AMX tiles (gemm_amx.c) for bf16 products whose A is contiguous in k (rows) or in i (columns: the
-     * gradient products' dyᵀ), in chunks of KC_MAX (C passes through memory once per chunk, exactly,
-     * so the bits do not depend on the chunk) */
+     * gradient products' dyᵀ), in chunks of KC_AMX (KC_MAX with streamed B; C passes through memory
+     * once per chunk, exactly, so the bits do not depend on the chunk) */
     bool amx;
     float *c;
     const float *a;
@@ -333,7 +341,8 @@ static void gp_run_task(const gp_job *J, int64_t task, uint32_t *ap, uint32_t *b
     const bool bf = J->bf;
     const int64_t m = J->m, n = J->n, k = J->k, ngr = J->ngr, gsz = J->gsz, npan = J->npan;
     const bool amx = J->amx;
-    const int64_t KCC = amx ? KC_MAX : bf ? GP_KC_BF16 : GP_KC_F32;
+    const bool amx_rows = amx && !J->stream; /* rows of A outside the panels (KC_AMX) */
+    const int64_t KCC = amx_rows ? KC_AMX : amx ? KC_MAX : bf ? GP_KC_BF16 : GP_KC_F32;
     int64_t mb = task / ngr, g = task % ngr;
     int64_t r0 = mb * MC, mc = m - r0 < MC ? m - r0 : MC;
     int64_t p0 = g * gsz, p1 = p0 + gsz < npan ? p0 + gsz : npan;
@@ -346,28 +355,38 @@ static void gp_run_task(const gp_job *J, int64_t task, uint32_t *ap, uint32_t *b
         if (amx && J->sak == 1) kt->gp_bf16->amx_pack_a(J->a + r0 * J->sat, J->sat, k0, kc, mc, ap, lda);
         else if (amx) kt->gp_bf16->amx_pack_at(J->a + r0, J->sak, k0, kc, mc, ap, lda);
         else pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
-        for (int64_t p = p0; p < p1; p++) {
-            int64_t j0 = p * AF_GP_NR;
-            int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
-            const uint32_t *bpp = bs;
-            if (J->stream)
-                for (int64_t q0 = k0; q0 < k0 + kc; q0 += AF_GP_KC)
-                    pack_b_trans_chunk(kt, bs + (bf ? (q0 - k0) / 2 : q0 - k0) * AF_GP_NR, J->w, J->type, J->ldw, n,
-                                       p, q0, k0 + kc - q0 < AF_GP_KC ? k0 + kc - q0 : AF_GP_KC, bf);
-            else
-                bpp = J->bp + p * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
-            if (amx) {
-                for (int64_t i0 = 0; i0 < mc; i0 += 32)
-                    kt->gp_bf16->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), ka, ap + i0 * lda, lda, bpp,
-                                             J->c + (r0 + i0) * J->ldc + j0, J->ldc, nr, acc, tilecfg);
-                continue;
-            }
-            for (int64_t i0 = 0; i0 < mc; i0 += 8) {
-                int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
-                const uint32_t *api = ap + (i0 / 8) * ka * 8;
-                float *ci = J->c + (r0 + i0) * J->ldc + j0;
-                if (bf) kt->gp_bf16->ukernel(mr, ka, api, bpp, ci, J->ldc, nr, acc);
-                else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, J->ldc, nr, acc);
+        if (amx_rows) { /* each 32-row slab of A (in L1) against every panel's chunk of B (from L2) */
+            for (int64_t i0 = 0; i0 < mc; i0 += 32)
+                for (int64_t p = p0; p < p1; p++) {
+                    const int64_t j0 = p * AF_GP_NR;
+                    kt->gp_bf16->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), ka, ap + i0 * lda, lda,
+                                             J->bp + p * J->pstride + k0 / 2 * AF_GP_NR, J->c + (r0 + i0) * J->ldc + j0,
+                                             J->ldc, (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR), acc, tilecfg);
+                }
+        } else {
+            for (int64_t p = p0; p < p1; p++) {
+                int64_t j0 = p * AF_GP_NR;
+                int nr = (int)(n - j0 < AF_GP_NR ? n - j0 : AF_GP_NR);
+                const uint32_t *bpp = bs;
+                if (J->stream)
+                    for (int64_t q0 = k0; q0 < k0 + kc; q0 += AF_GP_KC)
+                        pack_b_trans_chunk(kt, bs + (bf ? (q0 - k0) / 2 : q0 - k0) * AF_GP_NR, J->w, J->type, J->ldw, n,
+                                           p, q0, k0 + kc - q0 < AF_GP_KC ? k0 + kc - q0 : AF_GP_KC, bf);
+                else
+                    bpp = J->bp + p * J->pstride + (bf ? k0 / 2 : k0) * AF_GP_NR;
+                if (amx) {
+                    for (int64_t i0 = 0; i0 < mc; i0 += 32)
+                        kt->gp_bf16->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), ka, ap + i0 * lda, lda, bpp,
+                                                 J->c + (r0 + i0) * J->ldc + j0, J->ldc, nr, acc, tilecfg);
+                    continue;
+                }
+                for (int64_t i0 = 0; i0 < mc; i0 += 8) {
+                    int mr = (int)(mc - i0 < 8 ? mc - i0 : 8);
+                    const uint32_t *api = ap + (i0 / 8) * ka * 8;
+                    float *ci = J->c + (r0 + i0) * J->ldc + j0;
+                    if (bf) kt->gp_bf16->ukernel(mr, ka, api, bpp, ci, J->ldc, nr, acc);
+                    else kt->mm->ukernel(mr, kc, (const float *)api, (const float *)bpp, ci, J->ldc, nr, acc);
+                }
             }
         }
         if (last && J->f) { /* the task's rows x columns of C are final */
@@ -385,7 +404,7 @@ static void gp_task_job(void *va, int64_t t0, int64_t t1, int tid) {
     const gp_job *J = va;
     const int64_t team = J->team > 0 ? J->team : 1, ntask = J->nmb * J->ngr;
     /* packed A block: MC x KC f32, or MC x KC/2 bf16 pairs */
-    uint32_t ap[MC * KC_MAX / 2 > MC * GP_KC_F32 ? MC * KC_MAX / 2 : MC * GP_KC_F32] __attribute__((aligned(64)));
+    uint32_t ap[MC * KC_AMX / 2 > MC * GP_KC_F32 ? MC * KC_AMX / 2 : MC * GP_KC_F32] __attribute__((aligned(64)));
     /* streamed B: one chunk of one panel at a time (in L1), packed right before its micro-kernels */
     uint32_t bs[STREAM_DW] __attribute__((aligned(64)));
     int tilecfg = 0; /* the thread's tile configuration is unknown at the start of a job */
