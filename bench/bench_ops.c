@@ -15,6 +15,8 @@
  * Each line is the minimum time over AF_BENCH_SEC seconds (default 0.5) of repetitions; the
  * inputs stay the same between repetitions (ops that add into gradients keep adding: the speed
  * does not depend on the values). Buffers are 64-byte aligned, as the engine's are.
+ * AF_BENCH_PRECISION=bf16: contexts with bf16 products (the attention's blocked products; the other
+ * ops are f32 either way); AF_BENCH_SEQ=512: the attention over 4 sequences of 512 instead of 16 of 128.
  */
 #include "afinar.h"
 #include "core/core.h"
@@ -43,7 +45,8 @@ static float *buf(int64_t n, float scale) {
     return p;
 }
 
-enum { B = 16, T = 128, N = B * T, H = 576, F = 1536, NH = 9, NKV = 3, HD = 64 };
+enum { N = 2048, H = 576, F = 1536, NH = 9, NKV = 3, HD = 64 };
+static int B = 16, T = 128; /* N = B x T: AF_BENCH_SEQ sets T (a divisor of N), B follows */
 
 static struct {
     float *x, *y, *w, *rstd, *dy, *dx, *dw;     /* [N, H] and [H] */
@@ -127,6 +130,13 @@ static double time_op(op_fn fn) {
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     if (getenv("AF_BENCH_SEC")) g_sec = atof(getenv("AF_BENCH_SEC"));
+    const char *prec = getenv("AF_BENCH_PRECISION");
+    if (getenv("AF_BENCH_SEQ")) T = atoi(getenv("AF_BENCH_SEQ"));
+    if (T < 16 || N % T) {
+        fprintf(stderr, "bench_ops: AF_BENCH_SEQ must divide %d (and be >= 16)\n", N);
+        return 1;
+    }
+    B = N / T;
     g.x = buf((int64_t)N * H, 2), g.y = buf((int64_t)N * H, 1), g.w = buf(H, 1), g.rstd = buf(N, 1);
     g.dy = buf((int64_t)N * H, 1), g.dx = buf((int64_t)N * H, 1), g.dw = buf(H, 1);
     for (int i = 0; i < H; i++) g.w[i] = 1.0f + 0.5f * g.w[i];
@@ -144,17 +154,18 @@ int main(int argc, char **argv) {
     static const char *PATHS[] = {"scalar", "avx2", "avx512"};
     const char *only = getenv("AF_BENCH_PATH");
     printf("cpu: %s\n", af_ctx_describe(g_ctx));
-    printf("shapes: n=%d tokens (%d x %d), hidden %d, ffn %d, heads %d/%d x %d\n", N, B, T, H, F, NH, NKV, HD);
+    printf("shapes: n=%d tokens (%d x %d), hidden %d, ffn %d, heads %d/%d x %d; products %s\n", N, B, T, H, F, NH, NKV,
+           HD, prec ? prec : "f32");
     printf("%-16s %-7s %3s %10s %8s\n", "op", "path", "thr", "us", "GB/s");
     for (size_t o = 0; o < sizeof OPS / sizeof OPS[0]; o++)
         for (int p = 0; p < 3; p++) {
             if (only && strcmp(only, PATHS[p])) continue;
-            if (bench_ctx(PATHS[p], 0, NULL, 0) != AF_OK) continue;
+            if (bench_ctx(PATHS[p], 0, prec, 0) != AF_OK) continue;
             for (int th = 1; th <= 2; th++) {
                 char label[96];
                 snprintf(label, sizeof label, "%s %s th=%d", OPS[o].name, PATHS[p], th);
                 if (filter && !strstr(label, filter)) continue;
-                bench_ctx(PATHS[p], th, NULL, 0);
+                bench_ctx(PATHS[p], th, prec, 0);
                 double t = time_op(OPS[o].fn);
                 printf("%-16s %-7s %3d %10.1f", OPS[o].name, PATHS[p], th, t * 1e6);
                 if (OPS[o].bytes > 0) printf(" %8.1f", OPS[o].bytes / t / 1e9);

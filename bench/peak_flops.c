@@ -122,19 +122,11 @@ PEAK_KERNEL(k_bf16, "avx512f,avx512bf16", 512, 16, _mm512_dpbf16_ps, __m512bh, (
             (__m512bh)_mm512_set1_epi16(0x3380))
 
 /* AMX: 8 tiles of 16 rows x 64 bytes; tmm0-3 accumulate tmm4-5 (A) x tmm6-7 (B) as gemm_amx.c's
- * 2 x 2 block. Each thread configures its own tiles and releases them. */
-typedef struct __attribute__((packed)) amx_cfg {
-    uint8_t palette, start_row;
-    uint8_t rsvd[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
-
+ * 2 x 2 block. Each thread configures its own tiles and releases them. The 64-byte LDTILECFG operand
+ * (Intel SDM): byte 0 the palette (1), bytes 16 + 2t the bytes per row of tile t, byte 48 + t its rows. */
 __attribute__((target("amx-tile,amx-bf16"))) static float k_amx(int64_t iters) {
-    amx_cfg cfg __attribute__((aligned(64)));
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    uint8_t cfg[64] __attribute__((aligned(64))) = {1};
+    for (int t = 0; t < 8; t++) cfg[16 + 2 * t] = 64, cfg[48 + t] = 16; /* 64 = 0x0040: low byte first */
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
     uint16_t op[16 * 32] __attribute__((aligned(64)));
     for (int i = 0; i < 16 * 32; i++) op[i] = i % 2 ? 0x3380 : 0x3f80; /* pairs (1, ~6e-8) */

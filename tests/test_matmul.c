@@ -446,6 +446,36 @@ static void bf16_atb_case(int64_t m, int64_t n, int64_t k) {
     free(a), free(b), free(c), free(c1), free(r), free(tol), free(rb), free(tolb);
 }
 
+/* B packed once into bf16 panels (af_gp_pack_bf16_panels: the blocked attention's K and V) and used
+ * for a range of it (af_gp_gemm_bf16_panels): bitwise the C of af_gp_gemm on the same sub-matrix, on
+ * one thread; b_trans = 1 takes columns off .. off + n (whole panels), b_trans = 0 depths off .. off + k;
+ * A by rows or (sak = m) by columns, onto C and accumulated. */
+static void panels_case(int b_trans, int64_t m, int64_t n, int64_t k, int64_t off, int a_cols) {
+    const int64_t n_all = b_trans ? off + n + 40 : n, k_all = b_trans ? k : off + k + 6, ldw = b_trans ? k + 3 : n + 5;
+    const int64_t wrows = b_trans ? n_all : k_all;
+    float *w = malloc(sizeof(float) * (size_t)(wrows * ldw)), *a = malloc(sizeof(float) * (size_t)(m * k));
+    float *c1 = malloc(sizeof(float) * (size_t)(m * n)), *c2 = malloc(sizeof(float) * (size_t)(m * n));
+    rand_vec(w, wrows * ldw, 1.f);
+    rand_vec(a, m * k, 1.f);
+    uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (size_t)af_gp_bf16_panels_dwords(b_trans ? n_all : n, k_all));
+    char what[160];
+    snprintf(what, sizeof what, "bf16 panels b_trans=%d m=%lld n=%lld k=%lld off=%lld A by %s", b_trans, (long long)m,
+             (long long)n, (long long)k, (long long)off, a_cols ? "columns" : "rows");
+    CHECK(af_gp_pack_bf16_panels(T_CTX, bp, w, ldw, b_trans, b_trans ? n_all : n, k_all), "%s: packed", what);
+    const int64_t sat = a_cols ? 1 : k, sak = a_cols ? m : 1; /* A(i, kk) = a[i·sat + kk·sak] */
+    const float *wsub = w + off * ldw;
+    for (int acc = 0; acc < 2; acc++) {
+        for (int64_t i = 0; i < m * n; i++) c1[i] = c2[i] = acc ? 0.25f * (float)(i % 7) : 0.f;
+        af_gp_gemm(T_CTX, c1, n, a, sat, sak, wsub, AF_TYPE_F32, ldw * (int64_t)sizeof(float), b_trans, m, n, k, acc, 1);
+        const bool ok = b_trans ? af_gp_gemm_bf16_panels(T_CTX, c2, n, a, sat, sak, bp + off / 32 * (k_all / 2) * 32,
+                                                         k_all / 2 * 32, 0, m, n, k, acc)
+                                : af_gp_gemm_bf16_panels(T_CTX, c2, n, a, sat, sak, bp, k_all / 2 * 32, off, m, n, k, acc);
+        CHECK(ok && !memcmp(c1, c2, sizeof(float) * (size_t)(m * n)), "%s acc=%d: bitwise af_gp_gemm's C", what, acc);
+    }
+    af_free_aligned(bp);
+    free(w); free(a); free(c1); free(c2);
+}
+
 static void test_bf16(void) {
     CHECK(!strcmp(af_ctx_matmul_precision(T_CTX), "f32"), "default matmul precision is f32");
     CHECK(tl_ctx_set(NULL, -1, "fp8", -1) == AF_ERR_INVALID_ARG, "unknown precision refused");
@@ -475,6 +505,12 @@ static void test_bf16(void) {
      * more rows than one task's block */
     bf16_case(AF_TYPE_Q4_1, 1, 200, 1600, 96);
     bf16_case(AF_TYPE_Q8_0, 0, 200, 96, 1600);
+    /* B packed once, used in ranges (the blocked attention's shapes: 64-row blocks, head dim 64) */
+    panels_case(1, 64, 192, 64, 128, 0);
+    panels_case(1, 37, 64, 64, 0, 0);
+    panels_case(0, 64, 64, 130, 64, 0);
+    panels_case(0, 64, 64, 900, 192, 1);
+    panels_case(0, 200, 40, 512, 0, 1);
     /* K not a multiple of the 32-wide conversion step / of the K-chunk (f32 operands only) */
     bf16_case(AF_TYPE_F32, 1, 133, 330, 200);
     bf16_case(AF_TYPE_F32, 0, 77, 256, 330);

@@ -57,11 +57,31 @@ bool af_att_gemm_usable(const af_ctx *ctx,
 static _Thread_local float *g_buf[2];
 static _Thread_local size_t g_cap[2];
 
+/* bf16 contexts: each thread packs the B operands that every block of a head reads (K and V of a kv
+ * head, Q and dO of the heads of a group) once per call into bf16 panels (af_gp_pack_bf16_panels) and
+ * multiplies each block against its range of them, instead of converting the same keys again for every
+ * block (K rows were packed 4.5 times per head at 512 tokens). Slots: 0 K (for Q·Kᵀ), 1 V (P·V), 2 V
+ * (dO·Vᵀ), 3 K (dS·K), 4 + 2i / 5 + 2i Q / dO of the i-th head of the group (dSᵀ·Q, Pᵀ·dO). A slot
+ * holds what it was packed from (pointer, call) and is packed again when either changes. */
+#define AG_SLOTS (4 + 2 * 8)
+typedef struct ag_slot {
+    const float *w;
+    uint64_t call;
+    uint32_t *bp;
+    size_t cap; /* dwords */
+} ag_slot;
+static _Thread_local ag_slot g_slot[AG_SLOTS];
+static uint64_t g_calls; /* calls of af_att_gemm_forward / _backward: a slot's data belongs to one */
+
 void af_att_gemm_release(void) {
     for (int i = 0; i < 2; i++) {
         free(g_buf[i]);
         g_buf[i] = NULL;
         g_cap[i] = 0;
+    }
+    for (int i = 0; i < AG_SLOTS; i++) {
+        af_free_aligned(g_slot[i].bp);
+        memset(&g_slot[i], 0, sizeof g_slot[i]);
     }
 }
 
@@ -257,6 +277,7 @@ static void mm(const af_ctx *ctx,
 /* Arguments of the blocked-attention jobs. */
 typedef struct ag_job {
     const af_ctx *ctx;
+    uint64_t call; /* this call's number (g_calls): the bf16 slots' key */
     const af_ag_rows *ag;
     float *out, *lse, *scr, *dq, *dk, *dv, *Pb, *Db;
     const float *q, *k, *v, *dout, *outc, *lsec;
@@ -265,10 +286,51 @@ typedef struct ag_job {
     float scale;
 } ag_job;
 
+/* The bf16 panels of slot `slot` for W [n, k] (b_trans) or [k, n] (row stride ldw floats), packed by
+ * the calling thread unless it holds them for this call already; NULL where the context has no bf16
+ * products, k is odd, the slot does not exist or memory is short (the caller then uses mm). */
+static const uint32_t *ag_panels(const ag_job *J, int slot, const float *w, int64_t ldw, int b_trans, int64_t n,
+                                 int64_t k) {
+    if (!J->ctx->bf16 || k % 2 || slot >= AG_SLOTS) return NULL;
+    ag_slot *S = &g_slot[slot];
+    if (S->w == w && S->call == J->call) return S->bp;
+    const size_t dw = (size_t)af_gp_bf16_panels_dwords(n, k);
+    if (dw > S->cap) {
+        af_free_aligned(S->bp);
+        S->cap = 0;
+        S->bp = af_malloc_aligned(dw * sizeof(uint32_t));
+        if (!S->bp) return NULL;
+        S->cap = dw;
+    }
+    S->w = NULL;
+    if (!af_gp_pack_bf16_panels(J->ctx, S->bp, w, ldw, b_trans, n, k)) return NULL;
+    S->w = w, S->call = J->call;
+    return S->bp;
+}
+
+/* mm with B taken from slot `slot`'s panels of all of W (n_all columns or depths, see ag_panels): the
+ * columns j0 .. j0 + n (b_trans: keys; a multiple of 32) or depths d0 .. d0 + k (rows of W; even) of
+ * them; mm itself where the panels cannot be had (bitwise the same C either way). */
+static void mm_panels(const ag_job *J, int slot, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                      const float *w_all, int64_t ldw, int b_trans, int64_t n_all, int64_t k_all, int64_t off,
+                      int64_t m, int64_t n, int64_t k, int acc) {
+    const uint32_t *bp = m > 0 && n > 0 && k > 0 ? ag_panels(J, slot, w_all, ldw, b_trans, n_all, k_all) : NULL;
+    if (b_trans) { /* W [n_all, k]: columns off .. off + n, whole panels from off on */
+        if (bp && off % AF_GP_NR == 0 &&
+            af_gp_gemm_bf16_panels(J->ctx, c, ldc, a, sat, sak, bp + off / AF_GP_NR * (k_all / 2) * AF_GP_NR,
+                                   k_all / 2 * AF_GP_NR, 0, m, n, k, acc))
+            return;
+        mm(J->ctx, c, ldc, a, sat, sak, w_all + off * ldw, ldw, 1, m, n, k, acc);
+    } else { /* W [k_all, n]: depths off .. off + k */
+        if (bp && af_gp_gemm_bf16_panels(J->ctx, c, ldc, a, sat, sak, bp, k_all / 2 * AF_GP_NR, off, m, n, k, acc))
+            return;
+        mm(J->ctx, c, ldc, a, sat, sak, w_all + off * ldw, ldw, 0, m, n, k, acc);
+    }
+}
+
 /* Forward (head, row block) items [i0, i1); scores in thread tid's slice of scr. */
 static void ag_fwd_job(void *va, int64_t i0, int64_t i1, int tid) {
     const ag_job *J = va;
-    const af_ctx *ctx = J->ctx;
     const int64_t nrb = J->nrb, n_q = J->n_q, n_kv = J->n_kv, qs = J->qs, hd = J->hd, kv_stride = J->kv_stride;
     float *S = J->scr + (size_t)tid * AR * (size_t)n_kv;
     for (int64_t it = i0; it < i1; it++) {
@@ -276,21 +338,20 @@ static void ag_fwd_job(void *va, int64_t i0, int64_t i1, int tid) {
         int64_t r0 = rb * AR, R = n_q - r0 < AR ? n_q - r0 : AR, c0, c1;
         blk_cols(r0, n_kv, J->window, &c0, &c1);
         int64_t nc = c1 - c0;
-        mm(ctx, S, nc, J->q + r0 * qs + h * hd, qs, 1, J->k + c0 * kv_stride + g * hd, kv_stride, 1, R, nc, hd, 0);
+        mm_panels(J, 0, S, nc, J->q + r0 * qs + h * hd, qs, 1, J->k + g * hd, kv_stride, 1, n_kv, hd, c0, R, nc, hd, 0);
         for (int64_t r = 0; r < R; r++) {
             int64_t lo, hi;
             if (!row_keys(r0 + r, J->window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
             float L = J->ag->softmax_row(S + r * nc, nc, lo - c0, hi - c0, J->scale);
             if (J->lse) J->lse[h * n_q + r0 + r] = L;
         }
-        mm(ctx, J->out + r0 * qs + h * hd, qs, S, nc, 1, J->v + c0 * kv_stride + g * hd, kv_stride, 0, R, hd, nc, 0);
+        mm_panels(J, 1, J->out + r0 * qs + h * hd, qs, S, nc, 1, J->v + g * hd, kv_stride, 0, hd, n_kv, c0, R, hd, nc, 0);
     }
 }
 
 /* Backward pass A: P, dS and dQ per (head, row block), items [i0, i1) of the chunk of heads from h0. */
 static void ag_bwd_a_job(void *va, int64_t i0, int64_t i1, int tid) {
     const ag_job *J = va;
-    const af_ctx *ctx = J->ctx;
     const int64_t nrb = J->nrb, n_q = J->n_q, n_kv = J->n_kv, qs = J->qs, ks = J->ks, hd = J->hd, h0 = J->h0;
     for (int64_t it = i0; it < i1; it++) {
         int64_t h = h0 + it / nrb, rb = it % nrb, g = h / J->group;
@@ -299,15 +360,15 @@ static void ag_bwd_a_job(void *va, int64_t i0, int64_t i1, int tid) {
         int64_t nc = c1 - c0;
         float *P = J->Pb + (size_t)(h - h0) * J->per_head + (size_t)r0 * n_kv + c0;
         float *dS = J->Db + (size_t)(h - h0) * J->per_head + (size_t)r0 * n_kv + c0;
-        mm(ctx, P, n_kv, J->q + r0 * qs + h * hd, qs, 1, J->k + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
-        mm(ctx, dS, n_kv, J->dout + r0 * qs + h * hd, qs, 1, J->v + c0 * ks + g * hd, ks, 1, R, nc, hd, 0);
+        mm_panels(J, 0, P, n_kv, J->q + r0 * qs + h * hd, qs, 1, J->k + g * hd, ks, 1, n_kv, hd, c0, R, nc, hd, 0);
+        mm_panels(J, 2, dS, n_kv, J->dout + r0 * qs + h * hd, qs, 1, J->v + g * hd, ks, 1, n_kv, hd, c0, R, nc, hd, 0);
         for (int64_t r = 0; r < R; r++) {
             int64_t i = r0 + r, lo, hi;
             if (!row_keys(i, J->window, c0, c1, &lo, &hi)) lo = 1, hi = 0;
             float D = J->ag->dot_row(J->dout + i * qs + h * hd, J->outc + i * qs + h * hd, hd);
             J->ag->grad_row(P + r * n_kv, dS + r * n_kv, nc, lo - c0, hi - c0, J->scale, J->lsec[h * n_q + i], D);
         }
-        mm(ctx, J->dq + r0 * qs + h * hd, qs, dS, n_kv, 1, J->k + c0 * ks + g * hd, ks, 0, R, hd, nc, 1);
+        mm_panels(J, 3, J->dq + r0 * qs + h * hd, qs, dS, n_kv, 1, J->k + g * hd, ks, 0, hd, n_kv, c0, R, hd, nc, 1);
     }
 }
 
@@ -315,7 +376,6 @@ static void ag_bwd_a_job(void *va, int64_t i0, int64_t i1, int tid) {
  * a group are added in order. */
 static void ag_bwd_b_job(void *va, int64_t i0, int64_t i1, int tid) {
     const ag_job *J = va;
-    const af_ctx *ctx = J->ctx;
     const int64_t nkb = J->nkb, n_q = J->n_q, n_kv = J->n_kv, qs = J->qs, ks = J->ks, hd = J->hd, h0 = J->h0;
     const int64_t group = J->group;
     for (int64_t it = i0; it < i1; it++) {
@@ -324,8 +384,11 @@ static void ag_bwd_b_job(void *va, int64_t i0, int64_t i1, int tid) {
         for (int64_t h = g * group; h < (g + 1) * group; h++) {
             const float *P = J->Pb + (size_t)(h - h0) * J->per_head + (size_t)r0 * n_kv + j0;
             const float *dS = J->Db + (size_t)(h - h0) * J->per_head + (size_t)r0 * n_kv + j0;
-            mm(ctx, J->dk + j0 * ks + g * hd, ks, dS, 1, n_kv, J->q + r0 * qs + h * hd, qs, 0, KB, hd, r1 - r0, 1);
-            mm(ctx, J->dv + j0 * ks + g * hd, ks, P, 1, n_kv, J->dout + r0 * qs + h * hd, qs, 0, KB, hd, r1 - r0, 1);
+            const int hh = (int)(h - g * group);
+            mm_panels(J, 4 + 2 * hh, J->dk + j0 * ks + g * hd, ks, dS, 1, n_kv, J->q + h * hd, qs, 0, hd, n_q, r0, KB,
+                      hd, r1 - r0, 1);
+            mm_panels(J, 5 + 2 * hh, J->dv + j0 * ks + g * hd, ks, P, 1, n_kv, J->dout + h * hd, qs, 0, hd, n_q, r0, KB,
+                      hd, r1 - r0, 1);
         }
     }
 }
@@ -339,7 +402,7 @@ bool af_att_gemm_forward(const af_ctx *ctx,
     const int nth = af_threadpool_team(ctx->pool, ctx->n_threads);
     float *scr = buf_get(0, (size_t)nth * AR * (size_t)n_kv);
     if (!scr) return false;
-    ag_job J = {.ctx = ctx, .ag = ag, .out = out, .lse = lse, .q = q, .k = k, .v = v, .scr = scr,
+    ag_job J = {.ctx = ctx, .call = __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED), .ag = ag, .out = out, .lse = lse, .q = q, .k = k, .v = v, .scr = scr,
                 .n_q = n_q, .n_kv = n_kv, .kv_stride = kv_stride, .group = group, .qs = qs, .nrb = nrb, .hd = hd,
                 .window = window, .scale = scale};
     af_threadpool_run(ctx->pool, nth, n_heads * nrb, 0, ag_fwd_job, &J);
@@ -360,7 +423,7 @@ bool af_att_gemm_backward(const af_ctx *ctx,
     float *Pb = buf_get(0, per_head * (size_t)(gchunk * group));
     float *Db = Pb ? buf_get(1, per_head * (size_t)(gchunk * group)) : NULL;
     if (!Pb || !Db) return false;
-    ag_job J = {.ctx = ctx, .ag = ag, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .outc = out, .lsec = lse, .q = q,
+    ag_job J = {.ctx = ctx, .call = __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED), .ag = ag, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .outc = out, .lsec = lse, .q = q,
                 .k = k, .v = v, .Pb = Pb, .Db = Db, .n_q = n_q, .n_kv = n_kv, .group = group, .qs = qs, .ks = ks,
                 .nrb = nrb, .nkb = nkb, .hd = hd, .window = window, .per_head = per_head, .scale = scale};
     for (int64_t g0 = 0; g0 < n_kv_heads; g0 += gchunk) {

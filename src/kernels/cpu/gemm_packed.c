@@ -536,6 +536,34 @@ bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, 
     return true;
 }
 
+/* ---------------------------------------------------------------- B packed once, used many times */
+
+int64_t af_gp_bf16_panels_dwords(int64_t n, int64_t k) { return (n + AF_GP_NR - 1) / AF_GP_NR * AF_GP_NR * (k / 2); }
+
+bool af_gp_pack_bf16_panels(const af_ctx *ctx, uint32_t *bp, const float *w, int64_t ldw, int b_trans, int64_t n,
+                            int64_t k) {
+    if (!use_bf16(ctx, k) || !ctx->k->gp_bf16) return false;
+    const size_t rb = (size_t)ldw * sizeof(float);
+    if (b_trans) pack_b_trans(ctx->k, bp, (const uint8_t *)w, AF_TYPE_F32, rb, n, k, true, 0, (n + AF_GP_NR - 1) / AF_GP_NR);
+    else pack_b_rows_bf16(ctx->k, bp, (const uint8_t *)w, AF_TYPE_F32, rb, n, k, 0, k / 2);
+    return true;
+}
+
+bool af_gp_gemm_bf16_panels(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                            const uint32_t *bp, int64_t pstride, int64_t d0, int64_t m, int64_t n, int64_t k,
+                            int accumulate) {
+    if (!use_bf16(ctx, k) || !ctx->k->gp_bf16 || d0 % 2) return false;
+    /* the driver's task on one thread with B already packed: one column group, every row block */
+    gp_job J = {.kt = ctx->k, .bp = (uint32_t *)(uintptr_t)(bp + d0 / 2 * AF_GP_NR), .type = AF_TYPE_F32, .bf = true,
+                .c = c, .ldc = ldc, .a = a, .sat = sat, .sak = sak, .m = m, .n = n, .k = k, .acc = accumulate,
+                .npan = (n + AF_GP_NR - 1) / AF_GP_NR, .pstride = pstride, .nmb = (m + MC - 1) / MC, .ngr = 1,
+                .team = 1};
+    J.gsz = J.npan;
+    J.amx = ctx->k->gp_bf16->amx_ukernel && (sak == 1 || sat == 1);
+    gp_task_job(&J, 0, 1, 0);
+    return true;
+}
+
 #else /* not x86-64: no packed micro-kernel (ctx->k->mm->ukernel is NULL), so af_gp_usable is false */
 
 bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
@@ -543,6 +571,22 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
                 int accumulate, int nth) {
     (void)ctx, (void)c, (void)ldc, (void)a, (void)sat, (void)sak, (void)w, (void)type, (void)ldw_bytes;
     (void)b_trans, (void)m, (void)n, (void)k, (void)accumulate, (void)nth;
+    return false;
+}
+
+int64_t af_gp_bf16_panels_dwords(int64_t n, int64_t k) { return (n + AF_GP_NR - 1) / AF_GP_NR * AF_GP_NR * (k / 2); }
+
+bool af_gp_pack_bf16_panels(const af_ctx *ctx, uint32_t *bp, const float *w, int64_t ldw, int b_trans, int64_t n,
+                            int64_t k) {
+    (void)ctx, (void)bp, (void)w, (void)ldw, (void)b_trans, (void)n, (void)k;
+    return false;
+}
+
+bool af_gp_gemm_bf16_panels(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                            const uint32_t *bp, int64_t pstride, int64_t d0, int64_t m, int64_t n, int64_t k,
+                            int accumulate) {
+    (void)ctx, (void)c, (void)ldc, (void)a, (void)sat, (void)sak, (void)bp, (void)pstride, (void)d0, (void)m, (void)n;
+    (void)k, (void)accumulate;
     return false;
 }
 

@@ -86,6 +86,23 @@ typedef struct af_gp_claim {
 af_gp_claim *af_gp_deal_init(af_gp_claim next[AF_GP_SHARES], int team);
 int64_t af_gp_deal_next(af_gp_claim *next, int64_t team, int64_t ntask, int64_t th, int64_t *o);
 
+/* B packed once and used by many products (the blocked attention's K and V, gemm_packed.c): bf16
+ * panels of an f32 matrix W (row stride ldw floats) in af_gp_gemm's layout, for C = A·Wᵀ (b_trans = 1:
+ * W [n, k]) or C = A·W (b_trans = 0: W [k, n]); panel p (columns 32p ..) holds pairs of depth
+ * (q = 0 .. k/2 - 1) at bp + p·(k/2)·32 + q·32 + j % 32, columns past n zero. k even.
+ * af_gp_bf16_panels_dwords: the dwords of that buffer. af_gp_pack_bf16_panels: packs it (calling
+ * thread only); false when ctx has no bf16 products (f32 context, or a path without them).
+ * af_gp_gemm_bf16_panels: C[m, n] (+)= A · B on the calling thread, A as in af_gp_gemm (sak or sat 1),
+ * B the depths d0 .. d0 + k of such a buffer (panels of pstride dwords; d0 even) — bitwise the C of
+ * af_gp_gemm on the same operands (the same packed values, micro-kernels and depth chunks); false
+ * (C untouched) when ctx has no bf16 products or k is odd. */
+int64_t af_gp_bf16_panels_dwords(int64_t n, int64_t k);
+bool af_gp_pack_bf16_panels(const af_ctx *ctx, uint32_t *bp, const float *w, int64_t ldw, int b_trans, int64_t n,
+                            int64_t k);
+bool af_gp_gemm_bf16_panels(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_t sat, int64_t sak,
+                            const uint32_t *bp, int64_t pstride, int64_t d0, int64_t m, int64_t n, int64_t k,
+                            int accumulate);
+
 /* The calling thread's packed-B buffer, grown to at least `bytes` (contents undefined; NULL when it
  * cannot be had), for the int8 products (gemm_int8.c), which run instead of af_gp_gemm, never inside it. */
 void *af_gp_buffer(size_t bytes);
