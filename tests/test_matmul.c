@@ -466,10 +466,11 @@ static void panels_case(int b_trans, int64_t m, int64_t n, int64_t k, int64_t of
     const float *wsub = w + off * ldw;
     for (int acc = 0; acc < 2; acc++) {
         for (int64_t i = 0; i < m * n; i++) c1[i] = c2[i] = acc ? 0.25f * (float)(i % 7) : 0.f;
-        af_gp_gemm(T_CTX, c1, n, a, sat, sak, wsub, AF_TYPE_F32, ldw * (int64_t)sizeof(float), b_trans, m, n, k, acc, 1);
-        const bool ok = b_trans ? af_gp_gemm_bf16_panels(T_CTX, c2, n, a, sat, sak, bp + off / 32 * (k_all / 2) * 32,
-                                                         k_all / 2 * 32, 0, m, n, k, acc)
-                                : af_gp_gemm_bf16_panels(T_CTX, c2, n, a, sat, sak, bp, k_all / 2 * 32, off, m, n, k, acc);
+        af_gp_gemm(T_CTX, c1, n, a, sat, sak, wsub, AF_TYPE_F32, ldw * (int64_t)sizeof(float), b_trans, m, n, k, acc,
+                   1);
+        const uint32_t *b0 = b_trans ? bp + off / 32 * (k_all / 2) * 32 : bp; /* b_trans: panels from column off */
+        const bool ok = af_gp_gemm_bf16_panels(T_CTX, c2, n, a, sat, sak, b0, k_all / 2 * 32, b_trans ? 0 : off, m, n,
+                                               k, acc);
         CHECK(ok && !memcmp(c1, c2, sizeof(float) * (size_t)(m * n)), "%s acc=%d: bitwise af_gp_gemm's C", what, acc);
     }
     af_free_aligned(bp);

@@ -345,7 +345,8 @@ static void ag_fwd_job(void *va, int64_t i0, int64_t i1, int tid) {
             float L = J->ag->softmax_row(S + r * nc, nc, lo - c0, hi - c0, J->scale);
             if (J->lse) J->lse[h * n_q + r0 + r] = L;
         }
-        mm_panels(J, 1, J->out + r0 * qs + h * hd, qs, S, nc, 1, J->v + g * hd, kv_stride, 0, hd, n_kv, c0, R, hd, nc, 0);
+        mm_panels(J, 1, J->out + r0 * qs + h * hd, qs, S, nc, 1, J->v + g * hd, kv_stride, 0, hd, n_kv, c0, R, hd, nc,
+                  0);
     }
 }
 
@@ -402,9 +403,9 @@ bool af_att_gemm_forward(const af_ctx *ctx,
     const int nth = af_threadpool_team(ctx->pool, ctx->n_threads);
     float *scr = buf_get(0, (size_t)nth * AR * (size_t)n_kv);
     if (!scr) return false;
-    ag_job J = {.ctx = ctx, .call = __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED), .ag = ag, .out = out, .lse = lse, .q = q, .k = k, .v = v, .scr = scr,
-                .n_q = n_q, .n_kv = n_kv, .kv_stride = kv_stride, .group = group, .qs = qs, .nrb = nrb, .hd = hd,
-                .window = window, .scale = scale};
+    ag_job J = {.ctx = ctx, .call = __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED), .ag = ag, .out = out,
+                .lse = lse, .q = q, .k = k, .v = v, .scr = scr, .n_q = n_q, .n_kv = n_kv, .kv_stride = kv_stride,
+                .group = group, .qs = qs, .nrb = nrb, .hd = hd, .window = window, .scale = scale};
     af_threadpool_run(ctx->pool, nth, n_heads * nrb, 0, ag_fwd_job, &J);
     return true;
 }
@@ -423,9 +424,10 @@ bool af_att_gemm_backward(const af_ctx *ctx,
     float *Pb = buf_get(0, per_head * (size_t)(gchunk * group));
     float *Db = Pb ? buf_get(1, per_head * (size_t)(gchunk * group)) : NULL;
     if (!Pb || !Db) return false;
-    ag_job J = {.ctx = ctx, .call = __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED), .ag = ag, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .outc = out, .lsec = lse, .q = q,
-                .k = k, .v = v, .Pb = Pb, .Db = Db, .n_q = n_q, .n_kv = n_kv, .group = group, .qs = qs, .ks = ks,
-                .nrb = nrb, .nkb = nkb, .hd = hd, .window = window, .per_head = per_head, .scale = scale};
+    ag_job J = {.ctx = ctx, .call = __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED), .ag = ag, .dq = dq, .dk = dk,
+                .dv = dv, .dout = dout, .outc = out, .lsec = lse, .q = q, .k = k, .v = v, .Pb = Pb, .Db = Db,
+                .n_q = n_q, .n_kv = n_kv, .group = group, .qs = qs, .ks = ks, .nrb = nrb, .nkb = nkb, .hd = hd,
+                .window = window, .per_head = per_head, .scale = scale};
     for (int64_t g0 = 0; g0 < n_kv_heads; g0 += gchunk) {
         const int64_t g1 = g0 + gchunk < n_kv_heads ? g0 + gchunk : n_kv_heads;
         J.g0 = g0;

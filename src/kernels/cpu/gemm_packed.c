@@ -544,7 +544,8 @@ bool af_gp_pack_bf16_panels(const af_ctx *ctx, uint32_t *bp, const float *w, int
                             int64_t k) {
     if (!use_bf16(ctx, k) || !ctx->k->gp_bf16) return false;
     const size_t rb = (size_t)ldw * sizeof(float);
-    if (b_trans) pack_b_trans(ctx->k, bp, (const uint8_t *)w, AF_TYPE_F32, rb, n, k, true, 0, (n + AF_GP_NR - 1) / AF_GP_NR);
+    if (b_trans)
+        pack_b_trans(ctx->k, bp, (const uint8_t *)w, AF_TYPE_F32, rb, n, k, true, 0, (n + AF_GP_NR - 1) / AF_GP_NR);
     else pack_b_rows_bf16(ctx->k, bp, (const uint8_t *)w, AF_TYPE_F32, rb, n, k, 0, k / 2);
     return true;
 }

@@ -92,7 +92,7 @@ int64_t af_gp_deal_next(af_gp_claim *next, int64_t team, int64_t ntask, int64_t 
  * (q = 0 .. k/2 - 1) at bp + p·(k/2)·32 + q·32 + j % 32, columns past n zero. k even.
  * af_gp_bf16_panels_dwords: the dwords of that buffer. af_gp_pack_bf16_panels: packs it (calling
  * thread only); false when ctx has no bf16 products (f32 context, or a path without them).
- * af_gp_gemm_bf16_panels: C[m, n] (+)= A · B on the calling thread, A as in af_gp_gemm (sak or sat 1),
+ * af_gp_gemm_bf16_panels: C[m, n] (+)= A · B on the calling thread, A as in af_gp_gemm (strides sat, sak),
  * B the depths d0 .. d0 + k of such a buffer (panels of pstride dwords; d0 even) — bitwise the C of
  * af_gp_gemm on the same operands (the same packed values, micro-kernels and depth chunks); false
  * (C untouched) when ctx has no bf16 products or k is odd. */
