@@ -9,6 +9,7 @@
 #include "testlib.h"
 #include "tinymodel.c"
 
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "lora/lora.h"
 
@@ -405,7 +406,44 @@ static void test_gaussian(void) {
     free(P), free(Q);
 }
 
+/* The forward with a dropout mask multiplies the masked input in blocks of whole 64 KiB chunks of rows
+ * (16384 / in rows: 28 for in = 576); xa must be bitwise that of one product per chunk (each chunk masked
+ * on the stack and multiplied alone: the implementation before the blocks), a last chunk of <= 4 rows
+ * (the products' decode path) included: n = 2048 (2048 % 28 = 4), 2045 (1), 300 (20), 9 — with f32 and,
+ * where the CPU has them, bf16 products. */
+static void test_drop_blocks(void) {
+    const int64_t in = 576, out = 64, rows = 16384 / in, ns[] = {2048, 2045, 300, 9};
+    const int32_t r = 16;
+    uint64_t rng = 77;
+    for (int prec = 0; prec < 2; prec++) {
+        if (prec == 1 && tl_ctx_set(NULL, -1, "bf16", -1) != AF_OK) break;
+        for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
+            const int64_t n = ns[t];
+            float *x = malloc(sizeof(float) * (size_t)(n * in)), *mask = malloc(sizeof(float) * (size_t)(n * in));
+            float *A = malloc(sizeof(float) * (size_t)(r * in)), *B = malloc(sizeof(float) * (size_t)(out * r));
+            float *y = calloc((size_t)(n * out), sizeof(float)), *xa = malloc(sizeof(float) * (size_t)(n * r));
+            float *ref = malloc(sizeof(float) * (size_t)(n * r)), *buf = malloc(sizeof(float) * (size_t)(rows * in));
+            fill(x, n * in, &rng, 1.f);
+            fill(A, r * in, &rng, 0.1f);
+            fill(B, out * r, &rng, 0.1f);
+            af_lora_dropout_mask(T_CTX, mask, 5, 2, AF_PROJ_Q, 0, n, in, 0.1f);
+            af_lora_forward(T_CTX, y, xa, x, mask, A, B, n, in, out, r, 2.0f);
+            for (int64_t t0 = 0; t0 < n; t0 += rows) {
+                const int64_t m = n - t0 < rows ? n - t0 : rows;
+                for (int64_t i = 0; i < m * in; i++) buf[i] = x[t0 * in + i] * mask[t0 * in + i];
+                af_gemm_abt(T_CTX, ref + t0 * r, buf, A, m, r, in, 0);
+            }
+            CHECK(!memcmp(xa, ref, sizeof(float) * (size_t)(n * r)),
+                  "dropout forward in blocks, %s products, n = %lld: x·Aᵀ bitwise one product per %lld-row chunk",
+                  prec ? "bf16" : "f32", (long long)n, (long long)rows);
+            free(x); free(mask); free(A); free(B); free(y); free(xa); free(ref); free(buf);
+        }
+    }
+    tl_ctx_set(NULL, -1, "f32", -1);
+}
+
 int main(void) {
+    test_drop_blocks();
     test_gaussian();
     test_layers();
     test_fd(0);
