@@ -63,8 +63,8 @@ void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, con
                 }
         } else {
             /* Blocks of whole chunks of `rows` (up to DROP_BLOCK_FLOATS, heap): one product per block
-             * instead of per chunk (chunks of 28 rows were ~50,000 calls of a SmolLM2 step at ~50
-             * GFLOP/s). The rows of a product do not depend on the rows beside it (kernels/matmul.h)
+             * instead of per chunk (chunks of 28 rows were ~12,700 products of a SmolLM2 SFT step at
+             * ~50 GFLOP/s). The rows of a product do not depend on the rows beside it (kernels/matmul.h)
              * except in a product of <= AF_MM_DECODE_N rows (the decode path): a last chunk that short
              * stays a product of its own, so xa is bitwise that of one product per chunk. */
             const int64_t tail = n % rows <= AF_MM_DECODE_N ? n % rows : 0, main_rows = n - tail;
