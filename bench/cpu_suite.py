@@ -34,7 +34,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import TARGETS, target_text, verdict  # noqa: E402
+from bench_common import TARGETS, bf16_peak_key, target_text, verdict  # noqa: E402
 import thread_scaling  # noqa: E402
 
 PARTS = ("stream", "decode", "train", "sft", "threads")
@@ -248,6 +248,10 @@ def decode_rows(R, work, parts, fx, meta):
     return out
 
 
+# what each MFU denominator measured (bench/peak_flops.c)
+peak_name = {"f32": "f32 FMA", "bf16_amx_peak": "bf16 AMX TDPBF16PS", "bf16_avx512_peak": "bf16 VDPBF16PS"}
+
+
 def train_rows(R, work, parts):
     t, why = load_json(os.path.join(work, "train", "train_vs_peft.json"))
     if t is None:
@@ -259,6 +263,7 @@ def train_rows(R, work, parts):
     for r in t.get("runs", []):
         groups.setdefault((r.get("seq"), r.get("targets_set")), {})[r.get("config")] = r
     ok = lambda g, k: k in g and "failed" not in g[k]  # noqa: E731
+    bk = bf16_peak_key(t.get("peak_flops", {}))  # the bf16 MFU's denominator
     for (S, tg), g in groups.items():
         label = f"seq {S}, {tg}"
         for prec, a_k, t_k in (("f32", "afinar-q4", "torch-f32"), ("bf16", "afinar-q4-bf16", "torch-bf16")):
@@ -288,8 +293,7 @@ def train_rows(R, work, parts):
                 R.add("train", f"classification training MFU {prec} ({label})", fmt(100 * a[mk], 0, "%"),
                       fmt(100 * p.get(mk, p.get("mfu_f32")), 0, "%") if p.get(mk, p.get("mfu_f32")) is not None
                       else "—", a[mk], "train_mfu", pct=True,
-                      note="of the measured " + (("bf16 AMX TDPBF16PS" if "bf16_amx_peak" in t.get("peak_flops", {})
-                                                  else "bf16 VDPBF16PS") if prec == "bf16" else "f32 FMA") + " peak")
+                      note=f"of the measured {peak_name[bk if prec == 'bf16' else 'f32']} peak")
         if "afinar-q4-int8" in g and ok(g, "torch-f32"):  # --frozen-precision int8 (AVX512_VNNI)
             what = f"classification training, int8 frozen products ({label}) vs PyTorch f32"
             if not ok(g, "afinar-q4-int8"):

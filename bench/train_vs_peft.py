@@ -209,6 +209,7 @@ def main():
         if k + "_gflops" in peak:
             peak[k + "_peak"] = max(peak[k + "_gflops"], a.threads * peak[k + "_gflops_1t"])
     log("peak:", peak)
+    bk = bench_common.bf16_peak_key(peak)  # the bf16 MFU's denominator
     has_bf16 = any(f in cpu_flags_summary().split() for f in ("avx512_bf16", "amx_bf16"))
     gemm = torch_gemm(py, a.threads, 5 if has_bf16 else 1)
     log("torch GEMM:", gemm)
@@ -279,7 +280,6 @@ def main():
                 res["median_step_s"] = statistics.median(res["step_s"][a.warmup:])
                 res["achieved_gflops"] = fl["total"] / (res["timed_s"] / steps[S]) * 1e-9
                 res["mfu_f32"] = res["achieved_gflops"] / peak.get("f32_avx512_peak", peak.get("f32_avx2_peak", float("nan")))
-                bk = bench_common.bf16_peak_key(peak)
                 if sy.endswith("bf16") and bk:
                     res["mfu_bf16"] = res["achieved_gflops"] / peak[bk]
                 runs.append(res)
