@@ -218,7 +218,9 @@ out:
 /* At the terminal's prompt: wait until a line can be read or a signal asked to stop, without the
  * race of a signal that arrives between printing the prompt and blocking in read(2) (the flag
  * would be set, and read would wait for a line all the same). SIGINT / SIGTERM are blocked while
- * the flag is checked and unblocked atomically by ppoll. Returns 1: input ready; 0: a stop signal. */
+ * the flag is checked and unblocked atomically by ppoll; the library's worker threads block them
+ * (af_thread_start), so one that comes while they are blocked here waits, pending, for ppoll instead
+ * of running the handler on a worker while this thread sleeps. Returns 1: input ready; 0: a stop signal. */
 static int wait_input(void) {
     sigset_t stop, old;
     sigemptyset(&stop);

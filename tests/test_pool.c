@@ -26,12 +26,16 @@
  * 11. Counters (af_threadpool_stats): dispatches with a team > 1 are regions, those run on more
  *    than one thread forks; nested calls, nth 1 and a NULL pool count nothing; dispatches run on the
  *    caller alone under oversubscription are regions but not forks.
+ * 12. Signals: the workers run with SIGINT and SIGTERM blocked (af_thread_start), the caller's
+ *    mask is what it was, so a Ctrl-C reaches the thread that waits for it (afinar chat's ppoll
+ *    at the prompt; tests/test_chat.c), never a worker.
  */
 #include "afinar.h"
 #include "core/threadpool.h"
 #include "testlib.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -489,6 +493,49 @@ static void test_adapt(void) {
     unsetenv("AFINAR_POOL_ADAPT");
 }
 
+typedef struct masks {
+    pthread_t caller;
+    int worker_calls, worker_unblocked; /* calls on another thread than the caller; of them with SIGINT or SIGTERM open */
+    int caller_calls, caller_blocked;   /* calls on the caller; of them with SIGINT blocked */
+} masks;
+
+static void mask_fn(void *va, int64_t i0, int64_t i1, int tid) {
+    masks *m = va;
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    const int blocked = sigismember(&cur, SIGINT) == 1 && sigismember(&cur, SIGTERM) == 1;
+    if (pthread_equal(pthread_self(), m->caller)) {
+        __atomic_fetch_add(&m->caller_calls, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&m->caller_blocked, sigismember(&cur, SIGINT) == 1, __ATOMIC_RELAXED);
+    } else {
+        __atomic_fetch_add(&m->worker_calls, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&m->worker_unblocked, !blocked, __ATOMIC_RELAXED);
+    }
+    nanosleep(&(struct timespec){0, 2000000}, NULL); /* 2 ms: long enough for the workers to take a share */
+}
+
+static void test_signals(void) {
+    sigset_t before, after;
+    pthread_sigmask(SIG_BLOCK, NULL, &before);
+    af_threadpool *p = NULL;
+    af_threadpool_new(4, 0, NULL, &p);
+    const int team = af_threadpool_team(p, 4);
+    masks m;
+    memset(&m, 0, sizeof m);
+    m.caller = pthread_self();
+    for (int rep = 0; rep < 20 && m.worker_calls == 0; rep++) af_threadpool_run(p, team, 4 * team, 1, mask_fn, &m);
+    if (m.worker_calls == 0)
+        tl_skip("signals: no worker took a share of 20 dispatches (a loaded machine)");
+    else
+        CHECK(m.worker_unblocked == 0, "the workers block SIGINT and SIGTERM: %d of %d worker calls had them open",
+              m.worker_unblocked, m.worker_calls);
+    pthread_sigmask(SIG_BLOCK, NULL, &after);
+    CHECK(m.caller_blocked == 0 && sigismember(&after, SIGINT) == 0 && sigismember(&before, SIGINT) == 0,
+          "the caller's mask is unchanged: SIGINT blocked in %d of %d calls on the caller", m.caller_blocked,
+          m.caller_calls);
+    af_threadpool_free(p);
+}
+
 int main(void) {
     part("coverage", test_coverage);
     part("one per thread", test_one_per_thread);
@@ -500,5 +547,6 @@ int main(void) {
     part("ctx", test_ctx);
     part("fork", test_fork);
     part("oversubscription", test_adapt);
+    part("signals", test_signals);
     return tl_finish("test_pool");
 }

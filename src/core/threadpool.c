@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -255,6 +256,15 @@ static void forget_workers(af_threadpool *p) {
     __atomic_store_n(&p->started, 0, __ATOMIC_RELEASE);
 }
 
+int af_thread_start(pthread_t *th, void *(*fn)(void *), void *arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    const int rc = pthread_create(th, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
 /* Starts the workers (under run_mu). On failure the pool runs everything on the caller. */
 static void start_workers(af_threadpool *p) {
     __atomic_store_n(&p->started, -1, __ATOMIC_RELEASE);
@@ -266,7 +276,7 @@ static void start_workers(af_threadpool *p) {
         if (!wa) break;
         wa->pool = p;
         wa->id = made + 1;
-        if (pthread_create(&p->tid[made], NULL, worker_main, wa) != 0) {
+        if (af_thread_start(&p->tid[made], worker_main, wa) != 0) {
             free(wa);
             break;
         }

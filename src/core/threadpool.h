@@ -54,6 +54,7 @@
 
 #include "core/core.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 typedef struct af_threadpool af_threadpool;
@@ -108,6 +109,12 @@ void af_threadpool_stats(const af_threadpool *pool, af_threadpool_counts *out);
 
 /* Tests: 1 when the calling thread is inside a job of some pool (a nested call runs serially). */
 int af_threadpool_in_job(void);
+
+/* pthread_create(th, NULL, fn, arg) with every blockable signal blocked in the new thread (the
+ * caller's own mask is put back before returning). The library's threads never run the program's
+ * signal handlers, so a SIGINT / SIGTERM reaches the thread that waits for it (afinar chat's ppoll
+ * at the prompt) instead of a worker that happened not to block it. Returns pthread_create's code. */
+int af_thread_start(pthread_t *th, void *(*fn)(void *), void *arg);
 
 /* The number of CPUs this process may run on (sched_getaffinity; sysconf as fallback), >= 1. */
 int af_cpu_count(void);

@@ -15,6 +15,7 @@
 #include "serve/serve.h"
 
 #include "core/core.h"
+#include "core/threadpool.h"
 #include "infer/session.h"
 #include "kernels/cpu/kernels.h"
 #include "lora/adapter_io.h"
@@ -473,7 +474,7 @@ af_status srv_new(const af_server_opts *o, srv **out) {
     }
     for (int i = 0; st == AF_OK && i < s->n_slots; i++) st = af_session_new(s->m, o->n_ctx, &s->slots[i].s);
     if (st == AF_OK) {
-        if (pthread_create(&s->th, NULL, scheduler, s) != 0) st = af_fail(AF_ERR_NOMEM, "cannot start the scheduler thread");
+        if (af_thread_start(&s->th, scheduler, s) != 0) st = af_fail(AF_ERR_NOMEM, "cannot start the scheduler thread");
         else s->th_started = 1;
     }
     if (st != AF_OK) {

@@ -23,6 +23,7 @@
 #include "serve/serve.h"
 
 #include "core/core.h"
+#include "core/threadpool.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -506,7 +507,7 @@ af_status af_server_run(const af_server_opts *o) {
     pthread_mutex_init(&w.mu, NULL);
     const int cap = connection_cap();
     w.shed_at = cap - cap / 4;
-    if (pthread_create(&w.th, NULL, waker_main, &w) != 0) {
+    if (af_thread_start(&w.th, waker_main, &w) != 0) {
         pthread_mutex_destroy(&w.mu);
         srv_free(s);
         return af_fail(AF_ERR_NOMEM, "cannot start the server's waker thread");
