@@ -673,7 +673,9 @@ static void test_packed_blocks(void) {
              * xwt and the f32 GEMMs: 1000 columns of depth 512, 2 MiB of packed B (bf16: 1 MiB)
              * under a 1 MiB cap (bf16: 512 KiB): 2 blocks, the last one ragged (488 = 15x32 + 8
              * columns). dyw: 1024 columns of depth 1000 (4 MB, bf16 2 MB) under 1 MiB: blocks of
-             * 256 columns (of W's rows: a block boundary of every type) */
+             * 256 columns (of W's rows: a block boundary of every type). On AMX tiles the one bf16
+             * call of xwt runs its 32 panels in two groups of 16 (gemm_packed.c AMX_B_GROUP, 512 KiB of
+             * B chunks), each block in one group: also the check that the groups keep the bits */
             size_t cap = prec ? (512u << 10) : (1u << 20);
             static const uint32_t BT[] = {AF_TYPE_F32, AF_TYPE_Q4_0, AF_TYPE_Q4_K};
             for (size_t t = 0; t < sizeof BT / sizeof BT[0]; t++) {
