@@ -411,8 +411,9 @@ static void bf16_case(uint32_t type, int xwt, int64_t n, int64_t in, int64_t out
 }
 
 /* af_gemm_atb in bf16 (C[m, n] = A[k, m]ᵀ · B[k, n]: the LoRA gradients' shape, A packed from its
- * columns): within the bounds of bf16_case against the exact and the bf16-rounded products, and
- * bitwise the same on 1 thread. */
+ * columns; on AMX tiles with n <= 32 formed as (Bᵀ·A)ᵀ, matmul.c atb_transposed): within the bounds
+ * of bf16_case against the exact and the bf16-rounded products, bitwise the same on 1 thread, and
+ * accumulated onto C: C0 + the product within k·2^-23·(sum|ab| + |C0|) of C0 + the product alone. */
 static void bf16_atb_case(int64_t m, int64_t n, int64_t k) {
     float *a = malloc(sizeof(float) * (size_t)(k * m)), *b = malloc(sizeof(float) * (size_t)(k * n));
     float *c = malloc(sizeof(float) * (size_t)(m * n)), *c1 = malloc(sizeof(float) * (size_t)(m * n));
@@ -443,6 +444,16 @@ static void bf16_atb_case(int64_t m, int64_t n, int64_t k) {
     af_gemm_atb(T_CTX, c1, a, b, m, n, k, 0);
     tl_ctx_set(NULL, th, NULL, -1);
     CHECK(!memcmp(c, c1, sizeof(float) * (size_t)(m * n)), "%s: 1 thread == %d threads bitwise", what, th);
+    for (int64_t i = 0; i < m * n; i++) c1[i] = 0.5f + (float)(i % 5);
+    af_gemm_atb(T_CTX, c1, a, b, m, n, k, 1);
+    double worst_acc = 0;
+    for (int64_t i = 0; i < m * n; i++) {
+        const double want = (double)(0.5f + (float)(i % 5)) + c[i];
+        const double c0 = 0.5 + (double)(i % 5); /* the sums of C0 + products: k roundings of at most |C0| + sum|ab| */
+        const double e = fabs(c1[i] - want) / (tolb[i] + (double)k * ldexp(1, -23) * c0 + ldexp(1, -22) * fabs(want));
+        if (e > worst_acc) worst_acc = e;
+    }
+    CHECK(worst_acc <= 1, "%s: accumulated onto C (worst %.3g of the bound)", what, worst_acc);
     free(a), free(b), free(c), free(c1), free(r), free(tol), free(rb), free(tolb);
 }
 
@@ -500,6 +511,7 @@ static void test_bf16(void) {
     }
     /* the LoRA gradients' products (dB = dyᵀ·t, dA = tᵀ·x): full and partial 8-row micro-panels */
     bf16_atb_case(576, 16, 300);
+    bf16_atb_case(1000, 16, 1030); /* more rows than one task's block */
     bf16_atb_case(13, 576, 300);
     bf16_atb_case(16, 200, 1030);
     /* depths over one chunk of the AMX tiles' products with B packed whole (KC_AMX = 768: 768 + 768 + 64),

@@ -124,6 +124,10 @@ static size_t block_cap(const af_ctx *ctx, int64_t n, int64_t k, bool bf) {
     return bf && vocab_shaped(n, k) && cap > GP_VOCAB_B ? GP_VOCAB_B : cap;
 }
 
+bool af_gp_amx(const af_ctx *ctx, int64_t k) {
+    return use_bf16(ctx, k) && ctx->k->gp_bf16 && ctx->k->gp_bf16->amx_ukernel;
+}
+
 bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k) {
     const af_mm_ops *ops = ctx->k->mm;
     /* The choice must not depend on m: the engine splits the rows of a product into blocks and

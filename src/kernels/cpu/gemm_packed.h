@@ -26,6 +26,10 @@ int64_t af_gp_packed_b_floats(int64_t k, int64_t n);
  * blocks gives bitwise the result of one call. */
 bool af_gp_usable(const af_ctx *ctx, int64_t m, int64_t n, int64_t k);
 
+/* True when af_gp_gemm's bf16 products of depth k run on AMX tiles on ctx (bf16 precision, k even,
+ * a path with the tile kernels) for operands with contiguous rows or columns. */
+bool af_gp_amx(const af_ctx *ctx, int64_t k);
+
 /* Tests only: the largest packed B (bytes) of ctx's products, 0 for the default MAX_B (64 MiB),
  * so that the column blocks are exercised on small matrices. Call while no kernel uses ctx. */
 void af_gp_set_max_b(af_ctx *ctx, size_t bytes);

@@ -553,6 +553,30 @@ void af_gemm_ab(const af_ctx *ctx, float *c, const float *a, const float *b, int
     gemm_strided(ctx, ops, c, n, a, k, 1, b, n, m, n, k, accumulate);
 }
 
+/* af_gemm_atb with bf16 products on AMX tiles and at most 32 columns (LoRA's dB[out, r] = dyᵀ·(s·xa)):
+ * Cᵀ[n, m] = Bᵀ·A formed first, then C (+)= its transpose. The packed A of C = Aᵀ·B would be read
+ * from A's columns (32 rows of A's storage per tile row, each far apart: dy's rows are `out` floats),
+ * Bᵀ·A reads A by rows as the B operand of a product of n rows. Measured on an Emerald Rapids guest
+ * (dy [8192, 1536] and [8192, 576], r = 16, 2 threads): 1.5-1.7x. The sums are those of the same
+ * bf16 products in the same order of k; only C's own value is added after them instead of before
+ * (accumulate). false when this does not apply (the caller multiplies as usual). */
+static bool atb_transposed(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n,
+                           int64_t k, int accumulate) {
+    if (n > 32 || m <= 32 || !af_gp_amx(ctx, k) || !af_gp_usable(ctx, n, m, k)) return false;
+    float *ct = malloc(sizeof(float) * (size_t)(n * m));
+    if (!ct) return false;
+    /* ct[n, m] = Bᵀ·A: A operand b (column-major [n, k]: sat 1, sak n), B from the rows of a [k, m] */
+    if (!af_gp_gemm(ctx, ct, m, b, 1, n, a, AF_TYPE_F32, m * (int64_t)sizeof(float), 0, n, m, k, 0,
+                    threads_for(ctx, (double)m * n * k))) {
+        free(ct);
+        return false;
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) c[i * n + j] = accumulate ? c[i * n + j] + ct[j * m + i] : ct[j * m + i];
+    free(ct);
+    return true;
+}
+
 void af_gemm_atb(const af_ctx *ctx, float *c, const float *a, const float *b, int64_t m, int64_t n, int64_t k,
                  int accumulate) {
     if (m <= 0 || n <= 0) return;
@@ -561,6 +585,7 @@ void af_gemm_atb(const af_ctx *ctx, float *c, const float *a, const float *b, in
         return;
     }
     const af_mm_ops *ops = ctx->k->mm;
+    if (atb_transposed(ctx, c, a, b, m, n, k, accumulate)) return;
     if (af_gp_usable(ctx, m, n, k) &&
         af_gp_gemm(ctx, c, n, a, 1, m, b, AF_TYPE_F32, n * (int64_t)sizeof(float), 0, m, n, k, accumulate,
                    threads_for(ctx, (double)m * n * k)))
