@@ -11,6 +11,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "kernels/train_ops.h"
 #include "lora/lora.h"
 
 #include <math.h>
@@ -442,7 +443,72 @@ static void test_drop_blocks(void) {
     tl_ctx_set(NULL, -1, "f32", -1);
 }
 
+/* af_proj_lora_forward (the projection with its correction in one call, backend.h proj_lora_forward)
+ * against its composition af_matmul_rows + af_lora_forward: f32 bit for bit; bf16 (where the CPU has
+ * the products; on AMX tiles the correction runs in the frozen product's epilogue as bf16 products, where
+ * the composition's may be f32: the LoRA products of < 256 output columns take the panel path) within
+ * the bf16 bound of the correction — with and without a dropout mask, Q4_1 and F32 weights, row counts over and under one
+ * 128-row block, 200 output columns (a ragged last panel), r 16 and 8; xa as the composition's. */
+static void test_proj_fused(void) {
+    static const int64_t SH[][4] = {{300, 512, 200, 16}, {2048, 576, 1536, 16}, {137, 256, 96, 8}, {40, 512, 64, 16}};
+    static const float SC[] = {2.0f, 0.7f};
+    uint64_t rng = 91;
+    for (int prec = 0; prec < 2; prec++) {
+        if (prec == 1 && tl_ctx_set(NULL, -1, "bf16", -1) != AF_OK) break;
+        for (size_t sh = 0; sh < sizeof SH / sizeof *SH; sh++)
+            for (int ty = 0; ty < 2; ty++)
+                for (int msk = 0; msk < 2; msk++)
+                    for (int sc = 0; sc < 2; sc++) {
+                        const int64_t n = SH[sh][0], in = SH[sh][1], out = SH[sh][2];
+                        const int32_t r = (int32_t)SH[sh][3];
+                        const uint32_t type = ty ? AF_TYPE_Q4_1 : AF_TYPE_F32;
+                        float *wf = malloc(sizeof(float) * (size_t)(out * in)), *x = malloc(sizeof(float) * (size_t)(n * in));
+                        float *mask = malloc(sizeof(float) * (size_t)(n * in)), *A = malloc(sizeof(float) * (size_t)(r * in));
+                        float *B = malloc(sizeof(float) * (size_t)(out * r)), *xa0 = malloc(sizeof(float) * (size_t)(n * r));
+                        float *xa1 = malloc(sizeof(float) * (size_t)(n * r)), *y0 = malloc(sizeof(float) * (size_t)(n * out));
+                        float *y1 = malloc(sizeof(float) * (size_t)(n * out)), *yf = malloc(sizeof(float) * (size_t)(n * out));
+                        uint8_t *w = malloc(af_row_bytes(type, in) * (size_t)out);
+                        fill(wf, out * in, &rng, 0.1f);
+                        fill(x, n * in, &rng, 1.f);
+                        fill(A, r * in, &rng, 0.1f);
+                        fill(B, out * r, &rng, 0.1f);
+                        for (int64_t o = 0; o < out; o++)
+                            af_quantize_row(type, wf + o * in, w + (size_t)o * af_row_bytes(type, in), in);
+                        const float *mk = msk ? mask : NULL;
+                        if (msk) af_lora_dropout_mask(T_CTX, mask, 3, 1, AF_PROJ_O, 0, n, in, 0.1f);
+                        af_matmul_rows(T_CTX, 0, y0, x, w, type, n, in, out, 0, 0);
+                        memcpy(yf, y0, sizeof(float) * (size_t)(n * out)); /* the frozen product alone */
+                        af_lora_forward(T_CTX, y0, xa0, x, mk, A, B, n, in, out, r, SC[sc]);
+                        af_proj_lora_forward(T_CTX, y1, xa1, x, mk, w, type, A, B, n, in, out, r, SC[sc], 0);
+                        char what[160];
+                        snprintf(what, sizeof what, "projection + LoRA in one call, %s, %s n=%lld in=%lld out=%lld r=%d %s scale %g",
+                                 prec ? "bf16" : "f32", af_type_name(type), (long long)n, (long long)in, (long long)out, r,
+                                 msk ? "dropout" : "no dropout", SC[sc]);
+                        CHECK(!memcmp(xa0, xa1, sizeof(float) * (size_t)(n * r)), "%s: xa as the composition's", what);
+                        if (!prec) {
+                            CHECK(!memcmp(y0, y1, sizeof(float) * (size_t)(n * out)), "%s: y bit for bit", what);
+                        } else {
+                            /* y - frozen is the correction: bf16 operands (relative 2^-8 each) summed in f32 */
+                            double worst = 0;
+                            for (int64_t t = 0; t < n; t++)
+                                for (int64_t o = 0; o < out; o++) {
+                                    double ab = 0;
+                                    for (int32_t j = 0; j < r; j++) ab += fabs((double)xa0[t * r + j] * B[o * r + j]);
+                                    const double bound = (3 * ldexp(1, -8) + r * ldexp(1, -23)) * SC[sc] * ab +
+                                                         4 * ldexp(1, -24) * fabs(yf[t * out + o]) + 1e-30;
+                                    const double e = fabs((double)y1[t * out + o] - y0[t * out + o]) / bound;
+                                    if (e > worst) worst = e;
+                                }
+                            CHECK(worst <= 1, "%s: y within the bf16 bound of the correction (worst %.3g)", what, worst);
+                        }
+                        free(wf); free(x); free(mask); free(A); free(B); free(xa0); free(xa1); free(y0); free(y1); free(yf); free(w);
+                    }
+    }
+    tl_ctx_set(NULL, -1, "f32", -1);
+}
+
 int main(void) {
+    test_proj_fused();
     test_drop_blocks();
     test_gaussian();
     test_layers();

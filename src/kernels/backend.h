@@ -252,6 +252,12 @@ typedef struct af_backend {
     void (*mlp_gate_up)(const af_ctx *ctx, float *gate, float *up, float *h, const float *x, const void *wg,
                         uint32_t tg, const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu,
                         int64_t block_rows);
+    /* A projection with its LoRA correction: xa [n, r] = (x ⊙ drop_mask)·Aᵀ, y [n, out] = x·Wᵀ +
+     * scale·xa·Bᵀ (W of `type`, n >= AF_TF_MIN_ROWS). The CPU's is matmul_rows then lora_forward bit for
+     * bit in f32; with bf16 products on AMX tiles the correction runs in the frozen product's epilogue. */
+    void (*proj_lora_forward)(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
+                              const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
+                              int64_t out, int32_t r, float scale, int64_t block_rows);
     /* dh [n, F] = dy [n, H]·Wd; d_gate, d_up [n, F] = (overwritten) the activation's backward of dh. */
     void (*mlp_down_back)(const af_ctx *ctx, float *dh, float *d_gate, float *d_up, const float *dy, const void *wd,
                           uint32_t td, const float *gate, const float *up, int64_t n, int64_t F, int64_t H,

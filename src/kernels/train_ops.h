@@ -23,6 +23,17 @@
 void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
                      int64_t n, int64_t in, int64_t out, int32_t r, float scale);
 
+/* The projection and its correction in one call (backend.h proj_lora_forward):
+ *   xa[n, r] = dropout(x)·Aᵀ;  y[n, out] = x[n, in]·Wᵀ + scale·xa·Bᵀ
+ * W [out, in] frozen, blocks of `type` (af_matmul_rows, block_rows as there). With bf16 products on
+ * AMX tiles (r even, <= 32) the correction is added in the epilogue of the frozen product
+ * (gemm_packed.h af_gp_gemm_fused) while each block of y is in cache, instead of a pass over y of
+ * its own, as bf16 products (scale·B rounded to bf16 once, xa per block); otherwise, and always in
+ * f32, it is af_matmul_rows then af_lora_forward, bit for bit. */
+void af_proj_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
+                          const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
+                          int64_t out, int32_t r, float scale, int64_t block_rows);
+
 /* Backward of the correction, given dy [n, out]:
  *   dB[out, r] += scale · dyᵀ · xa
  *   t[n, r]     = scale · dy · B

@@ -273,9 +273,33 @@ static void proj_finish(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p,
     probe(R, y, R->n * w->rows, l, mod, " output (after adding the LoRA correction)");
 }
 
+/* Training, a backend with the fused op (backend.h proj_lora_forward): y = x·Wᵀ plus the LoRA
+ * correction of (l, p) in one call, for a plain adapter (no DoRA, no PiSSA / OLoRA residual) on a
+ * projection without bias, no probe to see the frozen product alone. Returns 0 when it does not apply
+ * (the caller runs mm_xwt, then proj_finish: what the CPU's op runs in f32, bit for bit). */
+static int lora_fused_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
+                          const float *bias, float *y, const float *x) {
+    const af_backend *be = af_be(R->ctx);
+    const af_lora_slot *s = lora_slot(R, l, p);
+    if (!be->proj_lora_forward || R->mode != AF_TF_TRAIN || R->n_seq > 0 || R->n < MIN_ROWS || R->probe || bias ||
+        !s || R->lay->lora.use_dora || R->P0)
+        return 0;
+    float *mask = NULL;
+    if (R->drop && S->mask[p]) {
+        mask = S->mask[p];
+        be->lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, R->lay->lora.dropout);
+    }
+    uint32_t type;
+    const void *wd = af_weight_dev(R->ctx, w, &type);
+    be->proj_lora_forward(R->ctx, y, S->xa[p], x, mask, wd, type, R->P + s->a_off, R->P + s->b_off, R->n, s->in,
+                          s->out, R->lay->lora.r, R->lora_scale, R->block_rows);
+    return 1;
+}
+
 /* Projection p of layer l: y = x·Wᵀ (+ bias) plus the LoRA correction when p has an adapter. */
 static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
                      const float *bias, float *y, const float *x) {
+    if (lora_fused_fwd(R, S, l, p, w, bias, y, x)) return;
     mm_xwt(R, y, x, w);
     proj_finish(R, S, l, p, w, bias, y, x);
 }
@@ -483,9 +507,14 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     if (!mlp_fused_fwd(R, l, S, &d, h2)) {
         float *gu[2] = {S->gate, S->up};
         const af_weight *wgu[2] = {&Ly->w_gate, &Ly->w_up};
-        mm_xwt_group(R, 2, gu, h2, wgu);
-        proj_finish(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
-        proj_finish(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
+        if (R->mode == AF_TF_INFER) {
+            mm_xwt_group(R, 2, gu, h2, wgu);
+            proj_finish(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
+            proj_finish(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
+        } else { /* training: one product each (mm_xwt_group's own choice), the adapters' fused where they can be */
+            proj_fwd(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
+            proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
+        }
         glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F);
     }
     probe(R, ws->act, n * d.F, l, "mlp activation (act(gate)·up)", "");

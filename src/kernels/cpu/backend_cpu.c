@@ -156,6 +156,7 @@ const af_backend af_backend_cpu = {
     .adamw_step = af_adamw_step,
     .clip_grad_norm = af_clip_grad_norm,
     .mlp_gate_up = af_mlp_gate_up,
+    .proj_lora_forward = af_proj_lora_forward,
     .mlp_down_back = af_mlp_down_back,
 };
 

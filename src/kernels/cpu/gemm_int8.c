@@ -230,6 +230,7 @@ static void i8_task_job(void *va, int64_t t0, int64_t t1, int tid) {
             if (J->f) {
                 const int64_t j0 = p0 * AF_GP_NR, j1 = p1 * AF_GP_NR;
                 J->f->ep(J->f->arg, r0, mc, j0, (j1 < J->n ? j1 : J->n) - j0);
+                tilecfg = 0; /* the epilogue may have configured the tiles for its own products */
             }
         }
 }

@@ -409,6 +409,7 @@ static void gp_run_task(const gp_job *J, int64_t task, uint32_t *ap, uint32_t *b
         if (last && J->f) { /* the task's rows x columns of C are final */
             const int64_t j0 = p0 * AF_GP_NR, j1 = p1 * AF_GP_NR;
             J->f->ep(J->f->arg, r0, mc, j0, (j1 < n ? j1 : n) - j0);
+            *tilecfg = 0; /* the epilogue may have configured the tiles for its own products */
         }
     }
 }

@@ -61,7 +61,8 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
  * is final, while it is still in cache (L2); the callee walks whole rows (prefetch-friendly: a
  * callback per 32-column tile, each row's segment in another page, missed cache on every row).
  * Calls for disjoint parts run concurrently on the pool's threads, so ep writes only inside its
- * part (of any array it owns, e.g. the activation of gate and up). */
+ * part (of any array it owns, e.g. the activation of gate and up). It may run AMX tile products of its
+ * own (the task configures the tiles again after it). */
 typedef struct af_gp_fused {
     void (*ep)(void *arg, int64_t r0, int64_t mc, int64_t j0, int64_t nc);
     void *arg;

@@ -10,7 +10,11 @@
 #include "kernels/ctx.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/cpu/gemm_int8.h"
+#include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +49,9 @@ void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t
 #define DROP_CHUNK_FLOATS 16384 /* stack floats for masked input rows in the forward (64 KiB) */
 #define DROP_BLOCK_FLOATS (1 << 20) /* heap floats for them (4 MiB), whole chunks of the above */
 
-void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
-                     int64_t n, int64_t in, int64_t out, int32_t r, float scale) {
-    if (n <= 0) return;
+/* xa[n, r] = dropout(x) · Aᵀ (af_lora_forward's first half). */
+static void lora_xa(const af_ctx *ctx, float *xa, const float *x, const float *drop_mask, const float *A, int64_t n,
+                    int64_t in, int32_t r) {
     if (!drop_mask) {
         af_gemm_abt(ctx, xa, x, A, n, r, in, 0); /* xa[n, r] = x · Aᵀ */
     } else {
@@ -80,6 +84,11 @@ void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, con
             if (blk != buf) free(blk);
         }
     }
+}
+
+/* y[n, out] += scale · xa · Bᵀ (af_lora_forward's second half). */
+static void lora_add_b(const af_ctx *ctx, float *y, const float *xa, const float *B, int64_t n, int64_t out, int32_t r,
+                       float scale) {
     if (scale == 1.0f) {
         af_gemm_abt(ctx, y, xa, B, n, out, r, 1); /* y += xa · Bᵀ */
         return;
@@ -93,6 +102,68 @@ void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, con
         for (int64_t i = 0; i < m * r; i++) buf[i] = scale * xa[t0 * r + i];
         af_gemm_abt(ctx, y + t0 * out, buf, B, m, out, r, 1);
     }
+}
+
+void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask, const float *A, const float *B,
+                     int64_t n, int64_t in, int64_t out, int32_t r, float scale) {
+    if (n <= 0) return;
+    lora_xa(ctx, xa, x, drop_mask, A, n, in, r);
+    lora_add_b(ctx, y, xa, B, n, out, r, scale);
+}
+
+/* The epilogue of af_proj_lora_forward's fused product: y += xa · (scale·B)ᵀ on a task's rows x
+ * columns while they are in cache, on the AMX tiles (xa's rows packed as bf16 pairs, r/2 <= 16 of
+ * them per row; B packed once as panels). */
+typedef struct lora_ep {
+    const af_gp_bf16_ops *K;
+    float *y;
+    const float *xa;
+    const uint32_t *bp; /* scale·B as bf16 panels (af_gp_pack_bf16_panels, b_trans 1, n = out, k = r) */
+    int64_t out, pstride;
+    int32_t r;
+} lora_ep;
+
+static void lora_ep_run(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nc) {
+    const lora_ep *E = va;
+    uint32_t ap[128 * 16] __attribute__((aligned(64))); /* mc <= 128 rows (gemm_packed.h), 16 dwords each */
+    E->K->amx_pack_a(E->xa + r0 * E->r, E->r, 0, E->r, mc, ap, 16);
+    int cfg = 0;
+    for (int64_t i0 = 0; i0 < mc; i0 += 32)
+        for (int64_t j = j0; j < j0 + nc; j += AF_GP_NR)
+            E->K->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), E->r / 2, ap + i0 * 16, 16,
+                              E->bp + j / AF_GP_NR * E->pstride, E->y + (r0 + i0) * E->out + j, E->out,
+                              (int)(j0 + nc - j < AF_GP_NR ? j0 + nc - j : AF_GP_NR), 1, &cfg);
+}
+
+void af_proj_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
+                          const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
+                          int64_t out, int32_t r, float scale, int64_t block_rows) {
+    if (n <= 0) return;
+    const bool fuse = n > AF_MM_DECODE_N && r % 2 == 0 && r <= 32 && af_gp_amx(ctx, in) && af_gp_amx(ctx, r) &&
+                      af_gp_usable(ctx, n, out, in) && !af_gp_i8_applies(ctx, out, in, type);
+    if (!fuse) { /* the composition: bit for bit what the walk runs without this op */
+        af_matmul_rows(ctx, 0, y, x, w, type, n, in, out, 0, block_rows);
+        af_lora_forward(ctx, y, xa, x, drop_mask, A, B, n, in, out, r, scale);
+        return;
+    }
+    lora_xa(ctx, xa, x, drop_mask, A, n, in, r);
+    const int64_t pdw = af_gp_bf16_panels_dwords(out, r);
+    float *bs = malloc(sizeof(float) * (size_t)(out * r));
+    uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (size_t)pdw);
+    bool done = false;
+    if (bs && bp) {
+        for (int64_t i = 0; i < out * r; i++) bs[i] = scale * B[i];
+        lora_ep E = {.K = ctx->k->gp_bf16, .y = y, .xa = xa, .bp = bp, .out = out, .pstride = r / 2 * AF_GP_NR, .r = r};
+        af_gp_fused f = {.ep = lora_ep_run, .arg = &E};
+        done = af_gp_pack_bf16_panels(ctx, bp, bs, r, 1, out, r) &&
+               af_gp_gemm_fused(ctx, y, out, x, in, 1, w, type, (int64_t)af_row_bytes(type, in), 1, n, out, in, 0,
+                                ctx->n_threads, &f);
+    }
+    free(bs);
+    af_free_aligned(bp);
+    if (done) return;
+    af_matmul_rows(ctx, 0, y, x, w, type, n, in, out, 0, block_rows);
+    lora_add_b(ctx, y, xa, B, n, out, r, scale);
 }
 
 void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
