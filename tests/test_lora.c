@@ -443,8 +443,9 @@ static void test_drop_blocks(void) {
     tl_ctx_set(NULL, -1, "f32", -1);
 }
 
-/* af_proj_lora_forward (the projection with its correction in one call, backend.h proj_lora_forward)
- * against its composition af_matmul_rows + af_lora_forward: f32 bit for bit; bf16 (where the CPU has
+/* af_proj_lora_forward / af_proj_lora_backward (the projection with its correction in one call,
+ * backend.h proj_lora_forward / proj_lora_backward) against their compositions af_matmul_rows +
+ * af_lora_forward / af_lora_backward (dA, dB always bit for bit; y and dx as follows): f32 bit for bit; bf16 (where the CPU has
  * the products; on AMX tiles the correction runs in the frozen product's epilogue as bf16 products, where
  * the composition's may be f32: the LoRA products of < 256 output columns take the panel path) within
  * the bf16 bound of the correction — with and without a dropout mask, Q4_1 and F32 weights, row counts over and under one
@@ -501,6 +502,44 @@ static void test_proj_fused(void) {
                                 }
                             CHECK(worst <= 1, "%s: y within the bf16 bound of the correction (worst %.3g)", what, worst);
                         }
+                        /* the backward: dy = y0 - 1 onto dx = 0.25 (accumulate), dA, dB from 0 */
+                        float *dy = malloc(sizeof(float) * (size_t)(n * out)), *dx0 = malloc(sizeof(float) * (size_t)(n * in));
+                        float *dx1 = malloc(sizeof(float) * (size_t)(n * in)), *dxf = malloc(sizeof(float) * (size_t)(n * in));
+                        float *g0 = calloc((size_t)(r * (in + out)), sizeof(float)), *g1 = calloc((size_t)(r * (in + out)), sizeof(float));
+                        float *tmp = malloc(sizeof(float) * (size_t)(n * (r + in)));
+                        for (int64_t i = 0; i < n * out; i++) dy[i] = y0[i] - 1.0f;
+                        for (int64_t i = 0; i < n * in; i++) dx0[i] = dx1[i] = dxf[i] = 0.25f;
+                        af_matmul_rows(T_CTX, 1, dx0, dy, w, type, n, in, out, 1, 0);
+                        memcpy(dxf, dx0, sizeof(float) * (size_t)(n * in)); /* the frozen part alone */
+                        af_lora_backward(T_CTX, dx0, g0, g0 + r * in, tmp, dy, x, xa0, mk, A, B, n, in, out, r, SC[sc]);
+                        af_proj_lora_backward(T_CTX, dx1, g1, g1 + r * in, tmp, dy, x, xa0, mk, w, type, A, B, n, in, out, r,
+                                              SC[sc], 1, 0);
+                        CHECK(!memcmp(g0, g1, sizeof(float) * (size_t)(r * (in + out))), "%s: backward dA, dB bit for bit", what);
+                        if (!prec) {
+                            CHECK(!memcmp(dx0, dx1, sizeof(float) * (size_t)(n * in)), "%s: backward dx bit for bit", what);
+                        } else {
+                            /* dx - frozen part: t·A (⊙ mask), t = scale·dy·B: bf16 operands summed in f32 */
+                            double worst = 0;
+                            for (int64_t t = 0; t < n; t++) {
+                                float tv[32];
+                                for (int32_t j = 0; j < r; j++) {
+                                    double a = 0;
+                                    for (int64_t o = 0; o < out; o++) a += fabs((double)dy[t * out + o] * B[o * r + j]);
+                                    tv[j] = (float)(SC[sc] * a);
+                                }
+                                for (int64_t i = 0; i < in; i++) {
+                                    double ab = 0;
+                                    for (int32_t j = 0; j < r; j++) ab += fabs((double)tv[j] * A[j * in + i]);
+                                    if (mk) ab *= mk[t * in + i];
+                                    const double bound = (3 * ldexp(1, -8) + r * ldexp(1, -23)) * ab +
+                                                         4 * ldexp(1, -24) * fabs(dxf[t * in + i]) + 1e-30;
+                                    const double e = fabs((double)dx1[t * in + i] - dx0[t * in + i]) / bound;
+                                    if (e > worst) worst = e;
+                                }
+                            }
+                            CHECK(worst <= 1, "%s: backward dx within the bf16 bound of t·A (worst %.3g)", what, worst);
+                        }
+                        free(dy); free(dx0); free(dx1); free(dxf); free(g0); free(g1); free(tmp);
                         free(wf); free(x); free(mask); free(A); free(B); free(xa0); free(xa1); free(y0); free(y1); free(yf); free(w);
                     }
     }

@@ -258,6 +258,13 @@ typedef struct af_backend {
     void (*proj_lora_forward)(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
                               const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
                               int64_t out, int32_t r, float scale, int64_t block_rows);
+    /* Its backward: dx [n, in] (+)= dy·W (accumulate) plus lora_backward's dx, dA, dB (dx may be NULL).
+     * The CPU's is matmul_rows (dyw) then lora_backward bit for bit in f32; with bf16 products on AMX
+     * tiles and no mask, dx += t·A runs in the epilogue of dy·W. */
+    void (*proj_lora_backward)(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
+                               const float *x, const float *xa, const float *drop_mask, const void *w, uint32_t type,
+                               const float *A, const float *B, int64_t n, int64_t in, int64_t out, int32_t r,
+                               float scale, int accumulate, int64_t block_rows);
     /* dh [n, F] = dy [n, H]·Wd; d_gate, d_up [n, F] = (overwritten) the activation's backward of dh. */
     void (*mlp_down_back)(const af_ctx *ctx, float *dh, float *d_gate, float *d_up, const float *dy, const void *wd,
                           uint32_t td, const float *gate, const float *up, int64_t n, int64_t F, int64_t H,

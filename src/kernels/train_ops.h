@@ -44,6 +44,17 @@ void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float 
                       const float *drop_mask, const float *A, const float *B, int64_t n, int64_t in, int64_t out,
                       int32_t r, float scale);
 
+/* The backward of a projection with its correction in one call (backend.h proj_lora_backward): dx [n, in]
+ * (+)= dy·W (accumulate: onto dx) plus af_lora_backward's dx, dA and dB (dx may be NULL: only the
+ * adapter's gradients). With bf16 products on AMX tiles, no mask and r even <= 32, t = scale·dy·B and
+ * the gradients come first and dx += t·A runs in the epilogue of dy·W while each block of dx is in
+ * cache; otherwise, and always in f32, af_matmul_rows (dyw) then af_lora_backward, bit for bit. tmp as
+ * af_lora_backward's. */
+void af_proj_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
+                           const float *x, const float *xa, const float *drop_mask, const void *w, uint32_t type,
+                           const float *A, const float *B, int64_t n, int64_t in, int64_t out, int32_t r, float scale,
+                           int accumulate, int64_t block_rows);
+
 /* Fill mask [n, in] for the dropout of adapter (layer, proj) with probability p: element (t, i) is
  * 1/(1-p) when af_ctr_u01(af_ctr_key(seed, layer, proj, t0 + t + 1), i) >= p, else 0. t0 is the
  * index of the first row's token in the packed batch. */

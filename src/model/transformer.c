@@ -573,6 +573,15 @@ static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_
         dora_bwd(R, S, G, p, s, w, dx, dy, x, accumulate);
         return;
     }
+    const af_backend *be = af_be(R->ctx);
+    if (s && be->proj_lora_backward && R->n >= MIN_ROWS && !R->P0) { /* one call (backend.h proj_lora_backward) */
+        uint32_t type;
+        const void *wd = af_weight_dev(R->ctx, w, &type);
+        be->proj_lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p],
+                               R->drop ? S->mask[p] : NULL, wd, type, R->P + s->a_off, R->P + s->b_off, R->n, s->in,
+                               s->out, R->lay->lora.r, R->lora_scale, accumulate, R->block_rows);
+        return;
+    }
     if (dx) frozen_bwd(R, dx, dy, w, accumulate);
     if (!s) return;
     const af_param_layout *lay = R->lay;

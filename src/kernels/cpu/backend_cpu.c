@@ -157,6 +157,7 @@ const af_backend af_backend_cpu = {
     .clip_grad_norm = af_clip_grad_norm,
     .mlp_gate_up = af_mlp_gate_up,
     .proj_lora_forward = af_proj_lora_forward,
+    .proj_lora_backward = af_proj_lora_backward,
     .mlp_down_back = af_mlp_down_back,
 };
 

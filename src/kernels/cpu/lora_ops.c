@@ -166,6 +166,60 @@ void af_proj_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x
     lora_add_b(ctx, y, xa, B, n, out, r, scale);
 }
 
+/* The epilogue of af_proj_lora_backward's fused product: dx += t · A on a task's rows x columns (t =
+ * scale·dy·B [n, r] as rows of bf16 pairs, A [r, in] packed once as panels), on the AMX tiles. */
+typedef struct lora_bep {
+    const af_gp_bf16_ops *K;
+    float *dx;
+    const float *t;
+    const uint32_t *bp; /* A as bf16 panels (af_gp_pack_bf16_panels, b_trans 0, n = in, k = r) */
+    int64_t in, pstride;
+    int32_t r;
+} lora_bep;
+
+static void lora_bep_run(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nc) {
+    const lora_bep *E = va;
+    uint32_t ap[128 * 16] __attribute__((aligned(64))); /* mc <= 128 rows (gemm_packed.h), 16 dwords each */
+    E->K->amx_pack_a(E->t + r0 * E->r, E->r, 0, E->r, mc, ap, 16);
+    int cfg = 0;
+    for (int64_t i0 = 0; i0 < mc; i0 += 32)
+        for (int64_t j = j0; j < j0 + nc; j += AF_GP_NR)
+            E->K->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), E->r / 2, ap + i0 * 16, 16,
+                              E->bp + j / AF_GP_NR * E->pstride, E->dx + (r0 + i0) * E->in + j, E->in,
+                              (int)(j0 + nc - j < AF_GP_NR ? j0 + nc - j : AF_GP_NR), 1, &cfg);
+}
+
+void af_proj_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
+                           const float *x, const float *xa, const float *drop_mask, const void *w, uint32_t type,
+                           const float *A, const float *B, int64_t n, int64_t in, int64_t out, int32_t r, float scale,
+                           int accumulate, int64_t block_rows) {
+    if (n <= 0) return;
+    const bool fuse = dx && !drop_mask && n > AF_MM_DECODE_N && r % 2 == 0 && r <= 32 && af_gp_amx(ctx, out) &&
+                      af_gp_amx(ctx, r) && af_gp_usable(ctx, n, in, out) && !af_gp_i8_applies(ctx, in, out, type);
+    if (fuse) {
+        /* dB, t = scale·dy·B (left in tmp) and dA; then dx (+)= dy·W with dx += t·A in its epilogue */
+        af_lora_backward(ctx, NULL, dA, dB, tmp, dy, x, xa, NULL, A, B, n, in, out, r, scale);
+        uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (size_t)af_gp_bf16_panels_dwords(in, r));
+        bool done = false;
+        if (bp) {
+            lora_bep E = {.K = ctx->k->gp_bf16, .dx = dx, .t = tmp, .bp = bp, .in = in, .pstride = r / 2 * AF_GP_NR,
+                          .r = r};
+            af_gp_fused f = {.ep = lora_bep_run, .arg = &E};
+            done = af_gp_pack_bf16_panels(ctx, bp, A, in, 0, in, r) &&
+                   af_gp_gemm_fused(ctx, dx, in, dy, out, 1, w, type, (int64_t)af_row_bytes(type, in), 0, n, in, out,
+                                    accumulate, ctx->n_threads, &f);
+        }
+        af_free_aligned(bp);
+        if (done) return;
+        af_matmul_rows(ctx, 1, dx, dy, w, type, n, in, out, accumulate, block_rows);
+        af_gemm_ab(ctx, dx, tmp, A, n, in, r, 1);
+        return;
+    }
+    /* the composition: bit for bit what the walk runs without this op */
+    if (dx) af_matmul_rows(ctx, 1, dx, dy, w, type, n, in, out, accumulate, block_rows);
+    af_lora_backward(ctx, dx, dA, dB, tmp, dy, x, xa, drop_mask, A, B, n, in, out, r, scale);
+}
+
 void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
                       const float *drop_mask, const float *A, const float *B, int64_t n, int64_t in, int64_t out,
                       int32_t r, float scale) {
