@@ -111,27 +111,28 @@ void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, con
     lora_add_b(ctx, y, xa, B, n, out, r, scale);
 }
 
-/* The epilogue of af_proj_lora_forward's fused product: y += xa · (scale·B)ᵀ on a task's rows x
- * columns while they are in cache, on the AMX tiles (xa's rows packed as bf16 pairs, r/2 <= 16 of
- * them per row; B packed once as panels). */
+/* The epilogue of the fused products below: C += a · Bp on a task's rows x columns while they are in
+ * cache, on the AMX tiles: af_proj_lora_forward's y += xa · (scale·B)ᵀ and af_proj_lora_backward's
+ * dx += t · A. a [n, r] (xa, or t = scale·dy·B) has its rows packed as bf16 pairs (r/2 <= 16 per
+ * row) per task; the [r, C's columns] side is packed once as bf16 panels. */
 typedef struct lora_ep {
     const af_gp_bf16_ops *K;
-    float *y;
-    const float *xa;
-    const uint32_t *bp; /* scale·B as bf16 panels (af_gp_pack_bf16_panels, b_trans 1, n = out, k = r) */
-    int64_t out, pstride;
+    float *c;
+    const float *a;
+    const uint32_t *bp; /* af_gp_pack_bf16_panels of scale·B (b_trans 1) or of A (b_trans 0): n = ldc, k = r */
+    int64_t ldc, pstride;
     int32_t r;
 } lora_ep;
 
 static void lora_ep_run(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nc) {
     const lora_ep *E = va;
     uint32_t ap[128 * 16] __attribute__((aligned(64))); /* mc <= 128 rows (gemm_packed.h), 16 dwords each */
-    E->K->amx_pack_a(E->xa + r0 * E->r, E->r, 0, E->r, mc, ap, 16);
+    E->K->amx_pack_a(E->a + r0 * E->r, E->r, 0, E->r, mc, ap, 16);
     int cfg = 0;
     for (int64_t i0 = 0; i0 < mc; i0 += 32)
         for (int64_t j = j0; j < j0 + nc; j += AF_GP_NR)
             E->K->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), E->r / 2, ap + i0 * 16, 16,
-                              E->bp + j / AF_GP_NR * E->pstride, E->y + (r0 + i0) * E->out + j, E->out,
+                              E->bp + j / AF_GP_NR * E->pstride, E->c + (r0 + i0) * E->ldc + j, E->ldc,
                               (int)(j0 + nc - j < AF_GP_NR ? j0 + nc - j : AF_GP_NR), 1, &cfg);
 }
 
@@ -153,7 +154,7 @@ void af_proj_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x
     bool done = false;
     if (bs && bp) {
         for (int64_t i = 0; i < out * r; i++) bs[i] = scale * B[i];
-        lora_ep E = {.K = ctx->k->gp_bf16, .y = y, .xa = xa, .bp = bp, .out = out, .pstride = r / 2 * AF_GP_NR, .r = r};
+        lora_ep E = {.K = ctx->k->gp_bf16, .c = y, .a = xa, .bp = bp, .ldc = out, .pstride = r / 2 * AF_GP_NR, .r = r};
         af_gp_fused f = {.ep = lora_ep_run, .arg = &E};
         done = af_gp_pack_bf16_panels(ctx, bp, bs, r, 1, out, r) &&
                af_gp_gemm_fused(ctx, y, out, x, in, 1, w, type, (int64_t)af_row_bytes(type, in), 1, n, out, in, 0,
@@ -164,29 +165,6 @@ void af_proj_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x
     if (done) return;
     af_matmul_rows(ctx, 0, y, x, w, type, n, in, out, 0, block_rows);
     lora_add_b(ctx, y, xa, B, n, out, r, scale);
-}
-
-/* The epilogue of af_proj_lora_backward's fused product: dx += t · A on a task's rows x columns (t =
- * scale·dy·B [n, r] as rows of bf16 pairs, A [r, in] packed once as panels), on the AMX tiles. */
-typedef struct lora_bep {
-    const af_gp_bf16_ops *K;
-    float *dx;
-    const float *t;
-    const uint32_t *bp; /* A as bf16 panels (af_gp_pack_bf16_panels, b_trans 0, n = in, k = r) */
-    int64_t in, pstride;
-    int32_t r;
-} lora_bep;
-
-static void lora_bep_run(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nc) {
-    const lora_bep *E = va;
-    uint32_t ap[128 * 16] __attribute__((aligned(64))); /* mc <= 128 rows (gemm_packed.h), 16 dwords each */
-    E->K->amx_pack_a(E->t + r0 * E->r, E->r, 0, E->r, mc, ap, 16);
-    int cfg = 0;
-    for (int64_t i0 = 0; i0 < mc; i0 += 32)
-        for (int64_t j = j0; j < j0 + nc; j += AF_GP_NR)
-            E->K->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), E->r / 2, ap + i0 * 16, 16,
-                              E->bp + j / AF_GP_NR * E->pstride, E->dx + (r0 + i0) * E->in + j, E->in,
-                              (int)(j0 + nc - j < AF_GP_NR ? j0 + nc - j : AF_GP_NR), 1, &cfg);
 }
 
 void af_proj_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
@@ -202,9 +180,9 @@ void af_proj_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, f
         uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (size_t)af_gp_bf16_panels_dwords(in, r));
         bool done = false;
         if (bp) {
-            lora_bep E = {.K = ctx->k->gp_bf16, .dx = dx, .t = tmp, .bp = bp, .in = in, .pstride = r / 2 * AF_GP_NR,
-                          .r = r};
-            af_gp_fused f = {.ep = lora_bep_run, .arg = &E};
+            lora_ep E = {.K = ctx->k->gp_bf16, .c = dx, .a = tmp, .bp = bp, .ldc = in, .pstride = r / 2 * AF_GP_NR,
+                         .r = r};
+            af_gp_fused f = {.ep = lora_ep_run, .arg = &E};
             done = af_gp_pack_bf16_panels(ctx, bp, A, in, 0, in, r) &&
                    af_gp_gemm_fused(ctx, dx, in, dy, out, 1, w, type, (int64_t)af_row_bytes(type, in), 0, n, in, out,
                                     accumulate, ctx->n_threads, &f);
