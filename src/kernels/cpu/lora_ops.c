@@ -2,7 +2,9 @@
  * lora_ops.c — the CPU kernels of the LoRA correction (kernels/train_ops.h): the forward
  * s·(dropout(x)·Aᵀ)·Bᵀ, its backward, and the dropout mask from the counter-based RNG
  * (core/core.h af_ctr_key). Moved from lora/lora.c (every op on activation memory is
- * a kernel the backend table points at). PEFT conventions: peft/tuners/lora/layer.py.
+ * a kernel the backend table points at). PEFT conventions: peft/tuners/lora/layer.py. Also a frozen
+ * projection with its correction in one call (af_proj_lora_forward / af_proj_lora_backward: the
+ * correction in the epilogue of the packed frozen product on AMX tiles).
  */
 #include "kernels/train_ops.h"
 
