@@ -178,6 +178,14 @@ static const af_lora_slot *lora_slot(const af_tf_run *R, int32_t l, af_proj p) {
 
 static int adapted(const af_tf_run *R, int32_t l, af_proj p) { return lora_slot(R, l, p) != NULL; }
 
+/* The dropout mask of adapter slot s at (l, p) for this forward, filled into S->mask[p]; NULL when the
+ * run has no dropout there. */
+static float *lora_mask(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_lora_slot *s) {
+    if (!R->drop || !S->mask[p]) return NULL;
+    af_be(R->ctx)->lora_dropout_mask(R->ctx, S->mask[p], R->seed, l, p, 0, R->n, s->in, R->lay->lora.dropout);
+    return S->mask[p];
+}
+
 /* DoRA projection (lora/dora.h; PEFT DoraLinearVariant.forward), y = x·Wᵀ on entry (no bias yet):
  *   no dropout:  y_pre = y + s·x·Aᵀ·Bᵀ,  y = g ⊙ y_pre
  *   dropout:     y_pre = x_d·Wᵀ + s·x_d·Aᵀ·Bᵀ,  y = x·Wᵀ − x_d·Wᵀ + g ⊙ y_pre
@@ -224,12 +232,7 @@ static void proj_finish(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p,
     const af_backend *be = af_be(R->ctx);
     if (R->n_seq == 0 && R->lay && R->lay->lora.use_dora && lora_slot(R, l, p)) { /* DoRA: the bias stays unscaled */
         const af_lora_slot *s = lora_slot(R, l, p);
-        float *mask = NULL;
-        if (R->drop && S->mask[p]) {
-            mask = S->mask[p];
-            be->lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, R->lay->lora.dropout);
-        }
-        dora_fwd(R, S, l, p, s, w, y, x, mask);
+        dora_fwd(R, S, l, p, s, w, y, x, lora_mask(R, S, l, p, s));
         if (bias) be->add_bias(R->ctx, y, bias, R->n, w->rows);
         if (R->probe) {
             char md[48];
@@ -260,11 +263,7 @@ static void proj_finish(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p,
     const af_lora_slot *s = lora_slot(R, l, p);
     if (!s) return;
     const af_param_layout *lay = R->lay;
-    float *mask = NULL;
-    if (R->drop && S->mask[p]) {
-        mask = S->mask[p];
-        af_be(R->ctx)->lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, lay->lora.dropout);
-    }
+    const float *mask = lora_mask(R, S, l, p, s);
     af_be(R->ctx)->lora_forward(R->ctx, y, S->xa[p], x, mask, R->P + s->a_off, R->P + s->b_off, R->n, s->in, s->out, lay->lora.r,
                     R->lora_scale);
     if (R->P0) /* PiSSA / OLoRA: the frozen residual W − s·B0·A0, on the undropped input as PEFT's base layer */
@@ -284,14 +283,9 @@ static int lora_fused_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj 
     if (!be->proj_lora_forward || R->mode != AF_TF_TRAIN || R->n_seq > 0 || R->n < MIN_ROWS || R->probe || bias ||
         !s || R->lay->lora.use_dora || R->P0)
         return 0;
-    float *mask = NULL;
-    if (R->drop && S->mask[p]) {
-        mask = S->mask[p];
-        be->lora_dropout_mask(R->ctx, mask, R->seed, l, p, 0, R->n, s->in, R->lay->lora.dropout);
-    }
     uint32_t type;
     const void *wd = af_weight_dev(R->ctx, w, &type);
-    be->proj_lora_forward(R->ctx, y, S->xa[p], x, mask, wd, type, R->P + s->a_off, R->P + s->b_off, R->n, s->in,
+    be->proj_lora_forward(R->ctx, y, S->xa[p], x, lora_mask(R, S, l, p, s), wd, type, R->P + s->a_off, R->P + s->b_off, R->n, s->in,
                           s->out, R->lay->lora.r, R->lora_scale, R->block_rows);
     return 1;
 }

@@ -138,32 +138,48 @@ static void lora_ep_run(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nc
                               (int)(j0 + nc - j < AF_GP_NR ? j0 + nc - j : AF_GP_NR), 1, &cfg);
 }
 
+/* Whether a frozen product of n rows, ncols output columns and depth k (W of `type`) can carry a rank-r
+ * correction in its epilogue: bf16 products on AMX tiles for both, r even and <= 32 (one tile row of
+ * pairs), the packed path, not the int8 driver. */
+static bool lora_fusable(const af_ctx *ctx, int64_t n, int64_t ncols, int64_t k, uint32_t type, int32_t r) {
+    return n > AF_MM_DECODE_N && r % 2 == 0 && r <= 32 && af_gp_amx(ctx, k) && af_gp_amx(ctx, r) &&
+           af_gp_usable(ctx, n, ncols, k) && !af_gp_i8_applies(ctx, ncols, k, type);
+}
+
+/* c [n, ncols] (+)= the frozen product of a (b_trans 1: x·Wᵀ, a [n, k]; 0: dy·W) with c += e·P added in
+ * its epilogue (lora_ep): e [n, r], P [r, ncols] from p, bf16 panels packed here (p_trans 1: p is
+ * [ncols, r], P = pᵀ; 0: p is [r, ncols]). false: nothing written (no memory, or the packed GEMM
+ * declined: af_gp_gemm_fused); the caller then runs the two products apart. */
+static bool lora_fused(const af_ctx *ctx, float *c, int64_t ncols, const float *a, int64_t k, const void *w,
+                       uint32_t type, int b_trans, int64_t n, int accumulate, const float *e, const float *p, int p_trans,
+                       int32_t r) {
+    uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (size_t)af_gp_bf16_panels_dwords(ncols, r));
+    if (!bp) return false;
+    lora_ep E = {.K = ctx->k->gp_bf16, .c = c, .a = e, .bp = bp, .ldc = ncols, .pstride = r / 2 * AF_GP_NR, .r = r};
+    af_gp_fused f = {.ep = lora_ep_run, .arg = &E};
+    const bool done = af_gp_pack_bf16_panels(ctx, bp, p, p_trans ? r : ncols, p_trans, ncols, r) &&
+                      af_gp_gemm_fused(ctx, c, ncols, a, k, 1, w, type,
+                                       (int64_t)af_row_bytes(type, b_trans ? k : ncols), b_trans, n, ncols, k,
+                                       accumulate, ctx->n_threads, &f);
+    af_free_aligned(bp);
+    return done;
+}
+
 void af_proj_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
                           const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
                           int64_t out, int32_t r, float scale, int64_t block_rows) {
     if (n <= 0) return;
-    const bool fuse = n > AF_MM_DECODE_N && r % 2 == 0 && r <= 32 && af_gp_amx(ctx, in) && af_gp_amx(ctx, r) &&
-                      af_gp_usable(ctx, n, out, in) && !af_gp_i8_applies(ctx, out, in, type);
-    if (!fuse) { /* the composition: bit for bit what the walk runs without this op */
+    if (!lora_fusable(ctx, n, out, in, type, r)) { /* the composition: bit for bit what the walk runs without this op */
         af_matmul_rows(ctx, 0, y, x, w, type, n, in, out, 0, block_rows);
         af_lora_forward(ctx, y, xa, x, drop_mask, A, B, n, in, out, r, scale);
         return;
     }
     lora_xa(ctx, xa, x, drop_mask, A, n, in, r);
-    const int64_t pdw = af_gp_bf16_panels_dwords(out, r);
-    float *bs = malloc(sizeof(float) * (size_t)(out * r));
-    uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (size_t)pdw);
-    bool done = false;
-    if (bs && bp) {
+    float *bs = malloc(sizeof(float) * (size_t)(out * r)); /* scale·B, [out, r] */
+    if (bs)
         for (int64_t i = 0; i < out * r; i++) bs[i] = scale * B[i];
-        lora_ep E = {.K = ctx->k->gp_bf16, .c = y, .a = xa, .bp = bp, .ldc = out, .pstride = r / 2 * AF_GP_NR, .r = r};
-        af_gp_fused f = {.ep = lora_ep_run, .arg = &E};
-        done = af_gp_pack_bf16_panels(ctx, bp, bs, r, 1, out, r) &&
-               af_gp_gemm_fused(ctx, y, out, x, in, 1, w, type, (int64_t)af_row_bytes(type, in), 1, n, out, in, 0,
-                                ctx->n_threads, &f);
-    }
+    const bool done = bs && lora_fused(ctx, y, out, x, in, w, type, 1, n, 0, xa, bs, 1, r);
     free(bs);
-    af_free_aligned(bp);
     if (done) return;
     af_matmul_rows(ctx, 0, y, x, w, type, n, in, out, 0, block_rows);
     lora_add_b(ctx, y, xa, B, n, out, r, scale);
@@ -174,30 +190,16 @@ void af_proj_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, f
                            const float *A, const float *B, int64_t n, int64_t in, int64_t out, int32_t r, float scale,
                            int accumulate, int64_t block_rows) {
     if (n <= 0) return;
-    const bool fuse = dx && !drop_mask && n > AF_MM_DECODE_N && r % 2 == 0 && r <= 32 && af_gp_amx(ctx, out) &&
-                      af_gp_amx(ctx, r) && af_gp_usable(ctx, n, in, out) && !af_gp_i8_applies(ctx, in, out, type);
-    if (fuse) {
-        /* dB, t = scale·dy·B (left in tmp) and dA; then dx (+)= dy·W with dx += t·A in its epilogue */
-        af_lora_backward(ctx, NULL, dA, dB, tmp, dy, x, xa, NULL, A, B, n, in, out, r, scale);
-        uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (size_t)af_gp_bf16_panels_dwords(in, r));
-        bool done = false;
-        if (bp) {
-            lora_ep E = {.K = ctx->k->gp_bf16, .c = dx, .a = tmp, .bp = bp, .ldc = in, .pstride = r / 2 * AF_GP_NR,
-                         .r = r};
-            af_gp_fused f = {.ep = lora_ep_run, .arg = &E};
-            done = af_gp_pack_bf16_panels(ctx, bp, A, in, 0, in, r) &&
-                   af_gp_gemm_fused(ctx, dx, in, dy, out, 1, w, type, (int64_t)af_row_bytes(type, in), 0, n, in, out,
-                                    accumulate, ctx->n_threads, &f);
-        }
-        af_free_aligned(bp);
-        if (done) return;
-        af_matmul_rows(ctx, 1, dx, dy, w, type, n, in, out, accumulate, block_rows);
-        af_gemm_ab(ctx, dx, tmp, A, n, in, r, 1);
+    if (!dx || drop_mask || !lora_fusable(ctx, n, in, out, type, r)) { /* the composition, bit for bit */
+        if (dx) af_matmul_rows(ctx, 1, dx, dy, w, type, n, in, out, accumulate, block_rows);
+        af_lora_backward(ctx, dx, dA, dB, tmp, dy, x, xa, drop_mask, A, B, n, in, out, r, scale);
         return;
     }
-    /* the composition: bit for bit what the walk runs without this op */
-    if (dx) af_matmul_rows(ctx, 1, dx, dy, w, type, n, in, out, accumulate, block_rows);
-    af_lora_backward(ctx, dx, dA, dB, tmp, dy, x, xa, drop_mask, A, B, n, in, out, r, scale);
+    /* dB, t = scale·dy·B (left in tmp) and dA; then dx (+)= dy·W with dx += t·A in its epilogue */
+    af_lora_backward(ctx, NULL, dA, dB, tmp, dy, x, xa, NULL, A, B, n, in, out, r, scale);
+    if (lora_fused(ctx, dx, in, dy, out, w, type, 0, n, accumulate, tmp, A, 0, r)) return;
+    af_matmul_rows(ctx, 1, dx, dy, w, type, n, in, out, accumulate, block_rows);
+    af_gemm_ab(ctx, dx, tmp, A, n, in, r, 1);
 }
 
 void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
