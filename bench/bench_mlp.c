@@ -94,9 +94,9 @@ int main(int argc, char **argv) {
             const int k = (r & 1) ? 1 - i : i; /* A B, B A, ... */
             af_ctx_set_hook(g_ctx, AF_CTX_MLP_FUSED, k);
             double c0 = cpu_s();
-            af_mlp_gate_up(g_ctx, g[k], u[k], h[k], x, wg, AF_TYPE_Q4_1, wu, AF_TYPE_Q4_1, n, H, F, 0, 0);
+            af_mlp_gate_up(g_ctx, g[k], u[k], h[k], x, wg, AF_TYPE_Q4_1, wu, AF_TYPE_Q4_1, n, H, F, 0, 0, NULL, NULL);
             double c1 = cpu_s();
-            af_mlp_down_back(g_ctx, da[k], dg[k], du[k], dy, wd, AF_TYPE_Q4_1, g[k], u[k], n, F, H, 0, 0);
+            af_mlp_down_back(g_ctx, da[k], dg[k], du[k], dy, wd, AF_TYPE_Q4_1, g[k], u[k], n, F, H, 0, 0, NULL);
             double c2 = cpu_s();
             if (r >= 0) t[k][0][r] = c1 - c0, t[k][1][r] = c2 - c1;
         }

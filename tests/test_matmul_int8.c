@@ -228,7 +228,7 @@ static void test_fused(void) {
     const int nth = af_ctx_n_threads(T_CTX);
     CHECK(af_gp_gemm(T_CTX, c0, n, a, k, 1, w, AF_TYPE_Q4_1, rb, 1, m, n, k, 0, nth), "int8 af_gp_gemm runs");
     cover v = {.n = n, .seen = seen, .c = c1, .ldc = n, .ref = c0};
-    af_gp_fused f = {cover_ep, &v};
+    af_gp_fused f = {.ep = cover_ep, .arg = &v};
     CHECK(af_gp_gemm_fused(T_CTX, c1, n, a, k, 1, w, AF_TYPE_Q4_1, rb, 1, m, n, k, 0, nth, &f), "int8 fused runs");
     CHECK(!memcmp(c0, c1, sizeof(float) * (size_t)(m * n)), "int8 fused == unfused bitwise");
     int once = 1;

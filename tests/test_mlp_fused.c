@@ -73,8 +73,8 @@ static void op_case(const char *tag, uint32_t type, int64_t n, int64_t H, int64_
         for (int64_t i = 0; i < nf; i++) dg[on][i] = du[on][i] = NAN; /* overwritten, not added to */
         af_ctx_set_hook(T_CTX, AF_CTX_MLP_FUSED, on);
         const int64_t c0 = af_mlp_fused_calls();
-        af_mlp_gate_up(T_CTX, g[on], u[on], h[on], x, wg, type, wu, type, n, H, F, geglu, 64);
-        af_mlp_down_back(T_CTX, dh[on], dg[on], du[on], dy, wd, type, g[on], u[on], n, F, H, geglu, 64);
+        af_mlp_gate_up(T_CTX, g[on], u[on], h[on], x, wg, type, wu, type, n, H, F, geglu, 64, NULL, NULL);
+        af_mlp_down_back(T_CTX, dh[on], dg[on], du[on], dy, wd, type, g[on], u[on], n, F, H, geglu, 64, NULL);
         if (on) fused = af_mlp_fused_calls() - c0;
         else CHECK(af_mlp_fused_calls() == c0, "%s: hook off: nothing fused", tag);
     }
@@ -90,6 +90,86 @@ static void op_case(const char *tag, uint32_t type, int64_t n, int64_t H, int64_
           tl_max_abs_diff(dg[0], dg[1], (size_t)nf, NULL));
     for (int on = 0; on < 2; on++) free(g[on]), free(u[on]), free(h[on]), free(dh[on]), free(dg[on]), free(du[on]);
     free(wg), free(wu), free(wd), free(x), free(dy);
+}
+
+/* The ops with LoRA adapters on gate, up and down (af_lora_args): hook on (the activation and its
+ * backward in the epilogue after the correction, bf16 on AMX tiles) vs off (af_proj_lora_forward /
+ * af_proj_lora_backward, then the separate passes): every output bitwise, the adapters' xa, dA,
+ * dB and down's input act included; with a dropout mask the backward is not fused. */
+static void op_lora_case(const char *tag, int64_t n, int64_t H, int64_t F, int32_t r, int masked, int expect) {
+    uint8_t *wg = make_w(AF_TYPE_Q4_1, F, H), *wu = make_w(AF_TYPE_Q4_1, F, H), *wd = make_w(AF_TYPE_Q4_1, H, F);
+    float *x = rnd(n * H, 1.0f), *dy = rnd(n * H, 1.0f);
+    float *A[3] = {rnd(r * H, 0.1f), rnd(r * H, 0.1f), rnd(r * F, 0.1f)};
+    float *B[3] = {rnd(F * r, 0.1f), rnd(F * r, 0.1f), rnd(H * r, 0.1f)};
+    float *mk[3] = {NULL, NULL, NULL};
+    if (masked) {
+        mk[0] = malloc(sizeof(float) * (size_t)(n * H)), mk[1] = malloc(sizeof(float) * (size_t)(n * H));
+        mk[2] = malloc(sizeof(float) * (size_t)(n * F));
+        af_lora_dropout_mask(T_CTX, mk[0], 7, 0, AF_PROJ_GATE, 0, n, H, 0.1f);
+        af_lora_dropout_mask(T_CTX, mk[1], 7, 0, AF_PROJ_UP, 0, n, H, 0.1f);
+        af_lora_dropout_mask(T_CTX, mk[2], 7, 0, AF_PROJ_DOWN, 0, n, F, 0.1f);
+    }
+    const int64_t nf = n * F, ng = 2 * r * H + r * F + 2 * F * r + H * r;
+    float *o[2][8], *grad[2];
+    int64_t fused = 0;
+    for (int on = 0; on < 2; on++) {
+        for (int k = 0; k < 6; k++) o[on][k] = malloc(sizeof(float) * (size_t)nf); /* g u h dh dg du */
+        o[on][6] = malloc(sizeof(float) * (size_t)nf);                              /* act, down's input */
+        o[on][7] = malloc(sizeof(float) * (size_t)(3 * n * r));                     /* xa of gate, up, down */
+        grad[on] = calloc((size_t)ng, sizeof(float));
+        float *tmp = malloc(sizeof(float) * (size_t)(n * (r + F)));
+        float *dA[3] = {grad[on], grad[on] + r * H, grad[on] + 2 * r * H};
+        float *dB[3] = {dA[2] + r * F, dA[2] + r * F + F * r, dA[2] + r * F + 2 * F * r};
+        af_lora_args la[3];
+        for (int k = 0; k < 3; k++)
+            la[k] = (af_lora_args){.A = A[k], .B = B[k], .xa = o[on][7] + k * n * r, .drop_mask = mk[k], .dA = dA[k],
+                                   .dB = dB[k], .tmp = tmp, .x = o[on][6], .r = r, .scale = 2.0f};
+        af_ctx_set_hook(T_CTX, AF_CTX_MLP_FUSED, on);
+        const int64_t c0 = af_mlp_fused_calls();
+        af_mlp_gate_up(T_CTX, o[on][0], o[on][1], o[on][2], x, wg, AF_TYPE_Q4_1, wu, AF_TYPE_Q4_1, n, H, F, 0, 64,
+                       &la[0], &la[1]);
+        /* down's forward correction only for its xa (unfused in both: the walk's proj_fwd) */
+        float *y = malloc(sizeof(float) * (size_t)(n * H));
+        af_lora_forward(T_CTX, memset(y, 0, sizeof(float) * (size_t)(n * H)), la[2].xa, o[on][2], mk[2], A[2], B[2], n,
+                        F, H, r, 2.0f);
+        free(y);
+        af_mlp_down_back(T_CTX, o[on][3], o[on][4], o[on][5], dy, wd, AF_TYPE_Q4_1, o[on][0], o[on][1], n, F, H, 0, 64,
+                         &la[2]);
+        if (on) fused = af_mlp_fused_calls() - c0;
+        free(tmp);
+    }
+    af_ctx_set_hook(T_CTX, AF_CTX_MLP_FUSED, 1);
+    CHECK(fused == expect, "%s: %lld of 2 ops fused (expected %d)", tag, (long long)fused, expect);
+    static const char *nm[8] = {"gate", "up", "act", "d act", "d gate", "d up", "down's input", "xa"};
+    for (int k = 0; k < 8; k++) {
+        const int64_t len = k == 7 ? 3 * n * r : nf;
+        CHECK(same(o[0][k], o[1][k], len), "%s: %s bitwise (max diff %.3g)", tag, nm[k],
+              tl_max_abs_diff(o[0][k], o[1][k], (size_t)len, NULL));
+    }
+    CHECK(same(grad[0], grad[1], ng), "%s: dA, dB bitwise (max diff %.3g)", tag,
+          tl_max_abs_diff(grad[0], grad[1], (size_t)ng, NULL));
+    for (int on = 0; on < 2; on++) {
+        for (int k = 0; k < 8; k++) free(o[on][k]);
+        free(grad[on]);
+    }
+    for (int k = 0; k < 3; k++) free(A[k]), free(B[k]), free(mk[k]);
+    free(wg), free(wu), free(wd), free(x), free(dy);
+}
+
+static void test_ops_lora(void) {
+    for (int bf = 0; bf < 2; bf++)
+        for (int th = 1; th <= 2; th++) {
+            if (tl_ctx_set("auto", th, bf ? "bf16" : "f32", -1) != AF_OK) continue;
+            /* fused only with bf16 products on AMX tiles (the LoRA correction in the epilogue) */
+            const int amx = bf && af_gp_amx(T_CTX, 256);
+            for (int masked = 0; masked < 2; masked++) {
+                char tag[160];
+                snprintf(tag, sizeof tag, "LoRA on gate, up, down: %d thr %s %s", th, bf ? "bf16" : "f32",
+                         masked ? "dropout" : "no dropout");
+                op_lora_case(tag, 300, 256, 512, 16, masked, amx ? (masked ? 1 : 2) : 0);
+            }
+        }
+    tl_ctx_set("auto", -1, "f32", -1);
 }
 
 static void test_ops(void) {
@@ -199,6 +279,7 @@ static void test_steps(void) {
 
 int main(void) {
     test_ops();
+    test_ops_lora();
     test_steps();
     return tl_finish("mlp_fused");
 }

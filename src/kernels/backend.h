@@ -49,6 +49,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct af_lora_args af_lora_args; /* kernels/train_ops.h */
+
 /* AdamW hyper-parameters and step count, a host struct read by adamw_step (train_ops.h). */
 typedef struct af_adamw af_adamw;
 
@@ -248,10 +250,11 @@ typedef struct af_backend {
     /* ---- optional fused ops (kernels/train_ops.h); NULL: the walk composes the same result from
      * the ops above (matmul_rows, swiglu/geglu_forward/backward, fill), which is what a backend
      * without them runs (Vulkan, guard). The CPU's equal that composition bit for bit. ---- */
-    /* gate, up [n, F] = x·Wgᵀ, x·Wuᵀ; h = act(gate)·up (geglu 0: SwiGLU, 1: tanh GELU); n >= AF_TF_MIN_ROWS. */
+    /* gate, up [n, F] = x·Wgᵀ, x·Wuᵀ (each + its LoRA correction where lg / lu is given, as
+     * proj_lora_forward); h = act(gate)·up (geglu 0: SwiGLU, 1: tanh GELU); n >= AF_TF_MIN_ROWS. */
     void (*mlp_gate_up)(const af_ctx *ctx, float *gate, float *up, float *h, const float *x, const void *wg,
                         uint32_t tg, const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu,
-                        int64_t block_rows);
+                        int64_t block_rows, const af_lora_args *lg, const af_lora_args *lu);
     /* A projection with its LoRA correction: xa [n, r] = (x ⊙ drop_mask)·Aᵀ, y [n, out] = x·Wᵀ +
      * scale·xa·Bᵀ (W of `type`, n >= AF_TF_MIN_ROWS). The CPU's is matmul_rows then lora_forward bit for
      * bit in f32; with bf16 products on AMX tiles the correction runs in the frozen product's epilogue. */
@@ -265,10 +268,12 @@ typedef struct af_backend {
                                const float *x, const float *xa, const float *drop_mask, const void *w, uint32_t type,
                                const float *A, const float *B, int64_t n, int64_t in, int64_t out, int32_t r,
                                float scale, int accumulate, int64_t block_rows);
-    /* dh [n, F] = dy [n, H]·Wd; d_gate, d_up [n, F] = (overwritten) the activation's backward of dh. */
+    /* dh [n, F] = dy [n, H]·Wd; d_gate, d_up [n, F] = (overwritten) the activation's backward of dh.
+     * With ld (down_proj's adapter): ld->x = act(gate)·up, and dh gets the LoRA dx as
+     * proj_lora_backward (not accumulated) with ld's dA, dB. */
     void (*mlp_down_back)(const af_ctx *ctx, float *dh, float *d_gate, float *d_up, const float *dy, const void *wd,
                           uint32_t td, const float *gate, const float *up, int64_t n, int64_t F, int64_t H,
-                          int geglu, int64_t block_rows);
+                          int geglu, int64_t block_rows, const af_lora_args *ld);
 } af_backend;
 
 /* The table of a context (never NULL: contexts without a device have the CPU's). */

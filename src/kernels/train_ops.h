@@ -66,18 +66,36 @@ void af_lora_dropout_mask(const af_ctx *ctx, float *mask, uint64_t seed, int32_t
  * Results are bit for bit those of the unfused sequence, which the ops run themselves where the
  * packed GEMM does not take the product; block_rows as af_matmul_rows. */
 
+/* A projection's LoRA adapter for the MLP ops below (NULL: the projection has none): A [r, in] and
+ * B [out, r] (PEFT's lora_A / lora_B), scale, xa [n, r] (written by the forward, read by the
+ * backward), drop_mask [n, in] or NULL (af_lora_forward's); backward only: dA, dB (added to), tmp
+ * (af_lora_backward's scratch) and x [n, in], where af_mlp_down_back writes the down projection's
+ * input act(gate)·up, which the adapter's dA needs. */
+typedef struct af_lora_args {
+    const float *A, *B;
+    float *xa;
+    const float *drop_mask;
+    float *dA, *dB, *tmp, *x;
+    int32_t r;
+    float scale;
+} af_lora_args;
+
 /* gate, up [n, F] = x [n, in] · Wgᵀ, x · Wuᵀ (Wg, Wu [F, in], blocks of tg / tu, import_weight
- * addresses); h [n, F] = act(gate) · up. = af_matmul_rows(dyw 0) twice, then af_swiglu_forward
- * (af_geglu_forward). h must not overlap gate, up or x. */
+ * addresses), each plus its LoRA correction when lg / lu is given (af_proj_lora_forward);
+ * h [n, F] = act(gate) · up. = af_matmul_rows(dyw 0) or af_proj_lora_forward for each, then
+ * af_swiglu_forward (af_geglu_forward). h must not overlap gate, up or x. */
 void af_mlp_gate_up(const af_ctx *ctx, float *gate, float *up, float *h, const float *x, const void *wg, uint32_t tg,
-                    const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu, int64_t block_rows);
+                    const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu, int64_t block_rows,
+                    const af_lora_args *lg, const af_lora_args *lu);
 
 /* dh [n, F] = dy [n, H] · Wd (Wd [H, F], blocks of td); d_gate, d_up [n, F] = the activation's
  * backward of dh at gate, up (OVERWRITTEN, not added to). = af_matmul_rows(dyw 1), zero-fill of
- * d_gate and d_up, then af_swiglu_backward (af_geglu_backward). No array may overlap another. */
+ * d_gate and d_up, then af_swiglu_backward (af_geglu_backward). With ld (down_proj's adapter):
+ * ld->x = act(gate)·up first (its input), then af_proj_lora_backward onto dh (not accumulated) with
+ * ld's gradients, then the fills and the activation's backward. No array may overlap another. */
 void af_mlp_down_back(const af_ctx *ctx, float *dh, float *d_gate, float *d_up, const float *dy, const void *wd,
                       uint32_t td, const float *gate, const float *up, int64_t n, int64_t F, int64_t H, int geglu,
-                      int64_t block_rows);
+                      int64_t block_rows, const af_lora_args *ld);
 
 /* ---- classification head and losses: sequence-classification head on the final hidden states ----
  * Samples are packed: sample b owns tokens [seq_start[b], seq_start[b+1]) (seq_start [B+1],

@@ -298,6 +298,22 @@ static void proj_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, co
     proj_finish(R, S, l, p, w, bias, y, x);
 }
 
+/* The q, k and v products of h1 (np of them: ys, ws, biases as the layer has them): in training
+ * each one with its LoRA correction in one call where lora_fused_fwd applies (done[k] = 1: the
+ * caller skips its proj_finish), the others' frozen products alone (done[k] = 0); in inference
+ * one group (one parallel region in decode). */
+static void qkv_products(const af_tf_run *R, af_tf_acts *S, int32_t l, int np, float *const *ys, const float *h1,
+                         const af_weight *const *ws, const float *const *bias, int done[3]) {
+    static const af_proj P[3] = {AF_PROJ_Q, AF_PROJ_K, AF_PROJ_V};
+    for (int k = 0; k < 3; k++) done[k] = 0;
+    if (R->mode == AF_TF_INFER) {
+        mm_xwt_group(R, np, ys, h1, ws);
+        return;
+    }
+    for (int k = 0; k < np; k++)
+        if (!(done[k] = lora_fused_fwd(R, S, l, P[k], ws[k], bias[k], ys[k], h1))) mm_xwt(R, ys[k], h1, ws[k]);
+}
+
 /* Output projection p of a branch (o_proj, down_proj) of input `in`, followed by the sandwich
  * post-norm when the description has one (raw: the projection output kept for its backward, rstd
  * its norm statistics): returns the branch output to add to the residual stream (ws->tH). */
@@ -422,15 +438,17 @@ static float *v_out(const af_tf_run *R, int32_t l, af_tf_acts *S) {
 /* K and V of a layer with its own K/V after their frozen products (in k_out / v_out): bias and
  * LoRA, k norm, unweighted v norm, RoPE of k; stored for later layers when they reuse them
  * (training). */
-static void own_kv_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_tf_dims *d, const float *h1) {
+static void own_kv_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_tf_dims *d, const float *h1,
+                           const int done[3]) {
     const af_model *m = R->m;
     const af_arch_desc *D = &m->desc;
     const af_layer *Ly = &m->layers[l];
     const float eps = m->cfg.rms_norm_eps;
     const int64_t n = R->n;
-    proj_finish(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? LV(R, Ly, bk) : NULL, k_out(R, S), h1);
+    if (!done[1]) proj_finish(R, S, l, AF_PROJ_K, &Ly->wk, D->qkv_bias ? LV(R, Ly, bk) : NULL, k_out(R, S), h1);
     float *vr = v_out(R, l, S);
-    if (!Ly->v_from_k) proj_finish(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? LV(R, Ly, bv) : NULL, vr, h1);
+    if (!Ly->v_from_k && !done[2])
+        proj_finish(R, S, l, AF_PROJ_V, &Ly->wv, D->qkv_bias ? LV(R, Ly, bv) : NULL, vr, h1);
     if (D->v_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->v, S->rstdv, vr, ONES(R), n * d->nkv, d->hd, eps);
     if (D->qk_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->k, S->rstdk, S->kraw, LV(R, Ly, k_norm), n * d->nkv, d->hd, eps);
     af_be(R->ctx)->rope_forward(R->ctx, S->k, R->pos, n, d->nkv, d->hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
@@ -452,20 +470,42 @@ static void ple_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_t
     af_be(R->ctx)->add(R->ctx, x, x, ws->tH, R->n * d->H);
 }
 
-/* Training: gate, up and act = glu(gate, up) as one fused op of the backend (backend.h
- * mlp_gate_up: the activation in the epilogue of the up product; the same bits as the two
- * projections and glu_forward) when it has one and neither projection has an adapter (nor a probe
- * to see their outputs). Returns 0 when the caller must run the sequence. */
+/* The adapter of (l, p) for the backend's fused MLP ops (kernels/train_ops.h af_lora_args) in *a,
+ * *out = a (NULL when p has none). G: the gradients (backward), NULL in the forward, which fills the
+ * dropout mask (lora_mask). 0 when the ops cannot take it: DoRA, or a PiSSA / OLoRA residual. */
+static int mlp_lora(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_proj p, af_lora_args *a,
+                    const af_lora_args **out) {
+    const af_lora_slot *s = lora_slot(R, l, p);
+    *out = NULL;
+    if (!s) return 1;
+    if (R->lay->lora.use_dora || R->P0) return 0;
+    *a = (af_lora_args){.A = R->P + s->a_off, .B = R->P + s->b_off, .xa = S->xa[p], .r = R->lay->lora.r,
+                        .scale = R->lora_scale};
+    if (G) {
+        a->drop_mask = R->drop ? S->mask[p] : NULL;
+        a->dA = G + s->a_off, a->dB = G + s->b_off, a->tmp = R->ws->ltmp, a->x = R->ws->act;
+    } else
+        a->drop_mask = lora_mask(R, S, l, p, s);
+    *out = a;
+    return 1;
+}
+
+/* Training: gate, up (with their adapters) and act = glu(gate, up) as one fused op of the backend
+ * (backend.h mlp_gate_up: the activation in the epilogue of the up product; the same bits as the
+ * two projections, as proj_fwd runs them, and glu_forward) when it has one and no probe is to see
+ * their outputs. Returns 0 when the caller must run the sequence. */
 static int mlp_fused_fwd(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_tf_dims *d, const float *h2) {
     const af_backend *be = af_be(R->ctx);
-    if (!be->mlp_gate_up || R->mode != AF_TF_TRAIN || R->n_seq > 0 || R->n < MIN_ROWS || R->probe ||
-        adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP))
-        return 0;
+    if (!be->mlp_gate_up || R->mode != AF_TF_TRAIN || R->n_seq > 0 || R->n < MIN_ROWS || R->probe) return 0;
+    if ((adapted(R, l, AF_PROJ_GATE) || adapted(R, l, AF_PROJ_UP)) && !be->proj_lora_forward) return 0;
+    af_lora_args ag, au;
+    const af_lora_args *lg, *lu;
+    if (!mlp_lora(R, S, NULL, l, AF_PROJ_GATE, &ag, &lg) || !mlp_lora(R, S, NULL, l, AF_PROJ_UP, &au, &lu)) return 0;
     const af_layer *Ly = &R->m->layers[l];
     uint32_t tg, tu;
     const void *wg = af_weight_dev(R->ctx, &Ly->w_gate, &tg), *wu = af_weight_dev(R->ctx, &Ly->w_up, &tu);
     be->mlp_gate_up(R->ctx, S->gate, S->up, R->ws->act, h2, wg, tg, wu, tu, R->n, d->H, d->F,
-                    R->m->desc.act == AF_ACT_GEGLU_TANH, R->block_rows);
+                    R->m->desc.act == AF_ACT_GEGLU_TANH, R->block_rows, lg, lu);
     return 1;
 }
 
@@ -480,14 +520,17 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
     float *h1 = ws->hs; /* scratch: recomputed from x and rstd1 by the backward when needed */
     af_be(R->ctx)->rmsnorm_forward(R->ctx, h1, S->rstd1, x, LV(R, Ly, attn_norm), n, d.H, eps);
     probe(R, h1, n * d.H, l, "input_layernorm output", "");
-    /* the q, k and v frozen products of h1 together (one parallel region in decode) */
+    /* the q, k and v products of h1 */
     float *qo = D->qk_norm ? S->qraw : S->q, *ys[3] = {qo, k_out(R, S), v_out(R, l, S)};
     const af_weight *ws3[3] = {&Ly->wq, &Ly->wk, &Ly->wv};
-    mm_xwt_group(R, Ly->kv_src != l ? 1 : Ly->v_from_k ? 2 : 3, ys, h1, ws3);
-    proj_finish(R, S, l, AF_PROJ_Q, &Ly->wq, D->qkv_bias ? LV(R, Ly, bq) : NULL, qo, h1);
+    const float *b3[3] = {D->qkv_bias ? LV(R, Ly, bq) : NULL, D->qkv_bias ? LV(R, Ly, bk) : NULL,
+                          D->qkv_bias ? LV(R, Ly, bv) : NULL};
+    int done[3];
+    qkv_products(R, S, l, Ly->kv_src != l ? 1 : Ly->v_from_k ? 2 : 3, ys, h1, ws3, b3, done);
+    if (!done[0]) proj_finish(R, S, l, AF_PROJ_Q, &Ly->wq, b3[0], qo, h1);
     if (D->qk_norm) af_be(R->ctx)->rmsnorm_forward(R->ctx, S->q, S->rstdq, S->qraw, LV(R, Ly, q_norm), n * d.nh, d.hd, eps);
     af_be(R->ctx)->rope_forward(R->ctx, S->q, R->pos, n, d.nh, d.hd, Ly->rope_base, D->rope_neox, LV(R, Ly, rope_freq_factors));
-    if (Ly->kv_src == l) own_kv_forward(R, l, S, &d, h1);
+    if (Ly->kv_src == l) own_kv_forward(R, l, S, &d, h1, done);
     attention(R, l, S, &d);
     probe(R, S->q, n * d.qd, l, "self_attn q after norm/RoPE", "");
     if (Ly->kv_src == l) probe(R, S->k, n * d.kvd, l, "self_attn k after norm/RoPE", "");
@@ -636,13 +679,18 @@ void af_tf_layer_backward(const af_tf_run *R, int32_t l, af_tf_acts *S, float *G
         af_be(R->ctx)->rmsnorm_backward(R->ctx, ws->dT, NULL, dX, S->draw, LV(R, Ly, post_ffw_norm), S->rstdpf, n, d.H);
         dd = ws->dT;
     }
-    if (need_ffn && !adapted(R, l, AF_PROJ_DOWN) && af_be(R->ctx)->mlp_down_back && n >= MIN_ROWS) {
-        /* d act = dd·W_down with the activation's backward in the product's epilogue (backend.h
-         * mlp_down_back; the same bits as frozen_bwd, the fills and glu's backward below) */
+    af_lora_args adn;
+    const af_lora_args *ldn = NULL;
+    if (need_ffn && af_be(R->ctx)->mlp_down_back && n >= MIN_ROWS &&
+        (!adapted(R, l, AF_PROJ_DOWN) || af_be(R->ctx)->proj_lora_backward) &&
+        mlp_lora(R, S, G, l, AF_PROJ_DOWN, &adn, &ldn)) {
+        /* d act = dd·W_down (+ the adapter's dx, its gradients and input act) with the activation's
+         * backward in the product's epilogue (backend.h mlp_down_back; the same bits as glu_forward,
+         * proj_bwd, the fills and glu's backward below) */
         uint32_t td;
         const void *wd = af_weight_dev(R->ctx, &Ly->w_down, &td);
         af_be(R->ctx)->mlp_down_back(R->ctx, ws->dact, ws->dgate, ws->dup, dd, wd, td, S->gate, S->up, n, d.F, d.H,
-                                     D->act == AF_ACT_GEGLU_TANH, R->block_rows);
+                                     D->act == AF_ACT_GEGLU_TANH, R->block_rows, ldn);
     } else {
         if (adapted(R, l, AF_PROJ_DOWN)) glu_forward(R->ctx, m, ws->act, S->gate, S->up, n * d.F); /* down's adapter input */
         proj_bwd(R, S, G, l, AF_PROJ_DOWN, &Ly->w_down, need_ffn ? ws->dact : NULL, dd, ws->act, 0);

@@ -368,6 +368,11 @@ static void gp_run_task(const gp_job *J, int64_t task, uint32_t *ap, uint32_t *b
         if (amx && J->sak == 1) kt->gp_bf16->amx_pack_a(J->a + r0 * J->sat, J->sat, k0, kc, mc, ap, lda);
         else if (amx) kt->gp_bf16->amx_pack_at(J->a + r0, J->sak, k0, kc, mc, ap, lda);
         else pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
+        if (J->f && J->f->xc) /* the side product's rows (af_gp_fused), ready before the epilogue */
+            for (int64_t i0 = 0; i0 < mc; i0 += 32)
+                kt->gp_bf16->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), ka, ap + i0 * lda, lda,
+                                         J->f->xbp + k0 / 2 * AF_GP_NR, J->f->xc + (r0 + i0) * J->f->xn, J->f->xn,
+                                         (int)J->f->xn, k0 > 0, tilecfg);
         if (amx_rows) { /* each 32-row slab of A (in L1) against the chunks of B of a group of panels (in L2) */
             int64_t pg = AMX_B_GROUP / (ka * AF_GP_NR * (int64_t)sizeof(uint32_t));
             if (pg < 1) pg = 1;
@@ -449,7 +454,7 @@ static void gp_block(const af_ctx *ctx, uint32_t *bp, float *c, int64_t ldc, con
     /* column groups: 1 (A packed once per block and chunk) unless the row blocks do not divide
      * evenly over the threads (their count, or a short last block among few: 128 + 42 rows of an
      * LM head chunk); then nth groups, so that round-robin dealing is balanced */
-    int64_t ngr = (nmb % nth == 0 && (m % MC == 0 || nmb >= 4 * nth)) ? 1 : (nth < npan ? nth : npan);
+    int64_t ngr = (nmb % nth == 0 && (m % MC == 0 || nmb >= 4 * nth)) || (f && f->xc) ? 1 : (nth < npan ? nth : npan);
     int64_t gsz = (npan + ngr - 1) / ngr;
     ngr = (npan + gsz - 1) / gsz;
     gp_job J = {.kt = kt, .bp = bp, .w = wb, .type = type, .ldw = (size_t)ldw_bytes, .b_trans = b_trans, .bf = bf,
@@ -543,10 +548,13 @@ bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, 
                       const void *w, uint32_t type, int64_t ldw_bytes, int b_trans, int64_t m, int64_t n, int64_t k,
                       int accumulate, int nth, const af_gp_fused *f) {
     if (af_gp_i8_applies(ctx, n, k, type))
-        return af_gp_gemm_i8(ctx, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, f);
+        return !(f && f->xc) &&
+               af_gp_gemm_i8(ctx, c, ldc, a, sat, sak, w, type, ldw_bytes, b_trans, m, n, k, accumulate, nth, f);
     const bool bf = use_bf16(ctx, k);
     const size_t bbytes = (size_t)af_gp_packed_b_floats(k, n) * (bf ? sizeof(uint16_t) : sizeof(float));
     if (bbytes > max_b(ctx)) return false; /* one block of columns only */
+    if (f && f->xc && !(bf && ctx->k->gp_bf16 && ctx->k->gp_bf16->amx_ukernel && (sak == 1 || sat == 1) && f->xn <= AF_GP_NR))
+        return false; /* the side product runs on the tiles only */
     const bool stream = gp_streams(b_trans, m);
     uint32_t *bp = stream ? NULL : bp_get(bbytes);
     if (!bp && !stream) return false;

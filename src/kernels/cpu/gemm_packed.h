@@ -66,6 +66,16 @@ bool af_gp_gemm(const af_ctx *ctx, float *c, int64_t ldc, const float *a, int64_
 typedef struct af_gp_fused {
     void (*ep)(void *arg, int64_t r0, int64_t mc, int64_t j0, int64_t nc);
     void *arg;
+    /* Optional side product from the same packed rows of A (products on AMX tiles only; xc NULL:
+     * none): xc [m, xn] = A·X, X [k, xn] (xn <= AF_GP_NR) given as one bf16 panel (xbp:
+     * af_gp_pack_bf16_panels with the product's depth k). Each task computes its rows of xc (every
+     * column, every depth chunk) before its epilogue, so ep may read them: LoRA's x·Aᵀ or dy·B, whose
+     * separate product would pack the same activations again. The tasks then cover all columns (one
+     * column group). Bitwise what af_gp_gemm gives for A·X alone when that takes the packed path on
+     * the tiles (the same micro-kernel calls over the same depth chunks). */
+    const uint32_t *xbp;
+    float *xc;
+    int64_t xn;
 } af_gp_fused;
 
 /* af_gp_gemm with the epilogue of `f` (af_gp_fused), on the same conditions (af_gp_usable), for

@@ -51,6 +51,21 @@ void af_geglu_span_bwd(float *d_gate, float *d_up, const float *dh, const float 
  * (tests: the fused path was taken). */
 int64_t af_mlp_fused_calls(void);
 
+/* lora_ops.c: af_proj_lora_forward / af_proj_lora_backward (kernels/train_ops.h) with the caller's
+ * epilogue `then` (gemm_packed.h af_gp_fused: rows x columns of y / dx, final with the correction)
+ * on each block, where the correction runs in the frozen product's epilogue (bf16 on AMX tiles;
+ * backward: no mask, dx not accumulated, the side product for t, and dA formed after the product, so
+ * `then` may write x). false: nothing done (y / dx and the gradients not written); the caller runs
+ * the op and its own pass. */
+struct af_gp_fused;
+bool af_proj_lora_forward_then(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
+                               const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
+                               int64_t out, int32_t r, float scale, const struct af_gp_fused *then);
+bool af_proj_lora_backward_then(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
+                                const float *x, const float *xa, const float *drop_mask, const void *w, uint32_t type,
+                                const float *A, const float *B, int64_t n, int64_t in, int64_t out, int32_t r,
+                                float scale, const struct af_gp_fused *then);
+
 /* ops_attention.c: the row-kernel attention passes, instantiated per ISA (args: ops_attention.c). */
 struct af_att_fwd_args;
 struct af_att_bwd_args;

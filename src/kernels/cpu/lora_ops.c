@@ -115,20 +115,25 @@ void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, con
 
 /* The epilogue of the fused products below: C += a · Bp on a task's rows x columns while they are in
  * cache, on the AMX tiles: af_proj_lora_forward's y += xa · (scale·B)ᵀ and af_proj_lora_backward's
- * dx += t · A. a [n, r] (xa, or t = scale·dy·B) has its rows packed as bf16 pairs (r/2 <= 16 per
- * row) per task; the [r, C's columns] side is packed once as bf16 panels. */
+ * dx += t · A. a [n, r] (xa, or t = scale·dy·B: a_scale multiplies its rows first, in place) has its
+ * rows packed as bf16 pairs (r/2 <= 16 per row) per task; the [r, C's columns] side is packed once as
+ * bf16 panels. */
 typedef struct lora_ep {
     const af_gp_bf16_ops *K;
     float *c;
-    const float *a;
+    float *a;
     const uint32_t *bp; /* af_gp_pack_bf16_panels of scale·B (b_trans 1) or of A (b_trans 0): n = ldc, k = r */
     int64_t ldc, pstride;
     int32_t r;
+    float a_scale;
+    const af_gp_fused *then; /* an epilogue of the caller's after the correction (NULL: none) */
 } lora_ep;
 
 static void lora_ep_run(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nc) {
     const lora_ep *E = va;
     uint32_t ap[128 * 16] __attribute__((aligned(64))); /* mc <= 128 rows (gemm_packed.h), 16 dwords each */
+    if (E->a_scale != 1.0f) /* one call per row block: the side product covers all columns (af_gp_fused) */
+        for (int64_t i = r0 * E->r; i < (r0 + mc) * E->r; i++) E->a[i] *= E->a_scale;
     E->K->amx_pack_a(E->a + r0 * E->r, E->r, 0, E->r, mc, ap, 16);
     int cfg = 0;
     for (int64_t i0 = 0; i0 < mc; i0 += 32)
@@ -136,6 +141,7 @@ static void lora_ep_run(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nc
             E->K->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), E->r / 2, ap + i0 * 16, 16,
                               E->bp + j / AF_GP_NR * E->pstride, E->c + (r0 + i0) * E->ldc + j, E->ldc,
                               (int)(j0 + nc - j < AF_GP_NR ? j0 + nc - j : AF_GP_NR), 1, &cfg);
+    if (E->then) E->then->ep(E->then->arg, r0, mc, j0, nc);
 }
 
 /* Whether a frozen product of n rows, ncols output columns and depth k (W of `type`) can carry a rank-r
@@ -148,16 +154,24 @@ static bool lora_fusable(const af_ctx *ctx, int64_t n, int64_t ncols, int64_t k,
 
 /* c [n, ncols] (+)= the frozen product of a (b_trans 1: x·Wᵀ, a [n, k]; 0: dy·W) with c += e·P added in
  * its epilogue (lora_ep): e [n, r], P [r, ncols] from p, bf16 panels packed here (p_trans 1: p is
- * [ncols, r], P = pᵀ; 0: p is [r, ncols]). false: nothing written (no memory, or the packed GEMM
- * declined: af_gp_gemm_fused); the caller then runs the two products apart. */
+ * [ncols, r], P = pᵀ; 0: p is [r, ncols]). With q (non-NULL) e is first computed by the product's
+ * side product (af_gp_fused) from the same packed rows of a: e = a·Q, Q [k, r] from q (q_trans 1: q
+ * is [r, k], Q = qᵀ: LoRA's A in x·Aᵀ; 0: q is [k, r]: B in dy·B), then multiplied by e_scale. The
+ * separate products give the same bits when they take the packed path (af_gp_usable(n, r, k)); the
+ * caller checks that. false: nothing written (no memory, or the packed GEMM declined:
+ * af_gp_gemm_fused); the caller then runs the products apart. then (NULL: none) runs after the
+ * correction on each block, as af_gp_fused's epilogue would. */
 static bool lora_fused(const af_ctx *ctx, float *c, int64_t ncols, const float *a, int64_t k, const void *w,
-                       uint32_t type, int b_trans, int64_t n, int accumulate, const float *e, const float *p, int p_trans,
-                       int32_t r) {
-    uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (size_t)af_gp_bf16_panels_dwords(ncols, r));
+                       uint32_t type, int b_trans, int64_t n, int accumulate, float *e, const float *p, int p_trans,
+                       const float *q, int q_trans, float e_scale, int32_t r, const af_gp_fused *then) {
+    const size_t pd = (size_t)af_gp_bf16_panels_dwords(ncols, r), qd = q ? (size_t)af_gp_bf16_panels_dwords(r, k) : 0;
+    uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (pd + qd));
     if (!bp) return false;
-    lora_ep E = {.K = ctx->k->gp_bf16, .c = c, .a = e, .bp = bp, .ldc = ncols, .pstride = r / 2 * AF_GP_NR, .r = r};
-    af_gp_fused f = {.ep = lora_ep_run, .arg = &E};
+    lora_ep E = {.K = ctx->k->gp_bf16, .c = c, .a = e, .bp = bp, .ldc = ncols, .pstride = r / 2 * AF_GP_NR, .r = r,
+                 .a_scale = q ? e_scale : 1.0f, .then = then};
+    af_gp_fused f = {.ep = lora_ep_run, .arg = &E, .xbp = q ? bp + pd : NULL, .xc = q ? e : NULL, .xn = r};
     const bool done = af_gp_pack_bf16_panels(ctx, bp, p, p_trans ? r : ncols, p_trans, ncols, r) &&
+                      (!q || af_gp_pack_bf16_panels(ctx, bp + pd, q, q_trans ? k : r, q_trans, r, k)) &&
                       af_gp_gemm_fused(ctx, c, ncols, a, k, 1, w, type,
                                        (int64_t)af_row_bytes(type, b_trans ? k : ncols), b_trans, n, ncols, k,
                                        accumulate, ctx->n_threads, &f);
@@ -165,24 +179,66 @@ static bool lora_fused(const af_ctx *ctx, float *c, int64_t ncols, const float *
     return done;
 }
 
+/* af_proj_lora_forward where lora_fusable holds, with `then` after the correction on each block:
+ * false when the fused product declined (y not written; xa may be). */
+static bool proj_lora_fwd_fused(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
+                                const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
+                                int64_t out, int32_t r, float scale, const af_gp_fused *then) {
+    /* xa = x·Aᵀ from the frozen product's packed x when there is no dropout, else apart */
+    const bool side = !drop_mask && af_gp_usable(ctx, n, r, in);
+    if (!side) lora_xa(ctx, xa, x, drop_mask, A, n, in, r);
+    float *bs = malloc(sizeof(float) * (size_t)(out * r)); /* scale·B, [out, r] */
+    if (!bs) return false;
+    for (int64_t i = 0; i < out * r; i++) bs[i] = scale * B[i];
+    const bool done = lora_fused(ctx, y, out, x, in, w, type, 1, n, 0, xa, bs, 1, side ? A : NULL, 1, 1.0f, r, then);
+    free(bs);
+    return done;
+}
+
 void af_proj_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
                           const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
                           int64_t out, int32_t r, float scale, int64_t block_rows) {
     if (n <= 0) return;
-    if (!lora_fusable(ctx, n, out, in, type, r)) { /* the composition: bit for bit what the walk runs without this op */
-        af_matmul_rows(ctx, 0, y, x, w, type, n, in, out, 0, block_rows);
-        af_lora_forward(ctx, y, xa, x, drop_mask, A, B, n, in, out, r, scale);
+    if (lora_fusable(ctx, n, out, in, type, r) &&
+        proj_lora_fwd_fused(ctx, y, xa, x, drop_mask, w, type, A, B, n, in, out, r, scale, NULL))
         return;
-    }
-    lora_xa(ctx, xa, x, drop_mask, A, n, in, r);
-    float *bs = malloc(sizeof(float) * (size_t)(out * r)); /* scale·B, [out, r] */
-    if (bs)
-        for (int64_t i = 0; i < out * r; i++) bs[i] = scale * B[i];
-    const bool done = bs && lora_fused(ctx, y, out, x, in, w, type, 1, n, 0, xa, bs, 1, r);
-    free(bs);
-    if (done) return;
+    /* the composition: bit for bit what the walk runs without this op */
     af_matmul_rows(ctx, 0, y, x, w, type, n, in, out, 0, block_rows);
-    lora_add_b(ctx, y, xa, B, n, out, r, scale);
+    af_lora_forward(ctx, y, xa, x, drop_mask, A, B, n, in, out, r, scale);
+}
+
+bool af_proj_lora_forward_then(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
+                               const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
+                               int64_t out, int32_t r, float scale, const af_gp_fused *then) {
+    return n > 0 && lora_fusable(ctx, n, out, in, type, r) &&
+           proj_lora_fwd_fused(ctx, y, xa, x, drop_mask, w, type, A, B, n, in, out, r, scale, then);
+}
+
+/* dB[out, r] += dyᵀ · (scale · xa), with t [n, r] as scratch (af_lora_backward's first product). */
+static void lora_db(const af_ctx *ctx, float *dB, float *t, const float *dy, const float *xa, int64_t n, int64_t out,
+                    int32_t r, float scale) {
+    for (int64_t i = 0; i < n * r; i++) t[i] = scale * xa[i];
+    af_gemm_atb(ctx, dB, dy, t, out, r, n, 1);
+}
+
+/* t[n, r] = scale · dy · B (af_lora_backward's second product). */
+static void lora_t(const af_ctx *ctx, float *t, const float *dy, const float *B, int64_t n, int64_t out, int32_t r,
+                   float scale) {
+    af_gemm_ab(ctx, t, dy, B, n, r, out, 0);
+    for (int64_t i = 0; i < n * r; i++) t[i] *= scale;
+}
+
+/* af_proj_lora_backward without a mask where lora_fusable and the side product (af_gp_usable(n, r,
+ * out)) hold: dx (+)= dy·W with t = scale·dy·B formed by its side product from the same packed dy and
+ * dx += t·A in its epilogue (then `then`), after it dA += tᵀ·x and dB. false: nothing written. */
+static bool proj_lora_bwd_side(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
+                               const float *x, const float *xa, const void *w, uint32_t type, const float *A,
+                               const float *B, int64_t n, int64_t in, int64_t out, int32_t r, float scale,
+                               int accumulate, const af_gp_fused *then) {
+    if (!lora_fused(ctx, dx, in, dy, out, w, type, 0, n, accumulate, tmp, A, 0, B, 0, scale, r, then)) return false;
+    af_gemm_atb(ctx, dA, tmp, x, r, in, n, 1); /* dA[r, in] += tᵀ · x */
+    lora_db(ctx, dB, tmp, dy, xa, n, out, r, scale); /* t no longer needed: tmp is its scratch */
+    return true;
 }
 
 void af_proj_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
@@ -195,11 +251,22 @@ void af_proj_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, f
         af_lora_backward(ctx, dx, dA, dB, tmp, dy, x, xa, drop_mask, A, B, n, in, out, r, scale);
         return;
     }
+    if (af_gp_usable(ctx, n, r, out) &&
+        proj_lora_bwd_side(ctx, dx, dA, dB, tmp, dy, x, xa, w, type, A, B, n, in, out, r, scale, accumulate, NULL))
+        return;
     /* dB, t = scale·dy·B (left in tmp) and dA; then dx (+)= dy·W with dx += t·A in its epilogue */
     af_lora_backward(ctx, NULL, dA, dB, tmp, dy, x, xa, NULL, A, B, n, in, out, r, scale);
-    if (lora_fused(ctx, dx, in, dy, out, w, type, 0, n, accumulate, tmp, A, 0, r)) return;
+    if (lora_fused(ctx, dx, in, dy, out, w, type, 0, n, accumulate, tmp, A, 0, NULL, 0, 1.0f, r, NULL)) return;
     af_matmul_rows(ctx, 1, dx, dy, w, type, n, in, out, accumulate, block_rows);
     af_gemm_ab(ctx, dx, tmp, A, n, in, r, 1);
+}
+
+bool af_proj_lora_backward_then(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
+                                const float *x, const float *xa, const float *drop_mask, const void *w, uint32_t type,
+                                const float *A, const float *B, int64_t n, int64_t in, int64_t out, int32_t r,
+                                float scale, const af_gp_fused *then) {
+    return n > 0 && dx && !drop_mask && lora_fusable(ctx, n, in, out, type, r) && af_gp_usable(ctx, n, r, out) &&
+           proj_lora_bwd_side(ctx, dx, dA, dB, tmp, dy, x, xa, w, type, A, B, n, in, out, r, scale, 0, then);
 }
 
 void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy, const float *x, const float *xa,
@@ -208,12 +275,8 @@ void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float 
     if (n <= 0) return;
     float *t = tmp;           /* [n, r] */
     float *xd = tmp + n * r;  /* [n, in], only with a mask */
-    /* dB[out, r] += dyᵀ · (scale · xa) */
-    for (int64_t i = 0; i < n * r; i++) t[i] = scale * xa[i];
-    af_gemm_atb(ctx, dB, dy, t, out, r, n, 1);
-    /* t[n, r] = scale · dy · B */
-    af_gemm_ab(ctx, t, dy, B, n, r, out, 0);
-    for (int64_t i = 0; i < n * r; i++) t[i] *= scale;
+    lora_db(ctx, dB, t, dy, xa, n, out, r, scale);
+    lora_t(ctx, t, dy, B, n, out, r, scale);
     /* dA[r, in] += tᵀ · dropout(x) */
     const float *xin = x;
     if (drop_mask) {

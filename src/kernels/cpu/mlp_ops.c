@@ -51,9 +51,11 @@ static void ep_fwd(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nr) {
 }
 
 /* Backward epilogue: d gate, d up = 0 + the activation's backward of d act on the block (the
- * unfused walk zero-fills them and adds, so +0.0 + v here too). */
+ * unfused walk zero-fills them and adds, so +0.0 + v here too); with h (down_proj adapted: its
+ * input, which the adapter's dA needs after the product) act(gate)·up on the block first. */
 static void ep_bwd(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nr) {
     const mlp_ep *E = va;
+    if (E->h) ep_fwd(va, r0, mc, j0, nr);
     for (int64_t t = r0; t < r0 + mc; t++) {
         const int64_t o = t * E->F + j0;
         memset(E->dg + o, 0, sizeof(float) * (size_t)nr);
@@ -63,39 +65,60 @@ static void ep_bwd(void *va, int64_t r0, int64_t mc, int64_t j0, int64_t nr) {
     }
 }
 
+static void glu_fwd(const af_ctx *ctx, float *h, const float *gate, const float *up, int64_t nf, int geglu) {
+    if (geglu) af_geglu_forward(ctx, h, gate, up, nf);
+    else af_swiglu_forward(ctx, h, gate, up, nf);
+}
+
+/* One projection of the gated MLP's forward: y = x·Wᵀ, + its LoRA correction with l. */
+static void proj(const af_ctx *ctx, float *y, const float *x, const void *w, uint32_t t, int64_t n, int64_t in,
+                 int64_t F, int64_t block_rows, const af_lora_args *l) {
+    if (l) af_proj_lora_forward(ctx, y, l->xa, x, l->drop_mask, w, t, l->A, l->B, n, in, F, l->r, l->scale, block_rows);
+    else af_matmul_rows(ctx, 0, y, x, w, t, n, in, F, 0, block_rows);
+}
+
 void af_mlp_gate_up(const af_ctx *ctx, float *gate, float *up, float *h, const float *x, const void *wg, uint32_t tg,
-                    const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu, int64_t block_rows) {
+                    const void *wu, uint32_t tu, int64_t n, int64_t in, int64_t F, int geglu, int64_t block_rows,
+                    const af_lora_args *lg, const af_lora_args *lu) {
     if (n <= 0 || F <= 0) return;
-    af_matmul_rows(ctx, 0, gate, x, wg, tg, n, in, F, 0, block_rows);
+    proj(ctx, gate, x, wg, tg, n, in, F, block_rows, lg);
     if (ctx->mlp_fused && n > AF_MM_DECODE_N && in > 0 && af_gp_usable(ctx, n, F, in)) {
         mlp_ep E = {.K = ctx->k->ops, .geglu = geglu, .F = F, .h = h, .gate = gate, .up = up};
         af_gp_fused f = {.ep = ep_fwd, .arg = &E};
-        if (af_gp_gemm_fused(ctx, up, F, x, in, 1, wu, tu, (int64_t)af_row_bytes(tu, in), 1, n, F, in, 0,
-                             ctx->n_threads, &f)) {
+        if (lu ? af_proj_lora_forward_then(ctx, up, lu->xa, x, lu->drop_mask, wu, tu, lu->A, lu->B, n, in, F, lu->r,
+                                           lu->scale, &f)
+               : af_gp_gemm_fused(ctx, up, F, x, in, 1, wu, tu, (int64_t)af_row_bytes(tu, in), 1, n, F, in, 0,
+                                  ctx->n_threads, &f)) {
             __atomic_add_fetch(&g_fused_calls, 1, __ATOMIC_RELAXED);
             return;
         }
     }
-    af_matmul_rows(ctx, 0, up, x, wu, tu, n, in, F, 0, block_rows);
-    if (geglu) af_geglu_forward(ctx, h, gate, up, n * F);
-    else af_swiglu_forward(ctx, h, gate, up, n * F);
+    proj(ctx, up, x, wu, tu, n, in, F, block_rows, lu);
+    glu_fwd(ctx, h, gate, up, n * F, geglu);
 }
 
 void af_mlp_down_back(const af_ctx *ctx, float *dh, float *d_gate, float *d_up, const float *dy, const void *wd,
                       uint32_t td, const float *gate, const float *up, int64_t n, int64_t F, int64_t H, int geglu,
-                      int64_t block_rows) {
+                      int64_t block_rows, const af_lora_args *ld) {
     if (n <= 0 || F <= 0) return;
     if (ctx->mlp_fused && n > AF_MM_DECODE_N && H > 0 && af_gp_usable(ctx, n, F, H)) {
         mlp_ep E = {.K = ctx->k->ops, .geglu = geglu, .F = F, .dg = d_gate, .du = d_up, .gate = gate, .up = up,
-                    .dh = dh};
+                    .dh = dh, .h = ld ? ld->x : NULL};
         af_gp_fused f = {.ep = ep_bwd, .arg = &E};
-        if (af_gp_gemm_fused(ctx, dh, F, dy, H, 1, wd, td, (int64_t)af_row_bytes(td, F), 0, n, F, H, 0,
-                             ctx->n_threads, &f)) {
+        if (ld ? af_proj_lora_backward_then(ctx, dh, ld->dA, ld->dB, ld->tmp, dy, ld->x, ld->xa, ld->drop_mask, wd, td,
+                                            ld->A, ld->B, n, F, H, ld->r, ld->scale, &f)
+               : af_gp_gemm_fused(ctx, dh, F, dy, H, 1, wd, td, (int64_t)af_row_bytes(td, F), 0, n, F, H, 0,
+                                  ctx->n_threads, &f)) {
             __atomic_add_fetch(&g_fused_calls, 1, __ATOMIC_RELAXED);
             return;
         }
     }
-    af_matmul_rows(ctx, 1, dh, dy, wd, td, n, F, H, 0, block_rows);
+    if (ld) {
+        glu_fwd(ctx, ld->x, gate, up, n * F, geglu);
+        af_proj_lora_backward(ctx, dh, ld->dA, ld->dB, ld->tmp, dy, ld->x, ld->xa, ld->drop_mask, wd, td, ld->A, ld->B,
+                              n, F, H, ld->r, ld->scale, 0, block_rows);
+    } else
+        af_matmul_rows(ctx, 1, dh, dy, wd, td, n, F, H, 0, block_rows);
     memset(d_gate, 0, sizeof(float) * (size_t)(n * F));
     memset(d_up, 0, sizeof(float) * (size_t)(n * F));
     if (geglu) af_geglu_backward(ctx, d_gate, d_up, dh, gate, up, n * F);
