@@ -347,6 +347,21 @@ static void gp_pack_job(void *va, int64_t i0, int64_t i1, int tid) {
     else pack_b_rows(J->kt, (float *)J->bp, J->w, J->type, J->ldw, J->n, J->k, i0, i1);
 }
 
+/* af_gp_fused's yb: rows [r0, r0 + mc) (r0, mc even) x columns [k0, k0 + kc) of A (rows a, stride sat;
+ * k columns in all, m rows) as pairs of rows in the panels of af_gp_pack_bf16_panels (b_trans 0), the
+ * last panel's columns past k zero. */
+static void pair_rows_out(const af_kernels *kt, uint32_t *yb, const float *a, int64_t sat, int64_t r0, int64_t mc,
+                          int64_t k0, int64_t kc, int64_t k, int64_t m) {
+    const int64_t ps = m / 2 * AF_GP_NR; /* dwords per panel */
+    for (int64_t i = 0; i + 1 < mc; i += 2)
+        for (int64_t j = k0; j < k0 + kc; j += AF_GP_NR) {
+            const int64_t nr = k0 + kc - j < AF_GP_NR ? k0 + kc - j : AF_GP_NR;
+            uint32_t *dst = yb + j / AF_GP_NR * ps + (r0 + i) / 2 * AF_GP_NR;
+            kt->gp_bf16->pair_rows(a + i * sat + j, a + (i + 1) * sat + j, dst, nr);
+            if (j + nr >= k && nr < AF_GP_NR) memset(dst + nr, 0, (size_t)(AF_GP_NR - nr) * sizeof(uint32_t));
+        }
+}
+
 /* Task `task` of J: one block of MC rows x one group of B panels (mb = task / ngr, g = task % ngr).
  * ap, bs: the calling thread's packing buffers; *tilecfg: its AMX tile configuration (gemm_amx.c). */
 static void gp_run_task(const gp_job *J, int64_t task, uint32_t *ap, uint32_t *bs, int *tilecfg) {
@@ -368,6 +383,8 @@ static void gp_run_task(const gp_job *J, int64_t task, uint32_t *ap, uint32_t *b
         if (amx && J->sak == 1) kt->gp_bf16->amx_pack_a(J->a + r0 * J->sat, J->sat, k0, kc, mc, ap, lda);
         else if (amx) kt->gp_bf16->amx_pack_at(J->a + r0, J->sak, k0, kc, mc, ap, lda);
         else pack_a(kt, ap, J->a, J->sat, J->sak, r0, mc, k0, kc, bf);
+        if (J->f && J->f->yb) /* A's rows in pairs for a later product (af_gp_fused) */
+            pair_rows_out(kt, J->f->yb, J->a + r0 * J->sat, J->sat, r0, mc, k0, kc, k, J->m);
         if (J->f && J->f->xc) /* the side product's rows (af_gp_fused), ready before the epilogue */
             for (int64_t i0 = 0; i0 < mc; i0 += 32)
                 kt->gp_bf16->amx_ukernel((int)(mc - i0 < 32 ? mc - i0 : 32), ka, ap + i0 * lda, lda,
@@ -555,6 +572,7 @@ bool af_gp_gemm_fused(const af_ctx *ctx, float *c, int64_t ldc, const float *a, 
     if (bbytes > max_b(ctx)) return false; /* one block of columns only */
     if (f && f->xc && !(bf && ctx->k->gp_bf16 && ctx->k->gp_bf16->amx_ukernel && (sak == 1 || sat == 1) && f->xn <= AF_GP_NR))
         return false; /* the side product runs on the tiles only */
+    if (f && f->yb && !(f->xc && sak == 1 && m % 2 == 0)) return false;
     const bool stream = gp_streams(b_trans, m);
     uint32_t *bp = stream ? NULL : bp_get(bbytes);
     if (!bp && !stream) return false;

@@ -76,6 +76,11 @@ typedef struct af_gp_fused {
     const uint32_t *xbp;
     float *xc;
     int64_t xn;
+    /* Optional second layout of A (with the side product only, A given by rows, m even; yb NULL:
+     * none): A's rows in pairs as the B operand of a later product over them (af_gp_pack_bf16_panels
+     * b_trans 0 of A [m, k]: panels of m/2·32 dwords, columns past k zero), written by each task from
+     * its rows while they are in cache: LoRA's dB = dyᵀ·(s·xa), which would read dy again. */
+    uint32_t *yb;
 } af_gp_fused;
 
 /* af_gp_gemm with the epilogue of `f` (af_gp_fused), on the same conditions (af_gp_usable), for

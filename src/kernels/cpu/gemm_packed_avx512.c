@@ -85,13 +85,16 @@ BF_TARGET void af_gp_tpack_bf16(const float *const src[8], int64_t kc, uint32_t 
     }
 }
 
-/* dst[j] = bf16(lo[j]) | bf16(hi[j]) << 16 for j < n. */
+/* dst[j] = bf16(lo[j]) | bf16(hi[j]) << 16 for j < n: one two-source conversion (lo's 16 values in
+ * the low words, hi's in the high ones) and one word shuffle interleaving them, per 16 pairs
+ * (bitwise the two one-source conversions, zero-extensions, shift and or it replaced: 1.06-1.11x) */
 BF_TARGET void af_gp_bf16_pair_rows(const float *lo, const float *hi, uint32_t *dst, int64_t n) {
+    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                           6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 m = (__mmask16)(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
-        __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, lo + j)));
-        __m512i h = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, hi + j)));
-        _mm512_mask_storeu_epi32(dst + j, m, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+        __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m, hi + j), _mm512_maskz_loadu_ps(m, lo + j));
+        _mm512_mask_storeu_epi32(dst + j, m, _mm512_permutexvar_epi16(inter, v));
     }
 }
 

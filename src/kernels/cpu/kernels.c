@@ -8,6 +8,7 @@
 void af_kernels_thread_release(void) {
     af_gp_release();
     af_att_gemm_release();
+    af_lora_ops_release();
 }
 
 static const af_kernels k_scalar = {"scalar", AF_KPATH_SCALAR, &af_mm_ops_scalar, NULL,

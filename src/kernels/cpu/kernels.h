@@ -58,6 +58,8 @@ int64_t af_mlp_fused_calls(void);
  * `then` may write x). false: nothing done (y / dx and the gradients not written); the caller runs
  * the op and its own pass. */
 struct af_gp_fused;
+/* lora_ops.c: frees the calling thread's buffer of the LoRA backward (af_kernels_thread_release). */
+void af_lora_ops_release(void);
 bool af_proj_lora_forward_then(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
                                const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
                                int64_t out, int32_t r, float scale, const struct af_gp_fused *then);

@@ -160,16 +160,18 @@ static bool lora_fusable(const af_ctx *ctx, int64_t n, int64_t ncols, int64_t k,
  * separate products give the same bits when they take the packed path (af_gp_usable(n, r, k)); the
  * caller checks that. false: nothing written (no memory, or the packed GEMM declined:
  * af_gp_gemm_fused); the caller then runs the products apart. then (NULL: none) runs after the
- * correction on each block, as af_gp_fused's epilogue would. */
+ * correction on each block, as af_gp_fused's epilogue would; yb (with q; NULL: none) receives a's rows
+ * in pairs (af_gp_fused). */
 static bool lora_fused(const af_ctx *ctx, float *c, int64_t ncols, const float *a, int64_t k, const void *w,
                        uint32_t type, int b_trans, int64_t n, int accumulate, float *e, const float *p, int p_trans,
-                       const float *q, int q_trans, float e_scale, int32_t r, const af_gp_fused *then) {
+                       const float *q, int q_trans, float e_scale, int32_t r, const af_gp_fused *then,
+                       uint32_t *yb) {
     const size_t pd = (size_t)af_gp_bf16_panels_dwords(ncols, r), qd = q ? (size_t)af_gp_bf16_panels_dwords(r, k) : 0;
     uint32_t *bp = af_malloc_aligned(sizeof(uint32_t) * (pd + qd));
     if (!bp) return false;
     lora_ep E = {.K = ctx->k->gp_bf16, .c = c, .a = e, .bp = bp, .ldc = ncols, .pstride = r / 2 * AF_GP_NR, .r = r,
                  .a_scale = q ? e_scale : 1.0f, .then = then};
-    af_gp_fused f = {.ep = lora_ep_run, .arg = &E, .xbp = q ? bp + pd : NULL, .xc = q ? e : NULL, .xn = r};
+    af_gp_fused f = {.ep = lora_ep_run, .arg = &E, .xbp = q ? bp + pd : NULL, .xc = q ? e : NULL, .xn = r, .yb = yb};
     const bool done = af_gp_pack_bf16_panels(ctx, bp, p, p_trans ? r : ncols, p_trans, ncols, r) &&
                       (!q || af_gp_pack_bf16_panels(ctx, bp + pd, q, q_trans ? k : r, q_trans, r, k)) &&
                       af_gp_gemm_fused(ctx, c, ncols, a, k, 1, w, type,
@@ -190,7 +192,7 @@ static bool proj_lora_fwd_fused(const af_ctx *ctx, float *y, float *xa, const fl
     float *bs = malloc(sizeof(float) * (size_t)(out * r)); /* scale·B, [out, r] */
     if (!bs) return false;
     for (int64_t i = 0; i < out * r; i++) bs[i] = scale * B[i];
-    const bool done = lora_fused(ctx, y, out, x, in, w, type, 1, n, 0, xa, bs, 1, side ? A : NULL, 1, 1.0f, r, then);
+    const bool done = lora_fused(ctx, y, out, x, in, w, type, 1, n, 0, xa, bs, 1, side ? A : NULL, 1, 1.0f, r, then, NULL);
     free(bs);
     return done;
 }
@@ -221,6 +223,59 @@ static void lora_db(const af_ctx *ctx, float *dB, float *t, const float *dy, con
     af_gemm_atb(ctx, dB, dy, t, out, r, n, 1);
 }
 
+/* Grow-only buffer of the calling thread for dy's paired rows (proj_lora_bwd_side; kept like the
+ * packed GEMM's B buffer: a fresh allocation per projection faulted in up to 25 MB of pages each
+ * time), released by af_lora_ops_release. */
+static _Thread_local uint32_t *g_yb;
+static _Thread_local size_t g_yb_dw;
+
+static uint32_t *yb_get(size_t dwords) {
+    if (dwords <= g_yb_dw) return g_yb;
+    af_free_aligned(g_yb);
+    g_yb = af_malloc_aligned(dwords * sizeof(uint32_t));
+    g_yb_dw = g_yb ? dwords : 0;
+    return g_yb;
+}
+
+void af_lora_ops_release(void) {
+    af_free_aligned(g_yb);
+    g_yb = NULL;
+    g_yb_dw = 0;
+}
+
+typedef struct db_job {
+    const af_ctx *ctx;
+    float *ct;
+    const float *ts;
+    const uint32_t *yb;
+    int64_t n, out;
+    int32_t r;
+} db_job;
+
+/* Panels [p0, p1) of ct [r, out] = tsᵀ·dy from dy's paired rows. */
+static void db_panels(void *va, int64_t p0, int64_t p1, int tid) {
+    const db_job *J = va;
+    const int64_t j0 = p0 * AF_GP_NR, j1 = p1 * AF_GP_NR < J->out ? p1 * AF_GP_NR : J->out;
+    (void)af_gp_gemm_bf16_panels(J->ctx, J->ct + j0, J->out, J->ts, 1, J->r, J->yb + p0 * (J->n / 2 * AF_GP_NR),
+                                 J->n / 2 * AF_GP_NR, 0, J->r, j1 - j0, J->n, 0);
+}
+
+/* lora_db with dy given as its paired rows yb (af_gp_fused): ct [r, out] = (scale·xa)ᵀ·dy over the
+ * panels on the pool's threads, then dB += ctᵀ — af_gemm_atb's transposed AMX product (matmul.c) on
+ * the same packed operands, bit for bit. false: no memory (nothing written). */
+static bool lora_db_panels(const af_ctx *ctx, float *dB, float *t, const uint32_t *yb, const float *xa, int64_t n,
+                           int64_t out, int32_t r, float scale) {
+    float *ct = malloc(sizeof(float) * (size_t)(r * out));
+    if (!ct) return false;
+    for (int64_t i = 0; i < n * r; i++) t[i] = scale * xa[i];
+    db_job J = {ctx, ct, t, yb, n, out, r};
+    af_threadpool_run(ctx->pool, ctx->n_threads, (out + AF_GP_NR - 1) / AF_GP_NR, 0, db_panels, &J);
+    for (int64_t i = 0; i < out; i++)
+        for (int32_t j = 0; j < r; j++) dB[i * r + j] += ct[j * out + i];
+    free(ct);
+    return true;
+}
+
 /* t[n, r] = scale · dy · B (af_lora_backward's second product). */
 static void lora_t(const af_ctx *ctx, float *t, const float *dy, const float *B, int64_t n, int64_t out, int32_t r,
                    float scale) {
@@ -235,9 +290,16 @@ static bool proj_lora_bwd_side(const af_ctx *ctx, float *dx, float *dA, float *d
                                const float *x, const float *xa, const void *w, uint32_t type, const float *A,
                                const float *B, int64_t n, int64_t in, int64_t out, int32_t r, float scale,
                                int accumulate, const af_gp_fused *then) {
-    if (!lora_fused(ctx, dx, in, dy, out, w, type, 0, n, accumulate, tmp, A, 0, B, 0, scale, r, then)) return false;
+    /* dy's rows in pairs from the product's own packing of dy, for dB (where af_gemm_atb would take
+     * matmul.c's transposed AMX product on these operands: the same panels, calls and bits) */
+    uint32_t *yb = n % 2 == 0 && r <= 32 && out > 32 && af_gp_amx(ctx, n) && af_gp_usable(ctx, r, out, n)
+                       ? yb_get((size_t)af_gp_bf16_panels_dwords(out, n))
+                       : NULL;
+    if (!lora_fused(ctx, dx, in, dy, out, w, type, 0, n, accumulate, tmp, A, 0, B, 0, scale, r, then, yb))
+        return false;
     af_gemm_atb(ctx, dA, tmp, x, r, in, n, 1); /* dA[r, in] += tᵀ · x */
-    lora_db(ctx, dB, tmp, dy, xa, n, out, r, scale); /* t no longer needed: tmp is its scratch */
+    /* t no longer needed: tmp is dB's scratch */
+    if (!yb || !lora_db_panels(ctx, dB, tmp, yb, xa, n, out, r, scale)) lora_db(ctx, dB, tmp, dy, xa, n, out, r, scale);
     return true;
 }
 
@@ -256,7 +318,7 @@ void af_proj_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, f
         return;
     /* dB, t = scale·dy·B (left in tmp) and dA; then dx (+)= dy·W with dx += t·A in its epilogue */
     af_lora_backward(ctx, NULL, dA, dB, tmp, dy, x, xa, NULL, A, B, n, in, out, r, scale);
-    if (lora_fused(ctx, dx, in, dy, out, w, type, 0, n, accumulate, tmp, A, 0, NULL, 0, 1.0f, r, NULL)) return;
+    if (lora_fused(ctx, dx, in, dy, out, w, type, 0, n, accumulate, tmp, A, 0, NULL, 0, 1.0f, r, NULL, NULL)) return;
     af_matmul_rows(ctx, 1, dx, dy, w, type, n, in, out, accumulate, block_rows);
     af_gemm_ab(ctx, dx, tmp, A, n, in, r, 1);
 }
