@@ -28,8 +28,9 @@ void af_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, con
  * W [out, in] frozen, blocks of `type` (af_matmul_rows, block_rows as there). With bf16 products on
  * AMX tiles (r even, <= 32) the correction is added in the epilogue of the frozen product
  * (gemm_packed.h af_gp_gemm_fused) while each block of y is in cache, instead of a pass over y of
- * its own, as bf16 products (scale·B rounded to bf16 once, xa per block); otherwise, and always in
- * f32, it is af_matmul_rows then af_lora_forward, bit for bit. */
+ * its own, as bf16 products (scale·B rounded to bf16 once, xa per block), and without a mask xa is
+ * the frozen product's side product from its packed rows of x (bitwise the separate x·Aᵀ);
+ * otherwise, and always in f32, it is af_matmul_rows then af_lora_forward, bit for bit. */
 void af_proj_lora_forward(const af_ctx *ctx, float *y, float *xa, const float *x, const float *drop_mask,
                           const void *w, uint32_t type, const float *A, const float *B, int64_t n, int64_t in,
                           int64_t out, int32_t r, float scale, int64_t block_rows);
@@ -46,10 +47,12 @@ void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float 
 
 /* The backward of a projection with its correction in one call (backend.h proj_lora_backward): dx [n, in]
  * (+)= dy·W (accumulate: onto dx) plus af_lora_backward's dx, dA and dB (dx may be NULL: only the
- * adapter's gradients). With bf16 products on AMX tiles, no mask and r even <= 32, t = scale·dy·B and
- * the gradients come first and dx += t·A runs in the epilogue of dy·W while each block of dx is in
- * cache; otherwise, and always in f32, af_matmul_rows (dyw) then af_lora_backward, bit for bit. tmp as
- * af_lora_backward's. */
+ * adapter's gradients). With bf16 products on AMX tiles, no mask and r even <= 32, dx += t·A runs in
+ * the epilogue of dy·W while each block of dx is in cache, t = scale·dy·B being that product's side
+ * product from its packed rows of dy (and dy's rows in pairs for dB written by the same packing), dA
+ * and dB after it (where the side product does not apply: t and the gradients first); each result
+ * bitwise that of its separate product; otherwise, and always in f32, af_matmul_rows (dyw) then
+ * af_lora_backward, bit for bit. tmp as af_lora_backward's. */
 void af_proj_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float *tmp, const float *dy,
                            const float *x, const float *xa, const float *drop_mask, const void *w, uint32_t type,
                            const float *A, const float *B, int64_t n, int64_t in, int64_t out, int32_t r, float scale,
