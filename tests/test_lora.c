@@ -451,7 +451,8 @@ static void test_drop_blocks(void) {
  * the bf16 bound of the correction — with and without a dropout mask, Q4_1 and F32 weights, row counts over and under one
  * 128-row block, 200 output columns (a ragged last panel), r 16 and 8; xa as the composition's. */
 static void test_proj_fused(void) {
-    static const int64_t SH[][4] = {{300, 512, 200, 16}, {2048, 576, 1536, 16}, {137, 256, 96, 8}, {40, 512, 64, 16}};
+    static const int64_t SH[][4] = {{300, 512, 200, 16}, {2048, 576, 1536, 16}, {137, 256, 96, 8}, {40, 512, 64, 16},
+                                    {1024, 512, 400, 16}}; /* out % 32 != 0: a partial last panel of dy's pairs */
     static const float SC[] = {2.0f, 0.7f};
     uint64_t rng = 91;
     for (int prec = 0; prec < 2; prec++) {

@@ -15,6 +15,12 @@
  * does not depend on where it sits in the range. Where the packed GEMM does not take the product
  * (af_gp_usable false, packed B over MAX_B, no buffer) or the context's hook AF_CTX_MLP_FUSED is
  * off (tests, A/B measurements) the ops run the unfused sequence.
+ *
+ * With adapters on gate, up or down (af_lora_args) the projections are af_proj_lora_forward /
+ * af_proj_lora_backward, and where those run the correction in the frozen product's epilogue (bf16 on
+ * AMX tiles; lora_ops.c) the activation, resp. down's input act and the activation's backward, follow
+ * it in the same epilogue (af_proj_lora_forward_then / _backward_then); the same bits as the ops
+ * followed by the separate passes, which run where they do not.
  */
 #include "kernels/train_ops.h"
 
