@@ -157,14 +157,6 @@ static void mm_xwt(const af_tf_run *R, float *y, const float *x, const af_weight
     be->copy(R->ctx, y, ws->pady, sizeof(float) * (size_t)(n * out));
 }
 
-/* y[k] = x·W[k]ᵀ for np products of one input (q, k, v; gate, up): inference one mm_infer call
- * (one parallel region in decode), training mm_xwt per product. */
-static void mm_xwt_group(const af_tf_run *R, int np, float *const *y, const float *x, const af_weight *const *w) {
-    if (R->mode == AF_TF_INFER) mm_infer(R, np, y, x, w);
-    else
-        for (int k = 0; k < np; k++) mm_xwt(R, y[k], x, w[k]);
-}
-
 static void probe(const af_tf_run *R, const float *x, int64_t n, int32_t l, const char *what, const char *what2) {
     if (R->probe) R->probe(R->probe_ctx, x, n, l, what, what2);
 }
@@ -184,6 +176,25 @@ static float *lora_mask(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p,
     if (!R->drop || !S->mask[p]) return NULL;
     af_be(R->ctx)->lora_dropout_mask(R->ctx, S->mask[p], R->seed, l, p, 0, R->n, s->in, R->lay->lora.dropout);
     return S->mask[p];
+}
+
+/* The plain adapter of (l, p) (no DoRA, no PiSSA / OLoRA residual) as the backend's one-call ops
+ * take it (kernels/train_ops.h af_lora_args) in *a, and its slot; NULL when p has none or it is not
+ * plain. G: the
+ * gradients (backward: its mask as the forward left it, dA, dB, scratch, and the MLP's act as down's
+ * input), NULL in the forward, which fills the dropout mask (lora_mask). */
+static const af_lora_slot *lora_args(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_proj p,
+                                     af_lora_args *a) {
+    const af_lora_slot *s = lora_slot(R, l, p);
+    if (!s || R->lay->lora.use_dora || R->P0) return NULL;
+    *a = (af_lora_args){.A = R->P + s->a_off, .B = R->P + s->b_off, .xa = S->xa[p], .r = R->lay->lora.r,
+                        .scale = R->lora_scale};
+    if (G) {
+        a->drop_mask = R->drop ? S->mask[p] : NULL;
+        a->dA = G + s->a_off, a->dB = G + s->b_off, a->tmp = R->ws->ltmp, a->x = R->ws->act;
+    } else
+        a->drop_mask = lora_mask(R, S, l, p, s);
+    return s;
 }
 
 /* DoRA projection (lora/dora.h; PEFT DoraLinearVariant.forward), y = x·Wᵀ on entry (no bias yet):
@@ -279,14 +290,15 @@ static void proj_finish(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p,
 static int lora_fused_fwd(const af_tf_run *R, af_tf_acts *S, int32_t l, af_proj p, const af_weight *w,
                           const float *bias, float *y, const float *x) {
     const af_backend *be = af_be(R->ctx);
-    const af_lora_slot *s = lora_slot(R, l, p);
+    af_lora_args a;
+    const af_lora_slot *s;
     if (!be->proj_lora_forward || R->mode != AF_TF_TRAIN || R->n_seq > 0 || R->n < MIN_ROWS || R->probe || bias ||
-        !s || R->lay->lora.use_dora || R->P0)
+        !(s = lora_args(R, S, NULL, l, p, &a)))
         return 0;
     uint32_t type;
     const void *wd = af_weight_dev(R->ctx, w, &type);
-    be->proj_lora_forward(R->ctx, y, S->xa[p], x, lora_mask(R, S, l, p, s), wd, type, R->P + s->a_off, R->P + s->b_off, R->n, s->in,
-                          s->out, R->lay->lora.r, R->lora_scale, R->block_rows);
+    be->proj_lora_forward(R->ctx, y, a.xa, x, a.drop_mask, wd, type, a.A, a.B, R->n, s->in, s->out, a.r, a.scale,
+                          R->block_rows);
     return 1;
 }
 
@@ -307,7 +319,7 @@ static void qkv_products(const af_tf_run *R, af_tf_acts *S, int32_t l, int np, f
     static const af_proj P[3] = {AF_PROJ_Q, AF_PROJ_K, AF_PROJ_V};
     for (int k = 0; k < 3; k++) done[k] = 0;
     if (R->mode == AF_TF_INFER) {
-        mm_xwt_group(R, np, ys, h1, ws);
+        mm_infer(R, np, ys, h1, ws); /* one parallel region in decode */
         return;
     }
     for (int k = 0; k < np; k++)
@@ -470,22 +482,13 @@ static void ple_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const af_t
     af_be(R->ctx)->add(R->ctx, x, x, ws->tH, R->n * d->H);
 }
 
-/* The adapter of (l, p) for the backend's fused MLP ops (kernels/train_ops.h af_lora_args) in *a,
- * *out = a (NULL when p has none). G: the gradients (backward), NULL in the forward, which fills the
- * dropout mask (lora_mask). 0 when the ops cannot take it: DoRA, or a PiSSA / OLoRA residual. */
+/* lora_args for the backend's fused MLP ops: *out = a, or NULL when p has no adapter; 0 when the ops
+ * cannot take it (DoRA, a PiSSA / OLoRA residual). */
 static int mlp_lora(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_proj p, af_lora_args *a,
                     const af_lora_args **out) {
-    const af_lora_slot *s = lora_slot(R, l, p);
     *out = NULL;
-    if (!s) return 1;
-    if (R->lay->lora.use_dora || R->P0) return 0;
-    *a = (af_lora_args){.A = R->P + s->a_off, .B = R->P + s->b_off, .xa = S->xa[p], .r = R->lay->lora.r,
-                        .scale = R->lora_scale};
-    if (G) {
-        a->drop_mask = R->drop ? S->mask[p] : NULL;
-        a->dA = G + s->a_off, a->dB = G + s->b_off, a->tmp = R->ws->ltmp, a->x = R->ws->act;
-    } else
-        a->drop_mask = lora_mask(R, S, l, p, s);
+    if (!adapted(R, l, p)) return 1;
+    if (!lora_args(R, S, G, l, p, a)) return 0;
     *out = a;
     return 1;
 }
@@ -545,10 +548,10 @@ void af_tf_layer_forward(const af_tf_run *R, int32_t l, af_tf_acts *S, const flo
         float *gu[2] = {S->gate, S->up};
         const af_weight *wgu[2] = {&Ly->w_gate, &Ly->w_up};
         if (R->mode == AF_TF_INFER) {
-            mm_xwt_group(R, 2, gu, h2, wgu);
+            mm_infer(R, 2, gu, h2, wgu);
             proj_finish(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
             proj_finish(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
-        } else { /* training: one product each (mm_xwt_group's own choice), the adapters' fused where they can be */
+        } else { /* training: one product each, the adapters' fused where they can be */
             proj_fwd(R, S, l, AF_PROJ_GATE, &Ly->w_gate, NULL, S->gate, h2);
             proj_fwd(R, S, l, AF_PROJ_UP, &Ly->w_up, NULL, S->up, h2);
         }
@@ -611,12 +614,12 @@ static void proj_bwd(const af_tf_run *R, af_tf_acts *S, float *G, int32_t l, af_
         return;
     }
     const af_backend *be = af_be(R->ctx);
-    if (s && be->proj_lora_backward && R->n >= MIN_ROWS && !R->P0) { /* one call (backend.h proj_lora_backward) */
+    af_lora_args a;
+    if (be->proj_lora_backward && R->n >= MIN_ROWS && lora_args(R, S, G, l, p, &a)) { /* one call (backend.h) */
         uint32_t type;
         const void *wd = af_weight_dev(R->ctx, w, &type);
-        be->proj_lora_backward(R->ctx, dx, G + s->a_off, G + s->b_off, R->ws->ltmp, dy, x, S->xa[p],
-                               R->drop ? S->mask[p] : NULL, wd, type, R->P + s->a_off, R->P + s->b_off, R->n, s->in,
-                               s->out, R->lay->lora.r, R->lora_scale, accumulate, R->block_rows);
+        be->proj_lora_backward(R->ctx, dx, a.dA, a.dB, a.tmp, dy, x, a.xa, a.drop_mask, wd, type, a.A, a.B, R->n, s->in,
+                               s->out, a.r, a.scale, accumulate, R->block_rows);
         return;
     }
     if (dx) frozen_bwd(R, dx, dy, w, accumulate);

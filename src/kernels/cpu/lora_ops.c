@@ -216,13 +216,6 @@ bool af_proj_lora_forward_then(const af_ctx *ctx, float *y, float *xa, const flo
            proj_lora_fwd_fused(ctx, y, xa, x, drop_mask, w, type, A, B, n, in, out, r, scale, then);
 }
 
-/* dB[out, r] += dyᵀ · (scale · xa), with t [n, r] as scratch (af_lora_backward's first product). */
-static void lora_db(const af_ctx *ctx, float *dB, float *t, const float *dy, const float *xa, int64_t n, int64_t out,
-                    int32_t r, float scale) {
-    for (int64_t i = 0; i < n * r; i++) t[i] = scale * xa[i];
-    af_gemm_atb(ctx, dB, dy, t, out, r, n, 1);
-}
-
 /* Grow-only buffer of the calling thread for dy's paired rows (proj_lora_bwd_side; kept like the
  * packed GEMM's B buffer: a fresh allocation per projection faulted in up to 25 MB of pages each
  * time), released by af_lora_ops_release. */
@@ -260,20 +253,27 @@ static void db_panels(void *va, int64_t p0, int64_t p1, int tid) {
                                  J->n / 2 * AF_GP_NR, 0, J->r, j1 - j0, J->n, 0);
 }
 
-/* lora_db with dy given as its paired rows yb (af_gp_fused): ct [r, out] = (scale·xa)ᵀ·dy over the
+/* dB += tsᵀ·dy with dy given as its paired rows yb (af_gp_fused): ct [r, out] = tsᵀ·dy over the
  * panels on the pool's threads, then dB += ctᵀ — af_gemm_atb's transposed AMX product (matmul.c) on
  * the same packed operands, bit for bit. false: no memory (nothing written). */
-static bool lora_db_panels(const af_ctx *ctx, float *dB, float *t, const uint32_t *yb, const float *xa, int64_t n,
-                           int64_t out, int32_t r, float scale) {
+static bool db_from_panels(const af_ctx *ctx, float *dB, const float *ts, const uint32_t *yb, int64_t n, int64_t out,
+                           int32_t r) {
     float *ct = malloc(sizeof(float) * (size_t)(r * out));
     if (!ct) return false;
-    for (int64_t i = 0; i < n * r; i++) t[i] = scale * xa[i];
-    db_job J = {ctx, ct, t, yb, n, out, r};
+    db_job J = {ctx, ct, ts, yb, n, out, r};
     af_threadpool_run(ctx->pool, ctx->n_threads, (out + AF_GP_NR - 1) / AF_GP_NR, 0, db_panels, &J);
     for (int64_t i = 0; i < out; i++)
         for (int32_t j = 0; j < r; j++) dB[i * r + j] += ct[j * out + i];
     free(ct);
     return true;
+}
+
+/* dB[out, r] += dyᵀ · (scale · xa), with t [n, r] as scratch (af_lora_backward's first product); dy's
+ * rows from yb (its paired rows, proj_lora_bwd_side) where given. */
+static void lora_db(const af_ctx *ctx, float *dB, float *t, const float *dy, const float *xa, int64_t n, int64_t out,
+                    int32_t r, float scale, const uint32_t *yb) {
+    for (int64_t i = 0; i < n * r; i++) t[i] = scale * xa[i];
+    if (!yb || !db_from_panels(ctx, dB, t, yb, n, out, r)) af_gemm_atb(ctx, dB, dy, t, out, r, n, 1);
 }
 
 /* t[n, r] = scale · dy · B (af_lora_backward's second product). */
@@ -298,8 +298,7 @@ static bool proj_lora_bwd_side(const af_ctx *ctx, float *dx, float *dA, float *d
     if (!lora_fused(ctx, dx, in, dy, out, w, type, 0, n, accumulate, tmp, A, 0, B, 0, scale, r, then, yb))
         return false;
     af_gemm_atb(ctx, dA, tmp, x, r, in, n, 1); /* dA[r, in] += tᵀ · x */
-    /* t no longer needed: tmp is dB's scratch */
-    if (!yb || !lora_db_panels(ctx, dB, tmp, yb, xa, n, out, r, scale)) lora_db(ctx, dB, tmp, dy, xa, n, out, r, scale);
+    lora_db(ctx, dB, tmp, dy, xa, n, out, r, scale, yb); /* t no longer needed: tmp is dB's scratch */
     return true;
 }
 
@@ -337,7 +336,7 @@ void af_lora_backward(const af_ctx *ctx, float *dx, float *dA, float *dB, float 
     if (n <= 0) return;
     float *t = tmp;           /* [n, r] */
     float *xd = tmp + n * r;  /* [n, in], only with a mask */
-    lora_db(ctx, dB, t, dy, xa, n, out, r, scale);
+    lora_db(ctx, dB, t, dy, xa, n, out, r, scale, NULL);
     lora_t(ctx, t, dy, B, n, out, r, scale);
     /* dA[r, in] += tᵀ · dropout(x) */
     const float *xin = x;
